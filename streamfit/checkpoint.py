@@ -1,0 +1,238 @@
+"""Resumable solver state: per-sample arrays chunk-aligned with the data, and atomic
+step checkpoints.
+
+Layout of a run directory's `checkpoints/`:
+
+    state/<name>/v<version>/chunk-<id>.<sha256[:16]>.npy   per-sample state (residuals, margins, duals)
+    step-<step>/meta.json                                  counters, RNG state, config hash, store
+                                                           fingerprint, versions of the state arrays
+    step-<step>/arrays.npz                                 weights and other driver-side arrays
+    LATEST                                                 the name of the newest complete step
+
+A task that reads data chunk i reads `state/<name>/v<t>` chunk i and writes `v<t+1>` chunk i
+(atomically: temporary name, fsync, rename; the file name carries its digest). A step is
+complete once `step-<step>/` exists (renamed from `.partial` after fsync) and LATEST names it.
+Resume opens LATEST, checks every digest, and deletes whatever newer, incomplete state it finds.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+
+from streamfit.errors import CheckpointError
+from streamfit.store.format import fsync_dir, write_json_atomic
+
+CHECKPOINT_VERSION = 1
+
+
+def config_hash(config: dict) -> str:
+    """SHA-256 of a canonical JSON rendering of the settings that determine the model."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ChunkState:
+    """Versioned per-sample arrays, one file per (name, version, chunk). With root=None the
+    arrays live in a dict (in-memory estimators); the interface is the same."""
+
+    def __init__(self, root: str | None):
+        self.root = root
+        self._memory: dict[tuple[str, int, int], np.ndarray] = {}
+
+    def __reduce__(self):
+        if self.root is None:
+            raise TypeError("in-memory ChunkState cannot be sent to Dask workers; give the run a directory")
+        return (ChunkState, (self.root,))
+
+    def _dir(self, name: str, version: int) -> str:
+        return os.path.join(self.root, name, f"v{version:06d}")
+
+    def _find(self, name: str, version: int, chunk_id: int) -> str:
+        found = glob.glob(os.path.join(self._dir(name, version), f"chunk-{chunk_id:06d}.*.npy"))
+        if not found:
+            raise CheckpointError(f"{self._dir(name, version)}: state chunk {chunk_id} of {name!r} is missing")
+        return found[0]
+
+    def write(self, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
+        if self.root is None:
+            self._memory[(name, version, chunk_id)] = array
+            return
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        data = buf.getvalue()
+        digest = hashlib.sha256(data).hexdigest()[:16]
+        d = self._dir(name, version)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy")
+        tmp = f"{path}.tmp-{os.getpid()}-{id(buf)}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
+        if self.root is None:
+            try:
+                return self._memory[(name, version, chunk_id)]
+            except KeyError:
+                raise CheckpointError(f"state chunk {chunk_id} of {name!r} v{version} is missing") from None
+        path = self._find(name, version, chunk_id)
+        with open(path, "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest()[:16] != path.rsplit(".", 2)[-2]:
+            raise CheckpointError(f"{path}: fails its checksum; the checkpoint is damaged")
+        try:
+            return np.load(io.BytesIO(data), allow_pickle=False)
+        except ValueError as e:
+            raise CheckpointError(f"{path}: unreadable ({e})") from e
+
+    def verify(self, name: str, version: int, n_chunks: int) -> None:
+        for i in range(n_chunks):
+            self.read(name, version, i)
+
+    def keep_only(self, keep: set[tuple[str, int]]) -> None:
+        """Delete every version not in `keep` (pairs of name, version)."""
+        if self.root is None:
+            for key in [k for k in self._memory if (k[0], k[1]) not in keep]:
+                del self._memory[key]
+            return
+        for d in glob.glob(os.path.join(self.root, "*", "v*")):
+            name, v = os.path.basename(os.path.dirname(d)), int(os.path.basename(d)[1:])
+            if (name, v) not in keep:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+class Checkpoint:
+    def __init__(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int]):
+        self.step, self.meta, self.arrays, self.state_versions = step, meta, arrays, state_versions
+
+
+class Checkpointer:
+    """Saves and restores solver state for one run. `run_dir=None`: nothing goes to disk,
+    per-sample state lives in memory, and old versions are still dropped at each save."""
+
+    def __init__(self, run_dir: str | None, *, config: dict, store_fingerprint: str, keep: int = 2):
+        self.root = os.path.join(run_dir, "checkpoints") if run_dir else None
+        self.config_hash = config_hash(config)
+        self.store_fingerprint = store_fingerprint
+        self.keep = keep
+        if self.root:
+            os.makedirs(os.path.join(self.root, "state"), exist_ok=True)
+        self.state = ChunkState(os.path.join(self.root, "state") if self.root else None)
+        self._kept: list[Checkpoint] = []
+
+    def _step_dir(self, step: int) -> str:
+        return os.path.join(self.root, f"step-{step:06d}")
+
+    def save(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int]) -> None:
+        ckpt = Checkpoint(step, meta, arrays, dict(state_versions))
+        self._kept = (self._kept + [ckpt])[-self.keep:]
+        if self.root is None:
+            self.state.keep_only({kv for c in self._kept for kv in c.state_versions.items()})
+            return
+        final = self._step_dir(step)
+        tmp = final + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        data = buf.getvalue()
+        with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        record = {
+            "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash,
+            "store_fingerprint": self.store_fingerprint, "state_versions": state_versions,
+            "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
+        }
+        write_json_atomic(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1, default=_json_default))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+        write_json_atomic(os.path.join(self.root, "LATEST"), json.dumps({"step": step}))
+        self._collect_garbage()
+
+    def _complete_steps(self) -> list[int]:
+        steps = []
+        for d in glob.glob(os.path.join(self.root, "step-*")):
+            base = os.path.basename(d)
+            if base.endswith(".partial"):
+                continue
+            steps.append(int(base.split("-")[1]))
+        return sorted(steps)
+
+    def _collect_garbage(self) -> None:
+        """Keep the newest `keep` complete steps (up to LATEST) and the state they reference."""
+        latest = self._latest_step()
+        steps = [s for s in self._complete_steps() if latest is None or s <= latest]
+        for s in self._complete_steps():
+            if s not in steps[-self.keep:]:
+                shutil.rmtree(self._step_dir(s), ignore_errors=True)
+        for d in glob.glob(os.path.join(self.root, "step-*.partial")):
+            shutil.rmtree(d, ignore_errors=True)
+        keep = set()
+        for s in steps[-self.keep:]:
+            with open(os.path.join(self._step_dir(s), "meta.json")) as f:
+                keep |= set(json.load(f)["state_versions"].items())
+        self.state.keep_only(keep)
+
+    def _latest_step(self) -> int | None:
+        path = os.path.join(self.root, "LATEST")
+        if not os.path.exists(path):
+            return None
+        try:
+            with open(path) as f:
+                return int(json.load(f)["step"])
+        except (ValueError, KeyError, OSError) as e:
+            raise CheckpointError(f"{path}: unreadable ({e}); the checkpoint directory is damaged") from e
+
+    def latest(self, n_chunks: int) -> Checkpoint | None:
+        """The newest complete checkpoint, fully verified, or None if the run has none."""
+        if self.root is None:
+            return None
+        step = self._latest_step()
+        if step is None:
+            return None
+        d = self._step_dir(step)
+        try:
+            with open(os.path.join(d, "meta.json")) as f:
+                record = json.load(f)
+            with open(os.path.join(d, "arrays.npz"), "rb") as f:
+                data = f.read()
+        except (OSError, json.JSONDecodeError) as e:
+            raise CheckpointError(f"{d}: unreadable checkpoint ({e})") from e
+        if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:
+            raise CheckpointError(f"{d}/arrays.npz: fails its checksum; the checkpoint is damaged")
+        if record["config_hash"] != self.config_hash:
+            raise CheckpointError(
+                f"{d}: was written with a different solver configuration; resume with the same config, "
+                "or start a new run in another --out directory"
+            )
+        if record["store_fingerprint"] != self.store_fingerprint:
+            raise CheckpointError(f"{d}: was written for a different training store; resume on the same store")
+        for name, version in record["state_versions"].items():
+            self.state.verify(name, version, n_chunks)
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        self._collect_garbage()  # drop incomplete steps and state newer than LATEST
+        ckpt = Checkpoint(step, record["meta"], arrays, record["state_versions"])
+        self._kept = [ckpt]
+        return ckpt
+
+
+def _json_default(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"not JSON serializable: {type(x)}")

@@ -1,0 +1,154 @@
+"""Typed, validated configuration: `streamfit run PIPELINE.yaml` and `streamfit train --config`.
+
+A pipeline file has up to four sections, run in order: `ingest`, `ingest_test` (test files
+ingested like the training store), `train`, `evaluate`.
+Relative paths are resolved against the directory holding the YAML file, so a pipeline runs
+the same from any working directory. Unknown keys are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from streamfit.errors import ConfigError
+from streamfit.store import DEFAULT_CHUNK_ROWS
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HashingSection(_Strict):
+    n_features: int = Field(2**18, description="number of hashed features (a power of two)")
+    seed: int = Field(0, description="MurmurHash3 seed")
+    alternate_sign: bool = Field(True, description="the hash's sign flips the value's sign")
+    lowercase: bool = True
+    ngram_range: tuple[int, int] = Field((1, 1), description="word n-grams, e.g. [1, 2]")
+    value: Literal["count", "binary", "log1p"] = Field("count", description="term value transform")
+
+
+class IngestSection(_Strict):
+    inputs: list[str] = Field(description="source files or folders")
+    out: str = Field(description="the store to write")
+    format: str | None = None
+    backend: Literal["zarr", "parquet"] = "zarr"
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    hashing: HashingSection = HashingSection()
+    no_hash: bool = Field(False, description="keep numeric indices instead of hashing them")
+    n_features: int | None = Field(None, description="with no_hash: fixed width (default: largest index + 1)")
+    idf: bool = False
+    l2_normalize: bool = False
+    classes: list[str] | None = None
+    test_size: float | None = None
+    test_out: str | None = None
+    seed: int = 0
+    on_bad_record: Literal["error", "skip", "quarantine"] = "error"
+    quarantine: str | None = None
+    source_options: dict = Field(default_factory=dict, description="format options, e.g. text_field, label_field")
+    overwrite: bool = False
+
+
+class IngestTestSection(_Strict):
+    """Test data in its own files, ingested like the training store (same hashing, IDF, classes)."""
+
+    inputs: list[str] = Field(description="source files or folders")
+    out: str = Field(description="the test store to write")
+    format: str | None = None
+    source_options: dict = Field(default_factory=dict)
+    on_bad_record: Literal["error", "skip", "quarantine"] = "error"
+
+
+class TrainSection(_Strict):
+    solver: str
+    out: str
+    params: dict = Field(default_factory=dict)
+    store: str | None = Field(None, description="default: the ingest section's out")
+    scheduler: str | None = None
+    n_workers: int | None = None
+    threads_per_worker: int = 1
+
+
+class EvaluateSection(_Strict):
+    store: str | None = Field(None, description="default: the ingest section's test_out")
+
+
+class PipelineConfig(_Strict):
+    ingest: IngestSection | None = None
+    ingest_test: IngestTestSection | None = None
+    train: TrainSection | None = None
+    evaluate: EvaluateSection | None = None
+
+
+class TrainConfig(_Strict):
+    """`streamfit train --config FILE`: the solver, its parameters and engine settings."""
+
+    solver: str | None = None
+    params: dict = Field(default_factory=dict)
+    scheduler: str | None = None
+    n_workers: int | None = None
+    threads_per_worker: int | None = None
+
+
+def _load_yaml(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of keys at the top level")
+    return data
+
+
+def _validate(cls, data: dict, path: str):
+    try:
+        return cls(**data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            problems.append(f"key '{key}': {err['msg']}")
+        raise ConfigError(f"{path}: " + "; ".join(problems)) from None
+
+
+def load_pipeline(path: str) -> PipelineConfig:
+    cfg = _validate(PipelineConfig, _load_yaml(path), path)
+    base = os.path.dirname(os.path.abspath(path))
+
+    def resolve(p):
+        return None if p is None else os.path.normpath(os.path.join(base, os.path.expanduser(p)))
+
+    if cfg.ingest:
+        cfg.ingest.inputs = [resolve(p) for p in cfg.ingest.inputs]
+        cfg.ingest.out, cfg.ingest.test_out = resolve(cfg.ingest.out), resolve(cfg.ingest.test_out)
+        cfg.ingest.quarantine = resolve(cfg.ingest.quarantine)
+    if cfg.ingest_test:
+        if not cfg.ingest:
+            raise ConfigError(f"{path}: key 'ingest_test' needs an 'ingest' section to take its settings from")
+        cfg.ingest_test.inputs = [resolve(p) for p in cfg.ingest_test.inputs]
+        cfg.ingest_test.out = resolve(cfg.ingest_test.out)
+    if cfg.train:
+        cfg.train.out = resolve(cfg.train.out)
+        cfg.train.store = resolve(cfg.train.store) or (cfg.ingest.out if cfg.ingest else None)
+        if cfg.train.store is None:
+            raise ConfigError(f"{path}: key 'train.store' is needed when there is no ingest section")
+    if cfg.evaluate:
+        default = cfg.ingest_test.out if cfg.ingest_test else (cfg.ingest.test_out if cfg.ingest else None)
+        cfg.evaluate.store = resolve(cfg.evaluate.store) or default
+        if cfg.evaluate.store is None:
+            raise ConfigError(f"{path}: key 'evaluate.store' is needed (or ingest.test_out, or an ingest_test section)")
+        if cfg.train is None:
+            raise ConfigError(f"{path}: an evaluate section needs a train section")
+    return cfg
+
+
+def load_train_config(path: str) -> TrainConfig:
+    return _validate(TrainConfig, _load_yaml(path), path)

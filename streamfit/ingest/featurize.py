@@ -1,0 +1,99 @@
+"""Source records -> feature rows: hashing (or kept indices), then IDF weights, then row l2
+normalization. The same Featurizer runs at ingest and when a model scores raw data."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.errors import StreamfitError
+
+
+def idf_weights(df: np.ndarray, n_docs: int) -> np.ndarray:
+    """Smoothed inverse document frequency, idf_j = ln((1 + n) / (1 + df_j)) + 1."""
+    return np.log((1.0 + n_docs) / (1.0 + df)) + 1.0
+
+
+def l2_normalize_rows(X: sp.csr_matrix) -> sp.csr_matrix:
+    """Each non-empty row divided by its Euclidean norm."""
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1), dtype=np.float64).ravel())
+    scale = np.divide(1.0, norms, out=np.zeros_like(norms), where=norms > 0)
+    return sp.csr_matrix(sp.diags(scale) @ X, dtype=np.float32)
+
+
+class Featurizer:
+    """hashing: a HashingConfig, or None to keep numeric indices (`--no-hash`; text sources
+    must be hashed). n_features: fixed width, or None to grow to the largest index seen (no-hash)."""
+
+    def __init__(self, hashing=None, n_features: int | None = None, idf: np.ndarray | None = None,
+                 l2_normalize: bool = False):
+        self.hashing = hashing
+        self.hasher = None
+        if hashing is not None:
+            from streamfit.ingest.hashing import FeatureHasher
+
+            self.hasher = FeatureHasher(hashing)
+            n_features = hashing.n_features
+        self.n_features = n_features
+        self.idf = idf
+        self.l2_normalize = l2_normalize
+
+    def to_dict(self) -> dict:
+        return {
+            "hashing": self.hashing.to_dict() if self.hashing is not None else None,
+            "n_features": self.n_features,
+            "idf": self.idf is not None,
+            "l2_normalize": self.l2_normalize,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, idf: np.ndarray | None = None) -> "Featurizer":
+        hashing = None
+        if d.get("hashing") is not None:
+            from streamfit.ingest.hashing import HashingConfig
+
+            hashing = HashingConfig.from_dict(d["hashing"])
+        return cls(hashing, d.get("n_features"), idf if d.get("idf") else None, bool(d.get("l2_normalize")))
+
+    def raw_rows(self, batch) -> sp.csr_matrix:
+        """Hashed or kept-index rows of a TextBatch / SparseBatch / DenseBatch, before IDF/l2."""
+        from streamfit.ingest.sources import DenseBatch, SparseBatch, TextBatch
+
+        if isinstance(batch, TextBatch):
+            if self.hasher is None:
+                raise StreamfitError("raw text must be hashed: drop --no-hash for text sources")
+            # one text field hashes with the base seed (as scikit-learn's HashingVectorizer);
+            # several fields each get their own namespace seed
+            texts = batch.texts if len(batch.texts) > 1 else next(iter(batch.texts.values()))
+            X = self.hasher.transform_text(texts)
+        elif isinstance(batch, SparseBatch):
+            X = self.hasher.transform_indices(batch.X) if self.hasher else batch.X.tocsr()
+        elif isinstance(batch, DenseBatch):
+            X = self.hasher.transform_dense(batch.X) if self.hasher else sp.csr_matrix(batch.X)
+        else:
+            raise TypeError(f"unknown batch type {type(batch)}")
+        X.sum_duplicates()
+        X.sort_indices()
+        return X
+
+    def finish(self, X: sp.csr_matrix) -> sp.csr_matrix:
+        """IDF weighting and l2 normalization of rows from raw_rows."""
+        X = sp.csr_matrix(X, dtype=np.float32)
+        if self.idf is not None:
+            X = sp.csr_matrix(
+                ((X.data * self.idf[X.indices]).astype(np.float32), X.indices, X.indptr), shape=X.shape
+            )
+        if self.l2_normalize:
+            X = l2_normalize_rows(X)
+        return X
+
+    def transform(self, batch) -> sp.csr_matrix:
+        """Rows of a batch in the model's feature space (width n_features; extra indices refused)."""
+        X = self.raw_rows(batch)
+        if X.nnz and self.n_features is not None and int(X.indices.max()) >= self.n_features:
+            raise StreamfitError(
+                f"feature index {int(X.indices.max())} is beyond the {self.n_features} features the data was "
+                "ingested with"
+            )
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], self.n_features or X.shape[1]))
+        return self.finish(X)

@@ -1,0 +1,479 @@
+"""Feature hashing of raw text and raw integer feature ids into a fixed-width sparse space.
+
+A feature name f (a token, a word n-gram, or the 8 bytes of an integer id) is hashed as
+
+    h(f)   = MurmurHash3_x86_32(bytes(f), seed)    read as a signed int32
+    col(f) = |h(f)| mod n_features                 (n_features = 2**k, so this is |h| & (2**k - 1))
+    sgn(f) = -1 if alternate_sign and h(f) < 0 else +1
+
+and a row is x[col] = sum over the row's features f with col(f) = col of sgn(f) * value(f).
+For text this is exactly scikit-learn's HashingVectorizer (norm=None, token_pattern
+r"(?u)\\b\\w\\w+\\b") on ASCII text; see FeatureHasher.transform_text for the one difference.
+
+Corner case h = -2**31: |h| = 2**31 and 2**31 mod 2**k = 0, so col = 0 and sgn = -1. This is
+what scikit-learn's _hashing_fast computes ((2**31 - 1 - (n - 1)) mod n = 0 for n = 2**k).
+
+Outputs are canonical CSR: float32 data, sorted indices, no duplicates, no explicit zeros
+(scikit-learn keeps the explicit zeros left where +1 and -1 cancel; we drop them). indices and
+indptr share one dtype as scipy requires: int32, or int64 when nnz exceeds 2**31 - 1.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import asdict, dataclass, fields as dataclass_fields
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+_MASK32 = 0xFFFFFFFF
+_VALUE_MODES = {"count": 0, "binary": 1, "log1p": 2}
+_MAX_N_FEATURES = 2**30  # largest power of two whose column ids fit in int32 keys (col*2 + sign)
+
+
+@dataclass(frozen=True)
+class HashingConfig:
+    """Settings of the hashing transform; stored with every hashed data set (to_dict)."""
+
+    n_features: int = 2**18
+    seed: int = 0
+    alternate_sign: bool = True
+    lowercase: bool = True
+    ngram_range: tuple[int, int] = (1, 1)
+    value: str = "count"
+    min_token_length: int = 2
+
+    def __post_init__(self):
+        n = self.n_features
+        if not _is_int(n) or n < 1 or n > _MAX_N_FEATURES or n & (n - 1):
+            hint = f"e.g. {_next_power_of_two(n)}" if _is_int(n) and 1 <= n <= _MAX_N_FEATURES else "e.g. 2**18"
+            raise ValueError(
+                f"HashingConfig: n_features={n!r} is not a power of two in [1, 2**30]; use {hint}"
+            )
+        if not _is_int(self.seed) or not 0 <= self.seed <= _MASK32:
+            raise ValueError(f"HashingConfig: seed={self.seed!r} is out of range; use an int in [0, 2**32 - 1]")
+        for name in ("alternate_sign", "lowercase"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"HashingConfig: {name}={getattr(self, name)!r} is not a bool; use true or false")
+        ngram = tuple(self.ngram_range) if isinstance(self.ngram_range, (tuple, list)) else None
+        if ngram is None or len(ngram) != 2 or not all(_is_int(v) for v in ngram) or not 1 <= ngram[0] <= ngram[1]:
+            raise ValueError(
+                f"HashingConfig: ngram_range={self.ngram_range!r} is invalid; "
+                "use (min_n, max_n) with 1 <= min_n <= max_n"
+            )
+        object.__setattr__(self, "ngram_range", ngram)
+        if self.value not in _VALUE_MODES:
+            raise ValueError(f"HashingConfig: value={self.value!r} is unknown; use one of {sorted(_VALUE_MODES)}")
+        if not _is_int(self.min_token_length) or self.min_token_length < 1:
+            raise ValueError(
+                f"HashingConfig: min_token_length={self.min_token_length!r} is invalid; use an int >= 1"
+            )
+
+    def to_dict(self) -> dict:
+        """JSON-able dict (ngram_range as a list); from_dict(to_dict()) == self."""
+        d = asdict(self)
+        d["ngram_range"] = list(self.ngram_range)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> HashingConfig:
+        """Inverse of to_dict; missing keys take their defaults, unknown keys are an error."""
+        known = {f.name for f in dataclass_fields(cls)}
+        for key in d:
+            if key not in known:
+                raise ValueError(f"HashingConfig: unknown key {key!r}; known keys are {sorted(known)}")
+        return cls(**d)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _next_power_of_two(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length()
+
+
+# ---------------------------------------------------------------------------------------------
+# numba kernels
+
+# Word bytes: ASCII [0-9A-Za-z_] and every byte >= 0x80 (so multi-byte UTF-8 characters stay whole).
+_WORD_BYTE = np.zeros(256, dtype=np.bool_)
+_WORD_BYTE[np.frombuffer((string.digits + string.ascii_letters + "_").encode(), dtype=np.uint8)] = True
+_WORD_BYTE[0x80:] = True
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rotl32(x, r):
+    """x (< 2**32) rotated left by r bits within 32 bits."""
+    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
+
+
+@numba.njit(cache=True, nogil=True)
+def _murmur3_32(buf, start, end, seed):
+    """MurmurHash3_x86_32 of buf[start:end] as a signed int32 value (held in an int64).
+
+    All arithmetic is on int64 holding uint32 values, masked to 32 bits after each product."""
+    c1 = 0xCC9E2D51
+    c2 = 0x1B873593
+    n = end - start
+    h = np.int64(seed) & 0xFFFFFFFF
+    tail = start + (n & ~3)
+    for p in range(start, tail, 4):
+        k = (
+            np.int64(buf[p])
+            | (np.int64(buf[p + 1]) << 8)
+            | (np.int64(buf[p + 2]) << 16)
+            | (np.int64(buf[p + 3]) << 24)
+        )
+        k = _rotl32((k * c1) & 0xFFFFFFFF, 15)
+        h ^= (k * c2) & 0xFFFFFFFF
+        h = (_rotl32(h, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
+    rem = n & 3
+    if rem:
+        k = np.int64(0)
+        if rem == 3:
+            k ^= np.int64(buf[tail + 2]) << 16
+        if rem >= 2:
+            k ^= np.int64(buf[tail + 1]) << 8
+        k ^= np.int64(buf[tail])
+        k = _rotl32((k * c1) & 0xFFFFFFFF, 15)
+        h ^= (k * c2) & 0xFFFFFFFF
+    h ^= n
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - 0x100000000 if h >= 0x80000000 else h
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _key(h, mask, alternate_sign):
+    """Sortable int32 key of a hash: 2 * col + (1 if the sign is negative else 0)."""
+    neg = 1 if (alternate_sign and h < 0) else 0
+    return np.int32(((abs(h) & mask) << 1) | neg)
+
+
+@numba.njit(cache=True, nogil=True)
+def _tokenize(buf, start, end, min_len, word, tok_start, tok_end, char_start, char_end):
+    """Store the maximal runs of word bytes in buf[start:end] having >= min_len UTF-8 characters
+    (bytes that are not 0b10xxxxxx) as [tok_start[t], tok_end[t]); return their number.
+
+    Branch-free scan: at each byte p the current run counters' slots are overwritten with p (and
+    the character index p - continuation bytes so far), and a counter only advances on a
+    non-word -> word (start) or word -> non-word (end) transition. Arrays need (end - start) // 2 + 2
+    slots."""
+    n_start = 0
+    n_end = 0
+    prev = 0
+    n_cont = 0
+    for p in range(start, end):
+        b = buf[p]
+        w = np.int64(word[b])
+        tok_start[n_start] = p
+        char_start[n_start] = p - n_cont
+        n_start += w & (1 - prev)
+        tok_end[n_end] = p
+        char_end[n_end] = p - n_cont
+        n_end += prev & (1 - w)
+        n_cont += (b & 0xC0) == 0x80
+        prev = w
+    tok_end[n_end] = end
+    char_end[n_end] = end - n_cont
+    n_tok = 0
+    for t in range(n_start):
+        tok_start[n_tok] = tok_start[t]
+        tok_end[n_tok] = tok_end[t]
+        n_tok += char_end[t] - char_start[t] >= min_len
+    return n_tok
+
+
+@numba.njit(cache=True, nogil=True)
+def _radix_sort(keys, n, n_bits, tmp, counts):
+    """Sort keys[:n] (non-negative, < 2**n_bits) in place: LSD radix sort on 8-bit digits, using
+    tmp (size >= n) and counts (size 256) as scratch."""
+    src, dst = keys, tmp
+    for shift in range(0, n_bits, 8):
+        counts[:] = 0
+        for j in range(n):
+            counts[(src[j] >> shift) & 255] += 1
+        total = 0
+        for d in range(256):
+            c = counts[d]
+            counts[d] = total
+            total += c
+        for j in range(n):
+            d = (src[j] >> shift) & 255
+            dst[counts[d]] = src[j]
+            counts[d] += 1
+        src, dst = dst, src
+    if (n_bits + 7) // 8 % 2 == 1:
+        keys[:n] = tmp[:n]
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_n, max_n, scratch, keys, k):
+    """Append to keys[k:] the keys of all word n-grams, min_n <= n <= max_n, over the tokens; an
+    n-gram is its tokens joined by one space (built in scratch). Return the new key count."""
+    for n in range(min_n, max_n + 1):
+        for t in range(n_tok - n + 1):
+            if n == 1:
+                h = _murmur3_32(buf, tok_start[t], tok_end[t], seed)
+            else:
+                q = 0
+                for u in range(t, t + n):
+                    if u > t:
+                        scratch[q] = 32
+                        q += 1
+                    for p in range(tok_start[u], tok_end[u]):
+                        scratch[q] = buf[p]
+                        q += 1
+                h = _murmur3_32(scratch, 0, q, seed)
+            keys[k] = _key(h, mask, alternate_sign)
+            k += 1
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_n, max_n, value_mode, word):
+    """Hash documents into CSR (indptr, indices, data).
+
+    Row i gathers the n-grams of every field f, the bytes buf[offsets[f, i]:offsets[f, i + 1]]
+    hashed with seeds[f]; its keys are sorted, each run of one column summed to v = sum of signs,
+    v = 0 dropped, and v mapped by value_mode: 0 -> v, 1 -> sign(v), 2 -> sign(v) * log1p(|v|)."""
+    n_fields = offsets.shape[0]
+    n_docs = offsets.shape[1] - 1
+    max_seg = 0
+    max_keys = 0
+    for i in range(n_docs):
+        doc_keys = 0
+        for f in range(n_fields):
+            seg = offsets[f, i + 1] - offsets[f, i]
+            max_seg = max(max_seg, seg)
+            doc_keys += (seg + 1) // (min_len + 1)  # t tokens of >= m bytes need t * m + t - 1 bytes
+        max_keys = max(max_keys, doc_keys)
+    tok_start = np.empty(max_seg // 2 + 2, dtype=np.int64)
+    tok_end = np.empty_like(tok_start)
+    char_start = np.empty_like(tok_start)
+    char_end = np.empty_like(tok_start)
+    scratch = np.empty(max_seg, dtype=np.uint8)
+    keys = np.empty(max_keys * (max_n - min_n + 1), dtype=np.int32)
+    sort_tmp = np.empty_like(keys)
+    sort_counts = np.empty(256, dtype=np.int64)
+
+    indptr = np.zeros(n_docs + 1, dtype=np.int64)
+    capacity = buf.size // 8 + 1024
+    indices = np.empty(capacity, dtype=np.int32)
+    data = np.empty(capacity, dtype=np.float32)
+    nnz = 0
+    for i in range(n_docs):
+        k = 0
+        for f in range(n_fields):
+            n_tok = _tokenize(
+                buf, offsets[f, i], offsets[f, i + 1], min_len, word, tok_start, tok_end, char_start, char_end
+            )
+            k = _hash_ngrams(
+                buf, tok_start, tok_end, n_tok, seeds[f], mask, alternate_sign, min_n, max_n, scratch, keys, k
+            )
+        if nnz + k > capacity:
+            capacity = max(2 * capacity, nnz + k)
+            indices = _grow(indices, capacity, nnz)
+            data = _grow(data, capacity, nnz)
+        _radix_sort(keys, k, key_bits, sort_tmp, sort_counts)
+        j = 0
+        while j < k:
+            col = keys[j] >> 1
+            v = 0
+            while j < k and (keys[j] >> 1) == col:
+                v += 1 - 2 * (keys[j] & 1)
+                j += 1
+            if v != 0:
+                indices[nnz] = col
+                if value_mode == 0:
+                    data[nnz] = v
+                elif value_mode == 1:
+                    data[nnz] = 1.0 if v > 0 else -1.0
+                else:
+                    data[nnz] = np.log1p(abs(v)) * (1.0 if v > 0 else -1.0)
+                nnz += 1
+        indptr[i + 1] = nnz
+    return indptr, indices[:nnz].copy(), data[:nnz].copy()
+
+
+@numba.njit(cache=True, nogil=True)
+def _grow(a, capacity, n):
+    """Copy of a[:n] in a new array of the given capacity."""
+    b = np.empty(capacity, dtype=a.dtype)
+    b[:n] = a[:n]
+    return b
+
+
+@numba.njit(cache=True, nogil=True)
+def _hash_ids(indptr, id_bytes, values, seed, mask, alternate_sign):
+    """Hash CSR entries whose j-th column id is the 8 bytes id_bytes[8j:8j+8]: entry value v goes
+    to column col(id) as sgn(id) * v; each row's entries of one column are summed (in input
+    order, float64), and sums that are 0 in float32 are dropped."""
+    n_rows = indptr.size - 1
+    nnz_in = values.size
+    cols = np.empty(nnz_in, dtype=np.int32)
+    signed = np.empty(nnz_in, dtype=np.float64)
+    for j in range(nnz_in):
+        h = _murmur3_32(id_bytes, 8 * j, 8 * j + 8, seed)
+        cols[j] = abs(h) & mask
+        signed[j] = -values[j] if (alternate_sign and h < 0) else values[j]
+    out_indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    out_indices = np.empty(nnz_in, dtype=np.int32)
+    out_data = np.empty(nnz_in, dtype=np.float32)
+    nnz = 0
+    for i in range(n_rows):
+        s = indptr[i]
+        e = indptr[i + 1]
+        order = np.argsort(cols[s:e], kind="mergesort") + s
+        j = 0
+        while j < e - s:
+            col = cols[order[j]]
+            v = 0.0
+            while j < e - s and cols[order[j]] == col:
+                v += signed[order[j]]
+                j += 1
+            v32 = np.float32(v)
+            if v32 != 0:
+                out_indices[nnz] = col
+                out_data[nnz] = v32
+                nnz += 1
+        out_indptr[i + 1] = nnz
+    return out_indptr, out_indices[:nnz].copy(), out_data[:nnz].copy()
+
+
+# ---------------------------------------------------------------------------------------------
+# Python API
+
+
+def murmurhash3_32(data: bytes, seed: int = 0) -> int:
+    """MurmurHash3_x86_32(data, seed) as a signed int32; equals mmh3.hash(data, seed)."""
+    if not _is_int(seed) or not 0 <= seed <= _MASK32:
+        raise ValueError(f"murmurhash3_32: seed={seed!r} is out of range; use an int in [0, 2**32 - 1]")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    return int(_murmur3_32(buf, 0, buf.size, seed))
+
+
+class FeatureHasher:
+    """Hashes text and raw feature ids into CSR rows of width config.n_features (see module doc)."""
+
+    def __init__(self, config: HashingConfig):
+        self.config = config
+
+    def transform_text(self, texts, fields=None) -> sp.csr_matrix:
+        """Hash a batch of documents, one CSR row per document.
+
+        texts: a sequence of str (one document per row), or a dict {field name: sequence of str}
+        of equally long columns. A named field's tokens are hashed with the per-field seed
+        seed_f = murmurhash3_32(name.encode(), config.seed) mod 2**32 (a VW-style namespace), and a
+        row sums the features of all its fields (n-grams do not cross fields). fields (dict input
+        only) selects the keys used; by default all of them.
+
+        Per field: str.lower() if config.lowercase, UTF-8 encode, tokens = maximal runs of word
+        bytes (ASCII [0-9A-Za-z_] or any byte >= 0x80) of >= min_token_length characters, then
+        word n-grams for n in ngram_range (tokens joined by one space, over all tokens of the
+        field, as scikit-learn). With v = the row's signed sum for a column (see module doc),
+        value "count" stores v, "binary" sign(v), "log1p" sign(v) * log(1 + |v|); v = 0 is dropped.
+
+        Difference with scikit-learn's \\w: non-ASCII bytes are all word bytes, so non-ASCII
+        punctuation and spaces (e.g. U+2019 ', U+00A0 no-break space, U+2014 em dash) join the
+        tokens around them, and min_token_length counts them as characters.
+        """
+        columns = _text_columns(texts, fields, self.config.seed)
+        n_docs = len(columns[0][1])
+        chunks = []
+        for _, docs, _ in columns:
+            chunks.extend(map(str.encode, map(str.lower, docs) if self.config.lowercase else docs))
+        bounds = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks)), out=bounds[1:])
+        # offsets[f, i] = start of document i of field f in buf (chunks are field-major)
+        offsets = bounds[np.arange(len(columns))[:, None] * n_docs + np.arange(n_docs + 1)]
+        buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+        cfg = self.config
+        indptr, indices, data = _hash_text(
+            buf,
+            offsets,
+            np.array([seed for _, _, seed in columns], dtype=np.int64),
+            cfg.n_features - 1,
+            (2 * cfg.n_features - 1).bit_length(),  # bits of the largest key, 2 * col + 1
+            cfg.alternate_sign,
+            cfg.min_token_length,
+            cfg.ngram_range[0],
+            cfg.ngram_range[1],
+            _VALUE_MODES[cfg.value],
+            _WORD_BYTE,
+        )
+        return _csr(indptr, indices, data, n_docs, cfg.n_features)
+
+    def transform_indices(self, X) -> sp.csr_matrix:
+        """Hash a sparse matrix of raw non-negative integer column ids.
+
+        Column id j is hashed as the 8 bytes of int64 j, little-endian (so ids >= 2**32 are fine):
+        entry (i, j, v) adds sgn(j) * v to column col(j) of row i. Colliding entries are summed.
+        config.value, lowercase, ngram_range and min_token_length do not apply: numeric features
+        keep their values."""
+        if not sp.issparse(X):
+            raise TypeError(
+                f"transform_indices: expected a scipy.sparse matrix, got {type(X).__name__}; "
+                "use transform_dense for arrays"
+            )
+        X = X.tocsr()
+        ids = np.ascontiguousarray(X.indices, dtype="<i8").view(np.uint8)
+        values = np.ascontiguousarray(X.data, dtype=np.float64)
+        cfg = self.config
+        indptr, indices, data = _hash_ids(
+            X.indptr.astype(np.int64), ids, values, cfg.seed, cfg.n_features - 1, cfg.alternate_sign
+        )
+        return _csr(indptr, indices, data, X.shape[0], cfg.n_features)
+
+    def transform_dense(self, X: np.ndarray) -> sp.csr_matrix:
+        """transform_indices of the non-zeros of a 2-D array (column j of X is raw id j)."""
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise ValueError(
+                f"transform_dense: expected a 2-D array, got shape {X.shape}; reshape to (n_rows, n_columns)"
+            )
+        return self.transform_indices(sp.csr_matrix(X))
+
+
+def _text_columns(texts, fields, seed: int) -> list[tuple[str, list, int]]:
+    """(name, documents, hash seed) of each field of transform_text's input, all equally long."""
+    if isinstance(texts, dict):
+        names = list(texts) if fields is None else list(fields)
+        if not names:
+            raise ValueError("transform_text: no fields to hash; give texts as {name: documents} with >= 1 name")
+        for name in names:
+            if name not in texts:
+                raise ValueError(f"transform_text: field {name!r} is not in texts; fields present: {list(texts)}")
+        columns = [(name, texts[name], murmurhash3_32(name.encode("utf-8"), seed) & _MASK32) for name in names]
+    else:
+        if fields is not None:
+            raise ValueError("transform_text: fields applies to dict input only; pass texts as {name: documents}")
+        columns = [("texts", texts, seed)]
+    out = []
+    for name, docs, field_seed in columns:
+        if isinstance(docs, (str, bytes)):
+            raise TypeError(f"transform_text: {name!r} is a single string; pass a list with one document per row")
+        out.append((name, docs if isinstance(docs, list) else list(docs), field_seed))
+    for name, docs, _ in out:
+        if len(docs) != len(out[0][1]):
+            raise ValueError(
+                f"transform_text: field {name!r} has {len(docs)} documents, field {out[0][0]!r} has "
+                f"{len(out[0][1])}; give every field one document per row"
+            )
+    return out
+
+
+def _csr(indptr, indices, data, n_rows, n_features) -> sp.csr_matrix:
+    """Canonical CSR; indices and indptr get one dtype (scipy's rule): int32 unless nnz needs int64."""
+    if indptr[-1] <= np.iinfo(np.int32).max:
+        indptr = indptr.astype(np.int32)
+    else:
+        indices = indices.astype(np.int64)
+    X = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_features))
+    X.has_canonical_format = True
+    return X

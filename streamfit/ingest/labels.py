@@ -1,0 +1,59 @@
+"""The class vocabulary: label strings -> class ids, fixed once a store exists."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+
+OPEN_WIDTH = 1 << 30  # column count of multilabel indicators while the vocabulary may still grow
+
+
+class LabelVocabulary:
+    """Maps labels to class ids in order of first appearance, or to a fixed, declared list
+    (`frozen=True`: test data ingested like a training store, or `--classes`)."""
+
+    def __init__(self, classes: list[str] | None = None, frozen: bool = False):
+        self.classes: list[str] = [str(c) for c in (classes or [])]
+        self.index = {c: i for i, c in enumerate(self.classes)}
+        if len(self.index) != len(self.classes):
+            raise ValueError("the declared classes contain duplicates")
+        self.frozen = frozen
+
+    def _id(self, label: str) -> int | None:
+        i = self.index.get(label)
+        if i is None and not self.frozen:
+            i = self.index[label] = len(self.classes)
+            self.classes.append(label)
+        return i
+
+    def encode(self, labels: list, multilabel: bool):
+        """(ids, unknown): int32 ids (or a CSR indicator OPEN_WIDTH wide, since classes may
+        still be added), and the positions whose label is not in a frozen vocabulary."""
+        unknown: list[int] = []
+        if not multilabel:
+            ids = np.empty(len(labels), dtype=np.int32)
+            for r, lab in enumerate(labels):
+                i = self._id(str(lab))
+                if i is None:
+                    unknown.append(r)
+                    i = -1
+                ids[r] = i
+            return ids, unknown
+        indptr = [0]
+        indices: list[int] = []
+        for r, labs in enumerate(labels):
+            row = set()
+            for lab in labs:
+                i = self._id(str(lab))
+                if i is None:
+                    unknown.append(r)
+                    break
+                row.add(i)
+            indices.extend(sorted(row))
+            indptr.append(len(indices))
+        Y = sp.csr_matrix(
+            (np.ones(len(indices), dtype=np.float32), np.asarray(indices, dtype=np.int32), np.asarray(indptr)),
+            shape=(len(labels), OPEN_WIDTH),
+        )
+        return Y, unknown

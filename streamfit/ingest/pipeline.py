@@ -1,0 +1,279 @@
+"""`streamfit ingest`: sources -> features -> a chunked store (or a train/test pair).
+
+Pass 1 streams every source batch through the Featurizer and the label vocabulary into a
+StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes an
+intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 streams it once
+more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
+the training rows only, and the final stores are written. Memory stays bounded by the batch
+and chunk size (plus one byte and one int per row for the split).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm.auto import tqdm
+
+from streamfit.errors import InputError, StreamfitError
+from streamfit.ingest.featurize import Featurizer, idf_weights
+from streamfit.ingest.labels import LabelVocabulary
+from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
+from streamfit.store.store import IDF_FILE
+
+MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
+
+
+@dataclass
+class IngestOptions:
+    paths: list[str]
+    out: str
+    format: str | None = None
+    backend: str = "zarr"
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    hashing: object | None = None  # HashingConfig; None keeps numeric indices (--no-hash)
+    n_features: int | None = None  # with --no-hash: fixed width (default: largest index + 1)
+    idf: bool = False
+    l2_normalize: bool = False
+    like: str | None = None  # ingest as test data of this training store
+    classes: list[str] | None = None  # declared class vocabulary
+    test_size: float | None = None
+    test_out: str | None = None
+    seed: int = 0
+    on_bad_record: str = "error"
+    quarantine: str | None = None
+    source_options: dict = field(default_factory=dict)
+    batch_size: int = 8192
+    overwrite: bool = False
+    progress: bool = True
+
+
+@dataclass
+class IngestReport:
+    read: int = 0
+    written: int = 0
+    skipped: int = 0
+    stores: dict = field(default_factory=dict)  # path -> rows
+
+    def summary(self) -> str:
+        parts = [f"records read {self.read}, written {self.written}, skipped {self.skipped}"]
+        parts += [f"{path}: {rows} rows" for path, rows in self.stores.items()]
+        return "; ".join(parts)
+
+
+def _row_max_index(X: sp.csr_matrix) -> np.ndarray:
+    out = np.full(X.shape[0], -1, dtype=np.int64)
+    nonempty = np.diff(X.indptr) > 0
+    if X.nnz:
+        out[nonempty] = np.maximum.reduceat(X.indices.astype(np.int64), X.indptr[:-1][nonempty])
+    return out
+
+
+def _take_rows(X, labels, keep: np.ndarray):
+    return X[keep], (labels[keep] if sp.issparse(labels) else np.asarray(labels)[keep])
+
+
+def _check_options(o: IngestOptions) -> None:
+    if not o.paths:
+        raise StreamfitError("no input given: name one or more source files")
+    if o.test_size is not None:
+        if not 0.0 < o.test_size < 1.0:
+            raise StreamfitError(f"--test-size must be between 0 and 1, got {o.test_size}")
+        if not o.test_out:
+            raise StreamfitError("--test-size needs --test-out PATH for the test store")
+        if o.like:
+            raise StreamfitError("--like ingests test data as it is: it cannot be split again (drop --test-size)")
+    if o.like and (o.idf or o.l2_normalize or o.classes or o.n_features):
+        raise StreamfitError("--like takes hashing, IDF, normalization, width and classes from the training store; "
+                             "drop --idf/--l2-normalize/--classes/--n-features")
+
+
+class _Pass1:
+    """Source batches -> featurized rows with label ids -> one store."""
+
+    def __init__(self, o: IngestOptions, featurizer: Featurizer, vocab: LabelVocabulary, multilabel: bool | None,
+                 out: str, policy):
+        self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = o, featurizer, vocab, multilabel, out, policy
+        self.writer: StoreWriter | None = None
+        self.strata: list[np.ndarray] = []  # first class id of each written row (for the split)
+        self.read = 0
+
+    def _writer(self) -> StoreWriter:
+        if self.writer is None:
+            self.writer = StoreWriter(self.out, backend=self.o.backend, multilabel=bool(self.multilabel),
+                                      chunk_rows=self.o.chunk_rows, overwrite=True)
+        return self.writer
+
+    def run(self, finish_rows: bool) -> None:
+        from streamfit.ingest.sources import open_source
+
+        width = self.featurizer.n_features
+        for path in self.o.paths:
+            source = open_source(path, self.o.format, policy=self.policy, batch_size=self.o.batch_size,
+                                 **self.o.source_options)
+            with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
+                for batch in source:
+                    self._batch(batch, width, finish_rows)
+                    bar.update(len(batch.labels))
+            self.read += source.n_read
+
+    def _batch(self, batch, width, finish_rows) -> None:
+        if self.multilabel is None:
+            self.multilabel = any(isinstance(lab, (list, tuple)) for lab in batch.labels)
+        X = self.featurizer.raw_rows(batch)
+        labels, unknown = self.vocab.encode(batch.labels, self.multilabel)
+        keep = np.ones(X.shape[0], dtype=bool)
+        for r in unknown:
+            keep[r] = False
+            self.policy.bad(batch.locations[r], f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} "
+                            "classes of the training store", hint="ingest it with the training data, or skip it with "
+                            "--on-bad-record skip")
+        if width is not None:
+            row_max = _row_max_index(X)
+            for r in np.flatnonzero(row_max >= width):
+                keep[r] = False
+                self.policy.bad(batch.locations[r], f"feature index {int(row_max[r])} is out of range "
+                                f"for {width} features", hint="pass a larger --n-features, or hash the indices")
+        if not keep.all():
+            X, labels = _take_rows(X, labels, keep)
+        # batches of kept indices grow as the file is read: give every batch the final width,
+        # or the widest possible one until the width is known at the end
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], width or MAX_FEATURES))
+        if finish_rows:
+            X = self.featurizer.finish(X)
+        if X.shape[0]:
+            self._writer().write_rows(X, labels)
+            self.strata.append(_first_class(labels))
+
+
+def _first_class(labels) -> np.ndarray:
+    """The class id of each row (multiclass) or its first label, -1 for none (multilabel)."""
+    if not sp.issparse(labels):
+        return np.asarray(labels, dtype=np.int64)
+    first = np.full(labels.shape[0], -1, dtype=np.int64)
+    has = np.diff(labels.indptr) > 0
+    first[has] = labels.indices[labels.indptr[:-1][has]]
+    return first
+
+
+def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.ndarray:
+    """True for the rows drawn into the test set: in each stratum (class, or first label),
+    round(test_size × size) rows chosen by a permutation from numpy's PCG64 seeded with `seed`."""
+    rng = np.random.default_rng(seed)
+    mask = np.zeros(len(strata), dtype=bool)
+    for value in np.unique(strata):
+        rows = np.flatnonzero(strata == value)
+        n_test = int(round(test_size * len(rows)))
+        mask[rng.permutation(rows)[:n_test]] = True
+    return mask
+
+
+def ingest(o: IngestOptions) -> IngestReport:
+    from streamfit.ingest.sources import BadRecordPolicy
+
+    _check_options(o)
+    out = os.path.abspath(o.out)
+    for target in [out] + ([os.path.abspath(o.test_out)] if o.test_out else []):
+        if os.path.exists(target) and not o.overwrite:
+            raise StreamfitError(f"{target}: already exists; pass --overwrite to replace it")
+    quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
+    policy = BadRecordPolicy(o.on_bad_record, quarantine)
+    like: Store | None = open_store(o.like) if o.like else None
+    if like is not None:
+        featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)
+        vocab = LabelVocabulary(like.classes, frozen=True)
+        multilabel = like.multilabel
+    else:
+        featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=o.l2_normalize and not o.idf)
+        vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
+        multilabel = None
+    two_pass = bool(o.test_size) or (o.idf and like is None)
+    pass1_out = out + ".pass1.partial" if two_pass else out
+    p1 = _Pass1(o, featurizer, vocab, multilabel, pass1_out, policy)
+    try:
+        p1.run(finish_rows=not two_pass)
+        policy.close()
+        if p1.writer is None:
+            raise InputError(", ".join(o.paths), "no records found: the input is empty or every record was skipped")
+        n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
+        source_info = {"paths": [os.path.abspath(p) for p in o.paths], "format": o.format,
+                       "options": o.source_options, "like": os.path.abspath(o.like) if o.like else None}
+        common = dict(n_features=n_features, classes=vocab.classes,
+                      hashing=featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
+                      source=source_info)
+        report = IngestReport(read=p1.read, skipped=policy.n_skipped)
+        if not two_pass:
+            transform = {"idf": like is not None and like.idf is not None, "l2_normalize": featurizer.l2_normalize}
+            if transform["idf"]:
+                transform["idf_sha256"] = _write_idf(p1.writer, featurizer.idf)
+            m = p1.writer.close(transform=transform, counts=_counts(report), **common)
+            report.written = m.n_rows
+            report.stores[out] = m.n_rows
+        else:
+            common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
+            _pass2(o, p1, featurizer, common, report, out)
+    except BaseException:
+        if p1.writer is not None:
+            p1.writer.abort()
+        raise
+    finally:
+        if two_pass:
+            shutil.rmtree(pass1_out, ignore_errors=True)
+    if report.read != report.written + report.skipped:
+        raise StreamfitError(f"internal error: read {report.read} records but wrote {report.written} and skipped "
+                             f"{report.skipped}; please report this")
+    return report
+
+
+def _counts(report: IngestReport) -> dict:
+    return {"read": report.read, "skipped": report.skipped}
+
+
+def _write_idf(writer: StoreWriter, idf: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(idf, dtype=np.float64), allow_pickle=False)
+    with open(os.path.join(writer.tmp, IDF_FILE), "wb") as f:
+        f.write(buf.getvalue())
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str) -> None:
+    stage = Store(p1.out, allow_partial=True)
+    strata = np.concatenate(p1.strata)
+    test_mask = stratified_test_mask(strata, o.test_size, o.seed) if o.test_size else np.zeros(len(strata), bool)
+    if o.idf:
+        df = np.zeros(stage.n_features, dtype=np.int64)
+        for c in tqdm(stage.iter_chunks(), total=stage.n_chunks, desc="document frequencies", unit="chunk",
+                      disable=not o.progress):
+            train_rows = c.X[~test_mask[c.row_start:c.row_start + c.n_rows]]
+            df += np.bincount(train_rows.indices, minlength=stage.n_features)
+        featurizer.idf = idf_weights(df, int((~test_mask).sum()))
+    featurizer.l2_normalize = o.l2_normalize
+    outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size else [])
+    writers = [StoreWriter(path, backend=o.backend, multilabel=stage.multilabel, chunk_rows=o.chunk_rows,
+                           overwrite=True) for path, _ in outputs]
+    try:
+        for c in tqdm(stage.iter_chunks(), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
+            X = featurizer.finish(c.X)
+            for w, (_, mask) in zip(writers, outputs):
+                rows = mask[c.row_start:c.row_start + c.n_rows]
+                if rows.any():
+                    w.write_rows(*_take_rows(X, c.labels, rows))
+        transform = {"idf": bool(o.idf), "l2_normalize": bool(o.l2_normalize)}
+        for w in writers:
+            if o.idf:
+                transform["idf_sha256"] = _write_idf(w, featurizer.idf)
+        for w, (path, mask) in zip(writers, outputs):
+            split = {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}} if o.test_size else {}
+            m = w.close(transform=dict(transform), counts={**_counts(report), **split}, **common)
+            report.stores[path] = m.n_rows
+            report.written += m.n_rows
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise

@@ -1,0 +1,143 @@
+"""Helpers shared by the source readers."""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import gzip
+import io
+import lzma
+import os
+import zlib
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources.batches import TextBatch
+
+COMPRESSIONS = {".gz": ("gzip", gzip.open), ".bz2": ("bz2", bz2.open), ".xz": ("xz", lzma.open)}
+
+
+def require_path(path: str, directory_ok: bool = False) -> None:
+    """InputError unless path exists (and is a file, unless directory_ok)."""
+    if not os.path.exists(path):
+        raise InputError(path, "no such file")
+    if os.path.isdir(path) and not directory_ok:
+        raise InputError(path, "is a directory, not a file")
+
+
+def check_batch_size(batch_size: int) -> int:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+    return batch_size
+
+
+def check_encoding(encoding: str, errors: str = "strict") -> str:
+    """ValueError unless Python knows the text encoding and the decode-error handler."""
+    try:
+        codecs.lookup(encoding)
+        codecs.lookup_error(errors)
+    except LookupError as e:
+        raise ValueError(str(e)) from None
+    return encoding
+
+
+def split_fields(option: str, value: str) -> list[str]:
+    """'title, body' -> ['title', 'body'] (the --text-field syntax)."""
+    fields = [f.strip() for f in value.split(",")]
+    if not all(fields):
+        raise ValueError(f"{option} must be a field name or a comma-separated list of them, not {value!r}")
+    return fields
+
+
+class _CheckedStream(io.RawIOBase):
+    """A decompressing stream whose read errors become InputError naming the file."""
+
+    def __init__(self, stream, path: str, kind: str):
+        self._stream = stream
+        self._path = path
+        self._kind = kind
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            return self._stream.readinto(buffer)
+        except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+            raise InputError(
+                self._path, f"truncated or corrupt {self._kind} stream", "re-download or re-compress the file"
+            ) from e
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def open_binary(path: str, extension: str | None = None) -> io.BufferedIOBase:
+    """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
+    path unless given)."""
+    try:
+        compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
+        if compression is None:
+            return open(path, "rb")
+        kind, opener = compression
+        return io.BufferedReader(_CheckedStream(opener(path, "rb"), path, kind), 1 << 20)
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except OSError as e:
+        raise InputError(path, f"cannot open the file ({e.strerror or e})") from None
+
+
+def canonical_label(text: str) -> str:
+    """Integer-valued numeric labels written canonically ('+1', '1.0', '1e0' -> '1'); other
+    labels (and integers beyond 2**53, which float cannot hold exactly) unchanged."""
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return text
+
+
+def show(raw: bytes, limit: int = 40) -> str:
+    """A token for an error message: quoted, shortened, non-UTF-8 bytes escaped."""
+    text = raw[: limit + 1].decode("utf-8", "backslashreplace")
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def csr_int64(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_cols: int) -> sp.csr_matrix:
+    """CSR with int64 index arrays (scipy downcasts to int32 when the indices fit)."""
+    X = sp.csr_matrix((values, indices, indptr), shape=(len(indptr) - 1, n_cols))
+    X.indices = np.asarray(X.indices, dtype=np.int64)
+    X.indptr = np.asarray(X.indptr, dtype=np.int64)
+    return X
+
+
+class TextBatcher:
+    """Collects text records and hands them out as TextBatch objects."""
+
+    def __init__(self, fields: list[str]):
+        self.fields = fields
+        self._reset()
+
+    def _reset(self) -> None:
+        self.texts: dict[str, list[str]] = {f: [] for f in self.fields}
+        self.labels: list = []
+        self.locations: list[str] = []
+
+    def add(self, texts: list[str], label, location: str) -> None:
+        for field, text in zip(self.fields, texts):
+            self.texts[field].append(text)
+        self.labels.append(label)
+        self.locations.append(location)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def take(self) -> TextBatch:
+        batch = TextBatch(self.texts, self.labels, self.locations)
+        self._reset()
+        return batch

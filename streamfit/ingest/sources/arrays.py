@@ -1,0 +1,105 @@
+"""Row slices of numeric arrays (HDF5 datasets, .npy/.npz arrays) as batches; used by the
+hdf5 and numpy sources.
+
+X is 2-D numeric, dense or scipy sparse. y is 1-D (labels: integers and integer-valued floats
+written as integers, other floats with repr, strings as they are) or a 2-D 0/1 indicator
+(multilabel: the numbers of the columns holding 1, as str). A row with a NaN/inf value, a
+NaN/empty label or an indicator value other than 0/1 is a bad record at "file:row R" (from 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources._util import csr_int64
+from streamfit.ingest.sources.batches import DenseBatch, SparseBatch
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+
+def check_shapes(path: str, x_name: str, x_shape, x_dtype, y_name: str, y_shape, y_dtype, hint: str) -> bool:
+    """InputError unless X is (n, d) numeric and y is (n,) or an (n, k) indicator; returns
+    whether y is multilabel."""
+    if len(x_shape) != 2:
+        raise InputError(path, f"{x_name} has shape {tuple(x_shape)}, not (records, features)", hint)
+    if x_dtype.kind not in "biuf":
+        raise InputError(path, f"{x_name} holds {x_dtype}, not numbers", hint)
+    if len(y_shape) not in (1, 2):
+        raise InputError(path, f"{y_name} has shape {tuple(y_shape)}, not (records,) or (records, classes)", hint)
+    if y_dtype.kind not in ("biuf" if len(y_shape) == 2 else "biufSUO"):
+        raise InputError(path, f"{y_name} holds {y_dtype}, which cannot be labels", hint)
+    if y_shape[0] != x_shape[0]:
+        raise InputError(path, f"{x_name} has {x_shape[0]} rows but {y_name} has {y_shape[0]}", hint)
+    return len(y_shape) == 2
+
+
+def _label(value) -> str:
+    """One label of a 1-D y; ValueError if it is NaN, infinite or empty."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError("the label is NaN or infinite")
+        value = str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+    elif isinstance(value, bool):
+        value = int(value)
+    value = str(value)
+    if not value:
+        raise ValueError("the label is empty")
+    return value
+
+
+def _labels(y: np.ndarray, problems: dict[int, str]) -> list:
+    if y.ndim == 2:
+        bad = ~((y == 0) | (y == 1)).all(axis=1)
+        for r in np.flatnonzero(bad).tolist():
+            problems[r] = "the label indicator row holds values other than 0 and 1"
+        return [[str(j) for j in np.flatnonzero(row).tolist()] for row in y]
+    labels = y.tolist()
+    for r, value in enumerate(labels):
+        try:
+            labels[r] = _label(value)
+        except UnicodeDecodeError:
+            problems[r] = "the label is not valid UTF-8"
+        except ValueError as e:
+            problems[r] = str(e)
+    return labels
+
+
+def array_batch(path: str, x, y: np.ndarray, start: int, policy: BadRecordPolicy) -> DenseBatch | SparseBatch | None:
+    """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y."""
+    n = x.shape[0]
+    locations = [f"{path}:row {start + r}" for r in range(n)]
+    problems: dict[int, str] = {}
+    labels = _labels(np.asarray(y), problems)
+    if sp.issparse(x):
+        x = sp.csr_matrix(x, dtype=np.float64)
+        x.sum_duplicates()
+        nonfinite = np.repeat(np.arange(n), np.diff(x.indptr))[~np.isfinite(x.data)]
+        bad = np.bincount(nonfinite, minlength=n) > 0
+    else:
+        x = np.array(x, dtype=np.float64)
+        bad = ~np.isfinite(x).all(axis=1)
+    for r in np.flatnonzero(bad).tolist():
+        problems.setdefault(r, "NaN or infinite value")
+    for r in sorted(problems):
+        if sp.issparse(x):
+            row = x[r]
+            raw = " ".join(f"{j}:{v!r}" for j, v in zip(row.indices.tolist(), row.data.tolist()))
+        else:
+            raw = json.dumps(x[r].tolist())
+        policy.bad(locations[r], problems[r], raw)
+    kept = [r for r in range(n) if r not in problems]
+    if not kept:
+        return None
+    if problems:
+        x = x[kept]
+    labels = [labels[r] for r in kept]
+    locations = [locations[r] for r in kept]
+    if sp.issparse(x):
+        return SparseBatch(csr_int64(x.data, x.indices, x.indptr, x.shape[1]), labels, locations)
+    return DenseBatch(x, labels, locations)

@@ -1,0 +1,48 @@
+"""The batches that sources yield, and the Source protocol."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass
+class TextBatch:
+    """Raw text records: field name -> texts, one label and one location per record."""
+
+    texts: dict[str, list[str]]
+    labels: list
+    locations: list[str]
+
+
+@dataclass
+class SparseBatch:
+    """Numeric-indexed records. X is CSR with float64 values and int64 0-based column indices,
+    sorted and without duplicates within a row; explicit zeros in the input are kept."""
+
+    X: sp.csr_matrix
+    labels: list
+    locations: list[str]
+
+
+@dataclass
+class DenseBatch:
+    """Dense numeric records: X is float64 of shape (n, d)."""
+
+    X: np.ndarray
+    labels: list
+    locations: list[str]
+
+
+class Source(Protocol):
+    """A streaming reader. Iterating (again) reads the input from the start; each batch holds at
+    most batch_size records. Labels are str, or list[str] when the source is multilabel."""
+
+    kind: str  # "text" | "sparse" | "dense"
+    multilabel: bool | None  # None until the data has decided it
+    n_read: int  # records read so far in the current pass, good and bad
+
+    def __iter__(self) -> Iterator[TextBatch | SparseBatch | DenseBatch]: ...

@@ -1,0 +1,137 @@
+"""CSV and TSV files with a header row, read with the csv module (quoting as in Excel's dialect).
+
+text_field may name several columns ("title,body"). Labels are kept as written; with
+label_separator (e.g. "|") the source is multilabel and a label cell is split on it, pieces
+stripped of spaces and empty pieces dropped. A missing column is an InputError at the header;
+a row with the wrong number of cells, or an empty single label, is a bad record. A cell longer
+than csv.field_size_limit() (128 KiB unless raised; the limit keeps a stray quote from
+swallowing the file) or text that does not decode stops the read with an InputError, since
+the rows after it cannot be trusted; text is decoded in chunks, so a decode error names the
+last line read before it. Locations name the line where the record starts.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import io
+import os
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources._util import (
+    TextBatcher,
+    check_batch_size,
+    check_encoding,
+    open_binary,
+    require_path,
+    split_fields,
+)
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+
+def _row_text(row: list[str], delimiter: str) -> str:
+    out = io.StringIO()
+    csv.writer(out, delimiter=delimiter, lineterminator="").writerow(row)
+    return out.getvalue()
+
+
+class CsvSource:
+    """Streaming CSV reader of text records."""
+
+    kind = "text"
+    delimiter = ","
+    format_name = "CSV"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: BadRecordPolicy,
+        batch_size: int = 8192,
+        text_field: str = "text",
+        label_field: str = "label",
+        label_separator: str | None = None,
+        encoding: str = "utf-8",
+    ):
+        self.path = os.fspath(path)
+        require_path(self.path)
+        self.policy = policy
+        self.batch_size = check_batch_size(batch_size)
+        self.fields = split_fields("text_field", text_field)
+        self.label_field = label_field
+        if label_separator == "":
+            raise ValueError("label_separator must not be empty")
+        self.label_separator = label_separator
+        self.encoding = check_encoding(encoding)
+        self.multilabel = label_separator is not None
+        self.n_read = 0
+
+    def __iter__(self):
+        self.n_read = 0
+        # utf-8-sig: a byte order mark (Excel writes one) must not become part of the first column name
+        encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        with io.TextIOWrapper(open_binary(self.path), encoding=encoding, newline="") as f:
+            reader = csv.reader(f, delimiter=self.delimiter)
+            header = self._next(reader)
+            if header is None:
+                return
+            columns = self._columns(header)
+            batcher = TextBatcher(self.fields)
+            previous_line = reader.line_num
+            while (row := self._next(reader)) is not None:
+                location = f"{self.path}:{previous_line + 1}"
+                previous_line = reader.line_num
+                if not row:
+                    continue
+                self.n_read += 1
+                if len(row) != len(header):
+                    self.policy.bad(
+                        location,
+                        f"expected {len(header)} cells, found {len(row)}",
+                        _row_text(row, self.delimiter),
+                        "quote cells that contain the delimiter",
+                    )
+                    continue
+                label = row[columns[-1]]
+                if self.multilabel:
+                    label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
+                elif not label:
+                    self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
+                    continue
+                batcher.add([row[c] for c in columns[:-1]], label, location)
+                if len(batcher) == self.batch_size:
+                    yield batcher.take()
+            if len(batcher):
+                yield batcher.take()
+
+    def _next(self, reader) -> list[str] | None:
+        """The next row, None at the end; undecodable text or an overlong cell -> InputError."""
+        try:
+            return next(reader)
+        except StopIteration:
+            return None
+        except UnicodeDecodeError:
+            raise InputError(  # the text is decoded in chunks: the line is not known exactly
+                self.path,
+                f"the text after line {reader.line_num} is not valid {self.encoding}",
+                "pass --encoding with the file's encoding",
+            ) from None
+        except csv.Error as e:
+            raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
+
+    def _columns(self, header: list[str]) -> list[int]:
+        """Positions of the text columns, then of the label column."""
+        present = ", ".join(map(repr, header))
+        positions = []
+        for option, name in [("--text-field", f) for f in self.fields] + [("--label-field", self.label_field)]:
+            if name not in header:
+                raise InputError(f"{self.path}:1", f"no column {name!r}", f"set {option}; the columns are {present}")
+            positions.append(header.index(name))
+        return positions
+
+
+class TsvSource(CsvSource):
+    """Streaming TSV reader: CSV with tab-separated cells."""
+
+    delimiter = "\t"
+    format_name = "TSV"

@@ -1,0 +1,70 @@
+"""HDF5 files (h5py): features in the 2-D dataset x_dataset, labels in y_dataset, read
+batch_size rows at a time (see arrays.py for the label rules and bad records)."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources._util import check_batch_size, require_path
+from streamfit.ingest.sources.arrays import array_batch, check_shapes
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+
+class Hdf5Source:
+    """Streaming reader of dense rows from an HDF5 file."""
+
+    kind = "dense"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: BadRecordPolicy,
+        batch_size: int = 8192,
+        x_dataset: str = "X",
+        y_dataset: str = "y",
+    ):
+        self.path = os.fspath(path)
+        require_path(self.path)
+        self.policy = policy
+        self.batch_size = check_batch_size(batch_size)
+        self.x_dataset = x_dataset
+        self.y_dataset = y_dataset
+        with self._open() as f:
+            X = self._dataset(f, x_dataset, "--x-dataset")
+            y = self._dataset(f, y_dataset, "--y-dataset")
+            self.multilabel = check_shapes(
+                self.path, f"dataset {x_dataset!r}", X.shape, X.dtype, f"dataset {y_dataset!r}", y.shape, y.dtype,
+                "check --x-dataset and --y-dataset",
+            )
+        self.n_read = 0
+
+    def _open(self) -> h5py.File:
+        try:
+            return h5py.File(self.path, "r")
+        except OSError as e:
+            raise InputError(self.path, f"not a readable HDF5 file ({e})") from None
+
+    def _dataset(self, f: h5py.File, name: str, option: str) -> h5py.Dataset:
+        obj = f.get(name)
+        if not isinstance(obj, h5py.Dataset):
+            names = []
+            f.visititems(lambda key, item: names.append(key) if isinstance(item, h5py.Dataset) else None)
+            raise InputError(
+                self.path, f"no dataset {name!r}", f"set {option}; the datasets are {', '.join(names) or 'none'}"
+            )
+        return obj
+
+    def __iter__(self):
+        self.n_read = 0
+        with self._open() as f:
+            X, y = f[self.x_dataset], f[self.y_dataset]
+            for start in range(0, X.shape[0], self.batch_size):
+                stop = min(start + self.batch_size, X.shape[0])
+                self.n_read += stop - start
+                batch = array_batch(self.path, X[start:stop], y[start:stop], start, self.policy)
+                if batch is not None:
+                    yield batch

@@ -1,0 +1,112 @@
+"""JSON Lines: one JSON object per line, e.g. {"text": "...", "label": "sports"}.
+
+text_field may name several fields ("title,body"); each becomes an entry of TextBatch.texts.
+A label is a string, an integer (written as str) or a list of them (multilabel). With
+multilabel=None the first record with a usable label decides: a list makes the file multilabel
+(single labels after it become one-element lists); otherwise a later list is a bad record.
+Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from streamfit.ingest.sources._util import TextBatcher, check_batch_size, open_binary, require_path, split_fields
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+
+class _Bad(Exception):
+    def __init__(self, problem: str, hint: str = ""):
+        super().__init__(problem)
+        self.problem = problem
+        self.hint = hint
+
+
+def _label_text(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise _Bad(f"label {json.dumps(value)[:40]} is not a string or an integer")
+
+
+class JsonlSource:
+    """Streaming JSON Lines reader of text records."""
+
+    kind = "text"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: BadRecordPolicy,
+        batch_size: int = 8192,
+        text_field: str = "text",
+        label_field: str = "label",
+        multilabel: bool | None = None,
+    ):
+        self.path = os.fspath(path)
+        require_path(self.path)
+        self.policy = policy
+        self.batch_size = check_batch_size(batch_size)
+        self.fields = split_fields("text_field", text_field)
+        self.label_field = label_field
+        self.multilabel = multilabel
+        self.n_read = 0
+
+    def __iter__(self):
+        self.n_read = 0
+        batcher = TextBatcher(self.fields)
+        with open_binary(self.path) as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                self.n_read += 1
+                location = f"{self.path}:{line_no}"
+                try:
+                    texts, label = self._record(line)
+                except _Bad as e:
+                    self.policy.bad(location, e.problem, line.rstrip(b"\r\n"), e.hint)
+                    continue
+                batcher.add(texts, label, location)
+                if len(batcher) == self.batch_size:
+                    yield batcher.take()
+        if len(batcher):
+            yield batcher.take()
+
+    def _record(self, line: bytes) -> tuple[list[str], str | list[str]]:
+        try:
+            obj = json.loads(line)
+        except UnicodeDecodeError:
+            raise _Bad("the line is not valid UTF-8") from None
+        except (ValueError, RecursionError) as e:
+            raise _Bad(f"invalid JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise _Bad(f"the line is a JSON {type(obj).__name__}, not an object")
+        present = ", ".join(obj) or "none"
+        texts = []
+        for field in self.fields:
+            if field not in obj:
+                raise _Bad(f"no field {field!r}", f"set --text-field; this line has the fields: {present}")
+            if not isinstance(obj[field], str):
+                raise _Bad(f"field {field!r} is a JSON {type(obj[field]).__name__}, not a string")
+            texts.append(obj[field])
+        if self.label_field not in obj:
+            raise _Bad(f"no field {self.label_field!r}", f"set --label-field; this line has the fields: {present}")
+        value = obj[self.label_field]
+        if isinstance(value, list):
+            label = [_label_text(v) for v in value]
+        else:
+            label = _label_text(value)
+            if not label:
+                raise _Bad("the label is empty")
+        if self.multilabel is None:
+            self.multilabel = isinstance(label, list)
+        if not self.multilabel and isinstance(label, list):
+            raise _Bad(
+                "label list in a single-label file", "the first record has a single label; pass --option multilabel=true"
+            )
+        if self.multilabel and isinstance(label, str):
+            label = [label]
+        return texts, label

@@ -1,0 +1,495 @@
+"""LIBSVM / SVMlight files: `label idx:val idx:val ...` (multilabel: `l1,l2 idx:val ...`).
+
+The file is read in blocks of BLOCK_BYTES cut at the last newline (.gz/.bz2/.xz are
+decompressed on the fly); a numba kernel parses up to batch_size records of a block at a time.
+Batches therefore hold at most batch_size records, and fewer at the end of a block.
+
+Decisions:
+- Indices are 1-based unless zero_based=True: index k becomes column k-1, and index 0 is a bad
+  record. X.shape[1] is one more than the largest column seen so far in the file, so widths grow
+  from batch to batch and the last batch has the width of the whole file.
+- Indices on a line may come in any order and are sorted. A repeated index on a line is a bad
+  record (scikit-learn refuses such files too, and summing would hide a broken writer).
+- Explicit zero values are kept, as scikit-learn keeps them.
+- Values are decimal numbers (sign, digits, point, exponent), converted exactly as Python's
+  float() converts them. NaN, infinite and overflowing values are bad records, as are negative
+  indices and indices above 2**62.
+- `qid:N` tokens are ignored (one UserWarning per pass over the file); `#` starts a comment;
+  blank and comment-only lines are not records, but they count for line numbers.
+- Labels: integer-valued numbers are written canonically ('+1' and '1.0' -> '1'), other labels
+  are kept as written. With multilabel=None the first batch decides: if any of its labels has a
+  comma, or is empty (the line starts with idx:val), the file is multilabel and every label is a
+  list (in file order; an empty field gives []). Later lines that disagree are bad records.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from functools import lru_cache
+
+import numba
+import numpy as np
+
+from streamfit.ingest.sources._util import (
+    canonical_label,
+    check_batch_size,
+    csr_int64,
+    open_binary,
+    require_path,
+    show,
+)
+from streamfit.ingest.sources.batches import SparseBatch
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+BLOCK_BYTES = 16 << 20
+MAX_INDEX = 2**62
+
+# Error codes of the kernel, one per record (0: good).
+NO_COLON, BAD_INDEX, NEGATIVE_INDEX, ZERO_INDEX, HUGE_INDEX, BAD_VALUE, NONFINITE, DUPLICATE = range(1, 9)
+# _parse_value results besides these codes: a float, or "needs Python's float()".
+_FAST, _SLOW = 0, -1
+
+_INDEX_HINT = "feature indices must be integers from 1 (or from 0 with --zero-based)"
+_PROBLEMS = {
+    NO_COLON: ("feature {} is not index:value", "features are written index:value"),
+    BAD_INDEX: ("bad feature index in {}", _INDEX_HINT),
+    NEGATIVE_INDEX: ("negative feature index in {}", _INDEX_HINT),
+    ZERO_INDEX: ("feature index 0 in {} but indices are 1-based", "pass --zero-based"),
+    HUGE_INDEX: ("feature index in {} is above 2**62", _INDEX_HINT),
+    BAD_VALUE: ("value in {} is not a number", "values are decimal numbers such as 0.5 or 1e-3"),
+    NONFINITE: ("value in {} is not finite", "NaN and infinite values are not allowed"),
+    DUPLICATE: ("feature index in {} repeats on the line", "each index may appear once per line"),
+}
+
+_POW10 = np.array([10.0**k for k in range(23)])
+_NAN = np.frombuffer(b"nan", dtype=np.uint8)
+_INF = np.frombuffer(b"inf", dtype=np.uint8)
+_INFINITY = np.frombuffer(b"infinity", dtype=np.uint8)
+_TOKEN = re.compile(rb"[^ \t\n\r\x0b\x0c#]+")
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_space(c):
+    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
+
+
+@numba.njit(cache=True, nogil=True)
+def _is_digit(c):
+    return 48 <= c <= 57
+
+
+@numba.njit(cache=True, nogil=True)
+def _word_is(buf, s, e, word):
+    """buf[s:e], lowercased, equals the ASCII bytes of word."""
+    if e - s != len(word):
+        return False
+    for k in range(e - s):
+        if (buf[s + k] | 32) != word[k]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_index(buf, s, e):
+    """(code, index) of the digits buf[s:e]; code 0 when good."""
+    if s < e and buf[s] == 45:  # '-'
+        for k in range(s + 1, e):
+            if not _is_digit(buf[k]):
+                return BAD_INDEX, 0
+        return (NEGATIVE_INDEX if e - s > 1 else BAD_INDEX), 0
+    if s == e:
+        return BAD_INDEX, 0
+    index = 0
+    huge = False
+    for k in range(s, e):
+        c = buf[k]
+        if not _is_digit(c):
+            return BAD_INDEX, 0
+        d = c - 48
+        if index > (MAX_INDEX - d) // 10:
+            huge = True
+        else:
+            index = index * 10 + d
+    return (HUGE_INDEX if huge else 0), index
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_value(buf, s, e):
+    """(code, value) of the number buf[s:e]. Exact (Clinger's fast path) when the significant
+    digits form an integer of at most 2**53 and the decimal exponent is within +-22; otherwise
+    (_SLOW, nan) and Python's rules finish the job. At most 18 digits are accumulated (no int64
+    overflow); dropping a nonzero digit makes the value inexact, hence slow."""
+    i = s
+    negative = False
+    if i < e and (buf[i] == 43 or buf[i] == 45):
+        negative = buf[i] == 45
+        i += 1
+    significand = 0
+    n_digits = 0
+    exponent = 0
+    seen_digit = False
+    inexact = False
+    while i < e and _is_digit(buf[i]):
+        seen_digit = True
+        d = buf[i] - 48
+        if significand == 0 and d == 0:
+            pass
+        elif n_digits < 18:
+            significand = significand * 10 + d
+            n_digits += 1
+        else:
+            exponent += 1
+            inexact |= d != 0
+        i += 1
+    if i < e and buf[i] == 46:  # '.'
+        i += 1
+        while i < e and _is_digit(buf[i]):
+            seen_digit = True
+            d = buf[i] - 48
+            if significand == 0 and d == 0:
+                exponent -= 1
+            elif n_digits < 18:
+                significand = significand * 10 + d
+                n_digits += 1
+                exponent -= 1
+            else:
+                inexact |= d != 0
+            i += 1
+    if not seen_digit:
+        start = s + 1 if s < e and (buf[s] == 43 or buf[s] == 45) else s
+        if _word_is(buf, start, e, _NAN) or _word_is(buf, start, e, _INF) or _word_is(buf, start, e, _INFINITY):
+            return NONFINITE, 0.0
+        return BAD_VALUE, 0.0
+    if i < e and (buf[i] == 101 or buf[i] == 69):  # 'e' / 'E'
+        i += 1
+        exponent_negative = False
+        if i < e and (buf[i] == 43 or buf[i] == 45):
+            exponent_negative = buf[i] == 45
+            i += 1
+        if i == e:
+            return BAD_VALUE, 0.0
+        written = 0
+        while i < e and _is_digit(buf[i]):
+            if written < 100000:
+                written = written * 10 + (buf[i] - 48)
+            i += 1
+        exponent += -written if exponent_negative else written
+    if i != e:
+        return BAD_VALUE, 0.0
+    if significand == 0:
+        return _FAST, -0.0 if negative else 0.0
+    if inexact or significand > 2**53 or exponent < -22 or exponent > 22:
+        return _SLOW, np.nan
+    value = float(significand)
+    value = value / _POW10[-exponent] if exponent < 0 else value * _POW10[exponent]
+    return _FAST, -value if negative else value
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_row(indices, values, tokens, a, b):
+    """Sort entries a:b by index; (DUPLICATE, token position) if an index repeats, else (0, 0)."""
+    order = np.argsort(indices[a:b], kind="mergesort")
+    indices[a:b] = indices[a:b][order]
+    values[a:b] = values[a:b][order]
+    tokens[a:b] = tokens[a:b][order]
+    for k in range(a + 1, b):
+        if indices[k] == indices[k - 1]:
+            return DUPLICATE, tokens[k]
+    return 0, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse(buf, pos, end, max_records, zero_based, line_no):
+    """Parse whole lines of buf[pos:end] until max_records records (non-blank lines) are read.
+
+    Returns (stop, line_no, n_qid, indptr, indices, values, tokens, rec) where stop is where
+    parsing ended, indices/values/tokens (start of each idx:val token) have one entry per
+    feature, values hold NaN where Python must parse the token, and rec is an int64 array
+    (n_records, 7) of line number, line start, line end, label start, label end, error code,
+    error token position. Bad records keep no features."""
+    # Pass 1: find where the batch ends and bound the number of features by counting colons.
+    p = pos
+    n = 0
+    n_colons = 0
+    while p < end and n < max_records:
+        content = False
+        comment = False
+        q = p
+        while q < end and buf[q] != 10:
+            c = buf[q]
+            if c == 35:
+                comment = True
+            elif not comment:
+                if c == 58:
+                    n_colons += 1
+                if not _is_space(c):
+                    content = True
+            q += 1
+        if content:
+            n += 1
+        p = q + 1 if q < end else end
+    stop = p
+
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    indices = np.empty(n_colons, dtype=np.int64)
+    values = np.empty(n_colons, dtype=np.float64)
+    tokens = np.empty(n_colons, dtype=np.int64)
+    rec = np.zeros((n, 7), dtype=np.int64)
+    n_qid = 0
+    nnz = 0
+    r = 0
+    p = pos
+    # Pass 2: parse.
+    while p < stop:
+        line_no += 1
+        eol = p
+        while eol < stop and buf[eol] != 10:
+            eol += 1
+        content_end = p
+        while content_end < eol and buf[content_end] != 35:
+            content_end += 1
+        i = p
+        while i < content_end and _is_space(buf[i]):
+            i += 1
+        if i < content_end:
+            rec[r, 0] = line_no
+            rec[r, 1] = p
+            rec[r, 2] = eol
+            token_end = i
+            has_colon = False
+            while token_end < content_end and not _is_space(buf[token_end]):
+                has_colon |= buf[token_end] == 58
+                token_end += 1
+            rec[r, 3] = i
+            if has_colon:
+                rec[r, 4] = i  # no label: the line starts with a feature
+            else:
+                rec[r, 4] = token_end
+                i = token_end
+            row_start = nnz
+            code = 0
+            code_at = 0
+            in_order = True
+            previous = -1
+            value = 0.0
+            while True:
+                while i < content_end and _is_space(buf[i]):
+                    i += 1
+                if i >= content_end:
+                    break
+                token_end = i
+                colon = -1
+                while token_end < content_end and not _is_space(buf[token_end]):
+                    if colon < 0 and buf[token_end] == 58:
+                        colon = token_end
+                    token_end += 1
+                if colon < 0:
+                    code, code_at = NO_COLON, i
+                    break
+                if colon - i == 3 and buf[i] == 113 and buf[i + 1] == 105 and buf[i + 2] == 100:  # qid
+                    n_qid += 1
+                    i = token_end
+                    continue
+                code, index = _parse_index(buf, i, colon)
+                if code == 0 and not zero_based:
+                    if index == 0:
+                        code = ZERO_INDEX
+                    index -= 1
+                if code == 0:
+                    code, value = _parse_value(buf, colon + 1, token_end)
+                    if code < 0:  # _SLOW: Python parses it, NaN marks the entry
+                        code = 0
+                if code != 0:
+                    code_at = i
+                    break
+                indices[nnz] = index
+                values[nnz] = value
+                tokens[nnz] = i
+                nnz += 1
+                in_order &= index > previous
+                previous = index
+                i = token_end
+            if code == 0 and not in_order:
+                code, code_at = _sort_row(indices, values, tokens, row_start, nnz)
+            if code != 0:
+                nnz = row_start
+                rec[r, 5] = code
+                rec[r, 6] = code_at
+            r += 1
+            indptr[r] = nnz
+        p = eol + 1 if eol < stop else stop
+    return stop, line_no, n_qid, indptr, indices[:nnz], values[:nnz], tokens[:nnz], rec
+
+
+@numba.njit(cache=True, nogil=True)
+def _value_texts(buf, starts, width):
+    """The value text of each idx:val token at starts, NUL-padded to width bytes (an array of
+    shape (len(starts), width)), and whether it fits ("0" stands in for texts that do not)."""
+    out = np.zeros((len(starts), width), dtype=np.uint8)
+    fits = np.ones(len(starts), dtype=np.bool_)
+    for j in range(len(starts)):
+        p = starts[j]
+        while buf[p] != 58:
+            p += 1
+        p += 1
+        k = 0
+        while p < len(buf) and not (_is_space(buf[p]) or buf[p] == 10 or buf[p] == 35):
+            if k == width:
+                fits[j] = False
+                out[j, :] = 0
+                out[j, 0] = 48  # "0", a placeholder that numpy can convert
+                break
+            out[j, k] = buf[p]
+            k += 1
+            p += 1
+    return out, fits
+
+
+class _BadLabel(Exception):
+    def __init__(self, problem: str, hint: str = ""):
+        super().__init__(problem)
+        self.problem = problem
+        self.hint = hint
+
+
+@lru_cache(maxsize=4096)
+def _label(token: bytes, multilabel: bool):
+    """A label token -> canonical str, or a tuple of them if multilabel; _BadLabel if unusable."""
+    try:
+        text = token.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _BadLabel(f"label {show(token)} is not valid UTF-8") from None
+    if not multilabel:
+        if not text:
+            raise _BadLabel("the line has no label", "pass --option multilabel=true if lines without labels are allowed")
+        if "," in text:
+            raise _BadLabel(
+                f"label list {show(token)} in a single-label file",
+                "the first lines have single labels; pass --option multilabel=true",
+            )
+        return canonical_label(text)
+    if not text:
+        return ()
+    parts = text.split(",")
+    if not all(parts):
+        raise _BadLabel(f"empty label in the label list {show(token)}", "write labels as l1,l2,l3")
+    return tuple(canonical_label(p) for p in parts)
+
+
+class LibsvmSource:
+    """Streaming LIBSVM/SVMlight reader (see the module docstring for the rules)."""
+
+    kind = "sparse"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: BadRecordPolicy,
+        batch_size: int = 8192,
+        zero_based: bool = False,
+        multilabel: bool | None = None,
+    ):
+        self.path = os.fspath(path)
+        require_path(self.path)
+        self.policy = policy
+        self.batch_size = check_batch_size(batch_size)
+        self.zero_based = bool(zero_based)
+        self.multilabel = multilabel
+        self.n_read = 0
+
+    def __iter__(self):
+        self.n_read = 0
+        self._n_cols = 0
+        warned_qid = False
+        line_no = 0
+        tail = b""
+        with open_binary(self.path) as f:
+            while True:
+                chunk = f.read(BLOCK_BYTES)
+                data = tail + chunk
+                if chunk:
+                    cut = data.rfind(b"\n") + 1
+                    if cut == 0:  # a line longer than a block: read on
+                        tail = data
+                        continue
+                    tail = data[cut:]
+                else:
+                    cut = len(data)
+                buf = np.frombuffer(data, dtype=np.uint8)
+                pos = 0
+                while pos < cut:
+                    pos, line_no, n_qid, *parsed = _parse(buf, pos, cut, self.batch_size, self.zero_based, line_no)
+                    if n_qid and not warned_qid:
+                        warnings.warn(f"{self.path}: qid:N tokens are ignored", UserWarning)
+                        warned_qid = True
+                    batch = self._batch(data, buf, *parsed)
+                    if batch is not None:
+                        yield batch
+                if not chunk:
+                    return
+
+    @staticmethod
+    def _slow_values(data: bytes, buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Values of the idx:val tokens at starts that the kernel left to Python's rules: numpy
+        converts them (as exactly as float() does), float() takes any longer than 32 bytes."""
+        texts, fits = _value_texts(buf, starts, 32)
+        with np.errstate(over="ignore"):  # overflow gives inf, a bad record
+            values = texts.view("S32").ravel().astype(np.float64)
+        for j in np.flatnonzero(~fits).tolist():
+            values[j] = float(_TOKEN.match(data, int(starts[j])).group().split(b":", 1)[1])
+        return values
+
+    def _batch(self, data: bytes, buf: np.ndarray, indptr, indices, values, tokens, rec) -> SparseBatch | None:
+        """Python's part: slow values, labels, bad-record reports, the CSR matrix."""
+        n = len(rec)
+        self.n_read += n
+        lines, line_start, line_end, label_start, label_end, codes, code_at = rec.T.tolist()
+        problems = {}
+        for r in np.flatnonzero(rec[:, 5]).tolist():
+            problem, hint = _PROBLEMS[codes[r]]
+            problems[r] = (problem.format(show(_TOKEN.match(data, code_at[r]).group())), hint)
+        slow = np.flatnonzero(np.isnan(values))
+        if slow.size:
+            values[slow] = self._slow_values(data, buf, tokens[slow])
+            for k in slow[~np.isfinite(values[slow])].tolist():
+                r = int(np.searchsorted(indptr, k, side="right")) - 1
+                token = show(_TOKEN.match(data, int(tokens[k])).group())
+                problems.setdefault(r, (_PROBLEMS[NONFINITE][0].format(token), _PROBLEMS[NONFINITE][1]))
+
+        label_tokens = [data[label_start[r] : label_end[r]] for r in range(n)]
+        if self.multilabel is None:
+            good = [t for r, t in enumerate(label_tokens) if r not in problems]
+            if good:
+                self.multilabel = any(not t or b"," in t for t in good)
+        labels = [None] * n
+        for r in range(n):
+            if r in problems:
+                continue
+            try:
+                label = _label(label_tokens[r], self.multilabel)
+            except _BadLabel as e:
+                problems[r] = (e.problem, e.hint)
+                continue
+            labels[r] = list(label) if self.multilabel else label
+
+        for r in sorted(problems):
+            problem, hint = problems[r]
+            self.policy.bad(f"{self.path}:{lines[r]}", problem, data[line_start[r] : line_end[r]], hint)
+        if problems:
+            keep = np.ones(n, dtype=bool)
+            keep[list(problems)] = False
+            entry_keep = np.repeat(keep, np.diff(indptr))
+            indices, values = indices[entry_keep], values[entry_keep]
+            indptr = np.concatenate(([0], np.cumsum(np.diff(indptr)[keep])))
+            kept = np.flatnonzero(keep).tolist()
+        else:
+            kept = range(n)
+        if not kept:
+            return None
+        if indices.size:
+            self._n_cols = max(self._n_cols, int(indices.max()) + 1)
+        X = csr_int64(values, indices, indptr, self._n_cols)
+        return SparseBatch(X, [labels[r] for r in kept], [f"{self.path}:{lines[r]}" for r in kept])

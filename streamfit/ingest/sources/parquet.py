@@ -1,0 +1,238 @@
+"""Parquet files, read with pyarrow one row group at a time in batches of batch_size rows.
+
+Text mode, when the file has the text_field column(s): TextBatch. Indexed mode otherwise:
+indices_field (list of integers, 0-based column indices as stored) and values_field (list of
+numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
+record. Labels come from label_field (strings or integers; a list column makes the source
+multilabel) or from labels_field (a list column). Nulls, lists of different lengths, indices
+outside [0, 2**62] and NaN/inf values are bad records. Locations are "file:row group G, row R",
+both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
+so far. Memory is bounded by batch_size rows plus what pyarrow holds of the current row group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources._util import TextBatcher, check_batch_size, csr_int64, require_path, split_fields
+from streamfit.ingest.sources.batches import SparseBatch
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+MAX_INDEX = 2**62
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def _is_label(t: pa.DataType) -> bool:
+    return _is_text(t) or pa.types.is_integer(t)
+
+
+def _is_label_list(t: pa.DataType) -> bool:
+    return _is_list(t) and _is_label(t.value_type)
+
+
+def _is_label_or_list(t: pa.DataType) -> bool:
+    return _is_label(t) or _is_label_list(t)
+
+
+def _is_index_list(t: pa.DataType) -> bool:
+    return _is_list(t) and pa.types.is_integer(t.value_type)
+
+
+def _is_number_list(t: pa.DataType) -> bool:
+    return _is_list(t) and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))
+
+
+def _raw(batch: pa.RecordBatch, r: int) -> str:
+    return json.dumps(batch.slice(r, 1).to_pylist()[0], default=str)
+
+
+class ParquetSource:
+    """Streaming Parquet reader of text records or of indexed sparse records."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        policy: BadRecordPolicy,
+        batch_size: int = 8192,
+        text_field: str = "text",
+        label_field: str = "label",
+        labels_field: str | None = None,
+        indices_field: str = "indices",
+        values_field: str = "values",
+    ):
+        self.path = os.fspath(path)
+        require_path(self.path)
+        self.policy = policy
+        self.batch_size = check_batch_size(batch_size)
+        self.fields = split_fields("text_field", text_field)
+        self.indices_field = indices_field
+        self.values_field = values_field
+        with self._open() as f:
+            schema = f.schema_arrow
+        names = schema.names
+        present = ", ".join(map(repr, names))
+        if all(f in names for f in self.fields):
+            self.kind = "text"
+            self.columns = list(self.fields)
+            for field in self.fields:
+                self._check_type(schema, field, _is_text, "a string column", "--text-field")
+        elif indices_field in names and values_field in names:
+            self.kind = "sparse"
+            self.columns = [indices_field, values_field]
+            self._check_type(schema, indices_field, _is_index_list, "a list of integers", "--option indices_field")
+            self._check_type(schema, values_field, _is_number_list, "a list of numbers", "--option values_field")
+        else:
+            if indices_field in names:
+                missing = values_field
+            elif values_field in names:
+                missing = indices_field
+            else:
+                missing = next(f for f in self.fields if f not in names)
+            raise InputError(
+                self.path,
+                f"no column {missing!r}",
+                f"set --text-field for text, or --option indices_field/values_field for indexed features; "
+                f"the columns are {present}",
+            )
+        self.label_column = labels_field or label_field
+        option = "--option labels_field" if labels_field else "--label-field"
+        if self.label_column not in names:
+            raise InputError(self.path, f"no column {self.label_column!r}", f"set {option}; the columns are {present}")
+        label_type = schema.field(self.label_column).type
+        self.multilabel = _is_list(label_type)
+        if labels_field:
+            self._check_type(schema, labels_field, _is_label_list, "a list of strings or integers", option)
+        else:
+            self._check_type(schema, label_field, _is_label_or_list, "strings or integers, or lists of them", option)
+        self.columns.append(self.label_column)
+        self.n_read = 0
+
+    def _open(self) -> pq.ParquetFile:
+        try:
+            return pq.ParquetFile(self.path)
+        except (pa.ArrowException, OSError) as e:
+            raise InputError(self.path, f"not a readable Parquet file ({e})") from None
+
+    def _check_type(self, schema: pa.Schema, column: str, ok, expected: str, option: str) -> None:
+        found = schema.field(column).type
+        if not ok(found):
+            raise InputError(self.path, f"column {column!r} holds {found}, not {expected}", f"check {option}")
+
+    def __iter__(self):
+        self.n_read = 0
+        self._n_cols = 0
+        with self._open() as f:
+            for g in range(f.num_row_groups):
+                row = 0
+                batches = f.iter_batches(batch_size=self.batch_size, row_groups=[g], columns=self.columns)
+                while True:
+                    try:
+                        batch = next(batches, None)
+                    except (pa.ArrowException, OSError) as e:
+                        raise InputError(f"{self.path}:row group {g}", f"cannot read the data ({e})") from None
+                    if batch is None:
+                        break
+                    locations = [f"{self.path}:row group {g}, row {row + r}" for r in range(batch.num_rows)]
+                    row += batch.num_rows
+                    self.n_read += batch.num_rows
+                    out = self._text(batch, locations) if self.kind == "text" else self._sparse(batch, locations)
+                    if out is not None:
+                        yield out
+
+    def _labels(self, column: pa.Array, problems: dict[int, str]) -> list:
+        """Labels of a batch as str or list[str]; null or empty ones go to problems."""
+        labels = column.to_pylist()
+        for r, label in enumerate(labels):
+            if label is None:
+                problems.setdefault(r, f"null label in {self.label_column!r}")
+            elif self.multilabel:
+                if any(x is None for x in label):
+                    problems.setdefault(r, f"null in the label list in {self.label_column!r}")
+                else:
+                    labels[r] = [str(x) for x in label]
+            else:
+                labels[r] = str(label)
+                if not labels[r]:
+                    problems.setdefault(r, f"empty label in {self.label_column!r}")
+        return labels
+
+    def _report(self, batch: pa.RecordBatch, locations: list[str], problems: dict[int, str]) -> None:
+        for r in sorted(problems):
+            self.policy.bad(locations[r], problems[r], _raw(batch, r))
+
+    def _text(self, batch: pa.RecordBatch, locations: list[str]):
+        problems: dict[int, str] = {}
+        texts = {f: batch.column(f).to_pylist() for f in self.fields}
+        for field in self.fields:
+            for r, text in enumerate(texts[field]):
+                if text is None:
+                    problems.setdefault(r, f"null text in {field!r}")
+        labels = self._labels(batch.column(self.label_column), problems)
+        self._report(batch, locations, problems)
+        batcher = TextBatcher(self.fields)
+        for r in range(batch.num_rows):
+            if r not in problems:
+                batcher.add([texts[f][r] for f in self.fields], labels[r], locations[r])
+        return batcher.take() if len(batcher) else None
+
+    def _sparse(self, batch: pa.RecordBatch, locations: list[str]):
+        n = batch.num_rows
+        problems: dict[int, str] = {}
+        labels = self._labels(batch.column(self.label_column), problems)
+
+        def mark(rows: np.ndarray, problem: str) -> None:
+            for r in np.flatnonzero(rows).tolist():
+                problems.setdefault(r, problem)
+
+        ind = batch.column(self.indices_field)
+        val = batch.column(self.values_field)
+        mark(ind.is_null().to_numpy(zero_copy_only=False), f"null {self.indices_field!r}")
+        mark(val.is_null().to_numpy(zero_copy_only=False), f"null {self.values_field!r}")
+        ind_len = pc.list_value_length(ind).fill_null(0).to_numpy()
+        val_len = pc.list_value_length(val).fill_null(0).to_numpy()
+        mark(ind_len != val_len, f"{self.indices_field!r} and {self.values_field!r} differ in length")
+        flat_ind, flat_val = ind.flatten(), val.flatten()
+        ind_rows = np.repeat(np.arange(n), ind_len)
+        val_rows = np.repeat(np.arange(n), val_len)
+        indices = flat_ind.fill_null(0).to_numpy().astype(np.int64)
+        values = flat_val.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy()
+        bad_index = flat_ind.is_null().to_numpy(zero_copy_only=False) | (indices < 0) | (indices > MAX_INDEX)
+        bad_value = flat_val.is_null().to_numpy(zero_copy_only=False) | ~np.isfinite(values)
+        mark(np.bincount(ind_rows[bad_index], minlength=n), f"null or out-of-range index in {self.indices_field!r}")
+        mark(np.bincount(val_rows[bad_value], minlength=n), f"null, NaN or infinite value in {self.values_field!r}")
+
+        keep = np.ones(n, dtype=bool)
+        keep[list(problems)] = False
+        indices, values, rows = indices[keep[ind_rows]], values[keep[val_rows]], ind_rows[keep[ind_rows]]
+        order = np.lexsort((indices, rows))
+        indices, values, rows = indices[order], values[order], rows[order]
+        repeated = (rows[1:] == rows[:-1]) & (indices[1:] == indices[:-1])
+        if repeated.any():
+            mark(np.bincount(rows[1:][repeated], minlength=n), f"an index repeats in {self.indices_field!r}")
+            keep[list(problems)] = False
+            entries = keep[rows]
+            indices, values, rows = indices[entries], values[entries], rows[entries]
+        self._report(batch, locations, problems)
+        if not keep.any():
+            return None
+        if indices.size:
+            self._n_cols = max(self._n_cols, int(indices.max()) + 1)
+        indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n)[keep])))
+        kept = np.flatnonzero(keep).tolist()
+        X = csr_int64(values, indices, indptr, self._n_cols)
+        return SparseBatch(X, [labels[r] for r in kept], [locations[r] for r in kept])

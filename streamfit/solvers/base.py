@@ -1,0 +1,46 @@
+"""What every solver provides, and the registry the CLI and config look solvers up in."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.model import Model
+from streamfit.runlog import MetricsLog
+from streamfit.store import ChunkSource
+
+SOLVERS: dict[str, type["Solver"]] = {}
+
+
+class SolverParams(BaseModel):
+    """Parameters shared by every solver. `lam` is λ with the loss averaged over samples (1/n),
+    as the papers write their objectives."""
+
+    model_config = ConfigDict(extra="forbid")
+    lam: float = 1e-4
+    tol: float = 1e-4
+    max_iter: int = 50
+    random_state: int = 0
+
+
+class Solver:
+    """A training method: `fit` streams a ChunkSource through an Engine, saving a checkpoint at
+    every step boundary and resuming from the newest one when asked."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[SolverParams]] = SolverParams
+
+    def __init__(self, params: SolverParams):
+        self.params = params
+
+    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
+            resume: bool = False) -> Model:
+        raise NotImplementedError
+
+
+def register_solver(cls):
+    SOLVERS[cls.name] = cls
+    return cls

@@ -1,0 +1,655 @@
+"""Stagewise least squares: Algorithms 1, 2 and 3 of Agarwal, Kakade, Karampatziakis, Song and
+Valiant (2014), "Least Squares Revisited: Scalable Approaches for Multi-class Prediction".
+
+Algorithm 3 (stagewise regression). Keep the per-sample scores F (n × k, ŷ in the paper) on
+disk, chunk-aligned with the data (ChunkState "scores"), starting from F = 0. Stage t takes a
+block x̃ = GEN(x, p) of p features, fits it to the current residuals and updates F. A pass
+visits every block once; `n_passes` passes make S = n_passes · n_blocks stages.
+
+Design matrix of a block: A = [1, x̃] (the always-on bias column, see "Bias" below), plus the
+current scores F when calibration="predictions" (A = [1, x̃, F]).
+
+Inner fit of a stage (Algorithm 1, generalized least squares). With the calibrated loss
+ℓ(u; y) = Φ(u) − yᵀu (eq. 13) the stage minimises
+
+    f(W) = (1/n) Σ_i ℓ(F_i + A_i W; y_i) + (λ/2) ‖D W‖²_F,        D = diag(0, 1, …, 1)
+
+(the bias row is not penalised). With Σ̂ = AᵀA/n and the gradient (1/n) Aᵀ(g(F + AW) − Y),
+the update (14) with the ridge term added to the majorizer reads
+
+    W ← W − (L Σ̂ + λD)⁻¹ [ (1/n) Aᵀ(g(F + AW) − Y) + λ D W ],        W₀ = 0.
+
+- link="identity": g(u) = u, ℓ = ½‖y − u‖², L = 1, and one step is exact: W solves the
+  ridge problem (1/n)‖R − AW‖²_F + λ‖DW‖²_F with R = Y − F (one Cholesky solve).
+- link="softmax": g = softmax (multiclass) or per-label sigmoid (multilabel); L = ½ resp. ¼
+  (Gershgorin bound on the Hessian diag(p) − ppᵀ, footnote 3; `lipschitz` overrides it).
+  L Σ̂ + λD is factored once per stage; each of up to `max_iter` steps is one pass over the
+  data; steps stop early once f decreases by less than `tol`·|f|. f decreases monotonically
+  (majorization, proof of Theorem 1).
+
+Calibration (Algorithm 2). calibration="poly": after the block fit ỹ = F + AW (18), a pass
+collects GᵀG and GᵀY for G(ỹ) = [1, ỹ, ỹ², ỹ³] (§3.1), the unregularised least-squares W̃
+(pseudo-inverse) gives ȳ = G(ỹ)W̃, and F ← clip(ȳ), the projection onto the probability
+simplex (onto [0, 1]^k for multilabel) (19). Since G contains ỹ and the projection is a
+contraction towards y, the training squared error never increases from stage to stage (proof
+of Theorem 2). calibration="predictions" is the simpler variant of §3.1: the previous
+predictions are just more features of the block (A = [1, x̃, F]).
+
+GEN (the feature generator of Algorithm 3), over the *active* columns (those with a non-zero
+in the training data; hashed stores have mostly empty columns):
+- "sequential": blocks of consecutive active columns;
+- "random": a fresh seeded permutation of the active columns each pass (no replacement);
+- "gradient": columns ordered by ‖X_jᵀR‖₂ (R = Y − g(F)), recomputed at the start of every
+  pass (A.2.2);
+- "rff": random Fourier features of the dense active columns (A.2.1): optionally PCA to
+  `pca_components` dimensions, Gaussian kernel bandwidth σ = `bandwidth` · median pairwise
+  distance ("median trick"), `n_components` features in blocks; block b's frequencies come
+  from the seed sequence (random_state, b) and are regenerated per chunk, never stored.
+  The PCA and the median are computed from a seeded sample of rows, so they do not depend on
+  the chunking.
+- "auto": "rff" for low-dimensional dense-ish data (≤ 1000 active columns, ≥ 10 % of them
+  non-zero per row: images, the paper's §3.1 setting), else "gradient" (text, §3.3).
+
+Bias: an intercept column of ones is part of every block (`fit_intercept`, unpenalised), so
+every stage refits the class means of the residuals. Centering would destroy the sparsity of
+stored features, and a column of ones costs one row/column of the Gram matrix.
+
+λ scaling: `lam` is λ for the sample-averaged loss, as in SolverParams: the identity-link stage
+solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the softmax link minimises
+(1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ). λ applies
+to each stage's W (with a single block holding all features this is plain ridge / logistic).
+
+Out of core: per stage, AᵀA and Aᵀ(Y − g(F)) are summed over row chunks with
+Engine.map_reduce (a fixed tree: results do not depend on the number of workers); the solve
+happens once in the driver. The task that applies stage t (F ← F + AW, writing the next
+version of the scores) also computes the statistics of stage t+1's block with the new scores
+when that block is already known (fusion: one pass per identity-link stage), or the column
+gradients when the next pass of the "gradient" generator needs them. Memory per task is
+O(chunk_rows · (p + k) + p²).
+
+Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
+RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
+the next block, and the scores version). Everything that is random is derived from
+random_state, so `resume=True` reproduces an uninterrupted run bitwise.
+
+Logged per stage: objective (mean ‖y − ŷ‖² for the identity link and calibrations, mean
+logistic loss for softmax), train_accuracy (top-1; per-label accuracy for multilabel), stage,
+pass, block, n_features (distinct generated features used so far), data_passes, and for the
+softmax link inner_objective (f at every inner iterate, W₀ = 0 first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from pydantic import Field, model_validator
+from scipy.spatial.distance import pdist
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.errors import ConfigError
+from streamfit.model import Model, register_model
+from streamfit.runlog import MetricsLog
+from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.stagewise_kernels import (
+    link_loss_sum,
+    link_mean,
+    poly_basis,
+    project_predictions,
+    rff_block,
+)
+from streamfit.store import ChunkSource
+
+SCORES = "scores"  # ChunkState name of the per-sample scores F
+AUTO_RFF_MAX_INPUTS = 1000
+AUTO_RFF_MIN_DENSITY = 0.1
+GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
+MEDIAN_SAMPLE_ROWS = 2_000  # of which used for the median pairwise distance
+
+
+class StagewiseParams(SolverParams):
+    """Options of the stagewise solver (see the module docstring for the math). The inherited
+    max_iter and tol control the softmax link's inner iterations (the paper uses 50)."""
+
+    link: Literal["identity", "softmax"] = Field(
+        "identity", description="identity: ridge least squares per block; softmax: Algorithm 1 on the logistic loss")
+    calibration: Literal["none", "poly", "predictions"] = Field(
+        "none", description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
+                            "predictions: previous predictions as extra features (identity link only)")
+    generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
+        "auto", description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns, else gradient")
+    block_size: int = Field(512, ge=1, description="features per stage (p)")
+    n_passes: int = Field(2, ge=1, description="passes over all blocks")
+    n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
+    pca_components: int | None = Field(None, ge=1, description="rff: PCA to this many dimensions first (None: off)")
+    bandwidth: float = Field(0.5, gt=0, description="rff: Gaussian kernel width / median pairwise distance")
+    lipschitz: float | None = Field(None, gt=0, description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
+    fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
+    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
+    tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
+    max_iter: int = Field(50, ge=1, description="softmax: inner iterations (passes) per stage")
+
+    @model_validator(mode="after")
+    def _calibration_needs_identity(self):
+        if self.calibration != "none" and self.link != "identity":
+            raise ValueError("calibration (Algorithm 2) refits squared error: use it with link='identity'")
+        return self
+
+
+# -- features ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FeatureSpace:
+    """How the design matrix A of a block is computed from a chunk's rows X and scores F.
+
+    kind "columns": a block is an array of column ids, x̃ = X[:, block] (sparse).
+    kind "rff": a block is a block id b, x̃ = features b·block_size … of the random Fourier
+    map of z = X[:, inputs] (projected: z = (z − mean) components, if PCA is used)."""
+
+    kind: str
+    fit_intercept: bool
+    with_predictions: bool
+    inputs: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    components: np.ndarray | None = None
+    sigma: float = 1.0
+    seed: int = 0
+    block_size: int = 0
+    n_components: int = 0
+
+    def rff_inputs(self, X: sp.csr_matrix) -> np.ndarray:
+        Z = X[:, self.inputs].toarray().astype(np.float64, copy=False)
+        if self.components is not None:
+            Z = (Z - self.mean) @ self.components
+        return Z
+
+    def design(self, X: sp.csr_matrix, F: np.ndarray, block) -> np.ndarray | sp.csr_matrix:
+        n = X.shape[0]
+        if self.kind == "columns":
+            parts = [X[:, block].astype(np.float64, copy=False)]
+        else:
+            width = min(self.block_size, self.n_components - block * self.block_size)
+            parts = [rff_block(self.rff_inputs(X), self.seed, int(block), width, self.sigma)]
+        if self.fit_intercept:
+            parts.insert(0, np.ones((n, 1)))
+        if self.with_predictions:
+            parts.append(F)
+        if self.kind == "columns":
+            return sp.hstack([sp.csr_matrix(a) for a in parts], format="csr")
+        return np.hstack(parts) if len(parts) > 1 else parts[0]
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
+                "sigma": self.sigma, "seed": self.seed, "block_size": self.block_size,
+                "n_components": self.n_components}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        if self.inputs is not None:
+            out["rff_inputs"] = self.inputs
+        if self.components is not None:
+            out["rff_mean"], out["rff_components"] = self.mean, self.components
+        return out
+
+    @classmethod
+    def from_saved(cls, d: dict, arrays: dict) -> "FeatureSpace":
+        return cls(**d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"),
+                   components=arrays.get("rff_components"))
+
+
+def apply_stage(space: FeatureSpace, X, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None,
+                multilabel: bool) -> np.ndarray:
+    """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
+    calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike."""
+    U = F + space.design(X, F, block) @ W
+    if C is not None:
+        U = project_predictions(poly_basis(U) @ C, multilabel)
+    return U
+
+
+def decision_threshold(link: str) -> float:
+    """Scores above this mean "label on" (multilabel): 0.5 for fitted 0/1 targets, 0 for margins."""
+    return 0.5 if link == "identity" else 0.0
+
+
+def _n_correct(F: np.ndarray, labels, link: str) -> int:
+    if sp.issparse(labels):
+        return int(((F > decision_threshold(link)) == (labels.toarray() > 0)).sum())
+    return int((np.argmax(F, axis=1) == labels).sum())
+
+
+# -- chunk tasks ---------------------------------------------------------------------------
+
+
+def _load(source: ChunkSource, chunk_id: int, state, version: int):
+    chunk = source.read_chunk(chunk_id)
+    Y = chunk.targets(source.n_classes)
+    F = np.zeros(Y.shape) if version == 0 else state.read(SCORES, version, chunk_id)
+    return chunk, Y, F
+
+
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str) -> tuple:
+    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0."""
+    M = A.T @ A
+    return (M.toarray() if sp.issparse(M) else M), np.asarray(A.T @ (Y - link_mean(F, link))), link_loss_sum(F, Y, link)
+
+
+def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: str) -> np.ndarray:
+    """X_activeᵀ (Y − g(F)): the per-column gradients the "gradient" generator ranks (A.2.2)."""
+    return np.asarray(X[:, active].T @ (Y - link_mean(F, link)))
+
+
+def _scan_task(source, chunk_id):
+    X = source.read_chunk(chunk_id).X
+    return np.bincount(X.indices, minlength=source.n_features).astype(np.int64)
+
+
+def _rows_task(source, chunk_id, *, rows, inputs):
+    lo, hi = source.chunk_bounds(chunk_id)
+    local = rows[(rows >= lo) & (rows < hi)] - lo
+    return source.read_chunk(chunk_id).X[local][:, inputs].toarray().astype(np.float64)
+
+
+def _stats_task(source, chunk_id, *, state, version, space, block, link):
+    chunk, Y, F = _load(source, chunk_id, state, version)
+    return _block_stats(space.design(chunk.X, F, block), F, Y, link)
+
+
+def _gradient_task(source, chunk_id, *, state, version, active, link):
+    chunk, Y, F = _load(source, chunk_id, state, version)
+    return _column_gradient(chunk.X, active, F, Y, link)
+
+
+def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
+    chunk, Y, F = _load(source, chunk_id, state, version)
+    A = space.design(chunk.X, F, block)
+    U = F + A @ W
+    return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
+
+
+def _calibration_task(source, chunk_id, *, state, version, space, block, W):
+    chunk, Y, F = _load(source, chunk_id, state, version)
+    G = poly_basis(F + space.design(chunk.X, F, block) @ W)
+    return G.T @ G, G.T @ Y
+
+
+def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, next_block, next_gradient):
+    """Apply the stage, write scores version+1, and return (Σ ℓ, #correct) plus the fused
+    statistics of the next block (when `next_block` is given) or the column gradients (when
+    `next_gradient` holds the active columns), both at the new scores."""
+    chunk, Y, F = _load(source, chunk_id, state, version)
+    F = apply_stage(space, chunk.X, F, block, W, C, source.multilabel)
+    state.write(SCORES, version + 1, chunk_id, F)
+    out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link))
+    if next_block is not None:
+        return out + _block_stats(space.design(chunk.X, F, next_block), F, Y, link)
+    if next_gradient is not None:
+        return out + (_column_gradient(chunk.X, next_gradient, F, Y, link),)
+    return out
+
+
+# -- linear algebra ------------------------------------------------------------------------
+
+
+def _solver_for(H: np.ndarray, definite: bool):
+    """X ↦ H⁻¹X: Cholesky when H is positive definite (λ > 0), else the pseudo-inverse from an
+    eigendecomposition (eigenvalues below 1e-12 · the largest are dropped: minimum-norm
+    least squares)."""
+    if definite:
+        factor = scipy.linalg.cho_factor(H)
+        return lambda R: scipy.linalg.cho_solve(factor, R)
+    w, V = np.linalg.eigh(H)
+    inv = np.where(w > w.max() * 1e-12, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+    return lambda R: V @ (inv[:, None] * (V.T @ R))
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+def _stage_arrays(space: FeatureSpace, blocks: list, weights: list, calibrations: list) -> dict[str, np.ndarray]:
+    out = {
+        "weights": np.vstack(weights) if weights else np.zeros((0, 0)),
+        "weight_rows": np.array([w.shape[0] for w in weights], dtype=np.int64),
+        **space.arrays(),
+    }
+    if space.kind == "columns":
+        out["blocks"] = np.concatenate(blocks).astype(np.int64) if blocks else np.zeros(0, np.int64)
+        out["block_sizes"] = np.array([len(b) for b in blocks], dtype=np.int64)
+    else:
+        out["blocks"] = np.array(blocks, dtype=np.int64)
+    if calibrations:
+        out["calibrations"] = np.stack(calibrations)
+    return out
+
+
+def _stages_from_arrays(space: FeatureSpace, arrays: dict) -> tuple[list, list, list]:
+    weights = np.split(arrays["weights"], np.cumsum(arrays["weight_rows"])[:-1]) if len(arrays["weight_rows"]) else []
+    if space.kind == "columns":
+        blocks = np.split(arrays["blocks"], np.cumsum(arrays["block_sizes"])[:-1]) if len(weights) else []
+    else:
+        blocks = [int(b) for b in arrays["blocks"]]
+    calibrations = list(arrays["calibrations"]) if "calibrations" in arrays else []
+    return blocks, weights, calibrations
+
+
+@register_model
+class StagewiseModel(Model):
+    """The sequence of stages of Algorithm 3: scores start at 0 and each stage applies
+    `apply_stage` (F ← F + A W, then the calibration clip(G(F) C) if any). The features of a
+    stage are recomputed exactly as in training (same columns, or same RFF seeds and PCA), so
+    scores of training rows equal the training-time scores. With the identity link, stored
+    columns and no calibration the model is linear and also exposes coef_ / intercept_."""
+
+    kind = "stagewise"
+
+    def __init__(self, *, space: FeatureSpace, link: str, blocks: list, weights: list, calibrations: list,
+                 **common):
+        super().__init__(**common)
+        self.space, self.link = space, link
+        self.blocks, self.weights, self.calibrations = blocks, weights, calibrations
+
+    def _scores(self, X):
+        F = np.zeros((X.shape[0], len(self.classes_)))
+        for t, (block, W) in enumerate(zip(self.blocks, self.weights)):
+            C = self.calibrations[t] if self.calibrations else None
+            F = apply_stage(self.space, X, F, block, W, C, self.multilabel)
+        return F
+
+    def predict(self, X):
+        """Multiclass: the top class. Multilabel: labels whose score exceeds the threshold
+        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins)."""
+        if self.multilabel:
+            return (self.decision_function(X) > decision_threshold(self.link)).astype(np.int8)
+        return super().predict(X)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """softmax/sigmoid of the margins for the softmax link; for the identity link the
+        scores projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
+        S = self.decision_function(X)
+        if self.link == "identity":
+            return project_predictions(S, self.multilabel)
+        return link_mean(S, self.link)
+
+    @property
+    def is_linear(self) -> bool:
+        return self.link == "identity" and not self.calibrations and self.space.kind == "columns" \
+            and not self.space.with_predictions
+
+    def _require_linear(self, name: str) -> None:
+        if not self.is_linear:
+            raise AttributeError(f"{name} exists only for identity-link models on stored features without calibration")
+
+    @property
+    def coef_(self) -> np.ndarray:
+        """k × n_features weights of the equivalent linear model (sum of the stages)."""
+        self._require_linear("coef_")
+        coef = np.zeros((len(self.classes_), self.n_features))
+        skip = int(self.space.fit_intercept)
+        for block, W in zip(self.blocks, self.weights):
+            coef[:, block] += W[skip:].T
+        return coef
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        self._require_linear("intercept_")
+        b = np.zeros(len(self.classes_))
+        if self.space.fit_intercept:
+            for W in self.weights:
+                b += W[0]
+        return b
+
+    def _arrays(self):
+        return _stage_arrays(self.space, self.blocks, self.weights, self.calibrations)
+
+    def _extra(self):
+        return {"link": self.link, "space": self.space.to_json()}
+
+    @classmethod
+    def _from_saved(cls, common, arrays, extra):
+        space = FeatureSpace.from_saved(extra["space"], arrays)
+        blocks, weights, calibrations = _stages_from_arrays(space, arrays)
+        return cls(space=space, link=extra["link"], blocks=blocks, weights=weights, calibrations=calibrations,
+                   **common)
+
+
+# -- the solver ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Everything a checkpoint restores besides the feature space."""
+
+    stage: int = 0
+    version: int = 0  # of the scores in ChunkState; 0 = all zeros, never written
+    data_passes: int = 0
+    blocks: list = dataclasses.field(default_factory=list)
+    weights: list = dataclasses.field(default_factory=list)
+    calibrations: list = dataclasses.field(default_factory=list)
+    order: np.ndarray | None = None  # "gradient" generator: column order of the current pass
+    pending: tuple | None = None  # fused statistics (AᵀA, AᵀR, Σℓ) of the next stage's block
+
+
+@register_solver
+class StagewiseSolver(Solver):
+    """Algorithm 3 with Algorithm 1 (identity or softmax link) or Algorithm 2 per stage.
+
+    `stop_after_stages`: return the partial model after completing (and checkpointing) that
+    many stages in this call; a later fit with resume=True continues. For time-boxed jobs and
+    for testing resume; not a model parameter, so it does not enter the config hash."""
+
+    name = "stagewise"
+    Params = StagewiseParams
+
+    def __init__(self, params: StagewiseParams, *, stop_after_stages: int | None = None):
+        super().__init__(params)
+        self.stop_after_stages = stop_after_stages
+
+    # ---- setup ----
+    def _link(self, source: ChunkSource) -> str:
+        if self.params.link == "identity":
+            return "identity"
+        return "sigmoid" if source.multilabel else "softmax"
+
+    def _setup(self, source: ChunkSource, engine: Engine, prog: _Progress) -> tuple[FeatureSpace, np.ndarray, str]:
+        p = self.params
+        chunks = range(source.n_chunks)
+        col_nnz = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
+        prog.data_passes += 1
+        active = np.flatnonzero(col_nnz)
+        if len(active) == 0:
+            raise ConfigError("the training data has no non-zero feature values")
+        generator = p.generator
+        if generator == "auto":
+            density = col_nnz.sum() / (source.n_rows * len(active))
+            dense_enough = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
+            generator = "rff" if dense_enough else "gradient"
+        with_predictions = p.calibration == "predictions"
+        if generator != "rff":
+            return FeatureSpace("columns", p.fit_intercept, with_predictions), active, generator
+        space = FeatureSpace("rff", p.fit_intercept, with_predictions, inputs=active, seed=p.random_state,
+                             block_size=p.block_size, n_components=p.n_components)
+        # a seeded sample of rows, read in chunk order and put back in random order
+        rng = np.random.default_rng([p.random_state, 1])
+        rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
+        order = np.argsort(rows)
+        sample = np.empty((len(rows), len(active)))
+        sample[order] = np.vstack(engine.map(_rows_task, source, chunks, desc="stagewise: sample",
+                                             rows=rows[order], inputs=active))
+        prog.data_passes += 1
+        if p.pca_components is not None and p.pca_components < len(active):
+            space.mean = sample.mean(axis=0)
+            centered = sample - space.mean
+            w, V = np.linalg.eigh(centered.T @ centered / len(rows))
+            V = V[:, ::-1][:, : p.pca_components]
+            V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
+            space.components = V
+            sample = centered @ V
+        dists = pdist(sample[:MEDIAN_SAMPLE_ROWS])
+        dists = dists[dists > 0]  # duplicate rows say nothing about the scale
+        space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)
+        return space, active, generator
+
+    # ---- the schedule of blocks ----
+    def _n_blocks(self, space: FeatureSpace, active: np.ndarray) -> int:
+        n = space.n_components if space.kind == "rff" else len(active)
+        return -(-n // self.params.block_size)
+
+    def _block(self, generator: str, stage: int, n_blocks: int, active: np.ndarray, order):
+        p = self.params
+        pass_no, pos = divmod(stage, n_blocks)
+        window = slice(pos * p.block_size, (pos + 1) * p.block_size)
+        if generator == "rff":
+            return pos
+        if generator == "sequential":
+            return active[window]
+        if generator == "random":
+            return np.random.default_rng([p.random_state, 2, pass_no]).permutation(active)[window]
+        return order[window]
+
+    @staticmethod
+    def _gradient_order(G: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Active columns by decreasing ‖X_jᵀR‖₂ (ties by column id)."""
+        return active[np.argsort(-np.sqrt((G * G).sum(axis=1)), kind="stable")]
+
+    # ---- one stage ----
+    def _penalty(self, W: np.ndarray) -> float:
+        Wp = W[1:] if self.params.fit_intercept else W
+        return 0.5 * self.params.lam * float((Wp * Wp).sum())
+
+    def _fit_block(self, engine, source, state, version, space, block, stats, link, prog) -> tuple[np.ndarray, list]:
+        """Algorithm 1 on the block from W₀ = 0, starting from the statistics at W₀."""
+        p, n = self.params, source.n_rows
+        M, B, loss_sum = stats
+        mask = np.ones(M.shape[0])
+        if p.fit_intercept:
+            mask[0] = 0.0
+        lipschitz = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
+        solve = _solver_for(lipschitz * M / n + np.diag(p.lam * mask), p.lam > 0)
+        W = solve(B / n)
+        if link == "identity":
+            return W, []
+        objective = [loss_sum / n]
+        for _ in range(1, p.max_iter):
+            B, loss_sum = engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
+                                            state=state, version=version, space=space, block=block, W=W, link=link)
+            prog.data_passes += 1
+            objective.append(loss_sum / n + self._penalty(W))
+            if objective[-2] - objective[-1] <= p.tol * abs(objective[-1]):
+                break
+            W = W + solve(B / n - p.lam * mask[:, None] * W)
+        return W, objective
+
+    def _calibrate(self, engine, source, state, version, space, block, W, prog) -> np.ndarray:
+        """Algorithm 2's calibration fit: W̃ = argmin Σ ‖y − W̃ G(ỹ)‖² (19), unregularised."""
+        GG, GY = engine.map_reduce(_calibration_task, source, range(source.n_chunks), desc="stagewise: calibrate",
+                                   state=state, version=version, space=space, block=block, W=W)
+        prog.data_passes += 1
+        n = source.n_rows
+        return _solver_for(GG / n, definite=False)(GY / n)
+
+    # ---- checkpoints ----
+    def _save(self, checkpointer: Checkpointer, space, active, generator, prog: _Progress) -> None:
+        arrays = {**_stage_arrays(space, prog.blocks, prog.weights, prog.calibrations), "active": active}
+        if prog.order is not None:
+            arrays["order"] = prog.order
+        if prog.pending is not None:
+            arrays["pending_M"], arrays["pending_B"] = prog.pending[0], prog.pending[1]
+        meta = {"stage": prog.stage, "version": prog.version, "data_passes": prog.data_passes,
+                "generator": generator, "space": space.to_json(),
+                "pending_loss": None if prog.pending is None else prog.pending[2]}
+        checkpointer.save(prog.stage, meta, arrays, {SCORES: prog.version})
+
+    @staticmethod
+    def _restore(ckpt) -> tuple[FeatureSpace, np.ndarray, str, _Progress]:
+        a, meta = ckpt.arrays, ckpt.meta
+        space = FeatureSpace.from_saved(meta["space"], a)
+        blocks, weights, calibrations = _stages_from_arrays(space, a)
+        pending = (a["pending_M"], a["pending_B"], meta["pending_loss"]) if "pending_M" in a else None
+        prog = _Progress(stage=meta["stage"], version=meta["version"], data_passes=meta["data_passes"],
+                         blocks=blocks, weights=weights, calibrations=calibrations, order=a.get("order"),
+                         pending=pending)
+        return space, a["active"], meta["generator"], prog
+
+    # ---- Algorithm 3 ----
+    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
+            resume: bool = False) -> StagewiseModel:
+        p = self.params
+        n, link = source.n_rows, self._link(source)
+        chunks = range(source.n_chunks)
+        state = checkpointer.state
+        ckpt = checkpointer.latest(source.n_chunks) if resume else None
+        if ckpt is None:
+            state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
+            prog = _Progress()
+            space, active, generator = self._setup(source, engine, prog)
+        else:
+            space, active, generator, prog = self._restore(ckpt)
+            log.truncate_after(ckpt.step)
+        n_blocks = self._n_blocks(space, active)
+        n_stages = p.n_passes * n_blocks
+        n_generated = space.n_components if space.kind == "rff" else len(active)
+        stages_here = 0
+        while prog.stage < n_stages:
+            s = prog.stage
+            pass_no, pos = divmod(s, n_blocks)
+            if generator == "gradient" and prog.order is None:
+                G = engine.map_reduce(_gradient_task, source, chunks, desc="stagewise: gradient", state=state,
+                                      version=prog.version, active=active, link=link)
+                prog.data_passes += 1
+                prog.order = self._gradient_order(G, active)
+            block = self._block(generator, s, n_blocks, active, prog.order)
+            if prog.pending is None:
+                prog.pending = engine.map_reduce(_stats_task, source, chunks, desc="stagewise: gram", state=state,
+                                                 version=prog.version, space=space, block=block, link=link)
+                prog.data_passes += 1
+            W, inner = self._fit_block(engine, source, state, prog.version, space, block, prog.pending, link, prog)
+            C = None
+            if p.calibration == "poly":
+                C = self._calibrate(engine, source, state, prog.version, space, block, W, prog)
+
+            last = s + 1 == n_stages
+            pass_ends = (s + 1) % n_blocks == 0
+            next_block = None
+            if not last and not (generator == "gradient" and pass_ends):
+                next_block = self._block(generator, s + 1, n_blocks, active, prog.order)
+            next_gradient = active if (generator == "gradient" and pass_ends and not last) else None
+            out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=state,
+                                    version=prog.version, space=space, block=block, W=W, C=C, link=link,
+                                    next_block=next_block, next_gradient=next_gradient)
+            prog.data_passes += 1
+            prog.version += 1
+            prog.stage += 1
+            prog.blocks.append(block)
+            prog.weights.append(W)
+            if C is not None:
+                prog.calibrations.append(C)
+            loss_sum, correct = out[0], out[1]
+            prog.pending = tuple(out[2:]) if next_block is not None else None
+            if pass_ends:
+                prog.order = self._gradient_order(out[2], active) if next_gradient is not None else None
+
+            n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
+            accuracy = correct / (n * source.n_classes if source.multilabel else n)
+            fields = dict(objective=loss_sum / n, train_accuracy=accuracy, stage=s, **{"pass": pass_no},
+                          block=pos, n_features=n_used, data_passes=prog.data_passes)
+            if inner:
+                fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
+            log.log(prog.stage, **fields)
+            self._save(checkpointer, space, active, generator, prog)
+            stages_here += 1
+            if self.stop_after_stages is not None and stages_here >= self.stop_after_stages:
+                break
+        return self._model(source, space, link, generator, prog)
+
+    def _model(self, source: ChunkSource, space, link, generator, prog: _Progress) -> StagewiseModel:
+        return StagewiseModel(
+            space=space, link=link, blocks=list(prog.blocks), weights=list(prog.weights),
+            calibrations=list(prog.calibrations), classes=source.classes, n_features=source.n_features,
+            multilabel=source.multilabel, solver=self.name, params=self.params.model_dump(),
+            info={"stages": prog.stage, "generator": generator, "data_passes": prog.data_passes},
+        )

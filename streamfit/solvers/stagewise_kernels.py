@@ -1,0 +1,88 @@
+"""Per-chunk numerical kernels of the stagewise solver (Agarwal et al. 2014).
+
+Everything here works on one row chunk at a time and is row-wise: the result for a row
+depends on that row only, so chunking never changes it.
+
+Link functions g = ∇Φ (eq. 12) and their calibrated losses ℓ(u; y) = Φ(u) − yᵀu (eq. 13):
+- "identity":  g(u) = u,             ℓ = ½‖y − u‖²  (up to a constant), Lipschitz L = 1;
+- "softmax":   g(u) = softmax(u),    ℓ = log Σ_j exp(u_j) − yᵀu (multinomial logistic), L = ½;
+- "sigmoid":   g(u) = 1/(1 + e^{−u}) per label, ℓ = Σ_j log(1 + e^{u_j}) − y_j u_j, L = ¼
+  (the softmax link of a multilabel task: one logistic model per label).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+def link_mean(U: np.ndarray, link: str) -> np.ndarray:
+    """g(U) row-wise: the predicted E[y | x] of the GLM (12)."""
+    if link == "identity":
+        return U
+    if link == "softmax":
+        E = np.exp(U - U.max(axis=1, keepdims=True))
+        return E / E.sum(axis=1, keepdims=True)
+    return 0.5 * (1.0 + np.tanh(0.5 * U))  # sigmoid, overflow-free
+
+
+def link_loss_sum(U: np.ndarray, Y: np.ndarray, link: str) -> float:
+    """Σ_i ℓ(u_i; y_i) for the calibrated loss (13). For the identity link this is the
+    squared residual Σ_i ‖y_i − u_i‖² (no ½: it is what the solver logs as the objective)."""
+    if link == "identity":
+        R = Y - U
+        return float(np.einsum("ij,ij->", R, R))
+    if link == "softmax":
+        m = U.max(axis=1)
+        lse = m + np.log(np.exp(U - m[:, None]).sum(axis=1))
+        return float(lse.sum() - np.einsum("ij,ij->", Y, U))
+    return float(np.logaddexp(0.0, U).sum() - np.einsum("ij,ij->", Y, U))
+
+
+def poly_basis(F: np.ndarray) -> np.ndarray:
+    """G(ŷ) = [1, ŷ, ŷ², ŷ³] elementwise (Algorithm 2's calibration basis, §3.1), n × (1 + 3k)."""
+    return np.hstack([np.ones((F.shape[0], 1)), F, F * F, F * F * F])
+
+
+@numba.njit(cache=True)
+def project_rows_simplex(V: np.ndarray) -> np.ndarray:
+    """Euclidean projection of each row onto the probability simplex {p ≥ 0, Σ p = 1}
+    (Duchi et al. 2008, the `clip` of eq. 19): p = max(v − θ, 0) with
+    θ = (Σ_{j≤ρ} u_j − 1)/ρ, u = v sorted decreasingly, ρ = max{j : u_j > (Σ_{r≤j} u_r − 1)/j}."""
+    n, k = V.shape
+    out = np.empty_like(V)
+    for i in range(n):
+        u = np.sort(V[i])[::-1]
+        css = 0.0
+        theta = 0.0
+        for j in range(k):
+            css += u[j]
+            t = (css - 1.0) / (j + 1)
+            if u[j] > t:
+                theta = t
+        for j in range(k):
+            out[i, j] = max(V[i, j] - theta, 0.0)
+    return out
+
+
+def project_predictions(V: np.ndarray, multilabel: bool) -> np.ndarray:
+    """The projection step of Algorithm 2: onto the simplex (multiclass) or onto [0, 1]^k
+    (multilabel, §4: "y now lives on the hypercube")."""
+    if multilabel:
+        return np.clip(V, 0.0, 1.0)
+    return project_rows_simplex(np.ascontiguousarray(V))
+
+
+def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float) -> np.ndarray:
+    """Random Fourier features of block `block_id` (Rahimi & Recht 2007) for the Gaussian kernel
+    k(z, z') = exp(−‖z − z'‖² / (2σ²)): φ_j(z) = √2 cos(ω_jᵀz + β_j), ω_j ~ N(0, σ⁻² I),
+    β_j ~ U[0, 2π), so that E[φ(z)ᵀφ(z')]/n_out = k(z, z') and E[φ_j²] = 1. The block's ω, β
+    are drawn from the seed sequence (seed, block_id): regenerated identically on every call."""
+    rng = np.random.default_rng([seed, block_id])
+    omega = rng.standard_normal((Z.shape[1], n_out)) / sigma
+    beta = rng.uniform(0.0, 2.0 * np.pi, n_out)
+    P = Z @ omega
+    P += beta
+    np.cos(P, out=P)
+    P *= np.sqrt(2.0)
+    return P

@@ -1,0 +1,129 @@
+"""The on-disk store format, version 1: a directory holding `manifest.json` and the data.
+
+A store is a sparse matrix X (n_rows × n_features, CSR, float32 values, int32 column
+indices, int64 row pointers) with one label set per row, cut into row chunks of
+`chunk_rows` rows (the last may be shorter). Chunk i holds rows
+[i * chunk_rows, min((i + 1) * chunk_rows, n_rows)). Per-sample solver state is chunked
+the same way, so a task that reads data chunk i also reads and writes state chunk i.
+
+Backends:
+- zarr (Zarr v3): group `X` in the anndata `csr_matrix` encoding (`X/indptr`, `X/indices`,
+  `X/data`, chunked along nnz), labels `y` (int32 class ids, multiclass) or
+  `Y/indptr` + `Y/indices` (class ids per row, multilabel). Every Zarr chunk carries a
+  CRC32C codec, so damage is caught by Zarr on read too.
+- parquet: `X.parquet`, one row group per row chunk, columns `indices: list<int32>`,
+  `values: list<float32>` and `label: int32` or `labels: list<int32>`; the manifest is also
+  in the file's key-value metadata under `streamfit.manifest`.
+
+`manifest.json` is written last, by an atomic rename of the whole store directory: a
+directory without it is not a store. Each chunk records the SHA-256 of its canonical bytes
+(`chunk_digest`), identical for both backends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.errors import StoreError
+
+FORMAT_NAME = "streamfit-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DEFAULT_CHUNK_ROWS = 16384
+
+
+@dataclass
+class ChunkInfo:
+    id: int
+    row_start: int
+    row_stop: int
+    nnz: int
+    sha256: str
+
+
+@dataclass
+class Manifest:
+    backend: str
+    n_rows: int
+    n_features: int
+    nnz: int
+    task: str  # "multiclass" | "multilabel"
+    classes: list[str]
+    chunk_rows: int
+    chunks: list[ChunkInfo]
+    hashing: dict | None = None  # HashingConfig.to_dict(), or None for unhashed indices
+    transform: dict = field(default_factory=dict)  # {"idf": bool, "l2_normalize": bool}
+    source: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)  # records read / written / skipped
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+    streamfit_version: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str) -> "Manifest":
+        if d.get("format") != FORMAT_NAME:
+            raise StoreError(f"{where}: not a streamfit store manifest (format={d.get('format')!r})")
+        if d.get("format_version") != FORMAT_VERSION:
+            raise StoreError(
+                f"{where}: store format version {d.get('format_version')} is not supported by this "
+                f"streamfit (reads version {FORMAT_VERSION}); re-ingest the data with this version"
+            )
+        try:
+            d = dict(d)
+            d["chunks"] = [ChunkInfo(**c) for c in d["chunks"]]
+            return cls(**d)
+        except (KeyError, TypeError) as e:
+            raise StoreError(f"{where}: malformed manifest ({e})") from e
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 over the chunk digests and shape: identifies the data a run was trained on."""
+        h = hashlib.sha256(f"{self.n_rows},{self.n_features},{self.task},{self.classes}".encode())
+        for c in self.chunks:
+            h.update(c.sha256.encode())
+        return h.hexdigest()
+
+
+def chunk_digest(X: sp.csr_matrix, labels) -> str:
+    """SHA-256 of a chunk's canonical bytes: indptr relative to the chunk (int64), indices
+    (int32), values (float32), then the labels (int32 ids, or indptr+ids for multilabel)."""
+    h = hashlib.sha256()
+    indptr = np.asarray(X.indptr, dtype=np.int64)
+    h.update((indptr - indptr[0]).tobytes())
+    h.update(np.ascontiguousarray(X.indices, dtype=np.int32).tobytes())
+    h.update(np.ascontiguousarray(X.data, dtype=np.float32).tobytes())
+    if sp.issparse(labels):
+        lp = np.asarray(labels.indptr, dtype=np.int64)
+        h.update((lp - lp[0]).tobytes())
+        h.update(np.ascontiguousarray(labels.indices, dtype=np.int32).tobytes())
+    else:
+        h.update(np.ascontiguousarray(labels, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+def write_json_atomic(path: str, text: str) -> None:
+    """Write a small file atomically: temporary name, fsync, rename, fsync the directory."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,71 @@
+"""Parquet backend: one row group per row chunk, list columns for the sparse rows (see format.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import scipy.sparse as sp
+
+DATA_FILE = "X.parquet"
+
+
+def _list_array(indptr: np.ndarray, values: np.ndarray) -> pa.ListArray:
+    offsets = pa.array(np.asarray(indptr - indptr[0], dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values))
+
+
+def _csr_from_list(column: pa.ChunkedArray | pa.ListArray):
+    """(offsets, flat values) of a list column, honouring slice offsets."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    offsets = np.asarray(arr.offsets, dtype=np.int64)
+    flat = np.asarray(arr.flatten())
+    return offsets - offsets[0], flat
+
+
+class ParquetWriter:
+    def __init__(self, root: str, multilabel: bool, chunk_rows: int):
+        self.multilabel = multilabel
+        label_field = pa.field("labels", pa.list_(pa.int32())) if multilabel else pa.field("label", pa.int32())
+        self.schema = pa.schema(
+            [pa.field("indices", pa.list_(pa.int32())), pa.field("values", pa.list_(pa.float32())), label_field]
+        )
+        self.path = f"{root}/{DATA_FILE}"
+        self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd", write_statistics=False)
+
+    def append(self, X: sp.csr_matrix, labels) -> None:
+        indptr = np.asarray(X.indptr, dtype=np.int64)
+        columns = [
+            _list_array(indptr, np.asarray(X.indices, dtype=np.int32)),
+            _list_array(indptr, np.asarray(X.data, dtype=np.float32)),
+        ]
+        if self.multilabel:
+            columns.append(_list_array(np.asarray(labels.indptr, dtype=np.int64), np.asarray(labels.indices, dtype=np.int32)))
+        else:
+            columns.append(pa.array(np.asarray(labels, dtype=np.int32)))
+        table = pa.Table.from_arrays(columns, schema=self.schema)
+        self.writer.write_table(table, row_group_size=max(X.shape[0], 1))
+
+    def close(self, n_features: int, manifest_json: str | None = None) -> None:
+        if manifest_json is not None:
+            self.writer.add_key_value_metadata({"streamfit.manifest": manifest_json})
+        self.writer.close()
+
+
+class ParquetReader:
+    def __init__(self, root: str, multilabel: bool, n_classes: int):
+        self.file = pq.ParquetFile(f"{root}/{DATA_FILE}")
+        self.multilabel = multilabel
+        self.n_classes = n_classes
+
+    def read_group(self, group: int, n_rows: int, n_features: int):
+        table = self.file.read_row_group(group)
+        indptr, indices = _csr_from_list(table.column("indices"))
+        _, values = _csr_from_list(table.column("values"))
+        X = sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_features))
+        if self.multilabel:
+            lp, ids = _csr_from_list(table.column("labels"))
+            labels = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, lp), shape=(n_rows, self.n_classes))
+        else:
+            labels = np.asarray(table.column("label"), dtype=np.int32)
+        return X, labels

@@ -1,0 +1,309 @@
+"""Reading and writing stores: `open_store`, `Store`, `InMemoryStore`, `StoreWriter`."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import shutil
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.errors import StoreError
+from streamfit.store.format import (
+    DEFAULT_CHUNK_ROWS,
+    MANIFEST,
+    ChunkInfo,
+    Manifest,
+    chunk_digest,
+    fsync_dir,
+    write_json_atomic,
+)
+from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
+from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
+
+BACKENDS = ("zarr", "parquet")
+IDF_FILE = "idf.npy"
+
+
+@dataclass
+class Chunk:
+    """One row chunk: X (CSR, float32), labels (int32 class ids, or a CSR 0/1 indicator
+    n_rows × n_classes for multilabel), and where it sits in the store."""
+
+    id: int
+    row_start: int
+    X: sp.csr_matrix
+    labels: np.ndarray | sp.csr_matrix
+
+    @property
+    def n_rows(self) -> int:
+        return self.X.shape[0]
+
+    def targets(self, n_classes: int) -> np.ndarray:
+        """Dense 0/1 target matrix T (n_rows × n_classes), float64: one-hot or label indicator."""
+        if sp.issparse(self.labels):
+            return self.labels.toarray().astype(np.float64)
+        T = np.zeros((self.n_rows, n_classes))
+        T[np.arange(self.n_rows), self.labels] = 1.0
+        return T
+
+
+class ChunkSource:
+    """What solvers read: a sequence of row chunks with a shape and a class vocabulary."""
+
+    n_rows: int
+    n_features: int
+    classes: list[str]
+    multilabel: bool
+    chunk_rows: int
+    n_chunks: int
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    def read_chunk(self, i: int) -> Chunk:
+        raise NotImplementedError
+
+    def chunk_bounds(self, i: int) -> tuple[int, int]:
+        return i * self.chunk_rows, min((i + 1) * self.chunk_rows, self.n_rows)
+
+    def iter_chunks(self):
+        for i in range(self.n_chunks):
+            yield self.read_chunk(i)
+
+    def to_scipy(self):
+        """(X, labels) of the whole source in memory: only for data that fits."""
+        chunks = list(self.iter_chunks())
+        if not chunks:
+            return sp.csr_matrix((0, self.n_features), dtype=np.float32), np.zeros(0, dtype=np.int32)
+        X = sp.vstack([c.X for c in chunks], format="csr")
+        if self.multilabel:
+            return X, sp.vstack([c.labels for c in chunks], format="csr")
+        return X, np.concatenate([c.labels for c in chunks])
+
+
+class Store(ChunkSource):
+    """A store on disk, opened read-only. Pickles as its path (workers reopen it)."""
+
+    def __init__(self, path: str, *, allow_partial: bool = False):
+        self.path = os.path.abspath(path)
+        manifest_path = os.path.join(self.path, MANIFEST)
+        if self.path.endswith(".partial") and not allow_partial:
+            raise StoreError(f"{path}: an incomplete store left by an interrupted ingest; re-run 'streamfit ingest'")
+        if not os.path.isdir(self.path):
+            raise StoreError(f"{path}: no such store directory (create one with 'streamfit ingest')")
+        if not os.path.exists(manifest_path):
+            raise StoreError(
+                f"{path}: has no {MANIFEST}; it is not a complete store (an interrupted ingest?). "
+                "Re-run 'streamfit ingest'"
+            )
+        try:
+            with open(manifest_path) as f:
+                raw = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise StoreError(f"{manifest_path}: unreadable manifest ({e})") from e
+        m = Manifest.from_dict(raw, manifest_path)
+        self.manifest = m
+        self.n_rows, self.n_features, self.classes = m.n_rows, m.n_features, list(m.classes)
+        self.multilabel = m.task == "multilabel"
+        self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
+        self._reader = None
+
+    def __reduce__(self):
+        return (open_store, (self.path,))
+
+    @property
+    def idf(self) -> np.ndarray | None:
+        """The IDF weights the rows were scaled with (from the training rows), or None."""
+        if not self.manifest.transform.get("idf"):
+            return None
+        path = os.path.join(self.path, IDF_FILE)
+        with open(path, "rb") as f:
+            data = f.read()
+        if hashlib.sha256(data).hexdigest() != self.manifest.transform.get("idf_sha256"):
+            raise StoreError(f"{path}: fails its checksum; the store is damaged, re-ingest it")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+
+    def featurizer_dict(self) -> dict:
+        """How raw records were turned into these rows (see streamfit.ingest.featurize)."""
+        t = self.manifest.transform
+        return {"hashing": self.manifest.hashing, "n_features": self.n_features,
+                "idf": bool(t.get("idf")), "l2_normalize": bool(t.get("l2_normalize"))}
+
+    @property
+    def reader(self):
+        if self._reader is None:
+            cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
+            try:
+                self._reader = cls(self.path, self.multilabel, self.n_classes)
+            except Exception as e:  # noqa: BLE001 - any backend failure is a damaged store
+                raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
+        return self._reader
+
+    @property
+    def hashing(self) -> dict | None:
+        return self.manifest.hashing
+
+    def read_chunk(self, i: int, verify: bool = True) -> Chunk:
+        info: ChunkInfo = self.manifest.chunks[i]
+        try:
+            if self.manifest.backend == "zarr":
+                X, labels = self.reader.read(info.row_start, info.row_stop, self.n_features)
+            else:
+                X, labels = self.reader.read_group(i, info.row_stop - info.row_start, self.n_features)
+        except StoreError:
+            raise
+        except Exception as e:  # noqa: BLE001 - decompression, CRC or shape errors all mean damage
+            raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e
+        if verify and chunk_digest(X, labels) != info.sha256:
+            raise StoreError(
+                f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) fails its checksum; "
+                "the store is damaged, re-ingest it"
+            )
+        return Chunk(i, info.row_start, X, labels)
+
+    def verify(self) -> list[str]:
+        """Re-read every chunk and check its checksum; returns the problems found."""
+        problems = []
+        for i in range(self.n_chunks):
+            try:
+                self.read_chunk(i)
+            except StoreError as e:
+                problems.append(str(e))
+        return problems
+
+
+@functools.lru_cache(maxsize=16)
+def _open_cached(path: str, mtime: float) -> Store:
+    return Store(path)
+
+
+def open_store(path: str) -> Store:
+    """Open a store; within one process the same store is opened once (workers reuse it)."""
+    manifest = os.path.join(os.path.abspath(path), MANIFEST)
+    mtime = os.path.getmtime(manifest) if os.path.exists(manifest) else -1.0
+    if mtime < 0:
+        return Store(path)  # raises the explanatory error
+    return _open_cached(os.path.abspath(path), mtime)
+
+
+class InMemoryStore(ChunkSource):
+    """In-memory arrays seen as row chunks: the estimators' path into the same solvers."""
+
+    def __init__(self, X, labels, classes, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        self.X = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr()
+        self.labels = labels
+        self.classes = [str(c) for c in classes]
+        self.multilabel = sp.issparse(labels)
+        self.n_rows, self.n_features = self.X.shape
+        self.chunk_rows = max(1, int(chunk_rows))
+        self.n_chunks = max(1, -(-self.n_rows // self.chunk_rows))
+
+    def read_chunk(self, i: int) -> Chunk:
+        lo, hi = self.chunk_bounds(i)
+        return Chunk(i, lo, self.X[lo:hi], self.labels[lo:hi])
+
+
+class StoreWriter:
+    """Writes a new store atomically: everything goes under `PATH.partial`, and the directory
+    is renamed to PATH only after the manifest is written and synced. Rows may come in
+    batches of any size; they are cut into chunks of exactly `chunk_rows` rows."""
+
+    def __init__(self, path: str, *, backend: str = "zarr", multilabel: bool = False,
+                 chunk_rows: int = DEFAULT_CHUNK_ROWS, overwrite: bool = False):
+        if backend not in BACKENDS:
+            raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        if chunk_rows < 1:
+            raise StoreError(f"chunk_rows must be >= 1, got {chunk_rows}")
+        self.path = os.path.abspath(path)
+        if os.path.exists(self.path) and not overwrite:
+            raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
+        self.tmp = self.path + ".partial"
+        if os.path.exists(self.tmp):
+            shutil.rmtree(self.tmp)  # left by an interrupted ingest; never a valid store
+        os.makedirs(self.tmp)
+        self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
+        cls = ZarrWriter if backend == "zarr" else ParquetWriter
+        self._backend = cls(self.tmp, multilabel, chunk_rows)
+        self._pending: list[tuple[sp.csr_matrix, object]] = []
+        self._pending_rows = 0
+        self.chunks: list[ChunkInfo] = []
+        self.n_rows = 0
+        self.nnz = 0
+        self.max_index = -1
+
+    def write_rows(self, X: sp.csr_matrix, labels) -> None:
+        """Queue rows (CSR with sorted, unique indices) and their labels; flush full chunks."""
+        if X.shape[0] == 0:
+            return
+        self._pending.append((X, labels))
+        self._pending_rows += X.shape[0]
+        while self._pending_rows >= self.chunk_rows:
+            self._flush(self.chunk_rows)
+
+    def _flush(self, n: int) -> None:
+        X = sp.vstack([p[0] for p in self._pending], format="csr")
+        if self.multilabel:
+            labels = sp.vstack([p[1] for p in self._pending], format="csr")
+        else:
+            labels = np.concatenate([np.asarray(p[1], dtype=np.int32) for p in self._pending])
+        head_X, head_labels = X[:n], labels[:n]
+        rest = X.shape[0] - n
+        self._pending = [(X[n:], labels[n:])] if rest else []
+        self._pending_rows = rest
+        head_X = sp.csr_matrix(
+            (head_X.data.astype(np.float32), head_X.indices.astype(np.int32), head_X.indptr.astype(np.int64)),
+            shape=head_X.shape,
+        )
+        if self.multilabel:
+            head_labels = sp.csr_matrix(head_labels, dtype=np.float32)
+        self._backend.append(head_X, head_labels)
+        cid = len(self.chunks)
+        self.chunks.append(
+            ChunkInfo(cid, self.n_rows, self.n_rows + n, int(head_X.nnz), chunk_digest(head_X, head_labels))
+        )
+        if head_X.nnz:
+            self.max_index = max(self.max_index, int(head_X.indices.max()))
+        self.n_rows += n
+        self.nnz += head_X.nnz
+
+    def close(self, *, n_features: int | None, classes: list[str], hashing: dict | None = None,
+              transform: dict | None = None, source: dict | None = None, counts: dict | None = None) -> Manifest:
+        """Flush, write the manifest, and rename into place. n_features=None: largest index + 1."""
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        if n_features is None:
+            n_features = self.max_index + 1
+        if self.max_index >= n_features:
+            self.abort()
+            raise StoreError(f"feature index {self.max_index} is out of range for n_features={n_features}")
+        from streamfit import __version__
+
+        manifest = Manifest(
+            backend=self.backend, n_rows=self.n_rows, n_features=int(n_features), nnz=int(self.nnz),
+            task="multilabel" if self.multilabel else "multiclass", classes=[str(c) for c in classes],
+            chunk_rows=self.chunk_rows, chunks=self.chunks, hashing=hashing, transform=transform or {},
+            source=source or {}, counts={**(counts or {}), "written": self.n_rows}, streamfit_version=__version__,
+        )
+        if self.backend == "zarr":
+            self._backend.close(n_features)
+        else:
+            self._backend.close(n_features, manifest.to_json())
+        write_json_atomic(os.path.join(self.tmp, MANIFEST), manifest.to_json())
+        old = self.path + ".old"
+        if os.path.exists(self.path):  # --overwrite: move the old store aside, then swap in
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.path, old)
+        os.replace(self.tmp, self.path)
+        shutil.rmtree(old, ignore_errors=True)
+        fsync_dir(os.path.dirname(self.path))
+        return manifest
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)

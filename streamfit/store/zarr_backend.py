@@ -1,0 +1,91 @@
+"""Zarr v3 backend: X in the anndata `csr_matrix` encoding, labels beside it (see format.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
+
+NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
+COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
+
+
+def _array(group, name, dtype, chunk):
+    return group.create_array(name, shape=(0,), chunks=(chunk,), dtype=dtype, compressors=COMPRESSORS)
+
+
+class ZarrWriter:
+    """Appends row chunks to a new Zarr v3 group at `root`."""
+
+    def __init__(self, root: str, multilabel: bool, chunk_rows: int):
+        self.group = zarr.open_group(root, mode="w", zarr_format=3)
+        X = self.group.create_group("X")
+        self.indptr = _array(X, "indptr", "int64", max(chunk_rows, 1 << 16))
+        self.indices = _array(X, "indices", "int32", NNZ_CHUNK)
+        self.data = _array(X, "data", "float32", NNZ_CHUNK)
+        self.indptr.append(np.zeros(1, dtype=np.int64))
+        self.multilabel = multilabel
+        if multilabel:
+            Y = self.group.create_group("Y")
+            self.y_indptr = _array(Y, "indptr", "int64", max(chunk_rows, 1 << 16))
+            self.y_indices = _array(Y, "indices", "int32", NNZ_CHUNK)
+            self.y_indptr.append(np.zeros(1, dtype=np.int64))
+        else:
+            self.y = _array(self.group, "y", "int32", chunk_rows)
+        self.nnz = 0
+        self.n_labels = 0
+        self.n_rows = 0
+
+    def append(self, X: sp.csr_matrix, labels) -> None:
+        self.indptr.append(np.asarray(X.indptr[1:], dtype=np.int64) - X.indptr[0] + self.nnz)
+        if X.nnz:
+            self.indices.append(np.asarray(X.indices, dtype=np.int32))
+            self.data.append(np.asarray(X.data, dtype=np.float32))
+        self.nnz += X.nnz
+        self.n_rows += X.shape[0]
+        if self.multilabel:
+            self.y_indptr.append(np.asarray(labels.indptr[1:], dtype=np.int64) + self.n_labels)
+            if labels.nnz:
+                self.y_indices.append(np.asarray(labels.indices, dtype=np.int32))
+            self.n_labels += labels.nnz
+        else:
+            self.y.append(np.asarray(labels, dtype=np.int32))
+
+    def close(self, n_features: int) -> None:
+        self.group["X"].attrs.update(
+            {"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": [self.n_rows, n_features]}
+        )
+
+
+class ZarrReader:
+    """Reads row chunks of a Zarr v3 store."""
+
+    def __init__(self, root: str, multilabel: bool, n_classes: int):
+        group = zarr.open_group(root, mode="r", zarr_format=3)
+        self.indptr = group["X/indptr"]
+        self.indices = group["X/indices"]
+        self.data = group["X/data"]
+        self.multilabel = multilabel
+        self.n_classes = n_classes
+        if multilabel:
+            self.y_indptr = group["Y/indptr"]
+            self.y_indices = group["Y/indices"]
+        else:
+            self.y = group["y"]
+
+    def read(self, row_start: int, row_stop: int, n_features: int):
+        indptr = self.indptr[row_start : row_stop + 1]
+        lo, hi = int(indptr[0]), int(indptr[-1])
+        X = sp.csr_matrix(
+            (self.data[lo:hi], self.indices[lo:hi], indptr - lo), shape=(row_stop - row_start, n_features)
+        )
+        if self.multilabel:
+            lp = self.y_indptr[row_start : row_stop + 1]
+            ids = self.y_indices[int(lp[0]) : int(lp[-1])]
+            labels = sp.csr_matrix(
+                (np.ones(len(ids), dtype=np.float32), ids, lp - lp[0]), shape=(row_stop - row_start, self.n_classes)
+            )
+        else:
+            labels = self.y[row_start:row_stop]
+        return X, labels

@@ -1,0 +1,90 @@
+"""`streamfit train`: one solver over one store, on an engine, into a run directory.
+
+RUN_DIR/model/         the trained model (streamfit.load_model)
+RUN_DIR/checkpoints/   resumable solver state (streamfit.checkpoint)
+RUN_DIR/metrics.jsonl  one JSON line per solver step
+RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.errors import ConfigError, StreamfitError
+from streamfit.model import Model
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
+from streamfit.store import open_store
+from streamfit.store.format import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+
+def make_params(solver_name: str, params: dict | None):
+    """Validated solver parameters; a bad key or value raises ConfigError naming it."""
+    from pydantic import ValidationError
+
+    cls = get_solver(solver_name)
+    try:
+        return cls.Params(**(params or {}))
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '(params)'}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"solver {solver_name!r} parameters: {problems}") from None
+
+
+def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
+          n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
+          overwrite: bool = False, progress: bool = True) -> Model:
+    store = open_store(store_path)
+    p = make_params(solver, params)
+    out = os.path.abspath(out)
+    ckpt_dir = os.path.join(out, "checkpoints")
+    if resume and overwrite:
+        raise StreamfitError("--resume and --overwrite contradict each other: choose one")
+    if overwrite:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        for name in ("metrics.jsonl", "run.json"):
+            if os.path.exists(os.path.join(out, name)):
+                os.remove(os.path.join(out, name))
+    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) and not resume:
+        raise StreamfitError(f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
+                             "--overwrite to start over, or choose another --out")
+    if resume and not os.path.isdir(ckpt_dir):
+        log.warning("%s: nothing to resume, starting a new run", out)
+    os.makedirs(out, exist_ok=True)
+    config = {"solver": solver, "params": p.model_dump()}
+    checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint)
+    dense_mb = store.n_features * store.n_classes * 8 / 2**20
+    log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense weights would take %.1f MiB)",
+             solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
+    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"))
+    started = time.time()
+    with Engine(scheduler, n_workers=n_workers, threads_per_worker=threads_per_worker, progress=progress) as engine:
+        model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics, resume=resume)
+    model.featurizer = store.featurizer_dict()
+    model.idf = store.idf
+    model.save(os.path.join(out, "model"))
+    write_json_atomic(os.path.join(out, "run.json"), json.dumps({
+        "solver": solver, "params": p.model_dump(), "store": store.path,
+        "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
+        "threads_per_worker": threads_per_worker, "resumed": resume, "seconds": round(time.time() - started, 3),
+    }, indent=1))
+    return model
+
+
+def solver_params_help(solver: str) -> str:
+    """One line per parameter: name, default, description (for --help and errors)."""
+    cls = get_solver(solver).Params
+    lines = []
+    for name, f in cls.model_fields.items():
+        lines.append(f"{name} (default {f.default!r}): {f.description or ''}".rstrip(": "))
+    return "\n".join(lines)
+
+
+__all__ = ["train", "make_params", "solver_params_help", "ConfigError"]

@@ -1,0 +1,156 @@
+"""The ingest pipeline end to end: sources -> featurizer -> stores, checked against scikit-learn."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import dump_svmlight_file, load_digits, load_svmlight_file
+from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
+
+from streamfit.errors import InputError, StoreError
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions, ingest, stratified_test_mask
+from streamfit.store import open_store
+
+DOCS = [
+    ("the quick brown fox jumps over the lazy dog", "animals"),
+    ("stock markets fell sharply as investors sold shares", "finance"),
+    ("the central bank raised interest rates again", "finance"),
+    ("a cat and a dog shared the sunny garden", "animals"),
+    ("bond yields rose after the rate decision", "finance"),
+    ("wolves hunt in packs across the snowy forest", "animals"),
+    ("quarterly earnings beat analyst expectations", "finance"),
+    ("the parrot repeated every word it heard", "animals"),
+] * 5
+
+
+@pytest.fixture(scope="module")
+def digits_svm(tmp_path_factory):
+    X, y = load_digits(return_X_y=True)
+    path = tmp_path_factory.mktemp("svm") / "digits.svm"
+    dump_svmlight_file(X, y, str(path), zero_based=False)
+    return str(path)
+
+
+def _jsonl(tmp_path, docs, name="docs.jsonl"):
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in docs))
+    return str(path)
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_libsvm_no_hash_round_trip_equals_sklearn(tmp_path, digits_svm, backend):
+    report = ingest(IngestOptions([digits_svm], str(tmp_path / "s"), backend=backend, chunk_rows=256,
+                                  batch_size=100, progress=False))
+    assert (report.read, report.written, report.skipped) == (1797, 1797, 0)
+    X_ref, y_ref = load_svmlight_file(digits_svm)
+    store = open_store(str(tmp_path / "s"))
+    X, ids = store.to_scipy()
+    assert X.shape == X_ref.shape and abs(X - X_ref).max() == 0
+    assert np.array_equal(np.asarray(store.classes, dtype=float)[ids], y_ref)
+    assert store.manifest.counts == {"read": 1797, "skipped": 0, "written": 1797}
+
+
+def test_text_hashing_equals_sklearn_hashing_vectorizer(tmp_path):
+    path = _jsonl(tmp_path, DOCS)
+    ingest(IngestOptions([path], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False))
+    X, y = open_store(str(tmp_path / "s")).to_scipy()
+    ref = HashingVectorizer(n_features=2**10, norm=None, alternate_sign=True).transform([t for t, _ in DOCS])
+    ref.eliminate_zeros()
+    assert abs(X - ref).max() == 0
+    assert open_store(str(tmp_path / "s")).classes == ["animals", "finance"]
+
+
+def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
+    path = _jsonl(tmp_path, DOCS)
+    cfg = HashingConfig(n_features=2**12, alternate_sign=False)
+    ingest(IngestOptions([path], str(tmp_path / "tr"), hashing=cfg, idf=True, l2_normalize=True, test_size=0.25,
+                         test_out=str(tmp_path / "te"), progress=False))
+    train, test = open_store(str(tmp_path / "tr")), open_store(str(tmp_path / "te"))
+    counts = HashingVectorizer(n_features=2**12, norm=None, alternate_sign=False).transform([t for t, _ in DOCS])
+    mask = stratified_test_mask(np.array([0 if lab == "animals" else 1 for _, lab in DOCS]), 0.25, 0)
+    tfidf = TfidfTransformer(norm="l2", smooth_idf=True).fit(counts[~mask])
+    Xtr, _ = train.to_scipy()
+    Xte, _ = test.to_scipy()
+    np.testing.assert_allclose(Xtr.toarray(), tfidf.transform(counts[~mask]).toarray(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(Xte.toarray(), tfidf.transform(counts[mask]).toarray(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(train.idf, tfidf.idf_, rtol=1e-12)
+
+
+def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm):
+    opts = dict(test_size=0.2, chunk_rows=300, progress=False)
+    ingest(IngestOptions([digits_svm], str(tmp_path / "a"), test_out=str(tmp_path / "at"), **opts))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "b"), test_out=str(tmp_path / "bt"), **opts))
+    a, at = open_store(str(tmp_path / "a")), open_store(str(tmp_path / "at"))
+    assert a.manifest.fingerprint == open_store(str(tmp_path / "b")).manifest.fingerprint
+    _, y = load_svmlight_file(digits_svm)
+    _, ya = a.to_scipy()
+    _, yt = at.to_scipy()
+    for c in range(10):
+        n_c = int((y == c).sum())
+        assert int((yt == a.classes.index(str(c))).sum()) == round(0.2 * n_c)
+    assert a.n_rows + at.n_rows == 1797 and at.classes == a.classes
+
+
+def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
+    train = _jsonl(tmp_path, DOCS, "train.jsonl")
+    cfg = HashingConfig(n_features=2**10)
+    ingest(IngestOptions([train], str(tmp_path / "tr"), hashing=cfg, idf=True, progress=False))
+    test = _jsonl(tmp_path, [("a dog", "animals"), ("rates fell", "finance"), ("a new topic", "sports")], "t.jsonl")
+    with pytest.raises(InputError, match=r"t.jsonl:3: label 'sports' is not one of the 2 classes"):
+        ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    assert not os.path.exists(tmp_path / "te") and not os.path.exists(tmp_path / "te.partial")
+    report = ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), on_bad_record="skip",
+                                  progress=False))
+    assert (report.read, report.written, report.skipped) == (3, 2, 1)
+    te = open_store(str(tmp_path / "te"))
+    assert te.classes == ["animals", "finance"] and te.featurizer_dict() == open_store(str(tmp_path / "tr")).featurizer_dict()
+    assert np.array_equal(te.idf, open_store(str(tmp_path / "tr")).idf)
+
+
+def test_bad_line_names_file_and_line_and_loses_nothing(tmp_path):
+    path = tmp_path / "bad.svm"
+    path.write_text("1 1:0.5 3:1\n2 2:1\n1 4:nan\n2 1:2\n")
+    with pytest.raises(InputError, match=r"bad.svm:3"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), progress=False))
+    assert not os.path.exists(tmp_path / "s")
+    with pytest.raises(StoreError):
+        open_store(str(tmp_path / "s"))
+    report = ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record="quarantine", progress=False))
+    assert (report.read, report.written, report.skipped) == (4, 3, 1)
+    quarantined = [json.loads(line) for line in open(str(tmp_path / "s") + ".quarantine.jsonl")]
+    assert len(quarantined) == 1 and "bad.svm:3" in quarantined[0]["location"]
+
+
+def test_out_of_range_index_with_fixed_width(tmp_path):
+    path = tmp_path / "wide.svm"
+    path.write_text("1 1:1\n2 9:1\n")
+    with pytest.raises(InputError, match=r"wide.svm:2: feature index 8 is out of range"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), n_features=4, progress=False))
+
+
+def test_empty_input_is_an_error(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("")
+    with pytest.raises(InputError, match="no records found"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), hashing=HashingConfig(), progress=False))
+
+
+def test_multilabel_libsvm(tmp_path):
+    path = tmp_path / "ml.svm"
+    path.write_text("0,2 1:1 2:0.5\n1 3:1\n 2:2\n2,1 1:0.25\n")
+    ingest(IngestOptions([str(path)], str(tmp_path / "s"), progress=False))
+    s = open_store(str(tmp_path / "s"))
+    _, Y = s.to_scipy()
+    assert s.multilabel and s.classes == ["0", "2", "1"]
+    assert [sorted(s.classes[j] for j in Y[i].indices) for i in range(4)] == [["0", "2"], ["1"], [], ["1", "2"]]
+
+
+def test_existing_output_needs_overwrite(tmp_path, digits_svm):
+    ingest(IngestOptions([digits_svm], str(tmp_path / "s"), progress=False))
+    with pytest.raises(Exception, match="--overwrite"):
+        ingest(IngestOptions([digits_svm], str(tmp_path / "s"), progress=False))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "s"), overwrite=True, progress=False))
+    assert open_store(str(tmp_path / "s")).n_rows == 1797

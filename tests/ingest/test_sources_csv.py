@@ -1,0 +1,127 @@
+"""CSV and TSV readers."""
+
+import bz2
+
+import pytest
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources import BadRecordPolicy, open_source
+
+CSV = (
+    "id,text,label\r\n"
+    "1,the rocket launched,sci.space\r\n"
+    '2,"a fine goal, said he",rec.sport\r\n'
+    "\r\n"
+    '3,"two\nlines ""quoted""",sci.space\r\n'
+    "4,,empty\r\n"
+)
+TEXTS = ["the rocket launched", "a fine goal, said he", 'two\nlines "quoted"', ""]
+LABELS = ["sci.space", "rec.sport", "sci.space", "empty"]
+
+
+def write(tmp_path, text, name="data.csv", encoding="utf-8"):
+    path = tmp_path / name
+    path.write_bytes(text.encode(encoding))
+    return str(path)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8192])
+def test_good_csv(read, tmp_path, batch_size):
+    path = write(tmp_path, CSV)
+    source = open_source(path, policy=BadRecordPolicy(), batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    assert read.texts(batches) == TEXTS and read.labels(batches) == LABELS
+    assert read.locations(batches) == [f"{path}:{n}" for n in (2, 3, 5, 7)]
+    assert source.n_read == 4 and source.multilabel is False
+
+
+@pytest.mark.parametrize("batch_size", [1, 8192])
+def test_good_tsv(read, tmp_path, batch_size):
+    text = "label\ttitle\ttext\nspace\tRockets\tthe rocket launched\nsport\tGoal\ta fine goal, said he\n"
+    path = write(tmp_path, text, "data.tsv")
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), batch_size=batch_size, text_field="title,text"))
+    assert read.texts(batches, "title") == ["Rockets", "Goal"]
+    assert read.texts(batches, "text") == ["the rocket launched", "a fine goal, said he"]
+    assert read.labels(batches) == ["space", "sport"]
+
+
+def test_compressed_csv(read, tmp_path):
+    path = tmp_path / "data.csv.bz2"
+    path.write_bytes(bz2.compress(CSV.encode()))
+    batches = read.batches(open_source(str(path), policy=BadRecordPolicy()))
+    assert read.texts(batches) == TEXTS
+
+
+def test_multilabel(read, tmp_path):
+    path = write(tmp_path, "text,tags\na,x|y\nb,\nc, z | | w \n")
+    source = open_source(path, policy=BadRecordPolicy(), label_field="tags", label_separator="|")
+    assert source.multilabel is True
+    assert read.labels(read.batches(source)) == [["x", "y"], [], ["z", "w"]]
+
+
+def test_byte_order_mark_and_other_encoding(read, tmp_path):
+    path = write(tmp_path, "\ufefftext,label\nhi,a\n")
+    assert read.labels(read.batches(open_source(path, policy=BadRecordPolicy()))) == ["a"]
+    path = write(tmp_path, "text,label\nété,a\n", "latin.csv", "latin-1")
+    assert read.texts(read.batches(open_source(path, policy=BadRecordPolicy(), encoding="latin-1"))) == ["été"]
+
+
+def test_wrong_encoding_stops_the_read(tmp_path):
+    path = write(tmp_path, "text,label\nété,a\n", "latin.csv", "latin-1")
+    with pytest.raises(InputError, match="latin.csv: the text after line 0 is not valid utf-8.*--encoding"):
+        list(open_source(path, policy=BadRecordPolicy("skip")))
+
+
+def test_unknown_encoding():
+    with pytest.raises(ValueError, match="unknown encoding"):
+        open_source(__file__, "csv", policy=BadRecordPolicy(), encoding="no-such-codec")
+
+
+@pytest.mark.parametrize(
+    "header, option", [("id,body,label", "--text-field"), ("id,text,class", "--label-field")]
+)
+def test_missing_column_is_an_error_at_the_header(tmp_path, header, option):
+    path = write(tmp_path, header + "\n1,x,y\n")
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy("skip")))
+    assert e.value.location == f"{path}:1"
+    assert option in e.value.hint and "'id'" in e.value.hint
+
+
+def test_empty_file_has_no_records(read, tmp_path):
+    source = open_source(write(tmp_path, ""), policy=BadRecordPolicy())
+    assert read.batches(source) == [] and source.n_read == 0
+
+
+BAD = [
+    ("5,too,many,cells", "expected 3 cells, found 4"),
+    ("5,too few", "expected 3 cells, found 2"),
+    ("5,no label,", "the label is empty"),
+]
+
+
+@pytest.mark.parametrize("line, problem", BAD)
+def test_bad_record_error_mode(tmp_path, line, problem):
+    path = write(tmp_path, f"id,text,label\n1,a,x\n{line}\n2,b,y\n")
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:3" and problem in e.value.problem
+
+
+@pytest.mark.parametrize("line, problem", BAD)
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_bad_record_skip_and_quarantine(read, tmp_path, quarantine, line, problem, batch_size):
+    path = write(tmp_path, f"id,text,label\n1,a,x\n\n{line}\n2,b,y\n3,c,z\n")
+    source = open_source(path, policy=quarantine, batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    assert read.labels(batches) == ["x", "y", "z"] and read.texts(batches) == ["a", "b", "c"]
+    assert source.n_read == 4 and quarantine.n_skipped == 1
+    [entry] = quarantine.entries()
+    assert entry["location"] == f"{path}:4" and problem in entry["problem"]
+    assert entry["raw"] == line
+
+
+def test_runaway_cell_stops_the_read(tmp_path):
+    path = write(tmp_path, 'text,label\na,x\n"unterminated quote,x\n' + "more text\n" * 20000)
+    with pytest.raises(InputError, match=r"data.csv:\d+: malformed CSV \(field larger than field limit"):
+        list(open_source(path, "csv", policy=BadRecordPolicy("skip")))

@@ -1,0 +1,124 @@
+"""JSON Lines reader."""
+
+import gzip
+import json
+
+import pytest
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources import BadRecordPolicy, TextBatch, open_source
+
+RECORDS = [
+    {"text": "the rocket launched", "title": "Space", "label": "sci.space"},
+    {"text": "a fine goal", "title": "Match", "label": "rec.sport"},
+    {"text": "new GPU", "title": "Tech", "label": 3},
+    {"text": "", "title": "", "label": "empty"},
+    {"text": "unicode: é ü 漢字", "title": "U", "label": "sci.space"},
+]
+
+
+def write_jsonl(tmp_path, lines, name="data.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(b"".join((json.dumps(x).encode() if not isinstance(x, bytes) else x) + b"\n" for x in lines))
+    return str(path)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 8192])
+def test_good_file(read, tmp_path, batch_size):
+    path = write_jsonl(tmp_path, RECORDS[:2] + [b"", b"  "] + RECORDS[2:])
+    source = open_source(path, policy=BadRecordPolicy(), batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    assert all(isinstance(b, TextBatch) for b in batches)
+    assert read.texts(batches) == [r["text"] for r in RECORDS]
+    assert read.labels(batches) == ["sci.space", "rec.sport", "3", "empty", "sci.space"]
+    assert read.locations(batches) == [f"{path}:{n}" for n in (1, 2, 5, 6, 7)]
+    assert source.n_read == 5 and source.multilabel is False
+
+
+def test_several_text_fields(read, tmp_path):
+    path = write_jsonl(tmp_path, RECORDS)
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), text_field="title, text"))
+    assert read.texts(batches, "title") == [r["title"] for r in RECORDS]
+    assert read.texts(batches, "text") == [r["text"] for r in RECORDS]
+
+
+def test_other_label_field_and_gzip(read, tmp_path):
+    path = str(tmp_path / "data.jsonl.gz")
+    with gzip.open(path, "wt") as f:
+        for r in RECORDS:
+            f.write(json.dumps({"body": r["text"], "y": r["label"]}) + "\n")
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), text_field="body", label_field="y"))
+    assert read.texts(batches, "body") == [r["text"] for r in RECORDS]
+    assert read.labels(batches) == ["sci.space", "rec.sport", "3", "empty", "sci.space"]
+
+
+def test_multilabel_from_the_first_record(read, tmp_path):
+    lines = [{"text": "a", "label": ["x", 2]}, {"text": "b", "label": "y"}, {"text": "c", "label": []}]
+    path = write_jsonl(tmp_path, lines)
+    source = open_source(path, policy=BadRecordPolicy(), batch_size=1)
+    batches = read.batches(source, 1)
+    assert source.multilabel is True
+    assert read.labels(batches) == [["x", "2"], ["y"], []]
+
+
+def test_multilabel_forced(read, tmp_path):
+    path = write_jsonl(tmp_path, [{"text": "a", "label": "x"}])
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), multilabel=True))
+    assert read.labels(batches) == [["x"]]
+
+
+BAD = [
+    (b"{not json", "invalid JSON", ""),
+    (b"\xff\xfe{}", "not valid UTF-8", ""),
+    (b"[1, 2]", "JSON list, not an object", ""),
+    (json.dumps({"body": "x", "label": "a"}).encode(), "no field 'text'", "--text-field; this line has the fields: body"),
+    (json.dumps({"text": "x", "cls": "a"}).encode(), "no field 'label'", "--label-field; this line has the fields: text"),
+    (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON int, not a string", ""),
+    (json.dumps({"text": "x", "label": 1.5}).encode(), "label 1.5 is not a string or an integer", ""),
+    (json.dumps({"text": "x", "label": None}).encode(), "label null is not", ""),
+    (json.dumps({"text": "x", "label": ["a", None]}).encode(), "label null is not", ""),
+    (json.dumps({"text": "x", "label": ""}).encode(), "the label is empty", ""),
+    (json.dumps({"text": "x", "label": ["a", "b"]}).encode(), "label list in a single-label file", "multilabel=true"),
+]
+
+
+@pytest.mark.parametrize("line, problem, hint", BAD)
+def test_bad_record_error_mode(tmp_path, line, problem, hint):
+    path = write_jsonl(tmp_path, [RECORDS[0], b"", line, RECORDS[1]])
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:3"
+    assert problem in e.value.problem and hint in e.value.hint
+
+
+@pytest.mark.parametrize("line, problem, hint", BAD)
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_bad_record_skip_and_quarantine(read, tmp_path, quarantine, line, problem, hint, batch_size):
+    path = write_jsonl(tmp_path, [RECORDS[0], b"", line, RECORDS[1], RECORDS[2]])
+    source = open_source(path, policy=quarantine, batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    assert source.n_read == 4 and quarantine.n_skipped == 1
+    assert read.labels(batches) == ["sci.space", "rec.sport", "3"]
+    [entry] = quarantine.entries()
+    assert entry["location"] == f"{path}:3" and problem in entry["problem"]
+    assert entry["raw"] == line.decode("utf-8", "backslashreplace")
+
+
+def test_skip_mode_counts(read, tmp_path):
+    policy = BadRecordPolicy("skip")
+    path = write_jsonl(tmp_path, [b"{", RECORDS[0], b"[]", b"{"])
+    source = open_source(path, policy=policy)
+    assert read.labels(read.batches(source)) == ["sci.space"]
+    assert policy.n_skipped == 3 and source.n_read == 4
+
+
+def test_truncated_gzip(tmp_path):
+    path = tmp_path / "data.jsonl.gz"
+    path.write_bytes(gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in RECORDS * 50))[:-30])
+    with pytest.raises(InputError, match="data.jsonl.gz: truncated or corrupt gzip stream"):
+        list(open_source(str(path), policy=BadRecordPolicy("skip")))
+
+
+def test_bad_text_field_option():
+    with pytest.raises(ValueError, match="text_field"):
+        open_source(__file__, "jsonl", policy=BadRecordPolicy(), text_field="a,,b")

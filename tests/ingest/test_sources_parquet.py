@@ -1,0 +1,208 @@
+"""Parquet reader: text mode and indexed (sparse) mode."""
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import scipy.sparse as sp
+
+from streamfit.errors import InputError
+from streamfit.ingest.sources import BadRecordPolicy, SparseBatch, TextBatch, open_source
+
+TEXTS = ["the rocket launched", "a fine goal", "new GPU", "", "unicode é 漢字", "last one", "more", "and more"]
+LABELS = ["space", "sport", "tech", "empty", "space", "sport", "tech", "space"]
+
+
+def write(tmp_path, columns, name="data.parquet", row_group_size=3, schema=None):
+    path = str(tmp_path / name)
+    pq.write_table(pa.table(columns, schema=schema), path, row_group_size=row_group_size)
+    return path
+
+
+def location(path, row):
+    return f"{path}:row group {row // 3}, row {row % 3}"
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_text_mode(read, tmp_path, batch_size):
+    path = write(tmp_path, {"text": TEXTS, "label": LABELS, "other": list(range(8))})
+    source = open_source(path, policy=BadRecordPolicy(), batch_size=batch_size)
+    assert source.kind == "text" and source.multilabel is False
+    batches = read.batches(source, batch_size)
+    assert all(isinstance(b, TextBatch) for b in batches)
+    assert read.texts(batches) == TEXTS and read.labels(batches) == LABELS
+    assert read.locations(batches) == [location(path, r) for r in range(8)]
+    assert source.n_read == 8
+
+
+def test_text_fields_integer_labels_and_lists(read, tmp_path):
+    path = write(tmp_path, {"title": ["a", "b"], "body": ["x", "y"], "tags": [[1, 2], []]})
+    source = open_source(path, policy=BadRecordPolicy(), text_field="title,body", label_field="tags")
+    assert source.multilabel is True
+    batches = read.batches(source)
+    assert read.texts(batches, "title") == ["a", "b"] and read.texts(batches, "body") == ["x", "y"]
+    assert read.labels(batches) == [["1", "2"], []]
+
+
+def indexed_columns():
+    rng = np.random.default_rng(0)
+    X = sp.random(8, 30, density=0.2, format="lil", random_state=rng)
+    X[0, 29] = 0.5  # the widest column in the first row group
+    X = X.tocsr()
+    indices = [X.indices[X.indptr[i] : X.indptr[i + 1]].tolist() for i in range(8)]
+    values = [X.data[X.indptr[i] : X.indptr[i + 1]].tolist() for i in range(8)]
+    return X, {"indices": indices, "values": values, "label": list(LABELS)}
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_indexed_mode(read, tmp_path, batch_size):
+    X, columns = indexed_columns()
+    # reverse each row: the reader sorts indices
+    columns["indices"] = [row[::-1] for row in columns["indices"]]
+    columns["values"] = [row[::-1] for row in columns["values"]]
+    path = write(tmp_path, columns)
+    source = open_source(path, policy=BadRecordPolicy(), batch_size=batch_size)
+    assert source.kind == "sparse"
+    batches = read.batches(source, batch_size)
+    assert all(isinstance(b, SparseBatch) for b in batches)
+    assert (read.sparse(batches, 30) != X).nnz == 0
+    assert read.labels(batches) == LABELS and source.n_read == 8
+
+
+def test_indexed_mode_other_columns_and_types(read, tmp_path):
+    schema = pa.schema(
+        [("idx", pa.large_list(pa.int32())), ("val", pa.list_(pa.float32())), ("ys", pa.list_(pa.string()))]
+    )
+    path = write(tmp_path, {"idx": [[0, 4], [2]], "val": [[1.5, 2.0], [3.0]], "ys": [["a", "b"], ["c"]]}, schema=schema)
+    source = open_source(path, policy=BadRecordPolicy(), indices_field="idx", values_field="val", labels_field="ys")
+    assert source.multilabel is True
+    batches = read.batches(source)
+    assert read.sparse(batches).toarray().tolist() == [[1.5, 0, 0, 0, 2.0], [0, 0, 3.0, 0, 0]]
+    assert read.labels(batches) == [["a", "b"], ["c"]]
+
+
+def test_sliced_row_groups_keep_offsets_right(read, tmp_path):
+    # many small batches inside row groups exercise list-array offsets that do not start at 0
+    n = 50
+    columns = {
+        "indices": [[i, i + 1] for i in range(n)],
+        "values": [[float(i), -1.0] for i in range(n)],
+        "label": ["a"] * n,
+    }
+    path = write(tmp_path, columns, row_group_size=7)
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), batch_size=3), 3)
+    X = read.sparse(batches)
+    assert X.indices.tolist() == [j for i in range(n) for j in (i, i + 1)]
+    assert X.data.tolist() == [v for i in range(n) for v in (float(i), -1.0)]
+
+
+@pytest.mark.parametrize(
+    "columns, option",
+    [
+        ({"body": ["x"], "label": ["a"]}, "--text-field"),
+        ({"text": ["x"], "y": ["a"]}, "--label-field"),
+        ({"indices": [[1]], "label": ["a"]}, "values_field"),
+    ],
+)
+def test_missing_column(tmp_path, columns, option):
+    path = write(tmp_path, columns)
+    with pytest.raises(InputError) as e:
+        open_source(path, policy=BadRecordPolicy())
+    assert e.value.location == path and option in e.value.hint
+    assert all(repr(name) in e.value.hint for name in columns)
+
+
+def test_missing_labels_field(tmp_path):
+    path = write(tmp_path, {"text": ["x"], "label": ["a"]})
+    with pytest.raises(InputError, match="no column 'tags'.*--option labels_field"):
+        open_source(path, policy=BadRecordPolicy(), labels_field="tags")
+
+
+def test_wrong_column_type(tmp_path):
+    path = write(tmp_path, {"text": [1, 2], "label": ["a", "b"]})
+    with pytest.raises(InputError, match="column 'text' holds int64, not a string column"):
+        open_source(path, policy=BadRecordPolicy())
+
+
+def test_not_parquet(tmp_path):
+    path = tmp_path / "x.parquet"
+    path.write_text("hello")
+    with pytest.raises(InputError, match="x.parquet: not a readable Parquet file"):
+        open_source(str(path), policy=BadRecordPolicy())
+
+
+TEXT_BAD = [
+    ("text", None, "null text in 'text'"),
+    ("label", None, "null label in 'label'"),
+    ("label", "", "empty label"),
+]
+SPARSE_BAD = [
+    ({"indices": None}, "null 'indices'"),
+    ({"values": None}, "null 'values'"),
+    ({"indices": [1, 2], "values": [1.0]}, "differ in length"),
+    ({"indices": [1, -2], "values": [1.0, 1.0]}, "out-of-range index"),
+    ({"indices": [1, None], "values": [1.0, 1.0]}, "out-of-range index"),
+    ({"indices": [1, 2], "values": [1.0, float("nan")]}, "NaN or infinite value"),
+    ({"indices": [1, 2], "values": [1.0, float("inf")]}, "NaN or infinite value"),
+    ({"indices": [1, 2], "values": [None, 1.0]}, "null, NaN or infinite value"),
+    ({"indices": [3, 1, 3], "values": [1.0, 1.0, 2.0]}, "index repeats"),
+    ({"label": None}, "null label"),
+]
+
+
+def text_file_with_bad_row(tmp_path, column, value):
+    columns = {"text": list(TEXTS), "label": list(LABELS)}
+    columns[column][4] = value
+    return write(tmp_path, columns)
+
+
+def sparse_file_with_bad_row(tmp_path, change):
+    _, columns = indexed_columns()
+    for key, value in change.items():
+        columns[key][4] = value
+    return write(tmp_path, columns)
+
+
+@pytest.mark.parametrize("column, value, problem", TEXT_BAD)
+def test_text_bad_record_error_mode(tmp_path, column, value, problem):
+    path = text_file_with_bad_row(tmp_path, column, value)
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:row group 1, row 1" and problem in e.value.problem
+
+
+@pytest.mark.parametrize("change, problem", SPARSE_BAD)
+def test_sparse_bad_record_error_mode(tmp_path, change, problem):
+    path = sparse_file_with_bad_row(tmp_path, change)
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:row group 1, row 1" and problem in e.value.problem
+
+
+@pytest.mark.parametrize("column, value, problem", TEXT_BAD)
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_text_bad_record_skip_and_quarantine(read, tmp_path, quarantine, column, value, problem, batch_size):
+    path = text_file_with_bad_row(tmp_path, column, value)
+    source = open_source(path, policy=quarantine, batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    assert read.texts(batches) == TEXTS[:4] + TEXTS[5:] and read.labels(batches) == LABELS[:4] + LABELS[5:]
+    assert source.n_read == 8 and quarantine.n_skipped == 1
+    [entry] = quarantine.entries()
+    assert entry["location"] == f"{path}:row group 1, row 1" and problem in entry["problem"]
+    assert entry["raw"].startswith('{"text": ')
+
+
+@pytest.mark.parametrize("change, problem", SPARSE_BAD)
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_sparse_bad_record_skip_and_quarantine(read, tmp_path, quarantine, change, problem, batch_size):
+    X, _ = indexed_columns()
+    path = sparse_file_with_bad_row(tmp_path, change)
+    source = open_source(path, policy=quarantine, batch_size=batch_size)
+    batches = read.batches(source, batch_size)
+    keep = [r for r in range(8) if r != 4]
+    assert (read.sparse(batches, 30) != X[keep]).nnz == 0
+    assert read.labels(batches) == [LABELS[r] for r in keep]
+    assert source.n_read == 8 and quarantine.n_skipped == 1
+    [entry] = quarantine.entries()
+    assert entry["location"] == f"{path}:row group 1, row 1" and problem in entry["problem"]
+    assert entry["raw"].startswith('{"indices": ')

@@ -1,0 +1,237 @@
+"""The stagewise solver (Agarwal et al. 2014, Algorithms 1-3) against closed forms, scikit-learn,
+its own guarantees, and its out-of-core contract (workers, chunking, resume)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import ValidationError
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+
+import streamfit.solvers.stagewise as sw
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.model import load_model
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
+from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex
+from streamfit.store import InMemoryStore, StoreWriter, open_store
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return sp.csr_matrix(X / 16.0), y.astype(np.int32)
+
+
+def fit(source, run_dir=None, engine=None, resume=False, stop_after_stages=None, **params):
+    solver = sw.StagewiseSolver(sw.StagewiseParams(**params), stop_after_stages=stop_after_stages)
+    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
+    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    engine = engine or Engine(mode="inprocess")
+    model = solver.fit(source, engine=engine, checkpointer=ckpt, log=log, resume=resume)
+    return model, log, ckpt
+
+
+def training_scores(source, ckpt, version):
+    return np.vstack([ckpt.state.read(sw.SCORES, version, i) for i in range(source.n_chunks)])
+
+
+def write_store(path, X, labels, classes, chunk_rows, multilabel=False):
+    w = StoreWriter(str(path), chunk_rows=chunk_rows, multilabel=multilabel)
+    w.write_rows(sp.csr_matrix(X, dtype=np.float32), labels)
+    w.close(n_features=X.shape[1], classes=classes)
+    return open_store(str(path))
+
+
+def test_registered():
+    assert get_solver("stagewise") is sw.StagewiseSolver
+
+
+def test_params_validation():
+    with pytest.raises(ValidationError):
+        sw.StagewiseParams(link="softmax", calibration="poly")
+    with pytest.raises(ValidationError):
+        sw.StagewiseParams(block_sz=10)
+    with pytest.raises(ValidationError):
+        sw.StagewiseParams(block_size=0)
+
+
+def test_one_block_identity_is_closed_form_ridge(digits):
+    X, y = digits
+    n, lam = len(y), 1e-2
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=300)
+    model, _, _ = fit(source, generator="sequential", block_size=64, n_passes=1, lam=lam)
+    A = np.hstack([np.ones((n, 1)), X.toarray()])
+    D = np.eye(65)
+    D[0, 0] = 0.0  # the intercept is not penalised
+    W = np.linalg.solve(A.T @ A / n + lam * D, A.T @ np.eye(10)[y] / n)
+    # inactive (all-zero) pixel columns get weight 0 in both
+    np.testing.assert_allclose(model.coef_, W[1:].T, rtol=0, atol=1e-8 * np.abs(W).max())
+    np.testing.assert_allclose(model.intercept_, W[0], rtol=1e-8)
+
+
+def test_softmax_monotone_and_reaches_sklearn_optimum(digits):
+    X, y = digits
+    n, lam = len(y), 1e-2
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=1000)
+    model, log, _ = fit(source, link="softmax", generator="sequential", block_size=64, n_passes=1, lam=lam,
+                        max_iter=400, tol=0.0)
+    f = np.array(log.records[-1]["inner_objective"])
+    assert 100 < len(f) <= 401 and np.all(np.diff(f) <= 1e-15)  # tol=0: stops once f stalls
+    lr = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=10_000).fit(X, y)
+    U = X @ lr.coef_.T + lr.intercept_
+    f_sk = link_loss_sum(U, np.eye(10)[y], "softmax") / n + lam / 2 * (lr.coef_**2).sum()
+    assert abs(f[-1] - f_sk) <= 1e-4 * f_sk
+    assert f[-1] >= f_sk * (1 - 1e-9)  # sklearn's is the optimum
+
+
+@pytest.mark.parametrize("calibration", ["none", "poly", "predictions"])
+def test_identity_stages_never_increase_squared_error(digits, calibration):
+    X, y = digits
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=500)
+    _, log, _ = fit(source, calibration=calibration, generator="rff", n_components=600, block_size=100, n_passes=2,
+                    lam=1e-3)
+    err = np.array([r["objective"] for r in log.records])
+    assert len(err) == 12
+    assert np.all(np.diff(err) <= 1e-12 * err[:-1])
+    assert log.records[-1]["train_accuracy"] > 0.97
+
+
+def test_poly_calibration_predictions_on_simplex(digits):
+    X, y = digits
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=700)
+    model, log, ckpt = fit(source, calibration="poly", generator="random", block_size=20, n_passes=1)
+    F = training_scores(source, ckpt, log.records[-1]["stage"] + 1)
+    assert F.min() >= 0 and np.allclose(F.sum(axis=1), 1.0)
+    np.testing.assert_allclose(model.decision_function(X), F, rtol=0, atol=1e-12)
+
+
+def test_simplex_projection():
+    rng = np.random.default_rng(0)
+    V = rng.normal(size=(200, 7)) * 2
+    P = project_rows_simplex(V)
+    assert np.all(P >= 0) and np.allclose(P.sum(axis=1), 1)
+    # optimality (KKT): on the support, v - p is constant and >= v - p off it
+    for v, p in zip(V, P):
+        gap = v - p
+        on = p > 0
+        assert np.ptp(gap[on]) < 1e-12 and np.all(v[~on] <= gap[on][0] + 1e-12)
+
+
+def test_generators_cover_active_columns(digits):
+    X, y = digits
+    active = np.flatnonzero(X.getnnz(axis=0))
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=600)
+    for generator in ("sequential", "random", "gradient"):
+        model, log, _ = fit(source, generator=generator, block_size=16, n_passes=2)
+        n_blocks = -(-len(active) // 16)
+        assert len(model.blocks) == 2 * n_blocks
+        for pass_blocks in (model.blocks[:n_blocks], model.blocks[n_blocks:]):
+            np.testing.assert_array_equal(np.sort(np.concatenate(pass_blocks)), active)
+        assert [r["n_features"] for r in log.records][n_blocks - 1:] == [len(active)] * (n_blocks + 1)
+    # the gradient generator's first block: the columns with the largest ‖X_jᵀ Y‖
+    G = np.sqrt(((X.T @ np.eye(10)[y]) ** 2).sum(axis=1))
+    top = active[np.argsort(-G[active], kind="stable")[:16]]
+    np.testing.assert_array_equal(model.blocks[0], top)
+
+
+def test_hashed_sparse_multilabel():
+    rng = np.random.default_rng(1)
+    n, d, k = 600, 1 << 16, 5
+    cols = rng.choice(d, size=300, replace=False)  # a hashed store: few active columns
+    X = sp.random(n, 300, density=0.05, random_state=2, format="csr")
+    X = sp.csr_matrix((X.data, cols[X.indices], X.indptr), shape=(n, d))
+    Wtrue = rng.normal(size=(d, k))
+    Y = sp.csr_matrix((X @ Wtrue > 0.3).astype(np.float32))
+    source = InMemoryStore(X, Y, [f"l{j}" for j in range(k)], chunk_rows=128)
+    for link in ("identity", "softmax"):
+        model, log, _ = fit(source, link=link, generator="auto", block_size=100, n_passes=3, max_iter=20)
+        assert model.info["generator"] == "gradient"
+        assert all(len(b) <= 100 and set(b) <= set(cols) for b in model.blocks)
+        assert log.records[-1]["train_accuracy"] > 0.9  # per-label accuracy
+        P = model.predict(X)
+        assert P.shape == (n, k) and set(np.unique(P)) <= {0, 1}
+
+
+@pytest.fixture(scope="module")
+def local_engine():
+    with Engine(mode="local", n_workers=2) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("params", [
+    dict(generator="rff", n_components=300, block_size=100, pca_components=20, n_passes=2),
+    dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
+    dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
+    dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
+])
+def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, params):
+    X, y = digits
+    X, y = X[:1200], y[:1200]
+    classes = [str(c) for c in range(10)]
+    store_a = write_store(tmp_path / "a", X, y, classes, chunk_rows=256)
+    store_b = write_store(tmp_path / "b", X, y, classes, chunk_rows=100)
+    serial, _, _ = fit(store_a, str(tmp_path / "run1"), lam=1e-3, **params)
+    parallel, log, ckpt = fit(store_a, str(tmp_path / "run2"), engine=local_engine, lam=1e-3, **params)
+    rechunked, _, _ = fit(store_b, str(tmp_path / "run3"), lam=1e-3, **params)
+    S = serial.decision_function(X)
+    np.testing.assert_array_equal(parallel.decision_function(X), S)  # the reduction tree is fixed
+    np.testing.assert_allclose(rechunked.decision_function(X), S, rtol=0, atol=1e-10)
+    # scoring replays the stages exactly: the scores of training time
+    np.testing.assert_allclose(training_scores(store_a, ckpt, len(log.records)), S, rtol=0, atol=1e-12)
+
+
+def test_resume_is_bitwise(digits, tmp_path, monkeypatch):
+    X, y = digits
+    classes = [str(c) for c in range(10)]
+    store = write_store(tmp_path / "store", X, y, classes, chunk_rows=400)
+    params = dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3)
+    full, full_log, _ = fit(store, str(tmp_path / "full"), **params)
+
+    run = str(tmp_path / "run")
+    fit(store, run, stop_after_stages=3, **params)  # a time-boxed first call
+    # then a crash in the middle of stage 5's update pass: chunks 0-1 of scores v5 get written
+    real_update = sw._update_task
+
+    def crash(source, chunk_id, **kw):
+        if kw["version"] == 4 and chunk_id == 2:
+            raise KeyboardInterrupt("killed")
+        return real_update(source, chunk_id, **kw)
+
+    monkeypatch.setattr(sw, "_update_task", crash)
+    with pytest.raises(KeyboardInterrupt):
+        fit(store, run, resume=True, **params)
+    monkeypatch.setattr(sw, "_update_task", real_update)
+    resumed, _, _ = fit(store, run, resume=True, **params)
+
+    a, b = full._arrays(), resumed._arrays()
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+    assert resumed.info["data_passes"] == full.info["data_passes"]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    strip = [{k: v for k, v in r.items() if k != "wall_time"} for r in lines]
+    assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in full_log.records]
+
+
+def test_model_save_load(digits, tmp_path):
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)], chunk_rows=500)
+    for params in (dict(generator="rff", n_components=256, block_size=128, pca_components=16),
+                   dict(generator="sequential", block_size=30),
+                   dict(link="softmax", generator="random", max_iter=3, block_size=40)):
+        model, _, _ = fit(source, **params)
+        model.save(str(tmp_path / "m"))
+        loaded = load_model(str(tmp_path / "m"))
+        assert loaded.kind == "stagewise"
+        np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+        np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert np.mean(loaded.predict(X) == np.asarray(source.classes)[y]) > 0.9

@@ -1,0 +1,134 @@
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamfit.errors import StoreError
+from streamfit.store import InMemoryStore, StoreWriter, open_store
+from streamfit.store.format import chunk_digest
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_round_trip_any_batching(digits, write_store, backend):
+    X, y, classes = digits
+    for batch in (1, 137, 5000):
+        path = write_store(X, y, classes, chunk_rows=400, backend=backend, batch=batch)
+        s = open_store(path)
+        assert (s.n_rows, s.n_features, s.n_chunks, s.classes) == (1797, 64, 5, classes)
+        X2, y2 = s.to_scipy()
+        assert (X2 != X).nnz == 0 and np.array_equal(y2, y)
+        assert [s.chunk_bounds(i) for i in range(5)] == [(0, 400), (400, 800), (800, 1200), (1200, 1600), (1600, 1797)]
+        assert s.verify() == []
+
+
+def test_digests_are_backend_independent(digits, write_store):
+    X, y, classes = digits
+    a = open_store(write_store(X, y, classes, backend="zarr")).manifest
+    b = open_store(write_store(X, y, classes, backend="parquet")).manifest
+    assert [c.sha256 for c in a.chunks] == [c.sha256 for c in b.chunks]
+    assert a.fingerprint == b.fingerprint
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_multilabel_round_trip(write_store, backend):
+    rng = np.random.default_rng(0)
+    X = sp.random(300, 40, density=0.2, format="csr", dtype=np.float32, random_state=1)
+    Y = sp.csr_matrix((rng.random((300, 7)) < 0.3).astype(np.float32))
+    s = open_store(write_store(X, Y, [f"l{i}" for i in range(7)], chunk_rows=64, backend=backend))
+    X2, Y2 = s.to_scipy()
+    assert s.multilabel and (X2 != X).nnz == 0 and (Y2 != Y).nnz == 0
+
+
+def test_zarr_store_readable_as_anndata_csr(digits, write_store):
+    import zarr
+
+    X, y, classes = digits
+    g = zarr.open_group(write_store(X, y, classes), mode="r")
+    attrs = dict(g["X"].attrs)
+    assert attrs["encoding-type"] == "csr_matrix" and attrs["shape"] == [1797, 64]
+    Xz = sp.csr_matrix((g["X/data"][:], g["X/indices"][:], g["X/indptr"][:]), shape=tuple(attrs["shape"]))
+    assert (Xz != X).nnz == 0
+
+
+def test_incomplete_store_never_opens(tmp_path, digits):
+    X, y, classes = digits
+    w = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=100)
+    w.write_rows(X[:500], y[:500])  # killed before close: only s.zarr.partial exists
+    with pytest.raises(StoreError, match="no such store"):
+        open_store(str(tmp_path / "s.zarr"))
+    with pytest.raises(StoreError, match="interrupted ingest"):
+        open_store(str(tmp_path / "s.zarr.partial"))
+    os.remove(tmp_path / "s.zarr.partial" / "zarr.json")
+    w2 = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=100)  # a re-run clears the leftover
+    w2.write_rows(X, y)
+    w2.close(n_features=64, classes=classes)
+    assert open_store(str(tmp_path / "s.zarr")).n_rows == 1797
+
+
+def test_existing_store_needs_overwrite(digits, write_store):
+    X, y, classes = digits
+    path = write_store(X, y, classes)
+    with pytest.raises(StoreError, match="--overwrite"):
+        StoreWriter(path)
+    w = StoreWriter(path, overwrite=True, chunk_rows=1000)
+    w.write_rows(X[:10], y[:10])
+    w.close(n_features=64, classes=classes)
+    assert open_store(path).n_rows == 10
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_flipped_byte_is_detected_and_named(digits, write_store, backend):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    # damage one stored data file (the largest) in the middle
+    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f != "manifest.json" and not f.endswith(".json")]
+    target = max(files, key=os.path.getsize)
+    raw = bytearray(open(target, "rb").read())
+    raw[len(raw) // 2] ^= 0xFF
+    open(target, "wb").write(bytes(raw))
+    problems = open_store(path).verify()
+    assert problems and all("chunk" in p and path in p for p in problems)
+
+
+def test_manifest_checksum_mismatch_is_named(digits, write_store):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    m = json.load(open(os.path.join(path, "manifest.json")))
+    m["chunks"][2]["sha256"] = "0" * 64
+    json.dump(m, open(os.path.join(path, "manifest.json"), "w"))
+    s = open_store(path)
+    with pytest.raises(StoreError, match="chunk 2 .*checksum"):
+        s.read_chunk(2)
+    assert len(s.verify()) == 1
+
+
+def test_unsupported_format_version(digits, write_store):
+    X, y, classes = digits
+    path = write_store(X, y, classes)
+    m = json.load(open(os.path.join(path, "manifest.json")))
+    m["format_version"] = 99
+    json.dump(m, open(os.path.join(path, "manifest.json"), "w"))
+    with pytest.raises(StoreError, match="version 99"):
+        open_store(path)
+
+
+def test_chunk_digest_depends_on_every_part(digits):
+    X, y, _ = digits
+    base = chunk_digest(X[:50], y[:50])
+    X2 = X[:50].copy()
+    X2.data[0] += 1
+    y2 = y[:50].copy()
+    y2[3] = (y2[3] + 1) % 10
+    assert len({base, chunk_digest(X2, y[:50]), chunk_digest(X[:50], y2)}) == 3
+
+
+def test_in_memory_store_matches_disk_chunks(digits, write_store):
+    X, y, classes = digits
+    disk = open_store(write_store(X, y, classes, chunk_rows=300))
+    mem = InMemoryStore(X, y, classes, chunk_rows=300)
+    assert mem.n_chunks == disk.n_chunks
+    for i in range(mem.n_chunks):
+        a, b = mem.read_chunk(i), disk.read_chunk(i)
+        assert a.row_start == b.row_start and (a.X != b.X).nnz == 0 and np.array_equal(a.labels, b.labels)

@@ -1,0 +1,82 @@
+import json
+import os
+
+import numpy as np
+import pytest
+
+from streamfit.checkpoint import Checkpointer, ChunkState
+from streamfit.errors import CheckpointError
+
+
+def test_state_round_trip_and_damage(tmp_path):
+    st = ChunkState(str(tmp_path))
+    a = np.arange(12.0).reshape(4, 3)
+    st.write("R", 1, 0, a)
+    assert np.array_equal(st.read("R", 1, 0), a)
+    (path,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    raw = bytearray(open(path, "rb").read())
+    raw[-3] ^= 1
+    open(path, "wb").write(bytes(raw))
+    with pytest.raises(CheckpointError, match="checksum"):
+        st.read("R", 1, 0)
+    with pytest.raises(CheckpointError, match="missing"):
+        st.read("R", 1, 5)
+
+
+def _save_steps(ck, n_steps, n_chunks=3):
+    for step in range(1, n_steps + 1):
+        for i in range(n_chunks):
+            ck.state.write("R", step, i, np.full((2, 2), float(step * 10 + i)))
+        ck.save(step, {"step": step, "rng": {"s": step}}, {"W": np.full(3, float(step))}, {"R": step})
+
+
+def test_save_resume_and_garbage_collection(tmp_path):
+    ck = Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp")
+    _save_steps(ck, 4)
+    # a step being written when the process died: state v5 partly written, no commit
+    ck.state.write("R", 5, 0, np.zeros((2, 2)))
+    os.makedirs(tmp_path / "checkpoints" / "step-000005.partial")
+    ck2 = Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp")
+    got = ck2.latest(n_chunks=3)
+    assert got.step == 4 and got.meta["rng"] == {"s": 4} and np.array_equal(got.arrays["W"], np.full(3, 4.0))
+    assert np.array_equal(ck2.state.read("R", 4, 2), np.full((2, 2), 42.0))
+    versions = sorted(os.listdir(tmp_path / "checkpoints" / "state" / "R"))
+    assert versions == ["v000003", "v000004"]  # two kept, the uncommitted v5 and old ones gone
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["LATEST", "state", "step-000003", "step-000004"]
+
+
+def test_resume_refuses_other_config_store_or_damage(tmp_path):
+    ck = Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp")
+    _save_steps(ck, 2)
+    with pytest.raises(CheckpointError, match="different solver configuration"):
+        Checkpointer(str(tmp_path), config={"a": 2}, store_fingerprint="fp").latest(3)
+    with pytest.raises(CheckpointError, match="different training store"):
+        Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="other").latest(3)
+    npz = tmp_path / "checkpoints" / "step-000002" / "arrays.npz"
+    raw = bytearray(npz.read_bytes())
+    raw[len(raw) // 2] ^= 1
+    npz.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="arrays.npz: fails its checksum"):
+        Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp").latest(3)
+
+
+def test_missing_state_chunk_refused(tmp_path):
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
+    _save_steps(ck, 1)
+    d = tmp_path / "checkpoints" / "state" / "R" / "v000001"
+    os.remove(d / sorted(os.listdir(d))[1])
+    with pytest.raises(CheckpointError, match="state chunk 1 .* missing"):
+        Checkpointer(str(tmp_path), config={}, store_fingerprint="fp").latest(3)
+
+
+def test_in_memory_checkpointer_drops_old_versions():
+    ck = Checkpointer(None, config={}, store_fingerprint="fp")
+    _save_steps(ck, 5)
+    assert {k[1] for k in ck.state._memory} == {4, 5}
+    assert ck.latest(3) is None
+
+
+def test_latest_file_is_json(tmp_path):
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
+    _save_steps(ck, 1)
+    assert json.loads((tmp_path / "checkpoints" / "LATEST").read_text()) == {"step": 1}

@@ -1,0 +1,113 @@
+"""The `streamfit` command as a user runs it: every subcommand, errors that name the fix."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from sklearn.datasets import dump_svmlight_file, load_digits
+
+from streamfit.cli import main
+from streamfit.model import load_model
+from streamfit.store import open_store
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(*args, ok=True):
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    X, y = load_digits(return_X_y=True)
+    dump_svmlight_file(X, y, str(d / "digits.svm"), zero_based=False)
+    out = run("ingest", d / "digits.svm", "--no-hash", "--out", d / "train.zarr", "--test-size", "0.25",
+              "--test-out", d / "test.zarr", "--chunk-rows", "400").output
+    assert "records read 1797, written 1797, skipped 0" in out
+    return d
+
+
+def test_inspect_and_verify(stores):
+    info = json.loads(run("inspect", stores / "train.zarr", "--verify", "--json").output)
+    assert (info["n_rows"], info["n_features"], info["n_chunks"], info["verified"]) == (1347, 64, 4, True)
+    text = run("inspect", stores / "train.zarr").output
+    assert "n_rows: 1347" in text
+
+
+def test_verify_names_the_damaged_chunk(stores, tmp_path):
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(stores / "train.zarr", damaged)
+    chunk_file = damaged / "X" / "data" / "c" / "0"
+    raw = bytearray(chunk_file.read_bytes())
+    raw[len(raw) // 3] ^= 0x55
+    chunk_file.write_bytes(bytes(raw))
+    result = run("inspect", damaged, "--verify", ok=False)
+    assert result.exit_code == 1 and "chunk 0" in result.output
+
+
+def test_train_evaluate_predict_resume(stores, tmp_path):
+    run_dir = tmp_path / "run"
+    run("train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "-p", "generator=sequential",
+        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1")
+    model = load_model(str(run_dir))
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) >= 4 and all("objective" in json.loads(line) for line in lines)
+    result = json.loads(run("evaluate", run_dir, stores / "test.zarr", "--json").output)
+    assert result["n_samples"] == 450 and result["accuracy"] > 0.9
+    # a second train into the same directory must say how to continue
+    again = run("train", stores / "train.zarr", "--out", run_dir, ok=False)
+    assert again.exit_code == 2 and "--resume" in again.output
+    # resuming a finished run changes nothing
+    run("train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "-p", "generator=sequential",
+        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1", "--resume")
+    X, _ = open_store(str(stores / "test.zarr")).to_scipy()
+    assert np.array_equal(load_model(str(run_dir)).decision_function(X), model.decision_function(X))
+    # predict from the store and from raw LIBSVM featurized like the training store
+    run("predict", run_dir, stores / "test.zarr", "--out", tmp_path / "p.csv", "--top-k", "2")
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0] == "location,label_1,score_1,label_2,score_2" and len(rows) == 451
+    run("predict", run_dir, stores / "digits.svm", "--out", tmp_path / "p.jsonl")
+    first = json.loads((tmp_path / "p.jsonl").read_text().splitlines()[0])
+    assert first["location"].endswith("digits.svm:1") and len(first["labels"]) == 1
+
+
+def test_bad_solver_parameter_names_the_key(stores, tmp_path):
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "-p", "block_sise=3", ok=False)
+    assert result.exit_code == 2 and "block_sise" in result.output
+
+
+def test_missing_store_is_a_clear_error(tmp_path):
+    result = run("inspect", tmp_path / "nope.zarr", ok=False)
+    assert result.exit_code == 2 and "no such store" in result.output
+
+
+def test_ingest_error_names_line(tmp_path):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:1\n1 2:x\n")
+    result = run("ingest", bad, "--no-hash", "--out", tmp_path / "s", ok=False)
+    assert result.exit_code == 2 and "bad.svm:2" in result.output
+    assert not os.path.exists(tmp_path / "s")
+
+
+def test_pipeline_bad_key_is_named(tmp_path):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("ingest:\n  inputs: [x.svm]\n  out: s.zarr\n  chunk_row: 10\n")
+    result = run("run", cfg, ok=False)
+    assert result.exit_code == 2 and "ingest.chunk_row" in result.output
+
+
+def test_quickstart_pipeline(tmp_path):
+    pipelines = tmp_path / "pipelines"
+    shutil.copytree(os.path.join(REPO, "pipelines"), pipelines)
+    out = run("run", pipelines / "quickstart.yaml").output
+    assert "records read 1797, written 1797, skipped 0" in out
+    accuracy = float(out.split("accuracy=")[1].split()[0])
+    assert accuracy > 0.95
+    assert open_store(str(tmp_path / "runs" / "quickstart" / "digits-test.zarr")).n_rows == 450

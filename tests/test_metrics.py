@@ -1,0 +1,29 @@
+import numpy as np
+import scipy.sparse as sp
+from sklearn.metrics import accuracy_score, f1_score
+
+from streamfit.metrics import MetricAccumulator
+
+
+def test_multiclass_chunked_equals_sklearn():
+    rng = np.random.default_rng(0)
+    S = rng.normal(size=(500, 6))
+    y = rng.integers(0, 6, 500)
+    acc = MetricAccumulator(6, multilabel=False)
+    for lo in range(0, 500, 77):
+        acc.update(S[lo:lo + 77], y[lo:lo + 77])
+    r = acc.result()
+    pred = S.argmax(1)
+    assert r["accuracy"] == accuracy_score(y, pred)
+    assert abs(r["macro_f1"] - f1_score(y, pred, average="macro")) < 1e-12
+
+
+def test_multilabel_precision_at_k():
+    S = np.array([[3.0, 2.0, 1.0, -1.0], [-1.0, 0.5, 2.0, 1.0]])
+    Y = sp.csr_matrix(np.array([[1, 0, 1, 0], [0, 0, 0, 1]], dtype=np.float32))
+    acc = MetricAccumulator(4, multilabel=True, ks=(1, 3))
+    acc.update(S[:1], Y[:1])
+    acc.update(S[1:], Y[1:])
+    r = acc.result()
+    assert r["p@1"] == 0.5  # row 0 top-1 = class 0 (hit), row 1 top-1 = class 2 (miss)
+    assert abs(r["p@3"] - (2 / 3 + 1 / 3) / 2) < 1e-12

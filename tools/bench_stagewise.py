@@ -1,0 +1,151 @@
+"""Stagewise least squares on random Fourier features (Agarwal et al. 2014, Table 1 / Figure 2
+setting) vs scikit-learn's LinearSVC and LogisticRegression on the same features.
+
+    python tools/bench_stagewise.py [--datasets letter,pendigits,satimage,mnist] [--dims 2000,4000,8000]
+                                    [--variants linear,logistic,calibrated] [--peers linearsvc,logreg]
+                                    [--peer-max-dims 2000] [--block-size 512] [--passes 2]
+                                    [--logistic-iters 10] [--data DIR]
+
+Data (see DIR/README.md): letter, pendigits, satimage from their LIBSVM train/test files, MNIST
+from the 10 000 test images (mnist-t10k.h5, pixels / 255, PCA to 50 dimensions first as in
+A.2.1) split 8000/2000 with a fixed seed. Each stagewise variant is a StagewiseLSClassifier
+(InMemoryStore + in-process engine: the out-of-core code path), generator "rff" with
+n_components = dims; its time is the whole fit, feature generation included. The peers get
+exactly the same features (regenerated from the fitted model's seeds), materialized in memory
+beforehand; their time is the fit only (as the paper times Liblinear and VW). Every method runs
+with single-threaded BLAS, like the paper's single-processor timings; the 2-core machine is
+shared, so timings are noisy.
+
+The speed-up column compares each peer run with the fastest stagewise run (any variant, any
+dims) on the same dataset whose test error is at most the peer's: peer time / our time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import train_test_split
+from sklearn.svm import LinearSVC
+from threadpoolctl import threadpool_limits
+
+from streamfit import StagewiseLSClassifier
+from streamfit.solvers.stagewise_kernels import rff_block
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+LIBSVM = {
+    "letter": ("libsvm/letter/letter.scale.gz", "libsvm/letter/letter.scale.t.gz"),
+    "pendigits": ("libsvm/pendigits/pendigits.gz", "libsvm/pendigits/pendigits.t.gz"),
+    "satimage": ("libsvm/satimage/satimage.scale.gz", "libsvm/satimage/satimage.scale.t.gz"),
+}
+VARIANTS = {
+    "linear": dict(link="identity"),
+    "logistic": dict(link="softmax"),
+    "calibrated": dict(calibrate="poly"),
+}
+
+
+def load(name: str, data: Path):
+    """(X_train, y_train, X_test, y_test, extra estimator params)."""
+    if name == "mnist":
+        import h5py
+
+        with h5py.File(data / "mnist_test_only" / "mnist-t10k.h5", "r") as f:
+            X, y = f["X"][:].astype(np.float64) / 255.0, f["y"][:]
+        Xtr, Xte, ytr, yte = train_test_split(X, y, train_size=8000, test_size=2000, random_state=0, stratify=y)
+        return Xtr, ytr, Xte, yte, dict(pca_components=50)
+    train, test = LIBSVM[name]
+    with gzip.open(data / train) as f:
+        Xtr, ytr = load_svmlight_file(f)
+    with gzip.open(data / test) as f:
+        Xte, yte = load_svmlight_file(f, n_features=Xtr.shape[1])
+    return Xtr, ytr, Xte, yte, {}
+
+
+def materialize(model, X) -> np.ndarray:
+    """All random Fourier features of a fitted rff model, in memory (for the peers)."""
+    space = model.space
+    Z = space.rff_inputs(sp.csr_matrix(X))
+    n_blocks = -(-space.n_components // space.block_size)
+    widths = [min(space.block_size, space.n_components - b * space.block_size) for b in range(n_blocks)]
+    return np.hstack([rff_block(Z, space.seed, b, w, space.sigma) for b, w in enumerate(widths)])
+
+
+def timed(fn):
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--datasets", default="letter,pendigits,satimage,mnist")
+    ap.add_argument("--dims", default="2000,4000,8000")
+    ap.add_argument("--variants", default="linear,logistic,calibrated")
+    ap.add_argument("--peers", default="linearsvc,logreg")
+    ap.add_argument("--peer-max-dims", type=int, default=2000, help="skip peers above this many features")
+    ap.add_argument("--block-size", type=int, default=512)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--logistic-iters", type=int, default=10, help="inner iterations of the softmax link")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    args = ap.parse_args()
+    dims = [int(d) for d in args.dims.split(",")]
+    variants = [v for v in args.variants.split(",") if v]
+    peers = [p for p in args.peers.split(",") if p]
+    threadpool_limits(1)
+    warnings.simplefilter("ignore", ConvergenceWarning)
+
+    rows = []  # (dataset, dims, method, test error %, seconds)
+    for name in args.datasets.split(","):
+        Xtr, ytr, Xte, yte, extra = load(name, args.data)
+        print(f"\n## {name}: {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} inputs, "
+              f"{len(np.unique(ytr))} classes", flush=True)
+        print(f"| dims | method | test error % | fit s |\n|---|---|---|---|", flush=True)
+        for d in dims:
+            fitted = None
+            for v in variants:
+                clf = StagewiseLSClassifier(generator="rff", n_components=d, block_size=args.block_size,
+                                            n_passes=args.passes, max_iter=args.logistic_iters, **VARIANTS[v], **extra)
+                _, secs = timed(lambda: clf.fit(Xtr, ytr))
+                err = 100 * (1 - clf.score(Xte, yte))
+                rows.append((name, d, f"stagewise-{v}", err, secs))
+                print(f"| {d} | stagewise-{v} | {err:.2f} | {secs:.2f} |", flush=True)
+                fitted = clf
+            if not peers or d > args.peer_max_dims or fitted is None:
+                continue
+            Ftr, Fte = materialize(fitted.model_, Xtr), materialize(fitted.model_, Xte)
+            for peer in peers:
+                if peer == "linearsvc":
+                    est = LinearSVC(C=1.0, max_iter=2000)
+                else:
+                    est = LogisticRegression(C=1.0, max_iter=300)
+                _, secs = timed(lambda: est.fit(Ftr, ytr))
+                err = 100 * (1 - est.score(Fte, yte))
+                rows.append((name, d, peer, err, secs))
+                print(f"| {d} | {peer} | {err:.2f} | {secs:.2f} |", flush=True)
+            del Ftr, Fte
+
+        ours = [r for r in rows if r[0] == name and r[2].startswith("stagewise")]
+        theirs = [r for r in rows if r[0] == name and not r[2].startswith("stagewise")]
+        if theirs:
+            print(f"\nspeed-up at equal error ({name}): peer time / fastest stagewise run with error <= the peer's")
+            for _, d, method, err, secs in theirs:
+                match = [r for r in ours if r[3] <= err]
+                if match:
+                    best = min(match, key=lambda r: r[4])
+                    print(f"  {method}@{d}: {err:.2f}% in {secs:.1f}s vs {best[2]}@{best[1]}: {best[3]:.2f}% in "
+                          f"{best[4]:.1f}s -> {secs / best[4]:.1f}x", flush=True)
+                else:
+                    print(f"  {method}@{d}: {err:.2f}% in {secs:.1f}s; no stagewise run this accurate", flush=True)
+
+
+if __name__ == "__main__":
+    main()
