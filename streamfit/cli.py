@@ -1,4 +1,4 @@
-"""The `streamfit` command: ingest, inspect, train, evaluate, predict, run."""
+"""The `streamfit` command: ingest, transpose, inspect, train, evaluate, predict, run."""
 
 from __future__ import annotations
 
@@ -102,11 +102,14 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.option("--option", "options", multiple=True, help="Any other format option, as KEY=VALUE (repeatable).")
 @click.option("--batch-size", default=8192, show_default=True, help="Records read and hashed at a time.")
 @click.option("--overwrite", is_flag=True, help="Replace existing output stores.")
+@click.option("--csc-block-features", type=click.IntRange(min=1), default=None,
+              help="Also build a column (CSC) copy of the --out store in blocks of N features "
+                   "(for solvers that walk features; see 'streamfit transpose').")
 @click.pass_context
 def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash_seed, no_alternate_sign, ngram_max,
            value, no_lowercase, idf, l2_normalize, like, classes, test_size, test_out, seed, on_bad_record, quarantine,
            text_field, label_field, label_separator, zero_based, subset, encoding, x_dataset, y_dataset, options,
-           batch_size, overwrite):
+           batch_size, overwrite, csc_block_features):
     """Turn raw data into a chunked, checksummed store.
 
     INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV, a folder (or .tar.gz)
@@ -140,18 +143,37 @@ def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash
         n_features=n_features if no_hash else None, idf=idf, l2_normalize=l2_normalize, like=like,
         classes=classes.split(",") if classes else None, test_size=test_size, test_out=test_out, seed=seed,
         on_bad_record=on_bad_record, quarantine=quarantine, source_options=source_options, batch_size=batch_size,
-        overwrite=overwrite, progress=_progress(ctx)))
+        overwrite=overwrite, csc_block_features=csc_block_features, progress=_progress(ctx)))
     click.echo(report.summary())
+
+
+# ------------------------------------------------------------------------------------- transpose
+@main.command()
+@click.argument("store", type=click.Path())
+@click.option("--block-features", default=65536, show_default=True, type=click.IntRange(min=1),
+              help="Columns per feature block (one block's nnz must fit in memory).")
+@click.pass_context
+def transpose(ctx, store, block_features):
+    """Build (or rebuild) STORE's column copy: X cut into feature blocks stored as CSC.
+
+    Out of core: one pass over the row chunks spills entries per block, then each block is
+    sorted by column and written to STORE/csc/. The copy replaces an earlier one atomically.
+    """
+    from streamfit.store.csc import build_csc
+
+    csc = build_csc(store, block_features, progress=_progress(ctx))
+    nnz = sum(b["nnz"] for b in csc["blocks"])
+    click.echo(f"{os.path.abspath(store)}: {len(csc['blocks'])} feature blocks of {block_features} columns, nnz {nnz}")
 
 
 # --------------------------------------------------------------------------------------- inspect
 @main.command()
 @click.argument("store", type=click.Path())
-@click.option("--verify", is_flag=True, help="Re-read every chunk and check its checksum; exit 1 naming damage.")
+@click.option("--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk.")
+@click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk (and CSC block).")
 def inspect(store, verify, as_json, show_chunks):
-    """Describe a store: shape, nnz, classes, chunks, hashing and format version."""
+    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version."""
     from streamfit.store import open_store
 
     s = open_store(store)
@@ -163,8 +185,14 @@ def inspect(store, verify, as_json, show_chunks):
         "n_chunks": len(m.chunks), "hashing": m.hashing, "transform": m.transform, "counts": m.counts,
         "source": m.source, "fingerprint": m.fingerprint,
     }
+    info["csc"] = None
+    if m.csc:
+        info["csc"] = {"block_features": m.csc["block_features"], "n_blocks": len(m.csc["blocks"]),
+                       "nnz": sum(b["nnz"] for b in m.csc["blocks"])}
     if show_chunks:
         info["chunks"] = [c.__dict__ for c in m.chunks]
+        if m.csc:
+            info["csc"]["blocks"] = m.csc["blocks"]
     problems = s.verify() if verify else []
     if verify:
         info["verified"] = not problems
@@ -192,7 +220,7 @@ def inspect(store, verify, as_json, show_chunks):
 @click.option("--param", "-p", "params", multiple=True, help="Solver parameter KEY=VALUE (repeatable; overrides --config).")
 @click.option("--scheduler", default=None, help="Join an existing Dask cluster at ADDRESS (tcp://host:8786) "
               "instead of starting an embedded local one.")
-@click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core].")
+@click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core]; 0 runs in this process without Dask.")
 @click.option("--threads-per-worker", type=int, default=None, help="Embedded cluster: threads per worker [default: 1].")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
 @click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints in --out and start over.")
@@ -216,7 +244,7 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
     model = run_train(
         store, solver, out, merged,
         scheduler=scheduler or (cfg.scheduler if cfg else None),
-        n_workers=n_workers or (cfg.n_workers if cfg else None),
+        n_workers=n_workers if n_workers is not None else (cfg.n_workers if cfg else None),
         threads_per_worker=threads_per_worker or (cfg.threads_per_worker if cfg and cfg.threads_per_worker else 1),
         resume=resume, overwrite=overwrite, progress=_progress(ctx))
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
@@ -298,6 +326,12 @@ def run(ctx, pipeline, resume, overwrite, scheduler):
         targets = [i.out] + ([i.test_out] if i.test_out else [])
         if resume and all(os.path.exists(os.path.join(t, "manifest.json")) for t in targets):
             click.echo(f"ingest: {i.out} exists, kept (--resume)")
+            csc = open_store(i.out).manifest.csc
+            if i.csc_block_features and (csc or {}).get("block_features") != i.csc_block_features:
+                from streamfit.store.csc import build_csc
+
+                build_csc(i.out, i.csc_block_features, progress=progress)
+                click.echo(f"ingest: CSC copy of {i.out} built")
         else:
             hashing = None
             if not i.no_hash:
@@ -309,7 +343,7 @@ def run(ctx, pipeline, resume, overwrite, scheduler):
                 n_features=i.n_features, idf=i.idf, l2_normalize=i.l2_normalize, classes=i.classes,
                 test_size=i.test_size, test_out=i.test_out, seed=i.seed, on_bad_record=i.on_bad_record,
                 quarantine=i.quarantine, source_options=i.source_options, overwrite=overwrite or i.overwrite,
-                progress=progress))
+                csc_block_features=i.csc_block_features, progress=progress))
             click.echo(f"ingest: {report.summary()}")
     if cfg.ingest_test:
         i = cfg.ingest_test

@@ -50,6 +50,7 @@ class IngestSection(_Strict):
     quarantine: str | None = None
     source_options: dict = Field(default_factory=dict, description="format options, e.g. text_field, label_field")
     overwrite: bool = False
+    csc_block_features: int | None = Field(None, ge=1, description="also build a CSC copy of `out` in blocks of N features")
 
 
 class IngestTestSection(_Strict):

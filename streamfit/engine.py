@@ -15,11 +15,13 @@ import logging
 import os
 from typing import Any, Callable
 
-import numpy as np
 
 log = logging.getLogger(__name__)
 
-BROADCAST_BYTES = 1 << 20  # keyword arguments larger than this are scattered once to every worker
+# Keyword arguments larger than this (by dask's sizeof) are scattered once to every worker.
+# It must stay below the 1e5 bytes above which Client.map turns a keyword argument into a
+# graph node keyed by the argument's *name*, so two maps with a large `active=` collide.
+BROADCAST_BYTES = 64 * 1024
 
 
 def add_results(a, b):
@@ -39,15 +41,6 @@ def tree_sum(values: list):
         return values[0]
     mid = _split(len(values))
     return add_results(tree_sum(values[:mid]), tree_sum(values[mid:]))
-
-
-def _nbytes(value) -> int:
-    if isinstance(value, np.ndarray):
-        return value.nbytes
-    if isinstance(value, (tuple, list)):
-        return sum(_nbytes(v) for v in value)
-    nbytes = getattr(value, "nbytes", None)
-    return int(nbytes) if isinstance(nbytes, (int, np.integer)) else 0
 
 
 class Engine:
@@ -128,8 +121,10 @@ class Engine:
         return tqdm(total=n, desc=desc, unit="chunk", leave=False, disable=not (self.progress and desc))
 
     def _submit_args(self, kwargs: dict) -> dict:
+        from dask.sizeof import sizeof
+
         return {
-            k: (self.client.scatter(v, broadcast=True, hash=False) if _nbytes(v) > BROADCAST_BYTES else v)
+            k: (self.client.scatter(v, broadcast=True, hash=False) if sizeof(v) > BROADCAST_BYTES else v)
             for k, v in kwargs.items()
         }
 

@@ -41,7 +41,7 @@ class _ParamsMixin:
 
     def __repr__(self) -> str:
         defaults = {k: p.default for k, p in inspect.signature(type(self).__init__).parameters.items()}
-        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v is not defaults[k]]
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
@@ -152,3 +152,306 @@ class StagewiseLSClassifier(_ParamsMixin):
     @property
     def intercept_(self) -> np.ndarray:
         return self.model_.intercept_
+
+
+from streamfit.solvers.fbpd import FBPDParams, FBPDSolver  # noqa: E402
+from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty  # noqa: E402
+
+
+class FBPDClassifier(_ParamsMixin):
+    """Sparse multiclass SVM with the exact Crammer–Singer hinge (Chierchia et al. 2015,
+    Algorithms 1 and 2); see streamfit.solvers.fbpd for the math.
+
+    formulation: "regularized" minimises lam·g(W) + mean hinge (problem (7)); "constrained"
+        minimises g(W) subject to mean hinge <= eta (problem (8)).
+    penalty: g = "l1", "l1/l2" or "l1/linf" over blocks of `group_size` consecutive features
+        of each class, or "l2" (½‖W‖², the standard SVM). The offsets are not penalised.
+    tol: stop when the relative change of consecutive iterates is below tol; max_iter caps the
+        iterations (one pass over the data each). step_ratio: ρ of the steps (None: default).
+    chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
+        floating-point rounding).
+
+    Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_,
+    model_ (a LinearModel), coef_ (k × d; CSR for the sparse penalties), intercept_,
+    history_ (one dict per iteration: objective, dual_objective, gap, ...), n_iter_.
+    """
+
+    def __init__(self, formulation="regularized", penalty="l1", lam=1e-3, eta=0.1, group_size=5, tol=1e-5,
+                 max_iter=1000, step_ratio=None, random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
+        self.formulation = formulation
+        self.penalty = penalty
+        self.lam = lam
+        self.eta = eta
+        self.group_size = group_size
+        self.tol = tol
+        self.max_iter = max_iter
+        self.step_ratio = step_ratio
+        self.random_state = random_state
+        self.chunk_rows = chunk_rows
+
+    def _solver_params(self) -> FBPDParams:
+        return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
+                          group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
+                          step_ratio=self.step_ratio, random_state=self.random_state)
+
+    def fit(self, X, y):
+        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
+        if len(ids) != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {len(ids)}")
+        source = InMemoryStore(X, ids.astype(np.int32), self.classes_, chunk_rows=self.chunk_rows)
+        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        with Engine(mode="inprocess") as engine:
+            self.model_ = FBPDSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+        self.history_ = log.records
+        self.n_iter_ = self.model_.info["iterations"]
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    def decision_function(self, X) -> np.ndarray:
+        return self.model_.decision_function(X)
+
+    def predict(self, X) -> np.ndarray:
+        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+
+    def score(self, X, y) -> float:
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    def hinge_loss(self, X, y) -> float:
+        """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
+        S = self.decision_function(X)
+        rows = np.arange(S.shape[0])
+        z = np.searchsorted(self.classes_, np.asarray(y))
+        margins = S - S[rows, z][:, None] + 1.0
+        margins[rows, z] = 0.0
+        return float(margins.max(axis=1).mean())
+
+    def objective(self, X, y) -> float:
+        """The primal objective: lam·g(W) + mean hinge (regularized), g(W) (constrained; its
+        constraint is hinge_loss(X, y) <= eta)."""
+        coef = self.coef_
+        W = (coef.toarray() if sp.issparse(coef) else np.asarray(coef)).T
+        g = _fbpd_penalty(np.ascontiguousarray(W), self.penalty, self.group_size)
+        if self.formulation == "constrained":
+            return g
+        return self.lam * g + self.hinge_loss(X, y)
+
+    @property
+    def coef_(self):
+        return self.model_.coef_
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.model_.intercept_
+
+
+from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver  # noqa: E402
+
+
+class PPDSparseClassifier(_ParamsMixin):
+    """One-vs-all elastic-net SVM solved by PPDSparse (Yen et al. 2017, Algorithms 1-3); see
+    streamfit.solvers.ppdsparse for the math. Per class k (y = ±1 one-vs-all, bias b):
+
+        lam‖w‖₁ + (tau/2)(‖w‖² + b²) + (1/n) Σ_i ℓ(y_i (⟨w, x_i⟩ + b)),
+
+    ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
+    lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
+    kappa, delta, x_threshold, max_inner, group_size, tol, max_iter: see PPDSparseParams.
+
+    Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
+    (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
+    CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_.
+    """
+
+    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, delta=1.0, x_threshold=0.0,
+                 max_inner=5, group_size=None, tol=1e-2, max_iter=1000, random_state=0,
+                 chunk_rows=DEFAULT_CHUNK_ROWS):
+        self.loss = loss
+        self.lam = lam
+        self.tau = tau
+        self.kappa = kappa
+        self.delta = delta
+        self.x_threshold = x_threshold
+        self.max_inner = max_inner
+        self.group_size = group_size
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.chunk_rows = chunk_rows
+
+    def fit(self, X, y):
+        params = PPDSparseParams(**{k: v for k, v in self.get_params().items() if k != "chunk_rows"})
+        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        if sp.issparse(y) or np.ndim(y) == 2:
+            labels = sp.csr_matrix(y, dtype=np.float32)
+            self.classes_ = np.arange(labels.shape[1])
+        else:
+            self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
+            labels = ids.astype(np.int32)
+        if labels.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
+        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
+        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        with Engine(mode="inprocess") as engine:
+            self.model_ = PPDSparseSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+        self.history_ = log.records
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    @property
+    def multilabel_(self) -> bool:
+        return self.model_.multilabel
+
+    def decision_function(self, X) -> np.ndarray:
+        return self.model_.decision_function(X)
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels (multiclass), or a 0/1 indicator of the labels scored > 0 (multilabel)."""
+        if self.multilabel_:
+            return self.model_.predict(X)
+        return self.classes_[self.model_.predict_topk(X, 1)[0][:, 0]]
+
+    def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, scores) of the k best classes per row, best first."""
+        top, scores = self.model_.predict_topk(X, k)
+        return self.classes_[top], scores
+
+    def score(self, X, y) -> float:
+        """Accuracy (multilabel: precision at 1)."""
+        if self.multilabel_:
+            Y = sp.csr_matrix(y)
+            top = self.model_.predict_topk(X, 1)[0][:, 0]
+            return float(np.asarray(Y[np.arange(Y.shape[0]), top]).ravel().astype(bool).mean())
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    @property
+    def coef_(self) -> sp.csr_matrix:
+        return self.model_.coef_
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.model_.intercept_
+
+
+class BCDClassifier(_ParamsMixin):
+    """ℓ1/ℓ2-regularized multiclass squared hinge and related objectives by block coordinate
+    descent (Blondel, Seki and Uehara 2013); see streamfit.solvers.bcd for the math.
+
+    Minimises F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) (no intercept, as in the paper):
+    loss: "squared_hinge" (eq. 2; label ranking §4.7 for multilabel y), "multitask_squared_hinge"
+        (eq. 11, one-vs-rest) or "logistic" (eq. 12, multiclass).
+    penalty: "l1/l2" (λ Σ_j ‖W_{j:}‖₂), "l1", "l2" ((λ/2)‖W‖²), "elasticnet", "sparse_group"
+        (mixed with l1_ratio).
+    lam: λ. variant: "ls" (BCD(LS), cyclic blocks, line search) or "cst" (BCD(CST), random
+        blocks, constant step). method: "bcd" or "fista". tol, max_iter: τ and K of the
+        stopping criterion (10). shrinking: §5.2.4 (l1/l2 only).
+    mode: "auto"/"memory" (sequential in memory) or "chunks" (the out-of-core algorithm over
+        row chunks of `chunk_rows`, `group_size` features per pass).
+
+    Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
+    the penalty are exactly-zero columns), intercept_ (zeros), model_ (a LinearModel), history_
+    (one dict per outer iteration), n_features_in_. `objective(X, y)` is F(W) on (X, y).
+    """
+
+    def __init__(self, loss="squared_hinge", penalty="l1/l2", lam=1e-3, variant="ls", tol=1e-3, max_iter=200,
+                 random_state=0, method="bcd", l1_ratio=0.5, shrinking=False, mode="auto", group_size=1024,
+                 chunk_rows=DEFAULT_CHUNK_ROWS):
+        self.loss = loss
+        self.penalty = penalty
+        self.lam = lam
+        self.variant = variant
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+        self.method = method
+        self.l1_ratio = l1_ratio
+        self.shrinking = shrinking
+        self.mode = mode
+        self.group_size = group_size
+        self.chunk_rows = chunk_rows
+
+    def _solver_params(self):
+        from streamfit.solvers.bcd import BCDParams
+
+        return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
+                         max_iter=self.max_iter, random_state=self.random_state, method=self.method,
+                         l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
+                         group_size=self.group_size)
+
+    def _labels(self, y):
+        if sp.issparse(y) or np.ndim(y) == 2:
+            return sp.csr_matrix(y, dtype=np.float32)
+        index = {c: i for i, c in enumerate(self.classes_)}
+        return np.array([index[v] for v in np.asarray(y)], dtype=np.int32)
+
+    def fit(self, X, y):
+        from streamfit.solvers.bcd import BCDSolver
+
+        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        if sp.issparse(y) or np.ndim(y) == 2:
+            self.classes_ = np.arange(np.shape(y)[1])
+        else:
+            self.classes_ = np.unique(np.asarray(y))
+        labels = self._labels(y)
+        if labels.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
+        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
+        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        with Engine(mode="inprocess") as engine:
+            self.model_ = BCDSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+        self.history_ = log.records
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    @property
+    def multilabel_(self) -> bool:
+        return self.model_.multilabel
+
+    @property
+    def coef_(self) -> np.ndarray:
+        c = self.model_.coef_
+        return c.toarray() if sp.issparse(c) else np.asarray(c)
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.model_.intercept_
+
+    def decision_function(self, X) -> np.ndarray:
+        return self.model_.decision_function(X)
+
+    def predict(self, X) -> np.ndarray:
+        """Multiclass: the top-scoring class. Multilabel: a 0/1 indicator of scores > 0."""
+        S = self.decision_function(X)
+        if self.multilabel_:
+            return (S > 0).astype(np.int8)
+        return self.classes_[np.argmax(S, axis=1)]
+
+    def score(self, X, y) -> float:
+        """Accuracy (multilabel: precision at 1)."""
+        S = self.decision_function(X)
+        if self.multilabel_:
+            Y = sp.csr_matrix(y)
+            top = np.argmax(S, axis=1)
+            return float(np.mean(np.asarray(Y[np.arange(len(top)), top]).ravel() > 0))
+        return float(np.mean(self.classes_[np.argmax(S, axis=1)] == np.asarray(y)))
+
+    def objective(self, X, y) -> float:
+        """F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) on (X, y) (eq. 2 for the default loss and penalty)."""
+        from streamfit.losses import LOSSES, loss_sum
+        from streamfit.penalties import PENALTIES, value
+
+        S = self.decision_function(X)
+        W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
+        reg = value(PENALTIES[self.penalty], W, float(self.lam), float(self.l1_ratio))
+        return loss_sum(LOSSES[self.loss], S, self._labels(y)) / S.shape[0] + reg

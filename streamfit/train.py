@@ -65,7 +65,9 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
              solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
     metrics = MetricsLog(os.path.join(out, "metrics.jsonl"))
     started = time.time()
-    with Engine(scheduler, n_workers=n_workers, threads_per_worker=threads_per_worker, progress=progress) as engine:
+    mode = "inprocess" if n_workers == 0 and not scheduler else None
+    with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                progress=progress) as engine:
         model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics, resume=resume)
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf

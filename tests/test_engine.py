@@ -11,6 +11,10 @@ def chunk_gram(source, i, scale=1.0):
     return X.T @ X * scale, float(c.n_rows)
 
 
+def chunk_sum_of(source, i, vector):
+    return float(vector.sum())
+
+
 def chunk_rows(source, i):
     return source.read_chunk(i).row_start
 
@@ -35,13 +39,16 @@ def test_inprocess_map_reduce_equals_dense(digits):
 def test_local_cluster_bitwise_equals_inprocess(digits, write_store):
     X, y, classes = digits
     store = open_store(write_store(X, y, classes, chunk_rows=100))
-    big = np.ones(300_000)  # broadcast path (> 1 MiB)
     with Engine(mode="inprocess") as eng:
-        ref = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=big[0])
+        ref = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=2.0)
     with Engine(mode="local", n_workers=2) as eng:
         assert eng.total_threads == 2
-        got = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=big[0])
+        got = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=2.0)
         starts = eng.map(chunk_rows, store, range(store.n_chunks))
+        # large keyword arguments, twice under the same name (Client.map alone would collide)
+        for _ in range(2):
+            big = eng.map_reduce(chunk_sum_of, store, range(store.n_chunks), vector=np.arange(200_000.0))
+            assert big == store.n_chunks * np.arange(200_000.0).sum()
     assert np.array_equal(got[0], ref[0]) and got[1] == ref[1]
     assert starts == list(range(0, 1797, 100))
 

@@ -34,7 +34,7 @@ def test_defaults_are_accurate_on_digits(digits_split):
     assert [r["stage"] for r in clf.history_] == list(range(len(clf.history_)))
 
 
-@pytest.mark.parametrize("kw", [dict(link="softmax", max_iter=10), dict(calibrate=True), dict(calibrate="predictions")])
+@pytest.mark.parametrize("kw", [dict(link="softmax", max_iter=5), dict(calibrate=True), dict(calibrate="predictions")])
 def test_variants(digits_split, kw):
     Xtr, Xte, ytr, yte = digits_split
     clf = StagewiseLSClassifier(n_components=1024, **kw).fit(Xtr, ytr)

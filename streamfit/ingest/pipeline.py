@@ -24,6 +24,7 @@ from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
+from streamfit.store.csc import build_csc
 from streamfit.store.store import IDF_FILE
 
 MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
@@ -50,6 +51,7 @@ class IngestOptions:
     source_options: dict = field(default_factory=dict)
     batch_size: int = 8192
     overwrite: bool = False
+    csc_block_features: int | None = None  # also build out's CSC copy in blocks of this many features
     progress: bool = True
 
 
@@ -59,10 +61,13 @@ class IngestReport:
     written: int = 0
     skipped: int = 0
     stores: dict = field(default_factory=dict)  # path -> rows
+    csc_blocks: int = 0  # feature blocks of out's CSC copy (csc_block_features)
 
     def summary(self) -> str:
         parts = [f"records read {self.read}, written {self.written}, skipped {self.skipped}"]
         parts += [f"{path}: {rows} rows" for path, rows in self.stores.items()]
+        if self.csc_blocks:
+            parts.append(f"CSC copy: {self.csc_blocks} feature blocks")
         return "; ".join(parts)
 
 
@@ -227,6 +232,8 @@ def ingest(o: IngestOptions) -> IngestReport:
     if report.read != report.written + report.skipped:
         raise StreamfitError(f"internal error: read {report.read} records but wrote {report.written} and skipped "
                              f"{report.skipped}; please report this")
+    if o.csc_block_features:
+        report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
 
 

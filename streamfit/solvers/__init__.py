@@ -14,3 +14,6 @@ def get_solver(name: str) -> type[Solver]:
 
 
 from streamfit.solvers import stagewise  # noqa: F401,E402
+from streamfit.solvers import ppdsparse  # noqa: F401,E402
+from streamfit.solvers import bcd  # noqa: F401,E402
+from streamfit.solvers import fbpd  # noqa: F401,E402

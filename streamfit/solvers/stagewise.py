@@ -65,7 +65,8 @@ happens once in the driver. The task that applies stage t (F ← F + AW, writing
 version of the scores) also computes the statistics of stage t+1's block with the new scores
 when that block is already known (fusion: one pass per identity-link stage), or the column
 gradients when the next pass of the "gradient" generator needs them. Memory per task is
-O(chunk_rows · (p + k) + p²).
+O(chunk_rows · (p + k) + p²), plus O(active columns · k) for the gradient generator's ranking
+pass (once per pass) and O(n_features) for the initial column scan.
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
@@ -147,9 +148,11 @@ class StagewiseParams(SolverParams):
 class FeatureSpace:
     """How the design matrix A of a block is computed from a chunk's rows X and scores F.
 
-    kind "columns": a block is an array of column ids, x̃ = X[:, block] (sparse).
-    kind "rff": a block is a block id b, x̃ = features b·block_size … of the random Fourier
-    map of z = X[:, inputs] (projected: z = (z − mean) components, if PCA is used)."""
+    Blocks are cut from the chunk's base matrix `base(X)`, computed once per chunk:
+    kind "columns": the base is X, a block is an array of column ids, x̃ = X[:, block] (sparse);
+    kind "rff": the base is z = X[:, inputs] densified (projected: z = (z − mean) components,
+    if PCA is used), a block is a block id b, x̃ = the random Fourier features
+    b·block_size … (b+1)·block_size − 1 of z."""
 
     kind: str
     fit_intercept: bool
@@ -162,19 +165,22 @@ class FeatureSpace:
     block_size: int = 0
     n_components: int = 0
 
-    def rff_inputs(self, X: sp.csr_matrix) -> np.ndarray:
+    def base(self, X: sp.csr_matrix) -> sp.csr_matrix | np.ndarray:
+        if self.kind == "columns":
+            return X
         Z = X[:, self.inputs].toarray().astype(np.float64, copy=False)
         if self.components is not None:
             Z = (Z - self.mean) @ self.components
         return Z
 
-    def design(self, X: sp.csr_matrix, F: np.ndarray, block) -> np.ndarray | sp.csr_matrix:
-        n = X.shape[0]
+    def design(self, base, F: np.ndarray, block) -> np.ndarray | sp.csr_matrix:
+        """A = [1, x̃, F] (the bias and F columns as configured) for the rows of `base`."""
+        n = base.shape[0]
         if self.kind == "columns":
-            parts = [X[:, block].astype(np.float64, copy=False)]
+            parts = [base[:, block].astype(np.float64, copy=False)]
         else:
             width = min(self.block_size, self.n_components - block * self.block_size)
-            parts = [rff_block(self.rff_inputs(X), self.seed, int(block), width, self.sigma)]
+            parts = [rff_block(base, self.seed, int(block), width, self.sigma)]
         if self.fit_intercept:
             parts.insert(0, np.ones((n, 1)))
         if self.with_predictions:
@@ -202,11 +208,11 @@ class FeatureSpace:
                    components=arrays.get("rff_components"))
 
 
-def apply_stage(space: FeatureSpace, X, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None,
+def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None,
                 multilabel: bool) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike."""
-    U = F + space.design(X, F, block) @ W
+    U = F + space.design(base, F, block) @ W
     if C is not None:
         U = project_predictions(poly_basis(U) @ C, multilabel)
     return U
@@ -257,7 +263,7 @@ def _rows_task(source, chunk_id, *, rows, inputs):
 
 def _stats_task(source, chunk_id, *, state, version, space, block, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _block_stats(space.design(chunk.X, F, block), F, Y, link)
+    return _block_stats(space.design(space.base(chunk.X), F, block), F, Y, link)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
@@ -267,14 +273,14 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
 
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = space.design(chunk.X, F, block)
+    A = space.design(space.base(chunk.X), F, block)
     U = F + A @ W
     return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
 
 
 def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    G = poly_basis(F + space.design(chunk.X, F, block) @ W)
+    G = poly_basis(F + space.design(space.base(chunk.X), F, block) @ W)
     return G.T @ G, G.T @ Y
 
 
@@ -283,11 +289,12 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     statistics of the next block (when `next_block` is given) or the column gradients (when
     `next_gradient` holds the active columns), both at the new scores."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    F = apply_stage(space, chunk.X, F, block, W, C, source.multilabel)
+    base = space.base(chunk.X)
+    F = apply_stage(space, base, F, block, W, C, source.multilabel)
     state.write(SCORES, version + 1, chunk_id, F)
     out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link))
     if next_block is not None:
-        return out + _block_stats(space.design(chunk.X, F, next_block), F, Y, link)
+        return out + _block_stats(space.design(base, F, next_block), F, Y, link)
     if next_gradient is not None:
         return out + (_column_gradient(chunk.X, next_gradient, F, Y, link),)
     return out
@@ -355,9 +362,10 @@ class StagewiseModel(Model):
 
     def _scores(self, X):
         F = np.zeros((X.shape[0], len(self.classes_)))
+        base = self.space.base(X)
         for t, (block, W) in enumerate(zip(self.blocks, self.weights)):
             C = self.calibrations[t] if self.calibrations else None
-            F = apply_stage(self.space, X, F, block, W, C, self.multilabel)
+            F = apply_stage(self.space, base, F, block, W, C, self.multilabel)
         return F
 
     def predict(self, X):
@@ -484,7 +492,7 @@ class StagewiseSolver(Solver):
         if p.pca_components is not None and p.pca_components < len(active):
             space.mean = sample.mean(axis=0)
             centered = sample - space.mean
-            w, V = np.linalg.eigh(centered.T @ centered / len(rows))
+            _, V = np.linalg.eigh(centered.T @ centered / len(rows))
             V = V[:, ::-1][:, : p.pca_components]
             V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
             space.components = V

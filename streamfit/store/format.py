@@ -18,6 +18,12 @@ Backends:
 `manifest.json` is written last, by an atomic rename of the whole store directory: a
 directory without it is not a store. Each chunk records the SHA-256 of its canonical bytes
 (`chunk_digest`), identical for both backends.
+
+Optional column copy (both backends, see csc.py): Zarr v3 group `csc/` holding X cut into
+feature blocks of `block_features` columns, block b = X[:, b·bf : min((b+1)·bf, n_features)]
+over all rows as `csc/block-<b:06d>/{indptr (int64), indices (int32, or int64 when
+n_rows >= 2**31), data (float32)}`. The manifest's `csc` entry lists the blocks (id, column
+range, nnz, SHA-256 of `csc_block_digest`); stores without one have no column copy.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class Manifest:
     transform: dict = field(default_factory=dict)  # {"idf": bool, "l2_normalize": bool}
     source: dict = field(default_factory=dict)
     counts: dict = field(default_factory=dict)  # records read / written / skipped
+    csc: dict | None = None  # {"block_features", "blocks": [{id, col_start, col_stop, nnz, sha256}]}
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
     streamfit_version: str = ""
@@ -107,6 +114,17 @@ def chunk_digest(X: sp.csr_matrix, labels) -> str:
         h.update(np.ascontiguousarray(labels.indices, dtype=np.int32).tobytes())
     else:
         h.update(np.ascontiguousarray(labels, dtype=np.int32).tobytes())
+    return h.hexdigest()
+
+
+def csc_block_digest(X: sp.csc_matrix, piece: int = 1 << 20) -> str:
+    """SHA-256 of a feature block's canonical bytes: indptr (int64), row indices (int64),
+    values (float32), whatever integer width the indices are stored with. Hashed in pieces of
+    `piece` entries, so no full-size copy is made."""
+    h = hashlib.sha256()
+    for arr, dtype in ((X.indptr, np.int64), (X.indices, np.int64), (X.data, np.float32)):
+        for lo in range(0, len(arr), piece):
+            h.update(np.ascontiguousarray(arr[lo:lo + piece], dtype=dtype))
     return h.hexdigest()
 
 

@@ -20,9 +20,11 @@ from streamfit.store.format import (
     ChunkInfo,
     Manifest,
     chunk_digest,
+    csc_block_digest,
     fsync_dir,
     write_json_atomic,
 )
+from streamfit.store.csc import CscReader
 from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
 
@@ -114,6 +116,7 @@ class Store(ChunkSource):
         self.multilabel = m.task == "multilabel"
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
+        self._csc_reader = None
 
     def __reduce__(self):
         return (open_store, (self.path,))
@@ -168,29 +171,71 @@ class Store(ChunkSource):
             )
         return Chunk(i, info.row_start, X, labels)
 
+    @property
+    def n_feature_blocks(self) -> int:
+        """Blocks of the CSC copy (`streamfit transpose`), 0 when the store has none."""
+        return len(self.manifest.csc["blocks"]) if self.manifest.csc else 0
+
+    def feature_block_bounds(self, b: int) -> tuple[int, int]:
+        """Columns [col_start, col_stop) of feature block b."""
+        info = self._feature_block_info(b)
+        return info["col_start"], info["col_stop"]
+
+    def _feature_block_info(self, b: int) -> dict:
+        if not self.manifest.csc:
+            raise StoreError(f"{self.path}: has no column (CSC) copy; build one with "
+                             f"'streamfit transpose {self.path} --block-features N'")
+        if not 0 <= b < self.n_feature_blocks:
+            raise StoreError(f"{self.path}: no feature block {b} (the CSC copy has {self.n_feature_blocks})")
+        return self.manifest.csc["blocks"][b]
+
+    def read_feature_block(self, b: int, verify: bool = True) -> sp.csc_matrix:
+        """X[:, col_start:col_stop] of feature block b over all rows, as CSC (n_rows × width),
+        its SHA-256 checked against the manifest."""
+        info = self._feature_block_info(b)
+        lo, hi = info["col_start"], info["col_stop"]
+        where = f"{self.path}: feature block {b} (columns {lo}-{hi})"
+        try:
+            if self._csc_reader is None:
+                self._csc_reader = CscReader(self.path)
+            X = self._csc_reader.read(b, self.n_rows, hi - lo)
+        except Exception as e:  # noqa: BLE001 - missing files, decompression or CRC errors all mean damage
+            raise StoreError(f"{where} is damaged: {e}; rebuild it with 'streamfit transpose'") from e
+        if verify and csc_block_digest(X) != info["sha256"]:
+            raise StoreError(f"{where} fails its checksum; the CSC copy is damaged, rebuild it with 'streamfit transpose'")
+        return X
+
     def verify(self) -> list[str]:
-        """Re-read every chunk and check its checksum; returns the problems found."""
+        """Re-read every chunk and every CSC block and check their checksums; returns the problems found."""
         problems = []
         for i in range(self.n_chunks):
             try:
                 self.read_chunk(i)
             except StoreError as e:
                 problems.append(str(e))
+        for b in range(self.n_feature_blocks):
+            try:
+                self.read_feature_block(b)
+            except StoreError as e:
+                problems.append(str(e))
         return problems
 
 
 @functools.lru_cache(maxsize=16)
-def _open_cached(path: str, mtime: float) -> Store:
+def _open_cached(path: str, version: tuple) -> Store:
     return Store(path)
 
 
 def open_store(path: str) -> Store:
-    """Open a store; within one process the same store is opened once (workers reuse it)."""
+    """Open a store; within one process the same store is opened once (workers reuse it).
+    The cache key includes the manifest's inode, size and ns timestamps: a manifest rewritten
+    by `streamfit transpose` (a new file renamed into place) is seen at once."""
     manifest = os.path.join(os.path.abspath(path), MANIFEST)
-    mtime = os.path.getmtime(manifest) if os.path.exists(manifest) else -1.0
-    if mtime < 0:
+    try:
+        st = os.stat(manifest)
+    except OSError:
         return Store(path)  # raises the explanatory error
-    return _open_cached(os.path.abspath(path), mtime)
+    return _open_cached(os.path.abspath(path), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 class InMemoryStore(ChunkSource):

@@ -167,7 +167,7 @@ def local_engine():
 
 
 @pytest.mark.parametrize("params", [
-    dict(generator="rff", n_components=300, block_size=100, pca_components=20, n_passes=2),
+    dict(generator="rff", n_components=200, block_size=100, pca_components=20, n_passes=2),
     dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
     dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
     dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),

@@ -1,0 +1,343 @@
+"""PPDSparse: Yen, Huang, Dai, Ravikumar, Dhillon and Xing (2017), "PPDSparse: A Parallel
+Primal-Dual Sparse Method for Extreme Classification" (KDD '17).
+
+One-vs-all (4): for every class k independently, with y_ik = +1 if k is a label of sample i and
+−1 otherwise, and a bias feature x_{i,D} = 1 (penalized by ℓ2 only, as in §3.2), solve the
+elastic-net objective (9) in the project's averaged convention
+
+    F(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
+
+ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
+Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
+the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
+LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
+hinge, whose loss has no ½ there).
+
+Each class is solved in the dual (10) by Algorithm 1 (greedy active set: the active set starts
+at the class's positives; each iteration computes ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk
+over the non-zeros of w, optionally sparsified by Algorithm 3 with the R of Theorem 4.1, adds
+the κ most violating samples, runs Algorithm 2 (randomized dual coordinate descent maintaining
+w(α) = prox(X̂ᵀα), (13)) on the active set and drops zero duals of negatives). `tol` bounds the
+projected dual gradient (in margin units) at the end, on every sample: the final search is exact.
+The kernels are in ppdsparse_kernels.py.
+
+Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
+cut depends only on K and the parameters, never on the workers); groups are Dask tasks
+submitted largest first (by positives) and load-balanced by the scheduler. Each worker process
+reads the training matrix from the store once (CSR for the coordinate descent, CSC sorted by
+|x_ij| for the search, the positives of every class) and shares it between its threads; the
+kernels release the GIL. A task returns the sparse weight rows of its classes. This is the
+method's memory model: a worker holds X (O(nnz(X))), not just a chunk.
+
+Determinism: class k's random stream is seeded from (random_state, k), so a class's weights
+depend only on the data and the parameters: the model is bitwise the same for any number of
+workers, threads, group completion order, and after a resume.
+
+Checkpoints: every finished group is written at once (ChunkState names "g<id>-index" with the
+CSR pointers and column ids, "g<id>-value" with the biases and weights; version 1, one "chunk")
+and a checkpoint step lists the finished groups; `resume=True` redoes only unfinished groups.
+
+Logged per finished group: the group, its classes, the sum of the classes' dual objectives −G/n
+(a lower bound of the summed primal objectives F_k), nnz of W so far, mean active-set size,
+iterations, classes not converged within max_iter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from typing import Literal
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import Field
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.model import LinearModel, register_model
+from streamfit.runlog import MetricsLog
+from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.ppdsparse_kernels import HINGE, SQUARED_HINGE, Data, make_work, solve_class
+from streamfit.store import ChunkSource, Store
+
+DEFAULT_GROUPS = 256  # group_size=None: about this many class groups
+PREDICT_BLOCK_SCORES = 1 << 22  # rows × classes of dense scores held at once when predicting
+
+
+class PPDSparseParams(SolverParams):
+    """Options of PPDSparse (see the module docstring for the objective and its scaling)."""
+
+    loss: Literal["squared_hinge", "hinge"] = Field("squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge")
+    lam: float = Field(1e-5, ge=0, description="ℓ1 weight: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam)")
+    tau: float = Field(1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)")
+    kappa: int = Field(500, ge=1, description="κ: samples added to the active set per search (Algorithm 1, step 2)")
+    delta: float | None = Field(1.0, gt=0, description="δ of Theorem 4.1: Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
+    x_threshold: float = Field(0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off")
+    max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
+    group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
+    tol: float = Field(1e-2, gt=0, description="stop when no projected dual gradient exceeds tol (margin units)")
+    max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
+
+
+# -- the training matrix, once per process ---------------------------------------------------
+
+
+def build_data(source: ChunkSource) -> Data:
+    """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data)."""
+    chunks = list(source.iter_chunks())
+    X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
+    X.sum_duplicates()
+    X.sort_indices()
+    n, d, K = source.n_rows, source.n_features, source.n_classes
+    if source.multilabel:
+        Y = sp.vstack([c.labels for c in chunks], format="csc")
+        Y.sum_duplicates()
+        Y.sort_indices()
+        pos_ptr, pos_rows = Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
+    else:
+        y = np.concatenate([c.labels for c in chunks]).astype(np.int64)
+        pos_rows = np.argsort(y, kind="stable").astype(np.int64)
+        pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=K))]).astype(np.int64)
+    C = X.tocsc()
+    col_of = np.repeat(np.arange(d), np.diff(C.indptr))
+    order = np.lexsort((C.indices, -np.abs(C.data), col_of))  # per column: decreasing |x|, then row
+    return Data(
+        indptr=X.indptr.astype(np.int64), indices=X.indices.astype(np.int64), values=X.data,
+        sqnorm=np.asarray(X.multiply(X).sum(axis=1)).ravel(),
+        col_ptr=C.indptr.astype(np.int64), col_rows=C.indices[order].astype(np.int64), col_vals=C.data[order],
+        pos_ptr=pos_ptr, pos_rows=pos_rows,
+    )
+
+
+@dataclasses.dataclass
+class _DataRef:
+    """What a group task gets: the source and a token naming it, so each worker process builds
+    the training matrix once (Store: its fingerprint; in-memory sources: a fresh token)."""
+
+    source: ChunkSource
+    token: str
+
+
+_cache: dict[str, Data] = {}
+_cache_lock = threading.Lock()
+
+
+def _worker_data(ref: _DataRef) -> Data:
+    with _cache_lock:  # the threads of a worker wait for one build
+        if ref.token not in _cache:
+            _cache.clear()  # one training matrix per process
+            _cache[ref.token] = build_data(ref.source)
+        return _cache[ref.token]
+
+
+# -- one group of classes --------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class GroupResult:
+    """Weights of classes [lo, hi): CSR rows (indptr, indices, values), biases, and per-class
+    statistics (iterations, |A|, nnz(α), converged, G(α))."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    bias: np.ndarray
+    stats: np.ndarray
+
+
+def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, n_features: int) -> GroupResult:
+    """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays."""
+    work = make_work(n_rows, n_features)
+    loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
+    mu, sigma = n_rows * p.lam, n_rows * p.tau
+    delta = 0.0 if p.delta is None else p.delta
+    idx, val = [], []
+    bias = np.zeros(hi - lo)
+    stats = np.zeros((hi - lo, 5))
+    for k in range(lo, hi):
+        i, v, b, it, n_active, n_alpha, conv, dual = solve_class(
+            data, work, k, loss, mu, sigma, p.kappa, p.tol, p.max_iter, p.max_inner, delta, p.x_threshold,
+            p.random_state)
+        idx.append(i)
+        val.append(v)
+        bias[k - lo] = b
+        stats[k - lo] = (it, n_active, n_alpha, conv, dual)
+    indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
+    return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats)
+
+
+def _group_task(ref: _DataRef, lo: int, hi: int, params: dict) -> GroupResult:
+    s = ref.source
+    return solve_group(_worker_data(ref), lo, hi, PPDSparseParams(**params), s.n_rows, s.n_features)
+
+
+def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
+    chunk = source.read_chunk(chunk_id)
+    if sp.issparse(chunk.labels):
+        return np.bincount(chunk.labels.indices, minlength=source.n_classes).astype(np.int64)
+    return np.bincount(chunk.labels, minlength=source.n_classes).astype(np.int64)
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+@register_model
+class PPDSparseModel(LinearModel):
+    """A LinearModel with sparse coef_ (K × d CSR) whose top-k prediction works on blocks of
+    rows (sparse product X_block · Wᵀ, then the k best per row), so a large K never needs the
+    full n × K score matrix."""
+
+    kind = "ppdsparse"
+
+    @property
+    def model_size(self) -> int:
+        """Bytes of the stored weights: non-zeros (8-byte value + 4-byte column), row pointers, biases."""
+        c = self.coef_
+        return int(c.nnz * 12 + (c.shape[0] + 1) * 8 + self.intercept_.nbytes)
+
+    def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        from streamfit.model import _as_csr
+
+        if isinstance(X, ChunkSource):
+            parts = [self.predict_topk(c.X, k) for c in X.iter_chunks()]
+            return np.vstack([a for a, _ in parts]), np.vstack([b for _, b in parts])
+        X = _as_csr(X, self.n_features)
+        K = len(self.classes_)
+        k = min(k, K)
+        Wt = self.coef_.T.tocsc()
+        block = max(1, PREDICT_BLOCK_SCORES // K)
+        tops, scores = [], []
+        for lo in range(0, X.shape[0], block):
+            S = (X[lo:lo + block] @ Wt).toarray() + self.intercept_
+            top = np.argpartition(-S, k - 1, axis=1)[:, :k]
+            order = np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable")
+            top = np.take_along_axis(top, order, axis=1)
+            tops.append(top)
+            scores.append(np.take_along_axis(S, top, axis=1))
+        if not tops:
+            return np.zeros((0, k), np.int64), np.zeros((0, k))
+        return np.vstack(tops), np.vstack(scores)
+
+    def predict(self, X):
+        if self.multilabel:
+            return super().predict(X)
+        return self.classes_[self.predict_topk(X, 1)[0][:, 0]]
+
+
+# -- the solver ------------------------------------------------------------------------------
+
+
+def _group_name(g: int, part: str) -> str:
+    return f"g{g:06d}-{part}"
+
+
+@register_solver
+class PPDSparseSolver(Solver):
+    """PPDSparse (Algorithms 1-3, §5.1-5.3) over class groups.
+
+    `stop_after_groups`: return the partial model (unfinished classes all zero) after this many
+    groups finished and were checkpointed in this call; a later fit with resume=True continues.
+    For time-boxed jobs and for testing resume; not a model parameter."""
+
+    name = "ppdsparse"
+    Params = PPDSparseParams
+
+    def __init__(self, params: PPDSparseParams, *, stop_after_groups: int | None = None):
+        super().__init__(params)
+        self.stop_after_groups = stop_after_groups
+
+    def groups(self, n_classes: int) -> list[tuple[int, int]]:
+        size = self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
+        return [(lo, min(lo + size, n_classes)) for lo in range(0, n_classes, size)]
+
+    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
+            resume: bool = False) -> PPDSparseModel:
+        groups = self.groups(source.n_classes)
+        state = checkpointer.state
+        done: dict[int, GroupResult] = {}
+        ckpt = checkpointer.latest(1) if resume else None
+        if ckpt is None:
+            state.keep_only(set())
+        else:
+            for g in ckpt.meta["finished"]:
+                ints = state.read(_group_name(g, "index"), 1, 0)
+                reals = state.read(_group_name(g, "value"), 1, 0)
+                m = groups[g][1] - groups[g][0]
+                done[g] = GroupResult(ints[: m + 1], ints[m + 1:], reals[m:], reals[:m],
+                                      np.asarray(ckpt.arrays[f"stats{g}"]))
+            log.truncate_after(ckpt.step)
+        positives = engine.map_reduce(_positives_task, source, range(source.n_chunks), desc="ppdsparse: labels")
+        todo = sorted((g for g in range(len(groups)) if g not in done),
+                      key=lambda g: (-int(positives[groups[g][0]:groups[g][1]].sum()), g))
+        finished_here = 0
+        results = self._run(engine, source, groups, todo)
+        for g, res in results:
+            done[g] = res
+            self._save(checkpointer, log, groups, done, g)
+            finished_here += 1
+            if self.stop_after_groups is not None and finished_here >= self.stop_after_groups:
+                results.close()
+                break
+        return self._model(source, groups, done)
+
+    def _run(self, engine: Engine, source: ChunkSource, groups, todo):
+        """Yields (group, GroupResult) as groups finish: in process, one after another in `todo`
+        order; on Dask, in completion order (tasks submitted in `todo` order, first = highest
+        priority). Closing the generator cancels what is still running."""
+        p = self.params
+        if engine.client is None and engine.mode == "inprocess":
+            data = build_data(source)
+            for g in todo:
+                lo, hi = groups[g]
+                yield g, solve_group(data, lo, hi, p, source.n_rows, source.n_features)
+            return
+        engine.start()
+        from distributed import as_completed
+
+        client = engine.client
+        token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
+        ref = client.scatter(_DataRef(source, token), broadcast=True, hash=False)
+        params = p.model_dump()
+        futures = {client.submit(_group_task, ref, *groups[g], params, pure=False, priority=len(todo) - r): g
+                   for r, g in enumerate(todo)}
+        try:
+            for fut in as_completed(list(futures)):
+                yield futures[fut], fut.result()
+        finally:
+            client.cancel(list(futures))
+
+    def _save(self, checkpointer: Checkpointer, log: MetricsLog, groups, done: dict, g: int) -> None:
+        res = done[g]
+        state = checkpointer.state
+        state.write(_group_name(g, "index"), 1, 0, np.concatenate([res.indptr, res.indices]))
+        state.write(_group_name(g, "value"), 1, 0, np.concatenate([res.bias, res.values]))
+        finished = sorted(done)
+        versions = {_group_name(h, part): 1 for h in finished for part in ("index", "value")}
+        checkpointer.save(len(finished), {"finished": finished},
+                          {f"stats{h}": done[h].stats for h in finished}, versions)
+        st = res.stats
+        log.log(len(finished), group=g, classes=[int(groups[g][0]), int(groups[g][1])],
+                dual_objective=float(-st[:, 4].sum()), nnz=int(sum(done[h].indices.size for h in finished)),
+                mean_active=float(st[:, 1].mean()), iterations=int(st[:, 0].sum()),
+                not_converged=int((st[:, 3] == 0).sum()))
+
+    def _model(self, source: ChunkSource, groups, done: dict) -> PPDSparseModel:
+        K, d = source.n_classes, source.n_features
+        counts = np.zeros(K, np.int64)
+        bias = np.zeros(K)
+        for g, res in done.items():
+            lo, hi = groups[g]
+            counts[lo:hi] = np.diff(res.indptr)
+            bias[lo:hi] = res.bias
+        indptr = np.concatenate([[0], np.cumsum(counts)])
+        ordered = sorted(done)
+        indices = np.concatenate([done[g].indices for g in ordered] or [np.zeros(0, np.int64)])
+        values = np.concatenate([done[g].values for g in ordered] or [np.zeros(0)])
+        coef = sp.csr_matrix((values, indices.astype(np.int32), indptr), shape=(K, d))
+        stats = np.vstack([done[g].stats for g in ordered]) if ordered else np.zeros((0, 5))
+        info = {"groups_finished": len(done), "groups": len(groups), "nnz": int(coef.nnz),
+                "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
+                "not_converged": int((stats[:, 3] == 0).sum()) if len(stats) else 0}
+        return PPDSparseModel(coef, bias, classes=source.classes, n_features=d, multilabel=source.multilabel,
+                              solver=self.name, params=self.params.model_dump(), info=info)

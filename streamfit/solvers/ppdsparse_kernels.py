@@ -1,0 +1,361 @@
+"""Numba kernels of PPDSparse (Yen, Huang, Dai, Ravikumar, Dhillon, Xing 2017): one class's
+dual problem (10) solved by Algorithm 1 (greedy active set) with Algorithm 2 (randomized dual
+coordinate descent) and Algorithm 3 (random sparsification of w for the search).
+
+Notation (see streamfit/solvers/ppdsparse.py for the scaling of lam and tau). For class k,
+x̂_i = y_i [x_i, 1] (the last coordinate is the unpenalized-in-ℓ1 bias feature, index D),
+v = X̂ᵀα and w(α) = prox(v) with
+
+    w_j = sign(v_j) max(|v_j| − μ, 0) / σ   (j < D),        w_D = v_D / σ   (the bias),
+
+the minimizer of μ‖w_{:D}‖₁ + (σ/2)‖w‖² − ⟨w, v⟩. The dual objective (10) is
+
+    G(α) = (σ/2)‖w(α)‖² − Σ_i α_i + c Σ_i α_i² / 2,    0 ≤ α_i ≤ U,
+
+with c = 0, U = 1 for the hinge loss and c = 1, U = ∞ for the squared hinge ½ max(0, 1 − m)²
+(§5.2). ∇_i G = y_i ⟨w, [x_i, 1]⟩ − 1 + c α_i (12); a coordinate step uses the curvature bound
+H_ii = (‖x_i‖² + 1)/σ + c (Algorithm 2, step 3), which majorizes G along coordinate i also
+where the soft threshold is active, so every step decreases G.
+
+All work arrays are allocated once per class group (`Work`) and only the entries a class
+touched are reset, so a class costs O(its active samples × row length + search), never O(N)
+or O(D) (except in the search fallback described in `_search`).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+HINGE = 0
+SQUARED_HINGE = 1
+
+# CSR rows (+ squared norms), CSC columns each sorted by decreasing |x_ij| (§5.3), and the
+# positive samples of every class (CSC of the label indicator).
+Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows")
+
+# Per-group scratch: v, w (D + 1), touched features, per-sample duals / labels / marks, the
+# active set, the search scores and the (sparsified) support of w.
+Work = namedtuple("Work", "v w fmark flist n_touched alpha ysign in_active active score smark slist "
+                          "sup_idx sup_val cum counts rng")
+
+
+def make_work(n_rows: int, n_features: int) -> Work:
+    return Work(
+        v=np.zeros(n_features + 1), w=np.zeros(n_features + 1), fmark=np.zeros(n_features, np.uint8),
+        flist=np.zeros(n_features, np.int64), n_touched=np.zeros(1, np.int64),
+        alpha=np.zeros(n_rows), ysign=-np.ones(n_rows, np.int8), in_active=np.zeros(n_rows, np.uint8),
+        active=np.zeros(n_rows, np.int64), score=np.zeros(n_rows), smark=np.zeros(n_rows, np.uint8),
+        slist=np.zeros(n_rows, np.int64), sup_idx=np.zeros(n_features, np.int64), sup_val=np.zeros(n_features),
+        cum=np.zeros(n_features), counts=np.zeros(n_features, np.int64), rng=np.zeros(1, np.uint64),
+    )
+
+
+# -- random numbers: splitmix64 seeding, xorshift64* stream (deterministic per class) --------
+
+
+@njit(cache=True, nogil=True)
+def _seed(rng, seed, k):
+    z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(k) + np.uint64(0x632BE59BD9B4E019)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    rng[0] = z if z != np.uint64(0) else np.uint64(1)
+
+
+@njit(cache=True, nogil=True)
+def _next(rng):
+    x = rng[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    rng[0] = x
+    return x * np.uint64(0x2545F4914F6CDD1D)
+
+
+@njit(cache=True, nogil=True)
+def _uniform(rng):
+    return float(_next(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, nogil=True)
+def _randint(rng, n):
+    return np.int64(_next(rng) % np.uint64(n))
+
+
+# -- Algorithm 2: coordinate descent over the active set, maintaining w(α) by (13) -------------
+
+
+@njit(cache=True, nogil=True)
+def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs):
+    """Randomized dual coordinate descent (Algorithm 2) on the active set, one random
+    permutation per epoch, until the largest projected gradient is ≤ tol. Returns epochs run."""
+    D = work.v.shape[0] - 1
+    c = 1.0 if loss == SQUARED_HINGE else 0.0
+    upper = 1.0 if loss == HINGE else np.inf
+    v, w, alpha, active, ysign, rng = work.v, work.w, work.alpha, work.active, work.ysign, work.rng
+    fmark, flist = work.fmark, work.flist
+    n_touched = work.n_touched[0]
+    indptr, indices, values, sqnorm = data.indptr, data.indices, data.values, data.sqnorm
+    epochs = max_epochs
+    for epoch in range(max_epochs):
+        for s in range(n_active - 1, 0, -1):
+            r = _randint(rng, s + 1)
+            active[s], active[r] = active[r], active[s]
+        max_pg = 0.0
+        for s in range(n_active):
+            i = active[s]
+            y = float(ysign[i])
+            z = w[D]
+            for p in range(indptr[i], indptr[i + 1]):
+                z += values[p] * w[indices[p]]
+            a = alpha[i]
+            g = y * z - 1.0 + c * a
+            pg = g
+            if a <= 0.0:
+                pg = min(g, 0.0)
+            elif a >= upper:
+                pg = max(g, 0.0)
+            if abs(pg) > max_pg:
+                max_pg = abs(pg)
+            if pg == 0.0:
+                continue
+            h = (sqnorm[i] + 1.0) / sigma + c
+            a_new = min(max(a - g / h, 0.0), upper)
+            d = (a_new - a) * y
+            if d == 0.0:
+                continue
+            alpha[i] = a_new
+            for p in range(indptr[i], indptr[i + 1]):
+                f = indices[p]
+                vf = v[f] + d * values[p]
+                v[f] = vf
+                w[f] = (vf - mu) / sigma if vf > mu else ((vf + mu) / sigma if vf < -mu else 0.0)
+                if fmark[f] == 0:
+                    fmark[f] = 1
+                    flist[n_touched] = f
+                    n_touched += 1
+            v[D] += d
+            w[D] = v[D] / sigma
+        if max_pg <= tol:
+            epochs = epoch + 1
+            break
+    work.n_touched[0] = n_touched
+    return epochs
+
+
+# -- Algorithm 3 and the greedy search (Algorithm 1, steps 1-2) --------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _support(work):
+    """Copy supp(w_{:D}) into sup_idx / sup_val; returns (size, ‖w_{:D}‖₁)."""
+    n, l1 = 0, 0.0
+    for t in range(work.n_touched[0]):
+        f = work.flist[t]
+        if work.w[f] != 0.0:
+            work.sup_idx[n] = f
+            work.sup_val[n] = work.w[f]
+            l1 += abs(work.w[f])
+            n += 1
+    return n, l1
+
+
+@njit(cache=True, nogil=True)
+def _sparsify(work, n_sup, l1, delta):
+    """Algorithm 3: R = ⌈2‖w‖₁²/δ²⌉ draws j ∝ |w_j|, w̃ = (‖w‖₁/R) Σ sign(w_j) e_j
+    (Theorem 4.1: E[min_i y_i⟨w̃, x_i⟩] − min_i y_i⟨w, x_i⟩ ≤ δ). Kept exact (w̃ = w) when
+    R ≥ nnz(w), where it would not save work. Returns the new support size."""
+    R = np.ceil(2.0 * l1 * l1 / (delta * delta))
+    if R >= n_sup:
+        return n_sup
+    R = np.int64(R)
+    acc = 0.0
+    for t in range(n_sup):
+        acc += abs(work.sup_val[t])
+        work.cum[t] = acc
+        work.counts[t] = 0
+    for _ in range(R):
+        t = np.searchsorted(work.cum[:n_sup], _uniform(work.rng) * acc, side="right")
+        work.counts[min(t, n_sup - 1)] += 1
+    m = 0
+    scale = l1 / R
+    for t in range(n_sup):
+        if work.counts[t] > 0:
+            work.sup_idx[m] = work.sup_idx[t]
+            work.sup_val[m] = (scale if work.sup_val[t] > 0 else -scale) * work.counts[t]
+            m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _search(data, work, n_active, kappa, tol, delta, x_threshold):
+    """Steps 1-2 of Algorithm 1: ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk over the non-zeros
+    of w (sparsified by Algorithm 3 when delta > 0; each column stops at the first |x_ij| ≤
+    x_threshold, the two-level sparsification of §5.3), then up to κ samples outside the active
+    set with the largest −∇_i G > tol join it. Outside the active set α_i = 0 and y_i = −1
+    (positives never leave it), so −∇_i G = 1 + w_D + ⟨w_{:D}, x_i⟩: samples the walk does not
+    reach all score 1 + w_D (the dense bias column); when that exceeds tol they are drawn
+    uniformly at random. Returns the new active-set size."""
+    D = work.v.shape[0] - 1
+    N = work.alpha.shape[0]
+    n_sup, l1 = _support(work)
+    if delta > 0.0 and n_sup > 0:
+        n_sup = _sparsify(work, n_sup, l1, delta)
+    sup_idx, sup_val, smark, slist, score = work.sup_idx, work.sup_val, work.smark, work.slist, work.score
+    in_active, active, ysign, rng = work.in_active, work.active, work.ysign, work.rng
+    col_ptr, col_rows, col_vals = data.col_ptr, data.col_rows, data.col_vals
+    n_reach = 0
+    for t in range(n_sup):
+        f = sup_idx[t]
+        wf = sup_val[t]
+        for p in range(col_ptr[f], col_ptr[f + 1]):
+            x = col_vals[p]
+            if abs(x) <= x_threshold:
+                break
+            i = col_rows[p]
+            if in_active[i]:
+                continue
+            if smark[i] == 0:
+                smark[i] = 1
+                slist[n_reach] = i
+                score[i] = 0.0
+                n_reach += 1
+            score[i] += wf * x
+    base = 1.0 + work.w[D]
+    viol = np.empty(n_reach)
+    for t in range(n_reach):
+        viol[t] = base + score[slist[t]]
+    order = np.argsort(-viol, kind="mergesort")
+    n_new = 0
+    t = 0
+    # reached samples scoring above the unreached ones first
+    while t < n_reach and n_new < kappa and viol[order[t]] > tol and viol[order[t]] >= base:
+        i = slist[order[t]]
+        in_active[i] = 1
+        active[n_active + n_new] = i
+        n_new += 1
+        t += 1
+    # then unreached negatives (all scoring `base`), drawn at random without replacement
+    n_marked = n_reach
+    eligible = N - n_active - n_reach
+    if base > tol:
+        while n_new < kappa and eligible > 0:
+            i = _randint(rng, N)
+            if in_active[i] or smark[i] or ysign[i] > 0:
+                continue
+            smark[i] = 1
+            slist[n_marked] = i
+            n_marked += 1
+            in_active[i] = 1
+            active[n_active + n_new] = i
+            n_new += 1
+            eligible -= 1
+    # then the remaining reached violators
+    while t < n_reach and n_new < kappa and viol[order[t]] > tol:
+        i = slist[order[t]]
+        if in_active[i] == 0:
+            in_active[i] = 1
+            active[n_active + n_new] = i
+            n_new += 1
+        t += 1
+    for t in range(n_marked):
+        smark[slist[t]] = 0
+    return n_active + n_new
+
+
+@njit(cache=True, nogil=True)
+def _eliminate(work, n_active):
+    """Step 4 of Algorithm 1: drop {i : α_i = 0, y_i ≠ 1} from the active set."""
+    m = 0
+    for s in range(n_active):
+        i = work.active[s]
+        if work.alpha[i] == 0.0 and work.ysign[i] < 0:
+            work.in_active[i] = 0
+        else:
+            work.active[m] = i
+            m += 1
+    return m
+
+
+# -- Algorithm 1 for one class --------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def solve_class(data, work, k, loss, mu, sigma, kappa, tol, max_iter, max_inner, delta, x_threshold, seed):
+    """Algorithm 1 for class k: A = positives; repeat {search (steps 1-2), coordinate descent on
+    A (step 3), eliminate zero duals (step 4)} until a search finds no sample with −∇_i G > tol
+    after the coordinate descent converged (S = max_inner epochs per iteration; an iteration whose
+    coordinate descent has not converged is followed by more). With an approximate search
+    (Algorithm 3, §5.3) the next search is exact whenever one found nothing or all its picks
+    ended at α = 0, so convergence is judged on the true gradient and false picks cannot cycle.
+
+    Returns (indices, values) of the non-zeros of w_{:D} (sorted), the bias w_D, and
+    (iterations, final |A|, nnz(α), converged, G(α))."""
+    D = work.v.shape[0] - 1
+    _seed(work.rng, seed, k)
+    n_active = 0
+    for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
+        i = data.pos_rows[p]
+        work.ysign[i] = 1
+        work.in_active[i] = 1
+        work.active[n_active] = i
+        n_active += 1
+    approximate = delta > 0.0 or x_threshold > 0.0
+    exact_next = not approximate
+    converged = False
+    inner_ok = True
+    it = 0
+    while it < max_iter:
+        it += 1
+        before = n_active
+        if exact_next:
+            n_active = _search(data, work, n_active, kappa, tol, 0.0, 0.0)
+        else:
+            n_active = _search(data, work, n_active, kappa, tol, delta, x_threshold)
+        if n_active == before and inner_ok:
+            if exact_next:
+                converged = True
+                break
+            exact_next = True
+            continue
+        epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_inner)
+        inner_ok = epochs < max_inner
+        n_active = _eliminate(work, n_active)
+        # approximate picks that all ended at α = 0 (no growth): check exactly next time
+        exact_next = not approximate or n_active <= before
+    # outputs
+    c = 1.0 if loss == SQUARED_HINGE else 0.0
+    n_sup, _ = _support(work)
+    order = np.argsort(work.sup_idx[:n_sup])
+    idx = work.sup_idx[:n_sup][order].copy()
+    val = work.sup_val[:n_sup][order].copy()
+    bias = work.w[D]
+    sq = bias * bias
+    for t in range(n_sup):
+        sq += val[t] * val[t]
+    dual = 0.5 * sigma * sq
+    n_alpha = 0
+    for s in range(n_active):
+        a = work.alpha[work.active[s]]
+        dual += -a + 0.5 * c * a * a
+        if a != 0.0:
+            n_alpha += 1
+    # reset the touched scratch
+    for t in range(work.n_touched[0]):
+        f = work.flist[t]
+        work.v[f] = 0.0
+        work.w[f] = 0.0
+        work.fmark[f] = 0
+    work.n_touched[0] = 0
+    work.v[D] = 0.0
+    work.w[D] = 0.0
+    for s in range(n_active):
+        i = work.active[s]
+        work.alpha[i] = 0.0
+        work.in_active[i] = 0
+    for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
+        work.ysign[data.pos_rows[p]] = -1
+    return idx, val, bias, it, n_active, n_alpha, converged, dual

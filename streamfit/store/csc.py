@@ -1,0 +1,202 @@
+"""A feature-blocked CSC copy of a store's X, built out of core (`streamfit transpose`).
+
+Block b holds the columns [b·bf, min((b+1)·bf, n_features)) of X over all n_rows rows, as CSC:
+indptr (int64, width + 1), row indices (int32, or int64 when n_rows >= 2**31) increasing
+within each column, values (float32). It lives in the Zarr v3 group `STORE/csc/` as
+`block-<b:06d>/{indptr,indices,data}` and is listed in the manifest's `csc` entry
+(see format.py); solvers that walk features read it with `Store.read_feature_block(b)`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from tqdm.auto import tqdm
+
+from streamfit.errors import StoreError
+from streamfit.store.format import MANIFEST, csc_block_digest, fsync_dir, write_json_atomic
+from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK
+
+CSC_DIR = "csc"
+SPILL_DTYPE = np.dtype([("row", np.int64), ("col", np.int32), ("val", np.float32)])  # col: within the block
+
+
+def block_name(b: int) -> str:
+    return f"block-{b:06d}"
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_by_block(indptr, indices, data, row_start, bf, n_blocks, out_row, out_col, out_val):
+    """Scatter a CSR chunk's entries to (global row, column − b·bf, value) grouped by feature
+    block b = column // bf (a stable counting sort: row-major order within each block).
+    Returns starts: block b's entries are [starts[b], starts[b+1])."""
+    starts = np.zeros(n_blocks + 1, dtype=np.int64)
+    for k in range(indices.shape[0]):
+        starts[indices[k] // bf + 1] += 1
+    for b in range(n_blocks):
+        starts[b + 1] += starts[b]
+    pos = starts[:-1].copy()
+    for r in range(indptr.shape[0] - 1):
+        for k in range(indptr[r], indptr[r + 1]):
+            b = indices[k] // bf
+            p = pos[b]
+            out_row[p] = row_start + r
+            out_col[p] = indices[k] - b * bf
+            out_val[p] = data[k]
+            pos[b] += 1
+    return starts
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_by_column(cols, rows, vals, width, out_rows, out_vals):
+    """Stable counting sort of a block's entries by column: out_rows/out_vals in column-major
+    order (rows stay increasing within a column when the input is row-major). Returns indptr."""
+    indptr = np.zeros(width + 1, dtype=np.int64)
+    for k in range(cols.shape[0]):
+        indptr[cols[k] + 1] += 1
+    for j in range(width):
+        indptr[j + 1] += indptr[j]
+    pos = indptr[:-1].copy()
+    for k in range(cols.shape[0]):
+        p = pos[cols[k]]
+        out_rows[p] = rows[k]
+        out_vals[p] = vals[k]
+        pos[cols[k]] += 1
+    return indptr
+
+
+class CscReader:
+    """Reads the feature blocks of `STORE/csc/`."""
+
+    def __init__(self, store_path: str):
+        self.group = zarr.open_group(os.path.join(store_path, CSC_DIR), mode="r", zarr_format=3)
+
+    def read(self, b: int, n_rows: int, width: int) -> sp.csc_matrix:
+        g = self.group[block_name(b)]
+        return sp.csc_matrix((g["data"][:], g["indices"][:], g["indptr"][:]), shape=(n_rows, width))
+
+
+def _spill_chunk(X: sp.csr_matrix, row_start: int, bf: int, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """A chunk's entries as spill records grouped by feature block, and the block boundaries."""
+    rec = np.empty(X.nnz, dtype=SPILL_DTYPE)
+    starts = _split_by_block(X.indptr, X.indices, X.data, row_start, bf, n_blocks, rec["row"], rec["col"], rec["val"])
+    return rec, starts
+
+
+class _Spill:
+    """Per-block append-only spill files; records are buffered in memory up to `budget` bytes
+    and appended in arrival (chunk) order, so every file stays in row-major order."""
+
+    def __init__(self, root: str, budget: int):
+        self.root, self.budget = root, budget
+        self.pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self.pending_bytes = 0
+        os.makedirs(root)
+
+    def path(self, b: int) -> str:
+        return os.path.join(self.root, f"{b}.bin")
+
+    def add(self, rec: np.ndarray, starts: np.ndarray) -> None:
+        self.pending.append((rec, starts))
+        self.pending_bytes += rec.nbytes
+        if self.pending_bytes >= self.budget:
+            self.flush()
+
+    def flush(self) -> None:
+        counts = sum(np.diff(starts) for _, starts in self.pending)
+        for b in np.flatnonzero(counts):
+            with open(self.path(b), "ab") as f:
+                for rec, starts in self.pending:
+                    rec[starts[b]:starts[b + 1]].tofile(f)
+        self.pending, self.pending_bytes = [], 0
+
+    def load(self, b: int) -> np.ndarray:
+        path = self.path(b)
+        if not os.path.exists(path):
+            return np.empty(0, dtype=SPILL_DTYPE)
+        rec = np.fromfile(path, dtype=SPILL_DTYPE)
+        os.remove(path)
+        return rec
+
+
+def _block_from_spill(rec: np.ndarray, n_rows: int, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr int64, row indices, values float32) of one block from its row-major spill records."""
+    indices = np.empty(len(rec), dtype=np.int32 if n_rows < 2**31 else np.int64)
+    data = np.empty(len(rec), dtype=np.float32)
+    indptr = _sort_by_column(rec["col"], rec["row"], rec["val"], width, indices, data)
+    return indptr, indices, data
+
+
+def _write_block(group, b: int, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], shape: tuple[int, int]) -> None:
+    g = group.create_group(block_name(b))
+    g.attrs.update({"encoding-type": "csc_matrix", "encoding-version": "0.1.0", "shape": list(shape)})
+    for name, arr in zip(("indptr", "indices", "data"), arrays):
+        g.create_array(name, data=arr, chunks=(max(1, min(len(arr), NNZ_CHUNK)),), compressors=COMPRESSORS)
+
+
+def build_csc(store_path: str, block_features: int = 65536, progress: bool = False,
+              spill_buffer_bytes: int = 64 << 20) -> dict:
+    """Build (or rebuild) the feature-blocked CSC copy of a store's X; returns the manifest's
+    `csc` entry.
+
+    Pass 1 reads the row chunks in order, splits each chunk's entries by feature block
+    (b = column // bf, a stable counting sort) and appends them as 16-byte records (row,
+    column in block, value) to one spill file per block, buffered up to spill_buffer_bytes.
+    Pass 2 loads one block's spill at a time, orders it by column with a stable counting sort
+    (rows stay increasing, as the spill is row-major) and writes the CSC block.
+    Peak memory ≈ spill_buffer_bytes + ~32 B × max(chunk nnz, block nnz) (16 B spill record +
+    the chunk's CSR or the block's CSC arrays): choose block_features so a block fits.
+
+    Everything is written under `STORE/csc.partial/` (spill in `csc.partial/spill/`), renamed
+    to `STORE/csc/` when complete, and only then named in manifest.json (atomic rewrite); an
+    interrupted build leaves the store as it was.
+    """
+    from streamfit.store.store import Store
+
+    if not isinstance(block_features, (int, np.integer)) or isinstance(block_features, bool) or block_features < 1:
+        raise StoreError(f"block_features must be a positive integer, got {block_features!r}")
+    store = Store(store_path)
+    root = store.path
+    partial, final, old = (os.path.join(root, name) for name in (CSC_DIR + ".partial", CSC_DIR, CSC_DIR + ".old"))
+    for leftover in (partial, old):  # left by an interrupted build; never referenced
+        shutil.rmtree(leftover, ignore_errors=True)
+    bf = int(block_features)
+    n_blocks = -(-store.n_features // bf)
+    try:
+        group = zarr.open_group(partial, mode="w", zarr_format=3)
+        spill = _Spill(os.path.join(partial, "spill"), spill_buffer_bytes)
+        for i in tqdm(range(store.n_chunks), desc="transpose: split", unit="chunk", disable=not progress):
+            chunk = store.read_chunk(i)
+            spill.add(*_spill_chunk(chunk.X, chunk.row_start, bf, n_blocks))
+        spill.flush()
+        blocks = []
+        for b in tqdm(range(n_blocks), desc="transpose: blocks", unit="block", disable=not progress):
+            lo, hi = b * bf, min((b + 1) * bf, store.n_features)
+            shape = (store.n_rows, hi - lo)
+            indptr, indices, data = _block_from_spill(spill.load(b), *shape)
+            _write_block(group, b, (indptr, indices, data), shape)
+            X = sp.csc_matrix((data, indices, indptr), shape=shape)
+            blocks.append({"id": b, "col_start": lo, "col_stop": hi, "nnz": int(X.nnz), "sha256": csc_block_digest(X)})
+        shutil.rmtree(spill.root)
+        fsync_dir(partial)
+        manifest = store.manifest
+        manifest_path = os.path.join(root, MANIFEST)
+        if manifest.csc is not None:  # unlist the old copy before replacing it
+            manifest.csc = None
+            write_json_atomic(manifest_path, manifest.to_json())
+        if os.path.exists(final):
+            os.replace(final, old)
+        os.replace(partial, final)
+        fsync_dir(root)
+        manifest.csc = {"block_features": bf, "blocks": blocks}
+        write_json_atomic(manifest_path, manifest.to_json())
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return manifest.csc

@@ -1,0 +1,296 @@
+"""The bcd solver (Blondel, Seki and Uehara 2013): optimality conditions checked with an
+independent gradient, agreement of BCD(LS), BCD(CST), out-of-core BCD and FISTA, peer libraries
+(scikit-learn) on the objectives they share, and the out-of-core contract (workers, chunking,
+resume)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import ValidationError
+from scipy.optimize import minimize
+from sklearn.datasets import load_iris, load_svmlight_file
+from sklearn.linear_model import LogisticRegression
+from sklearn.svm import LinearSVC
+
+import streamfit.solvers.bcd as bcd
+from streamfit import BCDClassifier
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.losses import LOSSES, loss_grad, loss_sum
+from streamfit.penalties import PENALTIES, row_prox, row_value
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
+from streamfit.store import InMemoryStore, StoreWriter, open_store
+
+DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "dna400.libsvm")
+
+
+@pytest.fixture(scope="module")
+def dna():
+    """400 rows of the Statlog DNA data (180 binary features, 3 classes)."""
+    X, y = load_svmlight_file(DATA, n_features=180)
+    X = sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
+    return X, (y - 1).astype(np.int32)
+
+
+def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
+    solver = bcd.BCDSolver(bcd.BCDParams(**params), stop_after=stop_after)
+    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
+    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume)
+    W = model.coef_.toarray().T if sp.issparse(model.coef_) else np.asarray(model.coef_).T
+    return W, log.records
+
+
+def write_store(path, X, labels, classes, chunk_rows):
+    w = StoreWriter(str(path), chunk_rows=chunk_rows, multilabel=sp.issparse(labels))
+    w.write_rows(sp.csr_matrix(X, dtype=np.float32), labels)
+    w.close(n_features=X.shape[1], classes=classes)
+    return open_store(str(path))
+
+
+# -- independent reference computations (numpy, straight from the paper's formulas) ---------
+
+
+def mc_squared_hinge(W, X, y):
+    """(L(W), G(W)) of eq. (2) / eq. (5): A_ir = 1 − (W_{:y_i}·x_i − W_{:r}·x_i), r ≠ y_i."""
+    n = X.shape[0]
+    S = X @ W
+    A = 1.0 - S[np.arange(n), y][:, None] + S
+    A[np.arange(n), y] = 0.0
+    P = np.maximum(A, 0.0)
+    C = 2.0 * P  # ∂/∂S_ir for r ≠ y_i
+    C[np.arange(n), y] = -C.sum(axis=1)
+    return float((P * P).sum() / n), np.asarray(X.T @ C) / n
+
+
+def ranking_squared_hinge(W, X, Y):
+    """(L, G) of the §4.7 label-ranking loss, with an explicit loop over label pairs."""
+    n, m = Y.shape
+    S = X @ W
+    C = np.zeros_like(S)
+    total = 0.0
+    for r in range(m):
+        for q in range(m):
+            mask = (Y[:, r] > 0) & (Y[:, q] == 0)
+            a = np.maximum(1.0 - S[:, r] + S[:, q], 0.0) * mask
+            total += (a * a).sum()
+            C[:, r] -= 2 * a
+            C[:, q] += 2 * a
+    return total / n, np.asarray(X.T @ C) / n
+
+
+def group_lasso_kkt(W, G, lam):
+    """Proposition 1: (max over zero rows of ‖G_j‖ / λ, max over non-zero rows of ‖G_j + λ W_j/‖W_j‖‖)."""
+    norms = np.linalg.norm(W, axis=1)
+    zero = norms == 0
+    z = np.linalg.norm(G[zero], axis=1).max() / lam if zero.any() else 0.0
+    nz = np.linalg.norm(G[~zero] + lam * W[~zero] / norms[~zero, None], axis=1).max() if (~zero).any() else 0.0
+    return z, nz
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+
+def test_registered_and_params():
+    assert get_solver("bcd") is bcd.BCDSolver
+    with pytest.raises(ValidationError):
+        bcd.BCDParams(penalty="l1", shrinking=True)
+    with pytest.raises(ValidationError):
+        bcd.BCDParams(step="x")
+    with pytest.raises(ValidationError):
+        bcd.BCDParams(lam=0)
+
+
+@pytest.mark.parametrize("penalty", list(PENALTIES))
+def test_prox_minimizes_its_problem(penalty):
+    """prox_{tP}(v) beats a derivative-free minimiser of ½‖w − v‖² + tP(w) started anywhere."""
+    rng = np.random.default_rng(1)
+    code, lam, rho, t = PENALTIES[penalty], 0.7, 0.4, 0.9
+    for _ in range(5):
+        v = rng.normal(size=4) * rng.choice([0.2, 2.0])
+        out = np.empty(4)
+        row_prox(code, v, t, lam, rho, out)
+
+        def f(w):
+            return 0.5 * np.sum((w - v) ** 2) + t * row_value(code, w, lam, rho)
+
+        best = min((minimize(f, x0, method="Powell", options={"xtol": 1e-10, "ftol": 1e-14}).fun
+                    for x0 in (v, np.zeros(4), out)), default=np.inf)
+        assert f(out) <= best + 1e-9
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+def test_loss_gradient_matches_finite_differences(loss):
+    rng = np.random.default_rng(2)
+    S = rng.normal(size=(30, 5))
+    y = rng.integers(0, 5, 30).astype(np.int32)
+    code = LOSSES[loss]
+    total, D = loss_grad(code, S, y)
+    assert np.isclose(total, loss_sum(code, S, y))
+    E = np.zeros_like(S)
+    for i, r in [(0, 0), (3, 2), (7, y[7]), (12, 4)]:
+        E[:] = 0
+        E[i, r] = 1e-6
+        fd = (loss_sum(code, S + E, y) - loss_sum(code, S - E, y)) / 2e-6
+        assert abs(fd - D[i, r]) <= 1e-5 * max(1.0, abs(fd))
+
+
+def test_squared_hinge_is_eq2():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(40, 6))
+    W = rng.normal(size=(6, 4)) * 0.3
+    y = rng.integers(0, 4, 40).astype(np.int32)
+    L, _ = mc_squared_hinge(W, X, y)
+    assert np.isclose(loss_sum(LOSSES["squared_hinge"], X @ W, y) / 40, L, rtol=1e-12)
+
+
+# -- convergence -------------------------------------------------------------------------------
+
+
+def test_ls_satisfies_proposition_1_and_decreases_monotonically(dna):
+    X, y = dna
+    lam = 5e-2
+    W, log = fit(InMemoryStore(X, y, [0, 1, 2], chunk_rows=128), lam=lam, tol=1e-8, max_iter=1000)
+    _, G = mc_squared_hinge(W, X, y)
+    zero_ratio, nonzero_norm = group_lasso_kkt(W, G, lam)
+    assert zero_ratio <= 1 + 1e-3
+    assert nonzero_norm <= 1e-4
+    assert 0 < np.mean(np.any(W != 0, axis=1)) < 0.9  # row sparsity
+    F = np.array([r["objective"] for r in log])
+    assert np.all(np.diff(F) <= 1e-13 * F[:-1])
+
+
+def test_bcd_variants_out_of_core_and_fista_reach_the_same_objective(dna):
+    X, y = dna
+    lam = 5e-2
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
+    finals = {}
+    for name, kw in {"ls": dict(variant="ls", max_iter=400), "cst": dict(variant="cst", max_iter=400),
+                     "chunks": dict(mode="chunks", group_size=6, max_iter=220),
+                     "fista": dict(method="fista", max_iter=3000)}.items():
+        W, log = fit(source, lam=lam, tol=1e-12, **kw)
+        L, _ = mc_squared_hinge(W, X, y)
+        finals[name] = L + lam * np.linalg.norm(W, axis=1).sum()
+        assert np.isclose(log[-1]["objective"], finals[name], rtol=1e-9)
+    best = min(finals.values())
+    for name, F in finals.items():
+        assert (F - best) / best <= 1e-5, (name, finals)
+
+
+def test_shrinking_reaches_the_same_optimum(dna):
+    X, y = dna
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
+    W0, log0 = fit(source, lam=5e-2, tol=1e-6, max_iter=1000)
+    W1, log1 = fit(source, lam=5e-2, tol=1e-6, max_iter=1000, shrinking=True)
+    assert min(r["active_blocks"] for r in log1) < 180
+    assert abs(log1[-1]["objective"] - log0[-1]["objective"]) <= 1e-7 * log0[-1]["objective"]
+    np.testing.assert_array_equal(np.any(W0 != 0, axis=1), np.any(W1 != 0, axis=1))
+
+
+def test_logistic_l2_matches_sklearn():
+    X, y = load_iris(return_X_y=True)
+    X = X / X.max(axis=0)
+    n, lam = len(y), 1e-2
+    W, _ = fit(InMemoryStore(sp.csr_matrix(X), y.astype(np.int32), [0, 1, 2], chunk_rows=64), loss="logistic",
+               penalty="l2", lam=lam, variant="cst", tol=1e-9, max_iter=5000)
+    lr = LogisticRegression(C=1.0 / (n * lam), fit_intercept=False, tol=1e-12, max_iter=10_000).fit(X, y)
+    # multinomial logistic is invariant to a shift of all classes; the ridge fixes W's row means at 0
+    np.testing.assert_allclose(W, lr.coef_.T, atol=1e-4)
+
+
+@pytest.mark.parametrize("penalty", ["l2", "l1"])
+def test_multitask_squared_hinge_matches_linear_svc(dna, penalty):
+    """Eq. (11) separates over classes: one-vs-rest LinearSVC(squared hinge, C = 1/(nλ))."""
+    X, y = dna
+    n, lam = len(y), 1e-1
+    W, _ = fit(InMemoryStore(X, y, [0, 1, 2], chunk_rows=400), loss="multitask_squared_hinge", penalty=penalty,
+               lam=lam, tol=1e-8, max_iter=1000)
+    svc = LinearSVC(penalty=penalty, loss="squared_hinge", C=1.0 / (n * lam), fit_intercept=False, dual=False,
+                    tol=1e-10, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(W, svc.coef_.T, atol=2e-3)
+    F = {}
+    for name, V in (("bcd", W), ("svc", svc.coef_.T)):
+        code = LOSSES["multitask_squared_hinge"]
+        reg = lam * (np.abs(V).sum() if penalty == "l1" else 0.5 * (V * V).sum())
+        F[name] = loss_sum(code, np.asarray(X @ V), y) / n + reg
+    assert F["bcd"] <= F["svc"] * (1 + 1e-6)
+
+
+@pytest.mark.parametrize("penalty", ["elasticnet", "sparse_group"])
+def test_other_penalties_agree_with_fista(dna, penalty):
+    X, y = dna
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
+    _, a = fit(source, penalty=penalty, lam=5e-2, l1_ratio=0.3, tol=1e-10, max_iter=600)
+    _, b = fit(source, penalty=penalty, lam=5e-2, l1_ratio=0.3, method="fista", tol=1e-12, max_iter=3000)
+    assert abs(a[-1]["objective"] - b[-1]["objective"]) <= 1e-6 * b[-1]["objective"]
+
+
+def test_multilabel_ranking_optimality():
+    """§4.7 label ranking: zero-row and non-zero-row conditions with an independent gradient."""
+    rng = np.random.default_rng(4)
+    X = sp.random(300, 40, density=0.2, random_state=5, format="csr")
+    T = X @ rng.normal(size=(40, 5)) + 0.3 * rng.normal(size=(300, 5))
+    Y = (T > np.quantile(T, 0.6, axis=1, keepdims=True)).astype(np.float64)
+    lam = 2e-2
+    W, _ = fit(InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100), lam=lam, tol=1e-9,
+               max_iter=2000)
+    _, G = ranking_squared_hinge(W, X, Y)
+    zero_ratio, nonzero_norm = group_lasso_kkt(W, G, lam)
+    assert zero_ratio <= 1 + 1e-3 and nonzero_norm <= 1e-4
+
+
+# -- out of core contract ----------------------------------------------------------------------
+
+
+def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
+    X, y = dna
+    params = dict(mode="chunks", group_size=60, lam=5e-2, tol=1e-12, max_iter=6)
+    store = write_store(tmp_path / "a", X, y, ["1", "2", "3"], chunk_rows=150)
+    W1, log1 = fit(store, str(tmp_path / "run1"), **params)
+    with Engine(mode="local", n_workers=2) as engine:
+        W2, _ = fit(store, str(tmp_path / "run2"), engine=engine, **params)
+    np.testing.assert_array_equal(W1, W2)  # the fixed reduction tree: bitwise equal
+    other = write_store(tmp_path / "b", X, y, ["1", "2", "3"], chunk_rows=64)
+    W3, log3 = fit(other, str(tmp_path / "run3"), **params)
+    np.testing.assert_allclose(W3, W1, atol=1e-9)
+    assert abs(log3[-1]["objective"] - log1[-1]["objective"]) <= 1e-12
+
+
+@pytest.mark.parametrize("kw", [dict(mode="chunks", group_size=50), dict(mode="memory", variant="cst"),
+                                dict(mode="memory", shrinking=True), dict(method="fista")])
+def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
+    X, y = dna
+    store = write_store(tmp_path / "s", X, y, ["1", "2", "3"], chunk_rows=128)
+    params = dict(lam=5e-2, tol=1e-12, max_iter=12, **kw)
+    W_full, log_full = fit(store, str(tmp_path / "full"), **params)
+    run = str(tmp_path / "cut")
+    fit(store, run, stop_after=5, **params)
+    W_res, log_res = fit(store, run, resume=True, **params)
+    np.testing.assert_array_equal(W_res, W_full)
+    assert log_res[-1]["objective"] == log_full[-1]["objective"]
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        assert len(f.readlines()) == len(log_full)
+
+
+# -- estimator -----------------------------------------------------------------------------------
+
+
+def test_estimator(dna):
+    X, y = dna
+    labels = np.array(["EI", "IE", "N"])[y]
+    clf = BCDClassifier(lam=5e-2, tol=1e-6, max_iter=500).fit(X, labels)
+    assert clf.coef_.shape == (3, 180) and list(clf.classes_) == ["EI", "IE", "N"]
+    W = clf.coef_.T
+    zero = ~np.any(W != 0, axis=1)
+    assert zero.any() and np.all(W[zero] == 0.0)
+    L, _ = mc_squared_hinge(W, X, y)
+    assert np.isclose(clf.objective(X, labels), L + 5e-2 * np.linalg.norm(W, axis=1).sum(), rtol=1e-12)
+    assert clf.score(X, labels) > 0.9
+    np.testing.assert_array_equal(clf.predict(X[:20]), clf.classes_[np.argmax(X[:20] @ W, axis=1)])
+    assert clf.get_params()["lam"] == 5e-2 and "lam=0.05" in repr(clf)

@@ -1,0 +1,342 @@
+"""The fbpd solver (Chierchia et al. 2015, Algorithms 1 and 2) against the linear-programming
+form of the same problems solved by HiGHS, against a dense transcription of Algorithm 1, and
+its out-of-core contract (workers, chunking, resume)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import ValidationError
+from scipy.optimize import linprog
+from sklearn.datasets import load_iris, load_wine
+
+import streamfit.solvers.fbpd as fb
+from streamfit import FBPDClassifier
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.errors import ConfigError
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
+from streamfit.store import InMemoryStore, StoreWriter, open_store
+
+
+def standardized(loader):
+    X, y = loader(return_X_y=True)
+    return (X - X.mean(axis=0)) / X.std(axis=0), y.astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return standardized(load_wine)
+
+
+@pytest.fixture(scope="module")
+def iris():
+    return standardized(load_iris)
+
+
+def fit(source, run_dir=None, engine=None, resume=False, stop_after_iters=None, **params):
+    solver = fb.FBPDSolver(fb.FBPDParams(**params), stop_after_iters=stop_after_iters)
+    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
+    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume)
+    return model, log
+
+
+def memory_source(X, y, chunk_rows=10_000):
+    return InMemoryStore(sp.csr_matrix(X), y, [str(c) for c in range(y.max() + 1)], chunk_rows=chunk_rows)
+
+
+def write_store(path, X, y, chunk_rows):
+    w = StoreWriter(str(path), chunk_rows=chunk_rows)
+    w.write_rows(sp.csr_matrix(X, dtype=np.float32), y)
+    w.close(n_features=X.shape[1], classes=[str(c) for c in range(y.max() + 1)])
+    return open_store(str(path))
+
+
+def hinge_lp(X, z, *, lam=None, eta=None, linf_groups=None):
+    """min lam·g(W) + (1/n)Σξ  or  min g(W) s.t. (1/n)Σξ <= eta, with ξ_ℓ >= 0,
+    ξ_ℓ >= 1 + s_ℓk − s_ℓz (k ≠ z), s = XW + b; g = ‖W‖₁, or with linf_groups = G the
+    ℓ1,∞ norm Σ_{k,b} max_{j∈b} |W_jk| through one bound t_kb >= |W_jk| per block.
+    Variables [W⁺, W⁻ (M·K each, index j·K + k), b (K, free), ξ (n), t]. Returns the optimum."""
+    n, M = X.shape
+    K = z.max() + 1
+    nW = M * K
+    n_blocks = -(-M // linf_groups) * K if linf_groups else 0
+    nv = 2 * nW + K + n + n_blocks
+    rows, cols, vals, rhs = [], [], [], []
+    r = 0
+    for ell in range(n):  # one constraint per (ℓ, k ≠ z_ℓ)
+        for k in range(K):
+            if k == z[ell]:
+                continue
+            j = np.arange(M)
+            for sign, offset in ((1.0, 0), (-1.0, nW)):
+                rows += [r] * (2 * M)
+                cols += list(offset + j * K + k) + list(offset + j * K + z[ell])
+                vals += list(sign * X[ell]) + list(-sign * X[ell])
+            rows += [r] * 3
+            cols += [2 * nW + k, 2 * nW + z[ell], 2 * nW + K + ell]
+            vals += [1.0, -1.0, -1.0]
+            rhs.append(-1.0)
+            r += 1
+    c = np.zeros(nv)
+    if linf_groups:
+        G = linf_groups
+        blocks = -(-M // G)
+        for k in range(K):
+            for blk in range(blocks):
+                for j in range(blk * G, min((blk + 1) * G, M)):  # W⁺ + W⁻ <= t
+                    rows += [r] * 3
+                    cols += [j * K + k, nW + j * K + k, 2 * nW + K + n + k * blocks + blk]
+                    vals += [1.0, 1.0, -1.0]
+                    rhs.append(0.0)
+                    r += 1
+        c[2 * nW + K + n:] = 1.0
+    else:
+        c[:2 * nW] = 1.0
+    if eta is None:
+        c *= lam
+        c[2 * nW + K:2 * nW + K + n] = 1.0 / n
+    else:
+        rows += [r] * n
+        cols += list(range(2 * nW + K, 2 * nW + K + n))
+        vals += [1.0 / n] * n
+        rhs.append(eta)
+        r += 1
+    A = sp.csr_matrix((vals, (rows, cols)), shape=(r, nv))
+    bounds = [(0, None)] * (2 * nW) + [(None, None)] * K + [(0, None)] * (n + n_blocks)
+    res = linprog(c, A_ub=A, b_ub=np.array(rhs), bounds=bounds, method="highs")
+    assert res.status == 0, res.message
+    return res.fun
+
+
+def mean_hinge(X, z, coef, intercept):
+    """Crammer–Singer hinge, computed directly."""
+    coef = coef.toarray() if sp.issparse(coef) else coef
+    S = X @ coef.T + intercept
+    rows = np.arange(len(z))
+    M = S - S[rows, z][:, None] + 1.0
+    M[rows, z] = 0.0
+    return M.max(axis=1).mean()
+
+
+def test_registered_and_params():
+    assert get_solver("fbpd") is fb.FBPDSolver
+    with pytest.raises(ValidationError):
+        fb.FBPDParams(penalty="l0")
+    with pytest.raises(ValidationError):
+        fb.FBPDParams(group_sz=3)
+    with pytest.raises(ValidationError):
+        fb.FBPDParams(eta=0)
+
+
+def test_multilabel_refused():
+    X = sp.csr_matrix(np.eye(4))
+    Y = sp.csr_matrix(np.array([[1, 0], [0, 1], [1, 1], [0, 1]], dtype=np.float32))
+    with pytest.raises(ConfigError):
+        fit(InMemoryStore(X, Y, ["a", "b"]), max_iter=2)
+
+
+def test_matches_dense_transcription_of_algorithm_1(wine):
+    """The chunked solver equals Algorithm 1 written with an explicit T ∈ ℝ^{nK×(M+1)K},
+    y ∈ (S_{1/n})^n and a sort-based simplex projection."""
+    X, z = wine
+    n, M = X.shape
+    K, lam, iters = 3, 0.02, 60
+    model, _ = fit(memory_source(X, z, chunk_rows=50), lam=lam, max_iter=iters, tol=0.0, step_ratio=5.0)
+    phi = np.hstack([X, np.ones((n, 1))])
+    T = np.zeros((n * K, (M + 1) * K))
+    for ell in range(n):
+        for k in range(K):
+            T[ell * K + k, k * (M + 1):(k + 1) * (M + 1)] += phi[ell]
+            T[ell * K + k, z[ell] * (M + 1):(z[ell] + 1) * (M + 1)] -= phi[ell]
+    r = np.ones(n * K)
+    r[np.arange(n) * K + z] = 0.0
+    L = fb.NORM_SAFETY * np.linalg.norm(T, 2)
+    tau, sigma = 5.0 / L, 1.0 / (5.0 * L)
+    penalized = np.ones((M + 1) * K, bool)
+    penalized[np.arange(K) * (M + 1) + M] = False
+
+    def simplex(v, a):  # sort-based (Held et al.)
+        u = np.sort(v)[::-1]
+        css = np.cumsum(u) - a
+        j = np.flatnonzero(u - css / np.arange(1, len(v) + 1) > 0)[-1]
+        return np.maximum(v - css[j] / (j + 1), 0.0)
+
+    x = np.zeros((M + 1) * K)
+    y = np.zeros(n * K)
+    y[np.arange(n) * K + z] = 1.0 / n
+    for _ in range(iters):
+        v = x - tau * T.T @ y
+        x_new = v.copy()
+        x_new[penalized] = np.sign(v[penalized]) * np.maximum(np.abs(v[penalized]) - tau * lam, 0.0)
+        w = y + sigma * (T @ (2 * x_new - x) + r)
+        y = np.concatenate([simplex(w[ell * K:(ell + 1) * K], 1.0 / n) for ell in range(n)])
+        x = x_new
+    x = x.reshape(K, M + 1)
+    # the power iteration estimate of ‖T‖ is within its tolerance of the exact norm
+    assert abs(model.info["norm_T"] / np.linalg.norm(T, 2) - 1) < 1e-3
+    np.testing.assert_allclose(model.coef_.toarray(), x[:, :M], atol=2e-3 * np.abs(x).max())
+    np.testing.assert_allclose(model.intercept_, x[:, M], atol=2e-3 * np.abs(x).max())
+
+
+def test_l1_regularized_matches_linprog(wine):
+    X, z = wine
+    lam = 0.1
+    optimum = hinge_lp(X, z, lam=lam)
+    model, log = fit(memory_source(X, z, chunk_rows=64), lam=lam, penalty="l1", max_iter=4000, tol=1e-7)
+    objective = lam * np.abs(model.coef_.toarray()).sum() + mean_hinge(X, z, model.coef_, model.intercept_)
+    assert abs(objective - optimum) <= 1e-4 * optimum
+    last = log.records[-1]
+    assert last["objective"] == pytest.approx(objective, rel=1e-12)
+    # the duality gap of (7)/(11) closes and the offsets' dual constraint is (nearly) met
+    assert abs(last["gap"]) < 1e-3 * optimum
+    assert last["dual_infeasibility"] < 1e-3
+    assert last["dual_objective"] <= optimum * (1 + 1e-4)
+
+
+def test_l1_linf_regularized_matches_linprog(wine):
+    X, z = wine
+    lam, G = 0.1, 3
+    optimum = hinge_lp(X, z, lam=lam, linf_groups=G)
+    clf = FBPDClassifier(penalty="l1/linf", group_size=G, lam=lam, max_iter=9000, tol=1e-7).fit(X, z)
+    W = clf.coef_.toarray()
+    g = sum(np.abs(W[k, j:j + G]).max() for k in range(3) for j in range(0, X.shape[1], G))
+    objective = lam * g + mean_hinge(X, z, W, clf.intercept_)
+    assert clf.objective(X, z) == pytest.approx(objective, rel=1e-12)
+    assert abs(objective - optimum) <= 1e-4 * optimum
+
+
+def test_l1_constrained_matches_linprog(iris):
+    """Algorithm 2 (epigraphical splitting) reaches the LP optimum of (8) while keeping the
+    mean hinge at the bound."""
+    X, z = iris
+    eta = 0.1
+    optimum = hinge_lp(X, z, eta=eta)
+    clf = FBPDClassifier(formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8).fit(X, z)
+    assert abs(clf.objective(X, z) - optimum) <= 2e-3 * optimum
+    assert abs(clf.hinge_loss(X, z) - eta) <= 2e-3 * eta
+    assert abs(clf.history_[-1]["gap"]) <= 2e-2 * optimum
+
+
+@pytest.mark.parametrize("penalty", ["l2", "l1/l2"])
+def test_smooth_and_group_penalties_reach_duality(wine, penalty):
+    """No LP for these: check optimality through the duality gap, recomputed here from the
+    final duals read back from the run state (independently of the solver's bookkeeping)."""
+    X, z = wine
+    n, M = X.shape
+    lam, G = 0.05, 4
+    source = memory_source(X, z, chunk_rows=100)
+    solver = fb.FBPDSolver(fb.FBPDParams(penalty=penalty, group_size=G, lam=lam, max_iter=6000, tol=1e-9))
+    ckpt = Checkpointer(None, config=solver.params.model_dump(), store_fingerprint="in-memory")
+    model = solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None))
+    W = model.coef_.toarray() if sp.issparse(model.coef_) else model.coef_
+    Y = np.vstack([ckpt.state.read(fb.DUAL, model.info["iterations"], i) for i in range(source.n_chunks)]) / n
+    np.testing.assert_allclose(Y.sum(axis=1), 1.0 / n, rtol=1e-10)
+    assert Y.min() >= 0
+    A = Y.copy()
+    A[np.arange(n), z] -= Y.sum(axis=1)  # T_ℓᵀy_ℓ = (u_ℓ a_ℓᵀ, a_ℓ)
+    V, vb = A.T @ X, A.sum(axis=0)
+    r_dot = Y.sum() - Y[np.arange(n), z].sum()
+    if penalty == "l2":
+        primal = lam * 0.5 * (W * W).sum()
+        dual = r_dot - (V * V).sum() / (2 * lam)
+    else:
+        blocks = [(k, j) for k in range(3) for j in range(0, M, G)]
+        primal = lam * sum(np.linalg.norm(W[k, j:j + G]) for k, j in blocks)
+        dual = min(1.0, lam / max(np.linalg.norm(V[k, j:j + G]) for k, j in blocks)) * r_dot
+    primal += mean_hinge(X, z, W, model.intercept_)
+    assert primal - dual < 1e-4 * primal
+    assert np.abs(vb).max() < 1e-4
+
+
+def test_regularized_and_constrained_agree(iris):
+    """By Lagrangian duality (8) with eta = the mean hinge of (7)'s solution has the same
+    minimiser: Algorithm 2 recovers Algorithm 1's penalty value."""
+    X, z = iris
+    reg = FBPDClassifier(penalty="l2", lam=0.05, max_iter=6000, tol=1e-9).fit(X, z)
+    eta = reg.hinge_loss(X, z)
+    con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=6000, tol=1e-9).fit(X, z)
+    g = 0.5 * (reg.coef_ ** 2).sum()
+    assert con.objective(X, z) == pytest.approx(g, rel=5e-3)
+    np.testing.assert_allclose(con.coef_, reg.coef_, atol=0.05 * np.abs(reg.coef_).max())
+
+
+@pytest.fixture(scope="module")
+def local_engine():
+    with Engine(mode="local", n_workers=2) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize("params", [
+    dict(formulation="regularized", penalty="l1/l2", group_size=3, lam=0.05),
+    dict(formulation="constrained", penalty="l1/linf", group_size=2, eta=0.2),
+])
+def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, params):
+    X, z = wine
+    store = write_store(tmp_path / "a", X, z, chunk_rows=60)
+    serial, log = fit(store, str(tmp_path / "run1"), max_iter=12, **params)
+    parallel, _ = fit(store, str(tmp_path / "run2"), engine=local_engine, max_iter=12, **params)
+    rechunked, _ = fit(memory_source(X.astype(np.float32), z, chunk_rows=77), max_iter=12, **params)
+    assert len(log.records) == 12
+    np.testing.assert_array_equal(parallel.coef_.toarray(), serial.coef_.toarray())  # the reduction tree is fixed
+    np.testing.assert_array_equal(parallel.intercept_, serial.intercept_)
+    np.testing.assert_allclose(rechunked.coef_.toarray(), serial.coef_.toarray(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(rechunked.intercept_, serial.intercept_, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("formulation", ["regularized", "constrained"])
+def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
+    X, z = wine
+    store = write_store(tmp_path / "store", X, z, chunk_rows=50)
+    params = dict(formulation=formulation, penalty="l1", lam=0.05, eta=0.2, max_iter=16, tol=0.0)
+    full, full_log = fit(store, str(tmp_path / "full"), **params)
+
+    run = str(tmp_path / "run")
+    fit(store, run, stop_after_iters=5, **params)  # a time-boxed first call
+    task = "_regularized_task" if formulation == "regularized" else "_constrained_task"
+    real = getattr(fb, task)
+
+    def crash(source, chunk_id, **kw):  # killed in the middle of iteration 10's pass
+        if kw["version"] == 9 and chunk_id == 2:
+            raise KeyboardInterrupt("killed")
+        return real(source, chunk_id, **kw)
+
+    monkeypatch.setattr(fb, task, crash)
+    with pytest.raises(KeyboardInterrupt):
+        fit(store, run, resume=True, **params)
+    monkeypatch.setattr(fb, task, real)
+    resumed, _ = fit(store, run, resume=True, **params)
+
+    np.testing.assert_array_equal(resumed.coef_.toarray(), full.coef_.toarray())
+    np.testing.assert_array_equal(resumed.intercept_, full.intercept_)
+    assert resumed.info == full.info
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        lines = [json.loads(line) for line in f]
+    strip = [{k: v for k, v in rec.items() if k != "wall_time"} for rec in lines]
+    assert strip == [{k: v for k, v in rec.items() if k != "wall_time"} for rec in full_log.records]
+
+
+def test_stops_on_relative_change_and_estimator_api(wine):
+    from sklearn.base import clone
+
+    X, z = wine
+    y = np.array(["a", "b", "c"])[z]
+    clf = FBPDClassifier(penalty="l1", lam=0.1, tol=1e-4, max_iter=5000)
+    clf.fit(X, y)
+    changes = [rec["rel_change"] for rec in clf.history_]
+    assert changes[-1] < 1e-4 and min(changes[:-1]) >= 1e-4 and clf.n_iter_ < 5000
+    assert clf.score(X, y) > 0.95
+    assert set(clf.predict(X)) <= set(y)
+    assert clf.objective(X, y) == pytest.approx(clf.history_[-1]["objective"], rel=1e-12)
+    assert clf.coef_.shape == (3, X.shape[1]) and sp.issparse(clf.coef_)
+    c2 = clone(clf).set_params(penalty="l2")
+    assert c2.get_params()["penalty"] == "l2" and c2.get_params()["lam"] == 0.1
+    with pytest.raises(ValueError):
+        FBPDClassifier(penalty="nope").fit(X, y)

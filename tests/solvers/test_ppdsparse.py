@@ -1,0 +1,265 @@
+"""PPDSparse (Yen et al. 2017) against independent optima: scikit-learn's LinearSVC for the pure
+ℓ2 one-vs-all objective, a proximal gradient (FISTA) solver written here for the elastic net,
+and the primal optimality conditions of (9) checked by a routine written here; plus its
+out-of-core contract (workers, kill and resume) and the estimator."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import ValidationError
+from sklearn.base import clone
+from sklearn.datasets import load_digits
+from sklearn.svm import LinearSVC
+
+import streamfit.solvers.ppdsparse as pp
+from streamfit import PPDSparseClassifier
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.model import load_model
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
+from streamfit.store import InMemoryStore, StoreWriter, open_store
+
+TIGHT = dict(tol=1e-9, max_inner=1000, max_iter=10000)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    X, y = load_digits(return_X_y=True)
+    return sp.csr_matrix(X[:600] / 16.0), y[:600].astype(np.int32)
+
+
+@pytest.fixture(scope="module")
+def multilabel():
+    """400 sparse rows, 6 labels: each label fires when a random linear score is high."""
+    rng = np.random.default_rng(3)
+    X = sp.random(400, 120, density=0.08, random_state=4, format="csr", dtype=np.float64)
+    X.data = rng.uniform(0.1, 1.0, X.nnz)
+    S = X @ rng.normal(size=(120, 6)) + 0.3 * rng.normal(size=(400, 6))
+    Y = (S > np.quantile(S, 0.8, axis=0)).astype(np.float32)
+    return X, sp.csr_matrix(Y)
+
+
+def fit(source, run_dir=None, engine=None, resume=False, stop_after_groups=None, **params):
+    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params), stop_after_groups=stop_after_groups)
+    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
+    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log,
+                       resume=resume)
+    return model, log
+
+
+def signs(labels, n_classes):
+    """±1 one-vs-all targets, n × K."""
+    if sp.issparse(labels):
+        return np.where(labels.toarray() > 0, 1.0, -1.0)
+    return np.where(np.arange(n_classes)[None, :] == np.asarray(labels)[:, None], 1.0, -1.0)
+
+
+def objective(X, Ys, W, b, lam, tau, loss):
+    """F_k of every class k (a vector): lam‖w‖₁ + (tau/2)(‖w‖² + b²) + mean ℓ(y(Xw + b))."""
+    margins = Ys * (X @ W + b)
+    slack = np.maximum(0.0, 1.0 - margins)
+    losses = 0.5 * slack ** 2 if loss == "squared_hinge" else slack
+    return lam * np.abs(W).sum(0) + 0.5 * tau * ((W * W).sum(0) + b * b) + losses.mean(0)
+
+
+def kkt_violation(X, Ys, W, b, lam, tau):
+    """Largest violation of the optimality conditions of the squared-hinge elastic net, per
+    class: g = ∇ of the smooth part; w_j ≠ 0 needs g_j + lam·sign(w_j) = 0, w_j = 0 needs
+    |g_j| ≤ lam, and the bias g_b = 0."""
+    n = X.shape[0]
+    slack = np.maximum(0.0, 1.0 - Ys * (X @ W + b))
+    G = tau * W - np.asarray(X.T @ (Ys * slack)) / n
+    gb = tau * b - (Ys * slack).sum(0) / n
+    viol = np.where(W != 0, np.abs(G + lam * np.sign(W)), np.maximum(np.abs(G) - lam, 0.0))
+    return np.maximum(viol.max(0), np.abs(gb))
+
+
+def fista(X, Ys, lam, tau, iters=4000):
+    """Accelerated proximal gradient on the squared-hinge elastic net, all classes at once:
+    smooth part (tau/2)‖[w; b]‖² + mean ½ max(0, 1 − y(Xw + b))², prox of lam‖w‖₁ (not b)."""
+    n, d = X.shape
+    A = sp.hstack([X, np.ones((n, 1))], format="csr")
+    L = tau + sp.linalg.svds(A, k=1, return_singular_vectors=False)[0] ** 2 / n
+    V = np.zeros((d + 1, Ys.shape[1]))
+    Z, t = V.copy(), 1.0
+    for _ in range(iters):
+        slack = np.maximum(0.0, 1.0 - Ys * (A @ Z))
+        grad = tau * Z - np.asarray(A.T @ (Ys * slack)) / n
+        U = Z - grad / L
+        U[:d] = np.sign(U[:d]) * np.maximum(np.abs(U[:d]) - lam / L, 0.0)
+        t_next = (1 + np.sqrt(1 + 4 * t * t)) / 2
+        Z = U + (t - 1) / t_next * (U - V)
+        V, t = U, t_next
+    return V[:d], V[d]
+
+
+def dense_weights(model):
+    return model.coef_.toarray().T, model.intercept_
+
+
+def write_store(path, X, labels, classes, chunk_rows):
+    w = StoreWriter(str(path), chunk_rows=chunk_rows, multilabel=sp.issparse(labels))
+    w.write_rows(sp.csr_matrix(X, dtype=np.float32), labels)
+    w.close(n_features=X.shape[1], classes=classes)
+    return open_store(str(path))
+
+
+def test_registered_and_params():
+    assert get_solver("ppdsparse") is pp.PPDSparseSolver
+    with pytest.raises(ValidationError):
+        pp.PPDSparseParams(loss="logistic")
+    with pytest.raises(ValidationError):
+        pp.PPDSparseParams(tau=0)
+    with pytest.raises(ValidationError):
+        pp.PPDSparseParams(kapa=3)
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
+def test_pure_l2_equals_linearsvc(digits, loss):
+    X, y = digits
+    n, tau = X.shape[0], 1e-3
+    model, _ = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=0.0, tau=tau, **TIGHT)
+    W, b = dense_weights(model)
+    Ys = signs(y, 10)
+    C = 1 / (n * tau) if loss == "hinge" else 1 / (2 * n * tau)
+    for k in (0, 3, 8):
+        svc = LinearSVC(loss=loss, C=C, tol=1e-10, max_iter=200_000, dual=True).fit(X, Ys[:, k])
+        ours = objective(X, Ys[:, [k]], W[:, [k]], b[[k]], 0.0, tau, loss)[0]
+        ref = objective(X, Ys[:, [k]], svc.coef_.T, svc.intercept_, 0.0, tau, loss)[0]
+        assert ours <= ref * (1 + 1e-4)
+        assert ours == pytest.approx(ref, rel=1e-4)
+
+
+def test_elastic_net_is_optimal(digits):
+    X, y = digits
+    lam, tau = 2e-3, 1e-3
+    model, log = fit(InMemoryStore(X, y, range(10), chunk_rows=128), lam=lam, tau=tau, **TIGHT)
+    W, b = dense_weights(model)
+    Ys = signs(y, 10)
+    assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
+    W_ref, b_ref = fista(X, Ys, lam, tau)
+    ours, ref = objective(X, Ys, W, b, lam, tau, "squared_hinge"), objective(X, Ys, W_ref, b_ref, lam, tau,
+                                                                               "squared_hinge")
+    np.testing.assert_allclose(ours, ref, rtol=1e-4)
+    assert model.coef_.nnz < 0.5 * W.size  # the ℓ1 term makes W sparse, stored sparse
+    # strong duality: the logged dual objectives (−G/n summed) reach the primal optimum
+    dual = sum(r["dual_objective"] for r in log.records) / X.shape[0]
+    assert dual == pytest.approx(ours.sum(), rel=1e-5)
+
+
+@pytest.mark.parametrize("options", [dict(delta=0.05), dict(delta=None, x_threshold=0.5),
+                                     dict(delta=0.2, x_threshold=0.3, kappa=3)])
+def test_sparsified_search_reaches_the_same_optimum(multilabel, options):
+    X, Y = multilabel
+    lam, tau = 1e-3, 1e-2
+    model, _ = fit(InMemoryStore(X, Y, range(6)), lam=lam, tau=tau, **TIGHT, **options)
+    W, b = dense_weights(model)
+    Ys = signs(Y, 6)
+    assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
+    assert model.multilabel and model.info["not_converged"] == 0
+
+
+def test_sparsification_is_unbiased():
+    """Algorithm 3: E[w̃] = w, nnz(w̃) ≤ R, and the search covers only the sampled support."""
+    from streamfit.solvers.ppdsparse_kernels import _sparsify, make_work
+
+    work = make_work(5, 50)
+    w = np.random.default_rng(0).normal(size=50) * (np.arange(50) % 3 == 0)
+    sup = np.flatnonzero(w)
+    l1 = np.abs(w).sum()
+    delta = np.sqrt(2 / 8) * l1 * (1 + 1e-9)  # R = ⌈2‖w‖₁²/δ²⌉ = 8 < nnz(w) = 17
+    total = np.zeros(50)
+    reps = 4000
+    for r in range(reps):
+        work.rng[0] = r + 1
+        work.sup_idx[: len(sup)] = sup
+        work.sup_val[: len(sup)] = w[sup]
+        m = _sparsify(work, len(sup), l1, delta)
+        assert m <= 8
+        np.add.at(total, work.sup_idx[:m], work.sup_val[:m])
+    np.testing.assert_allclose(total / reps, w, atol=4 * l1 / np.sqrt(8 * reps))
+
+
+@pytest.fixture(scope="module")
+def local_engine():
+    with Engine(mode="local", n_workers=2) as engine:
+        yield engine
+
+
+def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, monkeypatch):
+    X, y = digits
+    classes = [str(c) for c in range(10)]
+    store = write_store(tmp_path / "store", X, y, classes, chunk_rows=256)
+    params = dict(lam=1e-3, tau=1e-3, group_size=2, kappa=20, delta=0.5)
+    serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
+    parallel, _ = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
+    assert (serial.coef_ != parallel.coef_).nnz == 0
+    np.testing.assert_array_equal(serial.intercept_, parallel.intercept_)
+
+    run = str(tmp_path / "run")
+    partial, _ = fit(store, run, stop_after_groups=2, **params)  # a time-boxed first call
+    assert partial.info["groups_finished"] == 2
+    real = pp.solve_group
+    calls = []
+
+    def killed(data, lo, hi, *args):
+        calls.append(lo)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        return real(data, lo, hi, *args)
+
+    monkeypatch.setattr(pp, "solve_group", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fit(store, run, resume=True, **params)
+    monkeypatch.setattr(pp, "solve_group", real)
+    calls.clear()
+    monkeypatch.setattr(pp, "solve_group", lambda data, lo, hi, *a: calls.append(lo) or real(data, lo, hi, *a))
+    resumed, _ = fit(store, run, resume=True, **params)
+    assert len(calls) == 5 - 3  # only the unfinished groups were redone
+    assert (serial.coef_ != resumed.coef_).nnz == 0
+    np.testing.assert_array_equal(serial.intercept_, resumed.intercept_)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f]
+    assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
+
+
+def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
+    X, y = digits
+    model, _ = fit(InMemoryStore(X, y, range(10)), lam=1e-3, tau=1e-3)
+    S = model.decision_function(X)
+    monkeypatch.setattr(pp, "PREDICT_BLOCK_SCORES", 70)  # blocks of 7 rows
+    top, scores = model.predict_topk(X, 3)
+    np.testing.assert_array_equal(top, np.argsort(-S, axis=1, kind="stable")[:, :3])
+    np.testing.assert_allclose(scores, np.take_along_axis(S, top, axis=1))
+    assert model.model_size == model.coef_.nnz * 12 + 11 * 8 + 10 * 8
+    model.save(str(tmp_path / "m"))
+    loaded = load_model(str(tmp_path / "m"))
+    assert isinstance(loaded, pp.PPDSparseModel) and sp.issparse(loaded.coef_)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert (model.predict(X) == np.array([str(c) for c in y])).mean() > 0.95
+
+
+def test_estimator(multilabel):
+    from sklearn.datasets import load_wine
+
+    X, y = load_wine(return_X_y=True)
+    X = X / np.abs(X).max(axis=0)
+    clf = PPDSparseClassifier(lam=1e-4, tau=1e-3, loss="hinge").fit(X, y + 10)
+    assert sp.issparse(clf.coef_) and clf.coef_.shape == (3, 13)
+    assert set(clf.predict(X)) <= {10, 11, 12} and clf.score(X, y + 10) > 0.9
+    labels, _ = clf.predict_topk(X, 2)
+    assert labels.shape == (len(y), 2)
+    assert clone(clf).get_params() == clf.get_params()
+
+    Xm, Y = multilabel
+    ml = PPDSparseClassifier(lam=1e-4, tau=1e-2).fit(Xm, Y.toarray())
+    assert ml.predict(Xm).shape == Y.shape and ml.score(Xm, Y) > 0.5
+    assert len(ml.history_) == 6

@@ -1,0 +1,258 @@
+"""Benchmark of the bcd solver (Blondel, Seki and Uehara 2013) against the reference
+implementation of the same method, sklearn-contrib-lightning's CDClassifier(loss='squared_hinge',
+penalty='l1/l2', multiclass=True, C=1/n, alpha=λ), on sector (LIBSVM) and 20 Newsgroups (raw
+text hashed to 2^18 features at ingest), at λ = 1e-3 and 1e-5.
+
+For every solver: objective F(W) of eq. (2), test accuracy and % non-zero rows of W after every
+outer iteration, against wall time (evaluation time excluded). F* is the best objective any
+solver reached; the table reports the time to reach (F − F*)/F* ≤ 1e-3 and the ratio to
+lightning's time, final test accuracy and row sparsity. Timings: the solvers run in the same
+process, one after another, each `--repeats` times; the best time to target is kept.
+
+    python tools/bench_bcd.py --work /tmp/bench_bcd [--datasets sector news20] [--lams 1e-3 1e-5]
+
+Writes bench_bcd_<dataset>_<lam>.png (objective, accuracy, % non-zero rows vs time) and prints
+the tables. `--ooc` adds the out-of-core measurement: the 20 Newsgroups store replicated
+`--ooc-copies` times, trained in chunks mode in a subprocess with its address space capped
+(`--ooc-cap-mb`), time per outer iteration vs the in-memory mode on the same data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+DATA = "/work/shared/data"
+TARGET = 1e-3
+
+
+def load_sector():
+    from sklearn.datasets import load_svmlight_file
+
+    Xtr, ytr = load_svmlight_file(f"{DATA}/libsvm/sector/sector.scale.bz2")
+    Xte, yte = load_svmlight_file(f"{DATA}/libsvm/sector/sector.t.scale.bz2", n_features=Xtr.shape[1])
+    classes = np.unique(ytr)
+    return Xtr.tocsr(), np.searchsorted(classes, ytr).astype(np.int32), Xte.tocsr(), \
+        np.searchsorted(classes, yte).astype(np.int32), len(classes)
+
+
+def load_news(work):
+    from streamfit.store import open_store
+
+    tar = f"{DATA}/20newsgroups/20news-bydate.tar.gz"
+    train, test = os.path.join(work, "news.zarr"), os.path.join(work, "news_test.zarr")
+    common = ["--encoding", "latin-1", "--value", "log1p"]
+    if not os.path.exists(train):
+        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-train", *common, "--idf",
+                        "--l2-normalize", "--out", train], check=True)
+    if not os.path.exists(test):
+        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-test", *common, "--like", train,
+                        "--out", test], check=True)
+    Xtr, ytr = open_store(train).to_scipy()
+    Xte, yte = open_store(test).to_scipy()
+    return Xtr, ytr, Xte, yte, open_store(train).n_classes
+
+
+def objective(W, X, y, lam):
+    """F(W) of eq. (2), computed directly (independent of both solvers)."""
+    n = X.shape[0]
+    S = np.asarray(X @ W)
+    A = 1.0 - S[np.arange(n), y][:, None] + S
+    A[np.arange(n), y] = 0.0
+    P = np.maximum(A, 0.0)
+    return float((P * P).sum() / n + lam * np.linalg.norm(W, axis=1).sum())
+
+
+def run_ours(X, y, Xte, yte, m, lam, max_iter, **params):
+    """One run of our solver; returns [(time, F, test accuracy, % non-zero rows)]."""
+    from streamfit.checkpoint import Checkpointer
+    from streamfit.engine import Engine
+    from streamfit.runlog import MetricsLog
+    from streamfit.solvers.bcd import BCDParams, BCDSolver
+    from streamfit.store import InMemoryStore
+
+    trace = []
+
+    class Traced(BCDSolver):
+        def _log(self, log, k, W, objective_value, correct, n, multilabel, **fields):
+            t0 = time.perf_counter()
+            acc = float(np.mean(np.argmax(np.asarray(Xte @ W), axis=1) == yte))
+            nz = 100.0 * np.mean(np.any(W != 0, axis=1))
+            trace.append((log.elapsed, objective_value, acc, nz))
+            super()._log(log, k, W, objective_value, correct, n, multilabel, **fields)
+            log._t0 += time.perf_counter() - t0  # evaluation is not training time
+
+    source = InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20)
+    p = BCDParams(lam=lam, max_iter=max_iter, tol=1e-12, **params)
+    Traced(p).fit(source, engine=Engine(mode="inprocess"), log=MetricsLog(None),
+                  checkpointer=Checkpointer(None, config={}, store_fingerprint="x"))
+    return trace
+
+
+def run_lightning(X, y, Xte, yte, lam, max_iter):
+    from lightning.classification import CDClassifier
+
+    n = X.shape[0]
+    clf = CDClassifier(loss="squared_hinge", penalty="l1/l2", multiclass=True, C=1.0 / n, alpha=lam, max_iter=1,
+                       tol=1e-12, warm_start=True, random_state=0)
+    trace, elapsed = [], 0.0
+    import warnings
+
+    for _ in range(max_iter):
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            clf.fit(X, y)
+        elapsed += time.perf_counter() - t0
+        W = clf.coef_.T
+        acc = float(np.mean(clf.predict(Xte) == yte))
+        trace.append((elapsed, objective(W, X, y, lam), acc, 100.0 * np.mean(np.any(W != 0, axis=1))))
+    return trace
+
+
+def time_to(trace, fstar, target=TARGET):
+    for t, f, _, _ in trace:
+        if (f - fstar) / fstar <= target:
+            return t
+    return float("nan")
+
+
+def plot(traces, fstar, title, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    for name, tr in traces.items():
+        t = np.array([r[0] for r in tr])
+        axes[0].loglog(t, np.maximum([(r[1] - fstar) / fstar for r in tr], 1e-9), label=name)
+        axes[1].semilogx(t, [r[2] for r in tr], label=name)
+        axes[2].semilogx(t, [r[3] for r in tr], label=name)
+    for ax, lab in zip(axes, ["(F − F*)/F*", "test accuracy", "% non-zero rows"]):
+        ax.set_xlabel("time (s)")
+        ax.set_ylabel(lab)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+SOLVERS = {
+    "BCD(LS)": dict(variant="ls"),
+    "BCD(CST)": dict(variant="cst"),
+    "FISTA(LS)": dict(method="fista", variant="ls"),
+}
+
+
+def bench(name, data, lams, max_iter, repeats, work):
+    X, y, Xte, yte, m = data
+    X = sp.csr_matrix(X, dtype=np.float64)
+    Xte = sp.csr_matrix(Xte, dtype=np.float64)
+    print(f"\n## {name}: {X.shape[0]} train / {Xte.shape[0]} test rows, {X.shape[1]} features, {m} classes, "
+          f"nnz {X.nnz}")
+    for lam in lams:
+        best: dict[str, list] = {}
+        for rep in range(repeats):  # interleaved: every solver once per round
+            runs = {k: run_ours(X, y, Xte, yte, m, lam, max_iter, **kw) for k, kw in SOLVERS.items()}
+            runs["lightning CD"] = run_lightning(X, y, Xte, yte, lam, max_iter)
+            for k, tr in runs.items():
+                best.setdefault(k, []).append(tr)
+        fstar = min(r[1] for trs in best.values() for tr in trs for r in tr)
+        ref_times = [time_to(tr, fstar) for tr in best["lightning CD"]]
+        ref = min(ref_times) if any(np.isfinite(ref_times)) else float("nan")
+        print(f"\n### λ = {lam:g}   F* = {fstar:.8g} (best over all runs)")
+        print(f"| solver | time to rel. obj. ≤ 1e-3 (s, best of {repeats}) | ratio to lightning | final rel. obj. | "
+              "final test acc. | % non-zero rows | outer its | time of the run (s) |")
+        print("|---|---|---|---|---|---|---|---|")
+        shown = {}
+        for k, trs in best.items():
+            tt = np.nanmin([time_to(tr, fstar) for tr in trs]) if any(
+                np.isfinite(time_to(tr, fstar)) for tr in trs) else float("nan")
+            tr = trs[0]
+            shown[k] = tr
+            last = tr[-1]
+            print(f"| {k} | {tt:.2f} | {tt / ref:.2f} | {(last[1] - fstar) / fstar:.1e} | {last[2]:.4f} | "
+                  f"{last[3]:.2f} | {len(tr)} | {last[0]:.1f} |")
+        with open(os.path.join(work, f"bench_bcd_{name}_{lam:g}.json"), "w") as f:
+            json.dump({"fstar": fstar, "traces": best}, f)
+        path = os.path.join(work, f"bench_bcd_{name}_{lam:g}.png")
+        plot(shown, fstar, f"{name}, λ = {lam:g}", path)
+        print(f"plots: {path}")
+
+
+def ooc(work, copies, cap_mb, iters):
+    """Out-of-core run in a capped subprocess vs in-memory, on news20 replicated `copies` times."""
+    from streamfit.store import StoreWriter, open_store
+
+    src = open_store(os.path.join(work, "news.zarr"))
+    big = os.path.join(work, f"news_x{copies}.zarr")
+    if not os.path.exists(big):
+        w = StoreWriter(big, chunk_rows=4096)
+        for _ in range(copies):
+            for c in src.iter_chunks():
+                w.write_rows(c.X, c.labels)
+        w.close(n_features=src.n_features, classes=src.classes)
+    store = open_store(big)
+    data_mb = (store.manifest.nnz * 12 + store.n_rows * store.n_classes * 8) / 2**20
+    print(f"\n## out of core: {store.n_rows} rows, nnz {store.manifest.nnz}; X (CSC, float64) + scores in memory "
+          f"would take {data_mb:.0f} MiB; address-space cap {cap_mb} MiB")
+    results = {}
+    for mode, cap in (("chunks", cap_mb), ("memory", None)):
+        out = os.path.join(work, f"ooc_{mode}")
+        code = (
+            "import resource,sys\n"
+            + (f"resource.setrlimit(resource.RLIMIT_AS, ({cap} << 20, {cap} << 20))\n" if cap else "")
+            + "from streamfit.train import train\n"
+            f"train({big!r}, 'bcd', {out!r}, dict(mode={mode!r}, lam=1e-3, max_iter={iters}, tol=1e-12, "
+            "group_size=16384, checkpoint_every=1000), n_workers=1, overwrite=True, progress=False)\n"
+        )
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        if proc.returncode != 0:
+            print(f"{mode}: failed ({proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode})")
+            continue
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            recs = [json.loads(line) for line in f]
+        per_it = np.diff([0.0] + [r["wall_time"] for r in recs])
+        results[mode] = float(np.median(per_it))
+        print(f"{mode}: {len(recs)} outer its, median {results[mode]:.2f} s / outer it, objective "
+              f"{recs[-1]['objective']:.6g}, wall {wall:.1f} s, peak RSS of children so far {rss:.0f} MiB")
+    if len(results) == 2:
+        print(f"time per outer iteration, chunks / memory: {results['chunks'] / results['memory']:.1f}x")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--work", default="/tmp/bench_bcd")
+    ap.add_argument("--datasets", nargs="+", default=["sector", "news20"])
+    ap.add_argument("--lams", nargs="+", type=float, default=[1e-3, 1e-5])
+    ap.add_argument("--max-iter", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--ooc", action="store_true")
+    ap.add_argument("--ooc-copies", type=int, default=8)
+    ap.add_argument("--ooc-cap-mb", type=int, default=3072)
+    ap.add_argument("--ooc-iters", type=int, default=3)
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    loaders = {"sector": load_sector, "news20": lambda: load_news(a.work)}
+    for name in a.datasets:
+        bench(name, loaders[name](), a.lams, a.max_iter, a.repeats, a.work)
+    if a.ooc:
+        ooc(a.work, a.ooc_copies, a.ooc_cap_mb, a.ooc_iters)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,282 @@
+"""Benchmark of the `ppdsparse` solver (Yen et al. 2017) on the real sets in /work/shared/data,
+side by side in the same process with scikit-learn's LinearSVC one-vs-rest (liblinear, the
+DiSMEC-style baseline, same objective with lam = 0: C = 1/(2 n tau)), interleaved, best of
+--repeats. Tables:
+
+1. sector, 20 Newsgroups (tf-idf, bydate), bibtex, delicious: training time, accuracy or
+   P@1/3/5, model size, prediction time per test sample, time ratio (ours / liblinear).
+2. time per class as K grows: the synthetic problem of tools/make_extreme.py (N fixed, K from
+   10 to 100 000; for K > 2000 a uniform random sample of 2000 classes is timed) and random
+   label subsets of delicious (rows with at least one label of the subset).
+3. speed-up from 1 to 2 Dask workers (sector from a store on disk).
+
+    python tools/bench_ppdsparse.py [--repeats 2] [--skip-scaling] [--skip-workers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.datasets import load_svmlight_file
+from sklearn.multiclass import OneVsRestClassifier
+from sklearn.preprocessing import MultiLabelBinarizer
+from sklearn.svm import LinearSVC
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from streamfit.checkpoint import Checkpointer  # noqa: E402
+from streamfit.engine import Engine  # noqa: E402
+from streamfit.runlog import MetricsLog  # noqa: E402
+from streamfit.solvers import ppdsparse as pp  # noqa: E402
+from streamfit.solvers.ppdsparse_kernels import HINGE, SQUARED_HINGE, make_work, solve_class  # noqa: E402
+from streamfit.store import InMemoryStore, StoreWriter, open_store  # noqa: E402
+from make_extreme import make_extreme  # noqa: E402
+
+DATA = "/work/shared/data"
+# (lam, tau) per set; the peer gets C = 1/(2 n tau)
+PARAMS = {"sector": (1e-5, 1e-4), "20news": (1e-5, 1e-4), "bibtex": (1e-5, 2e-4), "delicious": (1e-5, 1e-4)}
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+def csr32(X):
+    """CSR with 32-bit indices (liblinear refuses 64-bit ones)."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    return sp.csr_matrix((X.data, X.indices.astype(np.int32), X.indptr.astype(np.int32)), shape=X.shape)
+
+
+def load_multiclass_libsvm(train, test):
+    Xtr, ytr = load_svmlight_file(train, dtype=np.float64)
+    Xte, yte = load_svmlight_file(test, n_features=Xtr.shape[1], dtype=np.float64)
+    classes, ytr = np.unique(ytr, return_inverse=True)
+    return csr32(Xtr), ytr.astype(np.int32), csr32(Xte), np.searchsorted(classes, yte).astype(np.int32), classes
+
+
+def load_news(tmp):
+    tar = f"{DATA}/20newsgroups/20news-bydate.tar.gz"
+    common = ["--encoding", "latin-1", "--value", "log1p"]
+    train, test = os.path.join(tmp, "news.zarr"), os.path.join(tmp, "news-test.zarr")
+    for args in (["--subset", "20news-bydate-train", *common, "--idf", "--l2-normalize", "--out", train],
+                 ["--subset", "20news-bydate-test", *common, "--like", train, "--out", test]):
+        subprocess.run([sys.executable, "-m", "streamfit.cli", "ingest", tar, *args], check=True,
+                       stdout=subprocess.DEVNULL)
+    tr, te = open_store(train), open_store(test)
+    (Xtr, ytr), (Xte, yte) = tr.to_scipy(), te.to_scipy()
+    return csr32(Xtr), ytr, csr32(Xte), yte, np.array(tr.classes)
+
+
+def load_multilabel(name):
+    base = f"{DATA}/multilabel/{name}/{name}"
+    Xtr, ytr = load_svmlight_file(f"{base}-train.libsvm.gz", multilabel=True, dtype=np.float64)
+    Xte, yte = load_svmlight_file(f"{base}-test.libsvm.gz", multilabel=True, n_features=Xtr.shape[1],
+                                  dtype=np.float64)
+    mlb = MultiLabelBinarizer(classes=sorted({int(c) for t in ytr + yte for c in t}), sparse_output=True)
+    Ytr = mlb.fit_transform([[int(c) for c in t] for t in ytr]).tocsr().astype(np.float32)
+    Yte = mlb.transform([[int(c) for c in t] for t in yte]).tocsr()
+    return csr32(Xtr), Ytr, csr32(Xte), Yte, mlb.classes_
+
+
+# -- metrics -----------------------------------------------------------------------------------
+
+
+def topk_from_scores(S, k):
+    top = np.argpartition(-S, k - 1, axis=1)[:, :k]
+    order = np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(top, order, axis=1)
+
+
+def precision_at(top, Y, ks=(1, 3, 5)):
+    Yd = Y.toarray() > 0
+    hits = np.take_along_axis(Yd, top, axis=1)
+    return {f"P@{k}": float(hits[:, :k].sum(axis=1).mean() / k) for k in ks}
+
+
+# -- the two methods ---------------------------------------------------------------------------
+
+
+def fit_ours(Xtr, labels, K, lam, tau, engine=None, source=None, **extra):
+    p = pp.PPDSparseParams(lam=lam, tau=tau, **extra)
+    source = source or InMemoryStore(Xtr, labels, range(K), chunk_rows=4096)
+    ckpt = Checkpointer(None, config=p.model_dump(), store_fingerprint="bench")
+    return pp.PPDSparseSolver(p).fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt,
+                                     log=MetricsLog(None))
+
+
+def fit_peer(Xtr, labels, n, tau, multilabel):
+    svc = LinearSVC(C=1.0 / (2 * n * tau), loss="squared_hinge")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if multilabel:
+            return OneVsRestClassifier(svc).fit(Xtr, labels.toarray().astype(int))
+        return svc.fit(Xtr, labels)
+
+
+def best_of(repeats, runs):
+    """Interleave the callables `runs` (name -> fn), `repeats` rounds; best time and last result."""
+    best, out = {k: np.inf for k in runs}, {}
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            t = time.perf_counter()
+            out[name] = fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+    return best, out
+
+
+def bench_dataset(name, Xtr, ytr, Xte, yte, K, repeats):
+    lam, tau = PARAMS[name]
+    multilabel = sp.issparse(ytr)
+    n = Xtr.shape[0]
+    times, models = best_of(repeats, {
+        "ours": lambda: fit_ours(Xtr, ytr, K, lam, tau),
+        "liblinear": lambda: fit_peer(Xtr, ytr, n, tau, multilabel),
+    })
+    ours, peer = models["ours"], models["liblinear"]
+    t = time.perf_counter()
+    top_ours, _ = ours.predict_topk(Xte, 5)
+    pred_ours = (time.perf_counter() - t) / Xte.shape[0]
+    t = time.perf_counter()
+    top_peer = topk_from_scores(peer.decision_function(Xte), 5)
+    pred_peer = (time.perf_counter() - t) / Xte.shape[0]
+    if multilabel:
+        q_ours, q_peer = precision_at(top_ours, yte), precision_at(top_peer, yte)
+    else:
+        q_ours = {"acc": float((top_ours[:, 0] == yte).mean())}
+        q_peer = {"acc": float((top_peer[:, 0] == yte).mean())}
+    peer_coef = np.vstack([e.coef_ for e in peer.estimators_]) if multilabel else peer.coef_
+    dense_bytes = K * Xtr.shape[1] * 8
+    return {
+        "set": name, "n": n, "d": Xtr.shape[1], "K": K,
+        "t_ours": times["ours"], "t_peer": times["liblinear"], "ratio": times["ours"] / times["liblinear"],
+        "q_ours": q_ours, "q_peer": q_peer, "size_ours": ours.model_size, "size_dense": dense_bytes,
+        "nnz_peer": int(np.count_nonzero(peer_coef)), "pred_ours_ms": pred_ours * 1e3, "pred_peer_ms": pred_peer * 1e3,
+        "not_converged": ours.info["not_converged"],
+    }
+
+
+def print_main(rows):
+    print("\n## Table 1: ppdsparse vs LinearSVC one-vs-rest (liblinear), same process, best of repeats")
+    print("| set | n × d, K | train ours (s) | train liblinear (s) | ratio | quality ours | quality liblinear "
+          "| model ours | dense OvR model | size ratio | predict ours (ms/sample) | predict liblinear |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        q = lambda d: " ".join(f"{k} {100 * v:.2f}" for k, v in d.items())  # noqa: E731
+        print(f"| {r['set']} | {r['n']} × {r['d']}, {r['K']} | {r['t_ours']:.2f} | {r['t_peer']:.2f} | "
+              f"{r['ratio']:.2f} | {q(r['q_ours'])} | {q(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
+              f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
+              f"{r['pred_ours_ms']:.4f} | {r['pred_peer_ms']:.4f} |")
+
+
+# -- scaling in K ------------------------------------------------------------------------------
+
+
+def time_per_class(X, labels, K, lam, tau, sample=2000, seed=0):
+    """Seconds per class of Algorithm 1 (one thread), over all classes or a random sample."""
+    source = InMemoryStore(X, labels, range(K), chunk_rows=1 << 20)
+    data = pp.build_data(source)
+    p = pp.PPDSparseParams(lam=lam, tau=tau)
+    n, d = X.shape
+    ks = np.arange(K) if K <= sample else np.sort(np.random.default_rng(seed).choice(K, sample, replace=False))
+    work = make_work(n, d)
+    loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
+    solve_class(data, work, int(ks[0]), loss, n * lam, n * tau, p.kappa, p.tol, p.max_iter, p.max_inner,
+                p.delta, p.x_threshold, 0)  # compile / warm up
+    t = time.perf_counter()
+    active = 0
+    for k in ks:
+        out = solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.tol, p.max_iter, p.max_inner,
+                          p.delta, p.x_threshold, 0)
+        active += out[4]
+    el = time.perf_counter() - t
+    pos = np.diff(data.pos_ptr)[ks]
+    return el / len(ks), float(pos.mean()), active / len(ks), len(ks)
+
+
+def bench_scaling(delicious):
+    print("\n## Table 2a: time per class vs K, synthetic (tools/make_extreme.py: N=20000, D=50000, k_p≈3, Zipf a=1)")
+    print("| K | classes timed | mean positives n_p | mean final |A| | ms per class |")
+    print("|---|---|---|---|---|")
+    for K in (10, 100, 1000, 10_000, 100_000):
+        X, Y = make_extreme(20_000, 50_000, K, seed=1)
+        per, npos, act, m = time_per_class(X.astype(np.float64), Y, K, 1e-5, 1e-4)
+        print(f"| {K} | {m} | {npos:.1f} | {act:.0f} | {per * 1e3:.2f} |", flush=True)
+    Xtr, Ytr = delicious
+    print("\n## Table 2b: time per class vs K, random label subsets of delicious (rows with ≥ 1 label kept)")
+    print("| K | rows | mean positives n_p | mean final |A| | ms per class |")
+    print("|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for K in (10, 30, 100, 300, Ytr.shape[1]):
+        cols = np.sort(rng.choice(Ytr.shape[1], K, replace=False))
+        Y = Ytr[:, cols].tocsr()
+        rows = np.flatnonzero(Y.getnnz(axis=1))
+        per, npos, act, _ = time_per_class(Xtr[rows], Y[rows], K, *PARAMS["delicious"])
+        print(f"| {K} | {len(rows)} | {npos:.1f} | {act:.0f} | {per * 1e3:.2f} |", flush=True)
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+def bench_workers(sector, tmp, repeats):
+    Xtr, ytr = sector[0], sector[1]
+    K = int(ytr.max()) + 1
+    path = os.path.join(tmp, "sector.zarr")
+    w = StoreWriter(path, chunk_rows=2048)
+    w.write_rows(Xtr.astype(np.float32), ytr)
+    w.close(n_features=Xtr.shape[1], classes=[str(k) for k in range(K)])
+    store = open_store(path)
+    print("\n## Table 3: sector from a store, Dask LocalCluster, training time (best of repeats)")
+    print("| workers × threads | seconds | speed-up |")
+    print("|---|---|---|")
+    base = None
+    for n_workers in (1, 2):
+        with Engine(mode="local", n_workers=n_workers, threads_per_worker=1) as engine:
+            fit_ours(None, None, K, *PARAMS["sector"], engine=engine, source=store)  # warm-up: JIT cache, data
+            best = np.inf
+            for _ in range(repeats):
+                t = time.perf_counter()
+                fit_ours(None, None, K, *PARAMS["sector"], engine=engine, source=store)
+                best = min(best, time.perf_counter() - t)
+        base = base or best
+        print(f"| {n_workers} × 1 | {best:.2f} | {base / best:.2f} |", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--sets", default="sector,20news,bibtex,delicious")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--skip-workers", action="store_true")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        sets = a.sets.split(",")
+        loaded = {}
+        loaded["sector"] = load_multiclass_libsvm(f"{DATA}/libsvm/sector/sector.scale.bz2",
+                                                  f"{DATA}/libsvm/sector/sector.t.scale.bz2")
+        if "20news" in sets:
+            loaded["20news"] = load_news(tmp)
+        for name in ("bibtex", "delicious"):
+            if name in sets or (name == "delicious" and not a.skip_scaling):
+                loaded[name] = load_multilabel(name)
+        fit_ours(loaded["sector"][0][:200], loaded["sector"][1][:200], int(loaded["sector"][1].max()) + 1,
+                 1e-5, 1e-4)  # JIT warm-up outside the timings
+        rows = []
+        for name in sets:
+            Xtr, ytr, Xte, yte, classes = loaded[name]
+            rows.append(bench_dataset(name, Xtr, ytr, Xte, yte, len(classes), a.repeats))
+            print(rows[-1], flush=True)
+        print_main(rows)
+        if not a.skip_scaling:
+            bench_scaling(loaded["delicious"][:2])
+        if not a.skip_workers:
+            bench_workers(loaded["sector"], tmp, a.repeats)
+
+
+if __name__ == "__main__":
+    main()
