@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,18 @@ from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
 
 BACKENDS = ("zarr", "parquet")
+CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "1024")) * 2**20)
+
+
+def _chunk_arrays(chunk: "Chunk") -> list[np.ndarray]:
+    arrays = [chunk.X.data, chunk.X.indices, chunk.X.indptr]
+    if sp.issparse(chunk.labels):
+        return arrays + [chunk.labels.data, chunk.labels.indices, chunk.labels.indptr]
+    return arrays + [chunk.labels]
+
+
+def _chunk_nbytes(chunk: "Chunk") -> int:
+    return sum(a.nbytes for a in _chunk_arrays(chunk))
 IDF_FILE = "idf.npy"
 
 
@@ -116,6 +129,8 @@ class Store(ChunkSource):
         self.multilabel = m.task == "multilabel"
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
+        self._cache: OrderedDict[int, Chunk] = OrderedDict()
+        self._cache_bytes = 0
         self._csc_reader = None
 
     def __reduce__(self):
@@ -154,6 +169,26 @@ class Store(ChunkSource):
         return self.manifest.hashing
 
     def read_chunk(self, i: int, verify: bool = True) -> Chunk:
+        """Chunk i, checked against its checksum. Decoded chunks are kept in a per-process LRU
+        cache of CHUNK_CACHE_BYTES (iterative solvers read every chunk many times); their
+        arrays are read-only."""
+        cached = self._cache.get(i)
+        if cached is not None:
+            self._cache.move_to_end(i)
+            return cached
+        chunk = self._read_from_disk(i, verify)
+        size = _chunk_nbytes(chunk)
+        if verify and size <= CHUNK_CACHE_BYTES:
+            for a in _chunk_arrays(chunk):
+                a.flags.writeable = False
+            self._cache[i] = chunk
+            self._cache_bytes += size
+            while self._cache_bytes > CHUNK_CACHE_BYTES:
+                _, old = self._cache.popitem(last=False)
+                self._cache_bytes -= _chunk_nbytes(old)
+        return chunk
+
+    def _read_from_disk(self, i: int, verify: bool) -> Chunk:
         info: ChunkInfo = self.manifest.chunks[i]
         try:
             if self.manifest.backend == "zarr":
@@ -210,7 +245,7 @@ class Store(ChunkSource):
         problems = []
         for i in range(self.n_chunks):
             try:
-                self.read_chunk(i)
+                self._read_from_disk(i, verify=True)
             except StoreError as e:
                 problems.append(str(e))
         for b in range(self.n_feature_blocks):
