@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -98,23 +97,25 @@ def run_ours(X, y, Xte, yte, m, lam, max_iter, **params):
 
 
 def run_lightning(X, y, Xte, yte, lam, max_iter):
+    """lightning's CDClassifier, one fit; its callback (every n_features inner steps, i.e. once
+    per outer iteration) records the trace, its own time excluded."""
     from lightning.classification import CDClassifier
 
     n = X.shape[0]
-    clf = CDClassifier(loss="squared_hinge", penalty="l1/l2", multiclass=True, C=1.0 / n, alpha=lam, max_iter=1,
-                       tol=1e-12, warm_start=True, random_state=0)
-    trace, elapsed = [], 0.0
-    import warnings
+    trace, state = [], {"t0": 0.0, "eval": 0.0}
 
-    for _ in range(max_iter):
+    def callback(clf):
         t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            clf.fit(X, y)
-        elapsed += time.perf_counter() - t0
         W = clf.coef_.T
-        acc = float(np.mean(clf.predict(Xte) == yte))
-        trace.append((elapsed, objective(W, X, y, lam), acc, 100.0 * np.mean(np.any(W != 0, axis=1))))
+        acc = float(np.mean(np.argmax(np.asarray(Xte @ W), axis=1) == yte))
+        trace.append((t0 - state["t0"] - state["eval"], objective(W, X, y, lam), acc,
+                      100.0 * np.mean(np.any(W != 0, axis=1))))
+        state["eval"] += time.perf_counter() - t0
+
+    clf = CDClassifier(loss="squared_hinge", penalty="l1/l2", multiclass=True, C=1.0 / n, alpha=lam,
+                       max_iter=max_iter, tol=1e-12, callback=callback, n_calls=X.shape[1], random_state=0)
+    state["t0"] = time.perf_counter()
+    clf.fit(X, y)
     return trace
 
 
@@ -191,47 +192,65 @@ def bench(name, data, lams, max_iter, repeats, work):
         print(f"plots: {path}")
 
 
+OOC_CHILD = """
+import json, resource, sys, time
+mode, store_path, out, cap_mb, iters = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+if cap_mb:
+    resource.setrlimit(resource.RLIMIT_AS, (cap_mb << 20, cap_mb << 20))
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.runlog import MetricsLog
+from streamfit.solvers.bcd import BCDParams, BCDSolver
+from streamfit.store import open_store
+store = open_store(store_path)
+p = BCDParams(mode=mode, lam=1e-3, max_iter=iters, tol=1e-12, group_size=65536)
+log = MetricsLog(None)
+t0 = time.perf_counter()
+BCDSolver(p).fit(store, engine=Engine(mode="inprocess"), log=log,
+                 checkpointer=Checkpointer(out, config=p.model_dump(), store_fingerprint=store.manifest.fingerprint))
+print(json.dumps({"records": log.records, "seconds": time.perf_counter() - t0,
+                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
 def ooc(work, copies, cap_mb, iters):
-    """Out-of-core run in a capped subprocess vs in-memory, on news20 replicated `copies` times."""
+    """Chunks mode in a subprocess whose address space is capped below what the in-memory mode
+    needs for the same data (20 Newsgroups train replicated `copies` times), vs memory mode."""
+    import shutil
+
     from streamfit.store import StoreWriter, open_store
 
     src = open_store(os.path.join(work, "news.zarr"))
     big = os.path.join(work, f"news_x{copies}.zarr")
     if not os.path.exists(big):
-        w = StoreWriter(big, chunk_rows=4096)
+        w = StoreWriter(big, chunk_rows=16384)
         for _ in range(copies):
             for c in src.iter_chunks():
                 w.write_rows(c.X, c.labels)
         w.close(n_features=src.n_features, classes=src.classes)
     store = open_store(big)
-    data_mb = (store.manifest.nnz * 12 + store.n_rows * store.n_classes * 8) / 2**20
-    print(f"\n## out of core: {store.n_rows} rows, nnz {store.manifest.nnz}; X (CSC, float64) + scores in memory "
-          f"would take {data_mb:.0f} MiB; address-space cap {cap_mb} MiB")
-    results = {}
-    for mode, cap in (("chunks", cap_mb), ("memory", None)):
+    need_mb = (store.manifest.nnz * (12 + 8) + store.n_rows * store.n_classes * 8) / 2**20
+    print(f"\n## out of core: {store.n_rows} rows, nnz {store.manifest.nnz}, {store.n_chunks} chunks; "
+          f"memory mode holds X (float32 CSR while loading + float64 CSC) and the scores: ≈ {need_mb:.0f} MiB; "
+          f"chunks-mode address-space cap {cap_mb} MiB")
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
+    per_it = {}
+    for mode, cap in (("chunks", cap_mb), ("memory", 0)):
         out = os.path.join(work, f"ooc_{mode}")
-        code = (
-            "import resource,sys\n"
-            + (f"resource.setrlimit(resource.RLIMIT_AS, ({cap} << 20, {cap} << 20))\n" if cap else "")
-            + "from streamfit.train import train\n"
-            f"train({big!r}, 'bcd', {out!r}, dict(mode={mode!r}, lam=1e-3, max_iter={iters}, tol=1e-12, "
-            "group_size=16384, checkpoint_every=1000), n_workers=1, overwrite=True, progress=False)\n"
-        )
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.run([sys.executable, "-c", OOC_CHILD, mode, big, out, str(cap), str(iters)],
+                              capture_output=True, text=True, env=env)
         if proc.returncode != 0:
-            print(f"{mode}: failed ({proc.stderr.strip().splitlines()[-1] if proc.stderr else proc.returncode})")
+            print(f"{mode}: FAILED under cap {cap} MiB: {proc.stderr.strip().splitlines()[-1:]}")
             continue
-        with open(os.path.join(out, "metrics.jsonl")) as f:
-            recs = [json.loads(line) for line in f]
-        per_it = np.diff([0.0] + [r["wall_time"] for r in recs])
-        results[mode] = float(np.median(per_it))
-        print(f"{mode}: {len(recs)} outer its, median {results[mode]:.2f} s / outer it, objective "
-              f"{recs[-1]['objective']:.6g}, wall {wall:.1f} s, peak RSS of children so far {rss:.0f} MiB")
-    if len(results) == 2:
-        print(f"time per outer iteration, chunks / memory: {results['chunks'] / results['memory']:.1f}x")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        recs = r["records"]
+        its = np.diff([0.0] + [x["wall_time"] for x in recs])
+        per_it[mode] = float(np.median(its[1:] if len(its) > 1 else its))
+        print(f"| {mode} | cap {cap or 'none'} MiB | peak RSS {r['max_rss_mb']:.0f} MiB | {len(recs)} outer its | "
+              f"median {per_it[mode]:.2f} s / outer it | objective {recs[-1]['objective']:.8g} |")
+    if len(per_it) == 2:
+        print(f"time per outer iteration, chunks / memory: {per_it['chunks'] / per_it['memory']:.1f}x")
 
 
 def main():
@@ -242,8 +261,8 @@ def main():
     ap.add_argument("--max-iter", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--ooc", action="store_true")
-    ap.add_argument("--ooc-copies", type=int, default=8)
-    ap.add_argument("--ooc-cap-mb", type=int, default=3072)
+    ap.add_argument("--ooc-copies", type=int, default=64)
+    ap.add_argument("--ooc-cap-mb", type=int, default=1536)
     ap.add_argument("--ooc-iters", type=int, default=3)
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)

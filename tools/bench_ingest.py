@@ -11,7 +11,8 @@
    over a word-like vocabulary, label-dependent content words, log-normal document lengths,
    20 labels) is streamed to disk, then `streamfit ingest` runs on it as a subprocess with
    the default chunk size. Peak RSS from wait4's ru_maxrss (and psutil polling of the process
-   tree as a cross-check). Goal: < 1 GiB, store rows == generated documents.
+   tree as a cross-check). Goal: < 1 GiB, store rows == generated documents. Then once more
+   with `--idf --test-size 0.2` (two passes over an intermediate store).
 3. LIBSVM round trip: sector.scale.bz2 ingested with --no-hash and read back must equal
    load_svmlight_file of the same file (values compared as float32, the store's type).
 
@@ -311,6 +312,17 @@ def bench_rss(table: Table, work: Path, corpus_gb: float, cpus: set[int]) -> Non
               yes(store.n_rows == n_docs))
     table.add("ingest throughput (same run)", f"{size / 1e6 / wall:.1f} MB/s, {n_docs / wall:,.0f} rec/s ({wall:.0f} s)",
               "", "", f"store {store_bytes / GIB:.2f} GiB, nnz {store.manifest.nnz:,}", "")
+    shutil.rmtree(out)
+    print("[2] streamfit ingest --idf --test-size 0.2 (two passes)", flush=True)
+    train, test = work / "train.zarr", work / "test.zarr"
+    code, wall, peak, polled = run_measured(ingest_cmd(corpus, "--out", train, "--idf", "--test-size", "0.2",
+                                                       "--test-out", test), work / "corpus2.log")
+    if code:
+        raise SystemExit(f"ingest failed ({code}): {(work / 'corpus2.log').read_text()[-2000:]}")
+    rows = open_store(str(train)).n_rows + open_store(str(test)).n_rows
+    table.add("peak RSS, same corpus, `--idf --test-size 0.2` (two passes)",
+              f"{peak / 2**20:,.0f} MiB (polled tree: {polled / 2**20:,.0f} MiB; {wall:.0f} s)", "goal 1024 MiB",
+              f"{peak / GIB:.2f}", "< 1 GiB, train + test rows == docs", yes(peak < GIB and rows == n_docs))
 
 
 def bench_libsvm(table: Table, work: Path, repeat: int) -> None:

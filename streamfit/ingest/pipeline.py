@@ -5,7 +5,7 @@ StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes
 intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 streams it once
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
-and chunk size (plus one byte and one int per row for the split).
+and chunk size (plus, with a split, one byte and one int per row).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class _Pass1:
                  out: str, policy):
         self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = o, featurizer, vocab, multilabel, out, policy
         self.writer: StoreWriter | None = None
-        self.strata: list[np.ndarray] = []  # first class id of each written row (for the split)
+        self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
         self.read = 0
 
     def _writer(self) -> StoreWriter:
@@ -153,7 +153,8 @@ class _Pass1:
             X = self.featurizer.finish(X)
         if X.shape[0]:
             self._writer().write_rows(X, labels)
-            self.strata.append(_first_class(labels))
+            if self.o.test_size:
+                self.strata.append(_first_class(labels))
 
 
 def _first_class(labels) -> np.ndarray:
@@ -249,13 +250,21 @@ def _write_idf(writer: StoreWriter, idf: np.ndarray) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
+def _stream(stage: Store):
+    """The stage's chunks in order, not kept in the chunk cache (memory: one chunk)."""
+    for i in range(stage.n_chunks):
+        yield stage.read_chunk(i, cache=False)
+
+
 def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str) -> None:
     stage = Store(p1.out, allow_partial=True)
-    strata = np.concatenate(p1.strata)
-    test_mask = stratified_test_mask(strata, o.test_size, o.seed) if o.test_size else np.zeros(len(strata), bool)
+    if o.test_size:
+        test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
+    else:
+        test_mask = np.zeros(stage.n_rows, dtype=bool)
     if o.idf:
         df = np.zeros(stage.n_features, dtype=np.int64)
-        for c in tqdm(stage.iter_chunks(), total=stage.n_chunks, desc="document frequencies", unit="chunk",
+        for c in tqdm(_stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk",
                       disable=not o.progress):
             train_rows = c.X[~test_mask[c.row_start:c.row_start + c.n_rows]]
             df += np.bincount(train_rows.indices, minlength=stage.n_features)
@@ -265,7 +274,7 @@ def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, r
     writers = [StoreWriter(path, backend=o.backend, multilabel=stage.multilabel, chunk_rows=o.chunk_rows,
                            overwrite=True) for path, _ in outputs]
     try:
-        for c in tqdm(stage.iter_chunks(), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
+        for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
             X = featurizer.finish(c.X)
             for w, (_, mask) in zip(writers, outputs):
                 rows = mask[c.row_start:c.row_start + c.n_rows]

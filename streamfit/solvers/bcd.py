@@ -83,7 +83,7 @@ from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.losses import LOGISTIC, LOSSES, curvature, label_lists, rows_loss
 from streamfit.model import LinearModel
-from streamfit.penalties import L1L2, PENALTIES, prox, value
+from streamfit.penalties import PENALTIES, prox, value
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
 from streamfit.solvers.bcd_kernels import bcd_epoch, group_update

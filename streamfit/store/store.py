@@ -168,17 +168,18 @@ class Store(ChunkSource):
     def hashing(self) -> dict | None:
         return self.manifest.hashing
 
-    def read_chunk(self, i: int, verify: bool = True) -> Chunk:
+    def read_chunk(self, i: int, verify: bool = True, cache: bool = True) -> Chunk:
         """Chunk i, checked against its checksum. Decoded chunks are kept in a per-process LRU
         cache of CHUNK_CACHE_BYTES (iterative solvers read every chunk many times); their
-        arrays are read-only."""
+        arrays are read-only. cache=False (one-pass readers: ingest pass 2, transpose) leaves
+        the cache as it is, so memory stays bounded by one chunk."""
         cached = self._cache.get(i)
         if cached is not None:
             self._cache.move_to_end(i)
             return cached
         chunk = self._read_from_disk(i, verify)
         size = _chunk_nbytes(chunk)
-        if verify and size <= CHUNK_CACHE_BYTES:
+        if cache and verify and size <= CHUNK_CACHE_BYTES:
             for a in _chunk_arrays(chunk):
                 a.flags.writeable = False
             self._cache[i] = chunk

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import streamfit.store.csc as csc
 from streamfit.cli import main
 from streamfit.errors import StoreError
-from streamfit.store import open_store
+from streamfit.store import Store, open_store
 from streamfit.store.csc import build_csc
 
 
@@ -66,16 +66,21 @@ def test_multilabel_store(write_store):
 
 
 def test_each_block_is_sorted_from_its_own_spill_only(data, write_store, monkeypatch):
-    """Memory bound: pass 1 holds one chunk's entries (plus the spill buffer), pass 2 one block's."""
+    """Memory bound: pass 1 holds one chunk's entries (plus the spill buffer) and does not fill
+    the chunk cache; pass 2 holds one block's."""
     X, y, classes = data
     path = write_store(X, y, classes, chunk_rows=64)
     chunk_nnz, block_nnz = [], []
     split, sort = csc._spill_chunk, csc._block_from_spill
     monkeypatch.setattr(csc, "_spill_chunk", lambda Xc, *a: chunk_nnz.append(Xc.nnz) or split(Xc, *a))
     monkeypatch.setattr(csc, "_block_from_spill", lambda rec, *a: block_nnz.append(len(rec)) or sort(rec, *a))
+    read = Store.read_chunk
+    cached = []
+    monkeypatch.setattr(Store, "read_chunk", lambda self, i, **kw: cached.append(kw.get("cache", True)) or read(self, i, **kw))
     build_csc(path, 7, spill_buffer_bytes=1)
     s = open_store(path)
     assert chunk_nnz == [c.nnz for c in s.manifest.chunks]
+    assert cached == [False] * s.n_chunks  # one pass: the chunk cache is left alone
     assert block_nnz == [b["nnz"] for b in s.manifest.csc["blocks"]] and max(block_nnz) < X.nnz / 3
 
 
