@@ -222,12 +222,16 @@ def inspect(store, verify, as_json, show_chunks):
               "instead of starting an embedded local one.")
 @click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core]; 0 runs in this process without Dask.")
 @click.option("--threads-per-worker", type=int, default=None, help="Embedded cluster: threads per worker [default: 1].")
+@click.option("--valid", type=click.Path(), default=None,
+              help="A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*.")
+@click.option("--valid-every", default=1, show_default=True, help="Validate every N solver steps.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
 @click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints in --out and start over.")
 @click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
               help="List the solvers and their parameters, then exit.")
 @click.pass_context
-def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, resume, overwrite):
+def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, valid, valid_every,
+          resume, overwrite):
     """Train a solver on STORE, checkpointing as it goes; --resume continues a killed run.
 
     \b
@@ -246,7 +250,7 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
         scheduler=scheduler or (cfg.scheduler if cfg else None),
         n_workers=n_workers if n_workers is not None else (cfg.n_workers if cfg else None),
         threads_per_worker=threads_per_worker or (cfg.threads_per_worker if cfg and cfg.threads_per_worker else 1),
-        resume=resume, overwrite=overwrite, progress=_progress(ctx))
+        resume=resume, overwrite=overwrite, progress=_progress(ctx), valid=valid, valid_every=valid_every)
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
 
@@ -357,7 +361,8 @@ def run(ctx, pipeline, resume, overwrite, scheduler):
     if cfg.train:
         t = cfg.train
         run_train(t.store, t.solver, t.out, t.params, scheduler=scheduler or t.scheduler, n_workers=t.n_workers,
-                  threads_per_worker=t.threads_per_worker, resume=resume, overwrite=overwrite, progress=progress)
+                  threads_per_worker=t.threads_per_worker, resume=resume, overwrite=overwrite, progress=progress,
+                  valid=t.valid, valid_every=t.valid_every)
         click.echo(f"train: model written to {os.path.join(t.out, 'model')}")
     if cfg.evaluate:
         from streamfit.model import load_model

@@ -68,6 +68,8 @@ class TrainSection(_Strict):
     out: str
     params: dict = Field(default_factory=dict)
     store: str | None = Field(None, description="default: the ingest section's out")
+    valid: str | None = Field(None, description="validation store whose metrics are logged per step")
+    valid_every: int = 1
     scheduler: str | None = None
     n_workers: int | None = None
     threads_per_worker: int = 1
@@ -138,6 +140,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         cfg.ingest_test.out = resolve(cfg.ingest_test.out)
     if cfg.train:
         cfg.train.out = resolve(cfg.train.out)
+        cfg.train.valid = resolve(cfg.train.valid)
         cfg.train.store = resolve(cfg.train.store) or (cfg.ingest.out if cfg.ingest else None)
         if cfg.train.store is None:
             raise ConfigError(f"{path}: key 'train.store' is needed when there is no ingest section")

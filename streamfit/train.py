@@ -2,7 +2,7 @@
 
 RUN_DIR/model/         the trained model (streamfit.load_model)
 RUN_DIR/checkpoints/   resumable solver state (streamfit.checkpoint)
-RUN_DIR/metrics.jsonl  one JSON line per solver step
+RUN_DIR/metrics.jsonl  one JSON line per solver step (with `valid`: the validation metrics too)
 RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings
 """
 
@@ -40,8 +40,12 @@ def make_params(solver_name: str, params: dict | None):
 
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
           n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
-          overwrite: bool = False, progress: bool = True) -> Model:
+          overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1) -> Model:
     store = open_store(store_path)
+    valid_store = open_store(valid) if valid else None
+    if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
+        raise StreamfitError(f"{valid}: its classes or width differ from the training store's; ingest it with "
+                             f"--like {store.path}")
     p = make_params(solver, params)
     out = os.path.abspath(out)
     ckpt_dir = os.path.join(out, "checkpoints")
@@ -63,7 +67,7 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense weights would take %.1f MiB)",
              solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
-    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"))
+    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every)
     started = time.time()
     mode = "inprocess" if n_workers == 0 and not scheduler else None
     with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,

@@ -55,10 +55,10 @@ def test_verify_names_the_damaged_chunk(stores, tmp_path):
 def test_train_evaluate_predict_resume(stores, tmp_path):
     run_dir = tmp_path / "run"
     run("train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "-p", "generator=sequential",
-        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1")
+        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1", "--valid", stores / "test.zarr")
     model = load_model(str(run_dir))
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) >= 4 and all("objective" in json.loads(line) for line in lines)
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) >= 4 and all("objective" in line and 0 < line["valid_accuracy"] <= 1 for line in lines)
     result = json.loads(run("evaluate", run_dir, stores / "test.zarr", "--json").output)
     assert result["n_samples"] == 450 and result["accuracy"] > 0.9
     # a second train into the same directory must say how to continue

@@ -302,16 +302,17 @@ class FBPDSolver(Solver):
         while not prog.converged and prog.iteration < p.max_iter:
             fields = self._iterate(engine, source, state, prog, norm)
             prog.converged = fields["rel_change"] < p.tol
-            log.log(prog.iteration, **fields)
+            log.log(prog.iteration, model=lambda: self._model(source, prog, norm, n), **fields)
             self._save(checkpointer, prog, norm)
             done_here += 1
             if self.stop_after_iters is not None and done_here >= self.stop_after_iters:
                 break
-        coef = prog.W.T
-        if p.penalty != "l2":
-            coef = sp.csr_matrix(coef)
-        return LinearModel(coef, prog.b, classes=source.classes, n_features=M, multilabel=False, solver=self.name,
-                           params=p.model_dump(),
+        return self._model(source, prog, norm, n)
+
+    def _model(self, source: ChunkSource, prog: _Progress, norm: float, n: int) -> LinearModel:
+        p = self.params
+        coef = prog.W.T if p.penalty == "l2" else sp.csr_matrix(prog.W.T)
+        return LinearModel(coef, prog.b, classes=source.classes, n_features=source.n_features, multilabel=False,
+                           solver=self.name, params=p.model_dump(),
                            info={"iterations": prog.iteration, "converged": prog.converged, "norm_T": norm,
-                                 "step_ratio": self.step_ratio(n),
-                                 "data_passes": prog.data_passes})
+                                 "step_ratio": self.step_ratio(n), "data_passes": prog.data_passes})

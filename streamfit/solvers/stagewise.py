@@ -647,7 +647,7 @@ class StagewiseSolver(Solver):
                           block=pos, n_features=n_used, data_passes=prog.data_passes)
             if inner:
                 fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
-            log.log(prog.stage, **fields)
+            log.log(prog.stage, model=lambda: self._model(source, space, link, generator, prog), **fields)
             self._save(checkpointer, space, active, generator, prog)
             stages_here += 1
             if self.stop_after_stages is not None and stages_here >= self.stop_after_stages:
