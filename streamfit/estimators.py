@@ -17,6 +17,10 @@ import scipy.sparse as sp
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.runlog import MetricsLog
+from streamfit.solvers.bcd import BCDParams, BCDSolver
+from streamfit.solvers.fbpd import FBPDParams, FBPDSolver
+from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty
+from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver
 from streamfit.solvers.stagewise import StagewiseParams, StagewiseSolver
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
 
@@ -45,7 +49,74 @@ class _ParamsMixin:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
-class StagewiseLSClassifier(_ParamsMixin):
+class _SolverClassifier(_ParamsMixin):
+    """fit / predict for every estimator: y (class labels, or an n × k label indicator for
+    multilabel) becomes an InMemoryStore; the solver runs in process with in-memory state.
+    Subclasses name `_solver` and build its parameters in `_solver_params`."""
+
+    _solver: type = None
+
+    def _solver_params(self):
+        raise NotImplementedError
+
+    def fit(self, X, y):
+        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D, got shape {X.shape}")
+        if sp.issparse(y) or np.ndim(y) == 2:
+            labels = sp.csr_matrix(y, dtype=np.float32)
+            self.classes_ = np.arange(labels.shape[1])
+        else:
+            self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
+            labels = ids.astype(np.int32)
+        if labels.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
+        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
+        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        with Engine(mode="inprocess") as engine:
+            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+        self.history_ = log.records
+        self.n_features_in_ = X.shape[1]
+        return self
+
+    @property
+    def multilabel_(self) -> bool:
+        return self.model_.multilabel
+
+    def decision_function(self, X) -> np.ndarray:
+        return self.model_.decision_function(X)
+
+    def predict(self, X) -> np.ndarray:
+        """Class labels (multiclass), or the model's 0/1 label indicator (multilabel)."""
+        if self.multilabel_:
+            return self.model_.predict(X)
+        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+
+    def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, scores) of the k best classes per row, best first."""
+        top, scores = self.model_.predict_topk(X, k)
+        return self.classes_[top], scores
+
+    def score(self, X, y) -> float:
+        """Accuracy (multilabel: precision at 1, the share of rows whose top label is true)."""
+        if self.multilabel_:
+            Y = sp.csr_matrix(y)
+            top = self.model_.predict_topk(X, 1)[0][:, 0]
+            return float(np.mean(np.asarray(Y[np.arange(Y.shape[0]), top]).ravel() > 0))
+        return float(np.mean(self.predict(X) == np.asarray(y)))
+
+    @property
+    def coef_(self):
+        return self.model_.coef_
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self.model_.intercept_
+
+
+class StagewiseLSClassifier(_SolverClassifier):
     """Stagewise least-squares classifier (Agarwal et al. 2014, Algorithms 1–3); see
     streamfit.solvers.stagewise for the math.
 
@@ -89,6 +160,8 @@ class StagewiseLSClassifier(_ParamsMixin):
         self.random_state = random_state
         self.chunk_rows = chunk_rows
 
+    _solver = StagewiseSolver
+
     def _solver_params(self) -> StagewiseParams:
         calibration = self.calibrate
         if isinstance(calibration, (bool, np.bool_)) or calibration is None:
@@ -100,65 +173,10 @@ class StagewiseLSClassifier(_ParamsMixin):
             fit_intercept=self.fit_intercept, random_state=self.random_state,
         )
 
-    def fit(self, X, y):
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
-        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        if sp.issparse(y) or np.ndim(y) == 2:
-            labels = sp.csr_matrix(y, dtype=np.float32)
-            self.classes_ = np.arange(labels.shape[1])
-        else:
-            self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
-            labels = ids.astype(np.int32)
-        if labels.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
-        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
-        log = MetricsLog(None)
-        with Engine(mode="inprocess") as engine:
-            self.model_ = StagewiseSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
-        self.history_ = log.records
-        self.n_features_in_ = X.shape[1]
-        return self
-
-    @property
-    def multilabel_(self) -> bool:
-        return self.model_.multilabel
-
-    def decision_function(self, X) -> np.ndarray:
-        return self.model_.decision_function(X)
-
-    def predict(self, X) -> np.ndarray:
-        if self.multilabel_:
-            return self.model_.predict(X)
-        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
-
     def predict_proba(self, X) -> np.ndarray:
         return self.model_.predict_proba(X)
 
-    def score(self, X, y) -> float:
-        """Accuracy (multilabel: the fraction of rows whose label set is predicted exactly)."""
-        P = self.predict(X)
-        if self.multilabel_:
-            Y = y.toarray() if sp.issparse(y) else np.asarray(y)
-            return float(np.mean(np.all(P == (Y > 0), axis=1)))
-        return float(np.mean(P == np.asarray(y)))
-
-    @property
-    def coef_(self) -> np.ndarray:
-        return self.model_.coef_
-
-    @property
-    def intercept_(self) -> np.ndarray:
-        return self.model_.intercept_
-
-
-from streamfit.solvers.fbpd import FBPDParams, FBPDSolver  # noqa: E402
-from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty  # noqa: E402
-
-
-class FBPDClassifier(_ParamsMixin):
+class FBPDClassifier(_SolverClassifier):
     """Sparse multiclass SVM with the exact Crammer–Singer hinge (Chierchia et al. 2015,
     Algorithms 1 and 2); see streamfit.solvers.fbpd for the math.
 
@@ -189,37 +207,16 @@ class FBPDClassifier(_ParamsMixin):
         self.random_state = random_state
         self.chunk_rows = chunk_rows
 
+    _solver = FBPDSolver
+
+    @property
+    def n_iter_(self) -> int:
+        return self.model_.info["iterations"]
+
     def _solver_params(self) -> FBPDParams:
         return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
                           group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
                           step_ratio=self.step_ratio, random_state=self.random_state)
-
-    def fit(self, X, y):
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
-        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
-        if len(ids) != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {len(ids)}")
-        source = InMemoryStore(X, ids.astype(np.int32), self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
-        log = MetricsLog(None)
-        with Engine(mode="inprocess") as engine:
-            self.model_ = FBPDSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
-        self.history_ = log.records
-        self.n_iter_ = self.model_.info["iterations"]
-        self.n_features_in_ = X.shape[1]
-        return self
-
-    def decision_function(self, X) -> np.ndarray:
-        return self.model_.decision_function(X)
-
-    def predict(self, X) -> np.ndarray:
-        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
-
-    def score(self, X, y) -> float:
-        return float(np.mean(self.predict(X) == np.asarray(y)))
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
@@ -240,19 +237,8 @@ class FBPDClassifier(_ParamsMixin):
             return g
         return self.lam * g + self.hinge_loss(X, y)
 
-    @property
-    def coef_(self):
-        return self.model_.coef_
 
-    @property
-    def intercept_(self) -> np.ndarray:
-        return self.model_.intercept_
-
-
-from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver  # noqa: E402
-
-
-class PPDSparseClassifier(_ParamsMixin):
+class PPDSparseClassifier(_SolverClassifier):
     """One-vs-all elastic-net SVM solved by PPDSparse (Yen et al. 2017, Algorithms 1-3); see
     streamfit.solvers.ppdsparse for the math. Per class k (y = ±1 one-vs-all, bias b):
 
@@ -283,64 +269,13 @@ class PPDSparseClassifier(_ParamsMixin):
         self.random_state = random_state
         self.chunk_rows = chunk_rows
 
-    def fit(self, X, y):
-        params = PPDSparseParams(**{k: v for k, v in self.get_params().items() if k != "chunk_rows"})
-        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        if sp.issparse(y) or np.ndim(y) == 2:
-            labels = sp.csr_matrix(y, dtype=np.float32)
-            self.classes_ = np.arange(labels.shape[1])
-        else:
-            self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
-            labels = ids.astype(np.int32)
-        if labels.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
-        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
-        log = MetricsLog(None)
-        with Engine(mode="inprocess") as engine:
-            self.model_ = PPDSparseSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
-        self.history_ = log.records
-        self.n_features_in_ = X.shape[1]
-        return self
+    _solver = PPDSparseSolver
 
-    @property
-    def multilabel_(self) -> bool:
-        return self.model_.multilabel
-
-    def decision_function(self, X) -> np.ndarray:
-        return self.model_.decision_function(X)
-
-    def predict(self, X) -> np.ndarray:
-        """Class labels (multiclass), or a 0/1 indicator of the labels scored > 0 (multilabel)."""
-        if self.multilabel_:
-            return self.model_.predict(X)
-        return self.classes_[self.model_.predict_topk(X, 1)[0][:, 0]]
-
-    def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
-        """(labels, scores) of the k best classes per row, best first."""
-        top, scores = self.model_.predict_topk(X, k)
-        return self.classes_[top], scores
-
-    def score(self, X, y) -> float:
-        """Accuracy (multilabel: precision at 1)."""
-        if self.multilabel_:
-            Y = sp.csr_matrix(y)
-            top = self.model_.predict_topk(X, 1)[0][:, 0]
-            return float(np.asarray(Y[np.arange(Y.shape[0]), top]).ravel().astype(bool).mean())
-        return float(np.mean(self.predict(X) == np.asarray(y)))
-
-    @property
-    def coef_(self) -> sp.csr_matrix:
-        return self.model_.coef_
-
-    @property
-    def intercept_(self) -> np.ndarray:
-        return self.model_.intercept_
+    def _solver_params(self) -> PPDSparseParams:
+        return PPDSparseParams(**{k: v for k, v in self.get_params().items() if k != "chunk_rows"})
 
 
-class BCDClassifier(_ParamsMixin):
+class BCDClassifier(_SolverClassifier):
     """ℓ1/ℓ2-regularized multiclass squared hinge and related objectives by block coordinate
     descent (Blondel, Seki and Uehara 2013); see streamfit.solvers.bcd for the math.
 
@@ -377,9 +312,9 @@ class BCDClassifier(_ParamsMixin):
         self.group_size = group_size
         self.chunk_rows = chunk_rows
 
-    def _solver_params(self):
-        from streamfit.solvers.bcd import BCDParams
+    _solver = BCDSolver
 
+    def _solver_params(self) -> BCDParams:
         return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
                          max_iter=self.max_iter, random_state=self.random_state, method=self.method,
                          l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
@@ -391,60 +326,10 @@ class BCDClassifier(_ParamsMixin):
         index = {c: i for i, c in enumerate(self.classes_)}
         return np.array([index[v] for v in np.asarray(y)], dtype=np.int32)
 
-    def fit(self, X, y):
-        from streamfit.solvers.bcd import BCDSolver
-
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
-        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        if sp.issparse(y) or np.ndim(y) == 2:
-            self.classes_ = np.arange(np.shape(y)[1])
-        else:
-            self.classes_ = np.unique(np.asarray(y))
-        labels = self._labels(y)
-        if labels.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
-        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
-        log = MetricsLog(None)
-        with Engine(mode="inprocess") as engine:
-            self.model_ = BCDSolver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
-        self.history_ = log.records
-        self.n_features_in_ = X.shape[1]
-        return self
-
-    @property
-    def multilabel_(self) -> bool:
-        return self.model_.multilabel
-
     @property
     def coef_(self) -> np.ndarray:
         c = self.model_.coef_
         return c.toarray() if sp.issparse(c) else np.asarray(c)
-
-    @property
-    def intercept_(self) -> np.ndarray:
-        return self.model_.intercept_
-
-    def decision_function(self, X) -> np.ndarray:
-        return self.model_.decision_function(X)
-
-    def predict(self, X) -> np.ndarray:
-        """Multiclass: the top-scoring class. Multilabel: a 0/1 indicator of scores > 0."""
-        S = self.decision_function(X)
-        if self.multilabel_:
-            return (S > 0).astype(np.int8)
-        return self.classes_[np.argmax(S, axis=1)]
-
-    def score(self, X, y) -> float:
-        """Accuracy (multilabel: precision at 1)."""
-        S = self.decision_function(X)
-        if self.multilabel_:
-            Y = sp.csr_matrix(y)
-            top = np.argmax(S, axis=1)
-            return float(np.mean(np.asarray(Y[np.arange(len(top)), top]).ravel() > 0))
-        return float(np.mean(self.classes_[np.argmax(S, axis=1)] == np.asarray(y)))
 
     def objective(self, X, y) -> float:
         """F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) on (X, y) (eq. 2 for the default loss and penalty)."""
