@@ -8,7 +8,6 @@ import io
 import json
 import os
 import shutil
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +29,7 @@ from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
 
 BACKENDS = ("zarr", "parquet")
-CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "1024")) * 2**20)
+CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
 
 
 def _chunk_arrays(chunk: "Chunk") -> list[np.ndarray]:
@@ -40,8 +39,6 @@ def _chunk_arrays(chunk: "Chunk") -> list[np.ndarray]:
     return arrays + [chunk.labels]
 
 
-def _chunk_nbytes(chunk: "Chunk") -> int:
-    return sum(a.nbytes for a in _chunk_arrays(chunk))
 IDF_FILE = "idf.npy"
 
 
@@ -129,8 +126,7 @@ class Store(ChunkSource):
         self.multilabel = m.task == "multilabel"
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
-        self._cache: OrderedDict[int, Chunk] = OrderedDict()
-        self._cache_bytes = 0
+        self._cache: dict[int, Chunk] = {}
         self._csc_reader = None
 
     def __reduce__(self):
@@ -169,25 +165,25 @@ class Store(ChunkSource):
         return self.manifest.hashing
 
     def read_chunk(self, i: int, verify: bool = True, cache: bool = True) -> Chunk:
-        """Chunk i, checked against its checksum. Decoded chunks are kept in a per-process LRU
-        cache of CHUNK_CACHE_BYTES (iterative solvers read every chunk many times); their
-        arrays are read-only. cache=False (one-pass readers: ingest pass 2, transpose) leaves
-        the cache as it is, so memory stays bounded by one chunk."""
+        """Chunk i, checked against its checksum. When the whole decoded store fits in
+        CHUNK_CACHE_BYTES, decoded chunks stay cached in this process (iterative solvers read
+        every chunk many times), with read-only arrays. A larger store is never cached: cyclic
+        passes would only thrash a partial cache, and memory stays bounded by the chunk size.
+        cache=False (one-pass readers: ingest pass 2, transpose) skips the cache."""
         cached = self._cache.get(i)
         if cached is not None:
-            self._cache.move_to_end(i)
             return cached
         chunk = self._read_from_disk(i, verify)
-        size = _chunk_nbytes(chunk)
-        if cache and verify and size <= CHUNK_CACHE_BYTES:
+        if cache and verify and self.decoded_bytes <= CHUNK_CACHE_BYTES:
             for a in _chunk_arrays(chunk):
                 a.flags.writeable = False
             self._cache[i] = chunk
-            self._cache_bytes += size
-            while self._cache_bytes > CHUNK_CACHE_BYTES:
-                _, old = self._cache.popitem(last=False)
-                self._cache_bytes -= _chunk_nbytes(old)
         return chunk
+
+    @property
+    def decoded_bytes(self) -> int:
+        """The whole store in memory: 8 bytes per non-zero (value, index), 12 per row."""
+        return 8 * self.manifest.nnz + 12 * self.n_rows
 
     def _read_from_disk(self, i: int, verify: bool) -> Chunk:
         info: ChunkInfo = self.manifest.chunks[i]
@@ -196,7 +192,7 @@ class Store(ChunkSource):
                 X, labels = self.reader.read(info.row_start, info.row_stop, self.n_features)
             else:
                 X, labels = self.reader.read_group(i, info.row_stop - info.row_start, self.n_features)
-        except StoreError:
+        except (StoreError, MemoryError):
             raise
         except Exception as e:  # noqa: BLE001 - decompression, CRC or shape errors all mean damage
             raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e

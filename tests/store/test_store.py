@@ -132,3 +132,15 @@ def test_in_memory_store_matches_disk_chunks(digits, write_store):
     for i in range(mem.n_chunks):
         a, b = mem.read_chunk(i), disk.read_chunk(i)
         assert a.row_start == b.row_start and (a.X != b.X).nnz == 0 and np.array_equal(a.labels, b.labels)
+
+
+def test_chunk_cache_only_when_the_whole_store_fits(digits, write_store, monkeypatch):
+    import streamfit.store.store as store_module
+
+    X, y, classes = digits
+    s = open_store(write_store(X, y, classes, chunk_rows=400))
+    a, b = s.read_chunk(1), s.read_chunk(1)
+    assert a is b and not a.X.data.flags.writeable  # cached, read-only
+    monkeypatch.setattr(store_module, "CHUNK_CACHE_BYTES", s.decoded_bytes - 1)
+    big = store_module.Store(s.path)
+    assert big.read_chunk(1) is not big.read_chunk(1)  # larger than the budget: never cached
