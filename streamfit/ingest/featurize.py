@@ -65,7 +65,12 @@ class Featurizer:
             # one text field hashes with the base seed (as scikit-learn's HashingVectorizer);
             # several fields each get their own namespace seed
             texts = batch.texts if len(batch.texts) > 1 else next(iter(batch.texts.values()))
-            X = self.hasher.transform_text(texts)
+            if any(isinstance(t, list) for column in batch.texts.values() for t in column[:1]):
+                if len(batch.texts) > 1:
+                    raise StreamfitError("pre-tokenized text (lists of tokens) is supported in one text field only")
+                X = self.hasher.transform_tokens(texts)
+            else:
+                X = self.hasher.transform_text(texts)
         elif isinstance(batch, SparseBatch):
             X = self.hasher.transform_indices(batch.X) if self.hasher else batch.X.tocsr()
         elif isinstance(batch, DenseBatch):

@@ -310,16 +310,16 @@ def _grow(a, capacity, n):
 
 
 @numba.njit(cache=True, nogil=True)
-def _hash_ids(indptr, id_bytes, values, seed, mask, alternate_sign):
-    """Hash CSR entries whose j-th column id is the 8 bytes id_bytes[8j:8j+8]: entry value v goes
-    to column col(id) as sgn(id) * v; each row's entries of one column are summed (in input
-    order, float64), and sums that are 0 in float32 are dropped."""
+def _hash_entries(indptr, buf, starts, ends, values, seed, mask, alternate_sign):
+    """Hash CSR entries whose j-th key is the bytes buf[starts[j]:ends[j]] (a raw id's 8 bytes,
+    or a token): entry value v goes to column col(key) as sgn(key) * v; each row's entries of
+    one column are summed (in input order, float64), and sums that are 0 in float32 are dropped."""
     n_rows = indptr.size - 1
     nnz_in = values.size
     cols = np.empty(nnz_in, dtype=np.int32)
     signed = np.empty(nnz_in, dtype=np.float64)
     for j in range(nnz_in):
-        h = _murmur3_32(id_bytes, 8 * j, 8 * j + 8, seed)
+        h = _murmur3_32(buf, starts[j], ends[j], seed)
         cols[j] = abs(h) & mask
         signed[j] = -values[j] if (alternate_sign and h < 0) else values[j]
     out_indptr = np.zeros(n_rows + 1, dtype=np.int64)
@@ -424,11 +424,36 @@ class FeatureHasher:
         X = X.tocsr()
         ids = np.ascontiguousarray(X.indices, dtype="<i8").view(np.uint8)
         values = np.ascontiguousarray(X.data, dtype=np.float64)
+        starts = 8 * np.arange(values.size, dtype=np.int64)
         cfg = self.config
-        indptr, indices, data = _hash_ids(
-            X.indptr.astype(np.int64), ids, values, cfg.seed, cfg.n_features - 1, cfg.alternate_sign
+        indptr, indices, data = _hash_entries(
+            X.indptr.astype(np.int64), ids, starts, starts + 8, values, cfg.seed, cfg.n_features - 1,
+            cfg.alternate_sign,
         )
         return _csr(indptr, indices, data, X.shape[0], cfg.n_features)
+
+    def transform_tokens(self, token_lists) -> sp.csr_matrix:
+        """Hash pre-tokenized documents (a sequence of lists of str), one CSR row per document.
+
+        Each token is hashed as given (str.lower() if config.lowercase; no tokenizer, no
+        min_token_length, no n-grams), exactly like a token of transform_text, so a token list
+        produced by our tokenizer hashes to the same row. config.value applies as there."""
+        cfg = self.config
+        tokens = [t.lower() if cfg.lowercase else t for doc in token_lists for t in doc]
+        encoded = [t.encode() for t in tokens]
+        lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+        ends = np.cumsum(lengths)
+        indptr = np.zeros(len(token_lists) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists)), out=indptr[1:])
+        buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        out_indptr, indices, data = _hash_entries(
+            indptr, buf, ends - lengths, ends, np.ones(len(encoded)), cfg.seed, cfg.n_features - 1, cfg.alternate_sign
+        )
+        if cfg.value == "binary":
+            data = np.sign(data).astype(np.float32)
+        elif cfg.value == "log1p":
+            data = (np.sign(data) * np.log1p(np.abs(data))).astype(np.float32)
+        return _csr(out_indptr, indices, data, len(token_lists), cfg.n_features)
 
     def transform_dense(self, X: np.ndarray) -> sp.csr_matrix:
         """transform_indices of the non-zeros of a 2-D array (column j of X is raw id j)."""

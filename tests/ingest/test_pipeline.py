@@ -154,3 +154,21 @@ def test_existing_output_needs_overwrite(tmp_path, digits_svm):
         ingest(IngestOptions([digits_svm], str(tmp_path / "s"), progress=False))
     ingest(IngestOptions([digits_svm], str(tmp_path / "s"), overwrite=True, progress=False))
     assert open_store(str(tmp_path / "s")).n_rows == 1797
+
+
+def test_parquet_token_lists_hash_like_the_same_text(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = [t for t, _ in DOCS]
+    labels = [lab for _, lab in DOCS]
+    # no punctuation in these documents: the tokenizer's tokens are the words of >= 2 letters
+    tokens = [[w for w in t.split() if len(w) >= 2] for t in texts]
+    pq.write_table(pa.table({"text": tokens, "label": labels}), str(tmp_path / "tok.parquet"))
+    pq.write_table(pa.table({"text": texts, "label": labels}), str(tmp_path / "raw.parquet"))
+    cfg = HashingConfig(n_features=2**10, value="log1p")
+    for name in ("tok", "raw"):
+        ingest(IngestOptions([str(tmp_path / f"{name}.parquet")], str(tmp_path / name), hashing=cfg, progress=False))
+    X_tok, y_tok = open_store(str(tmp_path / "tok")).to_scipy()
+    X_raw, y_raw = open_store(str(tmp_path / "raw")).to_scipy()
+    assert X_tok.nnz > 0 and abs(X_tok - X_raw).max() == 0 and np.array_equal(y_tok, y_raw)

@@ -1,6 +1,7 @@
 """Parquet files, read with pyarrow one row group at a time in batches of batch_size rows.
 
-Text mode, when the file has the text_field column(s): TextBatch. Indexed mode otherwise:
+Text mode, when the file has the text_field column(s): TextBatch; a text column may hold raw
+strings or pre-tokenized lists of strings (each token hashed as given). Indexed mode otherwise:
 indices_field (list of integers, 0-based column indices as stored) and values_field (list of
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
@@ -32,12 +33,17 @@ def _is_list(t: pa.DataType) -> bool:
     return pa.types.is_list(t) or pa.types.is_large_list(t)
 
 
-def _is_text(t: pa.DataType) -> bool:
+def _is_string(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
+def _is_text(t: pa.DataType) -> bool:
+    """Raw text, or a pre-tokenized list of strings (hashed token by token)."""
+    return _is_string(t) or (_is_list(t) and _is_string(t.value_type))
+
+
 def _is_label(t: pa.DataType) -> bool:
-    return _is_text(t) or pa.types.is_integer(t)
+    return _is_string(t) or pa.types.is_integer(t)
 
 
 def _is_label_list(t: pa.DataType) -> bool:
@@ -90,7 +96,7 @@ class ParquetSource:
             self.kind = "text"
             self.columns = list(self.fields)
             for field in self.fields:
-                self._check_type(schema, field, _is_text, "a string column", "--text-field")
+                self._check_type(schema, field, _is_text, "a string column or a list of strings (tokens)", "--text-field")
         elif indices_field in names and values_field in names:
             self.kind = "sparse"
             self.columns = [indices_field, values_field]
@@ -182,6 +188,8 @@ class ParquetSource:
             for r, text in enumerate(texts[field]):
                 if text is None:
                     problems.setdefault(r, f"null text in {field!r}")
+                elif isinstance(text, list) and None in text:
+                    problems.setdefault(r, f"null token in {field!r}")
         labels = self._labels(batch.column(self.label_column), problems)
         self._report(batch, locations, problems)
         batcher = TextBatcher(self.fields)
