@@ -73,6 +73,9 @@ def test_unknown_subset(tmp_path):
     root = make_tree(tmp_path / "news", NEWS)
     with pytest.raises(InputError, match="no folder 'train'.*20news-bydate-test, 20news-bydate-train"):
         open_source(root, policy=BadRecordPolicy(), subset="train")
+    archive = make_tar(tmp_path / "news.tar.gz", NEWS)  # archives are not listed first: found on read
+    with pytest.raises(InputError, match="no folder 'train'.*20news-bydate-test, 20news-bydate-train"):
+        list(open_source(str(archive), policy=BadRecordPolicy(), subset="train"))
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8192])

@@ -5,7 +5,7 @@ Layout: when files sit at <top>/<class>/<file> and none at <class>/<file> (20new
 sci.space/60155), the top folders are subsets: a single one is used, several need subset=...;
 subset always selects a top folder (others are ignored). Files at any other depth are bad
 records; names starting with '.' are ignored. Finding the layout lists the input once (for an
-archive that is one decompressing pass over it). Directories are read in sorted order (class,
+archive that is one decompressing pass over it, skipped when subset names the top folder). Directories are read in sorted order (class,
 then file name, both by code point); archives in archive order. Documents are decoded with
 encoding/encoding_errors (20 Newsgroups needs encoding='latin-1'); a decode error is a bad record.
 """
@@ -51,15 +51,20 @@ class FolderSource:
         self.batch_size = check_batch_size(batch_size)
         self.encoding = check_encoding(encoding, encoding_errors)
         self.encoding_errors = encoding_errors
-        self.prefix = self._layout(subset)
+        self.subset = subset
+        # an archive with --subset is not listed first (that would decompress it twice); an
+        # unknown subset is reported once the read finds no file in it
+        self.prefix = (subset,) if subset is not None and not self.is_dir else self._layout(subset)
         self.n_read = 0
 
     def __iter__(self):
         self.n_read = 0
         batcher = TextBatcher(["text"])
         n = len(self.prefix)
+        tops = set()
         for parts, location, read in self._files():
             if tuple(parts[:n]) != self.prefix:
+                tops.add(parts[0])
                 continue
             self.n_read += 1
             if len(parts) != n + 2:
@@ -81,6 +86,9 @@ class FolderSource:
                 yield batcher.take()
         if len(batcher):
             yield batcher.take()
+        if self.subset is not None and self.n_read == 0:
+            listed = ", ".join(sorted(tops)) or "none"
+            raise InputError(self.path, f"no folder {self.subset!r}", f"--subset must be one of: {listed}")
 
     def _layout(self, subset: str | None) -> tuple[str, ...]:
         """The top folder to read from: (subset,), or () when classes are at the top."""
