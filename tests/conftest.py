@@ -30,3 +30,30 @@ def write_store(tmp_path):
         return str(path)
 
     return make
+
+
+def streamfit_cli(*args) -> list[str]:
+    """The argv of a quiet `streamfit` subprocess (the package as installed for this Python)."""
+    import sys
+
+    return [sys.executable, "-m", "streamfit.cli", "-q", *map(str, args)]
+
+
+@pytest.fixture(scope="session")
+def cli():
+    return streamfit_cli
+
+
+@pytest.fixture(scope="session")
+def digits_cli_store(tmp_path_factory):
+    """A Zarr store of the digits, ingested by the CLI from LIBSVM in chunks of 200 rows."""
+    import subprocess
+
+    from sklearn.datasets import dump_svmlight_file, load_digits
+
+    d = tmp_path_factory.mktemp("digits-cli")
+    X, y = load_digits(return_X_y=True)
+    dump_svmlight_file(X, y, str(d / "digits.svm"), zero_based=False)
+    subprocess.run(streamfit_cli("ingest", d / "digits.svm", "--no-hash", "--out", d / "s.zarr", "--chunk-rows", "200"),
+                   check=True, capture_output=True)
+    return d / "s.zarr"

@@ -4,28 +4,12 @@ an uninterrupted run, bitwise."""
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from sklearn.datasets import dump_svmlight_file, load_digits
 
 from streamfit.model import load_model
-
-
-def _cli(*args):
-    return [sys.executable, "-m", "streamfit.cli", "-q", *map(str, args)]
-
-
-@pytest.fixture(scope="module")
-def digits_store(tmp_path_factory):
-    d = tmp_path_factory.mktemp("kill")
-    X, y = load_digits(return_X_y=True)
-    dump_svmlight_file(X, y, str(d / "digits.svm"), zero_based=False)
-    subprocess.run(_cli("ingest", d / "digits.svm", "--no-hash", "--out", d / "s.zarr", "--chunk-rows", "300"),
-                   check=True, capture_output=True)
-    return d / "s.zarr"
 
 
 def _arrays(run_dir):
@@ -43,22 +27,22 @@ SOLVER_ARGS = {
 
 
 @pytest.mark.parametrize("solver", sorted(SOLVER_ARGS))
-def test_sigkill_then_resume_gives_identical_model(digits_store, tmp_path, solver):
-    train = ["train", digits_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
+def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_path, solver):
+    train = ["train", digits_cli_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
     started = time.perf_counter()
-    subprocess.run(_cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
+    subprocess.run(cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
     duration = time.perf_counter() - started
     rng = np.random.default_rng(7)
     kills = 0
     for attempt in range(4):
-        proc = subprocess.Popen(_cli(*train, "--out", tmp_path / "run", "--resume"),
+        proc = subprocess.Popen(cli(*train, "--out", tmp_path / "run", "--resume"),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(rng.uniform(0.3, 0.6) * duration)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
-    done = subprocess.run(_cli(*train, "--out", tmp_path / "run", "--resume"), capture_output=True, text=True)
+    done = subprocess.run(cli(*train, "--out", tmp_path / "run", "--resume"), capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert kills >= 2, "kills did not land: the run finished too fast to test resume"
     print(f"{solver}: {kills} SIGKILLs, then resumed")
