@@ -26,8 +26,13 @@ import shutil
 
 import numpy as np
 
-from streamfit.errors import CheckpointError
-from streamfit.store.format import fsync_dir, write_json_atomic
+from streamfit.errors import CheckpointError, output_error
+from streamfit.store.format import (
+    fsync_dir,
+    write_atomic,
+    write_bytes,
+    write_json_atomic,
+)
 
 CHECKPOINT_VERSION = 1
 
@@ -68,14 +73,11 @@ class ChunkState:
         data = buf.getvalue()
         digest = hashlib.sha256(data).hexdigest()[:16]
         d = self._dir(name, version)
-        os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy")
-        tmp = f"{path}.tmp-{os.getpid()}-{id(buf)}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            raise output_error(d, e) from e
+        write_atomic(os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy"), data, sync_dir=False)
 
     def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
         if self.root is None:
@@ -124,7 +126,10 @@ class Checkpointer:
         self.store_fingerprint = store_fingerprint
         self.keep = keep
         if self.root:
-            os.makedirs(os.path.join(self.root, "state"), exist_ok=True)
+            try:
+                os.makedirs(os.path.join(self.root, "state"), exist_ok=True)
+            except OSError as e:
+                raise output_error(self.root, e) from e
         self.state = ChunkState(os.path.join(self.root, "state") if self.root else None)
         self._kept: list[Checkpoint] = []
 
@@ -139,24 +144,26 @@ class Checkpointer:
             return
         final = self._step_dir(step)
         tmp = final + ".partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         data = buf.getvalue()
-        with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         record = {
             "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash,
             "store_fingerprint": self.store_fingerprint, "state_versions": state_versions,
             "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
         }
-        write_json_atomic(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1, default=_json_default))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        fsync_dir(self.root)
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            write_bytes(os.path.join(tmp, "arrays.npz"), data)
+            write_bytes(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1, default=_json_default).encode())
+            fsync_dir(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            fsync_dir(self.root)
+        except OSError as e:  # disk full, read-only: LATEST still names the previous step
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise output_error(tmp, e) from e
         write_json_atomic(os.path.join(self.root, "LATEST"), json.dumps({"step": step}))
         self._collect_garbage()
 

@@ -10,7 +10,7 @@ import sys
 import click
 
 from streamfit import __version__
-from streamfit.errors import ConfigError, StreamfitError
+from streamfit.errors import ConfigError, StreamfitError, os_error_hint
 
 log = logging.getLogger("streamfit")
 
@@ -21,6 +21,11 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except StreamfitError as e:
             click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+        except OSError as e:  # a path the system refused outside streamfit's writers (e.g. making --out)
+            if e.filename is None:
+                raise
+            click.echo(f"error: {e.filename}: {e.strerror}; {os_error_hint(e)}", err=True)
             sys.exit(2)
 
 

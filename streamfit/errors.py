@@ -1,5 +1,7 @@
 """Exceptions raised by streamfit. Each message names the place (file, line, key) and the fix."""
 
+import errno
+
 
 class StreamfitError(Exception):
     """Base class: the CLI prints these as one clean message and exits with status 2."""
@@ -28,3 +30,28 @@ class CheckpointError(StreamfitError):
 
 class ConfigError(StreamfitError):
     """A configuration file or option with a bad key or value."""
+
+
+class OutputError(StreamfitError):
+    """An output that cannot be written: disk full, a read-only location, a path through a file."""
+
+
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
+    errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",
+    errno.EROFS: "the location is read-only: choose a writable --out",
+    errno.EACCES: "permission denied: choose a writable --out",
+    errno.EPERM: "permission denied: choose a writable --out",
+    errno.ENOTDIR: "a parent of this path is a regular file, not a directory: choose another --out",
+    errno.EEXIST: "a file is in the way: remove it or choose another --out",
+}
+
+
+def os_error_hint(e: OSError) -> str:
+    """What to do about an operating-system error on a path."""
+    return _OS_HINTS.get(e.errno, "check that the location exists, is writable and has free space")
+
+
+def output_error(path: str, e: OSError) -> OutputError:
+    """The error to raise when writing `path` failed with `e`: names the path, the cause and the fix."""
+    return OutputError(f"{path}: cannot write ({e.strerror or e}); {os_error_hint(e)}")

@@ -17,11 +17,11 @@ import shutil
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.errors import StreamfitError
-from streamfit.store.format import fsync_dir, write_json_atomic
+from streamfit.errors import StreamfitError, output_error
+from streamfit.store.format import publish_dir, write_bytes
 
 MODEL_FORMAT_VERSION = 1
-MODEL_KINDS: dict[str, type["Model"]] = {}
+MODEL_KINDS: dict[str, type[Model]] = {}
 
 
 def register_model(cls):
@@ -94,18 +94,12 @@ class Model:
 
         path = os.path.abspath(path)
         tmp = path + ".partial"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
         buf = io.BytesIO()
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
         np.savez(buf, **arrays)
         data = buf.getvalue()
-        with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
         record = {
             "format": "streamfit-model", "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,
             "classes": self.classes_.tolist(), "n_features": self.n_features, "multilabel": self.multilabel,
@@ -113,17 +107,18 @@ class Model:
             "extra": self._extra(), "arrays_sha256": hashlib.sha256(data).hexdigest(),
             "streamfit_version": __version__,
         }
-        write_json_atomic(os.path.join(tmp, "model.json"), json.dumps(record, indent=1, default=str))
-        old = path + ".old"
-        if os.path.exists(path):
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-        fsync_dir(os.path.dirname(path))
+        try:
+            shutil.rmtree(tmp, ignore_errors=True)
+            os.makedirs(tmp)
+            write_bytes(os.path.join(tmp, "arrays.npz"), data)
+            write_bytes(os.path.join(tmp, "model.json"), json.dumps(record, indent=1, default=str).encode())
+            publish_dir(tmp, path)
+        except OSError as e:  # disk full, read-only: no half-written model/ is left behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise output_error(tmp, e) from e
 
     @classmethod
-    def _from_saved(cls, common: dict, arrays: dict, extra: dict) -> "Model":
+    def _from_saved(cls, common: dict, arrays: dict, extra: dict) -> Model:
         raise NotImplementedError
 
 

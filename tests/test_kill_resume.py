@@ -42,7 +42,7 @@ def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_pa
             os.kill(proc.pid, signal.SIGKILL)
             kills += 1
         proc.wait()
-    done = subprocess.run(cli(*train, "--out", tmp_path / "run", "--resume"), capture_output=True, text=True)
+    done = subprocess.run(cli(*train, "--out", tmp_path / "run", "--resume"), check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert kills >= 2, "kills did not land: the run finished too fast to test resume"
     print(f"{solver}: {kills} SIGKILLs, then resumed")
@@ -50,3 +50,91 @@ def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_pa
     assert ref.keys() == got.keys()
     for key in ref:
         assert np.array_equal(ref[key], got[key]), key
+
+
+def _write_libsvm(path, n_rows=40000, n_features=5000, seed=0):
+    """About 8 MB of random sparse LIBSVM rows (7 classes): slow enough to kill mid-ingest."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(seed)
+    X = sp.random(n_rows, n_features, density=0.0035, format="csr", random_state=rng, dtype=np.float64)
+    dump_svmlight_file(X, np.arange(n_rows) % 7, str(path), zero_based=False)
+
+
+def _store_content(path):
+    """(manifest as a dict, X, labels) of a store: what two equal ingests must share."""
+    import json
+
+    from streamfit.store import open_store
+
+    store = open_store(str(path))
+    assert store.verify() == []
+    with open(os.path.join(store.path, "manifest.json")) as f:
+        manifest = json.load(f)
+    X, y = store.to_scipy()
+    return manifest, X, y
+
+
+def _assert_not_a_store(path):
+    from streamfit.errors import StoreError
+    from streamfit.store import open_store
+
+    with pytest.raises(StoreError, match="interrupted ingest|no such store"):
+        open_store(str(path))
+
+
+def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
+    src = tmp_path / "gen.svm"
+    _write_libsvm(src)
+    ingest = ["ingest", src, "--no-hash", "--chunk-rows", "500", "--batch-size", "2000"]
+    started = time.perf_counter()
+    subprocess.run(cli(*ingest, "--out", tmp_path / "ref.zarr"), check=True, capture_output=True)
+    duration = time.perf_counter() - started
+    out, partial = tmp_path / "out.zarr", tmp_path / "out.zarr.partial"
+    rng = np.random.default_rng(11)
+    kills = stale = 0
+    for attempt in range(3):
+        proc = subprocess.Popen(cli(*ingest, "--out", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.45, 0.9) * duration)  # the first ~35 % is Python start-up
+        if proc.poll() is not None:
+            break
+        _assert_not_a_store(out)  # while it writes
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        _assert_not_a_store(out)  # after the kill
+        if partial.exists():
+            stale += 1
+            _assert_not_a_store(partial)  # complete or not, a .partial never opens
+    assert kills >= 2 and stale >= 1, f"{kills} kills, {stale} left a .partial: the ingest ran too fast to test"
+    done = subprocess.run(cli(*ingest, "--out", out), check=False, capture_output=True, text=True)  # no manual clean-up
+    assert done.returncode == 0, done.stderr
+    assert not partial.exists()
+    ref_manifest, ref_X, ref_y = _store_content(tmp_path / "ref.zarr")
+    manifest, X, y = _store_content(out)
+    assert len(manifest["chunks"]) == 80
+    assert manifest == ref_manifest  # chunk digests, counts, shape, classes
+    assert (X != ref_X).nnz == 0 and np.array_equal(X.indptr, ref_X.indptr) and np.array_equal(y, ref_y)
+
+
+def test_a_live_writer_is_not_clobbered_and_a_dead_ones_partial_is_replaced(tmp_path, digits):
+    from streamfit.errors import StoreError
+    from streamfit.store import StoreWriter, open_store
+
+    X, y, classes = digits
+    path = str(tmp_path / "s.zarr")
+    live = StoreWriter(path)  # holds a lock on s.zarr.partial
+    with pytest.raises(StoreError, match=r"s\.zarr\.partial: another streamfit ingest is writing"):
+        StoreWriter(path, overwrite=True)
+    live.write_rows(X, y)
+    live.close(n_features=X.shape[1], classes=classes)
+    assert open_store(path).n_rows == X.shape[0]
+    dead = tmp_path / "t.zarr.partial"  # what a killed writer leaves: no lock held
+    (dead / "X").mkdir(parents=True)
+    (dead / "manifest.json").write_text("{}")
+    w = StoreWriter(str(tmp_path / "t.zarr"))
+    assert not (dead / "manifest.json").exists()
+    w.write_rows(X[:10], y[:10])
+    w.close(n_features=X.shape[1], classes=classes)
+    assert open_store(str(tmp_path / "t.zarr")).n_rows == 10

@@ -25,7 +25,7 @@ from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
-from streamfit.store.store import IDF_FILE
+from streamfit.store.store import IDF_FILE, lock_dir
 
 MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
 
@@ -174,7 +174,7 @@ def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.
     mask = np.zeros(len(strata), dtype=bool)
     for value in np.unique(strata):
         rows = np.flatnonzero(strata == value)
-        n_test = int(round(test_size * len(rows)))
+        n_test = round(test_size * len(rows))
         mask[rng.permutation(rows)[:n_test]] = True
     return mask
 
@@ -201,6 +201,7 @@ def ingest(o: IngestOptions) -> IngestReport:
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     p1 = _Pass1(o, featurizer, vocab, multilabel, pass1_out, policy)
+    stage_lock = None
     try:
         p1.run(finish_rows=not two_pass)
         policy.close()
@@ -209,9 +210,9 @@ def ingest(o: IngestOptions) -> IngestReport:
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {"paths": [os.path.abspath(p) for p in o.paths], "format": o.format,
                        "options": o.source_options, "like": os.path.abspath(o.like) if o.like else None}
-        common = dict(n_features=n_features, classes=vocab.classes,
-                      hashing=featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
-                      source=source_info)
+        common = {"n_features": n_features, "classes": vocab.classes,
+                  "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
+                  "source": source_info}
         report = IngestReport(read=p1.read, skipped=policy.n_skipped)
         if not two_pass:
             transform = {"idf": like is not None and like.idf is not None, "l2_normalize": featurizer.l2_normalize}
@@ -222,14 +223,17 @@ def ingest(o: IngestOptions) -> IngestReport:
             report.stores[out] = m.n_rows
         else:
             common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
+            stage_lock = lock_dir(pass1_out)  # a concurrent ingest to the same --out must not replace it
             _pass2(o, p1, featurizer, common, report, out)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
         raise
     finally:
-        if two_pass:
+        if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
             shutil.rmtree(pass1_out, ignore_errors=True)
+        if stage_lock is not None:
+            os.close(stage_lock)
     if report.read != report.written + report.skipped:
         raise StreamfitError(f"internal error: read {report.read} records but wrote {report.written} and skipped "
                              f"{report.skipped}; please report this")
@@ -245,8 +249,7 @@ def _counts(report: IngestReport) -> dict:
 def _write_idf(writer: StoreWriter, idf: np.ndarray) -> str:
     buf = io.BytesIO()
     np.save(buf, np.asarray(idf, dtype=np.float64), allow_pickle=False)
-    with open(os.path.join(writer.tmp, IDF_FILE), "wb") as f:
-        f.write(buf.getvalue())
+    writer.write_file(IDF_FILE, buf.getvalue())
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 

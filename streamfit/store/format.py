@@ -28,15 +28,18 @@ range, nnz, SHA-256 of `csc_block_digest`); stores without one have no column co
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shutil
+import threading
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.errors import StoreError
+from streamfit.errors import StoreError, output_error
 
 FORMAT_NAME = "streamfit-store"
 FORMAT_VERSION = 1
@@ -76,7 +79,7 @@ class Manifest:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
-    def from_dict(cls, d: dict, where: str) -> "Manifest":
+    def from_dict(cls, d: dict, where: str) -> Manifest:
         if d.get("format") != FORMAT_NAME:
             raise StoreError(f"{where}: not a streamfit store manifest (format={d.get('format')!r})")
         if d.get("format_version") != FORMAT_VERSION:
@@ -128,15 +131,46 @@ def csc_block_digest(X: sp.csc_matrix, piece: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def write_json_atomic(path: str, text: str) -> None:
-    """Write a small file atomically: temporary name, fsync, rename, fsync the directory."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
+def write_bytes(path: str, data: bytes) -> None:
+    """Write `data` to a new file at `path` and fsync it (checkpoints, models, manifests)."""
+    with open(path, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_atomic(path: str, data: bytes, *, sync_dir: bool = True) -> None:
+    """Write a file atomically: temporary name, fsync, rename (then fsync the directory).
+    On failure (disk full, read-only) the temporary file is removed and OutputError names `path`."""
+    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        write_bytes(tmp, data)
+        os.replace(tmp, path)
+        if sync_dir:
+            fsync_dir(os.path.dirname(os.path.abspath(path)))
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise output_error(path, e) from e
+
+
+def write_json_atomic(path: str, text: str) -> None:
+    """Write a small text file atomically (see write_atomic)."""
+    write_atomic(path, text.encode())
+
+
+def publish_dir(tmp: str, path: str) -> None:
+    """Rename the finished directory `tmp` to `path` (an existing `path` is moved to `path.old`
+    first and then deleted), syncing both directories, so `path` is always either the old or
+    the complete new directory."""
+    fsync_dir(tmp)
+    old = path + ".old"
+    if os.path.exists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(os.path.dirname(path))
 
 
 def fsync_dir(path: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import io
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.errors import StoreError
+from streamfit.errors import StoreError, output_error
+from streamfit.store.csc import CscReader
 from streamfit.store.format import (
     DEFAULT_CHUNK_ROWS,
     MANIFEST,
@@ -21,10 +23,9 @@ from streamfit.store.format import (
     Manifest,
     chunk_digest,
     csc_block_digest,
-    fsync_dir,
-    write_json_atomic,
+    publish_dir,
+    write_bytes,
 )
-from streamfit.store.csc import CscReader
 from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
 
@@ -32,7 +33,7 @@ BACKENDS = ("zarr", "parquet")
 CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
 
 
-def _chunk_arrays(chunk: "Chunk") -> list[np.ndarray]:
+def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
     arrays = [chunk.X.data, chunk.X.indices, chunk.X.indptr]
     if sp.issparse(chunk.labels):
         return arrays + [chunk.labels.data, chunk.labels.indices, chunk.labels.indptr]
@@ -156,7 +157,7 @@ class Store(ChunkSource):
             cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
             try:
                 self._reader = cls(self.path, self.multilabel, self.n_classes)
-            except Exception as e:  # noqa: BLE001 - any backend failure is a damaged store
+            except Exception as e:
                 raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
         return self._reader
 
@@ -194,7 +195,7 @@ class Store(ChunkSource):
                 X, labels = self.reader.read_group(i, info.row_stop - info.row_start, self.n_features)
         except (StoreError, MemoryError):
             raise
-        except Exception as e:  # noqa: BLE001 - decompression, CRC or shape errors all mean damage
+        except Exception as e:
             raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e
         if verify and chunk_digest(X, labels) != info.sha256:
             raise StoreError(
@@ -231,7 +232,7 @@ class Store(ChunkSource):
             if self._csc_reader is None:
                 self._csc_reader = CscReader(self.path)
             X = self._csc_reader.read(b, self.n_rows, hi - lo)
-        except Exception as e:  # noqa: BLE001 - missing files, decompression or CRC errors all mean damage
+        except Exception as e:
             raise StoreError(f"{where} is damaged: {e}; rebuild it with 'streamfit transpose'") from e
         if verify and csc_block_digest(X) != info["sha256"]:
             raise StoreError(f"{where} fails its checksum; the CSC copy is damaged, rebuild it with 'streamfit transpose'")
@@ -302,12 +303,22 @@ class StoreWriter:
         if os.path.exists(self.path) and not overwrite:
             raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
         self.tmp = self.path + ".partial"
-        if os.path.exists(self.tmp):
-            shutil.rmtree(self.tmp)  # left by an interrupted ingest; never a valid store
-        os.makedirs(self.tmp)
+        if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
+            os.close(lock_dir(self.path))
+        if os.path.exists(self.tmp):  # left by an ingest: a dead one (removed) or a live one (refused)
+            stale = lock_dir(self.tmp)
+            shutil.rmtree(self.tmp)
+            os.close(stale)
+        try:
+            os.makedirs(self.tmp)
+        except FileExistsError:
+            raise _busy(self.tmp) from None
+        except OSError as e:
+            raise output_error(self.tmp, e) from e
+        self._lock = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         cls = ZarrWriter if backend == "zarr" else ParquetWriter
-        self._backend = cls(self.tmp, multilabel, chunk_rows)
+        self._backend = self._writing(lambda: cls(self.tmp, multilabel, chunk_rows))
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
         self.chunks: list[ChunkInfo] = []
@@ -340,7 +351,7 @@ class StoreWriter:
         )
         if self.multilabel:
             head_labels = sp.csr_matrix(head_labels, dtype=np.float32)
-        self._backend.append(head_X, head_labels)
+        self._writing(lambda: self._backend.append(head_X, head_labels))
         cid = len(self.chunks)
         self.chunks.append(
             ChunkInfo(cid, self.n_rows, self.n_rows + n, int(head_X.nnz), chunk_digest(head_X, head_labels))
@@ -369,18 +380,48 @@ class StoreWriter:
             source=source or {}, counts={**(counts or {}), "written": self.n_rows}, streamfit_version=__version__,
         )
         if self.backend == "zarr":
-            self._backend.close(n_features)
+            self._writing(lambda: self._backend.close(n_features))
         else:
-            self._backend.close(n_features, manifest.to_json())
-        write_json_atomic(os.path.join(self.tmp, MANIFEST), manifest.to_json())
-        old = self.path + ".old"
-        if os.path.exists(self.path):  # --overwrite: move the old store aside, then swap in
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(self.path, old)
-        os.replace(self.tmp, self.path)
-        shutil.rmtree(old, ignore_errors=True)
-        fsync_dir(os.path.dirname(self.path))
+            self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
+        self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
+        self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
+        os.close(self._lock)
+        self._lock = None
         return manifest
 
+    def write_file(self, name: str, data: bytes) -> None:
+        """An extra file of the store (e.g. idf.npy), listed by the caller in the manifest."""
+        self._writing(lambda: write_bytes(os.path.join(self.tmp, name), data))
+
+    def _writing(self, write):
+        """Run a write into the store; on an OSError (disk full, read-only) abort and raise OutputError."""
+        try:
+            return write()
+        except OSError as e:
+            self.abort()
+            raise output_error(self.tmp, e) from e
+
     def abort(self) -> None:
+        """Delete the incomplete store and release it."""
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+
+def lock_dir(path: str) -> int:
+    """An exclusive advisory lock (flock) on directory `path`, held through the returned file
+    descriptor; the kernel drops it when the holder exits or dies. StoreError if a live
+    process holds it."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _busy(path) from None
+    return fd
+
+
+def _busy(path: str) -> StoreError:
+    return StoreError(f"{path}: another streamfit ingest is writing this store right now; wait for it to finish, "
+                      "or write to another --out")

@@ -19,7 +19,7 @@ class ZarrWriter:
     """Appends row chunks to a new Zarr v3 group at `root`."""
 
     def __init__(self, root: str, multilabel: bool, chunk_rows: int):
-        self.group = zarr.open_group(root, mode="w", zarr_format=3)
+        self.group = zarr.open_group(root, mode="w-", zarr_format=3)  # "w" would recreate the locked directory
         X = self.group.create_group("X")
         self.indptr = _array(X, "indptr", "int64", max(chunk_rows, 1 << 16))
         self.indices = _array(X, "indices", "int32", NNZ_CHUNK)

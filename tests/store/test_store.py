@@ -61,6 +61,7 @@ def test_incomplete_store_never_opens(tmp_path, digits):
     with pytest.raises(StoreError, match="interrupted ingest"):
         open_store(str(tmp_path / "s.zarr.partial"))
     os.remove(tmp_path / "s.zarr.partial" / "zarr.json")
+    os.close(w._lock)  # what the kernel does when the writer dies (a live writer's .partial is refused)
     w2 = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=100)  # a re-run clears the leftover
     w2.write_rows(X, y)
     w2.close(n_features=64, classes=classes)
