@@ -25,9 +25,12 @@ BROADCAST_BYTES = 64 * 1024
 
 
 def add_results(a, b):
-    """Elementwise sum of two task results (arrays, numbers, or tuples/lists of them)."""
+    """Elementwise sum of two task results (arrays, numbers, None for "nothing", or tuples/lists
+    of them)."""
     if isinstance(a, (tuple, list)):
         return type(a)(add_results(x, y) for x, y in zip(a, b))
+    if a is None and b is None:
+        return None
     return a + b
 
 

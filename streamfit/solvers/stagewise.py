@@ -82,6 +82,9 @@ softmax link inner_objective (f at every inner iterate, W₀ = 0 first).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
+import weakref
 from typing import Literal
 
 import numpy as np
@@ -104,12 +107,14 @@ from streamfit.solvers.stagewise_kernels import (
     rff_block,
 )
 from streamfit.store import ChunkSource
+from streamfit.store.store import CHUNK_CACHE_BYTES
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 AUTO_RFF_MAX_INPUTS = 1000
 AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 2_000  # of which used for the median pairwise distance
+GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 
 
 class StagewiseParams(SolverParams):
@@ -178,16 +183,25 @@ class FeatureSpace:
         n = base.shape[0]
         if self.kind == "columns":
             parts = [base[:, block].astype(np.float64, copy=False)]
-        else:
-            width = min(self.block_size, self.n_components - block * self.block_size)
-            parts = [rff_block(base, self.seed, int(block), width, self.sigma)]
-        if self.fit_intercept:
-            parts.insert(0, np.ones((n, 1)))
-        if self.with_predictions:
-            parts.append(F)
-        if self.kind == "columns":
+            if self.fit_intercept:
+                parts.insert(0, np.ones((n, 1)))
+            if self.with_predictions:
+                parts.append(F)
             return sp.hstack([sp.csr_matrix(a) for a in parts], format="csr")
-        return np.hstack(parts) if len(parts) > 1 else parts[0]
+        width = min(self.block_size, self.n_components - block * self.block_size)
+        lo = int(self.fit_intercept)
+        A = np.empty((n, lo + width + (F.shape[1] if self.with_predictions else 0)))
+        A[:, :lo] = 1.0
+        rff_block(base, self.seed, int(block), width, self.sigma, out=A[:, lo:lo + width])
+        A[:, lo + width:] = F if self.with_predictions else 0.0
+        return A
+
+    def fingerprint(self) -> str:
+        """Identifies the features this space computes (configuration, inputs, PCA)."""
+        h = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode())
+        for a in self.arrays().values():
+            h.update(np.ascontiguousarray(a).tobytes())
+        return h.hexdigest()
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
@@ -203,16 +217,43 @@ class FeatureSpace:
         return out
 
     @classmethod
-    def from_saved(cls, d: dict, arrays: dict) -> "FeatureSpace":
+    def from_saved(cls, d: dict, arrays: dict) -> FeatureSpace:
         return cls(**d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"),
                    components=arrays.get("rff_components"))
 
 
+# Per process: the random Fourier designs of the last two blocks, per source and chunk. A
+# softmax stage reads its block once per inner iteration and the fused update pass computes the
+# next stage's block, so this saves most of the (dominant) cosine work. Only when two whole
+# blocks fit in the chunk-cache budget: a larger store keeps memory bounded by the chunk size.
+_DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
+
+
+def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, F: np.ndarray, block):
+    """space.design(base, F, block) for chunk `chunk_id` of `source`, cached as above."""
+    cacheable = space.kind == "rff" and not space.with_predictions
+    if not cacheable or 2 * source.n_rows * (space.block_size + 1) * 8 > CHUNK_CACHE_BYTES:
+        return space.design(base, F, block)
+    blocks = _DESIGNS.setdefault(source, {})
+    key = (space.fingerprint(), int(block))
+    A = blocks.get(key, {}).get(chunk_id)
+    if A is None:
+        A = space.design(base, F, block)
+        A.flags.writeable = False
+        if key not in blocks:
+            while len(blocks) >= 2:
+                del blocks[next(iter(blocks))]  # the oldest block
+            blocks[key] = {}
+        blocks[key][chunk_id] = A
+    return A
+
+
 def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None,
-                multilabel: bool) -> np.ndarray:
+                multilabel: bool, design=None) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
-    calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike."""
-    U = F + space.design(base, F, block) @ W
+    calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
+    (`design`: A when the caller already has it)."""
+    U = F + (space.design(base, F, block) if design is None else design) @ W
     if C is not None:
         U = project_predictions(poly_basis(U) @ C, multilabel)
     return U
@@ -239,10 +280,14 @@ def _load(source: ChunkSource, chunk_id: int, state, version: int):
     return chunk, Y, F
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str) -> tuple:
-    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0."""
-    M = A.T @ A
-    return (M.toarray() if sp.issparse(M) else M), np.asarray(A.T @ (Y - link_mean(F, link))), link_loss_sum(F, Y, link)
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, gram: bool) -> tuple:
+    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0 (AᵀA is None when the
+    driver already holds it: `gram` False)."""
+    M = None
+    if gram:
+        M = A.T @ A
+        M = M.toarray() if sp.issparse(M) else M
+    return M, np.asarray(A.T @ (Y - link_mean(F, link))), link_loss_sum(F, Y, link)
 
 
 def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: str) -> np.ndarray:
@@ -261,9 +306,9 @@ def _rows_task(source, chunk_id, *, rows, inputs):
     return source.read_chunk(chunk_id).X[local][:, inputs].toarray().astype(np.float64)
 
 
-def _stats_task(source, chunk_id, *, state, version, space, block, link):
+def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _block_stats(space.design(space.base(chunk.X), F, block), F, Y, link)
+    return _block_stats(_chunk_design(source, chunk_id, space, space.base(chunk.X), F, block), F, Y, link, gram)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
@@ -273,28 +318,30 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
 
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = space.design(space.base(chunk.X), F, block)
+    A = _chunk_design(source, chunk_id, space, space.base(chunk.X), F, block)
     U = F + A @ W
     return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
 
 
 def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    G = poly_basis(F + space.design(space.base(chunk.X), F, block) @ W)
+    G = poly_basis(F + _chunk_design(source, chunk_id, space, space.base(chunk.X), F, block) @ W)
     return G.T @ G, G.T @ Y
 
 
-def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, next_block, next_gradient):
+def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, next_block, next_gram,
+                 next_gradient):
     """Apply the stage, write scores version+1, and return (Σ ℓ, #correct) plus the fused
-    statistics of the next block (when `next_block` is given) or the column gradients (when
-    `next_gradient` holds the active columns), both at the new scores."""
+    statistics of the next block (when `next_block` is given; its AᵀA only if `next_gram`) or
+    the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = space.base(chunk.X)
-    F = apply_stage(space, base, F, block, W, C, source.multilabel)
+    F = apply_stage(space, base, F, block, W, C, source.multilabel,
+                    design=_chunk_design(source, chunk_id, space, base, F, block))
     state.write(SCORES, version + 1, chunk_id, F)
     out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link))
     if next_block is not None:
-        return out + _block_stats(space.design(base, F, next_block), F, Y, link)
+        return out + _block_stats(_chunk_design(source, chunk_id, space, base, F, next_block), F, Y, link, next_gram)
     if next_gradient is not None:
         return out + (_column_gradient(chunk.X, next_gradient, F, Y, link),)
     return out
@@ -601,6 +648,21 @@ class StagewiseSolver(Solver):
         n_blocks = self._n_blocks(space, active)
         n_stages = p.n_passes * n_blocks
         n_generated = space.n_components if space.kind == "rff" else len(active)
+        # Blocks that repeat every pass have the same AᵀA every pass: keep them (by position)
+        # when they fit, and the passes after the first only sum Aᵀ(Y − g(F)). Not checkpointed:
+        # after a resume they are recomputed, bit for bit the same.
+        width = p.block_size + int(p.fit_intercept)
+        cache_grams = (generator in ("rff", "sequential") and not space.with_predictions and p.n_passes > 1
+                       and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
+        grams: dict[int, np.ndarray] = {}
+
+        def remember_gram(stats: tuple, pos: int) -> tuple:
+            if stats[0] is None:
+                return (grams[pos],) + tuple(stats[1:])
+            if cache_grams:
+                grams[pos] = stats[0]
+            return tuple(stats)
+
         stages_here = 0
         while prog.stage < n_stages:
             s = prog.stage
@@ -613,8 +675,10 @@ class StagewiseSolver(Solver):
             block = self._block(generator, s, n_blocks, active, prog.order)
             if prog.pending is None:
                 prog.pending = engine.map_reduce(_stats_task, source, chunks, desc="stagewise: gram", state=state,
-                                                 version=prog.version, space=space, block=block, link=link)
+                                                 version=prog.version, space=space, block=block, link=link,
+                                                 gram=pos not in grams)
                 prog.data_passes += 1
+            prog.pending = remember_gram(prog.pending, pos)
             W, inner = self._fit_block(engine, source, state, prog.version, space, block, prog.pending, link, prog)
             C = None
             if p.calibration == "poly":
@@ -628,7 +692,8 @@ class StagewiseSolver(Solver):
             next_gradient = active if (generator == "gradient" and pass_ends and not last) else None
             out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=state,
                                     version=prog.version, space=space, block=block, W=W, C=C, link=link,
-                                    next_block=next_block, next_gradient=next_gradient)
+                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams,
+                                    next_gradient=next_gradient)
             prog.data_passes += 1
             prog.version += 1
             prog.stage += 1
@@ -637,7 +702,7 @@ class StagewiseSolver(Solver):
             if C is not None:
                 prog.calibrations.append(C)
             loss_sum, correct = out[0], out[1]
-            prog.pending = tuple(out[2:]) if next_block is not None else None
+            prog.pending = remember_gram(out[2:], (s + 1) % n_blocks) if next_block is not None else None
             if pass_ends:
                 prog.order = self._gradient_order(out[2], active) if next_gradient is not None else None
 

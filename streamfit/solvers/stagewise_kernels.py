@@ -73,16 +73,25 @@ def project_predictions(V: np.ndarray, multilabel: bool) -> np.ndarray:
     return project_rows_simplex(np.ascontiguousarray(V))
 
 
-def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float) -> np.ndarray:
+def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float,
+              out: np.ndarray | None = None) -> np.ndarray:
     """Random Fourier features of block `block_id` (Rahimi & Recht 2007) for the Gaussian kernel
     k(z, z') = exp(−‖z − z'‖² / (2σ²)): φ_j(z) = √2 cos(ω_jᵀz + β_j), ω_j ~ N(0, σ⁻² I),
     β_j ~ U[0, 2π), so that E[φ(z)ᵀφ(z')]/n_out = k(z, z') and E[φ_j²] = 1. The block's ω, β
-    are drawn from the seed sequence (seed, block_id): regenerated identically on every call."""
+    are drawn from the seed sequence (seed, block_id): regenerated identically on every call.
+
+    The phase ω_jᵀz + β_j is computed in float64 and reduced to [−π, π]; the cosine of the
+    reduced phase is taken in float32 (numpy's vectorised single-precision cosine is an order of
+    magnitude faster than the double one), so φ is exact to about 1e-6, far below the O(1/√n_out)
+    error of the kernel approximation itself. Written into `out` (n × n_out) when given."""
     rng = np.random.default_rng([seed, block_id])
     omega = rng.standard_normal((Z.shape[1], n_out)) / sigma
     beta = rng.uniform(0.0, 2.0 * np.pi, n_out)
-    P = Z @ omega
-    P += beta
-    np.cos(P, out=P)
-    P *= np.sqrt(2.0)
-    return P
+    phase = Z @ omega
+    phase += beta
+    phase -= (2.0 * np.pi) * np.rint(phase * (0.5 / np.pi))
+    if out is None:
+        out = np.empty_like(phase)
+    out[...] = np.cos(phase.astype(np.float32))
+    out *= np.sqrt(2.0)
+    return out

@@ -19,7 +19,7 @@ from streamfit.engine import Engine
 from streamfit.model import load_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
-from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex
+from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex, rff_block
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 
@@ -188,11 +188,14 @@ def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, par
     np.testing.assert_allclose(training_scores(store_a, ckpt, len(log.records)), S, rtol=0, atol=1e-12)
 
 
-def test_resume_is_bitwise(digits, tmp_path, monkeypatch):
+@pytest.mark.parametrize("params", [
+    dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3),
+    dict(generator="sequential", block_size=12, n_passes=3, link="softmax", max_iter=3, lam=1e-3),  # cached AᵀA
+])
+def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
     X, y = digits
     classes = [str(c) for c in range(10)]
     store = write_store(tmp_path / "store", X, y, classes, chunk_rows=400)
-    params = dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3)
     full, full_log, _ = fit(store, str(tmp_path / "full"), **params)
 
     run = str(tmp_path / "run")
@@ -220,6 +223,46 @@ def test_resume_is_bitwise(digits, tmp_path, monkeypatch):
         lines = [json.loads(line) for line in f]
     strip = [{k: v for k, v in r.items() if k != "wall_time"} for r in lines]
     assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in full_log.records]
+
+
+def test_caches_change_nothing(digits, monkeypatch):
+    """Passes after the first reuse each block's AᵀA instead of summing it again, and tasks reuse
+    the random Fourier design of the block in hand: the same bits as recomputing everything."""
+    X, y = digits
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=500)
+    params = dict(generator="rff", n_components=300, block_size=100, n_passes=3, lam=1e-3, link="softmax",
+                  max_iter=3, tol=0)
+    grams, designs = [], []
+    real_stats, real_design = sw._block_stats, sw.FeatureSpace.design
+    monkeypatch.setattr(sw, "_block_stats", lambda *a: grams.append(a[-1]) or real_stats(*a))
+    monkeypatch.setattr(sw.FeatureSpace, "design", lambda *a: designs.append(1) or real_design(*a))
+    cached, _, _ = fit(source, **params)
+    assert grams.count(True) == 3 * source.n_chunks  # one AᵀA per block, not one per stage
+    assert len(designs) == 9 * source.n_chunks  # each stage's block computed once per chunk
+    monkeypatch.setattr(sw, "GRAM_CACHE_BYTES", 0)
+    monkeypatch.setattr(sw, "CHUNK_CACHE_BYTES", 0)
+    designs.clear()
+    recomputed, _, _ = fit(source, **params)
+    # first stats pass, 2 inner passes per stage, the update's block and the next stage's block
+    assert len(designs) == (1 + 9 * 2 + 9 + 8) * source.n_chunks
+    for a, b in zip(cached.weights, recomputed.weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rff_approximates_gaussian_kernel():
+    """E[φ(z)ᵀφ(z')]/p = exp(−‖z − z'‖²/(2σ²)) (Rahimi & Recht): with p = 40 000 features the
+    Monte-Carlo error is about 1/√p = 0.005; the float32 cosine adds ~1e-6."""
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(6, 5))
+    sigma = 2.0
+    Phi = np.hstack([rff_block(Z, 11, b, 10_000, sigma) for b in range(4)])
+    K = Phi @ Phi.T / Phi.shape[1]
+    d2 = ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(axis=2)
+    assert np.abs(K - np.exp(-d2 / (2 * sigma**2))).max() < 0.03
+    rng = np.random.default_rng([11, 2])  # block 2's frequencies and phases, in float64
+    omega = rng.standard_normal((5, 10_000)) / sigma
+    exact = np.sqrt(2.0) * np.cos(Z @ omega + rng.uniform(0, 2 * np.pi, 10_000))
+    assert np.abs(rff_block(Z, 11, 2, 10_000, sigma) - exact).max() < 1e-5
 
 
 def test_model_save_load(digits, tmp_path):
