@@ -17,7 +17,8 @@ Decisions:
 - `qid:N` tokens are ignored (one UserWarning per pass over the file); `#` starts a comment;
   blank and comment-only lines are not records, but they count for line numbers.
 - Labels: integer-valued numbers are written canonically ('+1' and '1.0' -> '1'), other labels
-  are kept as written. With multilabel=None the first batch decides: if any of its labels has a
+  are kept as written; labels with control characters (a NUL from UTF-16, say) are bad
+  records. With multilabel=None the first batch decides: if any of its labels has a
   comma, or is empty (the line starts with idx:val), the file is multilabel and every label is a
   list (in file order; an empty field gives []). Later lines that disagree are bad records.
 """
@@ -361,6 +362,8 @@ def _label(token: bytes, multilabel: bool):
         text = token.decode("utf-8")
     except UnicodeDecodeError:
         raise _BadLabel(f"label {show(token)} is not valid UTF-8") from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise _BadLabel(f"label {show(token)} holds control characters", "is the file UTF-16? convert it to UTF-8")
     if not multilabel:
         if not text:
             raise _BadLabel("the line has no label", "pass --option multilabel=true if lines without labels are allowed")
