@@ -30,23 +30,33 @@ method="bcd", mode "memory" — Algorithm 1 exactly, sequentially, numba-compile
   are reactivated and the run continues until it holds on all of them.
 
 method="bcd", mode "chunks" — out of core on the Engine: rows in chunks, each chunk's slice of
-S stored beside it (ChunkState "scores"). The blocks of an outer iteration (cyclic order for
-"ls", a fresh seeded permutation for "cst") are cut into groups of `group_size` features;
-per group one map_reduce pass, in which every chunk first applies the previous group's
-update (S ← S + X_{:B'} Δ_{B'}, writing the next version of its scores), then returns its
-partial gradients Σ_i x_ij ∂ℓ_i for j ∈ B and Σ_i ω_i x_ij², where ω_i is the number of
-features of B that row i uses. The driver updates every block of the group at once with
-
-    L_j = (c/n) Σ_i ω_i x_ij²,
-
-the expected separable overapproximation of Richtárik and Takáč's parallel coordinate descent
-for fully parallel updates of a partially separable function: by Cauchy–Schwarz
-‖Σ_{j∈B} x_ij δ_j‖² ≤ ω_i Σ_{j∈B} x_ij² ‖δ_j‖², so
-L(W + Δ) ≤ L(W) + ⟨G, Δ⟩ + Σ_{j∈B} (L_j/2) ‖δ_j‖² and every group step decreases F (no line
-search needed; provably safe for simultaneous updates). Groups are Gauss–Seidel, blocks within
-a group Jacobi; the stopping rule is the same (eq. 10 over the groups' violations). A last pass
-per outer iteration applies the pending update and sums the loss for the log. Memory per task:
-O(chunk nnz + chunk_rows·m + group_size·m); the driver holds W (d × m).
+S stored beside it (ChunkState "scores"). The active blocks of an outer iteration (cyclic order
+for "ls", a seeded permutation for "cst") are cut into groups B of `group_size` features, and
+each group is one block of Tseng and Yun's coordinate gradient descent (the blocks of the group
+move together, groups in Gauss–Seidel order): direction δ_j = prox_{P/L_j}(W_j − G_j/L_j) − W_j
+for j ∈ B, then W_B ← W_B + α δ_B with α from the sufficient decrease condition (7) summed over
+the group. One map_reduce pass per group (bcd_kernels.chunk_pass): every chunk
+  1. applies the step accepted for the group before last (S ← S + X_{:C} Δ_C, writing the next
+     version of its scores),
+  2. evaluates the last group's direction at the candidate steps α ∈ {1/ω, 1, ω, ω², 0}:
+     Σ_i ℓ_i(S_i + α (X_{:B} δ_B)_i) − ℓ_i(S_i), the only rows that change being those with a
+     non-zero in B (the line search of (7) in the same pass),
+  3. returns, at every candidate, the partial gradients of the next group B' and their
+     curvatures Σ_i ω_i x_ij² h_ir (ω_i = #{j ∈ B' : x_ij ≠ 0}, h the generalized second
+     derivatives (6)).
+The driver accepts the largest candidate passing (7) (α = 0 always does, so the objective never
+increases) and computes B''s directions from the gradient at that point, with L_j = θ ·
+max(‖Σ_i ω_i x_ij² h_i‖∞/n, ε): ω_i scales the single-block curvature as in Richtárik and
+Takáč's expected separable overapproximation for simultaneous updates (Cauchy–Schwarz:
+‖Σ_{j∈B} x_ij δ_j‖² ≤ ω_i Σ_j x_ij² ‖δ_j‖²), and θ ∈ [1e-6, 1e6] adapts to the accepted step
+(θ ← θ/α, ×4 when only α = 0 passes), so α = 1 is the usual outcome. variant "cst" takes the
+safe parallel step of Richtárik and Takáč instead: L_j = (c/n) Σ_i ω_i x_ij² (c from
+losses.curvature), α = 1, no line search. The stopping rule is eq. (10) over the groups'
+violations; shrinking (ls and cst) drops zero blocks from later groups by the rule of the
+memory mode, so at λ = 1e-3 most passes disappear. An outer iteration costs (#groups) passes;
+the log terms ride on the first pass of the next one. Memory per task: O(chunk nnz +
+chunk_rows·m + 5·group_size·m) and a feature-position table (8 B × n_features); the driver
+holds W (d × m).
 mode "auto" picks "memory" when X (CSC, float64) and S fit in `memory_budget_mb`.
 
 method="fista" — FISTA (Beck and Teboulle 2009) on the same F, the paper's full-gradient
@@ -59,8 +69,9 @@ pass), variant "cst" uses the constant 1/K with K = (c/n) ‖X‖²_F ≥ the Li
 
 Checkpoints (every `checkpoint_every` outer iterations): W, the version of the chunked scores
 (memory mode writes S into the chunk state at checkpoints), the outer iteration counter, the
-first iteration's violation sum and maximum, the shrinking state, and for FISTA W_{k−1}, Y_k,
-t_k and L. Random block orders are drawn from numpy's generator seeded with
+first iteration's violation sum and maximum, the shrinking state; in chunks mode also the
+accepted step not yet applied to S, the pending direction and its bound, θ, the position in the
+current outer iteration and its block order; for FISTA W_{k−1}, Y_k, t_k and L. Random block orders are drawn from numpy's generator seeded with
 (random_state, outer iteration), so the counter is the RNG state; `resume=True` continues to
 the same model as an uninterrupted run.
 
@@ -86,11 +97,12 @@ from streamfit.model import LinearModel
 from streamfit.penalties import PENALTIES, prox, value
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
-from streamfit.solvers.bcd_kernels import bcd_epoch, group_update
+from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
 from streamfit.store import ChunkSource
 
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
+THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
 
 
 class BCDParams(SolverParams):
@@ -147,27 +159,34 @@ def _colstats_task(source, chunk_id):
     return nnz, sq
 
 
-def _group_task(source, chunk_id, *, state, version, apply_cols, apply_delta, cols, loss):
-    """Chunks mode, one pass: apply the previous group's update to this chunk's scores (writing
-    version+1), then return (Σ_i x_ij ∂ℓ_i/∂s for j ∈ cols, Σ_i ω_i x_ij²) — or, with
-    cols=None, (Σ_i ℓ_i, #correct) for the log."""
+def _positions(cols, d: int) -> np.ndarray:
+    """pos[j] = index of feature j in `cols`, −1 elsewhere (an empty group for cols=None)."""
+    pos = np.full(d, -1, dtype=np.int64)
+    if cols is not None:
+        pos[cols] = np.arange(len(cols))
+    return pos
+
+
+def _pass_task(source, chunk_id, *, state, version, commit, direction, alphas, cols, loss, curv_c, full):
+    """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
+    (C, Δ_C) to the chunk's scores and write them as the next version; return the log terms
+    (full), the loss and hit changes of the candidate steps α_k Δ_B and, at each candidate,
+    the partial gradients and curvatures of the group `cols` (None: no group)."""
     chunk = source.read_chunk(chunk_id)
-    X = chunk.X.astype(np.float64)
-    m = source.n_classes
+    X = chunk.X
+    d, m = source.n_features, source.n_classes
     S = _chunk_scores(state, version, chunk_id, X.shape[0], m)
-    if apply_cols is not None:
-        S = S + X[:, apply_cols] @ apply_delta
-        state.write(SCORES, version + 1, chunk_id, S)
+    if commit is not None:
+        S = S.copy()  # the stored version stays as it was
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
-    if cols is None:
-        total = rows_loss(loss, S, lab_ptr, lab_ind, np.arange(X.shape[0], dtype=np.int64), 0)[0]
-        return total, _n_correct(S, chunk.labels)
-    Xb = X[:, cols].tocsr()
-    omega = np.diff(Xb.indptr)
-    rows = np.flatnonzero(omega).astype(np.int64)
-    _, D, _ = rows_loss(loss, S, lab_ptr, lab_ind, rows, 1)
-    Xr = Xb[rows]
-    return np.asarray(Xr.T @ D), np.asarray(Xr.multiply(Xr).T @ omega[rows].astype(np.float64)).ravel()
+    none = np.zeros((0, m))
+    out = chunk_pass(X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
+                     commit[1] if commit else none, _positions(direction and direction[0], d),
+                     direction[1] if direction else none, alphas, _positions(cols, d),
+                     0 if cols is None else len(cols), curv_c, full)
+    if commit is not None:
+        state.write(SCORES, version + 1, chunk_id, S)
+    return out if cols is not None else out[:4] + (None, None)
 
 
 def _fista_task(source, chunk_id, *, W, Y, loss):
@@ -308,58 +327,103 @@ class BCDSolver(Solver):
         return self._model(source, W, {"outer_iterations": k, "mode": "memory"})
 
     # ---- mode "chunks": out of core, one pass per feature group ----
+    def _order(self, blocks: np.ndarray, active: np.ndarray, k: int) -> np.ndarray:
+        """Active blocks of outer iteration k: cyclic (ls) or a seeded permutation (cst)."""
+        live = blocks[active[blocks]]
+        return live if self.params.variant == "ls" else np.random.default_rng([self.params.random_state, k]).permutation(live)
+
     def _fit_chunks(self, source, engine, checkpointer, log, ckpt) -> LinearModel:
         p = self.params
         loss, pen, c, rho = self._codes(source)
         n, d, m = source.n_rows, source.n_features, source.n_classes
+        ls = p.variant == "ls"
+        trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega ** 2, 0.0]) if ls else np.ones(1)
         chunks = range(source.n_chunks)
         state = checkpointer.state
         if ckpt is None:
             col_nnz, _ = engine.map_reduce(_colstats_task, source, chunks, desc="bcd: column stats")
             blocks = np.flatnonzero(col_nnz).astype(np.int64)
-            W = np.zeros((d, m))
-            k, version, first, passes = 0, 0, None, 1
+            W, active = np.zeros((d, m)), np.ones(d, dtype=np.bool_)
+            k, gi, version, passes, ls_steps = 0, 0, 0, 1, 0
+            first, sums, max_viol, bound, theta = None, [0.0, 0.0], math.inf, 0.0, 1.0
+            order, commit, direction = self._order(blocks, active, 0), None, None
         else:
-            meta = ckpt.meta
-            W, blocks = ckpt.arrays["W"].copy(), ckpt.arrays["blocks"]
-            k, version, first, passes = meta["k"], meta["scores_version"], meta["first"], meta["data_passes"]
+            meta, arr = ckpt.meta, ckpt.arrays
+            W, blocks, active, order = arr["W"].copy(), arr["blocks"], arr["active"].copy(), arr["order"]
+            k, gi, version, passes, ls_steps = meta["k"], meta["gi"], meta["scores_version"], meta["data_passes"], \
+                meta["ls_steps"]
+            first, sums, max_viol, bound, theta = meta["first"], meta["sums"], meta["max_viol"], meta["bound"], \
+                meta["theta"]
+            commit = (arr["commit_cols"], arr["commit_delta"]) if meta["has_commit"] else None
+            direction = (arr["dir_cols"], arr["dir_delta"]) if meta["has_direction"] else None
         kept = [version]  # state versions referenced by the checkpoints we keep
         done_here = 0
-        while k < p.max_iter:
-            order = blocks if p.variant == "ls" else np.random.default_rng([p.random_state, k]).permutation(blocks)
-            pending = (None, None)
-            vsum, vmax = 0.0, 0.0
-            for lo in range(0, len(order), p.group_size):
-                B = np.sort(order[lo:lo + p.group_size])
-                G, Lnum = engine.map_reduce(_group_task, source, chunks, desc="bcd: group", state=state,
-                                            version=version, apply_cols=pending[0], apply_delta=pending[1],
-                                            cols=B, loss=loss)
-                passes += 1
-                if pending[0] is not None:
-                    version += 1
-                    state.keep_only({(SCORES, v) for v in kept + [version]})
-                delta, viol = group_update(W[B], G / n, c / n * Lnum, pen, p.lam, rho)
-                vsum, vmax = vsum + float(viol.sum()), max(vmax, float(viol.max()))
-                moved = np.any(delta != 0, axis=1)
-                W[B[moved]] += delta[moved]
-                pending = (B[moved], delta[moved]) if moved.any() else (None, None)
-            lsum, correct = engine.map_reduce(_group_task, source, chunks, desc="bcd: objective", state=state,
-                                              version=version, apply_cols=pending[0], apply_delta=pending[1],
-                                              cols=None, loss=loss)
+        while True:
+            closing, stop, ratio, k_closed = gi == 0 and k > 0, False, math.nan, k
+            if closing:  # outer iteration k is complete but for its last group's line search
+                ratio = self._stop_ratio(sums[0], sums[1], first)
+                max_viol, sums = sums[1], [0.0, 0.0]
+                converged = ratio < p.tol
+                if converged and not active[blocks].all():  # shrinking: check again on all blocks
+                    active[:] = True
+                    converged, max_viol = False, math.inf
+                stop = converged or k >= p.max_iter
+                order = self._order(blocks, active, k)
+            B = None if stop else np.sort(order[gi * p.group_size:(gi + 1) * p.group_size])
+            alphas = trials if direction is not None else np.zeros(1)
+            total, correct, dloss, dcorrect, G, curv = engine.map_reduce(
+                _pass_task, source, chunks, desc="bcd: group", state=state, version=version, commit=commit,
+                direction=direction, alphas=alphas, cols=B, loss=loss, curv_c=0.0 if ls else c, full=closing)
             passes += 1
-            if pending[0] is not None:
+            if commit is not None:
                 version += 1
-            k += 1
-            first = first or (vsum, vmax)
-            ratio = self._stop_ratio(vsum, vmax, first)
-            self._log(log, k, W, lsum / n + value(pen, W, p.lam, rho), correct, n, source.multilabel,
-                      violation_ratio=ratio, data_passes=passes, mode="chunks")
-            stop = ratio < p.tol or k >= p.max_iter
+                state.keep_only({(SCORES, v) for v in kept + [version]})
+            # line search on the last group's direction (sufficient decrease (7) summed over the group)
+            a, commit = 0, None
+            if direction is not None:
+                cols, delta = direction
+                p_old = value(pen, W[cols], p.lam, rho)
+                while ls and alphas[a] > 0 and dloss[a] / n + value(pen, W[cols] + alphas[a] * delta, p.lam, rho) \
+                        - p_old > p.sigma * alphas[a] * bound:
+                    a += 1
+                ls_steps += a
+                if alphas[a] > 0:
+                    commit = (cols, alphas[a] * delta)
+                    W[cols] += commit[1]
+                if ls:  # the next direction's scale: θ ← θ/α (4θ when no trial passed), within [THETA, 1/THETA]
+                    theta = min(max(theta / alphas[a] if alphas[a] > 0 else 4.0 * theta, THETA), 1.0 / THETA)
+            if B is not None:  # the next group's direction from its gradient at the accepted point
+                G_B, L = G[a] / n, np.maximum(theta * curv[a].max(axis=1) / n, EPS)
+                thr = p.lam - max_viol / n if p.shrinking and math.isfinite(max_viol) else -math.inf
+                keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(W[B] != 0, axis=1))
+                active[B[~keep]] = False
+                B, G_B, L = B[keep], G_B[keep], L[keep]
+                delta, viol = group_update(W[B], G_B, L, pen, p.lam, rho)
+                sums = [sums[0] + float(viol.sum()), max(sums[1], float(viol.max(initial=0.0)))]
+                bound = float((G_B * delta).sum()) + value(pen, W[B] + delta, p.lam, rho) - value(pen, W[B], p.lam, rho)
+                moved = np.any(delta != 0, axis=1)
+                direction = (B[moved], delta[moved]) if moved.any() else None
+                gi += 1
+                if gi * p.group_size >= len(order):
+                    gi, k = 0, k + 1
+                    first = first or list(sums)
+            if not closing:
+                continue
+            self._log(log, k_closed, W, (total + dloss[a]) / n + value(pen, W, p.lam, rho), correct + dcorrect[a], n,
+                      source.multilabel, violation_ratio=ratio, data_passes=passes, ls_steps=ls_steps,
+                      active_blocks=int(active[blocks].sum()), mode="chunks")
             done_here += 1
             pause = self.stop_after is not None and done_here >= self.stop_after
-            if stop or pause or k % p.checkpoint_every == 0:
-                checkpointer.save(k, {"k": k, "first": first, "scores_version": version, "data_passes": passes},
-                                  {"W": W.copy(), "blocks": blocks}, {SCORES: version})
+            if stop or pause or k_closed % p.checkpoint_every == 0:
+                none = np.zeros(0, dtype=np.int64), np.zeros((0, m))
+                checkpointer.save(k_closed, {"k": k, "gi": gi, "scores_version": version, "data_passes": passes,
+                                      "ls_steps": ls_steps, "first": first, "sums": sums, "max_viol": max_viol,
+                                      "bound": bound, "theta": theta, "has_commit": commit is not None,
+                                      "has_direction": direction is not None},
+                                  {"W": W.copy(), "blocks": blocks, "active": active.copy(), "order": order,
+                                   "commit_cols": (commit or none)[0], "commit_delta": (commit or none)[1],
+                                   "dir_cols": (direction or none)[0], "dir_delta": (direction or none)[1]},
+                                  {SCORES: version})
                 kept = (kept + [version])[-checkpointer.keep:]
             state.keep_only({(SCORES, v) for v in kept + [version]})
             if stop or pause:

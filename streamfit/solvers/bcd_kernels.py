@@ -154,3 +154,103 @@ def group_update(W_B, G, L, pen, lam, rho):
         for r in range(m):
             delta[b, r] = wnew[r] - W_B[b, r]
     return delta, viol
+
+
+@njit(cache=True, nogil=True)
+def chunk_pass(indptr, indices, data, S, lab_ptr, lab_ind, loss, commit_pos, commit_delta, dir_pos, dir_delta,
+               alphas, grad_pos, n_grad, curv_c, full):
+    """One chunk's share of a chunks-mode pass (bcd module docstring), row by row over X in CSR.
+    `*_pos[j]` is the row of feature j in the matching delta / output (−1: not in the group).
+
+    1. S_i += Σ_j x_ij Δ_C[commit_pos[j]] (in place);
+    2. full: Σ_i ℓ_i(S_i) and #rows whose top score is a label;
+    3. u_i = Σ_j x_ij Δ_B[dir_pos[j]]; per candidate α_k, Σ_i ℓ_i(S_i + α_k u_i) − ℓ_i(S_i) and the
+       change in top-1 hits;
+    4. per candidate, G[k, b] = Σ_i x_ij ∂ℓ_i(S_i + α_k u_i) for j with grad_pos[j] = b, and
+       C[k, b] = Σ_i ω_i x_ij² h_i (generalized second derivatives, eq. 6; curv_c = 0) or
+       curv_c Σ_i ω_i x_ij², with ω_i the number of such j in row i.
+    Returns (Σ ℓ, hits, Δloss[K], Δhits[K], G, C)."""
+    n, m = S.shape
+    K = alphas.shape[0]
+    mc = m if curv_c == 0.0 else 1
+    G = np.zeros((K, n_grad, m))
+    C = np.zeros((K, n_grad, mc))
+    dloss = np.zeros(K)
+    dhits = np.zeros(K)
+    total = 0.0
+    hits = 0
+    mark = np.zeros(m, dtype=np.bool_)
+    u = np.empty(m)
+    s = np.empty((1, m))
+    d = np.empty(m)
+    h = np.empty(m)
+    longest = 0
+    for i in range(n):
+        longest = max(longest, indptr[i + 1] - indptr[i])
+    gb = np.empty(longest, dtype=np.int64)  # the row's entries in the gradient group: output row, x_ij
+    gx = np.empty(longest)
+    for i in range(n):
+        lo, hi = indptr[i], indptr[i + 1]
+        moved = False
+        omega = 0
+        for k in range(lo, hi):
+            j = indices[k]
+            x = data[k]
+            c = commit_pos[j]
+            if c >= 0:
+                for r in range(m):
+                    S[i, r] += x * commit_delta[c, r]
+            b = dir_pos[j]
+            if b >= 0:
+                if not moved:
+                    u[:] = 0.0
+                    moved = True
+                for r in range(m):
+                    u[r] += x * dir_delta[b, r]
+            b = grad_pos[j]
+            if b >= 0:
+                gb[omega] = b
+                gx[omega] = x
+                omega += 1
+        if not (full or moved or omega > 0):
+            continue
+        p0, p1 = lab_ptr[i], lab_ptr[i + 1]
+        for q in range(p0, p1):
+            mark[lab_ind[q]] = True
+        base = 0.0
+        if full or moved:
+            base = sample_loss(loss, S, i, lab_ind, p0, p1, mark, 1.0, d, h, 0)
+        base_hit = mark[np.argmax(S[i])]
+        if full:
+            total += base
+            hits += base_hit
+        for t in range(K):
+            for r in range(m):
+                s[0, r] = S[i, r] + alphas[t] * u[r] if moved else S[i, r]
+            if moved:
+                dloss[t] += sample_loss(loss, s, 0, lab_ind, p0, p1, mark, 1.0, d, h, 0) - base
+                dhits[t] += mark[np.argmax(s[0])] - base_hit
+            if omega == 0:
+                continue
+            d[:] = 0.0
+            h[:] = 0.0
+            sample_loss(loss, s, 0, lab_ind, p0, p1, mark, 1.0, d, h, 1 if curv_c > 0.0 else 2)
+            # rows the direction does not touch have the same derivatives at every candidate
+            t_hi = t + 1 if moved else K
+            for e in range(omega):
+                b = gb[e]
+                x = gx[e]
+                w = omega * x * x
+                for tt in range(t, t_hi):
+                    for r in range(m):
+                        G[tt, b, r] += x * d[r]
+                    if curv_c == 0.0:
+                        for r in range(m):
+                            C[tt, b, r] += w * h[r]
+                    else:
+                        C[tt, b, 0] += curv_c * w
+            if not moved:
+                break
+        for q in range(p0, p1):
+            mark[lab_ind[q]] = False
+    return total, hits, dloss, dhits, G, C

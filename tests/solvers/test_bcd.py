@@ -16,14 +16,13 @@ from sklearn.datasets import load_iris, load_svmlight_file
 from sklearn.linear_model import LogisticRegression
 from sklearn.svm import LinearSVC
 
-import streamfit.solvers.bcd as bcd
 from streamfit import BCDClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.losses import LOSSES, loss_grad, loss_sum
 from streamfit.penalties import PENALTIES, row_prox, row_value
 from streamfit.runlog import MetricsLog
-from streamfit.solvers import get_solver
+from streamfit.solvers import bcd, get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "dna400.libsvm")
@@ -117,7 +116,7 @@ def test_prox_minimizes_its_problem(penalty):
         out = np.empty(4)
         row_prox(code, v, t, lam, rho, out)
 
-        def f(w):
+        def f(w, v=v):
             return 0.5 * np.sum((w - v) ** 2) + t * row_value(code, w, lam, rho)
 
         best = min((minimize(f, x0, method="Powell", options={"xtol": 1e-10, "ftol": 1e-14}).fun
@@ -171,9 +170,9 @@ def test_bcd_variants_out_of_core_and_fista_reach_the_same_objective(dna):
     lam = 5e-2
     source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
     finals = {}
-    for name, kw in {"ls": dict(variant="ls", max_iter=400), "cst": dict(variant="cst", max_iter=400),
-                     "chunks": dict(mode="chunks", group_size=6, max_iter=220),
-                     "fista": dict(method="fista", max_iter=3000)}.items():
+    for name, kw in {"ls": {"variant": "ls", "max_iter": 400}, "cst": {"variant": "cst", "max_iter": 400},
+                     "chunks": {"mode": "chunks", "group_size": 6, "max_iter": 220},
+                     "fista": {"method": "fista", "max_iter": 3000}}.items():
         W, log = fit(source, lam=lam, tol=1e-12, **kw)
         L, _ = mc_squared_hinge(W, X, y)
         finals[name] = L + lam * np.linalg.norm(W, axis=1).sum()
@@ -191,6 +190,21 @@ def test_shrinking_reaches_the_same_optimum(dna):
     assert min(r["active_blocks"] for r in log1) < 180
     assert abs(log1[-1]["objective"] - log0[-1]["objective"]) <= 1e-7 * log0[-1]["objective"]
     np.testing.assert_array_equal(np.any(W0 != 0, axis=1), np.any(W1 != 0, axis=1))
+
+
+def test_chunks_line_search_is_monotone_and_shrinking_keeps_the_optimum(dna):
+    """Chunks mode, BCD(LS): the group line search never increases F; with shrinking, zero
+    blocks leave the passes and the run still reaches the memory mode's optimum."""
+    X, y = dna
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=128)
+    _, ref = fit(source, lam=5e-2, tol=1e-10, max_iter=1000)
+    W, log = fit(source, lam=5e-2, tol=1e-7, max_iter=400, mode="chunks", group_size=12, shrinking=True)
+    F = np.array([r["objective"] for r in log])
+    assert np.all(np.diff(F) <= 1e-13 * F[:-1])
+    assert min(r["active_blocks"] for r in log) < 180 and log[-1]["ls_steps"] > 0
+    L, _ = mc_squared_hinge(W, X, y)
+    assert np.isclose(F[-1], L + 5e-2 * np.linalg.norm(W, axis=1).sum(), rtol=1e-10)
+    assert (F[-1] - ref[-1]["objective"]) / ref[-1]["objective"] <= 1e-6
 
 
 def test_logistic_l2_matches_sklearn():
@@ -250,7 +264,7 @@ def test_multilabel_ranking_optimality():
 
 def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
     X, y = dna
-    params = dict(mode="chunks", group_size=60, lam=5e-2, tol=1e-12, max_iter=6)
+    params = {"mode": "chunks", "group_size": 60, "lam": 5e-2, "tol": 1e-12, "max_iter": 6}
     store = write_store(tmp_path / "a", X, y, ["1", "2", "3"], chunk_rows=150)
     W1, log1 = fit(store, str(tmp_path / "run1"), **params)
     with Engine(mode="local", n_workers=2) as engine:
@@ -262,8 +276,10 @@ def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
     assert abs(log3[-1]["objective"] - log1[-1]["objective"]) <= 1e-12
 
 
-@pytest.mark.parametrize("kw", [dict(mode="chunks", group_size=50), dict(mode="memory", variant="cst"),
-                                dict(mode="memory", shrinking=True), dict(method="fista")])
+@pytest.mark.parametrize("kw", [{"mode": "chunks", "group_size": 50},
+                                {"mode": "chunks", "group_size": 50, "variant": "cst", "shrinking": True},
+                                {"mode": "memory", "variant": "cst"},
+                                {"mode": "memory", "shrinking": True}, {"method": "fista"}])
 def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
     X, y = dna
     store = write_store(tmp_path / "s", X, y, ["1", "2", "3"], chunk_rows=128)
