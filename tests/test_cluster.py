@@ -76,3 +76,21 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
     assert run.returncode == 0, err
     got = _model_arrays(tmp_path / "killed")
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine call of the solver
+    "bcd": ["-p", "mode=chunks", "-p", "group_size=16", "-p", "max_iter=2"],
+    "fbpd": ["-p", "max_iter=25", "-p", "tol=0"],
+    "ppdsparse": ["-p", "group_size=3", "-p", "tol=1e-3"],
+}
+
+
+def test_every_solver_on_the_cluster_equals_in_process(digits_cli_store, cli, tmp_path, cluster):
+    address, _ = cluster
+    for solver, params in OTHER_SOLVERS.items():
+        for name, engine in (("local", ["--n-workers", "0"]), ("cluster", ["--scheduler", address])):
+            subprocess.run(cli("train", digits_cli_store, "--solver", solver, *params, *engine, "--out",
+                               tmp_path / solver / name), check=True, capture_output=True)
+        ref, got = _model_arrays(tmp_path / solver / "local"), _model_arrays(tmp_path / solver / "cluster")
+        assert ref.keys() == got.keys(), solver
+        assert all(np.array_equal(ref[k], got[k]) for k in ref), solver

@@ -84,6 +84,14 @@ def _assert_not_a_store(path):
         open_store(str(path))
 
 
+def _identity(path):
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_ctime_ns
+
+
 def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
     src = tmp_path / "gen.svm"
     _write_libsvm(src)
@@ -93,10 +101,14 @@ def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
     duration = time.perf_counter() - started
     out, partial = tmp_path / "out.zarr", tmp_path / "out.zarr.partial"
     rng = np.random.default_rng(11)
-    kills = stale = 0
+    kills = left_partial = 0
     for attempt in range(3):
+        dead = _identity(partial)  # a dead run's .partial, until this run replaces it
         proc = subprocess.Popen(cli(*ingest, "--out", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.45, 0.9) * duration)  # the first ~35 % is Python start-up
+        started = time.perf_counter()
+        while proc.poll() is None and _identity(partial) in (None, dead):  # Python start-up: nothing written
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.8) * max(duration - (time.perf_counter() - started), 0.1))
         if proc.poll() is not None:
             break
         _assert_not_a_store(out)  # while it writes
@@ -105,9 +117,9 @@ def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
         kills += 1
         _assert_not_a_store(out)  # after the kill
         if partial.exists():
-            stale += 1
+            left_partial += 1
             _assert_not_a_store(partial)  # complete or not, a .partial never opens
-    assert kills >= 2 and stale >= 1, f"{kills} kills, {stale} left a .partial: the ingest ran too fast to test"
+    assert kills >= 2 and left_partial >= 1, f"{kills} kills, {left_partial} left a .partial: the ingest ran too fast"
     done = subprocess.run(cli(*ingest, "--out", out), check=False, capture_output=True, text=True)  # no manual clean-up
     assert done.returncode == 0, done.stderr
     assert not partial.exists()
