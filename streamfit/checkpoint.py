@@ -77,7 +77,11 @@ class ChunkState:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
             raise output_error(d, e) from e
-        write_atomic(os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy"), data, sync_dir=False)
+        path = os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy")
+        write_atomic(path, data, sync_dir=False)
+        for stale in glob.glob(os.path.join(d, f"chunk-{chunk_id:06d}.*.npy")):  # left by a killed run
+            if stale != path:
+                os.remove(stale)
 
     def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
         if self.root is None:
@@ -136,7 +140,10 @@ class Checkpointer:
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.root, f"step-{step:06d}")
 
-    def save(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int]) -> None:
+    def save(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int],
+             state_counts: dict[str, int] | None = None) -> None:
+        """`state_counts`: how many "chunks" a state holds when they are not the data's chunks
+        (append-only state such as one file per stage); resume verifies that many."""
         ckpt = Checkpoint(step, meta, arrays, dict(state_versions))
         self._kept = (self._kept + [ckpt])[-self.keep:]
         if self.root is None:
@@ -150,6 +157,7 @@ class Checkpointer:
         record = {
             "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash,
             "store_fingerprint": self.store_fingerprint, "state_versions": state_versions,
+            "state_counts": state_counts or {},
             "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
         }
         try:
@@ -225,8 +233,9 @@ class Checkpointer:
             )
         if record["store_fingerprint"] != self.store_fingerprint:
             raise CheckpointError(f"{d}: was written for a different training store; resume on the same store")
+        counts = record.get("state_counts", {})
         for name, version in record["state_versions"].items():
-            self.state.verify(name, version, n_chunks)
+            self.state.verify(name, version, counts.get(name, n_chunks))
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         self._collect_garbage()  # drop incomplete steps and state newer than LATEST

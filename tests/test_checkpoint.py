@@ -80,3 +80,24 @@ def test_latest_file_is_json(tmp_path):
     ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
     _save_steps(ck, 1)
     assert json.loads((tmp_path / "checkpoints" / "LATEST").read_text()) == {"step": 1}
+
+
+def test_rewritten_state_chunk_replaces_the_old_file(tmp_path):
+    state = ChunkState(str(tmp_path))
+    state.write("w", 0, 3, np.zeros(2))
+    state.write("w", 0, 3, np.ones(2))  # e.g. a stage redone after a kill
+    assert len(os.listdir(tmp_path / "w" / "v000000")) == 1
+    np.testing.assert_array_equal(state.read("w", 0, 3), np.ones(2))
+
+
+def test_state_counts_verify_append_only_state(tmp_path):
+    """A state holding one file per stage is verified by its own count, not the data's chunks."""
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="s")
+    for t in range(5):
+        ck.state.write("stages", 0, t, np.full(3, t))
+    ck.save(5, {}, {}, {"stages": 0}, state_counts={"stages": 5})
+    assert Checkpointer(str(tmp_path), config={}, store_fingerprint="s").latest(n_chunks=2).step == 5
+    (f,) = (tmp_path / "checkpoints" / "state" / "stages" / "v000000").glob("chunk-000004.*")
+    f.write_bytes(f.read_bytes()[:-1] + b"\x01")
+    with pytest.raises(CheckpointError, match="chunk-000004"):
+        Checkpointer(str(tmp_path), config={}, store_fingerprint="s").latest(n_chunks=2)

@@ -92,6 +92,7 @@ import scipy.linalg
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 from scipy.spatial.distance import pdist
+from threadpoolctl import ThreadpoolController
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
@@ -154,7 +155,8 @@ class FeatureSpace:
     """How the design matrix A of a block is computed from a chunk's rows X and scores F.
 
     Blocks are cut from the chunk's base matrix `base(X)`, computed once per chunk:
-    kind "columns": the base is X, a block is an array of column ids, x̃ = X[:, block] (sparse);
+    kind "columns": the base is X in CSC form (cheap column selection), a block is an array of
+    column ids, x̃ = X[:, block] (sparse);
     kind "rff": the base is z = X[:, inputs] densified (projected: z = (z − mean) components,
     if PCA is used), a block is a block id b, x̃ = the random Fourier features
     b·block_size … (b+1)·block_size − 1 of z."""
@@ -170,9 +172,9 @@ class FeatureSpace:
     block_size: int = 0
     n_components: int = 0
 
-    def base(self, X: sp.csr_matrix) -> sp.csr_matrix | np.ndarray:
+    def base(self, X: sp.csr_matrix) -> sp.csc_matrix | np.ndarray:
         if self.kind == "columns":
-            return X
+            return X.tocsc()
         Z = X[:, self.inputs].toarray().astype(np.float64, copy=False)
         if self.components is not None:
             Z = (Z - self.mean) @ self.components
@@ -220,6 +222,11 @@ class FeatureSpace:
     def from_saved(cls, d: dict, arrays: dict) -> FeatureSpace:
         return cls(**d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"),
                    components=arrays.get("rff_components"))
+
+
+def _chunk_base(space: FeatureSpace, chunk) -> sp.csc_matrix | np.ndarray:
+    """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns."""
+    return chunk.csc if space.kind == "columns" else space.base(chunk.X)
 
 
 # Per process: the random Fourier designs of the last two blocks, per source and chunk. A
@@ -308,24 +315,24 @@ def _rows_task(source, chunk_id, *, rows, inputs):
 
 def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _block_stats(_chunk_design(source, chunk_id, space, space.base(chunk.X), F, block), F, Y, link, gram)
+    return _block_stats(_chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block), F, Y, link, gram)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _column_gradient(chunk.X, active, F, Y, link)
+    return _column_gradient(chunk.csc, active, F, Y, link)
 
 
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk_id, space, space.base(chunk.X), F, block)
+    A = _chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block)
     U = F + A @ W
     return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
 
 
 def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    G = poly_basis(F + _chunk_design(source, chunk_id, space, space.base(chunk.X), F, block) @ W)
+    G = poly_basis(F + _chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block) @ W)
     return G.T @ G, G.T @ Y
 
 
@@ -335,7 +342,7 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     statistics of the next block (when `next_block` is given; its AᵀA only if `next_gram`) or
     the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    base = space.base(chunk.X)
+    base = _chunk_base(space, chunk)
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, F, block))
     state.write(SCORES, version + 1, chunk_id, F)
@@ -343,23 +350,34 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     if next_block is not None:
         return out + _block_stats(_chunk_design(source, chunk_id, space, base, F, next_block), F, Y, link, next_gram)
     if next_gradient is not None:
-        return out + (_column_gradient(chunk.X, next_gradient, F, Y, link),)
+        return out + (_column_gradient(chunk.csc, next_gradient, F, Y, link),)
     return out
 
 
 # -- linear algebra ------------------------------------------------------------------------
 
 
+# The driver's dense solves are small (p ≈ 500): threads gain nothing there, and on a loaded
+# machine OpenBLAS's spinning threads made a 501 × 501 Cholesky 100× slower (measured).
+_BLAS = ThreadpoolController()
+
+
 def _solver_for(H: np.ndarray, definite: bool):
     """X ↦ H⁻¹X: Cholesky when H is positive definite (λ > 0), else the pseudo-inverse from an
     eigendecomposition (eigenvalues below 1e-12 · the largest are dropped: minimum-norm
-    least squares)."""
-    if definite:
-        factor = scipy.linalg.cho_factor(H)
-        return lambda R: scipy.linalg.cho_solve(factor, R)
-    w, V = np.linalg.eigh(H)
-    inv = np.where(w > w.max() * 1e-12, 1.0 / np.where(w > 0, w, 1.0), 0.0)
-    return lambda R: V @ (inv[:, None] * (V.T @ R))
+    least squares). Single-threaded BLAS."""
+    with _BLAS.limit(limits=1, user_api="blas"):
+        if definite:
+            factor = scipy.linalg.cho_factor(H)
+        else:
+            w, V = np.linalg.eigh(H)
+            inv = np.where(w > w.max() * 1e-12, 1.0 / np.where(w > 0, w, 1.0), 0.0)
+
+    def solve(R: np.ndarray) -> np.ndarray:
+        with _BLAS.limit(limits=1, user_api="blas"):
+            return scipy.linalg.cho_solve(factor, R) if definite else V @ (inv[:, None] * (V.T @ R))
+
+    return solve
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -608,26 +626,44 @@ class StagewiseSolver(Solver):
         return _solver_for(GG / n, definite=False)(GY / n)
 
     # ---- checkpoints ----
+    # Each stage's (block, W, C) is written once, as append-only state file t, when the stage
+    # completes; a checkpoint then only names how many there are. (Rewriting all stages at every
+    # checkpoint made the checkpoint traffic quadratic in the number of stages.)
+    STAGE_STATE = ("stage_blocks", "stage_weights", "stage_calibrations")
+
     def _save(self, checkpointer: Checkpointer, space, active, generator, prog: _Progress) -> None:
-        arrays = {**_stage_arrays(space, prog.blocks, prog.weights, prog.calibrations), "active": active}
+        meta = {"stage": prog.stage, "version": prog.version, "data_passes": prog.data_passes,
+                "generator": generator, "space": space.to_json(),
+                "pending_loss": None if prog.pending is None else prog.pending[2]}
+        if checkpointer.root is None:  # in memory: only the per-sample state versions matter
+            checkpointer.save(prog.stage, meta, {}, {SCORES: prog.version})
+            return
+        t = prog.stage - 1
+        stage = [np.atleast_1d(np.asarray(prog.blocks[t], dtype=np.int64)), prog.weights[t]]
+        if prog.calibrations:
+            stage.append(prog.calibrations[t])
+        names = self.STAGE_STATE[:len(stage)]
+        for name, array in zip(names, stage):
+            checkpointer.state.write(name, 0, t, array)
+        arrays = {**space.arrays(), "active": active}
         if prog.order is not None:
             arrays["order"] = prog.order
         if prog.pending is not None:
             arrays["pending_M"], arrays["pending_B"] = prog.pending[0], prog.pending[1]
-        meta = {"stage": prog.stage, "version": prog.version, "data_passes": prog.data_passes,
-                "generator": generator, "space": space.to_json(),
-                "pending_loss": None if prog.pending is None else prog.pending[2]}
-        checkpointer.save(prog.stage, meta, arrays, {SCORES: prog.version})
+        checkpointer.save(prog.stage, meta, arrays, {SCORES: prog.version, **{name: 0 for name in names}},
+                          state_counts={name: prog.stage for name in names})
 
-    @staticmethod
-    def _restore(ckpt) -> tuple[FeatureSpace, np.ndarray, str, _Progress]:
+    @classmethod
+    def _restore(cls, ckpt, state) -> tuple[FeatureSpace, np.ndarray, str, _Progress]:
         a, meta = ckpt.arrays, ckpt.meta
         space = FeatureSpace.from_saved(meta["space"], a)
-        blocks, weights, calibrations = _stages_from_arrays(space, a)
+        stages = {name: [state.read(name, 0, t) for t in range(meta["stage"])]
+                  for name in cls.STAGE_STATE if name in ckpt.state_versions}
+        blocks = stages["stage_blocks"] if space.kind == "columns" else [int(b[0]) for b in stages["stage_blocks"]]
         pending = (a["pending_M"], a["pending_B"], meta["pending_loss"]) if "pending_M" in a else None
         prog = _Progress(stage=meta["stage"], version=meta["version"], data_passes=meta["data_passes"],
-                         blocks=blocks, weights=weights, calibrations=calibrations, order=a.get("order"),
-                         pending=pending)
+                         blocks=blocks, weights=stages["stage_weights"],
+                         calibrations=stages.get("stage_calibrations", []), order=a.get("order"), pending=pending)
         return space, a["active"], meta["generator"], prog
 
     # ---- Algorithm 3 ----
@@ -643,7 +679,7 @@ class StagewiseSolver(Solver):
             prog = _Progress()
             space, active, generator = self._setup(source, engine, prog)
         else:
-            space, active, generator, prog = self._restore(ckpt)
+            space, active, generator, prog = self._restore(ckpt, state)
             log.truncate_after(ckpt.step)
         n_blocks = self._n_blocks(space, active)
         n_stages = p.n_passes * n_blocks

@@ -57,6 +57,12 @@ class Chunk:
     def n_rows(self) -> int:
         return self.X.shape[0]
 
+    @functools.cached_property
+    def csc(self) -> sp.csc_matrix:
+        """X in CSC form, for column access; computed once per chunk object, so it lives as
+        long as the chunk stays in the chunk cache."""
+        return self.X.tocsc()
+
     def targets(self, n_classes: int) -> np.ndarray:
         """Dense 0/1 target matrix T (n_rows × n_classes), float64: one-hot or label indicator."""
         if sp.issparse(self.labels):
