@@ -22,6 +22,10 @@ shared, so timings are noisy.
 news20: the 20 Newsgroups bydate text hashed at ingest (see `news20` below) with the "gradient"
 generator (A.2.2), through `streamfit.train` with checkpoints on disk, beside LinearSVC.
 
+--ooc: a generated sparse store (default 25M rows × 40 non-zeros: 8 GB decoded) trained by the
+stagewise solver in a child process whose address space is capped (default 2 GiB); prints the
+peak RSS and address space.
+
 The speed-up column compares each peer run with the fastest stagewise run (any variant, any
 dims) on the same dataset whose test error is at most the peer's: peer time / our time.
 """
@@ -139,6 +143,82 @@ def news20(args) -> None:
         print(f"  {name}: error {e - err:+.2f} points vs LinearSVC, time ratio ours/LinearSVC {t / secs:.1f}x")
 
 
+OOC_CHILD = """
+import json, os, resource, sys, time
+store_path, out, cap_mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
+resource.setrlimit(resource.RLIMIT_AS, (cap_mb << 20, cap_mb << 20))
+from streamfit.train import train
+t0 = time.perf_counter()
+train(store_path, "stagewise", out, json.loads(sys.argv[4]), n_workers=0, overwrite=True, progress=False)
+records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+print(json.dumps({"seconds": time.perf_counter() - t0, "last": records[-1],
+                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "vm_peak_mb": int(open("/proc/self/status").read().split("VmPeak:")[1].split()[0]) / 1024}))
+"""
+
+
+def make_ooc_store(path: Path, n_rows: int, n_features: int, nnz_per_row: int, n_classes: int) -> None:
+    """A synthetic sparse multiclass store: each row has `nnz_per_row` distinct random columns
+    with log-normal values; the label is the argmax of a seeded random linear teacher plus
+    Gumbel noise. Written in batches through StoreWriter, so generation memory is one batch."""
+    from streamfit.store import StoreWriter
+
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((n_features, n_classes))
+    w = StoreWriter(str(path), chunk_rows=1 << 16, overwrite=True)
+    batch = 1 << 18
+    for start in range(0, n_rows, batch):
+        m = min(batch, n_rows - start)
+        cols = np.sort(rng.choice(n_features, size=(m, nnz_per_row)) if nnz_per_row * 4 < n_features
+                       else np.argsort(rng.random((m, n_features)), axis=1)[:, :nnz_per_row], axis=1)
+        dup = np.zeros_like(cols, dtype=bool)
+        dup[:, 1:] = cols[:, 1:] == cols[:, :-1]
+        values = rng.lognormal(size=cols.shape).astype(np.float32)
+        values[dup] = 0.0  # a repeated column adds nothing
+        X = sp.csr_matrix((values.ravel(), cols.ravel(), np.arange(0, m * nnz_per_row + 1, nnz_per_row)),
+                          shape=(m, n_features))
+        X.sum_duplicates()
+        X.eliminate_zeros()
+        scores = X @ teacher + rng.gumbel(size=(m, n_classes))
+        w.write_rows(X, scores.argmax(axis=1).astype(np.int32))
+        print(f"\r  generated {start + m}/{n_rows} rows", end="", flush=True)
+    print()
+    w.close(n_features=n_features, classes=[f"c{i}" for i in range(n_classes)])
+
+
+def ooc(args) -> None:
+    """The stagewise solver through `streamfit.train` (in-process engine, checkpoints) in a child
+    process whose address space is capped at --ooc-cap-mb, on a generated store whose decoded size
+    is several times that cap."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from streamfit.store import open_store
+
+    path = args.work / f"ooc_{args.ooc_rows}.zarr"
+    if not path.exists():
+        make_ooc_store(path, args.ooc_rows, 1000, 40, 10)
+    store = open_store(str(path))
+    decoded_mb = store.manifest.nnz * 8 / 2**20  # float32 values + int32 indices
+    print(f"\n## out of core: {store.n_rows} rows, {store.n_features} features, nnz {store.manifest.nnz}, "
+          f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB, scores {store.n_rows * 10 * 8 / 2**20:.0f} "
+          f"MiB per version; address-space cap {args.ooc_cap_mb} MiB; load average {os.getloadavg()[0]:.1f}",
+          flush=True)
+    params = {"generator": "sequential", "block_size": 500, "n_passes": 1}
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", OOC_CHILD, str(path), str(args.work / "ooc_run"),
+                           str(args.ooc_cap_mb), json.dumps(params)], capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        print(f"FAILED under the cap: {proc.stderr.strip().splitlines()[-3:]}")
+        return
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"| stagewise {params} | finished in {r['seconds']:.0f} s | train accuracy "
+          f"{r['last']['train_accuracy']:.4f} | peak RSS {r['max_rss_mb']:.0f} MiB | peak address space "
+          f"{r['vm_peak_mb']:.0f} MiB (cap {args.ooc_cap_mb}) |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="letter,pendigits,satimage,mnist,news20")
@@ -153,8 +233,14 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_stagewise"), help="news20 stores and runs")
     ap.add_argument("--news20-blocks", default="500x2", help="comma-separated BLOCKxPASSES settings for news20")
     ap.add_argument("--news20-lam", type=float, default=1e-4)
+    ap.add_argument("--ooc", action="store_true", help="only the out-of-core run under a memory cap")
+    ap.add_argument("--ooc-rows", type=int, default=25_000_000, help="rows of the generated store (40 nnz each)")
+    ap.add_argument("--ooc-cap-mb", type=int, default=2048)
     args = ap.parse_args()
     args.news20_blocks = [tuple(int(v) for v in b.split("x")) for b in args.news20_blocks.split(",")]
+    if args.ooc:
+        ooc(args)
+        return
     dims = [int(d) for d in args.dims.split(",")]
     variants = [v for v in args.variants.split(",") if v]
     peers = [p for p in args.peers.split(",") if p]
