@@ -98,8 +98,8 @@ def main() -> None:
         else:
             source = args.data_dir / LIBSVM[name]
         stores[name] = work / f"{name}.zarr"
-        subprocess.run(cli("ingest", source, "--no-hash", "--chunk-rows", args.chunk_rows, "--out", stores[name]),
-                       check=True, capture_output=True)
+        subprocess.run(cli("ingest", source, "--format", "libsvm", "--no-hash", "--chunk-rows", args.chunk_rows,
+                           "--out", stores[name]), check=True, capture_output=True)
     rows = []
     with loopback_cluster() as address:
         for name, store in stores.items():

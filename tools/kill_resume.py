@@ -156,8 +156,8 @@ def main() -> None:
 
         dump_svmlight_file(*load_digits(return_X_y=True), str(source), zero_based=False)
     store = work / "train.zarr"
-    subprocess.run(cli("ingest", source, "--no-hash", "--chunk-rows", args.chunk_rows, "--out", store, "--overwrite"),
-                   check=True, capture_output=True)
+    subprocess.run(cli("ingest", source, "--format", "libsvm", "--no-hash", "--chunk-rows", args.chunk_rows,
+                       "--out", store, "--overwrite"), check=True, capture_output=True)
     print(f"data {args.data}: {open_store(str(store)).n_rows} rows, {open_store(str(store)).n_chunks} chunks; "
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
 
@@ -172,7 +172,8 @@ def main() -> None:
         rows.append(run_job(solver, train, lambda name, s=solver: work / s / name, args.kills, rng))
     if not args.no_ingest:
         def ingest(out, resume):  # a re-run is the same command: it replaces a dead run's OUT.partial
-            return cli("ingest", source, "--no-hash", "--batch-size", "64", "--chunk-rows", "50", "--out", out)
+            return cli("ingest", source, "--format", "libsvm", "--no-hash", "--batch-size", "64", "--chunk-rows", "50",
+                       "--out", out)
 
         rows.append(run_job("ingest", ingest, lambda name: work / "ingest" / f"{name}.zarr", args.kills, rng))
 
