@@ -185,7 +185,9 @@ class FBPDClassifier(_SolverClassifier):
     penalty: g = "l1", "l1/l2" or "l1/linf" over blocks of `group_size` consecutive features
         of each class, or "l2" (½‖W‖², the standard SVM). The offsets are not penalised.
     tol: stop when the relative change of consecutive iterates is below tol; max_iter caps the
-        iterations (one pass over the data each). step_ratio: ρ of the steps (None: default).
+        iterations (one pass over the data each). step_ratio: initial ρ of the steps (None:
+        default). restarts: restarted Halpern iteration (fast; False: the paper's plain
+        iteration); adapt_iters: no restart or step change after that many iterations.
     chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
         floating-point rounding).
 
@@ -195,7 +197,8 @@ class FBPDClassifier(_SolverClassifier):
     """
 
     def __init__(self, formulation="regularized", penalty="l1", lam=1e-3, eta=0.1, group_size=5, tol=1e-5,
-                 max_iter=1000, step_ratio=None, random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
+                 max_iter=1000, step_ratio=None, restarts=True, adapt_iters=10_000, random_state=0,
+                 chunk_rows=DEFAULT_CHUNK_ROWS):
         self.formulation = formulation
         self.penalty = penalty
         self.lam = lam
@@ -204,6 +207,8 @@ class FBPDClassifier(_SolverClassifier):
         self.tol = tol
         self.max_iter = max_iter
         self.step_ratio = step_ratio
+        self.restarts = restarts
+        self.adapt_iters = adapt_iters
         self.random_state = random_state
         self.chunk_rows = chunk_rows
 
@@ -216,7 +221,8 @@ class FBPDClassifier(_SolverClassifier):
     def _solver_params(self) -> FBPDParams:
         return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
                           group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
-                          step_ratio=self.step_ratio, random_state=self.random_state)
+                          step_ratio=self.step_ratio, restarts=self.restarts, adapt_iters=self.adapt_iters,
+                          random_state=self.random_state)
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""

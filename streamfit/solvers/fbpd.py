@@ -32,8 +32,25 @@ over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), an
 (‖x* − x⁰‖²/τ + ‖y* − y⁰‖²/σ)/k is smallest for ρ = ‖x* − x⁰‖/‖y* − y⁰‖, and duals in
 (S_{1/n})^L have ‖y* − y⁰‖ ≤ √(2/n); the default ρ = √n assumes ‖x*‖ ≈ √2 (measured best
 within a factor 3 on iris, wine and digits for Algorithm 1; Algorithm 2 uses ρ = 1).
-`step_ratio` sets ρ. The paper's
+`step_ratio` sets the initial ρ. The paper's
 stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations.
+
+Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
+(Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
+− 2⟨y, Tx⟩ (Algorithm 2: T ← [T 0; 0 I]) since τσ‖T‖² < 1 (He and Yuan 2012; Condat 2013,
+the paper's [20]). Instead of z ← F(z), the restarted Halpern iteration with reflection
+(Lu and Yang 2024, restarted Halpern PDHG for LP) steps
+    z_{j+1} = (j+1)/(j+2) · (2F(z_j) − z_j) + 1/(j+2) · z_a
+from an anchor z_a; it restarts (z_a ← z_j, j ← 0) when the fixed-point residual
+R_j = ‖z_j − F(z_j)‖_P falls to 0.2 R_1, or to 0.8 R_1 while rising, or when j ≥ 0.36 k (k
+iterations in all) — the criteria of Applegate et al. 2021 (PDLP) with R as the measure —
+and at each restart re-balances the steps, ρ ← √(ρ · ‖Δx‖/‖Δy‖) (PDLP's primal weight; Δ =
+the move between consecutive anchors). On piecewise-linear problems (ℓ1 / ℓ1,∞ with the
+hinge, an LP) restarts turn the O(1/k) rate into a linear one. After `adapt_iters`
+iterations nothing adapts any more: the Halpern iteration of the nonexpansive 2F − I from a
+fixed anchor converges to a fixed point of F (Wittmann 1992), i.e. a primal-dual solution;
+this keeps the guarantee. The model is x̃ of F's last output, which is sparse; the stopping
+rule compares consecutive x̃. restarts=False runs the paper's plain iteration z ← F(z).
 
 Dual objective logged per iteration: (11), maximise D(y) = Σ_ℓ r_ℓᵀy_ℓ − (lam·g)*(−Tᵀy).
 For norm penalties g* is the indicator of the dual-norm ball, so the dual iterate is rescaled
@@ -49,11 +66,13 @@ Out of core: y (n × K; Algorithm 2 also ξ and ζ, n each) live in ChunkState, 
 with the data, one version per iteration. One iteration = one pass: the driver computes x⁺
 (the prox, once per iteration), each chunk task reads its duals, computes scores at x⁺ and x
 with one product X·[W⁺ W], updates its duals, and returns its share of Tᵀy (an M × K array),
-of the hinge loss at x⁺, and of the dual objective. Sums follow the engine's fixed tree, so
+of the hinge loss at x⁺, and of the dual objective, plus the residual's parts (‖Δy‖², ⟨Δy, TΔx⟩) and, with restarts, the
+next iterate from its anchor (a second ChunkState per dual, written at restarts). Sums follow the engine's fixed tree, so
 the result is bitwise independent of the number of workers. Memory per task:
 O(chunk nnz + chunk_rows·K + M·K).
 
-Checkpoints after every iteration: x, Tᵀy, Σ(ζ − τξ), counters, ‖T‖ and the duals' version;
+Checkpoints after every iteration: x, x̃, Tᵀy, the anchor (x, Tᵀy, versions), Σζ, Σξ, ρ,
+the restart counters, ‖T‖ and the duals' version;
 resume=True reproduces an uninterrupted run bitwise.
 """
 
@@ -82,10 +101,11 @@ from streamfit.solvers.fbpd_kernels import (
 )
 from streamfit.store import ChunkSource
 
-DUAL, XI, ZETA = "dual", "xi", "zeta"  # ChunkState names
+DUAL, XI, ZETA = "dual", "xi", "zeta"  # ChunkState names; the anchors are "anchor_" + name
 POWER_TOL = 1e-4
 POWER_MAX_ITER = 200
 NORM_SAFETY = 1.01
+RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 
 
 class FBPDParams(SolverParams):
@@ -101,7 +121,11 @@ class FBPDParams(SolverParams):
     tol: float = Field(1e-5, ge=0, description="stop when ‖x⁺ − x‖/‖x⁺‖ < tol (the paper uses 1e-5)")
     max_iter: int = Field(1000, ge=1, description="iterations (passes over the data)")
     step_ratio: float | None = Field(
-        None, gt=0, description="ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n")
+        None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1")
+    restarts: bool = Field(
+        True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD")
+    adapt_iters: int = Field(
+        10_000, ge=0, description="no restart and no change of ρ after this many iterations (the convergence guarantee)")
 
 
 # -- chunk tasks ---------------------------------------------------------------------------
@@ -124,37 +148,91 @@ def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarra
     return _adjoint(chunk.X, A)
 
 
-def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, step: float):
+def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """T_ℓ(x − x̃) for every row, from S = scores at [x̃, x]."""
+    K = S.shape[1] // 2
+    D = S[:, K:] - S[:, :K]
+    return D - D[np.arange(len(z)), z][:, None]
+
+
+def _load(state, names: tuple, version: int, chunk_id: int, initial) -> tuple:
+    """The arrays `names` at `version` (0: the starting point `initial()`, never written)."""
+    return initial() if version == 0 else tuple(state.read(name, version, chunk_id) for name in names)
+
+
+def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: tuple, initial,
+             anchor: int | None, restart: bool, a: float, c: float):
+    """Writes the next iterate's per-sample arrays (version + 1) and returns
+    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array).
+    Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
+    restart the anchor is `old`, written as version `version` of "anchor_" + name."""
+    moves = tuple(float(((o - w) ** 2).sum()) for o, w in zip(old, new))
+    if anchor is None:
+        nxt, anchors = new, new
+    else:
+        if restart:
+            anchors = old
+            for name, array in zip(names, old):
+                state.write("anchor_" + name, version, chunk_id, array)
+        else:
+            anchors = _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
+        nxt = tuple(a * (2.0 * w - o) + c * p for w, o, p in zip(new, old, anchors))
+    for name, array in zip(names, nxt):
+        state.write(name, version + 1, chunk_id, array)
+    jumps = tuple(float(((x - p) ** 2).sum()) for x, p in zip(nxt, anchors))
+    return moves, tuple(float(array.sum()) for array in nxt), jumps
+
+
+def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, step: float,
+                      anchor: int | None = None, restart: bool = False, a: float = 1.0, c: float = 0.0):
     chunk = source.read_chunk(chunk_id)
     z, K = chunk.labels, source.n_classes
-    Y = np.eye(K)[z] if version == 0 else state.read(DUAL, version, chunk_id).copy()
+
+    def initial():
+        return (np.eye(K)[z],)
+
+    (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
+    Yt = Y.copy()
     A = np.empty_like(Y)
-    hinge, r_dot, correct = regularized_dual_step(_scores(chunk.X, W2, b2), z, Y, step, A)
-    state.write(DUAL, version + 1, chunk_id, Y)
+    S = _scores(chunk.X, W2, b2)
+    hinge, r_dot, correct = regularized_dual_step(S, z, Yt, step, A)
+    coupling = float(((Y - Yt) * _margin_change(S, z)).sum())
+    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
     GW, Gb = _adjoint(chunk.X, A)
-    return GW, Gb, hinge, r_dot, correct
+    return GW, Gb, hinge, r_dot, correct, moves, coupling, jumps
 
 
 def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, tau: float,
-                      sigma: float, shift: float):
+                      sigma: float, shift: float, anchor: int | None = None, restart: bool = False,
+                      a: float = 1.0, c: float = 0.0):
     chunk = source.read_chunk(chunk_id)
     z, K, n = chunk.labels, source.n_classes, chunk.n_rows
-    if version == 0:
-        Y, xi, zeta = np.zeros((n, K)), np.zeros(n), np.zeros(n)
-    else:
-        Y, xi, zeta = (state.read(name, version, chunk_id).copy() for name in (DUAL, XI, ZETA))
+    names = (DUAL, XI, ZETA)
+
+    def initial():
+        return np.zeros((n, K)), np.zeros(n), np.zeros(n)
+
+    old = _load(state, names, version, chunk_id, initial)
+    Y, xi, zeta = (array.copy() for array in old)
     A = np.empty_like(Y)
-    out = constrained_dual_step(_scores(chunk.X, W2, b2), z, Y, xi, zeta, tau, sigma, shift, A)
-    for name, array in ((DUAL, Y), (XI, xi), (ZETA, zeta)):
-        state.write(name, version + 1, chunk_id, array)
-    return (*_adjoint(chunk.X, A), *out)
+    S = _scores(chunk.X, W2, b2)
+    hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
+    coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
+    moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart,
+                                    a, c)
+    GW, Gb = _adjoint(chunk.X, A)
+    return GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps
+
+
+def _norm(*arrays) -> float:
+    return float(np.sqrt(sum((a * a).sum() for a in arrays)))
 
 
 def _relative_change(new: tuple, old: tuple) -> float:
     """‖new − old‖/‖new‖ over a tuple of arrays (0 if both are 0, inf if only new is)."""
-    change = np.sqrt(sum(((a - c) ** 2).sum() for a, c in zip(new, old)))
-    size = np.sqrt(sum((a * a).sum() for a in new))
-    return float(change / size) if size > 0 else (0.0 if change == 0 else np.inf)
+    change = _norm(*(a - c for a, c in zip(new, old)))
+    size = _norm(*new)
+    return change / size if size > 0 else (0.0 if change == 0 else np.inf)
 
 
 # -- the solver ----------------------------------------------------------------------------
@@ -162,21 +240,40 @@ def _relative_change(new: tuple, old: tuple) -> float:
 
 @dataclasses.dataclass
 class _Progress:
-    """x = (W, b), G = Tᵀy (Algorithm 1: (1/n)TᵀY) and, for Algorithm 2, Σ_ℓ(ζ_ℓ − τξ_ℓ)."""
+    """The iterate x = (W, b) with G = Tᵀy (Algorithm 1: (1/n)TᵀY) and, for Algorithm 2, Σζ
+    and Σξ; F's last primal output x̃ = (Wt, bt) (the model); the Halpern anchor (its x, G,
+    sums and state version) and the restart bookkeeping."""
 
     W: np.ndarray
     b: np.ndarray
     GW: np.ndarray
     Gb: np.ndarray
-    next_sum: float = 0.0
+    Wt: np.ndarray
+    bt: np.ndarray
+    Wa: np.ndarray
+    ba: np.ndarray
+    GWa: np.ndarray
+    Gba: np.ndarray
+    rho: float
+    sums: tuple = (0.0, 0.0)  # Σζ, Σξ of the iterate (Algorithm 2)
+    jumps: tuple = (0.0, 0.0, 0.0)  # ‖y − y_a‖² per dual array (Algorithm 2: y, ξ, ζ) of the iterate
+    anchor: int = 0  # the anchor's state version (0: the starting point)
+    since_restart: int = 0
+    first_residual: float = 0.0
+    last_residual: float = 0.0
+    restart_due: bool = False
+    restarts: int = 0
     iteration: int = 0  # = the duals' version; 0: initial duals, never written
     data_passes: int = 0
     converged: bool = False
 
+    ARRAYS = ("W", "b", "GW", "Gb", "Wt", "bt", "Wa", "ba", "GWa", "Gba")
+
 
 @register_solver
 class FBPDSolver(Solver):
-    """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration.
+    """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration, plain
+    or restarted Halpern (see the module docstring).
 
     `stop_after_iters`: return the current model after that many iterations in this call (the
     checkpoint allows a later fit with resume=True to continue). For time-boxed jobs and for
@@ -206,73 +303,129 @@ class FBPDSolver(Solver):
                 break
         return float(np.sqrt(estimate)), it
 
-    def step_ratio(self, n: int) -> float:
-        """ρ: `step_ratio`, else √n (Algorithm 1) or 1 (Algorithm 2, whose duals y are the
-        hinge's multiplier c times simplex points instead of lying in (S_{1/n})^L)."""
+    def initial_ratio(self, n: int) -> float:
+        """ρ at the start: `step_ratio`, else √n (Algorithm 1) or 1 (Algorithm 2, whose duals y
+        are the hinge's multiplier c times simplex points instead of lying in (S_{1/n})^L)."""
         if self.params.step_ratio:
             return self.params.step_ratio
         return float(np.sqrt(n)) if self.params.formulation == "regularized" else 1.0
 
-    def steps(self, norm: float, n: int) -> tuple[float, float]:
-        """(τ, σ) with τσ‖T‖² < 1 (Algorithm 2: τσ max(‖T‖², 1) < 1)."""
-        rho = self.step_ratio(n)
+    def steps(self, norm: float, rho: float) -> tuple[float, float]:
+        """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1."""
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
+    # ---- restarts ----
+    def _restart(self, prog: _Progress, n: int) -> None:
+        """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
+        move since the previous anchor."""
+        jumps = prog.jumps
+        if self.params.formulation == "regularized":
+            dx, dy = _norm(prog.W - prog.Wa, prog.b - prog.ba), np.sqrt(jumps[0]) / n
+        else:
+            dx = np.sqrt(_norm(prog.W - prog.Wa, prog.b - prog.ba) ** 2 + jumps[2])
+            dy = np.sqrt(jumps[0] + jumps[1])
+        if dx > 0 and dy > 0:
+            prog.rho = float(np.sqrt(prog.rho * dx / dy))
+        prog.Wa, prog.ba, prog.GWa, prog.Gba = prog.W, prog.b, prog.GW, prog.Gb
+        prog.anchor = prog.iteration
+        prog.since_restart = 0
+        prog.restarts += 1
+
+    def _schedule_restart(self, prog: _Progress, residual: float) -> None:
+        """Applegate et al.'s criteria on the fixed-point residual, until adapt_iters."""
+        prog.since_restart += 1
+        if prog.since_restart == 1:
+            prog.first_residual = residual
+        elif prog.iteration <= self.params.adapt_iters:
+            first = prog.first_residual
+            prog.restart_due = bool(residual <= RESTART_SUFFICIENT * first
+                                    or (residual <= RESTART_NECESSARY * first and residual > prog.last_residual)
+                                    or prog.since_restart >= RESTART_ARTIFICIAL * prog.iteration)
+        prog.last_residual = residual
+
     # ---- one iteration ----
     def _iterate(self, engine, source, state, prog: _Progress, norm: float) -> dict:
-        """x⁺ from (x, Tᵀy), then the pass over the chunks; returns the fields to log."""
+        """x̃ = prox(x − τG), then the pass over the chunks (duals of F and the next iterate);
+        returns the fields to log."""
         p, n = self.params, source.n_rows
-        tau, sigma = self.steps(norm, n)
         chunks = range(source.n_chunks)
         regularized = p.formulation == "regularized"
+        restart, halpern = prog.restart_due, {}
+        if restart:
+            self._restart(prog, n)
+        j = prog.since_restart
+        a, c = (j + 1) / (j + 2), 1 / (j + 2)
+        if p.restarts:
+            halpern = {"anchor": prog.anchor, "restart": restart, "a": a, "c": c}
+        tau, sigma = self.steps(norm, prog.rho)
         weight = tau * (p.lam if regularized else 1.0)
-        W_new = penalty_prox(prog.W - tau * prog.GW, weight, p.penalty, p.group_size)
-        b_new = prog.b - tau * prog.Gb
-        W2 = np.ascontiguousarray(np.hstack([W_new, prog.W]))
-        b2 = np.concatenate([b_new, prog.b])
+        Wt = penalty_prox(prog.W - tau * prog.GW, weight, p.penalty, p.group_size)
+        bt = prog.b - tau * prog.Gb
+        W2 = np.ascontiguousarray(np.hstack([Wt, prog.W]))
+        b2 = np.concatenate([bt, prog.b])
         if regularized:
-            GW, Gb, hinge, r_dot, correct = engine.map_reduce(
+            GWt, Gbt, hinge, r_dot, correct, moves, coupling, jumps = engine.map_reduce(
                 _regularized_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
-                W2=W2, b2=b2, step=n * sigma)
-            GW, Gb = GW / n, Gb / n
+                W2=W2, b2=b2, step=n * sigma, **halpern)
+            GWt, Gbt = GWt / n, Gbt / n
+            dual_part = moves[0] / (n * n * sigma) - 2 * coupling / n
+            totals = (0.0, 0.0)
+            jumps = (jumps[0], 0.0, 0.0)
         else:
-            shift = max(0.0, (prog.next_sum - n * p.eta) / n)
-            GW, Gb, hinge, prog.next_sum, r_dot, xi_sum, correct = engine.map_reduce(
+            shift = max(0.0, (prog.sums[0] - tau * prog.sums[1] - n * p.eta) / n)
+            GWt, Gbt, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps = engine.map_reduce(
                 _constrained_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
-                W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift)
-        rel_change = _relative_change((W_new, b_new), (prog.W, prog.b))
-        if rel_change == 0.0 and not W_new.any() and not b_new.any():  # resting at x = 0: wait for the duals
-            rel_change = _relative_change((GW, Gb), (prog.GW, prog.Gb))
-        prog.W, prog.b, prog.GW, prog.Gb = W_new, b_new, GW, Gb
+                W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift, **halpern)
+            dual_part = (moves[0] + moves[1]) / sigma + moves[2] / tau - 2 * coupling
+            totals = (totals[2], totals[1])
+            jumps = (jumps[0], jumps[1], jumps[2])
+        residual = float(np.sqrt(max(_norm(prog.W - Wt, prog.b - bt) ** 2 / tau + dual_part, 0.0)))
+        rel_change = _relative_change((Wt, bt), (prog.Wt, prog.bt))
+        if rel_change == 0.0 and not Wt.any() and not bt.any():  # resting at x = 0: wait for the duals
+            rel_change = _relative_change((GWt, Gbt), (prog.GW, prog.Gb))
+        if p.restarts:
+            prog.W, prog.b = a * (2 * Wt - prog.W) + c * prog.Wa, a * (2 * bt - prog.b) + c * prog.ba
+            prog.GW, prog.Gb = a * (2 * GWt - prog.GW) + c * prog.GWa, a * (2 * Gbt - prog.Gb) + c * prog.Gba
+            prog.sums, prog.jumps = totals, jumps
+        else:
+            prog.W, prog.b, prog.GW, prog.Gb, prog.sums = Wt, bt, GWt, Gbt, totals
+        prog.Wt, prog.bt = Wt, bt
         prog.iteration += 1
         prog.data_passes += 1
-        g = penalty(W_new, p.penalty, p.group_size)
+        prog.restart_due = False
+        if p.restarts:
+            self._schedule_restart(prog, residual)
+        g = penalty(Wt, p.penalty, p.group_size)
         if regularized:
             primal = p.lam * g + hinge / n
             if p.penalty == "l2":
-                dual = r_dot / n - float((GW * GW).sum()) / (2 * p.lam)
+                dual = r_dot / n - float((GWt * GWt).sum()) / (2 * p.lam)
             else:
-                dual = min(1.0, p.lam / max(dual_norm(GW, p.penalty, p.group_size), 1e-300)) * r_dot / n
+                dual = min(1.0, p.lam / max(dual_norm(GWt, p.penalty, p.group_size), 1e-300)) * r_dot / n
         else:
             primal = g
             bound = r_dot + xi_sum * p.eta  # Σ rᵀy − c·n·eta with c = −mean(ξ)
             if p.penalty == "l2":
-                dual = bound - 0.5 * float((GW * GW).sum())
+                dual = bound - 0.5 * float((GWt * GWt).sum())
             else:
-                dual = min(1.0, 1.0 / max(dual_norm(GW, p.penalty, p.group_size), 1e-300)) * bound
-        return dict(objective=primal, dual_objective=dual, gap=primal - dual, loss=hinge / n,
-                    dual_infeasibility=float(np.sqrt((Gb * Gb).sum())), rel_change=rel_change,
-                    train_accuracy=correct / n, nnz=int(np.count_nonzero(W_new)),
-                    data_passes=prog.data_passes)
+                dual = min(1.0, 1.0 / max(dual_norm(GWt, p.penalty, p.group_size), 1e-300)) * bound
+        return {"objective": primal, "dual_objective": dual, "gap": primal - dual, "loss": hinge / n,
+                    "dual_infeasibility": float(np.sqrt((Gbt * Gbt).sum())), "rel_change": rel_change,
+                    "residual": residual, "step_ratio": prog.rho, "restarts": prog.restarts,
+                    "train_accuracy": correct / n, "nnz": int(np.count_nonzero(Wt)), "data_passes": prog.data_passes}
 
     # ---- checkpoints ----
+    def _names(self) -> tuple:
+        return (DUAL,) if self.params.formulation == "regularized" else (DUAL, XI, ZETA)
+
     def _save(self, checkpointer: Checkpointer, prog: _Progress, norm: float) -> None:
-        meta = {"iteration": prog.iteration, "data_passes": prog.data_passes, "next_sum": prog.next_sum,
-                "converged": prog.converged, "norm": norm}
-        arrays = {"W": prog.W, "b": prog.b, "GW": prog.GW, "Gb": prog.Gb}
-        names = (DUAL,) if self.params.formulation == "regularized" else (DUAL, XI, ZETA)
-        versions = {name: prog.iteration for name in names} if prog.iteration > 0 else {}
+        meta = {f.name: getattr(prog, f.name) for f in dataclasses.fields(prog) if f.name not in prog.ARRAYS}
+        meta["norm"] = norm
+        arrays = {name: getattr(prog, name) for name in prog.ARRAYS}
+        versions = {name: prog.iteration for name in self._names()} if prog.iteration > 0 else {}
+        if self.params.restarts and prog.anchor > 0:
+            versions.update({"anchor_" + name: prog.anchor for name in self._names()})
         checkpointer.save(prog.iteration, meta, arrays, versions)
 
     # ---- Algorithms 1 and 2 ----
@@ -287,32 +440,32 @@ class FBPDSolver(Solver):
         if ckpt is None:
             state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
             norm, passes = self.operator_norm(source, engine)
-            prog = _Progress(W=np.zeros((M, K)), b=np.zeros(K), GW=np.zeros((M, K)), Gb=np.zeros(K),
-                             data_passes=passes)
+            zero_W, zero_b = np.zeros((M, K)), np.zeros(K)  # x⁰ = 0; Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0)
+            prog = _Progress(W=zero_W, b=zero_b, GW=zero_W, Gb=zero_b, Wt=zero_W, bt=zero_b, Wa=zero_W,
+                             ba=zero_b, GWa=zero_W, Gba=zero_b, rho=self.initial_ratio(n), data_passes=passes)
             self._save(checkpointer, prog, norm)
         else:
-            a, meta = ckpt.arrays, ckpt.meta
-            norm = meta["norm"]
-            prog = _Progress(W=a["W"], b=a["b"], GW=a["GW"], Gb=a["Gb"], 
-                             next_sum=meta["next_sum"],
-                             iteration=meta["iteration"], data_passes=meta["data_passes"],
-                             converged=meta["converged"])
+            meta = dict(ckpt.meta)
+            norm = meta.pop("norm")
+            meta["sums"], meta["jumps"] = tuple(meta["sums"]), tuple(meta["jumps"])
+            prog = _Progress(**ckpt.arrays, **meta)
             log.truncate_after(ckpt.step)
         done_here = 0
         while not prog.converged and prog.iteration < p.max_iter:
             fields = self._iterate(engine, source, state, prog, norm)
             prog.converged = fields["rel_change"] < p.tol
-            log.log(prog.iteration, model=lambda: self._model(source, prog, norm, n), **fields)
+            log.log(prog.iteration, model=lambda: self._model(source, prog, norm), **fields)
             self._save(checkpointer, prog, norm)
             done_here += 1
             if self.stop_after_iters is not None and done_here >= self.stop_after_iters:
                 break
-        return self._model(source, prog, norm, n)
+        return self._model(source, prog, norm)
 
-    def _model(self, source: ChunkSource, prog: _Progress, norm: float, n: int) -> LinearModel:
+    def _model(self, source: ChunkSource, prog: _Progress, norm: float) -> LinearModel:
         p = self.params
-        coef = prog.W.T if p.penalty == "l2" else sp.csr_matrix(prog.W.T)
-        return LinearModel(coef, prog.b, classes=source.classes, n_features=source.n_features, multilabel=False,
+        coef = prog.Wt.T if p.penalty == "l2" else sp.csr_matrix(prog.Wt.T)
+        return LinearModel(coef, prog.bt, classes=source.classes, n_features=source.n_features, multilabel=False,
                            solver=self.name, params=p.model_dump(),
                            info={"iterations": prog.iteration, "converged": prog.converged, "norm_T": norm,
-                                 "step_ratio": self.step_ratio(n), "data_passes": prog.data_passes})
+                                 "step_ratio": prog.rho, "restarts": prog.restarts,
+                                 "data_passes": prog.data_passes})

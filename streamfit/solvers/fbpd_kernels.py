@@ -13,8 +13,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from streamfit.projections import epigraph_max_threshold, project_l1_ball, simplex_threshold
-
+from streamfit.projections import (
+    epigraph_max_threshold,
+    project_l1_ball,
+    simplex_threshold,
+)
 
 # -- per-row dual updates ------------------------------------------------------------------
 
@@ -72,13 +75,11 @@ def constrained_dual_step(S: np.ndarray, z: np.ndarray, Y: np.ndarray, xi: np.nd
         y ← ŷ − σỹ,  ξ ← ξ̂ − σξ̃,  ζ ← ζ⁺.
 
     Y, xi, zeta are updated in place; A receives a_ℓ = y_ℓ − (Σ_k y_ℓk) e_{z_ℓ}. Returns
-    Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ (ζ_ℓ − τξ_ℓ) (for the next P_{V_η}), Σ_ℓ r_ℓᵀy_ℓ, Σ_ℓ ξ_ℓ and the
-    number of rows whose top score at x⁺ is z_ℓ."""
+    Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀy_ℓ, Σ_ℓ ξ_ℓ and the number of rows whose top score at x⁺ is z_ℓ."""
     n, K = Y.shape
     nu = np.empty(K)
     yhat = np.empty(K)
     hinge = 0.0
-    next_sum = 0.0
     r_dot = 0.0
     xi_sum = 0.0
     correct = 0
@@ -111,9 +112,8 @@ def constrained_dual_step(S: np.ndarray, z: np.ndarray, Y: np.ndarray, xi: np.nd
         A[i, zi] -= total
         xi[i] = xi_hat - sigma * theta
         zeta[i] = zeta_new
-        next_sum += zeta_new - tau * xi[i]
         xi_sum += xi[i]
-    return hinge, next_sum, r_dot, xi_sum, correct
+    return hinge, r_dot, xi_sum, correct
 
 
 @numba.njit(cache=True, nogil=True)
