@@ -252,23 +252,25 @@ class PPDSparseClassifier(_SolverClassifier):
 
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
     lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
-    kappa, delta, x_threshold, max_inner, group_size, tol, max_iter: see PPDSparseParams.
+    kappa, kappa_growth, delta, x_threshold, max_inner, shrink, group_size, tol, max_iter: see PPDSparseParams.
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
     CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_.
     """
 
-    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, delta=1.0, x_threshold=0.0,
-                 max_inner=5, group_size=None, tol=1e-2, max_iter=1000, random_state=0,
+    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=1.0,
+                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=1e-2, max_iter=1000, random_state=0,
                  chunk_rows=DEFAULT_CHUNK_ROWS):
         self.loss = loss
         self.lam = lam
         self.tau = tau
         self.kappa = kappa
+        self.kappa_growth = kappa_growth
         self.delta = delta
         self.x_threshold = x_threshold
         self.max_inner = max_inner
+        self.shrink = shrink
         self.group_size = group_size
         self.tol = tol
         self.max_iter = max_iter

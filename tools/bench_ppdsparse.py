@@ -31,13 +31,19 @@ from sklearn.preprocessing import MultiLabelBinarizer
 from sklearn.svm import LinearSVC
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from streamfit.checkpoint import Checkpointer  # noqa: E402
-from streamfit.engine import Engine  # noqa: E402
-from streamfit.runlog import MetricsLog  # noqa: E402
-from streamfit.solvers import ppdsparse as pp  # noqa: E402
-from streamfit.solvers.ppdsparse_kernels import HINGE, SQUARED_HINGE, make_work, solve_class  # noqa: E402
-from streamfit.store import InMemoryStore, StoreWriter, open_store  # noqa: E402
-from make_extreme import make_extreme  # noqa: E402
+from make_extreme import make_extreme
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import ppdsparse as pp
+from streamfit.solvers.ppdsparse_kernels import (
+    HINGE,
+    SQUARED_HINGE,
+    make_work,
+    solve_class,
+)
+from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 DATA = "/work/shared/data"
 # (lam, tau) per set; the peer gets C = 1/(2 n tau)
@@ -167,7 +173,7 @@ def print_main(rows):
           "| model ours | dense OvR model | size ratio | predict ours (ms/sample) | predict liblinear |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        q = lambda d: " ".join(f"{k} {100 * v:.2f}" for k, v in d.items())  # noqa: E731
+        q = lambda d: " ".join(f"{k} {100 * v:.2f}" for k, v in d.items())
         print(f"| {r['set']} | {r['n']} × {r['d']}, {r['K']} | {r['t_ours']:.2f} | {r['t_peer']:.2f} | "
               f"{r['ratio']:.2f} | {q(r['q_ours'])} | {q(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
               f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
@@ -186,14 +192,14 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, seed=0):
     ks = np.arange(K) if K <= sample else np.sort(np.random.default_rng(seed).choice(K, sample, replace=False))
     work = make_work(n, d)
     loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
-    solve_class(data, work, int(ks[0]), loss, n * lam, n * tau, p.kappa, p.tol, p.max_iter, p.max_inner,
-                p.delta, p.x_threshold, 0)  # compile / warm up
+
+    def solve(k):
+        return solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.kappa_growth, p.tol, p.max_iter,
+                           p.max_inner, p.shrink, p.delta, p.x_threshold, 0)
+
+    solve(ks[0])  # compile / warm up
     t = time.perf_counter()
-    active = 0
-    for k in ks:
-        out = solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.tol, p.max_iter, p.max_inner,
-                          p.delta, p.x_threshold, 0)
-        active += out[4]
+    active = sum(solve(k)[4] for k in ks)
     el = time.perf_counter() - t
     pos = np.diff(data.pos_ptr)[ks]
     return el / len(ks), float(pos.mean()), active / len(ks), len(ks)

@@ -17,7 +17,9 @@ Each class is solved in the dual (10) by Algorithm 1 (greedy active set: the act
 at the class's positives; each iteration computes ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk
 over the non-zeros of w, optionally sparsified by Algorithm 3 with the R of Theorem 4.1, adds
 the κ most violating samples, runs Algorithm 2 (randomized dual coordinate descent maintaining
-w(α) = prox(X̂ᵀα), (13)) on the active set and drops zero duals of negatives). `tol` bounds the
+w(α) = prox(X̂ᵀα), (13), with LIBLINEAR's shrinking) on the active set and drops zero duals of
+negatives). κ grows with the active set (κ_t = max(κ, kappa_growth·|A_t|)), so a class whose
+dual is not very sparse needs O(log |A|) searches, not O(|A|/κ). `tol` bounds the
 projected dual gradient (in margin units) at the end, on every sample: the final search is exact.
 The kernels are in ppdsparse_kernels.py.
 
@@ -58,7 +60,13 @@ from streamfit.engine import Engine
 from streamfit.model import LinearModel, register_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
-from streamfit.solvers.ppdsparse_kernels import HINGE, SQUARED_HINGE, Data, make_work, solve_class
+from streamfit.solvers.ppdsparse_kernels import (
+    HINGE,
+    SQUARED_HINGE,
+    Data,
+    make_work,
+    solve_class,
+)
 from streamfit.store import ChunkSource, Store
 
 DEFAULT_GROUPS = 256  # group_size=None: about this many class groups
@@ -71,10 +79,12 @@ class PPDSparseParams(SolverParams):
     loss: Literal["squared_hinge", "hinge"] = Field("squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge")
     lam: float = Field(1e-5, ge=0, description="ℓ1 weight: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam)")
     tau: float = Field(1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)")
-    kappa: int = Field(500, ge=1, description="κ: samples added to the active set per search (Algorithm 1, step 2)")
+    kappa: int = Field(500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)")
+    kappa_growth: float = Field(1.0, ge=0, description="κ schedule: a search adds up to max(κ, kappa_growth·|A|) samples; 0 = fixed κ")
     delta: float | None = Field(1.0, gt=0, description="δ of Theorem 4.1: Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
     x_threshold: float = Field(0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off")
     max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
+    shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
     tol: float = Field(1e-2, gt=0, description="stop when no projected dual gradient exceeds tol (margin units)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
@@ -89,7 +99,7 @@ def build_data(source: ChunkSource) -> Data:
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.sort_indices()
-    n, d, K = source.n_rows, source.n_features, source.n_classes
+    d, K = source.n_features, source.n_classes
     if source.multilabel:
         Y = sp.vstack([c.labels for c in chunks], format="csc")
         Y.sum_duplicates()
@@ -157,8 +167,8 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, n
     stats = np.zeros((hi - lo, 5))
     for k in range(lo, hi):
         i, v, b, it, n_active, n_alpha, conv, dual = solve_class(
-            data, work, k, loss, mu, sigma, p.kappa, p.tol, p.max_iter, p.max_inner, delta, p.x_threshold,
-            p.random_state)
+            data, work, k, loss, mu, sigma, p.kappa, p.kappa_growth, p.tol, p.max_iter, p.max_inner, p.shrink, delta,
+            p.x_threshold, p.random_state)
         idx.append(i)
         val.append(v)
         bias[k - lo] = b
@@ -270,12 +280,10 @@ class PPDSparseSolver(Solver):
         positives = engine.map_reduce(_positives_task, source, range(source.n_chunks), desc="ppdsparse: labels")
         todo = sorted((g for g in range(len(groups)) if g not in done),
                       key=lambda g: (-int(positives[groups[g][0]:groups[g][1]].sum()), g))
-        finished_here = 0
         results = self._run(engine, source, groups, todo)
-        for g, res in results:
+        for finished_here, (g, res) in enumerate(results, 1):
             done[g] = res
             self._save(checkpointer, log, groups, done, g)
-            finished_here += 1
             if self.stop_after_groups is not None and finished_here >= self.stop_after_groups:
                 results.close()
                 break

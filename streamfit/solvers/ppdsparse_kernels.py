@@ -17,9 +17,12 @@ with c = 0, U = 1 for the hinge loss and c = 1, U = ∞ for the squared hinge ½
 H_ii = (‖x_i‖² + 1)/σ + c (Algorithm 2, step 3), which majorizes G along coordinate i also
 where the soft threshold is active, so every step decreases G.
 
-All work arrays are allocated once per class group (`Work`) and only the entries a class
-touched are reset, so a class costs O(its active samples × row length + search), never O(N)
-or O(D) (except in the search fallback described in `_search`).
+Only v is stored; w_j = prox(v)_j is recomputed where it is read, so a coordinate step touches
+one array (as LIBLINEAR's dual CD touches w). The features a class touched are listed once per
+sample, when its dual first moves (`_touch`), not at every update. All work arrays are
+allocated once per class group (`Work`) and only the entries a class touched are reset, so a
+class costs O(its active samples × row length + search), never O(N) or O(D) (except in the
+search fallback described in `_search`).
 """
 
 from __future__ import annotations
@@ -36,16 +39,16 @@ SQUARED_HINGE = 1
 # positive samples of every class (CSC of the label indicator).
 Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows")
 
-# Per-group scratch: v, w (D + 1), touched features, per-sample duals / labels / marks, the
-# active set, the search scores and the (sparsified) support of w.
-Work = namedtuple("Work", "v w fmark flist n_touched alpha ysign in_active active score smark slist "
+# Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
+# duals / labels / marks, the active set, the search scores and the (sparsified) support of w.
+Work = namedtuple("Work", "v fmark flist rmark rlist n_touched alpha ysign in_active active score smark slist "
                           "sup_idx sup_val cum counts rng")
 
 
 def make_work(n_rows: int, n_features: int) -> Work:
     return Work(
-        v=np.zeros(n_features + 1), w=np.zeros(n_features + 1), fmark=np.zeros(n_features, np.uint8),
-        flist=np.zeros(n_features, np.int64), n_touched=np.zeros(1, np.int64),
+        v=np.zeros(n_features + 1), fmark=np.zeros(n_features, np.uint8), flist=np.zeros(n_features, np.int64),
+        rmark=np.zeros(n_rows, np.uint8), rlist=np.zeros(n_rows, np.int64), n_touched=np.zeros(2, np.int64),
         alpha=np.zeros(n_rows), ysign=-np.ones(n_rows, np.int8), in_active=np.zeros(n_rows, np.uint8),
         active=np.zeros(n_rows, np.int64), score=np.zeros(n_rows), smark=np.zeros(n_rows, np.uint8),
         slist=np.zeros(n_rows, np.int64), sup_idx=np.zeros(n_features, np.int64), sup_val=np.zeros(n_features),
@@ -89,60 +92,100 @@ def _randint(rng, n):
 
 
 @njit(cache=True, nogil=True)
-def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs):
+def _prox(vf, mu):
+    """σ·w_j for v_j = vf: the soft threshold sign(vf) max(|vf| − μ, 0), branch-free."""
+    return max(vf - mu, 0.0) + min(vf + mu, 0.0)
+
+
+@njit(cache=True, nogil=True)
+def _touch(data, work, i):
+    """List sample i and its features as touched (once per class), for _support and the reset."""
+    if work.rmark[i]:
+        return
+    work.rmark[i] = 1
+    work.rlist[work.n_touched[1]] = i
+    work.n_touched[1] += 1
+    n = work.n_touched[0]
+    for p in range(data.indptr[i], data.indptr[i + 1]):
+        f = data.indices[p]
+        if work.fmark[f] == 0:
+            work.fmark[f] = 1
+            work.flist[n] = f
+            n += 1
+    work.n_touched[0] = n
+
+
+@njit(cache=True, nogil=True)
+def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
     """Randomized dual coordinate descent (Algorithm 2) on the active set, one random
-    permutation per epoch, until the largest projected gradient is ≤ tol. Returns epochs run."""
+    permutation per epoch, until the largest projected gradient is ≤ tol. Returns epochs run.
+
+    With `shrink`, LIBLINEAR's shrinking (Hsieh et al. 2008, §3.2, Algorithm 3): a coordinate
+    at a bound whose gradient points out of the box by more than the previous epoch's largest
+    violation (∇_i G > M̄ at α_i = 0, ∇_i G < m̄ at α_i = U) leaves the epoch loop (moved to the
+    end of active[:n_active]); once the rest meets tol, every coordinate is checked again, so
+    the stopping test always covers all of the active set."""
     D = work.v.shape[0] - 1
     c = 1.0 if loss == SQUARED_HINGE else 0.0
     upper = 1.0 if loss == HINGE else np.inf
-    v, w, alpha, active, ysign, rng = work.v, work.w, work.alpha, work.active, work.ysign, work.rng
-    fmark, flist = work.fmark, work.flist
-    n_touched = work.n_touched[0]
+    inv_sigma = 1.0 / sigma
+    v, alpha, active, ysign, rng, rmark = work.v, work.alpha, work.active, work.ysign, work.rng, work.rmark
     indptr, indices, values, sqnorm = data.indptr, data.indices, data.values, data.sqnorm
+    m = n_active  # coordinates not shrunk: active[:m]
+    pg_max_old, pg_min_old = np.inf, -np.inf
     epochs = max_epochs
     for epoch in range(max_epochs):
-        for s in range(n_active - 1, 0, -1):
+        for s in range(m - 1, 0, -1):
             r = _randint(rng, s + 1)
             active[s], active[r] = active[r], active[s]
-        max_pg = 0.0
-        for s in range(n_active):
+        pg_max, pg_min = -np.inf, np.inf
+        s = 0
+        while s < m:
             i = active[s]
             y = float(ysign[i])
-            z = w[D]
+            z = 0.0
             for p in range(indptr[i], indptr[i + 1]):
-                z += values[p] * w[indices[p]]
+                z += values[p] * _prox(v[indices[p]], mu)
             a = alpha[i]
-            g = y * z - 1.0 + c * a
+            g = y * (z + v[D]) * inv_sigma - 1.0 + c * a
             pg = g
             if a <= 0.0:
+                if shrink and g > pg_max_old:
+                    m -= 1
+                    active[s], active[m] = active[m], active[s]
+                    continue
                 pg = min(g, 0.0)
             elif a >= upper:
+                if shrink and g < pg_min_old:
+                    m -= 1
+                    active[s], active[m] = active[m], active[s]
+                    continue
                 pg = max(g, 0.0)
-            if abs(pg) > max_pg:
-                max_pg = abs(pg)
+            s += 1
+            pg_max = max(pg_max, pg)
+            pg_min = min(pg_min, pg)
             if pg == 0.0:
                 continue
-            h = (sqnorm[i] + 1.0) / sigma + c
+            h = (sqnorm[i] + 1.0) * inv_sigma + c
             a_new = min(max(a - g / h, 0.0), upper)
             d = (a_new - a) * y
             if d == 0.0:
                 continue
             alpha[i] = a_new
+            if rmark[i] == 0:
+                _touch(data, work, i)
             for p in range(indptr[i], indptr[i + 1]):
-                f = indices[p]
-                vf = v[f] + d * values[p]
-                v[f] = vf
-                w[f] = (vf - mu) / sigma if vf > mu else ((vf + mu) / sigma if vf < -mu else 0.0)
-                if fmark[f] == 0:
-                    fmark[f] = 1
-                    flist[n_touched] = f
-                    n_touched += 1
+                v[indices[p]] += d * values[p]
             v[D] += d
-            w[D] = v[D] / sigma
-        if max_pg <= tol:
-            epochs = epoch + 1
-            break
-    work.n_touched[0] = n_touched
+        if max(pg_max, -pg_min) <= tol:
+            if m == n_active:
+                epochs = epoch + 1
+                break
+            m = n_active  # check the shrunk coordinates too
+            pg_max_old, pg_min_old = np.inf, -np.inf
+            continue
+        pg_max_old = pg_max if pg_max > 0.0 else np.inf
+        pg_min_old = pg_min if pg_min < 0.0 else -np.inf
     return epochs
 
 
@@ -150,15 +193,17 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs):
 
 
 @njit(cache=True, nogil=True)
-def _support(work):
-    """Copy supp(w_{:D}) into sup_idx / sup_val; returns (size, ‖w_{:D}‖₁)."""
+def _support(work, mu, sigma):
+    """Copy supp(w_{:D}) into sup_idx / sup_val (w = prox(v), (13)); returns (size, ‖w_{:D}‖₁)."""
     n, l1 = 0, 0.0
+    inv_sigma = 1.0 / sigma
     for t in range(work.n_touched[0]):
         f = work.flist[t]
-        if work.w[f] != 0.0:
+        wf = _prox(work.v[f], mu) * inv_sigma
+        if wf != 0.0:
             work.sup_idx[n] = f
-            work.sup_val[n] = work.w[f]
-            l1 += abs(work.w[f])
+            work.sup_val[n] = wf
+            l1 += abs(wf)
             n += 1
     return n, l1
 
@@ -191,17 +236,18 @@ def _sparsify(work, n_sup, l1, delta):
 
 
 @njit(cache=True, nogil=True)
-def _search(data, work, n_active, kappa, tol, delta, x_threshold):
+def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     """Steps 1-2 of Algorithm 1: ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk over the non-zeros
     of w (sparsified by Algorithm 3 when delta > 0; each column stops at the first |x_ij| ≤
     x_threshold, the two-level sparsification of §5.3), then up to κ samples outside the active
     set with the largest −∇_i G > tol join it. Outside the active set α_i = 0 and y_i = −1
     (positives never leave it), so −∇_i G = 1 + w_D + ⟨w_{:D}, x_i⟩: samples the walk does not
     reach all score 1 + w_D (the dense bias column); when that exceeds tol they are drawn
-    uniformly at random. Returns the new active-set size."""
+    uniformly at random. Only the reached violators (−∇_i G > tol) are sorted. Returns the new
+    active-set size."""
     D = work.v.shape[0] - 1
     N = work.alpha.shape[0]
-    n_sup, l1 = _support(work)
+    n_sup, l1 = _support(work, mu, sigma)
     if delta > 0.0 and n_sup > 0:
         n_sup = _sparsify(work, n_sup, l1, delta)
     sup_idx, sup_val, smark, slist, score = work.sup_idx, work.sup_val, work.smark, work.slist, work.score
@@ -224,15 +270,21 @@ def _search(data, work, n_active, kappa, tol, delta, x_threshold):
                 score[i] = 0.0
                 n_reach += 1
             score[i] += wf * x
-    base = 1.0 + work.w[D]
-    viol = np.empty(n_reach)
-    for t in range(n_reach):
+    base = 1.0 + work.v[D] / sigma
+    n_cand = 0
+    for t in range(n_reach):  # violators first in slist, their scores in viol
+        i = slist[t]
+        if base + score[i] > tol:
+            slist[t], slist[n_cand] = slist[n_cand], i
+            n_cand += 1
+    viol = np.empty(n_cand)
+    for t in range(n_cand):
         viol[t] = base + score[slist[t]]
     order = np.argsort(-viol, kind="mergesort")
     n_new = 0
     t = 0
     # reached samples scoring above the unreached ones first
-    while t < n_reach and n_new < kappa and viol[order[t]] > tol and viol[order[t]] >= base:
+    while t < n_cand and n_new < kappa and viol[order[t]] >= base:
         i = slist[order[t]]
         in_active[i] = 1
         active[n_active + n_new] = i
@@ -254,7 +306,7 @@ def _search(data, work, n_active, kappa, tol, delta, x_threshold):
             n_new += 1
             eligible -= 1
     # then the remaining reached violators
-    while t < n_reach and n_new < kappa and viol[order[t]] > tol:
+    while t < n_cand and n_new < kappa:
         i = slist[order[t]]
         if in_active[i] == 0:
             in_active[i] = 1
@@ -284,7 +336,8 @@ def _eliminate(work, n_active):
 
 
 @njit(cache=True, nogil=True)
-def solve_class(data, work, k, loss, mu, sigma, kappa, tol, max_iter, max_inner, delta, x_threshold, seed):
+def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_iter, max_inner, shrink, delta,
+                x_threshold, seed):
     """Algorithm 1 for class k: A = positives; repeat {search (steps 1-2), coordinate descent on
     A (step 3), eliminate zero duals (step 4)} until a search finds no sample with −∇_i G > tol
     after the coordinate descent converged (S = max_inner epochs per iteration; an iteration whose
@@ -311,28 +364,29 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, tol, max_iter, max_inner,
     while it < max_iter:
         it += 1
         before = n_active
+        kappa_t = max(kappa, np.int64(kappa_growth * n_active))
         if exact_next:
-            n_active = _search(data, work, n_active, kappa, tol, 0.0, 0.0)
+            n_active = _search(data, work, n_active, kappa_t, mu, sigma, tol, 0.0, 0.0)
         else:
-            n_active = _search(data, work, n_active, kappa, tol, delta, x_threshold)
+            n_active = _search(data, work, n_active, kappa_t, mu, sigma, tol, delta, x_threshold)
         if n_active == before and inner_ok:
             if exact_next:
                 converged = True
                 break
             exact_next = True
             continue
-        epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_inner)
+        epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_inner, shrink)
         inner_ok = epochs < max_inner
         n_active = _eliminate(work, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before
     # outputs
     c = 1.0 if loss == SQUARED_HINGE else 0.0
-    n_sup, _ = _support(work)
+    n_sup, _ = _support(work, mu, sigma)
     order = np.argsort(work.sup_idx[:n_sup])
     idx = work.sup_idx[:n_sup][order].copy()
     val = work.sup_val[:n_sup][order].copy()
-    bias = work.w[D]
+    bias = work.v[D] / sigma
     sq = bias * bias
     for t in range(n_sup):
         sq += val[t] * val[t]
@@ -347,11 +401,11 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, tol, max_iter, max_inner,
     for t in range(work.n_touched[0]):
         f = work.flist[t]
         work.v[f] = 0.0
-        work.w[f] = 0.0
         work.fmark[f] = 0
-    work.n_touched[0] = 0
+    for t in range(work.n_touched[1]):
+        work.rmark[work.rlist[t]] = 0
+    work.n_touched[:] = 0
     work.v[D] = 0.0
-    work.w[D] = 0.0
     for s in range(n_active):
         i = work.active[s]
         work.alpha[i] = 0.0

@@ -25,7 +25,7 @@ from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
-TIGHT = dict(tol=1e-9, max_inner=1000, max_iter=10000)
+TIGHT = {"tol": 1e-9, "max_inner": 1000, "max_iter": 10000}
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +155,8 @@ def test_elastic_net_is_optimal(digits):
     assert dual == pytest.approx(ours.sum(), rel=1e-5)
 
 
-@pytest.mark.parametrize("options", [dict(delta=0.05), dict(delta=None, x_threshold=0.5),
-                                     dict(delta=0.2, x_threshold=0.3, kappa=3)])
+@pytest.mark.parametrize("options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5},
+                                     {"delta": 0.2, "x_threshold": 0.3, "kappa": 3}])
 def test_sparsified_search_reaches_the_same_optimum(multilabel, options):
     X, Y = multilabel
     lam, tau = 1e-3, 1e-2
@@ -165,6 +165,27 @@ def test_sparsified_search_reaches_the_same_optimum(multilabel, options):
     Ys = signs(Y, 6)
     assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
     assert model.multilabel and model.info["not_converged"] == 0
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
+def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
+    """Shrinking (LIBLINEAR) and the growing κ change the path, not the optimum: the paper's plain
+    Algorithm 1 (fixed κ, no shrinking) and the default reach the same objective; the hinge's
+    upper bound U = 1 exercises shrinking at both bounds."""
+    X, y = digits
+    lam, tau = 1e-3, 1e-3
+    Ys = signs(y, 10)
+    values = {}
+    for shrink, growth in [(False, 0.0), (True, 0.0), (True, 1.0)]:
+        model, _ = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=lam, tau=tau, kappa=16, shrink=shrink,
+                       kappa_growth=growth, **TIGHT)
+        assert model.info["not_converged"] == 0
+        values[shrink, growth] = objective(X, Ys, *dense_weights(model), lam, tau, loss)
+    for v in values.values():
+        np.testing.assert_allclose(v, values[False, 0.0], rtol=1e-7)
+    if loss == "squared_hinge":
+        W, b = dense_weights(model)
+        assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
 
 
 def test_sparsification_is_unbiased():
@@ -198,7 +219,7 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     X, y = digits
     classes = [str(c) for c in range(10)]
     store = write_store(tmp_path / "store", X, y, classes, chunk_rows=256)
-    params = dict(lam=1e-3, tau=1e-3, group_size=2, kappa=20, delta=0.5)
+    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, _ = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
     assert (serial.coef_ != parallel.coef_).nnz == 0
