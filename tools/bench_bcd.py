@@ -268,6 +268,7 @@ def parity(name, data, lam, max_iter, lightning_iters):
                        max_iter=lightning_iters, tol=1e-12, warm_start=True, callback=callback,
                        n_calls=X.shape[1], random_state=0)
     clf.fit(X[:2 * m], np.arange(2 * m) % m)  # sets up the label encoding; coef_ replaced below
+    trace.clear()
     clf.coef_ = np.ascontiguousarray(W.T)
     clf.errors_ = np.ascontiguousarray((1.0 - S[np.arange(n), y][:, None] + S).T)  # A(W)_ir, eq. (4)
     clf.fit(X, y)

@@ -23,6 +23,7 @@ from streamfit.losses import LOSSES, loss_grad, loss_sum
 from streamfit.penalties import PENALTIES, row_prox, row_value
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import bcd, get_solver
+from streamfit.solvers.bcd_kernels import chunk_pass
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data", "dna400.libsvm")
@@ -56,10 +57,11 @@ def write_store(path, X, labels, classes, chunk_rows):
 # -- independent reference computations (numpy, straight from the paper's formulas) ---------
 
 
-def mc_squared_hinge(W, X, y):
-    """(L(W), G(W)) of eq. (2) / eq. (5): A_ir = 1 − (W_{:y_i}·x_i − W_{:r}·x_i), r ≠ y_i."""
+def mc_squared_hinge(W, X, y, scores=None):
+    """(L(W), G(W)) of eq. (2) / eq. (5): A_ir = 1 − (W_{:y_i}·x_i − W_{:r}·x_i), r ≠ y_i
+    (at the given scores S = XW when passed)."""
     n = X.shape[0]
-    S = X @ W
+    S = X @ W if scores is None else scores
     A = 1.0 - S[np.arange(n), y][:, None] + S
     A[np.arange(n), y] = 0.0
     P = np.maximum(A, 0.0)
@@ -205,6 +207,48 @@ def test_chunks_line_search_is_monotone_and_shrinking_keeps_the_optimum(dna):
     L, _ = mc_squared_hinge(W, X, y)
     assert np.isclose(F[-1], L + 5e-2 * np.linalg.norm(W, axis=1).sum(), rtol=1e-10)
     assert (F[-1] - ref[-1]["objective"]) / ref[-1]["objective"] <= 1e-6
+
+
+def test_chunk_pass_matches_numpy(dna):
+    """One chunks-mode pass (bcd_kernels.chunk_pass) against numpy: committed scores, loss and
+    hit changes of the candidate steps, gradients (eq. 5) and ω-scaled generalized second
+    derivatives (eq. 6) of the next group at every candidate."""
+    X, y = dna
+    rng = np.random.default_rng(6)
+    n, d, m = X.shape[0], X.shape[1], 3
+    W = rng.normal(size=(d, m)) * 0.05
+    C, B, Bn = (np.sort(rng.choice(d, 20, replace=False)) for _ in range(3))
+    dC, dB = rng.normal(size=(20, m)) * 0.05, rng.normal(size=(20, m)) * 0.05
+    alphas = np.array([2.0, 1.0, 0.5, 0.0])
+    S = np.asarray(X @ W)
+    S_ref = S + X[:, C] @ dC
+    Xc = sp.csr_matrix(X)
+    S_pass = S.copy()
+    out = chunk_pass(Xc.indptr, Xc.indices, Xc.data, S_pass, np.arange(n + 1), y.astype(np.int64), 0,
+                         bcd._positions(C, d), dC, bcd._positions(B, d), dB, alphas, bcd._positions(Bn, d), 20,
+                         0.0, True)
+    total, hits, dloss, dhits, G, H = out
+    np.testing.assert_allclose(S_pass, S_ref, rtol=1e-12, atol=1e-14)
+
+    def terms(T):
+        A = 1.0 - T[np.arange(n), y][:, None] + T
+        A[np.arange(n), y] = 0.0
+        act = (A > 0).astype(float)
+        h = 2.0 * act
+        h[np.arange(n), y] = 2.0 * act.sum(axis=1)
+        return n * mc_squared_hinge(None, X, y, scores=T)[0], int((np.argmax(T, axis=1) == y).sum()), h
+
+    L0, hits0, _ = terms(S_ref)
+    assert np.isclose(total, L0, rtol=1e-12) and hits == hits0
+    Xn = sp.csr_matrix(X[:, Bn])
+    omega = np.diff(Xn.indptr)
+    for k, a in enumerate(alphas):
+        T = S_ref + a * (X[:, B] @ dB)
+        Lk, hk, h = terms(T)
+        assert np.isclose(dloss[k], Lk - L0, rtol=1e-9, atol=1e-9) and dhits[k] == hk - hits0
+        _, Gfull = mc_squared_hinge(None, X, y, scores=T)
+        np.testing.assert_allclose(G[k], n * Gfull[Bn], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(H[k], Xn.multiply(Xn).T @ (omega[:, None] * h), rtol=1e-10, atol=1e-12)
 
 
 def test_logistic_l2_matches_sklearn():
