@@ -105,6 +105,11 @@ def precision_at(top, Y, ks=(1, 3, 5)):
     return {f"P@{k}": float(hits[:, :k].sum(axis=1).mean() / k) for k in ks}
 
 
+def quality(top, y):
+    """P@1/3/5 for a label indicator y, else accuracy, of top-k predicted class ids."""
+    return precision_at(top, y) if sp.issparse(y) else {"acc": float((top[:, 0] == y).mean())}
+
+
 # -- the two methods ---------------------------------------------------------------------------
 
 
@@ -151,11 +156,7 @@ def bench_dataset(name, Xtr, ytr, Xte, yte, K, repeats):
     t = time.perf_counter()
     top_peer = topk_from_scores(peer.decision_function(Xte), 5)
     pred_peer = (time.perf_counter() - t) / Xte.shape[0]
-    if multilabel:
-        q_ours, q_peer = precision_at(top_ours, yte), precision_at(top_peer, yte)
-    else:
-        q_ours = {"acc": float((top_ours[:, 0] == yte).mean())}
-        q_peer = {"acc": float((top_peer[:, 0] == yte).mean())}
+    q_ours, q_peer = quality(top_ours, yte), quality(top_peer, yte)
     peer_coef = np.vstack([e.coef_ for e in peer.estimators_]) if multilabel else peer.coef_
     dense_bytes = K * Xtr.shape[1] * 8
     return {
@@ -178,6 +179,38 @@ def print_main(rows):
               f"{r['ratio']:.2f} | {q(r['q_ours'])} | {q(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
               f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
               f"{r['pred_ours_ms']:.4f} | {r['pred_peer_ms']:.4f} |")
+
+
+# -- choosing lam and tau on a validation split ---------------------------------------------------
+
+
+def tune(name, Xtr, ytr, K, taus, lams, slack=0.002, seed=0):
+    """Grid over paper-scale (τ, λ) (lam = λ/n, tau = τ/n as in (9)) on a random 80/20 split of the
+    training rows; quality = accuracy or P@1 on the 20 %. Chosen: among the settings within
+    `slack` of the best quality, the one with the fewest non-zeros (the largest useful λ)."""
+    n = Xtr.shape[0]
+    perm = np.random.default_rng(seed).permutation(n)
+    tr, va = np.sort(perm[: int(0.8 * n)]), np.sort(perm[int(0.8 * n):])
+    n_tr = len(tr)
+    print(f"\n## Tuning {name}: 80/20 split of the training rows ({n_tr} / {len(va)}), paper-scale τ, λ")
+    print("| τ | λ | tau | lam | valid quality | nnz(W) | train s |")
+    print("|---|---|---|---|---|---|---|")
+    results = []
+    for t in taus:
+        for lam_p in lams:
+            lam, tau = lam_p / n_tr, t / n_tr
+            start = time.perf_counter()
+            model = fit_ours(Xtr[tr], ytr[tr], K, lam, tau)
+            el = time.perf_counter() - start
+            q = next(iter(quality(model.predict_topk(Xtr[va], 5)[0], ytr[va]).values()))
+            results.append((q, model.coef_.nnz, t, lam_p))
+            print(f"| {t} | {lam_p} | {tau:.3g} | {lam:.3g} | {100 * q:.2f} | {model.coef_.nnz} | {el:.1f} |",
+                  flush=True)
+    best = max(r[0] for r in results)
+    q, nnz, t, lam_p = min((r for r in results if r[0] >= best - slack), key=lambda r: (r[1], -r[0]))
+    print(f"chosen for {name}: τ = {t}, λ = {lam_p} (valid {100 * q:.2f}, best {100 * best:.2f}, nnz {nnz}); "
+          f"on the full training set lam = {lam_p / n:.3g}, tau = {t / n:.3g}")
+    return lam_p / n, t / n
 
 
 # -- scaling in K ------------------------------------------------------------------------------

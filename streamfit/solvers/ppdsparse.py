@@ -24,7 +24,8 @@ projected dual gradient (in margin units) at the end, on every sample: the final
 The kernels are in ppdsparse_kernels.py.
 
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
-cut depends only on K and the parameters, never on the workers); groups are Dask tasks
+cut depends only on K and the parameters, never on the workers); in process they run in
+`threads` threads sharing one copy of the data (results consumed in order); on Dask they are tasks
 submitted largest first (by positives) and load-balanced by the scheduler. Each worker process
 reads the training matrix from the store once (CSR for the coordinate descent, CSC sorted by
 |x_ij| for the search, the positives of every class) and shares it between its threads; the
@@ -49,6 +50,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 import numpy as np
@@ -86,6 +89,7 @@ class PPDSparseParams(SolverParams):
     max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
+    threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X")
     tol: float = Field(1e-2, gt=0, description="stop when no projected dual gradient exceeds tol (margin units)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
 
@@ -296,9 +300,19 @@ class PPDSparseSolver(Solver):
         p = self.params
         if engine.client is None and engine.mode == "inprocess":
             data = build_data(source)
-            for g in todo:
-                lo, hi = groups[g]
-                yield g, solve_group(data, lo, hi, p, source.n_rows, source.n_features)
+            solve = lambda g: solve_group(data, *groups[g], p, source.n_rows, source.n_features)
+            if p.threads == 1:
+                yield from ((g, solve(g)) for g in todo)
+                return
+            with ThreadPoolExecutor(p.threads) as pool:  # kernels release the GIL: groups run in parallel
+                pending = deque((g, pool.submit(solve, g)) for g in todo)
+                try:
+                    while pending:
+                        g, fut = pending.popleft()
+                        yield g, fut.result()
+                finally:
+                    for _, fut in pending:
+                        fut.cancel()
             return
         engine.start()
         from distributed import as_completed

@@ -222,8 +222,10 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, _ = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
-    assert (serial.coef_ != parallel.coef_).nnz == 0
-    np.testing.assert_array_equal(serial.intercept_, parallel.intercept_)
+    threaded, _ = fit(store, str(tmp_path / "threaded"), threads=3, **params)
+    for other in (parallel, threaded):
+        assert (serial.coef_ != other.coef_).nnz == 0
+        np.testing.assert_array_equal(serial.intercept_, other.intercept_)
 
     run = str(tmp_path / "run")
     partial, _ = fit(store, run, stop_after_groups=2, **params)  # a time-boxed first call
