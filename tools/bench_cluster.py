@@ -97,6 +97,8 @@ def main() -> None:
             dump_svmlight_file(*load_digits(return_X_y=True), str(source), zero_based=False)
         else:
             source = args.data_dir / LIBSVM[name]
+            if not source.exists():
+                raise SystemExit(f"{source}: not found; pass --data-dir (the folder of shared/data/README.md)")
         stores[name] = work / f"{name}.zarr"
         subprocess.run(cli("ingest", source, "--format", "libsvm", "--no-hash", "--chunk-rows", args.chunk_rows,
                            "--out", stores[name]), check=True, capture_output=True)
