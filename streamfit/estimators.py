@@ -260,7 +260,7 @@ class PPDSparseClassifier(_SolverClassifier):
     """
 
     def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=1.0,
-                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=1e-2, max_iter=1000, random_state=0,
+                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, random_state=0,
                  chunk_rows=DEFAULT_CHUNK_ROWS):
         self.loss = loss
         self.lam = lam

@@ -90,7 +90,7 @@ class PPDSparseParams(SolverParams):
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
     threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X")
-    tol: float = Field(1e-2, gt=0, description="stop when no projected dual gradient exceeds tol (margin units)")
+    tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
 
 
