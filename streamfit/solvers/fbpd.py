@@ -45,12 +45,14 @@ from an anchor z_a; it restarts (z_a ← z_j, j ← 0) when the fixed-point resi
 R_j = ‖z_j − F(z_j)‖_P falls to 0.2 R_1, or to 0.8 R_1 while rising, or when j ≥ 0.36 k (k
 iterations in all) — the criteria of Applegate et al. 2021 (PDLP) with R as the measure —
 and at each restart re-balances the steps, ρ ← √(ρ · ‖Δx‖/‖Δy‖) (PDLP's primal weight; Δ =
-the move between consecutive anchors). On piecewise-linear problems (ℓ1 / ℓ1,∞ with the
-hinge, an LP) restarts turn the O(1/k) rate into a linear one. After `adapt_iters`
+the move between consecutive anchors). For LPs (ℓ1 / ℓ1,∞ with the hinge) restarted PDHG
+has a linear rate where plain PDHG has O(1/k) (Applegate et al. 2023; Lu and Yang 2024);
+measured in tools/bench_fbpd.py and tests/solvers/test_fbpd.py. After `adapt_iters`
 iterations nothing adapts any more: the Halpern iteration of the nonexpansive 2F − I from a
 fixed anchor converges to a fixed point of F (Wittmann 1992), i.e. a primal-dual solution;
 this keeps the guarantee. The model is x̃ of F's last output, which is sparse; the stopping
-rule compares consecutive x̃. restarts=False runs the paper's plain iteration z ← F(z).
+rule compares consecutive x̃ (small steps, not a small gap: check the logged gap).
+restarts=False runs the paper's plain iteration z ← F(z).
 
 Dual objective logged per iteration: (11), maximise D(y) = Σ_ℓ r_ℓᵀy_ℓ − (lam·g)*(−Tᵀy).
 For norm penalties g* is the indicator of the dual-norm ball, so the dual iterate is rescaled
@@ -66,9 +68,10 @@ Out of core: y (n × K; Algorithm 2 also ξ and ζ, n each) live in ChunkState, 
 with the data, one version per iteration. One iteration = one pass: the driver computes x⁺
 (the prox, once per iteration), each chunk task reads its duals, computes scores at x⁺ and x
 with one product X·[W⁺ W], updates its duals, and returns its share of Tᵀy (an M × K array),
-of the hinge loss at x⁺, and of the dual objective, plus the residual's parts (‖Δy‖², ⟨Δy, TΔx⟩) and, with restarts, the
-next iterate from its anchor (a second ChunkState per dual, written at restarts). Sums follow the engine's fixed tree, so
-the result is bitwise independent of the number of workers. Memory per task:
+of the hinge loss at x⁺, and of the dual objective, plus the residual's parts (‖Δy‖²,
+⟨Δy, TΔx⟩) and, with restarts, the next iterate from its anchor (a second ChunkState per
+dual, written at restarts). Sums follow the engine's fixed tree, so the result is bitwise
+independent of the number of workers. Memory per task:
 O(chunk nnz + chunk_rows·K + M·K).
 
 Checkpoints after every iteration: x, x̃, Tᵀy, the anchor (x, Tᵀy, versions), Σζ, Σξ, ρ,
