@@ -188,6 +188,42 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
         assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
 
 
+def test_local_curvature_step_never_increases_the_dual():
+    """_local_step (curvature over supp(w) only, safeguarded) against G of (10) evaluated here:
+    G(α + Δ e_i) ≤ G(α) for every coordinate and state, and the longer local step is taken often."""
+    from streamfit.solvers.ppdsparse_kernels import Data, _local_step
+
+    rng = np.random.default_rng(5)
+    n, d, mu, sigma = 30, 12, 0.8, 0.7
+    X = sp.random(n, d, density=0.4, random_state=6, format="csr") * 2.0
+    y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
+    Xh = sp.hstack([X, np.ones((n, 1))]).toarray() * y[:, None]
+    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None)
+
+    def G(alpha):  # squared hinge: c = 1, U = ∞
+        v = Xh.T @ alpha
+        w = np.append(np.sign(v[:d]) * np.maximum(np.abs(v[:d]) - mu, 0.0), v[d]) / sigma
+        return 0.5 * sigma * w @ w - alpha.sum() + 0.5 * alpha @ alpha
+
+    taken = 0
+    for trial in range(200):
+        alpha = rng.exponential(0.5, n) * (rng.random(n) < 0.7)
+        v = Xh.T @ alpha
+        i = trial % n
+        u = np.sign(v[:d]) * np.maximum(np.abs(v[:d]) - mu, 0.0)
+        x = X[i].toarray().ravel()
+        g = y[i] * (x @ u + v[d]) / sigma - 1.0 + alpha[i]
+        h = (x @ x + 1.0) / sigma + 1.0
+        h_loc = (x[u != 0] @ x[u != 0] + 1.0) / sigma + 1.0
+        a_safe = max(alpha[i] - g / h, 0.0)
+        a_new = _local_step(data, v, i, alpha[i], a_safe, g, h_loc, y[i], mu, 1.0 / sigma, 1.0, np.inf)
+        taken += a_new != a_safe
+        moved = alpha.copy()
+        moved[i] = a_new
+        assert G(moved) <= G(alpha) + 1e-12
+    assert taken > 20
+
+
 def test_sparsification_is_unbiased():
     """Algorithm 3: E[w̃] = w, nnz(w̃) ≤ R, and the search covers only the sampled support."""
     from streamfit.solvers.ppdsparse_kernels import _sparsify, make_work
