@@ -73,7 +73,7 @@ class _SolverClassifier(_ParamsMixin):
         if labels.shape[0] != X.shape[0]:
             raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
         source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_dump(), store_fingerprint="in-memory")
+        checkpointer = Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory")
         log = MetricsLog(None)
         with Engine(mode="inprocess") as engine:
             self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)

@@ -62,7 +62,7 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     if resume and not os.path.isdir(ckpt_dir):
         log.warning("%s: nothing to resume, starting a new run", out)
     os.makedirs(out, exist_ok=True)
-    config = {"solver": solver, "params": p.model_dump()}
+    config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense weights would take %.1f MiB)",
@@ -93,4 +93,4 @@ def solver_params_help(solver: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["train", "make_params", "solver_params_help", "ConfigError"]
+__all__ = ["ConfigError", "make_params", "solver_params_help", "train"]

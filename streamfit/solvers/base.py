@@ -12,7 +12,7 @@ from streamfit.model import Model
 from streamfit.runlog import MetricsLog
 from streamfit.store import ChunkSource
 
-SOLVERS: dict[str, type["Solver"]] = {}
+SOLVERS: dict[str, type[Solver]] = {}
 
 
 class SolverParams(BaseModel):
@@ -24,6 +24,14 @@ class SolverParams(BaseModel):
     tol: float = 1e-4
     max_iter: int = 50
     random_state: int = 0
+
+    def model_settings(self) -> dict:
+        """The parameters that determine the model: all but those declared with
+        `json_schema_extra={"affects_model": False}` (how the work is spread, such as threads).
+        A checkpoint records these, and resume requires them unchanged."""
+        execution = {name for name, f in type(self).model_fields.items()
+                     if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("affects_model") is False}
+        return self.model_dump(exclude=execution)
 
 
 class Solver:

@@ -89,7 +89,8 @@ class PPDSparseParams(SolverParams):
     max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
-    threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X")
+    threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X",
+                         json_schema_extra={"affects_model": False})
     tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
 

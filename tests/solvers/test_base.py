@@ -1,0 +1,11 @@
+"""What a checkpoint records as the model's settings: parameters that change the model, not how
+the work is spread."""
+
+from streamfit.solvers.ppdsparse import PPDSparseParams
+
+
+def test_threads_do_not_enter_the_model_settings():
+    one, two = PPDSparseParams(threads=1), PPDSparseParams(threads=2)
+    assert "threads" not in one.model_settings()
+    assert one.model_settings() == two.model_settings()  # resume with another thread count is allowed
+    assert PPDSparseParams(lam=0.5).model_settings() != one.model_settings()  # another λ is refused
