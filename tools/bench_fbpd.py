@@ -8,23 +8,34 @@ runs go on to `--timing-iter` passes with tol = 0, so the table also gives the p
 seconds after which the objective stays within 1e-4 and 1e-6 of HiGHS' optimum (— = never
 within the cap). Methods are interleaved per repeat; the best time of `--repeats` is kept.
 
-Part 2 (§4.1): test error (%) of the exact hinge (fbpd) beside the squared hinge and the
-logistic loss (bcd; no offsets, as in Blondel et al.), all with the same ℓ1 penalty lam·‖W‖₁
-and one grid of lam/lam_max per loss (lam_max: the smallest lam giving W = 0, per loss and
-subset; the paper's λ = 1/α is lam = α/n here), mean ± sd over `--subsets` random training
-subsets per L/K, on
+Part 2 (§4.1): test error (%) of the *converged* solutions of three objectives with the same
+ℓ1 penalty lam·‖W‖₁: the exact (Crammer–Singer) hinge, the squared hinge and the logistic loss
+(bcd; no offsets, as in Blondel et al.), over one grid of lam/lam_max per loss (lam_max: the
+smallest lam giving W = 0, per loss and subset — for the hinge an upper bound; the paper's
+λ = 1/α is lam = α/n here) from 0.5 down to 3e-5 (`--grid`), so that each loss's best lam is
+interior (with L/K ≤ 10 the training set is separable: below some lam the hinge optimum is
+the minimum-ℓ1 separator, with zero loss, and no longer changes);
+mean ± sd over random training subsets per L/K, on
 - MNIST with L/K = 3, 5, 10 training images per class: only MNIST's 10k test set is
   available, so training subsets are drawn from its first 5000 images and the error is
   measured on the disjoint last 5000; raw pixels / 255 (the paper uses scattering features);
-- 20 Newsgroups with L/K = 5, 10, 50 (log1p tf-idf, l2-normalized, hashed to 2^15 columns by
-  `streamfit ingest` from the bydate tarball), error on the bydate test split.
-fbpd is capped at `--acc-iter` passes (tol 1e-5; the median final duality gap relative to
-the objective is printed: where it is large the error is that of an early-stopped iterate,
-not of the ℓ1-hinge solution); bcd at tol 1e-4. A summary per L/K gives
-each loss's best error over the grid and its robustness to lam: the mean excess error over
-the grid and the number of grid values within 1 point of its best.
+- 20 Newsgroups with L/K = 5, 10 by default (50: `--news-lk 5,10,50`, slow) (log1p tf-idf,
+  l2-normalized, hashed to 2^15 columns by `streamfit ingest` from the bydate tarball), error
+  on the bydate test split.
+The hinge is solved twice: exactly, as the LP of part 1 (HiGHS, built from the sparse rows) —
+its error is the one the summary uses — and by fbpd run to a duality gap ≤ `--gap` (1e-3)
+relative to the objective (fresh runs with tol = 0 and caps acc_iter/16, /4, acc_iter), as
+an independent check; every cell where fbpd does not reach the gap is listed, with its
+objective's excess over the LP optimum. An early-stopped fbpd iterate is denser than the
+optimum and can be far more (or less) accurate than it: judge the claim on the LP column.
+bcd runs at tol `--bcd-tol` (1e-6); cells where it hits `--bcd-iter` are listed. A summary
+per L/K gives each loss's best error over the grid (marked when at the grid's edge) and its
+robustness to lam: the mean excess error over the grid and the number of grid values within
+1 point of its best.
 
-    python tools/bench_fbpd.py [--subsets 3] [--repeats 2] [--quick]
+    python tools/bench_fbpd.py [--parts timing,mnist,news20] [--subsets 3] [--news-subsets 2]
+        [--mnist-lk 3,5,10] [--news-lk 5,10] [--grid ...] [--acc-iter 32000] [--gap 1e-3] [--bcd-tol 1e-6]
+        [--bcd-iter 5000] [--repeats 2] [--quick]
 """
 
 from __future__ import annotations
@@ -102,30 +113,38 @@ def fit(loss, X, y, lam, **kw):
 # -- part 1: time to 1e-5 ------------------------------------------------------------------
 
 
-def lp(X, y, lam):
+def lp_solution(X, y, lam):
     """ℓ1-regularized Crammer–Singer hinge as an LP (HiGHS): variables W⁺, W⁻ ≥ 0 (M·K each),
-    free offsets b, slacks ξ ≥ 0; ξ_ℓ ≥ 1 + s_ℓk − s_ℓz_ℓ for k ≠ z_ℓ. Returns (seconds, optimum)."""
-    X = X.toarray()
+    free offsets b, slacks ξ ≥ 0; ξ_ℓ ≥ 1 + s_ℓk − s_ℓz_ℓ for k ≠ z_ℓ, one row per (ℓ, k ≠ z_ℓ),
+    built from X's sparse rows. Returns (HiGHS' seconds, W (M × K), b, optimum)."""
+    X = sp.csr_matrix(X)
     classes, z = np.unique(y, return_inverse=True)
     n, M = X.shape
     K = len(classes)
     nW = M * K
-    ell, k = np.nonzero(np.arange(K)[None, :] != z[:, None])  # one row per (ℓ, k ≠ z_ℓ)
+    ell, k = np.nonzero(np.arange(K)[None, :] != z[:, None])
     R = len(ell)
-    j = np.arange(M)
-    rr = np.repeat(np.arange(R), M)
-    xv = X[ell].ravel()
-    own, true = (j[None, :] * K + k[:, None]).ravel(), (j[None, :] * K + z[ell][:, None]).ravel()
-    rows = np.concatenate([rr, rr, rr, rr, np.arange(R), np.arange(R), np.arange(R)])
-    cols = np.concatenate([own, true, nW + own, nW + true, 2 * nW + k, 2 * nW + z[ell], 2 * nW + K + ell])
-    vals = np.concatenate([xv, -xv, -xv, xv, np.ones(R), -np.ones(R), -np.ones(R)])
-    A = sp.csr_matrix((vals, (rows, cols)), shape=(R, 2 * nW + K + n))
+    rows = X[ell].tocoo()
+    r, j, v = rows.row, rows.col, rows.data
+    own, true = j * K + k[r], j * K + z[ell][r]
+    ii = np.concatenate([r, r, r, r, np.arange(R), np.arange(R), np.arange(R)])
+    jj = np.concatenate([own, true, nW + own, nW + true, 2 * nW + k, 2 * nW + z[ell], 2 * nW + K + ell])
+    vals = np.concatenate([v, -v, -v, v, np.ones(R), -np.ones(R), -np.ones(R)])
+    A = sp.csr_matrix((vals, (ii, jj)), shape=(R, 2 * nW + K + n))
     c = np.concatenate([np.full(2 * nW, lam), np.zeros(K), np.full(n, 1.0 / n)])
     bounds = [(0, None)] * (2 * nW) + [(None, None)] * K + [(0, None)] * n
     t = time.perf_counter()
     res = linprog(c, A_ub=A, b_ub=-np.ones(R), bounds=bounds, method="highs")
+    seconds = time.perf_counter() - t
     assert res.status == 0, res.message
-    return time.perf_counter() - t, res.fun
+    x = res.x
+    return seconds, (x[:nW] - x[nW:2 * nW]).reshape(M, K), x[2 * nW:2 * nW + K], res.fun
+
+
+def lp(X, y, lam):
+    """The LP's (seconds, optimum)."""
+    seconds, _, _, optimum = lp_solution(X, y, lam)
+    return seconds, optimum
 
 
 def fbpd_trace(X, y, lam, restarts, max_iter):
@@ -198,72 +217,138 @@ def timing_table(data, per_class, lam, repeats, max_iter):
 # -- part 2: accuracy -----------------------------------------------------------------------
 
 
-def accuracy(name, data, per_class_list, grid, n_subsets, acc_iter):
+def fbpd_to_gap(X, y, lam, gap_tol, max_iter):
+    """fbpd (restarted, ℓ1, tol = 0) with caps max_iter/16, max_iter/4, max_iter, each a fresh
+    run, stopping at the first whose final duality gap relative to the objective is ≤ gap_tol
+    (resuming in blocks from the in-memory checkpoint did not reproduce the uninterrupted run
+    here, so runs are fresh). Returns (classifier, passes, relative gap, objective)."""
+    for cap in (max(max_iter // 16, 1), max(max_iter // 4, 1), max_iter):
+        clf = FBPDClassifier(penalty="l1", lam=lam, tol=0.0, max_iter=cap).fit(X, y)
+        last = clf.history_[-1]
+        gap = last["gap"] / last["objective"]
+        if gap <= gap_tol:
+            break
+    return clf, clf.n_iter_, gap, last["objective"]
+
+
+def test_error(W, b, classes, X_test, y_test) -> float:
+    return 100 * float(np.mean(classes[np.argmax(np.asarray(X_test @ W) + b, axis=1)] != y_test))
+
+
+def accuracy(name, data, per_class_list, grid, n_subsets, opts):
+    """Per (L/K, lam/lam_max, subset): the ℓ1-hinge optimum by HiGHS (the LP) and by fbpd run to a
+    relative gap ≤ opts.gap (cap opts.acc_iter), the squared hinge and logistic by bcd at
+    tol opts.bcd_tol. The hinge summary uses the LP optimum; fbpd's error is its check."""
     Xtr, ytr, Xte, yte = data
     print(f"\n## {name}: test error (%) vs lam, ℓ1 penalty, mean ± sd over {n_subsets} subsets; "
-          f"load average {os.getloadavg()[0]:.2f}")
-    print("| L/K | lam/lam_max | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | fbpd passes | fbpd gap/objective |")
-    print("|---|---|---|---|---|---|---|")
-    errors = {}  # (per_class, loss) -> (len(lams), n_subsets)
+          f"fbpd to gap ≤ {opts.gap:g} (cap {opts.acc_iter} passes), bcd tol {opts.bcd_tol:g} "
+          f"(cap {opts.bcd_iter}); load average {os.getloadavg()[0]:.2f}", flush=True)
+    print("| L/K | lam/lam_max | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
+          "fbpd passes (median) | fbpd gap/objective (max) | fbpd obj / LP obj − 1 (max) | "
+          "hinge nnz (LP) | bcd outer it. (max sq / log) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    columns = ("lp", "fbpd", "squared_hinge", "logistic")
+    errors = {}
+    flags = []
     for per_class in per_class_list:
-        table = {loss: np.zeros((len(grid), n_subsets)) for loss in LOSSES}
+        table = {col: np.zeros((len(grid), n_subsets)) for col in columns}
         for a, rel in enumerate(grid):
-            passes, gaps = [], []
+            passes, gaps, obj_err, nnz, bcd_its = [], [], [], [], {"squared_hinge": [], "logistic": []}
             for s in range(n_subsets):
                 X, y = (v[subset(ytr, per_class, s)] for v in (Xtr, ytr))
                 # features absent from the training subset get weight 0 under ℓ1 for every
                 # loss: dropping them changes no solution and saves time on hashed text
                 used = np.flatnonzero(np.diff(X.tocsc().indptr))
                 X, X_test = X[:, used], Xte[:, used]
-                for loss in LOSSES:
-                    kw = {"tol": 1e-5, "max_iter": acc_iter} if loss == "hinge" else {"tol": 1e-4, "max_iter": 500}
-                    clf = fit(loss, X, y, rel * lam_max(loss, X, y), **kw)
+                classes = np.unique(y)
+                lam = rel * lam_max("hinge", X, y)
+                _, W, b, optimum = lp_solution(X, y, lam)
+                table["lp"][a, s] = test_error(W, b, classes, X_test, yte)
+                nnz.append(int((np.abs(W) > 1e-9).sum()))
+                model, n_passes, gap, objective = fbpd_to_gap(X, y, lam, opts.gap, opts.acc_iter)
+                table["fbpd"][a, s] = 100 * np.mean(model.predict(X_test) != yte)
+                passes.append(n_passes)
+                gaps.append(gap)
+                obj_err.append(objective / optimum - 1)
+                if gap > opts.gap:
+                    flags.append(f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: fbpd gap {gap:.1e} "
+                                 f"after {n_passes} passes (objective {objective / optimum - 1:+.1e} vs LP)")
+                for loss in LOSSES[1:]:
+                    clf = fit(loss, X, y, rel * lam_max(loss, X, y), tol=opts.bcd_tol, max_iter=opts.bcd_iter)
                     table[loss][a, s] = 100 * np.mean(clf.predict(X_test) != yte)
-                    if loss == "hinge":  # an unconverged iterate is not the problem's solution
-                        passes.append(clf.n_iter_)
-                        gaps.append(clf.history_[-1]["gap"] / clf.history_[-1]["objective"])
-            row = " | ".join(f"{table[loss][a].mean():.1f} ± {table[loss][a].std():.1f}" for loss in LOSSES)
-            print(f"| {per_class} | {rel:g} | {row} | {int(np.median(passes))} | {np.median(gaps):.1e} |", flush=True)
-        for loss in LOSSES:
-            errors[per_class, loss] = table[loss]
-    print(f"\n### {name}: best error over the grid and robustness to lam")
+                    bcd_its[loss].append(len(clf.history_))
+                    if len(clf.history_) >= opts.bcd_iter:
+                        flags.append(f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: bcd {loss} "
+                                     f"hit its cap of {opts.bcd_iter} outer iterations")
+            row = " | ".join(f"{table[col][a].mean():.1f} ± {table[col][a].std():.1f}" for col in columns)
+            print(f"| {per_class} | {rel:g} | {row} | {int(np.median(passes))} | {max(gaps):.1e} | "
+                  f"{max(obj_err):.1e} | {int(np.median(nnz))} | {max(bcd_its['squared_hinge'])} / "
+                  f"{max(bcd_its['logistic'])} |", flush=True)
+        for col in columns:
+            errors[per_class, col] = table[col]
+    print(f"\n{name}: cells not converged: " + ("none" if not flags else f"{len(flags)}"))
+    for flag in flags:
+        print(f"- {flag}")
+    print(f"\n### {name}: best error over the grid and robustness to lam (hinge: the LP optimum)")
     print("| L/K | loss | best error (lam/lam_max) | mean excess over the grid | grid values within 1 pt |")
     print("|---|---|---|---|---|")
-    wins = {"accuracy": 0, "robustness": 0}
+    wins = {"accuracy": 0, "robustness": 0, "count": 0}
     for per_class in per_class_list:
         summary = {}
-        for loss in LOSSES:
-            mean = errors[per_class, loss].mean(axis=1)
+        for col, label in zip(columns, ("hinge (LP)", "hinge (fbpd)", "squared_hinge", "logistic")):
+            mean = errors[per_class, col].mean(axis=1)
             a = int(np.argmin(mean))
-            summary[loss] = (mean[a], float((mean - mean[a]).mean()), int((mean <= mean[a] + 1.0).sum()))
-            print(f"| {per_class} | {loss} | {mean[a]:.1f} ({grid[a]:g}) | {summary[loss][1]:.1f} | "
-                  f"{summary[loss][2]}/{len(grid)} |")
-        wins["accuracy"] += summary["hinge"][0] <= min(summary[k][0] for k in LOSSES[1:])
-        wins["robustness"] += summary["hinge"][1] <= min(summary[k][1] for k in LOSSES[1:])
-    print(f"\n{name}: hinge has the lowest best error in {wins['accuracy']}/{len(per_class_list)} L/K settings "
-          f"and the lowest mean excess over the lam grid in {wins['robustness']}/{len(per_class_list)}.")
+            edge = " at the grid's edge" if a in (0, len(grid) - 1) else ""
+            summary[col] = (mean[a], float((mean - mean[a]).mean()), int((mean <= mean[a] + 1.0).sum()))
+            print(f"| {per_class} | {label} | {mean[a]:.1f} ({grid[a]:g}{edge}) | {summary[col][1]:.1f} | "
+                  f"{summary[col][2]}/{len(grid)} |")
+        others = columns[2:]
+        wins["accuracy"] += summary["lp"][0] <= min(summary[k][0] for k in others)
+        wins["robustness"] += summary["lp"][1] <= min(summary[k][1] for k in others)
+        wins["count"] += summary["lp"][2] >= max(summary[k][2] for k in others)
+    n = len(per_class_list)
+    print(f"\n{name}: the converged hinge (LP optimum) has the lowest best error in {wins['accuracy']}/{n} L/K "
+          f"settings, the lowest mean excess over the lam grid in {wins['robustness']}/{n}, and the most grid "
+          f"values within 1 point of its best in {wins['count']}/{n}.", flush=True)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--subsets", type=int, default=3)
+    ap.add_argument("--subsets", type=int, default=3, help="training subsets per L/K (MNIST)")
+    ap.add_argument("--news-subsets", type=int, default=2, help="training subsets per L/K (news20)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timing-iter", type=int, default=20_000, help="fbpd passes in part 1 (tol = 0)")
-    ap.add_argument("--acc-iter", type=int, default=1500, help="fbpd pass cap in part 2")
+    ap.add_argument("--acc-iter", type=int, default=32_000, help="fbpd pass cap in part 2")
+    ap.add_argument("--gap", type=float, default=1e-3, help="part 2: fbpd runs to this gap/objective")
+    ap.add_argument("--bcd-tol", type=float, default=1e-6, help="part 2: bcd's tol")
+    ap.add_argument("--bcd-iter", type=int, default=5000, help="part 2: bcd's outer iteration cap")
+    ap.add_argument("--parts", default="timing,mnist,news20", help="comma-separated: timing, mnist, news20")
+    ap.add_argument("--mnist-lk", default="3,5,10")
+    ap.add_argument("--news-lk", default="5,10", help="news20 L/K settings (50 is slow: n = 1000 rows)")
+    ap.add_argument("--grid", default="0.5,0.3,0.1,3e-2,1e-2,3e-3,1e-3,3e-4,1e-4,3e-5", help="lam/lam_max values")
     ap.add_argument("--quick", action="store_true",
-                    help="part 1 on L/K=3 only, 5000 passes; part 2: MNIST L/K=3, news20 L/K=5, 3 lams, 2 subsets")
+                    help="part 1 on L/K=3 only, 5000 passes; part 2: MNIST L/K=3, news20 L/K=5, 4 lams, 2 subsets, "
+                         "fbpd cap 5000")
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    print(f"# bench_fbpd {'--quick ' if args.quick else ''}(load average at start {os.getloadavg()[0]:.2f})")
+    print(f"# bench_fbpd {' '.join(sys.argv[1:] if argv is None else argv)} "
+          f"(load average at start {os.getloadavg()[0]:.2f})")
+    parts = set(args.parts.split(","))
+    mnist_lk = [int(v) for v in args.mnist_lk.split(",")]
+    news_lk = [int(v) for v in args.news_lk.split(",")]
+    grid = [float(v) for v in args.grid.split(",")]
     if args.quick:
-        args.subsets, args.timing_iter = min(args.subsets, 2), min(args.timing_iter, 5000)
+        args.subsets, args.news_subsets = min(args.subsets, 2), min(args.news_subsets, 2)
+        args.timing_iter, args.acc_iter = min(args.timing_iter, 5000), min(args.acc_iter, 5000)
+        mnist_lk, news_lk, grid = [3], [5], [1e-1, 1e-2, 1e-3, 1e-4]
     mnist = load_mnist()
-    for per_class in [3] if args.quick else [3, 10]:
-        timing_table(mnist, per_class, 1e-2, args.repeats, args.timing_iter)
-    grid = [1e-1, 1e-2, 1e-3] if args.quick else [1e-1, 3e-2, 1e-2, 3e-3, 1e-3]
-    accuracy("MNIST", mnist, [3] if args.quick else [3, 5, 10], grid, args.subsets, args.acc_iter)
-    news = load_news20()
-    accuracy("news20", news, [5] if args.quick else [5, 10, 50], grid, args.subsets, args.acc_iter)
+    if "timing" in parts:
+        for per_class in [3] if args.quick else [3, 10]:
+            timing_table(mnist, per_class, 1e-2, args.repeats, args.timing_iter)
+    if "mnist" in parts:
+        accuracy("MNIST", mnist, mnist_lk, grid, args.subsets, args)
+    if "news20" in parts:
+        accuracy("news20", load_news20(), news_lk, grid, args.news_subsets, args)
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.2f}")
 
 
