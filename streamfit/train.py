@@ -35,7 +35,8 @@ def make_params(solver_name: str, params: dict | None):
         return cls.Params(**(params or {}))
     except ValidationError as e:
         problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '(params)'}: {err['msg']}" for err in e.errors())
-        raise ConfigError(f"solver {solver_name!r} parameters: {problems}") from None
+        known = ", ".join(cls.Params.model_fields)
+        raise ConfigError(f"solver {solver_name!r} parameters: {problems} (its parameters: {known})") from None
 
 
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,

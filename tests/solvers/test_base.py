@@ -9,3 +9,13 @@ def test_threads_do_not_enter_the_model_settings():
     assert "threads" not in one.model_settings()
     assert one.model_settings() == two.model_settings()  # resume with another thread count is allowed
     assert PPDSparseParams(lam=0.5).model_settings() != one.model_settings()  # another λ is refused
+
+
+def test_unknown_parameter_error_names_it_and_the_valid_ones():
+    import pytest
+
+    from streamfit.errors import ConfigError
+    from streamfit.train import make_params
+
+    with pytest.raises(ConfigError, match=r"nosuch: .*its parameters: lam, tol, .*block_size"):
+        make_params("stagewise", {"nosuch": 1})
