@@ -23,10 +23,11 @@ import io
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 
-from streamfit.errors import CheckpointError, output_error
+from streamfit.errors import CheckpointError, TimeLimitReached, output_error
 from streamfit.store.format import (
     fsync_dir,
     write_atomic,
@@ -122,9 +123,17 @@ class Checkpoint:
 
 class Checkpointer:
     """Saves and restores solver state for one run. `run_dir=None`: nothing goes to disk,
-    per-sample state lives in memory, and old versions are still dropped at each save."""
+    per-sample state lives in memory, and old versions are still dropped at each save.
+    `time_limit` (seconds from now): the first save after it raises TimeLimitReached, so the
+    run stops cleanly at a complete checkpoint."""
 
-    def __init__(self, run_dir: str | None, *, config: dict, store_fingerprint: str, keep: int = 2):
+    def __init__(self, run_dir: str | None, *, config: dict, store_fingerprint: str, keep: int = 2,
+                 time_limit: float | None = None):
+        if time_limit is not None and run_dir is None:
+            raise ValueError("a time limit needs a run directory to resume from")
+        self.run_dir = run_dir
+        self.time_limit = time_limit
+        self._deadline = None if time_limit is None else time.monotonic() + time_limit
         self.root = os.path.join(run_dir, "checkpoints") if run_dir else None
         self.config_hash = config_hash(config)
         self.store_fingerprint = store_fingerprint
@@ -174,6 +183,8 @@ class Checkpointer:
             raise output_error(tmp, e) from e
         write_json_atomic(os.path.join(self.root, "LATEST"), json.dumps({"step": step}))
         self._collect_garbage()
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise TimeLimitReached(self.run_dir, step, self.time_limit)
 
     def _complete_steps(self) -> list[int]:
         steps = []

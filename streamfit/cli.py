@@ -10,7 +10,7 @@ import sys
 import click
 
 from streamfit import __version__
-from streamfit.errors import ConfigError, StreamfitError, os_error_hint
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, os_error_hint
 
 log = logging.getLogger("streamfit")
 
@@ -19,6 +19,9 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except TimeLimitReached as e:
+            click.echo(f"stopped: {e}", err=True)
+            sys.exit(3)
         except StreamfitError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
@@ -45,6 +48,8 @@ def main(ctx, verbose, quiet):
     or all three from one file:  streamfit run pipelines/quickstart.yaml
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not quiet:  # what is about to be trained, and how big its dense weights would be
+        logging.getLogger("streamfit.train").setLevel(logging.INFO)
     ctx.obj = {"progress": not quiet and sys.stderr.isatty() or (verbose and not quiet)}
 
 
@@ -231,19 +236,25 @@ def inspect(store, verify, as_json, show_chunks):
               help="A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*.")
 @click.option("--valid-every", default=1, show_default=True, help="Validate every N solver steps.")
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
-@click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints in --out and start over.")
+@click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints and model in --out and start over.")
+@click.option("--time-limit", default=None, metavar="DURATION",
+              help="Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with "
+                   "status 3; the same command with --resume continues. [default: none]")
 @click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
               help="List the solvers and their parameters, then exit.")
 @click.pass_context
 def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, valid, valid_every,
-          resume, overwrite):
+          resume, overwrite, time_limit):
     """Train a solver on STORE, checkpointing as it goes; --resume continues a killed run.
 
     \b
     Example:
       streamfit train train.zarr --solver stagewise -p block_size=512 -p n_passes=3 --out run/
+
+    \b
+    Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
     """
-    from streamfit.config import load_train_config
+    from streamfit.config import load_train_config, parse_duration
     from streamfit.train import train as run_train
 
     cfg = load_train_config(config_file) if config_file else None
@@ -255,7 +266,8 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
         scheduler=scheduler or (cfg.scheduler if cfg else None),
         n_workers=n_workers if n_workers is not None else (cfg.n_workers if cfg else None),
         threads_per_worker=threads_per_worker or (cfg.threads_per_worker if cfg and cfg.threads_per_worker else 1),
-        resume=resume, overwrite=overwrite, progress=_progress(ctx), valid=valid, valid_every=valid_every)
+        resume=resume, overwrite=overwrite, progress=_progress(ctx), valid=valid, valid_every=valid_every,
+        time_limit=parse_duration(time_limit, "--time-limit") if time_limit else (cfg.time_limit if cfg else None))
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
 
@@ -318,10 +330,13 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
 @click.option("--scheduler", default=None, help="Dask scheduler address for the training step.")
+@click.option("--time-limit", default=None, metavar="DURATION",
+              help="Training stops cleanly at the first checkpoint after DURATION (e.g. 90m; overrides "
+                   "train.time_limit) and the job exits with status 3; re-run with --resume to continue.")
 @click.pass_context
-def run(ctx, pipeline, resume, overwrite, scheduler):
+def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/)."""
-    from streamfit.config import load_pipeline
+    from streamfit.config import load_pipeline, parse_duration
     from streamfit.ingest.pipeline import IngestOptions
     from streamfit.ingest.pipeline import ingest as run_ingest
     from streamfit.metrics import evaluate as run_evaluate
@@ -367,7 +382,8 @@ def run(ctx, pipeline, resume, overwrite, scheduler):
         t = cfg.train
         run_train(t.store, t.solver, t.out, t.params, scheduler=scheduler or t.scheduler, n_workers=t.n_workers,
                   threads_per_worker=t.threads_per_worker, resume=resume, overwrite=overwrite, progress=progress,
-                  valid=t.valid, valid_every=t.valid_every)
+                  valid=t.valid, valid_every=t.valid_every,
+                  time_limit=parse_duration(time_limit, "--time-limit") if time_limit else t.time_limit)
         click.echo(f"train: model written to {os.path.join(t.out, 'model')}")
     if cfg.evaluate:
         from streamfit.model import load_model

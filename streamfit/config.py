@@ -9,10 +9,11 @@ the same from any working directory. Unknown keys are errors that name the key.
 from __future__ import annotations
 
 import os
+import re
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from streamfit.errors import ConfigError
 from streamfit.store import DEFAULT_CHUNK_ROWS
@@ -20,6 +21,32 @@ from streamfit.store import DEFAULT_CHUNK_ROWS
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*$")
+
+
+def parse_duration(text: str | float, what: str) -> float:
+    """Seconds in "90", "90s", "30m" or "2h"; a bad value raises ConfigError naming `what`."""
+    match = _DURATION.match(str(text))
+    if not match or float(match[1]) <= 0:
+        raise ConfigError(f"{what} {text!r}: expected a positive duration such as 3600, 90m or 2h")
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+class _TimeLimit(BaseModel):
+    time_limit: float | None = Field(None, description="stop at the first checkpoint after this duration "
+                                                       "(seconds, or e.g. 90m, 2h); resume continues")
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _seconds(cls, v):
+        if v is None:
+            return None
+        try:
+            return parse_duration(v, "time_limit")
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
 
 
 class HashingSection(_Strict):
@@ -63,7 +90,7 @@ class IngestTestSection(_Strict):
     on_bad_record: Literal["error", "skip", "quarantine"] = "error"
 
 
-class TrainSection(_Strict):
+class TrainSection(_TimeLimit, _Strict):
     solver: str
     out: str
     params: dict = Field(default_factory=dict)
@@ -86,7 +113,7 @@ class PipelineConfig(_Strict):
     evaluate: EvaluateSection | None = None
 
 
-class TrainConfig(_Strict):
+class TrainConfig(_TimeLimit, _Strict):
     """`streamfit train --config FILE`: the solver, its parameters and engine settings."""
 
     solver: str | None = None

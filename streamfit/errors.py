@@ -36,6 +36,16 @@ class OutputError(StreamfitError):
     """An output that cannot be written: disk full, a read-only location, a path through a file."""
 
 
+class TimeLimitReached(StreamfitError):
+    """A run passed its time limit and stopped right after writing checkpoint `step`; `--resume`
+    continues it. The CLI exits with status 3, so a scheduler can tell it from a failure."""
+
+    def __init__(self, run_dir: str, step: int, limit: float):
+        self.run_dir, self.step, self.limit = run_dir, step, limit
+        super().__init__(f"{run_dir}: stopped at the time limit ({limit:g} s) after checkpoint step {step}; "
+                         "continue with the same command plus --resume")
+
+
 _OS_HINTS = {
     errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",

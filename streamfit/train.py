@@ -3,7 +3,8 @@
 RUN_DIR/model/         the trained model (streamfit.load_model)
 RUN_DIR/checkpoints/   resumable solver state (streamfit.checkpoint)
 RUN_DIR/metrics.jsonl  one JSON line per solver step (with `valid`: the validation metrics too)
-RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings
+RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings, and its status:
+                       "finished", or "stopped at the time limit" (no model/ then; --resume continues)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
-from streamfit.errors import ConfigError, StreamfitError
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
@@ -41,7 +42,10 @@ def make_params(solver_name: str, params: dict | None):
 
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
           n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
-          overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1) -> Model:
+          overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1,
+          time_limit: float | None = None) -> Model:
+    """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
+    first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -52,8 +56,9 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     ckpt_dir = os.path.join(out, "checkpoints")
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
-    if overwrite:
+    if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         shutil.rmtree(ckpt_dir, ignore_errors=True)
+        shutil.rmtree(os.path.join(out, "model"), ignore_errors=True)
         for name in ("metrics.jsonl", "run.json"):
             if os.path.exists(os.path.join(out, name)):
                 os.remove(os.path.join(out, name))
@@ -64,24 +69,30 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
         log.warning("%s: nothing to resume, starting a new run", out)
     os.makedirs(out, exist_ok=True)
     config = {"solver": solver, "params": p.model_settings()}
-    checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint)
+    checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense weights would take %.1f MiB)",
              solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
     metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every)
     started = time.time()
     mode = "inprocess" if n_workers == 0 and not scheduler else None
-    with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
-                progress=progress) as engine:
-        model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics, resume=resume)
+    record = {"solver": solver, "params": p.model_dump(), "store": store.path,
+              "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
+              "threads_per_worker": threads_per_worker, "resumed": resume, "time_limit": time_limit}
+    try:
+        with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
+                    progress=progress) as engine:
+            model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics,
+                                              resume=resume)
+    except TimeLimitReached as e:
+        record.update(status="stopped at the time limit", step=e.step, seconds=round(time.time() - started, 3))
+        write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
+        raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
     model.save(os.path.join(out, "model"))
-    write_json_atomic(os.path.join(out, "run.json"), json.dumps({
-        "solver": solver, "params": p.model_dump(), "store": store.path,
-        "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
-        "threads_per_worker": threads_per_worker, "resumed": resume, "seconds": round(time.time() - started, 3),
-    }, indent=1))
+    record.update(status="finished", seconds=round(time.time() - started, 3))
+    write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
     return model
 
 

@@ -101,6 +101,9 @@ def test_pipeline_bad_key_is_named(tmp_path):
     cfg.write_text("ingest:\n  inputs: [x.svm]\n  out: s.zarr\n  chunk_row: 10\n")
     result = run("run", cfg, ok=False)
     assert result.exit_code == 2 and "ingest.chunk_row" in result.output
+    cfg.write_text("train:\n  solver: bcd\n  out: run\n  store: s.zarr\n  time_limit: 2 days\n")
+    result = run("run", cfg, ok=False)
+    assert result.exit_code == 2 and "train.time_limit" in result.output and "90m" in result.output
 
 
 def test_quickstart_pipeline(tmp_path):
@@ -111,3 +114,28 @@ def test_quickstart_pipeline(tmp_path):
     accuracy = float(out.split("accuracy=")[1].split()[0])
     assert accuracy > 0.95
     assert open_store(str(tmp_path / "runs" / "quickstart" / "digits-test.zarr")).n_rows == 450
+
+
+def test_time_limit_stops_at_a_checkpoint_and_resume_finishes(stores, tmp_path):
+    args = ["train", stores / "train.zarr", "--solver", "stagewise", "-p", "generator=sequential", "-p", "block_size=16",
+            "-p", "n_passes=2", "--n-workers", "0"]
+    run(*args, "--out", tmp_path / "whole")
+    stopped_at = []
+    result = run(*args, "--out", tmp_path / "cut", "--time-limit", "0.001s", ok=False)
+    while result.exit_code == 3:  # every save is past the limit: one stage per invocation
+        record = json.loads((tmp_path / "cut" / "run.json").read_text())
+        assert record["status"] == "stopped at the time limit" and "--resume" in result.output
+        assert not (tmp_path / "cut" / "model").exists()
+        stopped_at.append(record["step"])
+        result = run(*args, "--out", tmp_path / "cut", "--time-limit", "0.001s", "--resume", ok=False)
+    assert result.exit_code == 0, result.output
+    assert len(stopped_at) >= 4 and stopped_at == sorted(set(stopped_at))
+    assert json.loads((tmp_path / "cut" / "run.json").read_text())["status"] == "finished"
+    X, _ = open_store(str(stores / "test.zarr")).to_scipy()
+    whole, cut = load_model(str(tmp_path / "whole")), load_model(str(tmp_path / "cut"))
+    assert np.array_equal(cut.decision_function(X), whole.decision_function(X))
+
+
+def test_bad_time_limit_is_named(stores, tmp_path):
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--time-limit", "soon", ok=False)
+    assert result.exit_code == 2 and "--time-limit 'soon'" in result.output
