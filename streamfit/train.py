@@ -71,7 +71,7 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
-    log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense weights would take %.1f MiB)",
+    log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
              solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
     metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every)
     started = time.time()
