@@ -182,8 +182,17 @@ def transpose(ctx, store, block_features):
 @click.option("--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk (and CSC block).")
-def inspect(store, verify, as_json, show_chunks):
-    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version."""
+@click.option("--occupancy", is_flag=True,
+              help="Read every chunk and report how many columns are used; for hashed stores also the "
+                   "estimated distinct features, the share of them colliding, and the n_features that "
+                   "would keep collisions under 1 % / 10 %.")
+@click.pass_context
+def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
+    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version.
+
+    \b
+    Example:
+      streamfit inspect news.zarr --verify --occupancy"""
     from streamfit.store import open_store
 
     s = open_store(store)
@@ -203,6 +212,13 @@ def inspect(store, verify, as_json, show_chunks):
         info["chunks"] = [c.__dict__ for c in m.chunks]
         if m.csc:
             info["csc"]["blocks"] = m.csc["blocks"]
+    if occupancy:
+        from streamfit.ingest.hashing import collision_report
+
+        report = collision_report(m.n_features, s.columns_used(progress=_progress(ctx)))
+        if not m.hashing:  # unhashed indices do not collide
+            report = {k: report[k] for k in ("n_features", "columns_used", "occupancy")}
+        info["occupancy"] = report
     problems = s.verify() if verify else []
     if verify:
         info["verified"] = not problems

@@ -502,3 +502,25 @@ def _csr(indptr, indices, data, n_rows, n_features) -> sp.csr_matrix:
     X = sp.csr_matrix((data, indices, indptr), shape=(n_rows, n_features))
     X.has_canonical_format = True
     return X
+
+
+def collision_report(n_features: int, columns_used: int) -> dict:
+    """How crowded a hashed space is, from its column occupancy U out of D = n_features.
+
+    Linear counting (Whang, Vander-Zanden & Taylor 1990): T distinct features hashed uniformly
+    into D columns occupy D(1 - e^(-T/D)) of them on average, so T ≈ -D ln(1 - U/D). A feature
+    then shares its column with another with probability 1 - e^(-T/D) = U/D, and keeping that
+    share under c needs D ≥ T / -ln(1 - c).
+    """
+    D, U = n_features, columns_used
+    report = {"n_features": D, "columns_used": U, "occupancy": U / D}
+    if U >= D:  # saturated: the estimate diverges
+        report.update(estimated_distinct_features=None, estimated_colliding_share=1.0,
+                      n_features_for_1pct=None, n_features_for_10pct=None)
+        return report
+    T = -D * np.log1p(-U / D)
+    report.update(estimated_distinct_features=int(round(T)), estimated_colliding_share=U / D)
+    for name, c in (("n_features_for_1pct", 0.01), ("n_features_for_10pct", 0.10)):
+        need = T / -np.log1p(-c)
+        report[name] = int(2 ** max(int(np.ceil(np.log2(max(need, 1)))), 0))
+    return report

@@ -244,6 +244,18 @@ class Store(ChunkSource):
             raise StoreError(f"{where} fails its checksum; the CSC copy is damaged, rebuild it with 'streamfit transpose'")
         return X
 
+    def columns_used(self, progress: bool = False) -> int:
+        """How many columns hold at least one non-zero: one pass over the chunks with a bitmap of
+        n_features bits (so 256 MiB at the widest, 2^31 columns)."""
+        from tqdm.auto import tqdm
+
+        bits = np.zeros((self.n_features + 7) // 8, dtype=np.uint8)
+        for i in tqdm(range(self.n_chunks), desc="columns", unit="chunk", disable=not progress):
+            cols = np.unique(self.read_chunk(i, cache=False).X.indices).astype(np.int64)
+            np.bitwise_or.at(bits, cols >> 3, (1 << (cols & 7)).astype(np.uint8))
+        popcount = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
+        return int(sum(popcount[bits[lo:lo + 2**24]].sum(dtype=np.int64) for lo in range(0, len(bits), 2**24)))
+
     def verify(self) -> list[str]:
         """Re-read every chunk and every CSC block and check their checksums; returns the problems found."""
         problems = []

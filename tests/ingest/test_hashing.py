@@ -337,3 +337,31 @@ def test_config_dict_round_trip():
 def test_config_from_dict_rejects_unknown_key():
     with pytest.raises(ValueError, match="'n_feature'"):
         HashingConfig.from_dict({"n_feature": 2**10})
+
+
+def test_occupancy_report_estimates_the_real_collisions(tmp_path):
+    """5000 distinct tokens into 2^13 columns: the report's distinct-feature estimate and
+    colliding share are checked against the true columns computed with mmh3."""
+    import json
+    from collections import Counter
+
+    import mmh3
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+
+    tokens = [f"tok{i}x" for i in range(5000)]
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"text": " ".join(tokens[i:i + 10]), "label": str(i % 3)}) + "\n"
+                            for i in range(0, 5000, 10)))
+    runner = CliRunner()
+    ingest = runner.invoke(main, ["ingest", str(docs), "--n-features", "8192", "--out", str(tmp_path / "s.zarr")])
+    assert ingest.exit_code == 0, ingest.output
+    out = runner.invoke(main, ["inspect", str(tmp_path / "s.zarr"), "--occupancy", "--json"])
+    report = json.loads(out.output)["occupancy"]
+    columns = Counter(abs(mmh3.hash(t, 0, signed=True)) % 8192 for t in tokens)
+    assert report["columns_used"] == len(columns)
+    colliding = sum(n for n in columns.values() if n > 1) / len(tokens)
+    assert abs(report["estimated_colliding_share"] - colliding) < 0.02
+    assert abs(report["estimated_distinct_features"] - 5000) < 250
+    assert report["n_features_for_1pct"] == 2**19  # 5000 / -ln(0.99) ≈ 497 500

@@ -145,3 +145,10 @@ def test_chunk_cache_only_when_the_whole_store_fits(digits, write_store, monkeyp
     monkeypatch.setattr(store_module, "CHUNK_CACHE_BYTES", s.decoded_bytes - 1)
     big = store_module.Store(s.path)
     assert big.read_chunk(1) is not big.read_chunk(1)  # larger than the budget: never cached
+
+
+def test_columns_used_counts_distinct_columns(write_store):
+    rng = np.random.default_rng(0)
+    X = sp.random(700, 5000, density=0.002, format="csr", random_state=rng, dtype=np.float32)
+    path = write_store(X, rng.integers(0, 3, 700), ["a", "b", "c"], chunk_rows=128)
+    assert open_store(path).columns_used() == np.unique(X.indices).size
