@@ -141,3 +141,17 @@ def test_policy_quarantine_file_only_on_a_bad_record(tmp_path):
     path = tmp_path / "q.jsonl"
     BadRecordPolicy("quarantine", str(path)).close()
     assert not path.exists()
+
+
+def test_content_decides_when_the_name_does_not(tmp_path):
+    """LIBSVM's own data sets are named dna.scale.gz, letter.scale.t and so on."""
+    import gzip
+
+    with gzip.open(tmp_path / "dna.scale.gz", "wt") as f:
+        f.write("# comment\n3 1:1 7:0.5\n1 2:1\n2,4 qid:3 5:1e-3\n 9:1\n")
+    (tmp_path / "train.t").write_text('{"text": "a b", "label": "x"}\n')
+    (tmp_path / "table.txt").write_text("label,text\nx,a b\n")
+    assert type(open_source(str(tmp_path / "dna.scale.gz"), policy=BadRecordPolicy())) is LibsvmSource
+    assert type(open_source(str(tmp_path / "train.t"), policy=BadRecordPolicy())) is JsonlSource
+    with pytest.raises(InputError, match="table.txt: cannot tell the format .* first lines.*--format"):
+        open_source(str(tmp_path / "table.txt"), policy=BadRecordPolicy())

@@ -11,10 +11,12 @@ format knows are a ConfigError.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
+import re
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.sources._util import COMPRESSIONS, require_path
+from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import TAR_SUFFIXES, FolderSource
@@ -34,6 +36,7 @@ __all__ = [
     "TextBatch",
     "infer_format",
     "open_source",
+    "sniff_format",
 ]
 
 FORMATS = {
@@ -86,6 +89,33 @@ def infer_format(path: str) -> str | None:
     return _STREAM_EXTENSIONS.get(ext)
 
 
+_LIBSVM_PAIR = re.compile(r"^(\d+|qid):\S+$")
+
+
+def sniff_format(path: str) -> str | None:
+    """"libsvm" or "jsonl" from a file's first lines (decompressed by the name's .gz/.bz2/.xz),
+    for names like dna.scale.gz or train.t that LIBSVM's own data sets use; None if neither fits."""
+    if os.path.isdir(path):
+        return None
+    try:
+        with open_binary(path) as f:
+            head = f.read(1 << 16)
+    except (InputError, OSError, EOFError):
+        return None
+    lines = head.decode("utf-8", "replace").splitlines()
+    if len(head) == 1 << 16:
+        lines = lines[:-1]  # may be cut short
+    lines = [kept for kept in (ln.split("#")[0].strip() for ln in lines) if kept][:20]
+    if not lines:
+        return None
+    if all(ln.startswith("{") for ln in lines):
+        return "jsonl"
+    pairs = [r if ":" in r[0] else r[1:] for r in (ln.split() for ln in lines)]  # a row may have no label
+    if all(_LIBSVM_PAIR.match(t) for r in pairs for t in r) and any(pairs):
+        return "libsvm"
+    return None
+
+
 def open_source(
     path: str, format: str | None = None, *, policy: BadRecordPolicy, batch_size: int = 8192, **options
 ) -> Source:
@@ -101,7 +131,11 @@ def open_source(
     if format is None:
         format = infer_format(path)
         if format is None:
-            raise InputError(path, "cannot tell the format from the file name", f"pass --format, one of: {choices}")
+            format = sniff_format(path)
+            if format is None:
+                raise InputError(path, "cannot tell the format from the file name or its first lines",
+                                 f"pass --format, one of: {choices}")
+            logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
     cls = FORMATS[format]
