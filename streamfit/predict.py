@@ -9,7 +9,7 @@ import os
 import numpy as np
 from tqdm.auto import tqdm
 
-from streamfit.errors import StreamfitError
+from streamfit.errors import StreamfitError, output_error
 from streamfit.model import Model
 
 
@@ -43,12 +43,30 @@ def predict_to_file(model: Model, source: str, out: str, *, top_k: int = 1, fmt:
     if kind not in (".csv", ".jsonl"):
         raise StreamfitError(f"{out}: the output must end in .csv or .jsonl")
     tmp = f"{out}.partial"
+    try:
+        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress)
+        os.replace(tmp, out)
+    except OSError as e:
+        _remove(tmp)
+        raise output_error(out, e) from e
+    except BaseException:  # bad input, interrupted: no partial output is left behind
+        _remove(tmp)
+        raise
+    return n
+
+
+def _remove(path: str) -> None:
+    if os.path.exists(path):
+        os.remove(path)
+
+
+def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
     n = 0
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
         if writer:
             writer.writerow(["location"] + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
-        for locations, X in _batches(model, source, fmt, options or {}, progress):
+        for locations, X in _batches(model, source, fmt, options, progress):
             top, scores = model.predict_topk(X, top_k)
             labels = model.classes_[top]
             for loc, labs, sc in zip(locations, labels, scores):
@@ -59,5 +77,4 @@ def predict_to_file(model: Model, source: str, out: str, *, top_k: int = 1, fmt:
             n += len(locations)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, out)
     return n

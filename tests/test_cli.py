@@ -139,3 +139,13 @@ def test_time_limit_stops_at_a_checkpoint_and_resume_finishes(stores, tmp_path):
 def test_bad_time_limit_is_named(stores, tmp_path):
     result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--time-limit", "soon", ok=False)
     assert result.exit_code == 2 and "--time-limit 'soon'" in result.output
+
+
+def test_predict_refuses_a_row_wider_than_training_and_leaves_nothing(stores, tmp_path):
+    run_dir = tmp_path / "run"
+    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--out", run_dir, "--n-workers", "0")
+    raw = tmp_path / "wide.svm"
+    raw.write_text("1 3:1\n2 5:1 65:0.5\n")
+    result = run("predict", run_dir, raw, "--out", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2 and "wide.svm:2: feature index 64 is beyond the 64 features" in result.output
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.csv.partial").exists()

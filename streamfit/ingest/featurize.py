@@ -96,9 +96,11 @@ class Featurizer:
         """Rows of a batch in the model's feature space (width n_features; extra indices refused)."""
         X = self.raw_rows(batch)
         if X.nnz and self.n_features is not None and int(X.indices.max()) >= self.n_features:
+            row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices >= self.n_features)), side="right")) - 1
             raise StreamfitError(
-                f"feature index {int(X.indices.max())} is beyond the {self.n_features} features the data was "
-                "ingested with"
+                f"{batch.locations[row]}: feature index {int(X.indices[X.indptr[row]:X.indptr[row + 1]].max())} is "
+                f"beyond the {self.n_features} features the training data was ingested with; score data of the "
+                "training data's kind (or retrain with --n-features covering it)"
             )
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], self.n_features or X.shape[1]))
         return self.finish(X)
