@@ -139,6 +139,9 @@ class StagewiseParams(SolverParams):
     lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
     max_iter: int = Field(50, ge=1, description="softmax: inner iterations (passes) per stage")
+    gram_dtype: Literal["float64", "float32"] = Field(
+        "float64", description="float32: AᵀA of random Fourier blocks from single-precision products (about 2x "
+                               "faster; the model then matches float64 to ~1e-5, across chunkings too)")
 
     @model_validator(mode="after")
     def _calibration_needs_identity(self):
@@ -194,16 +197,19 @@ class FeatureSpace:
         lo = int(self.fit_intercept)
         A = np.empty((n, lo + width + (F.shape[1] if self.with_predictions else 0)))
         A[:, :lo] = 1.0
-        rff_block(base, self.seed, int(block), width, self.sigma, out=A[:, lo:lo + width])
+        rff_block(base, self.seed, int(block), width, self.sigma, out=A, col=lo)
         A[:, lo + width:] = F if self.with_predictions else 0.0
         return A
 
     def fingerprint(self) -> str:
-        """Identifies the features this space computes (configuration, inputs, PCA)."""
-        h = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode())
-        for a in self.arrays().values():
-            h.update(np.ascontiguousarray(a).tobytes())
-        return h.hexdigest()
+        """Identifies the features this space computes (configuration, inputs, PCA). Computed
+        once, when first asked: the space must be complete by then (it is, after setup)."""
+        if self.__dict__.get("_fingerprint") is None:
+            h = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode())
+            for a in self.arrays().values():
+                h.update(np.ascontiguousarray(a).tobytes())
+            self.__dict__["_fingerprint"] = h.hexdigest()
+        return self.__dict__["_fingerprint"]
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
@@ -224,14 +230,36 @@ class FeatureSpace:
                    components=arrays.get("rff_components"))
 
 
-def _chunk_base(space: FeatureSpace, chunk) -> sp.csc_matrix | np.ndarray:
-    """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns."""
-    return chunk.csc if space.kind == "columns" else space.base(chunk.X)
+# Per process: the base z of random Fourier features (densified inputs, after the PCA if any),
+# per source and chunk. It is n_rows × (inputs or PCA dimensions), small beside the designs, and
+# every task of every stage starts from it (MNIST: densifying and projecting 784 pixels cost more
+# than the features themselves).
+_BASES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
+
+
+def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) -> sp.csc_matrix | np.ndarray:
+    """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns, and for
+    random Fourier features the cached base when it fits (a quarter of the chunk-cache budget)."""
+    if space.kind == "columns":
+        return chunk.csc
+    width = len(space.inputs) if space.components is None else space.components.shape[1]
+    if source.n_rows * width * 8 * 4 > CHUNK_CACHE_BYTES:
+        return space.base(chunk.X)
+    bases = _BASES.setdefault(source, {})
+    key = (space.fingerprint(), chunk_id)
+    Z = bases.get(key)
+    if Z is None:
+        Z = space.base(chunk.X)
+        Z.flags.writeable = False
+        for old in [k for k in bases if k[0] != key[0]]:  # another fit's features
+            del bases[old]
+        bases[key] = Z
+    return Z
 
 
 # Per process: the random Fourier designs of the last two blocks, per source and chunk. A
 # softmax stage reads its block once per inner iteration and the fused update pass computes the
-# next stage's block, so this saves most of the (dominant) cosine work. Only when two whole
+# next stage's block, so this saves regenerating the features. Only when two whole
 # blocks fit in the chunk-cache budget: a larger store keeps memory bounded by the chunk size.
 _DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 
@@ -287,11 +315,21 @@ def _load(source: ChunkSource, chunk_id: int, state, version: int):
     return chunk, Y, F
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, gram: bool) -> tuple:
-    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0 (AᵀA is None when the
-    driver already holds it: `gram` False)."""
+GRAM_PANEL_ROWS = 4096  # float32 AᵀA: rows per single-precision product, summed in float64
+
+
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, gram: bool | str) -> tuple:
+    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0. `gram`: False when the
+    driver already holds AᵀA (None is returned), else the precision of its products: "float64",
+    or "float32" (dense designs only: products of row panels in single precision, their sum and
+    everything else in float64)."""
     M = None
-    if gram:
+    if gram == "float32" and not sp.issparse(A):
+        M = np.zeros((A.shape[1], A.shape[1]))
+        for lo in range(0, A.shape[0], GRAM_PANEL_ROWS):
+            P = A[lo:lo + GRAM_PANEL_ROWS].astype(np.float32)
+            M += P.T @ P
+    elif gram:
         M = A.T @ A
         M = M.toarray() if sp.issparse(M) else M
     return M, np.asarray(A.T @ (Y - link_mean(F, link))), link_loss_sum(F, Y, link)
@@ -315,7 +353,7 @@ def _rows_task(source, chunk_id, *, rows, inputs):
 
 def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _block_stats(_chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block), F, Y, link, gram)
+    return _block_stats(_chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block), F, Y, link, gram)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
@@ -325,14 +363,14 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
 
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block)
+    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block)
     U = F + A @ W
     return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
 
 
 def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    G = poly_basis(F + _chunk_design(source, chunk_id, space, _chunk_base(space, chunk), F, block) @ W)
+    G = poly_basis(F + _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block) @ W)
     return G.T @ G, G.T @ Y
 
 
@@ -342,7 +380,7 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     statistics of the next block (when `next_block` is given; its AᵀA only if `next_gram`) or
     the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    base = _chunk_base(space, chunk)
+    base = _chunk_base(source, chunk_id, space, chunk)
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, F, block))
     state.write(SCORES, version + 1, chunk_id, F)
@@ -557,8 +595,11 @@ class StagewiseSolver(Solver):
         if p.pca_components is not None and p.pca_components < len(active):
             space.mean = sample.mean(axis=0)
             centered = sample - space.mean
-            _, V = np.linalg.eigh(centered.T @ centered / len(rows))
-            V = V[:, ::-1][:, : p.pca_components]
+            d = len(active)  # only the leading eigenvectors: several times faster than all of them
+            with _BLAS.limit(limits=1, user_api="blas"):
+                _, V = scipy.linalg.eigh(centered.T @ centered / len(rows),
+                                         subset_by_index=[d - p.pca_components, d - 1])
+            V = V[:, ::-1]
             V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
             space.components = V
             sample = centered @ V
@@ -712,7 +753,7 @@ class StagewiseSolver(Solver):
             if prog.pending is None:
                 prog.pending = engine.map_reduce(_stats_task, source, chunks, desc="stagewise: gram", state=state,
                                                  version=prog.version, space=space, block=block, link=link,
-                                                 gram=pos not in grams)
+                                                 gram=pos not in grams and p.gram_dtype)
                 prog.data_passes += 1
             prog.pending = remember_gram(prog.pending, pos)
             W, inner = self._fit_block(engine, source, state, prog.version, space, block, prog.pending, link, prog)
@@ -728,7 +769,7 @@ class StagewiseSolver(Solver):
             next_gradient = active if (generator == "gradient" and pass_ends and not last) else None
             out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=state,
                                     version=prog.version, space=space, block=block, W=W, C=C, link=link,
-                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams,
+                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams and p.gram_dtype,
                                     next_gradient=next_gradient)
             prog.data_passes += 1
             prog.version += 1

@@ -12,6 +12,8 @@ Link functions g = ∇Φ (eq. 12) and their calibrated losses ℓ(u; y) = Φ(u) 
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -73,25 +75,53 @@ def project_predictions(V: np.ndarray, multilabel: bool) -> np.ndarray:
     return project_rows_simplex(np.ascontiguousarray(V))
 
 
+# Taylor coefficients of cos(x) in y = x², highest first: Σ_{k ≤ 13} (−1)^k y^k / (2k)!. For
+# |x| ≤ π the first omitted term is π^28/28! < 3e-19, so the rounding of Horner's scheme (~1e-15)
+# is the whole error.
+_COS_TAYLOR = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(13, -1, -1))
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int) -> None:
+    """out[i, col + j] = √2 cos(phase[i, j] + β_j), with the argument reduced to [−π, π] and the
+    cosine as the Taylor polynomial above (vectorised: the inner loop runs over one row's
+    features, so a row's values never depend on the other rows). `out` is C-contiguous."""
+    n, p = phase.shape
+    inv_two_pi = 0.5 / np.pi
+    two_pi = 2.0 * np.pi
+    root2 = np.sqrt(2.0)
+    for i in range(n):
+        src = phase[i]
+        dst = out[i, col:col + p]  # row slices (not out[i, col + j]): the loop vectorises
+        for j in range(p):
+            x = src[j] + beta[j]
+            x -= two_pi * np.rint(x * inv_two_pi)
+            y = x * x
+            c = 0.0
+            for coefficient in _COS_TAYLOR:  # Horner, unrolled by the compiler
+                c = c * y + coefficient
+            dst[j] = root2 * c
+
+
 def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float,
-              out: np.ndarray | None = None) -> np.ndarray:
+              out: np.ndarray | None = None, col: int = 0) -> np.ndarray:
     """Random Fourier features of block `block_id` (Rahimi & Recht 2007) for the Gaussian kernel
     k(z, z') = exp(−‖z − z'‖² / (2σ²)): φ_j(z) = √2 cos(ω_jᵀz + β_j), ω_j ~ N(0, σ⁻² I),
     β_j ~ U[0, 2π), so that E[φ(z)ᵀφ(z')]/n_out = k(z, z') and E[φ_j²] = 1. The block's ω, β
     are drawn from the seed sequence (seed, block_id): regenerated identically on every call.
 
-    The phase ω_jᵀz + β_j is computed in float64 and reduced to [−π, π]; the cosine of the
-    reduced phase is taken in float32 (numpy's vectorised single-precision cosine is an order of
-    magnitude faster than the double one), so φ is exact to about 1e-6, far below the O(1/√n_out)
-    error of the kernel approximation itself. Written into `out` (n × n_out) when given."""
+    The phase ZΩ is one BLAS product in float64; one fused pass (`_cos_features`) adds β, reduces
+    to [−π, π] and evaluates the cosine by a polynomial, exact to ~1e-15 and several times
+    faster than numpy's cosine (even its float32 one, with its 1e-6 error). Written into columns
+    col … col + n_out − 1 of `out` (C-contiguous, float64) when given, else into a new n × n_out
+    array, which is returned."""
     rng = np.random.default_rng([seed, block_id])
     omega = rng.standard_normal((Z.shape[1], n_out)) / sigma
     beta = rng.uniform(0.0, 2.0 * np.pi, n_out)
-    phase = Z @ omega
-    phase += beta
-    phase -= (2.0 * np.pi) * np.rint(phase * (0.5 / np.pi))
+    phase = np.ascontiguousarray(Z, dtype=np.float64) @ omega
     if out is None:
-        out = np.empty_like(phase)
-    out[...] = np.cos(phase.astype(np.float32))
-    out *= np.sqrt(2.0)
+        out, col = np.empty_like(phase), 0
+    if not (out.flags.c_contiguous and out.dtype == np.float64 and out.shape[1] >= col + n_out):
+        raise ValueError("rff_block: out must be C-contiguous float64 with room for the block")
+    _cos_features(phase, beta, out, col)
     return out
