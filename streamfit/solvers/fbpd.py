@@ -76,7 +76,8 @@ O(chunk nnz + chunk_rows·K + M·K).
 
 Checkpoints after every iteration: x, x̃, Tᵀy, the anchor (x, Tᵀy, versions), Σζ, Σξ, ρ,
 the restart counters, ‖T‖ and the duals' version;
-resume=True reproduces an uninterrupted run bitwise.
+resume=True reproduces an uninterrupted run bitwise, also with a larger max_iter (see
+FBPDSolver: max_iter is a budget, outside the config hash).
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from streamfit.checkpoint import Checkpointer
+from streamfit.checkpoint import Checkpoint, Checkpointer, config_hash
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
@@ -122,7 +123,10 @@ class FBPDParams(SolverParams):
     lam: float = Field(1e-3, gt=0, description="regularized: minimise lam·g(W) + mean hinge")
     eta: float = Field(0.1, gt=0, description="constrained: minimise g(W) s.t. mean hinge <= eta")
     tol: float = Field(1e-5, ge=0, description="stop when ‖x⁺ − x‖/‖x⁺‖ < tol (the paper uses 1e-5)")
-    max_iter: int = Field(1000, ge=1, description="iterations (passes over the data)")
+    max_iter: int = Field(
+        1000, ge=1, description="iterations (passes over the data); a budget, not part of the iteration: resume "
+        "with a larger one continues the run to the model of an uninterrupted longer run",
+        json_schema_extra={"affects_model": False})
     step_ratio: float | None = Field(
         None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1")
     restarts: bool = Field(
@@ -280,7 +284,18 @@ class FBPDSolver(Solver):
 
     `stop_after_iters`: return the current model after that many iterations in this call (the
     checkpoint allows a later fit with resume=True to continue). For time-boxed jobs and for
-    testing resume; not a model parameter."""
+    testing resume; not a model parameter.
+
+    Continuing a run: fit(resume=True) continues from the newest checkpoint, on disk or (run
+    directory None) the newest saved through the same Checkpointer object, with the whole
+    state: x, x̃, Tᵀy, the duals and their anchors, ρ, the restart counters and the iteration
+    number (which the restart schedule and `adapt_iters` count from). max_iter is a budget that
+    the iteration never reads, so it is left out of the config hash: a run stopped at max_iter
+    (or by stop_after_iters, a kill, a time limit) and continued with a larger max_iter ends
+    bitwise where one uninterrupted run with that max_iter ends. Every other parameter must be
+    unchanged. A fit without resume starts over from x = 0 with the initial duals and ρ, so
+    starting a new run from an earlier model's x alone would restart the scheme (a new anchor,
+    a new restart schedule and ρ) and follow another path to the same optimum."""
 
     name = "fbpd"
     Params = FBPDParams
@@ -425,11 +440,33 @@ class FBPDSolver(Solver):
     def _save(self, checkpointer: Checkpointer, prog: _Progress, norm: float) -> None:
         meta = {f.name: getattr(prog, f.name) for f in dataclasses.fields(prog) if f.name not in prog.ARRAYS}
         meta["norm"] = norm
+        meta["settings"] = config_hash(self.params.model_settings())
         arrays = {name: getattr(prog, name) for name in prog.ARRAYS}
         versions = {name: prog.iteration for name in self._names()} if prog.iteration > 0 else {}
         if self.params.restarts and prog.anchor > 0:
             versions.update({"anchor_" + name: prog.anchor for name in self._names()})
         checkpointer.save(prog.iteration, meta, arrays, versions)
+
+    def _latest(self, checkpointer: Checkpointer, n_chunks: int) -> Checkpoint | None:
+        """The checkpoint to continue from: the newest on disk (verified by the Checkpointer),
+        or, with per-sample state in memory (run_dir None), the newest saved through this
+        Checkpointer object; either must have been written with the same model settings
+        (all parameters but max_iter)."""
+        if checkpointer.root is not None:
+            ckpt = checkpointer.latest(n_chunks)
+        else:
+            kept = checkpointer._kept  # in memory, latest() finds nothing: the saves made through this object
+            ckpt = kept[-1] if kept else None
+        if ckpt is None:
+            return None
+        settings = ckpt.meta.get("settings")
+        if settings is not None and settings != config_hash(self.params.model_settings()):
+            raise ConfigError("the checkpoint was written with other fbpd parameters; only max_iter may change "
+                              "when a run is continued")
+        if ckpt.step > self.params.max_iter:
+            raise ConfigError(f"the run to continue is at iteration {ckpt.step} already, beyond max_iter = "
+                              f"{self.params.max_iter}")
+        return ckpt
 
     # ---- Algorithms 1 and 2 ----
     def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
@@ -439,7 +476,7 @@ class FBPDSolver(Solver):
             raise ConfigError("fbpd solves the multiclass (Crammer–Singer) hinge; the store is multilabel")
         n, K, M = source.n_rows, source.n_classes, source.n_features
         state = checkpointer.state
-        ckpt = checkpointer.latest(source.n_chunks) if resume else None
+        ckpt = self._latest(checkpointer, source.n_chunks) if resume else None
         if ckpt is None:
             state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
             norm, passes = self.operator_norm(source, engine)
@@ -450,6 +487,7 @@ class FBPDSolver(Solver):
         else:
             meta = dict(ckpt.meta)
             norm = meta.pop("norm")
+            meta.pop("settings", None)
             meta["sums"], meta["jumps"] = tuple(meta["sums"]), tuple(meta["jumps"])
             prog = _Progress(**ckpt.arrays, **meta)
             log.truncate_after(ckpt.step)

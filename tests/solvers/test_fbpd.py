@@ -18,7 +18,7 @@ import streamfit.solvers.fbpd as fb
 from streamfit import FBPDClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
-from streamfit.errors import ConfigError
+from streamfit.errors import CheckpointError, ConfigError
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
@@ -351,6 +351,45 @@ def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
         lines = [json.loads(line) for line in f]
     strip = [{k: v for k, v in rec.items() if k != "wall_time"} for rec in lines]
     assert strip == [{k: v for k, v in rec.items() if k != "wall_time"} for rec in full_log.records]
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
+    """A run continued with a larger max_iter carries the whole state (duals and anchors, ρ,
+    restart counters, the iteration number that the restart schedule and adapt_iters count
+    from): a chain of blocks ends bitwise where one uninterrupted run ends, in memory (the same
+    Checkpointer object) and on disk. Before, resume in memory silently started over, and on
+    disk a larger max_iter was refused as another configuration."""
+    X, z = wine
+    source = memory_source(X, z, chunk_rows=64)
+    params = {"lam": 0.1, "tol": 0.0, "adapt_iters": 70}
+    full, full_log = fit(source, max_iter=120, **params)
+    assert full.info["restarts"] >= 3
+
+    run_dir = str(tmp_path / "run") if on_disk else None
+    ckpt, records = None, []
+    for max_iter in (25, 60, 120):  # the middle block crosses adapt_iters, after which ρ is frozen
+        solver = fb.FBPDSolver(fb.FBPDParams(max_iter=max_iter, **params))
+        if ckpt is None or on_disk:
+            ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        model = solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=log,
+                           resume=max_iter > 25)
+        records += log.records
+    np.testing.assert_array_equal(model.coef_.toarray(), full.coef_.toarray())
+    np.testing.assert_array_equal(model.intercept_, full.intercept_)
+    assert model.info == full.info
+    strip = [{k: v for k, v in rec.items() if k != "wall_time"} for rec in records]
+    assert strip == [{k: v for k, v in rec.items() if k != "wall_time"} for rec in full_log.records]
+
+    # only max_iter may change, and not below where the run is
+    for changed, message in (({"max_iter": 200, "lam": 0.2}, "other fbpd parameters|different solver config"),
+                             ({"max_iter": 100}, "beyond max_iter")):
+        solver = fb.FBPDSolver(fb.FBPDParams(**{**params, **changed}))
+        if on_disk:
+            ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
+        with pytest.raises((ConfigError, CheckpointError), match=message):
+            solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None), resume=True)
 
 
 def test_stops_on_relative_change_and_estimator_api(wine):
