@@ -69,11 +69,12 @@ from streamfit.solvers.ppdsparse_kernels import (
     Data,
     make_work,
     solve_class,
+    topk_rows,
 )
 from streamfit.store import ChunkSource, Store
 
 DEFAULT_GROUPS = 256  # group_size=None: about this many class groups
-PREDICT_BLOCK_SCORES = 1 << 22  # rows × classes of dense scores held at once when predicting
+DENSE_FEATURE_SHARE = 0.25  # predict_topk: features with this share of classes non-zero are kept dense (≤ 32 B/nnz)
 
 
 class PPDSparseParams(SolverParams):
@@ -199,9 +200,9 @@ def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
 
 @register_model
 class PPDSparseModel(LinearModel):
-    """A LinearModel with sparse coef_ (K × d CSR) whose top-k prediction works on blocks of
-    rows (sparse product X_block · Wᵀ, then the k best per row), so a large K never needs the
-    full n × K score matrix."""
+    """A LinearModel with sparse coef_ (K × d CSR) whose top-k prediction is one numba pass over
+    the rows of X (ppdsparse_kernels.topk_rows: the row's scores from coef_ by feature into one
+    K-vector, then the k best by insertion), so a large K never needs the n × K score matrix."""
 
     kind = "ppdsparse"
 
@@ -211,6 +212,27 @@ class PPDSparseModel(LinearModel):
         c = self.coef_
         return int(c.nnz * 12 + (c.shape[0] + 1) * 8 + self.intercept_.nbytes)
 
+    def _by_feature(self):
+        """coef_ by feature for topk_rows, built once per coef_: the features where at least
+        DENSE_FEATURE_SHARE of the classes are non-zero as dense K-rows (a vectorized loop; 8 bytes
+        per entry, at most 32 per non-zero), the others as CSC (int32 classes, float64 weights)."""
+        c = self.coef_
+        if getattr(self, "_by_feature_of", None) is not c:
+            W = c.tocsc()
+            W.sum_duplicates()
+            K, d = W.shape
+            dense = np.flatnonzero(np.diff(W.indptr) >= max(DENSE_FEATURE_SHARE * K, 1))
+            dense_of = np.full(d, -1, np.int64)
+            dense_of[dense] = np.arange(dense.size)
+            w_dense = np.ascontiguousarray(W[:, dense].T.toarray(), dtype=np.float64)
+            col = np.repeat(np.arange(d), np.diff(W.indptr))
+            keep = dense_of[col] < 0
+            ptr = np.concatenate([[0], np.cumsum(np.bincount(col[keep], minlength=d))]).astype(np.int64)
+            self._by_feature_cache = (ptr, W.indices[keep].astype(np.int32), W.data[keep].astype(np.float64),
+                                      dense_of, w_dense)
+            self._by_feature_of = c
+        return self._by_feature_cache
+
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         from streamfit.model import _as_csr
 
@@ -218,21 +240,12 @@ class PPDSparseModel(LinearModel):
             parts = [self.predict_topk(c.X, k) for c in X.iter_chunks()]
             return np.vstack([a for a, _ in parts]), np.vstack([b for _, b in parts])
         X = _as_csr(X, self.n_features)
-        K = len(self.classes_)
-        k = min(k, K)
-        Wt = self.coef_.T.tocsc()
-        block = max(1, PREDICT_BLOCK_SCORES // K)
-        tops, scores = [], []
-        for lo in range(0, X.shape[0], block):
-            S = (X[lo:lo + block] @ Wt).toarray() + self.intercept_
-            top = np.argpartition(-S, k - 1, axis=1)[:, :k]
-            order = np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable")
-            top = np.take_along_axis(top, order, axis=1)
-            tops.append(top)
-            scores.append(np.take_along_axis(S, top, axis=1))
-        if not tops:
-            return np.zeros((0, k), np.int64), np.zeros((0, k))
-        return np.vstack(tops), np.vstack(scores)
+        k = min(k, len(self.classes_))
+        top = np.zeros((X.shape[0], k), np.int64)
+        best = np.zeros((X.shape[0], k))
+        bias = np.ascontiguousarray(self.intercept_, dtype=np.float64)
+        topk_rows(X.indptr, X.indices, X.data, *self._by_feature(), bias, k, top, best)  # X's dtypes as they are
+        return top, best
 
     def predict(self, X):
         if self.multilabel:

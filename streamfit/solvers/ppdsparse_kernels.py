@@ -441,3 +441,48 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
         work.ysign[data.pos_rows[p]] = -1
     return idx, val, bias, it, n_active, n_alpha, converged, dual
+
+
+# -- prediction: top-k of X Wᵀ + b, row by row ------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def topk_rows(x_ptr, x_idx, x_val, w_ptr, w_cls, w_val, dense_of, w_dense, bias, k, top, best):
+    """For every row i of X (CSR), the k largest scores s_c = b_c + Σ_j x_ij W_cj and their
+    classes, in decreasing order (ties: the smaller class first, as a stable sort of −s).
+    W is given by feature: a feature j with dense_of[j] = r ≥ 0 has its K weights in row r of
+    w_dense (the features where most classes are non-zero: a contiguous loop, no indices),
+    any other its non-zeros in w_ptr/w_cls/w_val (CSC of the K × d coef_). A row costs
+    O(Σ_{j ∈ x_i} nnz(W_{:,j}) + K·k) with one K-vector of scratch; the n × K score matrix is
+    never formed."""
+    K = bias.shape[0]
+    s = np.empty(K)
+    if k < 1:
+        return
+    for i in range(x_ptr.shape[0] - 1):
+        s[:] = bias
+        for p in range(x_ptr[i], x_ptr[i + 1]):
+            j, x = x_idx[p], x_val[p]
+            r = dense_of[j]
+            if r >= 0:
+                for c in range(K):
+                    s[c] += x * w_dense[r, c]
+            else:
+                for q in range(w_ptr[j], w_ptr[j + 1]):
+                    s[w_cls[q]] += x * w_val[q]
+        n = 0
+        for c in range(K):  # insertion into the sorted k best; strict > keeps the earlier class on ties
+            v = s[c]
+            if n == k:
+                if not v > best[i, k - 1]:
+                    continue
+                t = k - 1
+            else:
+                t = n
+                n += 1
+            while t > 0 and v > best[i, t - 1]:
+                best[i, t] = best[i, t - 1]
+                top[i, t] = top[i, t - 1]
+                t -= 1
+            best[i, t] = v
+            top[i, t] = c

@@ -294,7 +294,6 @@ def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
     X, y = digits
     model, _ = fit(InMemoryStore(X, y, range(10)), lam=1e-3, tau=1e-3)
     S = model.decision_function(X)
-    monkeypatch.setattr(pp, "PREDICT_BLOCK_SCORES", 70)  # blocks of 7 rows
     top, scores = model.predict_topk(X, 3)
     np.testing.assert_array_equal(top, np.argsort(-S, axis=1, kind="stable")[:, :3])
     np.testing.assert_allclose(scores, np.take_along_axis(S, top, axis=1))
@@ -304,6 +303,25 @@ def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
     assert isinstance(loaded, pp.PPDSparseModel) and sp.issparse(loaded.coef_)
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
     assert (model.predict(X) == np.array([str(c) for c in y])).mean() > 0.95
+
+
+def test_topk_kernel_matches_a_stable_sort_with_ties():
+    """topk_rows against argsort(−S, stable) on scores with many exact ties (equal rows of W,
+    integer weights), empty rows, k = K and negative scores."""
+    rng = np.random.default_rng(7)
+    W = sp.random(40, 30, density=0.2, random_state=8, format="csr")
+    W.data = rng.integers(-2, 3, W.nnz).astype(float)
+    W = sp.vstack([W, W[:5]], format="csr")  # classes 40-44 tie with 0-4 everywhere
+    b = rng.integers(-1, 2, 45).astype(float)
+    X = sp.random(60, 30, density=0.1, random_state=9, format="csr")
+    X.data = rng.integers(1, 3, X.nnz).astype(float)
+    model = pp.PPDSparseModel(W, b, classes=range(45), n_features=30)
+    S = (X @ W.T).toarray() + b
+    assert 0 < model._by_feature()[4].shape[0] < 30  # features stored dense and sparse both occur
+    for k in (1, 5, 45):
+        top, scores = model.predict_topk(X, k)
+        np.testing.assert_array_equal(top, np.argsort(-S, axis=1, kind="stable")[:, :k])
+        np.testing.assert_array_equal(scores, np.take_along_axis(S, top, axis=1))
 
 
 def test_estimator(multilabel):
