@@ -83,6 +83,7 @@ FBPDSolver: max_iter is a budget, outside the config hash).
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Literal
 
 import numpy as np
@@ -97,13 +98,18 @@ from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
 from streamfit.solvers.fbpd_kernels import (
     constrained_dual_step,
+    csr_adjoint,
+    csr_scores,
     dual_norm,
+    halpern_combine,
+    l1_primal_step,
     margins_adjoint_rows,
     penalty,
     penalty_prox,
-    regularized_dual_step,
+    primal_update,
+    regularized_chunk_step,
 )
-from streamfit.store import ChunkSource
+from streamfit.store import ChunkSource, InMemoryStore
 
 DUAL, XI, ZETA = "dual", "xi", "zeta"  # ChunkState names; the anchors are "anchor_" + name
 POWER_TOL = 1e-4
@@ -138,18 +144,32 @@ class FBPDParams(SolverParams):
 # -- chunk tasks ---------------------------------------------------------------------------
 
 
+_CHUNKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _read_chunk(source: ChunkSource, chunk_id: int):
+    """source.read_chunk, with an in-memory source's row slices kept (slicing a CSR matrix
+    costs more than a small chunk's whole pass; a Store caches decoded chunks itself)."""
+    if not isinstance(source, InMemoryStore):
+        return source.read_chunk(chunk_id)
+    chunks = _CHUNKS.setdefault(source, {})
+    if chunk_id not in chunks:
+        chunks[chunk_id] = source.read_chunk(chunk_id)
+    return chunks[chunk_id]
+
+
 def _scores(X, W2: np.ndarray, b2: np.ndarray) -> np.ndarray:
-    return np.asarray(X @ W2) + b2
+    return csr_scores(X.indptr, X.indices, X.data, W2, b2)
 
 
 def _adjoint(X, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Σ_ℓ T_ℓᵀ(rows of A) as (M × K, K), given the a_ℓ."""
-    return np.asarray(X.T @ A), A.sum(axis=0)
+    return csr_adjoint(X.indptr, X.indices, X.data, A, X.shape[1])
 
 
 def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarray):
     """This chunk's share of TᵀT x (power iteration)."""
-    chunk = source.read_chunk(chunk_id)
+    chunk = _read_chunk(source, chunk_id)
     A = np.empty((chunk.n_rows, W.shape[1]))
     margins_adjoint_rows(_scores(chunk.X, W, b), chunk.labels, A)
     return _adjoint(chunk.X, A)
@@ -173,9 +193,9 @@ def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: 
     (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array).
     Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
     restart the anchor is `old`, written as version `version` of "anchor_" + name."""
-    moves = tuple(float(((o - w) ** 2).sum()) for o, w in zip(old, new))
     if anchor is None:
-        nxt, anchors = new, new
+        nxt, jumps = new, (0.0,) * len(new)
+        moves = tuple(float(np.dot(d, d)) for d in ((o - w).ravel() for o, w in zip(old, new)))
     else:
         if restart:
             anchors = old
@@ -183,36 +203,35 @@ def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: 
                 state.write("anchor_" + name, version, chunk_id, array)
         else:
             anchors = _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
-        nxt = tuple(a * (2.0 * w - o) + c * p for w, o, p in zip(new, old, anchors))
+        combined = [halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c) for w, o, p in zip(new, old, anchors)]
+        nxt = tuple(out.reshape(w.shape) for (out, _, _), w in zip(combined, new))
+        moves = tuple(move for _, move, _ in combined)
+        jumps = tuple(jump for _, _, jump in combined)
     for name, array in zip(names, nxt):
         state.write(name, version + 1, chunk_id, array)
-    jumps = tuple(float(((x - p) ** 2).sum()) for x, p in zip(nxt, anchors))
     return moves, tuple(float(array.sum()) for array in nxt), jumps
 
 
 def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, step: float,
                       anchor: int | None = None, restart: bool = False, a: float = 1.0, c: float = 0.0):
-    chunk = source.read_chunk(chunk_id)
-    z, K = chunk.labels, source.n_classes
+    chunk = _read_chunk(source, chunk_id)
+    z, K, X = chunk.labels, source.n_classes, chunk.X
 
     def initial():
         return (np.eye(K)[z],)
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
-    Yt = Y.copy()
-    A = np.empty_like(Y)
-    S = _scores(chunk.X, W2, b2)
-    hinge, r_dot, correct = regularized_dual_step(S, z, Yt, step, A)
-    coupling = float(((Y - Yt) * _margin_change(S, z)).sum())
+    GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
+    Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2,
+                                                                     step, GW, Gb)
     moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
-    GW, Gb = _adjoint(chunk.X, A)
     return GW, Gb, hinge, r_dot, correct, moves, coupling, jumps
 
 
 def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, tau: float,
                       sigma: float, shift: float, anchor: int | None = None, restart: bool = False,
                       a: float = 1.0, c: float = 0.0):
-    chunk = source.read_chunk(chunk_id)
+    chunk = _read_chunk(source, chunk_id)
     z, K, n = chunk.labels, source.n_classes, chunk.n_rows
     names = (DUAL, XI, ZETA)
 
@@ -235,10 +254,9 @@ def _norm(*arrays) -> float:
     return float(np.sqrt(sum((a * a).sum() for a in arrays)))
 
 
-def _relative_change(new: tuple, old: tuple) -> float:
-    """‖new − old‖/‖new‖ over a tuple of arrays (0 if both are 0, inf if only new is)."""
-    change = _norm(*(a - c for a, c in zip(new, old)))
-    size = _norm(*new)
+def _ratio(change_sq: float, size_sq: float) -> float:
+    """‖new − old‖/‖new‖ from the squares (0 if both are 0, inf if only new is)."""
+    change, size = float(np.sqrt(change_sq)), float(np.sqrt(size_sq))
     return change / size if size > 0 else (0.0 if change == 0 else np.inf)
 
 
@@ -277,6 +295,9 @@ class _Progress:
     ARRAYS = ("W", "b", "GW", "Gb", "Wt", "bt", "Wa", "ba", "GWa", "Gba")
 
 
+_META = tuple(f.name for f in dataclasses.fields(_Progress) if f.name not in _Progress.ARRAYS)  # the counters
+
+
 @register_solver
 class FBPDSolver(Solver):
     """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration, plain
@@ -303,6 +324,7 @@ class FBPDSolver(Solver):
     def __init__(self, params: FBPDParams, *, stop_after_iters: int | None = None):
         super().__init__(params)
         self.stop_after_iters = stop_after_iters
+        self.settings = config_hash(params.model_settings())  # the checkpoint's record of the parameters
 
     def operator_norm(self, source: ChunkSource, engine: Engine) -> tuple[float, int]:
         """‖T‖ by power iteration on TᵀT (seeded start); returns (estimate, passes)."""
@@ -378,15 +400,18 @@ class FBPDSolver(Solver):
             halpern = {"anchor": prog.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(norm, prog.rho)
         weight = tau * (p.lam if regularized else 1.0)
-        Wt = penalty_prox(prog.W - tau * prog.GW, weight, p.penalty, p.group_size)
+        if p.penalty == "l1":
+            Wt, W2 = l1_primal_step(prog.W, prog.GW, tau, weight)
+        else:
+            Wt = penalty_prox(prog.W - tau * prog.GW, weight, p.penalty, p.group_size)
+            W2 = np.ascontiguousarray(np.hstack([Wt, prog.W]))
         bt = prog.b - tau * prog.Gb
-        W2 = np.ascontiguousarray(np.hstack([Wt, prog.W]))
         b2 = np.concatenate([bt, prog.b])
         if regularized:
             GWt, Gbt, hinge, r_dot, correct, moves, coupling, jumps = engine.map_reduce(
                 _regularized_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
                 W2=W2, b2=b2, step=n * sigma, **halpern)
-            GWt, Gbt = GWt / n, Gbt / n
+            divisor = float(n)
             dual_part = moves[0] / (n * n * sigma) - 2 * coupling / n
             totals = (0.0, 0.0)
             jumps = (jumps[0], 0.0, 0.0)
@@ -395,16 +420,22 @@ class FBPDSolver(Solver):
             GWt, Gbt, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps = engine.map_reduce(
                 _constrained_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
                 W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift, **halpern)
+            divisor = 1.0
             dual_part = (moves[0] + moves[1]) / sigma + moves[2] / tau - 2 * coupling
             totals = (totals[2], totals[1])
             jumps = (jumps[0], jumps[1], jumps[2])
-        residual = float(np.sqrt(max(_norm(prog.W - Wt, prog.b - bt) ** 2 / tau + dual_part, 0.0)))
-        rel_change = _relative_change((Wt, bt), (prog.Wt, prog.bt))
-        if rel_change == 0.0 and not Wt.any() and not bt.any():  # resting at x = 0: wait for the duals
-            rel_change = _relative_change((GWt, Gbt), (prog.GW, prog.Gb))
+        Gbt = Gbt / divisor
+        GWt, W_next, GW_next, stats = primal_update(Wt, prog.W, prog.Wa, GWt, divisor, prog.GW, prog.GWa, prog.Wt,
+                                                    a, c, p.restarts)
+        moved, changed, size, g_changed, g_size, nnz, l1, g_max = stats
+        db, dbt, dgb = prog.b - bt, bt - prog.bt, Gbt - prog.Gb
+        residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
+        rel_change = _ratio(changed + dbt @ dbt, size + bt @ bt)
+        if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
+            rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)
         if p.restarts:
-            prog.W, prog.b = a * (2 * Wt - prog.W) + c * prog.Wa, a * (2 * bt - prog.b) + c * prog.ba
-            prog.GW, prog.Gb = a * (2 * GWt - prog.GW) + c * prog.GWa, a * (2 * Gbt - prog.Gb) + c * prog.Gba
+            prog.W, prog.b = W_next, a * (2 * bt - prog.b) + c * prog.ba
+            prog.GW, prog.Gb = GW_next, a * (2 * Gbt - prog.Gb) + c * prog.Gba
             prog.sums, prog.jumps = totals, jumps
         else:
             prog.W, prog.b, prog.GW, prog.Gb, prog.sums = Wt, bt, GWt, Gbt, totals
@@ -414,33 +445,34 @@ class FBPDSolver(Solver):
         prog.restart_due = False
         if p.restarts:
             self._schedule_restart(prog, residual)
-        g = penalty(Wt, p.penalty, p.group_size)
+        g = l1 if p.penalty == "l1" else penalty(Wt, p.penalty, p.group_size)
+        G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
         if regularized:
             primal = p.lam * g + hinge / n
             if p.penalty == "l2":
-                dual = r_dot / n - float((GWt * GWt).sum()) / (2 * p.lam)
+                dual = r_dot / n - g_size / (2 * p.lam)
             else:
-                dual = min(1.0, p.lam / max(dual_norm(GWt, p.penalty, p.group_size), 1e-300)) * r_dot / n
+                dual = min(1.0, p.lam / max(G_norm, 1e-300)) * r_dot / n
         else:
             primal = g
             bound = r_dot + xi_sum * p.eta  # Σ rᵀy − c·n·eta with c = −mean(ξ)
             if p.penalty == "l2":
-                dual = bound - 0.5 * float((GWt * GWt).sum())
+                dual = bound - 0.5 * g_size
             else:
-                dual = min(1.0, 1.0 / max(dual_norm(GWt, p.penalty, p.group_size), 1e-300)) * bound
+                dual = min(1.0, 1.0 / max(G_norm, 1e-300)) * bound
         return {"objective": primal, "dual_objective": dual, "gap": primal - dual, "loss": hinge / n,
-                    "dual_infeasibility": float(np.sqrt((Gbt * Gbt).sum())), "rel_change": rel_change,
+                    "dual_infeasibility": float(np.sqrt(Gbt @ Gbt)), "rel_change": rel_change,
                     "residual": residual, "step_ratio": prog.rho, "restarts": prog.restarts,
-                    "train_accuracy": correct / n, "nnz": int(np.count_nonzero(Wt)), "data_passes": prog.data_passes}
+                    "train_accuracy": correct / n, "nnz": int(nnz), "data_passes": prog.data_passes}
 
     # ---- checkpoints ----
     def _names(self) -> tuple:
         return (DUAL,) if self.params.formulation == "regularized" else (DUAL, XI, ZETA)
 
     def _save(self, checkpointer: Checkpointer, prog: _Progress, norm: float) -> None:
-        meta = {f.name: getattr(prog, f.name) for f in dataclasses.fields(prog) if f.name not in prog.ARRAYS}
+        meta = {name: getattr(prog, name) for name in _META}
         meta["norm"] = norm
-        meta["settings"] = config_hash(self.params.model_settings())
+        meta["settings"] = self.settings
         arrays = {name: getattr(prog, name) for name in prog.ARRAYS}
         versions = {name: prog.iteration for name in self._names()} if prog.iteration > 0 else {}
         if self.params.restarts and prog.anchor > 0:
@@ -460,7 +492,7 @@ class FBPDSolver(Solver):
         if ckpt is None:
             return None
         settings = ckpt.meta.get("settings")
-        if settings is not None and settings != config_hash(self.params.model_settings()):
+        if settings is not None and settings != self.settings:
             raise ConfigError("the checkpoint was written with other fbpd parameters; only max_iter may change "
                               "when a run is continued")
         if ckpt.step > self.params.max_iter:

@@ -23,45 +23,125 @@ from streamfit.projections import (
 
 
 @numba.njit(cache=True, nogil=True)
-def regularized_dual_step(S: np.ndarray, z: np.ndarray, Y: np.ndarray, step: float, A: np.ndarray):
-    """Algorithm 1's dual update for the rows of a chunk, with duals scaled to the unit simplex
-    (Y = n·y, y ∈ (S_{1/n})^L):  Y_ℓ ← P_{S_1}(Y_ℓ + step·(T_ℓ(2x⁺ − x) + r_ℓ)), step = nσ.
+def regularized_chunk_step(indptr, indices, data, z: np.ndarray, Y: np.ndarray, W2: np.ndarray, b2: np.ndarray,
+                           step: float, GW: np.ndarray, Gb: np.ndarray):
+    """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
+    data), its scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
+    update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
+        Ỹ_ℓ = P_{S_1}(Y_ℓ + step·(T_ℓ(2x⁺ − x) + r_ℓ)),  step = nσ
+    (into a new array; Y is left as it is), and its share of the adjoint,
+    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (M × K) and Gb (K). No transpose of the chunk and no
+    scores array: the two sparse products of a pass are done in the row loop.
 
-    S (rows × 2K): scores at x⁺ (columns :K) and at x (K:). Y is updated in place; A receives
-    a_ℓ = Y_ℓ − (Σ_k Y_ℓk) e_{z_ℓ} (so T_ℓᵀY_ℓ = (u_ℓ a_ℓᵀ, a_ℓ)). Returns the hinge sum
-    Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀY_ℓ and the number of rows whose top score at x⁺ is z_ℓ."""
+    Returns (Ỹ, hinge sum Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀỸ_ℓ, rows whose top score at x⁺ is z_ℓ,
+    ‖Y − Ỹ‖², ⟨Y − Ỹ, T(x − x⁺)⟩) — the last two are the dual parts of the fixed-point residual."""
     n, K = Y.shape
+    Yt = np.empty_like(Y)
     active = np.empty(K, np.int64)
     aside = np.empty(K, np.int64)
     w = np.empty(K)
+    s = np.empty(2 * K)
     hinge = 0.0
     r_dot = 0.0
     correct = 0
+    move = 0.0
+    coupling = 0.0
     for i in range(n):
+        for k in range(2 * K):
+            s[k] = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = data[p]
+            for k in range(2 * K):
+                s[k] += v * W2[j, k]
+        for k in range(2 * K):
+            s[k] += b2[k]
         zi = z[i]
-        s_new_z = S[i, zi]
-        s_old_z = S[i, K + zi]
+        s_new_z = s[zi]
+        s_old_z = s[K + zi]
         worst = 0.0
         top = 0
         for k in range(K):
-            m_new = S[i, k] - s_new_z
+            m_new = s[k] - s_new_z
             r = 0.0 if k == zi else 1.0
             worst = max(worst, m_new + r)
-            if S[i, k] > S[i, top]:
+            if s[k] > s[top]:
                 top = k
-            w[k] = Y[i, k] + step * (2.0 * m_new - (S[i, K + k] - s_old_z) + r)
+            w[k] = Y[i, k] + step * (2.0 * m_new - (s[K + k] - s_old_z) + r)
         hinge += worst
         correct += top == zi
         tau = simplex_threshold(w, 1.0, active, aside)
         total = 0.0
         for k in range(K):
-            Y[i, k] = max(w[k] - tau, 0.0)
-            A[i, k] = Y[i, k]
-            total += Y[i, k]
+            y = max(w[k] - tau, 0.0)
+            Yt[i, k] = y
+            total += y
             if k != zi:
-                r_dot += Y[i, k]
-        A[i, zi] -= total
-    return hinge, r_dot, correct
+                r_dot += y
+            d = Y[i, k] - y
+            move += d * d
+            coupling += d * ((s[K + k] - s_old_z) - (s[k] - s_new_z))
+        for k in range(K):  # a_ℓ = Ỹ_ℓ − (Σ_k Ỹ_ℓk) e_{z_ℓ}, into w
+            w[k] = Yt[i, k]
+        w[zi] -= total
+        for k in range(K):
+            Gb[k] += w[k]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = data[p]
+            for k in range(K):
+                GW[j, k] += v * w[k]
+    return Yt, hinge, r_dot, correct, move, coupling
+
+
+@numba.njit(cache=True, nogil=True)
+def csr_scores(indptr, indices, data, W2: np.ndarray, b2: np.ndarray) -> np.ndarray:
+    """X·W2 + b2 for a CSR chunk (rows × columns of W2)."""
+    n, m = len(indptr) - 1, W2.shape[1]
+    S = np.zeros((n, m))
+    for i in range(n):
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = data[p]
+            for k in range(m):
+                S[i, k] += v * W2[j, k]
+        for k in range(m):
+            S[i, k] += b2[k]
+    return S
+
+
+@numba.njit(cache=True, nogil=True)
+def csr_adjoint(indptr, indices, data, A: np.ndarray, n_features: int):
+    """(XᵀA, Σ_ℓ A_ℓ) for a CSR chunk, without transposing it."""
+    n, K = A.shape
+    GW = np.zeros((n_features, K))
+    Gb = np.zeros(K)
+    for i in range(n):
+        for k in range(K):
+            Gb[k] += A[i, k]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = indices[p]
+            v = data[p]
+            for k in range(K):
+                GW[j, k] += v * A[i, k]
+    return GW, Gb
+
+
+@numba.njit(cache=True, nogil=True)
+def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: float, c: float):
+    """For flat arrays: next = a(2·new − old) + c·anchor (Halpern with reflection), and the
+    squared norms ‖old − new‖² and ‖next − anchor‖²."""
+    out = np.empty_like(new)
+    move = 0.0
+    jump = 0.0
+    for i in range(new.size):
+        d = old[i] - new[i]
+        move += d * d
+        x = a * (2.0 * new[i] - old[i]) + c * anchor[i]
+        out[i] = x
+        e = x - anchor[i]
+        jump += e * e
+    return out, move, jump
 
 
 @numba.njit(cache=True, nogil=True)
@@ -127,6 +207,69 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
             A[i, k] = S[i, k] - S[i, zi]
             total += A[i, k]
         A[i, zi] -= total
+
+
+# -- the driver's primal step -------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def l1_primal_step(W: np.ndarray, GW: np.ndarray, tau: float, weight: float):
+    """x̃ = prox_{weight‖·‖₁}(W − τ·GW) and W2 = [x̃ W] (the weights the chunks score with), in
+    one sweep."""
+    M, K = W.shape
+    Wt = np.empty_like(W)
+    W2 = np.empty((M, 2 * K))
+    for j in range(M):
+        for k in range(K):
+            v = W[j, k] - tau * GW[j, k]
+            t = max(abs(v) - weight, 0.0)
+            x = t if v > 0.0 else (-t if v < 0.0 else 0.0)
+            Wt[j, k] = x
+            W2[j, k] = x
+            W2[j, K + k] = W[j, k]
+    return Wt, W2
+
+
+@numba.njit(cache=True, nogil=True)
+def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarray, divisor: float,
+                  GW: np.ndarray, GWa: np.ndarray, Wt_prev: np.ndarray, a: float, c: float, halpern: bool):
+    """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
+    a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
+    restarts need. Returns (G̃, next W, next G, stats) with stats = [‖W − x̃‖², ‖x̃ − x̃_prev‖²,
+    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖x̃‖₁, ‖G̃‖∞]."""
+    M, K = W.shape
+    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_ = (Wt.ravel(), W.ravel(), Wa.ravel(), Gsum.ravel(), GW.ravel(), GWa.ravel(),
+                                          Wt_prev.ravel())
+    size = W_.size
+    Gt = np.empty(size)
+    moved = changed = norm2 = g_changed = g_norm2 = l1 = g_max = 0.0
+    nnz = 0
+    for i in range(size):
+        x = Wt_[i]
+        g = Gsum_[i] / divisor
+        Gt[i] = g
+        d = W_[i] - x
+        moved += d * d
+        d = x - Wp_[i]
+        changed += d * d
+        norm2 += x * x
+        d = g - GW_[i]
+        g_changed += d * d
+        g_norm2 += g * g
+        nnz += x != 0.0
+        l1 += abs(x)
+        g_max = max(g_max, abs(g))
+    if halpern:
+        Wn = np.empty(size)
+        Gn = np.empty(size)
+        for i in range(size):
+            Wn[i] = a * (2.0 * Wt_[i] - W_[i]) + c * Wa_[i]
+            Gn[i] = a * (2.0 * Gt[i] - GW_[i]) + c * GWa_[i]
+        Wn, Gn = Wn.reshape((M, K)), Gn.reshape((M, K))
+    else:
+        Wn, Gn = Wt.copy(), Gt.reshape((M, K))
+    stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), l1, g_max])
+    return Gt.reshape((M, K)), Wn, Gn, stats
 
 
 # -- regularizers g ------------------------------------------------------------------------
