@@ -3,21 +3,39 @@ setting) vs scikit-learn's LinearSVC and LogisticRegression on the same features
 
     python tools/bench_stagewise.py [--datasets letter,pendigits,satimage,mnist,news20] [--dims 2000,4000,8000]
                                     [--variants linear,logistic,calibrated] [--peers linearsvc,logreg]
-                                    [--peer-max-dims 2000] [--block-size 512] [--passes 2]
-                                    [--logistic-iters 10] [--data DIR] [--work DIR]
+                                    [--peer-dims 2000] [--block-size 512] [--passes 2]
+                                    [--logistic-iters 10] [--gram-dtype float32] [--bandwidth tune]
+                                    [--bandwidth-grid 0.35,0.5,0.7,1.0] [--data DIR] [--work DIR]
                                     [--news20-blocks 500x2,1000x2] [--news20-lam 1e-4]
+    python tools/bench_stagewise.py --scaling letter --scaling-sizes 3000,7500,15000 [same options]
 
 Data (see DIR/README.md): letter, pendigits, satimage from their LIBSVM train/test files, MNIST
 from the 10 000 test images (mnist-t10k.h5, pixels / 255, PCA to 50 dimensions first as in
 A.2.1) split 8000/2000 with a fixed seed. Each stagewise variant is a StagewiseLSClassifier
 (InMemoryStore + in-process engine: the out-of-core code path), generator "rff" with
-n_components = dims; its time is the whole fit, feature generation included. The peers get
-exactly the same features (regenerated from the fitted model's seeds), materialized in memory
-beforehand; their time is the fit only (as the paper times Liblinear and VW). LinearSVC runs
-liblinear's primal solver with tol=1e-2: on letter it is as accurate as the default tol=1e-4
-and 6x faster. Every method runs
-with single-threaded BLAS, like the paper's single-processor timings; the 2-core machine is
-shared, so timings are noisy.
+n_components = dims; its time is the whole fit, feature generation (PCA, bandwidth, cosines)
+included. Variants: linear (identity link), logistic (softmax link, --logistic-iters inner
+iterations), calibrated (Algorithm 2, poly), predictions (the paper's "linearly calibrated":
+previous predictions as features). --gram-dtype float32 computes each block's AᵀA from
+single-precision products (the solver's gram_dtype option). The peers get exactly the same
+features (regenerated from the fitted model's seeds), materialized in memory beforehand; their
+time is the fit only (as the paper times Liblinear and VW). LinearSVC runs liblinear's primal
+solver with tol=1e-2: on letter it is as accurate as the default tol=1e-4 and 6x faster.
+Every method runs with single-threaded BLAS, like the paper's single-processor timings. The
+2-core machine is shared: each time is printed as wall and CPU seconds with the load average,
+and the speed-ups use CPU seconds (single-threaded, so CPU time is the work done; wall time
+grows with the load).
+
+Bandwidth: σ = bandwidth · the median pairwise distance of (PCA-projected) training inputs, for
+the kernel exp(−‖z − z'‖²/(2σ²)). The paper (A.2.1) sets "s, the median pairwise distance" in
+exp(−‖x − x'‖²/s); read as s = median², that is bandwidth 1/√2 ≈ 0.71. --bandwidth tune picks
+the multiplier from --bandwidth-grid by the error of the linear variant (smallest dims) on a
+seeded, stratified 80/20 split of the TRAINING rows (the test rows are never used); its time is
+reported apart, not added to the fits.
+
+--scaling SET: the same comparison on growing stratified subsets of SET's training rows
+(--scaling-sizes), same test set: the best peer's error and time per size, and the fastest
+stagewise run at equal or lower error (the paper's 10x was at 60 000 rows).
 
 news20: the 20 Newsgroups bydate text hashed at ingest (see `news20` below) with the "gradient"
 generator (A.2.2), through `streamfit.train` with checkpoints on disk, beside LinearSVC.
@@ -34,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import os
 import time
 import warnings
 from pathlib import Path
@@ -60,7 +79,19 @@ VARIANTS = {
     "linear": dict(link="identity"),
     "logistic": dict(link="softmax"),
     "calibrated": dict(calibrate="poly"),
+    "predictions": dict(calibrate="predictions"),
 }
+
+
+class Stagewise(StagewiseLSClassifier):
+    """StagewiseLSClassifier plus the solver's gram_dtype option."""
+
+    def __init__(self, gram_dtype="float64", **params):
+        super().__init__(**params)
+        self.gram_dtype = gram_dtype
+
+    def _solver_params(self):
+        return super()._solver_params().model_copy(update={"gram_dtype": self.gram_dtype})
 
 
 def load(name: str, data: Path):
@@ -93,6 +124,119 @@ def timed(fn):
     t = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - t
+
+
+def timed_cpu(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of fn()."""
+    t, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t, time.process_time() - c
+
+
+def load_average() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def stagewise(args, variant: str, dims: int, extra: dict, bandwidth: float) -> Stagewise:
+    return Stagewise(generator="rff", n_components=dims, block_size=args.block_size, n_passes=args.passes,
+                     max_iter=args.logistic_iters, gram_dtype=args.gram_dtype, bandwidth=bandwidth,
+                     **VARIANTS[variant], **extra)
+
+
+def tune_bandwidth(args, name, Xtr, ytr, extra) -> float:
+    """The multiplier of --bandwidth-grid with the lowest error of the linear variant (smallest
+    dims) on a seeded, stratified 80/20 split of the training rows."""
+    if args.bandwidth != "tune":
+        return float(args.bandwidth)
+    Xa, Xv, ya, yv = train_test_split(Xtr, ytr, test_size=0.2, random_state=0, stratify=ytr)
+    t = time.perf_counter()
+    errors = {}
+    for bw in args.bandwidth_grid:
+        clf = stagewise(args, "linear", args.dims[0], extra, bw).fit(Xa, ya)
+        errors[bw] = 100 * (1 - clf.score(Xv, yv))
+    best = min(errors, key=errors.get)
+    print(f"bandwidth ({name}, linear @{args.dims[0]}, 80/20 split of the training rows): "
+          + ", ".join(f"{bw}: {e:.2f}%" for bw, e in errors.items())
+          + f" -> {best} ({time.perf_counter() - t:.1f} s, not counted below)", flush=True)
+    return best
+
+
+def compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth) -> list:
+    """Every stagewise variant at every dims, and the peers on the same features at --peer-dims.
+    Rows: (dims, method, test error %, wall s, CPU s)."""
+    rows = []
+    print(f"| dims | method | test error % | fit s wall (CPU) | load |\n|---|---|---|---|---|", flush=True)
+    for d in args.dims:
+        fitted = None
+        for v in args.variants:
+            clf = stagewise(args, v, d, extra, bandwidth)
+            wall, cpu = timed_cpu(lambda: clf.fit(Xtr, ytr))
+            err = 100 * (1 - clf.score(Xte, yte))
+            rows.append((d, f"stagewise-{v}", err, wall, cpu))
+            print(f"| {d} | stagewise-{v} | {err:.2f} | {wall:.2f} ({cpu:.2f}) | {load_average()} |", flush=True)
+            fitted = clf
+        if d not in args.peer_dims or fitted is None:
+            continue
+        Ftr, Fte = materialize(fitted.model_, Xtr), materialize(fitted.model_, Xte)
+        for peer in args.peers:
+            if peer == "linearsvc":
+                est = LinearSVC(C=1.0, dual=False, tol=1e-2)
+            else:
+                est = LogisticRegression(C=1.0, max_iter=300)
+            wall, cpu = timed_cpu(lambda: est.fit(Ftr, ytr))
+            err = 100 * (1 - est.score(Fte, yte))
+            rows.append((d, peer, err, wall, cpu))
+            print(f"| {d} | {peer} | {err:.2f} | {wall:.2f} ({cpu:.2f}) | {load_average()} |", flush=True)
+        del Ftr, Fte
+    return rows
+
+
+def fastest_at_error(rows, err):
+    """Our fastest run (CPU time) with test error at most `err`, or None."""
+    match = [r for r in rows if r[1].startswith("stagewise") and r[2] <= err + 1e-9]
+    return min(match, key=lambda r: r[4]) if match else None
+
+
+def speedups(name, rows) -> None:
+    theirs = [r for r in rows if not r[1].startswith("stagewise")]
+    if not theirs:
+        return
+    print(f"\nspeed-up at equal error ({name}): peer CPU time / CPU time of the fastest stagewise run with "
+          f"error <= the peer's (wall-time ratio in brackets)")
+    for d, method, err, wall, cpu in theirs:
+        best = fastest_at_error(rows, err)
+        if best:
+            print(f"  {method}@{d}: {err:.2f}% in {cpu:.2f}s vs {best[1]}@{best[0]}: {best[2]:.2f}% in "
+                  f"{best[4]:.2f}s -> {cpu / best[4]:.1f}x ({wall / best[3]:.1f}x)", flush=True)
+        else:
+            print(f"  {method}@{d}: {err:.2f}% in {cpu:.2f}s; no stagewise run this accurate", flush=True)
+
+
+def scaling(args) -> None:
+    """Ours vs the best peer at equal error on growing subsets of one set's training rows."""
+    name = args.scaling
+    Xtr, ytr, Xte, yte, extra = load(name, args.data)
+    bandwidth = tune_bandwidth(args, name, Xtr, ytr, extra)
+    summary = []
+    for size in args.scaling_sizes:
+        if size < Xtr.shape[0]:
+            Xs, _, ys, _ = train_test_split(Xtr, ytr, train_size=size, random_state=0, stratify=ytr)
+        else:
+            Xs, ys = Xtr, ytr
+        print(f"\n## {name}, {Xs.shape[0]} training rows (test: {Xte.shape[0]}); load {load_average()}", flush=True)
+        rows = compare(args, name, Xs, ys, Xte, yte, extra, bandwidth)
+        speedups(f"{name} n={Xs.shape[0]}", rows)
+        peers = [r for r in rows if not r[1].startswith("stagewise")]
+        best_peer = min(peers, key=lambda r: (r[2], r[4]))  # the most accurate peer
+        ours = fastest_at_error(rows, best_peer[2])
+        summary.append((Xs.shape[0], best_peer, ours))
+    print(f"\n## n-scaling ({name}): the most accurate peer vs our fastest run at equal or lower error (CPU s)\n"
+          f"| training rows | best peer: error % (CPU s) | ours: variant@dims error % (CPU s) | speed-up |\n"
+          f"|---|---|---|---|")
+    for size, peer, ours in summary:
+        cell = f"{ours[1]}@{ours[0]} {ours[2]:.2f} ({ours[4]:.2f})" if ours else "none as accurate"
+        ratio = f"{peer[4] / ours[4]:.1f}x" if ours else "-"
+        print(f"| {size} | {peer[1]}@{peer[0]} {peer[2]:.2f} ({peer[4]:.2f}) | {cell} | {ratio} |")
 
 
 def news20(args) -> None:
@@ -222,13 +366,18 @@ def ooc(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--datasets", default="letter,pendigits,satimage,mnist,news20")
-    ap.add_argument("--dims", default="2000,4000,8000")
-    ap.add_argument("--variants", default="linear,logistic,calibrated")
+    ap.add_argument("--dims", default="2000,4000,8000", help="stagewise n_components, smallest first")
+    ap.add_argument("--variants", default="linear,logistic,calibrated", help=f"of {', '.join(VARIANTS)}")
     ap.add_argument("--peers", default="linearsvc,logreg")
-    ap.add_argument("--peer-max-dims", type=int, default=2000, help="skip peers above this many features")
+    ap.add_argument("--peer-dims", default="2000", help="the dims (of --dims) at which the peers run")
     ap.add_argument("--block-size", type=int, default=512)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--logistic-iters", type=int, default=10, help="inner iterations of the softmax link")
+    ap.add_argument("--gram-dtype", default="float32", choices=["float64", "float32"])
+    ap.add_argument("--bandwidth", default="tune", help="RFF bandwidth multiplier, or 'tune' (see above)")
+    ap.add_argument("--bandwidth-grid", default="0.35,0.5,0.7,1.0")
+    ap.add_argument("--scaling", default=None, help="a dense set: only the n-scaling comparison on it")
+    ap.add_argument("--scaling-sizes", default="3000,7500,15000")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_stagewise"), help="news20 stores and runs")
     ap.add_argument("--news20-blocks", default="500x2", help="comma-separated BLOCKxPASSES settings for news20")
@@ -241,57 +390,28 @@ def main() -> None:
     if args.ooc:
         ooc(args)
         return
-    dims = [int(d) for d in args.dims.split(",")]
-    variants = [v for v in args.variants.split(",") if v]
-    peers = [p for p in args.peers.split(",") if p]
+    args.dims = [int(d) for d in args.dims.split(",")]
+    args.peer_dims = [int(d) for d in args.peer_dims.split(",") if d]
+    args.variants = [v for v in args.variants.split(",") if v]
+    args.peers = [p for p in args.peers.split(",") if p]
+    args.bandwidth_grid = [float(b) for b in args.bandwidth_grid.split(",")]
+    args.scaling_sizes = [int(n) for n in args.scaling_sizes.split(",")]
     threadpool_limits(1)
     warnings.simplefilter("ignore", ConvergenceWarning)
-
-    rows = []  # (dataset, dims, method, test error %, seconds)
+    print(f"gram_dtype {args.gram_dtype}, block size {args.block_size}, {args.passes} passes, "
+          f"logistic inner iterations {args.logistic_iters}, bandwidth {args.bandwidth}; load {load_average()}")
+    if args.scaling:
+        scaling(args)
+        return
     for name in args.datasets.split(","):
         if name == "news20":
             news20(args)
             continue
         Xtr, ytr, Xte, yte, extra = load(name, args.data)
         print(f"\n## {name}: {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} inputs, "
-              f"{len(np.unique(ytr))} classes", flush=True)
-        print(f"| dims | method | test error % | fit s |\n|---|---|---|---|", flush=True)
-        for d in dims:
-            fitted = None
-            for v in variants:
-                clf = StagewiseLSClassifier(generator="rff", n_components=d, block_size=args.block_size,
-                                            n_passes=args.passes, max_iter=args.logistic_iters, **VARIANTS[v], **extra)
-                _, secs = timed(lambda: clf.fit(Xtr, ytr))
-                err = 100 * (1 - clf.score(Xte, yte))
-                rows.append((name, d, f"stagewise-{v}", err, secs))
-                print(f"| {d} | stagewise-{v} | {err:.2f} | {secs:.2f} |", flush=True)
-                fitted = clf
-            if not peers or d > args.peer_max_dims or fitted is None:
-                continue
-            Ftr, Fte = materialize(fitted.model_, Xtr), materialize(fitted.model_, Xte)
-            for peer in peers:
-                if peer == "linearsvc":
-                    est = LinearSVC(C=1.0, dual=False, tol=1e-2)
-                else:
-                    est = LogisticRegression(C=1.0, max_iter=300)
-                _, secs = timed(lambda: est.fit(Ftr, ytr))
-                err = 100 * (1 - est.score(Fte, yte))
-                rows.append((name, d, peer, err, secs))
-                print(f"| {d} | {peer} | {err:.2f} | {secs:.2f} |", flush=True)
-            del Ftr, Fte
-
-        ours = [r for r in rows if r[0] == name and r[2].startswith("stagewise")]
-        theirs = [r for r in rows if r[0] == name and not r[2].startswith("stagewise")]
-        if theirs:
-            print(f"\nspeed-up at equal error ({name}): peer time / fastest stagewise run with error <= the peer's")
-            for _, d, method, err, secs in theirs:
-                match = [r for r in ours if r[3] <= err]
-                if match:
-                    best = min(match, key=lambda r: r[4])
-                    print(f"  {method}@{d}: {err:.2f}% in {secs:.1f}s vs {best[2]}@{best[1]}: {best[3]:.2f}% in "
-                          f"{best[4]:.1f}s -> {secs / best[4]:.1f}x", flush=True)
-                else:
-                    print(f"  {method}@{d}: {err:.2f}% in {secs:.1f}s; no stagewise run this accurate", flush=True)
+              f"{len(np.unique(ytr))} classes; load {load_average()}", flush=True)
+        bandwidth = tune_bandwidth(args, name, Xtr, ytr, extra)
+        speedups(name, compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth))
 
 
 if __name__ == "__main__":

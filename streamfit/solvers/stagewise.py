@@ -105,7 +105,8 @@ from streamfit.solvers.stagewise_kernels import (
     link_mean,
     poly_basis,
     project_predictions,
-    rff_block,
+    rff_features,
+    rff_frequencies,
 )
 from streamfit.store import ChunkSource
 from streamfit.store.store import CHUNK_CACHE_BYTES
@@ -116,6 +117,7 @@ AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 2_000  # of which used for the median pairwise distance
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
+PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 
 
 class StagewiseParams(SolverParams):
@@ -183,8 +185,9 @@ class FeatureSpace:
             Z = (Z - self.mean) @ self.components
         return Z
 
-    def design(self, base, F: np.ndarray, block) -> np.ndarray | sp.csr_matrix:
-        """A = [1, x̃, F] (the bias and F columns as configured) for the rows of `base`."""
+    def design(self, base, F: np.ndarray, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
+        """A = [1, x̃, F] (the bias and F columns as configured) for the rows of `base`; random
+        Fourier designs are built in row panels (`_panels`), into `out` when given."""
         n = base.shape[0]
         if self.kind == "columns":
             parts = [base[:, block].astype(np.float64, copy=False)]
@@ -193,13 +196,33 @@ class FeatureSpace:
             if self.with_predictions:
                 parts.append(F)
             return sp.hstack([sp.csr_matrix(a) for a in parts], format="csr")
-        width = min(self.block_size, self.n_components - block * self.block_size)
-        lo = int(self.fit_intercept)
-        A = np.empty((n, lo + width + (F.shape[1] if self.with_predictions else 0)))
-        A[:, :lo] = 1.0
-        rff_block(base, self.seed, int(block), width, self.sigma, out=A, col=lo)
-        A[:, lo + width:] = F if self.with_predictions else 0.0
+        lo, width = int(self.fit_intercept), self.block_width(block)
+        A = np.empty((n, self.design_width(block, F.shape[1]))) if out is None else out
+        omega, beta = self.frequencies(block)
+        for start, stop in _panels(n):  # the same panels whatever the caller: the same bits
+            rows = A[start:stop]
+            rows[:, :lo] = 1.0
+            rff_features(base[start:stop], omega, beta, out=rows, col=lo)
+            if self.with_predictions:
+                rows[:, lo + width:] = F[start:stop]
         return A
+
+    def block_width(self, block) -> int:
+        """Generated features of an rff block (the last one may be narrower)."""
+        return min(self.block_size, self.n_components - int(block) * self.block_size)
+
+    def design_width(self, block, n_classes: int) -> int:
+        return int(self.fit_intercept) + self.block_width(block) + (n_classes if self.with_predictions else 0)
+
+    def frequencies(self, block) -> tuple[np.ndarray, np.ndarray]:
+        """(Ω, β) of an rff block, memoised per process for the newest few blocks."""
+        key = (self.fingerprint(), int(block))
+        if key not in _FREQUENCIES:
+            while len(_FREQUENCIES) >= 4:
+                del _FREQUENCIES[next(iter(_FREQUENCIES))]
+            n_in = len(self.inputs) if self.components is None else self.components.shape[1]
+            _FREQUENCIES[key] = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma)
+        return _FREQUENCIES[key]
 
     def fingerprint(self) -> str:
         """Identifies the features this space computes (configuration, inputs, PCA). Computed
@@ -237,6 +260,16 @@ class FeatureSpace:
 _BASES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 
 
+_FREQUENCIES: dict = {}  # (fingerprint, rff block) -> (Ω, β), the newest few
+
+
+def _panels(n: int) -> list[tuple[int, int]]:
+    """Row panels of a dense design: building a panel's features and using them (AᵀA, AᵀR,
+    F + AW) while they are in cache is what makes a stage fast. Always counted from the first
+    row of what is passed, so training chunks and scoring compute the same bits."""
+    return [(lo, min(n, lo + PANEL_ROWS)) for lo in range(0, n, PANEL_ROWS)]
+
+
 def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) -> sp.csc_matrix | np.ndarray:
     """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns, and for
     random Fourier features the cached base when it fits (a quarter of the chunk-cache budget)."""
@@ -264,22 +297,37 @@ def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) 
 _DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 
 
-def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, F: np.ndarray, block):
-    """space.design(base, F, block) for chunk `chunk_id` of `source`, cached as above."""
-    cacheable = space.kind == "rff" and not space.with_predictions
-    if not cacheable or 2 * source.n_rows * (space.block_size + 1) * 8 > CHUNK_CACHE_BYTES:
-        return space.design(base, F, block)
+def _design_cacheable(source: ChunkSource, space: FeatureSpace) -> bool:
+    return (space.kind == "rff" and not space.with_predictions
+            and 2 * source.n_rows * (space.block_size + 1) * 8 <= CHUNK_CACHE_BYTES)
+
+
+def _cached_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block):
+    """The cached design of `block` for this chunk, or None."""
+    if not _design_cacheable(source, space):
+        return None
+    return _DESIGNS.get(source, {}).get((space.fingerprint(), int(block)), {}).get(chunk_id)
+
+
+def _cache_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block, A: np.ndarray) -> None:
+    if not _design_cacheable(source, space):
+        return
     blocks = _DESIGNS.setdefault(source, {})
     key = (space.fingerprint(), int(block))
-    A = blocks.get(key, {}).get(chunk_id)
+    A.flags.writeable = False
+    if key not in blocks:
+        while len(blocks) >= 2:
+            del blocks[next(iter(blocks))]  # the oldest block
+        blocks[key] = {}
+    blocks[key][chunk_id] = A
+
+
+def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, F: np.ndarray, block):
+    """space.design(base, F, block) for chunk `chunk_id` of `source`, cached as above."""
+    A = _cached_design(source, chunk_id, space, block)
     if A is None:
         A = space.design(base, F, block)
-        A.flags.writeable = False
-        if key not in blocks:
-            while len(blocks) >= 2:
-                del blocks[next(iter(blocks))]  # the oldest block
-            blocks[key] = {}
-        blocks[key][chunk_id] = A
+        _cache_design(source, chunk_id, space, block, A)
     return A
 
 
@@ -287,8 +335,19 @@ def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, 
                 multilabel: bool, design=None) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
-    (`design`: A when the caller already has it)."""
-    U = F + (space.design(base, F, block) if design is None else design) @ W
+    (`design`: A when the caller already has it). Dense designs go panel by panel (`_panels`):
+    built, used and dropped while in cache."""
+    if space.kind == "columns":
+        return _apply_rows(space.design(base, F, block) if design is None else design, F, W, C, multilabel)
+    U = np.empty_like(F)
+    for lo, hi in _panels(F.shape[0]):
+        A = space.design(base[lo:hi], F[lo:hi], block) if design is None else design[lo:hi]
+        U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, multilabel)
+    return U
+
+
+def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabel: bool) -> np.ndarray:
+    U = F + A @ W
     if C is not None:
         U = project_predictions(poly_basis(U) @ C, multilabel)
     return U
@@ -315,24 +374,32 @@ def _load(source: ChunkSource, chunk_id: int, state, version: int):
     return chunk, Y, F
 
 
-GRAM_PANEL_ROWS = 4096  # float32 AᵀA: rows per single-precision product, summed in float64
-
-
 def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, gram: bool | str) -> tuple:
     """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0. `gram`: False when the
     driver already holds AᵀA (None is returned), else the precision of its products: "float64",
     or "float32" (dense designs only: products of row panels in single precision, their sum and
-    everything else in float64)."""
-    M = None
-    if gram == "float32" and not sp.issparse(A):
-        M = np.zeros((A.shape[1], A.shape[1]))
-        for lo in range(0, A.shape[0], GRAM_PANEL_ROWS):
-            P = A[lo:lo + GRAM_PANEL_ROWS].astype(np.float32)
+    everything else in float64). Dense designs are summed panel by panel."""
+    R = Y - link_mean(F, link)
+    if sp.issparse(A):
+        return (A.T @ A).toarray() if gram else None, np.asarray(A.T @ R), link_loss_sum(F, Y, link)
+    M = np.zeros((A.shape[1], A.shape[1])) if gram else None
+    B = np.zeros((A.shape[1], R.shape[1]))
+    for lo, hi in _panels(A.shape[0]):
+        P = A[lo:hi]
+        if gram == "float32":
+            P32 = P.astype(np.float32)
+            M += P32.T @ P32
+        elif gram:
             M += P.T @ P
-    elif gram:
-        M = A.T @ A
-        M = M.toarray() if sp.issparse(M) else M
-    return M, np.asarray(A.T @ (Y - link_mean(F, link))), link_loss_sum(F, Y, link)
+        B += P.T @ R[lo:hi]
+    return M, B, link_loss_sum(F, Y, link)
+
+
+def _add_stats(total: tuple | None, part: tuple) -> tuple:
+    """Sum of two (AᵀA or None, AᵀR, Σℓ) statistics."""
+    if total is None:
+        return part
+    return (None if total[0] is None else total[0] + part[0], total[1] + part[1], total[2] + part[2])
 
 
 def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: str) -> np.ndarray:
@@ -364,13 +431,22 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block)
-    U = F + A @ W
-    return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
+    if sp.issparse(A):
+        U = F + A @ W
+        return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
+    B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
+    for lo, hi in _panels(A.shape[0]):
+        U = F[lo:hi] + A[lo:hi] @ W
+        B += A[lo:hi].T @ (Y[lo:hi] - link_mean(U, link))
+        loss += link_loss_sum(U, Y[lo:hi], link)
+    return B, loss
 
 
 def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    G = poly_basis(F + _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block) @ W)
+    base = _chunk_base(source, chunk_id, space, chunk)
+    G = poly_basis(apply_stage(space, base, F, block, W, None, source.multilabel,
+                               design=_chunk_design(source, chunk_id, space, base, F, block)))
     return G.T @ G, G.T @ Y
 
 
@@ -381,6 +457,10 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
+    if space.kind == "rff" and next_block is not None:
+        F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
+        state.write(SCORES, version + 1, chunk_id, F)
+        return (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link)) + stats
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, F, block))
     state.write(SCORES, version + 1, chunk_id, F)
@@ -390,6 +470,26 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     if next_gradient is not None:
         return out + (_column_gradient(chunk.csc, next_gradient, F, Y, link),)
     return out
+
+
+def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram) -> tuple:
+    """_update_task for a dense design, in one sweep of row panels: apply the stage to a panel,
+    build the next block's features of the panel and add its statistics, while all of it is in
+    cache. The same bits as apply_stage followed by _block_stats on the whole next design."""
+    design = _cached_design(source, chunk_id, space, block)
+    n = F.shape[0]
+    cache_next = _design_cacheable(source, space)
+    following = np.empty((n, space.design_width(next_block, F.shape[1]))) if cache_next else None
+    U = np.empty_like(F)
+    stats = None
+    for lo, hi in _panels(n):
+        A = space.design(base[lo:hi], F[lo:hi], block) if design is None else design[lo:hi]
+        U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, source.multilabel)
+        A = space.design(base[lo:hi], U[lo:hi], next_block, out=None if following is None else following[lo:hi])
+        stats = _add_stats(stats, _block_stats(A, U[lo:hi], Y[lo:hi], link, next_gram))
+    if following is not None:
+        _cache_design(source, chunk_id, space, next_block, following)
+    return U, stats
 
 
 # -- linear algebra ------------------------------------------------------------------------

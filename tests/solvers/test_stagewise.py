@@ -235,7 +235,7 @@ def test_caches_change_nothing(digits, monkeypatch):
     grams, designs = [], []
     real_stats, real_design = sw._block_stats, sw.FeatureSpace.design
     monkeypatch.setattr(sw, "_block_stats", lambda *a: grams.append(a[-1]) or real_stats(*a))
-    monkeypatch.setattr(sw.FeatureSpace, "design", lambda *a: designs.append(1) or real_design(*a))
+    monkeypatch.setattr(sw.FeatureSpace, "design", lambda *a, **k: designs.append(1) or real_design(*a, **k))
     cached, _, _ = fit(source, **params)
     assert sum(map(bool, grams)) == 3 * source.n_chunks  # one AᵀA per block, not one per stage
     assert len(designs) == 9 * source.n_chunks  # each stage's block computed once per chunk
