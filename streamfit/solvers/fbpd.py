@@ -109,7 +109,7 @@ from streamfit.solvers.fbpd_kernels import (
     primal_update,
     regularized_chunk_step,
 )
-from streamfit.store import ChunkSource, InMemoryStore
+from streamfit.store import Chunk, ChunkSource, InMemoryStore
 
 DUAL, XI, ZETA = "dual", "xi", "zeta"  # ChunkState names; the anchors are "anchor_" + name
 POWER_TOL = 1e-4
@@ -147,14 +147,28 @@ class FBPDParams(SolverParams):
 _CHUNKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _read_chunk(source: ChunkSource, chunk_id: int):
-    """source.read_chunk, with an in-memory source's row slices kept (slicing a CSR matrix
-    costs more than a small chunk's whole pass; a Store caches decoded chunks itself)."""
-    if not isinstance(source, InMemoryStore):
+@dataclasses.dataclass(frozen=True)
+class _CSRRows:
+    """Rows of a CSR matrix as views of its arrays (indptr rebased), what the kernels read."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple
+
+
+def _read_chunk(source: ChunkSource, chunk_id: int) -> Chunk:
+    """source.read_chunk; for an in-memory source, a Chunk whose X is a _CSRRows view of the
+    source's arrays (only indptr copied), kept per source: slicing a CSR matrix copies the rows
+    and costs more than a small chunk's whole pass (a Store caches decoded chunks itself)."""
+    if not isinstance(source, InMemoryStore) or source.multilabel:
         return source.read_chunk(chunk_id)
     chunks = _CHUNKS.setdefault(source, {})
     if chunk_id not in chunks:
-        chunks[chunk_id] = source.read_chunk(chunk_id)
+        X, (lo, hi) = source.X, source.chunk_bounds(chunk_id)
+        start, end = X.indptr[lo], X.indptr[hi]
+        rows = _CSRRows(X.indptr[lo:hi + 1] - start, X.indices[start:end], X.data[start:end], (hi - lo, X.shape[1]))
+        chunks[chunk_id] = Chunk(chunk_id, lo, rows, source.labels[lo:hi])
     return chunks[chunk_id]
 
 
