@@ -365,6 +365,13 @@ def accuracy(name, data, per_class_list, grid, n_subsets, opts, subset_ids=None)
     print(f"\n{name}: cells not converged: " + ("none" if not flags else f"{len(flags)}"))
     for flag in flags:
         print(f"- {flag}")
+    summarize(name, per_class_list, grid, {key: table.mean(axis=1) for key, table in errors.items()})
+
+
+def summarize(name, per_class_list, grid, means):
+    """Per L/K and loss: best mean error over the grid, mean excess and grid values within 1 pt.
+    `means[per_class, column]`: mean error per grid value (NaN: not measured, left out)."""
+    columns = ("lp", "fbpd", "squared_hinge", "logistic")
     print(f"\n### {name}: best error over the grid and robustness to lam (hinge: the LP optimum)")
     print("| L/K | loss | best error (lam/lam_max) | mean excess over the grid | grid values within 1 pt |")
     print("|---|---|---|---|---|")
@@ -372,12 +379,14 @@ def accuracy(name, data, per_class_list, grid, n_subsets, opts, subset_ids=None)
     for per_class in per_class_list:
         summary = {}
         for col, label in zip(columns, ("hinge (LP)", "hinge (fbpd)", "squared_hinge", "logistic")):
-            mean = errors[per_class, col].mean(axis=1)
-            a = int(np.argmin(mean))
+            mean = np.asarray(means[per_class, col], dtype=float)
+            measured = ~np.isnan(mean)
+            a = int(np.nanargmin(mean))
             edge = " at the grid's edge" if a in (0, len(grid) - 1) else ""
-            summary[col] = (mean[a], float((mean - mean[a]).mean()), int((mean <= mean[a] + 1.0).sum()))
+            excess = mean[measured] - mean[a]
+            summary[col] = (mean[a], float(excess.mean()), int((excess <= 1.0).sum()))
             print(f"| {per_class} | {label} | {mean[a]:.1f} ({grid[a]:g}{edge}) | {summary[col][1]:.1f} | "
-                  f"{summary[col][2]}/{len(grid)} |")
+                  f"{summary[col][2]}/{int(measured.sum())} |")
         others = columns[2:]
         wins["accuracy"] += summary["lp"][0] <= min(summary[k][0] for k in others)
         wins["robustness"] += summary["lp"][1] <= min(summary[k][1] for k in others)
@@ -388,6 +397,44 @@ def accuracy(name, data, per_class_list, grid, n_subsets, opts, subset_ids=None)
           f"values within 1 point of its best in {wins['count']}/{n}.", flush=True)
 
 
+def summarize_cells(paths):
+    """The accuracy tables from --cells files (runs split over processes or sessions): per
+    (data, L/K, lam/lam_max) the mean ± sd over the subsets found (a later line for the same
+    subset replaces an earlier one), then the summary."""
+    cells = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    c = json.loads(line)
+                    cells[c["data"], c["lk"], c["rel"], c["subset"]] = c
+    columns = ("lp", "fbpd", "squared_hinge", "logistic")
+    for name in sorted({k[0] for k in cells}):
+        lks = sorted({k[1] for k in cells if k[0] == name})
+        grid = sorted({k[2] for k in cells if k[0] == name}, reverse=True)
+        print(f"\n## {name} (from {', '.join(paths)}): test error (%) vs lam, mean ± sd over the subsets found")
+        print("| L/K | lam/lam_max | subsets | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
+              "fbpd gap/objective (max) |")
+        print("|---|---|---|---|---|---|---|---|")
+        means = {}
+        for lk in lks:
+            for col in columns:
+                means[lk, col] = np.full(len(grid), np.nan)
+            for a, rel in enumerate(grid):
+                found = [c for k, c in cells.items() if k[:3] == (name, lk, rel)]
+                if not found:
+                    continue
+                row = []
+                for col in columns:
+                    values = np.array([c[col] for c in found if c.get(col) is not None], dtype=float)
+                    means[lk, col][a] = values.mean() if len(values) else np.nan
+                    row.append(f"{values.mean():.1f} ± {values.std():.1f}" if len(values) else "—")
+                gaps = [c["fbpd_gap"] for c in found if c.get("fbpd_gap") is not None]
+                gap = f"{max(gaps):.1e}" if gaps else "—"
+                print(f"| {lk} | {rel:g} | {','.join(str(c['subset']) for c in found)} | {' | '.join(row)} | {gap} |")
+        summarize(name, lks, grid, means)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, default=3, help="training subsets per L/K (MNIST)")
@@ -395,6 +442,8 @@ def main(argv=None):
     ap.add_argument("--subset-ids", default=None,
                     help="comma-separated subset seeds to run (instead of 0..n-1), e.g. one per process")
     ap.add_argument("--cells", default=None, help="append one JSON line per accuracy cell to this file")
+    ap.add_argument("--summarize", default=None,
+                    help="comma-separated --cells files: print their merged accuracy tables and exit")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timing-iter", type=int, default=20_000, help="fbpd passes in part 1 (tol = 0)")
     ap.add_argument("--acc-iter", type=int, default=32_000, help="fbpd pass cap in part 2")
@@ -410,6 +459,9 @@ def main(argv=None):
                     help="part 1 on L/K=3 only, 5000 passes; part 2: MNIST L/K=3, news20 L/K=5, 4 lams, 2 subsets, "
                          "fbpd cap 5000")
     args = ap.parse_args(argv)
+    if args.summarize:
+        summarize_cells(args.summarize.split(","))
+        return 0
     started = time.perf_counter()
     print(f"# bench_fbpd {' '.join(sys.argv[1:] if argv is None else argv)} "
           f"(load average at start {os.getloadavg()[0]:.2f})")

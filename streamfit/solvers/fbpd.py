@@ -74,6 +74,14 @@ dual, written at restarts). Sums follow the engine's fixed tree, so the result i
 independent of the number of workers. Memory per task:
 O(chunk nnz + chunk_rows·K + M·K).
 
+Cost per pass: Algorithm 1's chunk task is one numba kernel over the CSR rows
+(regularized_chunk_step: the scores at [x⁺ x], the simplex step and the row's share of Tᵀỹ,
+accumulated in the same row loop, so no transpose and no scores array), and the driver's l1
+prox and Halpern update are one sweep each over M × K (l1_primal_step, primal_update, which
+also return the logged norms). The flops are those of three sparse products (X·x⁺, X·x, Xᵀa);
+the rest is per-pass Python (tools/bench_fbpd.py --parts passcost compares the pass with
+scipy's X @ W + Xᵀ @ A).
+
 Checkpoints after every iteration: x, x̃, Tᵀy, the anchor (x, Tᵀy, versions), Σζ, Σξ, ρ,
 the restart counters, ‖T‖ and the duals' version;
 resume=True reproduces an uninterrupted run bitwise, also with a larger max_iter (see
