@@ -453,6 +453,7 @@ def main(argv=None):
     ap.add_argument("--parts", default="timing,mnist,news20",
                     help="comma-separated: passcost (CPU per pass vs two sparse products), timing, mnist, news20")
     ap.add_argument("--mnist-lk", default="3,5,10")
+    ap.add_argument("--timing-lk", default="3,10", help="MNIST L/K settings of part 1")
     ap.add_argument("--news-lk", default="5,10", help="news20 L/K settings (50 is slow: n = 1000 rows)")
     ap.add_argument("--grid", default="0.5,0.3,0.1,3e-2,1e-2,3e-3,1e-3,3e-4,1e-4,3e-5", help="lam/lam_max values")
     ap.add_argument("--quick", action="store_true",
@@ -483,7 +484,7 @@ def main(argv=None):
         for per_class in [3, 10]:
             pass_cost(mnist, per_class, 1e-2)
     if "timing" in parts:
-        for per_class in [3] if args.quick else [3, 10]:
+        for per_class in [3] if args.quick else [int(v) for v in args.timing_lk.split(",")]:
             timing_table(mnist, per_class, 1e-2, args.repeats, args.timing_iter)
     if "mnist" in parts:
         accuracy("MNIST", mnist, mnist_lk, grid, args.subsets, args, subset_ids)

@@ -189,6 +189,55 @@ def test_matches_dense_transcription_of_algorithm_1(wine):
     np.testing.assert_allclose(model.intercept_, x[:, M], atol=2e-3 * np.abs(x).max())
 
 
+def test_fused_kernels_match_numpy():
+    """The fused pass kernels against a plain numpy transcription: the chunk step (scores at
+    [x⁺ x] from the CSR rows, simplex step, adjoint, the residual's dual parts) and the
+    driver's sweeps (ℓ1 prox with [x⁺ x], the Halpern update and its logged norms)."""
+    from streamfit.solvers.fbpd_kernels import l1_primal_step, primal_update, regularized_chunk_step
+
+    rng = np.random.default_rng(3)
+    n, M, K = 40, 25, 4
+    X = sp.random(n, M, density=0.3, format="csr", random_state=3, dtype=np.float32)
+    z = rng.integers(0, K, n).astype(np.int32)
+    Y = np.vstack([simplex(row, 1.0) for row in rng.standard_normal((n, K))])
+    W2, b2, step = rng.standard_normal((M, 2 * K)), rng.standard_normal(2 * K), 0.7
+    GW, Gb = np.zeros((M, K)), np.zeros(K)
+    Yt, hinge, r_dot, correct, move, coupling = regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2,
+                                                                        step, GW, Gb)
+    S = np.asarray(X.astype(np.float64) @ W2) + b2
+    rows = np.arange(n)
+    new, old = S[:, :K] - S[rows, z][:, None], S[:, K:] - S[rows, K + z][:, None]
+    r = np.ones((n, K))
+    r[rows, z] = 0.0
+    ref = np.vstack([simplex(w, 1.0) for w in Y + step * (2 * new - old + r)])
+    np.testing.assert_allclose(Yt, ref, atol=1e-12)
+    A = ref.copy()
+    A[rows, z] -= ref.sum(axis=1)
+    np.testing.assert_allclose(GW, X.T @ A, atol=1e-10)
+    np.testing.assert_allclose(Gb, A.sum(axis=0), atol=1e-12)
+    assert hinge == pytest.approx((new + r).max(axis=1).sum(), rel=1e-12)
+    assert r_dot == pytest.approx((ref * r).sum(), rel=1e-12)
+    assert correct == int((S[:, :K].argmax(axis=1) == z).sum())
+    assert move == pytest.approx(((Y - ref) ** 2).sum(), rel=1e-12)
+    assert coupling == pytest.approx(((Y - ref) * (old - new)).sum(), rel=1e-10)
+
+    W, G, tau, weight = rng.standard_normal((M, K)), rng.standard_normal((M, K)), 0.3, 0.2
+    Wt, W2 = l1_primal_step(W, G, tau, weight)
+    V = W - tau * G
+    np.testing.assert_array_equal(Wt, np.sign(V) * np.maximum(np.abs(V) - weight, 0.0))
+    np.testing.assert_array_equal(W2, np.hstack([Wt, W]))
+    Wa, Ga, Wp, Gsum = (rng.standard_normal((M, K)) for _ in range(4))
+    a, c = 0.75, 0.25
+    for halpern in (True, False):
+        Gt, Wn, Gn, stats = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, a, c, halpern)
+        np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
+        np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else Wt, rtol=1e-13)
+        np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else Gt, rtol=1e-13)
+        np.testing.assert_allclose(stats, [((W - Wt) ** 2).sum(), ((Wt - Wp) ** 2).sum(), (Wt ** 2).sum(),
+                                           ((Gt - G) ** 2).sum(), (Gt ** 2).sum(), np.count_nonzero(Wt),
+                                           np.abs(Wt).sum(), np.abs(Gt).max()], rtol=1e-12)
+
+
 def test_l1_regularized_matches_linprog(wine):
     X, z = wine
     lam = 0.1
