@@ -22,6 +22,19 @@ c = 4(m − 1) for "squared_hinge" (§4.4.2, Appendix A; valid for ranking too: 
 c = 2 for "multitask_squared_hinge", c = ½ for "logistic" (λ_max(diag p − ppᵀ) ≤ ½; the
 paper's K_j = ½ Σ_i x_ij² with our 1/n averaging).
 
+`dual_loss(loss, S, lab_ptr, lab_ind, c_max)`: the loss part of a Fenchel dual point, for the
+duality gap of the bcd solver. The dual of min_W (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) is
+D(U) = −(1/n) Σ_i ℓ_i*(U_i) − P*(−XᵀU/n); the point used is U = c·∇ℓ(S) (the loss gradient at
+the current scores, so XᵀU/n = c·G(W)), with c ≤ c_max making P*(−c G) finite (for a norm
+penalty: c‖G‖_* ≤ λ). Returned: max over c ∈ [0, c_max] of a lower bound of −Σ_i ℓ_i*(c ∇ℓ_i):
+- squared hinges (eq. 2, ranking, eq. 11): ℓ_i = Σ_pairs φ(a), φ(a) = max(a, 0)², a affine in s
+  with constant 1; φ(a) = sup_{β≥0} βa − β²/4, so with β = 2c·max(a, 0) (U = c∇ℓ_i is one
+  representation of the infimum defining ℓ_i*) −ℓ_i*(c∇ℓ_i) ≥ Σ (2c a₊ − c² a₊²); summed over i:
+  2c H − c² Q with H = Σ a₊, Q = Σ a₊² (the loss), maximal at c = min(H/Q, c_max);
+- logistic (eq. 12): ℓ_i* (u) = Σ_r q_r log q_r with q = u + e_y, so −ℓ_i*(c(p − e_y)) is the
+  entropy of c p + (1 − c) e_y; c = min(1, c_max).
+At the optimum (c = 1) the bound is tight (strong duality).
+
 All functions are row-wise, so chunking the rows never changes a row's result.
 """
 
@@ -41,6 +54,18 @@ def curvature(loss: int, m: int) -> float:
     if loss == MULTITASK_SQUARED_HINGE:
         return 2.0
     return 0.5
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lse_parts(S, i: int):
+    """(max_r S_ir, Σ_r exp(S_ir − max)): log Σ_r exp(S_ir) = log(z) + max, without overflow."""
+    mx = S[i, 0]
+    for r in range(1, S.shape[1]):
+        mx = max(mx, S[i, r])
+    z = 0.0
+    for r in range(S.shape[1]):
+        z += np.exp(S[i, r] - mx)
+    return mx, z
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -80,12 +105,7 @@ def sample_loss(loss: int, S, i: int, lab_ind, p0: int, p1: int, mark, x: float,
                     h[r] += 2.0 * x2
     else:
         y = lab_ind[p0]
-        mx = S[i, 0]
-        for r in range(1, m):
-            mx = max(mx, S[i, r])
-        z = 0.0
-        for r in range(m):
-            z += np.exp(S[i, r] - mx)
+        mx, z = _lse_parts(S, i)
         val = np.log(z) + mx - S[i, y]
         if order >= 1:
             for r in range(m):
@@ -118,6 +138,51 @@ def rows_loss(loss: int, S, lab_ptr, lab_ind, rows, order: int):
         for q in range(p0, p1):
             mark[lab_ind[q]] = False
     return total, D, H
+
+
+@njit(cache=True, nogil=True)
+def dual_loss(loss: int, S, lab_ptr, lab_ind, c_max: float) -> float:
+    """max_{0 ≤ c ≤ c_max} of a lower bound of −Σ_i ℓ_i*(c ∇ℓ_i(S_i)) (module docstring)."""
+    n, m = S.shape
+    mark = np.zeros(m, dtype=np.bool_)
+    if loss == LOGISTIC:
+        c = min(1.0, c_max)
+        total = 0.0
+        for i in range(n):
+            y = lab_ind[lab_ptr[i]]
+            mx, z = _lse_parts(S, i)
+            for r in range(m):
+                q = c * np.exp(S[i, r] - mx) / z + (1.0 - c if r == y else 0.0)
+                if q > 0.0:
+                    total -= q * np.log(q)
+        return total
+    hsum = 0.0
+    qsum = 0.0
+    for i in range(n):
+        p0, p1 = lab_ptr[i], lab_ptr[i + 1]
+        for q in range(p0, p1):
+            mark[lab_ind[q]] = True
+        if loss == SQUARED_HINGE:
+            for q in range(p0, p1):
+                sp_ = S[i, lab_ind[q]]
+                for r in range(m):
+                    if not mark[r]:
+                        a = 1.0 - sp_ + S[i, r]
+                        if a > 0.0:
+                            hsum += a
+                            qsum += a * a
+        else:
+            for r in range(m):
+                a = 1.0 - (1.0 if mark[r] else -1.0) * S[i, r]
+                if a > 0.0:
+                    hsum += a
+                    qsum += a * a
+        for q in range(p0, p1):
+            mark[lab_ind[q]] = False
+    if qsum == 0.0:
+        return 0.0
+    c = min(hsum / qsum, c_max)
+    return 2.0 * c * hsum - c * c * qsum
 
 
 def label_lists(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:

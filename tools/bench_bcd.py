@@ -247,6 +247,79 @@ def bench(name, data, lams, max_iter, repeats, time_cap, work, solvers):
         print(f"plots: {path}")
 
 
+def long_run(name, data, lam, max_iter, ours_cap, light_cap, work):
+    """`--long`: BCD(LS) for up to max_iter outer iterations or ours_cap seconds (the F* run),
+    then lightning for up to light_cap seconds or until F ≤ (1 + 5e-5)·F_est, in this process,
+    one after the other; both traces (time, F, test accuracy, % non-zero rows, ratio (10)) and
+    the load average before each are saved to bench_bcd_long_<name>_<lam>.json (`--report`
+    prints the tables from it)."""
+    X, y, Xte, yte, m = data
+    X = sp.csr_matrix(X, dtype=np.float64)
+    Xte = sp.csr_matrix(Xte, dtype=np.float64)
+    out = {"dataset": name, "lam": lam, "load": {}, "traces": {}}
+    path = os.path.join(work, f"bench_bcd_long_{name}_{lam:g}.json")
+    out["load"]["BCD(LS)"] = os.getloadavg()[0]
+    out["traces"]["BCD(LS)"] = run_ours(X, y, Xte, yte, m, lam, max_iter, None, ours_cap, variant="ls")
+    out["load_after"] = {"BCD(LS)": os.getloadavg()[0]}
+    with open(path, "w") as f:
+        json.dump(out, f)
+    f_est = out["traces"]["BCD(LS)"][-1][1]
+    out["load"]["lightning CD"] = os.getloadavg()[0]
+    out["traces"]["lightning CD"] = run_lightning(X, y, Xte, yte, lam, 1_000_000, f_est * (1 + 5e-5), light_cap)
+    out["load_after"]["lightning CD"] = os.getloadavg()[0]
+    with open(path, "w") as f:
+        json.dump(out, f)
+    print(f"saved {path}")
+
+
+def tail_estimate(trace):
+    """(relative decrease of F over the last 100 outer iterations, geometric extrapolation of the
+    remaining decrease from the last two such windows, relative to the last F): how far the
+    F* run still was from its limit."""
+    f = [r[1] for r in trace]
+    if len(f) < 201:
+        return float("nan"), float("nan")
+    d1, d2 = f[-101] - f[-1], f[-201] - f[-101]
+    q = d1 / d2 if d2 > 0 else 0.0
+    return d1 / f[-1], (d1 * q / (1 - q) if 0 <= q < 1 else float("inf")) / f[-1]
+
+
+def report(paths):
+    """`--report FILE...`: accuracy and time at relative objective gaps 1e-2, 1e-3, 1e-4 and where
+    each run stopped, the best test accuracy on the way, from saved traces (F* = the best
+    objective of any run in the file)."""
+    for path in paths:
+        d = json.load(open(path))
+        traces = {k: (v[0] if v and isinstance(v[0][0], list) else v) for k, v in d["traces"].items()}
+        fstar = min(r[1] for tr in traces.values() for r in tr)
+        dec, rest = tail_estimate(traces["BCD(LS)"])
+        print(f"\n### {os.path.basename(path)}: F* = {fstar:.8g} (best of all runs; BCD(LS) F* run: "
+              f"{len(traces['BCD(LS)'])} outer its, last 100 lowered F by {dec:.1e} rel., geometric tail "
+              f"estimate of what is left {rest:.1e}; load average at start {d.get('load', '?')}, "
+              f"at end {d.get('load_after', '?')})")
+        gaps = (1e-2, 1e-3, 1e-4)
+        ref = {g: time_to(traces["lightning CD"], fstar, g) for g in gaps} if "lightning CD" in traces else {}
+        print("| solver | " + " | ".join(f"time to {g:g} (s) [ratio to lightning]" for g in gaps) + " | " +
+              " | ".join(f"acc. at {g:g}" for g in gaps) + " | where it stopped: s, rel. obj., acc., % nz rows | "
+              "best acc. on the way (s, rel. obj. there) |")
+        print("|---|" + "---|" * 8)
+        for k, tr in traces.items():
+            cells = []
+            for g in gaps:
+                t = time_to(tr, fstar, g)
+                r = ref.get(g, float("nan"))
+                rat = f" [{t / r:.2f}]" if np.isfinite(t) and np.isfinite(r) else \
+                    (f" [< {t / tr_end:.2f}]" if np.isfinite(t) and k != "lightning CD" and
+                     (tr_end := traces["lightning CD"][-1][0]) and not np.isfinite(r) else "")
+                cells.append(f"{t:.1f}{rat}" if np.isfinite(t) else "not reached")
+            accs = [acc_at(tr, fstar, g) for g in gaps]
+            last = tr[-1]
+            best = max(tr, key=lambda r: r[2])
+            print(f"| {k} | " + " | ".join(cells) + " | " + " | ".join(accs) +
+                  f" | {last[0]:.0f}, {(last[1] - fstar) / fstar:.1e}, {last[2]:.4f}, {last[3]:.2f} | "
+                  f"{best[2]:.4f} ({best[0]:.0f} s, {(best[1] - fstar) / fstar:.1e}) |")
+
+
 def parity(name, data, lam, max_iter, lightning_iters):
     """Test-accuracy parity: both solvers minimise the same F, so at the optimum they must agree.
     BCD(LS) runs to convergence; lightning is then warm-started at that W (its margin matrix A
@@ -380,15 +453,24 @@ def main():
                     help="comparators besides BCD(LS) and lightning")
     ap.add_argument("--ooc", action="store_true")
     ap.add_argument("--parity", action="store_true", help="instead of the tables: lightning warm-started at our optimum (λ = 1e-3)")
+    ap.add_argument("--long", action="store_true",
+                    help="BCD(LS) then lightning, each for up to --time-cap s, traces to bench_bcd_long_*.json")
+    ap.add_argument("--report", nargs="+", metavar="JSON", help="only print the tables of saved traces")
     ap.add_argument("--ooc-copies", type=int, default=48)
     ap.add_argument("--ooc-cap-mb", type=int, default=1024)
     ap.add_argument("--ooc-iters", type=int, default=3)
     ap.add_argument("--ooc-group-size", type=int, default=16384)
     a = ap.parse_args()
+    if a.report:
+        report(a.report)
+        return
     os.makedirs(a.work, exist_ok=True)
     loaders = {"sector": load_sector, "news20": lambda: load_news(a.work)}
     for name in a.datasets:
-        if a.parity:
+        if a.long:
+            for lam in a.lams:
+                long_run(name, loaders[name](), lam, a.max_iter, a.time_cap, a.time_cap, a.work)
+        elif a.parity:
             parity(name, loaders[name](), 1e-3, a.max_iter, 3)
         else:
             bench(name, loaders[name](), a.lams, a.max_iter, a.repeats, a.time_cap, a.work, a.solvers)
