@@ -287,7 +287,7 @@ def tail_estimate(trace):
 def report(paths):
     """`--report FILE...`: accuracy and time at relative objective gaps 1e-2, 1e-3, 1e-4 and where
     each run stopped, the best test accuracy on the way, from saved traces (F* = the best
-    objective of any run in the file)."""
+    objective of any run in the file); the plots of the full runs to FILE_report.png."""
     for path in paths:
         d = json.load(open(path))
         traces = {k: (v[0] if v and isinstance(v[0][0], list) else v) for k, v in d["traces"].items()}
@@ -318,6 +318,9 @@ def report(paths):
             print(f"| {k} | " + " | ".join(cells) + " | " + " | ".join(accs) +
                   f" | {last[0]:.0f}, {(last[1] - fstar) / fstar:.1e}, {last[2]:.4f}, {last[3]:.2f} | "
                   f"{best[2]:.4f} ({best[0]:.0f} s, {(best[1] - fstar) / fstar:.1e}) |")
+        png = path[:-len(".json")] + "_report.png"
+        plot(traces, fstar, os.path.basename(path), png)
+        print(f"plots: {png}")
 
 
 def parity(name, data, lam, max_iter, lightning_iters):

@@ -19,6 +19,7 @@ from sklearn.svm import LinearSVC
 from streamfit import BCDClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.errors import ConfigError
 from streamfit.losses import LOSSES, loss_grad, loss_sum
 from streamfit.penalties import PENALTIES, row_prox, row_value
 from streamfit.runlog import MetricsLog
@@ -198,6 +199,10 @@ def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
     _, auto = fit(source, lam=lam, tol=1e-3, max_iter=2000)
     assert (paper[-1]["objective"] - fstar) / fstar > 2e-3
     assert auto[-1]["duality_gap"] < 1e-3 and 0 <= (auto[-1]["objective"] - fstar) / fstar <= 1e-3
+    with pytest.raises(ConfigError):
+        fit(source, mode="chunks", stopping="gap")
+    with pytest.raises(ConfigError):
+        fit(source, penalty="l2", stopping="gap")
     for loss, penalty in (("multitask_squared_hinge", "l1"), ("logistic", "l1/l2")):
         _, done = fit(source, lam=lam, loss=loss, penalty=penalty, tol=1e-4, max_iter=2000, stopping="gap")
         assert done[-1]["duality_gap"] < 1e-4
