@@ -290,19 +290,27 @@ def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) 
     return Z
 
 
-# Per process: the random Fourier designs of the last two blocks, per source and chunk. A
-# softmax stage reads its block once per inner iteration and the fused update pass computes the
-# next stage's block, so this saves regenerating the features. The arrays of the block that
-# drops out are kept as spares and refilled with the next block (a fresh array of that size
-# costs a page fault per 4 KiB, ~15 % of a stage). Only when three whole blocks fit in the
-# chunk-cache budget: a larger store keeps memory bounded by the chunk size.
+# Per process: the random Fourier designs of the newest blocks, per source and chunk, as many as
+# fit in the chunk-cache budget besides one spare (at least two, else none: a larger store keeps
+# memory bounded by the chunk size). A softmax stage reads its block once per inner iteration,
+# the fused update pass computes the next stage's block, and when every block fits, passes after
+# the first generate no features at all. The arrays of the block that drops out are kept as
+# spares and refilled with the next block (a fresh array of that size costs a page fault per
+# 4 KiB, ~15 % of a stage).
 _DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 _SPARES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 
 
+def _design_capacity(source: ChunkSource, space: FeatureSpace) -> int:
+    """How many blocks' designs the cache keeps (0: none)."""
+    if space.kind != "rff" or space.with_predictions:
+        return 0
+    blocks = CHUNK_CACHE_BYTES // (source.n_rows * (space.block_size + 1) * 8) - 1  # one spare
+    return blocks if blocks >= 2 else 0
+
+
 def _design_cacheable(source: ChunkSource, space: FeatureSpace) -> bool:
-    return (space.kind == "rff" and not space.with_predictions
-            and 3 * source.n_rows * (space.block_size + 1) * 8 <= CHUNK_CACHE_BYTES)
+    return _design_capacity(source, space) > 0
 
 
 def _cached_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block):
@@ -319,7 +327,7 @@ def _cache_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block
     key = (space.fingerprint(), int(block))
     A.flags.writeable = False
     if key not in blocks:
-        while len(blocks) >= 2:
+        while len(blocks) >= _design_capacity(source, space):
             _SPARES.setdefault(source, {}).update(blocks.pop(next(iter(blocks))))  # the oldest block
         blocks[key] = {}
     blocks[key][chunk_id] = A
@@ -490,15 +498,19 @@ def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_b
     cache. The same bits as apply_stage followed by _block_stats on the whole next design."""
     design = _cached_design(source, chunk_id, space, block)
     n = F.shape[0]
-    cache_next = _design_cacheable(source, space)
-    shape = (n, space.design_width(next_block, F.shape[1]))
-    following = _new_design(source, chunk_id, shape) if cache_next else None
+    cached_next = _cached_design(source, chunk_id, space, next_block)
+    following = None
+    if cached_next is None and _design_cacheable(source, space):
+        following = _new_design(source, chunk_id, (n, space.design_width(next_block, F.shape[1])))
     U = np.empty_like(F)
     stats = None
     for lo, hi in _panels(n):
         A = space.design(base[lo:hi], F[lo:hi], block) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, source.multilabel)
-        A = space.design(base[lo:hi], U[lo:hi], next_block, out=None if following is None else following[lo:hi])
+        if cached_next is not None:
+            A = cached_next[lo:hi]
+        else:
+            A = space.design(base[lo:hi], U[lo:hi], next_block, out=None if following is None else following[lo:hi])
         stats = _add_stats(stats, _block_stats(A, U[lo:hi], Y[lo:hi], link, next_gram))
     if following is not None:
         _cache_design(source, chunk_id, space, next_block, following)

@@ -227,7 +227,7 @@ def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
 
 def test_caches_change_nothing(digits, monkeypatch):
     """Passes after the first reuse each block's AᵀA instead of summing it again, and tasks reuse
-    the random Fourier design of the block in hand: the same bits as recomputing everything."""
+    the random Fourier designs kept per chunk: the same bits as recomputing everything."""
     X, y = digits
     source = InMemoryStore(X, y, list(range(10)), chunk_rows=500)
     params = dict(generator="rff", n_components=300, block_size=100, n_passes=3, lam=1e-3, link="softmax",
@@ -238,7 +238,7 @@ def test_caches_change_nothing(digits, monkeypatch):
     monkeypatch.setattr(sw.FeatureSpace, "design", lambda *a, **k: designs.append(1) or real_design(*a, **k))
     cached, _, _ = fit(source, **params)
     assert sum(map(bool, grams)) == 3 * source.n_chunks  # one AᵀA per block, not one per stage
-    assert len(designs) == 9 * source.n_chunks  # each stage's block computed once per chunk
+    assert len(designs) == 3 * source.n_chunks  # all three blocks fit: each computed once per chunk
     monkeypatch.setattr(sw, "GRAM_CACHE_BYTES", 0)
     monkeypatch.setattr(sw, "CHUNK_CACHE_BYTES", 0)
     designs.clear()
@@ -246,6 +246,14 @@ def test_caches_change_nothing(digits, monkeypatch):
     # first stats pass, 2 inner passes per stage, the update's block and the next stage's block
     assert len(designs) == (1 + 9 * 2 + 9 + 8) * source.n_chunks
     for a, b in zip(cached.weights, recomputed.weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # room for two blocks and a spare: blocks cycle through the cache and spare arrays get refilled
+    monkeypatch.setattr(sw, "CHUNK_CACHE_BYTES", 3 * source.n_rows * 101 * 8)
+    sw._DESIGNS.clear()  # the first fit's designs (the same features) would still be found
+    designs.clear()
+    cycled, _, _ = fit(source, **params)
+    assert len(designs) == 9 * source.n_chunks  # each stage's block once per chunk
+    for a, b in zip(cached.weights, cycled.weights, strict=True):
         np.testing.assert_array_equal(a, b)
 
 
