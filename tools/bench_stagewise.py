@@ -165,7 +165,7 @@ def compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth) -> list:
     """Every stagewise variant at every dims, and the peers on the same features at --peer-dims.
     Rows: (dims, method, test error %, wall s, CPU s)."""
     rows = []
-    print(f"| dims | method | test error % | fit s wall (CPU) | load |\n|---|---|---|---|---|", flush=True)
+    print("| dims | method | test error % | fit s wall (CPU) | load |\n|---|---|---|---|---|", flush=True)
     for d in args.dims:
         fitted = None
         for v in args.variants:
