@@ -66,7 +66,10 @@ version of the scores) also computes the statistics of stage t+1's block with th
 when that block is already known (fusion: one pass per identity-link stage), or the column
 gradients when the next pass of the "gradient" generator needs them. Memory per task is
 O(chunk_rows · (p + k) + p²), plus O(active columns · k) for the gradient generator's ranking
-pass (once per pass) and O(n_features) for the initial column scan.
+pass (once per pass) and O(n_features) for the initial column scan. Dense (random Fourier)
+designs are built and used in row panels of PANEL_ROWS, so an update sweeps its chunk once
+while the panel is in cache; gram_dtype="float32" forms their AᵀA from single-precision panel
+products summed in float64 (about 2x faster; results then agree with float64 to ~1e-5).
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
