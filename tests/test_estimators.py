@@ -86,3 +86,14 @@ def test_multilabel_indicator():
     assert P.shape == Y.shape
     assert np.mean(P == Y) > 0.85
     assert 0 <= clf.score(X, Y) <= 1
+
+
+def test_gram_dtype_reaches_the_solver(digits_split):
+    """float32 Gram products change the model by rounding only (≈1e-6 here), so it must differ
+    from the float64 fit, yet agree to well within 1e-4."""
+    X_tr, X_te, y_tr, _ = digits_split
+    f64 = StagewiseLSClassifier(generator="rff", n_components=512).fit(X_tr, y_tr).decision_function(X_te)
+    f32 = StagewiseLSClassifier(generator="rff", n_components=512, gram_dtype="float32").fit(X_tr, y_tr)
+    assert f32.get_params()["gram_dtype"] == "float32"
+    diff = np.abs(f32.decision_function(X_te) - f64).max()
+    assert 0 < diff < 1e-4

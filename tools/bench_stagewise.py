@@ -83,17 +83,6 @@ VARIANTS = {
 }
 
 
-class Stagewise(StagewiseLSClassifier):
-    """StagewiseLSClassifier plus the solver's gram_dtype option."""
-
-    def __init__(self, gram_dtype="float64", **params):
-        super().__init__(**params)
-        self.gram_dtype = gram_dtype
-
-    def _solver_params(self):
-        return super()._solver_params().model_copy(update={"gram_dtype": self.gram_dtype})
-
-
 def load(name: str, data: Path):
     """(X_train, y_train, X_test, y_test, extra estimator params)."""
     if name == "mnist":
@@ -138,7 +127,7 @@ def load_average() -> str:
 
 
 def stagewise(args, variant: str, dims: int, extra: dict, bandwidth: float) -> Stagewise:
-    return Stagewise(generator="rff", n_components=dims, block_size=args.block_size, n_passes=args.passes,
+    return StagewiseLSClassifier(generator="rff", n_components=dims, block_size=args.block_size, n_passes=args.passes,
                      max_iter=args.logistic_iters, gram_dtype=args.gram_dtype, bandwidth=bandwidth,
                      **VARIANTS[variant], **extra)
 
