@@ -69,6 +69,7 @@ from streamfit.solvers.ppdsparse_kernels import (
     Data,
     make_work,
     solve_class,
+    sort_columns,
     topk_rows,
 )
 from streamfit.store import ChunkSource, Store
@@ -116,12 +117,14 @@ def build_data(source: ChunkSource) -> Data:
         pos_rows = np.argsort(y, kind="stable").astype(np.int64)
         pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=K))]).astype(np.int64)
     C = X.tocsc()
-    col_of = np.repeat(np.arange(d), np.diff(C.indptr))
-    order = np.lexsort((C.indices, -np.abs(C.data), col_of))  # per column: decreasing |x|, then row
+    C.sort_indices()
+    col_ptr = C.indptr.astype(np.int64)
+    col_rows, col_vals = np.empty(C.nnz, np.int64), np.empty(C.nnz)
+    sort_columns(col_ptr, C.indices.astype(np.int64), C.data, col_rows, col_vals)  # per column: decreasing |x|, then row
     return Data(
         indptr=X.indptr.astype(np.int64), indices=X.indices.astype(np.int64), values=X.data,
         sqnorm=np.asarray(X.multiply(X).sum(axis=1)).ravel(),
-        col_ptr=C.indptr.astype(np.int64), col_rows=C.indices[order].astype(np.int64), col_vals=C.data[order],
+        col_ptr=col_ptr, col_rows=col_rows, col_vals=col_vals,
         pos_ptr=pos_ptr, pos_rows=pos_rows,
     )
 

@@ -305,6 +305,20 @@ def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
     assert (model.predict(X) == np.array([str(c) for c in y])).mean() > 0.95
 
 
+def test_columns_sorted_by_magnitude_then_row():
+    """build_data's CSC (the search's §5.3 early stop): per column decreasing |x_ij|, ties by
+    row, the order of a global lexsort over (column, −|x|, row)."""
+    rng = np.random.default_rng(2)
+    X = sp.random(300, 40, density=0.2, random_state=3, format="csr")
+    X.data = rng.integers(-3, 4, X.nnz).astype(float) + 0.5  # many ties in |x|, both signs
+    data = pp.build_data(InMemoryStore(X, np.zeros(300, np.int32), range(1)))
+    C = X.tocsc()
+    C.sort_indices()
+    order = np.lexsort((C.indices, -np.abs(C.data), np.repeat(np.arange(40), np.diff(C.indptr))))
+    np.testing.assert_array_equal(data.col_rows, C.indices[order])
+    np.testing.assert_array_equal(data.col_vals, C.data[order])
+
+
 def test_topk_kernel_matches_a_stable_sort_with_ties():
     """topk_rows against argsort(−S, stable) on scores with many exact ties (equal rows of W,
     integer weights), empty rows, k = K and negative scores."""
