@@ -106,7 +106,7 @@ def build_data(source: ChunkSource) -> Data:
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.sort_indices()
-    d, K = source.n_features, source.n_classes
+    K = source.n_classes
     if source.multilabel:
         Y = sp.vstack([c.labels for c in chunks], format="csc")
         Y.sum_duplicates()
