@@ -17,6 +17,9 @@ the best time is kept. `--parity`: lightning warm-started at our optimum (does i
 
     python tools/bench_bcd.py --work /tmp/bench_bcd [--datasets sector news20] [--lams 1e-3 1e-5]
         [--solvers BCD(CST) FISTA(LS)] [--parity] [--ooc]
+    python tools/bench_bcd.py --work /tmp/bench_bcd --datasets sector --lams 1e-5 --long --time-cap 1500
+    python tools/bench_bcd.py --report /tmp/bench_bcd/bench_bcd_long_sector_1e-05.json
+    python tools/bench_bcd.py --work /tmp/bench_bcd --groups 1024 2048 4096 16384 65536
 
 Writes bench_bcd_<dataset>_<lam>.png (objective, accuracy, % non-zero rows vs time) and prints
 the tables. `--ooc` adds the out-of-core measurement (`--datasets` with no names: only that):
@@ -348,6 +351,29 @@ def report(paths):
         print(f"plots: {png}")
 
 
+def groups(work, sizes, iters, lam=1e-3):
+    """`--groups`: chunks mode vs memory mode progress per outer iteration on the 20 Newsgroups
+    store (in-process engine): objective after each of `iters` outer iterations and the wall
+    time, per feature-group size."""
+    from streamfit.checkpoint import Checkpointer
+    from streamfit.engine import Engine
+    from streamfit.runlog import MetricsLog
+    from streamfit.solvers.bcd import BCDParams, BCDSolver
+    from streamfit.store import open_store
+
+    load_news(work)
+    store = open_store(os.path.join(work, "news.zarr"))
+    print(f"\n### chunks vs memory mode, 20 Newsgroups, λ = {lam:g}: objective after outer its 1..{iters}")
+    print("| mode | group size | objective per outer it | wall s | load |\n|---|---|---|---|---|")
+    for mode, g in [("memory", 0)] + [("chunks", g) for g in sizes]:
+        p = BCDParams(lam=lam, tol=1e-12, max_iter=iters, mode=mode, group_size=max(g, 1), stopping="violation")
+        log, t = MetricsLog(None), time.perf_counter()
+        BCDSolver(p).fit(store, engine=Engine(mode="inprocess"), log=log,
+                         checkpointer=Checkpointer(None, config={}, store_fingerprint="x"))
+        print(f"| {mode} | {g or '-'} | " + " / ".join(f"{r['objective']:.4f}" for r in log.records) +
+              f" | {time.perf_counter() - t:.1f} | {os.getloadavg()[0]:.1f} |")
+
+
 def parity(name, data, lam, max_iter, lightning_iters):
     """Test-accuracy parity: both solvers minimise the same F, so at the optimum they must agree.
     BCD(LS) runs to convergence; lightning is then warm-started at that W (its margin matrix A
@@ -483,6 +509,8 @@ def main():
     ap.add_argument("--parity", action="store_true", help="instead of the tables: lightning warm-started at our optimum (λ = 1e-3)")
     ap.add_argument("--long", action="store_true",
                     help="BCD(LS) then lightning, each for up to --time-cap s, traces to bench_bcd_long_*.json")
+    ap.add_argument("--groups", nargs="+", type=int, help="only the chunks-mode group-size sweep (20 Newsgroups)")
+    ap.add_argument("--groups-iters", type=int, default=3)
     ap.add_argument("--report", nargs="+", metavar="JSON", help="only print the tables of saved traces")
     ap.add_argument("--ooc-copies", type=int, default=48)
     ap.add_argument("--ooc-cap-mb", type=int, default=1024)
@@ -491,6 +519,9 @@ def main():
     a = ap.parse_args()
     if a.report:
         report(a.report)
+        return
+    if a.groups:
+        groups(a.work, a.groups, a.groups_iters)
         return
     os.makedirs(a.work, exist_ok=True)
     loaders = {"sector": load_sector, "news20": lambda: load_news(a.work)}
