@@ -297,7 +297,9 @@ class BCDClassifier(_SolverClassifier):
         (mixed with l1_ratio).
     lam: λ. variant: "ls" (BCD(LS), cyclic blocks, line search) or "cst" (BCD(CST), random
         blocks, constant step). method: "bcd" or "fista". tol, max_iter: τ and K of the
-        stopping criterion (10). shrinking: §5.2.4 (l1/l2 only).
+        stopping criterion (10). stopping: "auto" ((10) and an estimate of the decrease still
+        to come below tol·F), "violation" ((10) alone, the paper's) or "gap" (a certified
+        relative duality gap; l1/l2 and l1). shrinking: §5.2.4 (l1/l2 only).
     mode: "auto"/"memory" (sequential in memory) or "chunks" (the out-of-core algorithm over
         row chunks of `chunk_rows`, `group_size` features per pass).
 
@@ -308,7 +310,7 @@ class BCDClassifier(_SolverClassifier):
 
     def __init__(self, loss="squared_hinge", penalty="l1/l2", lam=1e-3, variant="ls", tol=1e-3, max_iter=200,
                  random_state=0, method="bcd", l1_ratio=0.5, shrinking=False, mode="auto", group_size=1024,
-                 chunk_rows=DEFAULT_CHUNK_ROWS):
+                 stopping="auto", chunk_rows=DEFAULT_CHUNK_ROWS):
         self.loss = loss
         self.penalty = penalty
         self.lam = lam
@@ -321,6 +323,7 @@ class BCDClassifier(_SolverClassifier):
         self.shrinking = shrinking
         self.mode = mode
         self.group_size = group_size
+        self.stopping = stopping
         self.chunk_rows = chunk_rows
 
     _solver = BCDSolver
@@ -329,7 +332,7 @@ class BCDClassifier(_SolverClassifier):
         return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
                          max_iter=self.max_iter, random_state=self.random_state, method=self.method,
                          l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
-                         group_size=self.group_size)
+                         group_size=self.group_size, stopping=self.stopping)
 
     def _labels(self, y):
         if sp.issparse(y) or np.ndim(y) == 2:
