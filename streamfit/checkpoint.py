@@ -221,9 +221,10 @@ class Checkpointer:
             raise CheckpointError(f"{path}: unreadable ({e}); the checkpoint directory is damaged") from e
 
     def latest(self, n_chunks: int) -> Checkpoint | None:
-        """The newest complete checkpoint, fully verified, or None if the run has none."""
+        """The newest complete checkpoint, fully verified, or None if the run has none. In
+        memory (run_dir None): the newest one saved through this object."""
         if self.root is None:
-            return None
+            return self._kept[-1] if self._kept else None
         step = self._latest_step()
         if step is None:
             return None

@@ -73,7 +73,10 @@ def test_in_memory_checkpointer_drops_old_versions():
     ck = Checkpointer(None, config={}, store_fingerprint="fp")
     _save_steps(ck, 5)
     assert {k[1] for k in ck.state._memory} == {4, 5}
-    assert ck.latest(3) is None
+    latest = ck.latest(3)  # in memory: the newest save made through this object
+    assert latest.step == 5 and latest.meta["rng"] == {"s": 5} and latest.state_versions == {"R": 5}
+    np.testing.assert_array_equal(ck.state.read("R", 5, 2), np.full((2, 2), 52.0))
+    assert Checkpointer(None, config={}, store_fingerprint="fp").latest(3) is None
 
 
 def test_latest_file_is_json(tmp_path):

@@ -21,6 +21,7 @@ def digits_split():
 
 def test_exported():
     assert streamfit.StagewiseLSClassifier is StagewiseLSClassifier
+    assert callable(streamfit.load_model) and callable(streamfit.open_store)  # as the README uses them
 
 
 def test_defaults_are_accurate_on_digits(digits_split):

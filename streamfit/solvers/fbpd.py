@@ -506,11 +506,7 @@ class FBPDSolver(Solver):
         or, with per-sample state in memory (run_dir None), the newest saved through this
         Checkpointer object; either must have been written with the same model settings
         (all parameters but max_iter)."""
-        if checkpointer.root is not None:
-            ckpt = checkpointer.latest(n_chunks)
-        else:
-            kept = checkpointer._kept  # in memory, latest() finds nothing: the saves made through this object
-            ckpt = kept[-1] if kept else None
+        ckpt = checkpointer.latest(n_chunks)
         if ckpt is None:
             return None
         settings = ckpt.meta.get("settings")
