@@ -47,8 +47,14 @@ in the training data; hashed stores have mostly empty columns):
   from the seed sequence (random_state, b) and are regenerated per chunk, never stored.
   The PCA and the median are computed from a seeded sample of rows, so they do not depend on
   the chunking.
-- "auto": "rff" for low-dimensional dense-ish data (≤ 1000 active columns, ≥ 10 % of them
-  non-zero per row: images, the paper's §3.1 setting), else "gradient" (text, §3.3).
+- "auto": "gradient" (text, §3.3) unless the data is low-dimensional and dense-ish (≤ 1000
+  active columns, ≥ 10 % of them non-zero per row: images, the paper's §3.1 setting); there a
+  validation check on the seeded row sample decides: "rff" unless one ridge fit (Algorithm 1,
+  identity link, the run's λ) on the stored columns has a lower held-out squared error than one
+  on the first random Fourier block (`_rff_validates`). The median trick sets σ relative to the
+  typical distance, so a Gaussian kernel is as local on every data set; where distances
+  concentrate (Statlog dna: 180 one-hot columns, every pair of rows about equally far apart)
+  that kernel is nearly diagonal and the random features memorise instead of generalising.
 
 Bias: an intercept column of ones is part of every block (`fit_intercept`, unpenalised), so
 every stage refits the class means of the residuals. Centering would destroy the sparsity of
@@ -68,8 +74,10 @@ gradients when the next pass of the "gradient" generator needs them. Memory per 
 O(chunk_rows · (p + k) + p²), plus O(active columns · k) for the gradient generator's ranking
 pass (once per pass) and O(n_features) for the initial column scan. Dense (random Fourier)
 designs are built and used in row panels of PANEL_ROWS, so an update sweeps its chunk once
-while the panel is in cache; gram_dtype="float32" forms their AᵀA from single-precision panel
-products summed in float64 (about 2x faster; results then agree with float64 to ~1e-5).
+while the panel is in cache; gram_dtype="float32" stores them in single precision (features
+computed in float64, then rounded) and forms AᵀA, AᵀR and AW from single-precision panel
+products, summed and added to the float64 scores in float64 (about 2x faster; results then
+agree with float64 to ~1e-5).
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
@@ -98,7 +106,7 @@ from scipy.spatial.distance import pdist
 from threadpoolctl import ThreadpoolController
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine
+from streamfit.engine import Engine, add_results
 from streamfit.errors import ConfigError
 from streamfit.model import Model, register_model
 from streamfit.runlog import MetricsLog
@@ -119,6 +127,8 @@ AUTO_RFF_MAX_INPUTS = 1000
 AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 2_000  # of which used for the median pairwise distance
+AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with stored columns
+AUTO_CHECK_VALID = 0.2  # the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 
@@ -145,8 +155,9 @@ class StagewiseParams(SolverParams):
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
     max_iter: int = Field(50, ge=1, description="softmax: inner iterations (passes) per stage")
     gram_dtype: Literal["float64", "float32"] = Field(
-        "float64", description="float32: AᵀA of random Fourier blocks from single-precision products (about 2x "
-                               "faster; the model then matches float64 to ~1e-5, across chunkings too)")
+        "float64", description="float32: random Fourier designs in single precision, and AᵀA, AᵀR, AW from "
+                               "single-precision products (about 2x faster; the model then matches float64 to "
+                               "~1e-5, across chunkings too)")
 
     @model_validator(mode="after")
     def _calibration_needs_identity(self):
@@ -167,7 +178,7 @@ class FeatureSpace:
     column ids, x̃ = X[:, block] (sparse);
     kind "rff": the base is z = X[:, inputs] densified (projected: z = (z − mean) components,
     if PCA is used), a block is a block id b, x̃ = the random Fourier features
-    b·block_size … (b+1)·block_size − 1 of z."""
+    b·block_size … (b+1)·block_size − 1 of z, stored as `dtype` (the solver's gram_dtype)."""
 
     kind: str
     fit_intercept: bool
@@ -179,6 +190,7 @@ class FeatureSpace:
     seed: int = 0
     block_size: int = 0
     n_components: int = 0
+    dtype: str = "float64"
 
     def base(self, X: sp.csr_matrix) -> sp.csc_matrix | np.ndarray:
         if self.kind == "columns":
@@ -188,34 +200,30 @@ class FeatureSpace:
             Z = (Z - self.mean) @ self.components
         return Z
 
-    def design(self, base, F: np.ndarray, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
-        """A = [1, x̃, F] (the bias and F columns as configured) for the rows of `base`; random
-        Fourier designs are built in row panels (`_panels`), into `out` when given."""
+    def design(self, base, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
+        """A = [1, x̃] (the bias as configured) for the rows of `base`; random Fourier designs are
+        built in row panels (`_panels`), into `out` when given. The scores F, the last columns
+        of the design with calibration="predictions", are kept apart (`_apply_rows`,
+        `_block_stats`): A does not change from pass to pass, and neither does its AᵀA."""
         n = base.shape[0]
         if self.kind == "columns":
-            parts = [base[:, block].astype(np.float64, copy=False)]
-            if self.fit_intercept:
-                parts.insert(0, np.ones((n, 1)))
-            if self.with_predictions:
-                parts.append(F)
-            return sp.hstack([sp.csr_matrix(a) for a in parts], format="csr")
-        lo, width = int(self.fit_intercept), self.block_width(block)
-        A = np.empty((n, self.design_width(block, F.shape[1]))) if out is None else out
+            A = sp.csr_matrix(base[:, block], dtype=np.float64)
+            return sp.hstack([np.ones((n, 1)), A], format="csr") if self.fit_intercept else A
+        lo = int(self.fit_intercept)
+        A = np.empty((n, self.design_width(block)), dtype=self.dtype) if out is None else out
         omega, beta = self.frequencies(block)
         for start, stop in _panels(n):  # the same panels whatever the caller: the same bits
             rows = A[start:stop]
             rows[:, :lo] = 1.0
             rff_features(base[start:stop], omega, beta, out=rows, col=lo)
-            if self.with_predictions:
-                rows[:, lo + width:] = F[start:stop]
         return A
 
     def block_width(self, block) -> int:
         """Generated features of an rff block (the last one may be narrower)."""
         return min(self.block_size, self.n_components - int(block) * self.block_size)
 
-    def design_width(self, block, n_classes: int) -> int:
-        return int(self.fit_intercept) + self.block_width(block) + (n_classes if self.with_predictions else 0)
+    def design_width(self, block) -> int:
+        return int(self.fit_intercept) + self.block_width(block)
 
     def frequencies(self, block) -> tuple[np.ndarray, np.ndarray]:
         """(Ω, β) of an rff block, memoised per process for the newest few blocks."""
@@ -240,7 +248,7 @@ class FeatureSpace:
     def to_json(self) -> dict:
         return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
                 "sigma": self.sigma, "seed": self.seed, "block_size": self.block_size,
-                "n_components": self.n_components}
+                "n_components": self.n_components, "dtype": self.dtype}
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -305,11 +313,14 @@ _SPARES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionar
 
 
 def _design_capacity(source: ChunkSource, space: FeatureSpace) -> int:
-    """How many blocks' designs the cache keeps (0: none)."""
-    if space.kind != "rff" or space.with_predictions:
+    """How many blocks' designs the cache keeps: all blocks when they fit besides one spare;
+    else two, the stage's block and the next one (blocks visited in a cycle longer than the
+    cache would miss every time); else none."""
+    if space.kind != "rff":
         return 0
-    blocks = CHUNK_CACHE_BYTES // (source.n_rows * (space.block_size + 1) * 8) - 1  # one spare
-    return blocks if blocks >= 2 else 0
+    n_blocks = -(-space.n_components // space.block_size)
+    room = CHUNK_CACHE_BYTES // (source.n_rows * (space.block_size + 1) * np.dtype(space.dtype).itemsize) - 1
+    return n_blocks if room >= n_blocks else (2 if room >= 2 else 0)
 
 
 def _design_cacheable(source: ChunkSource, space: FeatureSpace) -> bool:
@@ -336,20 +347,20 @@ def _cache_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block
     blocks[key][chunk_id] = A
 
 
-def _new_design(source: ChunkSource, chunk_id: int, shape: tuple) -> np.ndarray:
+def _new_design(source: ChunkSource, chunk_id: int, shape: tuple, dtype: str) -> np.ndarray:
     """An array for a design to be cached: this chunk's spare when it has the shape, else new."""
     A = _SPARES.get(source, {}).pop(chunk_id, None)
-    if A is None or A.shape != shape:
-        return np.empty(shape)
+    if A is None or A.shape != shape or A.dtype != dtype:
+        return np.empty(shape, dtype=dtype)
     A.flags.writeable = True
     return A
 
 
-def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, F: np.ndarray, block):
-    """space.design(base, F, block) for chunk `chunk_id` of `source`, cached as above."""
+def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, block):
+    """space.design(base, block) for chunk `chunk_id` of `source`, cached as above."""
     A = _cached_design(source, chunk_id, space, block)
     if A is None:
-        A = space.design(base, F, block)
+        A = space.design(base, block)
         _cache_design(source, chunk_id, space, block, A)
     return A
 
@@ -361,16 +372,19 @@ def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, 
     (`design`: A when the caller already has it). Dense designs go panel by panel (`_panels`):
     built, used and dropped while in cache."""
     if space.kind == "columns":
-        return _apply_rows(space.design(base, F, block) if design is None else design, F, W, C, multilabel)
+        return _apply_rows(space.design(base, block) if design is None else design, F, W, C, multilabel)
     U = np.empty_like(F)
     for lo, hi in _panels(F.shape[0]):
-        A = space.design(base[lo:hi], F[lo:hi], block) if design is None else design[lo:hi]
+        A = space.design(base[lo:hi], block) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, multilabel)
     return U
 
 
 def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabel: bool) -> np.ndarray:
-    U = F + A @ W
+    """ỹ = F + [A, F] W: the rows of W beyond A's columns (calibration="predictions") weight F."""
+    U = F + _product(A, W[:A.shape[1]])
+    if W.shape[0] > A.shape[1]:
+        U += F @ W[A.shape[1]:]
     if C is not None:
         U = project_predictions(poly_basis(U) @ C, multilabel)
     return U
@@ -397,32 +411,44 @@ def _load(source: ChunkSource, chunk_id: int, state, version: int):
     return chunk, Y, F
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, gram: bool | str) -> tuple:
-    """(AᵀA, Aᵀ(Y − g(F)), Σ ℓ(F)): the sums Algorithm 1 needs at W = 0. `gram`: False when the
-    driver already holds AᵀA (None is returned), else the precision of its products: "float64",
-    or "float32" (dense designs only: products of row panels in single precision, their sum and
-    everything else in float64). Dense designs are summed panel by panel."""
+def _product(A, V: np.ndarray) -> np.ndarray:
+    """A V in the precision of a dense design A (a float32 design: single-precision products,
+    so no float64 copy of A), as float64; sparse designs are float64."""
+    return np.asarray(A @ V.astype(A.dtype, copy=False), dtype=np.float64)
+
+
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> tuple:
+    """The sums Algorithm 1 needs at W = 0 for the design [A, F] (F only `with_predictions`):
+    (AᵀA, [A, F]ᵀR, Σ ℓ(F), [A, F]ᵀF) with R = Y − g(F); AᵀA only with `gram` (else the driver
+    already holds it and None is returned), the F columns' part of the Gram last (None without
+    F; `_bordered` assembles the whole). Dense designs are summed panel by panel, the panels'
+    products in the design's precision, their sum in float64."""
     R = Y - link_mean(F, link)
     if sp.issparse(A):
-        return (A.T @ A).toarray() if gram else None, np.asarray(A.T @ R), link_loss_sum(F, Y, link)
-    M = np.zeros((A.shape[1], A.shape[1])) if gram else None
-    B = np.zeros((A.shape[1], R.shape[1]))
-    for lo, hi in _panels(A.shape[0]):
-        P = A[lo:hi]
-        if gram == "float32":
-            P32 = P.astype(np.float32)
-            M += P32.T @ P32
-        elif gram:
-            M += P.T @ P
-        B += P.T @ R[lo:hi]
-    return M, B, link_loss_sum(F, Y, link)
+        M = (A.T @ A).toarray() if gram else None
+        B, cross = np.asarray(A.T @ R), (np.asarray(A.T @ F) if with_predictions else None)
+    else:
+        M = np.zeros((A.shape[1], A.shape[1])) if gram else None
+        B = np.zeros((A.shape[1], R.shape[1]))
+        cross = np.zeros((A.shape[1], F.shape[1])) if with_predictions else None
+        for lo, hi in _panels(A.shape[0]):
+            P = A[lo:hi]
+            if gram:
+                M += P.T @ P
+            B += _product(P.T, R[lo:hi])
+            if with_predictions:
+                cross += _product(P.T, F[lo:hi])
+    if with_predictions:
+        B, cross = np.vstack([B, F.T @ R]), np.vstack([cross, F.T @ F])
+    return M, B, link_loss_sum(F, Y, link), cross
 
 
-def _add_stats(total: tuple | None, part: tuple) -> tuple:
-    """Sum of two (AᵀA or None, AᵀR, Σℓ) statistics."""
-    if total is None:
-        return part
-    return (None if total[0] is None else total[0] + part[0], total[1] + part[1], total[2] + part[2])
+def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
+    """The Gram of [A, F] from AᵀA and [A, F]ᵀF (`_block_stats`); AᵀA itself without F."""
+    if cross is None:
+        return M
+    p = M.shape[0]
+    return np.block([[M, cross[:p]], [cross[:p].T, cross[p:]]])
 
 
 def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: str) -> np.ndarray:
@@ -436,14 +462,17 @@ def _scan_task(source, chunk_id):
 
 
 def _rows_task(source, chunk_id, *, rows, inputs):
+    """The `inputs` columns (dense) and the targets of the sampled `rows` in this chunk."""
     lo, hi = source.chunk_bounds(chunk_id)
     local = rows[(rows >= lo) & (rows < hi)] - lo
-    return source.read_chunk(chunk_id).X[local][:, inputs].toarray().astype(np.float64)
+    chunk = source.read_chunk(chunk_id)
+    return chunk.X[local][:, inputs].toarray().astype(np.float64), chunk.targets(source.n_classes)[local]
 
 
 def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    return _block_stats(_chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block), F, Y, link, gram)
+    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
+    return _block_stats(A, F, Y, link, space.with_predictions, gram)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
@@ -453,14 +482,14 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
 
 def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), F, block)
+    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
         return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
     for lo, hi in _panels(A.shape[0]):
-        U = F[lo:hi] + A[lo:hi] @ W
-        B += A[lo:hi].T @ (Y[lo:hi] - link_mean(U, link))
+        U = F[lo:hi] + _product(A[lo:hi], W)
+        B += _product(A[lo:hi].T, Y[lo:hi] - link_mean(U, link))
         loss += link_loss_sum(U, Y[lo:hi], link)
     return B, loss
 
@@ -469,7 +498,7 @@ def _calibration_task(source, chunk_id, *, state, version, space, block, W):
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     G = poly_basis(apply_stage(space, base, F, block, W, None, source.multilabel,
-                               design=_chunk_design(source, chunk_id, space, base, F, block)))
+                               design=_chunk_design(source, chunk_id, space, base, block)))
     return G.T @ G, G.T @ Y
 
 
@@ -485,11 +514,12 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
         state.write(SCORES, version + 1, chunk_id, F)
         return (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link)) + stats
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
-                    design=_chunk_design(source, chunk_id, space, base, F, block))
+                    design=_chunk_design(source, chunk_id, space, base, block))
     state.write(SCORES, version + 1, chunk_id, F)
     out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link))
     if next_block is not None:
-        return out + _block_stats(_chunk_design(source, chunk_id, space, base, F, next_block), F, Y, link, next_gram)
+        A = _chunk_design(source, chunk_id, space, base, next_block)
+        return out + _block_stats(A, F, Y, link, space.with_predictions, next_gram)
     if next_gradient is not None:
         return out + (_column_gradient(chunk.csc, next_gradient, F, Y, link),)
     return out
@@ -504,17 +534,18 @@ def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_b
     cached_next = _cached_design(source, chunk_id, space, next_block)
     following = None
     if cached_next is None and _design_cacheable(source, space):
-        following = _new_design(source, chunk_id, (n, space.design_width(next_block, F.shape[1])))
+        following = _new_design(source, chunk_id, (n, space.design_width(next_block)), space.dtype)
     U = np.empty_like(F)
     stats = None
     for lo, hi in _panels(n):
-        A = space.design(base[lo:hi], F[lo:hi], block) if design is None else design[lo:hi]
+        A = space.design(base[lo:hi], block) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, source.multilabel)
         if cached_next is not None:
             A = cached_next[lo:hi]
         else:
-            A = space.design(base[lo:hi], U[lo:hi], next_block, out=None if following is None else following[lo:hi])
-        stats = _add_stats(stats, _block_stats(A, U[lo:hi], Y[lo:hi], link, next_gram))
+            A = space.design(base[lo:hi], next_block, out=None if following is None else following[lo:hi])
+        part = _block_stats(A, U[lo:hi], Y[lo:hi], link, space.with_predictions, next_gram)
+        stats = part if stats is None else add_results(stats, part)
     if following is not None:
         _cache_design(source, chunk_id, space, next_block, following)
     return U, stats
@@ -705,21 +736,22 @@ class StagewiseSolver(Solver):
         generator = p.generator
         if generator == "auto":
             density = col_nnz.sum() / (source.n_rows * len(active))
-            dense_enough = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
-            generator = "rff" if dense_enough else "gradient"
-        with_predictions = p.calibration == "predictions"
-        if generator != "rff":
-            return FeatureSpace("columns", p.fit_intercept, with_predictions), active, generator
-        space = FeatureSpace("rff", p.fit_intercept, with_predictions, inputs=active, seed=p.random_state,
-                             block_size=p.block_size, n_components=p.n_components)
+            if len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
+                generator = "gradient"
+        columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions")
+        if generator not in ("rff", "auto"):
+            return columns, active, generator
+        space = FeatureSpace("rff", p.fit_intercept, columns.with_predictions, inputs=active, seed=p.random_state,
+                             block_size=p.block_size, n_components=p.n_components, dtype=p.gram_dtype)
         # a seeded sample of rows, read in chunk order and put back in random order
         rng = np.random.default_rng([p.random_state, 1])
         rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
         order = np.argsort(rows)
-        sample = np.empty((len(rows), len(active)))
-        sample[order] = np.vstack(engine.map(_rows_task, source, chunks, desc="stagewise: sample",
-                                             rows=rows[order], inputs=active))
+        parts = engine.map(_rows_task, source, chunks, desc="stagewise: sample", rows=rows[order], inputs=active)
         prog.data_passes += 1
+        raw, targets = np.empty((len(rows), len(active))), np.empty((len(rows), source.n_classes))
+        raw[order], targets[order] = np.vstack([x for x, _ in parts]), np.vstack([t for _, t in parts])
+        sample = raw
         if p.pca_components is not None and p.pca_components < len(active):
             space.mean = sample.mean(axis=0)
             centered = sample - space.mean
@@ -737,7 +769,27 @@ class StagewiseSolver(Solver):
         dists = pdist(sample[:MEDIAN_SAMPLE_ROWS])
         dists = dists[dists > 0]  # duplicate rows say nothing about the scale
         space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)
+        if generator == "auto":
+            check = slice(0, AUTO_CHECK_ROWS)
+            generator = "rff" if self._rff_validates(space, raw[check], sample[check], targets[check]) else "gradient"
+            if generator == "gradient":
+                return columns, active, generator
         return space, active, generator
+
+    def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray) -> bool:
+        """Generator "auto" on dense inputs: on the sampled rows (random order; the last
+        AUTO_CHECK_VALID of them held out), one identity-link stage (Algorithm 1: ridge with the
+        run's λ, bias unpenalised) on the stored columns A = [1, x] and one on the first random
+        Fourier block A = [1, x̃]. True unless the stored columns' held-out squared error
+        ‖Y − AW‖² is lower."""
+        n_fit = len(Y) - max(1, int(AUTO_CHECK_VALID * len(Y)))
+        columns = np.hstack([np.ones((len(raw), 1)), raw]) if space.fit_intercept else raw
+        errors = []
+        for A in (columns, space.design(base, 0).astype(np.float64)):
+            fit, held = A[:n_fit], A[n_fit:]
+            W = self._stage_solver(fit.T @ fit, n_fit, 1.0)(fit.T @ Y[:n_fit] / n_fit)
+            errors.append(float(((Y[n_fit:] - held @ W) ** 2).sum()))
+        return errors[1] <= errors[0]
 
     # ---- the schedule of blocks ----
     def _n_blocks(self, space: FeatureSpace, active: np.ndarray) -> int:
@@ -766,15 +818,25 @@ class StagewiseSolver(Solver):
         Wp = W[1:] if self.params.fit_intercept else W
         return 0.5 * self.params.lam * float((Wp * Wp).sum())
 
+    def _penalty_mask(self, width: int) -> np.ndarray:
+        """The diagonal of D: 1 for every weight row but the unpenalised bias."""
+        mask = np.ones(width)
+        if self.params.fit_intercept:
+            mask[0] = 0.0
+        return mask
+
+    def _stage_solver(self, M: np.ndarray, n: int, lipschitz: float):
+        """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14)."""
+        lam = self.params.lam
+        return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
+
     def _fit_block(self, engine, source, state, version, space, block, stats, link, prog) -> tuple[np.ndarray, list]:
         """Algorithm 1 on the block from W₀ = 0, starting from the statistics at W₀."""
         p, n = self.params, source.n_rows
         M, B, loss_sum = stats
-        mask = np.ones(M.shape[0])
-        if p.fit_intercept:
-            mask[0] = 0.0
+        mask = self._penalty_mask(M.shape[0])
         lipschitz = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
-        solve = _solver_for(lipschitz * M / n + np.diag(p.lam * mask), p.lam > 0)
+        solve = self._stage_solver(M, n, lipschitz)
         W = solve(B / n)
         if link == "identity":
             return W, []
@@ -857,19 +919,23 @@ class StagewiseSolver(Solver):
         n_stages = p.n_passes * n_blocks
         n_generated = space.n_components if space.kind == "rff" else len(active)
         # Blocks that repeat every pass have the same AᵀA every pass: keep them (by position)
-        # when they fit, and the passes after the first only sum Aᵀ(Y − g(F)). Not checkpointed:
-        # after a resume they are recomputed, bit for bit the same.
+        # when they fit, and the passes after the first only sum Aᵀ(Y − g(F)) (and with
+        # calibration="predictions" the F columns' part [A, F]ᵀF). Not checkpointed: after a
+        # resume they are recomputed, bit for bit the same.
         width = p.block_size + int(p.fit_intercept)
-        cache_grams = (generator in ("rff", "sequential") and not space.with_predictions and p.n_passes > 1
+        cache_grams = (generator in ("rff", "sequential") and p.n_passes > 1
                        and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
         grams: dict[int, np.ndarray] = {}
 
-        def remember_gram(stats: tuple, pos: int) -> tuple:
-            if stats[0] is None:
-                return (grams[pos],) + tuple(stats[1:])
-            if cache_grams:
-                grams[pos] = stats[0]
-            return tuple(stats)
+        def stage_stats(stats: tuple, pos: int) -> tuple:
+            """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a task's `_block_stats`, its AᵀA from the cache
+            when the task did not sum it."""
+            M, B, loss, cross = stats
+            if M is None:
+                M = grams[pos]
+            elif cache_grams:
+                grams[pos] = M
+            return _bordered(M, cross), B, loss
 
         stages_here = 0
         while prog.stage < n_stages:
@@ -882,11 +948,10 @@ class StagewiseSolver(Solver):
                 prog.order = self._gradient_order(G, active)
             block = self._block(generator, s, n_blocks, active, prog.order)
             if prog.pending is None:
-                prog.pending = engine.map_reduce(_stats_task, source, chunks, desc="stagewise: gram", state=state,
-                                                 version=prog.version, space=space, block=block, link=link,
-                                                 gram=pos not in grams and p.gram_dtype)
+                prog.pending = stage_stats(engine.map_reduce(
+                    _stats_task, source, chunks, desc="stagewise: gram", state=state, version=prog.version,
+                    space=space, block=block, link=link, gram=pos not in grams), pos)
                 prog.data_passes += 1
-            prog.pending = remember_gram(prog.pending, pos)
             W, inner = self._fit_block(engine, source, state, prog.version, space, block, prog.pending, link, prog)
             C = None
             if p.calibration == "poly":
@@ -900,7 +965,7 @@ class StagewiseSolver(Solver):
             next_gradient = active if (generator == "gradient" and pass_ends and not last) else None
             out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=state,
                                     version=prog.version, space=space, block=block, W=W, C=C, link=link,
-                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams and p.gram_dtype,
+                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams,
                                     next_gradient=next_gradient)
             prog.data_passes += 1
             prog.version += 1
@@ -910,7 +975,7 @@ class StagewiseSolver(Solver):
             if C is not None:
                 prog.calibrations.append(C)
             loss_sum, correct = out[0], out[1]
-            prog.pending = remember_gram(out[2:], (s + 1) % n_blocks) if next_block is not None else None
+            prog.pending = stage_stats(out[2:], (s + 1) % n_blocks) if next_block is not None else None
             if pass_ends:
                 prog.order = self._gradient_order(out[2], active) if next_gradient is not None else None
 

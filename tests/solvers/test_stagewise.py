@@ -160,6 +160,26 @@ def test_hashed_sparse_multilabel():
         assert P.shape == (n, k) and set(np.unique(P)) <= {0, 1}
 
 
+def test_auto_checks_rff_against_stored_columns(digits):
+    """generator="auto" on dense low-dimensional inputs: random Fourier features where they
+    validate better than the stored columns (digits), the stored columns where distances
+    concentrate and the classes are linear in the inputs (one-hot sequences, like Statlog dna)."""
+    X, y = digits
+    model, _, _ = fit(InMemoryStore(X, y, list(range(10)), chunk_rows=500), n_components=256, block_size=128)
+    assert model.info["generator"] == "rff"
+    rng = np.random.default_rng(4)
+    n, positions = 2000, 60
+    letters = rng.integers(0, 4, size=(n, positions))  # one-hot in 3 columns, the 4th letter all zero
+    X = sp.csr_matrix(np.hstack([(letters == a).astype(float) for a in range(3)]))
+    y = (X @ rng.normal(size=X.shape[1]) > 0).astype(np.int32)
+    source = InMemoryStore(X[:1500], y[:1500], ["a", "b"], chunk_rows=400)
+    model, _, _ = fit(source, n_components=256, block_size=128)
+    assert model.info["generator"] == "gradient"
+    rff, _, _ = fit(source, generator="rff", n_components=256, block_size=128)
+    truth = np.array(["a", "b"])[y[1500:]]
+    assert np.mean(model.predict(X[1500:]) == truth) > np.mean(rff.predict(X[1500:]) == truth) + 0.05
+
+
 @pytest.fixture(scope="module")
 def local_engine():
     with Engine(mode="local", n_workers=2) as engine:
@@ -282,7 +302,8 @@ def test_rff_approximates_gaussian_kernel():
 
 
 def test_float32_gram(digits):
-    """gram_dtype="float32": AᵀA of random Fourier blocks from single-precision products. The
+    """gram_dtype="float32": random Fourier designs in single precision, and AᵀA, AᵀR, AW from
+    single-precision products. The
     squared error still never increases (the Gram's error, ~1e-6 relative, is far below λ and the
     Gram's smallest eigenvalue) and the model matches the float64 one to ~1e-5."""
     X, y = digits
