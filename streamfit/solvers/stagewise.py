@@ -114,6 +114,7 @@ from streamfit.solvers.base import Solver, SolverParams, register_solver
 from streamfit.solvers.stagewise_kernels import (
     link_loss_sum,
     link_mean,
+    link_residual,
     poly_basis,
     project_predictions,
     rff_features,
@@ -423,7 +424,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
     already holds it and None is returned), the F columns' part of the Gram last (None without
     F; `_bordered` assembles the whole). Dense designs are summed panel by panel, the panels'
     products in the design's precision, their sum in float64."""
-    R = Y - link_mean(F, link)
+    R, loss = link_residual(F, Y, link)
     if sp.issparse(A):
         M = (A.T @ A).toarray() if gram else None
         B, cross = np.asarray(A.T @ R), (np.asarray(A.T @ F) if with_predictions else None)
@@ -440,7 +441,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
                 cross += _product(P.T, F[lo:hi])
     if with_predictions:
         B, cross = np.vstack([B, F.T @ R]), np.vstack([cross, F.T @ F])
-    return M, B, link_loss_sum(F, Y, link), cross
+    return M, B, loss, cross
 
 
 def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
@@ -485,12 +486,14 @@ def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
-        return np.asarray(A.T @ (Y - link_mean(U, link))), link_loss_sum(U, Y, link)
+        R, loss = link_residual(U, Y, link)
+        return np.asarray(A.T @ R), loss
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
     for lo, hi in _panels(A.shape[0]):
         U = F[lo:hi] + _product(A[lo:hi], W)
-        B += _product(A[lo:hi].T, Y[lo:hi] - link_mean(U, link))
-        loss += link_loss_sum(U, Y[lo:hi], link)
+        R, part = link_residual(U, Y[lo:hi], link)
+        B += _product(A[lo:hi].T, R)
+        loss += part
     return B, loss
 
 
