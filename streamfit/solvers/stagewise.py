@@ -422,26 +422,26 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
     """The sums Algorithm 1 needs at W = 0 for the design [A, F] (F only `with_predictions`):
     (AᵀA, [A, F]ᵀR, Σ ℓ(F), [A, F]ᵀF) with R = Y − g(F); AᵀA only with `gram` (else the driver
     already holds it and None is returned), the F columns' part of the Gram last (None without
-    F; `_bordered` assembles the whole). Dense designs are summed panel by panel, the panels'
-    products in the design's precision, their sum in float64."""
+    F; `_bordered` assembles the whole). AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
+    are summed panel by panel, the panels' products in the design's precision, their sum in
+    float64."""
     R, loss = link_residual(F, Y, link)
+    RF = np.hstack([R, F]) if with_predictions else R
     if sp.issparse(A):
         M = (A.T @ A).toarray() if gram else None
-        B, cross = np.asarray(A.T @ R), (np.asarray(A.T @ F) if with_predictions else None)
+        B = np.asarray(A.T @ RF)
     else:
         M = np.zeros((A.shape[1], A.shape[1])) if gram else None
-        B = np.zeros((A.shape[1], R.shape[1]))
-        cross = np.zeros((A.shape[1], F.shape[1])) if with_predictions else None
+        B = np.zeros((A.shape[1], RF.shape[1]))
         for lo, hi in _panels(A.shape[0]):
             P = A[lo:hi]
             if gram:
                 M += P.T @ P
-            B += _product(P.T, R[lo:hi])
-            if with_predictions:
-                cross += _product(P.T, F[lo:hi])
-    if with_predictions:
-        B, cross = np.vstack([B, F.T @ R]), np.vstack([cross, F.T @ F])
-    return M, B, loss, cross
+            B += _product(P.T, RF[lo:hi])
+    if not with_predictions:
+        return M, B, loss, None
+    k = R.shape[1]
+    return M, np.vstack([B[:, :k], F.T @ R]), loss, np.vstack([B[:, k:], F.T @ F])
 
 
 def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
