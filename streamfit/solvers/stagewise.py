@@ -7,7 +7,8 @@ block x̃ = GEN(x, p) of p features, fits it to the current residuals and update
 visits every block once; `n_passes` passes make S = n_passes · n_blocks stages.
 
 Design matrix of a block: A = [1, x̃] (the always-on bias column, see "Bias" below), plus the
-current scores F when calibration="predictions" (A = [1, x̃, F]).
+current scores F when calibration="predictions" (A = [1, x̃, F]; in the code F is kept apart
+from [1, x̃], whose features and AᵀA then stay the same from pass to pass).
 
 Inner fit of a stage (Algorithm 1, generalized least squares). With the calibrated loss
 ℓ(u; y) = Φ(u) − yᵀu (eq. 13) the stage minimises
@@ -144,7 +145,8 @@ class StagewiseParams(SolverParams):
         "none", description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
                             "predictions: previous predictions as extra features (identity link only)")
     generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
-        "auto", description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns, else gradient")
+        "auto", description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns unless one "
+                            "ridge stage on the columns validates better on a row sample, else gradient")
     block_size: int = Field(512, ge=1, description="features per stage (p)")
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
     n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
@@ -302,13 +304,13 @@ def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) 
     return Z
 
 
-# Per process: the random Fourier designs of the newest blocks, per source and chunk, as many as
-# fit in the chunk-cache budget besides one spare (at least two, else none: a larger store keeps
-# memory bounded by the chunk size). A softmax stage reads its block once per inner iteration,
-# the fused update pass computes the next stage's block, and when every block fits, passes after
-# the first generate no features at all. The arrays of the block that drops out are kept as
-# spares and refilled with the next block (a fresh array of that size costs a page fault per
-# 4 KiB, ~15 % of a stage).
+# Per process: the random Fourier designs of the newest blocks, per source and chunk: all blocks
+# when they fit in the chunk-cache budget besides one spare, else two (`_design_capacity`), else
+# none (a larger store keeps memory bounded by the chunk size). A softmax stage reads its block
+# once per inner iteration, the fused update pass computes the next stage's block, and when every
+# block fits, passes after the first generate no features at all. The arrays of the block that
+# drops out are kept as spares and refilled with the next block (a fresh array of that size
+# costs a page fault per 4 KiB, ~15 % of a stage).
 _DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 _SPARES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
 
