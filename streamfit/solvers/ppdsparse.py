@@ -27,8 +27,9 @@ Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive
 cut depends only on K and the parameters, never on the workers); in process they run in
 `threads` threads sharing one copy of the data (results consumed in order); on Dask they are tasks
 submitted largest first (by positives) and load-balanced by the scheduler. Each worker process
-reads the training matrix from the store once (CSR for the coordinate descent, CSC sorted by
-|x_ij| for the search, the positives of every class) and shares it between its threads; the
+reads the training matrix from the store once (CSR for the coordinate descent and the
+search's row pass, CSC for its column walk, sorted by |x_ij| when x_threshold > 0, the positives
+of every class) and shares it between its threads; the
 kernels release the GIL. A task returns the sparse weight rows of its classes. This is the
 method's memory model: a worker holds X (O(nnz(X))), not just a chunk.
 
@@ -68,6 +69,7 @@ from streamfit.solvers.ppdsparse_kernels import (
     SQUARED_HINGE,
     Data,
     make_work,
+    row_sqnorms,
     solve_class,
     sort_columns,
     topk_rows,
@@ -75,7 +77,7 @@ from streamfit.solvers.ppdsparse_kernels import (
 from streamfit.store import ChunkSource, Store
 
 DEFAULT_GROUPS = 256  # group_size=None: about this many class groups
-DENSE_FEATURE_SHARE = 0.25  # predict_topk: features with this share of classes non-zero are kept dense (≤ 32 B/nnz)
+DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
 class PPDSparseParams(SolverParams):
@@ -100,11 +102,14 @@ class PPDSparseParams(SolverParams):
 # -- the training matrix, once per process ---------------------------------------------------
 
 
-def build_data(source: ChunkSource) -> Data:
-    """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data)."""
+def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
+    """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data).
+    by_magnitude: every CSC column sorted by decreasing |x_ij| (only the early stop of §5.3's
+    two-level sparsification, x_threshold > 0, needs it); else rows ascending."""
     chunks = list(source.iter_chunks())
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
+    X.eliminate_zeros()
     X.sort_indices()
     K = source.n_classes
     if source.multilabel:
@@ -118,12 +123,14 @@ def build_data(source: ChunkSource) -> Data:
         pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=K))]).astype(np.int64)
     C = X.tocsc()
     C.sort_indices()
-    col_ptr = C.indptr.astype(np.int64)
-    col_rows, col_vals = np.empty(C.nnz, np.int64), np.empty(C.nnz)
-    sort_columns(col_ptr, C.indices.astype(np.int64), C.data, col_rows, col_vals)  # per column: decreasing |x|, then row
+    col_ptr, col_rows, col_vals = C.indptr.astype(np.int64), C.indices.astype(np.int64), C.data
+    if by_magnitude:
+        col_rows, col_vals = np.empty(C.nnz, np.int64), np.empty(C.nnz)
+        sort_columns(col_ptr, C.indices.astype(np.int64), C.data, col_rows, col_vals)  # decreasing |x|, then row
+    indptr = X.indptr.astype(np.int64)
     return Data(
-        indptr=X.indptr.astype(np.int64), indices=X.indices.astype(np.int64), values=X.data,
-        sqnorm=np.asarray(X.multiply(X).sum(axis=1)).ravel(),
+        indptr=indptr, indices=X.indices.astype(np.int64), values=X.data,
+        sqnorm=row_sqnorms(indptr, X.data),
         col_ptr=col_ptr, col_rows=col_rows, col_vals=col_vals,
         pos_ptr=pos_ptr, pos_rows=pos_rows,
     )
@@ -132,10 +139,12 @@ def build_data(source: ChunkSource) -> Data:
 @dataclasses.dataclass
 class _DataRef:
     """What a group task gets: the source and a token naming it, so each worker process builds
-    the training matrix once (Store: its fingerprint; in-memory sources: a fresh token)."""
+    the training matrix once (Store: its fingerprint; in-memory sources: a fresh token), and
+    build_data's by_magnitude."""
 
     source: ChunkSource
     token: str
+    by_magnitude: bool
 
 
 _cache: dict[str, Data] = {}
@@ -146,7 +155,7 @@ def _worker_data(ref: _DataRef) -> Data:
     with _cache_lock:  # the threads of a worker wait for one build
         if ref.token not in _cache:
             _cache.clear()  # one training matrix per process
-            _cache[ref.token] = build_data(ref.source)
+            _cache[ref.token] = build_data(ref.source, ref.by_magnitude)
         return _cache[ref.token]
 
 
@@ -218,7 +227,7 @@ class PPDSparseModel(LinearModel):
     def _by_feature(self):
         """coef_ by feature for topk_rows, built once per coef_: the features where at least
         DENSE_FEATURE_SHARE of the classes are non-zero as dense K-rows (a vectorized loop; 8 bytes
-        per entry, at most 32 per non-zero), the others as CSC (int32 classes, float64 weights)."""
+        per entry, at most 80 per non-zero), the others as CSC (int32 classes, float64 weights)."""
         c = self.coef_
         if getattr(self, "_by_feature_of", None) is not c:
             W = c.tocsc()
@@ -316,7 +325,7 @@ class PPDSparseSolver(Solver):
         priority). Closing the generator cancels what is still running."""
         p = self.params
         if engine.client is None and engine.mode == "inprocess":
-            data = build_data(source)
+            data = build_data(source, p.x_threshold > 0)
             solve = lambda g: solve_group(data, *groups[g], p, source.n_rows, source.n_features)
             if p.threads == 1:
                 yield from ((g, solve(g)) for g in todo)
@@ -336,7 +345,8 @@ class PPDSparseSolver(Solver):
 
         client = engine.client
         token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
-        ref = client.scatter(_DataRef(source, token), broadcast=True, hash=False)
+        ref = client.scatter(_DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0), broadcast=True,
+                             hash=False)
         params = p.model_dump()
         futures = {client.submit(_group_task, ref, *groups[g], params, pure=False, priority=len(todo) - r): g
                    for r, g in enumerate(todo)}

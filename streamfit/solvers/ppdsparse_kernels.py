@@ -25,7 +25,7 @@ one array (as LIBLINEAR's dual CD touches w). The features a class touched are l
 sample, when its dual first moves (`_touch`), not at every update. All work arrays are
 allocated once per class group (`Work`) and only the entries a class touched are reset, so a
 class costs O(its active samples × row length + search), never O(N) or O(D) (except in the
-search fallback described in `_search`).
+search's row pass, taken only when the column walk would read half of X anyway, `_search`).
 """
 
 from __future__ import annotations
@@ -38,15 +38,18 @@ from numba import njit
 HINGE = 0
 SQUARED_HINGE = 1
 LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice as long
+SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
+ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
 
-# CSR rows (+ squared norms), CSC columns each sorted by decreasing |x_ij| (§5.3), and the
-# positive samples of every class (CSC of the label indicator).
+# CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
+# when x_threshold > 0, else rows ascending), and the positive samples of every class (CSC of the
+# label indicator).
 Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows")
 
 # Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
 # duals / labels / marks, the active set, the search scores and the (sparsified) support of w.
 Work = namedtuple("Work", "v fmark flist rmark rlist n_touched alpha ysign in_active active score smark slist "
-                          "sup_idx sup_val cum counts rng")
+                          "sup_idx sup_val wdense cum counts rng")
 
 
 def make_work(n_rows: int, n_features: int) -> Work:
@@ -56,6 +59,7 @@ def make_work(n_rows: int, n_features: int) -> Work:
         alpha=np.zeros(n_rows), ysign=-np.ones(n_rows, np.int8), in_active=np.zeros(n_rows, np.uint8),
         active=np.zeros(n_rows, np.int64), score=np.zeros(n_rows), smark=np.zeros(n_rows, np.uint8),
         slist=np.zeros(n_rows, np.int64), sup_idx=np.zeros(n_features, np.int64), sup_val=np.zeros(n_features),
+        wdense=np.zeros(n_features),
         cum=np.zeros(n_features), counts=np.zeros(n_features, np.int64), rng=np.zeros(1, np.uint64),
     )
 
@@ -64,13 +68,35 @@ def make_work(n_rows: int, n_features: int) -> Work:
 def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
     """Every CSC column (rows ascending) reordered by decreasing |x_ij|, ties by row (a stable
     sort per column), for the search's early stop of §5.3: the order of a global lexsort over
-    (column, −|x|, row), in O(nnz log(column length)) without sorting all of nnz(X) at once."""
+    (column, −|x|, row), in O(nnz log(column length)) without sorting all of nnz(X) at once.
+    Columns of at most SHORT_COLUMN entries (most of a text set's) by insertion, in place."""
     for f in range(col_ptr.shape[0] - 1):
         lo, hi = col_ptr[f], col_ptr[f + 1]
+        if hi - lo <= SHORT_COLUMN:
+            for t in range(lo, hi):
+                r, x = rows[t], vals[t]
+                u = t
+                while u > lo and abs(out_vals[u - 1]) < abs(x):
+                    out_rows[u] = out_rows[u - 1]
+                    out_vals[u] = out_vals[u - 1]
+                    u -= 1
+                out_rows[u] = r
+                out_vals[u] = x
+            continue
         order = np.argsort(-np.abs(vals[lo:hi]), kind="mergesort")
         for t in range(hi - lo):
             out_rows[lo + t] = rows[lo + order[t]]
             out_vals[lo + t] = vals[lo + order[t]]
+
+
+@njit(cache=True, nogil=True)
+def row_sqnorms(indptr, values):
+    """‖x_i‖² of every CSR row."""
+    out = np.zeros(indptr.shape[0] - 1)
+    for i in range(out.shape[0]):
+        for p in range(indptr[i], indptr[i + 1]):
+            out[i] += values[p] * values[p]
+    return out
 
 
 # -- random numbers: splitmix64 seeding, xorshift64* stream (deterministic per class) --------
@@ -133,20 +159,30 @@ def _touch(data, work, i):
 
 
 @njit(cache=True, nogil=True)
-def _local_step(data, v, i, a, a_safe, g, h_loc, y, mu, inv_sigma, c, upper):
+def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     """The coordinate step with the curvature of G along e_i at α, (‖x_{i,B}‖² + 1)/σ + c over
     the features B with w_j ≠ 0 (the generalized Hessian of the proof of Theorem 4.2), instead
     of the global bound H_ii. G is convex along e_i with a nondecreasing derivative, so the step
-    decreases G whenever the derivative at its end has the sign of g (no overshoot); otherwise
-    the step of the global bound, `a_safe`, is kept."""
+    decreases G whenever the derivative at its end has the sign of g (no overshoot). Otherwise
+    the step with the curvature over B ∪ B', B' = supp(w) at the step's end, is taken: a feature
+    inactive at both ends is inactive between them (v_j moves linearly), so that curvature bounds
+    G'' on the segment, and the shorter step stays inside it: G decreases, by a step never
+    shorter than that of the global bound H_ii ≥ it."""
     a_try = min(max(a - g / h_loc, 0.0), upper)
     t = (a_try - a) * y
     z = v[v.shape[0] - 1] + t
+    h_union = 0.0
     for p in range(data.indptr[i], data.indptr[i + 1]):
         x = data.values[p]
-        z += x * _prox(v[data.indices[p]] + t * x, mu)
+        vj = v[data.indices[p]]
+        u = _prox(vj + t * x, mu)
+        z += x * u
+        if u != 0.0 or _prox(vj, mu) != 0.0:
+            h_union += x * x
     g_end = y * z * inv_sigma - 1.0 + c * a_try
-    return a_try if g_end * g >= 0.0 else a_safe
+    if g_end * g >= 0.0:
+        return a_try
+    return min(max(a - g / ((h_union + 1.0) * inv_sigma + c), 0.0), upper)
 
 
 @njit(cache=True, nogil=True)
@@ -208,7 +244,7 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
             a_new = min(max(a - g / h, 0.0), upper)
             h_loc = (h_loc + 1.0) * inv_sigma + c
             if h_loc < LOCAL_STEP_RATIO * h:
-                a_new = _local_step(data, v, i, a, a_new, g, h_loc, y, mu, inv_sigma, c, upper)
+                a_new = _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper)
             d = (a_new - a) * y
             if d == 0.0:
                 continue
@@ -277,22 +313,13 @@ def _sparsify(work, n_sup, l1, delta):
 
 
 @njit(cache=True, nogil=True)
-def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
-    """Steps 1-2 of Algorithm 1: ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk over the non-zeros
-    of w (sparsified by Algorithm 3 when delta > 0; each column stops at the first |x_ij| ≤
-    x_threshold, the two-level sparsification of §5.3), then up to κ samples outside the active
-    set with the largest −∇_i G > tol join it. Outside the active set α_i = 0 and y_i = −1
-    (positives never leave it), so −∇_i G = 1 + w_D + ⟨w_{:D}, x_i⟩: samples the walk does not
-    reach all score 1 + w_D (the dense bias column); when that exceeds tol they are drawn
-    uniformly at random. Only the reached violators (−∇_i G > tol) are sorted. Returns the new
-    active-set size."""
-    D = work.v.shape[0] - 1
-    N = work.alpha.shape[0]
-    n_sup, l1 = _support(work, mu, sigma)
-    if delta > 0.0 and n_sup > 0:
-        n_sup = _sparsify(work, n_sup, l1, delta)
-    sup_idx, sup_val, smark, slist, score = work.sup_idx, work.sup_val, work.smark, work.slist, work.score
-    in_active, active, ysign, rng = work.in_active, work.active, work.ysign, work.rng
+def _score_columns(data, work, n_sup, x_threshold):
+    """⟨w̃, x_i⟩ for the samples outside the active set that share a feature with w̃ (the reached
+    ones, listed in slist and marked in smark), by a CSC walk over supp(w̃): O(Σ_{j ∈ supp} nnz(X_{:,j})).
+    Each column stops at the first |x_ij| ≤ x_threshold (§5.3; columns sorted by |x_ij|). Returns
+    the number reached."""
+    sup_idx, sup_val, smark, slist, score, in_active = (work.sup_idx, work.sup_val, work.smark, work.slist,
+                                                         work.score, work.in_active)
     col_ptr, col_rows, col_vals = data.col_ptr, data.col_rows, data.col_vals
     n_reach = 0
     for t in range(n_sup):
@@ -311,6 +338,62 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
                 score[i] = 0.0
                 n_reach += 1
             score[i] += wf * x
+    return n_reach
+
+
+@njit(cache=True, nogil=True)
+def _score_rows(data, work, n_sup):
+    """The same as _score_columns (x_threshold = 0) by one pass over the CSR rows outside the
+    active set with w̃ scattered into a dense vector: O(N + nnz(X)), but a gather per non-zero
+    instead of a scatter, so cheaper than a walk that reads most of X."""
+    sup_idx, wdense, smark, slist, score, in_active = (work.sup_idx, work.wdense, work.smark, work.slist,
+                                                       work.score, work.in_active)
+    indptr, indices, values = data.indptr, data.indices, data.values
+    for t in range(n_sup):
+        wdense[sup_idx[t]] = work.sup_val[t]
+    n_reach = 0
+    for i in range(indptr.shape[0] - 1):
+        if in_active[i]:
+            continue
+        z, hit = 0.0, 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            w = wdense[indices[p]]
+            z += w * values[p]
+            hit += abs(w)
+        if hit > 0.0:
+            smark[i] = 1
+            slist[n_reach] = i
+            score[i] = z
+            n_reach += 1
+    for t in range(n_sup):
+        wdense[sup_idx[t]] = 0.0
+    return n_reach
+
+
+@njit(cache=True, nogil=True)
+def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
+    """Steps 1-2 of Algorithm 1: ∇G(α) = Σ_j w_j X̂_{:,j} (14) over the non-zeros of w
+    (sparsified by Algorithm 3 when delta > 0; x_threshold: the two-level sparsification of
+    §5.3), by a column walk, or by a row pass when the walk would read more than ROW_PASS_SHARE
+    of nnz(X); then up to κ samples outside the active set with the largest −∇_i G > tol join
+    it. Outside the active set α_i = 0 and y_i = −1 (positives never leave it), so
+    −∇_i G = 1 + w_D + ⟨w_{:D}, x_i⟩: samples sharing no feature with w all score 1 + w_D (the
+    dense bias column); when that exceeds tol they are drawn uniformly at random. Only the
+    reached violators (−∇_i G > tol) are sorted. Returns the new active-set size."""
+    D = work.v.shape[0] - 1
+    N = work.alpha.shape[0]
+    n_sup, l1 = _support(work, mu, sigma)
+    if delta > 0.0 and n_sup > 0:
+        n_sup = _sparsify(work, n_sup, l1, delta)
+    walk = 0
+    for t in range(n_sup):
+        walk += data.col_ptr[work.sup_idx[t] + 1] - data.col_ptr[work.sup_idx[t]]
+    if x_threshold == 0.0 and walk > ROW_PASS_SHARE * data.indptr[N]:
+        n_reach = _score_rows(data, work, n_sup)
+    else:
+        n_reach = _score_columns(data, work, n_sup, x_threshold)
+    smark, slist, score = work.smark, work.slist, work.score
+    in_active, active, ysign, rng = work.in_active, work.active, work.ysign, work.rng
     base = 1.0 + work.v[D] / sigma
     n_cand = 0
     for t in range(n_reach):  # violators first in slist, their scores in viol

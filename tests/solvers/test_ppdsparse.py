@@ -190,7 +190,9 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
 
 def test_local_curvature_step_never_increases_the_dual():
     """_local_step (curvature over supp(w) only, safeguarded) against G of (10) evaluated here:
-    G(α + Δ e_i) ≤ G(α) for every coordinate and state, and the longer local step is taken often."""
+    G(α + Δ e_i) ≤ G(α) for every coordinate and state, the step never shorter than that of the
+    global bound H_ii, the full local step taken often and, where it would overshoot, a step
+    still longer than the global bound's."""
     from streamfit.solvers.ppdsparse_kernels import Data, _local_step
 
     rng = np.random.default_rng(5)
@@ -205,7 +207,7 @@ def test_local_curvature_step_never_increases_the_dual():
         w = np.append(np.sign(v[:d]) * np.maximum(np.abs(v[:d]) - mu, 0.0), v[d]) / sigma
         return 0.5 * sigma * w @ w - alpha.sum() + 0.5 * alpha @ alpha
 
-    taken = 0
+    taken = longer = 0
     for trial in range(200):
         alpha = rng.exponential(0.5, n) * (rng.random(n) < 0.7)
         v = Xh.T @ alpha
@@ -216,12 +218,15 @@ def test_local_curvature_step_never_increases_the_dual():
         h = (x @ x + 1.0) / sigma + 1.0
         h_loc = (x[u != 0] @ x[u != 0] + 1.0) / sigma + 1.0
         a_safe = max(alpha[i] - g / h, 0.0)
-        a_new = _local_step(data, v, i, alpha[i], a_safe, g, h_loc, y[i], mu, 1.0 / sigma, 1.0, np.inf)
-        taken += a_new != a_safe
+        a_new = _local_step(data, v, i, alpha[i], g, h_loc, y[i], mu, 1.0 / sigma, 1.0, np.inf)
+        full = a_new == max(alpha[i] - g / h_loc, 0.0)
+        taken += full
+        assert abs(a_new - alpha[i]) >= abs(a_safe - alpha[i]) - 1e-15
+        longer += not full and abs(a_new - alpha[i]) > abs(a_safe - alpha[i]) + 1e-12
         moved = alpha.copy()
         moved[i] = a_new
         assert G(moved) <= G(alpha) + 1e-12
-    assert taken > 20
+    assert taken > 20 and longer > 0
 
 
 def test_sparsification_is_unbiased():
@@ -307,11 +312,14 @@ def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
 
 def test_columns_sorted_by_magnitude_then_row():
     """build_data's CSC (the search's §5.3 early stop): per column decreasing |x_ij|, ties by
-    row, the order of a global lexsort over (column, −|x|, row)."""
+    row, the order of a global lexsort over (column, −|x|, row); long columns (argsort) and short
+    ones (insertion sort)."""
     rng = np.random.default_rng(2)
-    X = sp.random(300, 40, density=0.2, random_state=3, format="csr")
+    X = sp.hstack([sp.random(300, 20, density=0.2, random_state=3), sp.random(300, 20, density=0.04, random_state=4)],
+                  format="csr")
+    assert (np.diff(X.tocsc().indptr) <= 32).sum() >= 15 and (np.diff(X.tocsc().indptr) > 32).sum() >= 15
     X.data = rng.integers(-3, 4, X.nnz).astype(float) + 0.5  # many ties in |x|, both signs
-    data = pp.build_data(InMemoryStore(X, np.zeros(300, np.int32), range(1)))
+    data = pp.build_data(InMemoryStore(X, np.zeros(300, np.int32), range(1)), by_magnitude=True)
     C = X.tocsc()
     C.sort_indices()
     order = np.lexsort((C.indices, -np.abs(C.data), np.repeat(np.arange(40), np.diff(C.indptr))))
