@@ -75,8 +75,9 @@ gradients when the next pass of the "gradient" generator needs them. Memory per 
 O(chunk_rows · (p + k) + p²), plus O(active columns · k) for the gradient generator's ranking
 pass (once per pass) and O(n_features) for the initial column scan. Dense (random Fourier)
 designs are built and used in row panels of PANEL_ROWS, so an update sweeps its chunk once
-while the panel is in cache; gram_dtype="float32" stores them in single precision (features
-computed in float64, then rounded) and forms AᵀA, AᵀR and AW from single-precision panel
+while the panel is in cache; gram_dtype="float32" stores them in single precision (phases ZΩ
+from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
+from single-precision panel
 products, summed and added to the float64 scores in float64 (about 2x faster; results then
 agree with float64 to ~1e-5).
 
@@ -229,13 +230,15 @@ class FeatureSpace:
         return int(self.fit_intercept) + self.block_width(block)
 
     def frequencies(self, block) -> tuple[np.ndarray, np.ndarray]:
-        """(Ω, β) of an rff block, memoised per process for the newest few blocks."""
+        """(Ω, β) of an rff block, Ω in the design's precision, memoised per process for the
+        newest few blocks."""
         key = (self.fingerprint(), int(block))
         if key not in _FREQUENCIES:
             while len(_FREQUENCIES) >= 4:
                 del _FREQUENCIES[next(iter(_FREQUENCIES))]
             n_in = len(self.inputs) if self.components is None else self.components.shape[1]
-            _FREQUENCIES[key] = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma)
+            omega, beta = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma)
+            _FREQUENCIES[key] = omega.astype(self.dtype), beta
         return _FREQUENCIES[key]
 
     def fingerprint(self) -> str:
