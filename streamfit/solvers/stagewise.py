@@ -77,9 +77,8 @@ pass (once per pass) and O(n_features) for the initial column scan. Dense (rando
 designs are built and used in row panels of PANEL_ROWS, so an update sweeps its chunk once
 while the panel is in cache; gram_dtype="float32" stores them in single precision (phases ZΩ
 from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
-from single-precision panel
-products, summed and added to the float64 scores in float64 (about 2x faster; results then
-agree with float64 to ~1e-5).
+from single-precision panel products, summed and added to the float64 scores in float64
+(about 2x faster; results then agree with float64 to ~1e-5).
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
