@@ -198,9 +198,11 @@ class FeatureSpace:
     def base(self, X: sp.csr_matrix) -> sp.csc_matrix | np.ndarray:
         if self.kind == "columns":
             return X.tocsc()
-        Z = X[:, self.inputs].toarray().astype(np.float64, copy=False)
-        if self.components is not None:
-            Z = (Z - self.mean) @ self.components
+        if self.components is None:
+            return X[:, self.inputs].toarray().astype(np.float64, copy=False)
+        Z = np.empty((X.shape[0], self.components.shape[1]))
+        for lo, hi in _panels(X.shape[0]):  # densified a row panel at a time: no rows × inputs array
+            Z[lo:hi] = (X[lo:hi][:, self.inputs].toarray() - self.mean) @ self.components
         return Z
 
     def design(self, base, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
