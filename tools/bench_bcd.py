@@ -19,6 +19,8 @@ the best time is kept. `--parity`: lightning warm-started at our optimum (does i
         [--solvers BCD(CST) FISTA(LS)] [--parity] [--ooc]
     python tools/bench_bcd.py --work /tmp/bench_bcd --datasets sector --lams 1e-5 --long --time-cap 1500
     python tools/bench_bcd.py --report /tmp/bench_bcd/bench_bcd_long_sector_1e-05.json
+    python tools/bench_bcd.py --report /tmp/bench_bcd/bench_bcd_long_sector_1e-05.json \
+        /tmp/bench_bcd/bench_bcd_sector_1e-05.json --merge   # the long run beside capped CST/FISTA runs
     python tools/bench_bcd.py --work /tmp/bench_bcd --groups 1024 2048 4096 16384 65536
 
 Writes bench_bcd_<dataset>_<lam>.png (objective, accuracy, % non-zero rows vs time) and prints
@@ -306,13 +308,36 @@ def replay_stopping(trace, fstar):
         print(f"stopping at tol {tol:g}: " + "; ".join(cells))
 
 
+def load_traces(path):
+    """The saved traces of one bench file: {solver: trace} (the first repeat of each)."""
+    d = json.load(open(path))
+    return d, {k: (v[0] if v and isinstance(v[0][0], list) else v) for k, v in d["traces"].items()}
+
+
+def merged(paths):
+    """`--report --merge`: the traces of several files of one dataset and λ as one run, the first
+    file's solver taking precedence (e.g. a `--long` file's BCD(LS) and lightning beside the
+    BCD(CST) and FISTA runs of a capped bench); saved to the first file's name + _merged.json."""
+    out = {"traces": {}, "load": {}, "load_after": {}}
+    for path in paths:
+        d, traces = load_traces(path)
+        for k, tr in traces.items():
+            if k not in out["traces"]:
+                out["traces"][k] = tr
+                out["load"][k] = d.get("load", {}).get(k, "?") if isinstance(d.get("load"), dict) else "?"
+                out["load_after"][k] = d.get("load_after", {}).get(k, "?")
+    path = paths[0][:-len(".json")] + "_merged.json"
+    with open(path, "w") as f:
+        json.dump(out, f)
+    return path
+
+
 def report(paths):
     """`--report FILE...`: accuracy and time at relative objective gaps 1e-2, 1e-3, 1e-4 and where
     each run stopped, the best test accuracy on the way, from saved traces (F* = the best
     objective of any run in the file); the plots of the full runs to FILE_report.png."""
     for path in paths:
-        d = json.load(open(path))
-        traces = {k: (v[0] if v and isinstance(v[0][0], list) else v) for k, v in d["traces"].items()}
+        d, traces = load_traces(path)
         fstar = min(r[1] for tr in traces.values() for r in tr)
         dec, rest = tail_estimate(traces["BCD(LS)"])
         print(f"\n### {os.path.basename(path)}: F* = {fstar:.8g} (best of all runs; BCD(LS) F* run: "
@@ -512,13 +537,15 @@ def main():
     ap.add_argument("--groups", nargs="+", type=int, help="only the chunks-mode group-size sweep (20 Newsgroups)")
     ap.add_argument("--groups-iters", type=int, default=3)
     ap.add_argument("--report", nargs="+", metavar="JSON", help="only print the tables of saved traces")
+    ap.add_argument("--merge", action="store_true", help="with --report: the files are one dataset and λ, "
+                    "reported and plotted as one run (F* = the best of all)")
     ap.add_argument("--ooc-copies", type=int, default=48)
     ap.add_argument("--ooc-cap-mb", type=int, default=1024)
     ap.add_argument("--ooc-iters", type=int, default=3)
     ap.add_argument("--ooc-group-size", type=int, default=16384)
     a = ap.parse_args()
     if a.report:
-        report(a.report)
+        report([merged(a.report)] if a.merge else a.report)
         return
     if a.groups:
         groups(a.work, a.groups, a.groups_iters)
