@@ -262,7 +262,7 @@ class PPDSparseClassifier(_SolverClassifier):
     CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_.
     """
 
-    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=1.0,
+    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=0.1,
                  x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, random_state=0,
                  chunk_rows=DEFAULT_CHUNK_ROWS):
         self.loss = loss

@@ -88,7 +88,8 @@ class PPDSparseParams(SolverParams):
     tau: float = Field(1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)")
     kappa: int = Field(500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)")
     kappa_growth: float = Field(1.0, ge=0, description="κ schedule: a search adds up to max(κ, kappa_growth·|A|) samples; 0 = fixed κ")
-    delta: float | None = Field(1.0, gt=0, description="δ of Theorem 4.1: Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
+    delta: float | None = Field(0.1, gt=0, description="δ of Theorem 4.1 (margin units, as tol: the search errs no more "
+                                "than the stopping test): Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
     x_threshold: float = Field(0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off")
     max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
