@@ -91,7 +91,8 @@ class PPDSparseParams(SolverParams):
     delta: float | None = Field(0.1, gt=0, description="δ of Theorem 4.1 (margin units, as tol: the search errs no more "
                                 "than the stopping test): Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
     x_threshold: float = Field(0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off")
-    max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration")
+    max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration "
+                           "(doubled after each iteration whose CD has not converged)")
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
     threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X",

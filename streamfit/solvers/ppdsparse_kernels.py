@@ -465,7 +465,9 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     """Algorithm 1 for class k: A = positives; repeat {search (steps 1-2), coordinate descent on
     A (step 3), eliminate zero duals (step 4)} until a search finds no sample with −∇_i G > tol
     after the coordinate descent converged (S = max_inner epochs per iteration; an iteration whose
-    coordinate descent has not converged is followed by more). With an approximate search
+    coordinate descent has not converged is followed by more, with S doubled each time until one
+    converges, so a slow CD is not interrupted by a search, O(nnz(X)) at worst, every
+    max_inner epochs). With an approximate search
     (Algorithm 3, §5.3) the next search is exact whenever one found nothing or all its picks
     ended at α = 0, so convergence is judged on the true gradient and false picks cannot cycle.
 
@@ -484,6 +486,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     exact_next = not approximate
     converged = False
     inner_ok = True
+    budget = max_inner
     it = 0
     while it < max_iter:
         it += 1
@@ -499,8 +502,9 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
                 break
             exact_next = True
             continue
-        epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_inner, shrink)
-        inner_ok = epochs < max_inner
+        epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, budget, shrink)
+        inner_ok = epochs < budget
+        budget = max_inner if inner_ok else 2 * budget
         n_active = _eliminate(work, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before
