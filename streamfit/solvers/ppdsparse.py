@@ -61,6 +61,7 @@ from pydantic import Field
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.errors import CheckpointError
 from streamfit.model import LinearModel, register_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
@@ -95,7 +96,8 @@ class PPDSparseParams(SolverParams):
     max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration "
                            "(doubled after each iteration whose CD has not converged)")
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
-    group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups")
+    group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups",
+                                   json_schema_extra={"affects_model": False})
     threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X",
                          json_schema_extra={"affects_model": False})
     tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
@@ -303,6 +305,13 @@ class PPDSparseSolver(Solver):
         if ckpt is None:
             state.keep_only(set())
         else:
+            size = groups[0][1] - groups[0][0]
+            # checkpoints written before the group size was recorded cut about 256 groups
+            written = ckpt.meta.get("group_size", -(-source.n_classes // 256))
+            if written != size:
+                raise CheckpointError(
+                    f"{checkpointer.run_dir}: this run was checkpointed with {written} classes per group and "
+                    f"would now be cut into groups of {size}; resume with -p group_size={written}")
             for g in ckpt.meta["finished"]:
                 ints = state.read(_group_name(g, "index"), 1, 0)
                 reals = state.read(_group_name(g, "value"), 1, 0)
@@ -366,7 +375,7 @@ class PPDSparseSolver(Solver):
         state.write(_group_name(g, "value"), 1, 0, np.concatenate([res.bias, res.values]))
         finished = sorted(done)
         versions = {_group_name(h, part): 1 for h in finished for part in ("index", "value")}
-        checkpointer.save(len(finished), {"finished": finished},
+        checkpointer.save(len(finished), {"finished": finished, "group_size": groups[0][1] - groups[0][0]},
                           {f"stats{h}": done[h].stats for h in finished}, versions)
         st = res.stats
         log.log(len(finished), group=g, classes=[int(groups[g][0]), int(groups[g][1])],

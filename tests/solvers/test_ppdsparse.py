@@ -20,6 +20,7 @@ import streamfit.solvers.ppdsparse as pp
 from streamfit import PPDSparseClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.errors import CheckpointError
 from streamfit.model import load_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
@@ -48,7 +49,7 @@ def multilabel():
 def fit(source, run_dir=None, engine=None, resume=False, stop_after_groups=None, **params):
     solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params), stop_after_groups=stop_after_groups)
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
-    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
+    ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
     model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log,
                        resume=resume)
@@ -264,7 +265,8 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, _ = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
     threaded, _ = fit(store, str(tmp_path / "threaded"), threads=3, **params)
-    for other in (parallel, threaded):
+    regrouped, _ = fit(store, str(tmp_path / "regrouped"), **{**params, "group_size": 3})
+    for other in (parallel, threaded, regrouped):
         assert (serial.coef_ != other.coef_).nnz == 0
         np.testing.assert_array_equal(serial.intercept_, other.intercept_)
 
@@ -293,6 +295,23 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     with open(os.path.join(run, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
+
+
+def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch):
+    """group_size does not change the model, so it is not part of the checkpointed settings; a
+    resume must still cut the classes as the checkpoint did (its finished groups are indices)."""
+    X, y = digits
+    store = write_store(tmp_path / "store", X, y, [str(c) for c in range(10)], chunk_rows=256)
+    params = {"lam": 1e-3, "tau": 1e-3, "kappa": 20, "delta": 0.5}
+    run = str(tmp_path / "run")
+    fit(store, run, stop_after_groups=3, **params)  # 10 classes: one per group by default
+    monkeypatch.setattr(pp, "DEFAULT_GROUPS", 4)  # a default that would cut groups of 3
+    with pytest.raises(CheckpointError, match="resume with -p group_size=1"):
+        fit(store, run, resume=True, **params)
+    resumed, _ = fit(store, run, resume=True, **{**params, "group_size": 1})
+    full, _ = fit(store, None, **params)
+    assert (full.coef_ != resumed.coef_).nnz == 0
+    np.testing.assert_array_equal(full.intercept_, resumed.intercept_)
 
 
 def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
