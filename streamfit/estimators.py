@@ -129,8 +129,9 @@ class StagewiseLSClassifier(_SolverClassifier):
     n_components: number of random Fourier features (generator "rff").
     pca_components: PCA dimension before the random features (None: no PCA).
     bandwidth: Gaussian kernel width as a multiple of the median pairwise distance.
-    gram_dtype: "float64", or "float32" for random Fourier blocks: AᵀA from single-precision
-        products, about 2× faster; the model then matches float64 only to about 1e-5.
+    gram_dtype: "float64", or "float32": random Fourier designs stored in single precision and
+        AᵀA, AᵀR, AW from single-precision products, about 2× faster; the model then matches
+        float64 only to about 1e-5.
     lam: λ, with the loss averaged over samples: each stage minimises
         (1/n)‖R − AW‖² + λ‖W‖² (identity) or (1/n)Σ logistic + (λ/2)‖W‖² (softmax);
         the intercept is not penalised.
