@@ -129,6 +129,10 @@ class StagewiseLSClassifier(_SolverClassifier):
     n_components: number of random Fourier features (generator "rff").
     pca_components: PCA dimension before the random features (None: no PCA).
     bandwidth: Gaussian kernel width as a multiple of the median pairwise distance.
+    rff_sampling: "iid" (independent Gaussian frequencies) or "orthogonal" (orthogonal random
+        features, Yu et al. 2016: the same kernel approximated with a lower variance).
+    rff_phases: "random" (√2 cos(ωᵀx + β)) or "paired" (√2 cos(ωᵀx) and √2 sin(ωᵀx) of half as
+        many frequencies: the same kernel, a lower variance).
     gram_dtype: "float64", or "float32": random Fourier designs stored in single precision and
         AᵀA, AᵀR, AW from single-precision products, about 2× faster; the model then matches
         float64 only to about 1e-5.
@@ -136,6 +140,8 @@ class StagewiseLSClassifier(_SolverClassifier):
         (1/n)‖R − AW‖² + λ‖W‖² (identity) or (1/n)Σ logistic + (λ/2)‖W‖² (softmax);
         the intercept is not penalised.
     max_iter, tol: inner iterations of the softmax link and their early stop.
+    backtrack: softmax link: steps from L/4 of the paper's bound, doubled back towards it
+        whenever an iteration raises the objective (fewer iterations for the same loss).
     chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
         floating-point rounding).
 
@@ -146,8 +152,8 @@ class StagewiseLSClassifier(_SolverClassifier):
     """
 
     def __init__(self, link="identity", calibrate=False, block_size=512, n_passes=2, generator="auto",
-                 n_components=2048, pca_components=None, bandwidth=0.5, gram_dtype="float64", lam=1e-4, max_iter=50,
-                 tol=1e-4, fit_intercept=True, random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
+                 n_components=2048, pca_components=None, bandwidth=0.5, rff_sampling="iid", rff_phases="random",
+                 gram_dtype="float64", lam=1e-4, max_iter=50, tol=1e-4, backtrack=False, fit_intercept=True, random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
         self.link = link
         self.calibrate = calibrate
         self.block_size = block_size
@@ -156,10 +162,13 @@ class StagewiseLSClassifier(_SolverClassifier):
         self.n_components = n_components
         self.pca_components = pca_components
         self.bandwidth = bandwidth
+        self.rff_sampling = rff_sampling
+        self.rff_phases = rff_phases
         self.gram_dtype = gram_dtype
         self.lam = lam
         self.max_iter = max_iter
         self.tol = tol
+        self.backtrack = backtrack
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.chunk_rows = chunk_rows
@@ -173,8 +182,9 @@ class StagewiseLSClassifier(_SolverClassifier):
         return StagewiseParams(
             link=self.link, calibration=calibration, generator=self.generator, block_size=self.block_size,
             n_passes=self.n_passes, n_components=self.n_components, pca_components=self.pca_components,
-            bandwidth=self.bandwidth, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
-            fit_intercept=self.fit_intercept, random_state=self.random_state,
+            bandwidth=self.bandwidth, rff_sampling=self.rff_sampling,
+            rff_phases=self.rff_phases, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
+            backtrack=self.backtrack, fit_intercept=self.fit_intercept, random_state=self.random_state,
         )
 
     def predict_proba(self, X) -> np.ndarray:

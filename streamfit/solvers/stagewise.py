@@ -24,6 +24,12 @@ the update (14) with the ridge term added to the majorizer reads
   ridge problem (1/n)‖R − AW‖²_F + λ‖DW‖²_F with R = Y − F (one Cholesky solve).
 - link="softmax": g = softmax (multiclass) or per-label sigmoid (multilabel); L = ½ resp. ¼
   (Gershgorin bound on the Hessian diag(p) − ppᵀ, footnote 3; `lipschitz` overrides it).
+  `backtrack`: the bound is a worst case (the Hessian is far smaller once p is near a vertex
+  of the simplex), so each stage starts at L/4 and doubles L, going back to the previous
+  iterate and its gradient, whenever the objective rose (the rejected pass counts as an
+  iteration). L never exceeds the bound, where the majorization guarantees a decrease, so
+  the accepted iterates decrease f; only the stage's last step is not checked (as with the
+  fixed step, it is evaluated by the update pass).
   L Σ̂ + λD is factored once per stage; each of up to `max_iter` steps is one pass over the
   data; steps stop early once f decreases by less than `tol`·|f|. f decreases monotonically
   (majorization, proof of Theorem 1).
@@ -132,6 +138,7 @@ MEDIAN_SAMPLE_ROWS = 1_000  # of which used for the median pairwise distance (50
 AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with stored columns
 AUTO_CHECK_VALID = 0.2  # the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
+BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 
 
@@ -152,7 +159,16 @@ class StagewiseParams(SolverParams):
     n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
     pca_components: int | None = Field(None, ge=1, description="rff: PCA to this many dimensions first (None: off)")
     bandwidth: float = Field(0.5, gt=0, description="rff: Gaussian kernel width / median pairwise distance")
+    rff_sampling: Literal["iid", "orthogonal"] = Field(
+        "iid", description="rff: frequencies drawn independently (Rahimi & Recht), or in blocks of orthogonal "
+                           "directions with chi-distributed lengths (Yu et al. 2016; same kernel, lower variance)")
+    rff_phases: Literal["random", "paired"] = Field(
+        "random", description="rff: features sqrt2 cos(w'x + b) with random phases b, or sqrt2 cos(w'x) and "
+                              "sqrt2 sin(w'x) of half as many frequencies (same kernel, lower variance)")
     lipschitz: float | None = Field(None, gt=0, description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
+    backtrack: bool = Field(
+        False, description="softmax: start each stage at L/4 and double L (back to the previous iterate) whenever an "
+                           "inner iteration raises the objective; accepted iterates decrease it")
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
     lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
@@ -194,6 +210,8 @@ class FeatureSpace:
     block_size: int = 0
     n_components: int = 0
     dtype: str = "float64"
+    sampling: str = "iid"  # of the frequencies: "iid" or "orthogonal" (`rff_frequencies`)
+    phases: str = "random"  # "random" (cos(ωᵀz + β)) or "paired" (cos and sin of ωᵀz)
 
     def base(self, X: sp.csr_matrix) -> sp.csc_matrix | np.ndarray:
         if self.kind == "columns":
@@ -220,7 +238,7 @@ class FeatureSpace:
         for start, stop in _panels(n):  # the same panels whatever the caller: the same bits
             rows = A[start:stop]
             rows[:, :lo] = 1.0
-            rff_features(base[start:stop], omega, beta, out=rows, col=lo)
+            rff_features(base[start:stop], omega, beta, out=rows, col=lo, n_out=A.shape[1] - lo)
         return A
 
     def block_width(self, block) -> int:
@@ -238,7 +256,9 @@ class FeatureSpace:
             while len(_FREQUENCIES) >= 4:
                 del _FREQUENCIES[next(iter(_FREQUENCIES))]
             n_in = len(self.inputs) if self.components is None else self.components.shape[1]
-            omega, beta = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma)
+            with _BLAS.limit(limits=1, user_api="blas"):  # the QR of orthogonal frequencies: same bits anywhere
+                omega, beta = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma,
+                                              self.sampling == "orthogonal", self.phases == "paired")
             _FREQUENCIES[key] = omega.astype(self.dtype), beta
         return _FREQUENCIES[key]
 
@@ -255,7 +275,8 @@ class FeatureSpace:
     def to_json(self) -> dict:
         return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
                 "sigma": self.sigma, "seed": self.seed, "block_size": self.block_size,
-                "n_components": self.n_components, "dtype": self.dtype}
+                "n_components": self.n_components, "dtype": self.dtype, "sampling": self.sampling,
+                "phases": self.phases}
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -751,7 +772,8 @@ class StagewiseSolver(Solver):
         if generator not in ("rff", "auto"):
             return columns, active, generator
         space = FeatureSpace("rff", p.fit_intercept, columns.with_predictions, inputs=active, seed=p.random_state,
-                             block_size=p.block_size, n_components=p.n_components, dtype=p.gram_dtype)
+                             block_size=p.block_size, n_components=p.n_components, dtype=p.gram_dtype,
+                             sampling=p.rff_sampling, phases=p.rff_phases)
         # a seeded sample of rows, read in chunk order and put back in random order
         rng = np.random.default_rng([p.random_state, 1])
         rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
@@ -844,19 +866,28 @@ class StagewiseSolver(Solver):
         p, n = self.params, source.n_rows
         M, B, loss_sum = stats
         mask = self._penalty_mask(M.shape[0])
-        lipschitz = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
+        bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
+        lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
         solve = self._stage_solver(M, n, lipschitz)
         W = solve(B / n)
         if link == "identity":
             return W, []
         objective = [loss_sum / n]
+        accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
             B, loss_sum = engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
                                             state=state, version=version, space=space, block=block, W=W, link=link)
             prog.data_passes += 1
-            objective.append(loss_sum / n + self._penalty(W))
-            if objective[-2] - objective[-1] <= p.tol * abs(objective[-1]):
-                break
+            f = loss_sum / n + self._penalty(W)
+            if p.backtrack and f > objective[-1] and lipschitz < bound:
+                lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
+                solve = self._stage_solver(M, n, lipschitz)
+                W, B = accepted
+            else:
+                objective.append(f)
+                if objective[-2] - objective[-1] <= p.tol * abs(objective[-1]):
+                    break
+                accepted = (W, B)
             W = W + solve(B / n - p.lam * mask[:, None] * W)
         return W, objective
 

@@ -142,38 +142,96 @@ def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int
             dst[j] = root2 * c
 
 
-def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+@numba.njit(cache=True, fastmath={"contract"}, inline="always")
+def _root2_cos(x: float) -> float:
+    """√2 cos(x): x reduced to [−π, π], then the Taylor polynomial (as in `_cos_features`)."""
+    x -= 2.0 * np.pi * np.rint(x * (0.5 / np.pi))
+    y = x * x
+    c = 0.0
+    for coefficient in _COS_TAYLOR:
+        c = c * y + coefficient
+    return np.sqrt(2.0) * c
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) -> None:
+    """Paired features of m = phase.shape[1] frequencies: out[i, col + j] = √2 cos(phase[i, j])
+    for j < m, out[i, col + m + j] = √2 sin(phase[i, j]) = √2 cos(phase[i, j] − π/2) for
+    j < n_out − m."""
+    n, m = phase.shape
+    for i in range(n):
+        src = phase[i]
+        dst = out[i, col:col + m]
+        for j in range(m):
+            dst[j] = _root2_cos(src[j])
+        dst = out[i, col + m:col + n_out]
+        for j in range(n_out - m):
+            dst[j] = _root2_cos(src[j] - 0.5 * np.pi)
+
+
+def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float,
+                    orthogonal: bool = False, paired: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """(Ω, β) of random Fourier feature block `block_id`: Ω (n_in × n_out) ~ N(0, σ⁻²), β ~ U[0, 2π),
-    drawn from the seed sequence (seed, block_id), so regenerated identically on every call."""
+    drawn from the seed sequence (seed, block_id), so regenerated identically on every call.
+
+    orthogonal: orthogonal random features (Yu et al. 2016, "Orthogonal Random Features"): the
+    columns of Ω come in groups of up to n_in mutually orthogonal directions (Q of the QR
+    factorisation of an n_in × m Gaussian matrix, signs fixed by diag(R), so Q is Haar
+    distributed), each column scaled by an independent χ(n_in)-distributed length (the norm of
+    another Gaussian n_in-vector) and by 1/σ. Each column is then exactly N(0, σ⁻² I)
+    distributed, so E[φ(z)ᵀφ(z')]/n_out = k(z, z') still holds, with a lower variance.
+
+    paired: features come as cos and sin of the same ωᵀz (`rff_features`), so only
+    ⌈n_out/2⌉ frequencies are drawn and no phases (β is None)."""
     rng = np.random.default_rng([seed, block_id])
-    omega = rng.standard_normal((n_in, n_out)) / sigma
-    beta = rng.uniform(0.0, 2.0 * np.pi, n_out)
-    return omega, beta
+    if paired:
+        n_out = -(-n_out // 2)
+    if not orthogonal:
+        omega = rng.standard_normal((n_in, n_out)) / sigma
+        return omega, None if paired else rng.uniform(0.0, 2.0 * np.pi, n_out)
+    omega = np.empty((n_in, n_out))
+    for lo in range(0, n_out, n_in):
+        m = min(n_in, n_out - lo)
+        Q, R = np.linalg.qr(rng.standard_normal((n_in, m)))
+        Q *= np.where(np.diag(R) < 0, -1.0, 1.0)
+        lengths = np.sqrt((rng.standard_normal((n_in, m)) ** 2).sum(axis=0))
+        omega[:, lo:lo + m] = Q * (lengths / sigma)
+    return omega, None if paired else rng.uniform(0.0, 2.0 * np.pi, n_out)
 
 
-def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray, out: np.ndarray | None = None,
-                 col: int = 0) -> np.ndarray:
+def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out: np.ndarray | None = None,
+                 col: int = 0, n_out: int | None = None) -> np.ndarray:
     """√2 cos(ZΩ + β): the phase ZΩ is one BLAS product in Ω's precision (float64, or float32
     for single-precision designs: a phase error of ~1e-7 · |ZΩ|); one fused pass
     (`_cos_features`) adds β, reduces to [−π, π] and evaluates the cosine by a polynomial, exact
     to ~1e-15 and several times faster than numpy's cosine (even its float32 one, with its 1e-6
     error). Written into columns col … col + n_out − 1 of `out` (C-contiguous, float64, or
     float32: the float64 values rounded) when given, else into a new float64 array, which is
-    returned."""
+    returned.
+
+    beta None (paired features, `rff_frequencies`): n_out features (default 2 · Ω's columns)
+    √2 cos(ZΩ) and then √2 sin(ZΩ) of the first n_out − m of the m frequencies, so that
+    E[φ(z)ᵀφ(z')]/n_out = k(z, z') for even n_out (Rahimi & Recht's [cos, sin] map)."""
     phase = np.ascontiguousarray(Z, dtype=omega.dtype) @ omega
+    if n_out is None:
+        n_out = phase.shape[1] if beta is not None else 2 * phase.shape[1]
     if out is None:
-        out, col = np.empty(phase.shape), 0
-    if not (out.flags.c_contiguous and out.dtype in (np.float64, np.float32) and out.shape[1] >= col + phase.shape[1]
+        out, col = np.empty((phase.shape[0], n_out)), 0
+    if not (out.flags.c_contiguous and out.dtype in (np.float64, np.float32) and out.shape[1] >= col + n_out
             and out.shape[0] == phase.shape[0]):
         raise ValueError("rff_features: out must be C-contiguous float64 or float32 with room for the block")
-    _cos_features(phase, beta, out, col)
+    if beta is None:
+        _cos_sin_features(phase, out, col, n_out)
+    else:
+        _cos_features(phase, beta, out, col)
     return out
 
 
 def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float,
-              out: np.ndarray | None = None, col: int = 0) -> np.ndarray:
+              out: np.ndarray | None = None, col: int = 0, orthogonal: bool = False, paired: bool = False) -> np.ndarray:
     """Random Fourier features of block `block_id` (Rahimi & Recht 2007) for the Gaussian kernel
     k(z, z') = exp(−‖z − z'‖² / (2σ²)): φ_j(z) = √2 cos(ω_jᵀz + β_j), ω_j ~ N(0, σ⁻² I),
     β_j ~ U[0, 2π), so that E[φ(z)ᵀφ(z')]/n_out = k(z, z') and E[φ_j²] = 1 (`rff_frequencies`,
-    then `rff_features`)."""
-    return rff_features(Z, *rff_frequencies(seed, block_id, Z.shape[1], n_out, sigma), out=out, col=col)
+    orthogonal or not, paired or not, then `rff_features`)."""
+    omega, beta = rff_frequencies(seed, block_id, Z.shape[1], n_out, sigma, orthogonal, paired)
+    return rff_features(Z, omega, beta, out=out, col=col, n_out=n_out)

@@ -19,7 +19,7 @@ from streamfit.engine import Engine
 from streamfit.model import load_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
-from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex, rff_block
+from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex, rff_block, rff_frequencies
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 
@@ -90,6 +90,28 @@ def test_softmax_monotone_and_reaches_sklearn_optimum(digits):
     f_sk = link_loss_sum(U, np.eye(10)[y], "softmax") / n + lam / 2 * (lr.coef_**2).sum()
     assert abs(f[-1] - f_sk) <= 1e-4 * f_sk
     assert f[-1] >= f_sk * (1 - 1e-9)  # sklearn's is the optimum
+
+
+@pytest.mark.parametrize("start", [0.25, 1 / 64])
+def test_softmax_backtracking(digits, monkeypatch, start):
+    """backtrack=True: steps from L/4, doubled on an increase. The accepted iterates decrease
+    f, and within the same number of passes it gets closer to scikit-learn's optimum than the
+    paper's fixed step 1/L. Started at L/64, steps get rejected: a pass that is not an iterate."""
+    monkeypatch.setattr(sw, "BACKTRACK_START", start)
+    X, y = digits
+    n, lam = len(y), 1e-3
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=1000)
+    params = dict(link="softmax", generator="sequential", block_size=64, n_passes=1, lam=lam, max_iter=30, tol=0.0)
+    fixed, fixed_log, _ = fit(source, **params)
+    model, log, _ = fit(source, backtrack=True, **params)
+    f = np.array(log.records[-1]["inner_objective"])
+    assert np.all(np.diff(f[:-1]) < 0) and f[-1] < f[0]
+    assert (len(f) < len(fixed_log.records[-1]["inner_objective"])) == (start < 0.25)  # rejected passes
+    assert model.info["data_passes"] == fixed.info["data_passes"]
+    lr = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=10_000).fit(X, y)
+    U = X @ lr.coef_.T + lr.intercept_
+    f_sk = link_loss_sum(U, np.eye(10)[y], "softmax") / n + lam / 2 * (lr.coef_**2).sum()
+    assert f_sk * (1 - 1e-9) <= f[-1] < fixed_log.records[-1]["inner_objective"][-1]
 
 
 @pytest.mark.parametrize("calibration", ["none", "poly", "predictions"])
@@ -188,6 +210,8 @@ def local_engine():
 
 @pytest.mark.parametrize("params", [
     dict(generator="rff", n_components=200, block_size=100, pca_components=20, n_passes=2),
+    dict(generator="rff", n_components=201, block_size=100, n_passes=2, rff_sampling="orthogonal",
+         rff_phases="paired", calibration="predictions"),
     dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
     dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
     dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
@@ -301,6 +325,51 @@ def test_rff_approximates_gaussian_kernel():
     assert np.all(out[:, :2] == 7.0) and np.all(out[:, -1] == 7.0)
 
 
+@pytest.mark.parametrize("orthogonal,paired", [(True, False), (False, True), (True, True)])
+def test_orthogonal_and_paired_features_approximate_gaussian_kernel(orthogonal, paired):
+    """Orthogonal random features (Yu et al. 2016) and paired cos/sin features estimate the same
+    kernel: φ(z)ᵀφ(z')/p → exp(−‖z − z'‖²/(2σ²)); Ω's columns come in groups of mutually
+    orthogonal directions; the features are √2 cos / √2 sin of ZΩ (checked against numpy); and
+    averaged over seeds, the kernel error is below that of i.i.d. frequencies with random phases
+    at the same number of features."""
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(6, 5))
+    sigma = 2.0
+    kind = dict(orthogonal=orthogonal, paired=paired)
+    d2 = ((Z[:, None, :] - Z[None, :, :]) ** 2).sum(axis=2)
+    K = np.exp(-d2 / (2 * sigma**2))
+    Phi = np.hstack([rff_block(Z, 11, b, 10_000, sigma, **kind) for b in range(4)])
+    assert np.abs(Phi @ Phi.T / Phi.shape[1] - K).max() < 0.03
+    omega, beta = rff_frequencies(11, 2, 5, 11, sigma, **kind)
+    assert omega.shape == (5, 6 if paired else 11) and (beta is None) == paired
+    if orthogonal:
+        G = omega[:, :5].T @ omega[:, :5]  # the first group: 5 orthogonal directions
+        np.testing.assert_allclose(G - np.diag(np.diag(G)), 0, atol=1e-12)
+    phase = Z @ omega
+    exact = np.sqrt(2) * (np.hstack([np.cos(phase), np.sin(phase[:, :5])]) if paired else np.cos(phase + beta))
+    assert np.abs(rff_block(Z, 11, 2, 11, sigma, **kind) - exact).max() < 1e-12
+    Zs = rng.normal(size=(40, 8)) * np.linspace(2, 0.5, 8)
+    d2 = ((Zs[:, None, :] - Zs[None, :, :]) ** 2).sum(axis=2)
+    sigma = float(np.sqrt(np.median(d2)))
+    Ks = np.exp(-d2 / (2 * sigma**2))
+
+    def mse(**k):
+        return np.mean([((lambda P: P @ P.T / 64)(rff_block(Zs, seed, 0, 64, sigma, **k)) - Ks) ** 2
+                        for seed in range(200)])
+
+    assert mse(**kind) < 0.9 * mse()
+
+
+def test_feature_kind_of_saved_models():
+    """Models saved before the options existed (no "sampling"/"phases" in the space) load with
+    i.i.d. frequencies and random phases: their scores do not change."""
+    d = sw.FeatureSpace("rff", True, False, seed=1, block_size=4, n_components=8).to_json()
+    assert d["sampling"] == "iid" and d["phases"] == "random"
+    del d["sampling"], d["phases"]
+    old = sw.FeatureSpace.from_saved(d, {"rff_inputs": np.arange(3)})
+    assert (old.sampling, old.phases) == ("iid", "random")
+
+
 def test_float32_gram(digits):
     """gram_dtype="float32": random Fourier designs in single precision, and AᵀA, AᵀR, AW from
     single-precision products. The
@@ -324,6 +393,8 @@ def test_model_save_load(digits, tmp_path):
     source = InMemoryStore(X, y, [str(c) for c in range(10)], chunk_rows=500)
     for params in (dict(generator="rff", n_components=256, block_size=128, pca_components=16),
                    dict(generator="sequential", block_size=30),
+                   dict(generator="rff", n_components=255, block_size=128, rff_sampling="orthogonal",
+                        rff_phases="paired"),
                    dict(link="softmax", generator="random", max_iter=3, block_size=40)):
         model, _, _ = fit(source, **params)
         model.save(str(tmp_path / "m"))
