@@ -303,7 +303,8 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, seed=0, **extra):
 
     def solve(k):
         return solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.kappa_growth, p.tol, p.max_iter,
-                           p.max_inner, p.shrink, 0.0 if p.delta is None else p.delta, p.x_threshold, 0)
+                           p.max_inner, p.shrink, 0.0 if p.delta is None else p.delta, p.x_threshold, 0,
+                           p.primal_ratio)
 
     solve(ks[0])  # compile / warm up
     t = time.perf_counter()

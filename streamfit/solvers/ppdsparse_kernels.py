@@ -26,6 +26,11 @@ sample, when its dual first moves (`_touch`), not at every update. All work arra
 allocated once per class group (`Work`) and only the entries a class touched are reset, so a
 class costs O(its active samples × row length + search), never O(N) or O(D) (except in the
 search's row pass, taken only when the column walk would read half of X anyway, `_search`).
+
+Not in the paper: a class whose dual is much denser than its primal (an unconverged coordinate
+descent on ≥ primal_ratio·(d + 1) active samples, d < PRIMAL_MAX_FEATURES) is finished by a
+proximal Newton method on the same objective (9) with the same stopping test (`_primal_newton`,
+switch rule in `solve_class`); it costs O(N + d²) scratch for that class.
 """
 
 from __future__ import annotations
@@ -39,6 +44,9 @@ HINGE = 0
 SQUARED_HINGE = 1
 LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice as long
 SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
+PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian is at most (d + 1)² (32 MiB)
+PRIMAL_MAX_NEWTON = 50  # Newton steps of _primal_newton before Algorithm 1 continues from its point
+PRIMAL_CD_PASSES = 20  # _prox_newton_direction: coordinate descent passes on the quadratic model (its signs)
 ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
@@ -456,12 +464,310 @@ def _eliminate(work, n_active):
     return m
 
 
+# -- a primal Newton finish for classes whose dual is dense (not in the paper) -----------------
+
+
+@njit(cache=True, nogil=True)
+def _primal_state(data, work, m, vacc):
+    """At primal margins m_i = y_i⟨w, x̂_i⟩: vacc = X̂ᵀ(y∘b), b_i = max(0, 1 − m_i), i.e. v of the
+    dual point α = b(w), by one pass over the rows with b_i > 0. The smooth part of (9) has
+    gradient σw − vacc there."""
+    D = vacc.shape[0] - 1
+    indptr, indices, values, ysign = data.indptr, data.indices, data.values, work.ysign
+    vacc[:] = 0.0
+    for i in range(m.shape[0]):
+        b = 1.0 - m[i]
+        if b > 0.0:
+            yb = ysign[i] * b
+            for p in range(indptr[i], indptr[i + 1]):
+                vacc[indices[p]] += yb * values[p]
+            vacc[D] += yb
+
+
+@njit(cache=True, nogil=True)
+def _dual_violation(data, work, m, vacc, wa, mu, sigma):
+    """The stopping test of Algorithm 1 at the dual point α = b(w) (b_i = max(0, 1 − m_i)), on
+    every sample: max_i |P∇_i G(α)|, ∇_i G = y_i⟨w(α), x̂_i⟩ − 1 + α_i, w(α) = prox(vacc)/σ (left
+    in wa), projected at α_i = 0 to min(∇_i G, 0)."""
+    D = wa.shape[0] - 1
+    inv_sigma = 1.0 / sigma
+    for j in range(D):
+        wa[j] = _prox(vacc[j], mu) * inv_sigma
+    wa[D] = vacc[D] * inv_sigma
+    indptr, indices, values, ysign = data.indptr, data.indices, data.values, work.ysign
+    viol = 0.0
+    for i in range(m.shape[0]):
+        z = wa[D]
+        for p in range(indptr[i], indptr[i + 1]):
+            z += wa[indices[p]] * values[p]
+        a = max(1.0 - m[i], 0.0)
+        gi = ysign[i] * z - 1.0 + a
+        if a == 0.0:
+            gi = min(gi, 0.0)
+        viol = max(viol, abs(gi))
+    return viol
+
+
+@njit(cache=True, nogil=True)
+def _cholesky_solve(H, x, n):
+    """x ← H⁻¹x for the symmetric positive definite leading n × n block of H (lower triangle
+    read; overwritten by its Cholesky factor). False if H is not numerically positive definite."""
+    for i in range(n):
+        for j in range(i + 1):
+            s = H[i, j]
+            for k in range(j):
+                s -= H[i, k] * H[j, k]
+            if i == j:
+                if not s > 0.0:
+                    return False
+                H[i, i] = np.sqrt(s)
+            else:
+                H[i, j] = s / H[j, j]
+    for i in range(n):
+        s = x[i]
+        for k in range(i):
+            s -= H[i, k] * x[k]
+        x[i] = s / H[i, i]
+    for i in range(n - 1, -1, -1):
+        s = x[i]
+        for k in range(i + 1, n):
+            s -= H[k, i] * x[k]
+        x[i] = s / H[i, i]
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma):
+    """x ← argmin_d ⟨g_P, d⟩ + ½ dᵀ H d + μ‖(w + d)_{:D}‖₁ over the coordinates P (g = σw − vacc,
+    H dense n_p × n_p, the bias P[n_p − 1] without ℓ1), by cyclic coordinate descent with Hd = H x
+    kept up to date: PRIMAL_CD_PASSES passes at most, fewer when none moves a coordinate by more
+    than 1e-6 of its size (in the H_tt norm)."""
+    D = w.shape[0] - 1
+    for ps in range(PRIMAL_CD_PASSES):
+        change, size = 0.0, 0.0
+        for t in range(n_p):
+            j = P[t]
+            G = sigma * w[j] - vacc[j] + Hd[t]
+            h = H[t, t]
+            wj = w[j] + x[t]
+            if j == D:
+                z = -G / h
+            elif G + mu <= h * wj:
+                z = -(G + mu) / h
+            elif G - mu >= h * wj:
+                z = -(G - mu) / h
+            else:
+                z = -wj
+            if z != 0.0:
+                x[t] += z
+                for u in range(n_p):
+                    Hd[u] += z * H[u, t]
+                change = max(change, abs(z) * np.sqrt(h))
+            size = max(size, abs(x[t]) * np.sqrt(h))
+        if change <= 1e-6 * size:
+            break
+
+
+@njit(cache=True, nogil=True)
+def _newton_polish(H, vacc, w, P, n_p, x, mu, sigma):
+    """The coordinate descent's direction x made exact on its orthant: with S = {t : (w + x)_{P_t} ≠ 0}
+    (and the bias) and s = sign(w + x) there, x_S ← −H_SS⁻¹(g_S + μ s_S) (the quadratic model's
+    minimizer when the signs hold, by Cholesky), coordinates that would leave their orthant set to
+    −w (zero). Unchanged if H_SS is not numerically positive definite."""
+    D = w.shape[0] - 1
+    S = np.empty(n_p, np.int64)
+    n_s = 0
+    for t in range(n_p):
+        if P[t] == D or w[P[t]] + x[t] != 0.0:
+            S[n_s] = t
+            n_s += 1
+    A = np.empty((n_s, n_s))
+    rhs = np.empty(n_s)
+    for a in range(n_s):
+        j = P[S[a]]
+        sg = 0.0 if j == D else (1.0 if w[j] + x[S[a]] > 0.0 else -1.0)
+        rhs[a] = -(sigma * w[j] - vacc[j] + mu * sg)
+        for b in range(a + 1):
+            A[a, b] = H[S[a], S[b]]
+    if not _cholesky_solve(A, rhs, n_s):
+        return
+    for a in range(n_s):
+        t = S[a]
+        j = P[t]
+        if j < D and (w[j] + rhs[a]) * (w[j] + x[t]) < 0.0:
+            x[t] = -w[j]
+        else:
+            x[t] = rhs[a]
+
+
+@njit(cache=True, nogil=True)
+def _primal_newton(data, work, mu, sigma, tol, max_outer):
+    """Finish class k's problem in the primal (a deviation from the paper's dual Algorithm 1, for
+    classes whose dual is dense): the same objective (9) in the kernels' scale, squared hinge,
+
+        F(w) = μ‖w_{:D}‖₁ + (σ/2)‖w‖² + ½ Σ_i b_i(w)²,   b_i(w) = max(0, 1 − y_i⟨w, x̂_i⟩),
+
+    by a proximal (generalized) Newton method, newGLMNET's outer loop (Yuan, Ho, Lin 2012) with a
+    dense Hessian. At w, with I = {b_i > 0}, the smooth part σ/2‖w‖² + ½Σb_i² has gradient
+    g = σw − X̂ᵀ(y∘b) and generalized Hessian H = σI + Σ_{i ∈ I} x̂_i x̂_iᵀ (positive definite). On the
+    free set P = {j : w_j ≠ 0 or |g_j| > μ} ∪ {bias} (the other coordinates are optimal for the model
+    at d = 0 and stay 0), H_PP is formed densely from the rows of I and the model
+
+        q(d) = ⟨g_P, d⟩ + ½ dᵀ H_PP d + μ‖(w + d)_{:D}‖₁
+
+    minimized: PRIMAL_CD_PASSES passes of coordinate descent (each coordinate's exact
+    soft-threshold minimizer, H_PP d kept up to date) find its signs, then _newton_polish solves q
+    exactly on that orthant (Cholesky). Step: the Armijo backtracking line search on exact F,
+    F(w + t d) − F(w) ≤ 10⁻² (⟨g, t d⟩ + μ‖w + t d‖₁ − μ‖w‖₁), t = 1, ½, ¼, … (margins of every
+    sample updated through the CSC columns of P). F is piecewise quadratic: once I and the signs
+    no longer change, a unit step lands on the optimum (a few steps from the dual's warm start).
+
+    Warm start: w = w(α) = prox(v)/σ of the dual state. Stopping: the test of Algorithm 1 on
+    every sample, at the dual point α = b(w) (the squared hinge's primal-dual map, α* = b(w*)):
+    max_i |P∇_i G(α)| ≤ tol (_dual_violation). The dual state is left at that α (active set = the
+    positives ∪ {b_i > 0}, v = X̂ᵀ(y∘α)), so the class's result is w(α) with the same guarantee as
+    on the dual path, and solve_class's outputs (G(α), nnz(α)) and reset are those of any dual
+    point. Cost per step O(nnz(X) + Σ_{i ∈ I} nnz(x_{i,P})² + PRIMAL_CD_PASSES |P|² + |S|³/6), S the
+    polished support: for d ≤ PRIMAL_MAX_FEATURES only. Returns (Newton steps, converged, active-set
+    size); not converged (max_outer steps, or no Armijo step) leaves a valid dual point for the
+    coordinate descent to continue from."""
+    D = work.v.shape[0] - 1
+    N = work.alpha.shape[0]
+    indptr, indices, values = data.indptr, data.indices, data.values
+    col_ptr, col_rows, col_vals = data.col_ptr, data.col_rows, data.col_vals
+    ysign = work.ysign
+    inv_sigma = 1.0 / sigma
+    w = np.empty(D + 1)
+    for j in range(D):
+        w[j] = _prox(work.v[j], mu) * inv_sigma
+    w[D] = work.v[D] * inv_sigma
+    m = np.empty(N)
+    max_row = 0
+    for i in range(N):
+        z = w[D]
+        for p in range(indptr[i], indptr[i + 1]):
+            z += w[indices[p]] * values[p]
+        m[i] = ysign[i] * z
+        max_row = max(max_row, indptr[i + 1] - indptr[i])
+    vacc, wa, step_w = np.empty(D + 1), np.empty(D + 1), np.empty(D + 1)
+    pos = np.full(D + 1, -1, np.int64)
+    P = np.empty(D + 1, np.int64)
+    dm = np.empty(N)
+    row_pos, row_val = np.empty(max_row + 1, np.int64), np.empty(max_row + 1)
+    converged = False
+    outer = 0
+    while True:
+        _primal_state(data, work, m, vacc)
+        if _dual_violation(data, work, m, vacc, wa, mu, sigma) <= tol:
+            converged = True
+            break
+        if outer == max_outer:
+            break
+        outer += 1
+        # free set P (feature order, the bias last)
+        n_p = 0
+        for j in range(D):
+            if w[j] != 0.0 or abs(sigma * w[j] - vacc[j]) > mu:
+                pos[j] = n_p
+                P[n_p] = j
+                n_p += 1
+        pos[D] = n_p
+        P[n_p] = D
+        n_p += 1
+        x = np.zeros(n_p)
+        Hd = np.zeros(n_p)
+        # H_PP = σI + Σ_{i ∈ I} x̂_{i,P} x̂_{i,P}ᵀ (lower triangle)
+        H = np.zeros((n_p, n_p))
+        for i in range(N):
+            if m[i] >= 1.0:
+                continue
+            n_r = 0
+            for p in range(indptr[i], indptr[i + 1]):
+                q = pos[indices[p]]
+                if q >= 0:
+                    row_pos[n_r] = q
+                    row_val[n_r] = values[p]
+                    n_r += 1
+            row_pos[n_r] = n_p - 1
+            row_val[n_r] = 1.0
+            n_r += 1
+            for a in range(n_r):  # positions ascend along the row (P is in feature order, the bias last)
+                qa, xa = row_pos[a], row_val[a]
+                for b in range(a + 1):
+                    H[qa, row_pos[b]] += xa * row_val[b]
+        for t in range(n_p):
+            H[t, t] += sigma
+        for t in range(n_p):
+            for u in range(t):
+                H[u, t] = H[t, u]
+        _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma)
+        _newton_polish(H, vacc, w, P, n_p, x, mu, sigma)
+        # Armijo line search on F
+        accepted = False
+        step = 1.0
+        for _ in range(30):
+            pred, diff = 0.0, 0.0
+            for i in range(N):
+                dm[i] = 0.0
+            for t in range(n_p):
+                j = P[t]
+                nw = w[j] + step * x[t]
+                dj = nw - w[j]
+                step_w[j] = nw
+                pred += (sigma * w[j] - vacc[j]) * dj
+                diff += 0.5 * sigma * (nw * nw - w[j] * w[j])
+                if j < D:
+                    diff += mu * (abs(nw) - abs(w[j]))
+                    pred += mu * (abs(nw) - abs(w[j]))
+                    if dj != 0.0:
+                        for p in range(col_ptr[j], col_ptr[j + 1]):
+                            dm[col_rows[p]] += dj * col_vals[p]
+            dD = step_w[D] - w[D]
+            for i in range(N):
+                dm[i] = ysign[i] * (dm[i] + dD)
+                b0 = 1.0 - m[i]
+                b1 = b0 - dm[i]
+                if b1 > 0.0:
+                    diff += 0.5 * b1 * b1
+                if b0 > 0.0:
+                    diff -= 0.5 * b0 * b0
+            if diff <= 0.01 * pred:
+                accepted = True
+                break
+            step *= 0.5
+        for t in range(n_p):
+            pos[P[t]] = -1
+        if not accepted:
+            break
+        for t in range(n_p):
+            w[P[t]] = step_w[P[t]]
+        for i in range(N):
+            m[i] += dm[i]
+    # leave the dual state at α = b(w) (vacc = X̂ᵀ(y∘α) from the last _primal_state)
+    n_active = 0
+    for i in range(N):
+        a = max(1.0 - m[i], 0.0)
+        if a > 0.0 or ysign[i] > 0:
+            work.alpha[i] = a
+            work.in_active[i] = 1
+            work.active[n_active] = i
+            n_active += 1
+            if a > 0.0 and work.rmark[i] == 0:
+                _touch(data, work, i)
+        elif work.in_active[i]:
+            work.alpha[i] = 0.0
+            work.in_active[i] = 0
+    for j in range(D + 1):
+        work.v[j] = vacc[j]
+    return outer, converged, n_active
+
+
 # -- Algorithm 1 for one class --------------------------------------------------------------
 
 
 @njit(cache=True, nogil=True)
 def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_iter, max_inner, shrink, delta,
-                x_threshold, seed):
+                x_threshold, seed, primal_ratio):
     """Algorithm 1 for class k: A = positives; repeat {search (steps 1-2), coordinate descent on
     A (step 3), eliminate zero duals (step 4)} until a search finds no sample with −∇_i G > tol
     after the coordinate descent converged (S = max_inner epochs per iteration; an iteration whose
@@ -471,8 +777,18 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     (Algorithm 3, §5.3) the next search is exact whenever one found nothing or all its picks
     ended at α = 0, so convergence is judged on the true gradient and false picks cannot cycle.
 
-    Returns (indices, values) of the non-zeros of w_{:D} (sorted), the bias w_D, and
-    (iterations, final |A|, nnz(α), converged, G(α))."""
+    The switch to the primal (not in the paper; squared hinge, d < PRIMAL_MAX_FEATURES,
+    primal_ratio > 0): when a coordinate descent has not converged within its epoch budget on an
+    active set of at least primal_ratio·(d + 1) samples, the dual has more free variables than the
+    primal has unknowns (X̂_A X̂_Aᵀ has rank ≤ d + 1 < |A|: G's Hessian on A is cI plus a low-rank
+    term of large eigenvalues, where coordinate descent crawls; on delicious, 500 features, the
+    largest labels took 300-700 epochs over ~12 000 duals) and the class is finished by
+    _primal_newton from w(α), once per class: it stops on the same test (every sample's projected
+    dual gradient ≤ tol at its dual point α = b(w)); if it does not get there, Algorithm 1
+    continues from that dual point.
+
+    Returns (indices, values) of the non-zeros of w_{:D} (sorted), the bias w_D,
+    (iterations, final |A|, nnz(α), converged, G(α)) and the primal Newton steps (0: dual only)."""
     D = work.v.shape[0] - 1
     _seed(work.rng, seed, k)
     n_active = 0
@@ -488,6 +804,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     inner_ok = True
     budget = max_inner
     it = 0
+    primal = 0
     while it < max_iter:
         it += 1
         before = n_active
@@ -504,6 +821,15 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
             continue
         epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, budget, shrink)
         inner_ok = epochs < budget
+        if (not inner_ok and loss == SQUARED_HINGE and primal == 0 and D < PRIMAL_MAX_FEATURES
+                and 0.0 < primal_ratio * (D + 1) <= n_active):
+            primal, ok, n_active = _primal_newton(data, work, mu, sigma, tol, PRIMAL_MAX_NEWTON)
+            primal = max(primal, 1)  # tried once per class
+            if ok:
+                converged = True
+                break
+            budget, inner_ok, exact_next = max_inner, True, True  # continue Algorithm 1 from α = b(w)
+            continue
         budget = max_inner if inner_ok else 2 * budget
         n_active = _eliminate(work, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
@@ -540,7 +866,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
         work.in_active[i] = 0
     for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
         work.ysign[data.pos_rows[p]] = -1
-    return idx, val, bias, it, n_active, n_alpha, converged, dual
+    return idx, val, bias, it, n_active, n_alpha, converged, dual, primal
 
 
 # -- prediction: top-k of X Wᵀ + b, row by row ------------------------------------------------

@@ -189,6 +189,68 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
         assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
 
 
+def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
+    """solve_class (or a stand-in with its signature) for class k with TIGHT settings and `over`."""
+    from streamfit.solvers.ppdsparse_kernels import SQUARED_HINGE, make_work, solve_class
+
+    n, d = X.shape
+    data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
+    o = {"kappa": 500, "kappa_growth": 1.0, "max_inner": 1000, "delta": 0.0, "primal_ratio": 0.0, **TIGHT, **over}
+    return (solve or solve_class)(data, make_work(n, d), k, SQUARED_HINGE, n * lam, n * tau, o["kappa"],
+                                  o["kappa_growth"], o["tol"], o["max_iter"], o["max_inner"], True, o["delta"], 0.0, 0,
+                                  o["primal_ratio"])
+
+
+@pytest.mark.parametrize("data_name", ["digits", "multilabel"])
+def test_primal_newton_finish_reaches_the_optimum(request, data_name):
+    """The primal finish (_primal_newton; forced: one epoch per coordinate descent, any active set)
+    against the optimality conditions of (9) checked here, FISTA's objective and the dual-only path
+    (primal_ratio=0); solve_class reports the Newton steps it took."""
+    X, labels = request.getfixturevalue(data_name)
+    n_classes = 10 if data_name == "digits" else 6
+    lam, tau = (2e-3, 1e-3) if data_name == "digits" else (1e-3, 1e-2)
+    Ys = signs(labels, n_classes)
+    forced = {"primal_ratio": 1e-9, "max_inner": 1}
+    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, **{**TIGHT, **forced})
+    assert model.info["not_converged"] == 0
+    W, b = dense_weights(model)
+    assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
+    W_ref, b_ref = fista(X, Ys, lam, tau)
+    ours = objective(X, Ys, W, b, lam, tau, "squared_hinge")
+    np.testing.assert_allclose(ours, objective(X, Ys, W_ref, b_ref, lam, tau, "squared_hinge"), rtol=1e-4)
+    dual_only, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, primal_ratio=0.0, **TIGHT)
+    np.testing.assert_allclose(ours, objective(X, Ys, *dense_weights(dual_only), lam, tau, "squared_hinge"),
+                               rtol=1e-7)
+    for k in (0, 3):
+        idx, val, bias, it, n_active, n_alpha, conv, dual, newton = _solve_one(X, labels, n_classes, k, lam, tau,
+                                                                               **forced)
+        assert conv and newton >= 1 and it == 1  # the Newton finish met the test itself
+        np.testing.assert_array_equal(idx, model.coef_[k].indices)
+        np.testing.assert_array_equal(val, model.coef_[k].data)
+        # strong duality at the returned dual point: −G(α)/n equals F_k
+        assert -dual / X.shape[0] == pytest.approx(ours[k], rel=1e-6)
+    _, _, _, _, _, _, _, _, newton = _solve_one(X, labels, n_classes, 0, lam, tau)
+    assert newton == 0  # primal_ratio=0: the paper's dual Algorithm 1 only
+
+
+def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
+    """When the Newton finish stops short of the test (here: one Newton step allowed), Algorithm 1
+    continues by coordinate descent from its dual point α = b(w) and still reaches the optimum
+    (solve_class run as Python, so the patched step limit is read)."""
+    import streamfit.solvers.ppdsparse_kernels as kern
+
+    X, y = digits
+    lam, tau = 2e-3, 1e-3
+    Ys = signs(y, 10)
+    monkeypatch.setattr(kern, "PRIMAL_MAX_NEWTON", 1)
+    idx, val, bias, it, n_active, n_alpha, conv, dual, newton = _solve_one(
+        X, y, 10, 3, lam, tau, solve=kern.solve_class.py_func, primal_ratio=1e-9, max_inner=1)
+    assert conv and newton == 1 and it > 1
+    w = np.zeros((X.shape[1], 1))
+    w[idx, 0] = val
+    assert kkt_violation(X, Ys[:, [3]], w, np.array([bias]), lam, tau)[0] < 1e-6
+
+
 def test_local_curvature_step_never_increases_the_dual():
     """_local_step (curvature over supp(w) only, safeguarded) against G of (10) evaluated here:
     G(α + Δ e_i) ≤ G(α) for every coordinate and state, the step never shorter than that of the
