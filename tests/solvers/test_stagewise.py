@@ -214,6 +214,7 @@ def local_engine():
          rff_phases="paired", calibration="predictions"),
     dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
     dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
+    dict(link="softmax", generator="rff", n_components=200, block_size=100, n_passes=2, max_iter=3, backtrack=True),
     dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
 ])
 def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, params):
