@@ -116,13 +116,22 @@ class PPDSparseParams(SolverParams):
 
 
 def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
-    """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data).
+    """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data;
+    its features are the used ones, renumbered by col_map, which solve_group undoes).
     by_magnitude: every CSC column sorted by decreasing |x_ij| (only the early stop of §5.3's
     two-level sparsification, x_threshold > 0, needs it); else rows ascending."""
     chunks = list(source.iter_chunks())
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.eliminate_zeros()
+    # the features that occur, most frequent first (ties by index): on hashed text (20news, 2^21
+    # columns, 126 241 used) v's scattered reads and writes then stay in cache, 1.8 -> 0.9 s CPU
+    counts = np.bincount(X.indices, minlength=X.shape[1])
+    used = np.flatnonzero(counts)
+    col_map = used[np.argsort(-counts[used], kind="stable")].astype(np.int64)
+    compact = np.zeros(X.shape[1], np.int64)
+    compact[col_map] = np.arange(col_map.size)
+    X = sp.csr_matrix((X.data, compact[X.indices], X.indptr), shape=(X.shape[0], col_map.size))
     X.sort_indices()
     K = source.n_classes
     if source.multilabel:
@@ -145,7 +154,7 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
         indptr=indptr, indices=X.indices.astype(np.int64), values=X.data,
         sqnorm=row_sqnorms(indptr, X.data),
         col_ptr=col_ptr, col_rows=col_rows, col_vals=col_vals,
-        pos_ptr=pos_ptr, pos_rows=pos_rows,
+        pos_ptr=pos_ptr, pos_rows=pos_rows, col_map=col_map,
     )
 
 
@@ -187,9 +196,10 @@ class GroupResult:
     stats: np.ndarray
 
 
-def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, n_features: int) -> GroupResult:
-    """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays."""
-    work = make_work(n_rows, n_features)
+def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -> GroupResult:
+    """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays; weights by the
+    store's feature ids."""
+    work = make_work(n_rows, data.col_map.size)
     loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
     mu, sigma = n_rows * p.lam, n_rows * p.tau
     delta = 0.0 if p.delta is None else p.delta
@@ -200,8 +210,10 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, n
         i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
             data, work, k, loss, mu, sigma, p.kappa, p.kappa_growth, p.tol, p.max_iter, p.max_inner, p.shrink, delta,
             p.x_threshold, p.random_state, p.primal_ratio)
-        idx.append(i)
-        val.append(v)
+        i = data.col_map[i]
+        order = np.argsort(i)
+        idx.append(i[order])
+        val.append(v[order])
         bias[k - lo] = b
         stats[k - lo] = (it, n_active, n_alpha, conv, dual)
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
@@ -210,7 +222,7 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, n
 
 def _group_task(ref: _DataRef, lo: int, hi: int, params: dict) -> GroupResult:
     s = ref.source
-    return solve_group(_worker_data(ref), lo, hi, PPDSparseParams(**params), s.n_rows, s.n_features)
+    return solve_group(_worker_data(ref), lo, hi, PPDSparseParams(**params), s.n_rows)
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -346,7 +358,7 @@ class PPDSparseSolver(Solver):
         p = self.params
         if engine.client is None and engine.mode == "inprocess":
             data = build_data(source, p.x_threshold > 0)
-            solve = lambda g: solve_group(data, *groups[g], p, source.n_rows, source.n_features)
+            solve = lambda g: solve_group(data, *groups[g], p, source.n_rows)
             if p.threads == 1:
                 yield from ((g, solve(g)) for g in todo)
                 return

@@ -50,9 +50,10 @@ PRIMAL_CD_PASSES = 20  # _prox_newton_direction: coordinate descent passes on th
 ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
-# when x_threshold > 0, else rows ascending), and the positive samples of every class (CSC of the
-# label indicator).
-Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows")
+# when x_threshold > 0, else rows ascending), the positive samples of every class (CSC of the
+# label indicator), and col_map: the kernels' feature j is the store's feature col_map[j] (the
+# features that occur, most frequent first, so the hot part of v is small and contiguous).
+Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows col_map")
 
 # Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
 # duals / labels / marks, the active set, the search scores and the (sparsified) support of w.
@@ -168,29 +169,43 @@ def _touch(data, work, i):
 
 @njit(cache=True, nogil=True)
 def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
-    """The coordinate step with the curvature of G along e_i at α, (‖x_{i,B}‖² + 1)/σ + c over
-    the features B with w_j ≠ 0 (the generalized Hessian of the proof of Theorem 4.2), instead
-    of the global bound H_ii. G is convex along e_i with a nondecreasing derivative, so the step
-    decreases G whenever the derivative at its end has the sign of g (no overshoot). Otherwise
-    the step with the curvature over B ∪ B', B' = supp(w) at the step's end, is taken: a feature
-    inactive at both ends is inactive between them (v_j moves linearly), so that curvature bounds
-    G'' on the segment, and the shorter step stays inside it: G decreases, by a step never
-    shorter than that of the global bound H_ii ≥ it."""
+    """Apply the coordinate step with the curvature of G along e_i at α, (‖x_{i,B}‖² + 1)/σ + c over
+    the features B with w_j ≠ 0 (the generalized Hessian of the proof of Theorem 4.2), instead of
+    the global bound H_ii, to v (v += Δα_i y_i x̂_i), and return the new α_i. G is convex along e_i
+    with a nondecreasing derivative, so the step decreases G whenever the derivative at its end
+    (computed in the same pass as the update) has the sign of g (no overshoot). Otherwise the step
+    is corrected (a second pass) to the one with the curvature over B ∪ B', B' = supp(w) at the
+    step's end: a feature inactive at both ends is inactive between them (v_j moves linearly), so
+    that curvature bounds G'' on the segment, and the shorter step stays inside it: G decreases, by
+    a step never shorter than that of the global bound H_ii ≥ it."""
+    D = v.shape[0] - 1
     a_try = min(max(a - g / h_loc, 0.0), upper)
     t = (a_try - a) * y
-    z = v[v.shape[0] - 1] + t
+    if t == 0.0:
+        return a
+    z = v[D] + t
+    v[D] = z
     h_union = 0.0
     for p in range(data.indptr[i], data.indptr[i + 1]):
         x = data.values[p]
-        vj = v[data.indices[p]]
-        u = _prox(vj + t * x, mu)
+        f = data.indices[p]
+        vj = v[f]
+        vn = vj + t * x
+        v[f] = vn
+        u = _prox(vn, mu)
         z += x * u
         if u != 0.0 or _prox(vj, mu) != 0.0:
             h_union += x * x
     g_end = y * z * inv_sigma - 1.0 + c * a_try
     if g_end * g >= 0.0:
         return a_try
-    return min(max(a - g / ((h_union + 1.0) * inv_sigma + c), 0.0), upper)
+    a_new = min(max(a - g / ((h_union + 1.0) * inv_sigma + c), 0.0), upper)
+    t = (a_new - a_try) * y
+    if t != 0.0:
+        for p in range(data.indptr[i], data.indptr[i + 1]):
+            v[data.indices[p]] += t * data.values[p]
+        v[D] += t
+    return a_new
 
 
 @njit(cache=True, nogil=True)
@@ -249,16 +264,17 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
             if pg == 0.0:
                 continue
             h = (sqnorm[i] + 1.0) * inv_sigma + c
-            a_new = min(max(a - g / h, 0.0), upper)
             h_loc = (h_loc + 1.0) * inv_sigma + c
+            if rmark[i] == 0:
+                _touch(data, work, i)
             if h_loc < LOCAL_STEP_RATIO * h:
-                a_new = _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper)
+                alpha[i] = _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper)
+                continue
+            a_new = min(max(a - g / h, 0.0), upper)
             d = (a_new - a) * y
             if d == 0.0:
                 continue
             alpha[i] = a_new
-            if rmark[i] == 0:
-                _touch(data, work, i)
             for p in range(indptr[i], indptr[i + 1]):
                 v[indices[p]] += d * values[p]
             v[D] += d

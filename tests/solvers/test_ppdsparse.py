@@ -191,14 +191,21 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
 
 def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
     """solve_class (or a stand-in with its signature) for class k with TIGHT settings and `over`."""
-    from streamfit.solvers.ppdsparse_kernels import SQUARED_HINGE, make_work, solve_class
+    from streamfit.solvers.ppdsparse_kernels import (
+        SQUARED_HINGE,
+        make_work,
+        solve_class,
+    )
 
-    n, d = X.shape
+    n = X.shape[0]
     data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
     o = {"kappa": 500, "kappa_growth": 1.0, "max_inner": 1000, "delta": 0.0, "primal_ratio": 0.0, **TIGHT, **over}
-    return (solve or solve_class)(data, make_work(n, d), k, SQUARED_HINGE, n * lam, n * tau, o["kappa"],
-                                  o["kappa_growth"], o["tol"], o["max_iter"], o["max_inner"], True, o["delta"], 0.0, 0,
-                                  o["primal_ratio"])
+    out = (solve or solve_class)(data, make_work(n, data.col_map.size), k, SQUARED_HINGE, n * lam, n * tau,
+                                 o["kappa"], o["kappa_growth"], o["tol"], o["max_iter"], o["max_inner"], True,
+                                 o["delta"], 0.0, 0, o["primal_ratio"])
+    idx = data.col_map[out[0]]  # the store's feature ids
+    order = np.argsort(idx)
+    return (idx[order], out[1][order], *out[2:])
 
 
 @pytest.mark.parametrize("data_name", ["digits", "multilabel"])
@@ -222,8 +229,7 @@ def test_primal_newton_finish_reaches_the_optimum(request, data_name):
     np.testing.assert_allclose(ours, objective(X, Ys, *dense_weights(dual_only), lam, tau, "squared_hinge"),
                                rtol=1e-7)
     for k in (0, 3):
-        idx, val, bias, it, n_active, n_alpha, conv, dual, newton = _solve_one(X, labels, n_classes, k, lam, tau,
-                                                                               **forced)
+        idx, val, _, it, _, _, conv, dual, newton = _solve_one(X, labels, n_classes, k, lam, tau, **forced)
         assert conv and newton >= 1 and it == 1  # the Newton finish met the test itself
         np.testing.assert_array_equal(idx, model.coef_[k].indices)
         np.testing.assert_array_equal(val, model.coef_[k].data)
@@ -243,7 +249,7 @@ def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
     lam, tau = 2e-3, 1e-3
     Ys = signs(y, 10)
     monkeypatch.setattr(kern, "PRIMAL_MAX_NEWTON", 1)
-    idx, val, bias, it, n_active, n_alpha, conv, dual, newton = _solve_one(
+    idx, val, bias, it, _, _, conv, _, newton = _solve_one(
         X, y, 10, 3, lam, tau, solve=kern.solve_class.py_func, primal_ratio=1e-9, max_inner=1)
     assert conv and newton == 1 and it > 1
     w = np.zeros((X.shape[1], 1))
@@ -252,7 +258,7 @@ def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
 
 
 def test_local_curvature_step_never_increases_the_dual():
-    """_local_step (curvature over supp(w) only, safeguarded) against G of (10) evaluated here:
+    """_local_step (curvature over supp(w) only, safeguarded, applied to v) against G of (10) evaluated here:
     G(α + Δ e_i) ≤ G(α) for every coordinate and state, the step never shorter than that of the
     global bound H_ii, the full local step taken often and, where it would overshoot, a step
     still longer than the global bound's."""
@@ -263,7 +269,8 @@ def test_local_curvature_step_never_increases_the_dual():
     X = sp.random(n, d, density=0.4, random_state=6, format="csr") * 2.0
     y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
     Xh = sp.hstack([X, np.ones((n, 1))]).toarray() * y[:, None]
-    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None)
+    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None,
+                None)
 
     def G(alpha):  # squared hinge: c = 1, U = ∞
         v = Xh.T @ alpha
@@ -289,6 +296,7 @@ def test_local_curvature_step_never_increases_the_dual():
         moved = alpha.copy()
         moved[i] = a_new
         assert G(moved) <= G(alpha) + 1e-12
+        np.testing.assert_allclose(v, Xh.T @ moved, atol=1e-12)  # the step applied to v = X̂ᵀα in place
     assert taken > 20 and longer > 0
 
 
@@ -401,9 +409,11 @@ def test_columns_sorted_by_magnitude_then_row():
     assert (np.diff(X.tocsc().indptr) <= 32).sum() >= 15 and (np.diff(X.tocsc().indptr) > 32).sum() >= 15
     X.data = rng.integers(-3, 4, X.nnz).astype(float) + 0.5  # many ties in |x|, both signs
     data = pp.build_data(InMemoryStore(X, np.zeros(300, np.int32), range(1)), by_magnitude=True)
-    C = X.tocsc()
+    counts = np.diff(X.tocsc().indptr)  # the kernels' features: used ones, most frequent first
+    np.testing.assert_array_equal(data.col_map, np.lexsort((np.arange(40), -counts))[: np.count_nonzero(counts)])
+    C = X.tocsc()[:, data.col_map]
     C.sort_indices()
-    order = np.lexsort((C.indices, -np.abs(C.data), np.repeat(np.arange(40), np.diff(C.indptr))))
+    order = np.lexsort((C.indices, -np.abs(C.data), np.repeat(np.arange(C.shape[1]), np.diff(C.indptr))))
     np.testing.assert_array_equal(data.col_rows, C.indices[order])
     np.testing.assert_array_equal(data.col_vals, C.data[order])
 
