@@ -107,7 +107,7 @@ class PPDSparseParams(SolverParams):
                          json_schema_extra={"affects_model": False})
     tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
-    primal_ratio: float = Field(1.0, ge=0, description="squared hinge, d < 2048: a class whose coordinate descent has not "
+    primal_ratio: float = Field(8.0, ge=0, description="squared hinge, d < 2048: a class whose coordinate descent has not "
                                 "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "
                                 "finished by a primal Newton method (same objective and stopping test); 0 = never")
 

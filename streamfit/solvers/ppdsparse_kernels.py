@@ -46,7 +46,7 @@ LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice
 SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
 PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian is at most (d + 1)² (32 MiB)
 PRIMAL_MAX_NEWTON = 50  # Newton steps of _primal_newton before Algorithm 1 continues from its point
-PRIMAL_CD_PASSES = 20  # _prox_newton_direction: coordinate descent passes on the quadratic model (its signs)
+PRIMAL_CD_PASSES = 10  # _prox_newton_direction: coordinate descent passes on the quadratic model (its signs)
 ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
@@ -625,9 +625,10 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
 
     by a proximal (generalized) Newton method, newGLMNET's outer loop (Yuan, Ho, Lin 2012) with a
     dense Hessian. At w, with I = {b_i > 0}, the smooth part σ/2‖w‖² + ½Σb_i² has gradient
-    g = σw − X̂ᵀ(y∘b) and generalized Hessian H = σI + Σ_{i ∈ I} x̂_i x̂_iᵀ (positive definite). On the
-    free set P = {j : w_j ≠ 0 or |g_j| > μ} ∪ {bias} (the other coordinates are optimal for the model
-    at d = 0 and stay 0), H_PP is formed densely from the rows of I and the model
+    g = σw − X̂ᵀ(y∘b) and generalized Hessian H = σI + Σ_{i ∈ I} x̂_i x̂_iᵀ (positive definite). The sum
+    is kept as a dense (d + 1)² matrix, updated by the rows that enter or leave I (all of I at the
+    first step, few near the end). On the free set P = {j : w_j ≠ 0 or |g_j| > μ} ∪ {bias} (the other
+    coordinates are optimal for the model at d = 0 and stay 0), the model
 
         q(d) = ⟨g_P, d⟩ + ½ dᵀ H_PP d + μ‖(w + d)_{:D}‖₁
 
@@ -643,8 +644,8 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
     max_i |P∇_i G(α)| ≤ tol (_dual_violation). The dual state is left at that α (active set = the
     positives ∪ {b_i > 0}, v = X̂ᵀ(y∘α)), so the class's result is w(α) with the same guarantee as
     on the dual path, and solve_class's outputs (G(α), nnz(α)) and reset are those of any dual
-    point. Cost per step O(nnz(X) + Σ_{i ∈ I} nnz(x_{i,P})² + PRIMAL_CD_PASSES |P|² + |S|³/6), S the
-    polished support: for d ≤ PRIMAL_MAX_FEATURES only. Returns (Newton steps, converged, active-set
+    point. Cost per step O(nnz(X) + Σ_{i ∈ I △ I_prev} nnz(x_i)² + PRIMAL_CD_PASSES |P|² + |S|³/6), S
+    the polished support, and O(d²) memory: for d < PRIMAL_MAX_FEATURES only. Returns (Newton steps, converged, active-set
     size); not converged (max_outer steps, or no Armijo step) leaves a valid dual point for the
     coordinate descent to continue from."""
     D = work.v.shape[0] - 1
@@ -666,10 +667,11 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
         m[i] = ysign[i] * z
         max_row = max(max_row, indptr[i + 1] - indptr[i])
     vacc, wa, step_w = np.empty(D + 1), np.empty(D + 1), np.empty(D + 1)
-    pos = np.full(D + 1, -1, np.int64)
     P = np.empty(D + 1, np.int64)
     dm = np.empty(N)
     row_pos, row_val = np.empty(max_row + 1, np.int64), np.empty(max_row + 1)
+    gram = np.zeros((D + 1, D + 1))  # Σ_{i ∈ I} x̂_i x̂_iᵀ, lower triangle, for in_I = I
+    in_I = np.zeros(N, np.uint8)
     converged = False
     outer = 0
     while True:
@@ -684,38 +686,38 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
         n_p = 0
         for j in range(D):
             if w[j] != 0.0 or abs(sigma * w[j] - vacc[j]) > mu:
-                pos[j] = n_p
                 P[n_p] = j
                 n_p += 1
-        pos[D] = n_p
         P[n_p] = D
         n_p += 1
         x = np.zeros(n_p)
         Hd = np.zeros(n_p)
-        # H_PP = σI + Σ_{i ∈ I} x̂_{i,P} x̂_{i,P}ᵀ (lower triangle)
-        H = np.zeros((n_p, n_p))
+        # Σ_{i ∈ I} x̂_i x̂_iᵀ (lower triangle) updated by the rows that entered or left I, then
+        # H_PP = σI + its P × P block
         for i in range(N):
-            if m[i] >= 1.0:
+            now = 1 if m[i] < 1.0 else 0
+            if now == in_I[i]:
                 continue
+            in_I[i] = now
+            sg = 1.0 if now else -1.0
             n_r = 0
             for p in range(indptr[i], indptr[i + 1]):
-                q = pos[indices[p]]
-                if q >= 0:
-                    row_pos[n_r] = q
-                    row_val[n_r] = values[p]
-                    n_r += 1
-            row_pos[n_r] = n_p - 1
+                row_pos[n_r] = indices[p]
+                row_val[n_r] = values[p]
+                n_r += 1
+            row_pos[n_r] = D
             row_val[n_r] = 1.0
             n_r += 1
-            for a in range(n_r):  # positions ascend along the row (P is in feature order, the bias last)
-                qa, xa = row_pos[a], row_val[a]
+            for a in range(n_r):  # features ascend along a CSR row, the bias (D) last: lower triangle
+                qa, xa = row_pos[a], sg * row_val[a]
                 for b in range(a + 1):
-                    H[qa, row_pos[b]] += xa * row_val[b]
-        for t in range(n_p):
-            H[t, t] += sigma
-        for t in range(n_p):
-            for u in range(t):
-                H[u, t] = H[t, u]
+                    gram[qa, row_pos[b]] += xa * row_val[b]
+        H = np.empty((n_p, n_p))
+        for a in range(n_p):
+            for b in range(a + 1):
+                H[a, b] = gram[P[a], P[b]]
+                H[b, a] = H[a, b]
+            H[a, a] += sigma
         _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma)
         _newton_polish(H, vacc, w, P, n_p, x, mu, sigma)
         # Armijo line search on F
@@ -751,8 +753,6 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
                 accepted = True
                 break
             step *= 0.5
-        for t in range(n_p):
-            pos[P[t]] = -1
         if not accepted:
             break
         for t in range(n_p):
