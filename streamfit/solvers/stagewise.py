@@ -542,7 +542,7 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     if space.kind == "rff" and next_block is not None:
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
-        return (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link)) + stats
+        return (stats[2], _n_correct(F, chunk.labels, link)) + stats  # Σℓ at the new scores, summed by panel
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, block))
     state.write(SCORES, version + 1, chunk_id, F)
