@@ -21,11 +21,11 @@ w(α) = prox(X̂ᵀα), (13), with LIBLINEAR's shrinking) on the active set and 
 negatives). κ grows with the active set (κ_t = max(κ, kappa_growth·|A_t|)), so a class whose
 dual is not very sparse needs O(log |A|) searches, not O(|A|/κ). `tol` bounds the
 projected dual gradient (in margin units) at the end, on every sample: the final search is exact.
-Not in the paper (squared hinge, d < 2048): a class whose coordinate descent has not converged
+Not in the paper (squared hinge, d < 2048 features occurring in X): a class whose coordinate descent has not converged
 within its epoch budget on an active set of ≥ primal_ratio·(d + 1) samples (more duals than primal
 unknowns, where dual CD crawls) is finished by a proximal Newton method on the same objective (9)
 from w(α), stopped by the same test at the dual point α = b(w) of its iterate, b_i = max(0, 1 −
-y_i⟨w, x̂_i⟩) (the squared hinge's α* = b(w*)), and returns w(α) of that α; primal_ratio=0 keeps
+y_ik⟨w, [x_i, 1]⟩) (the squared hinge's α* = b(w*)), and returns w(α) of that α; primal_ratio=0 keeps
 the paper's dual Algorithm 1 throughout. The kernels are in ppdsparse_kernels.py.
 
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
@@ -107,7 +107,7 @@ class PPDSparseParams(SolverParams):
                          json_schema_extra={"affects_model": False})
     tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
-    primal_ratio: float = Field(8.0, ge=0, description="squared hinge, d < 2048: a class whose coordinate descent has not "
+    primal_ratio: float = Field(8.0, ge=0, description="squared hinge, d < 2048 features occurring: a class whose coordinate descent has not "
                                 "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "
                                 "finished by a primal Newton method (same objective and stopping test); 0 = never")
 

@@ -44,7 +44,7 @@ HINGE = 0
 SQUARED_HINGE = 1
 LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice as long
 SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
-PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian is at most (d + 1)² (32 MiB)
+PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian sum, block and factor: 3 × (d + 1)² ≤ 96 MiB
 PRIMAL_MAX_NEWTON = 50  # Newton steps of _primal_newton before Algorithm 1 continues from its point
 PRIMAL_CD_PASSES = 10  # _prox_newton_direction: coordinate descent passes on the quadratic model (its signs)
 ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
@@ -485,7 +485,7 @@ def _eliminate(work, n_active):
 
 @njit(cache=True, nogil=True)
 def _primal_state(data, work, m, vacc):
-    """At primal margins m_i = y_i⟨w, x̂_i⟩: vacc = X̂ᵀ(y∘b), b_i = max(0, 1 − m_i), i.e. v of the
+    """At primal margins m_i = ⟨w, x̂_i⟩ (x̂_i = y_i[x_i, 1]): vacc = X̂ᵀb, b_i = max(0, 1 − m_i), i.e. v of the
     dual point α = b(w), by one pass over the rows with b_i > 0. The smooth part of (9) has
     gradient σw − vacc there."""
     D = vacc.shape[0] - 1
@@ -503,7 +503,7 @@ def _primal_state(data, work, m, vacc):
 @njit(cache=True, nogil=True)
 def _dual_violation(data, work, m, vacc, wa, mu, sigma):
     """The stopping test of Algorithm 1 at the dual point α = b(w) (b_i = max(0, 1 − m_i)), on
-    every sample: max_i |P∇_i G(α)|, ∇_i G = y_i⟨w(α), x̂_i⟩ − 1 + α_i, w(α) = prox(vacc)/σ (left
+    every sample: max_i |P∇_i G(α)|, ∇_i G = ⟨w(α), x̂_i⟩ − 1 + α_i, w(α) = prox(vacc)/σ (left
     in wa), projected at α_i = 0 to min(∇_i G, 0)."""
     D = wa.shape[0] - 1
     inv_sigma = 1.0 / sigma
@@ -621,11 +621,11 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
     """Finish class k's problem in the primal (a deviation from the paper's dual Algorithm 1, for
     classes whose dual is dense): the same objective (9) in the kernels' scale, squared hinge,
 
-        F(w) = μ‖w_{:D}‖₁ + (σ/2)‖w‖² + ½ Σ_i b_i(w)²,   b_i(w) = max(0, 1 − y_i⟨w, x̂_i⟩),
+        F(w) = μ‖w_{:D}‖₁ + (σ/2)‖w‖² + ½ Σ_i b_i(w)²,   b_i(w) = max(0, 1 − ⟨w, x̂_i⟩),
 
     by a proximal (generalized) Newton method, newGLMNET's outer loop (Yuan, Ho, Lin 2012) with a
     dense Hessian. At w, with I = {b_i > 0}, the smooth part σ/2‖w‖² + ½Σb_i² has gradient
-    g = σw − X̂ᵀ(y∘b) and generalized Hessian H = σI + Σ_{i ∈ I} x̂_i x̂_iᵀ (positive definite). The sum
+    g = σw − X̂ᵀb and generalized Hessian H = σI + Σ_{i ∈ I} x̂_i x̂_iᵀ (positive definite). The sum
     is kept as a dense (d + 1)² matrix, updated by the rows that enter or leave I (all of I at the
     first step, few near the end). On the free set P = {j : w_j ≠ 0 or |g_j| > μ} ∪ {bias} (the other
     coordinates are optimal for the model at d = 0 and stay 0), the model
@@ -642,7 +642,7 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
     Warm start: w = w(α) = prox(v)/σ of the dual state. Stopping: the test of Algorithm 1 on
     every sample, at the dual point α = b(w) (the squared hinge's primal-dual map, α* = b(w*)):
     max_i |P∇_i G(α)| ≤ tol (_dual_violation). The dual state is left at that α (active set = the
-    positives ∪ {b_i > 0}, v = X̂ᵀ(y∘α)), so the class's result is w(α) with the same guarantee as
+    positives ∪ {b_i > 0}, v = X̂ᵀα), so the class's result is w(α) with the same guarantee as
     on the dual path, and solve_class's outputs (G(α), nnz(α)) and reset are those of any dual
     point. Cost per step O(nnz(X) + Σ_{i ∈ I △ I_prev} nnz(x_i)² + PRIMAL_CD_PASSES |P|² + |S|³/6), S
     the polished support, and O(d²) memory: for d < PRIMAL_MAX_FEATURES only. Returns (Newton steps, converged, active-set
@@ -759,7 +759,7 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
             w[P[t]] = step_w[P[t]]
         for i in range(N):
             m[i] += dm[i]
-    # leave the dual state at α = b(w) (vacc = X̂ᵀ(y∘α) from the last _primal_state)
+    # leave the dual state at α = b(w) (vacc = X̂ᵀα from the last _primal_state)
     n_active = 0
     for i in range(N):
         a = max(1.0 - m[i], 0.0)
