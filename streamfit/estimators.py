@@ -267,6 +267,9 @@ class PPDSparseClassifier(_SolverClassifier):
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
     lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
     kappa, kappa_growth, delta, x_threshold, max_inner, shrink, group_size, tol, max_iter: see PPDSparseParams.
+    primal_ratio: squared hinge with < 2048 features: a class whose dual coordinate descent stalls on
+        ≥ primal_ratio·(d + 1) active samples is finished by a primal Newton method on the same
+        objective and stopping test (not in the paper); 0 keeps the paper's dual Algorithm 1 throughout.
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
@@ -274,8 +277,8 @@ class PPDSparseClassifier(_SolverClassifier):
     """
 
     def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=0.1,
-                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, random_state=0,
-                 chunk_rows=DEFAULT_CHUNK_ROWS):
+                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, primal_ratio=8.0,
+                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
         self.loss = loss
         self.lam = lam
         self.tau = tau
@@ -288,6 +291,7 @@ class PPDSparseClassifier(_SolverClassifier):
         self.group_size = group_size
         self.tol = tol
         self.max_iter = max_iter
+        self.primal_ratio = primal_ratio
         self.random_state = random_state
         self.chunk_rows = chunk_rows
 

@@ -844,7 +844,9 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
             if ok:
                 converged = True
                 break
-            budget, inner_ok, exact_next = max_inner, True, True  # continue Algorithm 1 from α = b(w)
+            # continue Algorithm 1 from α = b(w): its duals are not optimal on A, so convergence
+            # needs a converged coordinate descent first, whatever the next search finds
+            budget, inner_ok, exact_next = max_inner, False, True
             continue
         budget = max_inner if inner_ok else 2 * budget
         n_active = _eliminate(work, n_active)

@@ -257,6 +257,25 @@ def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
     assert kkt_violation(X, Ys[:, [3]], w, np.array([bias]), lam, tau)[0] < 1e-6
 
 
+def test_stalled_newton_finish_still_ends_at_the_optimum(digits):
+    """With tiny λ and τ the Newton finish stalls short of the test (its dual point's w(α) =
+    prox(v)/σ magnifies the residual by 1/σ) on every class here; Algorithm 1 must then converge
+    its coordinate descent before any search may end the class. (It used to stop at the first
+    search that added no sample: KKT violations of 10²-10³.)"""
+    X, y = digits
+    lam, tau = 1e-5, 1e-5
+    Ys = signs(y, 10)
+    fell_back = 0
+    for k in range(10):
+        idx, val, bias, it, _, _, conv, _, newton = _solve_one(X, y, 10, k, lam, tau, primal_ratio=8.0, max_inner=5)
+        assert conv and newton >= 1
+        fell_back += it > 2
+        w = np.zeros((X.shape[1], 1))
+        w[idx, 0] = val
+        assert kkt_violation(X, Ys[:, [k]], w, np.array([bias]), lam, tau)[0] < 1e-6, k
+    assert fell_back >= 5
+
+
 def test_local_curvature_step_never_increases_the_dual():
     """_local_step (curvature over supp(w) only, safeguarded, applied to v) against G of (10) evaluated here:
     G(α + Δ e_i) ≤ G(α) for every coordinate and state, the step never shorter than that of the
@@ -449,6 +468,11 @@ def test_estimator(multilabel):
     labels, _ = clf.predict_topk(X, 2)
     assert labels.shape == (len(y), 2)
     assert clone(clf).get_params() == clf.get_params()
+    # primal_ratio reaches the solver: 0 keeps the dual path only, which ends elsewhere within tol
+    sq = {"lam": 1e-5, "tau": 1e-5}
+    dual_only = PPDSparseClassifier(primal_ratio=0.0, **sq).fit(X, y)
+    assert dual_only._solver_params().primal_ratio == 0.0
+    assert np.abs(dual_only.coef_ - PPDSparseClassifier(**sq).fit(X, y).coef_).max() > 0
 
     Xm, Y = multilabel
     ml = PPDSparseClassifier(lam=1e-4, tau=1e-2).fit(Xm, Y.toarray())
