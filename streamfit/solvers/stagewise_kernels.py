@@ -120,37 +120,29 @@ def project_predictions(V: np.ndarray, multilabel: bool) -> np.ndarray:
 _COS_TAYLOR = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(13, -1, -1))
 
 
-@numba.njit(cache=True, fastmath={"contract"})
-def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int) -> None:
-    """out[i, col + j] = √2 cos(phase[i, j] + β_j), with the argument reduced to [−π, π] and the
-    cosine as the Taylor polynomial above (vectorised: the inner loop runs over one row's
-    features, so a row's values never depend on the other rows). `out` is C-contiguous."""
-    n, p = phase.shape
-    inv_two_pi = 0.5 / np.pi
-    two_pi = 2.0 * np.pi
-    root2 = np.sqrt(2.0)
-    for i in range(n):
-        src = phase[i]
-        dst = out[i, col:col + p]  # row slices (not out[i, col + j]): the loop vectorises
-        for j in range(p):
-            x = src[j] + beta[j]
-            x -= two_pi * np.rint(x * inv_two_pi)
-            y = x * x
-            c = 0.0
-            for coefficient in _COS_TAYLOR:  # Horner, unrolled by the compiler
-                c = c * y + coefficient
-            dst[j] = root2 * c
-
-
 @numba.njit(cache=True, fastmath={"contract"}, inline="always")
 def _root2_cos(x: float) -> float:
-    """√2 cos(x): x reduced to [−π, π], then the Taylor polynomial (as in `_cos_features`)."""
+    """√2 cos(x): x reduced to [−π, π], then the Taylor polynomial above (Horner, unrolled by the
+    compiler)."""
     x -= 2.0 * np.pi * np.rint(x * (0.5 / np.pi))
     y = x * x
     c = 0.0
     for coefficient in _COS_TAYLOR:
         c = c * y + coefficient
     return np.sqrt(2.0) * c
+
+
+@numba.njit(cache=True, fastmath={"contract"})
+def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int) -> None:
+    """out[i, col + j] = √2 cos(phase[i, j] + β_j), with the argument reduced to [−π, π] and the
+    cosine as the Taylor polynomial above (vectorised: the inner loop runs over one row's
+    features, so a row's values never depend on the other rows). `out` is C-contiguous."""
+    n, p = phase.shape
+    for i in range(n):
+        src = phase[i]
+        dst = out[i, col:col + p]  # row slices (not out[i, col + j]): the loop vectorises
+        for j in range(p):
+            dst[j] = _root2_cos(src[j] + beta[j])
 
 
 @numba.njit(cache=True, fastmath={"contract"})
