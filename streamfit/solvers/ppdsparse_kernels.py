@@ -527,7 +527,10 @@ def _dual_violation(data, work, m, vacc, wa, mu, sigma):
 @njit(cache=True, nogil=True)
 def _cholesky_solve(H, x, n):
     """x ← H⁻¹x for the symmetric positive definite leading n × n block of H (lower triangle
-    read; overwritten by its Cholesky factor). False if H is not numerically positive definite."""
+    read; overwritten by its Cholesky factor). False if H is not numerically positive definite.
+    Written out rather than LAPACK's (numba's np.linalg): a non-definite H is a result here, not
+    an exception, and the loop order fixes the bits in every process whatever its BLAS threads
+    (the model must not depend on the workers)."""
     for i in range(n):
         for j in range(i + 1):
             s = H[i, j]
