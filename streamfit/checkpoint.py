@@ -135,6 +135,7 @@ class Checkpointer:
         self.time_limit = time_limit
         self._deadline = None if time_limit is None else time.monotonic() + time_limit
         self.root = os.path.join(run_dir, "checkpoints") if run_dir else None
+        self.config = json.loads(json.dumps(config, default=str))  # as meta.json stores it (and config_hash reads it)
         self.config_hash = config_hash(config)
         self.store_fingerprint = store_fingerprint
         self.keep = keep
@@ -164,7 +165,7 @@ class Checkpointer:
         np.savez(buf, **arrays)
         data = buf.getvalue()
         record = {
-            "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash,
+            "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash, "config": self.config,
             "store_fingerprint": self.store_fingerprint, "state_versions": state_versions,
             "state_counts": state_counts or {},
             "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
@@ -240,8 +241,9 @@ class Checkpointer:
             raise CheckpointError(f"{d}/arrays.npz: fails its checksum; the checkpoint is damaged")
         if record["config_hash"] != self.config_hash:
             raise CheckpointError(
-                f"{d}: was written with a different solver configuration; resume with the same config, "
-                "or start a new run in another --out directory"
+                f"{d}: was written with a different solver configuration{_config_changes(record.get('config'), self.config)}; "
+                "resume with the run's own settings (repeat its --solver, -p options or --config), or start a new run "
+                "in another --out directory"
             )
         if record["store_fingerprint"] != self.store_fingerprint:
             raise CheckpointError(f"{d}: was written for a different training store; resume on the same store")
@@ -254,6 +256,19 @@ class Checkpointer:
         ckpt = Checkpoint(step, record["meta"], arrays, record["state_versions"])
         self._kept = [ckpt]
         return ckpt
+
+
+def _config_changes(then: dict | None, now: dict) -> str:
+    """': n_passes 2 then, 3 now; …', naming what differs between a checkpoint's config and this
+    run's ('' for checkpoints written before configs were recorded)."""
+    if then is None:
+        return ""
+    if then.get("solver") != now.get("solver"):
+        return f": solver {then.get('solver')!r} then, {now.get('solver')!r} now"
+    old, new = then.get("params", {}), now.get("params", {})
+    changed = [f"{k} {old.get(k)!r} then, {new.get(k)!r} now" for k in sorted(old.keys() | new.keys())
+               if old.get(k) != new.get(k)]
+    return ": " + "; ".join(changed) if changed else ""
 
 
 def _json_default(x):

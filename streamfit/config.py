@@ -166,6 +166,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         cfg.ingest_test.inputs = [resolve(p) for p in cfg.ingest_test.inputs]
         cfg.ingest_test.out = resolve(cfg.ingest_test.out)
     if cfg.train:
+        _check_params(cfg.train.solver, cfg.train.params, path, "train.params")
         cfg.train.out = resolve(cfg.train.out)
         cfg.train.valid = resolve(cfg.train.valid)
         cfg.train.store = resolve(cfg.train.store) or (cfg.ingest.out if cfg.ingest else None)
@@ -181,5 +182,19 @@ def load_pipeline(path: str) -> PipelineConfig:
     return cfg
 
 
+def _check_params(solver: str, params: dict, path: str, key: str) -> None:
+    """The solver's parameters validated when the file is read, before any step runs (a pipeline
+    would otherwise ingest first and fail only at its train step)."""
+    from streamfit.train import make_params
+
+    try:
+        make_params(solver, params)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: key '{key}': {e}") from None
+
+
 def load_train_config(path: str) -> TrainConfig:
-    return _validate(TrainConfig, _load_yaml(path), path)
+    cfg = _validate(TrainConfig, _load_yaml(path), path)
+    if cfg.solver is not None:
+        _check_params(cfg.solver, cfg.params, path, "params")
+    return cfg

@@ -9,6 +9,8 @@ RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings,
 
 from __future__ import annotations
 
+import difflib
+import fcntl
 import json
 import logging
 import os
@@ -17,7 +19,7 @@ import time
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
@@ -35,9 +37,16 @@ def make_params(solver_name: str, params: dict | None):
     try:
         return cls.Params(**(params or {}))
     except ValidationError as e:
-        problems = "; ".join(f"{'.'.join(map(str, err['loc'])) or '(params)'}: {err['msg']}" for err in e.errors())
+        problems = "; ".join(_param_problem(err, list(cls.Params.model_fields)) for err in e.errors())
         known = ", ".join(cls.Params.model_fields)
         raise ConfigError(f"solver {solver_name!r} parameters: {problems} (its parameters: {known})") from None
+
+
+def _param_problem(err: dict, known: list[str]) -> str:
+    """One validation error as 'key: message', with the closest parameter name for an unknown key."""
+    key = ".".join(map(str, err["loc"])) or "(params)"
+    close = difflib.get_close_matches(key, known, n=1) if err["type"] == "extra_forbidden" else []
+    return f"{key}: {err['msg']}" + (f" (did you mean {close[0]}?)" if close else "")
 
 
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
@@ -53,21 +62,56 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
                              f"--like {store.path}")
     p = make_params(solver, params)
     out = os.path.abspath(out)
-    ckpt_dir = os.path.join(out, "checkpoints")
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise output_error(out, e) from e
+    lock = _lock_run_dir(out)
+    try:
+        return _train_locked(store, valid_store, p, solver, out, scheduler=scheduler, n_workers=n_workers,
+                             threads_per_worker=threads_per_worker, resume=resume, overwrite=overwrite,
+                             progress=progress, valid=valid, valid_every=valid_every, time_limit=time_limit)
+    finally:
+        os.close(lock)
+
+
+def _lock_run_dir(out: str) -> int:
+    """An exclusive advisory lock (flock) on the run directory, held through the returned file
+    descriptor until train returns; the kernel drops it if the process dies. Two runs writing one
+    directory's checkpoints would delete each other's state (e.g. a cron retry with --resume
+    while the first run is still going)."""
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StreamfitError(f"{out}: another streamfit train is using this run directory right now; wait for it "
+                             "to finish (--resume then continues it if it stopped early), or choose another --out"
+                             ) from None
+    return fd
+
+
+def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_workers, threads_per_worker,
+                  resume, overwrite, progress, valid, valid_every, time_limit) -> Model:
+    ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         shutil.rmtree(ckpt_dir, ignore_errors=True)
         shutil.rmtree(os.path.join(out, "model"), ignore_errors=True)
         for name in ("metrics.jsonl", "run.json"):
             if os.path.exists(os.path.join(out, name)):
                 os.remove(os.path.join(out, name))
-    if os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) and not resume:
+    # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
+    # a run that failed before its first one, which nothing can resume from.
+    has_checkpoint = os.path.exists(os.path.join(ckpt_dir, "LATEST"))
+    if has_checkpoint and not resume:
         raise StreamfitError(f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
                              "--overwrite to start over, or choose another --out")
-    if resume and not os.path.isdir(ckpt_dir):
-        log.warning("%s: nothing to resume, starting a new run", out)
-    os.makedirs(out, exist_ok=True)
+    if not has_checkpoint:
+        if resume:
+            log.warning("%s: nothing to resume, starting a new run", out)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
     config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20

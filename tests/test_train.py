@@ -1,0 +1,68 @@
+"""streamfit.train: the run directory's lock, leftovers of failed starts, resume checks, params."""
+
+import os
+
+import pytest
+
+from streamfit.checkpoint import CheckpointError
+from streamfit.config import load_pipeline, load_train_config
+from streamfit.errors import ConfigError, StreamfitError
+from streamfit.train import _lock_run_dir, train
+
+PARAMS = {"generator": "sequential", "block_size": 32, "n_passes": 1}
+
+
+def _train(store, out, **kw):
+    return train(store, "stagewise", str(out), kw.pop("params", PARAMS), n_workers=0, progress=False, **kw)
+
+
+@pytest.fixture
+def digits_store(digits, write_store):
+    X, y, classes = digits
+    return write_store(X, y, classes)
+
+
+def test_a_second_train_on_a_locked_run_directory_is_refused(digits_store, tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    held = _lock_run_dir(str(out))  # what a running `streamfit train --out run` holds
+    try:
+        with pytest.raises(StreamfitError, match="another streamfit train is using this run directory"):
+            _train(digits_store, out, resume=True)
+        assert not (out / "checkpoints").exists()  # the refused run wrote nothing
+    finally:
+        os.close(held)
+    _train(digits_store, out)  # released: the directory is usable again
+    assert (out / "model").is_dir()
+
+
+def test_state_left_by_a_start_that_failed_before_its_first_checkpoint_is_no_earlier_run(digits_store, tmp_path):
+    out = tmp_path / "run"
+    leftover = out / "checkpoints" / "state" / "scores" / "v000001"
+    leftover.mkdir(parents=True)
+    (leftover / "chunk-0.npy").write_bytes(b"partial")
+    model = _train(digits_store, out)
+    assert not (leftover / "chunk-0.npy").exists()
+    assert (out / "checkpoints" / "LATEST").exists() and model.n_features == 64
+    with pytest.raises(StreamfitError, match="holds checkpoints of an earlier run"):  # a real checkpoint is kept
+        _train(digits_store, out)
+
+
+def test_resume_with_other_settings_names_what_differs(digits_store, tmp_path):
+    out = tmp_path / "run"
+    _train(digits_store, out)
+    with pytest.raises(CheckpointError, match=r"n_passes 1 then, 2 now; .*repeat its --solver, -p options"):
+        _train(digits_store, out, params={**PARAMS, "n_passes": 2}, resume=True)
+    _train(digits_store, out, resume=True)  # the run's own settings resume
+
+
+def test_a_misspelt_solver_parameter_is_named_with_the_file_before_any_step_runs(tmp_path):
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("ingest: {inputs: [missing.svm], out: s.zarr}\n"
+                        "train: {solver: stagewise, out: run, params: {n_pases: 2}}\n")
+    with pytest.raises(ConfigError, match=r"p\.yaml: key 'train.params': .*n_pases.*did you mean n_passes\?"):
+        load_pipeline(str(pipeline))
+    config = tmp_path / "t.yaml"
+    config.write_text("solver: bcd\nparams: {lam: abc}\n")
+    with pytest.raises(ConfigError, match=r"t\.yaml: key 'params': solver 'bcd' parameters: lam"):
+        load_train_config(str(config))
