@@ -92,7 +92,8 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.option("--idf", is_flag=True, help="Weight features by IDF counted on the training rows (a second pass).")
 @click.option("--l2-normalize", is_flag=True, help="Scale every row to unit Euclidean norm.")
 @click.option("--like", type=click.Path(), default=None,
-              help="Ingest test data like this training store: same hashing, IDF, width and classes.")
+              help="Ingest test data like this training store: same hashing, IDF, width, classes and "
+                   "source options (field names, encoding, ...; options given here override them).")
 @click.option("--classes", default=None, help="Declared class vocabulary, comma-separated (else: order of first appearance).")
 @click.option("--test-size", type=float, default=None, help="Fraction of rows for a stratified test store.")
 @click.option("--test-out", type=click.Path(), default=None, help="Where to write the test store (with --test-size).")
@@ -325,13 +326,15 @@ def _fmt(v):
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
-@click.option("--top-k", default=1, show_default=True, help="How many classes per row, best first.")
+@click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1),
+              help="How many classes per row, best first (at most the number of classes).")
 @click.option("--format", "fmt", default=None, help="Format of SOURCE when it is raw data (as for ingest).")
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @click.pass_context
 def predict(ctx, run_dir, source, out, top_k, fmt, options):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
-    featurized exactly as the training store was)."""
+    read and featurized exactly as the training store was: the same field names and format
+    options unless --option overrides them). Labels in raw data are not needed (and not read)."""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 

@@ -4,21 +4,48 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from streamfit.errors import StreamfitError, output_error
+from streamfit.errors import InputError, StreamfitError, output_error
 from streamfit.model import Model
+
+log = logging.getLogger(__name__)
+
+
+# predict reads no labels, so unlabeled rows are fine (a LIBSVM line's label list may be empty)
+_UNLABELED = {"label_field": None, "labels_field": None, "multilabel": True}
+
+
+def _is_store(path: str) -> bool:
+    """A directory written by ingest, complete or not (open_store explains an incomplete one)."""
+    from streamfit.store.format import MANIFEST
+    from streamfit.store.parquet_backend import DATA_FILE
+
+    return os.path.isdir(path) and (os.path.abspath(path).endswith(".partial") or any(
+        os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", DATA_FILE)))
+
+
+def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
+    """Refuse raw data of another kind (text / numeric features) than the training data."""
+    given = "text" if kind == "text" else "numeric"
+    trained = model.featurizer.get("input")
+    if trained is None and kind == "text" and featurizer.hasher is None:
+        trained = "numeric"  # a model saved before the input kind was recorded: unhashed means numeric
+    if trained is not None and given != trained:
+        raise StreamfitError(f"{source}: holds {given} features, but the model was trained on {trained} features; "
+                             f"score {trained} data (as the training data was), or train a model on {given} data")
 
 
 def _batches(model: Model, source: str, fmt: str | None, options: dict, progress: bool):
-    """(locations, X) per batch: a store's chunks, or raw records featurized like the training store."""
+    """(locations, X) per batch: a store's chunks, or raw records featurized like the training store
+    and read with its source options (overridden by `options`)."""
     from streamfit.store import open_store
-    from streamfit.store.format import MANIFEST
 
-    if os.path.isdir(source) and os.path.exists(os.path.join(source, MANIFEST)):
+    if _is_store(source):
         store = open_store(source)
         if store.n_features != model.n_features:
             raise StreamfitError(f"{source}: has {store.n_features} features, the model {model.n_features}; "
@@ -30,7 +57,9 @@ def _batches(model: Model, source: str, fmt: str | None, options: dict, progress
     from streamfit.ingest.sources import BadRecordPolicy, open_source
 
     featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
+    options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
     src = open_source(source, fmt, policy=BadRecordPolicy("error"), **options)
+    _check_kind(model, featurizer, source, src.kind)
     for batch in tqdm(src, unit="batch", disable=not progress, desc="predict"):
         yield batch.locations, featurizer.transform(batch)
 
@@ -42,6 +71,10 @@ def predict_to_file(model: Model, source: str, out: str, *, top_k: int = 1, fmt:
     kind = os.path.splitext(out)[1].lower()
     if kind not in (".csv", ".jsonl"):
         raise StreamfitError(f"{out}: the output must end in .csv or .jsonl")
+    if top_k > len(model.classes_):
+        log.warning("--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_),
+                    len(model.classes_))
+        top_k = len(model.classes_)
     tmp = f"{out}.partial"
     try:
         n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress)
@@ -75,6 +108,8 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) 
                 else:
                     f.write(json.dumps({"location": loc, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n")
             n += len(locations)
+        if n == 0:
+            raise InputError(source, "no records found: the input is empty", "give it data to score")
         f.flush()
         os.fsync(f.fileno())
     return n

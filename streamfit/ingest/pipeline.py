@@ -28,6 +28,9 @@ from streamfit.store.csc import build_csc
 from streamfit.store.store import IDF_FILE, lock_dir
 
 MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
+# source options that pick which data is read, not how it is read: they do not carry over to
+# `ingest --like` or `predict` (the other options are recorded with the featurizer)
+DATA_OPTIONS = {"subset", "y_path"}
 
 
 @dataclass
@@ -86,6 +89,8 @@ def _take_rows(X, labels, keep: np.ndarray):
 def _check_options(o: IngestOptions) -> None:
     if not o.paths:
         raise StreamfitError("no input given: name one or more source files")
+    if "label_field" in o.source_options and o.source_options["label_field"] is None:
+        raise StreamfitError("label_field is empty: ingest needs labels; name the label field or column")
     if o.test_size is not None:
         if not 0.0 < o.test_size < 1.0:
             raise StreamfitError(f"--test-size must be between 0 and 1, got {o.test_size}")
@@ -101,12 +106,14 @@ def _check_options(o: IngestOptions) -> None:
 class _Pass1:
     """Source batches -> featurized rows with label ids -> one store."""
 
-    def __init__(self, o: IngestOptions, featurizer: Featurizer, vocab: LabelVocabulary, multilabel: bool | None,
-                 out: str, policy):
+    def __init__(self, o: IngestOptions, source_options: dict, featurizer: Featurizer, vocab: LabelVocabulary,
+                 multilabel: bool | None, out: str, policy):
         self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = o, featurizer, vocab, multilabel, out, policy
+        self.source_options = source_options
         self.writer: StoreWriter | None = None
         self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
         self.read = 0
+        self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
@@ -120,7 +127,8 @@ class _Pass1:
         width = self.featurizer.n_features
         for path in self.o.paths:
             source = open_source(path, self.o.format, policy=self.policy, batch_size=self.o.batch_size,
-                                 **self.o.source_options)
+                                 **self.source_options)
+            self.kinds.add(source.kind)
             with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
                 for batch in source:
                     self._batch(batch, width, finish_rows)
@@ -190,8 +198,10 @@ def ingest(o: IngestOptions) -> IngestReport:
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
+    source_options = o.source_options
     if like is not None:
         featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)
+        source_options = {**like.featurizer_dict()["source_options"], **o.source_options}
         vocab = LabelVocabulary(like.classes, frozen=True)
         multilabel = like.multilabel
     else:
@@ -200,7 +210,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         multilabel = None
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
-    p1 = _Pass1(o, featurizer, vocab, multilabel, pass1_out, policy)
+    p1 = _Pass1(o, source_options, featurizer, vocab, multilabel, pass1_out, policy)
     stage_lock = None
     try:
         p1.run(finish_rows=not two_pass)
@@ -209,7 +219,9 @@ def ingest(o: IngestOptions) -> IngestReport:
             raise InputError(", ".join(o.paths), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {"paths": [os.path.abspath(p) for p in o.paths], "format": o.format,
-                       "options": o.source_options, "like": os.path.abspath(o.like) if o.like else None}
+                       "options": source_options, "like": os.path.abspath(o.like) if o.like else None,
+                       "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
+                       "input": _input_kind(p1.kinds)}
         common = {"n_features": n_features, "classes": vocab.classes,
                   "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
                   "source": source_info}
@@ -240,6 +252,13 @@ def ingest(o: IngestOptions) -> IngestReport:
     if o.csc_block_features:
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _input_kind(kinds: set[str]) -> str | None:
+    """"text" or "numeric" (sparse or dense) features, None for a mix of both."""
+    if kinds == {"text"}:
+        return "text"
+    return None if "text" in kinds else "numeric"
 
 
 def _counts(report: IngestReport) -> dict:

@@ -152,10 +152,14 @@ class Store(ChunkSource):
         return np.load(io.BytesIO(data), allow_pickle=False)
 
     def featurizer_dict(self) -> dict:
-        """How raw records were turned into these rows (see streamfit.ingest.featurize)."""
+        """How raw records were turned into these rows (see streamfit.ingest.featurize), with
+        how they were read: input ("text" / "numeric" features; None if mixed or not recorded)
+        and source_options (field names, delimiter, encoding, ... as given to ingest)."""
         t = self.manifest.transform
+        source = self.manifest.source
         return {"hashing": self.manifest.hashing, "n_features": self.n_features,
-                "idf": bool(t.get("idf")), "l2_normalize": bool(t.get("l2_normalize"))}
+                "idf": bool(t.get("idf")), "l2_normalize": bool(t.get("l2_normalize")),
+                "input": source.get("input"), "source_options": source.get("format_options", {})}
 
     @property
     def reader(self):

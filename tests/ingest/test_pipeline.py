@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_digits, load_svmlight_file
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
-from streamfit.errors import InputError, StoreError
+from streamfit.errors import InputError, StoreError, StreamfitError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions, ingest, stratified_test_mask
 from streamfit.store import open_store
@@ -108,6 +108,41 @@ def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
     te = open_store(str(tmp_path / "te"))
     assert te.classes == ["animals", "finance"] and te.featurizer_dict() == open_store(str(tmp_path / "tr")).featurizer_dict()
     assert np.array_equal(te.idf, open_store(str(tmp_path / "tr")).idf)
+
+
+def test_like_reads_with_the_training_stores_source_options(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"body": t, "topic": lab}) + "\n" for t, lab in DOCS[:8]))
+    ingest(IngestOptions([str(train)], str(tmp_path / "tr"), hashing=HashingConfig(n_features=2**10),
+                         source_options={"text_field": "body", "label_field": "topic"}, progress=False))
+    assert open_store(str(tmp_path / "tr")).featurizer_dict()["source_options"] == \
+        {"text_field": "body", "label_field": "topic"}
+    test = tmp_path / "test.jsonl"
+    test.write_text(json.dumps({"body": "a dog", "topic": "animals", "y": "finance"}) + "\n")
+    ingest(IngestOptions([str(test)], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    ingest(IngestOptions([str(test)], str(tmp_path / "te2"), like=str(tmp_path / "tr"),
+                         source_options={"label_field": "y"}, progress=False))
+    assert open_store(str(tmp_path / "te")).to_scipy()[1].tolist() == [0]
+    assert open_store(str(tmp_path / "te2")).to_scipy()[1].tolist() == [1]
+
+
+def test_input_kind_is_recorded_and_data_options_are_not(tmp_path, digits_svm):
+    for label, name in [("a", "1.txt"), ("b", "2.txt")]:
+        os.makedirs(tmp_path / "corpus" / "train" / label)
+        (tmp_path / "corpus" / "train" / label / name).write_text("some words")
+    ingest(IngestOptions([str(tmp_path / "corpus")], str(tmp_path / "t"), hashing=HashingConfig(n_features=2**10),
+                         source_options={"subset": "train", "encoding": "latin-1"}, progress=False))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "n"), source_options={"zero_based": False}, progress=False))
+    text = open_store(str(tmp_path / "t")).featurizer_dict()
+    assert text["input"] == "text" and text["source_options"] == {"encoding": "latin-1"}
+    numeric = open_store(str(tmp_path / "n")).featurizer_dict()
+    assert numeric["input"] == "numeric" and numeric["source_options"] == {"zero_based": False}
+
+
+def test_an_empty_label_field_is_refused(tmp_path):
+    with pytest.raises(StreamfitError, match="label_field is empty: ingest needs labels"):
+        ingest(IngestOptions([_jsonl(tmp_path, DOCS)], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10),
+                             source_options={"label_field": None}, progress=False))
 
 
 def test_bad_line_names_file_and_line_and_loses_nothing(tmp_path):

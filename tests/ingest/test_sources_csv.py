@@ -125,3 +125,9 @@ def test_runaway_cell_stops_the_read(tmp_path):
     path = write(tmp_path, 'text,label\na,x\n"unterminated quote,x\n' + "more text\n" * 20000)
     with pytest.raises(InputError, match=r"data.csv:\d+: malformed CSV \(field larger than field limit"):
         list(open_source(path, "csv", policy=BadRecordPolicy("skip")))
+
+
+def test_no_label_field_reads_unlabeled_rows(read, tmp_path):
+    path = write(tmp_path, "id,text\n1,the rocket launched\n2,\n")
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), label_field=None))
+    assert read.texts(batches) == ["the rocket launched", ""] and read.labels(batches) == [None, None]

@@ -122,3 +122,9 @@ def test_truncated_gzip(tmp_path):
 def test_bad_text_field_option():
     with pytest.raises(ValueError, match="text_field"):
         open_source(__file__, "jsonl", policy=BadRecordPolicy(), text_field="a,,b")
+
+
+def test_no_label_field_reads_unlabeled_records(read, tmp_path):
+    path = write_jsonl(tmp_path, [{"text": "a"}, {"text": "b", "label": "x"}])
+    batches = read.batches(open_source(path, policy=BadRecordPolicy(), label_field=None))
+    assert read.texts(batches) == ["a", "b"] and read.labels(batches) == [None, None]

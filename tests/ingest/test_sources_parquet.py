@@ -206,3 +206,10 @@ def test_sparse_bad_record_skip_and_quarantine(read, tmp_path, quarantine, chang
     [entry] = quarantine.entries()
     assert entry["location"] == f"{path}:row group 1, row 1" and problem in entry["problem"]
     assert entry["raw"].startswith('{"indices": ')
+
+
+@pytest.mark.parametrize("columns", [{"text": TEXTS[:2]}, {"indices": [[0, 2], [1]], "values": [[1.0, 2.0], [3.0]]}])
+def test_no_label_field_reads_unlabeled_rows(read, tmp_path, columns):
+    path = write(tmp_path, columns)
+    source = open_source(path, policy=BadRecordPolicy(), label_field=None)
+    assert read.labels(read.batches(source)) == [None, None] and source.multilabel is False

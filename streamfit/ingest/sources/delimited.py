@@ -2,7 +2,8 @@
 
 text_field may name several columns ("title,body"). Labels are kept as written; with
 label_separator (e.g. "|") the source is multilabel and a label cell is split on it, pieces
-stripped of spaces and empty pieces dropped. A missing column is an InputError at the header;
+stripped of spaces and empty pieces dropped; label_field=None reads no labels (every label is
+None, as `streamfit predict` reads unlabeled rows). A missing column is an InputError at the header;
 a row with the wrong number of cells, or an empty single label, is a bad record. A cell longer
 than csv.field_size_limit() (128 KiB unless raised; the limit keeps a stray quote from
 swallowing the file) or text that does not decode stops the read with an InputError, since
@@ -49,7 +50,7 @@ class CsvSource:
         policy: BadRecordPolicy,
         batch_size: int = 8192,
         text_field: str = "text",
-        label_field: str = "label",
+        label_field: str | None = "label",
         label_separator: str | None = None,
         encoding: str = "utf-8",
     ):
@@ -75,7 +76,7 @@ class CsvSource:
             header = self._next(reader)
             if header is None:
                 return
-            columns = self._columns(header)
+            text_columns, label_column = self._columns(header)
             batcher = TextBatcher(self.fields)
             previous_line = reader.line_num
             while (row := self._next(reader)) is not None:
@@ -92,13 +93,15 @@ class CsvSource:
                         "quote cells that contain the delimiter",
                     )
                     continue
-                label = row[columns[-1]]
-                if self.multilabel:
-                    label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
-                elif not label:
-                    self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
-                    continue
-                batcher.add([row[c] for c in columns[:-1]], label, location)
+                label = None
+                if label_column is not None:
+                    label = row[label_column]
+                    if self.multilabel:
+                        label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
+                    elif not label:
+                        self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
+                        continue
+                batcher.add([row[c] for c in text_columns], label, location)
                 if len(batcher) == self.batch_size:
                     yield batcher.take()
             if len(batcher):
@@ -119,15 +122,17 @@ class CsvSource:
         except csv.Error as e:
             raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
 
-    def _columns(self, header: list[str]) -> list[int]:
-        """Positions of the text columns, then of the label column."""
+    def _columns(self, header: list[str]) -> tuple[list[int], int | None]:
+        """Positions of the text columns, and of the label column (None without label_field)."""
         present = ", ".join(map(repr, header))
-        positions = []
-        for option, name in [("--text-field", f) for f in self.fields] + [("--label-field", self.label_field)]:
+
+        def position(option: str, name: str) -> int:
             if name not in header:
                 raise InputError(f"{self.path}:1", f"no column {name!r}", f"set {option}; the columns are {present}")
-            positions.append(header.index(name))
-        return positions
+            return header.index(name)
+
+        text_columns = [position("--text-field", f) for f in self.fields]
+        return text_columns, None if self.label_field is None else position("--label-field", self.label_field)
 
 
 class TsvSource(CsvSource):

@@ -4,7 +4,8 @@ text_field may name several fields ("title,body"); each becomes an entry of Text
 A label is a string, an integer (written as str) or a list of them (multilabel). With
 multilabel=None the first record with a usable label decides: a list makes the file multilabel
 (single labels after it become one-element lists); otherwise a later list is a bad record.
-Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly.
+Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly. label_field=None
+reads no labels (every label is None): unlabeled records, as `streamfit predict` reads them.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class JsonlSource:
         policy: BadRecordPolicy,
         batch_size: int = 8192,
         text_field: str = "text",
-        label_field: str = "label",
+        label_field: str | None = "label",
         multilabel: bool | None = None,
     ):
         self.path = os.fspath(path)
@@ -75,7 +76,7 @@ class JsonlSource:
         if len(batcher):
             yield batcher.take()
 
-    def _record(self, line: bytes) -> tuple[list[str], str | list[str]]:
+    def _record(self, line: bytes) -> tuple[list[str], str | list[str] | None]:
         try:
             obj = json.loads(line)
         except UnicodeDecodeError:
@@ -92,6 +93,8 @@ class JsonlSource:
             if not isinstance(obj[field], str):
                 raise _Bad(f"field {field!r} is a JSON {type(obj[field]).__name__}, not a string")
             texts.append(obj[field])
+        if self.label_field is None:
+            return texts, None
         if self.label_field not in obj:
             raise _Bad(f"no field {self.label_field!r}", f"set --label-field; this line has the fields: {present}")
         value = obj[self.label_field]

@@ -5,8 +5,9 @@ strings or pre-tokenized lists of strings (each token hashed as given). Indexed 
 indices_field (list of integers, 0-based column indices as stored) and values_field (list of
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
-multilabel) or from labels_field (a list column). Nulls, lists of different lengths, indices
-outside [0, 2**62] and NaN/inf values are bad records. Locations are "file:row group G, row R",
+multilabel) or from labels_field (a list column); with both None no labels are read (every
+label is None, as `streamfit predict` reads unlabeled rows). Nulls, lists of different
+lengths, indices outside [0, 2**62] and NaN/inf values are bad records. Locations are "file:row group G, row R",
 both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
 so far. Memory is bounded by batch_size rows plus what pyarrow holds of the current row group.
 """
@@ -76,7 +77,7 @@ class ParquetSource:
         policy: BadRecordPolicy,
         batch_size: int = 8192,
         text_field: str = "text",
-        label_field: str = "label",
+        label_field: str | None = "label",
         labels_field: str | None = None,
         indices_field: str = "indices",
         values_field: str = "values",
@@ -116,17 +117,23 @@ class ParquetSource:
                 f"the columns are {present}",
             )
         self.label_column = labels_field or label_field
+        self.multilabel = False
+        if self.label_column is not None:
+            self._label_column(schema, labels_field, label_field)
+        self.n_read = 0
+
+    def _label_column(self, schema: pa.Schema, labels_field: str | None, label_field: str) -> None:
+        names = schema.names
         option = "--option labels_field" if labels_field else "--label-field"
         if self.label_column not in names:
+            present = ", ".join(map(repr, names))
             raise InputError(self.path, f"no column {self.label_column!r}", f"set {option}; the columns are {present}")
-        label_type = schema.field(self.label_column).type
-        self.multilabel = _is_list(label_type)
+        self.multilabel = _is_list(schema.field(self.label_column).type)
         if labels_field:
             self._check_type(schema, labels_field, _is_label_list, "a list of strings or integers", option)
         else:
             self._check_type(schema, label_field, _is_label_or_list, "strings or integers, or lists of them", option)
         self.columns.append(self.label_column)
-        self.n_read = 0
 
     def _open(self) -> pq.ParquetFile:
         try:
@@ -160,9 +167,12 @@ class ParquetSource:
                     if out is not None:
                         yield out
 
-    def _labels(self, column: pa.Array, problems: dict[int, str]) -> list:
-        """Labels of a batch as str or list[str]; null or empty ones go to problems."""
-        labels = column.to_pylist()
+    def _labels(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list:
+        """Labels of a batch as str or list[str] (None without a label column); null or empty
+        ones go to problems."""
+        if self.label_column is None:
+            return [None] * batch.num_rows
+        labels = batch.column(self.label_column).to_pylist()
         for r, label in enumerate(labels):
             if label is None:
                 problems.setdefault(r, f"null label in {self.label_column!r}")
@@ -190,7 +200,7 @@ class ParquetSource:
                     problems.setdefault(r, f"null text in {field!r}")
                 elif isinstance(text, list) and None in text:
                     problems.setdefault(r, f"null token in {field!r}")
-        labels = self._labels(batch.column(self.label_column), problems)
+        labels = self._labels(batch, problems)
         self._report(batch, locations, problems)
         batcher = TextBatcher(self.fields)
         for r in range(batch.num_rows):
@@ -201,7 +211,7 @@ class ParquetSource:
     def _sparse(self, batch: pa.RecordBatch, locations: list[str]):
         n = batch.num_rows
         problems: dict[int, str] = {}
-        labels = self._labels(batch.column(self.label_column), problems)
+        labels = self._labels(batch, problems)
 
         def mark(rows: np.ndarray, problem: str) -> None:
             for r in np.flatnonzero(rows).tolist():

@@ -1,0 +1,119 @@
+"""`streamfit predict` on raw data: read like the training data, unlabeled rows, wrong inputs refused."""
+
+import json
+import os
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from streamfit.cli import main
+
+DOCS = [("the cat sat on the mat", "animals"), ("dogs bark at cats", "animals"),
+        ("stocks fell sharply today", "finance"), ("the market rallied on earnings", "finance")]
+
+
+def run(*args, ok=True):
+    result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def _train(d, name, raw, *ingest_args):
+    run("ingest", raw, "--out", d / f"{name}.zarr", "--n-features", "1024", *ingest_args)
+    run("train", d / f"{name}.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", d / name)
+    return d / name
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Models trained on JSONL with fields body/topic and on latin-1 CSV with columns words/cls."""
+    d = tmp_path_factory.mktemp("predict")
+    (d / "train.jsonl").write_text("".join(json.dumps({"body": t, "topic": c}) + "\n" for t, c in DOCS))
+    (d / "train.csv").write_text("words,cls\n" + "".join(f"{t} café,{c}\n" for t, c in DOCS), encoding="latin-1")
+    _train(d, "jsonl", d / "train.jsonl", "--text-field", "body", "--label-field", "topic")
+    _train(d, "csv", d / "train.csv", "--text-field", "words", "--label-field", "cls", "--encoding", "latin-1")
+    return d
+
+
+def test_unlabeled_jsonl_is_read_with_the_training_field_names(runs, tmp_path):
+    raw = tmp_path / "new.jsonl"
+    raw.write_text('{"body": "a cat and a dog"}\n{"body": "stocks and the market", "topic": "finance"}\n')
+    result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv")
+    assert "2 rows written" in result.output
+    assert [r.split(",")[0] for r in (tmp_path / "p.csv").read_text().splitlines()] == \
+        ["location", f"{raw}:1", f"{raw}:2"]
+
+
+def test_unlabeled_csv_is_read_with_the_training_columns_and_encoding(runs, tmp_path):
+    raw = tmp_path / "new.csv"
+    raw.write_text("id,words\n7,a cat in a café\n", encoding="latin-1")
+    run("predict", runs / "csv", raw, "-o", tmp_path / "p.jsonl")
+    assert json.loads((tmp_path / "p.jsonl").read_text())["location"] == f"{raw}:2"
+
+
+def test_an_explicit_option_overrides_the_recorded_one(runs, tmp_path):
+    raw = tmp_path / "new.jsonl"
+    raw.write_text('{"title": "a cat"}\n')
+    result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2 and "no field 'body'" in result.output
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", "--option", "text_field=title")
+
+
+def test_a_model_saved_without_source_options_reads_the_default_fields(runs, tmp_path):
+    old = tmp_path / "old"
+    shutil.copytree(runs / "jsonl", old)
+    record = json.loads((old / "model" / "model.json").read_text())
+    del record["featurizer"]["input"], record["featurizer"]["source_options"]
+    (old / "model" / "model.json").write_text(json.dumps(record))
+    raw = tmp_path / "new.jsonl"
+    raw.write_text('{"text": "a cat"}\n')
+    run("predict", old, raw, "-o", tmp_path / "p.csv")
+
+
+def test_numeric_input_to_a_text_model_is_refused(runs, tmp_path):
+    raw = tmp_path / "new.svm"
+    raw.write_text("1 3:1 7:2\n")
+    result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2
+    assert "new.svm: holds numeric features, but the model was trained on text features" in result.output
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_text_input_to_an_unhashed_model_saved_before_the_input_kind_is_refused(tmp_path):
+    (tmp_path / "train.svm").write_text("1 1:1 2:1\n2 3:1\n1 2:1\n2 3:1 4:1\n")
+    run("ingest", tmp_path / "train.svm", "--no-hash", "--out", tmp_path / "s.zarr")
+    run("train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    record = json.loads((tmp_path / "r" / "model" / "model.json").read_text())
+    del record["featurizer"]["input"]
+    (tmp_path / "r" / "model" / "model.json").write_text(json.dumps(record))
+    (tmp_path / "new.jsonl").write_text('{"text": "a cat"}\n')
+    result = run("predict", tmp_path / "r", tmp_path / "new.jsonl", "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2 and "--no-hash" not in result.output
+    assert "holds text features, but the model was trained on numeric features" in result.output
+
+
+def test_an_empty_directory_is_refused(runs, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run("predict", runs / "jsonl", tmp_path / "empty", "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2 and "no records found" in result.output
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_a_store_without_its_manifest_is_called_incomplete(runs, tmp_path):
+    shutil.copytree(runs / "jsonl.zarr", tmp_path / "cut.zarr")
+    os.remove(tmp_path / "cut.zarr" / "manifest.json")
+    result = run("predict", runs / "jsonl", tmp_path / "cut.zarr", "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2
+    assert "not a complete store (an interrupted ingest?)" in result.output and "class folder" not in result.output
+
+
+def test_top_k_is_clamped_to_the_classes_and_must_be_positive(runs, tmp_path, caplog):
+    run("predict", runs / "jsonl", runs / "jsonl.zarr", "-o", tmp_path / "p.csv", "--top-k", "5")
+    assert "--top-k 5: the model has 2 classes; writing 2 per row" in caplog.text
+    rows = (tmp_path / "p.csv").read_text().splitlines()
+    assert rows[0] == "location,label_1,score_1,label_2,score_2" and all(r.count(",") == 4 for r in rows)
+    for k in ("0", "-1"):
+        result = run("predict", runs / "jsonl", runs / "jsonl.zarr", "-o", tmp_path / "p.csv", "--top-k", k, ok=False)
+        assert result.exit_code == 2 and "Invalid value for '--top-k'" in result.output
