@@ -60,6 +60,10 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
         raise StreamfitError(f"{valid}: its classes or width differ from the training store's; ingest it with "
                              f"--like {store.path}")
+    if store.n_classes < 2 and not store.multilabel:
+        raise StreamfitError(f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "
+                             "classifier needs two or more: check the labels (--label-field, the class folders) "
+                             "and re-ingest")
     p = make_params(solver, params)
     out = os.path.abspath(out)
     if resume and overwrite:
@@ -136,6 +140,11 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     model.idf = store.idf
     model.save(os.path.join(out, "model"))
     record.update(status="finished", seconds=round(time.time() - started, 3))
+    if metrics.records:
+        last = metrics.records[-1]
+        shown = [f"{k} {v:.6g}" for k, v in last.items()
+                 if (k in ("objective", "train_accuracy") or k.startswith("valid_")) and isinstance(v, float)]
+        log.info("finished at step %d in %.1f s: %s", last["step"], record["seconds"], ", ".join(shown))
     write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
     return model
 

@@ -66,3 +66,19 @@ def test_a_misspelt_solver_parameter_is_named_with_the_file_before_any_step_runs
     config.write_text("solver: bcd\nparams: {lam: abc}\n")
     with pytest.raises(ConfigError, match=r"t\.yaml: key 'params': solver 'bcd' parameters: lam"):
         load_train_config(str(config))
+
+
+def test_a_store_of_one_class_is_refused_with_the_fix(digits, write_store, tmp_path):
+    X, y, _ = digits
+    store = write_store(X[y == 3], y[y == 3] * 0, ["3"])
+    with pytest.raises(StreamfitError, match=r"holds one class \(3\); a classifier needs two or more"):
+        _train(store, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="streamfit.train"):
+        _train(digits_store, tmp_path / "run")
+    line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("finished at step"))
+    accuracy = float(line.split("train_accuracy ")[1].split(",")[0])
+    assert 0.5 < accuracy <= 1.0 and "objective" in line
