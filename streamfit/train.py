@@ -94,6 +94,8 @@ def _lock_run_dir(out: str) -> int:
         raise StreamfitError(f"{out}: another streamfit train is using this run directory right now; wait for it "
                              "to finish (--resume then continues it if it stopped early), or choose another --out"
                              ) from None
+    except OSError as e:  # a filesystem without flock (some network mounts): run unguarded, and say so
+        log.warning("%s: cannot lock the run directory (%s); make sure no other train uses it", out, e.strerror)
     return fd
 
 
