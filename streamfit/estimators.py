@@ -2,9 +2,15 @@
 
 They run exactly the code path of `streamfit train`: the arrays are wrapped in an
 InMemoryStore, the solver runs on Engine(mode="inprocess") with Checkpointer(None) (per-sample
-state in memory) and a MetricsLog kept in `history_`. scikit-learn itself is not needed;
-`get_params` / `set_params` follow its conventions so that `clone`, grid search and pipelines
-work.
+state in memory) and a MetricsLog kept in `history_`.
+
+scikit-learn is not a dependency, so the estimators do not inherit its BaseEstimator and
+ClassifierMixin; they implement what those give: `get_params` / `set_params` by its rules,
+`score` as accuracy (subset accuracy for multilabel targets), and `__sklearn_tags__`, the
+estimator tags scikit-learn ≥ 1.6 reads through `sklearn.utils.get_tags` (classifier, y
+required, sparse input accepted). The tags import scikit-learn only when scikit-learn asks for
+them, so `clone`, `cross_val_score`, `GridSearchCV` and `Pipeline` work, and importing
+streamfit still does not import scikit-learn. (`_estimator_type` serves scikit-learn < 1.6.)
 """
 
 from __future__ import annotations
@@ -55,11 +61,29 @@ class _SolverClassifier(_ParamsMixin):
     Subclasses name `_solver` and build its parameters in `_solver_params`."""
 
     _solver: type = None
+    _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
 
     def _solver_params(self):
         raise NotImplementedError
 
+    def _accepts_multilabel(self) -> bool:
+        """Whether fit takes an n × k label indicator with these parameters."""
+        return True
+
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (scikit-learn ≥ 1.6): those of ClassifierMixin on
+        BaseEstimator (a classifier; fit requires y), plus scipy.sparse input and, where the
+        solver takes label indicators, multilabel targets. scikit-learn is imported here, by
+        the time scikit-learn calls this, never when streamfit is imported."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        multilabel = self._accepts_multilabel()
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True, multi_output=multilabel),
+                    classifier_tags=ClassifierTags(multi_label=multilabel), input_tags=InputTags(sparse=True))
+
     def fit(self, X, y):
+        if y is None:  # scikit-learn's wording for a classifier fitted without targets
+            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
         params = self._solver_params()  # pydantic's ValidationError is a ValueError
         X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
         if X.ndim != 2:
@@ -99,13 +123,22 @@ class _SolverClassifier(_ParamsMixin):
         top, scores = self.model_.predict_topk(X, k)
         return self.classes_[top], scores
 
-    def score(self, X, y) -> float:
-        """Accuracy (multilabel: precision at 1, the share of rows whose top label is true)."""
+    def score(self, X, y, sample_weight=None) -> float:
+        """Accuracy of predict(X), as scikit-learn's ClassifierMixin.score: the (sample_weight
+        weighted) share of rows predicted right; for multilabel targets the subset accuracy,
+        the share of rows whose whole predicted label set equals the true one."""
+        pred = self.predict(X)
         if self.multilabel_:
-            Y = sp.csr_matrix(y)
-            top = self.model_.predict_topk(X, 1)[0][:, 0]
-            return float(np.mean(np.asarray(Y[np.arange(Y.shape[0]), top]).ravel() > 0))
-        return float(np.mean(self.predict(X) == np.asarray(y)))
+            Y = y.toarray() if sp.issparse(y) else np.asarray(y)
+            if Y.shape != pred.shape:
+                raise ValueError(f"y has shape {Y.shape}; the predicted label indicator has {pred.shape}")
+            correct = np.all((Y != 0) == (pred != 0), axis=1)
+        else:
+            y = np.asarray(y)
+            if y.shape != pred.shape:
+                raise ValueError(f"y has shape {y.shape}; expected {pred.shape} (one class label per row)")
+            correct = pred == y
+        return float(np.average(correct, weights=sample_weight))
 
     @property
     def coef_(self):
@@ -122,8 +155,11 @@ class StagewiseLSClassifier(_SolverClassifier):
 
     link: "identity" (ridge least squares per block) or "softmax" (generalized least squares
         on the multinomial logistic loss; per-label logistic for multilabel targets).
-    calibrate: False; True or "poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection
-        onto the simplex); "predictions" (previous predictions as extra features).
+    calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
+        False, None or "none" → calibration="none" (no calibration); True or "poly" →
+        calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
+        simplex); "predictions" → calibration="predictions" (previous predictions as extra
+        features). Calibrating needs link="identity".
     generator: "auto", "sequential", "random", "gradient" or "rff" (random Fourier features).
     block_size: features per stage (p). n_passes: passes over all blocks.
     n_components: number of random Fourier features (generator "rff").
@@ -142,6 +178,9 @@ class StagewiseLSClassifier(_SolverClassifier):
     max_iter, tol: inner iterations of the softmax link and their early stop.
     backtrack: softmax link: steps from L/4 of the paper's bound, doubled back towards it
         whenever an iteration raises the objective (fewer iterations for the same loss).
+    lipschitz: softmax link: the bound L of the inner steps 1/L (the solver's `lipschitz`);
+        None: the paper's bound, 1/2 (per-label logistic for multilabel targets: 1/4). Unused by
+        the identity link.
     chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
         floating-point rounding).
 
@@ -153,7 +192,8 @@ class StagewiseLSClassifier(_SolverClassifier):
 
     def __init__(self, link="identity", calibrate=False, block_size=512, n_passes=2, generator="auto",
                  n_components=2048, pca_components=None, bandwidth=0.5, rff_sampling="iid", rff_phases="random",
-                 gram_dtype="float64", lam=1e-4, max_iter=50, tol=1e-4, backtrack=False, fit_intercept=True, random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
+                 gram_dtype="float64", lam=1e-4, max_iter=50, tol=1e-4, backtrack=False, lipschitz=None, fit_intercept=True,
+                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
         self.link = link
         self.calibrate = calibrate
         self.block_size = block_size
@@ -169,6 +209,7 @@ class StagewiseLSClassifier(_SolverClassifier):
         self.max_iter = max_iter
         self.tol = tol
         self.backtrack = backtrack
+        self.lipschitz = lipschitz
         self.fit_intercept = fit_intercept
         self.random_state = random_state
         self.chunk_rows = chunk_rows
@@ -184,11 +225,13 @@ class StagewiseLSClassifier(_SolverClassifier):
             n_passes=self.n_passes, n_components=self.n_components, pca_components=self.pca_components,
             bandwidth=self.bandwidth, rff_sampling=self.rff_sampling,
             rff_phases=self.rff_phases, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
-            backtrack=self.backtrack, fit_intercept=self.fit_intercept, random_state=self.random_state,
+            backtrack=self.backtrack, lipschitz=self.lipschitz, fit_intercept=self.fit_intercept,
+            random_state=self.random_state,
         )
 
     def predict_proba(self, X) -> np.ndarray:
         return self.model_.predict_proba(X)
+
 
 class FBPDClassifier(_SolverClassifier):
     """Sparse multiclass SVM with the exact Crammer–Singer hinge (Chierchia et al. 2015,
@@ -227,6 +270,9 @@ class FBPDClassifier(_SolverClassifier):
         self.chunk_rows = chunk_rows
 
     _solver = FBPDSolver
+
+    def _accepts_multilabel(self) -> bool:
+        return False  # the Crammer–Singer hinge is multiclass only
 
     @property
     def n_iter_(self) -> int:
@@ -342,6 +388,9 @@ class BCDClassifier(_SolverClassifier):
         self.chunk_rows = chunk_rows
 
     _solver = BCDSolver
+
+    def _accepts_multilabel(self) -> bool:
+        return self.loss != "logistic"  # eq. 12 is multiclass only
 
     def _solver_params(self) -> BCDParams:
         return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
