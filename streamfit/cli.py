@@ -8,6 +8,7 @@ import os
 import sys
 
 import click
+from click.core import ParameterSource
 
 from streamfit import __version__
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, os_error_hint
@@ -20,7 +21,9 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except TimeLimitReached as e:
-            click.echo(f"stopped: {e}", err=True)
+            # --resume contradicts --overwrite: a continuation must drop it
+            without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
+            click.echo(f"stopped: {e}{without}", err=True)
             sys.exit(3)
         except StreamfitError as e:
             click.echo(f"error: {e}", err=True)
@@ -48,16 +51,45 @@ def main(ctx, verbose, quiet):
     or all three from one file:  streamfit run pipelines/quickstart.yaml
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if not quiet:  # what is about to be trained, and how big its dense weights would be
-        logging.getLogger("streamfit.train").setLevel(logging.INFO)
-    ctx.obj = {"progress": not quiet and sys.stderr.isatty() or (verbose and not quiet)}
+    # what is about to be trained, and how big its dense weights would be
+    logging.getLogger("streamfit.train").setLevel(logging.INFO)
+    ctx.obj = {"progress": sys.stderr.isatty() or verbose}
+    if quiet:
+        _be_quiet(ctx.obj)
+
+
+def _be_quiet(obj: dict) -> None:
+    obj["progress"] = False
+    logging.getLogger("streamfit.train").setLevel(logging.NOTSET)
+
+
+def _quiet_option(command):
+    """-q/--quiet after the subcommand as well as before it."""
+    def callback(ctx, _param, value):
+        if value:
+            _be_quiet(ctx.obj)
+
+    return click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=callback,
+                        help="No progress bars; only results and errors.")(command)
 
 
 def _progress(ctx) -> bool:
     return ctx.obj["progress"]
 
 
+def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
+    """Checked before any work; remembered for the --time-limit stop message."""
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other: drop --overwrite to continue the run "
+                          "(or --resume to start over)")
+    ctx.obj["overwrite"] = overwrite
+
+
 # ---------------------------------------------------------------------------------------- ingest
+# the options whose values `ingest --like` takes from the training store
+_LIKE_DECIDES = {"no_hash", "n_features", "hash_seed", "no_alternate_sign", "ngram_max", "value", "no_lowercase",
+                 "idf", "l2_normalize", "classes"}
+
 def _parse_key_values(pairs, what: str) -> dict:
     out = {}
     for pair in pairs:
@@ -71,6 +103,7 @@ def _parse_key_values(pairs, what: str) -> dict:
 
 
 @main.command()
+@_quiet_option
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="The store directory to write.")
 @click.option("--format", "fmt", default=None,
@@ -135,6 +168,12 @@ def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash
     from streamfit.ingest.pipeline import IngestOptions
     from streamfit.ingest.pipeline import ingest as run_ingest
 
+    if like:
+        given = [p.opts[0] for p in ctx.command.params
+                 if p.name in _LIKE_DECIDES and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
+        if given:
+            raise ConfigError(f"--like takes the hashing, width, IDF, normalization and classes from the training "
+                              f"store: drop {', '.join(given)}")
     hashing = None
     if not no_hash:
         from streamfit.ingest.hashing import HashingConfig
@@ -160,6 +199,7 @@ def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash
 
 # ------------------------------------------------------------------------------------- transpose
 @main.command()
+@_quiet_option
 @click.argument("store", type=click.Path())
 @click.option("--block-features", default=65536, show_default=True, type=click.IntRange(min=1),
               help="Columns per feature block (one block's nnz must fit in memory).")
@@ -179,6 +219,7 @@ def transpose(ctx, store, block_features):
 
 # --------------------------------------------------------------------------------------- inspect
 @main.command()
+@_quiet_option
 @click.argument("store", type=click.Path())
 @click.option("--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -239,6 +280,7 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
 
 # ----------------------------------------------------------------------------------------- train
 @main.command()
+@_quiet_option
 @click.argument("store", type=click.Path())
 @click.option("--solver", default=None, help="Solver name (see --list-solvers) [default: from --config, else stagewise].")
 @click.option("--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl.")
@@ -256,7 +298,7 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
 @click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints and model in --out and start over.")
 @click.option("--time-limit", default=None, metavar="DURATION",
               help="Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with "
-                   "status 3; the same command with --resume continues. [default: none]")
+                   "status 3; the same command with --resume (without --overwrite) continues. [default: none]")
 @click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
               help="List the solvers and their parameters, then exit.")
 @click.pass_context
@@ -274,6 +316,7 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
     from streamfit.config import load_train_config, parse_duration
     from streamfit.train import train as run_train
 
+    _refuse_resume_with_overwrite(ctx, resume, overwrite)
     cfg = load_train_config(config_file) if config_file else None
     solver = solver or (cfg.solver if cfg else None) or "stagewise"
     merged = dict(cfg.params) if cfg else {}
@@ -303,6 +346,7 @@ def _list_solvers(ctx, value):
 
 # -------------------------------------------------------------------------------------- evaluate
 @main.command()
+@_quiet_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -313,7 +357,9 @@ def evaluate(ctx, run_dir, store, as_json):
     from streamfit.model import load_model
     from streamfit.store import open_store
 
-    result = run_evaluate(load_model(run_dir), open_store(store), progress=_progress(ctx))
+    model, s = load_model(run_dir), open_store(store)
+    model.check_store(s)
+    result = run_evaluate(model, s, progress=_progress(ctx))
     click.echo(json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
 
 
@@ -323,6 +369,7 @@ def _fmt(v):
 
 # --------------------------------------------------------------------------------------- predict
 @main.command()
+@_quiet_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
@@ -345,13 +392,15 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 
 # ------------------------------------------------------------------------------------------- run
 @main.command()
+@_quiet_option
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
 @click.option("--scheduler", default=None, help="Dask scheduler address for the training step.")
 @click.option("--time-limit", default=None, metavar="DURATION",
               help="Training stops cleanly at the first checkpoint after DURATION (e.g. 90m; overrides "
-                   "train.time_limit) and the job exits with status 3; re-run with --resume to continue.")
+                   "train.time_limit) and the job exits with status 3; re-run with --resume (without "
+                   "--overwrite) to continue.")
 @click.pass_context
 def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/)."""
@@ -362,6 +411,7 @@ def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     from streamfit.store import open_store
     from streamfit.train import train as run_train
 
+    _refuse_resume_with_overwrite(ctx, resume, overwrite)
     cfg = load_pipeline(pipeline)
     progress = _progress(ctx)
     if cfg.ingest:
@@ -407,7 +457,9 @@ def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     if cfg.evaluate:
         from streamfit.model import load_model
 
-        result = run_evaluate(load_model(cfg.train.out), open_store(cfg.evaluate.store), progress=progress)
+        model, store = load_model(cfg.train.out), open_store(cfg.evaluate.store)
+        model.check_store(store)
+        result = run_evaluate(model, store, progress=progress)
         click.echo("evaluate: " + "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
 
 

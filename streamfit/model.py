@@ -53,6 +53,19 @@ class Model:
         self.info = info or {}
         self.idf = idf  # the featurizer's IDF weights, when the training store had them
 
+    def check_store(self, store) -> None:
+        """StreamfitError naming what differs (width, or classes) when a Store on disk is not
+        shaped like the training store, as evaluating needs."""
+        fix = "ingest it with --like TRAIN_STORE so it shares the training store's hashing and classes"
+        if store.n_features != self.n_features:
+            raise StreamfitError(f"{store.path}: has {store.n_features} features, the model {self.n_features}; {fix}")
+        theirs, ours = list(store.classes), self.classes_.tolist()
+        if len(theirs) != len(ours):
+            raise StreamfitError(f"{store.path}: has {len(theirs)} classes, the model {len(ours)}; {fix}")
+        for i, (a, b) in enumerate(zip(theirs, ours)):
+            if a != b:
+                raise StreamfitError(f"{store.path}: its class {i} is {a!r}, the model's is {b!r}; {fix}")
+
     # -- scoring --------------------------------------------------------------------------
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:
         raise NotImplementedError

@@ -149,3 +149,51 @@ def test_predict_refuses_a_row_wider_than_training_and_leaves_nothing(stores, tm
     result = run("predict", run_dir, raw, "--out", tmp_path / "p.csv", ok=False)
     assert result.exit_code == 2 and "wide.svm:2: feature index 64 is beyond the 64 features" in result.output
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.csv.partial").exists()
+
+
+def test_resume_with_overwrite_is_refused_before_any_work(stores, tmp_path):
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--resume", "--overwrite", ok=False)
+    assert result.exit_code == 2 and "--resume and --overwrite contradict each other" in result.output
+    assert not (tmp_path / "r").exists()
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text(f"ingest:\n  inputs: [{stores / 'digits.svm'}]\n  out: {tmp_path / 's.zarr'}\n  no_hash: true\n")
+    result = run("run", cfg, "--resume", "--overwrite", ok=False)
+    assert result.exit_code == 2 and "drop --overwrite to continue" in result.output
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_time_limit_stop_after_overwrite_says_to_drop_it(stores, tmp_path):
+    args = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0",
+            "--time-limit", "0.001s"]
+    result = run(*args, "--out", tmp_path / "r", "--overwrite", ok=False)
+    assert result.exit_code == 3 and "plus --resume (and without --overwrite)" in result.output
+    result = run(*args, "--out", tmp_path / "r2", ok=False)
+    assert result.exit_code == 3 and "plus --resume" in result.output and "--overwrite" not in result.output
+
+
+def test_ingest_options_that_would_be_ignored_are_usage_errors(stores, tmp_path):
+    result = run("ingest", stores / "digits.svm", "--no-hash", "--out", tmp_path / "s", "--test-out",
+                 tmp_path / "t", ok=False)
+    assert result.exit_code == 2 and "--test-out needs --test-size FRACTION" in result.output
+    result = run("ingest", stores / "digits.svm", "--like", stores / "train.zarr", "--out", tmp_path / "s",
+                 "--n-features", "4096", "--ngram-max", "2", ok=False)
+    assert result.exit_code == 2 and "from the training store: drop --n-features, --ngram-max" in result.output
+    assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()
+
+
+def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
+    args = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0"]
+    run(*args, "--out", tmp_path / "loud")
+    assert "training bcd on" in caplog.text
+    caplog.clear()
+    run(*args, "--out", tmp_path / "quiet", "-q")
+    assert "training bcd on" not in caplog.text
+
+
+def test_evaluate_names_what_differs(stores, tmp_path):
+    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out",
+        tmp_path / "r")
+    (tmp_path / "ab.svm").write_text("a 1:1\nb 64:1\n")
+    run("ingest", tmp_path / "ab.svm", "--no-hash", "--n-features", "64", "--out", tmp_path / "ab.zarr")
+    result = run("evaluate", tmp_path / "r", tmp_path / "ab.zarr", ok=False)
+    assert result.exit_code == 2 and "ab.zarr: has 2 classes, the model 10" in result.output

@@ -52,3 +52,17 @@ def test_wrong_width_refused():
     m, _ = _model(False)
     with pytest.raises(StreamfitError, match="31 features"):
         m.decision_function(sp.csr_matrix((2, 31)))
+
+
+@pytest.mark.parametrize("n_features, classes, problem", [
+    (31, list("abcd"), "has 31 features, the model 30"),
+    (30, list("abc"), "has 3 classes, the model 4"),
+    (30, list("abdc"), "its class 2 is 'd', the model's is 'c'"),
+])
+def test_check_store_names_what_differs(n_features, classes, problem):
+    m, _ = _model(False)
+    store = InMemoryStore(sp.csr_matrix((2, n_features)), np.zeros(2, dtype=np.int64), classes)
+    store.path = "test.zarr"
+    with pytest.raises(StreamfitError, match=f"test.zarr: {problem}; ingest it with --like TRAIN_STORE"):
+        m.check_store(store)
+    m.check_store(InMemoryStore(sp.csr_matrix((2, 30)), np.zeros(2, dtype=np.int64), list("abcd")))

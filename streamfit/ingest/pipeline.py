@@ -98,6 +98,9 @@ def _check_options(o: IngestOptions) -> None:
             raise StreamfitError("--test-size needs --test-out PATH for the test store")
         if o.like:
             raise StreamfitError("--like ingests test data as it is: it cannot be split again (drop --test-size)")
+    elif o.test_out:
+        raise StreamfitError("--test-out needs --test-size FRACTION (the share of rows for the test store), "
+                             "or drop --test-out")
     if o.like and (o.idf or o.l2_normalize or o.classes or o.n_features):
         raise StreamfitError("--like takes hashing, IDF, normalization, width and classes from the training store; "
                              "drop --idf/--l2-normalize/--classes/--n-features")
