@@ -4,6 +4,7 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -117,3 +118,14 @@ def test_top_k_is_clamped_to_the_classes_and_must_be_positive(runs, tmp_path, ca
     for k in ("0", "-1"):
         result = run("predict", runs / "jsonl", runs / "jsonl.zarr", "-o", tmp_path / "p.csv", "--top-k", k, ok=False)
         assert result.exit_code == 2 and "Invalid value for '--top-k'" in result.output
+
+
+def test_unlabeled_numeric_rows_are_scored(tmp_path):
+    (tmp_path / "train.svm").write_text("a 1:1 3:2\nb 2:3\na 1:1 2:1\nb 2:2 3:1\n")
+    run("ingest", tmp_path / "train.svm", "--no-hash", "--option", "multilabel=false", "--out", tmp_path / "s.zarr")
+    run("train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    np.save(tmp_path / "new.npy", np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
+    (tmp_path / "new.svm").write_text("1:1 3:2\nb 2:3\n")
+    for name in ("new.npy", "new.svm"):
+        result = run("predict", tmp_path / "r", tmp_path / name, "-o", tmp_path / "p.csv")
+        assert "2 rows written" in result.output

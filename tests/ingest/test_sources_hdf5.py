@@ -151,3 +151,9 @@ def test_bad_record_skip_and_quarantine(read, tmp_path, quarantine, kind, batch_
     [entry] = quarantine.entries()
     assert entry["location"] == f"{path}:row 4" and BAD[kind] in entry["problem"]
     assert entry["raw"].startswith("[") and entry["raw"].count(",") == 3
+
+
+def test_no_y_dataset_reads_unlabeled_rows(read, tmp_path):
+    source = open_source(write(tmp_path, X=X), policy=BadRecordPolicy(), y_dataset=None)
+    batches = read.batches(source)
+    assert read.labels(batches) == [None] * 10 and np.array_equal(np.vstack([b.X for b in batches]), X)

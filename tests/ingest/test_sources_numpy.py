@@ -162,3 +162,14 @@ def test_sparse_bad_record_skip_and_quarantine(read, tmp_path, quarantine, batch
     assert entry["location"] == f"{path}:row 5" and "inf" in entry["raw"]
     with pytest.raises(InputError, match="m.npz:row 5: NaN or infinite value"):
         list(open_source(path, policy=BadRecordPolicy(), y_path=y_path))
+
+
+def test_no_y_dataset_reads_unlabeled_rows(read, tmp_path):
+    np.save(tmp_path / "X.npy", X)
+    np.savez(tmp_path / "x.npz", X=X)
+    sp.save_npz(tmp_path / "s.npz", sp.csr_matrix(X))
+    for name in ("X.npy", "x.npz", "s.npz"):
+        source = open_source(str(tmp_path / name), policy=BadRecordPolicy(), y_dataset=None)
+        batches = read.batches(source)
+        assert read.labels(batches) == [None] * 9 and source.multilabel is False
+        assert np.allclose(sp.vstack([sp.csr_matrix(b.X) for b in batches]).toarray(), X)

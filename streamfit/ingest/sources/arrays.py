@@ -5,6 +5,7 @@ X is 2-D numeric, dense or scipy sparse. y is 1-D (labels: integers and integer-
 written as integers, other floats with repr, strings as they are) or a 2-D 0/1 indicator
 (multilabel: the numbers of the columns holding 1, as str). A row with a NaN/inf value, a
 NaN/empty label or an indicator value other than 0/1 is a bad record at "file:row R" (from 0).
+Without y (no labels read, as `streamfit predict` reads unlabeled rows) every label is None.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from streamfit.ingest.sources.policy import BadRecordPolicy
 
 
 def check_shapes(path: str, x_name: str, x_shape, x_dtype, y_name: str, y_shape, y_dtype, hint: str) -> bool:
-    """InputError unless X is (n, d) numeric and y is (n,) or an (n, k) indicator; returns
-    whether y is multilabel."""
+    """InputError unless X is (n, d) numeric and y is (n,) or an (n, k) indicator (or None:
+    no labels); returns whether y is multilabel."""
     if len(x_shape) != 2:
         raise InputError(path, f"{x_name} has shape {tuple(x_shape)}, not (records, features)", hint)
     if x_dtype.kind not in "biuf":
         raise InputError(path, f"{x_name} holds {x_dtype}, not numbers", hint)
+    if y_shape is None:
+        return False
     if len(y_shape) not in (1, 2):
         raise InputError(path, f"{y_name} has shape {tuple(y_shape)}, not (records,) or (records, classes)", hint)
     if y_dtype.kind not in ("biuf" if len(y_shape) == 2 else "biufSUO"):
@@ -70,12 +73,13 @@ def _labels(y: np.ndarray, problems: dict[int, str]) -> list:
     return labels
 
 
-def array_batch(path: str, x, y: np.ndarray, start: int, policy: BadRecordPolicy) -> DenseBatch | SparseBatch | None:
-    """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y."""
+def array_batch(path: str, x, y: np.ndarray | None, start: int,
+                policy: BadRecordPolicy) -> DenseBatch | SparseBatch | None:
+    """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y (or None)."""
     n = x.shape[0]
     locations = [f"{path}:row {start + r}" for r in range(n)]
     problems: dict[int, str] = {}
-    labels = _labels(np.asarray(y), problems)
+    labels = [None] * n if y is None else _labels(np.asarray(y), problems)
     if sp.issparse(x):
         x = sp.csr_matrix(x, dtype=np.float64)
         x.sum_duplicates()

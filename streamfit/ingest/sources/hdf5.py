@@ -1,5 +1,5 @@
-"""HDF5 files (h5py): features in the 2-D dataset x_dataset, labels in y_dataset, read
-batch_size rows at a time (see arrays.py for the label rules and bad records)."""
+"""HDF5 files (h5py): features in the 2-D dataset x_dataset, labels in y_dataset (None: no
+labels), read batch_size rows at a time (see arrays.py for the label rules and bad records)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Hdf5Source:
         policy: BadRecordPolicy,
         batch_size: int = 8192,
         x_dataset: str = "X",
-        y_dataset: str = "y",
+        y_dataset: str | None = "y",
     ):
         self.path = os.fspath(path)
         require_path(self.path)
@@ -35,10 +35,10 @@ class Hdf5Source:
         self.y_dataset = y_dataset
         with self._open() as f:
             X = self._dataset(f, x_dataset, "--x-dataset")
-            y = self._dataset(f, y_dataset, "--y-dataset")
+            y = None if y_dataset is None else self._dataset(f, y_dataset, "--y-dataset")
             self.multilabel = check_shapes(
-                self.path, f"dataset {x_dataset!r}", X.shape, X.dtype, f"dataset {y_dataset!r}", y.shape, y.dtype,
-                "check --x-dataset and --y-dataset",
+                self.path, f"dataset {x_dataset!r}", X.shape, X.dtype, f"dataset {y_dataset!r}",
+                None if y is None else y.shape, None if y is None else y.dtype, "check --x-dataset and --y-dataset",
             )
         self.n_read = 0
 
@@ -61,10 +61,10 @@ class Hdf5Source:
     def __iter__(self):
         self.n_read = 0
         with self._open() as f:
-            X, y = f[self.x_dataset], f[self.y_dataset]
+            X, y = f[self.x_dataset], None if self.y_dataset is None else f[self.y_dataset]
             for start in range(0, X.shape[0], self.batch_size):
                 stop = min(start + self.batch_size, X.shape[0])
                 self.n_read += stop - start
-                batch = array_batch(self.path, X[start:stop], y[start:stop], start, self.policy)
+                batch = array_batch(self.path, X[start:stop], None if y is None else y[start:stop], start, self.policy)
                 if batch is not None:
                     yield batch

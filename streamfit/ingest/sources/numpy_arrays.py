@@ -5,6 +5,7 @@
   cannot memory-map an .npz member, so each array is loaded whole when read.
 - a scipy.sparse.save_npz file is read as sparse rows (SparseBatch); it holds no labels, so
   y_path is required. The matrix is loaded whole.
+- y_dataset=None reads no labels (every label None, as `streamfit predict` reads unlabeled rows).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class NumpySource:
         policy: BadRecordPolicy,
         batch_size: int = 8192,
         x_dataset: str = "X",
-        y_dataset: str = "y",
+        y_dataset: str | None = "y",
         y_path: str | None = None,
     ):
         self.path = os.fspath(path)
@@ -69,8 +70,8 @@ class NumpySource:
             X.shape,
             X.dtype,
             f"labels {self.y_path!r}" if self.y_path else f"array {self.y_dataset!r}",
-            y.shape,
-            y.dtype,
+            None if y is None else y.shape,
+            None if y is None else y.dtype,
             "check --x-dataset, --y-dataset and --option y_path",
         )
         self.n_read = 0
@@ -86,17 +87,18 @@ class NumpySource:
             raise InputError(path, f"not a readable .npy/.npz file ({e})") from None
 
     def _arrays(self, load_x: bool = True):
-        """(X, y): memory maps for .npy, loaded arrays for .npz; with load_x=False, X of an .npz
-        is only described (shape, dtype), so opening a source does not load it."""
-        y = None if self.y_path is None else self._load(self.y_path, mmap_mode="r")
+        """(X, y): memory maps for .npy, loaded arrays for .npz (y None without labels); with
+        load_x=False, X of an .npz is only described (shape, dtype), so opening a source does not load it."""
+        labeled = self.y_dataset is not None
+        y = None if self.y_path is None or not labeled else self._load(self.y_path, mmap_mode="r")
         if not self._is_npz:
-            if y is None:
+            if y is None and labeled:
                 raise InputError(self.path, "a .npy file holds no labels", "pass --option y_path=LABELS.npy")
             return self._load(self.path, mmap_mode="r"), y
         with self._load(self.path) as npz:
             keys = set(npz.files)
             if self.x_dataset not in keys and _SCIPY_KEYS <= keys:
-                if y is None:
+                if y is None and labeled:
                     raise InputError(
                         self.path, "a scipy sparse .npz holds no labels", "pass --option y_path=LABELS.npy"
                     )
@@ -106,7 +108,7 @@ class NumpySource:
             listed = ", ".join(sorted(keys)) or "none"
             if self.x_dataset not in keys:
                 raise InputError(self.path, f"no array {self.x_dataset!r}", f"set --x-dataset; the arrays are {listed}")
-            if y is None:
+            if y is None and labeled:
                 if self.y_dataset not in keys:
                     raise InputError(
                         self.path, f"no array {self.y_dataset!r}", f"set --y-dataset; the arrays are {listed}"
@@ -120,6 +122,6 @@ class NumpySource:
         for start in range(0, X.shape[0], self.batch_size):
             stop = min(start + self.batch_size, X.shape[0])
             self.n_read += stop - start
-            batch = array_batch(self.path, X[start:stop], y[start:stop], start, self.policy)
+            batch = array_batch(self.path, X[start:stop], None if y is None else y[start:stop], start, self.policy)
             if batch is not None:
                 yield batch
