@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 
 # predict reads no labels, so unlabeled rows are fine (a LIBSVM line's label list may be empty)
-_UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "multilabel": True}
+_UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "class_folders": False,
+              "multilabel": True}
 
 
 def _is_store(path: str) -> bool:

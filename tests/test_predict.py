@@ -129,3 +129,10 @@ def test_unlabeled_numeric_rows_are_scored(tmp_path):
     for name in ("new.npy", "new.svm"):
         result = run("predict", tmp_path / "r", tmp_path / name, "-o", tmp_path / "p.csv")
         assert "2 rows written" in result.output
+
+
+def test_a_folder_of_unlabeled_documents_is_scored(runs, tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("a cat")
+    (tmp_path / "docs" / "b.txt").write_text("the market")
+    assert "2 rows written" in run("predict", runs / "jsonl", tmp_path / "docs", "-o", tmp_path / "p.csv").output

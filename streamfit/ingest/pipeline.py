@@ -89,9 +89,10 @@ def _take_rows(X, labels, keep: np.ndarray):
 def _check_options(o: IngestOptions) -> None:
     if not o.paths:
         raise StreamfitError("no input given: name one or more source files")
-    for key in ("label_field", "y_dataset"):
-        if key in o.source_options and o.source_options[key] is None:
-            raise StreamfitError(f"{key} is empty: ingest needs labels; name the label field, column or dataset")
+    for key, off in (("label_field", None), ("y_dataset", None), ("class_folders", False)):
+        if key in o.source_options and o.source_options[key] == off:
+            raise StreamfitError(f"{key}={off} reads no labels, but ingest needs them: drop the option, or name the "
+                                 "label field, column or dataset")
     if o.test_size is not None:
         if not 0.0 < o.test_size < 1.0:
             raise StreamfitError(f"--test-size must be between 0 and 1, got {o.test_size}")

@@ -139,11 +139,11 @@ def test_input_kind_is_recorded_and_data_options_are_not(tmp_path, digits_svm):
     assert numeric["input"] == "numeric" and numeric["source_options"] == {"zero_based": False}
 
 
-@pytest.mark.parametrize("key", ["label_field", "y_dataset"])
-def test_an_empty_label_field_is_refused(tmp_path, key):
-    with pytest.raises(StreamfitError, match=f"{key} is empty: ingest needs labels"):
+@pytest.mark.parametrize("key, off", [("label_field", None), ("y_dataset", None), ("class_folders", False)])
+def test_options_that_read_no_labels_are_refused(tmp_path, key, off):
+    with pytest.raises(StreamfitError, match=f"{key}={off} reads no labels, but ingest needs them"):
         ingest(IngestOptions([_jsonl(tmp_path, DOCS)], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10),
-                             source_options={key: None}, progress=False))
+                             source_options={key: off}, progress=False))
 
 
 def test_bad_line_names_file_and_line_and_loses_nothing(tmp_path):

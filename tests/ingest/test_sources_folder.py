@@ -182,3 +182,13 @@ def test_a_plain_file_is_not_a_folder(tmp_path):
     path.write_text("a")
     with pytest.raises(InputError, match="not a directory or a tar archive"):
         open_source(str(path), "folder", policy=BadRecordPolicy())
+
+
+def test_without_class_folders_every_file_is_an_unlabeled_document(read, tmp_path):
+    root = make_tree(tmp_path / "docs", {"a.txt": "first", "more/b.txt": "second"})
+    batches = read.batches(open_source(root, policy=BadRecordPolicy(), class_folders=False))
+    assert read.texts(batches) == ["first", "second"] and read.labels(batches) == [None, None]
+    news = make_tree(tmp_path / "news", NEWS)
+    source = open_source(news, policy=BadRecordPolicy(), class_folders=False, subset="20news-bydate-test",
+                         encoding="latin-1")
+    assert read.texts(read.batches(source)) == ["Test car.\n", "Test post.\n"]

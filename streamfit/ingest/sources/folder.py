@@ -8,6 +8,8 @@ records; names starting with '.' are ignored. Finding the layout lists the input
 archive that is one decompressing pass over it, skipped when subset names the top folder). Directories are read in sorted order (class,
 then file name, both by code point); archives in archive order. Documents are decoded with
 encoding/encoding_errors (20 Newsgroups needs encoding='latin-1'); a decode error is a bad record.
+With class_folders=False every file (under subset, if given) is a document without a label
+(None), at any depth: how `streamfit predict` reads a folder of new documents.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class FolderSource:
         subset: str | None = None,
         encoding: str = "utf-8",
         encoding_errors: str = "strict",
+        class_folders: bool = True,
     ):
         self.path = os.fspath(path)
         require_path(self.path, directory_ok=True)
@@ -52,9 +55,15 @@ class FolderSource:
         self.encoding = check_encoding(encoding, encoding_errors)
         self.encoding_errors = encoding_errors
         self.subset = subset
+        self.class_folders = class_folders
         # an archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
-        self.prefix = (subset,) if subset is not None and not self.is_dir else self._layout(subset)
+        if subset is not None and not self.is_dir:
+            self.prefix = (subset,)
+        elif not class_folders and subset is None:
+            self.prefix = ()
+        else:
+            self.prefix = self._layout(subset)
         self.n_read = 0
 
     def __iter__(self):
@@ -67,7 +76,7 @@ class FolderSource:
                 tops.add(parts[0])
                 continue
             self.n_read += 1
-            if len(parts) != n + 2:
+            if self.class_folders and len(parts) != n + 2:
                 self.policy.bad(location, "the file is not in a class folder", hint="documents go in <class>/<file>")
                 continue
             data = read()
@@ -81,7 +90,7 @@ class FolderSource:
                     "pass --encoding (20 Newsgroups is latin-1) or --option encoding_errors=replace",
                 )
                 continue
-            batcher.add([text], parts[n], location)
+            batcher.add([text], parts[n] if self.class_folders else None, location)
             if len(batcher) == self.batch_size:
                 yield batcher.take()
         if len(batcher):
