@@ -90,6 +90,7 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 _LIKE_DECIDES = {"no_hash", "n_features", "hash_seed", "no_alternate_sign", "ngram_max", "value", "no_lowercase",
                  "idf", "l2_normalize", "classes"}
 
+
 def _parse_key_values(pairs, what: str) -> dict:
     out = {}
     for pair in pairs:
