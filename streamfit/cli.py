@@ -91,15 +91,21 @@ _LIKE_DECIDES = {"no_hash", "n_features", "hash_seed", "no_alternate_sign", "ngr
                  "idf", "l2_normalize", "classes"}
 
 
+# VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
+_NONE_WORDS = {"None", "none"}
+
+
 def _parse_key_values(pairs, what: str) -> dict:
+    """KEY=VALUE pairs; VALUE is read as YAML (numbers, true/false, lists), and None/none/null
+    mean None (quote it, 'None', for the string)."""
+    import yaml
+
     out = {}
     for pair in pairs:
         if "=" not in pair:
             raise ConfigError(f"{what} {pair!r}: expected KEY=VALUE")
         key, value = pair.split("=", 1)
-        import yaml
-
-        out[key.strip()] = yaml.safe_load(value)
+        out[key.strip()] = None if value.strip() in _NONE_WORDS else yaml.safe_load(value)
     return out
 
 
@@ -287,7 +293,8 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
 @click.option("--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl.")
 @click.option("--config", "config_file", type=click.Path(), default=None,
               help="YAML with `solver`, `params` and engine settings (see configs/).")
-@click.option("--param", "-p", "params", multiple=True, help="Solver parameter KEY=VALUE (repeatable; overrides --config).")
+@click.option("--param", "-p", "params", multiple=True, help="Solver parameter KEY=VALUE (repeatable; overrides --config); "
+              "VALUE None (or null) for a parameter whose default is None.")
 @click.option("--scheduler", default=None, help="Join an existing Dask cluster at ADDRESS (tcp://host:8786) "
               "instead of starting an embedded local one.")
 @click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core]; 0 runs in this process without Dask.")

@@ -83,6 +83,18 @@ def test_bad_solver_parameter_names_the_key(stores, tmp_path):
     assert result.exit_code == 2 and "block_sise" in result.output
 
 
+def test_param_none_as_list_solvers_prints_it(stores, tmp_path):
+    assert "pca_components (default None)" in run("train", "--list-solvers").output
+    for word in ("None", "none", "null"):
+        run_dir = tmp_path / word
+        run("train", stores / "train.zarr", "--solver", "stagewise", "-p", f"pca_components={word}", "-p",
+            "n_passes=1", "-p", "block_size=16", "--n-workers", "0", "--out", run_dir)
+        assert json.loads((run_dir / "run.json").read_text())["params"]["pca_components"] is None
+    result = run("train", stores / "train.zarr", "--solver", "stagewise", "-p", "max_iter=None", "--n-workers", "0",
+                 "--out", tmp_path / "r", ok=False)
+    assert result.exit_code == 2 and "max_iter: Input should be a valid integer" in result.output
+
+
 def test_missing_store_is_a_clear_error(tmp_path):
     result = run("inspect", tmp_path / "nope.zarr", ok=False)
     assert result.exit_code == 2 and "no such store" in result.output
