@@ -4,7 +4,6 @@ import bz2
 import gzip
 import lzma
 import os
-import warnings
 from unittest import mock
 
 import numpy as np
@@ -185,12 +184,13 @@ def test_zero_based(read, tmp_path):
     assert_same_as_sklearn(read, batches, path, zero_based=True)
 
 
-def test_qid_is_ignored_with_one_warning(read, tmp_path):
-    path = write(tmp_path, "1 qid:1 1:1\n2 qid:1 2:1\n3 qid:2 1:2\n")
-    with pytest.warns(UserWarning, match="data.svm: qid") as record:
-        _, _, batches = read_file(read, path, 1)
-    assert len(record) == 1
+def test_qid_is_ignored_with_one_log_line(read, tmp_path, caplog, recwarn):
+    path = write(tmp_path, "# ranking data\n1 1:1\n2 qid:1 2:1\n3 qid:2 1:2 qid:3\n")
+    _, _, batches = read_file(read, path, 1)
     assert read.sparse(batches).toarray().tolist() == [[1, 0], [0, 1], [2, 0]]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{path}:3: qid:N tokens (query ids of ranking data) are ignored; lines with one: 2"]
+    assert caplog.records[0].levelname == "WARNING" and not recwarn.list
 
 
 def test_large_values_and_long_tokens(read, tmp_path):
@@ -369,20 +369,18 @@ def _records(text: str) -> int:
 def test_property_garbage_never_crashes(read, tmp_path, lines, batch_size, multilabel):
     text = "\n".join(lines)
     path = write(tmp_path, text.encode("latin-1"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        policy = BadRecordPolicy("skip")
-        source = open_source(path, policy=policy, batch_size=batch_size, multilabel=multilabel)
-        batches = read.batches(source, batch_size)
-        assert source.n_read == _records(text) == policy.n_skipped + len(read.labels(batches))
-        for b in batches:
-            assert np.isfinite(b.X.data).all() and (b.X.indices >= 0).all()
-        try:
-            list(open_source(path, policy=BadRecordPolicy(), batch_size=batch_size, multilabel=multilabel))
-        except InputError as e:
-            assert e.location.startswith(f"{path}:")
-        else:
-            assert policy.n_skipped == 0
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy, batch_size=batch_size, multilabel=multilabel)
+    batches = read.batches(source, batch_size)
+    assert source.n_read == _records(text) == policy.n_skipped + len(read.labels(batches))
+    for b in batches:
+        assert np.isfinite(b.X.data).all() and (b.X.indices >= 0).all()
+    try:
+        list(open_source(path, policy=BadRecordPolicy(), batch_size=batch_size, multilabel=multilabel))
+    except InputError as e:
+        assert e.location.startswith(f"{path}:")
+    else:
+        assert policy.n_skipped == 0
 
 
 @st.composite

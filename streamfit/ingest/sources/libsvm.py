@@ -14,7 +14,8 @@ Decisions:
 - Values are decimal numbers (sign, digits, point, exponent), converted exactly as Python's
   float() converts them. NaN, infinite and overflowing values are bad records, as are negative
   indices and indices above 2**62.
-- `qid:N` tokens are ignored (one UserWarning per pass over the file); `#` starts a comment;
+- `qid:N` tokens are ignored (one logged warning per pass over the file, naming the first line
+  with one and how many lines have one); `#` starts a comment;
   blank and comment-only lines are not records, but they count for line numbers.
 - Labels: integer-valued numbers are written canonically ('+1' and '1.0' -> '1'), other labels
   are kept as written; labels with control characters (a NUL from UTF-16, say) are bad
@@ -25,9 +26,9 @@ Decisions:
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-import warnings
 from functools import lru_cache
 
 import numba
@@ -43,6 +44,8 @@ from streamfit.ingest.sources._util import (
 )
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
+
+log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 16 << 20
 MAX_INDEX = 2**62
@@ -205,8 +208,9 @@ def _sort_row(indices, values, tokens, a, b):
 def _parse(buf, pos, end, max_records, zero_based, line_no):
     """Parse whole lines of buf[pos:end] until max_records records (non-blank lines) are read.
 
-    Returns (stop, line_no, n_qid, indptr, indices, values, tokens, rec) where stop is where
-    parsing ended, indices/values/tokens (start of each idx:val token) have one entry per
+    Returns (stop, line_no, qid_lines, first_qid_line, indptr, indices, values, tokens, rec)
+    where stop is where parsing ended, qid_lines counts the lines with a qid:N token (ignored)
+    and first_qid_line is the first of them (0: none), indices/values/tokens (start of each idx:val token) have one entry per
     feature, values hold NaN where Python must parse the token, and rec is an int64 array
     (n_records, 7) of line number, line start, line end, label start, label end, error code,
     error token position. Bad records keep no features."""
@@ -238,7 +242,8 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
     values = np.empty(n_colons, dtype=np.float64)
     tokens = np.empty(n_colons, dtype=np.int64)
     rec = np.zeros((n, 7), dtype=np.int64)
-    n_qid = 0
+    qid_lines = 0
+    first_qid_line = 0
     nnz = 0
     r = 0
     p = pos
@@ -275,6 +280,7 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
             in_order = True
             previous = -1
             value = 0.0
+            has_qid = False
             while True:
                 while i < content_end and _is_space(buf[i]):
                     i += 1
@@ -290,7 +296,7 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
                     code, code_at = NO_COLON, i
                     break
                 if colon - i == 3 and buf[i] == 113 and buf[i + 1] == 105 and buf[i + 2] == 100:  # qid
-                    n_qid += 1
+                    has_qid = True
                     i = token_end
                     continue
                 code, index = _parse_index(buf, i, colon)
@@ -312,6 +318,10 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
                 in_order &= index > previous
                 previous = index
                 i = token_end
+            if has_qid:
+                qid_lines += 1
+                if first_qid_line == 0:
+                    first_qid_line = line_no
             if code == 0 and not in_order:
                 code, code_at = _sort_row(indices, values, tokens, row_start, nnz)
             if code != 0:
@@ -321,7 +331,7 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
             r += 1
             indptr[r] = nnz
         p = eol + 1 if eol < stop else stop
-    return stop, line_no, n_qid, indptr, indices[:nnz], values[:nnz], tokens[:nnz], rec
+    return stop, line_no, qid_lines, first_qid_line, indptr, indices[:nnz], values[:nnz], tokens[:nnz], rec
 
 
 @numba.njit(cache=True, nogil=True)
@@ -406,7 +416,8 @@ class LibsvmSource:
     def __iter__(self):
         self.n_read = 0
         self._n_cols = 0
-        warned_qid = False
+        qid_lines = 0
+        first_qid_line = 0
         line_no = 0
         tail = b""
         with open_binary(self.path) as f:
@@ -424,15 +435,18 @@ class LibsvmSource:
                 buf = np.frombuffer(data, dtype=np.uint8)
                 pos = 0
                 while pos < cut:
-                    pos, line_no, n_qid, *parsed = _parse(buf, pos, cut, self.batch_size, self.zero_based, line_no)
-                    if n_qid and not warned_qid:
-                        warnings.warn(f"{self.path}: qid:N tokens are ignored", UserWarning)
-                        warned_qid = True
+                    pos, line_no, n_qid, first_qid, *parsed = _parse(buf, pos, cut, self.batch_size,
+                                                                      self.zero_based, line_no)
+                    qid_lines += n_qid
+                    first_qid_line = first_qid_line or first_qid
                     batch = self._batch(data, buf, *parsed)
                     if batch is not None:
                         yield batch
                 if not chunk:
-                    return
+                    break
+        if qid_lines:
+            log.warning("%s:%d: qid:N tokens (query ids of ranking data) are ignored; lines with one: %d",
+                        self.path, first_qid_line, qid_lines)
 
     @staticmethod
     def _slow_values(data: bytes, buf: np.ndarray, starts: np.ndarray) -> np.ndarray:
