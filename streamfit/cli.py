@@ -88,7 +88,7 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 # ---------------------------------------------------------------------------------------- ingest
 # the options whose values `ingest --like` takes from the training store
 _LIKE_DECIDES = {"no_hash", "n_features", "hash_seed", "no_alternate_sign", "ngram_max", "value", "no_lowercase",
-                 "idf", "l2_normalize", "classes"}
+                 "min_token_length", "idf", "l2_normalize", "classes"}
 
 
 # VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
@@ -129,6 +129,9 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.option("--value", default="count", show_default=True, type=click.Choice(["count", "binary", "log1p"]),
               help="Term value: raw count, binary, or log(1 + count).")
 @click.option("--no-lowercase", is_flag=True, help="Keep the case of text tokens.")
+@click.option("--min-token-length", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Hash text words of at least this many characters; shorter ones are dropped "
+                   "(a row with none has no features).")
 @click.option("--idf", is_flag=True, help="Weight features by IDF counted on the training rows (a second pass).")
 @click.option("--l2-normalize", is_flag=True, help="Scale every row to unit Euclidean norm.")
 @click.option("--like", type=click.Path(), default=None,
@@ -158,9 +161,9 @@ def _parse_key_values(pairs, what: str) -> dict:
                    "(for solvers that walk features; see 'streamfit transpose').")
 @click.pass_context
 def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash_seed, no_alternate_sign, ngram_max,
-           value, no_lowercase, idf, l2_normalize, like, classes, test_size, test_out, seed, on_bad_record, quarantine,
-           text_field, label_field, label_separator, zero_based, subset, encoding, x_dataset, y_dataset, options,
-           batch_size, overwrite, csc_block_features):
+           value, no_lowercase, min_token_length, idf, l2_normalize, like, classes, test_size, test_out, seed,
+           on_bad_record, quarantine, text_field, label_field, label_separator, zero_based, subset, encoding, x_dataset,
+           y_dataset, options, batch_size, overwrite, csc_block_features):
     """Turn raw data into a chunked, checksummed store.
 
     INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV, a folder (or .tar.gz)
@@ -187,7 +190,8 @@ def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash
 
         try:
             hashing = HashingConfig(n_features=n_features or 2**18, seed=hash_seed, alternate_sign=not no_alternate_sign,
-                                    lowercase=not no_lowercase, ngram_range=(1, ngram_max), value=value)
+                                    lowercase=not no_lowercase, ngram_range=(1, ngram_max), value=value,
+                                    min_token_length=min_token_length)
         except ValueError as e:
             raise ConfigError(str(e)) from None
     source_options = {k: v for k, v in {

@@ -209,3 +209,21 @@ def test_evaluate_names_what_differs(stores, tmp_path):
     run("ingest", tmp_path / "ab.svm", "--no-hash", "--n-features", "64", "--out", tmp_path / "ab.zarr")
     result = run("evaluate", tmp_path / "r", tmp_path / "ab.zarr", ok=False)
     assert result.exit_code == 2 and "ab.zarr: has 2 classes, the model 10" in result.output
+
+
+def test_min_token_length_is_an_ingest_option_recorded_for_like_and_predict(tmp_path):
+    assert "--min-token-length" in run("ingest", "--help").output
+    docs = tmp_path / "d.jsonl"
+    docs.write_text('{"text": "I a b", "label": "x"}\n{"text": "we go", "label": "y"}\n')
+    out = run("ingest", docs, "--out", tmp_path / "s2").output
+    assert "records read 2, written 2, skipped 0; 1 rows have no features;" in out
+    run("ingest", docs, "--out", tmp_path / "s1", "--min-token-length", "1")
+    assert open_store(str(tmp_path / "s1")).manifest.hashing["min_token_length"] == 1
+    run("ingest", docs, "--like", tmp_path / "s1", "--out", tmp_path / "t1")
+    assert open_store(str(tmp_path / "t1")).manifest.nnz == 5
+    result = run("ingest", docs, "--like", tmp_path / "s1", "--out", tmp_path / "t2", "--min-token-length", "2",
+                 ok=False)
+    assert result.exit_code == 2 and "drop --min-token-length" in result.output
+    run_dir = tmp_path / "run"
+    run("train", tmp_path / "s1", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
+    assert load_model(str(run_dir)).featurizer["hashing"]["min_token_length"] == 1

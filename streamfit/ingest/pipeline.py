@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from streamfit.ingest.labels import LabelVocabulary
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
 from streamfit.store.store import IDF_FILE, lock_dir
+
+log = logging.getLogger(__name__)
 
 MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
 # source options that pick which data is read, not how it is read: they do not carry over to
@@ -63,11 +66,14 @@ class IngestReport:
     read: int = 0
     written: int = 0
     skipped: int = 0
+    empty: int = 0  # written rows without features
     stores: dict = field(default_factory=dict)  # path -> rows
     csc_blocks: int = 0  # feature blocks of out's CSC copy (csc_block_features)
 
     def summary(self) -> str:
         parts = [f"records read {self.read}, written {self.written}, skipped {self.skipped}"]
+        if self.empty:
+            parts.append(f"{self.empty} rows have no features")
         parts += [f"{path}: {rows} rows" for path, rows in self.stores.items()]
         if self.csc_blocks:
             parts.append(f"CSC copy: {self.csc_blocks} feature blocks")
@@ -119,6 +125,8 @@ class _Pass1:
         self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
         self.read = 0
         self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
+        self.empty = 0  # kept rows without features
+        self.first_empty: str | None = None  # the location of the first
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
@@ -157,6 +165,10 @@ class _Pass1:
                 keep[r] = False
                 self.policy.bad(batch.locations[r], f"feature index {int(row_max[r])} is out of range "
                                 f"for {width} features", hint="pass a larger --n-features, or hash the indices")
+        empty = np.flatnonzero(keep & (np.diff(X.indptr) == 0))
+        if empty.size:
+            self.empty += empty.size
+            self.first_empty = self.first_empty or batch.locations[empty[0]]
         if not keep.all():
             X, labels = _take_rows(X, labels, keep)
         # batches of kept indices grow as the file is read: give every batch the final width,
@@ -230,7 +242,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         common = {"n_features": n_features, "classes": vocab.classes,
                   "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
                   "source": source_info}
-        report = IngestReport(read=p1.read, skipped=policy.n_skipped)
+        report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty)
         if not two_pass:
             transform = {"idf": like is not None and like.idf is not None, "l2_normalize": featurizer.l2_normalize}
             if transform["idf"]:
@@ -254,9 +266,20 @@ def ingest(o: IngestOptions) -> IngestReport:
     if report.read != report.written + report.skipped:
         raise StreamfitError(f"internal error: read {report.read} records but wrote {report.written} and skipped "
                              f"{report.skipped}; please report this")
+    if p1.empty:
+        _warn_empty_rows(p1, featurizer)
     if o.csc_block_features:
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:
+    if "text" in p1.kinds:
+        why = (f"text rows get features from words of {featurizer.hashing.min_token_length} or more characters "
+               "(--min-token-length): check --text-field, or lower --min-token-length")
+    else:
+        why = "their records list no features"
+    log.warning("%d rows have no features (the first: %s); %s", p1.empty, p1.first_empty, why)
 
 
 def _input_kind(kinds: set[str]) -> str | None:

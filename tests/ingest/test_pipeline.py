@@ -208,3 +208,28 @@ def test_parquet_token_lists_hash_like_the_same_text(tmp_path):
     X_tok, y_tok = open_store(str(tmp_path / "tok")).to_scipy()
     X_raw, y_raw = open_store(str(tmp_path / "raw")).to_scipy()
     assert X_tok.nnz > 0 and abs(X_tok - X_raw).max() == 0 and np.array_equal(y_tok, y_raw)
+
+
+@pytest.mark.parametrize("test_size", [None, 0.5])
+def test_rows_without_features_are_counted_and_the_first_named(tmp_path, caplog, test_size):
+    docs = [("a b c", "x"), ("hello world", "x"), ("I", "y"), ("good day", "y")]
+    split = {"test_size": test_size, "test_out": str(tmp_path / "t")} if test_size else {}
+    report = ingest(IngestOptions([_jsonl(tmp_path, docs)], str(tmp_path / "s"),
+                                  hashing=HashingConfig(n_features=2**10), progress=False, **split))
+    assert (report.written, report.empty) == (4, 2)
+    assert report.summary().startswith("records read 4, written 4, skipped 0; 2 rows have no features; ")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        (f"2 rows have no features (the first: {tmp_path / 'docs.jsonl'}:1); text rows get features from words of 2 "
+         "or more characters (--min-token-length): check --text-field, or lower --min-token-length")]
+
+
+def test_rows_without_features_in_numeric_data(tmp_path, caplog):
+    (tmp_path / "e.svm").write_text("1 1:1\n2\n1 2:1\n")
+    report = ingest(IngestOptions([str(tmp_path / "e.svm")], str(tmp_path / "s"), progress=False))
+    assert report.empty == 1 and "1 rows have no features" in report.summary()
+    assert f"(the first: {tmp_path / 'e.svm'}:2); their records list no features" in caplog.text
+
+
+def test_no_warning_when_every_row_has_features(tmp_path, caplog, digits_svm):
+    report = ingest(IngestOptions([digits_svm], str(tmp_path / "s"), progress=False))
+    assert report.empty == 0 and "no features" not in report.summary() + caplog.text
