@@ -268,6 +268,9 @@ def ingest(o: IngestOptions) -> IngestReport:
                              f"{report.skipped}; please report this")
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
+    if len(vocab.classes) == 1 and not p1.multilabel:  # `streamfit train` refuses such a store
+        log.warning("%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
+                    "class folders)", out, vocab.classes[0])
     if o.csc_block_features:
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report

@@ -233,3 +233,16 @@ def test_rows_without_features_in_numeric_data(tmp_path, caplog):
 def test_no_warning_when_every_row_has_features(tmp_path, caplog, digits_svm):
     report = ingest(IngestOptions([digits_svm], str(tmp_path / "s"), progress=False))
     assert report.empty == 0 and "no features" not in report.summary() + caplog.text
+
+
+def test_one_class_is_a_warning_at_the_end(tmp_path, caplog):
+    path = _jsonl(tmp_path, [("good day", "spam"), ("hello world", "spam")])
+    ingest(IngestOptions([path], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False))
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        (f"{tmp_path / 's'}: only one class: spam; a classifier needs two or more: check the labels (--label-field, "
+         "the class folders)")]
+    caplog.clear()
+    (tmp_path / "m.svm").write_text("a 1:1\na 2:1\n")  # one label per line, read as multilabel
+    ingest(IngestOptions([str(tmp_path / "m.svm")], str(tmp_path / "m"), source_options={"multilabel": True},
+                         progress=False))
+    assert "only one class" not in caplog.text
