@@ -36,6 +36,12 @@ class OutputError(StreamfitError):
     """An output that cannot be written: disk full, a read-only location, a path through a file."""
 
 
+class NotFittedError(StreamfitError, ValueError, AttributeError):
+    """An estimator used before `fit`. A ValueError and an AttributeError, as scikit-learn's
+    NotFittedError (once scikit-learn is imported, the estimators raise a subclass that is also
+    sklearn.exceptions.NotFittedError)."""
+
+
 class TimeLimitReached(StreamfitError):
     """A run passed its time limit and stopped right after writing checkpoint `step`; `--resume`
     continues it. The CLI exits with status 3, so a scheduler can tell it from a failure."""

@@ -11,24 +11,95 @@ estimator tags scikit-learn ≥ 1.6 reads through `sklearn.utils.get_tags` (clas
 required, sparse input accepted). The tags import scikit-learn only when scikit-learn asks for
 them, so `clone`, `cross_val_score`, `GridSearchCV` and `Pipeline` work, and importing
 streamfit still does not import scikit-learn. (`_estimator_type` serves scikit-learn < 1.6.)
+
+Input is checked as scikit-learn's `validate_data` does, with its error messages (so its
+`check_estimator` passes): X must be 2-D, numeric, real, finite and non-empty, with the
+feature count of fit at predict time (scipy.sparse X stays sparse: only its stored values are
+checked); y must hold discrete class labels (not continuous, NaN or inf) of at least two
+classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
+DataConversionWarning. Methods of an unfitted estimator raise NotFittedError. Outputs follow
+scikit-learn's conventions: decision_function is (n,) for two classes (positive means
+classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
+the dtype of the fitted label indicator.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.errors import NotFittedError
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.bcd import BCDParams, BCDSolver
 from streamfit.solvers.fbpd import FBPDParams, FBPDSolver
 from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty
 from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver
-from streamfit.solvers.stagewise import StagewiseParams, StagewiseSolver
+from streamfit.solvers.stagewise import (
+    StagewiseParams,
+    StagewiseSolver,
+    decision_threshold,
+)
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
+
+
+class DataConversionWarning(UserWarning):
+    """fit raveled a column y of shape (n, 1) to the (n,) class labels it holds (scikit-learn's
+    warning of that name; once scikit-learn is imported, the one issued is also its class)."""
+
+
+_SKLEARN_TWINS = {"NotFittedError": NotFittedError, "DataConversionWarning": DataConversionWarning}
+
+
+@functools.cache
+def _sklearn_twin(name: str) -> type:
+    """A subclass of streamfit's class `name` and of sklearn.exceptions.`name`, so that an
+    `except` clause or a warnings filter naming either one matches."""
+    from sklearn import exceptions
+
+    base = _SKLEARN_TWINS[name]
+    return type(name, (base, getattr(exceptions, name)), {
+        "__module__": __name__, "__qualname__": f"_sklearn_{name}",
+        "__doc__": f"streamfit's {name} that is also sklearn.exceptions.{name}."})
+
+
+def _compatible(name: str) -> type:
+    """streamfit's class `name`; its scikit-learn twin when scikit-learn is already imported (only
+    then can a caller name scikit-learn's class; streamfit never imports scikit-learn for it)."""
+    if "sklearn.exceptions" in sys.modules:
+        return _sklearn_twin(name)
+    return _SKLEARN_TWINS[name]
+
+
+def __getattr__(name: str):
+    """The twins by their qualified names, as unpickling an exception in another process asks."""
+    if name.startswith("_sklearn_") and name[len("_sklearn_"):] in _SKLEARN_TWINS:
+        return _sklearn_twin(name[len("_sklearn_"):])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _assert_all_finite(values: np.ndarray, input_name: str) -> None:
+    """scikit-learn's errors for NaN and inf; one sum decides in the common all-finite case."""
+    if values.size == 0 or values.dtype.kind not in "fc":
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(values.sum()):
+            return
+    if np.isnan(values).any():
+        raise ValueError(f"Input {input_name} contains NaN.")
+    if not np.isfinite(values).all():
+        raise ValueError(f"Input {input_name} contains infinity or a value too large for {values.dtype!r}.")
+
+
+def _reject_complex(values, input_name: str) -> None:
+    if getattr(values, "dtype", None) is not None and values.dtype.kind == "c":
+        raise ValueError(f"Complex data not supported (input {input_name} has dtype {values.dtype})")
 
 
 class _ParamsMixin:
@@ -81,21 +152,110 @@ class _SolverClassifier(_ParamsMixin):
         return Tags(estimator_type="classifier", target_tags=TargetTags(required=True, multi_output=multilabel),
                     classifier_tags=ClassifierTags(multi_label=multilabel), input_tags=InputTags(sparse=True))
 
-    def fit(self, X, y):
-        if y is None:  # scikit-learn's wording for a classifier fitted without targets
-            raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
-        X = X.tocsr() if sp.issparse(X) else np.asarray(X, dtype=np.float64)
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D, got shape {X.shape}")
-        if sp.issparse(y) or np.ndim(y) == 2:
-            labels = sp.csr_matrix(y, dtype=np.float32)
-            self.classes_ = np.arange(labels.shape[1])
+    # -- input checking (scikit-learn's validate_data and its messages, without scikit-learn) --
+    def _check_X(self, X, *, reset: bool):
+        """X as the solvers and models take it: CSR (float32/float64 kept, other dtypes as
+        float64; only the stored values are checked) or a float64 ndarray. Raises scikit-learn's
+        ValueErrors for a non-2-D, complex, non-finite or empty X, and (reset=False) for a
+        feature count other than fit's."""
+        name = type(self).__name__
+        if sp.issparse(X):
+            if X.ndim != 2:
+                raise ValueError(f"Expected a 2D sparse matrix, got {X.ndim}D instead")
+            _reject_complex(X, "X")
+            X = X.tocsr()
+            if X.dtype not in (np.float32, np.float64):
+                X = X.astype(np.float64)
+            values = X.data
         else:
-            self.classes_, ids = np.unique(np.asarray(y), return_inverse=True)
+            X = np.asarray(X)
+            _reject_complex(X, "X")
+            X = X.astype(np.float64, copy=False)  # object arrays of numbers convert; a dict raises TypeError
+            if X.ndim < 2:
+                raise ValueError(f"Expected 2D array, got {'scalar' if X.ndim == 0 else '1D'} array instead. "
+                                 "Reshape your data either using array.reshape(-1, 1) if your data has a single "
+                                 "feature or array.reshape(1, -1) if it contains a single sample.")
+            if X.ndim > 2:
+                raise ValueError(f"Found array with dim {X.ndim}. {name} expected <= 2.")
+            values = X
+        for axis, what in ((0, "sample"), (1, "feature")):
+            if X.shape[axis] == 0:
+                raise ValueError(f"Found array with 0 {what}(s) (shape={X.shape}) while a minimum of 1 is "
+                                 f"required by {name}.")
+        _assert_all_finite(values, "X")
+        if not reset and X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {X.shape[1]} features, but {name} is expecting {self.n_features_in_} "
+                             "features as input.")
+        return X
+
+    def _check_y(self, y, n_samples: int):
+        """(classes_, labels, label dtype): labels are int32 class ids (class labels y), or a
+        float32 CSR indicator (a 0/1 label indicator y, n × k with k ≥ 2; classes_ = 0..k-1)."""
+        name = type(self).__name__
+        if y is None:  # scikit-learn's wording for a classifier fitted without targets
+            raise ValueError(f"{name} requires y to be passed, but the target y is None")
+        if not sp.issparse(y):
+            y = np.asarray(y)
+            _reject_complex(y, "y")
+            if y.ndim == 2 and y.shape[1] == 1:
+                warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
+                              "of y to (n_samples,), for example using ravel().", _compatible("DataConversionWarning"),
+                              stacklevel=3)
+                y = y.ravel()
+        if y.ndim == 2:
+            if not self._accepts_multilabel():
+                raise ValueError(f"{name} with these parameters takes class labels y of shape (n_samples,), "
+                                 f"not a label indicator of shape {y.shape}")
+            _reject_complex(y, "y")
+            values = y.data if sp.issparse(y) else y
+            if y.shape[1] == 0 or not np.isin(values, (0, 1)).all():
+                raise ValueError(f"Unknown label type: a 2-D y must be a label indicator of 0s and 1s with at least "
+                                 f"one column (multilabel-indicator); got shape {y.shape}")
+            labels, classes = sp.csr_matrix(y, dtype=np.float32), np.arange(y.shape[1])
+        elif y.ndim == 1:
+            if y.dtype.kind == "f":
+                _assert_all_finite(y, "y")
+                if np.any(y != np.round(y)):
+                    raise ValueError("Unknown label type: continuous. Maybe you are trying to fit a classifier, which "
+                                     "expects discrete classes on a regression target with continuous values.")
+            try:
+                classes, ids = np.unique(y, return_inverse=True)
+            except TypeError as e:  # object labels of mixed types
+                raise ValueError(f"Unknown label type: y mixes label types ({e})") from None
+            if len(classes) == 1:
+                raise ValueError(f"{name} needs samples of at least 2 classes in the data, but the data contains "
+                                 f"only one class: {classes[0]!r}")
             labels = ids.astype(np.int32)
-        if labels.shape[0] != X.shape[0]:
-            raise ValueError(f"X has {X.shape[0]} rows but y has {labels.shape[0]}")
+        else:
+            raise ValueError(f"y must be class labels of shape (n_samples,) or a label indicator of shape "
+                             f"(n_samples, n_classes); got shape {y.shape}")
+        if labels.shape[0] != n_samples:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_samples}, "
+                             f"{labels.shape[0]}]")
+        return classes, labels, y.dtype
+
+    def _fitted_model(self):
+        """model_, or NotFittedError (scikit-learn's, when scikit-learn is imported) before fit."""
+        model = self.__dict__.get("model_")
+        if model is None:
+            raise _compatible("NotFittedError")(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
+                "before using this estimator.")
+        return model
+
+    def _scores(self, X) -> np.ndarray:
+        """The model's scores, n × n_classes, of a checked X."""
+        model = self._fitted_model()
+        return model.decision_function(self._check_X(X, reset=False))
+
+    # -- the scikit-learn API -------------------------------------------------------------
+    def fit(self, X, y):
+        if y is None:  # before X, so that this is the error whatever X is
+            self._check_y(y, 0)
+        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        X = self._check_X(X, reset=True)
+        classes, labels, y_dtype = self._check_y(y, X.shape[0])
+        self.classes_ = classes
         source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
         checkpointer = Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory")
         log = MetricsLog(None)
@@ -103,24 +263,44 @@ class _SolverClassifier(_ParamsMixin):
             self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
+        self._y_dtype = y_dtype
         return self
 
     @property
     def multilabel_(self) -> bool:
-        return self.model_.multilabel
+        return self._fitted_model().multilabel
+
+    def _multilabel_threshold(self) -> float:
+        """The model's score above which a label is on (multilabel)."""
+        return 0.0
 
     def decision_function(self, X) -> np.ndarray:
-        return self.model_.decision_function(X)
+        """scikit-learn's decision_function: the scores, n × n_classes, for three or more
+        classes; for two, one score per row, positive for classes_[1] (the difference of the
+        model's two scores); for a label indicator, n × n_labels scores positive where predict
+        sets the label (the model's scores less its threshold). model_.decision_function gives
+        the model's own n × n_classes scores."""
+        S = self._scores(X)
+        if self.multilabel_:
+            threshold = self._multilabel_threshold()
+            return S - threshold if threshold else S
+        if S.shape[1] == 2:
+            return S[:, 1] - S[:, 0]
+        return S
 
     def predict(self, X) -> np.ndarray:
-        """Class labels (multiclass), or the model's 0/1 label indicator (multilabel)."""
-        if self.multilabel_:
-            return self.model_.predict(X)
-        return self.classes_[np.argmax(self.decision_function(X), axis=1)]
+        """Class labels (multiclass), or the model's 0/1 label indicator in the dtype of the
+        fitted one (multilabel)."""
+        model = self._fitted_model()
+        X = self._check_X(X, reset=False)
+        if model.multilabel:
+            return model.predict(X).astype(self._y_dtype, copy=False)
+        return self.classes_[np.argmax(model.decision_function(X), axis=1)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """(labels, scores) of the k best classes per row, best first."""
-        top, scores = self.model_.predict_topk(X, k)
+        model = self._fitted_model()
+        top, scores = model.predict_topk(self._check_X(X, reset=False), k)
         return self.classes_[top], scores
 
     def score(self, X, y, sample_weight=None) -> float:
@@ -142,11 +322,11 @@ class _SolverClassifier(_ParamsMixin):
 
     @property
     def coef_(self):
-        return self.model_.coef_
+        return self._fitted_model().coef_
 
     @property
     def intercept_(self) -> np.ndarray:
-        return self.model_.intercept_
+        return self._fitted_model().intercept_
 
 
 class StagewiseLSClassifier(_SolverClassifier):
@@ -230,7 +410,20 @@ class StagewiseLSClassifier(_SolverClassifier):
         )
 
     def predict_proba(self, X) -> np.ndarray:
-        return self.model_.predict_proba(X)
+        """Class probabilities, n × n_classes (label probabilities, n × n_labels, multilabel):
+        softmax/sigmoid of the margins for the softmax link; for the identity link the scores
+        projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
+        model = self._fitted_model()
+        return model.predict_proba(self._check_X(X, reset=False))
+
+    def _multilabel_threshold(self) -> float:
+        return decision_threshold(self._fitted_model().link)  # 0.5 for identity-link fits of 0/1 targets
+
+    @property
+    def n_iter_(self) -> int:
+        """Stages run (n_passes × blocks). max_iter caps the inner iterations of each softmax
+        stage instead; history_ records them (inner_objective)."""
+        return int(self._fitted_model().info["stages"])
 
 
 class FBPDClassifier(_SolverClassifier):
@@ -276,7 +469,8 @@ class FBPDClassifier(_SolverClassifier):
 
     @property
     def n_iter_(self) -> int:
-        return self.model_.info["iterations"]
+        """Iterations run (at most max_iter)."""
+        return int(self._fitted_model().info["iterations"])
 
     def _solver_params(self) -> FBPDParams:
         return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
@@ -286,7 +480,7 @@ class FBPDClassifier(_SolverClassifier):
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
-        S = self.decision_function(X)
+        S = self._scores(X)
         rows = np.arange(S.shape[0])
         z = np.searchsorted(self.classes_, np.asarray(y))
         margins = S - S[rows, z][:, None] + 1.0
@@ -345,6 +539,12 @@ class PPDSparseClassifier(_SolverClassifier):
 
     def _solver_params(self) -> PPDSparseParams:
         return PPDSparseParams(**{k: v for k, v in self.get_params().items() if k != "chunk_rows"})
+
+    @property
+    def n_iter_(self) -> int:
+        """Outer iterations of the class group that took most (each group stops after at most max_iter)."""
+        self._fitted_model()
+        return max((int(r.get("iterations", 0)) for r in self.history_), default=0)
 
 
 class BCDClassifier(_SolverClassifier):
@@ -405,8 +605,13 @@ class BCDClassifier(_SolverClassifier):
         return np.array([index[v] for v in np.asarray(y)], dtype=np.int32)
 
     @property
+    def n_iter_(self) -> int:
+        """Outer iterations run (at most max_iter)."""
+        return int(self._fitted_model().info["outer_iterations"])
+
+    @property
     def coef_(self) -> np.ndarray:
-        c = self.model_.coef_
+        c = self._fitted_model().coef_
         return c.toarray() if sp.issparse(c) else np.asarray(c)
 
     def objective(self, X, y) -> float:
@@ -414,7 +619,7 @@ class BCDClassifier(_SolverClassifier):
         from streamfit.losses import LOSSES, loss_sum
         from streamfit.penalties import PENALTIES, value
 
-        S = self.decision_function(X)
+        S = self._scores(X)
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
         reg = value(PENALTIES[self.penalty], W, float(self.lam), float(self.l1_ratio))
         return loss_sum(LOSSES[self.loss], S, self._labels(y)) / S.shape[0] + reg
