@@ -280,6 +280,11 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
         click.echo(json.dumps(info, indent=1))
     else:
         for key, val in info.items():
+            if key == "occupancy":
+                click.echo(f"{key:>14}:")
+                for line in _occupancy_lines(val):
+                    click.echo(f"{'':>16}{line}")
+                continue
             if key == "classes" and len(val) > 20:
                 val = ", ".join(val[:20]) + f", … ({len(val)} in all)"
             click.echo(f"{key:>14}: {val}")
@@ -287,6 +292,25 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
         for p in problems:
             click.echo(f"damaged: {p}", err=True)
         sys.exit(1)
+
+
+def _occupancy_lines(report: dict) -> list[str]:
+    """collision_report as `name: value` lines (--json keeps the raw numbers)."""
+    def number(n):
+        return "unknown: every column is used" if n is None else f"{n:,}"
+
+    used = f"{report['columns_used']:,} of {report['n_features']:,}"
+    lines = [f"columns used: {used} ({_percent(report['occupancy'])})"]
+    if "estimated_distinct_features" in report:  # hashed
+        lines += [f"estimated distinct features: {number(report['estimated_distinct_features'])}",
+                  f"estimated colliding share: {_percent(report['estimated_colliding_share'])}",
+                  f"n_features for under 1 % colliding: {number(report['n_features_for_1pct'])}",
+                  f"n_features for under 10 % colliding: {number(report['n_features_for_10pct'])}"]
+    return lines
+
+
+def _percent(share: float) -> str:
+    return f"{100 * share:.3g} %"
 
 
 # ----------------------------------------------------------------------------------------- train

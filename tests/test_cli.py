@@ -227,3 +227,22 @@ def test_min_token_length_is_an_ingest_option_recorded_for_like_and_predict(tmp_
     run_dir = tmp_path / "run"
     run("train", tmp_path / "s1", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
     assert load_model(str(run_dir)).featurizer["hashing"]["min_token_length"] == 1
+
+
+def test_inspect_occupancy_reads_as_lines(stores, tmp_path):
+    text = run("inspect", stores / "train.zarr", "--occupancy").output
+    assert text.endswith("\n     occupancy:\n                columns used: 61 of 64 (95.3 %)\n")
+    docs = tmp_path / "d.jsonl"
+    docs.write_text("".join(json.dumps({"text": f"word{i} other{i}", "label": i % 2}) + "\n" for i in range(100)))
+    run("ingest", docs, "--out", tmp_path / "wide", "--n-features", "4096")
+    lines = run("inspect", tmp_path / "wide", "--occupancy").output.splitlines()
+    assert [line.strip() for line in lines[lines.index("     occupancy:") + 1:]] == [
+        "columns used: 194 of 4,096 (4.74 %)", "estimated distinct features: 199",
+        "estimated colliding share: 4.74 %", "n_features for under 1 % colliding: 32,768",
+        "n_features for under 10 % colliding: 2,048"]
+    run("ingest", docs, "--out", tmp_path / "full", "--n-features", "4")
+    text = run("inspect", tmp_path / "full", "--occupancy").output
+    assert "estimated distinct features: unknown: every column is used" in text
+    assert "n_features for under 1 % colliding: unknown: every column is used" in text
+    report = json.loads(run("inspect", tmp_path / "full", "--occupancy", "--json").output)["occupancy"]
+    assert report["columns_used"] == 4 and report["n_features_for_1pct"] is None
