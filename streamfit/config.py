@@ -56,6 +56,7 @@ class HashingSection(_Strict):
     lowercase: bool = True
     ngram_range: tuple[int, int] = Field((1, 1), description="word n-grams, e.g. [1, 2]")
     value: Literal["count", "binary", "log1p"] = Field("count", description="term value transform")
+    min_token_length: int = Field(2, ge=1, description="text words shorter than this are not hashed")
 
 
 class IngestSection(_Strict):

@@ -43,10 +43,12 @@ def make_params(solver_name: str, params: dict | None):
 
 
 def _param_problem(err: dict, known: list[str]) -> str:
-    """One validation error as 'key: message', with the closest parameter name for an unknown key."""
+    """One validation error as 'key: message', with the closest parameter name for an unknown key
+    and a word on None where None was given."""
     key = ".".join(map(str, err["loc"])) or "(params)"
     close = difflib.get_close_matches(key, known, n=1) if err["type"] == "extra_forbidden" else []
-    return f"{key}: {err['msg']}" + (f" (did you mean {close[0]}?)" if close else "")
+    hint = f" (did you mean {close[0]}?)" if close else " (None is not allowed here)" if err.get("input", 0) is None else ""
+    return f"{key}: {err['msg']}{hint}"
 
 
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
