@@ -194,6 +194,8 @@ class _SolverClassifier(_ParamsMixin):
         name = type(self).__name__
         if y is None:  # scikit-learn's wording for a classifier fitted without targets
             raise ValueError(f"{name} requires y to be passed, but the target y is None")
+        if sp.issparse(y) and y.shape[1] == 1:
+            y = y.toarray()  # a column, as dense: class labels, raveled below
         if not sp.issparse(y):
             y = np.asarray(y)
             _reject_complex(y, "y")
@@ -294,7 +296,8 @@ class _SolverClassifier(_ParamsMixin):
         model = self._fitted_model()
         X = self._check_X(X, reset=False)
         if model.multilabel:
-            return model.predict(X).astype(self._y_dtype, copy=False)
+            dtype = getattr(self, "_y_dtype", np.int8)  # int8: an estimator pickled before fit recorded the dtype
+            return model.predict(X).astype(dtype, copy=False)
         return self.classes_[np.argmax(model.decision_function(X), axis=1)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -366,8 +369,8 @@ class StagewiseLSClassifier(_SolverClassifier):
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or an indicator matrix
     (n × k) for multilabel. Attributes: classes_, model_ (a StagewiseModel, savable with
-    model_.save), history_ (one dict per stage), n_features_in_, coef_/intercept_ for linear
-    models.
+    model_.save), history_ (one dict per stage), n_features_in_, n_iter_ (stages run),
+    coef_/intercept_ for linear models.
     """
 
     def __init__(self, link="identity", calibrate=False, block_size=512, n_passes=2, generator="auto",
@@ -513,7 +516,7 @@ class PPDSparseClassifier(_SolverClassifier):
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
-    CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_.
+    CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_, n_iter_.
     """
 
     def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=0.1,
@@ -566,7 +569,7 @@ class BCDClassifier(_SolverClassifier):
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
     the penalty are exactly-zero columns), intercept_ (zeros), model_ (a LinearModel), history_
-    (one dict per outer iteration), n_features_in_. `objective(X, y)` is F(W) on (X, y).
+    (one dict per outer iteration), n_features_in_, n_iter_. `objective(X, y)` is F(W) on (X, y).
     """
 
     def __init__(self, loss="squared_hinge", penalty="l1/l2", lam=1e-3, variant="ls", tol=1e-3, max_iter=200,

@@ -142,13 +142,20 @@ def digits_small():
 
 def test_importing_streamfit_does_not_import_sklearn():
     """scikit-learn is a test extra, not a dependency: the tags import it only when asked, and
-    without it imported an unfitted estimator raises streamfit's own NotFittedError."""
+    without it imported an unfitted estimator raises streamfit's own NotFittedError, and a column y
+    warns with streamfit's own DataConversionWarning."""
     code = ("import sys, numpy as np, streamfit\n"
             "assert 'sklearn' not in sys.modules, 'streamfit imported sklearn'\n"
             "from streamfit.errors import NotFittedError\n"
             "try:\n    streamfit.BCDClassifier().predict(np.ones((2, 2)))\n"
             "except NotFittedError as e:\n    assert type(e) is NotFittedError, type(e)\n"
-            "assert 'sklearn' not in sys.modules, 'NotFittedError imported sklearn'\n")
+            "import warnings\n"
+            "from streamfit.estimators import DataConversionWarning\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    streamfit.BCDClassifier().fit(np.eye(4), np.array([[0], [1], [0], [1]]))\n"
+            "assert [type(x.message) for x in w] == [DataConversionWarning], w\n"
+            "assert 'sklearn' not in sys.modules, 'NotFittedError or the warning imported sklearn'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -492,6 +499,9 @@ def test_column_y_is_raveled_with_a_warning(case):
     assert record[0].filename == __file__  # attributed to the caller of fit
     assert not column.multilabel_ and list(column.classes_) == [0, 1, 2]
     np.testing.assert_array_equal(column.predict(X), flat.predict(X))
+    with pytest.warns(SklearnDataConversionWarning, match="A column-vector y was passed"):
+        sparse_column = CHECK_CASES[case]().fit(X, sp.csr_matrix(y[:, None]))
+    np.testing.assert_array_equal(sparse_column.predict(X), flat.predict(X))
 
 
 @pytest.mark.parametrize("case", ["stagewise", "bcd", "ppdsparse", "fbpd"])
