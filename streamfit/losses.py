@@ -186,12 +186,15 @@ def dual_loss(loss: int, S, lab_ptr, lab_ind, c_max: float) -> float:
 
 
 def label_lists(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lab_ptr, lab_ind) of a chunk's labels: int class ids or a CSR 0/1 indicator."""
+    """(lab_ptr, lab_ind) of a chunk's labels: int class ids or a CSR 0/1 indicator (explicit
+    zeros dropped; the labels are never modified: a store's chunks are read-only)."""
     import scipy.sparse as sp
 
     if sp.issparse(labels):
-        L = sp.csr_matrix(labels)
-        L.eliminate_zeros()
+        L = sp.csr_matrix(labels)  # shares the arrays of a CSR input
+        if not np.all(L.data != 0):
+            L = L.copy()
+            L.eliminate_zeros()
         return L.indptr.astype(np.int64), L.indices.astype(np.int64)
     return np.arange(n_rows + 1, dtype=np.int64), np.asarray(labels, dtype=np.int64)
 

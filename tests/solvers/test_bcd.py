@@ -351,6 +351,21 @@ def test_multilabel_ranking_optimality():
     assert zero_ratio <= 1 + 1e-3 and nonzero_norm <= 1e-4
 
 
+def test_chunks_mode_on_a_multilabel_store(tmp_path):
+    """A store's chunk labels are read-only: the chunks mode reads multilabel ones without
+    writing them (it crashed in label_lists' eliminate_zeros) and reaches the memory mode's F."""
+    rng = np.random.default_rng(4)
+    X = sp.random(300, 40, density=0.2, random_state=5, format="csr")
+    T = X @ rng.normal(size=(40, 5))
+    Y = sp.csr_matrix((T > np.quantile(T, 0.6, axis=1, keepdims=True)).astype(np.float64))
+    store = write_store(tmp_path / "s", X, Y, [str(i) for i in range(5)], chunk_rows=100)
+    assert not store.read_chunk(0).labels.data.flags.writeable
+    _, log_chunks = fit(store, mode="chunks", group_size=8, lam=2e-2, tol=1e-9, max_iter=300)
+    _, log_memory = fit(store, mode="memory", lam=2e-2, tol=1e-9, max_iter=300, stopping="violation")
+    assert "train_p_at_1" in log_chunks[-1]
+    assert abs(log_chunks[-1]["objective"] - log_memory[-1]["objective"]) <= 1e-6 * log_memory[-1]["objective"]
+
+
 # -- out of core contract ----------------------------------------------------------------------
 
 
