@@ -198,7 +198,7 @@ class Checkpointer:
 
     def _collect_garbage(self) -> None:
         """Keep the newest `keep` complete steps (up to LATEST) and the state they reference."""
-        latest = self._latest_step()
+        latest = self.latest_step()
         steps = [s for s in self._complete_steps() if latest is None or s <= latest]
         for s in self._complete_steps():
             if s not in steps[-self.keep:]:
@@ -211,7 +211,8 @@ class Checkpointer:
                 keep |= set(json.load(f)["state_versions"].items())
         self.state.keep_only(keep)
 
-    def _latest_step(self) -> int | None:
+    def latest_step(self) -> int | None:
+        """The step LATEST names, or None before the first checkpoint."""
         path = os.path.join(self.root, "LATEST")
         if not os.path.exists(path):
             return None
@@ -226,7 +227,7 @@ class Checkpointer:
         memory (run_dir None): the newest one saved through this object."""
         if self.root is None:
             return self._kept[-1] if self._kept else None
-        step = self._latest_step()
+        step = self.latest_step()
         if step is None:
             return None
         d = self._step_dir(step)

@@ -111,7 +111,9 @@ class Model:
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
-        np.savez(buf, **arrays)
+        # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
+        # resume, and the same model must be the same bytes
+        np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
         data = buf.getvalue()
         record = {
             "format": "streamfit-model", "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,

@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FIELDS = ("objective", "gap", "train_accuracy", "train_p_at_1", "nnz", "nnz_rows", "not_converged")
+
+
+def summary(record: dict) -> str:
+    """The headline numbers of a metrics record: objective, gap, training accuracy or P@1, sparsity,
+    unconverged classes and the validation metrics, as "name value, ..." (those it has)."""
+    return ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
+                     if (k in SUMMARY_FIELDS or k.startswith("valid_")) and isinstance(v, (int, float)))
 
 
 class MetricsLog:
     """Appends one line per step: {"step", "wall_time" (s since the run started), ...fields}.
     With path=None the lines are kept in `records` only (estimators). With a validation
     source, a step logged with `model=` (the current model, or a function returning it) also
-    gets the model's metrics on that source, prefixed `valid_` (every `valid_every` steps)."""
+    gets the model's metrics on that source, prefixed `valid_` (every `valid_every` steps).
+    `heartbeat` (seconds): also log a summary line at most that often, so a run whose output
+    goes to a file (cron) shows its progress."""
 
-    def __init__(self, path: str | None = None, *, elapsed_before: float = 0.0, valid=None, valid_every: int = 1):
+    def __init__(self, path: str | None = None, *, valid=None, valid_every: int = 1, heartbeat: float | None = None):
         self.path = path
         self.records: list[dict] = []
-        self._t0 = time.perf_counter() - elapsed_before
+        self._t0 = time.perf_counter()
         self.valid = valid
         self.valid_every = max(1, int(valid_every))
+        self.heartbeat = heartbeat
+        self._beat = time.perf_counter()
 
     @property
     def elapsed(self) -> float:
@@ -32,6 +48,9 @@ class MetricsLog:
             fields.update({f"valid_{k}": v for k, v in result.items() if k != "n_samples"})
         record = {"step": int(step), "wall_time": round(self.elapsed, 4), **fields}
         self.records.append(record)
+        if self.heartbeat is not None and time.perf_counter() - self._beat >= self.heartbeat:
+            self._beat = time.perf_counter()
+            log.info("step %d, %.0f s: %s", record["step"], record["wall_time"], summary(record))
         if self.path:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record, default=float) + "\n")
@@ -40,11 +59,14 @@ class MetricsLog:
         return record
 
     def truncate_after(self, step: int) -> None:
-        """On resume: drop lines of steps after the checkpoint (they will be redone)."""
+        """On resume: drop lines of steps after the checkpoint (they will be redone), and go on
+        counting wall_time from the last kept line's (the run's time, across its sessions)."""
         if not self.path or not os.path.exists(self.path):
             return
         with open(self.path) as f:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        if kept:
+            self._t0 = time.perf_counter() - json.loads(kept[-1])["wall_time"]
         tmp = self.path + ".tmp"
         with open(tmp, "w") as f:
             f.writelines(kept)

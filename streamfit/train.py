@@ -21,12 +21,13 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
 from streamfit.model import Model
-from streamfit.runlog import MetricsLog
+from streamfit.runlog import MetricsLog, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
 from streamfit.store.format import write_json_atomic
 
 log = logging.getLogger(__name__)
+HEARTBEAT_SECONDS = 30  # a summary line in the log at most this often (runs whose output goes to a file)
 
 
 def make_params(solver_name: str, params: dict | None):
@@ -125,7 +126,10 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
              solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
-    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every)
+    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every,
+                         heartbeat=HEARTBEAT_SECONDS)
+    if has_checkpoint:
+        log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
     mode = "inprocess" if n_workers == 0 and not scheduler else None
     record = {"solver": solver, "params": p.model_dump(), "store": store.path,
@@ -137,18 +141,18 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
             model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics,
                                               resume=resume)
     except TimeLimitReached as e:
-        record.update(status="stopped at the time limit", step=e.step, seconds=round(time.time() - started, 3))
+        record.update(status="stopped at the time limit", step=e.step, seconds=round(metrics.elapsed, 3),
+                      session_seconds=round(time.time() - started, 3))
         write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
         raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
     model.save(os.path.join(out, "model"))
-    record.update(status="finished", seconds=round(time.time() - started, 3))
+    record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:
         last = metrics.records[-1]
-        shown = [f"{k} {v:.6g}" for k, v in last.items()
-                 if (k in ("objective", "train_accuracy") or k.startswith("valid_")) and isinstance(v, float)]
-        log.info("finished at step %d in %.1f s: %s", last["step"], record["seconds"], ", ".join(shown))
+        log.info("finished at step %d in %.1f s%s", last["step"], record["seconds"],
+                 f": {summary(last)}" if summary(last) else "")
     write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
     return model
 

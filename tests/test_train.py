@@ -1,12 +1,15 @@
 """streamfit.train: the run directory's lock, leftovers of failed starts, resume checks, params."""
 
+import json
 import os
 
+import numpy as np
 import pytest
 
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
-from streamfit.errors import ConfigError, StreamfitError
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
+from streamfit.runlog import MetricsLog
 from streamfit.train import _lock_run_dir, train
 
 PARAMS = {"generator": "sequential", "block_size": 32, "n_passes": 1}
@@ -82,3 +85,33 @@ def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
     line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("finished at step"))
     accuracy = float(line.split("train_accuracy ")[1].split(",")[0])
     assert 0.5 < accuracy <= 1.0 and "objective" in line
+
+
+def test_a_run_resumed_after_a_time_limit_ends_with_the_same_model_bytes_and_one_clock(digits_store, tmp_path, caplog):
+    params = {"generator": "rff", "n_components": 256, "block_size": 32, "n_passes": 2}
+    whole = _train(digits_store, tmp_path / "whole", params=params)
+    with pytest.raises(TimeLimitReached):
+        _train(digits_store, tmp_path / "cut", params=params, time_limit=1e-9)  # stops after its first step
+    with caplog.at_level("INFO", logger="streamfit.train"):
+        resumed = _train(digits_store, tmp_path / "cut", params=params, resume=True)
+    assert any(r.getMessage().startswith("resuming from the checkpoint of step 1") for r in caplog.records)
+    assert np.array_equal(whole.weights, resumed.weights)
+    model_bytes = [(tmp_path / run / "model" / "arrays.npz").read_bytes() for run in ("whole", "cut")]
+    assert model_bytes[0] == model_bytes[1]
+    with open(tmp_path / "cut" / "metrics.jsonl") as f:
+        clock = [json.loads(line)["wall_time"] for line in f]
+    assert len(clock) == 16 and clock == sorted(clock)  # the resumed session goes on from step 1's time
+    with open(tmp_path / "cut" / "run.json") as f:
+        run = json.load(f)
+    assert run["seconds"] >= clock[-1] and run["session_seconds"] <= run["seconds"] + 1e-3
+
+
+def test_a_heartbeat_logs_progress_for_runs_whose_output_goes_to_a_file(caplog):
+    log = MetricsLog(heartbeat=0.0)
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        log.log(1, objective=0.5, train_accuracy=0.75, stage=0)
+    assert caplog.records[-1].getMessage().startswith("step 1, 0 s: objective 0.5, train_accuracy 0.75")
+    quiet = MetricsLog(heartbeat=3600.0)
+    caplog.clear()
+    quiet.log(1, objective=0.5)
+    assert not caplog.records

@@ -92,7 +92,7 @@ the next block, and the scores version). Everything that is random is derived fr
 random_state, so `resume=True` reproduces an uninterrupted run bitwise.
 
 Logged per stage: objective (mean ‖y − ŷ‖² for the identity link and calibrations, mean
-logistic loss for softmax), train_accuracy (top-1; per-label accuracy for multilabel), stage,
+logistic loss for softmax), train_accuracy (top-1; multilabel: train_p_at_1, as bcd), stage,
 pass, block, n_features (distinct generated features used so far), data_passes, and for the
 softmax link inner_objective (f at every inner iterate, W₀ = 0 first).
 """
@@ -423,10 +423,12 @@ def decision_threshold(link: str) -> float:
     return 0.5 if link == "identity" else 0.0
 
 
-def _n_correct(F: np.ndarray, labels, link: str) -> int:
+def _n_correct(F: np.ndarray, labels) -> int:
+    """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1)."""
+    top = np.argmax(F, axis=1)
     if sp.issparse(labels):
-        return int(((F > decision_threshold(link)) == (labels.toarray() > 0)).sum())
-    return int((np.argmax(F, axis=1) == labels).sum())
+        return int(np.count_nonzero(np.asarray(labels[np.arange(F.shape[0]), top])))
+    return int((top == labels).sum())
 
 
 # -- chunk tasks ---------------------------------------------------------------------------
@@ -542,11 +544,11 @@ def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, 
     if space.kind == "rff" and next_block is not None:
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
-        return (stats[2], _n_correct(F, chunk.labels, link)) + stats  # Σℓ at the new scores, summed by panel
+        return (stats[2], _n_correct(F, chunk.labels)) + stats  # Σℓ at the new scores, summed by panel
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, block))
     state.write(SCORES, version + 1, chunk_id, F)
-    out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels, link))
+    out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels))
     if next_block is not None:
         A = _chunk_design(source, chunk_id, space, base, next_block)
         return out + _block_stats(A, F, Y, link, space.with_predictions, next_gram)
@@ -1020,8 +1022,8 @@ class StagewiseSolver(Solver):
                 prog.order = self._gradient_order(out[2], active) if next_gradient is not None else None
 
             n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
-            accuracy = correct / (n * source.n_classes if source.multilabel else n)
-            fields = dict(objective=loss_sum / n, train_accuracy=accuracy, stage=s, **{"pass": pass_no},
+            accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
+            fields = dict(objective=loss_sum / n, **accuracy, stage=s, **{"pass": pass_no},
                           block=pos, n_features=n_used, data_passes=prog.data_passes)
             if inner:
                 fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
