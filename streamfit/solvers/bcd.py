@@ -99,6 +99,7 @@ active blocks (shrinking), data passes.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Literal
 
@@ -121,6 +122,8 @@ SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
+
+logger = logging.getLogger(__name__)
 
 
 class BCDParams(SolverParams):
@@ -279,10 +282,28 @@ class BCDSolver(Solver):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
-    def _log(self, log, k, W, objective, correct, n, multilabel, **fields):
+    def _log(self, log, k, W, objective, correct, n, multilabel, model, **fields):
+        """One metrics record; `model` (a function returning the current model) is what
+        `train --valid` evaluates."""
         nz = int(np.count_nonzero(np.any(W != 0, axis=1)))
         acc = {"train_p_at_1" if multilabel else "train_accuracy": correct / n}
-        log.log(k, objective=objective, **acc, nnz_rows=nz, nnz_rows_pct=100.0 * nz / W.shape[0], **fields)
+        log.log(k, model=model, objective=objective, **acc, nnz_rows=nz, nnz_rows_pct=100.0 * nz / W.shape[0],
+                **fields)
+
+    def _warn_not_converged(self, k: int, ratio: float, gap: float | None = None, tail: float | None = None) -> None:
+        """The run stopped at max_iter before its stopping rule held: say which test failed."""
+        tol = self.params.tol
+        if not ratio < tol:
+            why = f"violation ratio {ratio:.3g} > tol {tol:g}"
+        elif gap is not None and not gap < tol:
+            why = f"relative duality gap {gap:.3g} > tol {tol:g} (violation ratio {ratio:.3g})"
+        elif tail is not None and not tail < tol:
+            why = (f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}" if math.isfinite(tail)
+                   else f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
+                        "iterations with a shrinking decrease)") + f" (violation ratio {ratio:.3g})"
+        else:
+            why = f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
+        logger.warning("bcd: not converged after max_iter=%d iterations: %s; raise -p max_iter or loosen -p tol", k, why)
 
     def _model(self, source: ChunkSource, W: np.ndarray, info: dict) -> LinearModel:
         nz_rows = np.any(W != 0, axis=1)
@@ -350,13 +371,13 @@ class BCDSolver(Solver):
         if ckpt is None:
             W, S = np.zeros((d, m)), np.zeros((n, m))
             active = np.ones(d, dtype=np.bool_)
-            k, first, max_viol, ls_steps, f_hist = 0, None, math.inf, 0, []
+            k, first, max_viol, ls_steps, f_hist, converged = 0, None, math.inf, 0, [], False
         else:
             meta = ckpt.meta
             W, active = ckpt.arrays["W"].copy(), ckpt.arrays["active"].copy()
             S = np.vstack([checkpointer.state.read(SCORES, meta["scores_version"], i) for i in range(source.n_chunks)])
             k, first, max_viol, ls_steps = meta["k"], meta["first"], meta["max_viol"], meta["ls_steps"]
-            f_hist = list(meta.get("f_hist", []))
+            f_hist, converged = list(meta.get("f_hist", [])), bool(meta.get("converged", False))
         done_here = 0
         rule = self._rule()
         while k < p.max_iter:
@@ -387,9 +408,12 @@ class BCDSolver(Solver):
                 converged, max_viol = False, math.inf
             extra = {k: v for k, v in (("duality_gap", gap), ("tail_estimate", tail))
                      if v is not None and math.isfinite(v)}
-            self._log(log, k, W, f, _n_correct(S, labels), n, source.multilabel,
+            info = {"outer_iterations": k, "mode": "memory", "converged": bool(converged)}
+            self._log(log, k, W, f, _n_correct(S, labels), n, source.multilabel, lambda: self._model(source, W, info),
                       violation_ratio=ratio, ls_steps=ls_steps, active_blocks=n_active, mode="memory", **extra)
             stop = converged or k >= p.max_iter
+            if not converged and k >= p.max_iter:
+                self._warn_not_converged(k, ratio, gap, tail)
             done_here += 1
             pause = self.stop_after is not None and done_here >= self.stop_after
             if stop or pause or k % p.checkpoint_every == 0:
@@ -401,7 +425,7 @@ class BCDSolver(Solver):
                                   {"W": W.copy(), "active": active.copy()}, {SCORES: k})
             if stop or pause:
                 break
-        return self._model(source, W, {"outer_iterations": k, "mode": "memory"})
+        return self._model(source, W, {"outer_iterations": k, "mode": "memory", "converged": bool(converged)})
 
     # ---- mode "chunks": out of core, one pass per feature group ----
     def _order(self, blocks: np.ndarray, active: np.ndarray, k: int) -> np.ndarray:
@@ -423,7 +447,7 @@ class BCDSolver(Solver):
             W, active = np.zeros((d, m)), np.ones(d, dtype=np.bool_)
             k, gi, version, passes, ls_steps = 0, 0, 0, 1, 0
             first, sums, max_viol, bound, theta = None, [0.0, 0.0], math.inf, 0.0, 1.0
-            order, commit, direction = self._order(blocks, active, 0), None, None
+            order, commit, direction, converged = self._order(blocks, active, 0), None, None, False
         else:
             meta, arr = ckpt.meta, ckpt.arrays
             W, blocks, active, order = arr["W"].copy(), arr["blocks"], arr["active"].copy(), arr["order"]
@@ -433,6 +457,7 @@ class BCDSolver(Solver):
                 meta["theta"]
             commit = (arr["commit_cols"], arr["commit_delta"]) if meta["has_commit"] else None
             direction = (arr["dir_cols"], arr["dir_delta"]) if meta["has_direction"] else None
+            converged = bool(meta.get("converged", False))
         kept = [version]  # state versions referenced by the checkpoints we keep
         done_here = 0
         while True:
@@ -445,6 +470,8 @@ class BCDSolver(Solver):
                     active[:] = True
                     converged, max_viol = False, math.inf
                 stop = converged or k >= p.max_iter
+                if not converged and k >= p.max_iter:
+                    self._warn_not_converged(k, ratio)
                 order = self._order(blocks, active, k)
             B = None if stop else np.sort(order[gi * p.group_size:(gi + 1) * p.group_size])
             alphas = trials if direction is not None else np.zeros(1)
@@ -486,9 +513,10 @@ class BCDSolver(Solver):
                     first = first or list(sums)
             if not closing:
                 continue
+            info = {"outer_iterations": k, "mode": "chunks", "data_passes": passes, "converged": bool(converged)}
             self._log(log, k_closed, W, (total + dloss[a]) / n + value(pen, W, p.lam, rho), correct + dcorrect[a], n,
-                      source.multilabel, violation_ratio=ratio, data_passes=passes, ls_steps=ls_steps,
-                      active_blocks=int(active[blocks].sum()), mode="chunks")
+                      source.multilabel, lambda: self._model(source, W, info), violation_ratio=ratio,
+                      data_passes=passes, ls_steps=ls_steps, active_blocks=int(active[blocks].sum()), mode="chunks")
             done_here += 1
             pause = self.stop_after is not None and done_here >= self.stop_after
             if stop or pause or k_closed % p.checkpoint_every == 0:
@@ -496,7 +524,7 @@ class BCDSolver(Solver):
                 checkpointer.save(k_closed, {"k": k, "gi": gi, "scores_version": version, "data_passes": passes,
                                       "ls_steps": ls_steps, "first": first, "sums": sums, "max_viol": max_viol,
                                       "bound": bound, "theta": theta, "has_commit": commit is not None,
-                                      "has_direction": direction is not None},
+                                      "has_direction": direction is not None, "converged": bool(converged)},
                                   {"W": W.copy(), "blocks": blocks, "active": active.copy(), "order": order,
                                    "commit_cols": (commit or none)[0], "commit_delta": (commit or none)[1],
                                    "dir_cols": (direction or none)[0], "dir_delta": (direction or none)[1]},
@@ -505,7 +533,8 @@ class BCDSolver(Solver):
             state.keep_only({(SCORES, v) for v in kept + [version]})
             if stop or pause:
                 break
-        return self._model(source, W, {"outer_iterations": k, "mode": "chunks", "data_passes": passes})
+        return self._model(source, W, {"outer_iterations": k, "mode": "chunks", "data_passes": passes,
+                                       "converged": bool(converged)})
 
     # ---- FISTA ----
     def _fit_fista(self, source, engine, checkpointer, log, ckpt) -> LinearModel:
@@ -517,11 +546,12 @@ class BCDSolver(Solver):
             _, sq = engine.map_reduce(_colstats_task, source, chunks, desc="fista: column stats")
             K = c / n * float(sq.sum())
             W_prev, Y = np.zeros((d, m)), np.zeros((d, m))
-            k, t, L, first = 0, 1.0, (K if p.variant == "cst" else 1e-3 * K), None
+            k, t, L, first, converged = 0, 1.0, (K if p.variant == "cst" else 1e-3 * K), None, False
         else:
             meta = ckpt.meta
             W_prev, Y = ckpt.arrays["W"].copy(), ckpt.arrays["Y"].copy()
             k, t, L, first = meta["k"], meta["t"], meta["L"], meta["first"]
+            converged = bool(meta.get("converged", False))
         _, _, loss_y, G = engine.map_reduce(_fista_task, source, chunks, desc="fista", W=Y, Y=Y, loss=loss)
         done_here = 0
         while k < p.max_iter:
@@ -542,13 +572,18 @@ class BCDSolver(Solver):
             k += 1
             W_prev, Y, t, loss_y, G = W, Y_next, t_next, loss_yn, G_next
             ratio = mapping / first if first > 0 else 0.0
+            converged = ratio < p.tol
+            info = {"outer_iterations": k, "mode": "fista", "converged": converged}
             self._log(log, k, W, loss_w / n + value(pen, W, p.lam, rho), correct, n, source.multilabel,
-                      violation_ratio=ratio, lipschitz=L, mode="fista")
-            stop = ratio < p.tol or k >= p.max_iter
+                      lambda: self._model(source, W, info), violation_ratio=ratio, lipschitz=L, mode="fista")
+            stop = converged or k >= p.max_iter
+            if not converged and k >= p.max_iter:
+                self._warn_not_converged(k, ratio)
             done_here += 1
             pause = self.stop_after is not None and done_here >= self.stop_after
             if stop or pause or k % p.checkpoint_every == 0:
-                checkpointer.save(k, {"k": k, "t": t, "L": L, "first": first}, {"W": W_prev, "Y": Y}, {})
+                checkpointer.save(k, {"k": k, "t": t, "L": L, "first": first, "converged": converged},
+                                  {"W": W_prev, "Y": Y}, {})
             if stop or pause:
                 break
-        return self._model(source, W_prev, {"outer_iterations": k, "mode": "fista"})
+        return self._model(source, W_prev, {"outer_iterations": k, "mode": "fista", "converged": converged})

@@ -48,12 +48,16 @@ and a checkpoint step lists the finished groups; `resume=True` redoes only unfin
 
 Logged per finished group: the group, its classes, the sum of the classes' dual objectives −G/n
 (a lower bound of the summed primal objectives F_k), nnz of W so far, mean active-set size,
-iterations, classes not converged within max_iter.
+iterations, classes not converged within max_iter. With a validation source (train --valid), the
+last step (all classes trained) also has the model's validation metrics, whatever valid_every:
+a model with some classes still untrained is not worth evaluating. A run that ends with classes
+not converged within max_iter says so in a warning, and the model's info has converged: false.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import uuid
 from collections import deque
@@ -85,6 +89,8 @@ from streamfit.store import ChunkSource, Store
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups; a Dask task costs ~2 ms and a
 # sector class ~10 ms (2 workers: 0.97 s with 256 groups, 0.73 s with 64); more groups balance more workers
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
+
+logger = logging.getLogger(__name__)
 
 
 class PPDSparseParams(SolverParams):
@@ -345,11 +351,21 @@ class PPDSparseSolver(Solver):
         results = self._run(engine, source, groups, todo)
         for finished_here, (g, res) in enumerate(results, 1):
             done[g] = res
-            self._save(checkpointer, log, groups, done, g)
+            final = len(done) == len(groups)
+            self._save(checkpointer, log, groups, done, g,
+                       model=(lambda: self._model(source, groups, done)) if final else None)
             if self.stop_after_groups is not None and finished_here >= self.stop_after_groups:
                 results.close()
                 break
-        return self._model(source, groups, done)
+        model = self._model(source, groups, done)
+        if model.info["groups_finished"] == len(groups) and model.info["not_converged"]:
+            stats = np.vstack([done[g].stats for g in sorted(done)])
+            late = [str(source.classes[k]) for k in np.flatnonzero(stats[:, 3] == 0)[:5]]
+            logger.warning("ppdsparse: not converged after max_iter=%d iterations: %d of %d classes (%s%s) still have "
+                           "a projected dual gradient > tol %g; raise -p max_iter or loosen -p tol",
+                           self.params.max_iter, model.info["not_converged"], len(stats), ", ".join(late),
+                           ", ..." if model.info["not_converged"] > len(late) else "", self.params.tol)
+        return model
 
     def _run(self, engine: Engine, source: ChunkSource, groups, todo):
         """Yields (group, GroupResult) as groups finish: in process, one after another in `todo`
@@ -388,7 +404,9 @@ class PPDSparseSolver(Solver):
         finally:
             client.cancel(list(futures))
 
-    def _save(self, checkpointer: Checkpointer, log: MetricsLog, groups, done: dict, g: int) -> None:
+    def _save(self, checkpointer: Checkpointer, log: MetricsLog, groups, done: dict, g: int, model=None) -> None:
+        """Write group g's weights and a checkpoint listing the finished groups, and log the step;
+        `model` (a function returning the model) on the last step only: validated whatever its step."""
         res = done[g]
         state = checkpointer.state
         state.write(_group_name(g, "index"), 1, 0, np.concatenate([res.indptr, res.indices]))
@@ -398,10 +416,16 @@ class PPDSparseSolver(Solver):
         checkpointer.save(len(finished), {"finished": finished, "group_size": groups[0][1] - groups[0][0]},
                           {f"stats{h}": done[h].stats for h in finished}, versions)
         st = res.stats
-        log.log(len(finished), group=g, classes=[int(groups[g][0]), int(groups[g][1])],
-                dual_objective=float(-st[:, 4].sum()), nnz=int(sum(done[h].indices.size for h in finished)),
-                mean_active=float(st[:, 1].mean()), iterations=int(st[:, 0].sum()),
-                not_converged=int((st[:, 3] == 0).sum()))
+        every = log.valid_every
+        if model is not None:  # MetricsLog validates the steps that are multiples of valid_every: this one too
+            log.valid_every = 1
+        try:
+            log.log(len(finished), model=model, group=g, classes=[int(groups[g][0]), int(groups[g][1])],
+                    dual_objective=float(-st[:, 4].sum()), nnz=int(sum(done[h].indices.size for h in finished)),
+                    mean_active=float(st[:, 1].mean()), iterations=int(st[:, 0].sum()),
+                    not_converged=int((st[:, 3] == 0).sum()))
+        finally:
+            log.valid_every = every
 
     def _model(self, source: ChunkSource, groups, done: dict) -> PPDSparseModel:
         K, d = source.n_classes, source.n_features
@@ -420,5 +444,6 @@ class PPDSparseSolver(Solver):
         info = {"groups_finished": len(done), "groups": len(groups), "nnz": int(coef.nnz),
                 "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
                 "not_converged": int((stats[:, 3] == 0).sum()) if len(stats) else 0}
+        info["converged"] = len(done) == len(groups) and info["not_converged"] == 0
         return PPDSparseModel(coef, bias, classes=source.classes, n_features=d, multilabel=source.multilabel,
                               solver=self.name, params=self.params.model_dump(), info=info)

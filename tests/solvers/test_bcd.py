@@ -38,12 +38,16 @@ def dna():
     return X, (y - 1).astype(np.int32)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
+def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, valid=None, valid_every=1, info=None,
+        **params):
+    """(W, metrics records) of a bcd run; `info` (a dict) receives the model's info."""
     solver = bcd.BCDSolver(bcd.BCDParams(**params), stop_after=stop_after)
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
-    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
     model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume)
+    if info is not None:
+        info.update(model.info)
     W = model.coef_.toarray().T if sp.issparse(model.coef_) else np.asarray(model.coef_).T
     return W, log.records
 
@@ -364,6 +368,56 @@ def test_chunks_mode_on_a_multilabel_store(tmp_path):
     _, log_memory = fit(store, mode="memory", lam=2e-2, tol=1e-9, max_iter=300, stopping="violation")
     assert "train_p_at_1" in log_chunks[-1]
     assert abs(log_chunks[-1]["objective"] - log_memory[-1]["objective"]) <= 1e-6 * log_memory[-1]["objective"]
+
+
+@pytest.mark.parametrize("kw", [{"mode": "memory"}, {"mode": "chunks", "group_size": 60}, {"method": "fista"}])
+def test_valid_store_is_evaluated_every_valid_every_steps(dna, kw):
+    """train --valid: every valid_every-th record has the current model's metrics on the
+    validation store (bcd logged without the model, so they were silently missing)."""
+    X, y = dna
+    train = InMemoryStore(X[:300], y[:300], ["1", "2", "3"], chunk_rows=128)
+    valid = InMemoryStore(X[300:], y[300:], ["1", "2", "3"], chunk_rows=128)
+    W, log = fit(train, valid=valid, valid_every=2, lam=5e-2, tol=1e-12, max_iter=5, **kw)
+    assert [r["step"] for r in log if "valid_accuracy" in r] == [2, 4]
+    assert all(not any(k.startswith("valid_") for k in r) for r in log if r["step"] % 2)
+    # the record of step 4 has the metrics of W after 4 iterations
+    W4, _ = fit(train, lam=5e-2, tol=1e-12, max_iter=4, **kw)
+    assert log[3]["valid_accuracy"] == np.mean(np.argmax(X[300:] @ W4, axis=1) == y[300:])
+
+
+@pytest.mark.parametrize("kw", [{"mode": "memory"}, {"mode": "memory", "stopping": "gap"},
+                                {"mode": "memory", "shrinking": True}, {"mode": "chunks", "group_size": 60},
+                                {"method": "fista"}])
+def test_max_iter_before_tol_warns_and_the_model_says_converged_false(dna, kw, caplog):
+    X, y = dna
+    source = InMemoryStore(X, y, ["1", "2", "3"], chunk_rows=128)
+    info = {}
+    with caplog.at_level("WARNING", logger="streamfit.solvers.bcd"):
+        fit(source, lam=5e-2, tol=1e-9, max_iter=3, info=info, **kw)
+    assert info["converged"] is False and info["outer_iterations"] == 3
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.bcd"]
+    assert warning.startswith("bcd: not converged after max_iter=3 iterations: ")
+    assert "tol 1e-09" in warning and warning.endswith("; raise -p max_iter or loosen -p tol")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamfit.solvers.bcd"):
+        fit(source, lam=5e-2, tol=1e-2, max_iter=500, info=info, **kw)
+    assert info["converged"] is True and info["outer_iterations"] < 500
+    assert not [r for r in caplog.records if r.name == "streamfit.solvers.bcd"]
+
+
+@pytest.mark.parametrize("args, why", [
+    ((0.5, None, None), "violation ratio 0.5 > tol 0.01"),
+    ((0.5, 0.001, 0.001), "violation ratio 0.5 > tol 0.01"),
+    ((0.005, 0.2, None), "relative duality gap 0.2 > tol 0.01 (violation ratio 0.005)"),
+    ((0.005, None, 0.03), "estimated remaining relative decrease of the objective 0.03 > tol 0.01 (violation ratio 0.005)"),
+    ((0.005, None, float("inf")), "remaining decrease of the objective not estimable yet"),
+    ((0.005, None, 0.001), "violation ratio 0.005 < tol 0.01 on the active blocks only (shrinking), not yet on all"),
+])
+def test_not_converged_warning_names_the_test_that_failed(args, why, caplog):
+    with caplog.at_level("WARNING", logger="streamfit.solvers.bcd"):
+        bcd.BCDSolver(bcd.BCDParams(tol=1e-2))._warn_not_converged(7, *args)
+    [record] = caplog.records
+    assert record.getMessage().startswith(f"bcd: not converged after max_iter=7 iterations: {why}")
 
 
 # -- out of core contract ----------------------------------------------------------------------

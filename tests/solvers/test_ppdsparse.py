@@ -46,11 +46,11 @@ def multilabel():
     return X, sp.csr_matrix(Y)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after_groups=None, **params):
+def fit(source, run_dir=None, engine=None, resume=False, stop_after_groups=None, valid=None, valid_every=1, **params):
     solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params), stop_after_groups=stop_after_groups)
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint=fingerprint)
-    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
     model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log,
                        resume=resume)
     return model, log
@@ -385,6 +385,48 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     with open(os.path.join(run, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
+
+
+@pytest.mark.parametrize("valid_every", [1, 2, 3])
+def test_valid_store_is_evaluated_on_the_last_step_only(digits, tmp_path, valid_every):
+    """train --valid: a model with some classes untrained means nothing, so only the last step
+    (all groups finished) is validated, whatever valid_every (5 groups: step 5 is no multiple of
+    2 or 3); it was never validated (logged without the model). A resume validates it too."""
+    X, y = digits
+    classes = [str(c) for c in range(10)]
+    train = InMemoryStore(X[:450], y[:450], classes, chunk_rows=256)
+    valid = InMemoryStore(X[450:], y[450:], classes, chunk_rows=256)
+    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20}
+    model, log = fit(train, valid=valid, valid_every=valid_every, **params)
+    assert [r["step"] for r in log.records] == [1, 2, 3, 4, 5]
+    assert [r["step"] for r in log.records if any(k.startswith("valid_") for k in r)] == [5]
+    assert log.records[-1]["valid_accuracy"] == (model.predict(X[450:]) == np.array(classes)[y[450:]]).mean()
+    assert log.valid_every == valid_every
+    run = str(tmp_path / "run")
+    fit(train, run, stop_after_groups=2, valid=valid, valid_every=valid_every, **params)
+    _, resumed = fit(train, run, resume=True, valid=valid, valid_every=valid_every, **params)
+    assert [r["step"] for r in resumed.records if "valid_accuracy" in r] == [5]
+    assert resumed.records[-1]["valid_accuracy"] == log.records[-1]["valid_accuracy"]
+
+
+def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, caplog):
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)])
+    with caplog.at_level("WARNING", logger="streamfit.solvers.ppdsparse"):
+        model, log = fit(source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2)
+    assert model.info["converged"] is False and model.info["not_converged"] > 5
+    assert sum(r["not_converged"] for r in log.records) == model.info["not_converged"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.ppdsparse"]
+    assert warning.startswith(f"ppdsparse: not converged after max_iter=2 iterations: {model.info['not_converged']} "
+                              "of 10 classes (0, 1, ")
+    assert warning.endswith(", ...) still have a projected dual gradient > tol 1e-09; raise -p max_iter or loosen -p tol")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamfit.solvers.ppdsparse"):
+        model, _ = fit(source, lam=1e-3, tau=1e-3)
+        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after_groups=1)
+    assert model.info["converged"] is True and model.info["not_converged"] == 0
+    assert partial.info["converged"] is False  # not all classes trained
+    assert not [r for r in caplog.records if r.name == "streamfit.solvers.ppdsparse"]
 
 
 def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch):
