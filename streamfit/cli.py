@@ -116,9 +116,11 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.option("--format", "fmt", default=None,
               type=click.Choice(["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"]),
               help="Input format (default: inferred from the file name).")
-@click.option("--backend", default="zarr", show_default=True, type=click.Choice(["zarr", "parquet"]),
-              help="Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk).")
-@click.option("--chunk-rows", default=16384, show_default=True, help="Rows per chunk (the unit of work).")
+@click.option("--backend", default=None, type=click.Choice(["zarr", "parquet"]),
+              help="Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk) "
+                   "[default: the --like store's, else zarr].")
+@click.option("--chunk-rows", default=None, type=click.IntRange(min=1),
+              help="Rows per chunk (the unit of work) [default: the --like store's, else 16384].")
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
 @click.option("--n-features", type=int, default=None,
               help="Hashed width, a power of two [default: 262144]; with --no-hash a fixed width "

@@ -193,6 +193,37 @@ def test_ingest_options_that_would_be_ignored_are_usage_errors(stores, tmp_path)
     assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()
 
 
+def test_ingest_like_defaults_to_the_training_stores_backend_and_chunk_rows(stores, tmp_path):
+    run("ingest", stores / "digits.svm", "--no-hash", "--backend", "parquet", "--chunk-rows", "500",
+        "--out", tmp_path / "train.pq")
+    run("ingest", stores / "digits.svm", "--like", tmp_path / "train.pq", "--out", tmp_path / "test.pq")
+    info = json.loads(run("inspect", tmp_path / "test.pq", "--json").output)
+    assert (info["backend"], info["chunk_rows"]) == ("parquet", 500)
+    run("ingest", stores / "digits.svm", "--like", tmp_path / "train.pq", "--out", tmp_path / "test.zarr",
+        "--backend", "zarr", "--chunk-rows", "700")
+    info = json.loads(run("inspect", tmp_path / "test.zarr", "--json").output)
+    assert (info["backend"], info["chunk_rows"]) == ("zarr", 700)
+    help_text = " ".join(run("ingest", "--help").output.split())
+    assert "[default: the --like store's, else zarr]" in help_text
+    assert "[default: the --like store's, else 16384]" in help_text
+
+
+@pytest.mark.parametrize("solver, params", [("bcd", ["-p", "max_iter=5", "-p", "tol=1e-9"]),
+                                            ("bcd", ["-p", "mode=chunks", "-p", "max_iter=5", "-p", "tol=1e-9"]),
+                                            ("ppdsparse", ["-p", "group_size=3"])])
+def test_train_valid_with_bcd_and_ppdsparse(stores, tmp_path, solver, params):
+    """--valid was silently ignored by bcd and ppdsparse: bcd validates every --valid-every steps,
+    ppdsparse its final model on the last step (10 classes in groups of 3: step 4)."""
+    run("train", stores / "train.zarr", "--solver", solver, *params, "--n-workers", "0", "--valid",
+        stores / "test.zarr", "--valid-every", "2", "--out", tmp_path / "run")
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        lines = [json.loads(line) for line in f]
+    validated = [line["step"] for line in lines if "valid_accuracy" in line]
+    assert validated == ([2, 4] if solver == "bcd" else [4]) and lines[-1]["step"] == (5 if solver == "bcd" else 4)
+    assert all(0.5 < line["valid_accuracy"] <= 1 for line in lines if "valid_accuracy" in line)
+    assert load_model(str(tmp_path / "run" / "model")).info["converged"] is (solver == "ppdsparse")
+
+
 def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
     args = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0"]
     run(*args, "--out", tmp_path / "loud")

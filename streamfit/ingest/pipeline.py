@@ -15,7 +15,7 @@ import io
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,8 +41,8 @@ class IngestOptions:
     paths: list[str]
     out: str
     format: str | None = None
-    backend: str = "zarr"
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    backend: str | None = None  # None: the --like store's, else "zarr"
+    chunk_rows: int | None = None  # None: the --like store's, else DEFAULT_CHUNK_ROWS
     hashing: object | None = None  # HashingConfig; None keeps numeric indices (--no-hash)
     n_features: int | None = None  # with --no-hash: fixed width (default: largest index + 1)
     idf: bool = False
@@ -215,6 +215,11 @@ def ingest(o: IngestOptions) -> IngestReport:
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
+    # test data is stored like its training store unless told otherwise
+    backend, chunk_rows = (like.manifest.backend, like.manifest.chunk_rows) if like is not None else \
+        ("zarr", DEFAULT_CHUNK_ROWS)
+    o = replace(o, backend=backend if o.backend is None else o.backend,
+                chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows)
     source_options = o.source_options
     if like is not None:
         featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)

@@ -126,6 +126,27 @@ def test_like_reads_with_the_training_stores_source_options(tmp_path):
     assert open_store(str(tmp_path / "te2")).to_scipy()[1].tolist() == [1]
 
 
+def test_like_stores_test_data_with_the_training_stores_backend_and_chunk_rows(tmp_path, digits_svm):
+    """`ingest NEW --like TRAIN.pq` wrote a Zarr store whatever TRAIN's backend: backend and
+    chunk_rows default to the --like store's, and options given explicitly still win."""
+    ingest(IngestOptions([digits_svm], str(tmp_path / "tr.pq"), backend="parquet", chunk_rows=300, progress=False))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "te.pq"), like=str(tmp_path / "tr.pq"), progress=False))
+    te = open_store(str(tmp_path / "te.pq"))
+    assert (te.manifest.backend, te.chunk_rows, te.n_chunks) == ("parquet", 300, 6)
+    np.testing.assert_array_equal(te.to_scipy()[0].toarray(), open_store(str(tmp_path / "tr.pq")).to_scipy()[0].toarray())
+    ingest(IngestOptions([digits_svm], str(tmp_path / "te.zarr"), like=str(tmp_path / "tr.pq"), backend="zarr",
+                         progress=False))
+    assert (open_store(str(tmp_path / "te.zarr")).manifest.backend, open_store(str(tmp_path / "te.zarr")).chunk_rows) \
+        == ("zarr", 300)
+    ingest(IngestOptions([digits_svm], str(tmp_path / "te2.pq"), like=str(tmp_path / "tr.pq"), chunk_rows=1000,
+                         progress=False))
+    assert (open_store(str(tmp_path / "te2.pq")).manifest.backend, open_store(str(tmp_path / "te2.pq")).chunk_rows) \
+        == ("parquet", 1000)
+    ingest(IngestOptions([digits_svm], str(tmp_path / "plain"), progress=False))  # no --like: the usual store
+    assert (open_store(str(tmp_path / "plain")).manifest.backend, open_store(str(tmp_path / "plain")).chunk_rows) \
+        == ("zarr", 16384)
+
+
 def test_input_kind_is_recorded_and_data_options_are_not(tmp_path, digits_svm):
     for label, name in [("a", "1.txt"), ("b", "2.txt")]:
         os.makedirs(tmp_path / "corpus" / "train" / label)
