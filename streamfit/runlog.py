@@ -40,8 +40,9 @@ class MetricsLog:
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
-    def log(self, step: int, model=None, **fields) -> dict:
-        if self.valid is not None and model is not None and step % self.valid_every == 0:
+    def log(self, step: int, model=None, *, final: bool = False, **fields) -> dict:
+        """Append the step's record; validate `model` every `valid_every` steps, and on a `final` step."""
+        if self.valid is not None and model is not None and (final or step % self.valid_every == 0):
             from streamfit.metrics import evaluate
 
             result = evaluate(model() if callable(model) else model, self.valid)

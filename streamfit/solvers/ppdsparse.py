@@ -416,16 +416,10 @@ class PPDSparseSolver(Solver):
         checkpointer.save(len(finished), {"finished": finished, "group_size": groups[0][1] - groups[0][0]},
                           {f"stats{h}": done[h].stats for h in finished}, versions)
         st = res.stats
-        every = log.valid_every
-        if model is not None:  # MetricsLog validates the steps that are multiples of valid_every: this one too
-            log.valid_every = 1
-        try:
-            log.log(len(finished), model=model, group=g, classes=[int(groups[g][0]), int(groups[g][1])],
-                    dual_objective=float(-st[:, 4].sum()), nnz=int(sum(done[h].indices.size for h in finished)),
-                    mean_active=float(st[:, 1].mean()), iterations=int(st[:, 0].sum()),
-                    not_converged=int((st[:, 3] == 0).sum()))
-        finally:
-            log.valid_every = every
+        log.log(len(finished), model=model, final=model is not None, group=g,
+                classes=[int(groups[g][0]), int(groups[g][1])], dual_objective=float(-st[:, 4].sum()),
+                nnz=int(sum(done[h].indices.size for h in finished)), mean_active=float(st[:, 1].mean()),
+                iterations=int(st[:, 0].sum()), not_converged=int((st[:, 3] == 0).sum()))
 
     def _model(self, source: ChunkSource, groups, done: dict) -> PPDSparseModel:
         K, d = source.n_classes, source.n_features
