@@ -6,6 +6,19 @@ Every pass over the data is `map` (one task per chunk, results in chunk order) o
 ids -- `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)` with `mid - lo` the largest power of two
 below `hi - lo` -- whatever the number of workers, threads or the completion order, so a run
 gives bitwise the same numbers on a laptop and on a cluster.
+
+Losing a worker: large arguments are scattered, and although `broadcast=True` copies them to
+every worker, Dask's active memory manager (its ReduceReplicas policy, on by default) soon drops
+all copies but one. If the worker holding that copy dies, the value is gone for good (scattered
+data has no recipe to recompute it), and so is every task and partial sum of the pass that
+depends on it: Dask cancels them ("... cancelled for reason: already forgotten"). A scatter can
+also fail outright when a worker leaves while the scheduler copies a value to it (a KeyError
+naming the worker). Such a pass is run again from scratch -- scattered anew, on the workers left
+-- up to MAX_ATTEMPTS times, then it is a StreamfitError that points to --resume. Tasks are
+deterministic and their writes idempotent, so a repeated pass gives the same bits. The client
+holds the scattered arguments until its pass has finished, so that Dask itself recomputes the
+results of a dead worker whenever the arguments survived. A cluster without workers for
+`worker_timeout` seconds is an error, not a silent hang.
 """
 
 from __future__ import annotations
@@ -13,7 +26,12 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
+import time
+from concurrent.futures import CancelledError
 from typing import Any, Callable
+
+from streamfit.errors import StreamfitError
 
 
 log = logging.getLogger(__name__)
@@ -22,6 +40,15 @@ log = logging.getLogger(__name__)
 # It must stay below the 1e5 bytes above which Client.map turns a keyword argument into a
 # graph node keyed by the argument's *name*, so two maps with a large `active=` collide.
 BROADCAST_BYTES = 64 * 1024
+
+# How often a pass is run when Dask loses workers under it.
+MAX_ATTEMPTS = 3
+# How often (seconds) a running pass checks that the cluster still has workers.
+WATCH_INTERVAL = 1.0
+
+
+class _WorkerLost(Exception):
+    """A pass that Dask could not finish because a worker died under it (internal: retried)."""
 
 
 def add_results(a, b):
@@ -73,7 +100,7 @@ class Engine:
 
     def __init__(self, scheduler: str | None = None, *, mode: str | None = None, n_workers: int | None = None,
                  threads_per_worker: int = 1, memory_limit: str | None = "auto", progress: bool = False,
-                 connect_timeout: str = "20s"):
+                 connect_timeout: str = "20s", worker_timeout: float = 60.0):
         self.mode = "remote" if scheduler else (mode or "local")
         if self.mode not in ("inprocess", "local", "remote"):
             raise ValueError(f"engine mode must be 'inprocess', 'local' or a scheduler address, got {mode!r}")
@@ -83,6 +110,7 @@ class Engine:
         self.memory_limit = memory_limit
         self.progress = progress
         self.connect_timeout = connect_timeout
+        self.worker_timeout = worker_timeout
         self.client = None
         self.cluster = None
 
@@ -105,13 +133,16 @@ class Engine:
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
             except OSError as e:
-                from streamfit.errors import StreamfitError
-
                 raise StreamfitError(
                     f"cannot reach the Dask scheduler at {self.scheduler} ({e}); start one with "
                     "'dask scheduler' and workers with 'dask worker ADDRESS', or drop --scheduler "
                     "to use the embedded local cluster"
                 ) from e
+            try:
+                self._ensure_workers(during=False)
+            except StreamfitError:
+                self.close()
+                raise
         else:
             self.cluster = LocalCluster(
                 n_workers=self.n_workers, threads_per_worker=self.threads_per_worker, processes=True,
@@ -141,32 +172,108 @@ class Engine:
 
         return tqdm(total=n, desc=desc, unit="chunk", leave=False)
 
+    def _address(self) -> str:
+        return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
+
+    def _no_workers(self, seconds: float, during: bool) -> StreamfitError:
+        address = self._address()
+        return StreamfitError(
+            f"the Dask scheduler at {address} " + (f"has had no workers for {seconds:.0f} s" if during else
+                                                   f"has no workers (waited {seconds:g} s)")
+            + f"; start one with 'dask worker {address}'"
+            + (" (train: then re-run with --resume to continue from the last checkpoint)" if during else ""))
+
+    def _ensure_workers(self, during: bool = True) -> None:
+        """Return once the cluster has a worker; StreamfitError after worker_timeout seconds without."""
+        if self.client.nthreads():
+            return
+        try:
+            self.client.wait_for_workers(1, timeout=self.worker_timeout)
+        except TimeoutError:
+            raise self._no_workers(self.worker_timeout, during=during) from None
+
     def _submit_args(self, kwargs: dict) -> dict:
+        """kwargs with the large values scattered to the workers. The caller keeps the result
+        until its pass has finished: a scattered value the client lets go of is forgotten once
+        its tasks ran, and Dask then cannot recompute a result that died with its worker. A
+        scatter that fails because a worker went away raises _WorkerLost (the pass is retried)."""
         from dask.sizeof import sizeof
 
-        return {
-            k: (self.client.scatter(v, broadcast=True, hash=False) if sizeof(v) > BROADCAST_BYTES else v)
-            for k, v in kwargs.items()
-        }
+        sizes = {k: sizeof(v) for k, v in kwargs.items()}
+        if not any(n > BROADCAST_BYTES for n in sizes.values()):
+            return kwargs
+        self._ensure_workers()  # a scatter with no workers would wait forever
+        try:
+            # a timeout: the scheduler's replication can hang on a worker that died under it
+            return {k: (self.client.scatter(v, broadcast=True, hash=False,
+                                            timeout=self.worker_timeout + sizes[k] / 10e6)
+                        if sizes[k] > BROADCAST_BYTES else v)
+                    for k, v in kwargs.items()}
+        except (KeyError, OSError, TimeoutError, CancelledError) as e:
+            # a worker removed while the scheduler copies the value to it (KeyError: its address)
+            raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e
+
+    def _lost(self, e: BaseException, watch: "_Watch") -> BaseException:
+        """The exception to raise for a future that was cancelled or whose workers died."""
+        if watch.no_workers_for is not None:
+            return self._no_workers(watch.no_workers_for, during=True)
+        return _WorkerLost(f"{type(e).__name__}: {e}")
+
+    def _result(self, get: Callable, watch: "_Watch"):
+        """get(), with Dask's signs of a lost worker turned into _WorkerLost (a task's own
+        exception passes through unchanged)."""
+        from distributed import KilledWorker
+
+        try:
+            return get()
+        except (CancelledError, KilledWorker) as e:
+            raise self._lost(e, watch) from e
+
+    def _retrying(self, attempt: Callable, desc: str | None):
+        """attempt(), run again (from scratch) when a worker died under it."""
+        for n in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return attempt()
+            except _WorkerLost as e:
+                err = e
+                log.warning("%s: a Dask worker was lost (%s); %s", desc or "pass", e,
+                            f"running the pass again (attempt {n + 1} of {MAX_ATTEMPTS})" if n < MAX_ATTEMPTS
+                            else "giving up")
+        raise StreamfitError(
+            f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
+            "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
+        ) from err
+
+    def _drain(self, futures: list, bar, watch: "_Watch") -> None:
+        """Wait for every future, advancing the bar; raise at the first failed one."""
+        from distributed import as_completed
+
+        for f in as_completed(futures):
+            bar.update()
+            if f.status != "finished":
+                self._result(f.result, watch)
 
     def map(self, fn: Callable, source, chunk_ids, desc: str | None = None, **kwargs) -> list:
         """[fn(source, i, **kwargs) for i in chunk_ids], in chunk order."""
         chunk_ids = list(chunk_ids)
         if self.client is None:
             self.start()
-        with self._bar(len(chunk_ids), desc) as bar:
-            if self.client is None:
+        if self.client is None:
+            with self._bar(len(chunk_ids), desc) as bar:
                 out = []
                 for i in chunk_ids:
                     out.append(fn(source, i, **kwargs))
                     bar.update()
                 return out
-            from distributed import as_completed
 
-            futures = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **self._submit_args(kwargs))
-            for _ in as_completed(futures):
-                bar.update()
-            return self.client.gather(futures)
+        def attempt():
+            args = self._submit_args(kwargs)  # held until the results are back
+            futures = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **args)
+            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures) as watch:
+                self._drain(futures, bar, watch)
+                return self._result(lambda: self.client.gather(futures), watch)
+
+        return self._retrying(attempt, desc)
 
     def map_reduce(self, fn: Callable, source, chunk_ids, desc: str | None = None, **kwargs) -> Any:
         """The sum over chunks of fn(source, i, **kwargs), along the fixed tree (tree_sum)."""
@@ -177,9 +284,6 @@ class Engine:
             self.start()
         if self.client is None:
             return self._reduce_inprocess(fn, source, chunk_ids, desc, kwargs)
-        from distributed import as_completed
-
-        leaves = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **self._submit_args(kwargs))
 
         def tree(futs):
             if len(futs) == 1:
@@ -187,12 +291,19 @@ class Engine:
             mid = _split(len(futs))
             return self.client.submit(add_results, tree(futs[:mid]), tree(futs[mid:]), pure=False)
 
-        root = tree(leaves)
-        with self._bar(len(leaves), desc) as bar:
-            for _ in as_completed(leaves):
-                bar.update()
-        del leaves
-        return root.result()
+        def attempt():
+            args = self._submit_args(kwargs)  # held until the sum is back
+            leaves = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **args)
+            root = tree(leaves)
+            with self._bar(len(leaves), desc) as bar, _Watch(self, leaves + [root]) as watch:
+                self._drain(leaves, bar, watch)
+                # the leaves' results are freed as the sums consume them (Dask keeps their recipes,
+                # and the scattered arguments, to recompute any that a lost worker held)
+                del leaves
+                watch.futures = [root]
+                return self._result(root.result, watch)
+
+        return self._retrying(attempt, desc)
 
     def _reduce_inprocess(self, fn, source, chunk_ids, desc, kwargs):
         # the same tree as tree_sum, built left to right with a stack so that only
@@ -210,3 +321,46 @@ class Engine:
             n1, a = stack.pop()
             total = add_results(a, total)
         return total
+
+
+class _Watch:
+    """While a pass runs: every WATCH_INTERVAL seconds, asks the scheduler how many workers it
+    has; after `engine.worker_timeout` seconds without any, records it and cancels the pass's
+    futures, so that the waiting thread wakes up and reports it instead of hanging."""
+
+    def __init__(self, engine: Engine, futures: list):
+        self.engine = engine
+        self.futures = futures
+        self.no_workers_for: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
+
+    def __enter__(self) -> "_Watch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.futures = []
+
+    def _run(self) -> None:
+        client = self.engine.client
+        since = None
+        while not self._stop.wait(WATCH_INTERVAL):
+            try:
+                n = len(client.nthreads())
+            except Exception:  # the scheduler itself is gone: the waiting thread hears of it
+                return
+            if n:
+                since = None
+                continue
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - since >= self.engine.worker_timeout:
+                self.no_workers_for = now - since
+                try:
+                    client.cancel(list(self.futures), reason="the cluster has no workers")
+                except Exception:
+                    pass
+                return
