@@ -11,7 +11,12 @@ import click
 from click.core import ParameterSource
 
 from streamfit import __version__
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, os_error_hint
+from streamfit.errors import (
+    ConfigError,
+    StreamfitError,
+    TimeLimitReached,
+    os_error_hint,
+)
 
 log = logging.getLogger("streamfit")
 
@@ -395,9 +400,7 @@ def evaluate(ctx, run_dir, store, as_json):
     from streamfit.model import load_model
     from streamfit.store import open_store
 
-    model, s = load_model(run_dir), open_store(store)
-    model.check_store(s)
-    result = run_evaluate(model, s, progress=_progress(ctx))
+    result = run_evaluate(load_model(run_dir), open_store(store), progress=_progress(ctx))
     click.echo(json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
 
 
@@ -495,9 +498,7 @@ def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     if cfg.evaluate:
         from streamfit.model import load_model
 
-        model, store = load_model(cfg.train.out), open_store(cfg.evaluate.store)
-        model.check_store(store)
-        result = run_evaluate(model, store, progress=progress)
+        result = run_evaluate(load_model(cfg.train.out), open_store(cfg.evaluate.store), progress=progress)
         click.echo("evaluate: " + "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
 
 

@@ -58,13 +58,7 @@ def evaluate(model, source, progress: bool = False) -> dict:
     """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk."""
     from tqdm.auto import tqdm
 
-    from streamfit.errors import StreamfitError
-
-    if list(source.classes) != list(model.classes_) or source.n_features != model.n_features:
-        raise StreamfitError(
-            "the store's classes or width differ from the model's: ingest the test data with "
-            "--like TRAIN_STORE so it shares the training store's hashing and classes"
-        )
+    model.check_store(source)
     acc = MetricAccumulator(len(model.classes_), model.multilabel)
     for c in tqdm(source.iter_chunks(), total=source.n_chunks, desc="evaluate", unit="chunk", disable=not progress):
         acc.update(model.decision_function(c.X), c.labels)

@@ -54,8 +54,8 @@ class Model:
         self.idf = idf  # the featurizer's IDF weights, when the training store had them
 
     def check_store(self, store) -> None:
-        """StreamfitError naming what differs (width, or classes) when a Store on disk is not
-        shaped like the training store, as evaluating needs."""
+        """StreamfitError naming what differs (width, or classes) when a store is not shaped
+        like the training store, as evaluating needs (streamfit.metrics.evaluate calls it)."""
         fix = "ingest it with --like TRAIN_STORE so it shares the training store's hashing and classes"
         if store.n_features != self.n_features:
             raise StreamfitError(f"{store.path}: has {store.n_features} features, the model {self.n_features}; {fix}")
