@@ -2,10 +2,11 @@
 existing Dask cluster (`scheduler="tcp://host:8786"`).
 
 Every pass over the data is `map` (one task per chunk, results in chunk order) or
-`map_reduce` (the chunk results summed). Sums always follow the same binary tree over chunk
-ids -- `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)` with `mid - lo` the largest power of two
-below `hi - lo` -- whatever the number of workers, threads or the completion order, so a run
-gives bitwise the same numbers on a laptop and on a cluster.
+`map_reduce` (the chunk results summed); `imap_unordered` runs tasks that are not chunks
+(ppdsparse's class groups) and yields each result as it comes. Sums always follow the same
+binary tree over chunk ids -- `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)` with `mid - lo` the
+largest power of two below `hi - lo` -- whatever the number of workers, threads or the
+completion order, so a run gives bitwise the same numbers on a laptop and on a cluster.
 
 Losing a worker: large arguments are scattered, and although `broadcast=True` copies them to
 every worker, Dask's active memory manager (its ReduceReplicas policy, on by default) soon drops
@@ -14,7 +15,8 @@ data has no recipe to recompute it), and so is every task and partial sum of the
 depends on it: Dask cancels them ("... cancelled for reason: already forgotten"). A scatter can
 also fail outright when a worker leaves while the scheduler copies a value to it (a KeyError
 naming the worker). Such a pass is run again from scratch -- scattered anew, on the workers left
--- up to MAX_ATTEMPTS times, then it is a StreamfitError that points to --resume. Tasks are
+-- up to MAX_ATTEMPTS times, then it is a StreamfitError that points to --resume (`imap_unordered`
+submits again only the tasks whose results it has not yielded yet). Tasks are
 deterministic and their writes idempotent, so a repeated pass gives the same bits. The client
 holds the scattered arguments until its pass has finished, so that Dask itself recomputes the
 results of a dead worker whenever the arguments survived. A cluster without workers for
@@ -165,12 +167,12 @@ class Engine:
             return 1
         return sum(self.client.nthreads().values())
 
-    def _bar(self, n: int, desc: str | None):
+    def _bar(self, n: int, desc: str | None, unit: str = "chunk"):
         if not (self.progress and desc):  # a disabled tqdm still costs ~20 µs, once per pass
             return _NO_BAR
         from tqdm.auto import tqdm
 
-        return tqdm(total=n, desc=desc, unit="chunk", leave=False)
+        return tqdm(total=n, desc=desc, unit=unit, leave=False)
 
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
@@ -239,10 +241,12 @@ class Engine:
                 log.warning("%s: a Dask worker was lost (%s); %s", desc or "pass", e,
                             f"running the pass again (attempt {n + 1} of {MAX_ATTEMPTS})" if n < MAX_ATTEMPTS
                             else "giving up")
-        raise StreamfitError(
+        raise self._gave_up(desc, err) from err
+
+    def _gave_up(self, desc: str | None, err: _WorkerLost) -> StreamfitError:
+        return StreamfitError(
             f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
-            "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
-        ) from err
+            "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint")
 
     def _drain(self, futures: list, bar, watch: "_Watch") -> None:
         """Wait for every future, advancing the bar; raise at the first failed one."""
@@ -304,6 +308,49 @@ class Engine:
                 return self._result(root.result, watch)
 
         return self._retrying(attempt, desc)
+
+    def imap_unordered(self, fn: Callable, items, desc: str | None = None, **kwargs):
+        """Yields (item, fn(item, **kwargs)) for every item, as the tasks finish (in process: in
+        order). Tasks are submitted in the order of `items`, the first with the highest priority.
+        When a worker is lost under them, the items not yet yielded are submitted again (their
+        large arguments scattered anew), up to MAX_ATTEMPTS times. Closing the generator cancels
+        the tasks still pending."""
+        items = list(items)
+        if self.client is None:
+            self.start()
+        if self.client is None:
+            with self._bar(len(items), desc, "task") as bar:
+                for item in items:
+                    yield item, fn(item, **kwargs)
+                    bar.update()
+            return
+        from distributed import as_completed
+
+        left = dict.fromkeys(range(len(items)))  # positions not yielded yet, in submission order
+        with self._bar(len(items), desc, "task") as bar:
+            for n in range(1, MAX_ATTEMPTS + 1):
+                futures = {}
+                try:
+                    args = self._submit_args(kwargs)  # held until the tasks are done
+                    futures = {self.client.submit(fn, items[i], pure=False, priority=len(left) - r, **args): i
+                               for r, i in enumerate(left)}
+                    with _Watch(self, list(futures)) as watch:
+                        for f in as_completed(list(futures)):
+                            result = self._result(f.result, watch)
+                            i = futures.pop(f)
+                            del left[i]
+                            bar.update()
+                            yield items[i], result
+                    return
+                except _WorkerLost as e:
+                    err = e
+                    log.warning("%s: a Dask worker was lost (%s); %s", desc or "tasks", e,
+                                f"submitting the {len(left)} unfinished tasks again (attempt {n + 1} of {MAX_ATTEMPTS})"
+                                if n < MAX_ATTEMPTS else "giving up")
+                finally:
+                    if futures:  # closed early, or failed
+                        self.client.cancel(list(futures))
+        raise self._gave_up(desc, err) from err
 
     def _reduce_inprocess(self, fn, source, chunk_ids, desc, kwargs):
         # the same tree as tree_sum, built left to right with a stack so that only

@@ -126,6 +126,10 @@ def test_a_pass_that_keeps_losing_workers_is_a_clear_error(monkeypatch):
     assert len(calls) == engine_mod.MAX_ATTEMPTS
     with pytest.raises(StreamfitError, match="a Dask worker was lost"):
         eng.map(chunk_rows, None, range(3))
+    calls.clear()
+    with pytest.raises(StreamfitError, match="test: tasks: a Dask worker was lost.*--resume"):
+        list(eng.imap_unordered(chunk_rows, range(3), desc="test: tasks"))
+    assert len(calls) == engine_mod.MAX_ATTEMPTS
 
 
 def chunk_slow(source, i):
@@ -156,3 +160,91 @@ def test_a_cluster_without_workers_is_a_clear_error():
                 eng.map_reduce(chunk_slow, None, range(40))
             assert time.monotonic() - t < 15
             timer.join()
+
+
+# ---- imap_unordered: independent tasks, results as they come --------------------------------------
+
+def item_value(item, vector, log_dir, die_at=-1):
+    """vector / (item + 3), each run recorded in log_dir. Item `die_at` waits for the file `go` there
+    (at most a minute), then kills its worker, the first time."""
+    with open(os.path.join(log_dir, f"ran-{item}"), "a") as f:
+        f.write("x")
+    dead, go = os.path.join(log_dir, "dead"), os.path.join(log_dir, "go")
+    if item == die_at and not os.path.exists(dead):
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        open(dead, "w").close()
+        os._exit(1)
+    return vector / (item + 3)
+
+
+def runs(log_dir, n):
+    return [len((log_dir / f"ran-{i}").read_text()) if (log_dir / f"ran-{i}").exists() else 0 for i in range(n)]
+
+
+def test_imap_unordered_submits_again_only_the_items_a_lost_worker_left(tmp_path, caplog):
+    """Item 0 holds one worker until three results came back, then kills it. With Dask's
+    allowed-failures at 0 its task fails at once (KilledWorker), so the engine must submit the
+    items not yielded yet again: every item is yielded once with its value, the ones yielded
+    before the death ran once, and item 0 ran twice."""
+    import dask
+    import distributed  # noqa: F401  (its config defaults, which dask.config.set would drop on exit otherwise)
+
+    vector = np.arange(20_000.0)  # scattered (above BROADCAST_BYTES)
+    n = 8
+    with Engine(mode="inprocess") as eng:
+        ref = list(eng.imap_unordered(item_value, range(n), vector=vector, log_dir=str(tmp_path)))
+    assert [i for i, _ in ref] == list(range(n))  # in process: in order
+    log_dir = tmp_path / "dask"
+    log_dir.mkdir()
+    got, before_death = {}, []
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), Engine(mode="local", n_workers=2) as eng, \
+            caplog.at_level("WARNING", logger="streamfit.engine"):
+        for item, value in eng.imap_unordered(item_value, range(n), desc="test: items", vector=vector,
+                                              log_dir=str(log_dir), die_at=0):
+            assert item not in got
+            got[item] = value
+            if len(got) == 3:
+                before_death = list(got)
+                (log_dir / "go").touch()
+    assert (log_dir / "dead").exists()
+    assert sorted(got) == list(range(n)) and all(np.array_equal(got[i], v) for i, v in ref)
+    ran = runs(log_dir, n)
+    assert ran[0] == 2 and all(ran[i] == 1 for i in before_death)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.engine"]
+    assert warning.startswith("test: items: a Dask worker was lost (KilledWorker: ")
+    assert warning.endswith("unfinished tasks again (attempt 2 of 3)")
+
+
+def item_slow(item, log_dir):
+    (log_dir / f"ran-{item}").write_text("x")
+    time.sleep(0.3)
+    return item
+
+
+def test_closing_imap_unordered_cancels_the_pending_tasks(tmp_path):
+    n = 12
+    with Engine(mode="local", n_workers=2) as eng:
+        results = eng.imap_unordered(item_slow, range(n), log_dir=tmp_path)
+        first, _ = next(results)
+        results.close()
+        time.sleep(n * 0.3 / 2)  # long enough for every task to run, had they not been cancelled
+    assert first in (0, 1)
+    assert sum(runs(tmp_path, n)) <= 5  # the two running, and at most one more on each worker
+
+
+def test_imap_unordered_without_workers_is_a_clear_error(tmp_path):
+    from distributed import LocalCluster
+
+    from streamfit.errors import StreamfitError
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, \
+            Engine(cluster.scheduler_address, worker_timeout=2.0) as eng:
+        timer = threading.Timer(0.5, cluster.scale, (0,))
+        timer.start()
+        t = time.monotonic()
+        with pytest.raises(StreamfitError, match="has had no workers for 2 s.*dask worker"):
+            list(eng.imap_unordered(item_slow, range(40), log_dir=tmp_path))
+        assert time.monotonic() - t < 15
+        timer.join()

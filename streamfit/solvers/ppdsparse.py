@@ -31,7 +31,8 @@ the paper's dual Algorithm 1 throughout. The kernels are in ppdsparse_kernels.py
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
 cut depends only on K and the parameters, never on the workers); in process they run in
 `threads` threads sharing one copy of the data (results consumed in order); on Dask they are tasks
-submitted largest first (by positives) and load-balanced by the scheduler. Each worker process
+submitted largest first (by positives) and load-balanced by the scheduler (Engine.imap_unordered: a
+lost worker's unfinished groups are submitted again, a cluster without workers is an error). Each worker process
 reads the training matrix from the store once (CSR for the coordinate descent and the
 search's row pass, CSC for its column walk, sorted by |x_ij| when x_threshold > 0, the positives
 of every class) and shares it between its threads; the
@@ -226,9 +227,8 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
     return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats)
 
 
-def _group_task(ref: _DataRef, lo: int, hi: int, params: dict) -> GroupResult:
-    s = ref.source
-    return solve_group(_worker_data(ref), lo, hi, PPDSparseParams(**params), s.n_rows)
+def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: dict) -> GroupResult:
+    return solve_group(_worker_data(ref), *groups[g], PPDSparseParams(**params), ref.source.n_rows)
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -369,8 +369,9 @@ class PPDSparseSolver(Solver):
 
     def _run(self, engine: Engine, source: ChunkSource, groups, todo):
         """Yields (group, GroupResult) as groups finish: in process, one after another in `todo`
-        order; on Dask, in completion order (tasks submitted in `todo` order, first = highest
-        priority). Closing the generator cancels what is still running."""
+        order; on Dask, in completion order (Engine.imap_unordered: tasks submitted in `todo` order,
+        first = highest priority; a lost worker's groups submitted again). Closing the generator
+        cancels what is still running."""
         p = self.params
         if engine.client is None and engine.mode == "inprocess":
             data = build_data(source, p.x_threshold > 0)
@@ -388,21 +389,10 @@ class PPDSparseSolver(Solver):
                     for _, fut in pending:
                         fut.cancel()
             return
-        engine.start()
-        from distributed import as_completed
-
-        client = engine.client
         token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
-        ref = client.scatter(_DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0), broadcast=True,
-                             hash=False)
-        params = p.model_dump()
-        futures = {client.submit(_group_task, ref, *groups[g], params, pure=False, priority=len(todo) - r): g
-                   for r, g in enumerate(todo)}
-        try:
-            for fut in as_completed(list(futures)):
-                yield futures[fut], fut.result()
-        finally:
-            client.cancel(list(futures))
+        ref = _DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0)
+        yield from engine.imap_unordered(_group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups,
+                                         params=p.model_dump())
 
     def _save(self, checkpointer: Checkpointer, log: MetricsLog, groups, done: dict, g: int, model=None) -> None:
         """Write group g's weights and a checkpoint listing the finished groups, and log the step;

@@ -5,6 +5,7 @@ out-of-core contract (workers, kill and resume) and the estimator."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -385,6 +386,35 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     with open(os.path.join(run, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
+
+
+def group_task_dies_once(g, marker, die_at, **kwargs):
+    """ppdsparse's group task, except that group `die_at` kills its worker the first time."""
+    if g == die_at and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)
+    return pp._group_task(g, **kwargs)
+
+
+def test_a_lost_worker_costs_its_groups_only(digits, tmp_path, local_engine, monkeypatch, caplog):
+    """A worker dies under a group (the scheduler's allowed-failures at 0, so its task fails at once
+    with KilledWorker instead of Dask rerunning it): the run goes on, the unfinished groups are
+    submitted again, and the model is bitwise the undisturbed one."""
+    X, y = digits
+    store = write_store(tmp_path / "store", X, y, [str(c) for c in range(10)], chunk_rows=256)
+    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
+    serial, _ = fit(store, str(tmp_path / "serial"), **params)
+    marker = tmp_path / "died"
+    monkeypatch.setattr(pp, "_group_task", functools.partial(group_task_dies_once, marker=str(marker), die_at=2))
+    monkeypatch.setattr(local_engine.cluster.scheduler, "allowed_failures", 0)
+    with caplog.at_level("WARNING", logger="streamfit.engine"):
+        model, log = fit(store, str(tmp_path / "run"), engine=local_engine, **params)
+    assert marker.exists()
+    assert (serial.coef_ != model.coef_).nnz == 0
+    np.testing.assert_array_equal(serial.intercept_, model.intercept_)
+    assert sorted(r["group"] for r in log.records) == [0, 1, 2, 3, 4] and model.info["converged"]
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.engine"]
+    assert warning.startswith("ppdsparse: groups: a Dask worker was lost (KilledWorker: ")
 
 
 @pytest.mark.parametrize("valid_every", [1, 2, 3])
