@@ -334,6 +334,8 @@ def _percent(share: float) -> str:
               "instead of starting an embedded local one.")
 @click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core]; 0 runs in this process without Dask.")
 @click.option("--threads-per-worker", type=int, default=None, help="Embedded cluster: threads per worker [default: 1].")
+@click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Seconds without any Dask worker before the run fails (default 60).")
 @click.option("--valid", type=click.Path(), default=None,
               help="A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*.")
 @click.option("--valid-every", default=1, show_default=True, help="Validate every N solver steps.")
@@ -345,8 +347,8 @@ def _percent(share: float) -> str:
 @click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
               help="List the solvers and their parameters, then exit.")
 @click.pass_context
-def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, valid, valid_every,
-          resume, overwrite, time_limit):
+def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, worker_timeout, valid,
+          valid_every, resume, overwrite, time_limit):
     """Train a solver on STORE, checkpointing as it goes; --resume continues a killed run.
 
     \b
@@ -357,6 +359,7 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
     Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
     """
     from streamfit.config import load_train_config, parse_duration
+    from streamfit.engine import WORKER_TIMEOUT
     from streamfit.train import train as run_train
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
@@ -369,6 +372,7 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
         scheduler=scheduler or (cfg.scheduler if cfg else None),
         n_workers=n_workers if n_workers is not None else (cfg.n_workers if cfg else None),
         threads_per_worker=threads_per_worker or (cfg.threads_per_worker if cfg and cfg.threads_per_worker else 1),
+        worker_timeout=worker_timeout or (cfg and cfg.worker_timeout) or WORKER_TIMEOUT,
         resume=resume, overwrite=overwrite, progress=_progress(ctx), valid=valid, valid_every=valid_every,
         time_limit=parse_duration(time_limit, "--time-limit") if time_limit else (cfg.time_limit if cfg else None))
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
@@ -438,12 +442,14 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
 @click.option("--scheduler", default=None, help="Dask scheduler address for the training step.")
+@click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="Seconds without any Dask worker before training fails (overrides train.worker_timeout; default 60).")
 @click.option("--time-limit", default=None, metavar="DURATION",
               help="Training stops cleanly at the first checkpoint after DURATION (e.g. 90m; overrides "
                    "train.time_limit) and the job exits with status 3; re-run with --resume (without "
                    "--overwrite) to continue.")
 @click.pass_context
-def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
+def run(ctx, pipeline, resume, overwrite, scheduler, worker_timeout, time_limit):
     """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/)."""
     from streamfit.config import load_pipeline, parse_duration
     from streamfit.ingest.pipeline import IngestOptions
@@ -491,7 +497,8 @@ def run(ctx, pipeline, resume, overwrite, scheduler, time_limit):
     if cfg.train:
         t = cfg.train
         run_train(t.store, t.solver, t.out, t.params, scheduler=scheduler or t.scheduler, n_workers=t.n_workers,
-                  threads_per_worker=t.threads_per_worker, resume=resume, overwrite=overwrite, progress=progress,
+                  threads_per_worker=t.threads_per_worker, worker_timeout=worker_timeout or t.worker_timeout,
+                  resume=resume, overwrite=overwrite, progress=progress,
                   valid=t.valid, valid_every=t.valid_every,
                   time_limit=parse_duration(time_limit, "--time-limit") if time_limit else t.time_limit)
         click.echo(f"train: model written to {os.path.join(t.out, 'model')}")

@@ -15,6 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import ConfigError
 from streamfit.store import DEFAULT_CHUNK_ROWS
 
@@ -101,6 +102,7 @@ class TrainSection(_TimeLimit, _Strict):
     scheduler: str | None = None
     n_workers: int | None = None
     threads_per_worker: int = 1
+    worker_timeout: float = Field(WORKER_TIMEOUT, gt=0, description="seconds without any Dask worker before the run fails")
 
 
 class EvaluateSection(_Strict):
@@ -122,6 +124,8 @@ class TrainConfig(_TimeLimit, _Strict):
     scheduler: str | None = None
     n_workers: int | None = None
     threads_per_worker: int | None = None
+    worker_timeout: float | None = Field(None, gt=0, description="seconds without any Dask worker before the run "
+                                         f"fails (default {WORKER_TIMEOUT:g})")
 
 
 def _load_yaml(path: str) -> dict:

@@ -47,6 +47,8 @@ BROADCAST_BYTES = 64 * 1024
 MAX_ATTEMPTS = 3
 # How often (seconds) a running pass checks that the cluster still has workers.
 WATCH_INTERVAL = 1.0
+# Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
+WORKER_TIMEOUT = 60.0
 
 
 class _WorkerLost(Exception):
@@ -102,10 +104,12 @@ class Engine:
 
     def __init__(self, scheduler: str | None = None, *, mode: str | None = None, n_workers: int | None = None,
                  threads_per_worker: int = 1, memory_limit: str | None = "auto", progress: bool = False,
-                 connect_timeout: str = "20s", worker_timeout: float = 60.0):
+                 connect_timeout: str = "20s", worker_timeout: float = WORKER_TIMEOUT):
         self.mode = "remote" if scheduler else (mode or "local")
         if self.mode not in ("inprocess", "local", "remote"):
             raise ValueError(f"engine mode must be 'inprocess', 'local' or a scheduler address, got {mode!r}")
+        if not worker_timeout > 0:
+            raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout!r}")
         self.scheduler = scheduler
         self.n_workers = n_workers or os.cpu_count() or 1
         self.threads_per_worker = threads_per_worker

@@ -18,7 +18,7 @@ import shutil
 import time
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine
+from streamfit.engine import WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, summary
@@ -55,9 +55,10 @@ def _param_problem(err: dict, known: list[str]) -> str:
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
           n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
           overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1,
-          time_limit: float | None = None) -> Model:
+          time_limit: float | None = None, worker_timeout: float = WORKER_TIMEOUT) -> Model:
     """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
-    first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues."""
+    first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
+    `worker_timeout`: seconds the Dask cluster may have no workers before the run fails."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -79,7 +80,8 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     try:
         return _train_locked(store, valid_store, p, solver, out, scheduler=scheduler, n_workers=n_workers,
                              threads_per_worker=threads_per_worker, resume=resume, overwrite=overwrite,
-                             progress=progress, valid=valid, valid_every=valid_every, time_limit=time_limit)
+                             progress=progress, valid=valid, valid_every=valid_every, time_limit=time_limit,
+                             worker_timeout=worker_timeout)
     finally:
         os.close(lock)
 
@@ -103,7 +105,7 @@ def _lock_run_dir(out: str) -> int:
 
 
 def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_workers, threads_per_worker,
-                  resume, overwrite, progress, valid, valid_every, time_limit) -> Model:
+                  resume, overwrite, progress, valid, valid_every, time_limit, worker_timeout) -> Model:
     ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         shutil.rmtree(ckpt_dir, ignore_errors=True)
@@ -134,10 +136,11 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     mode = "inprocess" if n_workers == 0 and not scheduler else None
     record = {"solver": solver, "params": p.model_dump(), "store": store.path,
               "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
-              "threads_per_worker": threads_per_worker, "resumed": resume, "time_limit": time_limit}
+              "threads_per_worker": threads_per_worker, "worker_timeout": worker_timeout, "resumed": resume,
+              "time_limit": time_limit}
     try:
         with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
-                    progress=progress) as engine:
+                    progress=progress, worker_timeout=worker_timeout) as engine:
             model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics,
                                               resume=resume)
     except TimeLimitReached as e:

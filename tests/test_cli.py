@@ -277,3 +277,34 @@ def test_inspect_occupancy_reads_as_lines(stores, tmp_path):
     assert "n_features for under 1 % colliding: unknown: every column is used" in text
     report = json.loads(run("inspect", tmp_path / "full", "--occupancy", "--json").output)["occupancy"]
     assert report["columns_used"] == 4 and report["n_features_for_1pct"] is None
+
+
+def test_worker_timeout_reaches_the_engine(stores, tmp_path):
+    """--worker-timeout, worker_timeout in a train config or a pipeline's train section, and run's
+    --worker-timeout: how long a scheduler without workers is waited for (1 s here, not 60)."""
+    import time
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster:
+        address = cluster.scheduler_address
+        train = ["train", stores / "train.zarr", "--solver", "bcd", "--scheduler", address]
+        (tmp_path / "train.yaml").write_text("worker_timeout: 1\n")
+        pipeline = f"train: {{solver: bcd, out: run, store: {stores / 'train.zarr'}, scheduler: '{address}'"
+        (tmp_path / "default.yaml").write_text(pipeline + "}\n")
+        (tmp_path / "set.yaml").write_text(pipeline + ", worker_timeout: 1}\n")
+        for args in ([*train, "--out", tmp_path / "a", "--worker-timeout", "1"],
+                     [*train, "--out", tmp_path / "b", "--config", tmp_path / "train.yaml"],
+                     ["run", tmp_path / "default.yaml", "--worker-timeout", "1"],
+                     ["run", tmp_path / "set.yaml"]):
+            started = time.monotonic()
+            result = run(*args, ok=False)
+            assert result.exit_code == 2, result.output
+            assert f"the Dask scheduler at {address} has no workers (waited 1 s)" in result.output
+            assert time.monotonic() - started < 15
+    for command in ([*train, "--out", tmp_path / "c"], ["run", tmp_path / "set.yaml"]):
+        for bad in ("0", "-1", "soon"):
+            result = run(*command, "--worker-timeout", bad, ok=False)
+            assert result.exit_code == 2 and "Invalid value for '--worker-timeout'" in result.output
+    help_text = " ".join(run("train", "--help").output.split())
+    assert "--worker-timeout SECONDS Seconds without any Dask worker before the run fails (default 60)." in help_text
