@@ -114,7 +114,7 @@ from threadpoolctl import ThreadpoolController
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine, add_results
-from streamfit.errors import ConfigError
+from streamfit.errors import ConfigError, InputError
 from streamfit.model import Model, register_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
@@ -139,6 +139,7 @@ AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with
 AUTO_CHECK_VALID = 0.2  # the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
+PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 
 
@@ -158,19 +159,24 @@ class StagewiseParams(SolverParams):
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
     n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
     pca_components: int | None = Field(None, ge=1, description="rff: PCA to this many dimensions first (None: off)")
-    bandwidth: float = Field(0.5, gt=0, description="rff: Gaussian kernel width / median pairwise distance")
+    bandwidth: float = Field(0.5, gt=0, allow_inf_nan=False,
+                             description="rff: Gaussian kernel width / median pairwise distance")
     rff_sampling: Literal["iid", "orthogonal"] = Field(
         "iid", description="rff: frequencies drawn independently (Rahimi & Recht), or in blocks of orthogonal "
                            "directions with chi-distributed lengths (Yu et al. 2016; same kernel, lower variance)")
     rff_phases: Literal["random", "paired"] = Field(
         "random", description="rff: features sqrt2 cos(w'x + b) with random phases b, or sqrt2 cos(w'x) and "
                               "sqrt2 sin(w'x) of half as many frequencies (same kernel, lower variance)")
-    lipschitz: float | None = Field(None, gt=0, description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
+    lipschitz: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                    description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
     backtrack: bool = Field(
         False, description="softmax: start each stage at L/4 and double L (back to the previous iterate) whenever an "
                            "inner iteration raises the objective; accepted iterates decrease it")
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
-    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
+    lam: float = Field(1e-4, ge=0, allow_inf_nan=False,
+                       description="λ of (1/n)·loss + λ-penalty on each stage's weights")
+    random_state: int = Field(0, ge=0, description="seed of the random blocks, the row sample and the random "
+                                                   "Fourier features (a non-negative integer)")
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
     max_iter: int = Field(50, ge=1, description="softmax: inner iterations (passes) per stage")
     gram_dtype: Literal["float64", "float32"] = Field(
@@ -487,8 +493,32 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
 
 
 def _scan_task(source, chunk_id):
+    """(non-zeros per column, non-finite values) of the chunk."""
     X = source.read_chunk(chunk_id).X
-    return np.bincount(X.indices, minlength=source.n_features).astype(np.int64)
+    return (np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
+            int(X.data.size - np.isfinite(X.data).sum()))
+
+
+def _first_nonfinite_task(source, chunk_id):
+    """(row of the chunk, column) of its first NaN or infinite value, or None."""
+    X = source.read_chunk(chunk_id).X
+    bad = np.flatnonzero(~np.isfinite(X.data))
+    if not bad.size:
+        return None
+    row = int(np.searchsorted(X.indptr, bad[0], side="right")) - 1
+    return row, int(X.indices[bad[0]])
+
+
+def _check_gram(M: np.ndarray, where: str) -> None:
+    """A sum of products of features (AᵀA) that overflowed is an error about the data (`where`)."""
+    if not np.isfinite(M).all():
+        raise InputError(where, "sums of squared feature values overflow float64 (features of magnitude about "
+                                "1e150 or more)", "scale the features down (e.g. standardize them) and train again")
+
+
+def _data_name(source: ChunkSource) -> str:
+    path = getattr(source, "path", None)
+    return f"store {path}" if path else "the training data"
 
 
 def _rows_task(source, chunk_id, *, rows, inputs):
@@ -760,8 +790,10 @@ class StagewiseSolver(Solver):
     def _setup(self, source: ChunkSource, engine: Engine, prog: _Progress) -> tuple[FeatureSpace, np.ndarray, str]:
         p = self.params
         chunks = range(source.n_chunks)
-        col_nnz = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
+        col_nnz, n_nonfinite = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
         prog.data_passes += 1
+        if n_nonfinite:
+            self._raise_nonfinite(source, engine, n_nonfinite)
         active = np.flatnonzero(col_nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")
@@ -790,11 +822,14 @@ class StagewiseSolver(Solver):
             centered = sample - space.mean
             # The covariance from single-precision products (a basis exact to ~1e-6 is as good a
             # projection; the model stores it), and only its leading eigenvectors.
-            c32 = centered.astype(np.float32)
+            # Values of 1e15 and more (valid in a float32 store) would overflow single-precision
+            # squares summed over the sample: their covariance is formed in float64.
+            c32 = centered.astype(np.float32) if np.abs(centered).max() < PCA_FLOAT32_MAX else centered
             d = len(active)
+            cov = (c32.T @ c32).astype(np.float64) / len(rows)
+            _check_gram(cov, _data_name(source))
             with _BLAS.limit(limits=1, user_api="blas"):
-                _, V = scipy.linalg.eigh((c32.T @ c32).astype(np.float64) / len(rows),
-                                         subset_by_index=[d - p.pca_components, d - 1])
+                _, V = scipy.linalg.eigh(cov, subset_by_index=[d - p.pca_components, d - 1])
             V = V[:, ::-1]
             V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
             space.components = V
@@ -804,12 +839,26 @@ class StagewiseSolver(Solver):
         space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)
         if generator == "auto":
             check = slice(0, AUTO_CHECK_ROWS)
-            generator = "rff" if self._rff_validates(space, raw[check], sample[check], targets[check]) else "gradient"
+            generator = "rff" if self._rff_validates(space, raw[check], sample[check], targets[check],
+                                                     _data_name(source)) else "gradient"
             if generator == "gradient":
                 return columns, active, generator
         return space, active, generator
 
-    def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray) -> bool:
+    @staticmethod
+    def _raise_nonfinite(source: ChunkSource, engine: Engine, count: int):
+        """The stored features hold NaN or inf (a value beyond float32's ±3.4e38 becomes inf in a
+        store): an error naming the first one, instead of a failed solve later."""
+        found = engine.map(_first_nonfinite_task, source, range(source.n_chunks), desc="stagewise: find non-finite")
+        chunk_id = next(i for i, f in enumerate(found) if f is not None)
+        row, column = found[chunk_id]
+        raise InputError(f"{_data_name(source)}, row {source.chunk_bounds(chunk_id)[0] + row} (chunk {chunk_id})",
+                         f"feature {column} is NaN or infinite ({count} non-finite value{'s' * (count > 1)} in all)",
+                         "features must be finite: values beyond float32's ±3.4e38 become inf in a store, "
+                         "so scale such features down (or drop them) and ingest again")
+
+    def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray,
+                       where: str) -> bool:
         """Generator "auto" on dense inputs: on the sampled rows (random order; the last
         AUTO_CHECK_VALID of them held out), one identity-link stage (Algorithm 1: ridge with the
         run's λ, bias unpenalised) on the stored columns A = [1, x] and one on the first random
@@ -820,7 +869,7 @@ class StagewiseSolver(Solver):
         errors = []
         for A in (columns, space.design(base, 0).astype(np.float64)):
             fit, held = A[:n_fit], A[n_fit:]
-            W = self._stage_solver(fit.T @ fit, n_fit, 1.0)(fit.T @ Y[:n_fit] / n_fit)
+            W = self._stage_solver(fit.T @ fit, n_fit, 1.0, where)(fit.T @ Y[:n_fit] / n_fit)
             errors.append(float(((Y[n_fit:] - held @ W) ** 2).sum()))
         return errors[1] <= errors[0]
 
@@ -858,8 +907,10 @@ class StagewiseSolver(Solver):
             mask[0] = 0.0
         return mask
 
-    def _stage_solver(self, M: np.ndarray, n: int, lipschitz: float):
-        """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14)."""
+    def _stage_solver(self, M: np.ndarray, n: int, lipschitz: float, where: str = "the training data"):
+        """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14). `where` names
+        the data in the error for an AᵀA that overflowed."""
+        _check_gram(M, where)
         lam = self.params.lam
         return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
 
@@ -870,7 +921,7 @@ class StagewiseSolver(Solver):
         mask = self._penalty_mask(M.shape[0])
         bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
         lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
-        solve = self._stage_solver(M, n, lipschitz)
+        solve = self._stage_solver(M, n, lipschitz, _data_name(source))
         W = solve(B / n)
         if link == "identity":
             return W, []

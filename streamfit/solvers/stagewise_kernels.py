@@ -123,8 +123,11 @@ _COS_TAYLOR = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(13, -1, -
 @numba.njit(cache=True, fastmath={"contract"}, inline="always")
 def _root2_cos(x: float) -> float:
     """√2 cos(x): x reduced to [−π, π], then the Taylor polynomial above (Horner, unrolled by the
-    compiler)."""
+    compiler). Beyond |x| ≈ 1e15 (an input far out of the training data's scale: the phase's own
+    rounding then exceeds the period) the reduction no longer lands in [−π, π] and the polynomial
+    would run off to ±inf; the clamp keeps every feature in [−√2, √2] (a no-op below that)."""
     x -= 2.0 * np.pi * np.rint(x * (0.5 / np.pi))
+    x = min(max(x, -np.pi), np.pi)
     y = x * x
     c = 0.0
     for coefficient in _COS_TAYLOR:

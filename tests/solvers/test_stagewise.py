@@ -16,10 +16,17 @@ from sklearn.linear_model import LogisticRegression
 import streamfit.solvers.stagewise as sw
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.errors import InputError
 from streamfit.model import load_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
-from streamfit.solvers.stagewise_kernels import link_loss_sum, project_rows_simplex, rff_block, rff_frequencies
+from streamfit.solvers.stagewise_kernels import (
+    link_loss_sum,
+    project_rows_simplex,
+    rff_block,
+    rff_features,
+    rff_frequencies,
+)
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 
@@ -61,6 +68,11 @@ def test_params_validation():
         sw.StagewiseParams(block_sz=10)
     with pytest.raises(ValidationError):
         sw.StagewiseParams(block_size=0)
+    # seeds feed numpy's SeedSequence (non-negative only); infinite λ, σ or L would fail in the solve
+    for bad in ({"random_state": -1}, {"lam": float("inf")}, {"bandwidth": float("inf")},
+                {"lipschitz": float("inf")}, {"lam": float("nan")}):
+        with pytest.raises(ValidationError):
+            sw.StagewiseParams(**bad)
 
 
 def test_one_block_identity_is_closed_form_ridge(digits):
@@ -325,6 +337,59 @@ def test_rff_approximates_gaussian_kernel():
     rff_block(big, 11, 2, 10_000, sigma, out=out, col=2)  # into columns 2 … 10 001 of a design
     assert np.abs(out[:, 2:-1] - exact).max() < 1e-10
     assert np.all(out[:, :2] == 7.0) and np.all(out[:, -1] == 7.0)
+
+
+@pytest.mark.parametrize("beta", [np.array([0.1, 2.0]), None])
+def test_rff_features_stay_bounded_for_huge_phases(beta):
+    """An input far out of scale (1e30 where the median distance is ~1) gives phases whose
+    reduction to [−π, π] fails: the features must stay in [−√2, √2], not run off to inf (a
+    non-finite AᵀA); ordinary phases keep their exact values."""
+    Z = np.array([[1e30], [-3e17], [1e16], [2.5]])
+    omega = np.array([[1.0, -1.7]])
+    F = rff_features(Z, omega, beta)
+    assert np.isfinite(F).all() and np.abs(F).max() <= np.sqrt(2.0) + 1e-12
+    phase = Z[-1] @ omega + (0.0 if beta is None else beta)
+    exact = np.sqrt(2.0) * (np.cos(phase) if beta is not None else np.r_[np.cos(phase), np.sin(phase)])
+    np.testing.assert_allclose(F[-1], exact, rtol=0, atol=1e-14)
+
+
+def test_outlier_rows_with_rff_and_pca(tmp_path):
+    """A stored value of 1e30 is valid float32, but its square overflowed the single-precision
+    PCA covariance (eigh on inf) and its phases the cosine polynomial: training finishes, with
+    finite scores (the outlier owns the PCA, so only finiteness is asked there; without PCA the
+    median trick ignores it and the other rows are fitted as usual)."""
+    X, y = load_digits(return_X_y=True)
+    X, y = X[:300] / 16.0, y[:300]
+    X[7, 10] = 1e30
+    store = write_store(tmp_path / "s", X, y, [str(c) for c in range(10)], chunk_rows=100)
+    for pca in (8, None):
+        model, _, _ = fit(store, generator="rff", pca_components=pca, n_components=256, block_size=128, n_passes=1)
+        S = model.decision_function(sp.csr_matrix(X, dtype=np.float32))
+        assert np.isfinite(S).all()
+    assert (S.argmax(axis=1) == y).mean() > 0.9
+
+
+def test_non_finite_store_is_a_clear_error(tmp_path):
+    """A store can hold inf (ingest casts values beyond float32's range to inf): an InputError
+    naming the store, row and feature, not a LinAlgError from the first solve."""
+    X, y = load_digits(return_X_y=True)
+    X = X[:300] / 16.0
+    X[234, 5] = np.inf
+    store = write_store(tmp_path / "s", X, y[:300], [str(c) for c in range(10)], chunk_rows=100)
+    for generator in ("sequential", "rff"):
+        with pytest.raises(InputError, match=r"s, row 234 \(chunk 2\): feature 5 is NaN or infinite"):
+            fit(store, generator=generator, n_components=64, block_size=32)
+
+
+def test_overflowing_gram_is_a_clear_error():
+    """In-memory float64 features of 1e200 overflow AᵀA: an InputError saying to scale them."""
+    X, y = load_digits(return_X_y=True)
+    X = X[:200] / 16.0
+    X[3, 20] = 1e200
+    for generator in ("sequential", "auto"):
+        source = InMemoryStore(sp.csr_matrix(X), y[:200].astype(np.int32), list(range(10)), chunk_rows=64)
+        with pytest.raises(InputError, match="overflow float64.*scale the features"):
+            fit(source, generator=generator)
 
 
 @pytest.mark.parametrize("orthogonal,paired", [(True, False), (False, True), (True, True)])
