@@ -17,7 +17,9 @@ Input is checked as scikit-learn's `validate_data` does, with its error messages
 feature count of fit at predict time (scipy.sparse X stays sparse: only its stored values are
 checked); y must hold discrete class labels (not continuous, NaN or inf) of at least two
 classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
-DataConversionWarning. Methods of an unfitted estimator raise NotFittedError. Outputs follow
+DataConversionWarning. A fit that stops at max_iter before the solver's stopping test holds
+(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning. Methods of
+an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
 the dtype of the fitted label indicator.
@@ -54,7 +56,14 @@ class DataConversionWarning(UserWarning):
     warning of that name; once scikit-learn is imported, the one issued is also its class)."""
 
 
-_SKLEARN_TWINS = {"NotFittedError": NotFittedError, "DataConversionWarning": DataConversionWarning}
+class ConvergenceWarning(UserWarning):
+    """fit stopped at max_iter before the solver's stopping test held: model_.info["converged"] is
+    False (scikit-learn's warning of that name; once scikit-learn is imported, the one issued is
+    also its class)."""
+
+
+_SKLEARN_TWINS = {"NotFittedError": NotFittedError, "DataConversionWarning": DataConversionWarning,
+                  "ConvergenceWarning": ConvergenceWarning}
 
 
 @functools.cache
@@ -266,6 +275,12 @@ class _SolverClassifier(_ParamsMixin):
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
         self._y_dtype = y_dtype
+        info = self.model_.info
+        if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
+            which = f" for {info['not_converged']} of {len(classes)} classes" if "not_converged" in info else ""
+            warnings.warn(f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
+                          f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
+                          _compatible("ConvergenceWarning"), stacklevel=2)
         return self
 
     @property

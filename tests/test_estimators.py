@@ -3,14 +3,17 @@ in detail; every estimator with scikit-learn's model selection, pipelines and ta
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import clone, is_classifier
 from sklearn.datasets import load_digits
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score, train_test_split
 from sklearn.pipeline import Pipeline
@@ -113,8 +116,9 @@ def test_bcd_stopping_reaches_the_solver(digits_split):
     estimated remaining decrease to fall below tol·F."""
     X_tr, _, y_tr, _ = digits_split
     X_tr = X_tr / 16.0
-    runs = {s: streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping=s).fit(X_tr, y_tr)
-            for s in ("violation", "auto")}
+    runs = {"violation": streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping="violation").fit(X_tr, y_tr)}
+    with pytest.warns(ConvergenceWarning, match="BCDClassifier did not converge: max_iter=500 "):
+        runs["auto"] = streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping="auto").fit(X_tr, y_tr)
     assert len(runs["violation"].history_) < len(runs["auto"].history_)
     assert runs["auto"].objective(X_tr, y_tr) <= runs["violation"].objective(X_tr, y_tr)
 
@@ -128,7 +132,7 @@ MODEL_SELECTION_CASES = {
                                                 bandwidth=1.0, lam=3e-2), "lam", [1e-2, 1e-1]),
     "bcd": (lambda: BCDClassifier(lam=1e-3, tol=1e-2, max_iter=30), "lam", [1e-4, 1e-2]),
     "ppdsparse": (lambda: PPDSparseClassifier(lam=1e-4, tau=1e-2, max_iter=50), "tau", [1e-3, 1e-2]),
-    "fbpd": (lambda: FBPDClassifier(penalty="l2", lam=1e-3, tol=1e-3, max_iter=100), "lam", [1e-3, 1e-2]),
+    "fbpd": (lambda: FBPDClassifier(penalty="l2", lam=1e-3, tol=1e-3, max_iter=400), "lam", [1e-3, 1e-2]),
 }
 SMALL_ROWS = 360
 ACCURACY_FLOOR = 0.8  # each case's folds and grid means score 0.88–0.96 here (ten classes: chance is 0.1)
@@ -142,8 +146,9 @@ def digits_small():
 
 def test_importing_streamfit_does_not_import_sklearn():
     """scikit-learn is a test extra, not a dependency: the tags import it only when asked, and
-    without it imported an unfitted estimator raises streamfit's own NotFittedError, and a column y
-    warns with streamfit's own DataConversionWarning."""
+    without it imported an unfitted estimator raises streamfit's own NotFittedError, a column y
+    warns with streamfit's own DataConversionWarning and a fit stopped at max_iter with its own
+    ConvergenceWarning."""
     code = ("import sys, numpy as np, streamfit\n"
             "assert 'sklearn' not in sys.modules, 'streamfit imported sklearn'\n"
             "from streamfit.errors import NotFittedError\n"
@@ -155,7 +160,12 @@ def test_importing_streamfit_does_not_import_sklearn():
             "    warnings.simplefilter('always')\n"
             "    streamfit.BCDClassifier().fit(np.eye(4), np.array([[0], [1], [0], [1]]))\n"
             "assert [type(x.message) for x in w] == [DataConversionWarning], w\n"
-            "assert 'sklearn' not in sys.modules, 'NotFittedError or the warning imported sklearn'\n")
+            "from streamfit.estimators import ConvergenceWarning\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    streamfit.BCDClassifier(max_iter=1, tol=1e-12).fit(np.eye(4), np.array([0, 1, 0, 1]))\n"
+            "assert [type(x.message) for x in w] == [ConvergenceWarning], w\n"
+            "assert 'sklearn' not in sys.modules, 'NotFittedError or a warning imported sklearn'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -265,8 +275,12 @@ CHECK_CASES = {
                                                        n_passes=1, bandwidth=1.0, lam=3e-2, max_iter=10),
     "bcd": MODEL_SELECTION_CASES["bcd"][0],
     "ppdsparse": MODEL_SELECTION_CASES["ppdsparse"][0],
-    "fbpd": lambda: FBPDClassifier(penalty="l2", lam=1e-3, tol=1e-3, max_iter=50),
+    "fbpd": MODEL_SELECTION_CASES["fbpd"][0],
 }
+
+# The cases that stop at max_iter on some of check_estimator's data sets, so that it warns (scikit-learn's
+# own test suite ignores ConvergenceWarning in these checks).
+NOT_CONVERGED_IN_CHECKS = {"bcd", "fbpd"}
 
 # The checks each case is expected to fail, and why (check_estimator's expected_failed_checks).
 EXPECTED_FAILED_CHECKS = {
@@ -289,8 +303,9 @@ def test_check_estimator(case):
     """Every check of scikit-learn's check_estimator passes but the listed expected failures,
     which do fail (an expected failure that starts passing must leave the list)."""
     expected = EXPECTED_FAILED_CHECKS.get(case, {})
-    results = estimator_checks.check_estimator(CHECK_CASES[case](), expected_failed_checks=expected, on_fail=None,
-                                               on_skip=None)
+    with pytest.warns(ConvergenceWarning) if case in NOT_CONVERGED_IN_CHECKS else contextlib.nullcontext():
+        results = estimator_checks.check_estimator(CHECK_CASES[case](), expected_failed_checks=expected, on_fail=None,
+                                                   on_skip=None)
     failed = {r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}" for r in results
               if r["status"] == "failed"}
     assert not failed, failed
@@ -491,7 +506,7 @@ def test_column_y_is_raveled_with_a_warning(case):
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(60, 4))
-    y = np.repeat([0, 1, 2], 20)
+    y = np.digitize(X[:, 0], [-0.43, 0.43])  # three classes by the first feature: every case converges, no other warning
     flat = CHECK_CASES[case]().fit(X, y)
     with pytest.warns(SklearnDataConversionWarning, match="A column-vector y was passed") as record:
         column = CHECK_CASES[case]().fit(X, y[:, None])
@@ -512,3 +527,26 @@ def test_n_iter(case):
         assert est.n_iter_ <= est.max_iter
     else:
         assert est.n_iter_ == len(est.history_)  # stages
+
+
+@pytest.mark.parametrize("case", ["bcd", "ppdsparse", "fbpd"])
+def test_a_fit_stopped_at_max_iter_warns(digits_small, case):
+    """A fit whose model says converged: false warns with scikit-learn's ConvergenceWarning (also
+    streamfit.estimators.ConvergenceWarning), attributed to the caller of fit; a converged fit does
+    not warn. (Stagewise has no stopping test: its max_iter caps each softmax stage.)"""
+    from streamfit.estimators import ConvergenceWarning as StreamfitConvergenceWarning
+
+    X, y = digits_small
+    est = MODEL_SELECTION_CASES[case][0]()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert clone(est).fit(X, y).model_.info["converged"] is True
+    name = type(est).__name__
+    which = " for 10 of 10 classes" if case == "ppdsparse" else ""
+    with pytest.warns(ConvergenceWarning) as record:
+        stopped = clone(est).set_params(max_iter=1, tol=1e-12).fit(X, y)
+    assert stopped.model_.info["converged"] is False and stopped.n_iter_ == 1
+    [w] = record
+    assert isinstance(w.message, StreamfitConvergenceWarning) and w.filename == __file__
+    assert str(w.message) == (f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test "
+                              "(tol=1e-12) held; increase max_iter or tol")
