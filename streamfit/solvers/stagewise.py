@@ -47,7 +47,8 @@ in the training data; hashed stores have mostly empty columns):
 - "sequential": blocks of consecutive active columns;
 - "random": a fresh seeded permutation of the active columns each pass (no replacement);
 - "gradient": columns ordered by ‖X_jᵀR‖₂ (R = Y − g(F)), recomputed at the start of every
-  pass (A.2.2);
+  pass (A.2.2); the norms are compared in single precision, ties by column id, so that the
+  chunking's last bits do not reorder (near-)tied columns;
 - "rff": random Fourier features of the dense active columns (A.2.1): optionally PCA to
   `pca_components` dimensions, Gaussian kernel bandwidth σ = `bandwidth` · median pairwise
   distance ("median trick"), `n_components` features in blocks; block b's frequencies come
@@ -892,8 +893,14 @@ class StagewiseSolver(Solver):
 
     @staticmethod
     def _gradient_order(G: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """Active columns by decreasing ‖X_jᵀR‖₂ (ties by column id)."""
-        return active[np.argsort(-np.sqrt((G * G).sum(axis=1)), kind="stable")]
+        """Active columns by decreasing ‖X_jᵀR‖₂, compared in single precision (ties by column
+        id). Columns whose norms are equal in exact arithmetic are common (near-duplicate rows
+        that differ by one rare term each: sector has them); G's last bits depend on the
+        chunking, so comparing float64 norms put such columns in chunking-dependent order, on
+        both sides of a block boundary, and changed the model by ~1e-3. Rounded to float32 they
+        tie and keep their column order."""
+        norms = np.sqrt((G * G).sum(axis=1)).astype(np.float32)
+        return active[np.argsort(-norms, kind="stable")]
 
     # ---- one stage ----
     def _penalty(self, W: np.ndarray) -> float:

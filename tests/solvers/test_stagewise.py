@@ -246,6 +246,23 @@ def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, par
     np.testing.assert_allclose(training_scores(store_a, ckpt, len(log.records)), S, rtol=0, atol=1e-12)
 
 
+def test_gradient_order_ignores_chunking_noise(digits):
+    """Near-duplicate rows, each with a rare term of its own (as in sector): their columns' gradient
+    norms are equal in exact arithmetic and differ in the last bits with the chunking. Ordered by
+    those bits they fell on either side of a block boundary depending on chunk_rows, and the
+    models differed by ~1e-3; the order must not depend on the chunking."""
+    X, y = digits
+    rng = np.random.default_rng(0)
+    rows = np.repeat(rng.choice(X.shape[0], 60, replace=False), 3)[rng.permutation(180)]
+    n = len(rows)
+    Xd = sp.hstack([X[rows], sp.csr_matrix((np.full(n, 0.5), (np.arange(n), np.arange(n))))], format="csr")
+    models = [fit(InMemoryStore(Xd, y[rows], list(range(10)), chunk_rows=c), generator="gradient", block_size=13,
+                  n_passes=3, lam=1e-3)[0] for c in (180, 41)]
+    for a, b in zip(models[0].blocks, models[1].blocks, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(models[1].decision_function(Xd), models[0].decision_function(Xd), rtol=0, atol=1e-10)
+
+
 @pytest.mark.parametrize("params", [
     dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3),
     dict(generator="sequential", block_size=12, n_passes=3, link="softmax", max_iter=3, lam=1e-3),  # cached AᵀA
