@@ -35,11 +35,16 @@ the update (14) with the ridge term added to the majorizer reads
   (majorization, proof of Theorem 1).
 
 Calibration (Algorithm 2). calibration="poly": after the block fit ỹ = F + AW (18), a pass
-collects GᵀG and GᵀY for G(ỹ) = [1, ỹ, ỹ², ỹ³] (§3.1), the unregularised least-squares W̃
-(pseudo-inverse) gives ȳ = G(ỹ)W̃, and F ← clip(ȳ), the projection onto the probability
-simplex (onto [0, 1]^k for multilabel) (19). Since G contains ỹ and the projection is a
-contraction towards y, the training squared error never increases from stage to stage (proof
-of Theorem 2). calibration="predictions" is the simpler variant of §3.1: the previous
+collects GᵀG and GᵀY for G(ỹ) = [1, ỹ, ỹ², ỹ³] (§3.1), the least-squares W̃ gives
+ȳ = G(ỹ)W̃, and F ← clip(ȳ), the projection onto the probability simplex (onto [0, 1]^k for
+multilabel) (19). Since G contains ỹ and the projection is a contraction towards y, the
+training squared error never increases from stage to stage (proof of Theorem 2). Once the
+training predictions near the vertices, ỹ, ỹ² and ỹ³ nearly coincide and GᵀG is singular to
+working precision: the unregularised fit (a pseudo-inverse) then amplified rounding, so that
+the model changed with the chunking (by 0.3 in the scores on sector) and the squared error
+could rise. W̃ is therefore pulled towards I_ỹ, the map G(ỹ) ↦ ỹ: it minimises
+(1/n)‖Y − GW̃‖² + ε‖W̃ − I_ỹ‖² with ε = 1e-4 · tr(GᵀG/n)/|G|. I_ỹ itself is feasible, so the
+fit's squared error is still at most that of ỹ and Theorem 2's monotone decrease holds. calibration="predictions" is the simpler variant of §3.1: the previous
 predictions are just more features of the block (A = [1, x̃, F]).
 
 GEN (the feature generator of Algorithm 3), over the *active* columns (those with a non-zero
@@ -141,6 +146,7 @@ AUTO_CHECK_VALID = 0.2  # the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
+CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 
 
@@ -952,12 +958,16 @@ class StagewiseSolver(Solver):
         return W, objective
 
     def _calibrate(self, engine, source, state, version, space, block, W, prog) -> np.ndarray:
-        """Algorithm 2's calibration fit: W̃ = argmin Σ ‖y − W̃ G(ỹ)‖² (19), unregularised."""
+        """Algorithm 2's calibration fit (19): W̃ = argmin (1/n) Σ ‖y − W̃ G(ỹ)‖² + ε ‖W̃ − I_ỹ‖²,
+        I_ỹ the map G(ỹ) ↦ ỹ and ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (see the module docstring)."""
         GG, GY = engine.map_reduce(_calibration_task, source, range(source.n_chunks), desc="stagewise: calibrate",
                                    state=state, version=version, space=space, block=block, W=W)
         prog.data_passes += 1
-        n = source.n_rows
-        return _solver_for(GG / n, definite=False)(GY / n)
+        H, k = GG / source.n_rows, GY.shape[1]
+        identity = np.zeros_like(GY)
+        identity[1:1 + k] = np.eye(k)  # the rows of G's linear terms ỹ (poly_basis: [1, ỹ, ỹ², ỹ³])
+        eps = CALIBRATION_RIDGE * np.trace(H) / H.shape[0]
+        return _solver_for(H + eps * np.eye(H.shape[0]), definite=True)(GY / source.n_rows + eps * identity)
 
     # ---- checkpoints ----
     # Each stage's (block, W, C) is written once, as append-only state file t, when the stage
