@@ -252,11 +252,10 @@ class Engine:
             f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint")
 
-    def _drain(self, futures: list, bar, watch: "_Watch") -> None:
-        """Wait for every future, advancing the bar; raise at the first failed one."""
-        from distributed import as_completed
-
-        for f in as_completed(futures):
+    def _drain(self, pending, bar, watch: "_Watch") -> None:
+        """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
+        future it has yielded), advancing the bar; raise at the first failed one."""
+        for f in pending:
             bar.update()
             if f.status != "finished":
                 self._result(f.result, watch)
@@ -274,11 +273,13 @@ class Engine:
                     bar.update()
                 return out
 
+        from distributed import as_completed
+
         def attempt():
             args = self._submit_args(kwargs)  # held until the results are back
             futures = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **args)
-            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures) as watch:
-                self._drain(futures, bar, watch)
+            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy) as watch:
+                self._drain(as_completed(futures), bar, watch)
                 return self._result(lambda: self.client.gather(futures), watch)
 
         return self._retrying(attempt, desc)
@@ -293,22 +294,31 @@ class Engine:
         if self.client is None:
             return self._reduce_inprocess(fn, source, chunk_ids, desc, kwargs)
 
-        def tree(futs):
-            if len(futs) == 1:
-                return futs[0]
-            mid = _split(len(futs))
-            return self.client.submit(add_results, tree(futs[:mid]), tree(futs[mid:]), pure=False)
+        from distributed import as_completed
+
+        def tree(ids, args, leaves):
+            """Submits the sum over `ids` depth first, each partial sum right after its two halves:
+            the scheduler runs ready tasks in submission order, so it adds two results before it
+            starts further chunks, and a worker holds O(log n) chunk results, not n (with all
+            leaves submitted first, a pass over 382 chunks returning a 501 × 501 AᵀA each held
+            n × 2 MiB until its end)."""
+            if len(ids) == 1:
+                leaf = self.client.submit(fn, source, ids[0], pure=False, **args)
+                leaves.add(leaf)
+                return leaf
+            mid = _split(len(ids))
+            return self.client.submit(add_results, tree(ids[:mid], args, leaves), tree(ids[mid:], args, leaves),
+                                      pure=False)
 
         def attempt():
             args = self._submit_args(kwargs)  # held until the sum is back
-            leaves = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **args)
-            root = tree(leaves)
-            with self._bar(len(leaves), desc) as bar, _Watch(self, leaves + [root]) as watch:
+            # the client keeps no leaf once it has counted it: a result is freed when its sum has
+            # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
+            # that a lost worker held)
+            leaves = as_completed()
+            root = tree(chunk_ids, args, leaves)
+            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, lambda: [root, *leaves.futures]) as watch:
                 self._drain(leaves, bar, watch)
-                # the leaves' results are freed as the sums consume them (Dask keeps their recipes,
-                # and the scattered arguments, to recompute any that a lost worker held)
-                del leaves
-                watch.futures = [root]
                 return self._result(root.result, watch)
 
         return self._retrying(attempt, desc)
@@ -338,7 +348,7 @@ class Engine:
                     args = self._submit_args(kwargs)  # held until the tasks are done
                     futures = {self.client.submit(fn, items[i], pure=False, priority=len(left) - r, **args): i
                                for r, i in enumerate(left)}
-                    with _Watch(self, list(futures)) as watch:
+                    with _Watch(self, futures.keys) as watch:  # the tasks not yielded yet
                         for f in as_completed(list(futures)):
                             result = self._result(f.result, watch)
                             i = futures.pop(f)
@@ -377,9 +387,10 @@ class Engine:
 class _Watch:
     """While a pass runs: every WATCH_INTERVAL seconds, asks the scheduler how many workers it
     has; after `engine.worker_timeout` seconds without any, records it and cancels the pass's
-    futures, so that the waiting thread wakes up and reports it instead of hanging."""
+    pending futures (`futures()`), so that the waiting thread wakes up and reports it instead of
+    hanging."""
 
-    def __init__(self, engine: Engine, futures: list):
+    def __init__(self, engine: Engine, futures: Callable[[], list]):
         self.engine = engine
         self.futures = futures
         self.no_workers_for: float | None = None
@@ -393,7 +404,6 @@ class _Watch:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.futures = []
 
     def _run(self) -> None:
         client = self.engine.client
@@ -411,7 +421,7 @@ class _Watch:
             if now - since >= self.engine.worker_timeout:
                 self.no_workers_for = now - since
                 try:
-                    client.cancel(list(self.futures), reason="the cluster has no workers")
+                    client.cancel(list(self.futures()), reason="the cluster has no workers")
                 except Exception:
                     pass
                 return

@@ -248,3 +248,25 @@ def test_imap_unordered_without_workers_is_a_clear_error(tmp_path):
             list(eng.imap_unordered(item_slow, range(40), log_dir=tmp_path))
         assert time.monotonic() - t < 15
         timer.join()
+
+
+
+def chunk_results_held(source, i):
+    """A vector whose entry i counts the results the worker holds when chunk i starts."""
+    from distributed import get_worker
+
+    held = np.zeros(source.n_chunks)
+    held[i] = len(get_worker().data)
+    return held
+
+
+def test_map_reduce_frees_chunk_results_once_summed(digits):
+    """A worker holds O(log n) chunk results of a pass, not n: the client lets go of each chunk's
+    future once it has counted it (the sum that consumes it frees it), and the sums are submitted
+    depth first, so the thread adds two results before it starts further chunks."""
+    X, y, classes = digits
+    src = InMemoryStore(X, y, classes, chunk_rows=56)  # 33 chunks
+    with Engine(mode="local", n_workers=1) as eng:
+        held = eng.map_reduce(chunk_results_held, src, range(src.n_chunks))
+    assert held.shape == (33,)
+    assert held.max() <= 8  # log2(33) + a few; when the client kept every chunk's future, up to 32
