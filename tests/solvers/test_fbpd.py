@@ -19,6 +19,7 @@ from streamfit import FBPDClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import CheckpointError, ConfigError
+from streamfit.estimators import ConvergenceWarning
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
@@ -294,7 +295,8 @@ def test_l1_constrained_matches_linprog(iris):
     X, z = iris
     eta = 0.1
     optimum = hinge_lp(X, z, eta=eta)
-    clf = FBPDClassifier(formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8).fit(X, z)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):  # tol is tighter than the test needs
+        clf = FBPDClassifier(formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8).fit(X, z)
     assert abs(clf.objective(X, z) - optimum) <= 2e-3 * optimum
     assert abs(clf.hinge_loss(X, z) - eta) <= 2e-3 * eta
     assert abs(clf.history_[-1]["gap"]) <= 2e-2 * optimum
@@ -340,7 +342,8 @@ def test_regularized_and_constrained_agree(iris):
     X, z = iris
     reg = FBPDClassifier(penalty="l2", lam=0.05, max_iter=6000, tol=1e-9).fit(X, z)
     eta = reg.hinge_loss(X, z)
-    con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=6000, tol=1e-9).fit(X, z)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):  # tol is tighter than the test needs
+        con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=6000, tol=1e-9).fit(X, z)
     g = 0.5 * (reg.coef_ ** 2).sum()
     assert con.objective(X, z) == pytest.approx(g, rel=5e-3)
     np.testing.assert_allclose(con.coef_, reg.coef_, atol=0.05 * np.abs(reg.coef_).max())
