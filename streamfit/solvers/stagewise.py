@@ -90,7 +90,11 @@ designs are built and used in row panels of PANEL_ROWS, so an update sweeps its 
 while the panel is in cache; gram_dtype="float32" stores them in single precision (phases ZΩ
 from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
 from single-precision panel products, summed and added to the float64 scores in float64
-(about 2x faster; results then agree with float64 to ~1e-5).
+(about 2x faster; results then agree with float64 to ~1e-5). Products whose rows are samples
+(ZΩ, AW, the PCA projection, the calibrations) go through `rowwise_matmul`, so a row gets the
+same bits in any chunk or scoring batch (float64 designs; single-precision BLAS products also
+depend on a row's offset in the call, so with float32 designs scoring a training row agrees
+with its training-time score to ~1e-6, bitwise only in the training chunk's alignment).
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
@@ -132,6 +136,7 @@ from streamfit.solvers.stagewise_kernels import (
     project_predictions,
     rff_features,
     rff_frequencies,
+    rowwise_matmul,
 )
 from streamfit.store import ChunkSource
 from streamfit.store.store import CHUNK_CACHE_BYTES
@@ -233,7 +238,7 @@ class FeatureSpace:
             return X[:, self.inputs].toarray().astype(np.float64, copy=False)
         Z = np.empty((X.shape[0], self.components.shape[1]))
         for lo, hi in _panels(X.shape[0]):  # densified a row panel at a time: no rows × inputs array
-            Z[lo:hi] = (X[lo:hi][:, self.inputs].toarray() - self.mean) @ self.components
+            Z[lo:hi] = rowwise_matmul(X[lo:hi][:, self.inputs].toarray() - self.mean, self.components)
         return Z
 
     def design(self, base, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
@@ -425,9 +430,9 @@ def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabe
     """ỹ = F + [A, F] W: the rows of W beyond A's columns (calibration="predictions") weight F."""
     U = F + _product(A, W[:A.shape[1]])
     if W.shape[0] > A.shape[1]:
-        U += F @ W[A.shape[1]:]
+        U += rowwise_matmul(F, W[A.shape[1]:])
     if C is not None:
-        U = project_predictions(poly_basis(U) @ C, multilabel)
+        U = project_predictions(rowwise_matmul(poly_basis(U), C), multilabel)
     return U
 
 
@@ -454,10 +459,13 @@ def _load(source: ChunkSource, chunk_id: int, state, version: int):
     return chunk, Y, F
 
 
-def _product(A, V: np.ndarray) -> np.ndarray:
+def _product(A, V: np.ndarray, rowwise: bool = True) -> np.ndarray:
     """A V in the precision of a dense design A (a float32 design: single-precision products,
-    so no float64 copy of A), as float64; sparse designs are float64."""
-    return np.asarray(A @ V.astype(A.dtype, copy=False), dtype=np.float64)
+    so no float64 copy of A), as float64; sparse designs are float64. `rowwise`: A's rows are
+    samples, whose results must not depend on the rows beside them (`rowwise_matmul`); the
+    sums AᵀR pass False."""
+    V = V.astype(A.dtype, copy=False)
+    return np.asarray(rowwise_matmul(A, V) if rowwise and not sp.issparse(A) else A @ V, dtype=np.float64)
 
 
 def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> tuple:
@@ -479,7 +487,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
             P = A[lo:hi]
             if gram:
                 M += P.T @ P
-            B += _product(P.T, RF[lo:hi])
+            B += _product(P.T, RF[lo:hi], rowwise=False)
     if not with_predictions:
         return M, B, loss, None
     k = R.shape[1]
@@ -558,7 +566,7 @@ def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
     for lo, hi in _panels(A.shape[0]):
         U = F[lo:hi] + _product(A[lo:hi], W)
         R, part = link_residual(U, Y[lo:hi], link)
-        B += _product(A[lo:hi].T, R)
+        B += _product(A[lo:hi].T, R, rowwise=False)
         loss += part
     return B, loss
 
@@ -680,7 +688,8 @@ class StagewiseModel(Model):
     """The sequence of stages of Algorithm 3: scores start at 0 and each stage applies
     `apply_stage` (F ← F + A W, then the calibration clip(G(F) C) if any). The features of a
     stage are recomputed exactly as in training (same columns, or same RFF seeds and PCA), so
-    scores of training rows equal the training-time scores. With the identity link, stored
+    scores of training rows equal the training-time scores, bitwise with float64 designs (with
+    gram_dtype="float32" to ~1e-6) and the same BLAS threading. With the identity link, stored
     columns and no calibration the model is linear and also exposes coef_ / intercept_."""
 
     kind = "stagewise"

@@ -164,6 +164,19 @@ def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) 
             dst[j] = _root2_cos(src[j] - 0.5 * np.pi)
 
 
+def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A @ B for a dense A, each row's result the same bits whatever rows it is computed with.
+    OpenBLAS computes the last row of an odd number of rows by another kernel path (its last bits
+    differ): an odd A gets a zero row appended, so that a training chunk's last row and the same
+    row scored inside a larger batch agree bitwise (float64; single-precision products also
+    depend on a row's offset in the call, so float32 designs agree to ~1e-6 only)."""
+    if A.shape[0] % 2 == 0:
+        return A @ B
+    padded = np.zeros((A.shape[0] + 1, A.shape[1]), dtype=A.dtype)
+    padded[:-1] = A
+    return (padded @ B)[:-1]
+
+
 def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float,
                     orthogonal: bool = False, paired: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
     """(Ω, β) of random Fourier feature block `block_id`: Ω (n_in × n_out) ~ N(0, σ⁻²), β ~ U[0, 2π),
@@ -207,7 +220,7 @@ def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out:
     beta None (paired features, `rff_frequencies`): n_out features (default 2 · Ω's columns)
     √2 cos(ZΩ) and then √2 sin(ZΩ) of the first n_out − m of the m frequencies, so that
     E[φ(z)ᵀφ(z')]/n_out = k(z, z') for even n_out (Rahimi & Recht's [cos, sin] map)."""
-    phase = np.ascontiguousarray(Z, dtype=omega.dtype) @ omega
+    phase = rowwise_matmul(np.ascontiguousarray(Z, dtype=omega.dtype), omega)
     if n_out is None:
         n_out = phase.shape[1] if beta is not None else 2 * phase.shape[1]
     if out is None:

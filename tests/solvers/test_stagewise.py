@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from pydantic import ValidationError
 from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
+from threadpoolctl import threadpool_limits
 
 import streamfit.solvers.stagewise as sw
 from streamfit.checkpoint import Checkpointer
@@ -317,6 +318,25 @@ def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
         lines = [json.loads(line) for line in f]
     strip = [{k: v for k, v in r.items() if k != "wall_time"} for r in lines]
     assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in full_log.records]
+
+
+@pytest.mark.parametrize("params", [
+    {"generator": "rff", "n_components": 300, "block_size": 100, "pca_components": 20, "calibration": "poly"},
+    {"generator": "rff", "n_components": 300, "block_size": 100, "calibration": "predictions", "rff_phases": "paired"},
+])
+def test_scoring_replays_training_bitwise_any_batch(digits, params):
+    """The issue asks for exactly the training-time scores. BLAS computes the last row of an odd
+    number of rows by another path: with odd chunks (777 rows) or odd scoring batches (333),
+    rows differed from training in the last bits (1e-15). Single-threaded BLAS, as on the
+    cluster's workers."""
+    X, y = digits
+    with threadpool_limits(1):
+        source = InMemoryStore(X, y, list(range(10)), chunk_rows=777)
+        model, log, ckpt = fit(source, **params)
+        S = model.decision_function(X)
+        np.testing.assert_array_equal(S, training_scores(source, ckpt, len(log.records)))
+        np.testing.assert_array_equal(np.vstack([model.decision_function(X[a:a + 333])
+                                                 for a in range(0, X.shape[0], 333)]), S)
 
 
 def test_caches_change_nothing(digits, monkeypatch):
