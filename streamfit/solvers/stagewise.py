@@ -91,8 +91,9 @@ while the panel is in cache; gram_dtype="float32" stores them in single precisio
 from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
 from single-precision panel products, summed and added to the float64 scores in float64
 (about 2x faster; results then agree with float64 to ~1e-5). Products whose rows are samples
-(ZΩ, AW, the PCA projection, the calibrations) go through `rowwise_matmul`, so a row gets the
-same bits in any chunk or scoring batch (float64 designs; single-precision BLAS products also
+(ZΩ, AW, the PCA projection, the calibrations) go through `rowwise_matmul` (single-threaded
+BLAS, an even row count), so a row gets the same bits in any chunk, scoring batch or process,
+cluster-trained or not (float64 designs; single-precision BLAS products also
 depend on a row's offset in the call, so with float32 designs scoring a training row agrees
 with its training-time score to ~1e-6, bitwise only in the training chunk's alignment).
 
@@ -689,7 +690,7 @@ class StagewiseModel(Model):
     `apply_stage` (F ← F + A W, then the calibration clip(G(F) C) if any). The features of a
     stage are recomputed exactly as in training (same columns, or same RFF seeds and PCA), so
     scores of training rows equal the training-time scores, bitwise with float64 designs (with
-    gram_dtype="float32" to ~1e-6) and the same BLAS threading. With the identity link, stored
+    gram_dtype="float32" to ~1e-6), whatever the batch and the BLAS threads. With the identity link, stored
     columns and no calibration the model is linear and also exposes coef_ / intercept_."""
 
     kind = "stagewise"

@@ -16,6 +16,9 @@ import math
 
 import numba
 import numpy as np
+from threadpoolctl import ThreadpoolController
+
+_BLAS = ThreadpoolController()  # row-wise products run with single-threaded BLAS (`rowwise_matmul`)
 
 
 def link_mean(U: np.ndarray, link: str) -> np.ndarray:
@@ -165,16 +168,19 @@ def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) 
 
 
 def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A @ B for a dense A, each row's result the same bits whatever rows it is computed with.
-    OpenBLAS computes the last row of an odd number of rows by another kernel path (its last bits
-    differ): an odd A gets a zero row appended, so that a training chunk's last row and the same
-    row scored inside a larger batch agree bitwise (float64; single-precision products also
-    depend on a row's offset in the call, so float32 designs agree to ~1e-6 only)."""
-    if A.shape[0] % 2 == 0:
-        return A @ B
-    padded = np.zeros((A.shape[0] + 1, A.shape[1]), dtype=A.dtype)
-    padded[:-1] = A
-    return (padded @ B)[:-1]
+    """A @ B for a dense A, each row's result the same bits whatever rows it is computed with and
+    in whatever process. OpenBLAS computes the last row of an odd number of rows by another
+    kernel path (its last bits differ): an odd A gets a zero row appended; and its threads split
+    the rows differently from a single-threaded Dask worker: the product runs single-threaded,
+    so that a training chunk's row and the same row scored later, inside another batch, in the
+    driver, agree bitwise (float64; single-precision products also depend on a row's offset in
+    the call, so float32 designs agree to ~1e-6 only)."""
+    with _BLAS.limit(limits=1, user_api="blas"):
+        if A.shape[0] % 2 == 0:
+            return A @ B
+        padded = np.zeros((A.shape[0] + 1, A.shape[1]), dtype=A.dtype)
+        padded[:-1] = A
+        return (padded @ B)[:-1]
 
 
 def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float,
