@@ -565,7 +565,7 @@ def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
         return np.asarray(A.T @ R), loss
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
     for lo, hi in _panels(A.shape[0]):
-        U = F[lo:hi] + _product(A[lo:hi], W)
+        U = F[lo:hi] + _product(A[lo:hi], W, rowwise=False)  # only summed (AᵀR), never scores
         R, part = link_residual(U, Y[lo:hi], link)
         B += _product(A[lo:hi].T, R, rowwise=False)
         loss += part
