@@ -110,6 +110,8 @@ def bad_inputs(tmp_path, kind):
     x, y = X.copy(), Y.astype(object)
     if kind == "nan":
         x[5, 0] = np.nan
+    elif kind == "overflow":  # finite in float64, inf once stored as float32
+        x[5, 0] = 1e300
     elif kind == "empty-label":
         y[5] = ""
     path = str(tmp_path / "data.npz")
@@ -126,7 +128,7 @@ def bad_sparse(tmp_path):
     return path, y_path, M
 
 
-BAD = {"nan": "NaN or infinite value", "empty-label": "the label is empty"}
+BAD = {"nan": "NaN or infinite value", "overflow": "beyond float32's ±3.4e38", "empty-label": "the label is empty"}
 
 
 @pytest.mark.parametrize("kind", BAD)

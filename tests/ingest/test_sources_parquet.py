@@ -144,6 +144,7 @@ SPARSE_BAD = [
     ({"indices": [1, None], "values": [1.0, 1.0]}, "out-of-range index"),
     ({"indices": [1, 2], "values": [1.0, float("nan")]}, "NaN or infinite value"),
     ({"indices": [1, 2], "values": [1.0, float("inf")]}, "NaN or infinite value"),
+    ({"indices": [1, 2], "values": [1.0, 1e300]}, "beyond float32's ±3.4e38"),
     ({"indices": [1, 2], "values": [None, 1.0]}, "null, NaN or infinite value"),
     ({"indices": [3, 1, 3], "values": [1.0, 1.0, 2.0]}, "index repeats"),
     ({"label": None}, "null label"),

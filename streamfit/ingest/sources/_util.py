@@ -19,6 +19,13 @@ from streamfit.ingest.sources.batches import TextBatch
 COMPRESSIONS = {".gz": ("gzip", gzip.open), ".bz2": ("bz2", bz2.open), ".xz": ("xz", lzma.open)}
 
 
+def fits_float32(values) -> np.ndarray:
+    """True where a value is finite and stays finite in float32, the precision stores hold
+    (|value| ≤ 3.4e38); NaN, infinities and larger values make a record bad."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.isfinite(np.asarray(values, dtype=np.float64).astype(np.float32))
+
+
 def require_path(path: str, directory_ok: bool = False) -> None:
     """InputError unless path exists (and is a file, unless directory_ok)."""
     if not os.path.exists(path):

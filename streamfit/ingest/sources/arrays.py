@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError
-from streamfit.ingest.sources._util import csr_int64
+from streamfit.ingest.sources._util import csr_int64, fits_float32
 from streamfit.ingest.sources.batches import DenseBatch, SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
@@ -83,13 +83,13 @@ def array_batch(path: str, x, y: np.ndarray | None, start: int,
     if sp.issparse(x):
         x = sp.csr_matrix(x, dtype=np.float64)
         x.sum_duplicates()
-        nonfinite = np.repeat(np.arange(n), np.diff(x.indptr))[~np.isfinite(x.data)]
+        nonfinite = np.repeat(np.arange(n), np.diff(x.indptr))[~fits_float32(x.data)]
         bad = np.bincount(nonfinite, minlength=n) > 0
     else:
         x = np.array(x, dtype=np.float64)
-        bad = ~np.isfinite(x).all(axis=1)
+        bad = ~fits_float32(x).all(axis=1)
     for r in np.flatnonzero(bad).tolist():
-        problems.setdefault(r, "NaN or infinite value")
+        problems.setdefault(r, "NaN or infinite value (or beyond float32's ±3.4e38: scale the features)")
     for r in sorted(problems):
         if sp.issparse(x):
             row = x[r]

@@ -38,6 +38,7 @@ from streamfit.ingest.sources._util import (
     canonical_label,
     check_batch_size,
     csr_int64,
+    fits_float32,
     open_binary,
     require_path,
     show,
@@ -63,7 +64,9 @@ _PROBLEMS = {
     ZERO_INDEX: ("feature index 0 in {} but indices are 1-based", "pass --zero-based"),
     HUGE_INDEX: ("feature index in {} is above 2**62", _INDEX_HINT),
     BAD_VALUE: ("value in {} is not a number", "values are decimal numbers such as 0.5 or 1e-3"),
-    NONFINITE: ("value in {} is not finite", "NaN and infinite values are not allowed"),
+    NONFINITE: ("value in {} is not finite in float32",
+                ("NaN, infinite values and values beyond float32's ±3.4e38 (the stores' precision) are not "
+                 "allowed; scale the features")),
     DUPLICATE: ("feature index in {} repeats on the line", "each index may appear once per line"),
 }
 
@@ -471,10 +474,10 @@ class LibsvmSource:
         slow = np.flatnonzero(np.isnan(values))
         if slow.size:
             values[slow] = self._slow_values(data, buf, tokens[slow])
-            for k in slow[~np.isfinite(values[slow])].tolist():
-                r = int(np.searchsorted(indptr, k, side="right")) - 1
-                token = show(_TOKEN.match(data, int(tokens[k])).group())
-                problems.setdefault(r, (_PROBLEMS[NONFINITE][0].format(token), _PROBLEMS[NONFINITE][1]))
+        for k in np.flatnonzero(~fits_float32(values)).tolist():
+            r = int(np.searchsorted(indptr, k, side="right")) - 1
+            token = show(_TOKEN.match(data, int(tokens[k])).group())
+            problems.setdefault(r, (_PROBLEMS[NONFINITE][0].format(token), _PROBLEMS[NONFINITE][1]))
 
         label_tokens = [data[label_start[r] : label_end[r]] for r in range(n)]
         if self.multilabel is None:

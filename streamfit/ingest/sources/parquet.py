@@ -23,7 +23,14 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from streamfit.errors import InputError
-from streamfit.ingest.sources._util import TextBatcher, check_batch_size, csr_int64, require_path, split_fields
+from streamfit.ingest.sources._util import (
+    TextBatcher,
+    check_batch_size,
+    csr_int64,
+    fits_float32,
+    require_path,
+    split_fields,
+)
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
@@ -230,9 +237,10 @@ class ParquetSource:
         indices = flat_ind.fill_null(0).to_numpy().astype(np.int64)
         values = flat_val.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy()
         bad_index = flat_ind.is_null().to_numpy(zero_copy_only=False) | (indices < 0) | (indices > MAX_INDEX)
-        bad_value = flat_val.is_null().to_numpy(zero_copy_only=False) | ~np.isfinite(values)
+        bad_value = flat_val.is_null().to_numpy(zero_copy_only=False) | ~fits_float32(values)
         mark(np.bincount(ind_rows[bad_index], minlength=n), f"null or out-of-range index in {self.indices_field!r}")
-        mark(np.bincount(val_rows[bad_value], minlength=n), f"null, NaN or infinite value in {self.values_field!r}")
+        mark(np.bincount(val_rows[bad_value], minlength=n), f"null, NaN or infinite value in {self.values_field!r} (or beyond float32's "
+             "±3.4e38: scale the features)")
 
         keep = np.ones(n, dtype=bool)
         keep[list(problems)] = False
