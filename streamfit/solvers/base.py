@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
@@ -17,13 +17,13 @@ SOLVERS: dict[str, type[Solver]] = {}
 
 class SolverParams(BaseModel):
     """Parameters shared by every solver. `lam` is λ with the loss averaged over samples (1/n),
-    as the papers write their objectives."""
+    as the papers write their objectives. No float parameter may be NaN or infinite."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     lam: float = 1e-4
     tol: float = 1e-4
     max_iter: int = 50
-    random_state: int = 0
+    random_state: int = Field(0, ge=0)
 
     def model_settings(self) -> dict:
         """The parameters that determine the model: all but those declared with

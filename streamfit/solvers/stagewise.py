@@ -172,22 +172,19 @@ class StagewiseParams(SolverParams):
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
     n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
     pca_components: int | None = Field(None, ge=1, description="rff: PCA to this many dimensions first (None: off)")
-    bandwidth: float = Field(0.5, gt=0, allow_inf_nan=False,
-                             description="rff: Gaussian kernel width / median pairwise distance")
+    bandwidth: float = Field(0.5, gt=0, description="rff: Gaussian kernel width / median pairwise distance")
     rff_sampling: Literal["iid", "orthogonal"] = Field(
         "iid", description="rff: frequencies drawn independently (Rahimi & Recht), or in blocks of orthogonal "
                            "directions with chi-distributed lengths (Yu et al. 2016; same kernel, lower variance)")
     rff_phases: Literal["random", "paired"] = Field(
         "random", description="rff: features sqrt2 cos(w'x + b) with random phases b, or sqrt2 cos(w'x) and "
                               "sqrt2 sin(w'x) of half as many frequencies (same kernel, lower variance)")
-    lipschitz: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                    description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
+    lipschitz: float | None = Field(None, gt=0, description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
     backtrack: bool = Field(
         False, description="softmax: start each stage at L/4 and double L (back to the previous iterate) whenever an "
                            "inner iteration raises the objective; accepted iterates decrease it")
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
-    lam: float = Field(1e-4, ge=0, allow_inf_nan=False,
-                       description="λ of (1/n)·loss + λ-penalty on each stage's weights")
+    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
     random_state: int = Field(0, ge=0, description="seed of the random blocks, the row sample and the random "
                                                    "Fourier features (a non-negative integer)")
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")

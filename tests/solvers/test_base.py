@@ -19,3 +19,18 @@ def test_unknown_parameter_error_names_it_and_the_valid_ones():
 
     with pytest.raises(ConfigError, match=r"nosuch: .*its parameters: lam, tol, .*block_size"):
         make_params("stagewise", {"nosuch": 1})
+
+
+def test_every_solver_refuses_non_finite_floats_and_negative_seeds():
+    """-p lam=inf used to train an all-zero bcd model silently; random_state=-1 failed deep in numpy."""
+    import pytest
+
+    from streamfit.errors import ConfigError
+    from streamfit.solvers import SOLVERS
+    from streamfit.train import make_params
+
+    for name in SOLVERS:
+        for bad, message in [({"lam": float("inf")}, "finite number"), ({"tol": float("nan")}, "finite number"),
+                             ({"random_state": -1}, "greater than or equal to 0")]:
+            with pytest.raises(ConfigError, match=message):
+                make_params(name, bad)
