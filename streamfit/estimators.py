@@ -93,6 +93,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _seed(random_state) -> int:
+    """The solvers' integer seed from scikit-learn's random_state conventions: an int as is; None:
+    drawn from numpy's global RNG; a RandomState or Generator: drawn from it."""
+    if random_state is None:
+        return int(np.random.randint(2**31 - 1))
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(2**31 - 1))
+    return random_state  # validated by the solver's parameters
+
+
 def _assert_all_finite(values: np.ndarray, input_name: str) -> None:
     """scikit-learn's errors for NaN and inf; one sum decides in the common all-finite case."""
     if values.size == 0 or values.dtype.kind not in "fc":
@@ -424,7 +436,7 @@ class StagewiseLSClassifier(_SolverClassifier):
             bandwidth=self.bandwidth, rff_sampling=self.rff_sampling,
             rff_phases=self.rff_phases, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
             backtrack=self.backtrack, lipschitz=self.lipschitz, fit_intercept=self.fit_intercept,
-            random_state=self.random_state,
+            random_state=_seed(self.random_state),
         )
 
     def predict_proba(self, X) -> np.ndarray:
@@ -494,7 +506,7 @@ class FBPDClassifier(_SolverClassifier):
         return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
                           group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
                           step_ratio=self.step_ratio, restarts=self.restarts, adapt_iters=self.adapt_iters,
-                          random_state=self.random_state)
+                          random_state=_seed(self.random_state))
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
@@ -556,7 +568,8 @@ class PPDSparseClassifier(_SolverClassifier):
     _solver = PPDSparseSolver
 
     def _solver_params(self) -> PPDSparseParams:
-        return PPDSparseParams(**{k: v for k, v in self.get_params().items() if k != "chunk_rows"})
+        params = {k: v for k, v in self.get_params().items() if k != "chunk_rows"}
+        return PPDSparseParams(**params | {"random_state": _seed(self.random_state)})
 
     @property
     def n_iter_(self) -> int:
@@ -612,7 +625,7 @@ class BCDClassifier(_SolverClassifier):
 
     def _solver_params(self) -> BCDParams:
         return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
-                         max_iter=self.max_iter, random_state=self.random_state, method=self.method,
+                         max_iter=self.max_iter, random_state=_seed(self.random_state), method=self.method,
                          l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
                          group_size=self.group_size, stopping=self.stopping)
 

@@ -550,3 +550,21 @@ def test_a_fit_stopped_at_max_iter_warns(digits_small, case):
     assert isinstance(w.message, StreamfitConvergenceWarning) and w.filename == __file__
     assert str(w.message) == (f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test "
                               "(tol=1e-12) held; increase max_iter or tol")
+
+
+@pytest.mark.parametrize("case", MODEL_SELECTION_CASES)
+def test_random_state_follows_sklearn_conventions(digits_small, case):
+    """None draws a seed from numpy's global RNG, a RandomState or Generator from itself: equal
+    RNG states give equal models (with an int seed the model is fixed by it)."""
+    X, y = digits_small
+    make = MODEL_SELECTION_CASES[case][0]
+
+    def coef(random_state):
+        return make().set_params(random_state=random_state).fit(X, y).decision_function(X)
+
+    np.random.seed(7)
+    first = coef(None)
+    np.random.seed(7)
+    np.testing.assert_array_equal(coef(None), first)
+    np.testing.assert_array_equal(coef(np.random.RandomState(3)), coef(np.random.RandomState(3)))
+    np.testing.assert_array_equal(coef(np.random.default_rng(3)), coef(np.random.default_rng(3)))
