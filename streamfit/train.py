@@ -64,6 +64,8 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
         raise StreamfitError(f"{valid}: its classes or width differ from the training store's; ingest it with "
                              f"--like {store.path}")
+    if store.n_rows == 0:
+        raise StreamfitError(f"{store.path}: holds no rows; ingest data with at least one row per class")
     if store.n_classes < 2 and not store.multilabel:
         raise StreamfitError(f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "
                              "classifier needs two or more: check the labels (--label-field, the class folders) "

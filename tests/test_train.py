@@ -79,6 +79,15 @@ def test_a_store_of_one_class_is_refused_with_the_fix(digits, write_store, tmp_p
     assert not (tmp_path / "run").exists()
 
 
+
+def test_an_empty_store_is_refused_with_the_fix(digits, write_store, tmp_path):
+    """A store of 0 rows (possible through StoreWriter) failed with "map_reduce over no chunks"."""
+    X, y, classes = digits
+    store = write_store(X[:0], y[:0], classes)
+    with pytest.raises(StreamfitError, match=r"holds no rows; ingest data"):
+        _train(store, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
 def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
     with caplog.at_level("INFO", logger="streamfit.train"):
         _train(digits_store, tmp_path / "run")
