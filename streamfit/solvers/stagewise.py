@@ -121,7 +121,6 @@ import scipy.linalg
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 from scipy.spatial.distance import pdist
-from threadpoolctl import ThreadpoolController
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine, add_results
@@ -138,6 +137,7 @@ from streamfit.solvers.stagewise_kernels import (
     rff_features,
     rff_frequencies,
     rowwise_matmul,
+    single_threaded_blas,
 )
 from streamfit.store import ChunkSource
 from streamfit.store.store import CHUNK_CACHE_BYTES
@@ -272,7 +272,7 @@ class FeatureSpace:
             while len(_FREQUENCIES) >= 4:
                 del _FREQUENCIES[next(iter(_FREQUENCIES))]
             n_in = len(self.inputs) if self.components is None else self.components.shape[1]
-            with _BLAS.limit(limits=1, user_api="blas"):  # the QR of orthogonal frequencies: same bits anywhere
+            with single_threaded_blas():  # the QR of orthogonal frequencies: same bits anywhere
                 omega, beta = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma,
                                               self.sampling == "orthogonal", self.phases == "paired")
             _FREQUENCIES[key] = omega.astype(self.dtype), beta
@@ -629,16 +629,13 @@ def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_b
 # -- linear algebra ------------------------------------------------------------------------
 
 
-# The driver's dense solves are small (p ≈ 500): threads gain nothing there, and on a loaded
-# machine OpenBLAS's spinning threads made a 501 × 501 Cholesky 100× slower (measured).
-_BLAS = ThreadpoolController()
-
-
 def _solver_for(H: np.ndarray, definite: bool):
     """X ↦ H⁻¹X: Cholesky when H is positive definite (λ > 0), else the pseudo-inverse from an
     eigendecomposition (eigenvalues below 1e-12 · the largest are dropped: minimum-norm
-    least squares). Single-threaded BLAS."""
-    with _BLAS.limit(limits=1, user_api="blas"):
+    least squares). Single-threaded BLAS: the driver's solves are small (p ≈ 500), threads gain
+    nothing there, and on a loaded machine OpenBLAS's spinning threads made a 501 × 501 Cholesky
+    100× slower (measured)."""
+    with single_threaded_blas():
         if definite:
             factor = scipy.linalg.cho_factor(H)
         else:
@@ -646,7 +643,7 @@ def _solver_for(H: np.ndarray, definite: bool):
             inv = np.where(w > w.max() * 1e-12, 1.0 / np.where(w > 0, w, 1.0), 0.0)
 
     def solve(R: np.ndarray) -> np.ndarray:
-        with _BLAS.limit(limits=1, user_api="blas"):
+        with single_threaded_blas():
             return scipy.linalg.cho_solve(factor, R) if definite else V @ (inv[:, None] * (V.T @ R))
 
     return solve
@@ -842,7 +839,7 @@ class StagewiseSolver(Solver):
             d = len(active)
             cov = (c32.T @ c32).astype(np.float64) / len(rows)
             _check_gram(cov, _data_name(source))
-            with _BLAS.limit(limits=1, user_api="blas"):
+            with single_threaded_blas():
                 _, V = scipy.linalg.eigh(cov, subset_by_index=[d - p.pca_components, d - 1])
             V = V[:, ::-1]
             V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
@@ -861,15 +858,16 @@ class StagewiseSolver(Solver):
 
     @staticmethod
     def _raise_nonfinite(source: ChunkSource, engine: Engine, count: int):
-        """The stored features hold NaN or inf (a value beyond float32's ±3.4e38 becomes inf in a
-        store): an error naming the first one, instead of a failed solve later."""
+        """The stored features hold NaN or inf (a store written through StoreWriter, or by an ingest
+        older than its float32 range check): an error naming the first one, instead of a failed
+        solve later."""
         found = engine.map(_first_nonfinite_task, source, range(source.n_chunks), desc="stagewise: find non-finite")
         chunk_id = next(i for i, f in enumerate(found) if f is not None)
         row, column = found[chunk_id]
         raise InputError(f"{_data_name(source)}, row {source.chunk_bounds(chunk_id)[0] + row} (chunk {chunk_id})",
                          f"feature {column} is NaN or infinite ({count} non-finite value{'s' * (count > 1)} in all)",
-                         "features must be finite: values beyond float32's ±3.4e38 become inf in a store, "
-                         "so scale such features down (or drop them) and ingest again")
+                         "features must be finite (and within float32's ±3.4e38): scale such features down "
+                         "(or drop them) and ingest again")
 
     def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray,
                        where: str) -> bool:

@@ -18,7 +18,13 @@ import numba
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-_BLAS = ThreadpoolController()  # row-wise products run with single-threaded BLAS (`rowwise_matmul`)
+_BLAS = ThreadpoolController()
+
+
+def single_threaded_blas():
+    """A context in which BLAS runs on one thread: row-wise products (`rowwise_matmul`), the QR
+    of orthogonal frequencies and the driver's small solves get the same bits in any process."""
+    return _BLAS.limit(limits=1, user_api="blas")
 
 
 def link_mean(U: np.ndarray, link: str) -> np.ndarray:
@@ -175,7 +181,7 @@ def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     so that a training chunk's row and the same row scored later, inside another batch, in the
     driver, agree bitwise (float64; single-precision products also depend on a row's offset in
     the call, so float32 designs agree to ~1e-6 only)."""
-    with _BLAS.limit(limits=1, user_api="blas"):
+    with single_threaded_blas():
         if A.shape[0] % 2 == 0:
             return A @ B
         padded = np.zeros((A.shape[0] + 1, A.shape[1]), dtype=A.dtype)

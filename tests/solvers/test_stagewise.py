@@ -428,7 +428,7 @@ def test_outlier_rows_with_rff_and_pca(tmp_path):
 
 
 def test_non_finite_store_is_a_clear_error(tmp_path):
-    """A store can hold inf (ingest casts values beyond float32's range to inf): an InputError
+    """A store can hold inf (written through StoreWriter, or by an older ingest): an InputError
     naming the store, row and feature, not a LinAlgError from the first solve."""
     X, y = load_digits(return_X_y=True)
     X = X[:300] / 16.0
