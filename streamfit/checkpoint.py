@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from streamfit.errors import CheckpointError, TimeLimitReached, output_error
+from streamfit.errors import CheckpointError, output_error
 from streamfit.store.format import (
     fsync_dir,
     write_atomic,
@@ -35,7 +35,7 @@ from streamfit.store.format import (
     write_json_atomic,
 )
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: typed solver state (streamfit.solvers.driver) and a digest over meta.json
 
 
 def config_hash(config: dict) -> str:
@@ -124,8 +124,8 @@ class Checkpoint:
 class Checkpointer:
     """Saves and restores solver state for one run. `run_dir=None`: nothing goes to disk,
     per-sample state lives in memory, and old versions are still dropped at each save.
-    `time_limit` (seconds from now): the first save after it raises TimeLimitReached, so the
-    run stops cleanly at a complete checkpoint."""
+    `time_limit` (seconds from now): `past_deadline()` turns True after it; the solver driver
+    checks it after each save, so a run stops cleanly at a complete checkpoint."""
 
     def __init__(self, run_dir: str | None, *, config: dict, store_fingerprint: str, keep: int = 2,
                  time_limit: float | None = None):
@@ -150,6 +150,13 @@ class Checkpointer:
     def _step_dir(self, step: int) -> str:
         return os.path.join(self.root, f"step-{step:06d}")
 
+    def describe(self, step: int) -> str:
+        """The checkpoint of `step`, as an error message names it."""
+        return self._step_dir(step) if self.root else f"the in-memory checkpoint of step {step}"
+
+    def past_deadline(self) -> bool:
+        return self._deadline is not None and time.monotonic() >= self._deadline
+
     def save(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int],
              state_counts: dict[str, int] | None = None) -> None:
         """`state_counts`: how many "chunks" a state holds when they are not the data's chunks
@@ -170,11 +177,13 @@ class Checkpointer:
             "state_counts": state_counts or {},
             "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
         }
+        record = json.loads(json.dumps(record, default=_json_default))
+        record["record_sha256"] = _record_digest(record)
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
             write_bytes(os.path.join(tmp, "arrays.npz"), data)
-            write_bytes(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1, default=_json_default).encode())
+            write_bytes(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1).encode())
             fsync_dir(tmp)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
@@ -184,8 +193,6 @@ class Checkpointer:
             raise output_error(tmp, e) from e
         write_json_atomic(os.path.join(self.root, "LATEST"), json.dumps({"step": step}))
         self._collect_garbage()
-        if self._deadline is not None and time.monotonic() >= self._deadline:
-            raise TimeLimitReached(self.run_dir, step, self.time_limit)
 
     def _complete_steps(self) -> list[int]:
         steps = []
@@ -238,6 +245,14 @@ class Checkpointer:
                 data = f.read()
         except (OSError, json.JSONDecodeError) as e:
             raise CheckpointError(f"{d}: unreadable checkpoint ({e})") from e
+        if not isinstance(record, dict) or record.get("checkpoint_version") != CHECKPOINT_VERSION:
+            version = record.get("checkpoint_version") if isinstance(record, dict) else None
+            raise CheckpointError(f"{d}/meta.json: checkpoint format {version!r}, this streamfit reads "
+                                  f"{CHECKPOINT_VERSION}; finish the run with the streamfit that started it, or start "
+                                  "over with --overwrite")
+        if record.get("record_sha256") != _record_digest(record):
+            raise CheckpointError(f"{d}/meta.json: fails its checksum (edited or damaged); restore it, or start over "
+                                  "with --overwrite")
         if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:
             raise CheckpointError(f"{d}/arrays.npz: fails its checksum; the checkpoint is damaged")
         if record["config_hash"] != self.config_hash:
@@ -270,6 +285,12 @@ def _config_changes(then: dict | None, now: dict) -> str:
     changed = [f"{k} {old.get(k)!r} then, {new.get(k)!r} now" for k in sorted(old.keys() | new.keys())
                if old.get(k) != new.get(k)]
     return ": " + "; ".join(changed) if changed else ""
+
+
+def _record_digest(record: dict) -> str:
+    """SHA-256 of a step record's canonical JSON, without its own digest field."""
+    body = {k: v for k, v in record.items() if k != "record_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _json_default(x):

@@ -1,15 +1,44 @@
-"""What every solver provides, and the registry the CLI and config look solvers up in."""
+"""The solver protocol, and the registry the CLI and config look solvers up in.
+
+A solver is its parameters (`Params`), a typed state (`State`, a dataclass whose fields are
+exactly what a checkpoint holds) and five methods:
+
+    init(ctx)            -> State   the state before the first step (may run passes over the data)
+    step(ctx, state)     -> dict    one unit of the paper's algorithm (a stage, an outer iteration,
+                                    a group of features or classes, a boosting round); advances
+                                    `state.step` by one and returns the fields to log for it
+    finished(state)      -> bool    no step is left (converged, or the budget is spent)
+    converged(state)     -> bool    the stopping test held (False at a budget: the driver warns)
+    to_model(ctx, state) -> Model   the model the state stands for (also mid-run, for validation)
+
+`streamfit.solvers.driver.run` owns everything around the steps: the checkpoint every k
+steps, the time limit, resume with verification, the metrics log, validation, the convergence
+warning. A solver module therefore holds no loop of its own, and a new solver needs only this
+protocol. `check_resume(ctx, state)` may refuse a restored state (a budget already passed,
+an incompatible cut of the work).
+
+State fields, by their annotation (the checkpoint records this schema and a resume refuses a
+checkpoint whose schema differs):
+- `np.ndarray` (or `np.ndarray | None`): a driver-side array, saved in the step's arrays.npz;
+- `list[np.ndarray]`: append-only arrays (one per stage, say), each written once to the
+  per-sample store as it is appended, so a checkpoint never rewrites old entries;
+- `PerSample` (or `PerSample | None`): a version of a per-sample array that chunk tasks read and
+  write in `ctx.chunk_state` (one file per data chunk); the driver verifies and keeps it;
+- anything else (int, float, bool, str, tuples, lists and dicts of them): JSON in meta.json.
+Objects that are not state (caches, a running iterator) live on the solver instance, and must
+not change a bit of the result when they are rebuilt after a resume.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import dataclasses
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamfit.checkpoint import Checkpointer
+from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine
 from streamfit.model import Model
-from streamfit.runlog import MetricsLog
 from streamfit.store import ChunkSource
 
 SOLVERS: dict[str, type[Solver]] = {}
@@ -27,26 +56,86 @@ class SolverParams(BaseModel):
 
     def model_settings(self) -> dict:
         """The parameters that determine the model: all but those declared with
-        `json_schema_extra={"affects_model": False}` (how the work is spread, such as threads).
-        A checkpoint records these, and resume requires them unchanged."""
+        `json_schema_extra={"affects_model": False}` (how the work is spread, such as threads, or
+        a budget the iteration never reads). A checkpoint records these, and resume requires
+        them unchanged."""
         execution = {name for name, f in type(self).model_fields.items()
                      if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("affects_model") is False}
         return self.model_dump(exclude=execution)
 
 
-class Solver:
-    """A training method: `fit` streams a ChunkSource through an Engine, saving a checkpoint at
-    every step boundary and resuming from the newest one when asked."""
+@dataclasses.dataclass(frozen=True)
+class PerSample:
+    """Version `version` of the per-sample array `name` in the run's ChunkState: one array per
+    data chunk, aligned with the chunk's rows. Version 0 is a solver's initial value, which it
+    may leave unwritten (then `written` is False and nothing is verified)."""
+
+    name: str
+    version: int
+    written: bool = True
+
+
+@dataclasses.dataclass(kw_only=True)
+class SolverState:
+    """The fields every state has: `step`, the number of steps taken (0 after init)."""
+
+    step: int = 0
+
+
+@dataclasses.dataclass
+class Context:
+    """What a solver works on: the training data, the engine that runs chunk tasks, and the
+    per-sample state store that those tasks read and write."""
+
+    source: ChunkSource
+    engine: Engine
+    chunk_state: ChunkState
+
+
+StateT = TypeVar("StateT", bound=SolverState)
+
+
+class Solver(Generic[StateT]):
+    """A training method (see the module docstring for the protocol)."""
 
     name: ClassVar[str]
     Params: ClassVar[type[SolverParams]] = SolverParams
+    State: ClassVar[type[SolverState]] = SolverState
 
     def __init__(self, params: SolverParams):
         self.params = params
 
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
-            resume: bool = False) -> Model:
+    def init(self, ctx: Context) -> StateT:
         raise NotImplementedError
+
+    def step(self, ctx: Context, state: StateT) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def finished(self, state: StateT) -> bool:
+        raise NotImplementedError
+
+    def converged(self, state: StateT) -> bool:
+        """True when the solver stopped by its own test; solvers with a fixed schedule are
+        converged once finished."""
+        return self.finished(state)
+
+    def not_converged_reason(self, state: StateT) -> str:
+        """Which stopping test failed, for the warning logged at a budget (the fix follows it)."""
+        return f"stopped at max_iter={getattr(self.params, 'max_iter', '?')} before tol={getattr(self.params, 'tol', '?')} held"
+
+    def check_resume(self, ctx: Context, state: StateT) -> None:
+        """Raise ConfigError if the run cannot continue from this restored state."""
+
+    def to_model(self, ctx: Context, state: StateT) -> Model:
+        raise NotImplementedError
+
+    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer, log, resume: bool = False,
+            stop_after: int | None = None, checkpoint_every: int = 1) -> Model:
+        """Train on `source` through the driver (streamfit.solvers.driver.run)."""
+        from streamfit.solvers.driver import run
+
+        return run(self, source, engine=engine, checkpointer=checkpointer, metrics=log, resume=resume,
+                   stop_after=stop_after, checkpoint_every=checkpoint_every)
 
 
 def register_solver(cls):

@@ -1,0 +1,205 @@
+"""The one loop every solver runs in: steps, checkpoints, time limit, resume, metrics, warning.
+
+    state = restore(LATEST) if resume else init()      (init is checkpointed as step 0)
+    while not finished(state):
+        fields = step(state)                            (state.step += 1)
+        log the step (validation every `valid_every` steps, and on the last one)
+        checkpoint every `checkpoint_every` steps, on the last step and before a pause;
+        past the time limit, stop right after a checkpoint (TimeLimitReached)
+    warn if the run ended at its budget before its stopping test held
+    return to_model(state)
+
+A checkpoint holds the state dataclass field by field (see streamfit.solvers.base for the
+kinds), with the schema {field: kind}; a resume refuses a checkpoint whose schema differs from
+the solver's State, or whose values have the wrong type, naming the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import typing
+from typing import Any
+
+import numpy as np
+
+from streamfit.errors import CheckpointError, TimeLimitReached
+from streamfit.solvers.base import Context, PerSample, Solver, SolverState
+
+log = logging.getLogger(__name__)
+
+ARRAY, ARRAY_LIST, PER_SAMPLE, VALUE = "array", "array_list", "per_sample", "value"
+
+
+def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: bool = False,
+        stop_after: int | None = None, checkpoint_every: int = 1):
+    """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
+    `checkpointer` (streamfit.checkpoint.Checkpointer) and logging each step to `metrics`
+    (streamfit.runlog.MetricsLog). resume: continue from the newest checkpoint, if any.
+    stop_after: return the current model after that many steps in this call (a later call with
+    resume=True continues; for time-boxed jobs and tests). checkpoint_every: save every k steps
+    (and always after the last step of the call)."""
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    ctx = Context(source=source, engine=engine, chunk_state=checkpointer.state)
+    saver = _StateSaver(type(solver).State, checkpointer)
+    state = None
+    if resume:
+        ckpt = checkpointer.latest(source.n_chunks)
+        if ckpt is not None:
+            state = saver.restore(ckpt, solver.name)
+            solver.check_resume(ctx, state)
+            metrics.truncate_after(ckpt.step)
+    if state is None:
+        checkpointer.state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
+        state = solver.init(ctx)
+        saver.save(state)
+        _check_deadline(checkpointer, state.step)
+    taken = 0
+    while not solver.finished(state):
+        fields = solver.step(ctx, state)
+        taken += 1
+        last = solver.finished(state)
+        metrics.log(state.step, model=lambda: solver.to_model(ctx, state), final=last, **fields)
+        pause = stop_after is not None and taken >= stop_after
+        if last or pause or state.step % checkpoint_every == 0:
+            saver.save(state)
+            _check_deadline(checkpointer, state.step)
+        if pause:
+            break
+    if solver.finished(state) and not solver.converged(state):
+        log.warning("%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol", solver.name,
+                    state.step, solver.not_converged_reason(state))
+    return solver.to_model(ctx, state)
+
+
+def _check_deadline(checkpointer, step: int) -> None:
+    if checkpointer.past_deadline():
+        raise TimeLimitReached(checkpointer.run_dir, step, checkpointer.time_limit)
+
+
+def field_kinds(state_cls: type[SolverState]) -> dict[str, str]:
+    """{field: kind} of a state dataclass, from its annotations (the checkpoint's schema)."""
+    hints = typing.get_type_hints(state_cls)
+    kinds = {}
+    for f in dataclasses.fields(state_cls):
+        t = hints[f.name]
+        args = [a for a in typing.get_args(t) if a is not type(None)] if _is_union(t) else [t]
+        base = args[0] if len(args) == 1 else t
+        if base is np.ndarray:
+            kinds[f.name] = ARRAY
+        elif typing.get_origin(base) is list and typing.get_args(base) == (np.ndarray,):
+            kinds[f.name] = ARRAY_LIST
+        elif base is PerSample:
+            kinds[f.name] = PER_SAMPLE
+        else:
+            kinds[f.name] = VALUE
+    return kinds
+
+
+def _is_union(t) -> bool:
+    import types
+
+    return typing.get_origin(t) is typing.Union or isinstance(t, types.UnionType)
+
+
+class _StateSaver:
+    """State dataclass ⇄ checkpoint (meta, arrays, per-sample versions). Append-only lists are
+    written to the per-sample store under the field's name, version 0, entry i as "chunk" i;
+    each entry once."""
+
+    def __init__(self, state_cls: type[SolverState], checkpointer):
+        self.state_cls = state_cls
+        self.kinds = field_kinds(state_cls)
+        self.hints = typing.get_type_hints(state_cls)
+        self.checkpointer = checkpointer
+        self.written: dict[str, int] = {}  # entries of each append-only list already in the per-sample store
+
+    def save(self, state: SolverState) -> None:
+        values, arrays, per_sample = {}, {}, {}
+        versions: dict[str, int] = {}
+        counts: dict[str, int] = {}
+        in_memory = self.checkpointer.root is None
+        for name, kind in self.kinds.items():
+            value = getattr(state, name)
+            if kind == ARRAY:
+                if value is not None:
+                    arrays[name] = np.array(value, copy=True) if in_memory else np.asarray(value)
+            elif kind == ARRAY_LIST:
+                for i in range(self.written.get(name, 0), len(value)):
+                    self.checkpointer.state.write(name, 0, i, np.asarray(value[i]))
+                self.written[name] = len(value)
+                if value:
+                    versions[name], counts[name] = 0, len(value)
+                values[name] = len(value)
+            elif kind == PER_SAMPLE:
+                per_sample[name] = None if value is None else dataclasses.asdict(value)
+                if value is not None and value.written:
+                    if versions.get(value.name, value.version) != value.version:
+                        raise ValueError(f"{name}: two fields hold versions of per-sample array {value.name!r}")
+                    versions[value.name] = value.version
+            else:
+                values[name] = copy.deepcopy(value) if in_memory else value
+        meta = {"schema": self.kinds, "values": values, "per_sample": per_sample}
+        self.checkpointer.save(state.step, meta, arrays, versions, state_counts=counts)
+
+    def restore(self, ckpt, solver_name: str) -> SolverState:
+        where = self.checkpointer.describe(ckpt.step)
+        meta = ckpt.meta
+        schema = meta.get("schema") if isinstance(meta, dict) else None
+        if schema != self.kinds:
+            raise CheckpointError(f"{where}: holds {solver_name} state of another layout ({_schema_diff(schema, self.kinds)}); "
+                                  "it was written by another streamfit version: start over with --overwrite")
+        kwargs: dict[str, Any] = {}
+        for name, kind in self.kinds.items():
+            if kind == ARRAY:
+                kwargs[name] = ckpt.arrays.get(name)
+                if kwargs[name] is None and not _optional(self.hints[name]):
+                    raise CheckpointError(f"{where}: arrays.npz lacks the state field {name!r}; the checkpoint is damaged")
+            elif kind == ARRAY_LIST:
+                count = meta["values"].get(name)
+                if not isinstance(count, int) or count < 0:
+                    raise CheckpointError(f"{where}: meta.json's values.{name} is not a count; the checkpoint is damaged")
+                kwargs[name] = [self.checkpointer.state.read(name, 0, i) for i in range(count)]
+                self.written[name] = count
+            elif kind == PER_SAMPLE:
+                record = meta["per_sample"].get(name)
+                kwargs[name] = None if record is None else PerSample(**record)
+            else:
+                if name not in meta["values"]:
+                    raise CheckpointError(f"{where}: meta.json lacks the state field {name!r}; the checkpoint is damaged")
+                kwargs[name] = _typed(meta["values"][name], self.hints[name], f"{where}: meta.json's values.{name}")
+        return self.state_cls(**kwargs)
+
+
+def _optional(t) -> bool:
+    return _is_union(t) and type(None) in typing.get_args(t)
+
+
+def _typed(value, t, where: str):
+    """A JSON value as the field's type: tuples back from lists; scalars checked."""
+    if value is None and (t is type(None) or _optional(t)):
+        return None
+    base = t
+    if _is_union(t):
+        options = [a for a in typing.get_args(t) if a is not type(None)]
+        base = options[0] if len(options) == 1 else None
+    if base is None or base is Any:
+        return value
+    origin = typing.get_origin(base) or base
+    if origin is tuple and isinstance(value, list):
+        return tuple(value)
+    expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list,), dict: (dict,),
+                tuple: (list, tuple)}.get(origin)
+    if expected is not None and (not isinstance(value, expected) or (origin in (int, float) and isinstance(value, bool))):
+        raise CheckpointError(f"{where} is {value!r}, not a {origin.__name__}; the checkpoint is damaged")
+    return float(value) if origin is float else value
+
+
+def _schema_diff(then, now: dict) -> str:
+    if not isinstance(then, dict):
+        return "no state schema"
+    parts = [f"{k}: {then.get(k, 'absent')} then, {now.get(k, 'absent')} now"
+             for k in sorted(then.keys() | now.keys()) if then.get(k) != now.get(k)]
+    return "; ".join(parts)
