@@ -56,8 +56,10 @@ class _WorkerLost(Exception):
 
 
 def add_results(a, b):
-    """Elementwise sum of two task results (arrays, numbers, None for "nothing", or tuples/lists
-    of them)."""
+    """Elementwise sum of two task results: arrays, numbers, None for "nothing", or tuples,
+    lists and NamedTuples of them (a chunk task's named sums: each field summed)."""
+    if isinstance(a, tuple) and hasattr(a, "_fields"):
+        return type(a)(*(add_results(x, y) for x, y in zip(a, b)))
     if isinstance(a, (tuple, list)):
         return type(a)(add_results(x, y) for x, y in zip(a, b))
     if a is None and b is None:

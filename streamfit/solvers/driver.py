@@ -43,7 +43,7 @@ def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: b
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     ctx = Context(source=source, engine=engine, chunk_state=checkpointer.state)
-    saver = _StateSaver(type(solver).State, checkpointer)
+    saver = _StateSaver(solver.State, checkpointer)
     state = None
     if resume:
         ckpt = checkpointer.latest(source.n_chunks)

@@ -1,0 +1,115 @@
+"""Fingerprints of a fixed set of small training runs, to show that a refactoring leaves models
+bitwise unchanged: each run's model arrays (`Model._arrays()`, C order) and info are hashed.
+
+    python tools/model_fingerprints.py --out before.json            # on the old commit
+    python tools/model_fingerprints.py --compare before.json        # on the new one: lists differences
+
+Runs are in process (Engine mode "inprocess", checkpoints in memory, BLAS on one thread) on
+scikit-learn's digits (1797 × 64, 10 classes) cut into chunks of 400 rows, and on a multilabel
+set made from it (each digit also labelled by its parity and by whether it is ≥ 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+
+import numpy as np
+import scipy.sparse as sp
+
+RUNS: dict[str, tuple[str, dict, bool]] = {
+    "stagewise-sequential": ("stagewise", {"generator": "sequential", "block_size": 16, "n_passes": 2}, False),
+    "stagewise-gradient": ("stagewise", {"generator": "gradient", "block_size": 16, "n_passes": 2}, False),
+    "stagewise-random-softmax": ("stagewise", {"generator": "random", "block_size": 32, "link": "softmax",
+                                               "max_iter": 3}, False),
+    "stagewise-rff-poly": ("stagewise", {"generator": "rff", "n_components": 256, "block_size": 128,
+                                         "calibration": "poly"}, False),
+    "stagewise-rff-pca-predictions": ("stagewise", {"generator": "rff", "n_components": 256, "block_size": 128,
+                                                    "pca_components": 16, "calibration": "predictions"}, False),
+    "stagewise-multilabel": ("stagewise", {"generator": "sequential", "block_size": 32}, True),
+    "bcd-memory-l1l2": ("bcd", {"mode": "memory", "lam": 1e-3, "max_iter": 20}, False),
+    "bcd-memory-l1-logistic": ("bcd", {"mode": "memory", "penalty": "l1", "loss": "logistic", "lam": 1e-3,
+                                       "max_iter": 20}, False),
+    "bcd-chunks": ("bcd", {"mode": "chunks", "lam": 1e-3, "max_iter": 5, "group_size": 16}, False),
+    "bcd-fista": ("bcd", {"method": "fista", "lam": 1e-3, "max_iter": 20}, False),
+    "bcd-multilabel": ("bcd", {"mode": "memory", "loss": "multitask_squared_hinge", "lam": 1e-3, "max_iter": 20},
+                       True),
+    "ppdsparse-squared": ("ppdsparse", {"loss": "squared_hinge", "threads": 1}, False),
+    "ppdsparse-hinge": ("ppdsparse", {"loss": "hinge", "threads": 1}, False),
+    "ppdsparse-multilabel": ("ppdsparse", {"threads": 1}, True),
+    "fbpd-regularized-l1": ("fbpd", {"penalty": "l1", "lam": 1e-3, "max_iter": 30}, False),
+    "fbpd-constrained": ("fbpd", {"formulation": "constrained", "penalty": "l1/l2", "eta": 0.5, "max_iter": 30},
+                         False),
+    "fbpd-plain-l2": ("fbpd", {"penalty": "l2", "restarts": False, "lam": 1e-2, "max_iter": 30}, False),
+}
+
+
+def data(multilabel: bool):
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    X = sp.csr_matrix(X.astype(np.float32) / 16)
+    if not multilabel:
+        return X, y.astype(np.int32), [str(c) for c in range(10)]
+    Y = np.zeros((len(y), 12), dtype=np.int8)
+    Y[np.arange(len(y)), y] = 1
+    Y[:, 10] = y % 2
+    Y[:, 11] = y >= 5
+    return X, sp.csr_matrix(Y), [str(c) for c in range(10)] + ["odd", "high"]
+
+
+def fingerprint(solver: str, params: dict, multilabel: bool) -> dict:
+    from streamfit.checkpoint import Checkpointer
+    from streamfit.engine import Engine
+    from streamfit.runlog import MetricsLog
+    from streamfit.solvers import get_solver
+    from streamfit.store import InMemoryStore
+
+    X, labels, classes = data(multilabel)
+    source = InMemoryStore(X, labels, classes, chunk_rows=400)
+    cls = get_solver(solver)
+    p = cls.Params(**params)
+    ckpt = Checkpointer(None, config=p.model_settings(), store_fingerprint="in-memory")
+    with Engine(mode="inprocess") as engine:
+        model = cls(p).fit(source, engine=engine, checkpointer=ckpt, log=MetricsLog())
+    h = hashlib.sha256()
+    for name, array in sorted(model._arrays().items()):
+        a = np.ascontiguousarray(array)
+        h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+    return {"arrays_sha256": h.hexdigest(), "info": json.loads(json.dumps(model.info, default=str))}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", help="write the fingerprints to this JSON file")
+    ap.add_argument("--compare", help="compare with the fingerprints in this JSON file; exit 1 on a difference")
+    ap.add_argument("--only", help="comma-separated run names or solver names (default: all)")
+    args = ap.parse_args()
+    from threadpoolctl import threadpool_limits
+
+    wanted = set(args.only.split(",")) if args.only else None
+    results = {}
+    with threadpool_limits(1):
+        for name, (solver, params, multilabel) in RUNS.items():
+            if wanted and name not in wanted and solver not in wanted:
+                continue
+            results[name] = fingerprint(solver, params, multilabel)
+            print(f"{name}: {results[name]['arrays_sha256'][:16]}", flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+    if args.compare:
+        with open(args.compare) as f:
+            before = json.load(f)
+        changed = [n for n in results if n in before and results[n] != before[n]]
+        for n in changed:
+            print(f"DIFFERENT {n}: {before[n]} then, {results[n]} now")
+        print(f"{len(results) - len(changed)} of {len(results)} runs bitwise unchanged")
+        return 1 if changed else 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
