@@ -55,10 +55,12 @@ def _param_problem(err: dict, known: list[str]) -> str:
 def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
           n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
           overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1,
-          time_limit: float | None = None, worker_timeout: float = WORKER_TIMEOUT) -> Model:
+          time_limit: float | None = None, worker_timeout: float = WORKER_TIMEOUT,
+          checkpoint_every: int = 1) -> Model:
     """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
-    `worker_timeout`: seconds the Dask cluster may have no workers before the run fails."""
+    `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
+    `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many)."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -71,6 +73,8 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
                              "classifier needs two or more: check the labels (--label-field, the class folders) "
                              "and re-ingest")
     p = make_params(solver, params)
+    if checkpoint_every < 1:
+        raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     out = os.path.abspath(out)
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
@@ -83,7 +87,7 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
         return _train_locked(store, valid_store, p, solver, out, scheduler=scheduler, n_workers=n_workers,
                              threads_per_worker=threads_per_worker, resume=resume, overwrite=overwrite,
                              progress=progress, valid=valid, valid_every=valid_every, time_limit=time_limit,
-                             worker_timeout=worker_timeout)
+                             worker_timeout=worker_timeout, checkpoint_every=checkpoint_every)
     finally:
         os.close(lock)
 
@@ -107,7 +111,8 @@ def _lock_run_dir(out: str) -> int:
 
 
 def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_workers, threads_per_worker,
-                  resume, overwrite, progress, valid, valid_every, time_limit, worker_timeout) -> Model:
+                  resume, overwrite, progress, valid, valid_every, time_limit, worker_timeout,
+                  checkpoint_every) -> Model:
     ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         shutil.rmtree(ckpt_dir, ignore_errors=True)
@@ -139,12 +144,12 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     record = {"solver": solver, "params": p.model_dump(), "store": store.path,
               "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
               "threads_per_worker": threads_per_worker, "worker_timeout": worker_timeout, "resumed": resume,
-              "time_limit": time_limit}
+              "time_limit": time_limit, "checkpoint_every": checkpoint_every}
     try:
         with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
                     progress=progress, worker_timeout=worker_timeout) as engine:
             model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics,
-                                              resume=resume)
+                                              resume=resume, checkpoint_every=checkpoint_every)
     except TimeLimitReached as e:
         record.update(status="stopped at the time limit", step=e.step, seconds=round(metrics.elapsed, 3),
                       session_seconds=round(time.time() - started, 3))

@@ -1,6 +1,7 @@
 import os
 import threading
 import time
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -27,6 +28,19 @@ def test_tree_sum_is_pairwise_fixed():
     vals = [np.float64(1 / (i + 3)) for i in range(7)]
     a, b, c, d, e, f, g = vals
     assert tree_sum(vals) == ((a + b) + (c + d)) + ((e + f) + g)
+
+
+class _Sums(NamedTuple):
+    gram: np.ndarray
+    count: int
+    nothing: None
+
+
+def test_named_results_are_summed_field_by_field():
+    parts = [_Sums(np.full((2, 2), float(i)), i, None) for i in range(5)]
+    total = tree_sum(parts)
+    assert isinstance(total, _Sums) and total.count == 10 and total.nothing is None
+    np.testing.assert_array_equal(total.gram, np.full((2, 2), 10.0))
 
 
 def test_inprocess_map_reduce_equals_dense(digits):

@@ -92,18 +92,17 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from streamfit.checkpoint import Checkpoint, Checkpointer, config_hash
+from streamfit.checkpoint import config_hash
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
-from streamfit.runlog import MetricsLog
-from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.fbpd_kernels import (
     constrained_dual_step,
     csr_adjoint,
@@ -189,12 +188,50 @@ def _adjoint(X, A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return csr_adjoint(X.indptr, X.indices, X.data, A, X.shape[1])
 
 
-def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarray):
+class NormalSums(NamedTuple):
+    """A chunk's share of TᵀT x = (W, b) (power iteration)."""
+
+    W: np.ndarray
+    b: np.ndarray
+
+
+class RegularizedSums(NamedTuple):
+    """A chunk's share of one Algorithm 1 iteration: Tᵀỹ (as GW, Gb), the hinge at x̃, Σ rᵀỹ,
+    rows classified right, and the fixed-point residual's parts (‖Δy‖², ⟨Δy, TΔx⟩) and
+    ‖y − y_a‖² per dual array."""
+
+    GW: np.ndarray
+    Gb: np.ndarray
+    hinge: float
+    r_dot: float
+    correct: float
+    moves: tuple
+    coupling: float
+    jumps: tuple
+
+
+class ConstrainedSums(NamedTuple):
+    """A chunk's share of one Algorithm 2 iteration: as RegularizedSums, plus Σξ and the sums of
+    the next (y, ξ, ζ)."""
+
+    GW: np.ndarray
+    Gb: np.ndarray
+    hinge: float
+    r_dot: float
+    xi_sum: float
+    correct: float
+    moves: tuple
+    coupling: float
+    totals: tuple
+    jumps: tuple
+
+
+def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarray) -> NormalSums:
     """This chunk's share of TᵀT x (power iteration)."""
     chunk = _read_chunk(source, chunk_id)
     A = np.empty((chunk.n_rows, W.shape[1]))
     margins_adjoint_rows(_scores(chunk.X, W, b), chunk.labels, A)
-    return _adjoint(chunk.X, A)
+    return NormalSums(*_adjoint(chunk.X, A))
 
 
 def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -235,7 +272,8 @@ def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: 
 
 
 def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, step: float,
-                      anchor: int | None = None, restart: bool = False, a: float = 1.0, c: float = 0.0):
+                      anchor: int | None = None, restart: bool = False, a: float = 1.0,
+                      c: float = 0.0) -> RegularizedSums:
     chunk = _read_chunk(source, chunk_id)
     z, K, X = chunk.labels, source.n_classes, chunk.X
 
@@ -247,12 +285,12 @@ def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W
     Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2,
                                                                      step, GW, Gb)
     moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
-    return GW, Gb, hinge, r_dot, correct, moves, coupling, jumps
+    return RegularizedSums(GW, Gb, hinge, r_dot, correct, moves, coupling, jumps)
 
 
 def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, tau: float,
                       sigma: float, shift: float, anchor: int | None = None, restart: bool = False,
-                      a: float = 1.0, c: float = 0.0):
+                      a: float = 1.0, c: float = 0.0) -> ConstrainedSums:
     chunk = _read_chunk(source, chunk_id)
     z, K, n = chunk.labels, source.n_classes, chunk.n_rows
     names = (DUAL, XI, ZETA)
@@ -269,7 +307,7 @@ def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W
     moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart,
                                     a, c)
     GW, Gb = _adjoint(chunk.X, A)
-    return GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps
+    return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
 def _norm(*arrays) -> float:
@@ -285,11 +323,12 @@ def _ratio(change_sq: float, size_sq: float) -> float:
 # -- the solver ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Progress:
+@dataclasses.dataclass(kw_only=True)
+class FBPDState(SolverState):
     """The iterate x = (W, b) with G = Tᵀy (Algorithm 1: (1/n)TᵀY) and, for Algorithm 2, Σζ
     and Σξ; F's last primal output x̃ = (Wt, bt) (the model); the Halpern anchor (its x, G,
-    sums and state version) and the restart bookkeeping."""
+    sums and state version) and the restart bookkeeping; ‖T‖. `step` counts iterations and is
+    the duals' version (0: the initial duals, never written)."""
 
     W: np.ndarray
     b: np.ndarray
@@ -301,7 +340,9 @@ class _Progress:
     ba: np.ndarray
     GWa: np.ndarray
     Gba: np.ndarray
+    norm: float  # ‖T‖ from power iteration
     rho: float
+    settings: str  # config_hash of the parameters that determine the model (all but max_iter)
     sums: tuple = (0.0, 0.0)  # Σζ, Σξ of the iterate (Algorithm 2)
     jumps: tuple = (0.0, 0.0, 0.0)  # ‖y − y_a‖² per dual array (Algorithm 2: y, ξ, ζ) of the iterate
     anchor: int = 0  # the anchor's state version (0: the starting point)
@@ -310,43 +351,37 @@ class _Progress:
     last_residual: float = 0.0
     restart_due: bool = False
     restarts: int = 0
-    iteration: int = 0  # = the duals' version; 0: initial duals, never written
     data_passes: int = 0
     converged: bool = False
-
-    ARRAYS = ("W", "b", "GW", "Gb", "Wt", "bt", "Wa", "ba", "GWa", "Gba")
-
-
-_META = tuple(f.name for f in dataclasses.fields(_Progress) if f.name not in _Progress.ARRAYS)  # the counters
+    # per-sample duals at version `step` and their anchors at version `anchor` (Algorithm 2: also ξ, ζ)
+    dual: PerSample | None = None
+    xi: PerSample | None = None
+    zeta: PerSample | None = None
+    anchor_dual: PerSample | None = None
+    anchor_xi: PerSample | None = None
+    anchor_zeta: PerSample | None = None
 
 
 @register_solver
-class FBPDSolver(Solver):
-    """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration, plain
-    or restarted Halpern (see the module docstring).
+class FBPDSolver(Solver[FBPDState]):
+    """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration (one step),
+    plain or restarted Halpern (see the module docstring).
 
-    `stop_after_iters`: return the current model after that many iterations in this call (the
-    checkpoint allows a later fit with resume=True to continue). For time-boxed jobs and for
-    testing resume; not a model parameter.
-
-    Continuing a run: fit(resume=True) continues from the newest checkpoint, on disk or (run
-    directory None) the newest saved through the same Checkpointer object, with the whole
-    state: x, x̃, Tᵀy, the duals and their anchors, ρ, the restart counters and the iteration
-    number (which the restart schedule and `adapt_iters` count from). max_iter is a budget that
-    the iteration never reads, so it is left out of the config hash: a run stopped at max_iter
-    (or by stop_after_iters, a kill, a time limit) and continued with a larger max_iter ends
+    Continuing a run (resume=True): from the newest checkpoint, on disk or (run directory None)
+    the newest saved through the same Checkpointer object, with the whole state. max_iter is a
+    budget that the iteration never reads, so it is left out of the config hash: a run stopped
+    at max_iter (or paused, killed, at a time limit) and continued with a larger max_iter ends
     bitwise where one uninterrupted run with that max_iter ends. Every other parameter must be
-    unchanged. A fit without resume starts over from x = 0 with the initial duals and ρ, so
-    starting a new run from an earlier model's x alone would restart the scheme (a new anchor,
-    a new restart schedule and ρ) and follow another path to the same optimum."""
+    unchanged."""
 
     name = "fbpd"
     Params = FBPDParams
+    State = FBPDState
+    params: FBPDParams
 
-    def __init__(self, params: FBPDParams, *, stop_after_iters: int | None = None):
+    def __init__(self, params: FBPDParams):
         super().__init__(params)
-        self.stop_after_iters = stop_after_iters
-        self.settings = config_hash(params.model_settings())  # the checkpoint's record of the parameters
+        self.settings = config_hash(params.model_settings())  # the state's record of the parameters
 
     def operator_norm(self, source: ChunkSource, engine: Engine) -> tuple[float, int]:
         """‖T‖ by power iteration on TᵀT (seeded start); returns (estimate, passes)."""
@@ -377,96 +412,152 @@ class FBPDSolver(Solver):
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
+    # ---- the protocol ----
+    def init(self, ctx: Context) -> FBPDState:
+        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (power iteration passes)."""
+        source = ctx.source
+        if source.multilabel:
+            raise ConfigError("fbpd solves the multiclass (Crammer–Singer) hinge; the store is multilabel")
+        norm, passes = self.operator_norm(source, ctx.engine)
+        zero_W, zero_b = np.zeros((source.n_features, source.n_classes)), np.zeros(source.n_classes)
+        state = FBPDState(W=zero_W, b=zero_b, GW=zero_W, Gb=zero_b, Wt=zero_W, bt=zero_b, Wa=zero_W, ba=zero_b,
+                          GWa=zero_W, Gba=zero_b, norm=norm, rho=self.initial_ratio(source.n_rows),
+                          settings=self.settings, data_passes=passes)
+        self._name_duals(state)
+        return state
+
+    def check_resume(self, ctx: Context, state: FBPDState) -> None:
+        if state.settings != self.settings:
+            raise ConfigError("the checkpoint was written with other fbpd parameters; only max_iter may change "
+                              "when a run is continued")
+        if state.step > self.params.max_iter:
+            raise ConfigError(f"the run to continue is at iteration {state.step} already, beyond max_iter = "
+                              f"{self.params.max_iter}")
+
+    def finished(self, state: FBPDState) -> bool:
+        return state.converged or state.step >= self.params.max_iter
+
+    def converged(self, state: FBPDState) -> bool:
+        return state.converged
+
+    def not_converged_reason(self, state: FBPDState) -> str:
+        return f"relative change of x̃ still ≥ tol {self.params.tol:g} at max_iter={self.params.max_iter}"
+
+    def step(self, ctx: Context, state: FBPDState) -> dict[str, Any]:
+        fields = self._iterate(ctx.engine, ctx.source, ctx.chunk_state, state)
+        state.converged = fields["rel_change"] < self.params.tol
+        return fields
+
+    def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
+        p = self.params
+        coef = state.Wt.T if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)
+        return LinearModel(coef, state.bt, classes=ctx.source.classes, n_features=ctx.source.n_features,
+                           multilabel=False, solver=self.name, params=p.model_dump(),
+                           info={"iterations": state.step, "converged": state.converged, "norm_T": state.norm,
+                                 "step_ratio": state.rho, "restarts": state.restarts,
+                                 "data_passes": state.data_passes})
+
+    def _name_duals(self, state: FBPDState) -> None:
+        """The per-sample fields for the duals at version `step` and the anchors at `anchor`
+        (version 0 is the starting point, computed, never written)."""
+        names = (DUAL,) if self.params.formulation == "regularized" else (DUAL, XI, ZETA)
+        for name in names:
+            setattr(state, name, PerSample(name, state.step, written=state.step > 0))
+            if self.params.restarts:
+                setattr(state, "anchor_" + name, PerSample("anchor_" + name, state.anchor, written=state.anchor > 0))
+
     # ---- restarts ----
-    def _restart(self, prog: _Progress, n: int) -> None:
+    def _restart(self, state: FBPDState, n: int) -> None:
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
         move since the previous anchor."""
-        jumps = prog.jumps
+        jumps = state.jumps
         if self.params.formulation == "regularized":
-            dx, dy = _norm(prog.W - prog.Wa, prog.b - prog.ba), np.sqrt(jumps[0]) / n
+            dx, dy = _norm(state.W - state.Wa, state.b - state.ba), np.sqrt(jumps[0]) / n
         else:
-            dx = np.sqrt(_norm(prog.W - prog.Wa, prog.b - prog.ba) ** 2 + jumps[2])
+            dx = np.sqrt(_norm(state.W - state.Wa, state.b - state.ba) ** 2 + jumps[2])
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
-            prog.rho = float(np.sqrt(prog.rho * dx / dy))
-        prog.Wa, prog.ba, prog.GWa, prog.Gba = prog.W, prog.b, prog.GW, prog.Gb
-        prog.anchor = prog.iteration
-        prog.since_restart = 0
-        prog.restarts += 1
+            state.rho = float(np.sqrt(state.rho * dx / dy))
+        state.Wa, state.ba, state.GWa, state.Gba = state.W, state.b, state.GW, state.Gb
+        state.anchor = state.step
+        state.since_restart = 0
+        state.restarts += 1
 
-    def _schedule_restart(self, prog: _Progress, residual: float) -> None:
+    def _schedule_restart(self, state: FBPDState, residual: float) -> None:
         """Applegate et al.'s criteria on the fixed-point residual, until adapt_iters."""
-        prog.since_restart += 1
-        if prog.since_restart == 1:
-            prog.first_residual = residual
-        elif prog.iteration <= self.params.adapt_iters:
-            first = prog.first_residual
-            prog.restart_due = bool(residual <= RESTART_SUFFICIENT * first
-                                    or (residual <= RESTART_NECESSARY * first and residual > prog.last_residual)
-                                    or prog.since_restart >= RESTART_ARTIFICIAL * prog.iteration)
-        prog.last_residual = residual
+        state.since_restart += 1
+        if state.since_restart == 1:
+            state.first_residual = residual
+        elif state.step <= self.params.adapt_iters:
+            first = state.first_residual
+            state.restart_due = bool(residual <= RESTART_SUFFICIENT * first
+                                     or (residual <= RESTART_NECESSARY * first and residual > state.last_residual)
+                                     or state.since_restart >= RESTART_ARTIFICIAL * state.step)
+        state.last_residual = residual
 
     # ---- one iteration ----
-    def _iterate(self, engine, source, state, prog: _Progress, norm: float) -> dict:
+    def _iterate(self, engine: Engine, source: ChunkSource, chunk_state, state: FBPDState) -> dict[str, Any]:
         """x̃ = prox(x − τG), then the pass over the chunks (duals of F and the next iterate);
         returns the fields to log."""
         p, n = self.params, source.n_rows
         chunks = range(source.n_chunks)
         regularized = p.formulation == "regularized"
-        restart, halpern = prog.restart_due, {}
+        restart, halpern = state.restart_due, {}
         if restart:
-            self._restart(prog, n)
-        j = prog.since_restart
+            self._restart(state, n)
+        j = state.since_restart
         a, c = (j + 1) / (j + 2), 1 / (j + 2)
         if p.restarts:
-            halpern = {"anchor": prog.anchor, "restart": restart, "a": a, "c": c}
-        tau, sigma = self.steps(norm, prog.rho)
+            halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
+        tau, sigma = self.steps(state.norm, state.rho)
         weight = tau * (p.lam if regularized else 1.0)
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(prog.W, prog.GW, tau, weight)
+            Wt, W2 = l1_primal_step(state.W, state.GW, tau, weight)
         else:
-            Wt = penalty_prox(prog.W - tau * prog.GW, weight, p.penalty, p.group_size)
-            W2 = np.ascontiguousarray(np.hstack([Wt, prog.W]))
-        bt = prog.b - tau * prog.Gb
-        b2 = np.concatenate([bt, prog.b])
+            Wt = penalty_prox(state.W - tau * state.GW, weight, p.penalty, p.group_size)
+            W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
+        bt = state.b - tau * state.Gb
+        b2 = np.concatenate([bt, state.b])
         if regularized:
-            GWt, Gbt, hinge, r_dot, correct, moves, coupling, jumps = engine.map_reduce(
-                _regularized_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
-                W2=W2, b2=b2, step=n * sigma, **halpern)
+            r = engine.map_reduce(_regularized_task, source, chunks, desc="fbpd: iteration", state=chunk_state,
+                                  version=state.step, W2=W2, b2=b2, step=n * sigma, **halpern)
             divisor = float(n)
-            dual_part = moves[0] / (n * n * sigma) - 2 * coupling / n
+            dual_part = r.moves[0] / (n * n * sigma) - 2 * r.coupling / n
             totals = (0.0, 0.0)
-            jumps = (jumps[0], 0.0, 0.0)
+            jumps = (r.jumps[0], 0.0, 0.0)
+            xi_sum = 0.0
         else:
-            shift = max(0.0, (prog.sums[0] - tau * prog.sums[1] - n * p.eta) / n)
-            GWt, Gbt, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps = engine.map_reduce(
-                _constrained_task, source, chunks, desc="fbpd: iteration", state=state, version=prog.iteration,
-                W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift, **halpern)
+            shift = max(0.0, (state.sums[0] - tau * state.sums[1] - n * p.eta) / n)
+            r = engine.map_reduce(_constrained_task, source, chunks, desc="fbpd: iteration", state=chunk_state,
+                                  version=state.step, W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift, **halpern)
             divisor = 1.0
-            dual_part = (moves[0] + moves[1]) / sigma + moves[2] / tau - 2 * coupling
-            totals = (totals[2], totals[1])
-            jumps = (jumps[0], jumps[1], jumps[2])
-        Gbt = Gbt / divisor
-        GWt, W_next, GW_next, stats = primal_update(Wt, prog.W, prog.Wa, GWt, divisor, prog.GW, prog.GWa, prog.Wt,
-                                                    a, c, p.restarts)
+            dual_part = (r.moves[0] + r.moves[1]) / sigma + r.moves[2] / tau - 2 * r.coupling
+            totals = (r.totals[2], r.totals[1])
+            jumps = (r.jumps[0], r.jumps[1], r.jumps[2])
+            xi_sum = r.xi_sum
+        hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
+        Gbt = r.Gb / divisor
+        GWt, W_next, GW_next, stats = primal_update(Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa,
+                                                    state.Wt, a, c, p.restarts)
         moved, changed, size, g_changed, g_size, nnz, l1, g_max = stats
-        db, dbt, dgb = prog.b - bt, bt - prog.bt, Gbt - prog.Gb
+        db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
         residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
         rel_change = _ratio(changed + dbt @ dbt, size + bt @ bt)
         if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
             rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)
         if p.restarts:
-            prog.W, prog.b = W_next, a * (2 * bt - prog.b) + c * prog.ba
-            prog.GW, prog.Gb = GW_next, a * (2 * Gbt - prog.Gb) + c * prog.Gba
-            prog.sums, prog.jumps = totals, jumps
+            state.W, state.b = W_next, a * (2 * bt - state.b) + c * state.ba
+            state.GW, state.Gb = GW_next, a * (2 * Gbt - state.Gb) + c * state.Gba
+            state.sums, state.jumps = totals, jumps
         else:
-            prog.W, prog.b, prog.GW, prog.Gb, prog.sums = Wt, bt, GWt, Gbt, totals
-        prog.Wt, prog.bt = Wt, bt
-        prog.iteration += 1
-        prog.data_passes += 1
-        prog.restart_due = False
+            state.W, state.b, state.GW, state.Gb, state.sums = Wt, bt, GWt, Gbt, totals
+        state.Wt, state.bt = Wt, bt
+        state.step += 1
+        state.data_passes += 1
+        state.restart_due = False
         if p.restarts:
-            self._schedule_restart(prog, residual)
+            self._schedule_restart(state, residual)
+        self._name_duals(state)
         g = l1 if p.penalty == "l1" else penalty(Wt, p.penalty, p.group_size)
         G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
         if regularized:
@@ -483,80 +574,6 @@ class FBPDSolver(Solver):
             else:
                 dual = min(1.0, 1.0 / max(G_norm, 1e-300)) * bound
         return {"objective": primal, "dual_objective": dual, "gap": primal - dual, "loss": hinge / n,
-                    "dual_infeasibility": float(np.sqrt(Gbt @ Gbt)), "rel_change": rel_change,
-                    "residual": residual, "step_ratio": prog.rho, "restarts": prog.restarts,
-                    "train_accuracy": correct / n, "nnz": int(nnz), "data_passes": prog.data_passes}
-
-    # ---- checkpoints ----
-    def _names(self) -> tuple:
-        return (DUAL,) if self.params.formulation == "regularized" else (DUAL, XI, ZETA)
-
-    def _save(self, checkpointer: Checkpointer, prog: _Progress, norm: float) -> None:
-        meta = {name: getattr(prog, name) for name in _META}
-        meta["norm"] = norm
-        meta["settings"] = self.settings
-        arrays = {name: getattr(prog, name) for name in prog.ARRAYS}
-        versions = {name: prog.iteration for name in self._names()} if prog.iteration > 0 else {}
-        if self.params.restarts and prog.anchor > 0:
-            versions.update({"anchor_" + name: prog.anchor for name in self._names()})
-        checkpointer.save(prog.iteration, meta, arrays, versions)
-
-    def _latest(self, checkpointer: Checkpointer, n_chunks: int) -> Checkpoint | None:
-        """The checkpoint to continue from: the newest on disk (verified by the Checkpointer),
-        or, with per-sample state in memory (run_dir None), the newest saved through this
-        Checkpointer object; either must have been written with the same model settings
-        (all parameters but max_iter)."""
-        ckpt = checkpointer.latest(n_chunks)
-        if ckpt is None:
-            return None
-        settings = ckpt.meta.get("settings")
-        if settings is not None and settings != self.settings:
-            raise ConfigError("the checkpoint was written with other fbpd parameters; only max_iter may change "
-                              "when a run is continued")
-        if ckpt.step > self.params.max_iter:
-            raise ConfigError(f"the run to continue is at iteration {ckpt.step} already, beyond max_iter = "
-                              f"{self.params.max_iter}")
-        return ckpt
-
-    # ---- Algorithms 1 and 2 ----
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
-            resume: bool = False) -> LinearModel:
-        p = self.params
-        if source.multilabel:
-            raise ConfigError("fbpd solves the multiclass (Crammer–Singer) hinge; the store is multilabel")
-        n, K, M = source.n_rows, source.n_classes, source.n_features
-        state = checkpointer.state
-        ckpt = self._latest(checkpointer, source.n_chunks) if resume else None
-        if ckpt is None:
-            state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
-            norm, passes = self.operator_norm(source, engine)
-            zero_W, zero_b = np.zeros((M, K)), np.zeros(K)  # x⁰ = 0; Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0)
-            prog = _Progress(W=zero_W, b=zero_b, GW=zero_W, Gb=zero_b, Wt=zero_W, bt=zero_b, Wa=zero_W,
-                             ba=zero_b, GWa=zero_W, Gba=zero_b, rho=self.initial_ratio(n), data_passes=passes)
-            self._save(checkpointer, prog, norm)
-        else:
-            meta = dict(ckpt.meta)
-            norm = meta.pop("norm")
-            meta.pop("settings", None)
-            meta["sums"], meta["jumps"] = tuple(meta["sums"]), tuple(meta["jumps"])
-            prog = _Progress(**ckpt.arrays, **meta)
-            log.truncate_after(ckpt.step)
-        done_here = 0
-        while not prog.converged and prog.iteration < p.max_iter:
-            fields = self._iterate(engine, source, state, prog, norm)
-            prog.converged = fields["rel_change"] < p.tol
-            log.log(prog.iteration, model=lambda: self._model(source, prog, norm), **fields)
-            self._save(checkpointer, prog, norm)
-            done_here += 1
-            if self.stop_after_iters is not None and done_here >= self.stop_after_iters:
-                break
-        return self._model(source, prog, norm)
-
-    def _model(self, source: ChunkSource, prog: _Progress, norm: float) -> LinearModel:
-        p = self.params
-        coef = prog.Wt.T if p.penalty == "l2" else sp.csr_matrix(prog.Wt.T)
-        return LinearModel(coef, prog.bt, classes=source.classes, n_features=source.n_features, multilabel=False,
-                           solver=self.name, params=p.model_dump(),
-                           info={"iterations": prog.iteration, "converged": prog.converged, "norm_T": norm,
-                                 "step_ratio": prog.rho, "restarts": prog.restarts,
-                                 "data_passes": prog.data_passes})
+                "dual_infeasibility": float(np.sqrt(Gbt @ Gbt)), "rel_change": rel_change,
+                "residual": residual, "step_ratio": state.rho, "restarts": state.restarts,
+                "train_accuracy": correct / n, "nnz": int(nnz), "data_passes": state.data_passes}

@@ -40,12 +40,13 @@ def iris():
     return standardized(load_iris)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after_iters=None, **params):
-    solver = fb.FBPDSolver(fb.FBPDParams(**params), stop_after_iters=stop_after_iters)
+def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
+    solver = fb.FBPDSolver(fb.FBPDParams(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
-    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume)
+    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume,
+                       stop_after=stop_after)
     return model, log
 
 
@@ -381,7 +382,7 @@ def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
     assert full.info["restarts"] >= 3  # the crash falls between restarts: their state is checkpointed
 
     run = str(tmp_path / "run")
-    fit(store, run, stop_after_iters=5, **params)  # a time-boxed first call
+    fit(store, run, stop_after=5, **params)  # a time-boxed first call
     task = "_regularized_task" if formulation == "regularized" else "_constrained_task"
     real = getattr(fb, task)
 

@@ -1,0 +1,219 @@
+"""The solver driver: one loop for every solver (checkpoints, pause, resume, time limit, schema)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import NamedTuple
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from streamfit.checkpoint import Checkpointer, _record_digest
+from streamfit.engine import Engine
+from streamfit.errors import CheckpointError, TimeLimitReached
+from streamfit.model import LinearModel
+from streamfit.runlog import MetricsLog
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState
+from streamfit.store import InMemoryStore
+
+
+class HalvingParams(SolverParams):
+    max_iter: int = 6
+    tol: float = 0.0
+
+
+class HalvingSums(NamedTuple):
+    XtR: np.ndarray
+    loss: float
+
+
+def _halving_task(source, chunk_id, chunk_state, version):
+    """Reads residual version t of the chunk (t = 0: the one-hot labels), writes R/2 as t + 1."""
+    chunk = source.read_chunk(chunk_id)
+    R = np.eye(source.n_classes)[chunk.labels] if version == 0 else chunk_state.read("residual", version, chunk_id)
+    chunk_state.write("residual", version + 1, chunk_id, R / 2)
+    return HalvingSums(np.asarray(chunk.X.T @ R), float((R * R).sum()))
+
+
+@dataclasses.dataclass(kw_only=True)
+class HalvingState(SolverState):
+    W: np.ndarray
+    steps_taken: list[np.ndarray] = dataclasses.field(default_factory=list)
+    residual: PerSample | None = None
+    loss: float = 0.0
+    sums: tuple = (0.0, 0.0)
+
+
+class HalvingSolver(Solver[HalvingState]):
+    """A toy method with every kind of state field: W += XᵀR/n with a per-sample R halved each
+    step; 'converges' when the loss falls below tol."""
+
+    name = "halving"
+    Params = HalvingParams
+    State = HalvingState
+    params: HalvingParams
+
+    def __init__(self, params, fail_at: int | None = None):
+        super().__init__(params)
+        self.fail_at = fail_at
+
+    def init(self, ctx: Context) -> HalvingState:
+        return HalvingState(W=np.zeros((ctx.source.n_features, ctx.source.n_classes)),
+                            residual=PerSample("residual", 0, written=False))
+
+    def step(self, ctx: Context, state: HalvingState) -> dict:
+        if state.step + 1 == self.fail_at:
+            raise KeyboardInterrupt("killed")
+        sums = ctx.engine.map_reduce(_halving_task, ctx.source, range(ctx.source.n_chunks),
+                                     chunk_state=ctx.chunk_state, version=state.step)
+        state.W = state.W + sums.XtR / ctx.source.n_rows
+        state.steps_taken.append(np.array([state.step, sums.loss]))
+        state.step += 1
+        state.residual = PerSample("residual", state.step)
+        state.loss = sums.loss / ctx.source.n_rows
+        state.sums = (state.sums[0] + state.loss, float(state.step))
+        return {"objective": state.loss}
+
+    def finished(self, state: HalvingState) -> bool:
+        return state.step >= self.params.max_iter or self.converged(state)
+
+    def converged(self, state: HalvingState) -> bool:
+        return state.step > 0 and state.loss < self.params.tol
+
+    def to_model(self, ctx: Context, state: HalvingState) -> LinearModel:
+        return LinearModel(state.W.T, None, classes=ctx.source.classes, n_features=ctx.source.n_features,
+                           info={"steps": state.step, "sums": list(state.sums), "n_taken": len(state.steps_taken)})
+
+
+@pytest.fixture
+def source():
+    rng = np.random.default_rng(0)
+    X = sp.random(60, 7, density=0.5, random_state=1, format="csr")
+    return InMemoryStore(X, rng.integers(0, 3, 60).astype(np.int32), ["a", "b", "c"], chunk_rows=25)
+
+
+def fit(source, run_dir, solver=None, *, time_limit=None, **kw):
+    solver = solver or HalvingSolver(HalvingParams())
+    ckpt = Checkpointer(run_dir, config={"solver": "halving"}, store_fingerprint="in-memory", time_limit=time_limit)
+    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
+    with Engine(mode="inprocess") as engine:
+        return solver.fit(source, engine=engine, checkpointer=ckpt, log=log, **kw), log
+
+
+def records(log):
+    return [{k: v for k, v in r.items() if k != "wall_time"} for r in log.records]
+
+
+def same_model(a, b):
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    assert a.info == b.info
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_pause_and_resume_end_at_the_uninterrupted_model(source, tmp_path, on_disk):
+    full, full_log = fit(source, None)
+    assert full.info["steps"] == 6 and full.info["n_taken"] == 6
+    run = str(tmp_path / "run") if on_disk else None
+    solver = HalvingSolver(HalvingParams())
+    ckpt = Checkpointer(run, config={"solver": "halving"}, store_fingerprint="in-memory")
+    logged = []
+    with Engine(mode="inprocess") as engine:
+        for resume in (False, True, True):
+            log = MetricsLog(None)
+            model = solver.fit(source, engine=engine, checkpointer=ckpt, log=log, resume=resume, stop_after=2)
+            logged += records(log)
+            assert model.info["steps"] == len(logged)
+    same_model(model, full)
+    assert logged == records(full_log)
+
+
+def test_a_kill_between_checkpoints_resumes_from_the_last_one(source, tmp_path):
+    full, full_log = fit(source, None)
+    run = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        fit(source, run, HalvingSolver(HalvingParams(), fail_at=6), checkpoint_every=2)
+    with open(os.path.join(run, "checkpoints", "LATEST")) as f:
+        assert json.load(f)["step"] == 4  # steps 1-5 ran; the checkpoints are at 0, 2 and 4
+    resumed, _ = fit(source, run, resume=True, checkpoint_every=2)
+    same_model(resumed, full)
+    with open(os.path.join(run, "metrics.jsonl")) as f:  # step 5's line, logged before the kill, is not repeated
+        assert [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f] == records(full_log)
+
+
+def test_time_limit_stops_after_a_checkpoint_and_resume_continues(source, tmp_path):
+    full, _ = fit(source, None)
+    run = str(tmp_path / "run")
+    with pytest.raises(TimeLimitReached) as stopped:
+        fit(source, run, time_limit=0.0)
+    assert stopped.value.step == 0  # the first save after the limit is init's
+    resumed, _ = fit(source, run, resume=True)
+    same_model(resumed, full)
+
+
+def test_not_converged_at_the_budget_is_a_warning(source, caplog):
+    with caplog.at_level(logging.WARNING):
+        fit(source, None, HalvingSolver(HalvingParams(tol=1e-9)))
+    assert "halving: not converged after 6 steps" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        model, _ = fit(source, None, HalvingSolver(HalvingParams(tol=10.0)))
+    assert model.info["steps"] == 1 and "not converged" not in caplog.text
+
+
+def test_checkpoint_of_another_state_layout_is_refused(source, tmp_path):
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=2)
+
+    @dataclasses.dataclass(kw_only=True)
+    class WiderState(HalvingState):
+        momentum: np.ndarray | None = None
+
+    class WiderSolver(HalvingSolver):
+        State = WiderState
+
+    with pytest.raises(CheckpointError, match="momentum: absent then, array now"):
+        fit(source, run, WiderSolver(HalvingParams()), resume=True)
+
+
+def _step_record(run: str) -> tuple[str, dict]:
+    with open(os.path.join(run, "checkpoints", "LATEST")) as f:
+        path = os.path.join(run, "checkpoints", f"step-{json.load(f)['step']:06d}", "meta.json")
+    with open(path) as f:
+        return path, json.load(f)
+
+
+def test_edited_checkpoint_metadata_is_refused(source, tmp_path):
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=2)
+    path, record = _step_record(run)
+    record["meta"]["values"]["loss"] *= 2
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(CheckpointError, match="meta.json: fails its checksum"):
+        fit(source, run, resume=True)
+
+
+def test_a_value_of_the_wrong_type_names_the_field(source, tmp_path):
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=2)
+    path, record = _step_record(run)
+    record["meta"]["values"]["loss"] = "half"
+    record["record_sha256"] = _record_digest(record)  # a consistent forgery: the field check still bites
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(CheckpointError, match=r"values\.loss is 'half', not a float"):
+        fit(source, run, resume=True)
+
+
+def test_missing_append_only_entry_is_detected(source, tmp_path):
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=3)
+    state_dir = os.path.join(run, "checkpoints", "state", "steps_taken", "v000000")
+    victim = sorted(os.listdir(state_dir))[1]
+    os.remove(os.path.join(state_dir, victim))
+    with pytest.raises(CheckpointError, match="state chunk 1 of 'steps_taken' is missing"):
+        fit(source, run, resume=True)
