@@ -30,9 +30,9 @@ Steps: τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖
 over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), and τ = ρ/‖T‖,
 σ = 1/(ρ‖T‖). The ratio ρ decides the speed by orders of magnitude: Chambolle–Pock's bound
 (‖x* − x⁰‖²/τ + ‖y* − y⁰‖²/σ)/k is smallest for ρ = ‖x* − x⁰‖/‖y* − y⁰‖, and duals in
-(S_{1/n})^L have ‖y* − y⁰‖ ≤ √(2/n); the default ρ = √n assumes ‖x*‖ ≈ √2 (measured best
+(S_{1/n})^L have ‖y* − y⁰‖ ≤ √(2/n); the default ρ = √n assumes ‖x*‖ ≈ √2 (Algorithm 1;
 within a factor 3 on iris, wine and digits for Algorithm 1; Algorithm 2 uses ρ = 1).
-`step_ratio` sets the initial ρ. The paper's
+`step_ratio` sets the initial ρ (docs/benchmarks.md: the default measured). The paper's
 stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations.
 
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
@@ -64,28 +64,8 @@ limit: it is logged as dual_infeasibility instead of being enforced. For the con
 problem, D is the Lagrangian bound Σ_ℓ r_ℓᵀy_ℓ − c·n·eta − g*(−Tᵀy) with the multiplier
 c = −mean(ξ) (at the solution ξ = −c·1 and y_ℓ ∈ S_c), rescaled the same way.
 
-Out of core: y (n × K; Algorithm 2 also ξ and ζ, n each) live in ChunkState, chunk-aligned
-with the data, one version per iteration. One iteration = one pass: the driver computes x⁺
-(the prox, once per iteration), each chunk task reads its duals, computes scores at x⁺ and x
-with one product X·[W⁺ W], updates its duals, and returns its share of Tᵀy (an M × K array),
-of the hinge loss at x⁺, and of the dual objective, plus the residual's parts (‖Δy‖²,
-⟨Δy, TΔx⟩) and, with restarts, the next iterate from its anchor (a second ChunkState per
-dual, written at restarts). Sums follow the engine's fixed tree, so the result is bitwise
-independent of the number of workers. Memory per task:
-O(chunk nnz + chunk_rows·K + M·K).
-
-Cost per pass: Algorithm 1's chunk task is one numba kernel over the CSR rows
-(regularized_chunk_step: the scores at [x⁺ x], the simplex step and the row's share of Tᵀỹ,
-accumulated in the same row loop, so no transpose and no scores array), and the driver's l1
-prox and Halpern update are one sweep each over M × K (l1_primal_step, primal_update, which
-also return the logged norms). The flops are those of three sparse products (X·x⁺, X·x, Xᵀa);
-the rest is per-pass Python (tools/bench_fbpd.py --parts passcost compares the pass with
-scipy's X @ W + Xᵀ @ A).
-
-Checkpoints after every iteration: x, x̃, Tᵀy, the anchor (x, Tᵀy, versions), Σζ, Σξ, ρ,
-the restart counters, ‖T‖ and the duals' version;
-resume=True reproduces an uninterrupted run bitwise, also with a larger max_iter (see
-FBPDSolver: max_iter is a budget, outside the config hash).
+Out of core: the duals live in the run's per-sample store, one version per iteration; one
+iteration is one pass over the chunks (docs/architecture.md, "fbpd", has the layout and costs).
 """
 
 from __future__ import annotations
