@@ -31,6 +31,8 @@ import functools
 import inspect
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,15 +41,12 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
 from streamfit.runlog import MetricsLog
-from streamfit.solvers.bcd import BCDParams, BCDSolver
-from streamfit.solvers.fbpd import FBPDParams, FBPDSolver
+from streamfit.solvers.base import SolverParams, parameter_lines
+from streamfit.solvers.bcd import BCDSolver
+from streamfit.solvers.fbpd import FBPDSolver
 from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty
-from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver
-from streamfit.solvers.stagewise import (
-    StagewiseParams,
-    StagewiseSolver,
-    decision_threshold,
-)
+from streamfit.solvers.ppdsparse import PPDSparseSolver
+from streamfit.solvers.stagewise import StagewiseSolver, decision_threshold
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
 
 
@@ -147,16 +146,91 @@ class _ParamsMixin:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
+class _Renamed(NamedTuple):
+    """A solver parameter under another name in an estimator: its name there, its default there,
+    and the conversion of the estimator's value to the solver's."""
+
+    name: str
+    default: Any
+    to_solver: Callable[[Any], Any]
+
+
+def _calibration(calibrate):
+    """StagewiseLSClassifier's `calibrate` as the solver's `calibration`: False/None → "none",
+    True → "poly", a string as is."""
+    if isinstance(calibrate, (bool, np.bool_)) or calibrate is None:
+        return "poly" if calibrate else "none"
+    return calibrate
+
+
+# parameters of every estimator that are not the solver's, with their defaults
+_ESTIMATOR_ONLY = {"chunk_rows": DEFAULT_CHUNK_ROWS}
+
+
+def _estimator_signature(params: type[SolverParams], renamed: dict[str, _Renamed]) -> inspect.Signature:
+    """`__init__(self, *, <each solver parameter>=<its default>, chunk_rows=...)`: the solver's
+    parameters in the order its Params declares them, under the estimator's names (`renamed`)."""
+    arguments = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for name, field in params.model_fields.items():
+        name, default = (renamed[name].name, renamed[name].default) if name in renamed else (name, field.default)
+        arguments.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    arguments += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+                  for name, default in _ESTIMATOR_ONLY.items()]
+    return inspect.Signature(arguments)
+
+
+def _estimator_init(signature: inspect.Signature):
+    """An __init__ with this signature that stores every argument as an attribute of the same
+    name, unchanged (scikit-learn's rule: validation happens in fit)."""
+
+    def __init__(self, **kwargs):
+        bound = signature.bind(self, **kwargs)
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)
+
+    __init__.__signature__ = signature
+    return __init__
+
+
+def _parameters_doc(params: type[SolverParams], renamed: dict[str, _Renamed]) -> str:
+    """The constructor parameters for the class docstring, from the solver's Params."""
+    lines = []
+    for name, line in zip(params.model_fields, parameter_lines(params)):
+        if name in renamed:
+            line = f"{renamed[name].name}: the solver's {line}"
+        lines.append(f"    {line}")
+    lines += [f"    {name} (default {default}): rows per chunk of the in-memory store"
+              for name, default in _ESTIMATOR_ONLY.items()]
+    return "\n\n    Parameters (keyword-only; the solver's, as `streamfit train --list-solvers` shows them):\n\n" + \
+        "\n".join(lines) + "\n"
+
+
 class _SolverClassifier(_ParamsMixin):
     """fit / predict for every estimator: y (class labels, or an n × k label indicator for
     multilabel) becomes an InMemoryStore; the solver runs in process with in-memory state.
-    Subclasses name `_solver` and build its parameters in `_solver_params`."""
+    A subclass names `_solver`; its constructor parameters are that solver's Params (under the
+    names in `_renamed`, where the estimator's name differs) and `chunk_rows`, the rows per chunk
+    of the in-memory store (results do not depend on it beyond floating-point rounding)."""
 
     _solver: type = None
+    _renamed: dict[str, _Renamed] = {}  # solver parameter -> the estimator's name for it
     _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
 
-    def _solver_params(self):
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.__init__ = _estimator_init(_estimator_signature(cls._solver.Params, cls._renamed))
+        cls.__doc__ = (cls.__doc__ or "").rstrip() + _parameters_doc(cls._solver.Params, cls._renamed)
+
+    def _solver_params(self) -> SolverParams:
+        """The solver's Params from the estimator's attributes; random_state by scikit-learn's
+        conventions (`_seed`). Raises pydantic's ValidationError (a ValueError) for a bad value."""
+        values = {}
+        for name in self._solver.Params.model_fields:
+            renamed = self._renamed.get(name)
+            values[name] = renamed.to_solver(getattr(self, renamed.name)) if renamed else getattr(self, name)
+        values["random_state"] = _seed(values["random_state"])
+        return self._solver.Params(**values)
 
     def _accepts_multilabel(self) -> bool:
         """Whether fit takes an n × k label indicator with these parameters."""
@@ -400,44 +474,8 @@ class StagewiseLSClassifier(_SolverClassifier):
     coef_/intercept_ for linear models.
     """
 
-    def __init__(self, link="identity", calibrate=False, block_size=512, n_passes=2, generator="auto",
-                 n_components=2048, pca_components=None, bandwidth=0.5, rff_sampling="iid", rff_phases="random",
-                 gram_dtype="float64", lam=1e-4, max_iter=50, tol=1e-4, backtrack=False, lipschitz=None, fit_intercept=True,
-                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.link = link
-        self.calibrate = calibrate
-        self.block_size = block_size
-        self.n_passes = n_passes
-        self.generator = generator
-        self.n_components = n_components
-        self.pca_components = pca_components
-        self.bandwidth = bandwidth
-        self.rff_sampling = rff_sampling
-        self.rff_phases = rff_phases
-        self.gram_dtype = gram_dtype
-        self.lam = lam
-        self.max_iter = max_iter
-        self.tol = tol
-        self.backtrack = backtrack
-        self.lipschitz = lipschitz
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-
     _solver = StagewiseSolver
-
-    def _solver_params(self) -> StagewiseParams:
-        calibration = self.calibrate
-        if isinstance(calibration, (bool, np.bool_)) or calibration is None:
-            calibration = "poly" if calibration else "none"
-        return StagewiseParams(
-            link=self.link, calibration=calibration, generator=self.generator, block_size=self.block_size,
-            n_passes=self.n_passes, n_components=self.n_components, pca_components=self.pca_components,
-            bandwidth=self.bandwidth, rff_sampling=self.rff_sampling,
-            rff_phases=self.rff_phases, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
-            backtrack=self.backtrack, lipschitz=self.lipschitz, fit_intercept=self.fit_intercept,
-            random_state=_seed(self.random_state),
-        )
+    _renamed = {"calibration": _Renamed("calibrate", False, _calibration)}
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, n × n_classes (label probabilities, n × n_labels, multilabel):
@@ -476,22 +514,6 @@ class FBPDClassifier(_SolverClassifier):
     history_ (one dict per iteration: objective, dual_objective, gap, ...), n_iter_.
     """
 
-    def __init__(self, formulation="regularized", penalty="l1", lam=1e-3, eta=0.1, group_size=5, tol=1e-5,
-                 max_iter=1000, step_ratio=None, restarts=True, adapt_iters=10_000, random_state=0,
-                 chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.formulation = formulation
-        self.penalty = penalty
-        self.lam = lam
-        self.eta = eta
-        self.group_size = group_size
-        self.tol = tol
-        self.max_iter = max_iter
-        self.step_ratio = step_ratio
-        self.restarts = restarts
-        self.adapt_iters = adapt_iters
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-
     _solver = FBPDSolver
 
     def _accepts_multilabel(self) -> bool:
@@ -501,12 +523,6 @@ class FBPDClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
-
-    def _solver_params(self) -> FBPDParams:
-        return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
-                          group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
-                          step_ratio=self.step_ratio, restarts=self.restarts, adapt_iters=self.adapt_iters,
-                          random_state=_seed(self.random_state))
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
@@ -546,30 +562,7 @@ class PPDSparseClassifier(_SolverClassifier):
     CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_, n_iter_.
     """
 
-    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=0.1,
-                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, primal_ratio=8.0,
-                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.loss = loss
-        self.lam = lam
-        self.tau = tau
-        self.kappa = kappa
-        self.kappa_growth = kappa_growth
-        self.delta = delta
-        self.x_threshold = x_threshold
-        self.max_inner = max_inner
-        self.shrink = shrink
-        self.group_size = group_size
-        self.tol = tol
-        self.max_iter = max_iter
-        self.primal_ratio = primal_ratio
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-
     _solver = PPDSparseSolver
-
-    def _solver_params(self) -> PPDSparseParams:
-        params = {k: v for k, v in self.get_params().items() if k != "chunk_rows"}
-        return PPDSparseParams(**params | {"random_state": _seed(self.random_state)})
 
     @property
     def n_iter_(self) -> int:
@@ -600,34 +593,10 @@ class BCDClassifier(_SolverClassifier):
     (one dict per outer iteration), n_features_in_, n_iter_. `objective(X, y)` is F(W) on (X, y).
     """
 
-    def __init__(self, loss="squared_hinge", penalty="l1/l2", lam=1e-3, variant="ls", tol=1e-3, max_iter=200,
-                 random_state=0, method="bcd", l1_ratio=0.5, shrinking=False, mode="auto", group_size=1024,
-                 stopping="auto", chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.loss = loss
-        self.penalty = penalty
-        self.lam = lam
-        self.variant = variant
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.method = method
-        self.l1_ratio = l1_ratio
-        self.shrinking = shrinking
-        self.mode = mode
-        self.group_size = group_size
-        self.stopping = stopping
-        self.chunk_rows = chunk_rows
-
     _solver = BCDSolver
 
     def _accepts_multilabel(self) -> bool:
         return self.loss != "logistic"  # eq. 12 is multiclass only
-
-    def _solver_params(self) -> BCDParams:
-        return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
-                         max_iter=self.max_iter, random_state=_seed(self.random_state), method=self.method,
-                         l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
-                         group_size=self.group_size, stopping=self.stopping)
 
     def _labels(self, y):
         if sp.issparse(y) or np.ndim(y) == 2:
