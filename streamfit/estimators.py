@@ -198,7 +198,7 @@ def _parameters_doc(params: type[SolverParams], renamed: dict[str, _Renamed]) ->
     lines = []
     for name, line in zip(params.model_fields, parameter_lines(params)):
         if name in renamed:
-            line = f"{renamed[name].name}: the solver's {line}"
+            line = f"{renamed[name].name} (default {renamed[name].default}): the solver's {line}"
         lines.append(f"    {line}")
     lines += [f"    {name} (default {default}): rows per chunk of the in-memory store"
               for name, default in _ESTIMATOR_ONLY.items()]
@@ -437,36 +437,14 @@ class StagewiseLSClassifier(_SolverClassifier):
     """Stagewise least-squares classifier (Agarwal et al. 2014, Algorithms 1–3); see
     streamfit.solvers.stagewise for the math.
 
-    link: "identity" (ridge least squares per block) or "softmax" (generalized least squares
-        on the multinomial logistic loss; per-label logistic for multilabel targets).
+    Each stage minimises (1/n)‖R − AW‖² + λ‖W‖² (link "identity") or (1/n)Σ logistic +
+    (λ/2)‖W‖² (link "softmax"; per-label logistic for multilabel targets) over a block of
+    features A; the intercept is not penalised.
     calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
         False, None or "none" → calibration="none" (no calibration); True or "poly" →
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
         simplex); "predictions" → calibration="predictions" (previous predictions as extra
         features). Calibrating needs link="identity".
-    generator: "auto", "sequential", "random", "gradient" or "rff" (random Fourier features).
-    block_size: features per stage (p). n_passes: passes over all blocks.
-    n_components: number of random Fourier features (generator "rff").
-    pca_components: PCA dimension before the random features (None: no PCA).
-    bandwidth: Gaussian kernel width as a multiple of the median pairwise distance.
-    rff_sampling: "iid" (independent Gaussian frequencies) or "orthogonal" (orthogonal random
-        features, Yu et al. 2016: the same kernel approximated with a lower variance).
-    rff_phases: "random" (√2 cos(ωᵀx + β)) or "paired" (√2 cos(ωᵀx) and √2 sin(ωᵀx) of half as
-        many frequencies: the same kernel, a lower variance).
-    gram_dtype: "float64", or "float32": random Fourier designs stored in single precision and
-        AᵀA, AᵀR, AW from single-precision products, about 2× faster; the model then matches
-        float64 only to about 1e-5.
-    lam: λ, with the loss averaged over samples: each stage minimises
-        (1/n)‖R − AW‖² + λ‖W‖² (identity) or (1/n)Σ logistic + (λ/2)‖W‖² (softmax);
-        the intercept is not penalised.
-    max_iter, tol: inner iterations of the softmax link and their early stop.
-    backtrack: softmax link: steps from L/4 of the paper's bound, doubled back towards it
-        whenever an iteration raises the objective (fewer iterations for the same loss).
-    lipschitz: softmax link: the bound L of the inner steps 1/L (the solver's `lipschitz`);
-        None: the paper's bound, 1/2 (per-label logistic for multilabel targets: 1/4). Unused by
-        the identity link.
-    chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
-        floating-point rounding).
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or an indicator matrix
     (n × k) for multilabel. Attributes: classes_, model_ (a StagewiseModel, savable with
@@ -498,16 +476,8 @@ class FBPDClassifier(_SolverClassifier):
     """Sparse multiclass SVM with the exact Crammer–Singer hinge (Chierchia et al. 2015,
     Algorithms 1 and 2); see streamfit.solvers.fbpd for the math.
 
-    formulation: "regularized" minimises lam·g(W) + mean hinge (problem (7)); "constrained"
-        minimises g(W) subject to mean hinge <= eta (problem (8)).
-    penalty: g = "l1", "l1/l2" or "l1/linf" over blocks of `group_size` consecutive features
-        of each class, or "l2" (½‖W‖², the standard SVM). The offsets are not penalised.
-    tol: stop when the relative change of consecutive iterates is below tol; max_iter caps the
-        iterations (one pass over the data each). step_ratio: initial ρ of the steps (None:
-        default). restarts: restarted Halpern iteration (fast; False: the paper's plain
-        iteration); adapt_iters: no restart or step change after that many iterations.
-    chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
-        floating-point rounding).
+    formulation "regularized" minimises lam·g(W) + mean hinge (problem (7)); "constrained"
+    minimises g(W) subject to mean hinge <= eta (problem (8)). The offsets are not penalised.
 
     Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_,
     model_ (a LinearModel), coef_ (k × d; CSR for the sparse penalties), intercept_,
@@ -552,10 +522,6 @@ class PPDSparseClassifier(_SolverClassifier):
 
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
     lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
-    kappa, kappa_growth, delta, x_threshold, max_inner, shrink, group_size, tol, max_iter: see PPDSparseParams.
-    primal_ratio: squared hinge with < 2048 features: a class whose dual coordinate descent stalls on
-        ≥ primal_ratio·(d + 1) active samples is finished by a primal Newton method on the same
-        objective and stopping test (not in the paper); 0 keeps the paper's dual Algorithm 1 throughout.
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
@@ -576,17 +542,9 @@ class BCDClassifier(_SolverClassifier):
     descent (Blondel, Seki and Uehara 2013); see streamfit.solvers.bcd for the math.
 
     Minimises F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) (no intercept, as in the paper):
-    loss: "squared_hinge" (eq. 2; label ranking §4.7 for multilabel y), "multitask_squared_hinge"
-        (eq. 11, one-vs-rest) or "logistic" (eq. 12, multiclass).
-    penalty: "l1/l2" (λ Σ_j ‖W_{j:}‖₂), "l1", "l2" ((λ/2)‖W‖²), "elasticnet", "sparse_group"
-        (mixed with l1_ratio).
-    lam: λ. variant: "ls" (BCD(LS), cyclic blocks, line search) or "cst" (BCD(CST), random
-        blocks, constant step). method: "bcd" or "fista". tol, max_iter: τ and K of the
-        stopping criterion (10). stopping: "auto" ((10) and an estimate of the decrease still
-        to come below tol·F), "violation" ((10) alone, the paper's) or "gap" (a certified
-        relative duality gap; l1/l2 and l1). shrinking: §5.2.4 (l1/l2 only).
-    mode: "auto"/"memory" (sequential in memory) or "chunks" (the out-of-core algorithm over
-        row chunks of `chunk_rows`, `group_size` features per pass).
+    loss ℓ: eq. 2 (label ranking §4.7 for multilabel y), eq. 11 (one-vs-rest) or eq. 12
+    (multiclass); penalty P: λ Σ_j ‖W_{j:}‖₂ (l1/l2), λ‖W‖₁, (λ/2)‖W‖², or the mixes with l1_ratio.
+    mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
     the penalty are exactly-zero columns), intercept_ (zeros), model_ (a LinearModel), history_
