@@ -25,7 +25,7 @@ from streamfit.errors import (
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
 from streamfit.options import Declared, declared, merge
-from streamfit.pipeline import format_metric
+from streamfit.jobs import format_metric
 
 log = logging.getLogger("streamfit")
 
@@ -138,7 +138,9 @@ def _click_options(cls, *, only: tuple[str, ...] | None = None, exclude: tuple[s
             dashes = d.name.replace("_", "-")
             flag = o.flag or (f"--no-{dashes}" if is_flag and d.default is True else f"--{dashes}")
             decls = [flag] + ([o.short] if o.short else []) + [prefix + d.name]
-            kw = dict(default=None, help=_click_help(d, is_flag), metavar=o.metavar, required=d.required)
+            ranged = isinstance(kind, (click.IntRange, click.FloatRange))  # "N" reads better than INTEGER RANGE
+            metavar = o.metavar or ("N" if isinstance(kind, click.IntRange) else "NUMBER" if ranged else None)
+            kw = dict(default=None, help=_click_help(d, is_flag), metavar=metavar, required=d.required)
             if is_flag:
                 kw.update(is_flag=True, flag_value=not d.default)
             else:
@@ -210,10 +212,10 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
-@click.option("--n-features", type=click.IntRange(min=1), default=None,
+@click.option("--n-features", type=click.IntRange(min=1), default=None, metavar="N",
               help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
                    "width (default: largest index + 1).")
-@click.option("--ngram-max", type=click.IntRange(min=1), default=None, help="Hash word n-grams for n = 1..NGRAM_MAX. "
+@click.option("--ngram-max", type=click.IntRange(min=1), default=None, metavar="N", help="Hash word n-grams for n = 1..NGRAM_MAX. "
               "[default: 1]")
 @_click_options(HashingConfig, prefix=_HASHING)
 @_click_options(IngestOptions, exclude=("out", "format", "backend", "chunk_rows"))
@@ -472,7 +474,7 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
     """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/). The options
     below override the pipeline's train section."""
     from streamfit.config import load_pipeline
-    from streamfit.pipeline import run_pipeline
+    from streamfit.jobs import run_pipeline
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
     run_pipeline(load_pipeline(pipeline), overrides, resume=resume, overwrite=overwrite, progress=_progress(ctx),

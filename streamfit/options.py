@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
+from streamfit.errors import ConfigError
+
 
 @dataclasses.dataclass(frozen=True)
 class Option:
@@ -30,9 +32,9 @@ class Option:
         --no-name-with-dashes, which sets False); "": not a command-line option. short: e.g. "-o".
     metavar, default_text: shown by --help (default_text replaces the default's value there);
         show_default False: the help states the default itself.
-    ge, gt: the bound of a number. parse(value, where): turns a text such as "90m" into the value
-        (a ValueError-free ConfigError naming `where` for bad text), on the command line and in
-        YAML alike.
+    ge, gt: the bound of a number. parse(value, where): turns a text such as "90m" into the value,
+        on the command line and in YAML alike; bad text raises ConfigError naming `where` (the
+        flag, or the YAML key).
     off_help: the command-line help of a bool defaulting to True, offered as `--no-NAME`.
     in_config: False: not a YAML key (e.g. `like`, which a pipeline sets itself)."""
 
@@ -109,7 +111,7 @@ def _parser(parse: Callable[[Any, str], Any], key: str):
             return None
         try:
             return parse(value, key)
-        except Exception as e:  # the message of a ConfigError, as pydantic reports a ValueError
+        except ConfigError as e:  # its message, as pydantic reports a ValueError
             raise ValueError(str(e)) from None
 
     return classmethod(validate)

@@ -1,4 +1,4 @@
-"""streamfit.pipeline: a pipeline file's sections run in order; command-line overrides reach train."""
+"""streamfit.jobs: a pipeline file's sections run in order; command-line overrides reach train."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,7 @@ from streamfit.errors import TimeLimitReached
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.metrics import evaluate
 from streamfit.model import load_model
-from streamfit.pipeline import ingest_options, run_pipeline
+from streamfit.jobs import ingest_options, run_pipeline
 from streamfit.store import open_store
 
 
