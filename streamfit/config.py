@@ -3,7 +3,9 @@
 A pipeline file has up to four sections, run in order: `ingest`, `ingest_test` (test files
 ingested like the training store), `train`, `evaluate`.
 Relative paths are resolved against the directory holding the YAML file, so a pipeline runs
-the same from any working directory. Unknown keys are errors that name the key.
+the same from any working directory. Unknown keys are errors that name the key. The sections
+are built from the option declarations (streamfit.options): TrainOptions here, IngestOptions
+and HashingConfig in streamfit.ingest; `train_options` is the command line's precedence over them.
 """
 
 from __future__ import annotations
