@@ -7,16 +7,25 @@ import logging
 import os
 import sys
 
+import types
+import typing
+from typing import Literal
+
 import click
 from click.core import ParameterSource
 
 from streamfit import __version__
+from streamfit.config import TrainOptions
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
     TimeLimitReached,
     os_error_hint,
 )
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions
+from streamfit.options import Declared, declared, merge
+from streamfit.jobs import format_metric
 
 log = logging.getLogger("streamfit")
 
@@ -78,6 +87,74 @@ def _quiet_option(command):
                         help="No progress bars; only results and errors.")(command)
 
 
+def _kind(d: Declared):
+    """The field's type without None: `int | None` -> int."""
+    if typing.get_origin(d.type) in (typing.Union, types.UnionType):
+        return next(k for k in typing.get_args(d.type) if k is not type(None))
+    return d.type
+
+
+def _click_type(d: Declared):
+    """The click type of a declared field: a choice for a Literal, a range for a bounded number,
+    text otherwise (a list: comma-separated; a field with `parse`: its text, parsed by it); (type, is_flag)."""
+    kind = _kind(d)
+    if d.option.parse is not None:
+        return str, False
+    if kind is bool:
+        return None, True
+    if typing.get_origin(kind) is Literal:
+        return click.Choice(typing.get_args(kind)), False
+    low, open_ = (d.option.ge, False) if d.option.ge is not None else (d.option.gt, d.option.gt is not None)
+    if kind is int:
+        return click.IntRange(min=low, min_open=open_) if low is not None else int, False
+    if kind is float:
+        return click.FloatRange(min=low, min_open=open_) if low is not None else float, False
+    return str, False
+
+
+def _click_help(d: Declared, is_flag: bool) -> str:
+    o = d.option
+    if is_flag and d.default is True:
+        return o.off_help
+    text = o.help[:1].upper() + o.help[1:].rstrip(".") + "."
+    shown = o.default_text if o.default_text is not None else d.default
+    if o.show_default and not is_flag and not d.required and shown is not None:
+        text += f" [default: {shown}]"
+    return text
+
+
+def _click_options(cls, *, only: tuple[str, ...] | None = None, exclude: tuple[str, ...] = (), prefix: str = ""):
+    """The click options of dataclass `cls`'s declared fields (streamfit.options) that have a
+    flag, under the parameter names prefix + field name. Each one's value is None where the
+    command line does not give it, so that a config file or the field's default decides
+    (streamfit.options.merge); a list field is given comma-separated."""
+
+    def decorate(command):
+        for d in reversed(declared(cls)):
+            o = d.option
+            if o.flag == "" or d.name in exclude or (only is not None and d.name not in only):
+                continue
+            kind, is_flag = _click_type(d)
+            dashes = d.name.replace("_", "-")
+            flag = o.flag or (f"--no-{dashes}" if is_flag and d.default is True else f"--{dashes}")
+            decls = [flag] + ([o.short] if o.short else []) + [prefix + d.name]
+            ranged = isinstance(kind, (click.IntRange, click.FloatRange))  # "N" reads better than INTEGER RANGE
+            metavar = o.metavar or ("N" if isinstance(kind, click.IntRange) else "NUMBER" if ranged else None)
+            kw = dict(default=None, help=_click_help(d, is_flag), metavar=metavar, required=d.required)
+            if is_flag:
+                kw.update(is_flag=True, flag_value=not d.default)
+            else:
+                kw["type"] = kind
+            if typing.get_origin(_kind(d)) is list:
+                kw["callback"] = lambda _ctx, _param, v: v.split(",") if v else None
+            elif o.parse is not None:
+                kw["callback"] = lambda _ctx, _param, v, parse=o.parse, flag=flag: None if v is None else parse(v, flag)
+            command = click.option(*decls, **kw)(command)
+        return command
+
+    return decorate
+
+
 def _progress(ctx) -> bool:
     return ctx.obj["progress"]
 
@@ -91,9 +168,25 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 
 
 # ---------------------------------------------------------------------------------------- ingest
-# the options whose values `ingest --like` takes from the training store
-_LIKE_DECIDES = {"no_hash", "n_features", "hash_seed", "no_alternate_sign", "ngram_max", "value", "no_lowercase",
-                 "min_token_length", "idf", "l2_normalize", "classes"}
+# source options with a flag of their own (the rest go through --option KEY=VALUE)
+_SOURCE_FLAGS = {
+    "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
+                  "each in its own namespace.",
+    "label_field": "Label field or column [default: label].",
+    "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
+    "subset": "Folder corpus: the top-level folder to read, e.g. 20news-bydate-train.",
+    "encoding": "Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].",
+    "x_dataset": "HDF5/NPZ: the feature matrix dataset [default: X].",
+    "y_dataset": "HDF5/NPZ: the label dataset [default: y].",
+}
+_HASHING = "hashing_"  # the click parameter names of HashingConfig's fields start with this
+
+
+def _source_flags(command):
+    for name, text in reversed(_SOURCE_FLAGS.items()):
+        command = click.option(f"--{name.replace('_', '-')}", name, default=None, help=text)(command)
+    return click.option("--zero-based", is_flag=True, default=None,
+                        help="LIBSVM: feature indices start at 0 (default: 1).")(command)
 
 
 # VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
@@ -117,60 +210,19 @@ def _parse_key_values(pairs, what: str) -> dict:
 @main.command()
 @_quiet_option
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
-@click.option("--out", "-o", required=True, type=click.Path(), help="The store directory to write.")
-@click.option("--format", "fmt", default=None,
-              type=click.Choice(["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"]),
-              help="Input format (default: inferred from the file name).")
-@click.option("--backend", default=None, type=click.Choice(["zarr", "parquet"]),
-              help="Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk) "
-                   "[default: the --like store's, else zarr].")
-@click.option("--chunk-rows", default=None, type=click.IntRange(min=1),
-              help="Rows per chunk (the unit of work) [default: the --like store's, else 16384].")
+@_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
-@click.option("--n-features", type=int, default=None,
-              help="Hashed width, a power of two [default: 262144]; with --no-hash a fixed width "
-                   "(default: largest index + 1).")
-@click.option("--hash-seed", default=0, show_default=True, help="MurmurHash3 seed.")
-@click.option("--no-alternate-sign", is_flag=True, help="Do not let the hash's sign flip feature values.")
-@click.option("--ngram-max", default=1, show_default=True, help="Hash word n-grams for n = 1..NGRAM_MAX.")
-@click.option("--value", default="count", show_default=True, type=click.Choice(["count", "binary", "log1p"]),
-              help="Term value: raw count, binary, or log(1 + count).")
-@click.option("--no-lowercase", is_flag=True, help="Keep the case of text tokens.")
-@click.option("--min-token-length", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Hash text words of at least this many characters; shorter ones are dropped "
-                   "(a row with none has no features).")
-@click.option("--idf", is_flag=True, help="Weight features by IDF counted on the training rows (a second pass).")
-@click.option("--l2-normalize", is_flag=True, help="Scale every row to unit Euclidean norm.")
-@click.option("--like", type=click.Path(), default=None,
-              help="Ingest test data like this training store: same hashing, IDF, width, classes and "
-                   "source options (field names, encoding, ...; options given here override them).")
-@click.option("--classes", default=None, help="Declared class vocabulary, comma-separated (else: order of first appearance).")
-@click.option("--test-size", type=float, default=None, help="Fraction of rows for a stratified test store.")
-@click.option("--test-out", type=click.Path(), default=None, help="Where to write the test store (with --test-size).")
-@click.option("--seed", default=0, show_default=True, help="Seed of the train/test split.")
-@click.option("--on-bad-record", default="error", show_default=True, type=click.Choice(["error", "skip", "quarantine"]),
-              help="Stop at a bad record, skip and count it, or also copy it to a quarantine file.")
-@click.option("--quarantine", type=click.Path(), default=None, help="Quarantine file [default: OUT.quarantine.jsonl].")
-@click.option("--text-field", default=None, help="Text field or column (JSONL/CSV/Parquet) [default: text]; "
-              "comma-separate several fields to hash each in its own namespace.")
-@click.option("--label-field", default=None, help="Label field or column [default: label].")
-@click.option("--label-separator", default=None, help="CSV: separator inside a multilabel label cell, e.g. '|'.")
-@click.option("--zero-based", is_flag=True, help="LIBSVM: feature indices start at 0 (default: 1).")
-@click.option("--subset", default=None, help="Folder corpus: the top-level folder to read, e.g. 20news-bydate-train.")
-@click.option("--encoding", default=None, help="Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].")
-@click.option("--x-dataset", default=None, help="HDF5/NPZ: the feature matrix dataset [default: X].")
-@click.option("--y-dataset", default=None, help="HDF5/NPZ: the label dataset [default: y].")
+@click.option("--n-features", type=click.IntRange(min=1), default=None, metavar="N",
+              help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
+                   "width (default: largest index + 1).")
+@click.option("--ngram-max", type=click.IntRange(min=1), default=None, metavar="N", help="Hash word n-grams for n = 1..NGRAM_MAX. "
+              "[default: 1]")
+@_click_options(HashingConfig, prefix=_HASHING)
+@_click_options(IngestOptions, exclude=("out", "format", "backend", "chunk_rows"))
+@_source_flags
 @click.option("--option", "options", multiple=True, help="Any other format option, as KEY=VALUE (repeatable).")
-@click.option("--batch-size", default=8192, show_default=True, help="Records read and hashed at a time.")
-@click.option("--overwrite", is_flag=True, help="Replace existing output stores.")
-@click.option("--csc-block-features", type=click.IntRange(min=1), default=None,
-              help="Also build a column (CSC) copy of the --out store in blocks of N features "
-                   "(for solvers that walk features; see 'streamfit transpose').")
 @click.pass_context
-def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash_seed, no_alternate_sign, ngram_max,
-           value, no_lowercase, min_token_length, idf, l2_normalize, like, classes, test_size, test_out, seed,
-           on_bad_record, quarantine, text_field, label_field, label_separator, zero_based, subset, encoding, x_dataset,
-           y_dataset, options, batch_size, overwrite, csc_block_features):
+def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     """Turn raw data into a chunked, checksummed store.
 
     INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV, a folder (or .tar.gz)
@@ -182,36 +234,29 @@ def ingest(ctx, inputs, out, fmt, backend, chunk_rows, no_hash, n_features, hash
       streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --value log1p --out news.zarr
       streamfit ingest test.svm --like train.zarr --out test.zarr
     """
-    from streamfit.ingest.pipeline import IngestOptions
     from streamfit.ingest.pipeline import ingest as run_ingest
 
-    if like:
+    if values["like"]:  # the options whose values `ingest --like` takes from the training store
+        decided = {"no_hash", "n_features", "ngram_max", "idf", "l2_normalize", "classes"} | {
+            name for name in values if name.startswith(_HASHING)}
         given = [p.opts[0] for p in ctx.command.params
-                 if p.name in _LIKE_DECIDES and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
+                 if p.name in decided and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
         if given:
             raise ConfigError(f"--like takes the hashing, width, IDF, normalization and classes from the training "
                               f"store: drop {', '.join(given)}")
+    hashing_values = {name[len(_HASHING):]: values.pop(name) for name in list(values) if name.startswith(_HASHING)}
+    source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based"]}
+    source_options = {k: v for k, v in source_options.items() if v is not None} | _parse_key_values(options, "--option")
     hashing = None
     if not no_hash:
-        from streamfit.ingest.hashing import HashingConfig
-
         try:
-            hashing = HashingConfig(n_features=n_features or 2**18, seed=hash_seed, alternate_sign=not no_alternate_sign,
-                                    lowercase=not no_lowercase, ngram_range=(1, ngram_max), value=value,
-                                    min_token_length=min_token_length)
+            hashing = merge(HashingConfig, hashing_values,
+                            {"n_features": n_features, "ngram_range": (1, ngram_max) if ngram_max else None})
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    source_options = {k: v for k, v in {
-        "text_field": text_field, "label_field": label_field, "label_separator": label_separator,
-        "zero_based": True if zero_based else None, "subset": subset, "encoding": encoding,
-        "x_dataset": x_dataset, "y_dataset": y_dataset}.items() if v is not None}
-    source_options.update(_parse_key_values(options, "--option"))
-    report = run_ingest(IngestOptions(
-        paths=list(inputs), out=out, format=fmt, backend=backend, chunk_rows=chunk_rows, hashing=hashing,
-        n_features=n_features if no_hash else None, idf=idf, l2_normalize=l2_normalize, like=like,
-        classes=classes.split(",") if classes else None, test_size=test_size, test_out=test_out, seed=seed,
-        on_bad_record=on_bad_record, quarantine=quarantine, source_options=source_options, batch_size=batch_size,
-        overwrite=overwrite, csc_block_features=csc_block_features, progress=_progress(ctx)))
+    report = run_ingest(merge(IngestOptions, values, {
+        "inputs": list(inputs), "hashing": hashing, "n_features": n_features if no_hash else None,
+        "source_options": source_options, "progress": _progress(ctx)}))
     click.echo(report.summary())
 
 
@@ -321,34 +366,28 @@ def _percent(share: float) -> str:
 
 
 # ----------------------------------------------------------------------------------------- train
+def _param_help() -> str:
+    from streamfit.solvers import SOLVERS
+
+    names = "; ".join(f"{name}: {', '.join(SOLVERS[name].Params.model_fields)}" for name in sorted(SOLVERS))
+    return ("Solver parameter KEY=VALUE (repeatable; overrides --config); VALUE None (or null) for a parameter "
+            f"whose default is None. Parameters ({names}); their values and defaults: --list-solvers.")
+
+
 @main.command()
 @_quiet_option
 @click.argument("store", type=click.Path())
-@click.option("--solver", default=None, help="Solver name (see --list-solvers) [default: from --config, else stagewise].")
 @click.option("--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl.")
 @click.option("--config", "config_file", type=click.Path(), default=None,
-              help="YAML with `solver`, `params` and engine settings (see configs/).")
-@click.option("--param", "-p", "params", multiple=True, help="Solver parameter KEY=VALUE (repeatable; overrides --config); "
-              "VALUE None (or null) for a parameter whose default is None.")
-@click.option("--scheduler", default=None, help="Join an existing Dask cluster at ADDRESS (tcp://host:8786) "
-              "instead of starting an embedded local one.")
-@click.option("--n-workers", type=int, default=None, help="Embedded cluster: worker processes [default: one per core]; 0 runs in this process without Dask.")
-@click.option("--threads-per-worker", type=int, default=None, help="Embedded cluster: threads per worker [default: 1].")
-@click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Seconds without any Dask worker before the run fails (default 60).")
-@click.option("--valid", type=click.Path(), default=None,
-              help="A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*.")
-@click.option("--valid-every", default=1, show_default=True, help="Validate every N solver steps.")
+              help="YAML with `solver`, `params` and the options below (see configs/); the command line overrides it.")
+@click.option("--param", "-p", "params", multiple=True, help=_param_help())
+@_click_options(TrainOptions)
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
 @click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints and model in --out and start over.")
-@click.option("--time-limit", default=None, metavar="DURATION",
-              help="Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with "
-                   "status 3; the same command with --resume (without --overwrite) continues. [default: none]")
 @click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
-              help="List the solvers and their parameters, then exit.")
+              help="List the solvers and their parameters (allowed values, default), then exit.")
 @click.pass_context
-def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, threads_per_worker, worker_timeout, valid,
-          valid_every, resume, overwrite, time_limit):
+def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     """Train a solver on STORE, checkpointing as it goes; --resume continues a killed run.
 
     \b
@@ -358,23 +397,14 @@ def train(ctx, store, solver, out, config_file, params, scheduler, n_workers, th
     \b
     Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
     """
-    from streamfit.config import load_train_config, parse_duration
-    from streamfit.engine import WORKER_TIMEOUT
+    from streamfit.config import load_train_config, train_options
     from streamfit.train import train as run_train
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
     cfg = load_train_config(config_file) if config_file else None
-    solver = solver or (cfg.solver if cfg else None) or "stagewise"
-    merged = dict(cfg.params) if cfg else {}
-    merged.update(_parse_key_values(params, "--param"))
-    model = run_train(
-        store, solver, out, merged,
-        scheduler=scheduler or (cfg.scheduler if cfg else None),
-        n_workers=n_workers if n_workers is not None else (cfg.n_workers if cfg else None),
-        threads_per_worker=threads_per_worker or (cfg.threads_per_worker if cfg and cfg.threads_per_worker else 1),
-        worker_timeout=worker_timeout or (cfg and cfg.worker_timeout) or WORKER_TIMEOUT,
-        resume=resume, overwrite=overwrite, progress=_progress(ctx), valid=valid, valid_every=valid_every,
-        time_limit=parse_duration(time_limit, "--time-limit") if time_limit else (cfg.time_limit if cfg else None))
+    o = train_options(cfg, {**options, "params": _parse_key_values(params, "--param")})
+    model = run_train(store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_progress(ctx),
+                      **o.engine())
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
 
@@ -382,11 +412,11 @@ def _list_solvers(ctx, value):
     if not value or ctx.resilient_parsing:
         return
     from streamfit.solvers import SOLVERS
-    from streamfit.train import solver_params_help
+    from streamfit.solvers.base import parameter_lines
 
     for name in sorted(SOLVERS):
         click.echo(f"{name}: {(SOLVERS[name].__doc__ or '').strip().splitlines()[0]}")
-        for line in solver_params_help(name).splitlines():
+        for line in parameter_lines(SOLVERS[name].Params):
             click.echo(f"    {line}")
     ctx.exit(0)
 
@@ -405,11 +435,8 @@ def evaluate(ctx, run_dir, store, as_json):
     from streamfit.store import open_store
 
     result = run_evaluate(load_model(run_dir), open_store(store), progress=_progress(ctx))
-    click.echo(json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
-
-
-def _fmt(v):
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
+    click.echo(json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={format_metric(v)}"
+                                                                       for k, v in result.items()))
 
 
 # --------------------------------------------------------------------------------------- predict
@@ -441,72 +468,17 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
-@click.option("--scheduler", default=None, help="Dask scheduler address for the training step.")
-@click.option("--worker-timeout", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="Seconds without any Dask worker before training fails (overrides train.worker_timeout; default 60).")
-@click.option("--time-limit", default=None, metavar="DURATION",
-              help="Training stops cleanly at the first checkpoint after DURATION (e.g. 90m; overrides "
-                   "train.time_limit) and the job exits with status 3; re-run with --resume (without "
-                   "--overwrite) to continue.")
+@_click_options(TrainOptions, exclude=("solver",))
 @click.pass_context
-def run(ctx, pipeline, resume, overwrite, scheduler, worker_timeout, time_limit):
-    """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/)."""
-    from streamfit.config import load_pipeline, parse_duration
-    from streamfit.ingest.pipeline import IngestOptions
-    from streamfit.ingest.pipeline import ingest as run_ingest
-    from streamfit.metrics import evaluate as run_evaluate
-    from streamfit.store import open_store
-    from streamfit.train import train as run_train
+def run(ctx, pipeline, resume, overwrite, **overrides):
+    """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/). The options
+    below override the pipeline's train section."""
+    from streamfit.config import load_pipeline
+    from streamfit.jobs import run_pipeline
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
-    cfg = load_pipeline(pipeline)
-    progress = _progress(ctx)
-    if cfg.ingest:
-        i = cfg.ingest
-        targets = [i.out] + ([i.test_out] if i.test_out else [])
-        if resume and all(os.path.exists(os.path.join(t, "manifest.json")) for t in targets):
-            click.echo(f"ingest: {i.out} exists, kept (--resume)")
-            csc = open_store(i.out).manifest.csc
-            if i.csc_block_features and (csc or {}).get("block_features") != i.csc_block_features:
-                from streamfit.store.csc import build_csc
-
-                build_csc(i.out, i.csc_block_features, progress=progress)
-                click.echo(f"ingest: CSC copy of {i.out} built")
-        else:
-            hashing = None
-            if not i.no_hash:
-                from streamfit.ingest.hashing import HashingConfig
-
-                hashing = HashingConfig(**i.hashing.model_dump())
-            report = run_ingest(IngestOptions(
-                paths=i.inputs, out=i.out, format=i.format, backend=i.backend, chunk_rows=i.chunk_rows, hashing=hashing,
-                n_features=i.n_features, idf=i.idf, l2_normalize=i.l2_normalize, classes=i.classes,
-                test_size=i.test_size, test_out=i.test_out, seed=i.seed, on_bad_record=i.on_bad_record,
-                quarantine=i.quarantine, source_options=i.source_options, overwrite=overwrite or i.overwrite,
-                csc_block_features=i.csc_block_features, progress=progress))
-            click.echo(f"ingest: {report.summary()}")
-    if cfg.ingest_test:
-        i = cfg.ingest_test
-        if resume and os.path.exists(os.path.join(i.out, "manifest.json")):
-            click.echo(f"ingest_test: {i.out} exists, kept (--resume)")
-        else:
-            report = run_ingest(IngestOptions(
-                paths=i.inputs, out=i.out, format=i.format, like=cfg.ingest.out, on_bad_record=i.on_bad_record,
-                source_options=i.source_options, overwrite=overwrite, progress=progress))
-            click.echo(f"ingest_test: {report.summary()}")
-    if cfg.train:
-        t = cfg.train
-        run_train(t.store, t.solver, t.out, t.params, scheduler=scheduler or t.scheduler, n_workers=t.n_workers,
-                  threads_per_worker=t.threads_per_worker, worker_timeout=worker_timeout or t.worker_timeout,
-                  resume=resume, overwrite=overwrite, progress=progress,
-                  valid=t.valid, valid_every=t.valid_every,
-                  time_limit=parse_duration(time_limit, "--time-limit") if time_limit else t.time_limit)
-        click.echo(f"train: model written to {os.path.join(t.out, 'model')}")
-    if cfg.evaluate:
-        from streamfit.model import load_model
-
-        result = run_evaluate(load_model(cfg.train.out), open_store(cfg.evaluate.store), progress=progress)
-        click.echo("evaluate: " + "  ".join(f"{k}={_fmt(v)}" for k, v in result.items()))
+    run_pipeline(load_pipeline(pipeline), overrides, resume=resume, overwrite=overwrite, progress=_progress(ctx),
+                 say=click.echo)
 
 
 if __name__ == "__main__":

@@ -3,21 +3,26 @@
 A pipeline file has up to four sections, run in order: `ingest`, `ingest_test` (test files
 ingested like the training store), `train`, `evaluate`.
 Relative paths are resolved against the directory holding the YAML file, so a pipeline runs
-the same from any working directory. Unknown keys are errors that name the key.
+the same from any working directory. Unknown keys are errors that name the key. The sections
+are built from the option declarations (streamfit.options): TrainOptions here, IngestOptions
+and HashingConfig in streamfit.ingest; `train_options` is the command line's precedence over them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from typing import Literal
+from dataclasses import dataclass
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import ConfigError
-from streamfit.store import DEFAULT_CHUNK_ROWS
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions
+from streamfit.options import config_model, merge, option
 
 
 class _Strict(BaseModel):
@@ -35,74 +40,58 @@ def parse_duration(text: str | float, what: str) -> float:
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
 
 
-class _TimeLimit(BaseModel):
-    time_limit: float | None = Field(None, description="stop at the first checkpoint after this duration "
-                                                       "(seconds, or e.g. 90m, 2h); resume continues")
+@dataclass
+class TrainOptions:
+    """What `streamfit train` runs besides STORE and --out: the solver, its parameters and the
+    engine. Declared here once for train's and run's command line, the `train --config` file and
+    a pipeline's train section; `streamfit.train.train` takes the engine options as keywords."""
 
-    @field_validator("time_limit", mode="before")
-    @classmethod
-    def _seconds(cls, v):
-        if v is None:
-            return None
-        try:
-            return parse_duration(v, "time_limit")
-        except ConfigError as e:
-            raise ValueError(str(e)) from None
+    solver: str = option("stagewise", "Solver name (see --list-solvers)")
+    params: dict = option(default_factory=dict, help="the solver's parameters (see --list-solvers)", flag="")
+    scheduler: str | None = option(None, "Join an existing Dask cluster at ADDRESS (tcp://host:8786) instead of "
+                                   "starting an embedded local one", metavar="ADDRESS")
+    n_workers: int | None = option(None, "Embedded cluster: worker processes; 0 runs in this process without Dask",
+                                   ge=0, default_text="one per core")
+    threads_per_worker: int = option(1, "Embedded cluster: threads per worker", ge=1)
+    worker_timeout: float = option(WORKER_TIMEOUT, "Seconds without any Dask worker before the run fails "
+                                   f"(default {WORKER_TIMEOUT:g})", gt=0, metavar="SECONDS", show_default=False)
+    time_limit: float | None = option(
+        None, "Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with status 3; "
+        "the same command with --resume (without --overwrite) continues", metavar="DURATION", parse=parse_duration,
+        default_text="none")
+    valid: str | None = option(None, "A validation store (ingested --like STORE): its metrics go to metrics.jsonl "
+                               "as valid_*", metavar="PATH")
+    valid_every: int = option(1, "Validate every N solver steps", ge=1)
+    checkpoint_every: int = option(1, "Save a checkpoint every N solver steps (and after the last); a kill loses "
+                                   "at most N steps", ge=1)
 
-
-class HashingSection(_Strict):
-    n_features: int = Field(2**18, description="number of hashed features (a power of two)")
-    seed: int = Field(0, description="MurmurHash3 seed")
-    alternate_sign: bool = Field(True, description="the hash's sign flips the value's sign")
-    lowercase: bool = True
-    ngram_range: tuple[int, int] = Field((1, 1), description="word n-grams, e.g. [1, 2]")
-    value: Literal["count", "binary", "log1p"] = Field("count", description="term value transform")
-    min_token_length: int = Field(2, ge=1, description="text words shorter than this are not hashed")
-
-
-class IngestSection(_Strict):
-    inputs: list[str] = Field(description="source files or folders")
-    out: str = Field(description="the store to write")
-    format: str | None = None
-    backend: Literal["zarr", "parquet"] = "zarr"
-    chunk_rows: int = DEFAULT_CHUNK_ROWS
-    hashing: HashingSection = HashingSection()
-    no_hash: bool = Field(False, description="keep numeric indices instead of hashing them")
-    n_features: int | None = Field(None, description="with no_hash: fixed width (default: largest index + 1)")
-    idf: bool = False
-    l2_normalize: bool = False
-    classes: list[str] | None = None
-    test_size: float | None = None
-    test_out: str | None = None
-    seed: int = 0
-    on_bad_record: Literal["error", "skip", "quarantine"] = "error"
-    quarantine: str | None = None
-    source_options: dict = Field(default_factory=dict, description="format options, e.g. text_field, label_field")
-    overwrite: bool = False
-    csc_block_features: int | None = Field(None, ge=1, description="also build a CSC copy of `out` in blocks of N features")
+    def engine(self) -> dict:
+        """The keywords of streamfit.train.train besides solver and params."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("solver", "params")}
 
 
-class IngestTestSection(_Strict):
-    """Test data in its own files, ingested like the training store (same hashing, IDF, classes)."""
-
-    inputs: list[str] = Field(description="source files or folders")
-    out: str = Field(description="the test store to write")
-    format: str | None = None
-    source_options: dict = Field(default_factory=dict)
-    on_bad_record: Literal["error", "skip", "quarantine"] = "error"
+def train_options(config: BaseModel | None, command_line: dict) -> TrainOptions:
+    """The one precedence rule of `train --config` and `run`: the command line (`command_line`:
+    the options given there, None where not) beats the config file or pipeline section
+    (`config`, None where a key is not set) beats TrainOptions' defaults; solver parameters
+    merge key by key (a -p KEY=VALUE overrides that key of the file's `params`)."""
+    return merge(TrainOptions, config.model_dump() if config is not None else {}, command_line, by_key=("params",))
 
 
-class TrainSection(_TimeLimit, _Strict):
-    solver: str
-    out: str
-    params: dict = Field(default_factory=dict)
-    store: str | None = Field(None, description="default: the ingest section's out")
-    valid: str | None = Field(None, description="validation store whose metrics are logged per step")
-    valid_every: int = 1
-    scheduler: str | None = None
-    n_workers: int | None = None
-    threads_per_worker: int = 1
-    worker_timeout: float = Field(WORKER_TIMEOUT, gt=0, description="seconds without any Dask worker before the run fails")
+HashingSection = config_model("HashingSection", HashingConfig, "A pipeline's ingest.hashing: the hashing transform.")
+IngestSection = config_model(
+    "IngestSection", IngestOptions, "A pipeline's ingest section: IngestOptions in YAML.",
+    hashing=(HashingSection, Field(HashingSection(), description="the hashing transform")),
+    no_hash=(bool, Field(False, description="keep numeric indices instead of hashing them")))
+IngestTestSection = config_model(
+    "IngestTestSection", IngestOptions, "Test data in its own files, ingested like the training store (same "
+    "hashing, IDF, classes).", only=("inputs", "out", "format", "source_options", "on_bad_record"))
+TrainSection = config_model(
+    "TrainSection", TrainOptions, "A pipeline's train section: TrainOptions, the run directory and the store.",
+    out=(str, Field(description="the run directory")),
+    store=(str | None, Field(None, description="default: the ingest section's out")))
+TrainConfig = config_model("TrainConfig", TrainOptions, "`streamfit train --config FILE`: TrainOptions, each "
+                           "unset key taken from the command line or the default.", unset_is_none=True)
 
 
 class EvaluateSection(_Strict):
@@ -114,18 +103,6 @@ class PipelineConfig(_Strict):
     ingest_test: IngestTestSection | None = None
     train: TrainSection | None = None
     evaluate: EvaluateSection | None = None
-
-
-class TrainConfig(_TimeLimit, _Strict):
-    """`streamfit train --config FILE`: the solver, its parameters and engine settings."""
-
-    solver: str | None = None
-    params: dict = Field(default_factory=dict)
-    scheduler: str | None = None
-    n_workers: int | None = None
-    threads_per_worker: int | None = None
-    worker_timeout: float | None = Field(None, gt=0, description="seconds without any Dask worker before the run "
-                                         f"fails (default {WORKER_TIMEOUT:g})")
 
 
 def _load_yaml(path: str) -> dict:
@@ -162,6 +139,11 @@ def load_pipeline(path: str) -> PipelineConfig:
         return None if p is None else os.path.normpath(os.path.join(base, os.path.expanduser(p)))
 
     if cfg.ingest:
+        if not cfg.ingest.no_hash:
+            try:
+                HashingConfig(**cfg.ingest.hashing.model_dump())
+            except ValueError as e:
+                raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
         cfg.ingest.inputs = [resolve(p) for p in cfg.ingest.inputs]
         cfg.ingest.out, cfg.ingest.test_out = resolve(cfg.ingest.out), resolve(cfg.ingest.test_out)
         cfg.ingest.quarantine = resolve(cfg.ingest.quarantine)
@@ -201,5 +183,5 @@ def _check_params(solver: str, params: dict, path: str, key: str) -> None:
 def load_train_config(path: str) -> TrainConfig:
     cfg = _validate(TrainConfig, _load_yaml(path), path)
     if cfg.solver is not None:
-        _check_params(cfg.solver, cfg.params, path, "params")
+        _check_params(cfg.solver, cfg.params or {}, path, "params")
     return cfg

@@ -31,6 +31,8 @@ import functools
 import inspect
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -39,15 +41,12 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
 from streamfit.runlog import MetricsLog
-from streamfit.solvers.bcd import BCDParams, BCDSolver
-from streamfit.solvers.fbpd import FBPDParams, FBPDSolver
+from streamfit.solvers.base import SolverParams, parameter_lines
+from streamfit.solvers.bcd import BCDSolver
+from streamfit.solvers.fbpd import FBPDSolver
 from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty
-from streamfit.solvers.ppdsparse import PPDSparseParams, PPDSparseSolver
-from streamfit.solvers.stagewise import (
-    StagewiseParams,
-    StagewiseSolver,
-    decision_threshold,
-)
+from streamfit.solvers.ppdsparse import PPDSparseSolver
+from streamfit.solvers.stagewise import StagewiseSolver, decision_threshold
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
 
 
@@ -147,16 +146,91 @@ class _ParamsMixin:
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
+class _Renamed(NamedTuple):
+    """A solver parameter under another name in an estimator: its name there, its default there,
+    and the conversion of the estimator's value to the solver's."""
+
+    name: str
+    default: Any
+    to_solver: Callable[[Any], Any]
+
+
+def _calibration(calibrate):
+    """StagewiseLSClassifier's `calibrate` as the solver's `calibration`: False/None → "none",
+    True → "poly", a string as is."""
+    if isinstance(calibrate, (bool, np.bool_)) or calibrate is None:
+        return "poly" if calibrate else "none"
+    return calibrate
+
+
+# parameters of every estimator that are not the solver's, with their defaults
+_ESTIMATOR_ONLY = {"chunk_rows": DEFAULT_CHUNK_ROWS}
+
+
+def _estimator_signature(params: type[SolverParams], renamed: dict[str, _Renamed]) -> inspect.Signature:
+    """`__init__(self, *, <each solver parameter>=<its default>, chunk_rows=...)`: the solver's
+    parameters in the order its Params declares them, under the estimator's names (`renamed`)."""
+    arguments = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for name, field in params.model_fields.items():
+        name, default = (renamed[name].name, renamed[name].default) if name in renamed else (name, field.default)
+        arguments.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    arguments += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+                  for name, default in _ESTIMATOR_ONLY.items()]
+    return inspect.Signature(arguments)
+
+
+def _estimator_init(signature: inspect.Signature):
+    """An __init__ with this signature that stores every argument as an attribute of the same
+    name, unchanged (scikit-learn's rule: validation happens in fit)."""
+
+    def __init__(self, **kwargs):
+        bound = signature.bind(self, **kwargs)
+        bound.apply_defaults()
+        for name, value in list(bound.arguments.items())[1:]:
+            setattr(self, name, value)
+
+    __init__.__signature__ = signature
+    return __init__
+
+
+def _parameters_doc(params: type[SolverParams], renamed: dict[str, _Renamed]) -> str:
+    """The constructor parameters for the class docstring, from the solver's Params."""
+    lines = []
+    for name, line in zip(params.model_fields, parameter_lines(params)):
+        if name in renamed:
+            line = f"{renamed[name].name} (default {renamed[name].default}): the solver's {line}"
+        lines.append(f"    {line}")
+    lines += [f"    {name} (default {default}): rows per chunk of the in-memory store"
+              for name, default in _ESTIMATOR_ONLY.items()]
+    return "\n\n    Parameters (keyword-only; the solver's, as `streamfit train --list-solvers` shows them):\n\n" + \
+        "\n".join(lines) + "\n"
+
+
 class _SolverClassifier(_ParamsMixin):
     """fit / predict for every estimator: y (class labels, or an n × k label indicator for
     multilabel) becomes an InMemoryStore; the solver runs in process with in-memory state.
-    Subclasses name `_solver` and build its parameters in `_solver_params`."""
+    A subclass names `_solver`; its constructor parameters are that solver's Params (under the
+    names in `_renamed`, where the estimator's name differs) and `chunk_rows`, the rows per chunk
+    of the in-memory store (results do not depend on it beyond floating-point rounding)."""
 
     _solver: type = None
+    _renamed: dict[str, _Renamed] = {}  # solver parameter -> the estimator's name for it
     _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
 
-    def _solver_params(self):
-        raise NotImplementedError
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.__init__ = _estimator_init(_estimator_signature(cls._solver.Params, cls._renamed))
+        cls.__doc__ = (cls.__doc__ or "").rstrip() + _parameters_doc(cls._solver.Params, cls._renamed)
+
+    def _solver_params(self) -> SolverParams:
+        """The solver's Params from the estimator's attributes; random_state by scikit-learn's
+        conventions (`_seed`). Raises pydantic's ValidationError (a ValueError) for a bad value."""
+        values = {}
+        for name in self._solver.Params.model_fields:
+            renamed = self._renamed.get(name)
+            values[name] = renamed.to_solver(getattr(self, renamed.name)) if renamed else getattr(self, name)
+        values["random_state"] = _seed(values["random_state"])
+        return self._solver.Params(**values)
 
     def _accepts_multilabel(self) -> bool:
         """Whether fit takes an n × k label indicator with these parameters."""
@@ -363,36 +437,14 @@ class StagewiseLSClassifier(_SolverClassifier):
     """Stagewise least-squares classifier (Agarwal et al. 2014, Algorithms 1–3); see
     streamfit.solvers.stagewise for the math.
 
-    link: "identity" (ridge least squares per block) or "softmax" (generalized least squares
-        on the multinomial logistic loss; per-label logistic for multilabel targets).
+    Each stage minimises (1/n)‖R − AW‖² + λ‖W‖² (link "identity") or (1/n)Σ logistic +
+    (λ/2)‖W‖² (link "softmax"; per-label logistic for multilabel targets) over a block of
+    features A; the intercept is not penalised.
     calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
         False, None or "none" → calibration="none" (no calibration); True or "poly" →
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
         simplex); "predictions" → calibration="predictions" (previous predictions as extra
         features). Calibrating needs link="identity".
-    generator: "auto", "sequential", "random", "gradient" or "rff" (random Fourier features).
-    block_size: features per stage (p). n_passes: passes over all blocks.
-    n_components: number of random Fourier features (generator "rff").
-    pca_components: PCA dimension before the random features (None: no PCA).
-    bandwidth: Gaussian kernel width as a multiple of the median pairwise distance.
-    rff_sampling: "iid" (independent Gaussian frequencies) or "orthogonal" (orthogonal random
-        features, Yu et al. 2016: the same kernel approximated with a lower variance).
-    rff_phases: "random" (√2 cos(ωᵀx + β)) or "paired" (√2 cos(ωᵀx) and √2 sin(ωᵀx) of half as
-        many frequencies: the same kernel, a lower variance).
-    gram_dtype: "float64", or "float32": random Fourier designs stored in single precision and
-        AᵀA, AᵀR, AW from single-precision products, about 2× faster; the model then matches
-        float64 only to about 1e-5.
-    lam: λ, with the loss averaged over samples: each stage minimises
-        (1/n)‖R − AW‖² + λ‖W‖² (identity) or (1/n)Σ logistic + (λ/2)‖W‖² (softmax);
-        the intercept is not penalised.
-    max_iter, tol: inner iterations of the softmax link and their early stop.
-    backtrack: softmax link: steps from L/4 of the paper's bound, doubled back towards it
-        whenever an iteration raises the objective (fewer iterations for the same loss).
-    lipschitz: softmax link: the bound L of the inner steps 1/L (the solver's `lipschitz`);
-        None: the paper's bound, 1/2 (per-label logistic for multilabel targets: 1/4). Unused by
-        the identity link.
-    chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
-        floating-point rounding).
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or an indicator matrix
     (n × k) for multilabel. Attributes: classes_, model_ (a StagewiseModel, savable with
@@ -400,44 +452,8 @@ class StagewiseLSClassifier(_SolverClassifier):
     coef_/intercept_ for linear models.
     """
 
-    def __init__(self, link="identity", calibrate=False, block_size=512, n_passes=2, generator="auto",
-                 n_components=2048, pca_components=None, bandwidth=0.5, rff_sampling="iid", rff_phases="random",
-                 gram_dtype="float64", lam=1e-4, max_iter=50, tol=1e-4, backtrack=False, lipschitz=None, fit_intercept=True,
-                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.link = link
-        self.calibrate = calibrate
-        self.block_size = block_size
-        self.n_passes = n_passes
-        self.generator = generator
-        self.n_components = n_components
-        self.pca_components = pca_components
-        self.bandwidth = bandwidth
-        self.rff_sampling = rff_sampling
-        self.rff_phases = rff_phases
-        self.gram_dtype = gram_dtype
-        self.lam = lam
-        self.max_iter = max_iter
-        self.tol = tol
-        self.backtrack = backtrack
-        self.lipschitz = lipschitz
-        self.fit_intercept = fit_intercept
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-
     _solver = StagewiseSolver
-
-    def _solver_params(self) -> StagewiseParams:
-        calibration = self.calibrate
-        if isinstance(calibration, (bool, np.bool_)) or calibration is None:
-            calibration = "poly" if calibration else "none"
-        return StagewiseParams(
-            link=self.link, calibration=calibration, generator=self.generator, block_size=self.block_size,
-            n_passes=self.n_passes, n_components=self.n_components, pca_components=self.pca_components,
-            bandwidth=self.bandwidth, rff_sampling=self.rff_sampling,
-            rff_phases=self.rff_phases, gram_dtype=self.gram_dtype, lam=self.lam, max_iter=self.max_iter, tol=self.tol,
-            backtrack=self.backtrack, lipschitz=self.lipschitz, fit_intercept=self.fit_intercept,
-            random_state=_seed(self.random_state),
-        )
+    _renamed = {"calibration": _Renamed("calibrate", False, _calibration)}
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, n × n_classes (label probabilities, n × n_labels, multilabel):
@@ -460,37 +476,13 @@ class FBPDClassifier(_SolverClassifier):
     """Sparse multiclass SVM with the exact Crammer–Singer hinge (Chierchia et al. 2015,
     Algorithms 1 and 2); see streamfit.solvers.fbpd for the math.
 
-    formulation: "regularized" minimises lam·g(W) + mean hinge (problem (7)); "constrained"
-        minimises g(W) subject to mean hinge <= eta (problem (8)).
-    penalty: g = "l1", "l1/l2" or "l1/linf" over blocks of `group_size` consecutive features
-        of each class, or "l2" (½‖W‖², the standard SVM). The offsets are not penalised.
-    tol: stop when the relative change of consecutive iterates is below tol; max_iter caps the
-        iterations (one pass over the data each). step_ratio: initial ρ of the steps (None:
-        default). restarts: restarted Halpern iteration (fast; False: the paper's plain
-        iteration); adapt_iters: no restart or step change after that many iterations.
-    chunk_rows: rows per chunk of the in-memory store (results do not depend on it beyond
-        floating-point rounding).
+    formulation "regularized" minimises lam·g(W) + mean hinge (problem (7)); "constrained"
+    minimises g(W) subject to mean hinge <= eta (problem (8)). The offsets are not penalised.
 
     Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_,
     model_ (a LinearModel), coef_ (k × d; CSR for the sparse penalties), intercept_,
     history_ (one dict per iteration: objective, dual_objective, gap, ...), n_iter_.
     """
-
-    def __init__(self, formulation="regularized", penalty="l1", lam=1e-3, eta=0.1, group_size=5, tol=1e-5,
-                 max_iter=1000, step_ratio=None, restarts=True, adapt_iters=10_000, random_state=0,
-                 chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.formulation = formulation
-        self.penalty = penalty
-        self.lam = lam
-        self.eta = eta
-        self.group_size = group_size
-        self.tol = tol
-        self.max_iter = max_iter
-        self.step_ratio = step_ratio
-        self.restarts = restarts
-        self.adapt_iters = adapt_iters
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
 
     _solver = FBPDSolver
 
@@ -501,12 +493,6 @@ class FBPDClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
-
-    def _solver_params(self) -> FBPDParams:
-        return FBPDParams(formulation=self.formulation, penalty=self.penalty, lam=self.lam, eta=self.eta,
-                          group_size=self.group_size, tol=self.tol, max_iter=self.max_iter,
-                          step_ratio=self.step_ratio, restarts=self.restarts, adapt_iters=self.adapt_iters,
-                          random_state=_seed(self.random_state))
 
     def hinge_loss(self, X, y) -> float:
         """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
@@ -536,40 +522,13 @@ class PPDSparseClassifier(_SolverClassifier):
 
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
     lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
-    kappa, kappa_growth, delta, x_threshold, max_inner, shrink, group_size, tol, max_iter: see PPDSparseParams.
-    primal_ratio: squared hinge with < 2048 features: a class whose dual coordinate descent stalls on
-        ≥ primal_ratio·(d + 1) active samples is finished by a primal Newton method on the same
-        objective and stopping test (not in the paper); 0 keeps the paper's dual Algorithm 1 throughout.
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse
     CSR, k × d), intercept_, history_ (one dict per class group), n_features_in_, n_iter_.
     """
 
-    def __init__(self, loss="squared_hinge", lam=1e-5, tau=1e-4, kappa=500, kappa_growth=1.0, delta=0.1,
-                 x_threshold=0.0, max_inner=5, shrink=True, group_size=None, tol=0.1, max_iter=1000, primal_ratio=8.0,
-                 random_state=0, chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.loss = loss
-        self.lam = lam
-        self.tau = tau
-        self.kappa = kappa
-        self.kappa_growth = kappa_growth
-        self.delta = delta
-        self.x_threshold = x_threshold
-        self.max_inner = max_inner
-        self.shrink = shrink
-        self.group_size = group_size
-        self.tol = tol
-        self.max_iter = max_iter
-        self.primal_ratio = primal_ratio
-        self.random_state = random_state
-        self.chunk_rows = chunk_rows
-
     _solver = PPDSparseSolver
-
-    def _solver_params(self) -> PPDSparseParams:
-        params = {k: v for k, v in self.get_params().items() if k != "chunk_rows"}
-        return PPDSparseParams(**params | {"random_state": _seed(self.random_state)})
 
     @property
     def n_iter_(self) -> int:
@@ -583,51 +542,19 @@ class BCDClassifier(_SolverClassifier):
     descent (Blondel, Seki and Uehara 2013); see streamfit.solvers.bcd for the math.
 
     Minimises F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) (no intercept, as in the paper):
-    loss: "squared_hinge" (eq. 2; label ranking §4.7 for multilabel y), "multitask_squared_hinge"
-        (eq. 11, one-vs-rest) or "logistic" (eq. 12, multiclass).
-    penalty: "l1/l2" (λ Σ_j ‖W_{j:}‖₂), "l1", "l2" ((λ/2)‖W‖²), "elasticnet", "sparse_group"
-        (mixed with l1_ratio).
-    lam: λ. variant: "ls" (BCD(LS), cyclic blocks, line search) or "cst" (BCD(CST), random
-        blocks, constant step). method: "bcd" or "fista". tol, max_iter: τ and K of the
-        stopping criterion (10). stopping: "auto" ((10) and an estimate of the decrease still
-        to come below tol·F), "violation" ((10) alone, the paper's) or "gap" (a certified
-        relative duality gap; l1/l2 and l1). shrinking: §5.2.4 (l1/l2 only).
-    mode: "auto"/"memory" (sequential in memory) or "chunks" (the out-of-core algorithm over
-        row chunks of `chunk_rows`, `group_size` features per pass).
+    loss ℓ: eq. 2 (label ranking §4.7 for multilabel y), eq. 11 (one-vs-rest) or eq. 12
+    (multiclass); penalty P: λ Σ_j ‖W_{j:}‖₂ (l1/l2), λ‖W‖₁, (λ/2)‖W‖², or the mixes with l1_ratio.
+    mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
     the penalty are exactly-zero columns), intercept_ (zeros), model_ (a LinearModel), history_
     (one dict per outer iteration), n_features_in_, n_iter_. `objective(X, y)` is F(W) on (X, y).
     """
 
-    def __init__(self, loss="squared_hinge", penalty="l1/l2", lam=1e-3, variant="ls", tol=1e-3, max_iter=200,
-                 random_state=0, method="bcd", l1_ratio=0.5, shrinking=False, mode="auto", group_size=1024,
-                 stopping="auto", chunk_rows=DEFAULT_CHUNK_ROWS):
-        self.loss = loss
-        self.penalty = penalty
-        self.lam = lam
-        self.variant = variant
-        self.tol = tol
-        self.max_iter = max_iter
-        self.random_state = random_state
-        self.method = method
-        self.l1_ratio = l1_ratio
-        self.shrinking = shrinking
-        self.mode = mode
-        self.group_size = group_size
-        self.stopping = stopping
-        self.chunk_rows = chunk_rows
-
     _solver = BCDSolver
 
     def _accepts_multilabel(self) -> bool:
         return self.loss != "logistic"  # eq. 12 is multiclass only
-
-    def _solver_params(self) -> BCDParams:
-        return BCDParams(loss=self.loss, penalty=self.penalty, lam=self.lam, variant=self.variant, tol=self.tol,
-                         max_iter=self.max_iter, random_state=_seed(self.random_state), method=self.method,
-                         l1_ratio=self.l1_ratio, shrinking=self.shrinking, mode=self.mode,
-                         group_size=self.group_size, stopping=self.stopping)
 
     def _labels(self, y):
         if sp.issparse(y) or np.ndim(y) == 2:

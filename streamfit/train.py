@@ -167,13 +167,4 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     return model
 
 
-def solver_params_help(solver: str) -> str:
-    """One line per parameter: name, default, description (for --help and errors)."""
-    cls = get_solver(solver).Params
-    lines = []
-    for name, f in cls.model_fields.items():
-        lines.append(f"{name} (default {f.default!r}): {f.description or ''}".rstrip(": "))
-    return "\n".join(lines)
-
-
-__all__ = ["ConfigError", "make_params", "solver_params_help", "train"]
+__all__ = ["ConfigError", "make_params", "train"]

@@ -308,3 +308,29 @@ def test_worker_timeout_reaches_the_engine(stores, tmp_path):
             assert result.exit_code == 2 and "Invalid value for '--worker-timeout'" in result.output
     help_text = " ".join(run("train", "--help").output.split())
     assert "--worker-timeout SECONDS Seconds without any Dask worker before the run fails (default 60)." in help_text
+
+
+def test_the_options_of_ingest_train_and_run_are_their_declarations():
+    """Every declared field with a flag is a click option of its commands, its help the field's."""
+    from streamfit.config import TrainOptions
+    from streamfit.ingest.hashing import HashingConfig
+    from streamfit.ingest.pipeline import IngestOptions
+    from streamfit.options import declared
+
+    def offered(command: str) -> dict:
+        return {p.name: p for p in main.commands[command].params}
+
+    for command, cls, prefix, skip in (("train", TrainOptions, "", ()), ("run", TrainOptions, "", ("solver",)),
+                                       ("ingest", IngestOptions, "", ()), ("ingest", HashingConfig, "hashing_", ())):
+        params = offered(command)
+        for d in declared(cls):
+            if d.option.flag == "" or d.name in skip:  # a shape of its own there (-p, INPUTS, --ngram-max) or none
+                continue
+            option = params[prefix + d.name]
+            assert option.default is None and option.required == d.required  # unset: the file or the default decides
+            assert (d.option.off_help or d.option.help).rstrip(".").lower() in option.help.lower(), (command, d.name)
+    listing = run("train", "--list-solvers").output
+    assert "    link (default identity) [one of identity, softmax]: " in listing
+    assert "    stopping (default auto) [one of auto, gap, violation]: " in listing
+    assert "stagewise: lam, tol, max_iter, random_state, link, calibration" in " ".join(
+        run("train", "--help").output.split())

@@ -247,6 +247,30 @@ def test_score_is_accuracy(digits_small):
     assert ml.score(Xm[300:], sp.csr_matrix(Y[300:])) == pytest.approx(subset, abs=1e-12)
 
 
+def test_the_constructor_is_the_solvers_parameters_with_their_defaults():
+    """Each estimator's signature is its solver's Params (calibrate for stagewise's calibration)
+    plus chunk_rows, keyword-only, with the solver's defaults; every one of them reaches the solver."""
+    import inspect
+
+    from streamfit.store import DEFAULT_CHUNK_ROWS
+
+    for est in (StagewiseLSClassifier, FBPDClassifier, PPDSparseClassifier, BCDClassifier):
+        fields = est._solver.Params.model_fields
+        signature = inspect.signature(est).parameters
+        renamed = {"calibration": "calibrate"} if est is StagewiseLSClassifier else {}
+        assert list(signature) == [renamed.get(name, name) for name in fields] + ["chunk_rows"]
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in signature.values())
+        assert signature["chunk_rows"].default == DEFAULT_CHUNK_ROWS
+        for name, field in fields.items():
+            if name not in renamed:
+                assert signature[name].default == field.default, (est.__name__, name)
+        with pytest.raises(TypeError):
+            est("positional")
+    assert inspect.signature(StagewiseLSClassifier).parameters["calibrate"].default is False
+    assert BCDClassifier(sigma=0.2, checkpoint_every=3)._solver_params().sigma == 0.2  # not offered before
+    assert PPDSparseClassifier(threads=2)._solver_params().threads == 2
+
+
 def test_stagewise_lipschitz_and_calibrate_reach_the_solver(digits_small):
     X, y = digits_small
     kw = dict(link="softmax", generator="rff", n_components=128, block_size=64, n_passes=1, max_iter=3)

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import string
 from dataclasses import asdict, dataclass, fields as dataclass_fields
+from typing import Literal
 
 import numba
 import numpy as np
 import scipy.sparse as sp
+
+from streamfit.options import option
 
 _MASK32 = 0xFFFFFFFF
 _VALUE_MODES = {"count": 0, "binary": 1, "log1p": 2}
@@ -36,13 +39,16 @@ _MAX_N_FEATURES = 2**30  # largest power of two whose column ids fit in int32 ke
 class HashingConfig:
     """Settings of the hashing transform; stored with every hashed data set (to_dict)."""
 
-    n_features: int = 2**18
-    seed: int = 0
-    alternate_sign: bool = True
-    lowercase: bool = True
-    ngram_range: tuple[int, int] = (1, 1)
-    value: str = "count"
-    min_token_length: int = 2
+    # n_features and ngram_range take other shapes on the command line (--n-features, --ngram-max)
+    n_features: int = option(2**18, "number of hashed features (a power of two)", flag="")
+    seed: int = option(0, "MurmurHash3 seed", flag="--hash-seed", ge=0)
+    alternate_sign: bool = option(True, "the hash's sign flips the value's sign",
+                                  off_help="Do not let the hash's sign flip feature values.")
+    lowercase: bool = option(True, "lowercase text tokens", off_help="Keep the case of text tokens.")
+    ngram_range: tuple[int, int] = option((1, 1), "word n-grams from min_n to max_n, e.g. [1, 2]", flag="")
+    value: Literal["count", "binary", "log1p"] = option("count", "Term value: raw count, binary, or log(1 + count)")
+    min_token_length: int = option(2, "Hash text words of at least this many characters; shorter ones are dropped "
+                                   "(a row with none has no features)", ge=1)
 
     def __post_init__(self):
         n = self.n_features

@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,9 +24,11 @@ from tqdm.auto import tqdm
 
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
+from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
+from streamfit.options import option
 from streamfit.store.store import IDF_FILE, lock_dir
 
 log = logging.getLogger(__name__)
@@ -38,26 +41,41 @@ DATA_OPTIONS = {"subset", "y_path"}
 
 @dataclass
 class IngestOptions:
-    paths: list[str]
-    out: str
-    format: str | None = None
-    backend: str | None = None  # None: the --like store's, else "zarr"
-    chunk_rows: int | None = None  # None: the --like store's, else DEFAULT_CHUNK_ROWS
-    hashing: object | None = None  # HashingConfig; None keeps numeric indices (--no-hash)
-    n_features: int | None = None  # with --no-hash: fixed width (default: largest index + 1)
-    idf: bool = False
-    l2_normalize: bool = False
-    like: str | None = None  # ingest as test data of this training store
-    classes: list[str] | None = None  # declared class vocabulary
-    test_size: float | None = None
-    test_out: str | None = None
-    seed: int = 0
-    on_bad_record: str = "error"
-    quarantine: str | None = None
-    source_options: dict = field(default_factory=dict)
-    batch_size: int = 8192
-    overwrite: bool = False
-    csc_block_features: int | None = None  # also build out's CSC copy in blocks of this many features
+    """What `streamfit ingest` does, declared once: the Python API, the click options of
+    `streamfit ingest` and a pipeline's ingest section (streamfit.config) are built from these
+    fields. `hashing`: a HashingConfig, or None to keep numeric indices (--no-hash, `no_hash`)."""
+
+    inputs: list[str] = option(help="source files or folders", flag="")
+    out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
+    format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"] | None = option(
+        None, "Input format", default_text="inferred from the file name")
+    backend: Literal["zarr", "parquet"] | None = option(
+        None, "Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk)",
+        default_text="the --like store's, else zarr")
+    chunk_rows: int | None = option(None, "Rows per chunk (the unit of work)", ge=1,
+                                    default_text=f"the --like store's, else {DEFAULT_CHUNK_ROWS}")
+    hashing: HashingConfig | None = None
+    # with hashing the width is hashing.n_features; the command line's --n-features sets either
+    n_features: int | None = option(None, "with no_hash: a fixed width (default: largest index + 1)", flag="", ge=1)
+    idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
+    l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
+    like: str | None = option(None, "Ingest test data like this training store: same hashing, IDF, width, classes "
+                              "and source options (field names, encoding, ...; options given here override them).",
+                              metavar="PATH", in_config=False)
+    classes: list[str] | None = option(None, "Declared class vocabulary, comma-separated",
+                                       default_text="order of first appearance")
+    test_size: float | None = option(None, "Fraction of rows for a stratified test store.")
+    test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")
+    seed: int = option(0, "Seed of the train/test split")
+    on_bad_record: Literal["error", "skip", "quarantine"] = option(
+        "error", "Stop at a bad record, skip and count it, or also copy it to a quarantine file")
+    quarantine: str | None = option(None, "Quarantine file", metavar="PATH", default_text="OUT.quarantine.jsonl")
+    source_options: dict = option(default_factory=dict, help="format options, e.g. text_field, label_field", flag="")
+    batch_size: int = option(8192, "Records read and hashed at a time", ge=1)
+    overwrite: bool = option(False, "Replace existing output stores.")
+    csc_block_features: int | None = option(None, "Also build a column (CSC) copy of the --out store in blocks of N "
+                                            "features (for solvers that walk features; see 'streamfit transpose').",
+                                            ge=1)
     progress: bool = True
 
 
@@ -93,7 +111,7 @@ def _take_rows(X, labels, keep: np.ndarray):
 
 
 def _check_options(o: IngestOptions) -> None:
-    if not o.paths:
+    if not o.inputs:
         raise StreamfitError("no input given: name one or more source files")
     for key, off in (("label_field", None), ("y_dataset", None), ("class_folders", False)):
         if key in o.source_options and o.source_options[key] == off:
@@ -138,7 +156,7 @@ class _Pass1:
         from streamfit.ingest.sources import open_source
 
         width = self.featurizer.n_features
-        for path in self.o.paths:
+        for path in self.o.inputs:
             source = open_source(path, self.o.format, policy=self.policy, batch_size=self.o.batch_size,
                                  **self.source_options)
             self.kinds.add(source.kind)
@@ -238,9 +256,9 @@ def ingest(o: IngestOptions) -> IngestReport:
         p1.run(finish_rows=not two_pass)
         policy.close()
         if p1.writer is None:
-            raise InputError(", ".join(o.paths), "no records found: the input is empty or every record was skipped")
+            raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
-        source_info = {"paths": [os.path.abspath(p) for p in o.paths], "format": o.format,
+        source_info = {"paths": [os.path.abspath(p) for p in o.inputs], "format": o.format,
                        "options": source_options, "like": os.path.abspath(o.like) if o.like else None,
                        "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
                        "input": _input_kind(p1.kinds)}

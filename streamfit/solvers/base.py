@@ -32,9 +32,13 @@ not change a bit of the result when they are rebuilt after a resume.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Generic, TypeVar
+import types
+import typing
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
+import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.fields import FieldInfo
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine
@@ -49,10 +53,10 @@ class SolverParams(BaseModel):
     as the papers write their objectives. No float parameter may be NaN or infinite."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    lam: float = 1e-4
-    tol: float = 1e-4
-    max_iter: int = 50
-    random_state: int = Field(0, ge=0)
+    lam: float = Field(1e-4, description="λ, the weight of the penalty")
+    tol: float = Field(1e-4, description="tolerance of the stopping test")
+    max_iter: int = Field(50, description="cap on the iterations")
+    random_state: int = Field(0, ge=0, description="seed of the solver's random draws (a non-negative integer)")
 
     def model_settings(self) -> dict:
         """The parameters that determine the model: all but those declared with
@@ -62,6 +66,35 @@ class SolverParams(BaseModel):
         execution = {name for name, f in type(self).model_fields.items()
                      if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("affects_model") is False}
         return self.model_dump(exclude=execution)
+
+
+_BOUNDS = ((annotated_types.Ge, ">="), (annotated_types.Gt, ">"), (annotated_types.Le, "<="), (annotated_types.Lt, "<"))
+
+
+def allowed_values(field: FieldInfo) -> str:
+    """What a parameter accepts, in words: "one of identity, softmax", "int >= 1",
+    "float > 0, or None", "true or false"."""
+    kinds = typing.get_args(field.annotation) if isinstance(field.annotation, types.UnionType) else (field.annotation,)
+    words = []
+    for kind in kinds:
+        if kind is type(None):
+            continue
+        if typing.get_origin(kind) is Literal:
+            words.append("one of " + ", ".join(str(v) for v in typing.get_args(kind)))
+        elif kind is bool:
+            words.append("true or false")
+        else:
+            bounds = [f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
+                      for m in field.metadata for cls, sign in _BOUNDS if isinstance(m, cls)]
+            words.append(" ".join([kind.__name__, ", ".join(bounds)]).strip())
+    return ", or ".join(words) + (", or None" if type(None) in kinds else "")
+
+
+def parameter_lines(params: type[SolverParams]) -> list[str]:
+    """One line per parameter, the text of `streamfit train --list-solvers`:
+    `name (default D) [allowed values]: description`."""
+    return [f"{name} (default {f.default}) [{allowed_values(f)}]: {f.description}"
+            for name, f in params.model_fields.items()]
 
 
 @dataclasses.dataclass(frozen=True)

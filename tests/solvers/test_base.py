@@ -34,3 +34,26 @@ def test_every_solver_refuses_non_finite_floats_and_negative_seeds():
                              ({"random_state": -1}, "greater than or equal to 0")]:
             with pytest.raises(ConfigError, match=message):
                 make_params(name, bad)
+
+
+def test_every_solver_parameter_has_a_one_line_description():
+    """The descriptions are the help of -p, --list-solvers and the estimators' docstrings."""
+    from streamfit.solvers import SOLVERS
+
+    for name, solver in SOLVERS.items():
+        for key, field in solver.Params.model_fields.items():
+            assert field.description and "\n" not in field.description, f"{name}.{key}"
+
+
+def test_a_parameter_line_shows_its_default_and_allowed_values():
+    from streamfit.solvers.base import parameter_lines
+    from streamfit.solvers.bcd import BCDParams
+    from streamfit.solvers.stagewise import StagewiseParams
+
+    lines = dict(zip(StagewiseParams.model_fields, parameter_lines(StagewiseParams)))
+    assert lines["link"].startswith("link (default identity) [one of identity, softmax]: identity: ridge")
+    assert lines["pca_components"].startswith("pca_components (default None) [int >= 1, or None]: rff: PCA")
+    assert lines["bandwidth"].startswith("bandwidth (default 0.5) [float > 0]: ")
+    assert lines["backtrack"].startswith("backtrack (default False) [true or false]: ")
+    sigma = parameter_lines(BCDParams)[list(BCDParams.model_fields).index("sigma")]
+    assert sigma.startswith("sigma (default 0.01) [float > 0, < 1]: ")

@@ -1,0 +1,90 @@
+"""`streamfit run PIPELINE.yaml`: the sections of a pipeline file run in order as one job,
+ingest -> ingest_test -> train -> evaluate (streamfit.config describes the file)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamfit.config import IngestSection, PipelineConfig, train_options
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
+from streamfit.model import Model
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineResult:
+    """What each section produced; None for a section the file lacks or that --resume kept."""
+
+    ingest: IngestReport | None = None
+    ingest_test: IngestReport | None = None
+    model: Model | None = None
+    evaluation: dict | None = None  # streamfit.metrics.evaluate's result
+
+
+def _stored(path: str) -> bool:
+    return os.path.exists(os.path.join(path, "manifest.json"))
+
+
+def ingest_options(section: IngestSection, *, overwrite: bool, progress: bool) -> IngestOptions:
+    """A pipeline's ingest section as IngestOptions (`no_hash` and `hashing` become `hashing`)."""
+    values = section.model_dump(exclude={"hashing", "no_hash", "overwrite"})
+    hashing = None if section.no_hash else HashingConfig(**section.hashing.model_dump())
+    return IngestOptions(**values, hashing=hashing, overwrite=overwrite or section.overwrite, progress=progress)
+
+
+def run_pipeline(config: PipelineConfig, overrides: dict | None = None, *, resume: bool = False,
+                 overwrite: bool = False, progress: bool = True,
+                 say: Callable[[str], None] = log.info) -> PipelineResult:
+    """Run `config` (from streamfit.config.load_pipeline). `overrides`: TrainOptions given on the
+    command line, which beat the train section (streamfit.config.train_options). resume: keep
+    stores that exist and continue training from its newest checkpoint; overwrite: replace the
+    stores and the run directory. `say` gets one line per finished section."""
+    from streamfit.metrics import evaluate
+    from streamfit.store import open_store
+    from streamfit.train import train
+
+    result = PipelineResult()
+    if config.ingest:
+        section = config.ingest
+        targets = [section.out] + ([section.test_out] if section.test_out else [])
+        if resume and all(_stored(t) for t in targets):
+            say(f"ingest: {section.out} exists, kept (--resume)")
+            csc = open_store(section.out).manifest.csc
+            if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
+                from streamfit.store.csc import build_csc
+
+                build_csc(section.out, section.csc_block_features, progress=progress)
+                say(f"ingest: CSC copy of {section.out} built")
+        else:
+            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=progress))
+            say(f"ingest: {result.ingest.summary()}")
+    if config.ingest_test:
+        section = config.ingest_test
+        if resume and _stored(section.out):
+            say(f"ingest_test: {section.out} exists, kept (--resume)")
+        else:
+            result.ingest_test = ingest(IngestOptions(**section.model_dump(), like=config.ingest.out,
+                                                      overwrite=overwrite, progress=progress))
+            say(f"ingest_test: {result.ingest_test.summary()}")
+    if config.train:
+        section = config.train
+        options = train_options(section, overrides or {})
+        result.model = train(section.store, options.solver, section.out, options.params, resume=resume,
+                             overwrite=overwrite, progress=progress, **options.engine())
+        say(f"train: model written to {os.path.join(section.out, 'model')}")
+    if config.evaluate:
+        from streamfit.model import load_model
+
+        result.evaluation = evaluate(load_model(config.train.out), open_store(config.evaluate.store), progress=progress)
+        say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()))
+    return result
+
+
+def format_metric(value) -> str:
+    """A metric as the command line prints it: floats to 4 decimals."""
+    return f"{value:.4f}" if isinstance(value, float) else str(value)

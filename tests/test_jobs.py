@@ -1,0 +1,60 @@
+"""streamfit.jobs: a pipeline file's sections run in order; command-line overrides reach train."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import dump_svmlight_file
+
+from streamfit.config import load_pipeline
+from streamfit.errors import TimeLimitReached
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.metrics import evaluate
+from streamfit.model import load_model
+from streamfit.jobs import ingest_options, run_pipeline
+from streamfit.store import open_store
+
+
+@pytest.fixture
+def pipeline(tmp_path, digits):
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    path.write_text("ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, "
+                    "test_out: test.zarr, chunk_rows: 500}\n"
+                    "train: {solver: bcd, out: run, params: {max_iter: 3}, n_workers: 0}\n"
+                    "evaluate: {}\n")
+    return path
+
+
+def test_the_sections_run_in_order_and_evaluate_scores_the_saved_model(pipeline, tmp_path, digits):
+    lines = []
+    result = run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["ingest", "train", "evaluate"]
+    n_test = sum(round(0.25 * n) for n in np.bincount(digits[1]))  # the split is stratified per class
+    assert result.ingest.stores == {str(tmp_path / "train.zarr"): 1797 - n_test, str(tmp_path / "test.zarr"): n_test}
+    test = open_store(str(tmp_path / "test.zarr"))
+    assert result.evaluation == evaluate(load_model(str(tmp_path / "run")), test, progress=False)
+    assert result.model.info["outer_iterations"] == 3
+    # --resume keeps the stores and continues the finished run: the same model
+    again = run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lines.append)
+    assert again.ingest is None and lines[3] == f"ingest: {tmp_path / 'train.zarr'} exists, kept (--resume)"
+    X, _ = test.to_scipy()
+    assert np.array_equal(again.model.decision_function(X), result.model.decision_function(X))
+
+
+def test_command_line_overrides_beat_the_train_section(pipeline, tmp_path):
+    config = load_pipeline(str(pipeline))
+    with pytest.raises(TimeLimitReached):  # the section sets no time limit; the override stops after one step
+        run_pipeline(config, {"time_limit": 1e-9, "n_workers": None}, progress=False, say=lambda _: None)
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_ingest_options_from_a_section(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("ingest: {inputs: [a.jsonl], out: s.zarr, hashing: {n_features: 1024, ngram_range: [1, 2]}, "
+                    "idf: true, overwrite: true}\n")
+    options = ingest_options(load_pipeline(str(path)).ingest, overwrite=False, progress=False)
+    assert options.hashing == HashingConfig(n_features=1024, ngram_range=(1, 2))
+    assert (options.inputs, options.idf, options.overwrite) == ([str(tmp_path / "a.jsonl")], True, True)
+    path.write_text("ingest: {inputs: [a.svm], out: s.zarr, no_hash: true, n_features: 64}\n")
+    options = ingest_options(load_pipeline(str(path)).ingest, overwrite=True, progress=False)
+    assert (options.hashing, options.n_features, options.overwrite) == (None, 64, True)

@@ -1,0 +1,62 @@
+"""streamfit.options: a dataclass field's Option makes the YAML model; merge is the precedence rule."""
+
+from dataclasses import dataclass
+
+import pytest
+from pydantic import ValidationError
+
+from streamfit.config import parse_duration
+from streamfit.options import config_model, declared, merge, option
+
+
+@dataclass
+class Job:
+    name: str = option(help="what to call it")
+    workers: int | None = option(None, "worker processes", ge=0)
+    timeout: float = option(60.0, "seconds to wait", gt=0)
+    limit: float | None = option(None, "a duration", parse=parse_duration)
+    settings: dict = option(default_factory=dict, help="free-form settings", flag="")
+    hidden: bool = option(False, "not a YAML key", in_config=False)
+    progress: bool = True  # no Option: not declared
+
+
+def test_declared_lists_the_fields_with_an_option_in_order():
+    assert [d.name for d in declared(Job)] == ["name", "workers", "timeout", "limit", "settings", "hidden"]
+    name, workers = declared(Job)[:2]
+    assert name.required and not workers.required and workers.type == int | None
+
+
+def test_the_yaml_model_has_the_fields_names_defaults_bounds_and_help():
+    Model = config_model("Model", Job, "A job in YAML.")
+    assert list(Model.model_fields) == ["name", "workers", "timeout", "limit", "settings"]
+    assert Model.__doc__ == "A job in YAML."
+    m = Model(name="x")
+    assert (m.workers, m.timeout, m.limit, m.settings) == (None, 60.0, None, {})
+    assert Model.model_fields["timeout"].description == "seconds to wait"
+    assert Model(name="x", limit="90m").limit == 5400.0
+    for bad in ({"timeout": 0}, {"workers": -1}, {"limit": "soon"}, {"hidden": True}, {"nosuch": 1}, {}):
+        with pytest.raises(ValidationError):
+            Model(**{"name": "x", **bad} if bad else {})
+    with pytest.raises(ValidationError, match=r"limit 'soon': expected a positive duration"):
+        Model(name="x", limit="soon")
+
+
+def test_a_layer_model_leaves_every_key_unset_and_keeps_the_bounds():
+    Layer = config_model("Layer", Job, "Overrides.", unset_is_none=True)
+    layer = Layer()
+    assert all(getattr(layer, name) is None for name in Layer.model_fields)
+    with pytest.raises(ValidationError, match="greater than 0"):
+        Layer(timeout=0)
+
+
+def test_only_picks_fields():
+    assert list(config_model("Few", Job, "Few.", only=("name", "limit")).model_fields) == ["name", "limit"]
+
+
+def test_merge_command_line_beats_file_beats_default():
+    file = {"name": "file", "workers": 2, "timeout": 5.0, "settings": {"a": 1, "b": 2}, "out": "not a field"}
+    command_line = {"workers": None, "timeout": 7.0, "settings": {"b": 3}}
+    job = merge(Job, file, command_line, by_key=("settings",))
+    assert job == Job(name="file", workers=2, timeout=7.0, limit=None, settings={"a": 1, "b": 3})
+    assert merge(Job, {"name": "x"}) == Job(name="x")  # nothing set: the defaults
+    assert merge(Job, {"name": "x", "settings": {"a": 1}}, {"settings": {"b": 2}}).settings == {"b": 2}  # not by key
