@@ -178,10 +178,9 @@ def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     both are float32), each element summed in one fixed order:
     C_ij = (…((0 + A_i0 B_0j) + A_i1 B_1j) + …) + A_i,m−1 B_m−1,j, products and sums rounded
     separately (no fused multiply-add). A row's result therefore depends on that row of A and
-    on B only: the same bits in any chunk, batch or process, at any row offset and with any BLAS
-    threads or kernel (BLAS blocks and orders its sums by the shape of the whole call and by
-    the CPU: OpenBLAS's SkylakeX kernel rounds a row differently depending on the rows beside
-    it). Returns a new C-contiguous n × k array."""
+    on B only: the same bits in any chunk, batch or process, at any row offset, on any CPU and
+    with any BLAS threads (a BLAS product orders its sums by the shape of the whole call, its
+    threads and the CPU's kernel). Returns a new C-contiguous n × k array."""
     dtype = np.result_type(A.dtype, B.dtype)
     if dtype not in (np.float32, np.float64):
         dtype = np.dtype(np.float64)

@@ -61,9 +61,11 @@ def test_rowwise_matmul_is_the_product(shape):
 def test_rowwise_matmul_sums_in_column_order():
     """Each element is the left-to-right sum (…((0 + a₀b₀) + a₁b₁) + …), every product and sum
     rounded to float64: checked against that recurrence in exact rational arithmetic, with
-    terms whose sum depends on the order (1e16 + 1 − 1e16 is 0 left to right, 1 otherwise)."""
-    A = np.array([[1e16, 1.0, -1e16, 0.5], [1.0, 1e16, 1.0, -1e16], [3.0, -2.0, 0.1, 7.0]])
-    B = np.array([[1.0, 2.0], [1.0, 3.0], [1.0, 1.0], [1.0, 0.3]])
+    terms whose sum depends on the order (1e16 + 1 − 1e16 is 0 left to right, 1 otherwise) and
+    a product whose fused multiply-add would round differently (last row, last column)."""
+    A = np.array([[1e16, 1.0, -1e16, 0.5], [1.0, 1e16, 1.0, -1e16], [3.0, -2.0, 0.1, 7.0],
+                  [0.1, 0.420571580830845, 0.0, 0.0]])
+    B = np.array([[1.0, 2.0, 1.0], [1.0, 3.0, 0.25891675029296335], [1.0, 1.0, 0.0], [1.0, 0.3, 0.0]])
     expected = np.empty((A.shape[0], B.shape[1]))
     for i in range(A.shape[0]):
         for col in range(B.shape[1]):
@@ -73,6 +75,7 @@ def test_rowwise_matmul_sums_in_column_order():
             expected[i, col] = s
     assert np.array_equal(rowwise_matmul(A, B), expected)
     assert rowwise_matmul(A, B)[0, 0] == 0.5  # left to right: (1e16 + 1) rounds to 1e16
+    assert rowwise_matmul(A, B)[3, 2] == 0.20889302697429674  # fused: 0.20889302697429676
 
 
 def test_rowwise_matmul_mixed_precision_and_shape_error():
