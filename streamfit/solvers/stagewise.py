@@ -91,11 +91,11 @@ while the panel is in cache; gram_dtype="float32" stores them in single precisio
 from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
 from single-precision panel products, summed and added to the float64 scores in float64
 (about 2x faster; results then agree with float64 to ~1e-5). Products whose rows are samples
-(ZΩ, AW, the PCA projection, the calibrations) go through `rowwise_matmul` (single-threaded
-BLAS, an even row count), so a row gets the same bits in any chunk, scoring batch or process,
-cluster-trained or not (float64 designs; single-precision BLAS products also
-depend on a row's offset in the call, so with float32 designs scoring a training row agrees
-with its training-time score to ~1e-6, bitwise only in the training chunk's alignment).
+(ZΩ, AW, the PCA projection, the calibrations, the predictions' columns) go through
+`rowwise_matmul`, a compiled loop that sums each element in one fixed order, never BLAS (whose
+rounding depends on the CPU's kernel, the threads and the other rows of the call): a row gets
+the same bits in any chunk, scoring batch or process, cluster-trained or not, float64 or
+float32 designs alike.
 
 Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
 RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of

@@ -22,8 +22,8 @@ _BLAS = ThreadpoolController()
 
 
 def single_threaded_blas():
-    """A context in which BLAS runs on one thread: row-wise products (`rowwise_matmul`), the QR
-    of orthogonal frequencies and the driver's small solves get the same bits in any process."""
+    """A context in which BLAS runs on one thread: the QR of orthogonal frequencies and the
+    driver's small factorisations and solves get the same bits in any process."""
     return _BLAS.limit(limits=1, user_api="blas")
 
 
@@ -174,19 +174,38 @@ def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) 
 
 
 def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
-    """A @ B for a dense A, each row's result the same bits whatever rows it is computed with and
-    in whatever process. OpenBLAS computes the last row of an odd number of rows by another
-    kernel path (its last bits differ): an odd A gets a zero row appended; and its threads split
-    the rows differently from a single-threaded Dask worker: the product runs single-threaded,
-    so that a training chunk's row and the same row scored later, inside another batch, in the
-    driver, agree bitwise (float64; single-precision products also depend on a row's offset in
-    the call, so float32 designs agree to ~1e-6 only)."""
-    with single_threaded_blas():
-        if A.shape[0] % 2 == 0:
-            return A @ B
-        padded = np.zeros((A.shape[0] + 1, A.shape[1]), dtype=A.dtype)
-        padded[:-1] = A
-        return (padded @ B)[:-1]
+    """A @ B (A: n × m dense, B: m × k) in the precision of A and B (float64, or float32 when
+    both are float32), each element summed in one fixed order:
+    C_ij = (…((0 + A_i0 B_0j) + A_i1 B_1j) + …) + A_i,m−1 B_m−1,j, products and sums rounded
+    separately (no fused multiply-add). A row's result therefore depends on that row of A and
+    on B only: the same bits in any chunk, batch or process, at any row offset, on any CPU and
+    with any BLAS threads (a BLAS product orders its sums by the shape of the whole call, its
+    threads and the CPU's kernel). Returns a new C-contiguous n × k array."""
+    dtype = np.result_type(A.dtype, B.dtype)
+    if dtype not in (np.float32, np.float64):
+        dtype = np.dtype(np.float64)
+    A, B = np.ascontiguousarray(A, dtype=dtype), np.ascontiguousarray(B, dtype=dtype)
+    if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"rowwise_matmul: shapes {A.shape} and {B.shape} do not multiply")
+    C = np.zeros((A.shape[0], B.shape[1]), dtype=dtype)
+    _rowwise_matmul(A, B, C)
+    return C
+
+
+@numba.njit(cache=True)
+def _rowwise_matmul(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
+    """C += A B row by row, the sum over A's columns in increasing order (`rowwise_matmul`). The
+    inner loop runs over one row of C (vectorised: each element is still its own ordered sum);
+    fastmath stays off, as it would let the compiler reorder or fuse the sums."""
+    n, m = A.shape
+    for i in range(n):
+        a = A[i]
+        c = C[i]
+        for j in range(m):
+            aij = a[j]
+            b = B[j]
+            for col in range(c.shape[0]):
+                c[col] += aij * b[col]
 
 
 def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float,
@@ -221,8 +240,8 @@ def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: floa
 
 def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out: np.ndarray | None = None,
                  col: int = 0, n_out: int | None = None) -> np.ndarray:
-    """√2 cos(ZΩ + β): the phase ZΩ is one BLAS product in Ω's precision (float64, or float32
-    for single-precision designs: a phase error of ~1e-7 · |ZΩ|); one fused pass
+    """√2 cos(ZΩ + β): the phase ZΩ is one `rowwise_matmul` product in Ω's precision (float64,
+    or float32 for single-precision designs: a phase error of ~1e-7 · |ZΩ|); one fused pass
     (`_cos_features`) adds β, reduces to [−π, π] and evaluates the cosine by a polynomial, exact
     to ~1e-15 and several times faster than numpy's cosine (even its float32 one, with its 1e-6
     error). Written into columns col … col + n_out − 1 of `out` (C-contiguous, float64, or

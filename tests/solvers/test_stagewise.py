@@ -256,7 +256,8 @@ def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, par
     classes = [str(c) for c in range(10)]
     store_a = write_store(tmp_path / "a", X, y, classes, chunk_rows=256)
     store_b = write_store(tmp_path / "b", X, y, classes, chunk_rows=100)
-    serial, _, _ = fit(store_a, str(tmp_path / "run1"), lam=1e-3, **params)
+    with threadpool_limits(1):  # the sums AᵀA, AᵀR are BLAS products: as on the workers, one thread
+        serial, _, _ = fit(store_a, str(tmp_path / "run1"), lam=1e-3, **params)
     parallel, log, ckpt = fit(store_a, str(tmp_path / "run2"), engine=local_engine, lam=1e-3, **params)
     rechunked, _, _ = fit(store_b, str(tmp_path / "run3"), lam=1e-3, **params)
     S = serial.decision_function(X)
@@ -323,12 +324,14 @@ def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
 @pytest.mark.parametrize("params", [
     {"generator": "rff", "n_components": 300, "block_size": 100, "pca_components": 20, "calibration": "poly"},
     {"generator": "rff", "n_components": 300, "block_size": 100, "calibration": "predictions", "rff_phases": "paired"},
+    {"generator": "rff", "n_components": 300, "block_size": 100, "gram_dtype": "float32"},
 ])
 def test_scoring_replays_training_bitwise_any_batch(digits, params):
-    """The issue asks for exactly the training-time scores. BLAS computes the last row of an odd
-    number of rows by another path: with odd chunks (777 rows) or odd scoring batches (333),
-    rows differed from training in the last bits (1e-15); and multi-threaded BLAS splits rows
-    differently from a single-threaded Dask worker. The same bits with any BLAS threads."""
+    """The issue asks for exactly the training-time scores. BLAS rounds a row depending on the
+    other rows of the call (odd chunks of 777 rows, odd scoring batches of 333, panels of 1024,
+    its threads, the CPU's kernel): rows differed from training in the last bits (1e-15). The
+    row-wise products (`rowwise_matmul`) give the same bits with any batch and BLAS threads,
+    float32 designs included."""
     X, y = digits
     source = InMemoryStore(X, y, list(range(10)), chunk_rows=777)
     with threadpool_limits(1):  # trained as on the cluster's single-threaded workers

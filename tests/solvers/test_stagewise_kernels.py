@@ -1,0 +1,85 @@
+"""Tests of streamfit.solvers.stagewise_kernels."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from streamfit.solvers.stagewise_kernels import rowwise_matmul
+
+# (rows, inner, columns): the stagewise products ZΩ (PCA'd inputs times a frequency block), AW
+# (a design panel times a stage's weights), the calibrations and the predictions' columns, and
+# odd sizes around the vector widths.
+SHAPES = [(1030, 16, 1000), (1030, 1001, 26), (301, 2000, 10), (257, 27, 26), (64, 26, 10), (33, 5, 1), (9, 1, 7)]
+
+
+def _operands(shape, dtype, seed=0):
+    n, m, k = shape
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, m)).astype(dtype), rng.standard_normal((m, k)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rowwise_matmul_row_does_not_depend_on_other_rows(shape, dtype):
+    """The property the stagewise promises rest on (scores replayed bitwise in any chunk or batch):
+    a row's product is the same bits computed with all rows, alone, within a shuffled subset, an
+    odd or even number of rows, at another row offset, or from a non-contiguous view. Checked on
+    the property itself, so it fails on any CPU where the kernel would depend on its neighbours
+    (as OpenBLAS's SkylakeX kernel does on AVX-512)."""
+    A, B = _operands(shape, dtype)
+    n = A.shape[0]
+    full = rowwise_matmul(A, B)
+    assert full.dtype == dtype and full.shape == (n, B.shape[1]) and full.flags.c_contiguous
+    rng = np.random.default_rng(1)
+    for i in rng.choice(n, size=min(n, 40), replace=False):
+        assert np.array_equal(rowwise_matmul(A[i:i + 1], B)[0], full[i])
+    subset = rng.permutation(n)[: max(1, n // 3)]
+    assert np.array_equal(rowwise_matmul(A[subset], B), full[subset])
+    for count in (n - 1, n - 2, max(1, n // 2) | 1, max(2, n // 2) & ~1):  # odd and even row counts
+        assert np.array_equal(rowwise_matmul(A[:count], B), full[:count])
+    assert np.array_equal(rowwise_matmul(A[3:], B), full[3:])  # another row offset
+    assert np.array_equal(rowwise_matmul(A[1::2], B), full[1::2])  # a strided view
+    assert np.array_equal(rowwise_matmul(np.asfortranarray(A), np.asfortranarray(B)), full)
+    stacked = np.vstack([rng.standard_normal((5, A.shape[1])).astype(dtype), A[:7]])  # other rows before it
+    assert np.array_equal(rowwise_matmul(stacked, B)[5:], full[:7])
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rowwise_matmul_is_the_product(shape):
+    """Close to the BLAS product: each element within 1e-12 of it relative to Σ_j |A_ij B_jl|
+    (the scale of the rounding of any summation order); float32 operands within 1e-5 of the
+    float64 product."""
+    A, B = _operands(shape, np.float64)
+    scale = np.abs(A) @ np.abs(B)
+    assert np.all(np.abs(rowwise_matmul(A, B) - A @ B) <= 1e-12 * scale)
+    A32, B32 = A.astype(np.float32), B.astype(np.float32)
+    exact32 = A32.astype(np.float64) @ B32.astype(np.float64)
+    assert np.all(np.abs(rowwise_matmul(A32, B32) - exact32) <= 1e-5 * scale)
+
+
+def test_rowwise_matmul_sums_in_column_order():
+    """Each element is the left-to-right sum (…((0 + a₀b₀) + a₁b₁) + …), every product and sum
+    rounded to float64: checked against that recurrence in exact rational arithmetic, with
+    terms whose sum depends on the order (1e16 + 1 − 1e16 is 0 left to right, 1 otherwise) and
+    a product whose fused multiply-add would round differently (last row, last column)."""
+    A = np.array([[1e16, 1.0, -1e16, 0.5], [1.0, 1e16, 1.0, -1e16], [3.0, -2.0, 0.1, 7.0],
+                  [0.1, 0.420571580830845, 0.0, 0.0]])
+    B = np.array([[1.0, 2.0, 1.0], [1.0, 3.0, 0.25891675029296335], [1.0, 1.0, 0.0], [1.0, 0.3, 0.0]])
+    expected = np.empty((A.shape[0], B.shape[1]))
+    for i in range(A.shape[0]):
+        for col in range(B.shape[1]):
+            s = 0.0
+            for j in range(A.shape[1]):
+                s = float(Fraction(s) + Fraction(float(Fraction(A[i, j]) * Fraction(B[j, col]))))
+            expected[i, col] = s
+    assert np.array_equal(rowwise_matmul(A, B), expected)
+    assert rowwise_matmul(A, B)[0, 0] == 0.5  # left to right: (1e16 + 1) rounds to 1e16
+    assert rowwise_matmul(A, B)[3, 2] == 0.20889302697429674  # fused: 0.20889302697429676
+
+
+def test_rowwise_matmul_mixed_precision_and_shape_error():
+    A, B = _operands((6, 4, 3), np.float32)
+    assert rowwise_matmul(A, B.astype(np.float64)).dtype == np.float64  # the wider precision
+    with pytest.raises(ValueError, match="do not multiply"):
+        rowwise_matmul(A, B.T)
