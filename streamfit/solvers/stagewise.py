@@ -85,7 +85,7 @@ import dataclasses
 import hashlib
 import json
 import weakref
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -93,6 +93,7 @@ import scipy.sparse as sp
 from pydantic import Field, model_validator
 from scipy.spatial.distance import pdist
 
+from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
 from streamfit.errors import ConfigError, InputError
 from streamfit.model import Model, register_model
@@ -435,11 +436,53 @@ def _product(A, V: np.ndarray, rowwise: bool = True) -> np.ndarray:
     return np.asarray(rowwise_matmul(A, V) if rowwise and not sp.issparse(A) else A @ V, dtype=np.float64)
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> tuple:
-    """The sums Algorithm 1 needs at W = 0 for the design [A, F] (F only `with_predictions`):
-    (AᵀA, [A, F]ᵀR, Σ ℓ(F), [A, F]ᵀF) with R = Y − g(F); AᵀA only with `gram` (else the driver
-    already holds it and None is returned), the F columns' part of the Gram last (None without
-    F; `_bordered` assembles the whole). AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
+class BlockStats(NamedTuple):
+    """The sums Algorithm 1 needs at W = 0 for the design [A, F] of a block (F only with
+    calibration="predictions"), R = Y − g(F): `gram` AᵀA (p' × p', p' = A's width; None when the
+    driver already holds it), `rhs` [A, F]ᵀR ((p' [+ k]) × k), `loss` Σ_i ℓ(F_i; y_i) (13), and
+    `cross` [A, F]ᵀF ((p' + k) × k, the F columns of the Gram; None without F)."""
+
+    gram: np.ndarray | None
+    rhs: np.ndarray
+    loss: float
+    cross: np.ndarray | None
+
+
+class InnerSums(NamedTuple):
+    """An inner iteration's sums at U = F + AW: `rhs` Aᵀ(Y − g(U)), `loss` Σ_i ℓ(U_i; y_i)."""
+
+    rhs: np.ndarray
+    loss: float
+
+
+class CalibrationSums(NamedTuple):
+    """Algorithm 2's sums for G = G(ỹ): `gram` GᵀG (|G| × |G|), `rhs` GᵀY (|G| × k)."""
+
+    gram: np.ndarray
+    rhs: np.ndarray
+
+
+class UpdateSums(NamedTuple):
+    """An update pass's sums at the new scores F: `loss` Σ_i ℓ(F_i; y_i), `correct` the rows
+    whose top class is right (multilabel: a true label), and either the next block's
+    `next_stats` or the next ranking's column `gradient` X_activeᵀ(Y − g(F)) (or neither)."""
+
+    loss: float
+    correct: int
+    next_stats: BlockStats | None
+    gradient: np.ndarray | None
+
+
+class ScanCounts(NamedTuple):
+    """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values."""
+
+    nnz: np.ndarray
+    nonfinite: int
+
+
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
+    """`BlockStats` of the rows of design A at scores F; AᵀA only with `gram`; `_bordered`
+    assembles the Gram of [A, F]. AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
     are summed panel by panel, the panels' products in the design's precision, their sum in
     float64."""
     R, loss = link_residual(F, Y, link)
@@ -456,9 +499,9 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
                 M += P.T @ P
             B += _product(P.T, RF[lo:hi], rowwise=False)
     if not with_predictions:
-        return M, B, loss, None
+        return BlockStats(M, B, loss, None)
     k = R.shape[1]
-    return M, np.vstack([B[:, :k], F.T @ R]), loss, np.vstack([B[:, k:], F.T @ F])
+    return BlockStats(M, np.vstack([B[:, :k], F.T @ R]), loss, np.vstack([B[:, k:], F.T @ F]))
 
 
 def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
@@ -474,11 +517,11 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
     return np.asarray(X[:, active].T @ (Y - link_mean(F, link)))
 
 
-def _scan_task(source, chunk_id):
-    """(non-zeros per column, non-finite values) of the chunk."""
+def _scan_task(source: ChunkSource, chunk_id: int) -> ScanCounts:
+    """The chunk's non-zeros per column and non-finite values."""
     X = source.read_chunk(chunk_id).X
-    return (np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
-            int(X.data.size - np.isfinite(X.data).sum()))
+    return ScanCounts(np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
+                      int(X.data.size - np.isfinite(X.data).sum()))
 
 
 def _first_nonfinite_task(source, chunk_id):
@@ -511,7 +554,8 @@ def _rows_task(source, chunk_id, *, rows, inputs):
     return chunk.X[local][:, inputs].toarray().astype(np.float64), chunk.targets(source.n_classes)[local]
 
 
-def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
+def _stats_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                block: int | np.ndarray, link: str, gram: bool) -> BlockStats:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
@@ -522,54 +566,58 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
     return _column_gradient(chunk.csc, active, F, Y, link)
 
 
-def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
+def _inner_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                block: int | np.ndarray, W: np.ndarray, link: str) -> InnerSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
         R, loss = link_residual(U, Y, link)
-        return np.asarray(A.T @ R), loss
+        return InnerSums(np.asarray(A.T @ R), loss)
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
     for lo, hi in _panels(A.shape[0]):
         U = F[lo:hi] + _product(A[lo:hi], W, rowwise=False)  # only summed (AᵀR), never scores
         R, part = link_residual(U, Y[lo:hi], link)
         B += _product(A[lo:hi].T, R, rowwise=False)
         loss += part
-    return B, loss
+    return InnerSums(B, loss)
 
 
-def _calibration_task(source, chunk_id, *, state, version, space, block, W):
+def _calibration_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                      block: int | np.ndarray, W: np.ndarray) -> CalibrationSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     G = poly_basis(apply_stage(space, base, F, block, W, None, source.multilabel,
                                design=_chunk_design(source, chunk_id, space, base, block)))
-    return G.T @ G, G.T @ Y
+    return CalibrationSums(G.T @ G, G.T @ Y)
 
 
-def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, next_block, next_gram,
-                 next_gradient):
-    """Apply the stage, write scores version+1, and return (Σ ℓ, #correct) plus the fused
-    statistics of the next block (when `next_block` is given; its AᵀA only if `next_gram`) or
-    the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
+def _update_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                 block: int | np.ndarray, W: np.ndarray, C: np.ndarray | None, link: str,
+                 next_block: int | np.ndarray | None, next_gram: bool, next_gradient: np.ndarray | None) -> UpdateSums:
+    """Apply the stage, write scores version+1, and return its `UpdateSums`: the fused
+    statistics of the next block when `next_block` is given (its AᵀA only if `next_gram`), the
+    column gradients when `next_gradient` holds the active columns."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     if space.kind == "rff" and next_block is not None:
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
-        return (stats[2], _n_correct(F, chunk.labels)) + stats  # Σℓ at the new scores, summed by panel
+        return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, block))
     state.write(SCORES, version + 1, chunk_id, F)
-    out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels))
+    loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
         A = _chunk_design(source, chunk_id, space, base, next_block)
-        return out + _block_stats(A, F, Y, link, space.with_predictions, next_gram)
+        return UpdateSums(loss, correct, _block_stats(A, F, Y, link, space.with_predictions, next_gram), None)
     if next_gradient is not None:
-        return out + (_column_gradient(chunk.csc, next_gradient, F, Y, link),)
-    return out
+        return UpdateSums(loss, correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link))
+    return UpdateSums(loss, correct, None, None)
 
 
-def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram) -> tuple:
+def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block,
+                  next_gram) -> tuple[np.ndarray, BlockStats]:
     """_update_task for a dense design, in one sweep of row panels: apply the stage to a panel,
     build the next block's features of the panel and add its statistics, while all of it is in
     cache. The same bits as apply_stage followed by _block_stats on the whole next design."""
@@ -821,15 +869,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         """(feature space, active columns, generator with "auto" resolved, passes over the data)."""
         p = self.params
         chunks = range(source.n_chunks)
-        col_nnz, n_nonfinite = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
-        if n_nonfinite:
-            self._raise_nonfinite(source, engine, n_nonfinite)
-        active = np.flatnonzero(col_nnz)
+        scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
+        if scan.nonfinite:
+            self._raise_nonfinite(source, engine, scan.nonfinite)
+        active = np.flatnonzero(scan.nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")
         generator = p.generator
         if generator == "auto":
-            density = col_nnz.sum() / (source.n_rows * len(active))
+            density = scan.nnz.sum() / (source.n_rows * len(active))
             if len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
                 generator = "gradient"
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions")
@@ -944,15 +992,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         return (state.generator in ("rff", "sequential") and p.n_passes > 1
                 and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
 
-    def _stage_stats(self, M: np.ndarray | None, B: np.ndarray, loss: float, cross: np.ndarray | None, pos: int,
-                     cache: bool) -> tuple[np.ndarray, np.ndarray, float]:
-        """(Gram of [A, F], [A, F]ᵀR, Σℓ) from `_block_stats`'s sums, AᵀA from the cache when the
-        task did not sum it (M None)."""
+    def _stage_stats(self, stats: BlockStats, pos: int, cache: bool) -> tuple[np.ndarray, np.ndarray, float]:
+        """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a block's summed `BlockStats`, AᵀA from the cache
+        when the tasks did not sum it."""
+        M = stats.gram
         if M is None:
             M = self._grams[pos]
         elif cache:
             self._grams[pos] = M
-        return _bordered(M, cross), B, float(loss)
+        return _bordered(M, stats.cross), stats.rhs, float(stats.loss)
 
     # ---- one stage ----
     def _penalty(self, W: np.ndarray) -> float:
@@ -997,10 +1045,11 @@ class StagewiseSolver(Solver[StagewiseState]):
         objective = [loss_sum / n]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
-            B, loss_sum = ctx.engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
-                                                state=ctx.chunk_state, version=state.scores.version, space=space,
-                                                block=block, W=W, link=link)
+            sums = ctx.engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
+                                         state=ctx.chunk_state, version=state.scores.version, space=space,
+                                         block=block, W=W, link=link)
             state.data_passes += 1
+            B, loss_sum = sums.rhs, sums.loss
             f = loss_sum / n + self._penalty(W)
             if p.backtrack and f > objective[-1] and lipschitz < bound:
                 lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
@@ -1020,11 +1069,12 @@ class StagewiseSolver(Solver[StagewiseState]):
         I_ỹ the map G(ỹ) ↦ ỹ and ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (see the module docstring).
         One pass over the data."""
         source = ctx.source
-        GG, GY = ctx.engine.map_reduce(_calibration_task, source, range(source.n_chunks),
-                                       desc="stagewise: calibrate", state=ctx.chunk_state,
-                                       version=state.scores.version, space=space, block=block, W=W)
+        sums = ctx.engine.map_reduce(_calibration_task, source, range(source.n_chunks),
+                                     desc="stagewise: calibrate", state=ctx.chunk_state,
+                                     version=state.scores.version, space=space, block=block, W=W)
         state.data_passes += 1
-        H, k = GG / source.n_rows, GY.shape[1]
+        H, GY = sums.gram / source.n_rows, sums.rhs
+        k = GY.shape[1]
         identity = np.zeros_like(GY)
         identity[1:1 + k] = np.eye(k)  # the rows of G's linear terms ỹ (poly_basis: [1, ỹ, ỹ², ỹ³])
         eps = CALIBRATION_RIDGE * np.trace(H) / H.shape[0]
@@ -1053,7 +1103,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             state.order = self._gradient_order(G, state.active)
         block = self._block(state.generator, s, n_blocks, state.active, state.order)
         if state.pending_gram is None:
-            stats = self._stage_stats(*engine.map_reduce(
+            stats = self._stage_stats(engine.map_reduce(
                 _stats_task, source, chunks, desc="stagewise: gram", state=ctx.chunk_state, version=version,
                 space=space, block=block, link=link, gram=pos not in self._grams), pos, cache)
             state.data_passes += 1
@@ -1079,13 +1129,13 @@ class StagewiseSolver(Solver[StagewiseState]):
         state.weights.append(W)
         if C is not None:
             state.calibrations.append(C)
-        loss_sum, correct = out[0], out[1]
+        loss_sum, correct = out.loss, out.correct
         state.pending_gram = state.pending_rhs = state.pending_loss = None
-        if next_block is not None:
+        if out.next_stats is not None:
             state.pending_gram, state.pending_rhs, state.pending_loss = self._stage_stats(
-                *out[2:], (s + 1) % n_blocks, cache)
+                out.next_stats, (s + 1) % n_blocks, cache)
         if pass_ends:
-            state.order = self._gradient_order(out[2], state.active) if next_gradient is not None else None
+            state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
 
         n_generated = state.space["n_components"] if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
