@@ -822,17 +822,19 @@ class StagewiseSolver(Solver[StagewiseState]):
     """Algorithm 3 with Algorithm 1 (identity or softmax link) or Algorithm 2 per stage; one
     step is one stage, and `n_passes` passes over the blocks make the schedule.
 
-    Logged per stage: objective = (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F over the stages
-    so far (D drops the bias row; with one block holding every feature and one pass, the ridge
-    resp. logistic objective the stage minimises), where ℓ is the calibrated loss (13) of the
-    link: ½‖y − u‖² for the identity link (Φ(u) = ½‖u‖², plus the constant ½‖y‖²; the same ℓ
-    as each stage's problem), the multinomial logistic loss for softmax, the sum of binary
-    logistic losses for multilabel sigmoid; calibration maps W̃_t are not penalised.
-    loss = (1/n) Σ_i ‖y_i − ŷ_i‖² for the identity link (twice its ℓ: the squared error of
-    Theorem 2, which never increases from stage to stage) and (1/n) Σ_i ℓ(ŷ_i; y_i) for the
-    others. Also train_accuracy (top-1; multilabel: train_p_at_1), stage (0-based), pass, block,
-    n_features (distinct generated features used so far), data_passes, and for the softmax
-    link inner_objective (the stage's f at every inner iterate, W₀ = 0 first)."""
+    Logged at step t (after stage t − 1, ŷ the scores F then):
+    - objective = (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_{stages so far} ‖D W_t‖²_F, D dropping the
+      bias row (W_t's rows of F, calibration="predictions", are penalised; the calibration maps
+      W̃_t are not). ℓ is the loss of each stage's problem f: for the identity link
+      ½‖y − u‖², which is (13) with Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect
+      fit); for softmax the multinomial logistic loss (13); for multilabel sigmoid the sum of
+      the labels' binary logistic losses. With one block holding every feature and one pass
+      this is the ridge resp. logistic objective that the stage minimises.
+    - loss = (1/n) Σ_i ‖y_i − ŷ_i‖² for the identity link (twice its ℓ: the squared error of
+      Theorem 2, which never increases from stage to stage), (1/n) Σ_i ℓ(ŷ_i; y_i) otherwise.
+    - train_accuracy (top-1; multilabel: train_p_at_1), stage (t − 1), pass, block,
+      n_features (distinct generated features used so far), data_passes, and for the softmax
+      link inner_objective (the stage's f at every inner iterate, W₀ = 0 first)."""
 
     name = "stagewise"
     Params = StagewiseParams
@@ -1137,7 +1139,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         if pass_ends:
             state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
 
-        n_generated = state.space["n_components"] if space.kind == "rff" else len(state.active)
+        n_generated = space.n_components if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
         accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
         fields = dict(objective=self._objective(loss_sum, n, link, state.weights), loss=loss_sum / n, **accuracy,
