@@ -100,7 +100,9 @@ def test_a_run_resumed_after_a_time_limit_ends_with_the_same_model_bytes_and_one
     params = {"generator": "rff", "n_components": 256, "block_size": 32, "n_passes": 2}
     whole = _train(digits_store, tmp_path / "whole", params=params)
     with pytest.raises(TimeLimitReached):
-        _train(digits_store, tmp_path / "cut", params=params, time_limit=1e-9)  # stops after its first step
+        _train(digits_store, tmp_path / "cut", params=params, time_limit=1e-9)  # stops at init's checkpoint (step 0)
+    with pytest.raises(TimeLimitReached):  # a second session: one step, then it stops at that step's checkpoint
+        _train(digits_store, tmp_path / "cut", params=params, resume=True, time_limit=1e-9)
     with caplog.at_level("INFO", logger="streamfit.train"):
         resumed = _train(digits_store, tmp_path / "cut", params=params, resume=True)
     assert any(r.getMessage().startswith("resuming from the checkpoint of step 1") for r in caplog.records)

@@ -4,9 +4,10 @@ Valiant (2014), "Least Squares Revisited: Scalable Approaches for Multi-class Pr
 Algorithm 3 (stagewise regression). Keep the per-sample scores F (n × k, ŷ in the paper) on
 disk, chunk-aligned with the data (ChunkState "scores"), starting from F = 0. Stage t takes a
 block x̃ = GEN(x, p) of p features, fits it to the current residuals and updates F. A pass
-visits every block once; `n_passes` passes make S = n_passes · n_blocks stages.
+visits every block once; `n_passes` passes make S = n_passes · n_blocks stages. One stage is
+one step of the solver protocol (`StagewiseSolver.step`; its state is `StagewiseState`).
 
-Design matrix of a block: A = [1, x̃] (the always-on bias column, see "Bias" below), plus the
+Design matrix of a block: A = [1, x̃] (an unpenalised bias column, `fit_intercept`), plus the
 current scores F when calibration="predictions" (A = [1, x̃, F]; in the code F is kept apart
 from [1, x̃], whose features and AᵀA then stay the same from pass to pass).
 
@@ -20,92 +21,61 @@ the update (14) with the ridge term added to the majorizer reads
 
     W ← W − (L Σ̂ + λD)⁻¹ [ (1/n) Aᵀ(g(F + AW) − Y) + λ D W ],        W₀ = 0.
 
-- link="identity": g(u) = u, ℓ = ½‖y − u‖², L = 1, and one step is exact: W solves the
-  ridge problem (1/n)‖R − AW‖²_F + λ‖DW‖²_F with R = Y − F (one Cholesky solve).
+- link="identity": g(u) = u, ℓ = ½‖y − u‖² (Φ = ½‖u‖², up to the constant ½‖y‖²), L = 1,
+  and one step is exact: W solves the ridge problem (1/n)‖R − AW‖²_F + λ‖DW‖²_F (= 2f) with
+  R = Y − F (one Cholesky solve).
 - link="softmax": g = softmax (multiclass) or per-label sigmoid (multilabel); L = ½ resp. ¼
   (Gershgorin bound on the Hessian diag(p) − ppᵀ, footnote 3; `lipschitz` overrides it).
-  `backtrack`: the bound is a worst case (the Hessian is far smaller once p is near a vertex
-  of the simplex), so each stage starts at L/4 and doubles L, going back to the previous
-  iterate and its gradient, whenever the objective rose (the rejected pass counts as an
-  iteration). L never exceeds the bound, where the majorization guarantees a decrease, so
-  the accepted iterates decrease f; only the stage's last step is not checked (as with the
-  fixed step, it is evaluated by the update pass).
-  L Σ̂ + λD is factored once per stage; each of up to `max_iter` steps is one pass over the
-  data; steps stop early once f decreases by less than `tol`·|f|. f decreases monotonically
-  (majorization, proof of Theorem 1).
+  `backtrack` (not in the paper): each stage starts at L/4 and doubles L, going back to the
+  previous iterate and its gradient, whenever f rose (the rejected pass counts as an
+  iteration); L never exceeds the bound, where the majorization guarantees a decrease, so the
+  accepted iterates decrease f. L Σ̂ + λD is factored once per stage; each of up to
+  `max_iter` steps is one pass over the data; steps stop early once f decreases by less than
+  `tol`·|f|. f decreases monotonically (majorization, proof of Theorem 1).
 
 Calibration (Algorithm 2). calibration="poly": after the block fit ỹ = F + AW (18), a pass
-collects GᵀG and GᵀY for G(ỹ) = [1, ỹ, ỹ², ỹ³] (§3.1), the least-squares W̃ gives
-ȳ = G(ỹ)W̃, and F ← clip(ȳ), the projection onto the probability simplex (onto [0, 1]^k for
-multilabel) (19). Since G contains ỹ and the projection is a contraction towards y, the
-training squared error never increases from stage to stage (proof of Theorem 2). Once the
-training predictions near the vertices, ỹ, ỹ² and ỹ³ nearly coincide and GᵀG is singular to
-working precision: the unregularised fit (a pseudo-inverse) then amplified rounding, so that
-the model changed with the chunking (by 0.3 in the scores on sector) and the squared error
-could rise. W̃ is therefore pulled towards I_ỹ, the map G(ỹ) ↦ ỹ: it minimises
-(1/n)‖Y − GW̃‖² + ε‖W̃ − I_ỹ‖² with ε = 1e-4 · tr(GᵀG/n)/|G|. I_ỹ itself is feasible, so the
-fit's squared error is still at most that of ỹ and Theorem 2's monotone decrease holds. calibration="predictions" is the simpler variant of §3.1: the previous
-predictions are just more features of the block (A = [1, x̃, F]).
+collects GᵀG and GᵀY for G(ỹ) = [1, ỹ, ỹ², ỹ³] (§3.1), the fit W̃ gives ȳ = G(ỹ)W̃, and
+F ← clip(ȳ), the projection onto the probability simplex (onto [0, 1]^k for multilabel) (19).
+W̃ minimises (1/n)‖Y − GW̃‖² + ε‖W̃ − I_ỹ‖², I_ỹ the map G(ỹ) ↦ ỹ and
+ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (a pull that keeps the fit stable where G is singular to
+working precision). I_ỹ is feasible, so the fit's squared error is at most that of ỹ; since
+the projection is a contraction towards y, the training squared error never increases from
+stage to stage (proof of Theorem 2). calibration="predictions" is the simpler variant of §3.1:
+the previous predictions are just more features of the block (A = [1, x̃, F]).
 
 GEN (the feature generator of Algorithm 3), over the *active* columns (those with a non-zero
-in the training data; hashed stores have mostly empty columns):
+in the training data):
 - "sequential": blocks of consecutive active columns;
 - "random": a fresh seeded permutation of the active columns each pass (no replacement);
 - "gradient": columns ordered by ‖X_jᵀR‖₂ (R = Y − g(F)), recomputed at the start of every
-  pass (A.2.2); the norms are compared in single precision, ties by column id, so that the
-  chunking's last bits do not reorder (near-)tied columns;
+  pass (A.2.2);
 - "rff": random Fourier features of the dense active columns (A.2.1): optionally PCA to
   `pca_components` dimensions, Gaussian kernel bandwidth σ = `bandwidth` · median pairwise
   distance ("median trick"), `n_components` features in blocks; block b's frequencies come
-  from the seed sequence (random_state, b) and are regenerated per chunk, never stored.
-  The PCA and the median are computed from a seeded sample of rows, so they do not depend on
-  the chunking.
+  from the seed sequence (random_state, b) and are regenerated per chunk, never stored. The
+  PCA and the median come from a seeded sample of rows.
 - "auto": "gradient" (text, §3.3) unless the data is low-dimensional and dense-ish (≤ 1000
-  active columns, ≥ 10 % of them non-zero per row: images, the paper's §3.1 setting); there a
-  validation check on the seeded row sample decides: "rff" unless one ridge fit (Algorithm 1,
-  identity link, the run's λ) on the stored columns has a lower held-out squared error than one
-  on the first random Fourier block (`_rff_validates`). The median trick sets σ relative to the
-  typical distance, so a Gaussian kernel is as local on every data set; where distances
-  concentrate (Statlog dna: 180 one-hot columns, every pair of rows about equally far apart)
-  that kernel is nearly diagonal and the random features memorise instead of generalising.
-
-Bias: an intercept column of ones is part of every block (`fit_intercept`, unpenalised), so
-every stage refits the class means of the residuals. Centering would destroy the sparsity of
-stored features, and a column of ones costs one row/column of the Gram matrix.
+  active columns, ≥ 10 % of them non-zero per row: the paper's §3.1 setting); there "rff"
+  unless one ridge fit (Algorithm 1, identity link, the run's λ) on the stored columns has a
+  lower held-out squared error on the seeded row sample than one on the first random Fourier
+  block (`_rff_validates`).
 
 λ scaling: `lam` is λ for the sample-averaged loss, as in SolverParams: the identity-link stage
 solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the softmax link minimises
 (1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ). λ applies
 to each stage's W (with a single block holding all features this is plain ridge / logistic).
+The logged objective is (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F (`StagewiseSolver`).
 
 Out of core: per stage, AᵀA and Aᵀ(Y − g(F)) are summed over row chunks with
-Engine.map_reduce (a fixed tree: results do not depend on the number of workers); the solve
-happens once in the driver. The task that applies stage t (F ← F + AW, writing the next
-version of the scores) also computes the statistics of stage t+1's block with the new scores
-when that block is already known (fusion: one pass per identity-link stage), or the column
-gradients when the next pass of the "gradient" generator needs them. Memory per task is
-O(chunk_rows · (p + k) + p²), plus O(active columns · k) for the gradient generator's ranking
-pass (once per pass) and O(n_features) for the initial column scan. Dense (random Fourier)
-designs are built and used in row panels of PANEL_ROWS, so an update sweeps its chunk once
-while the panel is in cache; gram_dtype="float32" stores them in single precision (phases ZΩ
-from single-precision products, cosines in float64, then rounded) and forms AᵀA, AᵀR and AW
-from single-precision panel products, summed and added to the float64 scores in float64
-(about 2x faster; results then agree with float64 to ~1e-5). Products whose rows are samples
-(ZΩ, AW, the PCA projection, the calibrations, the predictions' columns) go through
-`rowwise_matmul`, a compiled loop that sums each element in one fixed order, never BLAS (whose
-rounding depends on the CPU's kernel, the threads and the other rows of the call): a row gets
-the same bits in any chunk, scoring batch or process, cluster-trained or not, float64 or
-float32 designs alike.
-
-Checkpoints: after every stage (weights of all stages so far, the GEN state: active columns,
-RFF projection and bandwidth, the gradient order of the current pass, the fused statistics of
-the next block, and the scores version). Everything that is random is derived from
-random_state, so `resume=True` reproduces an uninterrupted run bitwise.
-
-Logged per stage: objective (mean ‖y − ŷ‖² for the identity link and calibrations, mean
-logistic loss for softmax), train_accuracy (top-1; multilabel: train_p_at_1, as bcd), stage,
-pass, block, n_features (distinct generated features used so far), data_passes, and for the
-softmax link inner_objective (f at every inner iterate, W₀ = 0 first).
+Engine.map_reduce (a fixed tree: results do not depend on the number of workers) and solved
+in the driver; the update pass of stage t also sums stage t+1's statistics (one pass per
+identity-link stage). Everything random derives from random_state, so a resumed run
+reproduces an uninterrupted one bitwise. Caches, panels and memory: docs/architecture.md.
+Products whose rows are samples (ZΩ, AW, the PCA projection, the calibrations, the
+predictions' columns) go through `rowwise_matmul`, a compiled loop that sums each element in
+one fixed order, never BLAS (whose rounding depends on the CPU's kernel, the threads and the
+other rows of the call): a row gets the same bits in any chunk, scoring batch or process,
+cluster-trained or not, float64 or float32 designs alike.
 """
 
 from __future__ import annotations
@@ -114,7 +84,7 @@ import dataclasses
 import hashlib
 import json
 import weakref
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -122,12 +92,11 @@ import scipy.sparse as sp
 from pydantic import Field, model_validator
 from scipy.spatial.distance import pdist
 
-from streamfit.checkpoint import Checkpointer
+from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
 from streamfit.errors import ConfigError, InputError
 from streamfit.model import Model, register_model
-from streamfit.runlog import MetricsLog
-from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.stagewise_kernels import (
     link_loss_sum,
     link_mean,
@@ -466,11 +435,53 @@ def _product(A, V: np.ndarray, rowwise: bool = True) -> np.ndarray:
     return np.asarray(rowwise_matmul(A, V) if rowwise and not sp.issparse(A) else A @ V, dtype=np.float64)
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> tuple:
-    """The sums Algorithm 1 needs at W = 0 for the design [A, F] (F only `with_predictions`):
-    (AᵀA, [A, F]ᵀR, Σ ℓ(F), [A, F]ᵀF) with R = Y − g(F); AᵀA only with `gram` (else the driver
-    already holds it and None is returned), the F columns' part of the Gram last (None without
-    F; `_bordered` assembles the whole). AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
+class BlockStats(NamedTuple):
+    """The sums Algorithm 1 needs at W = 0 for the design [A, F] of a block (F only with
+    calibration="predictions"), R = Y − g(F): `gram` AᵀA (p' × p', p' = A's width; None when the
+    driver already holds it), `rhs` [A, F]ᵀR ((p' [+ k]) × k), `loss` Σ_i ℓ(F_i; y_i) (13), and
+    `cross` [A, F]ᵀF ((p' + k) × k, the F columns of the Gram; None without F)."""
+
+    gram: np.ndarray | None
+    rhs: np.ndarray
+    loss: float
+    cross: np.ndarray | None
+
+
+class InnerSums(NamedTuple):
+    """An inner iteration's sums at U = F + AW: `rhs` Aᵀ(Y − g(U)), `loss` Σ_i ℓ(U_i; y_i)."""
+
+    rhs: np.ndarray
+    loss: float
+
+
+class CalibrationSums(NamedTuple):
+    """Algorithm 2's sums for G = G(ỹ): `gram` GᵀG (|G| × |G|), `rhs` GᵀY (|G| × k)."""
+
+    gram: np.ndarray
+    rhs: np.ndarray
+
+
+class UpdateSums(NamedTuple):
+    """An update pass's sums at the new scores F: `loss` Σ_i ℓ(F_i; y_i), `correct` the rows
+    whose top class is right (multilabel: a true label), and either the next block's
+    `next_stats` or the next ranking's column `gradient` X_activeᵀ(Y − g(F)) (or neither)."""
+
+    loss: float
+    correct: int
+    next_stats: BlockStats | None
+    gradient: np.ndarray | None
+
+
+class ScanCounts(NamedTuple):
+    """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values."""
+
+    nnz: np.ndarray
+    nonfinite: int
+
+
+def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
+    """`BlockStats` of the rows of design A at scores F; AᵀA only with `gram`; `_bordered`
+    assembles the Gram of [A, F]. AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
     are summed panel by panel, the panels' products in the design's precision, their sum in
     float64."""
     R, loss = link_residual(F, Y, link)
@@ -487,9 +498,9 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
                 M += P.T @ P
             B += _product(P.T, RF[lo:hi], rowwise=False)
     if not with_predictions:
-        return M, B, loss, None
+        return BlockStats(M, B, loss, None)
     k = R.shape[1]
-    return M, np.vstack([B[:, :k], F.T @ R]), loss, np.vstack([B[:, k:], F.T @ F])
+    return BlockStats(M, np.vstack([B[:, :k], F.T @ R]), loss, np.vstack([B[:, k:], F.T @ F]))
 
 
 def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
@@ -505,11 +516,11 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
     return np.asarray(X[:, active].T @ (Y - link_mean(F, link)))
 
 
-def _scan_task(source, chunk_id):
-    """(non-zeros per column, non-finite values) of the chunk."""
+def _scan_task(source: ChunkSource, chunk_id: int) -> ScanCounts:
+    """The chunk's non-zeros per column and non-finite values."""
     X = source.read_chunk(chunk_id).X
-    return (np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
-            int(X.data.size - np.isfinite(X.data).sum()))
+    return ScanCounts(np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
+                      int(X.data.size - np.isfinite(X.data).sum()))
 
 
 def _first_nonfinite_task(source, chunk_id):
@@ -542,7 +553,8 @@ def _rows_task(source, chunk_id, *, rows, inputs):
     return chunk.X[local][:, inputs].toarray().astype(np.float64), chunk.targets(source.n_classes)[local]
 
 
-def _stats_task(source, chunk_id, *, state, version, space, block, link, gram):
+def _stats_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                block: int | np.ndarray, link: str, gram: bool) -> BlockStats:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
@@ -553,54 +565,58 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
     return _column_gradient(chunk.csc, active, F, Y, link)
 
 
-def _inner_task(source, chunk_id, *, state, version, space, block, W, link):
+def _inner_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                block: int | np.ndarray, W: np.ndarray, link: str) -> InnerSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
         R, loss = link_residual(U, Y, link)
-        return np.asarray(A.T @ R), loss
+        return InnerSums(np.asarray(A.T @ R), loss)
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
     for lo, hi in _panels(A.shape[0]):
         U = F[lo:hi] + _product(A[lo:hi], W, rowwise=False)  # only summed (AᵀR), never scores
         R, part = link_residual(U, Y[lo:hi], link)
         B += _product(A[lo:hi].T, R, rowwise=False)
         loss += part
-    return B, loss
+    return InnerSums(B, loss)
 
 
-def _calibration_task(source, chunk_id, *, state, version, space, block, W):
+def _calibration_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                      block: int | np.ndarray, W: np.ndarray) -> CalibrationSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     G = poly_basis(apply_stage(space, base, F, block, W, None, source.multilabel,
                                design=_chunk_design(source, chunk_id, space, base, block)))
-    return G.T @ G, G.T @ Y
+    return CalibrationSums(G.T @ G, G.T @ Y)
 
 
-def _update_task(source, chunk_id, *, state, version, space, block, W, C, link, next_block, next_gram,
-                 next_gradient):
-    """Apply the stage, write scores version+1, and return (Σ ℓ, #correct) plus the fused
-    statistics of the next block (when `next_block` is given; its AᵀA only if `next_gram`) or
-    the column gradients (when `next_gradient` holds the active columns), both at the new scores."""
+def _update_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
+                 block: int | np.ndarray, W: np.ndarray, C: np.ndarray | None, link: str,
+                 next_block: int | np.ndarray | None, next_gram: bool, next_gradient: np.ndarray | None) -> UpdateSums:
+    """Apply the stage, write scores version+1, and return its `UpdateSums`: the fused
+    statistics of the next block when `next_block` is given (its AᵀA only if `next_gram`), the
+    column gradients when `next_gradient` holds the active columns."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     if space.kind == "rff" and next_block is not None:
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
-        return (stats[2], _n_correct(F, chunk.labels)) + stats  # Σℓ at the new scores, summed by panel
+        return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
     F = apply_stage(space, base, F, block, W, C, source.multilabel,
                     design=_chunk_design(source, chunk_id, space, base, block))
     state.write(SCORES, version + 1, chunk_id, F)
-    out = (link_loss_sum(F, Y, link), _n_correct(F, chunk.labels))
+    loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
         A = _chunk_design(source, chunk_id, space, base, next_block)
-        return out + _block_stats(A, F, Y, link, space.with_predictions, next_gram)
+        return UpdateSums(loss, correct, _block_stats(A, F, Y, link, space.with_predictions, next_gram), None)
     if next_gradient is not None:
-        return out + (_column_gradient(chunk.csc, next_gradient, F, Y, link),)
-    return out
+        return UpdateSums(loss, correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link))
+    return UpdateSums(loss, correct, None, None)
 
 
-def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram) -> tuple:
+def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block,
+                  next_gram) -> tuple[np.ndarray, BlockStats]:
     """_update_task for a dense design, in one sweep of row panels: apply the stage to a panel,
     build the next block's features of the panel and add its statistics, while all of it is in
     cache. The same bits as apply_stage followed by _block_stats on the whole next design."""
@@ -683,8 +699,8 @@ class StagewiseModel(Model):
     """The sequence of stages of Algorithm 3: scores start at 0 and each stage applies
     `apply_stage` (F ← F + A W, then the calibration clip(G(F) C) if any). The features of a
     stage are recomputed exactly as in training (same columns, or same RFF seeds and PCA), so
-    scores of training rows equal the training-time scores, bitwise with float64 designs (with
-    gram_dtype="float32" to ~1e-6), whatever the batch and the BLAS threads. With the identity link, stored
+    scores of training rows equal the training-time scores bitwise (float64 or float32 designs),
+    whatever the batch, the BLAS threads and the CPU's BLAS kernel. With the identity link, stored
     columns and no calibration the model is linear and also exposes coef_ / intercept_."""
 
     kind = "stagewise"
@@ -763,34 +779,72 @@ class StagewiseModel(Model):
 # -- the solver ----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Progress:
-    """Everything a checkpoint restores besides the feature space."""
+@dataclasses.dataclass(kw_only=True)
+class StagewiseState(SolverState):
+    """Algorithm 3 after `step` stages (what a checkpoint holds).
 
-    stage: int = 0
-    version: int = 0  # of the scores in ChunkState; 0 = all zeros, never written
+    scores: the per-sample scores F (n × k) after `step` stages, version `step` of the
+        ChunkState array SCORES (version 0, all zeros, is never written).
+    blocks, weights, calibrations: one entry per stage, appended as the stage ends: its block
+        (int64 column ids; for random Fourier features a one-element array holding the block
+        id), W_t ((1 + p) × k, bias row first; (1 + p + k) × k with calibration="predictions")
+        and, with calibration="poly", the calibration map W̃_t (|G| × k, G = [1, ỹ, ỹ², ỹ³]).
+    generator: GEN, with "auto" resolved by `init`. space, rff_inputs, rff_mean, rff_components:
+        the FeatureSpace (`FeatureSpace.to_json()` and `FeatureSpace.arrays()`). active: the
+        columns with a non-zero training value (int64).
+    order: the "gradient" generator's ranking of the active columns for the current pass (None
+        until it is computed).
+    pending_gram, pending_rhs, pending_loss: the statistics of the next stage's block at the
+        current scores (Gram of [A, F], [A, F]ᵀ(Y − g(F)), Σ_i ℓ(F_i; y_i)) when the previous
+        update pass summed them (fusion); None when the next stage sums them itself.
+    data_passes: passes over the training data so far (init's scan and sample included)."""
+
+    scores: PerSample
+    generator: str
+    space: dict
+    rff_inputs: np.ndarray | None = None
+    rff_mean: np.ndarray | None = None
+    rff_components: np.ndarray | None = None
+    active: np.ndarray
+    blocks: list[np.ndarray]
+    weights: list[np.ndarray]
+    calibrations: list[np.ndarray]
+    order: np.ndarray | None = None
+    pending_gram: np.ndarray | None = None
+    pending_rhs: np.ndarray | None = None
+    pending_loss: float | None = None
     data_passes: int = 0
-    blocks: list = dataclasses.field(default_factory=list)
-    weights: list = dataclasses.field(default_factory=list)
-    calibrations: list = dataclasses.field(default_factory=list)
-    order: np.ndarray | None = None  # "gradient" generator: column order of the current pass
-    pending: tuple | None = None  # fused statistics (AᵀA, AᵀR, Σℓ) of the next stage's block
 
 
 @register_solver
-class StagewiseSolver(Solver):
-    """Algorithm 3 with Algorithm 1 (identity or softmax link) or Algorithm 2 per stage.
+class StagewiseSolver(Solver[StagewiseState]):
+    """Algorithm 3 with Algorithm 1 (identity or softmax link) or Algorithm 2 per stage; one
+    step is one stage, and `n_passes` passes over the blocks make the schedule.
 
-    `stop_after_stages`: return the partial model after completing (and checkpointing) that
-    many stages in this call; a later fit with resume=True continues. For time-boxed jobs and
-    for testing resume; not a model parameter, so it does not enter the config hash."""
+    Logged at step t (after stage t − 1, ŷ the scores F then):
+    - objective = (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_{stages so far} ‖D W_t‖²_F, D dropping the
+      bias row (W_t's rows of F, calibration="predictions", are penalised; the calibration maps
+      W̃_t are not). ℓ is the loss of each stage's problem f: for the identity link
+      ½‖y − u‖², which is (13) with Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect
+      fit); for softmax the multinomial logistic loss (13); for multilabel sigmoid the sum of
+      the labels' binary logistic losses. With one block holding every feature and one pass
+      this is the ridge resp. logistic objective that the stage minimises.
+    - loss = (1/n) Σ_i ‖y_i − ŷ_i‖² for the identity link (twice its ℓ: the squared error of
+      Theorem 2, which never increases from stage to stage), (1/n) Σ_i ℓ(ŷ_i; y_i) otherwise.
+    - train_accuracy (top-1; multilabel: train_p_at_1), stage (t − 1), pass, block,
+      n_features (distinct generated features used so far), data_passes, and for the softmax
+      link inner_objective (the stage's f at every inner iterate, W₀ = 0 first)."""
 
     name = "stagewise"
     Params = StagewiseParams
+    State = StagewiseState
 
-    def __init__(self, params: StagewiseParams, *, stop_after_stages: int | None = None):
+    def __init__(self, params: StagewiseParams):
         super().__init__(params)
-        self.stop_after_stages = stop_after_stages
+        # Blocks that repeat every pass ("sequential", "rff") have the same AᵀA every pass: kept
+        # here by position when they all fit in GRAM_CACHE_BYTES, so later passes only sum
+        # Aᵀ(Y − g(F)). Not state: a resumed run starts empty and recomputes them, bit for bit.
+        self._grams: dict[int, np.ndarray] = {}
 
     # ---- setup ----
     def _link(self, source: ChunkSource) -> str:
@@ -798,24 +852,38 @@ class StagewiseSolver(Solver):
             return "identity"
         return "sigmoid" if source.multilabel else "softmax"
 
-    def _setup(self, source: ChunkSource, engine: Engine, prog: _Progress) -> tuple[FeatureSpace, np.ndarray, str]:
+    def init(self, ctx: Context) -> StagewiseState:
+        """F = 0, no stage yet; GEN's setup: the column scan, and for random Fourier features the
+        row sample (PCA, bandwidth, the "auto" check)."""
+        self._grams = {}
+        space, active, generator, data_passes = self._setup(ctx.source, ctx.engine)
+        return StagewiseState(scores=PerSample(SCORES, 0, written=False), generator=generator, space=space.to_json(),
+                              **space.arrays(), active=active, blocks=[], weights=[], calibrations=[],
+                              data_passes=data_passes)
+
+    def check_resume(self, ctx: Context, state: StagewiseState) -> None:
+        """Every parameter that changes the model is in the config hash: nothing to refuse. The
+        resumed run starts with an empty Gram cache, as a fresh one does."""
+        self._grams = {}
+
+    def _setup(self, source: ChunkSource, engine: Engine) -> tuple[FeatureSpace, np.ndarray, str, int]:
+        """(feature space, active columns, generator with "auto" resolved, passes over the data)."""
         p = self.params
         chunks = range(source.n_chunks)
-        col_nnz, n_nonfinite = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
-        prog.data_passes += 1
-        if n_nonfinite:
-            self._raise_nonfinite(source, engine, n_nonfinite)
-        active = np.flatnonzero(col_nnz)
+        scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
+        if scan.nonfinite:
+            self._raise_nonfinite(source, engine, scan.nonfinite)
+        active = np.flatnonzero(scan.nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")
         generator = p.generator
         if generator == "auto":
-            density = col_nnz.sum() / (source.n_rows * len(active))
+            density = scan.nnz.sum() / (source.n_rows * len(active))
             if len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
                 generator = "gradient"
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions")
         if generator not in ("rff", "auto"):
-            return columns, active, generator
+            return columns, active, generator, 1
         space = FeatureSpace("rff", p.fit_intercept, columns.with_predictions, inputs=active, seed=p.random_state,
                              block_size=p.block_size, n_components=p.n_components, dtype=p.gram_dtype,
                              sampling=p.rff_sampling, phases=p.rff_phases)
@@ -824,7 +892,6 @@ class StagewiseSolver(Solver):
         rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
         order = np.argsort(rows)
         parts = engine.map(_rows_task, source, chunks, desc="stagewise: sample", rows=rows[order], inputs=active)
-        prog.data_passes += 1
         raw, targets = np.empty((len(rows), len(active))), np.empty((len(rows), source.n_classes))
         raw[order], targets[order] = np.vstack([x for x, _ in parts]), np.vstack([t for _, t in parts])
         sample = raw
@@ -853,8 +920,8 @@ class StagewiseSolver(Solver):
             generator = "rff" if self._rff_validates(space, raw[check], sample[check], targets[check],
                                                      _data_name(source)) else "gradient"
             if generator == "gradient":
-                return columns, active, generator
-        return space, active, generator
+                return columns, active, generator, 2
+        return space, active, generator, 2
 
     @staticmethod
     def _raise_nonfinite(source: ChunkSource, engine: Engine, count: int):
@@ -888,11 +955,14 @@ class StagewiseSolver(Solver):
         return errors[1] <= errors[0]
 
     # ---- the schedule of blocks ----
-    def _n_blocks(self, space: FeatureSpace, active: np.ndarray) -> int:
-        n = space.n_components if space.kind == "rff" else len(active)
+    def _n_blocks(self, state: StagewiseState) -> int:
+        """Blocks per pass: GEN's features (random Fourier features, or active columns) / p."""
+        n = state.space["n_components"] if state.space["kind"] == "rff" else len(state.active)
         return -(-n // self.params.block_size)
 
-    def _block(self, generator: str, stage: int, n_blocks: int, active: np.ndarray, order):
+    def _block(self, generator: str, stage: int, n_blocks: int, active: np.ndarray,
+               order: np.ndarray | None) -> int | np.ndarray:
+        """GEN(x, p) for stage `stage`: an rff block id, or the column ids of the block."""
         p = self.params
         pass_no, pos = divmod(stage, n_blocks)
         window = slice(pos * p.block_size, (pos + 1) * p.block_size)
@@ -906,19 +976,44 @@ class StagewiseSolver(Solver):
 
     @staticmethod
     def _gradient_order(G: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """Active columns by decreasing ‖X_jᵀR‖₂, compared in single precision (ties by column
-        id). Columns whose norms are equal in exact arithmetic are common (near-duplicate rows
-        that differ by one rare term each: sector has them); G's last bits depend on the
-        chunking, so comparing float64 norms put such columns in chunking-dependent order, on
-        both sides of a block boundary, and changed the model by ~1e-3. Rounded to float32 they
-        tie and keep their column order."""
+        """Active columns by decreasing ‖X_jᵀR‖₂ (G: active × k), the norms compared in single
+        precision and ties broken by column id, so that the chunking's last bits do not reorder
+        columns whose norms are equal in exact arithmetic (docs/architecture.md, stagewise)."""
         norms = np.sqrt((G * G).sum(axis=1)).astype(np.float32)
         return active[np.argsort(-norms, kind="stable")]
 
+    def _space(self, state: StagewiseState) -> FeatureSpace:
+        return FeatureSpace.from_saved(state.space, {"rff_inputs": state.rff_inputs, "rff_mean": state.rff_mean,
+                                                     "rff_components": state.rff_components})
+
+    def _cache_grams(self, state: StagewiseState, n_blocks: int) -> bool:
+        """Whether every block's AᵀA is kept across passes (blocks that repeat, and fit)."""
+        p = self.params
+        width = p.block_size + int(p.fit_intercept)
+        return (state.generator in ("rff", "sequential") and p.n_passes > 1
+                and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
+
+    def _stage_stats(self, stats: BlockStats, pos: int, cache: bool) -> tuple[np.ndarray, np.ndarray, float]:
+        """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a block's summed `BlockStats`, AᵀA from the cache
+        when the tasks did not sum it."""
+        M = stats.gram
+        if M is None:
+            M = self._grams[pos]
+        elif cache:
+            self._grams[pos] = M
+        return _bordered(M, stats.cross), stats.rhs, float(stats.loss)
+
     # ---- one stage ----
     def _penalty(self, W: np.ndarray) -> float:
+        """(λ/2) ‖D W‖²_F: the ridge penalty of one stage's weights, bias row excluded."""
         Wp = W[1:] if self.params.fit_intercept else W
         return 0.5 * self.params.lam * float((Wp * Wp).sum())
+
+    def _objective(self, loss_sum: float, n: int, link: str, weights: list[np.ndarray]) -> float:
+        """(1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F (see the class docstring) from
+        `link_loss_sum`'s Σ_i ℓ, which for the identity link is Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
+        loss = 0.5 * loss_sum / n if link == "identity" else loss_sum / n
+        return loss + sum(self._penalty(W) for W in weights)
 
     def _penalty_mask(self, width: int) -> np.ndarray:
         """The diagonal of D: 1 for every weight row but the unpenalised bias."""
@@ -934,9 +1029,12 @@ class StagewiseSolver(Solver):
         lam = self.params.lam
         return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
 
-    def _fit_block(self, engine, source, state, version, space, block, stats, link, prog) -> tuple[np.ndarray, list]:
-        """Algorithm 1 on the block from W₀ = 0, starting from the statistics at W₀."""
-        p, n = self.params, source.n_rows
+    def _fit_block(self, ctx: Context, state: StagewiseState, space: FeatureSpace, block: int | np.ndarray,
+                   stats: tuple[np.ndarray, np.ndarray, float], link: str) -> tuple[np.ndarray, list[float]]:
+        """Algorithm 1 on the block from W₀ = 0, starting from the statistics (M, B, Σℓ) at W₀:
+        (W, f at every inner iterate) for the softmax link, (W, []) for the identity link (one
+        exact step). Each inner iteration is a pass over the data (counted in the state)."""
+        p, source, n = self.params, ctx.source, ctx.source.n_rows
         M, B, loss_sum = stats
         mask = self._penalty_mask(M.shape[0])
         bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
@@ -948,9 +1046,11 @@ class StagewiseSolver(Solver):
         objective = [loss_sum / n]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
-            B, loss_sum = engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
-                                            state=state, version=version, space=space, block=block, W=W, link=link)
-            prog.data_passes += 1
+            sums = ctx.engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
+                                         state=ctx.chunk_state, version=state.scores.version, space=space,
+                                         block=block, W=W, link=link)
+            state.data_passes += 1
+            B, loss_sum = sums.rhs, sums.loss
             f = loss_sum / n + self._penalty(W)
             if p.backtrack and f > objective[-1] and lipschitz < bound:
                 lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
@@ -964,155 +1064,96 @@ class StagewiseSolver(Solver):
             W = W + solve(B / n - p.lam * mask[:, None] * W)
         return W, objective
 
-    def _calibrate(self, engine, source, state, version, space, block, W, prog) -> np.ndarray:
+    def _calibrate(self, ctx: Context, state: StagewiseState, space: FeatureSpace, block: int | np.ndarray,
+                   W: np.ndarray) -> np.ndarray:
         """Algorithm 2's calibration fit (19): W̃ = argmin (1/n) Σ ‖y − W̃ G(ỹ)‖² + ε ‖W̃ − I_ỹ‖²,
-        I_ỹ the map G(ỹ) ↦ ỹ and ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (see the module docstring)."""
-        GG, GY = engine.map_reduce(_calibration_task, source, range(source.n_chunks), desc="stagewise: calibrate",
-                                   state=state, version=version, space=space, block=block, W=W)
-        prog.data_passes += 1
-        H, k = GG / source.n_rows, GY.shape[1]
+        I_ỹ the map G(ỹ) ↦ ỹ and ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (see the module docstring).
+        One pass over the data."""
+        source = ctx.source
+        sums = ctx.engine.map_reduce(_calibration_task, source, range(source.n_chunks),
+                                     desc="stagewise: calibrate", state=ctx.chunk_state,
+                                     version=state.scores.version, space=space, block=block, W=W)
+        state.data_passes += 1
+        H, GY = sums.gram / source.n_rows, sums.rhs
+        k = GY.shape[1]
         identity = np.zeros_like(GY)
         identity[1:1 + k] = np.eye(k)  # the rows of G's linear terms ỹ (poly_basis: [1, ỹ, ỹ², ỹ³])
         eps = CALIBRATION_RIDGE * np.trace(H) / H.shape[0]
         return _solver_for(H + eps * np.eye(H.shape[0]), definite=True)(GY / source.n_rows + eps * identity)
 
-    # ---- checkpoints ----
-    # Each stage's (block, W, C) is written once, as append-only state file t, when the stage
-    # completes; a checkpoint then only names how many there are. (Rewriting all stages at every
-    # checkpoint made the checkpoint traffic quadratic in the number of stages.)
-    STAGE_STATE = ("stage_blocks", "stage_weights", "stage_calibrations")
-
-    def _save(self, checkpointer: Checkpointer, space, active, generator, prog: _Progress) -> None:
-        meta = {"stage": prog.stage, "version": prog.version, "data_passes": prog.data_passes,
-                "generator": generator, "space": space.to_json(),
-                "pending_loss": None if prog.pending is None else prog.pending[2]}
-        if checkpointer.root is None:  # in memory: only the per-sample state versions matter
-            checkpointer.save(prog.stage, meta, {}, {SCORES: prog.version})
-            return
-        t = prog.stage - 1
-        stage = [np.atleast_1d(np.asarray(prog.blocks[t], dtype=np.int64)), prog.weights[t]]
-        if prog.calibrations:
-            stage.append(prog.calibrations[t])
-        names = self.STAGE_STATE[:len(stage)]
-        for name, array in zip(names, stage):
-            checkpointer.state.write(name, 0, t, array)
-        arrays = {**space.arrays(), "active": active}
-        if prog.order is not None:
-            arrays["order"] = prog.order
-        if prog.pending is not None:
-            arrays["pending_M"], arrays["pending_B"] = prog.pending[0], prog.pending[1]
-        checkpointer.save(prog.stage, meta, arrays, {SCORES: prog.version, **{name: 0 for name in names}},
-                          state_counts={name: prog.stage for name in names})
-
-    @classmethod
-    def _restore(cls, ckpt, state) -> tuple[FeatureSpace, np.ndarray, str, _Progress]:
-        a, meta = ckpt.arrays, ckpt.meta
-        space = FeatureSpace.from_saved(meta["space"], a)
-        stages = {name: [state.read(name, 0, t) for t in range(meta["stage"])]
-                  for name in cls.STAGE_STATE if name in ckpt.state_versions}
-        blocks = stages["stage_blocks"] if space.kind == "columns" else [int(b[0]) for b in stages["stage_blocks"]]
-        pending = (a["pending_M"], a["pending_B"], meta["pending_loss"]) if "pending_M" in a else None
-        prog = _Progress(stage=meta["stage"], version=meta["version"], data_passes=meta["data_passes"],
-                         blocks=blocks, weights=stages["stage_weights"],
-                         calibrations=stages.get("stage_calibrations", []), order=a.get("order"), pending=pending)
-        return space, a["active"], meta["generator"], prog
-
     # ---- Algorithm 3 ----
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
-            resume: bool = False) -> StagewiseModel:
-        p = self.params
-        n, link = source.n_rows, self._link(source)
-        chunks = range(source.n_chunks)
-        state = checkpointer.state
-        ckpt = checkpointer.latest(source.n_chunks) if resume else None
-        if ckpt is None:
-            state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
-            prog = _Progress()
-            space, active, generator = self._setup(source, engine, prog)
+    def finished(self, state: StagewiseState) -> bool:
+        """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished)."""
+        return state.step >= self.params.n_passes * self._n_blocks(state)
+
+    def step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
+        """Stage t = state.step: x̃ = GEN(x, p); W_t from Algorithm 1 on (x̃, y − ŷ) (and with
+        calibration="poly" W̃_t from Algorithm 2's (19)); ŷ ← ŷ + A W_t (then clip(G(ŷ) W̃_t)),
+        written as the next version of the scores. The update pass also sums the next block's
+        statistics (or, at the end of a "gradient" pass, the next ranking's column gradients)."""
+        p, source, engine = self.params, ctx.source, ctx.engine
+        n, link, chunks = source.n_rows, self._link(source), range(source.n_chunks)
+        space, n_blocks = self._space(state), self._n_blocks(state)
+        cache = self._cache_grams(state, n_blocks)
+        s, version = state.step, state.scores.version
+        pass_no, pos = divmod(s, n_blocks)
+        if state.generator == "gradient" and state.order is None:
+            G = engine.map_reduce(_gradient_task, source, chunks, desc="stagewise: gradient", state=ctx.chunk_state,
+                                  version=version, active=state.active, link=link)
+            state.data_passes += 1
+            state.order = self._gradient_order(G, state.active)
+        block = self._block(state.generator, s, n_blocks, state.active, state.order)
+        if state.pending_gram is None:
+            stats = self._stage_stats(engine.map_reduce(
+                _stats_task, source, chunks, desc="stagewise: gram", state=ctx.chunk_state, version=version,
+                space=space, block=block, link=link, gram=pos not in self._grams), pos, cache)
+            state.data_passes += 1
         else:
-            space, active, generator, prog = self._restore(ckpt, state)
-            log.truncate_after(ckpt.step)
-        n_blocks = self._n_blocks(space, active)
-        n_stages = p.n_passes * n_blocks
-        n_generated = space.n_components if space.kind == "rff" else len(active)
-        # Blocks that repeat every pass have the same AᵀA every pass: keep them (by position)
-        # when they fit, and the passes after the first only sum Aᵀ(Y − g(F)) (and with
-        # calibration="predictions" the F columns' part [A, F]ᵀF). Not checkpointed: after a
-        # resume they are recomputed, bit for bit the same.
-        width = p.block_size + int(p.fit_intercept)
-        cache_grams = (generator in ("rff", "sequential") and p.n_passes > 1
-                       and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
-        grams: dict[int, np.ndarray] = {}
+            stats = (state.pending_gram, state.pending_rhs, state.pending_loss)
+        W, inner = self._fit_block(ctx, state, space, block, stats, link)
+        C = self._calibrate(ctx, state, space, block, W) if p.calibration == "poly" else None
 
-        def stage_stats(stats: tuple, pos: int) -> tuple:
-            """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a task's `_block_stats`, its AᵀA from the cache
-            when the task did not sum it."""
-            M, B, loss, cross = stats
-            if M is None:
-                M = grams[pos]
-            elif cache_grams:
-                grams[pos] = M
-            return _bordered(M, cross), B, loss
+        last = s + 1 == p.n_passes * n_blocks
+        pass_ends = (s + 1) % n_blocks == 0
+        next_block = None
+        if not last and not (state.generator == "gradient" and pass_ends):
+            next_block = self._block(state.generator, s + 1, n_blocks, state.active, state.order)
+        next_gradient = state.active if (state.generator == "gradient" and pass_ends and not last) else None
+        out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=ctx.chunk_state,
+                                version=version, space=space, block=block, W=W, C=C, link=link,
+                                next_block=next_block, next_gram=(s + 1) % n_blocks not in self._grams,
+                                next_gradient=next_gradient)
+        state.data_passes += 1
+        state.step += 1
+        state.scores = PerSample(SCORES, version + 1)
+        state.blocks.append(np.atleast_1d(np.asarray(block, dtype=np.int64)))
+        state.weights.append(W)
+        if C is not None:
+            state.calibrations.append(C)
+        loss_sum, correct = out.loss, out.correct
+        state.pending_gram = state.pending_rhs = state.pending_loss = None
+        if out.next_stats is not None:
+            state.pending_gram, state.pending_rhs, state.pending_loss = self._stage_stats(
+                out.next_stats, (s + 1) % n_blocks, cache)
+        if pass_ends:
+            state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
 
-        stages_here = 0
-        while prog.stage < n_stages:
-            s = prog.stage
-            pass_no, pos = divmod(s, n_blocks)
-            if generator == "gradient" and prog.order is None:
-                G = engine.map_reduce(_gradient_task, source, chunks, desc="stagewise: gradient", state=state,
-                                      version=prog.version, active=active, link=link)
-                prog.data_passes += 1
-                prog.order = self._gradient_order(G, active)
-            block = self._block(generator, s, n_blocks, active, prog.order)
-            if prog.pending is None:
-                prog.pending = stage_stats(engine.map_reduce(
-                    _stats_task, source, chunks, desc="stagewise: gram", state=state, version=prog.version,
-                    space=space, block=block, link=link, gram=pos not in grams), pos)
-                prog.data_passes += 1
-            W, inner = self._fit_block(engine, source, state, prog.version, space, block, prog.pending, link, prog)
-            C = None
-            if p.calibration == "poly":
-                C = self._calibrate(engine, source, state, prog.version, space, block, W, prog)
+        n_generated = space.n_components if space.kind == "rff" else len(state.active)
+        n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
+        accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
+        fields = dict(objective=self._objective(loss_sum, n, link, state.weights), loss=loss_sum / n, **accuracy,
+                      stage=s, **{"pass": pass_no}, block=pos, n_features=n_used, data_passes=state.data_passes)
+        if inner:
+            fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
+        return fields
 
-            last = s + 1 == n_stages
-            pass_ends = (s + 1) % n_blocks == 0
-            next_block = None
-            if not last and not (generator == "gradient" and pass_ends):
-                next_block = self._block(generator, s + 1, n_blocks, active, prog.order)
-            next_gradient = active if (generator == "gradient" and pass_ends and not last) else None
-            out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=state,
-                                    version=prog.version, space=space, block=block, W=W, C=C, link=link,
-                                    next_block=next_block, next_gram=(s + 1) % n_blocks not in grams,
-                                    next_gradient=next_gradient)
-            prog.data_passes += 1
-            prog.version += 1
-            prog.stage += 1
-            prog.blocks.append(block)
-            prog.weights.append(W)
-            if C is not None:
-                prog.calibrations.append(C)
-            loss_sum, correct = out[0], out[1]
-            prog.pending = stage_stats(out[2:], (s + 1) % n_blocks) if next_block is not None else None
-            if pass_ends:
-                prog.order = self._gradient_order(out[2], active) if next_gradient is not None else None
-
-            n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
-            accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
-            fields = dict(objective=loss_sum / n, **accuracy, stage=s, **{"pass": pass_no},
-                          block=pos, n_features=n_used, data_passes=prog.data_passes)
-            if inner:
-                fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
-            log.log(prog.stage, model=lambda: self._model(source, space, link, generator, prog), **fields)
-            self._save(checkpointer, space, active, generator, prog)
-            stages_here += 1
-            if self.stop_after_stages is not None and stages_here >= self.stop_after_stages:
-                break
-        return self._model(source, space, link, generator, prog)
-
-    def _model(self, source: ChunkSource, space, link, generator, prog: _Progress) -> StagewiseModel:
+    def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
+        """The stages so far as a StagewiseModel (its scores replay training's F)."""
+        source, space = ctx.source, self._space(state)
+        blocks = state.blocks if space.kind == "columns" else [int(b[0]) for b in state.blocks]
         return StagewiseModel(
-            space=space, link=link, blocks=list(prog.blocks), weights=list(prog.weights),
-            calibrations=list(prog.calibrations), classes=source.classes, n_features=source.n_features,
+            space=space, link=self._link(source), blocks=list(blocks), weights=list(state.weights),
+            calibrations=list(state.calibrations), classes=source.classes, n_features=source.n_features,
             multilabel=source.multilabel, solver=self.name, params=self.params.model_dump(),
-            info={"stages": prog.stage, "generator": generator, "data_passes": prog.data_passes},
+            info={"stages": state.step, "generator": state.generator, "data_passes": state.data_passes},
         )
