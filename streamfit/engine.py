@@ -30,11 +30,11 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import CancelledError
-from typing import Any, Callable
+from typing import Any
 
 from streamfit.errors import StreamfitError
-
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Engine:
         self.client = None
         self.cluster = None
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         self.start()
         return self
 
@@ -221,13 +221,13 @@ class Engine:
             # a worker removed while the scheduler copies the value to it (KeyError: its address)
             raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e
 
-    def _lost(self, e: BaseException, watch: "_Watch") -> BaseException:
+    def _lost(self, e: BaseException, watch: _Watch) -> BaseException:
         """The exception to raise for a future that was cancelled or whose workers died."""
         if watch.no_workers_for is not None:
             return self._no_workers(watch.no_workers_for, during=True)
         return _WorkerLost(f"{type(e).__name__}: {e}")
 
-    def _result(self, get: Callable, watch: "_Watch"):
+    def _result(self, get: Callable, watch: _Watch):
         """get(), with Dask's signs of a lost worker turned into _WorkerLost (a task's own
         exception passes through unchanged)."""
         from distributed import KilledWorker
@@ -254,7 +254,7 @@ class Engine:
             f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint")
 
-    def _drain(self, pending, bar, watch: "_Watch") -> None:
+    def _drain(self, pending, bar, watch: _Watch) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
         future it has yielded), advancing the bar; raise at the first failed one."""
         for f in pending:
@@ -399,7 +399,7 @@ class _Watch:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
 
-    def __enter__(self) -> "_Watch":
+    def __enter__(self) -> _Watch:
         self._thread.start()
         return self
 
