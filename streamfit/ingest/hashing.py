@@ -21,7 +21,8 @@ indptr share one dtype as scipy requires: int32, or int64 when nnz exceeds 2**31
 from __future__ import annotations
 
 import string
-from dataclasses import asdict, dataclass, fields as dataclass_fields
+from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Literal
 
 import numba
