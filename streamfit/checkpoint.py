@@ -57,6 +57,7 @@ class ChunkState:
         return (ChunkState, (self.root,))
 
     def _dir(self, name: str, version: int) -> str:
+        assert self.root is not None, "in-memory state has no files"
         return os.path.join(self.root, name, f"v{version:06d}")
 
     def _find(self, name: str, version: int, chunk_id: int) -> str:
@@ -147,8 +148,13 @@ class Checkpointer:
         self.state = ChunkState(os.path.join(self.root, "state") if self.root else None)
         self._kept: list[Checkpoint] = []
 
+    def _path(self, name: str) -> str:
+        """`name` inside the checkpoint directory (runs without one keep their checkpoints in memory)."""
+        assert self.root is not None, "an in-memory checkpointer has no files"
+        return os.path.join(self.root, name)
+
     def _step_dir(self, step: int) -> str:
-        return os.path.join(self.root, f"step-{step:06d}")
+        return self._path(f"step-{step:06d}")
 
     def describe(self, step: int) -> str:
         """The checkpoint of `step`, as an error message names it."""
@@ -169,7 +175,7 @@ class Checkpointer:
         final = self._step_dir(step)
         tmp = final + ".partial"
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        np.savez(buf, **arrays)  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
         data = buf.getvalue()
         record = {
             "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash, "config": self.config,
@@ -196,7 +202,7 @@ class Checkpointer:
 
     def _complete_steps(self) -> list[int]:
         steps = []
-        for d in glob.glob(os.path.join(self.root, "step-*")):
+        for d in glob.glob(self._path("step-*")):
             base = os.path.basename(d)
             if base.endswith(".partial"):
                 continue
@@ -210,7 +216,7 @@ class Checkpointer:
         for s in self._complete_steps():
             if s not in steps[-self.keep:]:
                 shutil.rmtree(self._step_dir(s), ignore_errors=True)
-        for d in glob.glob(os.path.join(self.root, "step-*.partial")):
+        for d in glob.glob(self._path("step-*.partial")):
             shutil.rmtree(d, ignore_errors=True)
         keep = set()
         for s in steps[-self.keep:]:
@@ -220,7 +226,7 @@ class Checkpointer:
 
     def latest_step(self) -> int | None:
         """The step LATEST names, or None before the first checkpoint."""
-        path = os.path.join(self.root, "LATEST")
+        path = self._path("LATEST")
         if not os.path.exists(path):
             return None
         try:

@@ -30,11 +30,14 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import CancelledError
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from streamfit.errors import StreamfitError
 
+if TYPE_CHECKING:
+    from distributed import Client, LocalCluster
 
 log = logging.getLogger(__name__)
 
@@ -119,10 +122,10 @@ class Engine:
         self.progress = progress
         self.connect_timeout = connect_timeout
         self.worker_timeout = worker_timeout
-        self.client = None
-        self.cluster = None
+        self.client: Client | None = None  # set by start() unless mode is "inprocess"
+        self.cluster: LocalCluster | None = None  # mode "local" only
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         self.start()
         return self
 
@@ -193,6 +196,7 @@ class Engine:
 
     def _ensure_workers(self, during: bool = True) -> None:
         """Return once the cluster has a worker; StreamfitError after worker_timeout seconds without."""
+        assert self.client is not None, "only for a started engine with a cluster"
         if self.client.nthreads():
             return
         try:
@@ -211,6 +215,7 @@ class Engine:
         if not any(n > BROADCAST_BYTES for n in sizes.values()):
             return kwargs
         self._ensure_workers()  # a scatter with no workers would wait forever
+        assert self.client is not None
         try:
             # a timeout: the scheduler's replication can hang on a worker that died under it
             return {k: (self.client.scatter(v, broadcast=True, hash=False,
@@ -221,13 +226,13 @@ class Engine:
             # a worker removed while the scheduler copies the value to it (KeyError: its address)
             raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e
 
-    def _lost(self, e: BaseException, watch: "_Watch") -> BaseException:
+    def _lost(self, e: BaseException, watch: _Watch) -> BaseException:
         """The exception to raise for a future that was cancelled or whose workers died."""
         if watch.no_workers_for is not None:
             return self._no_workers(watch.no_workers_for, during=True)
         return _WorkerLost(f"{type(e).__name__}: {e}")
 
-    def _result(self, get: Callable, watch: "_Watch"):
+    def _result(self, get: Callable, watch: _Watch):
         """get(), with Dask's signs of a lost worker turned into _WorkerLost (a task's own
         exception passes through unchanged)."""
         from distributed import KilledWorker
@@ -254,7 +259,7 @@ class Engine:
             f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint")
 
-    def _drain(self, pending, bar, watch: "_Watch") -> None:
+    def _drain(self, pending, bar, watch: _Watch) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
         future it has yielded), advancing the bar; raise at the first failed one."""
         for f in pending:
@@ -368,7 +373,7 @@ class Engine:
                         self.client.cancel(list(futures))
         raise self._gave_up(desc, err) from err
 
-    def _reduce_inprocess(self, fn, source, chunk_ids, desc, kwargs):
+    def _reduce_inprocess(self, fn: Callable, source, chunk_ids, desc: str | None, kwargs: dict) -> Any:
         # the same tree as tree_sum, built left to right with a stack so that only
         # O(log n_chunks) partial sums are held at once
         stack: list[tuple[int, Any]] = []
@@ -392,14 +397,14 @@ class _Watch:
     pending futures (`futures()`), so that the waiting thread wakes up and reports it instead of
     hanging."""
 
-    def __init__(self, engine: Engine, futures: Callable[[], list]):
+    def __init__(self, engine: Engine, futures: Callable[[], Iterable]):
         self.engine = engine
         self.futures = futures
         self.no_workers_for: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
 
-    def __enter__(self) -> "_Watch":
+    def __enter__(self) -> _Watch:
         self._thread.start()
         return self
 
@@ -409,7 +414,8 @@ class _Watch:
 
     def _run(self) -> None:
         client = self.engine.client
-        since = None
+        assert client is not None, "a pass on a cluster starts the watch"
+        since: float | None = None
         while not self._stop.wait(WATCH_INTERVAL):
             try:
                 n = len(client.nthreads())

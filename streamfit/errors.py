@@ -52,7 +52,7 @@ class TimeLimitReached(StreamfitError):
                          "continue with the same command plus --resume")
 
 
-_OS_HINTS = {
+_OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
     errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",
     errno.EROFS: "the location is read-only: choose a writable --out",

@@ -113,7 +113,7 @@ class Model:
             arrays["featurizer_idf"] = self.idf
         # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
         # resume, and the same model must be the same bytes
-        np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})
+        np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
         data = buf.getvalue()
         record = {
             "format": "streamfit-model", "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,

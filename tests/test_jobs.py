@@ -7,9 +7,9 @@ from sklearn.datasets import dump_svmlight_file
 from streamfit.config import load_pipeline
 from streamfit.errors import TimeLimitReached
 from streamfit.ingest.hashing import HashingConfig
+from streamfit.jobs import ingest_options, run_pipeline
 from streamfit.metrics import evaluate
 from streamfit.model import load_model
-from streamfit.jobs import ingest_options, run_pipeline
 from streamfit.store import open_store
 
 

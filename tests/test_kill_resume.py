@@ -35,7 +35,7 @@ def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_pa
     rng = np.random.default_rng(7)
     ref = _arrays(tmp_path / "ref")
     kills = chains = 0
-    for attempt in range(8):  # chains of killed runs, each resumed to the end and compared
+    for _ in range(8):  # chains of killed runs, each resumed to the end and compared
         run = tmp_path / f"run{chains}"
         latest = run / "checkpoints" / "LATEST"
         before = _identity(latest)
@@ -126,7 +126,7 @@ def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
     out, partial = tmp_path / "out.zarr", tmp_path / "out.zarr.partial"
     rng = np.random.default_rng(11)
     kills = left_partial = 0
-    for attempt in range(4):
+    for _ in range(4):
         dead = _identity(partial)  # a dead run's .partial, until this run replaces it
         proc = subprocess.Popen(cli(*ingest, "--out", out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started = time.perf_counter()

@@ -42,10 +42,9 @@ from pathlib import Path
 import numba
 import numpy as np
 import psutil
-from sklearn.datasets import load_svmlight_file
-from sklearn.feature_extraction.text import HashingVectorizer
-
 from bench_hashing import DEFAULT_CORPUS, best_time, compare, generate_corpus, make_hashers, read_corpus
+from sklearn.datasets import load_svmlight_file
+
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions, ingest
 from streamfit.store import open_store

@@ -144,10 +144,10 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
-def timed_cpu(fn) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of fn()."""
+def timed_cpu(fn, *args) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of fn(*args)."""
     t, c = time.perf_counter(), time.process_time()
-    fn()
+    fn(*args)
     return time.perf_counter() - t, time.process_time() - c
 
 
@@ -236,7 +236,7 @@ def compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth, seed: int = 0) -> 
         fitted = None
         for v in args.variants:
             clf = stagewise(args, v, d, extra, bandwidth, name, seed=seed)
-            wall, cpu = timed_cpu(lambda: clf.fit(Xtr, ytr))
+            wall, cpu = timed_cpu(clf.fit, Xtr, ytr)
             err = 100 * (1 - clf.score(Xte, yte))
             rows.append((d, f"stagewise-{v}", err, wall, cpu))
             print(f"| {d} | stagewise-{v} | {err:.2f} | {wall:.2f} ({cpu:.2f}) | {load_average()} |", flush=True)
@@ -246,7 +246,7 @@ def compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth, seed: int = 0) -> 
         Ftr, Fte = materialize(fitted.model_, Xtr), materialize(fitted.model_, Xte)
         for peer in args.peers:
             est = peer_estimator(peer, choose_c(args, peer, name, d, Ftr, ytr))
-            wall, cpu = timed_cpu(lambda: est.fit(Ftr, ytr))
+            wall, cpu = timed_cpu(est.fit, Ftr, ytr)
             err = 100 * (1 - est.score(Fte, yte))
             rows.append((d, peer, err, wall, cpu))
             print(f"| {d} | {peer} | {err:.2f} | {wall:.2f} ({cpu:.2f}) | {load_average()} |", flush=True)
@@ -424,7 +424,7 @@ def profile(args) -> None:
         stagewise(args, variant, int(dims), extra, bandwidth, name).fit(Xtr, ytr)
     parts.clear()
     clf = stagewise(args, variant, int(dims), extra, bandwidth, name)
-    _, cpu = timed_cpu(lambda: clf.fit(Xtr, ytr))
+    _, cpu = timed_cpu(clf.fit, Xtr, ytr)
     print(f"\n## profile: {name}, stagewise-{variant} @{dims}: {cpu:.3f} s CPU, test error "
           f"{100 * (1 - clf.score(Xte, yte)):.2f} %, load {load_average()}\n| part | CPU s |\n|---|---|")
     for part, secs in parts.most_common():

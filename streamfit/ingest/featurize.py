@@ -47,7 +47,7 @@ class Featurizer:
         }
 
     @classmethod
-    def from_dict(cls, d: dict, idf: np.ndarray | None = None) -> "Featurizer":
+    def from_dict(cls, d: dict, idf: np.ndarray | None = None) -> Featurizer:
         hashing = None
         if d.get("hashing") is not None:
             from streamfit.ingest.hashing import HashingConfig

@@ -21,7 +21,8 @@ indptr share one dtype as scipy requires: int32, or int64 when nnz exceeds 2**31
 from __future__ import annotations
 
 import string
-from dataclasses import asdict, dataclass, fields as dataclass_fields
+from dataclasses import asdict, dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Literal
 
 import numba
@@ -391,7 +392,7 @@ class FeatureHasher:
         """
         columns = _text_columns(texts, fields, self.config.seed)
         n_docs = len(columns[0][1])
-        chunks = []
+        chunks: list[bytes] = []
         for _, docs, _ in columns:
             chunks.extend(map(str.encode, map(str.lower, docs) if self.config.lowercase else docs))
         bounds = np.zeros(len(chunks) + 1, dtype=np.int64)
@@ -519,7 +520,7 @@ def collision_report(n_features: int, columns_used: int) -> dict:
     share under c needs D ≥ T / -ln(1 - c).
     """
     D, U = n_features, columns_used
-    report = {"n_features": D, "columns_used": U, "occupancy": U / D}
+    report: dict[str, float | None] = {"n_features": D, "columns_used": U, "occupancy": U / D}
     if U >= D:  # saturated: the estimate diverges
         report.update(estimated_distinct_features=None, estimated_colliding_share=1.0,
                       n_features_for_1pct=None, n_features_for_10pct=None)

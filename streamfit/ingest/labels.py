@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-
 OPEN_WIDTH = 1 << 30  # column count of multilabel indicators while the vocabulary may still grow
 
 

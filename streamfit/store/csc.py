@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from streamfit.errors import StoreError
 from streamfit.store.format import MANIFEST, csc_block_digest, fsync_dir, write_json_atomic
-from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK
+from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
 
 CSC_DIR = "csc"
 SPILL_DTYPE = np.dtype([("row", np.int64), ("col", np.int32), ("val", np.float32)])  # col: within the block
@@ -77,8 +77,9 @@ class CscReader:
         self.group = zarr.open_group(os.path.join(store_path, CSC_DIR), mode="r", zarr_format=3)
 
     def read(self, b: int, n_rows: int, width: int) -> sp.csc_matrix:
-        g = self.group[block_name(b)]
-        return sp.csc_matrix((g["data"][:], g["indices"][:], g["indptr"][:]), shape=(n_rows, width))
+        data, indices, indptr = (np.asarray(open_array(self.group, f"{block_name(b)}/{name}")[:])
+                                 for name in ("data", "indices", "indptr"))
+        return sp.csc_matrix((data, indices, indptr), shape=(n_rows, width))
 
 
 def _spill_chunk(X: sp.csr_matrix, row_start: int, bf: int, n_blocks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -109,7 +110,7 @@ class _Spill:
 
     def flush(self) -> None:
         counts = sum(np.diff(starts) for _, starts in self.pending)
-        for b in np.flatnonzero(counts):
+        for b in np.flatnonzero(counts).tolist():
             with open(self.path(b), "ab") as f:
                 for rec, starts in self.pending:
                     rec[starts[b]:starts[b + 1]].tofile(f)

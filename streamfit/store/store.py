@@ -35,9 +35,9 @@ CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512"))
 
 def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
     arrays = [chunk.X.data, chunk.X.indices, chunk.X.indptr]
-    if sp.issparse(chunk.labels):
-        return arrays + [chunk.labels.data, chunk.labels.indices, chunk.labels.indptr]
-    return arrays + [chunk.labels]
+    if isinstance(chunk.labels, np.ndarray):
+        return arrays + [chunk.labels]
+    return arrays + [chunk.labels.data, chunk.labels.indices, chunk.labels.indptr]
 
 
 IDF_FILE = "idf.npy"
@@ -65,7 +65,7 @@ class Chunk:
 
     def targets(self, n_classes: int) -> np.ndarray:
         """Dense 0/1 target matrix T (n_rows × n_classes), float64: one-hot or label indicator."""
-        if sp.issparse(self.labels):
+        if not isinstance(self.labels, np.ndarray):  # a sparse indicator
             return self.labels.toarray().astype(np.float64)
         T = np.zeros((self.n_rows, n_classes))
         T[np.arange(self.n_rows), self.labels] = 1.0
@@ -134,7 +134,7 @@ class Store(ChunkSource):
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
         self._cache: dict[int, Chunk] = {}
-        self._csc_reader = None
+        self._csc_reader: CscReader | None = None  # opened on the first read_feature_block
 
     def __reduce__(self):
         return (open_store, (self.path,))
@@ -337,7 +337,7 @@ class StoreWriter:
             raise _busy(self.tmp) from None
         except OSError as e:
             raise output_error(self.tmp, e) from e
-        self._lock = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
+        self._lock: int | None = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         cls = ZarrWriter if backend == "zarr" else ParquetWriter
         self._backend = self._writing(lambda: cls(self.tmp, multilabel, chunk_rows))
@@ -407,6 +407,7 @@ class StoreWriter:
             self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
         self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
         self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
+        assert self._lock is not None, "close() after close() or abort()"
         os.close(self._lock)
         self._lock = None
         return manifest

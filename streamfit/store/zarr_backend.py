@@ -15,6 +15,19 @@ def _array(group, name, dtype, chunk):
     return group.create_array(name, shape=(0,), chunks=(chunk,), dtype=dtype, compressors=COMPRESSORS)
 
 
+def open_array(group: zarr.Group, path: str) -> zarr.Array:
+    """The array at `path` (e.g. "X/indptr") in `group`; ValueError if the store has a group there."""
+    node = group[path]
+    if not isinstance(node, zarr.Array):
+        raise ValueError(f"{path} is a Zarr group, expected an array")
+    return node
+
+
+def read_range(array: zarr.Array, start: int, stop: int) -> np.ndarray:
+    """array[start:stop] of a 1-D array, as a NumPy array."""
+    return np.asarray(array[start:stop])
+
+
 class ZarrWriter:
     """Appends row chunks to a new Zarr v3 group at `root`."""
 
@@ -63,29 +76,30 @@ class ZarrReader:
 
     def __init__(self, root: str, multilabel: bool, n_classes: int):
         group = zarr.open_group(root, mode="r", zarr_format=3)
-        self.indptr = group["X/indptr"]
-        self.indices = group["X/indices"]
-        self.data = group["X/data"]
+        self.indptr = open_array(group, "X/indptr")
+        self.indices = open_array(group, "X/indices")
+        self.data = open_array(group, "X/data")
         self.multilabel = multilabel
         self.n_classes = n_classes
         if multilabel:
-            self.y_indptr = group["Y/indptr"]
-            self.y_indices = group["Y/indices"]
+            self.y_indptr = open_array(group, "Y/indptr")
+            self.y_indices = open_array(group, "Y/indices")
         else:
-            self.y = group["y"]
+            self.y = open_array(group, "y")
 
     def read(self, row_start: int, row_stop: int, n_features: int):
-        indptr = self.indptr[row_start : row_stop + 1]
+        indptr = read_range(self.indptr, row_start, row_stop + 1)
         lo, hi = int(indptr[0]), int(indptr[-1])
         X = sp.csr_matrix(
-            (self.data[lo:hi], self.indices[lo:hi], indptr - lo), shape=(row_stop - row_start, n_features)
+            (read_range(self.data, lo, hi), read_range(self.indices, lo, hi), indptr - lo),
+            shape=(row_stop - row_start, n_features),
         )
         if self.multilabel:
-            lp = self.y_indptr[row_start : row_stop + 1]
-            ids = self.y_indices[int(lp[0]) : int(lp[-1])]
+            lp = read_range(self.y_indptr, row_start, row_stop + 1)
+            ids = read_range(self.y_indices, int(lp[0]), int(lp[-1]))
             labels = sp.csr_matrix(
                 (np.ones(len(ids), dtype=np.float32), ids, lp - lp[0]), shape=(row_stop - row_start, self.n_classes)
             )
         else:
-            labels = self.y[row_start:row_stop]
+            labels = read_range(self.y, row_start, row_stop)
         return X, labels

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_svmlight_file
 
 from streamfit.errors import InputError
-from streamfit.ingest.sources import BadRecordPolicy, SparseBatch, open_source
-from streamfit.ingest.sources import libsvm
+from streamfit.ingest.sources import BadRecordPolicy, SparseBatch, libsvm, open_source
 
 
 def write(tmp_path, text, name="data.svm"):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.sources import BadRecordPolicy, FORMATS, infer_format, open_source
+from streamfit.ingest.sources import FORMATS, BadRecordPolicy, infer_format, open_source
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import FolderSource
 from streamfit.ingest.sources.jsonl import JsonlSource

@@ -9,6 +9,7 @@ import io
 import lzma
 import os
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,7 +17,12 @@ import scipy.sparse as sp
 from streamfit.errors import InputError
 from streamfit.ingest.sources.batches import TextBatch
 
-COMPRESSIONS = {".gz": ("gzip", gzip.open), ".bz2": ("bz2", bz2.open), ".xz": ("xz", lzma.open)}
+# extension: (name, opener(path, "rb") -> a binary stream of the decompressed bytes)
+COMPRESSIONS: dict[str, tuple[str, Callable[..., io.BufferedIOBase]]] = {
+    ".gz": ("gzip", gzip.open),
+    ".bz2": ("bz2", bz2.open),
+    ".xz": ("xz", lzma.open),
+}
 
 
 def fits_float32(values) -> np.ndarray:

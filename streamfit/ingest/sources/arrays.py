@@ -87,7 +87,7 @@ def array_batch(path: str, x, y: np.ndarray | None, start: int,
         bad = np.bincount(nonfinite, minlength=n) > 0
     else:
         x = np.array(x, dtype=np.float64)
-        bad = ~fits_float32(x).all(axis=1)
+        bad = ~fits_float32(x).all(axis=1)  # type: ignore[assignment]  # numpy's stub: bool or array
     for r in np.flatnonzero(bad).tolist():
         problems.setdefault(r, "NaN or infinite value (or beyond float32's ±3.4e38: scale the features)")
     for r in sorted(problems):

@@ -58,6 +58,7 @@ class FolderSource:
         self.class_folders = class_folders
         # an archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
+        self.prefix: tuple[str, ...]  # the folder holding the class folders: (subset,), or () at the top
         if subset is not None and not self.is_dir:
             self.prefix = (subset,)
         elif not class_folders and subset is None:
@@ -161,7 +162,9 @@ class FolderSource:
 
     def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
         try:
-            return tar.extractfile(member).read()
+            stream = tar.extractfile(member)
+            assert stream is not None, "members are regular files (the caller checks isfile())"
+            return stream.read()
         except _TAR_ERRORS as e:
             raise self._corrupt(e) from None
 

@@ -98,6 +98,7 @@ class JsonlSource:
         if self.label_field not in obj:
             raise _Bad(f"no field {self.label_field!r}", f"set --label-field; this line has the fields: {present}")
         value = obj[self.label_field]
+        label: str | list[str]
         if isinstance(value, list):
             label = [_label_text(v) for v in value]
         else:

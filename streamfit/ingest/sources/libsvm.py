@@ -77,6 +77,13 @@ _INFINITY = np.frombuffer(b"infinity", dtype=np.uint8)
 _TOKEN = re.compile(rb"[^ \t\n\r\x0b\x0c#]+")
 
 
+def _token_at(data: bytes, start: int) -> bytes:
+    """The token that begins at `start`, where the kernel found one (so _TOKEN matches there)."""
+    match = _TOKEN.match(data, start)
+    assert match is not None, f"no token at byte {start}"
+    return match.group()
+
+
 @numba.njit(cache=True, nogil=True)
 def _is_space(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
@@ -459,7 +466,7 @@ class LibsvmSource:
         with np.errstate(over="ignore"):  # overflow gives inf, a bad record
             values = texts.view("S32").ravel().astype(np.float64)
         for j in np.flatnonzero(~fits).tolist():
-            values[j] = float(_TOKEN.match(data, int(starts[j])).group().split(b":", 1)[1])
+            values[j] = float(_token_at(data, int(starts[j])).split(b":", 1)[1])
         return values
 
     def _batch(self, data: bytes, buf: np.ndarray, indptr, indices, values, tokens, rec) -> SparseBatch | None:
@@ -470,13 +477,13 @@ class LibsvmSource:
         problems = {}
         for r in np.flatnonzero(rec[:, 5]).tolist():
             problem, hint = _PROBLEMS[codes[r]]
-            problems[r] = (problem.format(show(_TOKEN.match(data, code_at[r]).group())), hint)
+            problems[r] = (problem.format(show(_token_at(data, code_at[r]))), hint)
         slow = np.flatnonzero(np.isnan(values))
         if slow.size:
             values[slow] = self._slow_values(data, buf, tokens[slow])
         for k in np.flatnonzero(~fits_float32(values)).tolist():
             r = int(np.searchsorted(indptr, k, side="right")) - 1
-            token = show(_TOKEN.match(data, int(tokens[k])).group())
+            token = show(_token_at(data, int(tokens[k])))
             problems.setdefault(r, (_PROBLEMS[NONFINITE][0].format(token), _PROBLEMS[NONFINITE][1]))
 
         label_tokens = [data[label_start[r] : label_end[r]] for r in range(n)]
@@ -484,7 +491,7 @@ class LibsvmSource:
             good = [t for r, t in enumerate(label_tokens) if r not in problems]
             if good:
                 self.multilabel = any(not t or b"," in t for t in good)
-        labels = [None] * n
+        labels: list = [None] * n  # None where the record is bad
         for r in range(n):
             if r in problems:
                 continue
@@ -504,7 +511,7 @@ class LibsvmSource:
             entry_keep = np.repeat(keep, np.diff(indptr))
             indices, values = indices[entry_keep], values[entry_keep]
             indptr = np.concatenate(([0], np.cumsum(np.diff(indptr)[keep])))
-            kept = np.flatnonzero(keep).tolist()
+            kept: list[int] | range = np.flatnonzero(keep).tolist()
         else:
             kept = range(n)
         if not kept:

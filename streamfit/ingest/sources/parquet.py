@@ -126,21 +126,23 @@ class ParquetSource:
         self.label_column = labels_field or label_field
         self.multilabel = False
         if self.label_column is not None:
-            self._label_column(schema, labels_field, label_field)
+            self._label_column(schema, self.label_column, from_labels_field=bool(labels_field))
         self.n_read = 0
 
-    def _label_column(self, schema: pa.Schema, labels_field: str | None, label_field: str) -> None:
+    def _label_column(self, schema: pa.Schema, column: str, from_labels_field: bool) -> None:
+        """Check the label column (`column`, named by labels_field when `from_labels_field`, else by
+        label_field) and add it to the columns read."""
         names = schema.names
-        option = "--option labels_field" if labels_field else "--label-field"
-        if self.label_column not in names:
+        option = "--option labels_field" if from_labels_field else "--label-field"
+        if column not in names:
             present = ", ".join(map(repr, names))
-            raise InputError(self.path, f"no column {self.label_column!r}", f"set {option}; the columns are {present}")
-        self.multilabel = _is_list(schema.field(self.label_column).type)
-        if labels_field:
-            self._check_type(schema, labels_field, _is_label_list, "a list of strings or integers", option)
+            raise InputError(self.path, f"no column {column!r}", f"set {option}; the columns are {present}")
+        self.multilabel = _is_list(schema.field(column).type)
+        if from_labels_field:
+            self._check_type(schema, column, _is_label_list, "a list of strings or integers", option)
         else:
-            self._check_type(schema, label_field, _is_label_or_list, "strings or integers, or lists of them", option)
-        self.columns.append(self.label_column)
+            self._check_type(schema, column, _is_label_or_list, "strings or integers, or lists of them", option)
+        self.columns.append(column)
 
     def _open(self) -> pq.ParquetFile:
         try:

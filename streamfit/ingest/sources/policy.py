@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TextIO
 
 from streamfit.errors import InputError
 
@@ -25,7 +26,7 @@ class BadRecordPolicy:
         self.mode = mode
         self.quarantine_path = quarantine_path
         self.n_skipped = 0
-        self._file = None
+        self._file: TextIO | None = None
 
     def bad(self, location: str, problem: str, raw: str | bytes = "", hint: str = "") -> None:
         """Report a bad record: raises InputError in error mode, else counts (and quarantines) it."""
@@ -34,6 +35,7 @@ class BadRecordPolicy:
         self.n_skipped += 1
         if self.mode == "quarantine":
             if self._file is None:
+                assert self.quarantine_path is not None  # required with mode 'quarantine' (__init__)
                 self._file = open(self.quarantine_path, "a", encoding="utf-8")
             if isinstance(raw, bytes):
                 raw = raw.decode("utf-8", "backslashreplace")
