@@ -408,6 +408,27 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
 
 
+def test_pauses_of_one_instance_with_groups_in_flight(digits, tmp_path):
+    """threads=3 solve groups ahead of the steps, so a pause leaves groups in flight on the
+    solver instance; resuming on the same instance drops them and submits the unfinished groups
+    again: the model of an uninterrupted run, each group logged once."""
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)])
+    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "threads": 3}
+    full, _ = fit(source, **params)
+    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params))
+    ckpt = Checkpointer(str(tmp_path / "run"), config=solver.params.model_settings(), store_fingerprint="in-memory")
+    logged = []
+    with Engine(mode="inprocess") as engine:
+        for resume in (False, True, True):
+            log = MetricsLog(None)
+            model = solver.fit(source, engine=engine, checkpointer=ckpt, log=log, resume=resume, stop_after=2)
+            logged += [r["group"] for r in log.records]
+    assert sorted(logged) == [0, 1, 2, 3, 4] and model.info["converged"]
+    assert (full.coef_ != model.coef_).nnz == 0
+    np.testing.assert_array_equal(full.intercept_, model.intercept_)
+
+
 def group_task_dies_once(g, marker, die_at, **kwargs):
     """ppdsparse's group task, except that group `die_at` kills its worker the first time."""
     if g == die_at and not os.path.exists(marker):
