@@ -453,6 +453,6 @@ def summed_objective(state: PPDSparseState) -> float:
 
 def _not_converged(state: PPDSparseState) -> np.ndarray:
     """Ids of the finished classes that stopped at max_iter, ascending."""
-    late = [lo + np.flatnonzero(st[:, 3] == 0) for (lo, _), st in
-            ((state.groups()[g], st) for g, st in zip(state.finished, state.stats))]
-    return np.sort(np.concatenate(late or [np.zeros(0, np.int64)])).astype(np.int64)
+    groups = state.groups()
+    late = [groups[g][0] + np.flatnonzero(stats[:, 3] == 0) for g, stats in zip(state.finished, state.stats)]
+    return np.sort(np.concatenate(late or [np.zeros(0, np.int64)]))
