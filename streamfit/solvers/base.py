@@ -134,6 +134,8 @@ class Solver(Generic[StateT]):
     name: ClassVar[str]
     Params: ClassVar[type[SolverParams]] = SolverParams
     State: ClassVar[type[SolverState]] = SolverState
+    mid_run_models: ClassVar[bool] = True  # False: a step's model before the last means nothing (classes
+    # untrained, say), so validation runs on the last step only, whatever valid_every
 
     def __init__(self, params: SolverParams):
         self.params = params

@@ -3,7 +3,8 @@
     state = restore(LATEST) if resume else init()      (init is checkpointed as step 0)
     while not finished(state):
         fields = step(state)                            (state.step += 1)
-        log the step (validation every `valid_every` steps, and on the last one)
+        log the step (validation every `valid_every` steps, and on the last one; on the
+                      last one only for a solver whose mid_run_models is False)
         checkpoint every `checkpoint_every` steps, on the last step and before a pause;
         past the time limit, stop right after a checkpoint (TimeLimitReached)
     warn if the run ended at its budget before its stopping test held
@@ -61,7 +62,8 @@ def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: b
         fields = solver.step(ctx, state)
         taken += 1
         last = solver.finished(state)
-        metrics.log(state.step, model=lambda: solver.to_model(ctx, state), final=last, **fields)
+        model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
+        metrics.log(state.step, model=model, final=last, **fields)
         pause = stop_after is not None and taken >= stop_after
         if last or pause or state.step % checkpoint_every == 0:
             saver.save(state)

@@ -5,7 +5,7 @@ One-vs-all (4): for every class k independently, with y_ik = +1 if k is a label 
 −1 otherwise, and a bias feature x_{i,D} = 1 (penalized by ℓ2 only, as in §3.2), solve the
 elastic-net objective (9) in the project's averaged convention
 
-    F(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
+    F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
@@ -18,67 +18,55 @@ at the class's positives; each iteration computes ∇G(α) = Σ_j w_j X̂_{:,j} 
 over the non-zeros of w, optionally sparsified by Algorithm 3 with the R of Theorem 4.1, adds
 the κ most violating samples, runs Algorithm 2 (randomized dual coordinate descent maintaining
 w(α) = prox(X̂ᵀα), (13), with LIBLINEAR's shrinking) on the active set and drops zero duals of
-negatives). κ grows with the active set (κ_t = max(κ, kappa_growth·|A_t|)), so a class whose
-dual is not very sparse needs O(log |A|) searches, not O(|A|/κ). `tol` bounds the
-projected dual gradient (in margin units) at the end, on every sample: the final search is exact.
-Not in the paper (squared hinge, d < 2048 features occurring in X): a class whose coordinate descent has not converged
-within its epoch budget on an active set of ≥ primal_ratio·(d + 1) samples (more duals than primal
-unknowns, where dual CD crawls) is finished by a proximal Newton method on the same objective (9)
-from w(α), stopped by the same test at the dual point α = b(w) of its iterate, b_i = max(0, 1 −
-y_ik⟨w, [x_i, 1]⟩) (the squared hinge's α* = b(w*)), and returns w(α) of that α; primal_ratio=0 keeps
-the paper's dual Algorithm 1 throughout. The kernels are in ppdsparse_kernels.py.
+negatives). κ grows with the active set (κ_t = max(κ, kappa_growth·|A_t|)). `tol` bounds the
+projected dual gradient (in margin units) at the end, on every sample: the final search is
+exact. Not in the paper (squared hinge, d < 2048 features occurring in X): a class whose
+coordinate descent has not converged within its epoch budget on an active set of
+≥ primal_ratio·(d + 1) samples is finished by a proximal Newton method on the same objective (9)
+with the same stopping test; primal_ratio=0 keeps the paper's dual Algorithm 1 throughout. The
+kernels are in ppdsparse_kernels.py; docs/architecture.md (ppdsparse) has the design.
 
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
-cut depends only on K and the parameters, never on the workers); in process they run in
-`threads` threads sharing one copy of the data (results consumed in order); on Dask they are tasks
-submitted largest first (by positives) and load-balanced by the scheduler (Engine.imap_unordered: a
-lost worker's unfinished groups are submitted again, a cluster without workers is an error). Each worker process
-reads the training matrix from the store once (CSR for the coordinate descent and the
-search's row pass, CSC for its column walk, sorted by |x_ij| when x_threshold > 0, the positives
-of every class) and shares it between its threads; the
-kernels release the GIL. A task returns the sparse weight rows of its classes. This is the
-method's memory model: a worker holds X (O(nnz(X))), not just a chunk.
+cut depends only on K and the parameters). One step of the solver protocol is one finished
+group: the groups run in process (`threads` threads sharing one copy of the data) or as Dask
+tasks submitted largest first (Engine.imap_unordered, results as they finish), and each step
+takes the next finished group's weights into the state. Each worker process builds the training
+matrix once (O(nnz(X)), the method's memory model). Class k's random stream is seeded from
+(random_state, k), so the model is bitwise the same for any number of workers, threads, group
+cut, completion order, and after a resume (which submits only the unfinished groups).
 
-Determinism: class k's random stream is seeded from (random_state, k), so a class's weights
-depend only on the data and the parameters: the model is bitwise the same for any number of
-workers, threads, group completion order, and after a resume.
-
-Checkpoints: every finished group is written at once (ChunkState names "g<id>-index" with the
-CSR pointers and column ids, "g<id>-value" with the biases and weights; version 1, one "chunk")
-and a checkpoint step lists the finished groups; `resume=True` redoes only unfinished groups.
-
-Logged per finished group: the group, its classes, the sum of the classes' dual objectives −G/n
-(a lower bound of the summed primal objectives F_k), nnz of W so far, mean active-set size,
-iterations, classes not converged within max_iter. With a validation source (train --valid), the
-last step (all classes trained) also has the model's validation metrics, whatever valid_every:
-a model with some classes still untrained is not worth evaluating. A run that ends with classes
-not converged within max_iter says so in a warning, and the model's info has converged: false.
+Logged per step (one finished group): `group`, its `classes` [lo, hi); `objective`, the sum of
+F_k(w_k) above (loss + penalty, averaged over the n samples) over the classes finished so far;
+`dual_objective`, the sum of −G_k(α_k) over the group's classes (the paper's scale, n times the
+averaged one; by duality −G_k/n ≤ F_k, equal at the optimum); `nnz` of W so far; the group's
+`mean_active` set size, `iterations` and classes `not_converged` within max_iter. Only the last
+step's model (all classes trained) is validated (train --valid).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
+import os
 import threading
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
-from streamfit.errors import CheckpointError
+from streamfit.errors import ConfigError
 from streamfit.model import LinearModel, register_model
-from streamfit.runlog import MetricsLog
-from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.base import Context, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.ppdsparse_kernels import (
     HINGE,
     SQUARED_HINGE,
     Data,
+    class_objective,
     make_work,
     row_sqnorms,
     solve_class,
@@ -87,11 +75,8 @@ from streamfit.solvers.ppdsparse_kernels import (
 )
 from streamfit.store import ChunkSource, Store
 
-DEFAULT_GROUPS = 64  # group_size=None: about this many class groups; a Dask task costs ~2 ms and a
-# sector class ~10 ms (2 workers: 0.97 s with 256 groups, 0.73 s with 64); more groups balance more workers
+DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
-
-logger = logging.getLogger(__name__)
 
 
 class PPDSparseParams(SolverParams):
@@ -131,8 +116,7 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.eliminate_zeros()
-    # the features that occur, most frequent first (ties by index): on hashed text (20news, 2^21
-    # columns, 126 241 used) v's scattered reads and writes then stay in cache, 1.8 -> 0.9 s CPU
+    # the features that occur, most frequent first (ties by index), so the hot part of v stays in cache
     counts = np.bincount(X.indices, minlength=X.shape[1])
     used = np.flatnonzero(counts)
     col_map = used[np.argsort(-counts[used], kind="stable")].astype(np.int64)
@@ -193,14 +177,17 @@ def _worker_data(ref: _DataRef) -> Data:
 
 @dataclasses.dataclass
 class GroupResult:
-    """Weights of classes [lo, hi): CSR rows (indptr, indices, values), biases, and per-class
-    statistics (iterations, |A|, nnz(α), converged, G(α))."""
+    """Weights of classes [lo, hi) by the store's feature ids: CSR rows (indptr (hi − lo + 1,),
+    indices, values), biases (hi − lo,), per-class statistics stats (hi − lo, 5): iterations,
+    |A|, nnz(α), converged (1/0), G(α) of (10) in the paper's scale; and objective (hi − lo,):
+    F_k(w_k) of (9) in the averaged convention (ppdsparse_kernels.class_objective)."""
 
     indptr: np.ndarray
     indices: np.ndarray
     values: np.ndarray
     bias: np.ndarray
     stats: np.ndarray
+    objective: np.ndarray
 
 
 def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -> GroupResult:
@@ -213,10 +200,12 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
     idx, val = [], []
     bias = np.zeros(hi - lo)
     stats = np.zeros((hi - lo, 5))
+    objective = np.zeros(hi - lo)
     for k in range(lo, hi):
         i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
             data, work, k, loss, mu, sigma, p.kappa, p.kappa_growth, p.tol, p.max_iter, p.max_inner, p.shrink, delta,
             p.x_threshold, p.random_state, p.primal_ratio)
+        objective[k - lo] = class_objective(data, work, k, i, v, b, loss, p.lam, p.tau)
         i = data.col_map[i]
         order = np.argsort(i)
         idx.append(i[order])
@@ -224,11 +213,42 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
         bias[k - lo] = b
         stats[k - lo] = (it, n_active, n_alpha, conv, dual)
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
-    return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats)
+    return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats, objective)
 
 
 def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: dict) -> GroupResult:
     return solve_group(_worker_data(ref), *groups[g], PPDSparseParams(**params), ref.source.n_rows)
+
+
+def _finished_groups(engine: Engine, source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]],
+                     todo: list[int]) -> Iterator[tuple[int, GroupResult]]:
+    """Yields (group, GroupResult) as groups finish: in process, in `todo` order (`threads`
+    threads solving ahead); on Dask, in completion order (Engine.imap_unordered: tasks submitted
+    in `todo` order, first = highest priority; a lost worker's groups submitted again). Closing
+    the generator cancels what has not started."""
+    if engine.client is None and engine.mode == "inprocess":
+        data = build_data(source, p.x_threshold > 0)
+
+        def solve(g: int) -> GroupResult:
+            return solve_group(data, *groups[g], p, source.n_rows)
+
+        if p.threads == 1:
+            yield from ((g, solve(g)) for g in todo)
+            return
+        with ThreadPoolExecutor(p.threads) as pool:  # kernels release the GIL: groups run in parallel
+            pending = deque((g, pool.submit(solve, g)) for g in todo)
+            try:
+                while pending:
+                    g, fut = pending.popleft()
+                    yield g, fut.result()
+            finally:
+                for _, fut in pending:
+                    fut.cancel()
+        return
+    token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
+    ref = _DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0)
+    yield from engine.imap_unordered(_group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups,
+                                     params=p.model_dump())
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -299,135 +319,140 @@ class PPDSparseModel(LinearModel):
 # -- the solver ------------------------------------------------------------------------------
 
 
-def _group_name(g: int, part: str) -> str:
-    return f"g{g:06d}-{part}"
+@dataclasses.dataclass(kw_only=True)
+class PPDSparseState(SolverState):
+    """The classes cut into groups of `group_size` (group g: classes [g·group_size,
+    min((g + 1)·group_size, n_classes))) and the groups finished so far, in the order they
+    finished: entry i of each list is GroupResult's field of group finished[i]."""
+
+    n_classes: int
+    group_size: int
+    finished: list[int] = dataclasses.field(default_factory=list)
+    indptr: list[np.ndarray] = dataclasses.field(default_factory=list)
+    indices: list[np.ndarray] = dataclasses.field(default_factory=list)
+    values: list[np.ndarray] = dataclasses.field(default_factory=list)
+    bias: list[np.ndarray] = dataclasses.field(default_factory=list)
+    stats: list[np.ndarray] = dataclasses.field(default_factory=list)
+    objective: list[np.ndarray] = dataclasses.field(default_factory=list)
+
+    def groups(self) -> list[tuple[int, int]]:
+        """[lo, hi) of every group."""
+        return [(lo, min(lo + self.group_size, self.n_classes)) for lo in range(0, self.n_classes, self.group_size)]
+
+    def in_class_order(self, field: str) -> list[np.ndarray]:
+        """The entries of list `field` of the finished groups, by group id (so by class)."""
+        entries = getattr(self, field)
+        return [entries[i] for i in np.argsort(self.finished, kind="stable")]
 
 
 @register_solver
-class PPDSparseSolver(Solver):
-    """PPDSparse (Algorithms 1-3, §5.1-5.3) over class groups.
-
-    `stop_after_groups`: return the partial model (unfinished classes all zero) after this many
-    groups finished and were checkpointed in this call; a later fit with resume=True continues.
-    For time-boxed jobs and for testing resume; not a model parameter."""
+class PPDSparseSolver(Solver[PPDSparseState]):
+    """PPDSparse (Algorithms 1-3, §5.1-5.3); one step = one finished class group (see the
+    module docstring). The groups in flight are an iterator on the instance, started by the
+    first step of a run and rebuilt after a resume from the unfinished groups."""
 
     name = "ppdsparse"
     Params = PPDSparseParams
+    State = PPDSparseState
+    mid_run_models = False  # a model with some classes untrained is not worth validating
 
-    def __init__(self, params: PPDSparseParams, *, stop_after_groups: int | None = None):
+    def __init__(self, params: PPDSparseParams):
         super().__init__(params)
-        self.stop_after_groups = stop_after_groups
+        self._running: Iterator[tuple[int, GroupResult]] | None = None
 
-    def groups(self, n_classes: int) -> list[tuple[int, int]]:
-        size = self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
-        return [(lo, min(lo + size, n_classes)) for lo in range(0, n_classes, size)]
+    def group_size(self, n_classes: int) -> int:
+        return self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
 
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
-            resume: bool = False) -> PPDSparseModel:
-        groups = self.groups(source.n_classes)
-        state = checkpointer.state
-        done: dict[int, GroupResult] = {}
-        ckpt = checkpointer.latest(1) if resume else None
-        if ckpt is None:
-            state.keep_only(set())
-        else:
-            size = groups[0][1] - groups[0][0]
-            # checkpoints written before the group size was recorded cut about 256 groups
-            written = ckpt.meta.get("group_size", -(-source.n_classes // 256))
-            if written != size:
-                raise CheckpointError(
-                    f"{checkpointer.run_dir}: this run was checkpointed with {written} classes per group and "
-                    f"would now be cut into groups of {size}; resume with -p group_size={written}")
-            for g in ckpt.meta["finished"]:
-                ints = state.read(_group_name(g, "index"), 1, 0)
-                reals = state.read(_group_name(g, "value"), 1, 0)
-                m = groups[g][1] - groups[g][0]
-                done[g] = GroupResult(ints[: m + 1], ints[m + 1:], reals[m:], reals[:m],
-                                      np.asarray(ckpt.arrays[f"stats{g}"]))
-            log.truncate_after(ckpt.step)
-        positives = engine.map_reduce(_positives_task, source, range(source.n_chunks), desc="ppdsparse: labels")
+    def init(self, ctx: Context) -> PPDSparseState:
+        self._stop_running()
+        K = ctx.source.n_classes
+        return PPDSparseState(n_classes=K, group_size=self.group_size(K))
+
+    def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
+        """The finished groups are indices of the checkpoint's cut: a resume must cut the same way."""
+        self._stop_running()
+        size = self.group_size(ctx.source.n_classes)
+        if state.group_size != size:
+            where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
+            raise ConfigError(f"{where}: this run was checkpointed with {state.group_size} classes per group and "
+                              f"would now be cut into groups of {size}; resume with -p group_size={state.group_size}")
+
+    def step(self, ctx: Context, state: PPDSparseState) -> dict[str, Any]:
+        if self._running is None:
+            self._running = self._start(ctx, state)
+        g, res = next(self._running)
+        state.finished.append(g)
+        for field in ("indptr", "indices", "values", "bias", "stats", "objective"):
+            getattr(state, field).append(getattr(res, field))
+        state.step += 1
+        if self.finished(state):
+            self._stop_running()
+        lo, hi = state.groups()[g]
+        st = res.stats
+        return {"group": g, "classes": [lo, hi], "objective": summed_objective(state),
+                "dual_objective": float(-st[:, 4].sum()), "nnz": int(sum(i.size for i in state.indices)),
+                "mean_active": float(st[:, 1].mean()), "iterations": int(st[:, 0].sum()),
+                "not_converged": int((st[:, 3] == 0).sum())}
+
+    def _start(self, ctx: Context, state: PPDSparseState) -> Iterator[tuple[int, GroupResult]]:
+        """The unfinished groups, largest first (by positives, then by id), in flight."""
+        positives = ctx.engine.map_reduce(_positives_task, ctx.source, range(ctx.source.n_chunks),
+                                          desc="ppdsparse: labels")
+        groups = state.groups()
+        done = set(state.finished)
         todo = sorted((g for g in range(len(groups)) if g not in done),
                       key=lambda g: (-int(positives[groups[g][0]:groups[g][1]].sum()), g))
-        results = self._run(engine, source, groups, todo)
-        for finished_here, (g, res) in enumerate(results, 1):
-            done[g] = res
-            final = len(done) == len(groups)
-            self._save(checkpointer, log, groups, done, g,
-                       model=(lambda: self._model(source, groups, done)) if final else None)
-            if self.stop_after_groups is not None and finished_here >= self.stop_after_groups:
-                results.close()
-                break
-        model = self._model(source, groups, done)
-        if model.info["groups_finished"] == len(groups) and model.info["not_converged"]:
-            stats = np.vstack([done[g].stats for g in sorted(done)])
-            late = [str(source.classes[k]) for k in np.flatnonzero(stats[:, 3] == 0)[:5]]
-            logger.warning("ppdsparse: not converged after max_iter=%d iterations: %d of %d classes (%s%s) still have "
-                           "a projected dual gradient > tol %g; raise -p max_iter or loosen -p tol",
-                           self.params.max_iter, model.info["not_converged"], len(stats), ", ".join(late),
-                           ", ..." if model.info["not_converged"] > len(late) else "", self.params.tol)
-        return model
+        return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo)
 
-    def _run(self, engine: Engine, source: ChunkSource, groups, todo):
-        """Yields (group, GroupResult) as groups finish: in process, one after another in `todo`
-        order; on Dask, in completion order (Engine.imap_unordered: tasks submitted in `todo` order,
-        first = highest priority; a lost worker's groups submitted again). Closing the generator
-        cancels what is still running."""
-        p = self.params
-        if engine.client is None and engine.mode == "inprocess":
-            data = build_data(source, p.x_threshold > 0)
-            solve = lambda g: solve_group(data, *groups[g], p, source.n_rows)
-            if p.threads == 1:
-                yield from ((g, solve(g)) for g in todo)
-                return
-            with ThreadPoolExecutor(p.threads) as pool:  # kernels release the GIL: groups run in parallel
-                pending = deque((g, pool.submit(solve, g)) for g in todo)
-                try:
-                    while pending:
-                        g, fut = pending.popleft()
-                        yield g, fut.result()
-                finally:
-                    for _, fut in pending:
-                        fut.cancel()
-            return
-        token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
-        ref = _DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0)
-        yield from engine.imap_unordered(_group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups,
-                                         params=p.model_dump())
+    def _stop_running(self) -> None:
+        if self._running is not None:
+            self._running.close()  # cancels the groups not started
+            self._running = None
 
-    def _save(self, checkpointer: Checkpointer, log: MetricsLog, groups, done: dict, g: int, model=None) -> None:
-        """Write group g's weights and a checkpoint listing the finished groups, and log the step;
-        `model` (a function returning the model) on the last step only: validated whatever its step."""
-        res = done[g]
-        state = checkpointer.state
-        state.write(_group_name(g, "index"), 1, 0, np.concatenate([res.indptr, res.indices]))
-        state.write(_group_name(g, "value"), 1, 0, np.concatenate([res.bias, res.values]))
-        finished = sorted(done)
-        versions = {_group_name(h, part): 1 for h in finished for part in ("index", "value")}
-        checkpointer.save(len(finished), {"finished": finished, "group_size": groups[0][1] - groups[0][0]},
-                          {f"stats{h}": done[h].stats for h in finished}, versions)
-        st = res.stats
-        log.log(len(finished), model=model, final=model is not None, group=g,
-                classes=[int(groups[g][0]), int(groups[g][1])], dual_objective=float(-st[:, 4].sum()),
-                nnz=int(sum(done[h].indices.size for h in finished)), mean_active=float(st[:, 1].mean()),
-                iterations=int(st[:, 0].sum()), not_converged=int((st[:, 3] == 0).sum()))
+    def finished(self, state: PPDSparseState) -> bool:
+        return len(state.finished) == len(state.groups())
 
-    def _model(self, source: ChunkSource, groups, done: dict) -> PPDSparseModel:
-        K, d = source.n_classes, source.n_features
+    def converged(self, state: PPDSparseState) -> bool:
+        return self.finished(state) and _not_converged(state).size == 0
+
+    def not_converged_reason(self, state: PPDSparseState) -> str:
+        late = _not_converged(state)
+        shown = ", ".join(str(k) for k in late[:5]) + (", ..." if late.size > 5 else "")
+        return (f"{late.size} of {state.n_classes} classes (ids {shown}) stopped at max_iter={self.params.max_iter} "
+                f"iterations with a projected dual gradient > tol {self.params.tol:g}")
+
+    def to_model(self, ctx: Context, state: PPDSparseState) -> PPDSparseModel:
+        """W of the finished classes (the others all zero) as K × d CSR; info: groups_finished,
+        groups, nnz, mean_active (over the finished classes), not_converged, converged."""
+        K, d = state.n_classes, ctx.source.n_features
+        groups = state.groups()
         counts = np.zeros(K, np.int64)
         bias = np.zeros(K)
-        for g, res in done.items():
+        for g, indptr, b in zip(state.finished, state.indptr, state.bias):
             lo, hi = groups[g]
-            counts[lo:hi] = np.diff(res.indptr)
-            bias[lo:hi] = res.bias
+            counts[lo:hi] = np.diff(indptr)
+            bias[lo:hi] = b
         indptr = np.concatenate([[0], np.cumsum(counts)])
-        ordered = sorted(done)
-        indices = np.concatenate([done[g].indices for g in ordered] or [np.zeros(0, np.int64)])
-        values = np.concatenate([done[g].values for g in ordered] or [np.zeros(0)])
+        indices = np.concatenate(state.in_class_order("indices") or [np.zeros(0, np.int64)])
+        values = np.concatenate(state.in_class_order("values") or [np.zeros(0)])
         coef = sp.csr_matrix((values, indices.astype(np.int32), indptr), shape=(K, d))
-        stats = np.vstack([done[g].stats for g in ordered]) if ordered else np.zeros((0, 5))
-        info = {"groups_finished": len(done), "groups": len(groups), "nnz": int(coef.nnz),
+        stats = np.vstack(state.in_class_order("stats") or [np.zeros((0, 5))])
+        info = {"groups_finished": len(state.finished), "groups": len(groups), "nnz": int(coef.nnz),
                 "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
-                "not_converged": int((stats[:, 3] == 0).sum()) if len(stats) else 0}
-        info["converged"] = len(done) == len(groups) and info["not_converged"] == 0
-        return PPDSparseModel(coef, bias, classes=source.classes, n_features=d, multilabel=source.multilabel,
+                "not_converged": int((stats[:, 3] == 0).sum())}
+        info["converged"] = self.converged(state)
+        return PPDSparseModel(coef, bias, classes=ctx.source.classes, n_features=d, multilabel=ctx.source.multilabel,
                               solver=self.name, params=self.params.model_dump(), info=info)
+
+
+def summed_objective(state: PPDSparseState) -> float:
+    """Σ over the finished classes of F_k(w_k), (9) in the averaged convention (loss + penalty,
+    each class's loss averaged over the n samples), summed by class id."""
+    return float(np.concatenate(state.in_class_order("objective") or [np.zeros(0)]).sum())
+
+
+def _not_converged(state: PPDSparseState) -> np.ndarray:
+    """Ids of the finished classes that stopped at max_iter, ascending."""
+    groups = state.groups()
+    late = [groups[g][0] + np.flatnonzero(stats[:, 3] == 0) for g, stats in zip(state.finished, state.stats)]
+    return np.sort(np.concatenate(late or [np.zeros(0, np.int64)]))

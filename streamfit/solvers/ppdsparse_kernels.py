@@ -890,6 +890,62 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
     return idx, val, bias, it, n_active, n_alpha, converged, dual, primal
 
 
+# -- the primal objective of one class ------------------------------------------------------
+
+
+@njit(cache=True, nogil=True)
+def _loss(m: float, loss: int) -> float:
+    """ℓ(m): max(0, 1 − m) (hinge, (3)) or ½ max(0, 1 − m)² (squared hinge, §5.2)."""
+    slack = max(0.0, 1.0 - m)
+    return 0.5 * slack * slack if loss == SQUARED_HINGE else slack
+
+
+@njit(cache=True, nogil=True)
+def class_objective(data, work, k: int, idx: np.ndarray, val: np.ndarray, bias: float, loss: int, lam: float,
+                    tau: float) -> float:
+    """F_k(w) of (9) in the averaged convention,
+
+        lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/N) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
+
+    for w_{:D} given by its non-zeros (idx: the kernels' feature ids, val) and the bias w_D.
+    The scores ⟨w_{:D}, x_i⟩ come from a CSC walk over supp(w), O(Σ_{j ∈ supp} nnz(X_{:,j}) +
+    |positives of k|); a sample sharing no feature with w has margin ±bias. Uses work.score,
+    work.smark and work.slist as scratch and leaves smark clear."""
+    N = work.alpha.shape[0]
+    smark, slist, score = work.smark, work.slist, work.score
+    n_reach = 0
+    for t in range(idx.shape[0]):
+        f = idx[t]
+        wf = val[t]
+        for p in range(data.col_ptr[f], data.col_ptr[f + 1]):
+            i = data.col_rows[p]
+            if smark[i] == 0:
+                smark[i] = 1
+                slist[n_reach] = i
+                score[i] = 0.0
+                n_reach += 1
+            score[i] += wf * data.col_vals[p]
+    n_pos_unreached = 0
+    for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
+        i = data.pos_rows[p]
+        if smark[i]:
+            smark[i] = 2  # a reached positive
+        else:
+            n_pos_unreached += 1
+    total = 0.0
+    for t in range(n_reach):
+        i = slist[t]
+        z = score[i] + bias
+        total += _loss(z if smark[i] == 2 else -z, loss)
+        smark[i] = 0
+    total += n_pos_unreached * _loss(bias, loss) + (N - n_reach - n_pos_unreached) * _loss(-bias, loss)
+    l1, sq = 0.0, bias * bias
+    for t in range(val.shape[0]):
+        l1 += abs(val[t])
+        sq += val[t] * val[t]
+    return lam * l1 + 0.5 * tau * sq + total / N
+
+
 # -- prediction: top-k of X Wᵀ + b, row by row ------------------------------------------------
 
 

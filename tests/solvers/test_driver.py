@@ -217,3 +217,16 @@ def test_missing_append_only_entry_is_detected(source, tmp_path):
     os.remove(os.path.join(state_dir, victim))
     with pytest.raises(CheckpointError, match="state chunk 1 of 'steps_taken' is missing"):
         fit(source, run, resume=True)
+
+
+def test_a_solver_without_mid_run_models_is_validated_on_its_last_step_only(source):
+    class LastStepOnly(HalvingSolver):
+        mid_run_models = False
+
+    for solver, validated in [(HalvingSolver(HalvingParams()), [1, 2, 3, 4, 5, 6]),
+                              (LastStepOnly(HalvingParams()), [6])]:
+        ckpt = Checkpointer(None, config={"solver": "halving"}, store_fingerprint="in-memory")
+        log = MetricsLog(None, valid=source, valid_every=1)
+        with Engine(mode="inprocess") as engine:
+            solver.fit(source, engine=engine, checkpointer=ckpt, log=log)
+        assert [r["step"] for r in log.records if "valid_accuracy" in r] == validated

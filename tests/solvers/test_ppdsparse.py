@@ -21,7 +21,7 @@ import streamfit.solvers.ppdsparse as pp
 from streamfit import PPDSparseClassifier
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
-from streamfit.errors import CheckpointError
+from streamfit.errors import ConfigError
 from streamfit.model import load_model
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
@@ -47,13 +47,13 @@ def multilabel():
     return X, sp.csr_matrix(Y)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after_groups=None, valid=None, valid_every=1, **params):
-    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params), stop_after_groups=stop_after_groups)
+def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, valid=None, valid_every=1, **params):
+    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
     model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log,
-                       resume=resume)
+                       resume=resume, stop_after=stop_after)
     return model, log
 
 
@@ -70,6 +70,13 @@ def objective(X, Ys, W, b, lam, tau, loss):
     slack = np.maximum(0.0, 1.0 - margins)
     losses = 0.5 * slack ** 2 if loss == "squared_hinge" else slack
     return lam * np.abs(W).sum(0) + 0.5 * tau * ((W * W).sum(0) + b * b) + losses.mean(0)
+
+
+def assert_logged_objective(log, X, labels, model, lam, tau, loss="squared_hinge"):
+    """The last step's logged objective is Σ_k F_k of the model's weights, evaluated here."""
+    Ys = signs(labels, len(model.classes_))
+    W, b = dense_weights(model)
+    assert log.records[-1]["objective"] == pytest.approx(objective(X, Ys, W, b, lam, tau, loss).sum(), rel=1e-12)
 
 
 def kkt_violation(X, Ys, W, b, lam, tau):
@@ -128,7 +135,8 @@ def test_registered_and_params():
 def test_pure_l2_equals_linearsvc(digits, loss):
     X, y = digits
     n, tau = X.shape[0], 1e-3
-    model, _ = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=0.0, tau=tau, **TIGHT)
+    model, log = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=0.0, tau=tau, **TIGHT)
+    assert_logged_objective(log, X, y, model, 0.0, tau, loss)
     W, b = dense_weights(model)
     Ys = signs(y, 10)
     C = 1 / (n * tau) if loss == "hinge" else 1 / (2 * n * tau)
@@ -155,6 +163,15 @@ def test_elastic_net_is_optimal(digits):
     # strong duality: the logged dual objectives (−G/n summed) reach the primal optimum
     dual = sum(r["dual_objective"] for r in log.records) / X.shape[0]
     assert dual == pytest.approx(ours.sum(), rel=1e-5)
+    # the logged objective: Σ F_k over the classes finished so far (F_k evaluated here), and by
+    # weak duality never below the dual objectives logged so far
+    done = np.zeros(10, bool)
+    dual_so_far = 0.0
+    for r in log.records:
+        done[r["classes"][0]:r["classes"][1]] = True
+        dual_so_far += r["dual_objective"] / X.shape[0]
+        assert r["objective"] == pytest.approx(ours[done].sum(), rel=1e-12)
+        assert r["objective"] >= dual_so_far * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5},
@@ -162,7 +179,8 @@ def test_elastic_net_is_optimal(digits):
 def test_sparsified_search_reaches_the_same_optimum(multilabel, options):
     X, Y = multilabel
     lam, tau = 1e-3, 1e-2
-    model, _ = fit(InMemoryStore(X, Y, range(6)), lam=lam, tau=tau, **TIGHT, **options)
+    model, log = fit(InMemoryStore(X, Y, range(6)), lam=lam, tau=tau, **TIGHT, **options)
+    assert_logged_objective(log, X, Y, model, lam, tau)
     W, b = dense_weights(model)
     Ys = signs(Y, 6)
     assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
@@ -354,15 +372,17 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     # primal_ratio 3: about half the classes end in the primal Newton finish, the others in the dual alone
     params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
-    parallel, _ = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
-    threaded, _ = fit(store, str(tmp_path / "threaded"), threads=3, **params)
+    parallel, parallel_log = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
+    threaded, threaded_log = fit(store, str(tmp_path / "threaded"), threads=3, **params)
     regrouped, _ = fit(store, str(tmp_path / "regrouped"), **{**params, "group_size": 3})
     for other in (parallel, threaded, regrouped):
         assert (serial.coef_ != other.coef_).nnz == 0
         np.testing.assert_array_equal(serial.intercept_, other.intercept_)
+    for other_log in (parallel_log, threaded_log):  # summed by class id, whatever the completion order
+        assert other_log.records[-1]["objective"] == serial_log.records[-1]["objective"]
 
     run = str(tmp_path / "run")
-    partial, _ = fit(store, run, stop_after_groups=2, **params)  # a time-boxed first call
+    partial, _ = fit(store, run, stop_after=2, **params)  # a time-boxed first call
     assert partial.info["groups_finished"] == 2
     real = pp.solve_group
     calls = []
@@ -386,6 +406,27 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     with open(os.path.join(run, "metrics.jsonl")) as f:
         steps = [json.loads(line)["step"] for line in f]
     assert steps == [1, 2, 3, 4, 5] and len(serial_log.records) == 5
+
+
+def test_pauses_of_one_instance_with_groups_in_flight(digits, tmp_path):
+    """threads=3 solve groups ahead of the steps, so a pause leaves groups in flight on the
+    solver instance; resuming on the same instance drops them and submits the unfinished groups
+    again: the model of an uninterrupted run, each group logged once."""
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)])
+    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "threads": 3}
+    full, _ = fit(source, **params)
+    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params))
+    ckpt = Checkpointer(str(tmp_path / "run"), config=solver.params.model_settings(), store_fingerprint="in-memory")
+    logged = []
+    with Engine(mode="inprocess") as engine:
+        for resume in (False, True, True):
+            log = MetricsLog(None)
+            model = solver.fit(source, engine=engine, checkpointer=ckpt, log=log, resume=resume, stop_after=2)
+            logged += [r["group"] for r in log.records]
+    assert sorted(logged) == [0, 1, 2, 3, 4] and model.info["converged"]
+    assert (full.coef_ != model.coef_).nnz == 0
+    np.testing.assert_array_equal(full.intercept_, model.intercept_)
 
 
 def group_task_dies_once(g, marker, die_at, **kwargs):
@@ -433,7 +474,7 @@ def test_valid_store_is_evaluated_on_the_last_step_only(digits, tmp_path, valid_
     assert log.records[-1]["valid_accuracy"] == (model.predict(X[450:]) == np.array(classes)[y[450:]]).mean()
     assert log.valid_every == valid_every
     run = str(tmp_path / "run")
-    fit(train, run, stop_after_groups=2, valid=valid, valid_every=valid_every, **params)
+    fit(train, run, stop_after=2, valid=valid, valid_every=valid_every, **params)
     _, resumed = fit(train, run, resume=True, valid=valid, valid_every=valid_every, **params)
     assert [r["step"] for r in resumed.records if "valid_accuracy" in r] == [5]
     assert resumed.records[-1]["valid_accuracy"] == log.records[-1]["valid_accuracy"]
@@ -442,21 +483,24 @@ def test_valid_store_is_evaluated_on_the_last_step_only(digits, tmp_path, valid_
 def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, caplog):
     X, y = digits
     source = InMemoryStore(X, y, [str(c) for c in range(10)])
-    with caplog.at_level("WARNING", logger="streamfit.solvers.ppdsparse"):
+    with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
         model, log = fit(source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2)
     assert model.info["converged"] is False and model.info["not_converged"] > 5
     assert sum(r["not_converged"] for r in log.records) == model.info["not_converged"]
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.ppdsparse"]
-    assert warning.startswith(f"ppdsparse: not converged after max_iter=2 iterations: {model.info['not_converged']} "
-                              "of 10 classes (0, 1, ")
-    assert warning.endswith(", ...) still have a projected dual gradient > tol 1e-09; raise -p max_iter or loosen -p tol")
+    assert_logged_objective(log, X, y, model, 1e-3, 1e-3)  # the primal value, above the dual short of the optimum
+    assert log.records[-1]["objective"] > sum(r["dual_objective"] for r in log.records) / X.shape[0] * (1 + 1e-3)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.driver"]
+    assert warning.startswith(f"ppdsparse: not converged after 10 steps: {model.info['not_converged']} "
+                              "of 10 classes (ids 0, 1, ")
+    assert warning.endswith(", ...) stopped at max_iter=2 iterations with a projected dual gradient > tol 1e-09; "
+                            "raise -p max_iter or loosen -p tol")
     caplog.clear()
-    with caplog.at_level("WARNING", logger="streamfit.solvers.ppdsparse"):
+    with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
         model, _ = fit(source, lam=1e-3, tau=1e-3)
-        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after_groups=1)
+        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after=1)
     assert model.info["converged"] is True and model.info["not_converged"] == 0
     assert partial.info["converged"] is False  # not all classes trained
-    assert not [r for r in caplog.records if r.name == "streamfit.solvers.ppdsparse"]
+    assert not [r for r in caplog.records if r.name == "streamfit.solvers.driver"]
 
 
 def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch):
@@ -466,9 +510,9 @@ def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch
     store = write_store(tmp_path / "store", X, y, [str(c) for c in range(10)], chunk_rows=256)
     params = {"lam": 1e-3, "tau": 1e-3, "kappa": 20, "delta": 0.5}
     run = str(tmp_path / "run")
-    fit(store, run, stop_after_groups=3, **params)  # 10 classes: one per group by default
+    fit(store, run, stop_after=3, **params)  # 10 classes: one per group by default
     monkeypatch.setattr(pp, "DEFAULT_GROUPS", 4)  # a default that would cut groups of 3
-    with pytest.raises(CheckpointError, match="resume with -p group_size=1"):
+    with pytest.raises(ConfigError, match="resume with -p group_size=1"):
         fit(store, run, resume=True, **params)
     resumed, _ = fit(store, run, resume=True, **{**params, "group_size": 1})
     full, _ = fit(store, None, **params)
