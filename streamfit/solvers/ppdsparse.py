@@ -353,6 +353,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     name = "ppdsparse"
     Params = PPDSparseParams
+    params: PPDSparseParams
     State = PPDSparseState
     mid_run_models = False  # a model with some classes untrained is not worth validating
 

@@ -837,6 +837,7 @@ class StagewiseSolver(Solver[StagewiseState]):
 
     name = "stagewise"
     Params = StagewiseParams
+    params: StagewiseParams
     State = StagewiseState
 
     def __init__(self, params: StagewiseParams):
