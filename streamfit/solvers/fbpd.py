@@ -102,18 +102,16 @@ from streamfit.checkpoint import Checkpoint, Checkpointer, config_hash
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
+from streamfit.objectives.class_block_penalties import dual_norm, penalty, penalty_prox
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
 from streamfit.solvers.fbpd_kernels import (
     constrained_dual_step,
     csr_adjoint,
     csr_scores,
-    dual_norm,
     halpern_combine,
     l1_primal_step,
     margins_adjoint_rows,
-    penalty,
-    penalty_prox,
     primal_update,
     regularized_chunk_step,
 )
