@@ -311,7 +311,7 @@ def test_weak_duality(loss, penalty):
     rng = np.random.default_rng(5)
     for _ in range(10):
         W1, W2 = rng.normal(size=(2, D, M)) * rng.choice([0.01, 0.3, 3.0], size=2)[:, None, None]
-        dual = obj.dual_value(W1, X, y)
+        dual = obj.dual_value(W1, None, X, y)
         assert dual <= obj.value(W1, None, X, y) + 1e-12
         assert dual <= obj.value(W2, None, X, y) + 1e-12
 
@@ -326,7 +326,7 @@ def test_duality_gap_closes_at_linear_svc_optimum():
     obj = objective_for("bcd", BCDParams(loss="multitask_squared_hinge", penalty="l1", lam=lam))
     W = svc.coef_.T
     F = obj.value(W, None, X, y)
-    assert 0.0 <= F - obj.dual_value(W, X, y) <= 1e-9 * F
+    assert 0.0 <= F - obj.dual_value(W, None, X, y) <= 1e-9 * F
 
 
 def test_duality_gap_closes_at_logistic_regression_optimum():
@@ -339,7 +339,59 @@ def test_duality_gap_closes_at_logistic_regression_optimum():
     obj = objective_for("bcd", BCDParams(loss="logistic", penalty="l1", lam=lam))
     W = lr.coef_.T
     F = obj.value(W, None, X, y)
-    assert 0.0 <= F - obj.dual_value(W, X, y) <= 1e-9 * F
+    assert 0.0 <= F - obj.dual_value(W, None, X, y) <= 1e-9 * F
+
+
+@pytest.mark.parametrize("loss", ["squared_hinge", "hinge"])
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_ppdsparse_weak_duality(loss, multilabel):
+    """D at the dual point of (W₁, b₁) ≤ F(W₂, b₂), and ≤ F(W₁, b₁)."""
+    X, y, Y = data()
+    labels = Y if multilabel else y
+    obj = objective_for("ppdsparse", PPDSparseParams(loss=loss, lam=0.05, tau=0.2))
+    rng = np.random.default_rng(7)
+    for _ in range(10):
+        (W1, W2), (b1, b2) = rng.normal(size=(2, D, M)) * rng.choice([0.01, 0.3, 3.0]), rng.normal(size=(2, M))
+        dual = obj.dual_value(W1, b1, X, labels)
+        assert dual <= obj.value(W1, b1, X, labels) + 1e-12
+        assert dual <= obj.value(W2, b2, X, labels) + 1e-12
+
+
+def test_ppdsparse_duality_gap_closes_at_linear_svc_optimum():
+    """Squared hinge, lam = 0: LinearSVC(C = 1/(2n·tau)) with a penalised intercept solves each
+    class of (9); at its solution the dual point α = max(0, 1 − m) gives D = F."""
+    X, y, _ = data(n=80)
+    tau = 0.1
+    W, b = np.zeros((D, M)), np.zeros(M)
+    for k in range(M):
+        svc = LinearSVC(loss="squared_hinge", C=1.0 / (2 * 80 * tau), fit_intercept=True, intercept_scaling=1.0,
+                        dual=True, tol=1e-10, max_iter=1_000_000).fit(X, (y == k).astype(int))
+        W[:, k], b[k] = svc.coef_[0], svc.intercept_[0]
+    obj = objective_for("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=0.0, tau=tau))
+    F = obj.value(W, b, X, y)
+    assert 0.0 <= F - obj.dual_value(W, b, X, y) <= 1e-9 * F
+
+
+@pytest.mark.parametrize("penalty", ["l1", "l1/l2", "l1/linf", "l2"])
+def test_fbpd_weak_duality(penalty):
+    """Dual points of (11) with v_b = 0 lie below F at random points: every row starts at its own
+    class (a_ℓ = 0), then disjoint pairs (p, q) of rows of classes i ≠ j move a share t of their
+    mass to each other's class (a_p = t(e_j − e_i) = −a_q)."""
+    rng = np.random.default_rng(8)
+    X, z, _ = data()
+    obj = objective_for("fbpd", FBPDParams(penalty=penalty, lam=0.05, group_size=4))
+    for _ in range(10):
+        Yd = np.eye(M)[z]
+        order = rng.permutation(N)
+        for p, q in zip(order[0::2], order[1::2]):
+            if z[p] != z[q]:
+                t = rng.random()
+                Yd[p] = (1 - t) * np.eye(M)[z[p]] + t * np.eye(M)[z[q]]
+                Yd[q] = (1 - t) * np.eye(M)[z[q]] + t * np.eye(M)[z[p]]
+        dual, infeasibility = obj.crammer_singer_dual(Yd, X, z)
+        assert infeasibility < 1e-14
+        W, b = rng.normal(size=(D, M)) * rng.choice([0.01, 0.3, 3.0]), rng.normal(size=M)
+        assert dual <= obj.value(W, b, X, z) + 1e-12
 
 
 # -- conventions: scikit-learn's solutions are stationary points of our F -------------------------

@@ -237,19 +237,63 @@ class Objective:
         PW, Pb = self.penalty.smooth_gradient(np.asarray(W, dtype=np.float64), b)
         return GW + PW, D.sum(axis=0) / n + Pb
 
-    def dual_value(self, W: np.ndarray, X, labels) -> float:
-        """A Fenchel dual value D ≤ min F for bcd's norm penalties (l1/l2, l1): D at the point
-        U = c·∇ℓ(S), S = XW, with c ≤ λ/‖G‖_*, G = XᵀU/n at c = 1, maximised over c by
-        `losses.dual_loss` (its docstring has the bound); D = F at the optimum."""
-        bcd_losses = (SQUARED_HINGE, MULTITASK_SQUARED_HINGE, LOGISTIC)
-        if not isinstance(self.penalty, RowPenalty) or self.loss not in bcd_losses:
-            raise ValueError("dual_value: only bcd's objectives (row penalties l1/l2, l1) have this dual point")
-        S = self.scores(W, None, X)
-        _, D, _ = self.derivatives(S, labels, 1)
-        dn = self.penalty.dual_norm(np.asarray(X.T @ D) / S.shape[0])
-        c_max = self.penalty.lam / dn if dn > 0 else np.inf
-        lab_ptr, lab_ind = label_lists(labels, S.shape[0])
-        return float(dual_loss(self.loss, S, lab_ptr, lab_ind, c_max)) / S.shape[0]
+    def dual_value(self, W: np.ndarray, b: np.ndarray | None, X, labels) -> float:
+        """A Fenchel dual value D ≤ min F at a dual point built from the loss derivatives at
+        (W, b); D = F at the optimum (for ppdsparse's hinge only at points whose subgradient is
+        the optimal dual).
+
+        bcd (norm penalties l1/l2, l1): D at U = c·∇ℓ(S), S = XW, with c ≤ λ/‖G‖_*,
+        G = XᵀU/n at c = 1, maximised over c by `losses.dual_loss` (its docstring has the bound).
+
+        ppdsparse: ℓ(m) = max_{0 ≤ α ≤ U} α(1 − m) − cα²/2 (hinge: U = 1, c = 0; half squared
+        hinge: U = ∞, c = 1), so per class, with α_i = −∂ℓ/∂m at the margins m_i = Y_ik s_ik,
+            D = (1/n) Σ_i (α_i − cα_i²/2) − h*(v, v_b),   (v, v_b) = (1/n) Σ_i α_i Y_ik [x_i, 1],
+            h*(v, v_b) = (‖soft(v, lam)‖² + v_b²) / (2 tau),
+        the averaged form of −G(α) of Yen et al.'s dual (10), summed over the classes."""
+        S = self.scores(W, b, X)
+        n = S.shape[0]
+        _, Dv, _ = self.derivatives(S, labels, 1)
+        if isinstance(self.penalty, RowPenalty) and self.loss in (SQUARED_HINGE, MULTITASK_SQUARED_HINGE, LOGISTIC):
+            dn = self.penalty.dual_norm(np.asarray(X.T @ Dv) / n)
+            c_max = self.penalty.lam / dn if dn > 0 else np.inf
+            lab_ptr, lab_ind = label_lists(labels, n)
+            return float(dual_loss(self.loss, S, lab_ptr, lab_ind, c_max)) / n
+        if isinstance(self.penalty, ElasticNetWithBias):
+            lab_ptr, lab_ind = label_lists(labels, n)
+            signs = -np.ones_like(S)
+            signs[np.repeat(np.arange(n), np.diff(lab_ptr)), lab_ind] = 1.0
+            alpha = -signs * Dv  # ≥ 0: the hinges' ∂ℓ/∂s_k = −Y_ik α_ik
+            c = 1.0 if self.loss == OVR_HALF_SQUARED_HINGE else 0.0
+            V = np.asarray(X.T @ (alpha * signs)) / n
+            vb = (alpha * signs).sum(axis=0) / n
+            conj = (float((_soft(V, self.penalty.lam) ** 2).sum()) + float(vb @ vb)) / (2.0 * self.penalty.tau)
+            return float((alpha - 0.5 * c * alpha * alpha).sum()) / n - conj
+        raise ValueError("dual_value: defined for bcd's norm penalties (l1/l2, l1) and for ppdsparse; fbpd's dual "
+                         "needs its dual iterate (crammer_singer_dual)")
+
+    def crammer_singer_dual(self, Y: np.ndarray, X, labels) -> tuple[float, float]:
+        """fbpd's regularized problem (7): (D, ‖v_b‖) for the dual (11) at y = Y/n, Y (n × K)
+        with rows in the unit simplex (as the solver stores its duals). With a_ℓ = y_ℓ −
+        (Σ_k y_ℓk) e_{z_ℓ}, V = Σ_ℓ x_ℓ a_ℓᵀ, v_b = Σ_ℓ a_ℓ and r_ℓᵀy_ℓ = Σ_{k ≠ z_ℓ} y_ℓk,
+            D = c Σ_ℓ r_ℓᵀy_ℓ,   c = min(1, lam/‖V‖_*)   (norm penalties: (lam·g)* is the
+                indicator of the dual ball of radius lam; c·y stays feasible since h_ℓ ≥ 0),
+            D = Σ_ℓ r_ℓᵀy_ℓ − ‖V‖²/(2 lam)   (l2).
+        The offsets b are free, so D bounds min F only where v_b = 0 (the second value)."""
+        if not isinstance(self.penalty, ClassBlockPenalty) or self.loss_bound is not None:
+            raise ValueError("crammer_singer_dual: only fbpd's regularized form (7) has this dual")
+        n = Y.shape[0]
+        z = np.asarray(labels, dtype=np.int64)
+        y = np.asarray(Y, dtype=np.float64) / n
+        A = y.copy()
+        A[np.arange(n), z] -= y.sum(axis=1)
+        V = np.ascontiguousarray(np.asarray(X.T @ A))
+        vb = A.sum(axis=0)
+        r_dot = float(y.sum() - y[np.arange(n), z].sum())
+        lam = self.penalty.weight
+        if self.penalty.kind == "l2":
+            return r_dot - float((V * V).sum()) / (2.0 * lam), float(np.linalg.norm(vb))
+        dn = self.penalty.dual_norm(V)
+        return min(1.0, lam / dn) * r_dot if dn > 0 else r_dot, float(np.linalg.norm(vb))
 
 
 def objective_for(solver_name: str, params, multilabel: bool = False) -> Objective:
