@@ -53,7 +53,8 @@ penalty: c‖G‖_* ≤ λ). Returned: max over c ∈ [0, c_max] of a lower boun
   2c H − c² Q with H = Σ a₊, Q = Σ a₊² (the loss), maximal at c = min(H/Q, c_max);
 - logistic (eq. 12): ℓ_i* (u) = Σ_r q_r log q_r with q = u + e_y, so −ℓ_i*(c(p − e_y)) is the
   entropy of c p + (1 − c) e_y; c = min(1, c_max).
-At the optimum (c = 1) the bound is tight (strong duality).
+At the optimum (c = 1) the bound is tight (strong duality). Defined for these three losses only
+(the duals of ppdsparse and fbpd are in streamfit.objectives.Objective).
 
 All functions are row-wise, so chunking the rows never changes a row's result.
 """

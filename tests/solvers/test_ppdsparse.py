@@ -23,6 +23,7 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import CheckpointError
 from streamfit.model import load_model
+from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
