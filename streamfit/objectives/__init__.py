@@ -273,8 +273,8 @@ class Objective:
 
     def crammer_singer_dual(self, Y: np.ndarray, X, labels) -> tuple[float, float]:
         """fbpd's regularized problem (7): (D, ‖v_b‖) for the dual (11) at y = Y/n, Y (n × K)
-        with rows in the unit simplex (as the solver stores its duals). With a_ℓ = y_ℓ −
-        (Σ_k y_ℓk) e_{z_ℓ}, V = Σ_ℓ x_ℓ a_ℓᵀ, v_b = Σ_ℓ a_ℓ and r_ℓᵀy_ℓ = Σ_{k ≠ z_ℓ} y_ℓk,
+        with rows in the unit simplex (as the solver stores its duals). With
+        a_ℓ = y_ℓ − (Σ_k y_ℓk) e_{z_ℓ}, V = Σ_ℓ x_ℓ a_ℓᵀ, v_b = Σ_ℓ a_ℓ, r_ℓᵀy_ℓ = Σ_{k ≠ z_ℓ} y_ℓk:
             D = c Σ_ℓ r_ℓᵀy_ℓ,   c = min(1, lam/‖V‖_*)   (norm penalties: (lam·g)* is the
                 indicator of the dual ball of radius lam; c·y stays feasible since h_ℓ ≥ 0),
             D = Σ_ℓ r_ℓᵀy_ℓ − ‖V‖²/(2 lam)   (l2).

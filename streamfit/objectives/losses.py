@@ -13,7 +13,8 @@ Blondel, Seki and Uehara (2013), the bcd solver:
   ∂ℓ/∂s_r −= 2 max(A, 0), ∂ℓ/∂s_{r'} += 2 max(A, 0); generalized second derivatives
   (Mangasarian; eq. 6): h_r, h_{r'} += 2·[A > 0].
 - MULTITASK_SQUARED_HINGE "multitask_squared_hinge" (eq. 11, one-vs-rest):
-  ℓ_i(s) = Σ_r max(1 − Y_ir s_r, 0)²; ∂ℓ/∂s_r = −2 Y_ir max(·, 0) (eq. 13); h_r = 2·[1 − Y_ir s_r > 0].
+  ℓ_i(s) = Σ_r max(1 − Y_ir s_r, 0)²; ∂ℓ/∂s_r = −2 Y_ir max(·, 0) (eq. 13);
+  h_r = 2·[1 − Y_ir s_r > 0].
 - LOGISTIC "logistic" (eq. 12, multiclass only): ℓ_i(s) = log(1 + Σ_{r ≠ y} exp(s_r − s_y))
   = log Σ_r exp(s_r) − s_y; ∂ℓ/∂s = p − e_y, p = softmax(s); h_r = p_r (1 − p_r).
   This is also Agarwal et al. (2014)'s calibrated loss (13) of the softmax link, Φ(u) = log Σ e^u.
