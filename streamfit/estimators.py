@@ -40,11 +40,11 @@ import scipy.sparse as sp
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
+from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import SolverParams, parameter_lines
 from streamfit.solvers.bcd import BCDSolver
 from streamfit.solvers.fbpd import FBPDSolver
-from streamfit.solvers.fbpd_kernels import penalty as _fbpd_penalty
 from streamfit.solvers.ppdsparse import PPDSparseSolver
 from streamfit.solvers.stagewise import StagewiseSolver, decision_threshold
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
@@ -494,24 +494,25 @@ class FBPDClassifier(_SolverClassifier):
         """Iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
 
+    def _objective(self):
+        return objective_for("fbpd", self._solver_params())
+
+    def _weights(self) -> tuple[np.ndarray, np.ndarray]:
+        coef = self.coef_
+        return (coef.toarray() if sp.issparse(coef) else np.asarray(coef)).T, np.asarray(self.intercept_)
+
     def hinge_loss(self, X, y) -> float:
-        """Mean Crammer–Singer hinge max(0, 1 + max_{k≠y} s_k − s_y) of the fitted model."""
-        S = self._scores(X)
-        rows = np.arange(S.shape[0])
+        """Mean Crammer–Singer hinge (1/n) Σ_i max_k (s_ik − s_iy_i + [k ≠ y_i]) of the fitted model."""
+        W, b = self._weights()
         z = np.searchsorted(self.classes_, np.asarray(y))
-        margins = S - S[rows, z][:, None] + 1.0
-        margins[rows, z] = 0.0
-        return float(margins.max(axis=1).mean())
+        return self._objective().mean_loss(W, b, self._check_X(X, reset=False), z)
 
     def objective(self, X, y) -> float:
-        """The primal objective: lam·g(W) + mean hinge (regularized), g(W) (constrained; its
-        constraint is hinge_loss(X, y) <= eta)."""
-        coef = self.coef_
-        W = (coef.toarray() if sp.issparse(coef) else np.asarray(coef)).T
-        g = _fbpd_penalty(np.ascontiguousarray(W), self.penalty, self.group_size)
-        if self.formulation == "constrained":
-            return g
-        return self.lam * g + self.hinge_loss(X, y)
+        """The primal objective: lam·g(W) + mean hinge (regularized, (7)), g(W) (constrained,
+        (8); its constraint is hinge_loss(X, y) <= eta)."""
+        W, b = self._weights()
+        z = np.searchsorted(self.classes_, np.asarray(y))
+        return self._objective().value(W, b, self._check_X(X, reset=False), z)
 
 
 class PPDSparseClassifier(_SolverClassifier):
@@ -574,10 +575,6 @@ class BCDClassifier(_SolverClassifier):
 
     def objective(self, X, y) -> float:
         """F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) on (X, y) (eq. 2 for the default loss and penalty)."""
-        from streamfit.losses import LOSSES, loss_sum
-        from streamfit.penalties import PENALTIES, value
-
-        S = self._scores(X)
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
-        reg = value(PENALTIES[self.penalty], W, float(self.lam), float(self.l1_ratio))
-        return loss_sum(LOSSES[self.loss], S, self._labels(y)) / S.shape[0] + reg
+        return objective_for("bcd", self._solver_params()).value(W, None, self._check_X(X, reset=False),
+                                                                  self._labels(y))

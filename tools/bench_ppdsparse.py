@@ -44,14 +44,10 @@ from make_extreme import make_extreme
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
+from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import ppdsparse as pp
-from streamfit.solvers.ppdsparse_kernels import (
-    HINGE,
-    SQUARED_HINGE,
-    make_work,
-    solve_class,
-)
+from streamfit.solvers.ppdsparse_kernels import make_work, solve_class
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 DATA = "/work/shared/data"
@@ -313,7 +309,7 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, peer_sample=30, seed=0, 
     n = X.shape[0]
     ks = np.arange(K) if K <= sample else np.sort(np.random.default_rng(seed).choice(K, sample, replace=False))
     work = make_work(n, data.col_map.size)
-    loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
+    loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
 
     def solve(k):
         return solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.kappa_growth, p.tol, p.max_iter,

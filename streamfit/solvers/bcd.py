@@ -6,9 +6,9 @@ Objective (eq. 2 and §4.7, §5.3): W ∈ R^{d×m}, scores s_i = Wᵀx_i,
 
     F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W)
 
-with ℓ one of streamfit.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
+with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
 multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12) and P one of
-streamfit.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2", "elasticnet",
+streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2", "elasticnet",
 "sparse_group"). There is no intercept, as in the paper. Blocks are the rows W_{j:} (one per
 feature); only features with a non-zero value in the training data are blocks (the others
 stay exactly zero).
@@ -110,9 +110,9 @@ from pydantic import Field, model_validator
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
-from streamfit.losses import LOGISTIC, LOSSES, curvature, dual_loss, label_lists, rows_loss
 from streamfit.model import LinearModel
-from streamfit.penalties import PENALTIES, prox, value
+from streamfit.objectives.losses import LOGISTIC, LOSSES, curvature, dual_loss, label_lists, rows_loss
+from streamfit.objectives.penalties import PENALTIES, prox, value
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, register_solver
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from streamfit.losses import sample_loss
-from streamfit.penalties import L1L2, row_prox, row_value, row_violation
+from streamfit.objectives.losses import sample_loss
+from streamfit.objectives.penalties import L1L2, row_prox, row_value, row_violation
 
 
 @njit(cache=True, nogil=True)

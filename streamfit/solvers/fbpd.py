@@ -82,17 +82,15 @@ from streamfit.checkpoint import config_hash
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
+from streamfit.objectives.class_block_penalties import dual_norm, penalty, penalty_prox
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.fbpd_kernels import (
     constrained_dual_step,
     csr_adjoint,
     csr_scores,
-    dual_norm,
     halpern_combine,
     l1_primal_step,
     margins_adjoint_rows,
-    penalty,
-    penalty_prox,
     primal_update,
     regularized_chunk_step,
 )

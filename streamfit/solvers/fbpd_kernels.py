@@ -1,5 +1,6 @@
 """Numerical kernels of the fbpd solver (Chierchia et al. 2015): the per-row dual updates of
-Algorithms 1 and 2, and the regularizers g with their proximity operators and dual norms.
+Algorithms 1 and 2 (the regularizers g, their proximity operators and dual norms are in
+streamfit.objectives.class_block_penalties).
 
 Weights are stored feature-major, W ∈ ℝ^{M×K} (column k is x^(k) of (1)); a block of the
 mixed norms is `group_size` consecutive features of one class, x^(k,b) of §2.2 (the last block
@@ -15,7 +16,6 @@ import numpy as np
 
 from streamfit.projections import (
     epigraph_max_threshold,
-    project_l1_ball,
     simplex_threshold,
 )
 
@@ -270,69 +270,3 @@ def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarra
         Wn, Gn = Wt.copy(), Gt.reshape((M, K))
     stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), l1, g_max])
     return Gt.reshape((M, K)), Wn, Gn, stats
-
-
-# -- regularizers g ------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndarray:
-    M, K = W.shape
-    out = np.empty_like(W)
-    for k in range(K):
-        for j0 in range(0, M, group_size):
-            j1 = min(j0 + group_size, M)
-            v = W[j0:j1, k]
-            if linf:  # prox_{t‖·‖∞}(v) = v − P_{B_t}(v) (Moreau)
-                out[j0:j1, k] = v - project_l1_ball(v, t)
-            else:  # block soft thresholding
-                norm = np.sqrt(np.sum(v * v))
-                scale = max(0.0, 1.0 - t / norm) if norm > 0.0 else 0.0
-                out[j0:j1, k] = scale * v
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _group_norms(W: np.ndarray, group_size: int, p: int) -> np.ndarray:
-    """‖x^(k,b)‖_p for every block (p = 1, 2, or 0 for ∞), class-major."""
-    M, K = W.shape
-    n_groups = (M + group_size - 1) // group_size
-    out = np.empty(K * n_groups)
-    for k in range(K):
-        for g in range(n_groups):
-            v = np.abs(W[g * group_size:min((g + 1) * group_size, M), k])
-            if p == 1:
-                out[k * n_groups + g] = v.sum()
-            elif p == 2:
-                out[k * n_groups + g] = np.sqrt(np.sum(v * v))
-            else:
-                out[k * n_groups + g] = v.max()
-    return out
-
-
-def penalty(W: np.ndarray, kind: str, group_size: int) -> float:
-    """g(W): ‖W‖₁, Σ_{k,b} ‖x^(k,b)‖₂, Σ_{k,b} ‖x^(k,b)‖∞, or ½‖W‖² (offsets b excluded)."""
-    if kind == "l1":
-        return float(np.abs(W).sum())
-    if kind == "l2":
-        return 0.5 * float(np.einsum("ij,ij->", W, W))
-    return float(_group_norms(W, group_size, 2 if kind == "l1/l2" else 0).sum())
-
-
-def penalty_prox(W: np.ndarray, t: float, kind: str, group_size: int) -> np.ndarray:
-    """prox_{t g}(W)."""
-    if kind == "l1":
-        return np.sign(W) * np.maximum(np.abs(W) - t, 0.0)
-    if kind == "l2":
-        return W / (1.0 + t)
-    return _group_prox(W, t, group_size, kind == "l1/linf")
-
-
-def dual_norm(V: np.ndarray, kind: str, group_size: int) -> float:
-    """The dual norm of the norm-type penalties (‖·‖∞, max_b ‖·‖₂, max_b ‖·‖₁): g*(V) is the
-    indicator of {dual_norm(V) ≤ 1}. Not defined for "l2", whose conjugate is ½‖V‖²."""
-    if V.size == 0:
-        return 0.0
-    if kind == "l1":
-        return float(np.abs(V).max())
-    return float(_group_norms(V, group_size, 2 if kind == "l1/l2" else 1).max())

@@ -61,10 +61,9 @@ from pydantic import Field
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel, register_model
+from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.solvers.base import Context, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.ppdsparse_kernels import (
-    HINGE,
-    SQUARED_HINGE,
     Data,
     class_objective,
     make_work,
@@ -194,7 +193,7 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
     """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays; weights by the
     store's feature ids."""
     work = make_work(n_rows, data.col_map.size)
-    loss = SQUARED_HINGE if p.loss == "squared_hinge" else HINGE
+    loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
     mu, sigma = n_rows * p.lam, n_rows * p.tau
     delta = 0.0 if p.delta is None else p.delta
     idx, val = [], []

@@ -40,8 +40,8 @@ from collections import namedtuple
 import numpy as np
 from numba import njit
 
-HINGE = 0
-SQUARED_HINGE = 1
+from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
+
 LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice as long
 SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
 PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian sum, block and factor: 3 × (d + 1)² ≤ 96 MiB
@@ -219,8 +219,8 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
     end of active[:n_active]); once the rest meets tol, every coordinate is checked again, so
     the stopping test always covers all of the active set."""
     D = work.v.shape[0] - 1
-    c = 1.0 if loss == SQUARED_HINGE else 0.0
-    upper = 1.0 if loss == HINGE else np.inf
+    c = 1.0 if loss == OVR_HALF_SQUARED_HINGE else 0.0
+    upper = 1.0 if loss == OVR_HINGE else np.inf
     inv_sigma = 1.0 / sigma
     v, alpha, active, ysign, rng, rmark = work.v, work.alpha, work.active, work.ysign, work.rng, work.rmark
     indptr, indices, values, sqnorm = data.indptr, data.indices, data.values, data.sqnorm
@@ -840,7 +840,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
             continue
         epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, budget, shrink)
         inner_ok = epochs < budget
-        if (not inner_ok and loss == SQUARED_HINGE and primal == 0 and D < PRIMAL_MAX_FEATURES
+        if (not inner_ok and loss == OVR_HALF_SQUARED_HINGE and primal == 0 and D < PRIMAL_MAX_FEATURES
                 and 0.0 < primal_ratio * (D + 1) <= n_active):
             primal, ok, n_active = _primal_newton(data, work, mu, sigma, tol, PRIMAL_MAX_NEWTON)
             primal = max(primal, 1)  # tried once per class
@@ -856,7 +856,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before
     # outputs
-    c = 1.0 if loss == SQUARED_HINGE else 0.0
+    c = 1.0 if loss == OVR_HALF_SQUARED_HINGE else 0.0
     n_sup, _ = _support(work, mu, sigma)
     order = np.argsort(work.sup_idx[:n_sup])
     idx = work.sup_idx[:n_sup][order].copy()
@@ -897,7 +897,7 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
 def _loss(m: float, loss: int) -> float:
     """ℓ(m): max(0, 1 − m) (hinge, (3)) or ½ max(0, 1 − m)² (squared hinge, §5.2)."""
     slack = max(0.0, 1.0 - m)
-    return 0.5 * slack * slack if loss == SQUARED_HINGE else slack
+    return 0.5 * slack * slack if loss == OVR_HALF_SQUARED_HINGE else slack
 
 
 @njit(cache=True, nogil=True)

@@ -96,11 +96,9 @@ from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
 from streamfit.errors import ConfigError, InputError
 from streamfit.model import Model, register_model
+from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.stagewise_kernels import (
-    link_loss_sum,
-    link_mean,
-    link_residual,
     poly_basis,
     project_predictions,
     rff_features,

@@ -20,6 +20,7 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import CheckpointError, ConfigError
 from streamfit.estimators import ConvergenceWarning
+from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
@@ -126,14 +127,11 @@ def hinge_lp(X, z, *, lam=None, eta=None, linf_groups=None):
     return res.fun
 
 
-def mean_hinge(X, z, coef, intercept):
-    """Crammer–Singer hinge, computed directly."""
-    coef = coef.toarray() if sp.issparse(coef) else coef
-    S = X @ coef.T + intercept
-    rows = np.arange(len(z))
-    M = S - S[rows, z][:, None] + 1.0
-    M[rows, z] = 0.0
-    return M.max(axis=1).mean()
+def regularized_objective(X, z, model, lam, penalty="l1"):
+    """F of problem (7) at a fitted model (lam·g(W) + mean Crammer–Singer hinge)."""
+    W = model.coef_.toarray() if sp.issparse(model.coef_) else np.asarray(model.coef_)
+    params = fb.FBPDParams(penalty=penalty, lam=lam)
+    return objective_for("fbpd", params).value(W.T, model.intercept_, X, z)
 
 
 def test_registered_and_params():
@@ -245,7 +243,7 @@ def test_l1_regularized_matches_linprog(wine):
     lam = 0.1
     optimum = hinge_lp(X, z, lam=lam)
     model, log = fit(memory_source(X, z, chunk_rows=64), lam=lam, penalty="l1", max_iter=4000, tol=1e-7)
-    objective = lam * np.abs(model.coef_.toarray()).sum() + mean_hinge(X, z, model.coef_, model.intercept_)
+    objective = regularized_objective(X, z, model, lam)
     assert abs(objective - optimum) <= 1e-4 * optimum
     last = log.records[-1]
     assert last["objective"] == pytest.approx(objective, rel=1e-12)
@@ -267,8 +265,7 @@ def test_restarts_reach_the_lp_optimum_in_fewer_iterations(wine):
     plain, _ = fit(source, lam=lam, max_iter=iters, tol=0.0, restarts=False)
 
     def error(model):
-        W = model.coef_.toarray()
-        return abs(lam * np.abs(W).sum() + mean_hinge(X, z, W, model.intercept_) - optimum) / optimum
+        return abs(regularized_objective(X, z, model, lam) - optimum) / optimum
 
     assert fast.info["restarts"] >= 5 and plain.info["restarts"] == 0
     assert error(fast) < 1e-5 < error(plain)
@@ -285,7 +282,7 @@ def test_l1_linf_regularized_matches_linprog(wine):
     clf = FBPDClassifier(penalty="l1/linf", group_size=G, lam=lam, max_iter=9000, tol=1e-7).fit(X, z)
     W = clf.coef_.toarray()
     g = sum(np.abs(W[k, j:j + G]).max() for k in range(3) for j in range(0, X.shape[1], G))
-    objective = lam * g + mean_hinge(X, z, W, clf.intercept_)
+    objective = lam * g + clf.hinge_loss(X, z)
     assert clf.objective(X, z) == pytest.approx(objective, rel=1e-12)
     assert abs(objective - optimum) <= 1e-4 * optimum
 
@@ -332,7 +329,7 @@ def test_smooth_and_group_penalties_reach_duality(wine, penalty):
         blocks = [(k, j) for k in range(3) for j in range(0, M, G)]
         primal = lam * sum(np.linalg.norm(W[k, j:j + G]) for k, j in blocks)
         dual = min(1.0, lam / max(np.linalg.norm(V[k, j:j + G]) for k, j in blocks)) * r_dot
-    primal += mean_hinge(X, z, W, model.intercept_)
+    primal += objective_for("fbpd", solver.params).mean_loss(W.T, model.intercept_, X, z)
     assert primal - dual < 1e-4 * primal
     assert np.abs(vb).max() < 1e-4
 

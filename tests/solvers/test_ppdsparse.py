@@ -23,6 +23,7 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import load_model
+from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.store import InMemoryStore, StoreWriter, open_store
@@ -65,11 +66,10 @@ def signs(labels, n_classes):
 
 
 def objective(X, Ys, W, b, lam, tau, loss):
-    """F_k of every class k (a vector): lam‖w‖₁ + (tau/2)(‖w‖² + b²) + mean ℓ(y(Xw + b))."""
-    margins = Ys * (X @ W + b)
-    slack = np.maximum(0.0, 1.0 - margins)
-    losses = 0.5 * slack ** 2 if loss == "squared_hinge" else slack
-    return lam * np.abs(W).sum(0) + 0.5 * tau * ((W * W).sum(0) + b * b) + losses.mean(0)
+    """F_k of every class k (a vector): lam‖w‖₁ + (tau/2)(‖w‖² + b²) + mean ℓ(y(Xw + b)), from
+    streamfit.objectives (the classes' problems are separate: F_k is F of class k alone)."""
+    obj = objective_for("ppdsparse", pp.PPDSparseParams(loss=loss, lam=lam, tau=tau))
+    return np.array([obj.value(W[:, [k]], np.atleast_1d(b)[[k]], X, Ys[:, [k]] > 0) for k in range(Ys.shape[1])])
 
 
 def assert_logged_objective(log, X, labels, model, lam, tau, loss="squared_hinge"):
@@ -210,16 +210,13 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
 
 def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
     """solve_class (or a stand-in with its signature) for class k with TIGHT settings and `over`."""
-    from streamfit.solvers.ppdsparse_kernels import (
-        SQUARED_HINGE,
-        make_work,
-        solve_class,
-    )
+    from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE
+    from streamfit.solvers.ppdsparse_kernels import make_work, solve_class
 
     n = X.shape[0]
     data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
     o = {"kappa": 500, "kappa_growth": 1.0, "max_inner": 1000, "delta": 0.0, "primal_ratio": 0.0, **TIGHT, **over}
-    out = (solve or solve_class)(data, make_work(n, data.col_map.size), k, SQUARED_HINGE, n * lam, n * tau,
+    out = (solve or solve_class)(data, make_work(n, data.col_map.size), k, OVR_HALF_SQUARED_HINGE, n * lam, n * tau,
                                  o["kappa"], o["kappa_growth"], o["tol"], o["max_iter"], o["max_inner"], True,
                                  o["delta"], 0.0, 0, o["primal_ratio"])
     idx = data.col_map[out[0]]  # the store's feature ids

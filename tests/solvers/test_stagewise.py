@@ -21,10 +21,10 @@ from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import InputError
 from streamfit.model import load_model
+from streamfit.objectives.links import link_loss_sum
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import get_solver
 from streamfit.solvers.stagewise_kernels import (
-    link_loss_sum,
     project_rows_simplex,
     rff_block,
     rff_features,

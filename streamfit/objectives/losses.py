@@ -1,19 +1,40 @@
-"""Per-sample multiclass / multilabel losses ℓ_i(s) of a score vector s = Wᵀx_i ∈ R^m, with
-their gradient and (generalized) second derivatives, from Blondel, Seki and Uehara (2013).
-The objective's smooth part is L(W) = (1/n) Σ_i ℓ_i(Wᵀx_i).
+"""Per-sample multiclass / multilabel losses ℓ_i(s) of a score vector s = Wᵀx_i + b ∈ R^m, with
+their gradient and (generalized) second derivatives: the one numbering of loss codes that every
+solver's kernels branch on. The objective's smooth part is L(W) = (1/n) Σ_i ℓ_i(s_i).
 
 Labels of sample i are a list Y_i of positive classes (multiclass: Y_i = {y_i}), stored as
-CSR-like arrays (lab_ptr, lab_ind); `mark` is a boolean scratch vector with mark[r] = (r ∈ Y_i).
+CSR-like arrays (lab_ptr, lab_ind); `mark` is a boolean scratch vector with mark[r] = (r ∈ Y_i),
+Y_ir = +1 if r ∈ Y_i else −1 (signs) and y_ir = [r ∈ Y_i] (0/1 targets).
 
-- "squared_hinge" (eq. 2; the label-ranking extension of §4.7 when |Y_i| > 1):
+Blondel, Seki and Uehara (2013), the bcd solver:
+- SQUARED_HINGE "squared_hinge" (eq. 2; the label-ranking extension of §4.7 when |Y_i| > 1):
       ℓ_i(s) = Σ_{r ∈ Y_i, r' ∉ Y_i} max(A_{rr'}, 0)²,   A_{rr'} = 1 − (s_r − s_{r'})
   (for multiclass, A_{y_i r'} is the paper's margin matrix entry A(W)_{ir'}, eq. after (4)).
   ∂ℓ/∂s_r −= 2 max(A, 0), ∂ℓ/∂s_{r'} += 2 max(A, 0); generalized second derivatives
   (Mangasarian; eq. 6): h_r, h_{r'} += 2·[A > 0].
-- "multitask_squared_hinge" (eq. 11, one-vs-rest): ℓ_i(s) = Σ_r max(1 − Y_ir s_r, 0)²,
-  Y_ir = +1 if r ∈ Y_i else −1; ∂ℓ/∂s_r = −2 Y_ir max(·, 0) (eq. 13); h_r = 2·[1 − Y_ir s_r > 0].
-- "logistic" (eq. 12, multiclass only): ℓ_i(s) = log(1 + Σ_{r ≠ y} exp(s_r − s_y))
+- MULTITASK_SQUARED_HINGE "multitask_squared_hinge" (eq. 11, one-vs-rest):
+  ℓ_i(s) = Σ_r max(1 − Y_ir s_r, 0)²; ∂ℓ/∂s_r = −2 Y_ir max(·, 0) (eq. 13);
+  h_r = 2·[1 − Y_ir s_r > 0].
+- LOGISTIC "logistic" (eq. 12, multiclass only): ℓ_i(s) = log(1 + Σ_{r ≠ y} exp(s_r − s_y))
   = log Σ_r exp(s_r) − s_y; ∂ℓ/∂s = p − e_y, p = softmax(s); h_r = p_r (1 − p_r).
+  This is also Agarwal et al. (2014)'s calibrated loss (13) of the softmax link, Φ(u) = log Σ e^u.
+
+Yen et al. (2017), the ppdsparse solver, one binary problem (9) per class with bias:
+- OVR_HINGE "ovr_hinge": ℓ_i(s) = Σ_r max(1 − Y_ir s_r, 0); subgradient −Y_ir [1 − Y_ir s_r > 0]; h = 0.
+- OVR_HALF_SQUARED_HINGE "ovr_half_squared_hinge": ℓ_i(s) = Σ_r ½ max(1 − Y_ir s_r, 0)² (§5.2: ½ of
+  multitask_squared_hinge); ∂ℓ/∂s_r = −Y_ir max(·, 0); h_r = [1 − Y_ir s_r > 0].
+
+Chierchia et al. (2015), the fbpd solver:
+- CRAMMER_SINGER_HINGE "crammer_singer_hinge" (eq. 6 with μ_ℓ ≡ 1, multiclass only):
+  ℓ_i(s) = max_r (s_r − s_y + [r ≠ y]); a subgradient is e_{r*} − e_y (r* the first maximiser); h = 0.
+
+Agarwal et al. (2014), the stagewise solver, calibrated losses ℓ(u; y) = Φ(u) − yᵀu (eq. 13) of
+the links g = ∇Φ (eq. 12), with 0/1 targets y_i:
+- SQUARED "squared" (identity link, Φ = ½‖u‖², up to the constant ½‖y‖²): ℓ_i(s) = ½ ‖s − y_i‖²;
+  ∂ℓ/∂s = s − y_i; h_r = 1.
+- LOGISTIC (softmax link, above).
+- SIGMOID_LOGISTIC "sigmoid_logistic" (per-label sigmoid link, multilabel):
+  ℓ_i(s) = Σ_r log(1 + e^{s_r}) − y_ir s_r; ∂ℓ/∂s_r = σ(s_r) − y_ir; h_r = σ(s_r)(1 − σ(s_r)).
 
 `curvature(loss, m)` is a constant c with ∇²ℓ_i ⪯ c·I (generalized Hessian for the hinge
 losses), so that the block of G(W)_{j:} is Lipschitz with K_j = (c/n) Σ_i x_ij²:
@@ -33,7 +54,8 @@ penalty: c‖G‖_* ≤ λ). Returned: max over c ∈ [0, c_max] of a lower boun
   2c H − c² Q with H = Σ a₊, Q = Σ a₊² (the loss), maximal at c = min(H/Q, c_max);
 - logistic (eq. 12): ℓ_i* (u) = Σ_r q_r log q_r with q = u + e_y, so −ℓ_i*(c(p − e_y)) is the
   entropy of c p + (1 − c) e_y; c = min(1, c_max).
-At the optimum (c = 1) the bound is tight (strong duality).
+At the optimum (c = 1) the bound is tight (strong duality). Defined for these three losses only
+(the duals of ppdsparse and fbpd are in streamfit.objectives.Objective).
 
 All functions are row-wise, so chunking the rows never changes a row's result.
 """
@@ -43,17 +65,33 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-SQUARED_HINGE, MULTITASK_SQUARED_HINGE, LOGISTIC = 0, 1, 2
-LOSSES = {"squared_hinge": SQUARED_HINGE, "multitask_squared_hinge": MULTITASK_SQUARED_HINGE, "logistic": LOGISTIC}
+SQUARED_HINGE = 0
+MULTITASK_SQUARED_HINGE = 1
+LOGISTIC = 2
+OVR_HINGE = 3
+OVR_HALF_SQUARED_HINGE = 4
+CRAMMER_SINGER_HINGE = 5
+SQUARED = 6
+SIGMOID_LOGISTIC = 7
+LOSSES = {"squared_hinge": SQUARED_HINGE, "multitask_squared_hinge": MULTITASK_SQUARED_HINGE, "logistic": LOGISTIC,
+          "ovr_hinge": OVR_HINGE, "ovr_half_squared_hinge": OVR_HALF_SQUARED_HINGE,
+          "crammer_singer_hinge": CRAMMER_SINGER_HINGE, "squared": SQUARED, "sigmoid_logistic": SIGMOID_LOGISTIC}
 
 
 def curvature(loss: int, m: int) -> float:
-    """c with ∇²ℓ_i ⪯ c·I (module docstring)."""
+    """c with ∇²ℓ_i ⪯ c·I (module docstring; 1 for the half squared hinge and the squared loss,
+    ¼ for the sigmoid link). The hinge and the Crammer–Singer hinge are not smooth: no such c."""
     if loss == SQUARED_HINGE:
         return 4.0 * (m - 1)
     if loss == MULTITASK_SQUARED_HINGE:
         return 2.0
-    return 0.5
+    if loss == LOGISTIC:
+        return 0.5
+    if loss in (OVR_HALF_SQUARED_HINGE, SQUARED):
+        return 1.0
+    if loss == SIGMOID_LOGISTIC:
+        return 0.25
+    raise ValueError(f"loss code {loss} is not smooth: it has no curvature bound")
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -103,7 +141,7 @@ def sample_loss(loss: int, S, i: int, lab_ind, p0: int, p1: int, mark, x: float,
                     d[r] -= 2.0 * y * a * x
                 if order >= 2:
                     h[r] += 2.0 * x2
-    else:
+    elif loss == LOGISTIC:
         y = lab_ind[p0]
         mx, z = _lse_parts(S, i)
         val = np.log(z) + mx - S[i, y]
@@ -114,6 +152,45 @@ def sample_loss(loss: int, S, i: int, lab_ind, p0: int, p1: int, mark, x: float,
                 if order >= 2:
                     h[r] += p * (1.0 - p) * x2
             d[y] -= x
+    elif loss == OVR_HINGE or loss == OVR_HALF_SQUARED_HINGE:
+        half = loss == OVR_HALF_SQUARED_HINGE
+        for r in range(m):
+            y = 1.0 if mark[r] else -1.0
+            a = 1.0 - y * S[i, r]
+            if a > 0.0:
+                val += 0.5 * a * a if half else a
+                if order >= 1:
+                    d[r] -= y * (a if half else 1.0) * x
+                if order >= 2 and half:
+                    h[r] += x2
+    elif loss == CRAMMER_SINGER_HINGE:
+        y = lab_ind[p0]
+        top = y
+        val = 0.0
+        for r in range(m):
+            if r != y and S[i, r] - S[i, y] + 1.0 > val:
+                val = S[i, r] - S[i, y] + 1.0
+                top = r
+        if order >= 1 and top != y:
+            d[top] += x
+            d[y] -= x
+    elif loss == SQUARED:
+        for r in range(m):
+            e = S[i, r] - (1.0 if mark[r] else 0.0)
+            val += 0.5 * e * e
+            if order >= 1:
+                d[r] += e * x
+            if order >= 2:
+                h[r] += x2
+    else:  # SIGMOID_LOGISTIC
+        for r in range(m):
+            u = S[i, r]
+            sig = 0.5 * (1.0 + np.tanh(0.5 * u))  # σ(u), overflow-free
+            val += max(u, 0.0) + np.log1p(np.exp(-abs(u))) - (u if mark[r] else 0.0)
+            if order >= 1:
+                d[r] += (sig - (1.0 if mark[r] else 0.0)) * x
+            if order >= 2:
+                h[r] += sig * (1.0 - sig) * x2
     return val
 
 
@@ -186,10 +263,13 @@ def dual_loss(loss: int, S, lab_ptr, lab_ind, c_max: float) -> float:
 
 
 def label_lists(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lab_ptr, lab_ind) of a chunk's labels: int class ids or a CSR 0/1 indicator (explicit
-    zeros dropped; the labels are never modified: a store's chunks are read-only)."""
+    """(lab_ptr, lab_ind) of a chunk's labels: int class ids (n_rows,) or a 0/1 indicator
+    (n_rows × m, CSR or dense; explicit zeros dropped; the labels are never modified: a store's
+    chunks are read-only)."""
     import scipy.sparse as sp
 
+    if not sp.issparse(labels) and np.ndim(labels) == 2:
+        labels = sp.csr_matrix(np.asarray(labels))
     if sp.issparse(labels):
         L = sp.csr_matrix(labels)  # shares the arrays of a CSR input
         if not np.all(L.data != 0):
@@ -204,11 +284,3 @@ def loss_sum(loss: int, S: np.ndarray, labels) -> float:
     lab_ptr, lab_ind = label_lists(labels, S.shape[0])
     return rows_loss(loss, np.ascontiguousarray(S, dtype=np.float64), lab_ptr, lab_ind,
                      np.arange(S.shape[0], dtype=np.int64), 0)[0]
-
-
-def loss_grad(loss: int, S: np.ndarray, labels) -> tuple[float, np.ndarray]:
-    """(Σ_i ℓ_i(S_i), D) with D_i = ∂ℓ_i/∂s at S_i; the full gradient is (1/n) Xᵀ D."""
-    lab_ptr, lab_ind = label_lists(labels, S.shape[0])
-    total, D, _ = rows_loss(loss, np.ascontiguousarray(S, dtype=np.float64), lab_ptr, lab_ind,
-                            np.arange(S.shape[0], dtype=np.int64), 1)
-    return total, D
