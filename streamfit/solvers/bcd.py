@@ -483,7 +483,7 @@ class BCDSolver(Solver):
         st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1):]
         st.converged, st.gap, st.tail = st.ratio < p.tol, None, None
         if st.converged and p.stopping == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
-            f, st.gap = self._gap(dat, st.S, loss, pen, rho, st.W)
+            f, st.gap = self._gap(dat.Xc, st.S, dat.lab_ptr, dat.lab_ind, loss, pen, rho, st.W)
             st.converged = st.gap < p.tol
         elif st.converged and p.stopping == "auto":  # (10) holds: confirm with the estimated remaining decrease
             st.tail = _tail_estimate(st.f_hist)
@@ -499,20 +499,20 @@ class BCDSolver(Solver):
                             violation_ratio=st.ratio, ls_steps=st.ls_steps, active_blocks=n_active, mode="memory",
                             **checks)
 
-    def _gap(self, dat: _MemoryData, S: np.ndarray, loss: int, pen: int, rho: float,
-             W: np.ndarray) -> tuple[float, float]:
+    def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, lab_ptr: np.ndarray, lab_ind: np.ndarray, loss: int, pen: int,
+             rho: float, W: np.ndarray) -> tuple[float, float]:
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW): the dual point
         c·∇ℓ(S) of losses.dual_loss with c ≤ λ / ‖G(W)‖_* (dual norm: max_j ‖G_j‖₂ for l1/l2,
         max |G_jr| for l1), G(W) = Xᵀ∇ℓ(S)/n the full gradient. F − F* ≤ F − D, so the gap
         certifies the objective's distance to the optimum."""
         p = self.params
         n = S.shape[0]
-        lsum, D, _ = rows_loss(loss, S, dat.lab_ptr, dat.lab_ind, np.arange(n, dtype=np.int64), 1)
-        G = np.asarray(dat.Xc.T @ D) / n
+        lsum, D, _ = rows_loss(loss, S, lab_ptr, lab_ind, np.arange(n, dtype=np.int64), 1)
+        G = np.asarray(Xc.T @ D) / n
         dn = float(np.sqrt((G * G).sum(axis=1)).max() if p.penalty == "l1/l2" else np.abs(G).max()) if G.size else 0.0
         c_max = p.lam / dn if dn > 0 else math.inf
         f = _objective(lsum, n, W, pen, p.lam, rho)
-        dual = dual_loss(loss, S, dat.lab_ptr, dat.lab_ind, c_max) / n
+        dual = dual_loss(loss, S, lab_ptr, lab_ind, c_max) / n
         return f, (f - dual) / f if f > 0 else 0.0
 
     # ---- mode "chunks": out of core, one pass per feature group ----
