@@ -163,9 +163,12 @@ def _why_not_converged(tol: float, ratio: float, gap: float | None = None, tail:
     if gap is not None and not gap < tol:
         return f"relative duality gap {gap:.3g} > tol {tol:g} (violation ratio {ratio:.3g})"
     if tail is not None and not tail < tol:
-        return (f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}" if math.isfinite(tail)
-                else f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
-                     "iterations with a shrinking decrease)") + f" (violation ratio {ratio:.3g})"
+        if math.isfinite(tail):
+            which = f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}"
+        else:
+            which = (f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
+                     "iterations with a shrinking decrease)")
+        return f"{which} (violation ratio {ratio:.3g})"
     return f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
 
 
@@ -317,10 +320,13 @@ class FistaState(SolverState):
     grad_y: np.ndarray  # d × m, Σ_i x_i ∂ℓ_i(Yᵀx_i)ᵀ (n ∇L(Y))
     loss_y: float  # Σ_i ℓ_i(Yᵀx_i)
     t: float = 1.0  # t_{k+1}
-    L: float  # the step's inverse 1/L
+    L: float  # the Lipschitz estimate: the gradient step is 1/L
     first: float | None = None  # the gradient mapping of iteration 1
     ratio: float = math.inf  # the gradient mapping over its first value, last iteration
     converged: bool = False
+
+
+BCDState = MemoryState | ChunksState | FistaState
 
 
 class _MemoryData(NamedTuple):
@@ -370,27 +376,29 @@ class BCDSolver(Solver):
                 raise ConfigError("stopping='gap' needs penalty 'l1/l2' or 'l1'")
         return super().fit(source, **options)
 
-    def init(self, ctx: Context) -> MemoryState | ChunksState | FistaState:
-        return {"memory": self._init_memory, "chunks": self._init_chunks, "fista": self._init_fista}[self.mode](ctx)
+    def init(self, ctx: Context) -> BCDState:
+        init = {"memory": self._init_memory, "chunks": self._init_chunks, "fista": self._init_fista}[self.mode]
+        return init(ctx)
 
-    def step(self, ctx: Context, state) -> dict[str, Any]:
-        return {"memory": self._step_memory, "chunks": self._step_chunks, "fista": self._step_fista}[self.mode](ctx, state)
+    def step(self, ctx: Context, state: BCDState) -> dict[str, Any]:
+        step = {"memory": self._step_memory, "chunks": self._step_chunks, "fista": self._step_fista}[self.mode]
+        return step(ctx, state)
 
-    def finished(self, state) -> bool:
+    def finished(self, state: BCDState) -> bool:
         if self.mode == "chunks":
             return state.done
         return state.converged or state.step >= self.params.max_iter
 
-    def converged(self, state) -> bool:
+    def converged(self, state: BCDState) -> bool:
         return state.converged
 
-    def not_converged_reason(self, state) -> str:
+    def not_converged_reason(self, state: BCDState) -> str:
         if self.mode == "memory":
             return _why_not_converged(self.params.tol, state.ratio, state.gap, state.tail)
         why = _why_not_converged(self.params.tol, state.ratio)
         return f"{why} at max_iter={state.outer} outer iterations" if self.mode == "chunks" else why
 
-    def to_model(self, ctx: Context, state) -> LinearModel:
+    def to_model(self, ctx: Context, state: BCDState) -> LinearModel:
         info: dict[str, Any] = {"outer_iterations": state.outer if self.mode == "chunks" else state.step,
                                 "mode": self.mode, "converged": bool(state.converged)}
         if self.mode == "chunks":
