@@ -68,8 +68,9 @@ State (checkpointed by the driver, streamfit.solvers.driver): `MemoryState`, `Ch
 
 Logged per step: objective F(W), train_accuracy (multiclass; train_p_at_1 for multilabel),
 nnz_rows and nnz_rows_pct (non-zero rows of W), violation_ratio (eq. 10), ls_steps, active_blocks
-(shrinking), data_passes (chunks; its steps within an outer iteration log only the counters),
-duality_gap / tail_estimate (memory, when computed), lipschitz (FISTA).
+(shrinking), duality_gap / tail_estimate (memory, when computed), lipschitz (FISTA); in chunks
+mode also outer_iteration and data_passes, and a step inside an outer iteration logs only
+these counters.
 """
 
 from __future__ import annotations
