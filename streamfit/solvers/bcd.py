@@ -85,7 +85,7 @@ from pydantic import Field, model_validator
 
 from streamfit.errors import ConfigError
 from streamfit.losses import LOGISTIC, LOSSES, curvature, dual_loss, label_lists, rows_loss
-from streamfit.model import LinearModel
+from streamfit.model import LinearModel, Model
 from streamfit.penalties import PENALTIES, prox, value
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
@@ -233,13 +233,13 @@ def _pass_task(source: ChunkSource, chunk_id: int, *, state, version: int,
         S = S.copy()  # the stored version stays as it was
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     none = np.zeros((0, m))
-    out = chunk_pass(X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
-                     commit[1] if commit else none, _positions(direction and direction[0], d),
-                     direction[1] if direction else none, alphas, _positions(cols, d),
-                     0 if cols is None else len(cols), curv_c, full)
+    total, hits, dloss, dhits, G, C = chunk_pass(
+        X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
+        commit[1] if commit else none, _positions(direction and direction[0], d), direction[1] if direction else none,
+        alphas, _positions(cols, d), 0 if cols is None else len(cols), curv_c, full)
     if commit is not None:
         state.write(SCORES, version + 1, chunk_id, S)
-    return PassSums(*out) if cols is not None else PassSums(*out[:4], None, None)
+    return PassSums(total, hits, dloss, dhits, None if cols is None else G, None if cols is None else C)
 
 
 class FistaSums(NamedTuple):
@@ -348,12 +348,13 @@ class _MemoryData(NamedTuple):
 
 
 @register_solver
-class BCDSolver(Solver):
+class BCDSolver(Solver[BCDState]):
     """Algorithms 1–3 of Blondel et al. (2013), in memory or out of core, and FISTA (module
     docstring). One step: an outer iteration (memory, FISTA) or a group (chunks)."""
 
     name = "bcd"
     Params = BCDParams
+    params: BCDParams
 
     def __init__(self, params: BCDParams):
         super().__init__(params)
@@ -361,16 +362,17 @@ class BCDSolver(Solver):
         self._data: _MemoryData | None = None
         self._data_source: ChunkSource | None = None
 
-    def fit(self, source: ChunkSource, **options) -> LinearModel:
+    def fit(self, source: ChunkSource, **options) -> Model:
         """Solver.fit, after choosing the mode (and so the State) for `source` and checking the
         options against it."""
         p = self.params
         self._codes(source)
+        # the State per instance (the driver reads solver.State); Solver declares it a ClassVar
         if p.method == "fista":
-            self.mode, self.State = "fista", FistaState
+            self.mode, self.State = "fista", FistaState  # type: ignore[misc]
         else:
             self.mode = self._mode(source)
-            self.State = MemoryState if self.mode == "memory" else ChunksState
+            self.State = MemoryState if self.mode == "memory" else ChunksState  # type: ignore[misc]
             if p.stopping == "gap" and self.mode != "memory":
                 raise ConfigError("stopping='gap' is implemented in memory mode; chunks mode stops by eq. (10)")
             if p.stopping == "gap" and p.penalty not in ("l1/l2", "l1"):
@@ -378,15 +380,21 @@ class BCDSolver(Solver):
         return super().fit(source, **options)
 
     def init(self, ctx: Context) -> BCDState:
-        init = {"memory": self._init_memory, "chunks": self._init_chunks, "fista": self._init_fista}[self.mode]
-        return init(ctx)
+        if self.mode == "memory":
+            return self._init_memory(ctx)
+        if self.mode == "chunks":
+            return self._init_chunks(ctx)
+        return self._init_fista(ctx)
 
     def step(self, ctx: Context, state: BCDState) -> dict[str, Any]:
-        step = {"memory": self._step_memory, "chunks": self._step_chunks, "fista": self._step_fista}[self.mode]
-        return step(ctx, state)
+        if isinstance(state, MemoryState):
+            return self._step_memory(ctx, state)
+        if isinstance(state, ChunksState):
+            return self._step_chunks(ctx, state)
+        return self._step_fista(ctx, state)
 
     def finished(self, state: BCDState) -> bool:
-        if self.mode == "chunks":
+        if isinstance(state, ChunksState):
             return state.done
         return state.converged or state.step >= self.params.max_iter
 
@@ -394,15 +402,15 @@ class BCDSolver(Solver):
         return state.converged
 
     def not_converged_reason(self, state: BCDState) -> str:
-        if self.mode == "memory":
+        if isinstance(state, MemoryState):
             return _why_not_converged(self.params.tol, state.ratio, state.gap, state.tail)
         why = _why_not_converged(self.params.tol, state.ratio)
-        return f"{why} at max_iter={state.outer} outer iterations" if self.mode == "chunks" else why
+        return f"{why} at max_iter={state.outer} outer iterations" if isinstance(state, ChunksState) else why
 
     def to_model(self, ctx: Context, state: BCDState) -> LinearModel:
-        info: dict[str, Any] = {"outer_iterations": state.outer if self.mode == "chunks" else state.step,
+        info: dict[str, Any] = {"outer_iterations": state.outer if isinstance(state, ChunksState) else state.step,
                                 "mode": self.mode, "converged": bool(state.converged)}
-        if self.mode == "chunks":
+        if isinstance(state, ChunksState):
             info["data_passes"] = state.data_passes
         W = state.W
         nz_rows = np.any(W != 0, axis=1)
