@@ -212,14 +212,14 @@ def test_ingest_like_defaults_to_the_training_stores_backend_and_chunk_rows(stor
                                             ("bcd", ["-p", "mode=chunks", "-p", "max_iter=5", "-p", "tol=1e-9"]),
                                             ("ppdsparse", ["-p", "group_size=3"])])
 def test_train_valid_with_bcd_and_ppdsparse(stores, tmp_path, solver, params):
-    """--valid was silently ignored by bcd and ppdsparse: bcd validates every --valid-every steps,
-    ppdsparse its final model on the last step (10 classes in groups of 3: step 4)."""
+    """--valid was silently ignored by bcd and ppdsparse: bcd validates every --valid-every steps
+    and the last, ppdsparse its final model on the last step (10 classes in groups of 3: step 4)."""
     run("train", stores / "train.zarr", "--solver", solver, *params, "--n-workers", "0", "--valid",
         stores / "test.zarr", "--valid-every", "2", "--out", tmp_path / "run")
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         lines = [json.loads(line) for line in f]
     validated = [line["step"] for line in lines if "valid_accuracy" in line]
-    assert validated == ([2, 4] if solver == "bcd" else [4]) and lines[-1]["step"] == (5 if solver == "bcd" else 4)
+    assert validated == ([2, 4, 5] if solver == "bcd" else [4]) and lines[-1]["step"] == (5 if solver == "bcd" else 4)
     assert all(0.5 < line["valid_accuracy"] <= 1 for line in lines if "valid_accuracy" in line)
     assert load_model(str(tmp_path / "run" / "model")).info["converged"] is (solver == "ppdsparse")
 

@@ -267,7 +267,7 @@ def test_the_constructor_is_the_solvers_parameters_with_their_defaults():
         with pytest.raises(TypeError):
             est("positional")
     assert inspect.signature(StagewiseLSClassifier).parameters["calibrate"].default is False
-    assert BCDClassifier(sigma=0.2, checkpoint_every=3)._solver_params().sigma == 0.2  # not offered before
+    assert BCDClassifier(sigma=0.2)._solver_params().sigma == 0.2  # not offered before
     assert PPDSparseClassifier(threads=2)._solver_params().threads == 2
 
 

@@ -2,119 +2,92 @@
 Uehara (2013), "Block coordinate descent algorithms for large-scale sparse multiclass
 classification", Algorithms 1–3, with the paper's other objectives and a FISTA comparator.
 
-Objective (eq. 2 and §4.7, §5.3): W ∈ R^{d×m}, scores s_i = Wᵀx_i,
+Objective (eq. 2 and §4.7, §5.3), in the project's averaged convention: W ∈ R^{d×m}, scores
+s_i = Wᵀx_i,
 
-    F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W)
+    F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + λ P(W)                                   (`_objective`)
 
 with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
-multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12) and P one of
-streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2", "elasticnet",
-"sparse_group"). There is no intercept, as in the paper. Blocks are the rows W_{j:} (one per
-feature); only features with a non-zero value in the training data are blocks (the others
-stay exactly zero).
+multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12) and λP one of
+streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
+"elasticnet", "sparse_group"). The logged `objective` is this F. There is no intercept, as in
+the paper. Blocks are the rows W_{j:}, one per feature with a non-zero value in the training
+data (the other rows stay exactly zero).
 
-method="bcd", mode "memory" — Algorithm 1 exactly, sequentially, numba-compiled
-(bcd_kernels.bcd_epoch) on X in CSC and the scores S = XW kept up to date lazily (§4.3):
-- variant="ls": BCD(LS), cyclic blocks, L_j = max(‖h_j‖∞, ε) from the generalized second
-  derivatives (6), backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7)
-  (σ = `sigma` = 0.01, ω = `omega` = 0.5);
-- variant="cst": BCD(CST), d blocks drawn uniformly with replacement per outer iteration
-  (Richtárik and Takáč), constant L_j = K_j = (c/n) Σ_i x_ij² (c from losses.curvature;
-  4(m − 1) for eq. 2, §4.4.2), α = 1.
-- Stopping (eqs. 9–10): v^t the violation of the block visited at step t; stop after outer
-  iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (cyclic) or the same ratio of maxima
-  (random), or after max_iter outer iterations. The reference Σ_{t∈T^1} v^t is taken at the
-  first outer iteration, from W = 0, where it scales with the gradient at 0 (the loss there is
-  m − 1 per sample for eq. 2), not with F*: with a small λ, F(0)/F* is large (2322 on sector at
-  λ = 1e-5, 29 at λ = 1e-3) and a ratio of 1e-3 is reached far from the optimum (0.73 above F*
-  on sector, 0.062 on 20 Newsgroups at λ = 1e-5; ≤ 8.5e-4 at λ = 1e-3). So with
-  stopping="auto" (memory mode) the run stops only when (10) holds and the geometric estimate of
-  the decrease still to come is < tol·F (`_tail_estimate`: decreases d1, d2 of F over the last
-  two windows of 10 outer iterations, d1·q/(1 − q) with q = d1/d2; F is computed every outer
-  iteration anyway). Replayed on the bench traces at tol 1e-3 it stops 3.8e-4 / 8.5e-4 above F*
-  at λ = 1e-3 (sector / 20 Newsgroups, the same iterations as (10) alone) and 4.9e-4 / 1.8e-3
-  at λ = 1e-5 (instead of 0.73 / 0.062). It is an estimate, not a bound. stopping="gap"
-  (l1/l2, l1) confirms (10) with a certified relative duality gap (F − D)/F < tol instead
-  (`_gap`: the dual point c·∇ℓ(S) scaled into the dual-norm ball, losses.dual_loss), so
-  (F − F*)/F* ≤ tol/(1 − tol); one product Xᵀ∇ℓ(S) per check (a third of an outer iteration).
-  That certificate is loose wherever a few rows of G violate ‖G_j‖ ≤ λ by a few %: on
-  20 Newsgroups at λ = 1e-3 it is still 1.9e-2 when F is within 1e-8 of F*; on dna at λ = 1e-2
-  it reaches 1e-3 after 955 outer iterations, the objective after 265. stopping="violation" is
-  the paper's rule alone (the chunks mode always uses it).
-- shrinking=True (§5.2.4, ℓ1/ℓ2 only): Yuan et al.'s rule, a zero block with
-  ‖G_{j:}‖ < λ − M/n (M: the largest violation of the previous outer iteration) is skipped
-  for the rest of the run; when the stopping rule holds on the remaining blocks, all blocks
-  are reactivated and the run continues until it holds on all of them.
+method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
+in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
+- variant="ls", BCD(LS): cyclic blocks, L_j = max(‖h_j‖∞, ε) from the generalized second
+  derivatives (6), backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7);
+- variant="cst", BCD(CST): d blocks drawn uniformly with replacement (Richtárik and Takáč),
+  L_j = K_j = (c/n) Σ_i x_ij² (c = losses.curvature, 4(m − 1) for eq. 2, §4.4.2), α = 1.
+- Stopping, eqs. (9)–(10): with v^t the violation of the block visited at step t, stop after
+  outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (cyclic; the ratio of maxima for
+  random blocks) — stopping="violation". stopping="auto" also requires the geometric estimate
+  of the decrease of F still to come (`_tail_estimate`) to be < tol·F; stopping="gap" (l1/l2,
+  l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
+  c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
+  (## bcd) says why eq. (10) alone stops far from F* at small λ.
+- shrinking=True (§5.2.4, ℓ1/ℓ2): a zero block with ‖G_{j:}‖ < λ − M/n (M the largest violation
+  of the previous outer iteration) is skipped; when the stopping rule holds on the remaining
+  blocks, all blocks are reactivated and the run goes on until it holds on all of them.
 
-method="bcd", mode "chunks" — out of core on the Engine: rows in chunks, each chunk's slice of
-S stored beside it (ChunkState "scores"). The active blocks of an outer iteration (cyclic order
-for "ls", a seeded permutation for "cst") are cut into groups B of `group_size` features, and
-each group is one block of Tseng and Yun's coordinate gradient descent (the blocks of the group
-move together, groups in Gauss–Seidel order): direction δ_j = prox_{P/L_j}(W_j − G_j/L_j) − W_j
-for j ∈ B, then W_B ← W_B + α δ_B with α from the sufficient decrease condition (7) summed over
-the group. One map_reduce pass per group (bcd_kernels.chunk_pass): every chunk
-  1. applies the step accepted for the group before last (S ← S + X_{:C} Δ_C, writing the next
-     version of its scores),
-  2. evaluates the last group's direction at the candidate steps α ∈ {1/ω, 1, ω, ω², 0}:
-     Σ_i ℓ_i(S_i + α (X_{:B} δ_B)_i) − ℓ_i(S_i), the only rows that change being those with a
-     non-zero in B (the line search of (7) in the same pass),
-  3. returns, at every candidate, the partial gradients of the next group B' and their
-     curvatures Σ_i ω_i x_ij² h_ir (ω_i = #{j ∈ B' : x_ij ≠ 0}, h the generalized second
-     derivatives (6)).
-The driver accepts the largest candidate passing (7) (α = 0 always does, so the objective never
-increases) and computes B''s directions from the gradient at that point, with L_j = θ ·
-max(‖Σ_i ω_i x_ij² h_i‖∞/n, ε): ω_i scales the single-block curvature as in Richtárik and
-Takáč's expected separable overapproximation for simultaneous updates (Cauchy–Schwarz:
-‖Σ_{j∈B} x_ij δ_j‖² ≤ ω_i Σ_j x_ij² ‖δ_j‖²), and θ ∈ [1e-6, 1e6] adapts to the accepted step
-(θ ← θ/α, ×4 when only α = 0 passes), so α = 1 is the usual outcome. variant "cst" takes the
-safe parallel step of Richtárik and Takáč instead: L_j = (c/n) Σ_i ω_i x_ij² (c from
-losses.curvature), α = 1, no line search. The stopping rule is eq. (10) over the groups'
-violations; shrinking (ls and cst) drops zero blocks from later groups by the rule of the
-memory mode, so at λ = 1e-3 most passes disappear. An outer iteration costs (#groups) passes;
-the log terms ride on the first pass of the next one. Memory per task: O(chunk nnz +
-chunk_rows·m + 5·group_size·m) and a feature-position table (8 B × n_features); the driver
-holds W (d × m).
-mode "auto" picks "memory" when X (CSC, float64) and S fit in `memory_budget_mb`.
+method="bcd", mode "chunks" — out of core on the Engine, each chunk's rows of S in the ChunkState
+("scores"). The active blocks of an outer iteration (cyclic for "ls", a seeded permutation for
+"cst") are cut into groups B of `group_size` features, each one block of Tseng and Yun's
+coordinate gradient descent: δ_j = prox_{λP/L_j}(W_j − G_j/L_j) − W_j for j ∈ B, then
+W_B ← W_B + α δ_B with α from (7) summed over the group. One step is one group: one map_reduce
+pass (bcd_kernels.chunk_pass) in which every chunk
+  1. applies the step accepted for the group before (S ← S + X_{:C} Δ_C: the next version of
+     the scores),
+  2. evaluates the pending group's loss change at the candidates α ∈ {1/ω, 1, ω, ω², 0} (the
+     line search of (7); α = 0 always passes, so F never increases),
+  3. returns, at every candidate, the gradients of the next group B' and their curvatures
+     Σ_i ω_i x_ij² h_ir, ω_i = #{j ∈ B' : x_ij ≠ 0} (Richtárik and Takáč's expected separable
+     overapproximation for simultaneous updates).
+The driver accepts the largest passing candidate and computes B''s directions with
+L_j = θ · max(‖Σ_i ω_i x_ij² h_i‖∞/n, ε), θ ∈ [THETA, 1/THETA] adapted to the accepted step
+(θ ← θ/α; ×4 when only α = 0 passes). Variant "cst" takes Richtárik and Takáč's safe parallel
+step L_j = (c/n) Σ_i ω_i x_ij², α = 1. Stopping: eq. (10) over the groups' violations;
+shrinking (ls and cst) drops zero blocks from later groups by the memory mode's rule. `init`
+runs the column statistics pass and the first group's pass; the step that line-searches the
+last group of an outer iteration closes it (its record has the objective, the accuracy and the
+violation ratio). mode "auto" picks "memory" when X (CSC, float64) and S fit in
+`memory_budget_mb`.
 
 method="fista" — FISTA (Beck and Teboulle 2009) on the same F, the paper's full-gradient
-comparator: each iteration is one map_reduce that evaluates the loss at the candidate
-W_k = prox_{P/L}(Y_k − ∇L(Y_k)/L) and the loss and gradient at the next extrapolated point
+comparator. One step is one iteration, one map_reduce that evaluates the loss at
+W_k = prox_{λP/L}(Y_k − ∇L(Y_k)/L) and the loss and gradient at the next extrapolated point
 Y_{k+1} = W_k + ((t_k − 1)/t_{k+1})(W_k − W_{k−1}); variant "ls" backtracks L ← 2L until
 L(W_k) ≤ L(Y_k) + ⟨∇L(Y_k), W_k − Y_k⟩ + (L/2)‖W_k − Y_k‖² (a rejected candidate costs one more
-pass), variant "cst" uses the constant 1/K with K = (c/n) ‖X‖²_F ≥ the Lipschitz constant of
-∇L. It stops when the gradient mapping ‖L (Y_k − W_k)‖_F falls below tol times its first value.
+pass), variant "cst" uses 1/K with K = (c/n) ‖X‖²_F ≥ the Lipschitz constant of ∇L. It stops
+when the gradient mapping ‖L (Y_k − W_k)‖_F falls below tol times its first value.
 
-Checkpoints (every `checkpoint_every` outer iterations): W, the version of the chunked scores
-(memory mode writes S into the chunk state at checkpoints), the outer iteration counter, the
-first iteration's violation sum and maximum, the shrinking state; in chunks mode also the
-accepted step not yet applied to S, the pending direction and its bound, θ, the position in the
-current outer iteration and its block order; for FISTA W_{k−1}, Y_k, t_k and L. Random block orders are drawn from numpy's generator seeded with
-(random_state, outer iteration), so the counter is the RNG state; `resume=True` continues to
-the same model as an uninterrupted run.
+State (checkpointed by the driver, streamfit.solvers.driver): `MemoryState`, `ChunksState` or
+`FistaState`, chosen by the mode. Random block orders come from numpy's generator seeded with
+(random_state, outer iteration), so a resumed run reaches the uninterrupted run's model bitwise.
 
-Logged per outer iteration: objective F(W), train_accuracy (multiclass; P@1 for multilabel),
-nnz_rows and nnz_rows_pct (non-zero rows of W), violation ratio (eq. 10), line search steps,
-active blocks (shrinking), data passes.
+Logged per step: objective F(W), train_accuracy (multiclass; train_p_at_1 for multilabel),
+nnz_rows and nnz_rows_pct (non-zero rows of W), violation_ratio (eq. 10), ls_steps, active_blocks
+(shrinking), duality_gap / tail_estimate (memory, when computed), lipschitz (FISTA); in chunks
+mode also outer_iteration and data_passes, and a step inside an outer iteration logs only
+these counters.
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import math
-from typing import Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 
-from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine
 from streamfit.errors import ConfigError
-from streamfit.model import LinearModel
+from streamfit.model import LinearModel, Model
 from streamfit.objectives.losses import LOGISTIC, LOSSES, curvature, dual_loss, label_lists, rows_loss
 from streamfit.objectives.penalties import PENALTIES, prox, value
-from streamfit.runlog import MetricsLog
-from streamfit.solvers.base import Solver, SolverParams, register_solver
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
 from streamfit.store import ChunkSource
 
@@ -122,8 +95,6 @@ SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
-
-logger = logging.getLogger(__name__)
 
 
 class BCDParams(SolverParams):
@@ -145,7 +116,6 @@ class BCDParams(SolverParams):
     sigma: float = Field(0.01, gt=0, lt=1, description="σ of the sufficient decrease condition (7)")
     omega: float = Field(0.5, gt=0, lt=1, description="ω, backtracking factor of the line search")
     max_ls: int = Field(30, ge=1, description="line search trials per block")
-    checkpoint_every: int = Field(1, ge=1, description="outer iterations between checkpoints")
     lam: float = Field(1e-3, gt=0, description="λ of (1/n)·loss + λ·penalty")
     tol: float = Field(1e-3, gt=0, description="τ of the stopping criterion (10) (and of the duality gap)")
     stopping: Literal["auto", "gap", "violation"] = Field(
@@ -164,7 +134,13 @@ class BCDParams(SolverParams):
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _tail_estimate(f_hist: list) -> float:
+def _objective(loss_sum: float, n: int, W: np.ndarray, pen: int, lam: float, rho: float) -> float:
+    """F(W) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged convention) from the
+    loss summed over the n samples."""
+    return loss_sum / n + value(pen, W, lam, rho)
+
+
+def _tail_estimate(f_hist: list[float]) -> float:
     """Estimated remaining relative decrease of F (stopping="auto"): with the decreases
     d1 = F_{k−w} − F_k and d2 = F_{k−2w} − F_{k−w} over the last two windows of w = TAIL_WINDOW
     outer iterations and q = d1/d2, a geometric tail d1·q/(1 − q), relative to F_k; ∞ before
@@ -181,6 +157,22 @@ def _tail_estimate(f_hist: list) -> float:
     return d1 * q / (1 - q) / abs(f_hist[-1]) if f_hist[-1] != 0 else 0.0
 
 
+def _why_not_converged(tol: float, ratio: float, gap: float | None = None, tail: float | None = None) -> str:
+    """Which stopping test failed at the last outer iteration, for the driver's warning."""
+    if not ratio < tol:
+        return f"violation ratio {ratio:.3g} > tol {tol:g}"
+    if gap is not None and not gap < tol:
+        return f"relative duality gap {gap:.3g} > tol {tol:g} (violation ratio {ratio:.3g})"
+    if tail is not None and not tail < tol:
+        if math.isfinite(tail):
+            which = f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}"
+        else:
+            which = (f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
+                     "iterations with a shrinking decrease)")
+        return f"{which} (violation ratio {ratio:.3g})"
+    return f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
+
+
 def _n_correct(S: np.ndarray, labels) -> int:
     """Top-1 hits: argmax = label (multiclass) or argmax ∈ label set (multilabel, P@1)."""
     top = np.argmax(S, axis=1)
@@ -193,15 +185,21 @@ def _chunk_scores(state, version: int, chunk_id: int, n_rows: int, m: int) -> np
     return np.zeros((n_rows, m)) if version == 0 else state.read(SCORES, version, chunk_id)
 
 
-def _colstats_task(source, chunk_id):
-    """(non-zeros per column, Σ_i x_ij² per column) of one chunk."""
+class ColumnStats(NamedTuple):
+    """Per-column sums over the rows of a chunk (length n_features each)."""
+
+    nnz: np.ndarray  # non-zeros of column j
+    sq: np.ndarray  # Σ_i x_ij²
+
+
+def _colstats_task(source: ChunkSource, chunk_id: int) -> ColumnStats:
     X = source.read_chunk(chunk_id).X
     nnz = np.bincount(X.indices, minlength=source.n_features).astype(np.int64)
     sq = np.bincount(X.indices, weights=np.asarray(X.data, dtype=np.float64) ** 2, minlength=source.n_features)
-    return nnz, sq
+    return ColumnStats(nnz, sq)
 
 
-def _positions(cols, d: int) -> np.ndarray:
+def _positions(cols: np.ndarray | None, d: int) -> np.ndarray:
     """pos[j] = index of feature j in `cols`, −1 elsewhere (an empty group for cols=None)."""
     pos = np.full(d, -1, dtype=np.int64)
     if cols is not None:
@@ -209,11 +207,24 @@ def _positions(cols, d: int) -> np.ndarray:
     return pos
 
 
-def _pass_task(source, chunk_id, *, state, version, commit, direction, alphas, cols, loss, curv_c, full):
+class PassSums(NamedTuple):
+    """A chunks-mode pass summed over chunks (K candidate steps, |B'| columns of the next group)."""
+
+    loss: float  # Σ_i ℓ_i(S_i) after the committed step (0 unless `full`)
+    hits: int  # top-1 hits there (0 unless `full`)
+    dloss: np.ndarray  # K: Σ_i ℓ_i(S_i + α_k u_i) − ℓ_i(S_i), u = X_{:B} δ_B
+    dhits: np.ndarray  # K: the change in top-1 hits
+    grad: np.ndarray | None  # K × |B'| × m: Σ_i x_ij ∂ℓ_i at candidate k (None: no next group)
+    curv: np.ndarray | None  # K × |B'| × m (or × 1 for cst): Σ_i ω_i x_ij² h_i (None: no next group)
+
+
+def _pass_task(source: ChunkSource, chunk_id: int, *, state, version: int,
+               commit: tuple[np.ndarray, np.ndarray] | None, direction: tuple[np.ndarray, np.ndarray] | None,
+               alphas: np.ndarray, cols: np.ndarray | None, loss: int, curv_c: float, full: bool) -> PassSums:
     """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
-    (C, Δ_C) to the chunk's scores and write them as the next version; return the log terms
-    (full), the loss and hit changes of the candidate steps α_k Δ_B and, at each candidate,
-    the partial gradients and curvatures of the group `cols` (None: no group)."""
+    (C, Δ_C) to the chunk's scores of `version` and write them as version + 1; return the log
+    terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
+    each candidate, the partial gradients and curvatures of the group `cols` (None: no group)."""
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
     d, m = source.n_features, source.n_classes
@@ -222,17 +233,25 @@ def _pass_task(source, chunk_id, *, state, version, commit, direction, alphas, c
         S = S.copy()  # the stored version stays as it was
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     none = np.zeros((0, m))
-    out = chunk_pass(X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
-                     commit[1] if commit else none, _positions(direction and direction[0], d),
-                     direction[1] if direction else none, alphas, _positions(cols, d),
-                     0 if cols is None else len(cols), curv_c, full)
+    total, hits, dloss, dhits, G, C = chunk_pass(
+        X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
+        commit[1] if commit else none, _positions(direction and direction[0], d), direction[1] if direction else none,
+        alphas, _positions(cols, d), 0 if cols is None else len(cols), curv_c, full)
     if commit is not None:
         state.write(SCORES, version + 1, chunk_id, S)
-    return out if cols is not None else out[:4] + (None, None)
+    return PassSums(total, hits, dloss, dhits, None if cols is None else G, None if cols is None else C)
 
 
-def _fista_task(source, chunk_id, *, W, Y, loss):
-    """(Σ ℓ_i at W, #correct at W, Σ ℓ_i at Y, Σ_i x_i ∂ℓ_i(Yᵀx_i)ᵀ) for one chunk."""
+class FistaSums(NamedTuple):
+    """A FISTA pass summed over chunks."""
+
+    loss_w: float  # Σ_i ℓ_i(Wᵀx_i)
+    hits_w: int  # top-1 hits at W
+    loss_y: float  # Σ_i ℓ_i(Yᵀx_i)
+    grad_y: np.ndarray  # d × m: Σ_i x_i ∂ℓ_i(Yᵀx_i)ᵀ
+
+
+def _fista_task(source: ChunkSource, chunk_id: int, *, W: np.ndarray, Y: np.ndarray, loss: int) -> FistaSums:
     chunk = source.read_chunk(chunk_id)
     X = chunk.X.astype(np.float64)
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
@@ -241,29 +260,168 @@ def _fista_task(source, chunk_id, *, W, Y, loss):
     SY = np.ascontiguousarray(X @ Y)
     loss_w = rows_loss(loss, SW, lab_ptr, lab_ind, rows, 0)[0]
     loss_y, D, _ = rows_loss(loss, SY, lab_ptr, lab_ind, rows, 1)
-    return loss_w, _n_correct(SW, chunk.labels), loss_y, np.asarray(X.T @ D)
+    return FistaSums(loss_w, _n_correct(SW, chunk.labels), loss_y, np.asarray(X.T @ D))
+
+
+# -- the states --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class MemoryState(SolverState):
+    """Algorithm 1 after `step` outer iterations."""
+
+    W: np.ndarray  # d × m
+    S: np.ndarray  # n × m, the scores XW (§4.3)
+    active: np.ndarray  # d, bool: blocks not shrunk away (§5.2.4)
+    first: tuple[float, float] | None = None  # (Σ v^t, max v^t) of outer iteration 1: the reference of (10)
+    max_viol: float = math.inf  # M, the largest violation of the last outer iteration (shrinking)
+    ls_steps: int = 0  # backtracking steps beyond the first trial, all blocks so far
+    f_hist: list[float] = dataclasses.field(default_factory=list)  # F of the last 2·TAIL_WINDOW + 1 iterations
+    ratio: float = math.inf  # eq. (10) at the last outer iteration
+    gap: float | None = None  # relative duality gap, when the last iteration computed it
+    tail: float | None = None  # tail estimate, when the last iteration computed it
+    converged: bool = False
+
+
+@dataclasses.dataclass(kw_only=True)
+class ChunksState(SolverState):
+    """The chunks mode after `step` groups: W holds every accepted step, the scores every one but
+    the last (the commit, applied by the next pass); the direction of the last group waits for
+    its line search."""
+
+    W: np.ndarray  # d × m
+    blocks: np.ndarray  # features with a non-zero in the data
+    active: np.ndarray  # d, bool: blocks not shrunk away
+    order: np.ndarray  # the active blocks of the current outer iteration, in visiting order
+    scores: PerSample  # S = XW without the commit
+    commit_cols: np.ndarray | None = None  # C: features of the accepted step not yet in S
+    commit_delta: np.ndarray | None = None  # |C| × m: that step, Δ_C
+    dir_cols: np.ndarray | None = None  # B: features of the direction waiting for its line search
+    dir_delta: np.ndarray | None = None  # |B| × m: δ_B
+    bound: float = 0.0  # ⟨G_B, δ_B⟩ + λP(W_B + δ_B) − λP(W_B), the right side of (7) over the group
+    theta: float = 1.0  # θ, the scale of L_j (ls)
+    outer: int = 0  # outer iterations whose groups all have a direction
+    group: int = 0  # the next group's index in `order`
+    sums: list[float] = dataclasses.field(default_factory=lambda: [0.0, 0.0])  # (Σ, max) violations, this iteration
+    first: list[float] | None = None  # (Σ, max) violations of outer iteration 1
+    max_viol: float = math.inf  # M of the last closed outer iteration (shrinking)
+    ls_steps: int = 0
+    data_passes: int = 0
+    ratio: float = math.inf  # eq. (10) at the last closed outer iteration
+    converged: bool = False
+    done: bool = False  # the last outer iteration is closed and its test held or max_iter is reached
+
+
+@dataclasses.dataclass(kw_only=True)
+class FistaState(SolverState):
+    """FISTA after `step` iterations."""
+
+    W: np.ndarray  # d × m, W_k
+    Y: np.ndarray  # d × m, Y_{k+1}
+    grad_y: np.ndarray  # d × m, Σ_i x_i ∂ℓ_i(Yᵀx_i)ᵀ (n ∇L(Y))
+    loss_y: float  # Σ_i ℓ_i(Yᵀx_i)
+    t: float = 1.0  # t_{k+1}
+    L: float  # the Lipschitz estimate: the gradient step is 1/L
+    first: float | None = None  # the gradient mapping of iteration 1
+    ratio: float = math.inf  # the gradient mapping over its first value, last iteration
+    converged: bool = False
+
+
+BCDState = MemoryState | ChunksState | FistaState
+
+
+class _MemoryData(NamedTuple):
+    """What the memory mode keeps of the data between steps (rebuilt from the source on resume)."""
+
+    indptr: np.ndarray  # X in CSC, float64, int64 indices
+    indices: np.ndarray
+    data: np.ndarray
+    Xc: sp.csc_matrix
+    labels: Any  # the labels as the source holds them
+    lab_ptr: np.ndarray
+    lab_ind: np.ndarray
+    blocks: np.ndarray  # features with a non-zero
+    K: np.ndarray  # (c/n) Σ_i x_ij², BCD(CST)'s constant L_j
 
 
 # -- the solver --------------------------------------------------------------------------------
 
 
 @register_solver
-class BCDSolver(Solver):
-    """Algorithms 1–3 of Blondel et al. (2013), in memory or out of core, and FISTA.
-
-    `stop_after`: return the partial model after that many outer iterations in this call (the
-    last one checkpointed); a later fit with resume=True continues. For time-boxed jobs and for
-    testing resume; not a model parameter."""
+class BCDSolver(Solver[BCDState]):
+    """Algorithms 1–3 of Blondel et al. (2013), in memory or out of core, and FISTA (module
+    docstring). One step: an outer iteration (memory, FISTA) or a group (chunks)."""
 
     name = "bcd"
     Params = BCDParams
+    params: BCDParams
 
-    def __init__(self, params: BCDParams, *, stop_after: int | None = None):
+    def __init__(self, params: BCDParams):
         super().__init__(params)
-        self.stop_after = stop_after
+        self.mode = ""  # "memory", "chunks" or "fista", fixed by fit for its source
+        self._data: _MemoryData | None = None
+        self._data_source: ChunkSource | None = None
+
+    def fit(self, source: ChunkSource, **options) -> Model:
+        """Solver.fit, after choosing the mode (and so the State) for `source` and checking the
+        options against it."""
+        p = self.params
+        self._codes(source)
+        # the State per instance (the driver reads solver.State); Solver declares it a ClassVar
+        if p.method == "fista":
+            self.mode, self.State = "fista", FistaState  # type: ignore[misc]
+        else:
+            self.mode = self._mode(source)
+            self.State = MemoryState if self.mode == "memory" else ChunksState  # type: ignore[misc]
+            if p.stopping == "gap" and self.mode != "memory":
+                raise ConfigError("stopping='gap' is implemented in memory mode; chunks mode stops by eq. (10)")
+            if p.stopping == "gap" and p.penalty not in ("l1/l2", "l1"):
+                raise ConfigError("stopping='gap' needs penalty 'l1/l2' or 'l1'")
+        return super().fit(source, **options)
+
+    def init(self, ctx: Context) -> BCDState:
+        if self.mode == "memory":
+            return self._init_memory(ctx)
+        if self.mode == "chunks":
+            return self._init_chunks(ctx)
+        return self._init_fista(ctx)
+
+    def step(self, ctx: Context, state: BCDState) -> dict[str, Any]:
+        if isinstance(state, MemoryState):
+            return self._step_memory(ctx, state)
+        if isinstance(state, ChunksState):
+            return self._step_chunks(ctx, state)
+        return self._step_fista(ctx, state)
+
+    def finished(self, state: BCDState) -> bool:
+        if isinstance(state, ChunksState):
+            return state.done
+        return state.converged or state.step >= self.params.max_iter
+
+    def converged(self, state: BCDState) -> bool:
+        return state.converged
+
+    def not_converged_reason(self, state: BCDState) -> str:
+        if isinstance(state, MemoryState):
+            return _why_not_converged(self.params.tol, state.ratio, state.gap, state.tail)
+        why = _why_not_converged(self.params.tol, state.ratio)
+        return f"{why} at max_iter={state.outer} outer iterations" if isinstance(state, ChunksState) else why
+
+    def to_model(self, ctx: Context, state: BCDState) -> LinearModel:
+        info: dict[str, Any] = {"outer_iterations": state.outer if isinstance(state, ChunksState) else state.step,
+                                "mode": self.mode, "converged": bool(state.converged)}
+        if isinstance(state, ChunksState):
+            info["data_passes"] = state.data_passes
+        W = state.W
+        nz_rows = np.any(W != 0, axis=1)
+        coef = sp.csr_matrix(W.T) if nz_rows.mean() < 0.5 else W.T.copy()
+        return LinearModel(coef, None, classes=ctx.source.classes, n_features=ctx.source.n_features,
+                           multilabel=ctx.source.multilabel, solver=self.name, params=self.params.model_dump(),
+                           info={**info, "nnz_rows": int(nz_rows.sum())})
 
     # ---- shared ----
     def _codes(self, source: ChunkSource) -> tuple[int, int, float, float]:
+        """(loss code, penalty code, the loss's curvature constant c, ρ)."""
         p = self.params
         loss = LOSSES[p.loss]
         if loss == LOGISTIC and source.multilabel:
@@ -273,8 +431,10 @@ class BCDSolver(Solver):
         return loss, PENALTIES[p.penalty], curvature(loss, source.n_classes), p.l1_ratio
 
     def _mode(self, source: ChunkSource) -> str:
+        """"memory" or "chunks": mode "auto" picks memory when X (CSC, float64) and S fit in
+        memory_budget_mb."""
         p = self.params
-        if p.method == "fista" or p.mode != "auto":
+        if p.mode != "auto":
             return p.mode
         nnz = getattr(getattr(source, "manifest", None), "nnz", None)
         if nnz is None:
@@ -282,308 +442,234 @@ class BCDSolver(Solver):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
-    def _log(self, log, k, W, objective, correct, n, multilabel, model, **fields):
-        """One metrics record; `model` (a function returning the current model) is what
-        `train --valid` evaluates."""
+    def _fields(self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool,
+                **more) -> dict[str, Any]:
+        """The fields logged at the end of an outer iteration: F (eq. 2, averaged), top-1
+        accuracy, non-zero rows of W, then `more`."""
         nz = int(np.count_nonzero(np.any(W != 0, axis=1)))
         acc = {"train_p_at_1" if multilabel else "train_accuracy": correct / n}
-        log.log(k, model=model, objective=objective, **acc, nnz_rows=nz, nnz_rows_pct=100.0 * nz / W.shape[0],
-                **fields)
+        return {"objective": objective, **acc, "nnz_rows": nz, "nnz_rows_pct": 100.0 * nz / W.shape[0], **more}
 
-    def _warn_not_converged(self, k: int, ratio: float, gap: float | None = None, tail: float | None = None) -> None:
-        """The run stopped at max_iter before its stopping rule held: say which test failed."""
-        tol = self.params.tol
-        if not ratio < tol:
-            why = f"violation ratio {ratio:.3g} > tol {tol:g}"
-        elif gap is not None and not gap < tol:
-            why = f"relative duality gap {gap:.3g} > tol {tol:g} (violation ratio {ratio:.3g})"
-        elif tail is not None and not tail < tol:
-            why = (f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}" if math.isfinite(tail)
-                   else f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
-                        "iterations with a shrinking decrease)") + f" (violation ratio {ratio:.3g})"
-        else:
-            why = f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
-        logger.warning("bcd: not converged after max_iter=%d iterations: %s; raise -p max_iter or loosen -p tol", k, why)
+    def _stop_ratio(self, viol_sum: float, viol_max: float, first) -> float:
+        """Eq. (10): ℓ1 ratio for cyclic blocks, ℓ∞ ratio for random ones (0 if W=0 is optimal)."""
+        num, den = (viol_sum, first[0]) if self.params.variant == "ls" else (viol_max, first[1])
+        return num / den if den > 0 else 0.0
 
-    def _model(self, source: ChunkSource, W: np.ndarray, info: dict) -> LinearModel:
-        nz_rows = np.any(W != 0, axis=1)
-        coef = sp.csr_matrix(W.T) if nz_rows.mean() < 0.5 else W.T.copy()
-        return LinearModel(coef, None, classes=source.classes, n_features=source.n_features,
-                           multilabel=source.multilabel, solver=self.name, params=self.params.model_dump(),
-                           info={**info, "nnz_rows": int(nz_rows.sum())})
+    # ---- mode "memory": Algorithm 1, sequential ----
+    def _memory_data(self, source: ChunkSource) -> _MemoryData:
+        if self._data is None or self._data_source is not source:
+            X, labels = source.to_scipy()
+            Xc = sp.csc_matrix(X, dtype=np.float64)
+            Xc.sort_indices()
+            lab_ptr, lab_ind = label_lists(labels, source.n_rows)
+            c = self._codes(source)[2]
+            K = c / source.n_rows * np.asarray(Xc.multiply(Xc).sum(axis=0)).ravel()
+            blocks = np.flatnonzero(np.diff(Xc.indptr)).astype(np.int64)
+            self._data = _MemoryData(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data, Xc, labels,
+                                     lab_ptr, lab_ind, blocks, K)
+            self._data_source = source
+        return self._data
 
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer: Checkpointer, log: MetricsLog,
-            resume: bool = False) -> LinearModel:
-        ckpt = checkpointer.latest(source.n_chunks) if resume else None
-        if ckpt is None:
-            checkpointer.state.keep_only(set())  # a fresh run: drop state left in the run directory
-        else:
-            log.truncate_after(ckpt.step)
-        if self.params.method == "fista":
-            return self._fit_fista(source, engine, checkpointer, log, ckpt)
-        if self._mode(source) != "memory" and self.params.stopping == "gap":
-            raise ConfigError("stopping='gap' is implemented in memory mode; chunks mode stops by eq. (10)")
-        if self._mode(source) == "memory":
-            return self._fit_memory(source, checkpointer, log, ckpt)
-        return self._fit_chunks(source, engine, checkpointer, log, ckpt)
+    def _init_memory(self, ctx: Context) -> MemoryState:
+        src = ctx.source
+        self._memory_data(src)
+        return MemoryState(W=np.zeros((src.n_features, src.n_classes)), S=np.zeros((src.n_rows, src.n_classes)),
+                           active=np.ones(src.n_features, dtype=np.bool_))
 
-    def _rule(self) -> str:
-        """The memory mode's confirmation of eq. (10): "gap" (penalties whose conjugate is an
-        indicator: l1/l2, l1), "auto" (the tail estimate) or "violation" (none)."""
+    def _step_memory(self, ctx: Context, st: MemoryState) -> dict[str, Any]:
+        """One outer iteration of Algorithm 1, then the stopping test (10) and its confirmation."""
         p = self.params
-        if p.stopping == "gap" and p.penalty not in ("l1/l2", "l1"):
-            raise ConfigError("stopping='gap' needs penalty 'l1/l2' or 'l1'")
-        return p.stopping
+        loss, pen, _, rho = self._codes(ctx.source)
+        dat = self._memory_data(ctx.source)
+        n = ctx.source.n_rows
+        blocks = dat.blocks
+        order = blocks if p.variant == "ls" else \
+            blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
+        thr = p.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+        vsum, vmax, extra = bcd_epoch(order, dat.indptr, dat.indices, dat.data, st.S, st.W, dat.lab_ptr, dat.lab_ind,
+                                      loss, pen, p.lam, rho, p.variant == "ls", dat.K, p.sigma, p.omega, p.max_ls,
+                                      EPS, st.active, thr)
+        st.step += 1
+        st.ls_steps += extra
+        if st.first is None:
+            st.first = (vsum, vmax)
+        st.ratio = self._stop_ratio(vsum, vmax, st.first)
+        st.max_viol = vmax
+        loss_sum = rows_loss(loss, st.S, dat.lab_ptr, dat.lab_ind, np.arange(n, dtype=np.int64), 0)[0]
+        f = _objective(loss_sum, n, st.W, pen, p.lam, rho)
+        st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1):]
+        st.converged, st.gap, st.tail = st.ratio < p.tol, None, None
+        if st.converged and p.stopping == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
+            f, st.gap = self._gap(dat.Xc, st.S, dat.lab_ptr, dat.lab_ind, loss, pen, rho, st.W)
+            st.converged = st.gap < p.tol
+        elif st.converged and p.stopping == "auto":  # (10) holds: confirm with the estimated remaining decrease
+            st.tail = _tail_estimate(st.f_hist)
+            st.converged = st.tail < p.tol
+        n_active = int(st.active[blocks].sum())
+        # shrinking: the rule holds on the active blocks (or the gap, global, does not): all blocks again
+        if n_active < len(blocks) and st.ratio < p.tol and st.converged != (p.stopping == "gap"):
+            st.active[:] = True
+            st.converged, st.max_viol = False, math.inf
+        checks = {k: v for k, v in (("duality_gap", st.gap), ("tail_estimate", st.tail))
+                  if v is not None and math.isfinite(v)}
+        return self._fields(st.W, f, _n_correct(st.S, dat.labels), n, ctx.source.multilabel,
+                            violation_ratio=st.ratio, ls_steps=st.ls_steps, active_blocks=n_active, mode="memory",
+                            **checks)
 
-    def _gap(self, Xc, S, lab_ptr, lab_ind, loss, pen, rho, W) -> tuple[float, float]:
+    def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, lab_ptr: np.ndarray, lab_ind: np.ndarray, loss: int, pen: int,
+             rho: float, W: np.ndarray) -> tuple[float, float]:
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW): the dual point
         c·∇ℓ(S) of losses.dual_loss with c ≤ λ / ‖G(W)‖_* (dual norm: max_j ‖G_j‖₂ for l1/l2,
-        max |G_jr| for l1), G(W) = Xᵀ∇ℓ(S)/n the full gradient (one product with X, the cost of
-        about a quarter of an outer iteration). F − F* ≤ F − D, so the gap certifies the
-        objective's distance to the optimum."""
+        max |G_jr| for l1), G(W) = Xᵀ∇ℓ(S)/n the full gradient. F − F* ≤ F − D, so the gap
+        certifies the objective's distance to the optimum."""
         p = self.params
         n = S.shape[0]
         lsum, D, _ = rows_loss(loss, S, lab_ptr, lab_ind, np.arange(n, dtype=np.int64), 1)
         G = np.asarray(Xc.T @ D) / n
         dn = float(np.sqrt((G * G).sum(axis=1)).max() if p.penalty == "l1/l2" else np.abs(G).max()) if G.size else 0.0
         c_max = p.lam / dn if dn > 0 else math.inf
-        f = lsum / n + value(pen, W, p.lam, rho)
+        f = _objective(lsum, n, W, pen, p.lam, rho)
         dual = dual_loss(loss, S, lab_ptr, lab_ind, c_max) / n
         return f, (f - dual) / f if f > 0 else 0.0
 
-    def _stop_ratio(self, viol_sum: float, viol_max: float, first: tuple[float, float]) -> float:
-        """Eq. (10): ℓ1 ratio for cyclic blocks, ℓ∞ ratio for random ones (0 if W=0 is optimal)."""
-        num, den = (viol_sum, first[0]) if self.params.variant == "ls" else (viol_max, first[1])
-        return num / den if den > 0 else 0.0
-
-    # ---- mode "memory": Algorithm 1, sequential ----
-    def _fit_memory(self, source, checkpointer, log, ckpt) -> LinearModel:
-        p = self.params
-        loss, pen, c, rho = self._codes(source)
-        n, d, m = source.n_rows, source.n_features, source.n_classes
-        X, labels = source.to_scipy()
-        Xc = sp.csc_matrix(X, dtype=np.float64)
-        Xc.sort_indices()
-        lab_ptr, lab_ind = label_lists(labels, n)
-        col_nnz = np.diff(Xc.indptr)
-        blocks = np.flatnonzero(col_nnz).astype(np.int64)
-        K = c / n * np.asarray(Xc.multiply(Xc).sum(axis=0)).ravel()
-        if ckpt is None:
-            W, S = np.zeros((d, m)), np.zeros((n, m))
-            active = np.ones(d, dtype=np.bool_)
-            k, first, max_viol, ls_steps, f_hist, converged = 0, None, math.inf, 0, [], False
-        else:
-            meta = ckpt.meta
-            W, active = ckpt.arrays["W"].copy(), ckpt.arrays["active"].copy()
-            S = np.vstack([checkpointer.state.read(SCORES, meta["scores_version"], i) for i in range(source.n_chunks)])
-            k, first, max_viol, ls_steps = meta["k"], meta["first"], meta["max_viol"], meta["ls_steps"]
-            f_hist, converged = list(meta.get("f_hist", [])), bool(meta.get("converged", False))
-        done_here = 0
-        rule = self._rule()
-        while k < p.max_iter:
-            order = blocks if p.variant == "ls" else \
-                blocks[np.random.default_rng([p.random_state, k]).integers(0, len(blocks), len(blocks))]
-            thr = p.lam - max_viol / n if p.shrinking and math.isfinite(max_viol) else -math.inf
-            vsum, vmax, extra = bcd_epoch(order, Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data,
-                                          S, W, lab_ptr, lab_ind, loss, pen, p.lam, rho, p.variant == "ls", K,
-                                          p.sigma, p.omega, p.max_ls, EPS, active, thr)
-            k += 1
-            ls_steps += extra
-            first = first or (vsum, vmax)
-            ratio = self._stop_ratio(vsum, vmax, first)
-            max_viol = vmax
-            f = rows_loss(loss, S, lab_ptr, lab_ind, np.arange(n, dtype=np.int64), 0)[0] / n + value(pen, W, p.lam, rho)
-            f_hist = (f_hist + [f])[-(2 * TAIL_WINDOW + 1):]
-            converged, gap, tail = ratio < p.tol, None, None
-            if converged and rule == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
-                f, gap = self._gap(Xc, S, lab_ptr, lab_ind, loss, pen, rho, W)
-                converged = gap < p.tol
-            elif converged and rule == "auto":  # (10) holds: confirm with the estimated remaining decrease
-                tail = _tail_estimate(f_hist)
-                converged = tail < p.tol
-            n_active = int(active[blocks].sum())
-            # shrinking: the rule holds on the active blocks (or the gap, global, does not): all blocks again
-            if n_active < len(blocks) and ratio < p.tol and converged != (rule == "gap"):
-                active[:] = True
-                converged, max_viol = False, math.inf
-            extra = {k: v for k, v in (("duality_gap", gap), ("tail_estimate", tail))
-                     if v is not None and math.isfinite(v)}
-            info = {"outer_iterations": k, "mode": "memory", "converged": bool(converged)}
-            self._log(log, k, W, f, _n_correct(S, labels), n, source.multilabel, lambda: self._model(source, W, info),
-                      violation_ratio=ratio, ls_steps=ls_steps, active_blocks=n_active, mode="memory", **extra)
-            stop = converged or k >= p.max_iter
-            if not converged and k >= p.max_iter:
-                self._warn_not_converged(k, ratio, gap, tail)
-            done_here += 1
-            pause = self.stop_after is not None and done_here >= self.stop_after
-            if stop or pause or k % p.checkpoint_every == 0:
-                for i in range(source.n_chunks):
-                    lo, hi = source.chunk_bounds(i)
-                    checkpointer.state.write(SCORES, k, i, S[lo:hi].copy())
-                checkpointer.save(k, {"k": k, "first": first, "max_viol": max_viol, "ls_steps": ls_steps,
-                                      "scores_version": k, "converged": bool(converged), "f_hist": f_hist},
-                                  {"W": W.copy(), "active": active.copy()}, {SCORES: k})
-            if stop or pause:
-                break
-        return self._model(source, W, {"outer_iterations": k, "mode": "memory", "converged": bool(converged)})
-
     # ---- mode "chunks": out of core, one pass per feature group ----
-    def _order(self, blocks: np.ndarray, active: np.ndarray, k: int) -> np.ndarray:
-        """Active blocks of outer iteration k: cyclic (ls) or a seeded permutation (cst)."""
+    def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int) -> np.ndarray:
+        """Active blocks of outer iteration `outer`: cyclic (ls) or a seeded permutation (cst)."""
         live = blocks[active[blocks]]
-        return live if self.params.variant == "ls" else np.random.default_rng([self.params.random_state, k]).permutation(live)
+        return live if self.params.variant == "ls" else \
+            np.random.default_rng([self.params.random_state, outer]).permutation(live)
 
-    def _fit_chunks(self, source, engine, checkpointer, log, ckpt) -> LinearModel:
+    def _init_chunks(self, ctx: Context) -> ChunksState:
+        """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
+        direction)."""
+        src = ctx.source
+        col_nnz = ctx.engine.map_reduce(_colstats_task, src, range(src.n_chunks), desc="bcd: column stats").nnz
+        blocks = np.flatnonzero(col_nnz).astype(np.int64)
+        active = np.ones(src.n_features, dtype=np.bool_)
+        st = ChunksState(W=np.zeros((src.n_features, src.n_classes)), blocks=blocks, active=active,
+                         order=self._order(blocks, active, 0), scores=PerSample(SCORES, 0, written=False),
+                         data_passes=1)
+        self._chunks_pass(ctx, st)
+        return st
+
+    def _step_chunks(self, ctx: Context, st: ChunksState) -> dict[str, Any]:
+        """One group: the line search of the pending group and the next group's direction, in
+        one pass; the step after an outer iteration's last group closes it (eq. 10)."""
         p = self.params
-        loss, pen, c, rho = self._codes(source)
-        n, d, m = source.n_rows, source.n_features, source.n_classes
+        closing = st.group == 0  # the pending direction is the last group of outer iteration `st.outer`
+        if closing:
+            st.ratio = self._stop_ratio(st.sums[0], st.sums[1], st.first)
+            st.max_viol, st.sums = st.sums[1], [0.0, 0.0]
+            st.converged = st.ratio < p.tol
+            if st.converged and not st.active[st.blocks].all():  # shrinking: check again on all blocks
+                st.active[:] = True
+                st.converged, st.max_viol = False, math.inf
+            st.done = st.converged or st.outer >= p.max_iter
+            st.order = self._order(st.blocks, st.active, st.outer)
+        closed = st.outer
+        sums, a = self._chunks_pass(ctx, st, closing=closing)
+        st.step += 1
+        counters = {"data_passes": st.data_passes, "ls_steps": st.ls_steps,
+                    "active_blocks": int(st.active[st.blocks].sum()), "mode": "chunks"}
+        if not closing:
+            return {"outer_iteration": closed + 1, **counters}
+        loss, pen, _, rho = self._codes(ctx.source)
+        n = ctx.source.n_rows
+        f = _objective(sums.loss + sums.dloss[a], n, st.W, pen, p.lam, rho)
+        return {"outer_iteration": closed, **self._fields(st.W, f, sums.hits + sums.dhits[a], n, ctx.source.multilabel,
+                                                          violation_ratio=st.ratio, **counters)}
+
+    def _chunks_pass(self, ctx: Context, st: ChunksState, closing: bool = False) -> tuple[PassSums, int]:
+        """One map_reduce pass: commit, line search of the pending direction (index of the accepted
+        candidate returned), the next group's direction (none once `st.done`)."""
+        p = self.params
+        src = ctx.source
+        loss, pen, c, rho = self._codes(src)
+        n = src.n_rows
         ls = p.variant == "ls"
         trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega ** 2, 0.0]) if ls else np.ones(1)
-        chunks = range(source.n_chunks)
-        state = checkpointer.state
-        if ckpt is None:
-            col_nnz, _ = engine.map_reduce(_colstats_task, source, chunks, desc="bcd: column stats")
-            blocks = np.flatnonzero(col_nnz).astype(np.int64)
-            W, active = np.zeros((d, m)), np.ones(d, dtype=np.bool_)
-            k, gi, version, passes, ls_steps = 0, 0, 0, 1, 0
-            first, sums, max_viol, bound, theta = None, [0.0, 0.0], math.inf, 0.0, 1.0
-            order, commit, direction, converged = self._order(blocks, active, 0), None, None, False
-        else:
-            meta, arr = ckpt.meta, ckpt.arrays
-            W, blocks, active, order = arr["W"].copy(), arr["blocks"], arr["active"].copy(), arr["order"]
-            k, gi, version, passes, ls_steps = meta["k"], meta["gi"], meta["scores_version"], meta["data_passes"], \
-                meta["ls_steps"]
-            first, sums, max_viol, bound, theta = meta["first"], meta["sums"], meta["max_viol"], meta["bound"], \
-                meta["theta"]
-            commit = (arr["commit_cols"], arr["commit_delta"]) if meta["has_commit"] else None
-            direction = (arr["dir_cols"], arr["dir_delta"]) if meta["has_direction"] else None
-            converged = bool(meta.get("converged", False))
-        kept = [version]  # state versions referenced by the checkpoints we keep
-        done_here = 0
-        while True:
-            closing, stop, ratio, k_closed = gi == 0 and k > 0, False, math.nan, k
-            if closing:  # outer iteration k is complete but for its last group's line search
-                ratio = self._stop_ratio(sums[0], sums[1], first)
-                max_viol, sums = sums[1], [0.0, 0.0]
-                converged = ratio < p.tol
-                if converged and not active[blocks].all():  # shrinking: check again on all blocks
-                    active[:] = True
-                    converged, max_viol = False, math.inf
-                stop = converged or k >= p.max_iter
-                if not converged and k >= p.max_iter:
-                    self._warn_not_converged(k, ratio)
-                order = self._order(blocks, active, k)
-            B = None if stop else np.sort(order[gi * p.group_size:(gi + 1) * p.group_size])
-            alphas = trials if direction is not None else np.zeros(1)
-            total, correct, dloss, dcorrect, G, curv = engine.map_reduce(
-                _pass_task, source, chunks, desc="bcd: group", state=state, version=version, commit=commit,
-                direction=direction, alphas=alphas, cols=B, loss=loss, curv_c=0.0 if ls else c, full=closing)
-            passes += 1
-            if commit is not None:
-                version += 1
-                state.keep_only({(SCORES, v) for v in kept + [version]})
-            # line search on the last group's direction (sufficient decrease (7) summed over the group)
-            a, commit = 0, None
-            if direction is not None:
-                cols, delta = direction
-                p_old = value(pen, W[cols], p.lam, rho)
-                while ls and alphas[a] > 0 and dloss[a] / n + value(pen, W[cols] + alphas[a] * delta, p.lam, rho) \
-                        - p_old > p.sigma * alphas[a] * bound:
-                    a += 1
-                ls_steps += a
-                if alphas[a] > 0:
-                    commit = (cols, alphas[a] * delta)
-                    W[cols] += commit[1]
-                if ls:  # the next direction's scale: θ ← θ/α (4θ when no trial passed), within [THETA, 1/THETA]
-                    theta = min(max(theta / alphas[a] if alphas[a] > 0 else 4.0 * theta, THETA), 1.0 / THETA)
-            if B is not None:  # the next group's direction from its gradient at the accepted point
-                G_B, L = G[a] / n, np.maximum(theta * curv[a].max(axis=1) / n, EPS)
-                thr = p.lam - max_viol / n if p.shrinking and math.isfinite(max_viol) else -math.inf
-                keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(W[B] != 0, axis=1))
-                active[B[~keep]] = False
-                B, G_B, L = B[keep], G_B[keep], L[keep]
-                delta, viol = group_update(W[B], G_B, L, pen, p.lam, rho)
-                sums = [sums[0] + float(viol.sum()), max(sums[1], float(viol.max(initial=0.0)))]
-                bound = float((G_B * delta).sum()) + value(pen, W[B] + delta, p.lam, rho) - value(pen, W[B], p.lam, rho)
-                moved = np.any(delta != 0, axis=1)
-                direction = (B[moved], delta[moved]) if moved.any() else None
-                gi += 1
-                if gi * p.group_size >= len(order):
-                    gi, k = 0, k + 1
-                    first = first or list(sums)
-            if not closing:
-                continue
-            info = {"outer_iterations": k, "mode": "chunks", "data_passes": passes, "converged": bool(converged)}
-            self._log(log, k_closed, W, (total + dloss[a]) / n + value(pen, W, p.lam, rho), correct + dcorrect[a], n,
-                      source.multilabel, lambda: self._model(source, W, info), violation_ratio=ratio,
-                      data_passes=passes, ls_steps=ls_steps, active_blocks=int(active[blocks].sum()), mode="chunks")
-            done_here += 1
-            pause = self.stop_after is not None and done_here >= self.stop_after
-            if stop or pause or k_closed % p.checkpoint_every == 0:
-                none = np.zeros(0, dtype=np.int64), np.zeros((0, m))
-                checkpointer.save(k_closed, {"k": k, "gi": gi, "scores_version": version, "data_passes": passes,
-                                      "ls_steps": ls_steps, "first": first, "sums": sums, "max_viol": max_viol,
-                                      "bound": bound, "theta": theta, "has_commit": commit is not None,
-                                      "has_direction": direction is not None, "converged": bool(converged)},
-                                  {"W": W.copy(), "blocks": blocks, "active": active.copy(), "order": order,
-                                   "commit_cols": (commit or none)[0], "commit_delta": (commit or none)[1],
-                                   "dir_cols": (direction or none)[0], "dir_delta": (direction or none)[1]},
-                                  {SCORES: version})
-                kept = (kept + [version])[-checkpointer.keep:]
-            state.keep_only({(SCORES, v) for v in kept + [version]})
-            if stop or pause:
-                break
-        return self._model(source, W, {"outer_iterations": k, "mode": "chunks", "data_passes": passes,
-                                       "converged": bool(converged)})
+        B = None if st.done else np.sort(st.order[st.group * p.group_size:(st.group + 1) * p.group_size])
+        commit = None if st.commit_cols is None else (st.commit_cols, st.commit_delta)
+        direction = None if st.dir_cols is None else (st.dir_cols, st.dir_delta)
+        alphas = trials if direction is not None else np.zeros(1)
+        sums = ctx.engine.map_reduce(_pass_task, src, range(src.n_chunks), desc="bcd: group", state=ctx.chunk_state,
+                                     version=st.scores.version, commit=commit, direction=direction, alphas=alphas,
+                                     cols=B, loss=loss, curv_c=0.0 if ls else c, full=closing)
+        st.data_passes += 1
+        if commit is not None:
+            st.scores = PerSample(SCORES, st.scores.version + 1)
+        # line search on the pending direction (sufficient decrease (7) summed over the group)
+        a = 0
+        st.commit_cols = st.commit_delta = None
+        if direction is not None:
+            cols, delta = direction
+            p_old = value(pen, st.W[cols], p.lam, rho)
+            while ls and alphas[a] > 0 and sums.dloss[a] / n + value(pen, st.W[cols] + alphas[a] * delta, p.lam, rho) \
+                    - p_old > p.sigma * alphas[a] * st.bound:
+                a += 1
+            st.ls_steps += a
+            if alphas[a] > 0:
+                st.commit_cols, st.commit_delta = cols, alphas[a] * delta
+                st.W[cols] += st.commit_delta
+            if ls:  # the next direction's scale: θ ← θ/α (4θ when no trial passed), within [THETA, 1/THETA]
+                st.theta = min(max(st.theta / alphas[a] if alphas[a] > 0 else 4.0 * st.theta, THETA), 1.0 / THETA)
+        st.dir_cols = st.dir_delta = None
+        if B is not None:  # the next group's direction from its gradient at the accepted point
+            G_B, L = sums.grad[a] / n, np.maximum(st.theta * sums.curv[a].max(axis=1) / n, EPS)
+            thr = p.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+            keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
+            st.active[B[~keep]] = False
+            B, G_B, L = B[keep], G_B[keep], L[keep]
+            delta, viol = group_update(st.W[B], G_B, L, pen, p.lam, rho)
+            st.sums = [st.sums[0] + float(viol.sum()), max(st.sums[1], float(viol.max(initial=0.0)))]
+            st.bound = float((G_B * delta).sum()) + value(pen, st.W[B] + delta, p.lam, rho) \
+                - value(pen, st.W[B], p.lam, rho)
+            moved = np.any(delta != 0, axis=1)
+            if moved.any():
+                st.dir_cols, st.dir_delta = B[moved], delta[moved]
+            st.group += 1
+            if st.group * p.group_size >= len(st.order):
+                st.group, st.outer = 0, st.outer + 1
+                if st.first is None:
+                    st.first = list(st.sums)
+        return sums, a
 
     # ---- FISTA ----
-    def _fit_fista(self, source, engine, checkpointer, log, ckpt) -> LinearModel:
+    def _init_fista(self, ctx: Context) -> FistaState:
+        """K = (c/n) ‖X‖²_F (column statistics pass) and the loss and gradient at Y_1 = 0."""
         p = self.params
-        loss, pen, c, rho = self._codes(source)
-        n, d, m = source.n_rows, source.n_features, source.n_classes
-        chunks = range(source.n_chunks)
-        if ckpt is None:
-            _, sq = engine.map_reduce(_colstats_task, source, chunks, desc="fista: column stats")
-            K = c / n * float(sq.sum())
-            W_prev, Y = np.zeros((d, m)), np.zeros((d, m))
-            k, t, L, first, converged = 0, 1.0, (K if p.variant == "cst" else 1e-3 * K), None, False
-        else:
-            meta = ckpt.meta
-            W_prev, Y = ckpt.arrays["W"].copy(), ckpt.arrays["Y"].copy()
-            k, t, L, first = meta["k"], meta["t"], meta["L"], meta["first"]
-            converged = bool(meta.get("converged", False))
-        _, _, loss_y, G = engine.map_reduce(_fista_task, source, chunks, desc="fista", W=Y, Y=Y, loss=loss)
-        done_here = 0
-        while k < p.max_iter:
-            G_n = G / n
-            while True:
-                W = prox(pen, Y - G_n / L, 1.0 / L, p.lam, rho)
-                D = W - Y
-                t_next = (1.0 + math.sqrt(1.0 + 4.0 * t * t)) / 2.0
-                Y_next = W + ((t - 1.0) / t_next) * (W - W_prev)
-                loss_w, correct, loss_yn, G_next = engine.map_reduce(_fista_task, source, chunks, desc="fista",
-                                                                     W=W, Y=Y_next, loss=loss)
-                bound = loss_y / n + float((G_n * D).sum()) + 0.5 * L * float((D * D).sum())
-                if p.variant == "cst" or loss_w / n <= bound * (1 + 1e-12):
-                    break
-                L *= 2.0
-            mapping = L * math.sqrt(float((D * D).sum()))
-            first = first or mapping
-            k += 1
-            W_prev, Y, t, loss_y, G = W, Y_next, t_next, loss_yn, G_next
-            ratio = mapping / first if first > 0 else 0.0
-            converged = ratio < p.tol
-            info = {"outer_iterations": k, "mode": "fista", "converged": converged}
-            self._log(log, k, W, loss_w / n + value(pen, W, p.lam, rho), correct, n, source.multilabel,
-                      lambda: self._model(source, W, info), violation_ratio=ratio, lipschitz=L, mode="fista")
-            stop = converged or k >= p.max_iter
-            if not converged and k >= p.max_iter:
-                self._warn_not_converged(k, ratio)
-            done_here += 1
-            pause = self.stop_after is not None and done_here >= self.stop_after
-            if stop or pause or k % p.checkpoint_every == 0:
-                checkpointer.save(k, {"k": k, "t": t, "L": L, "first": first, "converged": converged},
-                                  {"W": W_prev, "Y": Y}, {})
-            if stop or pause:
+        src = ctx.source
+        loss, _, c, _ = self._codes(src)
+        chunks = range(src.n_chunks)
+        sq = ctx.engine.map_reduce(_colstats_task, src, chunks, desc="fista: column stats").sq
+        K = c / src.n_rows * float(sq.sum())
+        W, Y = np.zeros((src.n_features, src.n_classes)), np.zeros((src.n_features, src.n_classes))
+        at_y = ctx.engine.map_reduce(_fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss)
+        return FistaState(W=W, Y=Y, grad_y=at_y.grad_y, loss_y=at_y.loss_y, L=K if p.variant == "cst" else 1e-3 * K)
+
+    def _step_fista(self, ctx: Context, st: FistaState) -> dict[str, Any]:
+        """One FISTA iteration (with its backtracking on L for variant "ls")."""
+        p = self.params
+        src = ctx.source
+        loss, pen, _, rho = self._codes(src)
+        n = src.n_rows
+        G_n = st.grad_y / n
+        while True:
+            W = prox(pen, st.Y - G_n / st.L, 1.0 / st.L, p.lam, rho)
+            D = W - st.Y
+            t_next = (1.0 + math.sqrt(1.0 + 4.0 * st.t * st.t)) / 2.0
+            Y_next = W + ((st.t - 1.0) / t_next) * (W - st.W)
+            sums = ctx.engine.map_reduce(_fista_task, src, range(src.n_chunks), desc="fista", W=W, Y=Y_next, loss=loss)
+            bound = st.loss_y / n + float((G_n * D).sum()) + 0.5 * st.L * float((D * D).sum())
+            if p.variant == "cst" or sums.loss_w / n <= bound * (1 + 1e-12):
                 break
-        return self._model(source, W_prev, {"outer_iterations": k, "mode": "fista", "converged": converged})
+            st.L *= 2.0
+        mapping = st.L * math.sqrt(float((D * D).sum()))
+        if st.first is None:
+            st.first = mapping
+        st.step += 1
+        st.W, st.Y, st.t, st.loss_y, st.grad_y = W, Y_next, t_next, sums.loss_y, sums.grad_y
+        st.ratio = mapping / st.first if st.first > 0 else 0.0
+        st.converged = st.ratio < p.tol
+        return self._fields(W, _objective(sums.loss_w, n, W, pen, p.lam, rho), sums.hits_w, n, src.multilabel,
+                            violation_ratio=st.ratio, lipschitz=st.L, mode="fista")
