@@ -209,6 +209,18 @@ class Checkpointer:
             steps.append(int(base.split("-")[1]))
         return sorted(steps)
 
+    def referenced_versions(self) -> set[tuple[str, int]]:
+        """The per-sample (name, version) pairs that the kept checkpoints refer to."""
+        if self.root is None:
+            return {kv for c in self._kept for kv in c.state_versions.items()}
+        latest = self.latest_step()
+        steps = [s for s in self._complete_steps() if latest is None or s <= latest][-self.keep:]
+        keep = set()
+        for s in steps:
+            with open(os.path.join(self._step_dir(s), "meta.json")) as f:
+                keep |= set(json.load(f)["state_versions"].items())
+        return keep
+
     def _collect_garbage(self) -> None:
         """Keep the newest `keep` complete steps (up to LATEST) and the state they reference."""
         latest = self.latest_step()
@@ -218,11 +230,7 @@ class Checkpointer:
                 shutil.rmtree(self._step_dir(s), ignore_errors=True)
         for d in glob.glob(self._path("step-*.partial")):
             shutil.rmtree(d, ignore_errors=True)
-        keep = set()
-        for s in steps[-self.keep:]:
-            with open(os.path.join(self._step_dir(s), "meta.json")) as f:
-                keep |= set(json.load(f)["state_versions"].items())
-        self.state.keep_only(keep)
+        self.state.keep_only(self.referenced_versions())
 
     def latest_step(self) -> int | None:
         """The step LATEST names, or None before the first checkpoint."""

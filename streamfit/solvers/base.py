@@ -158,6 +158,12 @@ class Solver(Generic[StateT]):
         """Which stopping test failed, for the warning logged at a budget (the fix follows it)."""
         return f"stopped at max_iter={getattr(self.params, 'max_iter', '?')} before tol={getattr(self.params, 'tol', '?')} held"
 
+    def checkpoint_due(self, state: StateT, every: int) -> bool:
+        """Whether the step just taken ends with a checkpoint, given `checkpoint_every` = every:
+        every `every` steps by default; a solver whose steps are parts of a larger round (bcd's
+        groups of an outer iteration) counts rounds instead."""
+        return state.step % every == 0
+
     def check_resume(self, ctx: Context, state: StateT) -> None:
         """Raise ConfigError if the run cannot continue from this restored state."""
 

@@ -310,6 +310,8 @@ class ChunksState(SolverState):
     ratio: float = math.inf  # eq. (10) at the last closed outer iteration
     converged: bool = False
     done: bool = False  # the last outer iteration is closed and its test held or max_iter is reached
+    closed_at: int = 0  # the step that closed the last closed outer iteration (checkpoints go there)
+    closed_outer: int = 0  # that outer iteration's number
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -392,6 +394,13 @@ class BCDSolver(Solver[BCDState]):
         if isinstance(state, ChunksState):
             return self._step_chunks(ctx, state)
         return self._step_fista(ctx, state)
+
+    def checkpoint_due(self, state: BCDState, every: int) -> bool:
+        """Chunks mode: at the end of every `every`-th outer iteration (a step is one group, and
+        W, d × m, is too large to save after each); the other modes: every `every` steps."""
+        if isinstance(state, ChunksState):
+            return state.closed_at == state.step and state.closed_outer % every == 0
+        return super().checkpoint_due(state, every)
 
     def finished(self, state: BCDState) -> bool:
         if isinstance(state, ChunksState):
@@ -569,6 +578,8 @@ class BCDSolver(Solver[BCDState]):
         closed = st.outer
         sums, a = self._chunks_pass(ctx, st, closing=closing)
         st.step += 1
+        if closing:
+            st.closed_at, st.closed_outer = st.step, closed
         counters = {"data_passes": st.data_passes, "ls_steps": st.ls_steps,
                     "active_blocks": int(st.active[st.blocks].sum()), "mode": "chunks"}
         if not closing:

@@ -65,9 +65,11 @@ def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: b
         model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
         metrics.log(state.step, model=model, final=last, **fields)
         pause = stop_after is not None and taken >= stop_after
-        if last or pause or state.step % checkpoint_every == 0:
+        if last or pause or solver.checkpoint_due(state, checkpoint_every):
             saver.save(state)
             _check_deadline(checkpointer, state.step)
+        else:  # per-sample versions that neither a kept checkpoint nor the state refers to
+            checkpointer.state.keep_only(checkpointer.referenced_versions() | saver.references(state))
         if pause:
             break
     if solver.finished(state) and not solver.converged(state):
@@ -118,6 +120,17 @@ class _StateSaver:
         self.checkpointer = checkpointer
         self.written: dict[str, int] = {}  # entries of each append-only list already in the per-sample store
 
+    def references(self, state: SolverState) -> set[tuple[str, int]]:
+        """The per-sample (name, version) pairs that `state` refers to."""
+        refs = set()
+        for name, kind in self.kinds.items():
+            value = getattr(state, name)
+            if kind == PER_SAMPLE and value is not None and value.written:
+                refs.add((value.name, value.version))
+            elif kind == ARRAY_LIST:
+                refs.add((name, 0))
+        return refs
+
     def save(self, state: SolverState) -> None:
         values, arrays, per_sample = {}, {}, {}
         versions: dict[str, int] = {}
@@ -149,6 +162,7 @@ class _StateSaver:
     def restore(self, ckpt, solver_name: str) -> SolverState:
         where = self.checkpointer.describe(ckpt.step)
         meta = ckpt.meta
+        in_memory = self.checkpointer.root is None
         schema = meta.get("schema") if isinstance(meta, dict) else None
         if schema != self.kinds:
             raise CheckpointError(f"{where}: holds {solver_name} state of another layout ({_schema_diff(schema, self.kinds)}); "
@@ -157,13 +171,16 @@ class _StateSaver:
         for name, kind in self.kinds.items():
             if kind == ARRAY:
                 kwargs[name] = ckpt.arrays.get(name)
+                if in_memory and kwargs[name] is not None:  # the checkpoint's arrays stay as saved
+                    kwargs[name] = kwargs[name].copy()
                 if kwargs[name] is None and not _optional(self.hints[name]):
                     raise CheckpointError(f"{where}: arrays.npz lacks the state field {name!r}; the checkpoint is damaged")
             elif kind == ARRAY_LIST:
                 count = meta["values"].get(name)
                 if not isinstance(count, int) or count < 0:
                     raise CheckpointError(f"{where}: meta.json's values.{name} is not a count; the checkpoint is damaged")
-                kwargs[name] = [self.checkpointer.state.read(name, 0, i) for i in range(count)]
+                entries = [self.checkpointer.state.read(name, 0, i) for i in range(count)]
+                kwargs[name] = [e.copy() for e in entries] if in_memory else entries
                 self.written[name] = count
             elif kind == PER_SAMPLE:
                 record = meta["per_sample"].get(name)
@@ -171,7 +188,8 @@ class _StateSaver:
             else:
                 if name not in meta["values"]:
                     raise CheckpointError(f"{where}: meta.json lacks the state field {name!r}; the checkpoint is damaged")
-                kwargs[name] = _typed(meta["values"][name], self.hints[name], f"{where}: meta.json's values.{name}")
+                value = _typed(meta["values"][name], self.hints[name], f"{where}: meta.json's values.{name}")
+                kwargs[name] = copy.deepcopy(value) if in_memory else value
         return self.state_cls(**kwargs)
 
 

@@ -230,3 +230,36 @@ def test_a_solver_without_mid_run_models_is_validated_on_its_last_step_only(sour
         with Engine(mode="inprocess") as engine:
             solver.fit(source, engine=engine, checkpointer=ckpt, log=log)
         assert [r["step"] for r in log.records if "valid_accuracy" in r] == validated
+
+
+def test_between_checkpoints_only_referenced_per_sample_versions_stay(source, tmp_path):
+    """With checkpoints every 4 steps, a kill in step 7 leaves the residual of checkpoint 4 and of
+    step 6 (the state's), not every version since the checkpoint."""
+    run = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        fit(source, run, HalvingSolver(HalvingParams(max_iter=9), fail_at=7), checkpoint_every=4)
+    versions = sorted(os.listdir(os.path.join(run, "checkpoints", "state", "residual")))
+    assert versions == ["v000004", "v000006"]
+
+
+class InPlaceHalvingSolver(HalvingSolver):
+    """Updates W in place, as bcd does."""
+
+    def step(self, ctx, state):
+        W = state.W
+        fields = super().step(ctx, state)
+        W += state.W - W
+        state.W = W
+        return fields
+
+
+def test_an_in_memory_checkpoint_survives_a_resumed_run_that_fails(source):
+    full, _ = fit(source, None)
+    ckpt = Checkpointer(None, config={"solver": "halving"}, store_fingerprint="in-memory")
+    with Engine(mode="inprocess") as engine:
+        run = dict(engine=engine, checkpointer=ckpt, log=MetricsLog(None))
+        InPlaceHalvingSolver(HalvingParams()).fit(source, stop_after=2, **run)
+        with pytest.raises(KeyboardInterrupt):  # step 3 changes W in place, step 4 dies: no save since 2
+            InPlaceHalvingSolver(HalvingParams(), fail_at=4).fit(source, resume=True, checkpoint_every=10, **run)
+        model = InPlaceHalvingSolver(HalvingParams()).fit(source, resume=True, **run)
+    same_model(model, full)
