@@ -1,6 +1,9 @@
-"""A training run killed with SIGKILL at random moments and resumed ends with the model of
-an uninterrupted run, bitwise."""
+"""A training run killed with SIGKILL at chosen events (right after the k-th checkpoint, in the
+middle of a step with its per-chunk state half written) and resumed ends with the model of an
+uninterrupted run, bitwise. Kills land on files the run writes, polled for, never on wall-clock
+guesses; each wait is bounded and fails naming the event that did not come."""
 
+import json
 import os
 import signal
 import subprocess
@@ -11,10 +14,44 @@ import pytest
 
 from streamfit.model import load_model
 
+EVENT_TIMEOUT_S = 300  # a generous bound for a run on a loaded 2-core machine
+POLL_S = 0.005
+
 
 def _arrays(run_dir):
     m = load_model(str(run_dir))
     return {k: v for k, v in m._arrays().items()}
+
+
+def _latest_step(run):
+    """The step checkpoints/LATEST names, None before the first checkpoint."""
+    try:
+        return json.loads((run / "checkpoints" / "LATEST").read_text())["step"]
+    except FileNotFoundError:
+        return None
+
+
+def _state_files(run):
+    return {os.path.join(d, f) for d, _, files in os.walk(run / "checkpoints" / "state") for f in files}
+
+
+def _wait_for(proc, event, description):
+    """Poll until event() is true while proc runs; fail clearly if it ends or the bound passes."""
+    deadline = time.monotonic() + EVENT_TIMEOUT_S
+    while not event():
+        if proc.poll() is not None:
+            pytest.fail(f"the run exited (status {proc.returncode}) before {description}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"no {description} within {EVENT_TIMEOUT_S} s")
+        time.sleep(POLL_S)
+
+
+def _sigkill(proc, description):
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, f"the run had exited ({proc.returncode}) before the kill {description}"
 
 
 SOLVER_ARGS = {
@@ -28,38 +65,36 @@ SOLVER_ARGS = {
 
 @pytest.mark.parametrize("solver", sorted(SOLVER_ARGS))
 def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_path, solver):
+    """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
+    is killed in step k2 + 1 (about two thirds), as soon as that step has written a state file
+    newer than checkpoint k2; the second resume runs to the end."""
     train = ["train", digits_cli_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
-    started = time.perf_counter()
     subprocess.run(cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
-    duration = time.perf_counter() - started
-    rng = np.random.default_rng(7)
     ref = _arrays(tmp_path / "ref")
-    kills = chains = 0
-    for attempt in range(8):  # chains of killed runs, each resumed to the end and compared
-        run = tmp_path / f"run{chains}"
-        latest = run / "checkpoints" / "LATEST"
-        before = _identity(latest)
-        proc = subprocess.Popen(cli(*train, "--out", run, "--resume"), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        while proc.poll() is None and _identity(latest) == before:  # until this run has saved a step
-            time.sleep(0.01)
-        time.sleep(rng.uniform(0.0, 0.15) * duration)
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.wait()
-        if kills >= 2 or (run / "model").exists():  # enough kills, or the run got to its end
-            done = subprocess.run(cli(*train, "--out", run, "--resume"), check=False, capture_output=True, text=True)
-            assert done.returncode == 0, done.stderr
-            got = _arrays(run)
-            assert ref.keys() == got.keys()
-            for key in ref:
-                assert np.array_equal(ref[key], got[key]), key
-            chains += 1
-            if kills >= 2:
-                break
-    assert kills >= 2, "kills did not land: the run finished too fast to test resume"
-    print(f"{solver}: {kills} SIGKILLs in {chains} resumed runs, each identical")
+    n_steps = _latest_step(tmp_path / "ref")
+    assert n_steps >= 6, f"{solver}: {n_steps} checkpointed steps are too few to kill twice before the end"
+    k1, k2 = n_steps // 3, 2 * n_steps // 3
+    run = tmp_path / "run"
+    resume = cli(*train, "--out", run, "--resume")
+
+    proc = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(proc, lambda: (_latest_step(run) or 0) >= k1, f"checkpoint {k1}")
+    _sigkill(proc, f"after checkpoint {k1}")
+    assert k1 <= _latest_step(run) < n_steps
+
+    proc = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(proc, lambda: (_latest_step(run) or 0) >= k2, f"checkpoint {k2}")
+    saved = _state_files(run)
+    _wait_for(proc, lambda: bool(_state_files(run) - saved), f"state written after checkpoint {k2}")
+    _sigkill(proc, f"in the step after checkpoint {k2}")
+    assert k2 <= _latest_step(run) < n_steps
+
+    done = subprocess.run(resume, check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = _arrays(run)
+    assert ref.keys() == got.keys()
+    for key in ref:
+        assert np.array_equal(ref[key], got[key]), key
 
 
 def _write_libsvm(path, n_rows=40000, n_features=5000, seed=0):
