@@ -63,6 +63,7 @@ SOLVER_ARGS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("solver", sorted(SOLVER_ARGS))
 def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_path, solver):
     """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
@@ -150,6 +151,7 @@ def _written_chunks(partial):
         return 0
 
 
+@pytest.mark.slow
 def test_ingest_sigkill_then_rerun_gives_identical_store(cli, tmp_path):
     """The ingest is killed once 20 of its 80 chunks are written, its rerun (which replaces the
     dead run's .partial) once 60 are; neither leaves a store that opens, and a third run writes
