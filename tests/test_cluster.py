@@ -13,6 +13,8 @@ import pytest
 
 from streamfit.model import load_model
 
+pytestmark = pytest.mark.slow  # a scheduler and workers in subprocesses: a minute or more a test
+
 
 def _model_arrays(run_dir):
     return load_model(str(run_dir))._arrays()

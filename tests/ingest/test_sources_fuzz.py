@@ -62,24 +62,70 @@ def test_csv_garbage_never_crashes(tmp_path, rows):
         writer = csv.writer(f)
         writer.writerow(["text", "label"])
         writer.writerows(rows)
+    kept, skipped, n_read = _drain(path)  # valid UTF-8 CSV with the columns: bad rows are skipped, never fatal
+    assert kept + skipped == n_read == sum(1 for row in rows if row)  # csv.writer writes [] as a blank line
+
+
+def _csv_junk_error(path, data):
+    """The InputError a skip-mode read of `data` (under 8 KiB: one decoded chunk) as CSV must
+    end in, predicted without the reader: (location, problem pattern, offset of the first byte
+    that does not decode or None), or None for a clean read. Bytes that are not UTF-8 stop the
+    read with the file named and a line N read before them (the caller checks N); a header
+    without the text or label column stops it at line 1. The decoder raises at once on invalid
+    bytes, but holds a sequence cut by the end of the file until the end: the rows before it,
+    the header first, are read by then."""
+    import csv
+    import io
+    import re
+
+    decode_problem = r"the text after line (\d+) is not valid utf-8"
+    if data and b"\xef\xbb\xbf".startswith(data) and len(data) < 3:
+        return None  # Python's incremental utf-8-sig decoder drops a lone BOM prefix at the end: an empty file
     try:
-        kept, skipped, n_read = _drain(path)
-    except InputError:
-        return
-    assert kept + skipped == n_read
+        text, bad_byte = data.decode("utf-8-sig"), None
+    except UnicodeDecodeError as e:
+        if e.reason != "unexpected end of data":
+            return str(path), decode_problem, e.start
+        text, bad_byte = data[: e.start].decode("utf-8-sig"), e.start
+        complete = re.match(r"(?s).*(\r\n|\n|\r(?=.))", text)  # lines read before the decoder sees the end
+        text = complete.group(0) if complete else ""
+    header = next(csv.reader(io.StringIO(text, newline="")), None)
+    for column in ("text", "label"):
+        if header is not None and column not in header:
+            return f"{path}:1", re.escape(f"no column {column!r}"), None
+    return None if bad_byte is None else (str(path), decode_problem, bad_byte)
 
 
 @FUZZ
 @given(data=st.binary(max_size=200))
 def test_wrong_encoding_and_binary_junk(tmp_path, data):
-    for name in ("junk.jsonl", "junk.csv"):
-        path = tmp_path / name
-        path.write_bytes(data)
-        try:
-            kept, skipped, n_read = _drain(path)
-        except InputError:
-            continue
+    """JSONL: every line is read, bad ones are counted. CSV: the read is clean or ends in the
+    InputError predicted from the bytes, naming the file and the right line."""
+    import re
+
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(data)
+    kept, skipped, n_read = _drain(path)
+    assert kept + skipped == n_read == sum(1 for line in data.split(b"\n") if line.strip())
+
+    path = tmp_path / "junk.csv"
+    path.write_bytes(data)
+    expected = _csv_junk_error(path, data)
+    if expected is None:
+        event("csv junk: clean")
+        kept, skipped, n_read = _drain(path)
         assert kept + skipped == n_read
+        return
+    location, problem, bad_byte = expected
+    with pytest.raises(InputError) as raised:
+        _drain(path)
+    event(f"csv junk: {raised.value.problem.split(' ')[0]}")
+    assert raised.value.location == location
+    match = re.fullmatch(problem, raised.value.problem)
+    assert match, raised.value.problem
+    if bad_byte is not None:  # the named line ends before the first byte that does not decode
+        lines_before = len(re.findall(rb"\r\n|\r|\n", data[:bad_byte]))
+        assert int(match.group(1)) <= lines_before
 
 
 @pytest.mark.parametrize("cut", [0.1, 0.5, 0.9])

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from pydantic import ValidationError
-from scipy.optimize import linprog
+from scipy.optimize import linprog, minimize
 from sklearn.datasets import load_iris, load_wine
 
 import streamfit.solvers.fbpd as fb
@@ -132,6 +133,33 @@ def regularized_objective(X, z, model, lam, penalty="l1"):
     W = model.coef_.toarray() if sp.issparse(model.coef_) else np.asarray(model.coef_)
     params = fb.FBPDParams(penalty=penalty, lam=lam)
     return objective_for("fbpd", params).value(W.T, model.intercept_, X, z)
+
+
+def hinge_qp(X, z, lam):
+    """(W, b) minimising (lam/2)‖W‖² + (1/n)Σξ s.t. ξ_ℓ >= 0, ξ_ℓ >= 1 + s_ℓk − s_ℓz (k ≠ z_ℓ),
+    s = XW + b: problem (7) with g = ½‖·‖² as a quadratic program, solved by SLSQP.
+    Variables [W (K·M, row k at k·M), b (K), ξ (n)]."""
+    n, M = X.shape
+    K = z.max() + 1
+    nv = K * M + K + n
+    A = np.zeros((n * (K - 1), nv))  # rows: s_ℓk − s_ℓz − ξ_ℓ <= −1
+    r = 0
+    for ell in range(n):
+        for k in range(K):
+            if k == z[ell]:
+                continue
+            A[r, k * M:(k + 1) * M] += X[ell]
+            A[r, z[ell] * M:(z[ell] + 1) * M] -= X[ell]
+            A[r, [K * M + k, K * M + z[ell], K * M + K + ell]] = 1.0, -1.0, -1.0
+            r += 1
+    weight = np.r_[np.full(K * M, lam), np.zeros(K + n)]
+    slack_cost = np.r_[np.zeros(K * M + K), np.full(n, 1.0 / n)]
+    res = minimize(lambda v: 0.5 * (weight * v) @ v + slack_cost @ v, np.r_[np.zeros(K * M + K), np.full(n, 2.0)],
+                   jac=lambda v: weight * v + slack_cost, method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda v: -1.0 - A @ v, "jac": lambda v: -A}],
+                   bounds=[(None, None)] * (K * M + K) + [(0, None)] * n, options={"ftol": 1e-14, "maxiter": 1000})
+    assert res.success, res.message
+    return res.x[:K * M].reshape(K, M), res.x[K * M:K * M + K]
 
 
 def test_registered_and_params():
@@ -335,16 +363,22 @@ def test_smooth_and_group_penalties_reach_duality(wine, penalty):
 
 
 def test_regularized_and_constrained_agree(iris):
-    """By Lagrangian duality (8) with eta = the mean hinge of (7)'s solution has the same
-    minimiser: Algorithm 2 recovers Algorithm 1's penalty value."""
+    """By Lagrangian duality, (8) with eta = the mean hinge at (7)'s solution has the same
+    minimiser W (unique: both objectives are strongly convex in W). Reference: (7) as a quadratic
+    program solved by SLSQP; Algorithms 1 and 2, each run until its stopping test holds, reach its W."""
     X, z = iris
-    reg = FBPDClassifier(penalty="l2", lam=0.05, max_iter=6000, tol=1e-9).fit(X, z)
-    eta = reg.hinge_loss(X, z)
-    with pytest.warns(ConvergenceWarning, match="did not converge"):  # tol is tighter than the test needs
-        con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=6000, tol=1e-9).fit(X, z)
-    g = 0.5 * (reg.coef_ ** 2).sum()
-    assert con.objective(X, z) == pytest.approx(g, rel=5e-3)
-    np.testing.assert_allclose(con.coef_, reg.coef_, atol=0.05 * np.abs(reg.coef_).max())
+    lam = 0.05
+    W_ref, b_ref = hinge_qp(X, z, lam)
+    eta = objective_for("fbpd", fb.FBPDParams(penalty="l2", lam=lam)).mean_loss(W_ref.T, b_ref, X, z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)  # both converge
+        reg = FBPDClassifier(penalty="l2", lam=lam, max_iter=20000, tol=1e-9).fit(X, z)
+        con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=20000, tol=1e-9).fit(X, z)
+    scale = np.abs(W_ref).max()
+    np.testing.assert_allclose(reg.coef_, W_ref, rtol=0, atol=1e-6 * scale)  # 4e-8 measured
+    np.testing.assert_allclose(con.coef_, W_ref, rtol=0, atol=1e-5 * scale)  # 2e-7 measured
+    assert con.objective(X, z) == pytest.approx(0.5 * (W_ref ** 2).sum(), rel=1e-5)
+    assert con.hinge_loss(X, z) <= eta * (1 + 1e-5)
 
 
 @pytest.fixture(scope="module")
