@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-
 import types
 import typing
 from typing import Literal
@@ -24,8 +23,8 @@ from streamfit.errors import (
 )
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
-from streamfit.options import Declared, declared, merge
 from streamfit.jobs import format_metric
+from streamfit.options import Declared, declared, merge
 
 log = logging.getLogger("streamfit")
 

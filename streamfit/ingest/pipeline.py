@@ -26,9 +26,9 @@ from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
+from streamfit.options import option
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
-from streamfit.options import option
 from streamfit.store.store import IDF_FILE, lock_dir
 
 log = logging.getLogger(__name__)
@@ -360,7 +360,7 @@ def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, r
         for w in writers:
             if o.idf:
                 transform["idf_sha256"] = _write_idf(w, featurizer.idf)
-        for w, (path, mask) in zip(writers, outputs):
+        for w, (path, _) in zip(writers, outputs):
             split = {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}} if o.test_size else {}
             m = w.close(transform=dict(transform), counts={**_counts(report), **split}, **common)
             report.stores[path] = m.n_rows
