@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import sys
-
 import types
 import typing
 from typing import Literal
@@ -24,8 +23,8 @@ from streamfit.errors import (
 )
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
-from streamfit.options import Declared, declared, merge
 from streamfit.jobs import format_metric
+from streamfit.options import Declared, declared, merge
 
 log = logging.getLogger("streamfit")
 
@@ -106,7 +105,7 @@ def _click_type(d: Declared):
         return click.Choice(typing.get_args(kind)), False
     low, open_ = (d.option.ge, False) if d.option.ge is not None else (d.option.gt, d.option.gt is not None)
     if kind is int:
-        return click.IntRange(min=low, min_open=open_) if low is not None else int, False
+        return click.IntRange(min=int(low), min_open=open_) if low is not None else int, False
     if kind is float:
         return click.FloatRange(min=low, min_open=open_) if low is not None else float, False
     return str, False
@@ -115,6 +114,8 @@ def _click_type(d: Declared):
 def _click_help(d: Declared, is_flag: bool) -> str:
     o = d.option
     if is_flag and d.default is True:
+        if o.off_help is None:
+            raise TypeError(f"option {d.name!r}: a bool defaulting to True is offered as --no-...; declare its off_help")
         return o.off_help
     text = o.help[:1].upper() + o.help[1:].rstrip(".") + "."
     shown = o.default_text if o.default_text is not None else d.default

@@ -6,6 +6,8 @@ Relative paths are resolved against the directory holding the YAML file, so a pi
 the same from any working directory. Unknown keys are errors that name the key. The sections
 are built from the option declarations (streamfit.options): TrainOptions here, IngestOptions
 and HashingConfig in streamfit.ingest; `train_options` is the command line's precedence over them.
+`load_pipeline` validates a file against these schemas and returns the typed jobs it describes
+(PipelineConfig: IngestOptions, TrainJob, EvaluateJob).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import dataclasses
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import ConfigError
@@ -70,39 +73,81 @@ class TrainOptions:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("solver", "params")}
 
 
-def train_options(config: BaseModel | None, command_line: dict) -> TrainOptions:
+def train_options(config: TrainOptions | BaseModel | None, command_line: dict) -> TrainOptions:
     """The one precedence rule of `train --config` and `run`: the command line (`command_line`:
     the options given there, None where not) beats the config file or pipeline section
-    (`config`, None where a key is not set) beats TrainOptions' defaults; solver parameters
-    merge key by key (a -p KEY=VALUE overrides that key of the file's `params`)."""
-    return merge(TrainOptions, config.model_dump() if config is not None else {}, command_line, by_key=("params",))
+    (`config`: a TrainConfig, None where a key is not set; or a pipeline's TrainJob.options)
+    beats TrainOptions' defaults; solver parameters merge key by key (a -p KEY=VALUE overrides
+    that key of the file's `params`)."""
+    if config is None:
+        layer = {}
+    elif isinstance(config, TrainOptions):
+        layer = dataclasses.asdict(config)
+    else:
+        layer = config.model_dump()
+    return merge(TrainOptions, layer, command_line, by_key=("params",))
 
 
-HashingSection = config_model("HashingSection", HashingConfig, "A pipeline's ingest.hashing: the hashing transform.")
-IngestSection = config_model(
+# The YAML schemas, built from the declarations by create_model: mypy sees them as type[BaseModel]
+# only, so load_pipeline turns a validated file into the typed jobs below (IngestOptions, TrainJob).
+HashingSection: type[BaseModel] = config_model("HashingSection", HashingConfig,
+                                               "A pipeline's ingest.hashing: the hashing transform.")
+IngestSection: type[BaseModel] = config_model(
     "IngestSection", IngestOptions, "A pipeline's ingest section: IngestOptions in YAML.",
     hashing=(HashingSection, Field(HashingSection(), description="the hashing transform")),
     no_hash=(bool, Field(False, description="keep numeric indices instead of hashing them")))
-IngestTestSection = config_model(
+IngestTestSection: type[BaseModel] = config_model(
     "IngestTestSection", IngestOptions, "Test data in its own files, ingested like the training store (same "
     "hashing, IDF, classes).", only=("inputs", "out", "format", "source_options", "on_bad_record"))
-TrainSection = config_model(
+TrainSection: type[BaseModel] = config_model(
     "TrainSection", TrainOptions, "A pipeline's train section: TrainOptions, the run directory and the store.",
     out=(str, Field(description="the run directory")),
     store=(str | None, Field(None, description="default: the ingest section's out")))
-TrainConfig = config_model("TrainConfig", TrainOptions, "`streamfit train --config FILE`: TrainOptions, each "
-                           "unset key taken from the command line or the default.", unset_is_none=True)
+TrainConfig: type[BaseModel] = config_model(
+    "TrainConfig", TrainOptions, "`streamfit train --config FILE`: TrainOptions, each unset key taken from the "
+    "command line or the default.", unset_is_none=True)
 
 
 class EvaluateSection(_Strict):
     store: str | None = Field(None, description="default: the ingest section's test_out")
 
 
-class PipelineConfig(_Strict):
-    ingest: IngestSection | None = None
-    ingest_test: IngestTestSection | None = None
-    train: TrainSection | None = None
-    evaluate: EvaluateSection | None = None
+# each section optional, in the order they run (a dict: create_model's stubs take no union of variables)
+_SECTIONS: dict[str, Any] = {name: (section | None, None) for name, section in (
+    ("ingest", IngestSection), ("ingest_test", IngestTestSection), ("train", TrainSection),
+    ("evaluate", EvaluateSection))}
+PipelineSchema: type[BaseModel] = create_model(
+    "PipelineSchema", __config__=ConfigDict(extra="forbid"), __doc__="A pipeline file: its four sections.",
+    **_SECTIONS)
+
+
+@dataclass
+class TrainJob:
+    """A pipeline's train section, loaded: the run directory, the store it trains on (paths
+    resolved) and its TrainOptions (the command line's overrides are merged by train_options)."""
+
+    out: str
+    store: str
+    options: TrainOptions
+
+
+@dataclass
+class EvaluateJob:
+    """A pipeline's evaluate section, loaded: the run directory whose model is scored, and the store."""
+
+    run_dir: str
+    store: str
+
+
+@dataclass
+class PipelineConfig:
+    """A pipeline file, validated, with paths resolved against its directory; None: no such section.
+    `ingest_test` is IngestOptions with `like` the ingest section's `out`."""
+
+    ingest: IngestOptions | None = None
+    ingest_test: IngestOptions | None = None
+    train: TrainJob | None = None
+    evaluate: EvaluateJob | None = None
 
 
 def _load_yaml(path: str) -> dict:
@@ -120,7 +165,7 @@ def _load_yaml(path: str) -> dict:
     return data
 
 
-def _validate(cls, data: dict, path: str):
+def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
     try:
         return cls(**data)
     except ValidationError as e:
@@ -132,40 +177,49 @@ def _validate(cls, data: dict, path: str):
 
 
 def load_pipeline(path: str) -> PipelineConfig:
-    cfg = _validate(PipelineConfig, _load_yaml(path), path)
+    sections = _validate(PipelineSchema, _load_yaml(path), path).model_dump()
     base = os.path.dirname(os.path.abspath(path))
 
-    def resolve(p):
-        return None if p is None else os.path.normpath(os.path.join(base, os.path.expanduser(p)))
+    def resolve(p: str) -> str:
+        return os.path.normpath(os.path.join(base, os.path.expanduser(p)))
 
-    if cfg.ingest:
-        if not cfg.ingest.no_hash:
-            try:
-                HashingConfig(**cfg.ingest.hashing.model_dump())
-            except ValueError as e:
-                raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
-        cfg.ingest.inputs = [resolve(p) for p in cfg.ingest.inputs]
-        cfg.ingest.out, cfg.ingest.test_out = resolve(cfg.ingest.out), resolve(cfg.ingest.test_out)
-        cfg.ingest.quarantine = resolve(cfg.ingest.quarantine)
-    if cfg.ingest_test:
-        if not cfg.ingest:
+    def resolve_optional(p: str | None) -> str | None:
+        return None if p is None else resolve(p)
+
+    cfg = PipelineConfig()
+    if sections["ingest"]:
+        values = sections["ingest"]
+        hashing_values, no_hash = values.pop("hashing"), values.pop("no_hash")
+        try:
+            hashing = None if no_hash else HashingConfig(**hashing_values)
+        except ValueError as e:
+            raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
+        values.update(inputs=[resolve(p) for p in values["inputs"]], out=resolve(values["out"]),
+                      test_out=resolve_optional(values["test_out"]), quarantine=resolve_optional(values["quarantine"]))
+        cfg.ingest = IngestOptions(**values, hashing=hashing)
+    if sections["ingest_test"]:
+        if cfg.ingest is None:
             raise ConfigError(f"{path}: key 'ingest_test' needs an 'ingest' section to take its settings from")
-        cfg.ingest_test.inputs = [resolve(p) for p in cfg.ingest_test.inputs]
-        cfg.ingest_test.out = resolve(cfg.ingest_test.out)
-    if cfg.train:
-        _check_params(cfg.train.solver, cfg.train.params, path, "train.params")
-        cfg.train.out = resolve(cfg.train.out)
-        cfg.train.valid = resolve(cfg.train.valid)
-        cfg.train.store = resolve(cfg.train.store) or (cfg.ingest.out if cfg.ingest else None)
-        if cfg.train.store is None:
+        values = sections["ingest_test"]
+        values.update(inputs=[resolve(p) for p in values["inputs"]], out=resolve(values["out"]))
+        cfg.ingest_test = IngestOptions(**values, like=cfg.ingest.out)
+    if sections["train"]:
+        values = sections["train"]
+        _check_params(values["solver"], values["params"], path, "train.params")
+        store = resolve_optional(values.pop("store")) or (cfg.ingest.out if cfg.ingest else None)
+        if store is None:
             raise ConfigError(f"{path}: key 'train.store' is needed when there is no ingest section")
-    if cfg.evaluate:
+        out = resolve(values.pop("out"))
+        values["valid"] = resolve_optional(values["valid"])
+        cfg.train = TrainJob(out=out, store=store, options=TrainOptions(**values))
+    if sections["evaluate"]:
         default = cfg.ingest_test.out if cfg.ingest_test else (cfg.ingest.test_out if cfg.ingest else None)
-        cfg.evaluate.store = resolve(cfg.evaluate.store) or default
-        if cfg.evaluate.store is None:
+        store = resolve_optional(sections["evaluate"]["store"]) or default
+        if store is None:
             raise ConfigError(f"{path}: key 'evaluate.store' is needed (or ingest.test_out, or an ingest_test section)")
         if cfg.train is None:
             raise ConfigError(f"{path}: an evaluate section needs a train section")
+        cfg.evaluate = EvaluateJob(run_dir=cfg.train.out, store=store)
     return cfg
 
 
@@ -180,8 +234,10 @@ def _check_params(solver: str, params: dict, path: str, key: str) -> None:
         raise ConfigError(f"{path}: key '{key}': {e}") from None
 
 
-def load_train_config(path: str) -> TrainConfig:
+def load_train_config(path: str) -> BaseModel:
+    """`train --config FILE` as a TrainConfig: the keys the file sets, None for the others."""
     cfg = _validate(TrainConfig, _load_yaml(path), path)
-    if cfg.solver is not None:
-        _check_params(cfg.solver, cfg.params or {}, path, "params")
+    values = cfg.model_dump()
+    if values["solver"] is not None:
+        _check_params(values["solver"], values["params"] or {}, path, "params")
     return cfg

@@ -32,7 +32,7 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -42,7 +42,7 @@ from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
 from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
-from streamfit.solvers.base import SolverParams, parameter_lines
+from streamfit.solvers.base import Solver, SolverParams, parameter_lines
 from streamfit.solvers.bcd import BCDSolver
 from streamfit.solvers.fbpd import FBPDSolver
 from streamfit.solvers.ppdsparse import PPDSparseSolver
@@ -189,7 +189,7 @@ def _estimator_init(signature: inspect.Signature):
         for name, value in list(bound.arguments.items())[1:]:
             setattr(self, name, value)
 
-    __init__.__signature__ = signature
+    __init__.__signature__ = signature  # type: ignore[attr-defined]  # typeshed's function type lacks __signature__, which inspect.signature reads
     return __init__
 
 
@@ -213,7 +213,7 @@ class _SolverClassifier(_ParamsMixin):
     names in `_renamed`, where the estimator's name differs) and `chunk_rows`, the rows per chunk
     of the in-memory store (results do not depend on it beyond floating-point rounding)."""
 
-    _solver: type = None
+    _solver: ClassVar[type[Solver[Any]]]  # set by each subclass
     _renamed: dict[str, _Renamed] = {}  # solver parameter -> the estimator's name for it
     _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
 
@@ -553,6 +553,7 @@ class BCDClassifier(_SolverClassifier):
     """
 
     _solver = BCDSolver
+    loss: str  # a constructor parameter (BCDParams.loss), set by the generated __init__
 
     def _accepts_multilabel(self) -> bool:
         return self.loss != "logistic"  # eq. 12 is multiclass only

@@ -6,10 +6,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from streamfit.config import IngestSection, PipelineConfig, train_options
-from streamfit.ingest.hashing import HashingConfig
+from streamfit.config import PipelineConfig, train_options
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
@@ -30,11 +29,10 @@ def _stored(path: str) -> bool:
     return os.path.exists(os.path.join(path, "manifest.json"))
 
 
-def ingest_options(section: IngestSection, *, overwrite: bool, progress: bool) -> IngestOptions:
-    """A pipeline's ingest section as IngestOptions (`no_hash` and `hashing` become `hashing`)."""
-    values = section.model_dump(exclude={"hashing", "no_hash", "overwrite"})
-    hashing = None if section.no_hash else HashingConfig(**section.hashing.model_dump())
-    return IngestOptions(**values, hashing=hashing, overwrite=overwrite or section.overwrite, progress=progress)
+def ingest_options(section: IngestOptions, *, overwrite: bool, progress: bool) -> IngestOptions:
+    """A pipeline's ingest section with the command line's --overwrite (which adds to the
+    section's `overwrite`) and progress."""
+    return replace(section, overwrite=overwrite or section.overwrite, progress=progress)
 
 
 def run_pipeline(config: PipelineConfig, overrides: dict | None = None, *, resume: bool = False,
@@ -68,19 +66,19 @@ def run_pipeline(config: PipelineConfig, overrides: dict | None = None, *, resum
         if resume and _stored(section.out):
             say(f"ingest_test: {section.out} exists, kept (--resume)")
         else:
-            result.ingest_test = ingest(IngestOptions(**section.model_dump(), like=config.ingest.out,
-                                                      overwrite=overwrite, progress=progress))
+            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=progress))
             say(f"ingest_test: {result.ingest_test.summary()}")
     if config.train:
-        section = config.train
-        options = train_options(section, overrides or {})
-        result.model = train(section.store, options.solver, section.out, options.params, resume=resume,
+        job = config.train
+        options = train_options(job.options, overrides or {})
+        result.model = train(job.store, options.solver, job.out, options.params, resume=resume,
                              overwrite=overwrite, progress=progress, **options.engine())
-        say(f"train: model written to {os.path.join(section.out, 'model')}")
+        say(f"train: model written to {os.path.join(job.out, 'model')}")
     if config.evaluate:
         from streamfit.model import load_model
 
-        result.evaluation = evaluate(load_model(config.train.out), open_store(config.evaluate.store), progress=progress)
+        result.evaluation = evaluate(load_model(config.evaluate.run_dir), open_store(config.evaluate.store),
+                                     progress=progress)
         say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()))
     return result
 

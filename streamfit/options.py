@@ -90,7 +90,9 @@ def config_model(name: str, cls, doc: str, *, unset_is_none: bool = False, only:
     description, unknown keys refused. unset_is_none: every key defaults to None, meaning "not
     set here" (a layer that `merge` lays over the defaults). `extra_fields`: further fields, as
     create_model takes them."""
-    fields, validators = {}, {}
+    # Any: create_model's stubs check a ** argument against its named parameters (__base__, ...) too
+    fields: dict[str, Any] = {}
+    validators: dict[str, Any] = {}
     for d in declared(cls):
         if not d.option.in_config or (only is not None and d.name not in only):
             continue

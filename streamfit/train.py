@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import time
+from typing import TYPE_CHECKING
 
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import WORKER_TIMEOUT, Engine
@@ -25,6 +26,9 @@ from streamfit.runlog import MetricsLog, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
 from streamfit.store.format import write_json_atomic
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 log = logging.getLogger(__name__)
 HEARTBEAT_SECONDS = 30  # a summary line in the log at most this often (runs whose output goes to a file)
@@ -43,7 +47,7 @@ def make_params(solver_name: str, params: dict | None):
         raise ConfigError(f"solver {solver_name!r} parameters: {problems} (its parameters: {known})") from None
 
 
-def _param_problem(err: dict, known: list[str]) -> str:
+def _param_problem(err: ErrorDetails, known: list[str]) -> str:
     """One validation error as 'key: message', with the closest parameter name for an unknown key
     and a word on None where None was given."""
     key = ".".join(map(str, err["loc"])) or "(params)"

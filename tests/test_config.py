@@ -17,7 +17,7 @@ def test_a_pipeline_sets_the_minimum_token_length(tmp_path):
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("ingest: {inputs: [docs.jsonl], out: s.zarr, hashing: {min_token_length: 1}}\n")
     cfg = load_pipeline(str(pipeline))
-    assert HashingConfig(**cfg.ingest.hashing.model_dump()).min_token_length == 1
+    assert cfg.ingest.hashing == HashingConfig(min_token_length=1)
     assert load_pipeline(str(pipeline)).ingest.out == str(tmp_path / "s.zarr")
 
 
@@ -33,11 +33,11 @@ def test_worker_timeout_in_train_configs_and_pipelines(tmp_path):
     pipeline, config = tmp_path / "p.yaml", tmp_path / "t.yaml"
     pipeline.write_text("train: {solver: bcd, out: run, store: s.zarr}\n")
     config.write_text("solver: bcd\n")
-    assert load_pipeline(str(pipeline)).train.worker_timeout == 60.0
+    assert load_pipeline(str(pipeline)).train.options.worker_timeout == 60.0
     assert load_train_config(str(config)).worker_timeout is None
     pipeline.write_text("train: {solver: bcd, out: run, store: s.zarr, worker_timeout: 2.5}\n")
     config.write_text("solver: bcd\nworker_timeout: 2.5\n")
-    assert load_pipeline(str(pipeline)).train.worker_timeout == 2.5
+    assert load_pipeline(str(pipeline)).train.options.worker_timeout == 2.5
     assert load_train_config(str(config)).worker_timeout == 2.5
     for bad in (0, -1):
         pipeline.write_text(f"train: {{solver: bcd, out: run, store: s.zarr, worker_timeout: {bad}}}\n")
@@ -81,7 +81,7 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
     assert train_options(None, {}) == TrainOptions()  # no file, nothing given: the defaults (stagewise)
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("train: {solver: bcd, out: run, store: s.zarr, time_limit: 2h, valid_every: 3}\n")
-    options = train_options(load_pipeline(str(pipeline)).train, {"time_limit": 60.0})
+    options = train_options(load_pipeline(str(pipeline)).train.options, {"time_limit": 60.0})
     assert (options.time_limit, options.valid_every, options.solver) == (60.0, 3, "bcd")
 
 
@@ -91,4 +91,4 @@ def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):
     with pytest.raises(ConfigError, match=r"p\.yaml: key 'ingest.hashing': .*n_features=1000 is not a power of two"):
         load_pipeline(str(pipeline))
     pipeline.write_text("ingest: {inputs: [d.jsonl], out: s.zarr, no_hash: true, hashing: {n_features: 1000}}\n")
-    assert load_pipeline(str(pipeline)).ingest.no_hash
+    assert load_pipeline(str(pipeline)).ingest.hashing is None  # no_hash: the hashing section is not checked

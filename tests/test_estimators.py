@@ -54,7 +54,7 @@ def test_variants(digits_split, kw):
     P = clf.predict_proba(Xte)
     assert np.allclose(P.sum(axis=1), 1)
     with pytest.raises(AttributeError):
-        clf.coef_
+        _ = clf.coef_
 
 
 def test_linear_model_string_labels_and_sparse_input(digits_split):

@@ -222,6 +222,10 @@ def bench_dataset(name, Xtr, ytr, Xte, yte, K, repeats):
     }
 
 
+def _percents(quality: dict) -> str:
+    return " ".join(f"{k} {100 * v:.2f}" for k, v in quality.items())
+
+
 def print_main(rows):
     print("\n## Table 1: ppdsparse vs LinearSVC one-vs-rest (liblinear), same process, best of repeats")
     print("| set | n × d, K | train ours (s) | train liblinear (s) | ratio | CPU ours / liblinear (s) | CPU ratio "
@@ -229,10 +233,9 @@ def print_main(rows):
           "first call) | predict liblinear | peer | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        q = lambda d: " ".join(f"{k} {100 * v:.2f}" for k, v in d.items())
         print(f"| {r['set']} | {r['n']} × {r['d']}, {r['K']} | {r['t_ours']:.2f} | {r['t_peer']:.2f} | "
               f"{r['ratio']:.2f} | {r['c_ours']:.2f} / {r['c_peer']:.2f} | {r['c_ours'] / r['c_peer']:.2f} | "
-              f"{q(r['q_ours'])} | {q(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
+              f"{_percents(r['q_ours'])} | {_percents(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
               f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
               f"{r['pred_ours_ms']:.4f} ({r['pred_cold_ms']:.4f}) | {r['pred_peer_ms']:.4f} | {r['peer_solver']} | "
               f"{r['load']:.1f} |")

@@ -15,8 +15,8 @@ import io
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,9 +26,9 @@ from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
+from streamfit.options import option
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
-from streamfit.options import option
 from streamfit.store.store import IDF_FILE, lock_dir
 
 log = logging.getLogger(__name__)
@@ -132,12 +132,26 @@ def _check_options(o: IngestOptions) -> None:
                              "drop --idf/--l2-normalize/--classes/--n-features")
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """How the stores are written: the backend and the rows per chunk (the options', else the
+    --like store's, else zarr and DEFAULT_CHUNK_ROWS)."""
+
+    backend: str
+    chunk_rows: int
+
+    def writer(self, path: str, multilabel: bool) -> StoreWriter:
+        return StoreWriter(path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows,
+                           overwrite=True)
+
+
 class _Pass1:
     """Source batches -> featurized rows with label ids -> one store."""
 
-    def __init__(self, o: IngestOptions, source_options: dict, featurizer: Featurizer, vocab: LabelVocabulary,
-                 multilabel: bool | None, out: str, policy):
+    def __init__(self, o: IngestOptions, layout: _Layout, source_options: dict, featurizer: Featurizer,
+                 vocab: LabelVocabulary, multilabel: bool | None, out: str, policy):
         self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = o, featurizer, vocab, multilabel, out, policy
+        self.layout = layout
         self.source_options = source_options
         self.writer: StoreWriter | None = None
         self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
@@ -148,8 +162,7 @@ class _Pass1:
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
-            self.writer = StoreWriter(self.out, backend=self.o.backend, multilabel=bool(self.multilabel),
-                                      chunk_rows=self.o.chunk_rows, overwrite=True)
+            self.writer = self.layout.writer(self.out, bool(self.multilabel))
         return self.writer
 
     def run(self, finish_rows: bool) -> None:
@@ -236,8 +249,8 @@ def ingest(o: IngestOptions) -> IngestReport:
     # test data is stored like its training store unless told otherwise
     backend, chunk_rows = (like.manifest.backend, like.manifest.chunk_rows) if like is not None else \
         ("zarr", DEFAULT_CHUNK_ROWS)
-    o = replace(o, backend=backend if o.backend is None else o.backend,
-                chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows)
+    layout = _Layout(backend=backend if o.backend is None else o.backend,
+                     chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows)
     source_options = o.source_options
     if like is not None:
         featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)
@@ -250,7 +263,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         multilabel = None
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
-    p1 = _Pass1(o, source_options, featurizer, vocab, multilabel, pass1_out, policy)
+    p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
     stage_lock = None
     try:
         p1.run(finish_rows=not two_pass)
@@ -262,21 +275,22 @@ def ingest(o: IngestOptions) -> IngestReport:
                        "options": source_options, "like": os.path.abspath(o.like) if o.like else None,
                        "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
                        "input": _input_kind(p1.kinds)}
-        common = {"n_features": n_features, "classes": vocab.classes,
+        common: dict[str, Any] = {"n_features": n_features, "classes": vocab.classes,
                   "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
                   "source": source_info}
         report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty)
         if not two_pass:
-            transform = {"idf": like is not None and like.idf is not None, "l2_normalize": featurizer.l2_normalize}
-            if transform["idf"]:
-                transform["idf_sha256"] = _write_idf(p1.writer, featurizer.idf)
+            transform: dict[str, Any] = {"idf": like is not None and like.idf is not None,
+                                         "l2_normalize": featurizer.l2_normalize}
+            if like is not None and like.idf is not None:  # the featurizer's idf (Featurizer.from_dict)
+                transform["idf_sha256"] = _write_idf(p1.writer, like.idf)
             m = p1.writer.close(transform=transform, counts=_counts(report), **common)
             report.written = m.n_rows
             report.stores[out] = m.n_rows
         else:
             common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
             stage_lock = lock_dir(pass1_out)  # a concurrent ingest to the same --out must not replace it
-            _pass2(o, p1, featurizer, common, report, out)
+            _pass2(o, layout, p1, featurizer, common, report, out)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
@@ -332,23 +346,24 @@ def _stream(stage: Store):
         yield stage.read_chunk(i, cache=False)
 
 
-def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str) -> None:
+def _pass2(o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport,
+           out: str) -> None:
     stage = Store(p1.out, allow_partial=True)
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
     else:
         test_mask = np.zeros(stage.n_rows, dtype=bool)
+    idf: np.ndarray | None = None  # counted on the training rows (--idf)
     if o.idf:
         df = np.zeros(stage.n_features, dtype=np.int64)
         for c in tqdm(_stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk",
                       disable=not o.progress):
             train_rows = c.X[~test_mask[c.row_start:c.row_start + c.n_rows]]
             df += np.bincount(train_rows.indices, minlength=stage.n_features)
-        featurizer.idf = idf_weights(df, int((~test_mask).sum()))
+        idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = o.l2_normalize
-    outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size else [])
-    writers = [StoreWriter(path, backend=o.backend, multilabel=stage.multilabel, chunk_rows=o.chunk_rows,
-                           overwrite=True) for path, _ in outputs]
+    outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size and o.test_out else [])
+    writers = [layout.writer(path, stage.multilabel) for path, _ in outputs]
     try:
         for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
             X = featurizer.finish(c.X)
@@ -356,11 +371,11 @@ def _pass2(o: IngestOptions, p1: _Pass1, featurizer: Featurizer, common: dict, r
                 rows = mask[c.row_start:c.row_start + c.n_rows]
                 if rows.any():
                     w.write_rows(*_take_rows(X, c.labels, rows))
-        transform = {"idf": bool(o.idf), "l2_normalize": bool(o.l2_normalize)}
+        transform: dict[str, Any] = {"idf": bool(o.idf), "l2_normalize": bool(o.l2_normalize)}
         for w in writers:
-            if o.idf:
-                transform["idf_sha256"] = _write_idf(w, featurizer.idf)
-        for w, (path, mask) in zip(writers, outputs):
+            if idf is not None:
+                transform["idf_sha256"] = _write_idf(w, idf)
+        for w, (path, _) in zip(writers, outputs):
             split = {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}} if o.test_size else {}
             m = w.close(transform=dict(transform), counts={**_counts(report), **split}, **common)
             report.stores[path] = m.n_rows

@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_digits, load_svmlight_file
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
