@@ -128,8 +128,15 @@ class Checkpointer:
     `time_limit` (seconds from now): `past_deadline()` turns True after it; the solver driver
     checks it after each save, so a run stops cleanly at a complete checkpoint."""
 
-    def __init__(self, run_dir: str | None, *, config: dict, store_fingerprint: str, keep: int = 2,
-                 time_limit: float | None = None):
+    def __init__(
+        self,
+        run_dir: str | None,
+        *,
+        config: dict,
+        store_fingerprint: str,
+        keep: int = 2,
+        time_limit: float | None = None,
+    ):
         if time_limit is not None and run_dir is None:
             raise ValueError("a time limit needs a run directory to resume from")
         self.run_dir = run_dir
@@ -163,12 +170,18 @@ class Checkpointer:
     def past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
-    def save(self, step: int, meta: dict, arrays: dict[str, np.ndarray], state_versions: dict[str, int],
-             state_counts: dict[str, int] | None = None) -> None:
+    def save(
+        self,
+        step: int,
+        meta: dict,
+        arrays: dict[str, np.ndarray],
+        state_versions: dict[str, int],
+        state_counts: dict[str, int] | None = None,
+    ) -> None:
         """`state_counts`: how many "chunks" a state holds when they are not the data's chunks
         (append-only state such as one file per stage); resume verifies that many."""
         ckpt = Checkpoint(step, meta, arrays, dict(state_versions))
-        self._kept = (self._kept + [ckpt])[-self.keep:]
+        self._kept = (self._kept + [ckpt])[-self.keep :]
         if self.root is None:
             self.state.keep_only({kv for c in self._kept for kv in c.state_versions.items()})
             return
@@ -178,10 +191,15 @@ class Checkpointer:
         np.savez(buf, **arrays)  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
         data = buf.getvalue()
         record = {
-            "checkpoint_version": CHECKPOINT_VERSION, "step": step, "config_hash": self.config_hash, "config": self.config,
-            "store_fingerprint": self.store_fingerprint, "state_versions": state_versions,
+            "checkpoint_version": CHECKPOINT_VERSION,
+            "step": step,
+            "config_hash": self.config_hash,
+            "config": self.config,
+            "store_fingerprint": self.store_fingerprint,
+            "state_versions": state_versions,
             "state_counts": state_counts or {},
-            "arrays_sha256": hashlib.sha256(data).hexdigest(), "meta": meta,
+            "arrays_sha256": hashlib.sha256(data).hexdigest(),
+            "meta": meta,
         }
         record = json.loads(json.dumps(record, default=_json_default))
         record["record_sha256"] = _record_digest(record)
@@ -214,7 +232,7 @@ class Checkpointer:
         if self.root is None:
             return {kv for c in self._kept for kv in c.state_versions.items()}
         latest = self.latest_step()
-        steps = [s for s in self._complete_steps() if latest is None or s <= latest][-self.keep:]
+        steps = [s for s in self._complete_steps() if latest is None or s <= latest][-self.keep :]
         keep = set()
         for s in steps:
             with open(os.path.join(self._step_dir(s), "meta.json")) as f:
@@ -226,7 +244,7 @@ class Checkpointer:
         latest = self.latest_step()
         steps = [s for s in self._complete_steps() if latest is None or s <= latest]
         for s in self._complete_steps():
-            if s not in steps[-self.keep:]:
+            if s not in steps[-self.keep :]:
                 shutil.rmtree(self._step_dir(s), ignore_errors=True)
         for d in glob.glob(self._path("step-*.partial")):
             shutil.rmtree(d, ignore_errors=True)
@@ -261,12 +279,15 @@ class Checkpointer:
             raise CheckpointError(f"{d}: unreadable checkpoint ({e})") from e
         if not isinstance(record, dict) or record.get("checkpoint_version") != CHECKPOINT_VERSION:
             version = record.get("checkpoint_version") if isinstance(record, dict) else None
-            raise CheckpointError(f"{d}/meta.json: checkpoint format {version!r}, this streamfit reads "
-                                  f"{CHECKPOINT_VERSION}; finish the run with the streamfit that started it, or start "
-                                  "over with --overwrite")
+            raise CheckpointError(
+                f"{d}/meta.json: checkpoint format {version!r}, this streamfit reads "
+                f"{CHECKPOINT_VERSION}; finish the run with the streamfit that started it, or start "
+                "over with --overwrite"
+            )
         if record.get("record_sha256") != _record_digest(record):
-            raise CheckpointError(f"{d}/meta.json: fails its checksum (edited or damaged); restore it, or start over "
-                                  "with --overwrite")
+            raise CheckpointError(
+                f"{d}/meta.json: fails its checksum (edited or damaged); restore it, or start over with --overwrite"
+            )
         if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:
             raise CheckpointError(f"{d}/arrays.npz: fails its checksum; the checkpoint is damaged")
         if record["config_hash"] != self.config_hash:
@@ -296,8 +317,11 @@ def _config_changes(then: dict | None, now: dict) -> str:
     if then.get("solver") != now.get("solver"):
         return f": solver {then.get('solver')!r} then, {now.get('solver')!r} now"
     old, new = then.get("params", {}), now.get("params", {})
-    changed = [f"{k} {old.get(k)!r} then, {new.get(k)!r} now" for k in sorted(old.keys() | new.keys())
-               if old.get(k) != new.get(k)]
+    changed = [
+        f"{k} {old.get(k)!r} then, {new.get(k)!r} now"
+        for k in sorted(old.keys() | new.keys())
+        if old.get(k) != new.get(k)
+    ]
     return ": " + "; ".join(changed) if changed else ""
 
 

@@ -63,7 +63,9 @@ def main(ctx, verbose, quiet):
       streamfit evaluate run/ test.zarr
     or all three from one file:  streamfit run pipelines/quickstart.yaml
     """
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     # what is about to be trained, and how big its dense weights would be
     logging.getLogger("streamfit.train").setLevel(logging.INFO)
     ctx.obj = {"progress": sys.stderr.isatty() or verbose}
@@ -78,12 +80,19 @@ def _be_quiet(obj: dict) -> None:
 
 def _quiet_option(command):
     """-q/--quiet after the subcommand as well as before it."""
+
     def callback(ctx, _param, value):
         if value:
             _be_quiet(ctx.obj)
 
-    return click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=callback,
-                        help="No progress bars; only results and errors.")(command)
+    return click.option(
+        "-q",
+        "--quiet",
+        is_flag=True,
+        expose_value=False,
+        callback=callback,
+        help="No progress bars; only results and errors.",
+    )(command)
 
 
 def _kind(d: Declared):
@@ -115,7 +124,9 @@ def _click_help(d: Declared, is_flag: bool) -> str:
     o = d.option
     if is_flag and d.default is True:
         if o.off_help is None:
-            raise TypeError(f"option {d.name!r}: a bool defaulting to True is offered as --no-...; declare its off_help")
+            raise TypeError(
+                f"option {d.name!r}: a bool defaulting to True is offered as --no-...; declare its off_help"
+            )
         return o.off_help
     text = o.help[:1].upper() + o.help[1:].rstrip(".") + "."
     shown = o.default_text if o.default_text is not None else d.default
@@ -163,8 +174,10 @@ def _progress(ctx) -> bool:
 def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
     """Checked before any work; remembered for the --time-limit stop message."""
     if resume and overwrite:
-        raise ConfigError("--resume and --overwrite contradict each other: drop --overwrite to continue the run "
-                          "(or --resume to start over)")
+        raise ConfigError(
+            "--resume and --overwrite contradict each other: drop --overwrite to continue the run "
+            "(or --resume to start over)"
+        )
     ctx.obj["overwrite"] = overwrite
 
 
@@ -172,7 +185,7 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 # source options with a flag of their own (the rest go through --option KEY=VALUE)
 _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
-                  "each in its own namespace.",
+    "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
     "subset": "Folder corpus: the top-level folder to read, e.g. 20news-bydate-train.",
@@ -186,8 +199,9 @@ _HASHING = "hashing_"  # the click parameter names of HashingConfig's fields sta
 def _source_flags(command):
     for name, text in reversed(_SOURCE_FLAGS.items()):
         command = click.option(f"--{name.replace('_', '-')}", name, default=None, help=text)(command)
-    return click.option("--zero-based", is_flag=True, default=None,
-                        help="LIBSVM: feature indices start at 0 (default: 1).")(command)
+    return click.option(
+        "--zero-based", is_flag=True, default=None, help="LIBSVM: feature indices start at 0 (default: 1)."
+    )(command)
 
 
 # VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
@@ -213,11 +227,21 @@ def _parse_key_values(pairs, what: str) -> dict:
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
-@click.option("--n-features", type=click.IntRange(min=1), default=None, metavar="N",
-              help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
-                   "width (default: largest index + 1).")
-@click.option("--ngram-max", type=click.IntRange(min=1), default=None, metavar="N", help="Hash word n-grams for n = 1..NGRAM_MAX. "
-              "[default: 1]")
+@click.option(
+    "--n-features",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
+    "width (default: largest index + 1).",
+)
+@click.option(
+    "--ngram-max",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Hash word n-grams for n = 1..NGRAM_MAX. [default: 1]",
+)
 @_click_options(HashingConfig, prefix=_HASHING)
 @_click_options(IngestOptions, exclude=("out", "format", "backend", "chunk_rows"))
 @_source_flags
@@ -239,25 +263,44 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 
     if values["like"]:  # the options whose values `ingest --like` takes from the training store
         decided = {"no_hash", "n_features", "ngram_max", "idf", "l2_normalize", "classes"} | {
-            name for name in values if name.startswith(_HASHING)}
-        given = [p.opts[0] for p in ctx.command.params
-                 if p.name in decided and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT]
+            name for name in values if name.startswith(_HASHING)
+        }
+        given = [
+            p.opts[0]
+            for p in ctx.command.params
+            if p.name in decided and ctx.get_parameter_source(p.name) is not ParameterSource.DEFAULT
+        ]
         if given:
-            raise ConfigError(f"--like takes the hashing, width, IDF, normalization and classes from the training "
-                              f"store: drop {', '.join(given)}")
-    hashing_values = {name[len(_HASHING):]: values.pop(name) for name in list(values) if name.startswith(_HASHING)}
+            raise ConfigError(
+                f"--like takes the hashing, width, IDF, normalization and classes from the training "
+                f"store: drop {', '.join(given)}"
+            )
+    hashing_values = {name[len(_HASHING) :]: values.pop(name) for name in list(values) if name.startswith(_HASHING)}
     source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based"]}
     source_options = {k: v for k, v in source_options.items() if v is not None} | _parse_key_values(options, "--option")
     hashing = None
     if not no_hash:
         try:
-            hashing = merge(HashingConfig, hashing_values,
-                            {"n_features": n_features, "ngram_range": (1, ngram_max) if ngram_max else None})
+            hashing = merge(
+                HashingConfig,
+                hashing_values,
+                {"n_features": n_features, "ngram_range": (1, ngram_max) if ngram_max else None},
+            )
         except ValueError as e:
             raise ConfigError(str(e)) from None
-    report = run_ingest(merge(IngestOptions, values, {
-        "inputs": list(inputs), "hashing": hashing, "n_features": n_features if no_hash else None,
-        "source_options": source_options, "progress": _progress(ctx)}))
+    report = run_ingest(
+        merge(
+            IngestOptions,
+            values,
+            {
+                "inputs": list(inputs),
+                "hashing": hashing,
+                "n_features": n_features if no_hash else None,
+                "source_options": source_options,
+                "progress": _progress(ctx),
+            },
+        )
+    )
     click.echo(report.summary())
 
 
@@ -265,8 +308,13 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 @main.command()
 @_quiet_option
 @click.argument("store", type=click.Path())
-@click.option("--block-features", default=65536, show_default=True, type=click.IntRange(min=1),
-              help="Columns per feature block (one block's nnz must fit in memory).")
+@click.option(
+    "--block-features",
+    default=65536,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Columns per feature block (one block's nnz must fit in memory).",
+)
 @click.pass_context
 def transpose(ctx, store, block_features):
     """Build (or rebuild) STORE's column copy: X cut into feature blocks stored as CSC.
@@ -285,13 +333,18 @@ def transpose(ctx, store, block_features):
 @main.command()
 @_quiet_option
 @click.argument("store", type=click.Path())
-@click.option("--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage.")
+@click.option(
+    "--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage."
+)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk (and CSC block).")
-@click.option("--occupancy", is_flag=True,
-              help="Read every chunk and report how many columns are used; for hashed stores also the "
-                   "estimated distinct features, the share of them colliding, and the n_features that "
-                   "would keep collisions under 1 % / 10 %.")
+@click.option(
+    "--occupancy",
+    is_flag=True,
+    help="Read every chunk and report how many columns are used; for hashed stores also the "
+    "estimated distinct features, the share of them colliding, and the n_features that "
+    "would keep collisions under 1 % / 10 %.",
+)
 @click.pass_context
 def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
     """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version.
@@ -304,16 +357,31 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
     s = open_store(store)
     m = s.manifest
     info = {
-        "path": s.path, "format_version": m.format_version, "backend": m.backend, "n_rows": m.n_rows,
-        "n_features": m.n_features, "nnz": m.nnz, "density": m.nnz / max(m.n_rows * m.n_features, 1),
-        "task": m.task, "n_classes": len(m.classes), "classes": m.classes, "chunk_rows": m.chunk_rows,
-        "n_chunks": len(m.chunks), "hashing": m.hashing, "transform": m.transform, "counts": m.counts,
-        "source": m.source, "fingerprint": m.fingerprint,
+        "path": s.path,
+        "format_version": m.format_version,
+        "backend": m.backend,
+        "n_rows": m.n_rows,
+        "n_features": m.n_features,
+        "nnz": m.nnz,
+        "density": m.nnz / max(m.n_rows * m.n_features, 1),
+        "task": m.task,
+        "n_classes": len(m.classes),
+        "classes": m.classes,
+        "chunk_rows": m.chunk_rows,
+        "n_chunks": len(m.chunks),
+        "hashing": m.hashing,
+        "transform": m.transform,
+        "counts": m.counts,
+        "source": m.source,
+        "fingerprint": m.fingerprint,
     }
     info["csc"] = None
     if m.csc:
-        info["csc"] = {"block_features": m.csc["block_features"], "n_blocks": len(m.csc["blocks"]),
-                       "nnz": sum(b["nnz"] for b in m.csc["blocks"])}
+        info["csc"] = {
+            "block_features": m.csc["block_features"],
+            "n_blocks": len(m.csc["blocks"]),
+            "nnz": sum(b["nnz"] for b in m.csc["blocks"]),
+        }
     if show_chunks:
         info["chunks"] = [c.__dict__ for c in m.chunks]
         if m.csc:
@@ -349,16 +417,19 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
 
 def _occupancy_lines(report: dict) -> list[str]:
     """collision_report as `name: value` lines (--json keeps the raw numbers)."""
+
     def number(n):
         return "unknown: every column is used" if n is None else f"{n:,}"
 
     used = f"{report['columns_used']:,} of {report['n_features']:,}"
     lines = [f"columns used: {used} ({_percent(report['occupancy'])})"]
     if "estimated_distinct_features" in report:  # hashed
-        lines += [f"estimated distinct features: {number(report['estimated_distinct_features'])}",
-                  f"estimated colliding share: {_percent(report['estimated_colliding_share'])}",
-                  f"n_features for under 1 % colliding: {number(report['n_features_for_1pct'])}",
-                  f"n_features for under 10 % colliding: {number(report['n_features_for_10pct'])}"]
+        lines += [
+            f"estimated distinct features: {number(report['estimated_distinct_features'])}",
+            f"estimated colliding share: {_percent(report['estimated_colliding_share'])}",
+            f"n_features for under 1 % colliding: {number(report['n_features_for_1pct'])}",
+            f"n_features for under 10 % colliding: {number(report['n_features_for_10pct'])}",
+        ]
     return lines
 
 
@@ -371,22 +442,39 @@ def _param_help() -> str:
     from streamfit.solvers import SOLVERS
 
     names = "; ".join(f"{name}: {', '.join(SOLVERS[name].Params.model_fields)}" for name in sorted(SOLVERS))
-    return ("Solver parameter KEY=VALUE (repeatable; overrides --config); VALUE None (or null) for a parameter "
-            f"whose default is None. Parameters ({names}); their values and defaults: --list-solvers.")
+    return (
+        "Solver parameter KEY=VALUE (repeatable; overrides --config); VALUE None (or null) for a parameter "
+        f"whose default is None. Parameters ({names}); their values and defaults: --list-solvers."
+    )
 
 
 @main.command()
 @_quiet_option
 @click.argument("store", type=click.Path())
-@click.option("--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl.")
-@click.option("--config", "config_file", type=click.Path(), default=None,
-              help="YAML with `solver`, `params` and the options below (see configs/); the command line overrides it.")
+@click.option(
+    "--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(),
+    default=None,
+    help="YAML with `solver`, `params` and the options below (see configs/); the command line overrides it.",
+)
 @click.option("--param", "-p", "params", multiple=True, help=_param_help())
 @_click_options(TrainOptions)
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
-@click.option("--overwrite", is_flag=True, help="Discard an earlier run's checkpoints and model in --out and start over.")
-@click.option("--list-solvers", is_flag=True, is_eager=True, expose_value=False, callback=lambda ctx, _, v: _list_solvers(ctx, v),
-              help="List the solvers and their parameters (allowed values, default), then exit.")
+@click.option(
+    "--overwrite", is_flag=True, help="Discard an earlier run's checkpoints and model in --out and start over."
+)
+@click.option(
+    "--list-solvers",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=lambda ctx, _, v: _list_solvers(ctx, v),
+    help="List the solvers and their parameters (allowed values, default), then exit.",
+)
 @click.pass_context
 def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     """Train a solver on STORE, checkpointing as it goes; --resume continues a killed run.
@@ -404,8 +492,9 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
     cfg = load_train_config(config_file) if config_file else None
     o = train_options(cfg, {**options, "params": _parse_key_values(params, "--param")})
-    model = run_train(store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_progress(ctx),
-                      **o.engine())
+    model = run_train(
+        store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_progress(ctx), **o.engine()
+    )
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
 
@@ -436,8 +525,9 @@ def evaluate(ctx, run_dir, store, as_json):
     from streamfit.store import open_store
 
     result = run_evaluate(load_model(run_dir), open_store(store), progress=_progress(ctx))
-    click.echo(json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={format_metric(v)}"
-                                                                       for k, v in result.items()))
+    click.echo(
+        json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={format_metric(v)}" for k, v in result.items())
+    )
 
 
 # --------------------------------------------------------------------------------------- predict
@@ -446,8 +536,13 @@ def evaluate(ctx, run_dir, store, as_json):
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
-@click.option("--top-k", default=1, show_default=True, type=click.IntRange(min=1),
-              help="How many classes per row, best first (at most the number of classes).")
+@click.option(
+    "--top-k",
+    default=1,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many classes per row, best first (at most the number of classes).",
+)
 @click.option("--format", "fmt", default=None, help="Format of SOURCE when it is raw data (as for ingest).")
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @click.pass_context
@@ -458,8 +553,15 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 
-    n = predict_to_file(load_model(run_dir), source, out, top_k=top_k, fmt=fmt,
-                        options=_parse_key_values(options, "--option"), progress=_progress(ctx))
+    n = predict_to_file(
+        load_model(run_dir),
+        source,
+        out,
+        top_k=top_k,
+        fmt=fmt,
+        options=_parse_key_values(options, "--option"),
+        progress=_progress(ctx),
+    )
     click.echo(f"{n} rows written to {out}")
 
 
@@ -478,8 +580,9 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
     from streamfit.jobs import run_pipeline
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
-    run_pipeline(load_pipeline(pipeline), overrides, resume=resume, overwrite=overwrite, progress=_progress(ctx),
-                 say=click.echo)
+    run_pipeline(
+        load_pipeline(pipeline), overrides, resume=resume, overwrite=overwrite, progress=_progress(ctx), say=click.echo
+    )
 
 
 if __name__ == "__main__":

@@ -51,22 +51,40 @@ class TrainOptions:
 
     solver: str = option("stagewise", "Solver name (see --list-solvers)")
     params: dict = option(default_factory=dict, help="the solver's parameters (see --list-solvers)", flag="")
-    scheduler: str | None = option(None, "Join an existing Dask cluster at ADDRESS (tcp://host:8786) instead of "
-                                   "starting an embedded local one", metavar="ADDRESS")
-    n_workers: int | None = option(None, "Embedded cluster: worker processes; 0 runs in this process without Dask",
-                                   ge=0, default_text="one per core")
+    scheduler: str | None = option(
+        None,
+        "Join an existing Dask cluster at ADDRESS (tcp://host:8786) instead of starting an embedded local one",
+        metavar="ADDRESS",
+    )
+    n_workers: int | None = option(
+        None,
+        "Embedded cluster: worker processes; 0 runs in this process without Dask",
+        ge=0,
+        default_text="one per core",
+    )
     threads_per_worker: int = option(1, "Embedded cluster: threads per worker", ge=1)
-    worker_timeout: float = option(WORKER_TIMEOUT, "Seconds without any Dask worker before the run fails "
-                                   f"(default {WORKER_TIMEOUT:g})", gt=0, metavar="SECONDS", show_default=False)
+    worker_timeout: float = option(
+        WORKER_TIMEOUT,
+        f"Seconds without any Dask worker before the run fails (default {WORKER_TIMEOUT:g})",
+        gt=0,
+        metavar="SECONDS",
+        show_default=False,
+    )
     time_limit: float | None = option(
-        None, "Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with status 3; "
-        "the same command with --resume (without --overwrite) continues", metavar="DURATION", parse=parse_duration,
-        default_text="none")
-    valid: str | None = option(None, "A validation store (ingested --like STORE): its metrics go to metrics.jsonl "
-                               "as valid_*", metavar="PATH")
+        None,
+        "Stop cleanly at the first checkpoint after DURATION (e.g. 3600, 90m, 2h) and exit with status 3; "
+        "the same command with --resume (without --overwrite) continues",
+        metavar="DURATION",
+        parse=parse_duration,
+        default_text="none",
+    )
+    valid: str | None = option(
+        None, "A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*", metavar="PATH"
+    )
     valid_every: int = option(1, "Validate every N solver steps", ge=1)
-    checkpoint_every: int = option(1, "Save a checkpoint every N solver steps (and after the last); a kill loses "
-                                   "at most N steps", ge=1)
+    checkpoint_every: int = option(
+        1, "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps", ge=1
+    )
 
     def engine(self) -> dict:
         """The keywords of streamfit.train.train besides solver and params."""
@@ -90,22 +108,35 @@ def train_options(config: TrainOptions | BaseModel | None, command_line: dict) -
 
 # The YAML schemas, built from the declarations by create_model: mypy sees them as type[BaseModel]
 # only, so load_pipeline turns a validated file into the typed jobs below (IngestOptions, TrainJob).
-HashingSection: type[BaseModel] = config_model("HashingSection", HashingConfig,
-                                               "A pipeline's ingest.hashing: the hashing transform.")
+HashingSection: type[BaseModel] = config_model(
+    "HashingSection", HashingConfig, "A pipeline's ingest.hashing: the hashing transform."
+)
 IngestSection: type[BaseModel] = config_model(
-    "IngestSection", IngestOptions, "A pipeline's ingest section: IngestOptions in YAML.",
+    "IngestSection",
+    IngestOptions,
+    "A pipeline's ingest section: IngestOptions in YAML.",
     hashing=(HashingSection, Field(HashingSection(), description="the hashing transform")),
-    no_hash=(bool, Field(False, description="keep numeric indices instead of hashing them")))
+    no_hash=(bool, Field(False, description="keep numeric indices instead of hashing them")),
+)
 IngestTestSection: type[BaseModel] = config_model(
-    "IngestTestSection", IngestOptions, "Test data in its own files, ingested like the training store (same "
-    "hashing, IDF, classes).", only=("inputs", "out", "format", "source_options", "on_bad_record"))
+    "IngestTestSection",
+    IngestOptions,
+    "Test data in its own files, ingested like the training store (same hashing, IDF, classes).",
+    only=("inputs", "out", "format", "source_options", "on_bad_record"),
+)
 TrainSection: type[BaseModel] = config_model(
-    "TrainSection", TrainOptions, "A pipeline's train section: TrainOptions, the run directory and the store.",
+    "TrainSection",
+    TrainOptions,
+    "A pipeline's train section: TrainOptions, the run directory and the store.",
     out=(str, Field(description="the run directory")),
-    store=(str | None, Field(None, description="default: the ingest section's out")))
+    store=(str | None, Field(None, description="default: the ingest section's out")),
+)
 TrainConfig: type[BaseModel] = config_model(
-    "TrainConfig", TrainOptions, "`streamfit train --config FILE`: TrainOptions, each unset key taken from the "
-    "command line or the default.", unset_is_none=True)
+    "TrainConfig",
+    TrainOptions,
+    "`streamfit train --config FILE`: TrainOptions, each unset key taken from the command line or the default.",
+    unset_is_none=True,
+)
 
 
 class EvaluateSection(_Strict):
@@ -113,12 +144,18 @@ class EvaluateSection(_Strict):
 
 
 # each section optional, in the order they run (a dict: create_model's stubs take no union of variables)
-_SECTIONS: dict[str, Any] = {name: (section | None, None) for name, section in (
-    ("ingest", IngestSection), ("ingest_test", IngestTestSection), ("train", TrainSection),
-    ("evaluate", EvaluateSection))}
+_SECTIONS: dict[str, Any] = {
+    name: (section | None, None)
+    for name, section in (
+        ("ingest", IngestSection),
+        ("ingest_test", IngestTestSection),
+        ("train", TrainSection),
+        ("evaluate", EvaluateSection),
+    )
+}
 PipelineSchema: type[BaseModel] = create_model(
-    "PipelineSchema", __config__=ConfigDict(extra="forbid"), __doc__="A pipeline file: its four sections.",
-    **_SECTIONS)
+    "PipelineSchema", __config__=ConfigDict(extra="forbid"), __doc__="A pipeline file: its four sections.", **_SECTIONS
+)
 
 
 @dataclass
@@ -194,8 +231,12 @@ def load_pipeline(path: str) -> PipelineConfig:
             hashing = None if no_hash else HashingConfig(**hashing_values)
         except ValueError as e:
             raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
-        values.update(inputs=[resolve(p) for p in values["inputs"]], out=resolve(values["out"]),
-                      test_out=resolve_optional(values["test_out"]), quarantine=resolve_optional(values["quarantine"]))
+        values.update(
+            inputs=[resolve(p) for p in values["inputs"]],
+            out=resolve(values["out"]),
+            test_out=resolve_optional(values["test_out"]),
+            quarantine=resolve_optional(values["quarantine"]),
+        )
         cfg.ingest = IngestOptions(**values, hashing=hashing)
     if sections["ingest_test"]:
         if cfg.ingest is None:

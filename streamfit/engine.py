@@ -107,9 +107,18 @@ class Engine:
     a `scheduler` address joins an existing cluster instead. Use as a context manager.
     """
 
-    def __init__(self, scheduler: str | None = None, *, mode: str | None = None, n_workers: int | None = None,
-                 threads_per_worker: int = 1, memory_limit: str | None = "auto", progress: bool = False,
-                 connect_timeout: str = "20s", worker_timeout: float = WORKER_TIMEOUT):
+    def __init__(
+        self,
+        scheduler: str | None = None,
+        *,
+        mode: str | None = None,
+        n_workers: int | None = None,
+        threads_per_worker: int = 1,
+        memory_limit: str | None = "auto",
+        progress: bool = False,
+        connect_timeout: str = "20s",
+        worker_timeout: float = WORKER_TIMEOUT,
+    ):
         self.mode = "remote" if scheduler else (mode or "local")
         if self.mode not in ("inprocess", "local", "remote"):
             raise ValueError(f"engine mode must be 'inprocess', 'local' or a scheduler address, got {mode!r}")
@@ -156,8 +165,12 @@ class Engine:
                 raise
         else:
             self.cluster = LocalCluster(
-                n_workers=self.n_workers, threads_per_worker=self.threads_per_worker, processes=True,
-                memory_limit=self.memory_limit, dashboard_address=":0", silence_logs=logging.ERROR,
+                n_workers=self.n_workers,
+                threads_per_worker=self.threads_per_worker,
+                processes=True,
+                memory_limit=self.memory_limit,
+                dashboard_address=":0",
+                silence_logs=logging.ERROR,
             )
             self.client = Client(self.cluster)
         log.info("dask engine: %s", self.client)
@@ -189,10 +202,11 @@ class Engine:
     def _no_workers(self, seconds: float, during: bool) -> StreamfitError:
         address = self._address()
         return StreamfitError(
-            f"the Dask scheduler at {address} " + (f"has had no workers for {seconds:.0f} s" if during else
-                                                   f"has no workers (waited {seconds:g} s)")
+            f"the Dask scheduler at {address} "
+            + (f"has had no workers for {seconds:.0f} s" if during else f"has no workers (waited {seconds:g} s)")
             + f"; start one with 'dask worker {address}'"
-            + (" (train: then re-run with --resume to continue from the last checkpoint)" if during else ""))
+            + (" (train: then re-run with --resume to continue from the last checkpoint)" if during else "")
+        )
 
     def _ensure_workers(self, during: bool = True) -> None:
         """Return once the cluster has a worker; StreamfitError after worker_timeout seconds without."""
@@ -218,10 +232,14 @@ class Engine:
         assert self.client is not None
         try:
             # a timeout: the scheduler's replication can hang on a worker that died under it
-            return {k: (self.client.scatter(v, broadcast=True, hash=False,
-                                            timeout=self.worker_timeout + sizes[k] / 10e6)
-                        if sizes[k] > BROADCAST_BYTES else v)
-                    for k, v in kwargs.items()}
+            return {
+                k: (
+                    self.client.scatter(v, broadcast=True, hash=False, timeout=self.worker_timeout + sizes[k] / 10e6)
+                    if sizes[k] > BROADCAST_BYTES
+                    else v
+                )
+                for k, v in kwargs.items()
+            }
         except (KeyError, OSError, TimeoutError, CancelledError) as e:
             # a worker removed while the scheduler copies the value to it (KeyError: its address)
             raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e
@@ -249,15 +267,19 @@ class Engine:
                 return attempt()
             except _WorkerLost as e:
                 err = e
-                log.warning("%s: a Dask worker was lost (%s); %s", desc or "pass", e,
-                            f"running the pass again (attempt {n + 1} of {MAX_ATTEMPTS})" if n < MAX_ATTEMPTS
-                            else "giving up")
+                log.warning(
+                    "%s: a Dask worker was lost (%s); %s",
+                    desc or "pass",
+                    e,
+                    f"running the pass again (attempt {n + 1} of {MAX_ATTEMPTS})" if n < MAX_ATTEMPTS else "giving up",
+                )
         raise self._gave_up(desc, err) from err
 
     def _gave_up(self, desc: str | None, err: _WorkerLost) -> StreamfitError:
         return StreamfitError(
             f"{desc or 'a pass'}: a Dask worker was lost and the pass failed {MAX_ATTEMPTS} times ({err}); "
-            "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint")
+            "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
+        )
 
     def _drain(self, pending, bar, watch: _Watch) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
@@ -314,8 +336,9 @@ class Engine:
                 leaves.add(leaf)
                 return leaf
             mid = _split(len(ids))
-            return self.client.submit(add_results, tree(ids[:mid], args, leaves), tree(ids[mid:], args, leaves),
-                                      pure=False)
+            return self.client.submit(
+                add_results, tree(ids[:mid], args, leaves), tree(ids[mid:], args, leaves), pure=False
+            )
 
         def attempt():
             args = self._submit_args(kwargs)  # held until the sum is back
@@ -353,8 +376,10 @@ class Engine:
                 futures = {}
                 try:
                     args = self._submit_args(kwargs)  # held until the tasks are done
-                    futures = {self.client.submit(fn, items[i], pure=False, priority=len(left) - r, **args): i
-                               for r, i in enumerate(left)}
+                    futures = {
+                        self.client.submit(fn, items[i], pure=False, priority=len(left) - r, **args): i
+                        for r, i in enumerate(left)
+                    }
                     with _Watch(self, futures.keys) as watch:  # the tasks not yielded yet
                         for f in as_completed(list(futures)):
                             result = self._result(f.result, watch)
@@ -365,9 +390,14 @@ class Engine:
                     return
                 except _WorkerLost as e:
                     err = e
-                    log.warning("%s: a Dask worker was lost (%s); %s", desc or "tasks", e,
-                                f"submitting the {len(left)} unfinished tasks again (attempt {n + 1} of {MAX_ATTEMPTS})"
-                                if n < MAX_ATTEMPTS else "giving up")
+                    log.warning(
+                        "%s: a Dask worker was lost (%s); %s",
+                        desc or "tasks",
+                        e,
+                        f"submitting the {len(left)} unfinished tasks again (attempt {n + 1} of {MAX_ATTEMPTS})"
+                        if n < MAX_ATTEMPTS
+                        else "giving up",
+                    )
                 finally:
                     if futures:  # closed early, or failed
                         self.client.cancel(list(futures))

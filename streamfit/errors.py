@@ -48,8 +48,10 @@ class TimeLimitReached(StreamfitError):
 
     def __init__(self, run_dir: str, step: int, limit: float):
         self.run_dir, self.step, self.limit = run_dir, step, limit
-        super().__init__(f"{run_dir}: stopped at the time limit ({limit:g} s) after checkpoint step {step}; "
-                         "continue with the same command plus --resume")
+        super().__init__(
+            f"{run_dir}: stopped at the time limit ({limit:g} s) after checkpoint step {step}; "
+            "continue with the same command plus --resume"
+        )
 
 
 _OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None

@@ -61,8 +61,11 @@ class ConvergenceWarning(UserWarning):
     also its class)."""
 
 
-_SKLEARN_TWINS = {"NotFittedError": NotFittedError, "DataConversionWarning": DataConversionWarning,
-                  "ConvergenceWarning": ConvergenceWarning}
+_SKLEARN_TWINS = {
+    "NotFittedError": NotFittedError,
+    "DataConversionWarning": DataConversionWarning,
+    "ConvergenceWarning": ConvergenceWarning,
+}
 
 
 @functools.cache
@@ -72,9 +75,15 @@ def _sklearn_twin(name: str) -> type:
     from sklearn import exceptions
 
     base = _SKLEARN_TWINS[name]
-    return type(name, (base, getattr(exceptions, name)), {
-        "__module__": __name__, "__qualname__": f"_sklearn_{name}",
-        "__doc__": f"streamfit's {name} that is also sklearn.exceptions.{name}."})
+    return type(
+        name,
+        (base, getattr(exceptions, name)),
+        {
+            "__module__": __name__,
+            "__qualname__": f"_sklearn_{name}",
+            "__doc__": f"streamfit's {name} that is also sklearn.exceptions.{name}.",
+        },
+    )
 
 
 def _compatible(name: str) -> type:
@@ -87,8 +96,8 @@ def _compatible(name: str) -> type:
 
 def __getattr__(name: str):
     """The twins by their qualified names, as unpickling an exception in another process asks."""
-    if name.startswith("_sklearn_") and name[len("_sklearn_"):] in _SKLEARN_TWINS:
-        return _sklearn_twin(name[len("_sklearn_"):])
+    if name.startswith("_sklearn_") and name[len("_sklearn_") :] in _SKLEARN_TWINS:
+        return _sklearn_twin(name[len("_sklearn_") :])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -174,8 +183,10 @@ def _estimator_signature(params: type[SolverParams], renamed: dict[str, _Renamed
     for name, field in params.model_fields.items():
         name, default = (renamed[name].name, renamed[name].default) if name in renamed else (name, field.default)
         arguments.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
-    arguments += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
-                  for name, default in _ESTIMATOR_ONLY.items()]
+    arguments += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+        for name, default in _ESTIMATOR_ONLY.items()
+    ]
     return inspect.Signature(arguments)
 
 
@@ -200,10 +211,15 @@ def _parameters_doc(params: type[SolverParams], renamed: dict[str, _Renamed]) ->
         if name in renamed:
             line = f"{renamed[name].name} (default {renamed[name].default}): the solver's {line}"
         lines.append(f"    {line}")
-    lines += [f"    {name} (default {default}): rows per chunk of the in-memory store"
-              for name, default in _ESTIMATOR_ONLY.items()]
-    return "\n\n    Parameters (keyword-only; the solver's, as `streamfit train --list-solvers` shows them):\n\n" + \
-        "\n".join(lines) + "\n"
+    lines += [
+        f"    {name} (default {default}): rows per chunk of the in-memory store"
+        for name, default in _ESTIMATOR_ONLY.items()
+    ]
+    return (
+        "\n\n    Parameters (keyword-only; the solver's, as `streamfit train --list-solvers` shows them):\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
 
 
 class _SolverClassifier(_ParamsMixin):
@@ -244,8 +260,12 @@ class _SolverClassifier(_ParamsMixin):
         from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
 
         multilabel = self._accepts_multilabel()
-        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True, multi_output=multilabel),
-                    classifier_tags=ClassifierTags(multi_label=multilabel), input_tags=InputTags(sparse=True))
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True, multi_output=multilabel),
+            classifier_tags=ClassifierTags(multi_label=multilabel),
+            input_tags=InputTags(sparse=True),
+        )
 
     # -- input checking (scikit-learn's validate_data and its messages, without scikit-learn) --
     def _check_X(self, X, *, reset: bool):
@@ -267,20 +287,24 @@ class _SolverClassifier(_ParamsMixin):
             _reject_complex(X, "X")
             X = X.astype(np.float64, copy=False)  # object arrays of numbers convert; a dict raises TypeError
             if X.ndim < 2:
-                raise ValueError(f"Expected 2D array, got {'scalar' if X.ndim == 0 else '1D'} array instead. "
-                                 "Reshape your data either using array.reshape(-1, 1) if your data has a single "
-                                 "feature or array.reshape(1, -1) if it contains a single sample.")
+                raise ValueError(
+                    f"Expected 2D array, got {'scalar' if X.ndim == 0 else '1D'} array instead. "
+                    "Reshape your data either using array.reshape(-1, 1) if your data has a single "
+                    "feature or array.reshape(1, -1) if it contains a single sample."
+                )
             if X.ndim > 2:
                 raise ValueError(f"Found array with dim {X.ndim}. {name} expected <= 2.")
             values = X
         for axis, what in ((0, "sample"), (1, "feature")):
             if X.shape[axis] == 0:
-                raise ValueError(f"Found array with 0 {what}(s) (shape={X.shape}) while a minimum of 1 is "
-                                 f"required by {name}.")
+                raise ValueError(
+                    f"Found array with 0 {what}(s) (shape={X.shape}) while a minimum of 1 is required by {name}."
+                )
         _assert_all_finite(values, "X")
         if not reset and X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} features, but {name} is expecting {self.n_features_in_} "
-                             "features as input.")
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {name} is expecting {self.n_features_in_} features as input."
+            )
         return X
 
     def _check_y(self, y, n_samples: int):
@@ -295,40 +319,54 @@ class _SolverClassifier(_ParamsMixin):
             y = np.asarray(y)
             _reject_complex(y, "y")
             if y.ndim == 2 and y.shape[1] == 1:
-                warnings.warn("A column-vector y was passed when a 1d array was expected. Please change the shape "
-                              "of y to (n_samples,), for example using ravel().", _compatible("DataConversionWarning"),
-                              stacklevel=3)
+                warnings.warn(
+                    "A column-vector y was passed when a 1d array was expected. Please change the shape "
+                    "of y to (n_samples,), for example using ravel().",
+                    _compatible("DataConversionWarning"),
+                    stacklevel=3,
+                )
                 y = y.ravel()
         if y.ndim == 2:
             if not self._accepts_multilabel():
-                raise ValueError(f"{name} with these parameters takes class labels y of shape (n_samples,), "
-                                 f"not a label indicator of shape {y.shape}")
+                raise ValueError(
+                    f"{name} with these parameters takes class labels y of shape (n_samples,), "
+                    f"not a label indicator of shape {y.shape}"
+                )
             _reject_complex(y, "y")
             values = y.data if sp.issparse(y) else y
             if y.shape[1] == 0 or not np.isin(values, (0, 1)).all():
-                raise ValueError(f"Unknown label type: a 2-D y must be a label indicator of 0s and 1s with at least "
-                                 f"one column (multilabel-indicator); got shape {y.shape}")
+                raise ValueError(
+                    f"Unknown label type: a 2-D y must be a label indicator of 0s and 1s with at least "
+                    f"one column (multilabel-indicator); got shape {y.shape}"
+                )
             labels, classes = sp.csr_matrix(y, dtype=np.float32), np.arange(y.shape[1])
         elif y.ndim == 1:
             if y.dtype.kind == "f":
                 _assert_all_finite(y, "y")
                 if np.any(y != np.round(y)):
-                    raise ValueError("Unknown label type: continuous. Maybe you are trying to fit a classifier, which "
-                                     "expects discrete classes on a regression target with continuous values.")
+                    raise ValueError(
+                        "Unknown label type: continuous. Maybe you are trying to fit a classifier, which "
+                        "expects discrete classes on a regression target with continuous values."
+                    )
             try:
                 classes, ids = np.unique(y, return_inverse=True)
             except TypeError as e:  # object labels of mixed types
                 raise ValueError(f"Unknown label type: y mixes label types ({e})") from None
             if len(classes) == 1:
-                raise ValueError(f"{name} needs samples of at least 2 classes in the data, but the data contains "
-                                 f"only one class: {classes[0]!r}")
+                raise ValueError(
+                    f"{name} needs samples of at least 2 classes in the data, but the data contains "
+                    f"only one class: {classes[0]!r}"
+                )
             labels = ids.astype(np.int32)
         else:
-            raise ValueError(f"y must be class labels of shape (n_samples,) or a label indicator of shape "
-                             f"(n_samples, n_classes); got shape {y.shape}")
+            raise ValueError(
+                f"y must be class labels of shape (n_samples,) or a label indicator of shape "
+                f"(n_samples, n_classes); got shape {y.shape}"
+            )
         if labels.shape[0] != n_samples:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_samples}, "
-                             f"{labels.shape[0]}]")
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{n_samples}, {labels.shape[0]}]"
+            )
         return classes, labels, y.dtype
 
     def _fitted_model(self):
@@ -337,7 +375,8 @@ class _SolverClassifier(_ParamsMixin):
         if model is None:
             raise _compatible("NotFittedError")(
                 f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
-                "before using this estimator.")
+                "before using this estimator."
+            )
         return model
 
     def _scores(self, X) -> np.ndarray:
@@ -364,9 +403,12 @@ class _SolverClassifier(_ParamsMixin):
         info = self.model_.info
         if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
             which = f" for {info['not_converged']} of {len(classes)} classes" if "not_converged" in info else ""
-            warnings.warn(f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
-                          f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
-                          _compatible("ConvergenceWarning"), stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
+                f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
+                _compatible("ConvergenceWarning"),
+                stacklevel=2,
+            )
         return self
 
     @property
@@ -577,5 +619,6 @@ class BCDClassifier(_SolverClassifier):
     def objective(self, X, y) -> float:
         """F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) on (X, y) (eq. 2 for the default loss and penalty)."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
-        return objective_for("bcd", self._solver_params()).value(W, None, self._check_X(X, reset=False),
-                                                                  self._labels(y))
+        return objective_for("bcd", self._solver_params()).value(
+            W, None, self._check_X(X, reset=False), self._labels(y)
+        )

@@ -35,9 +35,15 @@ def ingest_options(section: IngestOptions, *, overwrite: bool, progress: bool) -
     return replace(section, overwrite=overwrite or section.overwrite, progress=progress)
 
 
-def run_pipeline(config: PipelineConfig, overrides: dict | None = None, *, resume: bool = False,
-                 overwrite: bool = False, progress: bool = True,
-                 say: Callable[[str], None] = log.info) -> PipelineResult:
+def run_pipeline(
+    config: PipelineConfig,
+    overrides: dict | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    say: Callable[[str], None] = log.info,
+) -> PipelineResult:
     """Run `config` (from streamfit.config.load_pipeline). `overrides`: TrainOptions given on the
     command line, which beat the train section (streamfit.config.train_options). resume: keep
     stores that exist and continue training from its newest checkpoint; overwrite: replace the
@@ -71,14 +77,23 @@ def run_pipeline(config: PipelineConfig, overrides: dict | None = None, *, resum
     if config.train:
         job = config.train
         options = train_options(job.options, overrides or {})
-        result.model = train(job.store, options.solver, job.out, options.params, resume=resume,
-                             overwrite=overwrite, progress=progress, **options.engine())
+        result.model = train(
+            job.store,
+            options.solver,
+            job.out,
+            options.params,
+            resume=resume,
+            overwrite=overwrite,
+            progress=progress,
+            **options.engine(),
+        )
         say(f"train: model written to {os.path.join(job.out, 'model')}")
     if config.evaluate:
         from streamfit.model import load_model
 
-        result.evaluation = evaluate(load_model(config.evaluate.run_dir), open_store(config.evaluate.store),
-                                     progress=progress)
+        result.evaluation = evaluate(
+            load_model(config.evaluate.run_dir), open_store(config.evaluate.store), progress=progress
+        )
         say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()))
     return result
 

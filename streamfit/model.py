@@ -41,9 +41,18 @@ class Model:
 
     kind = "base"
 
-    def __init__(self, *, classes, n_features: int, multilabel: bool = False, featurizer: dict | None = None,
-                 solver: str = "", params: dict | None = None, info: dict | None = None,
-                 idf: np.ndarray | None = None):
+    def __init__(
+        self,
+        *,
+        classes,
+        n_features: int,
+        multilabel: bool = False,
+        featurizer: dict | None = None,
+        solver: str = "",
+        params: dict | None = None,
+        info: dict | None = None,
+        idf: np.ndarray | None = None,
+    ):
         self.classes_ = np.asarray([str(c) for c in classes])
         self.n_features = int(n_features)
         self.multilabel = bool(multilabel)
@@ -116,10 +125,18 @@ class Model:
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
         data = buf.getvalue()
         record = {
-            "format": "streamfit-model", "format_version": MODEL_FORMAT_VERSION, "kind": self.kind,
-            "classes": self.classes_.tolist(), "n_features": self.n_features, "multilabel": self.multilabel,
-            "featurizer": self.featurizer, "solver": self.solver, "params": self.params, "info": self.info,
-            "extra": self._extra(), "arrays_sha256": hashlib.sha256(data).hexdigest(),
+            "format": "streamfit-model",
+            "format_version": MODEL_FORMAT_VERSION,
+            "kind": self.kind,
+            "classes": self.classes_.tolist(),
+            "n_features": self.n_features,
+            "multilabel": self.multilabel,
+            "featurizer": self.featurizer,
+            "solver": self.solver,
+            "params": self.params,
+            "info": self.info,
+            "extra": self._extra(),
+            "arrays_sha256": hashlib.sha256(data).hexdigest(),
             "streamfit_version": __version__,
         }
         try:
@@ -159,8 +176,12 @@ class LinearModel(Model):
     def _arrays(self):
         if sp.issparse(self.coef_):
             c = self.coef_.tocsr()
-            return {"coef_data": c.data, "coef_indices": c.indices, "coef_indptr": c.indptr,
-                    "intercept": self.intercept_}
+            return {
+                "coef_data": c.data,
+                "coef_indices": c.indices,
+                "coef_indptr": c.indptr,
+                "intercept": self.intercept_,
+            }
         return {"coef": self.coef_, "intercept": self.intercept_}
 
     def _extra(self):

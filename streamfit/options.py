@@ -51,10 +51,11 @@ class Option:
     in_config: bool = True
 
 
-def option(default: Any = dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING,
-           **spec) -> Any:
+def option(default: Any = dataclasses.MISSING, help: str = "", *, default_factory=dataclasses.MISSING, **spec) -> Any:
     """A dataclass field with its Option (see Option for `spec`)."""
-    return dataclasses.field(default=default, default_factory=default_factory, metadata={"option": Option(help, **spec)})
+    return dataclasses.field(
+        default=default, default_factory=default_factory, metadata={"option": Option(help, **spec)}
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +84,9 @@ def declared(cls) -> list[Declared]:
     return out
 
 
-def config_model(name: str, cls, doc: str, *, unset_is_none: bool = False, only: tuple[str, ...] | None = None,
-                 **extra_fields) -> type[BaseModel]:
+def config_model(
+    name: str, cls, doc: str, *, unset_is_none: bool = False, only: tuple[str, ...] | None = None, **extra_fields
+) -> type[BaseModel]:
     """The pydantic model of a YAML section from dataclass `cls`: its fields with `in_config`
     (those named in `only`, when given), same names, types, defaults and bounds, the help as
     description, unknown keys refused. unset_is_none: every key defaults to None, meaning "not
@@ -99,12 +101,20 @@ def config_model(name: str, cls, doc: str, *, unset_is_none: bool = False, only:
         kind, default = d.type, d.default
         if unset_is_none:
             kind, default = kind | None, None
-        fields[d.name] = (kind, Field(... if d.required and not unset_is_none else default,
-                                      description=d.option.help, ge=d.option.ge, gt=d.option.gt))
+        fields[d.name] = (
+            kind,
+            Field(
+                ... if d.required and not unset_is_none else default,
+                description=d.option.help,
+                ge=d.option.ge,
+                gt=d.option.gt,
+            ),
+        )
         if d.option.parse is not None:
             validators[f"_parse_{d.name}"] = field_validator(d.name, mode="before")(_parser(d.option.parse, d.name))
-    return create_model(name, __config__=ConfigDict(extra="forbid"), __doc__=doc, __validators__=validators,
-                        **fields, **extra_fields)
+    return create_model(
+        name, __config__=ConfigDict(extra="forbid"), __doc__=doc, __validators__=validators, **fields, **extra_fields
+    )
 
 
 def _parser(parse: Callable[[Any, str], Any], key: str):

@@ -17,8 +17,7 @@ log = logging.getLogger(__name__)
 
 
 # predict reads no labels, so unlabeled rows are fine (a LIBSVM line's label list may be empty)
-_UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "class_folders": False,
-              "multilabel": True}
+_UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "class_folders": False, "multilabel": True}
 
 
 def _is_store(path: str) -> bool:
@@ -26,8 +25,10 @@ def _is_store(path: str) -> bool:
     from streamfit.store.format import MANIFEST
     from streamfit.store.parquet_backend import DATA_FILE
 
-    return os.path.isdir(path) and (os.path.abspath(path).endswith(".partial") or any(
-        os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", DATA_FILE)))
+    return os.path.isdir(path) and (
+        os.path.abspath(path).endswith(".partial")
+        or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", DATA_FILE))
+    )
 
 
 def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
@@ -37,8 +38,10 @@ def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
     if trained is None and kind == "text" and featurizer.hasher is None:
         trained = "numeric"  # a model saved before the input kind was recorded: unhashed means numeric
     if trained is not None and given != trained:
-        raise StreamfitError(f"{source}: holds {given} features, but the model was trained on {trained} features; "
-                             f"score {trained} data (as the training data was), or train a model on {given} data")
+        raise StreamfitError(
+            f"{source}: holds {given} features, but the model was trained on {trained} features; "
+            f"score {trained} data (as the training data was), or train a model on {given} data"
+        )
 
 
 def _batches(model: Model, source: str, fmt: str | None, options: dict, progress: bool):
@@ -49,8 +52,10 @@ def _batches(model: Model, source: str, fmt: str | None, options: dict, progress
     if _is_store(source):
         store = open_store(source)
         if store.n_features != model.n_features:
-            raise StreamfitError(f"{source}: has {store.n_features} features, the model {model.n_features}; "
-                                 "ingest it with --like TRAIN_STORE")
+            raise StreamfitError(
+                f"{source}: has {store.n_features} features, the model {model.n_features}; "
+                "ingest it with --like TRAIN_STORE"
+            )
         for c in tqdm(store.iter_chunks(), total=store.n_chunks, unit="chunk", disable=not progress, desc="predict"):
             yield [str(r) for r in range(c.row_start, c.row_start + c.n_rows)], c.X
         return
@@ -65,16 +70,25 @@ def _batches(model: Model, source: str, fmt: str | None, options: dict, progress
         yield batch.locations, featurizer.transform(batch)
 
 
-def predict_to_file(model: Model, source: str, out: str, *, top_k: int = 1, fmt: str | None = None,
-                    options: dict | None = None, progress: bool = False) -> int:
+def predict_to_file(
+    model: Model,
+    source: str,
+    out: str,
+    *,
+    top_k: int = 1,
+    fmt: str | None = None,
+    options: dict | None = None,
+    progress: bool = False,
+) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
     "labels", "scores"}) atomically to `out`; returns the number of rows."""
     kind = os.path.splitext(out)[1].lower()
     if kind not in (".csv", ".jsonl"):
         raise StreamfitError(f"{out}: the output must end in .csv or .jsonl")
     if top_k > len(model.classes_):
-        log.warning("--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_),
-                    len(model.classes_))
+        log.warning(
+            "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
+        )
         top_k = len(model.classes_)
     tmp = f"{out}.partial"
     try:
@@ -107,7 +121,9 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) 
                 if writer:
                     writer.writerow([loc] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
                 else:
-                    f.write(json.dumps({"location": loc, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n")
+                    f.write(
+                        json.dumps({"location": loc, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n"
+                    )
             n += len(locations)
         if n == 0:
             raise InputError(source, "no records found: the input is empty", "give it data to score")

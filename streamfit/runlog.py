@@ -15,8 +15,11 @@ SUMMARY_FIELDS = ("objective", "gap", "train_accuracy", "train_p_at_1", "nnz", "
 def summary(record: dict) -> str:
     """The headline numbers of a metrics record: objective, gap, training accuracy or P@1, sparsity,
     unconverged classes and the validation metrics, as "name value, ..." (those it has)."""
-    return ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in record.items()
-                     if (k in SUMMARY_FIELDS or k.startswith("valid_")) and isinstance(v, (int, float)))
+    return ", ".join(
+        f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in record.items()
+        if (k in SUMMARY_FIELDS or k.startswith("valid_")) and isinstance(v, (int, float))
+    )
 
 
 class MetricsLog:

@@ -52,15 +52,34 @@ def _param_problem(err: ErrorDetails, known: list[str]) -> str:
     and a word on None where None was given."""
     key = ".".join(map(str, err["loc"])) or "(params)"
     close = difflib.get_close_matches(key, known, n=1) if err["type"] == "extra_forbidden" else []
-    hint = f" (did you mean {close[0]}?)" if close else " (None is not allowed here)" if err.get("input", 0) is None else ""
+    hint = (
+        f" (did you mean {close[0]}?)"
+        if close
+        else " (None is not allowed here)"
+        if err.get("input", 0) is None
+        else ""
+    )
     return f"{key}: {err['msg']}{hint}"
 
 
-def train(store_path: str, solver: str, out: str, params: dict | None = None, *, scheduler: str | None = None,
-          n_workers: int | None = None, threads_per_worker: int = 1, resume: bool = False,
-          overwrite: bool = False, progress: bool = True, valid: str | None = None, valid_every: int = 1,
-          time_limit: float | None = None, worker_timeout: float = WORKER_TIMEOUT,
-          checkpoint_every: int = 1) -> Model:
+def train(
+    store_path: str,
+    solver: str,
+    out: str,
+    params: dict | None = None,
+    *,
+    scheduler: str | None = None,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    valid: str | None = None,
+    valid_every: int = 1,
+    time_limit: float | None = None,
+    worker_timeout: float = WORKER_TIMEOUT,
+    checkpoint_every: int = 1,
+) -> Model:
     """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
@@ -68,14 +87,17 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
-        raise StreamfitError(f"{valid}: its classes or width differ from the training store's; ingest it with "
-                             f"--like {store.path}")
+        raise StreamfitError(
+            f"{valid}: its classes or width differ from the training store's; ingest it with --like {store.path}"
+        )
     if store.n_rows == 0:
         raise StreamfitError(f"{store.path}: holds no rows; ingest data with at least one row per class")
     if store.n_classes < 2 and not store.multilabel:
-        raise StreamfitError(f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "
-                             "classifier needs two or more: check the labels (--label-field, the class folders) "
-                             "and re-ingest")
+        raise StreamfitError(
+            f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "
+            "classifier needs two or more: check the labels (--label-field, the class folders) "
+            "and re-ingest"
+        )
     p = make_params(solver, params)
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
@@ -88,10 +110,24 @@ def train(store_path: str, solver: str, out: str, params: dict | None = None, *,
         raise output_error(out, e) from e
     lock = _lock_run_dir(out)
     try:
-        return _train_locked(store, valid_store, p, solver, out, scheduler=scheduler, n_workers=n_workers,
-                             threads_per_worker=threads_per_worker, resume=resume, overwrite=overwrite,
-                             progress=progress, valid=valid, valid_every=valid_every, time_limit=time_limit,
-                             worker_timeout=worker_timeout, checkpoint_every=checkpoint_every)
+        return _train_locked(
+            store,
+            valid_store,
+            p,
+            solver,
+            out,
+            scheduler=scheduler,
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            resume=resume,
+            overwrite=overwrite,
+            progress=progress,
+            valid=valid,
+            valid_every=valid_every,
+            time_limit=time_limit,
+            worker_timeout=worker_timeout,
+            checkpoint_every=checkpoint_every,
+        )
     finally:
         os.close(lock)
 
@@ -106,17 +142,34 @@ def _lock_run_dir(out: str) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise StreamfitError(f"{out}: another streamfit train is using this run directory right now; wait for it "
-                             "to finish (--resume then continues it if it stopped early), or choose another --out"
-                             ) from None
+        raise StreamfitError(
+            f"{out}: another streamfit train is using this run directory right now; wait for it "
+            "to finish (--resume then continues it if it stopped early), or choose another --out"
+        ) from None
     except OSError as e:  # a filesystem without flock (some network mounts): run unguarded, and say so
         log.warning("%s: cannot lock the run directory (%s); make sure no other train uses it", out, e.strerror)
     return fd
 
 
-def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_workers, threads_per_worker,
-                  resume, overwrite, progress, valid, valid_every, time_limit, worker_timeout,
-                  checkpoint_every) -> Model:
+def _train_locked(
+    store,
+    valid_store,
+    p,
+    solver: str,
+    out: str,
+    *,
+    scheduler,
+    n_workers,
+    threads_per_worker,
+    resume,
+    overwrite,
+    progress,
+    valid,
+    valid_every,
+    time_limit,
+    worker_timeout,
+    checkpoint_every,
+) -> Model:
     ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         shutil.rmtree(ckpt_dir, ignore_errors=True)
@@ -128,8 +181,10 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     # a run that failed before its first one, which nothing can resume from.
     has_checkpoint = os.path.exists(os.path.join(ckpt_dir, "LATEST"))
     if has_checkpoint and not resume:
-        raise StreamfitError(f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
-                             "--overwrite to start over, or choose another --out")
+        raise StreamfitError(
+            f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
+            "--overwrite to start over, or choose another --out"
+        )
     if not has_checkpoint:
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)
@@ -137,26 +192,60 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
-    log.info("training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
-             solver, store.path, store.n_rows, store.n_features, store.n_classes, store.n_chunks, dense_mb)
-    metrics = MetricsLog(os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every,
-                         heartbeat=HEARTBEAT_SECONDS)
+    log.info(
+        "training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
+        solver,
+        store.path,
+        store.n_rows,
+        store.n_features,
+        store.n_classes,
+        store.n_chunks,
+        dense_mb,
+    )
+    metrics = MetricsLog(
+        os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every, heartbeat=HEARTBEAT_SECONDS
+    )
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
     mode = "inprocess" if n_workers == 0 and not scheduler else None
-    record = {"solver": solver, "params": p.model_dump(), "store": store.path,
-              "store_fingerprint": store.manifest.fingerprint, "scheduler": scheduler, "n_workers": n_workers,
-              "threads_per_worker": threads_per_worker, "worker_timeout": worker_timeout, "resumed": resume,
-              "time_limit": time_limit, "checkpoint_every": checkpoint_every}
+    record = {
+        "solver": solver,
+        "params": p.model_dump(),
+        "store": store.path,
+        "store_fingerprint": store.manifest.fingerprint,
+        "scheduler": scheduler,
+        "n_workers": n_workers,
+        "threads_per_worker": threads_per_worker,
+        "worker_timeout": worker_timeout,
+        "resumed": resume,
+        "time_limit": time_limit,
+        "checkpoint_every": checkpoint_every,
+    }
     try:
-        with Engine(scheduler, mode=mode, n_workers=n_workers, threads_per_worker=threads_per_worker,
-                    progress=progress, worker_timeout=worker_timeout) as engine:
-            model = get_solver(solver)(p).fit(store, engine=engine, checkpointer=checkpointer, log=metrics,
-                                              resume=resume, checkpoint_every=checkpoint_every)
+        with Engine(
+            scheduler,
+            mode=mode,
+            n_workers=n_workers,
+            threads_per_worker=threads_per_worker,
+            progress=progress,
+            worker_timeout=worker_timeout,
+        ) as engine:
+            model = get_solver(solver)(p).fit(
+                store,
+                engine=engine,
+                checkpointer=checkpointer,
+                log=metrics,
+                resume=resume,
+                checkpoint_every=checkpoint_every,
+            )
     except TimeLimitReached as e:
-        record.update(status="stopped at the time limit", step=e.step, seconds=round(metrics.elapsed, 3),
-                      session_seconds=round(time.time() - started, 3))
+        record.update(
+            status="stopped at the time limit",
+            step=e.step,
+            seconds=round(metrics.elapsed, 3),
+            session_seconds=round(time.time() - started, 3),
+        )
         write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
         raise
     model.featurizer = store.featurizer_dict()
@@ -165,8 +254,12 @@ def _train_locked(store, valid_store, p, solver: str, out: str, *, scheduler, n_
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:
         last = metrics.records[-1]
-        log.info("finished at step %d in %.1f s%s", last["step"], record["seconds"],
-                 f": {summary(last)}" if summary(last) else "")
+        log.info(
+            "finished at step %d in %.1f s%s",
+            last["step"],
+            record["seconds"],
+            f": {summary(last)}" if summary(last) else "",
+        )
     write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
     return model
 

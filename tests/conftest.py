@@ -25,7 +25,7 @@ def write_store(tmp_path):
         path = tmp_path / f"store{next(counter)}.{backend}"
         w = StoreWriter(str(path), backend=backend, multilabel=sp.issparse(labels), chunk_rows=chunk_rows)
         for lo in range(0, X.shape[0], batch):
-            w.write_rows(X[lo:lo + batch], labels[lo:lo + batch])
+            w.write_rows(X[lo : lo + batch], labels[lo : lo + batch])
         w.close(n_features=X.shape[1], classes=classes)
         return str(path)
 
@@ -54,6 +54,9 @@ def digits_cli_store(tmp_path_factory):
     d = tmp_path_factory.mktemp("digits-cli")
     X, y = load_digits(return_X_y=True)
     dump_svmlight_file(X, y, str(d / "digits.svm"), zero_based=False)
-    subprocess.run(streamfit_cli("ingest", d / "digits.svm", "--no-hash", "--out", d / "s.zarr", "--chunk-rows", "200"),
-                   check=True, capture_output=True)
+    subprocess.run(
+        streamfit_cli("ingest", d / "digits.svm", "--no-hash", "--out", d / "s.zarr", "--chunk-rows", "200"),
+        check=True,
+        capture_output=True,
+    )
     return d / "s.zarr"

@@ -28,8 +28,19 @@ def stores(tmp_path_factory):
     d = tmp_path_factory.mktemp("cli")
     X, y = load_digits(return_X_y=True)
     dump_svmlight_file(X, y, str(d / "digits.svm"), zero_based=False)
-    out = run("ingest", d / "digits.svm", "--no-hash", "--out", d / "train.zarr", "--test-size", "0.25",
-              "--test-out", d / "test.zarr", "--chunk-rows", "400").output
+    out = run(
+        "ingest",
+        d / "digits.svm",
+        "--no-hash",
+        "--out",
+        d / "train.zarr",
+        "--test-size",
+        "0.25",
+        "--test-out",
+        d / "test.zarr",
+        "--chunk-rows",
+        "400",
+    ).output
     assert "records read 1797, written 1797, skipped 0" in out
     return d
 
@@ -54,8 +65,24 @@ def test_verify_names_the_damaged_chunk(stores, tmp_path):
 
 def test_train_evaluate_predict_resume(stores, tmp_path):
     run_dir = tmp_path / "run"
-    run("train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "-p", "generator=sequential",
-        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1", "--valid", stores / "test.zarr")
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "stagewise",
+        "--out",
+        run_dir,
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=16",
+        "-p",
+        "n_passes=2",
+        "--n-workers",
+        "1",
+        "--valid",
+        stores / "test.zarr",
+    )
     model = load_model(str(run_dir))
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) >= 4 and all("objective" in line and 0 < line["valid_accuracy"] <= 1 for line in lines)
@@ -65,8 +92,23 @@ def test_train_evaluate_predict_resume(stores, tmp_path):
     again = run("train", stores / "train.zarr", "--out", run_dir, ok=False)
     assert again.exit_code == 2 and "--resume" in again.output
     # resuming a finished run changes nothing
-    run("train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "-p", "generator=sequential",
-        "-p", "block_size=16", "-p", "n_passes=2", "--n-workers", "1", "--resume")
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "stagewise",
+        "--out",
+        run_dir,
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=16",
+        "-p",
+        "n_passes=2",
+        "--n-workers",
+        "1",
+        "--resume",
+    )
     X, _ = open_store(str(stores / "test.zarr")).to_scipy()
     assert np.array_equal(load_model(str(run_dir)).decision_function(X), model.decision_function(X))
     # predict from the store and from raw LIBSVM featurized like the training store
@@ -87,11 +129,36 @@ def test_param_none_as_list_solvers_prints_it(stores, tmp_path):
     assert "pca_components (default None)" in run("train", "--list-solvers").output
     for word in ("None", "none", "null"):
         run_dir = tmp_path / word
-        run("train", stores / "train.zarr", "--solver", "stagewise", "-p", f"pca_components={word}", "-p",
-            "n_passes=1", "-p", "block_size=16", "--n-workers", "0", "--out", run_dir)
+        run(
+            "train",
+            stores / "train.zarr",
+            "--solver",
+            "stagewise",
+            "-p",
+            f"pca_components={word}",
+            "-p",
+            "n_passes=1",
+            "-p",
+            "block_size=16",
+            "--n-workers",
+            "0",
+            "--out",
+            run_dir,
+        )
         assert json.loads((run_dir / "run.json").read_text())["params"]["pca_components"] is None
-    result = run("train", stores / "train.zarr", "--solver", "stagewise", "-p", "max_iter=None", "--n-workers", "0",
-                 "--out", tmp_path / "r", ok=False)
+    result = run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "stagewise",
+        "-p",
+        "max_iter=None",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "r",
+        ok=False,
+    )
     assert result.exit_code == 2 and "max_iter: Input should be a valid integer" in result.output
 
 
@@ -129,8 +196,20 @@ def test_quickstart_pipeline(tmp_path):
 
 
 def test_time_limit_stops_at_a_checkpoint_and_resume_finishes(stores, tmp_path):
-    args = ["train", stores / "train.zarr", "--solver", "stagewise", "-p", "generator=sequential", "-p", "block_size=16",
-            "-p", "n_passes=2", "--n-workers", "0"]
+    args = [
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "stagewise",
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=16",
+        "-p",
+        "n_passes=2",
+        "--n-workers",
+        "0",
+    ]
     run(*args, "--out", tmp_path / "whole")
     stopped_at = []
     result = run(*args, "--out", tmp_path / "cut", "--time-limit", "0.001s", ok=False)
@@ -175,8 +254,18 @@ def test_resume_with_overwrite_is_refused_before_any_work(stores, tmp_path):
 
 
 def test_time_limit_stop_after_overwrite_says_to_drop_it(stores, tmp_path):
-    args = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0",
-            "--time-limit", "0.001s"]
+    args = [
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "bcd",
+        "-p",
+        "max_iter=3",
+        "--n-workers",
+        "0",
+        "--time-limit",
+        "0.001s",
+    ]
     result = run(*args, "--out", tmp_path / "r", "--overwrite", ok=False)
     assert result.exit_code == 3 and "plus --resume (and without --overwrite)" in result.output
     result = run(*args, "--out", tmp_path / "r2", ok=False)
@@ -184,23 +273,54 @@ def test_time_limit_stop_after_overwrite_says_to_drop_it(stores, tmp_path):
 
 
 def test_ingest_options_that_would_be_ignored_are_usage_errors(stores, tmp_path):
-    result = run("ingest", stores / "digits.svm", "--no-hash", "--out", tmp_path / "s", "--test-out",
-                 tmp_path / "t", ok=False)
+    result = run(
+        "ingest", stores / "digits.svm", "--no-hash", "--out", tmp_path / "s", "--test-out", tmp_path / "t", ok=False
+    )
     assert result.exit_code == 2 and "--test-out needs --test-size FRACTION" in result.output
-    result = run("ingest", stores / "digits.svm", "--like", stores / "train.zarr", "--out", tmp_path / "s",
-                 "--n-features", "4096", "--ngram-max", "2", ok=False)
+    result = run(
+        "ingest",
+        stores / "digits.svm",
+        "--like",
+        stores / "train.zarr",
+        "--out",
+        tmp_path / "s",
+        "--n-features",
+        "4096",
+        "--ngram-max",
+        "2",
+        ok=False,
+    )
     assert result.exit_code == 2 and "from the training store: drop --n-features, --ngram-max" in result.output
     assert not (tmp_path / "s").exists() and not (tmp_path / "t").exists()
 
 
 def test_ingest_like_defaults_to_the_training_stores_backend_and_chunk_rows(stores, tmp_path):
-    run("ingest", stores / "digits.svm", "--no-hash", "--backend", "parquet", "--chunk-rows", "500",
-        "--out", tmp_path / "train.pq")
+    run(
+        "ingest",
+        stores / "digits.svm",
+        "--no-hash",
+        "--backend",
+        "parquet",
+        "--chunk-rows",
+        "500",
+        "--out",
+        tmp_path / "train.pq",
+    )
     run("ingest", stores / "digits.svm", "--like", tmp_path / "train.pq", "--out", tmp_path / "test.pq")
     info = json.loads(run("inspect", tmp_path / "test.pq", "--json").output)
     assert (info["backend"], info["chunk_rows"]) == ("parquet", 500)
-    run("ingest", stores / "digits.svm", "--like", tmp_path / "train.pq", "--out", tmp_path / "test.zarr",
-        "--backend", "zarr", "--chunk-rows", "700")
+    run(
+        "ingest",
+        stores / "digits.svm",
+        "--like",
+        tmp_path / "train.pq",
+        "--out",
+        tmp_path / "test.zarr",
+        "--backend",
+        "zarr",
+        "--chunk-rows",
+        "700",
+    )
     info = json.loads(run("inspect", tmp_path / "test.zarr", "--json").output)
     assert (info["backend"], info["chunk_rows"]) == ("zarr", 700)
     help_text = " ".join(run("ingest", "--help").output.split())
@@ -208,14 +328,32 @@ def test_ingest_like_defaults_to_the_training_stores_backend_and_chunk_rows(stor
     assert "[default: the --like store's, else 16384]" in help_text
 
 
-@pytest.mark.parametrize("solver, params", [("bcd", ["-p", "max_iter=5", "-p", "tol=1e-9"]),
-                                            ("bcd", ["-p", "mode=chunks", "-p", "max_iter=5", "-p", "tol=1e-9"]),
-                                            ("ppdsparse", ["-p", "group_size=3"])])
+@pytest.mark.parametrize(
+    "solver, params",
+    [
+        ("bcd", ["-p", "max_iter=5", "-p", "tol=1e-9"]),
+        ("bcd", ["-p", "mode=chunks", "-p", "max_iter=5", "-p", "tol=1e-9"]),
+        ("ppdsparse", ["-p", "group_size=3"]),
+    ],
+)
 def test_train_valid_with_bcd_and_ppdsparse(stores, tmp_path, solver, params):
     """--valid was silently ignored by bcd and ppdsparse: bcd validates every --valid-every steps
     and the last, ppdsparse its final model on the last step (10 classes in groups of 3: step 4)."""
-    run("train", stores / "train.zarr", "--solver", solver, *params, "--n-workers", "0", "--valid",
-        stores / "test.zarr", "--valid-every", "2", "--out", tmp_path / "run")
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        solver,
+        *params,
+        "--n-workers",
+        "0",
+        "--valid",
+        stores / "test.zarr",
+        "--valid-every",
+        "2",
+        "--out",
+        tmp_path / "run",
+    )
     with open(tmp_path / "run" / "metrics.jsonl") as f:
         lines = [json.loads(line) for line in f]
     validated = [line["step"] for line in lines if "valid_accuracy" in line]
@@ -234,8 +372,18 @@ def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
 
 
 def test_evaluate_names_what_differs(stores, tmp_path):
-    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out",
-        tmp_path / "r")
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "bcd",
+        "-p",
+        "max_iter=3",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "r",
+    )
     (tmp_path / "ab.svm").write_text("a 1:1\nb 64:1\n")
     run("ingest", tmp_path / "ab.svm", "--no-hash", "--n-features", "64", "--out", tmp_path / "ab.zarr")
     result = run("evaluate", tmp_path / "r", tmp_path / "ab.zarr", ok=False)
@@ -252,8 +400,9 @@ def test_min_token_length_is_an_ingest_option_recorded_for_like_and_predict(tmp_
     assert open_store(str(tmp_path / "s1")).manifest.hashing["min_token_length"] == 1
     run("ingest", docs, "--like", tmp_path / "s1", "--out", tmp_path / "t1")
     assert open_store(str(tmp_path / "t1")).manifest.nnz == 5
-    result = run("ingest", docs, "--like", tmp_path / "s1", "--out", tmp_path / "t2", "--min-token-length", "2",
-                 ok=False)
+    result = run(
+        "ingest", docs, "--like", tmp_path / "s1", "--out", tmp_path / "t2", "--min-token-length", "2", ok=False
+    )
     assert result.exit_code == 2 and "drop --min-token-length" in result.output
     run_dir = tmp_path / "run"
     run("train", tmp_path / "s1", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
@@ -267,10 +416,13 @@ def test_inspect_occupancy_reads_as_lines(stores, tmp_path):
     docs.write_text("".join(json.dumps({"text": f"word{i} other{i}", "label": i % 2}) + "\n" for i in range(100)))
     run("ingest", docs, "--out", tmp_path / "wide", "--n-features", "4096")
     lines = run("inspect", tmp_path / "wide", "--occupancy").output.splitlines()
-    assert [line.strip() for line in lines[lines.index("     occupancy:") + 1:]] == [
-        "columns used: 194 of 4,096 (4.74 %)", "estimated distinct features: 199",
-        "estimated colliding share: 4.74 %", "n_features for under 1 % colliding: 32,768",
-        "n_features for under 10 % colliding: 2,048"]
+    assert [line.strip() for line in lines[lines.index("     occupancy:") + 1 :]] == [
+        "columns used: 194 of 4,096 (4.74 %)",
+        "estimated distinct features: 199",
+        "estimated colliding share: 4.74 %",
+        "n_features for under 1 % colliding: 32,768",
+        "n_features for under 10 % colliding: 2,048",
+    ]
     run("ingest", docs, "--out", tmp_path / "full", "--n-features", "4")
     text = run("inspect", tmp_path / "full", "--occupancy").output
     assert "estimated distinct features: unknown: every column is used" in text
@@ -293,10 +445,12 @@ def test_worker_timeout_reaches_the_engine(stores, tmp_path):
         pipeline = f"train: {{solver: bcd, out: run, store: {stores / 'train.zarr'}, scheduler: '{address}'"
         (tmp_path / "default.yaml").write_text(pipeline + "}\n")
         (tmp_path / "set.yaml").write_text(pipeline + ", worker_timeout: 1}\n")
-        for args in ([*train, "--out", tmp_path / "a", "--worker-timeout", "1"],
-                     [*train, "--out", tmp_path / "b", "--config", tmp_path / "train.yaml"],
-                     ["run", tmp_path / "default.yaml", "--worker-timeout", "1"],
-                     ["run", tmp_path / "set.yaml"]):
+        for args in (
+            [*train, "--out", tmp_path / "a", "--worker-timeout", "1"],
+            [*train, "--out", tmp_path / "b", "--config", tmp_path / "train.yaml"],
+            ["run", tmp_path / "default.yaml", "--worker-timeout", "1"],
+            ["run", tmp_path / "set.yaml"],
+        ):
             started = time.monotonic()
             result = run(*args, ok=False)
             assert result.exit_code == 2, result.output
@@ -320,8 +474,12 @@ def test_the_options_of_ingest_train_and_run_are_their_declarations():
     def offered(command: str) -> dict:
         return {p.name: p for p in main.commands[command].params}
 
-    for command, cls, prefix, skip in (("train", TrainOptions, "", ()), ("run", TrainOptions, "", ("solver",)),
-                                       ("ingest", IngestOptions, "", ()), ("ingest", HashingConfig, "hashing_", ())):
+    for command, cls, prefix, skip in (
+        ("train", TrainOptions, "", ()),
+        ("run", TrainOptions, "", ("solver",)),
+        ("ingest", IngestOptions, "", ()),
+        ("ingest", HashingConfig, "hashing_", ()),
+    ):
         params = offered(command)
         for d in declared(cls):
             if d.option.flag == "" or d.name in skip:  # a shape of its own there (-p, INPUTS, --ngram-max) or none
@@ -333,4 +491,5 @@ def test_the_options_of_ingest_train_and_run_are_their_declarations():
     assert "    link (default identity) [one of identity, softmax]: " in listing
     assert "    stopping (default auto) [one of auto, gap, violation]: " in listing
     assert "stagewise: lam, tol, max_iter, random_state, link, calibration" in " ".join(
-        run("train", "--help").output.split())
+        run("train", "--help").output.split()
+    )

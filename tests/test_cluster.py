@@ -36,12 +36,40 @@ def cluster():
 
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                               "--port", str(port), "--no-dashboard"], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)]
-    workers = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                 "--no-dashboard", "--host", "127.0.0.1"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    workers = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(2)
+    ]
     procs += workers
     try:
         with Client(address, timeout="30s") as client:
@@ -61,16 +89,26 @@ def cluster():
 def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cli, tmp_path, cluster):
     store = digits_cli_store
     address, workers = cluster
-    subprocess.run(cli("train", store, "--solver", "stagewise", *PARAMS, "--n-workers", "0", "--out",
-                        tmp_path / "local"), check=True, capture_output=True)
+    subprocess.run(
+        cli("train", store, "--solver", "stagewise", *PARAMS, "--n-workers", "0", "--out", tmp_path / "local"),
+        check=True,
+        capture_output=True,
+    )
     ref = _model_arrays(tmp_path / "local")
-    subprocess.run(cli("train", store, "--solver", "stagewise", *PARAMS, "--scheduler", address, "--out",
-                        tmp_path / "cluster"), check=True, capture_output=True)
+    subprocess.run(
+        cli("train", store, "--solver", "stagewise", *PARAMS, "--scheduler", address, "--out", tmp_path / "cluster"),
+        check=True,
+        capture_output=True,
+    )
     got = _model_arrays(tmp_path / "cluster")
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
     # kill one worker while a run is in flight: Dask reschedules its (idempotent) chunk tasks
-    run = subprocess.Popen(cli("train", store, "--solver", "stagewise", *PARAMS, "--scheduler", address, "--out",
-                                tmp_path / "killed"), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        cli("train", store, "--solver", "stagewise", *PARAMS, "--scheduler", address, "--out", tmp_path / "killed"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(4.0)
     assert run.poll() is None, "the run ended before the worker was killed"
     os.kill(workers[0].pid, signal.SIGKILL)
@@ -91,8 +129,11 @@ def test_every_solver_on_the_cluster_equals_in_process(digits_cli_store, cli, tm
     address, _ = cluster
     for solver, params in OTHER_SOLVERS.items():
         for name, engine in (("local", ["--n-workers", "0"]), ("cluster", ["--scheduler", address])):
-            subprocess.run(cli("train", digits_cli_store, "--solver", solver, *params, *engine, "--out",
-                               tmp_path / solver / name), check=True, capture_output=True)
+            subprocess.run(
+                cli("train", digits_cli_store, "--solver", solver, *params, *engine, "--out", tmp_path / solver / name),
+                check=True,
+                capture_output=True,
+            )
         ref, got = _model_arrays(tmp_path / solver / "local"), _model_arrays(tmp_path / solver / "cluster")
         assert ref.keys() == got.keys(), solver
         assert all(np.array_equal(ref[k], got[k]) for k in ref), solver

@@ -72,12 +72,22 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
 
     config = tmp_path / "t.yaml"
     config.write_text("solver: bcd\nparams: {lam: 0.5, max_iter: 7}\nthreads_per_worker: 2\nworker_timeout: 5\n")
-    options = train_options(load_train_config(str(config)),
-                            {"worker_timeout": 9.0, "n_workers": None, "params": {"max_iter": 3}})
-    assert options == TrainOptions(solver="bcd", params={"lam": 0.5, "max_iter": 3}, threads_per_worker=2,
-                                   worker_timeout=9.0)
-    assert options.engine() == {"scheduler": None, "n_workers": None, "threads_per_worker": 2, "worker_timeout": 9.0,
-                                "time_limit": None, "valid": None, "valid_every": 1, "checkpoint_every": 1}
+    options = train_options(
+        load_train_config(str(config)), {"worker_timeout": 9.0, "n_workers": None, "params": {"max_iter": 3}}
+    )
+    assert options == TrainOptions(
+        solver="bcd", params={"lam": 0.5, "max_iter": 3}, threads_per_worker=2, worker_timeout=9.0
+    )
+    assert options.engine() == {
+        "scheduler": None,
+        "n_workers": None,
+        "threads_per_worker": 2,
+        "worker_timeout": 9.0,
+        "time_limit": None,
+        "valid": None,
+        "valid_every": 1,
+        "checkpoint_every": 1,
+    }
     assert train_options(None, {}) == TrainOptions()  # no file, nothing given: the defaults (stagewise)
     pipeline = tmp_path / "p.yaml"
     pipeline.write_text("train: {solver: bcd, out: run, store: s.zarr, time_limit: 2h, valid_every: 3}\n")

@@ -22,8 +22,22 @@ from streamfit.cli import main
 from streamfit.model import load_model
 from streamfit.store import open_store
 
-TRAIN = ["--solver", "stagewise", "-p", "generator=sequential", "-p", "block_size=6", "-p", "n_passes=2",
-         "-p", "link=softmax", "-p", "max_iter=3", "--n-workers", "0"]
+TRAIN = [
+    "--solver",
+    "stagewise",
+    "-p",
+    "generator=sequential",
+    "-p",
+    "block_size=6",
+    "-p",
+    "n_passes=2",
+    "-p",
+    "link=softmax",
+    "-p",
+    "max_iter=3",
+    "--n-workers",
+    "0",
+]
 WRITERS = [streamfit.store.format, streamfit.checkpoint, streamfit.model, streamfit.store.store]
 
 
@@ -90,7 +104,8 @@ def reference(digits_cli_store, tmp_path_factory):
 
 @pytest.mark.parametrize("target", ["step arrays", "step meta", "LATEST", "state chunk"])
 def test_disk_full_during_a_checkpoint_then_resume_gives_the_same_model(
-        digits_cli_store, reference, tmp_path, monkeypatch, target):
+    digits_cli_store, reference, tmp_path, monkeypatch, target
+):
     ref_run, steps = reference
     n = steps[1]  # the second checkpoint: the first one must survive
     step_dir = f"step-{n:06d}.partial"

@@ -80,6 +80,7 @@ def test_unreachable_scheduler_is_a_clear_error():
 
 # ---- losing workers ------------------------------------------------------------------------------
 
+
 class _Sum:
     """A partial sum whose last addition (the root of the tree) kills its worker, once: by then the
     leaves are done, so Dask must recompute from lineage or streamfit must run the pass again."""
@@ -115,8 +116,9 @@ def test_local_cluster_survives_killed_workers(tmp_path):
     with Engine(mode="local", n_workers=2) as eng:
         got_map = eng.map(chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "a"), die_at=3)
         got = eng.map_reduce(chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "b"), die_at=7)
-        root = eng.map_reduce(chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "c"),
-                              die_at=-1, total=n)
+        root = eng.map_reduce(
+            chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "c"), die_at=-1, total=n
+        )
     assert all((tmp_path / m).exists() for m in "abc")  # every worker death happened
     assert all(np.array_equal(a, b) for a, b in zip(got_map, ref_map))
     assert np.array_equal(got, ref) and np.array_equal(root.value, ref) and root.n == n
@@ -178,6 +180,7 @@ def test_a_cluster_without_workers_is_a_clear_error():
 
 # ---- imap_unordered: independent tasks, results as they come --------------------------------------
 
+
 def item_value(item, vector, log_dir, die_at=-1):
     """vector / (item + 3), each run recorded in log_dir. Item `die_at` waits for the file `go` there
     (at most a minute), then kills its worker, the first time."""
@@ -213,10 +216,14 @@ def test_imap_unordered_submits_again_only_the_items_a_lost_worker_left(tmp_path
     log_dir = tmp_path / "dask"
     log_dir.mkdir()
     got, before_death = {}, []
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), Engine(mode="local", n_workers=2) as eng, \
-            caplog.at_level("WARNING", logger="streamfit.engine"):
-        for item, value in eng.imap_unordered(item_value, range(n), desc="test: items", vector=vector,
-                                              log_dir=str(log_dir), die_at=0):
+    with (
+        dask.config.set({"distributed.scheduler.allowed-failures": 0}),
+        Engine(mode="local", n_workers=2) as eng,
+        caplog.at_level("WARNING", logger="streamfit.engine"),
+    ):
+        for item, value in eng.imap_unordered(
+            item_value, range(n), desc="test: items", vector=vector, log_dir=str(log_dir), die_at=0
+        ):
             assert item not in got
             got[item] = value
             if len(got) == 3:
@@ -253,8 +260,10 @@ def test_imap_unordered_without_workers_is_a_clear_error(tmp_path):
 
     from streamfit.errors import StreamfitError
 
-    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster, \
-            Engine(cluster.scheduler_address, worker_timeout=2.0) as eng:
+    with (
+        LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster,
+        Engine(cluster.scheduler_address, worker_timeout=2.0) as eng,
+    ):
         timer = threading.Timer(0.5, cluster.scale, (0,))
         timer.start()
         t = time.monotonic()
@@ -262,7 +271,6 @@ def test_imap_unordered_without_workers_is_a_clear_error(tmp_path):
             list(eng.imap_unordered(item_slow, range(40), log_dir=tmp_path))
         assert time.monotonic() - t < 15
         timer.join()
-
 
 
 def chunk_results_held(source, i):

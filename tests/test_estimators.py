@@ -116,7 +116,9 @@ def test_bcd_stopping_reaches_the_solver(digits_split):
     estimated remaining decrease to fall below tol·F."""
     X_tr, _, y_tr, _ = digits_split
     X_tr = X_tr / 16.0
-    runs = {"violation": streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping="violation").fit(X_tr, y_tr)}
+    runs = {
+        "violation": streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping="violation").fit(X_tr, y_tr)
+    }
     with pytest.warns(ConvergenceWarning, match="BCDClassifier did not converge: max_iter=500 "):
         runs["auto"] = streamfit.BCDClassifier(lam=1e-4, tol=1e-2, max_iter=500, stopping="auto").fit(X_tr, y_tr)
     assert len(runs["violation"].history_) < len(runs["auto"].history_)
@@ -128,8 +130,13 @@ def test_bcd_stopping_reaches_the_solver(digits_split):
 # Each estimator with settings small enough for a fit in well under a second on SMALL_ROWS
 # digits, and one parameter with two values to search over.
 MODEL_SELECTION_CASES = {
-    "stagewise": (lambda: StagewiseLSClassifier(generator="rff", n_components=256, block_size=128, n_passes=1,
-                                                bandwidth=1.0, lam=3e-2), "lam", [1e-2, 1e-1]),
+    "stagewise": (
+        lambda: StagewiseLSClassifier(
+            generator="rff", n_components=256, block_size=128, n_passes=1, bandwidth=1.0, lam=3e-2
+        ),
+        "lam",
+        [1e-2, 1e-1],
+    ),
     "bcd": (lambda: BCDClassifier(lam=1e-3, tol=1e-2, max_iter=30), "lam", [1e-4, 1e-2]),
     "ppdsparse": (lambda: PPDSparseClassifier(lam=1e-4, tau=1e-2, max_iter=50), "tau", [1e-3, 1e-2]),
     "fbpd": (lambda: FBPDClassifier(penalty="l2", lam=1e-3, tol=1e-3, max_iter=400), "lam", [1e-3, 1e-2]),
@@ -149,23 +156,25 @@ def test_importing_streamfit_does_not_import_sklearn():
     without it imported an unfitted estimator raises streamfit's own NotFittedError, a column y
     warns with streamfit's own DataConversionWarning and a fit stopped at max_iter with its own
     ConvergenceWarning."""
-    code = ("import sys, numpy as np, streamfit\n"
-            "assert 'sklearn' not in sys.modules, 'streamfit imported sklearn'\n"
-            "from streamfit.errors import NotFittedError\n"
-            "try:\n    streamfit.BCDClassifier().predict(np.ones((2, 2)))\n"
-            "except NotFittedError as e:\n    assert type(e) is NotFittedError, type(e)\n"
-            "import warnings\n"
-            "from streamfit.estimators import DataConversionWarning\n"
-            "with warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n"
-            "    streamfit.BCDClassifier().fit(np.eye(4), np.array([[0], [1], [0], [1]]))\n"
-            "assert [type(x.message) for x in w] == [DataConversionWarning], w\n"
-            "from streamfit.estimators import ConvergenceWarning\n"
-            "with warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n"
-            "    streamfit.BCDClassifier(max_iter=1, tol=1e-12).fit(np.eye(4), np.array([0, 1, 0, 1]))\n"
-            "assert [type(x.message) for x in w] == [ConvergenceWarning], w\n"
-            "assert 'sklearn' not in sys.modules, 'NotFittedError or a warning imported sklearn'\n")
+    code = (
+        "import sys, numpy as np, streamfit\n"
+        "assert 'sklearn' not in sys.modules, 'streamfit imported sklearn'\n"
+        "from streamfit.errors import NotFittedError\n"
+        "try:\n    streamfit.BCDClassifier().predict(np.ones((2, 2)))\n"
+        "except NotFittedError as e:\n    assert type(e) is NotFittedError, type(e)\n"
+        "import warnings\n"
+        "from streamfit.estimators import DataConversionWarning\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    streamfit.BCDClassifier().fit(np.eye(4), np.array([[0], [1], [0], [1]]))\n"
+        "assert [type(x.message) for x in w] == [DataConversionWarning], w\n"
+        "from streamfit.estimators import ConvergenceWarning\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    streamfit.BCDClassifier(max_iter=1, tol=1e-12).fit(np.eye(4), np.array([0, 1, 0, 1]))\n"
+        "assert [type(x.message) for x in w] == [ConvergenceWarning], w\n"
+        "assert 'sklearn' not in sys.modules, 'NotFittedError or a warning imported sklearn'\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -234,7 +243,8 @@ def test_score_is_accuracy(digits_small):
     pred = clf.predict(X[240:])
     assert clf.score(X[240:], y[240:]) == pytest.approx(accuracy_score(y[240:], pred), abs=1e-12)
     assert clf.score(X[240:], y[240:], sample_weight=w) == pytest.approx(
-        accuracy_score(y[240:], pred, sample_weight=w), abs=1e-12)
+        accuracy_score(y[240:], pred, sample_weight=w), abs=1e-12
+    )
     with pytest.raises(ValueError):
         clf.score(X[240:], y[240:][:, None])  # a column of labels is not one label per row
     rng = np.random.default_rng(0)
@@ -283,8 +293,14 @@ def test_stagewise_lipschitz_and_calibrate_reach_the_solver(digits_small):
     with pytest.raises(ValueError):
         StagewiseLSClassifier(lipschitz=0.0, **kw).fit(X, y)
     # calibrate: the estimator's name for the solver's calibration
-    for calibrate, calibration in [(False, "none"), (None, "none"), ("none", "none"), (True, "poly"),
-                                   ("poly", "poly"), ("predictions", "predictions")]:
+    for calibrate, calibration in [
+        (False, "none"),
+        (None, "none"),
+        ("none", "none"),
+        (True, "poly"),
+        ("poly", "poly"),
+        ("predictions", "predictions"),
+    ]:
         assert StagewiseLSClassifier(calibrate=calibrate)._solver_params().calibration == calibration
 
 
@@ -293,10 +309,19 @@ def test_stagewise_lipschitz_and_calibrate_reach_the_solver(digits_small):
 # Each estimator with settings small enough for check_estimator (≈60 checks, small data sets) to
 # take a second or two; stagewise twice, as its two links differ in the multilabel outputs.
 CHECK_CASES = {
-    "stagewise": lambda: StagewiseLSClassifier(generator="rff", n_components=64, block_size=32, n_passes=1,
-                                               bandwidth=1.0, lam=3e-2),
-    "stagewise-softmax": lambda: StagewiseLSClassifier(link="softmax", generator="rff", n_components=64, block_size=32,
-                                                       n_passes=1, bandwidth=1.0, lam=3e-2, max_iter=10),
+    "stagewise": lambda: StagewiseLSClassifier(
+        generator="rff", n_components=64, block_size=32, n_passes=1, bandwidth=1.0, lam=3e-2
+    ),
+    "stagewise-softmax": lambda: StagewiseLSClassifier(
+        link="softmax",
+        generator="rff",
+        n_components=64,
+        block_size=32,
+        n_passes=1,
+        bandwidth=1.0,
+        lam=3e-2,
+        max_iter=10,
+    ),
     "bcd": MODEL_SELECTION_CASES["bcd"][0],
     "ppdsparse": MODEL_SELECTION_CASES["ppdsparse"][0],
     "fbpd": MODEL_SELECTION_CASES["fbpd"][0],
@@ -313,10 +338,8 @@ EXPECTED_FAILED_CHECKS = {
     # equal probabilities there break the ranking agreement with decision_function. The softmax
     # link (sigmoid probabilities) passes both.
     "stagewise": {
-        "check_classifiers_multilabel_output_format_predict_proba":
-            "identity link: label probabilities are least-squares fits clipped to [0, 1], some exactly 0 or 1",
-        "check_classifier_multioutput":
-            "identity link: probabilities clipped to [0, 1] tie where decision_function does not",
+        "check_classifiers_multilabel_output_format_predict_proba": "identity link: label probabilities are least-squares fits clipped to [0, 1], some exactly 0 or 1",
+        "check_classifier_multioutput": "identity link: probabilities clipped to [0, 1] tie where decision_function does not",
     },
 }
 
@@ -328,10 +351,14 @@ def test_check_estimator(case):
     which do fail (an expected failure that starts passing must leave the list)."""
     expected = EXPECTED_FAILED_CHECKS.get(case, {})
     with pytest.warns(ConvergenceWarning) if case in NOT_CONVERGED_IN_CHECKS else contextlib.nullcontext():
-        results = estimator_checks.check_estimator(CHECK_CASES[case](), expected_failed_checks=expected, on_fail=None,
-                                                   on_skip=None)
-    failed = {r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}" for r in results
-              if r["status"] == "failed"}
+        results = estimator_checks.check_estimator(
+            CHECK_CASES[case](), expected_failed_checks=expected, on_fail=None, on_skip=None
+        )
+    failed = {
+        r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}"
+        for r in results
+        if r["status"] == "failed"
+    }
     assert not failed, failed
     assert {r["check_name"] for r in results if r["status"] == "xfail"} == set(expected)
     assert sum(r["status"] == "passed" for r in results) >= 50
@@ -355,8 +382,15 @@ def test_not_fitted_error(case):
 
     est = CHECK_CASES[case]()
     X = np.ones((3, 4))
-    calls = [lambda: est.predict(X), lambda: est.decision_function(X), lambda: est.predict_topk(X),
-             lambda: est.score(X, [0, 1, 0]), lambda: est.coef_, lambda: est.multilabel_, lambda: est.n_iter_]
+    calls = [
+        lambda: est.predict(X),
+        lambda: est.decision_function(X),
+        lambda: est.predict_topk(X),
+        lambda: est.score(X, [0, 1, 0]),
+        lambda: est.coef_,
+        lambda: est.multilabel_,
+        lambda: est.n_iter_,
+    ]
     if hasattr(est, "predict_proba"):
         calls.append(lambda: est.predict_proba(X))
     for call in calls:
@@ -389,8 +423,11 @@ def test_input_checks(case):
     X = rng.normal(size=(30, 3))
     y = np.repeat([0, 1, 2], 10)
     est = CHECK_CASES[case]()
-    for bad, match in [(np.nan, "Input X contains NaN"), (np.inf, "Input X contains infinity"),
-                       (-np.inf, "Input X contains infinity")]:
+    for bad, match in [
+        (np.nan, "Input X contains NaN"),
+        (np.inf, "Input X contains infinity"),
+        (-np.inf, "Input X contains infinity"),
+    ]:
         Xb = X.copy()
         Xb[3, 1] = bad
         for Xin in (Xb, sp.csr_matrix(Xb)):
@@ -410,15 +447,17 @@ def test_input_checks(case):
         clone(est).fit(X[:, 0], y)
 
     est.fit(X, y)
-    methods = [est.predict, est.decision_function, lambda Z: est.score(Z, y[:Z.shape[0]]), est.predict_topk]
+    methods = [est.predict, est.decision_function, lambda Z: est.score(Z, y[: Z.shape[0]]), est.predict_topk]
     if hasattr(est, "predict_proba"):
         methods.append(est.predict_proba)
     Xnan = X.copy()
     Xnan[0, 0] = np.nan
     for method in methods:
         for Xin in (X[:, :2], sp.csr_matrix(X[:, :2]), np.hstack([X, X])):
-            with pytest.raises(ValueError, match=f"X has {Xin.shape[1]} features, but {type(est).__name__} "
-                                                 "is expecting 3 features as input"):
+            with pytest.raises(
+                ValueError,
+                match=f"X has {Xin.shape[1]} features, but {type(est).__name__} is expecting 3 features as input",
+            ):
                 method(Xin)
         for Xin in (Xnan, sp.csr_matrix(Xnan)):
             with pytest.raises(ValueError, match="Input X contains NaN"):
@@ -530,7 +569,9 @@ def test_column_y_is_raveled_with_a_warning(case):
 
     rng = np.random.default_rng(5)
     X = rng.normal(size=(60, 4))
-    y = np.digitize(X[:, 0], [-0.43, 0.43])  # three classes by the first feature: every case converges, no other warning
+    y = np.digitize(
+        X[:, 0], [-0.43, 0.43]
+    )  # three classes by the first feature: every case converges, no other warning
     flat = CHECK_CASES[case]().fit(X, y)
     with pytest.warns(SklearnDataConversionWarning, match="A column-vector y was passed") as record:
         column = CHECK_CASES[case]().fit(X, y[:, None])
@@ -572,8 +613,10 @@ def test_a_fit_stopped_at_max_iter_warns(digits_small, case):
     assert stopped.model_.info["converged"] is False and stopped.n_iter_ == 1
     [w] = record
     assert isinstance(w.message, StreamfitConvergenceWarning) and w.filename == __file__
-    assert str(w.message) == (f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test "
-                              "(tol=1e-12) held; increase max_iter or tol")
+    assert str(w.message) == (
+        f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test "
+        "(tol=1e-12) held; increase max_iter or tol"
+    )
 
 
 @pytest.mark.parametrize("case", MODEL_SELECTION_CASES)

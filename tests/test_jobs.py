@@ -18,10 +18,12 @@ def pipeline(tmp_path, digits):
     X, y, _ = digits
     dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
     path = tmp_path / "p.yaml"
-    path.write_text("ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, "
-                    "test_out: test.zarr, chunk_rows: 500}\n"
-                    "train: {solver: bcd, out: run, params: {max_iter: 3}, n_workers: 0}\n"
-                    "evaluate: {}\n")
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, "
+        "test_out: test.zarr, chunk_rows: 500}\n"
+        "train: {solver: bcd, out: run, params: {max_iter: 3}, n_workers: 0}\n"
+        "evaluate: {}\n"
+    )
     return path
 
 
@@ -50,8 +52,10 @@ def test_command_line_overrides_beat_the_train_section(pipeline, tmp_path):
 
 def test_ingest_options_from_a_section(tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text("ingest: {inputs: [a.jsonl], out: s.zarr, hashing: {n_features: 1024, ngram_range: [1, 2]}, "
-                    "idf: true, overwrite: true}\n")
+    path.write_text(
+        "ingest: {inputs: [a.jsonl], out: s.zarr, hashing: {n_features: 1024, ngram_range: [1, 2]}, "
+        "idf: true, overwrite: true}\n"
+    )
     options = ingest_options(load_pipeline(str(path)).ingest, overwrite=False, progress=False)
     assert options.hashing == HashingConfig(n_features=1024, ngram_range=(1, 2))
     assert (options.inputs, options.idf, options.overwrite) == ([str(tmp_path / "a.jsonl")], True, True)

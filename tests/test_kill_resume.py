@@ -55,8 +55,18 @@ def _sigkill(proc, description):
 
 
 SOLVER_ARGS = {
-    "stagewise": ["-p", "generator=sequential", "-p", "block_size=6", "-p", "n_passes=2", "-p", "link=softmax",
-                  "-p", "max_iter=3"],
+    "stagewise": [
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=6",
+        "-p",
+        "n_passes=2",
+        "-p",
+        "link=softmax",
+        "-p",
+        "max_iter=3",
+    ],
     "bcd": ["-p", "mode=chunks", "-p", "group_size=8", "-p", "max_iter=12", "-p", "tol=1e-9"],
     "fbpd": ["-p", "max_iter=120", "-p", "tol=0"],  # restarts at iterations 3, 5, 8, ..., 73, 114
     "ppdsparse": ["-p", "group_size=1", "-p", "tol=1e-4", "-p", "delta=null"],

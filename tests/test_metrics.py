@@ -11,7 +11,7 @@ def test_multiclass_chunked_equals_sklearn():
     y = rng.integers(0, 6, 500)
     acc = MetricAccumulator(6, multilabel=False)
     for lo in range(0, 500, 77):
-        acc.update(S[lo:lo + 77], y[lo:lo + 77])
+        acc.update(S[lo : lo + 77], y[lo : lo + 77])
     r = acc.result()
     pred = S.argmax(1)
     assert r["accuracy"] == accuracy_score(y, pred)

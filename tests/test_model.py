@@ -10,8 +10,16 @@ from streamfit.store import InMemoryStore
 def _model(sparse, multilabel=False):
     rng = np.random.default_rng(0)
     W = rng.normal(size=(4, 30)) * (rng.random((4, 30)) < 0.3)
-    return LinearModel(sp.csr_matrix(W) if sparse else W, rng.normal(size=4), classes=list("abcd"), n_features=30,
-                       multilabel=multilabel, featurizer={"hashing": None}, solver="test", params={"lam": 1.0}), W
+    return LinearModel(
+        sp.csr_matrix(W) if sparse else W,
+        rng.normal(size=4),
+        classes=list("abcd"),
+        n_features=30,
+        multilabel=multilabel,
+        featurizer={"hashing": None},
+        solver="test",
+        params={"lam": 1.0},
+    ), W
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -54,11 +62,14 @@ def test_wrong_width_refused():
         m.decision_function(sp.csr_matrix((2, 31)))
 
 
-@pytest.mark.parametrize("n_features, classes, problem", [
-    (31, list("abcd"), "has 31 features, the model 30"),
-    (30, list("abc"), "has 3 classes, the model 4"),
-    (30, list("abdc"), "its class 2 is 'd', the model's is 'c'"),
-])
+@pytest.mark.parametrize(
+    "n_features, classes, problem",
+    [
+        (31, list("abcd"), "has 31 features, the model 30"),
+        (30, list("abc"), "has 3 classes, the model 4"),
+        (30, list("abdc"), "its class 2 is 'd', the model's is 'c'"),
+    ],
+)
 def test_check_store_names_what_differs(n_features, classes, problem):
     m, _ = _model(False)
     store = InMemoryStore(sp.csr_matrix((2, n_features)), np.zeros(2, dtype=np.int64), classes)

@@ -10,8 +10,12 @@ from click.testing import CliRunner
 
 from streamfit.cli import main
 
-DOCS = [("the cat sat on the mat", "animals"), ("dogs bark at cats", "animals"),
-        ("stocks fell sharply today", "finance"), ("the market rallied on earnings", "finance")]
+DOCS = [
+    ("the cat sat on the mat", "animals"),
+    ("dogs bark at cats", "animals"),
+    ("stocks fell sharply today", "finance"),
+    ("the market rallied on earnings", "finance"),
+]
 
 
 def run(*args, ok=True):
@@ -43,8 +47,11 @@ def test_unlabeled_jsonl_is_read_with_the_training_field_names(runs, tmp_path):
     raw.write_text('{"body": "a cat and a dog"}\n{"body": "stocks and the market", "topic": "finance"}\n')
     result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv")
     assert "2 rows written" in result.output
-    assert [r.split(",")[0] for r in (tmp_path / "p.csv").read_text().splitlines()] == \
-        ["location", f"{raw}:1", f"{raw}:2"]
+    assert [r.split(",")[0] for r in (tmp_path / "p.csv").read_text().splitlines()] == [
+        "location",
+        f"{raw}:1",
+        f"{raw}:2",
+    ]
 
 
 def test_unlabeled_csv_is_read_with_the_training_columns_and_encoding(runs, tmp_path):
@@ -85,7 +92,9 @@ def test_numeric_input_to_a_text_model_is_refused(runs, tmp_path):
 def test_text_input_to_an_unhashed_model_saved_before_the_input_kind_is_refused(tmp_path):
     (tmp_path / "train.svm").write_text("1 1:1 2:1\n2 3:1\n1 2:1\n2 3:1 4:1\n")
     run("ingest", tmp_path / "train.svm", "--no-hash", "--out", tmp_path / "s.zarr")
-    run("train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    run(
+        "train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r"
+    )
     record = json.loads((tmp_path / "r" / "model" / "model.json").read_text())
     del record["featurizer"]["input"]
     (tmp_path / "r" / "model" / "model.json").write_text(json.dumps(record))
@@ -123,7 +132,9 @@ def test_top_k_is_clamped_to_the_classes_and_must_be_positive(runs, tmp_path, ca
 def test_unlabeled_numeric_rows_are_scored(tmp_path):
     (tmp_path / "train.svm").write_text("a 1:1 3:2\nb 2:3\na 1:1 2:1\nb 2:2 3:1\n")
     run("ingest", tmp_path / "train.svm", "--no-hash", "--option", "multilabel=false", "--out", tmp_path / "s.zarr")
-    run("train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    run(
+        "train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r"
+    )
     np.save(tmp_path / "new.npy", np.array([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]]))
     (tmp_path / "new.svm").write_text("1:1 3:2\nb 2:3\n")
     for name in ("new.npy", "new.svm"):

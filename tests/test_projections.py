@@ -18,8 +18,9 @@ from streamfit.projections import (
 )
 
 
-def brute_force_polyhedron(w: np.ndarray, A: np.ndarray, c: np.ndarray, eq: np.ndarray | None = None,
-                           d: np.ndarray | None = None) -> np.ndarray:
+def brute_force_polyhedron(
+    w: np.ndarray, A: np.ndarray, c: np.ndarray, eq: np.ndarray | None = None, d: np.ndarray | None = None
+) -> np.ndarray:
     """argmin ‖z − w‖ s.t. A z ≤ c (and eq z = d) by enumerating active sets."""
     best, best_dist = None, np.inf
     m = A.shape[0]
@@ -42,9 +43,16 @@ def brute_force_polyhedron(w: np.ndarray, A: np.ndarray, c: np.ndarray, eq: np.n
 
 
 def simplex_cases(rng):
-    cases = [np.zeros(4), np.ones(5), np.array([3.0]), np.array([-2.0, -2.0, -2.0]),
-             np.array([1.0, 1.0, 0.0, 0.0]), np.array([0.5, 0.5, 0.5, -3.0]), np.array([10.0, -10.0, 10.0]),
-             np.array([0.2, 0.2, 0.2, 0.2, 0.2])]
+    cases = [
+        np.zeros(4),
+        np.ones(5),
+        np.array([3.0]),
+        np.array([-2.0, -2.0, -2.0]),
+        np.array([1.0, 1.0, 0.0, 0.0]),
+        np.array([0.5, 0.5, 0.5, -3.0]),
+        np.array([10.0, -10.0, 10.0]),
+        np.array([0.2, 0.2, 0.2, 0.2, 0.2]),
+    ]
     for _ in range(60):
         K = int(rng.integers(1, 8))
         v = rng.normal(size=K) * rng.choice([0.01, 1.0, 10.0])

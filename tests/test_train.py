@@ -61,8 +61,9 @@ def test_resume_with_other_settings_names_what_differs(digits_store, tmp_path):
 
 def test_a_misspelt_solver_parameter_is_named_with_the_file_before_any_step_runs(tmp_path):
     pipeline = tmp_path / "p.yaml"
-    pipeline.write_text("ingest: {inputs: [missing.svm], out: s.zarr}\n"
-                        "train: {solver: stagewise, out: run, params: {n_pases: 2}}\n")
+    pipeline.write_text(
+        "ingest: {inputs: [missing.svm], out: s.zarr}\ntrain: {solver: stagewise, out: run, params: {n_pases: 2}}\n"
+    )
     with pytest.raises(ConfigError, match=r"p\.yaml: key 'train.params': .*n_pases.*did you mean n_passes\?"):
         load_pipeline(str(pipeline))
     config = tmp_path / "t.yaml"
@@ -79,7 +80,6 @@ def test_a_store_of_one_class_is_refused_with_the_fix(digits, write_store, tmp_p
     assert not (tmp_path / "run").exists()
 
 
-
 def test_an_empty_store_is_refused_with_the_fix(digits, write_store, tmp_path):
     """A store of 0 rows (possible through StoreWriter) failed with "map_reduce over no chunks"."""
     X, y, classes = digits
@@ -87,6 +87,7 @@ def test_an_empty_store_is_refused_with_the_fix(digits, write_store, tmp_path):
     with pytest.raises(StreamfitError, match=r"holds no rows; ingest data"):
         _train(store, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
 
 def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
     with caplog.at_level("INFO", logger="streamfit.train"):

@@ -52,8 +52,13 @@ def load_sector():
     Xtr, ytr = load_svmlight_file(f"{DATA}/libsvm/sector/sector.scale.bz2")
     Xte, yte = load_svmlight_file(f"{DATA}/libsvm/sector/sector.t.scale.bz2", n_features=Xtr.shape[1])
     classes = np.unique(ytr)
-    return Xtr.tocsr(), np.searchsorted(classes, ytr).astype(np.int32), Xte.tocsr(), \
-        np.searchsorted(classes, yte).astype(np.int32), len(classes)
+    return (
+        Xtr.tocsr(),
+        np.searchsorted(classes, ytr).astype(np.int32),
+        Xte.tocsr(),
+        np.searchsorted(classes, yte).astype(np.int32),
+        len(classes),
+    )
 
 
 def load_news(work):
@@ -63,11 +68,26 @@ def load_news(work):
     train, test = os.path.join(work, "news.zarr"), os.path.join(work, "news_test.zarr")
     common = ["--encoding", "latin-1", "--value", "log1p"]
     if not os.path.exists(train):
-        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-train", *common, "--idf",
-                        "--l2-normalize", "--out", train], check=True)
+        subprocess.run(
+            [
+                "streamfit",
+                "ingest",
+                tar,
+                "--subset",
+                "20news-bydate-train",
+                *common,
+                "--idf",
+                "--l2-normalize",
+                "--out",
+                train,
+            ],
+            check=True,
+        )
     if not os.path.exists(test):
-        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-test", *common, "--like", train,
-                        "--out", test], check=True)
+        subprocess.run(
+            ["streamfit", "ingest", tar, "--subset", "20news-bydate-test", *common, "--like", train, "--out", test],
+            check=True,
+        )
     Xtr, ytr = open_store(train).to_scipy()
     Xte, yte = open_store(test).to_scipy()
     return Xtr, ytr, Xte, yte, open_store(train).n_classes
@@ -116,8 +136,16 @@ def run_ours(X, y, Xte, yte, m, lam, max_iter, target=None, time_cap=np.inf, **p
                 raise AssertionError(f"solver objective {fields['objective']!r} != eq. (2) {f!r}")
             log._t0 += time.perf_counter() - t0  # evaluation is not training time
             cpu["eval"] += time.process_time() - c0
-            trace.append((log.elapsed, f, acc, nz, fields.get("violation_ratio", float("nan")),
-                          time.process_time() - cpu["t0"] - cpu["eval"]))
+            trace.append(
+                (
+                    log.elapsed,
+                    f,
+                    acc,
+                    nz,
+                    fields.get("violation_ratio", float("nan")),
+                    time.process_time() - cpu["t0"] - cpu["eval"],
+                )
+            )
             if (target is not None and f <= target) or trace[-1][0] > time_cap:
                 raise _Done
             return fields
@@ -125,8 +153,12 @@ def run_ours(X, y, Xte, yte, m, lam, max_iter, target=None, time_cap=np.inf, **p
     source = InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20)
     p = BCDParams(lam=lam, max_iter=max_iter, tol=1e-12, **params)
     try:
-        Traced(p).fit(source, engine=Engine(mode="inprocess"), log=log,
-                      checkpointer=Checkpointer(None, config={}, store_fingerprint="x"))
+        Traced(p).fit(
+            source,
+            engine=Engine(mode="inprocess"),
+            log=log,
+            checkpointer=Checkpointer(None, config={}, store_fingerprint="x"),
+        )
     except _Done:
         pass
     return trace
@@ -145,16 +177,34 @@ def run_lightning(X, y, Xte, yte, lam, max_iter, target=None, time_cap=np.inf):
         t0, c0 = time.perf_counter(), time.process_time()
         W = clf.coef_.T
         acc = float(np.mean(np.argmax(np.asarray(Xte @ W), axis=1) == yte))
-        trace.append((t0 - state["t0"] - state["eval"], objective(W, X, y, lam), acc,
-                      100.0 * np.mean(np.any(W != 0, axis=1)), float("nan"), c0 - state["c0"] - state["ceval"]))
+        trace.append(
+            (
+                t0 - state["t0"] - state["eval"],
+                objective(W, X, y, lam),
+                acc,
+                100.0 * np.mean(np.any(W != 0, axis=1)),
+                float("nan"),
+                c0 - state["c0"] - state["ceval"],
+            )
+        )
         state["eval"] += time.perf_counter() - t0
         state["ceval"] += time.process_time() - c0
         if (target is not None and trace[-1][1] <= target) or trace[-1][0] > time_cap:
             return True
         return None
 
-    clf = CDClassifier(loss="squared_hinge", penalty="l1/l2", multiclass=True, C=1.0 / n, alpha=lam,
-                       max_iter=max_iter, tol=1e-12, callback=callback, n_calls=X.shape[1], random_state=0)
+    clf = CDClassifier(
+        loss="squared_hinge",
+        penalty="l1/l2",
+        multiclass=True,
+        C=1.0 / n,
+        alpha=lam,
+        max_iter=max_iter,
+        tol=1e-12,
+        callback=callback,
+        n_calls=X.shape[1],
+        random_state=0,
+    )
     state["t0"], state["c0"] = time.perf_counter(), time.process_time()
     clf.fit(X, y)
     return trace
@@ -208,21 +258,27 @@ def bench(name, data, lams, max_iter, repeats, time_cap, work, solvers):
     X, y, Xte, yte, m = data
     X = sp.csr_matrix(X, dtype=np.float64)
     Xte = sp.csr_matrix(Xte, dtype=np.float64)
-    print(f"\n## {name}: {X.shape[0]} train / {Xte.shape[0]} test rows, {X.shape[1]} features, {m} classes, "
-          f"nnz {X.nnz}")
+    print(
+        f"\n## {name}: {X.shape[0]} train / {Xte.shape[0]} test rows, {X.shape[1]} features, {m} classes, nnz {X.nnz}"
+    )
     for lam in lams:
         # F* estimate: BCD(LS) run to max_iter, also the first timed BCD(LS) run; the other runs
         # stop at (1 + 1e-3/2)·F*_est or after time_cap seconds
         ref_run = run_ours(X, y, Xte, yte, m, lam, max_iter, variant="ls")
-        print(f"(F* run: {len(ref_run)} outer its, violation ratio (10) at the end {ref_run[-1][4]:.1e}; "
-              f"load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"(F* run: {len(ref_run)} outer its, violation ratio (10) at the end {ref_run[-1][4]:.1e}; "
+            f"load average {os.getloadavg()[0]:.1f})"
+        )
         f_est = ref_run[-1][1]
         target = f_est * (1 + TARGET / 2)
         best: dict[str, list] = {}
         for rep in range(repeats):  # interleaved: every solver once per round
-            runs = {"BCD(LS)": ref_run if rep == 0 else
-                    run_ours(X, y, Xte, yte, m, lam, max_iter, target, time_cap, variant="ls"),
-                    "lightning CD": run_lightning(X, y, Xte, yte, lam, 100_000, target, time_cap)}
+            runs = {
+                "BCD(LS)": ref_run
+                if rep == 0
+                else run_ours(X, y, Xte, yte, m, lam, max_iter, target, time_cap, variant="ls"),
+                "lightning CD": run_lightning(X, y, Xte, yte, lam, 100_000, target, time_cap),
+            }
             for k in solvers:
                 runs[k] = run_ours(X, y, Xte, yte, m, lam, 100_000, target, time_cap, **SOLVERS[k])
             for k, tr in runs.items():
@@ -231,14 +287,18 @@ def bench(name, data, lams, max_iter, repeats, time_cap, work, solvers):
         ref_times = [time_to(tr, fstar) for tr in best["lightning CD"]]
         ref = min(ref_times) if any(np.isfinite(ref_times)) else float("nan")
         ref_bound = max(tr[-1][0] for tr in best["lightning CD"])  # lightning ran that long without reaching
-        print(f"\n### λ = {lam:g}   F* = {fstar:.8g} (BCD(LS), {len(ref_run)} outer its; runs stop at "
-              f"rel. obj. {TARGET / 2:g} or {time_cap:g} s; load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"\n### λ = {lam:g}   F* = {fstar:.8g} (BCD(LS), {len(ref_run)} outer its; runs stop at "
+            f"rel. obj. {TARGET / 2:g} or {time_cap:g} s; load average {os.getloadavg()[0]:.1f})"
+        )
         f_light, t_light = best["lightning CD"][0][-1][1], best["lightning CD"][0][-1][0]
         print(f"lightning's last objective: rel. {(f_light - fstar) / fstar:.1e} after {t_light:.1f} s")
-        print(f"| solver | time to rel. obj. ≤ 1e-3 (s, best of {repeats}) | ratio to lightning | last rel. obj. | "
-              "time to lightning's last objective / lightning's time | "
-              "test acc. at rel. obj. ≤ 1e-2 | at ≤ 1e-3 | where it stopped | % non-zero rows there | outer its | "
-              "s / outer it |")
+        print(
+            f"| solver | time to rel. obj. ≤ 1e-3 (s, best of {repeats}) | ratio to lightning | last rel. obj. | "
+            "time to lightning's last objective / lightning's time | "
+            "test acc. at rel. obj. ≤ 1e-2 | at ≤ 1e-3 | where it stopped | % non-zero rows there | outer its | "
+            "s / outer it |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|")
         shown = {}
         for k, trs in best.items():
@@ -252,8 +312,10 @@ def bench(name, data, lams, max_iter, repeats, time_cap, work, solvers):
             shown[k] = tr
             last = tr[-1]
             t_same = next((r[0] for r in tr if r[1] <= f_light), float("nan")) / t_light
-            print(f"| {k} | {tt:.2f} | {ratio} | {(last[1] - fstar) / fstar:.1e} | {t_same:.3f} | {acc_at(tr, fstar, 1e-2)} | "
-                  f"{acc_at(tr, fstar, 1e-3)} | {last[2]:.4f} | {last[3]:.2f} | {len(tr)} | {last[0] / len(tr):.3f} |")
+            print(
+                f"| {k} | {tt:.2f} | {ratio} | {(last[1] - fstar) / fstar:.1e} | {t_same:.3f} | {acc_at(tr, fstar, 1e-2)} | "
+                f"{acc_at(tr, fstar, 1e-3)} | {last[2]:.4f} | {last[3]:.2f} | {len(tr)} | {last[0] / len(tr):.3f} |"
+            )
         with open(os.path.join(work, f"bench_bcd_{name}_{lam:g}.json"), "w") as f:
             json.dump({"fstar": fstar, "traces": best, "reference": ref_run}, f)
         path = os.path.join(work, f"bench_bcd_{name}_{lam:g}.png")
@@ -306,11 +368,26 @@ def replay_stopping(trace, fstar):
     for tol in (1e-2, 1e-3, 1e-4):
         cells = []
         for rule in ("violation", "auto"):
-            k = next((k for k, r in enumerate(trace) if r[4] < tol and (
-                rule == "violation" or _tail_estimate([x[1] for x in trace[max(0, k - 2 * TAIL_WINDOW):k + 1]]) < tol)),
-                None)
-            cells.append(f"{rule}: " + (f"outer it {k + 1}, {(trace[k][1] - fstar) / fstar:.1e} above F*" if k is not None
-                                        else "not in this run"))
+            k = next(
+                (
+                    k
+                    for k, r in enumerate(trace)
+                    if r[4] < tol
+                    and (
+                        rule == "violation"
+                        or _tail_estimate([x[1] for x in trace[max(0, k - 2 * TAIL_WINDOW) : k + 1]]) < tol
+                    )
+                ),
+                None,
+            )
+            cells.append(
+                f"{rule}: "
+                + (
+                    f"outer it {k + 1}, {(trace[k][1] - fstar) / fstar:.1e} above F*"
+                    if k is not None
+                    else "not in this run"
+                )
+            )
         print(f"stopping at tol {tol:g}: " + "; ".join(cells))
 
 
@@ -332,7 +409,7 @@ def merged(paths):
                 out["traces"][k] = tr
                 out["load"][k] = d.get("load", {}).get(k, "?") if isinstance(d.get("load"), dict) else "?"
                 out["load_after"][k] = d.get("load_after", {}).get(k, "?")
-    path = paths[0][:-len(".json")] + "_merged.json"
+    path = paths[0][: -len(".json")] + "_merged.json"
     with open(path, "w") as f:
         json.dump(out, f)
     return path
@@ -346,38 +423,61 @@ def report(paths):
         d, traces = load_traces(path)
         fstar = min(r[1] for tr in traces.values() for r in tr)
         dec, rest = tail_estimate(traces["BCD(LS)"])
-        print(f"\n### {os.path.basename(path)}: F* = {fstar:.8g} (best of all runs; BCD(LS) F* run: "
-              f"{len(traces['BCD(LS)'])} outer its, last 100 lowered F by {dec:.1e} rel., geometric tail "
-              f"estimate of what is left {rest:.1e}; load average at start {d.get('load', '?')}, "
-              f"at end {d.get('load_after', '?')})")
+        print(
+            f"\n### {os.path.basename(path)}: F* = {fstar:.8g} (best of all runs; BCD(LS) F* run: "
+            f"{len(traces['BCD(LS)'])} outer its, last 100 lowered F by {dec:.1e} rel., geometric tail "
+            f"estimate of what is left {rest:.1e}; load average at start {d.get('load', '?')}, "
+            f"at end {d.get('load_after', '?')})"
+        )
         gaps = (1e-2, 1e-3, 1e-4)
         ref = {g: time_to(traces["lightning CD"], fstar, g) for g in gaps} if "lightning CD" in traces else {}
-        print("| solver | " + " | ".join(f"time to {g:g} (s) [ratio to lightning]" for g in gaps) + " | " +
-              " | ".join(f"acc. at {g:g}" for g in gaps) + " | where it stopped: s, rel. obj., acc., % nz rows | "
-              "best acc. on the way (s, rel. obj. there) |")
+        print(
+            "| solver | "
+            + " | ".join(f"time to {g:g} (s) [ratio to lightning]" for g in gaps)
+            + " | "
+            + " | ".join(f"acc. at {g:g}" for g in gaps)
+            + " | where it stopped: s, rel. obj., acc., % nz rows | "
+            "best acc. on the way (s, rel. obj. there) |"
+        )
         print("|---|" + "---|" * 8)
         for k, tr in traces.items():
             cells = []
             for g in gaps:
                 t = time_to(tr, fstar, g)
                 r = ref.get(g, float("nan"))
-                rat = f" [{t / r:.2f}]" if np.isfinite(t) and np.isfinite(r) else \
-                    (f" [< {t / tr_end:.2f}]" if np.isfinite(t) and k != "lightning CD" and
-                     (tr_end := traces["lightning CD"][-1][0]) and not np.isfinite(r) else "")
+                rat = (
+                    f" [{t / r:.2f}]"
+                    if np.isfinite(t) and np.isfinite(r)
+                    else (
+                        f" [< {t / tr_end:.2f}]"
+                        if np.isfinite(t)
+                        and k != "lightning CD"
+                        and (tr_end := traces["lightning CD"][-1][0])
+                        and not np.isfinite(r)
+                        else ""
+                    )
+                )
                 cells.append(f"{t:.1f}{rat}" if np.isfinite(t) else "not reached")
             if len(tr[0]) > 5:  # process CPU time (evaluation excluded), robust to the load
                 for i, g in enumerate(gaps):
                     r, rl = first_at(tr, fstar, g), first_at(traces.get("lightning CD", []), fstar, g)
                     if r is not None:
-                        cells[i] += f"; CPU {r[5]:.1f}" + (f" [{r[5] / rl[5]:.2f}]" if rl is not None and len(rl) > 5 else "")
+                        cells[i] += f"; CPU {r[5]:.1f}" + (
+                            f" [{r[5] / rl[5]:.2f}]" if rl is not None and len(rl) > 5 else ""
+                        )
             accs = [acc_at(tr, fstar, g) for g in gaps]
             last = tr[-1]
             best = max(tr, key=lambda r: r[2])
-            print(f"| {k} | " + " | ".join(cells) + " | " + " | ".join(accs) +
-                  f" | {last[0]:.0f}, {(last[1] - fstar) / fstar:.1e}, {last[2]:.4f}, {last[3]:.2f} | "
-                  f"{best[2]:.4f} ({best[0]:.0f} s, {(best[1] - fstar) / fstar:.1e}) |")
+            print(
+                f"| {k} | "
+                + " | ".join(cells)
+                + " | "
+                + " | ".join(accs)
+                + f" | {last[0]:.0f}, {(last[1] - fstar) / fstar:.1e}, {last[2]:.4f}, {last[3]:.2f} | "
+                f"{best[2]:.4f} ({best[0]:.0f} s, {(best[1] - fstar) / fstar:.1e}) |"
+            )
         replay_stopping(traces["BCD(LS)"], fstar)
-        png = path[:-len(".json")] + "_report.png"
+        png = path[: -len(".json")] + "_report.png"
         plot(traces, fstar, os.path.basename(path), png)
         print(f"plots: {png}")
 
@@ -399,10 +499,17 @@ def groups(work, sizes, iters, lam=1e-3):
     for mode, g in [("memory", 0)] + [("chunks", g) for g in sizes]:
         p = BCDParams(lam=lam, tol=1e-12, max_iter=iters, mode=mode, group_size=max(g, 1), stopping="violation")
         log, t = MetricsLog(None), time.perf_counter()
-        BCDSolver(p).fit(store, engine=Engine(mode="inprocess"), log=log,
-                         checkpointer=Checkpointer(None, config={}, store_fingerprint="x"))
-        print(f"| {mode} | {g or '-'} | " + " / ".join(f"{r['objective']:.4f}" for r in log.records) +
-              f" | {time.perf_counter() - t:.1f} | {os.getloadavg()[0]:.1f} |")
+        BCDSolver(p).fit(
+            store,
+            engine=Engine(mode="inprocess"),
+            log=log,
+            checkpointer=Checkpointer(None, config={}, store_fingerprint="x"),
+        )
+        print(
+            f"| {mode} | {g or '-'} | "
+            + " / ".join(f"{r['objective']:.4f}" for r in log.records)
+            + f" | {time.perf_counter() - t:.1f} | {os.getloadavg()[0]:.1f} |"
+        )
 
 
 def parity(name, data, lam, max_iter, lightning_iters):
@@ -427,19 +534,33 @@ def parity(name, data, lam, max_iter, lightning_iters):
         V = clf.coef_.T
         trace.append((objective(V, X, y, lam), float(np.mean(np.argmax(np.asarray(Xte @ V), axis=1) == yte))))
 
-    clf = CDClassifier(loss="squared_hinge", penalty="l1/l2", multiclass=True, C=1.0 / n, alpha=lam,
-                       max_iter=lightning_iters, tol=1e-12, warm_start=True, callback=callback,
-                       n_calls=X.shape[1], random_state=0)
-    clf.fit(X[:2 * m], np.arange(2 * m) % m)  # sets up the label encoding; coef_ replaced below
+    clf = CDClassifier(
+        loss="squared_hinge",
+        penalty="l1/l2",
+        multiclass=True,
+        C=1.0 / n,
+        alpha=lam,
+        max_iter=lightning_iters,
+        tol=1e-12,
+        warm_start=True,
+        callback=callback,
+        n_calls=X.shape[1],
+        random_state=0,
+    )
+    clf.fit(X[: 2 * m], np.arange(2 * m) % m)  # sets up the label encoding; coef_ replaced below
     trace.clear()
     clf.coef_ = np.ascontiguousarray(W.T)
     clf.errors_ = np.ascontiguousarray((1.0 - S[np.arange(n), y][:, None] + S).T)  # A(W)_ir, eq. (4)
     clf.fit(X, y)
-    print(f"\n### parity, {name}, λ = {lam:g}: BCD(LS) after {max_iter} outer its: F = {f:.10g}, "
-          f"test acc. {acc:.4f}, {nz:.2f} % non-zero rows")
+    print(
+        f"\n### parity, {name}, λ = {lam:g}: BCD(LS) after {max_iter} outer its: F = {f:.10g}, "
+        f"test acc. {acc:.4f}, {nz:.2f} % non-zero rows"
+    )
     for k, (fl, al) in enumerate(trace, 1):
-        print(f"  lightning warm-started there, outer it {k}: F = {fl:.10g} (rel. change {(fl - f) / f:+.1e}), "
-              f"test acc. {al:.4f}")
+        print(
+            f"  lightning warm-started there, outer it {k}: F = {fl:.10g} (rel. change {(fl - f) / f:+.1e}), "
+            f"test acc. {al:.4f}"
+        )
 
 
 def _fit_w(X, y, m, lam, iters):
@@ -451,8 +572,11 @@ def _fit_w(X, y, m, lam, iters):
     from streamfit.store import InMemoryStore
 
     model = BCDSolver(BCDParams(lam=lam, max_iter=iters, tol=1e-12)).fit(
-        InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20), engine=Engine(mode="inprocess"),
-        log=MetricsLog(None), checkpointer=Checkpointer(None, config={}, store_fingerprint="x"))
+        InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20),
+        engine=Engine(mode="inprocess"),
+        log=MetricsLog(None),
+        checkpointer=Checkpointer(None, config={}, store_fingerprint="x"),
+    )
     coef = model.coef_
     return (coef.toarray() if sp.issparse(coef) else np.asarray(coef)).T
 
@@ -498,18 +622,25 @@ def ooc(work, copies, cap_mb, iters, group):
     store = open_store(big)
     decoded_mb = (store.manifest.nnz * 8 + store.n_rows * 12) / 2**20
     need_mb = (store.manifest.nnz * (12 + 8) + store.n_rows * store.n_classes * 8) / 2**20
-    print(f"\n## out of core: {store.n_rows} rows, nnz {store.manifest.nnz}, {store.n_chunks} chunks, "
-          f"decoded store (float32 CSR) {decoded_mb:.0f} MiB, scores S {store.n_rows * store.n_classes * 8 / 2**20:.0f} "
-          f"MiB; memory mode holds X (float32 CSR while loading + float64 CSC) and S: ≈ {need_mb:.0f} MiB; "
-          f"address-space cap {cap_mb} MiB; chunks mode group_size {group}; load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"\n## out of core: {store.n_rows} rows, nnz {store.manifest.nnz}, {store.n_chunks} chunks, "
+        f"decoded store (float32 CSR) {decoded_mb:.0f} MiB, scores S {store.n_rows * store.n_classes * 8 / 2**20:.0f} "
+        f"MiB; memory mode holds X (float32 CSR while loading + float64 CSC) and S: ≈ {need_mb:.0f} MiB; "
+        f"address-space cap {cap_mb} MiB; chunks mode group_size {group}; load average {os.getloadavg()[0]:.1f}"
+    )
     # the store's per-process cache of decoded chunks (default 1 GiB) is kept small here
     env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "STREAMFIT_CHUNK_CACHE_MB": "64"}
     per_it = {}
     for mode, cap in (("chunks", cap_mb), ("memory", cap_mb), ("memory", 0)):
         out = os.path.join(work, f"ooc_{mode}_{cap}")
         shutil.rmtree(out, ignore_errors=True)
-        proc = subprocess.run([sys.executable, "-c", OOC_CHILD, mode, big, out, str(cap), str(iters), str(group)],
-                              check=False, capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-c", OOC_CHILD, mode, big, out, str(cap), str(iters), str(group)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         if proc.returncode != 0:
             print(f"{mode}: FAILED under cap {cap} MiB: {proc.stderr.strip().splitlines()[-1:]}")
             continue
@@ -518,10 +649,12 @@ def ooc(work, copies, cap_mb, iters, group):
         its = np.diff([0.0] + [x["wall_time"] for x in recs])
         per_it[mode] = float(np.median(its[1:] if len(its) > 1 else its))
         objectives = ", ".join(f"{x['objective']:.6g}" for x in recs)
-        print(f"| {mode} | cap {cap or 'none'} MiB | peak RSS {r['max_rss_mb']:.0f} MiB | "
-              f"peak address space {r['vm_peak_mb']:.0f} MiB | {len(recs)} outer its | "
-              f"median {per_it[mode]:.2f} s / outer it (the first, with setup, excluded) | objective per outer it "
-              f"{objectives} |")
+        print(
+            f"| {mode} | cap {cap or 'none'} MiB | peak RSS {r['max_rss_mb']:.0f} MiB | "
+            f"peak address space {r['vm_peak_mb']:.0f} MiB | {len(recs)} outer its | "
+            f"median {per_it[mode]:.2f} s / outer it (the first, with setup, excluded) | objective per outer it "
+            f"{objectives} |"
+        )
     if len(per_it) == 2:
         print(f"time per outer iteration, chunks / memory: {per_it['chunks'] / per_it['memory']:.1f}x")
 
@@ -534,17 +667,30 @@ def main():
     ap.add_argument("--max-iter", type=int, default=200, help="outer iterations of the F* run")
     ap.add_argument("--time-cap", type=float, default=120.0, help="seconds per timed run")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--solvers", nargs="*", default=list(SOLVERS), choices=list(SOLVERS),
-                    help="comparators besides BCD(LS) and lightning")
+    ap.add_argument(
+        "--solvers",
+        nargs="*",
+        default=list(SOLVERS),
+        choices=list(SOLVERS),
+        help="comparators besides BCD(LS) and lightning",
+    )
     ap.add_argument("--ooc", action="store_true")
-    ap.add_argument("--parity", action="store_true", help="instead of the tables: lightning warm-started at our optimum (λ = 1e-3)")
-    ap.add_argument("--long", action="store_true",
-                    help="BCD(LS) then lightning, each for up to --time-cap s, traces to bench_bcd_long_*.json")
+    ap.add_argument(
+        "--parity", action="store_true", help="instead of the tables: lightning warm-started at our optimum (λ = 1e-3)"
+    )
+    ap.add_argument(
+        "--long",
+        action="store_true",
+        help="BCD(LS) then lightning, each for up to --time-cap s, traces to bench_bcd_long_*.json",
+    )
     ap.add_argument("--groups", nargs="+", type=int, help="only the chunks-mode group-size sweep (20 Newsgroups)")
     ap.add_argument("--groups-iters", type=int, default=3)
     ap.add_argument("--report", nargs="+", metavar="JSON", help="only print the tables of saved traces")
-    ap.add_argument("--merge", action="store_true", help="with --report: the files are one dataset and λ, "
-                    "reported and plotted as one run (F* = the best of all)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="with --report: the files are one dataset and λ, reported and plotted as one run (F* = the best of all)",
+    )
     ap.add_argument("--ooc-copies", type=int, default=48)
     ap.add_argument("--ooc-cap-mb", type=int, default=1024)
     ap.add_argument("--ooc-iters", type=int, default=3)

@@ -46,10 +46,38 @@ def loopback_cluster(n_workers: int = 2):
         port = s.getsockname()[1]
     address = f"tcp://127.0.0.1:{port}"
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                               "--port", str(port), "--no-dashboard"], **quiet)]
-    procs += [subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                "--no-dashboard", "--host", "127.0.0.1"], **quiet) for _ in range(n_workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-dashboard",
+            ],
+            **quiet,
+        )
+    ]
+    procs += [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_worker",
+                address,
+                "--nthreads",
+                "1",
+                "--no-dashboard",
+                "--host",
+                "127.0.0.1",
+            ],
+            **quiet,
+        )
+        for _ in range(n_workers)
+    ]
     try:
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(n_workers, timeout=60)
@@ -67,8 +95,11 @@ def train(store: Path, solver: str, out: Path, engine: list[str]) -> tuple[float
 
     params = [x for p in SOLVER_PARAMS.get(solver, []) for x in ("-p", p)]
     started = time.perf_counter()
-    subprocess.run(cli("train", store, "--solver", solver, *params, *engine, "--out", out, "--overwrite"),
-                   check=True, capture_output=True)
+    subprocess.run(
+        cli("train", store, "--solver", solver, *params, *engine, "--out", out, "--overwrite"),
+        check=True,
+        capture_output=True,
+    )
     wall = time.perf_counter() - started
     with open(out / "run.json") as f:
         return wall, json.load(f)["seconds"]
@@ -100,8 +131,21 @@ def main() -> None:
             if not source.exists():
                 raise SystemExit(f"{source}: not found; pass --data-dir (the folder of shared/data/README.md)")
         stores[name] = work / f"{name}.zarr"
-        subprocess.run(cli("ingest", source, "--format", "libsvm", "--no-hash", "--chunk-rows", args.chunk_rows,
-                           "--out", stores[name]), check=True, capture_output=True)
+        subprocess.run(
+            cli(
+                "ingest",
+                source,
+                "--format",
+                "libsvm",
+                "--no-hash",
+                "--chunk-rows",
+                args.chunk_rows,
+                "--out",
+                stores[name],
+            ),
+            check=True,
+            capture_output=True,
+        )
     rows = []
     with loopback_cluster() as address:
         for name, store in stores.items():
@@ -114,16 +158,24 @@ def main() -> None:
                 identical = same_model(work / f"{name}-{solver}-embedded", work / f"{name}-{solver}-cluster")
                 med = {k: np.median(np.asarray(v), axis=0) for k, v in times.items()}
                 rows.append((name, solver, identical, med["embedded"], med["cluster"], os.getloadavg()[0]))
-                print(f"{name} {solver}: identical {identical}, embedded {med['embedded']}, cluster {med['cluster']}",
-                      flush=True)
-    print(f"\n{args.repeats} interleaved runs each, medians; wall = the whole `streamfit train` process, "
-          "solver = run.json seconds")
-    print("| data | solver | identical | embedded wall (s) | cluster wall (s) | wall ratio cluster/embedded | "
-          "embedded solver (s) | cluster solver (s) | solver ratio | load avg |")
+                print(
+                    f"{name} {solver}: identical {identical}, embedded {med['embedded']}, cluster {med['cluster']}",
+                    flush=True,
+                )
+    print(
+        f"\n{args.repeats} interleaved runs each, medians; wall = the whole `streamfit train` process, "
+        "solver = run.json seconds"
+    )
+    print(
+        "| data | solver | identical | embedded wall (s) | cluster wall (s) | wall ratio cluster/embedded | "
+        "embedded solver (s) | cluster solver (s) | solver ratio | load avg |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, solver, identical, e, c, load in rows:
-        print(f"| {name} | {solver} | {identical} | {e[0]:.1f} | {c[0]:.1f} | {c[0] / e[0]:.2f} | {e[1]:.1f} | "
-              f"{c[1]:.1f} | {c[1] / e[1]:.2f} | {load:.2f} |")
+        print(
+            f"| {name} | {solver} | {identical} | {e[0]:.1f} | {c[0]:.1f} | {c[0] / e[0]:.2f} | {e[1]:.1f} | "
+            f"{c[1]:.1f} | {c[1] / e[1]:.2f} | {load:.2f} |"
+        )
     shutil.rmtree(work, ignore_errors=True)
     sys.exit(0 if all(r[2] for r in rows) else 1)
 

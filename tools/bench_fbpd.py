@@ -83,19 +83,47 @@ def load_news20():
     tar = f"{DATA}/20newsgroups/20news-bydate.tar.gz"
     common = ["--encoding", "latin-1", "--value", "log1p", "--idf", "--l2-normalize"]
     if not os.path.exists(train):
-        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-train", *common,
-                        "--n-features", str(2 ** 15), "--out", train], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "streamfit",
+                "ingest",
+                tar,
+                "--subset",
+                "20news-bydate-train",
+                *common,
+                "--n-features",
+                str(2**15),
+                "--out",
+                train,
+            ],
+            check=True,
+            capture_output=True,
+        )
     if not os.path.exists(test):
-        subprocess.run(["streamfit", "ingest", tar, "--subset", "20news-bydate-test", "--encoding", "latin-1",
-                        "--like", train, "--out", test], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "streamfit",
+                "ingest",
+                tar,
+                "--subset",
+                "20news-bydate-test",
+                "--encoding",
+                "latin-1",
+                "--like",
+                train,
+                "--out",
+                test,
+            ],
+            check=True,
+            capture_output=True,
+        )
     a, b = open_store(train).to_scipy(), open_store(test).to_scipy()
     return a[0].tocsr().astype(np.float64), np.asarray(a[1]), b[0].tocsr().astype(np.float64), np.asarray(b[1])
 
 
 def subset(y, per_class, seed):
     rng = np.random.default_rng(seed)
-    return np.sort(np.concatenate([rng.choice(np.flatnonzero(y == c), per_class, replace=False)
-                                   for c in np.unique(y)]))
+    return np.sort(np.concatenate([rng.choice(np.flatnonzero(y == c), per_class, replace=False) for c in np.unique(y)]))
 
 
 def lam_max(loss, X, y) -> float:
@@ -149,7 +177,7 @@ def lp_solution(X, y, lam):
     seconds = time.perf_counter() - t
     assert res.status == 0, res.message
     x = res.x
-    return seconds, (x[:nW] - x[nW:2 * nW]).reshape(M, K), x[2 * nW:2 * nW + K], res.fun
+    return seconds, (x[:nW] - x[nW : 2 * nW]).reshape(M, K), x[2 * nW : 2 * nW + K], res.fun
 
 
 def lp(X, y, lam):
@@ -166,8 +194,11 @@ def fbpd_trace(X, y, lam, restarts, max_iter):
     h = clf.history_
     # wall_time counts from the solver's start; the power iteration's share is added back
     offset = total - h[-1]["wall_time"]
-    return (np.array([r["wall_time"] for r in h]) + offset, np.array([r["objective"] for r in h]),
-            np.array([r["rel_change"] for r in h]))
+    return (
+        np.array([r["wall_time"] for r in h]) + offset,
+        np.array([r["objective"] for r in h]),
+        np.array([r["rel_change"] for r in h]),
+    )
 
 
 def first(mask) -> int | None:
@@ -198,8 +229,9 @@ def timing_table(data, per_class, lam, repeats, max_iter):
     fit("squared_hinge", X, y, lam, max_iter=2)
     runs = {
         "fbpd": lambda: FBPDClassifier(penalty="l1", lam=lam, tol=1e-5, max_iter=max_iter).fit(X, y),
-        "fbpd plain": lambda: FBPDClassifier(penalty="l1", lam=lam, tol=1e-5, max_iter=max_iter,
-                                             restarts=False).fit(X, y),
+        "fbpd plain": lambda: FBPDClassifier(penalty="l1", lam=lam, tol=1e-5, max_iter=max_iter, restarts=False).fit(
+            X, y
+        ),
         "highs": lambda: lp(X, y, lam)[1],
         "bcd": lambda: fit("squared_hinge", X, y, lam, tol=1e-5, max_iter=10_000),
     }
@@ -212,11 +244,15 @@ def timing_table(data, per_class, lam, repeats, max_iter):
     optimum = best["highs"][0]
     traces = {name: fbpd_trace(X, y, lam, name == "fbpd", max_iter) for name in ("fbpd", "fbpd plain")}
     _, highs_wall, highs_cpu = best["highs"]
-    print(f"\n## MNIST L/K={per_class} (n={len(y)}), lam={lam:g}, ℓ1: time to 1e-5 (best CPU of {repeats}, "
-          f"interleaved); load average {os.getloadavg()[0]:.2f}")
-    print(f"| method | passes to rel. change 1e-5 | wall s | CPU s | objective error there | passes until the "
-          f"objective stays within 1e-4 of HiGHS | within 1e-6 | wall / HiGHS | CPU / HiGHS |  (fbpd capped at "
-          f"{max_iter} passes)")
+    print(
+        f"\n## MNIST L/K={per_class} (n={len(y)}), lam={lam:g}, ℓ1: time to 1e-5 (best CPU of {repeats}, "
+        f"interleaved); load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"| method | passes to rel. change 1e-5 | wall s | CPU s | objective error there | passes until the "
+        f"objective stays within 1e-4 of HiGHS | within 1e-6 | wall / HiGHS | CPU / HiGHS |  (fbpd capped at "
+        f"{max_iter} passes)"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in ("fbpd", "fbpd plain"):
         clf, wall, cpu = best[name]
@@ -226,13 +262,20 @@ def timing_table(data, per_class, lam, repeats, max_iter):
         cells = ["—" if i is None else str(i + 1) for i in (stays(error < 1e-4), stays(error < 1e-6))]
         stop = f"{clf.n_iter_}" if reached else f"not in {max_iter}"
         at_stop = f"{abs(clf.objective(X, y) / optimum - 1):.1e}"
-        print(f"| {name} | {stop} | {wall:.2f} | {cpu:.2f} | {at_stop} | {cells[0]} | {cells[1]} | "
-              f"{wall / highs_wall:.2f} | {cpu / highs_cpu:.2f} |")
-    print(f"| HiGHS (LP, optimum {optimum:.6f}) | (to its optimum) | {highs_wall:.2f} | {highs_cpu:.2f} | 0 | | | 1.00 "
-          f"| 1.00 |")
+        print(
+            f"| {name} | {stop} | {wall:.2f} | {cpu:.2f} | {at_stop} | {cells[0]} | {cells[1]} | "
+            f"{wall / highs_wall:.2f} | {cpu / highs_cpu:.2f} |"
+        )
+    print(
+        f"| HiGHS (LP, optimum {optimum:.6f}) | (to its optimum) | {highs_wall:.2f} | {highs_cpu:.2f} | 0 | | | 1.00 "
+        f"| 1.00 |"
+    )
     bcd, wall, cpu = best["bcd"]
-    print(f"| bcd, squared hinge (its tol 1e-5) | {len(bcd.history_)} outer it. | {wall:.2f} | {cpu:.2f} | other loss "
-          f"| | | {wall / highs_wall:.2f} | {cpu / highs_cpu:.2f} |", flush=True)
+    print(
+        f"| bcd, squared hinge (its tol 1e-5) | {len(bcd.history_)} outer it. | {wall:.2f} | {cpu:.2f} | other loss "
+        f"| | | {wall / highs_wall:.2f} | {cpu / highs_cpu:.2f} |",
+        flush=True,
+    )
     return best
 
 
@@ -270,8 +313,11 @@ def pass_cost(data, per_class, lam, passes=2000):
     bound = _timed(products)[2]
     fused = "—" if regularized_chunk_step is None else f"{_timed(kernel)[2] * 1e6 / passes:.0f}"
     us = 1e6 / passes
-    print(f"| MNIST L/K={per_class} (n={n}, nnz={X.nnz}) | {fbpd * us:.0f} | {bound * us:.0f} | {fused} | "
-          f"{fbpd / bound:.1f} | {os.getloadavg()[0]:.2f} |", flush=True)
+    print(
+        f"| MNIST L/K={per_class} (n={n}, nnz={X.nnz}) | {fbpd * us:.0f} | {bound * us:.0f} | {fused} | "
+        f"{fbpd / bound:.1f} | {os.getloadavg()[0]:.2f} |",
+        flush=True,
+    )
 
 
 # -- part 2: accuracy -----------------------------------------------------------------------
@@ -309,12 +355,17 @@ def accuracy(name, data, per_class_list, grid, n_subsets, opts, subset_ids=None)
     relative gap ≤ opts.gap (cap opts.acc_iter), the squared hinge and logistic by bcd at
     tol opts.bcd_tol. The hinge summary uses the LP optimum; fbpd's error is its check."""
     Xtr, ytr, Xte, yte = data
-    print(f"\n## {name}: test error (%) vs lam, ℓ1 penalty, mean ± sd over {n_subsets} subsets; "
-          f"fbpd to gap ≤ {opts.gap:g} (cap {opts.acc_iter} passes), bcd tol {opts.bcd_tol:g} "
-          f"(cap {opts.bcd_iter}); load average {os.getloadavg()[0]:.2f}", flush=True)
-    print("| L/K | lam/lam_max | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
-          "fbpd passes (median) | fbpd gap/objective (max) | fbpd obj / LP obj − 1 (max) | "
-          "hinge nnz (LP) | bcd outer it. (max sq / log) |")
+    print(
+        f"\n## {name}: test error (%) vs lam, ℓ1 penalty, mean ± sd over {n_subsets} subsets; "
+        f"fbpd to gap ≤ {opts.gap:g} (cap {opts.acc_iter} passes), bcd tol {opts.bcd_tol:g} "
+        f"(cap {opts.bcd_iter}); load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
+    print(
+        "| L/K | lam/lam_max | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
+        "fbpd passes (median) | fbpd gap/objective (max) | fbpd obj / LP obj − 1 (max) | "
+        "hinge nnz (LP) | bcd outer it. (max sq / log) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     columns = ("lp", "fbpd", "squared_hinge", "logistic")
     errors = {}
@@ -341,25 +392,43 @@ def accuracy(name, data, per_class_list, grid, n_subsets, opts, subset_ids=None)
                 gaps.append(gap)
                 obj_err.append(objective / optimum - 1)
                 if gap > opts.gap:
-                    flags.append(f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: fbpd gap {gap:.1e} "
-                                 f"after {n_passes} passes (objective {objective / optimum - 1:+.1e} vs LP)")
+                    flags.append(
+                        f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: fbpd gap {gap:.1e} "
+                        f"after {n_passes} passes (objective {objective / optimum - 1:+.1e} vs LP)"
+                    )
                 for loss in LOSSES[1:]:
                     clf = fit(loss, X, y, rel * lam_max(loss, X, y), tol=opts.bcd_tol, max_iter=opts.bcd_iter)
                     table[loss][a, si] = 100 * np.mean(clf.predict(X_test) != yte)
                     bcd_its[loss].append(len(clf.history_))
                     if len(clf.history_) >= opts.bcd_iter:
-                        flags.append(f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: bcd {loss} "
-                                     f"hit its cap of {opts.bcd_iter} outer iterations")
+                        flags.append(
+                            f"{name} L/K={per_class} lam/lam_max={rel:g} subset {s}: bcd {loss} "
+                            f"hit its cap of {opts.bcd_iter} outer iterations"
+                        )
                 if opts.cells:  # one JSON line per (L/K, lam, subset): merge separate runs' subsets
                     with open(opts.cells, "a") as f:
-                        f.write(json.dumps({"data": name, "lk": per_class, "rel": rel, "subset": s,
-                                            **{col: float(table[col][a, si]) for col in columns},
-                                            "fbpd_passes": passes[-1], "fbpd_gap": gaps[-1],
-                                            "fbpd_obj_err": obj_err[-1]}) + "\n")
+                        f.write(
+                            json.dumps(
+                                {
+                                    "data": name,
+                                    "lk": per_class,
+                                    "rel": rel,
+                                    "subset": s,
+                                    **{col: float(table[col][a, si]) for col in columns},
+                                    "fbpd_passes": passes[-1],
+                                    "fbpd_gap": gaps[-1],
+                                    "fbpd_obj_err": obj_err[-1],
+                                }
+                            )
+                            + "\n"
+                        )
             row = " | ".join(f"{table[col][a].mean():.1f} ± {table[col][a].std():.1f}" for col in columns)
-            print(f"| {per_class} | {rel:g} | {row} | {int(np.median(passes))} | {max(gaps):.1e} | "
-                  f"{max(obj_err):.1e} | {int(np.median(nnz))} | {max(bcd_its['squared_hinge'])} / "
-                  f"{max(bcd_its['logistic'])} |", flush=True)
+            print(
+                f"| {per_class} | {rel:g} | {row} | {int(np.median(passes))} | {max(gaps):.1e} | "
+                f"{max(obj_err):.1e} | {int(np.median(nnz))} | {max(bcd_its['squared_hinge'])} / "
+                f"{max(bcd_its['logistic'])} |",
+                flush=True,
+            )
         for col in columns:
             errors[per_class, col] = table[col]
     print(f"\n{name}: cells not converged: " + ("none" if not flags else f"{len(flags)}"))
@@ -385,16 +454,21 @@ def summarize(name, per_class_list, grid, means):
             edge = " at the grid's edge" if a in (0, len(grid) - 1) else ""
             excess = mean[measured] - mean[a]
             summary[col] = (mean[a], float(excess.mean()), int((excess <= 1.0).sum()))
-            print(f"| {per_class} | {label} | {mean[a]:.1f} ({grid[a]:g}{edge}) | {summary[col][1]:.1f} | "
-                  f"{summary[col][2]}/{int(measured.sum())} |")
+            print(
+                f"| {per_class} | {label} | {mean[a]:.1f} ({grid[a]:g}{edge}) | {summary[col][1]:.1f} | "
+                f"{summary[col][2]}/{int(measured.sum())} |"
+            )
         others = columns[2:]
         wins["accuracy"] += summary["lp"][0] <= min(summary[k][0] for k in others)
         wins["robustness"] += summary["lp"][1] <= min(summary[k][1] for k in others)
         wins["count"] += summary["lp"][2] >= max(summary[k][2] for k in others)
     n = len(per_class_list)
-    print(f"\n{name}: the converged hinge (LP optimum) has the lowest best error in {wins['accuracy']}/{n} L/K "
-          f"settings, the lowest mean excess over the lam grid in {wins['robustness']}/{n}, and the most grid "
-          f"values within 1 point of its best in {wins['count']}/{n}.", flush=True)
+    print(
+        f"\n{name}: the converged hinge (LP optimum) has the lowest best error in {wins['accuracy']}/{n} L/K "
+        f"settings, the lowest mean excess over the lam grid in {wins['robustness']}/{n}, and the most grid "
+        f"values within 1 point of its best in {wins['count']}/{n}.",
+        flush=True,
+    )
 
 
 def summarize_cells(paths):
@@ -413,8 +487,10 @@ def summarize_cells(paths):
         lks = sorted({k[1] for k in cells if k[0] == name})
         grid = sorted({k[2] for k in cells if k[0] == name}, reverse=True)
         print(f"\n## {name} (from {', '.join(paths)}): test error (%) vs lam, mean ± sd over the subsets found")
-        print("| L/K | lam/lam_max | subsets | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
-              "fbpd gap/objective (max) |")
+        print(
+            "| L/K | lam/lam_max | subsets | hinge (LP optimum) | hinge (fbpd) | squared hinge (bcd) | logistic (bcd) | "
+            "fbpd gap/objective (max) |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         means = {}
         for lk in lks:
@@ -439,33 +515,44 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, default=3, help="training subsets per L/K (MNIST)")
     ap.add_argument("--news-subsets", type=int, default=2, help="training subsets per L/K (news20)")
-    ap.add_argument("--subset-ids", default=None,
-                    help="comma-separated subset seeds to run (instead of 0..n-1), e.g. one per process")
+    ap.add_argument(
+        "--subset-ids",
+        default=None,
+        help="comma-separated subset seeds to run (instead of 0..n-1), e.g. one per process",
+    )
     ap.add_argument("--cells", default=None, help="append one JSON line per accuracy cell to this file")
-    ap.add_argument("--summarize", default=None,
-                    help="comma-separated --cells files: print their merged accuracy tables and exit")
+    ap.add_argument(
+        "--summarize", default=None, help="comma-separated --cells files: print their merged accuracy tables and exit"
+    )
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timing-iter", type=int, default=20_000, help="fbpd passes in part 1 (tol = 0)")
     ap.add_argument("--acc-iter", type=int, default=32_000, help="fbpd pass cap in part 2")
     ap.add_argument("--gap", type=float, default=1e-3, help="part 2: fbpd runs to this gap/objective")
     ap.add_argument("--bcd-tol", type=float, default=1e-6, help="part 2: bcd's tol")
     ap.add_argument("--bcd-iter", type=int, default=5000, help="part 2: bcd's outer iteration cap")
-    ap.add_argument("--parts", default="timing,mnist,news20",
-                    help="comma-separated: passcost (CPU per pass vs two sparse products), timing, mnist, news20")
+    ap.add_argument(
+        "--parts",
+        default="timing,mnist,news20",
+        help="comma-separated: passcost (CPU per pass vs two sparse products), timing, mnist, news20",
+    )
     ap.add_argument("--mnist-lk", default="3,5,10")
     ap.add_argument("--timing-lk", default="3,10", help="MNIST L/K settings of part 1")
     ap.add_argument("--news-lk", default="5,10", help="news20 L/K settings (50 is slow: n = 1000 rows)")
     ap.add_argument("--grid", default="0.5,0.3,0.1,3e-2,1e-2,3e-3,1e-3,3e-4,1e-4,3e-5", help="lam/lam_max values")
-    ap.add_argument("--quick", action="store_true",
-                    help="part 1 on L/K=3 only, 5000 passes; part 2: MNIST L/K=3, news20 L/K=5, 4 lams, 2 subsets, "
-                         "fbpd cap 5000")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="part 1 on L/K=3 only, 5000 passes; part 2: MNIST L/K=3, news20 L/K=5, 4 lams, 2 subsets, fbpd cap 5000",
+    )
     args = ap.parse_args(argv)
     if args.summarize:
         summarize_cells(args.summarize.split(","))
         return 0
     started = time.perf_counter()
-    print(f"# bench_fbpd {' '.join(sys.argv[1:] if argv is None else argv)} "
-          f"(load average at start {os.getloadavg()[0]:.2f})")
+    print(
+        f"# bench_fbpd {' '.join(sys.argv[1:] if argv is None else argv)} "
+        f"(load average at start {os.getloadavg()[0]:.2f})"
+    )
     parts = set(args.parts.split(","))
     mnist_lk = [int(v) for v in args.mnist_lk.split(",")]
     news_lk = [int(v) for v in args.news_lk.split(",")]
@@ -478,8 +565,10 @@ def main(argv=None):
     mnist = load_mnist()
     if "passcost" in parts:
         print("\n## CPU µs per fbpd pass (ℓ1, lam = 1e-2, in memory) vs the two sparse products T x, Tᵀ y (scipy)")
-        print("| data | fbpd pass | lower bound: X @ W + Xᵀ @ A | fbpd's fused chunk kernel alone | fbpd / bound | "
-              "load average |")
+        print(
+            "| data | fbpd pass | lower bound: X @ W + Xᵀ @ A | fbpd's fused chunk kernel alone | fbpd / bound | "
+            "load average |"
+        )
         print("|---|---|---|---|---|---|")
         for per_class in [3, 10]:
             pass_cost(mnist, per_class, 1e-2)

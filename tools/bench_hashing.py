@@ -66,8 +66,12 @@ def make_hashers(n_features: int, n_max: int) -> tuple[FeatureHasher, HashingVec
     """Ours and scikit-learn's, set up to produce the same rows on ASCII text."""
     ours = FeatureHasher(HashingConfig(n_features=n_features, ngram_range=(1, n_max)))
     theirs = HashingVectorizer(
-        n_features=n_features, ngram_range=(1, n_max), alternate_sign=True, norm=None,
-        lowercase=True, token_pattern=r"(?u)\b\w\w+\b",
+        n_features=n_features,
+        ngram_range=(1, n_max),
+        alternate_sign=True,
+        norm=None,
+        lowercase=True,
+        token_pattern=r"(?u)\b\w\w+\b",
     )
     return ours, theirs
 
@@ -107,9 +111,13 @@ def main() -> None:
         name = "generated"
     n_bytes = sum(len(d.encode("utf-8")) for d in docs)
     n_ascii = sum(d.isascii() for d in docs)
-    print(f"corpus: {name}: {len(docs)} docs, {n_bytes / 1e6:.1f} MB (UTF-8), {n_ascii / len(docs):.1%} pure-ASCII docs")
-    print(f"n_features={args.n_features}, single core, best of {args.repeat}, after warm-up; "
-          f"NUMBA_NUM_THREADS={os.environ.get('NUMBA_NUM_THREADS', 'unset')}")
+    print(
+        f"corpus: {name}: {len(docs)} docs, {n_bytes / 1e6:.1f} MB (UTF-8), {n_ascii / len(docs):.1%} pure-ASCII docs"
+    )
+    print(
+        f"n_features={args.n_features}, single core, best of {args.repeat}, after warm-up; "
+        f"NUMBA_NUM_THREADS={os.environ.get('NUMBA_NUM_THREADS', 'unset')}"
+    )
     print()
     print(f"{'ngram':>7} {'impl':>10} {'seconds':>8} {'MB/s':>8} {'docs/s':>9} {'ratio':>6} {'identical rows':>15}")
     for n_max in range(1, args.ngram_max + 1):
@@ -117,8 +125,10 @@ def main() -> None:
         for impl, t in (("sklearn", t_theirs), ("streamfit", t_ours)):
             ratio = f"{t_theirs / t:.2f}x" if impl == "streamfit" else ""
             ident = f"{identical:.4f}" if impl == "streamfit" else ""
-            print(f"{f'(1, {n_max})':>7} {impl:>10} {t:8.3f} {n_bytes / 1e6 / t:8.1f} {len(docs) / t:9.0f} "
-                  f"{ratio:>6} {ident:>15}")
+            print(
+                f"{f'(1, {n_max})':>7} {impl:>10} {t:8.3f} {n_bytes / 1e6 / t:8.1f} {len(docs) / t:9.0f} "
+                f"{ratio:>6} {ident:>15}"
+            )
 
 
 if __name__ == "__main__":

@@ -128,8 +128,9 @@ class CorpusGenerator:
         c_prob = 1.0 / np.arange(1, len(consonants) + 1) ** 0.9
         vowels = np.frombuffer(b"eaoiuy", dtype=np.uint8)
         v_prob = np.array([0.3, 0.22, 0.2, 0.18, 0.07, 0.03])
-        chars = np.where(vowel, rng.choice(vowels, total, p=v_prob),
-                         rng.choice(consonants, total, p=c_prob / c_prob.sum()))
+        chars = np.where(
+            vowel, rng.choice(vowels, total, p=v_prob), rng.choice(consonants, total, p=c_prob / c_prob.sum())
+        )
         number = np.repeat(rng.random(n_words) < 0.03, lengths)
         chars = np.where(number, rng.integers(ord("0"), ord("9") + 1, total), chars).astype(np.uint8)
         capital = starts[rng.random(n_words) < 0.05]
@@ -148,12 +149,24 @@ class CorpusGenerator:
     def fill(self, out: np.ndarray, block: int) -> tuple[int, int]:
         """Write block number `block` (whole documents, as many as fit in out) into out; returns
         (bytes, documents). Blocks are independent: any thread may make any block."""
-        return _fill(out, self.seed * 1_000_003 + block, self.vocab, self.vstart, self.vlen, self.pieces, self.pstart,
-                     self.plen, self.n_seps, self.sep_of_percent, self.label_cdf)
+        return _fill(
+            out,
+            self.seed * 1_000_003 + block,
+            self.vocab,
+            self.vstart,
+            self.vlen,
+            self.pieces,
+            self.pstart,
+            self.plen,
+            self.n_seps,
+            self.sep_of_percent,
+            self.label_cdf,
+        )
 
 
-def generate_jsonl(path: Path, n_bytes: int, seed: int = 0, block_bytes: int = 32 << 20,
-                   threads: int = 1) -> tuple[int, int]:
+def generate_jsonl(
+    path: Path, n_bytes: int, seed: int = 0, block_bytes: int = 32 << 20, threads: int = 1
+) -> tuple[int, int]:
     """Stream the first blocks of CorpusGenerator(seed) to path until at least n_bytes are
     written, `threads` blocks in the making at a time; returns (documents, bytes)."""
     gen = CorpusGenerator(seed)
@@ -248,31 +261,53 @@ def bench_hashing(table: Table, work: Path, repeat: int, quick: bool) -> None:
     print(f"[1] hashing: {name}, {len(docs)} docs, {n_mb:.1f} MB, n_features 2**18, best of {repeat}", flush=True)
     t_ours, t_theirs, identical = compare(docs, N_FEATURES, 1, repeat)
     ratio = t_theirs / t_ours
-    table.add(f"hashing throughput, {name} ({len(docs)} docs, {n_mb:.0f} MB), 1 core",
-              f"{len(docs) / t_ours:,.0f} docs/s ({n_mb / t_ours:.0f} MB/s)",
-              f"HashingVectorizer {len(docs) / t_theirs:,.0f} docs/s ({n_mb / t_theirs:.0f} MB/s)",
-              f"{ratio:.2f}x", ">= 2x", yes(ratio >= 2))
+    table.add(
+        f"hashing throughput, {name} ({len(docs)} docs, {n_mb:.0f} MB), 1 core",
+        f"{len(docs) / t_ours:,.0f} docs/s ({n_mb / t_ours:.0f} MB/s)",
+        f"HashingVectorizer {len(docs) / t_theirs:,.0f} docs/s ({n_mb / t_theirs:.0f} MB/s)",
+        f"{ratio:.2f}x",
+        ">= 2x",
+        yes(ratio >= 2),
+    )
     table.add("rows identical to HashingVectorizer", f"{identical:.2%}", "", "", "(non-ASCII docs differ)", "")
 
     _, hv = make_hashers(N_FEATURES, 1)
     t_hv = best_time(hv.transform, subset, repeat)
     if DEFAULT_CORPUS.exists():
         t_tar = min(timed(read_corpus, DEFAULT_CORPUS, "20news-bydate-train/") for _ in range(repeat))
-        table.add(f"for scale: read the {len(subset)} train docs from the tar.gz (tarfile, one pass)", "",
-                  f"{t_tar:.2f} s", "", "", "")
+        table.add(
+            f"for scale: read the {len(subset)} train docs from the tar.gz (tarfile, one pass)",
+            "",
+            f"{t_tar:.2f} s",
+            "",
+            "",
+            "",
+        )
     out = work / "news.zarr"
-    walls = [run_measured(ingest_cmd(*source, "--out", out, "--overwrite"), work / "news.log")[1] for _ in range(repeat)]
-    options = IngestOptions([str(source[0])], str(out), hashing=HashingConfig(n_features=N_FEATURES),
-                            source_options=dict(zip(("subset", "encoding"), source[2::2])), overwrite=True,
-                            progress=False)
+    walls = [
+        run_measured(ingest_cmd(*source, "--out", out, "--overwrite"), work / "news.log")[1] for _ in range(repeat)
+    ]
+    options = IngestOptions(
+        [str(source[0])],
+        str(out),
+        hashing=HashingConfig(n_features=N_FEATURES),
+        source_options=dict(zip(("subset", "encoding"), source[2::2])),
+        overwrite=True,
+        progress=False,
+    )
     ingest(options)  # warm-up
     t_warm = min(timed(ingest, options) for _ in range(repeat))
     n = open_store(str(out)).n_rows
     assert n == len(subset), (n, len(subset))
     for label, t in (("new process", min(walls)), ("in process, warm", t_warm)):
-        table.add(f"`streamfit ingest` path (read tar.gz + hash + write Zarr), {n} docs, {label}",
-                  f"{n / t:,.0f} rec/s ({t:.2f} s)", f"HashingVectorizer alone {n / t_hv:,.0f} rec/s ({t_hv:.2f} s)",
-                  f"{t_hv / t:.2f}x", "(reported)", "")
+        table.add(
+            f"`streamfit ingest` path (read tar.gz + hash + write Zarr), {n} docs, {label}",
+            f"{n / t:,.0f} rec/s ({t:.2f} s)",
+            f"HashingVectorizer alone {n / t_hv:,.0f} rec/s ({t_hv:.2f} s)",
+            f"{t_hv / t:.2f}x",
+            "(reported)",
+            "",
+        )
 
 
 def timed(fn, *args) -> float:
@@ -296,32 +331,61 @@ def bench_rss(table: Table, work: Path, corpus_gb: float, cpus: set[int]) -> Non
     n_docs, size = generate_jsonl(corpus, n_bytes, threads=len(cpus))
     t_gen = time.perf_counter() - t0
     os.sched_setaffinity(0, pinned)
-    table.add(f"generate corpus ({size / GIB:.2f} GiB, {n_docs:,} docs, {len(cpus)} threads)",
-              f"{t_gen:.0f} s ({size / 1e6 / t_gen:.0f} MB/s)", "", "", "< ~180 s", yes(t_gen < 180))
+    table.add(
+        f"generate corpus ({size / GIB:.2f} GiB, {n_docs:,} docs, {len(cpus)} threads)",
+        f"{t_gen:.0f} s ({size / 1e6 / t_gen:.0f} MB/s)",
+        "",
+        "",
+        "< ~180 s",
+        yes(t_gen < 180),
+    )
     print(f"[2] streamfit ingest {corpus.name} (default chunk size)", flush=True)
     code, wall, peak, polled = run_measured(ingest_cmd(corpus, "--out", out), work / "corpus.log")
     if code:
         raise SystemExit(f"ingest failed ({code}): {(work / 'corpus.log').read_text()[-2000:]}")
     store = open_store(str(out))
     store_bytes = sum(f.stat().st_size for f in out.rglob("*") if f.is_file())
-    table.add(f"peak RSS, `streamfit ingest` of {size / GIB:.2f} GiB JSONL",
-              f"{peak / 2**20:,.0f} MiB (polled tree: {polled / 2**20:,.0f} MiB)", "goal 1024 MiB",
-              f"{peak / GIB:.2f}", "< 1 GiB", yes(peak < GIB))
-    table.add("store rows == generated documents", f"{store.n_rows:,}", f"{n_docs:,}", "", "equal",
-              yes(store.n_rows == n_docs))
-    table.add("ingest throughput (same run)", f"{size / 1e6 / wall:.1f} MB/s, {n_docs / wall:,.0f} rec/s ({wall:.0f} s)",
-              "", "", f"store {store_bytes / GIB:.2f} GiB, nnz {store.manifest.nnz:,}", "")
+    table.add(
+        f"peak RSS, `streamfit ingest` of {size / GIB:.2f} GiB JSONL",
+        f"{peak / 2**20:,.0f} MiB (polled tree: {polled / 2**20:,.0f} MiB)",
+        "goal 1024 MiB",
+        f"{peak / GIB:.2f}",
+        "< 1 GiB",
+        yes(peak < GIB),
+    )
+    table.add(
+        "store rows == generated documents",
+        f"{store.n_rows:,}",
+        f"{n_docs:,}",
+        "",
+        "equal",
+        yes(store.n_rows == n_docs),
+    )
+    table.add(
+        "ingest throughput (same run)",
+        f"{size / 1e6 / wall:.1f} MB/s, {n_docs / wall:,.0f} rec/s ({wall:.0f} s)",
+        "",
+        "",
+        f"store {store_bytes / GIB:.2f} GiB, nnz {store.manifest.nnz:,}",
+        "",
+    )
     shutil.rmtree(out)
     print("[2] streamfit ingest --idf --test-size 0.2 (two passes)", flush=True)
     train, test = work / "train.zarr", work / "test.zarr"
-    code, wall, peak, polled = run_measured(ingest_cmd(corpus, "--out", train, "--idf", "--test-size", "0.2",
-                                                       "--test-out", test), work / "corpus2.log")
+    code, wall, peak, polled = run_measured(
+        ingest_cmd(corpus, "--out", train, "--idf", "--test-size", "0.2", "--test-out", test), work / "corpus2.log"
+    )
     if code:
         raise SystemExit(f"ingest failed ({code}): {(work / 'corpus2.log').read_text()[-2000:]}")
     rows = open_store(str(train)).n_rows + open_store(str(test)).n_rows
-    table.add("peak RSS, same corpus, `--idf --test-size 0.2` (two passes)",
-              f"{peak / 2**20:,.0f} MiB (polled tree: {polled / 2**20:,.0f} MiB; {wall:.0f} s)", "goal 1024 MiB",
-              f"{peak / GIB:.2f}", "< 1 GiB, train + test rows == docs", yes(peak < GIB and rows == n_docs))
+    table.add(
+        "peak RSS, same corpus, `--idf --test-size 0.2` (two passes)",
+        f"{peak / 2**20:,.0f} MiB (polled tree: {polled / 2**20:,.0f} MiB; {wall:.0f} s)",
+        "goal 1024 MiB",
+        f"{peak / GIB:.2f}",
+        "< 1 GiB, train + test rows == docs",
+        yes(peak < GIB and rows == n_docs),
+    )
 
 
 def bench_libsvm(table: Table, work: Path, repeat: int) -> None:
@@ -343,12 +407,28 @@ def bench_libsvm(table: Table, work: Path, repeat: int) -> None:
     store = open_store(str(out))
     X, ids = store.to_scipy()
     X_ref, y_ref = load_svmlight_file(str(path))
-    equal = (X.shape == X_ref.shape and X.dtype == np.float32 and (X != X_ref.astype(np.float32)).nnz == 0
-             and np.array_equal(np.asarray(store.classes, dtype=float)[ids], y_ref))
-    table.add(f"LIBSVM --no-hash round trip, {path.name} ({X_ref.shape[0]} x {X_ref.shape[1]}, nnz {X_ref.nnz:,})",
-              "equal" if equal else "NOT equal", "load_svmlight_file", "", "equal (values as float32)", yes(equal))
-    table.add("LIBSVM load time (ours: parse + write store)", f"{t_ours:.2f} s", f"load_svmlight_file {t_sk:.2f} s",
-              f"{t_sk / t_ours:.2f}x", "(reported)", "")
+    equal = (
+        X.shape == X_ref.shape
+        and X.dtype == np.float32
+        and (X != X_ref.astype(np.float32)).nnz == 0
+        and np.array_equal(np.asarray(store.classes, dtype=float)[ids], y_ref)
+    )
+    table.add(
+        f"LIBSVM --no-hash round trip, {path.name} ({X_ref.shape[0]} x {X_ref.shape[1]}, nnz {X_ref.nnz:,})",
+        "equal" if equal else "NOT equal",
+        "load_svmlight_file",
+        "",
+        "equal (values as float32)",
+        yes(equal),
+    )
+    table.add(
+        "LIBSVM load time (ours: parse + write store)",
+        f"{t_ours:.2f} s",
+        f"load_svmlight_file {t_sk:.2f} s",
+        f"{t_sk / t_ours:.2f}x",
+        "(reported)",
+        "",
+    )
 
 
 def main() -> None:
@@ -364,8 +444,11 @@ def main() -> None:
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})  # one core, inherited by the subprocesses
     work = Path(tempfile.mkdtemp(prefix="bench_ingest-", dir=args.workdir))
-    print(f"work dir {work}; python {sys.version.split()[0]}, numpy {np.__version__}, 1 core "
-          f"(load average {os.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs)", flush=True)
+    print(
+        f"work dir {work}; python {sys.version.split()[0]}, numpy {np.__version__}, 1 core "
+        f"(load average {os.getloadavg()[0]:.1f} on {psutil.cpu_count()} CPUs)",
+        flush=True,
+    )
     table = Table()
     try:
         bench_hashing(table, work, args.repeat, args.quick)

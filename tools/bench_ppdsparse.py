@@ -116,10 +116,13 @@ def load_news(tmp, n_features):
     tar = f"{DATA}/20newsgroups/20news-bydate.tar.gz"
     common = ["--encoding", "latin-1", "--value", "log1p", "--n-features", str(n_features)]
     train, test = os.path.join(tmp, "news.zarr"), os.path.join(tmp, "news-test.zarr")
-    for args in (["--subset", "20news-bydate-train", *common, "--idf", "--l2-normalize", "--out", train],
-                 ["--subset", "20news-bydate-test", *common, "--like", train, "--out", test]):
-        subprocess.run([sys.executable, "-m", "streamfit.cli", "ingest", tar, *args], check=True,
-                       stdout=subprocess.DEVNULL)
+    for args in (
+        ["--subset", "20news-bydate-train", *common, "--idf", "--l2-normalize", "--out", train],
+        ["--subset", "20news-bydate-test", *common, "--like", train, "--out", test],
+    ):
+        subprocess.run(
+            [sys.executable, "-m", "streamfit.cli", "ingest", tar, *args], check=True, stdout=subprocess.DEVNULL
+        )
     tr, te = open_store(train), open_store(test)
     (Xtr, ytr), (Xte, yte) = tr.to_scipy(), te.to_scipy()
     return csr32(Xtr), ytr, csr32(Xte), yte, np.array(tr.classes)
@@ -128,8 +131,7 @@ def load_news(tmp, n_features):
 def load_multilabel(name):
     base = f"{DATA}/multilabel/{name}/{name}"
     Xtr, ytr = load_svmlight_file(f"{base}-train.libsvm.gz", multilabel=True, dtype=np.float64)
-    Xte, yte = load_svmlight_file(f"{base}-test.libsvm.gz", multilabel=True, n_features=Xtr.shape[1],
-                                  dtype=np.float64)
+    Xte, yte = load_svmlight_file(f"{base}-test.libsvm.gz", multilabel=True, n_features=Xtr.shape[1], dtype=np.float64)
     mlb = MultiLabelBinarizer(classes=sorted({int(c) for t in ytr + yte for c in t}), sparse_output=True)
     Ytr = mlb.fit_transform([[int(c) for c in t] for t in ytr]).tocsr().astype(np.float32)
     Yte = mlb.transform([[int(c) for c in t] for t in yte]).tocsr()
@@ -163,8 +165,9 @@ def fit_ours(Xtr, labels, K, lam, tau, engine=None, source=None, **extra):
     p = pp.PPDSparseParams(lam=lam, tau=tau, **extra)
     source = source or InMemoryStore(Xtr, labels, range(K), chunk_rows=4096)
     ckpt = Checkpointer(None, config=p.model_dump(), store_fingerprint="bench")
-    return pp.PPDSparseSolver(p).fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt,
-                                     log=MetricsLog(None))
+    return pp.PPDSparseSolver(p).fit(
+        source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None)
+    )
 
 
 def fit_peer(Xtr, labels, n, tau, multilabel):
@@ -193,10 +196,13 @@ def bench_dataset(name, Xtr, ytr, Xte, yte, K, repeats):
     multilabel = sp.issparse(ytr)
     n = Xtr.shape[0]
     lam, tau = scaled(name, n)
-    times, cpu, models = best_of(repeats, {
-        "ours": lambda: fit_ours(Xtr, ytr, K, lam, tau, **options(name)),
-        "liblinear": lambda: fit_peer(Xtr, ytr, n, tau, multilabel),
-    })
+    times, cpu, models = best_of(
+        repeats,
+        {
+            "ours": lambda: fit_ours(Xtr, ytr, K, lam, tau, **options(name)),
+            "liblinear": lambda: fit_peer(Xtr, ytr, n, tau, multilabel),
+        },
+    )
     ours, peer = models["ours"], models["liblinear"]
     t = time.perf_counter()
     ours.predict_topk(Xte, 5)  # cold: includes building the model's by-feature index (once per model)
@@ -211,11 +217,23 @@ def bench_dataset(name, Xtr, ytr, Xte, yte, K, repeats):
     peer_coef = np.vstack([e.coef_ for e in peer.estimators_]) if multilabel else peer.coef_
     dense_bytes = K * Xtr.shape[1] * 8
     return {
-        "set": name, "n": n, "d": Xtr.shape[1], "K": K,
-        "t_ours": times["ours"], "t_peer": times["liblinear"], "ratio": times["ours"] / times["liblinear"],
-        "c_ours": cpu["ours"], "c_peer": cpu["liblinear"], "load": os.getloadavg()[0],
-        "q_ours": q_ours, "q_peer": q_peer, "size_ours": ours.model_size, "size_dense": dense_bytes,
-        "nnz_peer": int(np.count_nonzero(peer_coef)), "pred_ours_ms": pred_ours * 1e3, "pred_cold_ms": pred_cold * 1e3,
+        "set": name,
+        "n": n,
+        "d": Xtr.shape[1],
+        "K": K,
+        "t_ours": times["ours"],
+        "t_peer": times["liblinear"],
+        "ratio": times["ours"] / times["liblinear"],
+        "c_ours": cpu["ours"],
+        "c_peer": cpu["liblinear"],
+        "load": os.getloadavg()[0],
+        "q_ours": q_ours,
+        "q_peer": q_peer,
+        "size_ours": ours.model_size,
+        "size_dense": dense_bytes,
+        "nnz_peer": int(np.count_nonzero(peer_coef)),
+        "pred_ours_ms": pred_ours * 1e3,
+        "pred_cold_ms": pred_cold * 1e3,
         "pred_peer_ms": pred_peer * 1e3,
         "not_converged": ours.info["not_converged"],
         "peer_solver": "dual CD" if n < Xtr.shape[1] else "primal Newton",  # LinearSVC's dual="auto" rule
@@ -228,24 +246,29 @@ def _percents(quality: dict) -> str:
 
 def print_main(rows):
     print("\n## Table 1: ppdsparse vs LinearSVC one-vs-rest (liblinear), same process, best of repeats")
-    print("| set | n × d, K | train ours (s) | train liblinear (s) | ratio | CPU ours / liblinear (s) | CPU ratio "
-          "| quality ours | quality liblinear | model ours | dense OvR model | size ratio | predict ours (ms/sample; "
-          "first call) | predict liblinear | peer | load |")
+    print(
+        "| set | n × d, K | train ours (s) | train liblinear (s) | ratio | CPU ours / liblinear (s) | CPU ratio "
+        "| quality ours | quality liblinear | model ours | dense OvR model | size ratio | predict ours (ms/sample; "
+        "first call) | predict liblinear | peer | load |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['set']} | {r['n']} × {r['d']}, {r['K']} | {r['t_ours']:.2f} | {r['t_peer']:.2f} | "
-              f"{r['ratio']:.2f} | {r['c_ours']:.2f} / {r['c_peer']:.2f} | {r['c_ours'] / r['c_peer']:.2f} | "
-              f"{_percents(r['q_ours'])} | {_percents(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
-              f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
-              f"{r['pred_ours_ms']:.4f} ({r['pred_cold_ms']:.4f}) | {r['pred_peer_ms']:.4f} | {r['peer_solver']} | "
-              f"{r['load']:.1f} |")
+        print(
+            f"| {r['set']} | {r['n']} × {r['d']}, {r['K']} | {r['t_ours']:.2f} | {r['t_peer']:.2f} | "
+            f"{r['ratio']:.2f} | {r['c_ours']:.2f} / {r['c_peer']:.2f} | {r['c_ours'] / r['c_peer']:.2f} | "
+            f"{_percents(r['q_ours'])} | {_percents(r['q_peer'])} | {r['size_ours'] / 2**20:.2f} MiB | "
+            f"{r['size_dense'] / 2**20:.1f} MiB | {r['size_dense'] / r['size_ours']:.1f}× | "
+            f"{r['pred_ours_ms']:.4f} ({r['pred_cold_ms']:.4f}) | {r['pred_peer_ms']:.4f} | {r['peer_solver']} | "
+            f"{r['load']:.1f} |"
+        )
 
 
 # -- choosing lam and tau on a validation split ---------------------------------------------------
 
 
-def tune(name, Xtr, ytr, K, taus, lams, losses=("squared_hinge",), tols=(None,), folds=1, slack=0.002, seed=0,
-         size_goal=None):
+def tune(
+    name, Xtr, ytr, K, taus, lams, losses=("squared_hinge",), tols=(None,), folds=1, slack=0.002, seed=0, size_goal=None
+):
     """Grid over loss, paper-scale (τ, λ) (lam = λ/n, tau = τ/n as in (9)) and tol on validation
     splits of the training rows only: folds=1, one random 80/20 split; folds=F ≥ 2, F-fold cross
     validation (mean over folds, less noisy). Quality = accuracy or P@1 on the held-out rows.
@@ -256,13 +279,15 @@ def tune(name, Xtr, ytr, K, taus, lams, losses=("squared_hinge",), tols=(None,),
     n, d = Xtr.shape
     perm = np.random.default_rng(seed).permutation(n)
     if folds == 1:
-        splits = [(np.sort(perm[: int(0.8 * n)]), np.sort(perm[int(0.8 * n):]))]
+        splits = [(np.sort(perm[: int(0.8 * n)]), np.sort(perm[int(0.8 * n) :]))]
     else:
         parts = np.array_split(perm, folds)
-        splits = [(np.sort(np.concatenate(parts[:f] + parts[f + 1:])), np.sort(parts[f])) for f in range(folds)]
+        splits = [(np.sort(np.concatenate(parts[:f] + parts[f + 1 :])), np.sort(parts[f])) for f in range(folds)]
     n_tr = len(splits[0][0])
-    print(f"\n## Tuning {name}: {'80/20 split' if folds == 1 else f'{folds}-fold CV'} of the training rows "
-          f"({n_tr} / {len(splits[0][1])}), paper-scale τ, λ; size ratio of the model fit on all training rows")
+    print(
+        f"\n## Tuning {name}: {'80/20 split' if folds == 1 else f'{folds}-fold CV'} of the training rows "
+        f"({n_tr} / {len(splits[0][1])}), paper-scale τ, λ; size ratio of the model fit on all training rows"
+    )
     print("| loss | τ | λ | tol | tau | lam | valid quality | nnz(W) | size ratio | train s | load |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     results = []
@@ -281,8 +306,11 @@ def tune(name, Xtr, ytr, K, taus, lams, losses=("squared_hinge",), tols=(None,),
                     full = fit_ours(Xtr, ytr, K, lam_p / n, t / n, loss=loss, **extra)
                     q, nnz, ratio = float(np.mean(qs)), full.coef_.nnz, K * d * 8 / full.model_size
                     results.append((q, nnz, ratio, t, lam_p, loss, tol))
-                    print(f"| {loss} | {t} | {lam_p} | {tol or 'default'} | {tau:.3g} | {lam:.3g} | {100 * q:.2f} | {nnz} "
-                          f"| {ratio:.1f}× | {el:.1f} | {os.getloadavg()[0]:.1f} |", flush=True)
+                    print(
+                        f"| {loss} | {t} | {lam_p} | {tol or 'default'} | {tau:.3g} | {lam:.3g} | {100 * q:.2f} | {nnz} "
+                        f"| {ratio:.1f}× | {el:.1f} | {os.getloadavg()[0]:.1f} |",
+                        flush=True,
+                    )
     best = max(r[0] for r in results)
     small = [r for r in results if size_goal is not None and r[2] >= size_goal]
     if small:
@@ -290,10 +318,14 @@ def tune(name, Xtr, ytr, K, taus, lams, losses=("squared_hinge",), tols=(None,),
         q, nnz, ratio, t, lam_p, loss, tol = max(small, key=lambda r: (r[0], -r[1]))
     else:
         rule = f"the sparsest within {100 * slack:.1f} points of the best"
-        q, nnz, ratio, t, lam_p, loss, tol = min((r for r in results if r[0] >= best - slack), key=lambda r: (r[1], -r[0]))
-    print(f"chosen for {name} ({rule}): {loss}, τ = {t}, λ = {lam_p}, tol {tol or 'default'} (valid {100 * q:.2f}, "
-          f"best {100 * best:.2f}, nnz {nnz}, size ratio {ratio:.1f}×); on the full training set lam = {lam_p / n:.3g}, "
-          f"tau = {t / n:.3g}")
+        q, nnz, ratio, t, lam_p, loss, tol = min(
+            (r for r in results if r[0] >= best - slack), key=lambda r: (r[1], -r[0])
+        )
+    print(
+        f"chosen for {name} ({rule}): {loss}, τ = {t}, λ = {lam_p}, tol {tol or 'default'} (valid {100 * q:.2f}, "
+        f"best {100 * best:.2f}, nnz {nnz}, size ratio {ratio:.1f}×); on the full training set lam = {lam_p / n:.3g}, "
+        f"tau = {t / n:.3g}"
+    )
     return lam_p / n, t / n
 
 
@@ -315,9 +347,24 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, peer_sample=30, seed=0, 
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
 
     def solve(k):
-        return solve_class(data, work, int(k), loss, n * lam, n * tau, p.kappa, p.kappa_growth, p.tol, p.max_iter,
-                           p.max_inner, p.shrink, 0.0 if p.delta is None else p.delta, p.x_threshold, 0,
-                           p.primal_ratio)
+        return solve_class(
+            data,
+            work,
+            int(k),
+            loss,
+            n * lam,
+            n * tau,
+            p.kappa,
+            p.kappa_growth,
+            p.tol,
+            p.max_iter,
+            p.max_inner,
+            p.shrink,
+            0.0 if p.delta is None else p.delta,
+            p.x_threshold,
+            0,
+            p.primal_ratio,
+        )
 
     solve(ks[0])  # compile / warm up
     seconds, active = np.empty(len(ks)), 0
@@ -331,7 +378,7 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, peer_sample=30, seed=0, 
     peer = 0.0
     for t in on_peer:
         y = np.full(n, -1)
-        y[data.pos_rows[data.pos_ptr[ks[t]]:data.pos_ptr[ks[t] + 1]]] = 1
+        y[data.pos_rows[data.pos_ptr[ks[t]] : data.pos_ptr[ks[t] + 1]]] = 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             start = time.perf_counter()
@@ -342,19 +389,25 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, peer_sample=30, seed=0, 
 
 
 def scaling_header(second):
-    return (f"| K | {second} | mean positives n_p | mean final |A| | ms per class | on the peer's classes: "
-            "ours / liblinear ms (ratio) |\n|---|---|---|---|---|---|")
+    return (
+        f"| K | {second} | mean positives n_p | mean final |A| | ms per class | on the peer's classes: "
+        "ours / liblinear ms (ratio) |\n|---|---|---|---|---|---|"
+    )
 
 
 def scaling_row(K, second, result):
     per, ours_p, peer_p, npos, act, _ = result
-    return (f"| {K} | {second} | {npos:.1f} | {act:.0f} | {per * 1e3:.2f} | {ours_p * 1e3:.2f} / "
-            f"{peer_p * 1e3:.2f} ({ours_p / peer_p:.2f}) |")
+    return (
+        f"| {K} | {second} | {npos:.1f} | {act:.0f} | {per * 1e3:.2f} | {ours_p * 1e3:.2f} / "
+        f"{peer_p * 1e3:.2f} ({ours_p / peer_p:.2f}) |"
+    )
 
 
 def bench_scaling(delicious):
-    print("\n## Table 2a: time per class vs K, synthetic (tools/make_extreme.py: N=20000, D=50000, k_p≈3, Zipf a=1);"
-          " liblinear on up to 30 of the timed classes that have a positive")
+    print(
+        "\n## Table 2a: time per class vs K, synthetic (tools/make_extreme.py: N=20000, D=50000, k_p≈3, Zipf a=1);"
+        " liblinear on up to 30 of the timed classes that have a positive"
+    )
     print(scaling_header("classes timed"))
     for K in (10, 100, 1000, 10_000, 100_000):
         X, Y = make_extreme(20_000, 50_000, K, seed=1)
@@ -388,10 +441,16 @@ def bench_workers(sector, tmp, repeats):
     print("| engine | seconds | speed-up | load |")
     print("|---|---|---|---|")
     base = np.inf  # the 1-thread (1-worker) time of the same engine kind
-    for label, engine, threads in [("in-process, 1 thread", None, 1), ("in-process, 2 threads", None, 2),
-                                   ("1 worker × 1 thread", 1, 1), ("2 workers × 1 thread", 2, 1)]:
+    for label, engine, threads in [
+        ("in-process, 1 thread", None, 1),
+        ("in-process, 2 threads", None, 2),
+        ("1 worker × 1 thread", 1, 1),
+        ("2 workers × 1 thread", 2, 1),
+    ]:
         with Engine(mode="local", n_workers=engine, threads_per_worker=1) if engine else Engine(mode="inprocess") as e:
-            fit_ours(None, None, K, lam, tau, engine=e, source=store, threads=threads, **options("sector"))  # warm-up: JIT, data
+            fit_ours(
+                None, None, K, lam, tau, engine=e, source=store, threads=threads, **options("sector")
+            )  # warm-up: JIT, data
             best = np.inf
             for _ in range(repeats):
                 t = time.perf_counter()
@@ -406,19 +465,42 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--sets", default="sector,20news,bibtex,delicious")
-    ap.add_argument("--news-features", type=int, default=NEWS_FEATURES, help="20news hashed width (ingest --n-features)")
+    ap.add_argument(
+        "--news-features", type=int, default=NEWS_FEATURES, help="20news hashed width (ingest --n-features)"
+    )
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--skip-workers", action="store_true")
-    ap.add_argument("--tune", metavar="TAUS/LAMBDAS[/LOSSES]", help="only run tune() on --sets over this "
-                    "paper-scale grid, e.g. 0.1,0.3,1/0.01,0.1,1/hinge,squared_hinge (default loss: squared_hinge)")
-    ap.add_argument("--params", action="append", default=[], metavar="SET:KEY=V,KEY=V",
-                    help="override PARAMS[SET], e.g. delicious:lam=3 (repeatable)")
+    ap.add_argument(
+        "--tune",
+        metavar="TAUS/LAMBDAS[/LOSSES]",
+        help="only run tune() on --sets over this "
+        "paper-scale grid, e.g. 0.1,0.3,1/0.01,0.1,1/hinge,squared_hinge (default loss: squared_hinge)",
+    )
+    ap.add_argument(
+        "--params",
+        action="append",
+        default=[],
+        metavar="SET:KEY=V,KEY=V",
+        help="override PARAMS[SET], e.g. delicious:lam=3 (repeatable)",
+    )
     ap.add_argument("--tune-tols", default="", help="with --tune: also a grid over tol, e.g. 0.1,0.01")
-    ap.add_argument("--folds", type=int, default=1, help="with --tune: 1 = one 80/20 split, F = F-fold cross validation")
-    ap.add_argument("--slack", type=float, default=0.002, help="with --tune: the sparsest setting within this of the "
-                    "best validation quality is chosen (when no setting meets --size-goal)")
-    ap.add_argument("--size-goal", type=float, default=None, help="with --tune: the most accurate setting whose model "
-                    "is at least this many times smaller than the dense one-vs-rest model is chosen")
+    ap.add_argument(
+        "--folds", type=int, default=1, help="with --tune: 1 = one 80/20 split, F = F-fold cross validation"
+    )
+    ap.add_argument(
+        "--slack",
+        type=float,
+        default=0.002,
+        help="with --tune: the sparsest setting within this of the "
+        "best validation quality is chosen (when no setting meets --size-goal)",
+    )
+    ap.add_argument(
+        "--size-goal",
+        type=float,
+        default=None,
+        help="with --tune: the most accurate setting whose model "
+        "is at least this many times smaller than the dense one-vs-rest model is chosen",
+    )
     a = ap.parse_args()
     for spec in a.params:
         name, _, items = spec.partition(":")
@@ -428,15 +510,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         sets = [name for name in a.sets.split(",") if name]  # --sets "": only the scaling and workers tables
         loaded = {}
-        loaded["sector"] = load_multiclass_libsvm(f"{DATA}/libsvm/sector/sector.scale.bz2",
-                                                  f"{DATA}/libsvm/sector/sector.t.scale.bz2")
+        loaded["sector"] = load_multiclass_libsvm(
+            f"{DATA}/libsvm/sector/sector.scale.bz2", f"{DATA}/libsvm/sector/sector.t.scale.bz2"
+        )
         if "20news" in sets:
             loaded["20news"] = load_news(tmp, a.news_features)
         for name in ("bibtex", "delicious"):
             if name in sets or (name == "delicious" and not a.skip_scaling):
                 loaded[name] = load_multilabel(name)
-        fit_ours(loaded["sector"][0][:200], loaded["sector"][1][:200], int(loaded["sector"][1].max()) + 1,
-                 1e-5, 1e-4).predict_topk(loaded["sector"][2][:10], 5)  # JIT warm-up outside the timings
+        fit_ours(
+            loaded["sector"][0][:200], loaded["sector"][1][:200], int(loaded["sector"][1].max()) + 1, 1e-5, 1e-4
+        ).predict_topk(loaded["sector"][2][:10], 5)  # JIT warm-up outside the timings
         if a.tune:
             parts = a.tune.split("/")
             taus, lams = ([float(v) for v in part.split(",")] for part in parts[:2])

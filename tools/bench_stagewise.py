@@ -155,12 +155,24 @@ def load_average() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def stagewise(args, variant: str, dims: int, extra: dict, bandwidth: float, name: str,
-              rff: str | None = None, seed: int = 0) -> StagewiseLSClassifier:
+def stagewise(
+    args, variant: str, dims: int, extra: dict, bandwidth: float, name: str, rff: str | None = None, seed: int = 0
+) -> StagewiseLSClassifier:
     sampling, phases = (rff or args.rff[name]).split("/")
-    params = dict(generator="rff", n_components=dims, block_size=args.block_size, n_passes=args.passes,
-                  max_iter=args.logistic_iters, gram_dtype=args.gram_dtype, bandwidth=bandwidth,
-                  rff_sampling=sampling, rff_phases=phases, random_state=seed, lam=args.lam, **extra)
+    params = dict(
+        generator="rff",
+        n_components=dims,
+        block_size=args.block_size,
+        n_passes=args.passes,
+        max_iter=args.logistic_iters,
+        gram_dtype=args.gram_dtype,
+        bandwidth=bandwidth,
+        rff_sampling=sampling,
+        rff_phases=phases,
+        random_state=seed,
+        lam=args.lam,
+        **extra,
+    )
     return StagewiseLSClassifier(**{**params, **VARIANTS[variant]})
 
 
@@ -188,12 +200,25 @@ def tune_bandwidth(args, name, Xtr, ytr, extra) -> float:
     errors = {}
     for kind in kinds:
         for bw in bandwidths:
-            errors[kind, bw] = np.mean([100 * (1 - stagewise(args, "linear", args.dims[0], extra, bw, name, kind)
-                                               .fit(Xtr[a], ytr[a]).score(Xtr[v], ytr[v])) for a, v in folds])
+            errors[kind, bw] = np.mean(
+                [
+                    100
+                    * (
+                        1
+                        - stagewise(args, "linear", args.dims[0], extra, bw, name, kind)
+                        .fit(Xtr[a], ytr[a])
+                        .score(Xtr[v], ytr[v])
+                    )
+                    for a, v in folds
+                ]
+            )
     best = min(errors, key=errors.get)
     for kind in kinds:
-        print(f"bandwidth ({name}, {kind}, linear @{args.dims[0]}, {split} of the training rows): "
-              + ", ".join(f"{bw}: {errors[kind, bw]:.2f}%" for bw in bandwidths), flush=True)
+        print(
+            f"bandwidth ({name}, {kind}, linear @{args.dims[0]}, {split} of the training rows): "
+            + ", ".join(f"{bw}: {errors[kind, bw]:.2f}%" for bw in bandwidths),
+            flush=True,
+        )
     print(f"  -> {best[0]}, bandwidth {best[1]} ({time.perf_counter() - t:.1f} s, not counted below)", flush=True)
     args.rff[name] = best[0]
     return best[1]
@@ -221,9 +246,12 @@ def choose_c(args, peer: str, name: str, dims: int, Ftr, ytr) -> float:
 
     wall, cpu = timed_cpu(select)
     best = min(args.peer_c, key=errors.get)  # args.peer_c is ascending: ties keep the smaller C
-    print(f"C ({name}, {peer} @{dims}, 80/20 split of the training rows): "
-          + ", ".join(f"{c:g}: {e:.2f}%" for c, e in errors.items())
-          + f" -> C={best:g} ({wall:.1f} s wall, {cpu:.1f} s CPU, not counted)", flush=True)
+    print(
+        f"C ({name}, {peer} @{dims}, 80/20 split of the training rows): "
+        + ", ".join(f"{c:g}: {e:.2f}%" for c, e in errors.items())
+        + f" -> C={best:g} ({wall:.1f} s wall, {cpu:.1f} s CPU, not counted)",
+        flush=True,
+    )
     return best
 
 
@@ -263,8 +291,7 @@ def fastest_at_error(rows, err):
 def mean_rows(runs: list[list]) -> list:
     """The rows of several `compare` runs (one per seed) averaged per (dims, method): mean test
     error, wall and CPU seconds."""
-    return [(d, m, *np.mean([r[2:] for rows in runs for r in rows if r[:2] == (d, m)], axis=0))
-            for d, m, *_ in runs[0]]
+    return [(d, m, *np.mean([r[2:] for rows in runs for r in rows if r[:2] == (d, m)], axis=0)) for d, m, *_ in runs[0]]
 
 
 def speedups(name, rows) -> float | None:
@@ -273,15 +300,20 @@ def speedups(name, rows) -> float | None:
     theirs = [r for r in rows if not r[1].startswith("stagewise")]
     if not theirs:
         return None
-    print(f"\nspeed-up at equal error ({name}): peer CPU time / CPU time of the fastest stagewise run with "
-          f"error <= the peer's (wall-time ratio in brackets)")
+    print(
+        f"\nspeed-up at equal error ({name}): peer CPU time / CPU time of the fastest stagewise run with "
+        f"error <= the peer's (wall-time ratio in brackets)"
+    )
     ratios = []
     for d, method, err, wall, cpu in theirs:
         best = fastest_at_error(rows, err)
         if best:
             ratios.append(cpu / best[4])
-            print(f"  {method}@{d}: {err:.2f}% in {cpu:.2f}s vs {best[1]}@{best[0]}: {best[2]:.2f}% in "
-                  f"{best[4]:.2f}s -> {cpu / best[4]:.1f}x ({wall / best[3]:.1f}x)", flush=True)
+            print(
+                f"  {method}@{d}: {err:.2f}% in {cpu:.2f}s vs {best[1]}@{best[0]}: {best[2]:.2f}% in "
+                f"{best[4]:.2f}s -> {cpu / best[4]:.1f}x ({wall / best[3]:.1f}x)",
+                flush=True,
+            )
         else:
             ratios.append(0.0)
             print(f"  {method}@{d}: {err:.2f}% in {cpu:.2f}s; no stagewise run this accurate", flush=True)
@@ -299,8 +331,10 @@ def at_our_best(rows) -> None:
     ours = [r for r in rows if r[1].startswith("stagewise")]
     best_err = min(r[2] for r in ours)
     mine = fastest_at_error(rows, best_err)
-    print(f"  at our lowest error instead ({mine[1]}@{mine[0]}: {best_err:.2f}% in {mine[4]:.2f}s), each peer's "
-          f"fastest run with at most that error:")
+    print(
+        f"  at our lowest error instead ({mine[1]}@{mine[0]}: {best_err:.2f}% in {mine[4]:.2f}s), each peer's "
+        f"fastest run with at most that error:"
+    )
     for method in dict.fromkeys(r[1] for r in rows if not r[1].startswith("stagewise")):
         match = [r for r in rows if r[1] == method and r[2] <= best_err + 1e-9]
         if match:
@@ -326,10 +360,12 @@ def scaling(args) -> None:
         speedups(f"{name} n={Xs.shape[0]}", rows)
         for peer in (r for r in rows if not r[1].startswith("stagewise")):
             summary.append((Xs.shape[0], peer, fastest_at_error(rows, peer[2])))
-    print(f"\n## n-scaling ({name}): each peer vs our fastest run at equal or lower error (CPU s); the "
-          f"smallest ratio per size is the one against the best peer\n"
-          f"| training rows | peer: error % (CPU s) | ours: variant@dims error % (CPU s) | speed-up |\n"
-          f"|---|---|---|---|")
+    print(
+        f"\n## n-scaling ({name}): each peer vs our fastest run at equal or lower error (CPU s); the "
+        f"smallest ratio per size is the one against the best peer\n"
+        f"| training rows | peer: error % (CPU s) | ours: variant@dims error % (CPU s) | speed-up |\n"
+        f"|---|---|---|---|"
+    )
     for size, peer, ours in summary:
         cell = f"{ours[1]}@{ours[0]} {ours[2]:.2f} ({ours[4]:.2f})" if ours else "none as accurate"
         ratio = f"{peer[4] / ours[4]:.1f}x" if ours else "-"
@@ -352,11 +388,40 @@ def news20(args) -> None:
     common = ["--encoding", "latin-1", "--overwrite"]
     if not (work / "test.zarr").exists():
         cli = [sys.executable, "-m", "streamfit.cli", "-q"]
-        subprocess.run([*cli, "ingest", str(tar), "--subset", "20news-bydate-train", "--n-features", "262144",
-                        "--value", "log1p", "--idf", "--l2-normalize", "--out", str(work / "train.zarr"), *common],
-                       check=True)
-        subprocess.run([*cli, "ingest", str(tar), "--subset", "20news-bydate-test", "--like",
-                        str(work / "train.zarr"), "--out", str(work / "test.zarr"), *common], check=True)
+        subprocess.run(
+            [
+                *cli,
+                "ingest",
+                str(tar),
+                "--subset",
+                "20news-bydate-train",
+                "--n-features",
+                "262144",
+                "--value",
+                "log1p",
+                "--idf",
+                "--l2-normalize",
+                "--out",
+                str(work / "train.zarr"),
+                *common,
+            ],
+            check=True,
+        )
+        subprocess.run(
+            [
+                *cli,
+                "ingest",
+                str(tar),
+                "--subset",
+                "20news-bydate-test",
+                "--like",
+                str(work / "train.zarr"),
+                "--out",
+                str(work / "test.zarr"),
+                *common,
+            ],
+            check=True,
+        )
     tr, te = open_store(str(work / "train.zarr")), open_store(str(work / "test.zarr"))
 
     def load(store):
@@ -364,14 +429,24 @@ def news20(args) -> None:
         return sp.vstack([c.X for c in chunks]).tocsr(), np.concatenate([c.labels for c in chunks])
 
     (Xtr, ytr), (Xte, yte) = load(tr), load(te)
-    print(f"\n## news20 (bydate): {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} hashed features, "
-          f"{len(tr.classes)} classes\n| method | test error % | fit s |\n|---|---|---|", flush=True)
+    print(
+        f"\n## news20 (bydate): {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} hashed features, "
+        f"{len(tr.classes)} classes\n| method | test error % | fit s |\n|---|---|---|",
+        flush=True,
+    )
     rows = []
     for block, passes in args.news20_blocks:
         params = dict(generator="gradient", block_size=block, n_passes=passes, lam=args.news20_lam)
         t = time.perf_counter()
-        model = train(str(work / "train.zarr"), "stagewise", str(work / f"run-{block}-{passes}"), params,
-                      n_workers=0, overwrite=True, progress=False)
+        model = train(
+            str(work / "train.zarr"),
+            "stagewise",
+            str(work / f"run-{block}-{passes}"),
+            params,
+            n_workers=0,
+            overwrite=True,
+            progress=False,
+        )
         secs = time.perf_counter() - t
         err = 100 * np.mean(model.predict(Xte) != np.asarray(tr.classes)[yte])
         rows.append((f"stagewise blocks {block} × {passes} passes", err, secs))
@@ -385,9 +460,14 @@ def news20(args) -> None:
 
 
 PROFILED = {  # solver function -> the part of a fit it is counted in
-    "_block_stats": "AᵀA (+ panel loop)", "_product": "AᵀR and AW products", "rff_features": "feature generation",
-    "link_residual": "residual and loss (13)", "_apply_rows": "AᵀR and AW products", "_solver_for": "Cholesky and solves",
-    "_n_correct": "accuracy", "_setup": "setup (scan, sample, PCA, median, auto check)",
+    "_block_stats": "AᵀA (+ panel loop)",
+    "_product": "AᵀR and AW products",
+    "rff_features": "feature generation",
+    "link_residual": "residual and loss (13)",
+    "_apply_rows": "AᵀR and AW products",
+    "_solver_for": "Cholesky and solves",
+    "_n_correct": "accuracy",
+    "_setup": "setup (scan, sample, PCA, median, auto check)",
 }
 
 
@@ -415,6 +495,7 @@ def profile(args) -> None:
                 parts[part] += spent - nested
                 if inner:
                     inner[-1] += spent
+
         return wrapper
 
     for fn, part in PROFILED.items():
@@ -425,8 +506,10 @@ def profile(args) -> None:
     parts.clear()
     clf = stagewise(args, variant, int(dims), extra, bandwidth, name)
     _, cpu = timed_cpu(clf.fit, Xtr, ytr)
-    print(f"\n## profile: {name}, stagewise-{variant} @{dims}: {cpu:.3f} s CPU, test error "
-          f"{100 * (1 - clf.score(Xte, yte)):.2f} %, load {load_average()}\n| part | CPU s |\n|---|---|")
+    print(
+        f"\n## profile: {name}, stagewise-{variant} @{dims}: {cpu:.3f} s CPU, test error "
+        f"{100 * (1 - clf.score(Xte, yte)):.2f} %, load {load_average()}\n| part | CPU s |\n|---|---|"
+    )
     for part, secs in parts.most_common():
         print(f"| {part} | {secs:.3f} |")
     print(f"| other | {cpu - sum(parts.values()):.3f} |")
@@ -462,14 +545,19 @@ def make_ooc_store(path: Path, n_rows: int, n_features: int, nnz_per_row: int, n
     batch = 1 << 18
     for start in range(0, n_rows, batch):
         m = min(batch, n_rows - start)
-        cols = np.sort(rng.choice(n_features, size=(m, nnz_per_row)) if nnz_per_row * 4 < n_features
-                       else np.argsort(rng.random((m, n_features)), axis=1)[:, :nnz_per_row], axis=1)
+        cols = np.sort(
+            rng.choice(n_features, size=(m, nnz_per_row))
+            if nnz_per_row * 4 < n_features
+            else np.argsort(rng.random((m, n_features)), axis=1)[:, :nnz_per_row],
+            axis=1,
+        )
         dup = np.zeros_like(cols, dtype=bool)
         dup[:, 1:] = cols[:, 1:] == cols[:, :-1]
         values = rng.lognormal(size=cols.shape).astype(np.float32)
         values[dup] = 0.0  # a repeated column adds nothing
-        X = sp.csr_matrix((values.ravel(), cols.ravel(), np.arange(0, m * nnz_per_row + 1, nnz_per_row)),
-                          shape=(m, n_features))
+        X = sp.csr_matrix(
+            (values.ravel(), cols.ravel(), np.arange(0, m * nnz_per_row + 1, nnz_per_row)), shape=(m, n_features)
+        )
         X.sum_duplicates()
         X.eliminate_zeros()
         scores = X @ teacher + rng.gumbel(size=(m, n_classes))
@@ -549,21 +637,38 @@ def ooc(args) -> None:
         make_ooc_store(path, args.ooc_rows, 1000, 40, 10)
     store = open_store(str(path))
     decoded_mb = store.manifest.nnz * 8 / 2**20  # float32 values + int32 indices
-    print(f"\n## out of core: {store.n_rows} rows, {store.n_features} features, nnz {store.manifest.nnz}, "
-          f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB, scores {store.n_rows * 10 * 8 / 2**20:.0f} "
-          f"MiB per version; cap {args.ooc_cap_mb} MiB; load average {os.getloadavg()[0]:.1f}\n"
-          "| engine | cap | finished in | train accuracy | peak RSS of the process tree: sum of per-process "
-          "peaks (largest sampled sum) | processes | killed by the cap |\n|---|---|---|---|---|---|---|", flush=True)
+    print(
+        f"\n## out of core: {store.n_rows} rows, {store.n_features} features, nnz {store.manifest.nnz}, "
+        f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB, scores {store.n_rows * 10 * 8 / 2**20:.0f} "
+        f"MiB per version; cap {args.ooc_cap_mb} MiB; load average {os.getloadavg()[0]:.1f}\n"
+        "| engine | cap | finished in | train accuracy | peak RSS of the process tree: sum of per-process "
+        "peaks (largest sampled sum) | processes | killed by the cap |\n|---|---|---|---|---|---|---|",
+        flush=True,
+    )
     params = {"generator": "sequential", "block_size": 500, "n_passes": 1}
     env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1"}
     for engine in args.ooc_engine.split(","):
         group = memory_cgroup(args.ooc_cap_mb) if engine == "dask" else None
         if engine == "dask" and group is None:
             print("(no memory cgroup can be created here: the dask run is measured, not capped)")
-        cap = (f"address space {args.ooc_cap_mb} MiB" if engine == "inprocess" else
-               f"cgroup {args.ooc_cap_mb} MiB, no swap" if group else "none")
-        argv = [sys.executable, "-c", OOC_CHILD, str(path), str(args.work / f"ooc_run_{engine}"),
-                str(args.ooc_cap_mb), json.dumps(params), engine, str(group / "cgroup.procs") if group else ""]
+        cap = (
+            f"address space {args.ooc_cap_mb} MiB"
+            if engine == "inprocess"
+            else f"cgroup {args.ooc_cap_mb} MiB, no swap"
+            if group
+            else "none"
+        )
+        argv = [
+            sys.executable,
+            "-c",
+            OOC_CHILD,
+            str(path),
+            str(args.work / f"ooc_run_{engine}"),
+            str(args.ooc_cap_mb),
+            json.dumps(params),
+            engine,
+            str(group / "cgroup.procs") if group else "",
+        ]
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         with ThreadPoolExecutor(1) as pool:
             streams = pool.submit(proc.communicate)
@@ -573,13 +678,17 @@ def ooc(args) -> None:
         if group:
             group.rmdir()
         if proc.returncode != 0:
-            print(f"| {engine} | {cap} | FAILED ({proc.returncode}): {stderr.strip().splitlines()[-3:]} | | "
-                  f"{peaks_mb:.0f} ({sampled_mb:.0f}) MiB | {n_procs} | {killed} |")
+            print(
+                f"| {engine} | {cap} | FAILED ({proc.returncode}): {stderr.strip().splitlines()[-3:]} | | "
+                f"{peaks_mb:.0f} ({sampled_mb:.0f}) MiB | {n_procs} | {killed} |"
+            )
             continue
         r = json.loads(stdout.strip().splitlines()[-1])
-        print(f"| {engine} | {cap} | {r['seconds']:.0f} s | {r['last']['train_accuracy']:.4f} | "
-              f"{peaks_mb:.0f} ({sampled_mb:.0f}) MiB | {n_procs} | {killed if killed is not None else '-'} |",
-              flush=True)
+        print(
+            f"| {engine} | {cap} | {r['seconds']:.0f} s | {r['last']['train_accuracy']:.4f} | "
+            f"{peaks_mb:.0f} ({sampled_mb:.0f}) MiB | {n_procs} | {killed if killed is not None else '-'} |",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -589,26 +698,45 @@ def main() -> None:
     ap.add_argument("--variants", default="linear,logistic,calibrated", help=f"of {', '.join(VARIANTS)}")
     ap.add_argument("--peers", default="linearsvc,logreg")
     ap.add_argument("--peer-dims", default="2000", help="the dims (of --dims) at which the peers run")
-    ap.add_argument("--peer-c", default="1",
-                    help="the peers' C, or a comma-separated grid: then each peer's C is the one with the lowest "
-                         "error on a seeded 80/20 split of the training rows (ties: the smaller C), refitted on "
-                         "all of them (not for news20)")
-    ap.add_argument("--seeds", type=int, default=1,
-                    help="repeat each set's comparison with random features from seeds 0 .. N-1 (ours and the "
-                         "peers on the same features), then compare the mean errors and times")
+    ap.add_argument(
+        "--peer-c",
+        default="1",
+        help="the peers' C, or a comma-separated grid: then each peer's C is the one with the lowest "
+        "error on a seeded 80/20 split of the training rows (ties: the smaller C), refitted on "
+        "all of them (not for news20)",
+    )
+    ap.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="repeat each set's comparison with random features from seeds 0 .. N-1 (ours and the "
+        "peers on the same features), then compare the mean errors and times",
+    )
     ap.add_argument("--block-size", type=int, default=512)
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--lam", type=float, default=1e-4, help="λ of every stagewise fit (the solver's default)")
     ap.add_argument("--logistic-iters", type=int, default=10, help="inner iterations of the softmax link")
     ap.add_argument("--gram-dtype", default="float32", choices=["float64", "float32"])
-    ap.add_argument("--rff-sampling", default="tune", choices=["iid", "orthogonal", "tune"],
-                    help="frequencies of the random features, or 'tune' (see above)")
-    ap.add_argument("--rff-phases", default="tune", choices=["random", "paired", "tune"],
-                    help="cos(w'x + b) with random b, or paired cos and sin of w'x, or 'tune' (see above)")
+    ap.add_argument(
+        "--rff-sampling",
+        default="tune",
+        choices=["iid", "orthogonal", "tune"],
+        help="frequencies of the random features, or 'tune' (see above)",
+    )
+    ap.add_argument(
+        "--rff-phases",
+        default="tune",
+        choices=["random", "paired", "tune"],
+        help="cos(w'x + b) with random b, or paired cos and sin of w'x, or 'tune' (see above)",
+    )
     ap.add_argument("--bandwidth", default="tune", help="RFF bandwidth multiplier, or 'tune' (see above)")
-    ap.add_argument("--select-folds", type=int, default=5,
-                    help="1: choose the bandwidth (and 'tune' settings) on an 80/20 split of the training rows; "
-                         "K > 1: by the mean error over K folds of them")
+    ap.add_argument(
+        "--select-folds",
+        type=int,
+        default=5,
+        help="1: choose the bandwidth (and 'tune' settings) on an 80/20 split of the training rows; "
+        "K > 1: by the mean error over K folds of them",
+    )
     ap.add_argument("--bandwidth-grid", default="0.25,0.35,0.5,0.7,1.0,1.4,2.0,2.8")
     ap.add_argument("--scaling", default=None, help="a dense set: only the n-scaling comparison on it")
     ap.add_argument("--scaling-sizes", default="3000,7500,15000")
@@ -620,8 +748,11 @@ def main() -> None:
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run under a memory cap")
     ap.add_argument("--ooc-rows", type=int, default=25_000_000, help="rows of the generated store (40 nnz each)")
     ap.add_argument("--ooc-cap-mb", type=int, default=2048)
-    ap.add_argument("--ooc-engine", default="inprocess,dask",
-                    help="inprocess (address space capped) and/or dask (embedded 2-worker cluster in a capped cgroup)")
+    ap.add_argument(
+        "--ooc-engine",
+        default="inprocess,dask",
+        help="inprocess (address space capped) and/or dask (embedded 2-worker cluster in a capped cgroup)",
+    )
     args = ap.parse_args()
     args.news20_blocks = [tuple(int(v) for v in b.split("x")) for b in args.news20_blocks.split(",")]
     if args.ooc:
@@ -637,8 +768,10 @@ def main() -> None:
     args.rff = {}  # per set: "sampling/phases" of the random features (tune_bandwidth sets it)
     threadpool_limits(1)
     warnings.simplefilter("ignore", ConvergenceWarning)
-    print(f"gram_dtype {args.gram_dtype}, block size {args.block_size}, {args.passes} passes, lam {args.lam:g}, "
-          f"logistic inner iterations {args.logistic_iters}, bandwidth {args.bandwidth}; load {load_average()}")
+    print(
+        f"gram_dtype {args.gram_dtype}, block size {args.block_size}, {args.passes} passes, lam {args.lam:g}, "
+        f"logistic inner iterations {args.logistic_iters}, bandwidth {args.bandwidth}; load {load_average()}"
+    )
     if args.scaling:
         scaling(args)
         return
@@ -650,8 +783,11 @@ def main() -> None:
             news20(args)
             continue
         Xtr, ytr, Xte, yte, extra = load(name, args.data)
-        print(f"\n## {name}: {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} inputs, "
-              f"{len(np.unique(ytr))} classes; load {load_average()}", flush=True)
+        print(
+            f"\n## {name}: {Xtr.shape[0]} train / {Xte.shape[0]} test, {Xtr.shape[1]} inputs, "
+            f"{len(np.unique(ytr))} classes; load {load_average()}",
+            flush=True,
+        )
         bandwidth = tune_bandwidth(args, name, Xtr, ytr, extra)
         for v in args.variants:  # warm-up, untimed: the first fit of a kind loads numba's cached kernels
             stagewise(args, v, args.dims[0], extra, bandwidth, name).fit(Xtr[:500], ytr[:500])
@@ -664,14 +800,20 @@ def main() -> None:
             runs.append(compare(args, name, Xtr, ytr, Xte, yte, extra, bandwidth, seed))
             ratios.append(speedups(f"{name}, seed {seed}", runs[-1]))
         rows = mean_rows(runs)
-        print(f"\n### {name}, mean of {args.seeds} seeds\n| dims | method | test error % | fit s wall (CPU) |\n"
-              f"|---|---|---|---|")
+        print(
+            f"\n### {name}, mean of {args.seeds} seeds\n| dims | method | test error % | fit s wall (CPU) |\n"
+            f"|---|---|---|---|"
+        )
         for d, m, err, wall, cpu in rows:
             print(f"| {d} | {m} | {err:.2f} | {wall:.2f} ({cpu:.2f}) |")
         speedups(f"{name}, mean of {args.seeds} seeds", rows)
         if ratios[0] is not None:
-            print("  per seed, vs the best peer: " + ", ".join(f"{r:.1f}x" for r in ratios)
-                  + f" (median {np.median(ratios):.1f}x; 0 = no run of ours as accurate)", flush=True)
+            print(
+                "  per seed, vs the best peer: "
+                + ", ".join(f"{r:.1f}x" for r in ratios)
+                + f" (median {np.median(ratios):.1f}x; 0 = no run of ours as accurate)",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -118,8 +118,11 @@ def run_job(job: str, command, out_of, kills_wanted: int, rng) -> dict:
             landed_in_chain += 1
             in_write = bool(partial_files(job, out) - stale)
             row["in_write"] += in_write
-            print(f"  {job}: kill {row['kills']} at {time.perf_counter() - start:.2f}s "
-                  f"({'aimed' if attempt % 2 else 'uniform'}), write in progress: {in_write}", flush=True)
+            print(
+                f"  {job}: kill {row['kills']} at {time.perf_counter() - start:.2f}s "
+                f"({'aimed' if attempt % 2 else 'uniform'}), write in progress: {in_write}",
+                flush=True,
+            )
         if not complete(job, out):
             done = subprocess.run(command(out, resume=True), check=False, capture_output=True, text=True)
             if done.returncode != 0:
@@ -156,24 +159,63 @@ def main() -> None:
 
         dump_svmlight_file(*load_digits(return_X_y=True), str(source), zero_based=False)
     store = work / "train.zarr"
-    subprocess.run(cli("ingest", source, "--format", "libsvm", "--no-hash", "--chunk-rows", args.chunk_rows,
-                       "--out", store, "--overwrite"), check=True, capture_output=True)
-    print(f"data {args.data}: {open_store(str(store)).n_rows} rows, {open_store(str(store)).n_chunks} chunks; "
-          f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    subprocess.run(
+        cli(
+            "ingest",
+            source,
+            "--format",
+            "libsvm",
+            "--no-hash",
+            "--chunk-rows",
+            args.chunk_rows,
+            "--out",
+            store,
+            "--overwrite",
+        ),
+        check=True,
+        capture_output=True,
+    )
+    print(
+        f"data {args.data}: {open_store(str(store)).n_rows} rows, {open_store(str(store)).n_chunks} chunks; "
+        f"load average {os.getloadavg()[0]:.2f}",
+        flush=True,
+    )
 
     rows = []
     for solver in args.solvers.split(","):
         params = [x for p in SOLVER_PARAMS.get(solver, []) for x in ("-p", p)]
 
         def train(out, resume, solver=solver, params=params):
-            return cli("train", store, "--solver", solver, *params, "--n-workers", args.n_workers, "--out", out,
-                       *(["--resume"] if resume else []))
+            return cli(
+                "train",
+                store,
+                "--solver",
+                solver,
+                *params,
+                "--n-workers",
+                args.n_workers,
+                "--out",
+                out,
+                *(["--resume"] if resume else []),
+            )
 
         rows.append(run_job(solver, train, lambda name, s=solver: work / s / name, args.kills, rng))
     if not args.no_ingest:
+
         def ingest(out, resume):  # a re-run is the same command: it replaces a dead run's OUT.partial
-            return cli("ingest", source, "--format", "libsvm", "--no-hash", "--batch-size", "64", "--chunk-rows", "50",
-                       "--out", out)
+            return cli(
+                "ingest",
+                source,
+                "--format",
+                "libsvm",
+                "--no-hash",
+                "--batch-size",
+                "64",
+                "--chunk-rows",
+                "50",
+                "--out",
+                out,
+            )
 
         rows.append(run_job("ingest", ingest, lambda name: work / "ingest" / f"{name}.zarr", args.kills, rng))
 
@@ -181,8 +223,10 @@ def main() -> None:
     print("| job | reference run (s) | kills | kills in a write | finished before the kill | resumed identical |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['job']} | {r['ref_s']:.1f} | {r['kills']} | {r['in_write']} | {r['missed']} | "
-              f"{r['identical']}/{r['chains']} |")
+        print(
+            f"| {r['job']} | {r['ref_s']:.1f} | {r['kills']} | {r['in_write']} | {r['missed']} | "
+            f"{r['identical']}/{r['chains']} |"
+        )
     total = sum(r["kills"] for r in rows)
     ok = all(r["identical"] == r["chains"] for r in rows)
     print(f"total kills {total}; all identical: {ok}")

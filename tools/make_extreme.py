@@ -22,8 +22,18 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def make_extreme(n: int, d: int, k: int, *, kp: float = 3.0, alpha: float = 1.0, words_per_class: int = 20,
-                 words_per_label: int = 5, noise: int = 10, seed: int = 0) -> tuple[sp.csr_matrix, sp.csr_matrix]:
+def make_extreme(
+    n: int,
+    d: int,
+    k: int,
+    *,
+    kp: float = 3.0,
+    alpha: float = 1.0,
+    words_per_class: int = 20,
+    words_per_label: int = 5,
+    noise: int = 10,
+    seed: int = 0,
+) -> tuple[sp.csr_matrix, sp.csr_matrix]:
     """(X n × d CSR float32, Y n × k CSR 0/1 label indicator) as described in the module docstring."""
     rng = np.random.default_rng(seed)
     p = (np.arange(1, k + 1, dtype=np.float64)) ** (-alpha)
@@ -61,10 +71,19 @@ def main() -> None:
     ap.add_argument("--out", required=True, help=".npz with X_data/X_indices/X_indptr, Y_indices/Y_indptr, shape")
     a = ap.parse_args()
     X, Y = make_extreme(a.n, a.d, a.k, kp=a.kp, alpha=a.alpha, seed=a.seed)
-    np.savez_compressed(a.out, X_data=X.data, X_indices=X.indices, X_indptr=X.indptr, Y_indices=Y.indices,
-                        Y_indptr=Y.indptr, shape=np.array([a.n, a.d, a.k]))
-    print(f"{a.out}: {a.n} rows, {a.d} features ({X.nnz} non-zeros), {a.k} classes, "
-          f"{Y.nnz / a.n:.2f} labels per row, {np.count_nonzero(Y.getnnz(axis=0))} classes used")
+    np.savez_compressed(
+        a.out,
+        X_data=X.data,
+        X_indices=X.indices,
+        X_indptr=X.indptr,
+        Y_indices=Y.indices,
+        Y_indptr=Y.indptr,
+        shape=np.array([a.n, a.d, a.k]),
+    )
+    print(
+        f"{a.out}: {a.n} rows, {a.d} features ({X.nnz} non-zeros), {a.k} classes, "
+        f"{Y.nnz / a.n:.2f} labels per row, {np.count_nonzero(Y.getnnz(axis=0))} classes used"
+    )
 
 
 if __name__ == "__main__":

@@ -25,8 +25,9 @@ class Featurizer:
     """hashing: a HashingConfig, or None to keep numeric indices (`--no-hash`; text sources
     must be hashed). n_features: fixed width, or None to grow to the largest index seen (no-hash)."""
 
-    def __init__(self, hashing=None, n_features: int | None = None, idf: np.ndarray | None = None,
-                 l2_normalize: bool = False):
+    def __init__(
+        self, hashing=None, n_features: int | None = None, idf: np.ndarray | None = None, l2_normalize: bool = False
+    ):
         self.hashing = hashing
         self.hasher = None
         if hashing is not None:
@@ -85,9 +86,7 @@ class Featurizer:
         """IDF weighting and l2 normalization of rows from raw_rows."""
         X = sp.csr_matrix(X, dtype=np.float32)
         if self.idf is not None:
-            X = sp.csr_matrix(
-                ((X.data * self.idf[X.indices]).astype(np.float32), X.indices, X.indptr), shape=X.shape
-            )
+            X = sp.csr_matrix(((X.data * self.idf[X.indices]).astype(np.float32), X.indices, X.indptr), shape=X.shape)
         if self.l2_normalize:
             X = l2_normalize_rows(X)
         return X
@@ -98,7 +97,7 @@ class Featurizer:
         if X.nnz and self.n_features is not None and int(X.indices.max()) >= self.n_features:
             row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices >= self.n_features)), side="right")) - 1
             raise StreamfitError(
-                f"{batch.locations[row]}: feature index {int(X.indices[X.indptr[row]:X.indptr[row + 1]].max())} is "
+                f"{batch.locations[row]}: feature index {int(X.indices[X.indptr[row] : X.indptr[row + 1]].max())} is "
                 f"beyond the {self.n_features} features the training data was ingested with; score data of the "
                 "training data's kind (or retrain with --n-features covering it)"
             )

@@ -43,21 +43,23 @@ class HashingConfig:
     # n_features and ngram_range take other shapes on the command line (--n-features, --ngram-max)
     n_features: int = option(2**18, "number of hashed features (a power of two)", flag="")
     seed: int = option(0, "MurmurHash3 seed", flag="--hash-seed", ge=0)
-    alternate_sign: bool = option(True, "the hash's sign flips the value's sign",
-                                  off_help="Do not let the hash's sign flip feature values.")
+    alternate_sign: bool = option(
+        True, "the hash's sign flips the value's sign", off_help="Do not let the hash's sign flip feature values."
+    )
     lowercase: bool = option(True, "lowercase text tokens", off_help="Keep the case of text tokens.")
     ngram_range: tuple[int, int] = option((1, 1), "word n-grams from min_n to max_n, e.g. [1, 2]", flag="")
     value: Literal["count", "binary", "log1p"] = option("count", "Term value: raw count, binary, or log(1 + count)")
-    min_token_length: int = option(2, "Hash text words of at least this many characters; shorter ones are dropped "
-                                   "(a row with none has no features)", ge=1)
+    min_token_length: int = option(
+        2,
+        "Hash text words of at least this many characters; shorter ones are dropped (a row with none has no features)",
+        ge=1,
+    )
 
     def __post_init__(self):
         n = self.n_features
         if not _is_int(n) or n < 1 or n > _MAX_N_FEATURES or n & (n - 1):
             hint = f"e.g. {_next_power_of_two(n)}" if _is_int(n) and 1 <= n <= _MAX_N_FEATURES else "e.g. 2**18"
-            raise ValueError(
-                f"HashingConfig: n_features={n!r} is not a power of two in [1, 2**30]; use {hint}"
-            )
+            raise ValueError(f"HashingConfig: n_features={n!r} is not a power of two in [1, 2**30]; use {hint}")
         if not _is_int(self.seed) or not 0 <= self.seed <= _MASK32:
             raise ValueError(f"HashingConfig: seed={self.seed!r} is out of range; use an int in [0, 2**32 - 1]")
         for name in ("alternate_sign", "lowercase"):
@@ -73,9 +75,7 @@ class HashingConfig:
         if self.value not in _VALUE_MODES:
             raise ValueError(f"HashingConfig: value={self.value!r} is unknown; use one of {sorted(_VALUE_MODES)}")
         if not _is_int(self.min_token_length) or self.min_token_length < 1:
-            raise ValueError(
-                f"HashingConfig: min_token_length={self.min_token_length!r} is invalid; use an int >= 1"
-            )
+            raise ValueError(f"HashingConfig: min_token_length={self.min_token_length!r} is invalid; use an int >= 1")
 
     def to_dict(self) -> dict:
         """JSON-able dict (ngram_range as a list); from_dict(to_dict()) == self."""
@@ -127,12 +127,7 @@ def _murmur3_32(buf, start, end, seed):
     h = np.int64(seed) & 0xFFFFFFFF
     tail = start + (n & ~3)
     for p in range(start, tail, 4):
-        k = (
-            np.int64(buf[p])
-            | (np.int64(buf[p + 1]) << 8)
-            | (np.int64(buf[p + 2]) << 16)
-            | (np.int64(buf[p + 3]) << 24)
-        )
+        k = np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16) | (np.int64(buf[p + 3]) << 24)
         k = _rotl32((k * c1) & 0xFFFFFFFF, 15)
         h ^= (k * c2) & 0xFFFFFFFF
         h = (_rotl32(h, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
@@ -434,7 +429,13 @@ class FeatureHasher:
         starts = 8 * np.arange(values.size, dtype=np.int64)
         cfg = self.config
         indptr, indices, data = _hash_entries(
-            X.indptr.astype(np.int64), ids, starts, starts + 8, values, cfg.seed, cfg.n_features - 1,
+            X.indptr.astype(np.int64),
+            ids,
+            starts,
+            starts + 8,
+            values,
+            cfg.seed,
+            cfg.n_features - 1,
             cfg.alternate_sign,
         )
         return _csr(indptr, indices, data, X.shape[0], cfg.n_features)
@@ -522,8 +523,12 @@ def collision_report(n_features: int, columns_used: int) -> dict:
     D, U = n_features, columns_used
     report: dict[str, float | None] = {"n_features": D, "columns_used": U, "occupancy": U / D}
     if U >= D:  # saturated: the estimate diverges
-        report.update(estimated_distinct_features=None, estimated_colliding_share=1.0,
-                      n_features_for_1pct=None, n_features_for_10pct=None)
+        report.update(
+            estimated_distinct_features=None,
+            estimated_colliding_share=1.0,
+            n_features_for_1pct=None,
+            n_features_for_10pct=None,
+        )
         return report
     T = -D * np.log1p(-U / D)
     report.update(estimated_distinct_features=int(round(T)), estimated_colliding_share=U / D)

@@ -48,34 +48,47 @@ class IngestOptions:
     inputs: list[str] = option(help="source files or folders", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
     format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"] | None = option(
-        None, "Input format", default_text="inferred from the file name")
+        None, "Input format", default_text="inferred from the file name"
+    )
     backend: Literal["zarr", "parquet"] | None = option(
-        None, "Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk)",
-        default_text="the --like store's, else zarr")
-    chunk_rows: int | None = option(None, "Rows per chunk (the unit of work)", ge=1,
-                                    default_text=f"the --like store's, else {DEFAULT_CHUNK_ROWS}")
+        None,
+        "Store backend: Zarr v3 (CSR row chunks) or Parquet (one row group per chunk)",
+        default_text="the --like store's, else zarr",
+    )
+    chunk_rows: int | None = option(
+        None, "Rows per chunk (the unit of work)", ge=1, default_text=f"the --like store's, else {DEFAULT_CHUNK_ROWS}"
+    )
     hashing: HashingConfig | None = None
     # with hashing the width is hashing.n_features; the command line's --n-features sets either
     n_features: int | None = option(None, "with no_hash: a fixed width (default: largest index + 1)", flag="", ge=1)
     idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
     l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
-    like: str | None = option(None, "Ingest test data like this training store: same hashing, IDF, width, classes "
-                              "and source options (field names, encoding, ...; options given here override them).",
-                              metavar="PATH", in_config=False)
-    classes: list[str] | None = option(None, "Declared class vocabulary, comma-separated",
-                                       default_text="order of first appearance")
+    like: str | None = option(
+        None,
+        "Ingest test data like this training store: same hashing, IDF, width, classes "
+        "and source options (field names, encoding, ...; options given here override them).",
+        metavar="PATH",
+        in_config=False,
+    )
+    classes: list[str] | None = option(
+        None, "Declared class vocabulary, comma-separated", default_text="order of first appearance"
+    )
     test_size: float | None = option(None, "Fraction of rows for a stratified test store.")
     test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")
     seed: int = option(0, "Seed of the train/test split")
     on_bad_record: Literal["error", "skip", "quarantine"] = option(
-        "error", "Stop at a bad record, skip and count it, or also copy it to a quarantine file")
+        "error", "Stop at a bad record, skip and count it, or also copy it to a quarantine file"
+    )
     quarantine: str | None = option(None, "Quarantine file", metavar="PATH", default_text="OUT.quarantine.jsonl")
     source_options: dict = option(default_factory=dict, help="format options, e.g. text_field, label_field", flag="")
     batch_size: int = option(8192, "Records read and hashed at a time", ge=1)
     overwrite: bool = option(False, "Replace existing output stores.")
-    csc_block_features: int | None = option(None, "Also build a column (CSC) copy of the --out store in blocks of N "
-                                            "features (for solvers that walk features; see 'streamfit transpose').",
-                                            ge=1)
+    csc_block_features: int | None = option(
+        None,
+        "Also build a column (CSC) copy of the --out store in blocks of N "
+        "features (for solvers that walk features; see 'streamfit transpose').",
+        ge=1,
+    )
     progress: bool = True
 
 
@@ -115,8 +128,10 @@ def _check_options(o: IngestOptions) -> None:
         raise StreamfitError("no input given: name one or more source files")
     for key, off in (("label_field", None), ("y_dataset", None), ("class_folders", False)):
         if key in o.source_options and o.source_options[key] == off:
-            raise StreamfitError(f"{key}={off} reads no labels, but ingest needs them: drop the option, or name the "
-                                 "label field, column or dataset")
+            raise StreamfitError(
+                f"{key}={off} reads no labels, but ingest needs them: drop the option, or name the "
+                "label field, column or dataset"
+            )
     if o.test_size is not None:
         if not 0.0 < o.test_size < 1.0:
             raise StreamfitError(f"--test-size must be between 0 and 1, got {o.test_size}")
@@ -125,11 +140,14 @@ def _check_options(o: IngestOptions) -> None:
         if o.like:
             raise StreamfitError("--like ingests test data as it is: it cannot be split again (drop --test-size)")
     elif o.test_out:
-        raise StreamfitError("--test-out needs --test-size FRACTION (the share of rows for the test store), "
-                             "or drop --test-out")
+        raise StreamfitError(
+            "--test-out needs --test-size FRACTION (the share of rows for the test store), or drop --test-out"
+        )
     if o.like and (o.idf or o.l2_normalize or o.classes or o.n_features):
-        raise StreamfitError("--like takes hashing, IDF, normalization, width and classes from the training store; "
-                             "drop --idf/--l2-normalize/--classes/--n-features")
+        raise StreamfitError(
+            "--like takes hashing, IDF, normalization, width and classes from the training store; "
+            "drop --idf/--l2-normalize/--classes/--n-features"
+        )
 
 
 @dataclass(frozen=True)
@@ -141,16 +159,33 @@ class _Layout:
     chunk_rows: int
 
     def writer(self, path: str, multilabel: bool) -> StoreWriter:
-        return StoreWriter(path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows,
-                           overwrite=True)
+        return StoreWriter(
+            path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows, overwrite=True
+        )
 
 
 class _Pass1:
     """Source batches -> featurized rows with label ids -> one store."""
 
-    def __init__(self, o: IngestOptions, layout: _Layout, source_options: dict, featurizer: Featurizer,
-                 vocab: LabelVocabulary, multilabel: bool | None, out: str, policy):
-        self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = o, featurizer, vocab, multilabel, out, policy
+    def __init__(
+        self,
+        o: IngestOptions,
+        layout: _Layout,
+        source_options: dict,
+        featurizer: Featurizer,
+        vocab: LabelVocabulary,
+        multilabel: bool | None,
+        out: str,
+        policy,
+    ):
+        self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = (
+            o,
+            featurizer,
+            vocab,
+            multilabel,
+            out,
+            policy,
+        )
         self.layout = layout
         self.source_options = source_options
         self.writer: StoreWriter | None = None
@@ -170,8 +205,9 @@ class _Pass1:
 
         width = self.featurizer.n_features
         for path in self.o.inputs:
-            source = open_source(path, self.o.format, policy=self.policy, batch_size=self.o.batch_size,
-                                 **self.source_options)
+            source = open_source(
+                path, self.o.format, policy=self.policy, batch_size=self.o.batch_size, **self.source_options
+            )
             self.kinds.add(source.kind)
             with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
                 for batch in source:
@@ -187,15 +223,20 @@ class _Pass1:
         keep = np.ones(X.shape[0], dtype=bool)
         for r in unknown:
             keep[r] = False
-            self.policy.bad(batch.locations[r], f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} "
-                            "classes of the training store", hint="ingest it with the training data, or skip it with "
-                            "--on-bad-record skip")
+            self.policy.bad(
+                batch.locations[r],
+                f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} classes of the training store",
+                hint="ingest it with the training data, or skip it with --on-bad-record skip",
+            )
         if width is not None:
             row_max = _row_max_index(X)
             for r in np.flatnonzero(row_max >= width):
                 keep[r] = False
-                self.policy.bad(batch.locations[r], f"feature index {int(row_max[r])} is out of range "
-                                f"for {width} features", hint="pass a larger --n-features, or hash the indices")
+                self.policy.bad(
+                    batch.locations[r],
+                    f"feature index {int(row_max[r])} is out of range for {width} features",
+                    hint="pass a larger --n-features, or hash the indices",
+                )
         empty = np.flatnonzero(keep & (np.diff(X.indptr) == 0))
         if empty.size:
             self.empty += empty.size
@@ -247,10 +288,13 @@ def ingest(o: IngestOptions) -> IngestReport:
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
     # test data is stored like its training store unless told otherwise
-    backend, chunk_rows = (like.manifest.backend, like.manifest.chunk_rows) if like is not None else \
-        ("zarr", DEFAULT_CHUNK_ROWS)
-    layout = _Layout(backend=backend if o.backend is None else o.backend,
-                     chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows)
+    backend, chunk_rows = (
+        (like.manifest.backend, like.manifest.chunk_rows) if like is not None else ("zarr", DEFAULT_CHUNK_ROWS)
+    )
+    layout = _Layout(
+        backend=backend if o.backend is None else o.backend,
+        chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows,
+    )
     source_options = o.source_options
     if like is not None:
         featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)
@@ -271,17 +315,26 @@ def ingest(o: IngestOptions) -> IngestReport:
         if p1.writer is None:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
-        source_info = {"paths": [os.path.abspath(p) for p in o.inputs], "format": o.format,
-                       "options": source_options, "like": os.path.abspath(o.like) if o.like else None,
-                       "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
-                       "input": _input_kind(p1.kinds)}
-        common: dict[str, Any] = {"n_features": n_features, "classes": vocab.classes,
-                  "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
-                  "source": source_info}
+        source_info = {
+            "paths": [os.path.abspath(p) for p in o.inputs],
+            "format": o.format,
+            "options": source_options,
+            "like": os.path.abspath(o.like) if o.like else None,
+            "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
+            "input": _input_kind(p1.kinds),
+        }
+        common: dict[str, Any] = {
+            "n_features": n_features,
+            "classes": vocab.classes,
+            "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
+            "source": source_info,
+        }
         report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty)
         if not two_pass:
-            transform: dict[str, Any] = {"idf": like is not None and like.idf is not None,
-                                         "l2_normalize": featurizer.l2_normalize}
+            transform: dict[str, Any] = {
+                "idf": like is not None and like.idf is not None,
+                "l2_normalize": featurizer.l2_normalize,
+            }
             if like is not None and like.idf is not None:  # the featurizer's idf (Featurizer.from_dict)
                 transform["idf_sha256"] = _write_idf(p1.writer, like.idf)
             m = p1.writer.close(transform=transform, counts=_counts(report), **common)
@@ -301,13 +354,19 @@ def ingest(o: IngestOptions) -> IngestReport:
         if stage_lock is not None:
             os.close(stage_lock)
     if report.read != report.written + report.skipped:
-        raise StreamfitError(f"internal error: read {report.read} records but wrote {report.written} and skipped "
-                             f"{report.skipped}; please report this")
+        raise StreamfitError(
+            f"internal error: read {report.read} records but wrote {report.written} and skipped "
+            f"{report.skipped}; please report this"
+        )
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
     if len(vocab.classes) == 1 and not p1.multilabel:  # `streamfit train` refuses such a store
-        log.warning("%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
-                    "class folders)", out, vocab.classes[0])
+        log.warning(
+            "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
+            "class folders)",
+            out,
+            vocab.classes[0],
+        )
     if o.csc_block_features:
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
@@ -315,15 +374,17 @@ def ingest(o: IngestOptions) -> IngestReport:
 
 def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:
     if "text" in p1.kinds:
-        why = (f"text rows get features from words of {featurizer.hashing.min_token_length} or more characters "
-               "(--min-token-length): check --text-field, or lower --min-token-length")
+        why = (
+            f"text rows get features from words of {featurizer.hashing.min_token_length} or more characters "
+            "(--min-token-length): check --text-field, or lower --min-token-length"
+        )
     else:
         why = "their records list no features"
     log.warning("%d rows have no features (the first: %s); %s", p1.empty, p1.first_empty, why)
 
 
 def _input_kind(kinds: set[str]) -> str | None:
-    """"text" or "numeric" (sparse or dense) features, None for a mix of both."""
+    """ "text" or "numeric" (sparse or dense) features, None for a mix of both."""
     if kinds == {"text"}:
         return "text"
     return None if "text" in kinds else "numeric"
@@ -346,8 +407,9 @@ def _stream(stage: Store):
         yield stage.read_chunk(i, cache=False)
 
 
-def _pass2(o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport,
-           out: str) -> None:
+def _pass2(
+    o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str
+) -> None:
     stage = Store(p1.out, allow_partial=True)
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
@@ -356,9 +418,10 @@ def _pass2(o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer
     idf: np.ndarray | None = None  # counted on the training rows (--idf)
     if o.idf:
         df = np.zeros(stage.n_features, dtype=np.int64)
-        for c in tqdm(_stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk",
-                      disable=not o.progress):
-            train_rows = c.X[~test_mask[c.row_start:c.row_start + c.n_rows]]
+        for c in tqdm(
+            _stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk", disable=not o.progress
+        ):
+            train_rows = c.X[~test_mask[c.row_start : c.row_start + c.n_rows]]
             df += np.bincount(train_rows.indices, minlength=stage.n_features)
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = o.l2_normalize
@@ -368,7 +431,7 @@ def _pass2(o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer
         for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
             X = featurizer.finish(c.X)
             for w, (_, mask) in zip(writers, outputs):
-                rows = mask[c.row_start:c.row_start + c.n_rows]
+                rows = mask[c.row_start : c.row_start + c.n_rows]
                 if rows.any():
                     w.write_rows(*_take_rows(X, c.labels, rows))
         transform: dict[str, Any] = {"idf": bool(o.idf), "l2_normalize": bool(o.l2_normalize)}
@@ -376,7 +439,11 @@ def _pass2(o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer
             if idf is not None:
                 transform["idf_sha256"] = _write_idf(w, idf)
         for w, (path, _) in zip(writers, outputs):
-            split = {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}} if o.test_size else {}
+            split = (
+                {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}}
+                if o.test_size
+                else {}
+            )
             m = w.close(transform=dict(transform), counts={**_counts(report), **split}, **common)
             report.stores[path] = m.n_rows
             report.written += m.n_rows

@@ -3,4 +3,13 @@
 from streamfit.store.format import DEFAULT_CHUNK_ROWS, Manifest
 from streamfit.store.store import Chunk, ChunkSource, InMemoryStore, Store, StoreWriter, open_store
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "Chunk", "ChunkSource", "InMemoryStore", "Manifest", "Store", "StoreWriter", "open_store"]
+__all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "Chunk",
+    "ChunkSource",
+    "InMemoryStore",
+    "Manifest",
+    "Store",
+    "StoreWriter",
+    "open_store",
+]

@@ -77,8 +77,9 @@ class CscReader:
         self.group = zarr.open_group(os.path.join(store_path, CSC_DIR), mode="r", zarr_format=3)
 
     def read(self, b: int, n_rows: int, width: int) -> sp.csc_matrix:
-        data, indices, indptr = (np.asarray(open_array(self.group, f"{block_name(b)}/{name}")[:])
-                                 for name in ("data", "indices", "indptr"))
+        data, indices, indptr = (
+            np.asarray(open_array(self.group, f"{block_name(b)}/{name}")[:]) for name in ("data", "indices", "indptr")
+        )
         return sp.csc_matrix((data, indices, indptr), shape=(n_rows, width))
 
 
@@ -113,7 +114,7 @@ class _Spill:
         for b in np.flatnonzero(counts).tolist():
             with open(self.path(b), "ab") as f:
                 for rec, starts in self.pending:
-                    rec[starts[b]:starts[b + 1]].tofile(f)
+                    rec[starts[b] : starts[b + 1]].tofile(f)
         self.pending, self.pending_bytes = [], 0
 
     def load(self, b: int) -> np.ndarray:
@@ -140,8 +141,9 @@ def _write_block(group, b: int, arrays: tuple[np.ndarray, np.ndarray, np.ndarray
         g.create_array(name, data=arr, chunks=(max(1, min(len(arr), NNZ_CHUNK)),), compressors=COMPRESSORS)
 
 
-def build_csc(store_path: str, block_features: int = 65536, progress: bool = False,
-              spill_buffer_bytes: int = 64 << 20) -> dict:
+def build_csc(
+    store_path: str, block_features: int = 65536, progress: bool = False, spill_buffer_bytes: int = 64 << 20
+) -> dict:
     """Build (or rebuild) the feature-blocked CSC copy of a store's X; returns the manifest's
     `csc` entry.
 

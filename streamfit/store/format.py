@@ -127,7 +127,7 @@ def csc_block_digest(X: sp.csc_matrix, piece: int = 1 << 20) -> str:
     h = hashlib.sha256()
     for arr, dtype in ((X.indptr, np.int64), (X.indices, np.int64), (X.data, np.float32)):
         for lo in range(0, len(arr), piece):
-            h.update(np.ascontiguousarray(arr[lo:lo + piece], dtype=dtype))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stub says so from Python 3.12 on
+            h.update(np.ascontiguousarray(arr[lo : lo + piece], dtype=dtype))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stub says so from Python 3.12 on
     return h.hexdigest()
 
 

@@ -40,7 +40,9 @@ class ParquetWriter:
             _list_array(indptr, np.asarray(X.data, dtype=np.float32)),
         ]
         if self.multilabel:
-            columns.append(_list_array(np.asarray(labels.indptr, dtype=np.int64), np.asarray(labels.indices, dtype=np.int32)))
+            columns.append(
+                _list_array(np.asarray(labels.indptr, dtype=np.int64), np.asarray(labels.indices, dtype=np.int32))
+            )
         else:
             columns.append(pa.array(np.asarray(labels, dtype=np.int32)))
         table = pa.Table.from_arrays(columns, schema=self.schema)

@@ -157,9 +157,14 @@ class Store(ChunkSource):
         and source_options (field names, delimiter, encoding, ... as given to ingest)."""
         t = self.manifest.transform
         source = self.manifest.source
-        return {"hashing": self.manifest.hashing, "n_features": self.n_features,
-                "idf": bool(t.get("idf")), "l2_normalize": bool(t.get("l2_normalize")),
-                "input": source.get("input"), "source_options": source.get("format_options", {})}
+        return {
+            "hashing": self.manifest.hashing,
+            "n_features": self.n_features,
+            "idf": bool(t.get("idf")),
+            "l2_normalize": bool(t.get("l2_normalize")),
+            "input": source.get("input"),
+            "source_options": source.get("format_options", {}),
+        }
 
     @property
     def reader(self):
@@ -226,8 +231,10 @@ class Store(ChunkSource):
 
     def _feature_block_info(self, b: int) -> dict:
         if not self.manifest.csc:
-            raise StoreError(f"{self.path}: has no column (CSC) copy; build one with "
-                             f"'streamfit transpose {self.path} --block-features N'")
+            raise StoreError(
+                f"{self.path}: has no column (CSC) copy; build one with "
+                f"'streamfit transpose {self.path} --block-features N'"
+            )
         if not 0 <= b < self.n_feature_blocks:
             raise StoreError(f"{self.path}: no feature block {b} (the CSC copy has {self.n_feature_blocks})")
         return self.manifest.csc["blocks"][b]
@@ -245,7 +252,9 @@ class Store(ChunkSource):
         except Exception as e:
             raise StoreError(f"{where} is damaged: {e}; rebuild it with 'streamfit transpose'") from e
         if verify and csc_block_digest(X) != info["sha256"]:
-            raise StoreError(f"{where} fails its checksum; the CSC copy is damaged, rebuild it with 'streamfit transpose'")
+            raise StoreError(
+                f"{where} fails its checksum; the CSC copy is damaged, rebuild it with 'streamfit transpose'"
+            )
         return X
 
     def columns_used(self, progress: bool = False) -> int:
@@ -258,7 +267,7 @@ class Store(ChunkSource):
             cols = np.unique(self.read_chunk(i, cache=False).X.indices).astype(np.int64)
             np.bitwise_or.at(bits, cols >> 3, (1 << (cols & 7)).astype(np.uint8))
         popcount = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
-        return int(sum(popcount[bits[lo:lo + 2**24]].sum(dtype=np.int64) for lo in range(0, len(bits), 2**24)))
+        return int(sum(popcount[bits[lo : lo + 2**24]].sum(dtype=np.int64) for lo in range(0, len(bits), 2**24)))
 
     def verify(self) -> list[str]:
         """Re-read every chunk and every CSC block and check their checksums; returns the problems found."""
@@ -315,8 +324,15 @@ class StoreWriter:
     is renamed to PATH only after the manifest is written and synced. Rows may come in
     batches of any size; they are cut into chunks of exactly `chunk_rows` rows."""
 
-    def __init__(self, path: str, *, backend: str = "zarr", multilabel: bool = False,
-                 chunk_rows: int = DEFAULT_CHUNK_ROWS, overwrite: bool = False):
+    def __init__(
+        self,
+        path: str,
+        *,
+        backend: str = "zarr",
+        multilabel: bool = False,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        overwrite: bool = False,
+    ):
         if backend not in BACKENDS:
             raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if chunk_rows < 1:
@@ -383,8 +399,16 @@ class StoreWriter:
         self.n_rows += n
         self.nnz += head_X.nnz
 
-    def close(self, *, n_features: int | None, classes: list[str], hashing: dict | None = None,
-              transform: dict | None = None, source: dict | None = None, counts: dict | None = None) -> Manifest:
+    def close(
+        self,
+        *,
+        n_features: int | None,
+        classes: list[str],
+        hashing: dict | None = None,
+        transform: dict | None = None,
+        source: dict | None = None,
+        counts: dict | None = None,
+    ) -> Manifest:
         """Flush, write the manifest, and rename into place. n_features=None: largest index + 1."""
         if self._pending_rows:
             self._flush(self._pending_rows)
@@ -396,10 +420,19 @@ class StoreWriter:
         from streamfit import __version__
 
         manifest = Manifest(
-            backend=self.backend, n_rows=self.n_rows, n_features=int(n_features), nnz=int(self.nnz),
-            task="multilabel" if self.multilabel else "multiclass", classes=[str(c) for c in classes],
-            chunk_rows=self.chunk_rows, chunks=self.chunks, hashing=hashing, transform=transform or {},
-            source=source or {}, counts={**(counts or {}), "written": self.n_rows}, streamfit_version=__version__,
+            backend=self.backend,
+            n_rows=self.n_rows,
+            n_features=int(n_features),
+            nnz=int(self.nnz),
+            task="multilabel" if self.multilabel else "multiclass",
+            classes=[str(c) for c in classes],
+            chunk_rows=self.chunk_rows,
+            chunks=self.chunks,
+            hashing=hashing,
+            transform=transform or {},
+            source=source or {},
+            counts={**(counts or {}), "written": self.n_rows},
+            streamfit_version=__version__,
         )
         if self.backend == "zarr":
             self._writing(lambda: self._backend.close(n_features))
@@ -446,5 +479,7 @@ def lock_dir(path: str) -> int:
 
 
 def _busy(path: str) -> StoreError:
-    return StoreError(f"{path}: another streamfit ingest is writing this store right now; wait for it to finish, "
-                      "or write to another --out")
+    return StoreError(
+        f"{path}: another streamfit ingest is writing this store right now; wait for it to finish, "
+        "or write to another --out"
+    )

@@ -35,7 +35,7 @@ DOCS = [
     "x",
     "ok",
     "He said, \"It's 10 o'clock,\" and left -- without paying the $3.50 he owed me.",
-    "Re: Re: Re: Re: FOR SALE: Sony Trinitron 17\" monitor, $450 obo, must sell!",
+    'Re: Re: Re: Re: FOR SALE: Sony Trinitron 17" monitor, $450 obo, must sell!',
     "The encryption chip uses an 80-bit key; escrowed halves go to two agencies.",
     "key_1=value_1&key_2=value_2 ; path=/usr/local/bin:/usr/bin ; ~/.bashrc",
     "Genesis 1:1 In the beginning God created the heaven and the earth.",
@@ -44,7 +44,7 @@ DOCS = [
     "aa aa aa bb bb cc -- short tokens repeated to exercise duplicate counts in one row",
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor.",
     "What is the airspeed velocity of an unladen swallow? African or European?",
-    "#include <stdio.h>\nint main() { printf(\"hello, world\\n\"); return 0; }",
+    '#include <stdio.h>\nint main() { printf("hello, world\\n"); return 0; }',
     "ALL CAPS SHOUTING IS STILL TOKENIZED THE SAME AS lower case after lowercasing",
     "1 22 333 4444 55555 666666 7777777 88888888 999999999 0000000000",
 ]
@@ -325,8 +325,15 @@ def test_config_rejects_bad_values(kwargs, name):
 
 
 def test_config_dict_round_trip():
-    config = HashingConfig(n_features=2**20, seed=2**32 - 1, alternate_sign=False, lowercase=False,
-                           ngram_range=(1, 3), value="log1p", min_token_length=1)
+    config = HashingConfig(
+        n_features=2**20,
+        seed=2**32 - 1,
+        alternate_sign=False,
+        lowercase=False,
+        ngram_range=(1, 3),
+        value="log1p",
+        min_token_length=1,
+    )
     d = json.loads(json.dumps(config.to_dict()))
     assert d == config.to_dict()
     assert HashingConfig.from_dict(d) == config
@@ -352,8 +359,11 @@ def test_occupancy_report_estimates_the_real_collisions(tmp_path):
 
     tokens = [f"tok{i}x" for i in range(5000)]
     docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"text": " ".join(tokens[i:i + 10]), "label": str(i % 3)}) + "\n"
-                            for i in range(0, 5000, 10)))
+    docs.write_text(
+        "".join(
+            json.dumps({"text": " ".join(tokens[i : i + 10]), "label": str(i % 3)}) + "\n" for i in range(0, 5000, 10)
+        )
+    )
     runner = CliRunner()
     ingest = runner.invoke(main, ["ingest", str(docs), "--n-features", "8192", "--out", str(tmp_path / "s.zarr")])
     assert ingest.exit_code == 0, ingest.output

@@ -41,8 +41,11 @@ def _jsonl(tmp_path, docs, name="docs.jsonl"):
 
 @pytest.mark.parametrize("backend", ["zarr", "parquet"])
 def test_libsvm_no_hash_round_trip_equals_sklearn(tmp_path, digits_svm, backend):
-    report = ingest(IngestOptions([digits_svm], str(tmp_path / "s"), backend=backend, chunk_rows=256,
-                                  batch_size=100, progress=False))
+    report = ingest(
+        IngestOptions(
+            [digits_svm], str(tmp_path / "s"), backend=backend, chunk_rows=256, batch_size=100, progress=False
+        )
+    )
     assert (report.read, report.written, report.skipped) == (1797, 1797, 0)
     X_ref, y_ref = load_svmlight_file(digits_svm)
     store = open_store(str(tmp_path / "s"))
@@ -65,8 +68,18 @@ def test_text_hashing_equals_sklearn_hashing_vectorizer(tmp_path):
 def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
     path = _jsonl(tmp_path, DOCS)
     cfg = HashingConfig(n_features=2**12, alternate_sign=False)
-    ingest(IngestOptions([path], str(tmp_path / "tr"), hashing=cfg, idf=True, l2_normalize=True, test_size=0.25,
-                         test_out=str(tmp_path / "te"), progress=False))
+    ingest(
+        IngestOptions(
+            [path],
+            str(tmp_path / "tr"),
+            hashing=cfg,
+            idf=True,
+            l2_normalize=True,
+            test_size=0.25,
+            test_out=str(tmp_path / "te"),
+            progress=False,
+        )
+    )
     train, test = open_store(str(tmp_path / "tr")), open_store(str(tmp_path / "te"))
     counts = HashingVectorizer(n_features=2**12, norm=None, alternate_sign=False).transform([t for t, _ in DOCS])
     mask = stratified_test_mask(np.array([0 if lab == "animals" else 1 for _, lab in DOCS]), 0.25, 0)
@@ -101,26 +114,46 @@ def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
     with pytest.raises(InputError, match=r"t.jsonl:3: label 'sports' is not one of the 2 classes"):
         ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
     assert not os.path.exists(tmp_path / "te") and not os.path.exists(tmp_path / "te.partial")
-    report = ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), on_bad_record="skip",
-                                  progress=False))
+    report = ingest(
+        IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), on_bad_record="skip", progress=False)
+    )
     assert (report.read, report.written, report.skipped) == (3, 2, 1)
     te = open_store(str(tmp_path / "te"))
-    assert te.classes == ["animals", "finance"] and te.featurizer_dict() == open_store(str(tmp_path / "tr")).featurizer_dict()
+    assert (
+        te.classes == ["animals", "finance"]
+        and te.featurizer_dict() == open_store(str(tmp_path / "tr")).featurizer_dict()
+    )
     assert np.array_equal(te.idf, open_store(str(tmp_path / "tr")).idf)
 
 
 def test_like_reads_with_the_training_stores_source_options(tmp_path):
     train = tmp_path / "train.jsonl"
     train.write_text("".join(json.dumps({"body": t, "topic": lab}) + "\n" for t, lab in DOCS[:8]))
-    ingest(IngestOptions([str(train)], str(tmp_path / "tr"), hashing=HashingConfig(n_features=2**10),
-                         source_options={"text_field": "body", "label_field": "topic"}, progress=False))
-    assert open_store(str(tmp_path / "tr")).featurizer_dict()["source_options"] == \
-        {"text_field": "body", "label_field": "topic"}
+    ingest(
+        IngestOptions(
+            [str(train)],
+            str(tmp_path / "tr"),
+            hashing=HashingConfig(n_features=2**10),
+            source_options={"text_field": "body", "label_field": "topic"},
+            progress=False,
+        )
+    )
+    assert open_store(str(tmp_path / "tr")).featurizer_dict()["source_options"] == {
+        "text_field": "body",
+        "label_field": "topic",
+    }
     test = tmp_path / "test.jsonl"
     test.write_text(json.dumps({"body": "a dog", "topic": "animals", "y": "finance"}) + "\n")
     ingest(IngestOptions([str(test)], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
-    ingest(IngestOptions([str(test)], str(tmp_path / "te2"), like=str(tmp_path / "tr"),
-                         source_options={"label_field": "y"}, progress=False))
+    ingest(
+        IngestOptions(
+            [str(test)],
+            str(tmp_path / "te2"),
+            like=str(tmp_path / "tr"),
+            source_options={"label_field": "y"},
+            progress=False,
+        )
+    )
     assert open_store(str(tmp_path / "te")).to_scipy()[1].tolist() == [0]
     assert open_store(str(tmp_path / "te2")).to_scipy()[1].tolist() == [1]
 
@@ -132,26 +165,47 @@ def test_like_stores_test_data_with_the_training_stores_backend_and_chunk_rows(t
     ingest(IngestOptions([digits_svm], str(tmp_path / "te.pq"), like=str(tmp_path / "tr.pq"), progress=False))
     te = open_store(str(tmp_path / "te.pq"))
     assert (te.manifest.backend, te.chunk_rows, te.n_chunks) == ("parquet", 300, 6)
-    np.testing.assert_array_equal(te.to_scipy()[0].toarray(), open_store(str(tmp_path / "tr.pq")).to_scipy()[0].toarray())
-    ingest(IngestOptions([digits_svm], str(tmp_path / "te.zarr"), like=str(tmp_path / "tr.pq"), backend="zarr",
-                         progress=False))
-    assert (open_store(str(tmp_path / "te.zarr")).manifest.backend, open_store(str(tmp_path / "te.zarr")).chunk_rows) \
-        == ("zarr", 300)
-    ingest(IngestOptions([digits_svm], str(tmp_path / "te2.pq"), like=str(tmp_path / "tr.pq"), chunk_rows=1000,
-                         progress=False))
-    assert (open_store(str(tmp_path / "te2.pq")).manifest.backend, open_store(str(tmp_path / "te2.pq")).chunk_rows) \
-        == ("parquet", 1000)
+    np.testing.assert_array_equal(
+        te.to_scipy()[0].toarray(), open_store(str(tmp_path / "tr.pq")).to_scipy()[0].toarray()
+    )
+    ingest(
+        IngestOptions(
+            [digits_svm], str(tmp_path / "te.zarr"), like=str(tmp_path / "tr.pq"), backend="zarr", progress=False
+        )
+    )
+    assert (
+        open_store(str(tmp_path / "te.zarr")).manifest.backend,
+        open_store(str(tmp_path / "te.zarr")).chunk_rows,
+    ) == ("zarr", 300)
+    ingest(
+        IngestOptions(
+            [digits_svm], str(tmp_path / "te2.pq"), like=str(tmp_path / "tr.pq"), chunk_rows=1000, progress=False
+        )
+    )
+    assert (open_store(str(tmp_path / "te2.pq")).manifest.backend, open_store(str(tmp_path / "te2.pq")).chunk_rows) == (
+        "parquet",
+        1000,
+    )
     ingest(IngestOptions([digits_svm], str(tmp_path / "plain"), progress=False))  # no --like: the usual store
-    assert (open_store(str(tmp_path / "plain")).manifest.backend, open_store(str(tmp_path / "plain")).chunk_rows) \
-        == ("zarr", 16384)
+    assert (open_store(str(tmp_path / "plain")).manifest.backend, open_store(str(tmp_path / "plain")).chunk_rows) == (
+        "zarr",
+        16384,
+    )
 
 
 def test_input_kind_is_recorded_and_data_options_are_not(tmp_path, digits_svm):
     for label, name in [("a", "1.txt"), ("b", "2.txt")]:
         os.makedirs(tmp_path / "corpus" / "train" / label)
         (tmp_path / "corpus" / "train" / label / name).write_text("some words")
-    ingest(IngestOptions([str(tmp_path / "corpus")], str(tmp_path / "t"), hashing=HashingConfig(n_features=2**10),
-                         source_options={"subset": "train", "encoding": "latin-1"}, progress=False))
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "corpus")],
+            str(tmp_path / "t"),
+            hashing=HashingConfig(n_features=2**10),
+            source_options={"subset": "train", "encoding": "latin-1"},
+            progress=False,
+        )
+    )
     ingest(IngestOptions([digits_svm], str(tmp_path / "n"), source_options={"zero_based": False}, progress=False))
     text = open_store(str(tmp_path / "t")).featurizer_dict()
     assert text["input"] == "text" and text["source_options"] == {"encoding": "latin-1"}
@@ -162,8 +216,15 @@ def test_input_kind_is_recorded_and_data_options_are_not(tmp_path, digits_svm):
 @pytest.mark.parametrize("key, off", [("label_field", None), ("y_dataset", None), ("class_folders", False)])
 def test_options_that_read_no_labels_are_refused(tmp_path, key, off):
     with pytest.raises(StreamfitError, match=f"{key}={off} reads no labels, but ingest needs them"):
-        ingest(IngestOptions([_jsonl(tmp_path, DOCS)], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10),
-                             source_options={key: off}, progress=False))
+        ingest(
+            IngestOptions(
+                [_jsonl(tmp_path, DOCS)],
+                str(tmp_path / "s"),
+                hashing=HashingConfig(n_features=2**10),
+                source_options={key: off},
+                progress=False,
+            )
+        )
 
 
 def test_bad_line_names_file_and_line_and_loses_nothing(tmp_path):
@@ -234,13 +295,23 @@ def test_parquet_token_lists_hash_like_the_same_text(tmp_path):
 def test_rows_without_features_are_counted_and_the_first_named(tmp_path, caplog, test_size):
     docs = [("a b c", "x"), ("hello world", "x"), ("I", "y"), ("good day", "y")]
     split = {"test_size": test_size, "test_out": str(tmp_path / "t")} if test_size else {}
-    report = ingest(IngestOptions([_jsonl(tmp_path, docs)], str(tmp_path / "s"),
-                                  hashing=HashingConfig(n_features=2**10), progress=False, **split))
+    report = ingest(
+        IngestOptions(
+            [_jsonl(tmp_path, docs)],
+            str(tmp_path / "s"),
+            hashing=HashingConfig(n_features=2**10),
+            progress=False,
+            **split,
+        )
+    )
     assert (report.written, report.empty) == (4, 2)
     assert report.summary().startswith("records read 4, written 4, skipped 0; 2 rows have no features; ")
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
-        (f"2 rows have no features (the first: {tmp_path / 'docs.jsonl'}:1); text rows get features from words of 2 "
-         "or more characters (--min-token-length): check --text-field, or lower --min-token-length")]
+        (
+            f"2 rows have no features (the first: {tmp_path / 'docs.jsonl'}:1); text rows get features from words of 2 "
+            "or more characters (--min-token-length): check --text-field, or lower --min-token-length"
+        )
+    ]
 
 
 def test_rows_without_features_in_numeric_data(tmp_path, caplog):
@@ -259,10 +330,16 @@ def test_one_class_is_a_warning_at_the_end(tmp_path, caplog):
     path = _jsonl(tmp_path, [("good day", "spam"), ("hello world", "spam")])
     ingest(IngestOptions([path], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False))
     assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
-        (f"{tmp_path / 's'}: only one class: spam; a classifier needs two or more: check the labels (--label-field, "
-         "the class folders)")]
+        (
+            f"{tmp_path / 's'}: only one class: spam; a classifier needs two or more: check the labels (--label-field, "
+            "the class folders)"
+        )
+    ]
     caplog.clear()
     (tmp_path / "m.svm").write_text("a 1:1\na 2:1\n")  # one label per line, read as multilabel
-    ingest(IngestOptions([str(tmp_path / "m.svm")], str(tmp_path / "m"), source_options={"multilabel": True},
-                         progress=False))
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "m.svm")], str(tmp_path / "m"), source_options={"multilabel": True}, progress=False
+        )
+    )
     assert "only one class" not in caplog.text

@@ -77,9 +77,7 @@ def test_unknown_encoding():
         open_source(__file__, "csv", policy=BadRecordPolicy(), encoding="no-such-codec")
 
 
-@pytest.mark.parametrize(
-    "header, option", [("id,body,label", "--text-field"), ("id,text,class", "--label-field")]
-)
+@pytest.mark.parametrize("header, option", [("id,body,label", "--text-field"), ("id,text,class", "--label-field")])
 def test_missing_column_is_an_error_at_the_header(tmp_path, header, option):
     path = write(tmp_path, header + "\n1,x,y\n")
     with pytest.raises(InputError) as e:

@@ -40,7 +40,7 @@ def make_tar(path, files, mode="w:gz"):
 
 
 def train(prefix="20news-bydate-train/"):
-    return {k[len(prefix):]: v for k, v in NEWS.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: v for k, v in NEWS.items() if k.startswith(prefix)}
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 8192])
@@ -189,6 +189,7 @@ def test_without_class_folders_every_file_is_an_unlabeled_document(read, tmp_pat
     batches = read.batches(open_source(root, policy=BadRecordPolicy(), class_folders=False))
     assert read.texts(batches) == ["first", "second"] and read.labels(batches) == [None, None]
     news = make_tree(tmp_path / "news", NEWS)
-    source = open_source(news, policy=BadRecordPolicy(), class_folders=False, subset="20news-bydate-test",
-                         encoding="latin-1")
+    source = open_source(
+        news, policy=BadRecordPolicy(), class_folders=False, subset="20news-bydate-test", encoding="latin-1"
+    )
     assert read.texts(read.batches(source)) == ["Test car.\n", "Test post.\n"]

@@ -25,7 +25,9 @@ json_values = st.recursive(
 )
 jsonl_lines = st.one_of(
     st.text(max_size=40).filter(lambda s: "\n" not in s and "\r" not in s),
-    st.builds(lambda d: json.dumps(d), st.dictionaries(st.sampled_from(["text", "label", "x"]), json_values, max_size=3)),
+    st.builds(
+        lambda d: json.dumps(d), st.dictionaries(st.sampled_from(["text", "label", "x"]), json_values, max_size=3)
+    ),
     st.just('{"text": "a fine document", "label": "ok"}'),
 )
 GOOD = '{"text": "a fine document", "label": "ok"}'  # the last strategy above
@@ -130,7 +132,9 @@ def test_wrong_encoding_and_binary_junk(tmp_path, data):
 
 @pytest.mark.parametrize("cut", [0.1, 0.5, 0.9])
 def test_truncated_parquet_and_gzip_are_clean_errors(tmp_path, cut):
-    table = pa.table({"text": [f"document number {i}" for i in range(2000)], "label": [str(i % 3) for i in range(2000)]})
+    table = pa.table(
+        {"text": [f"document number {i}" for i in range(2000)], "label": [str(i % 3) for i in range(2000)]}
+    )
     full = tmp_path / "full.parquet"
     pq.write_table(table, str(full), row_group_size=500)
     raw = full.read_bytes()
@@ -151,8 +155,21 @@ def test_truncated_parquet_and_gzip_are_clean_errors(tmp_path, cut):
 # and hand over the good rows unchanged: indices sorted, values moved with them.
 
 PARQUET_FUZZ = settings(FUZZ, max_examples=200)
-ROW_DEFECTS = ["null indices", "null values", "null index", "null value", "negative index", "huge index", "nan",
-               "inf", "-inf", "length mismatch", "repeated index", "null label", "empty label"]
+ROW_DEFECTS = [
+    "null indices",
+    "null values",
+    "null index",
+    "null value",
+    "negative index",
+    "huge index",
+    "nan",
+    "inf",
+    "-inf",
+    "length mismatch",
+    "repeated index",
+    "null label",
+    "empty label",
+]
 TEXT_DEFECTS = ["null text", "null token", "null label", "empty label"]
 
 
@@ -175,13 +192,18 @@ def _sparse_row(draw, label_type):
     elif defect == "null value":
         values[k] = None
     elif defect in ("negative index", "huge index"):
-        indices[k] = draw(st.integers(-(2**63), -1) if defect == "negative index" else st.integers(2**62 + 1, 2**63 - 1))
+        indices[k] = draw(
+            st.integers(-(2**63), -1) if defect == "negative index" else st.integers(2**62 + 1, 2**63 - 1)
+        )
     elif defect in ("nan", "inf", "-inf"):
         values[k] = float(defect)
     elif defect == "length mismatch":
         values = values + [2.0] if draw(st.booleans()) or not values else values[:-1]
     elif defect == "repeated index":
-        indices, values = indices + [indices[k] if indices else 7] * (1 if indices else 2), values + [3.0] * (1 if indices else 2)
+        indices, values = (
+            indices + [indices[k] if indices else 7] * (1 if indices else 2),
+            values + [3.0] * (1 if indices else 2),
+        )
     elif defect == "null label":
         label = None
     elif defect == "empty label":
@@ -194,11 +216,13 @@ def _sparse_table(draw):
     label_type = draw(st.sampled_from(["string", "int64"]))
     value_type = draw(st.sampled_from([pa.float64(), pa.float32()]))
     rows = draw(st.lists(_sparse_row(label_type), max_size=14))
-    table = pa.table({
-        "indices": pa.array([r[0] for r in rows], type=pa.list_(pa.int64())),
-        "values": pa.array([r[1] for r in rows], type=pa.list_(value_type)),
-        "label": pa.array([r[2] for r in rows], type=pa.string() if label_type == "string" else pa.int64()),
-    })
+    table = pa.table(
+        {
+            "indices": pa.array([r[0] for r in rows], type=pa.list_(pa.int64())),
+            "values": pa.array([r[1] for r in rows], type=pa.list_(value_type)),
+            "label": pa.array([r[2] for r in rows], type=pa.string() if label_type == "string" else pa.int64()),
+        }
+    )
     return table, rows, value_type
 
 
@@ -229,8 +253,10 @@ def test_parquet_sparse_content_skips_exactly_the_bad_rows(tmp_path, case, row_g
     got = []
     for batch in source:
         X = batch.X.tocsr()
-        got += [(X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]], batch.labels[r])
-                for r in range(X.shape[0])]
+        got += [
+            (X.indices[X.indptr[r] : X.indptr[r + 1]], X.data[X.indptr[r] : X.indptr[r + 1]], batch.labels[r])
+            for r in range(X.shape[0])
+        ]
     expected = [_expected_sparse(r, value_type) for r in rows if r[3] is None]
     assert source.n_read == len(rows) and policy.n_skipped == len(rows) - len(expected)
     assert len(got) == len(expected)
@@ -267,8 +293,12 @@ def _text_table(draw):
             label = ""
         rows.append((text, label, defect))
     text_type = pa.list_(pa.string()) if tokens else pa.string()
-    table = pa.table({"text": pa.array([r[0] for r in rows], type=text_type),
-                      "label": pa.array([r[1] for r in rows], type=pa.string() if label_type == "string" else pa.int64())})
+    table = pa.table(
+        {
+            "text": pa.array([r[0] for r in rows], type=text_type),
+            "label": pa.array([r[1] for r in rows], type=pa.string() if label_type == "string" else pa.int64()),
+        }
+    )
     return table, rows
 
 
@@ -295,8 +325,13 @@ def test_parquet_text_content_skips_exactly_the_bad_rows(tmp_path, case, row_gro
 
 
 ARROW_TYPES = {
-    "int64": pa.int64(), "float64": pa.float64(), "string": pa.string(), "bool": pa.bool_(),
-    "list<int64>": pa.list_(pa.int64()), "list<float32>": pa.list_(pa.float32()), "list<string>": pa.list_(pa.string()),
+    "int64": pa.int64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "bool": pa.bool_(),
+    "list<int64>": pa.list_(pa.int64()),
+    "list<float32>": pa.list_(pa.float32()),
+    "list<string>": pa.list_(pa.string()),
     "struct": pa.struct([("a", pa.int64())]),
 }
 ACCEPTED = {  # what the reader's docstring promises each column may hold
@@ -308,10 +343,13 @@ ACCEPTED = {  # what the reader's docstring promises each column may hold
 
 
 @settings(FUZZ, max_examples=100)
-@given(kind=st.sampled_from(["text", "sparse"]),
-       types=st.fixed_dictionaries({c: st.sampled_from(sorted(ACCEPTED[c])) | st.sampled_from(sorted(ARROW_TYPES))
-                                    for c in ACCEPTED}),
-       label_field=st.sampled_from(["label", "label", "category"]))
+@given(
+    kind=st.sampled_from(["text", "sparse"]),
+    types=st.fixed_dictionaries(
+        {c: st.sampled_from(sorted(ACCEPTED[c])) | st.sampled_from(sorted(ARROW_TYPES)) for c in ACCEPTED}
+    ),
+    label_field=st.sampled_from(["label", "label", "category"]),
+)
 def test_parquet_wrong_column_types_are_clean_errors(tmp_path, kind, types, label_field):
     columns = ["text", "label"] if kind == "text" else ["indices", "values", "label"]
     table = pa.table({c: pa.nulls(2, type=ARROW_TYPES[types[c]]) for c in columns})
@@ -360,7 +398,9 @@ def _libsvm_line(draw):
         line = b"\xe9" + line
     elif defect == "utf-16 line":
         line = line.decode().encode("utf-16-le")
-    expected = None if defect else (np.asarray(indices, dtype=np.int64) - 1, np.asarray(values, dtype=np.float64), label)
+    expected = (
+        None if defect else (np.asarray(indices, dtype=np.int64) - 1, np.asarray(values, dtype=np.float64), label)
+    )
     return line, expected
 
 
@@ -374,8 +414,10 @@ def test_libsvm_nonfinite_values_bad_indices_and_encodings_skip_exactly_the_bad_
     got = []
     for batch in source:
         X = batch.X.tocsr()
-        got += [(X.indices[X.indptr[r]:X.indptr[r + 1]], X.data[X.indptr[r]:X.indptr[r + 1]], batch.labels[r])
-                for r in range(X.shape[0])]
+        got += [
+            (X.indices[X.indptr[r] : X.indptr[r + 1]], X.data[X.indptr[r] : X.indptr[r + 1]], batch.labels[r])
+            for r in range(X.shape[0])
+        ]
     expected = [e for _, e in lines if e is not None]
     assert source.n_read == len(lines) and policy.n_skipped == len(lines) - len(expected) == len(lines) - len(got)
     for (gi, gv, gl), (ei, ev, el) in zip(got, expected):
@@ -392,8 +434,10 @@ def test_libsvm_nonfinite_values_bad_indices_and_encodings_skip_exactly_the_bad_
 
 
 JSONL_DEFECTS = {
-    "NaN text": b'{"text": NaN, "label": "a"}', "inf text": b'{"text": Infinity, "label": "a"}',
-    "overflowing text": b'{"text": 1e999, "label": "a"}', "NaN label": b'{"text": "t", "label": NaN}',
+    "NaN text": b'{"text": NaN, "label": "a"}',
+    "inf text": b'{"text": Infinity, "label": "a"}',
+    "overflowing text": b'{"text": 1e999, "label": "a"}',
+    "NaN label": b'{"text": "t", "label": NaN}',
     "-inf label": b'{"text": "t", "label": -Infinity}',
     "latin-1 line": '{"text": "café", "label": "a"}'.encode("latin-1"),
     "utf-16 line": '{"text": "t", "label": "a"}'.encode("utf-16-le"),
@@ -401,11 +445,19 @@ JSONL_DEFECTS = {
 
 
 @FUZZ
-@given(records=st.lists(st.one_of(st.tuples(st.text(max_size=12), st.sampled_from(["a", "NaN", "inf"])),
-                                  st.sampled_from(sorted(JSONL_DEFECTS))), max_size=12))
+@given(
+    records=st.lists(
+        st.one_of(
+            st.tuples(st.text(max_size=12), st.sampled_from(["a", "NaN", "inf"])),
+            st.sampled_from(sorted(JSONL_DEFECTS)),
+        ),
+        max_size=12,
+    )
+)
 def test_jsonl_nonfinite_numbers_and_wrong_encodings_skip_exactly_the_bad_lines(tmp_path, records):
-    lines = [JSONL_DEFECTS[r] if isinstance(r, str) else json.dumps({"text": r[0], "label": r[1]}).encode()
-             for r in records]
+    lines = [
+        JSONL_DEFECTS[r] if isinstance(r, str) else json.dumps({"text": r[0], "label": r[1]}).encode() for r in records
+    ]
     path = tmp_path / "fuzz.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in lines))
     policy = BadRecordPolicy("skip")
@@ -418,16 +470,25 @@ def test_jsonl_nonfinite_numbers_and_wrong_encodings_skip_exactly_the_bad_lines(
 
 
 @FUZZ
-@given(rows=st.lists(st.tuples(st.text(alphabet="abcé ", min_size=1, max_size=8),
-                               st.sampled_from(["NaN", "inf", "-Infinity", "a"])), min_size=1, max_size=10),
-       latin1=st.booleans())
+@given(
+    rows=st.lists(
+        st.tuples(st.text(alphabet="abcé ", min_size=1, max_size=8), st.sampled_from(["NaN", "inf", "-Infinity", "a"])),
+        min_size=1,
+        max_size=10,
+    ),
+    latin1=st.booleans(),
+)
 def test_csv_nonfinite_cells_are_text_and_a_wrong_encoding_is_a_clean_error(tmp_path, rows, latin1):
     text = "text,label\n" + "".join(f"{t},{lab}\n" for t, lab in rows)
     path = tmp_path / "fuzz.csv"
     path.write_bytes(text.encode("latin-1" if latin1 else "utf-8"))
     policy = BadRecordPolicy("skip")
     try:
-        got = [(t, lab) for batch in open_source(str(path), policy=policy) for t, lab in zip(batch.texts["text"], batch.labels)]
+        got = [
+            (t, lab)
+            for batch in open_source(str(path), policy=policy)
+            for t, lab in zip(batch.texts["text"], batch.labels)
+        ]
     except InputError as e:
         event("csv: wrong encoding, error")
         assert latin1 and "é" in text and str(path) in str(e) and "--encoding" in str(e)

@@ -71,8 +71,16 @@ BAD = [
     (b"{not json", "invalid JSON", ""),
     (b"\xff\xfe{}", "not valid UTF-8", ""),
     (b"[1, 2]", "JSON list, not an object", ""),
-    (json.dumps({"body": "x", "label": "a"}).encode(), "no field 'text'", "--text-field; this line has the fields: body"),
-    (json.dumps({"text": "x", "cls": "a"}).encode(), "no field 'label'", "--label-field; this line has the fields: text"),
+    (
+        json.dumps({"body": "x", "label": "a"}).encode(),
+        "no field 'text'",
+        "--text-field; this line has the fields: body",
+    ),
+    (
+        json.dumps({"text": "x", "cls": "a"}).encode(),
+        "no field 'label'",
+        "--label-field; this line has the fields: text",
+    ),
     (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON int, not a string", ""),
     (json.dumps({"text": "x", "label": 1.5}).encode(), "label 1.5 is not a string or an integer", ""),
     (json.dumps({"text": "x", "label": None}).encode(), "label null is not", ""),

@@ -188,7 +188,8 @@ def test_qid_is_ignored_with_one_log_line(read, tmp_path, caplog, recwarn):
     _, _, batches = read_file(read, path, 1)
     assert read.sparse(batches).toarray().tolist() == [[1, 0], [0, 1], [2, 0]]
     assert [r.getMessage() for r in caplog.records] == [
-        f"{path}:3: qid:N tokens (query ids of ranking data) are ignored; lines with one: 2"]
+        f"{path}:3: qid:N tokens (query ids of ranking data) are ignored; lines with one: 2"
+    ]
     assert caplog.records[0].levelname == "WARNING" and not recwarn.list
 
 

@@ -53,8 +53,9 @@ def test_blocks_equal_scipy_tocsc(data, write_store, backend, bf):
     assert entry["block_features"] == bf
     assert_blocks_equal_scipy(path, X, bf)
     assert open_store(path).verify() == []
-    assert sorted(os.listdir(path)) == sorted(["csc", "manifest.json"] + (
-        ["X", "y", "zarr.json"] if backend == "zarr" else ["X.parquet"]))
+    assert sorted(os.listdir(path)) == sorted(
+        ["csc", "manifest.json"] + (["X", "y", "zarr.json"] if backend == "zarr" else ["X.parquet"])
+    )
 
 
 def test_multilabel_store(write_store):
@@ -76,7 +77,9 @@ def test_each_block_is_sorted_from_its_own_spill_only(data, write_store, monkeyp
     monkeypatch.setattr(csc, "_block_from_spill", lambda rec, *a: block_nnz.append(len(rec)) or sort(rec, *a))
     read = Store.read_chunk
     cached = []
-    monkeypatch.setattr(Store, "read_chunk", lambda self, i, **kw: cached.append(kw.get("cache", True)) or read(self, i, **kw))
+    monkeypatch.setattr(
+        Store, "read_chunk", lambda self, i, **kw: cached.append(kw.get("cache", True)) or read(self, i, **kw)
+    )
     build_csc(path, 7, spill_buffer_bytes=1)
     s = open_store(path)
     assert chunk_nnz == [c.nnz for c in s.manifest.chunks]
@@ -183,8 +186,17 @@ def test_cli_ingest_transpose_inspect_and_pipeline(tmp_path):
         assert result.exit_code == 0, result.output
         return result.output
 
-    out = run("ingest", tmp_path / "d.svm", "--no-hash", "--out", tmp_path / "d.zarr", "--chunk-rows", "400",
-              "--csc-block-features", "16")
+    out = run(
+        "ingest",
+        tmp_path / "d.svm",
+        "--no-hash",
+        "--out",
+        tmp_path / "d.zarr",
+        "--chunk-rows",
+        "400",
+        "--csc-block-features",
+        "16",
+    )
     assert "CSC copy: 4 feature blocks" in out
     Xs = open_store(str(tmp_path / "d.zarr")).to_scipy()[0]
     assert_blocks_equal_scipy(str(tmp_path / "d.zarr"), Xs, 16)
@@ -193,6 +205,7 @@ def test_cli_ingest_transpose_inspect_and_pipeline(tmp_path):
     assert info["verified"] and info["csc"]["n_blocks"] == 5 and info["csc"]["nnz"] == Xs.nnz
     assert [b["col_start"] for b in info["csc"]["blocks"]] == [0, 13, 26, 39, 52]
     (tmp_path / "p.yaml").write_text(
-        "ingest:\n  inputs: [d.svm]\n  out: p.parquet\n  backend: parquet\n  no_hash: true\n  csc_block_features: 32\n")
+        "ingest:\n  inputs: [d.svm]\n  out: p.parquet\n  backend: parquet\n  no_hash: true\n  csc_block_features: 32\n"
+    )
     run("run", tmp_path / "p.yaml")
     assert_blocks_equal_scipy(str(tmp_path / "p.parquet"), Xs, 32)

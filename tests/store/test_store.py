@@ -84,7 +84,9 @@ def test_flipped_byte_is_detected_and_named(digits, write_store, backend):
     X, y, classes = digits
     path = write_store(X, y, classes, chunk_rows=400, backend=backend)
     # damage one stored data file (the largest) in the middle
-    files = [os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f != "manifest.json" and not f.endswith(".json")]
+    files = [
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs if f != "manifest.json" and not f.endswith(".json")
+    ]
     target = max(files, key=os.path.getsize)
     raw = bytearray(open(target, "rb").read())
     raw[len(raw) // 2] ^= 0xFF

@@ -93,7 +93,7 @@ _LIBSVM_PAIR = re.compile(r"^(\d+|qid):\S+$")
 
 
 def sniff_format(path: str) -> str | None:
-    """"libsvm" or "jsonl" from a file's first lines (decompressed by the name's .gz/.bz2/.xz),
+    """ "libsvm" or "jsonl" from a file's first lines (decompressed by the name's .gz/.bz2/.xz),
     for names like dna.scale.gz or train.t that LIBSVM's own data sets use; None if neither fits."""
     if os.path.isdir(path):
         return None
@@ -133,8 +133,11 @@ def open_source(
         if format is None:
             format = sniff_format(path)
             if format is None:
-                raise InputError(path, "cannot tell the format from the file name or its first lines",
-                                 f"pass --format, one of: {choices}")
+                raise InputError(
+                    path,
+                    "cannot tell the format from the file name or its first lines",
+                    f"pass --format, one of: {choices}",
+                )
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")

@@ -73,8 +73,9 @@ def _labels(y: np.ndarray, problems: dict[int, str]) -> list:
     return labels
 
 
-def array_batch(path: str, x, y: np.ndarray | None, start: int,
-                policy: BadRecordPolicy) -> DenseBatch | SparseBatch | None:
+def array_batch(
+    path: str, x, y: np.ndarray | None, start: int, policy: BadRecordPolicy
+) -> DenseBatch | SparseBatch | None:
     """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y (or None)."""
     n = x.shape[0]
     locations = [f"{path}:row {start + r}" for r in range(n)]

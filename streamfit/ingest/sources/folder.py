@@ -150,9 +150,10 @@ class FolderSource:
         # Decompressing outside tarfile makes a truncated stream an error: tarfile alone takes
         # a stream cut at a member boundary for the end of the archive.
         try:
-            with open_binary(self.path, _COMPRESSED_TARS.get(extension, extension)) as f, tarfile.open(
-                fileobj=f, mode="r|"
-            ) as tar:
+            with (
+                open_binary(self.path, _COMPRESSED_TARS.get(extension, extension)) as f,
+                tarfile.open(fileobj=f, mode="r|") as tar,
+            ):
                 for member in tar:
                     parts = [p for p in member.name.split("/") if p not in ("", ".")]
                     if member.isfile() and parts and not any(p.startswith(".") for p in parts):

@@ -37,8 +37,14 @@ class Hdf5Source:
             X = self._dataset(f, x_dataset, "--x-dataset")
             y = None if y_dataset is None else self._dataset(f, y_dataset, "--y-dataset")
             self.multilabel = check_shapes(
-                self.path, f"dataset {x_dataset!r}", X.shape, X.dtype, f"dataset {y_dataset!r}",
-                None if y is None else y.shape, None if y is None else y.dtype, "check --x-dataset and --y-dataset",
+                self.path,
+                f"dataset {x_dataset!r}",
+                X.shape,
+                X.dtype,
+                f"dataset {y_dataset!r}",
+                None if y is None else y.shape,
+                None if y is None else y.dtype,
+                "check --x-dataset and --y-dataset",
             )
         self.n_read = 0
 

@@ -109,7 +109,8 @@ class JsonlSource:
             self.multilabel = isinstance(label, list)
         if not self.multilabel and isinstance(label, list):
             raise _Bad(
-                "label list in a single-label file", "the first record has a single label; pass --option multilabel=true"
+                "label list in a single-label file",
+                "the first record has a single label; pass --option multilabel=true",
             )
         if self.multilabel and isinstance(label, str):
             label = [label]

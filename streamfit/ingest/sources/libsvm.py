@@ -64,9 +64,13 @@ _PROBLEMS = {
     ZERO_INDEX: ("feature index 0 in {} but indices are 1-based", "pass --zero-based"),
     HUGE_INDEX: ("feature index in {} is above 2**62", _INDEX_HINT),
     BAD_VALUE: ("value in {} is not a number", "values are decimal numbers such as 0.5 or 1e-3"),
-    NONFINITE: ("value in {} is not finite in float32",
-                ("NaN, infinite values and values beyond float32's ±3.4e38 (the stores' precision) are not "
-                 "allowed; scale the features")),
+    NONFINITE: (
+        "value in {} is not finite in float32",
+        (
+            "NaN, infinite values and values beyond float32's ±3.4e38 (the stores' precision) are not "
+            "allowed; scale the features"
+        ),
+    ),
     DUPLICATE: ("feature index in {} repeats on the line", "each index may appear once per line"),
 }
 
@@ -386,7 +390,9 @@ def _label(token: bytes, multilabel: bool):
         raise _BadLabel(f"label {show(token)} holds control characters", "is the file UTF-16? convert it to UTF-8")
     if not multilabel:
         if not text:
-            raise _BadLabel("the line has no label", "pass --option multilabel=true if lines without labels are allowed")
+            raise _BadLabel(
+                "the line has no label", "pass --option multilabel=true if lines without labels are allowed"
+            )
         if "," in text:
             raise _BadLabel(
                 f"label list {show(token)} in a single-label file",
@@ -445,8 +451,9 @@ class LibsvmSource:
                 buf = np.frombuffer(data, dtype=np.uint8)
                 pos = 0
                 while pos < cut:
-                    pos, line_no, n_qid, first_qid, *parsed = _parse(buf, pos, cut, self.batch_size,
-                                                                      self.zero_based, line_no)
+                    pos, line_no, n_qid, first_qid, *parsed = _parse(
+                        buf, pos, cut, self.batch_size, self.zero_based, line_no
+                    )
                     qid_lines += n_qid
                     first_qid_line = first_qid_line or first_qid
                     batch = self._batch(data, buf, *parsed)
@@ -455,8 +462,12 @@ class LibsvmSource:
                 if not chunk:
                     break
         if qid_lines:
-            log.warning("%s:%d: qid:N tokens (query ids of ranking data) are ignored; lines with one: %d",
-                        self.path, first_qid_line, qid_lines)
+            log.warning(
+                "%s:%d: qid:N tokens (query ids of ranking data) are ignored; lines with one: %d",
+                self.path,
+                first_qid_line,
+                qid_lines,
+            )
 
     @staticmethod
     def _slow_values(data: bytes, buf: np.ndarray, starts: np.ndarray) -> np.ndarray:

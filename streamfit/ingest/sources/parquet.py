@@ -104,7 +104,9 @@ class ParquetSource:
             self.kind = "text"
             self.columns = list(self.fields)
             for field in self.fields:
-                self._check_type(schema, field, _is_text, "a string column or a list of strings (tokens)", "--text-field")
+                self._check_type(
+                    schema, field, _is_text, "a string column or a list of strings (tokens)", "--text-field"
+                )
         elif indices_field in names and values_field in names:
             self.kind = "sparse"
             self.columns = [indices_field, values_field]
@@ -241,8 +243,10 @@ class ParquetSource:
         bad_index = flat_ind.is_null().to_numpy(zero_copy_only=False) | (indices < 0) | (indices > MAX_INDEX)
         bad_value = flat_val.is_null().to_numpy(zero_copy_only=False) | ~fits_float32(values)
         mark(np.bincount(ind_rows[bad_index], minlength=n), f"null or out-of-range index in {self.indices_field!r}")
-        mark(np.bincount(val_rows[bad_value], minlength=n), f"null, NaN or infinite value in {self.values_field!r} (or beyond float32's "
-             "±3.4e38: scale the features)")
+        mark(
+            np.bincount(val_rows[bad_value], minlength=n),
+            f"null, NaN or infinite value in {self.values_field!r} (or beyond float32's ±3.4e38: scale the features)",
+        )
 
         keep = np.ones(n, dtype=bool)
         keep[list(problems)] = False
