@@ -291,4 +291,6 @@ def test_map_reduce_frees_chunk_results_once_summed(digits):
     with Engine(mode="local", n_workers=1) as eng:
         held = eng.map_reduce(chunk_results_held, src, range(src.n_chunks))
     assert held.shape == (33,)
-    assert held.max() <= 8  # log2(33) + a few; when the client kept every chunk's future, up to 32
+    # log2(33) + a few (8 at rest; 9 seen at load 4, the client's releases arriving late); when the
+    # client kept every chunk's future, up to 32
+    assert held.max() <= 12
