@@ -31,7 +31,9 @@ Per solver (`objective_for`), with each paper's constants mapped to this convent
 Evaluation is summable over row chunks: `chunk_sums` of each chunk (a `ChunkSums`), added with
 `+`, then `total(sums, W, b)` = sums.loss / sums.n_rows + P(W, b) (or P alone for (8)). Every
 loss is row-wise, so a row's term does not depend on the chunking; only the order of the
-floating-point additions across chunks does.
+floating-point additions across chunks does. Every solver's logged `objective` (metrics.jsonl)
+is this F of its objective_for: bcd, fbpd and stagewise pass their fused loss sums to `total`;
+ppdsparse sums its classes' F_k from a kernel over each w_k's support (a class's share of F).
 """
 
 from __future__ import annotations
