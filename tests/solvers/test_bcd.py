@@ -21,7 +21,6 @@ from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.objectives import objective_for
 from streamfit.objectives.losses import LOSSES, loss_sum
-from streamfit.objectives.penalties import PENALTIES
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import bcd, get_solver
 from streamfit.solvers.bcd_kernels import chunk_pass
@@ -150,7 +149,6 @@ def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
     n, lam = X.shape[0], 1e-2
     fstar = 0.184014204278  # 2786 outer iterations, duality gap 8.6e-12
     source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
-    lab_ptr, lab_ind = bcd.label_lists(y, n)
     solver = bcd.BCDSolver(bcd.BCDParams(lam=lam))
     for it in (1, 5, 30):
         W, _ = fit(source, lam=lam, tol=1e-12, max_iter=it, stopping="violation")
@@ -164,8 +162,7 @@ def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
         D = (2 * c * H - c * c * Q) / n
         F = L + lam * np.linalg.norm(W, axis=1).sum()
         assert D <= fstar * (1 + 1e-10)
-        f, gap = solver._gap(sp.csc_matrix(X, dtype=np.float64), np.ascontiguousarray(S), lab_ptr, lab_ind,
-                             LOSSES["squared_hinge"], PENALTIES["l1/l2"], 0.5, W)
+        f, gap = solver._gap(sp.csc_matrix(X, dtype=np.float64), np.ascontiguousarray(S), y, W)
         assert np.isclose(f, F, rtol=1e-12) and np.isclose(gap, (F - D) / F, rtol=1e-9)
     _, paper = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="violation")
     _, auto = fit(source, lam=lam, tol=1e-3, max_iter=2000)
