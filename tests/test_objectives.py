@@ -12,6 +12,8 @@ from scipy.optimize import minimize
 from sklearn.linear_model import LogisticRegression, Ridge
 from sklearn.svm import LinearSVC
 
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
 from streamfit.objectives import (
     ChunkSums,
     ClassBlockPenalty,
@@ -24,10 +26,13 @@ from streamfit.objectives import (
 from streamfit.objectives import penalties as rp
 from streamfit.objectives.links import link_residual
 from streamfit.objectives.losses import LOSSES, label_lists, loss_sum
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import get_solver
 from streamfit.solvers.bcd import BCDParams
 from streamfit.solvers.fbpd import FBPDParams
 from streamfit.solvers.ppdsparse import PPDSparseParams
 from streamfit.solvers.stagewise import StagewiseParams
+from streamfit.store import InMemoryStore
 
 N, D, M = 40, 6, 4
 MULTICLASS_ONLY = {"logistic", "crammer_singer_hinge"}
@@ -448,3 +453,79 @@ def test_stagewise_conventions_are_ridge_and_logistic_regression():
 def test_objective_for_rejects_an_unknown_solver():
     with pytest.raises(ValueError, match="unknown solver 'nope'"):
         objective_for("nope", None)
+
+
+# -- the solvers log this objective ----------------------------------------------------------
+
+# (solver, params, multilabel): each solver's main configurations; the last step's logged
+# `objective` must be objective_for(...) of the final model on the training data
+LOGGED = [
+    ("bcd", BCDParams(mode="memory", loss="squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=5), False),
+    ("bcd", BCDParams(mode="memory", loss="logistic", penalty="l1", lam=1e-2, max_iter=5), False),
+    ("bcd", BCDParams(mode="memory", loss="multitask_squared_hinge", penalty="l2", lam=1e-2, max_iter=5), True),
+    ("bcd", BCDParams(mode="memory", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
+    ("bcd", BCDParams(mode="memory", penalty="l1/l2", lam=1e-1, tol=1e-2, stopping="gap", max_iter=300), False),
+    ("bcd", BCDParams(mode="chunks", loss="squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=3, group_size=8),
+     True),
+    ("bcd", BCDParams(mode="chunks", loss="logistic", penalty="l1", lam=1e-2, max_iter=3, group_size=8), False),
+    ("bcd", BCDParams(method="fista", loss="multitask_squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=5), True),
+    ("bcd", BCDParams(method="fista", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
+    ("fbpd", FBPDParams(penalty="l1", lam=1e-2, max_iter=10), False),
+    ("fbpd", FBPDParams(penalty="l1/l2", lam=1e-2, group_size=4, max_iter=10), False),
+    ("fbpd", FBPDParams(penalty="l1/linf", lam=1e-2, group_size=4, max_iter=10), False),
+    ("fbpd", FBPDParams(penalty="l2", lam=1e-2, max_iter=10), False),
+    ("fbpd", FBPDParams(formulation="constrained", penalty="l1/l2", eta=0.5, max_iter=10), False),
+    ("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=1e-2, tau=1e-2, threads=1), False),
+    ("ppdsparse", PPDSparseParams(loss="hinge", lam=1e-2, tau=1e-2, threads=1), False),
+    ("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=1e-2, tau=1e-2, threads=1), True),
+    ("ppdsparse", PPDSparseParams(loss="hinge", lam=1e-2, tau=1e-2, threads=1), True),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, n_passes=2, lam=1e-2), False),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2), True),
+    ("stagewise", StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2), False),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2), True),
+    ("stagewise", StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2),
+     False),
+]
+
+
+def logged_run(solver, params, multilabel):
+    """(X, labels, final model, the last logged objective) of an in-process run on 150 rows in
+    chunks of 50."""
+    X, y, Y = data(seed=5, n=150, d=20, m=M)
+    X = sp.csr_matrix(np.abs(X))
+    labels = Y if multilabel else y.astype(np.int32)
+    store = InMemoryStore(X, labels, [str(k) for k in range(M)], chunk_rows=50)
+    log = MetricsLog(None)
+    model = get_solver(solver)(params).fit(
+        store, engine=Engine(mode="inprocess"), log=log,
+        checkpointer=Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory"))
+    return X, labels, model, [r for r in log.records if "objective" in r][-1]["objective"]
+
+
+@pytest.mark.parametrize("solver, params, multilabel", LOGGED,
+                         ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(LOGGED)])
+def test_solvers_log_this_objective(solver, params, multilabel):
+    """metrics' `objective` = objective_for(...) of the model (loss + penalty, averaged; fbpd's
+    constrained form: g(W)); stagewise, whose model is a sequence of stages: the loss of the
+    model's training scores plus StageRidge over the stages' weights. Only the order of the
+    floating-point sums differs."""
+    X, labels, model, logged = logged_run(solver, params, multilabel)
+    objective = objective_for(solver, params, multilabel)
+    if solver == "stagewise":
+        sums = objective.loss_sums(model._scores(X), labels)
+        stages = StageRidge.stage_weights(model.weights, params.fit_intercept)
+        expected = objective.total(sums, stages, None)
+        assert len(model.weights) > 1
+    else:
+        coef = model.coef_.toarray() if sp.issparse(model.coef_) else np.asarray(model.coef_)
+        b = None if model.intercept_ is None else np.asarray(model.intercept_, dtype=np.float64)
+        expected = objective.value(coef.T, b, X, labels)
+    assert expected > 0
+    assert logged == pytest.approx(expected, rel=1e-10)
+
+
+def test_stage_ridge_stage_weights_drop_the_bias_row():
+    W1, W2 = np.arange(6.0).reshape(3, 2), np.ones((2, 2))
+    assert StageRidge(2.0).value(StageRidge.stage_weights([W1, W2], fit_intercept=True)) == \
+        (4 + 9 + 16 + 25) + 2
+    assert StageRidge(2.0).value(StageRidge.stage_weights([W1, W2], fit_intercept=False)) == (1 + 4 + 9 + 16 + 25) + 4

@@ -31,7 +31,9 @@ Per solver (`objective_for`), with each paper's constants mapped to this convent
 Evaluation is summable over row chunks: `chunk_sums` of each chunk (a `ChunkSums`), added with
 `+`, then `total(sums, W, b)` = sums.loss / sums.n_rows + P(W, b) (or P alone for (8)). Every
 loss is row-wise, so a row's term does not depend on the chunking; only the order of the
-floating-point additions across chunks does.
+floating-point additions across chunks does. Every solver's logged `objective` (metrics.jsonl)
+is this F of its objective_for: bcd, fbpd and stagewise pass their fused loss sums to `total`;
+ppdsparse sums its classes' F_k from a kernel over each w_k's support (a class's share of F).
 """
 
 from __future__ import annotations
@@ -151,14 +153,21 @@ class ElasticNetWithBias:
 
 @dataclasses.dataclass(frozen=True)
 class StageRidge:
-    """stagewise's P = (λ/2) Σ_t ‖W_t‖²_F over the stages' weights (a d × m array for one stage,
-    or a sequence of them); the intercept b is not penalised."""
+    """stagewise's P = (λ/2) Σ_t ‖W_t‖²_F over the stages' penalised weights (a d × m array for
+    one stage, or a sequence of them: `stage_weights` drops a stage's bias row); the intercept b
+    is not penalised."""
 
     lam: float
 
     def value(self, W: np.ndarray | Sequence[np.ndarray], b: np.ndarray | None = None) -> float:
         stages = [W] if isinstance(W, np.ndarray) else W
-        return 0.5 * self.lam * sum(float(np.einsum("ij,ij->", Wt, Wt)) for Wt in stages)
+        return 0.5 * self.lam * sum(float((Wt * Wt).sum()) for Wt in stages)
+
+    @staticmethod
+    def stage_weights(weights: Sequence[np.ndarray], fit_intercept: bool) -> list[np.ndarray]:
+        """The penalised part of each stage's weights (a StagewiseModel's `weights`, rows =
+        the stage's design columns, the bias column first when fit_intercept): D W_t."""
+        return [W[1:] if fit_intercept else W for W in weights]
 
     def prox(self, W: np.ndarray, b: np.ndarray | None, t: float) -> tuple[np.ndarray, np.ndarray | None]:
         return W / (1.0 + t * self.lam), b
@@ -250,7 +259,10 @@ class Objective:
             D = (1/n) Σ_i (α_i − cα_i²/2) − h*(v, v_b),   (v, v_b) = (1/n) Σ_i α_i Y_ik [x_i, 1],
             h*(v, v_b) = (‖soft(v, lam)‖² + v_b²) / (2 tau),
         the averaged form of −G(α) of Yen et al.'s dual (10), summed over the classes."""
-        S = self.scores(W, b, X)
+        return self.dual_value_at_scores(self.scores(W, b, X), X, labels)
+
+    def dual_value_at_scores(self, S: np.ndarray, X, labels) -> float:
+        """`dual_value` at the point whose scores are S (n × m): for a solver that keeps S."""
         n = S.shape[0]
         _, Dv, _ = self.derivatives(S, labels, 1)
         if isinstance(self.penalty, RowPenalty) and self.loss in (SQUARED_HINGE, MULTITASK_SQUARED_HINGE, LOGISTIC):

@@ -30,7 +30,8 @@ def link_mean(U: np.ndarray, link: str) -> np.ndarray:
 
 def link_loss_sum(U: np.ndarray, Y: np.ndarray, link: str) -> float:
     """Σ_i ℓ(u_i; y_i) for the calibrated loss (13). For the identity link this is the
-    squared residual Σ_i ‖y_i − u_i‖² (no ½: it is what the solver logs as the objective)."""
+    squared residual Σ_i ‖y_i − u_i‖² (no ½: the squared error the solver logs as `loss`; its
+    `objective` halves it)."""
     return link_residual(U, Y, link)[1]
 
 

@@ -85,7 +85,8 @@ from pydantic import Field, model_validator
 
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel, Model
-from streamfit.objectives.losses import LOGISTIC, LOSSES, curvature, dual_loss, label_lists, rows_loss
+from streamfit.objectives import ChunkSums, objective_for
+from streamfit.objectives.losses import LOGISTIC, LOSSES, curvature, label_lists, rows_loss
 from streamfit.objectives.penalties import PENALTIES, prox, value
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
@@ -132,12 +133,6 @@ class BCDParams(SolverParams):
 
 
 # -- helpers -----------------------------------------------------------------------------------
-
-
-def _objective(loss_sum: float, n: int, W: np.ndarray, pen: int, lam: float, rho: float) -> float:
-    """F(W) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged convention) from the
-    loss summed over the n samples."""
-    return loss_sum / n + value(pen, W, lam, rho)
 
 
 def _tail_estimate(f_hist: list[float]) -> float:
@@ -451,6 +446,11 @@ class BCDSolver(Solver[BCDState]):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
+    def _objective(self, loss_sum: float, n: int, W: np.ndarray) -> float:
+        """streamfit.objectives' F(W) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
+        convention) from the loss summed over the n samples."""
+        return objective_for(self.name, self.params).total(ChunkSums(loss_sum, n), W, None)
+
     def _fields(self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool,
                 **more) -> dict[str, Any]:
         """The fields logged at the end of an outer iteration: F (eq. 2, averaged), top-1
@@ -505,11 +505,11 @@ class BCDSolver(Solver[BCDState]):
         st.ratio = self._stop_ratio(vsum, vmax, st.first)
         st.max_viol = vmax
         loss_sum = rows_loss(loss, st.S, dat.lab_ptr, dat.lab_ind, np.arange(n, dtype=np.int64), 0)[0]
-        f = _objective(loss_sum, n, st.W, pen, p.lam, rho)
+        f = self._objective(loss_sum, n, st.W)
         st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1):]
         st.converged, st.gap, st.tail = st.ratio < p.tol, None, None
         if st.converged and p.stopping == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
-            f, st.gap = self._gap(dat.Xc, st.S, dat.lab_ptr, dat.lab_ind, loss, pen, rho, st.W)
+            f, st.gap = self._gap(dat.Xc, st.S, dat.labels, st.W)
             st.converged = st.gap < p.tol
         elif st.converged and p.stopping == "auto":  # (10) holds: confirm with the estimated remaining decrease
             st.tail = _tail_estimate(st.f_hist)
@@ -525,20 +525,13 @@ class BCDSolver(Solver[BCDState]):
                             violation_ratio=st.ratio, ls_steps=st.ls_steps, active_blocks=n_active, mode="memory",
                             **checks)
 
-    def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, lab_ptr: np.ndarray, lab_ind: np.ndarray, loss: int, pen: int,
-             rho: float, W: np.ndarray) -> tuple[float, float]:
-        """(F(W), relative duality gap (F − D)/F) at the current W (S = XW): the dual point
-        c·∇ℓ(S) of losses.dual_loss with c ≤ λ / ‖G(W)‖_* (dual norm: max_j ‖G_j‖₂ for l1/l2,
-        max |G_jr| for l1), G(W) = Xᵀ∇ℓ(S)/n the full gradient. F − F* ≤ F − D, so the gap
-        certifies the objective's distance to the optimum."""
-        p = self.params
-        n = S.shape[0]
-        lsum, D, _ = rows_loss(loss, S, lab_ptr, lab_ind, np.arange(n, dtype=np.int64), 1)
-        G = np.asarray(Xc.T @ D) / n
-        dn = float(np.sqrt((G * G).sum(axis=1)).max() if p.penalty == "l1/l2" else np.abs(G).max()) if G.size else 0.0
-        c_max = p.lam / dn if dn > 0 else math.inf
-        f = _objective(lsum, n, W, pen, p.lam, rho)
-        dual = dual_loss(loss, S, lab_ptr, lab_ind, c_max) / n
+    def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, labels, W: np.ndarray) -> tuple[float, float]:
+        """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
+        streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
+        F − F* ≤ F − D, so the gap certifies the objective's distance to the optimum."""
+        objective = objective_for(self.name, self.params)
+        f = objective.total(objective.loss_sums(S, labels), W, None)
+        dual = objective.dual_value_at_scores(S, Xc, labels)
         return f, (f - dual) / f if f > 0 else 0.0
 
     # ---- mode "chunks": out of core, one pass per feature group ----
@@ -584,9 +577,8 @@ class BCDSolver(Solver[BCDState]):
                     "active_blocks": int(st.active[st.blocks].sum()), "mode": "chunks"}
         if not closing:
             return {"outer_iteration": closed + 1, **counters}
-        loss, pen, _, rho = self._codes(ctx.source)
         n = ctx.source.n_rows
-        f = _objective(sums.loss + sums.dloss[a], n, st.W, pen, p.lam, rho)
+        f = self._objective(sums.loss + sums.dloss[a], n, st.W)
         return {"outer_iteration": closed, **self._fields(st.W, f, sums.hits + sums.dhits[a], n, ctx.source.multilabel,
                                                           violation_ratio=st.ratio, **counters)}
 
@@ -682,5 +674,5 @@ class BCDSolver(Solver[BCDState]):
         st.W, st.Y, st.t, st.loss_y, st.grad_y = W, Y_next, t_next, sums.loss_y, sums.grad_y
         st.ratio = mapping / st.first if st.first > 0 else 0.0
         st.converged = st.ratio < p.tol
-        return self._fields(W, _objective(sums.loss_w, n, W, pen, p.lam, rho), sums.hits_w, n, src.multilabel,
+        return self._fields(W, self._objective(sums.loss_w, n, W), sums.hits_w, n, src.multilabel,
                             violation_ratio=st.ratio, lipschitz=st.L, mode="fista")

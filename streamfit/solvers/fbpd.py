@@ -82,7 +82,8 @@ from streamfit.checkpoint import config_hash
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
-from streamfit.objectives.class_block_penalties import dual_norm, penalty, penalty_prox
+from streamfit.objectives import ChunkSums, objective_for
+from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.fbpd_kernels import (
     constrained_dual_step,
@@ -517,7 +518,7 @@ class FBPDSolver(Solver[FBPDState]):
         Gbt = r.Gb / divisor
         GWt, W_next, GW_next, stats = primal_update(Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa,
                                                     state.Wt, a, c, p.restarts)
-        moved, changed, size, g_changed, g_size, nnz, l1, g_max = stats
+        moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
         residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
         rel_change = _ratio(changed + dbt @ dbt, size + bt @ bt)
@@ -536,16 +537,14 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             self._schedule_restart(state, residual)
         self._name_duals(state)
-        g = l1 if p.penalty == "l1" else penalty(Wt, p.penalty, p.group_size)
+        primal = objective_for(self.name, p).total(ChunkSums(hinge, n), Wt, bt)  # (7), or g alone for (8)
         G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
         if regularized:
-            primal = p.lam * g + hinge / n
             if p.penalty == "l2":
                 dual = r_dot / n - g_size / (2 * p.lam)
             else:
                 dual = min(1.0, p.lam / max(G_norm, 1e-300)) * r_dot / n
         else:
-            primal = g
             bound = r_dot + xi_sum * p.eta  # Σ rᵀy − c·n·eta with c = −mean(ξ)
             if p.penalty == "l2":
                 dual = bound - 0.5 * g_size

@@ -236,13 +236,13 @@ def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarra
     """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
     a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
     restarts need. Returns (G̃, next W, next G, stats) with stats = [‖W − x̃‖², ‖x̃ − x̃_prev‖²,
-    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖x̃‖₁, ‖G̃‖∞]."""
+    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞]."""
     M, K = W.shape
     Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_ = (Wt.ravel(), W.ravel(), Wa.ravel(), Gsum.ravel(), GW.ravel(), GWa.ravel(),
                                           Wt_prev.ravel())
     size = W_.size
     Gt = np.empty(size)
-    moved = changed = norm2 = g_changed = g_norm2 = l1 = g_max = 0.0
+    moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
     for i in range(size):
         x = Wt_[i]
@@ -257,7 +257,6 @@ def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarra
         g_changed += d * d
         g_norm2 += g * g
         nnz += x != 0.0
-        l1 += abs(x)
         g_max = max(g_max, abs(g))
     if halpern:
         Wn = np.empty(size)
@@ -268,5 +267,5 @@ def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarra
         Wn, Gn = Wn.reshape((M, K)), Gn.reshape((M, K))
     else:
         Wn, Gn = Wt.copy(), Gt.reshape((M, K))
-    stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), l1, g_max])
+    stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
     return Gt.reshape((M, K)), Wn, Gn, stats

@@ -96,6 +96,7 @@ from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
 from streamfit.errors import ConfigError, InputError
 from streamfit.model import Model, register_model
+from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.stagewise_kernels import (
@@ -1003,16 +1004,13 @@ class StagewiseSolver(Solver[StagewiseState]):
         return _bordered(M, stats.cross), stats.rhs, float(stats.loss)
 
     # ---- one stage ----
-    def _penalty(self, W: np.ndarray) -> float:
-        """(λ/2) ‖D W‖²_F: the ridge penalty of one stage's weights, bias row excluded."""
-        Wp = W[1:] if self.params.fit_intercept else W
-        return 0.5 * self.params.lam * float((Wp * Wp).sum())
-
     def _objective(self, loss_sum: float, n: int, link: str, weights: list[np.ndarray]) -> float:
-        """(1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F (see the class docstring) from
-        `link_loss_sum`'s Σ_i ℓ, which for the identity link is Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
-        loss = 0.5 * loss_sum / n if link == "identity" else loss_sum / n
-        return loss + sum(self._penalty(W) for W in weights)
+        """streamfit.objectives' F of the stages `weights` (see the class docstring):
+        (1/n) Σ_i ℓ(ŷ_i; y_i) + StageRidge's (λ/2) Σ_t ‖D W_t‖²_F, from `link_loss_sum`'s Σ_i ℓ,
+        which for the identity link is Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
+        objective = objective_for(self.name, self.params, multilabel=link == "sigmoid")
+        sums = ChunkSums(0.5 * loss_sum if link == "identity" else loss_sum, n)
+        return objective.total(sums, StageRidge.stage_weights(weights, self.params.fit_intercept), None)
 
     def _penalty_mask(self, width: int) -> np.ndarray:
         """The diagonal of D: 1 for every weight row but the unpenalised bias."""
@@ -1050,7 +1048,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                                          block=block, W=W, link=link)
             state.data_passes += 1
             B, loss_sum = sums.rhs, sums.loss
-            f = loss_sum / n + self._penalty(W)
+            f = self._objective(loss_sum, n, link, [W])
             if p.backtrack and f > objective[-1] and lipschitz < bound:
                 lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
                 solve = self._stage_solver(M, n, lipschitz)
@@ -1143,7 +1141,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         fields = dict(objective=self._objective(loss_sum, n, link, state.weights), loss=loss_sum / n, **accuracy,
                       stage=s, **{"pass": pass_no}, block=pos, n_features=n_used, data_passes=state.data_passes)
         if inner:
-            fields["inner_objective"] = inner + [loss_sum / n + self._penalty(W)]
+            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [W])]
         return fields
 
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
