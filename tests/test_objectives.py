@@ -80,8 +80,13 @@ def nonsmooth_gradient(penalty, W):
     if isinstance(penalty, RowPenalty):
         lam, rho = penalty.lam, penalty.rho
         row = W / np.linalg.norm(W, axis=1, keepdims=True)
-        return {rp.L1L2: lam * row, rp.L1: lam * np.sign(W), rp.L2: 0 * W, rp.ELASTICNET: lam * rho * np.sign(W),
-                rp.SPARSE_GROUP: lam * (rho * np.sign(W) + (1 - rho) * row)}[penalty.code]
+        return {
+            rp.L1L2: lam * row,
+            rp.L1: lam * np.sign(W),
+            rp.L2: 0 * W,
+            rp.ELASTICNET: lam * rho * np.sign(W),
+            rp.SPARSE_GROUP: lam * (rho * np.sign(W) + (1 - rho) * row),
+        }[penalty.code]
     if isinstance(penalty, ElasticNetWithBias):
         return penalty.lam * np.sign(W)
     if isinstance(penalty, ClassBlockPenalty):
@@ -93,9 +98,9 @@ def nonsmooth_gradient(penalty, W):
         out = np.zeros_like(W)
         for k in range(W.shape[1]):
             for j0 in range(0, W.shape[0], g):
-                v = W[j0:j0 + g, k]
+                v = W[j0 : j0 + g, k]
                 if penalty.kind == "l1/l2":
-                    out[j0:j0 + g, k] = w * v / np.linalg.norm(v)
+                    out[j0 : j0 + g, k] = w * v / np.linalg.norm(v)
                 else:
                     top = np.argmax(np.abs(v))
                     out[j0 + top, k] = w * np.sign(v[top])
@@ -137,13 +142,13 @@ def test_closed_form_values():
 
     lse = np.log(np.exp(0.2) + np.exp(0.5) + np.exp(-1.0))
     expected = {
-        "squared_hinge": 2.0 + 1.3 ** 2,  # row 2: a = 1 − 0.2 + 0.5 = 1.3, 1 − 0.2 − 1 < 0
-        "multitask_squared_hinge": 3.0 + 0.8 ** 2 + 1.5 ** 2,
+        "squared_hinge": 2.0 + 1.3**2,  # row 2: a = 1 − 0.2 + 0.5 = 1.3, 1 − 0.2 − 1 < 0
+        "multitask_squared_hinge": 3.0 + 0.8**2 + 1.5**2,
         "logistic": np.log(3.0) + lse - 0.2,
         "ovr_hinge": 3.0 + 0.8 + 1.5,
-        "ovr_half_squared_hinge": 1.5 + 0.5 * (0.8 ** 2 + 1.5 ** 2),
+        "ovr_half_squared_hinge": 1.5 + 0.5 * (0.8**2 + 1.5**2),
         "crammer_singer_hinge": 1.0 + 1.3,
-        "squared": 0.5 + 0.5 * (0.8 ** 2 + 0.5 ** 2 + 1.0),
+        "squared": 0.5 + 0.5 * (0.8**2 + 0.5**2 + 1.0),
         "sigmoid_logistic": 3 * np.log(2.0) + sum(np.log1p(np.exp(s)) for s in S[1]) - 0.2,
     }
     assert set(expected) == set(LOSSES)
@@ -157,9 +162,11 @@ def test_link_losses_are_the_coded_losses():
     _, y, Y = data()
     U = np.random.default_rng(4).normal(size=(N, M))
     onehot = np.eye(M)[y]
-    for link, name, Yd, labels, factor in (("identity", "squared", onehot, y, 2.0),
-                                           ("softmax", "logistic", onehot, y, 1.0),
-                                           ("sigmoid", "sigmoid_logistic", Y.toarray(), Y, 1.0)):
+    for link, name, Yd, labels, factor in (
+        ("identity", "squared", onehot, y, 2.0),
+        ("softmax", "logistic", onehot, y, 1.0),
+        ("sigmoid", "sigmoid_logistic", Y.toarray(), Y, 1.0),
+    ):
         R, total = link_residual(U, Yd, link)
         obj = Objective(LOSSES[name], StageRidge(0.0), fit_intercept=False)
         s, Dv, _ = obj.derivatives(U, labels, 1)
@@ -170,8 +177,10 @@ def test_link_losses_are_the_coded_losses():
 def test_label_lists_of_read_only_multilabel_chunk_labels():
     """A store's chunk labels are read-only (the bcd chunks mode crashed in eliminate_zeros):
     label_lists reads them without writing, explicit zeros dropped."""
-    Y = sp.csr_matrix((np.array([1, 0, 1, 1], np.int8), np.array([0, 1, 2, 1], np.int32),
-                       np.array([0, 3, 3, 4], np.int32)), shape=(3, 3))
+    Y = sp.csr_matrix(
+        (np.array([1, 0, 1, 1], np.int8), np.array([0, 1, 2, 1], np.int32), np.array([0, 3, 3, 4], np.int32)),
+        shape=(3, 3),
+    )
     for a in (Y.data, Y.indices, Y.indptr):
         a.flags.writeable = False
     before = [a.copy() for a in (Y.data, Y.indices, Y.indptr)]
@@ -201,8 +210,13 @@ def test_penalty_closed_form_values():
     W = np.array([[3.0, 4.0], [4.0, 0.0], [1.0, 0.0]])
     b = np.array([1.0, -2.0])
     lam, rho = 0.5, 0.3
-    row = {"l1/l2": 5 + 4 + 1, "l1": 12, "l2": 0.5 * 42, "elasticnet": rho * 12 + (1 - rho) * 0.5 * 42,
-           "sparse_group": rho * 12 + (1 - rho) * 10}
+    row = {
+        "l1/l2": 5 + 4 + 1,
+        "l1": 12,
+        "l2": 0.5 * 42,
+        "elasticnet": rho * 12 + (1 - rho) * 0.5 * 42,
+        "sparse_group": rho * 12 + (1 - rho) * 10,
+    }
     for name, v in row.items():
         assert RowPenalty(rp.PENALTIES[name], lam, rho).value(W, b) == pytest.approx(lam * v, rel=1e-14)
     # blocks of 2 features per class: class 0 [3, 4], [1]; class 1 [4, 0], [0]
@@ -213,9 +227,11 @@ def test_penalty_closed_form_values():
     assert StageRidge(lam).value([W, W[:1]], b) == pytest.approx(0.5 * lam * (42 + 25), rel=1e-14)
 
 
-PROX_CASES = ([RowPenalty(code, 0.7, 0.4) for code in rp.PENALTIES.values()]
-              + [ClassBlockPenalty(kind, 2, 0.7) for kind in ("l1", "l1/l2", "l1/linf", "l2")]
-              + [ElasticNetWithBias(0.7, 0.3), StageRidge(0.7)])
+PROX_CASES = (
+    [RowPenalty(code, 0.7, 0.4) for code in rp.PENALTIES.values()]
+    + [ClassBlockPenalty(kind, 2, 0.7) for kind in ("l1", "l1/l2", "l1/linf", "l2")]
+    + [ElasticNetWithBias(0.7, 0.3), StageRidge(0.7)]
+)
 
 
 @pytest.mark.parametrize("penalty", PROX_CASES, ids=[repr(p) for p in PROX_CASES])
@@ -233,8 +249,10 @@ def test_prox_minimizes_its_problem(penalty):
             return 0.5 * np.sum((W - V) ** 2) + 0.5 * np.sum((c - b) ** 2) + t * penalty.value(W, c)
 
         ours = np.concatenate([P.ravel(), pb])
-        best = min(minimize(f, x0, method="Powell", options={"xtol": 1e-10, "ftol": 1e-14}).fun
-                   for x0 in (np.concatenate([V.ravel(), b]), np.zeros(8), ours))
+        best = min(
+            minimize(f, x0, method="Powell", options={"xtol": 1e-10, "ftol": 1e-14}).fun
+            for x0 in (np.concatenate([V.ravel(), b]), np.zeros(8), ours)
+        )
         assert f(ours) <= best + 1e-9
 
 
@@ -280,7 +298,8 @@ def test_dense_equals_sparse_and_chunked_equals_whole(solver, params, multilabel
     whole = obj.value(W, b, X, labels)
     assert obj.value(W, b, sp.csr_matrix(X), labels) == pytest.approx(whole, rel=1e-12)
     assert obj.value(W, b, sp.csr_matrix(X, dtype=np.float32), labels) == pytest.approx(
-        obj.value(W, b, X.astype(np.float32), labels), rel=1e-12)
+        obj.value(W, b, X.astype(np.float32), labels), rel=1e-12
+    )
     for bounds in ([0, N], [0, 1, N], list(range(0, N, 7)) + [N], [0, 13, 14, 27, N], list(range(N + 1))):
         sums = ChunkSums()
         for lo, hi in zip(bounds[:-1], bounds[1:]):
@@ -326,8 +345,16 @@ def test_duality_gap_closes_at_linear_svc_optimum():
     SVMs, LinearSVC(C = 1/(nλ)); at its solution D = F (strong duality), and D ≤ F elsewhere."""
     X, y, _ = data(n=80)
     lam = 0.05
-    svc = LinearSVC(penalty="l1", loss="squared_hinge", C=1.0 / (80 * lam), fit_intercept=False, dual=False,
-                    tol=1e-10, max_iter=100_000, random_state=0).fit(X, y)
+    svc = LinearSVC(
+        penalty="l1",
+        loss="squared_hinge",
+        C=1.0 / (80 * lam),
+        fit_intercept=False,
+        dual=False,
+        tol=1e-10,
+        max_iter=100_000,
+        random_state=0,
+    ).fit(X, y)
     obj = objective_for("bcd", BCDParams(loss="multitask_squared_hinge", penalty="l1", lam=lam))
     W = svc.coef_.T
     F = obj.value(W, None, X, y)
@@ -339,8 +366,15 @@ def test_duality_gap_closes_at_logistic_regression_optimum():
     saga) solution closes the gap."""
     X, y, _ = data(n=80)
     lam = 0.02
-    lr = LogisticRegression(l1_ratio=1.0, C=1.0 / (80 * lam), solver="saga", fit_intercept=False, tol=1e-12,
-                            max_iter=200_000, random_state=0).fit(X, y)
+    lr = LogisticRegression(
+        l1_ratio=1.0,
+        C=1.0 / (80 * lam),
+        solver="saga",
+        fit_intercept=False,
+        tol=1e-12,
+        max_iter=200_000,
+        random_state=0,
+    ).fit(X, y)
     obj = objective_for("bcd", BCDParams(loss="logistic", penalty="l1", lam=lam))
     W = lr.coef_.T
     F = obj.value(W, None, X, y)
@@ -369,8 +403,16 @@ def test_ppdsparse_duality_gap_closes_at_linear_svc_optimum():
     tau = 0.1
     W, b = np.zeros((D, M)), np.zeros(M)
     for k in range(M):
-        svc = LinearSVC(loss="squared_hinge", C=1.0 / (2 * 80 * tau), fit_intercept=True, intercept_scaling=1.0,
-                        dual=True, tol=1e-10, max_iter=1_000_000, random_state=0).fit(X, (y == k).astype(int))
+        svc = LinearSVC(
+            loss="squared_hinge",
+            C=1.0 / (2 * 80 * tau),
+            fit_intercept=True,
+            intercept_scaling=1.0,
+            dual=True,
+            tol=1e-10,
+            max_iter=1_000_000,
+            random_state=0,
+        ).fit(X, (y == k).astype(int))
         W[:, k], b[k] = svc.coef_[0], svc.intercept_[0]
     obj = objective_for("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=0.0, tau=tau))
     F = obj.value(W, b, X, y)
@@ -419,8 +461,16 @@ def test_ppdsparse_convention_is_linear_svc(loss):
     tau, n = 0.1, 80
     z = (y == 1).astype(int)
     C = 1.0 / (n * tau) if loss == "hinge" else 1.0 / (2 * n * tau)
-    svc = LinearSVC(loss=loss, C=C, random_state=0, fit_intercept=True, intercept_scaling=1.0, dual=True, tol=1e-10,
-                    max_iter=1_000_000).fit(X, z)
+    svc = LinearSVC(
+        loss=loss,
+        C=C,
+        random_state=0,
+        fit_intercept=True,
+        intercept_scaling=1.0,
+        dual=True,
+        tol=1e-10,
+        max_iter=1_000_000,
+    ).fit(X, z)
     obj = objective_for("ppdsparse", PPDSparseParams(loss=loss, lam=0.0, tau=tau))
     W, b, labels = svc.coef_.T, svc.intercept_, z[:, None]
     if loss == "squared_hinge":
@@ -442,11 +492,13 @@ def test_stagewise_conventions_are_ridge_and_logistic_regression():
     onehot = np.eye(M)[y]
     ridge = Ridge(alpha=n * lam, fit_intercept=True).fit(X, onehot)
     GW, Gb = objective_for("stagewise", StagewiseParams(link="identity", lam=lam)).gradient(
-        ridge.coef_.T, ridge.intercept_, X, y)
+        ridge.coef_.T, ridge.intercept_, X, y
+    )
     assert max(np.abs(GW).max(), np.abs(Gb).max()) < 1e-10
     lr = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=10_000).fit(X, y)
     GW, Gb = objective_for("stagewise", StagewiseParams(link="softmax", lam=lam)).gradient(
-        lr.coef_.T, lr.intercept_, X, y)
+        lr.coef_.T, lr.intercept_, X, y
+    )
     assert max(np.abs(GW).max(), np.abs(Gb).max()) < 1e-7
 
 
@@ -465,8 +517,7 @@ LOGGED = [
     ("bcd", BCDParams(mode="memory", loss="multitask_squared_hinge", penalty="l2", lam=1e-2, max_iter=5), True),
     ("bcd", BCDParams(mode="memory", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
     ("bcd", BCDParams(mode="memory", penalty="l1/l2", lam=1e-1, tol=1e-2, stopping="gap", max_iter=300), False),
-    ("bcd", BCDParams(mode="chunks", loss="squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=3, group_size=8),
-     True),
+    ("bcd", BCDParams(mode="chunks", loss="squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=3, group_size=8), True),
     ("bcd", BCDParams(mode="chunks", loss="logistic", penalty="l1", lam=1e-2, max_iter=3, group_size=8), False),
     ("bcd", BCDParams(method="fista", loss="multitask_squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=5), True),
     ("bcd", BCDParams(method="fista", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
@@ -483,8 +534,11 @@ LOGGED = [
     ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2), True),
     ("stagewise", StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2), False),
     ("stagewise", StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2), True),
-    ("stagewise", StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2),
-     False),
+    (
+        "stagewise",
+        StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2),
+        False,
+    ),
 ]
 
 
@@ -497,13 +551,15 @@ def logged_run(solver, params, multilabel):
     store = InMemoryStore(X, labels, [str(k) for k in range(M)], chunk_rows=50)
     log = MetricsLog(None)
     model = get_solver(solver)(params).fit(
-        store, engine=Engine(mode="inprocess"), log=log,
-        checkpointer=Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory"))
+        store,
+        engine=Engine(mode="inprocess"),
+        log=log,
+        checkpointer=Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory"),
+    )
     return X, labels, model, [r for r in log.records if "objective" in r][-1]["objective"]
 
 
-@pytest.mark.parametrize("solver, params, multilabel", LOGGED,
-                         ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(LOGGED)])
+@pytest.mark.parametrize("solver, params, multilabel", LOGGED, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(LOGGED)])
 def test_solvers_log_this_objective(solver, params, multilabel):
     """metrics' `objective` = objective_for(...) of the model (loss + penalty, averaged; fbpd's
     constrained form: g(W)); stagewise, whose model is a sequence of stages: the loss of the
@@ -526,6 +582,5 @@ def test_solvers_log_this_objective(solver, params, multilabel):
 
 def test_stage_ridge_stage_weights_drop_the_bias_row():
     W1, W2 = np.arange(6.0).reshape(3, 2), np.ones((2, 2))
-    assert StageRidge(2.0).value(StageRidge.stage_weights([W1, W2], fit_intercept=True)) == \
-        (4 + 9 + 16 + 25) + 2
+    assert StageRidge(2.0).value(StageRidge.stage_weights([W1, W2], fit_intercept=True)) == (4 + 9 + 16 + 25) + 2
     assert StageRidge(2.0).value(StageRidge.stage_weights([W1, W2], fit_intercept=False)) == (1 + 4 + 9 + 16 + 25) + 4

@@ -117,12 +117,14 @@ class ClassBlockPenalty:
     weight: float = 1.0
 
     def value(self, W: np.ndarray, b: np.ndarray | None = None) -> float:
-        return self.weight * class_block_penalties.penalty(np.ascontiguousarray(W, dtype=np.float64), self.kind,
-                                                           self.group_size)
+        return self.weight * class_block_penalties.penalty(
+            np.ascontiguousarray(W, dtype=np.float64), self.kind, self.group_size
+        )
 
     def prox(self, W: np.ndarray, b: np.ndarray | None, t: float) -> tuple[np.ndarray, np.ndarray | None]:
-        return class_block_penalties.penalty_prox(np.ascontiguousarray(W, dtype=np.float64), t * self.weight,
-                                                  self.kind, self.group_size), b
+        return class_block_penalties.penalty_prox(
+            np.ascontiguousarray(W, dtype=np.float64), t * self.weight, self.kind, self.group_size
+        ), b
 
     def smooth_gradient(self, W: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
         return (self.weight * W if self.kind == "l2" else np.zeros_like(W)), None if b is None else np.zeros_like(b)
@@ -229,8 +231,14 @@ class Objective:
         the (generalized) second derivatives ∂²ℓ_i/∂s_r² (eq. 6 of Blondel et al. for the
         squared hinges; n × m each, empty when not asked for)."""
         lab_ptr, lab_ind = label_lists(labels, S.shape[0])
-        total, D, H = rows_loss(self.loss, np.ascontiguousarray(S, dtype=np.float64), lab_ptr, lab_ind,
-                                np.arange(S.shape[0], dtype=np.int64), order)
+        total, D, H = rows_loss(
+            self.loss,
+            np.ascontiguousarray(S, dtype=np.float64),
+            lab_ptr,
+            lab_ind,
+            np.arange(S.shape[0], dtype=np.int64),
+            order,
+        )
         return float(total), D, H
 
     def gradient(self, W: np.ndarray, b: np.ndarray | None, X, labels) -> tuple[np.ndarray, np.ndarray | None]:
@@ -280,8 +288,10 @@ class Objective:
             vb = (alpha * signs).sum(axis=0) / n
             conj = (float((_soft(V, self.penalty.lam) ** 2).sum()) + float(vb @ vb)) / (2.0 * self.penalty.tau)
             return float((alpha - 0.5 * c * alpha * alpha).sum()) / n - conj
-        raise ValueError("dual_value: defined for bcd's norm penalties (l1/l2, l1) and for ppdsparse; fbpd's dual "
-                         "needs its dual iterate (crammer_singer_dual)")
+        raise ValueError(
+            "dual_value: defined for bcd's norm penalties (l1/l2, l1) and for ppdsparse; fbpd's dual "
+            "needs its dual iterate (crammer_singer_dual)"
+        )
 
     def crammer_singer_dual(self, Y: np.ndarray, X, labels) -> tuple[float, float]:
         """fbpd's regularized problem (7): (D, ‖v_b‖) for the dual (11) at y = Y/n, Y (n × K)
@@ -313,16 +323,22 @@ def objective_for(solver_name: str, params, multilabel: bool = False) -> Objecti
     solver's pydantic params or any object with the same attributes) on a multiclass or
     multilabel store."""
     if solver_name == "bcd":
-        return Objective(LOSSES[params.loss], RowPenalty(penalties.PENALTIES[params.penalty], params.lam,
-                                                         params.l1_ratio), fit_intercept=False)
+        return Objective(
+            LOSSES[params.loss],
+            RowPenalty(penalties.PENALTIES[params.penalty], params.lam, params.l1_ratio),
+            fit_intercept=False,
+        )
     if solver_name == "ppdsparse":
         loss = OVR_HALF_SQUARED_HINGE if params.loss == "squared_hinge" else OVR_HINGE
         return Objective(loss, ElasticNetWithBias(params.lam, params.tau), fit_intercept=True)
     if solver_name == "fbpd":
         regularized = params.formulation == "regularized"
-        return Objective(CRAMMER_SINGER_HINGE,
-                         ClassBlockPenalty(params.penalty, params.group_size, params.lam if regularized else 1.0),
-                         fit_intercept=True, loss_bound=None if regularized else params.eta)
+        return Objective(
+            CRAMMER_SINGER_HINGE,
+            ClassBlockPenalty(params.penalty, params.group_size, params.lam if regularized else 1.0),
+            fit_intercept=True,
+            loss_bound=None if regularized else params.eta,
+        )
     if solver_name == "stagewise":
         link = "sigmoid" if params.link == "softmax" and multilabel else params.link
         return Objective(LOSSES[LINK_LOSSES[link]], StageRidge(params.lam), fit_intercept=True)

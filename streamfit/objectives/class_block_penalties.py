@@ -51,7 +51,7 @@ def _group_norms(W: np.ndarray, group_size: int, p: int) -> np.ndarray:
     out = np.empty(K * n_groups)
     for k in range(K):
         for g in range(n_groups):
-            v = np.abs(W[g * group_size:min((g + 1) * group_size, M), k])
+            v = np.abs(W[g * group_size : min((g + 1) * group_size, M), k])
             if p == 1:
                 out[k * n_groups + g] = v.sum()
             elif p == 2:

@@ -73,9 +73,16 @@ OVR_HALF_SQUARED_HINGE = 4
 CRAMMER_SINGER_HINGE = 5
 SQUARED = 6
 SIGMOID_LOGISTIC = 7
-LOSSES = {"squared_hinge": SQUARED_HINGE, "multitask_squared_hinge": MULTITASK_SQUARED_HINGE, "logistic": LOGISTIC,
-          "ovr_hinge": OVR_HINGE, "ovr_half_squared_hinge": OVR_HALF_SQUARED_HINGE,
-          "crammer_singer_hinge": CRAMMER_SINGER_HINGE, "squared": SQUARED, "sigmoid_logistic": SIGMOID_LOGISTIC}
+LOSSES = {
+    "squared_hinge": SQUARED_HINGE,
+    "multitask_squared_hinge": MULTITASK_SQUARED_HINGE,
+    "logistic": LOGISTIC,
+    "ovr_hinge": OVR_HINGE,
+    "ovr_half_squared_hinge": OVR_HALF_SQUARED_HINGE,
+    "crammer_singer_hinge": CRAMMER_SINGER_HINGE,
+    "squared": SQUARED,
+    "sigmoid_logistic": SIGMOID_LOGISTIC,
+}
 
 
 def curvature(loss: int, m: int) -> float:
@@ -210,8 +217,9 @@ def rows_loss(loss: int, S, lab_ptr, lab_ind, rows, order: int):
         p0, p1 = lab_ptr[i], lab_ptr[i + 1]
         for q in range(p0, p1):
             mark[lab_ind[q]] = True
-        total += sample_loss(loss, S, i, lab_ind, p0, p1, mark, 1.0, D[k] if order >= 1 else dummy,
-                             H[k] if order >= 2 else dummy, order)
+        total += sample_loss(
+            loss, S, i, lab_ind, p0, p1, mark, 1.0, D[k] if order >= 1 else dummy, H[k] if order >= 2 else dummy, order
+        )
         for q in range(p0, p1):
             mark[lab_ind[q]] = False
     return total, D, H
@@ -282,5 +290,6 @@ def label_lists(labels, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
 def loss_sum(loss: int, S: np.ndarray, labels) -> float:
     """Σ_i ℓ_i(S_i) over all rows of S for labels in a chunk's format."""
     lab_ptr, lab_ind = label_lists(labels, S.shape[0])
-    return rows_loss(loss, np.ascontiguousarray(S, dtype=np.float64), lab_ptr, lab_ind,
-                     np.arange(S.shape[0], dtype=np.int64), 0)[0]
+    return rows_loss(
+        loss, np.ascontiguousarray(S, dtype=np.float64), lab_ptr, lab_ind, np.arange(S.shape[0], dtype=np.int64), 0
+    )[0]

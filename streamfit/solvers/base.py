@@ -63,8 +63,11 @@ class SolverParams(BaseModel):
         `json_schema_extra={"affects_model": False}` (how the work is spread, such as threads, or
         a budget the iteration never reads). A checkpoint records these, and resume requires
         them unchanged."""
-        execution = {name for name, f in type(self).model_fields.items()
-                     if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("affects_model") is False}
+        execution = {
+            name
+            for name, f in type(self).model_fields.items()
+            if isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("affects_model") is False
+        }
         return self.model_dump(exclude=execution)
 
 
@@ -84,8 +87,12 @@ def allowed_values(field: FieldInfo) -> str:
         elif kind is bool:
             words.append("true or false")
         else:
-            bounds = [f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
-                      for m in field.metadata for cls, sign in _BOUNDS if isinstance(m, cls)]
+            bounds = [
+                f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
+                for m in field.metadata
+                for cls, sign in _BOUNDS
+                if isinstance(m, cls)
+            ]
             words.append(" ".join([kind.__name__, ", ".join(bounds)]).strip())
     return ", or ".join(words) + (", or None" if type(None) in kinds else "")
 
@@ -93,8 +100,10 @@ def allowed_values(field: FieldInfo) -> str:
 def parameter_lines(params: type[SolverParams]) -> list[str]:
     """One line per parameter, the text of `streamfit train --list-solvers`:
     `name (default D) [allowed values]: description`."""
-    return [f"{name} (default {f.default}) [{allowed_values(f)}]: {f.description}"
-            for name, f in params.model_fields.items()]
+    return [
+        f"{name} (default {f.default}) [{allowed_values(f)}]: {f.description}"
+        for name, f in params.model_fields.items()
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,13 +179,30 @@ class Solver(Generic[StateT]):
     def to_model(self, ctx: Context, state: StateT) -> Model:
         raise NotImplementedError
 
-    def fit(self, source: ChunkSource, *, engine: Engine, checkpointer, log, resume: bool = False,
-            stop_after: int | None = None, checkpoint_every: int = 1) -> Model:
+    def fit(
+        self,
+        source: ChunkSource,
+        *,
+        engine: Engine,
+        checkpointer,
+        log,
+        resume: bool = False,
+        stop_after: int | None = None,
+        checkpoint_every: int = 1,
+    ) -> Model:
         """Train on `source` through the driver (streamfit.solvers.driver.run)."""
         from streamfit.solvers.driver import run
 
-        return run(self, source, engine=engine, checkpointer=checkpointer, metrics=log, resume=resume,
-                   stop_after=stop_after, checkpoint_every=checkpoint_every)
+        return run(
+            self,
+            source,
+            engine=engine,
+            checkpointer=checkpointer,
+            metrics=log,
+            resume=resume,
+            stop_after=stop_after,
+            checkpoint_every=checkpoint_every,
+        )
 
 
 def register_solver(cls):

@@ -102,15 +102,19 @@ class BCDParams(SolverParams):
     """Options of the bcd solver (see the module docstring for the math)."""
 
     loss: Literal["squared_hinge", "multitask_squared_hinge", "logistic"] = Field(
-        "squared_hinge", description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12")
+        "squared_hinge", description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12"
+    )
     penalty: Literal["l1/l2", "l1", "l2", "elasticnet", "sparse_group"] = Field(
-        "l1/l2", description="P(W); l2 is (λ/2)‖W‖², elasticnet/sparse_group mix with l1_ratio")
+        "l1/l2", description="P(W); l2 is (λ/2)‖W‖², elasticnet/sparse_group mix with l1_ratio"
+    )
     l1_ratio: float = Field(0.5, ge=0, le=1, description="ρ of elasticnet and sparse_group")
     method: Literal["bcd", "fista"] = Field("bcd", description="block coordinate descent or FISTA")
     variant: Literal["ls", "cst"] = Field(
-        "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step")
+        "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step"
+    )
     mode: Literal["auto", "memory", "chunks"] = Field(
-        "auto", description="bcd: sequential in memory, or out of core over chunks")
+        "auto", description="bcd: sequential in memory, or out of core over chunks"
+    )
     memory_budget_mb: float = Field(2048, gt=0, description="auto mode: largest in-memory X + S")
     group_size: int = Field(1024, ge=1, description="chunks mode: features updated at once per pass")
     shrinking: bool = Field(False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2)")
@@ -120,9 +124,11 @@ class BCDParams(SolverParams):
     lam: float = Field(1e-3, gt=0, description="λ of (1/n)·loss + λ·penalty")
     tol: float = Field(1e-3, gt=0, description="τ of the stopping criterion (10) (and of the duality gap)")
     stopping: Literal["auto", "gap", "violation"] = Field(
-        "auto", description="violation: eq. (10) < tol; auto: also the estimated remaining decrease of F < "
-                            "tol·F; gap: also the certified relative duality gap < tol (l1/l2, l1); auto and "
-                            "gap in memory mode")
+        "auto",
+        description="violation: eq. (10) < tol; auto: also the estimated remaining decrease of F < "
+        "tol·F; gap: also the certified relative duality gap < tol (l1/l2, l1); auto and "
+        "gap in memory mode",
+    )
     max_iter: int = Field(200, ge=1, description="K, the cap on outer iterations")
 
     @model_validator(mode="after")
@@ -162,8 +168,10 @@ def _why_not_converged(tol: float, ratio: float, gap: float | None = None, tail:
         if math.isfinite(tail):
             which = f"estimated remaining relative decrease of the objective {tail:.3g} > tol {tol:g}"
         else:
-            which = (f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
-                     "iterations with a shrinking decrease)")
+            which = (
+                f"remaining decrease of the objective not estimable yet (it needs {2 * TAIL_WINDOW + 1} "
+                "iterations with a shrinking decrease)"
+            )
         return f"{which} (violation ratio {ratio:.3g})"
     return f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
 
@@ -213,9 +221,20 @@ class PassSums(NamedTuple):
     curv: np.ndarray | None  # K × |B'| × m (or × 1 for cst): Σ_i ω_i x_ij² h_i (None: no next group)
 
 
-def _pass_task(source: ChunkSource, chunk_id: int, *, state, version: int,
-               commit: tuple[np.ndarray, np.ndarray] | None, direction: tuple[np.ndarray, np.ndarray] | None,
-               alphas: np.ndarray, cols: np.ndarray | None, loss: int, curv_c: float, full: bool) -> PassSums:
+def _pass_task(
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    state,
+    version: int,
+    commit: tuple[np.ndarray, np.ndarray] | None,
+    direction: tuple[np.ndarray, np.ndarray] | None,
+    alphas: np.ndarray,
+    cols: np.ndarray | None,
+    loss: int,
+    curv_c: float,
+    full: bool,
+) -> PassSums:
     """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
     (C, Δ_C) to the chunk's scores of `version` and write them as version + 1; return the log
     terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
@@ -229,9 +248,23 @@ def _pass_task(source: ChunkSource, chunk_id: int, *, state, version: int,
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     none = np.zeros((0, m))
     total, hits, dloss, dhits, G, C = chunk_pass(
-        X.indptr, X.indices, X.data, S, lab_ptr, lab_ind, loss, _positions(commit and commit[0], d),
-        commit[1] if commit else none, _positions(direction and direction[0], d), direction[1] if direction else none,
-        alphas, _positions(cols, d), 0 if cols is None else len(cols), curv_c, full)
+        X.indptr,
+        X.indices,
+        X.data,
+        S,
+        lab_ptr,
+        lab_ind,
+        loss,
+        _positions(commit and commit[0], d),
+        commit[1] if commit else none,
+        _positions(direction and direction[0], d),
+        direction[1] if direction else none,
+        alphas,
+        _positions(cols, d),
+        0 if cols is None else len(cols),
+        curv_c,
+        full,
+    )
     if commit is not None:
         state.write(SCORES, version + 1, chunk_id, S)
     return PassSums(total, hits, dloss, dhits, None if cols is None else G, None if cols is None else C)
@@ -412,16 +445,26 @@ class BCDSolver(Solver[BCDState]):
         return f"{why} at max_iter={state.outer} outer iterations" if isinstance(state, ChunksState) else why
 
     def to_model(self, ctx: Context, state: BCDState) -> LinearModel:
-        info: dict[str, Any] = {"outer_iterations": state.outer if isinstance(state, ChunksState) else state.step,
-                                "mode": self.mode, "converged": bool(state.converged)}
+        info: dict[str, Any] = {
+            "outer_iterations": state.outer if isinstance(state, ChunksState) else state.step,
+            "mode": self.mode,
+            "converged": bool(state.converged),
+        }
         if isinstance(state, ChunksState):
             info["data_passes"] = state.data_passes
         W = state.W
         nz_rows = np.any(W != 0, axis=1)
         coef = sp.csr_matrix(W.T) if nz_rows.mean() < 0.5 else W.T.copy()
-        return LinearModel(coef, None, classes=ctx.source.classes, n_features=ctx.source.n_features,
-                           multilabel=ctx.source.multilabel, solver=self.name, params=self.params.model_dump(),
-                           info={**info, "nnz_rows": int(nz_rows.sum())})
+        return LinearModel(
+            coef,
+            None,
+            classes=ctx.source.classes,
+            n_features=ctx.source.n_features,
+            multilabel=ctx.source.multilabel,
+            solver=self.name,
+            params=self.params.model_dump(),
+            info={**info, "nnz_rows": int(nz_rows.sum())},
+        )
 
     # ---- shared ----
     def _codes(self, source: ChunkSource) -> tuple[int, int, float, float]:
@@ -435,7 +478,7 @@ class BCDSolver(Solver[BCDState]):
         return loss, PENALTIES[p.penalty], curvature(loss, source.n_classes), p.l1_ratio
 
     def _mode(self, source: ChunkSource) -> str:
-        """"memory" or "chunks": mode "auto" picks memory when X (CSC, float64) and S fit in
+        """ "memory" or "chunks": mode "auto" picks memory when X (CSC, float64) and S fit in
         memory_budget_mb."""
         p = self.params
         if p.mode != "auto":
@@ -451,8 +494,9 @@ class BCDSolver(Solver[BCDState]):
         convention) from the loss summed over the n samples."""
         return objective_for(self.name, self.params).total(ChunkSums(loss_sum, n), W, None)
 
-    def _fields(self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool,
-                **more) -> dict[str, Any]:
+    def _fields(
+        self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
+    ) -> dict[str, Any]:
         """The fields logged at the end of an outer iteration: F (eq. 2, averaged), top-1
         accuracy, non-zero rows of W, then `more`."""
         nz = int(np.count_nonzero(np.any(W != 0, axis=1)))
@@ -474,16 +518,28 @@ class BCDSolver(Solver[BCDState]):
             c = self._codes(source)[2]
             K = c / source.n_rows * np.asarray(Xc.multiply(Xc).sum(axis=0)).ravel()
             blocks = np.flatnonzero(np.diff(Xc.indptr)).astype(np.int64)
-            self._data = _MemoryData(Xc.indptr.astype(np.int64), Xc.indices.astype(np.int64), Xc.data, Xc, labels,
-                                     lab_ptr, lab_ind, blocks, K)
+            self._data = _MemoryData(
+                Xc.indptr.astype(np.int64),
+                Xc.indices.astype(np.int64),
+                Xc.data,
+                Xc,
+                labels,
+                lab_ptr,
+                lab_ind,
+                blocks,
+                K,
+            )
             self._data_source = source
         return self._data
 
     def _init_memory(self, ctx: Context) -> MemoryState:
         src = ctx.source
         self._memory_data(src)
-        return MemoryState(W=np.zeros((src.n_features, src.n_classes)), S=np.zeros((src.n_rows, src.n_classes)),
-                           active=np.ones(src.n_features, dtype=np.bool_))
+        return MemoryState(
+            W=np.zeros((src.n_features, src.n_classes)),
+            S=np.zeros((src.n_rows, src.n_classes)),
+            active=np.ones(src.n_features, dtype=np.bool_),
+        )
 
     def _step_memory(self, ctx: Context, st: MemoryState) -> dict[str, Any]:
         """One outer iteration of Algorithm 1, then the stopping test (10) and its confirmation."""
@@ -492,12 +548,34 @@ class BCDSolver(Solver[BCDState]):
         dat = self._memory_data(ctx.source)
         n = ctx.source.n_rows
         blocks = dat.blocks
-        order = blocks if p.variant == "ls" else \
-            blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
+        order = (
+            blocks
+            if p.variant == "ls"
+            else blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
+        )
         thr = p.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
-        vsum, vmax, extra = bcd_epoch(order, dat.indptr, dat.indices, dat.data, st.S, st.W, dat.lab_ptr, dat.lab_ind,
-                                      loss, pen, p.lam, rho, p.variant == "ls", dat.K, p.sigma, p.omega, p.max_ls,
-                                      EPS, st.active, thr)
+        vsum, vmax, extra = bcd_epoch(
+            order,
+            dat.indptr,
+            dat.indices,
+            dat.data,
+            st.S,
+            st.W,
+            dat.lab_ptr,
+            dat.lab_ind,
+            loss,
+            pen,
+            p.lam,
+            rho,
+            p.variant == "ls",
+            dat.K,
+            p.sigma,
+            p.omega,
+            p.max_ls,
+            EPS,
+            st.active,
+            thr,
+        )
         st.step += 1
         st.ls_steps += extra
         if st.first is None:
@@ -506,7 +584,7 @@ class BCDSolver(Solver[BCDState]):
         st.max_viol = vmax
         loss_sum = rows_loss(loss, st.S, dat.lab_ptr, dat.lab_ind, np.arange(n, dtype=np.int64), 0)[0]
         f = self._objective(loss_sum, n, st.W)
-        st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1):]
+        st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1) :]
         st.converged, st.gap, st.tail = st.ratio < p.tol, None, None
         if st.converged and p.stopping == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
             f, st.gap = self._gap(dat.Xc, st.S, dat.labels, st.W)
@@ -519,11 +597,21 @@ class BCDSolver(Solver[BCDState]):
         if n_active < len(blocks) and st.ratio < p.tol and st.converged != (p.stopping == "gap"):
             st.active[:] = True
             st.converged, st.max_viol = False, math.inf
-        checks = {k: v for k, v in (("duality_gap", st.gap), ("tail_estimate", st.tail))
-                  if v is not None and math.isfinite(v)}
-        return self._fields(st.W, f, _n_correct(st.S, dat.labels), n, ctx.source.multilabel,
-                            violation_ratio=st.ratio, ls_steps=st.ls_steps, active_blocks=n_active, mode="memory",
-                            **checks)
+        checks = {
+            k: v for k, v in (("duality_gap", st.gap), ("tail_estimate", st.tail)) if v is not None and math.isfinite(v)
+        }
+        return self._fields(
+            st.W,
+            f,
+            _n_correct(st.S, dat.labels),
+            n,
+            ctx.source.multilabel,
+            violation_ratio=st.ratio,
+            ls_steps=st.ls_steps,
+            active_blocks=n_active,
+            mode="memory",
+            **checks,
+        )
 
     def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, labels, W: np.ndarray) -> tuple[float, float]:
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
@@ -538,8 +626,11 @@ class BCDSolver(Solver[BCDState]):
     def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int) -> np.ndarray:
         """Active blocks of outer iteration `outer`: cyclic (ls) or a seeded permutation (cst)."""
         live = blocks[active[blocks]]
-        return live if self.params.variant == "ls" else \
-            np.random.default_rng([self.params.random_state, outer]).permutation(live)
+        return (
+            live
+            if self.params.variant == "ls"
+            else np.random.default_rng([self.params.random_state, outer]).permutation(live)
+        )
 
     def _init_chunks(self, ctx: Context) -> ChunksState:
         """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
@@ -548,9 +639,14 @@ class BCDSolver(Solver[BCDState]):
         col_nnz = ctx.engine.map_reduce(_colstats_task, src, range(src.n_chunks), desc="bcd: column stats").nnz
         blocks = np.flatnonzero(col_nnz).astype(np.int64)
         active = np.ones(src.n_features, dtype=np.bool_)
-        st = ChunksState(W=np.zeros((src.n_features, src.n_classes)), blocks=blocks, active=active,
-                         order=self._order(blocks, active, 0), scores=PerSample(SCORES, 0, written=False),
-                         data_passes=1)
+        st = ChunksState(
+            W=np.zeros((src.n_features, src.n_classes)),
+            blocks=blocks,
+            active=active,
+            order=self._order(blocks, active, 0),
+            scores=PerSample(SCORES, 0, written=False),
+            data_passes=1,
+        )
         self._chunks_pass(ctx, st)
         return st
 
@@ -573,14 +669,22 @@ class BCDSolver(Solver[BCDState]):
         st.step += 1
         if closing:
             st.closed_at, st.closed_outer = st.step, closed
-        counters = {"data_passes": st.data_passes, "ls_steps": st.ls_steps,
-                    "active_blocks": int(st.active[st.blocks].sum()), "mode": "chunks"}
+        counters = {
+            "data_passes": st.data_passes,
+            "ls_steps": st.ls_steps,
+            "active_blocks": int(st.active[st.blocks].sum()),
+            "mode": "chunks",
+        }
         if not closing:
             return {"outer_iteration": closed + 1, **counters}
         n = ctx.source.n_rows
         f = self._objective(sums.loss + sums.dloss[a], n, st.W)
-        return {"outer_iteration": closed, **self._fields(st.W, f, sums.hits + sums.dhits[a], n, ctx.source.multilabel,
-                                                          violation_ratio=st.ratio, **counters)}
+        return {
+            "outer_iteration": closed,
+            **self._fields(
+                st.W, f, sums.hits + sums.dhits[a], n, ctx.source.multilabel, violation_ratio=st.ratio, **counters
+            ),
+        }
 
     def _chunks_pass(self, ctx: Context, st: ChunksState, closing: bool = False) -> tuple[PassSums, int]:
         """One map_reduce pass: commit, line search of the pending direction (index of the accepted
@@ -590,14 +694,26 @@ class BCDSolver(Solver[BCDState]):
         loss, pen, c, rho = self._codes(src)
         n = src.n_rows
         ls = p.variant == "ls"
-        trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega ** 2, 0.0]) if ls else np.ones(1)
-        B = None if st.done else np.sort(st.order[st.group * p.group_size:(st.group + 1) * p.group_size])
+        trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega**2, 0.0]) if ls else np.ones(1)
+        B = None if st.done else np.sort(st.order[st.group * p.group_size : (st.group + 1) * p.group_size])
         commit = None if st.commit_cols is None else (st.commit_cols, st.commit_delta)
         direction = None if st.dir_cols is None else (st.dir_cols, st.dir_delta)
         alphas = trials if direction is not None else np.zeros(1)
-        sums = ctx.engine.map_reduce(_pass_task, src, range(src.n_chunks), desc="bcd: group", state=ctx.chunk_state,
-                                     version=st.scores.version, commit=commit, direction=direction, alphas=alphas,
-                                     cols=B, loss=loss, curv_c=0.0 if ls else c, full=closing)
+        sums = ctx.engine.map_reduce(
+            _pass_task,
+            src,
+            range(src.n_chunks),
+            desc="bcd: group",
+            state=ctx.chunk_state,
+            version=st.scores.version,
+            commit=commit,
+            direction=direction,
+            alphas=alphas,
+            cols=B,
+            loss=loss,
+            curv_c=0.0 if ls else c,
+            full=closing,
+        )
         st.data_passes += 1
         if commit is not None:
             st.scores = PerSample(SCORES, st.scores.version + 1)
@@ -607,8 +723,12 @@ class BCDSolver(Solver[BCDState]):
         if direction is not None:
             cols, delta = direction
             p_old = value(pen, st.W[cols], p.lam, rho)
-            while ls and alphas[a] > 0 and sums.dloss[a] / n + value(pen, st.W[cols] + alphas[a] * delta, p.lam, rho) \
-                    - p_old > p.sigma * alphas[a] * st.bound:
+            while (
+                ls
+                and alphas[a] > 0
+                and sums.dloss[a] / n + value(pen, st.W[cols] + alphas[a] * delta, p.lam, rho) - p_old
+                > p.sigma * alphas[a] * st.bound
+            ):
                 a += 1
             st.ls_steps += a
             if alphas[a] > 0:
@@ -625,8 +745,9 @@ class BCDSolver(Solver[BCDState]):
             B, G_B, L = B[keep], G_B[keep], L[keep]
             delta, viol = group_update(st.W[B], G_B, L, pen, p.lam, rho)
             st.sums = [st.sums[0] + float(viol.sum()), max(st.sums[1], float(viol.max(initial=0.0)))]
-            st.bound = float((G_B * delta).sum()) + value(pen, st.W[B] + delta, p.lam, rho) \
-                - value(pen, st.W[B], p.lam, rho)
+            st.bound = (
+                float((G_B * delta).sum()) + value(pen, st.W[B] + delta, p.lam, rho) - value(pen, st.W[B], p.lam, rho)
+            )
             moved = np.any(delta != 0, axis=1)
             if moved.any():
                 st.dir_cols, st.dir_delta = B[moved], delta[moved]
@@ -674,5 +795,13 @@ class BCDSolver(Solver[BCDState]):
         st.W, st.Y, st.t, st.loss_y, st.grad_y = W, Y_next, t_next, sums.loss_y, sums.grad_y
         st.ratio = mapping / st.first if st.first > 0 else 0.0
         st.converged = st.ratio < p.tol
-        return self._fields(W, self._objective(sums.loss_w, n, W), sums.hits_w, n, src.multilabel,
-                            violation_ratio=st.ratio, lipschitz=st.L, mode="fista")
+        return self._fields(
+            W,
+            self._objective(sums.loss_w, n, W),
+            sums.hits_w,
+            n,
+            src.multilabel,
+            violation_ratio=st.ratio,
+            lipschitz=st.L,
+            mode="fista",
+        )

@@ -18,8 +18,28 @@ from streamfit.objectives.penalties import L1L2, row_prox, row_value, row_violat
 
 
 @njit(cache=True, nogil=True)
-def bcd_epoch(blocks, indptr, indices, data, S, W, lab_ptr, lab_ind, loss, pen, lam, rho, line_search, K,
-              sigma, omega, max_ls, eps, active, shrink_thr):
+def bcd_epoch(
+    blocks,
+    indptr,
+    indices,
+    data,
+    S,
+    W,
+    lab_ptr,
+    lab_ind,
+    loss,
+    pen,
+    lam,
+    rho,
+    line_search,
+    K,
+    sigma,
+    omega,
+    max_ls,
+    eps,
+    active,
+    shrink_thr,
+):
     """One outer iteration over `blocks` (feature ids, in order). Updates W and S in place.
 
     line_search=True: BCD(LS) (§4.4.1) — L_j = max(‖h_j‖∞, ε), backtracking α = 1, ω, ω², …
@@ -157,8 +177,24 @@ def group_update(W_B, G, L, pen, lam, rho):
 
 
 @njit(cache=True, nogil=True)
-def chunk_pass(indptr, indices, data, S, lab_ptr, lab_ind, loss, commit_pos, commit_delta, dir_pos, dir_delta,
-               alphas, grad_pos, n_grad, curv_c, full):
+def chunk_pass(
+    indptr,
+    indices,
+    data,
+    S,
+    lab_ptr,
+    lab_ind,
+    loss,
+    commit_pos,
+    commit_delta,
+    dir_pos,
+    dir_delta,
+    alphas,
+    grad_pos,
+    n_grad,
+    curv_c,
+    full,
+):
     """One chunk's share of a chunks-mode pass (bcd module docstring), row by row over X in CSR.
     `*_pos[j]` is the row of feature j in the matching delta / output (−1: not in the group).
 

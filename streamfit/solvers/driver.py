@@ -33,8 +33,17 @@ log = logging.getLogger(__name__)
 ARRAY, ARRAY_LIST, PER_SAMPLE, VALUE = "array", "array_list", "per_sample", "value"
 
 
-def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: bool = False,
-        stop_after: int | None = None, checkpoint_every: int = 1):
+def run(
+    solver: Solver,
+    source,
+    *,
+    engine,
+    checkpointer,
+    metrics: Any,
+    resume: bool = False,
+    stop_after: int | None = None,
+    checkpoint_every: int = 1,
+):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
     `checkpointer` (streamfit.checkpoint.Checkpointer) and logging each step to `metrics`
     (streamfit.runlog.MetricsLog). resume: continue from the newest checkpoint, if any.
@@ -73,8 +82,12 @@ def run(solver: Solver, source, *, engine, checkpointer, metrics: Any, resume: b
         if pause:
             break
     if solver.finished(state) and not solver.converged(state):
-        log.warning("%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol", solver.name,
-                    state.step, solver.not_converged_reason(state))
+        log.warning(
+            "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",
+            solver.name,
+            state.step,
+            solver.not_converged_reason(state),
+        )
     return solver.to_model(ctx, state)
 
 
@@ -165,8 +178,10 @@ class _StateSaver:
         in_memory = self.checkpointer.root is None
         schema = meta.get("schema") if isinstance(meta, dict) else None
         if schema != self.kinds:
-            raise CheckpointError(f"{where}: holds {solver_name} state of another layout ({_schema_diff(schema, self.kinds)}); "
-                                  "it was written by another streamfit version: start over with --overwrite")
+            raise CheckpointError(
+                f"{where}: holds {solver_name} state of another layout ({_schema_diff(schema, self.kinds)}); "
+                "it was written by another streamfit version: start over with --overwrite"
+            )
         kwargs: dict[str, Any] = {}
         for name, kind in self.kinds.items():
             if kind == ARRAY:
@@ -174,11 +189,15 @@ class _StateSaver:
                 if in_memory and kwargs[name] is not None:  # the checkpoint's arrays stay as saved
                     kwargs[name] = kwargs[name].copy()
                 if kwargs[name] is None and not _optional(self.hints[name]):
-                    raise CheckpointError(f"{where}: arrays.npz lacks the state field {name!r}; the checkpoint is damaged")
+                    raise CheckpointError(
+                        f"{where}: arrays.npz lacks the state field {name!r}; the checkpoint is damaged"
+                    )
             elif kind == ARRAY_LIST:
                 count = meta["values"].get(name)
                 if not isinstance(count, int) or count < 0:
-                    raise CheckpointError(f"{where}: meta.json's values.{name} is not a count; the checkpoint is damaged")
+                    raise CheckpointError(
+                        f"{where}: meta.json's values.{name} is not a count; the checkpoint is damaged"
+                    )
                 entries = [self.checkpointer.state.read(name, 0, i) for i in range(count)]
                 kwargs[name] = [e.copy() for e in entries] if in_memory else entries
                 self.written[name] = count
@@ -187,7 +206,9 @@ class _StateSaver:
                 kwargs[name] = None if record is None else PerSample(**record)
             else:
                 if name not in meta["values"]:
-                    raise CheckpointError(f"{where}: meta.json lacks the state field {name!r}; the checkpoint is damaged")
+                    raise CheckpointError(
+                        f"{where}: meta.json lacks the state field {name!r}; the checkpoint is damaged"
+                    )
                 value = _typed(meta["values"][name], self.hints[name], f"{where}: meta.json's values.{name}")
                 kwargs[name] = copy.deepcopy(value) if in_memory else value
         return self.state_cls(**kwargs)
@@ -210,9 +231,18 @@ def _typed(value, t, where: str):
     origin = typing.get_origin(base) or base
     if origin is tuple and isinstance(value, list):
         return tuple(value)
-    expected = {bool: (bool,), int: (int,), float: (int, float), str: (str,), list: (list,), dict: (dict,),
-                tuple: (list, tuple)}.get(origin)
-    if expected is not None and (not isinstance(value, expected) or (origin in (int, float) and isinstance(value, bool))):
+    expected = {
+        bool: (bool,),
+        int: (int,),
+        float: (int, float),
+        str: (str,),
+        list: (list,),
+        dict: (dict,),
+        tuple: (list, tuple),
+    }.get(origin)
+    if expected is not None and (
+        not isinstance(value, expected) or (origin in (int, float) and isinstance(value, bool))
+    ):
         raise CheckpointError(f"{where} is {value!r}, not a {origin.__name__}; the checkpoint is damaged")
     return float(value) if origin is float else value
 
@@ -220,6 +250,9 @@ def _typed(value, t, where: str):
 def _schema_diff(then, now: dict) -> str:
     if not isinstance(then, dict):
         return "no state schema"
-    parts = [f"{k}: {then.get(k, 'absent')} then, {now.get(k, 'absent')} now"
-             for k in sorted(then.keys() | now.keys()) if then.get(k) != now.get(k)]
+    parts = [
+        f"{k}: {then.get(k, 'absent')} then, {now.get(k, 'absent')} now"
+        for k in sorted(then.keys() | now.keys())
+        if then.get(k) != now.get(k)
+    ]
     return "; ".join(parts)

@@ -108,23 +108,33 @@ class FBPDParams(SolverParams):
     """Options of the fbpd solver (see the module docstring for the math)."""
 
     formulation: Literal["regularized", "constrained"] = Field(
-        "regularized", description="regularized: problem (7), Algorithm 1; constrained: problem (8), Algorithm 2")
+        "regularized", description="regularized: problem (7), Algorithm 1; constrained: problem (8), Algorithm 2"
+    )
     penalty: Literal["l1", "l1/l2", "l1/linf", "l2"] = Field(
-        "l1", description="g: l1, l1/l2 or l1/linf over feature blocks of each class, or l2 = ½‖W‖²")
-    group_size: int = Field(5, ge=1, description="features per block of the mixed norms (paper: 5 genes, 81 coefficients)")
+        "l1", description="g: l1, l1/l2 or l1/linf over feature blocks of each class, or l2 = ½‖W‖²"
+    )
+    group_size: int = Field(
+        5, ge=1, description="features per block of the mixed norms (paper: 5 genes, 81 coefficients)"
+    )
     lam: float = Field(1e-3, gt=0, description="regularized: minimise lam·g(W) + mean hinge")
     eta: float = Field(0.1, gt=0, description="constrained: minimise g(W) s.t. mean hinge <= eta")
     tol: float = Field(1e-5, ge=0, description="stop when ‖x⁺ − x‖/‖x⁺‖ < tol (the paper uses 1e-5)")
     max_iter: int = Field(
-        1000, ge=1, description="iterations (passes over the data); a budget, not part of the iteration: resume "
+        1000,
+        ge=1,
+        description="iterations (passes over the data); a budget, not part of the iteration: resume "
         "with a larger one continues the run to the model of an uninterrupted longer run",
-        json_schema_extra={"affects_model": False})
+        json_schema_extra={"affects_model": False},
+    )
     step_ratio: float | None = Field(
-        None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1")
+        None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1"
+    )
     restarts: bool = Field(
-        True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD")
+        True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD"
+    )
     adapt_iters: int = Field(
-        10_000, ge=0, description="no restart and no change of ρ after this many iterations (the convergence guarantee)")
+        10_000, ge=0, description="no restart and no change of ρ after this many iterations (the convergence guarantee)"
+    )
 
 
 # -- chunk tasks ---------------------------------------------------------------------------
@@ -153,7 +163,7 @@ def _read_chunk(source: ChunkSource, chunk_id: int) -> Chunk:
     if chunk_id not in chunks:
         X, (lo, hi) = source.X, source.chunk_bounds(chunk_id)
         start, end = X.indptr[lo], X.indptr[hi]
-        rows = _CSRRows(X.indptr[lo:hi + 1] - start, X.indices[start:end], X.data[start:end], (hi - lo, X.shape[1]))
+        rows = _CSRRows(X.indptr[lo : hi + 1] - start, X.indices[start:end], X.data[start:end], (hi - lo, X.shape[1]))
         chunks[chunk_id] = Chunk(chunk_id, lo, rows, source.labels[lo:hi])
     return chunks[chunk_id]
 
@@ -225,8 +235,19 @@ def _load(state, names: tuple, version: int, chunk_id: int, initial) -> tuple:
     return initial() if version == 0 else tuple(state.read(name, version, chunk_id) for name in names)
 
 
-def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: tuple, initial,
-             anchor: int | None, restart: bool, a: float, c: float):
+def _advance(
+    state,
+    chunk_id: int,
+    version: int,
+    names: tuple,
+    old: tuple,
+    new: tuple,
+    initial,
+    anchor: int | None,
+    restart: bool,
+    a: float,
+    c: float,
+):
     """Writes the next iterate's per-sample arrays (version + 1) and returns
     (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array).
     Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
@@ -250,9 +271,19 @@ def _advance(state, chunk_id: int, version: int, names: tuple, old: tuple, new: 
     return moves, tuple(float(array.sum()) for array in nxt), jumps
 
 
-def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, step: float,
-                      anchor: int | None = None, restart: bool = False, a: float = 1.0,
-                      c: float = 0.0) -> RegularizedSums:
+def _regularized_task(
+    source: ChunkSource,
+    chunk_id: int,
+    state,
+    version: int,
+    W2,
+    b2,
+    step: float,
+    anchor: int | None = None,
+    restart: bool = False,
+    a: float = 1.0,
+    c: float = 0.0,
+) -> RegularizedSums:
     chunk = _read_chunk(source, chunk_id)
     z, K, X = chunk.labels, source.n_classes, chunk.X
 
@@ -261,15 +292,28 @@ def _regularized_task(source: ChunkSource, chunk_id: int, state, version: int, W
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
     GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
-    Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2,
-                                                                     step, GW, Gb)
+    Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb
+    )
     moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
     return RegularizedSums(GW, Gb, hinge, r_dot, correct, moves, coupling, jumps)
 
 
-def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W2, b2, tau: float,
-                      sigma: float, shift: float, anchor: int | None = None, restart: bool = False,
-                      a: float = 1.0, c: float = 0.0) -> ConstrainedSums:
+def _constrained_task(
+    source: ChunkSource,
+    chunk_id: int,
+    state,
+    version: int,
+    W2,
+    b2,
+    tau: float,
+    sigma: float,
+    shift: float,
+    anchor: int | None = None,
+    restart: bool = False,
+    a: float = 1.0,
+    c: float = 0.0,
+) -> ConstrainedSums:
     chunk = _read_chunk(source, chunk_id)
     z, K, n = chunk.labels, source.n_classes, chunk.n_rows
     names = (DUAL, XI, ZETA)
@@ -283,8 +327,7 @@ def _constrained_task(source: ChunkSource, chunk_id: int, state, version: int, W
     S = _scores(chunk.X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
     coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
-    moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart,
-                                    a, c)
+    moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c)
     GW, Gb = _adjoint(chunk.X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
@@ -370,8 +413,9 @@ class FBPDSolver(Solver[FBPDState]):
         estimate = 0.0
         for it in range(1, POWER_MAX_ITER + 1):
             scale = np.sqrt((W * W).sum() + (b * b).sum())
-            W, b = engine.map_reduce(_normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖",
-                                     W=W / scale, b=b / scale)
+            W, b = engine.map_reduce(
+                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W / scale, b=b / scale
+            )
             previous, estimate = estimate, float(np.sqrt((W * W).sum() + (b * b).sum()))  # ‖TᵀTv‖ → ‖T‖²
             if estimate == 0.0:
                 raise ConfigError("T = 0: the training data has no non-zero rows")
@@ -399,19 +443,35 @@ class FBPDSolver(Solver[FBPDState]):
             raise ConfigError("fbpd solves the multiclass (Crammer–Singer) hinge; the store is multilabel")
         norm, passes = self.operator_norm(source, ctx.engine)
         zero_W, zero_b = np.zeros((source.n_features, source.n_classes)), np.zeros(source.n_classes)
-        state = FBPDState(W=zero_W, b=zero_b, GW=zero_W, Gb=zero_b, Wt=zero_W, bt=zero_b, Wa=zero_W, ba=zero_b,
-                          GWa=zero_W, Gba=zero_b, norm=norm, rho=self.initial_ratio(source.n_rows),
-                          settings=self.settings, data_passes=passes)
+        state = FBPDState(
+            W=zero_W,
+            b=zero_b,
+            GW=zero_W,
+            Gb=zero_b,
+            Wt=zero_W,
+            bt=zero_b,
+            Wa=zero_W,
+            ba=zero_b,
+            GWa=zero_W,
+            Gba=zero_b,
+            norm=norm,
+            rho=self.initial_ratio(source.n_rows),
+            settings=self.settings,
+            data_passes=passes,
+        )
         self._name_duals(state)
         return state
 
     def check_resume(self, ctx: Context, state: FBPDState) -> None:
         if state.settings != self.settings:
-            raise ConfigError("the checkpoint was written with other fbpd parameters; only max_iter may change "
-                              "when a run is continued")
+            raise ConfigError(
+                "the checkpoint was written with other fbpd parameters; only max_iter may change "
+                "when a run is continued"
+            )
         if state.step > self.params.max_iter:
-            raise ConfigError(f"the run to continue is at iteration {state.step} already, beyond max_iter = "
-                              f"{self.params.max_iter}")
+            raise ConfigError(
+                f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
+            )
 
     def finished(self, state: FBPDState) -> bool:
         return state.converged or state.step >= self.params.max_iter
@@ -430,11 +490,23 @@ class FBPDSolver(Solver[FBPDState]):
     def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
         p = self.params
         coef = state.Wt.T if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)
-        return LinearModel(coef, state.bt, classes=ctx.source.classes, n_features=ctx.source.n_features,
-                           multilabel=False, solver=self.name, params=p.model_dump(),
-                           info={"iterations": state.step, "converged": state.converged, "norm_T": state.norm,
-                                 "step_ratio": state.rho, "restarts": state.restarts,
-                                 "data_passes": state.data_passes})
+        return LinearModel(
+            coef,
+            state.bt,
+            classes=ctx.source.classes,
+            n_features=ctx.source.n_features,
+            multilabel=False,
+            solver=self.name,
+            params=p.model_dump(),
+            info={
+                "iterations": state.step,
+                "converged": state.converged,
+                "norm_T": state.norm,
+                "step_ratio": state.rho,
+                "restarts": state.restarts,
+                "data_passes": state.data_passes,
+            },
+        )
 
     def _name_duals(self, state: FBPDState) -> None:
         """The per-sample fields for the duals at version `step` and the anchors at `anchor`
@@ -469,9 +541,11 @@ class FBPDSolver(Solver[FBPDState]):
             state.first_residual = residual
         elif state.step <= self.params.adapt_iters:
             first = state.first_residual
-            state.restart_due = bool(residual <= RESTART_SUFFICIENT * first
-                                     or (residual <= RESTART_NECESSARY * first and residual > state.last_residual)
-                                     or state.since_restart >= RESTART_ARTIFICIAL * state.step)
+            state.restart_due = bool(
+                residual <= RESTART_SUFFICIENT * first
+                or (residual <= RESTART_NECESSARY * first and residual > state.last_residual)
+                or state.since_restart >= RESTART_ARTIFICIAL * state.step
+            )
         state.last_residual = residual
 
     # ---- one iteration ----
@@ -498,8 +572,18 @@ class FBPDSolver(Solver[FBPDState]):
         bt = state.b - tau * state.Gb
         b2 = np.concatenate([bt, state.b])
         if regularized:
-            r = engine.map_reduce(_regularized_task, source, chunks, desc="fbpd: iteration", state=chunk_state,
-                                  version=state.step, W2=W2, b2=b2, step=n * sigma, **halpern)
+            r = engine.map_reduce(
+                _regularized_task,
+                source,
+                chunks,
+                desc="fbpd: iteration",
+                state=chunk_state,
+                version=state.step,
+                W2=W2,
+                b2=b2,
+                step=n * sigma,
+                **halpern,
+            )
             divisor = float(n)
             dual_part = r.moves[0] / (n * n * sigma) - 2 * r.coupling / n
             totals = (0.0, 0.0)
@@ -507,8 +591,20 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = 0.0
         else:
             shift = max(0.0, (state.sums[0] - tau * state.sums[1] - n * p.eta) / n)
-            r = engine.map_reduce(_constrained_task, source, chunks, desc="fbpd: iteration", state=chunk_state,
-                                  version=state.step, W2=W2, b2=b2, tau=tau, sigma=sigma, shift=shift, **halpern)
+            r = engine.map_reduce(
+                _constrained_task,
+                source,
+                chunks,
+                desc="fbpd: iteration",
+                state=chunk_state,
+                version=state.step,
+                W2=W2,
+                b2=b2,
+                tau=tau,
+                sigma=sigma,
+                shift=shift,
+                **halpern,
+            )
             divisor = 1.0
             dual_part = (r.moves[0] + r.moves[1]) / sigma + r.moves[2] / tau - 2 * r.coupling
             totals = (r.totals[2], r.totals[1])
@@ -516,8 +612,9 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = r.xi_sum
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
-        GWt, W_next, GW_next, stats = primal_update(Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa,
-                                                    state.Wt, a, c, p.restarts)
+        GWt, W_next, GW_next, stats = primal_update(
+            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, a, c, p.restarts
+        )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
         residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
@@ -550,7 +647,17 @@ class FBPDSolver(Solver[FBPDState]):
                 dual = bound - 0.5 * g_size
             else:
                 dual = min(1.0, 1.0 / max(G_norm, 1e-300)) * bound
-        return {"objective": primal, "dual_objective": dual, "gap": primal - dual, "loss": hinge / n,
-                "dual_infeasibility": float(np.sqrt(Gbt @ Gbt)), "rel_change": rel_change,
-                "residual": residual, "step_ratio": state.rho, "restarts": state.restarts,
-                "train_accuracy": correct / n, "nnz": int(nnz), "data_passes": state.data_passes}
+        return {
+            "objective": primal,
+            "dual_objective": dual,
+            "gap": primal - dual,
+            "loss": hinge / n,
+            "dual_infeasibility": float(np.sqrt(Gbt @ Gbt)),
+            "rel_change": rel_change,
+            "residual": residual,
+            "step_ratio": state.rho,
+            "restarts": state.restarts,
+            "train_accuracy": correct / n,
+            "nnz": int(nnz),
+            "data_passes": state.data_passes,
+        }

@@ -23,8 +23,18 @@ from streamfit.projections import (
 
 
 @numba.njit(cache=True, nogil=True)
-def regularized_chunk_step(indptr, indices, data, z: np.ndarray, Y: np.ndarray, W2: np.ndarray, b2: np.ndarray,
-                           step: float, GW: np.ndarray, Gb: np.ndarray):
+def regularized_chunk_step(
+    indptr,
+    indices,
+    data,
+    z: np.ndarray,
+    Y: np.ndarray,
+    W2: np.ndarray,
+    b2: np.ndarray,
+    step: float,
+    GW: np.ndarray,
+    Gb: np.ndarray,
+):
     """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
     data), its scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
     update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
@@ -145,8 +155,17 @@ def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: flo
 
 
 @numba.njit(cache=True, nogil=True)
-def constrained_dual_step(S: np.ndarray, z: np.ndarray, Y: np.ndarray, xi: np.ndarray, zeta: np.ndarray,
-                          tau: float, sigma: float, shift: float, A: np.ndarray):
+def constrained_dual_step(
+    S: np.ndarray,
+    z: np.ndarray,
+    Y: np.ndarray,
+    xi: np.ndarray,
+    zeta: np.ndarray,
+    tau: float,
+    sigma: float,
+    shift: float,
+    A: np.ndarray,
+):
     """Algorithm 2 for the rows of a chunk (everything but the primal step of x):
 
         ζ⁺ = ζ − τξ − δ                         (P_{V_η}, δ = max(0, (Σ(ζ − τξ) − η)/L) from the driver)
@@ -231,15 +250,33 @@ def l1_primal_step(W: np.ndarray, GW: np.ndarray, tau: float, weight: float):
 
 
 @numba.njit(cache=True, nogil=True)
-def primal_update(Wt: np.ndarray, W: np.ndarray, Wa: np.ndarray, Gsum: np.ndarray, divisor: float,
-                  GW: np.ndarray, GWa: np.ndarray, Wt_prev: np.ndarray, a: float, c: float, halpern: bool):
+def primal_update(
+    Wt: np.ndarray,
+    W: np.ndarray,
+    Wa: np.ndarray,
+    Gsum: np.ndarray,
+    divisor: float,
+    GW: np.ndarray,
+    GWa: np.ndarray,
+    Wt_prev: np.ndarray,
+    a: float,
+    c: float,
+    halpern: bool,
+):
     """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
     a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
     restarts need. Returns (G̃, next W, next G, stats) with stats = [‖W − x̃‖², ‖x̃ − x̃_prev‖²,
     ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞]."""
     M, K = W.shape
-    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_ = (Wt.ravel(), W.ravel(), Wa.ravel(), Gsum.ravel(), GW.ravel(), GWa.ravel(),
-                                          Wt_prev.ravel())
+    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_ = (
+        Wt.ravel(),
+        W.ravel(),
+        Wa.ravel(),
+        Gsum.ravel(),
+        GW.ravel(),
+        GWa.ravel(),
+        Wt_prev.ravel(),
+    )
     size = W_.size
     Gt = np.empty(size)
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0

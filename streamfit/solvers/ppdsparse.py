@@ -81,26 +81,60 @@ DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes n
 class PPDSparseParams(SolverParams):
     """Options of PPDSparse (see the module docstring for the objective and its scaling)."""
 
-    loss: Literal["squared_hinge", "hinge"] = Field("squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge")
+    loss: Literal["squared_hinge", "hinge"] = Field(
+        "squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge"
+    )
     lam: float = Field(1e-5, ge=0, description="ℓ1 weight: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam)")
-    tau: float = Field(1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)")
-    kappa: int = Field(500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)")
-    kappa_growth: float = Field(1.0, ge=0, description="κ schedule: a search adds up to max(κ, kappa_growth·|A|) samples; 0 = fixed κ")
-    delta: float | None = Field(0.1, gt=0, description="δ of Theorem 4.1 (margin units, as tol: the search errs no more "
-                                "than the stopping test): Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search")
-    x_threshold: float = Field(0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off")
-    max_inner: int = Field(5, ge=1, description="S of Algorithm 2, in epochs over the active set per iteration "
-                           "(doubled after each iteration whose CD has not converged)")
+    tau: float = Field(
+        1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)"
+    )
+    kappa: int = Field(
+        500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)"
+    )
+    kappa_growth: float = Field(
+        1.0, ge=0, description="κ schedule: a search adds up to max(κ, kappa_growth·|A|) samples; 0 = fixed κ"
+    )
+    delta: float | None = Field(
+        0.1,
+        gt=0,
+        description="δ of Theorem 4.1 (margin units, as tol: the search errs no more "
+        "than the stopping test): Algorithm 3 draws R = ⌈2‖w‖₁²/δ²⌉; None = exact search",
+    )
+    x_threshold: float = Field(
+        0.0, ge=0, description="§5.3 two-level sparsification: the search skips |x_ij| <= this; 0 = off"
+    )
+    max_inner: int = Field(
+        5,
+        ge=1,
+        description="S of Algorithm 2, in epochs over the active set per iteration "
+        "(doubled after each iteration whose CD has not converged)",
+    )
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
-    group_size: int | None = Field(None, ge=1, description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups",
-                                   json_schema_extra={"affects_model": False})
-    threads: int = Field(1, ge=1, description="in-process engine: class groups solved by this many threads sharing X",
-                         json_schema_extra={"affects_model": False})
-    tol: float = Field(0.1, gt=0, description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)")
+    group_size: int | None = Field(
+        None,
+        ge=1,
+        description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups",
+        json_schema_extra={"affects_model": False},
+    )
+    threads: int = Field(
+        1,
+        ge=1,
+        description="in-process engine: class groups solved by this many threads sharing X",
+        json_schema_extra={"affects_model": False},
+    )
+    tol: float = Field(
+        0.1,
+        gt=0,
+        description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)",
+    )
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
-    primal_ratio: float = Field(8.0, ge=0, description="squared hinge, d < 2048 features occurring: a class whose coordinate descent has not "
-                                "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "
-                                "finished by a primal Newton method (same objective and stopping test); 0 = never")
+    primal_ratio: float = Field(
+        8.0,
+        ge=0,
+        description="squared hinge, d < 2048 features occurring: a class whose coordinate descent has not "
+        "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "
+        "finished by a primal Newton method (same objective and stopping test); 0 = never",
+    )
 
 
 # -- the training matrix, once per process ---------------------------------------------------
@@ -141,10 +175,16 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
         sort_columns(col_ptr, C.indices.astype(np.int64), C.data, col_rows, col_vals)  # decreasing |x|, then row
     indptr = X.indptr.astype(np.int64)
     return Data(
-        indptr=indptr, indices=X.indices.astype(np.int64), values=X.data,
+        indptr=indptr,
+        indices=X.indices.astype(np.int64),
+        values=X.data,
         sqnorm=row_sqnorms(indptr, X.data),
-        col_ptr=col_ptr, col_rows=col_rows, col_vals=col_vals,
-        pos_ptr=pos_ptr, pos_rows=pos_rows, col_map=col_map,
+        col_ptr=col_ptr,
+        col_rows=col_rows,
+        col_vals=col_vals,
+        pos_ptr=pos_ptr,
+        pos_rows=pos_rows,
+        col_map=col_map,
     )
 
 
@@ -202,8 +242,23 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
     objective = np.zeros(hi - lo)
     for k in range(lo, hi):
         i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
-            data, work, k, loss, mu, sigma, p.kappa, p.kappa_growth, p.tol, p.max_iter, p.max_inner, p.shrink, delta,
-            p.x_threshold, p.random_state, p.primal_ratio)
+            data,
+            work,
+            k,
+            loss,
+            mu,
+            sigma,
+            p.kappa,
+            p.kappa_growth,
+            p.tol,
+            p.max_iter,
+            p.max_inner,
+            p.shrink,
+            delta,
+            p.x_threshold,
+            p.random_state,
+            p.primal_ratio,
+        )
         objective[k - lo] = class_objective(data, work, k, i, v, b, loss, p.lam, p.tau)
         i = data.col_map[i]
         order = np.argsort(i)
@@ -219,8 +274,9 @@ def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: di
     return solve_group(_worker_data(ref), *groups[g], PPDSparseParams(**params), ref.source.n_rows)
 
 
-def _finished_groups(engine: Engine, source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]],
-                     todo: list[int]) -> Iterator[tuple[int, GroupResult]]:
+def _finished_groups(
+    engine: Engine, source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
+) -> Iterator[tuple[int, GroupResult]]:
     """Yields (group, GroupResult) as groups finish: in process, in `todo` order (`threads`
     threads solving ahead); on Dask, in completion order (Engine.imap_unordered: tasks submitted
     in `todo` order, first = highest priority; a lost worker's groups submitted again). Closing
@@ -246,8 +302,9 @@ def _finished_groups(engine: Engine, source: ChunkSource, p: PPDSparseParams, gr
         return
     token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
     ref = _DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0)
-    yield from engine.imap_unordered(_group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups,
-                                     params=p.model_dump())
+    yield from engine.imap_unordered(
+        _group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups, params=p.model_dump()
+    )
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -290,8 +347,13 @@ class PPDSparseModel(LinearModel):
             col = np.repeat(np.arange(d), np.diff(W.indptr))
             keep = dense_of[col] < 0
             ptr = np.concatenate([[0], np.cumsum(np.bincount(col[keep], minlength=d))]).astype(np.int64)
-            self._by_feature_cache = (ptr, W.indices[keep].astype(np.int32), W.data[keep].astype(np.float64),
-                                      dense_of, w_dense)
+            self._by_feature_cache = (
+                ptr,
+                W.indices[keep].astype(np.int32),
+                W.data[keep].astype(np.float64),
+                dense_of,
+                w_dense,
+            )
             self._by_feature_of = c
         return self._by_feature_cache
 
@@ -374,8 +436,10 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         size = self.group_size(ctx.source.n_classes)
         if state.group_size != size:
             where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
-            raise ConfigError(f"{where}: this run was checkpointed with {state.group_size} classes per group and "
-                              f"would now be cut into groups of {size}; resume with -p group_size={state.group_size}")
+            raise ConfigError(
+                f"{where}: this run was checkpointed with {state.group_size} classes per group and "
+                f"would now be cut into groups of {size}; resume with -p group_size={state.group_size}"
+            )
 
     def step(self, ctx: Context, state: PPDSparseState) -> dict[str, Any]:
         if self._running is None:
@@ -389,19 +453,28 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             self._stop_running()
         lo, hi = state.groups()[g]
         st = res.stats
-        return {"group": g, "classes": [lo, hi], "objective": summed_objective(state),
-                "dual_objective": float(-st[:, 4].sum()), "nnz": int(sum(i.size for i in state.indices)),
-                "mean_active": float(st[:, 1].mean()), "iterations": int(st[:, 0].sum()),
-                "not_converged": int((st[:, 3] == 0).sum())}
+        return {
+            "group": g,
+            "classes": [lo, hi],
+            "objective": summed_objective(state),
+            "dual_objective": float(-st[:, 4].sum()),
+            "nnz": int(sum(i.size for i in state.indices)),
+            "mean_active": float(st[:, 1].mean()),
+            "iterations": int(st[:, 0].sum()),
+            "not_converged": int((st[:, 3] == 0).sum()),
+        }
 
     def _start(self, ctx: Context, state: PPDSparseState) -> Iterator[tuple[int, GroupResult]]:
         """The unfinished groups, largest first (by positives, then by id), in flight."""
-        positives = ctx.engine.map_reduce(_positives_task, ctx.source, range(ctx.source.n_chunks),
-                                          desc="ppdsparse: labels")
+        positives = ctx.engine.map_reduce(
+            _positives_task, ctx.source, range(ctx.source.n_chunks), desc="ppdsparse: labels"
+        )
         groups = state.groups()
         done = set(state.finished)
-        todo = sorted((g for g in range(len(groups)) if g not in done),
-                      key=lambda g: (-int(positives[groups[g][0]:groups[g][1]].sum()), g))
+        todo = sorted(
+            (g for g in range(len(groups)) if g not in done),
+            key=lambda g: (-int(positives[groups[g][0] : groups[g][1]].sum()), g),
+        )
         return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo)
 
     def _stop_running(self) -> None:
@@ -418,8 +491,10 @@ class PPDSparseSolver(Solver[PPDSparseState]):
     def not_converged_reason(self, state: PPDSparseState) -> str:
         late = _not_converged(state)
         shown = ", ".join(str(k) for k in late[:5]) + (", ..." if late.size > 5 else "")
-        return (f"{late.size} of {state.n_classes} classes (ids {shown}) stopped at max_iter={self.params.max_iter} "
-                f"iterations with a projected dual gradient > tol {self.params.tol:g}")
+        return (
+            f"{late.size} of {state.n_classes} classes (ids {shown}) stopped at max_iter={self.params.max_iter} "
+            f"iterations with a projected dual gradient > tol {self.params.tol:g}"
+        )
 
     def to_model(self, ctx: Context, state: PPDSparseState) -> PPDSparseModel:
         """W of the finished classes (the others all zero) as K × d CSR; info: groups_finished,
@@ -437,12 +512,24 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         values = np.concatenate(state.in_class_order("values") or [np.zeros(0)])
         coef = sp.csr_matrix((values, indices.astype(np.int32), indptr), shape=(K, d))
         stats = np.vstack(state.in_class_order("stats") or [np.zeros((0, 5))])
-        info = {"groups_finished": len(state.finished), "groups": len(groups), "nnz": int(coef.nnz),
-                "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
-                "not_converged": int((stats[:, 3] == 0).sum())}
+        info = {
+            "groups_finished": len(state.finished),
+            "groups": len(groups),
+            "nnz": int(coef.nnz),
+            "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
+            "not_converged": int((stats[:, 3] == 0).sum()),
+        }
         info["converged"] = self.converged(state)
-        return PPDSparseModel(coef, bias, classes=ctx.source.classes, n_features=d, multilabel=ctx.source.multilabel,
-                              solver=self.name, params=self.params.model_dump(), info=info)
+        return PPDSparseModel(
+            coef,
+            bias,
+            classes=ctx.source.classes,
+            n_features=d,
+            multilabel=ctx.source.multilabel,
+            solver=self.name,
+            params=self.params.model_dump(),
+            info=info,
+        )
 
 
 def summed_objective(state: PPDSparseState) -> float:

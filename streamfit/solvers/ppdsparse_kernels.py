@@ -57,19 +57,34 @@ Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_val
 
 # Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
 # duals / labels / marks, the active set, the search scores and the (sparsified) support of w.
-Work = namedtuple("Work", "v fmark flist rmark rlist n_touched alpha ysign in_active active score smark slist "
-                          "sup_idx sup_val wdense cum counts rng")
+Work = namedtuple(
+    "Work",
+    "v fmark flist rmark rlist n_touched alpha ysign in_active active score smark slist "
+    "sup_idx sup_val wdense cum counts rng",
+)
 
 
 def make_work(n_rows: int, n_features: int) -> Work:
     return Work(
-        v=np.zeros(n_features + 1), fmark=np.zeros(n_features, np.uint8), flist=np.zeros(n_features, np.int64),
-        rmark=np.zeros(n_rows, np.uint8), rlist=np.zeros(n_rows, np.int64), n_touched=np.zeros(2, np.int64),
-        alpha=np.zeros(n_rows), ysign=-np.ones(n_rows, np.int8), in_active=np.zeros(n_rows, np.uint8),
-        active=np.zeros(n_rows, np.int64), score=np.zeros(n_rows), smark=np.zeros(n_rows, np.uint8),
-        slist=np.zeros(n_rows, np.int64), sup_idx=np.zeros(n_features, np.int64), sup_val=np.zeros(n_features),
+        v=np.zeros(n_features + 1),
+        fmark=np.zeros(n_features, np.uint8),
+        flist=np.zeros(n_features, np.int64),
+        rmark=np.zeros(n_rows, np.uint8),
+        rlist=np.zeros(n_rows, np.int64),
+        n_touched=np.zeros(2, np.int64),
+        alpha=np.zeros(n_rows),
+        ysign=-np.ones(n_rows, np.int8),
+        in_active=np.zeros(n_rows, np.uint8),
+        active=np.zeros(n_rows, np.int64),
+        score=np.zeros(n_rows),
+        smark=np.zeros(n_rows, np.uint8),
+        slist=np.zeros(n_rows, np.int64),
+        sup_idx=np.zeros(n_features, np.int64),
+        sup_val=np.zeros(n_features),
         wdense=np.zeros(n_features),
-        cum=np.zeros(n_features), counts=np.zeros(n_features, np.int64), rng=np.zeros(1, np.uint64),
+        cum=np.zeros(n_features),
+        counts=np.zeros(n_features, np.int64),
+        rng=np.zeros(1, np.uint64),
     )
 
 
@@ -342,8 +357,14 @@ def _score_columns(data, work, n_sup, x_threshold):
     ones, listed in slist and marked in smark), by a CSC walk over supp(w̃): O(Σ_{j ∈ supp} nnz(X_{:,j})).
     Each column stops at the first |x_ij| ≤ x_threshold (§5.3; columns sorted by |x_ij|). Returns
     the number reached."""
-    sup_idx, sup_val, smark, slist, score, in_active = (work.sup_idx, work.sup_val, work.smark, work.slist,
-                                                         work.score, work.in_active)
+    sup_idx, sup_val, smark, slist, score, in_active = (
+        work.sup_idx,
+        work.sup_val,
+        work.smark,
+        work.slist,
+        work.score,
+        work.in_active,
+    )
     col_ptr, col_rows, col_vals = data.col_ptr, data.col_rows, data.col_vals
     n_reach = 0
     for t in range(n_sup):
@@ -370,8 +391,14 @@ def _score_rows(data, work, n_sup):
     """The same as _score_columns (x_threshold = 0) by one pass over the CSR rows outside the
     active set with w̃ scattered into a dense vector: O(N + nnz(X)), but a gather per non-zero
     instead of a scatter, so cheaper than a walk that reads most of X."""
-    sup_idx, wdense, smark, slist, score, in_active = (work.sup_idx, work.wdense, work.smark, work.slist,
-                                                       work.score, work.in_active)
+    sup_idx, wdense, smark, slist, score, in_active = (
+        work.sup_idx,
+        work.wdense,
+        work.smark,
+        work.slist,
+        work.score,
+        work.in_active,
+    )
     indptr, indices, values = data.indptr, data.indices, data.values
     for t in range(n_sup):
         wdense[sup_idx[t]] = work.sup_val[t]
@@ -785,8 +812,24 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
 
 
 @njit(cache=True, nogil=True)
-def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_iter, max_inner, shrink, delta,
-                x_threshold, seed, primal_ratio):
+def solve_class(
+    data,
+    work,
+    k,
+    loss,
+    mu,
+    sigma,
+    kappa,
+    kappa_growth,
+    tol,
+    max_iter,
+    max_inner,
+    shrink,
+    delta,
+    x_threshold,
+    seed,
+    primal_ratio,
+):
     """Algorithm 1 for class k: A = positives; repeat {search (steps 1-2), coordinate descent on
     A (step 3), eliminate zero duals (step 4)} until a search finds no sample with −∇_i G > tol
     after the coordinate descent converged (S = max_inner epochs per iteration; an iteration whose
@@ -840,8 +883,13 @@ def solve_class(data, work, k, loss, mu, sigma, kappa, kappa_growth, tol, max_it
             continue
         epochs = _inner_cd(data, work, n_active, loss, mu, sigma, tol, budget, shrink)
         inner_ok = epochs < budget
-        if (not inner_ok and loss == OVR_HALF_SQUARED_HINGE and primal == 0 and D < PRIMAL_MAX_FEATURES
-                and 0.0 < primal_ratio * (D + 1) <= n_active):
+        if (
+            not inner_ok
+            and loss == OVR_HALF_SQUARED_HINGE
+            and primal == 0
+            and D < PRIMAL_MAX_FEATURES
+            and 0.0 < primal_ratio * (D + 1) <= n_active
+        ):
             primal, ok, n_active = _primal_newton(data, work, mu, sigma, tol, PRIMAL_MAX_NEWTON)
             primal = max(primal, 1)  # tried once per class
             if ok:
@@ -901,8 +949,9 @@ def _loss(m: float, loss: int) -> float:
 
 
 @njit(cache=True, nogil=True)
-def class_objective(data, work, k: int, idx: np.ndarray, val: np.ndarray, bias: float, loss: int, lam: float,
-                    tau: float) -> float:
+def class_objective(
+    data, work, k: int, idx: np.ndarray, val: np.ndarray, bias: float, loss: int, lam: float, tau: float
+) -> float:
     """F_k(w) of (9) in the averaged convention,
 
         lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/N) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),

@@ -129,38 +129,55 @@ class StagewiseParams(SolverParams):
     max_iter and tol control the softmax link's inner iterations (the paper uses 50)."""
 
     link: Literal["identity", "softmax"] = Field(
-        "identity", description="identity: ridge least squares per block; softmax: Algorithm 1 on the logistic loss")
+        "identity", description="identity: ridge least squares per block; softmax: Algorithm 1 on the logistic loss"
+    )
     calibration: Literal["none", "poly", "predictions"] = Field(
-        "none", description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
-                            "predictions: previous predictions as extra features (identity link only)")
+        "none",
+        description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
+        "predictions: previous predictions as extra features (identity link only)",
+    )
     generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
-        "auto", description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns unless one "
-                            "ridge stage on the columns validates better on a row sample, else gradient")
+        "auto",
+        description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns unless one "
+        "ridge stage on the columns validates better on a row sample, else gradient",
+    )
     block_size: int = Field(512, ge=1, description="features per stage (p)")
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
     n_components: int = Field(2048, ge=1, description="rff: number of random Fourier features")
     pca_components: int | None = Field(None, ge=1, description="rff: PCA to this many dimensions first (None: off)")
     bandwidth: float = Field(0.5, gt=0, description="rff: Gaussian kernel width / median pairwise distance")
     rff_sampling: Literal["iid", "orthogonal"] = Field(
-        "iid", description="rff: frequencies drawn independently (Rahimi & Recht), or in blocks of orthogonal "
-                           "directions with chi-distributed lengths (Yu et al. 2016; same kernel, lower variance)")
+        "iid",
+        description="rff: frequencies drawn independently (Rahimi & Recht), or in blocks of orthogonal "
+        "directions with chi-distributed lengths (Yu et al. 2016; same kernel, lower variance)",
+    )
     rff_phases: Literal["random", "paired"] = Field(
-        "random", description="rff: features sqrt2 cos(w'x + b) with random phases b, or sqrt2 cos(w'x) and "
-                              "sqrt2 sin(w'x) of half as many frequencies (same kernel, lower variance)")
+        "random",
+        description="rff: features sqrt2 cos(w'x + b) with random phases b, or sqrt2 cos(w'x) and "
+        "sqrt2 sin(w'x) of half as many frequencies (same kernel, lower variance)",
+    )
     lipschitz: float | None = Field(None, gt=0, description="softmax: step 1/L; default 1/2 (multilabel 1/4)")
     backtrack: bool = Field(
-        False, description="softmax: start each stage at L/4 and double L (back to the previous iterate) whenever an "
-                           "inner iteration raises the objective; accepted iterates decrease it")
+        False,
+        description="softmax: start each stage at L/4 and double L (back to the previous iterate) whenever an "
+        "inner iteration raises the objective; accepted iterates decrease it",
+    )
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
     lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
-    random_state: int = Field(0, ge=0, description="seed of the random blocks, the row sample and the random "
-                                                   "Fourier features (a non-negative integer)")
+    random_state: int = Field(
+        0,
+        ge=0,
+        description="seed of the random blocks, the row sample and the random "
+        "Fourier features (a non-negative integer)",
+    )
     tol: float = Field(1e-4, ge=0, description="softmax: stop inner iterations when f improves by < tol·|f|")
     max_iter: int = Field(50, ge=1, description="softmax: inner iterations (passes) per stage")
     gram_dtype: Literal["float64", "float32"] = Field(
-        "float64", description="float32: random Fourier designs in single precision, and AᵀA, AᵀR, AW from "
-                               "single-precision products (about 2x faster; the model then matches float64 to "
-                               "~1e-5, across chunkings too)")
+        "float64",
+        description="float32: random Fourier designs in single precision, and AᵀA, AᵀR, AW from "
+        "single-precision products (about 2x faster; the model then matches float64 to "
+        "~1e-5, across chunkings too)",
+    )
 
     @model_validator(mode="after")
     def _calibration_needs_identity(self):
@@ -241,8 +258,15 @@ class FeatureSpace:
                 del _FREQUENCIES[next(iter(_FREQUENCIES))]
             n_in = len(self.inputs) if self.components is None else self.components.shape[1]
             with single_threaded_blas():  # the QR of orthogonal frequencies: same bits anywhere
-                omega, beta = rff_frequencies(self.seed, int(block), n_in, self.block_width(block), self.sigma,
-                                              self.sampling == "orthogonal", self.phases == "paired")
+                omega, beta = rff_frequencies(
+                    self.seed,
+                    int(block),
+                    n_in,
+                    self.block_width(block),
+                    self.sigma,
+                    self.sampling == "orthogonal",
+                    self.phases == "paired",
+                )
             _FREQUENCIES[key] = omega.astype(self.dtype), beta
         return _FREQUENCIES[key]
 
@@ -257,10 +281,18 @@ class FeatureSpace:
         return self.__dict__["_fingerprint"]
 
     def to_json(self) -> dict:
-        return {"kind": self.kind, "fit_intercept": self.fit_intercept, "with_predictions": self.with_predictions,
-                "sigma": self.sigma, "seed": self.seed, "block_size": self.block_size,
-                "n_components": self.n_components, "dtype": self.dtype, "sampling": self.sampling,
-                "phases": self.phases}
+        return {
+            "kind": self.kind,
+            "fit_intercept": self.fit_intercept,
+            "with_predictions": self.with_predictions,
+            "sigma": self.sigma,
+            "seed": self.seed,
+            "block_size": self.block_size,
+            "n_components": self.n_components,
+            "dtype": self.dtype,
+            "sampling": self.sampling,
+            "phases": self.phases,
+        }
 
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -272,8 +304,9 @@ class FeatureSpace:
 
     @classmethod
     def from_saved(cls, d: dict, arrays: dict) -> FeatureSpace:
-        return cls(**d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"),
-                   components=arrays.get("rff_components"))
+        return cls(
+            **d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"), components=arrays.get("rff_components")
+        )
 
 
 # Per process: the base z of random Fourier features (densified inputs, after the PCA if any),
@@ -377,8 +410,9 @@ def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base,
     return A
 
 
-def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None,
-                multilabel: bool, design=None) -> np.ndarray:
+def apply_stage(
+    space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None, multilabel: bool, design=None
+) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
     (`design`: A when the caller already has it). Dense designs go panel by panel (`_panels`):
@@ -394,9 +428,9 @@ def apply_stage(space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, 
 
 def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabel: bool) -> np.ndarray:
     """ỹ = F + [A, F] W: the rows of W beyond A's columns (calibration="predictions") weight F."""
-    U = F + _product(A, W[:A.shape[1]])
+    U = F + _product(A, W[: A.shape[1]])
     if W.shape[0] > A.shape[1]:
-        U += rowwise_matmul(F, W[A.shape[1]:])
+        U += rowwise_matmul(F, W[A.shape[1] :])
     if C is not None:
         U = project_predictions(rowwise_matmul(poly_basis(U), C), multilabel)
     return U
@@ -518,8 +552,10 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
 def _scan_task(source: ChunkSource, chunk_id: int) -> ScanCounts:
     """The chunk's non-zeros per column and non-finite values."""
     X = source.read_chunk(chunk_id).X
-    return ScanCounts(np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
-                      int(X.data.size - np.isfinite(X.data).sum()))
+    return ScanCounts(
+        np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
+        int(X.data.size - np.isfinite(X.data).sum()),
+    )
 
 
 def _first_nonfinite_task(source, chunk_id):
@@ -535,8 +571,11 @@ def _first_nonfinite_task(source, chunk_id):
 def _check_gram(M: np.ndarray, where: str) -> None:
     """A sum of products of features (AᵀA) that overflowed is an error about the data (`where`)."""
     if not np.isfinite(M).all():
-        raise InputError(where, "sums of squared feature values overflow float64 (features of magnitude about "
-                                "1e150 or more)", "scale the features down (e.g. standardize them) and train again")
+        raise InputError(
+            where,
+            "sums of squared feature values overflow float64 (features of magnitude about 1e150 or more)",
+            "scale the features down (e.g. standardize them) and train again",
+        )
 
 
 def _data_name(source: ChunkSource) -> str:
@@ -552,8 +591,17 @@ def _rows_task(source, chunk_id, *, rows, inputs):
     return chunk.X[local][:, inputs].toarray().astype(np.float64), chunk.targets(source.n_classes)[local]
 
 
-def _stats_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
-                block: int | np.ndarray, link: str, gram: bool) -> BlockStats:
+def _stats_task(
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    state: ChunkState,
+    version: int,
+    space: FeatureSpace,
+    block: int | np.ndarray,
+    link: str,
+    gram: bool,
+) -> BlockStats:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
@@ -564,8 +612,17 @@ def _gradient_task(source, chunk_id, *, state, version, active, link):
     return _column_gradient(chunk.csc, active, F, Y, link)
 
 
-def _inner_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
-                block: int | np.ndarray, W: np.ndarray, link: str) -> InnerSums:
+def _inner_task(
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    state: ChunkState,
+    version: int,
+    space: FeatureSpace,
+    block: int | np.ndarray,
+    W: np.ndarray,
+    link: str,
+) -> InnerSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
@@ -581,18 +638,48 @@ def _inner_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, versio
     return InnerSums(B, loss)
 
 
-def _calibration_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
-                      block: int | np.ndarray, W: np.ndarray) -> CalibrationSums:
+def _calibration_task(
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    state: ChunkState,
+    version: int,
+    space: FeatureSpace,
+    block: int | np.ndarray,
+    W: np.ndarray,
+) -> CalibrationSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
-    G = poly_basis(apply_stage(space, base, F, block, W, None, source.multilabel,
-                               design=_chunk_design(source, chunk_id, space, base, block)))
+    G = poly_basis(
+        apply_stage(
+            space,
+            base,
+            F,
+            block,
+            W,
+            None,
+            source.multilabel,
+            design=_chunk_design(source, chunk_id, space, base, block),
+        )
+    )
     return CalibrationSums(G.T @ G, G.T @ Y)
 
 
-def _update_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, version: int, space: FeatureSpace,
-                 block: int | np.ndarray, W: np.ndarray, C: np.ndarray | None, link: str,
-                 next_block: int | np.ndarray | None, next_gram: bool, next_gradient: np.ndarray | None) -> UpdateSums:
+def _update_task(
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    state: ChunkState,
+    version: int,
+    space: FeatureSpace,
+    block: int | np.ndarray,
+    W: np.ndarray,
+    C: np.ndarray | None,
+    link: str,
+    next_block: int | np.ndarray | None,
+    next_gram: bool,
+    next_gradient: np.ndarray | None,
+) -> UpdateSums:
     """Apply the stage, write scores version+1, and return its `UpdateSums`: the fused
     statistics of the next block when `next_block` is given (its AᵀA only if `next_gram`), the
     column gradients when `next_gradient` holds the active columns."""
@@ -602,8 +689,9 @@ def _update_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, versi
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
         return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
-    F = apply_stage(space, base, F, block, W, C, source.multilabel,
-                    design=_chunk_design(source, chunk_id, space, base, block))
+    F = apply_stage(
+        space, base, F, block, W, C, source.multilabel, design=_chunk_design(source, chunk_id, space, base, block)
+    )
     state.write(SCORES, version + 1, chunk_id, F)
     loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
@@ -614,8 +702,9 @@ def _update_task(source: ChunkSource, chunk_id: int, *, state: ChunkState, versi
     return UpdateSums(loss, correct, None, None)
 
 
-def _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block,
-                  next_gram) -> tuple[np.ndarray, BlockStats]:
+def _update_dense(
+    source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram
+) -> tuple[np.ndarray, BlockStats]:
     """_update_task for a dense design, in one sweep of row panels: apply the stage to a panel,
     build the next block's features of the panel and add its statistics, while all of it is in
     cache. The same bits as apply_stage followed by _block_stats on the whole next design."""
@@ -704,8 +793,7 @@ class StagewiseModel(Model):
 
     kind = "stagewise"
 
-    def __init__(self, *, space: FeatureSpace, link: str, blocks: list, weights: list, calibrations: list,
-                 **common):
+    def __init__(self, *, space: FeatureSpace, link: str, blocks: list, weights: list, calibrations: list, **common):
         super().__init__(**common)
         self.space, self.link = space, link
         self.blocks, self.weights, self.calibrations = blocks, weights, calibrations
@@ -735,8 +823,12 @@ class StagewiseModel(Model):
 
     @property
     def is_linear(self) -> bool:
-        return self.link == "identity" and not self.calibrations and self.space.kind == "columns" \
+        return (
+            self.link == "identity"
+            and not self.calibrations
+            and self.space.kind == "columns"
             and not self.space.with_predictions
+        )
 
     def _require_linear(self, name: str) -> None:
         if not self.is_linear:
@@ -771,8 +863,7 @@ class StagewiseModel(Model):
     def _from_saved(cls, common, arrays, extra):
         space = FeatureSpace.from_saved(extra["space"], arrays)
         blocks, weights, calibrations = _stages_from_arrays(space, arrays)
-        return cls(space=space, link=extra["link"], blocks=blocks, weights=weights, calibrations=calibrations,
-                   **common)
+        return cls(space=space, link=extra["link"], blocks=blocks, weights=weights, calibrations=calibrations, **common)
 
 
 # -- the solver ----------------------------------------------------------------------------
@@ -857,9 +948,17 @@ class StagewiseSolver(Solver[StagewiseState]):
         row sample (PCA, bandwidth, the "auto" check)."""
         self._grams = {}
         space, active, generator, data_passes = self._setup(ctx.source, ctx.engine)
-        return StagewiseState(scores=PerSample(SCORES, 0, written=False), generator=generator, space=space.to_json(),
-                              **space.arrays(), active=active, blocks=[], weights=[], calibrations=[],
-                              data_passes=data_passes)
+        return StagewiseState(
+            scores=PerSample(SCORES, 0, written=False),
+            generator=generator,
+            space=space.to_json(),
+            **space.arrays(),
+            active=active,
+            blocks=[],
+            weights=[],
+            calibrations=[],
+            data_passes=data_passes,
+        )
 
     def check_resume(self, ctx: Context, state: StagewiseState) -> None:
         """Every parameter that changes the model is in the config hash: nothing to refuse. The
@@ -884,9 +983,18 @@ class StagewiseSolver(Solver[StagewiseState]):
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions")
         if generator not in ("rff", "auto"):
             return columns, active, generator, 1
-        space = FeatureSpace("rff", p.fit_intercept, columns.with_predictions, inputs=active, seed=p.random_state,
-                             block_size=p.block_size, n_components=p.n_components, dtype=p.gram_dtype,
-                             sampling=p.rff_sampling, phases=p.rff_phases)
+        space = FeatureSpace(
+            "rff",
+            p.fit_intercept,
+            columns.with_predictions,
+            inputs=active,
+            seed=p.random_state,
+            block_size=p.block_size,
+            n_components=p.n_components,
+            dtype=p.gram_dtype,
+            sampling=p.rff_sampling,
+            phases=p.rff_phases,
+        )
         # a seeded sample of rows, read in chunk order and put back in random order
         rng = np.random.default_rng([p.random_state, 1])
         rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
@@ -917,8 +1025,11 @@ class StagewiseSolver(Solver[StagewiseState]):
         space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)
         if generator == "auto":
             check = slice(0, AUTO_CHECK_ROWS)
-            generator = "rff" if self._rff_validates(space, raw[check], sample[check], targets[check],
-                                                     _data_name(source)) else "gradient"
+            generator = (
+                "rff"
+                if self._rff_validates(space, raw[check], sample[check], targets[check], _data_name(source))
+                else "gradient"
+            )
             if generator == "gradient":
                 return columns, active, generator, 2
         return space, active, generator, 2
@@ -931,13 +1042,14 @@ class StagewiseSolver(Solver[StagewiseState]):
         found = engine.map(_first_nonfinite_task, source, range(source.n_chunks), desc="stagewise: find non-finite")
         chunk_id = next(i for i, f in enumerate(found) if f is not None)
         row, column = found[chunk_id]
-        raise InputError(f"{_data_name(source)}, row {source.chunk_bounds(chunk_id)[0] + row} (chunk {chunk_id})",
-                         f"feature {column} is NaN or infinite ({count} non-finite value{'s' * (count > 1)} in all)",
-                         "features must be finite (and within float32's ±3.4e38): scale such features down "
-                         "(or drop them) and ingest again")
+        raise InputError(
+            f"{_data_name(source)}, row {source.chunk_bounds(chunk_id)[0] + row} (chunk {chunk_id})",
+            f"feature {column} is NaN or infinite ({count} non-finite value{'s' * (count > 1)} in all)",
+            "features must be finite (and within float32's ±3.4e38): scale such features down "
+            "(or drop them) and ingest again",
+        )
 
-    def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray,
-                       where: str) -> bool:
+    def _rff_validates(self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray, where: str) -> bool:
         """Generator "auto" on dense inputs: on the sampled rows (random order; the last
         AUTO_CHECK_VALID of them held out), one identity-link stage (Algorithm 1: ridge with the
         run's λ, bias unpenalised) on the stored columns A = [1, x] and one on the first random
@@ -960,8 +1072,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         n = state.space["n_components"] if state.space["kind"] == "rff" else len(state.active)
         return -(-n // self.params.block_size)
 
-    def _block(self, generator: str, stage: int, n_blocks: int, active: np.ndarray,
-               order: np.ndarray | None) -> int | np.ndarray:
+    def _block(
+        self, generator: str, stage: int, n_blocks: int, active: np.ndarray, order: np.ndarray | None
+    ) -> int | np.ndarray:
         """GEN(x, p) for stage `stage`: an rff block id, or the column ids of the block."""
         p = self.params
         pass_no, pos = divmod(stage, n_blocks)
@@ -983,15 +1096,20 @@ class StagewiseSolver(Solver[StagewiseState]):
         return active[np.argsort(-norms, kind="stable")]
 
     def _space(self, state: StagewiseState) -> FeatureSpace:
-        return FeatureSpace.from_saved(state.space, {"rff_inputs": state.rff_inputs, "rff_mean": state.rff_mean,
-                                                     "rff_components": state.rff_components})
+        return FeatureSpace.from_saved(
+            state.space,
+            {"rff_inputs": state.rff_inputs, "rff_mean": state.rff_mean, "rff_components": state.rff_components},
+        )
 
     def _cache_grams(self, state: StagewiseState, n_blocks: int) -> bool:
         """Whether every block's AᵀA is kept across passes (blocks that repeat, and fit)."""
         p = self.params
         width = p.block_size + int(p.fit_intercept)
-        return (state.generator in ("rff", "sequential") and p.n_passes > 1
-                and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES)
+        return (
+            state.generator in ("rff", "sequential")
+            and p.n_passes > 1
+            and n_blocks * width * width * 8 <= GRAM_CACHE_BYTES
+        )
 
     def _stage_stats(self, stats: BlockStats, pos: int, cache: bool) -> tuple[np.ndarray, np.ndarray, float]:
         """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a block's summed `BlockStats`, AᵀA from the cache
@@ -1026,8 +1144,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         lam = self.params.lam
         return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
 
-    def _fit_block(self, ctx: Context, state: StagewiseState, space: FeatureSpace, block: int | np.ndarray,
-                   stats: tuple[np.ndarray, np.ndarray, float], link: str) -> tuple[np.ndarray, list[float]]:
+    def _fit_block(
+        self,
+        ctx: Context,
+        state: StagewiseState,
+        space: FeatureSpace,
+        block: int | np.ndarray,
+        stats: tuple[np.ndarray, np.ndarray, float],
+        link: str,
+    ) -> tuple[np.ndarray, list[float]]:
         """Algorithm 1 on the block from W₀ = 0, starting from the statistics (M, B, Σℓ) at W₀:
         (W, f at every inner iterate) for the softmax link, (W, []) for the identity link (one
         exact step). Each inner iteration is a pass over the data (counted in the state)."""
@@ -1043,9 +1168,18 @@ class StagewiseSolver(Solver[StagewiseState]):
         objective = [loss_sum / n]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
-            sums = ctx.engine.map_reduce(_inner_task, source, range(source.n_chunks), desc="stagewise: inner",
-                                         state=ctx.chunk_state, version=state.scores.version, space=space,
-                                         block=block, W=W, link=link)
+            sums = ctx.engine.map_reduce(
+                _inner_task,
+                source,
+                range(source.n_chunks),
+                desc="stagewise: inner",
+                state=ctx.chunk_state,
+                version=state.scores.version,
+                space=space,
+                block=block,
+                W=W,
+                link=link,
+            )
             state.data_passes += 1
             B, loss_sum = sums.rhs, sums.loss
             f = self._objective(loss_sum, n, link, [W])
@@ -1061,20 +1195,29 @@ class StagewiseSolver(Solver[StagewiseState]):
             W = W + solve(B / n - p.lam * mask[:, None] * W)
         return W, objective
 
-    def _calibrate(self, ctx: Context, state: StagewiseState, space: FeatureSpace, block: int | np.ndarray,
-                   W: np.ndarray) -> np.ndarray:
+    def _calibrate(
+        self, ctx: Context, state: StagewiseState, space: FeatureSpace, block: int | np.ndarray, W: np.ndarray
+    ) -> np.ndarray:
         """Algorithm 2's calibration fit (19): W̃ = argmin (1/n) Σ ‖y − W̃ G(ỹ)‖² + ε ‖W̃ − I_ỹ‖²,
         I_ỹ the map G(ỹ) ↦ ỹ and ε = CALIBRATION_RIDGE · tr(GᵀG/n)/|G| (see the module docstring).
         One pass over the data."""
         source = ctx.source
-        sums = ctx.engine.map_reduce(_calibration_task, source, range(source.n_chunks),
-                                     desc="stagewise: calibrate", state=ctx.chunk_state,
-                                     version=state.scores.version, space=space, block=block, W=W)
+        sums = ctx.engine.map_reduce(
+            _calibration_task,
+            source,
+            range(source.n_chunks),
+            desc="stagewise: calibrate",
+            state=ctx.chunk_state,
+            version=state.scores.version,
+            space=space,
+            block=block,
+            W=W,
+        )
         state.data_passes += 1
         H, GY = sums.gram / source.n_rows, sums.rhs
         k = GY.shape[1]
         identity = np.zeros_like(GY)
-        identity[1:1 + k] = np.eye(k)  # the rows of G's linear terms ỹ (poly_basis: [1, ỹ, ỹ², ỹ³])
+        identity[1 : 1 + k] = np.eye(k)  # the rows of G's linear terms ỹ (poly_basis: [1, ỹ, ỹ², ỹ³])
         eps = CALIBRATION_RIDGE * np.trace(H) / H.shape[0]
         return _solver_for(H + eps * np.eye(H.shape[0]), definite=True)(GY / source.n_rows + eps * identity)
 
@@ -1095,15 +1238,36 @@ class StagewiseSolver(Solver[StagewiseState]):
         s, version = state.step, state.scores.version
         pass_no, pos = divmod(s, n_blocks)
         if state.generator == "gradient" and state.order is None:
-            G = engine.map_reduce(_gradient_task, source, chunks, desc="stagewise: gradient", state=ctx.chunk_state,
-                                  version=version, active=state.active, link=link)
+            G = engine.map_reduce(
+                _gradient_task,
+                source,
+                chunks,
+                desc="stagewise: gradient",
+                state=ctx.chunk_state,
+                version=version,
+                active=state.active,
+                link=link,
+            )
             state.data_passes += 1
             state.order = self._gradient_order(G, state.active)
         block = self._block(state.generator, s, n_blocks, state.active, state.order)
         if state.pending_gram is None:
-            stats = self._stage_stats(engine.map_reduce(
-                _stats_task, source, chunks, desc="stagewise: gram", state=ctx.chunk_state, version=version,
-                space=space, block=block, link=link, gram=pos not in self._grams), pos, cache)
+            stats = self._stage_stats(
+                engine.map_reduce(
+                    _stats_task,
+                    source,
+                    chunks,
+                    desc="stagewise: gram",
+                    state=ctx.chunk_state,
+                    version=version,
+                    space=space,
+                    block=block,
+                    link=link,
+                    gram=pos not in self._grams,
+                ),
+                pos,
+                cache,
+            )
             state.data_passes += 1
         else:
             stats = (state.pending_gram, state.pending_rhs, state.pending_loss)
@@ -1116,10 +1280,22 @@ class StagewiseSolver(Solver[StagewiseState]):
         if not last and not (state.generator == "gradient" and pass_ends):
             next_block = self._block(state.generator, s + 1, n_blocks, state.active, state.order)
         next_gradient = state.active if (state.generator == "gradient" and pass_ends and not last) else None
-        out = engine.map_reduce(_update_task, source, chunks, desc="stagewise: update", state=ctx.chunk_state,
-                                version=version, space=space, block=block, W=W, C=C, link=link,
-                                next_block=next_block, next_gram=(s + 1) % n_blocks not in self._grams,
-                                next_gradient=next_gradient)
+        out = engine.map_reduce(
+            _update_task,
+            source,
+            chunks,
+            desc="stagewise: update",
+            state=ctx.chunk_state,
+            version=version,
+            space=space,
+            block=block,
+            W=W,
+            C=C,
+            link=link,
+            next_block=next_block,
+            next_gram=(s + 1) % n_blocks not in self._grams,
+            next_gradient=next_gradient,
+        )
         state.data_passes += 1
         state.step += 1
         state.scores = PerSample(SCORES, version + 1)
@@ -1131,15 +1307,24 @@ class StagewiseSolver(Solver[StagewiseState]):
         state.pending_gram = state.pending_rhs = state.pending_loss = None
         if out.next_stats is not None:
             state.pending_gram, state.pending_rhs, state.pending_loss = self._stage_stats(
-                out.next_stats, (s + 1) % n_blocks, cache)
+                out.next_stats, (s + 1) % n_blocks, cache
+            )
         if pass_ends:
             state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
 
         n_generated = space.n_components if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
         accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
-        fields = dict(objective=self._objective(loss_sum, n, link, state.weights), loss=loss_sum / n, **accuracy,
-                      stage=s, **{"pass": pass_no}, block=pos, n_features=n_used, data_passes=state.data_passes)
+        fields = dict(
+            objective=self._objective(loss_sum, n, link, state.weights),
+            loss=loss_sum / n,
+            **accuracy,
+            stage=s,
+            **{"pass": pass_no},
+            block=pos,
+            n_features=n_used,
+            data_passes=state.data_passes,
+        )
         if inner:
             fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [W])]
         return fields
@@ -1149,8 +1334,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         source, space = ctx.source, self._space(state)
         blocks = state.blocks if space.kind == "columns" else [int(b[0]) for b in state.blocks]
         return StagewiseModel(
-            space=space, link=self._link(source), blocks=list(blocks), weights=list(state.weights),
-            calibrations=list(state.calibrations), classes=source.classes, n_features=source.n_features,
-            multilabel=source.multilabel, solver=self.name, params=self.params.model_dump(),
+            space=space,
+            link=self._link(source),
+            blocks=list(blocks),
+            weights=list(state.weights),
+            calibrations=list(state.calibrations),
+            classes=source.classes,
+            n_features=source.n_features,
+            multilabel=source.multilabel,
+            solver=self.name,
+            params=self.params.model_dump(),
             info={"stages": state.step, "generator": state.generator, "data_passes": state.data_passes},
         )

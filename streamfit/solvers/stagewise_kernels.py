@@ -87,7 +87,7 @@ def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int
     n, p = phase.shape
     for i in range(n):
         src = phase[i]
-        dst = out[i, col:col + p]  # row slices (not out[i, col + j]): the loop vectorises
+        dst = out[i, col : col + p]  # row slices (not out[i, col + j]): the loop vectorises
         for j in range(p):
             dst[j] = _root2_cos(src[j] + beta[j])
 
@@ -100,10 +100,10 @@ def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) 
     n, m = phase.shape
     for i in range(n):
         src = phase[i]
-        dst = out[i, col:col + m]
+        dst = out[i, col : col + m]
         for j in range(m):
             dst[j] = _root2_cos(src[j])
-        dst = out[i, col + m:col + n_out]
+        dst = out[i, col + m : col + n_out]
         for j in range(n_out - m):
             dst[j] = _root2_cos(src[j] - 0.5 * np.pi)
 
@@ -143,8 +143,9 @@ def _rowwise_matmul(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
                 c[col] += aij * b[col]
 
 
-def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: float,
-                    orthogonal: bool = False, paired: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+def rff_frequencies(
+    seed: int, block_id: int, n_in: int, n_out: int, sigma: float, orthogonal: bool = False, paired: bool = False
+) -> tuple[np.ndarray, np.ndarray | None]:
     """(Ω, β) of random Fourier feature block `block_id`: Ω (n_in × n_out) ~ N(0, σ⁻²), β ~ U[0, 2π),
     drawn from the seed sequence (seed, block_id), so regenerated identically on every call.
 
@@ -169,12 +170,18 @@ def rff_frequencies(seed: int, block_id: int, n_in: int, n_out: int, sigma: floa
         Q, R = np.linalg.qr(rng.standard_normal((n_in, m)))
         Q *= np.where(np.diag(R) < 0, -1.0, 1.0)
         lengths = np.sqrt((rng.standard_normal((n_in, m)) ** 2).sum(axis=0))
-        omega[:, lo:lo + m] = Q * (lengths / sigma)
+        omega[:, lo : lo + m] = Q * (lengths / sigma)
     return omega, None if paired else rng.uniform(0.0, 2.0 * np.pi, n_out)
 
 
-def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out: np.ndarray | None = None,
-                 col: int = 0, n_out: int | None = None) -> np.ndarray:
+def rff_features(
+    Z: np.ndarray,
+    omega: np.ndarray,
+    beta: np.ndarray | None,
+    out: np.ndarray | None = None,
+    col: int = 0,
+    n_out: int | None = None,
+) -> np.ndarray:
     """√2 cos(ZΩ + β): the phase ZΩ is one `rowwise_matmul` product in Ω's precision (float64,
     or float32 for single-precision designs: a phase error of ~1e-7 · |ZΩ|); one fused pass
     (`_cos_features`) adds β, reduces to [−π, π] and evaluates the cosine by a polynomial, exact
@@ -191,8 +198,12 @@ def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out:
         n_out = phase.shape[1] if beta is not None else 2 * phase.shape[1]
     if out is None:
         out, col = np.empty((phase.shape[0], n_out)), 0
-    if not (out.flags.c_contiguous and out.dtype in (np.float64, np.float32) and out.shape[1] >= col + n_out
-            and out.shape[0] == phase.shape[0]):
+    if not (
+        out.flags.c_contiguous
+        and out.dtype in (np.float64, np.float32)
+        and out.shape[1] >= col + n_out
+        and out.shape[0] == phase.shape[0]
+    ):
         raise ValueError("rff_features: out must be C-contiguous float64 or float32 with room for the block")
     if beta is None:
         _cos_sin_features(phase, out, col, n_out)
@@ -201,8 +212,17 @@ def rff_features(Z: np.ndarray, omega: np.ndarray, beta: np.ndarray | None, out:
     return out
 
 
-def rff_block(Z: np.ndarray, seed: int, block_id: int, n_out: int, sigma: float,
-              out: np.ndarray | None = None, col: int = 0, orthogonal: bool = False, paired: bool = False) -> np.ndarray:
+def rff_block(
+    Z: np.ndarray,
+    seed: int,
+    block_id: int,
+    n_out: int,
+    sigma: float,
+    out: np.ndarray | None = None,
+    col: int = 0,
+    orthogonal: bool = False,
+    paired: bool = False,
+) -> np.ndarray:
     """Random Fourier features of block `block_id` (Rahimi & Recht 2007) for the Gaussian kernel
     k(z, z') = exp(−‖z − z'‖² / (2σ²)): φ_j(z) = √2 cos(ω_jᵀz + β_j), ω_j ~ N(0, σ⁻² I),
     β_j ~ U[0, 2π), so that E[φ(z)ᵀφ(z')]/n_out = k(z, z') and E[φ_j²] = 1 (`rff_frequencies`,

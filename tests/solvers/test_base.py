@@ -30,8 +30,11 @@ def test_every_solver_refuses_non_finite_floats_and_negative_seeds():
     from streamfit.train import make_params
 
     for name in SOLVERS:
-        for bad, message in [({"lam": float("inf")}, "finite number"), ({"tol": float("nan")}, "finite number"),
-                             ({"random_state": -1}, "greater than or equal to 0")]:
+        for bad, message in [
+            ({"lam": float("inf")}, "finite number"),
+            ({"tol": float("nan")}, "finite number"),
+            ({"random_state": -1}, "greater than or equal to 0"),
+        ]:
             with pytest.raises(ConfigError, match=message):
                 make_params(name, bad)
 

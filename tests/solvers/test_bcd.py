@@ -37,15 +37,32 @@ def dna():
     return X, (y - 1).astype(np.int32)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, checkpoint_every=1, valid=None,
-        valid_every=1, info=None, **params):
+def fit(
+    source,
+    run_dir=None,
+    engine=None,
+    resume=False,
+    stop_after=None,
+    checkpoint_every=1,
+    valid=None,
+    valid_every=1,
+    info=None,
+    **params,
+):
     """(W, metrics records) of a bcd run; `info` (a dict) receives the model's info."""
     solver = bcd.BCDSolver(bcd.BCDParams(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
-    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume,
-                       stop_after=stop_after, checkpoint_every=checkpoint_every)
+    model = solver.fit(
+        source,
+        engine=engine or Engine(mode="inprocess"),
+        checkpointer=ckpt,
+        log=log,
+        resume=resume,
+        stop_after=stop_after,
+        checkpoint_every=checkpoint_every,
+    )
     if info is not None:
         info.update(model.info)
     W = model.coef_.toarray().T if sp.issparse(model.coef_) else np.asarray(model.coef_).T
@@ -223,9 +240,12 @@ def test_bcd_variants_out_of_core_and_fista_reach_the_same_objective(dna):
     lam = 5e-2
     source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
     finals = {}
-    for name, kw in {"ls": {"variant": "ls", "max_iter": 400}, "cst": {"variant": "cst", "max_iter": 400},
-                     "chunks": {"mode": "chunks", "group_size": 6, "max_iter": 220},
-                     "fista": {"method": "fista", "max_iter": 3000}}.items():
+    for name, kw in {
+        "ls": {"variant": "ls", "max_iter": 400},
+        "cst": {"variant": "cst", "max_iter": 400},
+        "chunks": {"mode": "chunks", "group_size": 6, "max_iter": 220},
+        "fista": {"method": "fista", "max_iter": 3000},
+    }.items():
         W, log = fit(source, lam=lam, tol=1e-12, **kw)
         L, _ = mc_squared_hinge(W, X, y)
         finals[name] = L + lam * np.linalg.norm(W, axis=1).sum()
@@ -276,9 +296,24 @@ def test_chunk_pass_matches_numpy(dna):
     S_ref = S + X[:, C] @ dC
     Xc = sp.csr_matrix(X)
     S_pass = S.copy()
-    out = chunk_pass(Xc.indptr, Xc.indices, Xc.data, S_pass, np.arange(n + 1), y.astype(np.int64), 0,
-                         bcd._positions(C, d), dC, bcd._positions(B, d), dB, alphas, bcd._positions(Bn, d), 20,
-                         0.0, True)
+    out = chunk_pass(
+        Xc.indptr,
+        Xc.indices,
+        Xc.data,
+        S_pass,
+        np.arange(n + 1),
+        y.astype(np.int64),
+        0,
+        bcd._positions(C, d),
+        dC,
+        bcd._positions(B, d),
+        dB,
+        alphas,
+        bcd._positions(Bn, d),
+        20,
+        0.0,
+        True,
+    )
     total, hits, dloss, dhits, G, H = out
     np.testing.assert_allclose(S_pass, S_ref, rtol=1e-12, atol=1e-14)
 
@@ -307,8 +342,15 @@ def test_logistic_l2_matches_sklearn():
     X, y = load_iris(return_X_y=True)
     X = X / X.max(axis=0)
     n, lam = len(y), 1e-2
-    W, _ = fit(InMemoryStore(sp.csr_matrix(X), y.astype(np.int32), [0, 1, 2], chunk_rows=64), loss="logistic",
-               penalty="l2", lam=lam, variant="cst", tol=1e-9, max_iter=5000)
+    W, _ = fit(
+        InMemoryStore(sp.csr_matrix(X), y.astype(np.int32), [0, 1, 2], chunk_rows=64),
+        loss="logistic",
+        penalty="l2",
+        lam=lam,
+        variant="cst",
+        tol=1e-9,
+        max_iter=5000,
+    )
     lr = LogisticRegression(C=1.0 / (n * lam), fit_intercept=False, tol=1e-12, max_iter=10_000).fit(X, y)
     # multinomial logistic is invariant to a shift of all classes; the ridge fixes W's row means at 0
     np.testing.assert_allclose(W, lr.coef_.T, atol=1e-4)
@@ -319,10 +361,23 @@ def test_multitask_squared_hinge_matches_linear_svc(dna, penalty):
     """Eq. (11) separates over classes: one-vs-rest LinearSVC(squared hinge, C = 1/(nλ))."""
     X, y = dna
     n, lam = len(y), 1e-1
-    W, _ = fit(InMemoryStore(X, y, [0, 1, 2], chunk_rows=400), loss="multitask_squared_hinge", penalty=penalty,
-               lam=lam, tol=1e-8, max_iter=1000)
-    svc = LinearSVC(penalty=penalty, loss="squared_hinge", C=1.0 / (n * lam), fit_intercept=False, dual=False,
-                    tol=1e-10, max_iter=100_000).fit(X, y)
+    W, _ = fit(
+        InMemoryStore(X, y, [0, 1, 2], chunk_rows=400),
+        loss="multitask_squared_hinge",
+        penalty=penalty,
+        lam=lam,
+        tol=1e-8,
+        max_iter=1000,
+    )
+    svc = LinearSVC(
+        penalty=penalty,
+        loss="squared_hinge",
+        C=1.0 / (n * lam),
+        fit_intercept=False,
+        dual=False,
+        tol=1e-10,
+        max_iter=100_000,
+    ).fit(X, y)
     np.testing.assert_allclose(W, svc.coef_.T, atol=2e-3)
     objective = objective_for("bcd", bcd.BCDParams(loss="multitask_squared_hinge", penalty=penalty, lam=lam))
     assert objective.value(W, None, X, y) <= objective.value(svc.coef_.T, None, X, y) * (1 + 1e-6)
@@ -344,8 +399,7 @@ def test_multilabel_ranking_optimality():
     T = X @ rng.normal(size=(40, 5)) + 0.3 * rng.normal(size=(300, 5))
     Y = (T > np.quantile(T, 0.6, axis=1, keepdims=True)).astype(np.float64)
     lam = 2e-2
-    W, _ = fit(InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100), lam=lam, tol=1e-9,
-               max_iter=2000)
+    W, _ = fit(InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100), lam=lam, tol=1e-9, max_iter=2000)
     _, G = ranking_squared_hinge(W, X, Y)
     zero_ratio, nonzero_norm = group_lasso_kkt(W, G, lam)
     assert zero_ratio <= 1 + 1e-3 and nonzero_norm <= 1e-4
@@ -366,8 +420,9 @@ def test_chunks_mode_on_a_multilabel_store(tmp_path):
     assert abs(log_chunks[-1]["objective"] - log_memory[-1]["objective"]) <= 1e-6 * log_memory[-1]["objective"]
 
 
-@pytest.mark.parametrize("kw, steps", [({"mode": "memory"}, 5), ({"mode": "chunks", "group_size": 60}, 15),
-                                       ({"method": "fista"}, 5)])
+@pytest.mark.parametrize(
+    "kw, steps", [({"mode": "memory"}, 5), ({"mode": "chunks", "group_size": 60}, 15), ({"method": "fista"}, 5)]
+)
 def test_valid_store_is_evaluated_every_valid_every_steps(dna, kw, steps):
     """train --valid: every valid_every-th record, and the last, has the current model's metrics
     on the validation store (bcd logged without the model, so they were silently missing). A
@@ -383,9 +438,16 @@ def test_valid_store_is_evaluated_every_valid_every_steps(dna, kw, steps):
     assert log[3]["valid_accuracy"] == np.mean(np.argmax(X[300:] @ W4, axis=1) == y[300:])
 
 
-@pytest.mark.parametrize("kw", [{"mode": "memory"}, {"mode": "memory", "stopping": "gap"},
-                                {"mode": "memory", "shrinking": True}, {"mode": "chunks", "group_size": 60},
-                                {"method": "fista"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"mode": "memory"},
+        {"mode": "memory", "stopping": "gap"},
+        {"mode": "memory", "shrinking": True},
+        {"mode": "chunks", "group_size": 60},
+        {"method": "fista"},
+    ],
+)
 def test_max_iter_before_tol_warns_and_the_model_says_converged_false(dna, kw, caplog):
     X, y = dna
     source = InMemoryStore(X, y, ["1", "2", "3"], chunk_rows=128)
@@ -405,14 +467,23 @@ def test_max_iter_before_tol_warns_and_the_model_says_converged_false(dna, kw, c
     assert not [r for r in caplog.records if r.name == "streamfit.solvers.driver"]
 
 
-@pytest.mark.parametrize("args, why", [
-    ((0.5, None, None), "violation ratio 0.5 > tol 0.01"),
-    ((0.5, 0.001, 0.001), "violation ratio 0.5 > tol 0.01"),
-    ((0.005, 0.2, None), "relative duality gap 0.2 > tol 0.01 (violation ratio 0.005)"),
-    ((0.005, None, 0.03), "estimated remaining relative decrease of the objective 0.03 > tol 0.01 (violation ratio 0.005)"),
-    ((0.005, None, float("inf")), "remaining decrease of the objective not estimable yet"),
-    ((0.005, None, 0.001), "violation ratio 0.005 < tol 0.01 on the active blocks only (shrinking), not yet on all"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        ((0.5, None, None), "violation ratio 0.5 > tol 0.01"),
+        ((0.5, 0.001, 0.001), "violation ratio 0.5 > tol 0.01"),
+        ((0.005, 0.2, None), "relative duality gap 0.2 > tol 0.01 (violation ratio 0.005)"),
+        (
+            (0.005, None, 0.03),
+            "estimated remaining relative decrease of the objective 0.03 > tol 0.01 (violation ratio 0.005)",
+        ),
+        ((0.005, None, float("inf")), "remaining decrease of the objective not estimable yet"),
+        (
+            (0.005, None, 0.001),
+            "violation ratio 0.005 < tol 0.01 on the active blocks only (shrinking), not yet on all",
+        ),
+    ],
+)
 def test_not_converged_reason_names_the_test_that_failed(args, why):
     assert bcd._why_not_converged(1e-2, *args).startswith(why)
 
@@ -434,10 +505,16 @@ def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
     assert abs(log3[-1]["objective"] - log1[-1]["objective"]) <= 1e-12
 
 
-@pytest.mark.parametrize("kw", [{"mode": "chunks", "group_size": 50},
-                                {"mode": "chunks", "group_size": 50, "variant": "cst", "shrinking": True},
-                                {"mode": "memory", "variant": "cst"},
-                                {"mode": "memory", "shrinking": True}, {"method": "fista"}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"mode": "chunks", "group_size": 50},
+        {"mode": "chunks", "group_size": 50, "variant": "cst", "shrinking": True},
+        {"mode": "memory", "variant": "cst"},
+        {"mode": "memory", "shrinking": True},
+        {"method": "fista"},
+    ],
+)
 def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
     """A run paused after 5 steps (outer iterations, or groups of 50 features in chunks mode),
     checkpointed every 2 (chunks mode: every 2 outer iterations of 4 groups, so only init's

@@ -62,14 +62,16 @@ class HalvingSolver(Solver[HalvingState]):
         self.fail_at = fail_at
 
     def init(self, ctx: Context) -> HalvingState:
-        return HalvingState(W=np.zeros((ctx.source.n_features, ctx.source.n_classes)),
-                            residual=PerSample("residual", 0, written=False))
+        return HalvingState(
+            W=np.zeros((ctx.source.n_features, ctx.source.n_classes)), residual=PerSample("residual", 0, written=False)
+        )
 
     def step(self, ctx: Context, state: HalvingState) -> dict:
         if state.step + 1 == self.fail_at:
             raise KeyboardInterrupt("killed")
-        sums = ctx.engine.map_reduce(_halving_task, ctx.source, range(ctx.source.n_chunks),
-                                     chunk_state=ctx.chunk_state, version=state.step)
+        sums = ctx.engine.map_reduce(
+            _halving_task, ctx.source, range(ctx.source.n_chunks), chunk_state=ctx.chunk_state, version=state.step
+        )
         state.W = state.W + sums.XtR / ctx.source.n_rows
         state.steps_taken.append(np.array([state.step, sums.loss]))
         state.step += 1
@@ -85,8 +87,13 @@ class HalvingSolver(Solver[HalvingState]):
         return state.step > 0 and state.loss < self.params.tol
 
     def to_model(self, ctx: Context, state: HalvingState) -> LinearModel:
-        return LinearModel(state.W.T, None, classes=ctx.source.classes, n_features=ctx.source.n_features,
-                           info={"steps": state.step, "sums": list(state.sums), "n_taken": len(state.steps_taken)})
+        return LinearModel(
+            state.W.T,
+            None,
+            classes=ctx.source.classes,
+            n_features=ctx.source.n_features,
+            info={"steps": state.step, "sums": list(state.sums), "n_taken": len(state.steps_taken)},
+        )
 
 
 @pytest.fixture
@@ -223,8 +230,10 @@ def test_a_solver_without_mid_run_models_is_validated_on_its_last_step_only(sour
     class LastStepOnly(HalvingSolver):
         mid_run_models = False
 
-    for solver, validated in [(HalvingSolver(HalvingParams()), [1, 2, 3, 4, 5, 6]),
-                              (LastStepOnly(HalvingParams()), [6])]:
+    for solver, validated in [
+        (HalvingSolver(HalvingParams()), [1, 2, 3, 4, 5, 6]),
+        (LastStepOnly(HalvingParams()), [6]),
+    ]:
         ckpt = Checkpointer(None, config={"solver": "halving"}, store_fingerprint="in-memory")
         log = MetricsLog(None, valid=source, valid_every=1)
         with Engine(mode="inprocess") as engine:

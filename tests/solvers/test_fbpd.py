@@ -47,8 +47,14 @@ def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **para
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
-    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=resume,
-                       stop_after=stop_after)
+    model = solver.fit(
+        source,
+        engine=engine or Engine(mode="inprocess"),
+        checkpointer=ckpt,
+        log=log,
+        resume=resume,
+        stop_after=stop_after,
+    )
     return model, log
 
 
@@ -109,12 +115,12 @@ def hinge_lp(X, z, *, lam=None, eta=None, linf_groups=None):
                     vals += [1.0, 1.0, -1.0]
                     rhs.append(0.0)
                     r += 1
-        c[2 * nW + K + n:] = 1.0
+        c[2 * nW + K + n :] = 1.0
     else:
-        c[:2 * nW] = 1.0
+        c[: 2 * nW] = 1.0
     if eta is None:
         c *= lam
-        c[2 * nW + K:2 * nW + K + n] = 1.0 / n
+        c[2 * nW + K : 2 * nW + K + n] = 1.0 / n
     else:
         rows += [r] * n
         cols += list(range(2 * nW + K, 2 * nW + K + n))
@@ -148,18 +154,23 @@ def hinge_qp(X, z, lam):
         for k in range(K):
             if k == z[ell]:
                 continue
-            A[r, k * M:(k + 1) * M] += X[ell]
-            A[r, z[ell] * M:(z[ell] + 1) * M] -= X[ell]
+            A[r, k * M : (k + 1) * M] += X[ell]
+            A[r, z[ell] * M : (z[ell] + 1) * M] -= X[ell]
             A[r, [K * M + k, K * M + z[ell], K * M + K + ell]] = 1.0, -1.0, -1.0
             r += 1
     weight = np.r_[np.full(K * M, lam), np.zeros(K + n)]
     slack_cost = np.r_[np.zeros(K * M + K), np.full(n, 1.0 / n)]
-    res = minimize(lambda v: 0.5 * (weight * v) @ v + slack_cost @ v, np.r_[np.zeros(K * M + K), np.full(n, 2.0)],
-                   jac=lambda v: weight * v + slack_cost, method="SLSQP",
-                   constraints=[{"type": "ineq", "fun": lambda v: -1.0 - A @ v, "jac": lambda v: -A}],
-                   bounds=[(None, None)] * (K * M + K) + [(0, None)] * n, options={"ftol": 1e-14, "maxiter": 1000})
+    res = minimize(
+        lambda v: 0.5 * (weight * v) @ v + slack_cost @ v,
+        np.r_[np.zeros(K * M + K), np.full(n, 2.0)],
+        jac=lambda v: weight * v + slack_cost,
+        method="SLSQP",
+        constraints=[{"type": "ineq", "fun": lambda v: -1.0 - A @ v, "jac": lambda v: -A}],
+        bounds=[(None, None)] * (K * M + K) + [(0, None)] * n,
+        options={"ftol": 1e-14, "maxiter": 1000},
+    )
     assert res.success, res.message
-    return res.x[:K * M].reshape(K, M), res.x[K * M:K * M + K]
+    return res.x[: K * M].reshape(K, M), res.x[K * M : K * M + K]
 
 
 def test_registered_and_params():
@@ -185,14 +196,13 @@ def test_matches_dense_transcription_of_algorithm_1(wine):
     X, z = wine
     n, M = X.shape
     K, lam, iters = 3, 0.02, 60
-    model, _ = fit(memory_source(X, z, chunk_rows=50), lam=lam, max_iter=iters, tol=0.0, step_ratio=5.0,
-                   restarts=False)
+    model, _ = fit(memory_source(X, z, chunk_rows=50), lam=lam, max_iter=iters, tol=0.0, step_ratio=5.0, restarts=False)
     phi = np.hstack([X, np.ones((n, 1))])
     T = np.zeros((n * K, (M + 1) * K))
     for ell in range(n):
         for k in range(K):
-            T[ell * K + k, k * (M + 1):(k + 1) * (M + 1)] += phi[ell]
-            T[ell * K + k, z[ell] * (M + 1):(z[ell] + 1) * (M + 1)] -= phi[ell]
+            T[ell * K + k, k * (M + 1) : (k + 1) * (M + 1)] += phi[ell]
+            T[ell * K + k, z[ell] * (M + 1) : (z[ell] + 1) * (M + 1)] -= phi[ell]
     r = np.ones(n * K)
     r[np.arange(n) * K + z] = 0.0
     L = fb.NORM_SAFETY * np.linalg.norm(T, 2)
@@ -208,7 +218,7 @@ def test_matches_dense_transcription_of_algorithm_1(wine):
         x_new = v.copy()
         x_new[penalized] = np.sign(v[penalized]) * np.maximum(np.abs(v[penalized]) - tau * lam, 0.0)
         w = y + sigma * (T @ (2 * x_new - x) + r)
-        y = np.concatenate([simplex(w[ell * K:(ell + 1) * K], 1.0 / n) for ell in range(n)])
+        y = np.concatenate([simplex(w[ell * K : (ell + 1) * K], 1.0 / n) for ell in range(n)])
         x = x_new
     x = x.reshape(K, M + 1)
     # the power iteration estimate of ‖T‖ is within its tolerance of the exact norm
@@ -230,8 +240,9 @@ def test_fused_kernels_match_numpy():
     Y = np.vstack([simplex(row, 1.0) for row in rng.standard_normal((n, K))])
     W2, b2, step = rng.standard_normal((M, 2 * K)), rng.standard_normal(2 * K), 0.7
     GW, Gb = np.zeros((M, K)), np.zeros(K)
-    Yt, hinge, r_dot, correct, move, coupling = regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2,
-                                                                        step, GW, Gb)
+    Yt, hinge, r_dot, correct, move, coupling = regularized_chunk_step(
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb
+    )
     S = np.asarray(X.astype(np.float64) @ W2) + b2
     rows = np.arange(n)
     new, old = S[:, :K] - S[rows, z][:, None], S[:, K:] - S[rows, K + z][:, None]
@@ -261,9 +272,19 @@ def test_fused_kernels_match_numpy():
         np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
         np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else Wt, rtol=1e-13)
         np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else Gt, rtol=1e-13)
-        np.testing.assert_allclose(stats, [((W - Wt) ** 2).sum(), ((Wt - Wp) ** 2).sum(), (Wt ** 2).sum(),
-                                           ((Gt - G) ** 2).sum(), (Gt ** 2).sum(), np.count_nonzero(Wt),
-                                           np.abs(Gt).max()], rtol=1e-12)
+        np.testing.assert_allclose(
+            stats,
+            [
+                ((W - Wt) ** 2).sum(),
+                ((Wt - Wp) ** 2).sum(),
+                (Wt**2).sum(),
+                ((Gt - G) ** 2).sum(),
+                (Gt**2).sum(),
+                np.count_nonzero(Wt),
+                np.abs(Gt).max(),
+            ],
+            rtol=1e-12,
+        )
 
 
 def test_l1_regularized_matches_linprog(wine):
@@ -309,7 +330,7 @@ def test_l1_linf_regularized_matches_linprog(wine):
     optimum = hinge_lp(X, z, lam=lam, linf_groups=G)
     clf = FBPDClassifier(penalty="l1/linf", group_size=G, lam=lam, max_iter=9000, tol=1e-7).fit(X, z)
     W = clf.coef_.toarray()
-    g = sum(np.abs(W[k, j:j + G]).max() for k in range(3) for j in range(0, X.shape[1], G))
+    g = sum(np.abs(W[k, j : j + G]).max() for k in range(3) for j in range(0, X.shape[1], G))
     objective = lam * g + clf.hinge_loss(X, z)
     assert clf.objective(X, z) == pytest.approx(objective, rel=1e-12)
     assert abs(objective - optimum) <= 1e-4 * optimum
@@ -355,8 +376,8 @@ def test_smooth_and_group_penalties_reach_duality(wine, penalty):
         dual = r_dot - (V * V).sum() / (2 * lam)
     else:
         blocks = [(k, j) for k in range(3) for j in range(0, M, G)]
-        primal = lam * sum(np.linalg.norm(W[k, j:j + G]) for k, j in blocks)
-        dual = min(1.0, lam / max(np.linalg.norm(V[k, j:j + G]) for k, j in blocks)) * r_dot
+        primal = lam * sum(np.linalg.norm(W[k, j : j + G]) for k, j in blocks)
+        dual = min(1.0, lam / max(np.linalg.norm(V[k, j : j + G]) for k, j in blocks)) * r_dot
     primal += objective_for("fbpd", solver.params).mean_loss(W.T, model.intercept_, X, z)
     assert primal - dual < 1e-4 * primal
     assert np.abs(vb).max() < 1e-4
@@ -377,7 +398,7 @@ def test_regularized_and_constrained_agree(iris):
     scale = np.abs(W_ref).max()
     np.testing.assert_allclose(reg.coef_, W_ref, rtol=0, atol=1e-6 * scale)  # 4e-8 measured
     np.testing.assert_allclose(con.coef_, W_ref, rtol=0, atol=1e-5 * scale)  # 2e-7 measured
-    assert con.objective(X, z) == pytest.approx(0.5 * (W_ref ** 2).sum(), rel=1e-5)
+    assert con.objective(X, z) == pytest.approx(0.5 * (W_ref**2).sum(), rel=1e-5)
     assert con.hinge_loss(X, z) <= eta * (1 + 1e-5)
 
 
@@ -387,10 +408,13 @@ def local_engine():
         yield engine
 
 
-@pytest.mark.parametrize("params", [
-    {"formulation": "regularized", "penalty": "l1/l2", "group_size": 3, "lam": 0.05},
-    {"formulation": "constrained", "penalty": "l1/linf", "group_size": 2, "eta": 0.2},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"formulation": "regularized", "penalty": "l1/l2", "group_size": 3, "lam": 0.05},
+        {"formulation": "constrained", "penalty": "l1/linf", "group_size": 2, "eta": 0.2},
+    ],
+)
 def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, params):
     X, z = wine
     store = write_store(tmp_path / "a", X, z, chunk_rows=60)
@@ -457,8 +481,7 @@ def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
         if ckpt is None or on_disk:
             ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
         log = MetricsLog(None)
-        model = solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=log,
-                           resume=max_iter > 25)
+        model = solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=log, resume=max_iter > 25)
         records += log.records
     np.testing.assert_array_equal(model.coef_.toarray(), full.coef_.toarray())
     np.testing.assert_array_equal(model.intercept_, full.intercept_)
@@ -467,8 +490,10 @@ def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
     assert strip == [{k: v for k, v in rec.items() if k != "wall_time"} for rec in full_log.records]
 
     # only max_iter may change, and not below where the run is
-    for changed, message in (({"max_iter": 200, "lam": 0.2}, "other fbpd parameters|different solver config"),
-                             ({"max_iter": 100}, "beyond max_iter")):
+    for changed, message in (
+        ({"max_iter": 200, "lam": 0.2}, "other fbpd parameters|different solver config"),
+        ({"max_iter": 100}, "beyond max_iter"),
+    ):
         solver = fb.FBPDSolver(fb.FBPDParams(**{**params, **changed}))
         if on_disk:
             ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")

@@ -53,8 +53,14 @@ def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, valid=
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint=fingerprint)
     log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
-    model = solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=log,
-                       resume=resume, stop_after=stop_after)
+    model = solver.fit(
+        source,
+        engine=engine or Engine(mode="inprocess"),
+        checkpointer=ckpt,
+        log=log,
+        resume=resume,
+        stop_after=stop_after,
+    )
     return model, log
 
 
@@ -156,8 +162,10 @@ def test_elastic_net_is_optimal(digits):
     Ys = signs(y, 10)
     assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
     W_ref, b_ref = fista(X, Ys, lam, tau)
-    ours, ref = objective(X, Ys, W, b, lam, tau, "squared_hinge"), objective(X, Ys, W_ref, b_ref, lam, tau,
-                                                                               "squared_hinge")
+    ours, ref = (
+        objective(X, Ys, W, b, lam, tau, "squared_hinge"),
+        objective(X, Ys, W_ref, b_ref, lam, tau, "squared_hinge"),
+    )
     np.testing.assert_allclose(ours, ref, rtol=1e-4)
     assert model.coef_.nnz < 0.5 * W.size  # the ℓ1 term makes W sparse, stored sparse
     # strong duality: the logged dual objectives (−G/n summed) reach the primal optimum
@@ -168,14 +176,15 @@ def test_elastic_net_is_optimal(digits):
     done = np.zeros(10, bool)
     dual_so_far = 0.0
     for r in log.records:
-        done[r["classes"][0]:r["classes"][1]] = True
+        done[r["classes"][0] : r["classes"][1]] = True
         dual_so_far += r["dual_objective"] / X.shape[0]
         assert r["objective"] == pytest.approx(ours[done].sum(), rel=1e-12)
         assert r["objective"] >= dual_so_far * (1 - 1e-12)
 
 
-@pytest.mark.parametrize("options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5},
-                                     {"delta": 0.2, "x_threshold": 0.3, "kappa": 3}])
+@pytest.mark.parametrize(
+    "options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5}, {"delta": 0.2, "x_threshold": 0.3, "kappa": 3}]
+)
 def test_sparsified_search_reaches_the_same_optimum(multilabel, options):
     X, Y = multilabel
     lam, tau = 1e-3, 1e-2
@@ -197,8 +206,16 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
     Ys = signs(y, 10)
     values = {}
     for shrink, growth in [(False, 0.0), (True, 0.0), (True, 1.0)]:
-        model, _ = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=lam, tau=tau, kappa=16, shrink=shrink,
-                       kappa_growth=growth, **TIGHT)
+        model, _ = fit(
+            InMemoryStore(X, y, range(10)),
+            loss=loss,
+            lam=lam,
+            tau=tau,
+            kappa=16,
+            shrink=shrink,
+            kappa_growth=growth,
+            **TIGHT,
+        )
         assert model.info["not_converged"] == 0
         values[shrink, growth] = objective(X, Ys, *dense_weights(model), lam, tau, loss)
     for v in values.values():
@@ -216,9 +233,24 @@ def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
     n = X.shape[0]
     data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
     o = {"kappa": 500, "kappa_growth": 1.0, "max_inner": 1000, "delta": 0.0, "primal_ratio": 0.0, **TIGHT, **over}
-    out = (solve or solve_class)(data, make_work(n, data.col_map.size), k, OVR_HALF_SQUARED_HINGE, n * lam, n * tau,
-                                 o["kappa"], o["kappa_growth"], o["tol"], o["max_iter"], o["max_inner"], True,
-                                 o["delta"], 0.0, 0, o["primal_ratio"])
+    out = (solve or solve_class)(
+        data,
+        make_work(n, data.col_map.size),
+        k,
+        OVR_HALF_SQUARED_HINGE,
+        n * lam,
+        n * tau,
+        o["kappa"],
+        o["kappa_growth"],
+        o["tol"],
+        o["max_iter"],
+        o["max_inner"],
+        True,
+        o["delta"],
+        0.0,
+        0,
+        o["primal_ratio"],
+    )
     idx = data.col_map[out[0]]  # the store's feature ids
     order = np.argsort(idx)
     return (idx[order], out[1][order], *out[2:])
@@ -242,8 +274,7 @@ def test_primal_newton_finish_reaches_the_optimum(request, data_name):
     ours = objective(X, Ys, W, b, lam, tau, "squared_hinge")
     np.testing.assert_allclose(ours, objective(X, Ys, W_ref, b_ref, lam, tau, "squared_hinge"), rtol=1e-4)
     dual_only, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, primal_ratio=0.0, **TIGHT)
-    np.testing.assert_allclose(ours, objective(X, Ys, *dense_weights(dual_only), lam, tau, "squared_hinge"),
-                               rtol=1e-7)
+    np.testing.assert_allclose(ours, objective(X, Ys, *dense_weights(dual_only), lam, tau, "squared_hinge"), rtol=1e-7)
     for k in (0, 3):
         idx, val, _, it, _, _, conv, dual, newton = _solve_one(X, labels, n_classes, k, lam, tau, **forced)
         assert conv and newton >= 1 and it == 1  # the Newton finish met the test itself
@@ -266,7 +297,8 @@ def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
     Ys = signs(y, 10)
     monkeypatch.setattr(kern, "PRIMAL_MAX_NEWTON", 1)
     idx, val, bias, it, _, _, conv, _, newton = _solve_one(
-        X, y, 10, 3, lam, tau, solve=kern.solve_class.py_func, primal_ratio=1e-9, max_inner=1)
+        X, y, 10, 3, lam, tau, solve=kern.solve_class.py_func, primal_ratio=1e-9, max_inner=1
+    )
     assert conv and newton == 1 and it > 1
     w = np.zeros((X.shape[1], 1))
     w[idx, 0] = val
@@ -304,8 +336,7 @@ def test_local_curvature_step_never_increases_the_dual():
     X = sp.random(n, d, density=0.4, random_state=6, format="csr") * 2.0
     y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
     Xh = sp.hstack([X, np.ones((n, 1))]).toarray() * y[:, None]
-    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None,
-                None)
+    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None, None)
 
     def G(alpha):  # squared hinge: c = 1, U = ∞
         v = Xh.T @ alpha
@@ -487,10 +518,13 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     assert_logged_objective(log, X, y, model, 1e-3, 1e-3)  # the primal value, above the dual short of the optimum
     assert log.records[-1]["objective"] > sum(r["dual_objective"] for r in log.records) / X.shape[0] * (1 + 1e-3)
     [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.driver"]
-    assert warning.startswith(f"ppdsparse: not converged after 10 steps: {model.info['not_converged']} "
-                              "of 10 classes (ids 0, 1, ")
-    assert warning.endswith(", ...) stopped at max_iter=2 iterations with a projected dual gradient > tol 1e-09; "
-                            "raise -p max_iter or loosen -p tol")
+    assert warning.startswith(
+        f"ppdsparse: not converged after 10 steps: {model.info['not_converged']} of 10 classes (ids 0, 1, "
+    )
+    assert warning.endswith(
+        ", ...) stopped at max_iter=2 iterations with a projected dual gradient > tol 1e-09; "
+        "raise -p max_iter or loosen -p tol"
+    )
     caplog.clear()
     with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
         model, _ = fit(source, lam=1e-3, tau=1e-3)
@@ -537,8 +571,10 @@ def test_columns_sorted_by_magnitude_then_row():
     row, the order of a global lexsort over (column, −|x|, row); long columns (argsort) and short
     ones (insertion sort)."""
     rng = np.random.default_rng(2)
-    X = sp.hstack([sp.random(300, 20, density=0.2, random_state=3), sp.random(300, 20, density=0.04, random_state=4)],
-                  format="csr")
+    X = sp.hstack(
+        [sp.random(300, 20, density=0.2, random_state=3), sp.random(300, 20, density=0.04, random_state=4)],
+        format="csr",
+    )
     assert (np.diff(X.tocsc().indptr) <= 32).sum() >= 15 and (np.diff(X.tocsc().indptr) > 32).sum() >= 15
     X.data = rng.integers(-3, 4, X.nnz).astype(float) + 0.5  # many ties in |x|, both signs
     data = pp.build_data(InMemoryStore(X, np.zeros(300, np.int32), range(1)), by_magnitude=True)

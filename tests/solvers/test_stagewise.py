@@ -72,8 +72,13 @@ def test_params_validation():
     with pytest.raises(ValidationError):
         sw.StagewiseParams(block_size=0)
     # seeds feed numpy's SeedSequence (non-negative only); infinite λ, σ or L would fail in the solve
-    for bad in ({"random_state": -1}, {"lam": float("inf")}, {"bandwidth": float("inf")},
-                {"lipschitz": float("inf")}, {"lam": float("nan")}):
+    for bad in (
+        {"random_state": -1},
+        {"lam": float("inf")},
+        {"bandwidth": float("inf")},
+        {"lipschitz": float("inf")},
+        {"lam": float("nan")},
+    ):
         with pytest.raises(ValidationError):
             sw.StagewiseParams(**bad)
 
@@ -110,8 +115,10 @@ def test_logged_objective_is_loss_plus_stage_penalties(digits):
     error = ((Y - A @ W) ** 2).sum() / n
     assert log.records[-1]["loss"] == pytest.approx(error, rel=1e-9)
     assert log.records[-1]["objective"] == pytest.approx(error / 2 + lam / 2 * (W[1:] ** 2).sum(), rel=1e-9)
-    for params in (dict(generator="sequential", block_size=16, n_passes=2),
-                   dict(link="softmax", generator="random", block_size=20, n_passes=1, max_iter=3)):
+    for params in (
+        dict(generator="sequential", block_size=16, n_passes=2),
+        dict(link="softmax", generator="random", block_size=20, n_passes=1, max_iter=3),
+    ):
         model, log, _ = fit(source, lam=lam, **params)
         S = model.decision_function(X)
         if model.link == "identity":
@@ -128,8 +135,9 @@ def test_softmax_monotone_and_reaches_sklearn_optimum(digits):
     X, y = digits
     n, lam = len(y), 1e-2
     source = InMemoryStore(X, y, list(range(10)), chunk_rows=1000)
-    model, log, _ = fit(source, link="softmax", generator="sequential", block_size=64, n_passes=1, lam=lam,
-                        max_iter=400, tol=0.0)
+    model, log, _ = fit(
+        source, link="softmax", generator="sequential", block_size=64, n_passes=1, lam=lam, max_iter=400, tol=0.0
+    )
     f = np.array(log.records[-1]["inner_objective"])
     assert 100 < len(f) <= 401 and np.all(np.diff(f) <= 1e-15)  # tol=0: stops once f stalls
     lr = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=10_000).fit(X, y)
@@ -166,8 +174,9 @@ def test_softmax_backtracking(digits, monkeypatch, start):
 def test_identity_stages_never_increase_squared_error(digits, calibration):
     X, y = digits
     source = InMemoryStore(X, y, list(range(10)), chunk_rows=500)
-    _, log, _ = fit(source, calibration=calibration, generator="rff", n_components=600, block_size=100, n_passes=2,
-                    lam=1e-3)
+    _, log, _ = fit(
+        source, calibration=calibration, generator="rff", n_components=600, block_size=100, n_passes=2, lam=1e-3
+    )
     err = np.array([r["loss"] for r in log.records])  # Theorem 2's squared error
     assert len(err) == 12
     assert np.all(np.diff(err) <= 1e-12 * err[:-1])
@@ -182,8 +191,17 @@ def test_poly_calibration_stable_when_predictions_reach_vertices():
     rng = np.random.default_rng(0)
     X = sp.random(400, 2000, density=0.01, random_state=1, format="csr")
     y = rng.integers(0, 20, 400).astype(np.int32)
-    runs = [fit(InMemoryStore(X, y, list(range(20)), chunk_rows=c), generator="sequential", block_size=100,
-                n_passes=1, calibration="poly", lam=1e-4) for c in (400, 77)]
+    runs = [
+        fit(
+            InMemoryStore(X, y, list(range(20)), chunk_rows=c),
+            generator="sequential",
+            block_size=100,
+            n_passes=1,
+            calibration="poly",
+            lam=1e-4,
+        )
+        for c in (400, 77)
+    ]
     for _, log, _ in runs:
         error = [r["loss"] for r in log.records]  # the squared error (Theorem 2)
         assert all(b <= a for a, b in itertools.pairwise(error)), error
@@ -223,7 +241,7 @@ def test_generators_cover_active_columns(digits):
         assert len(model.blocks) == 2 * n_blocks
         for pass_blocks in (model.blocks[:n_blocks], model.blocks[n_blocks:]):
             np.testing.assert_array_equal(np.sort(np.concatenate(pass_blocks)), active)
-        assert [r["n_features"] for r in log.records][n_blocks - 1:] == [len(active)] * (n_blocks + 1)
+        assert [r["n_features"] for r in log.records][n_blocks - 1 :] == [len(active)] * (n_blocks + 1)
     # the gradient generator's first block: the columns with the largest ‖X_jᵀ Y‖
     G = np.sqrt(((X.T @ np.eye(10)[y]) ** 2).sum(axis=1))
     top = active[np.argsort(-G[active], kind="stable")[:16]]
@@ -275,15 +293,25 @@ def local_engine():
         yield engine
 
 
-@pytest.mark.parametrize("params", [
-    dict(generator="rff", n_components=200, block_size=100, pca_components=20, n_passes=2),
-    dict(generator="rff", n_components=201, block_size=100, n_passes=2, rff_sampling="orthogonal",
-         rff_phases="paired", calibration="predictions"),
-    dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
-    dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
-    dict(link="softmax", generator="rff", n_components=200, block_size=100, n_passes=2, max_iter=3, backtrack=True),
-    dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(generator="rff", n_components=200, block_size=100, pca_components=20, n_passes=2),
+        dict(
+            generator="rff",
+            n_components=201,
+            block_size=100,
+            n_passes=2,
+            rff_sampling="orthogonal",
+            rff_phases="paired",
+            calibration="predictions",
+        ),
+        dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions"),
+        dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
+        dict(link="softmax", generator="rff", n_components=200, block_size=100, n_passes=2, max_iter=3, backtrack=True),
+        dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
+    ],
+)
 def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, params):
     X, y = digits
     X, y = X[:1200], y[:1200]
@@ -311,17 +339,28 @@ def test_gradient_order_ignores_chunking_noise(digits):
     rows = np.repeat(rng.choice(X.shape[0], 60, replace=False), 3)[rng.permutation(180)]
     n = len(rows)
     Xd = sp.hstack([X[rows], sp.csr_matrix((np.full(n, 0.5), (np.arange(n), np.arange(n))))], format="csr")
-    models = [fit(InMemoryStore(Xd, y[rows], list(range(10)), chunk_rows=c), generator="gradient", block_size=13,
-                  n_passes=3, lam=1e-3)[0] for c in (180, 41)]
+    models = [
+        fit(
+            InMemoryStore(Xd, y[rows], list(range(10)), chunk_rows=c),
+            generator="gradient",
+            block_size=13,
+            n_passes=3,
+            lam=1e-3,
+        )[0]
+        for c in (180, 41)
+    ]
     for a, b in zip(models[0].blocks, models[1].blocks, strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_allclose(models[1].decision_function(Xd), models[0].decision_function(Xd), rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("params", [
-    dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3),
-    dict(generator="sequential", block_size=12, n_passes=3, link="softmax", max_iter=3, lam=1e-3),  # cached AᵀA
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3),
+        dict(generator="sequential", block_size=12, n_passes=3, link="softmax", max_iter=3, lam=1e-3),  # cached AᵀA
+    ],
+)
 def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
     X, y = digits
     classes = [str(c) for c in range(10)]
@@ -355,11 +394,20 @@ def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):
     assert strip == [{k: v for k, v in r.items() if k != "wall_time"} for r in full_log.records]
 
 
-@pytest.mark.parametrize("params", [
-    {"generator": "rff", "n_components": 300, "block_size": 100, "pca_components": 20, "calibration": "poly"},
-    {"generator": "rff", "n_components": 300, "block_size": 100, "calibration": "predictions", "rff_phases": "paired"},
-    {"generator": "rff", "n_components": 300, "block_size": 100, "gram_dtype": "float32"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"generator": "rff", "n_components": 300, "block_size": 100, "pca_components": 20, "calibration": "poly"},
+        {
+            "generator": "rff",
+            "n_components": 300,
+            "block_size": 100,
+            "calibration": "predictions",
+            "rff_phases": "paired",
+        },
+        {"generator": "rff", "n_components": 300, "block_size": 100, "gram_dtype": "float32"},
+    ],
+)
 def test_scoring_replays_training_bitwise_any_batch(digits, params):
     """The issue asks for exactly the training-time scores. BLAS rounds a row depending on the
     other rows of the call (odd chunks of 777 rows, odd scoring batches of 333, panels of 1024,
@@ -374,8 +422,9 @@ def test_scoring_replays_training_bitwise_any_batch(digits, params):
         with threadpool_limits(threads):
             S = model.decision_function(X)
             np.testing.assert_array_equal(S, training_scores(source, ckpt, len(log.records)))
-            np.testing.assert_array_equal(np.vstack([model.decision_function(X[a:a + 333])
-                                                     for a in range(0, X.shape[0], 333)]), S)
+            np.testing.assert_array_equal(
+                np.vstack([model.decision_function(X[a : a + 333]) for a in range(0, X.shape[0], 333)]), S
+            )
 
 
 def test_caches_change_nothing(digits, monkeypatch):
@@ -383,8 +432,9 @@ def test_caches_change_nothing(digits, monkeypatch):
     the random Fourier designs kept per chunk: the same bits as recomputing everything."""
     X, y = digits
     source = InMemoryStore(X, y, list(range(10)), chunk_rows=500)
-    params = dict(generator="rff", n_components=300, block_size=100, n_passes=3, lam=1e-3, link="softmax",
-                  max_iter=3, tol=0)
+    params = dict(
+        generator="rff", n_components=300, block_size=100, n_passes=3, lam=1e-3, link="softmax", max_iter=3, tol=0
+    )
     grams, designs = [], []
     real_stats, real_design = sw._block_stats, sw.FeatureSpace.design
     monkeypatch.setattr(sw, "_block_stats", lambda *a: grams.append(a[-1]) or real_stats(*a))
@@ -516,8 +566,9 @@ def test_orthogonal_and_paired_features_approximate_gaussian_kernel(orthogonal, 
     Ks = np.exp(-d2 / (2 * sigma**2))
 
     def mse(**k):
-        return np.mean([((lambda P: P @ P.T / 64)(rff_block(Zs, seed, 0, 64, sigma, **k)) - Ks) ** 2
-                        for seed in range(200)])
+        return np.mean(
+            [((lambda P: P @ P.T / 64)(rff_block(Zs, seed, 0, 64, sigma, **k)) - Ks) ** 2 for seed in range(200)]
+        )
 
     assert mse(**kind) < 0.9 * mse()
 
@@ -553,11 +604,12 @@ def test_float32_gram(digits):
 def test_model_save_load(digits, tmp_path):
     X, y = digits
     source = InMemoryStore(X, y, [str(c) for c in range(10)], chunk_rows=500)
-    for params in (dict(generator="rff", n_components=256, block_size=128, pca_components=16),
-                   dict(generator="sequential", block_size=30),
-                   dict(generator="rff", n_components=255, block_size=128, rff_sampling="orthogonal",
-                        rff_phases="paired"),
-                   dict(link="softmax", generator="random", max_iter=3, block_size=40)):
+    for params in (
+        dict(generator="rff", n_components=256, block_size=128, pca_components=16),
+        dict(generator="sequential", block_size=30),
+        dict(generator="rff", n_components=255, block_size=128, rff_sampling="orthogonal", rff_phases="paired"),
+        dict(link="softmax", generator="random", max_iter=3, block_size=40),
+    ):
         model, _, _ = fit(source, **params)
         model.save(str(tmp_path / "m"))
         loaded = load_model(str(tmp_path / "m"))

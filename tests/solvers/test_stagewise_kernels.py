@@ -33,7 +33,7 @@ def test_rowwise_matmul_row_does_not_depend_on_other_rows(shape, dtype):
     assert full.dtype == dtype and full.shape == (n, B.shape[1]) and full.flags.c_contiguous
     rng = np.random.default_rng(1)
     for i in rng.choice(n, size=min(n, 40), replace=False):
-        assert np.array_equal(rowwise_matmul(A[i:i + 1], B)[0], full[i])
+        assert np.array_equal(rowwise_matmul(A[i : i + 1], B)[0], full[i])
     subset = rng.permutation(n)[: max(1, n // 3)]
     assert np.array_equal(rowwise_matmul(A[subset], B), full[subset])
     for count in (n - 1, n - 2, max(1, n // 2) | 1, max(2, n // 2) & ~1):  # odd and even row counts
@@ -63,8 +63,9 @@ def test_rowwise_matmul_sums_in_column_order():
     rounded to float64: checked against that recurrence in exact rational arithmetic, with
     terms whose sum depends on the order (1e16 + 1 − 1e16 is 0 left to right, 1 otherwise) and
     a product whose fused multiply-add would round differently (last row, last column)."""
-    A = np.array([[1e16, 1.0, -1e16, 0.5], [1.0, 1e16, 1.0, -1e16], [3.0, -2.0, 0.1, 7.0],
-                  [0.1, 0.420571580830845, 0.0, 0.0]])
+    A = np.array(
+        [[1e16, 1.0, -1e16, 0.5], [1.0, 1e16, 1.0, -1e16], [3.0, -2.0, 0.1, 7.0], [0.1, 0.420571580830845, 0.0, 0.0]]
+    )
     B = np.array([[1.0, 2.0, 1.0], [1.0, 3.0, 0.25891675029296335], [1.0, 1.0, 0.0], [1.0, 0.3, 0.0]])
     expected = np.empty((A.shape[0], B.shape[1]))
     for i in range(A.shape[0]):
