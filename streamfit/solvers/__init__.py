@@ -1,8 +1,19 @@
-"""Solvers, one module per method; each registers itself in SOLVERS."""
+"""Solvers, one module per method; each registers itself in SOLVERS when imported (below)."""
 
+from streamfit.solvers import bcd, fbpd, ppdsparse, stagewise
 from streamfit.solvers.base import SOLVERS, Solver, SolverParams, register_solver
 
-__all__ = ["SOLVERS", "Solver", "SolverParams", "register_solver", "get_solver"]
+__all__ = [
+    "SOLVERS",
+    "Solver",
+    "SolverParams",
+    "bcd",
+    "fbpd",
+    "get_solver",
+    "ppdsparse",
+    "register_solver",
+    "stagewise",
+]
 
 
 def get_solver(name: str) -> type[Solver]:
@@ -11,9 +22,3 @@ def get_solver(name: str) -> type[Solver]:
     if name not in SOLVERS:
         raise ConfigError(f"unknown solver {name!r}; available: {', '.join(sorted(SOLVERS)) or 'none'}")
     return SOLVERS[name]
-
-
-from streamfit.solvers import stagewise  # noqa: F401,E402
-from streamfit.solvers import ppdsparse  # noqa: F401,E402
-from streamfit.solvers import bcd  # noqa: F401,E402
-from streamfit.solvers import fbpd  # noqa: F401,E402

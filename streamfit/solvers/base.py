@@ -93,7 +93,7 @@ def allowed_values(field: FieldInfo) -> str:
                 for cls, sign in _BOUNDS
                 if isinstance(m, cls)
             ]
-            words.append(" ".join([kind.__name__, ", ".join(bounds)]).strip())
+            words.append(" ".join([getattr(kind, "__name__", str(kind)), ", ".join(bounds)]).strip())
     return ", or ".join(words) + (", or None" if type(None) in kinds else "")
 
 

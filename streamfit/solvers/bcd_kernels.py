@@ -123,7 +123,7 @@ def bcd_epoch(
             for r in range(m):
                 bound += g[r] * delta[r]
             accepted = False
-            for step in range(max_ls):
+            for _ in range(max_ls):
                 diff = 0.0
                 for k in range(lo, hi):
                     i = indices[k]

@@ -410,8 +410,9 @@ class FBPDSolver(Solver[FBPDState]):
         rng = np.random.default_rng([self.params.random_state, 6])
         W = rng.standard_normal((source.n_features, source.n_classes))
         b = rng.standard_normal(source.n_classes)
-        estimate = 0.0
-        for it in range(1, POWER_MAX_ITER + 1):
+        estimate, passes = 0.0, 0
+        while passes < POWER_MAX_ITER:
+            passes += 1
             scale = np.sqrt((W * W).sum() + (b * b).sum())
             W, b = engine.map_reduce(
                 _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W / scale, b=b / scale
@@ -421,7 +422,7 @@ class FBPDSolver(Solver[FBPDState]):
                 raise ConfigError("T = 0: the training data has no non-zero rows")
             if abs(estimate - previous) <= POWER_TOL * estimate:
                 break
-        return float(np.sqrt(estimate)), it
+        return float(np.sqrt(estimate)), passes
 
     def initial_ratio(self, n: int) -> float:
         """ρ at the start: `step_ratio`, else √n (Algorithm 1) or 1 (Algorithm 2, whose duals y

@@ -296,12 +296,12 @@ def primal_update(
         nnz += x != 0.0
         g_max = max(g_max, abs(g))
     if halpern:
-        Wn = np.empty(size)
-        Gn = np.empty(size)
+        W_flat = np.empty(size)
+        G_flat = np.empty(size)
         for i in range(size):
-            Wn[i] = a * (2.0 * Wt_[i] - W_[i]) + c * Wa_[i]
-            Gn[i] = a * (2.0 * Gt[i] - GW_[i]) + c * GWa_[i]
-        Wn, Gn = Wn.reshape((M, K)), Gn.reshape((M, K))
+            W_flat[i] = a * (2.0 * Wt_[i] - W_[i]) + c * Wa_[i]
+            G_flat[i] = a * (2.0 * Gt[i] - GW_[i]) + c * GWa_[i]
+        Wn, Gn = W_flat.reshape((M, K)), G_flat.reshape((M, K))
     else:
         Wn, Gn = Wt.copy(), Gt.reshape((M, K))
     stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])

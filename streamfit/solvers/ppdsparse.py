@@ -50,7 +50,7 @@ import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -276,7 +276,7 @@ def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: di
 
 def _finished_groups(
     engine: Engine, source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
-) -> Iterator[tuple[int, GroupResult]]:
+) -> Generator[tuple[int, GroupResult], None, None]:
     """Yields (group, GroupResult) as groups finish: in process, in `todo` order (`threads`
     threads solving ahead); on Dask, in completion order (Engine.imap_unordered: tasks submitted
     in `todo` order, first = highest priority; a lost worker's groups submitted again). Closing
@@ -308,10 +308,10 @@ def _finished_groups(
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
-    chunk = source.read_chunk(chunk_id)
-    if sp.issparse(chunk.labels):
-        return np.bincount(chunk.labels.indices, minlength=source.n_classes).astype(np.int64)
-    return np.bincount(chunk.labels, minlength=source.n_classes).astype(np.int64)
+    labels = source.read_chunk(chunk_id).labels
+    if isinstance(labels, sp.csr_matrix):
+        return np.bincount(labels.indices, minlength=source.n_classes).astype(np.int64)
+    return np.bincount(labels, minlength=source.n_classes).astype(np.int64)
 
 
 # -- the model -------------------------------------------------------------------------------
@@ -368,7 +368,8 @@ class PPDSparseModel(LinearModel):
         top = np.zeros((X.shape[0], k), np.int64)
         best = np.zeros((X.shape[0], k))
         bias = np.ascontiguousarray(self.intercept_, dtype=np.float64)
-        topk_rows(X.indptr, X.indices, X.data, *self._by_feature(), bias, k, top, best)  # X's dtypes as they are
+        # X's dtypes as they are; numba's Dispatcher is untyped for mypy
+        topk_rows(X.indptr, X.indices, X.data, *self._by_feature(), bias, k, top, best)  # type: ignore[call-arg]
         return top, best
 
     def predict(self, X):
@@ -420,7 +421,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     def __init__(self, params: PPDSparseParams):
         super().__init__(params)
-        self._running: Iterator[tuple[int, GroupResult]] | None = None
+        self._running: Generator[tuple[int, GroupResult], None, None] | None = None
 
     def group_size(self, n_classes: int) -> int:
         return self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
@@ -464,7 +465,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             "not_converged": int((st[:, 3] == 0).sum()),
         }
 
-    def _start(self, ctx: Context, state: PPDSparseState) -> Iterator[tuple[int, GroupResult]]:
+    def _start(self, ctx: Context, state: PPDSparseState) -> Generator[tuple[int, GroupResult], None, None]:
         """The unfinished groups, largest first (by positives, then by id), in flight."""
         positives = ctx.engine.map_reduce(
             _positives_task, ctx.source, range(ctx.source.n_chunks), desc="ppdsparse: labels"

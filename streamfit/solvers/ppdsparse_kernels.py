@@ -589,7 +589,7 @@ def _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma):
     kept up to date: PRIMAL_CD_PASSES passes at most, fewer when none moves a coordinate by more
     than 1e-6 of its size (in the H_tt norm)."""
     D = w.shape[0] - 1
-    for ps in range(PRIMAL_CD_PASSES):
+    for _ in range(PRIMAL_CD_PASSES):
         change, size = 0.0, 0.0
         for t in range(n_p):
             j = P[t]

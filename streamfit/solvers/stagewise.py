@@ -256,7 +256,7 @@ class FeatureSpace:
         if key not in _FREQUENCIES:
             while len(_FREQUENCIES) >= 4:
                 del _FREQUENCIES[next(iter(_FREQUENCIES))]
-            n_in = len(self.inputs) if self.components is None else self.components.shape[1]
+            n_in = self.base_width
             with single_threaded_blas():  # the QR of orthogonal frequencies: same bits anywhere
                 omega, beta = rff_frequencies(
                     self.seed,
@@ -294,11 +294,18 @@ class FeatureSpace:
             "phases": self.phases,
         }
 
+    @property
+    def base_width(self) -> int:
+        """Width of an rff base z: the number of inputs, or of PCA components."""
+        assert self.inputs is not None, "an rff space has inputs"
+        return len(self.inputs) if self.components is None else self.components.shape[1]
+
     def arrays(self) -> dict[str, np.ndarray]:
         out = {}
         if self.inputs is not None:
             out["rff_inputs"] = self.inputs
         if self.components is not None:
+            assert self.mean is not None, "PCA components come with their mean"
             out["rff_mean"], out["rff_components"] = self.mean, self.components
         return out
 
@@ -331,8 +338,7 @@ def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) 
     random Fourier features the cached base when it fits (a quarter of the chunk-cache budget)."""
     if space.kind == "columns":
         return chunk.csc
-    width = len(space.inputs) if space.components is None else space.components.shape[1]
-    if source.n_rows * width * 8 * 4 > CHUNK_CACHE_BYTES:
+    if source.n_rows * space.base_width * 8 * 4 > CHUNK_CACHE_BYTES:
         return space.base(chunk.X)
     bases = _BASES.setdefault(source, {})
     key = (space.fingerprint(), chunk_id)
@@ -725,6 +731,7 @@ def _update_dense(
             A = space.design(base[lo:hi], next_block, out=None if following is None else following[lo:hi])
         part = _block_stats(A, U[lo:hi], Y[lo:hi], link, space.with_predictions, next_gram)
         stats = part if stats is None else add_results(stats, part)
+    assert stats is not None, "a chunk has at least one panel"
     if following is not None:
         _cache_design(source, chunk_id, space, next_block, following)
     return U, stats
@@ -774,6 +781,7 @@ def _stage_arrays(space: FeatureSpace, blocks: list, weights: list, calibrations
 
 def _stages_from_arrays(space: FeatureSpace, arrays: dict) -> tuple[list, list, list]:
     weights = np.split(arrays["weights"], np.cumsum(arrays["weight_rows"])[:-1]) if len(arrays["weight_rows"]) else []
+    blocks: list[np.ndarray] | list[int]
     if space.kind == "columns":
         blocks = np.split(arrays["blocks"], np.cumsum(arrays["block_sizes"])[:-1]) if len(weights) else []
     else:
@@ -952,7 +960,9 @@ class StagewiseSolver(Solver[StagewiseState]):
             scores=PerSample(SCORES, 0, written=False),
             generator=generator,
             space=space.to_json(),
-            **space.arrays(),
+            rff_inputs=space.inputs,
+            rff_mean=space.mean if space.components is not None else None,
+            rff_components=space.components,
             active=active,
             blocks=[],
             weights=[],
@@ -1085,6 +1095,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             return active[window]
         if generator == "random":
             return np.random.default_rng([p.random_state, 2, pass_no]).permutation(active)[window]
+        assert order is not None, "the gradient generator ranks the columns before its first block"
         return order[window]
 
     @staticmethod
@@ -1270,6 +1281,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             )
             state.data_passes += 1
         else:
+            assert state.pending_rhs is not None and state.pending_loss is not None
             stats = (state.pending_gram, state.pending_rhs, state.pending_loss)
         W, inner = self._fit_block(ctx, state, space, block, stats, link)
         C = self._calibrate(ctx, state, space, block, W) if p.calibration == "poly" else None
