@@ -176,9 +176,12 @@ class Engine:
         log.info("dask engine: %s", self.client)
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        client, self.client = self.client, None
+        if client is not None:
+            try:
+                client.close()
+            except (OSError, RuntimeError) as e:  # the scheduler's side went first ("ConnectionPool is closed")
+                log.debug("closing the Dask client: %s", e)
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None

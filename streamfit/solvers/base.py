@@ -20,8 +20,9 @@ an incompatible cut of the work).
 State fields, by their annotation (the checkpoint records this schema and a resume refuses a
 checkpoint whose schema differs):
 - `np.ndarray` (or `np.ndarray | None`): a driver-side array, saved in the step's arrays.npz;
-- `list[np.ndarray]`: append-only arrays (one per stage, say), each written once to the
-  per-sample store as it is appended, so a checkpoint never rewrites old entries;
+- `list[np.ndarray]`: append-only arrays (one per stage, say), each written once (C-ordered:
+  the driver gives the entry in the list that layout as it writes it) to the per-sample store,
+  so a checkpoint never rewrites old entries;
 - `PerSample` (or `PerSample | None`): a version of a per-sample array that chunk tasks read and
   write in `ctx.chunk_state` (one file per data chunk); the driver verifies and keeps it;
 - anything else (int, float, bool, str, tuples, lists and dicts of them): JSON in meta.json.

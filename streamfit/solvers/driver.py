@@ -156,7 +156,10 @@ class _StateSaver:
                     arrays[name] = np.array(value, copy=True) if in_memory else np.asarray(value)
             elif kind == ARRAY_LIST:
                 for i in range(self.written.get(name, 0), len(value)):
-                    self.checkpointer.state.write(name, 0, i, np.asarray(value[i]))
+                    # stored C-ordered; the entry takes that layout, so that sums over it run in the
+                    # same order in this run as in one resumed from the checkpoint
+                    value[i] = np.ascontiguousarray(value[i])
+                    self.checkpointer.state.write(name, 0, i, value[i])
                 self.written[name] = len(value)
                 if value:
                     versions[name], counts[name] = 0, len(value)

@@ -272,3 +272,26 @@ def test_an_in_memory_checkpoint_survives_a_resumed_run_that_fails(source):
             InPlaceHalvingSolver(HalvingParams(), fail_at=4).fit(source, resume=True, checkpoint_every=10, **run)
         model = InPlaceHalvingSolver(HalvingParams()).fit(source, resume=True, **run)
     same_model(model, full)
+
+
+class FortranHalvingSolver(HalvingSolver):
+    """Appends Fortran-ordered entries and logs whether the earlier ones are C-ordered: a sum over
+    entries runs in memory order, so a layout that differs after a resume changes its last bits."""
+
+    def step(self, ctx, state):
+        c_ordered = all(e.flags.c_contiguous for e in state.steps_taken)
+        fields = super().step(ctx, state)
+        state.steps_taken[-1] = np.asfortranarray(np.outer(state.steps_taken[-1], [1.0, 2.0, 3.0]))
+        return {**fields, "earlier_c_ordered": c_ordered}
+
+
+def test_append_only_entries_have_the_layout_a_resume_gives_them(source, tmp_path):
+    full, full_log = fit(source, str(tmp_path / "full"), FortranHalvingSolver(HalvingParams()))
+    run = str(tmp_path / "run")
+    fit(source, run, FortranHalvingSolver(HalvingParams()), stop_after=3)
+    resumed, _ = fit(source, run, FortranHalvingSolver(HalvingParams()), resume=True)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        logged = [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f]
+    assert logged == records(full_log)
+    assert all(r["earlier_c_ordered"] for r in logged)
+    same_model(resumed, full)
