@@ -22,3 +22,6 @@ class ReadLimits:
 
     record_bytes: int = DEFAULT_RECORD_BYTES
     input_bytes: int = DEFAULT_INPUT_BYTES
+
+
+DEFAULT_LIMITS = ReadLimits()

@@ -16,7 +16,7 @@ import os
 import re
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.limits import ReadLimits
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
@@ -126,7 +126,7 @@ def open_source(
     *,
     policy: BadRecordPolicy,
     batch_size: int = 8192,
-    limits: ReadLimits = ReadLimits(),
+    limits: ReadLimits = DEFAULT_LIMITS,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats

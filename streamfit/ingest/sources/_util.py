@@ -113,17 +113,17 @@ class _CheckedStream(io.RawIOBase):
         super().close()
 
 
-def open_binary(
-    path: str, extension: str | None = None, max_bytes: int = DEFAULT_INPUT_BYTES
-) -> io.BufferedIOBase:
+def open_binary(path: str, extension: str | None = None, max_bytes: int = DEFAULT_INPUT_BYTES) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
     path unless given); reading more than max_bytes (after decompression) raises InputError.
     Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
     decompressors produce at most what a read asks for."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
+        kind: str | None = None
+        stream: io.IOBase
         if compression is None:
-            kind, stream = None, open(path, "rb", buffering=0)
+            stream = open(path, "rb", buffering=0)
         else:
             kind, opener = compression
             stream = opener(path, "rb")

@@ -19,7 +19,7 @@ import io
 import os
 
 from streamfit.errors import InputError
-from streamfit.ingest.limits import ReadLimits
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
@@ -55,7 +55,7 @@ class CsvSource:
         label_field: str | None = "label",
         label_separator: str | None = None,
         encoding: str = "utf-8",
-        limits: ReadLimits = ReadLimits(),
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)

@@ -27,7 +27,7 @@ import stat
 import tarfile
 
 from streamfit.errors import InputError
-from streamfit.ingest.limits import ReadLimits
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
@@ -80,7 +80,7 @@ class FolderSource:
         encoding: str = "utf-8",
         encoding_errors: str = "strict",
         class_folders: bool = True,
-        limits: ReadLimits = ReadLimits(),
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path, directory_ok=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 
-from streamfit.ingest.limits import ReadLimits
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     bounded_lines,
@@ -56,7 +56,7 @@ class JsonlSource:
         text_field: str = "text",
         label_field: str | None = "label",
         multilabel: bool | None = None,
-        limits: ReadLimits = ReadLimits(),
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)

@@ -36,7 +36,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from streamfit.ingest.limits import ReadLimits
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     canonical_label,
     check_batch_size,
@@ -424,7 +424,7 @@ class LibsvmSource:
         batch_size: int = 8192,
         zero_based: bool = False,
         multilabel: bool | None = None,
-        limits: ReadLimits = ReadLimits(),
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
