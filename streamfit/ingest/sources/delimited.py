@@ -120,7 +120,7 @@ class CsvSource:
         for line_no, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
             if len(line) > limit and not line.endswith(("\n", "\r")):
                 problem, hint = too_long(self.limits)
-                raise InputError(f"{self.path}:{line_no}", f"the line is {problem} (in characters)", hint)
+                raise InputError(f"{self.path}:{line_no}", f"the line is {problem} of text", hint)
             yield line
 
     def _next(self, reader) -> list[str] | None:

@@ -198,7 +198,8 @@ class FolderSource:
     def _read_file(self, location: str) -> bytes:
         """The bytes of a regular file in the folder (or linked from inside it)."""
         try:
-            if os.path.islink(location):
+            linked = os.path.islink(location)
+            if linked:
                 target = os.path.realpath(location)
                 if os.path.commonpath([self.root, target]) != self.root:
                     raise _NotADocument(
@@ -208,20 +209,24 @@ class FolderSource:
                 if not os.path.exists(target):
                     raise _NotADocument(f"a broken link (to {target})", "remove the link or restore its target")
             mode = os.stat(location).st_mode
-            if stat.S_ISDIR(mode) and os.path.islink(location):
+            if stat.S_ISDIR(mode) and linked:
                 raise _NotADocument("a link to a folder (links to folders are not followed)", "move the folder here")
             if not stat.S_ISREG(mode):
                 raise _NotADocument(f"{_file_kind(mode)}, not a regular file", "documents are regular files")
-            # O_NONBLOCK: a file swapped for a FIFO since the stat must not block the open
-            fd = os.open(location, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            # a file swapped for a FIFO or a link since the checks must not block the open, or lead out
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if linked else os.O_NOFOLLOW)
+            fd = os.open(location, flags)
             with open(fd, "rb") as f:
-                mode = os.fstat(fd).st_mode
-                if not stat.S_ISREG(mode):
-                    raise _NotADocument(f"{_file_kind(mode)}, not a regular file", "documents are regular files")
-                data = f.read(self.limits.record_bytes + 1)
+                opened = os.fstat(fd)
+                if not stat.S_ISREG(opened.st_mode):
+                    raise _NotADocument(
+                        f"{_file_kind(opened.st_mode)}, not a regular file", "documents are regular files"
+                    )
+                # a file that grows while it is read is cut at one byte over the bound
+                data = b"" if opened.st_size > self.limits.record_bytes else f.read(self.limits.record_bytes + 1)
         except OSError as e:
             raise InputError(location, f"cannot read the file ({e.strerror or e})") from None
-        if len(data) > self.limits.record_bytes:
+        if opened.st_size > self.limits.record_bytes or len(data) > self.limits.record_bytes:
             problem, hint = too_long(self.limits)
             raise _NotADocument(f"the document is {problem}", hint)
         self.n_bytes += len(data)
