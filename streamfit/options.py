@@ -14,6 +14,7 @@ beats default.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -143,3 +144,24 @@ def merge(cls, *layers: dict, by_key: tuple[str, ...] = ()):
                 continue
             values[name] = {**values.get(name, {}), **value} if name in by_key else value
     return cls(**values)
+
+
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_BYTE_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(text: str | int, what: str) -> int:
+    """Bytes in "1048576", "64MiB", "64M" or "1TiB" (units are powers of 1024); a bad value raises
+    ConfigError naming `what`."""
+    match = _BYTE_SIZE.match(str(text))
+    if not match or int(match[1]) <= 0:
+        raise ConfigError(f"{what} {text!r}: expected a positive size such as 1048576, 64MiB or 1TiB")
+    return int(match[1]) * _BYTE_UNITS[match[2].lower()]
+
+
+def format_bytes(n: int) -> str:
+    """n bytes in the largest binary unit that divides it: 67108864 -> "64 MiB"."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n % size == 0:
+            return f"{n // size} {unit}"
+    return f"{n} bytes"

@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from streamfit.config import parse_duration
-from streamfit.options import config_model, declared, merge, option
+from streamfit.errors import ConfigError
+from streamfit.options import config_model, declared, format_bytes, merge, option, parse_bytes
 
 
 @dataclass
@@ -60,3 +61,18 @@ def test_merge_command_line_beats_file_beats_default():
     assert job == Job(name="file", workers=2, timeout=7.0, limit=None, settings={"a": 1, "b": 3})
     assert merge(Job, {"name": "x"}) == Job(name="x")  # nothing set: the defaults
     assert merge(Job, {"name": "x", "settings": {"a": 1}}, {"settings": {"b": 2}}).settings == {"b": 2}  # not by key
+
+
+@pytest.mark.parametrize(
+    "text, n",
+    [("1048576", 1 << 20), (4096, 4096), ("64MiB", 64 << 20), ("64M", 64 << 20), ("2 kb", 2048), ("1TiB", 1 << 40)],
+)
+def test_parse_bytes_reads_binary_units(text, n):
+    assert parse_bytes(text, "--max-record-bytes") == n
+    assert parse_bytes(format_bytes(n).replace(" bytes", ""), "x") == n
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "lots", "1.5M", "1PiB", True])
+def test_parse_bytes_refuses_other_text_naming_the_option(text):
+    with pytest.raises(ConfigError, match=r"^--max-input-bytes .*: expected a positive size such as"):
+        parse_bytes(text, "--max-input-bytes")

@@ -26,7 +26,8 @@ from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
-from streamfit.options import option
+from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
+from streamfit.options import format_bytes, option, parse_bytes
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
 from streamfit.store.store import IDF_FILE, lock_dir
@@ -82,6 +83,24 @@ class IngestOptions:
     quarantine: str | None = option(None, "Quarantine file", metavar="PATH", default_text="OUT.quarantine.jsonl")
     source_options: dict = option(default_factory=dict, help="format options, e.g. text_field, label_field", flag="")
     batch_size: int = option(8192, "Records read and hashed at a time", ge=1)
+    max_record_bytes: int = option(
+        DEFAULT_RECORD_BYTES,
+        "Longest record read: a line of a LIBSVM/JSONL/CSV file, a document of a folder or archive (longer: a "
+        "bad record; in CSV, an error)",
+        ge=1,
+        metavar="SIZE",
+        parse=parse_bytes,
+        default_text=format_bytes(DEFAULT_RECORD_BYTES).replace(" ", ""),
+    )
+    max_input_bytes: int = option(
+        DEFAULT_INPUT_BYTES,
+        "Most bytes read from one input file, folder or archive, after decompression (a bound on decompression "
+        "bombs; more is an error)",
+        ge=1,
+        metavar="SIZE",
+        parse=parse_bytes,
+        default_text=format_bytes(DEFAULT_INPUT_BYTES).replace(" ", ""),
+    )
     overwrite: bool = option(False, "Replace existing output stores.")
     csc_block_features: int | None = option(
         None,
@@ -204,9 +223,15 @@ class _Pass1:
         from streamfit.ingest.sources import open_source
 
         width = self.featurizer.n_features
+        limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
         for path in self.o.inputs:
             source = open_source(
-                path, self.o.format, policy=self.policy, batch_size=self.o.batch_size, **self.source_options
+                path,
+                self.o.format,
+                policy=self.policy,
+                batch_size=self.o.batch_size,
+                limits=limits,
+                **self.source_options,
             )
             self.kinds.add(source.kind)
             with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:

@@ -2,12 +2,18 @@
 
 import io
 import os
+import re
+import signal
+import socket
 import tarfile
+import tracemalloc
 
 import pytest
+from click.testing import CliRunner
 
+from streamfit.cli import main
 from streamfit.errors import InputError
-from streamfit.ingest.sources import BadRecordPolicy, open_source
+from streamfit.ingest.sources import BadRecordPolicy, ReadLimits, open_source
 
 # 20 Newsgroups bydate layout: <subset>/<group>/<id>, latin-1 text.
 NEWS = {
@@ -193,3 +199,190 @@ def test_without_class_folders_every_file_is_an_unlabeled_document(read, tmp_pat
         news, policy=BadRecordPolicy(), class_folders=False, subset="20news-bydate-test", encoding="latin-1"
     )
     assert read.texts(read.batches(source)) == ["Test car.\n", "Test post.\n"]
+
+
+# ---- hostile folders and archives (issue 22, class 3) ----
+
+GOOD = {"a/1": "alpha beta\n", "b/2": "gamma delta\n"}
+
+
+def hostile_tree(tmp_path, kind: str) -> tuple[str, str]:
+    """A class-folder corpus of GOOD plus one entry `kind` at b/x: (the corpus, the entry's path)."""
+    root = make_tree(tmp_path / "corpus", GOOD)
+    entry = os.path.join(root, "b", "x")
+    if kind == "link to /dev/zero":
+        os.symlink("/dev/zero", entry)
+    elif kind == "FIFO":
+        os.mkfifo(entry)
+    elif kind == "socket":
+        server = socket.socket(socket.AF_UNIX)
+        server.bind(entry)
+        server.close()
+    elif kind == "link out of the corpus":
+        (tmp_path / "secret.txt").write_text("not a document\n")
+        os.symlink(os.path.join(os.pardir, os.pardir, "secret.txt"), entry)
+    elif kind == "broken link":
+        os.symlink("missing", entry)
+    elif kind == "link to a folder":
+        os.symlink(os.path.join(root, "a"), entry)
+    return root, entry
+
+
+HOSTILE = {
+    "link to /dev/zero": "a link to /dev/zero, outside the folder",
+    "FIFO": "a FIFO, not a regular file",
+    "socket": "a socket, not a regular file",
+    "link out of the corpus": "a link to .*secret.txt, outside the folder",
+    "broken link": r"a broken link \(to .*missing\)",
+    "link to a folder": r"a link to a folder \(links to folders are not followed\)",
+}
+
+
+@pytest.fixture
+def alarm():
+    """Fails a test that blocks (on a FIFO, say) instead of hanging the suite."""
+
+    def hang(*_):
+        raise TimeoutError("the read blocked")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_only_regular_files_inside_the_folder_are_documents(read, tmp_path, alarm, kind):
+    """Error mode names the entry; skip mode counts it and reads the documents around it."""
+    root, entry = hostile_tree(tmp_path, kind)
+    with pytest.raises(InputError, match=f"^{re.escape(entry)}: {HOSTILE[kind]}") as e:
+        list(open_source(root, policy=BadRecordPolicy()))
+    assert "\n" not in str(e.value)
+    policy = BadRecordPolicy("skip")
+    source = open_source(root, policy=policy)
+    batches = read.batches(source)
+    assert read.texts(batches) == ["alpha beta\n", "gamma delta\n"] and read.labels(batches) == ["a", "b"]
+    assert (source.n_read, policy.n_skipped) == (3, 1)
+
+
+def test_a_link_to_a_file_inside_the_folder_is_read(read, tmp_path):
+    root = make_tree(tmp_path / "corpus", GOOD)
+    os.symlink(os.path.join(os.pardir, "a", "1"), os.path.join(root, "b", "copy"))
+    batches = read.batches(open_source(root, policy=BadRecordPolicy()))
+    assert read.labels(batches) == ["a", "b", "b"]
+    assert read.texts(batches) == ["alpha beta\n", "gamma delta\n", "alpha beta\n"]
+
+
+def test_a_document_over_max_record_bytes_is_a_bad_record(read, tmp_path):
+    root = make_tree(tmp_path / "corpus", {**GOOD, "b/big": b"x" * 1025})
+    limits = ReadLimits(record_bytes=1024)
+    with pytest.raises(InputError, match=r"b/big: the document is longer than 1 KiB \(raise --max-record-bytes"):
+        list(open_source(root, policy=BadRecordPolicy(), limits=limits))
+    policy = BadRecordPolicy("skip")
+    assert len(read.labels(read.batches(open_source(root, policy=policy, limits=limits)))) == 2
+    assert policy.n_skipped == 1
+
+
+def test_a_folder_over_max_input_bytes_stops_the_read(tmp_path):
+    root = make_tree(tmp_path / "corpus", GOOD)
+    limits = ReadLimits(input_bytes=len("alpha beta\n") + 5)
+    with pytest.raises(InputError, match=r"corpus: holds more than 16 bytes of documents \(raise --max-input-bytes"):
+        list(open_source(root, policy=BadRecordPolicy("skip"), limits=limits))
+
+
+def bomb_tar(path, size: int) -> str:
+    """A .tar.gz of GOOD plus a/big: `size` zero bytes, streamed (never held in memory)."""
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        info = tarfile.TarInfo("a/big")
+        info.size = size
+        with open("/dev/zero", "rb") as zeros:
+            tar.addfile(info, zeros)
+        for name, text in GOOD.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return str(path)
+
+
+def test_a_tar_bomb_member_is_refused_in_bounded_memory(read, tmp_path):
+    """A 100 MiB member of zeros in a ~100 KiB .tar.gz, with the default bound (64 MiB): a bad
+    record named by archive and member, refused from its header without being read; skipped,
+    the documents after it are read with memory far below the member's size."""
+    path = bomb_tar(tmp_path / "bomb.tar.gz", 100 << 20)
+    assert os.path.getsize(path) < 1 << 20
+    with pytest.raises(InputError, match=r"bomb.tar.gz:a/big: the document is longer than 64 MiB"):
+        list(open_source(path, policy=BadRecordPolicy()))
+    policy = BadRecordPolicy("skip")
+    tracemalloc.start()
+    try:
+        batches = read.batches(open_source(path, policy=policy))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert read.labels(batches) == ["a", "b"] and policy.n_skipped == 1
+    assert peak < 16 << 20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_a_tar_over_max_input_bytes_stops_the_read(tmp_path):
+    path = bomb_tar(tmp_path / "bomb.tar.gz", 8 << 20)
+    with pytest.raises(InputError, match=r"bomb.tar.gz: holds more than 4 MiB after decompression"):
+        list(open_source(path, policy=BadRecordPolicy("skip"), limits=ReadLimits(input_bytes=4 << 20)))
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, linkname
+    return info
+
+
+TAR_HOSTILE = {
+    "symlink": (_member("b/x", tarfile.SYMTYPE, "/etc/passwd"), r"a symbolic link to '/etc/passwd', not a document"),
+    "hardlink": (_member("b/x", tarfile.LNKTYPE, "a/1"), r"a hard link to 'a/1', not a document"),
+    "device": (_member("b/x", tarfile.CHRTYPE), "the member is a device, not a regular file"),
+    "fifo": (_member("b/x", tarfile.FIFOTYPE), "the member is a FIFO, not a regular file"),
+    "absolute name": (_member("/b/x"), r"the member name is absolute or holds '\.\.'"),
+    "dot-dot name": (_member("b/../../x"), r"the member name is absolute or holds '\.\.'"),
+    "hidden dot-dot name": (_member("../.x"), r"the member name is absolute or holds '\.\.'"),
+}
+
+
+@pytest.mark.parametrize("kind", TAR_HOSTILE)
+def test_archive_members_that_are_not_safe_regular_files_are_bad_records(read, tmp_path, kind):
+    member, problem = TAR_HOSTILE[kind]
+    path = str(tmp_path / "hostile.tar")
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:
+        for name, text in GOOD.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text.encode()))
+        tar.addfile(member, io.BytesIO(b"x") if member.isfile() else None)
+        if member.isfile():
+            member.size = 1
+    with pytest.raises(InputError, match=f"^{re.escape(path)}:{re.escape(member.name)}: {problem}"):
+        list(open_source(path, policy=BadRecordPolicy()))
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy)
+    assert read.labels(read.batches(source)) == ["a", "b"]
+    assert (source.n_read, policy.n_skipped) == (3, 1)
+
+
+@pytest.mark.parametrize("kind", ["link out of the corpus", "FIFO"])
+def test_cli_ingest_of_a_hostile_folder_is_one_line_exit_2(tmp_path, alarm, kind):
+    root, entry = hostile_tree(tmp_path, kind)
+    result = CliRunner().invoke(main, ["-q", "ingest", root, "--out", str(tmp_path / "s.zarr")])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {entry}: ") and "Traceback" not in result.output
+    ok = CliRunner().invoke(main, ["-q", "ingest", root, "--out", str(tmp_path / "t.zarr"), "--on-bad-record", "skip"])
+    assert ok.exit_code == 0 and "records read 3, written 2, skipped 1" in ok.output
+
+
+def test_cli_max_record_bytes_takes_a_size(tmp_path):
+    root = make_tree(tmp_path / "corpus", {**GOOD, "b/big": b"x" * 2048})
+    args = ["-q", "ingest", root, "--out", str(tmp_path / "s.zarr"), "--max-record-bytes"]
+    result = CliRunner().invoke(main, [*args, "1KiB"])
+    assert result.exit_code == 2 and "b/big: the document is longer than 1 KiB" in result.output
+    assert CliRunner().invoke(main, [*args, "2k"]).exit_code == 0
+    bad = CliRunner().invoke(main, [*args, "lots"])
+    assert bad.exit_code == 2 and "--max-record-bytes 'lots': expected a positive size" in bad.output

@@ -1,11 +1,20 @@
 """open_source (format inference, options) and BadRecordPolicy."""
 
+import bz2
+import gzip
+import io
 import json
+import lzma
+import os
+import tracemalloc
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.sources import FORMATS, BadRecordPolicy, infer_format, open_source
+from streamfit.ingest.sources import FORMATS, BadRecordPolicy, ReadLimits, infer_format, open_source
+from streamfit.ingest.sources._util import bounded_lines
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import FolderSource
 from streamfit.ingest.sources.jsonl import JsonlSource
@@ -155,3 +164,102 @@ def test_content_decides_when_the_name_does_not(tmp_path):
     assert type(open_source(str(tmp_path / "train.t"), policy=BadRecordPolicy())) is JsonlSource
     with pytest.raises(InputError, match="table.txt: cannot tell the format .* first lines.*--format"):
         open_source(str(tmp_path / "table.txt"), policy=BadRecordPolicy())
+
+
+# ---- hostile inputs: decompression bombs and endless lines (issue 22, class 3) ----
+
+_COMPRESSORS = {".gz": lambda b: gzip.compress(b, 1), ".bz2": bz2.compress, ".xz": lzma.compress}
+_GOOD = {".svm": b"1 1:1\n", ".jsonl": b'{"text": "a b", "label": "x"}\n', ".csv": b"x,a b\n"}
+_HEADER = {".svm": b"", ".jsonl": b"", ".csv": b"label,text\n"}
+
+
+def write_bomb(path, suffix: str, parts: list[bytes | tuple[bytes, int]]) -> str:
+    """A compressed file whose decompressed content is `parts` in order, a (block, n) part being
+    block repeated n times: every block is compressed once and its stream repeated (gzip, bzip2
+    and xz readers join concatenated streams), so 200 MiB of zeros cost a few hundred KiB and
+    no time to write."""
+    compress = _COMPRESSORS[suffix]
+    with open(path, "wb") as f:
+        for part in parts:
+            block, n = part if isinstance(part, tuple) else (part, 1)
+            f.write(compress(block) * n)
+    return str(path)
+
+
+def read_all(source):
+    return [record for batch in source for record in batch.locations]
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+@pytest.mark.parametrize("fmt", [".svm", ".jsonl", ".csv"])
+def test_an_endless_line_in_a_compressed_file_is_a_bad_record_naming_file_and_line(tmp_path, fmt, suffix):
+    """16 MiB of zeros without a newline, with 1 MiB allowed per line: LIBSVM and JSONL skip the
+    line as a bad record (or stop at it in error mode), CSV stops the read (rows after a broken
+    line cannot be trusted)."""
+    path = write_bomb(
+        tmp_path / f"bomb{fmt}{suffix}", suffix, [_HEADER[fmt] + _GOOD[fmt], (bytes(1 << 20), 16), b"\n" + _GOOD[fmt]]
+    )
+    line = 2 if fmt == ".csv" else 1
+    limits = ReadLimits(record_bytes=1 << 20)
+    with pytest.raises(InputError) as e:
+        read_all(open_source(path, policy=BadRecordPolicy(), limits=limits))
+    assert str(e.value).startswith(f"{path}:{line + 1}: the line is longer than 1 MiB")
+    assert "--max-record-bytes" in str(e.value)
+    if fmt != ".csv":
+        policy = BadRecordPolicy("skip")
+        source = open_source(path, policy=policy, limits=limits)
+        assert read_all(source) == [f"{path}:1", f"{path}:3"]
+        assert (source.n_read, policy.n_skipped) == (3, 1)
+
+
+@pytest.mark.parametrize("fmt", [".svm", ".jsonl"])
+def test_a_200_mib_line_is_read_in_bounded_memory(tmp_path, fmt):
+    """A 200 KiB gzip of a 200 MiB line of zeros: the reader's peak allocation stays near a block
+    and the bound (the line itself is never held), far below the line's size."""
+    path = write_bomb(tmp_path / f"bomb{fmt}.gz", ".gz", [(bytes(1 << 20), 200), b"\n" + _GOOD[fmt]])
+    assert os.path.getsize(path) < 1 << 20
+    policy = BadRecordPolicy("skip")
+    tracemalloc.start()
+    try:
+        locations = read_all(open_source(path, policy=policy, limits=ReadLimits(record_bytes=1 << 20)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert locations == [f"{path}:2"] and policy.n_skipped == 1
+    assert peak < 80 << 20, f"peak {peak / 2**20:.0f} MiB"
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".bz2", ".xz"])
+def test_more_than_max_input_bytes_after_decompression_stops_the_read(tmp_path, suffix):
+    """64 MiB of blank lines (no records) from a few KiB, with 8 MiB allowed per input."""
+    path = write_bomb(tmp_path / f"bomb.svm{suffix}", suffix, [_GOOD[".svm"], (b"\n" * (1 << 20), 64)])
+    with pytest.raises(InputError) as e:
+        read_all(open_source(path, policy=BadRecordPolicy("skip"), limits=ReadLimits(input_bytes=8 << 20)))
+    assert str(e.value).startswith(f"{path}: holds more than 8 MiB after decompression (raise --max-input-bytes")
+
+
+def test_a_plain_file_counts_towards_max_input_bytes_too(tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(_GOOD[".jsonl"] * 100)
+    size = len(_GOOD[".jsonl"]) * 100
+    limits = ReadLimits(input_bytes=size)
+    assert len(read_all(open_source(str(path), policy=BadRecordPolicy(), limits=limits))) == 100
+    with pytest.raises(InputError, match=rf"a.jsonl: holds more than {size - 1} bytes \(raise --max-input-bytes"):
+        read_all(open_source(str(path), policy=BadRecordPolicy(), limits=ReadLimits(input_bytes=size - 1)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.lists(st.sampled_from([b"a", b"bc", b"\n", b"\r", b"\n\n", b"x" * 7]), max_size=30),
+    limit=st.integers(1, 12),
+)
+def test_bounded_lines_are_the_lines_with_the_long_ones_left_out(data, limit):
+    """Against bytes.splitlines(keepends=True) cut at b"\\n" only: every line of at most `limit`
+    bytes before its newline comes out whole, every longer one as None."""
+    text = b"".join(data)
+    expected = [ln if len(ln.rstrip(b"\n")) <= limit else None for ln in text.split(b"\n")[:-1]]
+    expected = [e if e is None else e + b"\n" for e in expected]
+    last = text.split(b"\n")[-1]
+    if last:
+        expected.append(last if len(last) <= limit else None)
+    assert list(bounded_lines(io.BufferedReader(io.BytesIO(text), 4), limit)) == expected

@@ -16,6 +16,7 @@ import os
 import re
 
 from streamfit.errors import ConfigError, InputError
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
@@ -31,6 +32,7 @@ __all__ = [
     "FORMATS",
     "BadRecordPolicy",
     "DenseBatch",
+    "ReadLimits",
     "Source",
     "SparseBatch",
     "TextBatch",
@@ -64,9 +66,11 @@ _FILE_EXTENSIONS = {".parquet": "parquet", ".h5": "hdf5", ".hdf5": "hdf5", ".npy
 
 
 def _options(cls) -> set[str]:
+    """The format options of a source class: its keywords besides how (not what) it reads."""
     return {p.name for p in inspect.signature(cls).parameters.values() if p.kind is p.KEYWORD_ONLY} - {
         "policy",
         "batch_size",
+        "limits",
     }
 
 
@@ -117,9 +121,16 @@ def sniff_format(path: str) -> str | None:
 
 
 def open_source(
-    path: str, format: str | None = None, *, policy: BadRecordPolicy, batch_size: int = 8192, **options
+    path: str,
+    format: str | None = None,
+    *,
+    policy: BadRecordPolicy,
+    batch_size: int = 8192,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    **options,
 ) -> Source:
-    """A Source reading path in the given format, or in the one its name implies."""
+    """A Source reading path in the given format, or in the one its name implies; the formats
+    read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`."""
     unknown = sorted(set(options) - _ALL_OPTIONS)
     if unknown:
         raise ConfigError(
@@ -143,4 +154,7 @@ def open_source(
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
     cls = FORMATS[format]
     accepted = _options(cls)
-    return cls(path, policy=policy, batch_size=batch_size, **{k: v for k, v in options.items() if k in accepted})
+    kept = {k: v for k, v in options.items() if k in accepted}
+    if "limits" in inspect.signature(cls).parameters:
+        kept["limits"] = limits
+    return cls(path, policy=policy, batch_size=batch_size, **kept)

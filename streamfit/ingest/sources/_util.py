@@ -9,13 +9,15 @@ import io
 import lzma
 import os
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError
+from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, ReadLimits
 from streamfit.ingest.sources.batches import TextBatch
+from streamfit.options import format_bytes
 
 # extension: (name, opener(path, "rb") -> a binary stream of the decompressed bytes)
 COMPRESSIONS: dict[str, tuple[str, Callable[..., io.BufferedIOBase]]] = {
@@ -23,6 +25,14 @@ COMPRESSIONS: dict[str, tuple[str, Callable[..., io.BufferedIOBase]]] = {
     ".bz2": ("bz2", bz2.open),
     ".xz": ("xz", lzma.open),
 }
+
+
+def too_long(limits: ReadLimits) -> tuple[str, str]:
+    """(problem, hint) of a record longer than limits.record_bytes."""
+    return (
+        f"longer than {format_bytes(limits.record_bytes)}",
+        "raise --max-record-bytes if the record is genuine",
+    )
 
 
 def fits_float32(values) -> np.ndarray:
@@ -65,42 +75,76 @@ def split_fields(option: str, value: str) -> list[str]:
 
 
 class _CheckedStream(io.RawIOBase):
-    """A decompressing stream whose read errors become InputError naming the file."""
+    """A stream whose read errors become InputError naming the file, and which stops with an
+    InputError once more than max_bytes have been read from it (after decompression)."""
 
-    def __init__(self, stream, path: str, kind: str):
+    def __init__(self, stream, path: str, kind: str | None, max_bytes: int):
         self._stream = stream
         self._path = path
-        self._kind = kind
+        self._kind = kind  # the compression, None for none
+        self._max_bytes = max_bytes
+        self.n_bytes = 0
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
         try:
-            return self._stream.readinto(buffer)
+            n = self._stream.readinto(buffer)
         except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+            if self._kind is None:
+                raise InputError(self._path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
             raise InputError(
                 self._path, f"truncated or corrupt {self._kind} stream", "re-download or re-compress the file"
             ) from e
+        self.n_bytes += n
+        if self.n_bytes > self._max_bytes:
+            raise InputError(
+                self._path,
+                f"holds more than {format_bytes(self._max_bytes)}"
+                + (" after decompression" if self._kind is not None else ""),
+                "raise --max-input-bytes if the input is genuine; a small file that decompresses to this much "
+                "is a decompression bomb",
+            )
+        return n
 
     def close(self) -> None:
         self._stream.close()
         super().close()
 
 
-def open_binary(path: str, extension: str | None = None) -> io.BufferedIOBase:
+def open_binary(path: str, extension: str | None = None, max_bytes: int = DEFAULT_INPUT_BYTES) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
-    path unless given)."""
+    path unless given); reading more than max_bytes (after decompression) raises InputError.
+    Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
+    decompressors produce at most what a read asks for."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
+        kind: str | None = None
+        stream: io.IOBase
         if compression is None:
-            return open(path, "rb")
-        kind, opener = compression
-        return io.BufferedReader(_CheckedStream(opener(path, "rb"), path, kind), 1 << 20)
+            stream = open(path, "rb", buffering=0)
+        else:
+            kind, opener = compression
+            stream = opener(path, "rb")
+        return io.BufferedReader(_CheckedStream(stream, path, kind, max_bytes), 1 << 20)
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except OSError as e:
         raise InputError(path, f"cannot open the file ({e.strerror or e})") from None
+
+
+def bounded_lines(f: io.BufferedIOBase, max_bytes: int) -> Iterator[bytes | None]:
+    """The lines of a binary stream (newline kept), None in place of a line of more than
+    max_bytes bytes before its newline: such a line is never held whole (its rest is skipped),
+    so memory stays within max_bytes per line."""
+    while line := f.readline(max_bytes + 1):
+        if len(line) <= max_bytes or line.endswith(b"\n"):
+            yield line
+            continue
+        while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+            pass
+        yield None
 
 
 def canonical_label(text: str) -> str:

@@ -19,6 +19,7 @@ import io
 import os
 
 from streamfit.errors import InputError
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
@@ -26,6 +27,7 @@ from streamfit.ingest.sources._util import (
     open_binary,
     require_path,
     split_fields,
+    too_long,
 )
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
@@ -53,6 +55,7 @@ class CsvSource:
         label_field: str | None = "label",
         label_separator: str | None = None,
         encoding: str = "utf-8",
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
@@ -65,14 +68,17 @@ class CsvSource:
         self.label_separator = label_separator
         self.encoding = check_encoding(encoding)
         self.multilabel = label_separator is not None
+        self.limits = limits
         self.n_read = 0
 
     def __iter__(self):
         self.n_read = 0
         # utf-8-sig: a byte order mark (Excel writes one) must not become part of the first column name
         encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
-        with io.TextIOWrapper(open_binary(self.path), encoding=encoding, newline="") as f:
-            reader = csv.reader(f, delimiter=self.delimiter)
+        with io.TextIOWrapper(
+            open_binary(self.path, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
+        ) as f:
+            reader = csv.reader(self._lines(f), delimiter=self.delimiter)
             header = self._next(reader)
             if header is None:
                 return
@@ -106,6 +112,16 @@ class CsvSource:
                     yield batcher.take()
             if len(batcher):
                 yield batcher.take()
+
+    def _lines(self, f: io.TextIOWrapper):
+        """The lines of f; one longer than limits.record_bytes characters -> InputError (it is
+        never read whole)."""
+        limit = self.limits.record_bytes
+        for line_no, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
+            if len(line) > limit and not line.endswith(("\n", "\r")):
+                problem, hint = too_long(self.limits)
+                raise InputError(f"{self.path}:{line_no}", f"the line is {problem} of text", hint)
+            yield line
 
     def _next(self, reader) -> list[str] | None:
         """The next row, None at the end; undecodable text or an overlong cell -> InputError."""

@@ -10,20 +10,58 @@ then file name, both by code point); archives in archive order. Documents are de
 encoding/encoding_errors (20 Newsgroups needs encoding='latin-1'); a decode error is a bad record.
 With class_folders=False every file (under subset, if given) is a document without a label
 (None), at any depth: how `streamfit predict` reads a folder of new documents.
+
+The input is not trusted (limits: ReadLimits). Only regular files are documents: a FIFO,
+device, socket or link to a folder where a document should be is a bad record, as is a symbolic
+link that leads out of the folder (a link to another file inside it is read); in an archive,
+links, devices and FIFOs are bad records, and so are member names that are absolute or hold
+`..`. A document larger than limits.record_bytes is a bad record, and more than
+limits.input_bytes read from one folder or archive (after decompression) stops the read.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import stat
 import tarfile
 
 from streamfit.errors import InputError
-from streamfit.ingest.sources._util import TextBatcher, check_batch_size, check_encoding, open_binary, require_path
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.sources._util import (
+    TextBatcher,
+    check_batch_size,
+    check_encoding,
+    open_binary,
+    require_path,
+    too_long,
+)
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.options import format_bytes
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
 _COMPRESSED_TARS = {".tgz": ".gz", ".tbz2": ".bz2", ".txz": ".xz"}
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError)
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class _NotADocument(Exception):
+    """What stands where a document should be is not one: a bad record (problem, hint)."""
+
+    def __init__(self, problem: str, hint: str):
+        super().__init__(problem)
+        self.problem = problem
+        self.hint = hint
+
+
+def _file_kind(mode: int) -> str:
+    return next((name for is_kind, name in _NOT_REGULAR if is_kind(mode)), "not a regular file")
 
 
 class FolderSource:
@@ -42,6 +80,7 @@ class FolderSource:
         encoding: str = "utf-8",
         encoding_errors: str = "strict",
         class_folders: bool = True,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path, directory_ok=True)
@@ -56,6 +95,8 @@ class FolderSource:
         self.encoding_errors = encoding_errors
         self.subset = subset
         self.class_folders = class_folders
+        self.limits = limits
+        self.root = os.path.realpath(self.path)  # where links may lead
         # an archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
         self.prefix: tuple[str, ...]  # the folder holding the class folders: (subset,), or () at the top
@@ -72,15 +113,19 @@ class FolderSource:
         batcher = TextBatcher(["text"])
         n = len(self.prefix)
         tops = set()
-        for parts, location, read in self._files():
+        for parts, location, read, _ in self._files():
             if tuple(parts[:n]) != self.prefix:
                 tops.add(parts[0])
                 continue
             self.n_read += 1
+            try:
+                data = read()
+            except _NotADocument as e:
+                self.policy.bad(location, e.problem, hint=e.hint)
+                continue
             if self.class_folders and len(parts) != n + 2:
                 self.policy.bad(location, "the file is not in a class folder", hint="documents go in <class>/<file>")
                 continue
-            data = read()
             try:
                 text = data.decode(self.encoding, self.encoding_errors)
             except UnicodeDecodeError as e:
@@ -104,7 +149,9 @@ class FolderSource:
         """The top folder to read from: (subset,), or () when classes are at the top."""
         tops = set()
         depths = set()
-        for parts, _, _ in self._files():
+        for parts, _, _, listed_as_file in self._files():
+            if not listed_as_file:  # a bad record whatever the layout
+                continue
             depths.add(len(parts))
             if len(parts) > 1:
                 tops.add(parts[0])
@@ -122,28 +169,74 @@ class FolderSource:
         return (tops.pop(),)
 
     def _files(self):
-        """(path parts, location, read()) of every file not hidden, in reading order."""
+        """(path parts, location, read(), listed as a file) of every entry not hidden that stands
+        where a document may be, in reading order; read() returns the document's bytes or raises
+        _NotADocument. Links to folders, and archive members that are not files or have unsafe
+        names, are not listed as files."""
         if self.is_dir:
             yield from self._dir_files()
         else:
             yield from self._tar_files()
 
     def _dir_files(self):
-        for top, dirs, files in os.walk(self.path):
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        self.n_bytes = 0  # read from the folder so far (limits.input_bytes)
+        for top, dirs, files in os.walk(self.path, onerror=self._walk_error):
             rel = os.path.relpath(top, self.path)
             parts = [] if rel == os.curdir else rel.split(os.sep)
-            for name in sorted(files):
+            # os.walk does not enter linked folders, and lists them with the folders
+            linked = [d for d in dirs if os.path.islink(os.path.join(top, d))]
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in linked)
+            for name in sorted(files + linked):
                 if not name.startswith("."):
                     location = os.path.join(top, name)
-                    yield parts + [name], location, lambda location=location: self._read_file(location)
+                    yield parts + [name], location, functools.partial(self._read_file, location), name not in linked
+
+    @staticmethod
+    def _walk_error(e: OSError):
+        raise InputError(e.filename, f"cannot list the folder ({e.strerror or e})")
 
     def _read_file(self, location: str) -> bytes:
+        """The bytes of a regular file in the folder (or linked from inside it)."""
         try:
-            with open(location, "rb") as f:
-                return f.read()
+            linked = os.path.islink(location)
+            if linked:
+                target = os.path.realpath(location)
+                if os.path.commonpath([self.root, target]) != self.root:
+                    raise _NotADocument(
+                        f"a link to {target}, outside the folder {self.path}",
+                        "copy the file into the folder, or skip it with --on-bad-record skip",
+                    )
+                if not os.path.exists(target):
+                    raise _NotADocument(f"a broken link (to {target})", "remove the link or restore its target")
+            mode = os.stat(location).st_mode
+            if stat.S_ISDIR(mode) and linked:
+                raise _NotADocument("a link to a folder (links to folders are not followed)", "move the folder here")
+            if not stat.S_ISREG(mode):
+                raise _NotADocument(f"{_file_kind(mode)}, not a regular file", "documents are regular files")
+            # a file swapped for a FIFO or a link since the checks must not block the open, or lead out
+            flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if linked else os.O_NOFOLLOW)
+            fd = os.open(location, flags)
+            with open(fd, "rb") as f:
+                opened = os.fstat(fd)
+                if not stat.S_ISREG(opened.st_mode):
+                    raise _NotADocument(
+                        f"{_file_kind(opened.st_mode)}, not a regular file", "documents are regular files"
+                    )
+                # a file that grows while it is read is cut at one byte over the bound
+                data = b"" if opened.st_size > self.limits.record_bytes else f.read(self.limits.record_bytes + 1)
         except OSError as e:
             raise InputError(location, f"cannot read the file ({e.strerror or e})") from None
+        if opened.st_size > self.limits.record_bytes or len(data) > self.limits.record_bytes:
+            problem, hint = too_long(self.limits)
+            raise _NotADocument(f"the document is {problem}", hint)
+        self.n_bytes += len(data)
+        if self.n_bytes > self.limits.input_bytes:
+            raise InputError(
+                self.path,
+                f"holds more than {format_bytes(self.limits.input_bytes)} of documents",
+                "raise --max-input-bytes if the folder is genuine",
+            )
+        return data
 
     def _tar_files(self):
         extension = os.path.splitext(self.path)[1].lower()
@@ -151,20 +244,41 @@ class FolderSource:
         # a stream cut at a member boundary for the end of the archive.
         try:
             with (
-                open_binary(self.path, _COMPRESSED_TARS.get(extension, extension)) as f,
+                open_binary(
+                    self.path, _COMPRESSED_TARS.get(extension, extension), max_bytes=self.limits.input_bytes
+                ) as f,
                 tarfile.open(fileobj=f, mode="r|") as tar,
             ):
                 for member in tar:
                     parts = [p for p in member.name.split("/") if p not in ("", ".")]
-                    if member.isfile() and parts and not any(p.startswith(".") for p in parts):
-                        yield parts, f"{self.path}:{member.name}", lambda member=member: self._read_member(tar, member)
+                    location = f"{self.path}:{member.name}"
+                    unsafe = member.name.startswith("/") or ".." in parts
+                    if member.isdir() or not parts or (not unsafe and any(p.startswith(".") for p in parts)):
+                        continue
+                    read = functools.partial(self._read_member, tar, member, unsafe)
+                    yield parts, location, read, member.isfile() and not unsafe
         except _TAR_ERRORS as e:
             raise self._corrupt(e) from None
 
-    def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo, unsafe: bool) -> bytes:
+        recreate = "re-create the archive from the folder"
+        if unsafe:
+            raise _NotADocument("the member name is absolute or holds '..'", recreate)
+        if member.issym() or member.islnk():
+            kind = "symbolic" if member.issym() else "hard"
+            raise _NotADocument(
+                f"a {kind} link to {member.linkname!r}, not a document",
+                f"{recreate}, with tar --dereference" + (" --hard-dereference" if member.islnk() else ""),
+            )
+        if not member.isfile():
+            kind = "a FIFO" if member.isfifo() else "a device" if member.isdev() else f"of tar type {member.type!r}"
+            raise _NotADocument(f"the member is {kind}, not a regular file", "documents are regular files")
+        if member.size > self.limits.record_bytes:
+            problem, hint = too_long(self.limits)
+            raise _NotADocument(f"the document is {problem}", hint)
         try:
             stream = tar.extractfile(member)
-            assert stream is not None, "members are regular files (the caller checks isfile())"
+            assert stream is not None, "members are regular files (checked above)"
             return stream.read()
         except _TAR_ERRORS as e:
             raise self._corrupt(e) from None

@@ -4,7 +4,8 @@ text_field may name several fields ("title,body"); each becomes an entry of Text
 A label is a string, an integer (written as str) or a list of them (multilabel). With
 multilabel=None the first record with a usable label decides: a list makes the file multilabel
 (single labels after it become one-element lists); otherwise a later list is a bad record.
-Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly. label_field=None
+Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly. A line longer than
+limits.record_bytes is a bad record (never held whole). label_field=None
 reads no labels (every label is None): unlabeled records, as `streamfit predict` reads them.
 """
 
@@ -13,7 +14,16 @@ from __future__ import annotations
 import json
 import os
 
-from streamfit.ingest.sources._util import TextBatcher, check_batch_size, open_binary, require_path, split_fields
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.sources._util import (
+    TextBatcher,
+    bounded_lines,
+    check_batch_size,
+    open_binary,
+    require_path,
+    split_fields,
+    too_long,
+)
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
 
@@ -46,6 +56,7 @@ class JsonlSource:
         text_field: str = "text",
         label_field: str | None = "label",
         multilabel: bool | None = None,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
@@ -54,17 +65,23 @@ class JsonlSource:
         self.fields = split_fields("text_field", text_field)
         self.label_field = label_field
         self.multilabel = multilabel
+        self.limits = limits
         self.n_read = 0
 
     def __iter__(self):
         self.n_read = 0
         batcher = TextBatcher(self.fields)
-        with open_binary(self.path) as f:
-            for line_no, line in enumerate(f, 1):
+        with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
+            for line_no, line in enumerate(bounded_lines(f, self.limits.record_bytes), 1):
+                location = f"{self.path}:{line_no}"
+                if line is None:
+                    self.n_read += 1
+                    problem, hint = too_long(self.limits)
+                    self.policy.bad(location, f"the line is {problem}", hint=hint)
+                    continue
                 if not line.strip():
                     continue
                 self.n_read += 1
-                location = f"{self.path}:{line_no}"
                 try:
                     texts, label = self._record(line)
                 except _Bad as e:

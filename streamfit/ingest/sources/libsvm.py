@@ -14,6 +14,8 @@ Decisions:
 - Values are decimal numbers (sign, digits, point, exponent), converted exactly as Python's
   float() converts them. NaN, infinite and overflowing values are bad records, as are negative
   indices and indices above 2**62.
+- A line longer than limits.record_bytes is a bad record; it is never held whole (memory stays
+  within a block plus the bound, however long the line).
 - `qid:N` tokens are ignored (one logged warning per pass over the file, naming the first line
   with one and how many lines have one); `#` starts a comment;
   blank and comment-only lines are not records, but they count for line numbers.
@@ -34,6 +36,7 @@ from functools import lru_cache
 import numba
 import numpy as np
 
+from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     canonical_label,
     check_batch_size,
@@ -42,6 +45,7 @@ from streamfit.ingest.sources._util import (
     open_binary,
     require_path,
     show,
+    too_long,
 )
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
@@ -420,6 +424,7 @@ class LibsvmSource:
         batch_size: int = 8192,
         zero_based: bool = False,
         multilabel: bool | None = None,
+        limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
@@ -427,6 +432,7 @@ class LibsvmSource:
         self.batch_size = check_batch_size(batch_size)
         self.zero_based = bool(zero_based)
         self.multilabel = multilabel
+        self.limits = limits
         self.n_read = 0
 
     def __iter__(self):
@@ -436,12 +442,21 @@ class LibsvmSource:
         first_qid_line = 0
         line_no = 0
         tail = b""
-        with open_binary(self.path) as f:
+        with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
             while True:
                 chunk = f.read(BLOCK_BYTES)
                 data = tail + chunk
                 if chunk:
                     cut = data.rfind(b"\n") + 1
+                    if cut == 0 and len(data) > self.limits.record_bytes:  # the line is too long: skip it
+                        line_no += 1
+                        self.n_read += 1
+                        problem, hint = too_long(self.limits)
+                        self.policy.bad(f"{self.path}:{line_no}", f"the line is {problem}", hint=hint)
+                        tail = b""
+                        while (rest := f.readline(1 << 20)) and not rest.endswith(b"\n"):
+                            pass
+                        continue
                     if cut == 0:  # a line longer than a block: read on
                         tail = data
                         continue
@@ -489,6 +504,9 @@ class LibsvmSource:
         for r in np.flatnonzero(rec[:, 5]).tolist():
             problem, hint = _PROBLEMS[codes[r]]
             problems[r] = (problem.format(show(_token_at(data, code_at[r]))), hint)
+        for r in np.flatnonzero(rec[:, 2] - rec[:, 1] > self.limits.record_bytes).tolist():
+            problem, hint = too_long(self.limits)
+            problems[r] = (f"the line is {problem}", hint)
         slow = np.flatnonzero(np.isnan(values))
         if slow.size:
             values[slow] = self._slow_values(data, buf, tokens[slow])
