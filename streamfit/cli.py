@@ -498,6 +498,11 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
 
+def _first_paragraph(doc: str) -> str:
+    """The docstring's first paragraph, on one line."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
 def _list_solvers(ctx, value):
     if not value or ctx.resilient_parsing:
         return
@@ -505,7 +510,7 @@ def _list_solvers(ctx, value):
     from streamfit.solvers.base import parameter_lines
 
     for name in sorted(SOLVERS):
-        click.echo(f"{name}: {(SOLVERS[name].__doc__ or '').strip().splitlines()[0]}")
+        click.echo(f"{name}: {_first_paragraph(SOLVERS[name].__doc__ or '')}")
         for line in parameter_lines(SOLVERS[name].Params):
             click.echo(f"    {line}")
     ctx.exit(0)

@@ -409,9 +409,11 @@ class PPDSparseState(SolverState):
 
 @register_solver
 class PPDSparseSolver(Solver[PPDSparseState]):
-    """PPDSparse (Algorithms 1-3, §5.1-5.3); one step = one finished class group (see the
-    module docstring). The groups in flight are an iterator on the instance, started by the
-    first step of a run and rebuilt after a resume from the unfinished groups."""
+    """PPDSparse (Yen et al. 2017, Algorithms 1-3, §5.1-5.3): per-class primal-dual sparse
+    one-vs-all; one step = one finished group of classes (see the module docstring).
+
+    The groups in flight are an iterator on the instance, started by the first step of a run
+    and rebuilt after a resume from the unfinished groups."""
 
     name = "ppdsparse"
     Params = PPDSparseParams
