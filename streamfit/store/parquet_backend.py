@@ -75,11 +75,15 @@ class ParquetReader:
             raise ValueError(f"{DATA_FILE} has columns {got}, expected {expected}")
         meta = self.file.metadata
         if meta.num_row_groups != len(manifest.chunks):
-            raise ValueError(f"{DATA_FILE} has {meta.num_row_groups} row groups, the manifest {len(manifest.chunks)} chunks")
+            raise ValueError(
+                f"{DATA_FILE} has {meta.num_row_groups} row groups, the manifest {len(manifest.chunks)} chunks"
+            )
         for i, chunk in enumerate(manifest.chunks):
             rows = meta.row_group(i).num_rows
             if rows != chunk.row_stop - chunk.row_start:
-                raise ValueError(f"{DATA_FILE} row group {i} holds {rows} rows, chunks[{i}] {chunk.row_stop - chunk.row_start}")
+                raise ValueError(
+                    f"{DATA_FILE} row group {i} holds {rows} rows, chunks[{i}] {chunk.row_stop - chunk.row_start}"
+                )
         copy = json.loads((meta.metadata or {}).get(b"streamfit.manifest", b"{}"))
         ours = json.loads(manifest.to_json())
         for key in ours:

@@ -245,9 +245,7 @@ class Store(ChunkSource):
         ids = labels.indices if sp.issparse(labels) else labels
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.n_classes):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
-            raise StoreError(
-                f"{where} holds class id {bad}, but {MANIFEST} lists {self.n_classes} classes; {REINGEST}"
-            )
+            raise StoreError(f"{where} holds class id {bad}, but {MANIFEST} lists {self.n_classes} classes; {REINGEST}")
 
     @property
     def n_feature_blocks(self) -> int:
