@@ -5,7 +5,7 @@ featurizer (hashing config and transforms, so raw data can be scored the way it 
 the solver and its parameters, the SHA-256 of `model/arrays.npz`, and `record_sha256`, the
 SHA-256 of model.json's own canonical form (format.json_digest). `load_model` checks both, then
 every field, then the arrays against the fields (numeric, finite, shaped for the classes and
-features: one empty row must score to 1 × n_classes). Version 1 had no `record_sha256` and is
+features: one empty row must score to 1 × n_classes and rank). Version 1 had no `record_sha256` and is
 refused (retrain). Kinds register themselves in MODEL_KINDS; `LinearModel` (scores = X Wᵀ + b)
 is the common one.
 """
@@ -301,7 +301,9 @@ def load_model(path: str) -> Model:
         )
     try:
         model = MODEL_KINDS[kind]._from_saved(common, arrays, record["extra"])
-        scores = model.decision_function(sp.csr_matrix((1, model.n_features)))
+        probe = sp.csr_matrix((1, model.n_features))
+        scores = model.decision_function(probe)
+        model.predict_topk(probe, 1)
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise StreamfitError(f"{arrays_path}: does not match {meta_path} ({type(e).__name__}: {e}); {RETRAIN}") from e
     if np.shape(scores) != (1, len(model.classes_)):

@@ -136,6 +136,7 @@ def test_an_edited_model_json_fails_its_digest(tmp_path, edit):
         (True, lambda r: r.update(n_features=20), r"arrays.npz: does not match .*model.json \(ValueError: "),
         (False, lambda r: r.update(kind="stagewise"), "does not match"),
         (False, lambda r: r.update(kind="forest"), "unknown model kind 'forest'"),
+        (False, lambda r: r.update(kind="ppdsparse"), r"does not match .*AttributeError"),  # dense coef_
         (False, lambda r: r.pop("arrays_sha256"), "arrays_sha256 is missing"),
         (False, lambda r: r.update(classes=["a", "a", "b", "c"]), "classes is .*expected a non-empty list of distinct"),
         (False, lambda r: r.update(multilabel="no"), "multilabel is 'no', expected true or false"),
