@@ -203,6 +203,17 @@ def _check_fields(d: dict, where: str) -> None:
             raise damaged("csc.blocks", f"hold {sum(b['nnz'] for b in blocks)} non-zeros, but nnz is {d['nnz']}")
 
 
+def manifest_copy_difference(copy: dict, manifest: Manifest) -> str | None:
+    """The first field (other than `csc`, added later by transpose, and the digest) in which the
+    manifest copy kept with the data (Zarr root attribute or Parquet key-value metadata
+    `streamfit.manifest`) differs from `manifest`, or None when they agree."""
+    ours = json.loads(manifest.to_json())
+    for key in ours:
+        if key not in ("csc", DIGEST_KEY) and copy.get(key) != ours[key]:
+            return key
+    return None
+
+
 def _check_tiling(entries: list, name: str, keys: tuple, bounds: tuple[str, str], step: int, total: int, damaged):
     """Entries i = 0, 1, … with exactly `keys`, covering [i·step, min((i+1)·step, total)) each
     (contiguous, in order, no gap, no duplicate), all of [0, total) together."""

@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from streamfit.store.format import manifest_copy_difference
+
 DATA_FILE = "X.parquet"
 
 
@@ -84,11 +86,11 @@ class ParquetReader:
                 raise ValueError(
                     f"{DATA_FILE} row group {i} holds {rows} rows, chunks[{i}] {chunk.row_stop - chunk.row_start}"
                 )
-        copy = json.loads((meta.metadata or {}).get(b"streamfit.manifest", b"{}"))
-        ours = json.loads(manifest.to_json())
-        for key in ours:
-            if key not in ("csc", "manifest_sha256") and copy.get(key) != ours[key]:
-                raise ValueError(f"the manifest copy in {DATA_FILE} has another {key}")
+        differs = manifest_copy_difference(
+            json.loads((meta.metadata or {}).get(b"streamfit.manifest", b"{}")), manifest
+        )
+        if differs:
+            raise ValueError(f"the manifest copy in {DATA_FILE} has another {differs}")
 
     def read_group(self, group: int, n_rows: int, n_features: int):
         table = self.file.read_row_group(group)

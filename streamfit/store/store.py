@@ -467,10 +467,7 @@ class StoreWriter:
             counts={**(counts or {}), "written": self.n_rows},
             streamfit_version=__version__,
         )
-        if self.backend == "zarr":
-            self._writing(lambda: self._backend.close(n_features))
-        else:
-            self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
+        self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
         self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
         self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
         assert self._lock is not None, "close() after close() or abort()"

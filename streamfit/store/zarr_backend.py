@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import scipy.sparse as sp
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+
+from streamfit.store.format import manifest_copy_difference
 
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
 COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
@@ -65,10 +69,11 @@ class ZarrWriter:
         else:
             self.y.append(np.asarray(labels, dtype=np.int32))
 
-    def close(self, n_features: int) -> None:
+    def close(self, n_features: int, manifest_json: str) -> None:
         self.group["X"].attrs.update(
             {"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": [self.n_rows, n_features]}
         )
+        self.group.attrs.update({"streamfit.manifest": json.loads(manifest_json)})
 
 
 class ZarrReader:
@@ -77,6 +82,8 @@ class ZarrReader:
     def __init__(self, root: str, multilabel: bool, n_classes: int):
         group = zarr.open_group(root, mode="r", zarr_format=3)
         self.shape_attr = group["X"].attrs.get("shape")
+        copy = group.attrs.get("streamfit.manifest")
+        self.manifest_copy = copy if isinstance(copy, dict) else {}
         self.indptr = open_array(group, "X/indptr")
         self.indices = open_array(group, "X/indices")
         self.data = open_array(group, "X/data")
@@ -105,6 +112,9 @@ class ZarrReader:
         shape = self.shape_attr
         if shape != [n, manifest.n_features]:
             raise ValueError(f"X has shape {shape}, but n_rows={n} and n_features={manifest.n_features}")
+        differs = manifest_copy_difference(self.manifest_copy, manifest)
+        if differs:
+            raise ValueError(f"the manifest copy in the Zarr root attributes has another {differs}")
 
     def read(self, row_start: int, row_stop: int, n_features: int):
         indptr = read_range(self.indptr, row_start, row_stop + 1)

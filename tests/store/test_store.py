@@ -109,12 +109,13 @@ def test_flipped_byte_is_detected_and_named(digits, write_store, backend):
     assert problems and all("chunk" in p and path in p for p in problems)
 
 
-def test_manifest_checksum_mismatch_is_named(digits, write_store):
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_a_chunk_digest_that_mismatches_is_named(digits, write_store, backend):
     X, y, classes = digits
-    path = write_store(X, y, classes, chunk_rows=400)
-    edit_manifest(path, lambda m: m["chunks"][2].update(sha256="0" * 64))
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    edit_manifest(path, lambda m: m["chunks"][2].update(sha256="0" * 64))  # the manifest copy disagrees
     s = open_store(path)
-    with pytest.raises(StoreError, match="chunk 2 .*checksum"):
+    with pytest.raises(StoreError, match="manifest copy in .* has another chunks"):
         s.read_chunk(2)
     assert len(s.verify()) == 1
 
@@ -220,16 +221,13 @@ RESEALED = {
     },
     "lower n_features": {"zarr": r"X has shape \[1797, 64\]", "parquet": "another n_features"},
     "change chunk_rows": r"chunks\[0\] is id 0, row_start 0, row_stop 400; expected id 0, 0-500",
-    "drop a class": {"zarr": "holds class id 9, but manifest.json lists 9 classes", "parquet": "another classes"},
+    "drop a class": "manifest copy in .* has another classes",
     "wrong nnz": "nnz is 58737, but the chunks hold 58736",
     "missing task": "task is missing",
     "n_rows a string": "n_rows is '1797', expected an integer >= 0",
-    "chunk nnz moved": {
-        "zarr": r"chunk 0 \(rows 0-400\) holds 12921 non-zeros, manifest.json says chunks\[0\].nnz=12922",
-        "parquet": "the manifest copy in X.parquet has another chunks",
-    },
-    "swap two classes": {"parquet": "another classes"},  # zarr: the names are all there is to check
-    "rename a class": {"parquet": "another classes"},
+    "chunk nnz moved": "manifest copy in .* has another chunks",
+    "swap two classes": "manifest copy in .* has another classes",  # the copy kept with the data
+    "rename a class": "manifest copy in .* has another classes",
 }
 
 
@@ -239,14 +237,11 @@ def test_a_resealed_edit_is_named_by_open_or_verify(digits, write_store, backend
     X, y, classes = digits
     path = write_store(X, y, classes, chunk_rows=400, backend=backend)
     edit_manifest(path, EDITS[edit])
-    expected = RESEALED[edit] if isinstance(RESEALED[edit], str) else RESEALED[edit].get(backend)
+    expected = RESEALED[edit] if isinstance(RESEALED[edit], str) else RESEALED[edit][backend]
     try:
         problems = Store(path).verify()
     except StoreError as e:
         problems = [str(e)]
-    if expected is None:  # a relabelling the data cannot contradict
-        assert problems == []
-        return
     assert len(problems) >= 1 and all("re-ingest the store" in p and "\n" not in p for p in problems)
     assert re.search(expected, problems[0]), problems[0]
     with pytest.raises(StoreError):  # and a plain read refuses it too
