@@ -3,11 +3,12 @@
 `model/model.json` names the model kind, the classes, the task, the number of features, the
 featurizer (hashing config and transforms, so raw data can be scored the way it was trained),
 the solver and its parameters, the SHA-256 of `model/arrays.npz`, and `record_sha256`, the
-SHA-256 of model.json's own canonical form (format.json_digest). `load_model` checks both, then
-every field, then the arrays against the fields (numeric, finite, shaped for the classes and
-features: one empty row must score to 1 × n_classes and rank). Version 1 had no `record_sha256` and is
-refused (retrain). Kinds register themselves in MODEL_KINDS; `LinearModel` (scores = X Wᵀ + b)
-is the common one.
+SHA-256 of model.json's own canonical form (format.json_digest). arrays.npz repeats the classes
+(`model_classes`). `load_model` checks both digests, then every field, then the arrays against
+the fields: the same classes, numeric and finite values, shapes that fit the classes and
+features (one empty row must score to 1 × n_classes and rank). Version 1 had no
+`record_sha256` and is refused (retrain). Kinds register themselves in MODEL_KINDS;
+`LinearModel` (scores = X Wᵀ + b) is the common one.
 """
 
 from __future__ import annotations
@@ -126,6 +127,7 @@ class Model:
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
+        arrays["model_classes"] = self.classes_  # a copy covered by arrays_sha256: load_model compares
         # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
         # resume, and the same model must be the same bytes
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
@@ -280,6 +282,10 @@ def load_model(path: str) -> Model:
             arrays = {k: z[k] for k in z.files}
     except Exception as e:  # a zip or .npy error of any kind, object arrays included
         raise StreamfitError(f"{arrays_path}: unreadable ({e}); {RETRAIN}") from e
+    names = arrays.pop("model_classes", None)
+    if names is None or names.dtype.kind != "U" or names.tolist() != record["classes"]:
+        got = "none" if names is None else f"{names.tolist()!r:.80}"
+        raise StreamfitError(f"{arrays_path}: holds classes {got}, {meta_path} lists others; {RETRAIN}")
     for name, a in arrays.items():
         if a.dtype.kind not in "biuf":
             raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
