@@ -124,10 +124,10 @@ class Store(ChunkSource):
                 "Re-run 'streamfit ingest'"
             )
         try:
-            with open(manifest_path) as f:
-                raw = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise StoreError(f"{manifest_path}: unreadable manifest ({e})") from e
+            with open(manifest_path, "rb") as f:
+                raw = json.loads(f.read())
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
         self.manifest = m
         self.n_rows, self.n_features, self.classes = m.n_rows, m.n_features, list(m.classes)

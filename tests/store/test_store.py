@@ -120,6 +120,15 @@ def test_a_chunk_digest_that_mismatches_is_named(digits, write_store, backend):
     assert len(s.verify()) == 1
 
 
+@pytest.mark.parametrize("content", [b'{"format": "streamfit-store", "n_rows": 1', b"\xff\xfe{}", b"[]", b"null"])
+def test_an_unreadable_manifest_is_named(digits, write_store, content):
+    X, y, classes = digits
+    path = write_store(X, y, classes)
+    open(os.path.join(path, "manifest.json"), "wb").write(content)
+    with pytest.raises(StoreError, match=r"manifest.json: (unreadable manifest|not a streamfit store manifest)"):
+        Store(path)
+
+
 def test_unsupported_format_version(digits, write_store):
     X, y, classes = digits
     path = write_store(X, y, classes)
