@@ -334,7 +334,10 @@ def transpose(ctx, store, block_features):
 @_quiet_option
 @click.argument("store", type=click.Path())
 @click.option(
-    "--verify", is_flag=True, help="Re-read every chunk and CSC block and check its checksum; exit 1 naming damage."
+    "--verify",
+    is_flag=True,
+    help="Re-read every chunk and CSC block, check its checksum and that it agrees with the manifest; "
+    "exit 1 naming damage (a damaged manifest.json: exit 2 naming the field).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk (and CSC block).")

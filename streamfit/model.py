@@ -2,8 +2,13 @@
 
 `model/model.json` names the model kind, the classes, the task, the number of features, the
 featurizer (hashing config and transforms, so raw data can be scored the way it was trained),
-the solver and its parameters, and the SHA-256 of `model/arrays.npz`. Kinds register
-themselves in MODEL_KINDS; `LinearModel` (scores = X Wᵀ + b) is the common one.
+the solver and its parameters, the SHA-256 of `model/arrays.npz`, and `record_sha256`, the
+SHA-256 of model.json's own canonical form (format.json_digest). arrays.npz repeats the classes
+(`model_classes`). `load_model` checks both digests, then every field, then the arrays against
+the fields: the same classes, numeric and finite values, shapes that fit the classes and
+features (one empty row must score to 1 × n_classes and rank). Version 1 had no
+`record_sha256` and is refused (retrain). Kinds register themselves in MODEL_KINDS;
+`LinearModel` (scores = X Wᵀ + b) is the common one.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import StreamfitError, output_error
-from streamfit.store.format import publish_dir, write_bytes
+from streamfit.store.format import is_sha256, json_digest, publish_dir, write_bytes
 
-MODEL_FORMAT_VERSION = 1
+MODEL_FORMAT_VERSION = 2
+MODEL_DIGEST_KEY = "record_sha256"
+RETRAIN = "the model is damaged, retrain it (or restore it from a copy)"
 MODEL_KINDS: dict[str, type[Model]] = {}
 
 
@@ -120,6 +127,7 @@ class Model:
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
+        arrays["model_classes"] = self.classes_  # a copy covered by arrays_sha256: load_model compares
         # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
         # resume, and the same model must be the same bytes
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
@@ -139,11 +147,13 @@ class Model:
             "arrays_sha256": hashlib.sha256(data).hexdigest(),
             "streamfit_version": __version__,
         }
+        record = json.loads(json.dumps(record, default=str))  # as load_model will see it
+        record[MODEL_DIGEST_KEY] = json_digest(record, MODEL_DIGEST_KEY)
         try:
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
             write_bytes(os.path.join(tmp, "arrays.npz"), data)
-            write_bytes(os.path.join(tmp, "model.json"), json.dumps(record, indent=1, default=str).encode())
+            write_bytes(os.path.join(tmp, "model.json"), json.dumps(record, indent=1).encode())
             publish_dir(tmp, path)
         except OSError as e:  # disk full, read-only: no half-written model/ is left behind
             shutil.rmtree(tmp, ignore_errors=True)
@@ -167,6 +177,10 @@ class LinearModel(Model):
         self.intercept_ = np.zeros(k) if intercept is None else np.asarray(intercept, dtype=np.float64)
         if self.coef_.shape != (k, self.n_features):
             raise ValueError(f"coef_ has shape {self.coef_.shape}, expected {(k, self.n_features)}")
+        if self.intercept_.shape != (k,):
+            raise ValueError(f"intercept_ has shape {self.intercept_.shape}, expected {(k,)}")
+        if sp.issparse(self.coef_):
+            self.coef_.check_format(full_check=True)  # indptr and column indices in range
 
     def _scores(self, X):
         S = X @ self.coef_.T
@@ -197,29 +211,109 @@ class LinearModel(Model):
         return cls(coef, arrays["intercept"], **common)
 
 
+_RECORD_RULES = {  # model.json field: (check, what it must be)
+    "format": (lambda v: v == "streamfit-model", "'streamfit-model'"),
+    "format_version": (lambda v: v == MODEL_FORMAT_VERSION, str(MODEL_FORMAT_VERSION)),
+    "kind": (lambda v: isinstance(v, str), "a string"),
+    "classes": (
+        lambda v: isinstance(v, list) and v and all(isinstance(c, str) for c in v) and len(set(v)) == len(v),
+        "a non-empty list of distinct strings",
+    ),
+    "n_features": (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
+    "multilabel": (lambda v: isinstance(v, bool), "true or false"),
+    "featurizer": (lambda v: isinstance(v, dict), "an object"),
+    "solver": (lambda v: isinstance(v, str), "a string"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "info": (lambda v: isinstance(v, dict), "an object"),
+    "extra": (lambda v: isinstance(v, dict), "an object"),
+    "arrays_sha256": (is_sha256, "a SHA-256 digest"),
+    "streamfit_version": (lambda v: isinstance(v, str), "a string"),
+    MODEL_DIGEST_KEY: (is_sha256, "a SHA-256 digest"),
+}
+
+
+def _read_record(meta_path: str) -> dict:
+    """model.json, checked in order: JSON object, format and version, record_sha256, every field."""
+    try:
+        with open(meta_path, "rb") as f:
+            record = json.loads(f.read())
+    except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise StreamfitError(f"{meta_path}: unreadable ({e}); {RETRAIN}") from e
+    if not isinstance(record, dict) or record.get("format") != "streamfit-model":
+        raise StreamfitError(f"{meta_path}: not a streamfit model description; {RETRAIN}")
+    if record.get("format_version") != MODEL_FORMAT_VERSION:
+        raise StreamfitError(
+            f"{meta_path}: model format version {record.get('format_version')!r}, this streamfit reads "
+            f"{MODEL_FORMAT_VERSION}; retrain the model with this version"
+        )
+    if not is_sha256(record.get(MODEL_DIGEST_KEY)) or record[MODEL_DIGEST_KEY] != json_digest(record, MODEL_DIGEST_KEY):
+        raise StreamfitError(
+            f"{meta_path}: fails its checksum ({MODEL_DIGEST_KEY}); it was edited or damaged; {RETRAIN}"
+        )
+    for key in record:
+        if key not in _RECORD_RULES:
+            raise StreamfitError(f"{meta_path}: {key} is not a model.json field; {RETRAIN}")
+    for key, (ok, what) in _RECORD_RULES.items():
+        if key not in record or not ok(record[key]):
+            got = f"is {record[key]!r:.80}" if key in record else "is missing"
+            raise StreamfitError(f"{meta_path}: {key} {got}, expected {what}; {RETRAIN}")
+    return record
+
+
 def load_model(path: str) -> Model:
-    """Load a model directory (a run directory's `model/`, or the run directory itself)."""
+    """Load a model directory (a run directory's `model/`, or the run directory itself), every
+    field and array checked (see the module docstring); StreamfitError naming the file and field."""
     if os.path.isdir(os.path.join(path, "model")) and not os.path.exists(os.path.join(path, "model.json")):
         path = os.path.join(path, "model")
     meta_path = os.path.join(path, "model.json")
     if not os.path.exists(meta_path):
         raise StreamfitError(f"{path}: no model.json here; point at a run directory or its model/ folder")
-    with open(meta_path) as f:
-        record = json.load(f)
-    if record.get("format") != "streamfit-model" or record.get("format_version") != MODEL_FORMAT_VERSION:
-        raise StreamfitError(f"{meta_path}: not a model of format version {MODEL_FORMAT_VERSION}")
-    with open(os.path.join(path, "arrays.npz"), "rb") as f:
-        data = f.read()
+    record = _read_record(meta_path)
+    arrays_path = os.path.join(path, "arrays.npz")
+    try:
+        with open(arrays_path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise StreamfitError(f"{arrays_path}: unreadable ({e.strerror or e}); {RETRAIN}") from e
     if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:
-        raise StreamfitError(f"{path}/arrays.npz: fails its checksum; the model is damaged")
-    with np.load(io.BytesIO(data), allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
+        raise StreamfitError(f"{arrays_path}: fails its checksum; {RETRAIN}")
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except Exception as e:  # a zip or .npy error of any kind, object arrays included
+        raise StreamfitError(f"{arrays_path}: unreadable ({e}); {RETRAIN}") from e
+    names = arrays.pop("model_classes", None)
+    if names is None or names.dtype.kind != "U" or names.tolist() != record["classes"]:
+        got = "none" if names is None else f"{names.tolist()!r:.80}"
+        raise StreamfitError(f"{arrays_path}: holds classes {got}, {meta_path} lists others; {RETRAIN}")
+    for name, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     kind = record["kind"]
     if kind not in MODEL_KINDS:
         import streamfit.solvers  # noqa: F401 - solver modules register their model kinds
 
     if kind not in MODEL_KINDS:
-        raise StreamfitError(f"{meta_path}: unknown model kind {kind!r}")
+        raise StreamfitError(
+            f"{meta_path}: unknown model kind {kind!r} (known: {', '.join(sorted(MODEL_KINDS))}); {RETRAIN}"
+        )
     common = {k: record[k] for k in ("classes", "n_features", "multilabel", "featurizer", "solver", "params", "info")}
     common["idf"] = arrays.pop("featurizer_idf", None)
-    return MODEL_KINDS[kind]._from_saved(common, arrays, record.get("extra", {}))
+    if common["idf"] is not None and common["idf"].shape != (record["n_features"],):
+        raise StreamfitError(
+            f"{arrays_path}: featurizer_idf has shape {common['idf'].shape}, expected ({record['n_features']},); {RETRAIN}"
+        )
+    try:
+        model = MODEL_KINDS[kind]._from_saved(common, arrays, record["extra"])
+        probe = sp.csr_matrix((1, model.n_features))
+        scores = model.decision_function(probe)
+        model.predict_topk(probe, 1)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise StreamfitError(f"{arrays_path}: does not match {meta_path} ({type(e).__name__}: {e}); {RETRAIN}") from e
+    if np.shape(scores) != (1, len(model.classes_)):
+        raise StreamfitError(
+            f"{arrays_path}: scores {np.shape(scores)[1:]} classes, {meta_path} lists {len(model.classes_)}; {RETRAIN}"
+        )
+    return model

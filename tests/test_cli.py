@@ -493,3 +493,136 @@ def test_the_options_of_ingest_train_and_run_are_their_declarations():
     assert "stagewise: lam, tol, max_iter, random_state, link, calibration" in " ".join(
         run("train", "--help").output.split()
     )
+
+
+def _one_line_error(result, *fragments):
+    """The command failed with exit status 2 and one `error:` line holding every fragment."""
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert lines[-1].startswith("error: ") and all(f in lines[-1] for f in fragments), result.output
+    assert sum(line.startswith("error") for line in lines) == 1, result.output
+
+
+def _edit_json(file, edit, digest_key=None):
+    """Apply `edit` to a JSON file; with digest_key, update that digest over the rest."""
+    from streamfit.store.format import json_digest
+
+    record = json.loads(file.read_text())
+    edit(record)
+    if digest_key:
+        record[digest_key] = json_digest(record, digest_key)
+    file.write_text(json.dumps(record))
+
+
+def _swap_first_classes(record):
+    record["classes"][:2] = record["classes"][1::-1]
+
+
+def test_an_edited_manifest_is_one_error_line_from_every_command(stores, tmp_path):
+    edited = tmp_path / "edited.zarr"
+    shutil.copytree(stores / "train.zarr", edited)
+    _edit_json(edited / "manifest.json", _swap_first_classes)
+    for args in (["inspect", edited], ["inspect", edited, "--verify"], ["train", edited, "--out", tmp_path / "r"]):
+        _one_line_error(run(*args, ok=False), "manifest.json: fails its checksum (manifest_sha256)", "re-ingest")
+
+    def drop_last_chunk(m):
+        last = m["chunks"].pop()
+        m["n_rows"], m["nnz"] = last["row_start"], m["nnz"] - last["nnz"]
+
+    short = tmp_path / "short.zarr"
+    shutil.copytree(stores / "train.zarr", short)
+    _edit_json(short / "manifest.json", drop_last_chunk, "manifest_sha256")  # digest updated: the data disagrees
+    result = run("inspect", short, "--verify", ok=False)
+    assert result.exit_code == 1 and "damaged: " in result.output and "X/indptr holds (1348,)" in result.output
+    result = run("train", short, "--solver", "bcd", "--n-workers", "0", "--out", tmp_path / "r2", ok=False)
+    _one_line_error(result, "X/indptr holds (1348,) × int64, expected 1201 × int64", "re-ingest the store")
+
+
+@pytest.mark.parametrize(
+    "damage, fragment",
+    [
+        (lambda d: (d / "model.json").write_text((d / "model.json").read_text()[:80]), "model.json: unreadable"),
+        (lambda d: _edit_json(d / "model.json", _swap_first_classes), "model.json: fails its checksum"),
+        (lambda d: _edit_json(d / "model.json", lambda r: r.update(kind="tree"), "record_sha256"), "kind 'tree'"),
+        (lambda d: _edit_json(d / "model.json", lambda r: r.update(n_features=65), "record_sha256"), "does not match"),
+    ],
+)
+def test_a_damaged_model_is_one_error_line_from_predict_and_evaluate(stores, tmp_path, damage, fragment):
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "bcd",
+        "-p",
+        "max_iter=3",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "r",
+    )
+    damage(tmp_path / "r" / "model")
+    _one_line_error(run("predict", tmp_path / "r", stores / "test.zarr", "-o", tmp_path / "p.csv", ok=False), fragment)
+    _one_line_error(run("evaluate", tmp_path / "r", stores / "test.zarr", ok=False), fragment, "retrain")
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_nan_weights_with_updated_checksums_are_one_error_line(stores, tmp_path):
+    import hashlib
+    import io
+
+    run(
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "bcd",
+        "-p",
+        "max_iter=3",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "r",
+    )
+    model_dir = tmp_path / "r" / "model"
+    with np.load(model_dir / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    name = next(k for k in arrays if k.startswith("coef"))
+    arrays[name] = arrays[name].astype(np.float64)
+    arrays[name].flat[0] = np.nan
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (model_dir / "arrays.npz").write_bytes(buf.getvalue())
+    digest = hashlib.sha256(buf.getvalue()).hexdigest()
+    _edit_json(model_dir / "model.json", lambda r: r.update(arrays_sha256=digest), "record_sha256")
+    result = run("predict", tmp_path / "r", stores / "test.zarr", "-o", tmp_path / "p.csv", ok=False)
+    _one_line_error(result, f"arrays.npz: array '{name}' holds NaN or infinite values", "retrain")
+
+
+def test_a_checkpoint_edited_between_a_stop_and_resume_is_refused(stores, tmp_path):
+    args = [
+        "train",
+        stores / "train.zarr",
+        "--solver",
+        "stagewise",
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=16",
+    ]
+    args += ["--n-workers", "0", "--out", tmp_path / "r", "--time-limit", "0.001s"]
+    assert run(*args, ok=False).exit_code == 3  # stopped after its first checkpoint, as a kill would leave it
+    step_dir = max((tmp_path / "r" / "checkpoints").glob("step-*"))
+    meta = step_dir / "meta.json"
+    original = meta.read_text()
+    values = json.loads(original)["meta"]["values"]
+    key = next(k for k, v in values.items() if type(v) is int)
+
+    def bump(record):
+        record["meta"]["values"][key] += 1
+
+    _edit_json(meta, bump)  # as the issue's campaign did: the digest no longer matches
+    _one_line_error(run(*args, "--resume", ok=False), "meta.json: fails its checksum", "--overwrite")
+    meta.write_text(original)
+    _edit_json(meta, lambda r: r["meta"]["values"].update({key: "many"}), "record_sha256")  # digest updated too
+    _one_line_error(run(*args, "--resume", ok=False), "'many'", "damaged")
+    meta.write_text(original)
+    assert run(*args, "--resume", ok=False).exit_code in (0, 3)  # the untouched checkpoint resumes

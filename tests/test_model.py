@@ -1,10 +1,17 @@
+import hashlib
+import io
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import StreamfitError
 from streamfit.model import LinearModel, load_model
 from streamfit.store import InMemoryStore
+from streamfit.store.format import json_digest
 
 
 def _model(sparse, multilabel=False):
@@ -77,3 +84,142 @@ def test_check_store_names_what_differs(n_features, classes, problem):
     with pytest.raises(StreamfitError, match=f"test.zarr: {problem}; ingest it with --like TRAIN_STORE"):
         m.check_store(store)
     m.check_store(InMemoryStore(sp.csr_matrix((2, 30)), np.zeros(2, dtype=np.int64), list("abcd")))
+
+
+def edit_record(model_dir, edit, reseal=True):
+    """Apply `edit` to model.json (as a dict); reseal: update record_sha256 to match."""
+    file = model_dir / "model.json"
+    record = json.loads(file.read_text())
+    edit(record)
+    if reseal:
+        record["record_sha256"] = json_digest(record, "record_sha256")
+    file.write_text(json.dumps(record))
+
+
+def replace_arrays(model_dir, edit):
+    """Apply `edit` to the arrays of arrays.npz and update arrays_sha256 and record_sha256."""
+    with np.load(model_dir / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    edit(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (model_dir / "arrays.npz").write_bytes(buf.getvalue())
+    edit_record(model_dir, lambda r: r.update(arrays_sha256=hashlib.sha256(buf.getvalue()).hexdigest()))
+
+
+def _swap_classes(r):
+    r["classes"][0], r["classes"][1] = r["classes"][1], r["classes"][0]
+
+
+MODEL_EDITS = {
+    "swap two classes": _swap_classes,
+    "rename a class": lambda r: r["classes"].__setitem__(2, "z"),
+    "raise n_features": lambda r: r.update(n_features=31),
+    "change the kind": lambda r: r.update(kind="ppdsparse"),
+    "drop arrays_sha256": lambda r: r.pop("arrays_sha256"),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(MODEL_EDITS))
+def test_an_edited_model_json_fails_its_digest(tmp_path, edit):
+    _model(False)[0].save(str(tmp_path / "model"))
+    edit_record(tmp_path / "model", MODEL_EDITS[edit], reseal=False)
+    with pytest.raises(StreamfitError, match=r"model.json: fails its checksum \(record_sha256\).*retrain it"):
+        load_model(str(tmp_path / "model"))
+
+
+@pytest.mark.parametrize(
+    "sparse, edit, problem",
+    [
+        (False, lambda r: r.update(n_features=31), r"coef_ has shape \(4, 30\), expected \(4, 31\)"),
+        (
+            False,
+            lambda r: r["classes"].pop(),
+            r"arrays.npz: holds classes \['a', 'b', 'c', 'd'\], .*model.json lists others",
+        ),
+        (False, _swap_classes, "arrays.npz: holds classes .*model.json lists others"),
+        (True, lambda r: r.update(n_features=20), r"arrays.npz: does not match .*model.json \(ValueError: "),
+        (False, lambda r: r.update(kind="stagewise"), "does not match"),
+        (False, lambda r: r.update(kind="forest"), "unknown model kind 'forest'"),
+        (False, lambda r: r.update(kind="ppdsparse"), r"does not match .*AttributeError"),  # dense coef_
+        (False, lambda r: r.pop("arrays_sha256"), "arrays_sha256 is missing"),
+        (False, lambda r: r.update(classes=["a", "a", "b", "c"]), "classes is .*expected a non-empty list of distinct"),
+        (False, lambda r: r.update(multilabel="no"), "multilabel is 'no', expected true or false"),
+        (False, lambda r: r.update(format_version=1), "model format version 1, this streamfit reads 2; retrain"),
+    ],
+)
+def test_a_resealed_model_json_that_contradicts_its_arrays_is_named(tmp_path, sparse, edit, problem):
+    _model(sparse)[0].save(str(tmp_path / "model"))
+    edit_record(tmp_path / "model", edit)
+    with pytest.raises(StreamfitError, match=problem) as e:
+        load_model(str(tmp_path / "model"))
+    assert "model.json" in str(e.value) or "arrays.npz" in str(e.value)
+
+
+def test_a_truncated_model_json_is_named(tmp_path):
+    _model(False)[0].save(str(tmp_path / "model"))
+    file = tmp_path / "model" / "model.json"
+    file.write_bytes(file.read_bytes()[:100])
+    with pytest.raises(StreamfitError, match=r"model.json: unreadable \(.*\); the model is damaged, retrain it"):
+        load_model(str(tmp_path / "model"))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("name", ["coef", "intercept"])
+def test_non_finite_weights_are_refused_even_with_updated_checksums(tmp_path, bad, name):
+    _model(False)[0].save(str(tmp_path / "model"))
+    replace_arrays(tmp_path / "model", lambda a: a[name].flat.__setitem__(1, bad))
+    with pytest.raises(StreamfitError, match=f"arrays.npz: array '{name}' holds NaN or infinite values"):
+        load_model(str(tmp_path / "model"))
+
+
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (lambda a: a.update(intercept=a["intercept"][:3]), r"intercept_ has shape \(3,\), expected \(4,\)"),
+        (lambda a: a.update(coef=a["coef"].astype(object)), "unreadable"),  # allow_pickle=False refuses it
+        (lambda a: a.pop("intercept"), "KeyError"),
+        (lambda a: a.update(featurizer_idf=np.ones(7)), r"featurizer_idf has shape \(7,\), expected \(30,\)"),
+        (
+            lambda a: a.update(model_classes=np.array(list("bacd"))),
+            "arrays.npz: holds classes .*'b', 'a'.*model.json lists others",
+        ),
+        (lambda a: a.pop("model_classes"), "arrays.npz: holds classes none"),
+    ],
+)
+def test_arrays_that_do_not_match_model_json_are_named(tmp_path, edit, problem):
+    _model(False)[0].save(str(tmp_path / "model"))
+    replace_arrays(tmp_path / "model", edit)
+    with pytest.raises(StreamfitError, match=problem):
+        load_model(str(tmp_path / "model"))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sparse=st.booleans(),
+    key=st.sampled_from(["kind", "classes", "n_features", "multilabel", "featurizer", "extra", "params", "info"]),
+    value=st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-2, 40),
+        st.floats(),
+        st.text(max_size=4),
+        st.lists(st.text(max_size=2), max_size=5),
+        st.dictionaries(st.sampled_from(["sparse", "hashing", "x"]), st.booleans(), max_size=2),
+    ),
+)
+def test_no_model_json_edit_gives_a_traceback_or_other_scores(tmp_path_factory, sparse, key, value):
+    """Any field of a resealed model.json replaced by a value of any JSON type: load_model
+    refuses it with a StreamfitError, or the model scores exactly as the saved one."""
+    d = tmp_path_factory.mktemp("m") / "model"
+    m, _ = _model(sparse)
+    m.save(str(d))
+    edit_record(d, lambda r: r.update({key: value}))
+    X = sp.random(5, 30, density=0.3, format="csr", random_state=4)
+    try:
+        loaded = load_model(str(d))
+    except StreamfitError as e:
+        assert "\n" not in str(e)
+        return
+    assert loaded.n_features == 30 and loaded.classes_.tolist() == list("abcd")
+    assert np.array_equal(loaded.decision_function(X), m.decision_function(X))

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamfit.cli import main
+from streamfit.store.format import json_digest
 
 DOCS = [
     ("the cat sat on the mat", "animals"),
@@ -74,6 +75,7 @@ def test_a_model_saved_without_source_options_reads_the_default_fields(runs, tmp
     shutil.copytree(runs / "jsonl", old)
     record = json.loads((old / "model" / "model.json").read_text())
     del record["featurizer"]["input"], record["featurizer"]["source_options"]
+    record["record_sha256"] = json_digest(record, "record_sha256")
     (old / "model" / "model.json").write_text(json.dumps(record))
     raw = tmp_path / "new.jsonl"
     raw.write_text('{"text": "a cat"}\n')
@@ -97,6 +99,7 @@ def test_text_input_to_an_unhashed_model_saved_before_the_input_kind_is_refused(
     )
     record = json.loads((tmp_path / "r" / "model" / "model.json").read_text())
     del record["featurizer"]["input"]
+    record["record_sha256"] = json_digest(record, "record_sha256")
     (tmp_path / "r" / "model" / "model.json").write_text(json.dumps(record))
     (tmp_path / "new.jsonl").write_text('{"text": "a cat"}\n')
     result = run("predict", tmp_path / "r", tmp_path / "new.jsonl", "-o", tmp_path / "p.csv", ok=False)

@@ -1,4 +1,4 @@
-"""The on-disk store format, version 1: a directory holding `manifest.json` and the data.
+"""The on-disk store format, version 2: a directory holding `manifest.json` and the data.
 
 A store is a sparse matrix X (n_rows × n_features, CSR, float32 values, int32 column
 indices, int64 row pointers) with one label set per row, cut into row chunks of
@@ -17,7 +17,10 @@ Backends:
 
 `manifest.json` is written last, by an atomic rename of the whole store directory: a
 directory without it is not a store. Each chunk records the SHA-256 of its canonical bytes
-(`chunk_digest`), identical for both backends.
+(`chunk_digest`), identical for both backends. The manifest records the SHA-256 of its own
+canonical form (`manifest_sha256`, see `json_digest`); readers check it, then every field
+(`Manifest.from_dict`), before trusting any of them. Version 1 had no such digest and is
+refused (re-ingest).
 
 Optional column copy (both backends, see csc.py): Zarr v3 group `csc/` holding X cut into
 feature blocks of `block_features` columns, block b = X[:, b·bf : min((b+1)·bf, n_features)]
@@ -42,9 +45,31 @@ import scipy.sparse as sp
 from streamfit.errors import StoreError, output_error
 
 FORMAT_NAME = "streamfit-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 DEFAULT_CHUNK_ROWS = 16384
+BACKENDS = ("zarr", "parquet")
+TASKS = ("multiclass", "multilabel")
+MAX_FEATURES = 2**31  # column indices are int32
+DIGEST_KEY = "manifest_sha256"
+REINGEST = "re-ingest the store"
+
+
+def json_digest(record: dict, digest_key: str) -> str:
+    """SHA-256 of a JSON record's canonical form: sorted-key compact JSON of every key but
+    `digest_key` (the key the digest itself is stored under)."""
+    body = {k: v for k, v in record.items() if k != digest_key}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def is_sha256(value) -> bool:
+    """Whether `value` is a SHA-256 hex digest (64 lower-case hex digits)."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def is_count(value) -> bool:
+    """Whether `value` is a JSON integer >= 0 (not a bool, not a float)."""
+    return type(value) is int and value >= 0
 
 
 @dataclass
@@ -76,23 +101,33 @@ class Manifest:
     streamfit_version: str = ""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
+        """The manifest as JSON, with `manifest_sha256` over the rest (see json_digest)."""
+        record = asdict(self)
+        record[DIGEST_KEY] = json_digest(record, DIGEST_KEY)
+        return json.dumps(record, indent=1)
 
     @classmethod
-    def from_dict(cls, d: dict, where: str) -> Manifest:
-        if d.get("format") != FORMAT_NAME:
-            raise StoreError(f"{where}: not a streamfit store manifest (format={d.get('format')!r})")
+    def from_dict(cls, d, where: str) -> Manifest:
+        """The manifest read from `where`, after checking, in order: format and version, its
+        digest, then every field for type and range and every cross-field rule (chunk i holds
+        rows [i·chunk_rows, min((i+1)·chunk_rows, n_rows)), nnz is the sum of the chunks',
+        the CSC blocks tile [0, n_features)). StoreError naming the field otherwise."""
+        if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise StoreError(f"{where}: not a streamfit store manifest (format={got!r})")
         if d.get("format_version") != FORMAT_VERSION:
             raise StoreError(
                 f"{where}: store format version {d.get('format_version')} is not supported by this "
                 f"streamfit (reads version {FORMAT_VERSION}); re-ingest the data with this version"
             )
-        try:
-            d = dict(d)
-            d["chunks"] = [ChunkInfo(**c) for c in d["chunks"]]
-            return cls(**d)
-        except (KeyError, TypeError) as e:
-            raise StoreError(f"{where}: malformed manifest ({e})") from e
+        if not is_sha256(d.get(DIGEST_KEY)):
+            raise StoreError(f"{where}: has no {DIGEST_KEY}; the manifest is damaged, {REINGEST}")
+        if d[DIGEST_KEY] != json_digest(d, DIGEST_KEY):
+            raise StoreError(f"{where}: fails its checksum ({DIGEST_KEY}); it was edited or damaged, {REINGEST}")
+        body = {k: v for k, v in d.items() if k != DIGEST_KEY}
+        _check_fields(body, where)
+        body["chunks"] = [ChunkInfo(**c) for c in body["chunks"]]
+        return cls(**body)
 
     @property
     def fingerprint(self) -> str:
@@ -101,6 +136,106 @@ class Manifest:
         for c in self.chunks:
             h.update(c.sha256.encode())
         return h.hexdigest()
+
+
+_FIELD_RULES = {  # field: (check, what it must be)
+    "backend": (lambda v: v in BACKENDS, f"one of {', '.join(BACKENDS)}"),
+    "n_rows": (is_count, "an integer >= 0"),
+    "n_features": (lambda v: is_count(v) and v <= MAX_FEATURES, f"an integer in [0, {MAX_FEATURES}]"),
+    "nnz": (is_count, "an integer >= 0"),
+    "task": (lambda v: v in TASKS, f"one of {', '.join(TASKS)}"),
+    "classes": (
+        lambda v: isinstance(v, list) and all(isinstance(c, str) for c in v) and len(set(v)) == len(v),
+        "a list of distinct strings",
+    ),
+    "chunk_rows": (lambda v: is_count(v) and v >= 1, "an integer >= 1"),
+    "chunks": (lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v), "a list of objects"),
+    "hashing": (lambda v: v is None or isinstance(v, dict), "null or an object"),
+    "transform": (lambda v: isinstance(v, dict), "an object"),
+    "source": (lambda v: isinstance(v, dict), "an object"),
+    "counts": (lambda v: isinstance(v, dict), "an object"),
+    "csc": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("blocks"), list)), "null or an object"),
+    "format": (lambda v: v == FORMAT_NAME, repr(FORMAT_NAME)),
+    "format_version": (lambda v: v == FORMAT_VERSION, str(FORMAT_VERSION)),
+    "streamfit_version": (lambda v: isinstance(v, str), "a string"),
+}
+_CHUNK_KEYS = ("id", "row_start", "row_stop", "nnz", "sha256")
+_BLOCK_KEYS = ("id", "col_start", "col_stop", "nnz", "sha256")
+
+
+def _check_fields(d: dict, where: str) -> None:
+    """StoreError naming the first field of manifest `d` that is missing, unknown, of the wrong
+    type or out of range, or that contradicts another field (see Manifest.from_dict)."""
+
+    def damaged(field: str, problem: str) -> StoreError:
+        return StoreError(f"{where}: {field} {problem}; {REINGEST}")
+
+    for key in d:
+        if key not in _FIELD_RULES:
+            raise damaged(key, "is not a manifest field")
+    for key, (ok, what) in _FIELD_RULES.items():
+        if key not in d:
+            raise damaged(key, "is missing")
+        if not ok(d[key]):
+            raise damaged(key, f"is {d[key]!r:.80}, expected {what}")
+    n_rows, chunk_rows, n_features = d["n_rows"], d["chunk_rows"], d["n_features"]
+    _check_tiling(d["chunks"], "chunks", _CHUNK_KEYS, ("row_start", "row_stop"), chunk_rows, n_rows, damaged)
+    if sum(c["nnz"] for c in d["chunks"]) != d["nnz"]:
+        raise damaged("nnz", f"is {d['nnz']}, but the chunks hold {sum(c['nnz'] for c in d['chunks'])}")
+    if d["transform"].get("idf") and not is_sha256(d["transform"].get("idf_sha256")):
+        raise damaged("transform.idf_sha256", "is missing or not a SHA-256 digest")
+    if d["hashing"] is not None:
+        from streamfit.ingest.hashing import HashingConfig  # the ingest package imports this module
+
+        try:
+            hashing = HashingConfig.from_dict(d["hashing"])
+        except (TypeError, ValueError) as e:
+            raise damaged("hashing", f"is not a hashing configuration ({e})") from e
+        if hashing.n_features != n_features:
+            raise damaged("n_features", f"is {n_features}, but hashing.n_features is {hashing.n_features}")
+    if d["csc"] is not None:
+        bf = d["csc"].get("block_features")
+        if not (is_count(bf) and bf >= 1):
+            raise damaged("csc.block_features", f"is {bf!r}, expected an integer >= 1")
+        blocks = d["csc"]["blocks"]
+        _check_tiling(blocks, "csc.blocks", _BLOCK_KEYS, ("col_start", "col_stop"), bf, n_features, damaged)
+        if sum(b["nnz"] for b in blocks) != d["nnz"]:
+            raise damaged("csc.blocks", f"hold {sum(b['nnz'] for b in blocks)} non-zeros, but nnz is {d['nnz']}")
+
+
+def manifest_copy_difference(copy: dict, manifest: Manifest) -> str | None:
+    """The first field (other than `csc`, added later by transpose, and the digest) in which the
+    manifest copy kept with the data (Zarr root attribute or Parquet key-value metadata
+    `streamfit.manifest`) differs from `manifest`, or None when they agree."""
+    ours = json.loads(manifest.to_json())
+    for key in ours:
+        if key not in ("csc", DIGEST_KEY) and copy.get(key) != ours[key]:
+            return key
+    return None
+
+
+def _check_tiling(entries: list, name: str, keys: tuple, bounds: tuple[str, str], step: int, total: int, damaged):
+    """Entries i = 0, 1, … with exactly `keys`, covering [i·step, min((i+1)·step, total)) each
+    (contiguous, in order, no gap, no duplicate), all of [0, total) together."""
+    expected = -(-total // step)
+    for i, entry in enumerate(entries):
+        if set(entry) != set(keys):
+            raise damaged(f"{name}[{i}]", f"has keys {sorted(entry)}, expected {list(keys)}")
+        bad = [k for k in keys[:4] if not is_count(entry[k])]
+        if bad:
+            raise damaged(f"{name}[{i}].{bad[0]}", f"is {entry[bad[0]]!r}, expected an integer >= 0")
+        if not is_sha256(entry["sha256"]):
+            raise damaged(f"{name}[{i}].sha256", "is not a SHA-256 digest")
+        lo, hi = i * step, min((i + 1) * step, total)
+        got = (entry["id"], entry[bounds[0]], entry[bounds[1]])
+        if got != (i, lo, hi):
+            raise damaged(
+                f"{name}[{i}]",
+                f"is id {got[0]}, {bounds[0]} {got[1]}, {bounds[1]} {got[2]}; expected id {i}, {lo}-{hi} "
+                f"(entries in order, of {step} each, covering 0-{total})",
+            )
+    if len(entries) != expected:
+        raise damaged(name, f"has {len(entries)} entries, {expected} expected to cover 0-{total} in steps of {step}")
 
 
 def chunk_digest(X: sp.csr_matrix, labels) -> str:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+
+from streamfit.store.format import manifest_copy_difference
 
 DATA_FILE = "X.parquet"
 
@@ -59,6 +63,34 @@ class ParquetReader:
         self.file = pq.ParquetFile(f"{root}/{DATA_FILE}")
         self.multilabel = multilabel
         self.n_classes = n_classes
+
+    def check(self, manifest) -> None:
+        """ValueError unless the file has the writer's schema, one row group per manifest chunk
+        of that chunk's rows, and a manifest copy equal to `manifest` (a Manifest) in every
+        field but `csc` (added later by transpose) and the digest."""
+        label_type = pa.list_(pa.int32()) if self.multilabel else pa.int32()
+        expected = [("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float32()))]
+        expected.append(("labels" if self.multilabel else "label", label_type))
+        schema = self.file.schema_arrow
+        got = [(f.name, f.type) for f in schema]
+        if got != expected:
+            raise ValueError(f"{DATA_FILE} has columns {got}, expected {expected}")
+        meta = self.file.metadata
+        if meta.num_row_groups != len(manifest.chunks):
+            raise ValueError(
+                f"{DATA_FILE} has {meta.num_row_groups} row groups, the manifest {len(manifest.chunks)} chunks"
+            )
+        for i, chunk in enumerate(manifest.chunks):
+            rows = meta.row_group(i).num_rows
+            if rows != chunk.row_stop - chunk.row_start:
+                raise ValueError(
+                    f"{DATA_FILE} row group {i} holds {rows} rows, chunks[{i}] {chunk.row_stop - chunk.row_start}"
+                )
+        differs = manifest_copy_difference(
+            json.loads((meta.metadata or {}).get(b"streamfit.manifest", b"{}")), manifest
+        )
+        if differs:
+            raise ValueError(f"the manifest copy in {DATA_FILE} has another {differs}")
 
     def read_group(self, group: int, n_rows: int, n_features: int):
         table = self.file.read_row_group(group)

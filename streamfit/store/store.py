@@ -17,8 +17,10 @@ import scipy.sparse as sp
 from streamfit.errors import StoreError, output_error
 from streamfit.store.csc import CscReader
 from streamfit.store.format import (
+    BACKENDS,
     DEFAULT_CHUNK_ROWS,
     MANIFEST,
+    REINGEST,
     ChunkInfo,
     Manifest,
     chunk_digest,
@@ -29,7 +31,6 @@ from streamfit.store.format import (
 from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
 
-BACKENDS = ("zarr", "parquet")
 CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
 
 
@@ -123,10 +124,10 @@ class Store(ChunkSource):
                 "Re-run 'streamfit ingest'"
             )
         try:
-            with open(manifest_path) as f:
-                raw = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise StoreError(f"{manifest_path}: unreadable manifest ({e})") from e
+            with open(manifest_path, "rb") as f:
+                raw = json.loads(f.read())
+        except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
         self.manifest = m
         self.n_rows, self.n_features, self.classes = m.n_rows, m.n_features, list(m.classes)
@@ -149,7 +150,13 @@ class Store(ChunkSource):
             data = f.read()
         if hashlib.sha256(data).hexdigest() != self.manifest.transform.get("idf_sha256"):
             raise StoreError(f"{path}: fails its checksum; the store is damaged, re-ingest it")
-        return np.load(io.BytesIO(data), allow_pickle=False)
+        idf = np.load(io.BytesIO(data), allow_pickle=False)
+        if idf.shape != (self.n_features,) or idf.dtype.kind != "f" or not np.all(np.isfinite(idf)):
+            raise StoreError(
+                f"{path}: holds {idf.dtype} weights of shape {idf.shape}, expected {self.n_features} finite "
+                f"floats; {REINGEST}"
+            )
+        return idf
 
     def featurizer_dict(self) -> dict:
         """How raw records were turned into these rows (see streamfit.ingest.featurize), with
@@ -171,9 +178,14 @@ class Store(ChunkSource):
         if self._reader is None:
             cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
             try:
-                self._reader = cls(self.path, self.multilabel, self.n_classes)
+                reader = cls(self.path, self.multilabel, self.n_classes)
             except Exception as e:
                 raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
+            try:
+                reader.check(self.manifest)
+            except ValueError as e:
+                raise StoreError(f"{self.path}: {e}; {MANIFEST} does not match the data, {REINGEST}") from e
+            self._reader = reader
         return self._reader
 
     @property
@@ -217,7 +229,23 @@ class Store(ChunkSource):
                 f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) fails its checksum; "
                 "the store is damaged, re-ingest it"
             )
+        self._check_chunk(i, X, labels)
         return Chunk(i, info.row_start, X, labels)
+
+    def _check_chunk(self, i: int, X: sp.csr_matrix, labels) -> None:
+        """StoreError unless chunk i agrees with the manifest: its nnz, every column index in
+        [0, n_features), every class id in [0, n_classes)."""
+        info = self.manifest.chunks[i]
+        where = f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop})"
+        if X.nnz != info.nnz:
+            raise StoreError(f"{where} holds {X.nnz} non-zeros, {MANIFEST} says chunks[{i}].nnz={info.nnz}; {REINGEST}")
+        if X.nnz and (int(X.indices.min()) < 0 or int(X.indices.max()) >= self.n_features):
+            bad = int(X.indices.min()) if int(X.indices.min()) < 0 else int(X.indices.max())
+            raise StoreError(f"{where} holds column {bad}, out of range for n_features={self.n_features}; {REINGEST}")
+        ids = labels.indices if sp.issparse(labels) else labels
+        if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.n_classes):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            raise StoreError(f"{where} holds class id {bad}, but {MANIFEST} lists {self.n_classes} classes; {REINGEST}")
 
     @property
     def n_feature_blocks(self) -> int:
@@ -270,7 +298,12 @@ class Store(ChunkSource):
         return int(sum(popcount[bits[lo : lo + 2**24]].sum(dtype=np.int64) for lo in range(0, len(bits), 2**24)))
 
     def verify(self) -> list[str]:
-        """Re-read every chunk and every CSC block and check their checksums; returns the problems found."""
+        """Re-read every chunk and every CSC block and check their checksums and their agreement
+        with the manifest; returns the problems found."""
+        try:
+            self.reader  # noqa: B018 - opening checks the data's layout against the manifest
+        except StoreError as e:
+            return [str(e)]
         problems = []
         for i in range(self.n_chunks):
             try:
@@ -434,10 +467,7 @@ class StoreWriter:
             counts={**(counts or {}), "written": self.n_rows},
             streamfit_version=__version__,
         )
-        if self.backend == "zarr":
-            self._writing(lambda: self._backend.close(n_features))
-        else:
-            self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
+        self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
         self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
         self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
         assert self._lock is not None, "close() after close() or abort()"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import scipy.sparse as sp
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
+
+from streamfit.store.format import manifest_copy_difference
 
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
 COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
@@ -65,10 +69,11 @@ class ZarrWriter:
         else:
             self.y.append(np.asarray(labels, dtype=np.int32))
 
-    def close(self, n_features: int) -> None:
+    def close(self, n_features: int, manifest_json: str) -> None:
         self.group["X"].attrs.update(
             {"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": [self.n_rows, n_features]}
         )
+        self.group.attrs.update({"streamfit.manifest": json.loads(manifest_json)})
 
 
 class ZarrReader:
@@ -76,6 +81,9 @@ class ZarrReader:
 
     def __init__(self, root: str, multilabel: bool, n_classes: int):
         group = zarr.open_group(root, mode="r", zarr_format=3)
+        self.shape_attr = group["X"].attrs.get("shape")
+        copy = group.attrs.get("streamfit.manifest")
+        self.manifest_copy = copy if isinstance(copy, dict) else {}
         self.indptr = open_array(group, "X/indptr")
         self.indices = open_array(group, "X/indices")
         self.data = open_array(group, "X/data")
@@ -86,6 +94,27 @@ class ZarrReader:
             self.y_indices = open_array(group, "Y/indices")
         else:
             self.y = open_array(group, "y")
+
+    def check(self, manifest) -> None:
+        """ValueError naming the first array whose dtype or length, or the `X` shape attribute,
+        disagrees with `manifest` (a Manifest)."""
+        n, nnz = manifest.n_rows, manifest.nnz
+        expected = [("X/indptr", self.indptr, "int64", n + 1), ("X/indices", self.indices, "int32", nnz)]
+        expected.append(("X/data", self.data, "float32", nnz))
+        if self.multilabel:
+            expected += [("Y/indptr", self.y_indptr, "int64", n + 1), ("Y/indices", self.y_indices, "int32", None)]
+        else:
+            expected.append(("y", self.y, "int32", n))
+        for name, array, dtype, length in expected:
+            if array.dtype != np.dtype(dtype) or array.ndim != 1 or (length is not None and array.shape[0] != length):
+                want = f"{length} × {dtype}" if length is not None else dtype
+                raise ValueError(f"{name} holds {array.shape} × {array.dtype}, expected {want}")
+        shape = self.shape_attr
+        if shape != [n, manifest.n_features]:
+            raise ValueError(f"X has shape {shape}, but n_rows={n} and n_features={manifest.n_features}")
+        differs = manifest_copy_difference(self.manifest_copy, manifest)
+        if differs:
+            raise ValueError(f"the manifest copy in the Zarr root attributes has another {differs}")
 
     def read(self, row_start: int, row_stop: int, n_features: int):
         indptr = read_range(self.indptr, row_start, row_stop + 1)

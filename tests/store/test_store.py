@@ -1,13 +1,27 @@
 import json
 import os
+import re
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import StoreError
-from streamfit.store import InMemoryStore, StoreWriter, open_store
-from streamfit.store.format import chunk_digest
+from streamfit.store import InMemoryStore, Store, StoreWriter, open_store
+from streamfit.store.format import chunk_digest, json_digest
+
+
+def edit_manifest(path, edit, reseal=True):
+    """Apply `edit` to the store's manifest.json (as a dict); reseal: update manifest_sha256, as
+    someone who knows the format would (otherwise the digest alone refuses the edit)."""
+    file = os.path.join(path, "manifest.json")
+    m = json.load(open(file))
+    edit(m)
+    if reseal:
+        m["manifest_sha256"] = json_digest(m, "manifest_sha256")
+    json.dump(m, open(file, "w"))
 
 
 @pytest.mark.parametrize("backend", ["zarr", "parquet"])
@@ -95,16 +109,24 @@ def test_flipped_byte_is_detected_and_named(digits, write_store, backend):
     assert problems and all("chunk" in p and path in p for p in problems)
 
 
-def test_manifest_checksum_mismatch_is_named(digits, write_store):
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_a_chunk_digest_that_mismatches_is_named(digits, write_store, backend):
     X, y, classes = digits
-    path = write_store(X, y, classes, chunk_rows=400)
-    m = json.load(open(os.path.join(path, "manifest.json")))
-    m["chunks"][2]["sha256"] = "0" * 64
-    json.dump(m, open(os.path.join(path, "manifest.json"), "w"))
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    edit_manifest(path, lambda m: m["chunks"][2].update(sha256="0" * 64))  # the manifest copy disagrees
     s = open_store(path)
-    with pytest.raises(StoreError, match="chunk 2 .*checksum"):
+    with pytest.raises(StoreError, match="manifest copy in .* has another chunks"):
         s.read_chunk(2)
     assert len(s.verify()) == 1
+
+
+@pytest.mark.parametrize("content", [b'{"format": "streamfit-store", "n_rows": 1', b"\xff\xfe{}", b"[]", b"null"])
+def test_an_unreadable_manifest_is_named(digits, write_store, content):
+    X, y, classes = digits
+    path = write_store(X, y, classes)
+    open(os.path.join(path, "manifest.json"), "wb").write(content)
+    with pytest.raises(StoreError, match=r"manifest.json: (unreadable manifest|not a streamfit store manifest)"):
+        Store(path)
 
 
 def test_unsupported_format_version(digits, write_store):
@@ -154,3 +176,132 @@ def test_columns_used_counts_distinct_columns(write_store):
     X = sp.random(700, 5000, density=0.002, format="csr", random_state=rng, dtype=np.float32)
     path = write_store(X, rng.integers(0, 3, 700), ["a", "b", "c"], chunk_rows=128)
     assert open_store(path).columns_used() == np.unique(X.indices).size
+
+
+def _drop_last_chunk(m):
+    last = m["chunks"].pop()
+    m["n_rows"], m["nnz"] = last["row_start"], m["nnz"] - last["nnz"]
+
+
+def _swap_classes(m):
+    m["classes"][0], m["classes"][1] = m["classes"][1], m["classes"][0]
+
+
+# the edits of issue 22 class 2 and a few more; each makes results differ if it goes through
+EDITS = {
+    "swap two classes": _swap_classes,
+    "rename a class": lambda m: m["classes"].__setitem__(3, "three"),
+    "drop the last chunk (n_rows consistent)": _drop_last_chunk,
+    "duplicate a chunk entry": lambda m: m["chunks"].insert(2, dict(m["chunks"][2])),
+    "raise n_features": lambda m: m.update(n_features=128),
+    "lower n_features": lambda m: m.update(n_features=10),
+    "change chunk_rows": lambda m: m.update(chunk_rows=500),
+    "drop a class": lambda m: m["classes"].pop(),
+    "wrong nnz": lambda m: m.update(nnz=m["nnz"] + 1),
+    "missing task": lambda m: m.pop("task"),
+    "n_rows a string": lambda m: m.update(n_rows="1797"),
+    "chunk nnz moved": lambda m: (
+        m["chunks"][0].update(nnz=m["chunks"][0]["nnz"] + 1),
+        m["chunks"][1].update(nnz=m["chunks"][1]["nnz"] - 1),
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_an_edited_manifest_fails_its_digest(digits, write_store, backend, edit):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    edit_manifest(path, EDITS[edit], reseal=False)
+    with pytest.raises(StoreError, match=r"manifest.json: fails its checksum \(manifest_sha256\); .*re-ingest"):
+        open_store(path)
+
+
+# a resealed edit: what each reader names (at open, or when the data is read or verified)
+RESEALED = {
+    "drop the last chunk (n_rows consistent)": {
+        "zarr": r"X/indptr holds \(1798,\) × int64, expected 1601 × int64; manifest.json does not match",
+        "parquet": "X.parquet has 5 row groups, the manifest 4 chunks",
+    },
+    "duplicate a chunk entry": r"chunks\[3\] is id 2, row_start 800, row_stop 1200; expected id 3, 1200-1600",
+    "raise n_features": {
+        "zarr": r"X has shape \[1797, 64\], but n_rows=1797 and n_features=128",
+        "parquet": "another n_features",
+    },
+    "lower n_features": {"zarr": r"X has shape \[1797, 64\]", "parquet": "another n_features"},
+    "change chunk_rows": r"chunks\[0\] is id 0, row_start 0, row_stop 400; expected id 0, 0-500",
+    "drop a class": "manifest copy in .* has another classes",
+    "wrong nnz": "nnz is 58737, but the chunks hold 58736",
+    "missing task": "task is missing",
+    "n_rows a string": "n_rows is '1797', expected an integer >= 0",
+    "chunk nnz moved": "manifest copy in .* has another chunks",
+    "swap two classes": "manifest copy in .* has another classes",  # the copy kept with the data
+    "rename a class": "manifest copy in .* has another classes",
+}
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+@pytest.mark.parametrize("edit", sorted(EDITS))
+def test_a_resealed_edit_is_named_by_open_or_verify(digits, write_store, backend, edit):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    edit_manifest(path, EDITS[edit])
+    expected = RESEALED[edit] if isinstance(RESEALED[edit], str) else RESEALED[edit][backend]
+    try:
+        problems = Store(path).verify()
+    except StoreError as e:
+        problems = [str(e)]
+    assert len(problems) >= 1 and all("re-ingest the store" in p and "\n" not in p for p in problems)
+    assert re.search(expected, problems[0]), problems[0]
+    with pytest.raises(StoreError):  # and a plain read refuses it too
+        Store(path).to_scipy()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_manifest_edit_gives_other_data_or_a_traceback(tmp_path_factory, data):
+    """Any one edit of any field of a resealed manifest (a value replaced by another of any JSON
+    type, a key or list entry dropped or repeated): the store is refused with a StoreError, or it
+    reads back exactly the rows and labels it was written with."""
+    rng = np.random.default_rng(1)
+    X = sp.random(50, 20, density=0.3, format="csr", dtype=np.float32, random_state=rng)
+    y = rng.integers(0, 3, 50).astype(np.int32)
+    backend = data.draw(st.sampled_from(["zarr", "parquet"]))
+    path = str(tmp_path_factory.mktemp("fuzz") / f"s.{backend}")
+    w = StoreWriter(path, backend=backend, chunk_rows=16)
+    w.write_rows(X, y)
+    w.close(n_features=20, classes=["a", "b", "c"])
+    m = json.load(open(os.path.join(path, "manifest.json")))
+    leaves = []
+
+    def walk(node, trail):
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, value in items:
+            leaves.append((node, key))
+            if isinstance(value, dict | list):
+                walk(value, trail + [key])
+
+    walk({k: v for k, v in m.items() if k != "manifest_sha256"}, [])
+    walk(m["chunks"], ["chunks"])
+    parent, key = data.draw(st.sampled_from(leaves))
+    action = data.draw(st.sampled_from(["replace", "drop", "repeat"]))
+    value = data.draw(st.one_of(st.none(), st.booleans(), st.integers(-2, 100), st.floats(), st.text(max_size=3)))
+
+    def edit(manifest):
+        target = manifest if parent is m else parent
+        if action == "replace":
+            target[key] = value
+        elif action == "drop":
+            del target[key]
+        elif isinstance(target, list):
+            target.insert(key, target[key])
+
+    edit_manifest(path, edit)
+    try:
+        s = Store(path)
+        problems = s.verify()
+        X2, y2 = s.to_scipy()
+    except StoreError:
+        return
+    assert problems == []
+    assert s.n_features == 20 and (X2 != X).nnz == 0 and np.array_equal(y2, y)
