@@ -41,6 +41,8 @@ import scipy.sparse as sp
 
 from streamfit.errors import StoreError, output_error
 
+# Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
+MAX_FEATURES = 2**31 - 1
 FORMAT_NAME = "streamfit-store"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
