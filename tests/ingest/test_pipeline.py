@@ -1,5 +1,6 @@
 """The ingest pipeline end to end: sources -> featurizer -> stores, checked against scikit-learn."""
 
+import contextlib
 import json
 import os
 
@@ -423,6 +424,20 @@ def test_no_hash_n_features_beyond_int32_is_refused(tmp_path, digits_svm):
         ingest(IngestOptions([digits_svm], str(tmp_path / "s"), n_features=2**31, progress=False))
 
 
+@contextlib.contextmanager
+def _address_space_grows_at_most(extra: int):
+    """Lower this process's address-space limit to its present size + extra bytes, for the block."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def test_l2_normalize_follows_nnz_not_the_width():
     """Against scikit-learn's normalize, on a matrix as wide as a store can be (the old product
     with a diagonal matrix allocated per column: 20 GB at this width), explicit zeros kept."""
@@ -437,7 +452,8 @@ def test_l2_normalize_follows_nnz_not_the_width():
     small = sp.csr_matrix(dense, dtype=np.float32)
     small.data[0] = 0.0  # an explicit zero
     wide = sp.csr_matrix((small.data, small.indices * 2**27 + 5, small.indptr), shape=(6, 2**31 - 1))
-    got = l2_normalize_rows(wide)
+    with _address_space_grows_at_most(2**30):  # a regression ends in MemoryError, not the OOM killer
+        got = l2_normalize_rows(wide)
     want = normalize(small.astype(np.float64), norm="l2")
     assert got.shape == wide.shape and got.dtype == np.float32
     assert np.array_equal(got.indptr, small.indptr) and np.array_equal(got.indices, wide.indices)

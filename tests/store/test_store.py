@@ -154,3 +154,72 @@ def test_columns_used_counts_distinct_columns(write_store):
     X = sp.random(700, 5000, density=0.002, format="csr", random_state=rng, dtype=np.float32)
     path = write_store(X, rng.integers(0, 3, 700), ["a", "b", "c"], chunk_rows=128)
     assert open_store(path).columns_used() == np.unique(X.indices).size
+
+
+def _rewrite_zarr_indices(path: str, position: int, column: int) -> None:
+    """Set X/indices[position] of a Zarr store to `column` and record the chunk's new digest, as a
+    writer that wrapped its indices would have: only the column check can tell."""
+    import zarr
+
+    indices = zarr.open_array(os.path.join(path, "X", "indices"), mode="r+")
+    indices[position] = column
+    s = open_store(path)
+    manifest = json.load(open(os.path.join(path, "manifest.json")))
+    for entry in manifest["chunks"]:
+        entry["sha256"] = chunk_digest(*s.reader.read(entry["row_start"], entry["row_stop"], s.n_features))
+    json.dump(manifest, open(os.path.join(path, "manifest.json"), "w"))
+
+
+@pytest.mark.parametrize("column", [-5, 64, 2**31 - 1])
+def test_columns_outside_the_width_fail_reads_and_verify_naming_the_chunk(digits, write_store, column):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    _rewrite_zarr_indices(path, X[:800].nnz + X[800:1200].nnz // 2, column)  # an entry of chunk 2
+    s = open_store(path)
+    with pytest.raises(
+        StoreError, match=r"chunk 2 \(rows 800-1200\) holds feature columns -?\d+ to \d+, outside 0 to 63"
+    ) as e:
+        s.read_chunk(2)
+    assert f"columns {column} to" in str(e.value) or f"to {column}," in str(e.value)
+    with pytest.raises(StoreError, match="chunk 2"):
+        s.to_scipy()  # was a segfault for a negative column
+    [problem] = s.verify()
+    assert "chunk 2" in problem and "outside 0 to 63 (n_features=64)" in problem
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_a_manifest_narrower_than_its_columns_fails_on_read(digits, write_store, backend):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400, backend=backend)
+    manifest = json.load(open(os.path.join(path, "manifest.json")))
+    manifest["n_features"] = 10
+    json.dump(manifest, open(os.path.join(path, "manifest.json"), "w"))
+    problems = open_store(path).verify()
+    assert len(problems) == 5 and all("outside 0 to 9 (n_features=10)" in p for p in problems)
+
+
+@pytest.mark.parametrize("column", [-1, 2**31 - 1, 2**32 + 3])
+def test_writer_refuses_columns_int32_cannot_hold(tmp_path, column):
+    X = sp.csr_matrix((np.ones(2), np.array([0, column], dtype=np.int64), np.array([0, 1, 2])), shape=(2, 2**33))
+    w = StoreWriter(str(tmp_path / "s"), chunk_rows=2)
+    with pytest.raises(StoreError, match=rf"feature columns {min(column, 0)} to {max(column, 0)} cannot be stored"):
+        w.write_rows(X, np.array([0, 1]))
+    w.abort()
+
+
+def test_cli_train_on_a_store_with_a_negative_column_is_one_line(digits, write_store, cli, tmp_path):
+    import subprocess
+
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    _rewrite_zarr_indices(path, 5, -1)  # an entry of chunk 0; the digests agree with it
+    verify = subprocess.run(cli("inspect", path, "--verify"), capture_output=True, text=True)
+    assert verify.returncode == 1 and "chunk 0 (rows 0-400) holds feature columns -1 to" in verify.stdout
+    run = subprocess.run(
+        cli("train", path, "--solver", "stagewise", "--n-workers", "0", "--out", tmp_path / "run"),
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert "chunk 0 (rows 0-400) holds feature columns -1 to" in line and "re-ingest it" in line
