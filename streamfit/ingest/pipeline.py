@@ -6,6 +6,11 @@ intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 stream
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
 and chunk size (plus, with a split, one byte and one int per row).
+
+Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
+at its file and line, a row with a column beyond the width (--n-features) or, without one,
+beyond 2**31 - 2; the width is then the largest kept column + 1, and nothing is allocated by it
+before it is known (l2 normalization follows nnz; --idf checks its per-column arrays fit).
 """
 
 from __future__ import annotations
@@ -62,7 +67,9 @@ class IngestOptions:
     )
     hashing: HashingConfig | None = None
     # with hashing the width is hashing.n_features; the command line's --n-features sets either
-    n_features: int | None = option(None, "with no_hash: a fixed width (default: largest index + 1)", flag="", ge=1)
+    n_features: int | None = option(
+        None, "with no_hash: a fixed width, at most 2**31 - 1 (default: largest index + 1)", flag="", ge=1
+    )
     idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
     l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
     like: str | None = option(
@@ -270,7 +277,7 @@ class _Pass1:
             else:
                 problem = (
                     f"feature column {int(row_max[r])} (counted from 0) is beyond {MAX_FEATURES - 1}, "
-                    "the largest a store holds (int32 indices)"
+                    "the largest int32 column a store holds"
                 )
                 hint = "hash the indices (drop --no-hash), or renumber the features from 0"
             self.policy.bad(batch.locations[r], problem, hint=hint)
