@@ -233,7 +233,7 @@ def _parse_key_values(pairs, what: str) -> dict:
     default=None,
     metavar="N",
     help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
-    "width (default: largest index + 1).",
+    "width, at most 2**31 - 1 (default: largest index + 1).",
 )
 @click.option(
     "--ngram-max",

@@ -4,7 +4,7 @@
 featurizer (hashing config and transforms, so raw data can be scored the way it was trained),
 the solver and its parameters, the SHA-256 of `model/arrays.npz`, and `record_sha256`, the
 SHA-256 of model.json's own canonical form (format.json_digest). arrays.npz repeats the classes
-(`model_classes`). `load_model` checks both digests, then every field, then the arrays against
+(`model_classes`) and the width (`model_n_features`). `load_model` checks both digests, then every field, then the arrays against
 the fields: the same classes, numeric and finite values, shapes that fit the classes and
 features (one empty row must score to 1 × n_classes and rank). Version 1 had no
 `record_sha256` and is refused (retrain). Kinds register themselves in MODEL_KINDS;
@@ -127,7 +127,8 @@ class Model:
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
-        arrays["model_classes"] = self.classes_  # a copy covered by arrays_sha256: load_model compares
+        arrays["model_classes"] = self.classes_  # copies covered by arrays_sha256: load_model compares
+        arrays["model_n_features"] = np.array([self.n_features], dtype=np.int64)
         # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
         # resume, and the same model must be the same bytes
         np.savez(buf, **{k: np.ascontiguousarray(v) for k, v in arrays.items()})  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
@@ -286,6 +287,12 @@ def load_model(path: str) -> Model:
     if names is None or names.dtype.kind != "U" or names.tolist() != record["classes"]:
         got = "none" if names is None else f"{names.tolist()!r:.80}"
         raise StreamfitError(f"{arrays_path}: holds classes {got}, {meta_path} lists others; {RETRAIN}")
+    width = arrays.pop("model_n_features", None)
+    if width is None or width.shape != (1,) or int(width[0]) != record["n_features"]:
+        got = "none" if width is None else f"{width.tolist()!r:.40}"
+        raise StreamfitError(
+            f"{arrays_path}: holds n_features {got}, {meta_path} says {record['n_features']}; {RETRAIN}"
+        )
     for name, a in arrays.items():
         if a.dtype.kind not in "biuf":
             raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")

@@ -18,6 +18,8 @@ import shutil
 import time
 from typing import TYPE_CHECKING
 
+import psutil
+
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
@@ -151,6 +153,25 @@ def _lock_run_dir(out: str) -> int:
     return fd
 
 
+def _check_feature_memory(store, solver: str) -> None:
+    """StreamfitError when the solver's dense per-feature arrays cannot fit in the memory available
+    now (psutil): dense float64 weights, n_features × n_classes × 8 bytes, for solvers with
+    Solver.dense_weights; at least one 8-byte value per feature for the others (column counts,
+    per-class vectors). A store's width is its largest column + 1, so one stray large --no-hash
+    index must end in this message, not in the OOM killer. The bound is a lower one: a run it
+    lets through may still need more."""
+    dense = get_solver(solver).dense_weights
+    need = 8 * store.n_features * (store.n_classes if dense else 1)
+    available = psutil.virtual_memory().available
+    if need > available:
+        what = f"{store.n_classes} classes of dense float64 weights" if dense else "its per-feature arrays"
+        raise StreamfitError(
+            f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB for {what} over {store.n_features} "
+            f"features, more than the {available / 2**30:.3g} GiB available: re-ingest with hashing (drop "
+            "--no-hash), renumber the features from 0, or pass a smaller --n-features"
+        )
+
+
 def _train_locked(
     store,
     valid_store,
@@ -202,6 +223,7 @@ def _train_locked(
         store.n_chunks,
         dense_mb,
     )
+    _check_feature_memory(store, solver)
     metrics = MetricsLog(
         os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every, heartbeat=HEARTBEAT_SECONDS
     )

@@ -10,6 +10,7 @@ from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.runlog import MetricsLog
+from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
 PARAMS = {"generator": "sequential", "block_size": 32, "n_passes": 1}
@@ -127,3 +128,29 @@ def test_a_heartbeat_logs_progress_for_runs_whose_output_goes_to_a_file(caplog):
     caplog.clear()
     quiet.log(1, objective=0.5)
     assert not caplog.records
+
+
+@pytest.mark.parametrize(
+    ("solver", "available", "refused"),
+    [
+        ("bcd", 64 * 10 * 8, False),  # dense float64 weights: 64 features × 10 classes × 8 bytes fit exactly
+        ("bcd", 64 * 10 * 8 - 1, True),
+        ("fbpd", 64 * 10 * 8 - 1, True),
+        ("stagewise", 64 * 8, False),  # no dense weights: 8 bytes per feature
+        ("stagewise", 64 * 8 - 1, True),
+        ("ppdsparse", 64 * 8 - 1, True),
+    ],
+)
+def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start(
+    digits_store, tmp_path, monkeypatch, solver, available, refused
+):
+    import streamfit.train as train_module
+
+    monkeypatch.setattr(train_module.psutil, "virtual_memory", lambda: type("Memory", (), {"available": available})())
+    if not refused:
+        train_module._check_feature_memory(open_store(digits_store), solver)
+        return
+    what = "10 classes of dense float64 weights" if solver in ("bcd", "fbpd") else "its per-feature arrays"
+    with pytest.raises(StreamfitError, match=rf"{solver} needs at least .* GiB for {what} over 64 features.*--no-hash"):
+        train(digits_store, solver, str(tmp_path / "run"), {}, n_workers=0, progress=False)
+    assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()

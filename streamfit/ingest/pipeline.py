@@ -6,6 +6,11 @@ intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 stream
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
 and chunk size (plus, with a split, one byte and one int per row).
+
+Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
+at its file and line, a row with a column beyond the width (--n-features) or, without one,
+beyond 2**31 - 2; the width is then the largest kept column + 1, and nothing is allocated by it
+before it is known (l2 normalization follows nnz; --idf checks its per-column arrays fit).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import psutil
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
@@ -30,11 +36,11 @@ from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, R
 from streamfit.options import format_bytes, option, parse_bytes
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
+from streamfit.store.format import MAX_FEATURES
 from streamfit.store.store import IDF_FILE, lock_dir
 
 log = logging.getLogger(__name__)
 
-MAX_FEATURES = 2**31 - 1  # column indices are stored as int32
 # source options that pick which data is read, not how it is read: they do not carry over to
 # `ingest --like` or `predict` (the other options are recorded with the featurizer)
 DATA_OPTIONS = {"subset", "y_path"}
@@ -61,7 +67,9 @@ class IngestOptions:
     )
     hashing: HashingConfig | None = None
     # with hashing the width is hashing.n_features; the command line's --n-features sets either
-    n_features: int | None = option(None, "with no_hash: a fixed width (default: largest index + 1)", flag="", ge=1)
+    n_features: int | None = option(
+        None, "with no_hash: a fixed width, at most 2**31 - 1 (default: largest index + 1)", flag="", ge=1
+    )
     idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
     l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
     like: str | None = option(
@@ -162,6 +170,11 @@ def _check_options(o: IngestOptions) -> None:
         raise StreamfitError(
             "--test-out needs --test-size FRACTION (the share of rows for the test store), or drop --test-out"
         )
+    if o.hashing is None and o.n_features is not None and o.n_features > MAX_FEATURES:
+        raise StreamfitError(
+            f"--n-features {o.n_features} is above {MAX_FEATURES}, the widest a store can hold (its column "
+            "indices are int32): pass a smaller --n-features, or hash the indices (drop --no-hash)"
+        )
     if o.like and (o.idf or o.l2_normalize or o.classes or o.n_features):
         raise StreamfitError(
             "--like takes hashing, IDF, normalization, width and classes from the training store; "
@@ -253,15 +266,21 @@ class _Pass1:
                 f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} classes of the training store",
                 hint="ingest it with the training data, or skip it with --on-bad-record skip",
             )
-        if width is not None:
-            row_max = _row_max_index(X)
-            for r in np.flatnonzero(row_max >= width):
-                keep[r] = False
-                self.policy.bad(
-                    batch.locations[r],
-                    f"feature index {int(row_max[r])} is out of range for {width} features",
-                    hint="pass a larger --n-features, or hash the indices",
+        # kept (--no-hash) indices become store columns: refuse those beyond the width, or beyond
+        # the int32 columns a store holds when the width is the data's
+        row_max = _row_max_index(X)
+        for r in np.flatnonzero(row_max >= (width or MAX_FEATURES)):
+            keep[r] = False
+            if width is not None:
+                problem = f"feature index {int(row_max[r])} is out of range for {width} features"
+                hint = "pass a larger --n-features, or hash the indices"
+            else:
+                problem = (
+                    f"feature column {int(row_max[r])} (counted from 0) is beyond {MAX_FEATURES - 1}, "
+                    "the largest int32 column a store holds"
                 )
+                hint = "hash the indices (drop --no-hash), or renumber the features from 0"
+            self.policy.bad(batch.locations[r], problem, hint=hint)
         empty = np.flatnonzero(keep & (np.diff(X.indptr) == 0))
         if empty.size:
             self.empty += empty.size
@@ -432,6 +451,23 @@ def _stream(stage: Store):
         yield stage.read_chunk(i, cache=False)
 
 
+IDF_BYTES_PER_FEATURE = 32  # per column: document counts (int64), IDF weights (float64) and their temporaries
+
+
+def _check_idf_memory(n_features: int) -> None:
+    """StreamfitError when the dense per-column arrays of --idf (IDF_BYTES_PER_FEATURE × n_features)
+    exceed the memory available now: a width from one stray large --no-hash index must not
+    exhaust the machine."""
+    need = IDF_BYTES_PER_FEATURE * n_features
+    available = psutil.virtual_memory().available
+    if need > available:
+        raise StreamfitError(
+            f"--idf over {n_features} feature columns needs {need / 2**30:.3g} GiB, more than the "
+            f"{available / 2**30:.3g} GiB available: renumber the features from 0, pass a smaller --n-features, "
+            "or hash the indices (drop --no-hash)"
+        )
+
+
 def _pass2(
     o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str
 ) -> None:
@@ -442,12 +478,14 @@ def _pass2(
         test_mask = np.zeros(stage.n_rows, dtype=bool)
     idf: np.ndarray | None = None  # counted on the training rows (--idf)
     if o.idf:
+        _check_idf_memory(stage.n_features)
         df = np.zeros(stage.n_features, dtype=np.int64)
         for c in tqdm(
             _stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk", disable=not o.progress
         ):
             train_rows = c.X[~test_mask[c.row_start : c.row_start + c.n_rows]]
-            df += np.bincount(train_rows.indices, minlength=stage.n_features)
+            counts = np.bincount(train_rows.indices)  # as long as the chunk's largest column + 1
+            df[: counts.size] += counts
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = o.l2_normalize
     outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size and o.test_out else [])

@@ -146,6 +146,8 @@ class Solver(Generic[StateT]):
     State: ClassVar[type[SolverState]] = SolverState
     mid_run_models: ClassVar[bool] = True  # False: a step's model before the last means nothing (classes
     # untrained, say), so validation runs on the last step only, whatever valid_every
+    dense_weights: ClassVar[bool] = False  # True: the driver holds dense float64 weights, n_features × n_classes
+    # (train's memory check counts them; other solvers are counted at 8 bytes per feature)
 
     def __init__(self, params: SolverParams):
         self.params = params

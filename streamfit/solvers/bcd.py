@@ -383,6 +383,7 @@ class BCDSolver(Solver[BCDState]):
     docstring). One step: an outer iteration (memory, FISTA) or a group (chunks)."""
 
     name = "bcd"
+    dense_weights = True
     Params = BCDParams
     params: BCDParams
 

@@ -397,6 +397,7 @@ class FBPDSolver(Solver[FBPDState]):
     unchanged."""
 
     name = "fbpd"
+    dense_weights = True
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams

@@ -44,13 +44,14 @@ import scipy.sparse as sp
 
 from streamfit.errors import StoreError, output_error
 
+# Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
+MAX_FEATURES = 2**31 - 1
 FORMAT_NAME = "streamfit-store"
 FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 DEFAULT_CHUNK_ROWS = 16384
 BACKENDS = ("zarr", "parquet")
 TASKS = ("multiclass", "multilabel")
-MAX_FEATURES = 2**31  # column indices are int32
 DIGEST_KEY = "manifest_sha256"
 REINGEST = "re-ingest the store"
 

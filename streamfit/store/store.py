@@ -20,6 +20,7 @@ from streamfit.store.format import (
     BACKENDS,
     DEFAULT_CHUNK_ROWS,
     MANIFEST,
+    MAX_FEATURES,
     REINGEST,
     ChunkInfo,
     Manifest,
@@ -224,6 +225,12 @@ class Store(ChunkSource):
             raise
         except Exception as e:
             raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e
+        if X.nnz and not 0 <= int(X.indices.min()) <= int(X.indices.max()) < self.n_features:
+            raise StoreError(
+                f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) holds feature columns "
+                f"{int(X.indices.min())} to {int(X.indices.max())}, outside 0 to {self.n_features - 1} "
+                f"(n_features={self.n_features}); the store is damaged, re-ingest it"
+            )
         if verify and chunk_digest(X, labels) != info.sha256:
             raise StoreError(
                 f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) fails its checksum; "
@@ -416,6 +423,11 @@ class StoreWriter:
         rest = X.shape[0] - n
         self._pending = [(X[n:], labels[n:])] if rest else []
         self._pending_rows = rest
+        if head_X.nnz and not 0 <= int(head_X.indices.min()) <= int(head_X.indices.max()) < MAX_FEATURES:
+            raise StoreError(
+                f"{self.path}: feature columns {int(head_X.indices.min())} to {int(head_X.indices.max())} "
+                f"cannot be stored: a store holds columns 0 to {MAX_FEATURES - 1} (int32 indices)"
+            )
         head_X = sp.csr_matrix(
             (head_X.data.astype(np.float32), head_X.indices.astype(np.int32), head_X.indptr.astype(np.int64)),
             shape=head_X.shape,

@@ -1,10 +1,13 @@
 """The ingest pipeline end to end: sources -> featurizer -> stores, checked against scikit-learn."""
 
+import contextlib
 import json
 import os
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sklearn.datasets import dump_svmlight_file, load_digits, load_svmlight_file
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
@@ -343,3 +346,172 @@ def test_one_class_is_a_warning_at_the_end(tmp_path, caplog):
         )
     )
     assert "only one class" not in caplog.text
+
+
+LARGEST_COLUMN = 2**31 - 2  # store column indices are int32 and the width, largest + 1, must fit too
+# 1-based LIBSVM indices around the int32 boundaries (the columns are one less) and small ones
+INDICES = st.one_of(
+    st.integers(1, 50),
+    st.sampled_from([2**31 - 1, 2**31, 2**31 + 1, 3_000_000_000, 2**32 + 3, 2**40, 2**62]),
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.sets(INDICES, max_size=4).map(sorted), min_size=1, max_size=6))
+def test_no_hash_stores_every_column_as_read_or_names_the_line(tmp_path_factory, rows):
+    """Property: with --no-hash a row is stored with exactly its columns (index - 1), or, when one
+    of them is beyond the int32 columns of a store, it is a bad record at its line: never a column
+    wrapped to another one, never a width taken from anything but the kept rows."""
+    d = tmp_path_factory.mktemp("wide")
+    path = d / "wide.svm"
+    path.write_text(
+        "".join(f"{r % 2} " + " ".join(f"{j}:{j % 7 + 1}" for j in row) + "\n" for r, row in enumerate(rows))
+    )
+    fits = [all(j - 1 <= LARGEST_COLUMN for j in row) for row in rows]
+    if not all(fits):
+        with pytest.raises(
+            InputError, match=rf"wide.svm:{fits.index(False) + 1}: feature column \d+ .*beyond 2147483646"
+        ):
+            ingest(IngestOptions([str(path)], str(d / "refused"), progress=False))
+    if not any(fits):
+        return
+    report = ingest(IngestOptions([str(path)], str(d / "s"), on_bad_record="skip", progress=False))
+    assert (report.written, report.skipped) == (sum(fits), fits.count(False))
+    kept = [row for row, ok in zip(rows, fits) if ok]
+    s = open_store(str(d / "s"))
+    assert s.n_features == max((j for row in kept for j in row), default=0)  # largest column + 1
+    X = s.read_chunk(0).X
+    assert [X.indices[X.indptr[r] : X.indptr[r + 1]].tolist() for r in range(len(kept))] == [
+        [j - 1 for j in row] for row in kept
+    ]
+    assert [X.data[X.indptr[r] : X.indptr[r + 1]].tolist() for r in range(len(kept))] == [
+        [j % 7 + 1 for j in row] for row in kept
+    ]
+    assert s.verify() == []
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "npz"])
+def test_no_hash_columns_beyond_int32_are_refused_in_every_indexed_format(tmp_path, fmt):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+
+    if fmt == "parquet":
+        path = str(tmp_path / "wide.parquet")
+        pq.write_table(pa.table({"indices": [[0], [4294967299]], "values": [[1.0], [2.0]], "label": ["a", "b"]}), path)
+        options: dict = {}
+        where = "wide.parquet:row group 0, row 1"
+    else:
+        path = str(tmp_path / "wide.npz")
+        X = sp.csr_matrix(
+            (np.ones(2), np.array([0, 4294967298], dtype=np.int64), np.array([0, 1, 2])), shape=(2, 4294967299)
+        )
+        sp.save_npz(path, X)
+        np.save(tmp_path / "y.npy", np.array([0, 1]))
+        options = {"y_path": str(tmp_path / "y.npy")}
+        where = "wide.npz:row 1"
+    with pytest.raises(InputError, match=rf"{where}: feature column 429496729\d .*beyond 2147483646"):
+        ingest(IngestOptions([path], str(tmp_path / "s"), source_options=options, progress=False))
+    report = ingest(
+        IngestOptions([path], str(tmp_path / "s"), source_options=options, on_bad_record="skip", progress=False)
+    )
+    s = open_store(str(tmp_path / "s"))
+    assert (report.written, report.skipped, s.n_features) == (1, 1, 1)
+
+
+def test_no_hash_n_features_beyond_int32_is_refused(tmp_path, digits_svm):
+    with pytest.raises(StreamfitError, match="--n-features 2147483648 is above 2147483647"):
+        ingest(IngestOptions([digits_svm], str(tmp_path / "s"), n_features=2**31, progress=False))
+
+
+@contextlib.contextmanager
+def _address_space_grows_at_most(extra: int):
+    """Lower this process's address-space limit to its present size + extra bytes, for the block."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + extra, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_l2_normalize_follows_nnz_not_the_width():
+    """Against scikit-learn's normalize, on a matrix as wide as a store can be (the old product
+    with a diagonal matrix allocated per column: 20 GB at this width), explicit zeros kept."""
+    import scipy.sparse as sp
+    from sklearn.preprocessing import normalize
+
+    from streamfit.ingest.featurize import l2_normalize_rows
+
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=(6, 9)) * (rng.random((6, 9)) < 0.5)
+    dense[2] = 0.0
+    small = sp.csr_matrix(dense, dtype=np.float32)
+    small.data[0] = 0.0  # an explicit zero
+    wide = sp.csr_matrix((small.data, small.indices * 2**27 + 5, small.indptr), shape=(6, 2**31 - 1))
+    with _address_space_grows_at_most(2**30):  # a regression ends in MemoryError, not the OOM killer
+        got = l2_normalize_rows(wide)
+    want = normalize(small.astype(np.float64), norm="l2")
+    assert got.shape == wide.shape and got.dtype == np.float32
+    assert np.array_equal(got.indptr, small.indptr) and np.array_equal(got.indices, wide.indices)
+    assert np.allclose(got.data, want.data, rtol=1e-6, atol=0)
+
+
+def test_l2_normalize_without_n_features_stays_small(tmp_path, cli):
+    """`ingest --no-hash --l2-normalize` of a 4-line file with the widest column, under a 3 GiB
+    address-space limit (before: 20 GB and the OOM killer)."""
+    import resource
+    import subprocess
+
+    path = tmp_path / "wide.svm"
+    path.write_text("1 1:1 2147483647:2\n0 2:1\n1 3:0.5\n0 1:3\n")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+
+    run = subprocess.run(
+        cli("ingest", path, "--no-hash", "--l2-normalize", "--out", tmp_path / "s"),
+        capture_output=True,
+        text=True,
+        preexec_fn=limit,
+    )
+    assert run.returncode == 0, run.stderr
+    s = open_store(str(tmp_path / "s"))
+    X = s.read_chunk(0).X
+    assert s.n_features == 2**31 - 1 and np.allclose(X.data, [1 / 5**0.5, 2 / 5**0.5, 1, 1, 1])
+
+
+def test_idf_beyond_the_memory_available_is_refused(tmp_path, monkeypatch):
+    from streamfit.ingest import pipeline
+
+    path = tmp_path / "wide.svm"
+    path.write_text("1 1:1 2147483647:2\n0 2:1\n")
+    monkeypatch.setattr(pipeline.psutil, "virtual_memory", lambda: type("Memory", (), {"available": 2**30})())
+    with pytest.raises(
+        StreamfitError, match=r"--idf over 2147483647 feature columns needs 64 GiB, more than the 1 GiB"
+    ):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), idf=True, progress=False))
+    assert not os.path.exists(tmp_path / "s")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "where"),
+    [
+        ("wrap.svm", "1 1:1 4294967299:2\n", "wrap.svm:1"),
+        ("negative.svm", "1 1:1\n0 3000000000:1\n", "negative.svm:2"),
+    ],
+)
+def test_cli_refuses_columns_beyond_int32_in_one_line(tmp_path, cli, name, content, where):
+    import subprocess
+
+    (tmp_path / name).write_text(content)
+    run = subprocess.run(
+        cli("ingest", tmp_path / name, "--no-hash", "--out", tmp_path / "s"), capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert where in line and "drop --no-hash" in line
+    assert not os.path.exists(tmp_path / "s")

@@ -1,5 +1,7 @@
 """.npy/.npz reader, dense and scipy sparse."""
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -175,3 +177,23 @@ def test_no_y_dataset_reads_unlabeled_rows(read, tmp_path):
         batches = read.batches(source)
         assert read.labels(batches) == [None] * 9 and source.multilabel is False
         assert np.allclose(sp.vstack([sp.csr_matrix(b.X) for b in batches]).toarray(), X)
+
+
+@pytest.mark.parametrize("column", [-1, 5, 2**32 + 1])
+def test_scipy_npz_column_outside_its_shape_is_a_bad_record(read, tmp_path, column):
+    """A damaged scipy .npz (the loader does not check indices against the shape): the row is
+    refused with its location, and the other rows come through untouched."""
+    path, y_path = str(tmp_path / "X.npz"), str(tmp_path / "y.npy")
+    indices = np.array([0, column, 3, 1], dtype=np.int64)
+    M = sp.csr_matrix((np.array([1.0, 2.0, 3.0, 4.0]), indices, np.array([0, 2, 3, 4])), shape=(3, 5))
+    sp.save_npz(path, M, compressed=False)
+    np.save(y_path, np.array([0, 1, 0]))
+    with pytest.raises(InputError, match=rf"X.npz:row 0: column index {column} is outside the matrix's 5 columns"):
+        read.batches(open_source(path, policy=BadRecordPolicy(), y_path=y_path), 8192)
+    quarantine = BadRecordPolicy("quarantine", str(tmp_path / "q.jsonl"))
+    batches = read.batches(open_source(path, policy=quarantine, y_path=y_path), 8192)
+    quarantine.close()
+    assert quarantine.n_skipped == 1 and read.locations(batches) == [f"{path}:row 1", f"{path}:row 2"]
+    assert json.loads(open(tmp_path / "q.jsonl").read())["raw"] == f"0:1.0 {column}:2.0"  # the row as read
+    kept = sp.vstack([b.X for b in batches]).toarray()
+    assert np.array_equal(kept, [[0, 0, 0, 3, 0], [0, 4, 0, 0, 0]])

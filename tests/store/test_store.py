@@ -305,3 +305,56 @@ def test_no_manifest_edit_gives_other_data_or_a_traceback(tmp_path_factory, data
         return
     assert problems == []
     assert s.n_features == 20 and (X2 != X).nnz == 0 and np.array_equal(y2, y)
+
+
+def _rewrite_zarr_indices(path: str, position: int, column: int) -> None:
+    """Set X/indices[position] of a Zarr store to `column`, as a writer that wrapped its indices
+    would have (the column check runs before the chunk's checksum, so it names the problem)."""
+    import zarr
+
+    indices = zarr.open_array(os.path.join(path, "X", "indices"), mode="r+")
+    indices[position] = column
+
+
+@pytest.mark.parametrize("column", [-5, 64, 2**31 - 1])
+def test_columns_outside_the_width_fail_reads_and_verify_naming_the_chunk(digits, write_store, column):
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    _rewrite_zarr_indices(path, X[:800].nnz + X[800:1200].nnz // 2, column)  # an entry of chunk 2
+    s = open_store(path)
+    with pytest.raises(
+        StoreError, match=r"chunk 2 \(rows 800-1200\) holds feature columns -?\d+ to \d+, outside 0 to 63"
+    ) as e:
+        s.read_chunk(2)
+    assert f"columns {column} to" in str(e.value) or f"to {column}," in str(e.value)
+    with pytest.raises(StoreError, match="chunk 2"):
+        s.to_scipy()  # was a segfault for a negative column
+    [problem] = s.verify()
+    assert "chunk 2" in problem and "outside 0 to 63 (n_features=64)" in problem
+
+
+@pytest.mark.parametrize("column", [-1, 2**31 - 1, 2**32 + 3])
+def test_writer_refuses_columns_int32_cannot_hold(tmp_path, column):
+    X = sp.csr_matrix((np.ones(2), np.array([0, column], dtype=np.int64), np.array([0, 1, 2])), shape=(2, 2**33))
+    w = StoreWriter(str(tmp_path / "s"), chunk_rows=2)
+    with pytest.raises(StoreError, match=rf"feature columns {min(column, 0)} to {max(column, 0)} cannot be stored"):
+        w.write_rows(X, np.array([0, 1]))
+    w.abort()
+
+
+def test_cli_train_on_a_store_with_a_negative_column_is_one_line(digits, write_store, cli, tmp_path):
+    import subprocess
+
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    _rewrite_zarr_indices(path, 5, -1)  # an entry of chunk 0; the digests agree with it
+    verify = subprocess.run(cli("inspect", path, "--verify"), capture_output=True, text=True)
+    assert verify.returncode == 1 and "chunk 0 (rows 0-400) holds feature columns -1 to" in verify.stdout
+    run = subprocess.run(
+        cli("train", path, "--solver", "stagewise", "--n-workers", "0", "--out", tmp_path / "run"),
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert "chunk 0 (rows 0-400) holds feature columns -1 to" in line and "re-ingest it" in line

@@ -4,7 +4,8 @@ hdf5 and numpy sources.
 X is 2-D numeric, dense or scipy sparse. y is 1-D (labels: integers and integer-valued floats
 written as integers, other floats with repr, strings as they are) or a 2-D 0/1 indicator
 (multilabel: the numbers of the columns holding 1, as str). A row with a NaN/inf value, a
-NaN/empty label or an indicator value other than 0/1 is a bad record at "file:row R" (from 0).
+NaN/empty label, an indicator value other than 0/1 or (sparse X) a column index outside X's shape is
+a bad record at "file:row R" (from 0).
 Without y (no labels read, as `streamfit predict` reads unlabeled rows) every label is None.
 """
 
@@ -73,6 +74,12 @@ def _labels(y: np.ndarray, problems: dict[int, str]) -> list:
     return labels
 
 
+def _sparse_raw(x: sp.csr_matrix, r: int) -> str:
+    """Row r of a CSR matrix as "column:value ..." text (the record of a bad-record report)."""
+    lo, hi = x.indptr[r], x.indptr[r + 1]
+    return " ".join(f"{j}:{v!r}" for j, v in zip(x.indices[lo:hi].tolist(), x.data[lo:hi].tolist()))
+
+
 def array_batch(
     path: str, x, y: np.ndarray | None, start: int, policy: BadRecordPolicy
 ) -> DenseBatch | SparseBatch | None:
@@ -81,8 +88,23 @@ def array_batch(
     locations = [f"{path}:row {start + r}" for r in range(n)]
     problems: dict[int, str] = {}
     labels = [None] * n if y is None else _labels(np.asarray(y), problems)
+    raws: dict[int, str] = {}  # the records as read, of rows whose entries are changed below
     if sp.issparse(x):
         x = sp.csr_matrix(x, dtype=np.float64)
+        # a damaged (or hostile) scipy .npz can hold column indices outside its own shape
+        outside = (x.indices < 0) | (x.indices >= x.shape[1])
+        if outside.any():
+            row_of_entry = np.repeat(np.arange(n), np.diff(x.indptr))
+            for k in np.flatnonzero(outside).tolist():
+                r = int(row_of_entry[k])
+                if r not in raws:
+                    problems[r] = (
+                        f"column index {int(x.indices[k])} is outside the matrix's {x.shape[1]} columns: the matrix is "
+                        "damaged, write it again"
+                    )
+                    raws[r] = _sparse_raw(x, r)
+            x.data[outside] = 0.0  # out of the arithmetic below; their rows are dropped
+            x.indices[outside] = 0
         x.sum_duplicates()
         nonfinite = np.repeat(np.arange(n), np.diff(x.indptr))[~fits_float32(x.data)]
         bad = np.bincount(nonfinite, minlength=n) > 0
@@ -92,9 +114,10 @@ def array_batch(
     for r in np.flatnonzero(bad).tolist():
         problems.setdefault(r, "NaN or infinite value (or beyond float32's ±3.4e38: scale the features)")
     for r in sorted(problems):
-        if sp.issparse(x):
-            row = x[r]
-            raw = " ".join(f"{j}:{v!r}" for j, v in zip(row.indices.tolist(), row.data.tolist()))
+        if r in raws:
+            raw = raws[r]
+        elif sp.issparse(x):
+            raw = _sparse_raw(x, r)
         else:
             raw = json.dumps(x[r].tolist())
         policy.bad(locations[r], problems[r], raw)

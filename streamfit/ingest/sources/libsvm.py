@@ -13,7 +13,8 @@ Decisions:
 - Explicit zero values are kept, as scikit-learn keeps them.
 - Values are decimal numbers (sign, digits, point, exponent), converted exactly as Python's
   float() converts them. NaN, infinite and overflowing values are bad records, as are negative
-  indices and indices above 2**62.
+  indices and indices above 2**62. (Large indices are for hashing; kept as columns with --no-hash,
+  ingest refuses those beyond a store's int32 columns, 2**31 - 2, at their line.)
 - A line longer than limits.record_bytes is a bad record; it is never held whole (memory stays
   within a block plus the bound, however long the line).
 - `qid:N` tokens are ignored (one logged warning per pass over the file, naming the first line

@@ -7,8 +7,9 @@ numbers) give a SparseBatch; within a row indices are sorted, and a repeated ind
 record. Labels come from label_field (strings or integers; a list column makes the source
 multilabel) or from labels_field (a list column); with both None no labels are read (every
 label is None, as `streamfit predict` reads unlabeled rows). Nulls, lists of different
-lengths, indices outside [0, 2**62] and NaN/inf values are bad records. Locations are "file:row group G, row R",
-both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
+lengths, indices outside [0, 2**62] and NaN/inf values are bad records (with --no-hash, ingest
+also refuses columns beyond a store's int32 columns, 2**31 - 2). Locations are
+"file:row group G, row R", both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
 so far. Memory is bounded by batch_size rows plus what pyarrow holds of the current row group.
 """
 
