@@ -544,7 +544,10 @@ def test_an_edited_manifest_is_one_error_line_from_every_command(stores, tmp_pat
         (lambda d: (d / "model.json").write_text((d / "model.json").read_text()[:80]), "model.json: unreadable"),
         (lambda d: _edit_json(d / "model.json", _swap_first_classes), "model.json: fails its checksum"),
         (lambda d: _edit_json(d / "model.json", lambda r: r.update(kind="tree"), "record_sha256"), "kind 'tree'"),
-        (lambda d: _edit_json(d / "model.json", lambda r: r.update(n_features=65), "record_sha256"), "holds n_features"),
+        (
+            lambda d: _edit_json(d / "model.json", lambda r: r.update(n_features=65), "record_sha256"),
+            "holds n_features",
+        ),
     ],
 )
 def test_a_damaged_model_is_one_error_line_from_predict_and_evaluate(stores, tmp_path, damage, fragment):
