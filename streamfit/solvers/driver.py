@@ -214,7 +214,12 @@ class _StateSaver:
                     )
                 value = _typed(meta["values"][name], self.hints[name], f"{where}: meta.json's values.{name}")
                 kwargs[name] = copy.deepcopy(value) if in_memory else value
-        return self.state_cls(**kwargs)
+        state = self.state_cls(**kwargs)
+        if state.step != ckpt.step:
+            raise CheckpointError(
+                f"{where}: holds the state of step {state.step}, not {ckpt.step}; the checkpoint is damaged"
+            )
+        return state
 
 
 def _optional(t) -> bool:

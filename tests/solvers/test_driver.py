@@ -295,3 +295,15 @@ def test_append_only_entries_have_the_layout_a_resume_gives_them(source, tmp_pat
     assert logged == records(full_log)
     assert all(r["earlier_c_ordered"] for r in logged)
     same_model(resumed, full)
+
+
+def test_a_state_of_another_step_is_refused(source, tmp_path):
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=2)
+    path, record = _step_record(run)
+    record["meta"]["values"]["step"] = 1
+    record["record_sha256"] = _record_digest(record)  # consistent digests: the step check still bites
+    with open(path, "w") as f:
+        json.dump(record, f)
+    with pytest.raises(CheckpointError, match="holds the state of step 1, not 2"):
+        fit(source, run, resume=True)
