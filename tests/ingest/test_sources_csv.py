@@ -1,11 +1,16 @@
 """CSV and TSV readers."""
 
 import bz2
+import csv
+import io
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources import BadRecordPolicy, open_source
+from streamfit.ingest.sources.delimited import _row_text
 
 CSV = (
     "id,text,label\r\n"
@@ -129,3 +134,55 @@ def test_no_label_field_reads_unlabeled_rows(read, tmp_path):
     path = write(tmp_path, "id,text\n1,the rocket launched\n2,\n")
     batches = read.batches(open_source(path, policy=BadRecordPolicy(), label_field=None))
     assert read.texts(batches) == ["the rocket launched", ""] and read.labels(batches) == [None, None]
+
+
+@pytest.mark.parametrize(
+    "quoted_line, n_lines",
+    [('"unterminated, text,x', 3), ('1,"unterminated text,x', 3), ("1,a,\"x", 3)],
+)
+def test_an_unterminated_quote_is_a_bad_record_at_its_line(tmp_path, quoted_line, n_lines):
+    """The csv module reads the rest of the file into the quoted cell: with as many cells as
+    the header (the quote in the last column) the record was taken silently before."""
+    path = write(tmp_path, f"id,text,label\n1,a,x\n{quoted_line}\n2,b,y\n3,c,z\n")
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:3" and "never closed" in e.value.problem
+    assert f"{n_lines} line(s)" in e.value.problem
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy)
+    rows = [label for batch in source for label in batch.labels]
+    assert rows == ["x"] and source.n_read == 2 and policy.n_skipped == 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    cells=st.lists(
+        st.tuples(st.from_regex(r'a[ab ,"]{0,3}(\na[ab ,"]{0,2})?', fullmatch=True), st.sampled_from(["x", "y"])),
+        min_size=1,
+        max_size=8,
+    ),
+    broken=st.integers(0, 7),
+)
+def test_quoted_cells_read_back_and_an_unterminated_quote_is_counted(tmp_path, cells, broken):
+    """csv.writer's output (quotes, delimiters, newlines in cells) reads back exactly. With the
+    cells written plain (no quotes, commas or newlines) and record `broken` given an opening
+    quote that is never closed, the records before it are read, it is one bad record at its
+    line, and nothing after it is taken as data."""
+    good = io.StringIO()
+    csv.writer(good, lineterminator="\r\n").writerows([("text", "label"), *cells])
+    path = write(tmp_path, good.getvalue(), name="good.csv")
+    read_back = [
+        (t, label) for b in open_source(path, policy=BadRecordPolicy()) for t, label in zip(b.texts["text"], b.labels)
+    ]
+    assert read_back == cells
+    k = broken % len(cells)
+    plain = [" ".join(t.replace('"', "").replace(",", " ").split()) + "," + label for t, label in cells]
+    plain[k] = '"' + plain[k]  # one quote, never closed
+    path = write(tmp_path, "text,label\n" + "".join(line + "\n" for line in plain), name="broken.csv")
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy)
+    labels = [label for batch in source for label in batch.labels]
+    assert labels == [label for _, label in cells[:k]] and policy.n_skipped == 1 and source.n_read == k + 1
+    with pytest.raises(InputError) as e:
+        list(open_source(path, policy=BadRecordPolicy()))
+    assert e.value.location == f"{path}:{k + 2}" and f"{len(cells) - k} line(s)" in e.value.problem

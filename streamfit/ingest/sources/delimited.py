@@ -8,7 +8,9 @@ a row with the wrong number of cells, or an empty single label, is a bad record.
 than csv.field_size_limit() (128 KiB unless raised; the limit keeps a stray quote from
 swallowing the file) or text that does not decode stops the read with an InputError, since
 the rows after it cannot be trusted; text is decoded in chunks, so a decode error names the
-last line read before it. Locations name the line where the record starts.
+last line read before it. A quote that is never closed (the csv module then reads the rest of
+the file, up to that limit, as one cell) is a bad record at the line of the quote, naming how
+many lines it swallowed. Locations name the line where the record starts.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class CsvSource:
         self.multilabel = label_separator is not None
         self.limits = limits
         self.n_read = 0
+        self._record_lines: list[str] = []  # the lines of the record being read (for _unterminated)
 
     def __iter__(self):
         self.n_read = 0
@@ -85,12 +88,24 @@ class CsvSource:
             text_columns, label_column = self._columns(header)
             batcher = TextBatcher(self.fields)
             previous_line = reader.line_num
+            self._record_lines.clear()
             while (row := self._next(reader)) is not None:
                 location = f"{self.path}:{previous_line + 1}"
+                n_lines = reader.line_num - previous_line
                 previous_line = reader.line_num
+                record_lines, self._record_lines = self._record_lines, []
                 if not row:
                     continue
                 self.n_read += 1
+                if (n_lines > 1 or '"' in record_lines[0]) and self._unterminated(record_lines):
+                    self.policy.bad(
+                        location,
+                        f"a quote opened in this record is never closed: its cell runs over the {n_lines} line(s) "
+                        "to the end of the file",
+                        _row_text(row, self.delimiter),
+                        "close the quote, or double a quote inside a quoted cell",
+                    )
+                    continue
                 if len(row) != len(header):
                     self.policy.bad(
                         location,
@@ -121,7 +136,19 @@ class CsvSource:
             if len(line) > limit and not line.endswith(("\n", "\r")):
                 problem, hint = too_long(self.limits)
                 raise InputError(f"{self.path}:{line_no}", f"the line is {problem} of text", hint)
+            self._record_lines.append(line)
             yield line
+
+    def _unterminated(self, lines: list[str]) -> bool:
+        """Whether the record of these lines ends inside a quoted cell (the csv module, not strict,
+        then takes every line to the end of the file into that cell). The lines of one record are
+        at most csv.field_size_limit() characters plus one line."""
+        try:
+            for _ in csv.reader(lines, delimiter=self.delimiter, strict=True):
+                pass
+        except csv.Error as e:
+            return "unexpected end of data" in str(e)
+        return False
 
     def _next(self, reader) -> list[str] | None:
         """The next row, None at the end; undecodable text or an overlong cell -> InputError."""
