@@ -28,7 +28,7 @@ import psutil
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from streamfit.errors import InputError, StreamfitError
+from streamfit.errors import InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
@@ -37,7 +37,7 @@ from streamfit.options import format_bytes, option, parse_bytes
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
 from streamfit.store.format import MAX_FEATURES
-from streamfit.store.store import IDF_FILE, lock_dir
+from streamfit.store.store import IDF_FILE, overlaps
 
 log = logging.getLogger(__name__)
 
@@ -190,9 +190,9 @@ class _Layout:
     backend: str
     chunk_rows: int
 
-    def writer(self, path: str, multilabel: bool) -> StoreWriter:
+    def writer(self, path: str, multilabel: bool, overwrite: bool) -> StoreWriter:
         return StoreWriter(
-            path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows, overwrite=True
+            path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows, overwrite=overwrite
         )
 
 
@@ -229,7 +229,10 @@ class _Pass1:
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
-            self.writer = self.layout.writer(self.out, bool(self.multilabel))
+            # the stage of a two-pass ingest is ours to replace (a live ingest's is locked);
+            # a final store is replaced only with --overwrite, checked again at its publish
+            stage = self.out != os.path.abspath(self.o.out)
+            self.writer = self.layout.writer(self.out, bool(self.multilabel), overwrite=self.o.overwrite or stage)
         return self.writer
 
     def run(self, finish_rows: bool) -> None:
@@ -308,6 +311,43 @@ def _first_class(labels) -> np.ndarray:
     return first
 
 
+def _check_paths(o: IngestOptions) -> None:
+    """Refuse outputs that overlap each other or an input: the same path, or one inside the other."""
+    outputs = [("--out", o.out)] + ([("--test-out", o.test_out)] if o.test_out else [])
+    if o.test_out and overlaps(o.out, o.test_out):
+        raise StreamfitError(
+            f"--test-out {o.test_out} and --out {o.out} overlap (the same path, or one inside the other); "
+            "write the two stores to separate paths"
+        )
+    reads = [("input", p) for p in o.inputs] + ([("--like store", o.like)] if o.like else [])
+    for flag, out in outputs:
+        for what, path in reads:
+            if overlaps(out, path):
+                raise StreamfitError(
+                    f"{flag} {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
+                    f"would destroy what is read; choose another {flag}"
+                )
+
+
+def _half_published_test(o: IngestOptions) -> bool:
+    """Whether --test-out holds the test store of an earlier run of this same split (inputs,
+    --test-size, --seed) killed before it published --out: the test store is published first,
+    so a re-run replaces it and finishes the pair."""
+    if not o.test_out or os.path.exists(o.out) or not os.path.isdir(o.test_out):
+        return False
+    try:
+        m = Store(o.test_out).manifest
+    except StoreError:
+        return False
+    split = m.counts.get("split") or {}
+    return (
+        split.get("part") == "test"
+        and split.get("test_size") == o.test_size
+        and split.get("seed") == o.seed
+        and m.source.get("paths") == [os.path.abspath(p) for p in o.inputs]
+    )
+
+
 def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.ndarray:
     """True for the rows drawn into the test set: in each stratum (class, or first label),
     round(test_size × size) rows chosen by a permutation from numpy's PCG64 seeded with `seed`."""
@@ -324,8 +364,12 @@ def ingest(o: IngestOptions) -> IngestReport:
     from streamfit.ingest.sources import BadRecordPolicy
 
     _check_options(o)
+    _check_paths(o)
     out = os.path.abspath(o.out)
-    for target in [out] + ([os.path.abspath(o.test_out)] if o.test_out else []):
+    finish_pair = _half_published_test(o)
+    if finish_pair:
+        log.warning("%s: the test store of an unfinished split (no %s): writing the pair again", o.test_out, o.out)
+    for target in [out] + ([os.path.abspath(o.test_out)] if o.test_out and not finish_pair else []):
         if os.path.exists(target) and not o.overwrite:
             raise StreamfitError(f"{target}: already exists; pass --overwrite to replace it")
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
@@ -352,7 +396,6 @@ def ingest(o: IngestOptions) -> IngestReport:
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
-    stage_lock = None
     try:
         p1.run(finish_rows=not two_pass)
         policy.close()
@@ -385,9 +428,9 @@ def ingest(o: IngestOptions) -> IngestReport:
             report.written = m.n_rows
             report.stores[out] = m.n_rows
         else:
-            common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
-            stage_lock = lock_dir(pass1_out)  # a concurrent ingest to the same --out must not replace it
-            _pass2(o, layout, p1, featurizer, common, report, out)
+            # the stage stays locked until it is removed: a concurrent ingest to the same --out is refused
+            common["n_features"] = p1.writer.close(transform={}, counts={}, keep_lock=True, **common).n_features
+            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
@@ -395,8 +438,7 @@ def ingest(o: IngestOptions) -> IngestReport:
     finally:
         if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
             shutil.rmtree(pass1_out, ignore_errors=True)
-        if stage_lock is not None:
-            os.close(stage_lock)
+            p1.writer.release()
     if report.read != report.written + report.skipped:
         raise StreamfitError(
             f"internal error: read {report.read} records but wrote {report.written} and skipped "
@@ -469,8 +511,18 @@ def _check_idf_memory(n_features: int) -> None:
 
 
 def _pass2(
-    o: IngestOptions, layout: _Layout, p1: _Pass1, featurizer: Featurizer, common: dict, report: IngestReport, out: str
+    o: IngestOptions,
+    layout: _Layout,
+    p1: _Pass1,
+    featurizer: Featurizer,
+    common: dict,
+    report: IngestReport,
+    out: str,
+    finish_pair: bool,
 ) -> None:
+    """Write the final stores from the stage. With a split the test store is published first:
+    a kill between the two publishes leaves no complete-looking training store without its
+    test store, and a re-run of the same command replaces the lone test store (finish_pair)."""
     stage = Store(p1.out, allow_partial=True)
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
@@ -489,7 +541,10 @@ def _pass2(
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = o.l2_normalize
     outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size and o.test_out else [])
-    writers = [layout.writer(path, stage.multilabel) for path, _ in outputs]
+    writers = [
+        layout.writer(path, stage.multilabel, overwrite=o.overwrite or (finish_pair and path != out))
+        for path, _ in outputs
+    ]
     try:
         for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
             X = featurizer.finish(c.X)
@@ -501,7 +556,7 @@ def _pass2(
         for w in writers:
             if idf is not None:
                 transform["idf_sha256"] = _write_idf(w, idf)
-        for w, (path, _) in zip(writers, outputs):
+        for w, (path, _) in reversed(list(zip(writers, outputs))):  # the test store first
             split = (
                 {"split": {"test_size": o.test_size, "seed": o.seed, "part": "train" if w is writers[0] else "test"}}
                 if o.test_size
@@ -510,6 +565,7 @@ def _pass2(
             m = w.close(transform=dict(transform), counts={**_counts(report), **split}, **common)
             report.stores[path] = m.n_rows
             report.written += m.n_rows
+        report.stores = {path: report.stores[path] for path, _ in outputs}  # --out first, as given
     except BaseException:
         for w in writers:
             w.abort()

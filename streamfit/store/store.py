@@ -359,10 +359,26 @@ class InMemoryStore(ChunkSource):
         return Chunk(i, lo, self.X[lo:hi], self.labels[lo:hi])
 
 
+def overlaps(a: str, b: str) -> bool:
+    """Whether paths `a` and `b` name the same file or directory, or one lies inside the other
+    (symbolic links resolved; hard links to one file count as the same)."""
+    real_a, real_b = os.path.realpath(a), os.path.realpath(b)
+    if os.path.commonpath([real_a, real_b]) in (real_a, real_b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
 class StoreWriter:
     """Writes a new store atomically: everything goes under `PATH.partial`, and the directory
     is renamed to PATH only after the manifest is written and synced. Rows may come in
-    batches of any size; they are cut into chunks of exactly `chunk_rows` rows."""
+    batches of any size; they are cut into chunks of exactly `chunk_rows` rows.
+
+    `PATH.partial` is locked (flock) from the start to the publish, so two writers of one PATH
+    exclude each other; without `overwrite`, PATH is checked again under that lock just before
+    the publish, so a store another process finished meanwhile is never replaced."""
 
     def __init__(
         self,
@@ -378,6 +394,7 @@ class StoreWriter:
         if chunk_rows < 1:
             raise StoreError(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.path = os.path.abspath(path)
+        self.overwrite = overwrite
         if os.path.exists(self.path) and not overwrite:
             raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
         self.tmp = self.path + ".partial"
@@ -453,8 +470,11 @@ class StoreWriter:
         transform: dict | None = None,
         source: dict | None = None,
         counts: dict | None = None,
+        keep_lock: bool = False,
     ) -> Manifest:
-        """Flush, write the manifest, and rename into place. n_features=None: largest index + 1."""
+        """Flush, write the manifest, and rename into place. n_features=None: largest index + 1.
+        keep_lock: the lock stays on the published directory (now at PATH) until release(), so no
+        other writer of PATH can start while the caller still reads it."""
         if self._pending_rows:
             self._flush(self._pending_rows)
         if n_features is None:
@@ -481,11 +501,23 @@ class StoreWriter:
         )
         self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
         self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
+        if os.path.exists(self.path) and not self.overwrite:  # written meanwhile by another process
+            self.abort()
+            raise StoreError(
+                f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
+                "it, or write to another --out"
+            )
         self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
         assert self._lock is not None, "close() after close() or abort()"
-        os.close(self._lock)
-        self._lock = None
+        if not keep_lock:
+            self.release()
         return manifest
+
+    def release(self) -> None:
+        """Drop the lock (the flock follows the directory through the rename to PATH)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def write_file(self, name: str, data: bytes) -> None:
         """An extra file of the store (e.g. idf.npy), listed by the caller in the manifest."""
@@ -502,9 +534,7 @@ class StoreWriter:
     def abort(self) -> None:
         """Delete the incomplete store and release it."""
         shutil.rmtree(self.tmp, ignore_errors=True)
-        if self._lock is not None:
-            os.close(self._lock)
-            self._lock = None
+        self.release()
 
 
 def lock_dir(path: str) -> int:

@@ -515,3 +515,71 @@ def test_cli_refuses_columns_beyond_int32_in_one_line(tmp_path, cli, name, conte
     [line] = run.stderr.strip().splitlines()
     assert where in line and "drop --no-hash" in line
     assert not os.path.exists(tmp_path / "s")
+
+
+@pytest.mark.parametrize(
+    "out, test_out, what",
+    [
+        ("s", "s/test", "--test-out s/test and --out s overlap"),
+        ("s/train", "s", "overlap"),
+        ("s", "s", "overlap"),
+        ("docs.jsonl", None, "--out docs.jsonl overlaps the input"),
+        (".", None, "overlaps the input"),  # the input lies inside --out
+        ("s", "docs.jsonl", "--test-out docs.jsonl overlaps the input"),
+    ],
+)
+def test_outputs_that_overlap_each_other_or_an_input_are_refused(tmp_path, monkeypatch, out, test_out, what):
+    monkeypatch.chdir(tmp_path)
+    source = _jsonl(tmp_path, DOCS)
+    before = sorted(os.listdir(tmp_path))
+    split = dict(test_out=test_out, test_size=0.25) if test_out else {}
+    with pytest.raises(StreamfitError, match=what):
+        ingest(IngestOptions([os.path.relpath(source)], out, overwrite=True, progress=False, **split))
+    assert sorted(os.listdir(tmp_path)) == before and len(open(source).readlines()) == len(DOCS)
+
+
+def test_a_store_published_by_another_ingest_meanwhile_is_not_replaced(tmp_path, monkeypatch):
+    """Two ingests to one --out both pass the check at the start; the one that finishes second
+    is refused (its writer checks --out again under its lock) and the first store stays."""
+    import streamfit.ingest.pipeline as pipeline
+
+    first, second = _jsonl(tmp_path, DOCS[:8], "first.jsonl"), _jsonl(tmp_path, DOCS, "second.jsonl")
+    out = str(tmp_path / "s")
+    batch = pipeline._Pass1._batch
+
+    def other_ingest_finishes_first(self, *args):
+        monkeypatch.setattr(pipeline._Pass1, "_batch", batch)
+        ingest(IngestOptions([first], out, hashing=HashingConfig(n_features=2**10), progress=False))
+        batch(self, *args)
+
+    monkeypatch.setattr(pipeline._Pass1, "_batch", other_ingest_finishes_first)
+    with pytest.raises(StoreError, match="already exists"):
+        ingest(IngestOptions([second], out, hashing=HashingConfig(n_features=2**10), progress=False))
+    assert open_store(out).n_rows == 8 and sorted(os.listdir(tmp_path)) == ["first.jsonl", "s", "second.jsonl"]
+
+
+def test_a_split_killed_between_its_publishes_is_finished_by_the_same_command(tmp_path, monkeypatch, digits_svm):
+    """The test store is published first; a re-run of the same command replaces a lone test
+    store and writes the pair exactly as an uninterrupted run; another split is refused."""
+    from streamfit.store import StoreWriter
+
+    opts = dict(test_size=0.2, chunk_rows=300, progress=False)
+    ingest(IngestOptions([digits_svm], str(tmp_path / "ref"), test_out=str(tmp_path / "ref_test"), **opts))
+    close = StoreWriter.close
+
+    def killed_after_the_first_publish(self, **kw):
+        if os.path.exists(tmp_path / "test"):
+            raise KeyboardInterrupt
+        return close(self, **kw)
+
+    monkeypatch.setattr(StoreWriter, "close", killed_after_the_first_publish)
+    with pytest.raises(KeyboardInterrupt):
+        ingest(IngestOptions([digits_svm], str(tmp_path / "train"), test_out=str(tmp_path / "test"), **opts))
+    monkeypatch.setattr(StoreWriter, "close", close)
+    assert (tmp_path / "test").is_dir() and not (tmp_path / "train").exists()
+    with pytest.raises(StreamfitError, match="already exists"):  # not the same split: not recognised
+        ingest(IngestOptions([digits_svm], str(tmp_path / "train"), test_out=str(tmp_path / "test"), **opts, seed=1))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "train"), test_out=str(tmp_path / "test"), **opts))
+    for name in ("train", "test"):
+        ref = open_store(str(tmp_path / f"ref{'_test' if name == 'test' else ''}")).manifest
+        assert open_store(str(tmp_path / name)).manifest.chunks == ref.chunks

@@ -358,3 +358,30 @@ def test_cli_train_on_a_store_with_a_negative_column_is_one_line(digits, write_s
     assert run.returncode == 2 and "Traceback" not in run.stderr
     [line] = run.stderr.strip().splitlines()
     assert "chunk 0 (rows 0-400) holds feature columns -1 to" in line and "re-ingest it" in line
+
+
+def test_a_writer_refuses_to_publish_over_a_store_written_meanwhile(tmp_path):
+    """Without overwrite, PATH is checked again under the writer's lock just before the rename:
+    a store another process published meanwhile is kept, and nothing of this one is left."""
+    path = str(tmp_path / "s.zarr")
+    late = StoreWriter(path, chunk_rows=2)
+    late.write_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.array([0, 1, 0]))
+    with pytest.raises(StoreError, match="another streamfit ingest is writing"):  # its lock excludes a second writer
+        StoreWriter(path, overwrite=True)
+    os.makedirs(path)  # published by a writer that took no lock (e.g. a copy): the check at the start is passed
+    open(os.path.join(path, "marker"), "w").close()
+    with pytest.raises(StoreError, match="was written by another process"):
+        late.close(n_features=3, classes=["a", "b"])
+    assert os.listdir(path) == ["marker"] and sorted(os.listdir(tmp_path)) == ["s.zarr"]
+
+
+@pytest.mark.parametrize(
+    "a, b, overlap",
+    [("x", "x", True), ("x", "x/y", True), ("x/y", "x", True), ("x", "xy", False), ("x/y", "x/z", False)],
+)
+def test_overlaps_is_the_same_path_or_one_inside_the_other(tmp_path, a, b, overlap):
+    from streamfit.store.store import overlaps
+
+    assert overlaps(str(tmp_path / a), str(tmp_path / b)) is overlap
+    (tmp_path / "link").symlink_to(tmp_path / "x")  # a link to x overlaps x and all inside it
+    assert overlaps(str(tmp_path / "link"), str(tmp_path / b)) is (b in ("x", "x/y", "x/z"))
