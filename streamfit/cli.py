@@ -569,6 +569,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
         fmt=fmt,
         options=_parse_key_values(options, "--option"),
         progress=_progress(ctx),
+        model_dir=run_dir,
     )
     click.echo(f"{n} rows written to {out}")
 

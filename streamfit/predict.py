@@ -79,12 +79,22 @@ def predict_to_file(
     fmt: str | None = None,
     options: dict | None = None,
     progress: bool = False,
+    model_dir: str | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out`; returns the number of rows."""
+    "labels", "scores"}) atomically to `out`; returns the number of rows. `model_dir`: where
+    the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
+    from streamfit.store.store import overlaps
+
     kind = os.path.splitext(out)[1].lower()
     if kind not in (".csv", ".jsonl"):
         raise StreamfitError(f"{out}: the output must end in .csv or .jsonl")
+    for what, path in [("input", source)] + ([("model", model_dir)] if model_dir else []):
+        if overlaps(out, path) or overlaps(f"{out}.partial", path):
+            raise StreamfitError(
+                f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
+                "would destroy what is read; choose another --out"
+            )
     if top_k > len(model.classes_):
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)

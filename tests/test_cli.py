@@ -629,3 +629,30 @@ def test_a_checkpoint_edited_between_a_stop_and_resume_is_refused(stores, tmp_pa
     _one_line_error(run(*args, "--resume", ok=False), "'many'", "damaged")
     meta.write_text(original)
     assert run(*args, "--resume", ok=False).exit_code in (0, 3)  # the untouched checkpoint resumes
+
+
+def test_outputs_that_overlap_an_input_and_a_broken_quote_are_one_error_line(stores, tmp_path):
+    """Issue 22 class 4: each ends in exit status 2 and one line naming the path and the fix;
+    the inputs are intact."""
+    src = tmp_path / "digits.svm"
+    shutil.copy(stores / "digits.svm", src)
+    before = src.read_bytes()
+    split = ("--test-size", "0.25", "--no-hash")
+    for args, fragment in [
+        (("--out", tmp_path / "s", "--test-out", tmp_path / "s" / "test", *split), "--test-out"),
+        (("--out", tmp_path / "s" / "train", "--test-out", tmp_path / "s", *split), "overlap"),
+        (("--out", src, "--no-hash", "--overwrite"), "overlaps the input"),
+        (("--out", tmp_path, "--no-hash", "--overwrite"), "overlaps the input"),
+    ]:
+        _one_line_error(run("ingest", src, *args, ok=False), fragment)
+    assert src.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["digits.svm"]
+    run_dir = tmp_path / "run"
+    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
+    table = tmp_path / "rows.csv"
+    table.write_text("text,label\nhello,a\n")
+    result = run("predict", run_dir, table, "--out", table, ok=False)
+    _one_line_error(result, "rows.csv overlaps the input", "choose another --out")
+    assert table.read_text() == "text,label\nhello,a\n"
+    table.write_text('text,label\nhello world,a\ngood day,"b\nthird,a\n')
+    result = run("ingest", table, "--out", tmp_path / "q", ok=False)
+    _one_line_error(result, "rows.csv:3: a quote opened in this record is never closed", "close the quote")

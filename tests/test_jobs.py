@@ -62,3 +62,15 @@ def test_ingest_options_from_a_section(tmp_path):
     path.write_text("ingest: {inputs: [a.svm], out: s.zarr, no_hash: true, n_features: 64}\n")
     options = ingest_options(load_pipeline(str(path)).ingest, overwrite=True, progress=False)
     assert (options.hashing, options.n_features, options.overwrite) == (None, 64, True)
+
+
+def test_resume_finishes_an_ingest_killed_between_its_two_publishes(pipeline, tmp_path):
+    """The test store is published first; with it alone on disk, `run --resume` writes the pair
+    again (the re-run recognises the same split) and goes on to train and evaluate."""
+    import shutil
+
+    first = run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    shutil.rmtree(tmp_path / "train.zarr")  # what a kill between the publishes leaves
+    shutil.rmtree(tmp_path / "run")
+    again = run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
+    assert again.ingest.stores == first.ingest.stores and again.evaluation == first.evaluation

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamfit.cli import main
+from streamfit.errors import StreamfitError
 from streamfit.store.format import json_digest
 
 DOCS = [
@@ -150,3 +151,20 @@ def test_a_folder_of_unlabeled_documents_is_scored(runs, tmp_path):
     (tmp_path / "docs" / "a.txt").write_text("a cat")
     (tmp_path / "docs" / "b.txt").write_text("the market")
     assert "2 rows written" in run("predict", runs / "jsonl", tmp_path / "docs", "-o", tmp_path / "p.csv").output
+
+
+@pytest.mark.parametrize("out", ["source", "model", "run"])
+def test_an_output_that_overlaps_the_input_or_the_model_is_refused(runs, tmp_path, out):
+    from streamfit.model import load_model
+    from streamfit.predict import predict_to_file
+
+    source = tmp_path / "docs.jsonl"
+    shutil.copy(runs / "train.jsonl", source)
+    before = source.read_bytes()
+    target = {"source": source, "model": runs / "jsonl" / "model" / "p.csv", "run": runs / "jsonl.csv"}[out]
+    if out == "run":  # a run directory named like an output file
+        shutil.copytree(runs / "jsonl", target)
+    run_dir = target if out == "run" else runs / "jsonl"
+    with pytest.raises(StreamfitError, match="overlaps the"):
+        predict_to_file(load_model(str(run_dir)), str(source), str(target), model_dir=str(run_dir))
+    assert source.read_bytes() == before and not os.path.exists(f"{target}.partial")

@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources import BadRecordPolicy, open_source
-from streamfit.ingest.sources.delimited import _row_text
 
 CSV = (
     "id,text,label\r\n"
@@ -138,7 +137,7 @@ def test_no_label_field_reads_unlabeled_rows(read, tmp_path):
 
 @pytest.mark.parametrize(
     "quoted_line, n_lines",
-    [('"unterminated, text,x', 3), ('1,"unterminated text,x', 3), ("1,a,\"x", 3)],
+    [('"unterminated, text,x', 3), ('1,"unterminated text,x', 3), ('1,a,"x', 3)],
 )
 def test_an_unterminated_quote_is_a_bad_record_at_its_line(tmp_path, quoted_line, n_lines):
     """The csv module reads the rest of the file into the quoted cell: with as many cells as
