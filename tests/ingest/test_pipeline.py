@@ -627,3 +627,37 @@ def test_property_featurized_values_are_finite_or_refused(rows, n_features, alte
         want = np.divide(want, norms, out=np.zeros_like(want), where=norms > 0)
     assert np.isfinite(out).all()
     np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-37)  # atol: normalized values below float32's normal range
+
+
+def test_cli_text_that_is_not_text_and_overflowing_values_end_in_one_line(tmp_path, cli):
+    """Each hostile input of issue 22's classes 5 and 6 exits with status 2 and one line naming
+    the file, the line or row, and the fix (before: tracebacks, or a wrong store)."""
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "surrogate.jsonl").write_bytes(b'{"text": "a \\ud800 b", "label": "x"}\n')
+    (tmp_path / "encoded.jsonl").write_bytes(b'{"text": "a", "label": "x"}\n{"text": "\xed\xa0\x80", "label": "y"}\n')
+    text = pa.array([b"fine", b"bad \xff"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": text, "label": ["x", "y"]}), str(tmp_path / "bytes.parquet"))
+    (tmp_path / "unlabeled.svm").write_text("1 1:1\n 2:1\n2 2:1\n")
+    (tmp_path / "summed.svm").write_text("1 1:3e38 2:3e38\n")
+    (tmp_path / "idf.svm").write_text("1 1:3e38\n2 2:1\n")
+    cases = [
+        (["surrogate.jsonl"], "surrogate.jsonl:1: field 'text' holds the lone surrogate"),
+        (["encoded.jsonl"], "encoded.jsonl:2: the line is not valid UTF-8"),
+        (["bytes.parquet"], "bytes.parquet:row group 0, row 1: 'text' holds bytes that are not UTF-8 text"),
+        (["unlabeled.svm"], "unlabeled.svm:2: the line has no label (pass --option multilabel=true"),
+        (["summed.svm", "--n-features", "1", "--no-alternate-sign"], "summed.svm:1: a feature value is beyond"),
+        (["idf.svm", "--no-hash", "--idf"], "idf.svm:1: feature value 3e+38 is beyond ±7.62e+36"),
+    ]
+    for args, message in cases:
+        run = subprocess.run(
+            cli("ingest", *[tmp_path / a if i == 0 else a for i, a in enumerate(args)], "--out", tmp_path / "s"),
+            capture_output=True,
+            text=True,
+        )
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and message in lines[0], (args, run.stderr)
+        assert "Traceback" not in run.stderr and not (tmp_path / "s").exists()
