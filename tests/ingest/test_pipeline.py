@@ -661,3 +661,23 @@ def test_cli_text_that_is_not_text_and_overflowing_values_end_in_one_line(tmp_pa
         lines = run.stderr.strip().splitlines()
         assert run.returncode == 2 and len(lines) == 1 and message in lines[0], (args, run.stderr)
         assert "Traceback" not in run.stderr and not (tmp_path / "s").exists()
+
+
+def test_scoring_refuses_a_value_that_its_idf_weight_takes_beyond_float32():
+    """predict featurizes raw records with the training IDF weights: 1e38 × 4 is refused at its
+    location, 1e37 × 4 is stored as float32(4e37)."""
+    import scipy.sparse as sp
+
+    from streamfit.ingest.featurize import Featurizer
+    from streamfit.ingest.sources import SparseBatch
+
+    featurizer = Featurizer(n_features=2, idf=np.array([1.0, 4.0]))
+    X = sp.csr_matrix(np.array([[1e37, 1e38], [3e38, 1.0]]))
+    with pytest.raises(InputError, match=r"^f:1: feature value 1e\+38 times its IDF weight 4 is beyond float32's"):
+        featurizer.transform(SparseBatch(X, [None, None], ["f:1", "f:2"]))
+    got = featurizer.transform(SparseBatch(X[[1]], [None], ["f:2"])).toarray()
+    assert got.tolist() == [[np.float32(3e38), 4.0]]
+    X = sp.csr_matrix(np.array([[0.0, 1e37]]))
+    assert featurizer.transform(SparseBatch(X, [None], ["f:3"])).toarray().tolist() == [
+        [0, np.float32(np.float32(1e37) * 4)]
+    ]
