@@ -284,6 +284,12 @@ class _Pass1:
                 )
                 hint = "hash the indices (drop --no-hash), or renumber the features from 0"
             self.policy.bad(batch.locations[r], problem, hint=hint)
+        # values that hashing sums or IDF weights beyond float32 (checked before finish stores them)
+        idf_to_come = bool(self.o.idf) and self.featurizer.idf is None
+        for r, (problem, hint) in sorted(self.featurizer.out_of_range(X, idf_to_come).items()):
+            if keep[r]:
+                keep[r] = False
+                self.policy.bad(batch.locations[r], problem, hint=hint)
         empty = np.flatnonzero(keep & (np.diff(X.indptr) == 0))
         if empty.size:
             self.empty += empty.size

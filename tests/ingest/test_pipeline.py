@@ -583,3 +583,169 @@ def test_a_split_killed_between_its_publishes_is_finished_by_the_same_command(tm
     for name in ("train", "test"):
         ref = open_store(str(tmp_path / f"ref{'_test' if name == 'test' else ''}")).manifest
         assert open_store(str(tmp_path / name)).manifest.chunks == ref.chunks
+
+
+@pytest.mark.parametrize(
+    "text, options, problem",
+    [
+        (  # two valid values hashed into one column (summed)
+            "1 1:3e38 2:3e38\n2 3:1\n1 2:1\n",
+            {"hashing": HashingConfig(n_features=1, alternate_sign=False)},
+            r"data.svm:1: a feature value is beyond float32's ±3.4e38 \(features hashed to one column are summed\)",
+        ),
+        (  # a valid value times an IDF weight above 1 (the weights are known after the first pass)
+            "1 1:3e38\n2 2:1\n1 2:1\n",
+            {"idf": True},
+            r"data.svm:1: feature value 3e\+38 is beyond ±7.62e\+36, the most that IDF weights \(up to 44.7\)",
+        ),
+    ],
+)
+def test_values_that_overflow_after_validation_are_bad_records(tmp_path, text, options, problem):
+    """Values that pass the readers' float32 check used to be stored as inf (issue 22)."""
+    path = tmp_path / "data.svm"
+    path.write_text(text)
+    with pytest.raises(InputError, match=problem + r".*\(scale the features"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), progress=False, **options))
+    report = ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record="skip", progress=False, **options))
+    X, _ = open_store(str(tmp_path / "s")).to_scipy()
+    assert (report.read, report.written, report.skipped) == (3, 2, 1) and np.isfinite(X.data).all()
+
+
+def test_large_values_within_the_bounds_are_weighted_and_normalized_exactly(tmp_path):
+    """1e36 × its IDF weight ln((1 + 3)/(1 + 1)) + 1, and 1e20 squared under --l2-normalize
+    (the norm is taken in float64: each of two equal values becomes 1/√2)."""
+    path = tmp_path / "data.svm"
+    path.write_text("1 1:1e36\n2 2:1\n1 2:1\n")
+    ingest(IngestOptions([str(path)], str(tmp_path / "idf"), idf=True, progress=False))
+    X, _ = open_store(str(tmp_path / "idf")).to_scipy()
+    assert X[0, 0] == np.float32(np.float32(1e36) * (np.log(4 / 2) + 1))
+    path.write_text("1 1:1e20 2:-1e20\n2 2:3e38\n")
+    ingest(IngestOptions([str(path)], str(tmp_path / "l2"), l2_normalize=True, progress=False))
+    X, _ = open_store(str(tmp_path / "l2")).to_scipy()
+    assert np.allclose(X.toarray(), [[0.5**0.5, -(0.5**0.5)], [0, 1]], rtol=1e-7, atol=0)
+
+
+# finite float32 values, none so small that rounding them after a weight is far from the reference
+_FLOAT32_VALUES = st.one_of(
+    st.builds(
+        lambda sign, v: sign * v, st.sampled_from([-1.0, 1.0]), st.floats(2.0**-10, width=32, allow_infinity=False)
+    ),
+    st.sampled_from([0.0, 3.4e38, -3.4e38, 3e38, 1e37, 7.6e36, -1e20]),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.tuples(st.integers(0, 7), _FLOAT32_VALUES), max_size=6), min_size=1, max_size=5),
+    n_features=st.sampled_from([1, 2, 4]),
+    alternate_sign=st.booleans(),
+    idf=st.sampled_from(["none", "known", "to come"]),
+    l2_normalize=st.booleans(),
+)
+def test_property_featurized_values_are_finite_or_refused(rows, n_features, alternate_sign, idf, l2_normalize):
+    """Any finite float32 values, hashed (colliding ones summed), IDF-weighted and normalized,
+    either give finite stored values equal to a float64 reference, or their row is named by
+    Featurizer.out_of_range. The reference hashes each raw id alone (its column and sign) and
+    sums in float64; with IDF weights still to come, values must stay within the bound that keeps
+    the largest possible weight (one document in 2**62) finite."""
+    import scipy.sparse as sp
+
+    from streamfit.ingest.featurize import FLOAT32_MAX, IDF_WEIGHT_BOUND, Featurizer, idf_weights
+    from streamfit.ingest.sources import SparseBatch
+
+    hashing = HashingConfig(n_features=n_features, alternate_sign=alternate_sign)
+    weights = np.linspace(1, 40, n_features) if idf == "known" else None
+    featurizer = Featurizer(hashing, idf=weights, l2_normalize=l2_normalize)
+    entries = [dict(row) for row in rows]  # one value per raw id and row, as readers give them
+    X = sp.csr_matrix(
+        (
+            [v for e in entries for v in e.values()],
+            [j for e in entries for j in e],
+            np.cumsum([0] + [len(e) for e in entries]),
+        ),
+        shape=(len(entries), 8),
+        dtype=np.float64,
+    )
+    batch = SparseBatch(X, [None] * len(entries), [f"f:{i + 1}" for i in range(len(entries))])
+    raw = featurizer.raw_rows(batch)
+    problems = featurizer.out_of_range(raw, idf_to_come=idf == "to come")
+
+    one = featurizer.hasher.transform_indices(sp.csr_matrix(np.eye(8))).toarray().astype(np.float64)  # id j: ±1
+    reference = np.zeros((len(entries), n_features))
+    for i, e in enumerate(entries):
+        for j, v in e.items():
+            reference[i] += one[j] * v
+    with np.errstate(over="ignore"):
+        hashed = reference.astype(np.float32).astype(np.float64)  # the hasher sums in float64, stores float32
+        weighted = hashed * (weights if weights is not None else 1)
+    limit = FLOAT32_MAX / IDF_WEIGHT_BOUND if idf == "to come" else FLOAT32_MAX
+    bad = ~(np.abs(hashed) <= FLOAT32_MAX).all(axis=1) | ~(np.abs(weighted) <= limit).all(axis=1)
+    assert sorted(problems) == np.flatnonzero(bad).tolist()
+    for problem, hint in problems.values():
+        assert "beyond" in problem and hint.startswith("scale the features")
+
+    good = np.flatnonzero(~bad)
+    if idf == "to come":  # the worst weight a column can get: one document among 2**62
+        featurizer.idf = np.full(n_features, idf_weights(np.array(1), 2**62))
+        weighted = hashed * featurizer.idf
+    out = featurizer.finish(raw[good]).toarray()
+    want = weighted[good]
+    if l2_normalize:
+        norms = np.linalg.norm(want, axis=1, keepdims=True)
+        want = np.divide(want, norms, out=np.zeros_like(want), where=norms > 0)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, want, rtol=2e-6, atol=1e-37)  # atol: normalized values below float32's normal range
+
+
+def test_cli_text_that_is_not_text_and_overflowing_values_end_in_one_line(tmp_path, cli):
+    """Each hostile input of issue 22's classes 5 and 6 exits with status 2 and one line naming
+    the file, the line or row, and the fix (before: tracebacks, or a wrong store)."""
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "surrogate.jsonl").write_bytes(b'{"text": "a \\ud800 b", "label": "x"}\n')
+    (tmp_path / "encoded.jsonl").write_bytes(b'{"text": "a", "label": "x"}\n{"text": "\xed\xa0\x80", "label": "y"}\n')
+    text = pa.array([b"fine", b"bad \xff"], type=pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": text, "label": ["x", "y"]}), str(tmp_path / "bytes.parquet"))
+    (tmp_path / "unlabeled.svm").write_text("1 1:1\n 2:1\n2 2:1\n")
+    (tmp_path / "summed.svm").write_text("1 1:3e38 2:3e38\n")
+    (tmp_path / "idf.svm").write_text("1 1:3e38\n2 2:1\n")
+    cases = [
+        (["surrogate.jsonl"], "surrogate.jsonl:1: field 'text' holds the lone surrogate"),
+        (["encoded.jsonl"], "encoded.jsonl:2: the line is not valid UTF-8"),
+        (["bytes.parquet"], "bytes.parquet:row group 0, row 1: 'text' holds bytes that are not UTF-8 text"),
+        (["unlabeled.svm"], "unlabeled.svm:2: the line has no label (pass --option multilabel=true"),
+        (["summed.svm", "--n-features", "1", "--no-alternate-sign"], "summed.svm:1: a feature value is beyond"),
+        (["idf.svm", "--no-hash", "--idf"], "idf.svm:1: feature value 3e+38 is beyond ±7.62e+36"),
+    ]
+    for args, message in cases:
+        run = subprocess.run(
+            cli("ingest", *[tmp_path / a if i == 0 else a for i, a in enumerate(args)], "--out", tmp_path / "s"),
+            capture_output=True,
+            text=True,
+        )
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and len(lines) == 1 and message in lines[0], (args, run.stderr)
+        assert "Traceback" not in run.stderr and not (tmp_path / "s").exists()
+
+
+def test_scoring_refuses_a_value_that_its_idf_weight_takes_beyond_float32():
+    """predict featurizes raw records with the training IDF weights: 1e38 × 4 is refused at its
+    location, 1e37 × 4 is stored as float32(4e37)."""
+    import scipy.sparse as sp
+
+    from streamfit.ingest.featurize import Featurizer
+    from streamfit.ingest.sources import SparseBatch
+
+    featurizer = Featurizer(n_features=2, idf=np.array([1.0, 4.0]))
+    X = sp.csr_matrix(np.array([[1e37, 1e38], [3e38, 1.0]]))
+    with pytest.raises(InputError, match=r"^f:1: feature value 1e\+38 times its IDF weight 4 is beyond float32's"):
+        featurizer.transform(SparseBatch(X, [None, None], ["f:1", "f:2"]))
+    got = featurizer.transform(SparseBatch(X[[1]], [None], ["f:2"])).toarray()
+    assert got.tolist() == [[np.float32(3e38), 4.0]]
+    X = sp.csr_matrix(np.array([[0.0, 1e37]]))
+    assert featurizer.transform(SparseBatch(X, [None], ["f:3"])).toarray().tolist() == [
+        [0, np.float32(np.float32(1e37) * 4)]
+    ]

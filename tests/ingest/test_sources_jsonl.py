@@ -4,6 +4,8 @@ import gzip
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources import BadRecordPolicy, TextBatch, open_source
@@ -136,3 +138,56 @@ def test_no_label_field_reads_unlabeled_records(read, tmp_path):
     path = write_jsonl(tmp_path, [{"text": "a"}, {"text": "b", "label": "x"}])
     batches = read.batches(open_source(path, policy=BadRecordPolicy(), label_field=None))
     assert read.texts(batches) == ["a", "b"] and read.labels(batches) == [None, None]
+
+
+def test_lone_surrogates_and_text_that_is_not_utf8_are_bad_records(read, tmp_path):
+    """JSON can escape a lone surrogate, which no UTF-8 text holds: it made a traceback when the
+    text was hashed (issue 22); so did its UTF-8-like encoding, which json.loads(bytes) let pass."""
+    lines = [
+        b'{"text": "a \\ud800 b", "label": "x"}',
+        b'{"text": "fine", "label": "\\udc80"}',
+        b'{"text": "a \xed\xa0\x80 b", "label": "x"}',
+        b'{"text": "a pair \\ud83d\\ude00", "label": ["y"]}',
+    ]
+    path = write_jsonl(tmp_path, lines)
+    with pytest.raises(
+        InputError, match=r"data.jsonl:1: field 'text' holds the lone surrogate '\\ud800', which is not"
+    ):
+        list(open_source(path, policy=BadRecordPolicy()))
+    quarantine = str(tmp_path / "q.jsonl")
+    with BadRecordPolicy("quarantine", quarantine) as policy:
+        batches = read.batches(open_source(path, policy=policy))
+    assert read.texts(batches) == ["a pair \U0001f600"] and read.labels(batches) == [["y"]]
+    entries = [json.loads(line) for line in open(quarantine, encoding="utf-8")]
+    assert [e["location"] for e in entries] == [f"{path}:{n}" for n in (1, 2, 3)]
+    assert [e["problem"] for e in entries] == [
+        "field 'text' holds the lone surrogate '\\ud800', which is not text",
+        "the label holds the lone surrogate '\\udc80', which is not text",
+        "the line is not valid UTF-8",
+    ]
+
+
+def test_a_byte_order_mark_at_the_start_is_dropped(read, tmp_path):
+    path = write_jsonl(tmp_path, [b"\xef\xbb\xbf" + json.dumps(RECORDS[0]).encode(), b"\xef\xbb\xbf" + b'{"text": ""}'])
+    policy = BadRecordPolicy("skip")
+    batches = read.batches(open_source(path, policy=policy))
+    assert read.texts(batches) == [RECORDS[0]["text"]] and policy.n_skipped == 1  # not at the start: invalid JSON
+
+
+_CHARACTERS = st.one_of(st.characters(), st.characters(categories=["Cs"]))  # surrogates are not drawn by default
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(_CHARACTERS), label=st.text(_CHARACTERS, min_size=1))
+def test_property_any_json_string_is_read_as_itself_or_refused_at_its_line(read, tmp_path, text, label):
+    """Every str json.dumps can write (lone surrogates included) is read back unchanged when it is
+    UTF-8 text, and is otherwise a bad record at its line; nothing else is raised."""
+    path = write_jsonl(tmp_path, [{"text": text, "label": label}])
+    try:
+        batches = read.batches(open_source(path, policy=BadRecordPolicy()))
+    except InputError as e:
+        assert str(e).startswith(f"{path}:1: ") and "lone surrogate" in str(e)
+        assert any(0xD800 <= ord(c) <= 0xDFFF for c in text + label)
+        return
+    assert read.texts(batches) == [text] and read.labels(batches) == [label]
+    (text + label).encode("utf-8")  # no surrogate got through

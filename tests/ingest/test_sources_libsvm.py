@@ -83,10 +83,42 @@ def test_multilabel_decided_too_early_reports_the_line(tmp_path):
         list(open_source(path, policy=BadRecordPolicy(), batch_size=1))
 
 
-def test_empty_label_field_is_multilabel(read, tmp_path):
-    path = write(tmp_path, " 1:1\n2 2:1\n")
+def test_a_line_without_a_label_is_a_bad_record_unless_the_file_is_multilabel(read, tmp_path):
+    """One unlabeled line in the first batch used to turn the whole file multilabel (issue 22)."""
+    path = write(tmp_path, "1 1:1\n 2:1\n2 2:1\n")
+    with pytest.raises(InputError, match=r"data.svm:2: the line has no label \(pass --option multilabel=true"):
+        read_file(read, path)
+    source, policy, batches = read_file(read, path, mode="skip")
+    assert source.multilabel is False and read.labels(batches) == ["1", "2"] and policy.n_skipped == 1
+    path = write(tmp_path, " 1:1\n2,1 2:1\n", name="ml.svm")  # a label list: multilabel, [] for no label
     source, _, batches = read_file(read, path)
-    assert source.multilabel is True and read.labels(batches) == [[], ["2"]]
+    assert source.multilabel is True and read.labels(batches) == [[], ["2", "1"]]
+    source, _, batches = read_file(read, write(tmp_path, " 1:1\n2 2:1\n", name="opt.svm"), multilabel=True)
+    assert read.labels(batches) == [[], ["2"]]
+
+
+@pytest.mark.parametrize("block", [1, 2, 3, 4, 1 << 20])
+@pytest.mark.parametrize("opener", [None, gzip.open])
+def test_a_byte_order_mark_at_the_start_is_dropped(read, tmp_path, block, opener):
+    """A UTF-8 BOM made a class named '\\ufeff1' (issue 22); one elsewhere stays part of its line."""
+    text = b"\xef\xbb\xbf1 1:1\n2 2:1\n\xef\xbb\xbf3 1:2\n"
+    path = write(tmp_path, text if opener is None else gzip.compress(text), "data.svm" + (".gz" if opener else ""))
+    with mock.patch.object(libsvm, "BLOCK_BYTES", block):
+        _, _, batches = read_file(read, path, batch_size=2)
+    assert read.labels(batches) == ["1", "2", "\ufeff3"]
+    assert read.locations(batches) == [f"{path}:{n}" for n in (1, 2, 3)]
+    assert read.sparse(batches).toarray().tolist() == [[1, 0], [0, 1], [2, 0]]
+
+
+@pytest.mark.parametrize(
+    "text, labels, n_read",
+    [(b"\xef\xbb\xbf", [], 0), (b"\xef\xbb\xbf\n", [], 0), (b"\xef\xbb", [], 1), (b"1 1:1", ["1"], 1)],
+)
+def test_files_as_short_as_a_byte_order_mark(read, tmp_path, text, labels, n_read):
+    """b"\\xef\\xbb" is a record whose label is not UTF-8 (skipped), not a mark."""
+    with mock.patch.object(libsvm, "BLOCK_BYTES", 1):
+        source, policy, batches = read_file(read, write(tmp_path, text), mode="skip")
+    assert read.labels(batches) == labels and source.n_read == n_read and policy.n_skipped == n_read - len(labels)
 
 
 def test_single_label_file_read_as_multilabel(read, data_dir):

@@ -1,5 +1,7 @@
 """Parquet reader: text mode and indexed (sparse) mode."""
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -214,3 +216,32 @@ def test_no_label_field_reads_unlabeled_rows(read, tmp_path, columns):
     path = write(tmp_path, columns)
     source = open_source(path, policy=BadRecordPolicy(), label_field=None)
     assert read.labels(read.batches(source)) == [None, None] and source.multilabel is False
+
+
+def _not_utf8(values: list[bytes]) -> pa.Array:
+    """A string column holding the given bytes, valid UTF-8 or not (pyarrow writes them as they are)."""
+    return pa.array(values, type=pa.binary()).view(pa.string())
+
+
+def test_strings_that_are_not_utf8_are_bad_records(read, tmp_path):
+    """Invalid UTF-8 in a string column made a UnicodeDecodeError traceback (issue 22)."""
+    tokens = pa.ListArray.from_arrays(pa.array([0, 1, 2, 3, 4], pa.int32()), _not_utf8([b"a", b"b\xff", b"c", b"d"]))
+    columns = {
+        "text": _not_utf8([b"fine", b"bad \xff text", b"fine", b"also fine"]),
+        "tokens": tokens,
+        "label": _not_utf8([b"x", b"y", b"\xfe", b"\xc3\xa9"]),
+    }
+    path = write(tmp_path, columns, row_group_size=2)
+    with pytest.raises(InputError, match=r"row group 0, row 1: 'text' holds bytes that are not UTF-8 text \(invalid"):
+        list(open_source(path, policy=BadRecordPolicy()))
+    quarantine = str(tmp_path / "q.jsonl")
+    with BadRecordPolicy("quarantine", quarantine) as policy:
+        batches = read.batches(open_source(path, policy=policy))
+    assert read.texts(batches) == ["fine", "also fine"] and read.labels(batches) == ["x", "é"]
+    entries = [json.loads(line) for line in open(quarantine, encoding="utf-8")]
+    assert [e["location"] for e in entries] == [f"{path}:row group 0, row 1", f"{path}:row group 1, row 0"]
+    assert "'label' holds bytes that are not UTF-8" in entries[1]["problem"]
+    assert json.loads(entries[0]["raw"]) == {"text": "bad \\xff text", "label": "y"}  # the columns read
+    with BadRecordPolicy("skip") as policy:
+        batches = read.batches(open_source(path, policy=policy, text_field="tokens"))
+    assert read.texts(batches, "tokens") == [["a"], ["d"]] and policy.n_skipped == 2

@@ -4,13 +4,17 @@ text_field may name several fields ("title,body"); each becomes an entry of Text
 A label is a string, an integer (written as str) or a list of them (multilabel). With
 multilabel=None the first record with a usable label decides: a list makes the file multilabel
 (single labels after it become one-element lists); otherwise a later list is a bad record.
-Blank lines are skipped; .gz/.bz2/.xz files are decompressed on the fly. A line longer than
+Lines are UTF-8; a byte-order mark at the start of the file is dropped (as text tools do).
+Invalid UTF-8 and lone surrogate escapes ("\ud800", which no UTF-8 text can hold) in a text
+field or a label are bad records. Blank lines are skipped; .gz/.bz2/.xz files are decompressed
+on the fly. A line longer than
 limits.record_bytes is a bad record (never held whole). label_field=None
 reads no labels (every label is None): unlabeled records, as `streamfit predict` reads them.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 
@@ -34,9 +38,21 @@ class _Bad(Exception):
         self.hint = hint
 
 
+def _check_text(text: str, what: str) -> str:
+    """text, unless it holds a lone surrogate (JSON can escape one; UTF-8 cannot hold it)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise _Bad(
+            f"{what} holds the lone surrogate {text[e.start]!r}, which is not text",
+            "write a character beyond U+FFFF as a pair of escapes (\\ud83d\\ude00) or as UTF-8",
+        ) from None
+    return text
+
+
 def _label_text(value) -> str:
     if isinstance(value, str):
-        return value
+        return _check_text(value, "the label")
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise _Bad(f"label {json.dumps(value)[:40]} is not a string or an integer")
@@ -79,6 +95,8 @@ class JsonlSource:
                     problem, hint = too_long(self.limits)
                     self.policy.bad(location, f"the line is {problem}", hint=hint)
                     continue
+                if line_no == 1 and line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8) :]
                 if not line.strip():
                     continue
                 self.n_read += 1
@@ -95,9 +113,11 @@ class JsonlSource:
 
     def _record(self, line: bytes) -> tuple[list[str], str | list[str] | None]:
         try:
-            obj = json.loads(line)
+            text = line.decode("utf-8")  # strict: json.loads(bytes) would let encoded surrogates pass
         except UnicodeDecodeError:
             raise _Bad("the line is not valid UTF-8") from None
+        try:
+            obj = json.loads(text)
         except (ValueError, RecursionError) as e:
             raise _Bad(f"invalid JSON ({e})") from None
         if not isinstance(obj, dict):
@@ -109,7 +129,7 @@ class JsonlSource:
                 raise _Bad(f"no field {field!r}", f"set --text-field; this line has the fields: {present}")
             if not isinstance(obj[field], str):
                 raise _Bad(f"field {field!r} is a JSON {type(obj[field]).__name__}, not a string")
-            texts.append(obj[field])
+            texts.append(_check_text(obj[field], f"field {field!r}"))
         if self.label_field is None:
             return texts, None
         if self.label_field not in obj:

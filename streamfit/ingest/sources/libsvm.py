@@ -20,15 +20,19 @@ Decisions:
 - `qid:N` tokens are ignored (one logged warning per pass over the file, naming the first line
   with one and how many lines have one); `#` starts a comment;
   blank and comment-only lines are not records, but they count for line numbers.
+- A UTF-8 byte-order mark at the start of the file is dropped (as text tools do); it would
+  otherwise become part of the first label.
 - Labels: integer-valued numbers are written canonically ('+1' and '1.0' -> '1'), other labels
-  are kept as written; labels with control characters (a NUL from UTF-16, say) are bad
-  records. With multilabel=None the first batch decides: if any of its labels has a
-  comma, or is empty (the line starts with idx:val), the file is multilabel and every label is a
-  list (in file order; an empty field gives []). Later lines that disagree are bad records.
+  are kept as written; labels with control characters (a NUL from UTF-16, say) or that are not
+  UTF-8 are bad records. With multilabel=None the first batch decides: if any of its labels has
+  a comma, the file is multilabel and every label is a list (in file order; a line without a
+  label, one that starts with idx:val, gives []). Otherwise a line without a label is a bad
+  record wherever it is, as are later label lists.
 """
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import re
@@ -443,10 +447,18 @@ class LibsvmSource:
         first_qid_line = 0
         line_no = 0
         tail = b""
+        at_start = True  # the first bytes are not read yet: a byte-order mark there is dropped
         with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
             while True:
                 chunk = f.read(BLOCK_BYTES)
                 data = tail + chunk
+                if at_start:
+                    if chunk and len(data) < len(codecs.BOM_UTF8):
+                        tail = data
+                        continue
+                    at_start = False
+                    if data.startswith(codecs.BOM_UTF8):
+                        data = data[len(codecs.BOM_UTF8) :]
                 if chunk:
                     cut = data.rfind(b"\n") + 1
                     if cut == 0 and len(data) > self.limits.record_bytes:  # the line is too long: skip it
@@ -520,7 +532,7 @@ class LibsvmSource:
         if self.multilabel is None:
             good = [t for r, t in enumerate(label_tokens) if r not in problems]
             if good:
-                self.multilabel = any(not t or b"," in t for t in good)
+                self.multilabel = any(b"," in t for t in good)
         labels: list = [None] * n  # None where the record is bad
         for r in range(n):
             if r in problems:

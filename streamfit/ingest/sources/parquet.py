@@ -6,8 +6,8 @@ indices_field (list of integers, 0-based column indices as stored) and values_fi
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
 multilabel) or from labels_field (a list column); with both None no labels are read (every
-label is None, as `streamfit predict` reads unlabeled rows). Nulls, lists of different
-lengths, indices outside [0, 2**62] and NaN/inf values are bad records (with --no-hash, ingest
+label is None, as `streamfit predict` reads unlabeled rows). Strings that are not valid UTF-8 (a
+writer can store any bytes in a string column), nulls, lists of different lengths, indices outside [0, 2**62] and NaN/inf values are bad records (with --no-hash, ingest
 also refuses columns beyond a store's int32 columns, 2**31 - 2). Locations are
 "file:row group G, row R", both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
 so far. Memory is bounded by batch_size rows plus what pyarrow holds of the current row group.
@@ -71,8 +71,43 @@ def _is_number_list(t: pa.DataType) -> bool:
     return _is_list(t) and (pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type))
 
 
+def _as_binary(column: pa.Array) -> pa.Array:
+    """A string (or list of strings) column as bytes, which need not be valid UTF-8."""
+    t = column.type
+    if _is_string(t):
+        return column.view(pa.large_binary() if pa.types.is_large_string(t) else pa.binary())
+    if _is_list(t) and _is_string(t.value_type):
+        return column.cast(pa.list_(pa.binary()))
+    return column
+
+
 def _raw(batch: pa.RecordBatch, r: int) -> str:
-    return json.dumps(batch.slice(r, 1).to_pylist()[0], default=str)
+    row = batch.slice(r, 1)
+    try:
+        record = row.to_pylist()[0]
+    except UnicodeDecodeError:  # a string that is not UTF-8: its bytes, escaped
+        record = {name: _as_binary(row.column(name)).to_pylist()[0] for name in row.schema.names}
+    return json.dumps(
+        record, default=lambda v: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
+    )
+
+
+def _strings(column: pa.Array, name: str, problems: dict[int, str]) -> list:
+    """column.to_pylist(), with None (and a problem) for each row whose strings are not UTF-8."""
+    try:
+        return column.to_pylist()
+    except UnicodeDecodeError:
+        pass
+    values = []
+    for r in range(len(column)):
+        try:
+            values.append(column.slice(r, 1).to_pylist()[0])
+        except UnicodeDecodeError as e:
+            values.append(None)
+            problems.setdefault(
+                r, f"{name!r} holds bytes that are not UTF-8 text ({e.reason} at byte {e.start}); re-encode it as UTF-8"
+            )
+    return values
 
 
 class ParquetSource:
@@ -184,7 +219,7 @@ class ParquetSource:
         ones go to problems."""
         if self.label_column is None:
             return [None] * batch.num_rows
-        labels = batch.column(self.label_column).to_pylist()
+        labels = _strings(batch.column(self.label_column), self.label_column, problems)
         for r, label in enumerate(labels):
             if label is None:
                 problems.setdefault(r, f"null label in {self.label_column!r}")
@@ -205,7 +240,7 @@ class ParquetSource:
 
     def _text(self, batch: pa.RecordBatch, locations: list[str]):
         problems: dict[int, str] = {}
-        texts = {f: batch.column(f).to_pylist() for f in self.fields}
+        texts = {f: _strings(batch.column(f), f, problems) for f in self.fields}
         for field in self.fields:
             for r, text in enumerate(texts[field]):
                 if text is None:
