@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from streamfit import __version__
-from streamfit.config import TrainOptions
+from streamfit.config import TrainOptions, yaml_problem
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
@@ -41,11 +41,26 @@ class _Group(click.Group):
         except StreamfitError as e:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
-        except OSError as e:  # a path the system refused outside streamfit's writers (e.g. making --out)
-            if e.filename is None:
-                raise
-            click.echo(f"error: {e.filename}: {e.strerror}; {os_error_hint(e)}", err=True)
+        except OSError as e:  # the system refused a path or a write outside streamfit's writers (e.g. making --out)
+            where = f"{e.filename}: " if e.filename is not None else ""
+            click.echo(f"error: {where}{e.strerror or e}; {os_error_hint(e)}", err=True)
             sys.exit(2)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as e:  # a bug: one line for the user, the traceback with --verbose
+            if (ctx.obj or {}).get("verbose"):
+                log.error("internal error", exc_info=True)
+            name = ctx.invoked_subcommand or "streamfit"
+            click.echo(
+                f"error: {type(e).__name__}: {_one_line(str(e))} (an internal error in `streamfit {name}`; "
+                "please report it with the command; --verbose shows the traceback)",
+                err=True,
+            )
+            sys.exit(2)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -68,7 +83,7 @@ def main(ctx, verbose, quiet):
     )
     # what is about to be trained, and how big its dense weights would be
     logging.getLogger("streamfit.train").setLevel(logging.INFO)
-    ctx.obj = {"progress": sys.stderr.isatty() or verbose}
+    ctx.obj = {"progress": sys.stderr.isatty() or verbose, "verbose": verbose}
     if quiet:
         _be_quiet(ctx.obj)
 
@@ -218,7 +233,14 @@ def _parse_key_values(pairs, what: str) -> dict:
         if "=" not in pair:
             raise ConfigError(f"{what} {pair!r}: expected KEY=VALUE")
         key, value = pair.split("=", 1)
-        out[key.strip()] = None if value.strip() in _NONE_WORDS else yaml.safe_load(value)
+        if not key.strip():
+            raise ConfigError(f"{what} {pair!r}: the KEY before '=' is empty")
+        try:
+            out[key.strip()] = None if value.strip() in _NONE_WORDS else yaml.safe_load(value)
+        except yaml.YAMLError as e:  # a tag such as !!python/object is refused by safe_load, never run
+            raise ConfigError(
+                f"{what} {pair!r}: VALUE is not a plain YAML value ({yaml_problem(e)}); quote it to pass text"
+            ) from None
     return out
 
 

@@ -187,6 +187,14 @@ class PipelineConfig:
     evaluate: EvaluateJob | None = None
 
 
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error on one line: the problem and where (line and column, counted from 1)."""
+    problem = getattr(e, "problem", None) or str(e)
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return where + " ".join(problem.split())
+
+
 def _load_yaml(path: str) -> dict:
     try:
         with open(path) as f:
@@ -194,7 +202,7 @@ def _load_yaml(path: str) -> dict:
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        raise ConfigError(f"{path}: not valid YAML ({yaml_problem(e)})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
