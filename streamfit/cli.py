@@ -172,14 +172,26 @@ def _click_options(cls, *, only: tuple[str, ...] | None = None, exclude: tuple[s
                 kw.update(is_flag=True, flag_value=not d.default)
             else:
                 kw["type"] = kind
-            if typing.get_origin(_kind(d)) is list:
-                kw["callback"] = lambda _ctx, _param, v: v.split(",") if v else None
-            elif o.parse is not None:
-                kw["callback"] = lambda _ctx, _param, v, parse=o.parse, flag=flag: None if v is None else parse(v, flag)
+            kw["callback"] = _value_callback(o, flag, typing.get_origin(_kind(d)) is list)
             command = click.option(*decls, **kw)(command)
         return command
 
     return decorate
+
+
+def _value_callback(o, flag: str, is_list: bool):
+    """The click callback of a declared option: its text split at commas (a list) or parsed (o.parse),
+    then checked (o.check); None where the command line does not give it."""
+
+    def callback(_ctx, _param, value):
+        if value is None or (is_list and not value):
+            return None
+        value = value.split(",") if is_list else o.parse(value, flag) if o.parse is not None else value
+        if o.check is not None:
+            o.check(value, flag)
+        return value
+
+    return callback
 
 
 def _progress(ctx) -> bool:

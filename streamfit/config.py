@@ -25,7 +25,7 @@ from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
-from streamfit.options import config_model, merge, option
+from streamfit.options import check_values, config_model, merge, option
 
 
 class _Strict(BaseModel):
@@ -85,6 +85,9 @@ class TrainOptions:
     checkpoint_every: int = option(
         1, "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps", ge=1
     )
+
+    def __post_init__(self):
+        check_values(self)  # the declared bounds, for values set from Python too
 
     def engine(self) -> dict:
         """The keywords of streamfit.train.train besides solver and params."""
@@ -217,7 +220,7 @@ def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
-            problems.append(f"key '{key}': {err['msg']}")
+            problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
         raise ConfigError(f"{path}: " + "; ".join(problems)) from None
 
 
@@ -245,13 +248,13 @@ def load_pipeline(path: str) -> PipelineConfig:
             test_out=resolve_optional(values["test_out"]),
             quarantine=resolve_optional(values["quarantine"]),
         )
-        cfg.ingest = IngestOptions(**values, hashing=hashing)
+        cfg.ingest = _built(IngestOptions, path, "ingest", **values, hashing=hashing)
     if sections["ingest_test"]:
         if cfg.ingest is None:
             raise ConfigError(f"{path}: key 'ingest_test' needs an 'ingest' section to take its settings from")
         values = sections["ingest_test"]
         values.update(inputs=[resolve(p) for p in values["inputs"]], out=resolve(values["out"]))
-        cfg.ingest_test = IngestOptions(**values, like=cfg.ingest.out)
+        cfg.ingest_test = _built(IngestOptions, path, "ingest_test", **values, like=cfg.ingest.out)
     if sections["train"]:
         values = sections["train"]
         _check_params(values["solver"], values["params"], path, "train.params")
@@ -270,6 +273,14 @@ def load_pipeline(path: str) -> PipelineConfig:
             raise ConfigError(f"{path}: an evaluate section needs a train section")
         cfg.evaluate = EvaluateJob(run_dir=cfg.train.out, store=store)
     return cfg
+
+
+def _built(cls, path: str, section: str, **values):
+    """cls(**values), its ConfigError (a check of the whole section, e.g. its format options) naming the file and section."""
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: section '{section}': {e}") from None
 
 
 def _check_params(solver: str, params: dict, path: str, key: str) -> None:

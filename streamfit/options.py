@@ -8,7 +8,8 @@ spelling, and the other surfaces are built from it.
 `config_model` makes the pydantic model of a YAML section (same names, defaults, bounds; the
 help as its description); `streamfit.cli` makes the click options (`--worker-timeout`) from the
 same fields. `merge` is the one rule that joins the layers: command line beats config file
-beats default.
+beats default. `check_values`, called by the dataclass's __post_init__, applies the same bounds
+and checks to a value set from Python, so every surface refuses the same values.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ class Option:
         show_default False: the help states the default itself.
     ge, gt: the bound of a number. parse(value, where): turns a text such as "90m" into the value,
         on the command line and in YAML alike; bad text raises ConfigError naming `where` (the
-        flag, or the YAML key).
+        flag, or the YAML key). check(value, where): raises ConfigError naming `where` for a value
+        of the right type that is still unusable (a class listed twice); on every surface.
     off_help: the command-line help of a bool defaulting to True, offered as `--no-NAME`.
     in_config: False: not a YAML key (e.g. `like`, which a pipeline sets itself)."""
 
@@ -48,6 +50,7 @@ class Option:
     ge: float | None = None
     gt: float | None = None
     parse: Callable[[Any, str], Any] | None = None
+    check: Callable[[Any, str], None] | None = None
     off_help: str | None = None
     in_config: bool = True
 
@@ -113,6 +116,8 @@ def config_model(
         )
         if d.option.parse is not None:
             validators[f"_parse_{d.name}"] = field_validator(d.name, mode="before")(_parser(d.option.parse, d.name))
+        if d.option.check is not None:
+            validators[f"_check_{d.name}"] = field_validator(d.name, mode="after")(_checker(d.option.check, d.name))
     return create_model(
         name, __config__=ConfigDict(extra="forbid"), __doc__=doc, __validators__=validators, **fields, **extra_fields
     )
@@ -128,6 +133,46 @@ def _parser(parse: Callable[[Any, str], Any], key: str):
             raise ValueError(str(e)) from None
 
     return classmethod(validate)
+
+
+def _checker(check: Callable[[Any, str], None], key: str):
+    def validate(cls, value):
+        if value is not None:
+            try:
+                check(value, key)
+            except ConfigError as e:  # its message, as pydantic reports a ValueError
+                raise ValueError(str(e)) from None
+        return value
+
+    return classmethod(validate)
+
+
+def check_values(instance) -> None:
+    """ConfigError naming the field unless every declared field of dataclass `instance` within
+    its bounds (ge, gt) and passes its check: what the command line and YAML enforce, for a
+    value set from Python. None (not set) passes."""
+    for d in declared(type(instance)):
+        value = getattr(instance, d.name)
+        if value is None:
+            continue
+        o = d.option
+        if o.ge is not None and value < o.ge:
+            raise ConfigError(f"{d.name} {value!r}: must be at least {o.ge:g}")
+        if o.gt is not None and value <= o.gt:
+            raise ConfigError(f"{d.name} {value!r}: must be greater than {o.gt:g}")
+        if o.check is not None:
+            o.check(value, d.name)
+
+
+def distinct_names(names: list[str], what: str) -> None:
+    """ConfigError naming `what` if a name in `names` is empty or listed twice."""
+    if any(str(n) == "" for n in names):
+        raise ConfigError(f"{what} {','.join(map(str, names))!r}: an empty name; list non-empty names")
+    seen: set[str] = set()
+    for n in map(str, names):
+        if n in seen:
+            raise ConfigError(f"{what} {','.join(map(str, names))!r}: {n!r} is listed twice; list each name once")
+        seen.add(n)
 
 
 def merge(cls, *layers: dict, by_key: tuple[str, ...] = ()):

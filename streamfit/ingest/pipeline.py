@@ -33,7 +33,7 @@ from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
-from streamfit.options import format_bytes, option, parse_bytes
+from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
 from streamfit.store.format import MAX_FEATURES
@@ -80,7 +80,7 @@ class IngestOptions:
         in_config=False,
     )
     classes: list[str] | None = option(
-        None, "Declared class vocabulary, comma-separated", default_text="order of first appearance"
+        None, "Declared class vocabulary, comma-separated", default_text="order of first appearance", check=distinct_names
     )
     test_size: float | None = option(None, "Fraction of rows for a stratified test store.")
     test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")
@@ -117,6 +117,14 @@ class IngestOptions:
         ge=1,
     )
     progress: bool = True
+
+    def __post_init__(self):
+        """The bounds and checks of the declarations, and the format options (the same checks
+        whether the options come from the command line, a pipeline file or Python)."""
+        from streamfit.ingest.sources import check_options
+
+        check_values(self)
+        check_options(self.source_options)
 
 
 @dataclass

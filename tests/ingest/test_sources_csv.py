@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamfit.errors import InputError
+from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.sources import BadRecordPolicy, open_source
 
 CSV = (
@@ -77,7 +77,7 @@ def test_wrong_encoding_stops_the_read(tmp_path):
 
 
 def test_unknown_encoding():
-    with pytest.raises(ValueError, match="unknown encoding"):
+    with pytest.raises(ConfigError, match="encoding='no-such-codec': not usable; expected a text encoding"):
         open_source(__file__, "csv", policy=BadRecordPolicy(), encoding="no-such-codec")
 
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamfit.errors import InputError
+from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.sources import BadRecordPolicy, TextBatch, open_source
 
 RECORDS = [
@@ -130,7 +130,7 @@ def test_truncated_gzip(tmp_path):
 
 
 def test_bad_text_field_option():
-    with pytest.raises(ValueError, match="text_field"):
+    with pytest.raises(ConfigError, match="text_field=.a,,b.: not usable"):
         open_source(__file__, "jsonl", policy=BadRecordPolicy(), text_field="a,,b")
 
 

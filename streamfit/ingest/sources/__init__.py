@@ -5,19 +5,26 @@
             ...  # SparseBatch: X, labels, locations
 
 Options are keyword arguments of open_source; those of other formats are ignored, names no
-format knows are a ConfigError.
+format knows are a ConfigError, and so is a value of the wrong type (each option's type is the
+one the readers declare) or one no reader can use (an empty name, an unknown encoding).
 """
 
 from __future__ import annotations
 
+import codecs
 import inspect
 import logging
 import os
 import re
+import types
+import typing
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
 
 from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
-from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path
+from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path, split_fields
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import TAR_SUFFIXES, FolderSource
@@ -77,6 +84,57 @@ def _options(cls) -> set[str]:
 _ALL_OPTIONS = set().union(*map(_options, FORMATS.values()))
 
 
+def _option_types() -> dict[str, Any]:
+    """Each format option's type as the readers declare it (an option means the same in every
+    format that takes it, so the first reader's annotation stands for all)."""
+    found: dict[str, Any] = {}
+    for cls in FORMATS.values():
+        hints = typing.get_type_hints(cls.__init__)
+        for name in sorted(_options(cls)):
+            found.setdefault(name, hints[name])
+    return found
+
+
+_OPTION_TYPES = _option_types()
+_TYPE_WORDS = {str: "text", bool: "true or false", type(None): "None"}
+
+# value checks beyond the type: (check raising LookupError/ValueError, what a good value is)
+_VALUE_CHECKS = {
+    "encoding": (codecs.lookup, "a text encoding Python knows, e.g. utf-8 or latin-1"),
+    "encoding_errors": (codecs.lookup_error, "a decode-error handler: strict, replace or ignore"),
+    "text_field": (lambda v: split_fields("text_field", v), "a field name or comma-separated names, e.g. title,body"),
+}
+
+
+def check_options(options: dict) -> None:
+    """ConfigError, naming the option and a good value, unless every format option is known,
+    of its declared type (strictly: 1 is not the text "1") and usable: a text value is not
+    empty, an encoding and a decode-error handler are known to Python, a --text-field list
+    names no empty field."""
+    unknown = sorted(set(options) - _ALL_OPTIONS)
+    if unknown:
+        raise ConfigError(
+            f"unknown source option(s) {', '.join(unknown)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
+        )
+    for name, value in options.items():
+        kind = _OPTION_TYPES[name]
+        try:
+            TypeAdapter(kind).validate_python(value, strict=True)
+        except ValidationError:
+            kinds = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
+            expected = " or ".join(_TYPE_WORDS.get(k, getattr(k, "__name__", str(k))) for k in kinds)
+            quote = " (quote a value such as 1 or true to pass it as text)" if str in kinds else ""
+            raise ConfigError(f"format option {name}={value!r}: expected {expected}{quote}") from None
+        if value == "":
+            raise ConfigError(f"format option {name}: empty; give a value, or drop the option for its default")
+        if name in _VALUE_CHECKS and value is not None:
+            check, good = _VALUE_CHECKS[name]
+            try:
+                check(value)
+            except (LookupError, ValueError):
+                raise ConfigError(f"format option {name}={value!r}: not usable; expected {good}") from None
+
+
 def infer_format(path: str) -> str | None:
     """The format a path's name (or being a directory) implies, None if it implies none.
     .txt is not inferred: too many formats use it."""
@@ -130,12 +188,9 @@ def open_source(
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
-    read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`."""
-    unknown = sorted(set(options) - _ALL_OPTIONS)
-    if unknown:
-        raise ConfigError(
-            f"unknown source option(s) {', '.join(unknown)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
-        )
+    read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`;
+    the options are checked first (check_options)."""
+    check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
     choices = ", ".join(FORMATS)
