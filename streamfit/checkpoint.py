@@ -98,8 +98,8 @@ class ChunkState:
             raise CheckpointError(f"{path}: fails its checksum; the checkpoint is damaged")
         try:
             return np.load(io.BytesIO(data), allow_pickle=False)
-        except ValueError as e:
-            raise CheckpointError(f"{path}: unreadable ({e})") from e
+        except Exception as e:  # a .npy error of any kind, object arrays and a cut-short file included
+            raise CheckpointError(f"{path}: unreadable ({e}); the checkpoint is damaged") from e
 
     def verify(self, name: str, version: int, n_chunks: int) -> None:
         for i in range(n_chunks):
@@ -301,8 +301,11 @@ class Checkpointer:
         counts = record.get("state_counts", {})
         for name, version in record["state_versions"].items():
             self.state.verify(name, version, counts.get(name, n_chunks))
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except Exception as e:  # a zip or .npy error of any kind, object arrays included
+            raise CheckpointError(f"{d}/arrays.npz: unreadable ({e}); start over with --overwrite") from e
         self._collect_garbage()  # drop incomplete steps and state newer than LATEST
         ckpt = Checkpoint(step, record["meta"], arrays, record["state_versions"])
         self._kept = [ckpt]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from streamfit.errors import StoreError
+
 
 class MetricAccumulator:
     def __init__(self, n_classes: int, multilabel: bool, ks=(1, 3, 5)):
@@ -55,11 +57,15 @@ class MetricAccumulator:
 
 
 def evaluate(model, source, progress: bool = False) -> dict:
-    """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk."""
+    """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk; a
+    source without rows is a StoreError (its metrics would be 0s that mean nothing)."""
     from tqdm.auto import tqdm
 
     model.check_store(source)
     acc = MetricAccumulator(len(model.classes_), model.multilabel)
     for c in tqdm(source.iter_chunks(), total=source.n_chunks, desc="evaluate", unit="chunk", disable=not progress):
         acc.update(model.decision_function(c.X), c.labels)
+    if acc.n == 0:
+        where = getattr(source, "path", "the evaluation store")
+        raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     return acc.result()

@@ -28,7 +28,7 @@ import psutil
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from streamfit.errors import InputError, StoreError, StreamfitError
+from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
@@ -364,13 +364,20 @@ def _half_published_test(o: IngestOptions) -> bool:
 
 def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.ndarray:
     """True for the rows drawn into the test set: in each stratum (class, or first label),
-    round(test_size × size) rows chosen by a permutation from numpy's PCG64 seeded with `seed`."""
+    round(test_size × size) rows chosen by a permutation from numpy's PCG64 seeded with `seed`.
+    A split that leaves the test or the training rows empty is a ConfigError."""
     rng = np.random.default_rng(seed)
     mask = np.zeros(len(strata), dtype=bool)
     for value in np.unique(strata):
         rows = np.flatnonzero(strata == value)
         n_test = round(test_size * len(rows))
         mask[rng.permutation(rows)[:n_test]] = True
+    if not mask.any() or mask.all():
+        empty, fix = ("test", "raise --test-size") if not mask.any() else ("training", "lower --test-size")
+        raise ConfigError(
+            f"--test-size {test_size} leaves the {empty} store without rows ({len(strata)} rows, each class "
+            f"split by round(test_size x its rows)): {fix}"
+        )
     return mask
 
 

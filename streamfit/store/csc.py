@@ -18,7 +18,7 @@ import scipy.sparse as sp
 import zarr
 from tqdm.auto import tqdm
 
-from streamfit.errors import StoreError
+from streamfit.errors import StoreError, output_error
 from streamfit.store.format import MANIFEST, csc_block_digest, fsync_dir, write_json_atomic
 from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
 
@@ -200,6 +200,9 @@ def build_csc(
         fsync_dir(root)
         manifest.csc = {"block_features": bf, "blocks": blocks}
         write_json_atomic(manifest_path, manifest.to_json())
+    except OSError as e:  # disk full, read-only, ...: the store is left as it was
+        shutil.rmtree(partial, ignore_errors=True)
+        raise output_error(e.filename or partial, e) from e
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
