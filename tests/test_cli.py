@@ -656,3 +656,104 @@ def test_outputs_that_overlap_an_input_and_a_broken_quote_are_one_error_line(sto
     table.write_text('text,label\nhello world,a\ngood day,"b\nthird,a\n')
     result = run("ingest", table, "--out", tmp_path / "q", ok=False)
     _one_line_error(result, "rows.csv:3: a quote opened in this record is never closed", "close the quote")
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """A corpus of broken inputs and option files, each one thing wrong."""
+    import h5py
+
+    from streamfit.store import StoreWriter
+
+    d = tmp_path_factory.mktemp("broken")
+    (d / "a.csv").write_text("text,label\n" + "".join(f"word {i},{'xy'[i % 2]}\n" for i in range(20)))
+    np.savez(d / "object.npz", X=np.array([{"a": 1}] * 3, dtype=object), y=np.array([0, 1, 0]))
+    with h5py.File(d / "empty_y.h5", "w") as f:
+        f["X"], f["y"] = np.ones((3, 4)), np.zeros(0, dtype=np.int64)
+    (d / "classes.yaml").write_text(f"ingest:\n  inputs: [{d / 'a.csv'}]\n  out: {d / 'o.zarr'}\n  classes: [x, x]\n")
+    (d / "encoding.yaml").write_text(
+        f"ingest:\n  inputs: [{d / 'a.csv'}]\n  out: {d / 'o.zarr'}\n  source_options: {{encoding: 1}}\n"
+    )
+    (d / "tag.yaml").write_text('params: !!python/object/apply:os.system ["echo owned > owned.txt"]\n')
+    StoreWriter(str(d / "no_rows.zarr")).close(n_features=64, classes=[str(c) for c in range(10)])
+    return d
+
+
+TAG = 'x=!!python/object/apply:os.system ["echo owned > owned.txt"]'
+
+
+def _broken_commands(d, stores, run_dir):
+    """(argv, fragments of the one error line): every command, each given a broken input or option."""
+    out = ["--out", d / "o.zarr"]
+    return [
+        (["ingest", d / "a.csv", *out, "--classes", "x,x"], ["--classes 'x,x'", "listed twice"]),
+        (["ingest", d / "a.csv", *out, "--classes", "x,,y"], ["--classes", "an empty name"]),
+        (["ingest", d / "a.csv", *out, "--encoding", "no-such"], ["encoding='no-such'", "utf-8"]),
+        (["ingest", d / "a.csv", *out, "--label-separator", ""], ["label_separator: empty"]),
+        (["ingest", d / "a.csv", *out, "--text-field", ","], ["text_field=','", "comma-separated"]),
+        (["ingest", d / "a.csv", *out, "--option", "encoding=1"], ["encoding=1: expected text"]),
+        (["ingest", d / "a.csv", *out, "--option", "multilabel=3"], ["multilabel=3: expected true or false"]),
+        (["ingest", d / "a.csv", *out, "--option", TAG], ["--option", "not a plain YAML value", "quote it"]),
+        (["ingest", d / "a.csv", *out, "--option", "=1"], ["--option '=1'", "KEY"]),
+        (["ingest", d / "object.npz", "--no-hash", *out], ["object.npz", "array 'X'"]),
+        (["ingest", d / "empty_y.h5", "--no-hash", *out], ["empty_y.h5", "'y' has 0"]),
+        (
+            ["ingest", d / "a.csv", *out, "--test-size", "0.01", "--test-out", d / "t.zarr"],
+            ["--test-size 0.01 leaves the test store without rows", "raise --test-size"],
+        ),
+        (["inspect", d / "missing.zarr"], ["missing.zarr"]),
+        (["transpose", d / "missing.zarr"], ["missing.zarr"]),
+        (["train", stores / "train.zarr", "--out", d / "r", "-p", TAG], ["--param", "not a plain YAML value"]),
+        (["train", stores / "train.zarr", "--out", d / "r", "--config", d / "tag.yaml"], ["tag.yaml", "line 1"]),
+        (["train", stores / "train.zarr", "--out", d / "r", "--time-limit", "0"], ["--time-limit '0'"]),
+        (["evaluate", run_dir, d / "no_rows.zarr"], ["no_rows.zarr: holds no rows", "nothing to evaluate"]),
+        (["evaluate", d / "missing", stores / "test.zarr"], ["missing"]),
+        (["predict", run_dir, d / "a.csv", "-o", d / "p.csv", "--option", "encoding=1"], ["encoding=1"]),
+        (["predict", run_dir, d / "a.csv", "-o", d / "p.csv", "--option", TAG], ["not a plain YAML value"]),
+        (["run", d / "classes.yaml"], ["classes.yaml: key 'ingest.classes'", "listed twice"]),
+        (["run", d / "encoding.yaml"], ["encoding.yaml: section 'ingest'", "encoding=1"]),
+        (["run", d / "tag.yaml"], ["tag.yaml: not valid YAML (line 1"]),
+    ]
+
+
+def test_broken_inputs_and_options_are_one_error_line_from_every_command(stores, broken, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where a YAML tag, if it were run, would leave owned.txt
+    run_dir = tmp_path / "run"
+    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "0", "--out", run_dir)
+    for argv, fragments in _broken_commands(broken, stores, run_dir):
+        _one_line_error(run(*argv, ok=False), *fragments)
+    assert not (tmp_path / "owned.txt").exists()
+    for made in ("o.zarr", "t.zarr", "p.csv", "r"):
+        assert not (broken / made).exists(), made
+
+
+def test_a_full_disk_during_transpose_is_one_error_line_and_leaves_the_store(stores, tmp_path, monkeypatch):
+    import errno
+
+    from streamfit.store import csc
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(stores / "train.zarr", store)
+
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(csc, "_write_block", no_space)
+    _one_line_error(run("transpose", store, ok=False), "csc.partial: cannot write", "the disk is full")
+    assert open_store(str(store)).manifest.csc is None and not (store / "csc.partial").exists()
+    assert open_store(str(store)).verify() == []
+
+
+def test_an_internal_error_is_one_line_and_its_traceback_is_logged_with_verbose(stores, monkeypatch, caplog):
+    import streamfit.store
+
+    def bug(_path):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(streamfit.store, "open_store", bug)
+    result = run("inspect", stores / "train.zarr", ok=False)
+    _one_line_error(result, "KeyError: 'a bug'", "an internal error in `streamfit inspect`", "please report it")
+    assert "Traceback" not in caplog.text
+    verbose = run("-v", "inspect", stores / "train.zarr", ok=False)
+    _one_line_error(verbose, "KeyError: 'a bug'")
+    assert "Traceback" in caplog.text and 'raise KeyError("a bug")' in caplog.text

@@ -1,13 +1,25 @@
 """streamfit.options: a dataclass field's Option makes the YAML model; merge is the precedence rule."""
 
+import datetime
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from streamfit.config import parse_duration
 from streamfit.errors import ConfigError
-from streamfit.options import config_model, declared, format_bytes, merge, option, parse_bytes
+from streamfit.options import (
+    check_values,
+    config_model,
+    declared,
+    distinct_names,
+    format_bytes,
+    merge,
+    option,
+    parse_bytes,
+)
 
 
 @dataclass
@@ -76,3 +88,64 @@ def test_parse_bytes_reads_binary_units(text, n):
 def test_parse_bytes_refuses_other_text_naming_the_option(text):
     with pytest.raises(ConfigError, match=r"^--max-input-bytes .*: expected a positive size such as"):
         parse_bytes(text, "--max-input-bytes")
+
+
+@dataclass
+class Checked:
+    names: list[str] | None = option(None, "distinct names", check=distinct_names)
+    count: int = option(1, "at least one", ge=1)
+    share: float = option(0.5, "above zero", gt=0)
+
+    def __post_init__(self):
+        check_values(self)
+
+
+def test_a_check_and_the_bounds_hold_in_yaml_and_from_python():
+    """The same values are refused by the YAML model and by the dataclass (the command line: test_cli)."""
+    Model = config_model("Checked", Checked, "doc")
+    for bad, fragment in (
+        ({"names": ["a", "a"]}, "names 'a,a': 'a' is listed twice"),
+        ({"count": 0}, "count 0: must be at least 1"),
+        ({"share": 0.0}, "share 0.0: must be greater than 0"),
+    ):
+        with pytest.raises(ConfigError, match=fragment):
+            Checked(**bad)
+        with pytest.raises(ValidationError):
+            Model(**bad)
+    assert Checked(names=["a", "b"], count=1, share=1e-9).names == ["a", "b"]
+    assert Model(names=["a", "b"]).names == ["a", "b"]
+
+
+@given(st.lists(st.text(max_size=3), max_size=6))
+def test_distinct_names_refuses_exactly_a_repeated_or_empty_name(names):
+    good = "" not in names and len(set(names)) == len(names)
+    try:
+        distinct_names(names, "--classes")
+    except ConfigError as e:
+        assert not good and str(e).startswith("--classes ") and "\n" not in str(e)
+    else:
+        assert good
+
+
+@given(st.text(max_size=40))
+def test_key_value_pairs_are_plain_yaml_or_one_config_error_line(value):
+    """Whatever follows KEY=, the result is a plain value (never an object a tag builds) or a ConfigError."""
+    from streamfit.cli import _parse_key_values
+
+    try:
+        parsed = _parse_key_values([f"key={value}"], "--option")
+    except ConfigError as e:
+        assert str(e).startswith("--option ") and "key=" in str(e) and "\n" not in str(e)
+        return
+    plain = (str, int, float, bool, type(None), list, dict, datetime.date)
+    assert isinstance(parsed["key"], plain)
+
+
+def test_yaml_tags_are_refused_never_run(tmp_path, monkeypatch):
+    from streamfit.cli import _parse_key_values
+
+    monkeypatch.chdir(tmp_path)
+    for tag in ('!!python/object/apply:os.system ["touch owned"]', "!!python/name:os.system", "!!binary xx"):
+        with pytest.raises(ConfigError, match="not a plain YAML value"):
+            _parse_key_values([f"k={tag}"], "-p")
+    assert not (tmp_path / "owned").exists()

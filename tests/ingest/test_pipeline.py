@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import dump_svmlight_file, load_digits, load_svmlight_file
 from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
 
-from streamfit.errors import InputError, StoreError, StreamfitError
+from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions, ingest, stratified_test_mask
 from streamfit.store import open_store
@@ -749,3 +749,15 @@ def test_scoring_refuses_a_value_that_its_idf_weight_takes_beyond_float32():
     assert featurizer.transform(SparseBatch(X, [None], ["f:3"])).toarray().tolist() == [
         [0, np.float32(np.float32(1e37) * 4)]
     ]
+
+
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=30), st.floats(0.01, 0.99))
+def test_a_split_leaving_a_store_without_rows_is_refused(strata, test_size):
+    """stratified_test_mask returns a mask with rows on both sides, or refuses, naming --test-size."""
+    strata = np.array(strata)
+    expected = sum(round(test_size * n) for n in np.unique(strata, return_counts=True)[1])
+    if 0 < expected < len(strata):
+        assert stratified_test_mask(strata, test_size, 0).sum() == expected
+    else:
+        with pytest.raises(ConfigError, match=f"^--test-size {test_size} leaves the (test|training) store without"):
+            stratified_test_mask(strata, test_size, 0)

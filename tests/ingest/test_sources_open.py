@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamfit.errors import ConfigError, InputError
+import streamfit.ingest.sources as src
 from streamfit.ingest.sources import FORMATS, BadRecordPolicy, ReadLimits, infer_format, open_source
 from streamfit.ingest.sources._util import bounded_lines
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
@@ -263,3 +264,44 @@ def test_bounded_lines_are_the_lines_with_the_long_ones_left_out(data, limit):
     if last:
         expected.append(last if len(last) <= limit else None)
     assert list(bounded_lines(io.BufferedReader(io.BytesIO(text), 4), limit)) == expected
+
+
+_OPTION_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=8), st.lists(st.integers())
+)
+
+
+@given(st.sampled_from(sorted(src._ALL_OPTIONS)), _OPTION_VALUES)
+def test_every_format_option_value_is_taken_or_one_config_error_line(name, value):
+    """check_options, the one check of format options: a value of the reader's declared type that
+    a reader can use passes; anything else is a ConfigError naming the option, on one line."""
+    kind = src._OPTION_TYPES[name]
+    accepted = (str, type(None)) if kind == str | None else (bool, type(None)) if kind == bool | None else (kind,)
+    usable = type(value) in accepted and value != ""
+    try:
+        src.check_options({name: value})
+    except ConfigError as e:
+        assert str(e).startswith(f"format option {name}") and "\n" not in str(e)
+        assert not usable or name in ("encoding", "encoding_errors", "text_field")  # these also check the value
+    else:
+        assert usable
+
+
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"encoding": 1}, "encoding=1: expected text"),
+        ({"encoding": "no-such"}, "encoding='no-such': not usable"),
+        ({"encoding_errors": "loudly"}, "encoding_errors='loudly': not usable"),
+        ({"text_field": "title,,body"}, "text_field='title,,body': not usable"),
+        ({"label_separator": ""}, "label_separator: empty"),
+        ({"zero_based": "yes"}, "zero_based='yes': expected true or false"),
+        ({"multilabel": 2}, "multilabel=2: expected true or false or None"),
+    ],
+)
+def test_a_bad_format_option_is_refused_before_any_read(tmp_path, options, fragment):
+    path = tmp_path / "a.csv"
+    path.write_text("text,label\na,b\n")
+    with pytest.raises(ConfigError, match=f"^format option {fragment}"):
+        open_source(str(path), policy=BadRecordPolicy(), **options)
+    assert open_source(str(path), policy=BadRecordPolicy(), encoding="latin-1", label_separator=" ").encoding
