@@ -80,7 +80,10 @@ class IngestOptions:
         in_config=False,
     )
     classes: list[str] | None = option(
-        None, "Declared class vocabulary, comma-separated", default_text="order of first appearance", check=distinct_names
+        None,
+        "Declared class vocabulary, comma-separated",
+        default_text="order of first appearance",
+        check=distinct_names,
     )
     test_size: float | None = option(None, "Fraction of rows for a stratified test store.")
     test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamfit.errors import ConfigError, InputError
 import streamfit.ingest.sources as src
+from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.sources import FORMATS, BadRecordPolicy, ReadLimits, infer_format, open_source
 from streamfit.ingest.sources._util import bounded_lines
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource

@@ -89,9 +89,9 @@ def _option_types() -> dict[str, Any]:
     format that takes it, so the first reader's annotation stands for all)."""
     found: dict[str, Any] = {}
     for cls in FORMATS.values():
-        hints = typing.get_type_hints(cls.__init__)
+        parameters = inspect.signature(cls, eval_str=True).parameters
         for name in sorted(_options(cls)):
-            found.setdefault(name, hints[name])
+            found.setdefault(name, parameters[name].annotation)
     return found
 
 
