@@ -668,8 +668,12 @@ def broken(tmp_path_factory):
     d = tmp_path_factory.mktemp("broken")
     (d / "a.csv").write_text("text,label\n" + "".join(f"word {i},{'xy'[i % 2]}\n" for i in range(20)))
     np.savez(d / "object.npz", X=np.array([{"a": 1}] * 3, dtype=object), y=np.array([0, 1, 0]))
+    np.savez(d / "object_y.npz", X=np.ones((3, 2)), y=np.array([{"a": 1}, 1, 2], dtype=object))
     with h5py.File(d / "empty_y.h5", "w") as f:
         f["X"], f["y"] = np.ones((3, 4)), np.zeros(0, dtype=np.int64)
+    with h5py.File(d / "null_y.h5", "w") as f:
+        f["X"] = np.ones((3, 4))
+        f.create_dataset("y", dtype="f8")
     (d / "classes.yaml").write_text(f"ingest:\n  inputs: [{d / 'a.csv'}]\n  out: {d / 'o.zarr'}\n  classes: [x, x]\n")
     (d / "encoding.yaml").write_text(
         f"ingest:\n  inputs: [{d / 'a.csv'}]\n  out: {d / 'o.zarr'}\n  source_options: {{encoding: 1}}\n"
@@ -697,6 +701,8 @@ def _broken_commands(d, stores, run_dir):
         (["ingest", d / "a.csv", *out, "--option", "=1"], ["--option '=1'", "KEY"]),
         (["ingest", d / "object.npz", "--no-hash", *out], ["object.npz", "array 'X'"]),
         (["ingest", d / "empty_y.h5", "--no-hash", *out], ["empty_y.h5", "'y' has 0"]),
+        (["ingest", d / "object_y.npz", "--no-hash", *out], ["object_y.npz: array 'y' holds Python objects"]),
+        (["ingest", d / "null_y.h5", "--no-hash", *out], ["null_y.h5: dataset 'y' holds no values"]),
         (
             ["ingest", d / "a.csv", *out, "--test-size", "0.01", "--test-out", d / "t.zarr"],
             ["--test-size 0.01 leaves the test store without rows", "raise --test-size"],

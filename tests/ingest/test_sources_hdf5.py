@@ -157,3 +157,13 @@ def test_no_y_dataset_reads_unlabeled_rows(read, tmp_path):
     source = open_source(write(tmp_path, X=X), policy=BadRecordPolicy(), y_dataset=None)
     batches = read.batches(source)
     assert read.labels(batches) == [None] * 10 and np.array_equal(np.vstack([b.X for b in batches]), X)
+
+
+@pytest.mark.parametrize("empty, flag", [("X", "--x-dataset"), ("y", "--y-dataset")])
+def test_a_dataset_without_values_is_named(tmp_path, empty, flag):
+    path = tmp_path / "empty.h5"
+    with h5py.File(path, "w") as f:
+        f["X" if empty == "y" else "y"] = np.ones((3, 4)) if empty == "y" else np.zeros(3)
+        f.create_dataset(empty, dtype="f8")  # an HDF5 null dataspace: shape None
+    with pytest.raises(InputError, match=f"empty.h5: dataset '{empty}' holds no values .*check {flag}"):
+        open_source(str(path), policy=BadRecordPolicy())

@@ -197,3 +197,10 @@ def test_scipy_npz_column_outside_its_shape_is_a_bad_record(read, tmp_path, colu
     assert json.loads(open(tmp_path / "q.jsonl").read())["raw"] == f"0:1.0 {column}:2.0"  # the row as read
     kept = sp.vstack([b.X for b in batches]).toarray()
     assert np.array_equal(kept, [[0, 0, 0, 3, 0], [0, 4, 0, 0, 0]])
+
+
+def test_an_object_label_array_is_refused_never_unpickled(tmp_path):
+    path = tmp_path / "objects.npz"
+    np.savez(path, X=np.ones((3, 2)), y=np.array([{"a": 1}, 1, 2], dtype=object))
+    with pytest.raises(InputError, match=r"objects.npz: array 'y' holds Python objects, which are not read \(save"):
+        open_source(str(path), policy=BadRecordPolicy())

@@ -62,6 +62,8 @@ class Hdf5Source:
             raise InputError(
                 self.path, f"no dataset {name!r}", f"set {option}; the datasets are {', '.join(names) or 'none'}"
             )
+        if obj.shape is None:  # an HDF5 null dataspace: a dataset declared without values
+            raise InputError(self.path, f"dataset {name!r} holds no values (an empty dataspace)", f"check {option}")
         return obj
 
     def __iter__(self):

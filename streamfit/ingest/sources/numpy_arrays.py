@@ -113,6 +113,12 @@ class NumpySource:
                     raise InputError(
                         self.path, f"no array {self.y_dataset!r}", f"set --y-dataset; the arrays are {listed}"
                     )
+                if _npz_header(npz, self.y_dataset).dtype.hasobject:  # loading it would need unpickling
+                    raise InputError(
+                        self.path,
+                        f"array {self.y_dataset!r} holds Python objects, which are not read",
+                        "save the labels as numbers or strings",
+                    )
                 y = npz[self.y_dataset]
             return (npz[self.x_dataset] if load_x else _npz_header(npz, self.x_dataset)), y
 
