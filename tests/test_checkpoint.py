@@ -104,3 +104,49 @@ def test_state_counts_verify_append_only_state(tmp_path):
     f.write_bytes(f.read_bytes()[:-1] + b"\x01")
     with pytest.raises(CheckpointError, match="chunk-000004"):
         Checkpointer(str(tmp_path), config={}, store_fingerprint="s").latest(n_chunks=2)
+
+
+def _resealed(data: bytes, folder: str, chunk_id: int) -> str:
+    """Write `data` as state chunk `chunk_id` of `folder` under its own digest (as an editor with the format would)."""
+    import hashlib
+
+    for old in os.listdir(folder):
+        os.remove(os.path.join(folder, old))
+    path = os.path.join(folder, f"chunk-{chunk_id:06d}.{hashlib.sha256(data).hexdigest()[:16]}.npy")
+    open(path, "wb").write(data)
+    return path
+
+
+def test_a_resealed_state_chunk_of_objects_or_cut_short_is_a_checkpoint_error(tmp_path):
+    import io
+
+    st = ChunkState(str(tmp_path))
+    st.write("R", 1, 0, np.arange(12.0))
+    (folder,) = {d for d, _, fs in os.walk(tmp_path) if fs}
+    good = open(os.path.join(folder, os.listdir(folder)[0]), "rb").read()
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    for data in (buf.getvalue(), good[: len(good) - 8]):
+        path = _resealed(data, folder, 0)
+        with pytest.raises(CheckpointError, match=f"^{path}: unreadable .*the checkpoint is damaged"):
+            st.read("R", 1, 0)
+
+
+def test_resealed_step_arrays_of_objects_are_a_checkpoint_error(tmp_path):
+    import hashlib
+    import io
+
+    from streamfit.checkpoint import _record_digest
+
+    ck = Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp")
+    _save_steps(ck, 1)
+    step = tmp_path / "checkpoints" / "step-000001"
+    buf = io.BytesIO()
+    np.savez(buf, W=np.array([{"a": 1}], dtype=object))
+    (step / "arrays.npz").write_bytes(buf.getvalue())
+    record = json.loads((step / "meta.json").read_text())
+    record["arrays_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    record["record_sha256"] = _record_digest(record)
+    (step / "meta.json").write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match=r"step-000001/arrays.npz: unreadable .*--overwrite"):
+        Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp").latest(3)
