@@ -108,7 +108,7 @@ class NumpySource:
             listed = ", ".join(sorted(keys)) or "none"
             if self.x_dataset not in keys:
                 raise InputError(self.path, f"no array {self.x_dataset!r}", f"set --x-dataset; the arrays are {listed}")
-            if y is None and labeled:
+            if y is None and self.y_dataset is not None:  # labeled
                 if self.y_dataset not in keys:
                     raise InputError(
                         self.path, f"no array {self.y_dataset!r}", f"set --y-dataset; the arrays are {listed}"
