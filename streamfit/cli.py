@@ -45,6 +45,11 @@ class _Group(click.Group):
             where = f"{e.filename}: " if e.filename is not None else ""
             click.echo(f"error: {where}{e.strerror or e}; {os_error_hint(e)}", err=True)
             sys.exit(2)
+        except click.exceptions.UsageError as e:  # a bad option of a command: one line, as every error
+            name = ctx.invoked_subcommand
+            hint = f"streamfit {name} --help" if name else "streamfit --help"
+            click.echo(f"error: {_one_line(e.format_message())} (see {hint})", err=True)
+            sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose

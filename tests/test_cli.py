@@ -763,3 +763,22 @@ def test_an_internal_error_is_one_line_and_its_traceback_is_logged_with_verbose(
     verbose = run("-v", "inspect", stores / "train.zarr", ok=False)
     _one_line_error(verbose, "KeyError: 'a bug'")
     assert "Traceback" in caplog.text and 'raise KeyError("a bug")' in caplog.text
+
+
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["ingest", "x.svm", "--out", "y", "--batch-size", "0"], ["'--batch-size'", "streamfit ingest --help"]),
+        (["train", "s.zarr", "--out", "r", "--bogus"], ["No such option '--bogus'", "streamfit train --help"]),
+        (["train", "s.zarr"], ["Missing option '--out'", "streamfit train --help"]),
+    ],
+)
+def test_a_bad_option_of_a_command_is_one_error_line(tmp_path, monkeypatch, args, fragments):
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    _one_line_error(result, *fragments)
+    assert "Usage:" not in result.output
