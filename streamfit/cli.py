@@ -30,6 +30,13 @@ log = logging.getLogger("streamfit")
 
 
 class _Group(click.Group):
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.UsageError as e:  # a bad top-level option: one line, as every error
+            click.echo(f"error: {_one_line(e.format_message())} (see streamfit --help)", err=True)
+            sys.exit(2)
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
@@ -52,6 +59,14 @@ class _Group(click.Group):
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
+        except MemoryError:  # an allocation the checks before it could not foresee (e.g. a solver's work arrays)
+            name = ctx.invoked_subcommand or "streamfit"
+            click.echo(
+                f"error: `streamfit {name}` ran out of memory; give it a machine or workers with more memory, or "
+                "make the data's dimensions smaller (fewer hashed features, classes or rows per chunk)",
+                err=True,
+            )
+            sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
             if (ctx.obj or {}).get("verbose"):
                 log.error("internal error", exc_info=True)

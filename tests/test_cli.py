@@ -765,15 +765,28 @@ def test_an_internal_error_is_one_line_and_its_traceback_is_logged_with_verbose(
     assert "Traceback" in caplog.text and 'raise KeyError("a bug")' in caplog.text
 
 
+def test_running_out_of_memory_is_one_error_line(stores, monkeypatch, caplog):
+    import streamfit.store
+
+    def too_big(_path):
+        raise MemoryError()
+
+    monkeypatch.setattr(streamfit.store, "open_store", too_big)
+    result = run("inspect", stores / "train.zarr", ok=False)
+    _one_line_error(result, "`streamfit inspect` ran out of memory", "fewer hashed features")
+    assert "Traceback" not in caplog.text
+
+
 @pytest.mark.parametrize(
     "args, fragments",
     [
         (["ingest", "x.svm", "--out", "y", "--batch-size", "0"], ["'--batch-size'", "streamfit ingest --help"]),
         (["train", "s.zarr", "--out", "r", "--bogus"], ["No such option '--bogus'", "streamfit train --help"]),
         (["train", "s.zarr"], ["Missing option '--out'", "streamfit train --help"]),
+        (["--bogus", "inspect", "s.zarr"], ["No such option '--bogus'", "streamfit --help"]),
     ],
 )
-def test_a_bad_option_of_a_command_is_one_error_line(tmp_path, monkeypatch, args, fragments):
+def test_a_bad_option_is_one_error_line(tmp_path, monkeypatch, args, fragments):
     from click.testing import CliRunner
 
     from streamfit.cli import main
