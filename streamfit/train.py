@@ -94,6 +94,10 @@ def train(
         )
     if store.n_rows == 0:
         raise StreamfitError(f"{store.path}: holds no rows; ingest data with at least one row per class")
+    if valid_store is not None and valid_store.n_rows == 0:
+        raise StreamfitError(
+            f"{valid}: the --valid store holds no rows, so nothing can be validated; ingest rows into it"
+        )
     if store.n_classes < 2 and not store.multilabel:
         raise StreamfitError(
             f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "

@@ -90,6 +90,15 @@ def test_an_empty_store_is_refused_with_the_fix(digits, write_store, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_an_empty_validation_store_is_refused_before_the_run(digits, digits_store, write_store, tmp_path):
+    """It was refused only at the first validation, after the cluster start and the first step."""
+    X, y, classes = digits
+    empty = write_store(X[:0], y[:0], classes)
+    with pytest.raises(StreamfitError, match=r"the --valid store holds no rows"):
+        _train(digits_store, tmp_path / "run", valid=empty)
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
     with caplog.at_level("INFO", logger="streamfit.train"):
         _train(digits_store, tmp_path / "run")
