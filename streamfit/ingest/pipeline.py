@@ -337,6 +337,13 @@ def _check_paths(o: IngestOptions) -> None:
             "write the two stores to separate paths"
         )
     reads = [("input", p) for p in o.inputs] + ([("--like store", o.like)] if o.like else [])
+    if o.quarantine:
+        for what, path in outputs + reads:
+            if overlaps(o.quarantine, path):
+                raise StreamfitError(
+                    f"--quarantine {o.quarantine} overlaps the {what} {path} (the same path, or one inside the "
+                    "other): bad records written there would destroy or corrupt it; choose another --quarantine"
+                )
     for flag, out in outputs:
         for what, path in reads:
             if overlaps(out, path):

@@ -538,6 +538,22 @@ def test_outputs_that_overlap_each_other_or_an_input_are_refused(tmp_path, monke
     assert sorted(os.listdir(tmp_path)) == before and len(open(source).readlines()) == len(DOCS)
 
 
+@pytest.mark.parametrize(
+    "quarantine, what",
+    [("docs.jsonl", "--quarantine docs.jsonl overlaps the input"), ("s/bad.jsonl", "overlaps the --out s")],
+)
+def test_a_quarantine_file_that_overlaps_an_input_or_output_is_refused(tmp_path, monkeypatch, quarantine, what):
+    monkeypatch.chdir(tmp_path)
+    source = _jsonl(tmp_path, DOCS)
+    before = sorted(os.listdir(tmp_path))
+    options = IngestOptions(
+        [os.path.relpath(source)], "s", on_bad_record="quarantine", quarantine=quarantine, progress=False
+    )
+    with pytest.raises(StreamfitError, match=what):
+        ingest(options)
+    assert sorted(os.listdir(tmp_path)) == before and len(open(source).readlines()) == len(DOCS)
+
+
 def test_a_store_published_by_another_ingest_meanwhile_is_not_replaced(tmp_path, monkeypatch):
     """Two ingests to one --out both pass the check at the start; the one that finishes second
     is refused (its writer checks --out again under its lock) and the first store stays."""
