@@ -143,6 +143,8 @@ BAD = {
     "bad-utf8": ({"a/1": "ok", "a/2": b"caf\xe9", "b/3": "fine"}, "a/2", "not valid utf-8 text"),
     "stray-file": ({"a/1": "ok", "README": "about", "b/3": "fine"}, "README", "not in a class folder"),
     "too-deep": ({"a/1": "ok", "a/sub/2": "deep", "b/3": "fine"}, "a/sub/2", "not in a class folder"),
+    # a folder named by bytes that are not UTF-8 (b"x\xff"), as the system hands it to Python
+    "bad-utf8-class": ({"a/1": "ok", "x\udcff/2": "bad", "b/3": "fine"}, "x\udcff/2", "name is not valid UTF-8"),
 }
 
 

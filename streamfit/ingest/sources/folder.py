@@ -60,6 +60,16 @@ class _NotADocument(Exception):
         self.hint = hint
 
 
+def _is_utf8(name: str) -> bool:
+    """Whether a file name read from the system (bytes that are not UTF-8 kept as lone
+    surrogates, Python's surrogateescape) is valid UTF-8 text."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _file_kind(mode: int) -> str:
     return next((name for is_kind, name in _NOT_REGULAR if is_kind(mode)), "not a regular file")
 
@@ -125,6 +135,11 @@ class FolderSource:
                 continue
             if self.class_folders and len(parts) != n + 2:
                 self.policy.bad(location, "the file is not in a class folder", hint="documents go in <class>/<file>")
+                continue
+            if self.class_folders and not _is_utf8(parts[n]):
+                self.policy.bad(
+                    location, "the class folder's name is not valid UTF-8", hint="rename the folder in UTF-8"
+                )
                 continue
             try:
                 text = data.decode(self.encoding, self.encoding_errors)
