@@ -197,14 +197,17 @@ class Engine:
 
     @property
     def dashboard_link(self) -> str | None:
-        """The URL of the cluster's Dask dashboard; None in process. Without bokeh, Dask serves
-        no pages: then the URL is replaced by the install hint."""
+        """The URL of the cluster's Dask dashboard; None in process and for a scheduler that
+        serves none. The embedded cluster serves it only with bokeh installed: without, the
+        install hint instead of the URL."""
         if self.client is None:
             return None
         import importlib.util
 
-        if importlib.util.find_spec("bokeh") is None:
+        if self.mode == "local" and importlib.util.find_spec("bokeh") is None:
             return "needs bokeh: pip install 'streamfit[dashboard]'"
+        if "dashboard" not in self.client.scheduler_info().get("services", {}):
+            return None  # a scheduler started with --no-dashboard, or without bokeh
         return self.client.dashboard_link
 
     @property
@@ -447,47 +450,55 @@ class Engine:
 
 class _Watch:
     """While a pass runs: every WATCH_INTERVAL seconds, asks the scheduler which workers it
-    has. A worker that left is logged as a warning (Dask runs its tasks again on the others; a
-    pass it could not recover is _WorkerLost, retried). After `engine.worker_timeout` seconds
-    without any worker, records it and cancels the pass's pending futures (`futures()`), so
-    that the waiting thread wakes up and reports it instead of hanging."""
+    has. A worker that left (during the pass, or found gone at its end: Dask may recover a short
+    pass before the next look) is logged as a warning; Dask runs its tasks again on the others,
+    and a pass it could not recover is _WorkerLost, retried. After `engine.worker_timeout`
+    seconds without any worker, records it and cancels the pass's pending futures
+    (`futures()`), so that the waiting thread wakes up and reports it instead of hanging."""
 
     def __init__(self, engine: Engine, futures: Callable[[], Iterable]):
         self.engine = engine
         self.futures = futures
         self.no_workers_for: float | None = None
+        self._workers: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
 
     def __enter__(self) -> _Watch:
+        self._workers = self._look() or set()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._look()
 
-    def _run(self) -> None:
+    def _look(self) -> set[str] | None:
+        """The workers now, with a warning for each one that left since the last look; None when
+        the scheduler cannot be asked (it is gone: the waiting thread hears of it)."""
         client = self.engine.client
         assert client is not None, "a pass on a cluster starts the watch"
-        since: float | None = None
         try:
-            workers = set(client.nthreads())
-        except Exception:  # the scheduler itself is gone: the waiting thread hears of it
-            return
+            now = set(client.nthreads())
+        except Exception:
+            return None
+        for gone in sorted(self._workers - now):
+            log.warning(
+                "the Dask worker %s left the cluster during a pass; its tasks run again on the %d worker(s) left",
+                gone,
+                len(now),
+            )
+        self._workers = now
+        return now
+
+    def _run(self) -> None:
+        since: float | None = None
         while not self._stop.wait(WATCH_INTERVAL):
-            try:
-                now_workers = set(client.nthreads())
-            except Exception:
+            workers = self._look()
+            if workers is None:
                 return
-            for gone in sorted(workers - now_workers):
-                log.warning(
-                    "the Dask worker %s left the cluster during a pass; its tasks run again on the %d worker(s) left",
-                    gone,
-                    len(now_workers),
-                )
-            workers, n = now_workers, len(now_workers)
-            if n:
+            if workers:
                 since = None
                 continue
             now = time.monotonic()
@@ -495,7 +506,8 @@ class _Watch:
             if now - since >= self.engine.worker_timeout:
                 self.no_workers_for = now - since
                 try:
-                    client.cancel(list(self.futures()), reason="the cluster has no workers")
+                    assert self.engine.client is not None
+                    self.engine.client.cancel(list(self.futures()), reason="the cluster has no workers")
                 except Exception:
                     pass
                 return
