@@ -68,3 +68,18 @@ def test_a_resumed_run_counts_from_its_checkpoint(clock, caplog):
 
 def test_durations_read_as_clock_times():
     assert [duration(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01", "1:01:02"]
+
+
+def test_on_a_terminal_one_bar_counts_the_whole_run(clock, capsys, caplog):
+    """mode "bar": one bar over the run's steps (no log lines), its total following the plan."""
+    progress = RunProgress("bar")
+    metrics = MetricsLog(None, progress=progress)
+    metrics.begin("bcd", 2, 10)  # resumed at step 2
+    bar = progress._bar
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for step in range(3, 9):
+            clock.now = float(step)
+            metrics.log(step, objective=1.0 / step, planned=8)
+    assert (bar.n, bar.total) == (8, 8) and not caplog.records
+    metrics.end()
+    assert "bcd" in capsys.readouterr().err and progress._bar is None
