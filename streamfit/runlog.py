@@ -52,7 +52,7 @@ class RunProgress:
     (planned − step) × (this session's seconds per step, from its first step on once there is a
     second: the first one also pays for compiling the kernels); the line's record carries the same
     numbers as `fields` (step, planned, elapsed_s, eta_s) for JSON logs. mode "bar": one tqdm
-    bar over the run's steps (its own ETA) on stderr. `planned` is the solver's budget
+    bar over the run's steps (its own ETA, and the objective) on stderr. `planned` is the solver's budget
     (Solver.max_steps): exact for a fixed schedule (stagewise, ppdsparse), an upper bound for a
     solver whose stopping test may hold first (bcd, fbpd: max_iter), None if unknown (no ETA)."""
 
@@ -93,7 +93,8 @@ class RunProgress:
         if self._bar is not None:
             if planned is not None and planned != self._bar.total:
                 self._bar.total = planned
-            self._bar.set_postfix_str(summary(record), refresh=False)
+            if "objective" in record:  # short: the bar's ETA must fit on the line
+                self._bar.set_postfix_str(f"objective {record['objective']:.6g}", refresh=False)
             self._bar.update(step - self._bar.n)
             return
         now = time.perf_counter()
