@@ -62,10 +62,9 @@ class _Group(click.Group):
             raise
         except MemoryError:  # an allocation the checks before it could not foresee (e.g. a solver's work arrays)
             name = ctx.invoked_subcommand or "streamfit"
-            click.echo(
+            _fail(
                 f"error: `streamfit {name}` ran out of memory; give it a machine or workers with more memory, or "
-                "make the data's dimensions smaller (fewer hashed features, classes or rows per chunk)",
-                err=True,
+                "make the data's dimensions smaller (fewer hashed features, classes or rows per chunk)"
             )
             sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
