@@ -24,6 +24,7 @@ from streamfit.errors import (
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
 from streamfit.jobs import format_metric
+from streamfit.logs import ECHOED
 from streamfit.options import Declared, declared, merge
 
 log = logging.getLogger("streamfit")
@@ -43,40 +44,44 @@ class _Group(click.Group):
         except TimeLimitReached as e:
             # --resume contradicts --overwrite: a continuation must drop it
             without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
-            click.echo(f"stopped: {e}{without}", err=True)
+            _fail(f"stopped: {e}{without}")
             sys.exit(3)
         except StreamfitError as e:
-            click.echo(f"error: {e}", err=True)
+            _fail(f"error: {e}")
             sys.exit(2)
         except OSError as e:  # the system refused a path or a write outside streamfit's writers (e.g. making --out)
             where = f"{e.filename}: " if e.filename is not None else ""
-            click.echo(f"error: {where}{e.strerror or e}; {os_error_hint(e)}", err=True)
+            _fail(f"error: {where}{e.strerror or e}; {os_error_hint(e)}")
             sys.exit(2)
         except click.exceptions.UsageError as e:  # a bad option of a command: one line, as every error
             name = ctx.invoked_subcommand
             hint = f"streamfit {name} --help" if name else "streamfit --help"
-            click.echo(f"error: {_one_line(e.format_message())} (see {hint})", err=True)
+            _fail(f"error: {_one_line(e.format_message())} (see {hint})")
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except MemoryError:  # an allocation the checks before it could not foresee (e.g. a solver's work arrays)
             name = ctx.invoked_subcommand or "streamfit"
-            click.echo(
+            _fail(
                 f"error: `streamfit {name}` ran out of memory; give it a machine or workers with more memory, or "
-                "make the data's dimensions smaller (fewer hashed features, classes or rows per chunk)",
-                err=True,
+                "make the data's dimensions smaller (fewer hashed features, classes or rows per chunk)"
             )
             sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
             if (ctx.obj or {}).get("verbose"):
                 log.error("internal error", exc_info=True)
             name = ctx.invoked_subcommand or "streamfit"
-            click.echo(
+            _fail(
                 f"error: {type(e).__name__}: {_one_line(str(e))} (an internal error in `streamfit {name}`; "
-                "please report it with the command; --verbose shows the traceback)",
-                err=True,
+                "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
+
+
+def _fail(line: str) -> None:
+    """The one line of a failed command: on stderr, and in the log file (--log-file) as well."""
+    click.echo(line, err=True)
+    log.error(line, extra={ECHOED: True})
 
 
 def _one_line(text: str) -> str:
@@ -87,8 +92,22 @@ def _one_line(text: str) -> str:
 @click.version_option(__version__, prog_name="streamfit")
 @click.option("-v", "--verbose", is_flag=True, help="Log more detail (engine, checkpoints).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars; only results and errors.")
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the log to this file (appended); stderr then shows only warnings and errors.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per line (time, level, logger, message; a progress line's step, "
+    "planned, elapsed_s, eta_s), for log collectors.",
+)
 @click.pass_context
-def main(ctx, verbose, quiet):
+def main(ctx, verbose, quiet, log_file, log_format):
     """Train large sparse linear classifiers on data bigger than memory.
 
     \b
@@ -97,20 +116,34 @@ def main(ctx, verbose, quiet):
       streamfit train train.zarr --solver stagewise --out run/
       streamfit evaluate run/ test.zarr
     or all three from one file:  streamfit run pipelines/quickstart.yaml
+
+    Training shows its progress as one bar on a terminal, and as a line per step (step count,
+    elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
     """
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
-    # what is about to be trained, and how big its dense weights would be
-    logging.getLogger("streamfit.train").setLevel(logging.INFO)
-    ctx.obj = {"progress": sys.stderr.isatty() or verbose, "verbose": verbose}
+    from streamfit.logs import configure
+
+    file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
+    if file_handler is not None:
+        ctx.call_on_close(lambda: (logging.getLogger().removeHandler(file_handler), file_handler.close()))
+    # what is about to be trained (and how big its dense weights would be), the dashboard's URL, the
+    # progress lines, a pipeline's finished sections
+    for name in _DEFAULT_INFO:
+        logging.getLogger(name).setLevel(logging.INFO)
+    ctx.obj = {"progress": sys.stderr.isatty() or verbose, "verbose": verbose, "quiet": False}
     if quiet:
         _be_quiet(ctx.obj)
 
 
+_DEFAULT_INFO = ("streamfit.train", "streamfit.runlog", "streamfit.jobs")
+
+
 def _be_quiet(obj: dict) -> None:
-    obj["progress"] = False
-    logging.getLogger("streamfit.train").setLevel(logging.NOTSET)
+    """-q: no progress, no INFO lines, and none of Dask's log either (the CommClosedError tracebacks
+    of a worker that goes away; the engine warns of a lost worker itself)."""
+    obj["progress"], obj["quiet"] = False, True
+    for name in _DEFAULT_INFO:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
 def _quiet_option(command):
@@ -215,7 +248,13 @@ def _value_callback(o, flag: str, is_list: bool):
 
 
 def _progress(ctx) -> bool:
+    """Progress bars of single passes (ingest, evaluate, predict): on a terminal, or with -v."""
     return ctx.obj["progress"]
+
+
+def _steps_progress(ctx) -> bool:
+    """A training run's progress (a bar on a terminal, a line per step otherwise): unless -q."""
+    return not ctx.obj["quiet"]
 
 
 def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
@@ -550,7 +589,7 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     cfg = load_train_config(config_file) if config_file else None
     o = train_options(cfg, {**options, "params": _parse_key_values(params, "--param")})
     model = run_train(
-        store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_progress(ctx), **o.engine()
+        store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_steps_progress(ctx), **o.engine()
     )
     click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
 
@@ -644,8 +683,20 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
     run_pipeline(
-        load_pipeline(pipeline), overrides, resume=resume, overwrite=overwrite, progress=_progress(ctx), say=click.echo
+        load_pipeline(pipeline),
+        overrides,
+        resume=resume,
+        overwrite=overwrite,
+        progress=_progress(ctx),
+        train_progress=_steps_progress(ctx),
+        say=_say,
     )
+
+
+def _say(line: str) -> None:
+    """A pipeline's line for a finished section: on stdout, and in the log (--log-file) as well."""
+    click.echo(line)
+    logging.getLogger("streamfit.jobs").info(line, extra={ECHOED: True})
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from streamfit.engine import WORKER_TIMEOUT
+from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
@@ -63,6 +63,12 @@ class TrainOptions:
         default_text="one per core",
     )
     threads_per_worker: int = option(1, "Embedded cluster: threads per worker", ge=1)
+    dashboard_address: str = option(
+        DASHBOARD_ADDRESS,
+        "Embedded cluster: where its Dask dashboard listens, HOST:PORT (this machine only by default; "
+        "0.0.0.0:8787 opens it to the network); its URL is printed at the start",
+        metavar="HOST:PORT",
+    )
     worker_timeout: float = option(
         WORKER_TIMEOUT,
         f"Seconds without any Dask worker before the run fails (default {WORKER_TIMEOUT:g})",

@@ -52,6 +52,9 @@ MAX_ATTEMPTS = 3
 WATCH_INTERVAL = 1.0
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
+# Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
+# port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
 
 class _WorkerLost(Exception):
@@ -103,7 +106,8 @@ class Engine:
 
     mode "inprocess": serial, in this process (estimators on in-memory arrays, tests);
     mode "local": an embedded `distributed.LocalCluster` of `n_workers` processes with
-    `threads_per_worker` threads each (default: one single-threaded process per core);
+    `threads_per_worker` threads each (default: one single-threaded process per core), its
+    dashboard at `dashboard_address` (HOST:PORT; bokeh serves the pages);
     a `scheduler` address joins an existing cluster instead. Use as a context manager.
     """
 
@@ -118,6 +122,7 @@ class Engine:
         progress: bool = False,
         connect_timeout: str = "20s",
         worker_timeout: float = WORKER_TIMEOUT,
+        dashboard_address: str = DASHBOARD_ADDRESS,
     ):
         self.mode = "remote" if scheduler else (mode or "local")
         if self.mode not in ("inprocess", "local", "remote"):
@@ -131,6 +136,7 @@ class Engine:
         self.progress = progress
         self.connect_timeout = connect_timeout
         self.worker_timeout = worker_timeout
+        self.dashboard_address = dashboard_address
         self.client: Client | None = None  # set by start() unless mode is "inprocess"
         self.cluster: LocalCluster | None = None  # mode "local" only
 
@@ -146,8 +152,11 @@ class Engine:
             return
         from distributed import Client, LocalCluster
 
-        if not log.isEnabledFor(logging.INFO):  # Dask's own INFO chatter only when streamfit is verbose
-            logging.getLogger("distributed").setLevel(logging.ERROR)
+        dask_log = logging.getLogger("distributed")
+        if not log.isEnabledFor(logging.INFO) and dask_log.getEffectiveLevel() < logging.ERROR:
+            dask_log.setLevel(logging.ERROR)  # Dask's own INFO chatter only when streamfit is verbose
+        # the scheduler's and workers' logs as this process's (`streamfit -q` raises it to CRITICAL)
+        dask_level = max(logging.ERROR, dask_log.getEffectiveLevel())
 
         if self.mode == "remote":
             try:
@@ -169,8 +178,8 @@ class Engine:
                 threads_per_worker=self.threads_per_worker,
                 processes=True,
                 memory_limit=self.memory_limit,
-                dashboard_address=":0",
-                silence_logs=logging.ERROR,
+                dashboard_address=self.dashboard_address,
+                silence_logs=dask_level,
             )
             self.client = Client(self.cluster)
         log.info("dask engine: %s", self.client)
@@ -185,6 +194,21 @@ class Engine:
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The URL of the cluster's Dask dashboard; None in process and for a scheduler that
+        serves none. The embedded cluster serves it only with bokeh installed: without, the
+        install hint instead of the URL."""
+        if self.client is None:
+            return None
+        import importlib.util
+
+        if self.mode == "local" and importlib.util.find_spec("bokeh") is None:
+            return "needs bokeh: pip install 'streamfit[dashboard]'"
+        if "dashboard" not in self.client.scheduler_info().get("services", {}):
+            return None  # a scheduler started with --no-dashboard, or without bokeh
+        return self.client.dashboard_link
 
     @property
     def total_threads(self) -> int:
@@ -425,36 +449,56 @@ class Engine:
 
 
 class _Watch:
-    """While a pass runs: every WATCH_INTERVAL seconds, asks the scheduler how many workers it
-    has; after `engine.worker_timeout` seconds without any, records it and cancels the pass's
-    pending futures (`futures()`), so that the waiting thread wakes up and reports it instead of
-    hanging."""
+    """While a pass runs: every WATCH_INTERVAL seconds, asks the scheduler which workers it
+    has. A worker that left (during the pass, or found gone at its end: Dask may recover a short
+    pass before the next look) is logged as a warning; Dask runs its tasks again on the others,
+    and a pass it could not recover is _WorkerLost, retried. After `engine.worker_timeout`
+    seconds without any worker, records it and cancels the pass's pending futures
+    (`futures()`), so that the waiting thread wakes up and reports it instead of hanging."""
 
     def __init__(self, engine: Engine, futures: Callable[[], Iterable]):
         self.engine = engine
         self.futures = futures
         self.no_workers_for: float | None = None
+        self._workers: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
 
     def __enter__(self) -> _Watch:
+        self._workers = self._look() or set()
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+        self._look()
 
-    def _run(self) -> None:
+    def _look(self) -> set[str] | None:
+        """The workers now, with a warning for each one that left since the last look; None when
+        the scheduler cannot be asked (it is gone: the waiting thread hears of it)."""
         client = self.engine.client
         assert client is not None, "a pass on a cluster starts the watch"
+        try:
+            now = set(client.nthreads())
+        except Exception:
+            return None
+        for gone in sorted(self._workers - now):
+            log.warning(
+                "the Dask worker %s left the cluster during a pass; its tasks run again on the %d worker(s) left",
+                gone,
+                len(now),
+            )
+        self._workers = now
+        return now
+
+    def _run(self) -> None:
         since: float | None = None
         while not self._stop.wait(WATCH_INTERVAL):
-            try:
-                n = len(client.nthreads())
-            except Exception:  # the scheduler itself is gone: the waiting thread hears of it
+            workers = self._look()
+            if workers is None:
                 return
-            if n:
+            if workers:
                 since = None
                 continue
             now = time.monotonic()
@@ -462,7 +506,8 @@ class _Watch:
             if now - since >= self.engine.worker_timeout:
                 self.no_workers_for = now - since
                 try:
-                    client.cancel(list(self.futures()), reason="the cluster has no workers")
+                    assert self.engine.client is not None
+                    self.engine.client.cancel(list(self.futures()), reason="the cluster has no workers")
                 except Exception:
                     pass
                 return

@@ -42,12 +42,15 @@ def run_pipeline(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
+    train_progress: bool = True,
     say: Callable[[str], None] = log.info,
 ) -> PipelineResult:
     """Run `config` (from streamfit.config.load_pipeline). `overrides`: TrainOptions given on the
     command line, which beat the train section (streamfit.config.train_options). resume: keep
     stores that exist and continue training from its newest checkpoint; overwrite: replace the
-    stores and the run directory. `say` gets one line per finished section."""
+    stores and the run directory. `progress`: bars of the ingest and evaluate passes;
+    `train_progress`: the training run's steps (streamfit.train.train's progress). `say` gets one
+    line per finished section."""
     from streamfit.metrics import evaluate
     from streamfit.store import open_store
     from streamfit.train import train
@@ -84,7 +87,7 @@ def run_pipeline(
             options.params,
             resume=resume,
             overwrite=overwrite,
-            progress=progress,
+            progress=train_progress,
             **options.engine(),
         )
         say(f"train: model written to {os.path.join(job.out, 'model')}")

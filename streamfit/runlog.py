@@ -1,13 +1,20 @@
-"""The machine-readable training log: `metrics.jsonl`, one JSON object per solver step."""
+"""The training log: `metrics.jsonl`, one JSON object per solver step (machine-readable), and the
+run's progress as a person sees it (RunProgress: a line per step in a log, or one bar on a terminal)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
+import sys
 import time
+from typing import Literal
 
 log = logging.getLogger(__name__)
+
+ProgressMode = Literal["bar", "lines"]
+# "lines": at most one progress line per this many seconds (the first and last step always get one)
+LINE_SECONDS = 5.0
 
 SUMMARY_FIELDS = ("objective", "gap", "train_accuracy", "train_p_at_1", "nnz", "nnz_rows", "not_converged")
 
@@ -22,29 +29,129 @@ def summary(record: dict) -> str:
     )
 
 
+def progress_mode() -> ProgressMode:
+    """How a run shows its progress here: one bar when stderr is a terminal, lines otherwise
+    (batch jobs, CI logs, a redirected stderr)."""
+    return "bar" if sys.stderr.isatty() else "lines"
+
+
+def duration(seconds: float) -> str:
+    """Seconds as H:MM:SS (M:SS under an hour)."""
+    minutes, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(minutes, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class RunProgress:
+    """A run's progress over its solver steps, for a person.
+
+    mode "lines": a log line (logger streamfit.runlog, INFO) per step, at most one per
+    `line_seconds` (the first and the last step always):
+        "fbpd: step 12/1000, 0:07 elapsed, ETA 9:41: objective 0.3, gap 0.01"
+    with the run's elapsed time (across resumed sessions) and the time left, estimated as
+    (planned − step) × (this session's seconds per step, from its first step on once there is a
+    second: the first one also pays for compiling the kernels); the line's record carries the same
+    numbers as `fields` (step, planned, elapsed_s, eta_s) for JSON logs. mode "bar": one tqdm
+    bar over the run's steps (its own ETA, and the objective) on stderr. `planned` is the solver's budget
+    (Solver.max_steps): exact for a fixed schedule (stagewise, ppdsparse), an upper bound for a
+    solver whose stopping test may hold first (bcd, fbpd: max_iter), None if unknown (no ETA)."""
+
+    def __init__(self, mode: ProgressMode, *, line_seconds: float = LINE_SECONDS):
+        self.mode = mode
+        self.line_seconds = line_seconds
+        self.name = "run"
+        self._bar = None
+        self._since: tuple[float, int] = (time.perf_counter(), 0)  # (time, step) the rate is measured from
+        self._first_done: tuple[float, int] | None = None  # (time, step) at the session's first step
+        self._last_line: float | None = None
+
+    def begin(self, name: str, step: int, planned: int | None) -> None:
+        """The run `name` is at `step` (0, or a resumed checkpoint's) of `planned`."""
+        self.name, self._since, self._first_done = name, (time.perf_counter(), step), None
+        if self.mode == "bar":
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=planned, initial=step, desc=name, unit="step", dynamic_ncols=True)
+
+    def _eta(self, step: int, planned: int | None) -> float | None:
+        """Seconds left after `step` (once per step): the steps left at this session's mean seconds per step (None
+        before a step, or without a plan)."""
+        now = time.perf_counter()
+        if self._first_done is None:
+            self._first_done = (now, step)
+        elif step > self._first_done[1]:
+            self._since = self._first_done
+        since, from_step = self._since
+        if planned is None or step <= from_step:
+            return None
+        return max(planned - step, 0) * (now - since) / (step - from_step)
+
+    def update(self, record: dict, planned: int | None, *, final: bool = False) -> None:
+        """Show the step just logged (`record`: a MetricsLog record)."""
+        step = record["step"]
+        eta = self._eta(step, planned)
+        if self._bar is not None:
+            if planned is not None and planned != self._bar.total:
+                self._bar.total = planned
+            if "objective" in record:  # short: the bar's ETA must fit on the line
+                self._bar.set_postfix_str(f"objective {record['objective']:.6g}", refresh=False)
+            self._bar.update(step - self._bar.n)
+            return
+        now = time.perf_counter()
+        if not final and self._last_line is not None and now - self._last_line < self.line_seconds:
+            return
+        self._last_line = now
+        head = f"{self.name}: step {step}" + (f"/{planned}" if planned is not None else "")
+        head += f", {duration(record['wall_time'])} elapsed" + (f", ETA {duration(eta)}" if eta is not None else "")
+        numbers = summary(record)
+        fields = {
+            "step": step,
+            "planned": planned,
+            "elapsed_s": record["wall_time"],
+            "eta_s": None if eta is None else round(eta, 1),
+        }
+        log.info("%s%s", head, f": {numbers}" if numbers else "", extra={"fields": fields})
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
 class MetricsLog:
     """Appends one line per step: {"step", "wall_time" (s since the run started), ...fields}.
     With path=None the lines are kept in `records` only (estimators). With a validation
     source, a step logged with `model=` (the current model, or a function returning it) also
     gets the model's metrics on that source, prefixed `valid_` (every `valid_every` steps).
-    `heartbeat` (seconds): also log a summary line at most that often, so a run whose output
-    goes to a file (cron) shows its progress."""
+    `progress`: also show each step to a person (RunProgress); the driver calls begin() before
+    its first step and end() after its last."""
 
-    def __init__(self, path: str | None = None, *, valid=None, valid_every: int = 1, heartbeat: float | None = None):
+    def __init__(
+        self, path: str | None = None, *, valid=None, valid_every: int = 1, progress: RunProgress | None = None
+    ):
         self.path = path
         self.records: list[dict] = []
         self._t0 = time.perf_counter()
         self.valid = valid
         self.valid_every = max(1, int(valid_every))
-        self.heartbeat = heartbeat
-        self._beat = time.perf_counter()
+        self.progress = progress
 
     @property
     def elapsed(self) -> float:
         return time.perf_counter() - self._t0
 
-    def log(self, step: int, model=None, *, final: bool = False, **fields) -> dict:
-        """Append the step's record; validate `model` every `valid_every` steps, and on a `final` step."""
+    def begin(self, name: str, step: int, planned: int | None) -> None:
+        """Solver `name` starts its steps at `step`, with `planned` steps in all (see RunProgress)."""
+        if self.progress is not None:
+            self.progress.begin(name, step, planned)
+
+    def end(self) -> None:
+        if self.progress is not None:
+            self.progress.close()
+
+    def log(self, step: int, model=None, *, final: bool = False, planned: int | None = None, **fields) -> dict:
+        """Append the step's record; validate `model` every `valid_every` steps, and on a `final`
+        step. `planned`: the steps of the run in all, as far as known now (progress only)."""
         if self.valid is not None and model is not None and (final or step % self.valid_every == 0):
             from streamfit.metrics import evaluate
 
@@ -52,9 +159,8 @@ class MetricsLog:
             fields.update({f"valid_{k}": v for k, v in result.items() if k != "n_samples"})
         record = {"step": int(step), "wall_time": round(self.elapsed, 4), **fields}
         self.records.append(record)
-        if self.heartbeat is not None and time.perf_counter() - self._beat >= self.heartbeat:
-            self._beat = time.perf_counter()
-            log.info("step %d, %.0f s: %s", record["step"], record["wall_time"], summary(record))
+        if self.progress is not None:
+            self.progress.update(record, planned, final=final)
         if self.path:
             with open(self.path, "a") as f:
                 f.write(json.dumps(record, default=float) + "\n")

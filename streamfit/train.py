@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import psutil
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import WORKER_TIMEOUT, Engine
+from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
 from streamfit.model import Model
-from streamfit.runlog import MetricsLog, summary
+from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
 from streamfit.store.format import write_json_atomic
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
 log = logging.getLogger(__name__)
-HEARTBEAT_SECONDS = 30  # a summary line in the log at most this often (runs whose output goes to a file)
 
 
 def make_params(solver_name: str, params: dict | None):
@@ -81,11 +80,19 @@ def train(
     time_limit: float | None = None,
     worker_timeout: float = WORKER_TIMEOUT,
     checkpoint_every: int = 1,
+    dashboard_address: str = DASHBOARD_ADDRESS,
 ) -> Model:
     """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
-    `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many)."""
+    `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many).
+    `progress`: show the run's steps (streamfit.runlog.RunProgress: one bar when stderr is a
+    terminal, a log line per step otherwise). `dashboard_address`: HOST:PORT of the embedded
+    cluster's Dask dashboard (its URL is logged at the start).
+
+    Everything that can be checked without the data (parameters, the store against the solver)
+    is checked before the run directory is made or a cluster starts; a run that fails before its
+    first checkpoint removes what it wrote (and the directory, if it made it)."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -105,11 +112,13 @@ def train(
             "and re-ingest"
         )
     p = make_params(solver, params)
+    get_solver(solver)(p).check_source(store)
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     out = os.path.abspath(out)
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
+    made = not os.path.exists(out)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
@@ -133,9 +142,26 @@ def train(
             time_limit=time_limit,
             worker_timeout=worker_timeout,
             checkpoint_every=checkpoint_every,
+            dashboard_address=dashboard_address,
         )
+    except BaseException:
+        _remove_if_no_checkpoint(out, made)
+        raise
     finally:
         os.close(lock)
+
+
+def _remove_if_no_checkpoint(out: str, made: bool) -> None:
+    """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
+    metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
+    that nothing is left that looks like a run. A run with a checkpoint is kept for --resume."""
+    if os.path.exists(os.path.join(out, "checkpoints", "LATEST")):
+        return
+    shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
+    if os.path.exists(os.path.join(out, "metrics.jsonl")):
+        os.remove(os.path.join(out, "metrics.jsonl"))
+    if made and not os.listdir(out):
+        os.rmdir(out)
 
 
 def _lock_run_dir(out: str) -> int:
@@ -194,6 +220,7 @@ def _train_locked(
     time_limit,
     worker_timeout,
     checkpoint_every,
+    dashboard_address,
 ) -> Model:
     ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
@@ -229,7 +256,10 @@ def _train_locked(
     )
     _check_feature_memory(store, solver)
     metrics = MetricsLog(
-        os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every, heartbeat=HEARTBEAT_SECONDS
+        os.path.join(out, "metrics.jsonl"),
+        valid=valid_store,
+        valid_every=valid_every,
+        progress=RunProgress(progress_mode()) if progress else None,
     )
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
@@ -254,9 +284,11 @@ def _train_locked(
             mode=mode,
             n_workers=n_workers,
             threads_per_worker=threads_per_worker,
-            progress=progress,
             worker_timeout=worker_timeout,
-        ) as engine:
+            dashboard_address=dashboard_address,
+        ) as engine:  # no bar per pass: the run's progress is one bar (or line) per step
+            if engine.dashboard_link:
+                log.info("Dask dashboard: %s", engine.dashboard_link)
             model = get_solver(solver)(p).fit(
                 store,
                 engine=engine,

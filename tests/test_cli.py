@@ -795,3 +795,22 @@ def test_a_bad_option_is_one_error_line(tmp_path, monkeypatch, args, fragments):
     result = CliRunner().invoke(main, args)
     _one_line_error(result, *fragments)
     assert "Usage:" not in result.output
+
+
+def test_log_file_in_json_lines_holds_the_progress_lines_and_the_error(stores, tmp_path):
+    log = tmp_path / "job.log"
+    train = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "-p", "tol=1e-12"]
+    run("--log-file", log, "--log-format", "json", *train, "--n-workers", "0", "--out", tmp_path / "r")
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    assert all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
+    assert any(e["message"].startswith("training bcd on") for e in entries)
+    steps = [e for e in entries if e["logger"] == "streamfit.runlog"]
+    assert steps[0]["message"].startswith("bcd: step 1/3, ") and steps[0]["step"] == 1
+    assert (steps[-1]["step"], steps[-1]["planned"], steps[-1]["eta_s"]) == (3, 3, 0.0)
+    assert steps[-1]["elapsed_s"] >= steps[0]["elapsed_s"] > 0
+    failed = run(
+        "--log-file", log, "--log-format", "json", *train, "-p", "max_itr=3", "--out", tmp_path / "r2", ok=False
+    )
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert failed.exit_code == 2 and last["level"] == "ERROR" and "max_itr" in last["message"]
+    assert last["message"] in failed.output  # the same one line as on stderr

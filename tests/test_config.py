@@ -82,6 +82,7 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
         "scheduler": None,
         "n_workers": None,
         "threads_per_worker": 2,
+        "dashboard_address": "127.0.0.1:8787",
         "worker_timeout": 9.0,
         "time_limit": None,
         "valid": None,

@@ -1,3 +1,4 @@
+import logging
 import os
 import threading
 import time
@@ -105,21 +106,24 @@ def chunk_dies_once(source, i, vector, marker, die_at, total=None):
     return value if total is None else _Sum(value, 1, total, marker)
 
 
-def test_local_cluster_survives_killed_workers(tmp_path):
+def test_local_cluster_survives_killed_workers(tmp_path, caplog):
     """Workers killed under a map, inside a map_reduce's leaves and at its final sum: the work
-    runs again on the remaining (or restarted) workers and the result is bitwise the in-process one."""
+    runs again on the remaining (or restarted) workers and the result is bitwise the in-process
+    one; each lost worker is a warning."""
     vector = np.arange(20_000.0)  # scattered (above BROADCAST_BYTES)
     n = 12
     with Engine(mode="inprocess") as eng:
         ref = eng.map_reduce(chunk_dies_once, None, range(n), vector=vector, marker="", die_at=-1)
         ref_map = eng.map(chunk_dies_once, None, range(n), vector=vector, marker="", die_at=-1)
-    with Engine(mode="local", n_workers=2) as eng:
+    with Engine(mode="local", n_workers=2) as eng, caplog.at_level("WARNING", logger="streamfit.engine"):
         got_map = eng.map(chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "a"), die_at=3)
         got = eng.map_reduce(chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "b"), die_at=7)
         root = eng.map_reduce(
             chunk_dies_once, None, range(n), vector=vector, marker=str(tmp_path / "c"), die_at=-1, total=n
         )
     assert all((tmp_path / m).exists() for m in "abc")  # every worker death happened
+    left = [m for m in caplog.messages if "left the cluster during a pass; its tasks run again on the" in m]
+    assert len(left) == 3, caplog.messages
     assert all(np.array_equal(a, b) for a, b in zip(got_map, ref_map))
     assert np.array_equal(got, ref) and np.array_equal(root.value, ref) and root.n == n
 
@@ -233,7 +237,9 @@ def test_imap_unordered_submits_again_only_the_items_a_lost_worker_left(tmp_path
     assert sorted(got) == list(range(n)) and all(np.array_equal(got[i], v) for i, v in ref)
     ran = runs(log_dir, n)
     assert ran[0] == 2 and all(ran[i] == 1 for i in before_death)
-    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.engine"]
+    [warning] = [
+        r.getMessage() for r in caplog.records if r.name == "streamfit.engine" and "was lost" in r.getMessage()
+    ]
     assert warning.startswith("test: items: a Dask worker was lost (KilledWorker: ")
     assert warning.endswith("unfinished tasks again (attempt 2 of 3)")
 
@@ -294,3 +300,45 @@ def test_map_reduce_frees_chunk_results_once_summed(digits):
     # log2(33) + a few (8 at rest; 9 seen at load 4, the client's releases arriving late); when the
     # client kept every chunk's future, up to 32
     assert held.max() <= 12
+
+
+def chunk_logs_dask_noise(source, i):
+    """What a worker logs when a peer dies under a transfer (distributed.worker, ERROR)."""
+    import logging
+
+    logging.getLogger("distributed.worker").error("Worker stream died during communication: CommClosedError")
+    return i
+
+
+@pytest.mark.slow
+def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd):
+    """Dask's default ':port' would listen on every interface (0.0.0.0); the embedded cluster's
+    dashboard binds 127.0.0.1, and bokeh (streamfit[dashboard]) serves its status page. Without
+    -q, Dask's errors in the workers reach stderr (the next test silences them)."""
+    import urllib.request
+
+    with Engine(mode="local", n_workers=1) as eng:
+        assert eng.cluster is not None
+        server = eng.cluster.scheduler.http_server
+        assert {s.getsockname()[0] for s in server._sockets.values()} == {"127.0.0.1"}
+        assert eng.dashboard_link.startswith("http://127.0.0.1:") and eng.dashboard_link.endswith("/status")
+        with urllib.request.urlopen(eng.dashboard_link, timeout=60) as page:
+            assert page.status == 200 and b"bokeh" in page.read().lower()
+        assert eng.map(chunk_logs_dask_noise, None, range(1)) == [0]
+    assert "CommClosedError" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_quiet_silences_the_log_of_the_dask_workers(capfd):
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+
+    # `streamfit -q`: what it sets for this process is what the embedded cluster's workers get
+    assert CliRunner().invoke(main, ["-q", "train", "--list-solvers"]).exit_code == 0
+    try:
+        with Engine(mode="local", n_workers=1, dashboard_address="127.0.0.1:0") as eng:
+            assert eng.map(chunk_logs_dask_noise, None, range(1)) == [0]
+        assert "CommClosedError" not in capfd.readouterr().err
+    finally:
+        logging.getLogger("distributed").setLevel(logging.NOTSET)

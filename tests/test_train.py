@@ -9,7 +9,6 @@ import pytest
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
-from streamfit.runlog import MetricsLog
 from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
@@ -99,6 +98,53 @@ def test_an_empty_validation_store_is_refused_before_the_run(digits, digits_stor
     assert not (tmp_path / "run").exists()
 
 
+def test_a_store_the_solver_refuses_is_refused_before_the_cluster_starts_and_leaves_no_run(
+    digits, write_store, tmp_path, monkeypatch
+):
+    import scipy.sparse as sp
+
+    from streamfit.engine import Engine
+
+    X, y, _ = digits
+    labels = sp.csr_matrix((np.ones(len(y)), (np.arange(len(y)), y % 2)), shape=(len(y), 2))
+    store = write_store(X, labels, ["even", "odd"])
+
+    def no_cluster(self):
+        raise AssertionError("the cluster started")
+
+    monkeypatch.setattr(Engine, "start", no_cluster)
+    with pytest.raises(ConfigError, match="fbpd solves the multiclass .* the store is multilabel"):
+        train(store, "fbpd", str(tmp_path / "run"), {})  # the embedded cluster by default
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_removes_what_it_wrote(digits_store, tmp_path, monkeypatch):
+    from streamfit.solvers.stagewise import StagewiseSolver
+
+    def broken(self, ctx):
+        raise RuntimeError("init failed")
+
+    monkeypatch.setattr(StagewiseSolver, "init", broken)
+    with pytest.raises(RuntimeError, match="init failed"):
+        _train(digits_store, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    mine = tmp_path / "mine"  # a directory the user made: kept, with what was there before
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    with pytest.raises(RuntimeError, match="init failed"):
+        _train(digits_store, mine)
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def test_the_dashboard_url_is_logged_at_the_start(digits_store, tmp_path, monkeypatch, caplog):
+    from streamfit.engine import Engine
+
+    monkeypatch.setattr(Engine, "dashboard_link", "http://127.0.0.1:8787/status")
+    with caplog.at_level("INFO", logger="streamfit.train"):
+        _train(digits_store, tmp_path / "run")
+    assert "Dask dashboard: http://127.0.0.1:8787/status" in caplog.messages
+
+
 def test_the_end_of_a_run_logs_its_last_metrics(digits_store, tmp_path, caplog):
     with caplog.at_level("INFO", logger="streamfit.train"):
         _train(digits_store, tmp_path / "run")
@@ -126,17 +172,6 @@ def test_a_run_resumed_after_a_time_limit_ends_with_the_same_model_bytes_and_one
     with open(tmp_path / "cut" / "run.json") as f:
         run = json.load(f)
     assert run["seconds"] >= clock[-1] and run["session_seconds"] <= run["seconds"] + 1e-3
-
-
-def test_a_heartbeat_logs_progress_for_runs_whose_output_goes_to_a_file(caplog):
-    log = MetricsLog(heartbeat=0.0)
-    with caplog.at_level("INFO", logger="streamfit.runlog"):
-        log.log(1, objective=0.5, train_accuracy=0.75, stage=0)
-    assert caplog.records[-1].getMessage().startswith("step 1, 0 s: objective 0.5, train_accuracy 0.75")
-    quiet = MetricsLog(heartbeat=3600.0)
-    caplog.clear()
-    quiet.log(1, objective=0.5)
-    assert not caplog.records
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,9 @@ exactly what a checkpoint holds) and five methods:
     converged(state)     -> bool    the stopping test held (False at a budget: the driver warns)
     to_model(ctx, state) -> Model   the model the state stands for (also mid-run, for validation)
 
+Two optional methods: `check_source(source)` refuses a store the solver cannot train on before
+any work starts, and `max_steps(state)` gives the step budget that progress lines count against.
+
 `streamfit.solvers.driver.run` owns everything around the steps: the checkpoint every k
 steps, the time limit, resume with verification, the metrics log, validation, the convergence
 warning. A solver module therefore holds no loop of its own, and a new solver needs only this
@@ -160,6 +163,17 @@ class Solver(Generic[StateT]):
 
     def finished(self, state: StateT) -> bool:
         raise NotImplementedError
+
+    def check_source(self, source: ChunkSource) -> None:
+        """Raise ConfigError if the solver cannot train on `source` (a multilabel store for a
+        multiclass-only method, say). Needs only the store's manifest: `streamfit train` calls it
+        before it starts a cluster or makes the run directory, and the driver before init."""
+
+    def max_steps(self, state: StateT) -> int | None:
+        """The step count at which the run's budget ends, as far as `state` tells (the progress
+        line's total and ETA): exact for a fixed schedule, an upper bound where the stopping test
+        may hold first; None when unknown."""
+        return None
 
     def converged(self, state: StateT) -> bool:
         """True when the solver stopped by its own test; solvers with a fixed schedule are

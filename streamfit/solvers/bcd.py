@@ -397,7 +397,7 @@ class BCDSolver(Solver[BCDState]):
         """Solver.fit, after choosing the mode (and so the State) for `source` and checking the
         options against it."""
         p = self.params
-        self._codes(source)
+        self.check_source(source)
         # the State per instance (the driver reads solver.State); Solver declares it a ClassVar
         if p.method == "fista":
             self.mode, self.State = "fista", FistaState  # type: ignore[misc]
@@ -430,6 +430,20 @@ class BCDSolver(Solver[BCDState]):
         if isinstance(state, ChunksState):
             return state.closed_at == state.step and state.closed_outer % every == 0
         return super().checkpoint_due(state, every)
+
+    def check_source(self, source: ChunkSource) -> None:
+        self._codes(source)  # refuses the logistic loss on a multilabel store, and a single class
+
+    def max_steps(self, state: BCDState) -> int:
+        """max_iter outer iterations; in chunks mode, of G = ⌈|order| / group_size⌉ groups each: the
+        steps taken, the groups left of this outer iteration and G per outer iteration after it,
+        and the step that closes the last one."""
+        if not isinstance(state, ChunksState):
+            return self.params.max_iter
+        if state.done:
+            return state.step
+        groups = -(-len(state.order) // self.params.group_size)
+        return state.step + (self.params.max_iter - state.outer) * groups - state.group + 1
 
     def finished(self, state: BCDState) -> bool:
         if isinstance(state, ChunksState):

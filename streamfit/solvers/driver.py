@@ -1,10 +1,12 @@
 """The one loop every solver runs in: steps, checkpoints, time limit, resume, metrics, warning.
 
+    check_source(source)                                (refuse a store the solver cannot train on)
     state = restore(LATEST) if resume else init()      (init is checkpointed as step 0)
     while not finished(state):
         fields = step(state)                            (state.step += 1)
         log the step (validation every `valid_every` steps, and on the last one; on the
-                      last one only for a solver whose mid_run_models is False)
+                      last one only for a solver whose mid_run_models is False), and show
+                      it (progress: step of max_steps, elapsed, ETA)
         checkpoint every `checkpoint_every` steps, on the last step and before a pause;
         past the time limit, stop right after a checkpoint (TimeLimitReached)
     warn if the run ended at its budget before its stopping test held
@@ -52,6 +54,7 @@ def run(
     (and always after the last step of the call)."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    solver.check_source(source)
     ctx = Context(source=source, engine=engine, chunk_state=checkpointer.state)
     saver = _StateSaver(solver.State, checkpointer)
     state = None
@@ -67,20 +70,24 @@ def run(
         saver.save(state)
         _check_deadline(checkpointer, state.step)
     taken = 0
-    while not solver.finished(state):
-        fields = solver.step(ctx, state)
-        taken += 1
-        last = solver.finished(state)
-        model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
-        metrics.log(state.step, model=model, final=last, **fields)
-        pause = stop_after is not None and taken >= stop_after
-        if last or pause or solver.checkpoint_due(state, checkpoint_every):
-            saver.save(state)
-            _check_deadline(checkpointer, state.step)
-        else:  # per-sample versions that neither a kept checkpoint nor the state refers to
-            checkpointer.state.keep_only(checkpointer.referenced_versions() | saver.references(state))
-        if pause:
-            break
+    metrics.begin(solver.name, state.step, solver.max_steps(state))
+    try:
+        while not solver.finished(state):
+            fields = solver.step(ctx, state)
+            taken += 1
+            last = solver.finished(state)
+            model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
+            metrics.log(state.step, model=model, final=last, planned=solver.max_steps(state), **fields)
+            pause = stop_after is not None and taken >= stop_after
+            if last or pause or solver.checkpoint_due(state, checkpoint_every):
+                saver.save(state)
+                _check_deadline(checkpointer, state.step)
+            else:  # per-sample versions that neither a kept checkpoint nor the state refers to
+                checkpointer.state.keep_only(checkpointer.referenced_versions() | saver.references(state))
+            if pause:
+                break
+    finally:
+        metrics.end()
     if solver.finished(state) and not solver.converged(state):
         log.warning(
             "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",

@@ -441,8 +441,6 @@ class FBPDSolver(Solver[FBPDState]):
     def init(self, ctx: Context) -> FBPDState:
         """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (power iteration passes)."""
         source = ctx.source
-        if source.multilabel:
-            raise ConfigError("fbpd solves the multiclass (Crammer–Singer) hinge; the store is multilabel")
         norm, passes = self.operator_norm(source, ctx.engine)
         zero_W, zero_b = np.zeros((source.n_features, source.n_classes)), np.zeros(source.n_classes)
         state = FBPDState(
@@ -474,6 +472,16 @@ class FBPDSolver(Solver[FBPDState]):
             raise ConfigError(
                 f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
             )
+
+    def check_source(self, source: ChunkSource) -> None:
+        if source.multilabel:
+            raise ConfigError(
+                "fbpd solves the multiclass (Crammer–Singer) hinge and the store is multilabel; "
+                "train it with stagewise, bcd or ppdsparse"
+            )
+
+    def max_steps(self, state: FBPDState) -> int:
+        return self.params.max_iter
 
     def finished(self, state: FBPDState) -> bool:
         return state.converged or state.step >= self.params.max_iter

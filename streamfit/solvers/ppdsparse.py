@@ -485,6 +485,10 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             self._running.close()  # cancels the groups not started
             self._running = None
 
+    def max_steps(self, state: PPDSparseState) -> int:
+        """One step per group of classes."""
+        return len(state.groups())
+
     def finished(self, state: PPDSparseState) -> bool:
         return len(state.finished) == len(state.groups())
 

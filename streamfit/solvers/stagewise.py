@@ -1233,6 +1233,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         return _solver_for(H + eps * np.eye(H.shape[0]), definite=True)(GY / source.n_rows + eps * identity)
 
     # ---- Algorithm 3 ----
+    def max_steps(self, state: StagewiseState) -> int:
+        return self.params.n_passes * self._n_blocks(state)
+
     def finished(self, state: StagewiseState) -> bool:
         """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished)."""
         return state.step >= self.params.n_passes * self._n_blocks(state)

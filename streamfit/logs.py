@@ -1,0 +1,60 @@
+"""Where a `streamfit` command's log goes (stderr, `--log-file`) and its form (`--log-format`:
+text lines, or JSON lines for log collectors)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Literal
+
+LogFormat = Literal["text", "json"]
+TEXT = "%(levelname)s %(name)s: %(message)s"
+# a record logged with extra={ECHOED: True} was printed to the terminal already (a result or an error
+# line): it goes to the log file only
+ECHOED = "echoed"
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: {"time": ISO 8601 in UTC, "level", "logger", "message"}, the
+    record's `fields` (extra={"fields": {...}}, e.g. a progress line's step, planned, elapsed_s
+    and eta_s) and, where it has one, "exception": the traceback's text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            **getattr(record, "fields", {}),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def _not_echoed(record: logging.LogRecord) -> bool:
+    return not getattr(record, ECHOED, False)
+
+
+def configure(level: int, *, log_file: str | None = None, fmt: LogFormat = "text") -> logging.Handler | None:
+    """The root logger at `level`, writing to stderr in `fmt` (only warnings and errors there
+    when `log_file` is given); with `log_file`, every record also goes to that file (appended).
+    Returns the file's handler (the caller removes it when the command ends), or None. A root
+    logger that has handlers already (a test's) keeps them instead of getting stderr's."""
+    formatter = JsonLines() if fmt == "json" else logging.Formatter(TEXT)
+    root = logging.getLogger()
+    root.setLevel(level)
+    if not root.handlers:
+        stderr = logging.StreamHandler()
+        stderr.setFormatter(formatter)
+        stderr.addFilter(_not_echoed)
+        if log_file:
+            stderr.setLevel(logging.WARNING)
+        root.addHandler(stderr)
+    if not log_file:
+        return None
+    handler = logging.FileHandler(log_file, encoding="utf-8")
+    handler.setFormatter(formatter)
+    root.addHandler(handler)
+    return handler

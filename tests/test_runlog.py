@@ -1,0 +1,85 @@
+"""streamfit.runlog: the progress a person sees of a training run (lines in a log, ETA)."""
+
+import pytest
+
+import streamfit.runlog as runlog
+from streamfit.runlog import MetricsLog, RunProgress, duration
+
+
+class Clock:
+    """A settable time.perf_counter."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(runlog.time, "perf_counter", c)
+    return c
+
+
+def test_a_line_per_step_with_the_count_elapsed_time_and_eta(clock, caplog):
+    """Off a terminal, a step's line says step/planned, the run's elapsed time and the time left:
+    (planned − step) × seconds per step, measured from the first step on once there is a second
+    (the first also compiles kernels)."""
+    metrics = MetricsLog(None, progress=RunProgress("lines", line_seconds=0.0))
+    clock.now = 5.0  # init took 5 s
+    metrics.begin("fbpd", 0, 4)
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for step, t in ((1, 15.0), (2, 17.0), (3, 19.0), (4, 21.0)):
+            clock.now = t
+            metrics.log(step, objective=0.5 / step, final=step == 4, planned=4)
+        metrics.end()
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "fbpd: step 1/4, 0:15 elapsed, ETA 0:30: objective 0.5",  # 3 steps left × 10 s
+        "fbpd: step 2/4, 0:17 elapsed, ETA 0:04: objective 0.25",  # 2 × 2 s (from step 1 on)
+        "fbpd: step 3/4, 0:19 elapsed, ETA 0:02: objective 0.166667",
+        "fbpd: step 4/4, 0:21 elapsed, ETA 0:00: objective 0.125",
+    ]
+    assert caplog.records[1].fields == {"step": 2, "planned": 4, "elapsed_s": 17.0, "eta_s": 4.0}
+
+
+def test_quick_steps_get_a_line_at_most_every_few_seconds_and_the_last_always(clock, caplog):
+    metrics = MetricsLog(None, progress=RunProgress("lines", line_seconds=5.0))
+    metrics.begin("stagewise", 0, None)  # no plan: no ETA
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for step in range(1, 8):
+            clock.now = 2.0 * step
+            metrics.log(step, final=step == 7)
+    assert [r.fields["step"] for r in caplog.records] == [1, 4, 7]  # t = 2, 8 (6 s later), and the last
+    assert caplog.records[0].getMessage() == "stagewise: step 1, 0:02 elapsed"
+
+
+def test_a_resumed_run_counts_from_its_checkpoint(clock, caplog):
+    metrics = MetricsLog(None, progress=RunProgress("lines", line_seconds=0.0))
+    metrics.begin("bcd", 6, 10)
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for step in (7, 8):
+            clock.now = 3.0 * (step - 6)
+            metrics.log(step, planned=10)
+    assert caplog.records[-1].fields == {"step": 8, "planned": 10, "elapsed_s": 6.0, "eta_s": 6.0}
+
+
+def test_durations_read_as_clock_times():
+    assert [duration(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01", "1:01:02"]
+
+
+def test_on_a_terminal_one_bar_counts_the_whole_run(clock, capsys, caplog):
+    """mode "bar": one bar over the run's steps (no log lines), its total following the plan."""
+    progress = RunProgress("bar")
+    metrics = MetricsLog(None, progress=progress)
+    metrics.begin("bcd", 2, 10)  # resumed at step 2
+    bar = progress._bar
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for step in range(3, 9):
+            clock.now = float(step)
+            metrics.log(step, objective=1.0 / step, planned=8)
+    assert (bar.n, bar.total) == (8, 8) and not caplog.records
+    metrics.end()
+    assert "bcd" in capsys.readouterr().err and progress._bar is None
