@@ -14,20 +14,19 @@ import fcntl
 import json
 import logging
 import os
-import shutil
 import time
 from typing import TYPE_CHECKING
 
 import psutil
 
+from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import WORKER_TIMEOUT, Engine
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
-from streamfit.store.format import write_json_atomic
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -103,14 +102,13 @@ def train(
     p = make_params(solver, params)
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-    out = os.path.abspath(out)
+    run = storage.resolve(out)
+    out = run.path if run.local else run.url
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise output_error(out, e) from e
-    lock = _lock_run_dir(out)
+    run.makedirs()
+    # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
+    lock = _lock_run_dir(out) if run.local else None
     try:
         return _train_locked(
             store,
@@ -131,7 +129,8 @@ def train(
             checkpoint_every=checkpoint_every,
         )
     finally:
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
 
 
 def _lock_run_dir(out: str) -> int:
@@ -191,16 +190,16 @@ def _train_locked(
     worker_timeout,
     checkpoint_every,
 ) -> Model:
-    ckpt_dir = os.path.join(out, "checkpoints")
+    run = storage.resolve(out)
+    ckpt_dir = run.join("checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-        shutil.rmtree(os.path.join(out, "model"), ignore_errors=True)
+        ckpt_dir.remove_tree()
+        run.join("model").remove_tree()
         for name in ("metrics.jsonl", "run.json"):
-            if os.path.exists(os.path.join(out, name)):
-                os.remove(os.path.join(out, name))
+            run.join(name).remove()
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
-    has_checkpoint = os.path.exists(os.path.join(ckpt_dir, "LATEST"))
+    has_checkpoint = ckpt_dir.join("LATEST").exists()
     if has_checkpoint and not resume:
         raise StreamfitError(
             f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
@@ -209,7 +208,7 @@ def _train_locked(
     if not has_checkpoint:
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        ckpt_dir.remove_tree()
     config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
@@ -225,7 +224,7 @@ def _train_locked(
     )
     _check_feature_memory(store, solver)
     metrics = MetricsLog(
-        os.path.join(out, "metrics.jsonl"), valid=valid_store, valid_every=valid_every, heartbeat=HEARTBEAT_SECONDS
+        run.join("metrics.jsonl").url, valid=valid_store, valid_every=valid_every, heartbeat=HEARTBEAT_SECONDS
     )
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
@@ -268,11 +267,11 @@ def _train_locked(
             seconds=round(metrics.elapsed, 3),
             session_seconds=round(time.time() - started, 3),
         )
-        write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
+        run.join("run.json").write_bytes(json.dumps(record, indent=1).encode())
         raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
-    model.save(os.path.join(out, "model"))
+    model.save(run.join("model").url)
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:
         last = metrics.records[-1]
@@ -282,7 +281,7 @@ def _train_locked(
             record["seconds"],
             f": {summary(last)}" if summary(last) else "",
         )
-    write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
+    run.join("run.json").write_bytes(json.dumps(record, indent=1).encode())
     return model
 
 
