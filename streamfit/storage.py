@@ -237,8 +237,8 @@ class Location:
     def _fs(self):
         return self.fs  # typed loosely: fsspec's filesystems carry no annotations
 
-    def __reduce__(self):
-        return (resolve, (self.url,))
+    def __reduce__(self):  # reopened from the absolute path or the URL, wherever it is unpickled
+        return (resolve, (self.path if self.local else self.url,))
 
 
 def _protocol(fs) -> str:
@@ -272,8 +272,14 @@ def resolve(path_or_url: str) -> Location:
 
 def absolute(path_or_url: str) -> str:
     """A local path made absolute; a URL as given (how outputs and inputs are named and compared)."""
-    location = resolve(path_or_url)
-    return location.path if location.local else location.url
+    text = os.fspath(path_or_url)
+    return text if is_url(text) else os.path.abspath(text)
+
+
+def public(path_or_url: str) -> str:
+    """`absolute(path_or_url)` without any user:password@ part of a URL: what streamfit records
+    (manifests, run.json), so a credential given inside a URL is never written down."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", absolute(path_or_url))
 
 
 def write_new_file(path: str, data: bytes) -> None:

@@ -233,7 +233,7 @@ def _train_locked(
     record = {
         "solver": solver,
         "params": p.model_dump(),
-        "store": store.path,
+        "store": storage.public(store.path),
         "store_fingerprint": store.manifest.fingerprint,
         "scheduler": scheduler,
         "n_workers": n_workers,

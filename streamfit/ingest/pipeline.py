@@ -361,7 +361,7 @@ def _half_published_test(o: IngestOptions) -> bool:
         split.get("part") == "test"
         and split.get("test_size") == o.test_size
         and split.get("seed") == o.seed
-        and m.source.get("paths") == [storage.absolute(p) for p in o.inputs]
+        and m.source.get("paths") == [storage.public(p) for p in o.inputs]
     )
 
 
@@ -432,10 +432,10 @@ def ingest(o: IngestOptions) -> IngestReport:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
-            "paths": [storage.absolute(p) for p in o.inputs],
+            "paths": [storage.public(p) for p in o.inputs],
             "format": o.format,
             "options": source_options,
-            "like": storage.absolute(o.like) if o.like else None,
+            "like": storage.public(o.like) if o.like else None,
             "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
             "input": _input_kind(p1.kinds),
         }
