@@ -4,7 +4,6 @@ ingest -> ingest_test -> train -> evaluate (streamfit.config describes the file)
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 

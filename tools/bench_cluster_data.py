@@ -6,7 +6,7 @@ loopback (moto's ThreadedMotoServer on 127.0.0.1, s3fs as the client, as in test
 A seeded JSONL text corpus (--records documents, 20 labels, Zipf-like words) is written locally
 and uploaded. Then, for each target (local paths, s3:// URLs), each step runs as its own
 `streamfit` process, timed by wall clock: ingest (raw input read from the target, store written
-to it; hashed to 2^18 features), train (fbpd, 5 iterations, --workers Dask workers on loopback
+to it; hashed to 2^16 features), train (fbpd, 3 iterations, --workers Dask workers on loopback
 reading the store from the target, run directory on the target), evaluate (in the driver) and
 predict (store → CSV on the target). Reported per step: seconds on each target, the S3 / local
 ratio (the slowdown) and, for S3, the requests the server answered by kind (GET / PUT / HEAD /
@@ -82,8 +82,8 @@ def job(root: str, raw: str, workers: int, counter: RequestCounter | None, s3) -
     """Seconds per step (and S3 requests per step) of ingest, train, evaluate, predict under root."""
     store, out = f"{root}/store.zarr", f"{root}/run"
     steps = {
-        "ingest": ["ingest", raw, "--out", store, "--n-features", str(2**18)],
-        "train": ["train", store, "--solver", "fbpd", "-p", "max_iter=5", "--n-workers", str(workers), "--out", out],
+        "ingest": ["ingest", raw, "--out", store, "--n-features", str(2**16)],
+        "train": ["train", store, "--solver", "fbpd", "-p", "max_iter=3", "--n-workers", str(workers), "--out", out],
         "evaluate": ["evaluate", out, store],
         "predict": ["predict", out, store, "--out", f"{root}/pred.csv"],
     }

@@ -109,7 +109,8 @@ class ChunkSource:
 
 
 class Store(ChunkSource):
-    """A store on disk, opened read-only. Pickles as its path (workers reopen it)."""
+    """A store on disk or behind a URL (its committed attempt), opened read-only. Pickles as its
+    path or URL (workers reopen it)."""
 
     def __init__(self, path: str, *, allow_partial: bool = False):
         location = storage.resolve(path)
@@ -402,8 +403,10 @@ def overlaps(a: str, b: str) -> bool:
 
 
 class StoreWriter:
-    """Writes a new store atomically: everything goes under `PATH.partial`, and the directory
-    is renamed to PATH only after the manifest is written and synced. Rows may come in
+    """Writes a new store atomically by streamfit.storage's commit protocol: on local disk
+    everything goes under `PATH.partial`, and the directory is renamed to PATH only after the
+    manifest is written and synced; behind a URL, under `PATH/attempt-…/`, committed by
+    `PATH/COMMITTED` once the manifest is written. Rows may come in
     batches of any size; they are cut into chunks of exactly `chunk_rows` rows.
 
     `PATH.partial` is locked (flock) from the start to the publish, so two writers of one PATH
