@@ -9,31 +9,26 @@ Layout of a run directory's `checkpoints/`:
     step-<step>/arrays.npz                                 weights and other driver-side arrays
     LATEST                                                 the name of the newest complete step
 
-A task that reads data chunk i reads `state/<name>/v<t>` chunk i and writes `v<t+1>` chunk i
-(atomically: temporary name, fsync, rename; the file name carries its digest). A step is
-complete once `step-<step>/` exists (renamed from `.partial` after fsync) and LATEST names it.
-Resume opens LATEST, checks every digest, and deletes whatever newer, incomplete state it finds.
+The run directory is a local path or a URL; every file goes through streamfit.storage. A task
+that reads data chunk i reads `state/<name>/v<t>` chunk i and writes `v<t+1>` chunk i (whole:
+temporary name, fsync and rename on disk, one PUT on an object store; the file name carries its
+digest). A step directory is committed by storage's protocol (local: renamed from `.partial`
+after fsync; object store: `step-<step>/COMMITTED` naming its attempt prefix), and the step is
+complete once LATEST, written after that commit, names it. Resume opens LATEST, checks every
+digest, and deletes whatever newer, incomplete state it finds.
 """
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import io
 import json
-import os
-import shutil
 import time
 
 import numpy as np
 
-from streamfit.errors import CheckpointError, output_error
-from streamfit.store.format import (
-    fsync_dir,
-    write_atomic,
-    write_bytes,
-    write_json_atomic,
-)
+from streamfit import storage
+from streamfit.errors import CheckpointError, StreamfitError, output_error
 
 CHECKPOINT_VERSION = 2  # 2: typed solver state (streamfit.solvers.driver) and a digest over meta.json
 
@@ -48,7 +43,8 @@ class ChunkState:
     arrays live in a dict (in-memory estimators); the interface is the same."""
 
     def __init__(self, root: str | None):
-        self.root = root
+        self.root = root  # a local path or URL (picklable); None: in memory
+        self._location = storage.resolve(root) if root is not None else None
         self._memory: dict[tuple[str, int, int], np.ndarray] = {}
 
     def __reduce__(self):
@@ -56,12 +52,12 @@ class ChunkState:
             raise TypeError("in-memory ChunkState cannot be sent to Dask workers; give the run a directory")
         return (ChunkState, (self.root,))
 
-    def _dir(self, name: str, version: int) -> str:
-        assert self.root is not None, "in-memory state has no files"
-        return os.path.join(self.root, name, f"v{version:06d}")
+    def _dir(self, name: str, version: int) -> storage.Location:
+        assert self._location is not None, "in-memory state has no files"
+        return self._location.join(name, f"v{version:06d}")
 
-    def _find(self, name: str, version: int, chunk_id: int) -> str:
-        found = glob.glob(os.path.join(self._dir(name, version), f"chunk-{chunk_id:06d}.*.npy"))
+    def _find(self, name: str, version: int, chunk_id: int) -> storage.Location:
+        found = self._dir(name, version).glob(f"chunk-{chunk_id:06d}.*.npy")
         if not found:
             raise CheckpointError(f"{self._dir(name, version)}: state chunk {chunk_id} of {name!r} is missing")
         return found[0]
@@ -75,15 +71,12 @@ class ChunkState:
         data = buf.getvalue()
         digest = hashlib.sha256(data).hexdigest()[:16]
         d = self._dir(name, version)
-        try:
-            os.makedirs(d, exist_ok=True)
-        except OSError as e:
-            raise output_error(d, e) from e
-        path = os.path.join(d, f"chunk-{chunk_id:06d}.{digest}.npy")
-        write_atomic(path, data, sync_dir=False)
-        for stale in glob.glob(os.path.join(d, f"chunk-{chunk_id:06d}.*.npy")):  # left by a killed run
-            if stale != path:
-                os.remove(stale)
+        d.makedirs()
+        target = d.join(f"chunk-{chunk_id:06d}.{digest}.npy")
+        target.write_bytes(data, sync_dir=False)
+        for stale in d.glob(f"chunk-{chunk_id:06d}.*.npy"):  # left by a killed run
+            if stale.name != target.name:
+                stale.remove()
 
     def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
         if self.root is None:
@@ -91,10 +84,10 @@ class ChunkState:
                 return self._memory[(name, version, chunk_id)]
             except KeyError:
                 raise CheckpointError(f"state chunk {chunk_id} of {name!r} v{version} is missing") from None
-        path = self._find(name, version, chunk_id)
-        with open(path, "rb") as f:
-            data = f.read()
-        if hashlib.sha256(data).hexdigest()[:16] != path.rsplit(".", 2)[-2]:
+        found = self._find(name, version, chunk_id)
+        path = found.url
+        data = found.read_bytes()
+        if hashlib.sha256(data).hexdigest()[:16] != found.name.rsplit(".", 2)[-2]:
             raise CheckpointError(f"{path}: fails its checksum; the checkpoint is damaged")
         try:
             return np.load(io.BytesIO(data), allow_pickle=False)
@@ -107,14 +100,14 @@ class ChunkState:
 
     def keep_only(self, keep: set[tuple[str, int]]) -> None:
         """Delete every version not in `keep` (pairs of name, version)."""
-        if self.root is None:
+        if self._location is None:
             for key in [k for k in self._memory if (k[0], k[1]) not in keep]:
                 del self._memory[key]
             return
-        for d in glob.glob(os.path.join(self.root, "*", "v*")):
-            name, v = os.path.basename(os.path.dirname(d)), int(os.path.basename(d)[1:])
+        for d in self._location.glob("*/v*"):
+            name, v = d.path.rstrip("/").split("/")[-2], int(d.name[1:])
             if (name, v) not in keep:
-                shutil.rmtree(d, ignore_errors=True)
+                d.remove_tree()
 
 
 class Checkpoint:
@@ -142,30 +135,37 @@ class Checkpointer:
         self.run_dir = run_dir
         self.time_limit = time_limit
         self._deadline = None if time_limit is None else time.monotonic() + time_limit
-        self.root = os.path.join(run_dir, "checkpoints") if run_dir else None
+        self.root = storage.resolve(run_dir).join("checkpoints") if run_dir else None
         self.config = json.loads(json.dumps(config, default=str))  # as meta.json stores it (and config_hash reads it)
         self.config_hash = config_hash(config)
         self.store_fingerprint = store_fingerprint
         self.keep = keep
         if self.root:
-            try:
-                os.makedirs(os.path.join(self.root, "state"), exist_ok=True)
-            except OSError as e:
-                raise output_error(self.root, e) from e
-        self.state = ChunkState(os.path.join(self.root, "state") if self.root else None)
+            self.root.join("state").makedirs()
+        self.state = ChunkState(self.root.join("state").url if self.root else None)
         self._kept: list[Checkpoint] = []
 
-    def _path(self, name: str) -> str:
+    def _path(self, name: str) -> storage.Location:
         """`name` inside the checkpoint directory (runs without one keep their checkpoints in memory)."""
         assert self.root is not None, "an in-memory checkpointer has no files"
-        return os.path.join(self.root, name)
+        return self.root.join(name)
 
-    def _step_dir(self, step: int) -> str:
+    def _step_dir(self, step: int) -> storage.Location:
         return self._path(f"step-{step:06d}")
+
+    def _step_files(self, step: int) -> storage.Location:
+        """Where the files of complete step `step` are (storage.committed); CheckpointError if none."""
+        try:
+            found = storage.committed(self._step_dir(step))
+        except StreamfitError as e:
+            raise CheckpointError(f"{e}; the checkpoint is damaged") from None
+        if found is None:
+            raise CheckpointError(f"{self._step_dir(step)}: the checkpoint LATEST names is missing or incomplete")
+        return found
 
     def describe(self, step: int) -> str:
         """The checkpoint of `step`, as an error message names it."""
-        return self._step_dir(step) if self.root else f"the in-memory checkpoint of step {step}"
+        return self._step_dir(step).url if self.root else f"the in-memory checkpoint of step {step}"
 
     def past_deadline(self) -> bool:
         return self._deadline is not None and time.monotonic() >= self._deadline
@@ -185,8 +185,6 @@ class Checkpointer:
         if self.root is None:
             self.state.keep_only({kv for c in self._kept for kv in c.state_versions.items()})
             return
-        final = self._step_dir(step)
-        tmp = final + ".partial"
         buf = io.BytesIO()
         np.savez(buf, **arrays)  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
         data = buf.getvalue()
@@ -203,28 +201,25 @@ class Checkpointer:
         }
         record = json.loads(json.dumps(record, default=_json_default))
         record["record_sha256"] = _record_digest(record)
+        attempt = storage.begin(self._step_dir(step))
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            write_bytes(os.path.join(tmp, "arrays.npz"), data)
-            write_bytes(os.path.join(tmp, "meta.json"), json.dumps(record, indent=1).encode())
-            fsync_dir(tmp)
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            fsync_dir(self.root)
+            attempt.location.makedirs()
+            attempt.location.join("arrays.npz").write_new(data)
+            attempt.location.join("meta.json").write_new(json.dumps(record, indent=1).encode())
+            attempt.commit()
         except OSError as e:  # disk full, read-only: LATEST still names the previous step
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise output_error(tmp, e) from e
-        write_json_atomic(os.path.join(self.root, "LATEST"), json.dumps({"step": step}))
+            attempt.abort()
+            raise output_error(attempt.location.url, e) from e
+        self._path("LATEST").write_bytes(json.dumps({"step": step}).encode())
         self._collect_garbage()
 
     def _complete_steps(self) -> list[int]:
         steps = []
-        for d in glob.glob(self._path("step-*")):
-            base = os.path.basename(d)
-            if base.endswith(".partial"):
+        assert self.root is not None, "an in-memory checkpointer has no step directories"
+        for d in self.root.glob("step-*"):
+            if d.name.endswith(".partial") or storage.committed(d) is None:
                 continue
-            steps.append(int(base.split("-")[1]))
+            steps.append(int(d.name.split("-")[1]))
         return sorted(steps)
 
     def referenced_versions(self) -> set[tuple[str, int]]:
@@ -235,8 +230,7 @@ class Checkpointer:
         steps = [s for s in self._complete_steps() if latest is None or s <= latest][-self.keep :]
         keep = set()
         for s in steps:
-            with open(os.path.join(self._step_dir(s), "meta.json")) as f:
-                keep |= set(json.load(f)["state_versions"].items())
+            keep |= set(json.loads(self._step_files(s).join("meta.json").read_bytes())["state_versions"].items())
         return keep
 
     def _collect_garbage(self) -> None:
@@ -245,20 +239,27 @@ class Checkpointer:
         steps = [s for s in self._complete_steps() if latest is None or s <= latest]
         for s in self._complete_steps():
             if s not in steps[-self.keep :]:
-                shutil.rmtree(self._step_dir(s), ignore_errors=True)
-        for d in glob.glob(self._path("step-*.partial")):
-            shutil.rmtree(d, ignore_errors=True)
+                self._step_dir(s).remove_tree()
+        assert self.root is not None, "an in-memory checkpointer has no step directories"
+        for d in self.root.glob("step-*"):
+            if d.name.endswith(".partial"):
+                d.remove_tree()
+            elif not d.local:  # attempts that no COMMITTED names (killed saves)
+                named = storage.committed(d)
+                for attempt in d.glob(f"{storage.ATTEMPT_PREFIX}*"):
+                    if named is None or attempt.name != named.name:
+                        attempt.remove_tree()
         self.state.keep_only(self.referenced_versions())
 
     def latest_step(self) -> int | None:
         """The step LATEST names, or None before the first checkpoint."""
-        path = self._path("LATEST")
-        if not os.path.exists(path):
+        latest = self._path("LATEST")
+        path = latest.url
+        if not latest.exists():
             return None
         try:
-            with open(path) as f:
-                return int(json.load(f)["step"])
-        except (ValueError, KeyError, OSError) as e:
+            return int(json.loads(latest.read_bytes())["step"])
+        except (ValueError, KeyError, TypeError, OSError) as e:
             raise CheckpointError(f"{path}: unreadable ({e}); the checkpoint directory is damaged") from e
 
     def latest(self, n_chunks: int) -> Checkpoint | None:
@@ -269,13 +270,12 @@ class Checkpointer:
         step = self.latest_step()
         if step is None:
             return None
-        d = self._step_dir(step)
+        files = self._step_files(step)
+        d = self._step_dir(step).url
         try:
-            with open(os.path.join(d, "meta.json")) as f:
-                record = json.load(f)
-            with open(os.path.join(d, "arrays.npz"), "rb") as f:
-                data = f.read()
-        except (OSError, json.JSONDecodeError) as e:
+            record = json.loads(files.join("meta.json").read_bytes())
+            data = files.join("arrays.npz").read_bytes()
+        except (OSError, ValueError) as e:
             raise CheckpointError(f"{d}: unreadable checkpoint ({e})") from e
         if not isinstance(record, dict) or record.get("checkpoint_version") != CHECKPOINT_VERSION:
             version = record.get("checkpoint_version") if isinstance(record, dict) else None

@@ -591,7 +591,11 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     model = run_train(
         store, o.solver, out, o.params, resume=resume, overwrite=overwrite, progress=_steps_progress(ctx), **o.engine()
     )
-    click.echo(f"model written to {os.path.join(os.path.abspath(out), 'model')} ({len(model.classes_)} classes)")
+    from streamfit import storage
+
+    click.echo(
+        f"model written to {storage.absolute(storage.resolve(out).join('model').url)} ({len(model.classes_)} classes)"
+    )
 
 
 def _first_paragraph(doc: str) -> str:

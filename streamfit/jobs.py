@@ -4,10 +4,10 @@ ingest -> ingest_test -> train -> evaluate (streamfit.config describes the file)
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from streamfit import storage
 from streamfit.config import PipelineConfig, train_options
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
@@ -26,7 +26,9 @@ class PipelineResult:
 
 
 def _stored(path: str) -> bool:
-    return os.path.exists(os.path.join(path, "manifest.json"))
+    """Whether a complete store is at `path` (a local path or URL): committed, with a manifest."""
+    data = storage.committed(storage.resolve(path))
+    return data is not None and data.join("manifest.json").exists()
 
 
 def ingest_options(section: IngestOptions, *, overwrite: bool, progress: bool) -> IngestOptions:
@@ -90,7 +92,7 @@ def run_pipeline(
             progress=train_progress,
             **options.engine(),
         )
-        say(f"train: model written to {os.path.join(job.out, 'model')}")
+        say(f"train: model written to {storage.resolve(job.out).join('model')}")
     if config.evaluate:
         from streamfit.model import load_model
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import shutil
 
 import numpy as np
 import scipy.sparse as sp
 
+from streamfit import storage
 from streamfit.errors import StreamfitError, output_error
-from streamfit.store.format import is_sha256, json_digest, publish_dir, write_bytes
+from streamfit.store.format import is_sha256, json_digest
 
 MODEL_FORMAT_VERSION = 2
 MODEL_DIGEST_KEY = "record_sha256"
@@ -118,11 +117,10 @@ class Model:
         return {}
 
     def save(self, path: str) -> None:
-        """Write the model directory atomically (to PATH.partial, then rename)."""
+        """Write the model directory (a local path or URL) by storage's commit protocol: it
+        appears complete or not at all (local: PATH.partial, then a rename)."""
         from streamfit import __version__
 
-        path = os.path.abspath(path)
-        tmp = path + ".partial"
         buf = io.BytesIO()
         arrays = self._arrays()
         if self.idf is not None:
@@ -150,15 +148,15 @@ class Model:
         }
         record = json.loads(json.dumps(record, default=str))  # as load_model will see it
         record[MODEL_DIGEST_KEY] = json_digest(record, MODEL_DIGEST_KEY)
+        attempt = storage.begin(storage.resolve(path))
         try:
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
-            write_bytes(os.path.join(tmp, "arrays.npz"), data)
-            write_bytes(os.path.join(tmp, "model.json"), json.dumps(record, indent=1).encode())
-            publish_dir(tmp, path)
+            attempt.location.makedirs()
+            attempt.location.join("arrays.npz").write_new(data)
+            attempt.location.join("model.json").write_new(json.dumps(record, indent=1).encode())
+            attempt.commit()
         except OSError as e:  # disk full, read-only: no half-written model/ is left behind
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise output_error(tmp, e) from e
+            attempt.abort()
+            raise output_error(attempt.location.url, e) from e
 
     @classmethod
     def _from_saved(cls, common: dict, arrays: dict, extra: dict) -> Model:
@@ -233,11 +231,11 @@ _RECORD_RULES = {  # model.json field: (check, what it must be)
 }
 
 
-def _read_record(meta_path: str) -> dict:
+def _read_record(meta: storage.Location) -> dict:
     """model.json, checked in order: JSON object, format and version, record_sha256, every field."""
+    meta_path = meta.url
     try:
-        with open(meta_path, "rb") as f:
-            record = json.loads(f.read())
+        record = json.loads(meta.read_bytes())
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise StreamfitError(f"{meta_path}: unreadable ({e}); {RETRAIN}") from e
     if not isinstance(record, dict) or record.get("format") != "streamfit-model":
@@ -261,19 +259,31 @@ def _read_record(meta_path: str) -> dict:
     return record
 
 
+def _model_files(location: storage.Location) -> storage.Location | None:
+    """Where model.json and arrays.npz are: the committed `model/` inside a run directory at
+    `location`, or `location` itself when it holds a model (storage.committed)."""
+    for candidate in (location.join("model"), location):
+        try:
+            found = storage.committed(candidate)
+        except StreamfitError as e:
+            raise StreamfitError(f"{e}; {RETRAIN}") from None
+        if found is not None and found.join("model.json").exists():
+            return found
+    return None
+
+
 def load_model(path: str) -> Model:
-    """Load a model directory (a run directory's `model/`, or the run directory itself), every
-    field and array checked (see the module docstring); StreamfitError naming the file and field."""
-    if os.path.isdir(os.path.join(path, "model")) and not os.path.exists(os.path.join(path, "model.json")):
-        path = os.path.join(path, "model")
-    meta_path = os.path.join(path, "model.json")
-    if not os.path.exists(meta_path):
+    """Load a model directory (a run directory's `model/`, or the run directory itself; a local
+    path or URL), every field and array checked (see the module docstring); StreamfitError
+    naming the file and field."""
+    files = _model_files(storage.resolve(path))
+    if files is None:
         raise StreamfitError(f"{path}: no model.json here; point at a run directory or its model/ folder")
-    record = _read_record(meta_path)
-    arrays_path = os.path.join(path, "arrays.npz")
+    meta_path = files.join("model.json").url
+    record = _read_record(files.join("model.json"))
+    arrays_path = files.join("arrays.npz").url
     try:
-        with open(arrays_path, "rb") as f:
-            data = f.read()
+        data = files.join("arrays.npz").read_bytes()
     except OSError as e:
         raise StreamfitError(f"{arrays_path}: unreadable ({e.strerror or e}); {RETRAIN}") from e
     if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:

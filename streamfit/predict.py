@@ -21,10 +21,15 @@ _UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "cla
 
 
 def _is_store(path: str) -> bool:
-    """A directory written by ingest, complete or not (open_store explains an incomplete one)."""
+    """A directory written by ingest, complete or not (open_store explains an incomplete one);
+    behind a URL, a committed store."""
+    from streamfit import storage
     from streamfit.store.format import MANIFEST
     from streamfit.store.parquet_backend import DATA_FILE
 
+    if storage.is_url(path):
+        location = storage.resolve(path)
+        return location.isdir() and location.join(storage.COMMITTED).exists()
     return os.path.isdir(path) and (
         os.path.abspath(path).endswith(".partial")
         or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", DATA_FILE))
@@ -82,8 +87,9 @@ def predict_to_file(
     model_dir: str | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out`; returns the number of rows. `model_dir`: where
+    "labels", "scores"}) atomically to `out` (a local path or URL, see Location.publish_file); returns the number of rows. `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
+    from streamfit import storage
     from streamfit.store.store import overlaps
 
     kind = os.path.splitext(out)[1].lower()
@@ -100,10 +106,11 @@ def predict_to_file(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
         )
         top_k = len(model.classes_)
-    tmp = f"{out}.partial"
+    target = storage.resolve(out)
+    tmp = target.staging_file()
     try:
         n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress)
-        os.replace(tmp, out)
+        target.publish_file(tmp)
     except OSError as e:
         _remove(tmp)
         raise output_error(out, e) from e

@@ -1,14 +1,16 @@
-"""The training log: `metrics.jsonl`, one JSON object per solver step (machine-readable), and the
-run's progress as a person sees it (RunProgress: a line per step in a log, or one bar on a terminal)."""
+"""The training log: `metrics.jsonl`, one JSON object per solver step (machine-readable; a local
+path or URL, through streamfit.storage), and the run's progress as a person sees it (RunProgress:
+a line per step in a log, or one bar on a terminal)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 import time
 from typing import Literal
+
+from streamfit import storage
 
 log = logging.getLogger(__name__)
 
@@ -162,22 +164,19 @@ class MetricsLog:
         if self.progress is not None:
             self.progress.update(record, planned, final=final)
         if self.path:
-            with open(self.path, "a") as f:
-                f.write(json.dumps(record, default=float) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
+            storage.resolve(self.path).append_text(json.dumps(record, default=float) + "\n")
         return record
 
     def truncate_after(self, step: int) -> None:
         """On resume: drop lines of steps after the checkpoint (they will be redone), and go on
         counting wall_time from the last kept line's (the run's time, across its sessions)."""
-        if not self.path or not os.path.exists(self.path):
+        if not self.path:
             return
-        with open(self.path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+        file = storage.resolve(self.path)
+        if not file.exists():
+            return
+        lines = file.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
         if kept:
             self._t0 = time.perf_counter() - json.loads(kept[-1])["wall_time"]
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(kept)
-        os.replace(tmp, self.path)
+        file.write_bytes("".join(kept).encode())

@@ -14,20 +14,19 @@ import fcntl
 import json
 import logging
 import os
-import shutil
 import time
 from typing import TYPE_CHECKING
 
 import psutil
 
+from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
+from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
-from streamfit.store.format import write_json_atomic
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -115,15 +114,14 @@ def train(
     get_solver(solver)(p).check_source(store)
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-    out = os.path.abspath(out)
+    run = storage.resolve(out)
+    out = run.path if run.local else run.url
     if resume and overwrite:
         raise StreamfitError("--resume and --overwrite contradict each other: choose one")
-    made = not os.path.exists(out)
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise output_error(out, e) from e
-    lock = _lock_run_dir(out)
+    made = not run.exists()
+    run.makedirs()
+    # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
+    lock = _lock_run_dir(out) if run.local else None
     try:
         return _train_locked(
             store,
@@ -148,20 +146,21 @@ def train(
         _remove_if_no_checkpoint(out, made)
         raise
     finally:
-        os.close(lock)
+        if lock is not None:
+            os.close(lock)
 
 
 def _remove_if_no_checkpoint(out: str, made: bool) -> None:
     """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
     metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
     that nothing is left that looks like a run. A run with a checkpoint is kept for --resume."""
-    if os.path.exists(os.path.join(out, "checkpoints", "LATEST")):
+    run = storage.resolve(out)
+    if run.join("checkpoints", "LATEST").exists():
         return
-    shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
-    if os.path.exists(os.path.join(out, "metrics.jsonl")):
-        os.remove(os.path.join(out, "metrics.jsonl"))
-    if made and not os.listdir(out):
-        os.rmdir(out)
+    run.join("checkpoints").remove_tree()
+    run.join("metrics.jsonl").remove()
+    if made and run.local and os.path.isdir(run.path) and not os.listdir(run.path):
+        os.rmdir(run.path)
 
 
 def _lock_run_dir(out: str) -> int:
@@ -222,16 +221,16 @@ def _train_locked(
     checkpoint_every,
     dashboard_address,
 ) -> Model:
-    ckpt_dir = os.path.join(out, "checkpoints")
+    run = storage.resolve(out)
+    ckpt_dir = run.join("checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-        shutil.rmtree(os.path.join(out, "model"), ignore_errors=True)
+        ckpt_dir.remove_tree()
+        run.join("model").remove_tree()
         for name in ("metrics.jsonl", "run.json"):
-            if os.path.exists(os.path.join(out, name)):
-                os.remove(os.path.join(out, name))
+            run.join(name).remove()
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
-    has_checkpoint = os.path.exists(os.path.join(ckpt_dir, "LATEST"))
+    has_checkpoint = ckpt_dir.join("LATEST").exists()
     if has_checkpoint and not resume:
         raise StreamfitError(
             f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
@@ -240,7 +239,7 @@ def _train_locked(
     if not has_checkpoint:
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        ckpt_dir.remove_tree()
     config = {"solver": solver, "params": p.model_settings()}
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
@@ -256,7 +255,7 @@ def _train_locked(
     )
     _check_feature_memory(store, solver)
     metrics = MetricsLog(
-        os.path.join(out, "metrics.jsonl"),
+        run.join("metrics.jsonl").url,
         valid=valid_store,
         valid_every=valid_every,
         progress=RunProgress(progress_mode()) if progress else None,
@@ -268,7 +267,7 @@ def _train_locked(
     record = {
         "solver": solver,
         "params": p.model_dump(),
-        "store": store.path,
+        "store": storage.public(store.path),
         "store_fingerprint": store.manifest.fingerprint,
         "scheduler": scheduler,
         "n_workers": n_workers,
@@ -304,11 +303,11 @@ def _train_locked(
             seconds=round(metrics.elapsed, 3),
             session_seconds=round(time.time() - started, 3),
         )
-        write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
+        run.join("run.json").write_bytes(json.dumps(record, indent=1).encode())
         raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
-    model.save(os.path.join(out, "model"))
+    model.save(run.join("model").url)
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:
         last = metrics.records[-1]
@@ -318,7 +317,7 @@ def _train_locked(
             record["seconds"],
             f": {summary(last)}" if summary(last) else "",
         )
-    write_json_atomic(os.path.join(out, "run.json"), json.dumps(record, indent=1))
+    run.join("run.json").write_bytes(json.dumps(record, indent=1).encode())
     return model
 
 

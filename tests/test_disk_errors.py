@@ -14,10 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import streamfit.checkpoint
-import streamfit.model
-import streamfit.store.format
-import streamfit.store.store
+import streamfit.storage
 from streamfit.cli import main
 from streamfit.model import load_model
 from streamfit.store import open_store
@@ -38,7 +35,7 @@ TRAIN = [
     "--n-workers",
     "0",
 ]
-WRITERS = [streamfit.store.format, streamfit.checkpoint, streamfit.model, streamfit.store.store]
+WRITERS = [streamfit.storage]  # every file streamfit writes goes through storage.write_new_file
 
 
 def _cli(*args):
@@ -56,7 +53,7 @@ def _assert_one_line_error(result, *fragments):
 def _full_disk(monkeypatch, fails):
     """Make streamfit's writes of paths for which fails(path) is true hit a full disk (half
     the bytes land, then ENOSPC). Returns the list of the paths that failed."""
-    real = streamfit.store.format.write_bytes
+    real = streamfit.storage.write_new_file
     failed = []
 
     def write_bytes(path, data):
@@ -68,7 +65,7 @@ def _full_disk(monkeypatch, fails):
         real(path, data)
 
     for module in WRITERS:
-        monkeypatch.setattr(module, "write_bytes", write_bytes)
+        monkeypatch.setattr(module, "write_new_file", write_bytes)
     return failed
 
 
@@ -87,7 +84,7 @@ def reference(digits_cli_store, tmp_path_factory):
     """An uninterrupted run, and the checkpoint steps it wrote (in order)."""
     run = tmp_path_factory.mktemp("disk") / "ref"
     steps = []
-    real = streamfit.store.format.write_bytes
+    real = streamfit.storage.write_new_file
 
     def record(path, data):
         if path.endswith("arrays.npz") and "step-" in path:
@@ -96,7 +93,7 @@ def reference(digits_cli_store, tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         for module in WRITERS:
-            mp.setattr(module, "write_bytes", record)
+            mp.setattr(module, "write_new_file", record)
         assert _cli("train", digits_cli_store, *TRAIN, "--out", run).exit_code == 0
     assert len(steps) >= 3, steps
     return run, steps

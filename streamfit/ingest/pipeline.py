@@ -19,7 +19,6 @@ import hashlib
 import io
 import logging
 import os
-import shutil
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +27,7 @@ import psutil
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from streamfit import storage
 from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
@@ -37,7 +37,7 @@ from streamfit.options import check_values, distinct_names, format_bytes, option
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.csc import build_csc
 from streamfit.store.format import MAX_FEATURES
-from streamfit.store.store import IDF_FILE, overlaps
+from streamfit.store.store import IDF_FILE, overlaps, present
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class _Pass1:
         if self.writer is None:
             # the stage of a two-pass ingest is ours to replace (a live ingest's is locked);
             # a final store is replaced only with --overwrite, checked again at its publish
-            stage = self.out != os.path.abspath(self.o.out)
+            stage = self.out != storage.absolute(self.o.out)
             self.writer = self.layout.writer(self.out, bool(self.multilabel), overwrite=self.o.overwrite or stage)
         return self.writer
 
@@ -357,7 +357,7 @@ def _half_published_test(o: IngestOptions) -> bool:
     """Whether --test-out holds the test store of an earlier run of this same split (inputs,
     --test-size, --seed) killed before it published --out: the test store is published first,
     so a re-run replaces it and finishes the pair."""
-    if not o.test_out or os.path.exists(o.out) or not os.path.isdir(o.test_out):
+    if not o.test_out or present(storage.resolve(o.out)) or not present(storage.resolve(o.test_out)):
         return False
     try:
         m = Store(o.test_out).manifest
@@ -368,7 +368,7 @@ def _half_published_test(o: IngestOptions) -> bool:
         split.get("part") == "test"
         and split.get("test_size") == o.test_size
         and split.get("seed") == o.seed
-        and m.source.get("paths") == [os.path.abspath(p) for p in o.inputs]
+        and m.source.get("paths") == [storage.public(p) for p in o.inputs]
     )
 
 
@@ -396,13 +396,18 @@ def ingest(o: IngestOptions) -> IngestReport:
 
     _check_options(o)
     _check_paths(o)
-    out = os.path.abspath(o.out)
+    out = storage.absolute(o.out)
     finish_pair = _half_published_test(o)
     if finish_pair:
         log.warning("%s: the test store of an unfinished split (no %s): writing the pair again", o.test_out, o.out)
-    for target in [out] + ([os.path.abspath(o.test_out)] if o.test_out and not finish_pair else []):
-        if os.path.exists(target) and not o.overwrite:
+    for target in [out] + ([storage.absolute(o.test_out)] if o.test_out and not finish_pair else []):
+        if present(storage.resolve(target)) and not o.overwrite:
             raise StreamfitError(f"{target}: already exists; pass --overwrite to replace it")
+    if o.on_bad_record == "quarantine" and storage.is_url(o.quarantine or out):
+        raise ConfigError(
+            f"--on-bad-record quarantine writes a local file, and {o.quarantine or out} is a URL: "
+            "name a local one with --quarantine FILE"
+        )
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
@@ -434,10 +439,10 @@ def ingest(o: IngestOptions) -> IngestReport:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
-            "paths": [os.path.abspath(p) for p in o.inputs],
+            "paths": [storage.public(p) for p in o.inputs],
             "format": o.format,
             "options": source_options,
-            "like": os.path.abspath(o.like) if o.like else None,
+            "like": storage.public(o.like) if o.like else None,
             "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
             "input": _input_kind(p1.kinds),
         }
@@ -468,7 +473,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         raise
     finally:
         if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
-            shutil.rmtree(pass1_out, ignore_errors=True)
+            storage.resolve(pass1_out).remove_tree()
             p1.writer.release()
     if report.read != report.written + report.skipped:
         raise StreamfitError(
@@ -571,7 +576,7 @@ def _pass2(
             df[: counts.size] += counts
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = o.l2_normalize
-    outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size and o.test_out else [])
+    outputs = [(out, ~test_mask)] + ([(storage.absolute(o.test_out), test_mask)] if o.test_size and o.test_out else [])
     writers = [
         layout.writer(path, stage.multilabel, overwrite=o.overwrite or (finish_pair and path != out))
         for path, _ in outputs

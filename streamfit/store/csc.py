@@ -19,7 +19,8 @@ import zarr
 from tqdm.auto import tqdm
 
 from streamfit.errors import StoreError, output_error
-from streamfit.store.format import MANIFEST, csc_block_digest, fsync_dir, write_json_atomic
+from streamfit.storage import fsync_dir, is_url, resolve
+from streamfit.store.format import MANIFEST, csc_block_digest
 from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
 
 CSC_DIR = "csc"
@@ -165,6 +166,8 @@ def build_csc(
 
     if not isinstance(block_features, (int, np.integer)) or isinstance(block_features, bool) or block_features < 1:
         raise StoreError(f"block_features must be a positive integer, got {block_features!r}")
+    if is_url(store_path):
+        raise StoreError(f"{store_path}: the column copy is built on local stores only; transpose a local copy")
     store = Store(store_path)
     root = store.path
     partial, final, old = (os.path.join(root, name) for name in (CSC_DIR + ".partial", CSC_DIR, CSC_DIR + ".old"))
@@ -193,13 +196,13 @@ def build_csc(
         manifest_path = os.path.join(root, MANIFEST)
         if manifest.csc is not None:  # unlist the old copy before replacing it
             manifest.csc = None
-            write_json_atomic(manifest_path, manifest.to_json())
+            resolve(manifest_path).write_bytes(manifest.to_json().encode())
         if os.path.exists(final):
             os.replace(final, old)
         os.replace(partial, final)
         fsync_dir(root)
         manifest.csc = {"block_features": bf, "blocks": blocks}
-        write_json_atomic(manifest_path, manifest.to_json())
+        resolve(manifest_path).write_bytes(manifest.to_json().encode())
     except OSError as e:  # disk full, read-only, ...: the store is left as it was
         shutil.rmtree(partial, ignore_errors=True)
         raise output_error(e.filename or partial, e) from e

@@ -31,18 +31,14 @@ range, nnz, SHA-256 of `csc_block_digest`); stores without one have no column co
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
-import threading
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.errors import StoreError, output_error
+from streamfit.errors import StoreError
 
 # Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
 MAX_FEATURES = 2**31 - 1
@@ -265,53 +261,3 @@ def csc_block_digest(X: sp.csc_matrix, piece: int = 1 << 20) -> str:
         for lo in range(0, len(arr), piece):
             h.update(np.ascontiguousarray(arr[lo : lo + piece], dtype=dtype))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stub says so from Python 3.12 on
     return h.hexdigest()
-
-
-def write_bytes(path: str, data: bytes) -> None:
-    """Write `data` to a new file at `path` and fsync it (checkpoints, models, manifests)."""
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_atomic(path: str, data: bytes, *, sync_dir: bool = True) -> None:
-    """Write a file atomically: temporary name, fsync, rename (then fsync the directory).
-    On failure (disk full, read-only) the temporary file is removed and OutputError names `path`."""
-    tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
-    try:
-        write_bytes(tmp, data)
-        os.replace(tmp, path)
-        if sync_dir:
-            fsync_dir(os.path.dirname(os.path.abspath(path)))
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise output_error(path, e) from e
-
-
-def write_json_atomic(path: str, text: str) -> None:
-    """Write a small text file atomically (see write_atomic)."""
-    write_atomic(path, text.encode())
-
-
-def publish_dir(tmp: str, path: str) -> None:
-    """Rename the finished directory `tmp` to `path` (an existing `path` is moved to `path.old`
-    first and then deleted), syncing both directories, so `path` is always either the old or
-    the complete new directory."""
-    fsync_dir(tmp)
-    old = path + ".old"
-    if os.path.exists(path):
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(os.path.dirname(path))
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

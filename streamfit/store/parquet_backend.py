@@ -1,4 +1,5 @@
-"""Parquet backend: one row group per row chunk, list columns for the sparse rows (see format.py)."""
+"""Parquet backend: one row group per row chunk, list columns for the sparse rows (see format.py),
+read and written through pyarrow's filesystem layer (fsspec's through FSSpecHandler for URLs)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
+from streamfit.storage import Location
 from streamfit.store.format import manifest_copy_difference
 
 DATA_FILE = "X.parquet"
@@ -28,14 +30,16 @@ def _csr_from_list(column: pa.ChunkedArray | pa.ListArray):
 
 
 class ParquetWriter:
-    def __init__(self, root: str, multilabel: bool, chunk_rows: int):
+    def __init__(self, root: Location, multilabel: bool, chunk_rows: int):
         self.multilabel = multilabel
         label_field = pa.field("labels", pa.list_(pa.int32())) if multilabel else pa.field("label", pa.int32())
         self.schema = pa.schema(
             [pa.field("indices", pa.list_(pa.int32())), pa.field("values", pa.list_(pa.float32())), label_field]
         )
-        self.path = f"{root}/{DATA_FILE}"
-        self.writer = pq.ParquetWriter(self.path, self.schema, compression="zstd", write_statistics=False)
+        self.path = root.join(DATA_FILE).path
+        self.writer = pq.ParquetWriter(
+            self.path, self.schema, compression="zstd", write_statistics=False, filesystem=root.arrow_filesystem()
+        )
 
     def append(self, X: sp.csr_matrix, labels) -> None:
         indptr = np.asarray(X.indptr, dtype=np.int64)
@@ -59,8 +63,8 @@ class ParquetWriter:
 
 
 class ParquetReader:
-    def __init__(self, root: str, multilabel: bool, n_classes: int):
-        self.file = pq.ParquetFile(f"{root}/{DATA_FILE}")
+    def __init__(self, root: Location, multilabel: bool, n_classes: int):
+        self.file = pq.ParquetFile(root.join(DATA_FILE).path, filesystem=root.arrow_filesystem())
         self.multilabel = multilabel
         self.n_classes = n_classes
 

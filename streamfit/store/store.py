@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.errors import StoreError, output_error
+from streamfit import storage
+from streamfit.errors import StoreError, StreamfitError, output_error
 from streamfit.store.csc import CscReader
 from streamfit.store.format import (
     BACKENDS,
@@ -26,8 +27,6 @@ from streamfit.store.format import (
     Manifest,
     chunk_digest,
     csc_block_digest,
-    publish_dir,
-    write_bytes,
 )
 from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
 from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
@@ -110,23 +109,33 @@ class ChunkSource:
 
 
 class Store(ChunkSource):
-    """A store on disk, opened read-only. Pickles as its path (workers reopen it)."""
+    """A store on disk or behind a URL (its committed attempt), opened read-only. Pickles as its
+    path or URL (workers reopen it)."""
 
     def __init__(self, path: str, *, allow_partial: bool = False):
-        self.path = os.path.abspath(path)
-        manifest_path = os.path.join(self.path, MANIFEST)
-        if self.path.endswith(".partial") and not allow_partial:
+        location = storage.resolve(path)
+        self.path = location.path if location.local else location.url
+        if self.path.endswith(".partial") and location.local and not allow_partial:
             raise StoreError(f"{path}: an incomplete store left by an interrupted ingest; re-run 'streamfit ingest'")
-        if not os.path.isdir(self.path):
+        if location.local and not location.isdir():
             raise StoreError(f"{path}: no such store directory (create one with 'streamfit ingest')")
-        if not os.path.exists(manifest_path):
+        data = location if location.local and allow_partial else _committed(location)
+        if data is None:
+            if not location.exists():
+                raise StoreError(f"{path}: no such store (create one with 'streamfit ingest')")
+            raise StoreError(
+                f"{path}: has no {storage.COMMITTED}; it is not a complete store (an interrupted ingest?). "
+                "Re-run 'streamfit ingest'"
+            )
+        self.data = data  # where the store's files are: the directory, or the committed attempt
+        manifest_path = data.join(MANIFEST).url
+        if not data.join(MANIFEST).exists():
             raise StoreError(
                 f"{path}: has no {MANIFEST}; it is not a complete store (an interrupted ingest?). "
                 "Re-run 'streamfit ingest'"
             )
         try:
-            with open(manifest_path, "rb") as f:
-                raw = json.loads(f.read())
+            raw = json.loads(data.join(MANIFEST).read_bytes())
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
@@ -146,9 +155,8 @@ class Store(ChunkSource):
         """The IDF weights the rows were scaled with (from the training rows), or None."""
         if not self.manifest.transform.get("idf"):
             return None
-        path = os.path.join(self.path, IDF_FILE)
-        with open(path, "rb") as f:
-            data = f.read()
+        path = self.data.join(IDF_FILE).url
+        data = self.data.join(IDF_FILE).read_bytes()
         if hashlib.sha256(data).hexdigest() != self.manifest.transform.get("idf_sha256"):
             raise StoreError(f"{path}: fails its checksum; the store is damaged, re-ingest it")
         idf = np.load(io.BytesIO(data), allow_pickle=False)
@@ -179,7 +187,7 @@ class Store(ChunkSource):
         if self._reader is None:
             cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
             try:
-                reader = cls(self.path, self.multilabel, self.n_classes)
+                reader = cls(self.data, self.multilabel, self.n_classes)
             except Exception as e:
                 raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
             try:
@@ -282,7 +290,7 @@ class Store(ChunkSource):
         where = f"{self.path}: feature block {b} (columns {lo}-{hi})"
         try:
             if self._csc_reader is None:
-                self._csc_reader = CscReader(self.path)
+                self._csc_reader = CscReader(self.data.path)
             X = self._csc_reader.read(b, self.n_rows, hi - lo)
         except Exception as e:
             raise StoreError(f"{where} is damaged: {e}; rebuild it with 'streamfit transpose'") from e
@@ -325,6 +333,14 @@ class Store(ChunkSource):
         return problems
 
 
+def _committed(location: storage.Location) -> storage.Location | None:
+    """The committed store data at `location` (storage.committed), errors as StoreErrors."""
+    try:
+        return storage.committed(location)
+    except StreamfitError as e:
+        raise StoreError(f"{e}; {REINGEST}") from None
+
+
 @functools.lru_cache(maxsize=16)
 def _open_cached(path: str, version: tuple) -> Store:
     return Store(path)
@@ -332,14 +348,21 @@ def _open_cached(path: str, version: tuple) -> Store:
 
 def open_store(path: str) -> Store:
     """Open a store; within one process the same store is opened once (workers reuse it).
-    The cache key includes the manifest's inode, size and ns timestamps: a manifest rewritten
-    by `streamfit transpose` (a new file renamed into place) is seen at once."""
-    manifest = os.path.join(os.path.abspath(path), MANIFEST)
+    The cache key includes the manifest's inode, size and ns timestamps on local disk (a
+    manifest rewritten by `streamfit transpose`, a new file renamed into place, is seen at
+    once), and the committed attempt on an object store (a new commit is seen at once)."""
+    location = storage.resolve(path)
+    if not location.local:
+        data = _committed(location)
+        if data is None:
+            return Store(path)  # raises the explanatory error
+        return _open_cached(location.url, (data.name,))
+    manifest = os.path.join(location.path, MANIFEST)
     try:
         st = os.stat(manifest)
     except OSError:
         return Store(path)  # raises the explanatory error
-    return _open_cached(os.path.abspath(path), (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return _open_cached(location.path, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
 
 
 class InMemoryStore(ChunkSource):
@@ -361,7 +384,15 @@ class InMemoryStore(ChunkSource):
 
 def overlaps(a: str, b: str) -> bool:
     """Whether paths `a` and `b` name the same file or directory, or one lies inside the other
-    (symbolic links resolved; hard links to one file count as the same)."""
+    (symbolic links resolved; hard links to one file count as the same). URLs overlap when
+    one is the other or a prefix of it up to a `/`; a URL never overlaps a local path."""
+    loc_a, loc_b = storage.resolve(a), storage.resolve(b)
+    if not (loc_a.local and loc_b.local):
+        if loc_a.local or loc_b.local:
+            return False
+        url_a, url_b = loc_a.url.rstrip("/"), loc_b.url.rstrip("/")
+        return url_a == url_b or url_a.startswith(url_b + "/") or url_b.startswith(url_a + "/")
+    a, b = loc_a.path, loc_b.path
     real_a, real_b = os.path.realpath(a), os.path.realpath(b)
     if os.path.commonpath([real_a, real_b]) in (real_a, real_b):
         return True
@@ -372,8 +403,10 @@ def overlaps(a: str, b: str) -> bool:
 
 
 class StoreWriter:
-    """Writes a new store atomically: everything goes under `PATH.partial`, and the directory
-    is renamed to PATH only after the manifest is written and synced. Rows may come in
+    """Writes a new store atomically by streamfit.storage's commit protocol: on local disk
+    everything goes under `PATH.partial`, and the directory is renamed to PATH only after the
+    manifest is written and synced; behind a URL, under `PATH/attempt-…/`, committed by
+    `PATH/COMMITTED` once the manifest is written. Rows may come in
     batches of any size; they are cut into chunks of exactly `chunk_rows` rows.
 
     `PATH.partial` is locked (flock) from the start to the publish, so two writers of one PATH
@@ -393,27 +426,33 @@ class StoreWriter:
             raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if chunk_rows < 1:
             raise StoreError(f"chunk_rows must be >= 1, got {chunk_rows}")
-        self.path = os.path.abspath(path)
+        self.location = storage.resolve(path)
+        self.path = self.location.path if self.location.local else self.location.url
         self.overwrite = overwrite
-        if os.path.exists(self.path) and not overwrite:
+        if present(self.location) and not overwrite:
             raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
-        self.tmp = self.path + ".partial"
-        if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
-            os.close(lock_dir(self.path))
-        if os.path.exists(self.tmp):  # left by an ingest: a dead one (removed) or a live one (refused)
-            stale = lock_dir(self.tmp)
-            shutil.rmtree(self.tmp)
-            os.close(stale)
-        try:
-            os.makedirs(self.tmp)
-        except FileExistsError:
-            raise _busy(self.tmp) from None
-        except OSError as e:
-            raise output_error(self.tmp, e) from e
-        self._lock: int | None = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
+        self._lock: int | None = None
+        if self.location.local:
+            self.tmp = self.path + ".partial"
+            if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
+                os.close(lock_dir(self.path))
+            if os.path.exists(self.tmp):  # left by an ingest: a dead one (removed) or a live one (refused)
+                stale = lock_dir(self.tmp)
+                shutil.rmtree(self.tmp)
+                os.close(stale)
+            try:
+                os.makedirs(self.tmp)
+            except FileExistsError:
+                raise _busy(self.tmp) from None
+            except OSError as e:
+                raise output_error(self.tmp, e) from e
+            self._lock = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
+        # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
+        self.attempt = storage.begin(self.location, clear=False)
+        self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         cls = ZarrWriter if backend == "zarr" else ParquetWriter
-        self._backend = self._writing(lambda: cls(self.tmp, multilabel, chunk_rows))
+        self._backend = self._writing(lambda: cls(self.attempt.location, multilabel, chunk_rows))
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
         self.chunks: list[ChunkInfo] = []
@@ -500,15 +539,14 @@ class StoreWriter:
             streamfit_version=__version__,
         )
         self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
-        self._writing(lambda: write_bytes(os.path.join(self.tmp, MANIFEST), manifest.to_json().encode()))
-        if os.path.exists(self.path) and not self.overwrite:  # written meanwhile by another process
+        self._writing(lambda: self.attempt.location.join(MANIFEST).write_new(manifest.to_json().encode()))
+        if present(self.location) and not self.overwrite:  # written meanwhile by another process
             self.abort()
             raise StoreError(
                 f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
                 "it, or write to another --out"
             )
-        self._writing(lambda: publish_dir(self.tmp, self.path))  # --overwrite: the old store until the rename
-        assert self._lock is not None, "close() after close() or abort()"
+        self._writing(self.attempt.commit)  # --overwrite: the old store until the commit
         if not keep_lock:
             self.release()
         return manifest
@@ -521,7 +559,7 @@ class StoreWriter:
 
     def write_file(self, name: str, data: bytes) -> None:
         """An extra file of the store (e.g. idf.npy), listed by the caller in the manifest."""
-        self._writing(lambda: write_bytes(os.path.join(self.tmp, name), data))
+        self._writing(lambda: self.attempt.location.join(name).write_new(data))
 
     def _writing(self, write):
         """Run a write into the store; on an OSError (disk full, read-only) abort and raise OutputError."""
@@ -533,8 +571,14 @@ class StoreWriter:
 
     def abort(self) -> None:
         """Delete the incomplete store and release it."""
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.attempt.abort()
         self.release()
+
+
+def present(location: storage.Location) -> bool:
+    """Whether something is at `location` that a new store must not silently replace: anything
+    on local disk, a committed store on an object store."""
+    return location.exists() if location.local else _committed(location) is not None
 
 
 def lock_dir(path: str) -> int:

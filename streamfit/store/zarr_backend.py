@@ -9,6 +9,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from streamfit.storage import Location
 from streamfit.store.format import manifest_copy_difference
 
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
@@ -33,10 +34,12 @@ def read_range(array: zarr.Array, start: int, stop: int) -> np.ndarray:
 
 
 class ZarrWriter:
-    """Appends row chunks to a new Zarr v3 group at `root`."""
+    """Appends row chunks to a new Zarr v3 group at `root` (local, or an fsspec URL's FsspecStore)."""
 
-    def __init__(self, root: str, multilabel: bool, chunk_rows: int):
-        self.group = zarr.open_group(root, mode="w-", zarr_format=3)  # "w" would recreate the locked directory
+    def __init__(self, root: Location, multilabel: bool, chunk_rows: int):
+        self.group = zarr.open_group(
+            root.zarr_store(read_only=False), mode="w-", zarr_format=3
+        )  # "w" would recreate the locked directory
         X = self.group.create_group("X")
         self.indptr = _array(X, "indptr", "int64", max(chunk_rows, 1 << 16))
         self.indices = _array(X, "indices", "int32", NNZ_CHUNK)
@@ -79,8 +82,8 @@ class ZarrWriter:
 class ZarrReader:
     """Reads row chunks of a Zarr v3 store."""
 
-    def __init__(self, root: str, multilabel: bool, n_classes: int):
-        group = zarr.open_group(root, mode="r", zarr_format=3)
+    def __init__(self, root: Location, multilabel: bool, n_classes: int):
+        group = zarr.open_group(root.zarr_store(read_only=True), mode="r", zarr_format=3)
         self.shape_attr = group["X"].attrs.get("shape")
         copy = group.attrs.get("streamfit.manifest")
         self.manifest_copy = copy if isinstance(copy, dict) else {}

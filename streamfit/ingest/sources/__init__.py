@@ -34,6 +34,7 @@ from streamfit.ingest.sources.libsvm import LibsvmSource
 from streamfit.ingest.sources.numpy_arrays import NumpySource
 from streamfit.ingest.sources.parquet import ParquetSource
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.storage import is_url
 
 __all__ = [
     "FORMATS",
@@ -178,6 +179,9 @@ def sniff_format(path: str) -> str | None:
     return None
 
 
+_LOCAL_ONLY = ("folder", "hdf5", "numpy")  # formats whose readers need a local file or directory
+
+
 def open_source(
     path: str,
     format: str | None = None,
@@ -207,6 +211,8 @@ def open_source(
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
+    if format in _LOCAL_ONLY and is_url(path):
+        raise InputError(path, f"{format} inputs are read from local paths only", "copy the input to a local disk")
     cls = FORMATS[format]
     accepted = _options(cls)
     kept = {k: v for k, v in options.items() if k in accepted}

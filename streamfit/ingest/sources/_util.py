@@ -18,6 +18,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, ReadLimits
 from streamfit.ingest.sources.batches import TextBatch
 from streamfit.options import format_bytes
+from streamfit.storage import is_url, resolve
 
 # extension: (name, opener(path, "rb") -> a binary stream of the decompressed bytes)
 COMPRESSIONS: dict[str, tuple[str, Callable[..., io.BufferedIOBase]]] = {
@@ -43,7 +44,15 @@ def fits_float32(values) -> np.ndarray:
 
 
 def require_path(path: str, directory_ok: bool = False) -> None:
-    """InputError unless path exists (and is a file, unless directory_ok)."""
+    """InputError unless path exists (and is a file, unless directory_ok). A URL is checked
+    through streamfit.storage (a missing fsspec package is its error)."""
+    if is_url(path):
+        location = resolve(path)
+        if not location.exists():
+            raise InputError(path, "no such file")
+        if location.isdir():
+            raise InputError(path, "is a folder (prefix) behind a URL", "name the files; URL folders are not read yet")
+        return
     if not os.path.exists(path):
         raise InputError(path, "no such file")
     if os.path.isdir(path) and not directory_ok:
@@ -122,11 +131,12 @@ def open_binary(path: str, extension: str | None = None, max_bytes: int = DEFAUL
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
         stream: io.IOBase
+        raw = resolve(path).open_read() if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:
-            stream = open(path, "rb", buffering=0)
+            stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
         else:
             kind, opener = compression
-            stream = opener(path, "rb")
+            stream = opener(raw, "rb")
         return io.BufferedReader(_CheckedStream(stream, path, kind, max_bytes), 1 << 20)
     except FileNotFoundError:
         raise InputError(path, "no such file") from None

@@ -34,6 +34,7 @@ from streamfit.ingest.sources._util import (
 )
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.storage import is_url, resolve
 
 MAX_INDEX = 2**62
 
@@ -184,6 +185,9 @@ class ParquetSource:
 
     def _open(self) -> pq.ParquetFile:
         try:
+            if is_url(self.path):  # through pyarrow's filesystem layer over fsspec's
+                location = resolve(self.path)
+                return pq.ParquetFile(location.path, filesystem=location.arrow_filesystem())
             return pq.ParquetFile(self.path)
         except (pa.ArrowException, OSError) as e:
             raise InputError(self.path, f"not a readable Parquet file ({e})") from None

@@ -1,0 +1,366 @@
+"""The one storage layer: every file streamfit writes or reads, on local disk or behind a URL.
+
+A `Location` is a path on a filesystem: a local path, or a URL with a scheme (`s3://`,
+`gs://`, `abfs://`, `memory://`, `file://`) opened through fsspec. Credentials and endpoints come
+from the standard environment (AWS_*, GOOGLE_*, AZURE_*) and fsspec's configuration
+(`~/.config/fsspec/`, `FSSPEC_<PROTOCOL>_<KWARG>` variables); nothing here writes them anywhere,
+and a Location's `url` is the text the user gave. A scheme whose package is missing is a
+StreamfitError naming the package (`pip install s3fs`), never a local write.
+
+Commit protocol (`begin`, `Attempt.commit`, `committed`), for directories that must appear
+complete or not at all: stores, checkpoint steps, models.
+
+- Local disk has an atomic rename: an attempt writes `NAME.partial/`, fsyncs it and renames it
+  to `NAME` (an old `NAME` moves to `NAME.old` just before and is deleted after). `NAME` is
+  complete when it exists as a directory.
+- Object stores have no rename: an attempt writes its files under a fresh prefix
+  `NAME/attempt-<time>-<random>/`; the commit then writes one small object `NAME/COMMITTED`
+  (`{"attempt": "attempt-…"}`) — a single PUT, which an object store shows whole or not at
+  all — and only then deletes every other `attempt-*` prefix under `NAME` (the data an older
+  commit named, and what killed writers left). Readers go through `committed(NAME)`, which
+  trusts only `COMMITTED`: a killed writer leaves an attempt that nothing names, which never
+  looks complete and is collected by the next commit of `NAME`.
+
+Single files that are replaced whole (LATEST, run.json, per-sample state chunks, predictions)
+go through `Location.write_bytes`: temporary name, fsync, rename on local disk; one PUT on an
+object store. What the files hold (manifests, digests) is decided by their writers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+
+from streamfit.errors import StreamfitError, output_error
+
+COMMITTED = "COMMITTED"
+ATTEMPT_PREFIX = "attempt-"
+
+# the package that provides each scheme, for the error when it is missing
+_SCHEME_PACKAGES = {
+    "s3": "s3fs",
+    "s3a": "s3fs",
+    "gs": "gcsfs",
+    "gcs": "gcsfs",
+    "abfs": "adlfs",
+    "abfss": "adlfs",
+    "az": "adlfs",
+}
+
+
+def is_url(text: str) -> bool:
+    """Whether `text` names a location by a URL scheme (`s3://…`) rather than a local path."""
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
+
+
+@dataclass(frozen=True)
+class Location:
+    """A path on a filesystem. `url` is what the user gave (for messages and pickling); `fs` is
+    the fsspec filesystem and `path` the path in it. Local paths are absolute."""
+
+    url: str
+    fs: object
+    path: str
+
+    @property
+    def local(self) -> bool:
+        """Whether this is the local disk (atomic rename, flock, fsync available)."""
+        return _protocol(self.fs) == "file"
+
+    def __str__(self) -> str:
+        return self.url
+
+    def join(self, *parts: str) -> Location:
+        if not parts:
+            return self
+        tail = "/".join(parts)
+        if self.local:
+            return Location(os.path.join(self.url, *parts), self.fs, os.path.join(self.path, *parts))
+        return Location(f"{self.url.rstrip('/')}/{tail}", self.fs, f"{self.path.rstrip('/')}/{tail}")
+
+    @property
+    def name(self) -> str:
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
+    def sibling(self, suffix: str) -> Location:
+        """This location with `suffix` appended to its last part (NAME → NAME.partial)."""
+        return Location(self.url + suffix, self.fs, self.path + suffix)
+
+    def exists(self) -> bool:
+        self._forget_listings()
+        return self._fs.exists(self.path)
+
+    def isdir(self) -> bool:
+        self._forget_listings()
+        return self._fs.isdir(self.path)
+
+    def _forget_listings(self) -> None:
+        """Drop fsspec's cached listings here: other processes (Dask workers, a killed writer)
+        write to the same object store, and a stale listing would hide their files."""
+        if not self.local:
+            self._fs.invalidate_cache(self.path)
+
+    def read_bytes(self) -> bytes:
+        return self._fs.cat_file(self.path)
+
+    def read_text(self) -> str:
+        return self.read_bytes().decode()
+
+    def write_bytes(self, data: bytes, *, sync_dir: bool = True) -> None:
+        """Replace the file with `data` whole: on local disk a temporary name, fsync and rename
+        (then the directory's fsync); on an object store one PUT. OutputError naming the file
+        on failure (disk full, read-only, no permission), with nothing partial left."""
+        if not self.local:
+            try:
+                self._fs.pipe_file(self.path, data)
+            except OSError as e:
+                raise output_error(self.url, e) from e
+            return
+        tmp = f"{self.path}.tmp-{os.getpid()}-{threading.get_ident()}"
+        try:
+            write_new_file(tmp, data)
+            os.replace(tmp, self.path)
+            if sync_dir:
+                fsync_dir(os.path.dirname(self.path))
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise output_error(self.url, e) from e
+
+    def write_new(self, data: bytes) -> None:
+        """Write a file that no reader sees until its directory is committed (inside an
+        attempt): no temporary name, fsynced on local disk."""
+        if self.local:
+            write_new_file(self.path, data)
+        else:
+            self._fs.pipe_file(self.path, data)
+
+    def append_text(self, text: str) -> None:
+        """Append `text` (one log line) and sync it. On an object store, which cannot append,
+        the object is rewritten whole with the line added (one PUT: readers see the old or the
+        new whole file)."""
+        if self.local:
+            with open(self.path, "a") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            return
+        old = self.read_bytes() if self.exists() else b""
+        self.write_bytes(old + text.encode())
+
+    def staging_file(self) -> str:
+        """A local path to write this file's new contents to before `publish_file`: beside it
+        (`NAME.partial`) on local disk, in the system's temporary directory otherwise."""
+        if self.local:
+            return self.path + ".partial"
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="streamfit-", suffix="-" + self.name)
+        os.close(fd)
+        return path
+
+    def publish_file(self, staged: str) -> None:
+        """Make the finished local file `staged` (from `staging_file`) this file, whole: a rename
+        on local disk; an upload on an object store (one PUT, or a multipart upload, which
+        shows the object only once complete), then the staged file is removed."""
+        if self.local:
+            os.replace(staged, self.path)
+            fsync_dir(os.path.dirname(self.path))
+            return
+        try:
+            self._fs.put_file(staged, self.path)
+        finally:
+            os.remove(staged)
+
+    def makedirs(self) -> None:
+        """Create the directory and its parents (object stores have no directories: nothing)."""
+        if self.local:
+            try:
+                os.makedirs(self.path, exist_ok=True)
+            except OSError as e:
+                raise output_error(self.url, e) from e
+
+    def remove(self) -> None:
+        """Delete the file, if it exists."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm_file(self.path)
+
+    def remove_tree(self) -> None:
+        """Delete the directory (prefix) and everything under it, if it exists."""
+        if self.local:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if self._fs.exists(self.path):
+                self._fs.rm(self.path, recursive=True)
+
+    def glob(self, pattern: str) -> list[Location]:
+        """The entries matching `pattern` (fsspec glob syntax) under this directory, sorted."""
+        self._forget_listings()
+        found = sorted(self._fs.glob(f"{self.path.rstrip('/')}/{pattern}"))
+        base = self.path.rstrip("/")
+        return [self.join(p[len(base) + 1 :]) for p in found]
+
+    def zarr_store(self, *, read_only: bool):
+        """A Zarr v3 store rooted here: LocalStore on local disk, FsspecStore otherwise."""
+        from zarr.storage import FsspecStore, LocalStore
+
+        if self.local:
+            return LocalStore(self.path, read_only=read_only)
+        from zarr.storage._fsspec import _make_async
+
+        return FsspecStore(_make_async(self._fs), path=self.path, read_only=read_only)
+
+    def arrow_filesystem(self):
+        """This filesystem for pyarrow (Parquet reads and writes): its own local filesystem on
+        local disk, fsspec's through pyarrow's FSSpecHandler otherwise."""
+        import pyarrow.fs as pafs
+
+        if self.local:
+            return pafs.LocalFileSystem()
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self._fs))
+
+    def open_read(self):
+        """A binary file object for streaming reads."""
+        if self.local:
+            return open(self.path, "rb", buffering=0)
+        return self._fs.open(self.path, "rb")
+
+    @property
+    def _fs(self):
+        return self.fs  # typed loosely: fsspec's filesystems carry no annotations
+
+    def __reduce__(self):  # reopened from the absolute path or the URL, wherever it is unpickled
+        return (resolve, (self.path if self.local else self.url,))
+
+
+def _protocol(fs) -> str:
+    protocol = fs.protocol
+    return protocol if isinstance(protocol, str) else protocol[0]
+
+
+def resolve(path_or_url: str) -> Location:
+    """The Location of a local path or URL. StreamfitError when the scheme is unknown or the
+    package that provides it is not installed (never a local directory named after the URL)."""
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+
+    text = os.fspath(path_or_url)
+    if not is_url(text):
+        return Location(text, LocalFileSystem(), os.path.abspath(text))
+    scheme = text.split("://", 1)[0].lower()
+    try:
+        fs, path = fsspec.core.url_to_fs(text)
+    except ImportError as e:
+        package = _SCHEME_PACKAGES.get(scheme) or getattr(e, "name", None) or "the fsspec implementation"
+        raise StreamfitError(
+            f"{text}: {scheme}:// needs the package {package}, which is not installed; pip install {package}"
+        ) from None
+    except ValueError as e:  # fsspec: "Protocol not known"
+        raise StreamfitError(f"{text}: unknown URL scheme {scheme}:// ({e})") from None
+    if _protocol(fs) == "file":
+        return Location(text, fs, os.path.abspath(path))
+    return Location(text, fs, path)
+
+
+def absolute(path_or_url: str) -> str:
+    """A local path made absolute; a URL as given (how outputs and inputs are named and compared)."""
+    text = os.fspath(path_or_url)
+    return text if is_url(text) else os.path.abspath(text)
+
+
+def public(path_or_url: str) -> str:
+    """`absolute(path_or_url)` without any user:password@ part of a URL: what streamfit records
+    (manifests, run.json), so a credential given inside a URL is never written down."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", absolute(path_or_url))
+
+
+def write_new_file(path: str, data: bytes) -> None:
+    """Write `data` to a new local file at `path` and fsync it."""
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish_dir(tmp: str, path: str) -> None:
+    """Rename the finished local directory `tmp` to `path` (an existing `path` is moved to
+    `path.old` first and then deleted), syncing both directories, so `path` is always either
+    the old or the complete new directory."""
+    fsync_dir(tmp)
+    old = path + ".old"
+    if os.path.exists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    fsync_dir(os.path.dirname(path))
+
+
+class Attempt:
+    """One attempt at writing directory `target` (see the module docstring): write its files
+    under `location`, then `commit()`; `abort()` deletes them."""
+
+    def __init__(self, target: Location, location: Location):
+        self.target, self.location = target, location
+
+    def commit(self) -> None:
+        """Make the attempt the complete `target`, replacing what was there (OSError on failure:
+        then `target` is as it was)."""
+        if self.target.local:
+            publish_dir(self.location.path, self.target.path)
+            return
+        self.target.join(COMMITTED).write_new(json.dumps({"attempt": self.location.name}).encode())
+        for stale in self.target.glob(f"{ATTEMPT_PREFIX}*"):
+            if stale.name != self.location.name:
+                stale.remove_tree()
+
+    def abort(self) -> None:
+        self.location.remove_tree()
+
+
+def begin(target: Location, *, clear: bool = True) -> Attempt:
+    """Start writing directory `target`. Local: `NAME.partial/` (an old one is deleted unless
+    `clear` is False: the caller has checked, under its lock, that no live writer owns it).
+    Object store: a fresh `NAME/attempt-<time>-<random>/` prefix."""
+    if target.local:
+        staging = target.sibling(".partial")
+        if clear:
+            staging.remove_tree()
+        return Attempt(target, staging)
+    name = f"{ATTEMPT_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
+    return Attempt(target, target.join(name))
+
+
+def committed(target: Location) -> Location | None:
+    """Where the complete contents of directory `target` are, or None if it has none: on local
+    disk `target` itself when it is a directory (not a `.partial` one); on an object store the
+    attempt that `target/COMMITTED` names."""
+    if target.local:
+        return target if target.isdir() and not target.path.endswith(".partial") else None
+    pointer = target.join(COMMITTED)
+    try:
+        record = json.loads(pointer.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as e:
+        raise StreamfitError(f"{pointer.url}: unreadable commit record ({e}); write the directory again") from None
+    attempt = record.get("attempt") if isinstance(record, dict) else None
+    if not isinstance(attempt, str) or not attempt.startswith(ATTEMPT_PREFIX) or "/" in attempt:
+        raise StreamfitError(f"{pointer.url}: names no attempt ({record!r:.80}); write the directory again")
+    return target.join(attempt)

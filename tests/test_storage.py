@@ -1,0 +1,199 @@
+"""streamfit.storage: URLs through fsspec and the commit protocol without rename.
+
+The S3 tests run against a real S3 API server on 127.0.0.1 (moto's ThreadedMotoServer, started
+once per session) with s3fs as the client, reached through the standard AWS_* environment
+variables only, as a user's cluster would: ingest → train killed mid-checkpoint → resumed on a
+two-worker loopback cluster reading the store from S3 → evaluate → predict, all on s3:// URLs,
+against the same job on local disk; writers killed at their commit; a damaged object."""
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from streamfit import storage
+from streamfit.cli import main
+from streamfit.errors import StoreError, StreamfitError
+from streamfit.model import load_model
+from streamfit.store import StoreWriter, open_store
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
+BUCKET = "streamfit-test"
+ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
+TRAIN = ["--solver", "fbpd", "-p", "max_iter=6", "-p", "tol=0"]
+
+# Runs the streamfit CLI and SIGKILLs the process at the commit of the directory named argv[1]
+# (its files all written, only the commit record missing): the latest moment a writer can die.
+KILL_AT_COMMIT = """
+import os, signal, sys
+from streamfit import storage
+from streamfit.cli import main
+real = storage.Attempt.commit
+def commit(self):
+    if self.target.name == sys.argv[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(self)
+storage.Attempt.commit = commit
+main(sys.argv[2:])
+"""
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+
+
+def _killed_at_commit(name, *args):
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_AT_COMMIT, name, "-q", *map(str, args)], capture_output=True, text=True
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3 API server on 127.0.0.1 and an s3fs client of its bucket; the AWS_* variables that
+    point boto at it are set for this process and its children (subprocesses, Dask workers)."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        }.items():
+            mp.setenv(key, value)
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        fs.mkdir(BUCKET)
+        yield fs
+    server.stop()
+
+
+def _attempts(fs, prefix):
+    fs.invalidate_cache()
+    return sorted({p.split("/")[2] for p in fs.find(f"{BUCKET}/{prefix}") if "/attempt-" in p})
+
+
+# ------------------------------------------------------------------------------ without a server
+
+
+def test_a_url_whose_package_is_missing_is_one_error_line_and_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = _cli("ingest", DATA, "--no-hash", "--out", "gs://bucket/iris.zarr")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: gs://bucket/iris.zarr: gs:// needs the package gcsfs, which is not installed; pip install gcsfs"
+    ]
+    assert os.listdir(tmp_path) == []  # no ./gs:/bucket/iris.zarr
+    with pytest.raises(StreamfitError, match="unknown URL scheme nosuch://"):
+        storage.resolve("nosuch://x/y")
+    assert storage.public("ftp://user:secret@host/data.jsonl") == "ftp://host/data.jsonl"  # what is recorded
+
+
+def test_commit_protocol_on_an_object_store():
+    """memory:// has no rename: an attempt is invisible until COMMITTED names it, a later commit
+    replaces it and collects every other attempt, and a store whose writer stopped before its
+    commit does not open."""
+    target = storage.resolve("memory://commit-test/dir")
+    first = storage.begin(target)
+    first.location.join("a").write_new(b"1")
+    assert storage.committed(target) is None
+    first.commit()
+    assert storage.committed(target) == first.location
+    orphan = storage.begin(target)  # a writer that dies before its commit
+    orphan.location.join("a").write_new(b"orphan")
+    second = storage.begin(target)
+    second.location.join("a").write_new(b"2")
+    assert storage.committed(target).join("a").read_bytes() == b"1"
+    second.commit()
+    assert storage.committed(target).join("a").read_bytes() == b"2"
+    assert [p.name for p in target.glob("attempt-*")] == [second.location.name]
+
+    writer = StoreWriter("memory://commit-test/store.zarr", chunk_rows=2)
+    writer.write_rows(__import__("scipy.sparse").sparse.csr_matrix(np.eye(3, dtype=np.float32)), np.arange(3))
+    with pytest.raises(StoreError, match="has no COMMITTED"):
+        open_store("memory://commit-test/store.zarr")
+
+
+# --------------------------------------------------------------------------------- against S3
+
+
+@pytest.mark.slow
+def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_local_disk(s3, tmp_path):
+    store, run = f"s3://{BUCKET}/iris.zarr", f"s3://{BUCKET}/run"
+    s3.put(DATA, f"{BUCKET}/raw/iris.svm")
+    assert (
+        _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    )
+    local = tmp_path / "iris.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
+    assert open_store(store).manifest.chunks == open_store(str(local)).manifest.chunks  # every chunk digest
+
+    # killed while committing step 3, its files written: LATEST stays on step 2
+    _killed_at_commit("step-000003", "train", store, *TRAIN, "--n-workers", "0", "--out", run)
+    latest = json.loads(s3.cat_file(f"{BUCKET}/run/checkpoints/LATEST"))
+    assert latest == {"step": 2}
+    assert _attempts(s3, "run/checkpoints/step-000003") and not s3.exists(
+        f"{BUCKET}/run/checkpoints/step-000003/COMMITTED"
+    )
+    # resumed on a two-worker cluster on loopback, whose workers read the store from S3
+    assert _cli("train", store, *TRAIN, "--n-workers", "2", "--resume", "--out", run).exit_code == 0
+    assert (
+        not s3.exists(f"{BUCKET}/run/checkpoints/step-000003/COMMITTED")
+        or len(_attempts(s3, "run/checkpoints/step-000003")) <= 1
+    )  # the killed attempt was collected
+    assert _cli("train", local, *TRAIN, "--n-workers", "0", "--out", tmp_path / "run").exit_code == 0
+    ours, ref = load_model(run)._arrays(), load_model(str(tmp_path / "run"))._arrays()
+    assert ours.keys() == ref.keys() and all(np.array_equal(ours[k], ref[k]) for k in ref)
+
+    evaluated = _cli("evaluate", "--json", run, store)
+    assert evaluated.exit_code == 0
+    assert json.loads(evaluated.output) == json.loads(_cli("evaluate", "--json", tmp_path / "run", local).output)
+    assert _cli("predict", run, f"s3://{BUCKET}/raw/iris.svm", "--out", f"s3://{BUCKET}/pred.csv").exit_code == 0
+    assert _cli("predict", tmp_path / "run", DATA, "--out", tmp_path / "pred.csv").exit_code == 0
+    assert s3.cat_file(f"{BUCKET}/pred.csv").replace(f"s3://{BUCKET}/raw/".encode(), b"") == (
+        tmp_path / "pred.csv"
+    ).read_bytes().replace(os.path.dirname(DATA).encode() + b"/", b"")
+    endpoint = os.environ["AWS_ENDPOINT_URL"].split("//")[1]
+    for key in s3.find(BUCKET):  # no credential or endpoint recorded anywhere: manifests, records, logs
+        text = s3.cat_file(key)
+        assert not any(secret.encode() in text for secret in (ACCESS_KEY, SECRET_KEY, endpoint)), key
+
+
+@pytest.mark.slow
+def test_an_ingest_killed_at_its_commit_leaves_nothing_that_opens_and_a_rerun_collects_it(s3):
+    store = f"s3://{BUCKET}/killed.zarr"
+    _killed_at_commit("killed.zarr", "ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10")
+    (attempt,) = _attempts(s3, "killed.zarr")
+    assert s3.exists(f"{BUCKET}/killed.zarr/{attempt}/manifest.json")  # every file there but the commit
+    with pytest.raises(StoreError, match="has no COMMITTED; it is not a complete store"):
+        open_store(store)
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    assert len(_attempts(s3, "killed.zarr")) == 1 and open_store(store).verify() == []
+
+
+@pytest.mark.slow
+def test_a_damaged_object_is_detected(s3):
+    store = f"s3://{BUCKET}/damaged.parquet"
+    assert (
+        _cli("ingest", DATA, "--no-hash", "--backend", "parquet", "--out", store, "--chunk-rows", "10").exit_code == 0
+    )
+    (attempt,) = _attempts(s3, "damaged.parquet")
+    key = f"{BUCKET}/damaged.parquet/{attempt}/X.parquet"
+    raw = bytearray(s3.cat_file(key))
+    raw[len(raw) // 3] ^= 0x01
+    s3.pipe_file(key, bytes(raw))
+    result = _cli("inspect", "--verify", store)
+    assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
