@@ -52,6 +52,24 @@ MAX_ATTEMPTS = 3
 WATCH_INTERVAL = 1.0
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
+# `streamfit train` without --n-workers or --scheduler runs in this process when the store's
+# non-zeros times its classes are at most this: an embedded cluster costs 3-8 s (start, then
+# imports and numba cache loads in every worker) before the first chunk, more than such a fit
+# takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs").
+AUTO_INPROCESS_WORK = 2**24
+
+
+def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int) -> str:
+    """The engine mode of a train run: "remote" with a scheduler address, "inprocess" for
+    n_workers == 0, "local" (an embedded cluster) for n_workers >= 1; with neither given
+    (`auto`), "inprocess" when nnz × n_classes <= AUTO_INPROCESS_WORK or the machine has one
+    core, else "local"."""
+    if scheduler:
+        return "remote"
+    if n_workers is not None:
+        return "inprocess" if n_workers == 0 else "local"
+    small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK
+    return "inprocess" if small or (os.cpu_count() or 1) == 1 else "local"
 
 
 class _WorkerLost(Exception):

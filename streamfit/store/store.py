@@ -10,12 +10,12 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import StoreError, output_error
-from streamfit.store.csc import CscReader
 from streamfit.store.format import (
     BACKENDS,
     DEFAULT_CHUNK_ROWS,
@@ -29,8 +29,9 @@ from streamfit.store.format import (
     publish_dir,
     write_bytes,
 )
-from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
-from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
+
+if TYPE_CHECKING:
+    from streamfit.store.csc import CscReader
 
 CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
 
@@ -43,6 +44,18 @@ def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
 
 
 IDF_FILE = "idf.npy"
+
+
+def _backend_class(backend: str, kind: str) -> type:
+    """ZarrReader/ZarrWriter or ParquetReader/ParquetWriter (`kind`: "Reader" or "Writer"),
+    imported on first use: a Zarr store never loads pyarrow, an in-memory one neither."""
+    if backend == "zarr":
+        from streamfit.store import zarr_backend
+
+        return getattr(zarr_backend, "Zarr" + kind)
+    from streamfit.store import parquet_backend
+
+    return getattr(parquet_backend, "Parquet" + kind)
 
 
 @dataclass
@@ -177,7 +190,7 @@ class Store(ChunkSource):
     @property
     def reader(self):
         if self._reader is None:
-            cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
+            cls = _backend_class(self.manifest.backend, "Reader")
             try:
                 reader = cls(self.path, self.multilabel, self.n_classes)
             except Exception as e:
@@ -282,6 +295,8 @@ class Store(ChunkSource):
         where = f"{self.path}: feature block {b} (columns {lo}-{hi})"
         try:
             if self._csc_reader is None:
+                from streamfit.store.csc import CscReader
+
                 self._csc_reader = CscReader(self.path)
             X = self._csc_reader.read(b, self.n_rows, hi - lo)
         except Exception as e:
@@ -412,7 +427,7 @@ class StoreWriter:
             raise output_error(self.tmp, e) from e
         self._lock: int | None = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
-        cls = ZarrWriter if backend == "zarr" else ParquetWriter
+        cls = _backend_class(backend, "Writer")
         self._backend = self._writing(lambda: cls(self.tmp, multilabel, chunk_rows))
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
