@@ -26,7 +26,8 @@ The breakdown, per solver and N, splits the wall time of train() into
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
-compute / N and its longest task, plus the per-pass overhead measured at the largest N run.
+compute / N and its longest task, plus its overhead (pass wall − compute / N), all measured at
+the smallest N run (on a loaded machine the larger N's compute is inflated by CPU contention).
 """
 
 from __future__ import annotations
@@ -322,7 +323,7 @@ def main() -> None:
     for solver, rs in results.items():
         t1, tn = rs[workers[0]]["wall"] * workers[0], rs[workers[-1]]["wall"]
         settings = ", ".join(f"{k} {v}" for k, v in SETTINGS[solver].items()) or "defaults"
-        pred = predict(rs[workers[-1]], args.predict, workers[-1])
+        pred = predict(rs[workers[0]], args.predict, workers[0])
         print(
             f"| {solver} ({settings}) | "
             + " | ".join(f"{rs[n]['wall']:.1f} s" for n in workers)
