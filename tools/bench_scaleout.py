@@ -23,6 +23,7 @@ The breakdown, per solver and N, splits the wall time of train() into
               workers' compute in chunk (or class-group) tasks and in the tree's sums, and the
               transfers (all summed over workers);
   driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
+"peak RSS / worker" is the largest worker's peak resident set size.
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
@@ -95,6 +96,7 @@ class Breakdown:
         self.seconds: dict[str, float] = defaultdict(float)
         self.passes: list[tuple[float, float]] = []  # (start, stop) of each engine call, time.time()
         self.stream = None  # distributed's TaskStream, while a cluster runs
+        self.peak_rss: dict[str, float] = {}  # MiB per worker address, read before the cluster closes
 
     @contextlib.contextmanager
     def installed(self):
@@ -160,6 +162,13 @@ class Breakdown:
                 setattr(cls, name, original)
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB (run on each worker by Client.run)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float, float, bool]]]:
     """(chunk-task compute, sum compute, transfers) in seconds over all workers, and each task's
     (start, duration, is_sum)."""
@@ -199,6 +208,8 @@ def run_one(store: str, solver: str, n: int, out: str) -> dict:
         original_close = Engine.close
 
         def close(engine):
+            if engine.client is not None:
+                b.peak_rss = engine.client.run(_peak_rss_mib)
             stream.close()  # TaskStream collects its records from the scheduler on exit
             original_close(engine)
 
@@ -230,6 +241,7 @@ def run_one(store: str, solver: str, n: int, out: str) -> dict:
         "n_tasks": len(tasks),
         "driver": wall - s.get("start", 0.0) - s.get("checkpoint", 0.0) - s.get("passes", 0.0),
         "per_pass": per_pass,
+        "peak_rss": max(b.peak_rss.values(), default=0.0),
         "arrays": load_model(os.path.join(out, "model"))._arrays(),
     }
 
@@ -333,16 +345,16 @@ def main() -> None:
     print()
     print(
         "| solver | N | wall | start+close | checkpoint | driver | passes (n) | task compute | sum compute | "
-        "transfers | overhead | tasks |"
+        "transfers | overhead | tasks | peak RSS / worker MiB |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for solver, rs in results.items():
         for n, r in rs.items():
             overhead = r["passes"] - (r["work"] + r["sums"]) / n
             print(
                 f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['checkpoint']:.2f} | {r['driver']:.2f} | "
                 f"{r['passes']:.2f} ({r['n_passes']}) | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
-                f"{overhead:.2f} | {r['n_tasks']} |"
+                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} |"
             )
     if not args.workdir:
         shutil.rmtree(work)
