@@ -782,3 +782,13 @@ def test_a_bad_option_of_a_command_is_one_error_line(tmp_path, monkeypatch, args
     result = CliRunner().invoke(main, args)
     _one_line_error(result, *fragments)
     assert "Usage:" not in result.output
+
+
+def test_the_cli_imports_no_cluster_store_backend_or_solver_until_a_command_needs_one():
+    import subprocess
+    import sys
+
+    heavy = ["dask", "distributed", "zarr", "pyarrow", "h5py", "streamfit.solvers", "streamfit.estimators"]
+    code = f"import sys, streamfit.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"
