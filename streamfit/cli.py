@@ -544,6 +544,14 @@ def _param_help() -> str:
     )
 
 
+class _SolverParamOption(click.Option):
+    """--param, whose help (every solver's parameter names) imports the solvers only when shown."""
+
+    def get_help_record(self, ctx):
+        self.help = _param_help()
+        return super().get_help_record(ctx)
+
+
 @main.command()
 @_quiet_option
 @click.argument("store", type=click.Path())
@@ -557,7 +565,7 @@ def _param_help() -> str:
     default=None,
     help="YAML with `solver`, `params` and the options below (see configs/); the command line overrides it.",
 )
-@click.option("--param", "-p", "params", multiple=True, help=_param_help())
+@click.option("--param", "-p", "params", multiple=True, cls=_SolverParamOption)
 @_click_options(TrainOptions)
 @click.option("--resume", is_flag=True, help="Continue from the newest checkpoint in --out.")
 @click.option(

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT
+from streamfit.engine import AUTO_INPROCESS_WORK, DASHBOARD_ADDRESS, WORKER_TIMEOUT
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
@@ -58,9 +58,10 @@ class TrainOptions:
     )
     n_workers: int | None = option(
         None,
-        "Embedded cluster: worker processes; 0 runs in this process without Dask",
+        "Embedded cluster: worker processes; 0 runs in this process without Dask; unset (auto): in this "
+        f"process when the store's non-zeros x classes <= {AUTO_INPROCESS_WORK:,}, else one worker per core",
         ge=0,
-        default_text="one per core",
+        default_text="auto",
     )
     threads_per_worker: int = option(1, "Embedded cluster: threads per worker", ge=1)
     dashboard_address: str = option(

@@ -56,6 +56,25 @@ WORKER_TIMEOUT = 60.0
 # port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
 
+# `streamfit train` without --n-workers or --scheduler runs in this process when the store's
+# non-zeros times its classes are at most this: an embedded cluster costs 3-8 s (start, then
+# imports and numba cache loads in every worker) before the first chunk, more than such a fit
+# takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs").
+AUTO_INPROCESS_WORK = 2**24
+
+
+def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int) -> str:
+    """The engine mode of a train run: "remote" with a scheduler address, "inprocess" for
+    n_workers == 0, "local" (an embedded cluster) for n_workers >= 1; with neither given
+    (`auto`), "inprocess" when nnz × n_classes <= AUTO_INPROCESS_WORK or the machine has one
+    core, else "local"."""
+    if scheduler:
+        return "remote"
+    if n_workers is not None:
+        return "inprocess" if n_workers == 0 else "local"
+    small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK
+    return "inprocess" if small or (os.cpu_count() or 1) == 1 else "local"
+
 
 class _WorkerLost(Exception):
     """A pass that Dask could not finish because a worker died under it (internal: retried)."""

@@ -9,6 +9,7 @@ RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings,
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import fcntl
 import json
@@ -21,7 +22,7 @@ import psutil
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine
+from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
@@ -182,6 +183,17 @@ def _lock_run_dir(out: str) -> int:
     return fd
 
 
+def _single_threaded_blas(on: bool):
+    """BLAS on one thread while an in-process run fits (as in a Dask worker, whose nanny sets
+    OMP_NUM_THREADS=1): the model is then the same bits as a cluster's (stagewise sums its Gram
+    matrices with BLAS, whose threads change the last bits)."""
+    if not on:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _check_feature_memory(store, solver: str) -> None:
     """StreamfitError when the solver's dense per-feature arrays cannot fit in the memory available
     now (psutil): dense float64 weights, n_features × n_classes × 8 bytes, for solvers with
@@ -263,13 +275,16 @@ def _train_locked(
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
-    mode = "inprocess" if n_workers == 0 and not scheduler else None
+    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes)
+    if mode == "inprocess":
+        log.info("running in this process (%s)", "--n-workers 0" if n_workers == 0 else "a small store")
     record = {
         "solver": solver,
         "params": p.model_dump(),
         "store": storage.public(store.path),
         "store_fingerprint": store.manifest.fingerprint,
         "scheduler": scheduler,
+        "engine": mode,
         "n_workers": n_workers,
         "threads_per_worker": threads_per_worker,
         "worker_timeout": worker_timeout,
@@ -278,14 +293,17 @@ def _train_locked(
         "checkpoint_every": checkpoint_every,
     }
     try:
-        with Engine(
-            scheduler,
-            mode=mode,
-            n_workers=n_workers,
-            threads_per_worker=threads_per_worker,
-            worker_timeout=worker_timeout,
-            dashboard_address=dashboard_address,
-        ) as engine:  # no bar per pass: the run's progress is one bar (or line) per step
+        with (
+            Engine(
+                scheduler,
+                mode=mode,
+                n_workers=n_workers,
+                threads_per_worker=threads_per_worker,
+                worker_timeout=worker_timeout,
+                dashboard_address=dashboard_address,
+            ) as engine,  # no bar per pass: the run's progress is one bar (or line) per step
+            _single_threaded_blas(mode == "inprocess"),
+        ):
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
             model = get_solver(solver)(p).fit(

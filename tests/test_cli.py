@@ -814,3 +814,13 @@ def test_log_file_in_json_lines_holds_the_progress_lines_and_the_error(stores, t
     last = json.loads(log.read_text().splitlines()[-1])
     assert failed.exit_code == 2 and last["level"] == "ERROR" and "max_itr" in last["message"]
     assert last["message"] in failed.output  # the same one line as on stderr
+
+
+def test_the_cli_imports_no_cluster_store_backend_or_solver_until_a_command_needs_one():
+    import subprocess
+    import sys
+
+    heavy = ["dask", "distributed", "zarr", "pyarrow", "h5py", "streamfit.solvers", "streamfit.estimators"]
+    code = f"import sys, streamfit.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"

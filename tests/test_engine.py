@@ -342,3 +342,17 @@ def test_quiet_silences_the_log_of_the_dask_workers(capfd):
         assert "CommClosedError" not in capfd.readouterr().err
     finally:
         logging.getLogger("distributed").setLevel(logging.NOTSET)
+
+
+def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
+    from streamfit.engine import AUTO_INPROCESS_WORK, auto_mode
+
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    small, large = AUTO_INPROCESS_WORK // 10, AUTO_INPROCESS_WORK // 10 + 1  # × 10 classes
+    assert auto_mode(None, None, small, 10) == "inprocess"
+    assert auto_mode(None, None, large, 10) == "local"
+    assert auto_mode(None, 2, small, 10) == "local"  # --n-workers 2: a cluster even for a small store
+    assert auto_mode(None, 0, large, 10) == "inprocess"
+    assert auto_mode("tcp://127.0.0.1:8786", None, small, 10) == "remote"
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert auto_mode(None, None, large, 10) == "inprocess"  # one core: a cluster only adds its start-up

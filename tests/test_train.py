@@ -198,3 +198,17 @@ def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start
     with pytest.raises(StreamfitError, match=rf"{solver} needs at least .* GiB for {what} over 64 features.*--no-hash"):
         train(digits_store, solver, str(tmp_path / "run"), {}, n_workers=0, progress=False)
     assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()
+
+
+def test_train_without_n_workers_runs_a_small_store_in_process_with_one_blas_thread(digits_store, tmp_path):
+    from threadpoolctl import threadpool_info
+
+    from streamfit.train import _single_threaded_blas
+
+    model = train(digits_store, "stagewise", str(tmp_path / "auto"), PARAMS, progress=False)
+    with open(tmp_path / "auto" / "run.json") as f:
+        assert json.load(f)["engine"] == "inprocess"
+    ref = _train(digits_store, tmp_path / "zero")
+    assert np.array_equal(model.coef_, ref.coef_)
+    with _single_threaded_blas(True):  # as in a Dask worker: the same bits as a cluster's model
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}

@@ -35,7 +35,6 @@ from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
-from streamfit.store.csc import build_csc
 from streamfit.store.format import MAX_FEATURES
 from streamfit.store.store import IDF_FILE, overlaps, present
 
@@ -490,6 +489,8 @@ def ingest(o: IngestOptions) -> IngestReport:
             vocab.classes[0],
         )
     if o.csc_block_features:
+        from streamfit.store.csc import build_csc
+
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
 

@@ -90,7 +90,6 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from pydantic import Field, model_validator
-from scipy.spatial.distance import pdist
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
@@ -1030,6 +1029,8 @@ class StagewiseSolver(Solver[StagewiseState]):
             V *= np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # fix each sign
             space.components = V
             sample = centered @ V
+        from scipy.spatial.distance import pdist  # on first use: scipy.spatial takes a while to import
+
         dists = pdist(sample[:MEDIAN_SAMPLE_ROWS])
         dists = dists[dists > 0]  # duplicate rows say nothing about the scale
         space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)

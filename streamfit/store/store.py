@@ -10,13 +10,13 @@ import json
 import os
 import shutil
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamfit import storage
 from streamfit.errors import StoreError, StreamfitError, output_error
-from streamfit.store.csc import CscReader
 from streamfit.store.format import (
     BACKENDS,
     DEFAULT_CHUNK_ROWS,
@@ -28,8 +28,9 @@ from streamfit.store.format import (
     chunk_digest,
     csc_block_digest,
 )
-from streamfit.store.parquet_backend import ParquetReader, ParquetWriter
-from streamfit.store.zarr_backend import ZarrReader, ZarrWriter
+
+if TYPE_CHECKING:
+    from streamfit.store.csc import CscReader
 
 CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
 
@@ -42,6 +43,18 @@ def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
 
 
 IDF_FILE = "idf.npy"
+
+
+def _backend_class(backend: str, kind: str) -> type:
+    """ZarrReader/ZarrWriter or ParquetReader/ParquetWriter (`kind`: "Reader" or "Writer"),
+    imported on first use: a Zarr store never loads pyarrow, an in-memory one neither."""
+    if backend == "zarr":
+        from streamfit.store import zarr_backend
+
+        return getattr(zarr_backend, "Zarr" + kind)
+    from streamfit.store import parquet_backend
+
+    return getattr(parquet_backend, "Parquet" + kind)
 
 
 @dataclass
@@ -185,7 +198,7 @@ class Store(ChunkSource):
     @property
     def reader(self):
         if self._reader is None:
-            cls = ZarrReader if self.manifest.backend == "zarr" else ParquetReader
+            cls = _backend_class(self.manifest.backend, "Reader")
             try:
                 reader = cls(self.data, self.multilabel, self.n_classes)
             except Exception as e:
@@ -290,6 +303,8 @@ class Store(ChunkSource):
         where = f"{self.path}: feature block {b} (columns {lo}-{hi})"
         try:
             if self._csc_reader is None:
+                from streamfit.store.csc import CscReader
+
                 self._csc_reader = CscReader(self.data.path)
             X = self._csc_reader.read(b, self.n_rows, hi - lo)
         except Exception as e:
@@ -451,7 +466,7 @@ class StoreWriter:
         self.attempt = storage.begin(self.location, clear=False)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
-        cls = ZarrWriter if backend == "zarr" else ParquetWriter
+        cls = _backend_class(backend, "Writer")
         self._backend = self._writing(lambda: cls(self.attempt.location, multilabel, chunk_rows))
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0

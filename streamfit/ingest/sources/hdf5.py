@@ -4,13 +4,15 @@ labels), read batch_size rows at a time (see arrays.py for the label rules and b
 from __future__ import annotations
 
 import os
-
-import h5py
+from typing import TYPE_CHECKING
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
 from streamfit.ingest.sources.arrays import array_batch, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
+
+if TYPE_CHECKING:
+    import h5py
 
 
 class Hdf5Source:
@@ -50,11 +52,15 @@ class Hdf5Source:
 
     def _open(self) -> h5py.File:
         try:
+            import h5py  # on first use: h5py takes a while to import
+
             return h5py.File(self.path, "r")
         except OSError as e:
             raise InputError(self.path, f"not a readable HDF5 file ({e})") from None
 
     def _dataset(self, f: h5py.File, name: str, option: str) -> h5py.Dataset:
+        import h5py
+
         obj = f.get(name)
         if not isinstance(obj, h5py.Dataset):
             names = []

@@ -1,0 +1,364 @@
+"""Strong scaling of `streamfit.train.train` on an embedded LocalCluster of N single-threaded
+workers, with a breakdown of where the time goes (issue 19).
+
+    python tools/bench_scaleout.py [--rows 49152] [--features 65536] [--used 8192] [--row-nnz 50]
+        [--classes 20] [--chunks 16] [--extreme-rows 10000] [--extreme-features 20000]
+        [--extreme-classes 1000] [--workers 1,2,...] [--solvers stagewise,bcd,ppdsparse]
+        [--workdir DIR]
+
+Generates two synthetic stores: a sparse text-like one (`--rows` × `--features`, of which
+`--used` columns occur, `--row-nnz` non-zeros a row, half of them from a block of columns typical
+of the row's class, rows l2-normalized, `--chunks` equal chunks) for stagewise (gradient, block
+1024, 1 pass) and bcd (chunks mode, group 2048, 1 outer iteration), and an "extreme" one
+(`--extreme-*`: 10 % of a row's non-zeros from its class's columns) for ppdsparse (defaults).
+Every solver runs at every N (default 1, 2, 4, ... up to the cores), the models must be bitwise
+identical to N = 1's, and one table row per solver gives the wall times and the efficiency
+T(1) / (N T(N)).
+
+The breakdown, per solver and N, splits the wall time of train() into
+  start:      the LocalCluster's start and close;
+  checkpoint: Checkpointer.save (in the driver, serial);
+  passes:     the engine calls (map, map_reduce, imap_unordered; for imap_unordered also the
+              driver's work between results), and inside them, from Dask's task stream, the
+              workers' compute in chunk (or class-group) tasks and in the tree's sums, and the
+              transfers (all summed over workers);
+  driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
+"peak RSS / worker" is the largest worker's peak resident set size.
+"overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
+workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
+serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
+compute / N and its longest task, plus its overhead (pass wall − compute / N), all measured at
+the smallest N run (on a loaded machine the larger N's compute is inflated by CPU contention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+import scipy.sparse as sp
+
+from streamfit.checkpoint import Checkpointer
+from streamfit.engine import Engine
+from streamfit.model import load_model
+from streamfit.store import StoreWriter
+from streamfit.train import train
+
+SETTINGS = {
+    "stagewise": {"generator": "gradient", "block_size": 1024, "n_passes": 1},
+    "bcd": {"mode": "chunks", "group_size": 2048, "max_iter": 1},
+    "ppdsparse": {},
+}
+
+
+def make_store(path: str, rows: int, features: int, used: int, row_nnz: int, classes: int, chunks: int, own: float):
+    """Writes a store of `rows` l2-normalized rows: `row_nnz` distinct columns each, a share `own`
+    of them from the `used // classes` columns of the row's class, the rest from all `used`
+    columns (spread over the `features` by a fixed random map); returns its nnz."""
+    rng = np.random.default_rng(0)
+    columns = np.sort(rng.choice(features, size=used, replace=False))
+    per_class = max(used // classes, 1)
+    labels = rng.integers(0, classes, size=rows).astype(np.int32)
+    writer = StoreWriter(path, backend="zarr", multilabel=False, chunk_rows=-(-rows // chunks))
+    nnz = 0
+    batch = 8192
+    for lo in range(0, rows, batch):
+        y = labels[lo : lo + batch]
+        n = len(y)
+        n_own = int(round(own * row_nnz))
+        own_cols = (y[:, None] * per_class + rng.integers(0, per_class, size=(n, n_own))) % used
+        any_cols = rng.integers(0, used, size=(n, row_nnz - n_own))
+        cols = columns[np.concatenate([own_cols, any_cols], axis=1)]
+        X = sp.csr_matrix(
+            (rng.random(cols.size).astype(np.float32) + 0.1, cols.ravel(), np.arange(0, cols.size + 1, row_nnz)),
+            shape=(n, features),
+        )
+        X.sum_duplicates()
+        norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+        X = sp.diags(1 / norms).astype(np.float32) @ X
+        writer.write_rows(X.tocsr(), y)
+        nnz += X.nnz
+    writer.close(n_features=features, classes=[f"c{k}" for k in range(classes)])
+    return nnz
+
+
+class Breakdown:
+    """Wall time of train()'s parts, collected by wrapping Engine and Checkpointer methods."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.passes: list[tuple[float, float]] = []  # (start, stop) of each engine call, time.time()
+        self.stream = None  # distributed's TaskStream, while a cluster runs
+        self.peak_rss: dict[str, float] = {}  # MiB per worker address, read before the cluster closes
+
+    @contextlib.contextmanager
+    def installed(self):
+        saved = {}
+
+        def timed(cls, name, key):
+            original = getattr(cls, name)
+            saved[(cls, name)] = original
+
+            @functools.wraps(original)
+            def wrapper(*args, **kwargs):
+                t0 = time.time()
+                try:
+                    return original(*args, **kwargs)
+                finally:
+                    self.seconds[key] += time.time() - t0
+
+            setattr(cls, name, wrapper)
+
+        def timed_pass(name):
+            original = getattr(Engine, name)
+            saved[(Engine, name)] = original
+
+            @functools.wraps(original)
+            def plain(engine, *args, **kwargs):
+                t0 = time.time()
+                try:
+                    return original(engine, *args, **kwargs)
+                finally:
+                    self.passes.append((t0, time.time()))
+                    self.seconds["passes"] += time.time() - t0
+
+            @functools.wraps(original)
+            def generator(engine, *args, **kwargs):
+                """Counts the time inside the engine's generator only, not the driver's work
+                between its results (checkpoints, model updates)."""
+                results = original(engine, *args, **kwargs)
+                first, inside = time.time(), 0.0
+                while True:
+                    t0 = time.time()
+                    try:
+                        item = next(results)
+                    except StopIteration:
+                        break
+                    finally:
+                        inside += time.time() - t0
+                    yield item
+                self.passes.append((first, time.time()))
+                self.seconds["passes"] += inside
+
+            setattr(Engine, name, generator if name == "imap_unordered" else plain)
+
+        timed(Engine, "start", "start")
+        timed(Engine, "close", "start")
+        timed(Checkpointer, "save", "checkpoint")
+        timed_pass("map")
+        timed_pass("map_reduce")
+        timed_pass("imap_unordered")
+        try:
+            yield self
+        finally:
+            for (cls, name), original in saved.items():
+                setattr(cls, name, original)
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB (run on each worker by Client.run)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float, float, bool]]]:
+    """(chunk-task compute, sum compute, transfers) in seconds over all workers, and each task's
+    (start, duration, is_sum)."""
+    work = sums = transfer = 0.0
+    spans = []
+    for t in tasks:
+        is_sum = str(t["key"]).startswith(("add_results", "('add_results"))
+        for s in t["startstops"]:
+            d = s["stop"] - s["start"]
+            if s["action"] == "compute":
+                spans.append((s["start"], d, is_sum))
+                if is_sum:
+                    sums += d
+                else:
+                    work += d
+            elif s["action"] == "transfer":
+                transfer += d
+    return work, sums, transfer, spans
+
+
+def run_one(store: str, solver: str, n: int, out: str) -> dict:
+    """train() on n workers, with its breakdown; returns the seconds and the model's arrays."""
+    from distributed import get_task_stream
+
+    b = Breakdown()
+    shutil.rmtree(out, ignore_errors=True)
+    with b.installed():
+        original_start = Engine.start
+
+        stream = contextlib.ExitStack()
+
+        def start(engine):
+            original_start(engine)
+            if engine.client is not None:
+                b.stream = stream.enter_context(get_task_stream(engine.client))
+
+        original_close = Engine.close
+
+        def close(engine):
+            if engine.client is not None:
+                b.peak_rss = engine.client.run(_peak_rss_mib)
+            stream.close()  # TaskStream collects its records from the scheduler on exit
+            original_close(engine)
+
+        Engine.start, Engine.close = start, close  # type: ignore[method-assign]
+        try:
+            t0 = time.time()
+            train(store, solver, out, SETTINGS[solver], n_workers=n, progress=False)
+            wall = time.time() - t0
+        finally:
+            Engine.start, Engine.close = original_start, original_close  # type: ignore[method-assign]
+    tasks = b.stream.data if b.stream is not None else []
+    work, sums, transfer, spans = task_times(tasks)
+    s = dict(b.seconds)
+    per_pass = []
+    for lo, hi in b.passes:
+        inside = [(d, is_sum) for start, d, is_sum in spans if lo <= start <= hi]
+        compute = sum(d for d, _ in inside)
+        longest = max((d for d, is_sum in inside if not is_sum), default=0.0)
+        per_pass.append((hi - lo, compute, longest))
+    return {
+        "wall": wall,
+        "start": s.get("start", 0.0),
+        "checkpoint": s.get("checkpoint", 0.0),
+        "passes": s.get("passes", 0.0),
+        "n_passes": len(b.passes),
+        "work": work,
+        "sums": sums,
+        "transfer": transfer,
+        "n_tasks": len(tasks),
+        "driver": wall - s.get("start", 0.0) - s.get("checkpoint", 0.0) - s.get("passes", 0.0),
+        "per_pass": per_pass,
+        "peak_rss": max(b.peak_rss.values(), default=0.0),
+        "arrays": load_model(os.path.join(out, "model"))._arrays(),
+    }
+
+
+def predict(r: dict, n: int, workers: int) -> float:
+    """T(n) from run r (made on `workers` workers): serial parts as measured, each pass the larger
+    of compute / n and its longest task, plus its measured overhead."""
+    serial = r["start"] + r["checkpoint"] + r["driver"]
+    total = serial
+    for wall, compute, longest in r["per_pass"]:
+        overhead = max(wall - compute / workers, 0.0)
+        total += max(compute / n, longest) + overhead
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=49152)
+    ap.add_argument("--features", type=int, default=2**16)
+    ap.add_argument("--used", type=int, default=8192)
+    ap.add_argument("--row-nnz", type=int, default=50)
+    ap.add_argument("--classes", type=int, default=20)
+    ap.add_argument("--chunks", type=int, default=16)
+    ap.add_argument("--extreme-rows", type=int, default=10000)
+    ap.add_argument("--extreme-features", type=int, default=20000)
+    ap.add_argument("--extreme-classes", type=int, default=1000)
+    ap.add_argument("--extreme-row-nnz", type=int, default=30)
+    cores = os.cpu_count() or 1
+    default_workers = ",".join(str(1 << i) for i in range(cores.bit_length()) if 1 << i <= cores)
+    ap.add_argument("--workers", default=default_workers, help=f"comma-separated N (default {default_workers})")
+    ap.add_argument("--solvers", default="stagewise,bcd,ppdsparse")
+    ap.add_argument("--predict", type=int, default=16, help="the N to predict from the breakdown")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    workers = [int(w) for w in args.workers.split(",")]
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-scaleout-")
+    os.makedirs(work, exist_ok=True)
+
+    stores = {}
+    solvers = args.solvers.split(",")
+    if {"stagewise", "bcd"} & set(solvers):
+        path = os.path.join(work, "text.zarr")
+        shutil.rmtree(path, ignore_errors=True)
+        nnz = make_store(path, args.rows, args.features, args.used, args.row_nnz, args.classes, args.chunks, 0.5)
+        print(
+            f"text store: {args.rows} rows × {args.features} columns ({args.used} used), {nnz} non-zeros, "
+            f"{args.classes} classes, {args.chunks} chunks"
+        )
+        stores["stagewise"] = stores["bcd"] = path
+    if "ppdsparse" in solvers:
+        path = os.path.join(work, "extreme.zarr")
+        shutil.rmtree(path, ignore_errors=True)
+        nnz = make_store(
+            path,
+            args.extreme_rows,
+            args.extreme_features,
+            args.extreme_features,
+            args.extreme_row_nnz,
+            args.extreme_classes,
+            args.chunks,
+            0.1,
+        )
+        print(
+            f"extreme store: {args.extreme_rows} rows × {args.extreme_features} features, {nnz} non-zeros, "
+            f"K = {args.extreme_classes}, {args.chunks} chunks"
+        )
+        stores["ppdsparse"] = path
+
+    results: dict[str, dict[int, dict]] = {}
+    for solver in solvers:
+        # numba compiles each kernel on first use (tens of seconds, in every worker at once);
+        # a run in process fills the cache that the workers then load, so no timed run compiles
+        train(stores[solver], solver, os.path.join(work, "warm-up"), SETTINGS[solver], n_workers=0, progress=False)
+        shutil.rmtree(os.path.join(work, "warm-up"))
+        results[solver] = {}
+        for n in workers:
+            r = run_one(stores[solver], solver, n, os.path.join(work, f"run-{solver}-{n}"))
+            ref = results[solver][workers[0]]["arrays"] if results[solver] else r["arrays"]
+            r["identical"] = ref.keys() == r["arrays"].keys() and all(
+                np.array_equal(ref[k], r["arrays"][k]) for k in ref
+            )
+            results[solver][n] = r
+            print(f"  {solver} N={n}: {r['wall']:.1f} s, identical to N={workers[0]}: {r['identical']}", flush=True)
+
+    print()
+    print(
+        "| solver (settings) | " + " | ".join(f"N={n}" for n in workers) + f" | efficiency at {workers[-1]} | "
+        f"predicted N={args.predict} | identical |"
+    )
+    print("|---|" + "---|" * (len(workers) + 3))
+    for solver, rs in results.items():
+        t1, tn = rs[workers[0]]["wall"] * workers[0], rs[workers[-1]]["wall"]
+        settings = ", ".join(f"{k} {v}" for k, v in SETTINGS[solver].items()) or "defaults"
+        pred = predict(rs[workers[0]], args.predict, workers[0])
+        print(
+            f"| {solver} ({settings}) | "
+            + " | ".join(f"{rs[n]['wall']:.1f} s" for n in workers)
+            + f" | {t1 / (workers[-1] * tn):.2f} | {pred:.1f} s (efficiency {t1 / (args.predict * pred):.2f}) | "
+            f"{all(r['identical'] for r in rs.values())} |"
+        )
+    print()
+    print(
+        "| solver | N | wall | start+close | checkpoint | driver | passes (n) | task compute | sum compute | "
+        "transfers | overhead | tasks | peak RSS / worker MiB |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for solver, rs in results.items():
+        for n, r in rs.items():
+            overhead = r["passes"] - (r["work"] + r["sums"]) / n
+            print(
+                f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['checkpoint']:.2f} | {r['driver']:.2f} | "
+                f"{r['passes']:.2f} ({r['n_passes']}) | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
+                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} |"
+            )
+    if not args.workdir:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""A small text job end to end with the CLI, side by side with Vowpal Wabbit (issue 19).
+
+R8 (Reuters-21578, 8 classes, 5485 training documents) is not available offline, so the job is
+an R8-sized subset of 20 Newsgroups "bydate" (/work/shared/data/20newsgroups): the first
+`--groups` newsgroups in alphabetical order (10 by default: 5 650 training and 3 761 test
+documents), raw text one file per document. Both tools read the same documents:
+
+    streamfit: `streamfit ingest` train folder (hashed to 2^bits log-TF·IDF, l2-normalized)
+               -> `streamfit ingest --like` test folder -> `streamfit train` -> `streamfit evaluate`,
+               each a fresh CLI process, as a new user runs them (imports and engine start-up
+               included; the numba cache warm, as after a first run); and the same job as one
+               `streamfit run PIPELINE.yaml` (one process);
+    vw:        `--oaa K -b bits --passes 5 -c -k` on the training file, then `-t` on the test file,
+               each in a fresh Python process through the vowpalwabbit package (which ships no
+               `vw` executable); its input files (lowercased word tokens, `label | w1 w2 ...`)
+               are written from the folders before the clock starts, and that conversion is
+               timed separately.
+
+Prints one table row per tool (wall seconds of each step, total, test accuracy) and the
+ratios. Usage:
+
+    python tools/bench_small_jobs.py [--tarball PATH] [--groups 10] [--bits 18] [--passes 5]
+        [--solver ppdsparse] [-p KEY=VALUE ...] [--n-workers N] [--workdir DIR]
+
+Needs the `bench` extra (vowpalwabbit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+TARBALL = "/work/shared/data/20newsgroups/20news-bydate.tar.gz"
+WORD = re.compile(r"[a-z0-9]{2,}")
+
+
+def extract_subset(tarball: str, groups: int, root: str) -> list[str]:
+    """Extracts the first `groups` newsgroups (sorted) of both splits to root/{train,test}/<group>/;
+    returns the group names."""
+    with tarfile.open(tarball) as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and m.name.count("/") >= 2]
+        names = sorted({m.name.split("/")[-2] for m in members})[:groups]
+        for m in members:
+            split, group, doc = m.name.split("/")[-3:]
+            if group not in names:
+                continue
+            where = os.path.join(root, "train" if split.endswith("train") else "test", group)
+            os.makedirs(where, exist_ok=True)
+            with tar.extractfile(m) as src, open(os.path.join(where, doc), "wb") as dst:  # type: ignore[union-attr]
+                dst.write(src.read())
+    return names
+
+
+def write_vw(folder: str, groups: list[str], out: str) -> int:
+    """One VW line per document of folder/<group>/: `class | tokens` (class 1..K), the words of
+    two or more letters/digits, lowercased (streamfit's tokenizer keeps the same words), in a
+    fixed random order (VW learns online: documents sorted by class would defeat it)."""
+    lines = []
+    for k, group in enumerate(groups, start=1):
+        for doc in sorted(os.listdir(os.path.join(folder, group))):
+            with open(os.path.join(folder, group, doc), encoding="latin-1") as src:
+                words = WORD.findall(src.read().lower())
+            lines.append(f"{k} | {' '.join(words)}\n")
+    random.Random(0).shuffle(lines)
+    with open(out, "w") as f:
+        f.writelines(lines)
+    return len(lines)
+
+
+CPU = {"seconds": 0.0}  # user + system CPU seconds of the commands timed so far (load-independent-ish)
+
+
+def timed(cmd: list[str]) -> tuple[float, str]:
+    """Runs cmd; its wall seconds and stdout. Adds its CPU seconds to CPU["seconds"]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU["seconds"] += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return wall, out.stdout
+
+
+def with_cpu(run, *args) -> dict:
+    """run(*args)'s result with "cpu": the CPU seconds of its commands."""
+    start = CPU["seconds"]
+    result = run(*args)
+    return {**result, "cpu": CPU["seconds"] - start}
+
+
+VW_TRAIN = """
+import vowpalwabbit, sys
+vw = vowpalwabbit.Workspace(sys.argv[1])
+vw.run_parser()
+vw.finish()
+"""
+
+
+def run_vw(work: str, k: int, bits: int, passes: int) -> dict:
+    train_s, _ = timed(
+        [
+            sys.executable,
+            "-c",
+            VW_TRAIN,
+            f"--oaa {k} -b {bits} --passes {passes} -c -k --quiet -d {work}/train.vw "
+            f"--cache_file {work}/train.vw.cache -f {work}/model.vw",
+        ]
+    )
+    test_s, _ = timed(
+        [sys.executable, "-c", VW_TRAIN, f"-t -i {work}/model.vw --quiet -d {work}/test.vw -p {work}/pred.txt"]
+    )
+    with open(f"{work}/pred.txt") as f:
+        pred = [int(float(line.split()[0])) for line in f]
+    with open(f"{work}/test.vw") as f:
+        true = [int(line.split(" ", 1)[0]) for line in f]
+    accuracy = sum(p == t for p, t in zip(pred, true)) / len(true)
+    return {"ingest": 0.0, "train": train_s, "evaluate": test_s, "accuracy": accuracy}
+
+
+def run_streamfit(corpus: str, work: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
+    cli = [os.path.join(os.path.dirname(sys.executable), "streamfit")]  # the console script, as a user runs it
+    train_store, test_store = f"{work}/train.zarr", f"{work}/test.zarr"
+    hashing = ["--n-features", str(2**bits), "--value", "log1p", "--idf", "--l2-normalize", "--encoding", "latin-1"]
+    ingest_train, _ = timed([*cli, "ingest", f"{corpus}/train", *hashing, "--out", train_store, "--overwrite"])
+    ingest_test, _ = timed(
+        [
+            *cli,
+            "ingest",
+            f"{corpus}/test",
+            "--encoding",
+            "latin-1",
+            "--like",
+            train_store,
+            "--out",
+            test_store,
+            "--overwrite",
+        ]
+    )
+    engine = ["--n-workers", n_workers] if n_workers is not None else []
+    pp = [a for p in params for a in ("-p", p)]
+    train_s, _ = timed(
+        [*cli, "train", train_store, "--solver", solver, *pp, *engine, "--out", f"{work}/run", "--overwrite"]
+    )
+    eval_s, out = timed([*cli, "evaluate", f"{work}/run", test_store, "--json"])
+    with open(f"{work}/run/run.json") as f:
+        run = json.load(f)
+    return {
+        "ingest": ingest_train + ingest_test,
+        "train": train_s,
+        "evaluate": eval_s,
+        "accuracy": json.loads(out)["accuracy"],
+        "engine": run.get("engine"),
+    }
+
+
+PIPELINE = """ingest:
+  inputs: [{corpus}/train]
+  out: {work}/run-train.zarr
+  hashing: {{n_features: {n_features}, value: log1p}}
+  idf: true
+  l2_normalize: true
+  source_options: {{encoding: latin-1}}
+ingest_test:
+  inputs: [{corpus}/test]
+  out: {work}/run-test.zarr
+  source_options: {{encoding: latin-1}}
+train:
+  solver: {solver}
+  out: {work}/run-run
+  params: {{{params}}}
+{engine}evaluate: {{}}
+"""
+
+
+def run_pipeline(corpus: str, work: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
+    """The same job as one `streamfit run PIPELINE.yaml` (one process: imports paid once)."""
+    path = f"{work}/job.yaml"
+    with open(path, "w") as f:
+        f.write(
+            PIPELINE.format(
+                corpus=corpus,
+                work=work,
+                n_features=2**bits,
+                solver=solver,
+                params=", ".join(p.replace("=", ": ", 1) for p in params),
+                engine=f"  n_workers: {n_workers}\n" if n_workers is not None else "",
+            )
+        )
+    cli = os.path.join(os.path.dirname(sys.executable), "streamfit")
+    seconds, out = timed([cli, "-q", "run", path, "--overwrite"])
+    accuracy = float(re.search(r"accuracy=([0-9.]+)", out)[1])  # type: ignore[index]
+    return {"ingest": 0.0, "train": seconds, "evaluate": 0.0, "accuracy": accuracy}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tarball", default=TARBALL)
+    ap.add_argument("--groups", type=int, default=10, help="newsgroups in the subset (10: ~5650 training docs)")
+    ap.add_argument("--bits", type=int, default=18, help="hashing width 2^bits, both tools")
+    ap.add_argument("--passes", type=int, default=5, help="VW passes")
+    ap.add_argument("--solver", default="ppdsparse")
+    ap.add_argument("-p", "--param", dest="params", action="append", default=[], help="streamfit solver KEY=VALUE")
+    ap.add_argument("--n-workers", default=None, help="streamfit train --n-workers (default: unset, auto)")
+    ap.add_argument("--workdir", default=None, help="kept when given; a temporary folder otherwise")
+    args = ap.parse_args()
+
+    work = args.workdir or tempfile.mkdtemp(prefix="bench-small-")
+    os.makedirs(work, exist_ok=True)
+    corpus = os.path.join(work, "corpus")
+    shutil.rmtree(corpus, ignore_errors=True)
+    groups = extract_subset(args.tarball, args.groups, corpus)
+    t0 = time.perf_counter()
+    n_train = write_vw(f"{corpus}/train", groups, f"{work}/train.vw")
+    n_test = write_vw(f"{corpus}/test", groups, f"{work}/test.vw")
+    convert_s = time.perf_counter() - t0
+    print(
+        f"20 Newsgroups subset: {len(groups)} groups, {n_train} train / {n_test} test documents; 2^{args.bits} features"
+    )
+
+    # a first run fills numba's cache, as a user's first run does; the timed runs come after
+    run_streamfit(corpus, work, args.bits, args.solver, args.params, args.n_workers)
+    job = (corpus, work, args.bits, args.solver, args.params, args.n_workers)
+    ours, one = with_cpu(run_streamfit, *job), with_cpu(run_pipeline, *job)
+    vw = with_cpu(run_vw, work, len(groups), args.bits, args.passes)
+    vw_total = vw["train"] + vw["evaluate"]
+
+    print("| tool | ingest s | train s | evaluate s | total s | / vw | CPU s | / vw | test accuracy |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    solver = f"{args.solver} {' '.join(args.params)}".rstrip()
+    for name, r in (
+        (f"streamfit, 4 commands ({solver}, engine {ours['engine']})", ours),
+        (f"streamfit run, one process ({solver}; ingest+train+evaluate in 'train')", one),
+        (f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes}", vw),
+    ):
+        total = r["ingest"] + r["train"] + r["evaluate"]
+        print(
+            f"| {name} | {r['ingest']:.2f} | {r['train']:.2f} | {r['evaluate']:.2f} | {total:.2f} | "
+            f"{total / vw_total:.2f} | {r['cpu']:.2f} | {r['cpu'] / vw['cpu']:.2f} | {r['accuracy']:.4f} |"
+        )
+    print(f"vw's input conversion (not in its total): {convert_s:.2f} s")
+    if not args.workdir:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
