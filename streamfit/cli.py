@@ -246,6 +246,15 @@ _HASHING = "hashing_"  # the click parameter names of HashingConfig's fields sta
 def _source_flags(command):
     for name, text in reversed(_SOURCE_FLAGS.items()):
         command = click.option(f"--{name.replace('_', '-')}", name, default=None, help=text)(command)
+    command = click.option(
+        "--no-header",
+        "header",
+        is_flag=True,
+        flag_value=False,
+        default=None,
+        help="CSV/TSV: the file has no header row; --text-field and --label-field are then column numbers "
+        "counted from 0 (e.g. --label-field 0 --text-field 1).",
+    )(command)
     return click.option(
         "--zero-based", is_flag=True, default=None, help="LIBSVM: feature indices start at 0 (default: 1)."
     )(command)
@@ -304,13 +313,15 @@ def _parse_key_values(pairs, what: str) -> dict:
 def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     """Turn raw data into a chunked, checksummed store.
 
-    INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV, a folder (or .tar.gz)
-    with one sub-folder per class, Parquet, HDF5, or .npy/.npz. Text is hashed into
+    INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV (with or without a
+    header row; other names such as .txt.gz are recognised from their first lines), a folder (or
+    .tar.gz) with one sub-folder per class, Parquet, HDF5, or .npy/.npz. Text is hashed into
     --n-features columns; numeric indices are hashed too unless --no-hash.
 
     \b
     Examples:
       streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --value log1p --out news.zarr
+      streamfit ingest r8-train.txt.gz --no-header --label-field 0 --text-field 1 --out r8.zarr
       streamfit ingest test.svm --like train.zarr --out test.zarr
     """
     from streamfit.ingest.pipeline import ingest as run_ingest
@@ -330,7 +341,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
                 f"store: drop {', '.join(given)}"
             )
     hashing_values = {name[len(_HASHING) :]: values.pop(name) for name in list(values) if name.startswith(_HASHING)}
-    source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based"]}
+    source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based", "header"]}
     source_options = {k: v for k, v in source_options.items() if v is not None} | _parse_key_values(options, "--option")
     hashing = None
     if not no_hash:
