@@ -235,7 +235,8 @@ _SOURCE_FLAGS = {
     "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
-    "subset": "Folder corpus: the top-level folder to read, e.g. 20news-bydate-train.",
+    "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
+    "(ohsumed_single_23/training, or its last part: training).",
     "encoding": "Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].",
     "x_dataset": "HDF5/NPZ: the feature matrix dataset [default: X].",
     "y_dataset": "HDF5/NPZ: the label dataset [default: y].",
