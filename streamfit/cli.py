@@ -316,7 +316,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 
     INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV (with or without a
     header row; other names such as .txt.gz are recognised from their first lines), a folder (or
-    .tar.gz) with one sub-folder per class, Parquet, HDF5, or .npy/.npz. Text is hashed into
+    .tar.gz) with one sub-folder per class, ARFF (Weka/Mulan/Meka), Parquet, HDF5, or .npy/.npz. Text is hashed into
     --n-features columns; numeric indices are hashed too unless --no-hash.
 
     \b

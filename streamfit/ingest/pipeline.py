@@ -54,7 +54,7 @@ class IngestOptions:
 
     inputs: list[str] = option(help="source files or folders", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
-    format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"] | None = option(
+    format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy", "arff"] | None = option(
         None, "Input format", default_text="inferred from the file name"
     )
     backend: Literal["zarr", "parquet"] | None = option(

@@ -26,6 +26,7 @@ from pydantic import TypeAdapter, ValidationError
 from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path, split_fields
+from streamfit.ingest.sources.arff import ArffSource
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import TAR_SUFFIXES, FolderSource
@@ -58,6 +59,7 @@ FORMATS = {
     "parquet": ParquetSource,
     "hdf5": Hdf5Source,
     "numpy": NumpySource,
+    "arff": ArffSource,
 }
 
 # Extensions that may also carry .gz/.bz2/.xz, and those that may not.
@@ -69,6 +71,7 @@ _STREAM_EXTENSIONS = {
     ".ndjson": "jsonl",
     ".csv": "csv",
     ".tsv": "tsv",
+    ".arff": "arff",
 }
 _FILE_EXTENSIONS = {".parquet": "parquet", ".h5": "hdf5", ".hdf5": "hdf5", ".npy": "numpy", ".npz": "numpy"}
 

@@ -195,7 +195,6 @@ class CsvSource:
         text_columns = [position("--text-field", f) for f in self.fields]
         return text_columns, None if self.label_field is None else position("--label-field", self.label_field)
 
-
     def _positions(self) -> tuple[list[int], int | None]:
         """header=False: the text and label columns as numbers counted from 0."""
 
