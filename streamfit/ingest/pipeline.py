@@ -273,13 +273,11 @@ class _Pass1:
         X = self.featurizer.raw_rows(batch)
         labels, unknown = self.vocab.encode(batch.labels, self.multilabel)
         keep = np.ones(X.shape[0], dtype=bool)
+        if unknown:
+            problem, hint = self._unknown_labels(batch, unknown)
         for r in unknown:
             keep[r] = False
-            self.policy.bad(
-                batch.locations[r],
-                f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} classes of the training store",
-                hint="ingest it with the training data, or skip it with --on-bad-record skip",
-            )
+            self.policy.bad(batch.locations[r], problem(r), hint=hint)
         # kept (--no-hash) indices become store columns: refuse those beyond the width, or beyond
         # the int32 columns a store holds when the width is the data's
         row_max = _row_max_index(X)
@@ -316,6 +314,42 @@ class _Pass1:
             self._writer().write_rows(X, labels)
             if self.o.test_size:
                 self.strata.append(_first_class(labels))
+
+
+    def _unknown_labels(self, batch, unknown: list[int]):
+        """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
+        unknown labels, every unknown label of the batch, and the --classes that would hold them."""
+        known = self.vocab.index
+
+        def missing(r: int) -> list[str]:
+            labels = batch.labels[r] if isinstance(batch.labels[r], (list, tuple)) else [batch.labels[r]]
+            return [str(label) for label in labels if str(label) not in known]
+
+        in_batch = list(dict.fromkeys(label for r in unknown for label in missing(r)))
+        classes = self.vocab.classes
+
+        def problem(r: int) -> str:
+            text = (
+                f"label(s) {_listed(missing(r))} not among the {len(classes)} classes of the training store "
+                f"({_listed(classes)})"
+            )
+            if len(in_batch) > len(missing(r)):
+                text += f"; unknown labels in the records read with it: {_listed(in_batch)}"
+            return text
+
+        every = classes + in_batch
+        listing = ",".join(every) if len(every) <= 20 else "LIST (the training store's classes and these)"
+        hint = (
+            f"declare every class when ingesting the training data, --classes {listing}, and train again; "
+            "--on-bad-record skip would drop these documents and bias the score"
+        )
+        return problem, hint
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    """'a', 'b', … as an error message lists names: at most `most` of them."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f", … ({len(names)} in all)" if len(names) > most else "")
 
 
 def _first_class(labels) -> np.ndarray:

@@ -114,8 +114,13 @@ def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
     cfg = HashingConfig(n_features=2**10)
     ingest(IngestOptions([train], str(tmp_path / "tr"), hashing=cfg, idf=True, progress=False))
     test = _jsonl(tmp_path, [("a dog", "animals"), ("rates fell", "finance"), ("a new topic", "sports")], "t.jsonl")
-    with pytest.raises(InputError, match=r"t.jsonl:3: label 'sports' is not one of the 2 classes"):
+    with pytest.raises(InputError) as e:
         ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    # the unknown label named, and the fix on the training ingest (issue 20, item 7)
+    assert "t.jsonl:3: label(s) 'sports' not among the 2 classes of the training store ('animals', 'finance')" in str(
+        e.value
+    )
+    assert "--classes animals,finance,sports" in e.value.hint
     assert not os.path.exists(tmp_path / "te") and not os.path.exists(tmp_path / "te.partial")
     report = ingest(
         IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), on_bad_record="skip", progress=False)
