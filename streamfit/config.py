@@ -13,8 +13,10 @@ and HashingConfig in streamfit.ingest; `train_options` is the command line's pre
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,14 +216,38 @@ def _load_yaml(path: str) -> dict:
 
 
 def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
+    """cls(**data); a validation error is one ConfigError line naming the file and each bad key,
+    with the closest known key for an unknown one ("did you mean")."""
     try:
         return cls(**data)
     except ValidationError as e:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
-            problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
+            if err["type"] == "extra_forbidden":
+                problems.append(f"key '{key}': {_unknown_key(cls, err['loc'])}")
+            elif err["type"] in ("model_type", "dict_type"):
+                problems.append(f"key '{key}': expected a mapping of keys (key: value), got {err['input']!r}")
+            else:
+                problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
         raise ConfigError(f"{path}: " + "; ".join(problems)) from None
+
+
+def _unknown_key(cls: type[BaseModel], loc: tuple) -> str:
+    """'unknown key (did you mean X?); known here: ...' for the unknown key at `loc` in `cls`."""
+    section: Any = cls
+    for part in loc[:-1]:  # the sections down to the one holding the key
+        fields = getattr(section, "model_fields", None)
+        if not fields or part not in fields:
+            return "unknown key"
+        kinds = [section.model_fields[part].annotation]
+        kinds += list(typing.get_args(kinds[0]))
+        section = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if section is None:
+            return "unknown key"
+    known = list(section.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return "unknown key" + (f" (did you mean {close[0]}?)" if close else "") + f"; known here: {', '.join(known)}"
 
 
 def load_pipeline(path: str) -> PipelineConfig:
@@ -257,6 +283,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         cfg.ingest_test = _built(IngestOptions, path, "ingest_test", **values, like=cfg.ingest.out)
     if sections["train"]:
         values = sections["train"]
+        _check_solver(values["solver"], path, "train.solver")
         _check_params(values["solver"], values["params"], path, "train.params")
         store = resolve_optional(values.pop("store")) or (cfg.ingest.out if cfg.ingest else None)
         if store is None:
@@ -283,6 +310,18 @@ def _built(cls, path: str, section: str, **values):
         raise ConfigError(f"{path}: section '{section}': {e}") from None
 
 
+def _check_solver(solver: str, path: str, key: str) -> None:
+    """ConfigError naming the key, with the closest solver name, for an unknown solver."""
+    from streamfit.solvers import SOLVERS
+
+    if solver not in SOLVERS:
+        close = difflib.get_close_matches(solver, list(SOLVERS), n=1)
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{path}: key '{key}': unknown solver {solver!r}{guess}; available: {', '.join(sorted(SOLVERS))}"
+        )
+
+
 def _check_params(solver: str, params: dict, path: str, key: str) -> None:
     """The solver's parameters validated when the file is read, before any step runs (a pipeline
     would otherwise ingest first and fail only at its train step)."""
@@ -299,5 +338,6 @@ def load_train_config(path: str) -> BaseModel:
     cfg = _validate(TrainConfig, _load_yaml(path), path)
     values = cfg.model_dump()
     if values["solver"] is not None:
+        _check_solver(values["solver"], path, "solver")
         _check_params(values["solver"], values["params"] or {}, path, "params")
     return cfg

@@ -102,3 +102,29 @@ def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):
         load_pipeline(str(pipeline))
     pipeline.write_text("ingest: {inputs: [d.jsonl], out: s.zarr, no_hash: true, hashing: {n_features: 1000}}\n")
     assert load_pipeline(str(pipeline)).ingest.hashing is None  # no_hash: the hashing section is not checked
+
+
+def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path):
+    """Misspelled keys at each level, a section that is not a mapping, an unknown solver or
+    source option: one ConfigError line naming the key, with the closest known name (issue 20, item 10)."""
+    pipeline = tmp_path / "p.yaml"
+    cases = {
+        "ingest: {inputs: [d.jsonl], out: s.zarr, chunk_row: 5, hashing: {n_feature: 1024}}\ntrian: {}\n": [
+            "key 'ingest.hashing.n_feature': unknown key (did you mean n_features?)",
+            "key 'ingest.chunk_row': unknown key (did you mean chunk_rows?)",
+            "key 'trian': unknown key (did you mean train?); known here: ingest, ingest_test, train, evaluate",
+        ],
+        "ingest: 5\n": ["key 'ingest': expected a mapping of keys (key: value), got 5"],
+        "train: {solver: bdc, out: r, store: s}\n": ["key 'train.solver': unknown solver 'bdc' (did you mean bcd?)"],
+        "ingest: {inputs: [d.jsonl], out: s, source_options: {text_feld: x}}\n": [
+            "unknown source option(s) text_feld (did you mean text_field?)"
+        ],
+        "evaluate: {stor: t}\n": ["key 'evaluate.stor': unknown key (did you mean store?)"],
+    }
+    for text, expected in cases.items():
+        pipeline.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_pipeline(str(pipeline))
+        assert "\n" not in str(e.value) and str(e.value).startswith(f"{pipeline}: ")
+        for part in expected:
+            assert part in str(e.value)

@@ -315,7 +315,6 @@ class _Pass1:
             if self.o.test_size:
                 self.strata.append(_first_class(labels))
 
-
     def _unknown_labels(self, batch, unknown: list[int]):
         """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
         unknown labels, every unknown label of the batch, and the --classes that would hold them."""

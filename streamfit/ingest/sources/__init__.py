@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import difflib
 import inspect
 import logging
 import os
@@ -117,8 +118,10 @@ def check_options(options: dict) -> None:
     names no empty field."""
     unknown = sorted(set(options) - _ALL_OPTIONS)
     if unknown:
+        close = [difflib.get_close_matches(name, sorted(_ALL_OPTIONS), n=1) for name in unknown]
+        guesses = [f"{name} (did you mean {c[0]}?)" if c else name for name, c in zip(unknown, close)]
         raise ConfigError(
-            f"unknown source option(s) {', '.join(unknown)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
+            f"unknown source option(s) {', '.join(guesses)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
         )
     for name, value in options.items():
         kind = _OPTION_TYPES[name]
