@@ -103,7 +103,9 @@ def main(ctx, verbose, quiet):
     )
     # what is about to be trained, and how big its dense weights would be
     logging.getLogger("streamfit.train").setLevel(logging.INFO)
-    ctx.obj = {"progress": sys.stderr.isatty() or verbose, "verbose": verbose}
+    ctx.obj = {"progress": sys.stderr.isatty(), "verbose": False}
+    if verbose:
+        _be_verbose(ctx.obj)
     if quiet:
         _be_quiet(ctx.obj)
 
@@ -127,6 +129,29 @@ def _quiet_option(command):
         expose_value=False,
         callback=callback,
         help="No progress bars; only results and errors.",
+    )(command)
+
+
+def _be_verbose(obj: dict) -> None:
+    logging.getLogger().setLevel(logging.INFO)
+    obj["verbose"] = True
+    obj["progress"] = True
+
+
+def _verbose_option(command):
+    """-v/--verbose after the subcommand as well as before it."""
+
+    def callback(ctx, _param, value):
+        if value:
+            _be_verbose(ctx.obj)
+
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        callback=callback,
+        help="Log more detail (engine, checkpoints).",
     )(command)
 
 
@@ -288,6 +313,7 @@ def _parse_key_values(pairs, what: str) -> dict:
 
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
@@ -373,6 +399,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 # ------------------------------------------------------------------------------------- transpose
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--block-features",
@@ -398,6 +425,7 @@ def transpose(ctx, store, block_features):
 # --------------------------------------------------------------------------------------- inspect
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--verify",
@@ -519,6 +547,7 @@ def _param_help() -> str:
 
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl."
@@ -588,6 +617,7 @@ def _list_solvers(ctx, value):
 # -------------------------------------------------------------------------------------- evaluate
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -607,6 +637,7 @@ def evaluate(ctx, run_dir, store, as_json):
 # --------------------------------------------------------------------------------------- predict
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
@@ -643,6 +674,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 # ------------------------------------------------------------------------------------------- run
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")

@@ -53,12 +53,22 @@ def test_each_preset_lists_every_parameter_of_its_solver_with_its_default(preset
     """configs/*.yaml say "every option with its default": a parameter added to a solver's Params
     and not to its preset (or one removed or renamed) fails here, as does a default changed on
     one side only."""
+    import dataclasses
+
+    import yaml
+
+    from streamfit.config import TrainConfig, TrainOptions
     from streamfit.solvers import get_solver
 
     cfg = load_train_config(preset)  # the train-config schema, and the solver's Params
     defaults = {name: f.default for name, f in get_solver(cfg.solver).Params.model_fields.items()}
     assert cfg.params == defaults
     assert os.path.basename(preset) == f"{cfg.solver}.yaml"
+    # every other option of `train --config` too, each with TrainOptions' default (issue 20, item 12)
+    with open(preset) as f:
+        assert set(yaml.safe_load(f)) == set(TrainConfig.model_fields)
+    engine = {f.name: f.default for f in dataclasses.fields(TrainOptions) if f.name not in ("solver", "params")}
+    assert {name: getattr(cfg, name) for name in engine} == engine
 
 
 def test_there_is_a_preset_for_every_solver():

@@ -36,8 +36,10 @@ def test_sparse_multilabel(read, data_dir, how):
 def test_dense_meka_header_and_first_labels(read, tmp_path):
     """Meka's `-C 2` in the relation name: the first two attributes are the labels."""
     path = tmp_path / "meka.arff"
-    path.write_text("@relation 'scene: -C 2'\n@attribute a {0,1}\n@attribute b {0,1}\n@attribute x numeric\n"
-                    "@data\n1,0,0.25\n0,0,3\n")
+    path.write_text(
+        "@relation 'scene: -C 2'\n@attribute a {0,1}\n@attribute b {0,1}\n@attribute x numeric\n"
+        "@data\n1,0,0.25\n0,0,3\n"
+    )
     batches = read.batches(open_source(str(path), policy=BadRecordPolicy()))
     np.testing.assert_array_equal(dense(batches), [[0.25], [3]])
     assert read.labels(batches) == [["a"], []]

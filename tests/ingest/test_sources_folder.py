@@ -421,5 +421,10 @@ def test_a_subset_matching_two_folders_is_refused(tmp_path):
     with pytest.raises(InputError, match="matches several folders: ohsumed_single_23/training, other/training"):
         open_source(make_tree(tmp_path / "o", files), policy=BadRecordPolicy(), subset="training")
     with pytest.raises(InputError, match="matches both other/training and ohsumed_single_23/training"):
-        list(open_source(make_tar(tmp_path / "o.tar", {"other/training/C01/0005": "x", **OHSUMED}, "w"),
-                         policy=BadRecordPolicy(), subset="training"))
+        list(
+            open_source(
+                make_tar(tmp_path / "o.tar", {"other/training/C01/0005": "x", **OHSUMED}, "w"),
+                policy=BadRecordPolicy(),
+                subset="training",
+            )
+        )
