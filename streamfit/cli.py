@@ -259,6 +259,8 @@ _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
     "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
+    "id_field": "CSV/TSV/JSONL: a field or column whose value `predict` writes beside each prediction "
+    "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
     "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
     "(ohsumed_single_23/training, or its last part: training).",
@@ -649,9 +651,15 @@ def evaluate(ctx, run_dir, store, as_json):
     help="How many classes per row, best first (at most the number of classes).",
 )
 @click.option("--format", "fmt", default=None, help="Format of SOURCE when it is raw data (as for ingest).")
+@click.option(
+    "--id-field",
+    default=None,
+    help="CSV/TSV/JSONL: the field or column written beside each prediction as `id` [default: the training "
+    "store's --id-field, if any].",
+)
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, options):
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them). Labels in raw data are not needed (and not read)."""
@@ -664,7 +672,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
         out,
         top_k=top_k,
         fmt=fmt,
-        options=_parse_key_values(options, "--option"),
+        options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
         progress=_progress(ctx),
         model_dir=run_dir,
     )

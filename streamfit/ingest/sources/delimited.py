@@ -3,7 +3,9 @@
 The first row names the columns, and text_field/label_field name them; with header=False
 (`--no-header`) there is no such row and text_field/label_field are column numbers counted
 from 0 ("--label-field 0 --text-field 1" for R8's `label<TAB>text` lines).
-text_field may name several columns ("title,body", or "1,2" without a header). Labels are kept as written; with
+text_field may name several columns ("title,body", or "1,2" without a header). id_field names a
+column (or number) whose value each record carries as its id (TextBatch.ids), what
+`streamfit predict` writes beside each prediction. Labels are kept as written; with
 label_separator (e.g. "|") the source is multilabel and a label cell is split on it, pieces
 stripped of spaces and empty pieces dropped; label_field=None reads no labels (every label is
 None, as `streamfit predict` reads unlabeled rows). A missing column is an InputError at the header;
@@ -61,11 +63,13 @@ class CsvSource:
         label_separator: str | None = None,
         encoding: str = "utf-8",
         header: bool = True,
+        id_field: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
         self.header = header
+        self.id_field = id_field
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.fields = split_fields("text_field", text_field)
@@ -91,13 +95,13 @@ class CsvSource:
                 header = self._next(reader)
                 if header is None:
                     return
-                text_columns, label_column = self._columns(header)
+                text_columns, label_column, id_column = self._columns(header)
                 n_cells = len(header)
             else:
-                text_columns, label_column = self._positions()
+                text_columns, label_column, id_column = self._positions()
                 n_cells = None  # the first row's, which every row must have
-            needed_column = max(text_columns + [label_column or 0])  # counted from 0
-            batcher = TextBatcher(self.fields)
+            needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
+            batcher = TextBatcher(self.fields, with_ids=id_column is not None)
             previous_line = reader.line_num
             self._record_lines.clear()
             while (row := self._next(reader)) is not None:
@@ -135,7 +139,9 @@ class CsvSource:
                     elif not label:
                         self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
                         continue
-                batcher.add([row[c] for c in text_columns], label, location)
+                batcher.add(
+                    [row[c] for c in text_columns], label, location, None if id_column is None else row[id_column]
+                )
                 if len(batcher) == self.batch_size:
                     yield batcher.take()
             if len(batcher):
@@ -178,8 +184,9 @@ class CsvSource:
         except csv.Error as e:
             raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
 
-    def _columns(self, header: list[str]) -> tuple[list[int], int | None]:
-        """Positions of the text columns, and of the label column (None without label_field)."""
+    def _columns(self, header: list[str]) -> tuple[list[int], int | None, int | None]:
+        """Positions of the text columns, of the label column (None without label_field) and of
+        the id column (None without id_field)."""
         present = ", ".join(map(repr, header))
 
         def position(option: str, name: str) -> int:
@@ -193,10 +200,14 @@ class CsvSource:
             return header.index(name)
 
         text_columns = [position("--text-field", f) for f in self.fields]
-        return text_columns, None if self.label_field is None else position("--label-field", self.label_field)
+        return (
+            text_columns,
+            None if self.label_field is None else position("--label-field", self.label_field),
+            None if self.id_field is None else position("--id-field", self.id_field),
+        )
 
-    def _positions(self) -> tuple[list[int], int | None]:
-        """header=False: the text and label columns as numbers counted from 0."""
+    def _positions(self) -> tuple[list[int], int | None, int | None]:
+        """header=False: the text, label and id columns as numbers counted from 0."""
 
         def position(option: str, name: str) -> int:
             if not name.isdigit():
@@ -208,7 +219,11 @@ class CsvSource:
             return int(name)
 
         text_columns = [position("--text-field", f) for f in self.fields]
-        return text_columns, None if self.label_field is None else position("--label-field", self.label_field)
+        return (
+            text_columns,
+            None if self.label_field is None else position("--label-field", self.label_field),
+            None if self.id_field is None else position("--id-field", self.id_field),
+        )
 
 
 class TsvSource(CsvSource):
