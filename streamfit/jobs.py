@@ -1,14 +1,17 @@
 """`streamfit run PIPELINE.yaml`: the sections of a pipeline file run in order as one job,
-ingest -> ingest_test -> train -> evaluate (streamfit.config describes the file)."""
+ingest -> ingest_test -> train -> evaluate -> predict (streamfit.config describes the file).
+evaluate's results are also written to RUN_DIR/evaluation.json ({"store", "metrics"})."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from streamfit.config import PipelineConfig, train_options
+from streamfit.config import EVALUATION_FILE, PipelineConfig, train_options
+from streamfit.errors import output_error
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
@@ -23,6 +26,7 @@ class PipelineResult:
     ingest_test: IngestReport | None = None
     model: Model | None = None
     evaluation: dict | None = None  # streamfit.metrics.evaluate's result
+    predictions: int | None = None  # rows written by the predict section
 
 
 def _stored(path: str) -> bool:
@@ -94,8 +98,40 @@ def run_pipeline(
         result.evaluation = evaluate(
             load_model(config.evaluate.run_dir), open_store(config.evaluate.store), progress=progress
         )
-        say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()))
+        written = write_evaluation(config.evaluate.run_dir, config.evaluate.store, result.evaluation)
+        say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()) + f" ({written})")
+    if config.predict:
+        from streamfit.model import load_model
+        from streamfit.predict import predict_to_file
+
+        job = config.predict
+        result.predictions = predict_to_file(
+            load_model(job.run_dir),
+            job.source,
+            job.out,
+            top_k=job.top_k,
+            fmt=job.format,
+            options=job.options,
+            progress=progress,
+            model_dir=os.path.join(job.run_dir, "model"),  # the run directory itself holds the predictions
+        )
+        say(f"predict: {result.predictions} rows written to {job.out}")
     return result
+
+
+def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:
+    """RUN_DIR/evaluation.json = {"store": the scored store, "metrics": evaluate's result}, written
+    atomically (a .partial file renamed); returns its path."""
+    path = os.path.join(run_dir, EVALUATION_FILE)
+    tmp = path + ".partial"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"store": store, "metrics": metrics}, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except OSError as e:
+        raise output_error(path, e) from e
+    return path
 
 
 def format_metric(value) -> str:
