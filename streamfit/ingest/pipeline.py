@@ -20,7 +20,7 @@ import io
 import logging
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -70,8 +70,17 @@ class IngestOptions:
     n_features: int | None = option(
         None, "with no_hash: a fixed width, at most 2**31 - 1 (default: largest index + 1)", flag="", ge=1
     )
-    idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
-    l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
+    idf: bool | None = option(
+        None,
+        "Weight features by IDF counted on the training rows (a second pass) [default: on for text inputs, off "
+        "for numeric ones]",
+        flag="--idf/--no-idf",
+    )
+    l2_normalize: bool | None = option(
+        None,
+        "Scale every row to unit Euclidean norm [default: on for text inputs, off for numeric ones]",
+        flag="--l2-normalize/--no-l2-normalize",
+    )
     like: str | None = option(
         None,
         "Ingest test data like this training store: same hashing, IDF, width, classes "
@@ -439,6 +448,8 @@ def ingest(o: IngestOptions) -> IngestReport:
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
+    # the --like store decides the transform; otherwise an unset idf / l2_normalize is on for text
+    o = replace(o, idf=False, l2_normalize=False) if like is not None else _text_defaults(o)
     # test data is stored like its training store unless told otherwise
     backend, chunk_rows = (
         (like.manifest.backend, like.manifest.chunk_rows) if like is not None else ("zarr", DEFAULT_CHUNK_ROWS)
@@ -520,6 +531,39 @@ def ingest(o: IngestOptions) -> IngestReport:
     if o.csc_block_features:
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _text_defaults(o: IngestOptions) -> IngestOptions:
+    """o with idf and l2_normalize decided where unset (None): on when every input is text (with
+    HashingConfig's default log1p term values: the log-TF-IDF, unit-norm rows that text
+    classifiers do best on), off for numeric inputs. The kind of an input is its format's
+    (inferred from the name or first lines as ingest infers it); Parquet and NumPy inputs, whose
+    kind depends on their columns, are opened to see it."""
+    if o.idf is not None and o.l2_normalize is not None:
+        return o
+    from streamfit.ingest.sources import FORMATS, BadRecordPolicy, infer_format, open_source, sniff_format
+
+    kinds = set()
+    for path in o.inputs:
+        name = o.format or infer_format(path) or sniff_format(path)
+        kind = getattr(FORMATS.get(name or ""), "kind", None)
+        if kind is None:  # decided by the file's contents (or an unknown format: the same error as pass 1)
+            kind = open_source(path, o.format, policy=BadRecordPolicy(), **o.source_options).kind
+        kinds.add(kind)
+    text = kinds == {"text"}
+    decided = replace(
+        o,
+        idf=text if o.idf is None else o.idf,
+        l2_normalize=text if o.l2_normalize is None else o.l2_normalize,
+    )
+    if text and (o.idf is None or o.l2_normalize is None):
+        log.info(
+            "text input: IDF %s, l2-normalized rows %s (the text defaults; --no-idf, --no-l2-normalize and "
+            "--value count turn them off)",
+            "on" if decided.idf else "off",
+            "on" if decided.l2_normalize else "off",
+        )
+    return decided
 
 
 def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:
