@@ -138,3 +138,11 @@ def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path
         assert "\n" not in str(e.value) and str(e.value).startswith(f"{pipeline}: ")
         for part in expected:
             assert part in str(e.value)
+
+
+def test_the_walkthrough_pipeline_loads_with_its_predict_section():
+    cfg = load_pipeline(os.path.join(os.path.dirname(CONFIGS), "pipelines", "walkthrough.yaml"))
+    data = os.path.join(os.path.dirname(CONFIGS), "tests", "data", "walkthrough")
+    assert cfg.ingest.inputs == [os.path.join(data, "news-train.txt.gz")]
+    assert cfg.ingest.source_options == {"header": False, "label_field": "0", "id_field": "1", "text_field": "2"}
+    assert (cfg.predict.source, cfg.predict.run_dir) == (os.path.join(data, "news-test.txt.gz"), cfg.train.out)
