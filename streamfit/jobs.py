@@ -104,18 +104,18 @@ def run_pipeline(
         from streamfit.model import load_model
         from streamfit.predict import predict_to_file
 
-        job = config.predict
+        scoring = config.predict
         result.predictions = predict_to_file(
-            load_model(job.run_dir),
-            job.source,
-            job.out,
-            top_k=job.top_k,
-            fmt=job.format,
-            options=job.options,
+            load_model(scoring.run_dir),
+            scoring.source,
+            scoring.out,
+            top_k=scoring.top_k,
+            fmt=scoring.format,
+            options=scoring.options,
             progress=progress,
-            model_dir=os.path.join(job.run_dir, "model"),  # the run directory itself holds the predictions
+            model_dir=os.path.join(scoring.run_dir, "model"),  # the run directory itself holds the predictions
         )
-        say(f"predict: {result.predictions} rows written to {job.out}")
+        say(f"predict: {result.predictions} rows written to {scoring.out}")
     return result
 
 

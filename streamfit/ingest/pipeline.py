@@ -465,7 +465,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         vocab = LabelVocabulary(like.classes, frozen=True)
         multilabel = like.multilabel
     else:
-        featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=o.l2_normalize and not o.idf)
+        featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
         multilabel = None
     two_pass = bool(o.test_size) or (o.idf and like is None)
@@ -647,7 +647,7 @@ def _pass2(
             counts = np.bincount(train_rows.indices)  # as long as the chunk's largest column + 1
             df[: counts.size] += counts
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
-    featurizer.l2_normalize = o.l2_normalize
+    featurizer.l2_normalize = bool(o.l2_normalize)
     outputs = [(out, ~test_mask)] + ([(os.path.abspath(o.test_out), test_mask)] if o.test_size and o.test_out else [])
     writers = [
         layout.writer(path, stage.multilabel, overwrite=o.overwrite or (finish_pair and path != out))

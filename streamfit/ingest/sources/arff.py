@@ -60,7 +60,9 @@ _LABELS_HINT = (
 
 def _split(text: str, sep: str = ",") -> list[str]:
     """`text` split at `sep` outside ' or " quotes; pieces stripped, quotes removed."""
-    out, cur, quote = [], [], None
+    out: list[str] = []
+    cur: list[str] = []
+    quote: str | None = None
     i = 0
     while i < len(text):
         ch = text[i]
@@ -162,7 +164,7 @@ class ArffSource:
 
     def _label_names(self) -> set[str]:
         try:
-            root = ET.parse(self.labels_xml).getroot()
+            root = ET.parse(str(self.labels_xml)).getroot()
         except (OSError, ET.ParseError) as e:
             raise InputError(str(self.labels_xml), f"cannot read the label XML ({e})") from None
         names = {el.get("name") for el in root.iter() if el.tag.rsplit("}", 1)[-1] == "label"}
