@@ -7,6 +7,8 @@ import json
 import lzma
 import os
 import tracemalloc
+import types
+import typing
 
 import pytest
 from hypothesis import given, settings
@@ -286,7 +288,7 @@ def test_every_format_option_value_is_taken_or_one_config_error_line(name, value
     """check_options, the one check of format options: a value of the reader's declared type that
     a reader can use passes; anything else is a ConfigError naming the option, on one line."""
     kind = src._OPTION_TYPES[name]
-    accepted = (str, type(None)) if kind == str | None else (bool, type(None)) if kind == bool | None else (kind,)
+    accepted = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
     usable = type(value) in accepted and value != ""
     try:
         src.check_options({name: value})
