@@ -129,7 +129,9 @@ def main(ctx, verbose, quiet, log_file, log_format):
     # progress lines, a pipeline's finished sections
     for name in _DEFAULT_INFO:
         logging.getLogger(name).setLevel(logging.INFO)
-    ctx.obj = {"progress": sys.stderr.isatty() or verbose, "verbose": verbose, "quiet": False}
+    ctx.obj = {"progress": sys.stderr.isatty(), "verbose": False, "quiet": False}
+    if verbose:
+        _be_verbose(ctx.obj)
     if quiet:
         _be_quiet(ctx.obj)
 
@@ -160,6 +162,29 @@ def _quiet_option(command):
         expose_value=False,
         callback=callback,
         help="No progress bars; only results and errors.",
+    )(command)
+
+
+def _be_verbose(obj: dict) -> None:
+    logging.getLogger().setLevel(logging.INFO)
+    obj["verbose"] = True
+    obj["progress"] = True
+
+
+def _verbose_option(command):
+    """-v/--verbose after the subcommand as well as before it."""
+
+    def callback(ctx, _param, value):
+        if value:
+            _be_verbose(ctx.obj)
+
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        callback=callback,
+        help="Log more detail (engine, checkpoints).",
     )(command)
 
 
@@ -273,8 +298,11 @@ _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
     "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
+    "id_field": "CSV/TSV/JSONL: a field or column whose value `predict` writes beside each prediction "
+    "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
-    "subset": "Folder corpus: the top-level folder to read, e.g. 20news-bydate-train.",
+    "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
+    "(ohsumed_single_23/training, or its last part: training).",
     "encoding": "Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].",
     "x_dataset": "HDF5/NPZ: the feature matrix dataset [default: X].",
     "y_dataset": "HDF5/NPZ: the label dataset [default: y].",
@@ -285,6 +313,15 @@ _HASHING = "hashing_"  # the click parameter names of HashingConfig's fields sta
 def _source_flags(command):
     for name, text in reversed(_SOURCE_FLAGS.items()):
         command = click.option(f"--{name.replace('_', '-')}", name, default=None, help=text)(command)
+    command = click.option(
+        "--no-header",
+        "header",
+        is_flag=True,
+        flag_value=False,
+        default=None,
+        help="CSV/TSV: the file has no header row; --text-field and --label-field are then column numbers "
+        "counted from 0 (e.g. --label-field 0 --text-field 1).",
+    )(command)
     return click.option(
         "--zero-based", is_flag=True, default=None, help="LIBSVM: feature indices start at 0 (default: 1)."
     )(command)
@@ -317,6 +354,7 @@ def _parse_key_values(pairs, what: str) -> dict:
 
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
@@ -343,13 +381,18 @@ def _parse_key_values(pairs, what: str) -> dict:
 def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     """Turn raw data into a chunked, checksummed store.
 
-    INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV, a folder (or .tar.gz)
-    with one sub-folder per class, Parquet, HDF5, or .npy/.npz. Text is hashed into
-    --n-features columns; numeric indices are hashed too unless --no-hash.
+    INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV (with or without a
+    header row; other names such as .txt.gz are recognised from their first lines), a folder (or
+    .tar.gz) with one sub-folder per class, ARFF (Weka/Mulan/Meka), Parquet, HDF5, or .npy/.npz. Text is hashed into
+    --n-features columns; numeric indices are hashed too unless --no-hash. Text gets the recipe
+    text classifiers do best on by default: log(1 + count) term values, IDF weights and rows of
+    unit norm (--value count --no-idf --no-l2-normalize for raw counts); numeric features keep
+    their values.
 
     \b
     Examples:
-      streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --value log1p --out news.zarr
+      streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --out news.zarr
+      streamfit ingest r8-train.txt.gz --no-header --label-field 0 --text-field 1 --out r8.zarr
       streamfit ingest test.svm --like train.zarr --out test.zarr
     """
     from streamfit.ingest.pipeline import ingest as run_ingest
@@ -369,7 +412,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
                 f"store: drop {', '.join(given)}"
             )
     hashing_values = {name[len(_HASHING) :]: values.pop(name) for name in list(values) if name.startswith(_HASHING)}
-    source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based"]}
+    source_options = {name: values.pop(name) for name in [*_SOURCE_FLAGS, "zero_based", "header"]}
     source_options = {k: v for k, v in source_options.items() if v is not None} | _parse_key_values(options, "--option")
     hashing = None
     if not no_hash:
@@ -400,6 +443,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 # ------------------------------------------------------------------------------------- transpose
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--block-features",
@@ -425,6 +469,7 @@ def transpose(ctx, store, block_features):
 # --------------------------------------------------------------------------------------- inspect
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--verify",
@@ -554,6 +599,7 @@ class _SolverParamOption(click.Option):
 
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("store", type=click.Path())
 @click.option(
     "--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl."
@@ -627,6 +673,7 @@ def _list_solvers(ctx, value):
 # -------------------------------------------------------------------------------------- evaluate
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -646,6 +693,7 @@ def evaluate(ctx, run_dir, store, as_json):
 # --------------------------------------------------------------------------------------- predict
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
@@ -657,9 +705,15 @@ def evaluate(ctx, run_dir, store, as_json):
     help="How many classes per row, best first (at most the number of classes).",
 )
 @click.option("--format", "fmt", default=None, help="Format of SOURCE when it is raw data (as for ingest).")
+@click.option(
+    "--id-field",
+    default=None,
+    help="CSV/TSV/JSONL: the field or column written beside each prediction as `id` [default: the training "
+    "store's --id-field, if any].",
+)
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, options):
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them). Labels in raw data are not needed (and not read)."""
@@ -672,7 +726,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
         out,
         top_k=top_k,
         fmt=fmt,
-        options=_parse_key_values(options, "--option"),
+        options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
         progress=_progress(ctx),
         model_dir=run_dir,
     )
@@ -682,6 +736,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, options):
 # ------------------------------------------------------------------------------------------- run
 @main.command()
 @_quiet_option
+@_verbose_option
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")

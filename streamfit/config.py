@@ -1,20 +1,24 @@
 """Typed, validated configuration: `streamfit run PIPELINE.yaml` and `streamfit train --config`.
 
-A pipeline file has up to four sections, run in order: `ingest`, `ingest_test` (test files
-ingested like the training store), `train`, `evaluate`.
-Relative paths are resolved against the directory holding the YAML file, so a pipeline runs
-the same from any working directory. Unknown keys are errors that name the key. The sections
+A pipeline file has up to five sections, run in order: `ingest`, `ingest_test` (test files
+ingested like the training store), `train`, `evaluate` (its results also go to
+RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.jsonl file).
+In paths, ~ and environment variables ($DATA, ${DATA}) are expanded (an unset one is an
+error), then relative paths are resolved against the directory holding the YAML file, so a
+pipeline runs the same from any working directory. Unknown keys are errors that name the key. The sections
 are built from the option declarations (streamfit.options): TrainOptions here, IngestOptions
 and HashingConfig in streamfit.ingest; `train_options` is the command line's precedence over them.
 `load_pipeline` validates a file against these schemas and returns the typed jobs it describes
-(PipelineConfig: IngestOptions, TrainJob, EvaluateJob).
+(PipelineConfig: IngestOptions, TrainJob, EvaluateJob, PredictJob).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,6 +157,18 @@ class EvaluateSection(_Strict):
     store: str | None = Field(None, description="default: the ingest section's test_out")
 
 
+EVALUATION_FILE = "evaluation.json"  # in the run directory: what the evaluate section scored
+PREDICTIONS_FILE = "predictions.csv"  # in the run directory: the predict section's default out
+
+
+class PredictSection(_Strict):
+    source: str = Field(description="raw data (read like the training data) or a store to score")
+    out: str | None = Field(None, description=f"a .csv or .jsonl file; default: RUN_DIR/{PREDICTIONS_FILE}")
+    top_k: int = Field(1, ge=1, description="classes per row, best first")
+    format: str | None = Field(None, description="the format of source when it is raw data (as for ingest)")
+    options: dict = Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")
+
+
 # each section optional, in the order they run (a dict: create_model's stubs take no union of variables)
 _SECTIONS: dict[str, Any] = {
     name: (section | None, None)
@@ -161,10 +177,11 @@ _SECTIONS: dict[str, Any] = {
         ("ingest_test", IngestTestSection),
         ("train", TrainSection),
         ("evaluate", EvaluateSection),
+        ("predict", PredictSection),
     )
 }
 PipelineSchema: type[BaseModel] = create_model(
-    "PipelineSchema", __config__=ConfigDict(extra="forbid"), __doc__="A pipeline file: its four sections.", **_SECTIONS
+    "PipelineSchema", __config__=ConfigDict(extra="forbid"), __doc__="A pipeline file: its five sections.", **_SECTIONS
 )
 
 
@@ -187,6 +204,19 @@ class EvaluateJob:
 
 
 @dataclass
+class PredictJob:
+    """A pipeline's predict section, loaded: the model's run directory, what to score, where to
+    write it (streamfit.predict.predict_to_file's arguments)."""
+
+    run_dir: str
+    source: str
+    out: str
+    top_k: int
+    format: str | None
+    options: dict
+
+
+@dataclass
 class PipelineConfig:
     """A pipeline file, validated, with paths resolved against its directory; None: no such section.
     `ingest_test` is IngestOptions with `like` the ingest section's `out`."""
@@ -195,6 +225,7 @@ class PipelineConfig:
     ingest_test: IngestOptions | None = None
     train: TrainJob | None = None
     evaluate: EvaluateJob | None = None
+    predict: PredictJob | None = None
 
 
 def yaml_problem(e: yaml.YAMLError) -> str:
@@ -221,25 +252,70 @@ def _load_yaml(path: str) -> dict:
 
 
 def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
+    """cls(**data); a validation error is one ConfigError line naming the file and each bad key,
+    with the closest known key for an unknown one ("did you mean")."""
     try:
         return cls(**data)
     except ValidationError as e:
         problems = []
         for err in e.errors():
             key = ".".join(str(p) for p in err["loc"])
-            problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
+            if err["type"] == "extra_forbidden":
+                problems.append(f"key '{key}': {_unknown_key(cls, err['loc'])}")
+            elif err["type"] in ("model_type", "dict_type"):
+                problems.append(f"key '{key}': expected a mapping of keys (key: value), got {err['input']!r}")
+            else:
+                problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
         raise ConfigError(f"{path}: " + "; ".join(problems)) from None
+
+
+def _unknown_key(cls: type[BaseModel], loc: tuple) -> str:
+    """'unknown key (did you mean X?); known here: ...' for the unknown key at `loc` in `cls`."""
+    section: Any = cls
+    for part in loc[:-1]:  # the sections down to the one holding the key
+        fields = getattr(section, "model_fields", None)
+        if not fields or part not in fields:
+            return "unknown key"
+        kinds = [section.model_fields[part].annotation]
+        kinds += list(typing.get_args(kinds[0]))
+        section = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+        if section is None:
+            return "unknown key"
+    known = list(section.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+    return "unknown key" + (f" (did you mean {close[0]}?)" if close else "") + f"; known here: {', '.join(known)}"
+
+
+_ENV_VAR = re.compile(r"\$(\w+|\{[^}]*\})")
+# format options that name a file: resolved as the section's paths are
+_PATH_OPTIONS = ("labels_xml", "y_path")
+
+
+def expand_path(p: str, base: str, where: str) -> str:
+    """A pipeline path: ~ and $VAR / ${VAR} expanded, then resolved against `base` (the
+    pipeline file's folder); a variable that is not set is a ConfigError naming `where`."""
+    missing = [m.strip("{}") for m in _ENV_VAR.findall(p) if m.strip("{}") not in os.environ]
+    if missing:
+        raise ConfigError(
+            f"{where}: the environment variable {missing[0]} is not set (in {p!r}); set it, or write the path out"
+        )
+    return os.path.normpath(os.path.join(base, os.path.expandvars(os.path.expanduser(p))))
 
 
 def load_pipeline(path: str) -> PipelineConfig:
     sections = _validate(PipelineSchema, _load_yaml(path), path).model_dump()
     base = os.path.dirname(os.path.abspath(path))
 
-    def resolve(p: str) -> str:
-        return os.path.normpath(os.path.join(base, os.path.expanduser(p)))
+    def resolve(p: str, key: str) -> str:
+        return expand_path(p, base, f"{path}: key '{key}'")
 
-    def resolve_optional(p: str | None) -> str | None:
-        return None if p is None else resolve(p)
+    def resolve_optional(p: str | None, key: str) -> str | None:
+        return None if p is None else resolve(p, key)
+
+    def resolve_options(options: dict, key: str) -> dict:
+        return {
+            k: resolve(v, f"{key}.{k}") if k in _PATH_OPTIONS and isinstance(v, str) else v for k, v in options.items()
+        }
 
     cfg = PipelineConfig()
     if sections["ingest"]:
@@ -250,35 +326,54 @@ def load_pipeline(path: str) -> PipelineConfig:
         except ValueError as e:
             raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
         values.update(
-            inputs=[resolve(p) for p in values["inputs"]],
-            out=resolve(values["out"]),
-            test_out=resolve_optional(values["test_out"]),
-            quarantine=resolve_optional(values["quarantine"]),
+            inputs=[resolve(p, "ingest.inputs") for p in values["inputs"]],
+            out=resolve(values["out"], "ingest.out"),
+            test_out=resolve_optional(values["test_out"], "ingest.test_out"),
+            quarantine=resolve_optional(values["quarantine"], "ingest.quarantine"),
+            source_options=resolve_options(values["source_options"], "ingest.source_options"),
         )
         cfg.ingest = _built(IngestOptions, path, "ingest", **values, hashing=hashing)
     if sections["ingest_test"]:
         if cfg.ingest is None:
             raise ConfigError(f"{path}: key 'ingest_test' needs an 'ingest' section to take its settings from")
         values = sections["ingest_test"]
-        values.update(inputs=[resolve(p) for p in values["inputs"]], out=resolve(values["out"]))
+        values.update(
+            inputs=[resolve(p, "ingest_test.inputs") for p in values["inputs"]],
+            out=resolve(values["out"], "ingest_test.out"),
+            source_options=resolve_options(values["source_options"], "ingest_test.source_options"),
+        )
         cfg.ingest_test = _built(IngestOptions, path, "ingest_test", **values, like=cfg.ingest.out)
     if sections["train"]:
         values = sections["train"]
+        _check_solver(values["solver"], path, "train.solver")
         _check_params(values["solver"], values["params"], path, "train.params")
-        store = resolve_optional(values.pop("store")) or (cfg.ingest.out if cfg.ingest else None)
+        store = resolve_optional(values.pop("store"), "train.store") or (cfg.ingest.out if cfg.ingest else None)
         if store is None:
             raise ConfigError(f"{path}: key 'train.store' is needed when there is no ingest section")
-        out = resolve(values.pop("out"))
-        values["valid"] = resolve_optional(values["valid"])
+        out = resolve(values.pop("out"), "train.out")
+        values["valid"] = resolve_optional(values["valid"], "train.valid")
         cfg.train = TrainJob(out=out, store=store, options=TrainOptions(**values))
     if sections["evaluate"]:
         default = cfg.ingest_test.out if cfg.ingest_test else (cfg.ingest.test_out if cfg.ingest else None)
-        store = resolve_optional(sections["evaluate"]["store"]) or default
+        store = resolve_optional(sections["evaluate"]["store"], "evaluate.store") or default
         if store is None:
             raise ConfigError(f"{path}: key 'evaluate.store' is needed (or ingest.test_out, or an ingest_test section)")
         if cfg.train is None:
             raise ConfigError(f"{path}: an evaluate section needs a train section")
         cfg.evaluate = EvaluateJob(run_dir=cfg.train.out, store=store)
+    if sections["predict"]:
+        values = sections["predict"]
+        if cfg.train is None:
+            raise ConfigError(f"{path}: a predict section needs a train section")
+        out = resolve_optional(values["out"], "predict.out") or os.path.join(cfg.train.out, PREDICTIONS_FILE)
+        cfg.predict = PredictJob(
+            run_dir=cfg.train.out,
+            source=resolve(values["source"], "predict.source"),
+            out=out,
+            top_k=values["top_k"],
+            format=values["format"],
+            options=resolve_options(values["options"], "predict.options"),
+        )
     return cfg
 
 
@@ -288,6 +383,18 @@ def _built(cls, path: str, section: str, **values):
         return cls(**values)
     except ConfigError as e:
         raise ConfigError(f"{path}: section '{section}': {e}") from None
+
+
+def _check_solver(solver: str, path: str, key: str) -> None:
+    """ConfigError naming the key, with the closest solver name, for an unknown solver."""
+    from streamfit.solvers import SOLVERS
+
+    if solver not in SOLVERS:
+        close = difflib.get_close_matches(solver, list(SOLVERS), n=1)
+        guess = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(
+            f"{path}: key '{key}': unknown solver {solver!r}{guess}; available: {', '.join(sorted(SOLVERS))}"
+        )
 
 
 def _check_params(solver: str, params: dict, path: str, key: str) -> None:
@@ -306,5 +413,6 @@ def load_train_config(path: str) -> BaseModel:
     cfg = _validate(TrainConfig, _load_yaml(path), path)
     values = cfg.model_dump()
     if values["solver"] is not None:
+        _check_solver(values["solver"], path, "solver")
         _check_params(values["solver"], values["params"] or {}, path, "params")
     return cfg

@@ -1,14 +1,16 @@
 """`streamfit run PIPELINE.yaml`: the sections of a pipeline file run in order as one job,
-ingest -> ingest_test -> train -> evaluate (streamfit.config describes the file)."""
+ingest -> ingest_test -> train -> evaluate -> predict (streamfit.config describes the file).
+evaluate's results are also written to RUN_DIR/evaluation.json ({"store", "metrics"})."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from streamfit import storage
-from streamfit.config import PipelineConfig, train_options
+from streamfit.config import EVALUATION_FILE, PipelineConfig, train_options
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
@@ -23,6 +25,7 @@ class PipelineResult:
     ingest_test: IngestReport | None = None
     model: Model | None = None
     evaluation: dict | None = None  # streamfit.metrics.evaluate's result
+    predictions: int | None = None  # rows written by the predict section
 
 
 def _stored(path: str) -> bool:
@@ -99,8 +102,34 @@ def run_pipeline(
         result.evaluation = evaluate(
             load_model(config.evaluate.run_dir), open_store(config.evaluate.store), progress=progress
         )
-        say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()))
+        written = write_evaluation(config.evaluate.run_dir, config.evaluate.store, result.evaluation)
+        say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()) + f" ({written})")
+    if config.predict:
+        from streamfit.model import load_model
+        from streamfit.predict import predict_to_file
+
+        scoring = config.predict
+        result.predictions = predict_to_file(
+            load_model(scoring.run_dir),
+            scoring.source,
+            scoring.out,
+            top_k=scoring.top_k,
+            fmt=scoring.format,
+            options=scoring.options,
+            progress=progress,
+            model_dir=str(storage.resolve(scoring.run_dir).join("model")),  # the run directory holds the predictions
+        )
+        say(f"predict: {result.predictions} rows written to {scoring.out}")
     return result
+
+
+def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:
+    """RUN_DIR/evaluation.json = {"store": the scored store, "metrics": evaluate's result}, written
+    atomically (streamfit.storage: renamed into place on disk, one PUT on an object store);
+    returns its path or URL."""
+    target = storage.resolve(run_dir).join(EVALUATION_FILE)
+    target.write_bytes((json.dumps({"store": store, "metrics": metrics}, indent=1) + "\n").encode())
+    return str(target)
 
 
 def format_metric(value) -> str:

@@ -50,8 +50,9 @@ def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
 
 
 def _batches(model: Model, source: str, fmt: str | None, options: dict, progress: bool):
-    """(locations, X) per batch: a store's chunks, or raw records featurized like the training store
-    and read with its source options (overridden by `options`)."""
+    """(locations, ids, X) per batch: a store's chunks (ids None), or raw records featurized like
+    the training store and read with its source options (overridden by `options`); ids: the
+    records' id_field values, None without one."""
     from streamfit.store import open_store
 
     if _is_store(source):
@@ -62,7 +63,7 @@ def _batches(model: Model, source: str, fmt: str | None, options: dict, progress
                 "ingest it with --like TRAIN_STORE"
             )
         for c in tqdm(store.iter_chunks(), total=store.n_chunks, unit="chunk", disable=not progress, desc="predict"):
-            yield [str(r) for r in range(c.row_start, c.row_start + c.n_rows)], c.X
+            yield [str(r) for r in range(c.row_start, c.row_start + c.n_rows)], None, c.X
         return
     from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.sources import BadRecordPolicy, open_source
@@ -72,7 +73,7 @@ def _batches(model: Model, source: str, fmt: str | None, options: dict, progress
     src = open_source(source, fmt, policy=BadRecordPolicy("error"), **options)
     _check_kind(model, featurizer, source, src.kind)
     for batch in tqdm(src, unit="batch", disable=not progress, desc="predict"):
-        yield batch.locations, featurizer.transform(batch)
+        yield batch.locations, getattr(batch, "ids", None), featurizer.transform(batch)
 
 
 def predict_to_file(
@@ -87,7 +88,9 @@ def predict_to_file(
     model_dir: str | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out` (a local path or URL, see Location.publish_file); returns the number of rows. `model_dir`: where
+    "labels", "scores"}) atomically to `out` (a local path or URL, see Location.publish_file); returns
+    the number of rows. With an id_field (in `options`, or recorded with the training store's source
+    options) each row also carries its record's id: a column `id` after `location`, or the key "id". `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.store.store import overlaps
@@ -127,20 +130,28 @@ def _remove(path: str) -> None:
 
 def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
     n = 0
+    with_ids = not _is_store(source) and {**model.featurizer.get("source_options", {}), **options}.get("id_field")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
         if writer:
-            writer.writerow(["location"] + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
-        for locations, X in _batches(model, source, fmt, options, progress):
+            head = ["location"] + (["id"] if with_ids else [])
+            writer.writerow(head + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
+        for locations, ids, X in _batches(model, source, fmt, options, progress):
             top, scores = model.predict_topk(X, top_k)
             labels = model.classes_[top]
-            for loc, labs, sc in zip(locations, labels, scores):
-                if writer:
-                    writer.writerow([loc] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
-                else:
-                    f.write(
-                        json.dumps({"location": loc, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n"
+            for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
+                if with_ids and ids is None:
+                    raise StreamfitError(
+                        f"{source}: --id-field {with_ids}: this format reads no ids (CSV, TSV and JSONL do); "
+                        "drop --id-field"
                     )
+                record_id = [ids[r]] if with_ids else []
+                if writer:
+                    writer.writerow([loc, *record_id] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
+                else:
+                    line = {"location": loc, **({"id": record_id[0]} if record_id else {})}
+                    line.update(labels=labs.tolist(), scores=sc.round(6).tolist())
+                    f.write(json.dumps(line) + "\n")
             n += len(locations)
         if n == 0:
             raise InputError(source, "no records found: the input is empty", "give it data to score")

@@ -488,6 +488,9 @@ def test_the_options_of_ingest_train_and_run_are_their_declarations():
             assert option.default is None and option.required == d.required  # unset: the file or the default decides
             assert (d.option.off_help or d.option.help).rstrip(".").lower() in option.help.lower(), (command, d.name)
     listing = run("train", "--list-solvers").output
+    assert (
+        "fbpd: Proximal primal-dual multiclass SVM (Chierchia et al. 2015): the exact Crammer-Singer hinge" in listing
+    )
     assert "    link (default identity) [one of identity, softmax]: " in listing
     assert "    stopping (default auto) [one of auto, gap, violation]: " in listing
     assert "stagewise: lam, tol, max_iter, random_state, link, calibration" in " ".join(
@@ -763,6 +766,9 @@ def test_an_internal_error_is_one_line_and_its_traceback_is_logged_with_verbose(
     verbose = run("-v", "inspect", stores / "train.zarr", ok=False)
     _one_line_error(verbose, "KeyError: 'a bug'")
     assert "Traceback" in caplog.text and 'raise KeyError("a bug")' in caplog.text
+    caplog.clear()  # -v after the subcommand, as -q (issue 20, item 12)
+    _one_line_error(run("inspect", stores / "train.zarr", "-v", ok=False), "KeyError: 'a bug'")
+    assert "Traceback" in caplog.text
 
 
 def test_running_out_of_memory_is_one_error_line(stores, monkeypatch, caplog):

@@ -53,12 +53,22 @@ def test_each_preset_lists_every_parameter_of_its_solver_with_its_default(preset
     """configs/*.yaml say "every option with its default": a parameter added to a solver's Params
     and not to its preset (or one removed or renamed) fails here, as does a default changed on
     one side only."""
+    import dataclasses
+
+    import yaml
+
+    from streamfit.config import TrainConfig, TrainOptions
     from streamfit.solvers import get_solver
 
     cfg = load_train_config(preset)  # the train-config schema, and the solver's Params
     defaults = {name: f.default for name, f in get_solver(cfg.solver).Params.model_fields.items()}
     assert cfg.params == defaults
     assert os.path.basename(preset) == f"{cfg.solver}.yaml"
+    # every other option of `train --config` too, each with TrainOptions' default (issue 20, item 12)
+    with open(preset) as f:
+        assert set(yaml.safe_load(f)) == set(TrainConfig.model_fields)
+    engine = {f.name: f.default for f in dataclasses.fields(TrainOptions) if f.name not in ("solver", "params")}
+    assert {name: getattr(cfg, name) for name in engine} == engine
 
 
 def test_there_is_a_preset_for_every_solver():
@@ -103,3 +113,37 @@ def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):
         load_pipeline(str(pipeline))
     pipeline.write_text("ingest: {inputs: [d.jsonl], out: s.zarr, no_hash: true, hashing: {n_features: 1000}}\n")
     assert load_pipeline(str(pipeline)).ingest.hashing is None  # no_hash: the hashing section is not checked
+
+
+def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path):
+    """Misspelled keys at each level, a section that is not a mapping, an unknown solver or
+    source option: one ConfigError line naming the key, with the closest known name (issue 20, item 10)."""
+    pipeline = tmp_path / "p.yaml"
+    cases = {
+        "ingest: {inputs: [d.jsonl], out: s.zarr, chunk_row: 5, hashing: {n_feature: 1024}}\ntrian: {}\n": [
+            "key 'ingest.hashing.n_feature': unknown key (did you mean n_features?)",
+            "key 'ingest.chunk_row': unknown key (did you mean chunk_rows?)",
+            "key 'trian': unknown key (did you mean train?); known here: ingest, ingest_test, train, evaluate",
+        ],
+        "ingest: 5\n": ["key 'ingest': expected a mapping of keys (key: value), got 5"],
+        "train: {solver: bdc, out: r, store: s}\n": ["key 'train.solver': unknown solver 'bdc' (did you mean bcd?)"],
+        "ingest: {inputs: [d.jsonl], out: s, source_options: {text_feld: x}}\n": [
+            "unknown source option(s) text_feld (did you mean text_field?)"
+        ],
+        "evaluate: {stor: t}\n": ["key 'evaluate.stor': unknown key (did you mean store?)"],
+    }
+    for text, expected in cases.items():
+        pipeline.write_text(text)
+        with pytest.raises(ConfigError) as e:
+            load_pipeline(str(pipeline))
+        assert "\n" not in str(e.value) and str(e.value).startswith(f"{pipeline}: ")
+        for part in expected:
+            assert part in str(e.value)
+
+
+def test_the_walkthrough_pipeline_loads_with_its_predict_section():
+    cfg = load_pipeline(os.path.join(os.path.dirname(CONFIGS), "pipelines", "walkthrough.yaml"))
+    data = os.path.join(os.path.dirname(CONFIGS), "tests", "data", "walkthrough")
+    assert cfg.ingest.inputs == [os.path.join(data, "news-train.txt.gz")]
+    assert cfg.ingest.source_options == {"header": False, "label_field": "0", "id_field": "1", "text_field": "2"}
+    assert (cfg.predict.source, cfg.predict.run_dir) == (os.path.join(data, "news-test.txt.gz"), cfg.train.out)

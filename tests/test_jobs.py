@@ -74,3 +74,43 @@ def test_resume_finishes_an_ingest_killed_between_its_two_publishes(pipeline, tm
     shutil.rmtree(tmp_path / "run")
     again = run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
     assert again.ingest.stores == first.ingest.stores and again.evaluation == first.evaluation
+
+
+def test_predict_section_evaluation_file_and_environment_variables(tmp_path, digits, monkeypatch):
+    """A predict section scores raw data with the trained model, evaluate's result is written to
+    RUN_DIR/evaluation.json, $VARS in paths are expanded and an unset one is named (issue 20, item 11)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+    from streamfit.errors import ConfigError
+    from streamfit.predict import predict_to_file
+
+    X, y, _ = digits
+    (tmp_path / "data").mkdir()
+    dump_svmlight_file(X, y, str(tmp_path / "data" / "digits.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: [$DATA/digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, test_out: test.zarr}\n"
+        "train: {solver: bcd, out: '${RUNS}/run', params: {max_iter: 2}}\n"
+        "evaluate: {}\n"
+        "predict: {source: $DATA/digits.svm, top_k: 2}\n"
+    )
+    monkeypatch.delenv("RUNS", raising=False)
+    monkeypatch.setenv("DATA", str(tmp_path / "data"))
+    with pytest.raises(ConfigError, match=r"p.yaml: key 'train.out': the environment variable RUNS is not set"):
+        load_pipeline(str(path))
+    monkeypatch.setenv("RUNS", str(tmp_path / "runs"))
+    result = CliRunner().invoke(main, ["run", str(path), "--n-workers", "0", "-q"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    run_dir = tmp_path / "runs" / "run"
+    saved = json.loads((run_dir / "evaluation.json").read_text())
+    model = load_model(str(run_dir))
+    assert saved == {
+        "store": str(tmp_path / "test.zarr"),
+        "metrics": evaluate(model, open_store(str(tmp_path / "test.zarr")), progress=False),
+    }
+    assert "predict: 1797 rows written to" in result.output
+    predict_to_file(model, str(tmp_path / "data" / "digits.svm"), str(tmp_path / "direct.csv"), top_k=2)
+    assert (run_dir / "predictions.csv").read_text() == (tmp_path / "direct.csv").read_text()

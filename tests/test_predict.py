@@ -168,3 +168,27 @@ def test_an_output_that_overlaps_the_input_or_the_model_is_refused(runs, tmp_pat
     with pytest.raises(StreamfitError, match="overlaps the"):
         predict_to_file(load_model(str(run_dir)), str(source), str(target), model_dir=str(run_dir))
     assert source.read_bytes() == before and not os.path.exists(f"{target}.partial")
+
+
+def test_an_id_field_is_carried_to_the_predictions(runs, tmp_path):
+    """--id-field on predict (CSV, JSONL) or recorded at ingest (headerless TSV): each prediction
+    carries its record's id; a format that reads no ids is refused (issue 20, item 8)."""
+    raw = tmp_path / "new.csv"
+    raw.write_text("id,words\n7,a cat in a café\nx9,stocks fell\n", encoding="latin-1")
+    run("predict", runs / "csv", raw, "-o", tmp_path / "p.csv", "--id-field", "id")
+    rows = [r.split(",") for r in (tmp_path / "p.csv").read_text().splitlines()]
+    assert [r[:2] for r in rows] == [["location", "id"], [f"{raw}:2", "7"], [f"{raw}:3", "x9"]]
+    jsonl = tmp_path / "new.jsonl"
+    jsonl.write_text('{"body": "a dog", "doc": 12}\n')
+    run("predict", runs / "jsonl", jsonl, "-o", tmp_path / "p.jsonl", "--id-field", "doc")
+    assert json.loads((tmp_path / "p.jsonl").read_text())["id"] == "12"
+    # recorded with the training store: predict carries it without being told
+    tsv = tmp_path / "train.tsv"
+    tsv.write_text("".join(f"{c}\td{i}\t{t}\n" for i, (t, c) in enumerate(DOCS)))
+    model = _train(tmp_path, "tsv", tsv, "--no-header", "--label-field", "0", "--id-field", "1", "--text-field", "2")
+    run("predict", model, tsv, "-o", tmp_path / "t.csv")
+    assert [r.split(",")[1] for r in (tmp_path / "t.csv").read_text().splitlines()] == ["id", "d0", "d1", "d2", "d3"]
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.txt").write_text("a cat")
+    result = run("predict", runs / "jsonl", tmp_path / "docs", "-o", tmp_path / "f.csv", "--id-field", "x", ok=False)
+    assert result.exit_code == 2 and "this format reads no ids (CSV, TSV and JSONL do)" in result.output

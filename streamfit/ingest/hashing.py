@@ -48,7 +48,9 @@ class HashingConfig:
     )
     lowercase: bool = option(True, "lowercase text tokens", off_help="Keep the case of text tokens.")
     ngram_range: tuple[int, int] = option((1, 1), "word n-grams from min_n to max_n, e.g. [1, 2]", flag="")
-    value: Literal["count", "binary", "log1p"] = option("count", "Term value: raw count, binary, or log(1 + count)")
+    value: Literal["count", "binary", "log1p"] = option(
+        "log1p", "Term value of text: raw count, binary, or log(1 + count)"
+    )
     min_token_length: int = option(
         2,
         "Hash text words of at least this many characters; shorter ones are dropped (a row with none has no features)",

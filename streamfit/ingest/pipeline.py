@@ -19,7 +19,7 @@ import hashlib
 import io
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -53,7 +53,7 @@ class IngestOptions:
 
     inputs: list[str] = option(help="source files or folders", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
-    format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy"] | None = option(
+    format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy", "arff"] | None = option(
         None, "Input format", default_text="inferred from the file name"
     )
     backend: Literal["zarr", "parquet"] | None = option(
@@ -69,8 +69,17 @@ class IngestOptions:
     n_features: int | None = option(
         None, "with no_hash: a fixed width, at most 2**31 - 1 (default: largest index + 1)", flag="", ge=1
     )
-    idf: bool = option(False, "Weight features by IDF counted on the training rows (a second pass).")
-    l2_normalize: bool = option(False, "Scale every row to unit Euclidean norm.")
+    idf: bool | None = option(
+        None,
+        "Weight features by IDF counted on the training rows (a second pass) [default: on for text inputs, off "
+        "for numeric ones]",
+        flag="--idf/--no-idf",
+    )
+    l2_normalize: bool | None = option(
+        None,
+        "Scale every row to unit Euclidean norm [default: on for text inputs, off for numeric ones]",
+        flag="--l2-normalize/--no-l2-normalize",
+    )
     like: str | None = option(
         None,
         "Ingest test data like this training store: same hashing, IDF, width, classes "
@@ -272,13 +281,11 @@ class _Pass1:
         X = self.featurizer.raw_rows(batch)
         labels, unknown = self.vocab.encode(batch.labels, self.multilabel)
         keep = np.ones(X.shape[0], dtype=bool)
+        if unknown:
+            problem, hint = self._unknown_labels(batch, unknown)
         for r in unknown:
             keep[r] = False
-            self.policy.bad(
-                batch.locations[r],
-                f"label {batch.labels[r]!r} is not one of the {len(self.vocab.classes)} classes of the training store",
-                hint="ingest it with the training data, or skip it with --on-bad-record skip",
-            )
+            self.policy.bad(batch.locations[r], problem(r), hint=hint)
         # kept (--no-hash) indices become store columns: refuse those beyond the width, or beyond
         # the int32 columns a store holds when the width is the data's
         row_max = _row_max_index(X)
@@ -315,6 +322,41 @@ class _Pass1:
             self._writer().write_rows(X, labels)
             if self.o.test_size:
                 self.strata.append(_first_class(labels))
+
+    def _unknown_labels(self, batch, unknown: list[int]):
+        """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
+        unknown labels, every unknown label of the batch, and the --classes that would hold them."""
+        known = self.vocab.index
+
+        def missing(r: int) -> list[str]:
+            labels = batch.labels[r] if isinstance(batch.labels[r], (list, tuple)) else [batch.labels[r]]
+            return [str(label) for label in labels if str(label) not in known]
+
+        in_batch = list(dict.fromkeys(label for r in unknown for label in missing(r)))
+        classes = self.vocab.classes
+
+        def problem(r: int) -> str:
+            text = (
+                f"label(s) {_listed(missing(r))} not among the {len(classes)} classes of the training store "
+                f"({_listed(classes)})"
+            )
+            if len(in_batch) > len(missing(r)):
+                text += f"; unknown labels in the records read with it: {_listed(in_batch)}"
+            return text
+
+        every = classes + in_batch
+        listing = ",".join(every) if len(every) <= 20 else "LIST (the training store's classes and these)"
+        hint = (
+            f"declare every class when ingesting the training data, --classes {listing}, and train again; "
+            "--on-bad-record skip would drop these documents and bias the score"
+        )
+        return problem, hint
+
+
+def _listed(names: list[str], most: int = 10) -> str:
+    """'a', 'b', … as an error message lists names: at most `most` of them."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (f", … ({len(names)} in all)" if len(names) > most else "")
 
 
 def _first_class(labels) -> np.ndarray:
@@ -410,6 +452,8 @@ def ingest(o: IngestOptions) -> IngestReport:
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
+    # the --like store decides the transform; otherwise an unset idf / l2_normalize is on for text
+    o = replace(o, idf=False, l2_normalize=False) if like is not None else _text_defaults(o)
     # test data is stored like its training store unless told otherwise
     backend, chunk_rows = (
         (like.manifest.backend, like.manifest.chunk_rows) if like is not None else ("zarr", DEFAULT_CHUNK_ROWS)
@@ -425,7 +469,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         vocab = LabelVocabulary(like.classes, frozen=True)
         multilabel = like.multilabel
     else:
-        featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=o.l2_normalize and not o.idf)
+        featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
         multilabel = None
     two_pass = bool(o.test_size) or (o.idf and like is None)
@@ -493,6 +537,39 @@ def ingest(o: IngestOptions) -> IngestReport:
 
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _text_defaults(o: IngestOptions) -> IngestOptions:
+    """o with idf and l2_normalize decided where unset (None): on when every input is text (with
+    HashingConfig's default log1p term values: the log-TF-IDF, unit-norm rows that text
+    classifiers do best on), off for numeric inputs. The kind of an input is its format's
+    (inferred from the name or first lines as ingest infers it); Parquet and NumPy inputs, whose
+    kind depends on their columns, are opened to see it."""
+    if o.idf is not None and o.l2_normalize is not None:
+        return o
+    from streamfit.ingest.sources import FORMATS, BadRecordPolicy, infer_format, open_source, sniff_format
+
+    kinds = set()
+    for path in o.inputs:
+        name = o.format or infer_format(path) or sniff_format(path)
+        kind = getattr(FORMATS.get(name or ""), "kind", None)
+        if kind is None:  # decided by the file's contents (or an unknown format: the same error as pass 1)
+            kind = open_source(path, o.format, policy=BadRecordPolicy(), **o.source_options).kind
+        kinds.add(kind)
+    text = kinds == {"text"}
+    decided = replace(
+        o,
+        idf=text if o.idf is None else o.idf,
+        l2_normalize=text if o.l2_normalize is None else o.l2_normalize,
+    )
+    if text and (o.idf is None or o.l2_normalize is None):
+        log.info(
+            "text input: IDF %s, l2-normalized rows %s (the text defaults; --no-idf, --no-l2-normalize and "
+            "--value count turn them off)",
+            "on" if decided.idf else "off",
+            "on" if decided.l2_normalize else "off",
+        )
+    return decided
 
 
 def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:
@@ -576,7 +653,7 @@ def _pass2(
             counts = np.bincount(train_rows.indices)  # as long as the chunk's largest column + 1
             df[: counts.size] += counts
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
-    featurizer.l2_normalize = o.l2_normalize
+    featurizer.l2_normalize = bool(o.l2_normalize)
     outputs = [(out, ~test_mask)] + ([(storage.absolute(o.test_out), test_mask)] if o.test_size and o.test_out else [])
     writers = [
         layout.writer(path, stage.multilabel, overwrite=o.overwrite or (finish_pair and path != out))

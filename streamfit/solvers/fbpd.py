@@ -386,8 +386,11 @@ class FBPDState(SolverState):
 
 @register_solver
 class FBPDSolver(Solver[FBPDState]):
-    """Algorithm 1 (regularized) or Algorithm 2 (constrained), one pass per iteration (one step),
-    plain or restarted Halpern (see the module docstring).
+    """Proximal primal-dual multiclass SVM (Chierchia et al. 2015): the exact Crammer-Singer
+    hinge with an l1, l1/l2, l1/linf or l2 penalty and unpenalized class offsets, by Algorithm 1
+    (regularized, problem (7)) or Algorithm 2 (constrained, problem (8)); one step is one
+    iteration, a pass over the data, plain or restarted Halpern; multiclass stores only (see the
+    module docstring).
 
     Continuing a run (resume=True): from the newest checkpoint, on disk or (run directory None)
     the newest saved through the same Checkpointer object, with the whole state. max_iter is a

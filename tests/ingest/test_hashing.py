@@ -127,14 +127,14 @@ def test_murmurhash3_32_rejects_seed_out_of_range():
 @pytest.mark.parametrize("ngram_range", [(1, 1), (1, 2), (2, 3)])
 @pytest.mark.parametrize("alternate_sign", [True, False])
 def test_transform_text_equals_sklearn(n_features, ngram_range, alternate_sign):
-    config = HashingConfig(n_features=n_features, ngram_range=ngram_range, alternate_sign=alternate_sign)
+    config = HashingConfig(value="count", n_features=n_features, ngram_range=ngram_range, alternate_sign=alternate_sign)
     X = FeatureHasher(config).transform_text(DOCS)
     check_canonical(X, len(DOCS), n_features)
     assert_same_csr(X, sklearn_rows(n_features, ngram_range=ngram_range, alternate_sign=alternate_sign))
 
 
 def test_transform_text_without_lowercase_equals_sklearn():
-    X = FeatureHasher(HashingConfig(n_features=2**12, lowercase=False)).transform_text(DOCS)
+    X = FeatureHasher(HashingConfig(value="count", n_features=2**12, lowercase=False)).transform_text(DOCS)
     assert_same_csr(X, sklearn_rows(2**12, lowercase=False))
 
 
@@ -156,7 +156,7 @@ def test_value_transforms_apply_to_signed_counts(value):
 
 
 def test_transform_text_seed_and_min_token_length():
-    config = HashingConfig(n_features=2**10, seed=12345, min_token_length=3, ngram_range=(1, 2))
+    config = HashingConfig(value="count", n_features=2**10, seed=12345, min_token_length=3, ngram_range=(1, 2))
     X = FeatureHasher(config).transform_text(DOCS)
     rows = []
     for doc in DOCS:
@@ -167,7 +167,7 @@ def test_transform_text_seed_and_min_token_length():
 
 
 def test_empty_documents_and_batches():
-    hasher = FeatureHasher(HashingConfig(n_features=2**6))
+    hasher = FeatureHasher(HashingConfig(value="count", n_features=2**6))
     X = hasher.transform_text(["", "a", "ab ab", " ,. "])
     check_canonical(X, 4, 2**6)
     np.testing.assert_array_equal(np.diff(X.indptr), [0, 0, 1, 0])
@@ -179,7 +179,7 @@ def test_non_ascii_bytes_are_word_bytes():
     """Non-ASCII letters work as in sklearn; non-ASCII punctuation joins tokens (documented
     difference), and min_token_length counts characters, not bytes."""
     docs = ["Café naïve Zürich straße", "don’t stop—now", "é x éa ü"]
-    X = FeatureHasher(HashingConfig(n_features=2**12, ngram_range=(1, 2))).transform_text(docs)
+    X = FeatureHasher(HashingConfig(value="count", n_features=2**12, ngram_range=(1, 2))).transform_text(docs)
     Y = HashingVectorizer(n_features=2**12, norm=None, ngram_range=(1, 2)).transform(docs[:1])
     assert_same_csr(X[:1], sp.csr_matrix(Y, dtype=np.float32))
     tokens = [["café", "naïve", "zürich", "straße"], ["don’t", "stop—now"], ["éa"]]
@@ -190,7 +190,7 @@ def test_non_ascii_bytes_are_word_bytes():
 def test_fields_use_per_field_seeds_and_sum_into_one_row():
     seed = 7
     texts = {"title": ["Hello world", "", "Same words"], "body": ["hello hello there", "only body", "same words"]}
-    config = HashingConfig(n_features=2**5, seed=seed, ngram_range=(1, 2))
+    config = HashingConfig(value="count", n_features=2**5, seed=seed, ngram_range=(1, 2))
     hasher = FeatureHasher(config)
 
     def expected(names):

@@ -60,7 +60,8 @@ def test_libsvm_no_hash_round_trip_equals_sklearn(tmp_path, digits_svm, backend)
 
 def test_text_hashing_equals_sklearn_hashing_vectorizer(tmp_path):
     path = _jsonl(tmp_path, DOCS)
-    ingest(IngestOptions([path], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False))
+    cfg = HashingConfig(n_features=2**10, value="count")
+    ingest(IngestOptions([path], str(tmp_path / "s"), hashing=cfg, idf=False, l2_normalize=False, progress=False))
     X, y = open_store(str(tmp_path / "s")).to_scipy()
     ref = HashingVectorizer(n_features=2**10, norm=None, alternate_sign=True).transform([t for t, _ in DOCS])
     ref.eliminate_zeros()
@@ -69,6 +70,8 @@ def test_text_hashing_equals_sklearn_hashing_vectorizer(tmp_path):
 
 
 def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
+    """Text's defaults (issue 20, item 9): log(1 + count) term values, IDF counted on the training
+    rows, unit-norm rows: scikit-learn's TfidfTransformer on log1p of HashingVectorizer's counts."""
     path = _jsonl(tmp_path, DOCS)
     cfg = HashingConfig(n_features=2**12, alternate_sign=False)
     ingest(
@@ -76,8 +79,6 @@ def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
             [path],
             str(tmp_path / "tr"),
             hashing=cfg,
-            idf=True,
-            l2_normalize=True,
             test_size=0.25,
             test_out=str(tmp_path / "te"),
             progress=False,
@@ -85,6 +86,7 @@ def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
     )
     train, test = open_store(str(tmp_path / "tr")), open_store(str(tmp_path / "te"))
     counts = HashingVectorizer(n_features=2**12, norm=None, alternate_sign=False).transform([t for t, _ in DOCS])
+    counts = counts.log1p()
     mask = stratified_test_mask(np.array([0 if lab == "animals" else 1 for _, lab in DOCS]), 0.25, 0)
     tfidf = TfidfTransformer(norm="l2", smooth_idf=True).fit(counts[~mask])
     Xtr, _ = train.to_scipy()
@@ -114,8 +116,13 @@ def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
     cfg = HashingConfig(n_features=2**10)
     ingest(IngestOptions([train], str(tmp_path / "tr"), hashing=cfg, idf=True, progress=False))
     test = _jsonl(tmp_path, [("a dog", "animals"), ("rates fell", "finance"), ("a new topic", "sports")], "t.jsonl")
-    with pytest.raises(InputError, match=r"t.jsonl:3: label 'sports' is not one of the 2 classes"):
+    with pytest.raises(InputError) as e:
         ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    # the unknown label named, and the fix on the training ingest (issue 20, item 7)
+    assert "t.jsonl:3: label(s) 'sports' not among the 2 classes of the training store ('animals', 'finance')" in str(
+        e.value
+    )
+    assert "--classes animals,finance,sports" in e.value.hint
     assert not os.path.exists(tmp_path / "te") and not os.path.exists(tmp_path / "te.partial")
     report = ingest(
         IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), on_bad_record="skip", progress=False)
@@ -777,3 +784,16 @@ def test_a_split_leaving_a_store_without_rows_is_refused(strata, test_size):
     else:
         with pytest.raises(ConfigError, match=f"^--test-size {test_size} leaves the (test|training) store without"):
             stratified_test_mask(strata, test_size, 0)
+
+
+def test_the_text_defaults_are_off_for_numeric_inputs_and_can_be_turned_off(tmp_path, digits_svm):
+    def transform(name):
+        m = open_store(str(tmp_path / name)).manifest.transform
+        return m["idf"], m["l2_normalize"]
+
+    text = _jsonl(tmp_path, DOCS)
+    cfg = HashingConfig(n_features=2**10)
+    ingest(IngestOptions([text], str(tmp_path / "t"), hashing=cfg, progress=False))
+    ingest(IngestOptions([text], str(tmp_path / "raw"), hashing=cfg, idf=False, l2_normalize=False, progress=False))
+    ingest(IngestOptions([digits_svm], str(tmp_path / "n"), hashing=None, progress=False))
+    assert (transform("t"), transform("raw"), transform("n")) == ((True, True), (False, False), (False, False))

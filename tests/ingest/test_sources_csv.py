@@ -185,3 +185,28 @@ def test_quoted_cells_read_back_and_an_unterminated_quote_is_counted(tmp_path, c
     with pytest.raises(InputError) as e:
         list(open_source(path, policy=BadRecordPolicy()))
     assert e.value.location == f"{path}:{k + 2}" and f"{len(cells) - k} line(s)" in e.value.problem
+
+
+def test_headerless_tsv_reads_columns_by_number(read, tmp_path):
+    """--no-header: --label-field/--text-field are column numbers from 0 (issue 20, item 4)."""
+    path = write(tmp_path, "earn\tprofit rose\tQ1\nacq\tbought shares\tQ2\nshort\n", "r8.tsv")
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy, header=False, label_field="0", text_field="1,2")
+    batches = read.batches(source)
+    assert read.texts(batches, "1") == ["profit rose", "bought shares"]
+    assert read.texts(batches, "2") == ["Q1", "Q2"]
+    assert read.labels(batches) == ["earn", "acq"]
+    assert read.locations(batches) == [f"{path}:1", f"{path}:2"]
+    assert policy.n_skipped == 1  # the line with one cell
+
+
+def test_headerless_needs_column_numbers(tmp_path):
+    path = write(tmp_path, "earn\tprofit rose\n", "r8.tsv")
+    with pytest.raises(InputError, match="--text-field 'text' names a column, but the file has no header row"):
+        list(open_source(path, policy=BadRecordPolicy(), header=False, label_field="0"))
+
+
+def test_a_missing_column_suggests_no_header(tmp_path):
+    path = write(tmp_path, "earn\tprofit rose\n", "r8.tsv")
+    with pytest.raises(InputError, match="no column 'text'.*pass --no-header and column numbers"):
+        list(open_source(path, policy=BadRecordPolicy()))

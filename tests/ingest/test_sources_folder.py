@@ -388,3 +388,43 @@ def test_cli_max_record_bytes_takes_a_size(tmp_path):
     assert CliRunner().invoke(main, [*args, "2k"]).exit_code == 0
     bad = CliRunner().invoke(main, [*args, "lots"])
     assert bad.exit_code == 2 and "--max-record-bytes 'lots': expected a positive size" in bad.output
+
+
+# OHSUMED-23 layout: one top folder holding the subsets (issue 20, item 5)
+OHSUMED = {
+    "ohsumed_single_23/training/C01/0001": "bacterial infection",
+    "ohsumed_single_23/training/C04/0002": "neoplasm tumour",
+    "ohsumed_single_23/training/C04/0003": "carcinoma",
+    "ohsumed_single_23/test/C01/0004": "viral infection",
+}
+
+
+@pytest.mark.parametrize("kind", ["folder", "archive"])
+@pytest.mark.parametrize("subset", ["training", "ohsumed_single_23/training"])
+def test_nested_subsets(read, tmp_path, kind, subset):
+    root = make_tree(tmp_path / "ohsumed", OHSUMED) if kind == "folder" else make_tar(tmp_path / "o.tgz", OHSUMED)
+    batches = read.batches(open_source(root, policy=BadRecordPolicy(), subset=subset))
+    assert sorted(read.labels(batches)) == ["C01", "C04", "C04"]
+    test = read.batches(open_source(root, policy=BadRecordPolicy(), subset=subset.replace("training", "test")))
+    assert read.texts(test) == ["viral infection"]
+
+
+def test_nested_subsets_are_listed_when_none_is_chosen(tmp_path):
+    for root in (make_tree(tmp_path / "ohsumed", OHSUMED), make_tar(tmp_path / "o.tgz", OHSUMED)):
+        with pytest.raises(InputError) as e:
+            open_source(root, policy=BadRecordPolicy())
+        assert "ohsumed_single_23/test, ohsumed_single_23/training" in str(e.value) and "--subset" in e.value.hint
+
+
+def test_a_subset_matching_two_folders_is_refused(tmp_path):
+    files = {**OHSUMED, "other/training/C01/0005": "x"}
+    with pytest.raises(InputError, match="matches several folders: ohsumed_single_23/training, other/training"):
+        open_source(make_tree(tmp_path / "o", files), policy=BadRecordPolicy(), subset="training")
+    with pytest.raises(InputError, match="matches both other/training and ohsumed_single_23/training"):
+        list(
+            open_source(
+                make_tar(tmp_path / "o.tar", {"other/training/C01/0005": "x", **OHSUMED}, "w"),
+                policy=BadRecordPolicy(),
+                subset="training",
+            )
+        )

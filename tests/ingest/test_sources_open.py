@@ -7,6 +7,8 @@ import json
 import lzma
 import os
 import tracemalloc
+import types
+import typing
 
 import pytest
 from hypothesis import given, settings
@@ -160,11 +162,21 @@ def test_content_decides_when_the_name_does_not(tmp_path):
     with gzip.open(tmp_path / "dna.scale.gz", "wt") as f:
         f.write("# comment\n3 1:1 7:0.5\n1 2:1\n2,4 qid:3 5:1e-3\n 9:1\n")
     (tmp_path / "train.t").write_text('{"text": "a b", "label": "x"}\n')
-    (tmp_path / "table.txt").write_text("label,text\nx,a b\n")
+    (tmp_path / "notes.txt").write_text("just some words\nand more, and more\n")
     assert type(open_source(str(tmp_path / "dna.scale.gz"), policy=BadRecordPolicy())) is LibsvmSource
     assert type(open_source(str(tmp_path / "train.t"), policy=BadRecordPolicy())) is JsonlSource
-    with pytest.raises(InputError, match="table.txt: cannot tell the format .* first lines.*--format"):
-        open_source(str(tmp_path / "table.txt"), policy=BadRecordPolicy())
+    with pytest.raises(InputError, match="notes.txt: cannot tell the format .* first lines.*--format"):
+        open_source(str(tmp_path / "notes.txt"), policy=BadRecordPolicy())
+
+
+def test_delimited_text_is_recognised_from_its_lines(tmp_path):
+    """R8 ships as `label<TAB>text` lines in .txt.gz (issue 20, item 4): a .txt(.gz) whose lines
+    hold the same number of tabs is TSV, of CSV cells CSV."""
+    with gzip.open(tmp_path / "r8-train.txt.gz", "wt") as f:
+        f.write("earn\tprofit, rose five pct\nacq\tcompany bought shares\n")
+    (tmp_path / "table.txt").write_text("label,text\nx,a b\ny,c\n")
+    assert type(open_source(str(tmp_path / "r8-train.txt.gz"), policy=BadRecordPolicy())) is TsvSource
+    assert type(open_source(str(tmp_path / "table.txt"), policy=BadRecordPolicy())) is CsvSource
 
 
 # ---- hostile inputs: decompression bombs and endless lines (issue 22, class 3) ----
@@ -276,7 +288,7 @@ def test_every_format_option_value_is_taken_or_one_config_error_line(name, value
     """check_options, the one check of format options: a value of the reader's declared type that
     a reader can use passes; anything else is a ConfigError naming the option, on one line."""
     kind = src._OPTION_TYPES[name]
-    accepted = (str, type(None)) if kind == str | None else (bool, type(None)) if kind == bool | None else (kind,)
+    accepted = typing.get_args(kind) if typing.get_origin(kind) in (typing.Union, types.UnionType) else (kind,)
     usable = type(value) in accepted and value != ""
     try:
         src.check_options({name: value})

@@ -12,6 +12,8 @@ one the readers declare) or one no reader can use (an empty name, an unknown enc
 from __future__ import annotations
 
 import codecs
+import csv
+import difflib
 import inspect
 import logging
 import os
@@ -25,6 +27,7 @@ from pydantic import TypeAdapter, ValidationError
 from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path, split_fields
+from streamfit.ingest.sources.arff import ArffSource
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
 from streamfit.ingest.sources.folder import TAR_SUFFIXES, FolderSource
@@ -58,6 +61,7 @@ FORMATS = {
     "parquet": ParquetSource,
     "hdf5": Hdf5Source,
     "numpy": NumpySource,
+    "arff": ArffSource,
 }
 
 # Extensions that may also carry .gz/.bz2/.xz, and those that may not.
@@ -69,6 +73,7 @@ _STREAM_EXTENSIONS = {
     ".ndjson": "jsonl",
     ".csv": "csv",
     ".tsv": "tsv",
+    ".arff": "arff",
 }
 _FILE_EXTENSIONS = {".parquet": "parquet", ".h5": "hdf5", ".hdf5": "hdf5", ".npy": "numpy", ".npz": "numpy"}
 
@@ -114,8 +119,10 @@ def check_options(options: dict) -> None:
     names no empty field."""
     unknown = sorted(set(options) - _ALL_OPTIONS)
     if unknown:
+        close = [difflib.get_close_matches(name, sorted(_ALL_OPTIONS), n=1) for name in unknown]
+        guesses = [f"{name} (did you mean {c[0]}?)" if c else name for name, c in zip(unknown, close)]
         raise ConfigError(
-            f"unknown source option(s) {', '.join(unknown)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
+            f"unknown source option(s) {', '.join(guesses)}; the known ones are {', '.join(sorted(_ALL_OPTIONS))}"
         )
     for name, value in options.items():
         kind = _OPTION_TYPES[name]
@@ -156,8 +163,11 @@ _LIBSVM_PAIR = re.compile(r"^(\d+|qid):\S+$")
 
 
 def sniff_format(path: str) -> str | None:
-    """ "libsvm" or "jsonl" from a file's first lines (decompressed by the name's .gz/.bz2/.xz),
-    for names like dna.scale.gz or train.t that LIBSVM's own data sets use; None if neither fits."""
+    """ "libsvm", "jsonl", "tsv" or "csv" from a file's first lines (decompressed by the name's
+    .gz/.bz2/.xz), for names like dna.scale.gz or train.t that LIBSVM's own data sets use, or
+    r8-train.txt.gz (`label<TAB>text`); None if none fits. Delimited: every one of the first 20
+    lines has the same number (one or more) of tabs -> tsv; else the same number (two or more) of
+    cells read as CSV -> csv."""
     if os.path.isdir(path):
         return None
     try:
@@ -165,10 +175,10 @@ def sniff_format(path: str) -> str | None:
             head = f.read(1 << 16)
     except (InputError, OSError, EOFError):
         return None
-    lines = head.decode("utf-8", "replace").splitlines()
+    raw = head.decode("utf-8", "replace").splitlines()
     if len(head) == 1 << 16:
-        lines = lines[:-1]  # may be cut short
-    lines = [kept for kept in (ln.split("#")[0].strip() for ln in lines) if kept][:20]
+        raw = raw[:-1]  # may be cut short
+    lines = [kept for kept in (ln.split("#")[0].strip() for ln in raw) if kept][:20]
     if not lines:
         return None
     if all(ln.startswith("{") for ln in lines):
@@ -176,7 +186,19 @@ def sniff_format(path: str) -> str | None:
     pairs = [r if ":" in r[0] else r[1:] for r in (ln.split() for ln in lines)]  # a row may have no label
     if all(_LIBSVM_PAIR.match(t) for r in pairs for t in r) and any(pairs):
         return "libsvm"
-    return None
+    return _sniff_delimited([ln for ln in raw if ln.strip()][:20])
+
+
+def _sniff_delimited(lines: list[str]) -> str | None:
+    """ "tsv" or "csv" when every line has the same number of cells (see sniff_format)."""
+    tabs = {ln.count("\t") for ln in lines}
+    if len(tabs) == 1 and tabs != {0}:
+        return "tsv"
+    try:
+        cells = {len(row) for row in csv.reader(lines)}
+    except csv.Error:
+        return None
+    return "csv" if len(cells) == 1 and cells != {1} and cells != {0} else None
 
 
 _LOCAL_ONLY = ("folder", "hdf5", "numpy")  # formats whose readers need a local file or directory

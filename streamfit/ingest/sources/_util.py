@@ -186,25 +186,29 @@ def csr_int64(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_col
 class TextBatcher:
     """Collects text records and hands them out as TextBatch objects."""
 
-    def __init__(self, fields: list[str]):
+    def __init__(self, fields: list[str], with_ids: bool = False):
         self.fields = fields
+        self.with_ids = with_ids
         self._reset()
 
     def _reset(self) -> None:
         self.texts: dict[str, list[str]] = {f: [] for f in self.fields}
         self.labels: list = []
         self.locations: list[str] = []
+        self.ids: list[str] = []
 
-    def add(self, texts: list[str], label, location: str) -> None:
+    def add(self, texts: list[str], label, location: str, record_id: str | None = None) -> None:
         for field, text in zip(self.fields, texts):
             self.texts[field].append(text)
         self.labels.append(label)
         self.locations.append(location)
+        if self.with_ids:
+            self.ids.append(str(record_id))
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def take(self) -> TextBatch:
-        batch = TextBatch(self.texts, self.labels, self.locations)
+        batch = TextBatch(self.texts, self.labels, self.locations, self.ids if self.with_ids else None)
         self._reset()
         return batch

@@ -12,11 +12,13 @@ import scipy.sparse as sp
 
 @dataclass
 class TextBatch:
-    """Raw text records: field name -> texts, one label and one location per record."""
+    """Raw text records: field name -> texts, one label and one location per record, and the
+    record's id (the id_field's value) when the source reads one."""
 
     texts: dict[str, list[str]]
     labels: list
     locations: list[str]
+    ids: list[str] | None = None
 
 
 @dataclass

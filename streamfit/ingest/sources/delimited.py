@@ -1,6 +1,11 @@
-"""CSV and TSV files with a header row, read with the csv module (quoting as in Excel's dialect).
+"""CSV and TSV files, read with the csv module (quoting as in Excel's dialect).
 
-text_field may name several columns ("title,body"). Labels are kept as written; with
+The first row names the columns, and text_field/label_field name them; with header=False
+(`--no-header`) there is no such row and text_field/label_field are column numbers counted
+from 0 ("--label-field 0 --text-field 1" for R8's `label<TAB>text` lines).
+text_field may name several columns ("title,body", or "1,2" without a header). id_field names a
+column (or number) whose value each record carries as its id (TextBatch.ids), what
+`streamfit predict` writes beside each prediction. Labels are kept as written; with
 label_separator (e.g. "|") the source is multilabel and a label cell is split on it, pieces
 stripped of spaces and empty pieces dropped; label_field=None reads no labels (every label is
 None, as `streamfit predict` reads unlabeled rows). A missing column is an InputError at the header;
@@ -57,10 +62,14 @@ class CsvSource:
         label_field: str | None = "label",
         label_separator: str | None = None,
         encoding: str = "utf-8",
+        header: bool = True,
+        id_field: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
+        self.header = header
+        self.id_field = id_field
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.fields = split_fields("text_field", text_field)
@@ -82,11 +91,17 @@ class CsvSource:
             open_binary(self.path, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
         ) as f:
             reader = csv.reader(self._lines(f), delimiter=self.delimiter)
-            header = self._next(reader)
-            if header is None:
-                return
-            text_columns, label_column = self._columns(header)
-            batcher = TextBatcher(self.fields)
+            if self.header:
+                header = self._next(reader)
+                if header is None:
+                    return
+                text_columns, label_column, id_column = self._columns(header)
+                n_cells = len(header)
+            else:
+                text_columns, label_column, id_column = self._positions()
+                n_cells = None  # the first row's, which every row must have
+            needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
+            batcher = TextBatcher(self.fields, with_ids=id_column is not None)
             previous_line = reader.line_num
             self._record_lines.clear()
             while (row := self._next(reader)) is not None:
@@ -106,10 +121,12 @@ class CsvSource:
                         "close the quote, or double a quote inside a quoted cell",
                     )
                     continue
-                if len(row) != len(header):
+                n_cells = n_cells or len(row)
+                if len(row) != n_cells or len(row) <= needed_column:
+                    expected = f"{n_cells} cells" if len(row) != n_cells else f"cells up to column {needed_column}"
                     self.policy.bad(
                         location,
-                        f"expected {len(header)} cells, found {len(row)}",
+                        f"expected {expected}, found {len(row)}",
                         _row_text(row, self.delimiter),
                         "quote cells that contain the delimiter",
                     )
@@ -122,7 +139,9 @@ class CsvSource:
                     elif not label:
                         self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
                         continue
-                batcher.add([row[c] for c in text_columns], label, location)
+                batcher.add(
+                    [row[c] for c in text_columns], label, location, None if id_column is None else row[id_column]
+                )
                 if len(batcher) == self.batch_size:
                     yield batcher.take()
             if len(batcher):
@@ -165,17 +184,46 @@ class CsvSource:
         except csv.Error as e:
             raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
 
-    def _columns(self, header: list[str]) -> tuple[list[int], int | None]:
-        """Positions of the text columns, and of the label column (None without label_field)."""
+    def _columns(self, header: list[str]) -> tuple[list[int], int | None, int | None]:
+        """Positions of the text columns, of the label column (None without label_field) and of
+        the id column (None without id_field)."""
         present = ", ".join(map(repr, header))
 
         def position(option: str, name: str) -> int:
             if name not in header:
-                raise InputError(f"{self.path}:1", f"no column {name!r}", f"set {option}; the columns are {present}")
+                raise InputError(
+                    f"{self.path}:1",
+                    f"no column {name!r}",
+                    f"set {option}; the columns are {present} (a file without a header row: pass --no-header "
+                    "and column numbers, e.g. --label-field 0 --text-field 1)",
+                )
             return header.index(name)
 
         text_columns = [position("--text-field", f) for f in self.fields]
-        return text_columns, None if self.label_field is None else position("--label-field", self.label_field)
+        return (
+            text_columns,
+            None if self.label_field is None else position("--label-field", self.label_field),
+            None if self.id_field is None else position("--id-field", self.id_field),
+        )
+
+    def _positions(self) -> tuple[list[int], int | None, int | None]:
+        """header=False: the text, label and id columns as numbers counted from 0."""
+
+        def position(option: str, name: str) -> int:
+            if not name.isdigit():
+                raise InputError(
+                    self.path,
+                    f"{option} {name!r} names a column, but the file has no header row (--no-header)",
+                    "give column numbers counted from 0, e.g. --label-field 0 --text-field 1",
+                )
+            return int(name)
+
+        text_columns = [position("--text-field", f) for f in self.fields]
+        return (
+            text_columns,
+            None if self.label_field is None else position("--label-field", self.label_field),
+            None if self.id_field is None else position("--id-field", self.id_field),
+        )
 
 
 class TsvSource(CsvSource):

@@ -3,7 +3,12 @@ directory or in a tar archive (.tar, .tar.gz/.tgz, .tar.bz2, .tar.xz), e.g. 20 N
 
 Layout: when files sit at <top>/<class>/<file> and none at <class>/<file> (20news-bydate-train/
 sci.space/60155), the top folders are subsets: a single one is used, several need subset=...;
-subset always selects a top folder (others are ignored). Files at any other depth are bad
+subset always selects a folder (others are ignored). Subsets may be nested: in
+ohsumed_single_23/{training,test}/<class>/<file> the folders holding class folders are
+ohsumed_single_23/training and ohsumed_single_23/test; without subset the shallowest such
+folders are the candidates (one is used, several need subset=...), and subset names one as a
+path from the top ("ohsumed_single_23/training") or by its last parts ("training"), which must
+then match one folder only. Files at any other depth are bad
 records; names starting with '.' are ignored. Finding the layout lists the input once (for an
 archive that is one decompressing pass over it, skipped when subset names the top folder). Directories are read in sorted order (class,
 then file name, both by code point); archives in archive order. Documents are decoded with
@@ -70,6 +75,12 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
+def _parent(parts: list[str]) -> str:
+    """The folder holding the class folder of the file at `parts` ("a/b" for a/b/<class>/<file>),
+    or the top folder for a file less deep."""
+    return "/".join(parts[:-2]) if len(parts) >= 3 else parts[0]
+
+
 def _file_kind(mode: int) -> str:
     return next((name for is_kind, name in _NOT_REGULAR if is_kind(mode)), "not a regular file")
 
@@ -104,14 +115,17 @@ class FolderSource:
         self.encoding = check_encoding(encoding, encoding_errors)
         self.encoding_errors = encoding_errors
         self.subset = subset
+        self.subset_parts = tuple(p for p in subset.split("/") if p) if subset is not None else None
         self.class_folders = class_folders
         self.limits = limits
         self.root = os.path.realpath(self.path)  # where links may lead
         # an archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
-        self.prefix: tuple[str, ...]  # the folder holding the class folders: (subset,), or () at the top
+        # the folder holding the class folders as path parts, () at the top; None: an archive's
+        # subset, decided by the first file that matches it as it is read
+        self.prefix: tuple[str, ...] | None
         if subset is not None and not self.is_dir:
-            self.prefix = (subset,)
+            self.prefix = None
         elif not class_folders and subset is None:
             self.prefix = ()
         else:
@@ -121,12 +135,21 @@ class FolderSource:
     def __iter__(self):
         self.n_read = 0
         batcher = TextBatcher(["text"])
-        n = len(self.prefix)
-        tops = set()
+        tops: set[str] = set()
         for parts, location, read, _ in self._files():
-            if tuple(parts[:n]) != self.prefix:
-                tops.add(parts[0])
-                continue
+            if self.prefix is None or tuple(parts[: len(self.prefix)]) != self.prefix:
+                found = self._match(parts)
+                if found is not None and self.prefix is not None:
+                    raise InputError(
+                        self.path,
+                        f"--subset {self.subset} matches both {'/'.join(self.prefix)} and {'/'.join(found)}",
+                        "name the folder in full from the top of the archive",
+                    )
+                if found is None:
+                    tops.add(_parent(parts))
+                    continue
+                self.prefix = found
+            n = len(self.prefix)
             self.n_read += 1
             try:
                 data = read()
@@ -160,28 +183,55 @@ class FolderSource:
             listed = ", ".join(sorted(tops)) or "none"
             raise InputError(self.path, f"no folder {self.subset!r}", f"--subset must be one of: {listed}")
 
+    def _match(self, parts: list[str]) -> tuple[str, ...] | None:
+        """The folder that subset names, if the file at `parts` lies in it: subset as a path from
+        the top (any depth below it), or as the last parts of the folder holding the file's class
+        folder (with class folders only); None otherwise."""
+        want = self.subset_parts
+        if want is None:
+            return None
+        k = len(want)
+        if tuple(parts[:k]) == want:
+            return want
+        if self.class_folders and len(parts) > k + 2 and tuple(parts[-k - 2 : -2]) == want:
+            return tuple(parts[:-2])
+        return None
+
     def _layout(self, subset: str | None) -> tuple[str, ...]:
-        """The top folder to read from: (subset,), or () when classes are at the top."""
-        tops = set()
+        """The folder to read from as path parts: the one subset names, the one folder that holds
+        class folders at the shallowest depth, or () when classes are at the top."""
+        parents = set()  # the folders that hold the class folders of the files, at each file's depth
         depths = set()
+        matches = set()
         for parts, _, _, listed_as_file in self._files():
             if not listed_as_file:  # a bad record whatever the layout
                 continue
             depths.add(len(parts))
-            if len(parts) > 1:
-                tops.add(parts[0])
-        listed = ", ".join(sorted(tops)) or "none"
+            parents.add((len(parts), _parent(parts)))
+            found = self._match(parts)
+            if found is not None:
+                matches.add(found)
         if subset is not None:
-            if subset not in tops:
+            if not matches:
+                listed = ", ".join(sorted({p for _, p in parents})) or "none"
                 raise InputError(self.path, f"no folder {subset!r}", f"--subset must be one of: {listed}")
-            return (subset,)
-        if 2 in depths or 3 not in depths:
+            if len(matches) > 1:
+                listed = ", ".join(sorted("/".join(m) for m in matches))
+                raise InputError(
+                    self.path, f"--subset {subset} matches several folders: {listed}", "pass one of them in full"
+                )
+            return matches.pop()
+        if 2 in depths or not any(d >= 3 for d in depths):
             return ()
-        if len(tops) > 1:
+        shallowest = min(d for d in depths if d >= 3)
+        candidates = sorted(p for d, p in parents if d == shallowest)
+        if len(candidates) > 1:
             raise InputError(
-                self.path, f"holds several folders of class folders: {listed}", "pass --subset with one of them"
+                self.path,
+                f"holds several folders of class folders: {', '.join(candidates)}",
+                "pass --subset with one of them",
             )
-        return (tops.pop(),)
+        return tuple(candidates[0].split("/"))
 
     def _files(self):
         """(path parts, location, read(), listed as a file) of every entry not hidden that stands

@@ -10,6 +10,8 @@ field or a label are bad records. Blank lines are skipped; .gz/.bz2/.xz files ar
 on the fly. A line longer than
 limits.record_bytes is a bad record (never held whole). label_field=None
 reads no labels (every label is None): unlabeled records, as `streamfit predict` reads them.
+id_field names a field (a string or an integer) each record carries as its id (TextBatch.ids),
+what `streamfit predict` writes beside each prediction.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class JsonlSource:
         text_field: str = "text",
         label_field: str | None = "label",
         multilabel: bool | None = None,
+        id_field: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
@@ -81,12 +84,13 @@ class JsonlSource:
         self.fields = split_fields("text_field", text_field)
         self.label_field = label_field
         self.multilabel = multilabel
+        self.id_field = id_field
         self.limits = limits
         self.n_read = 0
 
     def __iter__(self):
         self.n_read = 0
-        batcher = TextBatcher(self.fields)
+        batcher = TextBatcher(self.fields, with_ids=self.id_field is not None)
         with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
             for line_no, line in enumerate(bounded_lines(f, self.limits.record_bytes), 1):
                 location = f"{self.path}:{line_no}"
@@ -101,17 +105,18 @@ class JsonlSource:
                     continue
                 self.n_read += 1
                 try:
-                    texts, label = self._record(line)
+                    texts, label, record_id = self._record(line)
                 except _Bad as e:
                     self.policy.bad(location, e.problem, line.rstrip(b"\r\n"), e.hint)
                     continue
-                batcher.add(texts, label, location)
+                batcher.add(texts, label, location, record_id)
                 if len(batcher) == self.batch_size:
                     yield batcher.take()
         if len(batcher):
             yield batcher.take()
 
-    def _record(self, line: bytes) -> tuple[list[str], str | list[str] | None]:
+    def _record(self, line: bytes) -> tuple[list[str], str | list[str] | None, str | None]:
+        """(texts, label, id) of a line; _Bad naming what is wrong."""
         try:
             text = line.decode("utf-8")  # strict: json.loads(bytes) would let encoded surrogates pass
         except UnicodeDecodeError:
@@ -130,8 +135,16 @@ class JsonlSource:
             if not isinstance(obj[field], str):
                 raise _Bad(f"field {field!r} is a JSON {type(obj[field]).__name__}, not a string")
             texts.append(_check_text(obj[field], f"field {field!r}"))
+        record_id = None
+        if self.id_field is not None:
+            if self.id_field not in obj:
+                raise _Bad(f"no field {self.id_field!r}", f"set --id-field; this line has the fields: {present}")
+            value = obj[self.id_field]
+            if not isinstance(value, (str, int)) or isinstance(value, bool):
+                raise _Bad(f"id field {self.id_field!r} is {json.dumps(value)[:40]}, not a string or an integer")
+            record_id = str(value)
         if self.label_field is None:
-            return texts, None
+            return texts, None, record_id
         if self.label_field not in obj:
             raise _Bad(f"no field {self.label_field!r}", f"set --label-field; this line has the fields: {present}")
         value = obj[self.label_field]
@@ -151,4 +164,4 @@ class JsonlSource:
             )
         if self.multilabel and isinstance(label, str):
             label = [label]
-        return texts, label
+        return texts, label, record_id
