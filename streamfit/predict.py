@@ -1,4 +1,5 @@
-"""`streamfit predict`: top-k classes and scores for every row of a store or of raw data."""
+"""`streamfit predict`: top-k classes and scores for every row of a store or of raw data, or, for
+a regression model, the predicted values of its outputs."""
 
 from __future__ import annotations
 
@@ -82,7 +83,9 @@ def predict_to_file(
     model_dir: str | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out`; returns the number of rows. `model_dir`: where
+    "labels", "scores"}; for a regression model `.csv`: location and one column per output,
+    `.jsonl`: {"location", "values": {output: value}}, values in full precision) atomically
+    to `out`; returns the number of rows. `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit.store.store import overlaps
 
@@ -95,7 +98,7 @@ def predict_to_file(
                 f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
                 "would destroy what is read; choose another --out"
             )
-    if top_k > len(model.classes_):
+    if top_k > len(model.classes_) and not model.regression:
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
         )
@@ -118,13 +121,30 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
+def _write_values(f, writer, model: Model, locations, X) -> None:
+    """A regression model's predicted values of rows X, one line per row."""
+    values = model.decision_function(X)
+    names = model.classes_.tolist()
+    for loc, row in zip(locations, values.tolist()):
+        if writer:
+            writer.writerow([loc, *row])
+        else:
+            f.write(json.dumps({"location": loc, "values": dict(zip(names, row))}) + "\n")
+
+
 def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
     n = 0
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
-        if writer:
+        if writer and model.regression:
+            writer.writerow(["location", *model.classes_.tolist()])
+        elif writer:
             writer.writerow(["location"] + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
         for locations, X in _batches(model, source, fmt, options, progress):
+            if model.regression:
+                _write_values(f, writer, model, locations, X)
+                n += len(locations)
+                continue
             top, scores = model.predict_topk(X, top_k)
             labels = model.classes_[top]
             for loc, labs, sc in zip(locations, labels, scores):

@@ -448,7 +448,10 @@ def decision_threshold(link: str) -> float:
 
 
 def _n_correct(F: np.ndarray, labels) -> int:
-    """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1)."""
+    """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1);
+    0 for regression targets (real values, no classes)."""
+    if not sp.issparse(labels) and np.ndim(labels) == 2:
+        return 0
     top = np.argmax(F, axis=1)
     if sp.issparse(labels):
         return int(np.count_nonzero(np.asarray(labels[np.arange(F.shape[0]), top])))
@@ -816,7 +819,8 @@ class StagewiseModel(Model):
 
     def predict(self, X):
         """Multiclass: the top class. Multilabel: labels whose score exceeds the threshold
-        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins)."""
+        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins).
+        Regression: the scores, the fitted real values."""
         if self.multilabel:
             return (self.decision_function(X) > decision_threshold(self.link)).astype(np.int8)
         return super().predict(X)
@@ -824,6 +828,8 @@ class StagewiseModel(Model):
     def predict_proba(self, X) -> np.ndarray:
         """softmax/sigmoid of the margins for the softmax link; for the identity link the
         scores projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
+        if self.regression:
+            raise AttributeError("predict_proba: a regression model predicts real values, not class probabilities")
         S = self.decision_function(X)
         if self.link == "identity":
             return project_predictions(S, self.multilabel)
@@ -951,9 +957,22 @@ class StagewiseSolver(Solver[StagewiseState]):
             return "identity"
         return "sigmoid" if source.multilabel else "softmax"
 
+    def _check_regression(self, source: ChunkSource) -> None:
+        """Real-valued targets (regression) take the identity link, g(u) = u, with the plain
+        squared loss; the softmax link and Algorithm 2's simplex projection assume class
+        indicators, so they are refused."""
+        if source.regression and self.params.link != "identity":
+            raise ConfigError("regression targets need -p link=identity (softmax models class probabilities)")
+        if source.regression and self.params.calibration == "poly":
+            raise ConfigError(
+                "-p calibration=poly projects onto the probability simplex, which real-valued targets are not on: "
+                "use calibration=none or predictions"
+            )
+
     def init(self, ctx: Context) -> StagewiseState:
         """F = 0, no stage yet; GEN's setup: the column scan, and for random Fourier features the
         row sample (PCA, bandwidth, the "auto" check)."""
+        self._check_regression(ctx.source)
         self._grams = {}
         space, active, generator, data_passes = self._setup(ctx.source, ctx.engine)
         return StagewiseState(
@@ -1326,7 +1345,7 @@ class StagewiseSolver(Solver[StagewiseState]):
 
         n_generated = space.n_components if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
-        accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
+        accuracy = {} if source.regression else {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
         fields = dict(
             objective=self._objective(loss_sum, n, link, state.weights),
             loss=loss_sum / n,
@@ -1354,6 +1373,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             classes=source.classes,
             n_features=source.n_features,
             multilabel=source.multilabel,
+            regression=source.regression,
             solver=self.name,
             params=self.params.model_dump(),
             info={"stages": state.step, "generator": state.generator, "data_passes": state.data_passes},
