@@ -1,6 +1,12 @@
 """streamfit: out-of-core training of large sparse linear multiclass and multilabel classifiers."""
 
-from streamfit.estimators import BCDClassifier, FBPDClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit.estimators import (
+    BCDClassifier,
+    FBPDClassifier,
+    PPDSparseClassifier,
+    StagewiseLSClassifier,
+    StagewiseLSRegressor,
+)
 from streamfit.model import load_model
 from streamfit.store import open_store
 
@@ -12,6 +18,7 @@ __all__ = [
     "open_store",
     "load_model",
     "StagewiseLSClassifier",
+    "StagewiseLSRegressor",
     "BCDClassifier",
     "FBPDClassifier",
     "PPDSparseClassifier",
