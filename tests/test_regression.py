@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from sklearn.linear_model import Ridge
 from sklearn.metrics import mean_absolute_error, r2_score
 
 from streamfit import StagewiseLSRegressor
+from streamfit.cli import main
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions, ingest
@@ -102,11 +103,17 @@ def test_other_solvers_refuse_a_regression_store(tmp_path):
         train(str(tmp_path / "s"), "bcd", str(tmp_path / "run"), n_workers=0, progress=False)
 
 
-def test_cli_ingest_train_evaluate_predict(tmp_path, cli):
+def run(*args) -> str:
+    """`streamfit -q ARGS` in process; its output."""
+    result = CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_cli_ingest_train_evaluate_predict(tmp_path):
     X, Y = planted(n=400, d=5, k=1, seed=3)
     write_libsvm(tmp_path / "train.svm", X[:300], Y[:300])
     write_libsvm(tmp_path / "new.svm", X[300:], Y[300:])
-    run = lambda *a: subprocess.run(cli(*a), check=True, capture_output=True, text=True).stdout  # noqa: E731
     run("ingest", tmp_path / "train.svm", "--no-hash", "--target", "numeric", "--out", tmp_path / "s",
         "--test-size", "0.2", "--test-out", tmp_path / "t")
     info = json.loads(run("inspect", tmp_path / "s", "--json"))
