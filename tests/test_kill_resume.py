@@ -76,26 +76,32 @@ SOLVER_ARGS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("solver", sorted(SOLVER_ARGS))
 def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_path, solver):
-    _kill_twice_then_resume(cli, tmp_path, solver, ["train", digits_cli_store, "--solver", solver,
-                                                     *SOLVER_ARGS[solver], "--n-workers", "0"])
+    _kill_twice_then_resume(
+        cli, tmp_path, solver, ["train", digits_cli_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
+    )
 
 
 @pytest.mark.slow
 def test_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path):
     """The same kills on stagewise regression (real-valued targets, two outputs, identity link)."""
-    from sklearn.datasets import dump_svmlight_file
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(300, 12))
     Y = X @ rng.normal(size=(12, 2)) + 0.1 * rng.normal(size=(300, 2))
     with open(tmp_path / "r.svm", "w") as f:
         for x, y in zip(X, Y):
-            f.write(f"{float(y[0])!r},{float(y[1])!r} " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x.tolist())) + "\n")
+            f.write(
+                f"{float(y[0])!r},{float(y[1])!r} "
+                + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x.tolist()))
+                + "\n"
+            )
     store = tmp_path / "r.zarr"
     ingest = ["ingest", tmp_path / "r.svm", "--no-hash", "--target", "numeric", "--chunk-rows", "100", "--out", store]
     subprocess.run(cli(*ingest), check=True, capture_output=True)
     args = ["-p", "generator=gradient", "-p", "block_size=2", "-p", "n_passes=2", "-p", "calibration=predictions"]
-    _kill_twice_then_resume(cli, tmp_path, "stagewise", ["train", store, "--solver", "stagewise", *args, "--n-workers", "0"])
+    _kill_twice_then_resume(
+        cli, tmp_path, "stagewise", ["train", store, "--solver", "stagewise", *args, "--n-workers", "0"]
+    )
 
 
 def _kill_twice_then_resume(cli, tmp_path, solver, train):

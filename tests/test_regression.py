@@ -41,8 +41,15 @@ def planted(n=240, d=6, k=1, seed=0):
 def test_numeric_targets_are_stored_exactly(tmp_path, backend, k):
     X, Y = planted(n=50, k=k)
     write_libsvm(tmp_path / "r.svm", X, Y)
-    o = IngestOptions([str(tmp_path / "r.svm")], str(tmp_path / "s"), hashing=None, target="numeric",
-                      backend=backend, chunk_rows=16, progress=False)
+    o = IngestOptions(
+        [str(tmp_path / "r.svm")],
+        str(tmp_path / "s"),
+        hashing=None,
+        target="numeric",
+        backend=backend,
+        chunk_rows=16,
+        progress=False,
+    )
     ingest(o)
     store = open_store(str(tmp_path / "s"))
     assert store.regression and store.manifest.task == "regression"
@@ -58,8 +65,17 @@ def test_split_of_numeric_targets_is_random_and_like_keeps_the_outputs(tmp_path)
     X, Y = planted(n=200)
     write_libsvm(tmp_path / "r.svm", X, Y)
     train, test = str(tmp_path / "tr"), str(tmp_path / "te")
-    ingest(IngestOptions([str(tmp_path / "r.svm")], train, hashing=None, target="numeric", test_size=0.25,
-                         test_out=test, progress=False))
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "r.svm")],
+            train,
+            hashing=None,
+            target="numeric",
+            test_size=0.25,
+            test_out=test,
+            progress=False,
+        )
+    )
     T_train, T_test = open_store(train).to_scipy()[1], open_store(test).to_scipy()[1]
     assert (len(T_train), len(T_test)) == (150, 50)
     assert sorted(np.concatenate([T_train, T_test])[:, 0].tolist()) == sorted(Y[:, 0].tolist())
@@ -70,12 +86,19 @@ def test_split_of_numeric_targets_is_random_and_like_keeps_the_outputs(tmp_path)
 
 @pytest.mark.parametrize(
     "bad_target, problem",
-    [("nan", "NaN or infinite"), ("inf", "NaN or infinite"), ("-Infinity", "NaN or infinite"), ("cheap", "not a number")],
+    [
+        ("nan", "NaN or infinite"),
+        ("inf", "NaN or infinite"),
+        ("-Infinity", "NaN or infinite"),
+        ("cheap", "not a number"),
+    ],
 )
 def test_bad_targets_are_bad_records_at_their_file_and_line(tmp_path, bad_target, problem):
     path = tmp_path / "prices.csv"
     with open(path, "w", newline="") as f:
-        csv.writer(f).writerows([("text", "label"), ("a red bike", "120.5"), ("old shoes", bad_target), ("a car", "9e3")])
+        csv.writer(f).writerows(
+            [("text", "label"), ("a red bike", "120.5"), ("old shoes", bad_target), ("a car", "9e3")]
+        )
     options = dict(
         source_options={"text_field": "text"}, hashing=HashingConfig(n_features=2**10), target="numeric", progress=False
     )
@@ -98,7 +121,9 @@ def test_other_solvers_refuse_a_regression_store(tmp_path):
 
     X, Y = planted(n=40)
     write_libsvm(tmp_path / "r.svm", X, Y)
-    ingest(IngestOptions([str(tmp_path / "r.svm")], str(tmp_path / "s"), hashing=None, target="numeric", progress=False))
+    ingest(
+        IngestOptions([str(tmp_path / "r.svm")], str(tmp_path / "s"), hashing=None, target="numeric", progress=False)
+    )
     with pytest.raises(StreamfitError, match="only --solver stagewise"):
         train(str(tmp_path / "s"), "bcd", str(tmp_path / "run"), n_workers=0, progress=False)
 
@@ -114,13 +139,40 @@ def test_cli_ingest_train_evaluate_predict(tmp_path):
     X, Y = planted(n=400, d=5, k=1, seed=3)
     write_libsvm(tmp_path / "train.svm", X[:300], Y[:300])
     write_libsvm(tmp_path / "new.svm", X[300:], Y[300:])
-    run("ingest", tmp_path / "train.svm", "--no-hash", "--target", "numeric", "--out", tmp_path / "s",
-        "--test-size", "0.2", "--test-out", tmp_path / "t")
+    run(
+        "ingest",
+        tmp_path / "train.svm",
+        "--no-hash",
+        "--target",
+        "numeric",
+        "--out",
+        tmp_path / "s",
+        "--test-size",
+        "0.2",
+        "--test-out",
+        tmp_path / "t",
+    )
     info = json.loads(run("inspect", tmp_path / "s", "--json"))
     assert info["task"] == "regression" and info["target"]["shape"] == [240, 1]
     assert abs(info["target_stats"]["target"]["mean"] - 2.0) < 0.5
-    run("train", tmp_path / "s", "--solver", "stagewise", "-p", "generator=sequential", "-p", "block_size=5",
-        "-p", "n_passes=1", "-p", "lam=1e-6", "--n-workers", "0", "--out", tmp_path / "run")
+    run(
+        "train",
+        tmp_path / "s",
+        "--solver",
+        "stagewise",
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=5",
+        "-p",
+        "n_passes=1",
+        "-p",
+        "lam=1e-6",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "run",
+    )
     metrics = json.loads(run("evaluate", tmp_path / "run", tmp_path / "t", "--json"))
     _, T = open_store(str(tmp_path / "t")).to_scipy()
     Xt = open_store(str(tmp_path / "t")).to_scipy()[0]

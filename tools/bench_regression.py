@@ -139,13 +139,22 @@ def bench_set(name: str, args, work: str) -> list[dict]:
         make()  # warm-up, not timed: numba compiles streamfit's kernels on first use
         start = time.perf_counter()
         model = make()
-        rows.append({"set": name, "method": label, "seconds": time.perf_counter() - start, "rmse": rmse(yte, model.predict(Xte))})
+        rows.append(
+            {
+                "set": name,
+                "method": label,
+                "seconds": time.perf_counter() - start,
+                "rmse": rmse(yte, model.predict(Xte)),
+            }
+        )
 
     alpha = 1.0
     timed("Ridge (exact)", lambda: Ridge(alpha=alpha).fit(Xtr, ytr))
     timed(
         "stagewise, one block",
-        lambda: StagewiseLSRegressor(generator="sequential", block_size=Xtr.shape[1], n_passes=1, lam=alpha / len(ytr)).fit(Xtr, ytr),
+        lambda: StagewiseLSRegressor(
+            generator="sequential", block_size=Xtr.shape[1], n_passes=1, lam=alpha / len(ytr)
+        ).fit(Xtr, ytr),
     )
     timed("stagewise, default", lambda: StagewiseLSRegressor(random_state=0).fit(Xtr, ytr))
     SGDRegressor(random_state=0).partial_fit(Xtr, ytr)  # warm-up, as for the others
@@ -156,7 +165,12 @@ def bench_set(name: str, args, work: str) -> list[dict]:
         order = rng.permutation(len(ytr))
         sgd.partial_fit(Xtr[order], ytr[order])
     rows.append(
-        {"set": name, "method": f"SGDRegressor ({args.sgd_epochs} epochs)", "seconds": time.perf_counter() - start, "rmse": rmse(yte, sgd.predict(Xte))}
+        {
+            "set": name,
+            "method": f"SGDRegressor ({args.sgd_epochs} epochs)",
+            "seconds": time.perf_counter() - start,
+            "rmse": rmse(yte, sgd.predict(Xte)),
+        }
     )
     rate = vw_rate(Xtr, ytr, work, args.vw_passes)
     train_file, test_file = os.path.join(work, f"{name}.train.vw"), os.path.join(work, f"{name}.test.vw")
@@ -220,7 +234,9 @@ def child_method(method: str, store_path: str, work: str, d: int) -> dict:
         from streamfit.train import train
 
         params = {"generator": "sequential", "block_size": d, "n_passes": 1, "lam": 1e-6}
-        model = train(store_path, "stagewise", os.path.join(work, "run"), params, n_workers=0, overwrite=True, progress=False)
+        model = train(
+            store_path, "stagewise", os.path.join(work, "run"), params, n_workers=0, overwrite=True, progress=False
+        )
         seconds, pred = time.perf_counter() - start, model.predict(Xte)
     elif method == "sgd":
         from sklearn.linear_model import SGDRegressor
@@ -265,11 +281,17 @@ def bench_ooc(args, work: str) -> list[dict]:
         decoded_mib = (8 * n * d + 20 * n) / 2**20
         env = {"STREAMFIT_CHUNK_CACHE_MB": str(args.cache_mb), "OMP_NUM_THREADS": "1"}
         methods = ["exact", "stagewise", "sgd"] + (["vw"] if args.vw_ooc else [])
-        labels = {"exact": "Ridge (exact, streamed normal equations)", "stagewise": "stagewise, one block",
-                  "sgd": "SGDRegressor (1 epoch, per chunk)", "vw": "Vowpal Wabbit (1 pass)"}
+        labels = {
+            "exact": "Ridge (exact, streamed normal equations)",
+            "stagewise": "stagewise, one block",
+            "sgd": "SGDRegressor (1 epoch, per chunk)",
+            "vw": "Vowpal Wabbit (1 pass)",
+        }
         for method in methods:
             out = _child(["--child-method", method, store, work, str(d)], env)
-            rows.append({"set": f"generated {n:,} × {d} ({decoded_mib:.0f} MiB decoded)", "method": labels[method], **out})
+            rows.append(
+                {"set": f"generated {n:,} × {d} ({decoded_mib:.0f} MiB decoded)", "method": labels[method], **out}
+            )
     return rows
 
 
@@ -289,7 +311,10 @@ def _child(argv: list[str], env: dict) -> dict:
 def table(rows: list[dict]) -> str:
     """Markdown: per set, each method's RMSE, RMSE / Ridge's, seconds, and SGD's seconds over the
     method's when its RMSE is at or below SGD's final RMSE."""
-    out = ["| set | method | test RMSE | RMSE / Ridge | fit s | × vs SGD | peak RSS MiB |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "| set | method | test RMSE | RMSE / Ridge | fit s | × vs SGD | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name in dict.fromkeys(r["set"] for r in rows):
         group = [r for r in rows if r["set"] == name]
         ridge = next(r for r in group if r["method"].startswith("Ridge"))

@@ -330,10 +330,10 @@ class _Pass1:
             labels, problems = numeric_targets(batch.labels, self.n_outputs)
             if self.n_outputs is None and len(problems) < len(batch.labels):
                 self.n_outputs = labels.shape[1]
-            for r, problem in sorted(problems.items()):
-                keep[r] = False
+            for row, problem in sorted(problems.items()):
+                keep[row] = False
                 self.policy.bad(
-                    batch.locations[r], problem, hint="fix or drop the record, or skip it with --on-bad-record skip"
+                    batch.locations[row], problem, hint="fix or drop the record, or skip it with --on-bad-record skip"
                 )
         else:
             labels, unknown = self.vocab.encode(batch.labels, self.multilabel)

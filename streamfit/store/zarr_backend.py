@@ -117,7 +117,9 @@ class ZarrReader:
         if self.regression:
             t = self.targets
             if t.dtype != np.dtype(TARGET_DTYPE) or t.shape != (n, manifest.target["shape"][1]):
-                raise ValueError(f"targets holds {t.shape} × {t.dtype}, expected {n} × {manifest.target['shape'][1]} × {TARGET_DTYPE}")
+                raise ValueError(
+                    f"targets holds {t.shape} × {t.dtype}, expected {n} × {manifest.target['shape'][1]} × {TARGET_DTYPE}"
+                )
         elif self.multilabel:
             expected += [("Y/indptr", self.y_indptr, "int64", n + 1), ("Y/indices", self.y_indices, "int32", None)]
         else:

@@ -45,8 +45,13 @@ def closed_form_ridge(X, Y, lam):
 def test_one_block_of_all_features_is_closed_form_ridge(k):
     X, Y, _ = planted(n=300, d=10, k=k)
     lam = 0.05
-    model = fit(InMemoryStore(X, Y, [f"y{j}" for j in range(k)], chunk_rows=70), generator="sequential",
-                block_size=10, n_passes=1, lam=lam)
+    model = fit(
+        InMemoryStore(X, Y, [f"y{j}" for j in range(k)], chunk_rows=70),
+        generator="sequential",
+        block_size=10,
+        n_passes=1,
+        lam=lam,
+    )
     W, b = closed_form_ridge(X, Y, lam)
     assert model.regression
     np.testing.assert_allclose(model.coef_, W.T, rtol=0, atol=1e-8)
@@ -58,8 +63,9 @@ def test_r2_of_a_planted_linear_model_reaches_the_noise_ceiling():
     """Fitted on 2000 rows and tested on 2000 fresh ones, blocks of 4 columns over 3 passes: the
     test R² is within 0.01 of the best possible, 1 − σ²/Var(y) (the true model's expected R²)."""
     X, Y, noise = planted(n=4000, d=16, k=1, seed=1)
-    model = fit(InMemoryStore(X[:2000], Y[:2000], ["y"], chunk_rows=512), generator="random", block_size=4,
-                n_passes=3, lam=1e-6)
+    model = fit(
+        InMemoryStore(X[:2000], Y[:2000], ["y"], chunk_rows=512), generator="random", block_size=4, n_passes=3, lam=1e-6
+    )
     pred = model.predict(X[2000:])
     assert pred.shape == (2000,)
     truth = Y[2000:, 0]
