@@ -23,6 +23,10 @@ an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
 the dtype of the fitted label indicator.
+
+StagewiseLSRegressor is the regressor (RegressorMixin's conventions): y real and finite, of shape
+(n,) or (n, k); predict has y's shape; score is R² averaged over the outputs; the tags say
+regressor and multi-output; it has no decision_function, predict_proba or classes_.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ block x̃ = GEN(x, p) of p features, fits it to the current residuals and update
 visits every block once; `n_passes` passes make S = n_passes · n_blocks stages. One stage is
 one step of the solver protocol (`StagewiseSolver.step`; its state is `StagewiseState`).
 
+Targets Y (n × k): the 0/1 class indicators, or real-valued targets (a regression store or
+StagewiseLSRegressor), which Algorithm 3 fits as stated in the paper with the identity link; the
+softmax link and calibration="poly" (a projection onto the simplex) are refused for them.
+
 Design matrix of a block: A = [1, x̃] (an unpenalised bias column, `fit_intercept`), plus the
 current scores F when calibration="predictions" (A = [1, x̃, F]; in the code F is kept apart
 from [1, x̃], whose features and AᵀA then stay the same from pass to pass).
