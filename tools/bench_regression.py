@@ -32,7 +32,8 @@ kernels on first use, about a second; the peers are precompiled).
 Out of core (--ooc-rows, a list): a generated linear model y = xᵀw + 1 + ε (x ~ N(0, I) with
 --ooc-features dense columns, ε ~ N(0, 0.5²)) written as a Zarr regression store in chunks of
 65 536 rows, and 100 000 test rows from the same model. Each method runs in a fresh process whose
-peak RSS (getrusage) is reported: stagewise through `streamfit.train` in process
+peak RSS (getrusage) is reported, and in parentheses its RSS just before the fit (imports and the
+test rows): stagewise through `streamfit.train` in process
 (--n-workers 0; one block of all features, one pass: the exact ridge solution, lam 1e-6) with
 STREAMFIT_CHUNK_CACHE_MB = --cache-mb, below the store's decoded size, so every chunk is read from
 disk every pass; SGDRegressor with one partial_fit per chunk, one epoch, read from the same store;
@@ -225,10 +226,13 @@ def _concat_test(d: int):
 
 def child_method(method: str, store_path: str, work: str, d: int) -> dict:
     """Runs one method in this (fresh) process; its seconds, test RMSE and this process's peak RSS."""
+    import psutil
+
     from streamfit.store import open_store
 
     Xte, yte = ooc_test(d)
     store = open_store(store_path)
+    before = psutil.Process().memory_info().rss / 2**20  # imports and the test rows
     start = time.perf_counter()
     if method == "stagewise":
         from streamfit.train import train
@@ -266,7 +270,7 @@ def child_method(method: str, store_path: str, work: str, d: int) -> dict:
     else:
         raise SystemExit(f"unknown method {method}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"seconds": seconds, "rmse": rmse(yte, pred), "peak_rss_mib": peak}
+    return {"seconds": seconds, "rmse": rmse(yte, pred), "peak_rss_mib": peak, "rss_before_mib": before}
 
 
 def bench_ooc(args, work: str) -> list[dict]:
@@ -312,7 +316,7 @@ def table(rows: list[dict]) -> str:
     """Markdown: per set, each method's RMSE, RMSE / Ridge's, seconds, and SGD's seconds over the
     method's when its RMSE is at or below SGD's final RMSE."""
     out = [
-        "| set | method | test RMSE | RMSE / Ridge | fit s | × vs SGD | peak RSS MiB |",
+        "| set | method | test RMSE | RMSE / Ridge | fit s | × vs SGD | peak RSS MiB (before fit) |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in dict.fromkeys(r["set"] for r in rows):
@@ -323,7 +327,7 @@ def table(rows: list[dict]) -> str:
             speed = "–"
             if not r["method"].startswith(("SGD", "Ridge")) and r["rmse"] <= sgd["rmse"]:
                 speed = f"{sgd['seconds'] / r['seconds']:.1f}"
-            rss = f"{r['peak_rss_mib']:.0f}" if "peak_rss_mib" in r else ""
+            rss = f"{r['peak_rss_mib']:.0f} ({r['rss_before_mib']:.0f})" if "peak_rss_mib" in r else ""
             out.append(
                 f"| {name} | {r['method']} | {r['rmse']:.4f} | {r['rmse'] / ridge['rmse']:.4f} | {r['seconds']:.3f} | {speed} | {rss} |"
             )
