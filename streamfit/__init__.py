@@ -13,6 +13,7 @@ __all__ = [
     "open_store",
     "load_model",
     "StagewiseLSClassifier",
+    "StagewiseLSRegressor",
     "BCDClassifier",
     "FBPDClassifier",
     "PPDSparseClassifier",
@@ -23,13 +24,20 @@ _LAZY = {
     "open_store": "streamfit.store",
     "load_model": "streamfit.model",
     "StagewiseLSClassifier": "streamfit.estimators",
+    "StagewiseLSRegressor": "streamfit.estimators",
     "BCDClassifier": "streamfit.estimators",
     "FBPDClassifier": "streamfit.estimators",
     "PPDSparseClassifier": "streamfit.estimators",
 }
 
 if TYPE_CHECKING:
-    from streamfit.estimators import BCDClassifier, FBPDClassifier, PPDSparseClassifier, StagewiseLSClassifier
+    from streamfit.estimators import (
+        BCDClassifier,
+        FBPDClassifier,
+        PPDSparseClassifier,
+        StagewiseLSClassifier,
+        StagewiseLSRegressor,
+    )
     from streamfit.model import load_model
     from streamfit.store import open_store
 

@@ -488,7 +488,8 @@ def transpose(ctx, store, block_features):
 )
 @click.pass_context
 def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
-    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version.
+    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version
+    (a regression store: its targets' shape and, per output, min, max, mean and std).
 
     \b
     Example:
@@ -508,6 +509,7 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
         "task": m.task,
         "n_classes": len(m.classes),
         "classes": m.classes,
+        "target": m.target,
         "chunk_rows": m.chunk_rows,
         "n_chunks": len(m.chunks),
         "hashing": m.hashing,
@@ -523,6 +525,10 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
             "n_blocks": len(m.csc["blocks"]),
             "nnz": sum(b["nnz"] for b in m.csc["blocks"]),
         }
+    if s.regression:
+        from streamfit.metrics import target_statistics
+
+        info["target_stats"] = target_statistics(s)
     if show_chunks:
         info["chunks"] = [c.__dict__ for c in m.chunks]
         if m.csc:
@@ -647,8 +653,9 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     )
     from streamfit import storage
 
+    what = "outputs" if model.regression else "classes"
     click.echo(
-        f"model written to {storage.absolute(storage.resolve(out).join('model').url)} ({len(model.classes_)} classes)"
+        f"model written to {storage.absolute(storage.resolve(out).join('model').url)} ({len(model.classes_)} {what})"
     )
 
 
@@ -679,7 +686,8 @@ def _list_solvers(ctx, value):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def evaluate(ctx, run_dir, store, as_json):
-    """Score a trained model on a store: accuracy and macro-F1, or P@1/3/5 for multilabel."""
+    """Score a trained model on a store: accuracy and macro-F1, P@1/3/5 for multilabel, or RMSE,
+    MAE and R² (per output when there are several) for regression."""
     from streamfit.metrics import evaluate as run_evaluate
     from streamfit.model import load_model
     from streamfit.store import open_store
@@ -714,9 +722,10 @@ def evaluate(ctx, run_dir, store, as_json):
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @click.pass_context
 def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options):
-    """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
-    read and featurized exactly as the training store was: the same field names and format
-    options unless --option overrides them). Labels in raw data are not needed (and not read)."""
+    """Write the top classes and scores of every row of SOURCE (a regression model: the predicted
+    value of each output) (SOURCE: a store, or raw data that is read and featurized exactly as
+    the training store was: the same field names and format options unless --option overrides
+    them). Labels in raw data are not needed (and not read)."""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 

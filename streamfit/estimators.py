@@ -23,6 +23,10 @@ an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
 the dtype of the fitted label indicator.
+
+StagewiseLSRegressor is the regressor (RegressorMixin's conventions): y real and finite, of shape
+(n,) or (n, k); predict has y's shape; score is R² averaged over the outputs; the tags say
+regressor and multi-output; it has no decision_function, predict_proba or classes_.
 """
 
 from __future__ import annotations
@@ -222,19 +226,21 @@ def _parameters_doc(params: type[SolverParams], renamed: dict[str, _Renamed]) ->
     )
 
 
-class _SolverClassifier(_ParamsMixin):
-    """fit / predict for every estimator: y (class labels, or an n × k label indicator for
-    multilabel) becomes an InMemoryStore; the solver runs in process with in-memory state.
+class _SolverEstimator(_ParamsMixin):
+    """fit for every estimator: y (class labels, an n × k label indicator for multilabel, or
+    real-valued targets for regression, as `_check_y` turns them into the store's labels)
+    becomes an InMemoryStore; the solver runs in process with in-memory state.
     A subclass names `_solver`; its constructor parameters are that solver's Params (under the
     names in `_renamed`, where the estimator's name differs) and `chunk_rows`, the rows per chunk
     of the in-memory store (results do not depend on it beyond floating-point rounding)."""
 
     _solver: ClassVar[type[Solver[Any]]]  # set by each subclass
     _renamed: dict[str, _Renamed] = {}  # solver parameter -> the estimator's name for it
-    _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        if "_solver" not in cls.__dict__:  # an intermediate base (_SolverClassifier)
+            return
         cls.__init__ = _estimator_init(_estimator_signature(cls._solver.Params, cls._renamed))
         cls.__doc__ = (cls.__doc__ or "").rstrip() + _parameters_doc(cls._solver.Params, cls._renamed)
 
@@ -247,25 +253,6 @@ class _SolverClassifier(_ParamsMixin):
             values[name] = renamed.to_solver(getattr(self, renamed.name)) if renamed else getattr(self, name)
         values["random_state"] = _seed(values["random_state"])
         return self._solver.Params(**values)
-
-    def _accepts_multilabel(self) -> bool:
-        """Whether fit takes an n × k label indicator with these parameters."""
-        return True
-
-    def __sklearn_tags__(self):
-        """scikit-learn's estimator tags (scikit-learn ≥ 1.6): those of ClassifierMixin on
-        BaseEstimator (a classifier; fit requires y), plus scipy.sparse input and, where the
-        solver takes label indicators, multilabel targets. scikit-learn is imported here, by
-        the time scikit-learn calls this, never when streamfit is imported."""
-        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
-
-        multilabel = self._accepts_multilabel()
-        return Tags(
-            estimator_type="classifier",
-            target_tags=TargetTags(required=True, multi_output=multilabel),
-            classifier_tags=ClassifierTags(multi_label=multilabel),
-            input_tags=InputTags(sparse=True),
-        )
 
     # -- input checking (scikit-learn's validate_data and its messages, without scikit-learn) --
     def _check_X(self, X, *, reset: bool):
@@ -306,6 +293,92 @@ class _SolverClassifier(_ParamsMixin):
                 f"X has {X.shape[1]} features, but {name} is expecting {self.n_features_in_} features as input."
             )
         return X
+
+    def _fitted_model(self):
+        """model_, or NotFittedError (scikit-learn's, when scikit-learn is imported) before fit."""
+        model = self.__dict__.get("model_")
+        if model is None:
+            raise _compatible("NotFittedError")(
+                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
+                "before using this estimator."
+            )
+        return model
+
+    def _scores(self, X) -> np.ndarray:
+        """The model's scores, n × n_classes, of a checked X."""
+        model = self._fitted_model()
+        return model.decision_function(self._check_X(X, reset=False))
+
+    def _check_y(self, y, n_samples: int) -> tuple[Any, Any, Any]:
+        """(names of the classes or outputs, the store's labels, y's dtype) of a checked y."""
+        raise NotImplementedError
+
+    def _set_targets(self, names, y) -> None:
+        """Record what fit learned about y (classifiers: classes_)."""
+        raise NotImplementedError
+
+    # -- the scikit-learn API -------------------------------------------------------------
+    def fit(self, X, y):
+        if y is None:  # before X, so that this is the error whatever X is
+            self._check_y(y, 0)
+        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        X = self._check_X(X, reset=True)
+        names, labels, y_dtype = self._check_y(y, X.shape[0])
+        self._set_targets(names, y)
+        source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
+        checkpointer = Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory")
+        log = MetricsLog(None)
+        with Engine(mode="inprocess") as engine:
+            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+        self.history_ = log.records
+        self.n_features_in_ = X.shape[1]
+        self._y_dtype = y_dtype
+        info = self.model_.info
+        if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
+            which = f" for {info['not_converged']} of {len(names)} classes" if "not_converged" in info else ""
+            warnings.warn(
+                f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
+                f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
+                _compatible("ConvergenceWarning"),
+                stacklevel=2,
+            )
+        return self
+
+    @property
+    def coef_(self):
+        return self._fitted_model().coef_
+
+    @property
+    def intercept_(self) -> np.ndarray:
+        return self._fitted_model().intercept_
+
+
+class _SolverClassifier(_SolverEstimator):
+    """predict, decision_function and score (accuracy) for class labels or label indicators."""
+
+    _estimator_type = "classifier"  # scikit-learn < 1.6 (is_classifier); later versions read the tags
+
+    def _set_targets(self, names, y) -> None:
+        self.classes_ = names
+
+    def _accepts_multilabel(self) -> bool:
+        """Whether fit takes an n × k label indicator with these parameters."""
+        return True
+
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (scikit-learn ≥ 1.6): those of ClassifierMixin on
+        BaseEstimator (a classifier; fit requires y), plus scipy.sparse input and, where the
+        solver takes label indicators, multilabel targets. scikit-learn is imported here, by
+        the time scikit-learn calls this, never when streamfit is imported."""
+        from sklearn.utils import ClassifierTags, InputTags, Tags, TargetTags
+
+        multilabel = self._accepts_multilabel()
+        return Tags(
+            estimator_type="classifier",
+            target_tags=TargetTags(required=True, multi_output=multilabel),
+            classifier_tags=ClassifierTags(multi_label=multilabel),
+            input_tags=InputTags(sparse=True),
+        )
 
     def _check_y(self, y, n_samples: int):
         """(classes_, labels, label dtype): labels are int32 class ids (class labels y), or a
@@ -369,48 +442,6 @@ class _SolverClassifier(_ParamsMixin):
             )
         return classes, labels, y.dtype
 
-    def _fitted_model(self):
-        """model_, or NotFittedError (scikit-learn's, when scikit-learn is imported) before fit."""
-        model = self.__dict__.get("model_")
-        if model is None:
-            raise _compatible("NotFittedError")(
-                f"This {type(self).__name__} instance is not fitted yet. Call 'fit' with appropriate arguments "
-                "before using this estimator."
-            )
-        return model
-
-    def _scores(self, X) -> np.ndarray:
-        """The model's scores, n × n_classes, of a checked X."""
-        model = self._fitted_model()
-        return model.decision_function(self._check_X(X, reset=False))
-
-    # -- the scikit-learn API -------------------------------------------------------------
-    def fit(self, X, y):
-        if y is None:  # before X, so that this is the error whatever X is
-            self._check_y(y, 0)
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
-        X = self._check_X(X, reset=True)
-        classes, labels, y_dtype = self._check_y(y, X.shape[0])
-        self.classes_ = classes
-        source = InMemoryStore(X, labels, self.classes_, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory")
-        log = MetricsLog(None)
-        with Engine(mode="inprocess") as engine:
-            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
-        self.history_ = log.records
-        self.n_features_in_ = X.shape[1]
-        self._y_dtype = y_dtype
-        info = self.model_.info
-        if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
-            which = f" for {info['not_converged']} of {len(classes)} classes" if "not_converged" in info else ""
-            warnings.warn(
-                f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
-                f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
-                _compatible("ConvergenceWarning"),
-                stacklevel=2,
-            )
-        return self
-
     @property
     def multilabel_(self) -> bool:
         return self._fitted_model().multilabel
@@ -466,14 +497,6 @@ class _SolverClassifier(_ParamsMixin):
             correct = pred == y
         return float(np.average(correct, weights=sample_weight))
 
-    @property
-    def coef_(self):
-        return self._fitted_model().coef_
-
-    @property
-    def intercept_(self) -> np.ndarray:
-        return self._fitted_model().intercept_
-
 
 class StagewiseLSClassifier(_SolverClassifier):
     """Stagewise least-squares classifier (Agarwal et al. 2014, Algorithms 1–3); see
@@ -511,6 +534,101 @@ class StagewiseLSClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Stages run (n_passes × blocks). max_iter caps the inner iterations of each softmax
         stage instead; history_ records them (inner_objective)."""
+        return int(self._fitted_model().info["stages"])
+
+
+class StagewiseLSRegressor(_SolverEstimator):
+    """Stagewise least-squares regression (Agarwal et al. 2014, Algorithm 3 with the identity
+    link); see streamfit.solvers.stagewise for the math.
+
+    Each stage fits a block of features A to the residuals R = Y − F by ridge least squares,
+    min_W (1/n)‖R − AW‖² + λ‖DW‖² (D leaves the intercept unpenalised), and adds AW to F. With
+    generator="sequential" and one block holding every feature (block_size ≥ n_features,
+    n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept.
+    link must stay "identity" and calibration "none" or "predictions" (fit raises otherwise).
+
+    Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)
+    (several outputs). predict returns y's shape; score is R² (scikit-learn's r2_score,
+    averaged over the outputs). Attributes: model_ (a StagewiseModel with regression=True),
+    history_ (one dict per stage), n_features_in_, n_iter_ (stages run), coef_/intercept_
+    (shape (d,)/() for a 1-D y, else (k, d)/(k,)) for linear models.
+    """
+
+    _solver = StagewiseSolver
+    _estimator_type = "regressor"  # scikit-learn < 1.6 (is_regressor); later versions read the tags
+
+    def __sklearn_tags__(self):
+        """scikit-learn's estimator tags (scikit-learn ≥ 1.6): those of RegressorMixin on
+        BaseEstimator (a regressor; fit requires y; several outputs allowed), plus scipy.sparse input."""
+        from sklearn.utils import InputTags, RegressorTags, Tags, TargetTags
+
+        return Tags(
+            estimator_type="regressor",
+            target_tags=TargetTags(required=True, single_output=True, multi_output=True),
+            regressor_tags=RegressorTags(),
+            input_tags=InputTags(sparse=True),
+        )
+
+    def _check_y(self, y, n_samples: int):
+        """(output names, float64 targets n × k, y's dtype): y (n,) or (n, k), real and finite."""
+        name = type(self).__name__
+        if y is None:
+            raise ValueError(f"{name} requires y to be passed, but the target y is None")
+        if sp.issparse(y):
+            y = y.toarray()
+        y = np.asarray(y)
+        _reject_complex(y, "y")
+        try:
+            T = y.astype(np.float64)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{name}: y must hold numbers (regression targets); {e}") from None
+        if T.ndim not in (1, 2) or (T.ndim == 2 and T.shape[1] == 0):
+            raise ValueError(f"y must be of shape (n_samples,) or (n_samples, n_outputs); got shape {y.shape}")
+        _assert_all_finite(T, "y")
+        T = T.reshape(len(T), -1)
+        if T.shape[0] != n_samples:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: [{n_samples}, {T.shape[0]}]")
+        if n_samples < 2:  # the "auto" generator's bandwidth and a fit's residuals need two rows
+            raise ValueError(f"{name} needs at least 2 samples; got n_samples = {n_samples}")
+        names = ["target"] if T.shape[1] == 1 else [f"target_{j}" for j in range(T.shape[1])]
+        return names, T, y.dtype
+
+    def _set_targets(self, names, y) -> None:
+        self._y_1d = np.asarray(y).ndim == 1  # predict returns (n,) for a 1-D y, (n, k) for a 2-D one
+
+    def predict(self, X) -> np.ndarray:
+        """The predicted values, shape (n,) for a 1-D fitted y, else (n, k)."""
+        S = self._scores(X)
+        return S[:, 0] if self._y_1d else S
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """R² of predict(X) (scikit-learn's RegressorMixin.score: 1 − Σw(y − ŷ)²/Σw(y − ȳ)² per
+        output, ȳ the weighted mean; 1 for a constant y predicted exactly, else 0 there),
+        averaged over the outputs."""
+        T = np.asarray(y, dtype=np.float64)
+        pred = self.predict(X).reshape(len(T), -1)
+        T = T.reshape(len(T), -1)
+        if T.shape != pred.shape:
+            raise ValueError(f"y has shape {np.shape(y)}; the predictions have {pred.shape}")
+        w = np.ones(len(T)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+        sse = (w[:, None] * (T - pred) ** 2).sum(axis=0)
+        sst = (w[:, None] * (T - np.average(T, axis=0, weights=w)) ** 2).sum(axis=0)
+        r2 = np.where(sst > 0, 1 - sse / np.where(sst > 0, sst, 1), np.where(sse == 0, 1.0, 0.0))
+        return float(r2.mean())
+
+    @property
+    def coef_(self) -> np.ndarray:
+        coef = self._fitted_model().coef_
+        return coef[0] if self._y_1d else coef
+
+    @property
+    def intercept_(self):
+        b = self._fitted_model().intercept_
+        return float(b[0]) if self._y_1d else b
+
+    @property
+    def n_iter_(self) -> int:
+        """Stages run (n_passes × blocks)."""
         return int(self._fitted_model().info["stages"])
 
 

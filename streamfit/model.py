@@ -1,6 +1,7 @@
 """Trained models: a self-describing directory with weights, classes and the feature config.
 
-`model/model.json` names the model kind, the classes, the task, the number of features, the
+`model/model.json` names the model kind, the classes (for regression: the outputs' names),
+the task (`multilabel`, `regression`: predict returns real values), the number of features, the
 featurizer (hashing config and transforms, so raw data can be scored the way it was trained),
 the solver and its parameters, the SHA-256 of `model/arrays.npz`, and `record_sha256`, the
 SHA-256 of model.json's own canonical form (format.json_digest). arrays.npz repeats the classes
@@ -53,6 +54,7 @@ class Model:
         classes,
         n_features: int,
         multilabel: bool = False,
+        regression: bool = False,
         featurizer: dict | None = None,
         solver: str = "",
         params: dict | None = None,
@@ -62,6 +64,7 @@ class Model:
         self.classes_ = np.asarray([str(c) for c in classes])
         self.n_features = int(n_features)
         self.multilabel = bool(multilabel)
+        self.regression = bool(regression)  # real-valued outputs (classes_ names them), not classes
         self.featurizer = featurizer or {}
         self.solver = solver
         self.params = params or {}
@@ -72,6 +75,11 @@ class Model:
         """StreamfitError naming what differs (width, or classes) when a store is not shaped
         like the training store, as evaluating needs (streamfit.metrics.evaluate calls it)."""
         fix = "ingest it with --like TRAIN_STORE so it shares the training store's hashing and classes"
+        if store.regression != self.regression:
+            what = {True: "real-valued targets (regression)", False: "class labels"}
+            raise StreamfitError(
+                f"{store.path}: holds {what[store.regression]}, the model predicts {what[self.regression]}; {fix}"
+            )
         if store.n_features != self.n_features:
             raise StreamfitError(f"{store.path}: has {store.n_features} features, the model {self.n_features}; {fix}")
         theirs, ours = list(store.classes), self.classes_.tolist()
@@ -94,8 +102,11 @@ class Model:
         return self._scores(_as_csr(X, self.n_features))
 
     def predict(self, X):
-        """Multiclass: the top class per row. Multilabel: a 0/1 indicator of classes scored > 0."""
+        """Multiclass: the top class per row. Multilabel: a 0/1 indicator of classes scored > 0.
+        Regression: the predicted values, shape (n,) for one output, else (n, k)."""
         S = self.decision_function(X)
+        if self.regression:
+            return S[:, 0] if S.shape[1] == 1 else S
         if self.multilabel:
             return (S > 0).astype(np.int8)
         return self.classes_[np.argmax(S, axis=1)]
@@ -138,6 +149,7 @@ class Model:
             "classes": self.classes_.tolist(),
             "n_features": self.n_features,
             "multilabel": self.multilabel,
+            "regression": self.regression,
             "featurizer": self.featurizer,
             "solver": self.solver,
             "params": self.params,
@@ -220,6 +232,7 @@ _RECORD_RULES = {  # model.json field: (check, what it must be)
     ),
     "n_features": (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
     "multilabel": (lambda v: isinstance(v, bool), "true or false"),
+    "regression": (lambda v: isinstance(v, bool), "true or false"),
     "featurizer": (lambda v: isinstance(v, dict), "an object"),
     "solver": (lambda v: isinstance(v, str), "a string"),
     "params": (lambda v: isinstance(v, dict), "an object"),
@@ -316,7 +329,10 @@ def load_model(path: str) -> Model:
         raise StreamfitError(
             f"{meta_path}: unknown model kind {kind!r} (known: {', '.join(sorted(MODEL_KINDS))}); {RETRAIN}"
         )
-    common = {k: record[k] for k in ("classes", "n_features", "multilabel", "featurizer", "solver", "params", "info")}
+    common = {
+        k: record[k]
+        for k in ("classes", "n_features", "multilabel", "regression", "featurizer", "solver", "params", "info")
+    }
     common["idf"] = arrays.pop("featurizer_idf", None)
     if common["idf"] is not None and common["idf"].shape != (record["n_features"],):
         raise StreamfitError(

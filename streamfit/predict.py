@@ -1,4 +1,5 @@
-"""`streamfit predict`: top-k classes and scores for every row of a store or of raw data."""
+"""`streamfit predict`: top-k classes and scores for every row of a store or of raw data, or, for
+a regression model, the predicted values of its outputs."""
 
 from __future__ import annotations
 
@@ -88,9 +89,11 @@ def predict_to_file(
     model_dir: str | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out` (a local path or URL, see Location.publish_file); returns
-    the number of rows. With an id_field (in `options`, or recorded with the training store's source
-    options) each row also carries its record's id: a column `id` after `location`, or the key "id". `model_dir`: where
+    "labels", "scores"}; for a regression model `.csv`: location and one column per output,
+    `.jsonl`: {"location", "values": {output: value}}, values in full precision) atomically to
+    `out` (a local path or URL, see Location.publish_file); returns the number of rows. With an
+    id_field (in `options`, or recorded with the training store's source options) each row also
+    carries its record's id: a column `id` after `location`, or the key "id". `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.store.store import overlaps
@@ -104,7 +107,7 @@ def predict_to_file(
                 f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
                 "would destroy what is read; choose another --out"
             )
-    if top_k > len(model.classes_):
+    if top_k > len(model.classes_) and not model.regression:
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
         )
@@ -128,23 +131,43 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
+def _write_values(f, writer, model: Model, locations, ids, X) -> None:
+    """A regression model's predicted values of rows X, one line per row (with the record's id
+    after its location when `ids` is given)."""
+    values = model.decision_function(X)
+    names = model.classes_.tolist()
+    for r, (loc, row) in enumerate(zip(locations, values.tolist())):
+        record_id = [ids[r]] if ids is not None else []
+        if writer:
+            writer.writerow([loc, *record_id, *row])
+        else:
+            line = {"location": loc, **({"id": record_id[0]} if record_id else {})}
+            f.write(json.dumps({**line, "values": dict(zip(names, row))}) + "\n")
+
+
 def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
     n = 0
     with_ids = not _is_store(source) and {**model.featurizer.get("source_options", {}), **options}.get("id_field")
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
-        if writer:
-            head = ["location"] + (["id"] if with_ids else [])
+        head = ["location"] + (["id"] if with_ids else [])
+        if writer and model.regression:
+            writer.writerow(head + model.classes_.tolist())
+        elif writer:
             writer.writerow(head + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
         for locations, ids, X in _batches(model, source, fmt, options, progress):
+            if with_ids and ids is None:
+                raise StreamfitError(
+                    f"{source}: --id-field {with_ids}: this format reads no ids (CSV, TSV and JSONL do); "
+                    "drop --id-field"
+                )
+            if model.regression:
+                _write_values(f, writer, model, locations, ids if with_ids else None, X)
+                n += len(locations)
+                continue
             top, scores = model.predict_topk(X, top_k)
             labels = model.classes_[top]
             for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
-                if with_ids and ids is None:
-                    raise StreamfitError(
-                        f"{source}: --id-field {with_ids}: this format reads no ids (CSV, TSV and JSONL do); "
-                        "drop --id-field"
-                    )
                 record_id = [ids[r]] if with_ids else []
                 if writer:
                     writer.writerow([loc, *record_id] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])

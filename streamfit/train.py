@@ -105,7 +105,12 @@ def train(
         raise StreamfitError(
             f"{valid}: the --valid store holds no rows, so nothing can be validated; ingest rows into it"
         )
-    if store.n_classes < 2 and not store.multilabel:
+    if store.regression and solver != "stagewise":
+        raise ConfigError(
+            f"{store.path}: holds real-valued targets (regression), which only --solver stagewise fits; the "
+            f"{solver} solver fits class labels"
+        )
+    if store.n_classes < 2 and not store.multilabel and not store.regression:
         raise StreamfitError(
             f"{store.path}: holds one class ({store.classes[0] if store.classes else 'none'}); a "
             "classifier needs two or more: check the labels (--label-field, the class folders) "

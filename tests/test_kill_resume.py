@@ -76,10 +76,39 @@ SOLVER_ARGS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("solver", sorted(SOLVER_ARGS))
 def test_sigkill_then_resume_gives_identical_model(digits_cli_store, cli, tmp_path, solver):
+    _kill_twice_then_resume(
+        cli, tmp_path, solver, ["train", digits_cli_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
+    )
+
+
+@pytest.mark.slow
+def test_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path):
+    """The same kills on stagewise regression (real-valued targets, two outputs, identity link)."""
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 12))
+    Y = X @ rng.normal(size=(12, 2)) + 0.1 * rng.normal(size=(300, 2))
+    with open(tmp_path / "r.svm", "w") as f:
+        for x, y in zip(X, Y):
+            f.write(
+                f"{float(y[0])!r},{float(y[1])!r} "
+                + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x.tolist()))
+                + "\n"
+            )
+    store = tmp_path / "r.zarr"
+    ingest = ["ingest", tmp_path / "r.svm", "--no-hash", "--target", "numeric", "--chunk-rows", "100", "--out", store]
+    subprocess.run(cli(*ingest), check=True, capture_output=True)
+    args = ["-p", "generator=gradient", "-p", "block_size=2", "-p", "n_passes=2", "-p", "calibration=predictions"]
+    _kill_twice_then_resume(
+        cli, tmp_path, "stagewise", ["train", store, "--solver", "stagewise", *args, "--n-workers", "0"]
+    )
+
+
+def _kill_twice_then_resume(cli, tmp_path, solver, train):
     """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
     is killed in step k2 + 1 (about two thirds), as soon as that step has written a state file
-    newer than checkpoint k2; the second resume runs to the end."""
-    train = ["train", digits_cli_store, "--solver", solver, *SOLVER_ARGS[solver], "--n-workers", "0"]
+    newer than checkpoint k2; the second resume runs to the end. The model equals an
+    uninterrupted run's, bitwise."""
     subprocess.run(cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
     ref = _arrays(tmp_path / "ref")
     n_steps = _latest_step(tmp_path / "ref")

@@ -15,6 +15,7 @@ before it is known (l2 normalization follows nnz; --idf checks its per-column ar
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import logging
@@ -93,7 +94,16 @@ class IngestOptions:
         default_text="order of first appearance",
         check=distinct_names,
     )
-    test_size: float | None = option(None, "Fraction of rows for a stratified test store.")
+    target: Literal["classes", "numeric"] = option(
+        "classes",
+        "What the label field holds: class labels, or real numbers (regression; several per row, as a "
+        "multilabel list, are several outputs). numeric: NaN, inf or text are bad records, and --test-size "
+        "draws a random split; --classes names the outputs",
+        default_text="classes, or the --like store's",
+    )
+    test_size: float | None = option(
+        None, "Fraction of rows for a test store (stratified by class; random for --target numeric)."
+    )
     test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")
     seed: int = option(0, "Seed of the train/test split")
     on_bad_record: Literal["error", "skip", "quarantine"] = option(
@@ -194,6 +204,8 @@ def _check_options(o: IngestOptions) -> None:
             f"--n-features {o.n_features} is above {MAX_FEATURES}, the widest a store can hold (its column "
             "indices are int32): pass a smaller --n-features, or hash the indices (drop --no-hash)"
         )
+    if o.like and o.target == "numeric" and not open_store(o.like).regression:
+        raise StreamfitError(f"--target numeric: the --like store {o.like} holds class labels; drop --target")
     if o.like and (o.idf or o.l2_normalize or o.classes or o.n_features):
         raise StreamfitError(
             "--like takes hashing, IDF, normalization, width and classes from the training store; "
@@ -209,10 +221,45 @@ class _Layout:
     backend: str
     chunk_rows: int
 
-    def writer(self, path: str, multilabel: bool, overwrite: bool) -> StoreWriter:
+    def writer(self, path: str, multilabel: bool, overwrite: bool, n_outputs: int | None = None) -> StoreWriter:
         return StoreWriter(
-            path, backend=self.backend, multilabel=multilabel, chunk_rows=self.chunk_rows, overwrite=overwrite
+            path,
+            backend=self.backend,
+            multilabel=multilabel,
+            n_outputs=n_outputs,
+            chunk_rows=self.chunk_rows,
+            overwrite=overwrite,
         )
+
+
+def numeric_targets(labels: list, n_outputs: int | None) -> tuple[np.ndarray, dict[int, str]]:
+    """(T, problems): the labels of a batch as float64 targets T (rows × k) and, by row, why a
+    label is a bad record (text, NaN, infinite, another count of values than k). A label is a
+    number's text, or a list of them (several outputs); k = n_outputs, else the first good row's."""
+    values: list[list[float] | None] = []
+    problems: dict[int, str] = {}
+    for r, label in enumerate(labels):
+        items = list(label) if isinstance(label, (list, tuple)) else [label]
+        try:
+            row = [float(str(v).strip()) for v in items]
+        except ValueError:
+            problems[r] = f"target {label!r} is not a number"
+            values.append(None)
+            continue
+        if not row or not all(np.isfinite(row)):
+            problems[r] = f"target {label!r} is {'empty' if not row else 'NaN or infinite'}"
+            values.append(None)
+            continue
+        if n_outputs is None:
+            n_outputs = len(row)
+        if len(row) != n_outputs:
+            problems[r] = f"target {label!r} has {len(row)} values, the store {n_outputs}"
+            values.append(None)
+            continue
+        values.append(row)
+    width = n_outputs or 1
+    T = np.array([row if row is not None else [np.nan] * width for row in values], dtype=np.float64).reshape(-1, width)
+    return T, problems
 
 
 class _Pass1:
@@ -241,6 +288,8 @@ class _Pass1:
         self.source_options = source_options
         self.writer: StoreWriter | None = None
         self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
+        self.numeric = o.target == "numeric"  # regression targets instead of class labels
+        self.n_outputs: int | None = len(vocab.classes) if self.numeric and vocab.frozen else None
         self.read = 0
         self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
         self.empty = 0  # kept rows without features
@@ -251,7 +300,12 @@ class _Pass1:
             # the stage of a two-pass ingest is ours to replace (a live ingest's is locked);
             # a final store is replaced only with --overwrite, checked again at its publish
             stage = self.out != storage.absolute(self.o.out)
-            self.writer = self.layout.writer(self.out, bool(self.multilabel), overwrite=self.o.overwrite or stage)
+            self.writer = self.layout.writer(
+                self.out,
+                bool(self.multilabel) and not self.numeric,
+                overwrite=self.o.overwrite or stage,
+                n_outputs=self.n_outputs if self.numeric else None,
+            )
         return self.writer
 
     def run(self, finish_rows: bool) -> None:
@@ -279,13 +333,23 @@ class _Pass1:
         if self.multilabel is None:
             self.multilabel = any(isinstance(lab, (list, tuple)) for lab in batch.labels)
         X = self.featurizer.raw_rows(batch)
-        labels, unknown = self.vocab.encode(batch.labels, self.multilabel)
         keep = np.ones(X.shape[0], dtype=bool)
-        if unknown:
-            problem, hint = self._unknown_labels(batch, unknown)
-        for r in unknown:
-            keep[r] = False
-            self.policy.bad(batch.locations[r], problem(r), hint=hint)
+        if self.numeric:
+            labels, problems = numeric_targets(batch.labels, self.n_outputs)
+            if self.n_outputs is None and len(problems) < len(batch.labels):
+                self.n_outputs = labels.shape[1]
+            for row, problem in sorted(problems.items()):
+                keep[row] = False
+                self.policy.bad(
+                    batch.locations[row], problem, hint="fix or drop the record, or skip it with --on-bad-record skip"
+                )
+        else:
+            labels, unknown = self.vocab.encode(batch.labels, self.multilabel)
+            if unknown:
+                unknown_problem, hint = self._unknown_labels(batch, unknown)
+            for r in unknown:
+                keep[r] = False
+                self.policy.bad(batch.locations[r], unknown_problem(r), hint=hint)
         # kept (--no-hash) indices become store columns: refuse those beyond the width, or beyond
         # the int32 columns a store holds when the width is the data's
         row_max = _row_max_index(X)
@@ -320,8 +384,8 @@ class _Pass1:
             X = self.featurizer.finish(X)
         if X.shape[0]:
             self._writer().write_rows(X, labels)
-            if self.o.test_size:
-                self.strata.append(_first_class(labels))
+            if self.o.test_size:  # one stratum for numeric targets: a random split
+                self.strata.append(np.zeros(X.shape[0], np.int64) if self.numeric else _first_class(labels))
 
     def _unknown_labels(self, batch, unknown: list[int]):
         """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
@@ -414,8 +478,9 @@ def _half_published_test(o: IngestOptions) -> bool:
 
 
 def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.ndarray:
-    """True for the rows drawn into the test set: in each stratum (class, or first label),
-    round(test_size × size) rows chosen by a permutation from numpy's PCG64 seeded with `seed`.
+    """True for the rows drawn into the test set: in each stratum (class, or first label; one
+    stratum for numeric targets, a plain random split), round(test_size × size) rows chosen by a
+    permutation from numpy's PCG64 seeded with `seed`.
     A split that leaves the test or the training rows empty is a ConfigError."""
     rng = np.random.default_rng(seed)
     mask = np.zeros(len(strata), dtype=bool)
@@ -468,6 +533,8 @@ def ingest(o: IngestOptions) -> IngestReport:
         source_options = {**like.featurizer_dict()["source_options"], **o.source_options}
         vocab = LabelVocabulary(like.classes, frozen=True)
         multilabel = like.multilabel
+        if like.regression:
+            o = dataclasses.replace(o, target="numeric")
     else:
         featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
@@ -491,7 +558,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         }
         common: dict[str, Any] = {
             "n_features": n_features,
-            "classes": vocab.classes,
+            "classes": _output_names(o, p1) if p1.numeric else vocab.classes,
             "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
             "source": source_info,
         }
@@ -525,7 +592,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         )
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
-    if len(vocab.classes) == 1 and not p1.multilabel:  # `streamfit train` refuses such a store
+    if len(vocab.classes) == 1 and not p1.multilabel and not p1.numeric:  # `streamfit train` refuses such a store
         log.warning(
             "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
             "class folders)",
@@ -570,6 +637,17 @@ def _text_defaults(o: IngestOptions) -> IngestOptions:
             "on" if decided.l2_normalize else "off",
         )
     return decided
+
+
+def _output_names(o: IngestOptions, p1: _Pass1) -> list[str]:
+    """The names of the k regression outputs: the --like store's or --classes (k of them), else
+    "target" for one output and target_0 … target_{k-1} for several."""
+    k = p1.n_outputs or 1
+    if p1.vocab.classes:
+        if len(p1.vocab.classes) != k:
+            raise StreamfitError(f"--classes names {len(p1.vocab.classes)} outputs, the targets have {k}")
+        return p1.vocab.classes
+    return ["target"] if k == 1 else [f"target_{j}" for j in range(k)]
 
 
 def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:
@@ -656,7 +734,12 @@ def _pass2(
     featurizer.l2_normalize = bool(o.l2_normalize)
     outputs = [(out, ~test_mask)] + ([(storage.absolute(o.test_out), test_mask)] if o.test_size and o.test_out else [])
     writers = [
-        layout.writer(path, stage.multilabel, overwrite=o.overwrite or (finish_pair and path != out))
+        layout.writer(
+            path,
+            stage.multilabel,
+            overwrite=o.overwrite or (finish_pair and path != out),
+            n_outputs=stage.n_classes if stage.regression else None,
+        )
         for path, _ in outputs
     ]
     try:

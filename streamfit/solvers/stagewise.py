@@ -7,6 +7,10 @@ block x̃ = GEN(x, p) of p features, fits it to the current residuals and update
 visits every block once; `n_passes` passes make S = n_passes · n_blocks stages. One stage is
 one step of the solver protocol (`StagewiseSolver.step`; its state is `StagewiseState`).
 
+Targets Y (n × k): the 0/1 class indicators, or real-valued targets (a regression store or
+StagewiseLSRegressor), which Algorithm 3 fits as stated in the paper with the identity link; the
+softmax link and calibration="poly" (a projection onto the simplex) are refused for them.
+
 Design matrix of a block: A = [1, x̃] (an unpenalised bias column, `fit_intercept`), plus the
 current scores F when calibration="predictions" (A = [1, x̃, F]; in the code F is kept apart
 from [1, x̃], whose features and AᵀA then stay the same from pass to pass).
@@ -447,7 +451,10 @@ def decision_threshold(link: str) -> float:
 
 
 def _n_correct(F: np.ndarray, labels) -> int:
-    """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1)."""
+    """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1);
+    0 for regression targets (real values, no classes)."""
+    if not sp.issparse(labels) and np.ndim(labels) == 2:
+        return 0
     top = np.argmax(F, axis=1)
     if sp.issparse(labels):
         return int(np.count_nonzero(np.asarray(labels[np.arange(F.shape[0]), top])))
@@ -815,7 +822,8 @@ class StagewiseModel(Model):
 
     def predict(self, X):
         """Multiclass: the top class. Multilabel: labels whose score exceeds the threshold
-        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins)."""
+        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins).
+        Regression: the scores, the fitted real values."""
         if self.multilabel:
             return (self.decision_function(X) > decision_threshold(self.link)).astype(np.int8)
         return super().predict(X)
@@ -823,6 +831,8 @@ class StagewiseModel(Model):
     def predict_proba(self, X) -> np.ndarray:
         """softmax/sigmoid of the margins for the softmax link; for the identity link the
         scores projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
+        if self.regression:
+            raise AttributeError("predict_proba: a regression model predicts real values, not class probabilities")
         S = self.decision_function(X)
         if self.link == "identity":
             return project_predictions(S, self.multilabel)
@@ -950,9 +960,22 @@ class StagewiseSolver(Solver[StagewiseState]):
             return "identity"
         return "sigmoid" if source.multilabel else "softmax"
 
+    def _check_regression(self, source: ChunkSource) -> None:
+        """Real-valued targets (regression) take the identity link, g(u) = u, with the plain
+        squared loss; the softmax link and Algorithm 2's simplex projection assume class
+        indicators, so they are refused."""
+        if source.regression and self.params.link != "identity":
+            raise ConfigError("regression targets need -p link=identity (softmax models class probabilities)")
+        if source.regression and self.params.calibration == "poly":
+            raise ConfigError(
+                "-p calibration=poly projects onto the probability simplex, which real-valued targets are not on: "
+                "use calibration=none or predictions"
+            )
+
     def init(self, ctx: Context) -> StagewiseState:
         """F = 0, no stage yet; GEN's setup: the column scan, and for random Fourier features the
         row sample (PCA, bandwidth, the "auto" check)."""
+        self._check_regression(ctx.source)
         self._grams = {}
         space, active, generator, data_passes = self._setup(ctx.source, ctx.engine)
         return StagewiseState(
@@ -1330,7 +1353,7 @@ class StagewiseSolver(Solver[StagewiseState]):
 
         n_generated = space.n_components if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
-        accuracy = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
+        accuracy = {} if source.regression else {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
         fields = dict(
             objective=self._objective(loss_sum, n, link, state.weights),
             loss=loss_sum / n,
@@ -1358,6 +1381,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             classes=source.classes,
             n_features=source.n_features,
             multilabel=source.multilabel,
+            regression=source.regression,
             solver=self.name,
             params=self.params.model_dump(),
             info={"stages": state.step, "generator": state.generator, "data_passes": state.data_passes},

@@ -8,12 +8,17 @@ the same way, so a task that reads data chunk i also reads and writes state chun
 
 Backends:
 - zarr (Zarr v3): group `X` in the anndata `csr_matrix` encoding (`X/indptr`, `X/indices`,
-  `X/data`, chunked along nnz), labels `y` (int32 class ids, multiclass) or
-  `Y/indptr` + `Y/indices` (class ids per row, multilabel). Every Zarr chunk carries a
-  CRC32C codec, so damage is caught by Zarr on read too.
+  `X/data`, chunked along nnz), labels `y` (int32 class ids, multiclass), `Y/indptr` +
+  `Y/indices` (class ids per row, multilabel) or `targets` (float64, n_rows × k,
+  regression). Every Zarr chunk carries a CRC32C codec, so damage is caught by Zarr on read too.
 - parquet: `X.parquet`, one row group per row chunk, columns `indices: list<int32>`,
-  `values: list<float32>` and `label: int32` or `labels: list<int32>`; the manifest is also
-  in the file's key-value metadata under `streamfit.manifest`.
+  `values: list<float32>` and `label: int32`, `labels: list<int32>` or
+  `target: fixed_size_list<float64>[k]`; the manifest is also in the file's key-value metadata
+  under `streamfit.manifest`.
+
+Targets: `task` "multiclass"/"multilabel" stores class ids into `classes` and `target` is null;
+task "regression" stores real-valued targets, `classes` names the k outputs and `target` is
+{"kind": "numeric", "dtype": "float64", "shape": [n_rows, k]}.
 
 `manifest.json` is written last, by an atomic rename of the whole store directory: a
 directory without it is not a store. Each chunk records the SHA-256 of its canonical bytes
@@ -47,7 +52,8 @@ FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 DEFAULT_CHUNK_ROWS = 16384
 BACKENDS = ("zarr", "parquet")
-TASKS = ("multiclass", "multilabel")
+TASKS = ("multiclass", "multilabel", "regression")
+TARGET_DTYPE = "float64"  # regression targets, in memory and on disk
 DIGEST_KEY = "manifest_sha256"
 REINGEST = "re-ingest the store"
 
@@ -84,8 +90,8 @@ class Manifest:
     n_rows: int
     n_features: int
     nnz: int
-    task: str  # "multiclass" | "multilabel"
-    classes: list[str]
+    task: str  # "multiclass" | "multilabel" | "regression"
+    classes: list[str]  # class names, or the names of the k outputs (regression)
     chunk_rows: int
     chunks: list[ChunkInfo]
     hashing: dict | None = None  # HashingConfig.to_dict(), or None for unhashed indices
@@ -93,6 +99,7 @@ class Manifest:
     source: dict = field(default_factory=dict)
     counts: dict = field(default_factory=dict)  # records read / written / skipped
     csc: dict | None = None  # {"block_features", "blocks": [{id, col_start, col_stop, nnz, sha256}]}
+    target: dict | None = None  # regression: {"kind": "numeric", "dtype": "float64", "shape": [n_rows, k]}
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
     streamfit_version: str = ""
@@ -152,6 +159,7 @@ _FIELD_RULES = {  # field: (check, what it must be)
     "source": (lambda v: isinstance(v, dict), "an object"),
     "counts": (lambda v: isinstance(v, dict), "an object"),
     "csc": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("blocks"), list)), "null or an object"),
+    "target": (lambda v: v is None or isinstance(v, dict), "null or an object"),
     "format": (lambda v: v == FORMAT_NAME, repr(FORMAT_NAME)),
     "format_version": (lambda v: v == FORMAT_VERSION, str(FORMAT_VERSION)),
     "streamfit_version": (lambda v: isinstance(v, str), "a string"),
@@ -179,6 +187,12 @@ def _check_fields(d: dict, where: str) -> None:
     _check_tiling(d["chunks"], "chunks", _CHUNK_KEYS, ("row_start", "row_stop"), chunk_rows, n_rows, damaged)
     if sum(c["nnz"] for c in d["chunks"]) != d["nnz"]:
         raise damaged("nnz", f"is {d['nnz']}, but the chunks hold {sum(c['nnz'] for c in d['chunks'])}")
+    if d["task"] == "regression":
+        want = numeric_target(n_rows, len(d["classes"]))
+        if d["target"] != want:
+            raise damaged("target", f"is {d['target']!r:.80}, expected {want} for task regression")
+    elif d["target"] is not None:
+        raise damaged("target", f"is {d['target']!r:.80}, expected null for task {d['task']}")
     if d["transform"].get("idf") and not is_sha256(d["transform"].get("idf_sha256")):
         raise damaged("transform.idf_sha256", "is missing or not a SHA-256 digest")
     if d["hashing"] is not None:
@@ -198,6 +212,11 @@ def _check_fields(d: dict, where: str) -> None:
         _check_tiling(blocks, "csc.blocks", _BLOCK_KEYS, ("col_start", "col_stop"), bf, n_features, damaged)
         if sum(b["nnz"] for b in blocks) != d["nnz"]:
             raise damaged("csc.blocks", f"hold {sum(b['nnz'] for b in blocks)} non-zeros, but nnz is {d['nnz']}")
+
+
+def numeric_target(n_rows: int, n_outputs: int) -> dict:
+    """The manifest's `target` entry of a regression store: n_rows × n_outputs float64 targets."""
+    return {"kind": "numeric", "dtype": TARGET_DTYPE, "shape": [n_rows, n_outputs]}
 
 
 def manifest_copy_difference(copy: dict, manifest: Manifest) -> str | None:
@@ -237,7 +256,8 @@ def _check_tiling(entries: list, name: str, keys: tuple, bounds: tuple[str, str]
 
 def chunk_digest(X: sp.csr_matrix, labels) -> str:
     """SHA-256 of a chunk's canonical bytes: indptr relative to the chunk (int64), indices
-    (int32), values (float32), then the labels (int32 ids, or indptr+ids for multilabel)."""
+    (int32), values (float32), then the labels (int32 ids, indptr+ids for multilabel, or the
+    float64 targets row by row for regression)."""
     h = hashlib.sha256()
     indptr = np.asarray(X.indptr, dtype=np.int64)
     h.update((indptr - indptr[0]).tobytes())
@@ -247,6 +267,8 @@ def chunk_digest(X: sp.csr_matrix, labels) -> str:
         lp = np.asarray(labels.indptr, dtype=np.int64)
         h.update((lp - lp[0]).tobytes())
         h.update(np.ascontiguousarray(labels.indices, dtype=np.int32).tobytes())
+    elif np.asarray(labels).dtype.kind == "f":
+        h.update(np.ascontiguousarray(labels, dtype=np.float64).tobytes())
     else:
         h.update(np.ascontiguousarray(labels, dtype=np.int32).tobytes())
     return h.hexdigest()

@@ -29,10 +29,18 @@ def _csr_from_list(column: pa.ChunkedArray | pa.ListArray):
     return offsets - offsets[0], flat
 
 
+def _label_field(multilabel: bool, n_outputs: int | None) -> pa.Field:
+    """The label column: class ids, lists of class ids, or k float64 targets per row (regression)."""
+    if n_outputs is not None:
+        return pa.field("target", pa.list_(pa.float64(), n_outputs))
+    return pa.field("labels", pa.list_(pa.int32())) if multilabel else pa.field("label", pa.int32())
+
+
 class ParquetWriter:
-    def __init__(self, root: Location, multilabel: bool, chunk_rows: int):
-        self.multilabel = multilabel
-        label_field = pa.field("labels", pa.list_(pa.int32())) if multilabel else pa.field("label", pa.int32())
+    def __init__(self, root: Location, multilabel: bool, chunk_rows: int, n_outputs: int | None = None):
+        """n_outputs: the width k of float64 regression targets (None: class labels)."""
+        self.multilabel, self.n_outputs = multilabel, n_outputs
+        label_field = _label_field(multilabel, n_outputs)
         self.schema = pa.schema(
             [pa.field("indices", pa.list_(pa.int32())), pa.field("values", pa.list_(pa.float32())), label_field]
         )
@@ -47,7 +55,10 @@ class ParquetWriter:
             _list_array(indptr, np.asarray(X.indices, dtype=np.int32)),
             _list_array(indptr, np.asarray(X.data, dtype=np.float32)),
         ]
-        if self.multilabel:
+        if self.n_outputs is not None:
+            flat = pa.array(np.ascontiguousarray(labels, dtype=np.float64).ravel())
+            columns.append(pa.FixedSizeListArray.from_arrays(flat, self.n_outputs))
+        elif self.multilabel:
             columns.append(
                 _list_array(np.asarray(labels.indptr, dtype=np.int64), np.asarray(labels.indices, dtype=np.int32))
             )
@@ -63,18 +74,18 @@ class ParquetWriter:
 
 
 class ParquetReader:
-    def __init__(self, root: Location, multilabel: bool, n_classes: int):
+    def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
         self.file = pq.ParquetFile(root.join(DATA_FILE).path, filesystem=root.arrow_filesystem())
-        self.multilabel = multilabel
+        self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
 
     def check(self, manifest) -> None:
         """ValueError unless the file has the writer's schema, one row group per manifest chunk
         of that chunk's rows, and a manifest copy equal to `manifest` (a Manifest) in every
         field but `csc` (added later by transpose) and the digest."""
-        label_type = pa.list_(pa.int32()) if self.multilabel else pa.int32()
+        label = _label_field(self.multilabel, len(manifest.classes) if self.regression else None)
         expected = [("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float32()))]
-        expected.append(("labels" if self.multilabel else "label", label_type))
+        expected.append((label.name, label.type))
         schema = self.file.schema_arrow
         got = [(f.name, f.type) for f in schema]
         if got != expected:
@@ -101,7 +112,10 @@ class ParquetReader:
         indptr, indices = _csr_from_list(table.column("indices"))
         _, values = _csr_from_list(table.column("values"))
         X = sp.csr_matrix((values, indices, indptr), shape=(n_rows, n_features))
-        if self.multilabel:
+        if self.regression:
+            column = table.column("target").combine_chunks()
+            labels = np.asarray(column.flatten(), dtype=np.float64).reshape(n_rows, self.n_classes)
+        elif self.multilabel:
             lp, ids = _csr_from_list(table.column("labels"))
             labels = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, lp), shape=(n_rows, self.n_classes))
         else:

@@ -27,6 +27,7 @@ from streamfit.store.format import (
     Manifest,
     chunk_digest,
     csc_block_digest,
+    numeric_target,
 )
 
 if TYPE_CHECKING:
@@ -59,8 +60,9 @@ def _backend_class(backend: str, kind: str) -> type:
 
 @dataclass
 class Chunk:
-    """One row chunk: X (CSR, float32), labels (int32 class ids, or a CSR 0/1 indicator
-    n_rows × n_classes for multilabel), and where it sits in the store."""
+    """One row chunk: X (CSR, float32), labels (int32 class ids, a CSR 0/1 indicator
+    n_rows × n_classes for multilabel, or float64 targets n_rows × k for regression), and where
+    it sits in the store."""
 
     id: int
     row_start: int
@@ -78,21 +80,26 @@ class Chunk:
         return self.X.tocsc()
 
     def targets(self, n_classes: int) -> np.ndarray:
-        """Dense 0/1 target matrix T (n_rows × n_classes), float64: one-hot or label indicator."""
+        """Dense target matrix T (n_rows × n_classes), float64: one-hot or label indicator, or
+        the real-valued targets themselves (regression, n_classes = k outputs)."""
         if not isinstance(self.labels, np.ndarray):  # a sparse indicator
             return self.labels.toarray().astype(np.float64)
+        if self.labels.ndim == 2:  # regression targets
+            return np.asarray(self.labels, dtype=np.float64)
         T = np.zeros((self.n_rows, n_classes))
         T[np.arange(self.n_rows), self.labels] = 1.0
         return T
 
 
 class ChunkSource:
-    """What solvers read: a sequence of row chunks with a shape and a class vocabulary."""
+    """What solvers read: a sequence of row chunks with a shape and a class vocabulary (for
+    regression: real-valued targets, `classes` naming the outputs)."""
 
     n_rows: int
     n_features: int
     classes: list[str]
     multilabel: bool
+    regression: bool = False
     chunk_rows: int
     n_chunks: int
 
@@ -114,7 +121,8 @@ class ChunkSource:
         """(X, labels) of the whole source in memory: only for data that fits."""
         chunks = list(self.iter_chunks())
         if not chunks:
-            return sp.csr_matrix((0, self.n_features), dtype=np.float32), np.zeros(0, dtype=np.int32)
+            empty = np.zeros((0, self.n_classes)) if self.regression else np.zeros(0, dtype=np.int32)
+            return sp.csr_matrix((0, self.n_features), dtype=np.float32), empty
         X = sp.vstack([c.X for c in chunks], format="csr")
         if self.multilabel:
             return X, sp.vstack([c.labels for c in chunks], format="csr")
@@ -155,6 +163,7 @@ class Store(ChunkSource):
         self.manifest = m
         self.n_rows, self.n_features, self.classes = m.n_rows, m.n_features, list(m.classes)
         self.multilabel = m.task == "multilabel"
+        self.regression = m.task == "regression"
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
         self._cache: dict[int, Chunk] = {}
@@ -200,7 +209,7 @@ class Store(ChunkSource):
         if self._reader is None:
             cls = _backend_class(self.manifest.backend, "Reader")
             try:
-                reader = cls(self.data, self.multilabel, self.n_classes)
+                reader = cls(self.data, self.multilabel, self.n_classes, self.regression)
             except Exception as e:
                 raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
             try:
@@ -232,8 +241,9 @@ class Store(ChunkSource):
 
     @property
     def decoded_bytes(self) -> int:
-        """The whole store in memory: 8 bytes per non-zero (value, index), 12 per row."""
-        return 8 * self.manifest.nnz + 12 * self.n_rows
+        """The whole store in memory: 8 bytes per non-zero (value, index), 12 per row (8 more
+        per row and output for regression targets)."""
+        return 8 * self.manifest.nnz + 12 * self.n_rows + (8 * self.n_rows * self.n_classes if self.regression else 0)
 
     def _read_from_disk(self, i: int, verify: bool) -> Chunk:
         info: ChunkInfo = self.manifest.chunks[i]
@@ -262,7 +272,7 @@ class Store(ChunkSource):
 
     def _check_chunk(self, i: int, X: sp.csr_matrix, labels) -> None:
         """StoreError unless chunk i agrees with the manifest: its nnz, every column index in
-        [0, n_features), every class id in [0, n_classes)."""
+        [0, n_features), every class id in [0, n_classes), every regression target finite."""
         info = self.manifest.chunks[i]
         where = f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop})"
         if X.nnz != info.nnz:
@@ -270,6 +280,10 @@ class Store(ChunkSource):
         if X.nnz and (int(X.indices.min()) < 0 or int(X.indices.max()) >= self.n_features):
             bad = int(X.indices.min()) if int(X.indices.min()) < 0 else int(X.indices.max())
             raise StoreError(f"{where} holds column {bad}, out of range for n_features={self.n_features}; {REINGEST}")
+        if self.regression:
+            if not np.all(np.isfinite(labels)):
+                raise StoreError(f"{where} holds a NaN or infinite target; {REINGEST}")
+            return
         ids = labels.indices if sp.issparse(labels) else labels
         if len(ids) and (int(ids.min()) < 0 or int(ids.max()) >= self.n_classes):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
@@ -381,13 +395,16 @@ def open_store(path: str) -> Store:
 
 
 class InMemoryStore(ChunkSource):
-    """In-memory arrays seen as row chunks: the estimators' path into the same solvers."""
+    """In-memory arrays seen as row chunks: the estimators' path into the same solvers.
+    labels: class ids (1-D ints), a sparse indicator (multilabel), or a 2-D float array of
+    regression targets (n_rows × k, `classes` naming the k outputs)."""
 
     def __init__(self, X, labels, classes, chunk_rows: int = DEFAULT_CHUNK_ROWS):
         self.X = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr()
         self.labels = labels
         self.classes = [str(c) for c in classes]
         self.multilabel = sp.issparse(labels)
+        self.regression = not self.multilabel and np.ndim(labels) == 2
         self.n_rows, self.n_features = self.X.shape
         self.chunk_rows = max(1, int(chunk_rows))
         self.n_chunks = max(1, -(-self.n_rows // self.chunk_rows))
@@ -434,9 +451,12 @@ class StoreWriter:
         *,
         backend: str = "zarr",
         multilabel: bool = False,
+        n_outputs: int | None = None,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         overwrite: bool = False,
     ):
+        """n_outputs: a regression store of k real-valued targets per row (labels passed to
+        write_rows as float n × k arrays); None: class labels."""
         if backend not in BACKENDS:
             raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if chunk_rows < 1:
@@ -466,8 +486,9 @@ class StoreWriter:
         self.attempt = storage.begin(self.location, clear=False)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
+        self.n_outputs = n_outputs
         cls = _backend_class(backend, "Writer")
-        self._backend = self._writing(lambda: cls(self.attempt.location, multilabel, chunk_rows))
+        self._backend = self._writing(lambda: cls(self.attempt.location, multilabel, chunk_rows, n_outputs))
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
         self.chunks: list[ChunkInfo] = []
@@ -488,6 +509,8 @@ class StoreWriter:
         X = sp.vstack([p[0] for p in self._pending], format="csr")
         if self.multilabel:
             labels = sp.vstack([p[1] for p in self._pending], format="csr")
+        elif self.n_outputs is not None:
+            labels = np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, self.n_outputs) for p in self._pending])
         else:
             labels = np.concatenate([np.asarray(p[1], dtype=np.int32) for p in self._pending])
         head_X, head_labels = X[:n], labels[:n]
@@ -538,12 +561,16 @@ class StoreWriter:
             raise StoreError(f"feature index {self.max_index} is out of range for n_features={n_features}")
         from streamfit import __version__
 
+        if self.n_outputs is not None and len(classes) != self.n_outputs:
+            self.abort()
+            raise StoreError(f"{len(classes)} output names given for {self.n_outputs} regression targets")
+        regression = self.n_outputs is not None
         manifest = Manifest(
             backend=self.backend,
             n_rows=self.n_rows,
             n_features=int(n_features),
             nnz=int(self.nnz),
-            task="multilabel" if self.multilabel else "multiclass",
+            task="regression" if regression else "multilabel" if self.multilabel else "multiclass",
             classes=[str(c) for c in classes],
             chunk_rows=self.chunk_rows,
             chunks=self.chunks,
@@ -551,6 +578,7 @@ class StoreWriter:
             transform=transform or {},
             source=source or {},
             counts={**(counts or {}), "written": self.n_rows},
+            target=numeric_target(self.n_rows, self.n_outputs) if self.n_outputs is not None else None,
             streamfit_version=__version__,
         )
         self._writing(lambda: self._backend.close(n_features, manifest.to_json()))

@@ -10,7 +10,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit.storage import Location
-from streamfit.store.format import manifest_copy_difference
+from streamfit.store.format import TARGET_DTYPE, manifest_copy_difference
 
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
 COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
@@ -36,7 +36,8 @@ def read_range(array: zarr.Array, start: int, stop: int) -> np.ndarray:
 class ZarrWriter:
     """Appends row chunks to a new Zarr v3 group at `root` (local, or an fsspec URL's FsspecStore)."""
 
-    def __init__(self, root: Location, multilabel: bool, chunk_rows: int):
+    def __init__(self, root: Location, multilabel: bool, chunk_rows: int, n_outputs: int | None = None):
+        """n_outputs: the width k of float64 regression targets (None: class labels)."""
         self.group = zarr.open_group(
             root.zarr_store(read_only=False), mode="w-", zarr_format=3
         )  # "w" would recreate the locked directory
@@ -45,8 +46,16 @@ class ZarrWriter:
         self.indices = _array(X, "indices", "int32", NNZ_CHUNK)
         self.data = _array(X, "data", "float32", NNZ_CHUNK)
         self.indptr.append(np.zeros(1, dtype=np.int64))
-        self.multilabel = multilabel
-        if multilabel:
+        self.multilabel, self.n_outputs = multilabel, n_outputs
+        if n_outputs is not None:
+            self.targets = self.group.create_array(
+                "targets",
+                shape=(0, n_outputs),
+                chunks=(chunk_rows, n_outputs),
+                dtype=TARGET_DTYPE,
+                compressors=COMPRESSORS,
+            )
+        elif multilabel:
             Y = self.group.create_group("Y")
             self.y_indptr = _array(Y, "indptr", "int64", max(chunk_rows, 1 << 16))
             self.y_indices = _array(Y, "indices", "int32", NNZ_CHUNK)
@@ -64,7 +73,9 @@ class ZarrWriter:
             self.data.append(np.asarray(X.data, dtype=np.float32))
         self.nnz += X.nnz
         self.n_rows += X.shape[0]
-        if self.multilabel:
+        if self.n_outputs is not None:
+            self.targets.append(np.asarray(labels, dtype=TARGET_DTYPE), axis=0)
+        elif self.multilabel:
             self.y_indptr.append(np.asarray(labels.indptr[1:], dtype=np.int64) + self.n_labels)
             if labels.nnz:
                 self.y_indices.append(np.asarray(labels.indices, dtype=np.int32))
@@ -82,7 +93,7 @@ class ZarrWriter:
 class ZarrReader:
     """Reads row chunks of a Zarr v3 store."""
 
-    def __init__(self, root: Location, multilabel: bool, n_classes: int):
+    def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
         group = zarr.open_group(root.zarr_store(read_only=True), mode="r", zarr_format=3)
         self.shape_attr = group["X"].attrs.get("shape")
         copy = group.attrs.get("streamfit.manifest")
@@ -90,9 +101,11 @@ class ZarrReader:
         self.indptr = open_array(group, "X/indptr")
         self.indices = open_array(group, "X/indices")
         self.data = open_array(group, "X/data")
-        self.multilabel = multilabel
+        self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
-        if multilabel:
+        if regression:
+            self.targets = open_array(group, "targets")
+        elif multilabel:
             self.y_indptr = open_array(group, "Y/indptr")
             self.y_indices = open_array(group, "Y/indices")
         else:
@@ -104,7 +117,13 @@ class ZarrReader:
         n, nnz = manifest.n_rows, manifest.nnz
         expected = [("X/indptr", self.indptr, "int64", n + 1), ("X/indices", self.indices, "int32", nnz)]
         expected.append(("X/data", self.data, "float32", nnz))
-        if self.multilabel:
+        if self.regression:
+            t = self.targets
+            if t.dtype != np.dtype(TARGET_DTYPE) or t.shape != (n, manifest.target["shape"][1]):
+                raise ValueError(
+                    f"targets holds {t.shape} × {t.dtype}, expected {n} × {manifest.target['shape'][1]} × {TARGET_DTYPE}"
+                )
+        elif self.multilabel:
             expected += [("Y/indptr", self.y_indptr, "int64", n + 1), ("Y/indices", self.y_indices, "int32", None)]
         else:
             expected.append(("y", self.y, "int32", n))
@@ -126,7 +145,9 @@ class ZarrReader:
             (read_range(self.data, lo, hi), read_range(self.indices, lo, hi), indptr - lo),
             shape=(row_stop - row_start, n_features),
         )
-        if self.multilabel:
+        if self.regression:
+            labels = np.asarray(self.targets[row_start:row_stop])
+        elif self.multilabel:
             lp = read_range(self.y_indptr, row_start, row_stop + 1)
             ids = read_range(self.y_indices, int(lp[0]), int(lp[-1]))
             labels = sp.csr_matrix(

@@ -1,0 +1,205 @@
+"""Regression through the whole pipeline: numeric targets at ingest (bad ones named by file and
+line), their stores on both backends, the CLI ingest -> train -> evaluate -> predict, and
+StagewiseLSRegressor against scikit-learn."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from sklearn.linear_model import Ridge
+from sklearn.metrics import mean_absolute_error, r2_score
+
+from streamfit import StagewiseLSRegressor
+from streamfit.cli import main
+from streamfit.errors import InputError, StreamfitError
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions, ingest
+from streamfit.store import open_store
+
+
+def write_libsvm(path, X, Y):
+    """One line per row: the targets (comma-separated when several) and 1-based idx:val pairs."""
+    with open(path, "w") as f:
+        for x, y in zip(X, Y):
+            target = ",".join(repr(float(v)) for v in np.atleast_1d(y))
+            f.write(target + " " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x.tolist()) if v) + "\n")
+
+
+def planted(n=240, d=6, k=1, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.round(rng.normal(size=(n, d)), 3)
+    Y = X @ rng.normal(size=(d, k)) + 2.0 + 0.1 * rng.normal(size=(n, k))
+    return X, Y
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_numeric_targets_are_stored_exactly(tmp_path, backend, k):
+    X, Y = planted(n=50, k=k)
+    write_libsvm(tmp_path / "r.svm", X, Y)
+    o = IngestOptions(
+        [str(tmp_path / "r.svm")],
+        str(tmp_path / "s"),
+        hashing=None,
+        target="numeric",
+        backend=backend,
+        chunk_rows=16,
+        progress=False,
+    )
+    ingest(o)
+    store = open_store(str(tmp_path / "s"))
+    assert store.regression and store.manifest.task == "regression"
+    assert store.manifest.target == {"kind": "numeric", "dtype": "float64", "shape": [50, k]}
+    assert store.classes == (["target"] if k == 1 else ["target_0", "target_1"])
+    assert store.verify() == []
+    Xs, T = store.to_scipy()
+    np.testing.assert_array_equal(T, Y)  # float64, bit for bit
+    np.testing.assert_array_equal(Xs.toarray(), X.astype(np.float32))
+
+
+def test_split_of_numeric_targets_is_random_and_like_keeps_the_outputs(tmp_path):
+    X, Y = planted(n=200)
+    write_libsvm(tmp_path / "r.svm", X, Y)
+    train, test = str(tmp_path / "tr"), str(tmp_path / "te")
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "r.svm")],
+            train,
+            hashing=None,
+            target="numeric",
+            test_size=0.25,
+            test_out=test,
+            progress=False,
+        )
+    )
+    T_train, T_test = open_store(train).to_scipy()[1], open_store(test).to_scipy()[1]
+    assert (len(T_train), len(T_test)) == (150, 50)
+    assert sorted(np.concatenate([T_train, T_test])[:, 0].tolist()) == sorted(Y[:, 0].tolist())
+    ingest(IngestOptions([str(tmp_path / "r.svm")], str(tmp_path / "again"), like=train, progress=False))
+    again = open_store(str(tmp_path / "again"))
+    assert again.regression and again.classes == ["target"]
+
+
+@pytest.mark.parametrize(
+    "bad_target, problem",
+    [
+        ("nan", "NaN or infinite"),
+        ("inf", "NaN or infinite"),
+        ("-Infinity", "NaN or infinite"),
+        ("cheap", "not a number"),
+    ],
+)
+def test_bad_targets_are_bad_records_at_their_file_and_line(tmp_path, bad_target, problem):
+    path = tmp_path / "prices.csv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(
+            [("text", "label"), ("a red bike", "120.5"), ("old shoes", bad_target), ("a car", "9e3")]
+        )
+    options = dict(
+        source_options={"text_field": "text"}, hashing=HashingConfig(n_features=2**10), target="numeric", progress=False
+    )
+    with pytest.raises(InputError, match=rf"prices.csv:3.*{problem}"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), **options))
+    report = ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record="skip", **options))
+    assert (report.read, report.written, report.skipped) == (3, 2, 1)
+    np.testing.assert_array_equal(open_store(str(tmp_path / "s")).to_scipy()[1], [[120.5], [9e3]])
+
+
+def test_a_row_with_another_number_of_outputs_is_a_bad_record(tmp_path):
+    path = tmp_path / "r.svm"
+    path.write_text("1.5,2 1:1\n0.5 1:2\n")
+    with pytest.raises(InputError, match=r"r.svm:2.*has 1 values, the store 2"):
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), hashing=None, target="numeric", progress=False))
+
+
+def test_other_solvers_refuse_a_regression_store(tmp_path):
+    from streamfit.train import train
+
+    X, Y = planted(n=40)
+    write_libsvm(tmp_path / "r.svm", X, Y)
+    ingest(
+        IngestOptions([str(tmp_path / "r.svm")], str(tmp_path / "s"), hashing=None, target="numeric", progress=False)
+    )
+    with pytest.raises(StreamfitError, match="only --solver stagewise"):
+        train(str(tmp_path / "s"), "bcd", str(tmp_path / "run"), n_workers=0, progress=False)
+
+
+def run(*args) -> str:
+    """`streamfit -q ARGS` in process; its output."""
+    result = CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_cli_ingest_train_evaluate_predict(tmp_path):
+    X, Y = planted(n=400, d=5, k=1, seed=3)
+    write_libsvm(tmp_path / "train.svm", X[:300], Y[:300])
+    write_libsvm(tmp_path / "new.svm", X[300:], Y[300:])
+    run(
+        "ingest",
+        tmp_path / "train.svm",
+        "--no-hash",
+        "--target",
+        "numeric",
+        "--out",
+        tmp_path / "s",
+        "--test-size",
+        "0.2",
+        "--test-out",
+        tmp_path / "t",
+    )
+    info = json.loads(run("inspect", tmp_path / "s", "--json"))
+    assert info["task"] == "regression" and info["target"]["shape"] == [240, 1]
+    assert abs(info["target_stats"]["target"]["mean"] - 2.0) < 0.5
+    run(
+        "train",
+        tmp_path / "s",
+        "--solver",
+        "stagewise",
+        "-p",
+        "generator=sequential",
+        "-p",
+        "block_size=5",
+        "-p",
+        "n_passes=1",
+        "-p",
+        "lam=1e-6",
+        "--n-workers",
+        "0",
+        "--out",
+        tmp_path / "run",
+    )
+    metrics = json.loads(run("evaluate", tmp_path / "run", tmp_path / "t", "--json"))
+    _, T = open_store(str(tmp_path / "t")).to_scipy()
+    Xt = open_store(str(tmp_path / "t")).to_scipy()[0]
+    Xs, Ts = open_store(str(tmp_path / "s")).to_scipy()
+    ridge = Ridge(alpha=240 * 1e-6).fit(Xs.toarray().astype(np.float64), Ts[:, 0])
+    pred = ridge.predict(Xt.toarray().astype(np.float64))
+    assert metrics["n_samples"] == 60
+    assert metrics["r2"] == pytest.approx(r2_score(T[:, 0], pred), abs=1e-9)
+    assert metrics["mae"] == pytest.approx(mean_absolute_error(T[:, 0], pred), abs=1e-9)
+    assert metrics["rmse"] == pytest.approx(np.sqrt(np.mean((T[:, 0] - pred) ** 2)), abs=1e-9)
+    run("predict", tmp_path / "run", tmp_path / "new.svm", "--out", tmp_path / "p.csv")
+    with open(tmp_path / "p.csv") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["location", "target"] and len(rows) == 101
+    values = np.array([float(r[1]) for r in rows[1:]])
+    np.testing.assert_allclose(values, ridge.predict(X[300:].astype(np.float32).astype(np.float64)), rtol=0, atol=1e-6)
+
+
+def test_regressor_matches_ridge_and_scores_r2():
+    X, Y = planted(n=300, d=8, k=2, seed=4)
+    lam = 1e-3
+    reg = StagewiseLSRegressor(generator="sequential", block_size=8, n_passes=1, lam=lam).fit(X, Y)
+    ridge = Ridge(alpha=300 * lam).fit(X, Y)
+    np.testing.assert_allclose(reg.predict(X), ridge.predict(X), rtol=0, atol=1e-8)
+    assert reg.score(X, Y) == pytest.approx(ridge.score(X, Y), abs=1e-10)
+    one = StagewiseLSRegressor(generator="sequential", block_size=8, n_passes=1, lam=lam).fit(X, Y[:, 0])
+    assert one.predict(X).shape == (300,) and one.coef_.shape == (8,)
+    np.testing.assert_allclose(one.coef_, Ridge(alpha=300 * lam).fit(X, Y[:, 0]).coef_, rtol=0, atol=1e-8)
+    with pytest.raises(ValueError, match="NaN"):
+        StagewiseLSRegressor().fit(X, np.where(np.arange(300) == 7, np.nan, Y[:, 0]))

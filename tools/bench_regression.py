@@ -1,0 +1,378 @@
+"""Stagewise least-squares regression (agarwal2014 Algorithm 3, identity link) beside
+scikit-learn's Ridge (exact, in memory), SGDRegressor (partial_fit, streaming) and Vowpal Wabbit
+(squared loss), in one run.
+
+    python tools/bench_regression.py [--sets diabetes,randhie] [--ooc-rows 200000,400000,800000]
+                                     [--ooc-features 20] [--cache-mb 64] [--sgd-epochs 20] [--vw-passes 20]
+                                     [--no-vw-ooc] [--work DIR]
+    python tools/bench_regression.py --sets none --ooc-rows 10000000      # the issue's 10 M rows
+
+Real sets: scikit-learn's diabetes (442 rows, 10 features; shipped with scikit-learn) and
+statsmodels' randhie (RAND health insurance experiment, 20 190 rows, 9 features, target mdvis;
+shipped with statsmodels). Each is split 75/25 with seed 0 and standardized with the training
+rows' mean and standard deviation; every method gets the same arrays. Ridge uses alpha = 1
+(scikit-learn's default); "stagewise, one block" is StagewiseLSRegressor with every feature in
+one block and one pass at lam = alpha / n_train, which is the same ridge problem (its RMSE ratio
+checks that); "stagewise, default" is StagewiseLSRegressor() as shipped (generator auto: random
+Fourier features where they validate better than the columns, 2 passes). SGDRegressor runs
+--sgd-epochs epochs of partial_fit over the training rows (reshuffled each epoch, seed 0); its
+time is that of all epochs and its final RMSE is after the last. Vowpal Wabbit (Python package
+vowpalwabbit, the C++ learner reading a VW-format file with a cache, --passes --vw-passes, its
+default adaptive normalized updates) is timed from the start of its parser to the end of training;
+its learning rate -l is chosen from 0.5 (its default), 2 and 10 on a split of the training rows
+(diabetes' intercept, about 150, is far from VW's start at 0: at -l 0.5 its test RMSE was 2.3×
+Ridge's after 20 passes).
+
+Ratios: RMSE / Ridge's RMSE (the issue's goal: within 1 %), and "× vs SGD": SGDRegressor's time
+divided by the method's time, given the method's test RMSE is at or below SGD's final RMSE
+(the time to reach SGD's final RMSE, bounded above by the whole fit; "–" when not reached).
+In memory, every method is fitted once untimed before the timed fit (numba compiles streamfit's
+kernels on first use, about a second; the peers are precompiled).
+
+Out of core (--ooc-rows, a list): a generated linear model y = xᵀw + 1 + ε (x ~ N(0, I) with
+--ooc-features dense columns, ε ~ N(0, 0.5²)) written as a Zarr regression store in chunks of
+65 536 rows, and 100 000 test rows from the same model. Each method runs in a fresh process whose
+peak RSS during the fit is reported (sampled every 5 ms; getrusage's high-water mark is set by
+the imports), and in parentheses its RSS just before the fit (imports and the test rows): stagewise through `streamfit.train` in process
+(--n-workers 0; one block of all features, one pass: the exact ridge solution, lam 1e-6) with
+STREAMFIT_CHUNK_CACHE_MB = --cache-mb, below the store's decoded size, so every chunk is read from
+disk every pass; SGDRegressor with one partial_fit per chunk, one epoch, read from the same store;
+Vowpal Wabbit from a VW-format text file of the same rows (written beforehand, not timed; one
+pass); the reference "Ridge (exact)" RMSE is the closed form of the normal equations summed over
+the store's chunks, which is Ridge's solution without holding X. Memory flat in the rows means
+the peak RSS column does not grow with the rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+OOC_CHUNK_ROWS = 1 << 16
+OOC_NOISE = 0.5
+OOC_TEST_ROWS = 100_000
+
+
+def rmse(y, p) -> float:
+    return float(np.sqrt(np.mean((np.asarray(y) - np.asarray(p)) ** 2)))
+
+
+def load_set(name: str):
+    """(X_train, y_train, X_test, y_test), standardized with the training rows' statistics."""
+    if name == "diabetes":
+        from sklearn.datasets import load_diabetes
+
+        X, y = load_diabetes(return_X_y=True, scaled=False)
+    elif name == "randhie":
+        import statsmodels.api as sm
+
+        data = sm.datasets.randhie.load_pandas()
+        X, y = data.exog.to_numpy(dtype=np.float64), data.endog.to_numpy(dtype=np.float64).ravel()
+    else:
+        raise SystemExit(f"unknown set {name!r}: diabetes or randhie")
+    order = np.random.default_rng(0).permutation(len(y))
+    n_train = int(0.75 * len(y))
+    tr, te = order[:n_train], order[n_train:]
+    mean, std = X[tr].mean(axis=0), X[tr].std(axis=0)
+    std[std == 0] = 1.0
+    return (X[tr] - mean) / std, y[tr], (X[te] - mean) / std, y[te]
+
+
+def write_vw(path: str, X, y) -> None:
+    """VW text format: `label | 0:v 1:v ...` (a feature per column, zeros left out)."""
+    with open(path, "w") as f:
+        for row, label in zip(X.tolist(), y.tolist()):
+            f.write(f"{label!r} | " + " ".join(f"{j}:{v!r}" for j, v in enumerate(row) if v) + "\n")
+
+
+def run_vw(train_file: str, test_file: str, work: str, passes: int, rate: float = 0.5) -> tuple[float, np.ndarray]:
+    """(training seconds, test predictions) of VW's squared loss with learning rate `rate` (-l;
+    VW's default 0.5), reading the files natively."""
+    from vowpalwabbit import Workspace
+
+    model, cache, preds = (os.path.join(work, name) for name in ("vw.model", "vw.cache", "vw.preds"))
+    for path in (model, cache):
+        if os.path.exists(path):
+            os.remove(path)
+    start = time.perf_counter()
+    learner = Workspace(
+        f"-d {train_file} --loss_function squared --passes {passes} --cache_file {cache} --holdout_off "
+        f"-b 18 -l {rate} -f {model} --quiet"
+    )
+    learner.finish()
+    seconds = time.perf_counter() - start
+    scorer = Workspace(f"-i {model} -t -d {test_file} -p {preds} --quiet")
+    scorer.finish()
+    return seconds, np.loadtxt(preds, ndmin=1)
+
+
+VW_RATES = (0.5, 2.0, 10.0)
+
+
+def vw_rate(X, y, work: str, passes: int) -> float:
+    """VW's learning rate from VW_RATES (0.5 is its default): the lowest RMSE on the last 20 % of
+    the training rows when trained on the first 80 % (the test rows are not used; not timed)."""
+    cut = int(0.8 * len(y))
+    fit_file, held_file = os.path.join(work, "tune.fit.vw"), os.path.join(work, "tune.held.vw")
+    write_vw(fit_file, X[:cut], y[:cut])
+    write_vw(held_file, X[cut:], y[cut:])
+    errors = {rate: rmse(y[cut:], run_vw(fit_file, held_file, work, passes, rate)[1]) for rate in VW_RATES}
+    return min(errors, key=errors.get)
+
+
+def bench_set(name: str, args, work: str) -> list[dict]:
+    from sklearn.linear_model import Ridge, SGDRegressor
+
+    from streamfit import StagewiseLSRegressor
+
+    Xtr, ytr, Xte, yte = load_set(name)
+    rows = []
+
+    def timed(label, make):
+        make()  # warm-up, not timed: numba compiles streamfit's kernels on first use
+        start = time.perf_counter()
+        model = make()
+        rows.append(
+            {
+                "set": name,
+                "method": label,
+                "seconds": time.perf_counter() - start,
+                "rmse": rmse(yte, model.predict(Xte)),
+            }
+        )
+
+    alpha = 1.0
+    timed("Ridge (exact)", lambda: Ridge(alpha=alpha).fit(Xtr, ytr))
+    timed(
+        "stagewise, one block",
+        lambda: StagewiseLSRegressor(
+            generator="sequential", block_size=Xtr.shape[1], n_passes=1, lam=alpha / len(ytr)
+        ).fit(Xtr, ytr),
+    )
+    timed("stagewise, default", lambda: StagewiseLSRegressor(random_state=0).fit(Xtr, ytr))
+    SGDRegressor(random_state=0).partial_fit(Xtr, ytr)  # warm-up, as for the others
+    sgd = SGDRegressor(random_state=0)
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    for _ in range(args.sgd_epochs):
+        order = rng.permutation(len(ytr))
+        sgd.partial_fit(Xtr[order], ytr[order])
+    rows.append(
+        {
+            "set": name,
+            "method": f"SGDRegressor ({args.sgd_epochs} epochs)",
+            "seconds": time.perf_counter() - start,
+            "rmse": rmse(yte, sgd.predict(Xte)),
+        }
+    )
+    rate = vw_rate(Xtr, ytr, work, args.vw_passes)
+    train_file, test_file = os.path.join(work, f"{name}.train.vw"), os.path.join(work, f"{name}.test.vw")
+    write_vw(train_file, Xtr, ytr)
+    write_vw(test_file, Xte, yte)
+    seconds, pred = run_vw(train_file, test_file, work, args.vw_passes, rate)
+    label = f"Vowpal Wabbit ({args.vw_passes} passes, -l {rate:g})"
+    rows.append({"set": name, "method": label, "seconds": seconds, "rmse": rmse(yte, pred)})
+    return rows
+
+
+# -- out of core ---------------------------------------------------------------------------------
+
+
+def ooc_weights(d: int) -> np.ndarray:
+    return np.random.default_rng(12345).normal(size=d)
+
+
+def ooc_rows(n: int, d: int, seed: int):
+    """n rows of the generated model, in pieces of OOC_CHUNK_ROWS: (X float32-exact, y)."""
+    w = ooc_weights(d)
+    rng = np.random.default_rng(seed)
+    for lo in range(0, n, OOC_CHUNK_ROWS):
+        m = min(OOC_CHUNK_ROWS, n - lo)
+        X = rng.normal(size=(m, d)).astype(np.float32).astype(np.float64)
+        yield X, X @ w + 1.0 + OOC_NOISE * rng.normal(size=m)
+
+
+def child_generate(path: str, n: int, d: int, vw_file: str | None) -> None:
+    import scipy.sparse as sp
+
+    from streamfit.store import StoreWriter
+
+    writer = StoreWriter(path, n_outputs=1, chunk_rows=OOC_CHUNK_ROWS, overwrite=True)
+    for X, y in ooc_rows(n, d, seed=1):
+        writer.write_rows(sp.csr_matrix(X), y[:, None])
+        if vw_file:
+            with open(vw_file, "a") as f:
+                for row, label in zip(X.tolist(), y.tolist()):
+                    f.write(f"{label!r} | " + " ".join(f"{j}:{v!r}" for j, v in enumerate(row)) + "\n")
+    writer.close(n_features=d, classes=["y"])
+
+
+def ooc_test(d: int):
+    return next(ooc_rows(OOC_TEST_ROWS, d, seed=2)) if OOC_TEST_ROWS <= OOC_CHUNK_ROWS else _concat_test(d)
+
+
+def _concat_test(d: int):
+    parts = list(ooc_rows(OOC_TEST_ROWS, d, seed=2))
+    return np.vstack([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def child_method(method: str, store_path: str, work: str, d: int) -> dict:
+    """Runs one method in this (fresh) process; its seconds, test RMSE and this process's peak RSS."""
+    import psutil
+
+    from streamfit.store import open_store
+
+    Xte, yte = ooc_test(d)
+    store = open_store(store_path)
+    process = psutil.Process()
+    before = process.memory_info().rss / 2**20  # imports and the test rows
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:  # the RSS during the fit, every 5 ms (ru_maxrss is reached at import time)
+        while not done.wait(0.005):
+            peak[0] = max(peak[0], process.memory_info().rss / 2**20)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    start = time.perf_counter()
+    if method == "stagewise":
+        from streamfit.train import train
+
+        params = {"generator": "sequential", "block_size": d, "n_passes": 1, "lam": 1e-6}
+        model = train(
+            store_path, "stagewise", os.path.join(work, "run"), params, n_workers=0, overwrite=True, progress=False
+        )
+        seconds, pred = time.perf_counter() - start, model.predict(Xte)
+    elif method == "sgd":
+        from sklearn.linear_model import SGDRegressor
+
+        sgd = SGDRegressor(random_state=0)
+        for i in range(store.n_chunks):
+            chunk = store.read_chunk(i, cache=False)
+            sgd.partial_fit(chunk.X, chunk.labels[:, 0])
+        seconds, pred = time.perf_counter() - start, sgd.predict(Xte)
+    elif method == "exact":  # Ridge's closed form from normal equations summed over the chunks
+        A = np.zeros((d + 1, d + 1))
+        b = np.zeros(d + 1)
+        for i in range(store.n_chunks):
+            chunk = store.read_chunk(i, cache=False)
+            Z = np.hstack([np.ones((chunk.n_rows, 1)), chunk.X.toarray().astype(np.float64)])
+            A += Z.T @ Z
+            b += Z.T @ chunk.labels[:, 0]
+        A[1:, 1:] += store.n_rows * 1e-6 * np.eye(d)
+        coef = np.linalg.solve(A, b)
+        seconds, pred = time.perf_counter() - start, coef[0] + Xte @ coef[1:]
+    elif method == "vw":
+        test_file = os.path.join(work, "test.vw")
+        with open(test_file, "w") as f:
+            for row, label in zip(Xte.tolist(), yte.tolist()):
+                f.write(f"{label!r} | " + " ".join(f"{j}:{v!r}" for j, v in enumerate(row)) + "\n")
+        seconds, pred = run_vw(os.path.join(work, "train.vw"), test_file, work, passes=1)
+    else:
+        raise SystemExit(f"unknown method {method}")
+    done.set()
+    sampler.join()
+    peak[0] = max(peak[0], process.memory_info().rss / 2**20)
+    return {"seconds": seconds, "rmse": rmse(yte, pred), "peak_rss_mib": peak[0], "rss_before_mib": before}
+
+
+def bench_ooc(args, work: str) -> list[dict]:
+    rows = []
+    d = args.ooc_features
+    for n in args.ooc_rows:
+        store = os.path.join(work, f"ooc-{n}.zarr")
+        vw_file = os.path.join(work, "train.vw") if args.vw_ooc else None
+        if vw_file and os.path.exists(vw_file):
+            os.remove(vw_file)
+        _child(["--child-generate", store, str(n), str(d), vw_file or ""], {})
+        decoded_mib = (8 * n * d + 20 * n) / 2**20
+        env = {"STREAMFIT_CHUNK_CACHE_MB": str(args.cache_mb), "OMP_NUM_THREADS": "1"}
+        methods = ["exact", "stagewise", "sgd"] + (["vw"] if args.vw_ooc else [])
+        labels = {
+            "exact": "Ridge (exact, streamed normal equations)",
+            "stagewise": "stagewise, one block",
+            "sgd": "SGDRegressor (1 epoch, per chunk)",
+            "vw": "Vowpal Wabbit (1 pass)",
+        }
+        for method in methods:
+            out = _child(["--child-method", method, store, work, str(d)], env)
+            rows.append(
+                {"set": f"generated {n:,} × {d} ({decoded_mib:.0f} MiB decoded)", "method": labels[method], **out}
+            )
+    return rows
+
+
+def _child(argv: list[str], env: dict) -> dict:
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), *argv], env={**os.environ, **env}, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+# -- report --------------------------------------------------------------------------------------
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: per set, each method's RMSE, RMSE / Ridge's, seconds, and SGD's seconds over the
+    method's when its RMSE is at or below SGD's final RMSE."""
+    out = [
+        "| set | method | test RMSE | RMSE / Ridge | fit s | × vs SGD | peak RSS in the fit, MiB (before) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in dict.fromkeys(r["set"] for r in rows):
+        group = [r for r in rows if r["set"] == name]
+        ridge = next(r for r in group if r["method"].startswith("Ridge"))
+        sgd = next(r for r in group if r["method"].startswith("SGD"))
+        for r in group:
+            speed = "–"
+            if not r["method"].startswith(("SGD", "Ridge")) and r["rmse"] <= sgd["rmse"]:
+                speed = f"{sgd['seconds'] / r['seconds']:.1f}"
+            rss = f"{r['peak_rss_mib']:.0f} ({r['rss_before_mib']:.0f})" if "peak_rss_mib" in r else ""
+            out.append(
+                f"| {name} | {r['method']} | {r['rmse']:.4f} | {r['rmse'] / ridge['rmse']:.4f} | {r['seconds']:.3f} | {speed} | {rss} |"
+            )
+    return "\n".join(out)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-generate":
+        _, _, store, n, d, vw_file = sys.argv
+        child_generate(store, int(n), int(d), vw_file or None)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-method":
+        _, _, method, store, work, d = sys.argv
+        print(json.dumps(child_method(method, store, work, int(d))))
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default="diabetes,randhie", help="comma-separated, or none")
+    ap.add_argument("--ooc-rows", default="200000,400000,800000", help="comma-separated row counts, or none")
+    ap.add_argument("--ooc-features", type=int, default=20)
+    ap.add_argument("--cache-mb", type=float, default=64, help="STREAMFIT_CHUNK_CACHE_MB of the out-of-core runs")
+    ap.add_argument("--sgd-epochs", type=int, default=20)
+    ap.add_argument("--vw-passes", type=int, default=20)
+    ap.add_argument("--no-vw-ooc", dest="vw_ooc", action="store_false", help="leave VW out of the generated sets")
+    ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
+    args = ap.parse_args()
+    args.ooc_rows = [] if args.ooc_rows == "none" else [int(v) for v in args.ooc_rows.split(",")]
+    sets = [] if args.sets == "none" else args.sets.split(",")
+    with tempfile.TemporaryDirectory(dir=args.work) as work:
+        rows = [r for name in sets for r in bench_set(name, args, work)]
+        rows += bench_ooc(args, work)
+    print(f"load average {os.getloadavg()[0]:.1f} (2 cores shared)")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
