@@ -11,7 +11,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamfit.errors import InputError, StreamfitError, output_error
-from streamfit.model import Model
+from streamfit.model import Model, decide
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,13 @@ def predict_to_file(
     options: dict | None = None,
     progress: bool = False,
     model_dir: str | None = None,
+    threshold: float | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}) atomically to `out`; returns the number of rows. `model_dir`: where
+    "labels", "scores"}) atomically to `out`; returns the number of rows. A multilabel model
+    also writes the predicted label set, the labels scored > `threshold` (default: the model's
+    decision_threshold; streamfit.model.decide): `.csv` column "predicted" after the location,
+    names joined by "|"; `.jsonl` key "predicted", a list. `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit.store.store import overlaps
 
@@ -102,7 +106,9 @@ def predict_to_file(
         top_k = len(model.classes_)
     tmp = f"{out}.partial"
     try:
-        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress)
+        if threshold is None:
+            threshold = model.decision_threshold
+        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress, threshold)
         os.replace(tmp, out)
     except OSError as e:
         _remove(tmp)
@@ -118,22 +124,28 @@ def _remove(path: str) -> None:
         os.remove(path)
 
 
-def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
+def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, threshold) -> int:
     n = 0
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
         if writer:
-            writer.writerow(["location"] + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
+            predicted = ["predicted"] if model.multilabel else []
+            writer.writerow(
+                ["location"] + predicted + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")]
+            )
         for locations, X in _batches(model, source, fmt, options, progress):
-            top, scores = model.predict_topk(X, top_k)
+            S = model.decision_function(X)
+            top, scores = model.top_k(S, top_k)
             labels = model.classes_[top]
-            for loc, labs, sc in zip(locations, labels, scores):
+            on = decide(S, threshold) if model.multilabel else None
+            for i, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
+                sets = [model.classes_[on[i]].tolist()] if on is not None else []
                 if writer:
-                    writer.writerow([loc] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
+                    row = [loc] + ["|".join(s) for s in sets]
+                    writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
                 else:
-                    f.write(
-                        json.dumps({"location": loc, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n"
-                    )
+                    record = {"location": loc, **{"predicted": s for s in sets}}
+                    f.write(json.dumps({**record, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n")
             n += len(locations)
         if n == 0:
             raise InputError(source, "no records found: the input is empty", "give it data to score")

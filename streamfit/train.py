@@ -23,6 +23,7 @@ import psutil
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached, output_error
+from streamfit.metrics import fit_threshold
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, summary
 from streamfit.solvers import get_solver
@@ -81,8 +82,11 @@ def train(
     time_limit: float | None = None,
     worker_timeout: float = WORKER_TIMEOUT,
     checkpoint_every: int = 1,
+    threshold: float | str | None = None,
 ) -> Model:
-    """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
+    """Fit `solver` on the store and write RUN_DIR (`out`). `threshold` (multilabel stores): the
+    model's decision threshold (streamfit.model.decide), or "fit": the one of the best micro-F1
+    on `valid` (streamfit.metrics.fit_threshold); None: the model kind's default. `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
     `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many)."""
@@ -101,6 +105,10 @@ def train(
             "and re-ingest"
         )
     p = make_params(solver, params)
+    if threshold is not None and not store.multilabel:
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is multiclass; drop it")
+    if threshold == "fit" and valid_store is None:
+        raise ConfigError("--threshold fit: needs a validation store to fit on; pass --valid STORE (ingested --like)")
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     out = os.path.abspath(out)
@@ -129,6 +137,7 @@ def train(
             time_limit=time_limit,
             worker_timeout=worker_timeout,
             checkpoint_every=checkpoint_every,
+            threshold=threshold,
         )
     finally:
         os.close(lock)
@@ -190,6 +199,7 @@ def _train_locked(
     time_limit,
     worker_timeout,
     checkpoint_every,
+    threshold,
 ) -> Model:
     ckpt_dir = os.path.join(out, "checkpoints")
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
@@ -272,6 +282,12 @@ def _train_locked(
         raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
+    if threshold == "fit":
+        model.decision_threshold, micro_f1 = fit_threshold(model, valid_store)
+        model.info["threshold_fit"] = {"valid": valid_store.path, "micro_f1": micro_f1}
+        log.info("threshold %.6g fitted on %s: micro-F1 %.4f", model.decision_threshold, valid_store.path, micro_f1)
+    elif threshold is not None:
+        model.decision_threshold = float(threshold)
     model.save(os.path.join(out, "model"))
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:
