@@ -139,13 +139,13 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, 
             labels = model.classes_[top]
             on = decide(S, threshold) if model.multilabel else None
             for i, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
-                sets = [model.classes_[on[i]].tolist()] if on is not None else []
+                predicted = {"predicted": model.classes_[on[i]].tolist()} if on is not None else {}
                 if writer:
-                    row = [loc] + ["|".join(s) for s in sets]
+                    row = [loc] + ["|".join(names) for names in predicted.values()]
                     writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
                 else:
-                    record = {"location": loc, **{"predicted": s for s in sets}}
-                    f.write(json.dumps({**record, "labels": labs.tolist(), "scores": sc.round(6).tolist()}) + "\n")
+                    record = {"location": loc, **predicted, "labels": labs.tolist(), "scores": sc.round(6).tolist()}
+                    f.write(json.dumps(record) + "\n")
             n += len(locations)
         if n == 0:
             raise InputError(source, "no records found: the input is empty", "give it data to score")
