@@ -613,6 +613,6 @@ class BCDClassifier(_SolverClassifier):
         """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) (eq. 2 for the default loss and
         penalty; b = 0 without fit_intercept)."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
-        return objective_for("bcd", self._solver_params()).value(
+        return objective_for("bcd", self._solver_params(), self.multilabel_).value(
             W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
         )

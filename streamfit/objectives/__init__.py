@@ -325,7 +325,7 @@ def objective_for(solver_name: str, params, multilabel: bool = False) -> Objecti
     multilabel store."""
     if solver_name == "bcd":
         return Objective(
-            LOSSES[params.loss],
+            LOSSES[params.loss_for(multilabel)],
             RowPenalty(penalties.PENALTIES[params.penalty], params.lam, params.l1_ratio),
             fit_intercept=params.fit_intercept,
         )

@@ -8,7 +8,8 @@ s_i = Wᵀx_i,
     F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + λ P(W)                            (`_objective`)
 
 with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
-multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12) and λP one of
+multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12; "auto", the default:
+eq. 2 on multiclass stores, eq. 11 on multilabel ones, `BCDParams.loss_for`) and λP one of
 streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
 "elasticnet", "sparse_group"). The logged `objective` is this F. fit_intercept=True (the
 default; the paper has none) adds the unpenalised intercept b ∈ R^m as one more block: the
@@ -79,6 +80,7 @@ these counters.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Any, Literal, NamedTuple
 
@@ -95,6 +97,8 @@ from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, Sol
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
 from streamfit.store import ChunkSource
 
+log = logging.getLogger(__name__)
+
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
@@ -104,8 +108,10 @@ THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THE
 class BCDParams(SolverParams):
     """Options of the bcd solver (see the module docstring for the math)."""
 
-    loss: Literal["squared_hinge", "multitask_squared_hinge", "logistic"] = Field(
-        "squared_hinge", description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12"
+    loss: Literal["auto", "squared_hinge", "multitask_squared_hinge", "logistic"] = Field(
+        "auto",
+        description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12; auto: eq. 2 on "
+        "multiclass stores, eq. 11 on multilabel ones",
     )
     penalty: Literal["l1/l2", "l1", "l2", "elasticnet", "sparse_group"] = Field(
         "l1/l2", description="P(W); l2 is (λ/2)‖W‖², elasticnet/sparse_group mix with l1_ratio"
@@ -134,6 +140,16 @@ class BCDParams(SolverParams):
     )
     max_iter: int = Field(200, ge=1, description="K, the cap on outer iterations")
     fit_intercept: bool = Field(True, description="an unpenalised intercept b (scores Wᵀx + b)")
+
+    def loss_for(self, multilabel: bool) -> str:
+        """The loss run on a multiclass or multilabel store: `loss`, "auto" resolved. On
+        multilabel stores auto is eq. (11), one-vs-rest, whose scores have 0 as the decision
+        boundary; the label ranking of §4.7 only orders the labels of a row (its loss, and so its
+        model, is unchanged by adding a constant to a row's scores), so no threshold of its
+        scores separates the labels that are on."""
+        if self.loss != "auto":
+            return self.loss
+        return "multitask_squared_hinge" if multilabel else "squared_hinge"
 
     @model_validator(mode="after")
     def _check(self):
@@ -408,6 +424,7 @@ class BCDSolver(Solver[BCDState]):
     def __init__(self, params: BCDParams):
         super().__init__(params)
         self.mode = ""  # "memory", "chunks" or "fista", fixed by fit for its source
+        self._multilabel = False  # the source's kind, fixed by fit (the loss auto resolves with it)
         self._data: _MemoryData | None = None
         self._data_source: ChunkSource | None = None
 
@@ -416,6 +433,13 @@ class BCDSolver(Solver[BCDState]):
         options against it."""
         p = self.params
         self._codes(source)
+        self._multilabel = source.multilabel
+        if source.multilabel and p.loss_for(True) == "squared_hinge":
+            log.warning(
+                "bcd: loss squared_hinge on a multilabel store is the label ranking of §4.7: its scores order "
+                "each row's labels but no threshold of them picks label sets; use P@k, train with "
+                "--threshold fit --valid STORE, or loss=auto (one-vs-rest, eq. 11) for label sets"
+            )
         # the State per instance (the driver reads solver.State); Solver declares it a ClassVar
         if p.method == "fista":
             self.mode, self.State = "fista", FistaState  # type: ignore[misc]
@@ -489,7 +513,7 @@ class BCDSolver(Solver[BCDState]):
     def _codes(self, source: ChunkSource) -> tuple[int, int, float, float]:
         """(loss code, penalty code, the loss's curvature constant c, ρ)."""
         p = self.params
-        loss = LOSSES[p.loss]
+        loss = LOSSES[p.loss_for(source.multilabel)]
         if loss == LOGISTIC and source.multilabel:
             raise ConfigError("loss 'logistic' (eq. 12) is multiclass only; use squared_hinge on multilabel stores")
         if source.n_classes < 2:
@@ -528,7 +552,7 @@ class BCDSolver(Solver[BCDState]):
     def _objective(self, loss_sum: float, n: int, W: np.ndarray) -> float:
         """streamfit.objectives' F(W, b) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
         convention, b not penalised) from the loss summed over the n samples."""
-        return objective_for(self.name, self.params).total(ChunkSums(loss_sum, n), *self._split(W))
+        return objective_for(self.name, self.params, self._multilabel).total(ChunkSums(loss_sum, n), *self._split(W))
 
     def _fields(
         self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
@@ -655,7 +679,7 @@ class BCDSolver(Solver[BCDState]):
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
         streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
         F − F* ≤ F − D, so the gap certifies the objective's distance to the optimum."""
-        objective = objective_for(self.name, self.params)
+        objective = objective_for(self.name, self.params, self._multilabel)
         f = objective.total(objective.loss_sums(S, labels), W, None)
         dual = objective.dual_value_at_scores(S, Xc, labels)
         return f, (f - dual) / f if f > 0 else 0.0

@@ -402,7 +402,8 @@ def test_multilabel_ranking_optimality():
     T = X @ rng.normal(size=(40, 5)) + 0.3 * rng.normal(size=(300, 5))
     Y = (T > np.quantile(T, 0.6, axis=1, keepdims=True)).astype(np.float64)
     lam = 2e-2
-    W, _ = fit(InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100), lam=lam, tol=1e-9, max_iter=2000)
+    store = InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100)
+    W, _ = fit(store, loss="squared_hinge", lam=lam, tol=1e-9, max_iter=2000)
     _, G = ranking_squared_hinge(W, X, Y)
     zero_ratio, nonzero_norm = group_lasso_kkt(W, G, lam)
     assert zero_ratio <= 1 + 1e-3 and nonzero_norm <= 1e-4
@@ -586,6 +587,19 @@ def test_intercept_matches_linear_svc_and_the_logged_objective_is_f():
         assert 0 <= log_other[-1]["objective"] - F <= 1e-4 * F, other
     _, log0 = fit(source, max_iter=600, **{**kw, "fit_intercept": False})  # the paper's model: a worse optimum
     assert log0[-1]["objective"] > 1.02 * F
+
+
+def test_the_default_loss_on_multilabel_stores_is_one_vs_rest(caplog):
+    """loss="auto": eq. (11) on multilabel stores, whose scores have 0 as decision boundary; the
+    ranking loss (explicit squared_hinge) only orders labels, and says so when trained."""
+    assert bcd.BCDParams().loss_for(True) == "multitask_squared_hinge"
+    assert bcd.BCDParams().loss_for(False) == "squared_hinge"
+    assert bcd.BCDParams(loss="squared_hinge").loss_for(True) == "squared_hinge"
+    rng = np.random.default_rng(4)
+    X = sp.random(60, 10, density=0.3, random_state=5, format="csr")
+    Y = sp.csr_matrix((rng.random((60, 3)) < 0.4).astype(np.float64))
+    fit(InMemoryStore(X, Y, [0, 1, 2], chunk_rows=30), loss="squared_hinge", max_iter=2)
+    assert "label ranking" in caplog.text and "--threshold fit" in caplog.text
 
 
 def test_intercept_rules():
