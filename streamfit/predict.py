@@ -129,9 +129,9 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, 
     with open(tmp, "w", newline="") as f:
         writer = csv.writer(f) if kind == ".csv" else None
         if writer:
-            predicted = ["predicted"] if model.multilabel else []
+            label_set_column = ["predicted"] if model.multilabel else []
             writer.writerow(
-                ["location"] + predicted + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")]
+                ["location"] + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")]
             )
         for locations, X in _batches(model, source, fmt, options, progress):
             S = model.decision_function(X)
@@ -139,12 +139,14 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, 
             labels = model.classes_[top]
             on = decide(S, threshold) if model.multilabel else None
             for i, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
-                predicted = {"predicted": model.classes_[on[i]].tolist()} if on is not None else {}
+                label_set: dict[str, list[str]] = (
+                    {"predicted": model.classes_[on[i]].tolist()} if on is not None else {}
+                )
                 if writer:
-                    row = [loc] + ["|".join(names) for names in predicted.values()]
+                    row = [loc] + ["|".join(names) for names in label_set.values()]
                     writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
                 else:
-                    record = {"location": loc, **predicted, "labels": labs.tolist(), "scores": sc.round(6).tolist()}
+                    record = {"location": loc, **label_set, "labels": labs.tolist(), "scores": sc.round(6).tolist()}
                     f.write(json.dumps(record) + "\n")
             n += len(locations)
         if n == 0:
