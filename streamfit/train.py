@@ -253,6 +253,7 @@ def _train_locked(
         "resumed": resume,
         "time_limit": time_limit,
         "checkpoint_every": checkpoint_every,
+        "threshold": threshold,
     }
     try:
         with Engine(
