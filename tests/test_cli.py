@@ -838,6 +838,11 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
             not pred.any(axis=0).all()  # evaluate averages over the labels that occur; scikit-learn over all
         )
         assert result["labels_per_row"] == pred.sum() / len(pred)
+        if solver == "stagewise":  # probabilities: the mean binary cross-entropy over rows and labels
+            P = np.clip(model.predict_proba(X), 1e-15, 1 - 1e-15)
+            assert np.isclose(result["log_loss"], -np.mean(np.where(Y == 1, np.log(P), np.log1p(-P))), rtol=1e-12)
+        else:  # margins give no probabilities
+            assert "log_loss" not in result
         run("predict", tmp_path / "run", valid, "--out", tmp_path / "p.jsonl", *given)
         sets = [json.loads(line)["predicted"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
         assert sets == [model.classes_[row.astype(bool)].tolist() for row in pred]
