@@ -684,18 +684,46 @@ def _list_solvers(ctx, value):
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--per-label", is_flag=True, help="Also precision, recall, F1 and support of each class or label.")
+@_click_options(TrainOptions, only=("threshold",))
 @click.pass_context
-def evaluate(ctx, run_dir, store, as_json):
-    """Score a trained model on a store: accuracy and macro-F1, P@1/3/5 for multilabel, or RMSE,
-    MAE and R² (per output when there are several) for regression."""
+def evaluate(ctx, run_dir, store, as_json, per_label, threshold):
+    """Score a trained model on a store with its decision rule: accuracy, macro- and micro-F1
+    (multilabel: P@1/3/5 and the F1s of the labels scored above the threshold), log loss for
+    models whose scores are probabilities; a regression model: RMSE, MAE and R² (per output when
+    there are several)."""
     from streamfit.metrics import evaluate as run_evaluate
     from streamfit.model import load_model
     from streamfit.store import open_store
 
-    result = run_evaluate(load_model(run_dir), open_store(store), progress=_progress(ctx))
-    click.echo(
-        json.dumps(result, indent=1) if as_json else "  ".join(f"{k}={format_metric(v)}" for k, v in result.items())
+    result = run_evaluate(
+        load_model(run_dir),
+        open_store(store),
+        progress=_progress(ctx),
+        threshold=_given_threshold(threshold),
+        per_label=per_label,
     )
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    table = result.pop("per_label", None)
+    click.echo("  ".join(f"{k}={format_metric(v)}" for k, v in result.items()))
+    if table:
+        width = max(len(name) for name in table)
+        click.echo(f"{'class':<{width}}  precision  recall     f1  support")
+        for name, row in table.items():
+            click.echo(
+                f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:.4f}  {row['support']:7d}"
+            )
+
+
+def _given_threshold(threshold) -> float | None:
+    """predict's and evaluate's --threshold: a number (None: the model's own)."""
+    if threshold == "fit":
+        raise ConfigError(
+            "--threshold fit: fitting belongs to training (train --threshold fit --valid STORE); give a number here"
+        )
+    return threshold
 
 
 # --------------------------------------------------------------------------------------- predict
@@ -720,12 +748,14 @@ def evaluate(ctx, run_dir, store, as_json):
     "store's --id-field, if any].",
 )
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
+@_click_options(TrainOptions, only=("threshold",))
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options):
-    """Write the top classes and scores of every row of SOURCE (a regression model: the predicted
-    value of each output) (SOURCE: a store, or raw data that is read and featurized exactly as
-    the training store was: the same field names and format options unless --option overrides
-    them). Labels in raw data are not needed (and not read)."""
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold):
+    """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
+    read and featurized exactly as the training store was: the same field names and format
+    options unless --option overrides them); for a multilabel model also the predicted label
+    set (the labels scored above the threshold); for a regression model the predicted value of
+    each output. Labels in raw data are not needed (and not read)."""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 
@@ -738,6 +768,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options):
         options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
         progress=_progress(ctx),
         model_dir=run_dir,
+        threshold=_given_threshold(threshold),
     )
     click.echo(f"{n} rows written to {out}")
 

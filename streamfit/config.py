@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import typing
@@ -45,6 +46,19 @@ def parse_duration(text: str | float, what: str) -> float:
     if not match or float(match[1]) <= 0:
         raise ConfigError(f"{what} {text!r}: expected a positive duration such as 3600, 90m or 2h")
     return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+
+
+def parse_threshold(text: str | float, what: str) -> float | str:
+    """A multilabel decision threshold: a finite number, or "fit"; bad text raises ConfigError naming `what`."""
+    if isinstance(text, str) and text.strip().lower() == "fit":
+        return "fit"
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} {text!r}: expected a finite number such as 0 or 0.5, or 'fit'")
+    return value
 
 
 @dataclass
@@ -95,6 +109,14 @@ class TrainOptions:
     valid_every: int = option(1, "Validate every N solver steps", ge=1)
     checkpoint_every: int = option(
         1, "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps", ge=1
+    )
+    threshold: float | str | None = option(
+        None,
+        "Multilabel: a label is predicted when its score is > T, saved in the model and used by predict and "
+        "evaluate (which take --threshold too); 'fit' (train): the T of the best micro-F1 on --valid",
+        metavar="T",
+        parse=parse_threshold,
+        default_text="0 for margin scores, 0.5 for probability scores",
     )
 
     def __post_init__(self):

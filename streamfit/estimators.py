@@ -50,7 +50,7 @@ from streamfit.solvers.base import Solver, SolverParams, parameter_lines
 from streamfit.solvers.bcd import BCDSolver
 from streamfit.solvers.fbpd import FBPDSolver
 from streamfit.solvers.ppdsparse import PPDSparseSolver
-from streamfit.solvers.stagewise import StagewiseSolver, decision_threshold
+from streamfit.solvers.stagewise import StagewiseSolver
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
 
 
@@ -446,10 +446,6 @@ class _SolverClassifier(_SolverEstimator):
     def multilabel_(self) -> bool:
         return self._fitted_model().multilabel
 
-    def _multilabel_threshold(self) -> float:
-        """The model's score above which a label is on (multilabel)."""
-        return 0.0
-
     def decision_function(self, X) -> np.ndarray:
         """scikit-learn's decision_function: the scores, n × n_classes, for three or more
         classes; for two, one score per row, positive for classes_[1] (the difference of the
@@ -458,7 +454,7 @@ class _SolverClassifier(_SolverEstimator):
         the model's own n × n_classes scores."""
         S = self._scores(X)
         if self.multilabel_:
-            threshold = self._multilabel_threshold()
+            threshold = self._fitted_model().decision_threshold  # the model's rule (streamfit.model.decide)
             return S - threshold if threshold else S
         if S.shape[1] == 2:
             return S[:, 1] - S[:, 0]
@@ -526,9 +522,6 @@ class StagewiseLSClassifier(_SolverClassifier):
         projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
         model = self._fitted_model()
         return model.predict_proba(self._check_X(X, reset=False))
-
-    def _multilabel_threshold(self) -> float:
-        return decision_threshold(self._fitted_model().link)  # 0.5 for identity-link fits of 0/1 targets
 
     @property
     def n_iter_(self) -> int:
@@ -735,8 +728,9 @@ class BCDClassifier(_SolverClassifier):
         return c.toarray() if sp.issparse(c) else np.asarray(c)
 
     def objective(self, X, y) -> float:
-        """F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) on (X, y) (eq. 2 for the default loss and penalty)."""
+        """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) (eq. 2 for the default loss and
+        penalty; b = 0 without fit_intercept)."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
-        return objective_for("bcd", self._solver_params()).value(
-            W, None, self._check_X(X, reset=False), self._labels(y)
+        return objective_for("bcd", self._solver_params(), self.multilabel_).value(
+            W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
         )

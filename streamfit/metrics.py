@@ -1,8 +1,15 @@
 """Evaluation metrics as reductions over row chunks (never on whole arrays at once).
 
-Multiclass: accuracy and macro-F1 from per-class true/false positive counts.
-Multilabel: precision at k, P@k = mean over rows of |top-k scored ∩ true labels| / k, and
-macro-F1 of the labels scored > 0.
+Per class (multilabel: per label) r, with the model's decision rule (streamfit.model.decide:
+multiclass, the top-scored class; multilabel, the labels scored > the threshold) the counts
+tp_r, fp_r, fn_r give precision tp/(tp + fp), recall tp/(tp + fn) and F1 = 2tp/(2tp + fp + fn)
+(0 where the denominator is 0); macro-F1 is the mean F1 over the classes that occur in the
+labels or the predictions, micro-F1 = 2Σtp/(2Σtp + Σfp + Σfn) (multiclass: the accuracy).
+Multiclass: accuracy. Multilabel: precision at k, P@k = mean over rows of |top-k scored ∩ true
+labels| / k. Log loss, for models whose scores give probabilities (Model.probabilities, p
+clipped to [1e-15, 1 − 1e-15] as scikit-learn's log_loss): multiclass −(1/n) Σ_i log p_{i,y_i};
+multilabel the mean binary cross-entropy over rows and labels,
+−(1/(n k)) Σ_i Σ_r [y_ir log p_ir + (1 − y_ir) log(1 − p_ir)].
 Regression: per output j, RMSE = √((1/n) Σ_i (y_ij − ŷ_ij)²), MAE = (1/n) Σ_i |y_ij − ŷ_ij| and
 R² = 1 − Σ_i (y_ij − ŷ_ij)² / Σ_i (y_ij − ȳ_j)² (scikit-learn's r2_score; 1 for a constant
 target predicted exactly, 0 if predicted inexactly), the centered sum of squares merged over
@@ -15,19 +22,28 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import StoreError
+from streamfit.model import decide
+
+PROBABILITY_CLIP = 1e-15
 
 
 class MetricAccumulator:
-    def __init__(self, n_classes: int, multilabel: bool, ks=(1, 3, 5)):
+    """Sums of one evaluation. `threshold`: the multilabel decision threshold (ignored for
+    multiclass); `update` takes a chunk's scores (n × k), labels (class ids, or a label indicator)
+    and, when the model gives them, its probabilities (n × k) for the log loss."""
+
+    def __init__(self, n_classes: int, multilabel: bool, threshold: float = 0.0, ks=(1, 3, 5)):
         self.n_classes, self.multilabel, self.ks = n_classes, multilabel, [k for k in ks if k <= max(n_classes, 1)]
+        self.threshold = threshold
         self.n = 0
         self.correct = 0
         self.tp = np.zeros(n_classes, dtype=np.int64)
         self.fp = np.zeros(n_classes, dtype=np.int64)
         self.fn = np.zeros(n_classes, dtype=np.int64)
         self.hits_at = {k: 0.0 for k in self.ks}
+        self.log_loss_sum: float | None = None
 
-    def update(self, scores: np.ndarray, labels) -> None:
+    def update(self, scores: np.ndarray, labels, probabilities: np.ndarray | None = None) -> None:
         n, K = scores.shape
         self.n += n
         if not self.multilabel:
@@ -37,9 +53,12 @@ class MetricAccumulator:
             self.tp += np.bincount(y[pred == y], minlength=K)
             self.fp += np.bincount(pred[pred != y], minlength=K)
             self.fn += np.bincount(y[pred != y], minlength=K)
+            if probabilities is not None:
+                p = np.clip(probabilities[np.arange(n), y], PROBABILITY_CLIP, 1 - PROBABILITY_CLIP)
+                self.log_loss_sum = (self.log_loss_sum or 0.0) - float(np.log(p).sum())
             return
         Y = sp.csr_matrix(labels).astype(bool).toarray()
-        P = scores > 0
+        P = decide(scores, self.threshold)
         self.tp += (P & Y).sum(axis=0)
         self.fp += (P & ~Y).sum(axis=0)
         self.fn += (~P & Y).sum(axis=0)
@@ -47,16 +66,38 @@ class MetricAccumulator:
         for k in self.ks:
             top = order[:, :k]
             self.hits_at[k] += float(np.take_along_axis(Y, top, axis=1).sum(axis=1).mean() * n / k)
+        if probabilities is not None:
+            p = np.clip(probabilities, PROBABILITY_CLIP, 1 - PROBABILITY_CLIP)
+            self.log_loss_sum = (self.log_loss_sum or 0.0) - float(np.where(Y, np.log(p), np.log1p(-p)).sum() / K)
+
+    def per_label(self) -> dict[str, np.ndarray]:
+        """precision, recall, f1 and support (tp + fn) per class, each an array of k values."""
+        tp, fp, fn = self.tp, self.fp, self.fn
+        zeros = np.zeros(self.n_classes)
+        return {
+            "precision": np.divide(tp, tp + fp, out=zeros.copy(), where=tp + fp > 0),
+            "recall": np.divide(tp, tp + fn, out=zeros.copy(), where=tp + fn > 0),
+            "f1": np.divide(2 * tp, 2 * tp + fp + fn, out=zeros.copy(), where=2 * tp + fp + fn > 0),
+            "support": tp + fn,
+        }
 
     def result(self) -> dict:
-        denom = 2 * self.tp + self.fp + self.fn
-        f1 = np.divide(2 * self.tp, denom, out=np.zeros(self.n_classes), where=denom > 0)
-        present = denom > 0
-        out = {"n_samples": self.n, "macro_f1": float(f1[present].mean()) if present.any() else 0.0}
+        f1 = self.per_label()["f1"]
+        present = (2 * self.tp + self.fp + self.fn) > 0
+        tp, fp, fn = int(self.tp.sum()), int(self.fp.sum()), int(self.fn.sum())
+        out = {
+            "n_samples": self.n,
+            "macro_f1": float(f1[present].mean()) if present.any() else 0.0,
+            "micro_f1": 2 * tp / (2 * tp + fp + fn) if 2 * tp + fp + fn else 0.0,
+        }
         if self.multilabel:
             out.update({f"p@{k}": self.hits_at[k] / max(self.n, 1) for k in self.ks})
+            out["labels_per_row"] = (tp + fp) / max(self.n, 1)
+            out["threshold"] = self.threshold
         else:
             out["accuracy"] = self.correct / max(self.n, 1)
+        if self.log_loss_sum is not None:
+            out["log_loss"] = self.log_loss_sum / max(self.n, 1)
         return out
 
 
@@ -98,25 +139,65 @@ class RegressionAccumulator:
         return out
 
 
-def evaluate(model, source, progress: bool = False) -> dict:
-    """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk (for a
-    regression model: n_samples, rmse, mae, r2 averaged over the outputs, and per output
-    rmse_NAME, mae_NAME, r2_NAME when there are several); a
-    source without rows is a StoreError (its metrics would be 0s that mean nothing)."""
+def evaluate(model, source, progress: bool = False, threshold: float | None = None, per_label: bool = False) -> dict:
+    """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk, with the
+    model's decision rule (`threshold` overrides its multilabel threshold). per_label: also
+    "per_label", {class name: {precision, recall, f1, support}}. A regression model: n_samples,
+    rmse, mae, r2 averaged over the outputs, and per output rmse_NAME, mae_NAME, r2_NAME when
+    there are several. A source without rows is a StoreError (its metrics would be 0s that mean
+    nothing)."""
     from tqdm.auto import tqdm
 
     model.check_store(source)
     acc: MetricAccumulator | RegressionAccumulator = (
         RegressionAccumulator(model.classes_.tolist())
         if model.regression
-        else MetricAccumulator(len(model.classes_), model.multilabel)
+        else MetricAccumulator(
+            len(model.classes_), model.multilabel, model.decision_threshold if threshold is None else threshold
+        )
     )
     for c in tqdm(source.iter_chunks(), total=source.n_chunks, desc="evaluate", unit="chunk", disable=not progress):
-        acc.update(model.decision_function(c.X), c.labels)
+        S = model.decision_function(c.X)
+        if isinstance(acc, RegressionAccumulator):
+            acc.update(S, c.labels)
+        else:
+            acc.update(S, c.labels, model.probabilities(S))
     if acc.n == 0:
         where = getattr(source, "path", "the evaluation store")
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
-    return acc.result()
+    out = acc.result()
+    if per_label and isinstance(acc, MetricAccumulator):
+        table = acc.per_label()
+        out["per_label"] = {
+            str(name): {key: float(v[r]) if key != "support" else int(v[r]) for key, v in table.items()}
+            for r, name in enumerate(model.classes_)
+        }
+    return out
+
+
+def fit_threshold(model, source) -> tuple[float, float]:
+    """(threshold, micro-F1): the multilabel threshold t that maximises micro-F1 of the rule
+    S > t on `source` (a validation store), over the midpoints between its distinct scores. The
+    micro-F1 of t is 2·tp(t) / (#{S > t} + #positives), so one sort of the n × k scores gives
+    it for every t (in memory: n × k floats)."""
+    model.check_store(source)
+    scores, truth = [], []
+    for c in source.iter_chunks():
+        scores.append(model.decision_function(c.X).ravel())
+        truth.append(sp.csr_matrix(c.labels).astype(bool).toarray().ravel())
+    s, y = np.concatenate(scores), np.concatenate(truth)
+    if s.size == 0 or not y.any():
+        raise StoreError(f"{getattr(source, 'path', source)}: no labelled rows to fit a threshold on")
+    order = np.argsort(-s, kind="stable")
+    s, y = s[order], y[order]
+    last = np.r_[s[1:] != s[:-1], True]  # cutting after position i predicts the i + 1 best scores
+    n_on = np.arange(1, s.size + 1)[last]
+    tp = np.cumsum(y)[last]
+    f1 = 2 * tp / (n_on + y.sum())
+    best = int(np.argmax(f1))
+    cut = np.flatnonzero(last)[best]
+    threshold = (s[cut] + s[cut + 1]) / 2 if cut + 1 < s.size else s[cut] - 1.0
+    return float(threshold), float(f1[best])
 
 
 def target_statistics(source) -> dict:

@@ -10,6 +10,13 @@ the fields: the same classes, numeric and finite values, shapes that fit the cla
 features (one empty row must score to 1 × n_classes and rank). Version 1 had no
 `record_sha256` and is refused (retrain). Kinds register themselves in MODEL_KINDS;
 `LinearModel` (scores = X Wᵀ + b) is the common one.
+
+The decision rule is stated in the model (model.json's `decision`): multiclass, the top-scored
+class; multilabel, every label whose score is > `decision_threshold`. A kind's default threshold
+(`Model.default_threshold`) follows what its scores are: 0 for margins (linear models, logits),
+0.5 for scores that estimate probabilities (stagewise's identity link, fitted to 0/1 targets).
+`Model.predict`, `streamfit.metrics.evaluate`, `streamfit predict` and the estimators all
+apply `decide` with the saved threshold, unless the caller passes another one.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from streamfit import storage
 from streamfit.errors import StreamfitError, output_error
 from streamfit.store.format import is_sha256, json_digest
 
-MODEL_FORMAT_VERSION = 2
+MODEL_FORMAT_VERSION = 3
 MODEL_DIGEST_KEY = "record_sha256"
 RETRAIN = "the model is damaged, retrain it (or restore it from a copy)"
 MODEL_KINDS: dict[str, type[Model]] = {}
@@ -34,6 +41,11 @@ MODEL_KINDS: dict[str, type[Model]] = {}
 def register_model(cls):
     MODEL_KINDS[cls.kind] = cls
     return cls
+
+
+def decide(S: np.ndarray, threshold: float) -> np.ndarray:
+    """The multilabel decision rule: label r is on for row i when S_ir > threshold (n × k bool)."""
+    return S > threshold
 
 
 def _as_csr(X, n_features: int) -> sp.csr_matrix:
@@ -60,6 +72,7 @@ class Model:
         params: dict | None = None,
         info: dict | None = None,
         idf: np.ndarray | None = None,
+        decision_threshold: float | None = None,
     ):
         self.classes_ = np.asarray([str(c) for c in classes])
         self.n_features = int(n_features)
@@ -70,6 +83,19 @@ class Model:
         self.params = params or {}
         self.info = info or {}
         self.idf = idf  # the featurizer's IDF weights, when the training store had them
+        # multilabel: a label is on when its score is > decision_threshold (see `decide`)
+        self.decision_threshold = self.default_threshold() if decision_threshold is None else float(decision_threshold)
+
+    score_kind = "margin"  # what the scores are: "margin" (sign decides) or "probability" (0/1 targets fitted)
+
+    def default_threshold(self) -> float:
+        """The multilabel threshold that fits the scores' kind: 0 for margins, 0.5 for probabilities."""
+        return 0.5 if self.score_kind == "probability" else 0.0
+
+    def probabilities(self, S: np.ndarray) -> np.ndarray | None:
+        """Class (multilabel: label) probabilities from the scores S, n × k, for kinds whose scores
+        give them (log loss in `evaluate`); None for the others."""
+        return None
 
     def check_store(self, store) -> None:
         """StreamfitError naming what differs (width, or classes) when a store is not shaped
@@ -101,19 +127,24 @@ class Model:
             return np.vstack([self._scores(c.X) for c in X.iter_chunks()])
         return self._scores(_as_csr(X, self.n_features))
 
-    def predict(self, X):
-        """Multiclass: the top class per row. Multilabel: a 0/1 indicator of classes scored > 0.
-        Regression: the predicted values, shape (n,) for one output, else (n, k)."""
+    def predict(self, X, threshold: float | None = None):
+        """Multiclass: the top class per row. Multilabel: a 0/1 indicator (n × k int8) of the
+        labels scored > `threshold` (default: the model's decision_threshold). Regression: the
+        predicted values, shape (n,) for one output, else (n, k)."""
         S = self.decision_function(X)
         if self.regression:
             return S[:, 0] if S.shape[1] == 1 else S
         if self.multilabel:
-            return (S > 0).astype(np.int8)
+            return decide(S, self.decision_threshold if threshold is None else threshold).astype(np.int8)
         return self.classes_[np.argmax(S, axis=1)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """(class indices, scores) of the k best classes per row, best first."""
-        S = self.decision_function(X)
+        return self.top_k(self.decision_function(X), k)
+
+    @staticmethod
+    def top_k(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(class indices, scores) of the k best scores of each row of S, best first."""
         k = min(k, S.shape[1])
         top = np.argpartition(-S, k - 1, axis=1)[:, :k]
         order = np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable")
@@ -155,6 +186,11 @@ class Model:
             "params": self.params,
             "info": self.info,
             "extra": self._extra(),
+            "decision": {
+                "rule": "multiclass: the top-scored class; multilabel: every label with score > threshold",
+                "threshold": self.decision_threshold,
+                "scores": self.score_kind,
+            },
             "arrays_sha256": hashlib.sha256(data).hexdigest(),
             "streamfit_version": __version__,
         }
@@ -238,6 +274,16 @@ _RECORD_RULES = {  # model.json field: (check, what it must be)
     "params": (lambda v: isinstance(v, dict), "an object"),
     "info": (lambda v: isinstance(v, dict), "an object"),
     "extra": (lambda v: isinstance(v, dict), "an object"),
+    "decision": (
+        lambda v: (
+            isinstance(v, dict)
+            and set(v) == {"rule", "threshold", "scores"}
+            and type(v["threshold"]) in (int, float)
+            and np.isfinite(v["threshold"])
+            and v["scores"] in ("margin", "probability")
+        ),
+        "an object with rule, a finite threshold and scores ('margin' or 'probability')",
+    ),
     "arrays_sha256": (is_sha256, "a SHA-256 digest"),
     "streamfit_version": (lambda v: isinstance(v, str), "a string"),
     MODEL_DIGEST_KEY: (is_sha256, "a SHA-256 digest"),
@@ -334,6 +380,7 @@ def load_model(path: str) -> Model:
         for k in ("classes", "n_features", "multilabel", "regression", "featurizer", "solver", "params", "info")
     }
     common["idf"] = arrays.pop("featurizer_idf", None)
+    common["decision_threshold"] = record["decision"]["threshold"]
     if common["idf"] is not None and common["idf"].shape != (record["n_features"],):
         raise StreamfitError(
             f"{arrays_path}: featurizer_idf has shape {common['idf'].shape}, expected ({record['n_features']},); {RETRAIN}"

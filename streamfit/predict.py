@@ -12,7 +12,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamfit.errors import InputError, StreamfitError, output_error
-from streamfit.model import Model
+from streamfit.model import Model, decide
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +87,17 @@ def predict_to_file(
     options: dict | None = None,
     progress: bool = False,
     model_dir: str | None = None,
+    threshold: float | None = None,
 ) -> int:
     """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
     "labels", "scores"}; for a regression model `.csv`: location and one column per output,
     `.jsonl`: {"location", "values": {output: value}}, values in full precision) atomically to
     `out` (a local path or URL, see Location.publish_file); returns the number of rows. With an
     id_field (in `options`, or recorded with the training store's source options) each row also
-    carries its record's id: a column `id` after `location`, or the key "id". `model_dir`: where
+    carries its record's id: a column `id` after `location`, or the key "id". A multilabel model
+    also writes the predicted label set, the labels scored > `threshold` (default: the model's
+    decision_threshold; streamfit.model.decide): `.csv` column "predicted" after the location
+    (and id), names joined by "|"; `.jsonl` key "predicted", a list. `model_dir`: where
     the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.store.store import overlaps
@@ -115,7 +119,9 @@ def predict_to_file(
     target = storage.resolve(out)
     tmp = target.staging_file()
     try:
-        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress)
+        if threshold is None:
+            threshold = model.decision_threshold
+        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress, threshold)
         target.publish_file(tmp)
     except OSError as e:
         _remove(tmp)
@@ -145,7 +151,7 @@ def _write_values(f, writer, model: Model, locations, ids, X) -> None:
             f.write(json.dumps({**line, "values": dict(zip(names, row))}) + "\n")
 
 
-def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) -> int:
+def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, threshold) -> int:
     n = 0
     with_ids = not _is_store(source) and {**model.featurizer.get("source_options", {}), **options}.get("id_field")
     with open(tmp, "w", newline="") as f:
@@ -154,7 +160,10 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) 
         if writer and model.regression:
             writer.writerow(head + model.classes_.tolist())
         elif writer:
-            writer.writerow(head + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
+            label_set_column = ["predicted"] if model.multilabel else []
+            writer.writerow(
+                head + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")]
+            )
         for locations, ids, X in _batches(model, source, fmt, options, progress):
             if with_ids and ids is None:
                 raise StreamfitError(
@@ -165,14 +174,20 @@ def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress) 
                 _write_values(f, writer, model, locations, ids if with_ids else None, X)
                 n += len(locations)
                 continue
-            top, scores = model.predict_topk(X, top_k)
+            S = model.decision_function(X)
+            top, scores = model.top_k(S, top_k)
             labels = model.classes_[top]
+            on = decide(S, threshold) if model.multilabel else None
             for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
                 record_id = [ids[r]] if with_ids else []
+                label_set: dict[str, list[str]] = (
+                    {"predicted": model.classes_[on[r]].tolist()} if on is not None else {}
+                )
                 if writer:
-                    writer.writerow([loc, *record_id] + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
+                    row = [loc, *record_id] + ["|".join(names) for names in label_set.values()]
+                    writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
                 else:
-                    line = {"location": loc, **({"id": record_id[0]} if record_id else {})}
+                    line = {"location": loc, **({"id": record_id[0]} if record_id else {}), **label_set}
                     line.update(labels=labs.tolist(), scores=sc.round(6).tolist())
                     f.write(json.dumps(line) + "\n")
             n += len(locations)

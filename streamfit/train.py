@@ -24,6 +24,7 @@ from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
+from streamfit.metrics import fit_threshold
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
@@ -81,8 +82,11 @@ def train(
     worker_timeout: float = WORKER_TIMEOUT,
     checkpoint_every: int = 1,
     dashboard_address: str = DASHBOARD_ADDRESS,
+    threshold: float | str | None = None,
 ) -> Model:
-    """Fit `solver` on the store and write RUN_DIR (`out`). `time_limit` (seconds): stop at the
+    """Fit `solver` on the store and write RUN_DIR (`out`). `threshold` (multilabel stores): the
+    model's decision threshold (streamfit.model.decide), or "fit": the one of the best micro-F1
+    on `valid` (streamfit.metrics.fit_threshold); None: the model kind's default. `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
     `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many).
@@ -118,6 +122,10 @@ def train(
         )
     p = make_params(solver, params)
     get_solver(solver)(p).check_source(store)
+    if threshold is not None and not store.multilabel:
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is multiclass; drop it")
+    if threshold == "fit" and valid_store is None:
+        raise ConfigError("--threshold fit: needs a validation store to fit on; pass --valid STORE (ingested --like)")
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     run = storage.resolve(out)
@@ -147,6 +155,7 @@ def train(
             worker_timeout=worker_timeout,
             checkpoint_every=checkpoint_every,
             dashboard_address=dashboard_address,
+            threshold=threshold,
         )
     except BaseException:
         _remove_if_no_checkpoint(out, made)
@@ -237,6 +246,7 @@ def _train_locked(
     worker_timeout,
     checkpoint_every,
     dashboard_address,
+    threshold,
 ) -> Model:
     run = storage.resolve(out)
     ckpt_dir = run.join("checkpoints")
@@ -296,6 +306,7 @@ def _train_locked(
         "resumed": resume,
         "time_limit": time_limit,
         "checkpoint_every": checkpoint_every,
+        "threshold": threshold,
     }
     try:
         with (
@@ -330,6 +341,12 @@ def _train_locked(
         raise
     model.featurizer = store.featurizer_dict()
     model.idf = store.idf
+    if threshold == "fit":
+        model.decision_threshold, micro_f1 = fit_threshold(model, valid_store)
+        model.info["threshold_fit"] = {"valid": valid_store.path, "micro_f1": micro_f1}
+        log.info("threshold %.6g fitted on %s: micro-F1 %.4f", model.decision_threshold, valid_store.path, micro_f1)
+    elif threshold is not None:
+        model.decision_threshold = float(threshold)
     model.save(run.join("model").url)
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:

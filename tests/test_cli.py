@@ -830,3 +830,124 @@ def test_the_cli_imports_no_cluster_store_backend_or_solver_until_a_command_need
     code = f"import sys, streamfit.cli; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.fixture(scope="module")
+def multilabel_stores(tmp_path_factory):
+    """A small multilabel train/validation pair: 4 labels from a noisy linear rule."""
+    import scipy.sparse as sp
+
+    from streamfit.store import StoreWriter
+
+    d = tmp_path_factory.mktemp("multilabel")
+    rng = np.random.default_rng(3)
+    X = sp.random(300, 40, density=0.25, random_state=4, format="csr", dtype=np.float32)
+    Y = sp.csr_matrix((X @ rng.normal(size=(40, 4)) + 0.3 * rng.normal(size=(300, 4)) > 0.4).astype(np.float32))
+    for name, rows in (("train", slice(0, 200)), ("valid", slice(200, 300))):
+        w = StoreWriter(str(d / f"{name}.zarr"), chunk_rows=64, multilabel=True)
+        w.write_rows(X[rows], Y[rows])
+        w.close(n_features=40, classes=["a", "b", "c", "d"])
+    return d
+
+
+@pytest.mark.parametrize(
+    "solver, params",
+    [
+        ("stagewise", {"link": "identity", "n_passes": 1}),  # probability-like scores: threshold 0.5
+        ("stagewise", {"link": "softmax", "n_passes": 1}),  # per-label logits: threshold 0
+        ("bcd", {"max_iter": 30}),
+        ("ppdsparse", {}),
+    ],
+)
+def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_path, solver, params):
+    """One decision rule per model, stated in model.json: model.predict, `streamfit predict`'s
+    predicted sets and `streamfit evaluate`'s micro-F1 (checked by scikit-learn) all apply it;
+    --threshold overrides it for predict and evaluate alike."""
+    from sklearn.metrics import f1_score
+
+    from streamfit.train import train
+
+    store, valid = multilabel_stores / "train.zarr", multilabel_stores / "valid.zarr"
+    train(str(store), solver, str(tmp_path / "run"), params, n_workers=0, progress=False)
+    model = load_model(str(tmp_path / "run"))
+    expected = 0.5 if params.get("link") == "identity" else 0.0
+    record = json.loads((tmp_path / "run" / "model" / "model.json").read_text())
+    assert record["decision"]["threshold"] == model.decision_threshold == expected
+    X, Y = open_store(str(valid)).to_scipy()
+    Y = Y.toarray().astype(np.int8)
+    for threshold in (None, 0.25):
+        given = [] if threshold is None else ["--threshold", threshold]
+        pred = model.predict(X, threshold)
+        rule = model.decision_function(X) > (expected if threshold is None else threshold)
+        assert np.array_equal(pred, rule.astype(np.int8))
+        result = json.loads(run("evaluate", tmp_path / "run", valid, "--json", *given).output)
+        assert abs(result["micro_f1"] - f1_score(Y, pred, average="micro", zero_division=0)) < 1e-12
+        assert abs(result["macro_f1"] - f1_score(Y, pred, average="macro", zero_division=0)) < 1e-12 or (
+            not pred.any(axis=0).all()  # evaluate averages over the labels that occur; scikit-learn over all
+        )
+        assert result["labels_per_row"] == pred.sum() / len(pred)
+        if solver == "stagewise":  # probabilities: the mean binary cross-entropy over rows and labels
+            P = np.clip(model.predict_proba(X), 1e-15, 1 - 1e-15)
+            assert np.isclose(result["log_loss"], -np.mean(np.where(Y == 1, np.log(P), np.log1p(-P))), rtol=1e-12)
+        else:  # margins give no probabilities
+            assert "log_loss" not in result
+        run("predict", tmp_path / "run", valid, "--out", tmp_path / "p.jsonl", *given)
+        sets = [json.loads(line)["predicted"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+        assert sets == [model.classes_[row.astype(bool)].tolist() for row in pred]
+    if solver == "stagewise" and params["link"] == "identity":
+        from streamfit import StagewiseLSClassifier
+
+        clf = StagewiseLSClassifier(n_passes=1, random_state=0).fit(X, Y)
+        S = clf.model_.decision_function(X)
+        assert np.array_equal(clf.predict(X), (S > 0.5).astype(np.int8))
+        assert np.array_equal(clf.decision_function(X) > 0, S > 0.5)
+
+
+def test_threshold_fit_on_valid_and_refusals(multilabel_stores, stores, tmp_path):
+    """train --threshold fit saves the micro-F1-best threshold of --valid; a number is saved as
+    given; 'fit' without --valid, on a multiclass store, or in evaluate is one error line."""
+    from streamfit.metrics import fit_threshold
+
+    store, valid = multilabel_stores / "train.zarr", multilabel_stores / "valid.zarr"
+    common = ("--solver", "bcd", "-p", "max_iter=20", "--n-workers", "0")
+    run("train", store, "--out", tmp_path / "fit", "--valid", valid, "--threshold", "fit", *common)
+    model = load_model(str(tmp_path / "fit"))
+    t, f1 = fit_threshold(model, open_store(str(valid)))
+    assert model.decision_threshold == t and model.info["threshold_fit"]["micro_f1"] == f1
+    assert json.loads(run("evaluate", tmp_path / "fit", valid, "--json").output)["micro_f1"] == f1
+    run("train", store, "--out", tmp_path / "set", "--threshold", "-0.2", *common)
+    assert load_model(str(tmp_path / "set")).decision_threshold == -0.2
+    for args, fragment in (
+        (("train", store, "--out", tmp_path / "a", "--threshold", "fit", *common), "pass --valid"),
+        (("train", stores / "train.zarr", "--out", tmp_path / "b", "--threshold", "0.5", *common), "multiclass"),
+        (("train", store, "--out", tmp_path / "c", "--threshold", "high", *common), "--threshold 'high'"),
+        (("evaluate", tmp_path / "set", valid, "--threshold", "fit"), "give a number here"),
+    ):
+        result = run(*args, ok=False)
+        assert result.exit_code == 2 and fragment in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1
+
+
+def test_evaluate_per_label_table(multilabel_stores, tmp_path):
+    store, valid = multilabel_stores / "train.zarr", multilabel_stores / "valid.zarr"
+    run("train", store, "--out", tmp_path / "run", "--solver", "bcd", "-p", "max_iter=10", "--n-workers", "0")
+    lines = run("evaluate", tmp_path / "run", valid, "--per-label").output.splitlines()
+    assert "micro_f1=" in lines[0] and lines[1].split() == ["class", "precision", "recall", "f1", "support"]
+    assert [line.split()[0] for line in lines[2:]] == ["a", "b", "c", "d"]
+
+
+def test_an_unconverged_fbpd_run_warns_on_the_command_line(stores, tmp_path, caplog):
+    """The README's promise, for the CLI as for the estimators: stopping at max_iter is a warning."""
+    run(
+        "train",
+        stores / "train.zarr",
+        "--out",
+        tmp_path / "r",
+        "--solver",
+        "fbpd",
+        "-p",
+        "max_iter=2",
+        "--n-workers",
+        "0",
+    )
+    assert "fbpd: not converged after 2 steps" in caplog.text and "raise -p max_iter" in caplog.text

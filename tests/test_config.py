@@ -98,12 +98,15 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
         "valid": None,
         "valid_every": 1,
         "checkpoint_every": 1,
+        "threshold": None,
     }
     assert train_options(None, {}) == TrainOptions()  # no file, nothing given: the defaults (stagewise)
     pipeline = tmp_path / "p.yaml"
-    pipeline.write_text("train: {solver: bcd, out: run, store: s.zarr, time_limit: 2h, valid_every: 3}\n")
+    pipeline.write_text(
+        "train: {solver: bcd, out: run, store: s.zarr, time_limit: 2h, valid_every: 3, threshold: fit}\n"
+    )
     options = train_options(load_pipeline(str(pipeline)).train.options, {"time_limit": 60.0})
-    assert (options.time_limit, options.valid_every, options.solver) == (60.0, 3, "bcd")
+    assert (options.time_limit, options.valid_every, options.solver, options.threshold) == (60.0, 3, "bcd", "fit")
 
 
 def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):

@@ -137,7 +137,7 @@ MODEL_SELECTION_CASES = {
         "lam",
         [1e-2, 1e-1],
     ),
-    "bcd": (lambda: BCDClassifier(lam=1e-3, tol=1e-2, max_iter=30), "lam", [1e-4, 1e-2]),
+    "bcd": (lambda: BCDClassifier(lam=1e-3, tol=1e-2, max_iter=300), "lam", [1e-4, 1e-2]),
     "ppdsparse": (lambda: PPDSparseClassifier(lam=1e-4, tau=1e-2, max_iter=50), "tau", [1e-3, 1e-2]),
     "fbpd": (lambda: FBPDClassifier(penalty="l2", lam=1e-3, tol=1e-3, max_iter=400), "lam", [1e-3, 1e-2]),
 }

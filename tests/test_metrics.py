@@ -51,3 +51,58 @@ def test_regression_metrics_merged_over_chunks_equal_scikit_learns():
         assert got[f"r2_{name}"] == pytest.approx(r2_score(Y[:, j], P[:, j]), rel=1e-9, abs=1e-12)
     assert got["r2_c"] == 1.0
     assert got["r2"] == pytest.approx(r2_score(Y, P), rel=1e-9)  # uniform average over the outputs
+
+
+def test_micro_f1_per_label_and_log_loss_equal_sklearn():
+    """Chunked sums against scikit-learn on the whole arrays: multilabel with the rule S > t
+    (micro-F1, per-label precision/recall/F1), and the log losses of probabilities."""
+    from sklearn.metrics import log_loss, precision_recall_fscore_support
+
+    rng = np.random.default_rng(1)
+    S = rng.normal(size=(400, 5))
+    Y = (rng.random((400, 5)) < 0.3).astype(np.int8)
+    P = 1 / (1 + np.exp(-S))
+    acc = MetricAccumulator(5, multilabel=True, threshold=0.3)
+    for lo in range(0, 400, 97):
+        acc.update(S[lo : lo + 97], sp.csr_matrix(Y[lo : lo + 97]), P[lo : lo + 97])
+    r, table = acc.result(), acc.per_label()
+    pred = (S > 0.3).astype(np.int8)
+    assert abs(r["micro_f1"] - f1_score(Y, pred, average="micro")) < 1e-12
+    precision, recall, f1, support = precision_recall_fscore_support(Y, pred, zero_division=0)
+    for name, ours, theirs in (("precision", table["precision"], precision), ("recall", table["recall"], recall)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12, err_msg=name)
+    np.testing.assert_allclose(table["f1"], f1, rtol=1e-12)
+    np.testing.assert_array_equal(table["support"], support)
+    bce = np.mean([log_loss(Y[:, r], P[:, r], labels=[0, 1]) for r in range(5)])  # mean over rows and labels
+    assert abs(r["log_loss"] - bce) < 1e-12
+    assert r["labels_per_row"] == pred.sum() / 400
+
+    y = rng.integers(0, 5, 400)
+    Q = np.exp(S) / np.exp(S).sum(axis=1, keepdims=True)
+    multi = MetricAccumulator(5, multilabel=False)
+    for lo in range(0, 400, 97):
+        multi.update(S[lo : lo + 97], y[lo : lo + 97], Q[lo : lo + 97])
+    out = multi.result()
+    assert abs(out["log_loss"] - log_loss(y, Q, labels=range(5))) < 1e-12
+    assert out["micro_f1"] == out["accuracy"] == accuracy_score(y, S.argmax(1))
+
+
+def test_fit_threshold_maximises_micro_f1_over_every_cut():
+    """fit_threshold against a brute force over every midpoint between distinct scores."""
+    from streamfit.metrics import fit_threshold
+    from streamfit.model import LinearModel
+    from streamfit.store import InMemoryStore
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(60, 4))
+    Y = (X @ rng.normal(size=(4, 3)) + rng.normal(size=(60, 3)) > 0.8).astype(np.int8)
+    Y[0] = 1
+    model = LinearModel(rng.normal(size=(3, 4)), classes=["a", "b", "c"], n_features=4, multilabel=True)
+    store = InMemoryStore(sp.csr_matrix(X), sp.csr_matrix(Y), ["a", "b", "c"], chunk_rows=25)
+    t, best = fit_threshold(model, store)
+    S = X @ model.coef_.T
+    levels = np.unique(S)
+    cuts = np.r_[levels[0] - 1, (levels[1:] + levels[:-1]) / 2]
+    brute = max(f1_score(Y, (S > c).astype(np.int8), average="micro") for c in cuts)
+    assert abs(best - brute) < 1e-12
+    assert abs(f1_score(Y, (S > t).astype(np.int8), average="micro") - best) < 1e-12

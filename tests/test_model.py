@@ -146,7 +146,7 @@ def test_an_edited_model_json_fails_its_digest(tmp_path, edit):
         (False, lambda r: r.pop("arrays_sha256"), "arrays_sha256 is missing"),
         (False, lambda r: r.update(classes=["a", "a", "b", "c"]), "classes is .*expected a non-empty list of distinct"),
         (False, lambda r: r.update(multilabel="no"), "multilabel is 'no', expected true or false"),
-        (False, lambda r: r.update(format_version=1), "model format version 1, this streamfit reads 2; retrain"),
+        (False, lambda r: r.update(format_version=1), "model format version 1, this streamfit reads 3; retrain"),
     ],
 )
 def test_a_resealed_model_json_that_contradicts_its_arrays_is_named(tmp_path, sparse, edit, problem):

@@ -516,7 +516,13 @@ LOGGED = [
     ("bcd", BCDParams(mode="memory", loss="logistic", penalty="l1", lam=1e-2, max_iter=5), False),
     ("bcd", BCDParams(mode="memory", loss="multitask_squared_hinge", penalty="l2", lam=1e-2, max_iter=5), True),
     ("bcd", BCDParams(mode="memory", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
-    ("bcd", BCDParams(mode="memory", penalty="l1/l2", lam=1e-1, tol=1e-2, stopping="gap", max_iter=300), False),
+    (
+        "bcd",
+        BCDParams(
+            mode="memory", penalty="l1/l2", lam=1e-1, tol=1e-2, stopping="gap", fit_intercept=False, max_iter=300
+        ),
+        False,
+    ),
     ("bcd", BCDParams(mode="chunks", loss="squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=3, group_size=8), True),
     ("bcd", BCDParams(mode="chunks", loss="logistic", penalty="l1", lam=1e-2, max_iter=3, group_size=8), False),
     ("bcd", BCDParams(method="fista", loss="multitask_squared_hinge", penalty="l1/l2", lam=1e-2, max_iter=5), True),

@@ -146,7 +146,7 @@ def lam_max(loss, X, y) -> float:
 def fit(loss, X, y, lam, **kw):
     if loss == "hinge":
         return FBPDClassifier(penalty="l1", lam=lam, **kw).fit(X, y)
-    return BCDClassifier(loss=loss, penalty="l1", lam=lam, **kw).fit(X, y)
+    return BCDClassifier(loss=loss, penalty="l1", lam=lam, fit_intercept=False, **kw).fit(X, y)  # no offsets
 
 
 # -- part 1: time to 1e-5 ------------------------------------------------------------------

@@ -85,7 +85,11 @@ RUNS: dict[str, tuple[str, dict, bool]] = {
         False,
     ),
     "bcd-memory-auto-converged": ("bcd", {"mode": "memory", "lam": 1e-3, "tol": 1e-2, "max_iter": 300}, False),
-    "bcd-memory-gap": ("bcd", {"mode": "memory", "stopping": "gap", "lam": 1e-2, "tol": 1e-2, "max_iter": 300}, False),
+    "bcd-memory-gap": (
+        "bcd",
+        {"mode": "memory", "stopping": "gap", "fit_intercept": False, "lam": 1e-2, "tol": 1e-2, "max_iter": 300},
+        False,
+    ),
     "bcd-chunks-cst-shrinking": (
         "bcd",
         {"mode": "chunks", "variant": "cst", "shrinking": True, "lam": 1e-3, "max_iter": 5, "group_size": 16},

@@ -12,7 +12,8 @@ vectorised link losses.
 Per solver (`objective_for`), with each paper's constants mapped to this convention:
 - bcd (Blondel, Seki and Uehara 2013, eq. 2, 11, 12 and §4.7): ℓ = squared_hinge,
   multitask_squared_hinge or logistic; P(W) = λ·(l1/l2, l1, ½ l2², elasticnet or sparse_group)
-  as in `penalties`; no intercept. This is the paper's F(W) (its losses are not halved).
+  as in `penalties`; the intercept b (fit_intercept, the default) is not penalised. Without it,
+  this is the paper's F(W) (its losses are not halved).
 - ppdsparse (Yen et al. 2017, eq. 9, one binary problem per class, summed over the classes):
   ℓ = Σ_k max(1 − Y_ik s_ik, 0) ("hinge") or Σ_k ½ max(1 − Y_ik s_ik, 0)² ("squared_hinge",
   §5.2), P(W, b) = lam‖W‖₁ + (tau/2)(‖W‖²_F + ‖b‖²) (the bias is the last coordinate of
@@ -324,9 +325,9 @@ def objective_for(solver_name: str, params, multilabel: bool = False) -> Objecti
     multilabel store."""
     if solver_name == "bcd":
         return Objective(
-            LOSSES[params.loss],
+            LOSSES[params.loss_for(multilabel)],
             RowPenalty(penalties.PENALTIES[params.penalty], params.lam, params.l1_ratio),
-            fit_intercept=False,
+            fit_intercept=params.fit_intercept,
         )
     if solver_name == "ppdsparse":
         loss = OVR_HALF_SQUARED_HINGE if params.loss == "squared_hinge" else OVR_HINGE

@@ -5,14 +5,18 @@ classification", Algorithms 1–3, with the paper's other objectives and a FISTA
 Objective (eq. 2 and §4.7, §5.3), in the project's averaged convention: W ∈ R^{d×m}, scores
 s_i = Wᵀx_i,
 
-    F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + λ P(W)                                   (`_objective`)
+    F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + λ P(W)                            (`_objective`)
 
 with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
-multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12) and λP one of
+multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12; "auto", the default:
+eq. 2 on multiclass stores, eq. 11 on multilabel ones, `BCDParams.loss_for`) and λP one of
 streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
-"elasticnet", "sparse_group"). The logged `objective` is this F. There is no intercept, as in
-the paper. Blocks are the rows W_{j:}, one per feature with a non-zero value in the training
-data (the other rows stay exactly zero).
+"elasticnet", "sparse_group"). The logged `objective` is this F. fit_intercept=True (the
+default; the paper has none) adds the unpenalised intercept b ∈ R^m as one more block: the
+row of a constant feature x_{i,d} = 1 appended to every sample (`_design`), updated by the
+same block steps with λ = 0 for that row (so b is not in P, and the violation (9) of its row
+is ‖G_{d:}‖). Blocks are the rows W_{j:}, one per feature with a non-zero value in the
+training data (the other rows stay exactly zero).
 
 method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
 in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
@@ -76,6 +80,7 @@ these counters.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from typing import Any, Literal, NamedTuple
 
@@ -92,6 +97,8 @@ from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, Sol
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
 from streamfit.store import ChunkSource
 
+log = logging.getLogger(__name__)
+
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
@@ -101,8 +108,10 @@ THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THE
 class BCDParams(SolverParams):
     """Options of the bcd solver (see the module docstring for the math)."""
 
-    loss: Literal["squared_hinge", "multitask_squared_hinge", "logistic"] = Field(
-        "squared_hinge", description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12"
+    loss: Literal["auto", "squared_hinge", "multitask_squared_hinge", "logistic"] = Field(
+        "auto",
+        description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12; auto: eq. 2 on "
+        "multiclass stores, eq. 11 on multilabel ones",
     )
     penalty: Literal["l1/l2", "l1", "l2", "elasticnet", "sparse_group"] = Field(
         "l1/l2", description="P(W); l2 is (λ/2)‖W‖², elasticnet/sparse_group mix with l1_ratio"
@@ -130,11 +139,24 @@ class BCDParams(SolverParams):
         "gap in memory mode",
     )
     max_iter: int = Field(200, ge=1, description="K, the cap on outer iterations")
+    fit_intercept: bool = Field(True, description="an unpenalised intercept b (scores Wᵀx + b)")
+
+    def loss_for(self, multilabel: bool) -> str:
+        """The loss run on a multiclass or multilabel store: `loss`, "auto" resolved. On
+        multilabel stores auto is eq. (11), one-vs-rest, whose scores have 0 as the decision
+        boundary; the label ranking of §4.7 only orders the labels of a row (its loss, and so its
+        model, is unchanged by adding a constant to a row's scores), so no threshold of its
+        scores separates the labels that are on."""
+        if self.loss != "auto":
+            return self.loss
+        return "multitask_squared_hinge" if multilabel else "squared_hinge"
 
     @model_validator(mode="after")
     def _check(self):
         if self.shrinking and self.penalty != "l1/l2":
             raise ValueError("shrinking (§5.2.4) is defined for the l1/l2 penalty only")
+        if self.stopping == "gap" and self.fit_intercept:
+            raise ValueError("stopping='gap' certifies the objective without intercept; set fit_intercept=false")
         return self
 
 
@@ -176,6 +198,14 @@ def _why_not_converged(tol: float, ratio: float, gap: float | None = None, tail:
     return f"violation ratio {ratio:.3g} < tol {tol:g} on the active blocks only (shrinking), not yet on all"
 
 
+def _design(X: sp.spmatrix, fit_intercept: bool) -> sp.csr_matrix:
+    """The columns the blocks act on: X, and with an intercept a last column of ones."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    if not fit_intercept:
+        return X
+    return sp.hstack([X, np.ones((X.shape[0], 1))], format="csr")
+
+
 def _n_correct(S: np.ndarray, labels) -> int:
     """Top-1 hits: argmax = label (multiclass) or argmax ∈ label set (multilabel, P@1)."""
     top = np.argmax(S, axis=1)
@@ -195,10 +225,11 @@ class ColumnStats(NamedTuple):
     sq: np.ndarray  # Σ_i x_ij²
 
 
-def _colstats_task(source: ChunkSource, chunk_id: int) -> ColumnStats:
-    X = source.read_chunk(chunk_id).X
-    nnz = np.bincount(X.indices, minlength=source.n_features).astype(np.int64)
-    sq = np.bincount(X.indices, weights=np.asarray(X.data, dtype=np.float64) ** 2, minlength=source.n_features)
+def _colstats_task(source: ChunkSource, chunk_id: int, *, fit_intercept: bool) -> ColumnStats:
+    X = _design(source.read_chunk(chunk_id).X, fit_intercept)
+    width = X.shape[1]
+    nnz = np.bincount(X.indices, minlength=width).astype(np.int64)
+    sq = np.bincount(X.indices, weights=X.data**2, minlength=width)
     return ColumnStats(nnz, sq)
 
 
@@ -234,14 +265,15 @@ def _pass_task(
     loss: int,
     curv_c: float,
     full: bool,
+    fit_intercept: bool,
 ) -> PassSums:
     """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
     (C, Δ_C) to the chunk's scores of `version` and write them as version + 1; return the log
     terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
     each candidate, the partial gradients and curvatures of the group `cols` (None: no group)."""
     chunk = source.read_chunk(chunk_id)
-    X = chunk.X
-    d, m = source.n_features, source.n_classes
+    X = _design(chunk.X, fit_intercept)
+    d, m = X.shape[1], source.n_classes
     S = _chunk_scores(state, version, chunk_id, X.shape[0], m)
     if commit is not None:
         S = S.copy()  # the stored version stays as it was
@@ -279,9 +311,11 @@ class FistaSums(NamedTuple):
     grad_y: np.ndarray  # d × m: Σ_i x_i ∂ℓ_i(Yᵀx_i)ᵀ
 
 
-def _fista_task(source: ChunkSource, chunk_id: int, *, W: np.ndarray, Y: np.ndarray, loss: int) -> FistaSums:
+def _fista_task(
+    source: ChunkSource, chunk_id: int, *, W: np.ndarray, Y: np.ndarray, loss: int, fit_intercept: bool
+) -> FistaSums:
     chunk = source.read_chunk(chunk_id)
-    X = chunk.X.astype(np.float64)
+    X = _design(chunk.X, fit_intercept)
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     rows = np.arange(X.shape[0], dtype=np.int64)
     SW = np.ascontiguousarray(X @ W)
@@ -390,6 +424,7 @@ class BCDSolver(Solver[BCDState]):
     def __init__(self, params: BCDParams):
         super().__init__(params)
         self.mode = ""  # "memory", "chunks" or "fista", fixed by fit for its source
+        self._multilabel = False  # the source's kind, fixed by fit (the loss auto resolves with it)
         self._data: _MemoryData | None = None
         self._data_source: ChunkSource | None = None
 
@@ -398,6 +433,13 @@ class BCDSolver(Solver[BCDState]):
         options against it."""
         p = self.params
         self.check_source(source)
+        self._multilabel = source.multilabel
+        if source.multilabel and p.loss_for(True) == "squared_hinge":
+            log.warning(
+                "bcd: loss squared_hinge on a multilabel store is the label ranking of §4.7: its scores order "
+                "each row's labels but no threshold of them picks label sets; use P@k, train with "
+                "--threshold fit --valid STORE, or loss=auto (one-vs-rest, eq. 11) for label sets"
+            )
         # the State per instance (the driver reads solver.State); Solver declares it a ClassVar
         if p.method == "fista":
             self.mode, self.State = "fista", FistaState  # type: ignore[misc]
@@ -467,12 +509,12 @@ class BCDSolver(Solver[BCDState]):
         }
         if isinstance(state, ChunksState):
             info["data_passes"] = state.data_passes
-        W = state.W
+        W, b = self._split(state.W)
         nz_rows = np.any(W != 0, axis=1)
         coef = sp.csr_matrix(W.T) if nz_rows.mean() < 0.5 else W.T.copy()
         return LinearModel(
             coef,
-            None,
+            b,
             classes=ctx.source.classes,
             n_features=ctx.source.n_features,
             multilabel=ctx.source.multilabel,
@@ -485,7 +527,7 @@ class BCDSolver(Solver[BCDState]):
     def _codes(self, source: ChunkSource) -> tuple[int, int, float, float]:
         """(loss code, penalty code, the loss's curvature constant c, ρ)."""
         p = self.params
-        loss = LOSSES[p.loss]
+        loss = LOSSES[p.loss_for(source.multilabel)]
         if loss == LOGISTIC and source.multilabel:
             raise ConfigError("loss 'logistic' (eq. 12) is multiclass only; use squared_hinge on multilabel stores")
         if source.n_classes < 2:
@@ -504,16 +546,34 @@ class BCDSolver(Solver[BCDState]):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
+    def _width(self, source: ChunkSource) -> int:
+        """Rows of the solver's W: one per feature, and the intercept's (fit_intercept)."""
+        return source.n_features + int(self.params.fit_intercept)
+
+    def _free_row(self, source: ChunkSource) -> int:
+        """The intercept's row of W (not penalised), −1 without one."""
+        return source.n_features if self.params.fit_intercept else -1
+
+    def _split(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(the features' rows of W, the intercept b or None)."""
+        return (W[:-1], W[-1].copy()) if self.params.fit_intercept else (W, None)
+
+    def _penalty(self, pen: int, W_rows: np.ndarray, cols: np.ndarray, free: int, rho: float) -> float:
+        """λP of the rows `cols` of W (W_rows = W[cols]), the intercept's row left out."""
+        keep = cols != free
+        return value(pen, np.ascontiguousarray(W_rows[keep]), self.params.lam, rho)
+
     def _objective(self, loss_sum: float, n: int, W: np.ndarray) -> float:
-        """streamfit.objectives' F(W) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
-        convention) from the loss summed over the n samples."""
-        return objective_for(self.name, self.params).total(ChunkSums(loss_sum, n), W, None)
+        """streamfit.objectives' F(W, b) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
+        convention, b not penalised) from the loss summed over the n samples."""
+        return objective_for(self.name, self.params, self._multilabel).total(ChunkSums(loss_sum, n), *self._split(W))
 
     def _fields(
         self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
     ) -> dict[str, Any]:
         """The fields logged at the end of an outer iteration: F (eq. 2, averaged), top-1
-        accuracy, non-zero rows of W, then `more`."""
+        accuracy, non-zero rows of W (the features', not the intercept's), then `more`."""
+        W = self._split(W)[0]
         nz = int(np.count_nonzero(np.any(W != 0, axis=1)))
         acc = {"train_p_at_1" if multilabel else "train_accuracy": correct / n}
         return {"objective": objective, **acc, "nnz_rows": nz, "nnz_rows_pct": 100.0 * nz / W.shape[0], **more}
@@ -527,7 +587,7 @@ class BCDSolver(Solver[BCDState]):
     def _memory_data(self, source: ChunkSource) -> _MemoryData:
         if self._data is None or self._data_source is not source:
             X, labels = source.to_scipy()
-            Xc = sp.csc_matrix(X, dtype=np.float64)
+            Xc = sp.csc_matrix(_design(X, self.params.fit_intercept))
             Xc.sort_indices()
             lab_ptr, lab_ind = label_lists(labels, source.n_rows)
             c = self._codes(source)[2]
@@ -551,9 +611,9 @@ class BCDSolver(Solver[BCDState]):
         src = ctx.source
         self._memory_data(src)
         return MemoryState(
-            W=np.zeros((src.n_features, src.n_classes)),
+            W=np.zeros((self._width(src), src.n_classes)),
             S=np.zeros((src.n_rows, src.n_classes)),
-            active=np.ones(src.n_features, dtype=np.bool_),
+            active=np.ones(self._width(src), dtype=np.bool_),
         )
 
     def _step_memory(self, ctx: Context, st: MemoryState) -> dict[str, Any]:
@@ -590,6 +650,7 @@ class BCDSolver(Solver[BCDState]):
             EPS,
             st.active,
             thr,
+            self._free_row(ctx.source),
         )
         st.step += 1
         st.ls_steps += extra
@@ -632,7 +693,7 @@ class BCDSolver(Solver[BCDState]):
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
         streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
         F − F* ≤ F − D, so the gap certifies the objective's distance to the optimum."""
-        objective = objective_for(self.name, self.params)
+        objective = objective_for(self.name, self.params, self._multilabel)
         f = objective.total(objective.loss_sums(S, labels), W, None)
         dual = objective.dual_value_at_scores(S, Xc, labels)
         return f, (f - dual) / f if f > 0 else 0.0
@@ -651,11 +712,13 @@ class BCDSolver(Solver[BCDState]):
         """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
         direction)."""
         src = ctx.source
-        col_nnz = ctx.engine.map_reduce(_colstats_task, src, range(src.n_chunks), desc="bcd: column stats").nnz
+        col_nnz = ctx.engine.map_reduce(
+            _colstats_task, src, range(src.n_chunks), desc="bcd: column stats", fit_intercept=self.params.fit_intercept
+        ).nnz
         blocks = np.flatnonzero(col_nnz).astype(np.int64)
-        active = np.ones(src.n_features, dtype=np.bool_)
+        active = np.ones(self._width(src), dtype=np.bool_)
         st = ChunksState(
-            W=np.zeros((src.n_features, src.n_classes)),
+            W=np.zeros((self._width(src), src.n_classes)),
             blocks=blocks,
             active=active,
             order=self._order(blocks, active, 0),
@@ -708,6 +771,7 @@ class BCDSolver(Solver[BCDState]):
         src = ctx.source
         loss, pen, c, rho = self._codes(src)
         n = src.n_rows
+        free = self._free_row(src)
         ls = p.variant == "ls"
         trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega**2, 0.0]) if ls else np.ones(1)
         B = None if st.done else np.sort(st.order[st.group * p.group_size : (st.group + 1) * p.group_size])
@@ -728,6 +792,7 @@ class BCDSolver(Solver[BCDState]):
             loss=loss,
             curv_c=0.0 if ls else c,
             full=closing,
+            fit_intercept=p.fit_intercept,
         )
         st.data_passes += 1
         if commit is not None:
@@ -737,11 +802,11 @@ class BCDSolver(Solver[BCDState]):
         st.commit_cols = st.commit_delta = None
         if direction is not None:
             cols, delta = direction
-            p_old = value(pen, st.W[cols], p.lam, rho)
+            p_old = self._penalty(pen, st.W[cols], cols, free, rho)
             while (
                 ls
                 and alphas[a] > 0
-                and sums.dloss[a] / n + value(pen, st.W[cols] + alphas[a] * delta, p.lam, rho) - p_old
+                and sums.dloss[a] / n + self._penalty(pen, st.W[cols] + alphas[a] * delta, cols, free, rho) - p_old
                 > p.sigma * alphas[a] * st.bound
             ):
                 a += 1
@@ -758,10 +823,13 @@ class BCDSolver(Solver[BCDState]):
             keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
             st.active[B[~keep]] = False
             B, G_B, L = B[keep], G_B[keep], L[keep]
-            delta, viol = group_update(st.W[B], G_B, L, pen, p.lam, rho)
+            free_b = int(np.searchsorted(B, free)) if free in B else -1
+            delta, viol = group_update(st.W[B], G_B, L, pen, p.lam, rho, free_b)
             st.sums = [st.sums[0] + float(viol.sum()), max(st.sums[1], float(viol.max(initial=0.0)))]
             st.bound = (
-                float((G_B * delta).sum()) + value(pen, st.W[B] + delta, p.lam, rho) - value(pen, st.W[B], p.lam, rho)
+                float((G_B * delta).sum())
+                + self._penalty(pen, st.W[B] + delta, B, free, rho)
+                - self._penalty(pen, st.W[B], B, free, rho)
             )
             moved = np.any(delta != 0, axis=1)
             if moved.any():
@@ -780,10 +848,14 @@ class BCDSolver(Solver[BCDState]):
         src = ctx.source
         loss, _, c, _ = self._codes(src)
         chunks = range(src.n_chunks)
-        sq = ctx.engine.map_reduce(_colstats_task, src, chunks, desc="fista: column stats").sq
+        sq = ctx.engine.map_reduce(
+            _colstats_task, src, chunks, desc="fista: column stats", fit_intercept=p.fit_intercept
+        ).sq
         K = c / src.n_rows * float(sq.sum())
-        W, Y = np.zeros((src.n_features, src.n_classes)), np.zeros((src.n_features, src.n_classes))
-        at_y = ctx.engine.map_reduce(_fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss)
+        W, Y = np.zeros((self._width(src), src.n_classes)), np.zeros((self._width(src), src.n_classes))
+        at_y = ctx.engine.map_reduce(
+            _fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss, fit_intercept=p.fit_intercept
+        )
         return FistaState(W=W, Y=Y, grad_y=at_y.grad_y, loss_y=at_y.loss_y, L=K if p.variant == "cst" else 1e-3 * K)
 
     def _step_fista(self, ctx: Context, st: FistaState) -> dict[str, Any]:
@@ -794,11 +866,21 @@ class BCDSolver(Solver[BCDState]):
         n = src.n_rows
         G_n = st.grad_y / n
         while True:
-            W = prox(pen, st.Y - G_n / st.L, 1.0 / st.L, p.lam, rho)
+            W = st.Y - G_n / st.L  # the gradient step; the prox of λP on the features' rows (b is free)
+            W[: src.n_features] = prox(pen, W[: src.n_features], 1.0 / st.L, p.lam, rho)
             D = W - st.Y
             t_next = (1.0 + math.sqrt(1.0 + 4.0 * st.t * st.t)) / 2.0
             Y_next = W + ((st.t - 1.0) / t_next) * (W - st.W)
-            sums = ctx.engine.map_reduce(_fista_task, src, range(src.n_chunks), desc="fista", W=W, Y=Y_next, loss=loss)
+            sums = ctx.engine.map_reduce(
+                _fista_task,
+                src,
+                range(src.n_chunks),
+                desc="fista",
+                W=W,
+                Y=Y_next,
+                loss=loss,
+                fit_intercept=p.fit_intercept,
+            )
             bound = st.loss_y / n + float((G_n * D).sum()) + 0.5 * st.L * float((D * D).sum())
             if p.variant == "cst" or sums.loss_w / n <= bound * (1 + 1e-12):
                 break

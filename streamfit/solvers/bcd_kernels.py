@@ -39,8 +39,10 @@ def bcd_epoch(
     eps,
     active,
     shrink_thr,
+    free_row,
 ):
     """One outer iteration over `blocks` (feature ids, in order). Updates W and S in place.
+    Row `free_row` of W (the intercept, the constant column of X; −1: none) is not penalised.
 
     line_search=True: BCD(LS) (§4.4.1) — L_j = max(‖h_j‖∞, ε), backtracking α = 1, ω, ω², …
     until the sufficient decrease condition (7) holds (at most max_ls trials; none passing
@@ -96,7 +98,8 @@ def bcd_epoch(
         if pen == L1L2 and nw2 == 0.0 and np.sqrt(ng2) < shrink_thr:
             active[j] = False
             continue
-        vt = row_violation(pen, w, g, lam, rho)
+        lam_j = 0.0 if j == free_row else lam
+        vt = row_violation(pen, w, g, lam_j, rho)
         viol_sum += vt
         viol_max = max(viol_max, vt)
         # Algorithm 2: V = W_j − G_j / L_j, W* = prox_{P/L_j}(V), δ = W* − W_j
@@ -108,7 +111,7 @@ def bcd_epoch(
             L = K[j]
         for r in range(m):
             v[r] = w[r] - g[r] / L
-        row_prox(pen, v, 1.0 / L, lam, rho, wnew)
+        row_prox(pen, v, 1.0 / L, lam_j, rho, wnew)
         moved = False
         for r in range(m):
             delta[r] = wnew[r] - w[r]
@@ -118,8 +121,8 @@ def bcd_epoch(
         alpha = 1.0
         if line_search:
             # sufficient decrease (7): F(W + αδ) − F(W) ≤ σα (G_jᵀδ + P(W_j + δ) − P(W_j))
-            p_old = row_value(pen, w, lam, rho)
-            bound = row_value(pen, wnew, lam, rho) - p_old
+            p_old = row_value(pen, w, lam_j, rho)
+            bound = row_value(pen, wnew, lam_j, rho) - p_old
             for r in range(m):
                 bound += g[r] * delta[r]
             accepted = False
@@ -138,7 +141,7 @@ def bcd_epoch(
                         mark[lab_ind[q]] = False
                 for r in range(m):
                     trial[r] = w[r] + alpha * delta[r]
-                diff = diff / n + row_value(pen, trial, lam, rho) - p_old
+                diff = diff / n + row_value(pen, trial, lam_j, rho) - p_old
                 if diff <= sigma * alpha * bound:
                     accepted = True
                     break
@@ -158,19 +161,21 @@ def bcd_epoch(
 
 
 @njit(cache=True, nogil=True)
-def group_update(W_B, G, L, pen, lam, rho):
+def group_update(W_B, G, L, pen, lam, rho, free_b):
     """Simultaneous block steps of a feature group (out-of-core mode): for every block b,
-    δ_b = prox_{P/L_b}(W_b − G_b / L_b) − W_b. Returns (δ, violations (9) at W_B)."""
+    δ_b = prox_{P/L_b}(W_b − G_b / L_b) − W_b; block `free_b` (the intercept; −1: none) is not
+    penalised (a plain gradient step). Returns (δ, violations (9) at W_B)."""
     nb, m = W_B.shape
     delta = np.zeros((nb, m))
     viol = np.zeros(nb)
     v = np.empty(m)
     wnew = np.empty(m)
     for b in range(nb):
-        viol[b] = row_violation(pen, W_B[b], G[b], lam, rho)
+        lam_b = 0.0 if b == free_b else lam
+        viol[b] = row_violation(pen, W_B[b], G[b], lam_b, rho)
         for r in range(m):
             v[r] = W_B[b, r] - G[b, r] / L[b]
-        row_prox(pen, v, 1.0 / L[b], lam, rho, wnew)
+        row_prox(pen, v, 1.0 / L[b], lam_b, rho, wnew)
         for r in range(m):
             delta[b, r] = wnew[r] - W_B[b, r]
     return delta, viol

@@ -372,9 +372,9 @@ class PPDSparseModel(LinearModel):
         topk_rows(X.indptr, X.indices, X.data, *self._by_feature(), bias, k, top, best)  # type: ignore[call-arg]
         return top, best
 
-    def predict(self, X):
+    def predict(self, X, threshold: float | None = None):
         if self.multilabel:
-            return super().predict(X)
+            return super().predict(X, threshold)
         return self.classes_[self.predict_topk(X, 1)[0][:, 0]]
 
 

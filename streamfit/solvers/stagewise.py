@@ -445,11 +445,6 @@ def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabe
     return U
 
 
-def decision_threshold(link: str) -> float:
-    """Scores above this mean "label on" (multilabel): 0.5 for fitted 0/1 targets, 0 for margins."""
-    return 0.5 if link == "identity" else 0.0
-
-
 def _n_correct(F: np.ndarray, labels) -> int:
     """Rows whose top-scored class is right (multiclass), or a true label (multilabel: P@1);
     0 for regression targets (real values, no classes)."""
@@ -808,9 +803,14 @@ class StagewiseModel(Model):
     kind = "stagewise"
 
     def __init__(self, *, space: FeatureSpace, link: str, blocks: list, weights: list, calibrations: list, **common):
+        self.space, self.link = space, link  # before Model.__init__: the default threshold follows the link
         super().__init__(**common)
-        self.space, self.link = space, link
         self.blocks, self.weights, self.calibrations = blocks, weights, calibrations
+
+    @property
+    def score_kind(self) -> str:  # type: ignore[override]  # a class attribute on Model
+        """ "probability" for the identity link (scores fit 0/1 targets: threshold 0.5), else "margin"."""
+        return "probability" if self.link == "identity" else "margin"
 
     def _scores(self, X):
         F = np.zeros((X.shape[0], len(self.classes_)))
@@ -820,23 +820,18 @@ class StagewiseModel(Model):
             F = apply_stage(self.space, base, F, block, W, C, self.multilabel)
         return F
 
-    def predict(self, X):
-        """Multiclass: the top class. Multilabel: labels whose score exceeds the threshold
-        (0.5 for the identity link, whose scores estimate probabilities; 0 for margins).
-        Regression: the scores, the fitted real values."""
-        if self.multilabel:
-            return (self.decision_function(X) > decision_threshold(self.link)).astype(np.int8)
-        return super().predict(X)
-
-    def predict_proba(self, X) -> np.ndarray:
+    def probabilities(self, S: np.ndarray) -> np.ndarray:
         """softmax/sigmoid of the margins for the softmax link; for the identity link the
         scores projected onto the simplex ([0, 1]^k multilabel), as Algorithm 2's clip."""
-        if self.regression:
-            raise AttributeError("predict_proba: a regression model predicts real values, not class probabilities")
-        S = self.decision_function(X)
         if self.link == "identity":
             return project_predictions(S, self.multilabel)
         return link_mean(S, self.link)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """`probabilities` of the scores of X (n × k)."""
+        if self.regression:
+            raise AttributeError("predict_proba: a regression model predicts real values, not class probabilities")
+        return self.probabilities(self.decision_function(X))
 
     @property
     def is_linear(self) -> bool:

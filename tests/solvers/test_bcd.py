@@ -49,7 +49,10 @@ def fit(
     info=None,
     **params,
 ):
-    """(W, metrics records) of a bcd run; `info` (a dict) receives the model's info."""
+    """(W, metrics records) of a bcd run; `info` (a dict) receives the model's info. Without an
+    intercept unless `fit_intercept=True` is given: the paper's F(W), which the references below
+    compute."""
+    params.setdefault("fit_intercept", False)
     solver = bcd.BCDSolver(bcd.BCDParams(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
@@ -64,7 +67,7 @@ def fit(
         checkpoint_every=checkpoint_every,
     )
     if info is not None:
-        info.update(model.info)
+        info.update(model.info, intercept=model.intercept_)
     W = model.coef_.toarray().T if sp.issparse(model.coef_) else np.asarray(model.coef_).T
     return W, log.records
 
@@ -399,7 +402,8 @@ def test_multilabel_ranking_optimality():
     T = X @ rng.normal(size=(40, 5)) + 0.3 * rng.normal(size=(300, 5))
     Y = (T > np.quantile(T, 0.6, axis=1, keepdims=True)).astype(np.float64)
     lam = 2e-2
-    W, _ = fit(InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100), lam=lam, tol=1e-9, max_iter=2000)
+    store = InMemoryStore(X, sp.csr_matrix(Y), list(range(5)), chunk_rows=100)
+    W, _ = fit(store, loss="squared_hinge", lam=lam, tol=1e-9, max_iter=2000)
     _, G = ranking_squared_hinge(W, X, Y)
     zero_ratio, nonzero_norm = group_lasso_kkt(W, G, lam)
     assert zero_ratio <= 1 + 1e-3 and nonzero_norm <= 1e-4
@@ -545,8 +549,60 @@ def test_estimator(dna):
     W = clf.coef_.T
     zero = ~np.any(W != 0, axis=1)
     assert zero.any() and np.all(W[zero] == 0.0)
-    L, _ = mc_squared_hinge(W, X, y)
+    S = X @ W + clf.intercept_  # fit_intercept, the default: an unpenalised b
+    L, _ = mc_squared_hinge(W, X, y, scores=S)
     assert np.isclose(clf.objective(X, labels), L + 5e-2 * np.linalg.norm(W, axis=1).sum(), rtol=1e-12)
-    assert clf.score(X, labels) > 0.9
-    np.testing.assert_array_equal(clf.predict(X[:20]), clf.classes_[np.argmax(X[:20] @ W, axis=1)])
+    assert clf.score(X, labels) > 0.9 and np.any(clf.intercept_ != 0)
+    np.testing.assert_array_equal(clf.predict(X[:20]), clf.classes_[np.argmax(S[:20], axis=1)])
     assert clf.get_params()["lam"] == 5e-2 and "lam=0.05" in repr(clf)
+
+
+# -- the intercept -----------------------------------------------------------------------------
+
+
+def test_intercept_matches_linear_svc_and_the_logged_objective_is_f():
+    """fit_intercept (the default): eq. (11) with an unpenalised b separates into one-vs-rest
+    LinearSVC(squared hinge, C = 1/(nλ), fit_intercept) whose bias penalty ½(b/s)² vanishes with a
+    large intercept_scaling s; the data sit off the origin, so a model without b is worse. The
+    logged objective is F(W, b) = (1/n) Σ ℓ(Wᵀx_i + b) + (λ/2)‖W‖², b not penalised; the chunks
+    mode and FISTA reach the memory mode's F."""
+    rng = np.random.default_rng(7)
+    n, d, lam = 160, 6, 5e-2
+    X = rng.normal(size=(n, d)) + 1.0
+    y = np.argmax(X @ rng.normal(size=(d, 3)) + rng.normal(size=(n, 3)), axis=1).astype(np.int32)
+    source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=100)
+    kw = dict(loss="multitask_squared_hinge", penalty="l2", lam=lam, tol=1e-8, fit_intercept=True)
+    info: dict = {}
+    W, log = fit(source, info=info, max_iter=600, **kw)
+    b = info["intercept"]
+    svc = LinearSVC(
+        loss="squared_hinge", C=1.0 / (n * lam), intercept_scaling=1e3, dual=False, tol=1e-12, max_iter=100_000
+    ).fit(X, y)
+    np.testing.assert_allclose(W, svc.coef_.T, atol=2e-3)
+    np.testing.assert_allclose(b, svc.intercept_, atol=2e-3)
+    F = loss_sum(LOSSES["multitask_squared_hinge"], X @ W + b, y) / n + lam / 2 * (W * W).sum()
+    assert np.isclose(log[-1]["objective"], F, rtol=1e-9)
+    for other in ({"mode": "chunks", "group_size": 7, "max_iter": 150}, {"method": "fista", "max_iter": 400}):
+        _, log_other = fit(source, **{**kw, "tol": 1e-5}, **other)
+        assert 0 <= log_other[-1]["objective"] - F <= 1e-4 * F, other
+    _, log0 = fit(source, max_iter=600, **{**kw, "fit_intercept": False})  # the paper's model: a worse optimum
+    assert log0[-1]["objective"] > 1.02 * F
+
+
+def test_the_default_loss_on_multilabel_stores_is_one_vs_rest(caplog):
+    """loss="auto": eq. (11) on multilabel stores, whose scores have 0 as decision boundary; the
+    ranking loss (explicit squared_hinge) only orders labels, and says so when trained."""
+    assert bcd.BCDParams().loss_for(True) == "multitask_squared_hinge"
+    assert bcd.BCDParams().loss_for(False) == "squared_hinge"
+    assert bcd.BCDParams(loss="squared_hinge").loss_for(True) == "squared_hinge"
+    rng = np.random.default_rng(4)
+    X = sp.random(60, 10, density=0.3, random_state=5, format="csr")
+    Y = sp.csr_matrix((rng.random((60, 3)) < 0.4).astype(np.float64))
+    fit(InMemoryStore(X, Y, [0, 1, 2], chunk_rows=30), loss="squared_hinge", max_iter=2)
+    assert "label ranking" in caplog.text and "--threshold fit" in caplog.text
+
+
+def test_intercept_rules():
+    with pytest.raises(ValidationError, match="fit_intercept=false"):
+        bcd.BCDParams(stopping="gap")
+    assert bcd.BCDParams().fit_intercept and bcd.BCDParams(stopping="gap", fit_intercept=False)

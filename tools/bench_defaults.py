@@ -1,0 +1,204 @@
+"""Every solver with its default parameters on data it was not tuned for, beside scikit-learn's
+one-vs-rest LinearSVC (defaults: C = 1, squared hinge, intercept) in the same run.
+
+Data sets (from ../shared/data, see its README), each ingested by `streamfit ingest` as a user
+would (test stores `--like` the training store):
+- news20: 20 Newsgroups bydate, raw text from the tarball, `--value log1p --idf --l2-normalize`
+  hashed to 2^18 columns (the README's recipe); accuracy on the bydate test split;
+- sector: LIBSVM sector.scale (tf-idf, unit rows, 105 classes) with its test file;
+- bibtex: multilabel LIBSVM (159 labels); P@1 and micro-F1 of the predicted label sets (each
+  model's own decision rule, as `streamfit evaluate` applies it), and labels per document.
+Every solver trains in process (`n_workers=0`, as the estimators) from the store; LinearSVC on
+the same rows as scipy arrays (OneVsRestClassifier for multilabel). Per solver: the metric, its
+difference to LinearSVC's in points, the model's non-zero weights (coef and intercept) and
+their ratio to LinearSVC's (dense one-vs-rest model: LinearSVC stores every weight), the
+training wall seconds and their ratio to LinearSVC's, and whether the solver says it converged.
+fbpd is multiclass only. `--time-limit` stops a solver at its first checkpoint after that many
+seconds (reported as "> LIMIT"; the time limit of `streamfit train`).
+
+    python tools/bench_defaults.py [--sets news20,sector,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
+        [--data ../shared/data] [--work DIR] [--time-limit 900]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_DATA = os.path.join(HERE, "..", "..", "shared", "data")
+
+
+def streamfit(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "streamfit.cli", "-q", *args], check=True)
+
+
+def ingest(name: str, data: str, work: str) -> tuple[str, str]:
+    """(train store, test store) of a data set, ingested once into `work`."""
+    train, test = os.path.join(work, f"{name}.zarr"), os.path.join(work, f"{name}-test.zarr")
+    if os.path.exists(test):
+        return train, test
+    if name == "news20":
+        tar = os.path.join(data, "20newsgroups", "20news-bydate.tar.gz")
+        text = ["--encoding", "latin-1", "--value", "log1p", "--idf", "--l2-normalize"]
+        streamfit("ingest", tar, "--subset", "20news-bydate-train", *text, "--out", train)
+        streamfit(
+            "ingest", tar, "--subset", "20news-bydate-test", "--encoding", "latin-1", "--like", train, "--out", test
+        )
+    elif name == "sector":
+        folder = os.path.join(data, "libsvm", "sector")
+        streamfit("ingest", os.path.join(folder, "sector.scale.bz2"), "--no-hash", "--out", train)
+        streamfit("ingest", os.path.join(folder, "sector.t.scale.bz2"), "--like", train, "--out", test)
+    elif name == "bibtex":
+        folder = os.path.join(data, "multilabel", "bibtex")
+        files = sorted(f for f in os.listdir(folder) if f.endswith(".libsvm.gz"))
+        train_file = next(f for f in files if "train" in f)
+        test_file = next(f for f in files if "test" in f)
+        streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
+        streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
+    else:
+        raise SystemExit(f"unknown data set {name!r}: news20, sector or bibtex")
+    return train, test
+
+
+def nnz(model) -> int:
+    """Non-zero weights of a model: coef and intercept (stagewise: its stages' weights)."""
+    coef = getattr(model, "coef_", None)
+    if coef is None or getattr(model, "is_linear", True) is False:
+        return int(sum(np.count_nonzero(w) for w in model.weights))
+    n = coef.nnz if sp.issparse(coef) else np.count_nonzero(coef)
+    return int(n + np.count_nonzero(model.intercept_))
+
+
+def headline(result: dict, multilabel: bool) -> dict:
+    if multilabel:
+        return {"p@1": result["p@1"], "micro_f1": result["micro_f1"], "labels/doc": result["labels_per_row"]}
+    return {"accuracy": result["accuracy"]}
+
+
+def run_ours(solver: str, train: str, test: str, out: str, time_limit: float) -> dict:
+    from streamfit.errors import TimeLimitReached
+    from streamfit.metrics import evaluate
+    from streamfit.model import load_model
+    from streamfit.store import open_store
+    from streamfit.train import train as fit
+
+    started = time.perf_counter()
+    try:
+        fit(train, solver, out, {}, n_workers=0, progress=False, time_limit=time_limit, overwrite=True)
+    except TimeLimitReached:
+        return {"seconds": time.perf_counter() - started, "stopped": True}
+    seconds = time.perf_counter() - started
+    model = load_model(out)
+    store = open_store(test)
+    result = evaluate(model, store)
+    return {
+        **headline(result, store.multilabel),
+        "nnz": nnz(model),
+        "seconds": seconds,
+        "converged": model.info.get("converged", True),
+    }
+
+
+def run_linear_svc(train: str, test: str) -> dict:
+    from sklearn.multiclass import OneVsRestClassifier
+    from sklearn.svm import LinearSVC
+
+    from streamfit.metrics import MetricAccumulator
+    from streamfit.store import open_store
+
+    tr, te = open_store(train), open_store(test)
+    X, y = tr.to_scipy()
+    Xt, yt = te.to_scipy()
+    started = time.perf_counter()
+    if tr.multilabel:
+        clf = OneVsRestClassifier(LinearSVC()).fit(X, y.toarray())
+        coef = np.vstack([e.coef_ for e in clf.estimators_])
+        intercept = np.concatenate([e.intercept_ for e in clf.estimators_])
+    else:
+        clf = LinearSVC().fit(X, y)
+        coef, intercept = clf.coef_, clf.intercept_
+        if len(clf.classes_) != tr.n_classes:  # a class without training rows: scores over all classes
+            full = np.full((tr.n_classes, coef.shape[1]), 0.0)
+            full[clf.classes_] = coef
+            coef, intercept = full, np.full(tr.n_classes, -1e9)
+            intercept[clf.classes_] = clf.intercept_
+    seconds = time.perf_counter() - started
+    acc = MetricAccumulator(tr.n_classes, tr.multilabel)
+    acc.update(np.asarray(Xt @ coef.T) + intercept, yt)
+    return {
+        **headline(acc.result(), tr.multilabel),
+        "nnz": int(np.count_nonzero(coef) + np.count_nonzero(intercept)),
+        "seconds": seconds,
+        "converged": True,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sets", default="news20,sector,bibtex")
+    ap.add_argument("--solvers", default="stagewise,bcd,ppdsparse,fbpd")
+    ap.add_argument("--data", default=DEFAULT_DATA)
+    ap.add_argument("--work", default=None, help="where stores and runs go (default: a temporary folder)")
+    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per solver run")
+    args = ap.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="bench_defaults_")
+    os.makedirs(work, exist_ok=True)
+    from streamfit.store import open_store
+
+    for name in args.sets.split(","):
+        train, test = ingest(name, args.data, work)
+        store = open_store(train)
+        print(
+            f"\n## {name}: {store.n_rows} training rows, {store.n_features} features, {store.n_classes} "
+            f"{'labels' if store.multilabel else 'classes'} ({open_store(test).n_rows} test rows)",
+            flush=True,
+        )
+        peer = run_linear_svc(train, test)
+        metric = "micro_f1" if store.multilabel else "accuracy"
+        cols = ["p@1", "micro_f1", "labels/doc"] if store.multilabel else ["accuracy"]
+        print(
+            "| solver | " + " | ".join(cols) + f" | Δ{metric} (points) | nnz | nnz / LinearSVC | seconds | "
+            "seconds / LinearSVC | converged |"
+        )
+        print("|---" * (len(cols) + 7) + "|")
+        rows = [("LinearSVC (OvR)", peer)]
+        for solver in args.solvers.split(","):
+            if solver == "fbpd" and store.multilabel:
+                continue
+            rows.append(
+                (solver, run_ours(solver, train, test, os.path.join(work, f"run-{name}-{solver}"), args.time_limit))
+            )
+            r = rows[-1][1]
+            if r.get("stopped"):
+                print(
+                    f"| {solver} | " + " | ".join("—" for _ in cols) + f" | — | — | — | > {args.time_limit:.0f} | "
+                    f"> {args.time_limit / peer['seconds']:.1f} | stopped |",
+                    flush=True,
+                )
+                continue
+            print(
+                f"| {solver} | "
+                + " | ".join(f"{r[c]:.4f}" if c != "labels/doc" else f"{r[c]:.2f}" for c in cols)
+                + f" | {100 * (r[metric] - peer[metric]):+.2f} | {r['nnz']} | {r['nnz'] / peer['nnz']:.3f} | "
+                f"{r['seconds']:.1f} | {r['seconds'] / peer['seconds']:.2f} | {r['converged']} |",
+                flush=True,
+            )
+        p = peer
+        print(
+            "| LinearSVC (OvR) | "
+            + " | ".join(f"{p[c]:.4f}" if c != "labels/doc" else f"{p[c]:.2f}" for c in cols)
+            + f" | 0 | {p['nnz']} | 1 | {p['seconds']:.1f} | 1 | {p['converged']} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
