@@ -311,12 +311,14 @@ def chunk_logs_dask_noise(source, i):
 
 
 @pytest.mark.slow
-def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd):
+def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, monkeypatch):
     """Dask's default ':port' would listen on every interface (0.0.0.0); the embedded cluster's
     dashboard binds 127.0.0.1, and bokeh (streamfit[dashboard]) serves its status page. Without
     -q, Dask's errors in the workers reach stderr (the next test silences them)."""
     import urllib.request
 
+    # as a process without -q starts: an earlier `streamfit -q` run in this test process set it
+    monkeypatch.setattr(logging.getLogger("distributed"), "level", logging.NOTSET)
     with Engine(mode="local", n_workers=1) as eng:
         assert eng.cluster is not None
         server = eng.cluster.scheduler.http_server
