@@ -1,6 +1,12 @@
 """streamfit: out-of-core training of large sparse linear multiclass and multilabel classifiers."""
 
-from streamfit.estimators import BCDClassifier, FBPDClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit.estimators import (
+    BCDClassifier,
+    FBPDClassifier,
+    MultiBoostClassifier,
+    PPDSparseClassifier,
+    StagewiseLSClassifier,
+)
 from streamfit.model import load_model
 from streamfit.store import open_store
 
@@ -14,5 +20,6 @@ __all__ = [
     "StagewiseLSClassifier",
     "BCDClassifier",
     "FBPDClassifier",
+    "MultiBoostClassifier",
     "PPDSparseClassifier",
 ]
