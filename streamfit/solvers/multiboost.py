@@ -92,17 +92,28 @@ class MultiBoostParams(SolverParams):
 @dataclasses.dataclass
 class Sketch:
     """Weighted distinct nonzero values per feature (segments starts[f]:starts[f+1] of values,
-    sorted), at most `size` per feature, and the rows seen; `+` merges two (the engine's
-    map_reduce adds chunk sketches along its fixed tree)."""
+    sorted), at most `size` per feature, the largest negative value per feature (−inf: none)
+    kept exactly, and the rows seen; `+` merges two (the engine's map_reduce adds chunk
+    sketches along its fixed tree)."""
 
     starts: np.ndarray
     values: np.ndarray
     weights: np.ndarray
+    largest_negative: np.ndarray
     n_rows: int
     size: int
 
     @classmethod
-    def of(cls, features: np.ndarray, values: np.ndarray, weights: np.ndarray, n_features: int, n_rows: int, size: int):
+    def of(
+        cls,
+        features: np.ndarray,
+        values: np.ndarray,
+        weights: np.ndarray,
+        largest_negative: np.ndarray,
+        n_rows: int,
+        size: int,
+    ):
+        n_features = len(largest_negative)
         order = np.lexsort((values, features))
         features, values, weights = features[order], values[order], weights[order]
         new = np.ones(len(values), dtype=bool)
@@ -112,7 +123,7 @@ class Sketch:
         features, values = features[first], values[first]
         starts = np.searchsorted(features, np.arange(n_features + 1)).astype(np.int64)
         starts, values, weights = kernels.compress_sketch(starts, values, weights, size)
-        return cls(starts, values, weights, n_rows, size)
+        return cls(starts, values, weights, largest_negative, n_rows, size)
 
     def _features(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.starts) - 1), np.diff(self.starts))
@@ -122,7 +133,7 @@ class Sketch:
             np.concatenate([self._features(), other._features()]),
             np.concatenate([self.values, other.values]),
             np.concatenate([self.weights, other.weights]),
-            len(self.starts) - 1,
+            np.maximum(self.largest_negative, other.largest_negative),
             self.n_rows + other.n_rows,
             self.size,
         )
@@ -131,14 +142,10 @@ class Sketch:
 def _sketch_task(source: ChunkSource, chunk_id: int, *, size: int) -> Sketch:
     X = source.read_chunk(chunk_id).X.tocoo()
     keep = X.data != 0
-    return Sketch.of(
-        X.col[keep].astype(np.int64),
-        X.data[keep].astype(np.float64),
-        np.ones(int(keep.sum())),
-        source.n_features,
-        X.shape[0],
-        size,
-    )
+    features, values = X.col[keep].astype(np.int64), X.data[keep].astype(np.float64)
+    largest_negative = np.full(source.n_features, -np.inf)
+    np.maximum.at(largest_negative, features[values < 0], values[values < 0])
+    return Sketch.of(features, values, np.ones(len(values)), largest_negative, X.shape[0], size)
 
 
 def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,7 +153,7 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     its bins (cut_{b−1}, cut_b]. A feature with at most n_bins distinct values (zero counted)
     gets every distinct value but the largest as a cut (one bin per value); otherwise the
     weighted quantiles at levels k/n_bins, plus 0 and the largest negative value, so that zero
-    is a bin of its own."""
+    is a bin of its own (n_bins + 2 bins at most)."""
     per_feature = []
     for f in range(len(sketch.starts) - 1):
         lo, hi = sketch.starts[f], sketch.starts[f + 1]
@@ -162,8 +169,8 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
         levels = np.arange(1, n_bins) / n_bins * cum[-1]
         cuts = values[np.minimum(np.searchsorted(cum, levels), len(values) - 1)]
         if zeros > 0.5:
-            negative = values[values < 0]
-            cuts = np.concatenate([cuts, [0.0], negative[-1:]])
+            negative = sketch.largest_negative[f]
+            cuts = np.concatenate([cuts, [0.0], [negative] if np.isfinite(negative) else []])
         per_feature.append(np.unique(cuts[cuts < values[-1]]))
     offsets = np.zeros(len(per_feature) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(c) for c in per_feature])
