@@ -3,8 +3,10 @@ kind of data, against scikit-learn's AdaBoostClassifier (SAMME, depth-1 trees) a
 with num_leaves=2 (K stumps per round, softmax loss), all at equal numbers of stumps.
 
 Data (from /work/shared/data, see its README): pendigits, letter, satimage, dna (their
-train/test files); MNIST's 10k test set split into 1000 images per class for training and
-the rest for testing (the paper's MNIST setting, with the only MNIST part available);
+train/test files); MNIST's 10k test set split into `--mnist-per-class` images per class for
+training and the rest for testing (the paper samples 1000 per class from the 60k training set
+and tests on the 10k; only the 10k are here, and 1000 per class would leave 214 test images,
+so the default is 500: about 5000 / 5000);
 scikit-learn's digits split 75/25 (the paper's UCI splits). `--max-train N` subsamples each
 training set to N rows (stratified, seeded) to keep the default run short.
 
@@ -27,16 +29,16 @@ evenly over its stumps, as it has no per-stump clock — its stumps all cost the
 Fig. 6: FCD against L-BFGS-B (scipy, default settings, the paper's comparator) on the master
 problem (2) of the final cw learner set, from w = 0: FCD with tau_max = 1, 2, 3, 5, 10, 20, 50
 (each a point: seconds, objective; ε = 1e-6 so that tau_max ends each run), and L-BFGS-B's objective at each of its evaluations.
-Seconds to L-BFGS-B's final objective (its default stopping rule, the paper's "moderate
-solution"), from a cold start (inside column generation FCD is warm-started and adds K
-coordinates at a time; this is the harder comparison).
+Seconds to within 1e-2, 1e-3, 1e-4 (relative) of the best objective either reached, from a
+cold start (inside column generation FCD is warm-started and adds K coordinates at a time;
+this is the harder comparison).
 
 Goal ratios printed (the issue's goals):
 - per weak learner: cw's test error beside shared's and SAMME's at 10%, 50% and 100% of the stumps;
 - at T iterations, cw's test error ≤ LightGBM-stumps' on at least 4 of the 6 sets;
 - seconds for cw to reach LightGBM's final test error / LightGBM's seconds (goal ≤ 1.0);
 - SAMME's seconds / cw's seconds to reach SAMME's final test error (goal ≥ 10);
-- L-BFGS-B's seconds / FCD's seconds to L-BFGS-B's objective (tau_max = 2, and the fastest tau_max).
+- L-BFGS-B's seconds / FCD's seconds to within 1e-2, 1e-3, 1e-4 of the master optimum.
 PNG plots (test error against stumps and against seconds per set; Fig. 6 objective against
 seconds) go to `--plots` (docs/bench/multiboost by default).
 
@@ -59,7 +61,7 @@ DATA = "/work/shared/data"
 SETS = ("pendigits", "letter", "satimage", "dna", "mnist", "digits")
 
 
-def load(name: str, max_train: int, seed: int = 0):
+def load(name: str, max_train: int, seed: int = 0, mnist_per_class: int = 500):
     """(X_train CSR, y_train, X_test CSR, y_test) with integer class ids 0..K-1."""
     from sklearn.datasets import load_svmlight_files
 
@@ -77,7 +79,7 @@ def load(name: str, max_train: int, seed: int = 0):
         rng = np.random.default_rng(seed)
         train = np.zeros(len(y), dtype=bool)
         for c in range(10):
-            train[rng.permutation(np.flatnonzero(y == c))[:1000]] = True
+            train[rng.permutation(np.flatnonzero(y == c))[:mnist_per_class]] = True
         Xtr, ytr, Xte, yte = X[train], y[train], X[~train], y[~train]
     else:
         files = {
@@ -293,6 +295,7 @@ def main():
     ap.add_argument("--max-train", type=int, default=3000, help="0: the whole training sets")
     ap.add_argument("--sets", default=",".join(SETS))
     ap.add_argument("--lam", type=float, default=1e-4)
+    ap.add_argument("--mnist-per-class", type=int, default=500)
     ap.add_argument("--fig6-sets", default="pendigits,digits")
     ap.add_argument("--plots", default=os.path.join(os.path.dirname(__file__), "..", "docs", "bench", "multiboost"))
     ap.add_argument("--json", default=None)
@@ -305,7 +308,7 @@ def main():
 
     summary = {}
     for name in args.sets.split(","):
-        Xtr, ytr, Xte, yte = load(name, args.max_train)
+        Xtr, ytr, Xte, yte = load(name, args.max_train, mnist_per_class=args.mnist_per_class)
         K, T = int(ytr.max()) + 1, args.iters
         print(f"\n== {name}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
               f"T = {T} iterations = {K * T} stumps", flush=True)  # fmt: skip
@@ -339,21 +342,20 @@ def main():
         if name in args.fig6_sets.split(","):
             fcd, trace = fig6(results["cw"], args.lam)
             best = min(min(v for _, v in fcd.values()), min(v for _, v in trace))
-            target = trace[-1][1]  # L-BFGS-B's result at its default stopping rule (the paper's "moderate solution")
-            t_fcd = min((s for s, v in fcd.values() if v <= target), default=None)
-            t_fcd2 = fcd[2][0] if fcd[2][1] <= target else None
-            t_lb = trace[-1][0]
-            row["fig6"] = {
-                "fcd": {k: v for k, v in fcd.items()},
-                "lbfgsb_final": trace[-1],
-                "fcd2_reaches": t_fcd2,
-                "fcd_any_reaches": t_fcd,
-                "lbfgsb_reaches": t_lb,
-            }
+            reach = {}
+            for rel in (1e-2, 1e-3, 1e-4):
+                bound = best * (1 + rel)
+                t_fcd2 = fcd[2][0] if fcd[2][1] <= bound else None
+                t_fcd = min((sec for sec, v in fcd.values() if v <= bound), default=None)
+                t_lb = next((sec for sec, v in trace if v <= bound), None)
+                reach[rel] = {"fcd_tau2": t_fcd2, "fcd_fastest": t_fcd, "lbfgsb": t_lb}
+            row["fig6"] = {"fcd": dict(fcd), "lbfgsb_final": trace[-1], "best": best, "reach": reach}
             plot_fig6(name, fcd, trace, args.plots)
             print(f"  fig6: FCD tau_max→(s, objective) { ({k: (round(s, 3), v) for k, (s, v) in fcd.items()}) }")
-            print(f"  fig6: L-BFGS-B {len(trace)} evaluations, final {trace[-1]}, best {best}; seconds to L-BFGS-B's "
-                  f"final objective: FCD tau_max=2 {t_fcd2}, FCD fastest {t_fcd}, L-BFGS-B {t_lb}")  # fmt: skip
+            print(f"  fig6: L-BFGS-B {len(trace)} evaluations, final {trace[-1]}; best {best}")
+            for rel, r in reach.items():
+                print(f"  fig6: seconds to best·(1 + {rel:g}): FCD tau_max=2 {r['fcd_tau2']}, FCD fastest tau_max "
+                      f"{r['fcd_fastest']}, L-BFGS-B {r['lbfgsb']}")  # fmt: skip
         plot(name, results, args.plots)
         summary[name] = row
 
@@ -378,10 +380,13 @@ def main():
             f"SAMME time / cw time to SAMME's final error: {'never reached' if speed is None else f'{speed:.1f}'} (goal >= 10)"
         )
         if "fig6" in row:
-            f6 = row["fig6"]
-            for label, t in (("tau_max=2", f6["fcd2_reaches"]), ("fastest tau_max", f6["fcd_any_reaches"])):
-                r = "never (from w = 0)" if t is None else f"{f6['lbfgsb_reaches'] / t:.1f}"
-                print(f"  {name:10s} L-BFGS-B seconds / FCD {label} seconds to L-BFGS-B's objective (cold start): {r}")
+            for rel, r in row["fig6"]["reach"].items():
+                lb, fast = r["lbfgsb"], r["fcd_fastest"]
+                ratio = "—" if lb is None or fast is None else f"{lb / fast:.1f}"
+                print(
+                    f"  {name:10s} to best·(1 + {rel:g}) of the master problem from w = 0: L-BFGS-B seconds / fastest "
+                    f"FCD's = {ratio} (FCD tau_max=2 {'reaches' if r['fcd_tau2'] is not None else 'does not reach'} it)"
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1, default=float)

@@ -298,9 +298,9 @@ class MultiBoostState(SolverState):
     weights: np.ndarray  # w (J,), ≥ 0
     outputs: list[np.ndarray]  # per iteration: the new learners' sign bits, packed (n_new × ⌈m/8⌉)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
-    objective: float = float("nan")  # (2)/C at the current weights
+    objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
-    kkt: float = float("nan")  # max_j θ_j (16) after the last FCD (nan when not computed: tau_max reached first)
+    kkt: float | None = None  # max_j θ_j (16) at FCD's last working-set update (None: tau_max = 1, never computed)
     converged: bool = False
 
 
@@ -457,16 +457,16 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.objective = objective(F, master.labels, state.weights, p.lam)
         state.kkt = kkt
         self._master = _Master(state.step, master.labels, bits, F)
-        if p.cg_tol > 0 and np.isfinite(previous) and previous - state.objective <= p.cg_tol * abs(previous):
+        if p.cg_tol > 0 and previous - state.objective <= p.cg_tol * abs(previous):
             state.converged = True
-        return {
+        fields = {
             "objective": state.objective,
             "violation": violation,
-            "kkt": kkt,
             "sweeps": sweeps,
             "learners": len(state.learner_feature),
             "nonzero_weights": int(np.count_nonzero(state.weights)),
         }
+        return fields if kkt is None else {**fields, "kkt": kkt}
 
     def to_model(self, ctx: Context, state: MultiBoostState) -> BoostedStumpsModel:
         source = ctx.source
@@ -534,7 +534,7 @@ def fcd(
     tau_max: int,
     large_c: bool,
     rng: np.random.Generator,
-) -> tuple[int, float]:
+) -> tuple[int, float | None]:
     """Algorithm 2 on the master problem, `weights` updated in place from their current values
     (F their scores): S starts as the `new` coordinates, swept in order; then θ (16) for all
     coordinates, S by (17), and |S| random picks from S per working-set iteration, until (18)
@@ -542,7 +542,8 @@ def fcd(
     nan when tau_max ended it before θ was needed)."""
     M, R = kernels.margins(F, labels)
     order = np.asarray(new, dtype=np.int64)
-    tau, worst = 0, float("nan")
+    tau: int = 0
+    worst: float | None = None
     while True:
         tau += 1
         kernels.fcd_sweep(order, bits, coord_class, coord_learner, weights, labels, M, R, C_over_p, large_c)
