@@ -30,8 +30,8 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      (20), V± by (21), the KKT violations θ (16), the working set (17) and stopping rule (18) with
      ε = `tol`, at most `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the
      first sweeps the new coordinates in order, later ones pick |S| coordinates of S at random);
-  5. the scores F are recomputed from the weights and bits in a fixed order (so a resumed run
-     and a run on N workers hold the same bits) and written per chunk as the next `scores`.
+  5. the scores F, updated by FCD with every weight change, are written per chunk as the next
+     `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin, and
@@ -440,15 +440,15 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.outputs.append(new_bits)
         bits = np.concatenate([master.bits, new_bits])
 
-        # 4. FCD on the master problem over all learners so far
+        # 4. FCD on the master problem over all learners so far (F updated with the weights)
         rng = np.random.default_rng([p.random_state, state.step])
+        F = master.F.copy()
         sweeps, kkt = fcd(
-            bits, state.coord_class, state.coord_learner, state.weights, master.labels, master.F,
+            bits, state.coord_class, state.coord_learner, state.weights, master.labels, F,
             np.arange(J0, len(state.weights)), C_over_p, p.tol, p.tau_max, p.update == "large_c", rng,
         )  # fmt: skip
 
-        # 5. the scores from the weights, in a fixed order, written per chunk
-        F = kernels.scores(bits, state.coord_class, state.coord_learner, state.weights, K, m)
+        # 5. the scores, written per chunk
         state.step += 1
         for i in range(source.n_chunks):
             lo, hi = source.chunk_bounds(i)
@@ -503,13 +503,15 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
     def _master_at(self, ctx: Context, state: MultiBoostState) -> _Master:
         """The master problem's data at state.step: kept from the previous step, else rebuilt
-        from the state (labels by a pass, bits from `outputs`, F recomputed as step 5 does)."""
+        from the state (labels by a pass, bits from `outputs`, F from the `scores` files)."""
         if self._master is not None and self._master.step == state.step:
             return self._master
         source = ctx.source
         labels = np.concatenate(ctx.engine.map(_labels_task, source, range(source.n_chunks), desc="multiboost: labels"))
         bits = np.concatenate(state.outputs) if state.outputs else np.zeros((0, (source.n_rows + 7) // 8), np.uint8)
-        F = kernels.scores(bits, state.coord_class, state.coord_learner, state.weights, source.n_classes, source.n_rows)
+        F = np.concatenate(
+            [_chunk_scores(source, i, ctx.chunk_state, state.scores.version) for i in range(source.n_chunks)]
+        )
         self._master = _Master(state.step, labels, bits, F)
         return self._master
 
@@ -535,8 +537,7 @@ def fcd(
     large_c: bool,
     rng: np.random.Generator,
 ) -> tuple[int, float | None]:
-    """Algorithm 2 on the master problem, `weights` updated in place from their current values
-    (F their scores): S starts as the `new` coordinates, swept in order; then θ (16) for all
+    """Algorithm 2 on the master problem, `weights` and their scores F updated in place: S starts as the `new` coordinates, swept in order; then θ (16) for all
     coordinates, S by (17), and |S| random picks from S per working-set iteration, until (18)
     max θ ≤ tol or tau_max iterations. Returns (working-set iterations, max θ after the last,
     nan when tau_max ended it before θ was needed)."""
@@ -546,7 +547,7 @@ def fcd(
     worst: float | None = None
     while True:
         tau += 1
-        kernels.fcd_sweep(order, bits, coord_class, coord_learner, weights, labels, M, R, C_over_p, large_c)
+        kernels.fcd_sweep(order, bits, coord_class, coord_learner, weights, labels, F, M, R, C_over_p, large_c)
         if tau >= tau_max:
             return tau, worst
         theta = kernels.kkt_violations(bits, coord_class, coord_learner, weights, labels, M, R, C_over_p)

@@ -184,13 +184,15 @@ def fcd_sweep(
     coord_learner: np.ndarray,
     w: np.ndarray,
     labels: np.ndarray,
+    F: np.ndarray,
     M: np.ndarray,
     R: np.ndarray,
     C_over_p: float,
     large_c: bool,
 ) -> int:
     """Lines 5–10 of Algorithm 2: for each coordinate j in `order`, V± by (21) from μ, w_j by
-    (12) (or (13)), μ by (20) (M and R in place). Returns the number of weights that changed."""
+    (12) (or (13)), μ by (20) (M and R in place) and the scores F (F_c += Δw_j·ħ_l, in place).
+    Returns the number of weights that changed."""
     changed = 0
     for q in range(order.shape[0]):
         j = order[q]
@@ -207,6 +209,7 @@ def fcd_sweep(
         up, down = np.exp(delta), np.exp(-delta)
         for i in range(labels.shape[0]):
             h = _bit(bits, lrn, i)
+            F[i, c] += delta * h
             if labels[i] == c:
                 factor = down if h > 0 else up
                 R[i] = 0.0

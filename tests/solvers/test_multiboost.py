@@ -114,8 +114,9 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
         bits, coord_class, coord_learner, w, labels, F, np.arange(len(w)), C_over_p, tol, 10_000, False,
         np.random.default_rng(0),
     )  # fmt: skip
-    assert worst <= tol and tau > 1  # the stopping rule (18) held
-    M, R = kernels.margins(kernels.scores(bits, coord_class, coord_learner, w, K, m), labels)
+    assert worst is not None and worst <= tol and tau > 1  # the stopping rule (18) held
+    np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m), rtol=0, atol=1e-9)
+    M, R = kernels.margins(F, labels)
     theta = kernels.kkt_violations(bits, coord_class, coord_learner, w, labels, M, R, C_over_p)
     assert theta.max() <= 10 * tol  # θ (16) recomputed from the final weights, not the running μ
     value_and_grad = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
