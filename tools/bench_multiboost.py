@@ -106,7 +106,7 @@ class StagedError:
 
     def __init__(self, X_test, y_test, every: int, stumps_per_step: int):
         self.X_test, self.y_test, self.every, self.per_step = X_test, y_test, every, stumps_per_step
-        self.weights = [np.zeros(0), np.zeros(0)]  # w after the step before the last, and after the last
+        self.weights = [np.zeros(0), np.zeros(0)]  # w before the last step that added learners, and now
         self.curve: list[tuple[int, float, float]] = []  # (stumps, seconds, test error)
         self.records: list[dict] = []
         self.t0 = time.process_time()
@@ -122,7 +122,9 @@ class StagedError:
             self.evaluating += time.process_time() - t
         if model is not None:  # Fig. 6's warm start: the weights before the last step
             t = time.process_time()
-            self.weights = [self.weights[1], model().weights.copy()]
+            w = model().weights
+            if len(w) > len(self.weights[1]):  # (the step that finds no violated constraint adds none)
+                self.weights = [self.weights[1], w.copy()]
             self.evaluating += time.process_time() - t
         self.records.append(record)
         return record
