@@ -34,9 +34,10 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
-feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin, and
-the histogram kernel visits stored entries only: the zero bin is the column total minus the
-stored entries' sum). The cuts are in the checkpoint, and each stump's threshold (a cut value)
+feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
+a second pass writes the bin of every stored entry per chunk (per-sample state `bins`, 2 bytes
+per stored entry), so the histogram kernel visits stored entries only, without a search: the
+zero bin is the column total minus the stored entries' sum. The cuts are in the checkpoint, and each stump's threshold (a cut value)
 in the model, so prediction on raw data needs no bins.
 
 Memory: the histograms are (Σ_f bins_f) × K floats; the driver holds the master problem's data,
@@ -61,6 +62,7 @@ from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, Sol
 from streamfit.store import ChunkSource
 
 SCORES = "scores"
+BINS = "bins"
 
 
 class MultiBoostParams(SolverParams):
@@ -80,7 +82,7 @@ class MultiBoostParams(SolverParams):
         "exact",
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1",
     )
-    n_bins: int = Field(64, ge=2, description="quantile bins per feature (a stump threshold is a bin boundary)")
+    n_bins: int = Field(64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)")
     cg_tol: float = Field(
         0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
     )
@@ -197,11 +199,17 @@ def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np
     return state.read(SCORES, version, chunk_id)
 
 
-def _histogram_task(source, chunk_id, *, state, version, cuts, cut_offsets) -> HistogramSums:
+def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
+    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1."""
+    X = source.read_chunk(chunk_id).X
+    state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
+
+
+def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> HistogramSums:
     chunk = source.read_chunk(chunk_id)
     G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), chunk.labels.astype(np.int64))
     X = chunk.X
-    H, stored = kernels.histogram(X.indptr, X.indices, X.data.astype(np.float64), G, cuts, cut_offsets)
+    H, stored = kernels.histogram(X.indptr, X.indices, state.read(BINS, 1, chunk_id), G, cut_offsets)
     return HistogramSums(H, stored, G.sum(axis=0))
 
 
@@ -297,6 +305,7 @@ class MultiBoostState(SolverState):
     coord_learner: np.ndarray
     weights: np.ndarray  # w (J,), ≥ 0
     outputs: list[np.ndarray]  # per iteration: the new learners' sign bits, packed (n_new × ⌈m/8⌉)
+    bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
     objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
@@ -346,6 +355,15 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             _sketch_task, source, range(source.n_chunks), desc="multiboost: bins", size=8 * self.params.n_bins
         )
         cuts, offsets = bin_cuts(sketch, self.params.n_bins)
+        ctx.engine.map(
+            _bins_task,
+            source,
+            range(source.n_chunks),
+            desc="multiboost: bin codes",
+            state=ctx.chunk_state,
+            cuts=cuts,
+            cut_offsets=offsets,
+        )
         zero_bins = np.array(
             [np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(source.n_features)], dtype=np.int64
         )
@@ -360,6 +378,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             coord_learner=np.zeros(0, dtype=np.int64),
             weights=np.zeros(0),
             outputs=[],
+            bins=PerSample(BINS, 1),
             scores=PerSample(SCORES, 0, written=False),
         )
 
@@ -396,7 +415,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             desc=f"multiboost: histograms {state.step + 1}",
             state=ctx.chunk_state,
             version=state.scores.version,
-            cuts=state.cuts,
             cut_offsets=state.cut_offsets,
         )
         H = self.full_histogram(state, sums)

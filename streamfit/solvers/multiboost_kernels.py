@@ -54,18 +54,29 @@ def signed_weights(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
+def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
+    """The bin of every stored entry of a CSR chunk (uint16, aligned with `data`): the number of
+    its feature's cuts below the value."""
+    codes = np.empty(data.shape[0], dtype=np.uint16)
+    for k in range(data.shape[0]):
+        f = indices[k]
+        codes[k] = _bin_of(cuts, cut_offsets[f], cut_offsets[f + 1], data[k])
+    return codes
+
+
+@numba.njit(cache=True, nogil=True)
 def histogram(
     indptr: np.ndarray,
     indices: np.ndarray,
-    data: np.ndarray,
+    codes: np.ndarray,
     G: np.ndarray,
-    cuts: np.ndarray,
     cut_offsets: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-(feature, bin, class) sums of G over the stored (nonzero) entries of a CSR chunk,
-    and per-(feature, class) sums of G over those entries (the zero bin is filled by the driver
-    as column total minus this). Feature f's bins are rows cut_offsets[f] + f ... of H
-    (one more bin than cuts). Returns (H (n_bins_total × K), nonzero_sums (n_features × K))."""
+    """Per-(feature, bin, class) sums of G over the stored (nonzero) entries of a CSR chunk whose
+    bins are `codes` (bin_codes), and per-(feature, class) sums of G over those entries (the zero
+    bin is filled by the driver as column total minus this). Feature f's bins are rows
+    cut_offsets[f] + f ... of H (one more bin than cuts). Returns (H (n_bins_total × K),
+    nonzero_sums (n_features × K))."""
     n_features = cut_offsets.shape[0] - 1
     K = G.shape[1]
     H = np.zeros((cut_offsets[n_features] + n_features, K))
@@ -73,8 +84,7 @@ def histogram(
     for i in range(indptr.shape[0] - 1):
         for k in range(indptr[i], indptr[i + 1]):
             f = indices[k]
-            lo, hi = cut_offsets[f], cut_offsets[f + 1]
-            row = lo + f + _bin_of(cuts, lo, hi, data[k])
+            row = cut_offsets[f] + f + codes[k]
             for c in range(K):
                 H[row, c] += G[i, c]
                 nonzero_sums[f, c] += G[i, c]

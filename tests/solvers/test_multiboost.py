@@ -155,16 +155,24 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     cuts, offsets = mb.bin_cuts(sketch, n_bins=16)  # ≥ the 10 distinct values: every threshold
     for f in range(d):
         assert np.array_equal(cuts[offsets[f] : offsets[f + 1]], np.unique(dense[:, f])[:-1])
-    kw = {"state": state, "version": 1, "cuts": cuts, "cut_offsets": offsets}
+    Engine(mode="inprocess").map(
+        mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
+    )
+    kw = {"state": state, "version": 1, "cut_offsets": offsets}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
-    whole = mb._histogram_task(InMemoryStore(X, labels, source.classes, chunk_rows=m), 0, **{**kw, "state": _Whole(F)})
+    whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
+    whole_state = ChunkState(str(tmp_path / "whole"))
+    whole_state.write(mb.SCORES, 1, 0, F)
+    mb._bins_task(whole_source, 0, state=whole_state, cuts=cuts, cut_offsets=offsets)
+    whole = mb._histogram_task(whole_source, 0, **{**kw, "state": whole_state})
     for a, b in zip(chunked, whole):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
     holder = mb.MultiBoostState(
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
         learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
-        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), outputs=[], scores=mb.PerSample(mb.SCORES, 1),
+        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), outputs=[], bins=mb.PerSample(mb.BINS, 1),
+        scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked)
     feature, bin_, polarity, edge = kernels.best_stumps(H, chunked.totals, offsets)
@@ -181,16 +189,6 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         chosen = polarity[c] * float(G[:, c] @ np.where(dense[:, feature[c]] > threshold, 1.0, -1.0))
         assert chosen == pytest.approx(best[0], rel=1e-12)
         assert edge[c] == pytest.approx(best[0], rel=1e-12)
-
-
-class _Whole:
-    """A ChunkState stand-in holding the scores of the one-chunk source."""
-
-    def __init__(self, F):
-        self.F = F
-
-    def read(self, name, version, chunk_id):
-        return self.F
 
 
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
