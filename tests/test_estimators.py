@@ -264,7 +264,7 @@ def test_the_constructor_is_the_solvers_parameters_with_their_defaults():
 
     from streamfit.store import DEFAULT_CHUNK_ROWS
 
-    for est in (StagewiseLSClassifier, FBPDClassifier, PPDSparseClassifier, BCDClassifier):
+    for est in (StagewiseLSClassifier, FBPDClassifier, PPDSparseClassifier, BCDClassifier, MultiBoostClassifier):
         fields = est._solver.Params.model_fields
         signature = inspect.signature(est).parameters
         renamed = {"calibration": "calibrate"} if est is StagewiseLSClassifier else {}

@@ -82,7 +82,9 @@ class MultiBoostParams(SolverParams):
         "exact",
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1",
     )
-    n_bins: int = Field(64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)")
+    n_bins: int = Field(
+        64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
+    )
     cg_tol: float = Field(
         0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
     )
