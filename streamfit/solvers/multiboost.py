@@ -217,7 +217,8 @@ def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> Histogr
 
 def _outputs_task(source, chunk_id, *, features, thresholds, polarity) -> np.ndarray:
     X = source.read_chunk(chunk_id).X
-    return kernels.stump_outputs(X.indptr, X.indices, X.data, source.n_features, features, thresholds, polarity)
+    data = X.data.astype(np.float64)  # one compiled version of the kernel for every input dtype
+    return kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
 
 
 def _labels_task(source, chunk_id) -> np.ndarray:
