@@ -16,6 +16,7 @@ __all__ = [
     "StagewiseLSRegressor",
     "BCDClassifier",
     "FBPDClassifier",
+    "MultiBoostClassifier",
     "PPDSparseClassifier",
 ]
 
@@ -27,6 +28,7 @@ _LAZY = {
     "StagewiseLSRegressor": "streamfit.estimators",
     "BCDClassifier": "streamfit.estimators",
     "FBPDClassifier": "streamfit.estimators",
+    "MultiBoostClassifier": "streamfit.estimators",
     "PPDSparseClassifier": "streamfit.estimators",
 }
 
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from streamfit.estimators import (
         BCDClassifier,
         FBPDClassifier,
+        MultiBoostClassifier,
         PPDSparseClassifier,
         StagewiseLSClassifier,
         StagewiseLSRegressor,

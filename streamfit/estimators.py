@@ -49,6 +49,7 @@ from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, parameter_lines
 from streamfit.solvers.bcd import BCDSolver
 from streamfit.solvers.fbpd import FBPDSolver
+from streamfit.solvers.multiboost import MultiBoostSolver
 from streamfit.solvers.ppdsparse import PPDSparseSolver
 from streamfit.solvers.stagewise import StagewiseSolver
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
@@ -734,3 +735,28 @@ class BCDClassifier(_SolverClassifier):
         return objective_for("bcd", self._solver_params(), self.multilabel_).value(
             W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
         )
+
+
+class MultiBoostClassifier(_SolverClassifier):
+    """Boosted decision stumps, MultiBoostcw (Lin, Shen, van den Hengel and Suter 2012,
+    Algorithms 1 and 2); see streamfit.solvers.multiboost for the math.
+
+    Minimises lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(F_y(x_i) − F_{y_i}(x_i)) over w ≥ 0 (eq. 2
+    divided by C = 1/lam; p = n(K−1)), F_c(x) = Σ_j w_cj ħ_cj(x) with stumps ħ ∈ {−1, +1}: one
+    per class per iteration (weak_learners="class") or one shared by all classes ("shared",
+    eq. 6). Multiclass only: a label indicator y is refused.
+
+    Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_, model_
+    (a BoostedStumpsModel), history_ (one dict per boosting iteration: objective, violation,
+    kkt, learners), n_features_in_, n_iter_. There is no coef_: the model is not linear.
+    """
+
+    _solver = MultiBoostSolver
+
+    def _accepts_multilabel(self) -> bool:
+        return False  # the margins (1) compare one true class with each other class
+
+    @property
+    def n_iter_(self) -> int:
+        """Boosting iterations run (at most max_iter)."""
+        return int(self._fitted_model().info["iterations"])

@@ -21,7 +21,7 @@ from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils import estimator_checks, get_tags
 
 import streamfit
-from streamfit import BCDClassifier, FBPDClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit import BCDClassifier, FBPDClassifier, MultiBoostClassifier, PPDSparseClassifier, StagewiseLSClassifier
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +264,7 @@ def test_the_constructor_is_the_solvers_parameters_with_their_defaults():
 
     from streamfit.store import DEFAULT_CHUNK_ROWS
 
-    for est in (StagewiseLSClassifier, FBPDClassifier, PPDSparseClassifier, BCDClassifier):
+    for est in (StagewiseLSClassifier, FBPDClassifier, PPDSparseClassifier, BCDClassifier, MultiBoostClassifier):
         fields = est._solver.Params.model_fields
         signature = inspect.signature(est).parameters
         renamed = {"calibration": "calibrate"} if est is StagewiseLSClassifier else {}
@@ -325,11 +325,12 @@ CHECK_CASES = {
     "bcd": MODEL_SELECTION_CASES["bcd"][0],
     "ppdsparse": MODEL_SELECTION_CASES["ppdsparse"][0],
     "fbpd": MODEL_SELECTION_CASES["fbpd"][0],
+    "multiboost": lambda: MultiBoostClassifier(max_iter=10),
 }
 
 # The cases that stop at max_iter on some of check_estimator's data sets, so that it warns (scikit-learn's
 # own test suite ignores ConvergenceWarning in these checks).
-NOT_CONVERGED_IN_CHECKS = {"bcd", "fbpd"}
+NOT_CONVERGED_IN_CHECKS = {"bcd", "fbpd", "multiboost"}
 
 # The checks each case is expected to fail, and why (check_estimator's expected_failed_checks).
 EXPECTED_FAILED_CHECKS = {

@@ -1,6 +1,6 @@
 """Solvers, one module per method; each registers itself in SOLVERS when imported (below)."""
 
-from streamfit.solvers import bcd, fbpd, ppdsparse, stagewise
+from streamfit.solvers import bcd, fbpd, multiboost, ppdsparse, stagewise
 from streamfit.solvers.base import SOLVERS, Solver, SolverParams, register_solver
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "bcd",
     "fbpd",
     "get_solver",
+    "multiboost",
     "ppdsparse",
     "register_solver",
     "stagewise",

@@ -1,0 +1,585 @@
+"""MultiBoostcw: multiclass boosting of decision stumps by column generation and fast coordinate
+descent (Lin, Shen, van den Hengel and Suter 2012, "Fast Training of Effective Multi-class
+Boosting Using Coordinate Descent Optimization").
+
+The model (§2): weak learners ħ(x) ∈ {−1, +1}, decision stumps on one feature; class c scores
+F_c(x) = w_cᵀ h_c(x) with w ≥ 0, the prediction is argmax_c F_c(x). With class-specific learners
+(`weak_learners="class"`, MultiBoostcw) each boosting iteration adds one stump per class; with
+shared learners (`weak_learners="shared"`, MultiBoost of Shen and Hao, eq. 6) it adds one stump
+that every class weighs with its own coefficient.
+
+The problem is eq. (2), written here divided by C so that `lam` = 1/C has the project's meaning
+(the loss averaged, over the p = m(K−1) pairs (i, y ≠ y_i)):
+
+    min_{w ≥ 0}  lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(−γ_(i,y)),   γ_(i,y) = F_{y_i}(x_i) − F_y(x_i)   (1), (2)/(7)
+
+Column generation, Algorithm 1: the dual weights λ_(i,y) = (C/p) μ_(i,y), μ_(i,y) = exp(−γ_(i,y)),
+come from the primal scores by the KKT relation (5). Each boosting iteration (one driver step)
+  1. histograms: one `map_reduce` over row chunks sums, per (feature, bin, class), the signed dual
+     weights g_c[i] (streamfit.solvers.multiboost_kernels) of the rows whose feature value falls
+     in the bin; the scores F each chunk needs are the per-sample state `scores` (one file per
+     chunk, chunk-aligned, as stagewise keeps its residual scores);
+  2. the subproblem (4) per class (shared: (6) over all classes) is solved exactly from the
+     histograms: the edge of "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}; the largest |edge| wins
+     (its sign is the stump's polarity). Column generation has converged when no learner
+     violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
+  3. a `map` over chunks evaluates the new stumps on every row: one sign bit per (learner,
+     sample), packed (np.packbits), appended to the state (`outputs`, written once each);
+  4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
+     alone: the closed-form coordinate minimum (12) ((13) with `update="large_c"`), μ updated by
+     (20), V± by (21), the KKT violations θ (16), the working set (17) and stopping rule (18) with
+     ε = `tol`, at most `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the
+     first sweeps the new coordinates in order, later ones pick |S| coordinates of S at random);
+  5. the scores F, updated by FCD with every weight change, are written per chunk as the next
+     `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
+
+Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
+feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
+a second pass writes the bin of every stored entry per chunk (per-sample state `bins`, 2 bytes
+per stored entry), so the histogram kernel visits stored entries only, without a search: the
+zero bin is the column total minus the stored entries' sum. The cuts are in the checkpoint, and each stump's threshold (a cut value)
+in the model, so prediction on raw data needs no bins.
+
+Memory: the histograms are (Σ_f bins_f) × K floats; the driver holds the master problem's data,
+1 bit per (sample, learner), plus 2 floats per (sample, class) (F and μ) and the labels; chunk
+tasks hold one chunk. Multilabel stores are refused: the margins (1) compare one true class
+with each other class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+from pydantic import Field
+
+from streamfit.errors import ConfigError
+from streamfit.model import Model, register_model
+from streamfit.solvers import multiboost_kernels as kernels
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
+from streamfit.store import ChunkSource
+
+SCORES = "scores"
+BINS = "bins"
+
+
+class MultiBoostParams(SolverParams):
+    lam: float = Field(
+        1e-4, gt=0, description="1/C of eq. (2): the weight of ‖w‖₁ with the loss averaged over the m(K-1) pairs"
+    )
+    tol: float = Field(
+        0.1, gt=0, description="ε of FCD's working set (17) and stop (18), and of column generation's dual violation"
+    )
+    max_iter: int = Field(100, ge=1, description="boosting iterations (each adds K stumps, or 1 shared)")
+    tau_max: int = Field(2, ge=1, description="FCD's maximum working-set iterations (1: stage-wise MultiBoostcw-1)")
+    weak_learners: Literal["class", "shared"] = Field(
+        "class",
+        description="class: one stump per class per iteration (MultiBoostcw, eq. 4); shared: one stump for all classes (eq. 6)",
+    )
+    update: Literal["exact", "large_c"] = Field(
+        "exact",
+        description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1",
+    )
+    n_bins: int = Field(
+        64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
+    )
+    cg_tol: float = Field(
+        0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
+    )
+
+
+# -- binning -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Sketch:
+    """Weighted distinct nonzero values per feature (segments starts[f]:starts[f+1] of values,
+    sorted), at most `size` per feature, the largest negative value per feature (−inf: none)
+    kept exactly, and the rows seen; `+` merges two (the engine's map_reduce adds chunk
+    sketches along its fixed tree)."""
+
+    starts: np.ndarray
+    values: np.ndarray
+    weights: np.ndarray
+    largest_negative: np.ndarray
+    n_rows: int
+    size: int
+
+    @classmethod
+    def of(
+        cls,
+        features: np.ndarray,
+        values: np.ndarray,
+        weights: np.ndarray,
+        largest_negative: np.ndarray,
+        n_rows: int,
+        size: int,
+    ):
+        n_features = len(largest_negative)
+        order = np.lexsort((values, features))
+        features, values, weights = features[order], values[order], weights[order]
+        new = np.ones(len(values), dtype=bool)
+        new[1:] = (features[1:] != features[:-1]) | (values[1:] != values[:-1])
+        first = np.flatnonzero(new)
+        weights = np.add.reduceat(weights, first) if len(first) else weights[:0]
+        features, values = features[first], values[first]
+        starts = np.searchsorted(features, np.arange(n_features + 1)).astype(np.int64)
+        starts, values, weights = kernels.compress_sketch(starts, values, weights, size)
+        return cls(starts, values, weights, largest_negative, n_rows, size)
+
+    def _features(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.starts) - 1), np.diff(self.starts))
+
+    def __add__(self, other: Sketch) -> Sketch:
+        return Sketch.of(
+            np.concatenate([self._features(), other._features()]),
+            np.concatenate([self.values, other.values]),
+            np.concatenate([self.weights, other.weights]),
+            np.maximum(self.largest_negative, other.largest_negative),
+            self.n_rows + other.n_rows,
+            self.size,
+        )
+
+
+def _sketch_task(source: ChunkSource, chunk_id: int, *, size: int) -> Sketch:
+    X = source.read_chunk(chunk_id).X.tocoo()
+    keep = X.data != 0
+    features, values = X.col[keep].astype(np.int64), X.data[keep].astype(np.float64)
+    largest_negative = np.full(source.n_features, -np.inf)
+    np.maximum.at(largest_negative, features[values < 0], values[values < 0])
+    return Sketch.of(features, values, np.ones(len(values)), largest_negative, X.shape[0], size)
+
+
+def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cuts, cut_offsets): feature f's sorted cut values are cuts[cut_offsets[f]:cut_offsets[f+1]],
+    its bins (cut_{b−1}, cut_b]. A feature with at most n_bins distinct values (zero counted)
+    gets every distinct value but the largest as a cut (one bin per value); otherwise the
+    weighted quantiles at levels k/n_bins, plus 0 and the largest negative value, so that zero
+    is a bin of its own (n_bins + 2 bins at most)."""
+    per_feature = []
+    for f in range(len(sketch.starts) - 1):
+        lo, hi = sketch.starts[f], sketch.starts[f + 1]
+        values, weights = sketch.values[lo:hi], sketch.weights[lo:hi]
+        zeros = sketch.n_rows - weights.sum()
+        if zeros > 0.5:
+            at = np.searchsorted(values, 0.0)
+            values, weights = np.insert(values, at, 0.0), np.insert(weights, at, zeros)
+        if len(values) <= n_bins:
+            per_feature.append(values[:-1])
+            continue
+        cum = np.cumsum(weights)
+        levels = np.arange(1, n_bins) / n_bins * cum[-1]
+        cuts = values[np.minimum(np.searchsorted(cum, levels), len(values) - 1)]
+        if zeros > 0.5:
+            negative = sketch.largest_negative[f]
+            cuts = np.concatenate([cuts, [0.0], [negative] if np.isfinite(negative) else []])
+        per_feature.append(np.unique(cuts[cuts < values[-1]]))
+    offsets = np.zeros(len(per_feature) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(c) for c in per_feature])
+    cuts = np.concatenate(per_feature) if per_feature else np.zeros(0)
+    return cuts.astype(np.float64), offsets
+
+
+# -- chunk tasks ---------------------------------------------------------------------------
+
+
+class HistogramSums(NamedTuple):
+    """A chunk's share of the per-(feature, bin, class) histograms of g (stored entries),
+    the per-(feature, class) sums over stored entries, and the per-class totals of g."""
+
+    bins: np.ndarray
+    stored: np.ndarray
+    totals: np.ndarray
+
+
+def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np.ndarray:
+    if version == 0:
+        lo, hi = source.chunk_bounds(chunk_id)
+        return np.zeros((hi - lo, source.n_classes))
+    return state.read(SCORES, version, chunk_id)
+
+
+def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
+    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1."""
+    X = source.read_chunk(chunk_id).X
+    state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
+
+
+def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> HistogramSums:
+    chunk = source.read_chunk(chunk_id)
+    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), chunk.labels.astype(np.int64))
+    X = chunk.X
+    H, stored = kernels.histogram(X.indptr, X.indices, state.read(BINS, 1, chunk_id), G, cut_offsets)
+    return HistogramSums(H, stored, G.sum(axis=0))
+
+
+def _outputs_task(source, chunk_id, *, features, thresholds, polarity) -> np.ndarray:
+    X = source.read_chunk(chunk_id).X
+    data = X.data.astype(np.float64)  # one compiled version of the kernel for every input dtype
+    return kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
+
+
+def _labels_task(source, chunk_id) -> np.ndarray:
+    return source.read_chunk(chunk_id).labels.astype(np.int64)
+
+
+# -- the model -----------------------------------------------------------------------------
+
+
+@register_model
+class BoostedStumpsModel(Model):
+    """Scores F_c(x) = Σ_{j: coord_class_j = c} weights_j ħ_{coord_learner_j}(x), with the stump
+    ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1)."""
+
+    kind = "boosted_stumps"
+
+    def __init__(self, *, features, thresholds, polarity, coord_class, coord_learner, weights, **common):
+        super().__init__(**common)
+        self.features = np.asarray(features, dtype=np.int64)
+        self.thresholds = np.asarray(thresholds, dtype=np.float64)
+        self.polarity = np.asarray(polarity, dtype=np.int8)
+        self.coord_class = np.asarray(coord_class, dtype=np.int64)
+        self.coord_learner = np.asarray(coord_learner, dtype=np.int64)
+        self.weights = np.asarray(weights, dtype=np.float64)
+        L, J, K = len(self.features), len(self.weights), len(self.classes_)
+        if self.thresholds.shape != (L,) or self.polarity.shape != (L,):
+            raise ValueError(
+                f"stumps: features, thresholds and polarity differ in length ({L}, {self.thresholds.shape}, {self.polarity.shape})"
+            )
+        if self.coord_class.shape != (J,) or self.coord_learner.shape != (J,):
+            raise ValueError("coordinates: coord_class, coord_learner and weights differ in length")
+        if L and (self.features.min() < 0 or self.features.max() >= self.n_features):
+            raise ValueError(f"a stump's feature is outside [0, {self.n_features})")
+        if J and (
+            self.coord_class.min() < 0
+            or self.coord_class.max() >= K
+            or self.coord_learner.min() < 0
+            or self.coord_learner.max() >= L
+        ):
+            raise ValueError("a coordinate names a class or learner that does not exist")
+        if np.any(np.abs(self.polarity) != 1):
+            raise ValueError("a stump's polarity is not ±1")
+
+    def _scores(self, X: sp.csr_matrix) -> np.ndarray:
+        return kernels.stump_scores(
+            X.indptr,
+            X.indices,
+            X.data.astype(np.float64),
+            self.n_features,
+            self.features,
+            self.thresholds,
+            self.polarity,
+            self.coord_class,
+            self.coord_learner,
+            self.weights,
+            len(self.classes_),
+        )
+
+    def _arrays(self):
+        return {
+            "features": self.features,
+            "thresholds": self.thresholds,
+            "polarity": self.polarity,
+            "coord_class": self.coord_class,
+            "coord_learner": self.coord_learner,
+            "weights": self.weights,
+        }
+
+    @classmethod
+    def _from_saved(cls, common, arrays, extra):
+        names = ("features", "thresholds", "polarity", "coord_class", "coord_learner", "weights")
+        return cls(**{k: arrays[k] for k in names}, **common)
+
+
+# -- the solver ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class MultiBoostState(SolverState):
+    cuts: np.ndarray  # bin cuts, all features (bin_cuts)
+    cut_offsets: np.ndarray  # feature f's cuts: cuts[cut_offsets[f]:cut_offsets[f+1]]
+    zero_bins: np.ndarray  # the bin of the value 0 per feature
+    learner_feature: np.ndarray  # stumps so far (L,)
+    learner_threshold: np.ndarray
+    learner_polarity: np.ndarray
+    coord_class: np.ndarray  # master problem coordinates (J,): class and learner of w_j
+    coord_learner: np.ndarray
+    weights: np.ndarray  # w (J,), ≥ 0
+    outputs: list[np.ndarray]  # per iteration: the new learners' sign bits, packed (n_new × ⌈m/8⌉)
+    bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
+    scores: PerSample  # F (rows × K) per chunk, from weights and outputs
+    objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
+    violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
+    kkt: float | None = None  # max_j θ_j (16) at FCD's last working-set update (None: tau_max = 1, never computed)
+    converged: bool = False
+
+
+@dataclasses.dataclass
+class _Master:
+    """The driver's working copy of the master problem's data at one step (rebuilt after a resume
+    from the state alone): labels, packed bits (all learners) and the scores F."""
+
+    step: int
+    labels: np.ndarray
+    bits: np.ndarray
+    F: np.ndarray
+
+
+@register_solver
+class MultiBoostSolver(Solver[MultiBoostState]):
+    """MultiBoostcw (Lin et al. 2012): boosted decision stumps, one per class per iteration (or
+    shared), by column generation with fast coordinate descent (Algorithms 1 and 2).
+
+    Each step is one boosting iteration: a histogram pass, the exact stumps of (4) (or (6)),
+    a pass evaluating them, and FCD on the master problem (2); see the module docstring."""
+
+    name = "multiboost"
+    Params = MultiBoostParams
+    State = MultiBoostState
+
+    def __init__(self, params: MultiBoostParams):
+        super().__init__(params)
+        self.params: MultiBoostParams = params
+        self._master: _Master | None = None
+
+    # -- protocol -------------------------------------------------------------------------
+    def check_source(self, source: ChunkSource) -> None:
+        if source.multilabel:
+            raise ConfigError(
+                "multiboost is multiclass only (its margins (1) compare one true class with each other "
+                "class); the store is multilabel: use stagewise, bcd or ppdsparse"
+            )
+        if source.n_classes < 2:
+            raise ConfigError(f"multiboost needs at least 2 classes; the store has {source.n_classes}")
+
+    def init(self, ctx: Context) -> MultiBoostState:
+        source = ctx.source
+        sketch = ctx.engine.map_reduce(
+            _sketch_task, source, range(source.n_chunks), desc="multiboost: bins", size=8 * self.params.n_bins
+        )
+        cuts, offsets = bin_cuts(sketch, self.params.n_bins)
+        ctx.engine.map(
+            _bins_task,
+            source,
+            range(source.n_chunks),
+            desc="multiboost: bin codes",
+            state=ctx.chunk_state,
+            cuts=cuts,
+            cut_offsets=offsets,
+        )
+        zero_bins = np.array(
+            [np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(source.n_features)], dtype=np.int64
+        )
+        return MultiBoostState(
+            cuts=cuts,
+            cut_offsets=offsets,
+            zero_bins=zero_bins,
+            learner_feature=np.zeros(0, dtype=np.int64),
+            learner_threshold=np.zeros(0),
+            learner_polarity=np.zeros(0, dtype=np.int8),
+            coord_class=np.zeros(0, dtype=np.int64),
+            coord_learner=np.zeros(0, dtype=np.int64),
+            weights=np.zeros(0),
+            outputs=[],
+            bins=PerSample(BINS, 1),
+            scores=PerSample(SCORES, 0, written=False),
+        )
+
+    def check_resume(self, ctx: Context, state: MultiBoostState) -> None:
+        if state.step > self.params.max_iter:
+            raise ConfigError(
+                f"multiboost: the checkpoint is at iteration {state.step}, past max_iter={self.params.max_iter}; "
+                "raise -p max_iter or start over with --overwrite"
+            )
+
+    def finished(self, state: MultiBoostState) -> bool:
+        return state.converged or state.step >= self.params.max_iter
+
+    def converged(self, state: MultiBoostState) -> bool:
+        return state.converged
+
+    def max_steps(self, state: MultiBoostState) -> int:
+        """max_iter boosting iterations (an upper bound: column generation may stop first)."""
+        return state.step if state.converged else self.params.max_iter
+
+    def not_converged_reason(self, state: MultiBoostState) -> str:
+        return (
+            f"stopped at max_iter={self.params.max_iter} with a dual constraint (3b) violated by "
+            f"{state.violation:.3g} > tol={self.params.tol}"
+        )
+
+    def step(self, ctx: Context, state: MultiBoostState) -> dict[str, Any]:
+        p, source, engine = self.params, ctx.source, ctx.engine
+        master = self._master_at(ctx, state)
+        m, K = source.n_rows, source.n_classes
+        C_over_p = 1.0 / (p.lam * m * (K - 1))
+
+        # 1-2. histograms of the dual weights, and the most violated constraint of each class
+        sums = engine.map_reduce(
+            _histogram_task,
+            source,
+            range(source.n_chunks),
+            desc=f"multiboost: histograms {state.step + 1}",
+            state=ctx.chunk_state,
+            version=state.scores.version,
+            cut_offsets=state.cut_offsets,
+        )
+        H = self.full_histogram(state, sums)
+        feature, bin_, polarity, edge = kernels.best_stumps(H, sums.totals, state.cut_offsets)
+        classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
+        violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
+        previous = state.objective
+        state.violation = violation
+        if violation <= p.tol:
+            state.step += 1
+            state.converged = True
+            return {"objective": state.objective, "violation": violation, "learners": len(state.learner_feature)}
+        if p.weak_learners == "shared":
+            classes = classes[np.argmax(edge[classes])][None]  # (6): the best (stump, class) pair
+        new_features = feature[classes]
+        new_thresholds = state.cuts[state.cut_offsets[new_features] + bin_[classes]]
+        new_polarity = polarity[classes]
+
+        # 3. the new learners' outputs on every row, as sign bits
+        parts = engine.map(
+            _outputs_task,
+            source,
+            range(source.n_chunks),
+            desc=f"multiboost: outputs {state.step + 1}",
+            features=new_features,
+            thresholds=new_thresholds,
+            polarity=new_polarity,
+        )
+        new_bits = np.packbits(np.concatenate(parts, axis=1) > 0, axis=1)
+        L0, J0 = len(state.learner_feature), len(state.weights)
+        state.learner_feature = np.concatenate([state.learner_feature, new_features])
+        state.learner_threshold = np.concatenate([state.learner_threshold, new_thresholds])
+        state.learner_polarity = np.concatenate([state.learner_polarity, new_polarity])
+        if p.weak_learners == "shared":
+            new_class, new_learner = np.arange(K), np.full(K, L0)
+        else:
+            new_class, new_learner = classes, L0 + np.arange(len(classes))
+        state.coord_class = np.concatenate([state.coord_class, new_class])
+        state.coord_learner = np.concatenate([state.coord_learner, new_learner])
+        state.weights = np.concatenate([state.weights, np.zeros(len(new_class))])
+        state.outputs.append(new_bits)
+        bits = np.concatenate([master.bits, new_bits])
+
+        # 4. FCD on the master problem over all learners so far (F updated with the weights)
+        rng = np.random.default_rng([p.random_state, state.step])
+        F = master.F.copy()
+        sweeps, kkt = fcd(
+            bits, state.coord_class, state.coord_learner, state.weights, master.labels, F,
+            np.arange(J0, len(state.weights)), C_over_p, p.tol, p.tau_max, p.update == "large_c", rng,
+        )  # fmt: skip
+
+        # 5. the scores, written per chunk
+        state.step += 1
+        for i in range(source.n_chunks):
+            lo, hi = source.chunk_bounds(i)
+            ctx.chunk_state.write(SCORES, state.step, i, F[lo:hi])
+        state.scores = PerSample(SCORES, state.step)
+        state.objective = objective(F, master.labels, state.weights, p.lam)
+        state.kkt = kkt
+        self._master = _Master(state.step, master.labels, bits, F)
+        if p.cg_tol > 0 and previous - state.objective <= p.cg_tol * abs(previous):
+            state.converged = True
+        fields = {
+            "objective": state.objective,
+            "violation": violation,
+            "sweeps": sweeps,
+            "learners": len(state.learner_feature),
+            "nonzero_weights": int(np.count_nonzero(state.weights)),
+        }
+        return fields if kkt is None else {**fields, "kkt": kkt}
+
+    def to_model(self, ctx: Context, state: MultiBoostState) -> BoostedStumpsModel:
+        source = ctx.source
+        return BoostedStumpsModel(
+            features=state.learner_feature,
+            thresholds=state.learner_threshold,
+            polarity=state.learner_polarity,
+            coord_class=state.coord_class,
+            coord_learner=state.coord_learner,
+            weights=state.weights,
+            classes=source.classes,
+            n_features=source.n_features,
+            multilabel=False,
+            solver=self.name,
+            params=self.params.model_dump(),
+            info={
+                "converged": state.converged,
+                "iterations": state.step,
+                "learners": len(state.learner_feature),
+                "objective": state.objective,
+            },
+        )
+
+    # -- helpers --------------------------------------------------------------------------
+    @staticmethod
+    def full_histogram(state: MultiBoostState, sums: HistogramSums) -> np.ndarray:
+        """The per-(feature, bin, class) sums of g over all entries: the stored entries' sums,
+        plus the implicit zeros (column total minus stored sum) in each feature's zero bin."""
+        H = sums.bins.copy()
+        n_features = len(state.cut_offsets) - 1
+        rows = state.cut_offsets[:-1] + np.arange(n_features) + state.zero_bins
+        H[rows] += sums.totals[None, :] - sums.stored
+        return H
+
+    def _master_at(self, ctx: Context, state: MultiBoostState) -> _Master:
+        """The master problem's data at state.step: kept from the previous step, else rebuilt
+        from the state (labels by a pass, bits from `outputs`, F from the `scores` files)."""
+        if self._master is not None and self._master.step == state.step:
+            return self._master
+        source = ctx.source
+        labels = np.concatenate(ctx.engine.map(_labels_task, source, range(source.n_chunks), desc="multiboost: labels"))
+        bits = np.concatenate(state.outputs) if state.outputs else np.zeros((0, (source.n_rows + 7) // 8), np.uint8)
+        F = np.concatenate(
+            [_chunk_scores(source, i, ctx.chunk_state, state.scores.version) for i in range(source.n_chunks)]
+        )
+        self._master = _Master(state.step, labels, bits, F)
+        return self._master
+
+
+def objective(F: np.ndarray, labels: np.ndarray, weights: np.ndarray, lam: float) -> float:
+    """(2)/C = lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(F_y(x_i) − F_{y_i}(x_i)), p = m(K−1)."""
+    _, R = kernels.margins(F, labels)
+    m, K = F.shape
+    return float(lam * weights.sum() + R.sum() / (m * (K - 1)))
+
+
+def fcd(
+    bits: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    weights: np.ndarray,
+    labels: np.ndarray,
+    F: np.ndarray,
+    new: np.ndarray,
+    C_over_p: float,
+    tol: float,
+    tau_max: int,
+    large_c: bool,
+    rng: np.random.Generator,
+) -> tuple[int, float | None]:
+    """Algorithm 2 on the master problem, `weights` and their scores F updated in place: S starts as the `new` coordinates, swept in order; then θ (16) for all
+    coordinates, S by (17), and |S| random picks from S per working-set iteration, until (18)
+    max θ ≤ tol or tau_max iterations. Returns (working-set iterations, max θ after the last,
+    nan when tau_max ended it before θ was needed)."""
+    M, R = kernels.margins(F, labels)
+    order = np.asarray(new, dtype=np.int64)
+    tau: int = 0
+    worst: float | None = None
+    while True:
+        tau += 1
+        kernels.fcd_sweep(order, bits, coord_class, coord_learner, weights, labels, F, M, R, C_over_p, large_c)
+        if tau >= tau_max:
+            return tau, worst
+        theta = kernels.kkt_violations(bits, coord_class, coord_learner, weights, labels, M, R, C_over_p)
+        worst = float(theta.max()) if len(theta) else 0.0
+        if worst <= tol:
+            return tau, worst
+        S = np.flatnonzero(theta > tol)
+        order = S[rng.integers(0, len(S), len(S))]

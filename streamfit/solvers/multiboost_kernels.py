@@ -1,0 +1,370 @@
+"""Numba kernels of the multiboost solver (Lin, Shen, van den Hengel and Suter 2012).
+
+Notation of the paper: m samples, K classes, weak learners ħ_l(x) ∈ {−1, +1} (decision stumps
+here), coordinates j = (c_j, l_j) with weight w_j ≥ 0, so that F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x).
+For a sample i with label y_i the driver keeps M[i, y] = μ_(i,y) = exp(F_y(x_i) − F_{y_i}(x_i))
+(eq. 15; M[i, y_i] = 1 is unused) and R[i] = Σ_{y ≠ y_i} μ_(i,y).
+
+Per class c the signed dual weight of sample i (eq. 4 with λ = (C/p)μ, eq. 5) is
+    g_c[i] = R[i]          if y_i = c   (δh_{i,j}(y) = +ħ(x_i) for every y ≠ y_i)
+    g_c[i] = −M[i, c]      if y_i ≠ c   (δh_{i,j}(c) = −ħ(x_i), other y: 0),
+so Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = Σ_i g_{c_j}[i] ħ_{l_j}(x_i) for coordinate j.
+
+The learners' outputs are packed sign bits: bit i of row l of `bits` (np.packbits order, big
+endian within a byte) is 1 when ħ_l(x_i) = +1. Every loop runs in a fixed order, so results do
+not depend on threads or on how the data is chunked (sums over chunks go through the engine's
+fixed tree).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True, nogil=True)
+def _bin_of(cuts: np.ndarray, lo: int, hi: int, v: float) -> int:
+    """#{k in [lo, hi): cuts[k] < v}: the bin of value v of a feature whose sorted cuts are
+    cuts[lo:hi] (bin b holds cuts[b-1] < v <= cuts[b])."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if cuts[mid] < v:
+            a = mid + 1
+        else:
+            b = mid
+    return a - lo
+
+
+@numba.njit(cache=True, nogil=True)
+def signed_weights(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """G (rows × K): G[i, c] = g_c[i] of the module docstring from scores F (rows × K)."""
+    n, K = F.shape
+    G = np.empty((n, K))
+    for i in range(n):
+        yi = labels[i]
+        total = 0.0
+        for c in range(K):
+            if c != yi:
+                mu = np.exp(F[i, c] - F[i, yi])
+                G[i, c] = -mu
+                total += mu
+        G[i, yi] = total
+    return G
+
+
+@numba.njit(cache=True, nogil=True)
+def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
+    """The bin of every stored entry of a CSR chunk (uint16, aligned with `data`): the number of
+    its feature's cuts below the value."""
+    codes = np.empty(data.shape[0], dtype=np.uint16)
+    for k in range(data.shape[0]):
+        f = indices[k]
+        codes[k] = _bin_of(cuts, cut_offsets[f], cut_offsets[f + 1], data[k])
+    return codes
+
+
+@numba.njit(cache=True, nogil=True)
+def histogram(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    codes: np.ndarray,
+    G: np.ndarray,
+    cut_offsets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-(feature, bin, class) sums of G over the stored (nonzero) entries of a CSR chunk whose
+    bins are `codes` (bin_codes), and per-(feature, class) sums of G over those entries (the zero
+    bin is filled by the driver as column total minus this). Feature f's bins are rows
+    cut_offsets[f] + f ... of H (one more bin than cuts). Returns (H (n_bins_total × K),
+    nonzero_sums (n_features × K))."""
+    n_features = cut_offsets.shape[0] - 1
+    K = G.shape[1]
+    H = np.zeros((cut_offsets[n_features] + n_features, K))
+    nonzero_sums = np.zeros((n_features, K))
+    for i in range(indptr.shape[0] - 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            f = indices[k]
+            row = cut_offsets[f] + f + codes[k]
+            for c in range(K):
+                H[row, c] += G[i, c]
+                nonzero_sums[f, c] += G[i, c]
+    return H, nonzero_sums
+
+
+@numba.njit(cache=True, nogil=True)
+def stump_outputs(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    n_features: int,
+    features: np.ndarray,
+    thresholds: np.ndarray,
+    polarity: np.ndarray,
+) -> np.ndarray:
+    """ħ_l(x_i) = polarity_l · (+1 if x_i[features_l] > thresholds_l else −1), as int8
+    (n_learners × rows), for the rows of a CSR matrix."""
+    n = indptr.shape[0] - 1
+    L = features.shape[0]
+    out = np.empty((L, n), dtype=np.int8)
+    row = np.zeros(n_features)
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            row[indices[k]] = data[k]
+        for lrn in range(L):
+            out[lrn, i] = polarity[lrn] if row[features[lrn]] > thresholds[lrn] else -polarity[lrn]
+        for k in range(indptr[i], indptr[i + 1]):
+            row[indices[k]] = 0.0
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _bit(bits: np.ndarray, lrn: int, i: int) -> int:
+    """ħ_l(x_i) ∈ {−1, +1} from the packed sign bits."""
+    return 1 if (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1 else -1
+
+
+@numba.njit(cache=True, nogil=True)
+def scores(bits: np.ndarray, coord_class: np.ndarray, coord_learner: np.ndarray, w: np.ndarray, K: int, m: int):
+    """F (m × K) = Σ_j w_j ħ_{l_j}(x_i) in class c_j, coordinates added in index order."""
+    F = np.zeros((m, K))
+    for j in range(w.shape[0]):
+        if w[j] == 0.0:
+            continue
+        c, lrn = coord_class[j], coord_learner[j]
+        for i in range(m):
+            F[i, c] += w[j] * _bit(bits, lrn, i)
+    return F
+
+
+@numba.njit(cache=True, nogil=True)
+def margins(F: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(M, R) of the module docstring from the scores F: eq. (15) in terms of F."""
+    m, K = F.shape
+    M = np.ones((m, K))
+    R = np.zeros(m)
+    for i in range(m):
+        yi = labels[i]
+        for y in range(K):
+            if y != yi:
+                M[i, y] = np.exp(F[i, y] - F[i, yi])
+                R[i] += M[i, y]
+    return M, R
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_sums(bits, lrn: int, c: int, labels, M, R) -> tuple[float, float]:
+    """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) for a coordinate of class c and learner l."""
+    plus, minus = 0.0, 0.0
+    for i in range(labels.shape[0]):
+        h = _bit(bits, lrn, i)
+        if labels[i] == c:
+            a, s = R[i], h
+        else:
+            a, s = M[i, c], -h
+        if s > 0:
+            plus += a
+        else:
+            minus += a
+    return plus, minus
+
+
+@numba.njit(cache=True, nogil=True)
+def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: bool) -> float:
+    """argmin_{w ≥ 0} w + (C/p)(V₋e^{w} + V₊e^{−w}) (eq. 10): eq. (12), or (13) with large_c.
+    V₋ = 0 (no pair pushes w down) has the minimum at +inf for (13) and at log(V₊C/p) for (12)."""
+    if v_plus <= 0.0:
+        return 0.0
+    if large_c:
+        if v_minus <= 0.0:
+            return np.inf
+        return max(0.0, 0.5 * np.log(v_plus / v_minus))
+    if v_minus <= 0.0:
+        return max(0.0, np.log(v_plus * C_over_p))
+    half = 0.5 / C_over_p  # p / (2C)
+    # sqrt(V₊V₋ + p²/4C²) − p/2C, written as V₊V₋ / (sqrt(..) + p/2C) to keep its digits when V₊V₋ ≪ (p/2C)²
+    root = v_plus * v_minus / (np.sqrt(v_plus * v_minus + half * half) + half)
+    return max(0.0, np.log(root) - np.log(v_minus))
+
+
+@numba.njit(cache=True, nogil=True)
+def fcd_sweep(
+    order: np.ndarray,
+    bits: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    w: np.ndarray,
+    labels: np.ndarray,
+    F: np.ndarray,
+    M: np.ndarray,
+    R: np.ndarray,
+    C_over_p: float,
+    large_c: bool,
+) -> int:
+    """Lines 5–10 of Algorithm 2: for each coordinate j in `order`, V± by (21) from μ, w_j by
+    (12) (or (13)), μ by (20) (M and R in place) and the scores F (F_c += Δw_j·ħ_l, in place).
+    Returns the number of weights that changed."""
+    changed = 0
+    for q in range(order.shape[0]):
+        j = order[q]
+        c, lrn = coord_class[j], coord_learner[j]
+        plus, minus = _split_sums(bits, lrn, c, labels, M, R)
+        old = w[j]
+        v_plus, v_minus = plus * np.exp(old), minus * np.exp(-old)  # (21): μ without w_j's own term
+        new = coordinate_minimum(v_plus, v_minus, C_over_p, large_c)
+        if not np.isfinite(new) or new == old:
+            continue
+        w[j] = new
+        changed += 1
+        delta = new - old  # F_c += delta·ħ_l: μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} (y_i = c)
+        up, down = np.exp(delta), np.exp(-delta)
+        for i in range(labels.shape[0]):
+            h = _bit(bits, lrn, i)
+            F[i, c] += delta * h
+            if labels[i] == c:
+                factor = down if h > 0 else up
+                R[i] = 0.0
+                for y in range(M.shape[1]):
+                    if y != c:
+                        M[i, y] *= factor
+                        R[i] += M[i, y]
+            else:
+                before = M[i, c]
+                M[i, c] = before * (up if h > 0 else down)
+                R[i] += M[i, c] - before
+    return changed
+
+
+@numba.njit(cache=True, nogil=True)
+def kkt_violations(
+    bits: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    w: np.ndarray,
+    labels: np.ndarray,
+    M: np.ndarray,
+    R: np.ndarray,
+    C_over_p: float,
+) -> np.ndarray:
+    """θ_j of eq. (16) for every coordinate: with s_j = (C/p) Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y),
+    θ_j = |1 − s_j| if w_j > 0, else max(0, s_j − 1)."""
+    theta = np.empty(w.shape[0])
+    for j in range(w.shape[0]):
+        plus, minus = _split_sums(bits, coord_learner[j], coord_class[j], labels, M, R)
+        s = C_over_p * (plus - minus)
+        theta[j] = abs(1.0 - s) if w[j] > 0 else max(0.0, s - 1.0)
+    return theta
+
+
+@numba.njit(cache=True, nogil=True)
+def compress_sketch(
+    starts: np.ndarray, values: np.ndarray, weights: np.ndarray, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per feature (segment starts[f]:starts[f+1] of values sorted within it, distinct, with
+    positive weights), keep at most `size` points: all of them when there are no more, else the
+    weighted quantiles at levels (k + 0.5)/size, each carrying the weight up to the next. Returns
+    (starts, values, weights) of the compressed sketch."""
+    n_features = starts.shape[0] - 1
+    out_starts = np.zeros(n_features + 1, dtype=np.int64)
+    for f in range(n_features):
+        out_starts[f + 1] = out_starts[f] + min(size, starts[f + 1] - starts[f])
+    out_values = np.empty(out_starts[n_features])
+    out_weights = np.zeros(out_starts[n_features])
+    for f in range(n_features):
+        lo, hi, o = starts[f], starts[f + 1], out_starts[f]
+        if hi - lo <= size:
+            out_values[o : o + hi - lo] = values[lo:hi]
+            out_weights[o : o + hi - lo] = weights[lo:hi]
+            continue
+        total = 0.0
+        for k in range(lo, hi):
+            total += weights[k]
+        seen, pending, q = 0.0, 0.0, 0
+        for k in range(lo, hi):
+            seen += weights[k]
+            pending += weights[k]
+            while q < size and seen >= (q + 0.5) / size * total:
+                out_values[o + q] = values[k]
+                q += 1
+            if q > 0 and out_values[o + q - 1] == values[k]:
+                out_weights[o + q - 1] += pending  # the weight since the last point, this value's included
+                pending = 0.0
+        out_weights[o + q - 1] += pending  # values past the last level
+        for r in range(o + q, o + size):  # fewer levels reached than `size` (rounding of the levels)
+            out_values[r] = out_values[o + q - 1]
+        # points that landed on one value twice keep one copy (values stay distinct)
+        kept = o
+        for r in range(o, o + size):
+            if r > o and out_values[r] == out_values[kept - 1]:
+                out_weights[kept - 1] += out_weights[r]
+            else:
+                out_values[kept] = out_values[r]
+                out_weights[kept] = out_weights[r]
+                kept += 1
+        for r in range(kept, o + size):
+            out_values[r] = np.nan  # dropped below
+    keep = ~np.isnan(out_values)
+    counts = np.zeros(n_features + 1, dtype=np.int64)
+    for f in range(n_features):
+        c = 0
+        for r in range(out_starts[f], out_starts[f + 1]):
+            if keep[r]:
+                c += 1
+        counts[f + 1] = counts[f] + c
+    return counts, out_values[keep], out_weights[keep]
+
+
+@numba.njit(cache=True, nogil=True)
+def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray):
+    """Per class c, the stump maximising eq. (4) (up to the factor C/p): over every feature f
+    and split after bin b (all but the feature's last bin), ħ(x) = ±(+1 if bin(x_f) > b else −1),
+    whose edge Σ_i g_c[i] ħ(x_i) is ±(T_c − 2·Σ_{bins ≤ b} H[., c]). Ties keep the first in
+    (feature, bin, +/−) order. Returns (feature, bin, polarity, edge) arrays of length K."""
+    n_features = cut_offsets.shape[0] - 1
+    K = H.shape[1]
+    best_f = np.full(K, -1, dtype=np.int64)
+    best_b = np.zeros(K, dtype=np.int64)
+    best_p = np.ones(K, dtype=np.int8)
+    best_e = np.full(K, -np.inf)
+    for c in range(K):
+        for f in range(n_features):
+            start = cut_offsets[f] + f
+            cum = 0.0
+            for b in range(cut_offsets[f + 1] - cut_offsets[f]):  # every bin but the last
+                cum += H[start + b, c]
+                edge = totals[c] - 2.0 * cum
+                if edge > best_e[c]:
+                    best_f[c], best_b[c], best_p[c], best_e[c] = f, b, 1, edge
+                if -edge > best_e[c]:
+                    best_f[c], best_b[c], best_p[c], best_e[c] = f, b, -1, -edge
+    return best_f, best_b, best_p, best_e
+
+
+@numba.njit(cache=True, nogil=True)
+def stump_scores(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    data: np.ndarray,
+    n_features: int,
+    features: np.ndarray,
+    thresholds: np.ndarray,
+    polarity: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    w: np.ndarray,
+    K: int,
+) -> np.ndarray:
+    """Scores (rows × K) F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x) of the rows of a CSR matrix."""
+    n = indptr.shape[0] - 1
+    S = np.zeros((n, K))
+    row = np.zeros(n_features)
+    h = np.empty(features.shape[0])
+    for i in range(n):
+        for k in range(indptr[i], indptr[i + 1]):
+            row[indices[k]] = data[k]
+        for lrn in range(features.shape[0]):
+            h[lrn] = polarity[lrn] if row[features[lrn]] > thresholds[lrn] else -polarity[lrn]
+        for j in range(w.shape[0]):
+            S[i, coord_class[j]] += w[j] * h[coord_learner[j]]
+        for k in range(indptr[i], indptr[i + 1]):
+            row[indices[k]] = 0.0
+    return S

@@ -1,0 +1,307 @@
+"""The multiboost solver (Lin et al. 2012, Algorithms 1 and 2) against independent references:
+scipy's 1-D minimizer for the coordinate update (12), scipy's L-BFGS-B for the master problem
+(the paper's comparator), brute force for the stumps of (4); and its out-of-core contract
+(chunked histograms, resume, workers), its model and its CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from click.testing import CliRunner
+from scipy.optimize import minimize, minimize_scalar
+
+import streamfit.solvers.multiboost as mb
+from streamfit import MultiBoostClassifier, load_model
+from streamfit.checkpoint import Checkpointer, ChunkState
+from streamfit.engine import Engine
+from streamfit.errors import ConfigError
+from streamfit.estimators import ConvergenceWarning
+from streamfit.runlog import MetricsLog
+from streamfit.solvers import multiboost_kernels as kernels
+from streamfit.store import InMemoryStore
+
+
+def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
+    solver = mb.MultiBoostSolver(mb.MultiBoostParams(**params))
+    ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
+    log = MetricsLog(None)
+    model = solver.fit(
+        source,
+        engine=engine or Engine(mode="inprocess"),
+        checkpointer=ckpt,
+        log=log,
+        resume=resume,
+        stop_after=stop_after,
+    )
+    return model, log
+
+
+@pytest.fixture(scope="module")
+def small_digits(digits):
+    """The first 400 digits (64 features of 0..16, many zeros)."""
+    X, y, classes = digits
+    return X[:400], y[:400], classes
+
+
+def test_closed_form_update_12_is_the_minimum_of_10():
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        v_plus, v_minus = rng.exponential(size=2) * 10.0 ** rng.uniform(-3, 3, size=2)
+        C_over_p = 10.0 ** rng.uniform(-3, 3)
+
+        def g(w, v_plus=v_plus, v_minus=v_minus, C_over_p=C_over_p):  # (10)
+            return w + C_over_p * (v_minus * np.exp(w) + v_plus * np.exp(-w))
+
+        w = kernels.coordinate_minimum(v_plus, v_minus, C_over_p, False)
+        ref = minimize_scalar(g, bounds=(0.0, 60.0), method="bounded", options={"xatol": 1e-12})
+        assert g(w) <= ref.fun * (1 + 1e-12)
+        assert w == pytest.approx(max(ref.x, 0.0), abs=1e-5)
+    # (13) is the C → ∞ limit of (12)
+    assert kernels.coordinate_minimum(3.0, 0.5, 1e9, False) == pytest.approx(
+        kernels.coordinate_minimum(3.0, 0.5, 1e9, True), rel=1e-8
+    )
+
+
+def _master_problem(seed=1, m=150, K=4, per_class=5):
+    """Random sign outputs of `per_class` learners per class, labels and a zero start."""
+    rng = np.random.default_rng(seed)
+    L = K * per_class
+    signs = rng.random((L, m)) < 0.5
+    labels = rng.integers(0, K, m)
+    for lrn in range(L):  # make every learner informative for its class
+        c = lrn % K
+        signs[lrn, labels == c] = rng.random(int((labels == c).sum())) < 0.8
+    return np.packbits(signs, axis=1), np.where(signs, 1.0, -1.0), labels, np.arange(L) % K, np.arange(L)
+
+
+def _dense_objective(H, labels, coord_class, coord_learner, lam, K):
+    """(2)/C and its gradient, for L-BFGS-B, from the dense ±1 outputs H (L × m)."""
+    m = H.shape[1]
+    p = m * (K - 1)
+
+    def value_and_grad(w):
+        F = np.zeros((m, K))
+        for j, (c, lrn) in enumerate(zip(coord_class, coord_learner)):
+            F[:, c] += w[j] * H[lrn]
+        mu = np.exp(F - F[np.arange(m), labels][:, None])
+        mu[np.arange(m), labels] = 0.0
+        grad = np.full(len(w), lam)
+        for j, (c, lrn) in enumerate(zip(coord_class, coord_learner)):
+            # ∂/∂w_j of (1/p)Σ μ: rows of class c lose F_c (−Σ_y μ), others gain through μ_(i,c)
+            own = labels == c
+            grad[j] += (-(mu[own].sum(axis=1) * H[lrn, own]).sum() + (mu[~own, c] * H[lrn, ~own]).sum()) / p
+        return lam * w.sum() + mu.sum() / p, grad
+
+    return value_and_grad
+
+
+@pytest.mark.parametrize("weak_learners", ["class", "shared"])
+def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
+    K, lam = 4, 1e-2
+    bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
+    if weak_learners == "shared":  # every class weighs every learner (eq. 6's master)
+        L = H.shape[0]
+        coord_class, coord_learner = np.tile(np.arange(K), L), np.repeat(np.arange(L), K)
+    m = H.shape[1]
+    w = np.zeros(len(coord_class))
+    F = np.zeros((m, K))
+    C_over_p = 1.0 / (lam * m * (K - 1))
+    tol = 1e-9
+    tau, worst = mb.fcd(
+        bits, coord_class, coord_learner, w, labels, F, np.arange(len(w)), C_over_p, tol, 10_000, False,
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert worst is not None and worst <= tol and tau > 1  # the stopping rule (18) held
+    np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m), rtol=0, atol=1e-9)
+    M, R = kernels.margins(F, labels)
+    theta = kernels.kkt_violations(bits, coord_class, coord_learner, w, labels, M, R, C_over_p)
+    assert theta.max() <= 10 * tol  # θ (16) recomputed from the final weights, not the running μ
+    value_and_grad = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
+    ref = minimize(
+        value_and_grad, np.zeros(len(w)), jac=True, method="L-BFGS-B", bounds=[(0, None)] * len(w),
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 10_000},
+    )  # fmt: skip
+    ours = value_and_grad(w)[0]
+    assert ours == pytest.approx(ref.fun, rel=1e-6)
+    assert ours == pytest.approx(
+        mb.objective(kernels.scores(bits, coord_class, coord_learner, w, K, m), labels, w, lam)
+    )
+    assert np.count_nonzero(w) > 0
+
+
+def _random_binned_data(seed=2, m=90, d=6, K=3):
+    rng = np.random.default_rng(seed)
+    dense = rng.integers(-3, 7, size=(m, d)).astype(np.float64)
+    dense[rng.random((m, d)) < 0.4] = 0.0  # sparse columns: the zero bin is filled from the totals
+    X = sp.csr_matrix(dense)
+    labels = rng.integers(0, K, m).astype(np.int32)
+    F = rng.normal(size=(m, K))
+    return X, dense, labels, F
+
+
+def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_argmax(tmp_path):
+    X, dense, labels, F = _random_binned_data()
+    m, d = dense.shape
+    K = F.shape[1]
+    source = InMemoryStore(X, labels, [str(c) for c in range(K)], chunk_rows=25)  # 4 chunks
+    state = ChunkState(str(tmp_path))
+    for i in range(source.n_chunks):
+        lo, hi = source.chunk_bounds(i)
+        state.write(mb.SCORES, 1, i, F[lo:hi])
+    sketch = Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(source.n_chunks), size=64)
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=16)  # ≥ the 10 distinct values: every threshold
+    for f in range(d):
+        assert np.array_equal(cuts[offsets[f] : offsets[f + 1]], np.unique(dense[:, f])[:-1])
+    Engine(mode="inprocess").map(
+        mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
+    )
+    kw = {"state": state, "version": 1, "cut_offsets": offsets}
+    chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
+    whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
+    whole_state = ChunkState(str(tmp_path / "whole"))
+    whole_state.write(mb.SCORES, 1, 0, F)
+    mb._bins_task(whole_source, 0, state=whole_state, cuts=cuts, cut_offsets=offsets)
+    whole = mb._histogram_task(whole_source, 0, **{**kw, "state": whole_state})
+    for a, b in zip(chunked, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
+    holder = mb.MultiBoostState(
+        cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
+        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
+        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), outputs=[], bins=mb.PerSample(mb.BINS, 1),
+        scores=mb.PerSample(mb.SCORES, 1),
+    )  # fmt: skip
+    H = mb.MultiBoostSolver.full_histogram(holder, chunked)
+    feature, bin_, polarity, edge = kernels.best_stumps(H, chunked.totals, offsets)
+
+    G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
+    for c in range(K):
+        best = max(
+            (s * float(G[:, c] @ np.where(dense[:, f] > t, 1.0, -1.0)), f, t, s)
+            for f in range(d)
+            for t in np.unique(dense[:, f])[:-1]
+            for s in (1, -1)
+        )
+        threshold = cuts[offsets[feature[c]] + bin_[c]]
+        chosen = polarity[c] * float(G[:, c] @ np.where(dense[:, feature[c]] > threshold, 1.0, -1.0))
+        assert chosen == pytest.approx(best[0], rel=1e-12)
+        assert edge[c] == pytest.approx(best[0], rel=1e-12)
+
+
+def test_quantile_bins_put_zero_in_a_bin_of_its_own():
+    rng = np.random.default_rng(3)
+    col = np.where(rng.random(2000) < 0.5, 0.0, rng.normal(size=2000))
+    X = sp.csr_matrix(col[:, None])
+    source = InMemoryStore(X, np.zeros(2000, np.int32), ["a", "b"], chunk_rows=300)
+    sketch = Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(source.n_chunks), size=64)
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=8)
+    assert sketch.n_rows == 2000 and sketch.weights.sum() == np.count_nonzero(col)
+    zero = np.searchsorted(cuts, 0.0)
+    below = cuts[zero - 1]
+    assert cuts[zero] == 0.0 and not np.any((col > below) & (col < 0))  # (largest negative, 0] holds only 0
+    counts = np.bincount(np.searchsorted(cuts, col), minlength=len(cuts) + 1)
+    assert len(cuts) <= 10 and counts.min() > 0
+
+
+def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
+    X, y, classes = small_digits
+    source = InMemoryStore(X, y, classes, chunk_rows=150)
+    for weak_learners in ("class", "shared"):
+        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, weak_learners=weak_learners)
+        values = [r["objective"] for r in log.records]
+        assert len(values) == 12 and values[0] < 1.0  # (2)/C is 1 at w = 0
+        assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:])), values
+        assert model.info["learners"] == (12 * 10 if weak_learners == "class" else 12)
+    assert (model.predict(X) == np.asarray(classes)[y]).mean() > 0.8
+
+
+RUN = {"max_iter": 6, "tau_max": 2, "lam": 1e-3}
+
+
+def _same_model(a, b):
+    for key, value in a._arrays().items():
+        np.testing.assert_array_equal(b._arrays()[key], value, err_msg=key)
+    assert a.info == b.info
+
+
+def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, monkeypatch):
+    X, y, classes = small_digits
+    source = InMemoryStore(X, y, classes, chunk_rows=100)
+    params = RUN
+    full, _ = fit(source, str(tmp_path / "full"), **params)
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=2, **params)
+    real = mb._histogram_task
+
+    def crash(source, chunk_id, **kw):  # killed in the middle of iteration 5's histogram pass
+        if kw["version"] == 4 and chunk_id == 2:
+            raise KeyboardInterrupt("killed")
+        return real(source, chunk_id, **kw)
+
+    monkeypatch.setattr(mb, "_histogram_task", crash)
+    with pytest.raises(KeyboardInterrupt):
+        fit(source, run, resume=True, **params)
+    monkeypatch.setattr(mb, "_histogram_task", real)
+    resumed, _ = fit(source, run, resume=True, **params)
+    _same_model(full, resumed)
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_identical_model(small_digits, tmp_path):
+    X, y, classes = small_digits
+    source = InMemoryStore(X, y, classes, chunk_rows=100)
+    serial, _ = fit(source, str(tmp_path / "one"), **RUN)
+    with Engine(mode="local", n_workers=2) as engine:
+        parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, **RUN)
+    _same_model(serial, parallel)
+
+
+def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
+    X, y, classes = small_digits
+    model, _ = fit(InMemoryStore(X, y, classes, chunk_rows=200), max_iter=5)
+    model.save(str(tmp_path / "m"))
+    loaded = load_model(str(tmp_path / "m"))
+    assert loaded.kind == "boosted_stumps"
+    S = loaded.decision_function(X)
+    np.testing.assert_array_equal(S, model.decision_function(X))
+    dense = X.toarray()  # scores from the stumps' definition, by numpy
+    ref = np.zeros((X.shape[0], len(classes)))
+    for c, lrn, w in zip(model.coord_class, model.coord_learner, model.weights):
+        h = model.polarity[lrn] * np.where(dense[:, model.features[lrn]] > model.thresholds[lrn], 1.0, -1.0)
+        ref[:, c] += w * h
+    np.testing.assert_allclose(S, ref, rtol=1e-12, atol=1e-12)
+    top, scores = loaded.predict_topk(X, 3)
+    assert np.array_equal(top[:, 0], np.argmax(S, axis=1)) and np.all(scores[:, 0] >= scores[:, 1])
+
+
+def test_classifier_fits_and_refuses_multilabel(small_digits):
+    X, y, _ = small_digits
+    with pytest.warns(ConvergenceWarning, match="max_iter=8"):  # MultiBoostcw-1 with C = 1e8, as the paper's
+        clf = MultiBoostClassifier(max_iter=8, tau_max=1, lam=1e-8, update="large_c").fit(X.toarray(), y)
+    assert clf.n_iter_ == 8 and len(clf.history_) == 8 and clf.score(X.toarray(), y) > 0.8
+    assert clf.decision_function(X).shape == (X.shape[0], 10)
+    with pytest.raises(ValueError, match="not a label indicator"):
+        MultiBoostClassifier().fit(X, np.eye(3, dtype=int)[y % 3])
+    source = InMemoryStore(X[:6], sp.csr_matrix(np.eye(3, dtype=np.float32)[[0, 1, 2, 0, 1, 2]]), ["a", "b", "c"])
+    with pytest.raises(ConfigError, match="multiclass only"):
+        fit(source)
+
+
+def test_cli_trains_and_predicts(digits_cli_store, tmp_path):
+    from streamfit.cli import main
+
+    def run(*args):
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "multiboost: MultiBoostcw" in run("train", "--list-solvers")
+    out = tmp_path / "run"
+    run("train", digits_cli_store, "--solver", "multiboost", "-p", "max_iter=4", "--n-workers", "0", "--out", out)
+    assert load_model(str(out)).kind == "boosted_stumps"
+    run("predict", out, digits_cli_store, "--out", tmp_path / "p.jsonl", "--top-k", "2")
+    first = json.loads((tmp_path / "p.jsonl").read_text().splitlines()[0])
+    assert len(first["labels"]) == 2
