@@ -14,10 +14,12 @@ difference to LinearSVC's in points, the model's non-zero weights (coef and inte
 their ratio to LinearSVC's (dense one-vs-rest model: LinearSVC stores every weight), the
 training wall seconds and their ratio to LinearSVC's, and whether the solver says it converged.
 fbpd is multiclass only. `--time-limit` stops a solver at its first checkpoint after that many
-seconds (reported as "> LIMIT"; the time limit of `streamfit train`).
+seconds (reported as "> LIMIT"; the time limit of `streamfit train`). `-p KEY=VALUE` (as
+`streamfit train -p`, repeatable) overrides a default in every solver's run, e.g.
+`--solvers ppdsparse -p lam=none -p lam_ratio=0.01` (the ℓ1 weight relative to each class's λmax).
 
     python tools/bench_defaults.py [--sets news20,sector,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
-        [--data ../shared/data] [--work DIR] [--time-limit 900]
+        [--data ../shared/data] [--work DIR] [--time-limit 900] [-p KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def headline(result: dict, multilabel: bool) -> dict:
     return {"accuracy": result["accuracy"]}
 
 
-def run_ours(solver: str, train: str, test: str, out: str, time_limit: float) -> dict:
+def run_ours(solver: str, train: str, test: str, out: str, time_limit: float, params: dict) -> dict:
     from streamfit.errors import TimeLimitReached
     from streamfit.metrics import evaluate
     from streamfit.model import load_model
@@ -92,7 +94,7 @@ def run_ours(solver: str, train: str, test: str, out: str, time_limit: float) ->
 
     started = time.perf_counter()
     try:
-        fit(train, solver, out, {}, n_workers=0, progress=False, time_limit=time_limit, overwrite=True)
+        fit(train, solver, out, params, n_workers=0, progress=False, time_limit=time_limit, overwrite=True)
     except TimeLimitReached:
         return {"seconds": time.perf_counter() - started, "stopped": True}
     seconds = time.perf_counter() - started
@@ -148,7 +150,11 @@ def main() -> None:
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--work", default=None, help="where stores and runs go (default: a temporary folder)")
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds per solver run")
+    ap.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE", help="solver parameter")
     args = ap.parse_args()
+    from streamfit.cli import _parse_key_values
+
+    params = _parse_key_values(args.param, "-p")
     work = args.work or tempfile.mkdtemp(prefix="bench_defaults_")
     os.makedirs(work, exist_ok=True)
     from streamfit.store import open_store
@@ -174,7 +180,10 @@ def main() -> None:
             if solver == "fbpd" and store.multilabel:
                 continue
             rows.append(
-                (solver, run_ours(solver, train, test, os.path.join(work, f"run-{name}-{solver}"), args.time_limit))
+                (
+                    solver,
+                    run_ours(solver, train, test, os.path.join(work, f"run-{name}-{solver}"), args.time_limit, params),
+                )
             )
             r = rows[-1][1]
             if r.get("stopped"):

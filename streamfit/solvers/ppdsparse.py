@@ -8,6 +8,8 @@ elastic-net objective (9) in the project's averaged convention
     F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
+lam is one weight for every class, or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
+class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max).
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -56,7 +58,7 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
@@ -84,7 +86,18 @@ class PPDSparseParams(SolverParams):
     loss: Literal["squared_hinge", "hinge"] = Field(
         "squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge"
     )
-    lam: float = Field(1e-5, ge=0, description="ℓ1 weight: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam)")
+    lam: float | None = Field(  # type: ignore[assignment]  # None: per-class lam_ratio·λmax_k (nothing reads lam generically)
+        1e-5,
+        ge=0,
+        description="ℓ1 weight, the same for every class: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam); "
+        "None = lam_ratio·λmax_k per class k",
+    )
+    lam_ratio: float = Field(
+        0.01,
+        gt=0,
+        description="lam None: class k's ℓ1 weight is lam_ratio·λmax_k, λmax_k the smallest lam at which "
+        "w_k = 0 (squared hinge only; ≥ 1 = the empty model)",
+    )
     tau: float = Field(
         1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)"
     )
@@ -135,6 +148,15 @@ class PPDSparseParams(SolverParams):
         "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "
         "finished by a primal Newton method (same objective and stopping test); 0 = never",
     )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.lam is None and self.loss == "hinge":
+            raise ValueError(
+                "loss=hinge needs an absolute lam (λmax_k has a closed form for the squared hinge only); "
+                "set lam, e.g. lam=1e-5"
+            )
+        return self
 
 
 # -- the training matrix, once per process ---------------------------------------------------
@@ -217,8 +239,9 @@ def _worker_data(ref: _DataRef) -> Data:
 @dataclasses.dataclass
 class GroupResult:
     """Weights of classes [lo, hi) by the store's feature ids: CSR rows (indptr (hi − lo + 1,),
-    indices, values), biases (hi − lo,), per-class statistics stats (hi − lo, 5): iterations,
-    |A|, nnz(α), converged (1/0), G(α) of (10) in the paper's scale; and objective (hi − lo,):
+    indices, values), biases (hi − lo,), per-class statistics stats (hi − lo, 6): iterations,
+    |A|, nnz(α), converged (1/0), G(α) of (10) in the paper's scale, the ℓ1 weight lam_k
+    (class_lams); and objective (hi − lo,):
     F_k(w_k) of (9) in the averaged convention (ppdsparse_kernels.class_objective)."""
 
     indptr: np.ndarray
@@ -229,24 +252,54 @@ class GroupResult:
     objective: np.ndarray
 
 
+def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
+    """λmax_k of classes lo … hi−1 (hi − lo,), squared hinge, averaged convention: the smallest
+    lam at which w_k = 0 minimises F_k. At w = 0 every margin is ±b < 1, so the optimal bias is
+    b_k = ȳ_k/(1 + tau) (ȳ_k = (1/n) Σ_i y_ik = (2 n⁺_k − n)/n), and w = 0 is optimal iff
+    lam ≥ ‖∇_w‖∞ with ∇_w = −(1/n) Σ_i (y_ik − b_k) x_i = −(1/n) (2 Σ_{i: y_ik = 1} x_i − (1 + b_k) Σ_i x_i)
+    (the subgradient condition of (9) at w = 0); below it, no minimiser has w_k = 0 (b_k is
+    unique). O(nnz(X) + nnz of the classes' positive rows)."""
+    n = data.indptr.size - 1
+    d = data.col_map.size
+    X = sp.csr_matrix((data.values, data.indices, data.indptr), shape=(n, d))
+    column_sums = np.bincount(data.indices, weights=data.values, minlength=d)
+    out = np.zeros(hi - lo)
+    for k in range(lo, hi):
+        rows = data.pos_rows[data.pos_ptr[k] : data.pos_ptr[k + 1]]
+        b = (2 * rows.size - n) / n / (1 + tau)
+        grad = (2 * np.asarray(X[rows].sum(axis=0)).ravel() - (1 + b) * column_sums) / n
+        out[k - lo] = np.abs(grad).max(initial=0.0)
+    return out
+
+
+def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
+    """The ℓ1 weight lam_k of classes lo … hi−1 (hi − lo,), averaged convention: p.lam for every
+    class, or p.lam_ratio · λmax_k (lam_max) when p.lam is None."""
+    if p.lam is not None:
+        return np.full(hi - lo, p.lam)
+    return p.lam_ratio * lam_max(data, lo, hi, p.tau)
+
+
 def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -> GroupResult:
     """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays; weights by the
     store's feature ids."""
     work = make_work(n_rows, data.col_map.size)
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
-    mu, sigma = n_rows * p.lam, n_rows * p.tau
+    lams = class_lams(data, lo, hi, p)
+    sigma = n_rows * p.tau
     delta = 0.0 if p.delta is None else p.delta
     idx, val = [], []
     bias = np.zeros(hi - lo)
-    stats = np.zeros((hi - lo, 5))
+    stats = np.zeros((hi - lo, 6))
     objective = np.zeros(hi - lo)
     for k in range(lo, hi):
+        lam = lams[k - lo]
         i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
             data,
             work,
             k,
             loss,
-            mu,
+            n_rows * lam,
             sigma,
             p.kappa,
             p.kappa_growth,
@@ -259,13 +312,13 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
             p.random_state,
             p.primal_ratio,
         )
-        objective[k - lo] = class_objective(data, work, k, i, v, b, loss, p.lam, p.tau)
+        objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
         i = data.col_map[i]
         order = np.argsort(i)
         idx.append(i[order])
         val.append(v[order])
         bias[k - lo] = b
-        stats[k - lo] = (it, n_active, n_alpha, conv, dual)
+        stats[k - lo] = (it, n_active, n_alpha, conv, dual, lam)
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
     return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats, objective)
 
@@ -505,7 +558,8 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     def to_model(self, ctx: Context, state: PPDSparseState) -> PPDSparseModel:
         """W of the finished classes (the others all zero) as K × d CSR; info: groups_finished,
-        groups, nnz, mean_active (over the finished classes), not_converged, converged."""
+        groups, nnz, mean_active (over the finished classes), not_converged, lam_min and lam_max
+        (the smallest and largest per-class ℓ1 weight lam_k used), converged."""
         K, d = state.n_classes, ctx.source.n_features
         groups = state.groups()
         counts = np.zeros(K, np.int64)
@@ -518,13 +572,15 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         indices = np.concatenate(state.in_class_order("indices") or [np.zeros(0, np.int64)])
         values = np.concatenate(state.in_class_order("values") or [np.zeros(0)])
         coef = sp.csr_matrix((values, indices.astype(np.int32), indptr), shape=(K, d))
-        stats = np.vstack(state.in_class_order("stats") or [np.zeros((0, 5))])
+        stats = np.vstack(state.in_class_order("stats") or [np.zeros((0, 6))])
         info = {
             "groups_finished": len(state.finished),
             "groups": len(groups),
             "nnz": int(coef.nnz),
             "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
             "not_converged": int((stats[:, 3] == 0).sum()),
+            "lam_min": float(stats[:, 5].min()) if len(stats) else 0.0,
+            "lam_max": float(stats[:, 5].max()) if len(stats) else 0.0,
         }
         info["converged"] = self.converged(state)
         return PPDSparseModel(

@@ -182,6 +182,51 @@ def test_elastic_net_is_optimal(digits):
         assert r["objective"] >= dual_so_far * (1 - 1e-12)
 
 
+def lam_max_reference(X, Ys, tau):
+    """λmax_k per class from the dense subgradient condition at w = 0: the bias minimising
+    (tau/2) b² + mean ½ max(0, 1 − y b)² (scipy's scalar minimiser, then a Newton step on its
+    derivative for full precision; not the closed form), then ‖∇_w‖∞ = ‖(1/n) Xᵀ(y ⊙ (1 − y b)₊)‖∞."""
+    from scipy.optimize import minimize_scalar
+
+    n = X.shape[0]
+    out = []
+    for y in Ys.T:
+        b = minimize_scalar(lambda b, y=y: tau * b * b / 2 + np.mean(np.maximum(0, 1 - y * b) ** 2) / 2).x
+        b -= (tau * b - np.mean(y * np.maximum(0, 1 - y * b))) / (tau + np.mean(y * b < 1))
+        out.append(np.abs(X.T @ (y * np.maximum(0, 1 - y * b))).max() / n)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("data_name", ["digits", "multilabel"])
+def test_lam_ratio_is_relative_to_the_exact_lam_max(request, data_name):
+    """lam=None: class k's ℓ1 weight is lam_ratio·λmax_k. Above λmax_k (ratio 1.001) every
+    class's weights are all zero; just below (0.99) every class has non-zero weights; at 0.3 the
+    model meets the optimality conditions with lam_k = 0.3·λmax_k of the reference and logs
+    Σ_k F_k at those weights."""
+    X, labels = request.getfixturevalue(data_name)
+    n_classes = 10 if data_name == "digits" else 6
+    tau = 1e-2
+    source = InMemoryStore(X, labels, range(n_classes))
+    Ys = signs(labels, n_classes)
+    lams = lam_max_reference(X.toarray(), Ys, tau)
+    above, _ = fit(source, lam=None, lam_ratio=1.001, tau=tau, **TIGHT)
+    assert above.coef_.nnz == 0
+    below, _ = fit(source, lam=None, lam_ratio=0.99, tau=tau, **TIGHT)
+    assert (np.diff(below.coef_.indptr) > 0).all()
+    model, log = fit(source, lam=None, lam_ratio=0.3, tau=tau, **TIGHT)
+    np.testing.assert_allclose(
+        [model.info["lam_min"], model.info["lam_max"]], 0.3 * lams[[lams.argmin(), lams.argmax()]], rtol=1e-6
+    )
+    W, b = dense_weights(model)
+    assert kkt_violation(X, Ys, W, b, 0.3 * lams, tau).max() < 1e-6
+    per_class = [
+        objective(X, Ys[:, [k]], W[:, [k]], b[[k]], 0.3 * lams[k], tau, "squared_hinge")[0] for k in range(n_classes)
+    ]
+    assert log.records[-1]["objective"] == pytest.approx(sum(per_class), rel=1e-12)
+    with pytest.raises(ValidationError, match="hinge needs an absolute lam"):
+        pp.PPDSparseParams(loss="hinge", lam=None)
+
+
 @pytest.mark.parametrize(
     "options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5}, {"delta": 0.2, "x_threshold": 0.3, "kappa": 3}]
 )
