@@ -822,14 +822,19 @@ def test_log_file_in_json_lines_holds_the_progress_lines_and_the_error(stores, t
     assert last["message"] in failed.output  # the same one line as on stderr
 
 
-def test_the_cli_imports_no_cluster_store_backend_or_solver_until_a_command_needs_one():
+def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_command_needs_one():
     import subprocess
     import sys
 
-    heavy = ["dask", "distributed", "zarr", "pyarrow", "h5py", "streamfit.solvers", "streamfit.estimators"]
-    code = f"import sys, streamfit.cli; print([m for m in {heavy!r} if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]"
+    heavy = ["dask", "distributed", "zarr", "pyarrow", "h5py", "numba", "streamfit.solvers", "streamfit.estimators"]
+    for command in ("import streamfit.cli", "import streamfit.cli; streamfit.cli.main(['--help'])"):
+        code = (
+            f"import atexit, sys; atexit.register(lambda: print([m for m in {heavy!r} if m in sys.modules]))\n"
+            + command
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip().splitlines()[-1] == "[]", command
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from dataclasses import asdict, dataclass
 from dataclasses import fields as dataclass_fields
 from typing import Literal
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -104,250 +103,12 @@ def _next_power_of_two(n: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# numba kernels
+# the tokenizer's word bytes (the numba kernels are in hashing_kernels.py)
 
 # Word bytes: ASCII [0-9A-Za-z_] and every byte >= 0x80 (so multi-byte UTF-8 characters stay whole).
 _WORD_BYTE = np.zeros(256, dtype=np.bool_)
 _WORD_BYTE[np.frombuffer((string.digits + string.ascii_letters + "_").encode(), dtype=np.uint8)] = True
 _WORD_BYTE[0x80:] = True
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _rotl32(x, r):
-    """x (< 2**32) rotated left by r bits within 32 bits."""
-    return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
-
-
-@numba.njit(cache=True, nogil=True)
-def _murmur3_32(buf, start, end, seed):
-    """MurmurHash3_x86_32 of buf[start:end] as a signed int32 value (held in an int64).
-
-    All arithmetic is on int64 holding uint32 values, masked to 32 bits after each product."""
-    c1 = 0xCC9E2D51
-    c2 = 0x1B873593
-    n = end - start
-    h = np.int64(seed) & 0xFFFFFFFF
-    tail = start + (n & ~3)
-    for p in range(start, tail, 4):
-        k = np.int64(buf[p]) | (np.int64(buf[p + 1]) << 8) | (np.int64(buf[p + 2]) << 16) | (np.int64(buf[p + 3]) << 24)
-        k = _rotl32((k * c1) & 0xFFFFFFFF, 15)
-        h ^= (k * c2) & 0xFFFFFFFF
-        h = (_rotl32(h, 13) * 5 + 0xE6546B64) & 0xFFFFFFFF
-    rem = n & 3
-    if rem:
-        k = np.int64(0)
-        if rem == 3:
-            k ^= np.int64(buf[tail + 2]) << 16
-        if rem >= 2:
-            k ^= np.int64(buf[tail + 1]) << 8
-        k ^= np.int64(buf[tail])
-        k = _rotl32((k * c1) & 0xFFFFFFFF, 15)
-        h ^= (k * c2) & 0xFFFFFFFF
-    h ^= n
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    return h - 0x100000000 if h >= 0x80000000 else h
-
-
-@numba.njit(cache=True, nogil=True, inline="always")
-def _key(h, mask, alternate_sign):
-    """Sortable int32 key of a hash: 2 * col + (1 if the sign is negative else 0)."""
-    neg = 1 if (alternate_sign and h < 0) else 0
-    return np.int32(((abs(h) & mask) << 1) | neg)
-
-
-@numba.njit(cache=True, nogil=True)
-def _tokenize(buf, start, end, min_len, word, tok_start, tok_end, char_start, char_end):
-    """Store the maximal runs of word bytes in buf[start:end] having >= min_len UTF-8 characters
-    (bytes that are not 0b10xxxxxx) as [tok_start[t], tok_end[t]); return their number.
-
-    Branch-free scan: at each byte p the current run counters' slots are overwritten with p (and
-    the character index p - continuation bytes so far), and a counter only advances on a
-    non-word -> word (start) or word -> non-word (end) transition. Arrays need (end - start) // 2 + 2
-    slots."""
-    n_start = 0
-    n_end = 0
-    prev = 0
-    n_cont = 0
-    for p in range(start, end):
-        b = buf[p]
-        w = np.int64(word[b])
-        tok_start[n_start] = p
-        char_start[n_start] = p - n_cont
-        n_start += w & (1 - prev)
-        tok_end[n_end] = p
-        char_end[n_end] = p - n_cont
-        n_end += prev & (1 - w)
-        n_cont += (b & 0xC0) == 0x80
-        prev = w
-    tok_end[n_end] = end
-    char_end[n_end] = end - n_cont
-    n_tok = 0
-    for t in range(n_start):
-        tok_start[n_tok] = tok_start[t]
-        tok_end[n_tok] = tok_end[t]
-        n_tok += char_end[t] - char_start[t] >= min_len
-    return n_tok
-
-
-@numba.njit(cache=True, nogil=True)
-def _radix_sort(keys, n, n_bits, tmp, counts):
-    """Sort keys[:n] (non-negative, < 2**n_bits) in place: LSD radix sort on 8-bit digits, using
-    tmp (size >= n) and counts (size 256) as scratch."""
-    src, dst = keys, tmp
-    for shift in range(0, n_bits, 8):
-        counts[:] = 0
-        for j in range(n):
-            counts[(src[j] >> shift) & 255] += 1
-        total = 0
-        for d in range(256):
-            c = counts[d]
-            counts[d] = total
-            total += c
-        for j in range(n):
-            d = (src[j] >> shift) & 255
-            dst[counts[d]] = src[j]
-            counts[d] += 1
-        src, dst = dst, src
-    if (n_bits + 7) // 8 % 2 == 1:
-        keys[:n] = tmp[:n]
-
-
-@numba.njit(cache=True, nogil=True)
-def _hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_n, max_n, scratch, keys, k):
-    """Append to keys[k:] the keys of all word n-grams, min_n <= n <= max_n, over the tokens; an
-    n-gram is its tokens joined by one space (built in scratch). Return the new key count."""
-    for n in range(min_n, max_n + 1):
-        for t in range(n_tok - n + 1):
-            if n == 1:
-                h = _murmur3_32(buf, tok_start[t], tok_end[t], seed)
-            else:
-                q = 0
-                for u in range(t, t + n):
-                    if u > t:
-                        scratch[q] = 32
-                        q += 1
-                    for p in range(tok_start[u], tok_end[u]):
-                        scratch[q] = buf[p]
-                        q += 1
-                h = _murmur3_32(scratch, 0, q, seed)
-            keys[k] = _key(h, mask, alternate_sign)
-            k += 1
-    return k
-
-
-@numba.njit(cache=True, nogil=True)
-def _hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_n, max_n, value_mode, word):
-    """Hash documents into CSR (indptr, indices, data).
-
-    Row i gathers the n-grams of every field f, the bytes buf[offsets[f, i]:offsets[f, i + 1]]
-    hashed with seeds[f]; its keys are sorted, each run of one column summed to v = sum of signs,
-    v = 0 dropped, and v mapped by value_mode: 0 -> v, 1 -> sign(v), 2 -> sign(v) * log1p(|v|)."""
-    n_fields = offsets.shape[0]
-    n_docs = offsets.shape[1] - 1
-    max_seg = 0
-    max_keys = 0
-    for i in range(n_docs):
-        doc_keys = 0
-        for f in range(n_fields):
-            seg = offsets[f, i + 1] - offsets[f, i]
-            max_seg = max(max_seg, seg)
-            doc_keys += (seg + 1) // (min_len + 1)  # t tokens of >= m bytes need t * m + t - 1 bytes
-        max_keys = max(max_keys, doc_keys)
-    tok_start = np.empty(max_seg // 2 + 2, dtype=np.int64)
-    tok_end = np.empty_like(tok_start)
-    char_start = np.empty_like(tok_start)
-    char_end = np.empty_like(tok_start)
-    scratch = np.empty(max_seg, dtype=np.uint8)
-    keys = np.empty(max_keys * (max_n - min_n + 1), dtype=np.int32)
-    sort_tmp = np.empty_like(keys)
-    sort_counts = np.empty(256, dtype=np.int64)
-
-    indptr = np.zeros(n_docs + 1, dtype=np.int64)
-    capacity = buf.size // 8 + 1024
-    indices = np.empty(capacity, dtype=np.int32)
-    data = np.empty(capacity, dtype=np.float32)
-    nnz = 0
-    for i in range(n_docs):
-        k = 0
-        for f in range(n_fields):
-            n_tok = _tokenize(
-                buf, offsets[f, i], offsets[f, i + 1], min_len, word, tok_start, tok_end, char_start, char_end
-            )
-            k = _hash_ngrams(
-                buf, tok_start, tok_end, n_tok, seeds[f], mask, alternate_sign, min_n, max_n, scratch, keys, k
-            )
-        if nnz + k > capacity:
-            capacity = max(2 * capacity, nnz + k)
-            indices = _grow(indices, capacity, nnz)
-            data = _grow(data, capacity, nnz)
-        _radix_sort(keys, k, key_bits, sort_tmp, sort_counts)
-        j = 0
-        while j < k:
-            col = keys[j] >> 1
-            v = 0
-            while j < k and (keys[j] >> 1) == col:
-                v += 1 - 2 * (keys[j] & 1)
-                j += 1
-            if v != 0:
-                indices[nnz] = col
-                if value_mode == 0:
-                    data[nnz] = v
-                elif value_mode == 1:
-                    data[nnz] = 1.0 if v > 0 else -1.0
-                else:
-                    data[nnz] = np.log1p(abs(v)) * (1.0 if v > 0 else -1.0)
-                nnz += 1
-        indptr[i + 1] = nnz
-    return indptr, indices[:nnz].copy(), data[:nnz].copy()
-
-
-@numba.njit(cache=True, nogil=True)
-def _grow(a, capacity, n):
-    """Copy of a[:n] in a new array of the given capacity."""
-    b = np.empty(capacity, dtype=a.dtype)
-    b[:n] = a[:n]
-    return b
-
-
-@numba.njit(cache=True, nogil=True)
-def _hash_entries(indptr, buf, starts, ends, values, seed, mask, alternate_sign):
-    """Hash CSR entries whose j-th key is the bytes buf[starts[j]:ends[j]] (a raw id's 8 bytes,
-    or a token): entry value v goes to column col(key) as sgn(key) * v; each row's entries of
-    one column are summed (in input order, float64), and sums that are 0 in float32 are dropped."""
-    n_rows = indptr.size - 1
-    nnz_in = values.size
-    cols = np.empty(nnz_in, dtype=np.int32)
-    signed = np.empty(nnz_in, dtype=np.float64)
-    for j in range(nnz_in):
-        h = _murmur3_32(buf, starts[j], ends[j], seed)
-        cols[j] = abs(h) & mask
-        signed[j] = -values[j] if (alternate_sign and h < 0) else values[j]
-    out_indptr = np.zeros(n_rows + 1, dtype=np.int64)
-    out_indices = np.empty(nnz_in, dtype=np.int32)
-    out_data = np.empty(nnz_in, dtype=np.float32)
-    nnz = 0
-    for i in range(n_rows):
-        s = indptr[i]
-        e = indptr[i + 1]
-        order = np.argsort(cols[s:e], kind="mergesort") + s
-        j = 0
-        while j < e - s:
-            col = cols[order[j]]
-            v = 0.0
-            while j < e - s and cols[order[j]] == col:
-                v += signed[order[j]]
-                j += 1
-            v32 = np.float32(v)
-            if v32 != 0:
-                out_indices[nnz] = col
-                out_data[nnz] = v32
-                nnz += 1
-        out_indptr[i + 1] = nnz
-    return out_indptr, out_indices[:nnz].copy(), out_data[:nnz].copy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,8 +119,10 @@ def murmurhash3_32(data: bytes, seed: int = 0) -> int:
     """MurmurHash3_x86_32(data, seed) as a signed int32; equals mmh3.hash(data, seed)."""
     if not _is_int(seed) or not 0 <= seed <= _MASK32:
         raise ValueError(f"murmurhash3_32: seed={seed!r} is out of range; use an int in [0, 2**32 - 1]")
+    from streamfit.ingest.hashing_kernels import murmur3_32  # numba: imported on first use
+
     buf = np.frombuffer(data, dtype=np.uint8)
-    return int(_murmur3_32(buf, 0, buf.size, seed))
+    return int(murmur3_32(buf, 0, buf.size, seed))
 
 
 class FeatureHasher:
@@ -398,7 +161,9 @@ class FeatureHasher:
         offsets = bounds[np.arange(len(columns))[:, None] * n_docs + np.arange(n_docs + 1)]
         buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
         cfg = self.config
-        indptr, indices, data = _hash_text(
+        from streamfit.ingest.hashing_kernels import hash_text  # numba: imported on first use
+
+        indptr, indices, data = hash_text(
             buf,
             offsets,
             np.array([seed for _, _, seed in columns], dtype=np.int64),
@@ -430,7 +195,9 @@ class FeatureHasher:
         values = np.ascontiguousarray(X.data, dtype=np.float64)
         starts = 8 * np.arange(values.size, dtype=np.int64)
         cfg = self.config
-        indptr, indices, data = _hash_entries(
+        from streamfit.ingest.hashing_kernels import hash_entries  # numba: imported on first use
+
+        indptr, indices, data = hash_entries(
             X.indptr.astype(np.int64),
             ids,
             starts,
@@ -456,7 +223,9 @@ class FeatureHasher:
         indptr = np.zeros(len(token_lists) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists)), out=indptr[1:])
         buf = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-        out_indptr, indices, data = _hash_entries(
+        from streamfit.ingest.hashing_kernels import hash_entries  # numba: imported on first use
+
+        out_indptr, indices, data = hash_entries(
             indptr, buf, ends - lengths, ends, np.ones(len(encoded)), cfg.seed, cfg.n_features - 1, cfg.alternate_sign
         )
         if cfg.value == "binary":
