@@ -16,11 +16,21 @@ documents), raw text one file per document. Both tools read the same documents:
                are written from the folders before the clock starts, and that conversion is
                timed separately.
 
-Prints one table row per tool (wall seconds of each step, total, test accuracy) and the
-ratios. Usage:
+Two inputs (`--inputs`): the folders (one file per document), and one headerless TSV file per
+split (`label<TAB>text`, R8's own layout: tabs and newlines of a document become spaces; VW
+also reads one file). `--baseline-src DIR` also times the streamfit rows with the package found
+in DIR (e.g. an export of main: `git archive main | tar -x -C DIR`) in the same run, for before /
+after. Each package gets its bytecode compiled first (`compileall`, as `pip install` does:
+otherwise a PYTHONDONTWRITEBYTECODE environment recompiles every module in every process) and
+one warm-up `streamfit run` (fills numba's cache, as a user's first run does).
+
+Prints `streamfit --help` and `import streamfit.cli` times, then one table row per tool and
+input (wall seconds of each step, total, CPU seconds, test accuracy) with the ratios to VW.
+Usage:
 
     python tools/bench_small_jobs.py [--tarball PATH] [--groups 10] [--bits 18] [--passes 5]
         [--solver ppdsparse] [-p KEY=VALUE ...] [--n-workers N] [--workdir DIR]
+        [--inputs folder,tsv] [--baseline-src DIR]
 
 Needs the `bench` extra (vowpalwabbit).
 """
@@ -28,6 +38,7 @@ Needs the `bench` extra (vowpalwabbit).
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import random
@@ -77,14 +88,29 @@ def write_vw(folder: str, groups: list[str], out: str) -> int:
     return len(lines)
 
 
+def write_tsv(folder: str, groups: list[str], out: str) -> None:
+    """One `group<TAB>text` line per document of folder/<group>/ (sorted, as the folder source
+    reads them), UTF-8; a document's tabs, newlines and other line breaks become spaces (which
+    leaves its tokens as they are)."""
+    with open(out, "w", encoding="utf-8") as f:
+        for group in groups:
+            for doc in sorted(os.listdir(os.path.join(folder, group))):
+                with open(os.path.join(folder, group, doc), encoding="latin-1") as src:
+                    text = " ".join(src.read().split("\t"))
+                f.write(f"{group}\t{' '.join(text.splitlines())}\n")
+
+
 CPU = {"seconds": 0.0}  # user + system CPU seconds of the commands timed so far (load-independent-ish)
+
+
+ENV = dict(os.environ)  # the environment of the commands: PYTHONPATH selects the baseline package
 
 
 def timed(cmd: list[str]) -> tuple[float, str]:
     """Runs cmd; its wall seconds and stdout. Adds its CPU seconds to CPU["seconds"]."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=ENV)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU["seconds"] += after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
@@ -127,24 +153,32 @@ def run_vw(work: str, k: int, bits: int, passes: int) -> dict:
     return {"ingest": 0.0, "train": train_s, "evaluate": test_s, "accuracy": accuracy}
 
 
-def run_streamfit(corpus: str, work: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
+INPUTS = {  # name: (train path, test path, source options) relative to the work folder
+    "folder": ("corpus/train", "corpus/test", {"encoding": "latin-1"}),
+    "tsv": ("train.tsv", "test.tsv", {"header": False, "label_field": 0, "text_field": 1}),
+}
+
+
+def source_flags(options: dict) -> list[str]:
+    """The ingest flags of INPUTS' source options."""
+    flags = {"encoding": ["--encoding", options.get("encoding")], "header": ["--no-header"]}
+    out = []
+    for key, value in options.items():
+        out += flags.get(key, [f"--{key.replace('_', '-')}", str(value)])
+    return out
+
+
+def run_streamfit(work: str, inputs: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
     cli = [os.path.join(os.path.dirname(sys.executable), "streamfit")]  # the console script, as a user runs it
+    train_in, test_in, options = INPUTS[inputs]
+    flags = source_flags(options)
     train_store, test_store = f"{work}/train.zarr", f"{work}/test.zarr"
-    hashing = ["--n-features", str(2**bits), "--value", "log1p", "--idf", "--l2-normalize", "--encoding", "latin-1"]
-    ingest_train, _ = timed([*cli, "ingest", f"{corpus}/train", *hashing, "--out", train_store, "--overwrite"])
+    hashing = ["--n-features", str(2**bits), "--value", "log1p", "--idf", "--l2-normalize"]
+    ingest_train, _ = timed(
+        [*cli, "ingest", f"{work}/{train_in}", *flags, *hashing, "--out", train_store, "--overwrite"]
+    )
     ingest_test, _ = timed(
-        [
-            *cli,
-            "ingest",
-            f"{corpus}/test",
-            "--encoding",
-            "latin-1",
-            "--like",
-            train_store,
-            "--out",
-            test_store,
-            "--overwrite",
-        ]
+        [*cli, "ingest", f"{work}/{test_in}", *flags, "--like", train_store, "--out", test_store, "--overwrite"]
     )
     engine = ["--n-workers", n_workers] if n_workers is not None else []
     pp = [a for p in params for a in ("-p", p)]
@@ -164,16 +198,16 @@ def run_streamfit(corpus: str, work: str, bits: int, solver: str, params: list[s
 
 
 PIPELINE = """ingest:
-  inputs: [{corpus}/train]
+  inputs: [{work}/{train_in}]
   out: {work}/run-train.zarr
   hashing: {{n_features: {n_features}, value: log1p}}
   idf: true
   l2_normalize: true
-  source_options: {{encoding: latin-1}}
+  source_options: {options}
 ingest_test:
-  inputs: [{corpus}/test]
+  inputs: [{work}/{test_in}]
   out: {work}/run-test.zarr
-  source_options: {{encoding: latin-1}}
+  source_options: {options}
 train:
   solver: {solver}
   out: {work}/run-run
@@ -182,14 +216,17 @@ train:
 """
 
 
-def run_pipeline(corpus: str, work: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
+def run_pipeline(work: str, inputs: str, bits: int, solver: str, params: list[str], n_workers: str | None) -> dict:
     """The same job as one `streamfit run PIPELINE.yaml` (one process: imports paid once)."""
+    train_in, test_in, options = INPUTS[inputs]
     path = f"{work}/job.yaml"
     with open(path, "w") as f:
         f.write(
             PIPELINE.format(
-                corpus=corpus,
                 work=work,
+                train_in=train_in,
+                test_in=test_in,
+                options=json.dumps(options),
                 n_features=2**bits,
                 solver=solver,
                 params=", ".join(p.replace("=", ": ", 1) for p in params),
@@ -202,6 +239,31 @@ def run_pipeline(corpus: str, work: str, bits: int, solver: str, params: list[st
     return {"ingest": 0.0, "train": seconds, "evaluate": 0.0, "accuracy": accuracy}
 
 
+def startup(repeats: int = 3) -> dict:
+    """Best of `repeats` wall and CPU seconds of `streamfit --help` and `python -c 'import streamfit.cli'`."""
+    cli = os.path.join(os.path.dirname(sys.executable), "streamfit")
+    out = {}
+    for name, cmd in (
+        ("streamfit --help", [cli, "--help"]),
+        ("import streamfit.cli", [sys.executable, "-c", "import streamfit.cli"]),
+    ):
+        best = []
+        for _ in range(repeats):
+            start = CPU["seconds"]
+            wall, _ = timed(cmd)
+            best.append((wall, CPU["seconds"] - start))
+        out[name] = (min(w for w, _ in best), min(c for _, c in best))
+    return out
+
+
+def package_dir(src: str | None) -> str:
+    """The streamfit package the commands import: src/streamfit, or this interpreter's."""
+    if src is not None:
+        return os.path.join(src, "streamfit")
+    code = "import os, streamfit; print(os.path.dirname(streamfit.__file__))"
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tarball", default=TARBALL)
@@ -212,7 +274,13 @@ def main() -> None:
     ap.add_argument("-p", "--param", dest="params", action="append", default=[], help="streamfit solver KEY=VALUE")
     ap.add_argument("--n-workers", default=None, help="streamfit train --n-workers (default: unset, auto)")
     ap.add_argument("--workdir", default=None, help="kept when given; a temporary folder otherwise")
+    ap.add_argument("--inputs", default="folder,tsv", help="comma-separated: folder (one file per document), tsv")
+    ap.add_argument("--baseline-src", default=None, help="also time the streamfit package in this source tree")
     args = ap.parse_args()
+    inputs = args.inputs.split(",")
+    for name in inputs:
+        if name not in INPUTS:
+            ap.error(f"--inputs: unknown input {name!r}; use {', '.join(INPUTS)}")
 
     work = args.workdir or tempfile.mkdtemp(prefix="bench-small-")
     os.makedirs(work, exist_ok=True)
@@ -223,31 +291,49 @@ def main() -> None:
     n_train = write_vw(f"{corpus}/train", groups, f"{work}/train.vw")
     n_test = write_vw(f"{corpus}/test", groups, f"{work}/test.vw")
     convert_s = time.perf_counter() - t0
+    write_tsv(f"{corpus}/train", groups, f"{work}/train.tsv")
+    write_tsv(f"{corpus}/test", groups, f"{work}/test.tsv")
     print(
         f"20 Newsgroups subset: {len(groups)} groups, {n_train} train / {n_test} test documents; 2^{args.bits} features"
     )
 
-    # a first run fills numba's cache, as a user's first run does; the timed runs come after
-    run_streamfit(corpus, work, args.bits, args.solver, args.params, args.n_workers)
-    job = (corpus, work, args.bits, args.solver, args.params, args.n_workers)
-    ours, one = with_cpu(run_streamfit, *job), with_cpu(run_pipeline, *job)
+    solver = f"{args.solver} {' '.join(args.params)}".rstrip()
+    rows = []
+    starts = {}
+    sources = [("this", None)] + ([("baseline", args.baseline_src)] if args.baseline_src else [])
+    for label, src in sources:
+        ENV.pop("PYTHONPATH", None)
+        if src is not None:
+            ENV["PYTHONPATH"] = os.path.abspath(src)
+        compileall.compile_dir(package_dir(src), quiet=1)
+        starts[label] = startup()
+        # a first run fills numba's cache, as a user's first run does; the timed runs come after
+        run_pipeline(work, inputs[0], args.bits, args.solver, args.params, args.n_workers)
+        for name in inputs:
+            job = (work, name, args.bits, args.solver, args.params, args.n_workers)
+            ours = with_cpu(run_streamfit, *job)
+            rows.append((f"{label}: streamfit, 4 commands, {name} ({solver}, engine {ours['engine']})", ours))
+            rows.append((f"{label}: `streamfit run`, one process, {name}", with_cpu(run_pipeline, *job)))
+    ENV.pop("PYTHONPATH", None)
     vw = with_cpu(run_vw, work, len(groups), args.bits, args.passes)
     vw_total = vw["train"] + vw["evaluate"]
+    rows.append((f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes} (one file)", vw))
 
+    print("| package | `streamfit --help` wall / CPU s | `import streamfit.cli` wall / CPU s |")
+    print("|---|---|---|")
+    for label, t in starts.items():
+        h, i = t["streamfit --help"], t["import streamfit.cli"]
+        print(f"| {label} | {h[0]:.2f} / {h[1]:.2f} | {i[0]:.2f} / {i[1]:.2f} |")
+    print()
     print("| tool | ingest s | train s | evaluate s | total s | / vw | CPU s | / vw | test accuracy |")
     print("|---|---|---|---|---|---|---|---|---|")
-    solver = f"{args.solver} {' '.join(args.params)}".rstrip()
-    for name, r in (
-        (f"streamfit, 4 commands ({solver}, engine {ours['engine']})", ours),
-        (f"streamfit run, one process ({solver}; ingest+train+evaluate in 'train')", one),
-        (f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes}", vw),
-    ):
+    for name, r in rows:
         total = r["ingest"] + r["train"] + r["evaluate"]
         print(
             f"| {name} | {r['ingest']:.2f} | {r['train']:.2f} | {r['evaluate']:.2f} | {total:.2f} | "
             f"{total / vw_total:.2f} | {r['cpu']:.2f} | {r['cpu'] / vw['cpu']:.2f} | {r['accuracy']:.4f} |"
         )
-    print(f"vw's input conversion (not in its total): {convert_s:.2f} s")
+    print(f"vw's input conversion (not in its total): {convert_s:.2f} s; `streamfit run` rows: all steps in 'train'")
     if not args.workdir:
         shutil.rmtree(work)
 
