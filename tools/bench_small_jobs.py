@@ -166,7 +166,7 @@ def run_vw(work: str, k: int, bits: int, passes: int) -> dict:
 
 INPUTS = {  # name: (train path, test path, source options) relative to the work folder
     "folder": ("corpus/train", "corpus/test", {"encoding": "latin-1"}),
-    "tsv": ("train.tsv", "test.tsv", {"header": False, "label_field": 0, "text_field": 1}),
+    "tsv": ("train.tsv", "test.tsv", {"header": False, "label_field": "0", "text_field": "1"}),
 }
 
 
