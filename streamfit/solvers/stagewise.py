@@ -74,7 +74,11 @@ Out of core: per stage, AᵀA and Aᵀ(Y − g(F)) are summed over row chunks wi
 Engine.map_reduce (a fixed tree: results do not depend on the number of workers) and solved
 in the driver; the update pass of stage t also sums stage t+1's statistics (one pass per
 identity-link stage). Everything random derives from random_state, so a resumed run
-reproduces an uninterrupted one bitwise. Caches, panels and memory: docs/architecture.md.
+reproduces an uninterrupted one bitwise. Real-valued targets only (class models keep their bits):
+with few stored columns the scan also sums the normal equations of Z = [1, X] and every stage
+runs on them without a data pass (`StagewiseSolver._normal_step`); otherwise dense active
+columns make dense column designs (`FeatureSpace.dense`) whose sums are BLAS products.
+Caches, panels and memory: docs/architecture.md.
 Products whose rows are samples (ZΩ, AW, the PCA projection, the calibrations, the
 predictions' columns) go through `rowwise_matmul`, a compiled loop that sums each element in
 one fixed order, never BLAS (whose rounding depends on the CPU's kernel, the threads and the
@@ -128,7 +132,7 @@ PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below thi
 CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
-DENSE_MIN_DENSITY = 0.25  # a chunk with at least this share of non-zeros has its XᵀX, XᵀY from dense BLAS
+DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
 
 
 class StagewiseParams(SolverParams):
