@@ -109,6 +109,38 @@ def test_bad_targets_are_bad_records_at_their_file_and_line(tmp_path, bad_target
     np.testing.assert_array_equal(open_store(str(tmp_path / "s")).to_scipy()[1], [[120.5], [9e3]])
 
 
+@pytest.mark.parametrize("fmt", ["npz", "hdf5"])
+def test_multi_output_targets_from_arrays(tmp_path, fmt):
+    """A 2-D y of an .npz or HDF5 input is k outputs with --target numeric (bit for bit), a row
+    with a NaN output a bad record at its row; without --target numeric it is still a multilabel
+    indicator (non-0/1 values are bad records)."""
+    X, Y = planted(n=40, k=3)
+    Y[7, 1] = np.nan
+    path = str(tmp_path / f"r.{'npz' if fmt == 'npz' else 'h5'}")
+    if fmt == "npz":
+        np.savez(path, X=X, y=Y)
+    else:
+        import h5py
+
+        with h5py.File(path, "w") as f:
+            f["X"], f["y"] = X, Y
+    options = dict(hashing=None, chunk_rows=16, progress=False)
+    with pytest.raises(InputError, match=rf"{fmt_name(path)}:row 7.*NaN or infinite"):
+        ingest(IngestOptions([path], str(tmp_path / "s"), target="numeric", **options))
+    report = ingest(IngestOptions([path], str(tmp_path / "s"), target="numeric", on_bad_record="skip", **options))
+    assert (report.written, report.skipped) == (39, 1)
+    store = open_store(str(tmp_path / "s"))
+    assert store.manifest.target == {"kind": "numeric", "dtype": "float64", "shape": [39, 3]}
+    kept = np.arange(40) != 7
+    np.testing.assert_array_equal(store.to_scipy()[1], Y[kept])
+    with pytest.raises(InputError, match="values other than 0 and 1"):
+        ingest(IngestOptions([path], str(tmp_path / "c"), **options))
+
+
+def fmt_name(path):
+    return path.rsplit("/", 1)[-1].replace(".", r"\.")
+
+
 def test_a_row_with_another_number_of_outputs_is_a_bad_record(tmp_path):
     path = tmp_path / "r.svm"
     path.write_text("1.5,2 1:1\n0.5 1:2\n")

@@ -34,7 +34,10 @@ Out of core (--ooc-rows, a list): a generated linear model y = xᵀw + 1 + ε (x
 65 536 rows, and 100 000 test rows from the same model. Each method runs in a fresh process whose
 peak RSS during the fit is reported (sampled every 5 ms; getrusage's high-water mark is set by
 the imports), and in parentheses its RSS just before the fit (imports and the test rows): stagewise through `streamfit.train` in process
-(--n-workers 0; one block of all features, one pass: the exact ridge solution, lam 1e-6) with
+(--n-workers 0; one block of all features, one pass: the exact ridge solution, lam 1e-6, which
+runs its stage on the normal equations summed in the column scan, one pass over the data; and
+"blocks": blocks of 4 columns, 2 passes, more columns than that covers, so each stage is a data
+pass over dense column blocks) with
 STREAMFIT_CHUNK_CACHE_MB = --cache-mb, below the store's decoded size, so every chunk is read from
 disk every pass; SGDRegressor with one partial_fit per chunk, one epoch, read from the same store;
 Vowpal Wabbit from a VW-format text file of the same rows (written beforehand, not timed; one
@@ -59,6 +62,7 @@ import numpy as np
 OOC_CHUNK_ROWS = 1 << 16
 OOC_NOISE = 0.5
 OOC_TEST_ROWS = 100_000
+BLOCKS_SIZE, BLOCKS_PASSES = 4, 2  # "stagewise-blocks": stages on dense column blocks, one data pass each
 
 
 def rmse(y, p) -> float:
@@ -244,10 +248,12 @@ def child_method(method: str, store_path: str, work: str, d: int) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     start = time.perf_counter()
-    if method == "stagewise":
+    if method in ("stagewise", "stagewise-blocks"):
         from streamfit.train import train
 
         params = {"generator": "sequential", "block_size": d, "n_passes": 1, "lam": 1e-6}
+        if method == "stagewise-blocks":  # more columns than blocks · passes: a data pass per stage
+            params.update(block_size=BLOCKS_SIZE, n_passes=BLOCKS_PASSES)
         model = train(
             store_path, "stagewise", os.path.join(work, "run"), params, n_workers=0, overwrite=True, progress=False
         )
@@ -296,10 +302,11 @@ def bench_ooc(args, work: str) -> list[dict]:
         _child(["--child-generate", store, str(n), str(d), vw_file or ""], {})
         decoded_mib = (8 * n * d + 20 * n) / 2**20
         env = {"STREAMFIT_CHUNK_CACHE_MB": str(args.cache_mb), "OMP_NUM_THREADS": "1"}
-        methods = ["exact", "stagewise", "sgd"] + (["vw"] if args.vw_ooc else [])
+        methods = ["exact", "stagewise", "stagewise-blocks", "sgd"] + (["vw"] if args.vw_ooc else [])
         labels = {
             "exact": "Ridge (exact, streamed normal equations)",
             "stagewise": "stagewise, one block",
+            "stagewise-blocks": f"stagewise, blocks of {BLOCKS_SIZE}, {BLOCKS_PASSES} passes (data passes)",
             "sgd": "SGDRegressor (1 epoch, per chunk)",
             "vw": "Vowpal Wabbit (1 pass)",
         }

@@ -320,6 +320,7 @@ class _Pass1:
                 policy=self.policy,
                 batch_size=self.o.batch_size,
                 limits=limits,
+                numeric_targets=self.numeric,
                 **self.source_options,
             )
             self.kinds.add(source.kind)

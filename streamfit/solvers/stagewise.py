@@ -74,7 +74,11 @@ Out of core: per stage, AᵀA and Aᵀ(Y − g(F)) are summed over row chunks wi
 Engine.map_reduce (a fixed tree: results do not depend on the number of workers) and solved
 in the driver; the update pass of stage t also sums stage t+1's statistics (one pass per
 identity-link stage). Everything random derives from random_state, so a resumed run
-reproduces an uninterrupted one bitwise. Caches, panels and memory: docs/architecture.md.
+reproduces an uninterrupted one bitwise. Real-valued targets only (class models keep their bits):
+with few stored columns the scan also sums the normal equations of Z = [1, X] and every stage
+runs on them without a data pass (`StagewiseSolver._normal_step`); otherwise dense active
+columns make dense column designs (`FeatureSpace.dense`) whose sums are BLAS products.
+Caches, panels and memory: docs/architecture.md.
 Products whose rows are samples (ZΩ, AW, the PCA projection, the calibrations, the
 predictions' columns) go through `rowwise_matmul`, a compiled loop that sums each element in
 one fixed order, never BLAS (whose rounding depends on the CPU's kernel, the threads and the
@@ -85,6 +89,7 @@ cluster-trained or not, float64 or float32 designs alike.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import weakref
@@ -103,6 +108,7 @@ from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.stagewise_kernels import (
+    csr_columns,
     poly_basis,
     project_predictions,
     rff_features,
@@ -125,6 +131,8 @@ BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of th
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
 CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
+NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
+DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
 
 
 class StagewiseParams(SolverParams):
@@ -197,8 +205,11 @@ class FeatureSpace:
     """How the design matrix A of a block is computed from a chunk's rows X and scores F.
 
     Blocks are cut from the chunk's base matrix `base(X)`, computed once per chunk:
-    kind "columns": the base is X in CSC form (cheap column selection), a block is an array of
-    column ids, x̃ = X[:, block] (sparse);
+    kind "columns": a block is an array of column ids, x̃ = X[:, block]; the base is X in CSC
+    form (cheap column selection) and x̃ sparse, or, with `dense` (regression stores whose
+    active columns are dense: `StagewiseSolver._setup`), the base is X's CSR rows and x̃ a dense
+    float64 array gathered from them a row panel at a time (`panel_design`), so that AᵀA and
+    AᵀR are BLAS products on dense panels instead of sparse products;
     kind "rff": the base is z = X[:, inputs] densified (projected: z = (z − mean) components,
     if PCA is used), a block is a block id b, x̃ = the random Fourier features
     b·block_size … (b+1)·block_size − 1 of z, stored as `dtype` (the solver's gram_dtype)."""
@@ -216,8 +227,19 @@ class FeatureSpace:
     dtype: str = "float64"
     sampling: str = "iid"  # of the frequencies: "iid" or "orthogonal" (`rff_frequencies`)
     phases: str = "random"  # "random" (cos(ωᵀz + β)) or "paired" (cos and sin of ωᵀz)
+    dense: bool = False  # "columns": dense designs gathered from the CSR rows
 
-    def base(self, X: sp.csr_matrix) -> sp.csc_matrix | np.ndarray:
+    @property
+    def dense_design(self) -> bool:
+        """Whether designs are dense arrays (random Fourier features, or dense columns)."""
+        return self.kind == "rff" or self.dense
+
+    def base(self, X: sp.csr_matrix) -> sp.csr_matrix | sp.csc_matrix | np.ndarray:
+        if self.kind == "columns" and self.dense:  # gathered by position: duplicates summed first
+            if not X.has_canonical_format:
+                X = X.tocsr(copy=True)
+                X.sum_duplicates()
+            return X
         if self.kind == "columns":
             return X.tocsc()
         if self.components is None:
@@ -233,6 +255,8 @@ class FeatureSpace:
         of the design with calibration="predictions", are kept apart (`_apply_rows`,
         `_block_stats`): A does not change from pass to pass, and neither does its AᵀA."""
         n = base.shape[0]
+        if self.kind == "columns" and self.dense:
+            return self.panel_design(base, block, 0, n, out)
         if self.kind == "columns":
             A = sp.csr_matrix(base[:, block], dtype=np.float64)
             return sp.hstack([np.ones((n, 1)), A], format="csr") if self.fit_intercept else A
@@ -245,8 +269,35 @@ class FeatureSpace:
             rff_features(base[start:stop], omega, beta, out=rows, col=lo, n_out=A.shape[1] - lo)
         return A
 
+    def panel_design(self, base, block, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
+        """The dense design of rows lo … hi − 1 of `base` (a row panel, `_panels`), into `out`
+        when given. Dense columns are gathered from the CSR base in place (`csr_columns`: a
+        scipy row slice costs more than the panel's products)."""
+        if not self.kind == "columns":
+            return self.design(base[lo:hi], block, out)
+        width = self.design_width(block)
+        A = np.empty((hi - lo, width)) if out is None else out
+        skip = int(self.fit_intercept)
+        A[:, :skip] = 1.0
+        csr_columns(base, self._positions(block, base.shape[1]), lo, hi, A, skip)
+        return A
+
+    def _positions(self, block: np.ndarray, n_features: int) -> np.ndarray:
+        """position[j] = t where block[t] = j, −1 for columns outside the block (memoised per
+        process for the newest block)."""
+        key = np.asarray(block, dtype=np.int64).tobytes()
+        memo = self.__dict__.get("_position_memo")
+        if memo is None or memo[0] != key or len(memo[1]) != n_features:
+            position = np.full(n_features, -1, dtype=np.int64)
+            position[np.asarray(block, dtype=np.int64)] = np.arange(len(block))
+            memo = self.__dict__["_position_memo"] = (key, position)
+        return memo[1]
+
     def block_width(self, block) -> int:
-        """Generated features of an rff block (the last one may be narrower)."""
+        """Features of a block: its columns, or the generated features of an rff block (the
+        last one may be narrower)."""
+        if self.kind == "columns":
+            return len(block)
         return min(self.block_size, self.n_components - int(block) * self.block_size)
 
     def design_width(self, block) -> int:
@@ -295,6 +346,7 @@ class FeatureSpace:
             "dtype": self.dtype,
             "sampling": self.sampling,
             "phases": self.phases,
+            "dense": self.dense,
         }
 
     @property
@@ -340,7 +392,7 @@ def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) 
     """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns, and for
     random Fourier features the cached base when it fits (a quarter of the chunk-cache budget)."""
     if space.kind == "columns":
-        return chunk.csc
+        return space.base(chunk.X) if space.dense else chunk.csc
     if source.n_rows * space.base_width * 8 * 4 > CHUNK_CACHE_BYTES:
         return space.base(chunk.X)
     bases = _BASES.setdefault(source, {})
@@ -426,11 +478,11 @@ def apply_stage(
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
     (`design`: A when the caller already has it). Dense designs go panel by panel (`_panels`):
     built, used and dropped while in cache."""
-    if space.kind == "columns":
+    if not space.dense_design:
         return _apply_rows(space.design(base, block) if design is None else design, F, W, C, multilabel)
     U = np.empty_like(F)
     for lo, hi in _panels(F.shape[0]):
-        A = space.design(base[lo:hi], block) if design is None else design[lo:hi]
+        A = space.panel_design(base, block, lo, hi) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, multilabel)
     return U
 
@@ -512,11 +564,22 @@ class UpdateSums(NamedTuple):
     gradient: np.ndarray | None
 
 
+class NormalSums(NamedTuple):
+    """The normal equations of the stored columns with a bias column, Z = [1, X] (n × (1 + d),
+    d = n_features): `gram` ZᵀZ, `rhs` ZᵀY ((1 + d) × k), `ysq` Σ_i ‖y_i‖²."""
+
+    gram: np.ndarray
+    rhs: np.ndarray
+    ysq: float
+
+
 class ScanCounts(NamedTuple):
-    """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values."""
+    """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values,
+    and the `normal` sums when the stages run on them (`StagewiseSolver._normal_mode`)."""
 
     nnz: np.ndarray
     nonfinite: int
+    normal: NormalSums | None
 
 
 def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
@@ -556,13 +619,34 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
     return np.asarray(X[:, active].T @ (Y - link_mean(F, link)))
 
 
-def _scan_task(source: ChunkSource, chunk_id: int) -> ScanCounts:
-    """The chunk's non-zeros per column and non-finite values."""
-    X = source.read_chunk(chunk_id).X
+def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> ScanCounts:
+    """The chunk's non-zeros per column and non-finite values, and with `normal` its
+    `NormalSums` (`_normal_sums`)."""
+    chunk = source.read_chunk(chunk_id)
+    X = chunk.X
     return ScanCounts(
         np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
         int(X.data.size - np.isfinite(X.data).sum()),
+        _normal_sums(X, chunk.targets(source.n_classes)) if normal else None,
     )
+
+
+def _normal_sums(X: sp.csr_matrix, Y: np.ndarray) -> NormalSums:
+    """`NormalSums` of one chunk: XᵀX and XᵀY as dense float64 BLAS products when X is dense
+    (at least DENSE_MIN_DENSITY of its entries non-zero), else as sparse products; the bias
+    row and column of ZᵀZ are the column sums of X and the row count."""
+    n, d = X.shape
+    S, T = np.empty((1 + d, 1 + d)), np.empty((1 + d, Y.shape[1]))
+    if X.nnz >= DENSE_MIN_DENSITY * n * d:
+        D = X.toarray().astype(np.float64, copy=False)
+        S[1:, 1:], T[1:] = D.T @ D, D.T @ Y
+        S[0, 1:] = D.sum(axis=0)
+    else:
+        X = X.astype(np.float64)
+        S[1:, 1:], T[1:] = (X.T @ X).toarray(), np.asarray(X.T @ Y)
+        S[0, 1:] = np.asarray(X.sum(axis=0)).ravel()
+    S[1:, 0], S[0, 0], T[0] = S[0, 1:], n, Y.sum(axis=0)
+    return NormalSums(S, T, float((Y * Y).sum()))
 
 
 def _first_nonfinite_task(source, chunk_id):
@@ -610,7 +694,16 @@ def _stats_task(
     gram: bool,
 ) -> BlockStats:
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
+    base = _chunk_base(source, chunk_id, space, chunk)
+    if space.kind == "columns" and space.dense:  # a panel at a time: no rows × block array
+        parts = [
+            _block_stats(
+                space.panel_design(base, block, lo, hi), F[lo:hi], Y[lo:hi], link, space.with_predictions, gram
+            )
+            for lo, hi in _panels(F.shape[0])
+        ]
+        return functools.reduce(add_results, parts)
+    A = _chunk_design(source, chunk_id, space, base, block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
 
 
@@ -692,13 +785,12 @@ def _update_task(
     column gradients when `next_gradient` holds the active columns."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
-    if space.kind == "rff" and next_block is not None:
+    if space.dense_design and next_block is not None:
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
         return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
-    F = apply_stage(
-        space, base, F, block, W, C, source.multilabel, design=_chunk_design(source, chunk_id, space, base, block)
-    )
+    design = None if space.dense else _chunk_design(source, chunk_id, space, base, block)  # dense columns: by panel
+    F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design)
     state.write(SCORES, version + 1, chunk_id, F)
     loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
@@ -724,12 +816,12 @@ def _update_dense(
     U = np.empty_like(F)
     stats = None
     for lo, hi in _panels(n):
-        A = space.design(base[lo:hi], block) if design is None else design[lo:hi]
+        A = space.panel_design(base, block, lo, hi) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, source.multilabel)
         if cached_next is not None:
             A = cached_next[lo:hi]
         else:
-            A = space.design(base[lo:hi], next_block, out=None if following is None else following[lo:hi])
+            A = space.panel_design(base, next_block, lo, hi, out=None if following is None else following[lo:hi])
         part = _block_stats(A, U[lo:hi], Y[lo:hi], link, space.with_predictions, next_gram)
         stats = part if stats is None else add_results(stats, part)
     assert stats is not None, "a chunk has at least one panel"
@@ -899,7 +991,10 @@ class StagewiseState(SolverState):
     pending_gram, pending_rhs, pending_loss: the statistics of the next stage's block at the
         current scores (Gram of [A, F], [A, F]ᵀ(Y − g(F)), Σ_i ℓ(F_i; y_i)) when the previous
         update pass summed them (fusion); None when the next stage sums them itself.
-    data_passes: passes over the training data so far (init's scan and sample included)."""
+    data_passes: passes over the training data so far (init's scan and sample included).
+    normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
+        Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
+        the scores are never written), else None."""
 
     scores: PerSample
     generator: str
@@ -916,6 +1011,9 @@ class StagewiseState(SolverState):
     pending_rhs: np.ndarray | None = None
     pending_loss: float | None = None
     data_passes: int = 0
+    normal_gram: np.ndarray | None = None
+    normal_rhs: np.ndarray | None = None
+    normal_ysq: float | None = None
 
 
 @register_solver
@@ -972,7 +1070,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         row sample (PCA, bandwidth, the "auto" check)."""
         self._check_regression(ctx.source)
         self._grams = {}
-        space, active, generator, data_passes = self._setup(ctx.source, ctx.engine)
+        space, active, generator, data_passes, normal = self._setup(ctx.source, ctx.engine)
         return StagewiseState(
             scores=PerSample(SCORES, 0, written=False),
             generator=generator,
@@ -985,6 +1083,9 @@ class StagewiseSolver(Solver[StagewiseState]):
             weights=[],
             calibrations=[],
             data_passes=data_passes,
+            normal_gram=None if normal is None else normal.gram,
+            normal_rhs=None if normal is None else normal.rhs,
+            normal_ysq=None if normal is None else normal.ysq,
         )
 
     def check_resume(self, ctx: Context, state: StagewiseState) -> None:
@@ -992,24 +1093,43 @@ class StagewiseSolver(Solver[StagewiseState]):
         resumed run starts with an empty Gram cache, as a fresh one does."""
         self._grams = {}
 
-    def _setup(self, source: ChunkSource, engine: Engine) -> tuple[FeatureSpace, np.ndarray, str, int]:
-        """(feature space, active columns, generator with "auto" resolved, passes over the data)."""
+    def _normal_mode(self, source: ChunkSource) -> bool:
+        """Whether the stages run on the normal equations (`_normal_step`): real-valued targets
+        (the identity link), no calibration, stored columns (not "rff"), and few enough of them
+        that the (1 + d)² Gram costs no more per row than the blocks' own Grams
+        (d ≤ block_size · n_passes) and is small (d ≤ NORMAL_MODE_MAX_FEATURES). Class targets
+        keep the data passes (their models stay as they were, bit for bit)."""
+        p = self.params
+        return (
+            source.regression
+            and p.link == "identity"
+            and p.calibration == "none"
+            and p.generator != "rff"
+            and source.n_features <= min(NORMAL_MODE_MAX_FEATURES, p.block_size * p.n_passes)
+        )
+
+    def _setup(
+        self, source: ChunkSource, engine: Engine
+    ) -> tuple[FeatureSpace, np.ndarray, str, int, NormalSums | None]:
+        """(feature space, active columns, generator with "auto" resolved, passes over the data,
+        the scan's `NormalSums` when the stages run on them)."""
         p = self.params
         chunks = range(source.n_chunks)
-        scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan")
+        scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan", normal=self._normal_mode(source))
         if scan.nonfinite:
             self._raise_nonfinite(source, engine, scan.nonfinite)
         active = np.flatnonzero(scan.nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")
         generator = p.generator
+        density = scan.nnz.sum() / (source.n_rows * len(active))
         if generator == "auto":
-            density = scan.nnz.sum() / (source.n_rows * len(active))
             if len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
                 generator = "gradient"
-        columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions")
+        dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
+        columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions", dense=dense)
         if generator not in ("rff", "auto"):
-            return columns, active, generator, 1
+            return columns, active, generator, 1, scan.normal
         space = FeatureSpace(
             "rff",
             p.fit_intercept,
@@ -1060,8 +1180,8 @@ class StagewiseSolver(Solver[StagewiseState]):
                 else "gradient"
             )
             if generator == "gradient":
-                return columns, active, generator, 2
-        return space, active, generator, 2
+                return columns, active, generator, 2, scan.normal
+        return space, active, generator, 2, None
 
     @staticmethod
     def _raise_nonfinite(source: ChunkSource, engine: Engine, count: int):
@@ -1264,6 +1384,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         calibration="poly" W̃_t from Algorithm 2's (19)); ŷ ← ŷ + A W_t (then clip(G(ŷ) W̃_t)),
         written as the next version of the scores. The update pass also sums the next block's
         statistics (or, at the end of a "gradient" pass, the next ranking's column gradients)."""
+        if state.normal_gram is not None:
+            return self._normal_step(ctx, state)
         p, source, engine = self.params, ctx.source, ctx.engine
         n, link, chunks = source.n_rows, self._link(source), range(source.n_chunks)
         space, n_blocks = self._space(state), self._n_blocks(state)
@@ -1346,22 +1468,76 @@ class StagewiseSolver(Solver[StagewiseState]):
         if pass_ends:
             state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
 
+        fields = self._stage_fields(state, source, space, link, s, loss_sum, correct)
+        if inner:
+            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [W])]
+        return fields
+
+    def _stage_fields(
+        self,
+        state: StagewiseState,
+        source: ChunkSource,
+        space: FeatureSpace,
+        link: str,
+        stage: int,
+        loss_sum: float,
+        correct: int,
+    ) -> dict[str, Any]:
+        """The logged fields of stage `stage` (the class docstring), Σℓ and the correct rows at
+        the new scores given."""
+        n = source.n_rows
+        pass_no, pos = divmod(stage, self._n_blocks(state))
         n_generated = space.n_components if space.kind == "rff" else len(state.active)
-        n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * p.block_size)
+        n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * self.params.block_size)
         accuracy = {} if source.regression else {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
-        fields = dict(
+        return dict(
             objective=self._objective(loss_sum, n, link, state.weights),
             loss=loss_sum / n,
             **accuracy,
-            stage=s,
+            stage=stage,
             **{"pass": pass_no},
             block=pos,
             n_features=n_used,
             data_passes=state.data_passes,
         )
-        if inner:
-            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [W])]
-        return fields
+
+    def _normal_rows(self, block: np.ndarray) -> np.ndarray:
+        """I: the rows of Z = [1, X] that make a block's design A (the bias, if fitted, then
+        the block's columns, each shifted by one)."""
+        columns = np.asarray(block, dtype=np.int64) + 1
+        return np.concatenate([[0], columns]) if self.params.fit_intercept else columns
+
+    def _normal_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
+        """Stage t on the normal equations (`_normal_mode`), no pass over the data. With
+        Z = [1, X] and V ((1 + d) × k) the stages' weights so far summed into Z's rows, the
+        scores are F = ZV, so every sum Algorithm 1 needs is one the scan collected:
+
+            AᵀA = (ZᵀZ)[I, I],    Aᵀ(Y − F) = (ZᵀY)[I] − (ZᵀZ)[I, :] V,
+            Σ_i ‖y_i − F_i‖² = Σ_i ‖y_i‖² − 2 ⟨V, ZᵀY⟩ + ⟨V, ZᵀZ V⟩,
+
+        I = `_normal_rows` of the block; the "gradient" generator's X_jᵀR are the rows
+        (ZᵀY)[j+1] − (ZᵀZ)[j+1, :] V. In exact arithmetic this is the stage a data pass computes
+        (the same W); only the order of the sums differs."""
+        S, T, ysq = state.normal_gram, state.normal_rhs, state.normal_ysq
+        assert S is not None and T is not None and ysq is not None, "set together by init"
+        n_blocks = self._n_blocks(state)
+        V = np.zeros_like(T)
+        for stage_block, stage_W in zip(state.blocks, state.weights):
+            V[self._normal_rows(stage_block)] += stage_W
+        if state.generator == "gradient" and state.step % n_blocks == 0:
+            columns = state.active + 1
+            state.order = self._gradient_order(T[columns] - S[columns] @ V, state.active)
+        block = self._block(state.generator, state.step, n_blocks, state.active, state.order)
+        rows = self._normal_rows(np.asarray(block))
+        M, B = S[np.ix_(rows, rows)], T[rows] - S[rows] @ V
+        space = self._space(state)
+        W, _ = self._fit_block(ctx, state, space, block, (M, B, 0.0), "identity")
+        V[rows] += W
+        loss_sum = ysq - 2.0 * float((V * T).sum()) + float((V * (S @ V)).sum())
+        state.blocks.append(np.asarray(block, dtype=np.int64))
+        state.weights.append(W)
+        state.step += 1
+        return self._stage_fields(state, ctx.source, space, "identity", state.step - 1, loss_sum, 0)
 
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
         """The stages so far as a StagewiseModel (its scores replay training's F)."""

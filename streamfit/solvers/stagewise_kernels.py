@@ -143,6 +143,25 @@ def _rowwise_matmul(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
                 c[col] += aij * b[col]
 
 
+def csr_columns(X, position: np.ndarray, lo: int, hi: int, out: np.ndarray, col: int) -> None:
+    """Gather columns of CSR rows into a dense array: out[i − lo, col + position[j]] = X[i, j]
+    for the rows lo … hi − 1 and the columns j with position[j] ≥ 0 (the others skipped);
+    out's columns col … are zeroed first. One sweep over the rows' non-zeros, copying values
+    only (no arithmetic: the same bits on any CPU)."""
+    out[:, col:] = 0.0
+    _csr_columns(X.indptr, X.indices, X.data, position, lo, hi, out, col)
+
+
+@numba.njit(cache=True)
+def _csr_columns(indptr, indices, data, position, lo, hi, out, col) -> None:
+    for i in range(lo, hi):
+        row = out[i - lo]
+        for p in range(indptr[i], indptr[i + 1]):
+            j = position[indices[p]]
+            if j >= 0:
+                row[col + j] = data[p]
+
+
 def rff_frequencies(
     seed: int, block_id: int, n_in: int, n_out: int, sigma: float, orthogonal: bool = False, paired: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:

@@ -17,11 +17,14 @@ from streamfit.runlog import MetricsLog
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 
-def fit(source, engine=None, run_dir=None, **params):
+def fit(source, engine=None, run_dir=None, resume=False, stop_after=None, **params):
     solver = sw.StagewiseSolver(sw.StagewiseParams(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
     ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
-    return solver.fit(source, engine=engine or Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None))
+    engine = engine or Engine(mode="inprocess")
+    return solver.fit(
+        source, engine=engine, checkpointer=ckpt, log=MetricsLog(None), resume=resume, stop_after=stop_after
+    )
 
 
 def planted(n=600, d=12, k=2, noise=0.3, seed=0):
@@ -74,6 +77,94 @@ def test_r2_of_a_planted_linear_model_reaches_the_noise_ceiling():
     assert ceiling - 0.01 < r2 <= ceiling + 0.01
 
 
+def stagewise_by_hand(X, Y, lam, block_size, n_passes):
+    """Algorithm 3 with the identity link and the sequential generator, on the data: per block
+    A = [1, X_b], W = (AᵀA/n + λD)⁻¹ Aᵀ(Y − F)/n, F ← F + AW. The summed (coef, intercept)."""
+    n, d = X.shape
+    F, coef, intercept = np.zeros_like(Y), np.zeros((d, Y.shape[1])), np.zeros(Y.shape[1])
+    for _ in range(n_passes):
+        for lo in range(0, d, block_size):
+            cols = np.arange(lo, min(d, lo + block_size))
+            A = np.hstack([np.ones((n, 1)), X[:, cols]])
+            D = np.diag([0.0] + [1.0] * len(cols))
+            W = np.linalg.solve(A.T @ A / n + lam * D, A.T @ (Y - F) / n)
+            F += A @ W
+            coef[cols] += W[1:]
+            intercept += W[0]
+    return coef, intercept
+
+
+@pytest.mark.parametrize("density", [1.0, 0.2])  # dense BLAS sums, sparse sums
+@pytest.mark.parametrize("n_passes", [3, 2])  # 12 ≤ 4 · 3 columns: stages on the normal equations; else data passes
+def test_stages_equal_algorithm_3_by_hand(density, n_passes):
+    X, Y, _ = planted(n=400, d=12, k=2, seed=3)
+    X *= np.random.default_rng(4).random(X.shape) < density
+    lam = 1e-2
+    model = fit(
+        InMemoryStore(sp.csr_matrix(X), Y, ["y0", "y1"], chunk_rows=90),
+        generator="sequential",
+        block_size=4,
+        n_passes=n_passes,
+        lam=lam,
+    )
+    coef, intercept = stagewise_by_hand(X, Y, lam, 4, n_passes)
+    assert model.info["data_passes"] == (1 if n_passes == 3 else 1 + 3 * n_passes + 1)  # the scan, then per stage
+    np.testing.assert_allclose(model.coef_, coef.T, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(model.intercept_, intercept, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("generator", ["sequential", "random", "gradient"])
+def test_normal_equations_give_the_data_passes_model(generator, monkeypatch):
+    """The stages on the scan's normal equations (one pass) against the same stages with a data
+    pass each (the normal equations turned off): same blocks, same weights to rounding."""
+    X, Y, _ = planted(n=500, d=10, k=2, seed=5)
+    source = InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=128)
+    params = dict(generator=generator, block_size=3, n_passes=4, lam=1e-3, fit_intercept=generator != "random")
+    normal = fit(source, **params)
+    monkeypatch.setattr(sw, "NORMAL_MODE_MAX_FEATURES", 0)
+    passes = fit(source, **params)
+    assert normal.info["data_passes"] == 1 < passes.info["data_passes"]
+    for a, b in zip(normal.blocks, passes.blocks, strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(normal.weights, passes.weights, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
+
+
+def test_default_generator_on_a_linear_model_fits_the_normal_equations():
+    """generator="auto" on a planted linear model keeps the stored columns (they validate better
+    than random Fourier features) and, with 12 columns, stages on the normal equations: the
+    scan and the auto check's row sample are the only passes, the model Algorithm 3's."""
+    X, Y, _ = planted(n=600, d=12, k=2, seed=8)
+    model = fit(InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=256))
+    assert model.info["generator"] == "gradient" and model.info["data_passes"] == 2
+    coef, intercept = stagewise_by_hand(X, Y, 1e-4, 512, 2)
+    np.testing.assert_allclose(model.coef_, coef.T, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(model.intercept_, intercept, rtol=0, atol=1e-9)
+
+
+def test_dense_columns_score_each_row_alike_in_any_batch():
+    """Dense column designs (data passes): the model's scores of a row do not depend on the
+    rows scored with it (the products AW are row-wise, never BLAS)."""
+    X, Y, _ = planted(n=300, d=12, k=2, seed=7)
+    model = fit(InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=128), generator="random", block_size=5, n_passes=1)
+    assert model.space.dense and model.info["data_passes"] > 1
+    S = model.decision_function(X)
+    np.testing.assert_array_equal(np.vstack([model.decision_function(X[i : i + 7]) for i in range(0, 300, 7)]), S)
+
+
+def test_normal_equations_resume_bitwise(tmp_path):
+    X, Y, _ = planted(n=300, d=8, k=2, seed=6)
+    store = write_store(tmp_path / "s", X, Y, chunk_rows=100)
+    params = dict(generator="gradient", block_size=2, n_passes=2, lam=1e-3)
+    full = fit(store, **params)
+    fit(store, run_dir=str(tmp_path / "run"), stop_after=3, **params)
+    resumed = fit(store, run_dir=str(tmp_path / "run"), resume=True, **params)
+    a, b = full._arrays(), resumed._arrays()
+    assert a.keys() == b.keys() and full.info == resumed.info
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
 @pytest.mark.parametrize(
     "params, refused",
     [(dict(link="softmax"), "link=identity"), (dict(calibration="poly"), "calibration=poly")],
@@ -103,6 +194,8 @@ def local_engine():
     [
         dict(generator="gradient", block_size=4, n_passes=2, calibration="predictions"),
         dict(generator="rff", n_components=96, block_size=32, n_passes=2),
+        dict(generator="gradient", block_size=4, n_passes=3),  # on the normal equations
+        dict(generator="sequential", block_size=4, n_passes=2),  # dense column blocks
     ],
 )
 def test_same_model_any_workers_and_chunking(tmp_path, local_engine, params):

@@ -84,6 +84,7 @@ def _options(cls) -> set[str]:
         "policy",
         "batch_size",
         "limits",
+        "numeric_targets",
     }
 
 
@@ -211,11 +212,14 @@ def open_source(
     policy: BadRecordPolicy,
     batch_size: int = 8192,
     limits: ReadLimits = DEFAULT_LIMITS,
+    numeric_targets: bool = False,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
     read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`;
-    the options are checked first (check_options)."""
+    the array formats (.npy/.npz, HDF5) read a 2-D y as several outputs with `numeric_targets`
+    (ingest --target numeric), else as a multilabel indicator; the options are checked first
+    (check_options)."""
     check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
@@ -240,4 +244,6 @@ def open_source(
     kept = {k: v for k, v in options.items() if k in accepted}
     if "limits" in inspect.signature(cls).parameters:
         kept["limits"] = limits
+    if "numeric_targets" in inspect.signature(cls).parameters:
+        kept["numeric_targets"] = numeric_targets
     return cls(path, policy=policy, batch_size=batch_size, **kept)

@@ -3,7 +3,9 @@ hdf5 and numpy sources.
 
 X is 2-D numeric, dense or scipy sparse. y is 1-D (labels: integers and integer-valued floats
 written as integers, other floats with repr, strings as they are) or a 2-D 0/1 indicator
-(multilabel: the numbers of the columns holding 1, as str). A row with a NaN/inf value, a
+(multilabel: the numbers of the columns holding 1, as str); with numeric targets (ingest
+--target numeric, `numeric_targets`) a 2-D y holds several outputs, a row's label being the
+list of its values (checked by the ingest pipeline). A row with a NaN/inf value, a
 NaN/empty label, an indicator value other than 0/1 or (sparse X) a column index outside X's shape is
 a bad record at "file:row R" (from 0).
 Without y (no labels read, as `streamfit predict` reads unlabeled rows) every label is None.
@@ -23,9 +25,11 @@ from streamfit.ingest.sources.batches import DenseBatch, SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
 
-def check_shapes(path: str, x_name: str, x_shape, x_dtype, y_name: str, y_shape, y_dtype, hint: str) -> bool:
-    """InputError unless X is (n, d) numeric and y is (n,) or an (n, k) indicator (or None:
-    no labels); returns whether y is multilabel."""
+def check_shapes(
+    path: str, x_name: str, x_shape, x_dtype, y_name: str, y_shape, y_dtype, hint: str, numeric_targets: bool = False
+) -> bool:
+    """InputError unless X is (n, d) numeric and y is (n,) or an (n, k) indicator (or, with
+    `numeric_targets`, k numeric outputs; or None: no labels); returns whether y is multilabel."""
     if len(x_shape) != 2:
         raise InputError(path, f"{x_name} has shape {tuple(x_shape)}, not (records, features)", hint)
     if x_dtype.kind not in "biuf":
@@ -38,7 +42,7 @@ def check_shapes(path: str, x_name: str, x_shape, x_dtype, y_name: str, y_shape,
         raise InputError(path, f"{y_name} holds {y_dtype}, which cannot be labels", hint)
     if y_shape[0] != x_shape[0]:
         raise InputError(path, f"{x_name} has {x_shape[0]} rows but {y_name} has {y_shape[0]}", hint)
-    return len(y_shape) == 2
+    return len(y_shape) == 2 and not numeric_targets
 
 
 def _label(value) -> str:
@@ -57,7 +61,9 @@ def _label(value) -> str:
     return value
 
 
-def _labels(y: np.ndarray, problems: dict[int, str]) -> list:
+def _labels(y: np.ndarray, problems: dict[int, str], numeric_targets: bool) -> list:
+    if y.ndim == 2 and numeric_targets:  # several outputs: the pipeline parses and checks the values
+        return y.astype(np.float64).tolist()
     if y.ndim == 2:
         bad = ~((y == 0) | (y == 1)).all(axis=1)
         for r in np.flatnonzero(bad).tolist():
@@ -81,13 +87,14 @@ def _sparse_raw(x: sp.csr_matrix, r: int) -> str:
 
 
 def array_batch(
-    path: str, x, y: np.ndarray | None, start: int, policy: BadRecordPolicy
+    path: str, x, y: np.ndarray | None, start: int, policy: BadRecordPolicy, numeric_targets: bool = False
 ) -> DenseBatch | SparseBatch | None:
-    """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y (or None)."""
+    """The batch of rows start, start+1, ... given their slices x (dense or CSR) and y (or None;
+    a 2-D y holds several numeric outputs with `numeric_targets`, else a 0/1 indicator)."""
     n = x.shape[0]
     locations = [f"{path}:row {start + r}" for r in range(n)]
     problems: dict[int, str] = {}
-    labels = [None] * n if y is None else _labels(np.asarray(y), problems)
+    labels = [None] * n if y is None else _labels(np.asarray(y), problems, numeric_targets)
     raws: dict[int, str] = {}  # the records as read, of rows whose entries are changed below
     if sp.issparse(x):
         x = sp.csr_matrix(x, dtype=np.float64)

@@ -26,6 +26,7 @@ class Hdf5Source:
         *,
         policy: BadRecordPolicy,
         batch_size: int = 8192,
+        numeric_targets: bool = False,
         x_dataset: str = "X",
         y_dataset: str | None = "y",
     ):
@@ -33,6 +34,7 @@ class Hdf5Source:
         require_path(self.path)
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
+        self.numeric_targets = numeric_targets
         self.x_dataset = x_dataset
         self.y_dataset = y_dataset
         with self._open() as f:
@@ -47,6 +49,7 @@ class Hdf5Source:
                 None if y is None else y.shape,
                 None if y is None else y.dtype,
                 "check --x-dataset and --y-dataset",
+                numeric_targets,
             )
         self.n_read = 0
 
@@ -79,6 +82,13 @@ class Hdf5Source:
             for start in range(0, X.shape[0], self.batch_size):
                 stop = min(start + self.batch_size, X.shape[0])
                 self.n_read += stop - start
-                batch = array_batch(self.path, X[start:stop], None if y is None else y[start:stop], start, self.policy)
+                batch = array_batch(
+                    self.path,
+                    X[start:stop],
+                    None if y is None else y[start:stop],
+                    start,
+                    self.policy,
+                    self.numeric_targets,
+                )
                 if batch is not None:
                     yield batch

@@ -49,6 +49,7 @@ class NumpySource:
         *,
         policy: BadRecordPolicy,
         batch_size: int = 8192,
+        numeric_targets: bool = False,
         x_dataset: str = "X",
         y_dataset: str | None = "y",
         y_path: str | None = None,
@@ -57,6 +58,7 @@ class NumpySource:
         require_path(self.path)
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
+        self.numeric_targets = numeric_targets
         self.x_dataset = x_dataset
         self.y_dataset = y_dataset
         self.y_path = None if y_path is None else os.fspath(y_path)
@@ -73,6 +75,7 @@ class NumpySource:
             None if y is None else y.shape,
             None if y is None else y.dtype,
             "check --x-dataset, --y-dataset and --option y_path",
+            numeric_targets,
         )
         self.n_read = 0
 
@@ -128,6 +131,13 @@ class NumpySource:
         for start in range(0, X.shape[0], self.batch_size):
             stop = min(start + self.batch_size, X.shape[0])
             self.n_read += stop - start
-            batch = array_batch(self.path, X[start:stop], None if y is None else y[start:stop], start, self.policy)
+            batch = array_batch(
+                self.path,
+                X[start:stop],
+                None if y is None else y[start:stop],
+                start,
+                self.policy,
+                self.numeric_targets,
+            )
             if batch is not None:
                 yield batch
