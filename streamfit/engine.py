@@ -380,7 +380,7 @@ class Engine:
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
         )
 
-    def _drain(self, pending, bar, watch: _Watch, chunks_of: dict[str, int] | None = None) -> None:
+    def _drain(self, pending, bar, watch: _Watch, chunks_of: dict[Any, int] | None = None) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
         future it has yielded), advancing the bar (by `chunks_of[key]`, default 1); raise at the
         first failed one."""
@@ -433,13 +433,15 @@ class Engine:
             # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
             # that a lost worker held)
             leaves = as_completed()
-            chunks_of: dict[str, int] = {}
+            chunks_of: dict[Any, int] = {}  # chunks summed by each leaf task, by its key
+            client = self.client
+            assert client is not None, "a started engine with a cluster"
 
             def leaf(ids: list):
                 if len(ids) == 1:
-                    f = self.client.submit(fn, source, ids[0], pure=False, **args)
+                    f = client.submit(fn, source, ids[0], pure=False, **args)
                 else:
-                    f = self.client.submit(fold_chunks, fn, source, ids, pure=False, **args)
+                    f = client.submit(fold_chunks, fn, source, ids, pure=False, **args)
                 leaves.add(f)
                 chunks_of[f.key] = len(ids)
                 return f
@@ -449,7 +451,7 @@ class Engine:
             # further chunks, and a worker holds O(log n) chunk results, not n (with all leaves
             # submitted first, a pass over 382 chunks returning a 501 × 501 AᵀA each held
             # n × 2 MiB until its end)
-            root = sum_tree(chunk_ids, group, leaf, lambda a, b: self.client.submit(add_results, a, b, pure=False))
+            root = sum_tree(chunk_ids, group, leaf, lambda a, b: client.submit(add_results, a, b, pure=False))
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, lambda: [root, *leaves.futures]) as watch:
                 self._drain(leaves, bar, watch, chunks_of)
                 return self._result(root.result, watch)

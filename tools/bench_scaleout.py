@@ -4,7 +4,7 @@ workers, with a breakdown of where the time goes (issue 19).
     python tools/bench_scaleout.py [--rows 49152] [--features 65536] [--used 8192] [--row-nnz 50]
         [--classes 20] [--chunks 16] [--extreme-rows 10000] [--extreme-features 20000]
         [--extreme-classes 1000] [--workers 1,2,...] [--solvers stagewise,bcd,ppdsparse]
-        [--workdir DIR]
+        [--time-limit S] [--out FILE.json] [--workdir DIR]
 
 Generates two synthetic stores: a sparse text-like one (`--rows` × `--features`, of which
 `--used` columns occur, `--row-nnz` non-zeros a row, half of them from a block of columns typical
@@ -23,12 +23,22 @@ The breakdown, per solver and N, splits the wall time of train() into
               workers' compute in chunk (or class-group) tasks and in the tree's sums, and the
               transfers (all summed over workers);
   driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
-"peak RSS / worker" is the largest worker's peak resident set size.
+"peak RSS / worker" is the largest worker's peak resident set size (shared pages, such as
+ppdsparse's mapped training matrix, count in every process that touched them); "PSS all workers"
+the workers' proportional set sizes summed at the end of the run (shared pages counted once).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
-compute / N and its longest task, plus its overhead (pass wall − compute / N), all measured at
-the smallest N run (on a loaded machine the larger N's compute is inflated by CPU contention).
+compute / N and its longest task (a map_reduce task sums leaf_chunks(chunks, N) chunks: scaled
+to N's), plus its overhead (pass wall − compute / N), all measured at the smallest N run (on a
+loaded machine the larger N's compute is inflated by CPU contention). A task that sums several
+chunks (streamfit.engine.fold_chunks) counts as chunk-task compute, its sums included.
+
+    --out FILE.json   every run (seconds, breakdown, each pass, peak RSS and USS per worker, PSS
+                      of all workers, identical), the settings and the tables, rewritten after
+                      each run; --time-limit S: train's time_limit per run (a solver's larger N
+                      are skipped once one is cut); a run that fails is reported and the others
+                      go on. tools/device_scaleout.sh runs it on the lent 16-core machine.
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine
+from streamfit.engine import Engine, leaf_chunks
 from streamfit.errors import TimeLimitReached
 from streamfit.model import load_model
 from streamfit.store import StoreWriter
@@ -96,7 +106,7 @@ class Breakdown:
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
-        self.passes: list[tuple[float, float]] = []  # (start, stop) of each engine call, time.time()
+        self.passes: list[tuple[str, float, float]] = []  # (method, start, stop) of each engine call, time.time()
         self.stream = None  # distributed's TaskStream, while a cluster runs
         self.peak_rss: dict[str, float] = {}  # MiB per worker address, read before the cluster closes
 
@@ -128,7 +138,7 @@ class Breakdown:
                 try:
                     return original(engine, *args, **kwargs)
                 finally:
-                    self.passes.append((t0, time.time()))
+                    self.passes.append((name, t0, time.time()))
                     self.seconds["passes"] += time.time() - t0
 
             @functools.wraps(original)
@@ -153,7 +163,7 @@ class Breakdown:
                             yield item
                     finally:  # also when the caller closes it after its last result
                         pairs.close()
-                        passes.append((first, time.time()))
+                        passes.append(("imap_unordered", first, time.time()))
                         seconds["passes"] += inside
 
                 results._pairs = timed_pairs()
@@ -250,11 +260,11 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
     work, sums, transfer, spans = task_times(tasks)
     s = dict(b.seconds)
     per_pass = []
-    for lo, hi in b.passes:
+    for method, lo, hi in b.passes:
         inside = [(d, is_sum) for start, d, is_sum in spans if lo <= start <= hi]
         compute = sum(d for d, _ in inside)
         longest = max((d for d, is_sum in inside if not is_sum), default=0.0)
-        per_pass.append((hi - lo, compute, longest))
+        per_pass.append((method, hi - lo, compute, longest))
     workers = sorted(memory)
     return {
         "wall": wall,
@@ -276,13 +286,17 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
     }
 
 
-def predict(r: dict, n: int, workers: int) -> float:
+def predict(r: dict, n: int, workers: int, n_chunks: int) -> float:
     """T(n) from run r (made on `workers` workers): serial parts as measured, each pass the larger
-    of compute / n and its longest task, plus its measured overhead."""
+    of compute / n and its longest task at n, plus its measured overhead. A map_reduce task sums
+    leaf_chunks(n_chunks, N) chunks on N workers, so its longest task at n is the measured one
+    scaled by leaf_chunks(n_chunks, n) / leaf_chunks(n_chunks, workers)."""
     serial = r["start"] + r["checkpoint"] + r["driver"]
     total = serial
-    for wall, compute, longest in r["per_pass"]:
+    for method, wall, compute, longest in r["per_pass"]:
         overhead = max(wall - compute / workers, 0.0)
+        if method == "map_reduce":
+            longest *= leaf_chunks(n_chunks, n) / leaf_chunks(n_chunks, workers)
         total += max(compute / n, longest) + overhead
     return total
 
@@ -327,7 +341,7 @@ def make_stores(work: str, args, solvers: list[str], scale: float = 1.0, quiet: 
     return stores
 
 
-def tables(results: dict, workers: list[int], predict_n: int) -> str:
+def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> str:
     """The speed-up table and the breakdown table (markdown), from the runs that finished."""
     lines = [
         "| solver (settings) | " + " | ".join(f"N={n}" for n in workers) + f" | efficiency at {workers[-1]} | "
@@ -341,7 +355,7 @@ def tables(results: dict, workers: list[int], predict_n: int) -> str:
         if done:
             first, last = done[0], done[-1]
             t1, tn = rs[first]["wall"] * first, rs[last]["wall"]
-            pred = predict(rs[first], predict_n, first)
+            pred = predict(rs[first], predict_n, first, n_chunks)
             efficiency = f"{t1 / (last * tn):.2f}" + ("" if last == workers[-1] else f" (at {last})")
             prediction = f"{pred:.1f} s (efficiency {t1 / (predict_n * pred):.2f})"
             identical = str(all(rs[n]["identical"] for n in done))
@@ -424,7 +438,7 @@ def main() -> None:
                 solver: {str(n): {k: v for k, v in r.items() if k != "arrays"} for n, r in rs.items()}
                 for solver, rs in results.items()
             },
-            "tables": tables(results, workers, args.predict),
+            "tables": tables(results, workers, args.predict, args.chunks),
         }
         with open(args.out + ".partial", "w") as f:
             json.dump(record, f, indent=1)
@@ -460,7 +474,7 @@ def main() -> None:
             save()
 
     print()
-    print(tables(results, workers, args.predict), flush=True)
+    print(tables(results, workers, args.predict, args.chunks), flush=True)
     save()
     if not args.workdir:
         shutil.rmtree(work)

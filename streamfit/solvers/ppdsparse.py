@@ -51,6 +51,7 @@ import contextlib
 import dataclasses
 import fcntl
 import glob
+import logging
 import os
 import shutil
 import tempfile
@@ -80,6 +81,8 @@ from streamfit.solvers.ppdsparse_kernels import (
     topk_rows,
 )
 from streamfit.store import ChunkSource
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
@@ -233,7 +236,11 @@ def _worker_data(ref: _DataRef) -> Data:
     with _cache_lock:  # the threads of a worker wait for one build
         if ref.token not in _cache:
             _cache.clear()  # one training matrix per process
-            _cache[ref.token] = _machine_data(ref)
+            try:
+                _cache[ref.token] = _machine_data(ref)
+            except OSError as e:  # no writable temporary directory: a copy of its own
+                log.warning("ppdsparse: cannot share the training matrix on this machine (%s); building it here", e)
+                _cache[ref.token] = build_data(ref.source, ref.by_magnitude)
         return _cache[ref.token]
 
 
