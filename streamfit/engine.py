@@ -425,10 +425,9 @@ class Engine:
 
         from distributed import as_completed
 
-        group = leaf_chunks(len(chunk_ids), self.total_threads)
-
         def attempt():
             args = self._submit_args(kwargs)  # held until the sum is back
+            group = leaf_chunks(len(chunk_ids), self.total_threads)  # the workers now (a retry: those left)
             # the client keeps no leaf once it has counted it: a result is freed when its sum has
             # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
             # that a lost worker held)
