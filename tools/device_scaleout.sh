@@ -14,7 +14,7 @@
 # Environment:
 #   SCALE=small        49 152 rows, extreme 5000 x 20 000 with K = 500, N = 1, 2 (a rehearsal)
 #   WORKERS=1,2,8,16   other N (default 1,2,4,8,16; small: 1,2)
-#   BENCH_TIMEOUT=420  seconds for the benchmark as a whole (killed after; the JSON holds the
+#   BENCH_TIMEOUT=400  seconds for the benchmark as a whole (killed after; the JSON holds the
 #                      runs finished by then); RUN_LIMIT=150: seconds per train() run
 #   EXTRA_CMD='...'    one more command run after it (e.g. another benchmark writing to $OUT),
 #                      its output in $OUT/extra.log; EXTRA_TIMEOUT=180 seconds for it
@@ -39,8 +39,8 @@ fi
 WORK=$(mktemp -d /tmp/scaleout-XXXXXX)
 start=$(date +%s)
 # shellcheck disable=SC2086  # SIZES is a list of flags
-timeout "${BENCH_TIMEOUT:-420}" python3 tools/bench_scaleout.py $SIZES --features 65536 --used 8192 --classes 20 \
-  --chunks 64 --workers "$WORKERS" --time-limit "${RUN_LIMIT:-150}" --workdir "$WORK" \
+timeout "${BENCH_TIMEOUT:-400}" python3 tools/bench_scaleout.py $SIZES --features 65536 --used 8192 --classes 20 \
+  --chunks 64 --solvers ppdsparse,bcd,stagewise --workers "$WORKERS" --time-limit "${RUN_LIMIT:-150}" --workdir "$WORK" \
   --out "$OUT/scaleout.json" 2>&1 | tee "$OUT/scaleout.log"
 status=${PIPESTATUS[0]}
 echo "bench_scaleout: exit $status after $(($(date +%s) - start)) s" | tee -a "$OUT/scaleout.log"
