@@ -18,7 +18,7 @@
 #                      runs finished by then); RUN_LIMIT=150: seconds per train() run
 #   EXTRA_CMD='...'    one more command run after it (e.g. another benchmark writing to $OUT),
 #                      its output in $OUT/extra.log; EXTRA_TIMEOUT=180 seconds for it
-#   SKIP_INSTALL=1     the wheels are installed already
+#   SKIP_INSTALL=1     the wheels are installed already and PYTHONPATH set (a rehearsal elsewhere)
 set -u
 : "${OUT:?set OUT to the folder for the results}"
 mkdir -p "$OUT"

@@ -246,7 +246,7 @@ def _worker_data(ref: _DataRef) -> Data:
 
 def shared_data_dir(token: str) -> str:
     """Where the worker processes of one machine keep the training matrix of `token`."""
-    return os.path.join(tempfile.gettempdir(), f"streamfit-ppdsparse-{token.replace(':', '-')}")
+    return os.path.join(tempfile.gettempdir(), f"streamfit-ppdsparse-{token}")
 
 
 def _machine_data(ref: _DataRef) -> Data:
