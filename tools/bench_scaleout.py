@@ -351,7 +351,12 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
     for solver, rs in results.items():
         settings = ", ".join(f"{k} {v}" for k, v in SETTINGS[solver].items()) or "defaults"
         done = [n for n in workers if "wall" in rs.get(n, {})]
-        cells = [f"{rs[n]['wall']:.1f} s" if n in done else rs.get(n, {}).get("error", "not run") for n in workers]
+        cells = [
+            f"{rs[n]['wall']:.1f} s"
+            if n in done
+            else ("failed (" + rs[n]["error"].split(":")[0] + ")" if n in rs else "not run")
+            for n in workers
+        ]
         if done:
             first, last = done[0], done[-1]
             t1, tn = rs[first]["wall"] * first, rs[last]["wall"]
