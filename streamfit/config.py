@@ -108,7 +108,10 @@ class TrainOptions:
     )
     valid_every: int = option(1, "Validate every N solver steps", ge=1)
     checkpoint_every: int = option(
-        1, "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps", ge=1
+        1,
+        "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps "
+        "(ppdsparse puts a save off while finished groups wait to be taken in: those too)",
+        ge=1,
     )
     threshold: float | str | None = option(
         None,

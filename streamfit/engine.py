@@ -6,7 +6,10 @@ Every pass over the data is `map` (one task per chunk, results in chunk order) o
 (ppdsparse's class groups) and yields each result as it comes. Sums always follow the same
 binary tree over chunk ids -- `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)` with `mid - lo` the
 largest power of two below `hi - lo` -- whatever the number of workers, threads or the
-completion order, so a run gives bitwise the same numbers on a laptop and on a cluster.
+completion order, so a run gives bitwise the same numbers on a laptop and on a cluster. On a
+cluster, `map_reduce` runs each subtree of at most `leaf_chunks(n_chunks, threads)` chunks as one
+task that sums its chunks along the same subtree (`fold_chunks`): fewer tasks to schedule and
+fewer partial sums moved between workers, the same additions in the same order.
 
 Losing a worker: large arguments are scattered, and although `broadcast=True` copies them to
 every worker, Dask's active memory manager (its ReduceReplicas policy, on by default) soon drops
@@ -30,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +64,10 @@ DASHBOARD_ADDRESS = "127.0.0.1:8787"
 # imports and numba cache loads in every worker) before the first chunk, more than such a fit
 # takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs").
 AUTO_INPROCESS_WORK = 2**24
+
+# A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
+# least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).
+TASKS_PER_THREAD = 2
 
 
 def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int) -> str:
@@ -94,6 +101,42 @@ def add_results(a, b):
 
 def _split(n: int) -> int:
     return 1 << ((n - 1).bit_length() - 1)
+
+
+def leaf_chunks(n_chunks: int, threads: int) -> int:
+    """The chunks one map_reduce task sums on a cluster of `threads` worker threads: the largest
+    power of two g with ⌈n_chunks / g⌉ ≥ TASKS_PER_THREAD · threads (1 when even g = 2 leaves
+    fewer tasks). Each subtree of the fixed tree with at most g chunks is one task."""
+    g = 1
+    while -(-n_chunks // (2 * g)) >= TASKS_PER_THREAD * max(threads, 1):
+        g *= 2
+    return g
+
+
+def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
+    """Σ fn(source, i, **kwargs) over `chunk_ids` along the fixed tree (tree_sum's), built left
+    to right with a stack so that only O(log n) partial sums are held at once."""
+    stack: list[tuple[int, Any]] = []
+    for i in chunk_ids:
+        stack.append((1, fn(source, i, **kwargs)))
+        while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
+            (n2, b), (n1, a) = stack.pop(), stack.pop()
+            stack.append((n1 + n2, add_results(a, b)))
+    _, total = stack.pop()
+    while stack:
+        _, a = stack.pop()
+        total = add_results(a, total)
+    return total
+
+
+def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[[Any, Any], Any]) -> Any:
+    """The sum over `ids` along the fixed tree, built depth first, left to right: leaf(sub) for
+    each subtree of at most `group` ids (fold_chunks sums one along the same tree), add(a, b) for
+    every node above them. With leaf = fold_chunks this is tree_sum's sum, bitwise, for any group."""
+    if len(ids) <= group:
+        return leaf(ids)
+    mid = _split(len(ids))
+    return add(sum_tree(ids[:mid], group, leaf, add), sum_tree(ids[mid:], group, leaf, add))
 
 
 def tree_sum(values: list):
@@ -242,6 +285,16 @@ class Engine:
 
         return tqdm(total=n, desc=desc, unit=unit, leave=False)
 
+    def on_every_worker(self, fn: Callable, *args) -> None:
+        """fn(*args) once in every worker process of the cluster (clean-up of what tasks left on
+        the workers' machines); nothing in process. A worker that fails it is logged, not raised."""
+        if self.client is None:
+            return
+        try:
+            self.client.run(fn, *args)
+        except Exception as e:  # a worker gone, or the function's own error: clean-up is best effort
+            log.warning("running %s on the Dask workers failed: %s", getattr(fn, "__name__", fn), e)
+
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
 
@@ -327,11 +380,12 @@ class Engine:
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
         )
 
-    def _drain(self, pending, bar, watch: _Watch) -> None:
+    def _drain(self, pending, bar, watch: _Watch, chunks_of: dict[Any, int] | None = None) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
-        future it has yielded), advancing the bar; raise at the first failed one."""
+        future it has yielded), advancing the bar (by `chunks_of[key]`, default 1); raise at the
+        first failed one."""
         for f in pending:
-            bar.update()
+            bar.update(1 if chunks_of is None else chunks_of[f.key])
             if f.status != "finished":
                 self._result(f.result, watch)
 
@@ -371,51 +425,65 @@ class Engine:
 
         from distributed import as_completed
 
-        def tree(ids, args, leaves):
-            """Submits the sum over `ids` depth first, each partial sum right after its two halves:
-            the scheduler runs ready tasks in submission order, so it adds two results before it
-            starts further chunks, and a worker holds O(log n) chunk results, not n (with all
-            leaves submitted first, a pass over 382 chunks returning a 501 × 501 AᵀA each held
-            n × 2 MiB until its end)."""
-            if len(ids) == 1:
-                leaf = self.client.submit(fn, source, ids[0], pure=False, **args)
-                leaves.add(leaf)
-                return leaf
-            mid = _split(len(ids))
-            return self.client.submit(
-                add_results, tree(ids[:mid], args, leaves), tree(ids[mid:], args, leaves), pure=False
-            )
-
         def attempt():
             args = self._submit_args(kwargs)  # held until the sum is back
+            group = leaf_chunks(len(chunk_ids), self.total_threads)  # the workers now (a retry: those left)
             # the client keeps no leaf once it has counted it: a result is freed when its sum has
             # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
             # that a lost worker held)
             leaves = as_completed()
-            root = tree(chunk_ids, args, leaves)
+            chunks_of: dict[Any, int] = {}  # chunks summed by each leaf task, by its key
+            client = self.client
+            assert client is not None, "a started engine with a cluster"
+
+            def leaf(ids: list):
+                if len(ids) == 1:
+                    f = client.submit(fn, source, ids[0], pure=False, **args)
+                else:
+                    f = client.submit(fold_chunks, fn, source, ids, pure=False, **args)
+                leaves.add(f)
+                chunks_of[f.key] = len(ids)
+                return f
+
+            # submitted depth first, each partial sum right after its two halves: the scheduler
+            # runs ready tasks in submission order, so it adds two results before it starts
+            # further chunks, and a worker holds O(log n) chunk results, not n (with all leaves
+            # submitted first, a pass over 382 chunks returning a 501 × 501 AᵀA each held
+            # n × 2 MiB until its end)
+            root = sum_tree(chunk_ids, group, leaf, lambda a, b: client.submit(add_results, a, b, pure=False))
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, lambda: [root, *leaves.futures]) as watch:
-                self._drain(leaves, bar, watch)
+                self._drain(leaves, bar, watch, chunks_of)
                 return self._result(root.result, watch)
 
         return self._retrying(attempt, desc)
 
-    def imap_unordered(self, fn: Callable, items, desc: str | None = None, **kwargs):
-        """Yields (item, fn(item, **kwargs)) for every item, as the tasks finish (in process: in
-        order). Tasks are submitted in the order of `items`, the first with the highest priority.
-        When a worker is lost under them, the items not yet yielded are submitted again (their
-        large arguments scattered anew), up to MAX_ATTEMPTS times. Closing the generator cancels
-        the tasks still pending."""
+    def imap_unordered(self, fn: Callable, items, desc: str | None = None, **kwargs) -> Unordered:
+        """(item, fn(item, **kwargs)) for every item, as the tasks finish (in process: in order),
+        as an `Unordered` iterator. Tasks are submitted in the order of `items`, the first with the
+        highest priority. When a worker is lost under them, the items not yet yielded are submitted
+        again (their large arguments scattered anew), up to MAX_ATTEMPTS times. Closing the
+        iterator cancels the tasks still pending."""
         items = list(items)
         if self.client is None:
             self.start()
         if self.client is None:
-            with self._bar(len(items), desc, "task") as bar:
-                for item in items:
-                    yield item, fn(item, **kwargs)
-                    bar.update()
-            return
+            return Unordered(self._unordered_inprocess(fn, items, desc, kwargs), lambda: False)
+        in_flight: list = []  # the distributed.as_completed of the tasks not yielded yet
+        return Unordered(
+            self._unordered_dask(fn, items, desc, kwargs, in_flight),
+            lambda: bool(in_flight) and in_flight[0].has_ready(),
+        )
+
+    def _unordered_inprocess(self, fn: Callable, items: list, desc: str | None, kwargs: dict):
+        with self._bar(len(items), desc, "task") as bar:
+            for item in items:
+                yield item, fn(item, **kwargs)
+                bar.update()
+
+    def _unordered_dask(self, fn: Callable, items: list, desc: str | None, kwargs: dict, in_flight: list):
         from distributed import as_completed
 
+        assert self.client is not None, "a started engine with a cluster"
         left = dict.fromkeys(range(len(items)))  # positions not yielded yet, in submission order
         with self._bar(len(items), desc, "task") as bar:
             for n in range(1, MAX_ATTEMPTS + 1):
@@ -427,7 +495,8 @@ class Engine:
                         for r, i in enumerate(left)
                     }
                     with _Watch(self, futures.keys) as watch:  # the tasks not yielded yet
-                        for f in as_completed(list(futures)):
+                        in_flight[:] = [as_completed(list(futures))]
+                        for f in in_flight[0]:
                             result = self._result(f.result, watch)
                             i = futures.pop(f)
                             del left[i]
@@ -445,26 +514,43 @@ class Engine:
                         else "giving up",
                     )
                 finally:
+                    in_flight.clear()
                     if futures:  # closed early, or failed
                         self.client.cancel(list(futures))
         raise self._gave_up(desc, err) from err
 
     def _reduce_inprocess(self, fn: Callable, source, chunk_ids, desc: str | None, kwargs: dict) -> Any:
-        # the same tree as tree_sum, built left to right with a stack so that only
-        # O(log n_chunks) partial sums are held at once
-        stack: list[tuple[int, Any]] = []
         with self._bar(len(chunk_ids), desc) as bar:
-            for i in chunk_ids:
-                stack.append((1, fn(source, i, **kwargs)))
+
+            def counted(source, i, **kw):
+                out = fn(source, i, **kw)
                 bar.update()
-                while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
-                    (n2, b), (n1, a) = stack.pop(), stack.pop()
-                    stack.append((n1 + n2, add_results(a, b)))
-        size, total = stack.pop()
-        while stack:
-            n1, a = stack.pop()
-            total = add_results(a, total)
-        return total
+                return out
+
+            return fold_chunks(counted, source, chunk_ids, **kwargs)
+
+
+class Unordered:
+    """Results of independent tasks as they finish (Engine.imap_unordered): an iterator of
+    (item, result) pairs; `ready()` tells whether the next pair is already there, so that the
+    caller can put off slow work (a checkpoint) while results wait; `close()` cancels the tasks
+    not started."""
+
+    def __init__(self, pairs: Generator, ready: Callable[[], bool]):
+        self._pairs = pairs
+        self._ready = ready
+
+    def __iter__(self) -> Unordered:
+        return self
+
+    def __next__(self):
+        return next(self._pairs)
+
+    def ready(self) -> bool:
+        return self._ready()
+
+    def close(self) -> None:
+        self._pairs.close()
 
 
 class _Watch:

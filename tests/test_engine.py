@@ -1,3 +1,4 @@
+import functools
 import logging
 import os
 import threading
@@ -7,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from streamfit.engine import Engine, tree_sum
+from streamfit.engine import Engine, add_results, fold_chunks, leaf_chunks, sum_tree, tree_sum
 from streamfit.store import InMemoryStore, open_store
 
 
@@ -29,6 +30,27 @@ def test_tree_sum_is_pairwise_fixed():
     vals = [np.float64(1 / (i + 3)) for i in range(7)]
     a, b, c, d, e, f, g = vals
     assert tree_sum(vals) == ((a + b) + (c + d)) + ((e + f) + g)
+
+
+def test_subtrees_summed_in_one_task_give_the_same_bits():
+    """A cluster's map_reduce sums each subtree of at most leaf_chunks chunks in one task
+    (fold_chunks) and adds the subtrees' sums above them: for every chunk count and subtree
+    size, the very same additions as tree_sum (values whose sums depend on their order)."""
+    rng = np.random.default_rng(0)
+    for n in range(1, 41):
+        values = list(rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, size=n))
+        ref = tree_sum(values)
+        for group in (1, 2, 3, 4, 8, 64):
+            leaf = functools.partial(fold_chunks, lambda _, i, values: values[i], None, values=values)
+            got = sum_tree(list(range(n)), group, leaf, add_results)
+            assert got == ref, (n, group)
+    naive = sum(values)
+    assert naive != ref  # the order matters for these values: the test would see another tree
+
+
+def test_leaf_chunks_leaves_enough_tasks_per_thread():
+    assert leaf_chunks(64, 16) == 2 and leaf_chunks(64, 8) == 4 and leaf_chunks(64, 1) == 32
+    assert leaf_chunks(16, 16) == 1 and leaf_chunks(18, 2) == 4 and leaf_chunks(1, 4) == 1
 
 
 class _Sums(NamedTuple):
@@ -251,8 +273,24 @@ def item_slow(item, log_dir):
 
 
 def test_closing_imap_unordered_cancels_the_pending_tasks(tmp_path):
+    """Also: ready() tells whether a finished result waits (in process: never)."""
+    with Engine(mode="inprocess") as eng:
+        results = eng.imap_unordered(item_slow, range(2), log_dir=tmp_path)
+        next(results)
+        assert not results.ready()
     n = 12
     with Engine(mode="local", n_workers=2) as eng:
+        quick = tmp_path / "quick"
+        quick.mkdir()
+        results = eng.imap_unordered(item_slow, range(2), log_dir=quick)
+        assert not results.ready()  # nothing submitted before the first next()
+        next(results)
+        deadline = time.monotonic() + 30
+        while not results.ready() and time.monotonic() < deadline:  # the other worker's item
+            time.sleep(0.01)
+        assert results.ready()
+        next(results)
+        assert not results.ready()
         results = eng.imap_unordered(item_slow, range(n), log_dir=tmp_path)
         first, _ = next(results)
         results.close()

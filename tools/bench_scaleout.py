@@ -4,7 +4,7 @@ workers, with a breakdown of where the time goes (issue 19).
     python tools/bench_scaleout.py [--rows 49152] [--features 65536] [--used 8192] [--row-nnz 50]
         [--classes 20] [--chunks 16] [--extreme-rows 10000] [--extreme-features 20000]
         [--extreme-classes 1000] [--workers 1,2,...] [--solvers stagewise,bcd,ppdsparse]
-        [--workdir DIR]
+        [--time-limit S] [--out FILE.json] [--workdir DIR]
 
 Generates two synthetic stores: a sparse text-like one (`--rows` × `--features`, of which
 `--used` columns occur, `--row-nnz` non-zeros a row, half of them from a block of columns typical
@@ -23,12 +23,22 @@ The breakdown, per solver and N, splits the wall time of train() into
               workers' compute in chunk (or class-group) tasks and in the tree's sums, and the
               transfers (all summed over workers);
   driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
-"peak RSS / worker" is the largest worker's peak resident set size.
+"peak RSS / worker" is the largest worker's peak resident set size (shared pages, such as
+ppdsparse's mapped training matrix, count in every process that touched them); "PSS all workers"
+the workers' proportional set sizes summed at the end of the run (shared pages counted once).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
-compute / N and its longest task, plus its overhead (pass wall − compute / N), all measured at
-the smallest N run (on a loaded machine the larger N's compute is inflated by CPU contention).
+compute / N and its longest task (a map_reduce task sums leaf_chunks(chunks, N) chunks: scaled
+to N's), plus its overhead (pass wall − compute / N), all measured at the smallest N run (on a
+loaded machine the larger N's compute is inflated by CPU contention). A task that sums several
+chunks (streamfit.engine.fold_chunks) counts as chunk-task compute, its sums included.
+
+    --out FILE.json   every run (seconds, breakdown, each pass, peak RSS and USS per worker, PSS
+                      of all workers, identical), the settings and the tables, rewritten after
+                      each run; --time-limit S: train's time_limit per run (a solver's larger N
+                      are skipped once one is cut); a run that fails is reported and the others
+                      go on. tools/device_scaleout.sh runs it on the lent 16-core machine.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import json
 import os
 import shutil
 import tempfile
@@ -46,7 +57,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine
+from streamfit.engine import Engine, leaf_chunks
+from streamfit.errors import TimeLimitReached
 from streamfit.model import load_model
 from streamfit.store import StoreWriter
 from streamfit.train import train
@@ -94,7 +106,7 @@ class Breakdown:
 
     def __init__(self):
         self.seconds: dict[str, float] = defaultdict(float)
-        self.passes: list[tuple[float, float]] = []  # (start, stop) of each engine call, time.time()
+        self.passes: list[tuple[str, float, float]] = []  # (method, start, stop) of each engine call, time.time()
         self.stream = None  # distributed's TaskStream, while a cluster runs
         self.peak_rss: dict[str, float] = {}  # MiB per worker address, read before the cluster closes
 
@@ -126,28 +138,38 @@ class Breakdown:
                 try:
                     return original(engine, *args, **kwargs)
                 finally:
-                    self.passes.append((t0, time.time()))
+                    self.passes.append((name, t0, time.time()))
                     self.seconds["passes"] += time.time() - t0
 
             @functools.wraps(original)
-            def generator(engine, *args, **kwargs):
-                """Counts the time inside the engine's generator only, not the driver's work
+            def unordered(engine, *args, **kwargs):
+                """Counts the time inside the engine's iterator only, not the driver's work
                 between its results (checkpoints, model updates)."""
                 results = original(engine, *args, **kwargs)
-                first, inside = time.time(), 0.0
-                while True:
-                    t0 = time.time()
-                    try:
-                        item = next(results)
-                    except StopIteration:
-                        break
-                    finally:
-                        inside += time.time() - t0
-                    yield item
-                self.passes.append((first, time.time()))
-                self.seconds["passes"] += inside
+                pairs = results._pairs
+                seconds, passes = self.seconds, self.passes
 
-            setattr(Engine, name, generator if name == "imap_unordered" else plain)
+                def timed_pairs():
+                    first, inside = time.time(), 0.0
+                    try:
+                        while True:
+                            t0 = time.time()
+                            try:
+                                item = next(pairs)
+                            except StopIteration:
+                                break
+                            finally:
+                                inside += time.time() - t0
+                            yield item
+                    finally:  # also when the caller closes it after its last result
+                        pairs.close()
+                        passes.append(("imap_unordered", first, time.time()))
+                        seconds["passes"] += inside
+
+                results._pairs = timed_pairs()
+                return results
+
+            setattr(Engine, name, unordered if name == "imap_unordered" else plain)
 
         timed(Engine, "start", "start")
         timed(Engine, "close", "start")
@@ -162,11 +184,23 @@ class Breakdown:
                 setattr(cls, name, original)
 
 
-def _peak_rss_mib() -> float:
-    """This process's peak resident set size in MiB (run on each worker by Client.run)."""
+def _worker_memory() -> dict[str, float]:
+    """This process's memory in MiB (run on each worker by Client.run before the cluster
+    closes): its peak resident set (`peak_rss`, counting every page it touched, shared ones too)
+    and now its resident, unique (`uss`: freed if it exited) and proportional (`pss`: shared
+    pages divided among the processes that map them; summed over the workers, what they hold
+    together) set sizes."""
     import resource
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    import psutil
+
+    info = psutil.Process().memory_full_info()
+    return {
+        "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss": info.rss / 2**20,
+        "uss": info.uss / 2**20,
+        "pss": getattr(info, "pss", 0) / 2**20,
+    }
 
 
 def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float, float, bool]]]:
@@ -189,12 +223,14 @@ def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float
     return work, sums, transfer, spans
 
 
-def run_one(store: str, solver: str, n: int, out: str) -> dict:
-    """train() on n workers, with its breakdown; returns the seconds and the model's arrays."""
+def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None) -> dict:
+    """train() on n workers, with its breakdown; returns the seconds, the workers' memory and
+    the model's arrays."""
     from distributed import get_task_stream
 
     b = Breakdown()
     shutil.rmtree(out, ignore_errors=True)
+    memory: dict[str, dict[str, float]] = {}
     with b.installed():
         original_start = Engine.start
 
@@ -209,14 +245,14 @@ def run_one(store: str, solver: str, n: int, out: str) -> dict:
 
         def close(engine):
             if engine.client is not None:
-                b.peak_rss = engine.client.run(_peak_rss_mib)
+                memory.update(engine.client.run(_worker_memory))
             stream.close()  # TaskStream collects its records from the scheduler on exit
             original_close(engine)
 
         Engine.start, Engine.close = start, close  # type: ignore[method-assign]
         try:
             t0 = time.time()
-            train(store, solver, out, SETTINGS[solver], n_workers=n, progress=False)
+            train(store, solver, out, SETTINGS[solver], n_workers=n, progress=False, time_limit=time_limit)
             wall = time.time() - t0
         finally:
             Engine.start, Engine.close = original_start, original_close  # type: ignore[method-assign]
@@ -224,11 +260,12 @@ def run_one(store: str, solver: str, n: int, out: str) -> dict:
     work, sums, transfer, spans = task_times(tasks)
     s = dict(b.seconds)
     per_pass = []
-    for lo, hi in b.passes:
+    for method, lo, hi in b.passes:
         inside = [(d, is_sum) for start, d, is_sum in spans if lo <= start <= hi]
         compute = sum(d for d, _ in inside)
         longest = max((d for d, is_sum in inside if not is_sum), default=0.0)
-        per_pass.append((hi - lo, compute, longest))
+        per_pass.append((method, hi - lo, compute, longest))
+    workers = sorted(memory)
     return {
         "wall": wall,
         "start": s.get("start", 0.0),
@@ -241,20 +278,114 @@ def run_one(store: str, solver: str, n: int, out: str) -> dict:
         "n_tasks": len(tasks),
         "driver": wall - s.get("start", 0.0) - s.get("checkpoint", 0.0) - s.get("passes", 0.0),
         "per_pass": per_pass,
-        "peak_rss": max(b.peak_rss.values(), default=0.0),
+        "peak_rss": max((memory[w]["peak_rss"] for w in workers), default=0.0),
+        "peak_rss_per_worker": [memory[w]["peak_rss"] for w in workers],
+        "pss_total": sum(memory[w]["pss"] for w in workers),
+        "uss_per_worker": [memory[w]["uss"] for w in workers],
         "arrays": load_model(os.path.join(out, "model"))._arrays(),
     }
 
 
-def predict(r: dict, n: int, workers: int) -> float:
+def predict(r: dict, n: int, workers: int, n_chunks: int) -> float:
     """T(n) from run r (made on `workers` workers): serial parts as measured, each pass the larger
-    of compute / n and its longest task, plus its measured overhead."""
+    of compute / n and its longest task at n, plus its measured overhead. A map_reduce task sums
+    leaf_chunks(n_chunks, N) chunks on N workers, so its longest task at n is the measured one
+    scaled by leaf_chunks(n_chunks, n) / leaf_chunks(n_chunks, workers)."""
     serial = r["start"] + r["checkpoint"] + r["driver"]
     total = serial
-    for wall, compute, longest in r["per_pass"]:
+    for method, wall, compute, longest in r["per_pass"]:
         overhead = max(wall - compute / workers, 0.0)
+        if method == "map_reduce":
+            longest *= leaf_chunks(n_chunks, n) / leaf_chunks(n_chunks, workers)
         total += max(compute / n, longest) + overhead
     return total
+
+
+def make_stores(work: str, args, solvers: list[str], scale: float = 1.0, quiet: bool = False) -> dict[str, str]:
+    """The stores each solver trains on, `scale` times the rows (the warm-up's small copies)."""
+    stores = {}
+    rows = max(int(args.rows * scale), args.chunks)
+    extreme_rows = max(int(args.extreme_rows * scale), args.chunks)
+    tag = "" if scale == 1 else "-warm"
+    if {"stagewise", "bcd"} & set(solvers):
+        path = os.path.join(work, f"text{tag}.zarr")
+        shutil.rmtree(path, ignore_errors=True)
+        nnz = make_store(path, rows, args.features, args.used, args.row_nnz, args.classes, args.chunks, 0.5)
+        if not quiet:
+            print(
+                f"text store: {rows} rows × {args.features} columns ({args.used} used), {nnz} non-zeros, "
+                f"{args.classes} classes, {args.chunks} chunks",
+                flush=True,
+            )
+        stores["stagewise"] = stores["bcd"] = path
+    if "ppdsparse" in solvers:
+        path = os.path.join(work, f"extreme{tag}.zarr")
+        shutil.rmtree(path, ignore_errors=True)
+        nnz = make_store(
+            path,
+            extreme_rows,
+            args.extreme_features,
+            args.extreme_features,
+            args.extreme_row_nnz,
+            args.extreme_classes,
+            args.chunks,
+            0.1,
+        )
+        if not quiet:
+            print(
+                f"extreme store: {extreme_rows} rows × {args.extreme_features} features, {nnz} non-zeros, "
+                f"K = {args.extreme_classes}, {args.chunks} chunks",
+                flush=True,
+            )
+        stores["ppdsparse"] = path
+    return stores
+
+
+def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> str:
+    """The speed-up table and the breakdown table (markdown), from the runs that finished."""
+    lines = [
+        "| solver (settings) | " + " | ".join(f"N={n}" for n in workers) + f" | efficiency at {workers[-1]} | "
+        f"predicted N={predict_n} | identical |",
+        "|---|" + "---|" * (len(workers) + 3),
+    ]
+    for solver, rs in results.items():
+        settings = ", ".join(f"{k} {v}" for k, v in SETTINGS[solver].items()) or "defaults"
+        done = [n for n in workers if "wall" in rs.get(n, {})]
+        cells = [
+            f"{rs[n]['wall']:.1f} s"
+            if n in done
+            else ("failed (" + rs[n]["error"].split(":")[0] + ")" if n in rs else "not run")
+            for n in workers
+        ]
+        if done:
+            first, last = done[0], done[-1]
+            t1, tn = rs[first]["wall"] * first, rs[last]["wall"]
+            pred = predict(rs[first], predict_n, first, n_chunks)
+            efficiency = f"{t1 / (last * tn):.2f}" + ("" if last == workers[-1] else f" (at {last})")
+            prediction = f"{pred:.1f} s (efficiency {t1 / (predict_n * pred):.2f})"
+            identical = str(all(rs[n]["identical"] for n in done))
+        else:
+            efficiency = prediction = identical = "-"
+        lines.append(
+            f"| {solver} ({settings}) | " + " | ".join(cells) + f" | {efficiency} | {prediction} | {identical} |"
+        )
+    lines += [
+        "",
+        "| solver | N | wall | start+close | checkpoint | driver | passes (n) | task compute | sum compute | "
+        "transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for solver, rs in results.items():
+        for n, r in rs.items():
+            if "wall" not in r:
+                continue
+            overhead = r["passes"] - (r["work"] + r["sums"]) / n
+            lines.append(
+                f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['checkpoint']:.2f} | {r['driver']:.2f} | "
+                f"{r['passes']:.2f} ({r['n_passes']}) | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
+                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} |"
+            )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -274,88 +405,82 @@ def main() -> None:
     ap.add_argument("--workers", default=default_workers, help=f"comma-separated N (default {default_workers})")
     ap.add_argument("--solvers", default="stagewise,bcd,ppdsparse")
     ap.add_argument("--predict", type=int, default=16, help="the N to predict from the breakdown")
+    ap.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per run (train's time_limit): a run past it is reported as not finished and the "
+        "solver's larger N are skipped",
+    )
+    ap.add_argument(
+        "--out", default=None, help="also write every run's numbers, the tables and the settings here (JSON)"
+    )
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
     workers = [int(w) for w in args.workers.split(",")]
     work = args.workdir or tempfile.mkdtemp(prefix="bench-scaleout-")
     os.makedirs(work, exist_ok=True)
-
-    stores = {}
     solvers = args.solvers.split(",")
-    if {"stagewise", "bcd"} & set(solvers):
-        path = os.path.join(work, "text.zarr")
-        shutil.rmtree(path, ignore_errors=True)
-        nnz = make_store(path, args.rows, args.features, args.used, args.row_nnz, args.classes, args.chunks, 0.5)
-        print(
-            f"text store: {args.rows} rows × {args.features} columns ({args.used} used), {nnz} non-zeros, "
-            f"{args.classes} classes, {args.chunks} chunks"
-        )
-        stores["stagewise"] = stores["bcd"] = path
-    if "ppdsparse" in solvers:
-        path = os.path.join(work, "extreme.zarr")
-        shutil.rmtree(path, ignore_errors=True)
-        nnz = make_store(
-            path,
-            args.extreme_rows,
-            args.extreme_features,
-            args.extreme_features,
-            args.extreme_row_nnz,
-            args.extreme_classes,
-            args.chunks,
-            0.1,
-        )
-        print(
-            f"extreme store: {args.extreme_rows} rows × {args.extreme_features} features, {nnz} non-zeros, "
-            f"K = {args.extreme_classes}, {args.chunks} chunks"
-        )
-        stores["ppdsparse"] = path
+    t_stores = time.time()
+    stores = make_stores(work, args, solvers)
+    # numba compiles each kernel on first use (tens of seconds, in every worker at once); a run in
+    # process on a small store of the same kind fills the cache that the workers then load, so
+    # no timed run compiles
+    warm = make_stores(work, args, solvers, scale=1 / 64, quiet=True)
+    print(f"stores written in {time.time() - t_stores:.1f} s", flush=True)
 
     results: dict[str, dict[int, dict]] = {}
+
+    def save() -> None:
+        """--out as it stands (after every run: a benchmark killed at a time budget keeps what it measured)."""
+        if not args.out:
+            return
+        record = {
+            "settings": vars(args),
+            "solver_settings": SETTINGS,
+            "cores": cores,
+            "results": {
+                solver: {str(n): {k: v for k, v in r.items() if k != "arrays"} for n, r in rs.items()}
+                for solver, rs in results.items()
+            },
+            "tables": tables(results, workers, args.predict, args.chunks),
+        }
+        with open(args.out + ".partial", "w") as f:
+            json.dump(record, f, indent=1)
+        os.replace(args.out + ".partial", args.out)
+
     for solver in solvers:
-        # numba compiles each kernel on first use (tens of seconds, in every worker at once);
-        # a run in process fills the cache that the workers then load, so no timed run compiles
-        train(stores[solver], solver, os.path.join(work, "warm-up"), SETTINGS[solver], n_workers=0, progress=False)
-        shutil.rmtree(os.path.join(work, "warm-up"))
         results[solver] = {}
+        try:
+            t0 = time.time()
+            train(warm[solver], solver, os.path.join(work, "warm-up"), SETTINGS[solver], n_workers=0, progress=False)
+            shutil.rmtree(os.path.join(work, "warm-up"))
+            print(f"  {solver} warm-up in process: {time.time() - t0:.1f} s", flush=True)
+        except Exception as e:  # reported, and the solver's runs still tried
+            print(f"  {solver} warm-up failed: {type(e).__name__}: {e}", flush=True)
+        ref = None
         for n in workers:
-            r = run_one(stores[solver], solver, n, os.path.join(work, f"run-{solver}-{n}"))
-            ref = results[solver][workers[0]]["arrays"] if results[solver] else r["arrays"]
+            try:
+                r = run_one(stores[solver], solver, n, os.path.join(work, f"run-{solver}-{n}"), args.time_limit)
+            except Exception as e:  # one failed run: reported in the tables, the others still run
+                results[solver][n] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+                print(f"  {solver} N={n}: failed: {results[solver][n]['error']}", flush=True)
+                save()
+                if isinstance(e, TimeLimitReached):
+                    break  # larger N are not slower by design, but the budget is spent
+                continue
+            ref = r["arrays"] if ref is None else ref
             r["identical"] = ref.keys() == r["arrays"].keys() and all(
                 np.array_equal(ref[k], r["arrays"][k]) for k in ref
             )
             results[solver][n] = r
-            print(f"  {solver} N={n}: {r['wall']:.1f} s, identical to N={workers[0]}: {r['identical']}", flush=True)
+            print(f"  {solver} N={n}: {r['wall']:.1f} s, identical to the first: {r['identical']}", flush=True)
+            shutil.rmtree(os.path.join(work, f"run-{solver}-{n}"), ignore_errors=True)
+            save()
 
     print()
-    print(
-        "| solver (settings) | " + " | ".join(f"N={n}" for n in workers) + f" | efficiency at {workers[-1]} | "
-        f"predicted N={args.predict} | identical |"
-    )
-    print("|---|" + "---|" * (len(workers) + 3))
-    for solver, rs in results.items():
-        t1, tn = rs[workers[0]]["wall"] * workers[0], rs[workers[-1]]["wall"]
-        settings = ", ".join(f"{k} {v}" for k, v in SETTINGS[solver].items()) or "defaults"
-        pred = predict(rs[workers[0]], args.predict, workers[0])
-        print(
-            f"| {solver} ({settings}) | "
-            + " | ".join(f"{rs[n]['wall']:.1f} s" for n in workers)
-            + f" | {t1 / (workers[-1] * tn):.2f} | {pred:.1f} s (efficiency {t1 / (args.predict * pred):.2f}) | "
-            f"{all(r['identical'] for r in rs.values())} |"
-        )
-    print()
-    print(
-        "| solver | N | wall | start+close | checkpoint | driver | passes (n) | task compute | sum compute | "
-        "transfers | overhead | tasks | peak RSS / worker MiB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for solver, rs in results.items():
-        for n, r in rs.items():
-            overhead = r["passes"] - (r["work"] + r["sums"]) / n
-            print(
-                f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['checkpoint']:.2f} | {r['driver']:.2f} | "
-                f"{r['passes']:.2f} ({r['n_passes']}) | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
-                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} |"
-            )
+    print(tables(results, workers, args.predict, args.chunks), flush=True)
+    save()
     if not args.workdir:
         shutil.rmtree(work)
 

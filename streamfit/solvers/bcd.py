@@ -214,6 +214,16 @@ def _n_correct(S: np.ndarray, labels) -> int:
     return int((top == labels).sum())
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of `a` (no copy). numba compiles a kernel once per signature, and
+    read-only is part of an array's type: a cached chunk's arrays are read-only, `_design`'s new
+    ones (with the intercept column, or from a chunk read past the cache) writable, so passing
+    both compiled chunk_pass twice; the view gives it one signature."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def _chunk_scores(state, version: int, chunk_id: int, n_rows: int, m: int) -> np.ndarray:
     return np.zeros((n_rows, m)) if version == 0 else state.read(SCORES, version, chunk_id)
 
@@ -280,9 +290,9 @@ def _pass_task(
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     none = np.zeros((0, m))
     total, hits, dloss, dhits, G, C = chunk_pass(
-        X.indptr,
-        X.indices,
-        X.data,
+        _read_only(X.indptr),
+        _read_only(X.indices),
+        _read_only(X.data),
         S,
         lab_ptr,
         lab_ind,

@@ -47,8 +47,14 @@ step's model (all classes trained) is validated (train --valid).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
+import glob
+import logging
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections import deque
@@ -60,7 +66,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 
-from streamfit.engine import Engine
+from streamfit.engine import Engine, Unordered
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel, register_model
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
@@ -74,7 +80,9 @@ from streamfit.solvers.ppdsparse_kernels import (
     sort_columns,
     topk_rows,
 )
-from streamfit.store import ChunkSource, Store
+from streamfit.store import ChunkSource
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
@@ -212,9 +220,8 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
 
 @dataclasses.dataclass
 class _DataRef:
-    """What a group task gets: the source and a token naming it, so each worker process builds
-    the training matrix once (Store: its fingerprint; in-memory sources: a fresh token), and
-    build_data's by_magnitude."""
+    """What a group task gets: the source, a token naming the run (each machine builds the
+    training matrix once per token), and build_data's by_magnitude."""
 
     source: ChunkSource
     token: str
@@ -229,8 +236,53 @@ def _worker_data(ref: _DataRef) -> Data:
     with _cache_lock:  # the threads of a worker wait for one build
         if ref.token not in _cache:
             _cache.clear()  # one training matrix per process
-            _cache[ref.token] = build_data(ref.source, ref.by_magnitude)
+            try:
+                _cache[ref.token] = _machine_data(ref)
+            except OSError as e:  # no writable temporary directory: a copy of its own
+                log.warning("ppdsparse: cannot share the training matrix on this machine (%s); building it here", e)
+                _cache[ref.token] = build_data(ref.source, ref.by_magnitude)
         return _cache[ref.token]
+
+
+def shared_data_dir(token: str) -> str:
+    """Where the worker processes of one machine keep the training matrix of `token`."""
+    return os.path.join(tempfile.gettempdir(), f"streamfit-ppdsparse-{token}")
+
+
+def _machine_data(ref: _DataRef) -> Data:
+    """The training matrix, one copy per machine: the first worker process that needs it builds
+    it (build_data) and writes its arrays as .npy files to shared_data_dir (a directory renamed
+    into place once complete, under an flock that the other processes wait on); every worker
+    process then maps the files copy-on-write (np.load mmap_mode="c": writable arrays, as numba's
+    kernels were compiled for, never written), so the page cache holds one copy for all of them.
+    The token names the run, so no other run shares, builds or deletes it; the driver deletes
+    the directory and its lock file when the run's groups are done or cancelled
+    (drop_shared_data); mapped files stay readable until the last process lets go of them."""
+    path = shared_data_dir(ref.token)
+    with open(path + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.isdir(path):
+            data = build_data(ref.source, ref.by_magnitude)
+            partial = f"{path}.partial-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            os.makedirs(partial)
+            for name, array in data._asdict().items():
+                np.save(os.path.join(partial, f"{name}.npy"), array, allow_pickle=False)
+            os.rename(partial, path)
+            del data
+    return Data(
+        **{name: np.asarray(np.load(os.path.join(path, f"{name}.npy"), mmap_mode="c")) for name in Data._fields}
+    )
+
+
+def drop_shared_data(token: str) -> None:
+    """Delete this machine's copy of the training matrix of `token`, and what killed builders
+    left (run on every worker)."""
+    path = shared_data_dir(token)
+    for leftover in [path, *glob.glob(glob.escape(path) + ".partial-*")]:
+        shutil.rmtree(leftover, ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path + ".lock")
 
 
 # -- one group of classes --------------------------------------------------------------------
@@ -328,36 +380,57 @@ def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: di
 
 
 def _finished_groups(
-    engine: Engine, source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
-) -> Generator[tuple[int, GroupResult], None, None]:
-    """Yields (group, GroupResult) as groups finish: in process, in `todo` order (`threads`
+    engine: Engine,
+    source: ChunkSource,
+    p: PPDSparseParams,
+    groups: list[tuple[int, int]],
+    todo: list[int],
+    token: str,
+) -> Unordered:
+    """(group, GroupResult) pairs as groups finish: in process, in `todo` order (`threads`
     threads solving ahead); on Dask, in completion order (Engine.imap_unordered: tasks submitted
-    in `todo` order, first = highest priority; a lost worker's groups submitted again). Closing
-    the generator cancels what has not started."""
+    in `todo` order, first = highest priority; a lost worker's groups submitted again). Its
+    `ready()` says whether the next group has finished already; closing it cancels what has not
+    started. `token` names the run's training matrix on the workers (_machine_data)."""
     if engine.client is None and engine.mode == "inprocess":
-        data = build_data(source, p.x_threshold > 0)
-
-        def solve(g: int) -> GroupResult:
-            return solve_group(data, *groups[g], p, source.n_rows)
-
         if p.threads == 1:
-            yield from ((g, solve(g)) for g in todo)
-            return
-        with ThreadPoolExecutor(p.threads) as pool:  # kernels release the GIL: groups run in parallel
-            pending = deque((g, pool.submit(solve, g)) for g in todo)
-            try:
-                while pending:
-                    g, fut = pending.popleft()
-                    yield g, fut.result()
-            finally:
-                for _, fut in pending:
-                    fut.cancel()
-        return
-    token = source.manifest.fingerprint if isinstance(source, Store) else uuid.uuid4().hex
-    ref = _DataRef(source, f"{token}:{p.x_threshold > 0}", p.x_threshold > 0)
-    yield from engine.imap_unordered(
+            return Unordered(_solved_in_order(source, p, groups, todo), lambda: False)
+        pending: deque = deque()  # (group, future) in todo order, not yielded yet
+        return Unordered(
+            _solved_by_threads(source, p, groups, todo, pending), lambda: bool(pending) and pending[0][1].done()
+        )
+    ref = _DataRef(source, token, p.x_threshold > 0)
+    return engine.imap_unordered(
         _group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups, params=p.model_dump()
     )
+
+
+def _solved_in_order(
+    source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
+) -> Generator[tuple[int, GroupResult], None, None]:
+    data = build_data(source, p.x_threshold > 0)
+    for g in todo:
+        yield g, solve_group(data, *groups[g], p, source.n_rows)
+
+
+def _solved_by_threads(
+    source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int], pending: deque
+) -> Generator[tuple[int, GroupResult], None, None]:
+    """`p.threads` threads sharing one copy of the data solve the groups ahead (the kernels
+    release the GIL); yielded in `todo` order, `pending` holding the (group, future) not yet
+    yielded."""
+    data = build_data(source, p.x_threshold > 0)
+    with ThreadPoolExecutor(p.threads) as pool:
+        pending.extend((g, pool.submit(solve_group, data, *groups[g], p, source.n_rows)) for g in todo)
+        try:
+            while pending:
+                g, fut = pending[0]
+                result = fut.result()
+                pending.popleft()
+                yield g, result
+        finally:
+            for _, fut in pending:
+                fut.cancel()
 
 
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -476,19 +549,24 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     def __init__(self, params: PPDSparseParams):
         super().__init__(params)
-        self._running: Generator[tuple[int, GroupResult], None, None] | None = None
+        self._running: Unordered | None = None
+        self._engine: Engine | None = None  # what _running runs on
+        self._token = ""  # names the training matrix the workers of _running share (_machine_data)
+        self._saved_at = 0  # the step of the last checkpoint checkpoint_due asked for
 
     def group_size(self, n_classes: int) -> int:
         return self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
 
     def init(self, ctx: Context) -> PPDSparseState:
         self._stop_running()
+        self._saved_at = 0
         K = ctx.source.n_classes
         return PPDSparseState(n_classes=K, group_size=self.group_size(K))
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
         """The finished groups are indices of the checkpoint's cut: a resume must cut the same way."""
         self._stop_running()
+        self._saved_at = state.step
         size = self.group_size(ctx.source.n_classes)
         if state.group_size != size:
             where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
@@ -520,7 +598,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             "not_converged": int((st[:, 3] == 0).sum()),
         }
 
-    def _start(self, ctx: Context, state: PPDSparseState) -> Generator[tuple[int, GroupResult], None, None]:
+    def _start(self, ctx: Context, state: PPDSparseState) -> Unordered:
         """The unfinished groups, largest first (by positives, then by id), in flight."""
         positives = ctx.engine.map_reduce(
             _positives_task, ctx.source, range(ctx.source.n_chunks), desc="ppdsparse: labels"
@@ -531,12 +609,28 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             (g for g in range(len(groups)) if g not in done),
             key=lambda g: (-int(positives[groups[g][0] : groups[g][1]].sum()), g),
         )
-        return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo)
+        self._token = f"{uuid.uuid4().hex}-{int(self.params.x_threshold > 0)}"
+        self._engine = ctx.engine
+        return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo, self._token)
+
+    def checkpoint_due(self, state: PPDSparseState, every: int) -> bool:
+        """A checkpoint once `every` steps have passed since the last one, at the first step after
+        which no finished group is waiting: a save (about a dozen fsyncs) never keeps a result
+        that has arrived from being taken in, so the driver's serial saves shrink to about one per
+        burst of results instead of one per group, and a kill loses at most the groups taken in
+        since the last save (all of them results that had arrived). The driver also saves after
+        the last group."""
+        if state.step - self._saved_at < every or (self._running is not None and self._running.ready()):
+            return False
+        self._saved_at = state.step
+        return True
 
     def _stop_running(self) -> None:
         if self._running is not None:
             self._running.close()  # cancels the groups not started
             self._running = None
+            assert self._engine is not None, "set with _running"
+            self._engine.on_every_worker(drop_shared_data, self._token)
 
     def max_steps(self, state: PPDSparseState) -> int:
         """One step per group of classes."""

@@ -685,3 +685,52 @@ def test_estimator(multilabel):
     np.testing.assert_array_equal(predicted, (Xm @ model.coef_.T + model.intercept_ > 0).astype(predicted.dtype))
     assert ml.score(Xm, Y) == np.mean((predicted == Y.toarray()).all(axis=1))
     assert len(ml.history_) == len(log.records) == 6
+
+
+def test_saves_wait_while_finished_groups_wait():
+    """A checkpoint is put off while the next finished group is already there (Unordered.ready),
+    and comes at the first step after which none waits, once `every` steps have passed."""
+    from streamfit.engine import Unordered
+
+    solver = pp.PPDSparseSolver(pp.PPDSparseParams())
+    state = pp.PPDSparseState(n_classes=10, group_size=1)
+    waiting = [False]
+    solver._running = Unordered((x for x in ()), lambda: waiting[0])
+
+    def due(every, pattern):
+        out = []
+        for w in pattern:
+            state.step += 1
+            waiting[0] = w
+            out.append(solver.checkpoint_due(state, every))
+        return out
+
+    assert due(1, [True, True, False, False, True, False]) == [False, False, True, True, False, True]
+    assert due(2, [False, False, True, False, False, False]) == [False, True, False, True, False, True]
+    solver._running = None  # the last group taken in: nothing in flight
+    assert due(1, [True]) == [True]
+
+
+def test_training_matrix_is_built_once_per_machine_and_mapped(digits, tmp_path, monkeypatch):
+    """The first worker process builds the matrix and writes it; the others (here: a second
+    call) map the files: the same arrays, writable (numba's compiled signatures), no second build;
+    the run's clean-up deletes them."""
+    import tempfile
+
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)])
+    built = pp.build_data(source)
+    builds = []
+    monkeypatch.setattr(pp, "build_data", lambda *a: builds.append(1) or built)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ref = pp._DataRef(source, "run-0", False)
+    first, second = pp._machine_data(ref), pp._machine_data(ref)
+    assert builds == [1]
+    for name in pp.Data._fields:
+        for got in (getattr(first, name), getattr(second, name)):
+            assert got.flags.writeable and type(got) is np.ndarray
+            np.testing.assert_array_equal(got, getattr(built, name))
+            assert got.dtype == getattr(built, name).dtype
+    assert os.path.isdir(pp.shared_data_dir("run-0"))
+    pp.drop_shared_data("run-0")
+    assert os.listdir(tmp_path) == []
