@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from streamfit.engine import AUTO_INPROCESS_WORK, DASHBOARD_ADDRESS, WORKER_TIMEOUT
+from streamfit.engine import AUTO_INPROCESS_WORK, DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
@@ -125,6 +125,30 @@ class TrainOptions:
     def engine(self) -> dict:
         """The keywords of streamfit.train.train besides solver and params."""
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("solver", "params")}
+
+
+@dataclass
+class ClusterOptions:
+    """Where `predict` and `evaluate` run their chunk tasks: in this process unless one of these
+    is given (a small job needs no cluster; streamfit.engine.Engine)."""
+
+    scheduler: str | None = option(
+        None,
+        "Score on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read a store by its URL "
+        "(s3://...) or a path they share, get raw input in batches from this process, and get the model once",
+        metavar="ADDRESS",
+    )
+    n_workers: int | None = option(
+        None, "Score on an embedded local Dask cluster of N worker processes", ge=1, default_text="in this process"
+    )
+
+    def __post_init__(self):
+        check_values(self)
+
+    def engine(self, progress: bool = False) -> Engine:
+        """The Engine these options name (started by its `with` block)."""
+        mode = "local" if self.n_workers else "inprocess"
+        return Engine(self.scheduler, mode=mode, n_workers=self.n_workers, progress=progress)
 
 
 def train_options(config: TrainOptions | BaseModel | None, command_line: dict) -> TrainOptions:
