@@ -2,7 +2,7 @@
 
 A pipeline file has up to five sections, run in order: `ingest`, `ingest_test` (test files
 ingested like the training store), `train`, `evaluate` (its results also go to
-RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.jsonl file).
+RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.jsonl/.parquet file).
 In paths, ~ and environment variables ($DATA, ${DATA}) are expanded (an unset one is an
 error), then relative paths are resolved against the directory holding the YAML file, so a
 pipeline runs the same from any working directory. Unknown keys are errors that name the key. The sections
@@ -209,7 +209,7 @@ PREDICTIONS_FILE = "predictions.csv"  # in the run directory: the predict sectio
 
 class PredictSection(_Strict):
     source: str = Field(description="raw data (read like the training data) or a store to score")
-    out: str | None = Field(None, description=f"a .csv or .jsonl file; default: RUN_DIR/{PREDICTIONS_FILE}")
+    out: str | None = Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")
     top_k: int = Field(1, ge=1, description="classes per row, best first")
     format: str | None = Field(None, description="the format of source when it is raw data (as for ingest)")
     options: dict = Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")
