@@ -215,7 +215,7 @@ def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers
     """evaluate --scheduler: the same metrics as in process, bit for bit; predict --scheduler
     of a store on S3: the same bytes as in process, as one object and as parts (written to S3
     by the workers, listed with their digests in the manifest); raw JSONL with an id column, in
-    several batches: the same bytes; a predict killed at its commit leaves no COMMITTED."""
+    several batches: the same bytes; a predict --parts that fails midway leaves nothing on S3."""
     import hashlib
 
     from streamfit import predict
@@ -270,7 +270,10 @@ def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers
     assert lines == (tmp_path / "raw-here.jsonl").read_bytes()
     assert [json.loads(line)["id"] for line in lines.splitlines()] == [f"d{i}" for i in range(40)]
 
-    _killed_at_commit("killed.csv", "predict", run, store, "--out", f"s3://{BUCKET}/killed.csv", "--parts")
-    (attempt,) = _attempts(s3, "killed.csv")
-    assert s3.exists(f"{BUCKET}/killed.csv/{attempt}/manifest.json")  # every part and the manifest, no commit
-    assert storage.committed(storage.resolve(f"s3://{BUCKET}/killed.csv")) is None
+    # a bad record in the sixth batch, after five parts went to S3: the attempt is deleted, nothing committed
+    with open(docs, "a") as f:
+        f.write('{"text": \n')
+    failed = _cli("predict", tmp_path / "text", docs, "--out", f"s3://{BUCKET}/failed.jsonl", "--parts")
+    assert failed.exit_code == 2 and "docs.jsonl:41" in failed.stderr
+    assert storage.committed(storage.resolve(f"s3://{BUCKET}/failed.jsonl")) is None
+    assert _attempts(s3, "failed.jsonl") == []
