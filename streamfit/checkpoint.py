@@ -56,11 +56,14 @@ class ChunkState:
         assert self._location is not None, "in-memory state has no files"
         return self._location.join(name, f"v{version:06d}")
 
-    def _find(self, name: str, version: int, chunk_id: int) -> storage.Location:
-        found = self._dir(name, version).glob(f"chunk-{chunk_id:06d}.*.npy")
-        if not found:
+    def _find(self, name: str, version: int, chunk_id: int, *, fresh: bool = False) -> storage.Location:
+        """The file of a chunk, from the version directory's listing (`_listing`; fresh: listed again)."""
+        found = _listing(self._dir(name, version), fresh=fresh).get(chunk_id)
+        if found is None and not fresh:  # written since the listing
+            return self._find(name, version, chunk_id, fresh=True)
+        if found is None:
             raise CheckpointError(f"{self._dir(name, version)}: state chunk {chunk_id} of {name!r} is missing")
-        return found[0]
+        return found
 
     def write(self, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
         if self.root is None:
@@ -85,8 +88,12 @@ class ChunkState:
             except KeyError:
                 raise CheckpointError(f"state chunk {chunk_id} of {name!r} v{version} is missing") from None
         found = self._find(name, version, chunk_id)
+        try:
+            data = found.read_bytes()
+        except FileNotFoundError:  # replaced since the listing (a resumed run rewrote its version)
+            found = self._find(name, version, chunk_id, fresh=True)
+            data = found.read_bytes()
         path = found.url
-        data = found.read_bytes()
         if hashlib.sha256(data).hexdigest()[:16] != found.name.rsplit(".", 2)[-2]:
             raise CheckpointError(f"{path}: fails its checksum; the checkpoint is damaged")
         try:
@@ -108,6 +115,25 @@ class ChunkState:
             name, v = d.path.rstrip("/").split("/")[-2], int(d.name[1:])
             if (name, v) not in keep:
                 d.remove_tree()
+
+
+# version directory -> {chunk id: file}, the listings ChunkState.read found its files by (per process:
+# the driver and each Dask worker). A version is written once per run, so a listing stays good until a
+# resumed run writes it again; a file missing from it, or gone, is listed again (`_find`, `read`).
+_LISTINGS: dict[str, dict[int, storage.Location]] = {}
+_MAX_LISTINGS = 256
+
+
+def _listing(directory: storage.Location, *, fresh: bool) -> dict[int, storage.Location]:
+    """{chunk id: file} of a version directory: one LIST on an object store, cached in _LISTINGS
+    (instead of a LIST per chunk read); `fresh`: listed again."""
+    found = None if fresh else _LISTINGS.get(directory.url)
+    if found is None:
+        found = {int(f.name.split(".")[0][len("chunk-") :]): f for f in directory.glob("chunk-*.*.npy")}
+        if len(_LISTINGS) >= _MAX_LISTINGS:
+            _LISTINGS.clear()
+        _LISTINGS[directory.url] = found
+    return found
 
 
 class Checkpoint:
@@ -144,6 +170,15 @@ class Checkpointer:
             self.root.join("state").makedirs()
         self.state = ChunkState(self.root.join("state").url if self.root else None)
         self._kept: list[Checkpoint] = []
+        # what this checkpointer knows of its directory (one writer owns a run directory), so that a
+        # save reads nothing back (on an object store each read is a request): the complete steps
+        # ({step: where their files are}, listed once, then kept up to date by save and the garbage
+        # collection), their state versions as their meta.json records them, the step LATEST names
+        # once this checkpointer wrote it, and whether the killed attempts were swept
+        self._steps: dict[int, storage.Location] | None = None
+        self._step_versions: dict[int, dict[str, int]] = {}
+        self._latest_written: int | None = None
+        self._swept = False
 
     def _path(self, name: str) -> storage.Location:
         """`name` inside the checkpoint directory (runs without one keep their checkpoints in memory)."""
@@ -211,16 +246,33 @@ class Checkpointer:
             attempt.abort()
             raise output_error(attempt.location.url, e) from e
         self._path("LATEST").write_bytes(json.dumps({"step": step}).encode())
+        self._latest_written = step
+        self._listed_steps()[step] = attempt.files
+        self._step_versions[step] = record["state_versions"]
         self._collect_garbage()
 
+    def _listed_steps(self) -> dict[int, storage.Location]:
+        """{step: where its files are} of the complete steps: listed on first use (on an object
+        store a LIST and a GET of each step's COMMITTED), then kept up to date by save and
+        _collect_garbage."""
+        if self._steps is None:
+            assert self.root is not None, "an in-memory checkpointer has no step directories"
+            self._steps = {}
+            for d in self.root.glob("step-*"):
+                files = None if d.name.endswith(".partial") else storage.committed(d)
+                if files is not None:
+                    self._steps[int(d.name.split("-")[1])] = files
+        return self._steps
+
     def _complete_steps(self) -> list[int]:
-        steps = []
-        assert self.root is not None, "an in-memory checkpointer has no step directories"
-        for d in self.root.glob("step-*"):
-            if d.name.endswith(".partial") or storage.committed(d) is None:
-                continue
-            steps.append(int(d.name.split("-")[1]))
-        return sorted(steps)
+        return sorted(self._listed_steps())
+
+    def _state_versions(self, step: int) -> dict[str, int]:
+        """The state versions complete step `step` refers to (its meta.json, read once)."""
+        if step not in self._step_versions:
+            meta = self._listed_steps()[step].join("meta.json")
+            self._step_versions[step] = json.loads(meta.read_bytes())["state_versions"]
+        return self._step_versions[step]
 
     def referenced_versions(self) -> set[tuple[str, int]]:
         """The per-sample (name, version) pairs that the kept checkpoints refer to."""
@@ -230,16 +282,27 @@ class Checkpointer:
         steps = [s for s in self._complete_steps() if latest is None or s <= latest][-self.keep :]
         keep = set()
         for s in steps:
-            keep |= set(json.loads(self._step_files(s).join("meta.json").read_bytes())["state_versions"].items())
+            keep |= set(self._state_versions(s).items())
         return keep
 
     def _collect_garbage(self) -> None:
-        """Keep the newest `keep` complete steps (up to LATEST) and the state they reference."""
+        """Keep the newest `keep` complete steps (up to LATEST) and the state they reference;
+        the first time, also delete what killed saves left (`.partial` directories, attempts that
+        no COMMITTED names: later ones of this checkpointer's own steps go with their commit)."""
         latest = self.latest_step()
         steps = [s for s in self._complete_steps() if latest is None or s <= latest]
         for s in self._complete_steps():
             if s not in steps[-self.keep :]:
                 self._step_dir(s).remove_tree()
+                del self._listed_steps()[s]
+                self._step_versions.pop(s, None)
+        assert self.root is not None, "an in-memory checkpointer has no step directories"
+        if not self._swept:
+            self._sweep_killed_saves()
+            self._swept = True
+        self.state.keep_only(self.referenced_versions())
+
+    def _sweep_killed_saves(self) -> None:
         assert self.root is not None, "an in-memory checkpointer has no step directories"
         for d in self.root.glob("step-*"):
             if d.name.endswith(".partial"):
@@ -249,10 +312,11 @@ class Checkpointer:
                 for attempt in d.glob(f"{storage.ATTEMPT_PREFIX}*"):
                     if named is None or attempt.name != named.name:
                         attempt.remove_tree()
-        self.state.keep_only(self.referenced_versions())
 
     def latest_step(self) -> int | None:
         """The step LATEST names, or None before the first checkpoint."""
+        if self._latest_written is not None:
+            return self._latest_written
         latest = self._path("LATEST")
         path = latest.url
         if not latest.exists():

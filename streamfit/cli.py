@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from streamfit import __version__
-from streamfit.config import TrainOptions, yaml_problem
+from streamfit.config import ClusterOptions, TrainOptions, yaml_problem
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
@@ -686,23 +686,28 @@ def _list_solvers(ctx, value):
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--per-label", is_flag=True, help="Also precision, recall, F1 and support of each class or label.")
 @_click_options(TrainOptions, only=("threshold",))
+@_click_options(ClusterOptions)
 @click.pass_context
-def evaluate(ctx, run_dir, store, as_json, per_label, threshold):
+def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_workers):
     """Score a trained model on a store with its decision rule: accuracy, macro- and micro-F1
     (multilabel: P@1/3/5 and the F1s of the labels scored above the threshold), log loss for
     models whose scores are probabilities; a regression model: RMSE, MAE and R² (per output when
-    there are several)."""
+    there are several). The chunks' sums are added in a fixed order: the same numbers in this
+    process and on a Dask cluster (--n-workers, --scheduler)."""
     from streamfit.metrics import evaluate as run_evaluate
     from streamfit.model import load_model
     from streamfit.store import open_store
 
-    result = run_evaluate(
-        load_model(run_dir),
-        open_store(store),
-        progress=_progress(ctx),
-        threshold=_given_threshold(threshold),
-        per_label=per_label,
-    )
+    model, source = load_model(run_dir), open_store(store)
+    with ClusterOptions(scheduler, n_workers).engine(_progress(ctx)) as engine:
+        result = run_evaluate(
+            model,
+            source,
+            progress=_progress(ctx),
+            threshold=_given_threshold(threshold),
+            per_label=per_label,
+            engine=engine,
+        )
     if as_json:
         click.echo(json.dumps(result, indent=1))
         return
@@ -732,7 +737,13 @@ def _given_threshold(threshold) -> float | None:
 @_verbose_option
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
-@click.option("--out", "-o", required=True, type=click.Path(), help="Output file: .csv or .jsonl.")
+@click.option(
+    "--out",
+    "-o",
+    required=True,
+    type=click.Path(),
+    help="Output file: .csv, .jsonl or .parquet (with --parts a directory of that name).",
+)
 @click.option(
     "--top-k",
     default=1,
@@ -748,28 +759,40 @@ def _given_threshold(threshold) -> float | None:
     "store's --id-field, if any].",
 )
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
+@click.option(
+    "--parts",
+    is_flag=True,
+    help="Write --out as a directory: one part per store chunk or input batch (part-00000.csv, ...) in input "
+    "order, and manifest.json (rows and SHA-256 of each part), committed atomically.",
+)
 @_click_options(TrainOptions, only=("threshold",))
+@_click_options(ClusterOptions)
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold):
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, parts, threshold, scheduler, n_workers):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them); for a multilabel model also the predicted label
     set (the labels scored above the threshold); for a regression model the predicted value of
-    each output. Labels in raw data are not needed (and not read)."""
+    each output. Labels in raw data are not needed (and not read). With --n-workers or
+    --scheduler the rows are scored on Dask workers; the output is the same bytes."""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 
-    n = predict_to_file(
-        load_model(run_dir),
-        source,
-        out,
-        top_k=top_k,
-        fmt=fmt,
-        options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
-        progress=_progress(ctx),
-        model_dir=run_dir,
-        threshold=_given_threshold(threshold),
-    )
+    model = load_model(run_dir)
+    with ClusterOptions(scheduler, n_workers).engine() as engine:
+        n = predict_to_file(
+            model,
+            source,
+            out,
+            top_k=top_k,
+            fmt=fmt,
+            options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
+            progress=_progress(ctx),
+            model_dir=run_dir,
+            threshold=_given_threshold(threshold),
+            parts=parts,
+            engine=engine,
+        )
     click.echo(f"{n} rows written to {out}")
 
 

@@ -2,7 +2,7 @@
 
 A pipeline file has up to five sections, run in order: `ingest`, `ingest_test` (test files
 ingested like the training store), `train`, `evaluate` (its results also go to
-RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.jsonl file).
+RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.jsonl/.parquet file).
 In paths, ~ and environment variables ($DATA, ${DATA}) are expanded (an unset one is an
 error), then relative paths are resolved against the directory holding the YAML file, so a
 pipeline runs the same from any working directory. Unknown keys are errors that name the key. The sections
@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from streamfit.engine import AUTO_INPROCESS_WORK, DASHBOARD_ADDRESS, WORKER_TIMEOUT
+from streamfit.engine import AUTO_INPROCESS_WORK, DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
@@ -130,6 +130,30 @@ class TrainOptions:
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in ("solver", "params")}
 
 
+@dataclass
+class ClusterOptions:
+    """Where `predict` and `evaluate` run their chunk tasks: in this process unless one of these
+    is given (a small job needs no cluster; streamfit.engine.Engine)."""
+
+    scheduler: str | None = option(
+        None,
+        "Score on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read a store by its URL "
+        "(s3://...) or a path they share, get raw input in batches from this process, and get the model once",
+        metavar="ADDRESS",
+    )
+    n_workers: int | None = option(
+        None, "Score on an embedded local Dask cluster of N worker processes", ge=1, default_text="in this process"
+    )
+
+    def __post_init__(self):
+        check_values(self)
+
+    def engine(self, progress: bool = False) -> Engine:
+        """The Engine these options name (started by its `with` block)."""
+        mode = "local" if self.n_workers else "inprocess"
+        return Engine(self.scheduler, mode=mode, n_workers=self.n_workers, progress=progress)
+
+
 def train_options(config: TrainOptions | BaseModel | None, command_line: dict) -> TrainOptions:
     """The one precedence rule of `train --config` and `run`: the command line (`command_line`:
     the options given there, None where not) beats the config file or pipeline section
@@ -188,7 +212,7 @@ PREDICTIONS_FILE = "predictions.csv"  # in the run directory: the predict sectio
 
 class PredictSection(_Strict):
     source: str = Field(description="raw data (read like the training data) or a store to score")
-    out: str | None = Field(None, description=f"a .csv or .jsonl file; default: RUN_DIR/{PREDICTIONS_FILE}")
+    out: str | None = Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")
     top_k: int = Field(1, ge=1, description="classes per row, best first")
     format: str | None = Field(None, description="the format of source when it is raw data (as for ingest)")
     options: dict = Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")

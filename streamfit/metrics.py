@@ -14,15 +14,25 @@ Regression: per output j, RMSE = √((1/n) Σ_i (y_ij − ŷ_ij)²), MAE = (1/n)
 R² = 1 − Σ_i (y_ij − ŷ_ij)² / Σ_i (y_ij − ȳ_j)² (scikit-learn's r2_score; 1 for a constant
 target predicted exactly, 0 if predicted inexactly), the centered sum of squares merged over
 chunks by Chan et al.'s pairwise update (no cancellation from Σy² − (Σy)²/n).
+
+`evaluate` computes each chunk's sums in a chunk task (`chunk_sums`: one accumulator per chunk)
+and adds them with `Engine.map_reduce`, whose fixed binary tree over chunk ids makes the result
+the same bits in this process and on any number of Dask workers (`+` of two accumulators: counts
+and sums added, the target moments merged pairwise).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import StoreError
 from streamfit.model import decide
+
+if TYPE_CHECKING:
+    from streamfit.engine import Engine
 
 PROBABILITY_CLIP = 1e-15
 
@@ -69,6 +79,16 @@ class MetricAccumulator:
         if probabilities is not None:
             p = np.clip(probabilities, PROBABILITY_CLIP, 1 - PROBABILITY_CLIP)
             self.log_loss_sum = (self.log_loss_sum or 0.0) - float(np.where(Y, np.log(p), np.log1p(-p)).sum() / K)
+
+    def __add__(self, other: MetricAccumulator) -> MetricAccumulator:
+        """The sums of both accumulators' rows (of the same model and threshold)."""
+        out = MetricAccumulator(self.n_classes, self.multilabel, self.threshold, self.ks)
+        out.n, out.correct = self.n + other.n, self.correct + other.correct
+        out.tp, out.fp, out.fn = self.tp + other.tp, self.fp + other.fp, self.fn + other.fn
+        out.hits_at = {k: self.hits_at[k] + other.hits_at[k] for k in self.ks}
+        if self.log_loss_sum is not None or other.log_loss_sum is not None:
+            out.log_loss_sum = (self.log_loss_sum or 0.0) + (other.log_loss_sum or 0.0)
+        return out
 
     def per_label(self) -> dict[str, np.ndarray]:
         """precision, recall, f1 and support (tp + fn) per class, each an array of k values."""
@@ -120,12 +140,25 @@ class RegressionAccumulator:
         self.sse += (error**2).sum(axis=0)
         self.sae += np.abs(error).sum(axis=0)
         mean_b = targets.mean(axis=0)
-        m2_b = ((targets - mean_b) ** 2).sum(axis=0)
+        self._merge_moments(n_b, mean_b, ((targets - mean_b) ** 2).sum(axis=0))
+
+    def _merge_moments(self, n_b: int, mean_b: np.ndarray, m2_b: np.ndarray) -> None:
+        """Add n_b targets of mean mean_b and centered sum of squares m2_b (Chan et al.'s pairwise update)."""
+        if n_b == 0:
+            return
         n_a, n = self.n, self.n + n_b
         delta = mean_b - self.mean
-        self.m2 += m2_b + delta**2 * n_a * n_b / n
-        self.mean += delta * n_b / n
+        self.m2 = self.m2 + m2_b + delta**2 * n_a * n_b / n
+        self.mean = self.mean + delta * n_b / n
         self.n = n
+
+    def __add__(self, other: RegressionAccumulator) -> RegressionAccumulator:
+        """The sums and merged moments of both accumulators' rows."""
+        out = RegressionAccumulator(self.outputs)
+        out.sse, out.sae = self.sse + other.sse, self.sae + other.sae
+        out.n, out.mean, out.m2 = self.n, self.mean, self.m2
+        out._merge_moments(other.n, other.mean, other.m2)
+        return out
 
     def result(self) -> dict:
         n = max(self.n, 1)
@@ -139,31 +172,34 @@ class RegressionAccumulator:
         return out
 
 
-def evaluate(model, source, progress: bool = False, threshold: float | None = None, per_label: bool = False) -> dict:
-    """Metrics of `model` on every row of a store (or any ChunkSource), chunk by chunk, with the
-    model's decision rule (`threshold` overrides its multilabel threshold). per_label: also
+def evaluate(
+    model,
+    source,
+    progress: bool = False,
+    threshold: float | None = None,
+    per_label: bool = False,
+    engine: Engine | None = None,
+) -> dict:
+    """Metrics of `model` on every row of a store (or any ChunkSource), with the model's
+    decision rule (`threshold` overrides its multilabel threshold). per_label: also
     "per_label", {class name: {precision, recall, f1, support}}. A regression model: n_samples,
     rmse, mae, r2 averaged over the outputs, and per output rmse_NAME, mae_NAME, r2_NAME when
-    there are several. A source without rows is a StoreError (its metrics would be 0s that mean
-    nothing)."""
-    from tqdm.auto import tqdm
+    there are several. `engine`: where the chunk tasks run (default: in this process); the
+    model travels to the workers (scattered once), the store by its path or URL, and the result
+    is the same bits on any engine (see the module docstring). A source without rows is a
+    StoreError (its metrics would be 0s that mean nothing)."""
+    from streamfit.engine import Engine
 
     model.check_store(source)
-    acc: MetricAccumulator | RegressionAccumulator = (
-        RegressionAccumulator(model.classes_.tolist())
-        if model.regression
-        else MetricAccumulator(
-            len(model.classes_), model.multilabel, model.decision_threshold if threshold is None else threshold
-        )
+    threshold = model.decision_threshold if threshold is None else threshold
+    where = getattr(source, "path", "the evaluation store")
+    if source.n_chunks == 0:
+        raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
+    engine = engine or Engine(mode="inprocess", progress=progress)
+    acc = engine.map_reduce(
+        chunk_sums, source, range(source.n_chunks), desc="evaluate", model=model, threshold=threshold
     )
-    for c in tqdm(source.iter_chunks(), total=source.n_chunks, desc="evaluate", unit="chunk", disable=not progress):
-        S = model.decision_function(c.X)
-        if isinstance(acc, RegressionAccumulator):
-            acc.update(S, c.labels)
-        else:
-            acc.update(S, c.labels, model.probabilities(S))
     if acc.n == 0:
-        where = getattr(source, "path", "the evaluation store")
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     out = acc.result()
     if per_label and isinstance(acc, MetricAccumulator):
@@ -173,6 +209,19 @@ def evaluate(model, source, progress: bool = False, threshold: float | None = No
             for r, name in enumerate(model.classes_)
         }
     return out
+
+
+def chunk_sums(source, i: int, *, model, threshold: float) -> MetricAccumulator | RegressionAccumulator:
+    """Chunk `i`'s sums of `evaluate` (a chunk task): an accumulator updated with its rows."""
+    c = source.read_chunk(i)
+    S = model.decision_function(c.X)
+    if model.regression:
+        reg = RegressionAccumulator(model.classes_.tolist())
+        reg.update(S, c.labels)
+        return reg
+    acc = MetricAccumulator(len(model.classes_), model.multilabel, threshold)
+    acc.update(S, c.labels, model.probabilities(S))
+    return acc
 
 
 def fit_threshold(model, source) -> tuple[float, float]:

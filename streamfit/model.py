@@ -158,6 +158,11 @@ class Model:
     def _extra(self) -> dict:
         return {}
 
+    def __sizeof__(self) -> int:
+        """Bytes held, the arrays included: what Dask's sizeof reads, so that a model larger than
+        streamfit.engine.BROADCAST_BYTES is scattered to the workers once, not sent with every task."""
+        return object.__sizeof__(self) + sum(np.asarray(a).nbytes for a in self._arrays().values())
+
     def save(self, path: str) -> None:
         """Write the model directory (a local path or URL) by storage's commit protocol: it
         appears complete or not at all (local: PATH.partial, then a rename)."""

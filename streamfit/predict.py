@@ -1,12 +1,34 @@
 """`streamfit predict`: top-k classes and scores for every row of a store or of raw data, or, for
-a regression model, the predicted values of its outputs."""
+a regression model, the predicted values of its outputs.
+
+The rows are scored piece by piece: a store's chunks, or a raw source's batches (read and
+featurized like the training store). Each piece is a task (`_score_piece`) that the engine runs
+in this process (the default) or on Dask workers (`predict --n-workers`/`--scheduler`): the
+model travels to the workers once (scattered), a store by its path or URL (the workers read
+its chunks themselves), a raw source's batches from the driver, which reads the input. Pieces
+are written in input order, so the output is the same bytes on any engine.
+
+Output (`--out`; the kind from its suffix, .csv, .jsonl or .parquet):
+- one file, replaced atomically (a local staging file renamed, or uploaded as one object);
+- `parts=True`: a directory OUT/ of one part per piece, `part-00000.EXT`, … in input order (a
+  CSV part has its own header line), then `manifest.json` (columns, rows, and per part its
+  name, rows, bytes and SHA-256), committed by the storage module's protocol (streamfit.storage:
+  local `OUT.partial/` renamed to `OUT/`, on an object store `OUT/COMMITTED` naming the attempt),
+  so partial output never looks complete. On an object store and a cluster, the workers write
+  their parts themselves; otherwise the driver writes what the tasks return.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import io
 import json
 import logging
 import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -14,8 +36,15 @@ from tqdm.auto import tqdm
 from streamfit.errors import InputError, StreamfitError, output_error
 from streamfit.model import Model, decide
 
+if TYPE_CHECKING:
+    from streamfit.engine import Engine
+
 log = logging.getLogger(__name__)
 
+OUTPUT_KINDS = (".csv", ".jsonl", ".parquet")
+PARTS_MANIFEST = "manifest.json"  # in a --parts output directory, written last
+PARTS_FORMAT = "streamfit-predictions"
+RAW_BATCH_ROWS = 8192  # records per piece of raw input (one task, one part)
 
 # predict reads no labels, so unlabeled rows are fine (a LIBSVM line's label list may be empty)
 _UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "class_folders": False, "multilabel": True}
@@ -50,31 +79,143 @@ def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
         )
 
 
-def _batches(model: Model, source: str, fmt: str | None, options: dict, progress: bool):
-    """(locations, ids, X) per batch: a store's chunks (ids None), or raw records featurized like
-    the training store and read with its source options (overridden by `options`); ids: the
-    records' id_field values, None without one."""
-    from streamfit.store import open_store
+@dataclass(frozen=True)
+class _Layout:
+    """What every output row holds. kind: ".csv", ".jsonl" or ".parquet"; columns: the CSV
+    header (and the Parquet columns); with_ids: an `id` after the location; parts: pieces are
+    encoded as whole part files."""
 
-    if _is_store(source):
-        store = open_store(source)
-        if store.n_features != model.n_features:
-            raise StreamfitError(
-                f"{source}: has {store.n_features} features, the model {model.n_features}; "
-                "ingest it with --like TRAIN_STORE"
-            )
-        for c in tqdm(store.iter_chunks(), total=store.n_chunks, unit="chunk", disable=not progress, desc="predict"):
-            yield [str(r) for r in range(c.row_start, c.row_start + c.n_rows)], None, c.X
-        return
-    from streamfit.ingest.featurize import Featurizer
-    from streamfit.ingest.sources import BadRecordPolicy, open_source
+    kind: str
+    columns: tuple[str, ...]
+    top_k: int
+    threshold: float
+    with_ids: bool
+    parts: bool
 
-    featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
-    options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
-    src = open_source(source, fmt, policy=BadRecordPolicy("error"), **options)
-    _check_kind(model, featurizer, source, src.kind)
-    for batch in tqdm(src, unit="batch", disable=not progress, desc="predict"):
-        yield batch.locations, getattr(batch, "ids", None), featurizer.transform(batch)
+
+@dataclass
+class _Piece:
+    """A scored piece. data: its rows encoded (text of CSV/JSONL lines, or a pyarrow Table for
+    one Parquet file), or a whole part file's bytes (parts), None when the task wrote the part
+    itself; sha256 and size of the part file (parts only)."""
+
+    index: int
+    rows: int
+    data: Any
+    sha256: str = ""
+    size: int = 0
+
+
+def _columns(model: Model, top_k: int, with_ids: bool) -> tuple[str, ...]:
+    head = ["location"] + (["id"] if with_ids else [])
+    if model.regression:
+        return tuple(head + model.classes_.tolist())
+    label_set_column = ["predicted"] if model.multilabel else []
+    return tuple(head + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
+
+
+def _csv_line(values: list) -> str:
+    buf = io.StringIO()
+    csv.writer(buf).writerow(values)
+    return buf.getvalue()
+
+
+def _rows(model: Model, layout: _Layout, locations: list[str], ids: list[str] | None, X):
+    """The output rows of X: text (CSV lines, \\r\\n-terminated as csv.writer writes them;
+    JSONL lines) or, for Parquet, a pyarrow Table with the columns of `layout` (scores
+    unrounded; CSV and JSONL round them to 6 decimals, a regression's values in full)."""
+    S = model.decision_function(X)
+    if layout.kind == ".parquet":
+        return _table(model, layout, locations, ids, S)
+    buf = io.StringIO()
+    writer = csv.writer(buf) if layout.kind == ".csv" else None
+    if model.regression:
+        names = model.classes_.tolist()
+        for r, (loc, row) in enumerate(zip(locations, S.tolist())):
+            record_id = [ids[r]] if ids is not None else []
+            if writer:
+                writer.writerow([loc, *record_id, *row])
+            else:
+                head = {"location": loc, **({"id": record_id[0]} if record_id else {})}
+                buf.write(json.dumps({**head, "values": dict(zip(names, row))}) + "\n")
+        return buf.getvalue()
+    top, scores = model.top_k(S, layout.top_k)
+    labels = model.classes_[top]
+    on = decide(S, layout.threshold) if model.multilabel else None
+    for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
+        record_id = [ids[r]] if ids is not None else []
+        label_set: dict[str, list[str]] = {"predicted": model.classes_[on[r]].tolist()} if on is not None else {}
+        if writer:
+            row = [loc, *record_id] + ["|".join(names) for names in label_set.values()]
+            writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
+        else:
+            line: dict = {"location": loc, **({"id": record_id[0]} if record_id else {}), **label_set}
+            line.update(labels=labs.tolist(), scores=sc.round(6).tolist())
+            buf.write(json.dumps(line) + "\n")
+    return buf.getvalue()
+
+
+def _table(model: Model, layout: _Layout, locations: list[str], ids: list[str] | None, S: np.ndarray):
+    """The Parquet rows of scores S: location and id (strings); a regression's outputs (float64);
+    else the predicted label set (list of strings, multilabel) and label_i (string), score_i
+    (float64) for the top k."""
+    import pyarrow as pa
+
+    columns: dict[str, pa.Array] = {"location": pa.array(locations, pa.string())}
+    if ids is not None:
+        columns["id"] = pa.array(ids, pa.string())
+    if model.regression:
+        for j, name in enumerate(model.classes_.tolist()):
+            columns[name] = pa.array(S[:, j], pa.float64())
+        return pa.table(columns)
+    top, scores = model.top_k(S, layout.top_k)
+    if model.multilabel:
+        on = decide(S, layout.threshold)
+        columns["predicted"] = pa.array([model.classes_[row].tolist() for row in on], pa.list_(pa.string()))
+    for i in range(top.shape[1]):
+        columns[f"label_{i + 1}"] = pa.array(model.classes_[top[:, i]].tolist(), pa.string())
+        columns[f"score_{i + 1}"] = pa.array(scores[:, i], pa.float64())
+    return pa.table(columns)
+
+
+def _part_file(layout: _Layout, rows) -> bytes:
+    """A whole part file of `rows` (from _rows): a CSV part starts with its own header line."""
+    if layout.kind == ".parquet":
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(rows, buf)
+        return buf.getvalue()
+    head = _csv_line(list(layout.columns)) if layout.kind == ".csv" else ""
+    return (head + rows).encode()
+
+
+def part_name(index: int, kind: str) -> str:
+    """The file name of part `index` (from 0, in input order) of a --parts output."""
+    return f"part-{index:05d}{kind}"
+
+
+def _score_piece(item, *, model: Model, layout: _Layout, store=None, part_dir=None) -> _Piece:
+    """A task: score piece `item` = (index, chunk id of `store`) or (index, raw batch) and encode
+    its rows (see _Piece); with `part_dir` (a storage.Location) write the part there."""
+    index, what = item
+    if store is not None:
+        c = store.read_chunk(what)
+        locations, ids, X = [str(r) for r in range(c.row_start, c.row_start + c.n_rows)], None, c.X
+    else:
+        from streamfit.ingest.featurize import Featurizer
+
+        featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
+        locations, ids, X = what.locations, what.ids if layout.with_ids else None, featurizer.transform(what)
+    rows = _rows(model, layout, locations, ids, X)
+    if not layout.parts:
+        return _Piece(index, len(locations), rows)
+    data = _part_file(layout, rows)
+    piece = _Piece(index, len(locations), data, hashlib.sha256(data).hexdigest(), len(data))
+    if part_dir is not None:
+        part_dir.join(part_name(index, layout.kind)).write_new(data)
+        piece.data = None
+    return piece
 
 
 def predict_to_file(
@@ -88,46 +229,193 @@ def predict_to_file(
     progress: bool = False,
     model_dir: str | None = None,
     threshold: float | None = None,
+    parts: bool = False,
+    engine: Engine | None = None,
 ) -> int:
-    """Write one line per row (`.csv`: location, label_1, score_1, …; `.jsonl`: {"location",
-    "labels", "scores"}; for a regression model `.csv`: location and one column per output,
-    `.jsonl`: {"location", "values": {output: value}}, values in full precision) atomically to
-    `out` (a local path or URL, see Location.publish_file); returns the number of rows. With an
-    id_field (in `options`, or recorded with the training store's source options) each row also
-    carries its record's id: a column `id` after `location`, or the key "id". A multilabel model
-    also writes the predicted label set, the labels scored > `threshold` (default: the model's
-    decision_threshold; streamfit.model.decide): `.csv` column "predicted" after the location
-    (and id), names joined by "|"; `.jsonl` key "predicted", a list. `model_dir`: where
-    the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
+    """Write one row per input row to `out` (a local path or URL) atomically; returns the number
+    of rows. `.csv`: location, label_1, score_1, …; `.jsonl`: {"location", "labels", "scores"};
+    `.parquet`: the CSV's columns, typed (see _table); for a regression model `.csv`: location
+    and one column per output, `.jsonl`: {"location", "values": {output: value}}, values in full
+    precision. With an id_field (in `options`, or recorded with the training store's source
+    options) each row also carries its record's id: a column `id` after `location`, or the key
+    "id". A multilabel model also writes the predicted label set, the labels scored >
+    `threshold` (default: the model's decision_threshold; streamfit.model.decide): `.csv`
+    column "predicted" after the location (and id), names joined by "|"; `.jsonl` key
+    "predicted", a list. `parts`: `out` is a directory of parts and a manifest (see the module
+    docstring). `engine`: where the pieces are scored (default: in this process). `model_dir`:
+    where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
+    from streamfit.engine import Engine
     from streamfit.store.store import overlaps
 
-    kind = os.path.splitext(out)[1].lower()
-    if kind not in (".csv", ".jsonl"):
-        raise StreamfitError(f"{out}: the output must end in .csv or .jsonl")
+    kind = os.path.splitext(out.rstrip("/"))[1].lower()
+    if kind not in OUTPUT_KINDS:
+        raise StreamfitError(f"{out}: the output must end in .csv, .jsonl or .parquet")
     for what, path in [("input", source)] + ([("model", model_dir)] if model_dir else []):
         if overlaps(out, path) or overlaps(f"{out}.partial", path):
             raise StreamfitError(
                 f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
                 "would destroy what is read; choose another --out"
             )
+    target = storage.resolve(out.rstrip("/"))
+    if parts and target.local and os.path.isfile(target.path):
+        raise StreamfitError(
+            f"--out {out}: is a file, and --parts writes a directory; remove it or choose another --out"
+        )
     if top_k > len(model.classes_) and not model.regression:
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
         )
         top_k = len(model.classes_)
-    target = storage.resolve(out)
+    engine = engine or Engine(mode="inprocess")
+    is_store = _is_store(source)
+    with_ids = not is_store and bool({**model.featurizer.get("source_options", {}), **(options or {})}.get("id_field"))
+    layout = _Layout(
+        kind,
+        _columns(model, top_k, with_ids),
+        top_k,
+        model.decision_threshold if threshold is None else threshold,
+        with_ids,
+        parts,
+    )
+    attempt = storage.begin(target) if parts else None
+    # Dask workers write their parts to an object store themselves; the driver writes local ones
+    part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
+    pieces = _scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store)
+    pieces = tqdm(pieces, unit="chunk" if is_store else "batch", disable=not progress, desc="predict")
+    if attempt is not None:
+        return _write_parts(attempt, layout, pieces, source)
+    return _write_file(target, layout, pieces, source)
+
+
+def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> Iterator[_Piece]:
+    """The scored pieces of `source`, in input order (a generator; the engine runs the tasks,
+    which write their parts into `part_dir` when it is given)."""
+    from streamfit.store import open_store
+
+    if is_store:
+        store = open_store(source)
+        if store.n_features != model.n_features:
+            raise StreamfitError(
+                f"{source}: has {store.n_features} features, the model {model.n_features}; "
+                "ingest it with --like TRAIN_STORE"
+            )
+        items: Iterator = iter(enumerate(range(store.n_chunks)))
+        window = store.n_chunks  # chunk ids are small: all submitted at once, highest priority first
+        kwargs = {"store": store}
+    else:
+        items = enumerate(_raw_batches(model, source, fmt, options, layout.with_ids))
+        window = 1 if engine.mode == "inprocess" else 4 * max(engine.total_threads, 1)
+        kwargs = {}
+    yield from _in_order(engine, items, window, model=model, layout=layout, part_dir=part_dir, **kwargs)
+
+
+def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with_ids: bool):
+    """A raw source's batches, read with the training store's source options (overridden by
+    `options`) and without labels."""
+    from streamfit.ingest.featurize import Featurizer
+    from streamfit.ingest.sources import BadRecordPolicy, open_source
+
+    featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
+    options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
+    src = open_source(source, fmt, policy=BadRecordPolicy("error"), batch_size=RAW_BATCH_ROWS, **options)
+    _check_kind(model, featurizer, source, src.kind)
+    for batch in src:
+        if with_ids and getattr(batch, "ids", None) is None:
+            raise StreamfitError(
+                f"{source}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV and JSONL do); "
+                "drop --id-field"
+            )
+        yield batch
+
+
+def _in_order(engine: Engine, items: Iterator, window: int, **kwargs) -> Iterator[_Piece]:
+    """_score_piece over `items` in windows of `window`, each window's tasks run by
+    engine.imap_unordered (which resubmits what a lost worker held), yielded in input order."""
+    while True:
+        group = [item for _, item in zip(range(max(window, 1)), items)]
+        if not group:
+            return
+        done: dict[int, _Piece] = {}
+        next_index = group[0][0]
+        for _, piece in engine.imap_unordered(_score_piece, group, **kwargs):
+            done[piece.index] = piece
+            while next_index in done:
+                yield done.pop(next_index)
+                next_index += 1
+
+
+def _write_file(target, layout: _Layout, pieces: Iterator[_Piece], source: str) -> int:
+    """Write the pieces to one file, staged locally and published whole (nothing is left when it fails)."""
     tmp = target.staging_file()
+    n = 0
     try:
-        if threshold is None:
-            threshold = model.decision_threshold
-        n = _write_predictions(model, source, tmp, kind, top_k, fmt, options or {}, progress, threshold)
+        if layout.kind == ".parquet":
+            import pyarrow.parquet as pq
+
+            writer = None
+            try:
+                for piece in pieces:
+                    writer = writer or pq.ParquetWriter(tmp, piece.data.schema)
+                    writer.write_table(piece.data)
+                    n += piece.rows
+            finally:
+                if writer is not None:
+                    writer.close()
+        else:
+            with open(tmp, "wb") as f:
+                if layout.kind == ".csv":
+                    f.write(_csv_line(list(layout.columns)).encode())
+                for piece in pieces:
+                    f.write(piece.data.encode())
+                    n += piece.rows
+                f.flush()
+                os.fsync(f.fileno())
+        if n == 0:
+            raise InputError(source, "no records found: the input is empty", "give it data to score")
         target.publish_file(tmp)
     except OSError as e:
         _remove(tmp)
-        raise output_error(out, e) from e
+        raise output_error(target.url, e) from e
     except BaseException:  # bad input, interrupted: no partial output is left behind
         _remove(tmp)
+        raise
+    return n
+
+
+def _write_parts(attempt, layout: _Layout, pieces: Iterator[_Piece], source: str) -> int:
+    """Write the pieces as parts of `attempt` (storage.begin's), then the manifest, then commit;
+    a failure or interruption aborts the attempt, so nothing that looks complete is left."""
+    from streamfit import storage
+    from streamfit.store.format import json_digest
+
+    entries: list[dict[str, Any]] = []
+    try:
+        attempt.location.makedirs()
+        for piece in pieces:
+            name = part_name(piece.index, layout.kind)
+            if piece.data is not None:
+                attempt.location.join(name).write_new(piece.data)
+            entries.append({"name": name, "rows": piece.rows, "bytes": piece.size, "sha256": piece.sha256})
+        n = sum(int(e["rows"]) for e in entries)
+        if n == 0:
+            raise InputError(source, "no records found: the input is empty", "give it data to score")
+        manifest = {
+            "format": PARTS_FORMAT,
+            "kind": layout.kind.lstrip("."),
+            "columns": list(layout.columns),
+            "n_rows": n,
+            "source": storage.public(source),
+            "parts": entries,
+        }
+        manifest["manifest_sha256"] = json_digest(manifest, "manifest_sha256")
+        attempt.location.join(PARTS_MANIFEST).write_new(json.dumps(manifest, indent=1).encode())
+        attempt.commit()
+    except OSError as e:
+        attempt.abort()
+        raise output_error(attempt.target.url, e) from e
+    except BaseException:
+        attempt.abort()
         raise
     return n
 
@@ -135,64 +423,3 @@ def predict_to_file(
 def _remove(path: str) -> None:
     if os.path.exists(path):
         os.remove(path)
-
-
-def _write_values(f, writer, model: Model, locations, ids, X) -> None:
-    """A regression model's predicted values of rows X, one line per row (with the record's id
-    after its location when `ids` is given)."""
-    values = model.decision_function(X)
-    names = model.classes_.tolist()
-    for r, (loc, row) in enumerate(zip(locations, values.tolist())):
-        record_id = [ids[r]] if ids is not None else []
-        if writer:
-            writer.writerow([loc, *record_id, *row])
-        else:
-            line = {"location": loc, **({"id": record_id[0]} if record_id else {})}
-            f.write(json.dumps({**line, "values": dict(zip(names, row))}) + "\n")
-
-
-def _write_predictions(model, source, tmp, kind, top_k, fmt, options, progress, threshold) -> int:
-    n = 0
-    with_ids = not _is_store(source) and {**model.featurizer.get("source_options", {}), **options}.get("id_field")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f) if kind == ".csv" else None
-        head = ["location"] + (["id"] if with_ids else [])
-        if writer and model.regression:
-            writer.writerow(head + model.classes_.tolist())
-        elif writer:
-            label_set_column = ["predicted"] if model.multilabel else []
-            writer.writerow(
-                head + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")]
-            )
-        for locations, ids, X in _batches(model, source, fmt, options, progress):
-            if with_ids and ids is None:
-                raise StreamfitError(
-                    f"{source}: --id-field {with_ids}: this format reads no ids (CSV, TSV and JSONL do); "
-                    "drop --id-field"
-                )
-            if model.regression:
-                _write_values(f, writer, model, locations, ids if with_ids else None, X)
-                n += len(locations)
-                continue
-            S = model.decision_function(X)
-            top, scores = model.top_k(S, top_k)
-            labels = model.classes_[top]
-            on = decide(S, threshold) if model.multilabel else None
-            for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
-                record_id = [ids[r]] if with_ids else []
-                label_set: dict[str, list[str]] = (
-                    {"predicted": model.classes_[on[r]].tolist()} if on is not None else {}
-                )
-                if writer:
-                    row = [loc, *record_id] + ["|".join(names) for names in label_set.values()]
-                    writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
-                else:
-                    line = {"location": loc, **({"id": record_id[0]} if record_id else {}), **label_set}
-                    line.update(labels=labs.tolist(), scores=sc.round(6).tolist())
-                    f.write(json.dumps(line) + "\n")
-            n += len(locations)
-        if n == 0:
-            raise InputError(source, "no records found: the input is empty", "give it data to score")
-        f.flush()
-        os.fsync(f.fileno())
-    return n

@@ -108,6 +108,8 @@ class Location:
             self._fs.invalidate_cache(self.path)
 
     def read_bytes(self) -> bytes:
+        if _protocol(self.fs) in ("s3", "s3a"):  # one GET: s3fs otherwise asks for the size first (a HEAD)
+            return self._fs.cat_file(self.path, max_concurrency=1)
         return self._fs.cat_file(self.path)
 
     def read_text(self) -> str:
@@ -152,7 +154,10 @@ class Location:
                 f.flush()
                 os.fsync(f.fileno())
             return
-        old = self.read_bytes() if self.exists() else b""
+        try:
+            old = self.read_bytes()
+        except FileNotFoundError:
+            old = b""
         self.write_bytes(old + text.encode())
 
     def staging_file(self) -> str:
@@ -197,9 +202,8 @@ class Location:
         if self.local:
             shutil.rmtree(self.path, ignore_errors=True)
             return
-        with contextlib.suppress(FileNotFoundError):
-            if self._fs.exists(self.path):
-                self._fs.rm(self.path, recursive=True)
+        with contextlib.suppress(FileNotFoundError):  # rm lists the prefix: no existence check before it
+            self._fs.rm(self.path, recursive=True)
 
     def glob(self, pattern: str) -> list[Location]:
         """The entries matching `pattern` (fsspec glob syntax) under this directory, sorted."""
@@ -329,6 +333,11 @@ class Attempt:
         for stale in self.target.glob(f"{ATTEMPT_PREFIX}*"):
             if stale.name != self.location.name:
                 stale.remove_tree()
+
+    @property
+    def files(self) -> Location:
+        """Where the directory's contents are once committed (what `committed(target)` then gives)."""
+        return self.target if self.target.local else self.location
 
     def abort(self) -> None:
         self.location.remove_tree()

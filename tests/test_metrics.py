@@ -106,3 +106,43 @@ def test_fit_threshold_maximises_micro_f1_over_every_cut():
     brute = max(f1_score(Y, (S > c).astype(np.int8), average="micro") for c in cuts)
     assert abs(best - brute) < 1e-12
     assert abs(f1_score(Y, (S > t).astype(np.int8), average="micro") - best) < 1e-12
+
+
+def test_accumulators_added_along_any_tree_are_the_sums_of_all_rows():
+    """evaluate's reduction: per-chunk accumulators added with `+` (as Engine.map_reduce's tree
+    adds them) give the counts of one accumulator over all rows exactly, and log loss, RMSE, MAE
+    and R² as scikit-learn computes them on the whole arrays."""
+    from sklearn.metrics import log_loss, mean_absolute_error, mean_squared_error, r2_score
+
+    from streamfit.engine import tree_sum
+    from streamfit.metrics import RegressionAccumulator
+
+    rng = np.random.default_rng(1)
+    S = rng.normal(size=(300, 4))
+    P = np.exp(S) / np.exp(S).sum(axis=1, keepdims=True)
+    y = rng.integers(0, 4, 300)
+    cuts = [0, 17, 100, 101, 250, 300]
+    parts = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        part = MetricAccumulator(4, multilabel=False)
+        part.update(S[lo:hi], y[lo:hi], P[lo:hi])
+        parts.append(part)
+    whole = MetricAccumulator(4, multilabel=False)
+    whole.update(S, y, P)
+    summed = tree_sum(parts)
+    assert (summed.n, summed.correct) == (whole.n, whole.correct)
+    assert all(np.array_equal(getattr(summed, f), getattr(whole, f)) for f in ("tp", "fp", "fn"))
+    assert summed.result()["log_loss"] == pytest.approx(log_loss(y, P), rel=1e-12)
+
+    Y = 1e6 + rng.normal(size=(300, 2))
+    Q = Y + 0.1 * rng.normal(size=(300, 2))
+    regs = []
+    for lo, hi in zip(cuts, cuts[1:]):
+        reg = RegressionAccumulator(["a", "b"])
+        reg.update(Q[lo:hi], Y[lo:hi])
+        regs.append(reg)
+    got = tree_sum(regs).result()
+    for j, name in enumerate("ab"):
+        assert got[f"rmse_{name}"] == pytest.approx(np.sqrt(mean_squared_error(Y[:, j], Q[:, j])), rel=1e-12)
+        assert got[f"mae_{name}"] == pytest.approx(mean_absolute_error(Y[:, j], Q[:, j]), rel=1e-12)
+        assert got[f"r2_{name}"] == pytest.approx(r2_score(Y[:, j], Q[:, j]), rel=1e-9)

@@ -192,3 +192,72 @@ def test_an_id_field_is_carried_to_the_predictions(runs, tmp_path):
     (tmp_path / "docs" / "a.txt").write_text("a cat")
     result = run("predict", runs / "jsonl", tmp_path / "docs", "-o", tmp_path / "f.csv", "--id-field", "x", ok=False)
     assert result.exit_code == 2 and "this format reads no ids (CSV, TSV and JSONL do)" in result.output
+
+
+def _many_docs(path, n):
+    """n JSONL records {"body", "doc"} made of DOCS' texts, ids d0, d1, ..."""
+    path.write_text("".join(json.dumps({"body": DOCS[i % 4][0], "doc": f"d{i}"}) + "\n" for i in range(n)))
+    return path
+
+
+def test_parts_are_the_single_file_cut_in_input_order_with_a_manifest(runs, tmp_path, monkeypatch):
+    """--parts: one part per input batch, in input order, and a manifest with each part's rows,
+    size and SHA-256; each CSV part has the header, and the parts without it concatenate to the
+    single file; Parquet (single or parts) holds the CSV's rows, typed."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streamfit import predict
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 3)
+    raw = _many_docs(tmp_path / "new.jsonl", 8)
+    args = ("--id-field", "doc", "--top-k", "2")
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "one.csv", *args)
+    assert (
+        "8 rows written" in run("predict", runs / "jsonl", raw, "-o", tmp_path / "parts.csv", "--parts", *args).output
+    )
+    one = (tmp_path / "one.csv").read_bytes()
+    header = one.splitlines(keepends=True)[0]
+    manifest = json.loads((tmp_path / "parts.csv" / "manifest.json").read_text())
+    assert [(p["name"], p["rows"]) for p in manifest["parts"]] == [
+        ("part-00000.csv", 3),
+        ("part-00001.csv", 3),
+        ("part-00002.csv", 2),
+    ]
+    assert manifest["n_rows"] == 8 and manifest["columns"] == header.decode().strip().split(",")
+    body = b""
+    for p in manifest["parts"]:
+        data = (tmp_path / "parts.csv" / p["name"]).read_bytes()
+        assert (hashlib.sha256(data).hexdigest(), len(data)) == (p["sha256"], p["bytes"])
+        assert data.startswith(header)
+        body += data[len(header) :]
+    assert header + body == one
+    assert sorted(os.listdir(tmp_path)) == ["new.jsonl", "one.csv", "parts.csv"]  # no .partial left
+
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "one.parquet", *args)
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "parts.parquet", "--parts", *args)
+    table = pq.read_table(tmp_path / "one.parquet")
+    parts = json.loads((tmp_path / "parts.parquet" / "manifest.json").read_text())["parts"]
+    assert pa.concat_tables([pq.read_table(tmp_path / "parts.parquet" / p["name"]) for p in parts]).equals(table)
+    rows = [line.split(",") for line in one.decode().splitlines()[1:]]
+    assert table.column_names == header.decode().strip().split(",")
+    assert table.column("id").to_pylist() == [f"d{i}" for i in range(8)] == [r[1] for r in rows]
+    assert table.column("label_1").to_pylist() == [r[2] for r in rows]
+    assert np.allclose(table.column("score_1").to_numpy(), [float(r[3]) for r in rows], atol=5e-7)
+
+
+def test_a_predict_that_fails_midway_leaves_no_output(runs, tmp_path, monkeypatch):
+    """A bad record in the third batch, after two batches were scored and written: neither the
+    single file nor the parts directory (nor a .partial) is left."""
+    from streamfit import predict
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 2)
+    raw = _many_docs(tmp_path / "new.jsonl", 4)
+    with open(raw, "a") as f:
+        f.write('{"body": "a cat"}\n{"body": \n')
+    for out, parts in (("p.csv", ()), ("parts.jsonl", ("--parts",))):
+        result = run("predict", runs / "jsonl", raw, "-o", tmp_path / out, *parts, ok=False)
+        assert result.exit_code == 2 and "new.jsonl:6" in result.output
+    assert os.listdir(tmp_path) == ["new.jsonl"]

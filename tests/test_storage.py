@@ -197,3 +197,83 @@ def test_a_damaged_object_is_detected(s3):
     s3.pipe_file(key, bytes(raw))
     result = _cli("inspect", "--verify", store)
     assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    """The address of a two-worker Dask cluster on loopback, started after `s3` so that its
+    workers have the AWS_* variables that reach the S3 server (they share no files with the
+    tests: a store and the parts they write go through S3)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        yield c.scheduler_address
+
+
+@pytest.mark.slow
+def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers(s3, cluster, tmp_path, monkeypatch):
+    """evaluate --scheduler: the same metrics as in process, bit for bit; predict --scheduler
+    of a store on S3: the same bytes as in process, as one object and as parts (written to S3
+    by the workers, listed with their digests in the manifest); raw JSONL with an id column, in
+    several batches: the same bytes; a predict --parts that fails midway leaves nothing on S3."""
+    import hashlib
+
+    from streamfit import predict
+
+    store = f"s3://{BUCKET}/scored.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    run = tmp_path / "run"
+    assert _cli("train", store, *TRAIN, "--n-workers", "0", "--out", run).exit_code == 0
+
+    here = _cli("evaluate", "--json", "--per-label", run, store)
+    there = _cli("evaluate", "--json", "--per-label", "--scheduler", cluster, run, store)
+    assert there.exit_code == 0 and json.loads(there.output) == json.loads(here.output)
+
+    assert _cli("predict", run, store, "--out", tmp_path / "here.csv", "--top-k", "2").exit_code == 0
+    here_csv = (tmp_path / "here.csv").read_bytes()
+    for out, parts in (("one.csv", ()), ("parts.csv", ("--parts",))):
+        result = _cli(
+            "predict", run, store, "--out", f"s3://{BUCKET}/{out}", "--top-k", "2", *parts, "--scheduler", cluster
+        )
+        assert result.exit_code == 0, result.stderr
+    assert s3.cat_file(f"{BUCKET}/one.csv") == here_csv
+    files = storage.committed(storage.resolve(f"s3://{BUCKET}/parts.csv"))
+    manifest = json.loads(files.join("manifest.json").read_bytes())
+    assert [p["rows"] for p in manifest["parts"]] == [10] * 5  # the 50 rows of iris.svm, chunks of 10
+    header = here_csv.splitlines(keepends=True)[0]
+    body = b""
+    for p in manifest["parts"]:
+        data = files.join(p["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == p["sha256"] and data.startswith(header)
+        body += data[len(header) :]
+    assert header + body == here_csv
+
+    # raw text with ids, read by the driver and scored in batches of 7 records on the workers
+    docs = tmp_path / "docs.jsonl"
+    words = ["cat", "dog", "stock", "market", "bark", "rally"]
+    docs.write_text(
+        "".join(
+            json.dumps({"text": f"{words[i % 6]} {words[(i * 5) % 6]}", "label": words[i % 6][:1], "doc": f"d{i}"})
+            + "\n"
+            for i in range(40)
+        )
+    )
+    assert (
+        _cli("ingest", docs, "--out", tmp_path / "docs.zarr", "--n-features", "256", "--id-field", "doc").exit_code == 0
+    )
+    assert _cli("train", tmp_path / "docs.zarr", *TRAIN, "--n-workers", "0", "--out", tmp_path / "text").exit_code == 0
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 7)
+    assert _cli("predict", tmp_path / "text", docs, "--out", tmp_path / "raw-here.jsonl").exit_code == 0
+    there = _cli("predict", tmp_path / "text", docs, "--out", tmp_path / "raw-there.jsonl", "--scheduler", cluster)
+    assert there.exit_code == 0, there.stderr
+    lines = (tmp_path / "raw-there.jsonl").read_bytes()
+    assert lines == (tmp_path / "raw-here.jsonl").read_bytes()
+    assert [json.loads(line)["id"] for line in lines.splitlines()] == [f"d{i}" for i in range(40)]
+
+    # a bad record in the sixth batch, after five parts went to S3: the attempt is deleted, nothing committed
+    with open(docs, "a") as f:
+        f.write('{"text": \n')
+    failed = _cli("predict", tmp_path / "text", docs, "--out", f"s3://{BUCKET}/failed.jsonl", "--parts")
+    assert failed.exit_code == 2 and "docs.jsonl:41" in failed.stderr
+    assert storage.committed(storage.resolve(f"s3://{BUCKET}/failed.jsonl")) is None
+    assert _attempts(s3, "failed.jsonl") == []
