@@ -251,14 +251,22 @@ def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, mon
     _same_model(full, resumed)
 
 
-def test_a_master_streamed_from_disk_chunk_by_chunk_gives_the_identical_model(small_digits, tmp_path):
+def test_a_master_streamed_from_disk_chunk_by_chunk_gives_the_identical_model(small_digits, monkeypatch):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=100)
-    in_memory, _ = fit(source, str(tmp_path / "memory"), **RUN)
-    streamed, _ = fit(source, str(tmp_path / "streamed"), master_memory_mb=0.0, **RUN)  # every chunk spilled
+    in_memory, _ = fit(source, **RUN)
+    layouts = set()  # (chunks in memory, chunks streamed from files) of each FCD pass
+    real = mb.Master.run_pass
+
+    def spy(self, *args):
+        layouts.add((len(self.resident), self.spilled))
+        return real(self, *args)
+
+    monkeypatch.setattr(mb.Master, "run_pass", spy)
+    # a chunk's master data is ~18 KB here (100 rows: F, μ, R, label, ≤ 60 stumps' bits): one fits in 0.03 MiB
+    streamed, _ = fit(source, master_memory_mb=0.03, **RUN)
+    assert layouts == {(1, 3)}
     _same_model(in_memory, streamed)
-    some, _ = fit(source, None, master_memory_mb=0.05, **RUN)  # the first chunk in memory, the rest spilled
-    _same_model(in_memory, some)
 
 
 @pytest.mark.slow
