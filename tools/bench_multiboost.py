@@ -13,11 +13,14 @@ training set to N rows (stratified, seeded) to keep the default run short.
 Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw:     MultiBoostcw, class-specific stumps, FCD with tau_max = 2, lam = 1/C (`--lam`, default
           1e-4: C = 1e4, the paper's Fig. 6 setting); K·T stumps;
+- cw_val: with `--c-grid`, cw at the C of the grid with the lowest error on a held-out 20 % of the
+          training rows (pick_c: the paper picks C from 1e2..1e5 by validation);
 - cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
-          T iterations: T stumps, each with K coefficients (its master problem has as many
-          coordinates as cw's; K·T shared stumps would have K times more and are out of reach);
-- samme:  AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
+          T iterations (`--shared-iters`: K·T for as many stumps as cw), T stumps, each with K
+          coefficients (its master problem has as many coordinates as cw's; K·T shared stumps
+          have K times more);
+- samme:  (not with --no-samme) AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
 - lgbm:   LightGBM multiclass, num_leaves=2, T rounds (K·T stumps), defaults otherwise.
 Everything runs on one thread (LightGBM num_threads=1; ours in process, numba kernels serial;
 scikit-learn's stump fitting is serial), and every clock is this process's CPU time
