@@ -13,11 +13,14 @@ training set to N rows (stratified, seeded) to keep the default run short.
 Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw:     MultiBoostcw, class-specific stumps, FCD with tau_max = 2, lam = 1/C (`--lam`, default
           1e-4: C = 1e4, the paper's Fig. 6 setting); K·T stumps;
+- cw_val: with `--c-grid`, cw at the C of the grid with the lowest error on a held-out 20 % of the
+          training rows (pick_c: the paper picks C from 1e2..1e5 by validation);
 - cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
-          T iterations: T stumps, each with K coefficients (its master problem has as many
-          coordinates as cw's; K·T shared stumps would have K times more and are out of reach);
-- samme:  AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
+          T iterations (`--shared-iters`: K·T for as many stumps as cw), T stumps, each with K
+          coefficients (its master problem has as many coordinates as cw's; K·T shared stumps
+          have K times more);
+- samme:  (not with --no-samme) AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
 - lgbm:   LightGBM multiclass, num_leaves=2, T rounds (K·T stumps), defaults otherwise.
 Everything runs on one thread (LightGBM num_threads=1; ours in process, numba kernels serial;
 scikit-learn's stump fitting is serial), and every clock is this process's CPU time
@@ -45,6 +48,16 @@ seconds) go to `--plots` (docs/bench/multiboost by default).
     python tools/bench_multiboost.py [--iters 50] [--max-train 2000] [--sets pendigits,letter,...]
         [--lam 1e-4] [--plots DIR] [--json FILE]
     python tools/bench_multiboost.py --iters 500 --max-train 0     # the paper's 500 iterations, full sets
+
+Out of core (`--ooc`): a generated sparse store (`--ooc-rows` rows, 1000 features,
+`--ooc-per-row` stored entries per row, 10 classes from a noisy linear teacher, chunks of 8192 rows) whose decoded size
+is larger than the cap; `streamfit.train` with the multiboost solver (checkpoints on disk, the
+in-process engine) in a child process whose address space is capped (RLIMIT_AS, `--ooc-cap-mb`),
+once per `--ooc-master-mb` (the solver's master_memory_mb: 0 streams every chunk's master data
+from local files). Reported per run: seconds, the child's peak RSS (VmHWM) and VmPeak, the final
+objective, and the models' identity across the runs.
+
+    python tools/bench_multiboost.py --ooc [--ooc-rows 2000000] [--ooc-per-row 60] [--ooc-cap-mb 1024] [--ooc-iters 3]
 """
 
 from __future__ import annotations
@@ -112,7 +125,13 @@ class StagedError:
         self.t0 = time.process_time()
         self.evaluating = 0.0
 
-    def log(self, step: int, model=None, *, final: bool = False, **fields) -> dict:
+    def begin(self, name: str, step: int, planned: int | None) -> None:
+        """(No progress display.)"""
+
+    def end(self) -> None:
+        """(No progress display.)"""
+
+    def log(self, step: int, model=None, *, final: bool = False, planned: int | None = None, **fields) -> dict:
         seconds = time.process_time() - self.t0 - self.evaluating
         record = {"step": step, "seconds": seconds, **fields}
         if model is not None and (final or step % self.every == 0):
@@ -149,7 +168,23 @@ def run_ours(Xtr, ytr, Xte, yte, iters: int, **params):
         model = solver.fit(
             source, engine=engine, checkpointer=Checkpointer(None, config={}, store_fingerprint="x"), log=log
         )
-    return {"curve": log.curve, "model": model, "master": solver._master, "previous_weights": log.weights[0]}
+    return {"curve": log.curve, "model": model, "train": (Xtr, ytr), "previous_weights": log.weights[0]}
+
+
+def pick_c(Xtr, ytr, iters: int, grid: list[float], seed: int = 0) -> tuple[float, dict[float, float]]:
+    """The paper's protocol for C: cw (tau_max = 2) for `iters` iterations at each C of `grid` on
+    a stratified, seeded 80 % of the training rows, test error on the other 20 %; the C with the
+    lowest error (ties: the smaller C). Returns (C, {C: validation error})."""
+    from sklearn.model_selection import train_test_split
+
+    fit_rows, valid_rows = train_test_split(np.arange(len(ytr)), test_size=0.2, random_state=seed, stratify=ytr)
+    fit_rows, valid_rows = np.sort(fit_rows), np.sort(valid_rows)
+    errors = {}
+    for C in grid:
+        r = run_ours(Xtr[fit_rows], ytr[fit_rows], Xtr[valid_rows], ytr[valid_rows], iters, lam=1 / C, tau_max=2)
+        errors[C] = r["curve"][-1][2]
+    best = min(grid, key=lambda C: (errors[C], C))
+    return best, errors
 
 
 def run_samme(Xtr, ytr, Xte, yte, n_stumps: int):
@@ -198,10 +233,15 @@ def fig6(result, lam: float, warm: bool):
     import streamfit.solvers.multiboost as mb
     from streamfit.solvers import multiboost_kernels as kernels
 
-    master, model = result["master"], result["model"]
+    model = result["model"]
+    Xtr, labels = result["train"]
+    labels = labels.astype(np.int64)
     state_classes, state_learners = model.coord_class, model.coord_learner
-    bits, labels = master.bits, master.labels
-    m, K = master.F.shape
+    m, K = Xtr.shape[0], len(model.classes_)
+    outputs = kernels.stump_outputs(
+        Xtr.indptr, Xtr.indices, Xtr.data, Xtr.shape[1], model.features, model.thresholds, model.polarity
+    )
+    bits = np.packbits(outputs > 0, axis=1)  # the master problem's data: the learners' signs on the training rows
     C_over_p = 1.0 / (lam * m * (K - 1))
     J = len(state_classes)
     start = np.zeros(J)
@@ -211,9 +251,10 @@ def fig6(result, lam: float, warm: bool):
     F_start = kernels.scores(bits, state_classes, state_learners, start, K, m)
     fcd = {}
     for tau_max in (1, 2, 3, 5, 10, 20, 50):
-        w, F = start.copy(), F_start.copy()
+        w = start.copy()
         t = time.process_time()
-        mb.fcd(bits, state_classes, state_learners, w, labels, F, np.arange(first_new, J), C_over_p, 1e-6,
+        master = mb.Master.in_memory(labels, bits, F_start)
+        mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
                tau_max, False, np.random.default_rng(0))  # fmt: skip
         seconds = time.process_time() - t
         fcd[tau_max] = (
@@ -266,6 +307,11 @@ def error_at(curve, stumps):
     return best
 
 
+def method_error_at(results, method, stumps):
+    """error_at of a method's curve (None: the method did not run)."""
+    return error_at(results[method]["curve"], stumps) if method in results else None
+
+
 def plot(name, results, plots):
     import matplotlib
 
@@ -304,6 +350,88 @@ def plot_fig6(name, fcd, trace, plots):
     plt.close(fig)
 
 
+OOC_CHILD = """
+import json, os, resource, sys, time
+store_path, out, cap_mb, params = sys.argv[1:5]
+resource.setrlimit(resource.RLIMIT_AS, (int(cap_mb) << 20, int(cap_mb) << 20))
+from streamfit.train import train
+t0 = time.perf_counter()
+train(store_path, "multiboost", out, json.loads(params), n_workers=0, overwrite=True, progress=False)
+records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+status = open("/proc/self/status").read()
+mb = lambda key: int(status.split(key + ":")[1].split()[0]) / 1024
+print(json.dumps({"seconds": time.perf_counter() - t0, "last": records[-1],
+                  "peak_rss_mb": mb("VmHWM"), "vm_peak_mb": mb("VmPeak")}))
+"""
+
+
+def make_ooc_store(path: str, n_rows: int, per_row: int, n_features: int = 1000, n_classes: int = 10) -> None:
+    """A synthetic sparse multiclass store: `per_row` random columns per row (a repeated column
+    sums) with log-normal values; the label is the argmax of a seeded random linear teacher plus Gumbel
+    noise. Written in batches through StoreWriter (generation memory is one batch)."""
+    from streamfit.store import StoreWriter
+
+    rng = np.random.default_rng(0)
+    teacher = rng.standard_normal((n_features, n_classes))
+    writer = StoreWriter(path, chunk_rows=8192, overwrite=True)
+    batch = 1 << 15
+    for start in range(0, n_rows, batch):
+        m = min(batch, n_rows - start)
+        cols = np.sort(rng.integers(0, n_features, size=(m, per_row)), axis=1)
+        values = rng.lognormal(size=cols.shape).astype(np.float32)
+        X = sp.csr_matrix((values.ravel(), cols.ravel(), np.arange(0, m * per_row + 1, per_row)), shape=(m, n_features))
+        X.sum_duplicates()
+        labels = (X @ teacher + rng.gumbel(size=(m, n_classes))).argmax(axis=1).astype(np.int32)
+        writer.write_rows(X, labels)
+    writer.close(n_features=n_features, classes=[f"c{i}" for i in range(n_classes)])
+
+
+def ooc(args) -> None:
+    import subprocess
+    import sys
+
+    from streamfit import load_model
+    from streamfit.store import open_store
+
+    path = os.path.join(args.ooc_dir, f"ooc_{args.ooc_rows}x{args.ooc_per_row}.zarr")
+    if not os.path.exists(path):
+        make_ooc_store(path, args.ooc_rows, args.ooc_per_row)
+    store = open_store(path)
+    K = store.n_classes
+    decoded_mb = store.manifest.nnz * 8 / 2**20  # float32 values + int32 indices
+    L = args.ooc_iters * K
+    master_mb = store.n_rows * ((2 * K + 1) * 8 + 8 + L / 8) / 2**20
+    print(
+        f"\n## out of core: {store.n_rows} rows, {store.n_features} features, nnz {store.manifest.nnz}, "
+        f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB; the master problem's per-sample data "
+        f"after {args.ooc_iters} iterations ({L} learners) {master_mb:.0f} MiB; address-space cap "
+        f"{args.ooc_cap_mb} MiB; load average {os.getloadavg()[0]:.1f}\n"
+        "| master_memory_mb | finished in | objective | peak RSS (VmHWM) | VmPeak |\n|---|---|---|---|---|",
+        flush=True,
+    )
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    models = []
+    for budget in args.ooc_master_mb.split(","):
+        out = os.path.join(args.ooc_dir, f"ooc_run_{budget}")
+        params = {"max_iter": args.ooc_iters, "master_memory_mb": float(budget)}
+        argv = [sys.executable, "-c", OOC_CHILD, path, out, str(args.ooc_cap_mb), json.dumps(params)]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            print(f"| {budget} | FAILED ({proc.returncode}): {proc.stderr.strip().splitlines()[-3:]} | | | |")
+            continue
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(
+            f"| {budget} | {r['seconds']:.0f} s | {r['last']['objective']:.6f} | {r['peak_rss_mb']:.0f} MiB | "
+            f"{r['vm_peak_mb']:.0f} MiB |",
+            flush=True,
+        )
+        models.append(load_model(out))
+    same = all(
+        np.array_equal(a, b) for m in models[1:] for a, b in zip(models[0]._arrays().values(), m._arrays().values())
+    )
+    print(f"models identical across the runs: {same}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iters", type=int, default=50)
@@ -314,45 +442,78 @@ def main():
     ap.add_argument("--fig6-sets", default="pendigits,digits")
     ap.add_argument("--plots", default=os.path.join(os.path.dirname(__file__), "..", "docs", "bench", "multiboost"))
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--c-grid",
+        default="",
+        help="comma-separated C values: add cw_val, cw at the C of lowest error on a held-out 20 %% of the "
+        "training rows (pick_c; the paper picks C from 1e2..1e5 by validation)",
+    )
+    ap.add_argument(
+        "--shared-iters", type=int, default=0, help="iterations of shared (0: T; K·T: as many stumps as cw)"
+    )
+    ap.add_argument("--no-shared", action="store_true")
+    ap.add_argument("--no-samme", action="store_true")
+    ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
+    ap.add_argument("--ooc-rows", type=int, default=2_000_000)
+    ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
+    ap.add_argument("--ooc-cap-mb", type=int, default=1024)
+    ap.add_argument("--ooc-iters", type=int, default=3)
+    ap.add_argument("--ooc-master-mb", default="0,1024", help="master_memory_mb of each run")
+    ap.add_argument("--ooc-dir", default="/tmp/streamfit-bench-multiboost")
     args = ap.parse_args()
+    if args.ooc:
+        os.makedirs(args.ooc_dir, exist_ok=True)
+        ooc(args)
+        return
     os.makedirs(args.plots, exist_ok=True)
 
     X, y, _, _ = load("digits", 0)  # compile the numba kernels before any clock runs
     run_ours(X[:200], y[:200], X[:50], y[:50], 3)
     run_ours(X[:200], y[:200], X[:50], y[:50], 3, tau_max=1, update="large_c", lam=1e-8)
 
+    grid = [float(c) for c in args.c_grid.split(",") if c]
     summary = {}
     for name in args.sets.split(","):
         Xtr, ytr, Xte, yte = load(name, args.max_train, mnist_per_class=args.mnist_per_class)
         K, T = int(ytr.max()) + 1, args.iters
         print(f"\n== {name}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
               f"T = {T} iterations = {K * T} stumps", flush=True)  # fmt: skip
-        results = {
-            "cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2),
-            "cw1": run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c"),
-            "shared": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, weak_learners="shared"),
-            "samme": run_samme(Xtr.toarray(), ytr, Xte.toarray(), yte, K * T),
-            "lgbm": run_lgbm(Xtr, ytr, Xte, yte, T),
-        }
+        results = {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2)}
+        if grid:
+            C_val, val_errors = pick_c(Xtr, ytr, T, grid)
+            print(f"  C by validation: {C_val:g} (validation error per C: "
+                  f"{ {f'{C:g}': round(100 * e, 2) for C, e in val_errors.items()} })", flush=True)  # fmt: skip
+            results["cw_val"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1 / C_val, tau_max=2)
+        results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
+        if not args.no_shared:
+            results["shared"] = run_ours(
+                Xtr, ytr, Xte, yte, args.shared_iters or T, lam=args.lam, tau_max=2, weak_learners="shared"
+            )
+        if not args.no_samme:
+            results["samme"] = run_samme(Xtr.toarray(), ytr, Xte.toarray(), yte, K * T)
+        results["lgbm"] = run_lgbm(Xtr, ytr, Xte, yte, T)
         for method, r in results.items():
             n, s, e = r["curve"][-1]
             print(f"  {method:7s} {n:6d} stumps  {s:8.2f} s  test error {100 * e:6.2f} %", flush=True)
-        cw, lg, sa = results["cw"]["curve"], results["lgbm"]["curve"], results["samme"]["curve"]
-        cw_final = cw[-1][2]
+        cw, lg = results["cw"]["curve"], results["lgbm"]["curve"]
+        sa = results["samme"]["curve"] if "samme" in results else None
         row = {
             "n_train": Xtr.shape[0],
             "K": K,
             "stumps": K * T,
             "final": {m: r["curve"][-1] for m, r in results.items()},
             "per_learner": {
-                m: [error_at(results[m]["curve"], int(f * K * T)) for f in (0.1, 0.5, 1.0)] for m in ("cw", "samme")
+                m: [method_error_at(results, m, int(f * K * T)) for f in (0.1, 0.5, 1.0)]
+                for m in ("cw", "shared", "samme")
             },
-            "at_T_stumps": {m: error_at(results[m]["curve"], T) for m in ("cw", "shared", "samme")},
-            "at_T_iterations": {"cw": cw_final, "shared": results["shared"]["curve"][-1][2]},
+            "at_T_stumps": {m: method_error_at(results, m, T) for m in ("cw", "shared", "samme")},
+            "at_T_iterations": {"cw": cw[-1][2], "shared": method_error_at(results, "shared", T)},
         }
+        if "cw_val" in results:
+            row["C_val"] = C_val
         t_cw = first_time(cw, lg[-1][2])
         row["time_to_lgbm_ratio"] = None if t_cw is None else t_cw / lg[-1][1]
-        t_cw_samme = first_time(cw, sa[-1][2])
+        t_cw_samme = None if sa is None else first_time(cw, sa[-1][2])
         row["samme_speedup"] = None if t_cw_samme is None else sa[-1][1] / t_cw_samme
         if name in args.fig6_sets.split(","):
             row["fig6"] = {}
@@ -382,17 +543,23 @@ def main():
 
     print("\n== goals")
     pct = lambda e: "—" if e is None else f"{100 * e:.1f}"  # noqa: E731
-    print("per weak learner, test error % at 10% / 50% / 100% of the K·T stumps (cw | samme);")
+    print("per weak learner, test error % at 10% / 50% / 100% of the K·T stumps (cw | shared | samme);")
     print("  at T stumps (cw | shared | samme); at T iterations (cw: K·T stumps | shared: T stumps):")
     for name, row in summary.items():
-        cells = " | ".join("/".join(pct(e) for e in row["per_learner"][m]) for m in ("cw", "samme"))
+        cells = " | ".join("/".join(pct(e) for e in row["per_learner"][m]) for m in ("cw", "shared", "samme"))
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    wins = [n for n, r in summary.items() if r["final"]["cw"][2] <= r["final"]["lgbm"][2]]
-    print(
-        f"cw test error <= LightGBM-stumps' at equal stumps on {len(wins)} of {len(summary)} sets ({', '.join(wins)}); goal >= 4 of 6"
-    )
+    for method in ("cw", "cw_val", "cw1"):
+        rows = {n: r for n, r in summary.items() if method in r["final"]}
+        if not rows:
+            continue
+        wins = [n for n, r in rows.items() if r["final"][method][2] <= r["final"]["lgbm"][2]]
+        ratios = ", ".join(f"{n} {r['final'][method][2] / r['final']['lgbm'][2]:.2f}" for n, r in rows.items())
+        print(
+            f"{method} test error <= LightGBM-stumps' at K·T stumps on {len(wins)} of {len(rows)} sets "
+            f"({', '.join(wins)}); goal >= 4 of 6; ours / LightGBM: {ratios}"
+        )
     for name, row in summary.items():
         ratio, speed = row["time_to_lgbm_ratio"], row["samme_speedup"]
         print(

@@ -24,12 +24,14 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      (its sign is the stump's polarity). Column generation has converged when no learner
      violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
   3. a `map` over chunks evaluates the new stumps on every row: one sign bit per (learner,
-     sample), packed (np.packbits), appended to the state (`outputs`, written once each);
+     sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
+     state `bits`: L × ⌈rows/8⌉ bytes per chunk, a new version each iteration that adds learners);
   4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
-     alone: the closed-form coordinate minimum (12) ((13) with `update="large_c"`), μ updated by
-     (20), V± by (21), the KKT violations θ (16), the working set (17) and stopping rule (18) with
-     ε = `tol`, at most `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the
-     first sweeps the new coordinates in order, later ones pick |S| coordinates of S at random);
+     alone, chunk by chunk (`Master`): the closed-form coordinate minimum (12) ((13) with
+     `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
+     KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
+     `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
+     coordinates in order, later ones pick |S| coordinates of S at random);
   5. the scores F, updated by FCD with every weight change, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
@@ -40,15 +42,21 @@ per stored entry), so the histogram kernel visits stored entries only, without a
 zero bin is the column total minus the stored entries' sum. The cuts are in the checkpoint, and each stump's threshold (a cut value)
 in the model, so prediction on raw data needs no bins.
 
-Memory: the histograms are (Σ_f bins_f) × K floats; the driver holds the master problem's data,
-1 bit per (sample, learner), plus 2 floats per (sample, class) (F and μ) and the labels; chunk
-tasks hold one chunk. Multilabel stores are refused: the margins (1) compare one true class
+Memory: the histograms are (Σ_f bins_f) × K floats; chunk tasks hold one chunk. The driver holds
+O(L·K) (the learners, weights, histograms) plus the master problem's per-sample data of the
+chunks that fit in `master_memory_mb` (1 bit per (sample, learner), 2K + 1 floats per sample:
+F, μ and their sum, and the label); the other chunks' data is kept in files of a local temporary
+directory (TMPDIR) and streamed through memory one chunk at a time on every FCD pass. Every pass
+visits the chunks in order and adds their partial sums in that order, so the model is the same
+for any `master_memory_mb`. Multilabel stores are refused: the margins (1) compare one true class
 with each other class.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -63,6 +71,8 @@ from streamfit.store import ChunkSource
 
 SCORES = "scores"
 BINS = "bins"
+BITS = "bits"
+LABELS = "labels"
 
 
 class MultiBoostParams(SolverParams):
@@ -87,6 +97,13 @@ class MultiBoostParams(SolverParams):
     )
     cg_tol: float = Field(
         0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
+    )
+    master_memory_mb: float = Field(
+        1024.0,
+        ge=0,
+        description="MiB of the master problem's per-sample data the driver keeps in memory; the rest is "
+        "streamed from local temporary files one chunk at a time (the model is the same)",
+        json_schema_extra={"affects_model": False},
     )
 
 
@@ -202,9 +219,12 @@ def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np
 
 
 def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
-    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1."""
-    X = source.read_chunk(chunk_id).X
+    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1,
+    and the chunk's labels (int64) as `labels` v1 (the master problem reads them without X)."""
+    chunk = source.read_chunk(chunk_id)
+    X = chunk.X
     state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
+    state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
 def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> HistogramSums:
@@ -215,14 +235,15 @@ def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> Histogr
     return HistogramSums(H, stored, G.sum(axis=0))
 
 
-def _outputs_task(source, chunk_id, *, features, thresholds, polarity) -> np.ndarray:
+def _outputs_task(source, chunk_id, *, state, bits: PerSample, version: int, features, thresholds, polarity) -> None:
+    """Evaluates the new stumps on the chunk's rows and writes the chunk's sign bitset `bits`
+    version `version`: the rows of `bits` (the learners so far) and one packed row per new stump."""
     X = source.read_chunk(chunk_id).X
     data = X.data.astype(np.float64)  # one compiled version of the kernel for every input dtype
-    return kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
-
-
-def _labels_task(source, chunk_id) -> np.ndarray:
-    return source.read_chunk(chunk_id).labels.astype(np.int64)
+    out = kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
+    new = np.packbits(out > 0, axis=1)
+    old = state.read(bits.name, bits.version, chunk_id) if bits.written else np.zeros((0, new.shape[1]), np.uint8)
+    state.write(BITS, version, chunk_id, np.concatenate([old, new]))
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -307,24 +328,14 @@ class MultiBoostState(SolverState):
     coord_class: np.ndarray  # master problem coordinates (J,): class and learner of w_j
     coord_learner: np.ndarray
     weights: np.ndarray  # w (J,), ≥ 0
-    outputs: list[np.ndarray]  # per iteration: the new learners' sign bits, packed (n_new × ⌈m/8⌉)
+    bits: PerSample  # the learners' sign bits per chunk, packed (L × ⌈rows/8⌉ uint8)
+    labels: PerSample  # the labels per chunk (int64), for the master problem
     bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
     objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
     kkt: float | None = None  # max_j θ_j (16) at FCD's last working-set update (None: tau_max = 1, never computed)
     converged: bool = False
-
-
-@dataclasses.dataclass
-class _Master:
-    """The driver's working copy of the master problem's data at one step (rebuilt after a resume
-    from the state alone): labels, packed bits (all learners) and the scores F."""
-
-    step: int
-    labels: np.ndarray
-    bits: np.ndarray
-    F: np.ndarray
 
 
 @register_solver
@@ -342,7 +353,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
     def __init__(self, params: MultiBoostParams):
         super().__init__(params)
         self.params: MultiBoostParams = params
-        self._master: _Master | None = None
 
     # -- protocol -------------------------------------------------------------------------
     def check_source(self, source: ChunkSource) -> None:
@@ -382,7 +392,8 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             coord_class=np.zeros(0, dtype=np.int64),
             coord_learner=np.zeros(0, dtype=np.int64),
             weights=np.zeros(0),
-            outputs=[],
+            bits=PerSample(BITS, 0, written=False),
+            labels=PerSample(LABELS, 1),
             bins=PerSample(BINS, 1),
             scores=PerSample(SCORES, 0, written=False),
         )
@@ -412,7 +423,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
     def step(self, ctx: Context, state: MultiBoostState) -> dict[str, Any]:
         p, source, engine = self.params, ctx.source, ctx.engine
-        master = self._master_at(ctx, state)
         m, K = source.n_rows, source.n_classes
         C_over_p = 1.0 / (p.lam * m * (K - 1))
 
@@ -442,17 +452,21 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         new_thresholds = state.cuts[state.cut_offsets[new_features] + bin_[classes]]
         new_polarity = polarity[classes]
 
-        # 3. the new learners' outputs on every row, as sign bits
-        parts = engine.map(
+        # 3. the new learners' outputs on every row, as sign bits appended to each chunk's bitset
+        bits = PerSample(BITS, state.step + 1)
+        engine.map(
             _outputs_task,
             source,
             range(source.n_chunks),
             desc=f"multiboost: outputs {state.step + 1}",
+            state=ctx.chunk_state,
+            bits=state.bits,
+            version=bits.version,
             features=new_features,
             thresholds=new_thresholds,
             polarity=new_polarity,
         )
-        new_bits = np.packbits(np.concatenate(parts, axis=1) > 0, axis=1)
+        state.bits = bits
         L0, J0 = len(state.learner_feature), len(state.weights)
         state.learner_feature = np.concatenate([state.learner_feature, new_features])
         state.learner_threshold = np.concatenate([state.learner_threshold, new_thresholds])
@@ -464,26 +478,32 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.coord_class = np.concatenate([state.coord_class, new_class])
         state.coord_learner = np.concatenate([state.coord_learner, new_learner])
         state.weights = np.concatenate([state.weights, np.zeros(len(new_class))])
-        state.outputs.append(new_bits)
-        bits = np.concatenate([master.bits, new_bits])
 
-        # 4. FCD on the master problem over all learners so far (F updated with the weights)
+        # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
         rng = np.random.default_rng([p.random_state, state.step])
-        F = master.F.copy()
-        sweeps, kkt = fcd(
-            bits, state.coord_class, state.coord_learner, state.weights, master.labels, F,
-            np.arange(J0, len(state.weights)), C_over_p, p.tol, p.tau_max, p.update == "large_c", rng,
-        )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="streamfit-multiboost-") as spill:
+            master = Master(K, int(p.master_memory_mb * 2**20), spill)
+            for i in range(source.n_chunks):
+                master.add(
+                    ctx.chunk_state.read(LABELS, 1, i),
+                    ctx.chunk_state.read(BITS, state.bits.version, i),
+                    _chunk_scores(source, i, ctx.chunk_state, state.scores.version),
+                )
+            sweeps, kkt = fcd(
+                master, state.coord_class, state.coord_learner, state.weights, np.arange(J0, len(state.weights)),
+                C_over_p, p.tol, p.tau_max, p.update == "large_c", rng,
+            )  # fmt: skip
 
-        # 5. the scores, written per chunk
-        state.step += 1
-        for i in range(source.n_chunks):
-            lo, hi = source.chunk_bounds(i)
-            ctx.chunk_state.write(SCORES, state.step, i, F[lo:hi])
+            # 5. the scores, written per chunk, and the objective from them
+            state.step += 1
+            loss = 0.0
+            for i in range(source.n_chunks):
+                labels, F = master.scores(i)
+                ctx.chunk_state.write(SCORES, state.step, i, F)
+                loss += float(kernels.margins(F, labels)[1].sum())
         state.scores = PerSample(SCORES, state.step)
-        state.objective = objective(F, master.labels, state.weights, p.lam)
+        state.objective = p.lam * float(state.weights.sum()) + loss / (m * (K - 1))
         state.kkt = kkt
-        self._master = _Master(state.step, master.labels, bits, F)
         if p.cg_tol > 0 and previous - state.objective <= p.cg_tol * abs(previous):
             state.converged = True
         fields = {
@@ -528,20 +548,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         H[rows] += sums.totals[None, :] - sums.stored
         return H
 
-    def _master_at(self, ctx: Context, state: MultiBoostState) -> _Master:
-        """The master problem's data at state.step: kept from the previous step, else rebuilt
-        from the state (labels by a pass, bits from `outputs`, F from the `scores` files)."""
-        if self._master is not None and self._master.step == state.step:
-            return self._master
-        source = ctx.source
-        labels = np.concatenate(ctx.engine.map(_labels_task, source, range(source.n_chunks), desc="multiboost: labels"))
-        bits = np.concatenate(state.outputs) if state.outputs else np.zeros((0, (source.n_rows + 7) // 8), np.uint8)
-        F = np.concatenate(
-            [_chunk_scores(source, i, ctx.chunk_state, state.scores.version) for i in range(source.n_chunks)]
-        )
-        self._master = _Master(state.step, labels, bits, F)
-        return self._master
-
 
 def objective(F: np.ndarray, labels: np.ndarray, weights: np.ndarray, lam: float) -> float:
     """(2)/C = lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(F_y(x_i) − F_{y_i}(x_i)), p = m(K−1)."""
@@ -550,13 +556,97 @@ def objective(F: np.ndarray, labels: np.ndarray, weights: np.ndarray, lam: float
     return float(lam * weights.sum() + R.sum() / (m * (K - 1)))
 
 
+class Master:
+    """The master problem's per-sample data, chunk by chunk, which is all Algorithm 2 reads: per
+    chunk the labels, the learners' packed sign bits (L × ⌈rows/8⌉) and the state of
+    kernels.master_state (F, μ as M, R). Chunks are added in order; while their total size fits
+    in `budget` bytes they stay in memory, and every later one is kept in files of `spill_dir`
+    (a local directory), read for each pass (its bits by memory map, only the learners the pass
+    needs) and its state written back, so one such chunk is in memory at a time. A pass adds the
+    chunks' partial sums in chunk order, so results do not depend on the budget."""
+
+    def __init__(self, K: int, budget: int, spill_dir: str | None):
+        self.K, self.budget, self.spill_dir = K, budget, spill_dir
+        self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory
+        self.spilled = 0  # chunks after those, in files of spill_dir
+        self._used = 0
+
+    @classmethod
+    def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray) -> Master:
+        """All rows as one resident chunk (for whole-array use: tests, benchmarks)."""
+        master = cls(F.shape[1], np.iinfo(np.int64).max, None)
+        master.add(labels, bits, F)
+        return master
+
+    def add(self, labels: np.ndarray, bits: np.ndarray, F: np.ndarray) -> None:
+        """Appends a chunk: its labels (rows,), bits (L × ⌈rows/8⌉ uint8), scores F (rows × K)."""
+        state = kernels.master_state(np.ascontiguousarray(F, dtype=np.float64), labels)
+        size = labels.nbytes + bits.nbytes + state.nbytes
+        if not self.spilled and self._used + size <= self.budget:
+            self.resident.append((labels, bits, state))
+            self._used += size
+            return
+        if self.spill_dir is None:
+            raise ValueError("Master: a chunk past the memory budget needs a spill directory")
+        i = self.spilled
+        self.spilled += 1
+        for part, array in (("labels", labels), ("bits", bits), ("state", state)):
+            np.save(self._path(i, part), array, allow_pickle=False)
+
+    def _path(self, i: int, part: str) -> str:
+        return os.path.join(str(self.spill_dir), f"{i}.{part}.npy")
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.resident) + self.spilled
+
+    def run_pass(self, apply: tuple[int, int, float] | None, learners: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """kernels.master_pass on every chunk: apply the weight change (learner, class, delta) if
+        any, then sum (Σ_{D+} μ, Σ_{D−} μ) of each coordinate (classes[q], learners[q]) over the
+        chunks in order. Returns (q × 2)."""
+        a_learner, a_class, delta = apply if apply is not None else (-1, 0, 0.0)
+        total = np.zeros((len(learners), 2))
+        for labels, bits, state in self.resident:
+            total += kernels.master_pass(bits, labels, state, a_learner, a_class, delta, learners, classes)
+        if self.spilled:
+            needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
+            rows = np.searchsorted(needed, learners)
+            a_row = int(np.searchsorted(needed, a_learner)) if a_learner >= 0 else -1
+        for i in range(self.spilled):
+            labels, state = np.load(self._path(i, "labels")), np.load(self._path(i, "state"))
+            stored = np.load(self._path(i, "bits"), mmap_mode="r")
+            bits = np.ascontiguousarray(stored[needed])
+            del stored
+            total += kernels.master_pass(bits, labels, state, a_row, a_class, delta, rows, classes)
+            if a_learner >= 0:
+                np.save(self._path(i, "state"), state, allow_pickle=False)
+        return total
+
+    def scores(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(labels, F) of chunk i."""
+        if i < len(self.resident):
+            labels, _, state = self.resident[i]
+        else:
+            labels, state = (
+                np.load(self._path(i - len(self.resident), "labels")),
+                np.load(self._path(i - len(self.resident), "state")),
+            )
+        return labels, np.ascontiguousarray(state[:, : self.K])
+
+
+def kkt_violations(weights: np.ndarray, sums: np.ndarray, C_over_p: float) -> np.ndarray:
+    """θ_j of eq. (16) from the sums (Σ_{D+} μ, Σ_{D−} μ) of every coordinate (J × 2): with
+    s_j = (C/p) Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = (C/p)(Σ_{D+} μ − Σ_{D−} μ),
+    θ_j = |1 − s_j| if w_j > 0, else max(0, s_j − 1)."""
+    s = C_over_p * (sums[:, 0] - sums[:, 1])
+    return np.where(weights > 0, np.abs(1.0 - s), np.maximum(0.0, s - 1.0))
+
+
 def fcd(
-    bits: np.ndarray,
+    master: Master,
     coord_class: np.ndarray,
     coord_learner: np.ndarray,
     weights: np.ndarray,
-    labels: np.ndarray,
-    F: np.ndarray,
     new: np.ndarray,
     C_over_p: float,
     tol: float,
@@ -564,20 +654,34 @@ def fcd(
     large_c: bool,
     rng: np.random.Generator,
 ) -> tuple[int, float | None]:
-    """Algorithm 2 on the master problem, `weights` and their scores F updated in place: S starts as the `new` coordinates, swept in order; then θ (16) for all
-    coordinates, S by (17), and |S| random picks from S per working-set iteration, until (18)
-    max θ ≤ tol or tau_max iterations. Returns (working-set iterations, max θ after the last,
-    nan when tau_max ended it before θ was needed)."""
-    M, R = kernels.margins(F, labels)
+    """Algorithm 2 on the master problem, `weights` and the master's F and μ updated in place.
+    S starts as the `new` coordinates, swept in order; then θ (16) for all coordinates, S by
+    (17), and |S| random picks from S per working-set iteration, until (18) max θ ≤ tol or
+    tau_max iterations. Each coordinate update is one pass over the chunks: it applies the
+    previous coordinate's change (20) and sums V± (21) for this one, then sets w_j by (12) (or
+    (13)). Returns (working-set iterations, max θ after the last; None when tau_max ended it
+    before θ was needed)."""
     order = np.asarray(new, dtype=np.int64)
     tau: int = 0
     worst: float | None = None
+    pending: tuple[int, int, float] | None = None  # a weight change not yet applied to F and μ
     while True:
         tau += 1
-        kernels.fcd_sweep(order, bits, coord_class, coord_learner, weights, labels, F, M, R, C_over_p, large_c)
+        for j in order:
+            ((plus, minus),) = master.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1])
+            pending = None
+            old = weights[j]
+            v_plus, v_minus = plus * np.exp(old), minus * np.exp(-old)  # (21): μ without w_j's own term
+            value = kernels.coordinate_minimum(v_plus, v_minus, C_over_p, large_c)
+            if np.isfinite(value) and value != old:
+                weights[j] = value
+                pending = (int(coord_learner[j]), int(coord_class[j]), value - old)
         if tau >= tau_max:
+            if pending is not None:
+                master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))
             return tau, worst
-        theta = kernels.kkt_violations(bits, coord_class, coord_learner, weights, labels, M, R, C_over_p)
+        theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class), C_over_p)
+        pending = None
         worst = float(theta.max()) if len(theta) else 0.0
         if worst <= tol:
             return tau, worst

@@ -2,7 +2,7 @@
 
 Notation of the paper: m samples, K classes, weak learners ħ_l(x) ∈ {−1, +1} (decision stumps
 here), coordinates j = (c_j, l_j) with weight w_j ≥ 0, so that F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x).
-For a sample i with label y_i the driver keeps M[i, y] = μ_(i,y) = exp(F_y(x_i) − F_{y_i}(x_i))
+For a sample i with label y_i the master problem keeps M[i, y] = μ_(i,y) = exp(F_y(x_i) − F_{y_i}(x_i))
 (eq. 15; M[i, y_i] = 1 is unused) and R[i] = Σ_{y ≠ y_i} μ_(i,y).
 
 Per class c the signed dual weight of sample i (eq. 4 with λ = (C/p)μ, eq. 5) is
@@ -152,20 +152,76 @@ def margins(F: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_sums(bits, lrn: int, c: int, labels, M, R) -> tuple[float, float]:
-    """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) for a coordinate of class c and learner l."""
+def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The master problem's per-sample state of a chunk, one float array (rows × (2K + 1)):
+    columns [0, K) the scores F, [K, 2K) M and 2K R of the module docstring (margins(F))."""
+    n, K = F.shape
+    M, R = margins(F, labels)
+    state = np.empty((n, 2 * K + 1))
+    state[:, :K] = F
+    state[:, K : 2 * K] = M
+    state[:, 2 * K] = R
+    return state
+
+
+@numba.njit(cache=True, nogil=True)
+def _split_sums(bits, lrn: int, c: int, labels, state, K: int) -> tuple[float, float]:
+    """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows, for a
+    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout)."""
     plus, minus = 0.0, 0.0
     for i in range(labels.shape[0]):
         h = _bit(bits, lrn, i)
         if labels[i] == c:
-            a, s = R[i], h
+            a, s = state[i, 2 * K], h
         else:
-            a, s = M[i, c], -h
+            a, s = state[i, K + c], -h
         if s > 0:
             plus += a
         else:
             minus += a
     return plus, minus
+
+
+@numba.njit(cache=True, nogil=True)
+def master_pass(
+    bits: np.ndarray,
+    labels: np.ndarray,
+    state: np.ndarray,
+    apply_learner: int,
+    apply_class: int,
+    delta: float,
+    learners: np.ndarray,
+    classes: np.ndarray,
+) -> np.ndarray:
+    """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
+    apply_learner ≥ 0, a weight change delta of the coordinate (apply_class, learner row
+    apply_learner of `bits`): F_c += delta·ħ, μ by (20): μ_(i,c) *= e^{delta·ħ} (y_i ≠ c),
+    μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed (state in place, master_state's
+    layout). Then the chunk's partial sums of (21) without the e^{±w_j} factors, i.e.
+    (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q], learner row learners[q]): (q × 2)."""
+    K = (state.shape[1] - 1) // 2
+    if apply_learner >= 0:
+        c = apply_class
+        up, down = np.exp(delta), np.exp(-delta)
+        for i in range(labels.shape[0]):
+            h = _bit(bits, apply_learner, i)
+            state[i, c] += delta * h
+            if labels[i] == c:
+                factor = down if h > 0 else up
+                total = 0.0
+                for y in range(K):
+                    if y != c:
+                        state[i, K + y] *= factor
+                        total += state[i, K + y]
+                state[i, 2 * K] = total
+            else:
+                before = state[i, K + c]
+                state[i, K + c] = before * (up if h > 0 else down)
+                state[i, 2 * K] += state[i, K + c] - before
+    sums = np.empty((learners.shape[0], 2))
+    for q in range(learners.shape[0]):
+        sums[q, 0], sums[q, 1] = _split_sums(bits, learners[q], classes[q], labels, state, K)
+    return sums
 
 
 @numba.njit(cache=True, nogil=True)
@@ -184,75 +240,6 @@ def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: 
     # sqrt(V₊V₋ + p²/4C²) − p/2C, written as V₊V₋ / (sqrt(..) + p/2C) to keep its digits when V₊V₋ ≪ (p/2C)²
     root = v_plus * v_minus / (np.sqrt(v_plus * v_minus + half * half) + half)
     return max(0.0, np.log(root) - np.log(v_minus))
-
-
-@numba.njit(cache=True, nogil=True)
-def fcd_sweep(
-    order: np.ndarray,
-    bits: np.ndarray,
-    coord_class: np.ndarray,
-    coord_learner: np.ndarray,
-    w: np.ndarray,
-    labels: np.ndarray,
-    F: np.ndarray,
-    M: np.ndarray,
-    R: np.ndarray,
-    C_over_p: float,
-    large_c: bool,
-) -> int:
-    """Lines 5–10 of Algorithm 2: for each coordinate j in `order`, V± by (21) from μ, w_j by
-    (12) (or (13)), μ by (20) (M and R in place) and the scores F (F_c += Δw_j·ħ_l, in place).
-    Returns the number of weights that changed."""
-    changed = 0
-    for q in range(order.shape[0]):
-        j = order[q]
-        c, lrn = coord_class[j], coord_learner[j]
-        plus, minus = _split_sums(bits, lrn, c, labels, M, R)
-        old = w[j]
-        v_plus, v_minus = plus * np.exp(old), minus * np.exp(-old)  # (21): μ without w_j's own term
-        new = coordinate_minimum(v_plus, v_minus, C_over_p, large_c)
-        if not np.isfinite(new) or new == old:
-            continue
-        w[j] = new
-        changed += 1
-        delta = new - old  # F_c += delta·ħ_l: μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} (y_i = c)
-        up, down = np.exp(delta), np.exp(-delta)
-        for i in range(labels.shape[0]):
-            h = _bit(bits, lrn, i)
-            F[i, c] += delta * h
-            if labels[i] == c:
-                factor = down if h > 0 else up
-                R[i] = 0.0
-                for y in range(M.shape[1]):
-                    if y != c:
-                        M[i, y] *= factor
-                        R[i] += M[i, y]
-            else:
-                before = M[i, c]
-                M[i, c] = before * (up if h > 0 else down)
-                R[i] += M[i, c] - before
-    return changed
-
-
-@numba.njit(cache=True, nogil=True)
-def kkt_violations(
-    bits: np.ndarray,
-    coord_class: np.ndarray,
-    coord_learner: np.ndarray,
-    w: np.ndarray,
-    labels: np.ndarray,
-    M: np.ndarray,
-    R: np.ndarray,
-    C_over_p: float,
-) -> np.ndarray:
-    """θ_j of eq. (16) for every coordinate: with s_j = (C/p) Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y),
-    θ_j = |1 − s_j| if w_j > 0, else max(0, s_j − 1)."""
-    theta = np.empty(w.shape[0])
-    for j in range(w.shape[0]):
-        plus, minus = _split_sums(bits, coord_learner[j], coord_class[j], labels, M, R)
-        s = C_over_p * (plus - minus)
-        theta[j] = abs(1.0 - s) if w[j] > 0 else max(0.0, s - 1.0)
-    return theta
 
 
 @numba.njit(cache=True, nogil=True)

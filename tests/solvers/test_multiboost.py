@@ -107,18 +107,19 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
         coord_class, coord_learner = np.tile(np.arange(K), L), np.repeat(np.arange(L), K)
     m = H.shape[1]
     w = np.zeros(len(coord_class))
-    F = np.zeros((m, K))
+    master = mb.Master.in_memory(labels, bits, np.zeros((m, K)))
     C_over_p = 1.0 / (lam * m * (K - 1))
     tol = 1e-9
     tau, worst = mb.fcd(
-        bits, coord_class, coord_learner, w, labels, F, np.arange(len(w)), C_over_p, tol, 10_000, False,
+        master, coord_class, coord_learner, w, np.arange(len(w)), C_over_p, tol, 10_000, False,
         np.random.default_rng(0),
     )  # fmt: skip
     assert worst is not None and worst <= tol and tau > 1  # the stopping rule (18) held
+    _, F = master.scores(0)
     np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m), rtol=0, atol=1e-9)
-    M, R = kernels.margins(F, labels)
-    theta = kernels.kkt_violations(bits, coord_class, coord_learner, w, labels, M, R, C_over_p)
-    assert theta.max() <= 10 * tol  # θ (16) recomputed from the final weights, not the running μ
+    fresh = mb.Master.in_memory(labels, bits, F)  # μ from the final scores, not the running μ
+    theta = mb.kkt_violations(w, fresh.run_pass(None, coord_learner, coord_class), C_over_p)
+    assert theta.max() <= 10 * tol
     value_and_grad = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
     ref = minimize(
         value_and_grad, np.zeros(len(w)), jac=True, method="L-BFGS-B", bounds=[(0, None)] * len(w),
@@ -171,7 +172,8 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     holder = mb.MultiBoostState(
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
         learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
-        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), outputs=[], bins=mb.PerSample(mb.BINS, 1),
+        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
+        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1),
         scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked)
@@ -247,6 +249,24 @@ def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, mon
     monkeypatch.setattr(mb, "_histogram_task", real)
     resumed, _ = fit(source, run, resume=True, **params)
     _same_model(full, resumed)
+
+
+def test_a_master_streamed_from_disk_chunk_by_chunk_gives_the_identical_model(small_digits, monkeypatch):
+    X, y, classes = small_digits
+    source = InMemoryStore(X, y, classes, chunk_rows=100)
+    in_memory, _ = fit(source, **RUN)
+    layouts = set()  # (chunks in memory, chunks streamed from files) of each FCD pass
+    real = mb.Master.run_pass
+
+    def spy(self, *args):
+        layouts.add((len(self.resident), self.spilled))
+        return real(self, *args)
+
+    monkeypatch.setattr(mb.Master, "run_pass", spy)
+    # a chunk's master data is ~18 KB here (100 rows: F, μ, R, label, ≤ 60 stumps' bits): one fits in 0.03 MiB
+    streamed, _ = fit(source, master_memory_mb=0.03, **RUN)
+    assert layouts == {(1, 3)}
+    _same_model(in_memory, streamed)
 
 
 @pytest.mark.slow
