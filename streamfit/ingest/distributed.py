@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from streamfit.errors import StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.pipeline import _Pass1
@@ -57,6 +58,7 @@ class FileRows:
     empty: int = 0
     first_empty: str | None = None
     bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
+    error: StreamfitError | None = None  # what stopped the file (raised by the driver in its turn)
 
 
 class _RecordingPolicy(BadRecordPolicy):
@@ -104,7 +106,11 @@ def featurize_file(
     p.rows = rows
     if n_outputs is not None:
         p.n_outputs = n_outputs
-    p.read_input(path, finish_rows)
+    try:
+        p.read_input(path, finish_rows)
+    except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
+        rows.error = e
+        return rows
     rows.kind = next(iter(p.kinds))
     rows.n_read, rows.classes = p.read, vocab.classes
     rows.multilabel, rows.n_outputs = p.multilabel, p.n_outputs
@@ -176,6 +182,8 @@ def merge(p1, rows: FileRows) -> None:
     vocabulary (new labels appended in the file's order), its rows written."""
     for location, problem, raw, hint in rows.bad:
         p1.policy.bad(location, problem, raw, hint)
+    if rows.error is not None:
+        raise rows.error
     p1.kinds.add(rows.kind)
     p1.read += rows.n_read
     if p1.multilabel is None:

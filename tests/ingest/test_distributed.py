@@ -1,0 +1,118 @@
+"""Distributed ingest (--scheduler / --n-workers): the input files featurized on a real two-worker
+Dask cluster on loopback give the store of the in-process ingest, byte for byte (manifest,
+every chunk digest), with the same bad-record counts, quarantine lines and errors."""
+
+import json
+import random
+
+import pytest
+
+from streamfit.errors import InputError
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions, ingest
+from streamfit.store import open_store
+
+pytestmark = pytest.mark.slow
+BUCKET = "streamfit-test"  # made by the s3 fixture (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    """Two worker processes on loopback, started after the s3 fixture set the AWS_* variables."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        yield c.scheduler_address
+
+
+def _write_files(folder, n_files=4, rows=300, seed=0, bad_every=0):
+    """JSONL files whose label sets differ (new classes appear in later files), optionally with
+    a line of invalid JSON every `bad_every` lines."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(200)]
+    folder.mkdir(exist_ok=True)
+    for f in range(n_files):
+        lines = []
+        for r in range(rows):
+            if bad_every and r % bad_every == bad_every - 1:
+                lines.append("{not json")
+            else:
+                text = " ".join(rng.choices(words, k=rng.randint(1, 15)))
+                lines.append(json.dumps({"text": text, "label": f"c{rng.randint(0, 2 + f)}"}))
+        (folder / f"part-{f}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(folder / "*.jsonl")
+
+
+def _manifest(path) -> dict:
+    return json.loads(open_store(path).data.join("manifest.json").read_bytes())
+
+
+def _options(inputs, out, **kw):
+    return IngestOptions(inputs=[inputs], out=str(out), hashing=HashingConfig(n_features=2**12), progress=False, **kw)
+
+
+def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster):
+    inputs = _write_files(tmp_path / "in", bad_every=97)
+    stores = {}
+    for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        out = tmp_path / name
+        out.mkdir()
+        report = ingest(
+            _options(
+                inputs,
+                out / "train.zarr",
+                test_size=0.25,
+                test_out=str(out / "test.zarr"),
+                chunk_rows=128,
+                on_bad_record="quarantine",
+                quarantine=str(out / "bad.jsonl"),
+                **engine,
+            )
+        )
+        assert (report.read, report.skipped) == (1200, 12)
+        stores[name] = [_manifest(out / "train.zarr"), _manifest(out / "test.zarr"), (out / "bad.jsonl").read_text()]
+    assert stores["cluster"] == stores["inprocess"]  # manifests (chunk digests, classes, IDF digest), quarantine
+    train = stores["inprocess"][0]
+    assert train["classes"][:3] == ["c0", "c1", "c2"] or set(train["classes"]) == {f"c{i}" for i in range(6)}
+    assert len(train["chunks"]) > 4 and train["transform"]["idf"]
+
+
+def test_a_file_that_decides_otherwise_is_read_as_the_first_file_decided(tmp_path, cluster):
+    """The first file's first batch decides single-label; a later file of label lists decided
+    multilabel for itself, so it is featurized again as the in-process pass reads it."""
+    (tmp_path / "a.jsonl").write_text('{"text": "one two", "label": "x"}\n{"text": "three", "label": "y"}\n')
+    (tmp_path / "b.jsonl").write_text('{"text": "four five", "label": ["x", "z"]}\n')
+    inputs = str(tmp_path / "*.jsonl")
+    ingest(_options(inputs, tmp_path / "in.zarr", idf=False))
+    ingest(_options(inputs, tmp_path / "cl.zarr", idf=False, scheduler=cluster))
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["task"] == "multiclass"
+
+
+def test_a_bad_record_stops_the_ingest_at_its_file_and_line(tmp_path, cluster):
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=50)
+    with open(tmp_path / "in" / "part-1.jsonl", "a") as f:
+        f.write("[1, 2]\n")
+    errors = []
+    for engine in ({}, {"scheduler": cluster}):
+        with pytest.raises(InputError) as e:
+            ingest(_options(inputs, tmp_path / "x.zarr", overwrite=True, **engine))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "part-1.jsonl:51: the line is a JSON list" in errors[0]
+
+
+def test_inputs_and_store_on_s3_through_the_cluster(tmp_path, s3, cluster):
+    """A glob of s3:// inputs and an s3:// store, the workers reading the files from S3: the
+    local in-process store of the same files, but for the paths recorded."""
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=200)
+    for f in sorted((tmp_path / "in").iterdir()):
+        s3.put(str(f), f"{BUCKET}/dist-in/{f.name}")
+    ingest(_options(inputs, tmp_path / "local.zarr", chunk_rows=100))
+    ingest(
+        _options(f"s3://{BUCKET}/dist-in/part-*.jsonl", f"s3://{BUCKET}/dist.zarr", chunk_rows=100, scheduler=cluster)
+    )
+    local, remote = _manifest(tmp_path / "local.zarr"), _manifest(f"s3://{BUCKET}/dist.zarr")
+    assert remote["source"]["paths"] == [f"s3://{BUCKET}/dist-in/part-{i}.jsonl" for i in range(3)]
+    for m in (local, remote):
+        del m["source"], m["manifest_sha256"]
+    assert remote == local
