@@ -1,30 +1,41 @@
-"""Pass 1 of `streamfit ingest --n-workers N / --scheduler ADDRESS`: the input files featurized
-on Dask workers, merged by the driver in input order into the same rows as in process.
+"""Pass 1 of `streamfit ingest --n-workers N / --scheduler ADDRESS`: the input's pieces
+featurized on Dask workers, merged by the driver in input order into the rows of the in-process
+pass.
 
-The pieces are the input files (after `expand_inputs`: a glob, a dataset directory), fixed by
-the input. A worker reads one file exactly as the in-process pass reads it (same source, same
-batches), featurizes it (hashing, kept indices, range checks, and the IDF/l2 of a one-pass
-ingest) and encodes its labels in a vocabulary of its own, in order of first appearance in the
-file; bad records are kept with their file:line locations (--on-bad-record error raises there,
-on the worker, and the driver raises it when it reaches that file). The driver takes the files'
-results in input order: it appends each file's new labels to the store's vocabulary (so the
-classes are in order of first appearance over the whole input, as in process), maps the file's
-label ids to the store's, replays its bad records into the policy (counts, quarantine file),
-and writes its rows. The two decisions the in-process pass takes from the first rows it reads
-(multilabel or not from the first batch, the number of regression outputs from the first good
-target) are taken from the first file that decides them; a file whose own first rows decided
-otherwise is featurized again with the decision given. So the rows, their order, the chunks and
-every digest are the in-process store's for any number of workers (tests/ingest/test_distributed.py).
+The pieces are fixed by the input alone (`plan_pieces`): each input file (after
+`expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
+larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
+newline. A worker reads its piece with the source reader of the in-process pass (a byte range
+counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
+IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
+first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
+raised by the driver in the piece's turn). The driver takes the pieces' results in input order:
+it moves the piece's FILE:LINE locations down by the lines of the file's earlier pieces,
+replays its bad records into the policy (counts, quarantine file), appends the piece's new
+labels to the store's vocabulary (so the classes are in order of first appearance over the
+whole input, as in process), maps the piece's label ids to the store's and writes its rows.
 
-At most WINDOW_PER_THREAD files per worker thread are in flight (their rows held on the workers
-until the driver takes them), which bounds the memory to a few files' rows per worker. Label
-vocabulary, IDF and the stratified split then follow as in process (pipeline.py): the driver
-holds one stratum per row, and pass 2 (IDF, the split) reads the stage store in the driver.
+Three decisions are taken from the first rows read: multilabel or not by a LIBSVM/JSONL reader
+(in its file's first piece), by the pass (its first batch), and the number of regression
+outputs (the first good target). Each is taken from the first piece that decides it; a piece
+whose own first rows decided otherwise is featurized again with the earlier decisions given, as
+the in-process pass would have read it. So the rows, their order, the chunks and every digest
+are the in-process store's for any number of workers (tests/ingest/test_distributed.py); only
+the text of an unknown-label bad record, which lists the unknown labels of its batch, may list
+others (a piece's batches end where the piece ends).
+
+At most WINDOW_PER_THREAD pieces per worker thread are in flight (their rows held on the
+workers until the driver takes them): memory is bounded by a few pieces' rows per worker. The
+rows are written by the driver, in order, through the one StoreWriter (the store's Zarr arrays
+are cut along nnz, so a chunk cannot be written apart from the others); label vocabulary, IDF
+and the stratified split follow as in process (pipeline.py): the driver holds one stratum per
+row, and pass 2 (IDF, the split) reads the stage store in the driver.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -32,7 +43,8 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from streamfit.errors import StreamfitError
+from streamfit import storage
+from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.pipeline import _Pass1
@@ -40,13 +52,14 @@ from streamfit.ingest.sources.policy import BadRecordPolicy
 
 log = logging.getLogger(__name__)
 
-WINDOW_PER_THREAD = 2  # files submitted ahead per worker thread
+WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
+PIECE_BYTES = 64 << 20  # uncompressed LIBSVM / JSONL files larger than this are cut into byte ranges
 
 
 @dataclass
 class FileRows:
-    """What a worker made of one input file: its featurized rows in batches (labels as ids
-    into `classes`, the file's own vocabulary), and what the driver merges."""
+    """What a worker made of one piece of the input: its featurized rows in batches (labels as
+    ids into `classes`, the piece's own vocabulary), and what the driver merges."""
 
     path: str
     kind: str = ""
@@ -58,6 +71,8 @@ class FileRows:
     empty: int = 0
     first_empty: str | None = None
     bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
+    n_lines: int = 0  # lines read (line-based formats): where the file's next piece starts counting
+    source_multilabel: bool | None = None  # the reader's decision (LIBSVM, JSONL), None: not taken
     error: StreamfitError | None = None  # what stopped the file (raised by the driver in its turn)
 
 
@@ -83,8 +98,62 @@ class _Collector(_Pass1):
         self.rows.batches.append((X, labels))
 
 
-def featurize_file(
-    path: str,
+@dataclass(frozen=True)
+class Piece:
+    """A piece of the input: a whole file (or folder), or bytes [start, stop) of an uncompressed
+    line-based file, cut right after a newline."""
+
+    path: str
+    byte_range: tuple[int, int] | None = None
+
+
+def plan_pieces(paths: list[str], o, piece_bytes: int) -> list[Piece]:
+    """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
+    more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
+    piece_bytes, each ending right after a newline; any other input is one piece. The cuts
+    depend on the file's bytes alone."""
+    from streamfit.ingest.sources import RANGE_FORMATS, infer_format, sniff_format
+    from streamfit.ingest.sources._util import COMPRESSIONS
+
+    pieces = []
+    for path in paths:
+        location = storage.resolve(path)
+        compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
+        size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
+        if (
+            size <= piece_bytes
+            or size > o.max_input_bytes
+            or (o.format or infer_format(path) or sniff_format(path)) not in RANGE_FORMATS
+        ):
+            pieces.append(Piece(path))
+            continue
+        cuts = _line_cuts(location, size, piece_bytes)
+        pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+    return pieces
+
+
+def _line_cuts(location: storage.Location, size: int, piece_bytes: int) -> list[int]:
+    """0, the offsets just after the first newline at or beyond every piece_bytes from the
+    previous cut, and size."""
+    cuts = [0]
+    with location.open_read() as f:
+        while cuts[-1] + piece_bytes < size:
+            pos = cuts[-1] + piece_bytes
+            f.seek(pos)
+            while block := f.read(1 << 16):
+                newline = block.find(b"\n")
+                if newline >= 0:
+                    pos += newline + 1
+                    break
+                pos += len(block)
+            if not block or pos >= size:
+                break
+            cuts.append(pos)
+    return cuts + [size]
+
+
+def featurize_piece(
+    piece: Piece,
     o,
     layout,
     source_options: dict,
@@ -93,12 +162,14 @@ def featurize_file(
     classes: list[str] | None,
     multilabel: bool | None,
     n_outputs: int | None,
+    source_multilabel: bool | None,
     finish_rows: bool,
 ) -> FileRows:
-    """One input file featurized as pipeline._Pass1 does it (runs on a worker). classes: the
-    store's declared or --like classes (labels outside them are bad records), None to collect
-    the file's own; multilabel, n_outputs: decisions taken already, None to take them here."""
-    rows = FileRows(path)
+    """One piece featurized as pipeline._Pass1 does it (runs on a worker). classes: the store's
+    declared or --like classes (labels outside them are bad records), None to collect the
+    piece's own; multilabel, n_outputs: decisions taken already, None to take them here;
+    source_multilabel: the file's decision (its first piece's), given to the source reader."""
+    rows = FileRows(piece.path)
     featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
     vocab = LabelVocabulary(classes, frozen=classes is not None)
     policy = _RecordingPolicy(o.on_bad_record, rows.bad)
@@ -106,12 +177,15 @@ def featurize_file(
     p.rows = rows
     if n_outputs is not None:
         p.n_outputs = n_outputs
+    overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
     try:
-        p.read_input(path, finish_rows)
+        source = p.read_input(piece.path, finish_rows, piece.byte_range, **overrides)
     except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
         rows.error = e
         return rows
-    rows.kind = next(iter(p.kinds))
+    rows.kind = source.kind
+    rows.n_lines = getattr(source, "n_lines", 0)
+    rows.source_multilabel = source.multilabel
     rows.n_read, rows.classes = p.read, vocab.classes
     rows.multilabel, rows.n_outputs = p.multilabel, p.n_outputs
     rows.empty, rows.first_empty = p.empty, p.first_empty
@@ -119,13 +193,16 @@ def featurize_file(
 
 
 def run_distributed(p1, finish_rows: bool) -> None:
-    """pipeline._Pass1.run with the files featurized on the Dask cluster of p1.o.n_workers /
-    p1.o.scheduler (see the module docstring); p1 ends as an in-process run leaves it."""
+    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of
+    p1.o.n_workers / p1.o.scheduler (see the module docstring); p1 ends as an in-process run
+    leaves it."""
     from streamfit.engine import Engine
 
     o = p1.o
-    paths = list(o.inputs)
+    pieces = plan_pieces(list(o.inputs), o, PIECE_BYTES)
     featurizer_dict = p1.featurizer.to_dict()
+    lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
+    source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
     engine = Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
     with engine:
         client = engine.client
@@ -134,47 +211,75 @@ def run_distributed(p1, finish_rows: bool) -> None:
         frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
         idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
 
-        def submit(path: str, multilabel: bool | None, n_outputs: int | None):
+        def submit(piece: Piece, source_multilabel: bool | None = None):
             return client.submit(
-                featurize_file,
-                path,
+                featurize_piece,
+                piece,
                 o,
                 p1.layout,
                 p1.source_options,
                 featurizer_dict,
                 idf,
                 frozen,
-                multilabel,
-                n_outputs,
+                p1.multilabel,
+                p1.n_outputs if p1.numeric else None,
+                source_multilabel,
                 finish_rows,
                 pure=False,
             )
 
         pending: deque = deque()
-        queued = iter(paths)
-        with tqdm(total=len(paths), desc="ingest", unit="file", disable=not o.progress) as bar:
+        queued = iter(pieces)
+        with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
             while True:
-                while len(pending) < window and (path := next(queued, None)) is not None:
-                    pending.append(submit(path, p1.multilabel, p1.n_outputs if p1.numeric else None))
+                while len(pending) < window and (piece := next(queued, None)) is not None:
+                    pending.append((piece, submit(piece)))
                 if not pending:
                     break
-                rows: FileRows = pending.popleft().result()
-                again = _disagrees(p1, rows)
+                piece, future = pending.popleft()
+                rows: FileRows = future.result()
+                again = _disagrees(p1, rows, source_decision.get(piece.path))
                 if again:
-                    log.info("%s: featurized again with %s (decided by an earlier file)", rows.path, again)
-                    rows = submit(rows.path, p1.multilabel, p1.n_outputs if p1.numeric else None).result()
-                merge(p1, rows)
+                    log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
+                    rows = submit(piece, source_decision.get(piece.path)).result()
+                offset = lines_before.get(piece.path, 0)
+                merge(p1, _shifted(rows, offset) if offset else rows)
+                lines_before[piece.path] = offset + rows.n_lines
+                if rows.source_multilabel is not None:
+                    source_decision.setdefault(piece.path, rows.source_multilabel)
                 bar.update(1)
 
 
-def _disagrees(p1, rows: FileRows) -> str:
-    """What the file's first rows decided differently from the files before it ("" if nothing):
-    then it is featurized again with the earlier decision, as the in-process pass reads it."""
+def _disagrees(p1, rows: FileRows, source_multilabel: bool | None) -> str:
+    """What the piece's first rows decided differently from the input before it ("" if
+    nothing): then it is featurized again with the earlier decisions, as the in-process pass
+    reads it. The file's reader decides multilabel in its first piece; the pass decides
+    multilabel in its first batch, and the regression outputs at its first good target."""
+    if source_multilabel is not None and rows.source_multilabel not in (None, source_multilabel):
+        return f"the file's multilabel={source_multilabel}"
     if p1.multilabel is not None and rows.multilabel is not None and rows.multilabel != p1.multilabel:
         return f"multilabel={p1.multilabel}"
     if p1.numeric and p1.n_outputs is not None and rows.n_outputs not in (None, p1.n_outputs):
         return f"{p1.n_outputs} outputs"
     return ""
+
+
+def _shifted(rows: FileRows, offset: int) -> FileRows:
+    """rows with each location FILE:LINE of its file moved down by `offset` lines (a piece after
+    the file's first counts its lines from its start)."""
+    prefix = rows.path + ":"
+
+    def shift(location: str | None) -> str | None:
+        if location is None or not location.startswith(prefix) or not location[len(prefix) :].isdigit():
+            return location
+        return f"{prefix}{int(location[len(prefix) :]) + offset}"
+
+    rows.bad = [(shift(where) or where, problem, raw, hint) for where, problem, raw, hint in rows.bad]
+    rows.first_empty = shift(rows.first_empty)
+    if isinstance(rows.error, InputError):
+        e = rows.error
+        rows.error = InputError(shift(e.location) or e.location, e.problem, e.hint)
+    return rows
 
 
 def merge(p1, rows: FileRows) -> None:

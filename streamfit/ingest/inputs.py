@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import glob
 import os
+from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
@@ -55,7 +56,7 @@ def _local_directory_files(path: str) -> list[str] | None:
 
 
 def _url_directory_files(location: storage.Location) -> list[str]:
-    fs = location.fs
+    fs: Any = location.fs  # fsspec's filesystems carry no annotations
     found = sorted(
         p for p in fs.find(location.path) if not any(_hidden(part) for part in p[len(location.path) :].split("/"))
     )
@@ -75,7 +76,7 @@ def _url_directory_files(location: storage.Location) -> list[str]:
 def _glob(pattern: str) -> list[str]:
     if storage.is_url(pattern):
         location = storage.resolve(pattern)
-        fs = location.fs
+        fs: Any = location.fs
         fs.invalidate_cache()
         matches = [fs.unstrip_protocol(p) for p in fs.glob(location.path) if fs.isfile(p)]
     else:

@@ -325,8 +325,9 @@ class _Pass1:
         for path in self.o.inputs:
             self.read_input(path, finish_rows)
 
-    def read_input(self, path: str, finish_rows: bool) -> None:
-        """Featurize one input file (or folder) and emit its rows."""
+    def read_input(self, path: str, finish_rows: bool, byte_range: tuple[int, int] | None = None, **overrides):
+        """Featurize one input file (or folder; or bytes [start, stop) of a line-based file, see
+        open_source) and emit its rows; returns the source. overrides: source options."""
         from streamfit.ingest.sources import open_source
 
         limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
@@ -336,7 +337,8 @@ class _Pass1:
             policy=self.policy,
             batch_size=self.o.batch_size,
             limits=limits,
-            **self.source_options,
+            byte_range=byte_range,
+            **{**self.source_options, **overrides},
         )
         self.kinds.add(source.kind)
         with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
@@ -344,6 +346,7 @@ class _Pass1:
                 self._batch(batch, self.featurizer.n_features, finish_rows)
                 bar.update(len(batch.labels))
         self.read += source.n_read
+        return source
 
     def _batch(self, batch, width, finish_rows) -> None:
         if self.multilabel is None:

@@ -116,3 +116,55 @@ def test_inputs_and_store_on_s3_through_the_cluster(tmp_path, s3, cluster):
     for m in (local, remote):
         del m["source"], m["manifest_sha256"]
     assert remote == local
+
+
+def test_byte_ranges_of_one_large_file_give_the_in_process_store(tmp_path, cluster, monkeypatch):
+    """One JSONL file cut into byte ranges at line boundaries: the bad records keep their file
+    lines (the quarantine files agree), and the split store is the in-process one."""
+    from streamfit.ingest import distributed
+
+    _write_files(tmp_path / "in", n_files=1, rows=600, bad_every=53)
+    path = str(tmp_path / "in" / "part-0.jsonl")
+    data = open(path, "rb").read()
+    o = _options(path, tmp_path / "x.zarr")
+    pieces = distributed.plan_pieces([path], o, 4096)
+    assert len(pieces) > 5 and pieces[0].byte_range[0] == 0 and pieces[-1].byte_range[1] == len(data)
+    for a, b in zip(pieces, pieces[1:]):
+        assert a.byte_range[1] == b.byte_range[0] and data[b.byte_range[0] - 1 : b.byte_range[0]] == b"\n"
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 4096)
+    stores = {}
+    for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        (tmp_path / name).mkdir()
+        ingest(
+            _options(
+                path,
+                tmp_path / name / "s.zarr",
+                chunk_rows=100,
+                test_size=0.3,
+                test_out=str(tmp_path / name / "t.zarr"),
+                on_bad_record="quarantine",
+                quarantine=str(tmp_path / name / "bad.jsonl"),
+                **engine,
+            )
+        )
+        bad = [json.loads(line)["location"] for line in open(tmp_path / name / "bad.jsonl")]
+        stores[name] = [_manifest(tmp_path / name / "s.zarr"), _manifest(tmp_path / name / "t.zarr"), bad]
+    assert stores["cluster"] == stores["inprocess"]
+    assert stores["inprocess"][2][-1] == f"{path}:583"  # the 11th bad line, 11 × 53
+
+
+def test_a_piece_reads_as_its_file_decided_multilabel(tmp_path, cluster, monkeypatch):
+    """A LIBSVM file whose first batch has a label list: its later pieces, single labels only,
+    decide single-label for themselves and are read again as multilabel."""
+    from streamfit.ingest import distributed
+
+    lines = ["1,2 1:1 4:2"] + [f"{i % 3} {1 + i % 7}:0.5 9:1" for i in range(400)]
+    (tmp_path / "m.svm").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1024)
+    kw = {"hashing": None, "idf": False, "l2_normalize": False, "batch_size": 64}
+    for name, engine in (("in.zarr", {}), ("cl.zarr", {"scheduler": cluster})):
+        ingest(
+            IngestOptions(inputs=[str(tmp_path / "m.svm")], out=str(tmp_path / name), progress=False, **kw, **engine)
+        )
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["task"] == "multilabel"

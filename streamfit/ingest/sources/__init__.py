@@ -84,6 +84,7 @@ def _options(cls) -> set[str]:
         "policy",
         "batch_size",
         "limits",
+        "byte_range",
     }
 
 
@@ -201,6 +202,7 @@ def _sniff_delimited(lines: list[str]) -> str | None:
     return "csv" if len(cells) == 1 and cells != {1} and cells != {0} else None
 
 
+RANGE_FORMATS = ("libsvm", "jsonl")  # line-based formats whose lines stand alone (no header, no quoted newline)
 _LOCAL_ONLY = ("folder", "hdf5", "numpy")  # formats whose readers need a local file or directory
 
 
@@ -211,11 +213,14 @@ def open_source(
     policy: BadRecordPolicy,
     batch_size: int = 8192,
     limits: ReadLimits = DEFAULT_LIMITS,
+    byte_range: tuple[int, int] | None = None,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
     read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`;
-    the options are checked first (check_options)."""
+    the options are checked first (check_options). byte_range: bytes [start, stop) of an
+    uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS; see
+    streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
@@ -240,4 +245,8 @@ def open_source(
     kept = {k: v for k, v in options.items() if k in accepted}
     if "limits" in inspect.signature(cls).parameters:
         kept["limits"] = limits
+    if byte_range is not None:
+        if format not in RANGE_FORMATS:
+            raise ValueError(f"{path}: {format} files are not read by byte range")
+        kept["byte_range"] = byte_range
     return cls(path, policy=policy, batch_size=batch_size, **kept)
