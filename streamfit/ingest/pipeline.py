@@ -52,7 +52,7 @@ class IngestOptions:
     `streamfit ingest` and a pipeline's ingest section (streamfit.config) are built from these
     fields. `hashing`: a HashingConfig, or None to keep numeric indices (--no-hash, `no_hash`)."""
 
-    inputs: list[str] = option(help="source files or folders", flag="")
+    inputs: list[str] = option(help="source files, folders, dataset directories or globs", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
     format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy", "arff"] | None = option(
         None, "Input format", default_text="inferred from the file name"
