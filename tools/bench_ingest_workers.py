@@ -12,8 +12,10 @@ then IDF and the final store written by the driver). N = 0 runs in this process;
 LocalCluster of N single-threaded worker processes started and warmed (streamfit imported, the
 hashing kernels compiled) before the clock starts, so the times are the ingest's own; the
 cluster's start-up is reported beside them. Reported per run: seconds, MB/s of raw input,
-records/s, the speed-up over N = 1 (and over N = 0 when measured), and whether the manifest
-(every chunk digest, classes, IDF digest) equals the first run's of the same mode. With
+records/s, the speed-up over N = 1 (and over N = 0 when measured), the driver's CPU time as a
+share of the run (near 100 %: the driver, which writes the store, is the bottleneck), and
+whether the manifest (every chunk digest, classes, IDF digest) equals the first run's of the
+same mode. With
 --out-json DIR the results go to DIR/ingest_workers.json as well.
 """
 
@@ -77,10 +79,11 @@ def options(corpus: Path, out: Path, mode: str, scheduler: str | None) -> Ingest
     )
 
 
-def run(corpus: Path, work: Path, n: int, mode: str) -> dict:
-    out = work / f"store-{mode}-{n}.zarr"
+def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
+    """Ingest the corpus once per mode on N workers (one cluster for all modes; N = 0: in process)."""
     cluster = client = None
     startup = 0.0
+    results = []
     try:
         if n:
             from distributed import Client, LocalCluster
@@ -92,24 +95,29 @@ def run(corpus: Path, work: Path, n: int, mode: str) -> dict:
             startup = time.perf_counter() - t
         else:
             _warm()
-        t = time.perf_counter()
-        report = ingest(options(corpus, out, mode, cluster.scheduler_address if cluster else None))
-        seconds = time.perf_counter() - t
+        for mode in modes:
+            out = work / f"store-{mode}-{n}.zarr"
+            t, cpu = time.perf_counter(), time.process_time()
+            report = ingest(options(corpus, out, mode, cluster.scheduler_address if cluster else None))
+            seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
+            results.append(
+                {
+                    "workers": n,
+                    "mode": mode,
+                    "seconds": seconds,
+                    "driver_cpu_s": driver_cpu,
+                    "startup_s": startup,
+                    "rows": report.written,
+                    "manifest": (out / "manifest.json").read_text(),
+                }
+            )
+            shutil.rmtree(out)
     finally:
         if client is not None:
             client.close()
         if cluster is not None:
             cluster.close()
-    manifest = (out / "manifest.json").read_text()
-    shutil.rmtree(out)
-    return {
-        "workers": n,
-        "mode": mode,
-        "seconds": seconds,
-        "startup_s": startup,
-        "rows": report.written,
-        "manifest": manifest,
-    }
+    return results
 
 
 def main() -> None:
@@ -127,12 +135,11 @@ def main() -> None:
         docs, size = write_corpus(work / "corpus", int(args.mb * 1e6), args.files)
         print(f"corpus: {docs} documents, {size / 1e6:.1f} MB in {args.files} files ({time.perf_counter() - t:.1f} s)")
         results = []
-        for mode in args.modes.split(","):
-            reference: str | None = None  # the manifest of the mode's first run
-            for n in (int(w) for w in args.workers.split(",")):
-                r = run(work / "corpus", work, n, mode)
-                reference = reference or r["manifest"]
-                r["identical"] = r.pop("manifest") == reference
+        reference: dict[str, str] = {}  # mode: the manifest of its first run
+        for n in (int(w) for w in args.workers.split(",")):
+            for r in run(work / "corpus", work, n, args.modes.split(",")):
+                manifest = r.pop("manifest")
+                r["identical"] = manifest == reference.setdefault(r["mode"], manifest)
                 r["mb_per_s"] = size / 1e6 / r["seconds"]
                 r["records_per_s"] = docs / r["seconds"]
                 results.append(r)
@@ -142,13 +149,16 @@ def main() -> None:
             zero = next((q for q in same if q["workers"] == 0), None)
             r["speedup_vs_1"] = one["seconds"] / r["seconds"] if one else None
             r["speedup_vs_0"] = zero["seconds"] / r["seconds"] if zero else None
-        print(f"{'mode':6} {'N':>3} {'s':>8} {'MB/s':>7} {'rec/s':>8} {'vs N=1':>7} {'vs N=0':>7} {'start s':>7} same")
-        for r in results:
+        print(
+            f"{'mode':6} {'N':>3} {'s':>8} {'MB/s':>7} {'rec/s':>8} {'vs N=1':>7} {'vs N=0':>7} {'driver':>7} "
+            f"{'start s':>7} same"
+        )
+        for r in sorted(results, key=lambda r: (r["mode"], r["workers"])):
             vs1 = f"{r['speedup_vs_1']:.2f}" if r["speedup_vs_1"] else "-"
             vs0 = f"{r['speedup_vs_0']:.2f}" if r["speedup_vs_0"] else "-"
             print(
                 f"{r['mode']:6} {r['workers']:>3} {r['seconds']:8.2f} {r['mb_per_s']:7.2f} {r['records_per_s']:8.0f} "
-                f"{vs1:>7} {vs0:>7} {r['startup_s']:7.1f} {r['identical']}"
+                f"{vs1:>7} {vs0:>7} {r['driver_cpu_s'] / r['seconds']:7.0%} {r['startup_s']:7.1f} {r['identical']}"
             )
         if args.out_json:
             os.makedirs(args.out_json, exist_ok=True)
