@@ -15,7 +15,6 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import ACCESS_KEY, BUCKET, SECRET_KEY  # the s3 fixture's bucket and credentials
 
 from streamfit import storage
 from streamfit.cli import main
@@ -24,6 +23,8 @@ from streamfit.model import load_model
 from streamfit.store import StoreWriter, open_store
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
+BUCKET = "streamfit-test"  # the s3 fixture's bucket and credentials (tests/conftest.py)
+ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
 TRAIN = ["--solver", "fbpd", "-p", "max_iter=6", "-p", "tol=0"]
 
 # Runs the streamfit CLI and SIGKILLs the process at the commit of the directory named argv[1]

@@ -57,7 +57,7 @@ PIECE_BYTES = 64 << 20  # uncompressed LIBSVM / JSONL files larger than this are
 
 
 @dataclass
-class FileRows:
+class PieceRows:
     """What a worker made of one piece of the input: its featurized rows in batches (labels as
     ids into `classes`, the piece's own vocabulary), and what the driver merges."""
 
@@ -66,14 +66,14 @@ class FileRows:
     n_read: int = 0
     batches: list[tuple[sp.csr_matrix, object]] = field(default_factory=list)
     classes: list[str] = field(default_factory=list)
-    multilabel: bool | None = None  # decided by the file's first batch (None: it had none)
-    n_outputs: int | None = None  # regression outputs, decided by the file's first good target
+    multilabel: bool | None = None  # decided by the piece's first batch (None: it had none)
+    n_outputs: int | None = None  # regression outputs, decided by the piece's first good target
     empty: int = 0
     first_empty: str | None = None
     bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
     n_lines: int = 0  # lines read (line-based formats): where the file's next piece starts counting
     source_multilabel: bool | None = None  # the reader's decision (LIBSVM, JSONL), None: not taken
-    error: StreamfitError | None = None  # what stopped the file (raised by the driver in its turn)
+    error: StreamfitError | None = None  # what stopped the piece (raised by the driver in its turn)
 
 
 class _RecordingPolicy(BadRecordPolicy):
@@ -92,7 +92,7 @@ class _RecordingPolicy(BadRecordPolicy):
 class _Collector(_Pass1):
     """_Pass1 whose rows are kept for the driver (in `rows`) instead of written."""
 
-    rows: FileRows
+    rows: PieceRows
 
     def emit(self, X: sp.csr_matrix, labels) -> None:
         self.rows.batches.append((X, labels))
@@ -164,12 +164,12 @@ def featurize_piece(
     n_outputs: int | None,
     source_multilabel: bool | None,
     finish_rows: bool,
-) -> FileRows:
+) -> PieceRows:
     """One piece featurized as pipeline._Pass1 does it (runs on a worker). classes: the store's
     declared or --like classes (labels outside them are bad records), None to collect the
     piece's own; multilabel, n_outputs: decisions taken already, None to take them here;
     source_multilabel: the file's decision (its first piece's), given to the source reader."""
-    rows = FileRows(piece.path)
+    rows = PieceRows(piece.path)
     featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
     vocab = LabelVocabulary(classes, frozen=classes is not None)
     policy = _RecordingPolicy(o.on_bad_record, rows.bad)
@@ -237,7 +237,7 @@ def run_distributed(p1, finish_rows: bool) -> None:
                 if not pending:
                     break
                 piece, future = pending.popleft()
-                rows: FileRows = future.result()
+                rows: PieceRows = future.result()
                 again = _disagrees(p1, rows, source_decision.get(piece.path))
                 if again:
                     log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
@@ -250,7 +250,7 @@ def run_distributed(p1, finish_rows: bool) -> None:
                 bar.update(1)
 
 
-def _disagrees(p1, rows: FileRows, source_multilabel: bool | None) -> str:
+def _disagrees(p1, rows: PieceRows, source_multilabel: bool | None) -> str:
     """What the piece's first rows decided differently from the input before it ("" if
     nothing): then it is featurized again with the earlier decisions, as the in-process pass
     reads it. The file's reader decides multilabel in its first piece; the pass decides
@@ -264,7 +264,7 @@ def _disagrees(p1, rows: FileRows, source_multilabel: bool | None) -> str:
     return ""
 
 
-def _shifted(rows: FileRows, offset: int) -> FileRows:
+def _shifted(rows: PieceRows, offset: int) -> PieceRows:
     """rows with each location FILE:LINE of its file moved down by `offset` lines (a piece after
     the file's first counts its lines from its start)."""
     prefix = rows.path + ":"
@@ -282,7 +282,7 @@ def _shifted(rows: FileRows, offset: int) -> FileRows:
     return rows
 
 
-def merge(p1, rows: FileRows) -> None:
+def merge(p1, rows: PieceRows) -> None:
     """Add one file's rows to the pass: its bad records, label ids mapped to the store's
     vocabulary (new labels appended in the file's order), its rows written."""
     for location, problem, raw, hint in rows.bad:
