@@ -88,6 +88,7 @@ def s3():
         import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        fs.mkdir(BUCKET)
+        if not fs.exists(BUCKET):  # moto keeps its buckets for the process: an earlier module's server made it
+            fs.mkdir(BUCKET)
         yield fs
     server.stop()
