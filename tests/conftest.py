@@ -87,6 +87,7 @@ def s3():
             mp.setenv(key, value)
         import s3fs
 
+        s3fs.S3FileSystem.clear_instance_cache()  # an earlier module's instances point at its stopped server
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         if not fs.exists(BUCKET):  # moto keeps its buckets for the process: an earlier module's server made it
             fs.mkdir(BUCKET)
