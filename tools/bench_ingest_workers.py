@@ -120,6 +120,21 @@ def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
     return results
 
 
+def save(folder: str | None, size: int, docs: int, files: int, results: list[dict]) -> None:
+    """The results as DIR/ingest_workers.json (nothing without --out-json)."""
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        record = {
+            "corpus_mb": size / 1e6,
+            "documents": docs,
+            "files": files,
+            "cpus": os.cpu_count(),
+            "results": results,
+        }
+        with open(os.path.join(folder, "ingest_workers.json"), "w") as f:
+            json.dump(record, f, indent=1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mb", type=float, default=300, help="corpus size, MB")
@@ -143,6 +158,7 @@ def main() -> None:
                 r["mb_per_s"] = size / 1e6 / r["seconds"]
                 r["records_per_s"] = docs / r["seconds"]
                 results.append(r)
+            save(args.out_json, size, docs, args.files, results)  # so far: a run cut short keeps its numbers
         for r in results:
             same = [q for q in results if q["mode"] == r["mode"]]
             one = next((q for q in same if q["workers"] == 1), None)
@@ -160,17 +176,7 @@ def main() -> None:
                 f"{r['mode']:6} {r['workers']:>3} {r['seconds']:8.2f} {r['mb_per_s']:7.2f} {r['records_per_s']:8.0f} "
                 f"{vs1:>7} {vs0:>7} {r['driver_cpu_s'] / r['seconds']:7.0%} {r['startup_s']:7.1f} {r['identical']}"
             )
-        if args.out_json:
-            os.makedirs(args.out_json, exist_ok=True)
-            record = {
-                "corpus_mb": size / 1e6,
-                "documents": docs,
-                "files": args.files,
-                "cpus": os.cpu_count(),
-                "results": results,
-            }
-            with open(os.path.join(args.out_json, "ingest_workers.json"), "w") as f:
-                json.dump(record, f, indent=1)
+        save(args.out_json, size, docs, args.files, results)
         if not all(r["identical"] for r in results):
             raise SystemExit("the stores differ between worker counts")
     finally:
