@@ -5,7 +5,7 @@ pass.
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
 larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
-newline. A worker reads its piece with the source reader of the in-process pass (a byte range
+newline, and a Parquet file larger than that into runs of row groups. A worker reads its piece with the source reader of the in-process pass (a byte range
 counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
 IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
 first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
@@ -53,7 +53,7 @@ from streamfit.ingest.sources.policy import BadRecordPolicy
 log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
-PIECE_BYTES = 64 << 20  # uncompressed LIBSVM / JSONL files larger than this are cut into byte ranges
+PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files and Parquet files are cut (plan_pieces)
 
 
 @dataclass
@@ -100,18 +100,20 @@ class _Collector(_Pass1):
 
 @dataclass(frozen=True)
 class Piece:
-    """A piece of the input: a whole file (or folder), or bytes [start, stop) of an uncompressed
-    line-based file, cut right after a newline."""
+    """A piece of the input: a whole file (or folder), bytes [start, stop) of an uncompressed
+    line-based file, cut right after a newline, or row groups [start, stop) of a Parquet file."""
 
     path: str
     byte_range: tuple[int, int] | None = None
+    row_groups: tuple[int, int] | None = None  # [start, stop) of a Parquet file
 
 
 def plan_pieces(paths: list[str], o, piece_bytes: int) -> list[Piece]:
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
     more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
-    piece_bytes, each ending right after a newline; any other input is one piece. The cuts
-    depend on the file's bytes alone."""
+    piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
+    into runs of row groups of about piece_bytes (uncompressed); any other input is one piece. The
+    cuts depend on the file's bytes alone."""
     from streamfit.ingest.sources import RANGE_FORMATS, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
 
@@ -120,16 +122,31 @@ def plan_pieces(paths: list[str], o, piece_bytes: int) -> list[Piece]:
         location = storage.resolve(path)
         compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
         size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
-        if (
-            size <= piece_bytes
-            or size > o.max_input_bytes
-            or (o.format or infer_format(path) or sniff_format(path)) not in RANGE_FORMATS
-        ):
+        kind = (o.format or infer_format(path) or sniff_format(path)) if size > piece_bytes else None
+        if kind == "parquet":
+            cuts = _row_group_cuts(location, piece_bytes)
+            pieces += [Piece(path, row_groups=(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+        elif kind in RANGE_FORMATS and size <= o.max_input_bytes:
+            cuts = _line_cuts(location, size, piece_bytes)
+            pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+        else:
             pieces.append(Piece(path))
-            continue
-        cuts = _line_cuts(location, size, piece_bytes)
-        pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
     return pieces
+
+
+def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:
+    """0, the row groups where the (uncompressed) bytes since the previous cut reach piece_bytes,
+    and the number of row groups (from the file's footer)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(location.path, filesystem=location.arrow_filesystem()).metadata
+    cuts, since = [0], 0
+    for g in range(meta.num_row_groups):
+        if since >= piece_bytes:
+            cuts.append(g)
+            since = 0
+        since += meta.row_group(g).total_byte_size
+    return cuts + [meta.num_row_groups]
 
 
 def _line_cuts(location: storage.Location, size: int, piece_bytes: int) -> list[int]:
@@ -179,7 +196,7 @@ def featurize_piece(
         p.n_outputs = n_outputs
     overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
     try:
-        source = p.read_input(piece.path, finish_rows, piece.byte_range, **overrides)
+        source = p.read_input(piece.path, finish_rows, piece.byte_range, piece.row_groups, **overrides)
     except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
         rows.error = e
         return rows

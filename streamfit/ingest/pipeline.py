@@ -325,9 +325,17 @@ class _Pass1:
         for path in self.o.inputs:
             self.read_input(path, finish_rows)
 
-    def read_input(self, path: str, finish_rows: bool, byte_range: tuple[int, int] | None = None, **overrides):
-        """Featurize one input file (or folder; or bytes [start, stop) of a line-based file, see
-        open_source) and emit its rows; returns the source. overrides: source options."""
+    def read_input(
+        self,
+        path: str,
+        finish_rows: bool,
+        byte_range: tuple[int, int] | None = None,
+        row_groups: tuple[int, int] | None = None,
+        **overrides,
+    ):
+        """Featurize one input file (or folder; or a byte range of a line-based file or row
+        groups of a Parquet file, see open_source) and emit its rows; returns the source.
+        overrides: source options."""
         from streamfit.ingest.sources import open_source
 
         limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
@@ -338,6 +346,7 @@ class _Pass1:
             batch_size=self.o.batch_size,
             limits=limits,
             byte_range=byte_range,
+            row_groups=row_groups,
             **{**self.source_options, **overrides},
         )
         self.kinds.add(source.kind)

@@ -168,3 +168,23 @@ def test_a_piece_reads_as_its_file_decided_multilabel(tmp_path, cluster, monkeyp
         )
     assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
     assert _manifest(tmp_path / "in.zarr")["task"] == "multilabel"
+
+
+def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluster, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streamfit.ingest import distributed
+
+    rng = random.Random(1)
+    texts = [" ".join(rng.choices([f"w{i}" for i in range(100)], k=8)) for _ in range(600)]
+    labels = [f"c{rng.randint(0, 3 + r // 200)}" for r in range(600)]
+    pq.write_table(pa.table({"text": texts, "label": labels}), str(tmp_path / "d.parquet"), row_group_size=50)
+    o = _options(str(tmp_path / "d.parquet"), tmp_path / "x.zarr")
+    pieces = distributed.plan_pieces([str(tmp_path / "d.parquet")], o, 1024)
+    assert len(pieces) > 3 and [p.row_groups for p in pieces][0][0] == 0 and pieces[-1].row_groups[1] == 12
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1024)
+    for name, engine in (("in.zarr", {}), ("cl.zarr", {"scheduler": cluster})):
+        ingest(_options(str(tmp_path / "d.parquet"), tmp_path / name, chunk_rows=128, **engine))
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["classes"][-1] == "c5"

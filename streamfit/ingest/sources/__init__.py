@@ -85,6 +85,7 @@ def _options(cls) -> set[str]:
         "batch_size",
         "limits",
         "byte_range",
+        "row_groups",
     }
 
 
@@ -214,12 +215,14 @@ def open_source(
     batch_size: int = 8192,
     limits: ReadLimits = DEFAULT_LIMITS,
     byte_range: tuple[int, int] | None = None,
+    row_groups: tuple[int, int] | None = None,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
     read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`;
     the options are checked first (check_options). byte_range: bytes [start, stop) of an
-    uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS; see
+    uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS); row_groups:
+    row groups [start, stop) of a Parquet file (pieces of a distributed ingest, see
     streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
@@ -249,4 +252,8 @@ def open_source(
         if format not in RANGE_FORMATS:
             raise ValueError(f"{path}: {format} files are not read by byte range")
         kept["byte_range"] = byte_range
+    if row_groups is not None:
+        if format != "parquet":
+            raise ValueError(f"{path}: {format} files have no row groups")
+        kept["row_groups"] = row_groups
     return cls(path, policy=policy, batch_size=batch_size, **kept)

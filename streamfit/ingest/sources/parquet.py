@@ -138,7 +138,9 @@ class ParquetSource:
         labels_field: str | None = None,
         indices_field: str = "indices",
         values_field: str = "values",
+        row_groups: tuple[int, int] | None = None,
     ):
+        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest)."""
         self.path = os.fspath(path)
         require_path(self.path)
         self.policy = policy
@@ -178,6 +180,7 @@ class ParquetSource:
                 f"set --text-field for text, or --option indices_field/values_field for indexed features; "
                 f"the columns are {present}",
             )
+        self.row_groups = row_groups
         self.label_column = labels_field or label_field
         self.multilabel = False
         if self.label_column is not None:
@@ -217,7 +220,7 @@ class ParquetSource:
         self.n_read = 0
         self._n_cols = 0
         with self._open() as f:
-            for g in range(f.num_row_groups):
+            for g in range(*self.row_groups) if self.row_groups else range(f.num_row_groups):
                 row = 0
                 stored = [c for c in self.columns if c not in self.partition]
                 batches = f.iter_batches(batch_size=self.batch_size, row_groups=[g], columns=stored)
