@@ -19,6 +19,9 @@ class InputError(StreamfitError):
             message += f" ({hint})"
         super().__init__(message)
 
+    def __reduce__(self):  # rebuilt from its parts where it is unpickled (raised on a Dask worker)
+        return (type(self), (self.location, self.problem, self.hint))
+
 
 class StoreError(StreamfitError):
     """A store that is missing, incomplete, of another format version, or damaged."""

@@ -1,8 +1,13 @@
 """Shared fixtures: small real data (scikit-learn's digits ships with scikit-learn) and stores."""
 
+import logging
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
+
+BUCKET = "streamfit-test"  # the s3 fixture's bucket
+ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +65,31 @@ def digits_cli_store(tmp_path_factory):
         capture_output=True,
     )
     return d / "s.zarr"
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """An S3 API server on 127.0.0.1 and an s3fs client of its bucket; the AWS_* variables that
+    point boto at it are set for this process and its children (subprocesses, Dask workers)."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        }.items():
+            mp.setenv(key, value)
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()  # an earlier module's instances point at its stopped server
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        if not fs.exists(BUCKET):  # moto keeps its buckets for the process: an earlier module's server made it
+            fs.mkdir(BUCKET)
+        yield fs
+    server.stop()

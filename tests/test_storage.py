@@ -7,7 +7,6 @@ two-worker loopback cluster reading the store from S3 → evaluate → predict, 
 against the same job on local disk; writers killed at their commit; a damaged object."""
 
 import json
-import logging
 import os
 import signal
 import subprocess
@@ -24,7 +23,7 @@ from streamfit.model import load_model
 from streamfit.store import StoreWriter, open_store
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
-BUCKET = "streamfit-test"
+BUCKET = "streamfit-test"  # the s3 fixture's bucket and credentials (tests/conftest.py)
 ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
 TRAIN = ["--solver", "fbpd", "-p", "max_iter=6", "-p", "tol=0"]
 
@@ -53,32 +52,6 @@ def _killed_at_commit(name, *args):
         [sys.executable, "-c", KILL_AT_COMMIT, name, "-q", *map(str, args)], capture_output=True, text=True
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-
-
-@pytest.fixture(scope="module")
-def s3():
-    """An S3 API server on 127.0.0.1 and an s3fs client of its bucket; the AWS_* variables that
-    point boto at it are set for this process and its children (subprocesses, Dask workers)."""
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        }.items():
-            mp.setenv(key, value)
-        import s3fs
-
-        fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        fs.mkdir(BUCKET)
-        yield fs
-    server.stop()
 
 
 def _attempts(fs, prefix):

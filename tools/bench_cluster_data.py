@@ -13,8 +13,8 @@ ratio (the slowdown) and, for S3, the requests the server answered by kind (GET 
 LIST / DELETE), which is where the extra time goes. Ingest also in MB/s of raw input and
 records/s. Best of --repeat. Needs the `test` extra (moto[server], s3fs).
 
-Ingest on 1 vs 2 workers (issue 18's distributed ingest) is not measured: ingest runs in one
-process (see the report of issue 18 for what is left).
+Ingest on N Dask workers (`ingest --n-workers/--scheduler`) is measured by
+tools/bench_ingest_workers.py.
 """
 
 from __future__ import annotations

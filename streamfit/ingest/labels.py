@@ -26,6 +26,11 @@ class LabelVocabulary:
             self.classes.append(label)
         return i
 
+    def add(self, labels: list[str]) -> np.ndarray:
+        """The ids of `labels` (int64), each label not yet known appended in the order given
+        (a frozen vocabulary: -1 for those)."""
+        return np.array([-1 if (i := self._id(label)) is None else i for label in labels], dtype=np.int64)
+
     def encode(self, labels: list, multilabel: bool):
         """(ids, unknown): int32 ids (or a CSR indicator OPEN_WIDTH wide, since classes may
         still be added), and the positions whose label is not in a frozen vocabulary."""

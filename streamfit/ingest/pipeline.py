@@ -52,7 +52,7 @@ class IngestOptions:
     `streamfit ingest` and a pipeline's ingest section (streamfit.config) are built from these
     fields. `hashing`: a HashingConfig, or None to keep numeric indices (--no-hash, `no_hash`)."""
 
-    inputs: list[str] = option(help="source files or folders", flag="")
+    inputs: list[str] = option(help="source files, folders, dataset directories or globs", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
     format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy", "arff"] | None = option(
         None, "Input format", default_text="inferred from the file name"
@@ -136,6 +136,19 @@ class IngestOptions:
         "Also build a column (CSC) copy of the --out store in blocks of N "
         "features (for solvers that walk features; see 'streamfit transpose').",
         ge=1,
+    )
+    n_workers: int | None = option(
+        None,
+        "Featurize the input files on an embedded Dask cluster of N worker processes (the store is the same "
+        "for any N); 0: in this process",
+        ge=0,
+        default_text="0",
+    )
+    scheduler: str | None = option(
+        None,
+        "Featurize the input files on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read "
+        "the inputs by their paths or URLs",
+        metavar="ADDRESS",
     )
     progress: bool = True
 
@@ -309,26 +322,41 @@ class _Pass1:
         return self.writer
 
     def run(self, finish_rows: bool) -> None:
+        for path in self.o.inputs:
+            self.read_input(path, finish_rows)
+
+    def read_input(
+        self,
+        path: str,
+        finish_rows: bool,
+        byte_range: tuple[int, int] | None = None,
+        row_groups: tuple[int, int] | None = None,
+        **overrides,
+    ):
+        """Featurize one input file (or folder; or a byte range of a line-based file or row
+        groups of a Parquet file, see open_source) and emit its rows; returns the source.
+        overrides: source options."""
         from streamfit.ingest.sources import open_source
 
-        width = self.featurizer.n_features
         limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
-        for path in self.o.inputs:
-            source = open_source(
-                path,
-                self.o.format,
-                policy=self.policy,
-                batch_size=self.o.batch_size,
-                limits=limits,
-                numeric_targets=self.numeric,
-                **self.source_options,
-            )
-            self.kinds.add(source.kind)
-            with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
-                for batch in source:
-                    self._batch(batch, width, finish_rows)
-                    bar.update(len(batch.labels))
-            self.read += source.n_read
+        source = open_source(
+            path,
+            self.o.format,
+            policy=self.policy,
+            batch_size=self.o.batch_size,
+            limits=limits,
+            byte_range=byte_range,
+            row_groups=row_groups,
+            numeric_targets=self.numeric,
+            **{**self.source_options, **overrides},
+        )
+        self.kinds.add(source.kind)
+        with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
+            for batch in source:
+                self._batch(batch, self.featurizer.n_features, finish_rows)
+                bar.update(len(batch.labels))
+        self.read += source.n_read
+        return source
 
     def _batch(self, batch, width, finish_rows) -> None:
         if self.multilabel is None:
@@ -384,9 +412,13 @@ class _Pass1:
         if finish_rows:
             X = self.featurizer.finish(X)
         if X.shape[0]:
-            self._writer().write_rows(X, labels)
-            if self.o.test_size:  # one stratum for numeric targets: a random split
-                self.strata.append(np.zeros(X.shape[0], np.int64) if self.numeric else _first_class(labels))
+            self.emit(X, labels)
+
+    def emit(self, X: sp.csr_matrix, labels) -> None:
+        """Write featurized rows and their label ids (and keep their strata for a split)."""
+        self._writer().write_rows(X, labels)
+        if self.o.test_size:  # one stratum for numeric targets: a random split
+            self.strata.append(np.zeros(X.shape[0], np.int64) if self.numeric else _first_class(labels))
 
     def _unknown_labels(self, batch, unknown: list[int]):
         """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
@@ -499,8 +531,10 @@ def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.
 
 
 def ingest(o: IngestOptions) -> IngestReport:
+    from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources import BadRecordPolicy
 
+    o = replace(o, inputs=expand_inputs(o.inputs, o.format))
     _check_options(o)
     _check_paths(o)
     out = storage.absolute(o.out)
@@ -544,7 +578,12 @@ def ingest(o: IngestOptions) -> IngestReport:
     pass1_out = out + ".pass1.partial" if two_pass else out
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
     try:
-        p1.run(finish_rows=not two_pass)
+        if o.n_workers or o.scheduler:
+            from streamfit.ingest.distributed import run_distributed
+
+            run_distributed(p1, finish_rows=not two_pass)
+        else:
+            p1.run(finish_rows=not two_pass)
         policy.close()
         if p1.writer is None:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")

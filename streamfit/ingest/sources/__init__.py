@@ -85,6 +85,8 @@ def _options(cls) -> set[str]:
         "batch_size",
         "limits",
         "numeric_targets",
+        "byte_range",
+        "row_groups",
     }
 
 
@@ -202,6 +204,7 @@ def _sniff_delimited(lines: list[str]) -> str | None:
     return "csv" if len(cells) == 1 and cells != {1} and cells != {0} else None
 
 
+RANGE_FORMATS = ("libsvm", "jsonl")  # line-based formats whose lines stand alone (no header, no quoted newline)
 _LOCAL_ONLY = ("folder", "hdf5", "numpy")  # formats whose readers need a local file or directory
 
 
@@ -213,13 +216,18 @@ def open_source(
     batch_size: int = 8192,
     limits: ReadLimits = DEFAULT_LIMITS,
     numeric_targets: bool = False,
+    byte_range: tuple[int, int] | None = None,
+    row_groups: tuple[int, int] | None = None,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
     read as byte streams (LIBSVM, JSONL, CSV/TSV, folders and archives) read within `limits`;
     the array formats (.npy/.npz, HDF5) read a 2-D y as several outputs with `numeric_targets`
     (ingest --target numeric), else as a multilabel indicator; the options are checked first
-    (check_options)."""
+    (check_options). byte_range: bytes [start, stop) of an
+    uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS); row_groups:
+    row groups [start, stop) of a Parquet file (pieces of a distributed ingest, see
+    streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
@@ -246,4 +254,12 @@ def open_source(
         kept["limits"] = limits
     if "numeric_targets" in inspect.signature(cls).parameters:
         kept["numeric_targets"] = numeric_targets
+    if byte_range is not None:
+        if format not in RANGE_FORMATS:
+            raise ValueError(f"{path}: {format} files are not read by byte range")
+        kept["byte_range"] = byte_range
+    if row_groups is not None:
+        if format != "parquet":
+            raise ValueError(f"{path}: {format} files have no row groups")
+        kept["row_groups"] = row_groups
     return cls(path, policy=policy, batch_size=batch_size, **kept)

@@ -122,11 +122,39 @@ class _CheckedStream(io.RawIOBase):
         super().close()
 
 
-def open_binary(path: str, extension: str | None = None, max_bytes: int = DEFAULT_INPUT_BYTES) -> io.BufferedIOBase:
+class _ByteRange(io.RawIOBase):
+    """Bytes [start, stop) of a seekable binary stream."""
+
+    def __init__(self, stream, start: int, stop: int):
+        stream.seek(start)
+        self._stream = stream
+        self._left = stop - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer)[: self._left]
+        n = self._stream.readinto(view) if view.nbytes else 0
+        self._left -= n
+        return n
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+def open_binary(
+    path: str,
+    extension: str | None = None,
+    max_bytes: int = DEFAULT_INPUT_BYTES,
+    byte_range: tuple[int, int] | None = None,
+) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
     path unless given); reading more than max_bytes (after decompression) raises InputError.
     Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
-    decompressors produce at most what a read asks for."""
+    decompressors produce at most what a read asks for. byte_range: only bytes [start, stop)
+    of an uncompressed file (a piece of a distributed ingest)."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
@@ -134,6 +162,10 @@ def open_binary(path: str, extension: str | None = None, max_bytes: int = DEFAUL
         raw = resolve(path).open_read() if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:
             stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
+            if byte_range is not None:
+                stream = _ByteRange(stream, *byte_range)
+        elif byte_range is not None:
+            raise ValueError(f"{path}: a byte range of a compressed file cannot be read")
         else:
             kind, opener = compression
             stream = opener(raw, "rb")

@@ -76,7 +76,10 @@ class JsonlSource:
         multilabel: bool | None = None,
         id_field: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
+        byte_range: tuple[int, int] | None = None,
     ):
+        """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
+        boundaries (a piece of a distributed ingest); line numbers then count from start."""
         self.path = os.fspath(path)
         require_path(self.path)
         self.policy = policy
@@ -86,20 +89,24 @@ class JsonlSource:
         self.multilabel = multilabel
         self.id_field = id_field
         self.limits = limits
+        self.byte_range = byte_range
         self.n_read = 0
+        self.n_lines = 0  # lines read in the current pass (the last line number)
 
     def __iter__(self):
-        self.n_read = 0
+        self.n_read = self.n_lines = 0
         batcher = TextBatcher(self.fields, with_ids=self.id_field is not None)
-        with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
+        at_start = self.byte_range is None or self.byte_range[0] == 0
+        with open_binary(self.path, max_bytes=self.limits.input_bytes, byte_range=self.byte_range) as f:
             for line_no, line in enumerate(bounded_lines(f, self.limits.record_bytes), 1):
+                self.n_lines = line_no
                 location = f"{self.path}:{line_no}"
                 if line is None:
                     self.n_read += 1
                     problem, hint = too_long(self.limits)
                     self.policy.bad(location, f"the line is {problem}", hint=hint)
                     continue
-                if line_no == 1 and line.startswith(codecs.BOM_UTF8):
+                if line_no == 1 and at_start and line.startswith(codecs.BOM_UTF8):
                     line = line[len(codecs.BOM_UTF8) :]
                 if not line.strip():
                     continue

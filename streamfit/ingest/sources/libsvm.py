@@ -430,7 +430,10 @@ class LibsvmSource:
         zero_based: bool = False,
         multilabel: bool | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
+        byte_range: tuple[int, int] | None = None,
     ):
+        """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
+        boundaries (a piece of a distributed ingest); line numbers then count from start."""
         self.path = os.fspath(path)
         require_path(self.path)
         self.policy = policy
@@ -438,17 +441,20 @@ class LibsvmSource:
         self.zero_based = bool(zero_based)
         self.multilabel = multilabel
         self.limits = limits
+        self.byte_range = byte_range
         self.n_read = 0
+        self.n_lines = 0  # lines read in the current pass (the last line number)
 
     def __iter__(self):
-        self.n_read = 0
+        self.n_read = self.n_lines = 0
         self._n_cols = 0
         qid_lines = 0
         first_qid_line = 0
         line_no = 0
         tail = b""
-        at_start = True  # the first bytes are not read yet: a byte-order mark there is dropped
-        with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
+        # the file's first bytes are not read yet: a byte-order mark there is dropped
+        at_start = self.byte_range is None or self.byte_range[0] == 0
+        with open_binary(self.path, max_bytes=self.limits.input_bytes, byte_range=self.byte_range) as f:
             while True:
                 chunk = f.read(BLOCK_BYTES)
                 data = tail + chunk
@@ -489,6 +495,7 @@ class LibsvmSource:
                         yield batch
                 if not chunk:
                     break
+        self.n_lines = line_no
         if qid_lines:
             log.warning(
                 "%s:%d: qid:N tokens (query ids of ranking data) are ignored; lines with one: %d",

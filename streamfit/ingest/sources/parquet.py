@@ -11,12 +11,18 @@ writer can store any bytes in a string column), nulls, lists of different length
 also refuses columns beyond a store's int32 columns, 2**31 - 2). Locations are
 "file:row group G, row R", both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
 so far. Memory is bounded by batch_size rows plus what pyarrow holds of the current row group.
+
+Hive partitions: each folder of the file's path named `KEY=VALUE` (`dataset/year=2024/part-0.parquet`,
+VALUE %-decoded) is a string column KEY of that value in every row, usable as a text or label
+field like a stored column (a stored column of the same name wins).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +43,13 @@ from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.storage import is_url, resolve
 
 MAX_INDEX = 2**62
+_HIVE_FOLDER = re.compile(r"^([^=]+)=(.*)$")
+
+
+def hive_partition(path: str) -> dict[str, str]:
+    """{KEY: VALUE} of the folders named KEY=VALUE in `path` (a local path or URL), outermost first."""
+    folders = path.split("://", 1)[-1].replace(os.sep, "/").split("/")[:-1]
+    return {m[1]: unquote(m[2]) for m in map(_HIVE_FOLDER.match, folders) if m}
 
 
 def _is_list(t: pa.DataType) -> bool:
@@ -125,7 +138,9 @@ class ParquetSource:
         labels_field: str | None = None,
         indices_field: str = "indices",
         values_field: str = "values",
+        row_groups: tuple[int, int] | None = None,
     ):
+        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest)."""
         self.path = os.fspath(path)
         require_path(self.path)
         self.policy = policy
@@ -135,6 +150,9 @@ class ParquetSource:
         self.values_field = values_field
         with self._open() as f:
             schema = f.schema_arrow
+        self.partition = {k: v for k, v in hive_partition(self.path).items() if k not in schema.names}
+        for key in self.partition:
+            schema = schema.append(pa.field(key, pa.string()))
         names = schema.names
         present = ", ".join(map(repr, names))
         if all(f in names for f in self.fields):
@@ -162,6 +180,7 @@ class ParquetSource:
                 f"set --text-field for text, or --option indices_field/values_field for indexed features; "
                 f"the columns are {present}",
             )
+        self.row_groups = row_groups
         self.label_column = labels_field or label_field
         self.multilabel = False
         if self.label_column is not None:
@@ -201,9 +220,10 @@ class ParquetSource:
         self.n_read = 0
         self._n_cols = 0
         with self._open() as f:
-            for g in range(f.num_row_groups):
+            for g in range(*self.row_groups) if self.row_groups else range(f.num_row_groups):
                 row = 0
-                batches = f.iter_batches(batch_size=self.batch_size, row_groups=[g], columns=self.columns)
+                stored = [c for c in self.columns if c not in self.partition]
+                batches = f.iter_batches(batch_size=self.batch_size, row_groups=[g], columns=stored)
                 while True:
                     try:
                         batch = next(batches, None)
@@ -211,6 +231,8 @@ class ParquetSource:
                         raise InputError(f"{self.path}:row group {g}", f"cannot read the data ({e})") from None
                     if batch is None:
                         break
+                    for key in (c for c in self.columns if c in self.partition):
+                        batch = batch.append_column(key, pa.array([self.partition[key]] * batch.num_rows, pa.string()))
                     locations = [f"{self.path}:row group {g}, row {row + r}" for r in range(batch.num_rows)]
                     row += batch.num_rows
                     self.n_read += batch.num_rows

@@ -1,0 +1,332 @@
+"""Pass 1 of `streamfit ingest --n-workers N / --scheduler ADDRESS`: the input's pieces
+featurized on Dask workers, merged by the driver in input order into the rows of the in-process
+pass.
+
+The pieces are fixed by the input alone (`plan_pieces`): each input file (after
+`expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
+larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
+newline, and a Parquet file larger than that into runs of row groups. A worker reads its piece with the source reader of the in-process pass (a byte range
+counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
+IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
+first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
+raised by the driver in the piece's turn). The driver takes the pieces' results in input order:
+it moves the piece's FILE:LINE locations down by the lines of the file's earlier pieces,
+replays its bad records into the policy (counts, quarantine file), appends the piece's new
+labels to the store's vocabulary (so the classes are in order of first appearance over the
+whole input, as in process), maps the piece's label ids to the store's and writes its rows.
+
+Three decisions are taken from the first rows read: multilabel or not by a LIBSVM/JSONL reader
+(in its file's first piece), by the pass (its first batch), and the number of regression
+outputs (the first good target). Each is taken from the first piece that decides it; a piece
+whose own first rows decided otherwise is featurized again with the earlier decisions given, as
+the in-process pass would have read it. So the rows, their order, the chunks and every digest
+are the in-process store's for any number of workers (tests/ingest/test_distributed.py); only
+the text of an unknown-label bad record, which lists the unknown labels of its batch, may list
+others (a piece's batches end where the piece ends).
+
+At most WINDOW_PER_THREAD pieces per worker thread are in flight (their rows held on the
+workers until the driver takes them): memory is bounded by a few pieces' rows per worker. The
+rows are written by the driver, in order, through the one StoreWriter (the store's Zarr arrays
+are cut along nnz, so a chunk cannot be written apart from the others); label vocabulary, IDF
+and the stratified split follow as in process (pipeline.py): the driver holds one stratum per
+row, and pass 2 (IDF, the split) reads the stage store in the driver.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+from tqdm.auto import tqdm
+
+from streamfit import storage
+from streamfit.errors import InputError, StreamfitError
+from streamfit.ingest.featurize import Featurizer
+from streamfit.ingest.labels import LabelVocabulary
+from streamfit.ingest.pipeline import _Pass1
+from streamfit.ingest.sources.policy import BadRecordPolicy
+
+log = logging.getLogger(__name__)
+
+WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
+PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files and Parquet files are cut (plan_pieces)
+
+
+@dataclass
+class PieceRows:
+    """What a worker made of one piece of the input: its featurized rows in batches (labels as
+    ids into `classes`, the piece's own vocabulary), and what the driver merges."""
+
+    path: str
+    kind: str = ""
+    n_read: int = 0
+    batches: list[tuple[sp.csr_matrix, object]] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    multilabel: bool | None = None  # decided by the piece's first batch (None: it had none)
+    n_outputs: int | None = None  # regression outputs, decided by the piece's first good target
+    empty: int = 0
+    first_empty: str | None = None
+    bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
+    n_lines: int = 0  # lines read (line-based formats): where the file's next piece starts counting
+    source_multilabel: bool | None = None  # the reader's decision (LIBSVM, JSONL), None: not taken
+    error: StreamfitError | None = None  # what stopped the piece (raised by the driver in its turn)
+
+
+class _RecordingPolicy(BadRecordPolicy):
+    """A worker's bad-record policy: raises in error mode; otherwise keeps each bad record for
+    the driver, which replays it into the real policy (its counts and quarantine file)."""
+
+    def __init__(self, mode: str, found: list):
+        super().__init__("skip" if mode == "quarantine" else mode)
+        self.found = found
+
+    def bad(self, location: str, problem: str, raw: str | bytes = "", hint: str = "") -> None:
+        super().bad(location, problem, raw, hint)
+        self.found.append((location, problem, raw, hint))
+
+
+class _Collector(_Pass1):
+    """_Pass1 whose rows are kept for the driver (in `rows`) instead of written."""
+
+    rows: PieceRows
+
+    def emit(self, X: sp.csr_matrix, labels) -> None:
+        self.rows.batches.append((X, labels))
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of the input: a whole file (or folder), bytes [start, stop) of an uncompressed
+    line-based file, cut right after a newline, or row groups [start, stop) of a Parquet file."""
+
+    path: str
+    byte_range: tuple[int, int] | None = None
+    row_groups: tuple[int, int] | None = None  # [start, stop) of a Parquet file
+
+
+def plan_pieces(paths: list[str], o, piece_bytes: int) -> list[Piece]:
+    """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
+    more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
+    piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
+    into runs of row groups of about piece_bytes (uncompressed); any other input is one piece. The
+    cuts depend on the file's bytes alone."""
+    from streamfit.ingest.sources import RANGE_FORMATS, infer_format, sniff_format
+    from streamfit.ingest.sources._util import COMPRESSIONS
+
+    pieces = []
+    for path in paths:
+        location = storage.resolve(path)
+        compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
+        size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
+        kind = (o.format or infer_format(path) or sniff_format(path)) if size > piece_bytes else None
+        if kind == "parquet":
+            cuts = _row_group_cuts(location, piece_bytes)
+            pieces += [Piece(path, row_groups=(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+        elif kind in RANGE_FORMATS and size <= o.max_input_bytes:
+            cuts = _line_cuts(location, size, piece_bytes)
+            pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
+        else:
+            pieces.append(Piece(path))
+    return pieces
+
+
+def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:
+    """0, the row groups where the (uncompressed) bytes since the previous cut reach piece_bytes,
+    and the number of row groups (from the file's footer)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(location.path, filesystem=location.arrow_filesystem()).metadata
+    cuts, since = [0], 0
+    for g in range(meta.num_row_groups):
+        if since >= piece_bytes:
+            cuts.append(g)
+            since = 0
+        since += meta.row_group(g).total_byte_size
+    return cuts + [meta.num_row_groups]
+
+
+def _line_cuts(location: storage.Location, size: int, piece_bytes: int) -> list[int]:
+    """0, the offsets just after the first newline at or beyond every piece_bytes from the
+    previous cut, and size."""
+    cuts = [0]
+    with location.open_read() as f:
+        while cuts[-1] + piece_bytes < size:
+            pos = cuts[-1] + piece_bytes
+            f.seek(pos)
+            while block := f.read(1 << 16):
+                newline = block.find(b"\n")
+                if newline >= 0:
+                    pos += newline + 1
+                    break
+                pos += len(block)
+            if not block or pos >= size:
+                break
+            cuts.append(pos)
+    return cuts + [size]
+
+
+def featurize_piece(
+    piece: Piece,
+    o,
+    layout,
+    source_options: dict,
+    featurizer_dict: dict,
+    idf: np.ndarray | None,
+    classes: list[str] | None,
+    multilabel: bool | None,
+    n_outputs: int | None,
+    source_multilabel: bool | None,
+    finish_rows: bool,
+) -> PieceRows:
+    """One piece featurized as pipeline._Pass1 does it (runs on a worker). classes: the store's
+    declared or --like classes (labels outside them are bad records), None to collect the
+    piece's own; multilabel, n_outputs: decisions taken already, None to take them here;
+    source_multilabel: the file's decision (its first piece's), given to the source reader."""
+    rows = PieceRows(piece.path)
+    featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
+    vocab = LabelVocabulary(classes, frozen=classes is not None)
+    policy = _RecordingPolicy(o.on_bad_record, rows.bad)
+    p = _Collector(o, layout, source_options, featurizer, vocab, multilabel, "", policy)
+    p.rows = rows
+    if n_outputs is not None:
+        p.n_outputs = n_outputs
+    overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
+    try:
+        source = p.read_input(piece.path, finish_rows, piece.byte_range, piece.row_groups, **overrides)
+    except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
+        rows.error = e
+        return rows
+    rows.kind = source.kind
+    rows.n_lines = getattr(source, "n_lines", 0)
+    rows.source_multilabel = source.multilabel
+    rows.n_read, rows.classes = p.read, vocab.classes
+    rows.multilabel, rows.n_outputs = p.multilabel, p.n_outputs
+    rows.empty, rows.first_empty = p.empty, p.first_empty
+    return rows
+
+
+def run_distributed(p1, finish_rows: bool) -> None:
+    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of
+    p1.o.n_workers / p1.o.scheduler (see the module docstring); p1 ends as an in-process run
+    leaves it."""
+    from streamfit.engine import Engine
+
+    o = p1.o
+    pieces = plan_pieces(list(o.inputs), o, PIECE_BYTES)
+    featurizer_dict = p1.featurizer.to_dict()
+    lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
+    source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
+    engine = Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
+    with engine:
+        client = engine.client
+        assert client is not None
+        window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+        frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
+        idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
+
+        def submit(piece: Piece, source_multilabel: bool | None = None):
+            return client.submit(
+                featurize_piece,
+                piece,
+                o,
+                p1.layout,
+                p1.source_options,
+                featurizer_dict,
+                idf,
+                frozen,
+                p1.multilabel,
+                p1.n_outputs if p1.numeric else None,
+                source_multilabel,
+                finish_rows,
+                pure=False,
+            )
+
+        pending: deque = deque()
+        queued = iter(pieces)
+        with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
+            while True:
+                while len(pending) < window and (piece := next(queued, None)) is not None:
+                    pending.append((piece, submit(piece)))
+                if not pending:
+                    break
+                piece, future = pending.popleft()
+                rows: PieceRows = future.result()
+                again = _disagrees(p1, rows, source_decision.get(piece.path))
+                if again:
+                    log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
+                    rows = submit(piece, source_decision.get(piece.path)).result()
+                offset = lines_before.get(piece.path, 0)
+                merge(p1, _shifted(rows, offset) if offset else rows)
+                lines_before[piece.path] = offset + rows.n_lines
+                if rows.source_multilabel is not None:
+                    source_decision.setdefault(piece.path, rows.source_multilabel)
+                bar.update(1)
+
+
+def _disagrees(p1, rows: PieceRows, source_multilabel: bool | None) -> str:
+    """What the piece's first rows decided differently from the input before it ("" if
+    nothing): then it is featurized again with the earlier decisions, as the in-process pass
+    reads it. The file's reader decides multilabel in its first piece; the pass decides
+    multilabel in its first batch, and the regression outputs at its first good target."""
+    if source_multilabel is not None and rows.source_multilabel not in (None, source_multilabel):
+        return f"the file's multilabel={source_multilabel}"
+    if p1.multilabel is not None and rows.multilabel is not None and rows.multilabel != p1.multilabel:
+        return f"multilabel={p1.multilabel}"
+    if p1.numeric and p1.n_outputs is not None and rows.n_outputs not in (None, p1.n_outputs):
+        return f"{p1.n_outputs} outputs"
+    return ""
+
+
+def _shifted(rows: PieceRows, offset: int) -> PieceRows:
+    """rows with each location FILE:LINE of its file moved down by `offset` lines (a piece after
+    the file's first counts its lines from its start)."""
+    prefix = rows.path + ":"
+
+    def shift(location: str | None) -> str | None:
+        if location is None or not location.startswith(prefix) or not location[len(prefix) :].isdigit():
+            return location
+        return f"{prefix}{int(location[len(prefix) :]) + offset}"
+
+    rows.bad = [(shift(where) or where, problem, raw, hint) for where, problem, raw, hint in rows.bad]
+    rows.first_empty = shift(rows.first_empty)
+    if isinstance(rows.error, InputError):
+        e = rows.error
+        rows.error = InputError(shift(e.location) or e.location, e.problem, e.hint)
+    return rows
+
+
+def merge(p1, rows: PieceRows) -> None:
+    """Add one file's rows to the pass: its bad records, label ids mapped to the store's
+    vocabulary (new labels appended in the file's order), its rows written."""
+    for location, problem, raw, hint in rows.bad:
+        p1.policy.bad(location, problem, raw, hint)
+    if rows.error is not None:
+        raise rows.error
+    p1.kinds.add(rows.kind)
+    p1.read += rows.n_read
+    if p1.multilabel is None:
+        p1.multilabel = rows.multilabel
+    if p1.numeric and p1.n_outputs is None:
+        p1.n_outputs = rows.n_outputs
+    p1.empty += rows.empty
+    p1.first_empty = p1.first_empty or rows.first_empty
+    ids = None if p1.numeric else p1.vocab.add(rows.classes)
+    for X, labels in rows.batches:
+        if ids is not None:
+            labels = _mapped(labels, ids)
+        p1.emit(X, labels)
+
+
+def _mapped(labels, ids: np.ndarray):
+    """Label ids of a file's vocabulary as the store's: ids[local id] (multilabel: each row's
+    ids mapped, then sorted as LabelVocabulary.encode sorts them)."""
+    if not sp.issparse(labels):
+        return ids[np.asarray(labels)].astype(np.int32)
+    Y = sp.csr_matrix((labels.data, ids[labels.indices].astype(np.int32), labels.indptr.copy()), shape=labels.shape)
+    Y.has_sorted_indices = False
+    Y.sort_indices()
+    return Y

@@ -1,0 +1,104 @@
+"""Ingest inputs as a data engineer has them: files, globs and dataset directories, local or
+behind a URL, expanded to the list of files that ingest reads, in sorted path order.
+
+- A name with a glob character (`*`, `?`, `[`) is a pattern: `data/*.jsonl.gz`,
+  `s3://bucket/logs/2024-*/part-*.parquet` (fsspec's glob for URLs, `**` crossing folders),
+  expanded to the regular files it matches, sorted by path. No match is an InputError.
+- A directory whose files all have a data format's extension (`.jsonl.gz`, `.parquet`, `.svm`,
+  … as `infer_format` reads names; names starting with `.` or `_`, such as Spark's `_SUCCESS`
+  and `_metadata`, are left out) is a dataset directory: its files, recursively, sorted by path
+  (a Parquet dataset with hive partitions, `dataset/year=2024/part-0.parquet`, is one; the
+  partition values become columns, see sources/parquet.py). Any other local directory stays
+  one input: a folder corpus (one sub-folder per class), as before. `--format folder` keeps
+  every directory a folder corpus. Behind a URL every directory (prefix) is a dataset directory.
+- Anything else is one input, as given.
+
+The order is the sorted paths' (within each name given; the names in the order given), so the
+same files give the same store whatever the listing order of the filesystem.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from typing import Any
+
+from streamfit import storage
+from streamfit.errors import InputError
+
+GLOB_CHARACTERS = "*?["
+
+
+def _hidden(name: str) -> bool:
+    return name.startswith((".", "_"))
+
+
+def _data_file(path: str) -> bool:
+    from streamfit.ingest.sources import infer_format
+
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return infer_format(name) not in (None, "folder")
+
+
+def _local_directory_files(path: str) -> list[str] | None:
+    """The data files under local directory `path`, sorted, or None when it is a folder corpus
+    (a file without a data format's extension, or no file at all)."""
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = [d for d in dirs if not _hidden(d)]
+        for name in names:
+            if _hidden(name):
+                continue
+            if not _data_file(name):
+                return None
+            files.append(os.path.join(root, name))
+    return sorted(files) or None
+
+
+def _url_directory_files(location: storage.Location) -> list[str]:
+    fs: Any = location.fs  # fsspec's filesystems carry no annotations
+    found = sorted(
+        p for p in fs.find(location.path) if not any(_hidden(part) for part in p[len(location.path) :].split("/"))
+    )
+    odd = [p for p in found if not _data_file(p)]
+    if odd or not found:
+        raise InputError(
+            location.url,
+            f"a folder (prefix) behind a URL whose file {fs.unstrip_protocol(odd[0])} has no data format's extension"
+            if odd
+            else "an empty folder (prefix) behind a URL",
+            "name the files, or a glob of them (URL folders are read as dataset directories of .jsonl, .parquet, "
+            "... files)",
+        )
+    return [fs.unstrip_protocol(p) for p in found]
+
+
+def _glob(pattern: str) -> list[str]:
+    if storage.is_url(pattern):
+        location = storage.resolve(pattern)
+        fs: Any = location.fs
+        fs.invalidate_cache()
+        matches = [fs.unstrip_protocol(p) for p in fs.glob(location.path) if fs.isfile(p)]
+    else:
+        matches = [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
+    if not matches:
+        raise InputError(pattern, "no file matches this pattern", "check the pattern (quote it so the shell leaves it)")
+    return sorted(matches)
+
+
+def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
+    """The files ingest reads for the names given (see the module docstring), in order."""
+    files: list[str] = []
+    for text in inputs:
+        if any(c in text for c in GLOB_CHARACTERS) and not os.path.exists(text):
+            files += _glob(text)
+        elif format == "folder":
+            files.append(text)
+        elif storage.is_url(text):
+            location = storage.resolve(text)
+            files += _url_directory_files(location) if location.isdir() else [text]
+        elif os.path.isdir(text):
+            files += _local_directory_files(text) or [text]
+        else:
+            files.append(text)
+    return files

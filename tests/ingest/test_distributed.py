@@ -1,0 +1,190 @@
+"""Distributed ingest (--scheduler / --n-workers): the input files featurized on a real two-worker
+Dask cluster on loopback give the store of the in-process ingest, byte for byte (manifest,
+every chunk digest), with the same bad-record counts, quarantine lines and errors."""
+
+import json
+import random
+
+import pytest
+
+from streamfit.errors import InputError
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.pipeline import IngestOptions, ingest
+from streamfit.store import open_store
+
+pytestmark = pytest.mark.slow
+BUCKET = "streamfit-test"  # made by the s3 fixture (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    """Two worker processes on loopback, started after the s3 fixture set the AWS_* variables."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        yield c.scheduler_address
+
+
+def _write_files(folder, n_files=4, rows=300, seed=0, bad_every=0):
+    """JSONL files whose label sets differ (new classes appear in later files), optionally with
+    a line of invalid JSON every `bad_every` lines."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(200)]
+    folder.mkdir(exist_ok=True)
+    for f in range(n_files):
+        lines = []
+        for r in range(rows):
+            if bad_every and r % bad_every == bad_every - 1:
+                lines.append("{not json")
+            else:
+                text = " ".join(rng.choices(words, k=rng.randint(1, 15)))
+                lines.append(json.dumps({"text": text, "label": f"c{rng.randint(0, 2 + f)}"}))
+        (folder / f"part-{f}.jsonl").write_text("\n".join(lines) + "\n")
+    return str(folder / "*.jsonl")
+
+
+def _manifest(path) -> dict:
+    return json.loads(open_store(path).data.join("manifest.json").read_bytes())
+
+
+def _options(inputs, out, **kw):
+    return IngestOptions(inputs=[inputs], out=str(out), hashing=HashingConfig(n_features=2**12), progress=False, **kw)
+
+
+def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster):
+    inputs = _write_files(tmp_path / "in", bad_every=97)
+    stores = {}
+    for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        out = tmp_path / name
+        out.mkdir()
+        report = ingest(
+            _options(
+                inputs,
+                out / "train.zarr",
+                test_size=0.25,
+                test_out=str(out / "test.zarr"),
+                chunk_rows=128,
+                on_bad_record="quarantine",
+                quarantine=str(out / "bad.jsonl"),
+                **engine,
+            )
+        )
+        assert (report.read, report.skipped) == (1200, 12)
+        stores[name] = [_manifest(out / "train.zarr"), _manifest(out / "test.zarr"), (out / "bad.jsonl").read_text()]
+    assert stores["cluster"] == stores["inprocess"]  # manifests (chunk digests, classes, IDF digest), quarantine
+    train = stores["inprocess"][0]
+    assert train["classes"][:3] == ["c0", "c1", "c2"] or set(train["classes"]) == {f"c{i}" for i in range(6)}
+    assert len(train["chunks"]) > 4 and train["transform"]["idf"]
+
+
+def test_a_file_that_decides_otherwise_is_read_as_the_first_file_decided(tmp_path, cluster):
+    """The first file's first batch decides single-label; a later file of label lists decided
+    multilabel for itself, so it is featurized again as the in-process pass reads it."""
+    (tmp_path / "a.jsonl").write_text('{"text": "one two", "label": "x"}\n{"text": "three", "label": "y"}\n')
+    (tmp_path / "b.jsonl").write_text('{"text": "four five", "label": ["x", "z"]}\n')
+    inputs = str(tmp_path / "*.jsonl")
+    ingest(_options(inputs, tmp_path / "in.zarr", idf=False))
+    ingest(_options(inputs, tmp_path / "cl.zarr", idf=False, scheduler=cluster))
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["task"] == "multiclass"
+
+
+def test_a_bad_record_stops_the_ingest_at_its_file_and_line(tmp_path, cluster):
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=50)
+    with open(tmp_path / "in" / "part-1.jsonl", "a") as f:
+        f.write("[1, 2]\n")
+    errors = []
+    for engine in ({}, {"scheduler": cluster}):
+        with pytest.raises(InputError) as e:
+            ingest(_options(inputs, tmp_path / "x.zarr", overwrite=True, **engine))
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "part-1.jsonl:51: the line is a JSON list" in errors[0]
+
+
+def test_inputs_and_store_on_s3_through_the_cluster(tmp_path, s3, cluster):
+    """A glob of s3:// inputs and an s3:// store, the workers reading the files from S3: the
+    local in-process store of the same files, but for the paths recorded."""
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=200)
+    for f in sorted((tmp_path / "in").iterdir()):
+        s3.put(str(f), f"{BUCKET}/dist-in/{f.name}")
+    ingest(_options(inputs, tmp_path / "local.zarr", chunk_rows=100))
+    ingest(
+        _options(f"s3://{BUCKET}/dist-in/part-*.jsonl", f"s3://{BUCKET}/dist.zarr", chunk_rows=100, scheduler=cluster)
+    )
+    local, remote = _manifest(tmp_path / "local.zarr"), _manifest(f"s3://{BUCKET}/dist.zarr")
+    assert remote["source"]["paths"] == [f"s3://{BUCKET}/dist-in/part-{i}.jsonl" for i in range(3)]
+    for m in (local, remote):
+        del m["source"], m["manifest_sha256"]
+    assert remote == local
+
+
+def test_byte_ranges_of_one_large_file_give_the_in_process_store(tmp_path, cluster, monkeypatch):
+    """One JSONL file cut into byte ranges at line boundaries: the bad records keep their file
+    lines (the quarantine files agree), and the split store is the in-process one."""
+    from streamfit.ingest import distributed
+
+    _write_files(tmp_path / "in", n_files=1, rows=600, bad_every=53)
+    path = str(tmp_path / "in" / "part-0.jsonl")
+    data = open(path, "rb").read()
+    o = _options(path, tmp_path / "x.zarr")
+    pieces = distributed.plan_pieces([path], o, 4096)
+    assert len(pieces) > 5 and pieces[0].byte_range[0] == 0 and pieces[-1].byte_range[1] == len(data)
+    for a, b in zip(pieces, pieces[1:]):
+        assert a.byte_range[1] == b.byte_range[0] and data[b.byte_range[0] - 1 : b.byte_range[0]] == b"\n"
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 4096)
+    stores = {}
+    for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        (tmp_path / name).mkdir()
+        ingest(
+            _options(
+                path,
+                tmp_path / name / "s.zarr",
+                chunk_rows=100,
+                test_size=0.3,
+                test_out=str(tmp_path / name / "t.zarr"),
+                on_bad_record="quarantine",
+                quarantine=str(tmp_path / name / "bad.jsonl"),
+                **engine,
+            )
+        )
+        bad = [json.loads(line)["location"] for line in open(tmp_path / name / "bad.jsonl")]
+        stores[name] = [_manifest(tmp_path / name / "s.zarr"), _manifest(tmp_path / name / "t.zarr"), bad]
+    assert stores["cluster"] == stores["inprocess"]
+    assert stores["inprocess"][2][-1] == f"{path}:583"  # the 11th bad line, 11 × 53
+
+
+def test_a_piece_reads_as_its_file_decided_multilabel(tmp_path, cluster, monkeypatch):
+    """A LIBSVM file whose first batch has a label list: its later pieces, single labels only,
+    decide single-label for themselves and are read again as multilabel."""
+    from streamfit.ingest import distributed
+
+    lines = ["1,2 1:1 4:2"] + [f"{i % 3} {1 + i % 7}:0.5 9:1" for i in range(400)]
+    (tmp_path / "m.svm").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1024)
+    kw = {"hashing": None, "idf": False, "l2_normalize": False, "batch_size": 64}
+    for name, engine in (("in.zarr", {}), ("cl.zarr", {"scheduler": cluster})):
+        ingest(
+            IngestOptions(inputs=[str(tmp_path / "m.svm")], out=str(tmp_path / name), progress=False, **kw, **engine)
+        )
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["task"] == "multilabel"
+
+
+def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluster, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streamfit.ingest import distributed
+
+    rng = random.Random(1)
+    texts = [" ".join(rng.choices([f"w{i}" for i in range(100)], k=8)) for _ in range(600)]
+    labels = [f"c{rng.randint(0, 3 + r // 200)}" for r in range(600)]
+    pq.write_table(pa.table({"text": texts, "label": labels}), str(tmp_path / "d.parquet"), row_group_size=50)
+    o = _options(str(tmp_path / "d.parquet"), tmp_path / "x.zarr")
+    pieces = distributed.plan_pieces([str(tmp_path / "d.parquet")], o, 1024)
+    assert len(pieces) > 3 and [p.row_groups for p in pieces][0][0] == 0 and pieces[-1].row_groups[1] == 12
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1024)
+    for name, engine in (("in.zarr", {}), ("cl.zarr", {"scheduler": cluster})):
+        ingest(_options(str(tmp_path / "d.parquet"), tmp_path / name, chunk_rows=128, **engine))
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["classes"][-1] == "c5"

@@ -1,0 +1,73 @@
+"""Inputs as a data engineer has them: globs and dataset directories (expanded in sorted path
+order), and Parquet datasets with hive partitions, whose partition values are columns."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from streamfit.errors import InputError
+from streamfit.ingest.hashing import HashingConfig
+from streamfit.ingest.inputs import expand_inputs
+from streamfit.ingest.pipeline import IngestOptions, ingest
+from streamfit.ingest.sources.parquet import hive_partition
+from streamfit.store import open_store
+
+
+def _jsonl(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in rows))
+
+
+def test_globs_and_dataset_directories_expand_to_sorted_files(tmp_path):
+    for name in ("b.jsonl", "a.jsonl", "sub/c.jsonl.gz", "_SUCCESS", ".hidden.txt"):
+        (tmp_path / "data" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / name).write_bytes(b"")
+    data = tmp_path / "data"
+    assert expand_inputs([str(data / "*.jsonl")]) == [str(data / "a.jsonl"), str(data / "b.jsonl")]
+    assert expand_inputs([str(data / "**" / "*.gz")]) == [str(data / "sub" / "c.jsonl.gz")]
+    # a directory of data files (Spark's _SUCCESS and hidden files left out), recursively, sorted
+    assert expand_inputs([str(data)]) == [str(data / n) for n in ("a.jsonl", "b.jsonl", "sub/c.jsonl.gz")]
+    # a folder corpus (documents without a data format's extension) stays one input, as does --format folder
+    (tmp_path / "corpus" / "sports").mkdir(parents=True)
+    (tmp_path / "corpus" / "sports" / "doc1").write_text("a game")
+    assert expand_inputs([str(tmp_path / "corpus")]) == [str(tmp_path / "corpus")]
+    assert expand_inputs([str(data)], format="folder") == [str(data)]
+    with pytest.raises(InputError, match="no file matches this pattern"):
+        expand_inputs([str(tmp_path / "none-*.jsonl")])
+
+
+def test_a_glob_is_ingested_as_its_files_in_sorted_order(tmp_path):
+    _jsonl(tmp_path / "in" / "2.jsonl", [("late words here", "b")])
+    _jsonl(tmp_path / "in" / "1.jsonl", [("early words", "a"), ("more early words", "c")])
+    o = IngestOptions(
+        inputs=[str(tmp_path / "in" / "*.jsonl")],
+        out=str(tmp_path / "s.zarr"),
+        hashing=HashingConfig(n_features=64),
+        progress=False,
+    )
+    assert ingest(o).read == 3
+    store = open_store(str(tmp_path / "s.zarr"))
+    assert store.classes == ["a", "c", "b"]  # first appearance over 1.jsonl then 2.jsonl
+    assert store.manifest.source["paths"] == [str(tmp_path / "in" / n) for n in ("1.jsonl", "2.jsonl")]
+
+
+def test_hive_partition_values_are_columns_of_a_parquet_dataset(tmp_path):
+    dataset = tmp_path / "reviews"
+    for year, texts in (("2024", ["good film", "bad plot", "fine"]), ("2023", ["old film"])):
+        (dataset / f"year={year}").mkdir(parents=True)
+        pq.write_table(pa.table({"text": texts}), str(dataset / f"year={year}" / "part-0.parquet"))
+    (dataset / "_SUCCESS").write_bytes(b"")
+    assert hive_partition("s3://b/reviews/year=2024/lang=en%20us/p.parquet") == {"year": "2024", "lang": "en us"}
+    o = IngestOptions(
+        inputs=[str(dataset)],
+        out=str(tmp_path / "s.zarr"),
+        hashing=HashingConfig(n_features=64),
+        source_options={"label_field": "year"},
+        progress=False,
+    )
+    assert ingest(o).written == 4
+    store = open_store(str(tmp_path / "s.zarr"))
+    _, y = store.to_scipy()
+    assert store.classes == ["2023", "2024"] and y.tolist() == [0, 1, 1, 1]  # year=2023 sorts first

@@ -1,0 +1,187 @@
+"""Distributed ingest: `streamfit ingest DIR --scheduler ADDRESS` on N Dask workers against the
+same ingest in this process (N = 0), with the stores checked identical.
+
+    python tools/bench_ingest_workers.py [--mb 300] [--files 32] [--workers 0,1,2] [--modes noidf,idf]
+        [--workdir /tmp] [--out-json DIR]
+
+A seeded JSONL text corpus (tools/bench_ingest.py's CorpusGenerator: Zipf-Mandelbrot words,
+20 labels) of --mb MB is written as --files files into a temporary directory (no network, no
+../shared data), then ingested, hashed to 2^18 columns, once per N in --workers and mode:
+`noidf` (one pass: --no-idf, l2-normalized rows) and `idf` (the text default: a stage store,
+then IDF and the final store written by the driver). N = 0 runs in this process; N >= 1 on a
+LocalCluster of N single-threaded worker processes started and warmed (streamfit imported, the
+hashing kernels compiled) before the clock starts, so the times are the ingest's own; the
+cluster's start-up is reported beside them. Reported per run: seconds, MB/s of raw input,
+records/s, the speed-up over N = 1 (and over N = 0 when measured), the driver's CPU time as a
+share of the run (near 100 %: the driver, which writes the store, is the bottleneck), and
+whether the manifest (every chunk digest, classes, IDF digest) equals the first run's of the
+same mode. With
+--out-json DIR the results go to DIR/ingest_workers.json as well.
+"""
+
+from __future__ import annotations
+
+import os
+
+# before numba and numpy load: one core per process (the workers inherit it)
+os.environ["NUMBA_NUM_THREADS"] = "1"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ingest import CorpusGenerator  # noqa: E402 - after the thread variables
+
+from streamfit.ingest.hashing import HashingConfig  # noqa: E402
+from streamfit.ingest.pipeline import IngestOptions, ingest  # noqa: E402
+
+N_FEATURES = 2**18
+
+
+def write_corpus(folder: Path, total_bytes: int, n_files: int) -> tuple[int, int]:
+    """n_files JSONL files part-00000.jsonl … of about total_bytes together; (documents, bytes)."""
+    folder.mkdir(parents=True)
+    gen = CorpusGenerator(seed=0)
+    buf = np.empty(max(total_bytes // n_files, 1 << 16), dtype=np.uint8)
+    docs = written = 0
+    for f in range(n_files):
+        n, d = gen.fill(buf, f)
+        buf[:n].tofile(folder / f"part-{f:05d}.jsonl")
+        docs, written = docs + d, written + n
+    return docs, written
+
+
+def _warm() -> None:
+    """Import streamfit's ingest path and compile (or load) its hashing kernels in this process."""
+    from streamfit.ingest.hashing import FeatureHasher
+
+    FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
+
+
+def options(corpus: Path, out: Path, mode: str, scheduler: str | None) -> IngestOptions:
+    return IngestOptions(
+        inputs=[str(corpus)],
+        out=str(out),
+        hashing=HashingConfig(n_features=N_FEATURES),
+        idf=mode == "idf",
+        overwrite=True,
+        progress=False,
+        scheduler=scheduler,
+    )
+
+
+def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
+    """Ingest the corpus once per mode on N workers (one cluster for all modes; N = 0: in process)."""
+    cluster = client = None
+    startup = 0.0
+    results = []
+    try:
+        if n:
+            from distributed import Client, LocalCluster
+
+            t = time.perf_counter()
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+            client = Client(cluster)
+            client.run(_warm)
+            startup = time.perf_counter() - t
+        else:
+            _warm()
+        for mode in modes:
+            out = work / f"store-{mode}-{n}.zarr"
+            t, cpu = time.perf_counter(), time.process_time()
+            report = ingest(options(corpus, out, mode, cluster.scheduler_address if cluster else None))
+            seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
+            results.append(
+                {
+                    "workers": n,
+                    "mode": mode,
+                    "seconds": seconds,
+                    "driver_cpu_s": driver_cpu,
+                    "startup_s": startup,
+                    "rows": report.written,
+                    "manifest": (out / "manifest.json").read_text(),
+                }
+            )
+            shutil.rmtree(out)
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    return results
+
+
+def save(folder: str | None, size: int, docs: int, files: int, results: list[dict]) -> None:
+    """The results as DIR/ingest_workers.json (nothing without --out-json)."""
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        record = {
+            "corpus_mb": size / 1e6,
+            "documents": docs,
+            "files": files,
+            "cpus": os.cpu_count(),
+            "results": results,
+        }
+        with open(os.path.join(folder, "ingest_workers.json"), "w") as f:
+            json.dump(record, f, indent=1)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--mb", type=float, default=300, help="corpus size, MB")
+    ap.add_argument("--files", type=int, default=32, help="corpus files")
+    ap.add_argument("--workers", default="0,1,2", help="comma-separated worker counts (0: in process)")
+    ap.add_argument("--modes", default="noidf,idf", help="noidf (one pass) and/or idf (two passes)")
+    ap.add_argument("--workdir", default=tempfile.gettempdir())
+    ap.add_argument("--out-json", default=None, help="directory for ingest_workers.json")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-ingest-workers-", dir=args.workdir))
+    try:
+        t = time.perf_counter()
+        docs, size = write_corpus(work / "corpus", int(args.mb * 1e6), args.files)
+        print(f"corpus: {docs} documents, {size / 1e6:.1f} MB in {args.files} files ({time.perf_counter() - t:.1f} s)")
+        results = []
+        reference: dict[str, str] = {}  # mode: the manifest of its first run
+        for n in (int(w) for w in args.workers.split(",")):
+            for r in run(work / "corpus", work, n, args.modes.split(",")):
+                manifest = r.pop("manifest")
+                r["identical"] = manifest == reference.setdefault(r["mode"], manifest)
+                r["mb_per_s"] = size / 1e6 / r["seconds"]
+                r["records_per_s"] = docs / r["seconds"]
+                results.append(r)
+            save(args.out_json, size, docs, args.files, results)  # so far: a run cut short keeps its numbers
+        for r in results:
+            same = [q for q in results if q["mode"] == r["mode"]]
+            one = next((q for q in same if q["workers"] == 1), None)
+            zero = next((q for q in same if q["workers"] == 0), None)
+            r["speedup_vs_1"] = one["seconds"] / r["seconds"] if one else None
+            r["speedup_vs_0"] = zero["seconds"] / r["seconds"] if zero else None
+        print(
+            f"{'mode':6} {'N':>3} {'s':>8} {'MB/s':>7} {'rec/s':>8} {'vs N=1':>7} {'vs N=0':>7} {'driver':>7} "
+            f"{'start s':>7} same"
+        )
+        for r in sorted(results, key=lambda r: (r["mode"], r["workers"])):
+            vs1 = f"{r['speedup_vs_1']:.2f}" if r["speedup_vs_1"] else "-"
+            vs0 = f"{r['speedup_vs_0']:.2f}" if r["speedup_vs_0"] else "-"
+            print(
+                f"{r['mode']:6} {r['workers']:>3} {r['seconds']:8.2f} {r['mb_per_s']:7.2f} {r['records_per_s']:8.0f} "
+                f"{vs1:>7} {vs0:>7} {r['driver_cpu_s'] / r['seconds']:7.0%} {r['startup_s']:7.1f} {r['identical']}"
+            )
+        save(args.out_json, size, docs, args.files, results)
+        if not all(r["identical"] for r in results):
+            raise SystemExit("the stores differ between worker counts")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
