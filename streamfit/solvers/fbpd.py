@@ -468,7 +468,9 @@ class FBPDSolver(Solver[FBPDState]):
         estimate, passes, entries = 0.0, 0, 0
         while passes < POWER_MAX_ITER:
             passes += 1
-            TW, Tb, entries = engine.map_reduce(_normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=b)
+            TW, Tb, entries = engine.map_reduce(
+                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=b
+            )
             alpha = float((TW * W).sum() + (Tb * b).sum())
             TW, Tb = TW - alpha * W - beta * W_prev, Tb - alpha * b - beta * b_prev
             alphas.append(alpha)
@@ -752,7 +754,9 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             self._schedule_restart(state, residual)
         self._name_duals(state)
-        primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(ChunkSums(hinge, n), Wt, bt)  # (7), or g alone for (8)
+        primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
+            ChunkSums(hinge, n), Wt, bt
+        )  # (7), or g alone for (8)
         G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
         if regularized:
             if p.penalty == "l2":

@@ -196,7 +196,15 @@ def test_matches_dense_transcription_of_algorithm_1(wine):
     X, z = wine
     n, M = X.shape
     K, lam, iters = 3, 0.02, 60
-    model, _ = fit(memory_source(X, z, chunk_rows=50), lam=lam, max_iter=iters, tol=0.0, gap_tol=0.0, step_ratio=5.0, restarts=False)
+    model, _ = fit(
+        memory_source(X, z, chunk_rows=50),
+        lam=lam,
+        max_iter=iters,
+        tol=0.0,
+        gap_tol=0.0,
+        step_ratio=5.0,
+        restarts=False,
+    )
     phi = np.hstack([X, np.ones((n, 1))])
     T = np.zeros((n * K, (M + 1) * K))
     for ell in range(n):
@@ -343,7 +351,9 @@ def test_l1_constrained_matches_linprog(iris):
     eta = 0.1
     optimum = hinge_lp(X, z, eta=eta)
     with pytest.warns(ConvergenceWarning, match="did not converge"):  # tol is tighter than the test needs
-        clf = FBPDClassifier(formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8, gap_tol=0.0).fit(X, z)
+        clf = FBPDClassifier(
+            formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8, gap_tol=0.0
+        ).fit(X, z)
     assert abs(clf.objective(X, z) - optimum) <= 2e-3 * optimum
     assert abs(clf.hinge_loss(X, z) - eta) <= 2e-3 * eta
     assert abs(clf.history_[-1]["gap"]) <= 2e-2 * optimum
@@ -394,7 +404,9 @@ def test_regularized_and_constrained_agree(iris):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # both converge
         reg = FBPDClassifier(penalty="l2", lam=lam, max_iter=20000, tol=1e-9, gap_tol=0.0).fit(X, z)
-        con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=20000, tol=1e-9, gap_tol=0.0).fit(X, z)
+        con = FBPDClassifier(
+            formulation="constrained", penalty="l2", eta=eta, max_iter=20000, tol=1e-9, gap_tol=0.0
+        ).fit(X, z)
     scale = np.abs(W_ref).max()
     np.testing.assert_allclose(reg.coef_, W_ref, rtol=0, atol=1e-6 * scale)  # 4e-8 measured
     np.testing.assert_allclose(con.coef_, W_ref, rtol=0, atol=1e-5 * scale)  # 2e-7 measured
@@ -432,7 +444,15 @@ def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, param
 def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
     X, z = wine
     store = write_store(tmp_path / "store", X, z, chunk_rows=50)
-    params = {"formulation": formulation, "penalty": "l1", "lam": 0.05, "eta": 0.2, "max_iter": 16, "tol": 0.0, "gap_tol": 0.0}
+    params = {
+        "formulation": formulation,
+        "penalty": "l1",
+        "lam": 0.05,
+        "eta": 0.2,
+        "max_iter": 16,
+        "tol": 0.0,
+        "gap_tol": 0.0,
+    }
     full, full_log = fit(store, str(tmp_path / "full"), **params)
     assert full.info["restarts"] >= 3  # the crash falls between restarts: their state is checkpointed
 
