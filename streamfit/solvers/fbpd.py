@@ -106,8 +106,8 @@ from streamfit.solvers.fbpd_kernels import (
 from streamfit.store import Chunk, ChunkSource, InMemoryStore
 
 DUAL, XI, ZETA = "dual", "xi", "zeta"  # ChunkState names; the anchors are "anchor_" + name
-POWER_TOL = 1e-4
-POWER_MAX_ITER = 200
+NORM_TOL = 1e-4
+NORM_MAX_PASSES = 200
 NORM_SAFETY = 1.01
 RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
@@ -466,7 +466,7 @@ class FBPDSolver(Solver[FBPDState]):
         alphas: list[float] = []
         betas: list[float] = []
         estimate, passes, entries = 0.0, 0, 0
-        while passes < POWER_MAX_ITER:
+        while passes < NORM_MAX_PASSES:
             passes += 1
             TW, Tb, entries = engine.map_reduce(
                 _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=b
@@ -481,7 +481,7 @@ class FBPDSolver(Solver[FBPDState]):
             if estimate <= 0.0:
                 raise ConfigError("T = 0: the training data has no non-zero rows")
             beta = float(np.sqrt((TW * TW).sum() + (Tb * Tb).sum()))
-            if abs(estimate - previous) <= POWER_TOL * estimate or beta <= POWER_TOL * estimate:
+            if abs(estimate - previous) <= NORM_TOL * estimate or beta <= NORM_TOL * estimate:
                 break  # converged, or the Krylov space is invariant (θ is then exact)
             betas.append(beta)
             W_prev, b_prev, W, b = W, b, TW / beta, Tb / beta
