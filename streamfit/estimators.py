@@ -649,7 +649,8 @@ class FBPDClassifier(_SolverClassifier):
         return int(self._fitted_model().info["iterations"])
 
     def _objective(self):
-        return objective_for("fbpd", self._solver_params())
+        """Problem (7) or (8) at the weight of g the fit used (lam, or lam_ratio·λ_ref when lam is None)."""
+        return objective_for("fbpd", self._solver_params().model_copy(update={"lam": self._fitted_model().info["lam"]}))
 
     def _weights(self) -> tuple[np.ndarray, np.ndarray]:
         coef = self.coef_

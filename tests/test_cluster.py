@@ -120,7 +120,7 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
 
 OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine call of the solver
     "bcd": ["-p", "mode=chunks", "-p", "group_size=16", "-p", "max_iter=2"],
-    "fbpd": ["-p", "max_iter=25", "-p", "tol=0"],
+    "fbpd": ["-p", "max_iter=25", "-p", "tol=0", "-p", "gap_tol=0"],
     "multiboost": ["-p", "max_iter=3"],
     "ppdsparse": ["-p", "group_size=3", "-p", "tol=1e-3"],
 }

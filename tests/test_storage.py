@@ -25,7 +25,7 @@ from streamfit.store import StoreWriter, open_store
 DATA = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
 BUCKET = "streamfit-test"  # the s3 fixture's bucket and credentials (tests/conftest.py)
 ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
-TRAIN = ["--solver", "fbpd", "-p", "max_iter=6", "-p", "tol=0"]
+TRAIN = ["--solver", "fbpd", "-p", "max_iter=6", "-p", "tol=0", "-p", "gap_tol=0"]
 
 # Runs the streamfit CLI and SIGKILLs the process at the commit of the directory named argv[1]
 # (its files all written, only the commit record missing): the latest moment a writer can die.

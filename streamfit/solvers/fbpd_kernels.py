@@ -217,7 +217,7 @@ def constrained_dual_step(
 
 @numba.njit(cache=True, nogil=True)
 def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
-    """A_ℓ = T_ℓ x for scores S (power iteration: T_ℓᵀT_ℓ x = (u_ℓ a_ℓᵀ, a_ℓ) with a_ℓ from A_ℓ)."""
+    """A_ℓ = T_ℓ x for scores S (the norm estimate: T_ℓᵀT_ℓ x = (u_ℓ a_ℓᵀ, a_ℓ) with a_ℓ from A_ℓ)."""
     n, K = A.shape
     for i in range(n):
         zi = z[i]

@@ -196,7 +196,15 @@ def test_matches_dense_transcription_of_algorithm_1(wine):
     X, z = wine
     n, M = X.shape
     K, lam, iters = 3, 0.02, 60
-    model, _ = fit(memory_source(X, z, chunk_rows=50), lam=lam, max_iter=iters, tol=0.0, step_ratio=5.0, restarts=False)
+    model, _ = fit(
+        memory_source(X, z, chunk_rows=50),
+        lam=lam,
+        max_iter=iters,
+        tol=0.0,
+        gap_tol=0.0,
+        step_ratio=5.0,
+        restarts=False,
+    )
     phi = np.hstack([X, np.ones((n, 1))])
     T = np.zeros((n * K, (M + 1) * K))
     for ell in range(n):
@@ -291,7 +299,7 @@ def test_l1_regularized_matches_linprog(wine):
     X, z = wine
     lam = 0.1
     optimum = hinge_lp(X, z, lam=lam)
-    model, log = fit(memory_source(X, z, chunk_rows=64), lam=lam, penalty="l1", max_iter=4000, tol=1e-7)
+    model, log = fit(memory_source(X, z, chunk_rows=64), lam=lam, penalty="l1", max_iter=4000, tol=1e-7, gap_tol=0.0)
     objective = regularized_objective(X, z, model, lam)
     assert abs(objective - optimum) <= 1e-4 * optimum
     last = log.records[-1]
@@ -310,8 +318,8 @@ def test_restarts_reach_the_lp_optimum_in_fewer_iterations(wine):
     lam, iters = 0.1, 2000
     optimum = hinge_lp(X, z, lam=lam)
     source = memory_source(X, z, chunk_rows=64)
-    fast, fast_log = fit(source, lam=lam, max_iter=iters, tol=0.0)
-    plain, _ = fit(source, lam=lam, max_iter=iters, tol=0.0, restarts=False)
+    fast, fast_log = fit(source, lam=lam, max_iter=iters, tol=0.0, gap_tol=0.0)
+    plain, _ = fit(source, lam=lam, max_iter=iters, tol=0.0, gap_tol=0.0, restarts=False)
 
     def error(model):
         return abs(regularized_objective(X, z, model, lam) - optimum) / optimum
@@ -328,7 +336,7 @@ def test_l1_linf_regularized_matches_linprog(wine):
     X, z = wine
     lam, G = 0.1, 3
     optimum = hinge_lp(X, z, lam=lam, linf_groups=G)
-    clf = FBPDClassifier(penalty="l1/linf", group_size=G, lam=lam, max_iter=9000, tol=1e-7).fit(X, z)
+    clf = FBPDClassifier(penalty="l1/linf", group_size=G, lam=lam, max_iter=9000, tol=1e-7, gap_tol=0.0).fit(X, z)
     W = clf.coef_.toarray()
     g = sum(np.abs(W[k, j : j + G]).max() for k in range(3) for j in range(0, X.shape[1], G))
     objective = lam * g + clf.hinge_loss(X, z)
@@ -343,7 +351,9 @@ def test_l1_constrained_matches_linprog(iris):
     eta = 0.1
     optimum = hinge_lp(X, z, eta=eta)
     with pytest.warns(ConvergenceWarning, match="did not converge"):  # tol is tighter than the test needs
-        clf = FBPDClassifier(formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8).fit(X, z)
+        clf = FBPDClassifier(
+            formulation="constrained", penalty="l1", eta=eta, max_iter=5000, tol=1e-8, gap_tol=0.0
+        ).fit(X, z)
     assert abs(clf.objective(X, z) - optimum) <= 2e-3 * optimum
     assert abs(clf.hinge_loss(X, z) - eta) <= 2e-3 * eta
     assert abs(clf.history_[-1]["gap"]) <= 2e-2 * optimum
@@ -359,7 +369,7 @@ def test_smooth_and_group_penalties_reach_duality(wine, penalty):
     n, M = X.shape
     lam, G = 0.05, 4
     source = memory_source(X, z, chunk_rows=100)
-    solver = fb.FBPDSolver(fb.FBPDParams(penalty=penalty, group_size=G, lam=lam, max_iter=6000, tol=1e-9))
+    solver = fb.FBPDSolver(fb.FBPDParams(penalty=penalty, group_size=G, lam=lam, max_iter=6000, tol=1e-9, gap_tol=0.0))
     ckpt = Checkpointer(None, config=solver.params.model_dump(), store_fingerprint="in-memory")
     model = solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None))
     W = model.coef_.toarray() if sp.issparse(model.coef_) else model.coef_
@@ -393,8 +403,10 @@ def test_regularized_and_constrained_agree(iris):
     eta = objective_for("fbpd", fb.FBPDParams(penalty="l2", lam=lam)).mean_loss(W_ref.T, b_ref, X, z)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)  # both converge
-        reg = FBPDClassifier(penalty="l2", lam=lam, max_iter=20000, tol=1e-9).fit(X, z)
-        con = FBPDClassifier(formulation="constrained", penalty="l2", eta=eta, max_iter=20000, tol=1e-9).fit(X, z)
+        reg = FBPDClassifier(penalty="l2", lam=lam, max_iter=20000, tol=1e-9, gap_tol=0.0).fit(X, z)
+        con = FBPDClassifier(
+            formulation="constrained", penalty="l2", eta=eta, max_iter=20000, tol=1e-9, gap_tol=0.0
+        ).fit(X, z)
     scale = np.abs(W_ref).max()
     np.testing.assert_allclose(reg.coef_, W_ref, rtol=0, atol=1e-6 * scale)  # 4e-8 measured
     np.testing.assert_allclose(con.coef_, W_ref, rtol=0, atol=1e-5 * scale)  # 2e-7 measured
@@ -432,7 +444,15 @@ def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, param
 def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
     X, z = wine
     store = write_store(tmp_path / "store", X, z, chunk_rows=50)
-    params = {"formulation": formulation, "penalty": "l1", "lam": 0.05, "eta": 0.2, "max_iter": 16, "tol": 0.0}
+    params = {
+        "formulation": formulation,
+        "penalty": "l1",
+        "lam": 0.05,
+        "eta": 0.2,
+        "max_iter": 16,
+        "tol": 0.0,
+        "gap_tol": 0.0,
+    }
     full, full_log = fit(store, str(tmp_path / "full"), **params)
     assert full.info["restarts"] >= 3  # the crash falls between restarts: their state is checkpointed
 
@@ -470,7 +490,7 @@ def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
     disk a larger max_iter was refused as another configuration."""
     X, z = wine
     source = memory_source(X, z, chunk_rows=64)
-    params = {"lam": 0.1, "tol": 0.0, "adapt_iters": 70}
+    params = {"lam": 0.1, "tol": 0.0, "gap_tol": 0.0, "adapt_iters": 70}
     full, full_log = fit(source, max_iter=120, **params)
     assert full.info["restarts"] >= 3
 
@@ -499,6 +519,24 @@ def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
             ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
         with pytest.raises((ConfigError, CheckpointError), match=message):
             solver.fit(source, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=MetricsLog(None), resume=True)
+
+
+def test_lam_none_is_a_ratio_of_lam_ref_and_w_vanishes_above_it(iris):
+    """lam=None weighs g by lam_ratio·λ_ref, λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞·K/(K − 1)
+    (numpy below); on balanced classes (iris: 50 each) W = 0 solves (7) for lam above λ_ref (a
+    bound: λmax ≤ λ_ref, W = 0 still at 0.9·λ_ref on iris), not far below it."""
+    X, z = iris
+    n, K = len(z), 3
+    E = np.eye(K)[z]
+    lam_ref = np.abs(X.T @ (E - E.mean(axis=0)) / n).max() * K / (K - 1)
+    above = FBPDClassifier(lam_ratio=1.01, max_iter=3000).fit(X, z)
+    below = FBPDClassifier(lam_ratio=0.5, max_iter=3000).fit(X, z)
+    for clf, ratio in ((above, 1.01), (below, 0.5)):
+        assert clf.model_.info["converged"]
+        assert clf.model_.info["lam_ref"] == pytest.approx(lam_ref, rel=1e-12)
+        assert clf.model_.info["lam"] == pytest.approx(ratio * lam_ref, rel=1e-12)
+    assert above.coef_.nnz == 0 and above.objective(X, z) == pytest.approx(1.0, abs=1e-3)
+    assert below.coef_.nnz > 0 and below.objective(X, z) < 1.0
 
 
 def test_stops_on_relative_change_and_estimator_api(wine):
