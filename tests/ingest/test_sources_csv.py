@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamfit.errors import ConfigError, InputError
+from streamfit.ingest.limits import ReadLimits
 from streamfit.ingest.sources import BadRecordPolicy, open_source
 
 CSV = (
@@ -123,10 +124,22 @@ def test_bad_record_skip_and_quarantine(read, tmp_path, quarantine, line, proble
     assert entry["raw"] == line
 
 
-def test_runaway_cell_stops_the_read(tmp_path):
+def test_runaway_cell_stops_the_read_at_the_record_limit(tmp_path):
     path = write(tmp_path, 'text,label\na,x\n"unterminated quote,x\n' + "more text\n" * 20000)
-    with pytest.raises(InputError, match=r"data.csv:\d+: malformed CSV \(field larger than field limit"):
-        list(open_source(path, "csv", policy=BadRecordPolicy("skip")))
+    source = open_source(path, "csv", policy=BadRecordPolicy("skip"), limits=ReadLimits(record_bytes=100_000))
+    with pytest.raises(InputError, match=r"data.csv:\d+: a cell is longer than .*raise --max-record-bytes"):
+        list(source)
+
+
+def test_a_cell_over_128_kib_reads_whole_under_the_default_limits(read, tmp_path):
+    """A long document (here 200 000 characters with quoted newlines) is one cell: the csv module's
+    own 128 KiB field limit does not apply, --max-record-bytes does."""
+    text = ("word " * 40_000).strip() + "\nsecond paragraph"
+    path = tmp_path / "long.tsv"
+    with open(path, "w", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows([["label", "text"], ["x", text], ["y", "short"]])
+    batches = read.batches(open_source(str(path), policy=BadRecordPolicy(), label_field="label", text_field="text"))
+    assert read.texts(batches) == [text, "short"] and read.labels(batches) == ["x", "y"]
 
 
 def test_no_label_field_reads_unlabeled_rows(read, tmp_path):

@@ -10,9 +10,9 @@ label_separator (e.g. "|") the source is multilabel and a label cell is split on
 stripped of spaces and empty pieces dropped; label_field=None reads no labels (every label is
 None, as `streamfit predict` reads unlabeled rows). A missing column is an InputError at the header;
 a row with the wrong number of cells, or an empty single label, is a bad record. A cell longer
-than csv.field_size_limit() (128 KiB unless raised; the limit keeps a stray quote from
-swallowing the file) or text that does not decode stops the read with an InputError, since
-the rows after it cannot be trusted; text is decoded in chunks, so a decode error names the
+than limits.record_bytes (`--max-record-bytes`, 64 MiB by default; the csv module's field size
+limit is set to it, so a stray quote cannot swallow more of the file) or text that does not
+decode stops the read with an InputError, since the rows after it cannot be trusted; text is decoded in chunks, so a decode error names the
 last line read before it. A quote that is never closed (the csv module then reads the rest of
 the file, up to that limit, as one cell) is a bad record at the line of the quote, naming how
 many lines it swallowed. Locations name the line where the record starts.
@@ -90,6 +90,7 @@ class CsvSource:
         with io.TextIOWrapper(
             open_binary(self.path, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
         ) as f:
+            csv.field_size_limit(self.limits.record_bytes)  # the csv module's limit is per process
             reader = csv.reader(self._lines(f), delimiter=self.delimiter)
             if self.header:
                 header = self._next(reader)
@@ -161,7 +162,7 @@ class CsvSource:
     def _unterminated(self, lines: list[str]) -> bool:
         """Whether the record of these lines ends inside a quoted cell (the csv module, not strict,
         then takes every line to the end of the file into that cell). The lines of one record are
-        at most csv.field_size_limit() characters plus one line."""
+        at most limits.record_bytes characters plus one line."""
         try:
             for _ in csv.reader(lines, delimiter=self.delimiter, strict=True):
                 pass
@@ -182,6 +183,9 @@ class CsvSource:
                 "pass --encoding with the file's encoding",
             ) from None
         except csv.Error as e:
+            if "field larger than field limit" in str(e):
+                problem, hint = too_long(self.limits)
+                raise InputError(f"{self.path}:{reader.line_num}", f"a cell is {problem}", hint) from None
             raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
 
     def _columns(self, header: list[str]) -> tuple[list[int], int | None, int | None]:
