@@ -240,15 +240,26 @@ HOSTILE = {
 }
 
 
+@pytest.fixture(scope="module")
+def ingest_compiled(tmp_path_factory):
+    """One ingest of a good corpus through the CLI, so every kernel of the path is compiled (or
+    loaded from numba's cache) before a test arms an alarm."""
+    root = tmp_path_factory.mktemp("warm")
+    result = CliRunner().invoke(main, ["-q", "ingest", make_tree(root / "corpus", GOOD), "--out", str(root / "s.zarr")])
+    assert result.exit_code == 0, result.output
+
+
 @pytest.fixture
-def alarm():
-    """Fails a test that blocks (on a FIFO, say) instead of hanging the suite."""
+def alarm(ingest_compiled):
+    """Fails a test that blocks (on a FIFO, say) instead of hanging the suite. The kernels are
+    compiled first (ingest_compiled): an alarm that interrupts numba's first compilation leaves
+    numba broken for the rest of the process."""
 
     def hang(*_):
         raise TimeoutError("the read blocked")
 
     previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(20)
+    signal.alarm(60)
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
