@@ -298,7 +298,7 @@ _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
     "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
-    "id_field": "CSV/TSV/JSONL: a field or column whose value `predict` writes beside each prediction "
+    "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
     "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
@@ -755,7 +755,7 @@ def _given_threshold(threshold) -> float | None:
 @click.option(
     "--id-field",
     default=None,
-    help="CSV/TSV/JSONL: the field or column written beside each prediction as `id` [default: the training "
+    help="CSV/TSV/JSONL/Parquet: the field or column written beside each prediction as `id` [default: the training "
     "store's --id-field, if any].",
 )
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
