@@ -14,7 +14,7 @@ import click
 from click.core import ParameterSource
 
 from streamfit import __version__
-from streamfit.config import ClusterOptions, TrainOptions, yaml_problem
+from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_problem
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
@@ -298,7 +298,7 @@ _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
     "each in its own namespace.",
     "label_field": "Label field or column [default: label].",
-    "id_field": "CSV/TSV/JSONL: a field or column whose value `predict` writes beside each prediction "
+    "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
     "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
@@ -755,20 +755,14 @@ def _given_threshold(threshold) -> float | None:
 @click.option(
     "--id-field",
     default=None,
-    help="CSV/TSV/JSONL: the field or column written beside each prediction as `id` [default: the training "
+    help="CSV/TSV/JSONL/Parquet: the field or column written beside each prediction as `id` [default: the training "
     "store's --id-field, if any].",
 )
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
-@click.option(
-    "--parts",
-    is_flag=True,
-    help="Write --out as a directory: one part per store chunk or input batch (part-00000.csv, ...) in input "
-    "order, and manifest.json (rows and SHA-256 of each part), committed atomically.",
-)
 @_click_options(TrainOptions, only=("threshold",))
-@_click_options(ClusterOptions)
+@_click_options(PredictOptions)
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, parts, threshold, scheduler, n_workers):
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold, scheduler, n_workers, parts):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them); for a multilabel model also the predicted label
@@ -779,7 +773,8 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, parts, thr
     from streamfit.predict import predict_to_file
 
     model = load_model(run_dir)
-    with ClusterOptions(scheduler, n_workers).engine() as engine:
+    how = PredictOptions(scheduler, n_workers, bool(parts))
+    with how.engine() as engine:
         n = predict_to_file(
             model,
             source,
@@ -790,7 +785,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, parts, thr
             progress=_progress(ctx),
             model_dir=run_dir,
             threshold=_given_threshold(threshold),
-            parts=parts,
+            parts=how.parts,
             engine=engine,
         )
     click.echo(f"{n} rows written to {out}")

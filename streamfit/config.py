@@ -6,8 +6,9 @@ RUN_DIR/evaluation.json) and `predict` (scores raw data or a store into a .csv/.
 In paths, ~ and environment variables ($DATA, ${DATA}) are expanded (an unset one is an
 error), then relative paths are resolved against the directory holding the YAML file, so a
 pipeline runs the same from any working directory. Unknown keys are errors that name the key. The sections
-are built from the option declarations (streamfit.options): TrainOptions here, IngestOptions
-and HashingConfig in streamfit.ingest; `train_options` is the command line's precedence over them.
+are built from the option declarations (streamfit.options): TrainOptions, ClusterOptions (evaluate)
+and PredictOptions (predict) here, IngestOptions and HashingConfig in streamfit.ingest;
+`train_options` is the command line's precedence over them.
 `load_pipeline` validates a file against these schemas and returns the typed jobs it describes
 (PipelineConfig: IngestOptions, TrainJob, EvaluateJob, PredictJob).
 """
@@ -31,11 +32,6 @@ from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
 from streamfit.options import check_values, config_model, merge, option
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*$")
 
@@ -142,7 +138,10 @@ class ClusterOptions:
         metavar="ADDRESS",
     )
     n_workers: int | None = option(
-        None, "Score on an embedded local Dask cluster of N worker processes", ge=1, default_text="in this process"
+        None,
+        "Score on an embedded local Dask cluster of N worker processes; 0: in this process (as unset)",
+        ge=0,
+        default_text="in this process",
     )
 
     def __post_init__(self):
@@ -152,6 +151,18 @@ class ClusterOptions:
         """The Engine these options name (started by its `with` block)."""
         mode = "local" if self.n_workers else "inprocess"
         return Engine(self.scheduler, mode=mode, n_workers=self.n_workers, progress=progress)
+
+
+@dataclass
+class PredictOptions(ClusterOptions):
+    """`predict`'s options besides what it scores and where it writes: where it runs
+    (ClusterOptions) and whether the output is one file or parts (streamfit.predict)."""
+
+    parts: bool = option(
+        False,
+        "Write the output (--out) as a directory: one part per store chunk or input batch (part-00000.csv, ...) "
+        "in input order, and manifest.json (rows and SHA-256 of each part), committed atomically",
+    )
 
 
 def train_options(config: TrainOptions | BaseModel | None, command_line: dict) -> TrainOptions:
@@ -185,7 +196,7 @@ IngestTestSection: type[BaseModel] = config_model(
     "IngestTestSection",
     IngestOptions,
     "Test data in its own files, ingested like the training store (same hashing, IDF, classes).",
-    only=("inputs", "out", "format", "source_options", "on_bad_record"),
+    only=("inputs", "out", "format", "source_options", "on_bad_record", "n_workers", "scheduler"),
 )
 TrainSection: type[BaseModel] = config_model(
     "TrainSection",
@@ -202,20 +213,28 @@ TrainConfig: type[BaseModel] = config_model(
 )
 
 
-class EvaluateSection(_Strict):
-    store: str | None = Field(None, description="default: the ingest section's test_out")
+EvaluateSection: type[BaseModel] = config_model(
+    "EvaluateSection",
+    ClusterOptions,
+    "A pipeline's evaluate section: the store scored, and where (ClusterOptions).",
+    store=(str | None, Field(None, description="default: the ingest section's test_out")),
+)
 
 
 EVALUATION_FILE = "evaluation.json"  # in the run directory: what the evaluate section scored
 PREDICTIONS_FILE = "predictions.csv"  # in the run directory: the predict section's default out
 
 
-class PredictSection(_Strict):
-    source: str = Field(description="raw data (read like the training data) or a store to score")
-    out: str | None = Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")
-    top_k: int = Field(1, ge=1, description="classes per row, best first")
-    format: str | None = Field(None, description="the format of source when it is raw data (as for ingest)")
-    options: dict = Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")
+PredictSection: type[BaseModel] = config_model(
+    "PredictSection",
+    PredictOptions,
+    "A pipeline's predict section: what is scored, where it is written, and PredictOptions.",
+    source=(str, Field(description="raw data (read like the training data) or a store to score")),
+    out=(str | None, Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")),
+    top_k=(int, Field(1, ge=1, description="classes per row, best first")),
+    format=(str | None, Field(None, description="the format of source when it is raw data (as for ingest)")),
+    options=(dict, Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")),
+)
 
 
 # each section optional, in the order they run (a dict: create_model's stubs take no union of variables)
@@ -246,16 +265,18 @@ class TrainJob:
 
 @dataclass
 class EvaluateJob:
-    """A pipeline's evaluate section, loaded: the run directory whose model is scored, and the store."""
+    """A pipeline's evaluate section, loaded: the run directory whose model is scored, the
+    store, and where it is scored."""
 
     run_dir: str
     store: str
+    cluster: ClusterOptions
 
 
 @dataclass
 class PredictJob:
     """A pipeline's predict section, loaded: the model's run directory, what to score, where to
-    write it (streamfit.predict.predict_to_file's arguments)."""
+    write it (streamfit.predict.predict_to_file's arguments), where it runs and whether in parts."""
 
     run_dir: str
     source: str
@@ -263,6 +284,7 @@ class PredictJob:
     top_k: int
     format: str | None
     options: dict
+    predict_options: PredictOptions
 
 
 @dataclass
@@ -409,7 +431,11 @@ def load_pipeline(path: str) -> PipelineConfig:
             raise ConfigError(f"{path}: key 'evaluate.store' is needed (or ingest.test_out, or an ingest_test section)")
         if cfg.train is None:
             raise ConfigError(f"{path}: an evaluate section needs a train section")
-        cfg.evaluate = EvaluateJob(run_dir=cfg.train.out, store=store)
+        cfg.evaluate = EvaluateJob(
+            run_dir=cfg.train.out,
+            store=store,
+            cluster=ClusterOptions(sections["evaluate"]["scheduler"], sections["evaluate"]["n_workers"]),
+        )
     if sections["predict"]:
         values = sections["predict"]
         if cfg.train is None:
@@ -422,6 +448,7 @@ def load_pipeline(path: str) -> PipelineConfig:
             top_k=values["top_k"],
             format=values["format"],
             options=resolve_options(values["options"], "predict.options"),
+            predict_options=PredictOptions(values["scheduler"], values["n_workers"], values["parts"]),
         )
     return cfg
 

@@ -99,9 +99,9 @@ def run_pipeline(
     if config.evaluate:
         from streamfit.model import load_model
 
-        result.evaluation = evaluate(
-            load_model(config.evaluate.run_dir), open_store(config.evaluate.store), progress=progress
-        )
+        model, store = load_model(config.evaluate.run_dir), open_store(config.evaluate.store)
+        with config.evaluate.cluster.engine(progress) as engine:
+            result.evaluation = evaluate(model, store, progress=progress, engine=engine)
         written = write_evaluation(config.evaluate.run_dir, config.evaluate.store, result.evaluation)
         say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()) + f" ({written})")
     if config.predict:
@@ -109,16 +109,20 @@ def run_pipeline(
         from streamfit.predict import predict_to_file
 
         scoring = config.predict
-        result.predictions = predict_to_file(
-            load_model(scoring.run_dir),
-            scoring.source,
-            scoring.out,
-            top_k=scoring.top_k,
-            fmt=scoring.format,
-            options=scoring.options,
-            progress=progress,
-            model_dir=str(storage.resolve(scoring.run_dir).join("model")),  # the run directory holds the predictions
-        )
+        model = load_model(scoring.run_dir)
+        with scoring.predict_options.engine() as engine:
+            result.predictions = predict_to_file(
+                model,
+                scoring.source,
+                scoring.out,
+                top_k=scoring.top_k,
+                fmt=scoring.format,
+                options=scoring.options,
+                progress=progress,
+                model_dir=str(storage.resolve(scoring.run_dir).join("model")),  # the run dir holds the predictions
+                parts=scoring.predict_options.parts,
+                engine=engine,
+            )
         say(f"predict: {result.predictions} rows written to {scoring.out}")
     return result
 

@@ -323,7 +323,7 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with
     for batch in src:
         if with_ids and getattr(batch, "ids", None) is None:
             raise StreamfitError(
-                f"{source}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV and JSONL do); "
+                f"{source}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV, JSONL and Parquet do); "
                 "drop --id-field"
             )
         yield batch

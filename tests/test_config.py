@@ -134,6 +134,13 @@ def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path
             "unknown source option(s) text_feld (did you mean text_field?)"
         ],
         "evaluate: {stor: t}\n": ["key 'evaluate.stor': unknown key (did you mean store?)"],
+        "evaluate: {n_worker: 2}\npredict: {source: x, part: true}\n": [
+            "key 'evaluate.n_worker': unknown key (did you mean n_workers?)",
+            "key 'predict.part': unknown key (did you mean parts?)",
+        ],
+        "ingest: {inputs: [d.jsonl], out: s}\ningest_test: {inputs: [t.jsonl], out: t, schedular: x}\n": [
+            "key 'ingest_test.schedular': unknown key (did you mean scheduler?)"
+        ],
     }
     for text, expected in cases.items():
         pipeline.write_text(text)

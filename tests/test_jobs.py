@@ -114,3 +114,100 @@ def test_predict_section_evaluation_file_and_environment_variables(tmp_path, dig
     assert "predict: 1797 rows written to" in result.output
     predict_to_file(model, str(tmp_path / "data" / "digits.svm"), str(tmp_path / "direct.csv"), top_k=2)
     assert (run_dir / "predictions.csv").read_text() == (tmp_path / "direct.csv").read_text()
+
+
+def _cluster_pipeline(tmp_path, digits, engine: str):
+    """A pipeline of the digits whose ingest, evaluate and predict sections name their engine
+    (`engine`: YAML keys, e.g. "n_workers: 0"), the predictions written as parts."""
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, test_out: test.zarr, "
+        f"chunk_rows: 500, {engine}}}\n"
+        "train: {solver: bcd, out: run, params: {max_iter: 2}, n_workers: 0}\n"
+        f"evaluate: {{{engine}}}\n"
+        f"predict: {{source: digits.svm, out: preds.csv, top_k: 2, parts: true, {engine}}}\n"
+    )
+    return load_pipeline(str(path))
+
+
+def _parts_text(folder) -> str:
+    """A --parts CSV output as one file: the header once, then each part's rows in order."""
+    import json
+
+    names = [p["name"] for p in json.loads((folder / "manifest.json").read_text())["parts"]]
+    texts = [(folder / name).read_text() for name in names]
+    header = texts[0].splitlines(keepends=True)[0]
+    return header + "".join(t.removeprefix(header) for t in texts)
+
+
+def test_cluster_options_and_parts_reach_the_ingest_evaluate_and_predict_sections(tmp_path, digits, monkeypatch):
+    """n_workers/scheduler in the ingest, ingest_test, evaluate and predict sections and parts in
+    predict are loaded as their declarations (IngestOptions, ClusterOptions, PredictOptions); run
+    in process (n_workers: 0), the predictions are parts that join to predict_to_file's single file."""
+    from streamfit import predict
+    from streamfit.config import ClusterOptions, PredictOptions
+    from streamfit.predict import predict_to_file
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 500)  # 1797 rows: 4 parts
+    config = _cluster_pipeline(tmp_path, digits, "n_workers: 0")
+    assert (config.ingest.n_workers, config.evaluate.cluster, config.predict.predict_options) == (
+        0,
+        ClusterOptions(None, 0),
+        PredictOptions(None, 0, True),
+    )
+    lines: list[str] = []
+    result = run_pipeline(config, progress=False, say=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["ingest", "train", "evaluate", "predict"]
+    model = load_model(str(tmp_path / "run"))
+    assert result.evaluation == evaluate(model, open_store(str(tmp_path / "test.zarr")), progress=False)
+    assert result.predictions == 1797 and len(list((tmp_path / "preds.csv").glob("part-*.csv"))) == 4
+    predict_to_file(model, str(tmp_path / "digits.svm"), str(tmp_path / "one.csv"), top_k=2)
+    assert _parts_text(tmp_path / "preds.csv") == (tmp_path / "one.csv").read_text()
+
+    path = tmp_path / "q.yaml"
+    address = "tcp://10.0.0.1:8786"
+    path.write_text(
+        f"ingest: {{inputs: [a.jsonl], out: s.zarr, scheduler: '{address}'}}\n"
+        "ingest_test: {inputs: [b.jsonl], out: t.zarr, n_workers: 3}\n"
+        "train: {out: run}\n"
+        f"evaluate: {{scheduler: '{address}'}}\n"
+        "predict: {source: c.jsonl, n_workers: 2}\n"
+    )
+    config = load_pipeline(str(path))
+    assert (config.ingest.scheduler, config.ingest.n_workers, config.ingest_test.n_workers) == (address, None, 3)
+    assert config.evaluate.cluster == ClusterOptions(address, None)
+    assert config.predict.predict_options == PredictOptions(None, 2, False)
+
+
+@pytest.mark.slow
+def test_a_pipeline_on_a_loopback_cluster_writes_what_it_writes_in_process(tmp_path, digits):
+    """ingest, evaluate and predict with `scheduler:` a two-worker cluster on loopback (their tasks
+    run there; train runs in process): the same stores (manifests with every chunk's digest), the
+    same metrics and the same prediction parts (manifest with every part's SHA-256) as with
+    n_workers: 0."""
+    import json
+    import shutil
+
+    from distributed import LocalCluster
+
+    def manifests() -> list[dict]:
+        stores = [
+            open_store(str(tmp_path / name)).data.join("manifest.json").read_bytes()
+            for name in ("train.zarr", "test.zarr")
+        ]
+        return [json.loads(m) for m in stores + [(tmp_path / "preds.csv" / "manifest.json").read_bytes()]]
+
+    here = run_pipeline(_cluster_pipeline(tmp_path, digits, "n_workers: 0"), progress=False)
+    in_process = manifests()
+    for name in ("train.zarr", "test.zarr", "preds.csv", "run"):
+        shutil.rmtree(tmp_path / name)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster:
+        config = _cluster_pipeline(tmp_path, digits, f"scheduler: '{cluster.scheduler_address}'")
+        there = run_pipeline(config, progress=False)
+        ran = set(cluster.scheduler.task_prefixes)
+    assert ran == {"featurize_piece", "chunk_sums", "score_piece"}  # ingest, evaluate and predict ran there
+    assert config.ingest.scheduler == config.evaluate.cluster.scheduler == cluster.scheduler_address
+    assert manifests() == in_process
+    assert there.evaluation == here.evaluation and there.predictions == here.predictions == 1797

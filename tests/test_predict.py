@@ -191,7 +191,29 @@ def test_an_id_field_is_carried_to_the_predictions(runs, tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.txt").write_text("a cat")
     result = run("predict", runs / "jsonl", tmp_path / "docs", "-o", tmp_path / "f.csv", "--id-field", "x", ok=False)
-    assert result.exit_code == 2 and "this format reads no ids (CSV, TSV and JSONL do)" in result.output
+    assert result.exit_code == 2 and "this format reads no ids (CSV, TSV, JSONL and Parquet do)" in result.output
+
+
+def test_parquet_ids_are_carried_to_the_predictions(runs, tmp_path):
+    """--id-field on a Parquet input: the output's id column equals the input's (integers as
+    text), row for row in input order, across row groups and in CSV and Parquet output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = tmp_path / "new.parquet"
+    texts = [DOCS[i % 4][0] for i in range(7)]
+    keys = [1000 + 3 * i for i in range(7)]
+    pq.write_table(pa.table({"body": texts, "key": keys}), raw, row_group_size=3)
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.parquet", "--id-field", "key")
+    table = pq.read_table(tmp_path / "p.parquet")
+    assert table.column("id").to_pylist() == [str(k) for k in pq.read_table(raw).column("key").to_pylist()]
+    assert table.column("location").to_pylist()[3] == f"{raw}:row group 1, row 0"
+    run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", "--id-field", "key")
+    import csv
+
+    rows = list(csv.reader((tmp_path / "p.csv").read_text().splitlines()))
+    assert [r[1] for r in rows] == ["id"] + [str(k) for k in keys]
+    assert [r[2] for r in rows[1:]] == table.column("label_1").to_pylist()
 
 
 def _many_docs(path, n):

@@ -98,6 +98,26 @@ def test_sliced_row_groups_keep_offsets_right(read, tmp_path):
     assert X.data.tolist() == [v for i in range(n) for v in (float(i), -1.0)]
 
 
+def test_id_field_gives_each_record_its_id(read, tmp_path):
+    """id_field: each kept record carries its id column's value as text, in text and indexed
+    mode; a null id is a bad record (skipped here), a missing or float id column an InputError."""
+    text = write(tmp_path, {"text": ["a", "b", "c"], "key": [7, None, 9]}, name="text.parquet")
+    policy = BadRecordPolicy("skip")
+    batches = read.batches(open_source(text, policy=policy, label_field=None, id_field="key", batch_size=2))
+    assert [i for b in batches for i in b.ids] == ["7", "9"] and read.texts(batches) == ["a", "c"]
+    assert policy.n_skipped == 1
+    _, columns = indexed_columns()
+    columns["doc"] = [f"d{i}" for i in range(8)]
+    batches = read.batches(open_source(write(tmp_path, columns), policy=BadRecordPolicy(), id_field="doc"))
+    assert [i for b in batches for i in b.ids] == columns["doc"]
+    assert all(b.ids is None for b in read.batches(open_source(text, policy=BadRecordPolicy("skip"), label_field=None)))
+    with pytest.raises(InputError, match="no column 'doc'.*--id-field"):
+        open_source(text, policy=BadRecordPolicy(), label_field=None, id_field="doc")
+    floats = write(tmp_path, {"text": ["a"], "key": [1.5]}, name="floats.parquet")
+    with pytest.raises(InputError, match="column 'key' holds double, not strings or integers"):
+        open_source(floats, policy=BadRecordPolicy(), label_field=None, id_field="key")
+
+
 @pytest.mark.parametrize(
     "columns, option",
     [

@@ -24,11 +24,13 @@ class TextBatch:
 @dataclass
 class SparseBatch:
     """Numeric-indexed records. X is CSR with float64 values and int64 0-based column indices,
-    sorted and without duplicates within a row; explicit zeros in the input are kept."""
+    sorted and without duplicates within a row; explicit zeros in the input are kept; the
+    record's id (the id_field's value) when the source reads one."""
 
     X: sp.csr_matrix
     labels: list
     locations: list[str]
+    ids: list[str] | None = None
 
 
 @dataclass

@@ -6,7 +6,9 @@ indices_field (list of integers, 0-based column indices as stored) and values_fi
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
 multilabel) or from labels_field (a list column); with both None no labels are read (every
-label is None, as `streamfit predict` reads unlabeled rows). Strings that are not valid UTF-8 (a
+label is None, as `streamfit predict` reads unlabeled rows). id_field names a column (strings or
+integers) whose value each record carries as its id (TextBatch.ids, SparseBatch.ids), what
+`streamfit predict` writes beside each prediction; a null id is a bad record. Strings that are not valid UTF-8 (a
 writer can store any bytes in a string column), nulls, lists of different lengths, indices outside [0, 2**62] and NaN/inf values are bad records (with --no-hash, ingest
 also refuses columns beyond a store's int32 columns, 2**31 - 2). Locations are
 "file:row group G, row R", both counted from 0. As in the LIBSVM reader, X.shape[1] is one more than the largest index seen
@@ -138,6 +140,7 @@ class ParquetSource:
         labels_field: str | None = None,
         indices_field: str = "indices",
         values_field: str = "values",
+        id_field: str | None = None,
         row_groups: tuple[int, int] | None = None,
     ):
         """row_groups: read only row groups [start, stop) (a piece of a distributed ingest)."""
@@ -185,6 +188,13 @@ class ParquetSource:
         self.multilabel = False
         if self.label_column is not None:
             self._label_column(schema, self.label_column, from_labels_field=bool(labels_field))
+        self.id_field = id_field
+        if id_field is not None:
+            if id_field not in names:
+                raise InputError(self.path, f"no column {id_field!r}", f"set --id-field; the columns are {present}")
+            self._check_type(schema, id_field, _is_label, "strings or integers", "--id-field")
+            if id_field not in self.columns:
+                self.columns.append(id_field)
         self.n_read = 0
 
     def _label_column(self, schema: pa.Schema, column: str, from_labels_field: bool) -> None:
@@ -260,6 +270,18 @@ class ParquetSource:
                     problems.setdefault(r, f"empty label in {self.label_column!r}")
         return labels
 
+    def _ids(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list | None:
+        """The records' ids as str (None without id_field); a null one goes to problems."""
+        if self.id_field is None:
+            return None
+        ids = _strings(batch.column(self.id_field), self.id_field, problems)
+        for r, value in enumerate(ids):
+            if value is None:
+                problems.setdefault(r, f"null id in {self.id_field!r}")
+            else:
+                ids[r] = str(value)
+        return ids
+
     def _report(self, batch: pa.RecordBatch, locations: list[str], problems: dict[int, str]) -> None:
         for r in sorted(problems):
             self.policy.bad(locations[r], problems[r], _raw(batch, r))
@@ -274,17 +296,21 @@ class ParquetSource:
                 elif isinstance(text, list) and None in text:
                     problems.setdefault(r, f"null token in {field!r}")
         labels = self._labels(batch, problems)
+        ids = self._ids(batch, problems)
         self._report(batch, locations, problems)
-        batcher = TextBatcher(self.fields)
+        batcher = TextBatcher(self.fields, with_ids=ids is not None)
         for r in range(batch.num_rows):
             if r not in problems:
-                batcher.add([texts[f][r] for f in self.fields], labels[r], locations[r])
+                batcher.add(
+                    [texts[f][r] for f in self.fields], labels[r], locations[r], None if ids is None else ids[r]
+                )
         return batcher.take() if len(batcher) else None
 
     def _sparse(self, batch: pa.RecordBatch, locations: list[str]):
         n = batch.num_rows
         problems: dict[int, str] = {}
         labels = self._labels(batch, problems)
+        ids = self._ids(batch, problems)
 
         def mark(rows: np.ndarray, problem: str) -> None:
             for r in np.flatnonzero(rows).tolist():
@@ -329,4 +355,6 @@ class ParquetSource:
         indptr = np.concatenate(([0], np.cumsum(np.bincount(rows, minlength=n)[keep])))
         kept = np.flatnonzero(keep).tolist()
         X = csr_int64(values, indices, indptr, self._n_cols)
-        return SparseBatch(X, [labels[r] for r in kept], [locations[r] for r in kept])
+        return SparseBatch(
+            X, [labels[r] for r in kept], [locations[r] for r in kept], None if ids is None else [ids[r] for r in kept]
+        )
