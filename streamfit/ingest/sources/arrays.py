@@ -138,3 +138,23 @@ def array_batch(
     if sp.issparse(x):
         return SparseBatch(csr_int64(x.data, x.indices, x.indptr, x.shape[1]), labels, locations)
     return DenseBatch(x, labels, locations)
+
+
+def array_batches(source, X, y):
+    """The batches of `source.batch_size` rows of X and y (None: unlabeled), each slice read when
+    its batch is made (an HDF5 dataset is read a slice at a time), by array_batch with the source's
+    path, policy and numeric_targets; source.n_read counts the rows read. Used by the hdf5 and
+    numpy sources' __iter__."""
+    for start in range(0, X.shape[0], source.batch_size):
+        stop = min(start + source.batch_size, X.shape[0])
+        source.n_read += stop - start
+        batch = array_batch(
+            source.path,
+            X[start:stop],
+            None if y is None else y[start:stop],
+            start,
+            source.policy,
+            source.numeric_targets,
+        )
+        if batch is not None:
+            yield batch

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
-from streamfit.ingest.sources.arrays import array_batch, check_shapes
+from streamfit.ingest.sources.arrays import array_batches, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
 if TYPE_CHECKING:
@@ -79,16 +79,4 @@ class Hdf5Source:
         self.n_read = 0
         with self._open() as f:
             X, y = f[self.x_dataset], None if self.y_dataset is None else f[self.y_dataset]
-            for start in range(0, X.shape[0], self.batch_size):
-                stop = min(start + self.batch_size, X.shape[0])
-                self.n_read += stop - start
-                batch = array_batch(
-                    self.path,
-                    X[start:stop],
-                    None if y is None else y[start:stop],
-                    start,
-                    self.policy,
-                    self.numeric_targets,
-                )
-                if batch is not None:
-                    yield batch
+            yield from array_batches(self, X, y)

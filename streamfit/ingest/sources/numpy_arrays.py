@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
-from streamfit.ingest.sources.arrays import array_batch, check_shapes
+from streamfit.ingest.sources.arrays import array_batches, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
 _SCIPY_KEYS = {"format", "shape", "data", "indices", "indptr"}
@@ -128,16 +128,4 @@ class NumpySource:
     def __iter__(self):
         self.n_read = 0
         X, y = self._arrays()
-        for start in range(0, X.shape[0], self.batch_size):
-            stop = min(start + self.batch_size, X.shape[0])
-            self.n_read += stop - start
-            batch = array_batch(
-                self.path,
-                X[start:stop],
-                None if y is None else y[start:stop],
-                start,
-                self.policy,
-                self.numeric_targets,
-            )
-            if batch is not None:
-                yield batch
+        yield from array_batches(self, X, y)
