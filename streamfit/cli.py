@@ -148,44 +148,24 @@ def _be_quiet(obj: dict) -> None:
     logging.getLogger("distributed").setLevel(logging.CRITICAL)
 
 
-def _quiet_option(command):
-    """-q/--quiet after the subcommand as well as before it."""
-
-    def callback(ctx, _param, value):
-        if value:
-            _be_quiet(ctx.obj)
-
-    return click.option(
-        "-q",
-        "--quiet",
-        is_flag=True,
-        expose_value=False,
-        callback=callback,
-        help="No progress bars; only results and errors.",
-    )(command)
-
-
 def _be_verbose(obj: dict) -> None:
     logging.getLogger().setLevel(logging.INFO)
     obj["verbose"] = True
     obj["progress"] = True
 
 
-def _verbose_option(command):
-    """-v/--verbose after the subcommand as well as before it."""
+def _verbosity_options(command):
+    """-q/--quiet and -v/--verbose after the subcommand as well as before it."""
 
-    def callback(ctx, _param, value):
-        if value:
-            _be_verbose(ctx.obj)
+    def flag(short: str, long: str, apply, help: str):
+        def callback(ctx, _param, value):
+            if value:
+                apply(ctx.obj)
 
-    return click.option(
-        "-v",
-        "--verbose",
-        is_flag=True,
-        expose_value=False,
-        callback=callback,
-        help="Log more detail (engine, checkpoints).",
-    )(command)
+        return click.option(short, long, is_flag=True, expose_value=False, callback=callback, help=help)
+
+    command = flag("-v", "--verbose", _be_verbose, "Log more detail (engine, checkpoints).")(command)
+    return flag("-q", "--quiet", _be_quiet, "No progress bars; only results and errors.")(command)
 
 
 def _kind(d: Declared):
@@ -353,8 +333,7 @@ def _parse_key_values(pairs, what: str) -> dict:
 
 
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
 @click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
@@ -442,8 +421,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 
 # ------------------------------------------------------------------------------------- transpose
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
     "--block-features",
@@ -468,8 +446,7 @@ def transpose(ctx, store, block_features):
 
 # --------------------------------------------------------------------------------------- inspect
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
     "--verify",
@@ -604,8 +581,7 @@ class _SolverParamOption(click.Option):
 
 
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
     "--out", "-o", required=True, type=click.Path(), help="Run directory: model/, checkpoints/, metrics.jsonl."
@@ -679,8 +655,7 @@ def _list_solvers(ctx, value):
 
 # -------------------------------------------------------------------------------------- evaluate
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -733,8 +708,7 @@ def _given_threshold(threshold) -> float | None:
 
 # --------------------------------------------------------------------------------------- predict
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
 @click.option(
@@ -793,8 +767,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 
 # ------------------------------------------------------------------------------------------- run
 @main.command()
-@_quiet_option
-@_verbose_option
+@_verbosity_options
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
