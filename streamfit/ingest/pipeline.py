@@ -139,15 +139,15 @@ class IngestOptions:
     )
     n_workers: int | None = option(
         None,
-        "Featurize the input files on an embedded Dask cluster of N worker processes (the store is the same "
-        "for any N); 0: in this process",
+        "Featurize the input files and write the store's chunks on an embedded Dask cluster of N worker "
+        "processes (the store is the same for any N); 0: in this process",
         ge=0,
         default_text="0",
     )
     scheduler: str | None = option(
         None,
         "Featurize the input files on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read "
-        "the inputs by their paths or URLs",
+        "the inputs and write the store's chunks by their paths or URLs (URLs or a shared disk)",
         metavar="ADDRESS",
     )
     progress: bool = True
