@@ -115,7 +115,9 @@ def run(corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_
         for mode in modes:
             out = work / f"store-{mode}-{n}.zarr"
             t, cpu = time.perf_counter(), time.process_time()
-            report = ingest(options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows))
+            report = ingest(
+                options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows)
+            )
             seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
             results.append(
                 {
@@ -179,7 +181,9 @@ def main() -> None:
                 r["mb_per_s"] = size / 1e6 / r["seconds"]
                 r["records_per_s"] = docs / r["seconds"]
                 results.append(r)
-            save(args.out_json, size, docs, args.files, args.backend, results)  # so far: a run cut short keeps its numbers
+            save(
+                args.out_json, size, docs, args.files, args.backend, results
+            )  # so far: a run cut short keeps its numbers
         for r in results:
             same = [q for q in results if q["mode"] == r["mode"]]
             one = next((q for q in same if q["workers"] == 1), None)

@@ -44,6 +44,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -53,9 +54,9 @@ from streamfit import storage
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
-from streamfit.ingest.pipeline import _first_class, _Pass1
+from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
 from streamfit.ingest.sources.policy import BadRecordPolicy
-from streamfit.store.store import ChunkSink, WrittenChunk
+from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ class PieceRows:
     path: str
     kind: str = ""
     n_read: int = 0
-    batches: list[tuple[sp.csr_matrix, object]] = field(default_factory=list)
+    batches: list[tuple[sp.csr_matrix, Any]] = field(default_factory=list)  # (X, class ids, indicator or targets)
     classes: list[str] = field(default_factory=list)
     multilabel: bool | None = None  # decided by the piece's first batch (None: it had none)
     n_outputs: int | None = None  # regression outputs, decided by the piece's first good target
@@ -265,73 +266,69 @@ def write_chunk(sink: ChunkSink, cid: int, row_start: int, parts: list) -> Writt
     return sink.write(cid, row_start, X, labels)
 
 
-def run_distributed(p1, finish_rows: bool) -> None:
-    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of
-    p1.o.n_workers / p1.o.scheduler (see the module docstring); p1 ends as an in-process run
+def run_distributed(p1, engine, finish_rows: bool) -> None:
+    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of `engine`
+    (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
     leaves it."""
-    from streamfit.engine import Engine
-
     o = p1.o
     pieces = plan_pieces(list(o.inputs), o, PIECE_BYTES)
     featurizer_dict = p1.featurizer.to_dict()
     lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
     source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
-    engine = Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
-    with engine:
-        client = engine.client
-        assert client is not None
-        window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
-        frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
-        idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
+    client = engine.client
+    assert client is not None
+    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+    frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
+    idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
 
-        def submit(piece: Piece, source_multilabel: bool | None = None):
-            return client.submit(
-                featurize_piece,
-                piece,
-                o,
-                p1.layout,
-                p1.source_options,
-                featurizer_dict,
-                idf,
-                frozen,
-                p1.multilabel,
-                p1.n_outputs if p1.numeric else None,
-                source_multilabel,
-                finish_rows,
-                pure=False,
-            )
+    def submit(piece: Piece, source_multilabel: bool | None = None):
+        return client.submit(
+            featurize_piece,
+            piece,
+            o,
+            p1.layout,
+            p1.source_options,
+            featurizer_dict,
+            idf,
+            frozen,
+            p1.multilabel,
+            p1.n_outputs if p1.numeric else None,
+            source_multilabel,
+            finish_rows,
+            pure=False,
+        )
 
-        def summarized(future):
-            return client.submit(summary, future, bool(o.test_size), pure=False).result()
+    def summarized(future):
+        return client.submit(summary, future, bool(o.test_size), pure=False).result()
 
-        chunks = _ChunkWriter(p1, client, window)
-        pending: deque = deque()
-        queued = iter(pieces)
-        try:
-            with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
-                while True:
-                    while len(pending) < window and (piece := next(queued, None)) is not None:
-                        pending.append((piece, submit(piece)))
-                    if not pending:
-                        break
-                    piece, future = pending.popleft()
+    chunks = _ChunkWriter(p1, client, window)
+    pending: deque = deque()
+    queued = iter(pieces)
+    try:
+        with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
+            while True:
+                while len(pending) < window and (piece := next(queued, None)) is not None:
+                    pending.append((piece, submit(piece)))
+                if not pending:
+                    break
+                piece, future = pending.popleft()
+                rows = summarized(future)
+                again = _disagrees(p1, rows, source_decision.get(piece.path))
+                if again:
+                    log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
+                    future = submit(piece, source_decision.get(piece.path))
                     rows = summarized(future)
-                    again = _disagrees(p1, rows, source_decision.get(piece.path))
-                    if again:
-                        log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
-                        future = submit(piece, source_decision.get(piece.path))
-                        rows = summarized(future)
-                    offset = lines_before.get(piece.path, 0)
-                    ids = merge(p1, _shifted(rows, offset) if offset else rows)
-                    chunks.place(future, rows.n_rows, ids)
-                    lines_before[piece.path] = offset + rows.n_lines
-                    if rows.source_multilabel is not None:
-                        source_decision.setdefault(piece.path, rows.source_multilabel)
-                    bar.update(1)
-            chunks.finish()
-        except BaseException:
-            chunks.settle()  # no write of ours still running when the caller deletes the attempt
-            raise
+                offset = lines_before.get(piece.path, 0)
+                ids = merge(p1, _shifted(rows, offset) if offset else rows)
+                chunks.place(future, rows.n_rows, ids)
+                lines_before[piece.path] = offset + rows.n_lines
+                if rows.source_multilabel is not None:
+                    source_decision.setdefault(piece.path, rows.source_multilabel)
+                bar.update(1)
+        chunks.finish()
+    except BaseException:
+        chunks.settle()  # no write of ours still running when the caller deletes the attempt
+        raise
 
 
 class _ChunkWriter:
@@ -356,13 +353,12 @@ class _ChunkWriter:
             lo = hi
             if self.rows % chunk_rows == 0:
                 self._submit()
-        self._take(block=len(self.writes) > self.window)
+        _take_written(self.p1.writer, self.writes, self.window)
 
     def finish(self) -> None:
         if self.parts:
             self._submit()
-        while self.writes:
-            self._take(block=True)
+        _take_written(self.p1.writer, self.writes, 0)
 
     def _submit(self) -> None:
         writer = self.p1._writer()
@@ -376,17 +372,90 @@ class _ChunkWriter:
         )
         self.parts = []
 
-    def _take(self, block: bool) -> None:
-        """The written chunks at the head of the queue into the StoreWriter (block: at least one)."""
-        while self.writes and (block or self.writes[0].done()):
-            self.p1.writer.add_written(self.writes.popleft().result())
-            block = False
-
     def settle(self) -> None:
         """Wait for the chunk writes in flight (their failures are not this error's cause)."""
-        from distributed import wait
+        _settle(self.writes)
 
-        wait(list(self.writes))
+
+def _take_written(writer: StoreWriter, writes: deque, keep: int) -> None:
+    """Chunk writes (futures of WrittenChunk, in chunk order) into `writer`: waiting for the
+    oldest until at most `keep` are in flight, then those finished at the head of the queue."""
+    while writes and (len(writes) > keep or writes[0].done()):
+        writer.add_written(writes.popleft().result())
+
+
+def _settle(writes: deque) -> None:
+    """Wait for the chunk writes in flight, so none writes into an attempt being deleted."""
+    from distributed import wait
+
+    wait(list(writes))
+
+
+def _open_stage(path: str) -> Store:
+    return Store(path, allow_partial=True)
+
+
+def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndarray) -> np.ndarray:
+    """Pass 2's document frequencies (int64, n_features) over chunks [lo, hi) of the stage store,
+    counting the rows that the boolean mask `train` (over those chunks' rows) selects."""
+    stage = _open_stage(stage_path)
+    df = np.zeros(stage.n_features, dtype=np.int64)
+    row0 = stage.chunk_bounds(lo)[0]
+    for i in range(lo, hi):
+        c = stage.read_chunk(i, cache=False)
+        add_document_frequencies(df, c.X, train[c.row_start - row0 : c.row_start - row0 + c.n_rows])
+    return df
+
+
+def pass2_document_frequencies(engine, stage: Store, train: np.ndarray) -> np.ndarray:
+    """Pass 2's document frequencies over the stage's rows that the mask `train` selects, counted
+    on the workers (a run of chunks per worker thread) and summed here: integer counts, the same
+    for any number of workers."""
+    client = engine.client
+    runs = [r for r in np.array_split(np.arange(stage.n_chunks), max(engine.total_threads, 1)) if r.size]
+    futures = []
+    for run in runs:
+        lo, hi = int(run[0]), int(run[-1]) + 1
+        rows = slice(stage.chunk_bounds(lo)[0], stage.chunk_bounds(hi - 1)[1])
+        futures.append(client.submit(stage_document_frequencies, stage.path, lo, hi, train[rows], pure=False))
+    df = np.zeros(stage.n_features, dtype=np.int64)
+    for future in futures:
+        df += future.result()
+    return df
+
+
+def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, rows: np.ndarray, featurizer_dict, idf):
+    """Chunk `cid` of a final store (runs on a worker): the stage's rows `rows` (increasing),
+    IDF-weighted and normalized (Featurizer.finish, row by row: the bits of the in-process pass,
+    which finishes whole stage chunks), written through the final store's sink."""
+    stage = _open_stage(stage_path)
+    featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
+    parts = []
+    for i in range(int(rows[0]) // stage.chunk_rows, int(rows[-1]) // stage.chunk_rows + 1):
+        c = stage.read_chunk(i, cache=False)
+        take = rows[(rows >= c.row_start) & (rows < c.row_start + c.n_rows)] - c.row_start
+        parts.append((c.X[take], c.labels[take]))
+    X, labels = _stacked(parts)
+    return sink.write(cid, row_start, featurizer.finish(X), labels)
+
+
+def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer) -> None:
+    """The final store of `writer` from the stage's rows `rows` (increasing), each of its chunks
+    finished and written by a worker (finish_chunk), taken into `writer` in order."""
+    client = engine.client
+    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+    idf = client.scatter(featurizer.idf, broadcast=True, hash=False) if featurizer.idf is not None else None
+    writes: deque = deque()
+    try:
+        for cid, lo in enumerate(range(0, len(rows), writer.chunk_rows)):
+            chunk = rows[lo : lo + writer.chunk_rows]
+            args = (stage.path, writer.sink, cid, lo, chunk, featurizer.to_dict(), idf)
+            writes.append(client.submit(finish_chunk, *args, pure=False))
+            _take_written(writer, writes, window)
+        _take_written(writer, writes, 0)
+    except BaseException:
+        _settle(writes)
+        raise
 
 
 def _disagrees(p1, rows: PieceRows, source_multilabel: bool | None) -> str:
@@ -439,8 +508,10 @@ def merge(p1, rows: PieceRows) -> np.ndarray | None:
     p1.first_empty = p1.first_empty or rows.first_empty
     ids = None if p1.numeric else p1.vocab.add(rows.classes)
     if p1.o.test_size and rows.n_rows:  # one stratum for numeric targets: a random split
-        numeric = ids is None or rows.labels is None
-        p1.strata.append(np.zeros(rows.n_rows, np.int64) if numeric else _first_class(_mapped(rows.labels, ids)))
+        if ids is None or rows.labels is None:
+            p1.strata.append(np.zeros(rows.n_rows, np.int64))
+        else:
+            p1.strata.append(_first_class(_mapped(rows.labels, ids)))
     return ids
 
 

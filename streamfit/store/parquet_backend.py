@@ -54,7 +54,10 @@ def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
     multilabel = sp.issparse(labels)
     n_outputs = labels.shape[1] if not multilabel and labels.ndim == 2 else None
     indptr = np.asarray(X.indptr, dtype=np.int64)
-    columns = [_list_array(indptr, np.asarray(X.indices, np.int32)), _list_array(indptr, np.asarray(X.data, np.float32))]
+    columns = [
+        _list_array(indptr, np.asarray(X.indices, np.int32)),
+        _list_array(indptr, np.asarray(X.data, np.float32)),
+    ]
     if n_outputs is not None:
         columns.append(pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(labels).ravel()), n_outputs))
     elif multilabel:
@@ -118,7 +121,9 @@ class ParquetReader:
             raise DataMismatch(f"{name} has columns {got}, expected {self._expected(n_outputs)}")
         meta = file.metadata
         if meta.num_row_groups != 1 or meta.num_rows != n_rows:
-            raise DataMismatch(f"{name} holds {meta.num_rows} rows in {meta.num_row_groups} row groups, expected {n_rows} in 1")
+            raise DataMismatch(
+                f"{name} holds {meta.num_rows} rows in {meta.num_row_groups} row groups, expected {n_rows} in 1"
+            )
         table = file.read_row_group(0)
         indptr, indices = _csr_from_list(table.column("indices"))
         _, values = _csr_from_list(table.column("values"))

@@ -451,9 +451,7 @@ def canonical_chunk(X: sp.csr_matrix, labels, multilabel: bool, n_outputs: int |
         )
     indptr = np.asarray(X.indptr, dtype=np.int64)
     lo, hi = int(indptr[0]), int(indptr[-1])
-    X = sp.csr_matrix(
-        (X.data[lo:hi].astype(np.float32), X.indices[lo:hi].astype(np.int32), indptr - lo), shape=X.shape
-    )
+    X = sp.csr_matrix((X.data[lo:hi].astype(np.float32), X.indices[lo:hi].astype(np.int32), indptr - lo), shape=X.shape)
     if multilabel:
         return X, sp.csr_matrix(labels, dtype=np.float32)
     if n_outputs is not None:
@@ -652,7 +650,9 @@ class StoreWriter:
         if self.backend == "zarr":
             self._writing(lambda: module.close(self.attempt.location, manifest.to_json()))
         else:
-            self._writing(lambda: module.close(self.attempt.location, manifest.to_json(), self.multilabel, self.n_outputs))
+            self._writing(
+                lambda: module.close(self.attempt.location, manifest.to_json(), self.multilabel, self.n_outputs)
+            )
         self._writing(lambda: self.attempt.location.join(MANIFEST).write_new(manifest.to_json().encode()))
         if present(self.location) and not self.overwrite:  # written meanwhile by another process
             self.abort()

@@ -11,7 +11,7 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit.storage import Location
-from streamfit.store.format import CHUNKS_DIR, DataMismatch, TARGET_DTYPE, chunk_name, manifest_copy_difference
+from streamfit.store.format import CHUNKS_DIR, TARGET_DTYPE, DataMismatch, chunk_name, manifest_copy_difference
 
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz (the CSC copy's arrays)
 COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
@@ -97,7 +97,11 @@ class ZarrReader:
         whose dtype or length disagrees with the manifest."""
         arrays = self._chunk_arrays(cid)
         where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
-        expected = [("indptr", "int64", (n_rows + 1,)), ("indices", "int32", (nnz,)), ("data", "float32", (nnz,))]
+        expected: list[tuple[str, str, tuple[int, ...] | None]] = [
+            ("indptr", "int64", (n_rows + 1,)),
+            ("indices", "int32", (nnz,)),
+            ("data", "float32", (nnz,)),
+        ]
         if self.regression:
             expected.append(("targets", TARGET_DTYPE, (n_rows, n_outputs)))
         elif self.multilabel:
@@ -106,7 +110,11 @@ class ZarrReader:
             expected.append(("y", "int32", (n_rows,)))
         for name, dtype, shape in expected:
             a = arrays[name]
-            if a.dtype != np.dtype(dtype) or (shape is not None and a.shape != shape) or (shape is None and a.ndim != 1):
+            if (
+                a.dtype != np.dtype(dtype)
+                or (shape is not None and a.shape != shape)
+                or (shape is None and a.ndim != 1)
+            ):
                 want = f"{' × '.join(map(str, shape))} × {dtype}" if shape is not None else dtype
                 raise DataMismatch(f"{where}/{name} holds {a.shape} × {a.dtype}, expected {want}")
         indptr = np.asarray(arrays["indptr"][:])

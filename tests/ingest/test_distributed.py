@@ -51,10 +51,12 @@ def _options(inputs, out, **kw):
     return IngestOptions(inputs=[inputs], out=str(out), hashing=HashingConfig(n_features=2**12), progress=False, **kw)
 
 
-def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster):
+def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster, monkeypatch):
     inputs = _write_files(tmp_path / "in", bad_every=97)
     stores = {}
     for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        if engine:  # both passes' chunks written by the workers
+            _driver_writes_no_chunk(monkeypatch)
         out = tmp_path / name
         out.mkdir()
         report = ingest(
