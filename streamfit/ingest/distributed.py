@@ -35,7 +35,8 @@ column; the driver takes them in chunk order into the StoreWriter, which writes 
 and commits as in process. At most WINDOW_PER_THREAD pieces per worker thread are in flight,
 and as many chunk writes: memory is bounded by a few pieces' rows per worker. Label
 vocabulary, IDF and the stratified split follow as in process (pipeline.py): the driver holds
-one stratum per row, and pass 2 (IDF, the split) reads the stage store in the driver.
+one stratum per row and draws the split; pass 2 runs on the workers (pass2_document_frequencies,
+pass2_write: each final chunk read from the stage, finished and written by one task).
 """
 
 from __future__ import annotations

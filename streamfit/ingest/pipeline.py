@@ -5,7 +5,9 @@ StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes
 intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 streams it once
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
-and chunk size (plus, with a split, one byte and one int per row).
+and chunk size (plus, with a split, one byte and one int per row). With --n-workers /
+--scheduler both passes run on one Dask cluster (ingest/distributed.py), whose workers write
+the chunks.
 
 Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
 at its file and line, a row with a column beyond the width (--n-features) or, without one,
