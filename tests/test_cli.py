@@ -55,12 +55,12 @@ def test_inspect_and_verify(stores):
 def test_verify_names_the_damaged_chunk(stores, tmp_path):
     damaged = tmp_path / "damaged.zarr"
     shutil.copytree(stores / "train.zarr", damaged)
-    chunk_file = damaged / "X" / "data" / "c" / "0"
+    chunk_file = damaged / "chunks" / "000001" / "data" / "c" / "0"  # chunk 1's values
     raw = bytearray(chunk_file.read_bytes())
     raw[len(raw) // 3] ^= 0x55
     chunk_file.write_bytes(bytes(raw))
     result = run("inspect", damaged, "--verify", ok=False)
-    assert result.exit_code == 1 and "chunk 0" in result.output
+    assert result.exit_code == 1 and "chunk 1 " in result.output and "chunk 0 " not in result.output
 
 
 def test_train_evaluate_predict_resume(stores, tmp_path):
