@@ -299,8 +299,8 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
             pure=False,
         )
 
-    def summarized(future):
-        return client.submit(summary, future, bool(o.test_size), pure=False).result()
+    def summarized(future):  # submitted with the piece, so it is ready when the driver takes the piece
+        return client.submit(summary, future, bool(o.test_size), pure=False)
 
     chunks = _ChunkWriter(p1, client, window)
     pending: deque = deque()
@@ -309,16 +309,17 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
         with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
             while True:
                 while len(pending) < window and (piece := next(queued, None)) is not None:
-                    pending.append((piece, submit(piece)))
+                    future = submit(piece)
+                    pending.append((piece, future, summarized(future)))
                 if not pending:
                     break
-                piece, future = pending.popleft()
-                rows = summarized(future)
+                piece, future, summarized_rows = pending.popleft()
+                rows = summarized_rows.result()
                 again = _disagrees(p1, rows, source_decision.get(piece.path))
                 if again:
                     log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
                     future = submit(piece, source_decision.get(piece.path))
-                    rows = summarized(future)
+                    rows = summarized(future).result()
                 offset = lines_before.get(piece.path, 0)
                 ids = merge(p1, _shifted(rows, offset) if offset else rows)
                 chunks.place(future, rows.n_rows, ids)
