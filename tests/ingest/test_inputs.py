@@ -98,3 +98,20 @@ def test_an_archive_and_an_hdf5_file_behind_a_url_give_the_stores_of_their_local
             manifests.append((m.n_rows, m.classes, [c.sha256 for c in m.chunks], m.source["paths"]))
         assert manifests[0][:3] == manifests[1][:3] and manifests[0][0] > 0
         assert manifests[1][3] == [f"s3://streamfit-test/url-inputs/{name}"]
+
+
+@pytest.mark.parametrize(
+    "url, format, problem",
+    [
+        ("memory://streamfit-tests/corpus.zip", "folder", "a folder corpus is read from a local path only"),
+        ("memory://streamfit-tests/x.npy", "numpy", "numpy inputs are read from local paths only"),
+    ],
+)
+def test_a_folder_or_numpy_file_behind_a_url_is_a_clear_error(url, format, problem):
+    import fsspec
+
+    from streamfit.ingest.sources import BadRecordPolicy, open_source
+
+    fsspec.filesystem("memory").pipe(url, b"\x00")
+    with pytest.raises(InputError, match=problem):
+        open_source(url, format, policy=BadRecordPolicy())
