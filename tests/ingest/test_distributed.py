@@ -278,3 +278,31 @@ def test_a_driver_killed_while_the_workers_write_leaves_no_complete_store(tmp_pa
     assert len(attempts) == 1 and open_store(store).verify() == []
     local, remote = _manifest(tmp_path / "local.zarr"), _manifest(store)
     assert [c["sha256"] for c in remote["chunks"]] == [c["sha256"] for c in local["chunks"]]
+
+
+@pytest.mark.parametrize("target", ["numeric", "multilabel"])
+def test_a_split_of_regression_or_multilabel_rows_gives_the_in_process_stores(tmp_path, cluster, monkeypatch, target):
+    """Pass 2 on the workers with float targets (rows × 1) and with label sets (sparse indicators)."""
+    from streamfit.ingest import distributed
+
+    rng = random.Random(2)
+    for f in range(2):
+        lines = []
+        for _ in range(150):
+            labels = {str(rng.randint(0, 4 + f)) for _ in range(rng.randint(1, 2))}  # classes new in file 1
+            label = f"{rng.random():.4f}" if target == "numeric" else ",".join(sorted(labels))
+            features = " ".join(f"{j}:{rng.random():.3f}" for j in sorted(rng.sample(range(1, 40), 4)))
+            lines.append(f"{label} {features}")
+        (tmp_path / f"p{f}.svm").write_text("\n".join(lines) + "\n")
+    kw = {"hashing": None, "test_size": 0.3, "chunk_rows": 40, "batch_size": 32, "progress": False}
+    kw |= {"target": "numeric"} if target == "numeric" else {"source_options": {"multilabel": True}}
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 2048)
+    stores = {}
+    for name, engine in (("in", {}), ("cl", {"scheduler": cluster})):
+        if engine:
+            _driver_writes_no_chunk(monkeypatch)
+        out, test = tmp_path / f"{name}.zarr", tmp_path / f"{name}-test.zarr"
+        ingest(IngestOptions(inputs=[str(tmp_path / "*.svm")], out=str(out), test_out=str(test), **kw, **engine))
+        stores[name] = [_manifest(out), _manifest(test)]
+    assert stores["cl"] == stores["in"]
+    assert stores["in"][0]["task"] == ("regression" if target == "numeric" else "multilabel")
