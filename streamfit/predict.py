@@ -54,15 +54,14 @@ def _is_store(path: str) -> bool:
     """A directory written by ingest, complete or not (open_store explains an incomplete one);
     behind a URL, a committed store."""
     from streamfit import storage
-    from streamfit.store.format import MANIFEST
-    from streamfit.store.parquet_backend import DATA_FILE
+    from streamfit.store.format import CHUNKS_DIR, MANIFEST
 
     if storage.is_url(path):
         location = storage.resolve(path)
         return location.isdir() and location.join(storage.COMMITTED).exists()
     return os.path.isdir(path) and (
         os.path.abspath(path).endswith(".partial")
-        or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", DATA_FILE))
+        or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", CHUNKS_DIR))
     )
 
 

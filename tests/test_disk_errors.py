@@ -155,7 +155,7 @@ def test_disk_full_during_ingest_leaves_no_store(digits_svm, tmp_path, monkeypat
         failed, real = [], zarr_local._put
 
         def put(path, value, exclusive=False):
-            if "X/data/c" in str(path):
+            if "chunks/000002/data/c" in str(path):
                 failed.append(path)
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             return real(path, value, exclusive)

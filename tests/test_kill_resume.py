@@ -184,9 +184,10 @@ def _assert_half_never_opens(path, reference):
 
 
 def _written_chunks(partial):
-    """How many chunks a store being written holds: one label file y/c/<k> per chunk."""
+    """How many chunks a store being written holds: a folder chunks/<id> per chunk (its labels
+    written last: a chunk being written is not counted)."""
     try:
-        return len(os.listdir(partial / "y" / "c"))
+        return sum((partial / "chunks" / name / "y" / "c" / "0").exists() for name in os.listdir(partial / "chunks"))
     except FileNotFoundError:
         return 0
 
@@ -230,7 +231,7 @@ def test_a_live_writer_is_not_clobbered_and_a_dead_ones_partial_is_replaced(tmp_
     live.close(n_features=X.shape[1], classes=classes)
     assert open_store(path).n_rows == X.shape[0]
     dead = tmp_path / "t.zarr.partial"  # what a killed writer leaves: no lock held
-    (dead / "X").mkdir(parents=True)
+    (dead / "chunks").mkdir(parents=True)
     (dead / "manifest.json").write_text("{}")
     w = StoreWriter(str(tmp_path / "t.zarr"))
     assert not (dead / "manifest.json").exists()

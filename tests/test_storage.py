@@ -164,7 +164,7 @@ def test_a_damaged_object_is_detected(s3):
         _cli("ingest", DATA, "--no-hash", "--backend", "parquet", "--out", store, "--chunk-rows", "10").exit_code == 0
     )
     (attempt,) = _attempts(s3, "damaged.parquet")
-    key = f"{BUCKET}/damaged.parquet/{attempt}/X.parquet"
+    key = f"{BUCKET}/damaged.parquet/{attempt}/chunks/part-000001.parquet"
     raw = bytearray(s3.cat_file(key))
     raw[len(raw) // 3] ^= 0x01
     s3.pipe_file(key, bytes(raw))

@@ -2,7 +2,7 @@
 same ingest in this process (N = 0), with the stores checked identical.
 
     python tools/bench_ingest_workers.py [--mb 300] [--files 32] [--workers 0,1,2] [--modes noidf,idf]
-        [--workdir /tmp] [--out-json DIR]
+        [--backend zarr] [--chunk-rows N] [--workdir /tmp] [--out-json DIR]
 
 A seeded JSONL text corpus (tools/bench_ingest.py's CorpusGenerator: Zipf-Mandelbrot words,
 20 labels) of --mb MB is written as --files files into a temporary directory (no network, no
@@ -15,8 +15,9 @@ cluster's start-up is reported beside them. Reported per run: seconds, MB/s of r
 records/s, the speed-up over N = 1 (and over N = 0 when measured), the driver's CPU time as a
 share of the run (near 100 %: the driver, which writes the store, is the bottleneck), and
 whether the manifest (every chunk digest, classes, IDF digest) equals the first run's of the
-same mode. With
---out-json DIR the results go to DIR/ingest_workers.json as well.
+same mode, and the time to read the store back in this process (every chunk decoded and
+checked against its digest, past the chunk cache: `read s`, the best of 3 passes). --backend
+parquet writes Parquet stores, --chunk-rows sets the rows per chunk. With --out-json DIR the results go to DIR/ingest_workers.json as well.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from bench_ingest import CorpusGenerator  # noqa: E402 - after the thread variab
 
 from streamfit.ingest.hashing import HashingConfig  # noqa: E402
 from streamfit.ingest.pipeline import IngestOptions, ingest  # noqa: E402
+from streamfit.store import Store  # noqa: E402
 
 N_FEATURES = 2**18
 
@@ -67,10 +69,12 @@ def _warm() -> None:
     FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
 
 
-def options(corpus: Path, out: Path, mode: str, scheduler: str | None) -> IngestOptions:
+def options(corpus: Path, out: Path, mode: str, scheduler: str | None, backend: str, chunk_rows: int | None):
     return IngestOptions(
         inputs=[str(corpus)],
         out=str(out),
+        backend=backend,
+        chunk_rows=chunk_rows,
         hashing=HashingConfig(n_features=N_FEATURES),
         idf=mode == "idf",
         overwrite=True,
@@ -79,7 +83,20 @@ def options(corpus: Path, out: Path, mode: str, scheduler: str | None) -> Ingest
     )
 
 
-def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
+def read_seconds(path: Path, repeat: int = 3) -> float:
+    """Seconds to read every chunk of the store at `path`, decoded and checked, past the cache:
+    the best of `repeat` passes, each by a freshly opened store (its first pass opens the chunks)."""
+    best = float("inf")
+    for _ in range(repeat):
+        store = Store(str(path))
+        t = time.perf_counter()
+        for i in range(store.n_chunks):
+            store.read_chunk(i, cache=False)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def run(corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_rows: int | None) -> list[dict]:
     """Ingest the corpus once per mode on N workers (one cluster for all modes; N = 0: in process)."""
     cluster = client = None
     startup = 0.0
@@ -98,7 +115,9 @@ def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
         for mode in modes:
             out = work / f"store-{mode}-{n}.zarr"
             t, cpu = time.perf_counter(), time.process_time()
-            report = ingest(options(corpus, out, mode, cluster.scheduler_address if cluster else None))
+            report = ingest(
+                options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows)
+            )
             seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
             results.append(
                 {
@@ -109,6 +128,7 @@ def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
                     "startup_s": startup,
                     "rows": report.written,
                     "manifest": (out / "manifest.json").read_text(),
+                    "read_s": read_seconds(out),
                 }
             )
             shutil.rmtree(out)
@@ -120,7 +140,7 @@ def run(corpus: Path, work: Path, n: int, modes: list[str]) -> list[dict]:
     return results
 
 
-def save(folder: str | None, size: int, docs: int, files: int, results: list[dict]) -> None:
+def save(folder: str | None, size: int, docs: int, files: int, backend: str, results: list[dict]) -> None:
     """The results as DIR/ingest_workers.json (nothing without --out-json)."""
     if folder:
         os.makedirs(folder, exist_ok=True)
@@ -128,6 +148,7 @@ def save(folder: str | None, size: int, docs: int, files: int, results: list[dic
             "corpus_mb": size / 1e6,
             "documents": docs,
             "files": files,
+            "backend": backend,
             "cpus": os.cpu_count(),
             "results": results,
         }
@@ -141,6 +162,8 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=32, help="corpus files")
     ap.add_argument("--workers", default="0,1,2", help="comma-separated worker counts (0: in process)")
     ap.add_argument("--modes", default="noidf,idf", help="noidf (one pass) and/or idf (two passes)")
+    ap.add_argument("--backend", default="zarr", choices=["zarr", "parquet"], help="the stores' backend")
+    ap.add_argument("--chunk-rows", type=int, default=None, help="rows per store chunk (default: ingest's)")
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--out-json", default=None, help="directory for ingest_workers.json")
     args = ap.parse_args()
@@ -152,13 +175,15 @@ def main() -> None:
         results = []
         reference: dict[str, str] = {}  # mode: the manifest of its first run
         for n in (int(w) for w in args.workers.split(",")):
-            for r in run(work / "corpus", work, n, args.modes.split(",")):
+            for r in run(work / "corpus", work, n, args.modes.split(","), args.backend, args.chunk_rows):
                 manifest = r.pop("manifest")
                 r["identical"] = manifest == reference.setdefault(r["mode"], manifest)
                 r["mb_per_s"] = size / 1e6 / r["seconds"]
                 r["records_per_s"] = docs / r["seconds"]
                 results.append(r)
-            save(args.out_json, size, docs, args.files, results)  # so far: a run cut short keeps its numbers
+            save(
+                args.out_json, size, docs, args.files, args.backend, results
+            )  # so far: a run cut short keeps its numbers
         for r in results:
             same = [q for q in results if q["mode"] == r["mode"]]
             one = next((q for q in same if q["workers"] == 1), None)
@@ -167,16 +192,17 @@ def main() -> None:
             r["speedup_vs_0"] = zero["seconds"] / r["seconds"] if zero else None
         print(
             f"{'mode':6} {'N':>3} {'s':>8} {'MB/s':>7} {'rec/s':>8} {'vs N=1':>7} {'vs N=0':>7} {'driver':>7} "
-            f"{'start s':>7} same"
+            f"{'start s':>7} {'read s':>7} same"
         )
         for r in sorted(results, key=lambda r: (r["mode"], r["workers"])):
             vs1 = f"{r['speedup_vs_1']:.2f}" if r["speedup_vs_1"] else "-"
             vs0 = f"{r['speedup_vs_0']:.2f}" if r["speedup_vs_0"] else "-"
             print(
                 f"{r['mode']:6} {r['workers']:>3} {r['seconds']:8.2f} {r['mb_per_s']:7.2f} {r['records_per_s']:8.0f} "
-                f"{vs1:>7} {vs0:>7} {r['driver_cpu_s'] / r['seconds']:7.0%} {r['startup_s']:7.1f} {r['identical']}"
+                f"{vs1:>7} {vs0:>7} {r['driver_cpu_s'] / r['seconds']:7.0%} {r['startup_s']:7.1f} {r['read_s']:7.2f} "
+                f"{r['identical']}"
             )
-        save(args.out_json, size, docs, args.files, results)
+        save(args.out_json, size, docs, args.files, args.backend, results)
         if not all(r["identical"] for r in results):
             raise SystemExit("the stores differ between worker counts")
     finally:

@@ -19,6 +19,11 @@
 #   EXTRA_CMD='...'    one more command run after it (e.g. another benchmark writing to $OUT),
 #                      its output in $OUT/extra.log; EXTRA_TIMEOUT=180 seconds for it
 #   SKIP_INSTALL=1     the wheels are installed already and PYTHONPATH set (a rehearsal elsewhere)
+#   INGEST=1           then distributed ingest (issue 18): tools/bench_ingest_workers.py on a generated
+#                      JSONL corpus of INGEST_MB=128 MB in 64 files at N = INGEST_WORKERS (default
+#                      1,2,4,8,16; small: 1,2 on 16 MB), one pass and IDF, every store checked identical;
+#                      $OUT/ingest_workers.json and ingest_workers.log; INGEST_TIMEOUT=240 seconds.
+#                      INGEST=only: that alone, without bench_scaleout
 set -u
 : "${OUT:?set OUT to the folder for the results}"
 mkdir -p "$OUT"
@@ -36,15 +41,28 @@ else
   SIZES="--rows 786432 --extreme-rows 50000 --extreme-features 50000 --extreme-classes 10000"
   WORKERS=${WORKERS:-1,2,4,8,16}
 fi
+status=0
 WORK=$(mktemp -d /tmp/scaleout-XXXXXX)
 start=$(date +%s)
+if [ "${INGEST:-}" != only ]; then
 # shellcheck disable=SC2086  # SIZES is a list of flags
 timeout "${BENCH_TIMEOUT:-400}" python3 tools/bench_scaleout.py $SIZES --features 65536 --used 8192 --classes 20 \
   --chunks 64 --solvers ppdsparse,bcd,stagewise --workers "$WORKERS" --time-limit "${RUN_LIMIT:-150}" --workdir "$WORK" \
   --out "$OUT/scaleout.json" 2>&1 | tee "$OUT/scaleout.log"
 status=${PIPESTATUS[0]}
 echo "bench_scaleout: exit $status after $(($(date +%s) - start)) s" | tee -a "$OUT/scaleout.log"
+fi
 rm -rf "$WORK"
+
+if [ -n "${INGEST:-}" ]; then
+  if [ "${SCALE:-full}" = small ]; then INGEST_MB=${INGEST_MB:-16}; INGEST_WORKERS=${INGEST_WORKERS:-1,2}; fi
+  start=$(date +%s)
+  timeout "${INGEST_TIMEOUT:-240}" python3 tools/bench_ingest_workers.py --mb "${INGEST_MB:-128}" --files 64 \
+    --workers "${INGEST_WORKERS:-1,2,4,8,16}" --modes noidf,idf --workdir /tmp --out-json "$OUT" 2>&1 | tee "$OUT/ingest_workers.log"
+  ingest_status=${PIPESTATUS[0]}
+  echo "bench_ingest_workers: exit $ingest_status after $(($(date +%s) - start)) s" | tee -a "$OUT/ingest_workers.log"
+  [ "$status" -eq 0 ] && status=$ingest_status
+fi
 
 if [ -n "${EXTRA_CMD:-}" ]; then
   start=$(date +%s)

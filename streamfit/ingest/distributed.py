@@ -13,7 +13,8 @@ raised by the driver in the piece's turn). The driver takes the pieces' results 
 it moves the piece's FILE:LINE locations down by the lines of the file's earlier pieces,
 replays its bad records into the policy (counts, quarantine file), appends the piece's new
 labels to the store's vocabulary (so the classes are in order of first appearance over the
-whole input, as in process), maps the piece's label ids to the store's and writes its rows.
+whole input, as in process) and places the piece's rows in the store: rows [start, start + n)
+of it, which cut the store's chunks (of chunk_rows rows, fixed by the row numbers alone).
 
 Three decisions are taken from the first rows read: multilabel or not by a LIBSVM/JSONL reader
 (in its file's first piece), by the pass (its first batch), and the number of regression
@@ -24,12 +25,18 @@ are the in-process store's for any number of workers (tests/ingest/test_distribu
 the text of an unknown-label bad record, which lists the unknown labels of its batch, may list
 others (a piece's batches end where the piece ends).
 
-At most WINDOW_PER_THREAD pieces per worker thread are in flight (their rows held on the
-workers until the driver takes them): memory is bounded by a few pieces' rows per worker. The
-rows are written by the driver, in order, through the one StoreWriter (the store's Zarr arrays
-are cut along nnz, so a chunk cannot be written apart from the others); label vocabulary, IDF
-and the stratified split follow as in process (pipeline.py): the driver holds one stratum per
-row, and pass 2 (IDF, the split) reads the stage store in the driver.
+The rows stay on the workers: the driver gets a piece's summary (its counts, bad records,
+vocabulary, decisions and, for a split, the first class of each row), never its rows. Each
+chunk is written by one task (`write_chunk`) on the worker that holds its rows, through the
+StoreWriter's ChunkSink, with the piece's label ids mapped to the store's; a chunk whose rows
+come from several pieces gets them as slices (`rows_slice`, on the workers that hold them), so
+only those rows move. The task returns the chunk's entry (rows, nnz, SHA-256) and largest
+column; the driver takes them in chunk order into the StoreWriter, which writes the manifest
+and commits as in process. At most WINDOW_PER_THREAD pieces per worker thread are in flight,
+and as many chunk writes: memory is bounded by a few pieces' rows per worker. Label
+vocabulary, IDF and the stratified split follow as in process (pipeline.py): the driver holds
+one stratum per row and draws the split; pass 2 runs on the workers (pass2_document_frequencies,
+pass2_write: each final chunk read from the stage, finished and written by one task).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from __future__ import annotations
 import logging
 import os
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,8 +55,9 @@ from streamfit import storage
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
-from streamfit.ingest.pipeline import _Pass1
+from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +73,7 @@ class PieceRows:
     path: str
     kind: str = ""
     n_read: int = 0
-    batches: list[tuple[sp.csr_matrix, object]] = field(default_factory=list)
+    batches: list[tuple[sp.csr_matrix, Any]] = field(default_factory=list)  # (X, class ids, indicator or targets)
     classes: list[str] = field(default_factory=list)
     multilabel: bool | None = None  # decided by the piece's first batch (None: it had none)
     n_outputs: int | None = None  # regression outputs, decided by the piece's first good target
@@ -72,6 +81,8 @@ class PieceRows:
     first_empty: str | None = None
     bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
     n_lines: int = 0  # lines read (line-based formats): where the file's next piece starts counting
+    n_rows: int = 0  # rows featurized (in `batches`)
+    labels: object = None  # a split's strata: the rows' class ids (own vocabulary), from summary()
     source_multilabel: bool | None = None  # the reader's decision (LIBSVM, JSONL), None: not taken
     error: StreamfitError | None = None  # what stopped the piece (raised by the driver in its turn)
 
@@ -206,65 +217,247 @@ def featurize_piece(
     rows.n_read, rows.classes = p.read, vocab.classes
     rows.multilabel, rows.n_outputs = p.multilabel, p.n_outputs
     rows.empty, rows.first_empty = p.empty, p.first_empty
+    rows.n_rows = sum(X.shape[0] for X, _ in rows.batches)
     return rows
 
 
-def run_distributed(p1, finish_rows: bool) -> None:
-    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of
-    p1.o.n_workers / p1.o.scheduler (see the module docstring); p1 ends as an in-process run
-    leaves it."""
-    from streamfit.engine import Engine
+def summary(rows: PieceRows, strata: bool) -> PieceRows:
+    """What the driver needs of a piece (runs on the worker that holds it): everything but its
+    rows, with their class ids when a split needs strata (`strata`; not for numeric targets)."""
+    labels = None
+    if strata and rows.batches and rows.n_outputs is None:
+        labels = _stacked_labels([bl for _, bl in rows.batches])
+    return replace(rows, batches=[], labels=labels)
 
+
+def _stacked_labels(labels: list):
+    """Label batches (class ids, sparse indicators, or target rows) one after the other."""
+    if sp.issparse(labels[0]):
+        return sp.vstack(labels, format="csr")
+    return np.vstack(labels) if np.ndim(labels[0]) == 2 else np.concatenate(labels)
+
+
+def _stacked(batches: list) -> tuple[sp.csr_matrix, object]:
+    """The rows of (X, labels) batches as one (X, labels)."""
+    return sp.vstack([bx for bx, _ in batches], format="csr"), _stacked_labels([bl for _, bl in batches])
+
+
+def rows_slice(rows: PieceRows, lo: int, hi: int, ids: np.ndarray | None) -> tuple[sp.csr_matrix, object]:
+    """Rows [lo, hi) of a piece as (X, labels), the labels mapped to the store's ids by `ids`
+    (None: as they are)."""
+    taken = []
+    start = 0
+    for bx, bl in rows.batches:
+        stop = start + bx.shape[0]
+        if stop > lo and start < hi:
+            a, b = max(lo - start, 0), min(hi, stop) - start
+            taken.append((bx[a:b], _mapped(bl[a:b], ids) if ids is not None else bl[a:b]))
+        start = stop
+    return _stacked(taken)
+
+
+def write_chunk(sink: ChunkSink, cid: int, row_start: int, parts: list) -> WrittenChunk:
+    """Chunk `cid`, rows from row_start, written through the store's sink (runs on a worker).
+    parts, in row order: (piece rows, lo, hi, label id map) for rows [lo, hi) of one piece, or
+    (X, labels) already sliced (rows_slice) from one piece of several."""
+    if len(parts) == 1:
+        X, labels = rows_slice(*parts[0])
+    else:
+        X, labels = _stacked(parts)
+    return sink.write(cid, row_start, X, labels)
+
+
+def run_distributed(p1, engine, finish_rows: bool) -> None:
+    """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of `engine`
+    (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
+    leaves it."""
     o = p1.o
     pieces = plan_pieces(list(o.inputs), o, PIECE_BYTES)
     featurizer_dict = p1.featurizer.to_dict()
     lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
     source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
-    engine = Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
-    with engine:
-        client = engine.client
-        assert client is not None
-        window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
-        frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
-        idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
+    client = engine.client
+    assert client is not None
+    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+    frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
+    idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
 
-        def submit(piece: Piece, source_multilabel: bool | None = None):
-            return client.submit(
-                featurize_piece,
-                piece,
-                o,
-                p1.layout,
-                p1.source_options,
-                featurizer_dict,
-                idf,
-                frozen,
-                p1.multilabel,
-                p1.n_outputs if p1.numeric else None,
-                source_multilabel,
-                finish_rows,
-                pure=False,
-            )
+    def submit(piece: Piece, source_multilabel: bool | None = None):
+        return client.submit(
+            featurize_piece,
+            piece,
+            o,
+            p1.layout,
+            p1.source_options,
+            featurizer_dict,
+            idf,
+            frozen,
+            p1.multilabel,
+            p1.n_outputs if p1.numeric else None,
+            source_multilabel,
+            finish_rows,
+            pure=False,
+        )
 
-        pending: deque = deque()
-        queued = iter(pieces)
+    def summarized(future):  # submitted with the piece, so it is ready when the driver takes the piece
+        return client.submit(summary, future, bool(o.test_size), pure=False)
+
+    chunks = _ChunkWriter(p1, client, window)
+    pending: deque = deque()
+    queued = iter(pieces)
+    try:
         with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
             while True:
                 while len(pending) < window and (piece := next(queued, None)) is not None:
-                    pending.append((piece, submit(piece)))
+                    future = submit(piece)
+                    pending.append((piece, future, summarized(future)))
                 if not pending:
                     break
-                piece, future = pending.popleft()
-                rows: PieceRows = future.result()
+                piece, future, summarized_rows = pending.popleft()
+                rows = summarized_rows.result()
                 again = _disagrees(p1, rows, source_decision.get(piece.path))
                 if again:
                     log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
-                    rows = submit(piece, source_decision.get(piece.path)).result()
+                    future = submit(piece, source_decision.get(piece.path))
+                    rows = summarized(future).result()
                 offset = lines_before.get(piece.path, 0)
-                merge(p1, _shifted(rows, offset) if offset else rows)
+                ids = merge(p1, _shifted(rows, offset) if offset else rows)
+                chunks.place(future, rows.n_rows, ids)
                 lines_before[piece.path] = offset + rows.n_lines
                 if rows.source_multilabel is not None:
                     source_decision.setdefault(piece.path, rows.source_multilabel)
                 bar.update(1)
+        chunks.finish()
+    except BaseException:
+        chunks.settle()  # no write of ours still running when the caller deletes the attempt
+        raise
+
+
+class _ChunkWriter:
+    """Cuts the input's rows, as the driver places them in order, into the store's chunks of
+    chunk_rows rows, has each written on the workers (write_chunk) and takes the written chunks
+    into the StoreWriter in order."""
+
+    def __init__(self, p1, client, window: int):
+        self.p1, self.client, self.window = p1, client, window
+        self.parts: list[tuple] = []  # the open chunk's (piece future, lo, hi, ids)
+        self.rows = 0  # rows placed so far
+        self.writes: deque = deque()  # write_chunk futures in chunk order
+
+    def place(self, future, n_rows: int, ids: np.ndarray | None) -> None:
+        """A piece's n_rows rows, next in the store; ids: its label ids as the store's."""
+        chunk_rows = self.p1.layout.chunk_rows
+        lo = 0
+        while lo < n_rows:
+            hi = min(n_rows, lo + chunk_rows - self.rows % chunk_rows)
+            self.parts.append((future, lo, hi, ids))
+            self.rows += hi - lo
+            lo = hi
+            if self.rows % chunk_rows == 0:
+                self._submit()
+        _take_written(self.p1.writer, self.writes, self.window)
+
+    def finish(self) -> None:
+        if self.parts:
+            self._submit()
+        _take_written(self.p1.writer, self.writes, 0)
+
+    def _submit(self) -> None:
+        writer = self.p1._writer()
+        parts = self.parts
+        if len(parts) > 1:  # rows of several pieces: only those rows move to the chunk's writer
+            parts = [self.client.submit(rows_slice, *part, pure=False) for part in parts]
+        n = sum(hi - lo for _, lo, hi, _ in self.parts)
+        cid = len(writer.chunks) + len(self.writes)
+        self.writes.append(
+            self.client.submit(write_chunk, writer.sink, cid, self.rows - n, parts, pure=False, priority=1)
+        )
+        self.parts = []
+
+    def settle(self) -> None:
+        """Wait for the chunk writes in flight (their failures are not this error's cause)."""
+        _settle(self.writes)
+
+
+def _take_written(writer: StoreWriter, writes: deque, keep: int) -> None:
+    """Chunk writes (futures of WrittenChunk, in chunk order) into `writer`: waiting for the
+    oldest until at most `keep` are in flight, then those finished at the head of the queue."""
+    while writes and (len(writes) > keep or writes[0].done()):
+        writer.add_written(writes.popleft().result())
+
+
+def _settle(writes: deque) -> None:
+    """Wait for the chunk writes in flight, so none writes into an attempt being deleted."""
+    from distributed import wait
+
+    wait(list(writes))
+
+
+def _open_stage(path: str) -> Store:
+    return Store(path, allow_partial=True)
+
+
+def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndarray) -> np.ndarray:
+    """Pass 2's document frequencies (int64, n_features) over chunks [lo, hi) of the stage store,
+    counting the rows that the boolean mask `train` (over those chunks' rows) selects."""
+    stage = _open_stage(stage_path)
+    df = np.zeros(stage.n_features, dtype=np.int64)
+    row0 = stage.chunk_bounds(lo)[0]
+    for i in range(lo, hi):
+        c = stage.read_chunk(i, cache=False)
+        add_document_frequencies(df, c.X, train[c.row_start - row0 : c.row_start - row0 + c.n_rows])
+    return df
+
+
+def pass2_document_frequencies(engine, stage: Store, train: np.ndarray) -> np.ndarray:
+    """Pass 2's document frequencies over the stage's rows that the mask `train` selects, counted
+    on the workers (a run of chunks per worker thread) and summed here: integer counts, the same
+    for any number of workers."""
+    client = engine.client
+    runs = [r for r in np.array_split(np.arange(stage.n_chunks), max(engine.total_threads, 1)) if r.size]
+    futures = []
+    for run in runs:
+        lo, hi = int(run[0]), int(run[-1]) + 1
+        rows = slice(stage.chunk_bounds(lo)[0], stage.chunk_bounds(hi - 1)[1])
+        futures.append(client.submit(stage_document_frequencies, stage.path, lo, hi, train[rows], pure=False))
+    df = np.zeros(stage.n_features, dtype=np.int64)
+    for future in futures:
+        df += future.result()
+    return df
+
+
+def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, rows: np.ndarray, featurizer_dict, idf):
+    """Chunk `cid` of a final store (runs on a worker): the stage's rows `rows` (increasing),
+    IDF-weighted and normalized (Featurizer.finish, row by row: the bits of the in-process pass,
+    which finishes whole stage chunks), written through the final store's sink."""
+    stage = _open_stage(stage_path)
+    featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
+    parts = []
+    for i in range(int(rows[0]) // stage.chunk_rows, int(rows[-1]) // stage.chunk_rows + 1):
+        c = stage.read_chunk(i, cache=False)
+        take = rows[(rows >= c.row_start) & (rows < c.row_start + c.n_rows)] - c.row_start
+        parts.append((c.X[take], c.labels[take]))
+    X, labels = _stacked(parts)
+    return sink.write(cid, row_start, featurizer.finish(X), labels)
+
+
+def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer) -> None:
+    """The final store of `writer` from the stage's rows `rows` (increasing), each of its chunks
+    finished and written by a worker (finish_chunk), taken into `writer` in order."""
+    client = engine.client
+    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+    idf = client.scatter(featurizer.idf, broadcast=True, hash=False) if featurizer.idf is not None else None
+    writes: deque = deque()
+    try:
+        for cid, lo in enumerate(range(0, len(rows), writer.chunk_rows)):
+            chunk = rows[lo : lo + writer.chunk_rows]
+            args = (stage.path, writer.sink, cid, lo, chunk, featurizer.to_dict(), idf)
+            writes.append(client.submit(finish_chunk, *args, pure=False))
+            _take_written(writer, writes, window)
+        _take_written(writer, writes, 0)
+    except BaseException:
+        _settle(writes)
+        raise
 
 
 def _disagrees(p1, rows: PieceRows, source_multilabel: bool | None) -> str:
@@ -299,9 +492,10 @@ def _shifted(rows: PieceRows, offset: int) -> PieceRows:
     return rows
 
 
-def merge(p1, rows: PieceRows) -> None:
-    """Add one file's rows to the pass: its bad records, label ids mapped to the store's
-    vocabulary (new labels appended in the file's order), its rows written."""
+def merge(p1, rows: PieceRows) -> np.ndarray | None:
+    """Add one piece's summary to the pass: its bad records, counts and decisions, its new labels
+    appended to the store's vocabulary (in the piece's order) and, for a split, its rows'
+    strata. Returns the piece's label ids as the store's (None: numeric targets)."""
     for location, problem, raw, hint in rows.bad:
         p1.policy.bad(location, problem, raw, hint)
     if rows.error is not None:
@@ -315,10 +509,12 @@ def merge(p1, rows: PieceRows) -> None:
     p1.empty += rows.empty
     p1.first_empty = p1.first_empty or rows.first_empty
     ids = None if p1.numeric else p1.vocab.add(rows.classes)
-    for X, labels in rows.batches:
-        if ids is not None:
-            labels = _mapped(labels, ids)
-        p1.emit(X, labels)
+    if p1.o.test_size and rows.n_rows:  # one stratum for numeric targets: a random split
+        if ids is None or rows.labels is None:
+            p1.strata.append(np.zeros(rows.n_rows, np.int64))
+        else:
+            p1.strata.append(_first_class(_mapped(rows.labels, ids)))
+    return ids
 
 
 def _mapped(labels, ids: np.ndarray):

@@ -5,7 +5,9 @@ StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes
 intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 streams it once
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
-and chunk size (plus, with a split, one byte and one int per row).
+and chunk size (plus, with a split, one byte and one int per row). With --n-workers /
+--scheduler both passes run on one Dask cluster (ingest/distributed.py), whose workers write
+the chunks.
 
 Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
 at its file and line, a row with a column beyond the width (--n-features) or, without one,
@@ -15,6 +17,7 @@ before it is known (l2 normalization follows nnz; --idf checks its per-column ar
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -139,15 +142,15 @@ class IngestOptions:
     )
     n_workers: int | None = option(
         None,
-        "Featurize the input files on an embedded Dask cluster of N worker processes (the store is the same "
-        "for any N); 0: in this process",
+        "Featurize the input files and write the store's chunks on an embedded Dask cluster of N worker "
+        "processes (the store is the same for any N); 0: in this process",
         ge=0,
         default_text="0",
     )
     scheduler: str | None = option(
         None,
         "Featurize the input files on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read "
-        "the inputs by their paths or URLs",
+        "the inputs and write the store's chunks by their paths or URLs (URLs or a shared disk)",
         metavar="ADDRESS",
     )
     progress: bool = True
@@ -577,11 +580,17 @@ def ingest(o: IngestOptions) -> IngestReport:
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
+    cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
     try:
+        engine = None
         if o.n_workers or o.scheduler:
+            from streamfit.engine import Engine
             from streamfit.ingest.distributed import run_distributed
 
-            run_distributed(p1, finish_rows=not two_pass)
+            engine = cluster.enter_context(
+                Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
+            )
+            run_distributed(p1, engine, finish_rows=not two_pass)
         else:
             p1.run(finish_rows=not two_pass)
         policy.close()
@@ -616,12 +625,13 @@ def ingest(o: IngestOptions) -> IngestReport:
         else:
             # the stage stays locked until it is removed: a concurrent ingest to the same --out is refused
             common["n_features"] = p1.writer.close(transform={}, counts={}, keep_lock=True, **common).n_features
-            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair)
+            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair, engine)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
         raise
     finally:
+        cluster.close()
         if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
             storage.resolve(pass1_out).remove_tree()
             p1.writer.release()
@@ -725,6 +735,12 @@ def _stream(stage: Store):
         yield stage.read_chunk(i, cache=False)
 
 
+def add_document_frequencies(df: np.ndarray, X: sp.csr_matrix, rows: np.ndarray) -> None:
+    """Add to df[j] how many of the rows of X that the boolean mask `rows` selects hold column j."""
+    counts = np.bincount(X[rows].indices)  # as long as the largest column + 1
+    df[: counts.size] += counts
+
+
 IDF_BYTES_PER_FEATURE = 32  # per column: document counts (int64), IDF weights (float64) and their temporaries
 
 
@@ -751,10 +767,13 @@ def _pass2(
     report: IngestReport,
     out: str,
     finish_pair: bool,
+    engine=None,
 ) -> None:
     """Write the final stores from the stage. With a split the test store is published first:
     a kill between the two publishes leaves no complete-looking training store without its
-    test store, and a re-run of the same command replaces the lone test store (finish_pair)."""
+    test store, and a re-run of the same command replaces the lone test store (finish_pair).
+    engine: the Dask cluster of a distributed ingest, whose workers count the document
+    frequencies and write the final chunks (distributed.pass2_*); None: this process."""
     stage = Store(p1.out, allow_partial=True)
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
@@ -763,13 +782,16 @@ def _pass2(
     idf: np.ndarray | None = None  # counted on the training rows (--idf)
     if o.idf:
         _check_idf_memory(stage.n_features)
-        df = np.zeros(stage.n_features, dtype=np.int64)
-        for c in tqdm(
-            _stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk", disable=not o.progress
-        ):
-            train_rows = c.X[~test_mask[c.row_start : c.row_start + c.n_rows]]
-            counts = np.bincount(train_rows.indices)  # as long as the chunk's largest column + 1
-            df[: counts.size] += counts
+        if engine is not None:
+            from streamfit.ingest.distributed import pass2_document_frequencies
+
+            df = pass2_document_frequencies(engine, stage, ~test_mask)
+        else:
+            df = np.zeros(stage.n_features, dtype=np.int64)
+            for c in tqdm(
+                _stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk", disable=not o.progress
+            ):
+                add_document_frequencies(df, c.X, ~test_mask[c.row_start : c.row_start + c.n_rows])
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = bool(o.l2_normalize)
     outputs = [(out, ~test_mask)] + ([(storage.absolute(o.test_out), test_mask)] if o.test_size and o.test_out else [])
@@ -783,12 +805,18 @@ def _pass2(
         for path, _ in outputs
     ]
     try:
-        for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
-            X = featurizer.finish(c.X)
+        if engine is not None:
+            from streamfit.ingest.distributed import pass2_write
+
             for w, (_, mask) in zip(writers, outputs):
-                rows = mask[c.row_start : c.row_start + c.n_rows]
-                if rows.any():
-                    w.write_rows(*_take_rows(X, c.labels, rows))
+                pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer)
+        else:
+            for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
+                X = featurizer.finish(c.X)
+                for w, (_, mask) in zip(writers, outputs):
+                    rows = mask[c.row_start : c.row_start + c.n_rows]
+                    if rows.any():
+                        w.write_rows(*_take_rows(X, c.labels, rows))
         transform: dict[str, Any] = {"idf": bool(o.idf), "l2_normalize": bool(o.l2_normalize)}
         for w in writers:
             if idf is not None:

@@ -1,4 +1,4 @@
-"""The on-disk store format, version 2: a directory holding `manifest.json` and the data.
+"""The on-disk store format, version 3: a directory holding `manifest.json` and the data.
 
 A store is a sparse matrix X (n_rows × n_features, CSR, float32 values, int32 column
 indices, int64 row pointers) with one label set per row, cut into row chunks of
@@ -6,26 +6,30 @@ indices, int64 row pointers) with one label set per row, cut into row chunks of
 [i * chunk_rows, min((i + 1) * chunk_rows, n_rows)). Per-sample solver state is chunked
 the same way, so a task that reads data chunk i also reads and writes state chunk i.
 
-Backends:
-- zarr (Zarr v3): group `X` in the anndata `csr_matrix` encoding (`X/indptr`, `X/indices`,
-  `X/data`, chunked along nnz), labels `y` (int32 class ids, multiclass), `Y/indptr` +
-  `Y/indices` (class ids per row, multilabel) or `targets` (float64, n_rows × k,
-  regression). Every Zarr chunk carries a CRC32C codec, so damage is caught by Zarr on read too.
-- parquet: `X.parquet`, one row group per row chunk, columns `indices: list<int32>`,
-  `values: list<float32>` and `label: int32`, `labels: list<int32>` or
-  `target: fixed_size_list<float64>[k]`; the manifest is also in the file's key-value metadata
-  under `streamfit.manifest`.
+Every chunk is stored apart from the others, under `chunks/` (named by `chunk_name`), so it is
+written whole by one writer: the driver in process, or the Dask worker that featurized its rows
+(distributed ingest). Backends:
+- zarr (Zarr v3): group `chunks/<id:06d>` per chunk, the anndata `csr_matrix` encoding of its
+  rows (`indptr` from 0, `indices`, `data`; attributes encoding-type and shape) and beside them
+  `y` (int32 class ids, multiclass), `Y/indptr` + `Y/indices` (class ids per row, multilabel)
+  or `targets` (float64, rows × k, regression), each array one Zarr chunk with a CRC32C codec,
+  so damage is caught by Zarr on read too. The root group's attributes hold a manifest copy.
+- parquet: the Parquet dataset directory `chunks/`: `part-<id:06d>.parquet` per chunk (one row
+  group), columns `indices: list<int32>`, `values: list<float32>` and `label: int32`,
+  `labels: list<int32>` or `target: fixed_size_list<float64>[k]`; `chunks/_common_metadata`
+  holds the schema and a manifest copy under `streamfit.manifest`.
 
 Targets: `task` "multiclass"/"multilabel" stores class ids into `classes` and `target` is null;
 task "regression" stores real-valued targets, `classes` names the k outputs and `target` is
 {"kind": "numeric", "dtype": "float64", "shape": [n_rows, k]}.
 
-`manifest.json` is written last, by an atomic rename of the whole store directory: a
-directory without it is not a store. Each chunk records the SHA-256 of its canonical bytes
+`manifest.json` is written last, then the store is committed (streamfit.storage: an atomic
+rename of the whole directory, or `COMMITTED` behind a URL): a directory without it is not a
+store. Each chunk records the SHA-256 of its canonical bytes
 (`chunk_digest`), identical for both backends. The manifest records the SHA-256 of its own
 canonical form (`manifest_sha256`, see `json_digest`); readers check it, then every field
-(`Manifest.from_dict`), before trusting any of them. Version 1 had no such digest and is
-refused (re-ingest).
+(`Manifest.from_dict`), before trusting any of them. Versions 1 (no such digest) and 2 (the
+arrays cut along nnz across chunks, one Parquet file) are refused: re-ingest.
 
 Optional column copy (both backends, see csc.py): Zarr v3 group `csc/` holding X cut into
 feature blocks of `block_features` columns, block b = X[:, b·bf : min((b+1)·bf, n_features)]
@@ -48,14 +52,25 @@ from streamfit.errors import StoreError
 # Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
 MAX_FEATURES = 2**31 - 1
 FORMAT_NAME = "streamfit-store"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
+CHUNKS_DIR = "chunks"  # the row chunks, each stored apart
 DEFAULT_CHUNK_ROWS = 16384
 BACKENDS = ("zarr", "parquet")
 TASKS = ("multiclass", "multilabel", "regression")
 TARGET_DTYPE = "float64"  # regression targets, in memory and on disk
 DIGEST_KEY = "manifest_sha256"
 REINGEST = "re-ingest the store"
+
+
+class DataMismatch(ValueError):
+    """The stored data disagrees with the manifest (an array's dtype or length, a file's schema
+    or rows, the manifest copy kept with the data)."""
+
+
+def chunk_name(cid: int) -> str:
+    """The name of chunk `cid` under CHUNKS_DIR (six digits or more, so names sort as ids)."""
+    return f"{cid:06d}"
 
 
 def json_digest(record: dict, digest_key: str) -> str:

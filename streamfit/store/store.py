@@ -19,13 +19,16 @@ from streamfit import storage
 from streamfit.errors import StoreError, StreamfitError, output_error
 from streamfit.store.format import (
     BACKENDS,
+    CHUNKS_DIR,
     DEFAULT_CHUNK_ROWS,
     MANIFEST,
     MAX_FEATURES,
     REINGEST,
     ChunkInfo,
+    DataMismatch,
     Manifest,
     chunk_digest,
+    chunk_name,
     csc_block_digest,
     numeric_target,
 )
@@ -46,16 +49,16 @@ def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
 IDF_FILE = "idf.npy"
 
 
-def _backend_class(backend: str, kind: str) -> type:
-    """ZarrReader/ZarrWriter or ParquetReader/ParquetWriter (`kind`: "Reader" or "Writer"),
-    imported on first use: a Zarr store never loads pyarrow, an in-memory one neither."""
+def _backend(backend: str):
+    """The module of a backend (zarr_backend or parquet_backend), imported on first use: a Zarr
+    store never loads pyarrow, an in-memory one neither."""
     if backend == "zarr":
         from streamfit.store import zarr_backend
 
-        return getattr(zarr_backend, "Zarr" + kind)
+        return zarr_backend
     from streamfit.store import parquet_backend
 
-    return getattr(parquet_backend, "Parquet" + kind)
+    return parquet_backend
 
 
 @dataclass
@@ -207,14 +210,15 @@ class Store(ChunkSource):
     @property
     def reader(self):
         if self._reader is None:
-            cls = _backend_class(self.manifest.backend, "Reader")
+            module = _backend(self.manifest.backend)
+            cls = module.ZarrReader if self.manifest.backend == "zarr" else module.ParquetReader
             try:
                 reader = cls(self.data, self.multilabel, self.n_classes, self.regression)
             except Exception as e:
                 raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
             try:
                 reader.check(self.manifest)
-            except ValueError as e:
+            except DataMismatch as e:
                 raise StoreError(f"{self.path}: {e}; {MANIFEST} does not match the data, {REINGEST}") from e
             self._reader = reader
         return self._reader
@@ -248,12 +252,14 @@ class Store(ChunkSource):
     def _read_from_disk(self, i: int, verify: bool) -> Chunk:
         info: ChunkInfo = self.manifest.chunks[i]
         try:
-            if self.manifest.backend == "zarr":
-                X, labels = self.reader.read(info.row_start, info.row_stop, self.n_features)
-            else:
-                X, labels = self.reader.read_group(i, info.row_stop - info.row_start, self.n_features)
+            X, labels = self.reader.read(i, info.row_stop - info.row_start, info.nnz, self.n_features, self.n_classes)
         except (StoreError, MemoryError):
             raise
+        except DataMismatch as e:
+            raise StoreError(
+                f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}): {e}; {MANIFEST} does not match "
+                f"the data, {REINGEST}"
+            ) from e
         except Exception as e:
             raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e
         if X.nnz and not 0 <= int(X.indices.min()) <= int(X.indices.max()) < self.n_features:
@@ -434,12 +440,70 @@ def overlaps(a: str, b: str) -> bool:
         return False
 
 
+def canonical_chunk(X: sp.csr_matrix, labels, multilabel: bool, n_outputs: int | None, where: str):
+    """(X, labels) of a chunk as stored and digested: X with float32 values, int32 column
+    indices (StoreError naming `where` for columns beyond them) and int64 row pointers from 0;
+    labels int32 class ids, a float32 CSR indicator (multilabel) or float64 rows × k (regression)."""
+    if X.nnz and not 0 <= int(X.indices.min()) <= int(X.indices.max()) < MAX_FEATURES:
+        raise StoreError(
+            f"{where}: feature columns {int(X.indices.min())} to {int(X.indices.max())} "
+            f"cannot be stored: a store holds columns 0 to {MAX_FEATURES - 1} (int32 indices)"
+        )
+    indptr = np.asarray(X.indptr, dtype=np.int64)
+    lo, hi = int(indptr[0]), int(indptr[-1])
+    X = sp.csr_matrix((X.data[lo:hi].astype(np.float32), X.indices[lo:hi].astype(np.int32), indptr - lo), shape=X.shape)
+    if multilabel:
+        return X, sp.csr_matrix(labels, dtype=np.float32)
+    if n_outputs is not None:
+        return X, np.asarray(labels, dtype=np.float64).reshape(-1, n_outputs)
+    return X, np.asarray(labels, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class WrittenChunk:
+    """What the writer of a chunk tells the manifest's writer: its entry and its largest column
+    (-1 for none; the width of a --no-hash store)."""
+
+    info: ChunkInfo
+    max_index: int
+
+
+@dataclass(frozen=True)
+class ChunkSink:
+    """Where and how the chunks of a store being written go: the attempt's files (`root`) and
+    the layout. Picklable (a Location pickles as its path or URL), so a Dask worker writes the
+    chunks of the rows it featurized itself and returns their WrittenChunk to the driver, which
+    writes the manifest (StoreWriter.add_written)."""
+
+    root: storage.Location
+    backend: str
+    multilabel: bool
+    n_outputs: int | None
+    name: str  # the store's path or URL, for messages
+
+    def write(self, cid: int, row_start: int, X: sp.csr_matrix, labels) -> WrittenChunk:
+        """Write rows [row_start, row_start + X.shape[0]) as chunk `cid` (see format.py)."""
+        X, labels = canonical_chunk(X, labels, self.multilabel, self.n_outputs, self.name)
+        _backend(self.backend).write_chunk(self.root, cid, X, labels)
+        info = ChunkInfo(cid, row_start, row_start + X.shape[0], int(X.nnz), chunk_digest(X, labels))
+        return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1)
+
+    def exists(self, cid: int) -> bool:
+        """Whether chunk `cid` is where this process sees the store (a worker on another
+        machine writing to a local path writes to its own disk)."""
+        if self.backend == "zarr":
+            return self.root.join(CHUNKS_DIR, chunk_name(cid)).exists()
+        return _backend(self.backend).chunk_file(self.root, cid).exists()
+
+
 class StoreWriter:
     """Writes a new store atomically by streamfit.storage's commit protocol: on local disk
     everything goes under `PATH.partial`, and the directory is renamed to PATH only after the
     manifest is written and synced; behind a URL, under `PATH/attempt-…/`, committed by
-    `PATH/COMMITTED` once the manifest is written. Rows may come in
-    batches of any size; they are cut into chunks of exactly `chunk_rows` rows.
+    `PATH/COMMITTED` once the manifest is written. Rows may come in batches of any size
+    (`write_rows`); they are cut into chunks of exactly `chunk_rows` rows, each written apart
+    (ChunkSink). Or the chunks are written elsewhere (Dask workers, through `sink`) and
+    reported in order with `add_written`.
 
     `PATH.partial` is locked (flock) from the start to the publish, so two writers of one PATH
     exclude each other; without `overwrite`, PATH is checked again under that lock just before
@@ -487,8 +551,7 @@ class StoreWriter:
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         self.n_outputs = n_outputs
-        cls = _backend_class(backend, "Writer")
-        self._backend = self._writing(lambda: cls(self.attempt.location, multilabel, chunk_rows, n_outputs))
+        self.sink = ChunkSink(self.attempt.location, backend, multilabel, n_outputs, self.path)
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
         self.chunks: list[ChunkInfo] = []
@@ -497,7 +560,7 @@ class StoreWriter:
         self.max_index = -1
 
     def write_rows(self, X: sp.csr_matrix, labels) -> None:
-        """Queue rows (CSR with sorted, unique indices) and their labels; flush full chunks."""
+        """Queue rows (CSR with sorted, unique indices) and their labels; write full chunks."""
         if X.shape[0] == 0:
             return
         self._pending.append((X, labels))
@@ -513,30 +576,32 @@ class StoreWriter:
             labels = np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, self.n_outputs) for p in self._pending])
         else:
             labels = np.concatenate([np.asarray(p[1], dtype=np.int32) for p in self._pending])
-        head_X, head_labels = X[:n], labels[:n]
         rest = X.shape[0] - n
         self._pending = [(X[n:], labels[n:])] if rest else []
         self._pending_rows = rest
-        if head_X.nnz and not 0 <= int(head_X.indices.min()) <= int(head_X.indices.max()) < MAX_FEATURES:
-            raise StoreError(
-                f"{self.path}: feature columns {int(head_X.indices.min())} to {int(head_X.indices.max())} "
-                f"cannot be stored: a store holds columns 0 to {MAX_FEATURES - 1} (int32 indices)"
-            )
-        head_X = sp.csr_matrix(
-            (head_X.data.astype(np.float32), head_X.indices.astype(np.int32), head_X.indptr.astype(np.int64)),
-            shape=head_X.shape,
-        )
-        if self.multilabel:
-            head_labels = sp.csr_matrix(head_labels, dtype=np.float32)
-        self._writing(lambda: self._backend.append(head_X, head_labels))
         cid = len(self.chunks)
-        self.chunks.append(
-            ChunkInfo(cid, self.n_rows, self.n_rows + n, int(head_X.nnz), chunk_digest(head_X, head_labels))
-        )
-        if head_X.nnz:
-            self.max_index = max(self.max_index, int(head_X.indices.max()))
-        self.n_rows += n
-        self.nnz += head_X.nnz
+        self._add(self._writing(lambda: self.sink.write(cid, self.n_rows, X[:n], labels[:n])))
+
+    def _add(self, written: WrittenChunk) -> None:
+        self.chunks.append(written.info)
+        self.max_index = max(self.max_index, written.max_index)
+        self.n_rows = written.info.row_stop
+        self.nnz += written.info.nnz
+
+    def add_written(self, written: WrittenChunk) -> None:
+        """Take chunk `written.info.id`, written through `sink` by another process, into the
+        store; chunks come in order, none queued by write_rows. StoreError when it is not where
+        this process sees the store (a local --out written by workers on other machines)."""
+        info = written.info
+        if self._pending_rows or info.id != len(self.chunks) or info.row_start != self.n_rows:
+            raise StoreError(f"internal error: chunk {info.id} of {self.path} written out of order; please report this")
+        if self.location.local and not self.sink.exists(info.id):
+            self.abort()
+            raise StoreError(
+                f"{self.path}: chunk {info.id}, written by a Dask worker, is not on this machine's disk: the workers "
+                "write the store themselves, so with --scheduler --out must be a URL (s3://…) or a shared disk"
+            )
+        self._add(written)
 
     def close(
         self,
@@ -581,7 +646,13 @@ class StoreWriter:
             target=numeric_target(self.n_rows, self.n_outputs) if self.n_outputs is not None else None,
             streamfit_version=__version__,
         )
-        self._writing(lambda: self._backend.close(n_features, manifest.to_json()))
+        module = _backend(self.backend)
+        if self.backend == "zarr":
+            self._writing(lambda: module.close(self.attempt.location, manifest.to_json()))
+        else:
+            self._writing(
+                lambda: module.close(self.attempt.location, manifest.to_json(), self.multilabel, self.n_outputs)
+            )
         self._writing(lambda: self.attempt.location.join(MANIFEST).write_new(manifest.to_json().encode()))
         if present(self.location) and not self.overwrite:  # written meanwhile by another process
             self.abort()

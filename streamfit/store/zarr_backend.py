@@ -1,4 +1,5 @@
-"""Zarr v3 backend: X in the anndata `csr_matrix` encoding, labels beside it (see format.py)."""
+"""Zarr v3 backend: each row chunk its own Zarr group `chunks/<id:06d>/` (see format.py), written
+apart from the others, so a Dask worker can write its chunks straight to the store."""
 
 from __future__ import annotations
 
@@ -10,149 +11,126 @@ import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit.storage import Location
-from streamfit.store.format import TARGET_DTYPE, manifest_copy_difference
+from streamfit.store.format import CHUNKS_DIR, TARGET_DTYPE, DataMismatch, chunk_name, manifest_copy_difference
 
-NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz
+NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz (the CSC copy's arrays)
 COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
 
 
-def _array(group, name, dtype, chunk):
-    return group.create_array(name, shape=(0,), chunks=(chunk,), dtype=dtype, compressors=COMPRESSORS)
-
-
 def open_array(group: zarr.Group, path: str) -> zarr.Array:
-    """The array at `path` (e.g. "X/indptr") in `group`; ValueError if the store has a group there."""
+    """The array at `path` (e.g. "indptr") in `group`; DataMismatch if the store has a group there."""
     node = group[path]
     if not isinstance(node, zarr.Array):
-        raise ValueError(f"{path} is a Zarr group, expected an array")
+        raise DataMismatch(f"{path} is a Zarr group, expected an array")
     return node
 
 
-def read_range(array: zarr.Array, start: int, stop: int) -> np.ndarray:
-    """array[start:stop] of a 1-D array, as a NumPy array."""
-    return np.asarray(array[start:stop])
+def _put(group: zarr.Group, name: str, values: np.ndarray) -> None:
+    """values as array `name` of `group`, one Zarr chunk (an empty array: no chunk at all)."""
+    chunks = tuple(max(n, 1) for n in values.shape)
+    array = group.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype, compressors=COMPRESSORS)
+    if values.size:
+        array[...] = values
 
 
-class ZarrWriter:
-    """Appends row chunks to a new Zarr v3 group at `root` (local, or an fsspec URL's FsspecStore)."""
+def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
+    """Chunk `cid` of the store whose files are at `root` (its attempt), as the group
+    chunks/<cid:06d>: X's CSR arrays (indptr int64 from 0, indices int32, data float32) and
+    beside them `y` (int32 class ids), `Y/indptr` + `Y/indices` (multilabel) or `targets`
+    (float64 rows × k). X and labels come canonical (store.canonical_chunk)."""
+    group = zarr.create_group(root.join(CHUNKS_DIR, chunk_name(cid)).zarr_store(read_only=False), zarr_format=3)
+    _put(group, "indptr", np.asarray(X.indptr, dtype=np.int64))  # scipy may hold int32 row pointers
+    _put(group, "indices", np.asarray(X.indices, dtype=np.int32))
+    _put(group, "data", np.asarray(X.data, dtype=np.float32))
+    if sp.issparse(labels):
+        Y = group.create_group("Y")
+        _put(Y, "indptr", np.asarray(labels.indptr, dtype=np.int64))
+        _put(Y, "indices", np.asarray(labels.indices, dtype=np.int32))
+    elif labels.ndim == 2:
+        _put(group, "targets", labels)
+    else:
+        _put(group, "y", labels)
 
-    def __init__(self, root: Location, multilabel: bool, chunk_rows: int, n_outputs: int | None = None):
-        """n_outputs: the width k of float64 regression targets (None: class labels)."""
-        self.group = zarr.open_group(
-            root.zarr_store(read_only=False), mode="w-", zarr_format=3
-        )  # "w" would recreate the locked directory
-        X = self.group.create_group("X")
-        self.indptr = _array(X, "indptr", "int64", max(chunk_rows, 1 << 16))
-        self.indices = _array(X, "indices", "int32", NNZ_CHUNK)
-        self.data = _array(X, "data", "float32", NNZ_CHUNK)
-        self.indptr.append(np.zeros(1, dtype=np.int64))
-        self.multilabel, self.n_outputs = multilabel, n_outputs
-        if n_outputs is not None:
-            self.targets = self.group.create_array(
-                "targets",
-                shape=(0, n_outputs),
-                chunks=(chunk_rows, n_outputs),
-                dtype=TARGET_DTYPE,
-                compressors=COMPRESSORS,
-            )
-        elif multilabel:
-            Y = self.group.create_group("Y")
-            self.y_indptr = _array(Y, "indptr", "int64", max(chunk_rows, 1 << 16))
-            self.y_indices = _array(Y, "indices", "int32", NNZ_CHUNK)
-            self.y_indptr.append(np.zeros(1, dtype=np.int64))
-        else:
-            self.y = _array(self.group, "y", "int32", chunk_rows)
-        self.nnz = 0
-        self.n_labels = 0
-        self.n_rows = 0
 
-    def append(self, X: sp.csr_matrix, labels) -> None:
-        self.indptr.append(np.asarray(X.indptr[1:], dtype=np.int64) - X.indptr[0] + self.nnz)
-        if X.nnz:
-            self.indices.append(np.asarray(X.indices, dtype=np.int32))
-            self.data.append(np.asarray(X.data, dtype=np.float32))
-        self.nnz += X.nnz
-        self.n_rows += X.shape[0]
-        if self.n_outputs is not None:
-            self.targets.append(np.asarray(labels, dtype=TARGET_DTYPE), axis=0)
-        elif self.multilabel:
-            self.y_indptr.append(np.asarray(labels.indptr[1:], dtype=np.int64) + self.n_labels)
-            if labels.nnz:
-                self.y_indices.append(np.asarray(labels.indices, dtype=np.int32))
-            self.n_labels += labels.nnz
-        else:
-            self.y.append(np.asarray(labels, dtype=np.int32))
-
-    def close(self, n_features: int, manifest_json: str) -> None:
-        self.group["X"].attrs.update(
-            {"encoding-type": "csr_matrix", "encoding-version": "0.1.0", "shape": [self.n_rows, n_features]}
-        )
-        self.group.attrs.update({"streamfit.manifest": json.loads(manifest_json)})
+def close(root: Location, manifest_json: str) -> None:
+    """The root group (its attributes: a copy of the manifest) and the `chunks` group, written
+    once every chunk is: the Zarr hierarchy is complete only then."""
+    zarr.create_group(root.join(CHUNKS_DIR).zarr_store(read_only=False), zarr_format=3)
+    copy = {"streamfit.manifest": json.loads(manifest_json)}
+    zarr.create_group(root.zarr_store(read_only=False), zarr_format=3, attributes=copy)
 
 
 class ZarrReader:
-    """Reads row chunks of a Zarr v3 store."""
+    """Reads row chunks of a Zarr v3 store. The arrays of a chunk are opened on its first read
+    (their metadata is one small file each) and kept, so later passes read only the data."""
 
     def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
+        self.root = root
         group = zarr.open_group(root.zarr_store(read_only=True), mode="r", zarr_format=3)
-        self.shape_attr = group["X"].attrs.get("shape")
         copy = group.attrs.get("streamfit.manifest")
         self.manifest_copy = copy if isinstance(copy, dict) else {}
-        self.indptr = open_array(group, "X/indptr")
-        self.indices = open_array(group, "X/indices")
-        self.data = open_array(group, "X/data")
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
-        if regression:
-            self.targets = open_array(group, "targets")
-        elif multilabel:
-            self.y_indptr = open_array(group, "Y/indptr")
-            self.y_indices = open_array(group, "Y/indices")
-        else:
-            self.y = open_array(group, "y")
+        self._opened: dict[int, dict[str, zarr.Array]] = {}  # chunk id: its arrays
 
     def check(self, manifest) -> None:
-        """ValueError naming the first array whose dtype or length, or the `X` shape attribute,
-        disagrees with `manifest` (a Manifest)."""
-        n, nnz = manifest.n_rows, manifest.nnz
-        expected = [("X/indptr", self.indptr, "int64", n + 1), ("X/indices", self.indices, "int32", nnz)]
-        expected.append(("X/data", self.data, "float32", nnz))
-        if self.regression:
-            t = self.targets
-            if t.dtype != np.dtype(TARGET_DTYPE) or t.shape != (n, manifest.target["shape"][1]):
-                raise ValueError(
-                    f"targets holds {t.shape} × {t.dtype}, expected {n} × {manifest.target['shape'][1]} × {TARGET_DTYPE}"
-                )
-        elif self.multilabel:
-            expected += [("Y/indptr", self.y_indptr, "int64", n + 1), ("Y/indices", self.y_indices, "int32", None)]
-        else:
-            expected.append(("y", self.y, "int32", n))
-        for name, array, dtype, length in expected:
-            if array.dtype != np.dtype(dtype) or array.ndim != 1 or (length is not None and array.shape[0] != length):
-                want = f"{length} × {dtype}" if length is not None else dtype
-                raise ValueError(f"{name} holds {array.shape} × {array.dtype}, expected {want}")
-        shape = self.shape_attr
-        if shape != [n, manifest.n_features]:
-            raise ValueError(f"X has shape {shape}, but n_rows={n} and n_features={manifest.n_features}")
+        """DataMismatch when the manifest copy in the root attributes disagrees with `manifest`
+        (each chunk's arrays are checked when it is read)."""
         differs = manifest_copy_difference(self.manifest_copy, manifest)
         if differs:
-            raise ValueError(f"the manifest copy in the Zarr root attributes has another {differs}")
+            raise DataMismatch(f"the manifest copy in the Zarr root attributes has another {differs}")
 
-    def read(self, row_start: int, row_stop: int, n_features: int):
-        indptr = read_range(self.indptr, row_start, row_stop + 1)
-        lo, hi = int(indptr[0]), int(indptr[-1])
+    def _chunk_arrays(self, cid: int) -> dict[str, zarr.Array]:
+        arrays = self._opened.get(cid)
+        if arrays is None:
+            group = zarr.open_group(
+                self.root.join(CHUNKS_DIR, chunk_name(cid)).zarr_store(read_only=True), mode="r", zarr_format=3
+            )
+            names = ["indptr", "indices", "data"]
+            names += ["targets"] if self.regression else ["Y/indptr", "Y/indices"] if self.multilabel else ["y"]
+            arrays = {name: open_array(group, name) for name in names}
+            self._opened[cid] = arrays
+        return arrays
+
+    def read(self, cid: int, n_rows: int, nnz: int, n_features: int, n_outputs: int):
+        """Chunk cid of n_rows rows and nnz non-zeros: (X, labels). DataMismatch naming the array
+        whose dtype or length disagrees with the manifest."""
+        arrays = self._chunk_arrays(cid)
+        where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
+        expected: list[tuple[str, str, tuple[int, ...] | None]] = [
+            ("indptr", "int64", (n_rows + 1,)),
+            ("indices", "int32", (nnz,)),
+            ("data", "float32", (nnz,)),
+        ]
+        if self.regression:
+            expected.append(("targets", TARGET_DTYPE, (n_rows, n_outputs)))
+        elif self.multilabel:
+            expected += [("Y/indptr", "int64", (n_rows + 1,)), ("Y/indices", "int32", None)]
+        else:
+            expected.append(("y", "int32", (n_rows,)))
+        for name, dtype, shape in expected:
+            a = arrays[name]
+            if (
+                a.dtype != np.dtype(dtype)
+                or (shape is not None and a.shape != shape)
+                or (shape is None and a.ndim != 1)
+            ):
+                want = f"{' × '.join(map(str, shape))} × {dtype}" if shape is not None else dtype
+                raise DataMismatch(f"{where}/{name} holds {a.shape} × {a.dtype}, expected {want}")
+        indptr = np.asarray(arrays["indptr"][:])
+        if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+            raise DataMismatch(f"{where}/indptr does not run from 0 to nnz={nnz} without decreasing")
         X = sp.csr_matrix(
-            (read_range(self.data, lo, hi), read_range(self.indices, lo, hi), indptr - lo),
-            shape=(row_stop - row_start, n_features),
+            (np.asarray(arrays["data"][:]), np.asarray(arrays["indices"][:]), indptr), shape=(n_rows, n_features)
         )
         if self.regression:
-            labels = np.asarray(self.targets[row_start:row_stop])
+            labels = np.asarray(arrays["targets"][:])
         elif self.multilabel:
-            lp = read_range(self.y_indptr, row_start, row_stop + 1)
-            ids = read_range(self.y_indices, int(lp[0]), int(lp[-1]))
-            labels = sp.csr_matrix(
-                (np.ones(len(ids), dtype=np.float32), ids, lp - lp[0]), shape=(row_stop - row_start, self.n_classes)
-            )
+            lp = np.asarray(arrays["Y/indptr"][:])
+            ids = np.asarray(arrays["Y/indices"][:])
+            if lp[0] != 0 or lp[-1] != len(ids) or np.any(np.diff(lp) < 0):
+                raise DataMismatch(f"{where}/Y/indptr does not run from 0 to {len(ids)} without decreasing")
+            labels = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, lp), shape=(n_rows, self.n_classes))
         else:
-            labels = read_range(self.y, row_start, row_stop)
+            labels = np.asarray(arrays["y"][:])
         return X, labels

@@ -51,10 +51,12 @@ def _options(inputs, out, **kw):
     return IngestOptions(inputs=[inputs], out=str(out), hashing=HashingConfig(n_features=2**12), progress=False, **kw)
 
 
-def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster):
+def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster, monkeypatch):
     inputs = _write_files(tmp_path / "in", bad_every=97)
     stores = {}
     for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
+        if engine:  # both passes' chunks written by the workers
+            _driver_writes_no_chunk(monkeypatch)
         out = tmp_path / name
         out.mkdir()
         report = ingest(
@@ -188,3 +190,119 @@ def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluste
         ingest(_options(str(tmp_path / "d.parquet"), tmp_path / name, chunk_rows=128, **engine))
     assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
     assert _manifest(tmp_path / "in.zarr")["classes"][-1] == "c5"
+
+
+def _driver_writes_no_chunk(monkeypatch):
+    """Make a chunk written by this process (the driver) an error: the workers must write them."""
+    from streamfit.store.store import ChunkSink
+
+    def refuse(*args):
+        raise AssertionError("the driver wrote a chunk")
+
+    monkeypatch.setattr(ChunkSink, "write", refuse)
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_the_workers_write_the_chunks_and_the_store_is_the_same_for_0_1_2_workers(
+    tmp_path, cluster, monkeypatch, backend
+):
+    """Pieces of a few hundred bytes and chunks of 50 rows: chunks made of several pieces' rows
+    and pieces cut into several chunks. The manifests (every chunk digest) of N = 0 (in process),
+    1 (an embedded cluster) and 2 workers agree, with no chunk written by the driver."""
+    from streamfit.ingest import distributed
+
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=120, bad_every=41)
+    kw = {"chunk_rows": 50, "backend": backend, "idf": False, "on_bad_record": "skip"}
+    ingest(_options(inputs, tmp_path / "n0", **kw))
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 700)
+    _driver_writes_no_chunk(monkeypatch)
+    engines = {"n2": {"scheduler": cluster}} | ({"n1": {"n_workers": 1}} if backend == "zarr" else {})
+    for name, engine in engines.items():
+        ingest(_options(inputs, tmp_path / name, **kw, **engine))
+        assert _manifest(tmp_path / name) == _manifest(tmp_path / "n0")
+        assert open_store(str(tmp_path / name)).verify() == []
+    m = _manifest(tmp_path / "n0")
+    assert len(m["chunks"]) == 8 and m["counts"]["skipped"] == 6 and m["n_rows"] == 354
+
+
+def test_workers_on_other_machines_writing_a_local_store_is_an_error(tmp_path, cluster, monkeypatch):
+    """A chunk the driver does not see on its disk (written by a worker to a disk of its own)."""
+    from streamfit.errors import StoreError
+    from streamfit.store.store import ChunkSink
+
+    inputs = _write_files(tmp_path / "in", n_files=2, rows=40)
+    monkeypatch.setattr(ChunkSink, "exists", lambda self, cid: False)
+    with pytest.raises(StoreError, match="not on this machine's disk: .*--out must be a URL"):
+        ingest(_options(inputs, tmp_path / "x.zarr", idf=False, scheduler=cluster))
+    assert not (tmp_path / "x.zarr").exists() and not (tmp_path / "x.zarr.partial").exists()
+
+
+# Runs the streamfit CLI and SIGKILLs it when it takes the written chunk argv[1] from a worker.
+KILL_AT_CHUNK = """
+import os, signal, sys
+from streamfit.store.store import StoreWriter
+from streamfit.cli import main
+real = StoreWriter.add_written
+def add_written(self, written):
+    if written.info.id == int(sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(self, written)
+StoreWriter.add_written = add_written
+main(sys.argv[2:])
+"""
+
+
+def test_a_driver_killed_while_the_workers_write_leaves_no_complete_store(tmp_path, s3, cluster):
+    """Killed with chunks written by the workers under its attempt: the store does not open; a
+    re-run writes the in-process store and collects the killed attempt."""
+    import signal
+    import subprocess
+    import sys
+
+    from streamfit.errors import StoreError
+
+    inputs = _write_files(tmp_path / "in", n_files=3, rows=100)
+    store, args = f"s3://{BUCKET}/killed-dist.zarr", ["--no-idf", "--chunk-rows", "50", "--n-features", "4096"]
+    cmd = ["-q", "ingest", inputs, *args, "--scheduler", cluster, "--out", store]
+    proc = subprocess.run([sys.executable, "-c", KILL_AT_CHUNK, "3", *cmd], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    s3.invalidate_cache()
+    written = [p for p in s3.find(f"{BUCKET}/killed-dist.zarr") if "/chunks/" in p]
+    assert written and not s3.exists(f"{BUCKET}/killed-dist.zarr/COMMITTED")
+    with pytest.raises(StoreError, match="has no COMMITTED; it is not a complete store"):
+        open_store(store)
+    ingest(_options(inputs, tmp_path / "local.zarr", chunk_rows=50, idf=False))
+    ingest(_options(inputs, store, chunk_rows=50, idf=False, scheduler=cluster))
+    s3.invalidate_cache()
+    attempts = {p.split("/")[2] for p in s3.find(f"{BUCKET}/killed-dist.zarr") if "/attempt-" in p}
+    assert len(attempts) == 1 and open_store(store).verify() == []
+    local, remote = _manifest(tmp_path / "local.zarr"), _manifest(store)
+    assert [c["sha256"] for c in remote["chunks"]] == [c["sha256"] for c in local["chunks"]]
+
+
+@pytest.mark.parametrize("target", ["numeric", "multilabel"])
+def test_a_split_of_regression_or_multilabel_rows_gives_the_in_process_stores(tmp_path, cluster, monkeypatch, target):
+    """Pass 2 on the workers with float targets (rows × 1) and with label sets (sparse indicators)."""
+    from streamfit.ingest import distributed
+
+    rng = random.Random(2)
+    for f in range(2):
+        lines = []
+        for _ in range(150):
+            labels = {str(rng.randint(0, 4 + f)) for _ in range(rng.randint(1, 2))}  # classes new in file 1
+            label = f"{rng.random():.4f}" if target == "numeric" else ",".join(sorted(labels))
+            features = " ".join(f"{j}:{rng.random():.3f}" for j in sorted(rng.sample(range(1, 40), 4)))
+            lines.append(f"{label} {features}")
+        (tmp_path / f"p{f}.svm").write_text("\n".join(lines) + "\n")
+    kw = {"hashing": None, "test_size": 0.3, "chunk_rows": 40, "batch_size": 32, "progress": False}
+    kw |= {"target": "numeric"} if target == "numeric" else {"source_options": {"multilabel": True}}
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 2048)
+    stores = {}
+    for name, engine in (("in", {}), ("cl", {"scheduler": cluster})):
+        if engine:
+            _driver_writes_no_chunk(monkeypatch)
+        out, test = tmp_path / f"{name}.zarr", tmp_path / f"{name}-test.zarr"
+        ingest(IngestOptions(inputs=[str(tmp_path / "*.svm")], out=str(out), test_out=str(test), **kw, **engine))
+        stores[name] = [_manifest(out), _manifest(test)]
+    assert stores["cl"] == stores["in"]
+    assert stores["in"][0]["task"] == ("regression" if target == "numeric" else "multilabel")

@@ -2,6 +2,7 @@
 order), and Parquet datasets with hive partitions, whose partition values are columns."""
 
 import json
+import os
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,3 +72,46 @@ def test_hive_partition_values_are_columns_of_a_parquet_dataset(tmp_path):
     store = open_store(str(tmp_path / "s.zarr"))
     _, y = store.to_scipy()
     assert store.classes == ["2023", "2024"] and y.tolist() == [0, 1, 1, 1]  # year=2023 sorts first
+
+
+@pytest.mark.slow
+def test_an_archive_and_an_hdf5_file_behind_a_url_give_the_stores_of_their_local_copies(tmp_path, s3):
+    """A tar.gz folder archive and an HDF5 file read from the S3 server (a stream; ranged reads):
+    the stores of the local files, but for the paths recorded."""
+    import h5py
+    import numpy as np
+
+    archive = os.path.join(os.path.dirname(__file__), "..", "data", "walkthrough", "clinic.tar.gz")
+    rng = np.random.default_rng(0)
+    h5 = tmp_path / "d.h5"
+    with h5py.File(h5, "w") as f:
+        f["X"], f["y"] = rng.random((300, 6)), rng.integers(0, 3, 300)
+    text = {"source_options": {"subset": "training"}, "hashing": HashingConfig(n_features=2**12)}
+    for local, options in ((archive, text), (str(h5), {"source_options": {"x_dataset": "X", "y_dataset": "y"}})):
+        name = os.path.basename(local)
+        s3.put(local, f"streamfit-test/url-inputs/{name}")
+        manifests = []
+        for source in (local, f"s3://streamfit-test/url-inputs/{name}"):
+            out = tmp_path / f"{len(manifests)}-{name}.zarr"
+            ingest(IngestOptions(inputs=[source], out=str(out), progress=False, **options))
+            m = open_store(str(out)).manifest
+            manifests.append((m.n_rows, m.classes, [c.sha256 for c in m.chunks], m.source["paths"]))
+        assert manifests[0][:3] == manifests[1][:3] and manifests[0][0] > 0
+        assert manifests[1][3] == [f"s3://streamfit-test/url-inputs/{name}"]
+
+
+@pytest.mark.parametrize(
+    "url, format, problem",
+    [
+        ("memory://streamfit-tests/corpus.zip", "folder", "a folder corpus is read from a local path only"),
+        ("memory://streamfit-tests/x.npy", "numpy", "numpy inputs are read from local paths only"),
+    ],
+)
+def test_a_folder_or_numpy_file_behind_a_url_is_a_clear_error(url, format, problem):
+    import fsspec
+
+    from streamfit.ingest.sources import BadRecordPolicy, open_source
+
+    fsspec.filesystem("memory").pipe(url, b"\x00")
+    with pytest.raises(InputError, match=problem):
+        open_source(url, format, policy=BadRecordPolicy())

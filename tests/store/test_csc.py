@@ -55,7 +55,7 @@ def test_blocks_equal_scipy_tocsc(data, write_store, backend, bf):
     assert_blocks_equal_scipy(path, X, bf)
     assert open_store(path).verify() == []
     assert sorted(os.listdir(path)) == sorted(
-        ["csc", "manifest.json"] + (["X", "y", "zarr.json"] if backend == "zarr" else ["X.parquet"])
+        ["chunks", "csc", "manifest.json"] + (["zarr.json"] if backend == "zarr" else [])
     )
 
 
@@ -134,7 +134,7 @@ def test_interrupted_build_leaves_the_store_as_it_was(data, write_store, monkeyp
         build_csc(path, 7)
     s = open_store(path)
     assert s.manifest.csc is None and s.n_feature_blocks == 0 and s.verify() == []
-    assert sorted(os.listdir(path)) == ["X", "manifest.json", "y", "zarr.json"]
+    assert sorted(os.listdir(path)) == ["chunks", "manifest.json", "zarr.json"]
     with pytest.raises(StoreError, match="streamfit transpose"):
         s.read_feature_block(0)
     # an interrupted rebuild keeps the earlier copy

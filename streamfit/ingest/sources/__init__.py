@@ -205,7 +205,6 @@ def _sniff_delimited(lines: list[str]) -> str | None:
 
 
 RANGE_FORMATS = ("libsvm", "jsonl")  # line-based formats whose lines stand alone (no header, no quoted newline)
-_LOCAL_ONLY = ("folder", "hdf5", "numpy")  # formats whose readers need a local file or directory
 
 
 def open_source(
@@ -245,8 +244,14 @@ def open_source(
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
-    if format in _LOCAL_ONLY and is_url(path):
-        raise InputError(path, f"{format} inputs are read from local paths only", "copy the input to a local disk")
+    if is_url(path) and format == "numpy":  # memory-mapped
+        raise InputError(path, "numpy inputs are read from local paths only", "copy the input to a local disk")
+    if is_url(path) and format == "folder" and not path.lower().endswith(TAR_SUFFIXES):
+        raise InputError(
+            path,
+            "a folder corpus is read from a local path only",
+            "behind a URL, name a tar archive of the folder (.tar.gz, ...), or copy it to a local disk",
+        )
     cls = FORMATS[format]
     accepted = _options(cls)
     kept = {k: v for k, v in options.items() if k in accepted}

@@ -10,6 +10,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
 from streamfit.ingest.sources.arrays import array_batches, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.storage import is_url, resolve
 
 if TYPE_CHECKING:
     import h5py
@@ -57,6 +58,8 @@ class Hdf5Source:
         try:
             import h5py  # on first use: h5py takes a while to import
 
+            if is_url(self.path):  # h5py reads a file object: fsspec's, by ranged reads
+                return h5py.File(resolve(self.path).open_read(), "r")
             return h5py.File(self.path, "r")
         except OSError as e:
             raise InputError(self.path, f"not a readable HDF5 file ({e})") from None
