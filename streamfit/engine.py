@@ -71,8 +71,10 @@ AUTO_INPROCESS_WORK = 2**24
 # WORKER_PRELOAD once (the first embedded cluster of this process starts it; it lives as long as
 # this process), then forks every worker from it, so a worker neither starts a Python nor imports
 # Dask, NumPy, SciPy, numba, zarr and the solvers itself (Dask's default, "spawn", does both in
-# every worker, at once on every core). "fork" (from this process, whose Dask threads may hold
-# locks) is not safe. Where there is no forkserver (Windows), Dask's spawn.
+# every worker, at once on every core). A worker gets this process's working directory, sys.path
+# and environment at the cluster's start, but the stdout and stderr this process had when the
+# forkserver started. "fork" (from this process, whose Dask threads may hold locks) is not safe.
+# Where there is no forkserver (Windows), Dask's spawn.
 WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 # What the forkserver imports before it forks: what every solver's chunk tasks run. None of it may
 # start a thread at import (a fork copies one thread only): numba compiles nothing at import,

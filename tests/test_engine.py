@@ -357,6 +357,9 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
 
     # as a process without -q starts: an earlier `streamfit -q` run in this test process set it
     monkeypatch.setattr(logging.getLogger("distributed"), "level", logging.NOTSET)
+    # workers that write to this test's captured stderr: forked ones write to the stderr that the
+    # forkserver got when an earlier test started it (in a CLI run, the process's own)
+    monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")
     with Engine(mode="local", n_workers=1) as eng:
         assert eng.cluster is not None
         server = eng.cluster.scheduler.http_server
@@ -369,10 +372,12 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
 
 
 @pytest.mark.slow
-def test_quiet_silences_the_log_of_the_dask_workers(capfd):
+def test_quiet_silences_the_log_of_the_dask_workers(capfd, monkeypatch):
     from click.testing import CliRunner
 
     from streamfit.cli import main
+
+    monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")  # as in the test above
 
     # `streamfit -q`: what it sets for this process is what the embedded cluster's workers get
     assert CliRunner().invoke(main, ["-q", "train", "--list-solvers"]).exit_code == 0
