@@ -28,8 +28,10 @@ results of a dead worker whenever the arguments survived. A cluster without work
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import multiprocessing
 import os
 import threading
 import time
@@ -65,6 +67,21 @@ DASHBOARD_ADDRESS = "127.0.0.1:8787"
 # takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs").
 AUTO_INPROCESS_WORK = 2**24
 
+# How the embedded cluster starts its worker processes. "forkserver": one server process imports
+# WORKER_PRELOAD once (the first embedded cluster of this process starts it; it lives as long as
+# this process), then forks every worker from it, so a worker neither starts a Python nor imports
+# Dask, NumPy, SciPy, numba, zarr and the solvers itself (Dask's default, "spawn", does both in
+# every worker, at once on every core). A worker gets this process's working directory, sys.path
+# and environment at the cluster's start, but the stdout and stderr this process had when the
+# forkserver started. "fork" (from this process, whose Dask threads may hold locks) is not safe.
+# Where there is no forkserver (Windows), Dask's spawn.
+WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+# What the forkserver imports before it forks: what every solver's chunk tasks run. None of it may
+# start a thread at import (a fork copies one thread only): numba compiles nothing at import,
+# NumPy's BLAS gets one thread (Dask sets OPENBLAS_NUM_THREADS=1 etc. before the server starts),
+# and pyarrow (a jemalloc thread) is left to the tasks that need it (ingest, parquet stores).
+WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store")
+
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
 # least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).
 TASKS_PER_THREAD = 2
@@ -81,6 +98,21 @@ def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes:
         return "inprocess" if n_workers == 0 else "local"
     small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK
     return "inprocess" if small or (os.cpu_count() or 1) == 1 else "local"
+
+
+@contextlib.contextmanager
+def _worker_start_method():
+    """Dask's `distributed.worker.multiprocessing-method` set to WORKER_START_METHOD while the
+    embedded cluster runs (restored after it, for the caller's other Dask clusters), with the
+    forkserver importing WORKER_PRELOAD."""
+    import dask
+    from distributed.utils import get_mp_context
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": WORKER_START_METHOD}):
+        context = get_mp_context()  # Dask sets its own preload list on the first call in a process...
+        if WORKER_START_METHOD == "forkserver":
+            context.set_forkserver_preload(list(WORKER_PRELOAD))  # ...which this replaces (until the server starts)
+        yield
 
 
 class _WorkerLost(Exception):
@@ -201,6 +233,7 @@ class Engine:
         self.dashboard_address = dashboard_address
         self.client: Client | None = None  # set by start() unless mode is "inprocess"
         self.cluster: LocalCluster | None = None  # mode "local" only
+        self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
 
     def __enter__(self) -> Engine:
         self.start()
@@ -235,15 +268,23 @@ class Engine:
                 self.close()
                 raise
         else:
-            self.cluster = LocalCluster(
-                n_workers=self.n_workers,
-                threads_per_worker=self.threads_per_worker,
-                processes=True,
-                memory_limit=self.memory_limit,
-                dashboard_address=self.dashboard_address,
-                silence_logs=dask_level,
-            )
-            self.client = Client(self.cluster)
+            # held until close(): the nanny restarts a worker that died with the same method
+            self._cluster_config.enter_context(_worker_start_method())
+            try:
+                self.cluster = LocalCluster(
+                    n_workers=self.n_workers,
+                    threads_per_worker=self.threads_per_worker,
+                    processes=True,
+                    memory_limit=self.memory_limit,
+                    dashboard_address=self.dashboard_address,
+                    silence_logs=dask_level,
+                    # forked workers would otherwise have the environment of the forkserver's start
+                    env=dict(os.environ),
+                )
+                self.client = Client(self.cluster)
+            except BaseException:
+                self.close()
+                raise
         log.info("dask engine: %s", self.client)
 
     def close(self) -> None:
@@ -256,6 +297,7 @@ class Engine:
         if self.cluster is not None:
             self.cluster.close()
             self.cluster = None
+        self._cluster_config.close()
 
     @property
     def dashboard_link(self) -> str | None:

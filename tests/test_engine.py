@@ -357,6 +357,9 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
 
     # as a process without -q starts: an earlier `streamfit -q` run in this test process set it
     monkeypatch.setattr(logging.getLogger("distributed"), "level", logging.NOTSET)
+    # workers that write to this test's captured stderr: forked ones write to the stderr that the
+    # forkserver got when an earlier test started it (in a CLI run, the process's own)
+    monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")
     with Engine(mode="local", n_workers=1) as eng:
         assert eng.cluster is not None
         server = eng.cluster.scheduler.http_server
@@ -369,10 +372,12 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
 
 
 @pytest.mark.slow
-def test_quiet_silences_the_log_of_the_dask_workers(capfd):
+def test_quiet_silences_the_log_of_the_dask_workers(capfd, monkeypatch):
     from click.testing import CliRunner
 
     from streamfit.cli import main
+
+    monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")  # as in the test above
 
     # `streamfit -q`: what it sets for this process is what the embedded cluster's workers get
     assert CliRunner().invoke(main, ["-q", "train", "--list-solvers"]).exit_code == 0
@@ -396,3 +401,43 @@ def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(mon
     assert auto_mode("tcp://127.0.0.1:8786", None, small, 10) == "remote"
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     assert auto_mode(None, None, large, 10) == "inprocess"  # one core: a cluster only adds its start-up
+
+
+def forked_worker_facts(source, i, v):
+    """What a task sees in its worker: its parent process, whether the solvers were imported
+    before it, an environment variable, and a numba kernel's result there."""
+    import sys
+
+    from streamfit.projections import project_simplex
+
+    return os.getppid(), "streamfit.solvers" in sys.modules, os.environ.get("STREAMFIT_TEST_ENGINE"), project_simplex(v)
+
+
+@pytest.mark.slow
+def test_workers_are_forked_from_a_server_with_the_solvers_imported(monkeypatch):
+    """The embedded cluster forks its workers from a forkserver that imported WORKER_PRELOAD:
+    their parent is not this process, the solvers are there before the first task, numba's
+    kernels give there the bits they give here (no threads were forked). The forkserver lives
+    on, started by the first cluster; a later cluster's workers still get this process's
+    environment at its start. Dask's start method is restored once the cluster closed."""
+    import dask
+
+    from streamfit import engine as engine_mod
+    from streamfit.projections import project_simplex
+
+    if engine_mod.WORKER_START_METHOD != "forkserver":
+        pytest.skip("no forkserver on this platform")
+    before = dask.config.get("distributed.worker.multiprocessing-method")
+    v = np.random.default_rng(0).normal(size=1000)
+    ref = project_simplex(v)
+    assert abs(ref.sum() - 1.0) < 1e-12 and ref.min() >= 0.0  # a projection onto the simplex
+    with Engine(mode="local", n_workers=1, dashboard_address="127.0.0.1:0") as eng:
+        assert dask.config.get("distributed.worker.multiprocessing-method") == "forkserver"
+        ((parent, preloaded, _, got),) = eng.map(forked_worker_facts, None, range(1), v=v)
+    assert parent != os.getpid() and preloaded and np.array_equal(got, ref)
+    assert dask.config.get("distributed.worker.multiprocessing-method") == before
+    monkeypatch.setenv("STREAMFIT_TEST_ENGINE", "set after the forkserver started")
+    with Engine(mode="local", n_workers=2, dashboard_address="127.0.0.1:0") as eng:
+        facts = eng.map(forked_worker_facts, None, range(2), v=v)
+    assert {f[0] for f in facts} == {parent}  # the same server, still running
+    assert all(f[2] == "set after the forkserver started" and np.array_equal(f[3], ref) for f in facts)

@@ -16,19 +16,25 @@ identical to N = 1's, and one table row per solver gives the wall times and the 
 T(1) / (N T(N)).
 
 The breakdown, per solver and N, splits the wall time of train() into
-  start:      the LocalCluster's start and close;
+  start:      Engine.start: the LocalCluster up, its workers registered, the client connected
+              (the workers are forked from streamfit's forkserver, started once before the
+              timed runs, as in a process that ran a cluster before: its own start, the one
+              a CLI run pays, is printed with the warm-ups; tools/bench_worker_start.py
+              compares it with Dask's spawn in fresh processes);
+  close:      Engine.close;
   checkpoint: Checkpointer.save (in the driver, serial);
   passes:     the engine calls (map, map_reduce, imap_unordered; for imap_unordered also the
               driver's work between results), and inside them, from Dask's task stream, the
               workers' compute in chunk (or class-group) tasks and in the tree's sums, and the
-              transfers (all summed over workers);
+              transfers (all summed over workers); "first pass" is the first engine call alone
+              (the workers' first tasks load the numba kernels);
   driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
 "peak RSS / worker" is the largest worker's peak resident set size (shared pages, such as
 ppdsparse's mapped training matrix, count in every process that touched them); "PSS all workers"
 the workers' proportional set sizes summed at the end of the run (shared pages counted once).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
-serial = start + checkpoint + driver (assumed constant) and each pass taking the larger of its
+serial = start + close + checkpoint + driver (assumed constant) and each pass taking the larger of its
 compute / N and its longest task (a map_reduce task sums leaf_chunks(chunks, N) chunks: scaled
 to N's), plus its overhead (pass wall − compute / N), all measured at the smallest N run (on a
 loaded machine the larger N's compute is inflated by CPU contention). A task that sums several
@@ -36,8 +42,8 @@ chunks (streamfit.engine.fold_chunks) counts as chunk-task compute, its sums inc
 
     --out FILE.json   every run (seconds, breakdown, each pass, peak RSS and USS per worker, PSS
                       of all workers, identical), the settings and the tables, rewritten after
-                      each run; --time-limit S: train's time_limit per run (a solver's larger N
-                      are skipped once one is cut); a run that fails is reported and the others
+                      each run; --time-limit S: train's time_limit per run (a solver's remaining
+                      runs are skipped once one is cut); a run that fails is reported and the others
                       go on. tools/device_scaleout.sh runs it on the lent 16-core machine.
 """
 
@@ -57,7 +63,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.checkpoint import Checkpointer
-from streamfit.engine import Engine, leaf_chunks
+from streamfit.engine import WORKER_START_METHOD, Engine, leaf_chunks
 from streamfit.errors import TimeLimitReached
 from streamfit.model import load_model
 from streamfit.store import StoreWriter
@@ -172,7 +178,7 @@ class Breakdown:
             setattr(Engine, name, unordered if name == "imap_unordered" else plain)
 
         timed(Engine, "start", "start")
-        timed(Engine, "close", "start")
+        timed(Engine, "close", "close")
         timed(Checkpointer, "save", "checkpoint")
         timed_pass("map")
         timed_pass("map_reduce")
@@ -269,6 +275,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
     return {
         "wall": wall,
         "start": s.get("start", 0.0),
+        "close": s.get("close", 0.0),
         "checkpoint": s.get("checkpoint", 0.0),
         "passes": s.get("passes", 0.0),
         "n_passes": len(b.passes),
@@ -276,7 +283,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
         "sums": sums,
         "transfer": transfer,
         "n_tasks": len(tasks),
-        "driver": wall - s.get("start", 0.0) - s.get("checkpoint", 0.0) - s.get("passes", 0.0),
+        "driver": wall - sum(s.get(k, 0.0) for k in ("start", "close", "checkpoint", "passes")),
         "per_pass": per_pass,
         "peak_rss": max((memory[w]["peak_rss"] for w in workers), default=0.0),
         "peak_rss_per_worker": [memory[w]["peak_rss"] for w in workers],
@@ -291,7 +298,7 @@ def predict(r: dict, n: int, workers: int, n_chunks: int) -> float:
     of compute / n and its longest task at n, plus its measured overhead. A map_reduce task sums
     leaf_chunks(n_chunks, N) chunks on N workers, so its longest task at n is the measured one
     scaled by leaf_chunks(n_chunks, n) / leaf_chunks(n_chunks, workers)."""
-    serial = r["start"] + r["checkpoint"] + r["driver"]
+    serial = r["start"] + r["close"] + r["checkpoint"] + r["driver"]
     total = serial
     for method, wall, compute, longest in r["per_pass"]:
         overhead = max(wall - compute / workers, 0.0)
@@ -342,7 +349,9 @@ def make_stores(work: str, args, solvers: list[str], scale: float = 1.0, quiet: 
 
 
 def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> str:
-    """The speed-up table and the breakdown table (markdown), from the runs that finished."""
+    """The speed-up table and the breakdown table (markdown), from the runs that finished; the
+    columns and rows by increasing N, whatever order they ran in."""
+    workers = sorted(workers)
     lines = [
         "| solver (settings) | " + " | ".join(f"N={n}" for n in workers) + f" | efficiency at {workers[-1]} | "
         f"predicted N={predict_n} | identical |",
@@ -371,18 +380,19 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
         )
     lines += [
         "",
-        "| solver | N | wall | start+close | checkpoint | driver | passes (n) | task compute | sum compute | "
-        "transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| solver | N | wall | start | close | checkpoint | driver | passes (n) | first pass | task compute | "
+        "sum compute | transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for solver, rs in results.items():
-        for n, r in rs.items():
+        for n, r in sorted(rs.items()):
             if "wall" not in r:
                 continue
             overhead = r["passes"] - (r["work"] + r["sums"]) / n
+            first_pass = r["per_pass"][0][1] if r["per_pass"] else 0.0
             lines.append(
-                f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['checkpoint']:.2f} | {r['driver']:.2f} | "
-                f"{r['passes']:.2f} ({r['n_passes']}) | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
+                f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['close']:.2f} | {r['checkpoint']:.2f} | "
+                f"{r['driver']:.2f} | {r['passes']:.2f} ({r['n_passes']}) | {first_pass:.2f} | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
                 f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} |"
             )
     return "\n".join(lines)
@@ -402,7 +412,9 @@ def main() -> None:
     ap.add_argument("--extreme-row-nnz", type=int, default=30)
     cores = os.cpu_count() or 1
     default_workers = ",".join(str(1 << i) for i in range(cores.bit_length()) if 1 << i <= cores)
-    ap.add_argument("--workers", default=default_workers, help=f"comma-separated N (default {default_workers})")
+    ap.add_argument(
+        "--workers", default=default_workers, help=f"comma-separated N, run in this order (default {default_workers})"
+    )
     ap.add_argument("--solvers", default="stagewise,bcd,ppdsparse")
     ap.add_argument("--predict", type=int, default=16, help="the N to predict from the breakdown")
     ap.add_argument(
@@ -410,7 +422,7 @@ def main() -> None:
         type=float,
         default=None,
         help="seconds per run (train's time_limit): a run past it is reported as not finished and the "
-        "solver's larger N are skipped",
+        "solver's remaining runs are skipped",
     )
     ap.add_argument(
         "--out", default=None, help="also write every run's numbers, the tables and the settings here (JSON)"
@@ -428,6 +440,18 @@ def main() -> None:
     # no timed run compiles
     warm = make_stores(work, args, solvers, scale=1 / 64, quiet=True)
     print(f"stores written in {time.time() - t_stores:.1f} s", flush=True)
+    # the first embedded cluster of a process starts the worker forkserver (its imports): once
+    # here, so that every timed run starts its workers alike
+    t0 = time.time()
+    with Engine(mode="local", n_workers=1):
+        first_cluster = {"method": WORKER_START_METHOD, "start": time.time() - t0}
+        t1 = time.time()
+    first_cluster["close"] = time.time() - t1
+    print(
+        f"first cluster of the process (1 worker, {WORKER_START_METHOD}): start {first_cluster['start']:.2f} s, "
+        f"close {first_cluster['close']:.2f} s",
+        flush=True,
+    )
 
     results: dict[str, dict[int, dict]] = {}
 
@@ -439,6 +463,7 @@ def main() -> None:
             "settings": vars(args),
             "solver_settings": SETTINGS,
             "cores": cores,
+            "first_cluster": first_cluster,
             "results": {
                 solver: {str(n): {k: v for k, v in r.items() if k != "arrays"} for n, r in rs.items()}
                 for solver, rs in results.items()
@@ -467,7 +492,7 @@ def main() -> None:
                 print(f"  {solver} N={n}: failed: {results[solver][n]['error']}", flush=True)
                 save()
                 if isinstance(e, TimeLimitReached):
-                    break  # larger N are not slower by design, but the budget is spent
+                    break  # the other N are not slower by design, but the budget is spent
                 continue
             ref = r["arrays"] if ref is None else ref
             r["identical"] = ref.keys() == r["arrays"].keys() and all(

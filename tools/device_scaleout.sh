@@ -1,21 +1,32 @@
 #!/usr/bin/env bash
-# Issue 19's strong-scaling measurement on the lent 16-core machine, in one run (docs/benchmarks.md,
-# "Small jobs and scale-out"). Run from the repository root with `.device` carried
-# (/work/shared/device-kit/README.md: no network; the Dask stack, zarr and pydantic come as wheels):
+# Issue 19's strong-scaling measurement on the lent 16-core machine, in one run of about 8 minutes
+# (docs/benchmarks.md, "Small jobs and scale-out"). Run from the repository root with `.device`
+# carried (/work/shared/device-kit/README.md: no network; the Dask stack, zarr and pydantic come
+# as wheels):
 #
 #     bash tools/device_scaleout.sh
 #
-# It installs the wheels into /tmp/site, then runs tools/bench_scaleout.py on a text store of
-# 786 432 rows x 2^16 columns (8192 used), 20 classes, and an extreme store of 50 000 x 50 000,
-# K = 10 000, both in 64 chunks, at N = 1, 2, 4, 8, 16 workers (stagewise, bcd, ppdsparse), and
-# writes under $OUT: scaleout.json (every run: wall, breakdown, memory per worker, identical
-# models), scaleout.log (the printed tables), lscpu.txt. About 5-6 minutes there.
+# It installs the wheels into /tmp/site, then
+#   1. tools/bench_worker_start.py: train() (bcd) on a small store (1024 rows, 64 chunks), each
+#      run in a fresh process, at N = 1 and 16 workers, with Dask's spawn and with streamfit's
+#      forkserver: cluster start, first pass, close, wall (worker_start.json, worker_start.log);
+#   2. tools/bench_scaleout.py on a text store of 786 432 rows x 2^16 columns (8192 used),
+#      20 classes, and an extreme store of 50 000 x 50 000, K = 10 000, both in 64 chunks, at
+#      N = 1, 16, 14, 8, 2 workers in that order (the ends first: a run cut by the time limit
+#      loses the middle), solvers ppdsparse, bcd, stagewise: wall, cluster start, close, passes
+#      (first pass apart), checkpoints, driver, task compute, transfers, memory per worker,
+#      identical models (scaleout.json, rewritten after each run; scaleout.log: the tables);
+# and lscpu.txt, all under $OUT.
 #
 # Environment:
-#   SCALE=small        49 152 rows, extreme 5000 x 20 000 with K = 500, N = 1, 2 (a rehearsal)
-#   WORKERS=1,2,8,16   other N (default 1,2,4,8,16; small: 1,2)
-#   BENCH_TIMEOUT=400  seconds for the benchmark as a whole (killed after; the JSON holds the
-#                      runs finished by then); RUN_LIMIT=150: seconds per train() run
+#   SCALE=small        a rehearsal (12 288 rows, extreme 2000 x 10 000 with K = 200, N = 1, 2)
+#   STORE=large        the text store in 64 chunks of 49 152 rows (3 145 728 rows, the issue's chunk
+#                      size) instead of 12 288; with it WORKERS defaults to 1,16,8, SOLVERS to
+#                      stagewise,bcd and BENCH_TIMEOUT to 480 (its own session: about 10 minutes)
+#   WORKERS=1,16,14,8,2  the N of step 2;  SOLVERS=ppdsparse,bcd,stagewise  its solvers
+#   WS_WORKERS=1,16    the N of step 1; WS_TIMEOUT=100 seconds for it (0: skip step 1)
+#   BENCH_TIMEOUT=380  seconds for step 2 as a whole (killed after; the JSON holds the runs
+#                      finished by then); RUN_LIMIT=150: seconds per train() run
 #   EXTRA_CMD='...'    one more command run after it (e.g. another benchmark writing to $OUT),
 #                      its output in $OUT/extra.log; EXTRA_TIMEOUT=180 seconds for it
 #   SKIP_INSTALL=1     the wheels are installed already and PYTHONPATH set (a rehearsal elsewhere)
@@ -34,21 +45,38 @@ fi
 export PYTHONUNBUFFERED=1 NUMBA_CACHE_DIR=${NUMBA_CACHE_DIR:-/tmp/numba-cache}
 lscpu > "$OUT/lscpu.txt" 2>&1
 
+ROWS=786432
+if [ "${STORE:-}" = large ]; then
+  ROWS=3145728
+  WORKERS=${WORKERS:-1,16,8}
+  SOLVERS=${SOLVERS:-stagewise,bcd}
+  BENCH_TIMEOUT=${BENCH_TIMEOUT:-480}
+fi
 if [ "${SCALE:-full}" = small ]; then
-  SIZES="--rows 49152 --extreme-rows 5000 --extreme-features 20000 --extreme-classes 500"
+  SIZES="--rows 12288 --extreme-rows 2000 --extreme-features 10000 --extreme-classes 200"
   WORKERS=${WORKERS:-1,2}
+  WS_WORKERS=${WS_WORKERS:-1,2}
 else
-  SIZES="--rows 786432 --extreme-rows 50000 --extreme-features 50000 --extreme-classes 10000"
-  WORKERS=${WORKERS:-1,2,4,8,16}
+  SIZES="--rows $ROWS --extreme-rows 50000 --extreme-features 50000 --extreme-classes 10000"
+  WORKERS=${WORKERS:-1,16,14,8,2}
+  WS_WORKERS=${WS_WORKERS:-1,16}
 fi
 status=0
 WORK=$(mktemp -d /tmp/scaleout-XXXXXX)
+
+if [ "${WS_TIMEOUT:-100}" != 0 ]; then
+  start=$(date +%s)
+  timeout "${WS_TIMEOUT:-100}" python3 tools/bench_worker_start.py --workers "$WS_WORKERS" --repeats 1 \
+    --workdir "$WORK/worker-start" --out "$OUT/worker_start.json" 2>&1 | tee "$OUT/worker_start.log"
+  echo "bench_worker_start: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/worker_start.log"
+fi
+
 start=$(date +%s)
 if [ "${INGEST:-}" != only ]; then
 # shellcheck disable=SC2086  # SIZES is a list of flags
-timeout "${BENCH_TIMEOUT:-400}" python3 tools/bench_scaleout.py $SIZES --features 65536 --used 8192 --classes 20 \
-  --chunks 64 --solvers ppdsparse,bcd,stagewise --workers "$WORKERS" --time-limit "${RUN_LIMIT:-150}" --workdir "$WORK" \
-  --out "$OUT/scaleout.json" 2>&1 | tee "$OUT/scaleout.log"
+timeout "${BENCH_TIMEOUT:-380}" python3 tools/bench_scaleout.py $SIZES --features 65536 --used 8192 --classes 20 \
+  --chunks 64 --solvers "${SOLVERS:-ppdsparse,bcd,stagewise}" --workers "$WORKERS" --time-limit "${RUN_LIMIT:-150}" \
+  --workdir "$WORK" --out "$OUT/scaleout.json" 2>&1 | tee "$OUT/scaleout.log"
 status=${PIPESTATUS[0]}
 echo "bench_scaleout: exit $status after $(($(date +%s) - start)) s" | tee -a "$OUT/scaleout.log"
 fi
