@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
@@ -81,9 +81,14 @@ _BOUNDS = ((annotated_types.Ge, ">="), (annotated_types.Gt, ">"), (annotated_typ
 def allowed_values(field: FieldInfo) -> str:
     """What a parameter accepts, in words: "one of identity, softmax", "int >= 1",
     "float > 0, or None", "true or false"."""
-    kinds = typing.get_args(field.annotation) if isinstance(field.annotation, types.UnionType) else (field.annotation,)
+    union = isinstance(field.annotation, types.UnionType) or typing.get_origin(field.annotation) is typing.Union
+    kinds = typing.get_args(field.annotation) if union else (field.annotation,)
     words = []
     for kind in kinds:
+        metadata = field.metadata
+        if typing.get_origin(kind) is Annotated:  # a member with its own bounds: Annotated[float, Field(ge=0)]
+            kind, *extra = typing.get_args(kind)
+            metadata = [m for e in extra for m in (e.metadata if isinstance(e, FieldInfo) else [e])]
         if kind is type(None):
             continue
         if typing.get_origin(kind) is Literal:
@@ -93,7 +98,7 @@ def allowed_values(field: FieldInfo) -> str:
         else:
             bounds = [
                 f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
-                for m in field.metadata
+                for m in metadata
                 for cls, sign in _BOUNDS
                 if isinstance(m, cls)
             ]

@@ -9,7 +9,10 @@ elastic-net objective (9) in the project's averaged convention
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
 lam is one weight for every class, or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
-class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max).
+class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max), or (lam="auto",
+the default, squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a held-out slice of
+the training rows (choose_ratios: a path of ratios on the other rows and a one-standard-error
+rule), then trained on all rows.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -101,9 +104,9 @@ class PPDSparseParams(SolverParams):
     )
     lam: Annotated[float, Field(ge=0)] | Literal["auto"] | None = Field(
         "auto",
-        description="ℓ1 weight, the same for every class: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam); "
-        "None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a held-out "
-        "slice of the training rows (choose_ratio)",
+        description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): a number = the same "
+        "for every class; None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a "
+        "held-out share of the training rows (choose_ratios)",
     )
     lam_ratio: float = Field(
         0.01,
