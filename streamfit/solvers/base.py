@@ -53,11 +53,12 @@ SOLVERS: dict[str, type[Solver]] = {}
 
 
 class SolverParams(BaseModel):
-    """Parameters shared by every solver. Each solver declares its own `lam`, λ with the loss
-    averaged over samples (1/n), as the papers write their objectives. No float parameter may be
-    NaN or infinite."""
+    """Parameters shared by every solver. `lam` is λ with the loss averaged over samples (1/n),
+    as the papers write their objectives; each solver declares its own type (a number, or also
+    None or a word for data-driven choices) and default. No float parameter may be NaN or infinite."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    lam: float | str | None = Field(1e-4, description="λ, the weight of the penalty")
     tol: float = Field(1e-4, description="tolerance of the stopping test")
     max_iter: int = Field(50, description="cap on the iterations")
     random_state: int = Field(0, ge=0, description="seed of the solver's random draws (a non-negative integer)")
