@@ -6,8 +6,11 @@ would (test stores `--like` the training store):
 - news20: 20 Newsgroups bydate, raw text from the tarball, `--value log1p --idf --l2-normalize`
   hashed to 2^18 columns (the README's recipe); accuracy on the bydate test split;
 - sector: LIBSVM sector.scale (tf-idf, unit rows, 105 classes) with its test file;
-- bibtex: multilabel LIBSVM (159 labels); P@1 and micro-F1 of the predicted label sets (each
-  model's own decision rule, as `streamfit evaluate` applies it), and labels per document.
+- bibtex, delicious: multilabel LIBSVM (159, 983 labels); P@1 and micro-F1 of the predicted
+  label sets (each model's own decision rule, as `streamfit evaluate` applies it), and labels
+  per document;
+- news20-half: 10 of the 20 newsgroups (every other one by name, half_of_news20) as news20;
+- dna, letter: LIBSVM dna.scale, letter.scale (dense, 180 and 16 features) with their test files.
 Every solver trains in process (`n_workers=0`, as the estimators) from the store; LinearSVC on
 the same rows as scipy arrays (OneVsRestClassifier for multilabel). Per solver: the metric, its
 difference to LinearSVC's in points, the model's non-zero weights (coef and intercept) and
@@ -18,7 +21,7 @@ seconds (reported as "> LIMIT"; the time limit of `streamfit train`). `-p KEY=VA
 `streamfit train -p`, repeatable) overrides a default in every solver's run, e.g.
 `--solvers ppdsparse -p lam=none -p lam_ratio=0.01` (the ℓ1 weight relative to each class's λmax).
 
-    python tools/bench_defaults.py [--sets news20,sector,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
+    python tools/bench_defaults.py [--sets news20,sector,bibtex,...] [--solvers stagewise,bcd,ppdsparse,fbpd]
         [--data ../shared/data] [--work DIR] [--time-limit 900] [-p KEY=VALUE ...]
 """
 
@@ -54,20 +57,51 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit(
             "ingest", tar, "--subset", "20news-bydate-test", "--encoding", "latin-1", "--like", train, "--out", test
         )
+    elif name == "news20-half":
+        half = os.path.join(work, "news20-half.tar.gz")
+        half_of_news20(os.path.join(data, "20newsgroups", "20news-bydate.tar.gz"), half)
+        text = ["--encoding", "latin-1", "--value", "log1p", "--idf", "--l2-normalize"]
+        streamfit("ingest", half, "--subset", "20news-bydate-train", *text, "--out", train)
+        streamfit(
+            "ingest", half, "--subset", "20news-bydate-test", "--encoding", "latin-1", "--like", train, "--out", test
+        )
+    elif name in ("dna", "letter"):
+        folder = os.path.join(data, "libsvm", name)
+        streamfit("ingest", os.path.join(folder, f"{name}.scale.gz"), "--no-hash", "--out", train)
+        streamfit("ingest", os.path.join(folder, f"{name}.scale.t.gz"), "--like", train, "--out", test)
     elif name == "sector":
         folder = os.path.join(data, "libsvm", "sector")
         streamfit("ingest", os.path.join(folder, "sector.scale.bz2"), "--no-hash", "--out", train)
         streamfit("ingest", os.path.join(folder, "sector.t.scale.bz2"), "--like", train, "--out", test)
-    elif name == "bibtex":
-        folder = os.path.join(data, "multilabel", "bibtex")
+    elif name in ("bibtex", "delicious"):
+        folder = os.path.join(data, "multilabel", name)
         files = sorted(f for f in os.listdir(folder) if f.endswith(".libsvm.gz"))
         train_file = next(f for f in files if "train" in f)
         test_file = next(f for f in files if "test" in f)
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
     else:
-        raise SystemExit(f"unknown data set {name!r}: news20, sector or bibtex")
+        raise SystemExit(f"unknown data set {name!r}: news20, news20-half, sector, bibtex, delicious, dna or letter")
     return train, test
+
+
+def half_of_news20(tar: str, out: str) -> None:
+    """A tarball of 10 of the 20 newsgroups (every other one in name order: alt.atheism,
+    comp.os.ms-windows.misc, comp.sys.mac.hardware, misc.forsale, rec.motorcycles,
+    rec.sport.hockey, sci.electronics, soc.religion.christian, talk.politics.mideast,
+    talk.religion.misc), train and test folders: a smaller text set of another shape (R8-like)."""
+    import tarfile
+
+    with tarfile.open(tar) as src:
+        members = src.getmembers()
+        groups = sorted({m.name.split("/")[1] for m in members if m.name.count("/") >= 1 and m.name.split("/")[1]})
+        keep = set(groups[::2])
+        with tarfile.open(out + ".partial", "w:gz") as dst:
+            for m in members:
+                parts = m.name.split("/")
+                if len(parts) == 1 or parts[1] in keep:
+                    dst.addfile(m, src.extractfile(m) if m.isfile() else None)
+    os.rename(out + ".partial", out)
 
 
 def nnz(model) -> int:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,10 +54,11 @@ SOLVERS: dict[str, type[Solver]] = {}
 
 class SolverParams(BaseModel):
     """Parameters shared by every solver. `lam` is λ with the loss averaged over samples (1/n),
-    as the papers write their objectives. No float parameter may be NaN or infinite."""
+    as the papers write their objectives; each solver declares its own type (a number, or also
+    None or a word for data-driven choices) and default. No float parameter may be NaN or infinite."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    lam: float = Field(1e-4, description="λ, the weight of the penalty")
+    lam: float | str | None = Field(1e-4, description="λ, the weight of the penalty")
     tol: float = Field(1e-4, description="tolerance of the stopping test")
     max_iter: int = Field(50, description="cap on the iterations")
     random_state: int = Field(0, ge=0, description="seed of the solver's random draws (a non-negative integer)")
@@ -81,9 +82,14 @@ _BOUNDS = ((annotated_types.Ge, ">="), (annotated_types.Gt, ">"), (annotated_typ
 def allowed_values(field: FieldInfo) -> str:
     """What a parameter accepts, in words: "one of identity, softmax", "int >= 1",
     "float > 0, or None", "true or false"."""
-    kinds = typing.get_args(field.annotation) if isinstance(field.annotation, types.UnionType) else (field.annotation,)
+    union = isinstance(field.annotation, types.UnionType) or typing.get_origin(field.annotation) is typing.Union
+    kinds = typing.get_args(field.annotation) if union else (field.annotation,)
     words = []
     for kind in kinds:
+        metadata = field.metadata
+        if typing.get_origin(kind) is Annotated:  # a member with its own bounds: Annotated[float, Field(ge=0)]
+            kind, *extra = typing.get_args(kind)
+            metadata = [m for e in extra for m in (e.metadata if isinstance(e, FieldInfo) else [e])]
         if kind is type(None):
             continue
         if typing.get_origin(kind) is Literal:
@@ -93,7 +99,7 @@ def allowed_values(field: FieldInfo) -> str:
         else:
             bounds = [
                 f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
-                for m in field.metadata
+                for m in metadata
                 for cls, sign in _BOUNDS
                 if isinstance(m, cls)
             ]

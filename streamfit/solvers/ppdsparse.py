@@ -9,7 +9,10 @@ elastic-net objective (9) in the project's averaged convention
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
 lam is one weight for every class, or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
-class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max).
+class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max), or (lam="auto",
+the default, squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a held-out slice of
+the training rows (choose_ratios: a path of ratios on the other rows and a one-standard-error
+rule), then trained on all rows.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -60,7 +63,7 @@ import uuid
 from collections import deque
 from collections.abc import Generator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -85,6 +88,11 @@ from streamfit.store import ChunkSource
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
+AUTO_FIRST_RATIO = 0.1  # lam auto: the path's largest lam/λmax_k after 1 (the empty model, closed form)
+AUTO_MIN_RATIO = 1e-4  # lam auto: the path's smallest lam/λmax_k
+AUTO_PER_DECADE = 2  # lam auto: path points per decade of lam/λmax_k
+AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best held-out loss
+HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
@@ -94,17 +102,24 @@ class PPDSparseParams(SolverParams):
     loss: Literal["squared_hinge", "hinge"] = Field(
         "squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge"
     )
-    lam: float | None = Field(  # type: ignore[assignment]  # None: per-class lam_ratio·λmax_k (nothing reads lam generically)
-        1e-5,
-        ge=0,
-        description="ℓ1 weight, the same for every class: lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam); "
-        "None = lam_ratio·λmax_k per class k",
+    lam: Annotated[float, Field(ge=0)] | Literal["auto"] | None = Field(
+        "auto",
+        description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): a number = the same "
+        "for every class; None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a "
+        "held-out share of the training rows (choose_ratios)",
     )
     lam_ratio: float = Field(
         0.01,
         gt=0,
         description="lam None: class k's ℓ1 weight is lam_ratio·λmax_k, λmax_k the smallest lam at which "
         "w_k = 0 (squared hinge only; ≥ 1 = the empty model)",
+    )
+    held_out: float = Field(
+        0.2,
+        gt=0,
+        lt=1,
+        description="lam auto: the share of the training rows (stratified by first label, seeded by "
+        "random_state) held out to choose each class's ratio to λmax_k",
     )
     tau: float = Field(
         1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)"
@@ -159,7 +174,7 @@ class PPDSparseParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.lam is None and self.loss == "hinge":
+        if (self.lam is None or self.lam == "auto") and self.loss == "hinge":
             raise ValueError(
                 "loss=hinge needs an absolute lam (λmax_k has a closed form for the squared hinge only); "
                 "set lam, e.g. lam=1e-5"
@@ -192,11 +207,16 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
         Y = sp.vstack([c.labels for c in chunks], format="csc")
         Y.sum_duplicates()
         Y.sort_indices()
-        pos_ptr, pos_rows = Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
     else:
         y = np.concatenate([c.labels for c in chunks]).astype(np.int64)
-        pos_rows = np.argsort(y, kind="stable").astype(np.int64)
-        pos_ptr = np.concatenate([[0], np.cumsum(np.bincount(y, minlength=K))]).astype(np.int64)
+        Y = sp.csc_matrix((np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K))
+    return _assemble(X, Y, col_map, by_magnitude)
+
+
+def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnitude: bool) -> Data:
+    """Data of the rows of X (CSR, the kernels' feature ids, sorted indices) with labels Y (CSC
+    n × K indicator, rows ascending per class)."""
+    pos_ptr, pos_rows = Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
     C = X.tocsc()
     C.sort_indices()
     col_ptr, col_rows, col_vals = C.indptr.astype(np.int64), C.indices.astype(np.int64), C.data
@@ -218,29 +238,74 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
     )
 
 
+class Split(NamedTuple):
+    """lam auto: the training rows cut into a fit part (`fit`, Data of those rows, same feature
+    ids) and a held-out part (`held_X`, CSC n_held × d in the kernels' feature ids; `held_Y`, CSC
+    n_held × K label indicator)."""
+
+    fit: Data
+    held_X: sp.csc_matrix
+    held_Y: sp.csc_matrix
+
+
+def held_out_rows(data: Data, share: float, seed: int) -> np.ndarray:
+    """The held-out rows (ascending ids) of lam auto: the rows ordered by their first label (the
+    smallest class id; rows without a label last), within a label by a random permutation seeded
+    by `seed`, and every m-th row of that order taken, m = round(1/share), starting at the first;
+    so each label keeps ≈ 1/m of its rows out (at least one of any label with m rows or more),
+    and the cut depends only on the labels, the row order and the seed."""
+    n = data.indptr.size - 1
+    K = data.pos_ptr.size - 1
+    first = np.full(n, K, np.int64)
+    np.minimum.at(first, data.pos_rows, np.repeat(np.arange(K), np.diff(data.pos_ptr)))
+    shuffle = np.random.default_rng([seed, HELD_OUT_STREAM]).permutation(n)
+    order = np.lexsort((shuffle, first))
+    return np.sort(order[:: max(1, round(1 / share))])
+
+
+def split_data(data: Data, share: float, seed: int, by_magnitude: bool = False) -> Split:
+    """The Split of `data` whose held-out rows are held_out_rows(data, share, seed)."""
+    n, d = data.indptr.size - 1, data.col_map.size
+    K = data.pos_ptr.size - 1
+    X = sp.csr_matrix((data.values, data.indices, data.indptr), shape=(n, d))
+    Y = sp.csc_matrix((np.ones(data.pos_rows.size), data.pos_rows, data.pos_ptr), shape=(n, K))
+    held = held_out_rows(data, share, seed)
+    fit = np.setdiff1d(np.arange(n), held)
+    X_fit, Y_fit = X[fit], sp.csc_matrix(Y[fit])
+    X_fit.sort_indices()
+    Y_fit.sort_indices()
+    return Split(_assemble(X_fit, Y_fit, data.col_map, by_magnitude), sp.csc_matrix(X[held]), sp.csc_matrix(Y[held]))
+
+
 @dataclasses.dataclass
 class _DataRef:
     """What a group task gets: the source, a token naming the run (each machine builds the
-    training matrix once per token), and build_data's by_magnitude."""
+    training matrix once per token), build_data's by_magnitude, and lam auto's (held-out share,
+    seed) of split_data (None: another lam)."""
 
     source: ChunkSource
     token: str
     by_magnitude: bool
+    held_out: tuple[float, int] | None
 
 
-_cache: dict[str, Data] = {}
+_cache: dict[str, tuple[Data, Split | None]] = {}
 _cache_lock = threading.Lock()
 
 
-def _worker_data(ref: _DataRef) -> Data:
+def _worker_data(ref: _DataRef) -> tuple[Data, Split | None]:
+    """The training matrix (shared by the machine's processes) and lam auto's split of it (built
+    by each process)."""
     with _cache_lock:  # the threads of a worker wait for one build
         if ref.token not in _cache:
             _cache.clear()  # one training matrix per process
             try:
-                _cache[ref.token] = _machine_data(ref)
+                data = _machine_data(ref)
             except OSError as e:  # no writable temporary directory: a copy of its own
                 log.warning("ppdsparse: cannot share the training matrix on this machine (%s); building it here", e)
-                _cache[ref.token] = build_data(ref.source, ref.by_magnitude)
+                data = build_data(ref.source, ref.by_magnitude)
+            split = None if ref.held_out is None else split_data(data, *ref.held_out, ref.by_magnitude)
+            _cache[ref.token] = (data, split)
         return _cache[ref.token]
 
 
@@ -325,19 +390,98 @@ def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
 
 
 def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
-    """The ℓ1 weight lam_k of classes lo … hi−1 (hi − lo,), averaged convention: p.lam for every
-    class, or p.lam_ratio · λmax_k (lam_max) when p.lam is None."""
-    if p.lam is not None:
+    """The ℓ1 weight lam_k of classes lo … hi−1 (hi − lo,), averaged convention, for p.lam a
+    number or None (p.lam_ratio · λmax_k, lam_max); lam auto: choose_ratios."""
+    if isinstance(p.lam, float):
         return np.full(hi - lo, p.lam)
+    assert p.lam is None, "lam auto: choose_ratios"
     return p.lam_ratio * lam_max(data, lo, hi, p.tau)
 
 
-def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -> GroupResult:
+def auto_path() -> np.ndarray:
+    """The ratios r = lam/λmax_k that lam auto tries: 1 (the empty model), then AUTO_FIRST_RATIO
+    down to AUTO_MIN_RATIO, AUTO_PER_DECADE per decade (1, 0.1, 0.032, 0.01, …, 1e-4)."""
+    steps = round(AUTO_PER_DECADE * np.log10(AUTO_FIRST_RATIO / AUTO_MIN_RATIO))
+    return np.concatenate([[1.0], AUTO_FIRST_RATIO * 10.0 ** (-np.arange(steps + 1) / AUTO_PER_DECADE)])
+
+
+def held_out_losses(split: Split, k: int, idx: np.ndarray, val: np.ndarray, bias: float) -> np.ndarray:
+    """½ max(0, 1 − y_ik (⟨w, x_i⟩ + b))² of every held-out row i (n_held,), w_{:D} given by its
+    non-zeros (idx: the kernels' feature ids, val), b the bias."""
+    y = np.full(split.held_X.shape[0], -1.0)
+    y[split.held_Y.indices[split.held_Y.indptr[k] : split.held_Y.indptr[k + 1]]] = 1.0
+    scores = split.held_X[:, idx] @ val + bias if idx.size else np.full(y.size, bias)
+    return 0.5 * np.maximum(0.0, 1.0 - y * scores) ** 2
+
+
+def choose_ratios(split: Split, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
+    """lam auto (squared hinge): class k's ratio r_k = lam_k/λmax_k (hi − lo,), by a path on the
+    fit rows and a one-standard-error rule on the held-out rows (Hastie, Tibshirani and Friedman,
+    The Elements of Statistical Learning, §7.10, here per class). For r on auto_path() (r = 1:
+    w_k = 0 with its optimal bias ȳ_k/(1 + tau), lam_max), class k is trained on the fit rows at
+    lam = r·λmax_k (λmax_k of the fit rows), and L_k(r) is its mean held-out loss
+    (held_out_losses), s_k(r) that mean's standard error (std/√n_held); the path stops
+    AUTO_PATIENCE points after the smallest L_k or at AUTO_MIN_RATIO. r_k is the largest r with
+    L_k(r) ≤ L_k(r*) + s_k(r*)/√K, r* the minimiser, K the number of classes: the summed held-out
+    loss Σ_k L_k, whose standard error is about √K·s_k for K independent classes of similar
+    spread, stays within one standard error of the sum of the per-class minima, its slack split
+    evenly between the classes. So a class takes the sparsest model the held-out rows cannot
+    tell from its best, and the empty model when no weight lowers its held-out loss enough."""
+    fit = split.fit
+    n_fit = fit.indptr.size - 1
+    work = make_work(n_fit, fit.col_map.size)
+    lmax = lam_max(fit, lo, hi, p.tau)
+    n_classes = fit.pos_ptr.size - 1
+    delta = 0.0 if p.delta is None else p.delta
+    path = auto_path()
+    ratios = np.ones(hi - lo)
+    for k in range(lo, hi):
+        n_pos = fit.pos_ptr[k + 1] - fit.pos_ptr[k]
+        empty = held_out_losses(split, k, np.zeros(0, np.int64), np.zeros(0), (2 * n_pos - n_fit) / n_fit / (1 + p.tau))
+        means, errors = [empty.mean()], [empty.std() / np.sqrt(empty.size)]
+        for r in path[1:]:
+            if lmax[k - lo] == 0 or len(means) - 1 - int(np.argmin(means)) >= AUTO_PATIENCE:
+                break
+            i, v, b, *_ = solve_class(
+                fit,
+                work,
+                k,
+                OVR_HALF_SQUARED_HINGE,
+                n_fit * r * lmax[k - lo],
+                n_fit * p.tau,
+                p.kappa,
+                p.kappa_growth,
+                p.tol,
+                p.max_iter,
+                p.max_inner,
+                p.shrink,
+                delta,
+                p.x_threshold,
+                p.random_state,
+                p.primal_ratio,
+            )
+            losses = held_out_losses(split, k, i, v, b)
+            means.append(losses.mean())
+            errors.append(losses.std() / np.sqrt(losses.size))
+        best = int(np.argmin(means))
+        slack = errors[best] / np.sqrt(n_classes)
+        ratios[k - lo] = path[int(np.flatnonzero(np.asarray(means) <= means[best] + slack)[0])]
+    return ratios
+
+
+def solve_group(
+    data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, split: Split | None = None
+) -> GroupResult:
     """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays; weights by the
-    store's feature ids."""
+    store's feature ids. split: the held-out split of `data` (split_data) that lam auto needs."""
     work = make_work(n_rows, data.col_map.size)
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
-    lams = class_lams(data, lo, hi, p)
+    if p.lam == "auto":
+        assert split is not None, "lam auto needs the held-out split"
+        ratios = choose_ratios(split, lo, hi, p)
+        lams = ratios * lam_max(data, lo, hi, p.tau)
+    else:
+        ratios, lams = None, class_lams(data, lo, hi, p)
     sigma = n_rows * p.tau
     delta = 0.0 if p.delta is None else p.delta
     idx, val = [], []
@@ -346,25 +490,31 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
     objective = np.zeros(hi - lo)
     for k in range(lo, hi):
         lam = lams[k - lo]
-        i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
-            data,
-            work,
-            k,
-            loss,
-            n_rows * lam,
-            sigma,
-            p.kappa,
-            p.kappa_growth,
-            p.tol,
-            p.max_iter,
-            p.max_inner,
-            p.shrink,
-            delta,
-            p.x_threshold,
-            p.random_state,
-            p.primal_ratio,
-        )
-        objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
+        if ratios is not None and ratios[k - lo] == 1.0:  # w_k = 0 and its bias in closed form (lam_max)
+            n_pos = data.pos_ptr[k + 1] - data.pos_ptr[k]
+            i, v, b = np.zeros(0, np.int64), np.zeros(0), (2 * n_pos - n_rows) / n_rows / (1 + p.tau)
+            objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
+            it, n_active, n_alpha, conv, dual = 0, 0, 0, 1, -n_rows * objective[k - lo]
+        else:
+            i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
+                data,
+                work,
+                k,
+                loss,
+                n_rows * lam,
+                sigma,
+                p.kappa,
+                p.kappa_growth,
+                p.tol,
+                p.max_iter,
+                p.max_inner,
+                p.shrink,
+                delta,
+                p.x_threshold,
+                p.random_state,
+                p.primal_ratio,
+            )
+            objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
         i = data.col_map[i]
         order = np.argsort(i)
         idx.append(i[order])
@@ -376,7 +526,20 @@ def solve_group(data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int) -
 
 
 def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: dict) -> GroupResult:
-    return solve_group(_worker_data(ref), *groups[g], PPDSparseParams(**params), ref.source.n_rows)
+    data, split = _worker_data(ref)
+    return solve_group(data, *groups[g], PPDSparseParams(**params), ref.source.n_rows, split)
+
+
+def _held_out(p: PPDSparseParams) -> tuple[float, int] | None:
+    """split_data's (share, seed) for lam auto, else None."""
+    return (p.held_out, p.random_state) if p.lam == "auto" else None
+
+
+def _training(source: ChunkSource, p: PPDSparseParams) -> tuple[Data, Split | None]:
+    """The training matrix of `source` and lam auto's split of it, built in this process."""
+    data = build_data(source, p.x_threshold > 0)
+    held_out = _held_out(p)
+    return data, None if held_out is None else split_data(data, *held_out, p.x_threshold > 0)
 
 
 def _finished_groups(
@@ -399,7 +562,7 @@ def _finished_groups(
         return Unordered(
             _solved_by_threads(source, p, groups, todo, pending), lambda: bool(pending) and pending[0][1].done()
         )
-    ref = _DataRef(source, token, p.x_threshold > 0)
+    ref = _DataRef(source, token, p.x_threshold > 0, _held_out(p))
     return engine.imap_unordered(
         _group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups, params=p.model_dump()
     )
@@ -408,9 +571,9 @@ def _finished_groups(
 def _solved_in_order(
     source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
 ) -> Generator[tuple[int, GroupResult], None, None]:
-    data = build_data(source, p.x_threshold > 0)
+    data, split = _training(source, p)
     for g in todo:
-        yield g, solve_group(data, *groups[g], p, source.n_rows)
+        yield g, solve_group(data, *groups[g], p, source.n_rows, split)
 
 
 def _solved_by_threads(
@@ -419,9 +582,9 @@ def _solved_by_threads(
     """`p.threads` threads sharing one copy of the data solve the groups ahead (the kernels
     release the GIL); yielded in `todo` order, `pending` holding the (group, future) not yet
     yielded."""
-    data = build_data(source, p.x_threshold > 0)
+    data, split = _training(source, p)
     with ThreadPoolExecutor(p.threads) as pool:
-        pending.extend((g, pool.submit(solve_group, data, *groups[g], p, source.n_rows)) for g in todo)
+        pending.extend((g, pool.submit(solve_group, data, *groups[g], p, source.n_rows, split)) for g in todo)
         try:
             while pending:
                 g, fut = pending[0]

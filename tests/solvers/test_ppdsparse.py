@@ -227,6 +227,95 @@ def test_lam_ratio_is_relative_to_the_exact_lam_max(request, data_name):
         pp.PPDSparseParams(loss="hinge", lam=None)
 
 
+@pytest.mark.parametrize("data_name", ["digits", "multilabel"])
+def test_held_out_rows_are_a_seeded_stratified_disjoint_cut(request, data_name):
+    """lam auto's held-out rows: every 5th row of each first label's rows (so each label keeps
+    1/5 of them out, ±1), the same for the same seed, another cut for another seed; split_data's
+    fit part is build_data of the other rows, and its held-out part those rows, exactly."""
+    X, labels = request.getfixturevalue(data_name)
+    n_classes = 10 if data_name == "digits" else 6
+    data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
+    held = pp.held_out_rows(data, 0.2, seed=7)
+    assert np.array_equal(held, pp.held_out_rows(data, 0.2, seed=7))
+    assert not np.array_equal(held, pp.held_out_rows(data, 0.2, seed=8))
+    Y = labels.toarray() > 0 if sp.issparse(labels) else np.arange(n_classes) == np.asarray(labels)[:, None]
+    first = np.where(Y.any(axis=1), Y.argmax(axis=1), n_classes)
+    for label in np.unique(first):
+        rows = np.flatnonzero(first == label)
+        assert abs(np.isin(rows, held).sum() - rows.size / 5) <= 1
+    fit_rows = np.setdiff1d(np.arange(X.shape[0]), held)
+    split = pp.split_data(data, 0.2, seed=7)
+    direct = pp.build_data(InMemoryStore(X[fit_rows], labels[fit_rows], range(n_classes)))
+    refit = sp.csr_matrix(
+        (split.fit.values, split.fit.col_map[split.fit.indices], split.fit.indptr), (fit_rows.size, X.shape[1])
+    )
+    assert (refit != X[fit_rows]).nnz == 0
+    assert np.array_equal(split.fit.pos_ptr, direct.pos_ptr) and np.array_equal(split.fit.pos_rows, direct.pos_rows)
+    held_X = sp.csr_matrix(split.held_X)
+    held_X = sp.csr_matrix((held_X.data, data.col_map[held_X.indices], held_X.indptr), (held.size, X.shape[1]))
+    assert (held_X != X[held]).nnz == 0
+    assert np.array_equal(split.held_Y.toarray() > 0, Y[held])
+
+
+def test_choose_ratios_takes_the_sparsest_within_one_standard_error(digits, monkeypatch):
+    """choose_ratios on scripted held-out losses (held_out_losses replaced): the path stops
+    AUTO_PATIENCE points after its best mean loss, and the ratio is the largest whose mean is
+    within s(best)/√K of the best's (K = 10 classes); a class whose best is the empty model gets
+    ratio 1."""
+    X, y = digits
+    data = pp.build_data(InMemoryStore(X, y, range(10)))
+    split = pp.split_data(data, 0.2, seed=0)
+    path = pp.auto_path()
+    assert path[0] == 1.0 and path[1] == pp.AUTO_FIRST_RATIO and path[-1] == pytest.approx(pp.AUTO_MIN_RATIO)
+    n_held = split.held_X.shape[0]
+    spread = np.where(np.arange(n_held) < n_held // 2, -1.0, 1.0)
+    spread -= spread.mean()
+    spread /= spread.std()  # mean 0, std 1: s = scale/√n_held
+    scale = 0.1 * np.sqrt(10) * np.sqrt(n_held)  # s(best)/√K = 0.1
+    # class 0: means 1, .5, .29, .2, .21, .25; .29 ≤ .2 + .1 < .5: ratio path[2]
+    # class 1: the empty model is best (the means rise): ratio 1
+    script = {0: [1.0, 0.5, 0.29, 0.2, 0.21, 0.25, 0.3], 1: [0.1, 0.11, 0.12, 0.13]}
+    calls = {0: 0, 1: 0}
+
+    def scripted(split, k, idx, val, bias):
+        j = calls[k]
+        calls[k] += 1
+        return script[k][j] + (scale * spread if (k, j) == (0, 3) else 0.0 * spread)  # s = 0 elsewhere
+
+    monkeypatch.setattr(pp, "held_out_losses", scripted)
+    ratios = pp.choose_ratios(split, 0, 2, pp.PPDSparseParams(tau=1e-3))
+    assert ratios.tolist() == [path[2], 1.0]
+    assert calls == {0: 3 + 1 + pp.AUTO_PATIENCE, 1: 1 + pp.AUTO_PATIENCE}
+    script[0][2] = 0.31  # just outside the slack: the next ratio down
+    calls.update({0: 0, 1: 0})
+    assert pp.choose_ratios(split, 0, 2, pp.PPDSparseParams(tau=1e-3)).tolist() == [path[3], 1.0]
+
+
+def test_lam_auto_empties_classes_the_held_out_rows_cannot_predict(digits):
+    """lam auto (the default): a class whose labels are noise (drawn independently of X) gets the
+    empty model w_k = 0 with bias ȳ_k/(1 + tau) (λmax_k's closed form), the digits' classes keep
+    non-zero weights at lam_k = r_k·λmax_k with r_k < 1 a point of the path, and the weights meet
+    the optimality conditions of (9) at those lam_k (λmax_k by the reference written here)."""
+    X, y = digits[0][:300], digits[1][:300]
+    noise = np.random.default_rng(5).random(X.shape[0]) < 0.1
+    labels = np.where(noise, 10, y).astype(np.int32)
+    n, tau = X.shape[0], 1e-3
+    p = pp.PPDSparseParams(tau=tau, **TIGHT)
+    assert p.lam == "auto"
+    data = pp.build_data(InMemoryStore(X, labels, range(11)))
+    res = pp.solve_group(data, 0, 11, p, n, pp.split_data(data, p.held_out, p.random_state))
+    counts = np.diff(res.indptr)
+    assert counts[10] == 0 and (counts[:10] > 0).all()
+    assert res.bias[10] == pytest.approx((2 * noise.sum() - n) / n / (1 + tau), rel=1e-12)
+    Ys = signs(labels, 11)
+    lam_k = res.stats[:, 5]
+    ratios = lam_k / lam_max_reference(X.toarray(), Ys, tau)
+    assert ratios[10] == pytest.approx(1.0, rel=1e-9) and (ratios[:10] < 1).all()
+    assert np.abs(np.log10(ratios)[:, None] - np.log10(pp.auto_path())[None, :]).min(axis=1).max() < 1e-9
+    W = sp.csr_matrix((res.values, res.indices, res.indptr), (11, X.shape[1])).toarray().T
+    assert kkt_violation(X, Ys, W, res.bias, lam_k, tau).max() < 1e-6
+
+
 @pytest.mark.parametrize(
     "options", [{"delta": 0.05}, {"delta": None, "x_threshold": 0.5}, {"delta": 0.2, "x_threshold": 0.3, "kappa": 3}]
 )
@@ -442,8 +531,9 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     X, y = digits
     classes = [str(c) for c in range(10)]
     store = write_store(tmp_path / "store", X, y, classes, chunk_rows=256)
-    # primal_ratio 3: about half the classes end in the primal Newton finish, the others in the dual alone
-    params = {"lam": 1e-3, "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
+    # lam auto (the default): each class's ℓ1 weight chosen on held-out rows; primal_ratio 3: some
+    # classes end in the primal Newton finish, the others in the dual alone
+    params = {"tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, parallel_log = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
     threaded, threaded_log = fit(store, str(tmp_path / "threaded"), threads=3, **params)
@@ -723,7 +813,7 @@ def test_training_matrix_is_built_once_per_machine_and_mapped(digits, tmp_path, 
     builds = []
     monkeypatch.setattr(pp, "build_data", lambda *a: builds.append(1) or built)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ref = pp._DataRef(source, "run-0", False)
+    ref = pp._DataRef(source, "run-0", False, None)
     first, second = pp._machine_data(ref), pp._machine_data(ref)
     assert builds == [1]
     for name in pp.Data._fields:
