@@ -8,9 +8,9 @@ elastic-net objective (9) in the project's averaged convention
     F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
-lam is one weight for every class, or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
+lam is one weight for every class (default 1e-5), or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
 class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max), or (lam="auto",
-the default, squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a held-out slice of
+squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a held-out slice of
 the training rows (choose_ratios: a path of ratios on the other rows and a one-standard-error
 rule), then trained on all rows.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
@@ -103,7 +103,7 @@ class PPDSparseParams(SolverParams):
         "squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge"
     )
     lam: Annotated[float, Field(ge=0)] | Literal["auto"] | None = Field(
-        "auto",
+        1e-5,
         description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): a number = the same "
         "for every class; None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a "
         "held-out share of the training rows (choose_ratios)",

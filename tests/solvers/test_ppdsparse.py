@@ -292,7 +292,7 @@ def test_choose_ratios_takes_the_sparsest_within_one_standard_error(digits, monk
 
 
 def test_lam_auto_empties_classes_the_held_out_rows_cannot_predict(digits):
-    """lam auto (the default): a class whose labels are noise (drawn independently of X) gets the
+    """lam auto: a class whose labels are noise (drawn independently of X) gets the
     empty model w_k = 0 with bias ȳ_k/(1 + tau) (λmax_k's closed form), the digits' classes keep
     non-zero weights at lam_k = r_k·λmax_k with r_k < 1 a point of the path, and the weights meet
     the optimality conditions of (9) at those lam_k (λmax_k by the reference written here)."""
@@ -300,8 +300,7 @@ def test_lam_auto_empties_classes_the_held_out_rows_cannot_predict(digits):
     noise = np.random.default_rng(5).random(X.shape[0]) < 0.1
     labels = np.where(noise, 10, y).astype(np.int32)
     n, tau = X.shape[0], 1e-3
-    p = pp.PPDSparseParams(tau=tau, **TIGHT)
-    assert p.lam == "auto"
+    p = pp.PPDSparseParams(tau=tau, lam="auto", **TIGHT)
     data = pp.build_data(InMemoryStore(X, labels, range(11)))
     res = pp.solve_group(data, 0, 11, p, n, pp.split_data(data, p.held_out, p.random_state))
     counts = np.diff(res.indptr)
@@ -531,9 +530,9 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     X, y = digits
     classes = [str(c) for c in range(10)]
     store = write_store(tmp_path / "store", X, y, classes, chunk_rows=256)
-    # lam auto (the default): each class's ℓ1 weight chosen on held-out rows; primal_ratio 3: some
+    # lam auto: each class's ℓ1 weight chosen on held-out rows; primal_ratio 3: some
     # classes end in the primal Newton finish, the others in the dual alone
-    params = {"tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
+    params = {"lam": "auto", "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, parallel_log = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
     threaded, threaded_log = fit(store, str(tmp_path / "threaded"), threads=3, **params)
