@@ -103,6 +103,8 @@ class ZarrReader:
         self.data = open_array(group, "X/data")
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
+        # per X array: (Zarr chunk id, its decoded values) of the last Zarr chunk read (_nnz_range)
+        self._last_block: dict[str, tuple[int, np.ndarray]] = {}
         if regression:
             self.targets = open_array(group, "targets")
         elif multilabel:
@@ -138,11 +140,48 @@ class ZarrReader:
         if differs:
             raise ValueError(f"the manifest copy in the Zarr root attributes has another {differs}")
 
-    def read(self, row_start: int, row_stop: int, n_features: int):
-        indptr = read_range(self.indptr, row_start, row_stop + 1)
-        lo, hi = int(indptr[0]), int(indptr[-1])
+    def _nnz_range(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """X/`name`[lo:hi] (name "data" or "indices"), read in whole Zarr chunks of which the
+        last stays decoded here. A row chunk's non-zeros straddle Zarr chunks of NNZ_CHUNK
+        entries, and a slice decodes every Zarr chunk it touches: a pass over the row chunks
+        in order decoded (zstd, CRC32C) each shared Zarr chunk twice, about twice the work of
+        decoding the array once. With the last one kept, such a pass decodes each once; reads
+        in another order decode what a slice would. Returns a new array (never a view that
+        keeps a larger block alive)."""
+        array = getattr(self, name)
+        size = array.chunks[0]
+        if hi <= lo:
+            return read_range(array, lo, hi)
+        first, last = lo // size, (hi - 1) // size
+        parts = []
+        cached = self._last_block.get(name)  # one lookup: another thread may replace it meanwhile
+        if cached is not None and cached[0] == first:
+            parts.append(cached[1][lo - first * size : hi - first * size])
+            first += 1
+        if first <= last:
+            offset = first * size
+            block = read_range(array, offset, min((last + 1) * size, array.shape[0]))
+            self._last_block[name] = (last, block[(last - first) * size :].copy())
+            parts.append(block[max(lo - offset, 0) : hi - offset])
+        return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
+
+    def read(self, row_start: int, row_stop: int, n_features: int, nnz: int | None = None):
+        """(X, labels) of rows [row_start, row_stop). nnz: the rows' non-zeros when the caller
+        checks the result against a digest that covers them (the manifest's chunk SHA-256):
+        the last row's end is then indptr[row_start] + nnz instead of indptr[row_stop], which
+        lies in the next rows' Zarr chunk of X/indptr and cost decoding all of it for one number."""
+        if nnz is None or row_stop == row_start:
+            indptr = read_range(self.indptr, row_start, row_stop + 1)
+            lo, hi = int(indptr[0]), int(indptr[-1])
+            indptr -= lo
+        else:
+            starts = read_range(self.indptr, row_start, row_stop)
+            lo, hi = int(starts[0]), int(starts[0]) + nnz
+            indptr = np.empty(row_stop - row_start + 1, dtype=np.int64)
+            np.subtract(starts, lo, out=indptr[:-1])
+            indptr[-1] = nnz
         X = sp.csr_matrix(
-            (read_range(self.data, lo, hi), read_range(self.indices, lo, hi), indptr - lo),
+            (self._nnz_range("data", lo, hi), self._nnz_range("indices", lo, hi), indptr),
             shape=(row_stop - row_start, n_features),
         )
         if self.regression:

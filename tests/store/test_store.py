@@ -385,3 +385,40 @@ def test_overlaps_is_the_same_path_or_one_inside_the_other(tmp_path, a, b, overl
     assert overlaps(str(tmp_path / a), str(tmp_path / b)) is overlap
     (tmp_path / "link").symlink_to(tmp_path / "x")  # a link to x overlaps x and all inside it
     assert overlaps(str(tmp_path / "link"), str(tmp_path / b)) is (b in ("x", "x/y", "x/z"))
+
+
+def test_a_verified_chunk_read_ends_at_the_manifest_nnz(digits, write_store):
+    """A verified read takes a chunk's last row end from the manifest's nnz (covered by the
+    chunk's SHA-256) instead of X/indptr's next entry: damaging that entry leaves chunk 0 as
+    written and makes chunk 1, whose first row starts there, fail its checksum."""
+    import zarr
+
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    indptr = zarr.open_array(os.path.join(Store(path).data.path, "X", "indptr"), mode="r+")
+    indptr[400] = int(indptr[400]) + 1
+    chunk = Store(path).read_chunk(0)
+    assert (chunk.X != sp.csr_matrix(X[:400], dtype=np.float32)).nnz == 0
+    np.testing.assert_array_equal(chunk.labels, y[:400])
+    with pytest.raises(StoreError, match=r"chunk 1 \(rows 400-800\) fails its checksum"):
+        Store(path).read_chunk(1)
+
+
+@pytest.mark.parametrize("order", ["forward", "backward", "repeated"])
+def test_chunks_straddling_zarr_chunks_read_as_written_in_any_order(digits, write_store, monkeypatch, order):
+    """Row chunks whose non-zeros straddle X's Zarr chunks (here 1000 entries: each row chunk of
+    200 rows spans 7-8 of them) read back as written whether the last decoded Zarr chunk is
+    reused (in order) or not."""
+    import streamfit.store.zarr_backend as zb
+
+    monkeypatch.setattr(zb, "NNZ_CHUNK", 1000)
+    X, y, classes = digits
+    store = Store(write_store(X, y, classes, chunk_rows=200))
+    ids = {"forward": range(store.n_chunks), "backward": range(store.n_chunks - 1, -1, -1)}.get(order, [3, 3, 4, 2, 3])
+    for i in ids:
+        chunk = store.read_chunk(i, cache=False)
+        lo, hi = store.chunk_bounds(i)
+        assert (chunk.X != X[lo:hi]).nnz == 0
+        base = chunk.X.data.base  # a chunk holds no view into a larger decoded block
+        assert base is None or base.nbytes == chunk.X.data.nbytes
+        np.testing.assert_array_equal(chunk.labels, y[lo:hi])
