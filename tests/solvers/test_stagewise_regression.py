@@ -148,11 +148,11 @@ def test_default_generator_never_picks_random_fourier_features_for_regression():
     generator="rff" lowers the training error) "auto" still fits the stored columns: a linear
     least-squares fit, one pass; the nonlinear features are an explicit choice."""
     rng = np.random.default_rng(3)
-    X = rng.uniform(-1, 1, size=(800, 2))
+    X = rng.uniform(-1, 1, size=(400, 2))
     y = np.sin(3 * X[:, 0]) * np.cos(3 * X[:, 1])
     source = InMemoryStore(X, y[:, None], ["y"], chunk_rows=256)
     auto = fit(source)
-    rff = fit(source, generator="rff", n_components=256, block_size=128, n_passes=1)
+    rff = fit(source, generator="rff", n_components=128, block_size=128, n_passes=1)
     assert auto.info["generator"] == "gradient" and auto.info["data_passes"] == 1
     error = {name: np.mean((np.ravel(m.predict(X)) - y) ** 2) for name, m in (("auto", auto), ("rff", rff))}
     assert error["rff"] < 0.5 * error["auto"]
