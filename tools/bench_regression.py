@@ -4,7 +4,7 @@ scikit-learn's Ridge (exact, in memory), SGDRegressor (partial_fit, streaming) a
 
     python tools/bench_regression.py [--sets diabetes,randhie] [--ooc-rows 200000,400000,800000]
                                      [--ooc-features 20] [--cache-mb 64] [--sgd-max-epochs 1000]
-                                     [--vw-passes 20] [--no-vw-ooc] [--work DIR]
+                                     [--vw-passes 20] [--no-vw-ooc] [--no-blocks] [--work DIR]
     python tools/bench_regression.py --sets none --ooc-rows 10000000      # the issue's 10 M rows
 
 Real sets: scikit-learn's diabetes (442 rows, 10 features; shipped with scikit-learn) and
@@ -24,8 +24,8 @@ rule ends the fit (tol=1e-3, n_iter_no_change=5: stop once the epoch's training 
 mean of the loss ½(y − p)² of each row at the weights before its update plus the penalty
 (α/2)‖w‖², has not fallen below the best so far minus tol for 5 epochs in a row; max_iter=1000).
 Out of core, where fit cannot run, the same rule epoch by epoch through partial_fit: each epoch
-visits the store's chunks in a fresh seeded order, one partial_fit per chunk (which shuffles the
-chunk's rows, as fit shuffles); the epoch's objective is the mean over rows of ½(y − p)², p
+visits the store's chunks in store order (the order in which every method here reads them), one
+partial_fit per chunk (which shuffles the chunk's rows, as fit shuffles); the epoch's objective is the mean over rows of ½(y − p)², p
 scored by the weights before the chunk's update (fit scores each row before its own update: a
 chunk of progressive validation instead of a row), plus (α/2)‖w‖² at those weights; epochs stop
 by fit's rule, or at --sgd-max-epochs. Its time is the whole run to its stop and its RMSE the
@@ -252,19 +252,18 @@ def _concat_test(d: int):
 
 def sgd_out_of_core(store, max_epochs: int):
     """(SGDRegressor, epochs run): SGDRegressor() with its defaults, trained epoch by epoch with one
-    partial_fit per chunk (chunks in a fresh seeded order each epoch), stopped by fit's own rule
+    partial_fit per chunk (chunks in store order, the order every method reads), stopped by fit's own rule
     (module docstring): the epoch's objective, the mean of ½(y − p)² at the weights before each
     chunk's update plus (α/2)‖w‖² at those weights, counts as no improvement when it is above
     the best so far minus tol; n_iter_no_change such epochs in a row stop it, or max_epochs."""
     from sklearn.linear_model import SGDRegressor  # already imported by child_method
 
     sgd = SGDRegressor(random_state=0)
-    rng = np.random.default_rng(0)
     best, stale, epoch = np.inf, 0, 0
     while epoch < max_epochs and stale < sgd.n_iter_no_change:
         total = 0.0
-        for i in rng.permutation(store.n_chunks):
-            chunk = store.read_chunk(int(i), cache=False)
+        for i in range(store.n_chunks):
+            chunk = store.read_chunk(i, cache=False)
             y = chunk.labels[:, 0]
             if hasattr(sgd, "coef_"):  # before the first update the weights are 0
                 p = sgd.predict(chunk.X)
@@ -357,7 +356,8 @@ def bench_ooc(args, work: str) -> list[dict]:
         _child(["--child-generate", store, str(n), str(d), vw_file or ""], {})
         decoded_mib = (8 * n * d + 20 * n) / 2**20
         env = {"STREAMFIT_CHUNK_CACHE_MB": str(args.cache_mb), "OMP_NUM_THREADS": "1"}
-        methods = ["exact", "stagewise-default", "stagewise", "stagewise-blocks", "sgd", "sgd-1"]
+        methods = ["exact", "stagewise-default", "stagewise"] + (["stagewise-blocks"] if args.blocks else [])
+        methods += ["sgd", "sgd-1"]
         methods += ["vw"] if args.vw_ooc else []
         labels = {
             "exact": "Ridge (exact, streamed normal equations)",
@@ -433,6 +433,9 @@ def main() -> None:
     )
     ap.add_argument("--vw-passes", type=int, default=20)
     ap.add_argument("--no-vw-ooc", dest="vw_ooc", action="store_false", help="leave VW out of the generated sets")
+    ap.add_argument(
+        "--no-blocks", dest="blocks", action="store_false", help="leave the data-pass 'blocks' run out (generated sets)"
+    )
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
     args = ap.parse_args()
     args.ooc_rows = [] if args.ooc_rows == "none" else [int(v) for v in args.ooc_rows.split(",")]
