@@ -538,8 +538,10 @@ class StagewiseLSRegressor(_SolverEstimator):
     Each stage fits a block of features A to the residuals R = Y − F by ridge least squares,
     min_W (1/n)‖R − AW‖² + λ‖DW‖² (D leaves the intercept unpenalised), and adds AW to F. With
     generator="sequential" and one block holding every feature (block_size ≥ n_features,
-    n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept.
-    link must stay "identity" and calibration "none" or "predictions" (fit raises otherwise).
+    n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept. The
+    default generator ("auto") fits the stored columns (gradient-ordered blocks; with up to
+    1024 columns all stages run on the normal equations of one pass over X); random Fourier
+    features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "none" or "predictions" (fit raises otherwise).
 
     Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)
     (several outputs). predict returns y's shape; score is R² (scikit-learn's r2_score,

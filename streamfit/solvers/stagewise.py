@@ -58,11 +58,15 @@ in the training data):
   distance ("median trick"), `n_components` features in blocks; block b's frequencies come
   from the seed sequence (random_state, b) and are regenerated per chunk, never stored. The
   PCA and the median come from a seeded sample of rows.
-- "auto": "gradient" (text, §3.3) unless the data is low-dimensional and dense-ish (≤ 1000
-  active columns, ≥ 10 % of them non-zero per row: the paper's §3.1 setting); there "rff"
-  unless one ridge fit (Algorithm 1, identity link, the run's λ) on the stored columns has a
-  lower held-out squared error on the seeded row sample than one on the first random Fourier
-  block (`_rff_validates`).
+- "auto": for real-valued targets always "gradient" over the stored columns: the linear least
+  squares a regression user expects (with every column in one block, Ridge's problem), and
+  with few columns the stages run on the normal equations of one pass (`_normal_mode`);
+  random Fourier features are an explicit choice there. For class targets "gradient" (text,
+  §3.3) unless the data is low-dimensional and dense-ish (≤ 1000 active columns, ≥ 10 % of
+  them non-zero per row: the paper's §3.1 setting); there "rff" unless one ridge fit
+  (Algorithm 1, identity link, the run's λ) on the stored columns has a lower held-out squared
+  error on the seeded row sample than one on the first random Fourier block
+  (`_rff_validates`).
 
 λ scaling: `lam` is λ for the sample-averaged loss, as in SolverParams: the identity-link stage
 solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the softmax link minimises
@@ -92,6 +96,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import os
 import weakref
 from typing import Any, Literal, NamedTuple
 
@@ -102,7 +107,7 @@ from pydantic import Field, model_validator
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
-from streamfit.errors import ConfigError, InputError
+from streamfit.errors import CheckpointError, ConfigError, InputError
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
@@ -149,8 +154,9 @@ class StagewiseParams(SolverParams):
     )
     generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
         "auto",
-        description="GEN: feature blocks; auto = rff for dense inputs with <= 1000 columns unless one "
-        "ridge stage on the columns validates better on a row sample, else gradient",
+        description="GEN: feature blocks; auto = gradient for regression targets; for classes rff on dense "
+        "inputs with <= 1000 columns unless one ridge stage on the columns validates better on a row sample, "
+        "else gradient",
     )
     block_size: int = Field(512, ge=1, description="features per stage (p)")
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
@@ -1089,8 +1095,23 @@ class StagewiseSolver(Solver[StagewiseState]):
         )
 
     def check_resume(self, ctx: Context, state: StagewiseState) -> None:
-        """Every parameter that changes the model is in the config hash: nothing to refuse. The
+        """Every parameter that changes the model is in the config hash: nothing to refuse on
+        that score. A state whose feature space (a JSON value, which the driver's schema check
+        does not look into) has other keys than `FeatureSpace.to_json`'s was written by another
+        streamfit version: CheckpointError naming the run directory and --overwrite. The
         resumed run starts with an empty Gram cache, as a fresh one does."""
+        expected = FeatureSpace("columns", True, False).to_json().keys()
+        saved = state.space.keys() if isinstance(state.space, dict) else set()
+        if saved != expected:
+            root = ctx.chunk_state.root  # RUN_DIR/checkpoints/state
+            where = os.path.dirname(os.path.dirname(root)) if root else "the in-memory checkpoint"
+            differs = ", ".join(
+                [f"{k} missing" for k in sorted(expected - saved)] + [f"{k} unknown" for k in sorted(saved - expected)]
+            )
+            raise CheckpointError(
+                f"{where}: its stagewise checkpoint holds a feature space of another layout ({differs}); it was "
+                "written by another streamfit version: start over with --overwrite"
+            )
         self._grams = {}
 
     def _normal_mode(self, source: ChunkSource) -> bool:
@@ -1124,7 +1145,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         generator = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
         if generator == "auto":
-            if len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
+            if source.regression or len(active) > AUTO_RFF_MAX_INPUTS or density < AUTO_RFF_MIN_DENSITY:
                 generator = "gradient"
         dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions", dense=dense)

@@ -269,23 +269,29 @@ def _check_tiling(entries: list, name: str, keys: tuple, bounds: tuple[str, str]
         raise damaged(name, f"has {len(entries)} entries, {expected} expected to cover 0-{total} in steps of {step}")
 
 
+def _hash(h, array: np.ndarray, dtype) -> None:
+    """h.update with `array`'s bytes as `dtype`, C order, through the buffer protocol: no bytes
+    copy, and no copy at all when the array already has that dtype and is contiguous."""
+    h.update(np.ascontiguousarray(array, dtype=dtype))  # type: ignore[arg-type]  # an ndarray is a buffer; numpy's stub says so from Python 3.12 on
+
+
 def chunk_digest(X: sp.csr_matrix, labels) -> str:
     """SHA-256 of a chunk's canonical bytes: indptr relative to the chunk (int64), indices
     (int32), values (float32), then the labels (int32 ids, indptr+ids for multilabel, or the
     float64 targets row by row for regression)."""
     h = hashlib.sha256()
     indptr = np.asarray(X.indptr, dtype=np.int64)
-    h.update((indptr - indptr[0]).tobytes())
-    h.update(np.ascontiguousarray(X.indices, dtype=np.int32).tobytes())
-    h.update(np.ascontiguousarray(X.data, dtype=np.float32).tobytes())
+    _hash(h, indptr - indptr[0], np.int64)
+    _hash(h, X.indices, np.int32)
+    _hash(h, X.data, np.float32)
     if sp.issparse(labels):
         lp = np.asarray(labels.indptr, dtype=np.int64)
-        h.update((lp - lp[0]).tobytes())
-        h.update(np.ascontiguousarray(labels.indices, dtype=np.int32).tobytes())
+        _hash(h, lp - lp[0], np.int64)
+        _hash(h, labels.indices, np.int32)
     elif np.asarray(labels).dtype.kind == "f":
-        h.update(np.ascontiguousarray(labels, dtype=np.float64).tobytes())
+        _hash(h, labels, np.float64)
     else:
-        h.update(np.ascontiguousarray(labels, dtype=np.int32).tobytes())
+        _hash(h, labels, np.int32)
     return h.hexdigest()
 
 

@@ -4,6 +4,8 @@ the out-of-core contract (chunking, workers)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -131,15 +133,29 @@ def test_normal_equations_give_the_data_passes_model(generator, monkeypatch):
 
 
 def test_default_generator_on_a_linear_model_fits_the_normal_equations():
-    """generator="auto" on a planted linear model keeps the stored columns (they validate better
-    than random Fourier features) and, with 12 columns, stages on the normal equations: the
-    scan and the auto check's row sample are the only passes, the model Algorithm 3's."""
+    """generator="auto" on real-valued targets is "gradient" over the stored columns and, with 12
+    columns, stages on the normal equations: the scan is the only pass, the model Algorithm 3's."""
     X, Y, _ = planted(n=600, d=12, k=2, seed=8)
     model = fit(InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=256))
-    assert model.info["generator"] == "gradient" and model.info["data_passes"] == 2
+    assert model.info["generator"] == "gradient" and model.info["data_passes"] == 1
     coef, intercept = stagewise_by_hand(X, Y, 1e-4, 512, 2)
     np.testing.assert_allclose(model.coef_, coef.T, rtol=0, atol=1e-9)
     np.testing.assert_allclose(model.intercept_, intercept, rtol=0, atol=1e-9)
+
+
+def test_default_generator_never_picks_random_fourier_features_for_regression():
+    """On a target that random Fourier features fit far better (y = sin(3x₁)·cos(3x₂), where
+    generator="rff" lowers the training error) "auto" still fits the stored columns: a linear
+    least-squares fit, one pass; the nonlinear features are an explicit choice."""
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-1, 1, size=(400, 2))
+    y = np.sin(3 * X[:, 0]) * np.cos(3 * X[:, 1])
+    source = InMemoryStore(X, y[:, None], ["y"], chunk_rows=256)
+    auto = fit(source)
+    rff = fit(source, generator="rff", n_components=128, block_size=128, n_passes=1)
+    assert auto.info["generator"] == "gradient" and auto.info["data_passes"] == 1
+    error = {name: np.mean((np.ravel(m.predict(X)) - y) ** 2) for name, m in (("auto", auto), ("rff", rff))}
+    assert error["rff"] < 0.5 * error["auto"]
 
 
 def test_dense_columns_score_each_row_alike_in_any_batch():
@@ -209,3 +225,43 @@ def test_same_model_any_workers_and_chunking(tmp_path, local_engine, params):
     S = serial.decision_function(X)
     np.testing.assert_array_equal(parallel.decision_function(X), S)  # the reduction tree is fixed
     np.testing.assert_allclose(rechunked.decision_function(X), S, rtol=0, atol=1e-9)
+
+
+def _rewrite_latest_meta(run_dir, edit) -> None:
+    """Applies `edit` to the newest checkpoint's state meta (as older code would have written
+    it) and re-signs the record, so that only the state's layout differs."""
+    from streamfit.checkpoint import _record_digest
+
+    latest = json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"]
+    (meta_path,) = (run_dir / "checkpoints").glob(f"step-{latest:06d}*/**/meta.json")
+    record = json.loads(meta_path.read_text())
+    edit(record["meta"])
+    record["record_sha256"] = _record_digest(record)
+    meta_path.write_text(json.dumps(record))
+
+
+def _drop_normal_fields(meta) -> None:  # the state before the normal equations
+    for name in ("normal_gram", "normal_rhs", "normal_ysq"):
+        del meta["schema"][name]
+    del meta["values"]["normal_ysq"]
+
+
+def _drop_dense_key(meta) -> None:  # a feature space before dense column designs
+    del meta["values"]["space"]["dense"]
+
+
+@pytest.mark.parametrize("edit", [_drop_normal_fields, _drop_dense_key])
+def test_checkpoint_of_an_older_state_layout_is_a_one_line_error(tmp_path, edit):
+    """Resuming from a stagewise checkpoint that older code wrote (other state fields, or a
+    feature space with other keys) fails with one line naming the run and --overwrite."""
+    from streamfit.errors import CheckpointError
+
+    X, Y, _ = planted(n=200, d=6, k=1, seed=4)
+    store = write_store(tmp_path / "s", X, Y, chunk_rows=100)
+    run_dir = tmp_path / "run"
+    params = dict(generator="sequential", block_size=2, n_passes=2)
+    fit(store, run_dir=str(run_dir), stop_after=1, **params)
+    _rewrite_latest_meta(run_dir, edit)
+    with pytest.raises(CheckpointError, match="another layout.*--overwrite") as raised:
+        fit(store, run_dir=str(run_dir), resume=True, **params)
+    assert str(run_dir) in str(raised.value) and "\n" not in str(raised.value)
