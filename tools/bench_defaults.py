@@ -5,6 +5,8 @@ Data sets (from ../shared/data, see its README), each ingested by `streamfit ing
 would (test stores `--like` the training store):
 - news20: 20 Newsgroups bydate, raw text from the tarball, `--value log1p --idf --l2-normalize`
   hashed to 2^18 columns (the README's recipe); accuracy on the bydate test split;
+- news20-10: the same recipe on the first 10 newsgroups (sorted; 5650 training and 3761 test
+  documents, the R8-sized subset of tools/bench_small_jobs.py), ingested from folders;
 - sector: LIBSVM sector.scale (tf-idf, unit rows, 105 classes) with its test file;
 - bibtex: multilabel LIBSVM (159 labels); P@1 and micro-F1 of the predicted label sets (each
   model's own decision rule, as `streamfit evaluate` applies it), and labels per document.
@@ -18,7 +20,7 @@ seconds (reported as "> LIMIT"; the time limit of `streamfit train`). `-p KEY=VA
 `streamfit train -p`, repeatable) overrides a default in every solver's run, e.g.
 `--solvers ppdsparse -p lam=none -p lam_ratio=0.01` (the ℓ1 weight relative to each class's λmax).
 
-    python tools/bench_defaults.py [--sets news20,sector,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
+    python tools/bench_defaults.py [--sets news20,news20-10,sector,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
         [--data ../shared/data] [--work DIR] [--time-limit 900] [-p KEY=VALUE ...]
 """
 
@@ -54,6 +56,15 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit(
             "ingest", tar, "--subset", "20news-bydate-test", "--encoding", "latin-1", "--like", train, "--out", test
         )
+    elif name == "news20-10":
+        from bench_small_jobs import extract_subset
+
+        folders = os.path.join(work, "news20-10-docs")
+        if not os.path.exists(os.path.join(folders, "test")):
+            extract_subset(os.path.join(data, "20newsgroups", "20news-bydate.tar.gz"), 10, folders)
+        text = ["--encoding", "latin-1", "--n-features", str(2**18), "--value", "log1p", "--idf", "--l2-normalize"]
+        streamfit("ingest", os.path.join(folders, "train"), *text, "--out", train, "--overwrite")
+        streamfit("ingest", os.path.join(folders, "test"), "--encoding", "latin-1", "--like", train, "--out", test)
     elif name == "sector":
         folder = os.path.join(data, "libsvm", "sector")
         streamfit("ingest", os.path.join(folder, "sector.scale.bz2"), "--no-hash", "--out", train)
@@ -66,7 +77,7 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
     else:
-        raise SystemExit(f"unknown data set {name!r}: news20, sector or bibtex")
+        raise SystemExit(f"unknown data set {name!r}: news20, news20-10, sector or bibtex")
     return train, test
 
 

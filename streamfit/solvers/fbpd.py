@@ -111,7 +111,7 @@ NORM_MAX_PASSES = 200
 NORM_SAFETY = 1.01
 RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
-CHECKPOINT_ARRAYS = 5  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba)
+CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
 LAM_RATIO = 0.01  # default lam = 0.01·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
 
 
@@ -152,7 +152,14 @@ class FBPDParams(SolverParams):
         json_schema_extra={"affects_model": False},
     )
     step_ratio: float | None = Field(
-        None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1"
+        None,
+        gt=0,
+        description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: n (preconditioned), √n (regularized) or 1",
+    )
+    preconditioning: bool = Field(
+        True,
+        description="regularized with l1 or l2: diagonal steps τ_jk = τ/(column sum of |T|), σ_ℓ = σ/(row sum) "
+        "(Pock and Chambolle 2011); false, or another problem: one τ and σ from ‖T‖",
     )
     restarts: bool = Field(
         True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD"
@@ -250,14 +257,26 @@ def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarra
     return NormalSums(*_adjoint(chunk.X, A), len(chunk.X.data) + A.size)
 
 
-def _label_sums_task(source: ChunkSource, chunk_id: int) -> NormalSums:
-    """This chunk's (Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ, Σ_ℓ [e_zℓ, 1]): per class and in all, the sums of the
-    rows (M × (K + 1)) and the row counts (K + 1) (λ_ref)."""
+class LabelSums(NamedTuple):
+    """A chunk's Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ and Σ_ℓ |u_ℓ| [e_zℓ, 1]ᵀ (M × (K + 1): per class and in all) and
+    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1)."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    abs_sums: np.ndarray
+    entries: int
+
+
+def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
+    """This chunk's LabelSums (λ_ref and the preconditioner)."""
     chunk = _read_chunk(source, chunk_id)
+    X = chunk.X
     A = np.zeros((chunk.n_rows, source.n_classes + 1))
     A[np.arange(chunk.n_rows), chunk.labels] = 1.0
     A[:, -1] = 1.0
-    return NormalSums(*_adjoint(chunk.X, A), 0)
+    sums, counts = _adjoint(X, A)
+    abs_sums, _ = csr_adjoint(X.indptr, X.indices, np.abs(X.data), A, X.shape[1])
+    return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
 
 
 def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -284,9 +303,11 @@ def _advance(
     restart: bool,
     a: float,
     c: float,
+    weights: np.ndarray,
 ):
     """Writes the next iterate's per-sample arrays (version + 1) and returns
-    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array).
+    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array), the Halpern
+    norms weighted per row by `weights` (the inverse dual step scales).
     Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
     restart the anchor is `old`, written as version `version` of "anchor_" + name."""
     if anchor is None:
@@ -299,7 +320,9 @@ def _advance(
                 state.write("anchor_" + name, version, chunk_id, array)
         else:
             anchors = _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
-        combined = [halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c) for w, o, p in zip(new, old, anchors)]
+        combined = [
+            halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c, weights) for w, o, p in zip(new, old, anchors)
+        ]
         nxt = tuple(out.reshape(w.shape) for (out, _, _), w in zip(combined, new))
         moves = tuple(move for _, move, _ in combined)
         jumps = tuple(jump for _, _, jump in combined)
@@ -316,6 +339,7 @@ def _regularized_task(
     W2,
     b2,
     step: float,
+    preconditioned: bool,
     anchor: int | None = None,
     restart: bool = False,
     a: float = 1.0,
@@ -329,10 +353,12 @@ def _regularized_task(
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
     GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
-    Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(
-        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb
+    Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, preconditioned
     )
-    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
+    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c, weights)
+    if anchor is None and preconditioned:
+        moves = (move,)
     return RegularizedSums(GW, Gb, hinge, r_dot, correct, moves, coupling, jumps)
 
 
@@ -364,13 +390,17 @@ def _constrained_task(
     S = _scores(chunk.X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
     coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
-    moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c)
+    weights = np.ones(n)
+    moves, totals, jumps = _advance(
+        state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c, weights
+    )
     GW, Gb = _adjoint(chunk.X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
-def _norm(*arrays) -> float:
-    return float(np.sqrt(sum((a * a).sum() for a in arrays)))
+def _scaled_norm(*pairs) -> float:
+    """√(Σ Δ²/D) over the (Δ, D) pairs, entries with D = 0 left out (their Δ is 0)."""
+    return float(np.sqrt(sum((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum() for d, D in pairs)))
 
 
 def _ratio(change_sq: float, size_sq: float) -> float:
@@ -399,7 +429,9 @@ class FBPDState(SolverState):
     ba: np.ndarray
     GWa: np.ndarray
     Gba: np.ndarray
-    norm: float  # ‖T‖ from the Lanczos iteration
+    D: np.ndarray  # primal step scales: τ_jk = τ·D_jk (1 without preconditioning; 0 for unused features)
+    Db: np.ndarray  # the offsets' step scales
+    norm: float  # ‖T‖ from the Lanczos iteration (preconditioned: 1, the bound of ‖Σ^½ T D^½‖)
     lam: float  # the weight of g in (7): p.lam, or lam_ratio·λ_ref (0 for the constrained problem (8))
     lam_ref: float  # λ_ref (0 unless lam is None and the problem is (7))
     checkpoint_period: int  # iterations per checkpoint (times checkpoint_every): see checkpoint_due
@@ -487,41 +519,80 @@ class FBPDSolver(Solver[FBPDState]):
             W_prev, b_prev, W, b = W, b, TW / beta, Tb / beta
         return float(np.sqrt(estimate)), passes, int(entries)
 
-    def lam_ref(self, source: ChunkSource, engine: Engine) -> float:
-        """λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞ · K/(K − 1), π the class frequencies (one pass).
+    @staticmethod
+    def lam_ref(label_sums: LabelSums) -> float:
+        """λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞ · K/(K − 1), π the class frequencies.
 
         With every b_k equal, each row's hinge is 1 and its active terms are the K − 1 wrong
         classes; the subgradient with Y_ℓ uniform on them is (1/n) Σ_ℓ T_ℓᵀY_ℓ = −K/(K − 1) ·
         (1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ when the classes are balanced (π = 1/K; its b-part is then 0),
         so W = 0 solves (7) for every lam ≥ λ_ref (the ℓ1 optimality condition ‖∇‖∞ ≤ lam). On
         unbalanced classes it is the same statistic of the data, a scale rather than a bound."""
-        sums, counts, _ = engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: λ_ref")
-        K = source.n_classes
+        sums, counts = label_sums.sums, label_sums.counts
+        K = len(counts) - 1
         n = counts[K]
         gradient = (sums[:, :K] - np.outer(sums[:, K], counts[:K] / n)) / n
         return float(np.abs(gradient).max()) * K / max(K - 1, 1)
 
+    @staticmethod
+    def preconditioner(label_sums: LabelSums) -> tuple[np.ndarray, np.ndarray]:
+        """Pock and Chambolle's primal scales (α = 1): D = 1/(column sums of |T|), (D, Db) for
+        the weights and offsets. Column (j, k) of T holds u_ℓj once for each row with z_ℓ ≠ k
+        and −u_ℓj in the K − 1 rows (ℓ, k′ ≠ k) of each row with z_ℓ = k, so its sum is
+        Σ_ℓ |u_ℓj| + (K − 2) Σ_{ℓ: z_ℓ=k} |u_ℓj|, and the offset b_k's is n + (K − 2)·n_k.
+        Features that no row uses get D = 0 (their weights stay 0)."""
+        abs_sums, counts = label_sums.abs_sums, label_sums.counts
+        K = len(counts) - 1
+        column = abs_sums[:, K : K + 1] + (K - 2) * abs_sums[:, :K]
+        D = np.divide(1.0, column, out=np.zeros_like(column), where=column > 0)
+        return D, 1.0 / (counts[K] + (K - 2) * counts[:K])
+
+    @property
+    def preconditioned(self) -> bool:
+        """Diagonal steps: Algorithm 1 with a separable g (l1, l2), `preconditioning` on."""
+        p = self.params
+        return p.preconditioning and p.formulation == "regularized" and p.penalty in ("l1", "l2")
+
     def initial_ratio(self, n: int) -> float:
-        """ρ at the start: `step_ratio`, else √n (Algorithm 1) or 1 (Algorithm 2, whose duals y
-        are the hinge's multiplier c times simplex points instead of lying in (S_{1/n})^L)."""
+        """ρ at the start: `step_ratio`, else n (preconditioned: τ_jk = n·D_jk is one over
+        column (j, k)'s mean |T| entry, and nσ_ℓ = 1/w_ℓ, steps of the order of the margins), √n
+        (Algorithm 1) or 1 (Algorithm 2, whose duals y are the hinge's multiplier c times
+        simplex points instead of lying in (S_{1/n})^L)."""
         if self.params.step_ratio:
             return self.params.step_ratio
+        if self.preconditioned:
+            return float(n)
         return float(np.sqrt(n)) if self.params.formulation == "regularized" else 1.0
 
     def steps(self, norm: float, rho: float) -> tuple[float, float]:
-        """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1."""
+        """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1.
+        Preconditioned, L = 1 bounds ‖Σ^½ T D^½‖ (Pock and Chambolle 2011, Lemma 2)."""
+        if self.preconditioned:
+            return rho, 1.0 / rho
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
     # ---- the protocol ----
     def init(self, ctx: Context) -> FBPDState:
-        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (Lanczos passes)."""
+        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (Lanczos passes) or, when
+        preconditioned, the scales D (one pass, which also gives λ_ref)."""
         source = ctx.source
-        norm, passes, entries = self.operator_norm(source, ctx.engine)
         p, lam, lam_ref = self.params, self.params.lam or 0.0, 0.0
+        shape = (source.n_features, source.n_classes)
+        D, Db, passes = np.ones(shape), np.ones(source.n_classes), 0
+        sums = None
+        if self.preconditioned or (p.formulation == "regularized" and p.lam is None):
+            sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
+            passes += 1
+        if self.preconditioned:
+            D, Db = self.preconditioner(sums)
+            norm, entries = 1.0, sums.entries
+        else:
+            norm, norm_passes, entries = self.operator_norm(source, ctx.engine)
+            passes += norm_passes
         if p.formulation == "regularized" and p.lam is None:
-            lam_ref = self.lam_ref(source, ctx.engine)
-            lam, passes = p.lam_ratio * lam_ref, passes + 1
+            lam_ref = self.lam_ref(sums)
+            lam = p.lam_ratio * lam_ref
             if lam == 0.0:
                 raise ConfigError("λ_ref = 0: no feature separates the classes; set lam, e.g. lam=1e-5")
         elif p.formulation == "constrained":
@@ -538,6 +609,8 @@ class FBPDSolver(Solver[FBPDState]):
             ba=zero_b,
             GWa=zero_W,
             Gba=zero_b,
+            D=D,
+            Db=Db,
             norm=norm,
             lam=lam,
             lam_ref=lam_ref,
@@ -571,8 +644,9 @@ class FBPDSolver(Solver[FBPDState]):
         return self.params.max_iter
 
     def checkpoint_due(self, state: FBPDState, every: int) -> bool:
-        """Every `every`·P iterations, P = ⌈5(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
-        five dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy), P times
+        """Every `every`·P iterations, P = ⌈6(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
+        six dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step
+        scales), P times
         what one iteration reads and writes per sample, so saving costs at most about one pass
         per iteration on average (P = 1 on small dense data; 17 on sector, whose state is
         0.5 GB). The model does not depend on P (a resumed run replays the iterations since
@@ -623,6 +697,7 @@ class FBPDSolver(Solver[FBPDState]):
                 "lam": state.lam,
                 "lam_ref": state.lam_ref,
                 "step_ratio": state.rho,
+                "preconditioned": self.preconditioned,
                 "restarts": state.restarts,
                 "data_passes": state.data_passes,
             },
@@ -640,12 +715,13 @@ class FBPDSolver(Solver[FBPDState]):
     # ---- restarts ----
     def _restart(self, state: FBPDState, n: int) -> None:
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
-        move since the previous anchor."""
+        move since the previous anchor, in the step metric (‖D^−½Δx‖, ‖Σ^−½Δy‖/√σ)."""
         jumps = state.jumps
+        dx = _scaled_norm((state.W - state.Wa, state.D), (state.b - state.ba, state.Db))
         if self.params.formulation == "regularized":
-            dx, dy = _norm(state.W - state.Wa, state.b - state.ba), np.sqrt(jumps[0]) / n
+            dy = np.sqrt(jumps[0]) / n
         else:
-            dx = np.sqrt(_norm(state.W - state.Wa, state.b - state.ba) ** 2 + jumps[2])
+            dx = np.sqrt(dx**2 + jumps[2])
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
             state.rho = float(np.sqrt(state.rho * dx / dy))
@@ -683,13 +759,17 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho)
-        weight = tau * (state.lam if regularized else 1.0)
+        lam = state.lam if regularized else 1.0
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(state.W, state.GW, tau, weight)
+            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam)
         else:
-            Wt = penalty_prox(state.W - tau * state.GW, weight, p.penalty, p.group_size)
+            V = state.W - (tau * state.D) * state.GW
+            if p.penalty == "l2":  # prox of τ_jk·lam·½w², per coordinate
+                Wt = V / (1.0 + (tau * lam) * state.D)
+            else:  # D = 1: a scalar step
+                Wt = penalty_prox(V, tau * lam, p.penalty, p.group_size)
             W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
-        bt = state.b - tau * state.Gb
+        bt = state.b - (tau * state.Db) * state.Gb
         b2 = np.concatenate([bt, state.b])
         if regularized:
             r = engine.map_reduce(
@@ -702,6 +782,7 @@ class FBPDSolver(Solver[FBPDState]):
                 W2=W2,
                 b2=b2,
                 step=n * sigma,
+                preconditioned=self.preconditioned,
                 **halpern,
             )
             divisor = float(n)
@@ -733,11 +814,11 @@ class FBPDSolver(Solver[FBPDState]):
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
         GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, a, c, p.restarts
+            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
-        residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
+        residual = float(np.sqrt(max((moved + db @ (db / state.Db)) / tau + dual_part, 0.0)))
         rel_change = _ratio(changed + dbt @ dbt, size + bt @ bt)
         if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
             rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)
