@@ -42,10 +42,37 @@ Besides it (gap_tol > 0), the run stops when the relative duality gap (P − D)/
 primal P and dual D below and the offsets' dual infeasibility ‖(1/n) Σ_ℓ a_ℓ‖₂ are both below
 gap_tol: a certificate that P is within about gap_tol·P of the optimum, where small steps are not.
 
+Diagonal preconditioning (preconditioning=True, Algorithm 1 with g = l1 or l2: the default).
+One step per weight and offset and one per dual block instead of the single pair (τ, σ):
+
+    x⁺ = prox_{lam·g}^{τD}(x − τD (1/n)TᵀY),   Y_ℓ ← P_{S_1}(Y_ℓ + (nσ/w_ℓ)(T_ℓ(2x⁺ − x) + r_ℓ))
+
+with D = diag(1/Σ_i |T_i,c|) over the columns c of T (`preconditioner`; the column of W_jk
+sums to Σ_ℓ |u_ℓj| + (K − 2) Σ_{z_ℓ=k} |u_ℓj|, that of b_k to n + (K − 2)n_k) and w_ℓ =
+2(‖u_ℓ‖₁ + 1), the sum of every row (ℓ, k ≠ z_ℓ) of T; for separable g the prox in the metric
+D⁻¹ is one per coordinate (soft thresholding at τD_jk·lam). This is Pock and Chambolle's
+preconditioned primal-dual iteration (2011, "Diagonal preconditioning for first order
+primal-dual algorithms in convex optimization", α = 1). Convergence: in the variables
+x′ = D^−½ x, y′_ℓ = √w_ℓ y_ℓ it is Algorithm 1 itself, applied to problem (7) written with the
+operator T′ = diag(1/√w_ℓ) T D^½ (g′(x′) = g(D^½x′) stays separable, and y′_ℓ ranges over the
+scaled simplex S_{√w_ℓ/n}, whose projection is Proposition 3.1's up to the factor, since w_ℓ is
+one number per block), with scalar steps τ, σ. Algorithm 1's condition τσ‖T′‖² ≤ 1 holds for
+τσ ≤ 1 because ‖T′‖ ≤ 1 (their Lemma 2: σ_i = 1/Σ_c |T_ic|, τ_c = 1/Σ_i |T_ic|), so the
+paper's convergence result for Algorithm 1 ([19, 20]; variable metric: [48]) applies; the
+steps are τ = ρ/1.01, σ = 1/(1.01ρ) (τσ‖T′‖² < 1 strictly, as the restarts below need) with no
+estimate of ‖T‖ (no Lanczos passes). Why it pays on text:
+with one step, τ ≤ 1/‖T‖ is set by the dense offsets' columns (‖T‖ ≈ √(nK)), so a feature in a
+few documents moves by τ·(1/n)Σ|u_ℓj| per iteration, orders of magnitude too little; with
+τD each weight moves by about one mean margin per iteration whatever its column's mass. The
+default ρ⁰ = n makes τD_jk the inverse of column (j, k)'s mean entry and nσ/w_ℓ = 1/w_ℓ: both
+steps of the order of one margin. On dense standardized data (wine) it is no faster than the
+scalar step; on text it is (docs/benchmarks.md, "fbpd's defaults on text").
+
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
 (Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
 − 2⟨y, Tx⟩ (Algorithm 2: T ← [T 0; 0 I]) since τσ‖T‖² < 1 (He and Yuan 2012; Condat 2013,
-the paper's [20]). Instead of z ← F(z), the restarted Halpern iteration with reflection
+the paper's [20]); preconditioned, the same holds in x′, y′ (‖x‖²/τ becomes Σ x²/(τD), ‖y‖²/σ
+becomes Σ_ℓ w_ℓ‖y_ℓ‖²/σ), which is how the residual and ρ's re-balancing below are measured. Instead of z ← F(z), the restarted Halpern iteration with reflection
 (Lu and Yang 2024, restarted Halpern PDHG for LP) steps
     z_{j+1} = (j+1)/(j+2) · (2F(z_j) − z_j) + 1/(j+2) · z_a
 from an anchor z_a; it restarts (z_a ← z_j, j ← 0) when the fixed-point residual
@@ -112,7 +139,8 @@ NORM_SAFETY = 1.01
 RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
 CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
-LAM_RATIO = 0.01  # default lam = 0.01·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
+LAM_RATIO = 0.003  # default lam = 0.003·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
+MAX_ITER = 200  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text")
 
 
 class FBPDParams(SolverParams):
@@ -145,7 +173,7 @@ class FBPDParams(SolverParams):
         "‖(1/n) Σ_ℓ a_ℓ‖₂ are both < gap_tol (0: the tol rule alone)",
     )
     max_iter: int = Field(
-        1000,
+        MAX_ITER,
         ge=1,
         description="iterations (passes over the data); a budget, not part of the iteration: resume "
         "with a larger one continues the run to the model of an uninterrupted longer run",
@@ -566,9 +594,9 @@ class FBPDSolver(Solver[FBPDState]):
 
     def steps(self, norm: float, rho: float) -> tuple[float, float]:
         """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1.
-        Preconditioned, L = 1 bounds ‖Σ^½ T D^½‖ (Pock and Chambolle 2011, Lemma 2)."""
+        Preconditioned, L = 1.01: 1 bounds ‖diag(1/w)^½ T D^½‖ (Pock and Chambolle 2011, Lemma 2)."""
         if self.preconditioned:
-            return rho, 1.0 / rho
+            return rho / NORM_SAFETY, 1.0 / (rho * NORM_SAFETY)
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
@@ -580,17 +608,17 @@ class FBPDSolver(Solver[FBPDState]):
         p, lam, lam_ref = self.params, self.params.lam or 0.0, 0.0
         shape = (source.n_features, source.n_classes)
         D, Db, passes = np.ones(shape), np.ones(source.n_classes), 0
-        sums = None
+        sums: LabelSums | None = None
         if self.preconditioned or (p.formulation == "regularized" and p.lam is None):
             sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
             passes += 1
-        if self.preconditioned:
+        if self.preconditioned and sums is not None:
             D, Db = self.preconditioner(sums)
             norm, entries = 1.0, sums.entries
         else:
             norm, norm_passes, entries = self.operator_norm(source, ctx.engine)
             passes += norm_passes
-        if p.formulation == "regularized" and p.lam is None:
+        if p.formulation == "regularized" and p.lam is None and sums is not None:
             lam_ref = self.lam_ref(sums)
             lam = p.lam_ratio * lam_ref
             if lam == 0.0:
@@ -648,8 +676,8 @@ class FBPDSolver(Solver[FBPDState]):
         six dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step
         scales), P times
         what one iteration reads and writes per sample, so saving costs at most about one pass
-        per iteration on average (P = 1 on small dense data; 17 on sector, whose state is
-        0.5 GB). The model does not depend on P (a resumed run replays the iterations since
+        per iteration on average (P = 1 on small dense data; 21 on sector, whose state is
+        0.56 GB). The model does not depend on P (a resumed run replays the iterations since
         the last checkpoint bitwise); a time limit is checked at checkpoints, so it may be
         passed by up to P iterations."""
         return state.step % (every * state.checkpoint_period) == 0
