@@ -469,6 +469,7 @@ def local_engine():
 @pytest.mark.parametrize(
     "params",
     [
+        {"formulation": "regularized", "penalty": "l1", "lam": 0.05},  # preconditioned
         {"formulation": "regularized", "penalty": "l1/l2", "group_size": 3, "lam": 0.05},
         {"formulation": "constrained", "penalty": "l1/linf", "group_size": 2, "eta": 0.2},
     ],
