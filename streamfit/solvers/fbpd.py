@@ -30,14 +30,17 @@ Algorithm 2 (FBPD on (13), the epigraphical splitting of (8)), with ζ ∈ ℝ^L
     x⁺ = prox_{τg}(x − τ Tᵀy),   ζ⁺ = P_{V_η}(ζ − τξ)       (V_η = {Σ_ℓ ζ_ℓ ≤ n·eta})
     (y, ξ) ← (ŷ, ξ̂) − σ P_E(ŷ/σ, ξ̂/σ),  ŷ = y + σT(2x⁺ − x), ξ̂ = ξ + σ(2ζ⁺ − ζ)  (Prop. 3.3)
 
-Steps: τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the Lanczos iteration on TᵀT
+Scalar steps (preconditioning=false, the mixed norms and Algorithm 2; the default for l1 and l2
+is the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
+Lanczos iteration on TᵀT
 over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), and τ = ρ/‖T‖,
 σ = 1/(ρ‖T‖). The ratio ρ decides the speed by orders of magnitude: Chambolle–Pock's bound
 (‖x* − x⁰‖²/τ + ‖y* − y⁰‖²/σ)/k is smallest for ρ = ‖x* − x⁰‖/‖y* − y⁰‖, and duals in
 (S_{1/n})^L have ‖y* − y⁰‖ ≤ √(2/n); the default ρ = √n assumes ‖x*‖ ≈ √2 (Algorithm 1;
 within a factor 3 on iris, wine and digits for Algorithm 1; Algorithm 2 uses ρ = 1).
 `step_ratio` sets the initial ρ (docs/benchmarks.md: the default measured). The paper's
-stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations.
+stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations
+(default 200: on text neither rule fires within hundreds of passes, and the run warns).
 Besides it (gap_tol > 0), the run stops when the relative duality gap (P − D)/P of the logged
 primal P and dual D below and the offsets' dual infeasibility ‖(1/n) Σ_ℓ a_ℓ‖₂ are both below
 gap_tol: a certificate that P is within about gap_tol·P of the optimum, where small steps are not.
