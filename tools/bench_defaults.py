@@ -5,6 +5,8 @@ Data sets (from ../shared/data, see its README), each ingested by `streamfit ing
 would (test stores `--like` the training store):
 - news20: 20 Newsgroups bydate, raw text from the tarball, `--value log1p --idf --l2-normalize`
   hashed to 2^18 columns (the README's recipe); accuracy on the bydate test split;
+- news20-10: the same recipe on the first 10 newsgroups (sorted; 5650 training and 3761 test
+  documents, the R8-sized subset of tools/bench_small_jobs.py), ingested from folders;
 - sector: LIBSVM sector.scale (tf-idf, unit rows, 105 classes) with its test file;
 - bibtex, delicious: multilabel LIBSVM (159, 983 labels); P@1 and micro-F1 of the predicted
   label sets (each model's own decision rule, as `streamfit evaluate` applies it), and labels
@@ -21,7 +23,7 @@ seconds (reported as "> LIMIT"; the time limit of `streamfit train`). `-p KEY=VA
 `streamfit train -p`, repeatable) overrides a default in every solver's run, e.g.
 `--solvers ppdsparse -p lam=none -p lam_ratio=0.01` (the ℓ1 weight relative to each class's λmax).
 
-    python tools/bench_defaults.py [--sets news20,sector,bibtex,...] [--solvers stagewise,bcd,ppdsparse,fbpd]
+    python tools/bench_defaults.py [--sets news20,news20-10,sector,bibtex,...] [--solvers stagewise,bcd,ppdsparse,fbpd]
         [--data ../shared/data] [--work DIR] [--time-limit 900] [-p KEY=VALUE ...]
 """
 
@@ -69,6 +71,15 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         folder = os.path.join(data, "libsvm", name)
         streamfit("ingest", os.path.join(folder, f"{name}.scale.gz"), "--no-hash", "--out", train)
         streamfit("ingest", os.path.join(folder, f"{name}.scale.t.gz"), "--like", train, "--out", test)
+    elif name == "news20-10":
+        from bench_small_jobs import extract_subset
+
+        folders = os.path.join(work, "news20-10-docs")
+        if not os.path.exists(os.path.join(folders, "test")):
+            extract_subset(os.path.join(data, "20newsgroups", "20news-bydate.tar.gz"), 10, folders)
+        text = ["--encoding", "latin-1", "--n-features", str(2**18), "--value", "log1p", "--idf", "--l2-normalize"]
+        streamfit("ingest", os.path.join(folders, "train"), *text, "--out", train, "--overwrite")
+        streamfit("ingest", os.path.join(folders, "test"), "--encoding", "latin-1", "--like", train, "--out", test)
     elif name == "sector":
         folder = os.path.join(data, "libsvm", "sector")
         streamfit("ingest", os.path.join(folder, "sector.scale.bz2"), "--no-hash", "--out", train)
@@ -81,7 +92,7 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
     else:
-        raise SystemExit(f"unknown data set {name!r}: news20, news20-half, sector, bibtex, delicious, dna or letter")
+        raise SystemExit(f"unknown data set {name!r}: news20, news20-10, news20-half, sector, bibtex, delicious, dna or letter")
     return train, test
 
 

@@ -107,8 +107,18 @@ RUNS: dict[str, tuple[str, dict, bool]] = {
     "ppdsparse-auto": ("ppdsparse", {"threads": 1}, False),
     "ppdsparse-auto-multilabel": ("ppdsparse", {"threads": 1}, True),
     "fbpd-regularized-l1": ("fbpd", {"penalty": "l1", "lam": 1e-3, "max_iter": 30}, False),
+    "fbpd-regularized-l1-scalar": (
+        "fbpd",
+        {"penalty": "l1", "lam": 1e-3, "max_iter": 30, "preconditioning": False},
+        False,
+    ),
     "fbpd-constrained": ("fbpd", {"formulation": "constrained", "penalty": "l1/l2", "eta": 0.5, "max_iter": 30}, False),
     "fbpd-plain-l2": ("fbpd", {"penalty": "l2", "restarts": False, "lam": 1e-2, "max_iter": 30}, False),
+    "fbpd-plain-l2-scalar": (
+        "fbpd",
+        {"penalty": "l2", "restarts": False, "lam": 1e-2, "max_iter": 30, "preconditioning": False},
+        False,
+    ),
 }
 
 

@@ -30,22 +30,52 @@ Algorithm 2 (FBPD on (13), the epigraphical splitting of (8)), with ζ ∈ ℝ^L
     x⁺ = prox_{τg}(x − τ Tᵀy),   ζ⁺ = P_{V_η}(ζ − τξ)       (V_η = {Σ_ℓ ζ_ℓ ≤ n·eta})
     (y, ξ) ← (ŷ, ξ̂) − σ P_E(ŷ/σ, ξ̂/σ),  ŷ = y + σT(2x⁺ − x), ξ̂ = ξ + σ(2ζ⁺ − ζ)  (Prop. 3.3)
 
-Steps: τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the Lanczos iteration on TᵀT
+Scalar steps (preconditioning=false, the mixed norms and Algorithm 2; the default for l1 and l2
+is the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
+Lanczos iteration on TᵀT
 over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), and τ = ρ/‖T‖,
 σ = 1/(ρ‖T‖). The ratio ρ decides the speed by orders of magnitude: Chambolle–Pock's bound
 (‖x* − x⁰‖²/τ + ‖y* − y⁰‖²/σ)/k is smallest for ρ = ‖x* − x⁰‖/‖y* − y⁰‖, and duals in
 (S_{1/n})^L have ‖y* − y⁰‖ ≤ √(2/n); the default ρ = √n assumes ‖x*‖ ≈ √2 (Algorithm 1;
 within a factor 3 on iris, wine and digits for Algorithm 1; Algorithm 2 uses ρ = 1).
 `step_ratio` sets the initial ρ (docs/benchmarks.md: the default measured). The paper's
-stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations.
+stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations
+(default 200: on text neither rule fires within hundreds of passes, and the run warns).
 Besides it (gap_tol > 0), the run stops when the relative duality gap (P − D)/P of the logged
 primal P and dual D below and the offsets' dual infeasibility ‖(1/n) Σ_ℓ a_ℓ‖₂ are both below
 gap_tol: a certificate that P is within about gap_tol·P of the optimum, where small steps are not.
 
+Diagonal preconditioning (preconditioning=True, Algorithm 1 with g = l1 or l2: the default).
+One step per weight and offset and one per dual block instead of the single pair (τ, σ):
+
+    x⁺ = prox_{lam·g}^{τD}(x − τD (1/n)TᵀY),   Y_ℓ ← P_{S_1}(Y_ℓ + (nσ/w_ℓ)(T_ℓ(2x⁺ − x) + r_ℓ))
+
+with D = diag(1/Σ_i |T_i,c|) over the columns c of T (`preconditioner`; the column of W_jk
+sums to Σ_ℓ |u_ℓj| + (K − 2) Σ_{z_ℓ=k} |u_ℓj|, that of b_k to n + (K − 2)n_k) and w_ℓ =
+2(‖u_ℓ‖₁ + 1), the sum of every row (ℓ, k ≠ z_ℓ) of T; for separable g the prox in the metric
+D⁻¹ is one per coordinate (soft thresholding at τD_jk·lam). This is Pock and Chambolle's
+preconditioned primal-dual iteration (2011, "Diagonal preconditioning for first order
+primal-dual algorithms in convex optimization", α = 1). Convergence: in the variables
+x′ = D^−½ x, y′_ℓ = √w_ℓ y_ℓ it is Algorithm 1 itself, applied to problem (7) written with the
+operator T′ = diag(1/√w_ℓ) T D^½ (g′(x′) = g(D^½x′) stays separable, and y′_ℓ ranges over the
+scaled simplex S_{√w_ℓ/n}, whose projection is Proposition 3.1's up to the factor, since w_ℓ is
+one number per block), with scalar steps τ, σ. Algorithm 1's condition τσ‖T′‖² ≤ 1 holds for
+τσ ≤ 1 because ‖T′‖ ≤ 1 (their Lemma 2: σ_i = 1/Σ_c |T_ic|, τ_c = 1/Σ_i |T_ic|), so the
+paper's convergence result for Algorithm 1 ([19, 20]; variable metric: [48]) applies; the
+steps are τ = ρ/1.01, σ = 1/(1.01ρ) (τσ‖T′‖² < 1 strictly, as the restarts below need) with no
+estimate of ‖T‖ (no Lanczos passes). Why it pays on text:
+with one step, τ ≤ 1/‖T‖ is set by the dense offsets' columns (‖T‖ ≈ √(nK)), so a feature in a
+few documents moves by τ·(1/n)Σ|u_ℓj| per iteration, orders of magnitude too little; with
+τD each weight moves by about one mean margin per iteration whatever its column's mass. The
+default ρ⁰ = n makes τD_jk the inverse of column (j, k)'s mean entry and nσ/w_ℓ = 1/w_ℓ: both
+steps of the order of one margin. On dense standardized data (wine) it is no faster than the
+scalar step; on text it is (docs/benchmarks.md, "fbpd's defaults on text").
+
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
 (Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
 − 2⟨y, Tx⟩ (Algorithm 2: T ← [T 0; 0 I]) since τσ‖T‖² < 1 (He and Yuan 2012; Condat 2013,
-the paper's [20]). Instead of z ← F(z), the restarted Halpern iteration with reflection
+the paper's [20]); preconditioned, the same holds in x′, y′ (‖x‖²/τ becomes Σ x²/(τD), ‖y‖²/σ
+becomes Σ_ℓ w_ℓ‖y_ℓ‖²/σ), which is how the residual and ρ's re-balancing below are measured. Instead of z ← F(z), the restarted Halpern iteration with reflection
 (Lu and Yang 2024, restarted Halpern PDHG for LP) steps
     z_{j+1} = (j+1)/(j+2) · (2F(z_j) − z_j) + 1/(j+2) · z_a
 from an anchor z_a; it restarts (z_a ← z_j, j ← 0) when the fixed-point residual
@@ -111,8 +141,9 @@ NORM_MAX_PASSES = 200
 NORM_SAFETY = 1.01
 RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
-CHECKPOINT_ARRAYS = 5  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba)
-LAM_RATIO = 0.01  # default lam = 0.01·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
+CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
+LAM_RATIO = 0.003  # default lam = 0.003·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
+MAX_ITER = 200  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text")
 
 
 class FBPDParams(SolverParams):
@@ -145,14 +176,21 @@ class FBPDParams(SolverParams):
         "‖(1/n) Σ_ℓ a_ℓ‖₂ are both < gap_tol (0: the tol rule alone)",
     )
     max_iter: int = Field(
-        1000,
+        MAX_ITER,
         ge=1,
         description="iterations (passes over the data); a budget, not part of the iteration: resume "
         "with a larger one continues the run to the model of an uninterrupted longer run",
         json_schema_extra={"affects_model": False},
     )
     step_ratio: float | None = Field(
-        None, gt=0, description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: √n (regularized) or 1"
+        None,
+        gt=0,
+        description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: n (preconditioned), √n (regularized) or 1",
+    )
+    preconditioning: bool = Field(
+        True,
+        description="regularized with l1 or l2: diagonal steps τ_jk = τ/(column sum of |T|), σ_ℓ = σ/(row sum) "
+        "(Pock and Chambolle 2011); false, or another problem: one τ and σ from ‖T‖",
     )
     restarts: bool = Field(
         True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD"
@@ -250,14 +288,26 @@ def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarra
     return NormalSums(*_adjoint(chunk.X, A), len(chunk.X.data) + A.size)
 
 
-def _label_sums_task(source: ChunkSource, chunk_id: int) -> NormalSums:
-    """This chunk's (Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ, Σ_ℓ [e_zℓ, 1]): per class and in all, the sums of the
-    rows (M × (K + 1)) and the row counts (K + 1) (λ_ref)."""
+class LabelSums(NamedTuple):
+    """A chunk's Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ and Σ_ℓ |u_ℓ| [e_zℓ, 1]ᵀ (M × (K + 1): per class and in all) and
+    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1)."""
+
+    sums: np.ndarray
+    counts: np.ndarray
+    abs_sums: np.ndarray
+    entries: int
+
+
+def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
+    """This chunk's LabelSums (λ_ref and the preconditioner)."""
     chunk = _read_chunk(source, chunk_id)
+    X = chunk.X
     A = np.zeros((chunk.n_rows, source.n_classes + 1))
     A[np.arange(chunk.n_rows), chunk.labels] = 1.0
     A[:, -1] = 1.0
-    return NormalSums(*_adjoint(chunk.X, A), 0)
+    sums, counts = _adjoint(X, A)
+    abs_sums, _ = csr_adjoint(X.indptr, X.indices, np.abs(X.data), A, X.shape[1])
+    return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
 
 
 def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
@@ -284,9 +334,11 @@ def _advance(
     restart: bool,
     a: float,
     c: float,
+    weights: np.ndarray,
 ):
     """Writes the next iterate's per-sample arrays (version + 1) and returns
-    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array).
+    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array), the Halpern
+    norms weighted per row by `weights` (the inverse dual step scales).
     Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
     restart the anchor is `old`, written as version `version` of "anchor_" + name."""
     if anchor is None:
@@ -299,7 +351,9 @@ def _advance(
                 state.write("anchor_" + name, version, chunk_id, array)
         else:
             anchors = _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
-        combined = [halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c) for w, o, p in zip(new, old, anchors)]
+        combined = [
+            halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c, weights) for w, o, p in zip(new, old, anchors)
+        ]
         nxt = tuple(out.reshape(w.shape) for (out, _, _), w in zip(combined, new))
         moves = tuple(move for _, move, _ in combined)
         jumps = tuple(jump for _, _, jump in combined)
@@ -316,6 +370,7 @@ def _regularized_task(
     W2,
     b2,
     step: float,
+    preconditioned: bool,
     anchor: int | None = None,
     restart: bool = False,
     a: float = 1.0,
@@ -329,10 +384,12 @@ def _regularized_task(
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
     GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
-    Yt, hinge, r_dot, correct, _, coupling = regularized_chunk_step(
-        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb
+    Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, preconditioned
     )
-    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c)
+    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c, weights)
+    if anchor is None and preconditioned:
+        moves = (move,)
     return RegularizedSums(GW, Gb, hinge, r_dot, correct, moves, coupling, jumps)
 
 
@@ -364,13 +421,17 @@ def _constrained_task(
     S = _scores(chunk.X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
     coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
-    moves, totals, jumps = _advance(state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c)
+    weights = np.ones(n)
+    moves, totals, jumps = _advance(
+        state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c, weights
+    )
     GW, Gb = _adjoint(chunk.X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
-def _norm(*arrays) -> float:
-    return float(np.sqrt(sum((a * a).sum() for a in arrays)))
+def _scaled_norm(*pairs) -> float:
+    """√(Σ Δ²/D) over the (Δ, D) pairs, entries with D = 0 left out (their Δ is 0)."""
+    return float(np.sqrt(sum((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum() for d, D in pairs)))
 
 
 def _ratio(change_sq: float, size_sq: float) -> float:
@@ -399,7 +460,9 @@ class FBPDState(SolverState):
     ba: np.ndarray
     GWa: np.ndarray
     Gba: np.ndarray
-    norm: float  # ‖T‖ from the Lanczos iteration
+    D: np.ndarray  # primal step scales: τ_jk = τ·D_jk (1 without preconditioning; 0 for unused features)
+    Db: np.ndarray  # the offsets' step scales
+    norm: float  # ‖T‖ from the Lanczos iteration (preconditioned: 1, the bound of ‖Σ^½ T D^½‖)
     lam: float  # the weight of g in (7): p.lam, or lam_ratio·λ_ref (0 for the constrained problem (8))
     lam_ref: float  # λ_ref (0 unless lam is None and the problem is (7))
     checkpoint_period: int  # iterations per checkpoint (times checkpoint_every): see checkpoint_due
@@ -487,41 +550,80 @@ class FBPDSolver(Solver[FBPDState]):
             W_prev, b_prev, W, b = W, b, TW / beta, Tb / beta
         return float(np.sqrt(estimate)), passes, int(entries)
 
-    def lam_ref(self, source: ChunkSource, engine: Engine) -> float:
-        """λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞ · K/(K − 1), π the class frequencies (one pass).
+    @staticmethod
+    def lam_ref(label_sums: LabelSums) -> float:
+        """λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞ · K/(K − 1), π the class frequencies.
 
         With every b_k equal, each row's hinge is 1 and its active terms are the K − 1 wrong
         classes; the subgradient with Y_ℓ uniform on them is (1/n) Σ_ℓ T_ℓᵀY_ℓ = −K/(K − 1) ·
         (1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ when the classes are balanced (π = 1/K; its b-part is then 0),
         so W = 0 solves (7) for every lam ≥ λ_ref (the ℓ1 optimality condition ‖∇‖∞ ≤ lam). On
         unbalanced classes it is the same statistic of the data, a scale rather than a bound."""
-        sums, counts, _ = engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: λ_ref")
-        K = source.n_classes
+        sums, counts = label_sums.sums, label_sums.counts
+        K = len(counts) - 1
         n = counts[K]
         gradient = (sums[:, :K] - np.outer(sums[:, K], counts[:K] / n)) / n
         return float(np.abs(gradient).max()) * K / max(K - 1, 1)
 
+    @staticmethod
+    def preconditioner(label_sums: LabelSums) -> tuple[np.ndarray, np.ndarray]:
+        """Pock and Chambolle's primal scales (α = 1): D = 1/(column sums of |T|), (D, Db) for
+        the weights and offsets. Column (j, k) of T holds u_ℓj once for each row with z_ℓ ≠ k
+        and −u_ℓj in the K − 1 rows (ℓ, k′ ≠ k) of each row with z_ℓ = k, so its sum is
+        Σ_ℓ |u_ℓj| + (K − 2) Σ_{ℓ: z_ℓ=k} |u_ℓj|, and the offset b_k's is n + (K − 2)·n_k.
+        Features that no row uses get D = 0 (their weights stay 0)."""
+        abs_sums, counts = label_sums.abs_sums, label_sums.counts
+        K = len(counts) - 1
+        column = abs_sums[:, K : K + 1] + (K - 2) * abs_sums[:, :K]
+        D = np.divide(1.0, column, out=np.zeros_like(column), where=column > 0)
+        return D, 1.0 / (counts[K] + (K - 2) * counts[:K])
+
+    @property
+    def preconditioned(self) -> bool:
+        """Diagonal steps: Algorithm 1 with a separable g (l1, l2), `preconditioning` on."""
+        p = self.params
+        return p.preconditioning and p.formulation == "regularized" and p.penalty in ("l1", "l2")
+
     def initial_ratio(self, n: int) -> float:
-        """ρ at the start: `step_ratio`, else √n (Algorithm 1) or 1 (Algorithm 2, whose duals y
-        are the hinge's multiplier c times simplex points instead of lying in (S_{1/n})^L)."""
+        """ρ at the start: `step_ratio`, else n (preconditioned: τ_jk = n·D_jk is one over
+        column (j, k)'s mean |T| entry, and nσ_ℓ = 1/w_ℓ, steps of the order of the margins), √n
+        (Algorithm 1) or 1 (Algorithm 2, whose duals y are the hinge's multiplier c times
+        simplex points instead of lying in (S_{1/n})^L)."""
         if self.params.step_ratio:
             return self.params.step_ratio
+        if self.preconditioned:
+            return float(n)
         return float(np.sqrt(n)) if self.params.formulation == "regularized" else 1.0
 
     def steps(self, norm: float, rho: float) -> tuple[float, float]:
-        """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1."""
+        """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1.
+        Preconditioned, L = 1.01: 1 bounds ‖diag(1/w)^½ T D^½‖ (Pock and Chambolle 2011, Lemma 2)."""
+        if self.preconditioned:
+            return rho / NORM_SAFETY, 1.0 / (rho * NORM_SAFETY)
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
     # ---- the protocol ----
     def init(self, ctx: Context) -> FBPDState:
-        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (Lanczos passes)."""
+        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (Lanczos passes) or, when
+        preconditioned, the scales D (one pass, which also gives λ_ref)."""
         source = ctx.source
-        norm, passes, entries = self.operator_norm(source, ctx.engine)
         p, lam, lam_ref = self.params, self.params.lam or 0.0, 0.0
-        if p.formulation == "regularized" and p.lam is None:
-            lam_ref = self.lam_ref(source, ctx.engine)
-            lam, passes = p.lam_ratio * lam_ref, passes + 1
+        shape = (source.n_features, source.n_classes)
+        D, Db, passes = np.ones(shape), np.ones(source.n_classes), 0
+        sums: LabelSums | None = None
+        if self.preconditioned or (p.formulation == "regularized" and p.lam is None):
+            sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
+            passes += 1
+        if self.preconditioned and sums is not None:
+            D, Db = self.preconditioner(sums)
+            norm, entries = 1.0, sums.entries
+        else:
+            norm, norm_passes, entries = self.operator_norm(source, ctx.engine)
+            passes += norm_passes
+        if p.formulation == "regularized" and p.lam is None and sums is not None:
+            lam_ref = self.lam_ref(sums)
+            lam = p.lam_ratio * lam_ref
             if lam == 0.0:
                 raise ConfigError("λ_ref = 0: no feature separates the classes; set lam, e.g. lam=1e-5")
         elif p.formulation == "constrained":
@@ -538,6 +640,8 @@ class FBPDSolver(Solver[FBPDState]):
             ba=zero_b,
             GWa=zero_W,
             Gba=zero_b,
+            D=D,
+            Db=Db,
             norm=norm,
             lam=lam,
             lam_ref=lam_ref,
@@ -571,11 +675,12 @@ class FBPDSolver(Solver[FBPDState]):
         return self.params.max_iter
 
     def checkpoint_due(self, state: FBPDState, every: int) -> bool:
-        """Every `every`·P iterations, P = ⌈5(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
-        five dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy), P times
+        """Every `every`·P iterations, P = ⌈6(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
+        six dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step
+        scales), P times
         what one iteration reads and writes per sample, so saving costs at most about one pass
-        per iteration on average (P = 1 on small dense data; 17 on sector, whose state is
-        0.5 GB). The model does not depend on P (a resumed run replays the iterations since
+        per iteration on average (P = 1 on small dense data; 21 on sector, whose state is
+        0.56 GB). The model does not depend on P (a resumed run replays the iterations since
         the last checkpoint bitwise); a time limit is checked at checkpoints, so it may be
         passed by up to P iterations."""
         return state.step % (every * state.checkpoint_period) == 0
@@ -623,6 +728,7 @@ class FBPDSolver(Solver[FBPDState]):
                 "lam": state.lam,
                 "lam_ref": state.lam_ref,
                 "step_ratio": state.rho,
+                "preconditioned": self.preconditioned,
                 "restarts": state.restarts,
                 "data_passes": state.data_passes,
             },
@@ -640,12 +746,13 @@ class FBPDSolver(Solver[FBPDState]):
     # ---- restarts ----
     def _restart(self, state: FBPDState, n: int) -> None:
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
-        move since the previous anchor."""
+        move since the previous anchor, in the step metric (‖D^−½Δx‖, ‖Σ^−½Δy‖/√σ)."""
         jumps = state.jumps
+        dx = _scaled_norm((state.W - state.Wa, state.D), (state.b - state.ba, state.Db))
         if self.params.formulation == "regularized":
-            dx, dy = _norm(state.W - state.Wa, state.b - state.ba), np.sqrt(jumps[0]) / n
+            dy = np.sqrt(jumps[0]) / n
         else:
-            dx = np.sqrt(_norm(state.W - state.Wa, state.b - state.ba) ** 2 + jumps[2])
+            dx = np.sqrt(dx**2 + jumps[2])
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
             state.rho = float(np.sqrt(state.rho * dx / dy))
@@ -683,13 +790,17 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho)
-        weight = tau * (state.lam if regularized else 1.0)
+        lam = state.lam if regularized else 1.0
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(state.W, state.GW, tau, weight)
+            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam)
         else:
-            Wt = penalty_prox(state.W - tau * state.GW, weight, p.penalty, p.group_size)
+            V = state.W - (tau * state.D) * state.GW
+            if p.penalty == "l2":  # prox of τ_jk·lam·½w², per coordinate
+                Wt = V / (1.0 + (tau * lam) * state.D)
+            else:  # D = 1: a scalar step
+                Wt = penalty_prox(V, tau * lam, p.penalty, p.group_size)
             W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
-        bt = state.b - tau * state.Gb
+        bt = state.b - (tau * state.Db) * state.Gb
         b2 = np.concatenate([bt, state.b])
         if regularized:
             r = engine.map_reduce(
@@ -702,6 +813,7 @@ class FBPDSolver(Solver[FBPDState]):
                 W2=W2,
                 b2=b2,
                 step=n * sigma,
+                preconditioned=self.preconditioned,
                 **halpern,
             )
             divisor = float(n)
@@ -733,11 +845,11 @@ class FBPDSolver(Solver[FBPDState]):
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
         GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, a, c, p.restarts
+            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
-        residual = float(np.sqrt(max((moved + db @ db) / tau + dual_part, 0.0)))
+        residual = float(np.sqrt(max((moved + db @ (db / state.Db)) / tau + dual_part, 0.0)))
         rel_change = _ratio(changed + dbt @ dbt, size + bt @ bt)
         if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
             rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)

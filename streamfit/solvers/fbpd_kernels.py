@@ -34,19 +34,24 @@ def regularized_chunk_step(
     step: float,
     GW: np.ndarray,
     Gb: np.ndarray,
+    preconditioned: bool,
 ):
     """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
     data), its scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
     update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
-        Ỹ_ℓ = P_{S_1}(Y_ℓ + step·(T_ℓ(2x⁺ − x) + r_ℓ)),  step = nσ
+        Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)),  step_ℓ = nσ_ℓ = step / w_ℓ
+    with w_ℓ = 2(‖u_ℓ‖₁ + 1), the absolute sum of each row (ℓ, k ≠ z_ℓ) of T, when
+    `preconditioned` (Pock and Chambolle's σ_ℓ = σ/w_ℓ), else w_ℓ = 1
     (into a new array; Y is left as it is), and its share of the adjoint,
     T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (M × K) and Gb (K). No transpose of the chunk and no
     scores array: the two sparse products of a pass are done in the row loop.
 
     Returns (Ỹ, hinge sum Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀỸ_ℓ, rows whose top score at x⁺ is z_ℓ,
-    ‖Y − Ỹ‖², ⟨Y − Ỹ, T(x − x⁺)⟩) — the last two are the dual parts of the fixed-point residual."""
+    Σ_ℓ w_ℓ‖Y_ℓ − Ỹ_ℓ‖², ⟨Y − Ỹ, T(x − x⁺)⟩, the row weights w) — the fifth and sixth are the
+    dual parts of the fixed-point residual."""
     n, K = Y.shape
     Yt = np.empty_like(Y)
+    weights = np.ones(n)
     active = np.empty(K, np.int64)
     aside = np.empty(K, np.int64)
     w = np.empty(K)
@@ -59,13 +64,19 @@ def regularized_chunk_step(
     for i in range(n):
         for k in range(2 * K):
             s[k] = 0.0
+        l1 = 0.0
         for p in range(indptr[i], indptr[i + 1]):
             j = indices[p]
             v = data[p]
+            l1 += abs(v)
             for k in range(2 * K):
                 s[k] += v * W2[j, k]
         for k in range(2 * K):
             s[k] += b2[k]
+        row_step = step
+        if preconditioned:
+            weights[i] = 2.0 * (l1 + 1.0)
+            row_step = step / weights[i]
         zi = z[i]
         s_new_z = s[zi]
         s_old_z = s[K + zi]
@@ -77,7 +88,7 @@ def regularized_chunk_step(
             worst = max(worst, m_new + r)
             if s[k] > s[top]:
                 top = k
-            w[k] = Y[i, k] + step * (2.0 * m_new - (s[K + k] - s_old_z) + r)
+            w[k] = Y[i, k] + row_step * (2.0 * m_new - (s[K + k] - s_old_z) + r)
         hinge += worst
         correct += top == zi
         tau = simplex_threshold(w, 1.0, active, aside)
@@ -89,7 +100,7 @@ def regularized_chunk_step(
             if k != zi:
                 r_dot += y
             d = Y[i, k] - y
-            move += d * d
+            move += weights[i] * (d * d)
             coupling += d * ((s[K + k] - s_old_z) - (s[k] - s_new_z))
         for k in range(K):  # a_ℓ = Ỹ_ℓ − (Σ_k Ỹ_ℓk) e_{z_ℓ}, into w
             w[k] = Yt[i, k]
@@ -101,7 +112,7 @@ def regularized_chunk_step(
             v = data[p]
             for k in range(K):
                 GW[j, k] += v * w[k]
-    return Yt, hinge, r_dot, correct, move, coupling
+    return Yt, hinge, r_dot, correct, move, coupling, weights
 
 
 @numba.njit(cache=True, nogil=True)
@@ -138,19 +149,22 @@ def csr_adjoint(indptr, indices, data, A: np.ndarray, n_features: int):
 
 
 @numba.njit(cache=True, nogil=True)
-def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: float, c: float):
-    """For flat arrays: next = a(2·new − old) + c·anchor (Halpern with reflection), and the
-    squared norms ‖old − new‖² and ‖next − anchor‖²."""
+def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: float, c: float, weights: np.ndarray):
+    """For flat arrays of len(weights) rows: next = a(2·new − old) + c·anchor (Halpern with
+    reflection), and the weighted squared norms Σ_ℓ w_ℓ‖old_ℓ − new_ℓ‖² and Σ_ℓ w_ℓ‖next_ℓ − anchor_ℓ‖²
+    (w: the rows' inverse dual step scales, 1 without preconditioning)."""
     out = np.empty_like(new)
+    width = new.size // weights.size
     move = 0.0
     jump = 0.0
     for i in range(new.size):
+        w = weights[i // width]
         d = old[i] - new[i]
-        move += d * d
+        move += w * (d * d)
         x = a * (2.0 * new[i] - old[i]) + c * anchor[i]
         out[i] = x
         e = x - anchor[i]
-        jump += e * e
+        jump += w * (e * e)
     return out, move, jump
 
 
@@ -232,16 +246,17 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def l1_primal_step(W: np.ndarray, GW: np.ndarray, tau: float, weight: float):
-    """x̃ = prox_{weight‖·‖₁}(W − τ·GW) and W2 = [x̃ W] (the weights the chunks score with), in
-    one sweep."""
+def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float):
+    """x̃ = prox_{τ_jk·lam|·|}(W − τ_jk·GW) per coordinate, τ_jk = τ·D_jk (D = 1 without
+    preconditioning), and W2 = [x̃ W] (the weights the chunks score with), in one sweep."""
     M, K = W.shape
     Wt = np.empty_like(W)
     W2 = np.empty((M, 2 * K))
     for j in range(M):
         for k in range(K):
-            v = W[j, k] - tau * GW[j, k]
-            t = max(abs(v) - weight, 0.0)
+            step = tau * D[j, k]
+            v = W[j, k] - step * GW[j, k]
+            t = max(abs(v) - step * lam, 0.0)
             x = t if v > 0.0 else (-t if v < 0.0 else 0.0)
             Wt[j, k] = x
             W2[j, k] = x
@@ -259,16 +274,17 @@ def primal_update(
     GW: np.ndarray,
     GWa: np.ndarray,
     Wt_prev: np.ndarray,
+    D: np.ndarray,
     a: float,
     c: float,
     halpern: bool,
 ):
     """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
     a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
-    restarts need. Returns (G̃, next W, next G, stats) with stats = [‖W − x̃‖², ‖x̃ − x̃_prev‖²,
-    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞]."""
+    restarts need. Returns (G̃, next W, next G, stats) with stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖²,
+    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros left out)."""
     M, K = W.shape
-    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_ = (
+    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_, D_ = (
         Wt.ravel(),
         W.ravel(),
         Wa.ravel(),
@@ -276,6 +292,7 @@ def primal_update(
         GW.ravel(),
         GWa.ravel(),
         Wt_prev.ravel(),
+        D.ravel(),
     )
     size = W_.size
     Gt = np.empty(size)
@@ -286,7 +303,8 @@ def primal_update(
         g = Gsum_[i] / divisor
         Gt[i] = g
         d = W_[i] - x
-        moved += d * d
+        if D_[i] > 0.0:
+            moved += d * d / D_[i]
         d = x - Wp_[i]
         changed += d * d
         norm2 += x * x
