@@ -81,11 +81,18 @@ _BOUNDS = ((annotated_types.Ge, ">="), (annotated_types.Gt, ">"), (annotated_typ
 def allowed_values(field: FieldInfo) -> str:
     """What a parameter accepts, in words: "one of identity, softmax", "int >= 1",
     "float > 0, or None", "true or false"."""
-    kinds = typing.get_args(field.annotation) if isinstance(field.annotation, types.UnionType) else (field.annotation,)
+    union = typing.get_origin(field.annotation) in (types.UnionType, typing.Union)
+    kinds = typing.get_args(field.annotation) if union else (field.annotation,)
     words = []
     for kind in kinds:
         if kind is type(None):
             continue
+        metadata = field.metadata
+        if (
+            typing.get_origin(kind) is typing.Annotated
+        ):  # a union member with its own bounds: Annotated[float, Field(gt=0)]
+            kind, *extra = typing.get_args(kind)
+            metadata = [m for x in extra for m in (x.metadata if isinstance(x, FieldInfo) else [x])]
         if typing.get_origin(kind) is Literal:
             words.append("one of " + ", ".join(str(v) for v in typing.get_args(kind)))
         elif kind is bool:
@@ -93,7 +100,7 @@ def allowed_values(field: FieldInfo) -> str:
         else:
             bounds = [
                 f"{sign} {getattr(m, next(iter(type(m).__dataclass_fields__)))}"
-                for m in field.metadata
+                for m in metadata
                 for cls, sign in _BOUNDS
                 if isinstance(m, cls)
             ]
