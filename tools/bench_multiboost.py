@@ -358,7 +358,7 @@ def fig6_cg(Xtr, ytr, Xte, yte, iters: int, lam: float):
 
         mb.fcd = timed
         try:
-            r = run_ours(Xtr, ytr, Xte, yte, iters, lam=lam, tau_max=tau_max, solver_clock=spent)
+            r = run_ours(Xtr, ytr, Xte, yte, iters, lam=lam, tau_max=tau_max, update="exact", solver_clock=spent)
         finally:
             mb.fcd = real
         out[label] = r["solver_trace"]
@@ -559,7 +559,7 @@ def main():
     os.makedirs(args.plots, exist_ok=True)
 
     X, y, _, _ = load("digits", 0)  # compile the numba kernels before any clock runs
-    run_ours(X[:200], y[:200], X[:50], y[:50], 3)
+    run_ours(X[:200], y[:200], X[:50], y[:50], 3, tau_max=2, update="exact")
     run_ours(X[:200], y[:200], X[:50], y[:50], 3, tau_max=1, update="large_c", lam=1e-8)
 
     summary = {}
@@ -568,18 +568,20 @@ def main():
         K, T = int(ytr.max()) + 1, args.iters
         print(f"\n== {name}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
               f"T = {T} iterations = {K * T} stumps", flush=True)  # fmt: skip
-        results = {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2)}
+        results = {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact")}
         if not args.no_auto:
-            results["cw_auto"] = run_ours(Xtr, ytr, Xte, yte, T, lam="auto", tau_max=2)
+            results["cw_auto"] = run_ours(Xtr, ytr, Xte, yte, T, lam="auto", tau_max=2, update="exact")
             info = results["cw_auto"]["model"].info
             print(f"  cw_auto: C = {1 / info['lam']:g} (held-out error % per C: "
                   f"{ {f'{1 / lam:g}': round(100 * e, 2) for lam, e in info['validation_errors'].items()} })", flush=True)  # fmt: skip
         results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
         if not args.no_shared:
-            results["shared"] = run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, weak_learners="shared")
+            results["shared"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
+            )
             if name in args.shared_kt_sets.split(","):
                 results["shared_KT"] = run_ours(
-                    Xtr, ytr, Xte, yte, K * T, lam=args.lam, tau_max=2, weak_learners="shared"
+                    Xtr, ytr, Xte, yte, K * T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
                 )
         if not args.no_samme:
             results["samme"] = run_samme(Xtr.toarray(), ytr, Xte.toarray(), yte, K * T)

@@ -240,7 +240,7 @@ def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=150)
     for weak_learners in ("class", "shared"):
-        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, weak_learners=weak_learners)
+        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, update="exact", weak_learners=weak_learners)
         values = [r["objective"] for r in log.records]
         assert len(values) == 12 and values[0] < 1.0  # (2)/C is 1 at w = 0
         assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:])), values
@@ -248,7 +248,7 @@ def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
     assert (model.predict(X) == np.asarray(classes)[y]).mean() > 0.8
 
 
-RUN = {"max_iter": 6, "tau_max": 2, "lam": 1e-3}
+RUN = {"max_iter": 6, "tau_max": 2, "lam": 1e-3, "update": "exact"}  # MultiBoostcw, totally corrective
 
 
 def _same_model(a, b):
@@ -329,8 +329,10 @@ def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
 
 def test_classifier_fits_and_refuses_multilabel(small_digits):
     X, y, _ = small_digits
-    with pytest.warns(ConvergenceWarning, match="max_iter=8"):  # MultiBoostcw-1 with C = 1e8, as the paper's
-        clf = MultiBoostClassifier(max_iter=8, tau_max=1, lam=1e-8, update="large_c").fit(X.toarray(), y)
+    with pytest.warns(
+        ConvergenceWarning, match="max_iter=8"
+    ):  # the defaults: MultiBoostcw-1 with C = 1e8, as the paper's
+        clf = MultiBoostClassifier(max_iter=8).fit(X.toarray(), y)
     assert clf.n_iter_ == 8 and len(clf.history_) == 8 and clf.score(X.toarray(), y) > 0.8
     assert clf.decision_function(X).shape == (X.shape[0], 10)
     with pytest.raises(ValueError, match="not a label indicator"):
@@ -377,7 +379,7 @@ def test_lam_auto_chooses_c_on_held_out_rows_and_refits_on_all(monkeypatch):
     monkeypatch.setattr(
         mb, "LAM_GRID", (1e-1, 1e-2, 1e-4)
     )  # a short grid (the paper's needs more iterations to differ)
-    run = {"max_iter": 5, "tau_max": 2}
+    run = {"max_iter": 5, "tau_max": 2, "update": "exact"}
     source = InMemoryStore(sp.csr_matrix(X), y.astype(np.int32), classes, chunk_rows=1000)
     auto, log = fit(source, lam="auto", **run)
     held = kernels.held_out(0, m, 0, mb.HOLDOUT)
@@ -390,6 +392,8 @@ def test_lam_auto_chooses_c_on_held_out_rows_and_refits_on_all(monkeypatch):
     assert [r["validation_error"] for r in log.records if "validation_error" in r] == expected
     assert auto.info["lam"] == mb.LAM_GRID[int(np.argmin(expected))]
     refit, _ = fit(source, lam=auto.info["lam"], **run)
+    with pytest.raises(ValueError, match="set update=exact"):  # (13) ignores C
+        mb.MultiBoostParams(lam="auto", update="large_c")
     for key, value in refit._arrays().items():
         np.testing.assert_array_equal(auto._arrays()[key], value, err_msg=key)
     assert len(set(expected)) > 1  # the grid's fits differ on the held-out rows
