@@ -107,7 +107,8 @@ class MultiBoostParams(SolverParams):
     )
     update: Literal["exact", "large_c"] = Field(
         "large_c",
-        description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1",
+        description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
+        "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
     )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
@@ -459,7 +460,10 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         return state.phase == len(self.grid()) and self._phase_done(state)
 
     def converged(self, state: MultiBoostState) -> bool:
-        return state.converged
+        """Column generation's test held; with update="large_c" (eq. 13, the C → ∞ limit, where the
+        dual constraints (3b) give no finite test) the run is the paper's fixed schedule of
+        max_iter stage-wise rounds, converged once they are done."""
+        return state.converged or (self.params.update == "large_c" and self.finished(state))
 
     def max_steps(self, state: MultiBoostState) -> int:
         """max_iter boosting iterations per phase (an upper bound: column generation may stop first)."""
@@ -637,7 +641,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             solver=self.name,
             params=self.params.model_dump(),
             info={
-                "converged": state.converged,
+                "converged": self.converged(state),
                 "iterations": state.step - state.phase_start,
                 "lam": self.lam(state),
                 **({"validation_errors": dict(zip(self.grid(), state.validation_errors))} if self.grid() else {}),

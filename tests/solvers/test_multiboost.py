@@ -6,6 +6,7 @@ scipy's 1-D minimizer for the coordinate update (12), scipy's L-BFGS-B for the m
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -329,10 +330,11 @@ def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
 
 def test_classifier_fits_and_refuses_multilabel(small_digits):
     X, y, _ = small_digits
-    with pytest.warns(
-        ConvergenceWarning, match="max_iter=8"
-    ):  # the defaults: MultiBoostcw-1 with C = 1e8, as the paper's
+    with warnings.catch_warnings():  # the defaults: MultiBoostcw-1, C = 1e8, a fixed schedule of max_iter rounds
+        warnings.simplefilter("error", ConvergenceWarning)
         clf = MultiBoostClassifier(max_iter=8).fit(X.toarray(), y)
+    with pytest.warns(ConvergenceWarning, match="max_iter=3"):  # MultiBoostcw: column generation's own test
+        MultiBoostClassifier(max_iter=3, tau_max=2, update="exact", lam=1e-4).fit(X.toarray(), y)
     assert clf.n_iter_ == 8 and len(clf.history_) == 8 and clf.score(X.toarray(), y) > 0.8
     assert clf.decision_function(X).shape == (X.shape[0], 10)
     with pytest.raises(ValueError, match="not a label indicator"):
