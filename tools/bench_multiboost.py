@@ -37,6 +37,9 @@ problem (2) of the final cw learner set, from w = 0 (cold) and from the previous
 weights with the last K coordinates new (warm: the master problem column generation solves): FCD with tau_max = 1, 2, 3, 5, 10, 20, 50
 (each a point: seconds, objective; ε = 1e-6 so that tau_max ends each run), and L-BFGS-B's objective at each of its evaluations.
 CPU seconds to within 1e-2, 1e-3, 1e-4 (relative) of the best objective either reached.
+Fig. 6 as the paper runs it (fig6_cg): column generation at C = 1/lam with the master problem
+solved by FCD (tau_max = 1, 2, 5) or by L-BFGS-B (lbfgsb_master, swapped in for the solver's
+fcd); the objective (2)/C per iteration against the master solver's cumulative CPU seconds.
 
 Goal ratios printed (the issue's goals):
 - per weak learner: cw's test error beside shared's and SAMME's at 10%, 50% and 100% of the stumps;
