@@ -92,7 +92,9 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
     else:
-        raise SystemExit(f"unknown data set {name!r}: news20, news20-10, news20-half, sector, bibtex, delicious, dna or letter")
+        raise SystemExit(
+            f"unknown data set {name!r}: news20, news20-10, news20-half, sector, bibtex, delicious, dna or letter"
+        )
     return train, test
 
 

@@ -27,13 +27,19 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
      state `bits`: L × ⌈rows/8⌉ bytes per chunk, a new version each iteration that adds learners);
   4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
-     alone, chunk by chunk (`Master`): the closed-form coordinate minimum (12) ((13) with
+     alone, chunk by chunk (`Master`; one compiled call per working-set iteration when the
+     master is in memory): the closed-form coordinate minimum (12) ((13) with
      `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
      coordinates in order, later ones pick |S| coordinates of S at random);
   5. the scores F, updated by FCD with every weight change, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
+
+lam="auto" chooses C as the paper does (§3: from 1e2..1e5 by validation): a fit per C of LAM_GRID
+on the rows not held out (HOLDOUT = 20 %, by a hash of the global row index, kernels.held_out),
+each for max_iter iterations or to convergence, scored on the held-out rows, then the fit on all
+rows at the best C. The phases are steps of one run, in the checkpointed state.
 
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
@@ -57,11 +63,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
+import numba
 import numpy as np
 import scipy.sparse as sp
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from streamfit.errors import ConfigError
 from streamfit.model import Model, register_model
@@ -73,24 +80,35 @@ SCORES = "scores"
 BINS = "bins"
 BITS = "bits"
 LABELS = "labels"
+LAM_GRID = (1e-2, 1e-3, 1e-4, 1e-5)  # lam="auto": 1/C for the paper's grid C = 1e2 … 1e5 (§3)
+HOLDOUT = 0.2  # lam="auto": the fraction of rows held out to choose C
 
 
 class MultiBoostParams(SolverParams):
-    lam: float = Field(
-        1e-4, gt=0, description="1/C of eq. (2): the weight of ‖w‖₁ with the loss averaged over the m(K-1) pairs"
+    lam: Annotated[float, Field(gt=0)] | Literal["auto"] = Field(  # type: ignore[assignment]
+        1e-8,
+        description="1/C of eq. (2): the weight of ‖w‖₁ with the loss averaged over the m(K-1) pairs (the default "
+        "C = 1e8 is the paper's MultiBoostcw-1 setting); auto (with update=exact): the C of the paper's grid "
+        "1e2..1e5 with the lowest error on a held-out 20 % of the rows (ties: the smaller C), then max_iter "
+        "iterations on all rows at that C",
     )
     tol: float = Field(
         0.1, gt=0, description="ε of FCD's working set (17) and stop (18), and of column generation's dual violation"
     )
     max_iter: int = Field(100, ge=1, description="boosting iterations (each adds K stumps, or 1 shared)")
-    tau_max: int = Field(2, ge=1, description="FCD's maximum working-set iterations (1: stage-wise MultiBoostcw-1)")
+    tau_max: int = Field(
+        1,
+        ge=1,
+        description="FCD's maximum working-set iterations (1: stage-wise MultiBoostcw-1; 2: the paper's MultiBoostcw)",
+    )
     weak_learners: Literal["class", "shared"] = Field(
         "class",
         description="class: one stump per class per iteration (MultiBoostcw, eq. 4); shared: one stump for all classes (eq. 6)",
     )
     update: Literal["exact", "large_c"] = Field(
-        "exact",
-        description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1",
+        "large_c",
+        description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
+        "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
     )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
@@ -105,6 +123,14 @@ class MultiBoostParams(SolverParams):
         "streamed from local temporary files one chunk at a time (the model is the same)",
         json_schema_extra={"affects_model": False},
     )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.lam == "auto" and self.update == "large_c":
+            raise ValueError(
+                "lam=auto chooses C, which update=large_c (eq. 13, the C → ∞ limit) ignores; set update=exact"
+            )
+        return self
 
 
 # -- binning -------------------------------------------------------------------------------
@@ -227,9 +253,14 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
     state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
-def _histogram_task(source, chunk_id, *, state, version, cut_offsets) -> HistogramSums:
+def _histogram_task(source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None) -> HistogramSums:
+    """The chunk's HistogramSums of g; rows held out (kernels.held_out with `holdout_seed`; None:
+    no row) weigh 0."""
     chunk = source.read_chunk(chunk_id)
     G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), chunk.labels.astype(np.int64))
+    if holdout_seed is not None:
+        lo, hi = source.chunk_bounds(chunk_id)
+        G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
     X = chunk.X
     H, stored = kernels.histogram(X.indptr, X.indices, state.read(BINS, 1, chunk_id), G, cut_offsets)
     return HistogramSums(H, stored, G.sum(axis=0))
@@ -336,6 +367,9 @@ class MultiBoostState(SolverState):
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
     kkt: float | None = None  # max_j θ_j (16) at FCD's last working-set update (None: tau_max = 1, never computed)
     converged: bool = False
+    phase: int = 0  # lam="auto": 0..len(LAM_GRID)-1 fit LAM_GRID[phase] on the rows not held out; then the refit
+    phase_start: int = 0  # state.step when the phase began (each phase has max_iter iterations)
+    validation_errors: list[float] = dataclasses.field(default_factory=list)  # lam="auto": held-out error per grid lam
 
 
 @register_solver
@@ -399,21 +433,43 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         )
 
     def check_resume(self, ctx: Context, state: MultiBoostState) -> None:
-        if state.step > self.params.max_iter:
+        if state.step - state.phase_start > self.params.max_iter:
             raise ConfigError(
-                f"multiboost: the checkpoint is at iteration {state.step}, past max_iter={self.params.max_iter}; "
-                "raise -p max_iter or start over with --overwrite"
+                f"multiboost: the checkpoint is at iteration {state.step - state.phase_start}, past "
+                f"max_iter={self.params.max_iter}; raise -p max_iter or start over with --overwrite"
             )
 
+    def grid(self) -> tuple[float, ...]:
+        """The lam values fitted on the rows not held out before the final fit (lam="auto")."""
+        return LAM_GRID if self.params.lam == "auto" else ()
+
+    def lam(self, state: MultiBoostState) -> float:
+        """The phase's lam: a grid value while choosing, then the chosen one (the first of the
+        lowest held-out error: the smaller C on ties), or the fixed lam."""
+        grid = self.grid()
+        if state.phase < len(grid):
+            return grid[state.phase]
+        if grid:
+            return grid[int(np.argmin(state.validation_errors))]
+        return float(self.params.lam)
+
+    def _phase_done(self, state: MultiBoostState) -> bool:
+        return state.converged or state.step - state.phase_start >= self.params.max_iter
+
     def finished(self, state: MultiBoostState) -> bool:
-        return state.converged or state.step >= self.params.max_iter
+        return state.phase == len(self.grid()) and self._phase_done(state)
 
     def converged(self, state: MultiBoostState) -> bool:
-        return state.converged
+        """Column generation's test held; with update="large_c" (eq. 13, the C → ∞ limit, where the
+        dual constraints (3b) give no finite test) the run is the paper's fixed schedule of
+        max_iter stage-wise rounds, converged once they are done."""
+        return state.converged or (self.params.update == "large_c" and self.finished(state))
 
     def max_steps(self, state: MultiBoostState) -> int:
-        """max_iter boosting iterations (an upper bound: column generation may stop first)."""
-        return state.step if state.converged else self.params.max_iter
+        """max_iter boosting iterations per phase (an upper bound: column generation may stop first)."""
+        if self.finished(state):
+            return state.step
+        return state.phase_start + (len(self.grid()) + 1 - state.phase) * self.params.max_iter
 
     def not_converged_reason(self, state: MultiBoostState) -> str:
         return (
@@ -422,9 +478,60 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         )
 
     def step(self, ctx: Context, state: MultiBoostState) -> dict[str, Any]:
+        """One boosting iteration at the phase's lam; with lam="auto", a phase on the rows not
+        held out that ends (converged, or max_iter iterations) records the held-out error and
+        starts the next phase from no learners."""
+        lam = self.lam(state)
+        choosing = state.phase < len(self.grid())
+        fields = {**self._boost(ctx, state, lam, choosing), "lam": lam}
+        if choosing and self._phase_done(state):
+            error = self._held_out_error(ctx, state)
+            fields["validation_error"] = error
+            state.validation_errors = [*state.validation_errors, error]
+            self._next_phase(state)
+        return fields
+
+    def _held_out(self, source: ChunkSource, chunk_id: int, choosing: bool) -> np.ndarray | None:
+        """The chunk's rows held out (bool), or None when no row is."""
+        if not choosing:
+            return None
+        lo, hi = source.chunk_bounds(chunk_id)
+        return kernels.held_out(lo, hi, self.params.random_state, HOLDOUT)
+
+    def _held_out_error(self, ctx: Context, state: MultiBoostState) -> float:
+        """The error rate of argmax_c F_c on the held-out rows (F: the phase's final scores)."""
+        source = ctx.source
+        wrong, total = 0, 0
+        for i in range(source.n_chunks):
+            lo, hi = source.chunk_bounds(i)
+            held = kernels.held_out(lo, hi, self.params.random_state, HOLDOUT)
+            labels = ctx.chunk_state.read(LABELS, 1, i)
+            F = _chunk_scores(source, i, ctx.chunk_state, state.scores.version)
+            wrong += int(np.count_nonzero(np.argmax(F[held], axis=1) != labels[held]))
+            total += int(np.count_nonzero(held))
+        return wrong / max(total, 1)
+
+    @staticmethod
+    def _next_phase(state: MultiBoostState) -> None:
+        state.phase += 1
+        state.phase_start = state.step
+        state.learner_feature = np.zeros(0, dtype=np.int64)
+        state.learner_threshold = np.zeros(0)
+        state.learner_polarity = np.zeros(0, dtype=np.int8)
+        state.coord_class = np.zeros(0, dtype=np.int64)
+        state.coord_learner = np.zeros(0, dtype=np.int64)
+        state.weights = np.zeros(0)
+        state.bits = PerSample(BITS, 0, written=False)
+        state.scores = PerSample(SCORES, 0, written=False)
+        state.objective, state.violation, state.kkt, state.converged = 1.0, float("inf"), None, False
+
+    def _boost(self, ctx: Context, state: MultiBoostState, lam: float, choosing: bool) -> dict[str, Any]:
+        """Steps 1–5 of the module docstring, on the rows not held out when `choosing`."""
         p, source, engine = self.params, ctx.source, ctx.engine
-        m, K = source.n_rows, source.n_classes
-        C_over_p = 1.0 / (p.lam * m * (K - 1))
+        K = source.n_classes
+        held = [self._held_out(source, i, choosing) for i in range(source.n_chunks)]
+        m = source.n_rows - sum(int(np.count_nonzero(h)) for h in held if h is not None)
+        C_over_p = 1.0 / (lam * m * (K - 1))
 
         # 1-2. histograms of the dual weights, and the most violated constraint of each class
         sums = engine.map_reduce(
@@ -435,6 +542,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             state=ctx.chunk_state,
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
+            holdout_seed=p.random_state if choosing else None,
         )
         H = self.full_histogram(state, sums)
         feature, bin_, polarity, edge = kernels.best_stumps(H, sums.totals, state.cut_offsets)
@@ -480,7 +588,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.weights = np.concatenate([state.weights, np.zeros(len(new_class))])
 
         # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
-        rng = np.random.default_rng([p.random_state, state.step])
+        rng = np.random.default_rng([p.random_state, state.step - state.phase_start])  # the same draws in every phase
         with tempfile.TemporaryDirectory(prefix="streamfit-multiboost-") as spill:
             master = Master(K, int(p.master_memory_mb * 2**20), spill)
             for i in range(source.n_chunks):
@@ -488,6 +596,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
                     ctx.chunk_state.read(LABELS, 1, i),
                     ctx.chunk_state.read(BITS, state.bits.version, i),
                     _chunk_scores(source, i, ctx.chunk_state, state.scores.version),
+                    held[i],
                 )
             sweeps, kkt = fcd(
                 master, state.coord_class, state.coord_learner, state.weights, np.arange(J0, len(state.weights)),
@@ -500,9 +609,11 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             for i in range(source.n_chunks):
                 labels, F = master.scores(i)
                 ctx.chunk_state.write(SCORES, state.step, i, F)
-                loss += float(kernels.margins(F, labels)[1].sum())
+                R = kernels.margins(F, labels)[1]
+                rows_held = held[i]
+                loss += float(R.sum() if rows_held is None else R[~rows_held].sum())
         state.scores = PerSample(SCORES, state.step)
-        state.objective = p.lam * float(state.weights.sum()) + loss / (m * (K - 1))
+        state.objective = lam * float(state.weights.sum()) + loss / (m * (K - 1))
         state.kkt = kkt
         if p.cg_tol > 0 and previous - state.objective <= p.cg_tol * abs(previous):
             state.converged = True
@@ -530,8 +641,10 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             solver=self.name,
             params=self.params.model_dump(),
             info={
-                "converged": state.converged,
-                "iterations": state.step,
+                "converged": self.converged(state),
+                "iterations": state.step - state.phase_start,
+                "lam": self.lam(state),
+                **({"validation_errors": dict(zip(self.grid(), state.validation_errors))} if self.grid() else {}),
                 "learners": len(state.learner_feature),
                 "objective": state.objective,
             },
@@ -570,6 +683,7 @@ class Master:
         self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory
         self.spilled = 0  # chunks after those, in files of spill_dir
         self._used = 0
+        self._typed: tuple[Any, Any, Any] | None = None  # the resident arrays as numba typed lists (kernels.fcd_sweep)
 
     @classmethod
     def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray) -> Master:
@@ -578,10 +692,15 @@ class Master:
         master.add(labels, bits, F)
         return master
 
-    def add(self, labels: np.ndarray, bits: np.ndarray, F: np.ndarray) -> None:
-        """Appends a chunk: its labels (rows,), bits (L × ⌈rows/8⌉ uint8), scores F (rows × K)."""
+    def add(self, labels: np.ndarray, bits: np.ndarray, F: np.ndarray, excluded: np.ndarray | None = None) -> None:
+        """Appends a chunk: its labels (rows,), bits (L × ⌈rows/8⌉ uint8), scores F (rows × K),
+        and the rows outside the problem (bool, None: none): their μ and R are 0, so they add
+        nothing to any sum, while their F follows the weights."""
         state = kernels.master_state(np.ascontiguousarray(F, dtype=np.float64), labels)
+        if excluded is not None:
+            state[excluded, self.K :] = 0.0
         size = labels.nbytes + bits.nbytes + state.nbytes
+        self._typed = None
         if not self.spilled and self._used + size <= self.budget:
             self.resident.append((labels, bits, state))
             self._used += size
@@ -622,6 +741,42 @@ class Master:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
         return total
 
+    def sweep(
+        self,
+        pending: tuple[int, int, float] | None,
+        order: np.ndarray,
+        coord_class: np.ndarray,
+        coord_learner: np.ndarray,
+        weights: np.ndarray,
+        C_over_p: float,
+        large_c: bool,
+    ) -> tuple[int, int, float] | None:
+        """Lines 5–10 of Algorithm 2: the coordinates `order` in turn, each set by (12) (or (13))
+        from the sums (21) of a pass that first applies the pending weight change (20); `weights`
+        and the chunks' F and μ updated in place. Returns the change still pending (applied by
+        the next pass). When every chunk is in memory this is one compiled call over all of them
+        (kernels.fcd_sweep); otherwise one run_pass per coordinate, streaming the spilled chunks.
+        Both do the same arithmetic in the same order, so they give the same iterates."""
+        if not self.spilled:
+            if self._typed is None:
+                self._typed = tuple(numba.typed.List(part) for part in zip(*self.resident))  # type: ignore[assignment]
+            labels, bits, states = self._typed  # type: ignore[misc]
+            a_learner, a_class, delta = pending if pending is not None else (-1, 0, 0.0)
+            a_learner, a_class, delta = kernels.fcd_sweep(
+                bits, labels, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
+                C_over_p, large_c, a_learner, a_class, delta,
+            )  # fmt: skip
+            return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
+        for j in order:
+            ((plus, minus),) = self.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1])
+            pending = None
+            old = weights[j]
+            value = kernels.coordinate_update(plus, minus, old, C_over_p, large_c)
+            if value != old:
+                weights[j] = value
+                pending = (int(coord_learner[j]), int(coord_class[j]), value - old)
+        return pending
+
     def scores(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(labels, F) of chunk i."""
         if i < len(self.resident):
@@ -657,7 +812,8 @@ def fcd(
     """Algorithm 2 on the master problem, `weights` and the master's F and μ updated in place.
     S starts as the `new` coordinates, swept in order; then θ (16) for all coordinates, S by
     (17), and |S| random picks from S per working-set iteration, until (18) max θ ≤ tol or
-    tau_max iterations. Each coordinate update is one pass over the chunks: it applies the
+    tau_max iterations. Each coordinate update is one pass over the chunks (Master.sweep: one
+    compiled call per working-set iteration when the master is in memory): it applies the
     previous coordinate's change (20) and sums V± (21) for this one, then sets w_j by (12) (or
     (13)). Returns (working-set iterations, max θ after the last; None when tau_max ended it
     before θ was needed)."""
@@ -667,15 +823,7 @@ def fcd(
     pending: tuple[int, int, float] | None = None  # a weight change not yet applied to F and μ
     while True:
         tau += 1
-        for j in order:
-            ((plus, minus),) = master.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1])
-            pending = None
-            old = weights[j]
-            v_plus, v_minus = plus * np.exp(old), minus * np.exp(-old)  # (21): μ without w_j's own term
-            value = kernels.coordinate_minimum(v_plus, v_minus, C_over_p, large_c)
-            if np.isfinite(value) and value != old:
-                weights[j] = value
-                pending = (int(coord_learner[j]), int(coord_class[j]), value - old)
+        pending = master.sweep(pending, order, coord_class, coord_learner, weights, C_over_p, large_c)
         if tau >= tau_max:
             if pending is not None:
                 master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))

@@ -183,6 +183,30 @@ def _split_sums(bits, lrn: int, c: int, labels, state, K: int) -> tuple[float, f
 
 
 @numba.njit(cache=True, nogil=True)
+def _apply_change(bits, labels, state, lrn: int, c: int, delta: float) -> None:
+    """A weight change delta of the coordinate (class c, learner row `lrn` of `bits`) on a
+    chunk's state (master_state's layout, in place): F_c += delta·ħ, μ by (20):
+    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed."""
+    K = (state.shape[1] - 1) // 2
+    up, down = np.exp(delta), np.exp(-delta)
+    for i in range(labels.shape[0]):
+        h = _bit(bits, lrn, i)
+        state[i, c] += delta * h
+        if labels[i] == c:
+            factor = down if h > 0 else up
+            total = 0.0
+            for y in range(K):
+                if y != c:
+                    state[i, K + y] *= factor
+                    total += state[i, K + y]
+            state[i, 2 * K] = total
+        else:
+            before = state[i, K + c]
+            state[i, K + c] = before * (up if h > 0 else down)
+            state[i, 2 * K] += state[i, K + c] - before
+
+
+@numba.njit(cache=True, nogil=True)
 def master_pass(
     bits: np.ndarray,
     labels: np.ndarray,
@@ -194,34 +218,72 @@ def master_pass(
     classes: np.ndarray,
 ) -> np.ndarray:
     """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
-    apply_learner ≥ 0, a weight change delta of the coordinate (apply_class, learner row
-    apply_learner of `bits`): F_c += delta·ħ, μ by (20): μ_(i,c) *= e^{delta·ħ} (y_i ≠ c),
-    μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed (state in place, master_state's
-    layout). Then the chunk's partial sums of (21) without the e^{±w_j} factors, i.e.
-    (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q], learner row learners[q]): (q × 2)."""
+    apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
+    apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
+    without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
+    learner row learners[q]): (q × 2)."""
     K = (state.shape[1] - 1) // 2
     if apply_learner >= 0:
-        c = apply_class
-        up, down = np.exp(delta), np.exp(-delta)
-        for i in range(labels.shape[0]):
-            h = _bit(bits, apply_learner, i)
-            state[i, c] += delta * h
-            if labels[i] == c:
-                factor = down if h > 0 else up
-                total = 0.0
-                for y in range(K):
-                    if y != c:
-                        state[i, K + y] *= factor
-                        total += state[i, K + y]
-                state[i, 2 * K] = total
-            else:
-                before = state[i, K + c]
-                state[i, K + c] = before * (up if h > 0 else down)
-                state[i, 2 * K] += state[i, K + c] - before
+        _apply_change(bits, labels, state, apply_learner, apply_class, delta)
     sums = np.empty((learners.shape[0], 2))
     for q in range(learners.shape[0]):
         sums[q, 0], sums[q, 1] = _split_sums(bits, learners[q], classes[q], labels, state, K)
     return sums
+
+
+@numba.njit(cache=True, nogil=True)
+def coordinate_update(plus: float, minus: float, old: float, C_over_p: float, large_c: bool) -> float:
+    """w_j's new value from a pass's sums (Σ_{D+} μ, Σ_{D−} μ) at w_j = old: V₊ = e^{old}Σ_{D+} μ,
+    V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then (12) (or (13) with large_c);
+    `old` when that minimum is not finite ((13) with V₋ = 0)."""
+    value = coordinate_minimum(plus * np.exp(old), minus * np.exp(-old), C_over_p, large_c)
+    return value if np.isfinite(value) else old
+
+
+@numba.njit(cache=True, nogil=True)
+def fcd_sweep(
+    bits_list,
+    labels_list,
+    state_list,
+    order: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    weights: np.ndarray,
+    C_over_p: float,
+    large_c: bool,
+    pending_learner: int,
+    pending_class: int,
+    pending_delta: float,
+) -> tuple[int, int, float]:
+    """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory
+    (numba typed lists of each chunk's bits, labels and master_state, in chunk order), in one
+    call: for each coordinate j of `order` in turn, every chunk applies the pending weight
+    change (20) and adds its partial sums of (21) for j, in chunk order; then w_j is set by
+    coordinate_update ((12) or (13)) in `weights` and its change becomes the pending one. The
+    arithmetic, and its order, is that of master_pass chunk by chunk followed by
+    coordinate_update, so the iterates equal those of the streamed path (Master.sweep).
+    pending_learner < 0: no change pending. Returns the change still pending (learner, class,
+    delta), learner −1 when none."""
+    n_chunks = len(state_list)
+    for q in range(order.shape[0]):
+        j = order[q]
+        c, lrn = coord_class[j], coord_learner[j]
+        plus, minus = 0.0, 0.0
+        for k in range(n_chunks):
+            bits, labels, state = bits_list[k], labels_list[k], state_list[k]
+            if pending_learner >= 0:
+                _apply_change(bits, labels, state, pending_learner, pending_class, pending_delta)
+            K = (state.shape[1] - 1) // 2
+            chunk_plus, chunk_minus = _split_sums(bits, lrn, c, labels, state, K)
+            plus += chunk_plus
+            minus += chunk_minus
+        pending_learner = -1
+        old = weights[j]
+        value = coordinate_update(plus, minus, old, C_over_p, large_c)
+        if value != old:
+            weights[j] = value
+            pending_learner, pending_class, pending_delta = lrn, c, value - old
+    return pending_learner, pending_class, pending_delta
 
 
 @numba.njit(cache=True, nogil=True)
@@ -355,3 +417,19 @@ def stump_scores(
         for k in range(indptr[i], indptr[i + 1]):
             row[indices[k]] = 0.0
     return S
+
+
+@numba.njit(cache=True, nogil=True)
+def held_out(lo: int, hi: int, seed: int, fraction: float) -> np.ndarray:
+    """Whether each row lo … hi−1 (global row indices) is held out: u_r < fraction for u_r, a
+    uniform number in [0, 1) from the SplitMix64 hash of (seed, r) (its top 53 bits). A property
+    of the row alone, so the same rows are held out for any chunking, worker count or resume."""
+    out = np.empty(hi - lo, dtype=np.bool_)
+    key = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+    for r in range(lo, hi):
+        z = key + np.uint64(r) * np.uint64(0xD1B54A32D192ED03) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+        out[r - lo] = float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0) < fraction
+    return out

@@ -6,6 +6,7 @@ scipy's 1-D minimizer for the coordinate update (12), scipy's L-BFGS-B for the m
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -133,6 +134,34 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
     assert np.count_nonzero(w) > 0
 
 
+def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path, monkeypatch):
+    K, lam = 4, 1e-2
+    bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
+    m, J = H.shape[1], len(coord_class)
+    C_over_p = 1.0 / (lam * m * (K - 1))
+    signs = H > 0
+    calls = []
+    real = kernels.fcd_sweep
+    monkeypatch.setattr(kernels, "fcd_sweep", lambda *a: calls.append(len(a[3])) or real(*a))
+    runs = []
+    for budget in (1 << 40, 0):  # every chunk in memory (compiled sweeps), every chunk streamed from files
+        master = mb.Master(K, budget, str(tmp_path))
+        for lo, hi in ((0, 45), (45, 101), (101, m)):  # chunks not aligned to bytes
+            master.add(labels[lo:hi], np.packbits(signs[:, lo:hi], axis=1), np.zeros((hi - lo, K)))
+        w = np.zeros(J)
+        tau, worst = mb.fcd(master, coord_class, coord_learner, w, np.arange(J), C_over_p, 1e-6, 5, False,
+                            np.random.default_rng(3))  # fmt: skip
+        F = np.concatenate([master.scores(i)[1] for i in range(3)])
+        runs.append((w, F, tau, worst, len(master.resident), master.spilled, len(calls)))
+        calls.clear()
+    (w1, F1, tau1, worst1, *layout1), (w2, F2, tau2, worst2, *layout2) = runs
+    assert layout1 == [3, 0, 5] and layout2 == [0, 3, 0]  # one compiled call per working-set iteration; none streamed
+    np.testing.assert_array_equal(w1, w2)
+    np.testing.assert_array_equal(F1, F2)
+    assert (tau1, worst1) == (tau2, worst2) and tau1 == 5 and np.count_nonzero(w1) > 0
+    np.testing.assert_allclose(F1, kernels.scores(bits, coord_class, coord_learner, w1, K, m), atol=1e-12)
+
+
 def _random_binned_data(seed=2, m=90, d=6, K=3):
     rng = np.random.default_rng(seed)
     dense = rng.integers(-3, 7, size=(m, d)).astype(np.float64)
@@ -159,7 +188,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     Engine(mode="inprocess").map(
         mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
     )
-    kw = {"state": state, "version": 1, "cut_offsets": offsets}
+    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
     whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
     whole_state = ChunkState(str(tmp_path / "whole"))
@@ -212,7 +241,7 @@ def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=150)
     for weak_learners in ("class", "shared"):
-        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, weak_learners=weak_learners)
+        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, update="exact", weak_learners=weak_learners)
         values = [r["objective"] for r in log.records]
         assert len(values) == 12 and values[0] < 1.0  # (2)/C is 1 at w = 0
         assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:])), values
@@ -220,7 +249,7 @@ def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
     assert (model.predict(X) == np.asarray(classes)[y]).mean() > 0.8
 
 
-RUN = {"max_iter": 6, "tau_max": 2, "lam": 1e-3}
+RUN = {"max_iter": 6, "tau_max": 2, "lam": 1e-3, "update": "exact"}  # MultiBoostcw, totally corrective
 
 
 def _same_model(a, b):
@@ -229,17 +258,19 @@ def _same_model(a, b):
     assert a.info == b.info
 
 
-def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, monkeypatch):
+@pytest.mark.parametrize("lam", [RUN["lam"], "auto"])
+def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, monkeypatch, lam):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=100)
-    params = RUN
+    params = {**RUN, "lam": lam} if lam != "auto" else {**RUN, "lam": lam, "max_iter": 3}
+    killed_at = 4 if lam != "auto" else 5  # lam="auto": in the second grid fit, after the first ended
     full, _ = fit(source, str(tmp_path / "full"), **params)
     run = str(tmp_path / "run")
     fit(source, run, stop_after=2, **params)
     real = mb._histogram_task
 
-    def crash(source, chunk_id, **kw):  # killed in the middle of iteration 5's histogram pass
-        if kw["version"] == 4 and chunk_id == 2:
+    def crash(source, chunk_id, **kw):  # killed in the middle of step killed_at + 1's histogram pass
+        if kw["version"] == killed_at and chunk_id == 2:
             raise KeyboardInterrupt("killed")
         return real(source, chunk_id, **kw)
 
@@ -299,8 +330,11 @@ def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
 
 def test_classifier_fits_and_refuses_multilabel(small_digits):
     X, y, _ = small_digits
-    with pytest.warns(ConvergenceWarning, match="max_iter=8"):  # MultiBoostcw-1 with C = 1e8, as the paper's
-        clf = MultiBoostClassifier(max_iter=8, tau_max=1, lam=1e-8, update="large_c").fit(X.toarray(), y)
+    with warnings.catch_warnings():  # the defaults: MultiBoostcw-1, C = 1e8, a fixed schedule of max_iter rounds
+        warnings.simplefilter("error", ConvergenceWarning)
+        clf = MultiBoostClassifier(max_iter=8).fit(X.toarray(), y)
+    with pytest.warns(ConvergenceWarning, match="max_iter=3"):  # MultiBoostcw: column generation's own test
+        MultiBoostClassifier(max_iter=3, tau_max=2, update="exact", lam=1e-4).fit(X.toarray(), y)
     assert clf.n_iter_ == 8 and len(clf.history_) == 8 and clf.score(X.toarray(), y) > 0.8
     assert clf.decision_function(X).shape == (X.shape[0], 10)
     with pytest.raises(ValueError, match="not a label indicator"):
@@ -325,3 +359,43 @@ def test_cli_trains_and_predicts(digits_cli_store, tmp_path):
     run("predict", out, digits_cli_store, "--out", tmp_path / "p.jsonl", "--top-k", "2")
     first = json.loads((tmp_path / "p.jsonl").read_text().splitlines()[0])
     assert len(first["labels"]) == 2
+
+
+def test_held_out_rows_depend_on_the_row_alone():
+    whole = kernels.held_out(0, 5000, 7, 0.2)
+    parts = np.concatenate([kernels.held_out(lo, min(lo + 333, 5000), 7, 0.2) for lo in range(0, 5000, 333)])
+    np.testing.assert_array_equal(whole, parts)
+    assert abs(whole.mean() - 0.2) < 0.02  # ~ Binomial(5000, 0.2)/5000: sd 0.006
+    assert not np.array_equal(whole, kernels.held_out(0, 5000, 8, 0.2))
+
+
+def test_lam_auto_chooses_c_on_held_out_rows_and_refits_on_all(monkeypatch):
+    """lam="auto" against its definition, computed apart: each grid lam fitted on the rows not
+    held out (a store of those rows alone), its error on the held-out rows; the model is then the
+    fixed-lam fit on all rows at the grid lam of the lowest error (smaller C on ties)."""
+    rng = np.random.default_rng(5)
+    m, d, K = 300, 5, 3
+    X = rng.integers(0, 4, size=(m, d)).astype(np.float64)  # 4 values, each in many rows: the same bins on any 80 %
+    y = (X[:, 0] + X[:, 1] + rng.integers(0, 3, m)) % K
+    classes = [str(c) for c in range(K)]
+    monkeypatch.setattr(
+        mb, "LAM_GRID", (1e-1, 1e-2, 1e-4)
+    )  # a short grid (the paper's needs more iterations to differ)
+    run = {"max_iter": 5, "tau_max": 2, "update": "exact"}
+    source = InMemoryStore(sp.csr_matrix(X), y.astype(np.int32), classes, chunk_rows=1000)
+    auto, log = fit(source, lam="auto", **run)
+    held = kernels.held_out(0, m, 0, mb.HOLDOUT)
+    kept = InMemoryStore(sp.csr_matrix(X[~held]), y[~held].astype(np.int32), classes, chunk_rows=1000)
+    expected = []
+    for lam in mb.LAM_GRID:
+        model, _ = fit(kept, lam=lam, **run)
+        expected.append(float(np.mean(np.argmax(model.decision_function(X[held]), axis=1) != y[held])))
+    assert list(auto.info["validation_errors"].values()) == expected
+    assert [r["validation_error"] for r in log.records if "validation_error" in r] == expected
+    assert auto.info["lam"] == mb.LAM_GRID[int(np.argmin(expected))]
+    refit, _ = fit(source, lam=auto.info["lam"], **run)
+    with pytest.raises(ValueError, match="set update=exact"):  # (13) ignores C
+        mb.MultiBoostParams(lam="auto", update="large_c")
+    for key, value in refit._arrays().items():
+        np.testing.assert_array_equal(auto._arrays()[key], value, err_msg=key)
+    assert len(set(expected)) > 1  # the grid's fits differ on the held-out rows
