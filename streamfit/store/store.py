@@ -404,7 +404,12 @@ class InMemoryStore(ChunkSource):
     regression targets (n_rows × k, `classes` naming the k outputs)."""
 
     def __init__(self, X, labels, classes, chunk_rows: int = DEFAULT_CHUNK_ROWS):
-        self.X = sp.csr_matrix(X, dtype=np.float64) if not sp.issparse(X) else X.tocsr()
+        if sp.issparse(X):
+            self.X = X.tocsr()
+        else:
+            from streamfit.store.dense_kernels import dense_to_csr  # numba: not on the CLI's import path
+
+            self.X = dense_to_csr(X)
         self.labels = labels
         self.classes = [str(c) for c in classes]
         self.multilabel = sp.issparse(labels)
