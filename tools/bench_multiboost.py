@@ -231,6 +231,21 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
     return {"curve": curve}
 
 
+def exp_loss(H, labels, learners, classes, K: int, w):
+    """The master problem's loss Σ_i Σ_{y≠y_i} μ_(i,y) of (7) at weights w (coordinate j: learner
+    learners[j], the row of H (L × m, ±1 outputs), for class classes[j]) and its gradient in w,
+    for scipy's L-BFGS-B."""
+    rows = np.arange(len(labels))
+    W = np.zeros((H.shape[0], K))
+    np.add.at(W, (learners, classes), w)
+    F = H.T @ W
+    mu = np.exp(F - F[rows, labels][:, None])
+    mu[rows, labels] = 0.0
+    G = -mu
+    G[rows, labels] = mu.sum(axis=1)
+    return mu.sum(), -(H @ G)[learners, classes]
+
+
 def fig6(result, lam: float, warm: bool):
     """FCD (several tau_max) and L-BFGS-B on the master problem of cw's final learners, from
     w = 0 (cold) or, as inside column generation, from the previous iteration's weights with the
@@ -270,23 +285,15 @@ def fig6(result, lam: float, warm: bool):
             mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m), labels, w, lam),
         )
     H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, -1.0)  # L × m
-    rows = np.arange(m)
     p = m * (K - 1)
     trace: list[tuple[float, float]] = []
     t0 = time.process_time()
 
     def value_and_grad(w):
-        W = np.zeros((H.shape[0], K))
-        np.add.at(W, (state_learners, state_classes), w)
-        F = H.T @ W
-        mu = np.exp(F - F[rows, labels][:, None])
-        mu[rows, labels] = 0.0
-        G = -mu
-        G[rows, labels] = mu.sum(axis=1)
-        value = lam * w.sum() + mu.sum() / p
-        grad = lam - (H @ G)[state_learners, state_classes] / p
+        loss, loss_grad = exp_loss(H, labels, state_learners, state_classes, K, w)
+        value = lam * w.sum() + loss / p
         trace.append((time.process_time() - t0, float(value)))
-        return value, grad
+        return value, lam + loss_grad / p
 
     minimize(
         value_and_grad,
@@ -311,17 +318,10 @@ def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, to
     K = master.K
     labels = np.concatenate([lab for lab, _, _ in master.resident])
     H = np.hstack([np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, -1.0) for lab, b, _ in master.resident])
-    rows = np.arange(len(labels))
 
     def value_and_grad(w):
-        W = np.zeros((H.shape[0], K))
-        np.add.at(W, (coord_learner, coord_class), w)
-        F = H.T @ W
-        mu = np.exp(F - F[rows, labels][:, None])
-        mu[rows, labels] = 0.0
-        G = -mu
-        G[rows, labels] = mu.sum(axis=1)
-        return w.sum() + C_over_p * mu.sum(), 1.0 - C_over_p * (H @ G)[coord_learner, coord_class]
+        loss, loss_grad = exp_loss(H, labels, coord_learner, coord_class, K, w)
+        return w.sum() + C_over_p * loss, 1.0 + C_over_p * loss_grad
 
     result = minimize(value_and_grad, weights, jac=True, method="L-BFGS-B", bounds=[(0, None)] * len(weights))
     weights[:] = result.x

@@ -47,7 +47,7 @@ from streamfit.engine import Engine
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.runlog import MetricsLog
 from streamfit.solvers import ppdsparse as pp
-from streamfit.solvers.ppdsparse_kernels import make_work, solve_class
+from streamfit.solvers.ppdsparse_kernels import make_work
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
 DATA = "/work/shared/data"
@@ -347,24 +347,7 @@ def time_per_class(X, labels, K, lam, tau, sample=2000, peer_sample=30, seed=0, 
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
 
     def solve(k):
-        return solve_class(
-            data,
-            work,
-            int(k),
-            loss,
-            n * lam,
-            n * tau,
-            p.kappa,
-            p.kappa_growth,
-            p.tol,
-            p.max_iter,
-            p.max_inner,
-            p.shrink,
-            0.0 if p.delta is None else p.delta,
-            p.x_threshold,
-            0,
-            p.primal_ratio,
-        )
+        return pp.solve_class_at(data, work, int(k), loss, n * lam, n, p)
 
     solve(ks[0])  # compile / warm up
     seconds, active = np.empty(len(ks)), 0

@@ -414,6 +414,29 @@ def held_out_losses(split: Split, k: int, idx: np.ndarray, val: np.ndarray, bias
     return 0.5 * np.maximum(0.0, 1.0 - y * scores) ** 2
 
 
+def solve_class_at(data: Data, work, k: int, loss: int, n_lam: float, n_rows: int, p: PPDSparseParams):
+    """solve_class (Algorithm 1) for class k of n_rows rows at the kernel's ℓ1 weight n_lam
+    (n_rows · lam: the paper's λ) and ℓ2 weight n_rows · tau, with p's other settings."""
+    return solve_class(
+        data,
+        work,
+        k,
+        loss,
+        n_lam,
+        n_rows * p.tau,
+        p.kappa,
+        p.kappa_growth,
+        p.tol,
+        p.max_iter,
+        p.max_inner,
+        p.shrink,
+        0.0 if p.delta is None else p.delta,
+        p.x_threshold,
+        p.random_state,
+        p.primal_ratio,
+    )
+
+
 def choose_ratios(split: Split, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
     """lam auto (squared hinge): class k's ratio r_k = lam_k/λmax_k (hi − lo,), by a path on the
     fit rows and a one-standard-error rule on the held-out rows (Hastie, Tibshirani and Friedman,
@@ -432,7 +455,6 @@ def choose_ratios(split: Split, lo: int, hi: int, p: PPDSparseParams) -> np.ndar
     work = make_work(n_fit, fit.col_map.size)
     lmax = lam_max(fit, lo, hi, p.tau)
     n_classes = fit.pos_ptr.size - 1
-    delta = 0.0 if p.delta is None else p.delta
     path = auto_path()
     ratios = np.ones(hi - lo)
     for k in range(lo, hi):
@@ -442,24 +464,7 @@ def choose_ratios(split: Split, lo: int, hi: int, p: PPDSparseParams) -> np.ndar
         for r in path[1:]:
             if lmax[k - lo] == 0 or len(means) - 1 - int(np.argmin(means)) >= AUTO_PATIENCE:
                 break
-            i, v, b, *_ = solve_class(
-                fit,
-                work,
-                k,
-                OVR_HALF_SQUARED_HINGE,
-                n_fit * r * lmax[k - lo],
-                n_fit * p.tau,
-                p.kappa,
-                p.kappa_growth,
-                p.tol,
-                p.max_iter,
-                p.max_inner,
-                p.shrink,
-                delta,
-                p.x_threshold,
-                p.random_state,
-                p.primal_ratio,
-            )
+            i, v, b, *_ = solve_class_at(fit, work, k, OVR_HALF_SQUARED_HINGE, n_fit * r * lmax[k - lo], n_fit, p)
             losses = held_out_losses(split, k, i, v, b)
             means.append(losses.mean())
             errors.append(losses.std() / np.sqrt(losses.size))
@@ -482,8 +487,6 @@ def solve_group(
         lams = ratios * lam_max(data, lo, hi, p.tau)
     else:
         ratios, lams = None, class_lams(data, lo, hi, p)
-    sigma = n_rows * p.tau
-    delta = 0.0 if p.delta is None else p.delta
     idx, val = [], []
     bias = np.zeros(hi - lo)
     stats = np.zeros((hi - lo, 6))
@@ -496,24 +499,7 @@ def solve_group(
             objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
             it, n_active, n_alpha, conv, dual = 0, 0, 0, 1, -n_rows * objective[k - lo]
         else:
-            i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class(
-                data,
-                work,
-                k,
-                loss,
-                n_rows * lam,
-                sigma,
-                p.kappa,
-                p.kappa_growth,
-                p.tol,
-                p.max_iter,
-                p.max_inner,
-                p.shrink,
-                delta,
-                p.x_threshold,
-                p.random_state,
-                p.primal_ratio,
-            )
+            i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class_at(data, work, k, loss, n_rows * lam, n_rows, p)
             objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
         i = data.col_map[i]
         order = np.argsort(i)
