@@ -82,11 +82,13 @@ AUTO_INPROCESS_WORK = 2**24
 # forkserver started. "fork" (from this process, whose Dask threads may hold locks) is not safe.
 # Where there is no forkserver (Windows), Dask's spawn.
 WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-# What the forkserver imports before it forks: what every solver's chunk tasks run. None of it may
-# start a thread at import (a fork copies one thread only): numba compiles nothing at import,
+# What the forkserver imports before it forks: what every solver's chunk tasks run, and
+# streamfit.numba_target, which initialises numba's CPU target (1-2 s that each worker's first
+# kernel call paid). None of it may start a thread at import (a fork copies one thread only):
 # NumPy's BLAS gets one thread (Dask sets OPENBLAS_NUM_THREADS=1 etc. before the server starts),
-# and pyarrow (a jemalloc thread) is left to the tasks that need it (ingest, parquet stores).
-WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store")
+# numba's initialisation starts none, and pyarrow (a jemalloc thread) is left to the tasks that
+# need it (ingest, parquet stores).
+WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store", "streamfit.numba_target")
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
 # least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).
@@ -465,7 +467,7 @@ class Engine:
             args = self._submit_args(kwargs)  # held until the results are back
             client = self.client
             assert client is not None, "a started engine with a cluster"
-            home = chunk_workers(client.nthreads(), source.n_chunks)
+            home = chunk_workers(client.nthreads(), max(chunk_ids, default=-1) + 1)
             futures = [
                 client.submit(fn, source, i, pure=False, workers=home[i : i + 1], allow_other_workers=True, **args)
                 for i in chunk_ids
@@ -494,7 +496,7 @@ class Engine:
             assert client is not None, "a started engine with a cluster"
             nthreads = client.nthreads()  # the workers now (a retry: those left)
             group = leaf_chunks(len(chunk_ids), sum(nthreads.values()))
-            home = chunk_workers(nthreads, source.n_chunks)
+            home = chunk_workers(nthreads, max(chunk_ids) + 1)
             # the client keeps no leaf once it has counted it: a result is freed when its sum has
             # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
             # that a lost worker held)

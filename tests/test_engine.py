@@ -430,13 +430,15 @@ def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(mon
 
 
 def forked_worker_facts(source, i, v):
-    """What a task sees in its worker: its parent process, whether the solvers were imported
+    """What a task sees in its worker: its parent process, whether WORKER_PRELOAD was imported
     before it, an environment variable, and a numba kernel's result there."""
     import sys
 
+    from streamfit.engine import WORKER_PRELOAD
     from streamfit.projections import project_simplex
 
-    return os.getppid(), "streamfit.solvers" in sys.modules, os.environ.get("STREAMFIT_TEST_ENGINE"), project_simplex(v)
+    preloaded = all(name in sys.modules for name in WORKER_PRELOAD)  # numba_target too: numba's target initialised
+    return os.getppid(), preloaded, os.environ.get("STREAMFIT_TEST_ENGINE"), project_simplex(v)
 
 
 @pytest.mark.slow

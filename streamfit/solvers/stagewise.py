@@ -120,6 +120,7 @@ from streamfit.solvers.stagewise_kernels import (
     rff_frequencies,
     rowwise_matmul,
     single_threaded_blas,
+    sparse_gram,
 )
 from streamfit.store import ChunkSource
 from streamfit.store.store import CHUNK_CACHE_BYTES
@@ -596,7 +597,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
     R, loss = link_residual(F, Y, link)
     RF = np.hstack([R, F]) if with_predictions else R
     if sp.issparse(A):
-        M = (A.T @ A).toarray() if gram else None
+        M = sparse_gram(A) if gram else None
         B = np.asarray(A.T @ RF)
     else:
         M = np.zeros((A.shape[1], A.shape[1])) if gram else None
