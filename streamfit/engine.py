@@ -162,6 +162,12 @@ def chunk_workers(nthreads: dict[str, int], n_chunks: int) -> list[str]:
     return [slots[i * len(slots) // n_chunks] for i in range(n_chunks)] if slots else []
 
 
+def _near(home: list[str], chunk_id: int) -> dict:
+    """Dask's submit arguments asking, loosely, for chunk `chunk_id`'s worker in `home`
+    (`chunk_workers`); none when the cluster had no workers (any worker that joins runs it)."""
+    return {"workers": [home[chunk_id]], "allow_other_workers": True} if home else {}
+
+
 def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
     """Σ fn(source, i, **kwargs) over `chunk_ids` along the fixed tree (tree_sum's), built left
     to right with a stack so that only O(log n) partial sums are held at once."""
@@ -468,10 +474,7 @@ class Engine:
             client = self.client
             assert client is not None, "a started engine with a cluster"
             home = chunk_workers(client.nthreads(), max(chunk_ids, default=-1) + 1)
-            futures = [
-                client.submit(fn, source, i, pure=False, workers=home[i : i + 1], allow_other_workers=True, **args)
-                for i in chunk_ids
-            ]
+            futures = [client.submit(fn, source, i, pure=False, **_near(home, i), **args) for i in chunk_ids]
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy) as watch:
                 self._drain(as_completed(futures), bar, watch)
                 return self._result(lambda: self.client.gather(futures), watch)
@@ -504,8 +507,7 @@ class Engine:
             chunks_of: dict[Any, int] = {}  # chunks summed by each leaf task, by its key
 
             def leaf(ids: list):
-                middle = ids[len(ids) // 2]  # a subtree's chunks mostly share its middle chunk's worker
-                where = {"workers": home[middle : middle + 1], "allow_other_workers": True}
+                where = _near(home, ids[len(ids) // 2])  # a subtree's chunks mostly share its middle chunk's worker
                 if len(ids) == 1:
                     f = client.submit(fn, source, ids[0], pure=False, **where, **args)
                 else:
