@@ -11,6 +11,13 @@ cluster, `map_reduce` runs each subtree of at most `leaf_chunks(n_chunks, thread
 task that sums its chunks along the same subtree (`fold_chunks`): fewer tasks to schedule and
 fewer partial sums moved between workers, the same additions in the same order.
 
+Chunk affinity: on a cluster, chunk i's task asks for the same worker in every pass
+(`chunk_workers`: the chunks cut into contiguous ranges, one per worker thread; a subtree task
+asks for its middle chunk's), so each worker decodes and caches its own share of the store once
+(the store's chunk cache is per process) instead of most of the store in every worker, as when
+Dask placed the tasks freely. The request is loose (`allow_other_workers`): a busy or lost worker's chunks run
+elsewhere. Where a task runs never changes its result.
+
 Losing a worker: large arguments are scattered, and although `broadcast=True` copies them to
 every worker, Dask's active memory manager (its ReduceReplicas policy, on by default) soon drops
 all copies but one. If the worker holding that copy dies, the value is gone for good (scattered
@@ -29,7 +36,6 @@ results of a dead worker whenever the arguments survived. A cluster without work
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import multiprocessing
 import os
@@ -76,11 +82,13 @@ AUTO_INPROCESS_WORK = 2**24
 # forkserver started. "fork" (from this process, whose Dask threads may hold locks) is not safe.
 # Where there is no forkserver (Windows), Dask's spawn.
 WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-# What the forkserver imports before it forks: what every solver's chunk tasks run. None of it may
-# start a thread at import (a fork copies one thread only): numba compiles nothing at import,
+# What the forkserver imports before it forks: what every solver's chunk tasks run, and
+# streamfit.numba_target, which initialises numba's CPU target (1-2 s that each worker's first
+# kernel call paid). None of it may start a thread at import (a fork copies one thread only):
 # NumPy's BLAS gets one thread (Dask sets OPENBLAS_NUM_THREADS=1 etc. before the server starts),
-# and pyarrow (a jemalloc thread) is left to the tasks that need it (ingest, parquet stores).
-WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store")
+# numba's initialisation starts none, and pyarrow (a jemalloc thread) is left to the tasks that
+# need it (ingest, parquet stores).
+WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store", "streamfit.numba_target")
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
 # least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).
@@ -143,6 +151,21 @@ def leaf_chunks(n_chunks: int, threads: int) -> int:
     while -(-n_chunks // (2 * g)) >= TASKS_PER_THREAD * max(threads, 1):
         g *= 2
     return g
+
+
+def chunk_workers(nthreads: dict[str, int], n_chunks: int) -> list[str]:
+    """The worker address for each of `n_chunks` chunks: the chunks in order cut into as many
+    contiguous ranges as there are worker threads (`nthreads`: address -> threads; addresses
+    sorted), chunk i to slot ⌊i · slots / n_chunks⌋. The same for every pass of a cluster whose
+    workers do not change."""
+    slots = [address for address in sorted(nthreads) for _ in range(nthreads[address])]
+    return [slots[i * len(slots) // n_chunks] for i in range(n_chunks)] if slots else []
+
+
+def _near(home: list[str], chunk_id: int) -> dict:
+    """Dask's submit arguments asking, loosely, for chunk `chunk_id`'s worker in `home`
+    (`chunk_workers`); none when the cluster had no workers (any worker that joins runs it)."""
+    return {"workers": [home[chunk_id]], "allow_other_workers": True} if home else {}
 
 
 def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
@@ -448,7 +471,10 @@ class Engine:
 
         def attempt():
             args = self._submit_args(kwargs)  # held until the results are back
-            futures = self.client.map(functools.partial(fn, source), chunk_ids, pure=False, **args)
+            client = self.client
+            assert client is not None, "a started engine with a cluster"
+            home = chunk_workers(client.nthreads(), max(chunk_ids, default=-1) + 1)
+            futures = [client.submit(fn, source, i, pure=False, **_near(home, i), **args) for i in chunk_ids]
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy) as watch:
                 self._drain(as_completed(futures), bar, watch)
                 return self._result(lambda: self.client.gather(futures), watch)
@@ -469,20 +495,23 @@ class Engine:
 
         def attempt():
             args = self._submit_args(kwargs)  # held until the sum is back
-            group = leaf_chunks(len(chunk_ids), self.total_threads)  # the workers now (a retry: those left)
+            client = self.client
+            assert client is not None, "a started engine with a cluster"
+            nthreads = client.nthreads()  # the workers now (a retry: those left)
+            group = leaf_chunks(len(chunk_ids), sum(nthreads.values()))
+            home = chunk_workers(nthreads, max(chunk_ids) + 1)
             # the client keeps no leaf once it has counted it: a result is freed when its sum has
             # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
             # that a lost worker held)
             leaves = as_completed()
             chunks_of: dict[Any, int] = {}  # chunks summed by each leaf task, by its key
-            client = self.client
-            assert client is not None, "a started engine with a cluster"
 
             def leaf(ids: list):
+                where = _near(home, ids[len(ids) // 2])  # a subtree's chunks mostly share its middle chunk's worker
                 if len(ids) == 1:
-                    f = client.submit(fn, source, ids[0], pure=False, **args)
+                    f = client.submit(fn, source, ids[0], pure=False, **where, **args)
                 else:
-                    f = client.submit(fold_chunks, fn, source, ids, pure=False, **args)
+                    f = client.submit(fold_chunks, fn, source, ids, pure=False, **where, **args)
                 leaves.add(f)
                 chunks_of[f.key] = len(ids)
                 return f

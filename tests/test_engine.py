@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 
-from streamfit.engine import Engine, add_results, fold_chunks, leaf_chunks, sum_tree, tree_sum
+from streamfit.engine import Engine, add_results, chunk_workers, fold_chunks, leaf_chunks, sum_tree, tree_sum
 from streamfit.store import InMemoryStore, open_store
 
 
@@ -92,6 +92,32 @@ def test_local_cluster_bitwise_equals_inprocess(digits, write_store):
             assert big == store.n_chunks * np.arange(200_000.0).sum()
     assert np.array_equal(got[0], ref[0]) and got[1] == ref[1]
     assert starts == list(range(0, 1797, 100))
+
+
+def test_chunk_workers_cut_the_chunks_into_contiguous_ranges_per_thread():
+    homes = chunk_workers({"tcp://b": 1, "tcp://a": 2}, 6)
+    assert homes == ["tcp://a", "tcp://a", "tcp://a", "tcp://a", "tcp://b", "tcp://b"]
+    assert chunk_workers({"w": 1}, 3) == ["w"] * 3 and chunk_workers({}, 3) == []
+
+
+def _cached_chunks(path):
+    return sorted(open_store(path)._cache)
+
+
+@pytest.mark.slow
+def test_each_chunk_is_read_by_one_worker(digits, write_store):
+    """Chunk affinity: over several passes every chunk is decoded and cached by one worker, its
+    home (without it, Dask spread each pass's tasks freely and both workers cached most chunks)."""
+    X, y, classes = digits
+    store = open_store(write_store(X, y, classes, chunk_rows=113))  # 16 chunks
+    with Engine(mode="local", n_workers=2) as eng:
+        for scale in (1.0, 2.0, 3.0):
+            eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=scale)
+        cached = eng.client.run(_cached_chunks, store.path)
+        homes = chunk_workers(eng.client.nthreads(), store.n_chunks)
+    assert store.n_chunks == 16
+    for address, ids in cached.items():
+        assert ids == [i for i, home in enumerate(homes) if home == address]
 
 
 def test_unreachable_scheduler_is_a_clear_error():
@@ -404,13 +430,15 @@ def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(mon
 
 
 def forked_worker_facts(source, i, v):
-    """What a task sees in its worker: its parent process, whether the solvers were imported
+    """What a task sees in its worker: its parent process, whether WORKER_PRELOAD was imported
     before it, an environment variable, and a numba kernel's result there."""
     import sys
 
+    from streamfit.engine import WORKER_PRELOAD
     from streamfit.projections import project_simplex
 
-    return os.getppid(), "streamfit.solvers" in sys.modules, os.environ.get("STREAMFIT_TEST_ENGINE"), project_simplex(v)
+    preloaded = all(name in sys.modules for name in WORKER_PRELOAD)  # numba_target too: numba's target initialised
+    return os.getppid(), preloaded, os.environ.get("STREAMFIT_TEST_ENGINE"), project_simplex(v)
 
 
 @pytest.mark.slow

@@ -31,7 +31,9 @@ The breakdown, per solver and N, splits the wall time of train() into
   driver:     the rest, serial work in the driver process (solves, set-up, model, metrics log).
 "peak RSS / worker" is the largest worker's peak resident set size (shared pages, such as
 ppdsparse's mapped training matrix, count in every process that touched them); "PSS all workers"
-the workers' proportional set sizes summed at the end of the run (shared pages counted once).
+the workers' proportional set sizes summed at the end of the run (shared pages counted once);
+"cached chunks" the decoded chunks all workers' chunk caches hold at the end (the store's chunk
+count when each worker kept to its share, streamfit.engine's chunk affinity).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + close + checkpoint + driver (assumed constant) and each pass taking the larger of its
@@ -77,7 +79,7 @@ SETTINGS = {
 
 
 def make_store(path: str, rows: int, features: int, used: int, row_nnz: int, classes: int, chunks: int, own: float):
-    """Writes a store of `rows` l2-normalized rows: `row_nnz` distinct columns each, a share `own`
+    """Writes a store of `rows` l2-normalized rows (columns sorted): `row_nnz` distinct columns each, a share `own`
     of them from the `used // classes` columns of the row's class, the rest from all `used`
     columns (spread over the `features` by a fixed random map); returns its nnz."""
     rng = np.random.default_rng(0)
@@ -101,6 +103,7 @@ def make_store(path: str, rows: int, features: int, used: int, row_nnz: int, cla
         X.sum_duplicates()
         norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
         X = sp.diags(1 / norms).astype(np.float32) @ X
+        X.sort_indices()  # each row's columns in order, as ingest writes them
         writer.write_rows(X.tocsr(), y)
         nnz += X.nnz
     writer.close(n_features=features, classes=[f"c{k}" for k in range(classes)])
@@ -209,6 +212,17 @@ def _worker_memory() -> dict[str, float]:
     }
 
 
+def _cached_chunks() -> int:
+    """The decoded chunks this process holds in its stores' chunk caches (run on each worker by
+    Client.run before the cluster closes): summed over the workers, the store's chunk count when
+    each chunk was decoded by one worker (chunk affinity), up to N times it when not."""
+    import gc
+
+    from streamfit.store.store import Store
+
+    return sum(len(o._cache) for o in gc.get_objects() if isinstance(o, Store))
+
+
 def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float, float, bool]]]:
     """(chunk-task compute, sum compute, transfers) in seconds over all workers, and each task's
     (start, duration, is_sum)."""
@@ -237,6 +251,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
     b = Breakdown()
     shutil.rmtree(out, ignore_errors=True)
     memory: dict[str, dict[str, float]] = {}
+    cached: dict[str, int] = {}
     with b.installed():
         original_start = Engine.start
 
@@ -252,6 +267,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
         def close(engine):
             if engine.client is not None:
                 memory.update(engine.client.run(_worker_memory))
+                cached.update(engine.client.run(_cached_chunks))
             stream.close()  # TaskStream collects its records from the scheduler on exit
             original_close(engine)
 
@@ -289,6 +305,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
         "peak_rss_per_worker": [memory[w]["peak_rss"] for w in workers],
         "pss_total": sum(memory[w]["pss"] for w in workers),
         "uss_per_worker": [memory[w]["uss"] for w in workers],
+        "cached_chunks": sum(cached.values()),
         "arrays": load_model(os.path.join(out, "model"))._arrays(),
     }
 
@@ -381,8 +398,8 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
     lines += [
         "",
         "| solver | N | wall | start | close | checkpoint | driver | passes (n) | first pass | task compute | "
-        "sum compute | transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "sum compute | transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB | cached chunks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for solver, rs in results.items():
         for n, r in sorted(rs.items()):
@@ -393,7 +410,7 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
             lines.append(
                 f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['close']:.2f} | {r['checkpoint']:.2f} | "
                 f"{r['driver']:.2f} | {r['passes']:.2f} ({r['n_passes']}) | {first_pass:.2f} | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
-                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} |"
+                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} | {r.get('cached_chunks', '-')} |"
             )
     return "\n".join(lines)
 

@@ -13,7 +13,9 @@ run: `start` (Engine.start: the LocalCluster with its workers up and the client 
 the forkserver, the server's start and imports included), `first pass` (the first engine call:
 with spawn, each worker imports the solver, its kernels and zarr there), `close`
 (Engine.close), `wall` (train(), the store already written). The store is small so that these
-fixed costs are the run; the models of the two methods must be bitwise identical.
+fixed costs are the run; the models of the two methods must be bitwise identical. The method
+`forkserver-numba-cold` is the forkserver without `streamfit.numba_target` in its preload: the
+workers' first pass then includes numba's initialisation in every worker.
 
 Prints a table of medians per method and N, with the ratios forkserver / spawn.
 """
@@ -31,6 +33,9 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PARTS = ("start", "first_pass", "other_passes", "close", "wall")
+# a --methods entry: the forkserver without streamfit.numba_target in its preload (as before session
+# 12), so that each worker initialises numba's CPU target in its first kernel call
+NUMBA_COLD = "forkserver-numba-cold"
 
 
 def child(method: str, n: int, solver: str, store: str, out: str) -> None:
@@ -40,6 +45,11 @@ def child(method: str, n: int, solver: str, store: str, out: str) -> None:
 
     import streamfit.engine
 
+    if method == NUMBA_COLD:
+        method = "forkserver"
+        streamfit.engine.WORKER_PRELOAD = tuple(
+            m for m in streamfit.engine.WORKER_PRELOAD if m != "streamfit.numba_target"
+        )
     streamfit.engine.WORKER_START_METHOD = method
     r = run_one(store, solver, n, out, None)
     first = r["per_pass"][0][1] if r["per_pass"] else 0.0
@@ -55,7 +65,7 @@ def child(method: str, n: int, solver: str, store: str, out: str) -> None:
 
 
 def report(runs: dict[str, list[dict]], solvers: list[str], workers: list[int], methods: list[str]) -> str:
-    """The table of medians per solver, N and method, the ratios of the second method to the
+    """The table of medians per solver, N and method, the ratios of each other method to the
     first, and whether all models of a solver are bitwise identical."""
     lines = [
         "| solver | N | method | " + " | ".join(PARTS) + " | runs |",
@@ -75,8 +85,10 @@ def report(runs: dict[str, list[dict]], solvers: list[str], workers: list[int], 
                     + " | ".join(f"{medians[method][k]:.2f}" for k in PARTS)
                     + f" | {len(rs)} |"
                 )
-            if len(medians) == 2:
-                a, b = methods
+            a = methods[0]
+            for b in methods[1:]:
+                if a not in medians or b not in medians:
+                    continue
                 lines.append(
                     f"| {solver} | {n} | {b} / {a} | "
                     + " | ".join(f"{medians[b][k] / medians[a][k]:.2f}" if medians[a][k] > 0 else "-" for k in PARTS)

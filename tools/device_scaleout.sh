@@ -15,6 +15,7 @@
 #      N = 1, 16, 14, 8, 2 workers in that order (the ends first: a run cut by the time limit
 #      loses the middle), solvers ppdsparse, bcd, stagewise: wall, cluster start, close, passes
 #      (first pass apart), checkpoints, driver, task compute, transfers, memory per worker,
+#      decoded chunks cached over all workers (64 when each worker kept to its share),
 #      identical models (scaleout.json, rewritten after each run; scaleout.log: the tables);
 # and lscpu.txt, all under $OUT.
 #
@@ -24,7 +25,9 @@
 #                      size) instead of 12 288; with it WORKERS defaults to 1,16,8, SOLVERS to
 #                      stagewise,bcd and BENCH_TIMEOUT to 480 (its own session: about 10 minutes)
 #   WORKERS=1,16,14,8,2  the N of step 2;  SOLVERS=ppdsparse,bcd,stagewise  its solvers
-#   WS_WORKERS=1,16    the N of step 1; WS_TIMEOUT=100 seconds for it (0: skip step 1)
+#   WS_WORKERS=1,16    the N of step 1; WS_TIMEOUT=100 seconds for it (0: skip step 1);
+#                      WS_METHODS=spawn,forkserver its start methods (forkserver-numba-cold: without
+#                      numba's initialisation in the forkserver, as before session 12)
 #   BENCH_TIMEOUT=380  seconds for step 2 as a whole (killed after; the JSON holds the runs
 #                      finished by then); RUN_LIMIT=150: seconds per train() run
 #   EXTRA_CMD='...'    one more command run after it (e.g. another benchmark writing to $OUT),
@@ -67,6 +70,7 @@ WORK=$(mktemp -d /tmp/scaleout-XXXXXX)
 if [ "${WS_TIMEOUT:-100}" != 0 ]; then
   start=$(date +%s)
   timeout "${WS_TIMEOUT:-100}" python3 tools/bench_worker_start.py --workers "$WS_WORKERS" --repeats 1 \
+    --methods "${WS_METHODS:-spawn,forkserver}" \
     --workdir "$WORK/worker-start" --out "$OUT/worker_start.json" 2>&1 | tee "$OUT/worker_start.log"
   echo "bench_worker_start: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/worker_start.log"
 fi

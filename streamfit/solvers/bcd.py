@@ -216,9 +216,9 @@ def _n_correct(S: np.ndarray, labels) -> int:
 
 def _read_only(a: np.ndarray) -> np.ndarray:
     """A read-only view of `a` (no copy). numba compiles a kernel once per signature, and
-    read-only is part of an array's type: a cached chunk's arrays are read-only, `_design`'s new
-    ones (with the intercept column, or from a chunk read past the cache) writable, so passing
-    both compiled chunk_pass twice; the view gives it one signature."""
+    read-only is part of an array's type: a cached chunk's arrays are read-only, those of a
+    chunk read past the cache writable, so passing both compiled chunk_pass twice; the view
+    gives it one signature."""
     view = a.view()
     view.flags.writeable = False
     return view
@@ -282,8 +282,13 @@ def _pass_task(
     terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
     each candidate, the partial gradients and curvatures of the group `cols` (None: no group)."""
     chunk = source.read_chunk(chunk_id)
-    X = _design(chunk.X, fit_intercept)
-    d, m = X.shape[1], source.n_classes
+    X, d, m = chunk.X, chunk.X.shape[1] + int(fit_intercept), source.n_classes
+    # chunk_pass reads the store's float32 arrays, no float64 copy of them; it adds the intercept
+    # itself where that gives [X, 1]'s order (rows with sorted, unique columns, as ingest writes
+    # them); other rows go through `_design`, whose [X, 1] is sorted
+    intercept = d - 1 if fit_intercept else -1
+    if fit_intercept and not X.has_canonical_format:
+        X, intercept = _design(X, fit_intercept), -1
     S = _chunk_scores(state, version, chunk_id, X.shape[0], m)
     if commit is not None:
         S = S.copy()  # the stored version stays as it was
@@ -306,6 +311,7 @@ def _pass_task(
         0 if cols is None else len(cols),
         curv_c,
         full,
+        intercept,
     )
     if commit is not None:
         state.write(SCORES, version + 1, chunk_id, S)

@@ -199,9 +199,14 @@ def chunk_pass(
     n_grad,
     curv_c,
     full,
+    intercept,
 ):
     """One chunk's share of a chunks-mode pass (bcd module docstring), row by row over X in CSR.
     `*_pos[j]` is the row of feature j in the matching delta / output (−1: not in the group).
+    `data` may be the store's float32 values (each x_ij is widened to float64 exactly, so the
+    results are those of a float64 copy); `intercept` ≥ 0: every row ends with one more entry,
+    x = 1 in column `intercept` (the constant column of the design, last in each row as
+    [X, 1] in CSR has it), without a copy of X that holds it.
 
     1. S_i += Σ_j x_ij Δ_C[commit_pos[j]] (in place);
     2. full: Σ_i ℓ_i(S_i) and #rows whose top score is a label;
@@ -225,18 +230,23 @@ def chunk_pass(
     s = np.empty((1, m))
     d = np.empty(m)
     h = np.empty(m)
+    extra = 1 if intercept >= 0 else 0
     longest = 0
     for i in range(n):
-        longest = max(longest, indptr[i + 1] - indptr[i])
+        longest = max(longest, indptr[i + 1] - indptr[i] + extra)
     gb = np.empty(longest, dtype=np.int64)  # the row's entries in the gradient group: output row, x_ij
     gx = np.empty(longest)
     for i in range(n):
         lo, hi = indptr[i], indptr[i + 1]
         moved = False
         omega = 0
-        for k in range(lo, hi):
-            j = indices[k]
-            x = data[k]
+        for k in range(lo, hi + extra):
+            if k < hi:
+                j = np.int64(indices[k])
+                x = np.float64(data[k])
+            else:
+                j = np.int64(intercept)
+                x = 1.0
             c = commit_pos[j]
             if c >= 0:
                 for r in range(m):

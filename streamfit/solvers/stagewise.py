@@ -120,8 +120,9 @@ from streamfit.solvers.stagewise_kernels import (
     rff_frequencies,
     rowwise_matmul,
     single_threaded_blas,
+    sparse_gram,
 )
-from streamfit.store import ChunkSource
+from streamfit.store import Chunk, ChunkSource
 from streamfit.store.store import CHUNK_CACHE_BYTES
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
@@ -468,12 +469,33 @@ def _new_design(source: ChunkSource, chunk_id: int, shape: tuple, dtype: str) ->
     return A
 
 
-def _chunk_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, base, block):
-    """space.design(base, block) for chunk `chunk_id` of `source`, cached as above."""
-    A = _cached_design(source, chunk_id, space, block)
-    if A is None:
+# Per process: for each chunk the store keeps in its cache, the sparse design (stored columns) of
+# the last block a task built for it, with its key (the space's fingerprint, the block's columns).
+# The update task of stage t builds stage t + 1's block for the fused statistics, and stage t + 1's
+# tasks then use it as theirs instead of building it again (one design per chunk, a fraction of
+# the chunk: its non-zeros in the block's columns). Read-only: a task that wrote into it would fail.
+_SPARSE_DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict[int, tuple]] = weakref.WeakKeyDictionary()
+
+
+def _chunk_design(source: ChunkSource, chunk: Chunk, space: FeatureSpace, base, block):
+    """space.design(base, block) for `chunk` of `source`, cached as above."""
+    A = _cached_design(source, chunk.id, space, block)
+    if A is not None:
+        return A
+    if space.dense_design:
         A = space.design(base, block)
-        _cache_design(source, chunk_id, space, block, A)
+        _cache_design(source, chunk.id, space, block, A)
+        return A
+    key = (space.fingerprint(), np.asarray(block, dtype=np.int64).tobytes())
+    last = _SPARSE_DESIGNS.get(source, {}).get(chunk.id)
+    if last is not None and last[0] == key:
+        return last[1]
+    A = space.design(base, block)
+    assert isinstance(A, sp.csr_matrix), "stored columns give sparse designs"
+    if not chunk.X.data.flags.writeable:  # a chunk of the store's cache: it is read again next stage
+        for a in (A.data, A.indices, A.indptr):
+            a.flags.writeable = False
+        _SPARSE_DESIGNS.setdefault(source, {})[chunk.id] = (key, A)
     return A
 
 
@@ -596,7 +618,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
     R, loss = link_residual(F, Y, link)
     RF = np.hstack([R, F]) if with_predictions else R
     if sp.issparse(A):
-        M = (A.T @ A).toarray() if gram else None
+        M = sparse_gram(A) if gram else None
         B = np.asarray(A.T @ RF)
     else:
         M = np.zeros((A.shape[1], A.shape[1])) if gram else None
@@ -709,7 +731,7 @@ def _stats_task(
             for lo, hi in _panels(F.shape[0])
         ]
         return functools.reduce(add_results, parts)
-    A = _chunk_design(source, chunk_id, space, base, block)
+    A = _chunk_design(source, chunk, space, base, block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
 
 
@@ -730,7 +752,7 @@ def _inner_task(
     link: str,
 ) -> InnerSums:
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk_id, space, _chunk_base(source, chunk_id, space, chunk), block)
+    A = _chunk_design(source, chunk, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
         R, loss = link_residual(U, Y, link)
@@ -765,7 +787,7 @@ def _calibration_task(
             W,
             None,
             source.multilabel,
-            design=_chunk_design(source, chunk_id, space, base, block),
+            design=_chunk_design(source, chunk, space, base, block),
         )
     )
     return CalibrationSums(G.T @ G, G.T @ Y)
@@ -795,12 +817,12 @@ def _update_task(
         F, stats = _update_dense(source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram)
         state.write(SCORES, version + 1, chunk_id, F)
         return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
-    design = None if space.dense else _chunk_design(source, chunk_id, space, base, block)  # dense columns: by panel
+    design = None if space.dense else _chunk_design(source, chunk, space, base, block)  # dense columns: by panel
     F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design)
     state.write(SCORES, version + 1, chunk_id, F)
     loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
-        A = _chunk_design(source, chunk_id, space, base, next_block)
+        A = _chunk_design(source, chunk, space, base, next_block)
         return UpdateSums(loss, correct, _block_stats(A, F, Y, link, space.with_predictions, next_gram), None)
     if next_gradient is not None:
         return UpdateSums(loss, correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link))

@@ -162,6 +162,31 @@ def _csr_columns(indptr, indices, data, position, lo, hi, out, col) -> None:
                 row[col + j] = data[p]
 
 
+def sparse_gram(A) -> np.ndarray:
+    """AᵀA of a CSR matrix A (n × p) as a dense float64 p × p array, bitwise what
+    `(A.T @ A).toarray()` gives: scipy's sparse product (SMMP) adds each entry's terms
+    a_ir · a_ic over the rows i in increasing order, and so does `_sparse_gram`, row by row, but
+    into the dense result directly: no sparse result (two passes, index arrays of up to p² entries)
+    to build and then copy out."""
+    A = A.tocsr()
+    out = np.zeros((A.shape[1], A.shape[1]))
+    _sparse_gram(A.indptr, A.indices, A.data, out)
+    return out
+
+
+@numba.njit(cache=True)
+def _sparse_gram(indptr, indices, data, out) -> None:
+    """out[r, c] += a_ir · a_ic for every pair of entries of every row i, rows in order; no
+    fastmath: each product and sum is rounded on its own, as in scipy's C++."""
+    for i in range(indptr.shape[0] - 1):
+        lo, hi = indptr[i], indptr[i + 1]
+        for s in range(lo, hi):
+            v = data[s]
+            row = out[indices[s]]
+            for t in range(lo, hi):
+                row[indices[t]] += v * data[t]
+
+
 def rff_frequencies(
     seed: int, block_id: int, n_in: int, n_out: int, sigma: float, orthogonal: bool = False, paired: bool = False
 ) -> tuple[np.ndarray, np.ndarray | None]:

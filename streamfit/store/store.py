@@ -170,6 +170,7 @@ class Store(ChunkSource):
         self.chunk_rows, self.n_chunks = m.chunk_rows, len(m.chunks)
         self._reader = None
         self._cache: dict[int, Chunk] = {}
+        self._cached_bytes = 0  # the cached chunks' `_decoded_chunk_bytes`
         self._csc_reader: CscReader | None = None  # opened on the first read_feature_block
 
     def __reduce__(self):
@@ -228,19 +229,23 @@ class Store(ChunkSource):
         return self.manifest.hashing
 
     def read_chunk(self, i: int, verify: bool = True, cache: bool = True) -> Chunk:
-        """Chunk i, checked against its checksum. When the whole decoded store fits in
-        CHUNK_CACHE_BYTES, decoded chunks stay cached in this process (iterative solvers read
-        every chunk many times), with read-only arrays. A larger store is never cached: cyclic
-        passes would only thrash a partial cache, and memory stays bounded by the chunk size.
-        cache=False (one-pass readers: ingest pass 2, transpose) skips the cache."""
+        """Chunk i, checked against its checksum. Decoded chunks stay cached in this process
+        (iterative solvers read every chunk many times), with read-only arrays, as long as the
+        cached chunks fit in CHUNK_CACHE_BYTES: the first chunks read stay, none is evicted
+        (cyclic passes would only thrash an evicting cache), so memory stays bounded and a
+        worker that reads only its share of the chunks (streamfit.engine's chunk affinity)
+        caches all of it when the share fits. cache=False (one-pass readers: ingest pass 2,
+        transpose) skips the cache."""
         cached = self._cache.get(i)
         if cached is not None:
             return cached
         chunk = self._read_from_disk(i, verify)
-        if cache and verify and self.decoded_bytes <= CHUNK_CACHE_BYTES:
+        size = self._decoded_chunk_bytes(i)
+        if cache and verify and self._cached_bytes + size <= CHUNK_CACHE_BYTES:
             for a in _chunk_arrays(chunk):
                 a.flags.writeable = False
             self._cache[i] = chunk
+            self._cached_bytes += size
         return chunk
 
     @property
@@ -248,6 +253,12 @@ class Store(ChunkSource):
         """The whole store in memory: 8 bytes per non-zero (value, index), 12 per row (8 more
         per row and output for regression targets)."""
         return 8 * self.manifest.nnz + 12 * self.n_rows + (8 * self.n_rows * self.n_classes if self.regression else 0)
+
+    def _decoded_chunk_bytes(self, i: int) -> int:
+        """Chunk i in memory, counted as `decoded_bytes` counts the store."""
+        info = self.manifest.chunks[i]
+        rows = info.row_stop - info.row_start
+        return 8 * info.nnz + 12 * rows + (8 * rows * self.n_classes if self.regression else 0)
 
     def _read_from_disk(self, i: int, verify: bool) -> Chunk:
         info: ChunkInfo = self.manifest.chunks[i]

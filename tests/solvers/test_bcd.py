@@ -316,6 +316,7 @@ def test_chunk_pass_matches_numpy(dna):
         20,
         0.0,
         True,
+        -1,
     )
     total, hits, dloss, dhits, G, H = out
     np.testing.assert_allclose(S_pass, S_ref, rtol=1e-12, atol=1e-14)
@@ -339,6 +340,49 @@ def test_chunk_pass_matches_numpy(dna):
         _, Gfull = mc_squared_hinge(None, X, y, scores=T)
         np.testing.assert_allclose(G[k], n * Gfull[Bn], rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(H[k], Xn.multiply(Xn).T @ (omega[:, None] * h), rtol=1e-10, atol=1e-12)
+
+
+def test_chunk_pass_on_float32_rows_with_the_intercept_added_is_the_float64_copy(dna):
+    """chunk_pass reads the store's float32 values and adds the intercept entry x = 1 at the end
+    of each row itself: bitwise what it gives on the float64 copy [X, 1] (bcd._design, which the
+    chunks-mode task made in every pass before), with commit, direction and gradient groups that
+    hold the intercept column, for both curvature kinds."""
+    X, y = dna
+    X32 = sp.csr_matrix(X, dtype=np.float32)
+    X32.data *= np.float32(1.37)  # values whose float32 → float64 widening is not trivial
+    assert X32.has_canonical_format
+    D = bcd._design(X32, True)
+    n, d, m = X.shape[0], D.shape[1], 3
+    rng = np.random.default_rng(7)
+    C, B, Bn = (np.append(np.sort(rng.choice(d - 1, 20, replace=False)), d - 1) for _ in range(3))
+    dC, dB = rng.normal(size=(21, m)) * 0.05, rng.normal(size=(21, m)) * 0.05
+    S = rng.normal(size=(n, m))
+    for curv_c in (0.0, 2.0):
+        outs = []
+        for M, intercept in ((D, -1), (X32, d - 1)):
+            S_pass = S.copy()
+            out = chunk_pass(
+                M.indptr,
+                M.indices,
+                M.data,
+                S_pass,
+                np.arange(n + 1),
+                y.astype(np.int64),
+                0,
+                bcd._positions(C, d),
+                dC,
+                bcd._positions(B, d),
+                dB,
+                np.array([2.0, 1.0, 0.5, 0.0]),
+                bcd._positions(Bn, d),
+                21,
+                curv_c,
+                True,
+                intercept,
+            )
+            outs.append((*out, S_pass))
+        assert all(np.array_equal(a, b) for a, b in zip(*outs))
+        assert np.any(outs[0][4][:, -1] != 0.0)  # the intercept's gradient row was summed
 
 
 def test_logistic_l2_matches_sklearn():

@@ -329,6 +329,22 @@ def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, par
     np.testing.assert_allclose(training_scores(store_a, ckpt, len(log.records)), S, rtol=0, atol=1e-12)
 
 
+def test_sparse_designs_kept_between_stages_give_the_same_model(digits, tmp_path):
+    """A chunk of a store's cache keeps the sparse design its update task built for the next
+    stage's block, which that stage then uses (sw._SPARSE_DESIGNS); an in-memory source builds
+    every design afresh. The same rows in the same chunks give the same bits either way."""
+    X, y = digits
+    classes = [str(c) for c in range(10)]
+    store = write_store(tmp_path / "s", X[:800], y[:800], classes, chunk_rows=200)
+    Xs, ys = store.to_scipy()
+    params = dict(generator="gradient", block_size=16, n_passes=2, lam=1e-3)
+    with threadpool_limits(1):
+        kept, _, _ = fit(store, str(tmp_path / "r1"), **params)
+        fresh, _, _ = fit(InMemoryStore(Xs, ys, classes, chunk_rows=200), str(tmp_path / "r2"), **params)
+    assert sorted(sw._SPARSE_DESIGNS[store]) == [0, 1, 2, 3]
+    np.testing.assert_array_equal(kept.decision_function(X), fresh.decision_function(X))
+
+
 def test_gradient_order_ignores_chunking_noise(digits):
     """Near-duplicate rows, each with a rare term of its own (as in sector): their columns' gradient
     norms are equal in exact arithmetic and differ in the last bits with the chunking. Ordered by

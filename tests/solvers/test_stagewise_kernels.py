@@ -4,8 +4,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
-from streamfit.solvers.stagewise_kernels import rowwise_matmul
+from streamfit.solvers.stagewise_kernels import rowwise_matmul, sparse_gram
 
 # (rows, inner, columns): the stagewise products ZΩ (PCA'd inputs times a frequency block), AW
 # (a design panel times a stage's weights), the calibrations and the predictions' columns, and
@@ -84,3 +85,22 @@ def test_rowwise_matmul_mixed_precision_and_shape_error():
     assert rowwise_matmul(A, B.astype(np.float64)).dtype == np.float64  # the wider precision
     with pytest.raises(ValueError, match="do not multiply"):
         rowwise_matmul(A, B.T)
+
+
+def test_sparse_gram_is_scipys_product_bitwise():
+    """sparse_gram(A) is (A.T @ A).toarray() bit for bit (stagewise's AᵀA of a sparse block, whose
+    bits the models depend on): values of many magnitudes and signs, so that another order of the
+    sums over the rows would round differently, rows with no entry, and a first column of ones
+    (the intercept); checked against the exact Gram too (rational arithmetic) for scale."""
+    rng = np.random.default_rng(0)
+    n, p = 400, 60
+    A = sp.random(n, p, density=0.08, random_state=1, format="csr")
+    A.data = rng.standard_normal(A.nnz) * 10.0 ** rng.integers(-8, 9, size=A.nnz)
+    A = sp.hstack([np.ones((n, 1)), A], format="csr")
+    A = sp.vstack([A[:5], sp.csr_matrix((1, p + 1)), A[6:]], format="csr")  # row 5 without entries
+    got = sparse_gram(A)
+    assert np.array_equal(got, (A.T @ A).toarray())
+    assert got[0, 0] == n - 1 and not np.array_equal(got, A.toarray().T @ A.toarray())  # BLAS orders the sums otherwise
+    D = A.toarray()
+    exact = float(sum(Fraction(D[i, 3]) * Fraction(D[i, 7]) for i in range(n)))
+    assert abs(got[3, 7] - exact) <= 1e-12 * np.abs(D[:, 3] * D[:, 7]).sum()

@@ -167,16 +167,21 @@ def test_in_memory_store_matches_disk_chunks(digits, write_store):
         assert a.row_start == b.row_start and (a.X != b.X).nnz == 0 and np.array_equal(a.labels, b.labels)
 
 
-def test_chunk_cache_only_when_the_whole_store_fits(digits, write_store, monkeypatch):
+def test_chunk_cache_keeps_the_first_chunks_that_fit_the_budget(digits, write_store, monkeypatch):
     import streamfit.store.store as store_module
 
     X, y, classes = digits
     s = open_store(write_store(X, y, classes, chunk_rows=400))
     a, b = s.read_chunk(1), s.read_chunk(1)
     assert a is b and not a.X.data.flags.writeable  # cached, read-only
-    monkeypatch.setattr(store_module, "CHUNK_CACHE_BYTES", s.decoded_bytes - 1)
+    sizes = [8 * c.nnz + 12 * (c.row_stop - c.row_start) for c in s.manifest.chunks]
+    assert sum(sizes) == s.decoded_bytes
+    monkeypatch.setattr(store_module, "CHUNK_CACHE_BYTES", sizes[3] + sizes[1])  # room for chunks 3 and 1
     big = store_module.Store(s.path)
-    assert big.read_chunk(1) is not big.read_chunk(1)  # larger than the budget: never cached
+    for i in (3, 1, 0, 2, 4):  # 3 and 1 fill the budget; no chunk is evicted for a later one
+        big.read_chunk(i)
+    assert sorted(big._cache) == [1, 3]
+    assert big.read_chunk(3) is big.read_chunk(3) and big.read_chunk(0) is not big.read_chunk(0)
 
 
 def test_columns_used_counts_distinct_columns(write_store):

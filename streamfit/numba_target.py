@@ -1,0 +1,23 @@
+"""Numba's CPU target, initialised at import: the embedded cluster's forkserver imports this
+module (streamfit.engine.WORKER_PRELOAD), so every worker forked from it starts with numba's
+typing and target contexts ready instead of building them in its first kernel call.
+
+The first call of any numba function in a process, even one loaded from the on-disk cache,
+initialises those contexts (LLVM, numba's type registries, cffi and pycparser imported): about
+1-2 s, after which a cached kernel loads in tens of milliseconds (docs/benchmarks.md, issue 19,
+session 12). Calling `_ready` here does it once, in the server. It starts no thread (the server
+forks from one thread; BLAS has one, Dask sets OPENBLAS_NUM_THREADS=1 before the server starts).
+Nothing else imports this module: a process that never calls numba does not pay for it.
+"""
+
+from __future__ import annotations
+
+import numba
+
+
+@numba.njit(cache=True)
+def _ready(x: float) -> float:
+    return x + 1.0
+
+
+_ready(1.0)
