@@ -12,7 +12,12 @@ would (test stores `--like` the training store):
   label sets (each model's own decision rule, as `streamfit evaluate` applies it), and labels
   per document;
 - news20-half: 10 of the 20 newsgroups (every other one by name, half_of_news20) as news20;
-- dna, letter: LIBSVM dna.scale, letter.scale (dense, 180 and 16 features) with their test files.
+- dna, letter: LIBSVM dna.scale, letter.scale (dense, 180 and 16 features) with their test files;
+- news20-3k: a seeded stratified 30 % of news20's training rows (3393 documents, 20 classes: the
+  size of the issue's OHSUMED-23, 3357 documents, 23 classes), news20's test store;
+- sector-23: sector's rows of 23 of its 105 classes (class k·105 // 23, k = 0 … 22; 1455
+  training and 736 test rows), train and test.
+The last two are written from the full sets' stores (subset_store).
 Every solver trains in process (`n_workers=0`, as the estimators) from the store; LinearSVC on
 the same rows as scipy arrays (OneVsRestClassifier for multilabel). Per solver: the metric, its
 difference to LinearSVC's in points, the model's non-zero weights (coef and intercept) and
@@ -91,11 +96,43 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         test_file = next(f for f in files if "test" in f)
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
+    elif name == "news20-3k":
+        full_train, full_test = ingest("news20", data, work)
+        if not os.path.exists(train):
+            subset_store(full_train, train, share=0.3)
+        return train, full_test
+    elif name == "sector-23":
+        full_train, full_test = ingest("sector", data, work)
+        keep = [k * 105 // 23 for k in range(23)]
+        subset_store(full_train, train, classes=keep)
+        subset_store(full_test, test, classes=keep)
     else:
         raise SystemExit(
-            f"unknown data set {name!r}: news20, news20-10, news20-half, sector, bibtex, delicious, dna or letter"
+            f"unknown data set {name!r}: news20, news20-10, news20-half, news20-3k, sector, sector-23, bibtex, "
+            "delicious, dna or letter"
         )
     return train, test
+
+
+def subset_store(source: str, out: str, share: float = 1.0, classes: list[int] | None = None) -> None:
+    """A multiclass store of some of `source`'s rows: those of `classes` (renumbered in that
+    order; all classes if None), then a share of each class's rows (seeded, 7), in store order."""
+    from streamfit.store import StoreWriter, open_store
+
+    store = open_store(source)
+    X, y = store.to_scipy()
+    keep = list(range(store.n_classes)) if classes is None else classes
+    new_id = np.full(store.n_classes, -1)
+    new_id[keep] = np.arange(len(keep))
+    rng = np.random.default_rng(7)
+    rows = []
+    for k in keep:
+        members = np.flatnonzero(y == k)
+        rows.append(rng.permutation(members)[: int(round(share * members.size))])
+    rows = np.sort(np.concatenate(rows))
+    writer = StoreWriter(out, chunk_rows=store.chunk_rows, multilabel=False)
+    writer.write_rows(sp.csr_matrix(X[rows], dtype=np.float32), new_id[y[rows]].astype(np.int32))
+    writer.close(n_features=store.n_features, classes=[store.classes[k] for k in keep])
 
 
 def half_of_news20(tar: str, out: str) -> None:

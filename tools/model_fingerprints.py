@@ -104,8 +104,10 @@ RUNS: dict[str, tuple[str, dict, bool]] = {
     "ppdsparse-squared": ("ppdsparse", {"loss": "squared_hinge", "lam": 1e-5, "threads": 1}, False),
     "ppdsparse-hinge": ("ppdsparse", {"loss": "hinge", "lam": 1e-5, "threads": 1}, False),
     "ppdsparse-multilabel": ("ppdsparse", {"lam": 1e-5, "threads": 1}, True),
-    "ppdsparse-auto": ("ppdsparse", {"threads": 1}, False),
-    "ppdsparse-auto-multilabel": ("ppdsparse", {"threads": 1}, True),
+    "ppdsparse-auto": ("ppdsparse", {"lam": "auto", "threads": 1}, False),
+    "ppdsparse-auto-multilabel": ("ppdsparse", {"lam": "auto", "threads": 1}, True),
+    "ppdsparse-scale": ("ppdsparse", {"threads": 1}, False),
+    "ppdsparse-scale-multilabel": ("ppdsparse", {"threads": 1}, True),
     "fbpd-regularized-l1": ("fbpd", {"penalty": "l1", "lam": 1e-3, "max_iter": 30}, False),
     "fbpd-regularized-l1-scalar": (
         "fbpd",

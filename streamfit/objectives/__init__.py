@@ -18,9 +18,10 @@ Per solver (`objective_for`), with each paper's constants mapped to this convent
   ℓ = Σ_k max(1 − Y_ik s_ik, 0) ("hinge") or Σ_k ½ max(1 − Y_ik s_ik, 0)² ("squared_hinge",
   §5.2), P(W, b) = lam‖W‖₁ + (tau/2)(‖W‖²_F + ‖b‖²) (the bias is the last coordinate of
   x̂ = [x, 1] and so in the ridge). The paper's (9) sums the loss: its (λ, 1) are n·(lam, tau)
-  after dividing by n·tau. With lam None or auto (the default) the solver weighs class k by its
-  own lam_k (lam_ratio·λmax_k, or chosen on held-out rows): its F is the sum of each class's F_k
-  at lam = lam_k.
+  after dividing by n·tau. With lam scale (the default), None or auto the solver takes the ℓ1
+  weight from the data: one lam for every class (lam_scale·mean ‖x_i‖/√n), or class k's own lam_k
+  (lam_ratio·λmax_k, or chosen on held-out rows); its F is the sum of each class's F_k at
+  lam = lam_k (the model's lam_min/lam_max, the group statistics).
 - fbpd (Chierchia et al. 2015, eq. 6–8): ℓ = the Crammer–Singer hinge (6) with μ_ℓ ≡ 1.
   Regularized (7): F = (1/n) Σ ℓ + lam·g(W) (the paper's λ weighs the summed hinge: λ_paper =
   1/(n·lam) after dividing by λ_paper·n). Constrained (8): F = g(W) subject to (1/n) Σ ℓ ≤ eta
@@ -334,7 +335,7 @@ def objective_for(solver_name: str, params, multilabel: bool = False) -> Objecti
     if solver_name == "ppdsparse":
         if not isinstance(params.lam, float):
             raise ValueError(
-                f"objective_for: ppdsparse with lam={params.lam} weighs each class k by its own lam_k "
+                f"objective_for: ppdsparse with lam={params.lam} takes each class k's lam_k from the data "
                 "(the model's stats); evaluate class k with lam=lam_k"
             )
         loss = OVR_HALF_SQUARED_HINGE if params.loss == "squared_hinge" else OVR_HINGE

@@ -8,11 +8,15 @@ elastic-net objective (9) in the project's averaged convention
     F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
-lam is one weight for every class (default 1e-5), or (lam=None, squared hinge) lam_k = lam_ratio·λmax_k per
-class, λmax_k the smallest lam at which w_k = 0 is optimal (closed form: lam_max), or (lam="auto",
-squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a held-out slice of
-the training rows (choose_ratios: a path of ratios on the other rows and a one-standard-error
-rule), then trained on all rows.
+lam is one weight for every class: by default (lam="scale") lam = lam_scale·s/√n, s = (1/n) Σ_i ‖x_i‖₂
+the mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the training rows
+(scaled_lam: of the order of the noise in a mean gradient, σ/√n, as the Lasso's λ = Aσ√(log d / n)
+of Bickel, Ritov and Tsybakov 2009, at the data's scale s; lam_scale = 1e-3 from the text sets of
+docs/benchmarks.md, session 12); or a number (absolute); or (lam=None, squared hinge)
+lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
+form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
+held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
+one-standard-error rule), then trained on all rows.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -102,11 +106,18 @@ class PPDSparseParams(SolverParams):
     loss: Literal["squared_hinge", "hinge"] = Field(
         "squared_hinge", description="ℓ of (9): §5.2's squared hinge or hinge"
     )
-    lam: Annotated[float, Field(ge=0)] | Literal["auto"] | None = Field(
-        1e-5,
-        description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): a number = the same "
-        "for every class; None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a "
-        "held-out share of the training rows (choose_ratios)",
+    lam: Annotated[float, Field(ge=0)] | Literal["scale", "auto"] | None = Field(
+        "scale",
+        description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): scale = "
+        "lam_scale·(mean row norm)/√n for every class (n training rows); a number = the same for every class; "
+        "None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a held-out share of "
+        "the training rows (choose_ratios)",
+    )
+    lam_scale: float = Field(
+        1e-3,
+        gt=0,
+        description="lam scale: lam = lam_scale·(1/n) Σ_i ‖x_i‖₂ / √n (1e-5 at n = 10⁴ unit-norm rows; "
+        "larger = sparser)",
     )
     lam_ratio: float = Field(
         0.01,
@@ -389,11 +400,24 @@ def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
     return out
 
 
+def scaled_lam(data: Data, lam_scale: float) -> float:
+    """lam scale's ℓ1 weight, averaged convention: lam_scale·s/√n, s = (1/n) Σ_i ‖x_i‖₂ the mean
+    norm of the n training rows (bias feature left out). It moves with the data's scale as an ℓ1
+    weight must (x → c·x, lam → c·lam, tau → c²·tau has the solutions w/c) and falls as 1/√n, as
+    the noise in the mean loss gradient (1/n) Σ_i ℓ'(m_i) y_i x_ij does (the Lasso's
+    λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, "Simultaneous analysis of Lasso and
+    Dantzig selector"). A function of the rows alone: the same in every process, group and resume."""
+    n = data.indptr.size - 1
+    return lam_scale * float(np.sqrt(data.sqnorm).mean()) / np.sqrt(n)
+
+
 def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
     """The ℓ1 weight lam_k of classes lo … hi−1 (hi − lo,), averaged convention, for p.lam a
-    number or None (p.lam_ratio · λmax_k, lam_max); lam auto: choose_ratios."""
+    number, scale (scaled_lam) or None (p.lam_ratio · λmax_k, lam_max); lam auto: choose_ratios."""
     if isinstance(p.lam, float):
         return np.full(hi - lo, p.lam)
+    if p.lam == "scale":
+        return np.full(hi - lo, scaled_lam(data, p.lam_scale))
     assert p.lam is None, "lam auto: choose_ratios"
     return p.lam_ratio * lam_max(data, lo, hi, p.tau)
 

@@ -228,6 +228,47 @@ def test_lam_ratio_is_relative_to_the_exact_lam_max(request, data_name):
 
 
 @pytest.mark.parametrize("data_name", ["digits", "multilabel"])
+def test_lam_scale_is_the_mean_row_norm_over_root_n(request, data_name):
+    """The default lam="scale": every class's ℓ1 weight is lam_scale·(1/n) Σ_i ‖x_i‖₂ / √n
+    (numpy here), and the model is the one an absolute lam of that value gives, bitwise. Rows
+    scaled by 3 triple it; every row twice (n → 2n, same norms) divides it by √2."""
+    X, labels = request.getfixturevalue(data_name)
+    n_classes = 10 if data_name == "digits" else 6
+    n = X.shape[0]
+    expected = 2e-3 * np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean() / np.sqrt(n)
+    params = {"lam_scale": 2e-3, "tau": 1e-2, "max_iter": 50}
+    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), **params)
+    assert pp.PPDSparseParams().lam == "scale"
+    assert model.info["lam_min"] == model.info["lam_max"] == pytest.approx(expected, rel=1e-12)
+    absolute, _ = fit(InMemoryStore(X, labels, range(n_classes)), **{**params, "lam": model.info["lam_min"]})
+    assert model.coef_.nnz > 0 and (model.coef_ != absolute.coef_).nnz == 0
+    np.testing.assert_array_equal(model.intercept_, absolute.intercept_)
+    tripled, _ = fit(InMemoryStore(3 * X, labels, range(n_classes)), **params)
+    assert tripled.info["lam_min"] == pytest.approx(3 * expected, rel=1e-12)
+    twice = sp.vstack([X, X], format="csr")
+    doubled, _ = fit(
+        InMemoryStore(
+            twice, sp.vstack([labels, labels]) if sp.issparse(labels) else np.tile(labels, 2), range(n_classes)
+        ),
+        **params,
+    )
+    assert doubled.info["lam_min"] == pytest.approx(expected / np.sqrt(2), rel=1e-12)
+
+
+def test_lam_scale_same_model_on_any_workers_and_chunking(digits, tmp_path, local_engine):
+    """The default lam is computed from the rows in each worker: 2 Dask workers on a store of
+    256-row chunks and the in-process engine on 100-row chunks give the same model, bitwise."""
+    X, y = digits
+    classes = [str(c) for c in range(10)]
+    params = {"group_size": 3, "max_iter": 50}
+    serial, _ = fit(write_store(tmp_path / "a", X, y, classes, chunk_rows=100), **params)
+    parallel, _ = fit(write_store(tmp_path / "b", X, y, classes, chunk_rows=256), engine=local_engine, **params)
+    assert serial.coef_.nnz > 0 and (serial.coef_ != parallel.coef_).nnz == 0
+    np.testing.assert_array_equal(serial.intercept_, parallel.intercept_)
+    assert serial.info["lam_min"] == parallel.info["lam_min"]
+
+
+@pytest.mark.parametrize("data_name", ["digits", "multilabel"])
 def test_held_out_rows_are_a_seeded_stratified_disjoint_cut(request, data_name):
     """lam auto's held-out rows: every 5th row of each first label's rows (so each label keeps
     1/5 of them out, ±1), the same for the same seed, another cut for another seed; split_data's
