@@ -246,8 +246,6 @@ def open_source(
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
-    if is_url(path) and format == "numpy":  # memory-mapped
-        raise InputError(path, "numpy inputs are read from local paths only", "copy the input to a local disk")
     if is_url(path) and format == "folder" and not path.lower().endswith(TAR_SUFFIXES):
         raise InputError(
             path,

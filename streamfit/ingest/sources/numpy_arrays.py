@@ -6,10 +6,12 @@
 - a scipy.sparse.save_npz file is read as sparse rows (SparseBatch); it holds no labels, so
   y_path is required. The matrix is loaded whole.
 - y_dataset=None reads no labels (every label None, as `streamfit predict` reads unlabeled rows).
+- behind a URL (s3://…, through fsspec) a file is read whole into memory, not memory-mapped.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 from typing import NamedTuple
@@ -21,6 +23,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
 from streamfit.ingest.sources.arrays import array_batches, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.storage import is_url, resolve
 
 _SCIPY_KEYS = {"format", "shape", "data", "indices", "indptr"}
 
@@ -83,9 +86,14 @@ class NumpySource:
     def _is_npz(self) -> bool:
         return self.path.lower().endswith(".npz")
 
-    def _load(self, path: str, **kwargs):
+    @staticmethod
+    def _file(path: str):
+        """path itself, or behind a URL the file's bytes (memory-mapping needs a local file)."""
+        return io.BytesIO(resolve(path).read_bytes()) if is_url(path) else path
+
+    def _load(self, path: str, mmap_mode: str | None = None):
         try:
-            return np.load(path, **kwargs)
+            return np.load(self._file(path), mmap_mode=None if is_url(path) else mmap_mode)
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             raise InputError(path, f"not a readable .npy/.npz file ({e})") from None
 
@@ -106,7 +114,7 @@ class NumpySource:
                         self.path, "a scipy sparse .npz holds no labels", "pass --option y_path=LABELS.npy"
                     )
                 if load_x:
-                    return sp.load_npz(self.path).tocsr(), y
+                    return sp.load_npz(self._file(self.path)).tocsr(), y
                 return _Header(tuple(npz["shape"]), _npz_header(npz, "data").dtype, True), y
             listed = ", ".join(sorted(keys)) or "none"
             if self.x_dataset not in keys:
