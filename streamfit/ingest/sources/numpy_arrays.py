@@ -91,9 +91,10 @@ class NumpySource:
         """path itself, or behind a URL the file's bytes (memory-mapping needs a local file)."""
         return io.BytesIO(resolve(path).read_bytes()) if is_url(path) else path
 
-    def _load(self, path: str, mmap_mode: str | None = None):
+    def _load(self, path: str, mapped: bool = False):
+        """np.load of path: memory-mapped read-only when `mapped` and path is local."""
         try:
-            return np.load(self._file(path), mmap_mode=None if is_url(path) else mmap_mode)
+            return np.load(self._file(path), mmap_mode="r" if mapped and not is_url(path) else None)
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             raise InputError(path, f"not a readable .npy/.npz file ({e})") from None
 
@@ -101,11 +102,11 @@ class NumpySource:
         """(X, y): memory maps for .npy, loaded arrays for .npz (y None without labels); with
         load_x=False, X of an .npz is only described (shape, dtype), so opening a source does not load it."""
         labeled = self.y_dataset is not None
-        y = None if self.y_path is None or not labeled else self._load(self.y_path, mmap_mode="r")
+        y = None if self.y_path is None or not labeled else self._load(self.y_path, mapped=True)
         if not self._is_npz:
             if y is None and labeled:
                 raise InputError(self.path, "a .npy file holds no labels", "pass --option y_path=LABELS.npy")
-            return self._load(self.path, mmap_mode="r"), y
+            return self._load(self.path, mapped=True), y
         with self._load(self.path) as npz:
             keys = set(npz.files)
             if self.x_dataset not in keys and _SCIPY_KEYS <= keys:
