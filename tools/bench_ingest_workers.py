@@ -78,10 +78,12 @@ def _warm() -> None:
     """Import streamfit's ingest path and the store backends, and compile (or load) the hashing
     kernels in this process (streamfit's own --n-workers cluster forks its workers from a
     server that imported them)."""
+    from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.hashing import FeatureHasher
     from streamfit.store import store
 
-    FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
+    X = FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
+    Featurizer(HashingConfig(n_features=N_FEATURES), None, l2_normalize=True).finish(X)  # the l2 kernel
     store._backend("zarr"), store._backend("parquet")
 
 
