@@ -5,8 +5,8 @@ pass.
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
 larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
-newline, a Parquet file larger than that into runs of row groups, and a tar archive into runs
-of members of about ARCHIVE_PIECE_BYTES. A worker reads its piece with the source reader of the
+newline, a Parquet file larger than that into runs of row groups, and a tar archive larger than
+that into runs of members of about ARCHIVE_PIECE_BYTES. A worker reads its piece with the source reader of the
 in-process pass (a byte range counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
 IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
 first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
@@ -71,8 +71,9 @@ log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files and Parquet files are cut (plan_pieces)
-# member data per piece of a tar archive: small, as a compressed archive's documents are small
-# and many (20 Newsgroups: 36 MB in 18 846 documents); each piece decompresses the bytes before it
+# member data per piece of a tar archive (of more than PIECE_BYTES): small, as an archive's
+# documents are small and many (20 Newsgroups: 36 MB in 18 846 documents, a 14 MB file, one
+# piece); each piece decompresses the bytes before it
 ARCHIVE_PIECE_BYTES = 8 << 20
 
 
@@ -136,9 +137,11 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, arc
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
     more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
     piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
-    into runs of row groups of about piece_bytes (uncompressed); a tar archive into runs of
-    members of about archive_piece_bytes (sources.archive_parts, read with source_options);
-    any other input is one piece. The cuts depend on the file's bytes alone."""
+    into runs of row groups of about piece_bytes (uncompressed); a tar archive of more than
+    piece_bytes (its file) into runs of members of about archive_piece_bytes
+    (sources.archive_parts, read with source_options: one listing pass, which costs about what
+    reading a smaller archive whole does); any other input is one piece. The cuts depend on
+    the file's bytes alone."""
     from streamfit.ingest.sources import RANGE_FORMATS, TAR_SUFFIXES, archive_parts, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
 
@@ -146,7 +149,8 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, arc
     pieces = []
     for path in paths:
         location = storage.resolve(path)
-        if path.lower().endswith(TAR_SUFFIXES) and (o.format or infer_format(path)) == "folder":
+        tar = path.lower().endswith(TAR_SUFFIXES) and (o.format or infer_format(path)) == "folder"
+        if tar and location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
             parts = archive_parts(path, archive_piece_bytes, limits, **source_options)
             pieces += [Piece(path, archive_part=part) for part in parts]
             continue

@@ -208,6 +208,7 @@ def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     path = str(tmp_path / "news.tar.gz")
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1000)  # archives over it are cut
     monkeypatch.setattr(distributed, "ARCHIVE_PIECE_BYTES", 600)
     kw = {"chunk_rows": 16, "on_bad_record": "quarantine"}
     stores = {}
@@ -215,7 +216,8 @@ def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp
         ingest(_options(path, tmp_path / name, quarantine=str(tmp_path / f"{name}.bad"), **kw, **engine))
         stores[name] = [_manifest(tmp_path / name), (tmp_path / f"{name}.bad").read_text()]
     assert stores["n1"] == stores["n0"] and stores["n2"] == stores["n0"]
-    assert len(distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, 1 << 20, 600)) > 4
+    assert len(distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, 1000, 600)) > 4
+    assert len(distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, 1 << 20, 600)) == 1
     m = stores["n0"][0]
     assert m["n_rows"] == 87 and m["classes"] == ["c1", "c0", "c2", "c3"]  # document 0 is bad
     assert stores["n0"][1].count("\n") == 3
