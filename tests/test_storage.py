@@ -172,6 +172,41 @@ def test_a_damaged_object_is_detected(s3):
     assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
 
 
+@pytest.mark.slow
+def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
+    """A chunk's first read fetches its four arrays' data objects, one GET each and nothing
+    else (no metadata, no HEAD), and a damaged object fails its CRC32C, naming the array."""
+    import logging
+
+    store = f"s3://{BUCKET}/reads.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    requests = []
+
+    class Requests(logging.Handler):
+        def emit(self, record):
+            requests.append(record.getMessage().split('"')[1].split(" ")[0])  # "GET /bucket/key HTTP/1.1"
+
+    werkzeug, level = logging.getLogger("werkzeug"), logging.getLogger("werkzeug").level
+    werkzeug.setLevel(logging.INFO)  # the server's access log: a line per request
+    werkzeug.addHandler(handler := Requests())
+    try:
+        opened = open_store(store)
+        assert opened.reader.manifest_copy  # the root group opened (its manifest copy)
+        requests.clear()
+        opened.read_chunk(1)
+    finally:
+        werkzeug.removeHandler(handler)
+        werkzeug.setLevel(level)
+    assert requests == ["GET"] * 4
+    (attempt,) = _attempts(s3, "reads.zarr")
+    key = f"{BUCKET}/reads.zarr/{attempt}/chunks/000002/indices/c/0"
+    raw = bytearray(s3.cat_file(key))
+    raw[len(raw) // 2] ^= 0x01
+    s3.pipe_file(key, bytes(raw))
+    with pytest.raises(StoreError, match="chunk 2 .*is damaged: chunks/000002/indices fails its CRC32C"):
+        open_store(store).read_chunk(2)
+
+
 @pytest.fixture(scope="module")
 def cluster(s3):
     """The address of a two-worker Dask cluster on loopback, started after `s3` so that its

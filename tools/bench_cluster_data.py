@@ -2,6 +2,7 @@
 loopback (moto's ThreadedMotoServer on 127.0.0.1, s3fs as the client, as in tests/test_storage.py).
 
     python tools/bench_cluster_data.py [--records 200000] [--workdir /tmp] [--workers 2] [--repeat 1]
+        [--ingest-workers 0,1,2] [--newsgroups PATH] [--no-job]
 
 A seeded JSONL text corpus (--records documents, 20 labels, Zipf-like words) is written locally
 and uploaded. Then, for each target (local paths, s3:// URLs), each step runs as its own
@@ -13,8 +14,16 @@ ratio (the slowdown) and, for S3, the requests the server answered by kind (GET 
 LIST / DELETE), which is where the extra time goes. Ingest also in MB/s of raw input and
 records/s. Best of --repeat. Needs the `test` extra (moto[server], s3fs).
 
-Ingest on N Dask workers (`ingest --n-workers/--scheduler`) is measured by
-tools/bench_ingest_workers.py.
+Ingest throughput (`--ingest-workers`, default 0,1,2): each input ingested with the Python API
+in this process (N = 0) and on a LocalCluster of N single-threaded workers (`--scheduler`,
+started and warmed before the clock; the workers inherit the S3 settings), from local disk to a
+local store and from the S3 server to a store on it: the JSONL corpus, the same rows as one
+Parquet file (row groups of 5 000 rows), and the 20 Newsgroups training documents from their
+tarball (--newsgroups, default ../shared/data/20newsgroups/20news-bydate.tar.gz if present; read
+in parts of the archive). Reported: seconds, MB/s of raw input, records/s, the speed-up over
+N = 0 and N = 1, the S3 / local slowdown, and whether every N gave the same store (manifest
+chunk digests and classes). --no-job skips the train / evaluate / predict job. Larger
+inputs and N on the lent 16-core machine: tools/bench_ingest_workers.py.
 """
 
 from __future__ import annotations
@@ -109,12 +118,104 @@ def clear(root: str, s3) -> None:
                 os.remove(path)
 
 
+NEWSGROUPS = os.path.join(
+    os.path.dirname(__file__), "..", "..", "shared", "data", "20newsgroups", "20news-bydate.tar.gz"
+)
+
+
+def _warm() -> None:
+    """Import the ingest path and the store backend, compile the hashing kernels (a worker's start)."""
+    from streamfit.ingest.hashing import FeatureHasher, HashingConfig
+    from streamfit.store import store
+
+    FeatureHasher(HashingConfig(n_features=2**16)).transform_text(["warm up"])
+    store._backend("zarr")
+
+
+def ingest_throughput(inputs: dict, targets: list[str], workers: list[int], s3) -> list[dict]:
+    """Seconds of each input x target x N ingest (the Python API; N >= 1 on a warmed
+    LocalCluster, its start apart), with the store's rows, records read and chunk digests."""
+    from distributed import Client, LocalCluster
+
+    from streamfit.ingest.hashing import HashingConfig
+    from streamfit.ingest.pipeline import IngestOptions, ingest
+    from streamfit.store import open_store
+
+    results = []
+    for n in workers:
+        cluster = client = None
+        try:
+            if n:
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+                client = Client(cluster)
+                client.run(_warm)
+            _warm()
+            for name, (paths, options, size) in inputs.items():
+                for target in targets:
+                    root = f"s3://{BUCKET}/ingest" if target == "s3" else os.path.dirname(paths["local"])
+                    out = f"{root}/{name}-{n}.zarr"
+                    o = IngestOptions(
+                        inputs=[paths[target]],
+                        out=out,
+                        hashing=HashingConfig(n_features=2**16),
+                        overwrite=True,
+                        progress=False,
+                        scheduler=cluster.scheduler_address if cluster else None,
+                        **options,
+                    )
+                    t = time.perf_counter()
+                    report = ingest(o)
+                    seconds = time.perf_counter() - t
+                    m = open_store(out).manifest
+                    digests = [c.sha256 for c in m.chunks] + m.classes
+                    results.append(
+                        {"input": name, "target": target, "workers": n, "seconds": seconds, "mb": size / 2**20}
+                        | {"records": report.read, "rows": m.n_rows, "digests": digests}
+                    )
+        finally:
+            if client is not None:
+                client.close()
+            if cluster is not None:
+                cluster.close()
+    return results
+
+
+def _ratio(base: float | None, seconds: float) -> str:
+    return f"{base / seconds:.2f}" if base else "-"
+
+
+def print_throughput(results: list[dict]) -> None:
+    print(
+        f"{'input':<10} {'target':<6} {'N':>2} {'s':>7} {'MB/s':>6} {'rec/s':>7} {'vs N=0':>7} {'vs N=1':>7} {'s3/local':>8} same"
+    )
+    for r in results:
+        same = [q for q in results if q["input"] == r["input"] and q["target"] == r["target"]]
+        by_n = {q["workers"]: q["seconds"] for q in same}
+        local = next(
+            (
+                q["seconds"]
+                for q in results
+                if (q["input"], q["workers"], q["target"]) == (r["input"], r["workers"], "local")
+            ),
+            None,
+        )
+        identical = all(q["digests"] == same[0]["digests"] for q in same)
+        slowdown = f"{r['seconds'] / local:.2f}" if local and r["target"] == "s3" else "-"
+        print(
+            f"{r['input']:<10} {r['target']:<6} {r['workers']:>2} {r['seconds']:7.2f} {r['mb'] / r['seconds']:6.2f} "
+            f"{r['records'] / r['seconds']:7.0f} {_ratio(by_n.get(0), r['seconds']):>7} {_ratio(by_n.get(1), r['seconds']):>7} {slowdown:>8} {identical}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--ingest-workers", default="0,1,2", help="N of the ingest throughput runs ('' to skip them)")
+    ap.add_argument("--newsgroups", default=NEWSGROUPS, help="the 20 Newsgroups bydate tarball (skipped if absent)")
+    ap.add_argument("--no-job", action="store_true", help="skip the train / evaluate / predict job")
     a = ap.parse_args()
 
     from moto.server import ThreadedMotoServer
@@ -143,6 +244,33 @@ def main() -> None:
         write_corpus(raw, a.records)
         mb = os.path.getsize(raw) / 2**20
         s3.put(raw, f"{BUCKET}/raw/corpus.jsonl")
+        if a.ingest_workers:
+            import pyarrow.json as pj
+            import pyarrow.parquet as pq
+
+            parquet = os.path.join(work, "corpus.parquet")
+            pq.write_table(pj.read_json(raw), parquet, row_group_size=5000)
+            s3.put(parquet, f"{BUCKET}/raw/corpus.parquet")
+            inputs = {
+                "jsonl": ({"local": raw, "s3": f"s3://{BUCKET}/raw/corpus.jsonl"}, {}, os.path.getsize(raw)),
+                "parquet": (
+                    {"local": parquet, "s3": f"s3://{BUCKET}/raw/corpus.parquet"},
+                    {},
+                    os.path.getsize(parquet),
+                ),
+            }
+            if os.path.exists(a.newsgroups):
+                news = {"subset": "20news-bydate-train", "encoding": "latin-1"}
+                s3.put(a.newsgroups, f"{BUCKET}/raw/20news.tar.gz")
+                local = os.path.join(work, "20news-bydate.tar.gz")
+                shutil.copy(a.newsgroups, local)
+                paths = {"local": local, "s3": f"s3://{BUCKET}/raw/20news.tar.gz"}
+                inputs["20news"] = (paths, {"source_options": news}, os.path.getsize(local))
+            results = ingest_throughput(inputs, ["local", "s3"], [int(n) for n in a.ingest_workers.split(",")], s3)
+            print_throughput(results)
+            print(json.dumps({"ingest_throughput": [{k: v for k, v in r.items() if k != "digests"} for r in results]}))
+        if a.no_job:
+            return
         targets = {"local": (work, raw), "s3": (f"s3://{BUCKET}", f"s3://{BUCKET}/raw/corpus.jsonl")}
         best: dict[str, dict] = {}
         for _ in range(a.repeat):

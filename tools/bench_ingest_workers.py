@@ -17,7 +17,16 @@ share of the run (near 100 %: the driver, which writes the store, is the bottlen
 whether the manifest (every chunk digest, classes, IDF digest) equals the first run's of the
 same mode, and the time to read the store back in this process (every chunk decoded and
 checked against its digest, past the chunk cache: `read s`, the best of 3 passes). --backend
-parquet writes Parquet stores, --chunk-rows sets the rows per chunk. With --out-json DIR the results go to DIR/ingest_workers.json as well.
+parquet writes Parquet stores, --chunk-rows sets the rows per chunk. With --out-json DIR the
+results go to DIR/ingest_workers.json as well.
+
+With --profile-driver, where the driver process's CPU goes during each timed ingest: a thread
+samples every thread's stack (sys._current_frames) every 5 ms and counts, for the samples whose
+thread used CPU since the previous one (its CPU clock) and is not in a blocking call (select,
+a lock's wait), the innermost frame of streamfit's code (or of the Dask scheduler or client,
+zarr, pyarrow; else the innermost frame). The top entries are printed per run (share of the
+samples that were on the CPU) and saved in the JSON as "driver_profile". The scheduler of the
+LocalCluster runs in this process, so its work is in the driver's CPU and profile.
 """
 
 from __future__ import annotations
@@ -30,10 +39,13 @@ os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse
+import collections
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -63,10 +75,74 @@ def write_corpus(folder: Path, total_bytes: int, n_files: int) -> tuple[int, int
 
 
 def _warm() -> None:
-    """Import streamfit's ingest path and compile (or load) its hashing kernels in this process."""
+    """Import streamfit's ingest path and the store backends, and compile (or load) the hashing
+    kernels in this process (streamfit's own --n-workers cluster forks its workers from a
+    server that imported them)."""
+    from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.hashing import FeatureHasher
+    from streamfit.store import store
 
-    FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
+    X = FeatureHasher(HashingConfig(n_features=N_FEATURES)).transform_text(["warm up the hasher"])
+    Featurizer(HashingConfig(n_features=N_FEATURES), None, l2_normalize=True).finish(X)  # the l2 kernel
+    store._backend("zarr"), store._backend("parquet")
+
+
+class DriverSampler:
+    """Where this process's CPU goes: every `interval` s, each thread's innermost frame of
+    interest, counted when the thread used CPU since the previous sample (its CPU clock,
+    time.pthread_getcpuclockid) and is not blocked in one of WAITS now."""
+
+    WAITS = {"select", "poll", "wait", "acquire", "_wait_for_tstate_lock", "sleep", "accept"}
+
+    def __init__(self, interval: float = 0.005):
+        self.interval = interval
+        self.counts: collections.Counter = collections.Counter()
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def where(frame) -> str:
+        """The innermost frame of streamfit's code, else of Dask's scheduler or client, as
+        'file:function' (tools/… and streamfit/… relative), else the innermost frame."""
+        innermost = frame
+        while frame is not None:
+            name = frame.f_code.co_filename
+            for marker in ("/streamfit/", "/distributed/scheduler", "/distributed/client", "/zarr/", "/pyarrow/"):
+                if marker in name:
+                    short = name[name.rindex(marker) + 1 :]
+                    return f"{short}:{frame.f_code.co_name}"
+            frame = frame.f_back
+        return f"{os.path.basename(innermost.f_code.co_filename)}:{innermost.f_code.co_name}"
+
+    def _run(self) -> None:
+        me = threading.get_ident()
+        clocks: dict[int, float] = {}
+        while not self._stop.wait(self.interval):
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                try:
+                    cpu = time.clock_gettime(time.pthread_getcpuclockid(ident))
+                except (OSError, ProcessLookupError):
+                    continue
+                busy = cpu - clocks.get(ident, cpu) > 0.2 * self.interval
+                clocks[ident] = cpu
+                if busy and frame.f_code.co_name not in self.WAITS:
+                    role = "main" if ident == threading.main_thread().ident else "loop"
+                    self.counts[f"{role} {self.where(frame)}"] += 1
+                    self.samples += 1
+
+    def top(self, n: int = 15) -> list[tuple[str, float]]:
+        return [(k, v / max(self.samples, 1)) for k, v in self.counts.most_common(n)]
 
 
 def options(corpus: Path, out: Path, mode: str, scheduler: str | None, backend: str, chunk_rows: int | None):
@@ -96,7 +172,9 @@ def read_seconds(path: Path, repeat: int = 3) -> float:
     return best
 
 
-def run(corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_rows: int | None) -> list[dict]:
+def run(
+    corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_rows: int | None, profile: bool
+) -> list[dict]:
     """Ingest the corpus once per mode on N workers (one cluster for all modes; N = 0: in process)."""
     cluster = client = None
     startup = 0.0
@@ -110,17 +188,23 @@ def run(corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_
             client = Client(cluster)
             client.run(_warm)
             startup = time.perf_counter() - t
-        else:
-            _warm()
+        _warm()
         for mode in modes:
             out = work / f"store-{mode}-{n}.zarr"
-            t, cpu = time.perf_counter(), time.process_time()
-            report = ingest(
-                options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows)
-            )
-            seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
+            sampler = DriverSampler() if profile else contextlib.nullcontext()
+            with sampler:
+                t, cpu = time.perf_counter(), time.process_time()
+                report = ingest(
+                    options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows)
+                )
+                seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
+            if profile:
+                print(f"driver profile, {mode} N={n} ({driver_cpu:.2f} CPU s of {seconds:.2f} s):")
+                for where, share in sampler.top():
+                    print(f"  {share:6.1%}  {where}")
             results.append(
                 {
+                    "driver_profile": sampler.top(40) if profile else None,
                     "workers": n,
                     "mode": mode,
                     "seconds": seconds,
@@ -166,6 +250,7 @@ def main() -> None:
     ap.add_argument("--chunk-rows", type=int, default=None, help="rows per store chunk (default: ingest's)")
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--out-json", default=None, help="directory for ingest_workers.json")
+    ap.add_argument("--profile-driver", action="store_true", help="sample where the driver's CPU goes")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-workers-", dir=args.workdir))
     try:
@@ -175,7 +260,10 @@ def main() -> None:
         results = []
         reference: dict[str, str] = {}  # mode: the manifest of its first run
         for n in (int(w) for w in args.workers.split(",")):
-            for r in run(work / "corpus", work, n, args.modes.split(","), args.backend, args.chunk_rows):
+            runs = run(
+                work / "corpus", work, n, args.modes.split(","), args.backend, args.chunk_rows, args.profile_driver
+            )
+            for r in runs:
                 manifest = r.pop("manifest")
                 r["identical"] = manifest == reference.setdefault(r["mode"], manifest)
                 r["mb_per_s"] = size / 1e6 / r["seconds"]

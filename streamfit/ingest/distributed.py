@@ -5,8 +5,9 @@ pass.
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
 larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
-newline, and a Parquet file larger than that into runs of row groups. A worker reads its piece with the source reader of the in-process pass (a byte range
-counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
+newline, a Parquet file larger than that into runs of row groups, and a tar archive larger than
+that into runs of members of about ARCHIVE_PIECE_BYTES. A worker reads its piece with the source reader of the
+in-process pass (a byte range counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
 IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
 first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
 raised by the driver in the piece's turn). The driver takes the pieces' results in input order:
@@ -29,11 +30,15 @@ The rows stay on the workers: the driver gets a piece's summary (its counts, bad
 vocabulary, decisions and, for a split, the first class of each row), never its rows. Each
 chunk is written by one task (`write_chunk`) on the worker that holds its rows, through the
 StoreWriter's ChunkSink, with the piece's label ids mapped to the store's; a chunk whose rows
-come from several pieces gets them as slices (`rows_slice`, on the workers that hold them), so
-only those rows move. The task returns the chunk's entry (rows, nnz, SHA-256) and largest
-column; the driver takes them in chunk order into the StoreWriter, which writes the manifest
-and commits as in process. At most WINDOW_PER_THREAD pieces per worker thread are in flight,
-and as many chunk writes: memory is bounded by a few pieces' rows per worker. Label
+come from several pieces is written where the piece with most of its rows is, and gets the
+others' rows as slices (`rows_slice`, on the workers that hold them), so only those rows move.
+The task returns the chunk's entry (rows, nnz, SHA-256) and largest column; the driver takes
+them in chunk order into the StoreWriter, which writes the manifest and commits as in process.
+At most WINDOW_PER_THREAD pieces per worker thread are in flight, and as many chunk writes:
+memory is bounded by a few pieces' rows per worker. The driver's cost is per task (Dask's
+scheduler runs in its process for --n-workers): a piece costs two tasks (featurize, summary)
+and its chunks one each (one more per chunk shared with an earlier piece); the tasks made
+together go in one submission (client.map). Label
 vocabulary, IDF and the stratified split follow as in process (pipeline.py): the driver holds
 one stratum per row and draws the split; pass 2 runs on the workers (pass2_document_frequencies,
 pass2_write: each final chunk read from the stage, finished and written by one task).
@@ -41,6 +46,7 @@ pass2_write: each final chunk read from the stage, finished and written by one t
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import deque
@@ -55,7 +61,9 @@ from streamfit import storage
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
+from streamfit.ingest.limits import ReadLimits
 from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
+from streamfit.ingest.sources.folder import ArchivePart
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
@@ -63,6 +71,10 @@ log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files and Parquet files are cut (plan_pieces)
+# member data per piece of a tar archive (of more than PIECE_BYTES): small, as an archive's
+# documents are small and many (20 Newsgroups: 36 MB in 18 846 documents, a 14 MB file, one
+# piece); each piece decompresses the bytes before it
+ARCHIVE_PIECE_BYTES = 8 << 20
 
 
 @dataclass
@@ -112,25 +124,36 @@ class _Collector(_Pass1):
 @dataclass(frozen=True)
 class Piece:
     """A piece of the input: a whole file (or folder), bytes [start, stop) of an uncompressed
-    line-based file, cut right after a newline, or row groups [start, stop) of a Parquet file."""
+    line-based file, cut right after a newline, row groups [start, stop) of a Parquet file, or
+    a part of a tar archive."""
 
     path: str
     byte_range: tuple[int, int] | None = None
     row_groups: tuple[int, int] | None = None  # [start, stop) of a Parquet file
+    archive_part: ArchivePart | None = None
 
 
-def plan_pieces(paths: list[str], o, piece_bytes: int) -> list[Piece]:
+def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, archive_piece_bytes: int) -> list[Piece]:
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
     more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
     piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
-    into runs of row groups of about piece_bytes (uncompressed); any other input is one piece. The
-    cuts depend on the file's bytes alone."""
-    from streamfit.ingest.sources import RANGE_FORMATS, infer_format, sniff_format
+    into runs of row groups of about piece_bytes (uncompressed); a tar archive of more than
+    piece_bytes (its file) into runs of members of about archive_piece_bytes
+    (sources.archive_parts, read with source_options: one listing pass, which costs about what
+    reading a smaller archive whole does); any other input is one piece. The cuts depend on
+    the file's bytes alone."""
+    from streamfit.ingest.sources import RANGE_FORMATS, TAR_SUFFIXES, archive_parts, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
 
+    limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
     pieces = []
     for path in paths:
         location = storage.resolve(path)
+        tar = path.lower().endswith(TAR_SUFFIXES) and (o.format or infer_format(path)) == "folder"
+        if tar and location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
+            parts = archive_parts(path, archive_piece_bytes, limits, **source_options)
+            pieces += [Piece(path, archive_part=part) for part in parts]
+            continue
         compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
         size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
         kind = (o.format or infer_format(path) or sniff_format(path)) if size > piece_bytes else None
@@ -207,7 +230,9 @@ def featurize_piece(
         p.n_outputs = n_outputs
     overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
     try:
-        source = p.read_input(piece.path, finish_rows, piece.byte_range, piece.row_groups, **overrides)
+        source = p.read_input(
+            piece.path, finish_rows, piece.byte_range, piece.row_groups, piece.archive_part, **overrides
+        )
     except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
         rows.error = e
         return rows
@@ -258,13 +283,9 @@ def rows_slice(rows: PieceRows, lo: int, hi: int, ids: np.ndarray | None) -> tup
 
 def write_chunk(sink: ChunkSink, cid: int, row_start: int, parts: list) -> WrittenChunk:
     """Chunk `cid`, rows from row_start, written through the store's sink (runs on a worker).
-    parts, in row order: (piece rows, lo, hi, label id map) for rows [lo, hi) of one piece, or
-    (X, labels) already sliced (rows_slice) from one piece of several."""
-    if len(parts) == 1:
-        X, labels = rows_slice(*parts[0])
-    else:
-        X, labels = _stacked(parts)
-    return sink.write(cid, row_start, X, labels)
+    parts, in row order: (piece rows, lo, hi, label id map) for rows [lo, hi) of a piece, or
+    (X, labels) already sliced from one (rows_slice)."""
+    return sink.write(cid, row_start, *_stacked([rows_slice(*part) if len(part) == 4 else part for part in parts]))
 
 
 def run_distributed(p1, engine, finish_rows: bool) -> None:
@@ -272,7 +293,7 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
     leaves it."""
     o = p1.o
-    pieces = plan_pieces(list(o.inputs), o, PIECE_BYTES)
+    pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, ARCHIVE_PIECE_BYTES)
     featurizer_dict = p1.featurizer.to_dict()
     lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
     source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
@@ -282,25 +303,32 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
     idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
 
-    def submit(piece: Piece, source_multilabel: bool | None = None):
-        return client.submit(
+    def submit(batch: list[Piece], source_multilabel: bool | None = None) -> list[tuple]:
+        """(piece, its rows' future, its summary's future) for each piece of batch, featurized
+        with the decisions taken so far, in two submissions (the summaries with the pieces, so
+        each is ready when the driver takes its piece)."""
+        n = len(batch)
+        futures = client.map(
             featurize_piece,
-            piece,
-            o,
-            p1.layout,
-            p1.source_options,
-            featurizer_dict,
-            idf,
-            frozen,
-            p1.multilabel,
-            p1.n_outputs if p1.numeric else None,
-            source_multilabel,
-            finish_rows,
+            batch,
+            *(
+                [value] * n
+                for value in (
+                    o,
+                    p1.layout,
+                    p1.source_options,
+                    featurizer_dict,
+                    idf,
+                    frozen,
+                    p1.multilabel,
+                    p1.n_outputs if p1.numeric else None,
+                    source_multilabel,
+                    finish_rows,
+                )
+            ),
             pure=False,
         )
-
-    def summarized(future):  # submitted with the piece, so it is ready when the driver takes the piece
-        return client.submit(summary, future, bool(o.test_size), pure=False)
+        return list(zip(batch, futures, client.map(summary, futures, [bool(o.test_size)] * n, pure=False)))
 
     chunks = _ChunkWriter(p1, client, window)
     pending: deque = deque()
@@ -308,9 +336,9 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     try:
         with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
             while True:
-                while len(pending) < window and (piece := next(queued, None)) is not None:
-                    future = submit(piece)
-                    pending.append((piece, future, summarized(future)))
+                batch = list(itertools.islice(queued, window - len(pending)))
+                if batch:
+                    pending.extend(submit(batch))
                 if not pending:
                     break
                 piece, future, summarized_rows = pending.popleft()
@@ -318,8 +346,8 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
                 again = _disagrees(p1, rows, source_decision.get(piece.path))
                 if again:
                     log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
-                    future = submit(piece, source_decision.get(piece.path))
-                    rows = summarized(future).result()
+                    [(_, future, summarized_rows)] = submit([piece], source_decision.get(piece.path))
+                    rows = summarized_rows.result()
                 offset = lines_before.get(piece.path, 0)
                 ids = merge(p1, _shifted(rows, offset) if offset else rows)
                 chunks.place(future, rows.n_rows, ids)
@@ -345,8 +373,10 @@ class _ChunkWriter:
         self.writes: deque = deque()  # write_chunk futures in chunk order
 
     def place(self, future, n_rows: int, ids: np.ndarray | None) -> None:
-        """A piece's n_rows rows, next in the store; ids: its label ids as the store's."""
+        """A piece's n_rows rows, next in the store; ids: its label ids as the store's. The
+        chunks they complete are submitted together."""
         chunk_rows = self.p1.layout.chunk_rows
+        complete = []
         lo = 0
         while lo < n_rows:
             hi = min(n_rows, lo + chunk_rows - self.rows % chunk_rows)
@@ -354,25 +384,43 @@ class _ChunkWriter:
             self.rows += hi - lo
             lo = hi
             if self.rows % chunk_rows == 0:
-                self._submit()
+                complete.append(self._take_parts())
+        self._submit(complete)
         _take_written(self.p1.writer, self.writes, self.window)
 
     def finish(self) -> None:
-        if self.parts:
-            self._submit()
+        self._submit([self._take_parts()] if self.parts else [])
         _take_written(self.p1.writer, self.writes, 0)
 
-    def _submit(self) -> None:
+    def _take_parts(self) -> tuple[int, list]:
+        """The open chunk as (its first row, its parts): the piece with most of its rows passed
+        whole (the write runs where that piece is), the others' rows sliced where they are."""
+        parts, self.parts = self.parts, []
+        n = sum(hi - lo for _, lo, hi, _ in parts)
+        if len(parts) > 1:
+            most = max(range(len(parts)), key=lambda k: parts[k][2] - parts[k][1])
+            parts = [
+                part if k == most else self.client.submit(rows_slice, *part, pure=False) for k, part in enumerate(parts)
+            ]
+        return self.rows - n, parts
+
+    def _submit(self, chunks: list[tuple[int, list]]) -> None:
+        """Write chunks (first row, parts), the next ones of the store, in one submission."""
+        if not chunks:
+            return
         writer = self.p1._writer()
-        parts = self.parts
-        if len(parts) > 1:  # rows of several pieces: only those rows move to the chunk's writer
-            parts = [self.client.submit(rows_slice, *part, pure=False) for part in parts]
-        n = sum(hi - lo for _, lo, hi, _ in self.parts)
-        cid = len(writer.chunks) + len(self.writes)
-        self.writes.append(
-            self.client.submit(write_chunk, writer.sink, cid, self.rows - n, parts, pure=False, priority=1)
+        first = len(writer.chunks) + len(self.writes)
+        self.writes.extend(
+            self.client.map(
+                write_chunk,
+                [writer.sink] * len(chunks),
+                range(first, first + len(chunks)),
+                [row_start for row_start, _ in chunks],
+                [parts for _, parts in chunks],
+                pure=False,
+                priority=1,
+            )
         )
-        self.parts = []
 
     def settle(self) -> None:
         """Wait for the chunk writes in flight (their failures are not this error's cause)."""
@@ -443,17 +491,27 @@ def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, row
 
 def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer) -> None:
     """The final store of `writer` from the stage's rows `rows` (increasing), each of its chunks
-    finished and written by a worker (finish_chunk), taken into `writer` in order."""
+    finished and written by a worker (finish_chunk; all submitted at once, as a task holds one
+    chunk's rows while it runs and returns only its entry), taken into `writer` in order."""
     client = engine.client
-    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
     idf = client.scatter(featurizer.idf, broadcast=True, hash=False) if featurizer.idf is not None else None
+    starts = range(0, len(rows), writer.chunk_rows)
+    n = len(starts)
     writes: deque = deque()
-    try:
-        for cid, lo in enumerate(range(0, len(rows), writer.chunk_rows)):
-            chunk = rows[lo : lo + writer.chunk_rows]
-            args = (stage.path, writer.sink, cid, lo, chunk, featurizer.to_dict(), idf)
-            writes.append(client.submit(finish_chunk, *args, pure=False))
-            _take_written(writer, writes, window)
+    try:  # in one submission: each task's result is a chunk's entry, and it reads its rows itself
+        writes.extend(
+            client.map(
+                finish_chunk,
+                [stage.path] * n,
+                [writer.sink] * n,
+                range(n),
+                starts,
+                [rows[lo : lo + writer.chunk_rows] for lo in starts],
+                [featurizer.to_dict()] * n,
+                [idf] * n,
+                pure=False,
+            )
+        )
         _take_written(writer, writes, 0)
     except BaseException:
         _settle(writes)

@@ -12,8 +12,10 @@ written whole by one writer: the driver in process, or the Dask worker that feat
 - zarr (Zarr v3): group `chunks/<id:06d>` per chunk, the anndata `csr_matrix` encoding of its
   rows (`indptr` from 0, `indices`, `data`; attributes encoding-type and shape) and beside them
   `y` (int32 class ids, multiclass), `Y/indptr` + `Y/indices` (class ids per row, multilabel)
-  or `targets` (float64, rows × k, regression), each array one Zarr chunk with a CRC32C codec,
-  so damage is caught by Zarr on read too. The root group's attributes hold a manifest copy.
+  or `targets` (float64, rows × k, regression), each array one Zarr chunk (zarr_backend's
+  COMPRESSORS: zstd, then CRC32C), so damage is caught on read too (the reader decodes the
+  chunk objects itself, zarr_backend.decode_chunk). The root group's attributes hold a manifest
+  copy.
 - parquet: the Parquet dataset directory `chunks/`: `part-<id:06d>.parquet` per chunk (one row
   group), columns `indices: list<int32>`, `values: list<float32>` and `label: int32`,
   `labels: list<int32>` or `target: fixed_size_list<float64>[k]`; `chunks/_common_metadata`

@@ -60,9 +60,36 @@ def close(root: Location, manifest_json: str) -> None:
     zarr.create_group(root.zarr_store(read_only=False), zarr_format=3, attributes=copy)
 
 
+def _array_key(name: str, ndim: int) -> str:
+    """The key of the one Zarr chunk of the array `name` of a row chunk's group (default chunk
+    key encoding: c/0, c/0/0)."""
+    return "/".join([name, "c"] + ["0"] * ndim)
+
+
+def decode_chunk(raw: bytes, dtype: str, where: str) -> np.ndarray:
+    """The values (1-D) of an array's one Zarr chunk as _put encodes them: the values' little-
+    endian bytes (Zarr's bytes codec), zstd-compressed, then the CRC32C of the compressed bytes
+    appended (4 bytes, little-endian): COMPRESSORS. ValueError naming `where` when the bytes
+    fail their CRC32C or are no zstd frame (damage). The values are a writable array of their
+    own."""
+    import google_crc32c
+    from numcodecs.zstd import Zstd
+
+    body, stored = raw[:-4], raw[-4:]
+    if len(raw) < 4 or google_crc32c.value(body) != int.from_bytes(stored, "little"):
+        raise ValueError(f"{where} fails its CRC32C")
+    try:
+        values = Zstd().decode(body)
+    except RuntimeError as e:
+        raise ValueError(f"{where} is not a zstd frame ({e})") from e
+    return np.frombuffer(values, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+
+
 class ZarrReader:
-    """Reads row chunks of a Zarr v3 store. The arrays of a chunk are opened on its first read
-    (their metadata is one small file each) and kept, so later passes read only the data."""
+    """Reads row chunks of a Zarr v3 store. A chunk's arrays are read as their raw Zarr chunk
+    objects, all of them in one concurrent fetch (Location.read_files; behind a URL one GET each), and
+    decoded here (decode_chunk): their shapes and dtypes are the manifest's and format 3's, so
+    their metadata files are not read."""
 
     def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
         self.root = root
@@ -71,7 +98,6 @@ class ZarrReader:
         self.manifest_copy = copy if isinstance(copy, dict) else {}
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
-        self._opened: dict[int, dict[str, zarr.Array]] = {}  # chunk id: its arrays
 
     def check(self, manifest) -> None:
         """DataMismatch when the manifest copy in the root attributes disagrees with `manifest`
@@ -80,22 +106,9 @@ class ZarrReader:
         if differs:
             raise DataMismatch(f"the manifest copy in the Zarr root attributes has another {differs}")
 
-    def _chunk_arrays(self, cid: int) -> dict[str, zarr.Array]:
-        arrays = self._opened.get(cid)
-        if arrays is None:
-            group = zarr.open_group(
-                self.root.join(CHUNKS_DIR, chunk_name(cid)).zarr_store(read_only=True), mode="r", zarr_format=3
-            )
-            names = ["indptr", "indices", "data"]
-            names += ["targets"] if self.regression else ["Y/indptr", "Y/indices"] if self.multilabel else ["y"]
-            arrays = {name: open_array(group, name) for name in names}
-            self._opened[cid] = arrays
-        return arrays
-
     def read(self, cid: int, n_rows: int, nnz: int, n_features: int, n_outputs: int):
         """Chunk cid of n_rows rows and nnz non-zeros: (X, labels). DataMismatch naming the array
-        whose dtype or length disagrees with the manifest."""
-        arrays = self._chunk_arrays(cid)
+        whose values fail their CRC32C, are missing, or whose length disagrees with the manifest."""
         where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
         expected: list[tuple[str, str, tuple[int, ...] | None]] = [
             ("indptr", "int64", (n_rows + 1,)),
@@ -108,29 +121,34 @@ class ZarrReader:
             expected += [("Y/indptr", "int64", (n_rows + 1,)), ("Y/indices", "int32", None)]
         else:
             expected.append(("y", "int32", (n_rows,)))
-        for name, dtype, shape in expected:
-            a = arrays[name]
-            if (
-                a.dtype != np.dtype(dtype)
-                or (shape is not None and a.shape != shape)
-                or (shape is None and a.ndim != 1)
-            ):
-                want = f"{' × '.join(map(str, shape))} × {dtype}" if shape is not None else dtype
-                raise DataMismatch(f"{where}/{name} holds {a.shape} × {a.dtype}, expected {want}")
-        indptr = np.asarray(arrays["indptr"][:])
+        group = self.root.join(CHUNKS_DIR, chunk_name(cid))
+        fetched = group.read_files([_array_key(name, len(shape or (0,))) for name, _, shape in expected])
+        arrays: dict[str, np.ndarray] = {}
+        for (name, dtype, shape), raw in zip(expected, fetched):
+            # Y/indices: as long as Y/indptr says (read before it), at most a label per row and class
+            size = int(np.prod(shape)) if shape is not None else int(arrays["Y/indptr"][-1])
+            if shape is None and not 0 <= size <= n_rows * max(self.n_classes, 1):
+                raise DataMismatch(f"{where}/Y/indptr ends at {size}, beyond {n_rows} rows × {self.n_classes} classes")
+            if isinstance(raw, FileNotFoundError):  # Zarr stores no chunk of fill values (0) only
+                values = np.zeros(size, dtype=dtype)
+            elif isinstance(raw, BaseException):
+                raise raw
+            else:
+                values = decode_chunk(raw, dtype, f"{where}/{name}")
+            if values.size != size:
+                raise DataMismatch(f"{where}/{name} holds {values.size} {dtype} values, expected {size}")
+            arrays[name] = values.reshape(shape) if shape is not None else values
+        indptr = arrays["indptr"]
         if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
             raise DataMismatch(f"{where}/indptr does not run from 0 to nnz={nnz} without decreasing")
-        X = sp.csr_matrix(
-            (np.asarray(arrays["data"][:]), np.asarray(arrays["indices"][:]), indptr), shape=(n_rows, n_features)
-        )
+        X = sp.csr_matrix((arrays["data"], arrays["indices"], indptr), shape=(n_rows, n_features))
         if self.regression:
-            labels = np.asarray(arrays["targets"][:])
+            labels = arrays["targets"]
         elif self.multilabel:
-            lp = np.asarray(arrays["Y/indptr"][:])
-            ids = np.asarray(arrays["Y/indices"][:])
+            lp, ids = arrays["Y/indptr"], arrays["Y/indices"]
             if lp[0] != 0 or lp[-1] != len(ids) or np.any(np.diff(lp) < 0):
                 raise DataMismatch(f"{where}/Y/indptr does not run from 0 to {len(ids)} without decreasing")
             labels = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, lp), shape=(n_rows, self.n_classes))
         else:
-            labels = np.asarray(arrays["y"][:])
+            labels = arrays["y"]
         return X, labels

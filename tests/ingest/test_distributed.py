@@ -129,7 +129,7 @@ def test_byte_ranges_of_one_large_file_give_the_in_process_store(tmp_path, clust
     path = str(tmp_path / "in" / "part-0.jsonl")
     data = open(path, "rb").read()
     o = _options(path, tmp_path / "x.zarr")
-    pieces = distributed.plan_pieces([path], o, 4096)
+    pieces = distributed.plan_pieces([path], o, {}, 4096, 4096)
     assert len(pieces) > 5 and pieces[0].byte_range[0] == 0 and pieces[-1].byte_range[1] == len(data)
     for a, b in zip(pieces, pieces[1:]):
         assert a.byte_range[1] == b.byte_range[0] and data[b.byte_range[0] - 1 : b.byte_range[0]] == b"\n"
@@ -183,13 +183,44 @@ def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluste
     labels = [f"c{rng.randint(0, 3 + r // 200)}" for r in range(600)]
     pq.write_table(pa.table({"text": texts, "label": labels}), str(tmp_path / "d.parquet"), row_group_size=50)
     o = _options(str(tmp_path / "d.parquet"), tmp_path / "x.zarr")
-    pieces = distributed.plan_pieces([str(tmp_path / "d.parquet")], o, 1024)
+    pieces = distributed.plan_pieces([str(tmp_path / "d.parquet")], o, {}, 1024, 1024)
     assert len(pieces) > 3 and [p.row_groups for p in pieces][0][0] == 0 and pieces[-1].row_groups[1] == 12
     monkeypatch.setattr(distributed, "PIECE_BYTES", 1024)
     for name, engine in (("in.zarr", {}), ("cl.zarr", {"scheduler": cluster})):
         ingest(_options(str(tmp_path / "d.parquet"), tmp_path / name, chunk_rows=128, **engine))
     assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
     assert _manifest(tmp_path / "in.zarr")["classes"][-1] == "c5"
+
+
+def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp_path, cluster, monkeypatch):
+    """A tar.gz of class folders in parts of a few members: the store (every chunk digest) and
+    the quarantined documents are those of N = 0 for N = 1 and 2."""
+    import io
+    import tarfile
+
+    from streamfit.ingest import distributed
+
+    rng = random.Random(2)
+    with tarfile.open(tmp_path / "news.tar.gz", "w:gz") as tar:
+        for i in range(90):
+            data = " ".join(rng.choices([f"w{j}" for j in range(60)], k=20)).encode() if i % 31 else b"\xff bad"
+            info = tarfile.TarInfo(f"train/c{i % (2 + i // 30)}/{i}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path = str(tmp_path / "news.tar.gz")
+    monkeypatch.setattr(distributed, "PIECE_BYTES", 1000)  # archives over it are cut
+    monkeypatch.setattr(distributed, "ARCHIVE_PIECE_BYTES", 600)
+    kw = {"chunk_rows": 16, "on_bad_record": "quarantine"}
+    stores = {}
+    for name, engine in (("n0", {}), ("n1", {"n_workers": 1}), ("n2", {"scheduler": cluster})):
+        ingest(_options(path, tmp_path / name, quarantine=str(tmp_path / f"{name}.bad"), **kw, **engine))
+        stores[name] = [_manifest(tmp_path / name), (tmp_path / f"{name}.bad").read_text()]
+    assert stores["n1"] == stores["n0"] and stores["n2"] == stores["n0"]
+    assert len(distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, 1000, 600)) > 4
+    assert len(distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, 1 << 20, 600)) == 1
+    m = stores["n0"][0]
+    assert m["n_rows"] == 87 and m["classes"] == ["c1", "c0", "c2", "c3"]  # document 0 is bad
+    assert stores["n0"][1].count("\n") == 3
 
 
 def _driver_writes_no_chunk(monkeypatch):

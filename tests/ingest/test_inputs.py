@@ -75,9 +75,10 @@ def test_hive_partition_values_are_columns_of_a_parquet_dataset(tmp_path):
 
 
 @pytest.mark.slow
-def test_an_archive_and_an_hdf5_file_behind_a_url_give_the_stores_of_their_local_copies(tmp_path, s3):
-    """A tar.gz folder archive and an HDF5 file read from the S3 server (a stream; ranged reads):
-    the stores of the local files, but for the paths recorded."""
+def test_an_archive_hdf5_and_numpy_files_behind_a_url_give_the_stores_of_their_local_copies(tmp_path, s3):
+    """A tar.gz folder archive, an HDF5 file and NumPy files (an .npz, an .npy with labels in
+    another .npy) read from the S3 server (a stream; ranged reads; whole files): the stores of
+    the local files, but for the paths recorded."""
     import h5py
     import numpy as np
 
@@ -86,13 +87,22 @@ def test_an_archive_and_an_hdf5_file_behind_a_url_give_the_stores_of_their_local
     h5 = tmp_path / "d.h5"
     with h5py.File(h5, "w") as f:
         f["X"], f["y"] = rng.random((300, 6)), rng.integers(0, 3, 300)
+    np.savez(tmp_path / "d.npz", X=rng.random((200, 5)), y=rng.integers(0, 4, 200))
+    np.save(tmp_path / "x.npy", rng.random((100, 3)))
+    np.save(tmp_path / "labels.npy", rng.integers(0, 2, 100))
+    s3.put(str(tmp_path / "labels.npy"), "streamfit-test/url-inputs/labels.npy")
     text = {"source_options": {"subset": "training"}, "hashing": HashingConfig(n_features=2**12)}
-    for local, options in ((archive, text), (str(h5), {"source_options": {"x_dataset": "X", "y_dataset": "y"}})):
+    numeric = {"source_options": {"x_dataset": "X", "y_dataset": "y"}}
+    labels = {"local": str(tmp_path / "labels.npy"), "s3": "s3://streamfit-test/url-inputs/labels.npy"}
+    inputs = [(archive, text), (str(h5), numeric), (str(tmp_path / "d.npz"), numeric), (str(tmp_path / "x.npy"), {})]
+    for local, options in inputs:
         name = os.path.basename(local)
         s3.put(local, f"streamfit-test/url-inputs/{name}")
         manifests = []
-        for source in (local, f"s3://streamfit-test/url-inputs/{name}"):
+        for where, source in (("local", local), ("s3", f"s3://streamfit-test/url-inputs/{name}")):
             out = tmp_path / f"{len(manifests)}-{name}.zarr"
+            if name == "x.npy":  # its labels in another .npy, where it is
+                options = {"source_options": {"y_path": labels[where]}, "hashing": None}
             ingest(IngestOptions(inputs=[source], out=str(out), progress=False, **options))
             m = open_store(str(out)).manifest
             manifests.append((m.n_rows, m.classes, [c.sha256 for c in m.chunks], m.source["paths"]))
@@ -104,10 +114,9 @@ def test_an_archive_and_an_hdf5_file_behind_a_url_give_the_stores_of_their_local
     "url, format, problem",
     [
         ("memory://streamfit-tests/corpus.zip", "folder", "a folder corpus is read from a local path only"),
-        ("memory://streamfit-tests/x.npy", "numpy", "numpy inputs are read from local paths only"),
     ],
 )
-def test_a_folder_or_numpy_file_behind_a_url_is_a_clear_error(url, format, problem):
+def test_a_folder_behind_a_url_is_a_clear_error(url, format, problem):
     import fsspec
 
     from streamfit.ingest.sources import BadRecordPolicy, open_source

@@ -100,6 +100,46 @@ def test_tar_archive(read, tmp_path, batch_size, name, mode):
     assert source.n_read == 4
 
 
+@pytest.mark.parametrize("name, mode", [("n.tar.gz", "w:gz"), ("n.tar", "w"), ("n.tar.pax", "w:pax")])
+def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
+    """archive_parts cuts at member headers (a long name's header included); its parts read one
+    after the other give the whole archive's documents, locations and bad records. A global pax
+    header keeps the archive whole."""
+    from streamfit.ingest.sources import archive_parts
+
+    files = {**NEWS, f"20news-bydate-train/sci.space/{'long' * 40}": "Long name.\n"}
+    files |= {f"20news-bydate-train/c{i % 3}/{i}": "w " * (30 + i) for i in range(40)}
+    files["20news-bydate-train/c1/bad"] = b"\xff\xfe not utf-8"
+    pax = {"comment": "a global header"} if mode.endswith("pax") else None
+    tar = tarfile.open(tmp_path / name.replace(".pax", ""), mode.replace(":pax", ""), pax_headers=pax)
+    with tar:
+        for member, text in files.items():
+            data = text.encode("latin-1") if isinstance(text, str) else text
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path = tar.name
+    opts = {"subset": "20news-bydate-train"}
+    parts = archive_parts(path, 256, **opts)
+
+    def documents(policy, **part):
+        batches = list(open_source(path, policy=policy, **opts, **part))
+        return read.labels(batches), read.locations(batches), read.texts(batches)
+
+    whole_policy, parts_policy = BadRecordPolicy("skip"), BadRecordPolicy("skip")
+    whole = documents(whole_policy)
+    assert len(whole[0]) == 44 and whole_policy.n_skipped == 2  # 60156 and bad are not UTF-8
+    if mode.endswith("pax"):
+        assert len(parts) == 1
+        return
+    assert len(parts) > 10 and parts[0].start == 0 and parts[-1].stop is None
+    assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
+    assert all(p.prefix == ("20news-bydate-train",) for p in parts)
+    pieces = [documents(parts_policy, archive_part=p) for p in parts]
+    assert tuple(sum((piece[k] for piece in pieces), []) for k in range(3)) == whole
+    assert parts_policy.n_skipped == 2
+
+
 def test_tar_needs_subset(tmp_path):
     path = make_tar(tmp_path / "20news.tar.gz", NEWS)
     with pytest.raises(InputError, match="20news.tar.gz: holds several folders.*--subset"):

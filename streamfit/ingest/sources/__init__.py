@@ -30,7 +30,7 @@ from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_pa
 from streamfit.ingest.sources.arff import ArffSource
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
-from streamfit.ingest.sources.folder import TAR_SUFFIXES, FolderSource
+from streamfit.ingest.sources.folder import TAR_SUFFIXES, ArchivePart, FolderSource
 from streamfit.ingest.sources.hdf5 import Hdf5Source
 from streamfit.ingest.sources.jsonl import JsonlSource
 from streamfit.ingest.sources.libsvm import LibsvmSource
@@ -87,6 +87,7 @@ def _options(cls) -> set[str]:
         "numeric_targets",
         "byte_range",
         "row_groups",
+        "archive_part",
     }
 
 
@@ -217,6 +218,7 @@ def open_source(
     numeric_targets: bool = False,
     byte_range: tuple[int, int] | None = None,
     row_groups: tuple[int, int] | None = None,
+    archive_part: ArchivePart | None = None,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
@@ -225,8 +227,8 @@ def open_source(
     (ingest --target numeric), else as a multilabel indicator; the options are checked first
     (check_options). byte_range: bytes [start, stop) of an
     uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS); row_groups:
-    row groups [start, stop) of a Parquet file (pieces of a distributed ingest, see
-    streamfit.ingest.distributed)."""
+    row groups [start, stop) of a Parquet file; archive_part: members of a tar archive
+    (archive_parts) (pieces of a distributed ingest, see streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
@@ -244,8 +246,6 @@ def open_source(
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
-    if is_url(path) and format == "numpy":  # memory-mapped
-        raise InputError(path, "numpy inputs are read from local paths only", "copy the input to a local disk")
     if is_url(path) and format == "folder" and not path.lower().endswith(TAR_SUFFIXES):
         raise InputError(
             path,
@@ -267,4 +267,17 @@ def open_source(
         if format != "parquet":
             raise ValueError(f"{path}: {format} files have no row groups")
         kept["row_groups"] = row_groups
+    if archive_part is not None:
+        if format != "folder":
+            raise ValueError(f"{path}: {format} files have no archive members")
+        kept["archive_part"] = archive_part
     return cls(path, policy=policy, batch_size=batch_size, **kept)
+
+
+def archive_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS, **options) -> list[ArchivePart]:
+    """A tar archive (format folder) cut into parts of about part_bytes of member data, read
+    with the format options `options` (subset, class_folders): FolderSource.archive_parts."""
+    kept = {k: v for k, v in options.items() if k in _options(FolderSource)}
+    whole = ArchivePart(0, None, ())  # the layout is decided in archive_parts' own listing pass
+    source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, archive_part=whole, **kept)
+    return source.archive_parts(part_bytes)

@@ -123,20 +123,22 @@ class _CheckedStream(io.RawIOBase):
 
 
 class _ByteRange(io.RawIOBase):
-    """Bytes [start, stop) of a seekable binary stream."""
+    """Bytes [start, stop) of a seekable binary stream (stop None: to its end). A decompressing
+    stream seeks forward by decompressing the bytes before start."""
 
-    def __init__(self, stream, start: int, stop: int):
+    def __init__(self, stream, start: int, stop: int | None):
         stream.seek(start)
         self._stream = stream
-        self._left = stop - start
+        self._left = stop - start if stop is not None else None
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer) -> int:
-        view = memoryview(buffer)[: self._left]
+        view = memoryview(buffer) if self._left is None else memoryview(buffer)[: self._left]
         n = self._stream.readinto(view) if view.nbytes else 0
-        self._left -= n
+        if self._left is not None:
+            self._left -= n
         return n
 
     def close(self) -> None:
@@ -148,13 +150,14 @@ def open_binary(
     path: str,
     extension: str | None = None,
     max_bytes: int = DEFAULT_INPUT_BYTES,
-    byte_range: tuple[int, int] | None = None,
+    byte_range: tuple[int, int | None] | None = None,
 ) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
     path unless given); reading more than max_bytes (after decompression) raises InputError.
     Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
     decompressors produce at most what a read asks for. byte_range: only bytes [start, stop)
-    of an uncompressed file (a piece of a distributed ingest)."""
+    of the file's contents, after decompression (stop None: to the end; a piece of a
+    distributed ingest); the bytes before start are decompressed, not counted in max_bytes."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
@@ -162,13 +165,11 @@ def open_binary(
         raw = resolve(path).open_read() if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:
             stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
-            if byte_range is not None:
-                stream = _ByteRange(stream, *byte_range)
-        elif byte_range is not None:
-            raise ValueError(f"{path}: a byte range of a compressed file cannot be read")
         else:
             kind, opener = compression
             stream = opener(raw, "rb")
+        if byte_range is not None:
+            stream = _ByteRange(stream, *byte_range)
         return io.BufferedReader(_CheckedStream(stream, path, kind, max_bytes), 1 << 20)
     except FileNotFoundError:
         raise InputError(path, "no such file") from None

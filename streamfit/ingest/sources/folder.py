@@ -30,6 +30,7 @@ import functools
 import os
 import stat
 import tarfile
+from dataclasses import dataclass
 
 from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
@@ -54,6 +55,17 @@ _NOT_REGULAR = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+@dataclass(frozen=True)
+class ArchivePart:
+    """A piece of a tar archive (distributed ingest): the members whose first header lies in
+    bytes [start, stop) of the decompressed archive (stop None: to its end), read with the
+    layout `prefix` (FolderSource.prefix) decided over the whole archive."""
+
+    start: int
+    stop: int | None
+    prefix: tuple[str, ...]
 
 
 class _NotADocument(Exception):
@@ -102,7 +114,9 @@ class FolderSource:
         encoding_errors: str = "strict",
         class_folders: bool = True,
         limits: ReadLimits = DEFAULT_LIMITS,
+        archive_part: ArchivePart | None = None,
     ):
+        """archive_part: read only that part of a tar archive (see archive_parts)."""
         self.path = os.fspath(path)
         require_path(self.path, directory_ok=True)
         self.is_dir = os.path.isdir(self.path)
@@ -119,17 +133,20 @@ class FolderSource:
         self.class_folders = class_folders
         self.limits = limits
         self.root = os.path.realpath(self.path)  # where links may lead
+        self.part = archive_part
         # an archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
         # the folder holding the class folders as path parts, () at the top; None: an archive's
         # subset, decided by the first file that matches it as it is read
         self.prefix: tuple[str, ...] | None
-        if subset is not None and not self.is_dir:
+        if archive_part is not None:
+            self.prefix = archive_part.prefix
+        elif subset is not None and not self.is_dir:
             self.prefix = None
         elif not class_folders and subset is None:
             self.prefix = ()
         else:
-            self.prefix = self._layout(subset)
+            self.prefix = self._layout(subset, ((parts, listed) for parts, _, _, listed in self._files()))
         self.n_read = 0
 
     def __iter__(self):
@@ -179,7 +196,7 @@ class FolderSource:
                 yield batcher.take()
         if len(batcher):
             yield batcher.take()
-        if self.subset is not None and self.n_read == 0:
+        if self.subset is not None and self.n_read == 0 and self.part is None:
             listed = ", ".join(sorted(tops)) or "none"
             raise InputError(self.path, f"no folder {self.subset!r}", f"--subset must be one of: {listed}")
 
@@ -197,13 +214,14 @@ class FolderSource:
             return tuple(parts[:-2])
         return None
 
-    def _layout(self, subset: str | None) -> tuple[str, ...]:
+    def _layout(self, subset: str | None, entries) -> tuple[str, ...]:
         """The folder to read from as path parts: the one subset names, the one folder that holds
-        class folders at the shallowest depth, or () when classes are at the top."""
+        class folders at the shallowest depth, or () when classes are at the top. entries: (path
+        parts, listed as a file) of the input's entries (_files)."""
         parents = set()  # the folders that hold the class folders of the files, at each file's depth
         depths = set()
         matches = set()
-        for parts, _, _, listed_as_file in self._files():
+        for parts, listed_as_file in entries:
             if not listed_as_file:  # a bad record whatever the layout
                 continue
             depths.add(len(parts))
@@ -303,27 +321,70 @@ class FolderSource:
             )
         return data
 
-    def _tar_files(self):
+    def _tar_members(self):
+        """(tar, member) of each member of the archive (of self.part), in archive order."""
         extension = os.path.splitext(self.path)[1].lower()
+        part = (self.part.start, self.part.stop) if self.part is not None else None
         # Decompressing outside tarfile makes a truncated stream an error: tarfile alone takes
-        # a stream cut at a member boundary for the end of the archive.
+        # a stream cut at a member boundary for the end of the archive (as a part's stop is).
         try:
             with (
                 open_binary(
-                    self.path, _COMPRESSED_TARS.get(extension, extension), max_bytes=self.limits.input_bytes
+                    self.path,
+                    _COMPRESSED_TARS.get(extension, extension),
+                    max_bytes=self.limits.input_bytes,
+                    byte_range=part,
                 ) as f,
                 tarfile.open(fileobj=f, mode="r|") as tar,
             ):
                 for member in tar:
-                    parts = [p for p in member.name.split("/") if p not in ("", ".")]
-                    location = f"{self.path}:{member.name}"
-                    unsafe = member.name.startswith("/") or ".." in parts
-                    if member.isdir() or not parts or (not unsafe and any(p.startswith(".") for p in parts)):
-                        continue
-                    read = functools.partial(self._read_member, tar, member, unsafe)
-                    yield parts, location, read, member.isfile() and not unsafe
+                    yield tar, member
+                self._global_header = bool(tar.pax_headers)
         except _TAR_ERRORS as e:
             raise self._corrupt(e) from None
+
+    def _tar_files(self):
+        for tar, member in self._tar_members():
+            entry = self._tar_entry(tar, member)
+            if entry is not None:
+                yield entry
+
+    def _tar_entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo):
+        """The _files entry of an archive member; None for a folder or a hidden name."""
+        parts = [p for p in member.name.split("/") if p not in ("", ".")]
+        unsafe = member.name.startswith("/") or ".." in parts
+        if member.isdir() or not parts or (not unsafe and any(p.startswith(".") for p in parts)):
+            return None
+        read = functools.partial(self._read_member, tar, member, unsafe)
+        return parts, f"{self.path}:{member.name}", read, member.isfile() and not unsafe
+
+    def archive_parts(self, part_bytes: int) -> list[ArchivePart]:
+        """The tar archive cut into parts of about part_bytes of member data each (the cuts at
+        member headers, fixed by the archive), with the layout of the whole archive, in one
+        listing pass over it (a compressed archive: one decompression; each part's reader
+        decompresses the bytes before its start again). One part when the archive has a
+        global pax header (which applies to the members after it)."""
+        cuts, since = [0], 0
+
+        def entries():
+            nonlocal since
+            for tar, member in self._tar_members():
+                if since >= part_bytes:
+                    cuts.append(member.offset)
+                    since = 0
+                since += member.size
+                entry = self._tar_entry(tar, member)
+                if entry is not None:
+                    yield entry[0], entry[3]
+
+        listing = entries()
+        decided = self.class_folders or self.subset is not None  # as __init__ decides the layout
+        prefix = self._layout(self.subset, listing) if decided else ()
+        for _ in listing:  # the rest, when the layout needed no listing
+            pass
+        if self._global_header:
+            cuts = [0]
+        return [ArchivePart(lo, hi, prefix) for lo, hi in zip(cuts, cuts[1:] + [None])]
 
     def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo, unsafe: bool) -> bytes:
         recreate = "re-create the archive from the folder"

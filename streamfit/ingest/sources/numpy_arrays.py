@@ -6,10 +6,12 @@
 - a scipy.sparse.save_npz file is read as sparse rows (SparseBatch); it holds no labels, so
   y_path is required. The matrix is loaded whole.
 - y_dataset=None reads no labels (every label None, as `streamfit predict` reads unlabeled rows).
+- behind a URL (s3://…, through fsspec) a file is read whole into memory, not memory-mapped.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import zipfile
 from typing import NamedTuple
@@ -21,6 +23,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
 from streamfit.ingest.sources.arrays import array_batches, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.storage import is_url, resolve
 
 _SCIPY_KEYS = {"format", "shape", "data", "indices", "indptr"}
 
@@ -83,9 +86,15 @@ class NumpySource:
     def _is_npz(self) -> bool:
         return self.path.lower().endswith(".npz")
 
-    def _load(self, path: str, **kwargs):
+    @staticmethod
+    def _file(path: str):
+        """path itself, or behind a URL the file's bytes (memory-mapping needs a local file)."""
+        return io.BytesIO(resolve(path).read_bytes()) if is_url(path) else path
+
+    def _load(self, path: str, mapped: bool = False):
+        """np.load of path: memory-mapped read-only when `mapped` and path is local."""
         try:
-            return np.load(path, **kwargs)
+            return np.load(self._file(path), mmap_mode="r" if mapped and not is_url(path) else None)
         except (OSError, ValueError, zipfile.BadZipFile) as e:
             raise InputError(path, f"not a readable .npy/.npz file ({e})") from None
 
@@ -93,11 +102,11 @@ class NumpySource:
         """(X, y): memory maps for .npy, loaded arrays for .npz (y None without labels); with
         load_x=False, X of an .npz is only described (shape, dtype), so opening a source does not load it."""
         labeled = self.y_dataset is not None
-        y = None if self.y_path is None or not labeled else self._load(self.y_path, mmap_mode="r")
+        y = None if self.y_path is None or not labeled else self._load(self.y_path, mapped=True)
         if not self._is_npz:
             if y is None and labeled:
                 raise InputError(self.path, "a .npy file holds no labels", "pass --option y_path=LABELS.npy")
-            return self._load(self.path, mmap_mode="r"), y
+            return self._load(self.path, mapped=True), y
         with self._load(self.path) as npz:
             keys = set(npz.files)
             if self.x_dataset not in keys and _SCIPY_KEYS <= keys:
@@ -106,7 +115,7 @@ class NumpySource:
                         self.path, "a scipy sparse .npz holds no labels", "pass --option y_path=LABELS.npy"
                     )
                 if load_x:
-                    return sp.load_npz(self.path).tocsr(), y
+                    return sp.load_npz(self._file(self.path)).tocsr(), y
                 return _Header(tuple(npz["shape"]), _npz_header(npz, "data").dtype, True), y
             listed = ", ".join(sorted(keys)) or "none"
             if self.x_dataset not in keys:
