@@ -103,8 +103,8 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.linalg.lapack import dpotrf, dpotrs
 from pydantic import Field, model_validator
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
@@ -1597,7 +1597,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         S, T, ysq = state.normal_gram, state.normal_rhs, state.normal_ysq
         assert S is not None and T is not None and ysq is not None, "set together by init"
         n_blocks = self._n_blocks(state)
-        V = np.zeros_like(T)
+        V = np.zeros(T.shape)
         for stage_block, stage_W in zip(state.blocks, state.weights):
             V[self._normal_rows(stage_block)] += stage_W
         if state.generator == "gradient" and state.step % n_blocks == 0:

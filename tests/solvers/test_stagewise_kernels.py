@@ -84,3 +84,23 @@ def test_rowwise_matmul_mixed_precision_and_shape_error():
     assert rowwise_matmul(A, B.astype(np.float64)).dtype == np.float64  # the wider precision
     with pytest.raises(ValueError, match="do not multiply"):
         rowwise_matmul(A, B.T)
+
+
+def test_single_threaded_blas_nests_and_restores():
+    """BLAS on one thread inside the context, nested ones included; the threads it found after
+    the outermost one, also when the body raises."""
+    from threadpoolctl import threadpool_info
+
+    from streamfit.solvers.stagewise_kernels import single_threaded_blas
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    with pytest.raises(KeyError):
+        with single_threaded_blas():
+            with single_threaded_blas():
+                assert set(blas_threads()) <= {1}
+            assert set(blas_threads()) <= {1}
+            raise KeyError
+    assert blas_threads() == before
