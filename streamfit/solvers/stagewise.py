@@ -124,7 +124,7 @@ from streamfit.solvers.stagewise_kernels import (
 )
 from streamfit.store import ChunkSource
 from streamfit.store.dense_kernels import column_counts
-from streamfit.store.store import CHUNK_CACHE_BYTES
+from streamfit.store.store import CHUNK_CACHE_BYTES, target_matrix
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 AUTO_RFF_MAX_INPUTS = 1000
@@ -635,10 +635,12 @@ def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> S
     on the CSR form's toarray(), which holds the same values): no CSR form is made."""
     dense = source.dense_chunk(chunk_id)
     if dense is not None:
-        D, Y = dense
+        D, labels = dense
         nnz, nonfinite = column_counts(D)
-        if not normal or nnz.sum() >= DENSE_MIN_DENSITY * D.size:
-            return ScanCounts(nnz, nonfinite, _dense_normal_sums(D, Y) if normal else None)
+        if not normal:
+            return ScanCounts(nnz, nonfinite, None)
+        if nnz.sum() >= DENSE_MIN_DENSITY * D.size:
+            return ScanCounts(nnz, nonfinite, _dense_normal_sums(D, target_matrix(labels, source.n_classes)))
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
     return ScanCounts(

@@ -119,10 +119,10 @@ class ChunkSource:
     def read_chunk(self, i: int) -> Chunk:
         raise NotImplementedError
 
-    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """(X, T) of chunk i when the source holds X as a dense array (an InMemoryStore of a
-        numpy X), else None: its rows as a C-contiguous float64 array and its `target_matrix`,
-        for readers that want dense rows without the CSR form read_chunk gives."""
+    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray | sp.csr_matrix] | None:
+        """(X, labels) of chunk i when the source holds X as a dense array (an InMemoryStore of
+        a numpy X), else None: its rows as a C-contiguous float64 array and its labels as
+        read_chunk gives them, for readers that want dense rows without the CSR form."""
         return None
 
     def chunk_bounds(self, i: int) -> tuple[int, int]:
@@ -443,11 +443,11 @@ class InMemoryStore(ChunkSource):
         lo, hi = self.chunk_bounds(i)
         return Chunk(i, lo, self.X[lo:hi], self.labels[lo:hi])
 
-    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray | sp.csr_matrix] | None:
         if self.dense is None:
             return None
         lo, hi = self.chunk_bounds(i)
-        return self.dense[lo:hi], target_matrix(self.labels[lo:hi], self.n_classes)
+        return self.dense[lo:hi], self.labels[lo:hi]
 
 
 def _dense_to_csr(X) -> sp.csr_matrix:
