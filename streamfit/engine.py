@@ -247,7 +247,7 @@ class Engine:
         if not worker_timeout > 0:
             raise ValueError(f"worker_timeout must be > 0 seconds, got {worker_timeout!r}")
         self.scheduler = scheduler
-        self.n_workers = n_workers or os.cpu_count() or 1
+        self.n_workers = n_workers  # None: one per core (`start`; os.cpu_count reads /sys, not free per fit)
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.progress = progress
@@ -295,7 +295,7 @@ class Engine:
             self._cluster_config.enter_context(_worker_start_method())
             try:
                 self.cluster = LocalCluster(
-                    n_workers=self.n_workers,
+                    n_workers=self.n_workers or os.cpu_count() or 1,
                     threads_per_worker=self.threads_per_worker,
                     processes=True,
                     memory_limit=self.memory_limit,

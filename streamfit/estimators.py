@@ -1,8 +1,9 @@
 """scikit-learn style estimators for in-memory arrays.
 
-They run exactly the code path of `streamfit train`: the arrays are wrapped in an
-InMemoryStore, the solver runs on Engine(mode="inprocess") with Checkpointer(None) (per-sample
-state in memory) and a MetricsLog kept in `history_`.
+They run the solvers of `streamfit train` through the same driver: the arrays are wrapped in an
+InMemoryStore (a dense X stays dense until a solver reads it as CSR), the solver runs on
+Engine(mode="inprocess") without checkpoints (per-sample state in memory; an estimator never
+resumes, so nothing is copied or written) and a MetricsLog kept in `history_`.
 
 scikit-learn is not a dependency, so the estimators do not inherit its BaseEstimator and
 ClassifierMixin; they implement what those give: `get_params` / `set_params` by its rules,
@@ -41,7 +42,6 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
 from streamfit.objectives import objective_for
@@ -197,13 +197,16 @@ def _estimator_signature(params: type[SolverParams], renamed: dict[str, _Renamed
 
 def _estimator_init(signature: inspect.Signature):
     """An __init__ with this signature that stores every argument as an attribute of the same
-    name, unchanged (scikit-learn's rule: validation happens in fit)."""
+    name, unchanged (scikit-learn's rule: validation happens in fit). The keyword-only defaults
+    are read from the signature once (binding each call cost more than a small fit's solve)."""
+    defaults = {name: p.default for name, p in signature.parameters.items() if name != "self"}
 
     def __init__(self, **kwargs):
-        bound = signature.bind(self, **kwargs)
-        bound.apply_defaults()
-        for name, value in list(bound.arguments.items())[1:]:
-            setattr(self, name, value)
+        unknown = kwargs.keys() - defaults.keys()
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        for name, default in defaults.items():
+            setattr(self, name, kwargs.get(name, default))
 
     __init__.__signature__ = signature  # type: ignore[attr-defined]  # typeshed's function type lacks __signature__, which inspect.signature reads
     return __init__
@@ -327,10 +330,9 @@ class _SolverEstimator(_ParamsMixin):
         names, labels, y_dtype = self._check_y(y, X.shape[0])
         self._set_targets(names, y)
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
-        checkpointer = Checkpointer(None, config=params.model_settings(), store_fingerprint="in-memory")
         log = MetricsLog(None)
         with Engine(mode="inprocess") as engine:
-            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=checkpointer, log=log)
+            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=None, log=log)
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
         self._y_dtype = y_dtype

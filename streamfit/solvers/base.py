@@ -213,7 +213,8 @@ class Solver(Generic[StateT]):
         stop_after: int | None = None,
         checkpoint_every: int = 1,
     ) -> Model:
-        """Train on `source` through the driver (streamfit.solvers.driver.run)."""
+        """Train on `source` through the driver (streamfit.solvers.driver.run); checkpointer None:
+        no checkpoints (the estimators, which never resume)."""
         from streamfit.solvers.driver import run
 
         return run(

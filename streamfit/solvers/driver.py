@@ -15,6 +15,12 @@
 A checkpoint holds the state dataclass field by field (see streamfit.solvers.base for the
 kinds), with the schema {field: kind}; a resume refuses a checkpoint whose schema differs from
 the solver's State, or whose values have the wrong type, naming the field.
+
+Without a checkpointer (`checkpointer=None`: the estimators on in-memory arrays, which never
+resume) there are no checkpoints at all: per-sample state lives in an in-memory ChunkState, the
+versions the state no longer refers to are dropped after each step, and nothing is copied or
+written. The state goes through the same steps, and its append-only entries are given the same
+C-ordered layout a checkpoint gives them, so the model is bitwise the one a checkpointed run ends with.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from streamfit.checkpoint import ChunkState
 from streamfit.errors import CheckpointError, TimeLimitReached
 from streamfit.solvers.base import Context, PerSample, Solver, SolverState
 
@@ -49,15 +56,18 @@ def run(
     checkpoint_every: int = 1,
 ):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
-    `checkpointer` (streamfit.checkpoint.Checkpointer) and logging each step to `metrics`
-    (streamfit.runlog.MetricsLog). resume: continue from the newest checkpoint, if any.
-    stop_after: return the current model after that many steps in this call (a later call with
-    resume=True continues; for time-boxed jobs and tests). checkpoint_every: save every k steps
-    (and always after the last step of the call)."""
+    `checkpointer` (streamfit.checkpoint.Checkpointer; None: no checkpoints, see the module
+    docstring) and logging each step to `metrics` (streamfit.runlog.MetricsLog). resume:
+    continue from the newest checkpoint, if any. stop_after: return the current model after that
+    many steps in this call (a later call with resume=True continues; for time-boxed jobs and
+    tests). checkpoint_every: save every k steps (and always after the last step of the call)."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    if resume and checkpointer is None:
+        raise ValueError("resume needs a checkpointer to resume from")
     solver.check_source(source)
-    ctx = Context(source=source, engine=engine, chunk_state=checkpointer.state)
+    chunk_state = ChunkState(None) if checkpointer is None else checkpointer.state
+    ctx = Context(source=source, engine=engine, chunk_state=chunk_state)
     saver = _StateSaver(solver.State, checkpointer)
     state = None
     if resume:
@@ -67,7 +77,7 @@ def run(
             solver.check_resume(ctx, state)
             metrics.truncate_after(ckpt.step)
     if state is None:
-        checkpointer.state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
+        chunk_state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
         state = solver.init(ctx)
         saver.save(state)
         _check_deadline(checkpointer, state.step)
@@ -81,7 +91,10 @@ def run(
             model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
             metrics.log(state.step, model=model, final=last, planned=solver.max_steps(state), **fields)
             pause = stop_after is not None and taken >= stop_after
-            if last or pause or solver.checkpoint_due(state, checkpoint_every):
+            if checkpointer is None:  # the entries' layout; only the state's per-sample versions stay
+                saver.save(state)
+                chunk_state.keep_only(saver.references(state))
+            elif last or pause or solver.checkpoint_due(state, checkpoint_every):
                 saver.save(state)
                 _check_deadline(checkpointer, state.step)
             else:  # per-sample versions that neither a kept checkpoint nor the state refers to
@@ -101,7 +114,7 @@ def run(
 
 
 def _check_deadline(checkpointer, step: int) -> None:
-    if checkpointer.past_deadline():
+    if checkpointer is not None and checkpointer.past_deadline():
         raise TimeLimitReached(checkpointer.run_dir, step, checkpointer.time_limit)
 
 
@@ -117,8 +130,19 @@ def _type_hints(state_cls: type[SolverState]) -> dict[str, Any]:
     return hints
 
 
+_FIELD_KINDS: dict[type, dict[str, str]] = {}
+
+
 def field_kinds(state_cls: type[SolverState]) -> dict[str, str]:
-    """{field: kind} of a state dataclass, from its annotations (the checkpoint's schema)."""
+    """{field: kind} of a state dataclass, from its annotations (the checkpoint's schema);
+    worked out once per class (a copy is returned)."""
+    kinds = _FIELD_KINDS.get(state_cls)
+    if kinds is None:
+        kinds = _FIELD_KINDS[state_cls] = _field_kinds(state_cls)
+    return dict(kinds)
+
+
+def _field_kinds(state_cls: type[SolverState]) -> dict[str, str]:
     hints = _type_hints(state_cls)
     kinds = {}
     for f in dataclasses.fields(state_cls):
@@ -145,31 +169,46 @@ def _is_union(t) -> bool:
 class _StateSaver:
     """State dataclass ⇄ checkpoint (meta, arrays, per-sample versions). Append-only lists are
     written to the per-sample store under the field's name, version 0, entry i as "chunk" i;
-    each entry once."""
+    each entry once. With checkpointer None, `save` only gives the new entries their layout."""
 
     def __init__(self, state_cls: type[SolverState], checkpointer):
         self.state_cls = state_cls
         self.kinds = field_kinds(state_cls)
         self.hints = _type_hints(state_cls)
         self.checkpointer = checkpointer
-        self.written: dict[str, int] = {}  # entries of each append-only list already in the per-sample store
+        self.lists = [name for name, kind in self.kinds.items() if kind == ARRAY_LIST]
+        self.per_sample = [name for name, kind in self.kinds.items() if kind == PER_SAMPLE]
+        self.written: dict[str, int] = {}  # entries of each append-only list laid out (and stored, if checkpointed)
 
     def references(self, state: SolverState) -> set[tuple[str, int]]:
         """The per-sample (name, version) pairs that `state` refers to."""
-        refs = set()
-        for name, kind in self.kinds.items():
+        refs = {(name, 0) for name in self.lists}
+        for name in self.per_sample:
             value = getattr(state, name)
-            if kind == PER_SAMPLE and value is not None and value.written:
+            if value is not None and value.written:
                 refs.add((value.name, value.version))
-            elif kind == ARRAY_LIST:
-                refs.add((name, 0))
         return refs
 
+    def _new_entries(self, state: SolverState) -> list[tuple[str, int, np.ndarray]]:
+        """(field, index, entry) of the entries appended to the lists since the last save, each
+        given the C-ordered layout it is stored in, so that sums over the entries run in the same
+        order in this run as in one resumed from a checkpoint (or in one without checkpoints)."""
+        entries = []
+        for name in self.lists:
+            value = getattr(state, name)
+            for i in range(self.written.get(name, 0), len(value)):
+                value[i] = np.ascontiguousarray(value[i])
+                entries.append((name, i, value[i]))
+        return entries
+
     def save(self, state: SolverState) -> None:
+        entries = self._new_entries(state)
+        if self.checkpointer is None:
+            self.written.update((name, len(getattr(state, name))) for name in self.lists)
+            return
         values, arrays, per_sample = {}, {}, {}
         versions: dict[str, int] = {}
         counts: dict[str, int] = {}
-        entries: list[tuple[str, int, np.ndarray]] = []  # new entries of append-only lists
         written: dict[str, int] = {}  # self.written once they are on disk
         in_memory = self.checkpointer.root is None
         for name, kind in self.kinds.items():
@@ -178,11 +217,6 @@ class _StateSaver:
                 if value is not None:
                     arrays[name] = np.array(value, copy=True) if in_memory else np.asarray(value)
             elif kind == ARRAY_LIST:
-                for i in range(self.written.get(name, 0), len(value)):
-                    # stored C-ordered; the entry takes that layout, so that sums over it run in the
-                    # same order in this run as in one resumed from the checkpoint
-                    value[i] = np.ascontiguousarray(value[i])
-                    entries.append((name, i, value[i]))
                 written[name] = len(value)
                 if value:
                     versions[name], counts[name] = 0, len(value)

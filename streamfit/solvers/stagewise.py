@@ -104,6 +104,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 from pydantic import Field, model_validator
+from scipy.linalg.lapack import dpotrf, dpotrs
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
@@ -123,7 +124,8 @@ from streamfit.solvers.stagewise_kernels import (
     sparse_gram,
 )
 from streamfit.store import Chunk, ChunkSource
-from streamfit.store.store import CHUNK_CACHE_BYTES
+from streamfit.store.dense_kernels import column_counts
+from streamfit.store.store import CHUNK_CACHE_BYTES, target_matrix
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 AUTO_RFF_MAX_INPUTS = 1000
@@ -649,7 +651,18 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
 
 def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> ScanCounts:
     """The chunk's non-zeros per column and non-finite values, and with `normal` its
-    `NormalSums` (`_normal_sums`)."""
+    `NormalSums`. A source that holds X dense (`ChunkSource.dense_chunk`: an in-memory array) is
+    counted on its dense rows, and when they are dense enough for dense products its sums are
+    those products on the rows themselves (`_dense_normal_sums`, as `_normal_sums` computes them
+    on the CSR form's toarray(), which holds the same values): no CSR form is made."""
+    dense = source.dense_chunk(chunk_id)
+    if dense is not None:
+        D, labels = dense
+        nnz, nonfinite = column_counts(D)
+        if not normal:
+            return ScanCounts(nnz, nonfinite, None)
+        if nnz.sum() >= DENSE_MIN_DENSITY * D.size:
+            return ScanCounts(nnz, nonfinite, _dense_normal_sums(D, target_matrix(labels, source.n_classes)))
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
     return ScanCounts(
@@ -661,18 +674,26 @@ def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> S
 
 def _normal_sums(X: sp.csr_matrix, Y: np.ndarray) -> NormalSums:
     """`NormalSums` of one chunk: XᵀX and XᵀY as dense float64 BLAS products when X is dense
-    (at least DENSE_MIN_DENSITY of its entries non-zero), else as sparse products; the bias
-    row and column of ZᵀZ are the column sums of X and the row count."""
+    (at least DENSE_MIN_DENSITY of its entries non-zero: `_dense_normal_sums`), else as sparse
+    products; the bias row and column of ZᵀZ are the column sums of X and the row count."""
     n, d = X.shape
-    S, T = np.empty((1 + d, 1 + d)), np.empty((1 + d, Y.shape[1]))
     if X.nnz >= DENSE_MIN_DENSITY * n * d:
-        D = X.toarray().astype(np.float64, copy=False)
-        S[1:, 1:], T[1:] = D.T @ D, D.T @ Y
-        S[0, 1:] = D.sum(axis=0)
-    else:
-        X = X.astype(np.float64)
-        S[1:, 1:], T[1:] = (X.T @ X).toarray(), np.asarray(X.T @ Y)
-        S[0, 1:] = np.asarray(X.sum(axis=0)).ravel()
+        return _dense_normal_sums(X.toarray().astype(np.float64, copy=False), Y)
+    S, T = np.empty((1 + d, 1 + d)), np.empty((1 + d, Y.shape[1]))
+    X = X.astype(np.float64)
+    S[1:, 1:], T[1:] = (X.T @ X).toarray(), np.asarray(X.T @ Y)
+    S[0, 1:] = np.asarray(X.sum(axis=0)).ravel()
+    S[1:, 0], S[0, 0], T[0] = S[0, 1:], n, Y.sum(axis=0)
+    return NormalSums(S, T, float((Y * Y).sum()))
+
+
+def _dense_normal_sums(D: np.ndarray, Y: np.ndarray) -> NormalSums:
+    """`NormalSums` of a chunk's rows as a dense C-ordered float64 array D (n × d): with
+    Z = [1, D], ZᵀZ = [[n, 1ᵀD], [Dᵀ1, DᵀD]] and ZᵀY = [1ᵀY; DᵀY], DᵀD and DᵀY as BLAS products."""
+    n, d = D.shape
+    S, T = np.empty((1 + d, 1 + d)), np.empty((1 + d, Y.shape[1]))
+    S[1:, 1:], T[1:] = D.T @ D, D.T @ Y
+    S[0, 1:] = D.sum(axis=0)
     S[1:, 0], S[0, 0], T[0] = S[0, 1:], n, Y.sum(axis=0)
     return NormalSums(S, T, float((Y * Y).sum()))
 
@@ -866,19 +887,48 @@ def _solver_for(H: np.ndarray, definite: bool):
     eigendecomposition (eigenvalues below 1e-12 · the largest are dropped: minimum-norm
     least squares). Single-threaded BLAS: the driver's solves are small (p ≈ 500), threads gain
     nothing there, and on a loaded machine OpenBLAS's spinning threads made a 501 × 501 Cholesky
-    100× slower (measured)."""
+    100× slower (measured). The Cholesky factor and solve are LAPACK's dpotrf and dpotrs, called
+    as scipy.linalg.cho_factor and cho_solve call them (the same bits) without their checks and
+    look-ups, which cost ten times a small stage's factorisation; H and X are checked here."""
+    _check_finite(H)
     with single_threaded_blas():
         if definite:
-            factor = scipy.linalg.cho_factor(H)
+            factor = _cholesky(H)
         else:
             w, V = np.linalg.eigh(H)
             inv = np.where(w > w.max() * 1e-12, 1.0 / np.where(w > 0, w, 1.0), 0.0)
 
     def solve(R: np.ndarray) -> np.ndarray:
+        _check_finite(R)
         with single_threaded_blas():
-            return scipy.linalg.cho_solve(factor, R) if definite else V @ (inv[:, None] * (V.T @ R))
+            return _cholesky_solve(factor, R) if definite else V @ (inv[:, None] * (V.T @ R))
 
     return solve
+
+
+def _check_finite(A: np.ndarray) -> None:
+    """scipy.linalg's check of a matrix passed to a factorisation or solve, with its message."""
+    if not np.isfinite(A).all():
+        raise ValueError("array must not contain infs or NaNs")
+
+
+def _cholesky(H: np.ndarray) -> np.ndarray:
+    """The upper Cholesky factor of H (float64) as scipy.linalg.cho_factor(H) returns it (the
+    lower triangle not cleaned); numpy's LinAlgError when H is not positive definite."""
+    c, info = dpotrf(np.asarray(H, dtype=np.float64), lower=0, clean=0)
+    if info > 0:
+        raise np.linalg.LinAlgError(f"{info}-th leading minor of the array is not positive definite")
+    if info < 0:
+        raise ValueError(f'LAPACK reported an illegal value in {-info}-th argument on entry to "POTRF".')
+    return c
+
+
+def _cholesky_solve(c: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """H⁻¹R from H's upper factor c (`_cholesky`), as scipy.linalg.cho_solve((c, False), R)."""
+    X, info = dpotrs(c, np.asarray(R, dtype=np.float64), lower=0)
+    if info != 0:
+        raise ValueError(f"illegal value in {-info}th argument of internal potrs")
+    return X
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -1074,6 +1124,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         # here by position when they all fit in GRAM_CACHE_BYTES, so later passes only sum
         # Aᵀ(Y − g(F)). Not state: a resumed run starts empty and recomputes them, bit for bit.
         self._grams: dict[int, np.ndarray] = {}
+        self._objectives: dict[str, Any] = {}  # link -> the Objective of `_objective` (from the params alone)
 
     # ---- setup ----
     def _link(self, source: ChunkSource) -> str:
@@ -1319,7 +1370,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         """streamfit.objectives' F of the stages `weights` (see the class docstring):
         (1/n) Σ_i ℓ(ŷ_i; y_i) + StageRidge's (λ/2) Σ_t ‖D W_t‖²_F, from `link_loss_sum`'s Σ_i ℓ,
         which for the identity link is Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
-        objective = objective_for(self.name, self.params, multilabel=link == "sigmoid")
+        objective = self._objectives.get(link)
+        if objective is None:
+            objective = self._objectives[link] = objective_for(self.name, self.params, multilabel=link == "sigmoid")
         sums = ChunkSums(0.5 * loss_sum if link == "identity" else loss_sum, n)
         return objective.total(sums, StageRidge.stage_weights(weights, self.params.fit_intercept), None)
 
@@ -1351,13 +1404,13 @@ class StagewiseSolver(Solver[StagewiseState]):
         exact step). Each inner iteration is a pass over the data (counted in the state)."""
         p, source, n = self.params, ctx.source, ctx.source.n_rows
         M, B, loss_sum = stats
-        mask = self._penalty_mask(M.shape[0])
         bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
         lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
         solve = self._stage_solver(M, n, lipschitz, _data_name(source))
         W = solve(B / n)
         if link == "identity":
             return W, []
+        mask = self._penalty_mask(M.shape[0])
         objective = [loss_sum / n]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
@@ -1548,7 +1601,11 @@ class StagewiseSolver(Solver[StagewiseState]):
         """I: the rows of Z = [1, X] that make a block's design A (the bias, if fitted, then
         the block's columns, each shifted by one)."""
         columns = np.asarray(block, dtype=np.int64) + 1
-        return np.concatenate([[0], columns]) if self.params.fit_intercept else columns
+        if not self.params.fit_intercept:
+            return columns
+        rows = np.zeros(len(columns) + 1, dtype=np.int64)
+        rows[1:] = columns
+        return rows
 
     def _normal_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
         """Stage t on the normal equations (`_normal_mode`), no pass over the data. With
@@ -1564,7 +1621,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         S, T, ysq = state.normal_gram, state.normal_rhs, state.normal_ysq
         assert S is not None and T is not None and ysq is not None, "set together by init"
         n_blocks = self._n_blocks(state)
-        V = np.zeros_like(T)
+        V = np.zeros(T.shape)
         for stage_block, stage_W in zip(state.blocks, state.weights):
             V[self._normal_rows(stage_block)] += stage_W
         if state.generator == "gradient" and state.step % n_blocks == 0:
@@ -1572,15 +1629,17 @@ class StagewiseSolver(Solver[StagewiseState]):
             state.order = self._gradient_order(T[columns] - S[columns] @ V, state.active)
         block = self._block(state.generator, state.step, n_blocks, state.active, state.order)
         rows = self._normal_rows(np.asarray(block))
-        M, B = S[np.ix_(rows, rows)], T[rows] - S[rows] @ V
-        space = self._space(state)
-        W, _ = self._fit_block(ctx, state, space, block, (M, B, 0.0), "identity")
+        S_rows = S[rows]
+        M, B = S_rows[:, rows], T[rows] - S_rows @ V
+        n = ctx.source.n_rows
+        with single_threaded_blas():  # once for the stage's factor and solve (`_solver_for`)
+            W = self._stage_solver(M, n, 1.0, _data_name(ctx.source))(B / n)  # `_fit_block`'s identity link
         V[rows] += W
         loss_sum = ysq - 2.0 * float((V * T).sum()) + float((V * (S @ V)).sum())
         state.blocks.append(np.asarray(block, dtype=np.int64))
         state.weights.append(W)
         state.step += 1
-        return self._stage_fields(state, ctx.source, space, "identity", state.step - 1, loss_sum, 0)
+        return self._stage_fields(state, ctx.source, self._space(state), "identity", state.step - 1, loss_sum, 0)
 
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
         """The stages so far as a StagewiseModel (its scores replay training's F)."""

@@ -10,18 +10,43 @@ streamfit.objectives.links.
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
 _BLAS = ThreadpoolController()
+_LIMITED = threading.local()  # per thread: `depth` of single_threaded_blas contexts, the outermost's `limiter`
 
 
-def single_threaded_blas():
+class _SingleThreadedBlas:
+    """The context of `single_threaded_blas`: threadpoolctl's limit, entered by the outermost
+    context of a thread only (its state is thread-local, so one instance serves every use)."""
+
+    def __enter__(self) -> None:
+        depth = getattr(_LIMITED, "depth", 0)
+        if depth == 0:
+            _LIMITED.limiter = _BLAS.limit(limits=1, user_api="blas").__enter__()
+        _LIMITED.depth = depth + 1
+
+    def __exit__(self, *exc) -> None:
+        _LIMITED.depth -= 1
+        if _LIMITED.depth == 0:
+            limiter, _LIMITED.limiter = _LIMITED.limiter, None
+            limiter.__exit__(*exc)
+
+
+_SINGLE_THREADED_BLAS = _SingleThreadedBlas()
+
+
+def single_threaded_blas() -> _SingleThreadedBlas:
     """A context in which BLAS runs on one thread: the QR of orthogonal frequencies and the
-    driver's small factorisations and solves get the same bits in any process."""
-    return _BLAS.limit(limits=1, user_api="blas")
+    driver's small factorisations and solves get the same bits in any process. Inside another
+    such context of the same thread it does nothing more (threadpoolctl's limit costs about
+    20 µs, as much as a small stage's whole solve: a stage enters it once around its factor and
+    solve)."""
+    return _SINGLE_THREADED_BLAS
 
 
 def poly_basis(F: np.ndarray) -> np.ndarray:

@@ -83,15 +83,21 @@ class Chunk:
         return self.X.tocsc()
 
     def targets(self, n_classes: int) -> np.ndarray:
-        """Dense target matrix T (n_rows × n_classes), float64: one-hot or label indicator, or
-        the real-valued targets themselves (regression, n_classes = k outputs)."""
-        if not isinstance(self.labels, np.ndarray):  # a sparse indicator
-            return self.labels.toarray().astype(np.float64)
-        if self.labels.ndim == 2:  # regression targets
-            return np.asarray(self.labels, dtype=np.float64)
-        T = np.zeros((self.n_rows, n_classes))
-        T[np.arange(self.n_rows), self.labels] = 1.0
-        return T
+        """Dense target matrix T (n_rows × n_classes), float64 (`target_matrix`)."""
+        return target_matrix(self.labels, n_classes)
+
+
+def target_matrix(labels: np.ndarray | sp.csr_matrix, n_classes: int) -> np.ndarray:
+    """Dense target matrix T (rows × n_classes), float64, of a chunk's labels: one-hot of class
+    ids or the label indicator, or the real-valued targets themselves (regression, n_classes = k
+    outputs)."""
+    if not isinstance(labels, np.ndarray):  # a sparse indicator
+        return labels.toarray().astype(np.float64)
+    if labels.ndim == 2:  # regression targets
+        return np.asarray(labels, dtype=np.float64)
+    T = np.zeros((len(labels), n_classes))
+    T[np.arange(len(labels)), labels] = 1.0
+    return T
 
 
 class ChunkSource:
@@ -112,6 +118,12 @@ class ChunkSource:
 
     def read_chunk(self, i: int) -> Chunk:
         raise NotImplementedError
+
+    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray | sp.csr_matrix] | None:
+        """(X, labels) of chunk i when the source holds X as a dense array (an InMemoryStore of
+        a numpy X), else None: its rows as a C-contiguous float64 array and its labels as
+        read_chunk gives them, for readers that want dense rows without the CSR form."""
+        return None
 
     def chunk_bounds(self, i: int) -> tuple[int, int]:
         return i * self.chunk_rows, min((i + 1) * self.chunk_rows, self.n_rows)
@@ -411,27 +423,48 @@ def open_store(path: str) -> Store:
 
 class InMemoryStore(ChunkSource):
     """In-memory arrays seen as row chunks: the estimators' path into the same solvers.
-    labels: class ids (1-D ints), a sparse indicator (multilabel), or a 2-D float array of
-    regression targets (n_rows × k, `classes` naming the k outputs)."""
+    X: scipy.sparse (kept as CSR) or a 2-D array, kept dense (C-contiguous float64) and turned
+    into CSR (`dense_to_csr`) only when a reader first asks for `X` or `read_chunk`; until then
+    `dense_chunk` serves its rows. labels: class ids (1-D ints), a sparse indicator (multilabel),
+    or a 2-D float array of regression targets (n_rows × k, `classes` naming the k outputs)."""
 
     def __init__(self, X, labels, classes, chunk_rows: int = DEFAULT_CHUNK_ROWS):
+        self.dense: np.ndarray | None = None
         if sp.issparse(X):
             self.X = X.tocsr()
-        else:
-            from streamfit.store.dense_kernels import dense_to_csr  # numba: not on the CLI's import path
-
-            self.X = dense_to_csr(X)
+        elif np.ndim(X) == 2:
+            self.dense = np.ascontiguousarray(X, dtype=np.float64)
+        else:  # one row (1-D), or scipy's own error (other shapes)
+            self.X = _dense_to_csr(X)
         self.labels = labels
         self.classes = [str(c) for c in classes]
         self.multilabel = sp.issparse(labels)
         self.regression = not self.multilabel and np.ndim(labels) == 2
-        self.n_rows, self.n_features = self.X.shape
+        self.n_rows, self.n_features = (self.X if self.dense is None else self.dense).shape
         self.chunk_rows = max(1, int(chunk_rows))
         self.n_chunks = max(1, -(-self.n_rows // self.chunk_rows))
+
+    @functools.cached_property
+    def X(self) -> sp.csr_matrix:
+        """All rows as CSR (float64 values; converted from the dense X on first use)."""
+        assert self.dense is not None, "a sparse X is set as CSR by __init__"
+        return _dense_to_csr(self.dense)
 
     def read_chunk(self, i: int) -> Chunk:
         lo, hi = self.chunk_bounds(i)
         return Chunk(i, lo, self.X[lo:hi], self.labels[lo:hi])
+
+    def dense_chunk(self, i: int) -> tuple[np.ndarray, np.ndarray | sp.csr_matrix] | None:
+        if self.dense is None:
+            return None
+        lo, hi = self.chunk_bounds(i)
+        return self.dense[lo:hi], self.labels[lo:hi]
+
+
+def _dense_to_csr(X) -> sp.csr_matrix:
+    from streamfit.store.dense_kernels import dense_to_csr  # numba: not on the CLI's import path
+
+    return dense_to_csr(X)
 
 
 def overlaps(a: str, b: str) -> bool:

@@ -307,3 +307,31 @@ def test_a_state_of_another_step_is_refused(source, tmp_path):
         json.dump(record, f)
     with pytest.raises(CheckpointError, match="holds the state of step 1, not 2"):
         fit(source, run, resume=True)
+
+
+class VersionsHalvingSolver(HalvingSolver):
+    """Logs the per-sample versions held in memory after each step's predecessor was dropped."""
+
+    def step(self, ctx, state):
+        fields = super().step(ctx, state)
+        return {**fields, "versions": sorted({(name, v) for name, v, _ in ctx.chunk_state._memory})}
+
+
+def test_without_a_checkpointer_the_model_is_the_checkpointed_one_and_old_versions_go(source):
+    """checkpointer=None (the estimators): no checkpoints, the same model and log as a run
+    checkpointed in memory, entries laid out as a checkpoint lays them out, and only the
+    per-sample version the state refers to is kept (besides the one a step is writing)."""
+    full, full_log = fit(source, None, FortranHalvingSolver(HalvingParams()))
+    log = MetricsLog(None)
+    with Engine(mode="inprocess") as engine:
+        model = FortranHalvingSolver(HalvingParams()).fit(source, engine=engine, checkpointer=None, log=log)
+        with pytest.raises(ValueError, match="resume needs a checkpointer"):
+            HalvingSolver(HalvingParams()).fit(source, engine=engine, checkpointer=None, log=log, resume=True)
+        versions = MetricsLog(None)
+        VersionsHalvingSolver(HalvingParams()).fit(source, engine=engine, checkpointer=None, log=versions)
+    same_model(model, full)
+    assert records(log) == records(full_log)
+    # during step t + 1 the state refers to version t, and the step writes t + 1
+    assert [r["versions"] for r in versions.records] == [
+        [("residual", t), ("residual", t + 1)] if t else [("residual", 1)] for t in range(6)
+    ]

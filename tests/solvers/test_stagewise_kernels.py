@@ -104,3 +104,23 @@ def test_sparse_gram_is_scipys_product_bitwise():
     D = A.toarray()
     exact = float(sum(Fraction(D[i, 3]) * Fraction(D[i, 7]) for i in range(n)))
     assert abs(got[3, 7] - exact) <= 1e-12 * np.abs(D[:, 3] * D[:, 7]).sum()
+
+
+def test_single_threaded_blas_nests_and_restores():
+    """BLAS on one thread inside the context, nested ones included; the threads it found after
+    the outermost one, also when the body raises."""
+    from threadpoolctl import threadpool_info
+
+    from streamfit.solvers.stagewise_kernels import single_threaded_blas
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    with pytest.raises(KeyError):
+        with single_threaded_blas():
+            with single_threaded_blas():
+                assert set(blas_threads()) <= {1}
+            assert set(blas_threads()) <= {1}
+            raise KeyError
+    assert blas_threads() == before

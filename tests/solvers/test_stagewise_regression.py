@@ -265,3 +265,80 @@ def test_checkpoint_of_an_older_state_layout_is_a_one_line_error(tmp_path, edit)
     with pytest.raises(CheckpointError, match="another layout.*--overwrite") as raised:
         fit(store, run_dir=str(run_dir), resume=True, **params)
     assert str(run_dir) in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("density", [1.0, 0.2])  # dense products on the rows; below 1/4 non-zero: CSR sums
+def test_the_scan_of_dense_rows_is_the_scan_of_their_csr_form(density):
+    """An in-memory dense X is scanned on its rows (no CSR form when they are dense enough for
+    dense products): the same column counts and, bitwise, the same normal equations as the scan
+    of the same values as CSR (zeros, -0.0 and a NaN among them)."""
+    X, Y, _ = planted(n=300, d=9, k=2, seed=9)
+    X *= np.random.default_rng(10).random(X.shape) < density
+    X[5, 3] = np.nan
+    dense, csr = InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=128), InMemoryStore(sp.csr_matrix(X), Y, ["y0", "y1"])
+    assert dense.dense_chunk(1) is not None and csr.dense_chunk(0) is None
+    csr.chunk_rows, csr.n_chunks = 128, 3
+    for chunk in range(3):
+        a, b = sw._scan_task(dense, chunk, normal=True), sw._scan_task(csr, chunk, normal=True)
+        np.testing.assert_array_equal(a.nnz, b.nnz)
+        assert a.nonfinite == b.nonfinite == (chunk == 0)
+        for x, y in zip(a.normal, b.normal, strict=True):
+            assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+    assert ("X" in vars(dense)) == (density < sw.DENSE_MIN_DENSITY)  # CSR made only for the sparse sums
+
+
+def test_regressor_on_dense_arrays_is_the_csr_fit_and_closed_form_ridge():
+    """StagewiseLSRegressor on a dense X (normal equations from the dense rows, no checkpoints):
+    bitwise the model of the same values given as CSR, for the default and for one block of all
+    features, which is the closed-form ridge solution (1e-10)."""
+    from streamfit import StagewiseLSRegressor
+
+    X, Y, _ = planted(n=400, d=10, k=1, seed=11)
+    y = Y[:, 0]
+    for params in ({}, dict(generator="sequential", block_size=10, n_passes=1, lam=0.01)):
+        dense = StagewiseLSRegressor(chunk_rows=150, **params).fit(X, y)
+        csr = StagewiseLSRegressor(chunk_rows=150, **params).fit(sp.csr_matrix(X), y)
+        assert dense.coef_.tobytes() == csr.coef_.tobytes() and dense.intercept_ == csr.intercept_
+        assert dense.history_ == [{**r, "wall_time": d["wall_time"]} for r, d in zip(csr.history_, dense.history_)]
+    W, b = closed_form_ridge(X, Y, 0.01)
+    np.testing.assert_allclose(dense.coef_, W[:, 0], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(dense.intercept_, b[0], rtol=0, atol=1e-10)
+
+
+def test_a_fit_without_checkpoints_is_the_checkpointed_fit(monkeypatch):
+    """The driver without a checkpointer (the estimators' path) ends with bitwise the model of a
+    run checkpointed in memory, for stages on the normal equations and with data passes."""
+    X, Y, _ = planted(n=300, d=8, k=2, seed=12)
+    source = InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=100)
+    for params in ({}, dict(generator="random", block_size=3, n_passes=2)):
+        solver = sw.StagewiseSolver(sw.StagewiseParams(**params))
+        with Engine(mode="inprocess") as engine:
+            free = solver.fit(source, engine=engine, checkpointer=None, log=MetricsLog(None))
+        checkpointed = fit(source, **params)
+        a, b = free._arrays(), checkpointed._arrays()
+        assert a.keys() == b.keys() and free.info == checkpointed.info
+        for key in a:
+            assert a[key].tobytes() == b[key].tobytes()
+
+
+def test_an_in_memory_fit_writes_nothing(tmp_path, monkeypatch):
+    """StagewiseLSRegressor.fit on arrays: no checkpointer is made and nothing is written through
+    streamfit.storage; the working and temporary directories stay empty."""
+    from streamfit import StagewiseLSRegressor, storage
+    from streamfit import checkpoint as checkpoint_module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an in-memory fit wrote or made a checkpointer")
+
+    for name in ("write_bytes", "write_new", "append_text", "makedirs", "publish_file"):
+        monkeypatch.setattr(storage.Location, name, refuse)
+    monkeypatch.setattr(checkpoint_module.Checkpointer, "__init__", refuse)
+    work, temp = tmp_path / "cwd", tmp_path / "tmp"
+    work.mkdir(), temp.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    X, Y, _ = planted(n=200, d=6, k=2, seed=13)
+    for params in ({}, dict(generator="random", block_size=2)):  # normal equations; data passes with scores
+        assert StagewiseLSRegressor(**params).fit(X, Y).score(X, Y) > 0.9
+    assert not list(work.iterdir()) and not list(temp.iterdir())

@@ -30,3 +30,20 @@ def test_dense_to_csr_of_no_rows_and_of_a_non_matrix():
     assert dense_to_csr(np.zeros((0, 4))).shape == (0, 4)
     with pytest.raises(ValueError):
         dense_to_csr(np.zeros((2, 2, 2)))
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_column_counts_are_those_of_the_csr_form(order):
+    """Entries per column that dense_to_csr stores (NaN and inf included, zeros and -0.0 not) and
+    the non-finite ones among them."""
+    from streamfit.store.dense_kernels import column_counts
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(40, 6)) * (rng.random((40, 6)) < 0.5)
+    X[:, 4] = 0
+    X[2, 1], X[3, 1], X[7, 0], X[8, 2] = np.nan, np.inf, -np.inf, -0.0
+    X = np.asarray(X, order=order)
+    counts, nonfinite = column_counts(X)
+    csr = dense_to_csr(X)
+    np.testing.assert_array_equal(counts, np.bincount(csr.indices, minlength=6))
+    assert counts.dtype == np.int64 and nonfinite == int((~np.isfinite(csr.data)).sum()) == 3
