@@ -17,7 +17,10 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           paper's grid) on the training rows less a held-out 20 %, and refits all rows at the C of the
           lowest held-out error (the paper's protocol); its clock includes the four selection fits,
           its curve is the refit's;
-- cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's);
+- cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's), the
+          solver's defaults (the pool of sign and indicator stumps, stumps="both");
+- cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
+          default before 2026-11-27);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
@@ -233,7 +236,7 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
 
 def exp_loss(H, labels, learners, classes, K: int, w):
     """The master problem's loss Σ_i Σ_{y≠y_i} μ_(i,y) of (7) at weights w (coordinate j: learner
-    learners[j], the row of H (L × m, ±1 outputs), for class classes[j]) and its gradient in w,
+    learners[j], the row of H (L × m, the learners' outputs), for class classes[j]) and its gradient in w,
     for scipy's L-BFGS-B."""
     rows = np.arange(len(labels))
     W = np.zeros((H.shape[0], K))
@@ -271,20 +274,20 @@ def fig6(result, lam: float, warm: bool):
     if warm:
         start[: len(result["previous_weights"])] = result["previous_weights"]
     first_new = len(result["previous_weights"]) if warm else 0
-    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m)
+    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m, model.lows)
     fcd = {}
     for tau_max in (1, 2, 3, 5, 10, 20, 50):
         w = start.copy()
         t = time.process_time()
-        master = mb.Master.in_memory(labels, bits, F_start)
+        master = mb.Master.in_memory(labels, bits, F_start, model.lows)
         mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
                tau_max, False, np.random.default_rng(0))  # fmt: skip
         seconds = time.process_time() - t
         fcd[tau_max] = (
             seconds,
-            mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m), labels, w, lam),
+            mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m, model.lows), labels, w, lam),
         )
-    H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, -1.0)  # L × m
+    H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, model.lows[:, None].astype(float))  # L × m: outputs
     p = m * (K - 1)
     trace: list[tuple[float, float]] = []
     t0 = time.process_time()
@@ -317,7 +320,12 @@ def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, to
     assert not master.spilled
     K = master.K
     labels = np.concatenate([lab for lab, _, _ in master.resident])
-    H = np.hstack([np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, -1.0) for lab, b, _ in master.resident])
+    H = np.hstack(
+        [
+            np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, master.lows[:, None].astype(float))
+            for lab, b, _ in master.resident
+        ]
+    )
 
     def value_and_grad(w):
         loss, loss_grad = exp_loss(H, labels, coord_learner, coord_class, K, w)
@@ -547,6 +555,7 @@ def main():
     )
     ap.add_argument("--no-shared", action="store_true")
     ap.add_argument("--no-samme", action="store_true")
+    ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
     ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
@@ -578,6 +587,8 @@ def main():
             print(f"  cw_auto: C = {1 / info['lam']:g} (held-out error % per C: "
                   f"{ {f'{1 / lam:g}': round(100 * e, 2) for lam, e in info['validation_errors'].items()} })", flush=True)  # fmt: skip
         results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
+        if not args.no_sign:
+            results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -609,7 +620,7 @@ def main():
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1"):
+        for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
             if method not in results:
                 continue
             curve = results[method]["curve"]
@@ -664,7 +675,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1"):
+    for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue
