@@ -179,20 +179,23 @@ def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
 @numba.njit(cache=True, nogil=True)
 def _split_sums(bits, lrn: int, c: int, labels, state, K: int, low: int) -> tuple[float, float]:
     """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows, for a
-    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout)."""
+    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout). A row
+    of class c has δh = ħ(x_i) for its pairs (sum R), another row δh = −ħ(x_i) for its pair
+    (i, c) (sum μ_(i,c)); ħ = 1 on a set bit, else `low` (0: the pair is in neither set)."""
     plus, minus = 0.0, 0.0
+    sign = low != 0
     for i in range(labels.shape[0]):
-        h = _bit(bits, lrn, i, low)
-        if h == 0:  # δh = 0: the pair is in neither set
-            continue
+        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
         if labels[i] == c:
-            a, s = state[i, 2 * K], h
+            if bit:
+                plus += state[i, 2 * K]
+            elif sign:
+                minus += state[i, 2 * K]
         else:
-            a, s = state[i, K + c], -h
-        if s > 0:
-            plus += a
-        else:
-            minus += a
+            if bit:
+                minus += state[i, K + c]
+            elif sign:
+                plus += state[i, K + c]
     return plus, minus
 
 
@@ -200,16 +203,18 @@ def _split_sums(bits, lrn: int, c: int, labels, state, K: int, low: int) -> tupl
 def _apply_change(bits, labels, state, lrn: int, c: int, delta: float, low: int) -> None:
     """A weight change delta of the coordinate (class c, learner row `lrn` of `bits`) on a
     chunk's state (master_state's layout, in place): F_c += delta·ħ, μ by (20):
-    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed."""
+    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed;
+    ħ = 1 on a set bit, else `low` (0: the row is unchanged)."""
     K = (state.shape[1] - 1) // 2
     up, down = np.exp(delta), np.exp(-delta)
+    sign = low != 0
     for i in range(labels.shape[0]):
-        h = _bit(bits, lrn, i, low)
-        if h == 0:
+        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
+        if not bit and not sign:
             continue
-        state[i, c] += delta * h
+        state[i, c] += delta if bit else -delta
         if labels[i] == c:
-            factor = down if h > 0 else up
+            factor = down if bit else up
             total = 0.0
             for y in range(K):
                 if y != c:
@@ -218,7 +223,7 @@ def _apply_change(bits, labels, state, lrn: int, c: int, delta: float, low: int)
             state[i, 2 * K] = total
         else:
             before = state[i, K + c]
-            state[i, K + c] = before * (up if h > 0 else down)
+            state[i, K + c] = before * (up if bit else down)
             state[i, 2 * K] += state[i, K + c] - before
 
 
