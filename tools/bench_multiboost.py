@@ -58,6 +58,8 @@ seconds) go to `--plots` (docs/bench/multiboost by default).
     python tools/bench_multiboost.py [--iters 50] [--max-train 2000] [--sets pendigits,letter,...]
         [--lam 1e-4] [--plots DIR] [--json FILE]
     python tools/bench_multiboost.py --iters 500 --max-train 0     # the paper's 500 iterations, full sets
+    python tools/bench_multiboost.py --iters 500 --max-train 0 --sets letter --fig6-sets none --no-cw \
+        --no-samme --no-shared --no-auto    # ours (and cw1_sign) against LightGBM only
 
 Out of core (`--ooc`): a generated sparse store (`--ooc-rows` rows, 1000 features,
 `--ooc-per-row` stored entries per row, 10 classes from a noisy linear teacher, chunks of 8192 rows) whose decoded size
