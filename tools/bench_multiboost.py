@@ -679,8 +679,9 @@ def main():
             curve = results[method]["curve"]
             t_ours = first_time(curve, lg[-1][2])
             row["time_to_lgbm_ratio"][method] = None if t_ours is None else t_ours / lg[-1][1]
-            t_ours_samme = None if sa is None else first_time(curve, sa[-1][2])
-            row["samme_speedup"][method] = None if t_ours_samme is None else sa[-1][1] / t_ours_samme
+            if sa is not None:  # (SAMME not run: no ratio)
+                t_ours_samme = first_time(curve, sa[-1][2])
+                row["samme_speedup"][method] = None if t_ours_samme is None else sa[-1][1] / t_ours_samme
         if name in args.fig6_sets.split(","):
             row["fig6"] = {}
             for warm in (False, True):
@@ -743,7 +744,7 @@ def main():
     print("to SAMME's final test error (goal >= 10), CPU seconds, per method of ours:")
     for name, row in summary.items():
         lg_ratios = ", ".join(f"{m} {never(r, '.2f')}" for m, r in row["time_to_lgbm_ratio"].items())
-        sa_ratios = ", ".join(f"{m} {never(r, '.1f')}" for m, r in row["samme_speedup"].items())
+        sa_ratios = ", ".join(f"{m} {never(r, '.1f')}" for m, r in row["samme_speedup"].items()) or "not run"
         print(f"  {name:10s} vs LightGBM: {lg_ratios};  vs SAMME: {sa_ratios}")
         f6cg = row.get("fig6_cg")
         if f6cg:
