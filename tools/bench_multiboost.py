@@ -17,13 +17,18 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           paper's grid) on the training rows less a held-out 20 %, and refits all rows at the C of the
           lowest held-out error (the paper's protocol); its clock includes the four selection fits,
           its curve is the refit's;
-- cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's);
+- cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's), the
+          solver's defaults (the pool of sign and indicator stumps, stumps="both");
+- cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
+          default before 2026-11-27);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
           iterations, as many stumps as cw (K times more coordinates);
 - samme:  (not with --no-samme) AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
-- lgbm:   LightGBM multiclass, num_leaves=2, T rounds (K·T stumps), defaults otherwise.
+- lgbm:   LightGBM multiclass, num_leaves=2, T rounds (K·T stumps), defaults otherwise;
+- on the sets of `--lgbm-variants-sets`, LightGBM stumps at learning rates 1 and 0.1 with its softmax
+          loss and with (2)'s pairwise exponential loss as a custom objective (lgbm_variants).
 Everything runs on one thread (LightGBM num_threads=1; ours in process, numba kernels serial;
 scikit-learn's stump fitting is serial), and every clock is this process's CPU time
 (time.process_time): on a shared machine wall time measures the other jobs. Test error is recorded against the number of stumps
@@ -53,6 +58,8 @@ seconds) go to `--plots` (docs/bench/multiboost by default).
     python tools/bench_multiboost.py [--iters 50] [--max-train 2000] [--sets pendigits,letter,...]
         [--lam 1e-4] [--plots DIR] [--json FILE]
     python tools/bench_multiboost.py --iters 500 --max-train 0     # the paper's 500 iterations, full sets
+    python tools/bench_multiboost.py --iters 500 --max-train 0 --sets letter --fig6-sets none --no-cw \
+        --no-samme --no-shared --no-auto    # ours (and cw1_sign) against LightGBM only
 
 Out of core (`--ooc`): a generated sparse store (`--ooc-rows` rows, 1000 features,
 `--ooc-per-row` stored entries per row, 10 classes from a noisy linear teacher, chunks of 8192 rows) whose decoded size
@@ -231,9 +238,42 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
     return {"curve": curve}
 
 
+def lgbm_variants(Xtr, ytr, Xte, yte, rounds: int):
+    """LightGBM stumps (num_leaves=2) at learning rates 1.0 and 0.1, with its softmax loss and with
+    the pairwise exponential loss of (2) as a custom objective (gradient and diagonal Hessian of
+    Σ_{y≠y_i} exp(F_y − F_{y_i}) in F: μ_(i,y) for y ≠ y_i, ∓Σ_y μ_(i,y) for y_i): which of the
+    loss and the learner explains a gap. Returns {(loss, rate): [(rounds, test error)]}."""
+    import lightgbm as lgb
+
+    K, m = int(ytr.max()) + 1, len(ytr)
+    rows = np.arange(m)
+
+    def pairwise_exp(preds, data):
+        F = preds.reshape(m, K, order="F") if preds.ndim == 1 else preds
+        mu = np.exp(F - F[rows, ytr][:, None])
+        mu[rows, ytr] = 0.0
+        total = mu.sum(axis=1)
+        grad, hess = mu.copy(), np.maximum(mu, 1e-6)
+        grad[rows, ytr], hess[rows, ytr] = -total, np.maximum(total, 1e-6)
+        return (grad, hess) if preds.ndim == 2 else (grad.ravel(order="F"), hess.ravel(order="F"))
+
+    out = {}
+    for loss in ("softmax", "pairwise_exp"):
+        for rate in (1.0, 0.1):
+            params = {"num_class": K, "num_leaves": 2, "num_threads": 1, "verbose": -1, "seed": 0,
+                      "learning_rate": rate, "objective": pairwise_exp if loss == "pairwise_exp" else "multiclass"}  # fmt: skip
+            booster = lgb.train(params, lgb.Dataset(Xtr, ytr), num_boost_round=rounds)
+            marks = sorted({max(1, rounds // 20), rounds // 10, rounds // 5, rounds // 2, rounds})
+            out[(loss, rate)] = [
+                (r, float(np.mean(np.argmax(booster.predict(Xte, num_iteration=r, raw_score=True).reshape(len(yte), K), 1) != yte)))
+                for r in marks
+            ]  # fmt: skip
+    return out
+
+
 def exp_loss(H, labels, learners, classes, K: int, w):
     """The master problem's loss Σ_i Σ_{y≠y_i} μ_(i,y) of (7) at weights w (coordinate j: learner
-    learners[j], the row of H (L × m, ±1 outputs), for class classes[j]) and its gradient in w,
+    learners[j], the row of H (L × m, the learners' outputs), for class classes[j]) and its gradient in w,
     for scipy's L-BFGS-B."""
     rows = np.arange(len(labels))
     W = np.zeros((H.shape[0], K))
@@ -271,20 +311,20 @@ def fig6(result, lam: float, warm: bool):
     if warm:
         start[: len(result["previous_weights"])] = result["previous_weights"]
     first_new = len(result["previous_weights"]) if warm else 0
-    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m)
+    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m, model.lows)
     fcd = {}
     for tau_max in (1, 2, 3, 5, 10, 20, 50):
         w = start.copy()
         t = time.process_time()
-        master = mb.Master.in_memory(labels, bits, F_start)
+        master = mb.Master.in_memory(labels, bits, F_start, model.lows)
         mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
                tau_max, False, np.random.default_rng(0))  # fmt: skip
         seconds = time.process_time() - t
         fcd[tau_max] = (
             seconds,
-            mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m), labels, w, lam),
+            mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m, model.lows), labels, w, lam),
         )
-    H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, -1.0)  # L × m
+    H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, model.lows[:, None].astype(float))  # L × m: outputs
     p = m * (K - 1)
     trace: list[tuple[float, float]] = []
     t0 = time.process_time()
@@ -317,7 +357,12 @@ def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, to
     assert not master.spilled
     K = master.K
     labels = np.concatenate([lab for lab, _, _ in master.resident])
-    H = np.hstack([np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, -1.0) for lab, b, _ in master.resident])
+    H = np.hstack(
+        [
+            np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, master.lows[:, None].astype(float))
+            for lab, b, _ in master.resident
+        ]
+    )
 
     def value_and_grad(w):
         loss, loss_grad = exp_loss(H, labels, coord_learner, coord_class, K, w)
@@ -545,8 +590,16 @@ def main():
         default="",
         help="comma-separated sets on which shared_KT (K·T shared iterations: as many stumps as cw) also runs",
     )
+    ap.add_argument(
+        "--lgbm-variants-sets",
+        default="",
+        help="comma-separated sets on which LightGBM stumps also run at learning rates 1 and 0.1 with softmax "
+        "and with the pairwise exponential loss of (2) (lgbm_variants)",
+    )
     ap.add_argument("--no-shared", action="store_true")
     ap.add_argument("--no-samme", action="store_true")
+    ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
+    ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
     ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
@@ -571,13 +624,15 @@ def main():
         K, T = int(ytr.max()) + 1, args.iters
         print(f"\n== {name}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
               f"T = {T} iterations = {K * T} stumps", flush=True)  # fmt: skip
-        results = {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact")}
+        results = {} if args.no_cw else {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact")}
         if not args.no_auto:
             results["cw_auto"] = run_ours(Xtr, ytr, Xte, yte, T, lam="auto", tau_max=2, update="exact")
             info = results["cw_auto"]["model"].info
             print(f"  cw_auto: C = {1 / info['lam']:g} (held-out error % per C: "
                   f"{ {f'{1 / lam:g}': round(100 * e, 2) for lam, e in info['validation_errors'].items()} })", flush=True)  # fmt: skip
         results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
+        if not args.no_sign:
+            results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -589,10 +644,16 @@ def main():
         if not args.no_samme:
             results["samme"] = run_samme(Xtr.toarray(), ytr, Xte.toarray(), yte, K * T)
         results["lgbm"] = run_lgbm(Xtr, ytr, Xte, yte, T)
+        if name in args.lgbm_variants_sets.split(","):
+            for (loss, rate), curve in lgbm_variants(Xtr, ytr, Xte, yte, T).items():
+                cells = ", ".join(f"{r}: {100 * e:.2f}" for r, e in curve)
+                print(
+                    f"  LightGBM stumps, {loss} loss, learning rate {rate}: test error % at rounds {cells}", flush=True
+                )
         for method, r in results.items():
             n, s, e = r["curve"][-1]
             print(f"  {method:7s} {n:6d} stumps  {s:8.2f} s  test error {100 * e:6.2f} %", flush=True)
-        cw, lg = results["cw"]["curve"], results["lgbm"]["curve"]
+        lg = results["lgbm"]["curve"]
         sa = results["samme"]["curve"] if "samme" in results else None
         row = {
             "n_train": Xtr.shape[0],
@@ -604,19 +665,23 @@ def main():
                 for m in ("cw", "shared_KT", "shared", "samme")
             },
             "at_T_stumps": {m: method_error_at(results, m, T) for m in ("cw", "shared", "samme")},
-            "at_T_iterations": {"cw": cw[-1][2], "shared": method_error_at(results, "shared", T)},
+            "at_T_iterations": {
+                "cw": method_error_at(results, "cw", K * T),
+                "shared": method_error_at(results, "shared", T),
+            },
         }
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1"):
+        for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
             if method not in results:
                 continue
             curve = results[method]["curve"]
             t_ours = first_time(curve, lg[-1][2])
             row["time_to_lgbm_ratio"][method] = None if t_ours is None else t_ours / lg[-1][1]
-            t_ours_samme = None if sa is None else first_time(curve, sa[-1][2])
-            row["samme_speedup"][method] = None if t_ours_samme is None else sa[-1][1] / t_ours_samme
+            if sa is not None:  # (SAMME not run: no ratio)
+                t_ours_samme = first_time(curve, sa[-1][2])
+                row["samme_speedup"][method] = None if t_ours_samme is None else sa[-1][1] / t_ours_samme
         if name in args.fig6_sets.split(","):
             row["fig6"] = {}
             for warm in (False, True):
@@ -664,7 +729,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1"):
+    for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue
@@ -679,7 +744,7 @@ def main():
     print("to SAMME's final test error (goal >= 10), CPU seconds, per method of ours:")
     for name, row in summary.items():
         lg_ratios = ", ".join(f"{m} {never(r, '.2f')}" for m, r in row["time_to_lgbm_ratio"].items())
-        sa_ratios = ", ".join(f"{m} {never(r, '.1f')}" for m, r in row["samme_speedup"].items())
+        sa_ratios = ", ".join(f"{m} {never(r, '.1f')}" for m, r in row["samme_speedup"].items()) or "not run"
         print(f"  {name:10s} vs LightGBM: {lg_ratios};  vs SAMME: {sa_ratios}")
         f6cg = row.get("fig6_cg")
         if f6cg:

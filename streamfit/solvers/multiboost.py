@@ -3,7 +3,14 @@ descent (Lin, Shen, van den Hengel and Suter 2012, "Fast Training of Effective M
 Boosting Using Coordinate Descent Optimization").
 
 The model (§2): weak learners ħ(x) ∈ {−1, +1}, decision stumps on one feature; class c scores
-F_c(x) = w_cᵀ h_c(x) with w ≥ 0, the prediction is argmax_c F_c(x). With class-specific learners
+F_c(x) = w_cᵀ h_c(x) with w ≥ 0, the prediction is argmax_c F_c(x). Besides these sign stumps
+(`stumps="sign"`, the paper's) the pool may hold indicator stumps ħ(x) ∈ {0, 1}, 1 on one side
+of the threshold, and the constant ħ ≡ 1 (`"indicator"`), or both (`"both"`, the default): a
+sign stump moves F_c on every row, an indicator only on one side, which is what a tree leaf's
+value does (with binary features the sign stump must move the rows without the feature too).
+Nothing else changes: for a class-specific or shared learner, δh_{i,j}(y) = ħ(x_i) or −ħ(x_i)
+or 0 lies in {−1, 0, +1} for both kinds, so the pairs with δh = 0 are constants of (10), and
+(12), (13), (20), (21) hold as written with D± the pairs with δh = ±1. With class-specific learners
 (`weak_learners="class"`, MultiBoostcw) each boosting iteration adds one stump per class; with
 shared learners (`weak_learners="shared"`, MultiBoost of Shen and Hao, eq. 6) it adds one stump
 that every class weighs with its own coefficient.
@@ -20,8 +27,9 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      in the bin; the scores F each chunk needs are the per-sample state `scores` (one file per
      chunk, chunk-aligned, as stagewise keeps its residual scores);
   2. the subproblem (4) per class (shared: (6) over all classes) is solved exactly from the
-     histograms: the edge of "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}; the largest |edge| wins
-     (its sign is the stump's polarity). Column generation has converged when no learner
+     histograms: the edge of the sign stump "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}, of the
+     indicators 1[x_f > cut_b] and 1[x_f ≤ cut_b] T_c − Σ_{bins ≤ b} and Σ_{bins ≤ b}; the
+     largest edge in the pool wins (kernels.best_stumps). Column generation has converged when no learner
      violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
   3. a `map` over chunks evaluates the new stumps on every row: one sign bit per (learner,
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
@@ -32,7 +40,7 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
-     coordinates in order, later ones pick |S| coordinates of S at random);
+     coordinates in order, later ones each coordinate of S once, in a random order);
   5. the scores F, updated by FCD with every weight change, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
@@ -62,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import tempfile
 from typing import Annotated, Any, Literal, NamedTuple
 
@@ -109,6 +118,12 @@ class MultiBoostParams(SolverParams):
         "large_c",
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
         "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
+    )
+    stumps: Literal["sign", "indicator", "both"] = Field(
+        "both",
+        description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
+        "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
+        "constraint (4) over both",
     )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
@@ -283,12 +298,16 @@ def _outputs_task(source, chunk_id, *, state, bits: PerSample, version: int, fea
 @register_model
 class BoostedStumpsModel(Model):
     """Scores F_c(x) = Σ_{j: coord_class_j = c} weights_j ħ_{coord_learner_j}(x), with the stump
-    ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1)."""
+    ħ_l(x) = 1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows_l: for lows_l = −1 a
+    sign stump, ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1); for lows_l = 0 an
+    indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or 1[x[features_l] ≤ thresholds_l]
+    (polarity −1; with threshold +inf the constant 1)."""
 
     kind = "boosted_stumps"
 
-    def __init__(self, *, features, thresholds, polarity, coord_class, coord_learner, weights, **common):
+    def __init__(self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, **common):
         super().__init__(**common)
+        self.lows = np.asarray(lows, dtype=np.int8)
         self.features = np.asarray(features, dtype=np.int64)
         self.thresholds = np.asarray(thresholds, dtype=np.float64)
         self.polarity = np.asarray(polarity, dtype=np.int8)
@@ -296,9 +315,10 @@ class BoostedStumpsModel(Model):
         self.coord_learner = np.asarray(coord_learner, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float64)
         L, J, K = len(self.features), len(self.weights), len(self.classes_)
-        if self.thresholds.shape != (L,) or self.polarity.shape != (L,):
+        if self.thresholds.shape != (L,) or self.polarity.shape != (L,) or self.lows.shape != (L,):
             raise ValueError(
-                f"stumps: features, thresholds and polarity differ in length ({L}, {self.thresholds.shape}, {self.polarity.shape})"
+                f"stumps: features, thresholds, polarity and lows differ in length ({L}, {self.thresholds.shape}, "
+                f"{self.polarity.shape}, {self.lows.shape})"
             )
         if self.coord_class.shape != (J,) or self.coord_learner.shape != (J,):
             raise ValueError("coordinates: coord_class, coord_learner and weights differ in length")
@@ -313,6 +333,8 @@ class BoostedStumpsModel(Model):
             raise ValueError("a coordinate names a class or learner that does not exist")
         if np.any(np.abs(self.polarity) != 1):
             raise ValueError("a stump's polarity is not ±1")
+        if np.any((self.lows != -1) & (self.lows != 0)):
+            raise ValueError("a stump's low is not −1 (sign) or 0 (indicator)")
 
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:
         return kernels.stump_scores(
@@ -327,6 +349,7 @@ class BoostedStumpsModel(Model):
             self.coord_learner,
             self.weights,
             len(self.classes_),
+            self.lows,
         )
 
     def _arrays(self):
@@ -334,6 +357,7 @@ class BoostedStumpsModel(Model):
             "features": self.features,
             "thresholds": self.thresholds,
             "polarity": self.polarity,
+            "lows": self.lows,
             "coord_class": self.coord_class,
             "coord_learner": self.coord_learner,
             "weights": self.weights,
@@ -341,7 +365,9 @@ class BoostedStumpsModel(Model):
 
     @classmethod
     def _from_saved(cls, common, arrays, extra):
-        names = ("features", "thresholds", "polarity", "coord_class", "coord_learner", "weights")
+        names = ("features", "thresholds", "polarity", "lows", "coord_class", "coord_learner", "weights")
+        if "lows" not in arrays:
+            raise ValueError("a boosted_stumps model saved before stumps had lows (2026-11-27); retrain it")
         return cls(**{k: arrays[k] for k in names}, **common)
 
 
@@ -356,6 +382,7 @@ class MultiBoostState(SolverState):
     learner_feature: np.ndarray  # stumps so far (L,)
     learner_threshold: np.ndarray
     learner_polarity: np.ndarray
+    learner_low: np.ndarray  # per stump, its value where it is not 1: −1 (sign) or 0 (indicator)
     coord_class: np.ndarray  # master problem coordinates (J,): class and learner of w_j
     coord_learner: np.ndarray
     weights: np.ndarray  # w (J,), ≥ 0
@@ -423,6 +450,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             learner_feature=np.zeros(0, dtype=np.int64),
             learner_threshold=np.zeros(0),
             learner_polarity=np.zeros(0, dtype=np.int8),
+            learner_low=np.zeros(0, dtype=np.int8),
             coord_class=np.zeros(0, dtype=np.int64),
             coord_learner=np.zeros(0, dtype=np.int64),
             weights=np.zeros(0),
@@ -518,6 +546,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.learner_feature = np.zeros(0, dtype=np.int64)
         state.learner_threshold = np.zeros(0)
         state.learner_polarity = np.zeros(0, dtype=np.int8)
+        state.learner_low = np.zeros(0, dtype=np.int8)
         state.coord_class = np.zeros(0, dtype=np.int64)
         state.coord_learner = np.zeros(0, dtype=np.int64)
         state.weights = np.zeros(0)
@@ -545,7 +574,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             holdout_seed=p.random_state if choosing else None,
         )
         H = self.full_histogram(state, sums)
-        feature, bin_, polarity, edge = kernels.best_stumps(H, sums.totals, state.cut_offsets)
+        feature, bin_, polarity, edge, low = kernels.best_stumps(
+            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign"
+        )
         classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
         violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
         previous = state.objective
@@ -557,7 +588,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         if p.weak_learners == "shared":
             classes = classes[np.argmax(edge[classes])][None]  # (6): the best (stump, class) pair
         new_features = feature[classes]
-        new_thresholds = state.cuts[state.cut_offsets[new_features] + bin_[classes]]
+        inside = bin_[classes] < np.diff(state.cut_offsets)[new_features]
+        new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
+        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features] + bin_[classes]][inside]
         new_polarity = polarity[classes]
 
         # 3. the new learners' outputs on every row, as sign bits appended to each chunk's bitset
@@ -579,6 +612,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.learner_feature = np.concatenate([state.learner_feature, new_features])
         state.learner_threshold = np.concatenate([state.learner_threshold, new_thresholds])
         state.learner_polarity = np.concatenate([state.learner_polarity, new_polarity])
+        state.learner_low = np.concatenate([state.learner_low, low[classes]])
         if p.weak_learners == "shared":
             new_class, new_learner = np.arange(K), np.full(K, L0)
         else:
@@ -589,8 +623,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
         # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
         rng = np.random.default_rng([p.random_state, state.step - state.phase_start])  # the same draws in every phase
-        with tempfile.TemporaryDirectory(prefix="streamfit-multiboost-") as spill:
-            master = Master(K, int(p.master_memory_mb * 2**20), spill)
+        with Master(K, int(p.master_memory_mb * 2**20), state.learner_low) as master:
             for i in range(source.n_chunks):
                 master.add(
                     ctx.chunk_state.read(LABELS, 1, i),
@@ -635,6 +668,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             coord_class=state.coord_class,
             coord_learner=state.coord_learner,
             weights=state.weights,
+            lows=state.learner_low,
             classes=source.classes,
             n_features=source.n_features,
             multilabel=False,
@@ -674,21 +708,26 @@ class Master:
     chunk the labels, the learners' packed sign bits (L × ⌈rows/8⌉) and the state of
     kernels.master_state (F, μ as M, R). Chunks are added in order; while their total size fits
     in `budget` bytes they stay in memory, and every later one is kept in files of `spill_dir`
-    (a local directory), read for each pass (its bits by memory map, only the learners the pass
+    (a local directory; None: a temporary directory made at the first such chunk and removed
+    by close(), the end of a `with` block), read for each pass (its bits by memory map, only the learners the pass
     needs) and its state written back, so one such chunk is in memory at a time. A pass adds the
     chunks' partial sums in chunk order, so results do not depend on the budget."""
 
-    def __init__(self, K: int, budget: int, spill_dir: str | None):
+    def __init__(self, K: int, budget: int, lows: np.ndarray, spill_dir: str | None = None):
         self.K, self.budget, self.spill_dir = K, budget, spill_dir
+        self._temporary: str | None = None  # the directory made for the spilled chunks when spill_dir is None
+        self.lows = np.asarray(
+            lows, dtype=np.int8
+        )  # per learner, its value where its bit is 0: −1 (sign) or 0 (indicator)
         self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory
         self.spilled = 0  # chunks after those, in files of spill_dir
         self._used = 0
         self._typed: tuple[Any, Any, Any] | None = None  # the resident arrays as numba typed lists (kernels.fcd_sweep)
 
     @classmethod
-    def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray) -> Master:
+    def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray, lows: np.ndarray) -> Master:
         """All rows as one resident chunk (for whole-array use: tests, benchmarks)."""
-        master = cls(F.shape[1], np.iinfo(np.int64).max, None)
+        master = cls(F.shape[1], np.iinfo(np.int64).max, lows)
         master.add(labels, bits, F)
         return master
 
@@ -706,11 +745,23 @@ class Master:
             self._used += size
             return
         if self.spill_dir is None:
-            raise ValueError("Master: a chunk past the memory budget needs a spill directory")
+            self.spill_dir = self._temporary = tempfile.mkdtemp(prefix="streamfit-multiboost-")
         i = self.spilled
         self.spilled += 1
         for part, array in (("labels", labels), ("bits", bits), ("state", state)):
             np.save(self._path(i, part), array, allow_pickle=False)
+
+    def close(self) -> None:
+        """Removes the temporary directory of the spilled chunks, if one was made."""
+        if self._temporary is not None:
+            shutil.rmtree(self._temporary)
+            self._temporary = None
+
+    def __enter__(self) -> Master:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _path(self, i: int, part: str) -> str:
         return os.path.join(str(self.spill_dir), f"{i}.{part}.npy")
@@ -726,7 +777,7 @@ class Master:
         a_learner, a_class, delta = apply if apply is not None else (-1, 0, 0.0)
         total = np.zeros((len(learners), 2))
         for labels, bits, state in self.resident:
-            total += kernels.master_pass(bits, labels, state, a_learner, a_class, delta, learners, classes)
+            total += kernels.master_pass(bits, labels, state, a_learner, a_class, delta, learners, classes, self.lows)
         if self.spilled:
             needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
             rows = np.searchsorted(needed, learners)
@@ -736,7 +787,7 @@ class Master:
             stored = np.load(self._path(i, "bits"), mmap_mode="r")
             bits = np.ascontiguousarray(stored[needed])
             del stored
-            total += kernels.master_pass(bits, labels, state, a_row, a_class, delta, rows, classes)
+            total += kernels.master_pass(bits, labels, state, a_row, a_class, delta, rows, classes, self.lows[needed])
             if a_learner >= 0:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
         return total
@@ -764,7 +815,7 @@ class Master:
             a_learner, a_class, delta = pending if pending is not None else (-1, 0, 0.0)
             a_learner, a_class, delta = kernels.fcd_sweep(
                 bits, labels, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
-                C_over_p, large_c, a_learner, a_class, delta,
+                C_over_p, large_c, a_learner, a_class, delta, self.lows,
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
         for j in order:
@@ -811,7 +862,7 @@ def fcd(
 ) -> tuple[int, float | None]:
     """Algorithm 2 on the master problem, `weights` and the master's F and μ updated in place.
     S starts as the `new` coordinates, swept in order; then θ (16) for all coordinates, S by
-    (17), and |S| random picks from S per working-set iteration, until (18) max θ ≤ tol or
+    (17), and S swept in a random order (a permutation: each coordinate once) per working-set iteration, until (18) max θ ≤ tol or
     tau_max iterations. Each coordinate update is one pass over the chunks (Master.sweep: one
     compiled call per working-set iteration when the master is in memory): it applies the
     previous coordinate's change (20) and sums V± (21) for this one, then sets w_j by (12) (or
@@ -834,4 +885,4 @@ def fcd(
         if worst <= tol:
             return tau, worst
         S = np.flatnonzero(theta > tol)
-        order = S[rng.integers(0, len(S), len(S))]
+        order = rng.permutation(S)

@@ -10,8 +10,10 @@ Per class c the signed dual weight of sample i (eq. 4 with λ = (C/p)μ, eq. 5) 
     g_c[i] = −M[i, c]      if y_i ≠ c   (δh_{i,j}(c) = −ħ(x_i), other y: 0),
 so Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = Σ_i g_{c_j}[i] ħ_{l_j}(x_i) for coordinate j.
 
-The learners' outputs are packed sign bits: bit i of row l of `bits` (np.packbits order, big
-endian within a byte) is 1 when ħ_l(x_i) = +1. Every loop runs in a fixed order, so results do
+The learners' outputs are packed bits: bit i of row l of `bits` (np.packbits order, big
+endian within a byte) is 1 when ħ_l(x_i) = 1; where it is 0, ħ_l(x_i) is the learner's `low`:
+−1 for a sign stump (ħ ∈ {−1, +1}), 0 for an indicator stump (ħ ∈ {0, 1}). A pair (i, y) with
+δh = 0 is in neither D₊ nor D₋ of (21) and is left alone by (20). Every loop runs in a fixed order, so results do
 not depend on threads or on how the data is chunked (sums over chunks go through the engine's
 fixed tree).
 """
@@ -118,21 +120,31 @@ def stump_outputs(
 
 
 @numba.njit(cache=True, nogil=True)
-def _bit(bits: np.ndarray, lrn: int, i: int) -> int:
-    """ħ_l(x_i) ∈ {−1, +1} from the packed sign bits."""
-    return 1 if (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1 else -1
+def _bit(bits: np.ndarray, lrn: int, i: int, low: int) -> int:
+    """ħ_l(x_i) from the packed bits: 1 for a set bit, else the learner's `low` (−1: a sign stump, 0: an
+    indicator stump)."""
+    return 1 if (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1 else low
 
 
 @numba.njit(cache=True, nogil=True)
-def scores(bits: np.ndarray, coord_class: np.ndarray, coord_learner: np.ndarray, w: np.ndarray, K: int, m: int):
-    """F (m × K) = Σ_j w_j ħ_{l_j}(x_i) in class c_j, coordinates added in index order."""
+def scores(
+    bits: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    w: np.ndarray,
+    K: int,
+    m: int,
+    lows: np.ndarray,
+):
+    """F (m × K) = Σ_j w_j ħ_{l_j}(x_i) in class c_j, coordinates added in index order (lows[l]: learner
+    l's value where its bit is 0)."""
     F = np.zeros((m, K))
     for j in range(w.shape[0]):
         if w[j] == 0.0:
             continue
         c, lrn = coord_class[j], coord_learner[j]
         for i in range(m):
-            F[i, c] += w[j] * _bit(bits, lrn, i)
+            F[i, c] += w[j] * _bit(bits, lrn, i, lows[lrn])
     return F
 
 
@@ -165,35 +177,44 @@ def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 @numba.njit(cache=True, nogil=True)
-def _split_sums(bits, lrn: int, c: int, labels, state, K: int) -> tuple[float, float]:
+def _split_sums(bits, lrn: int, c: int, labels, state, K: int, low: int) -> tuple[float, float]:
     """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows, for a
-    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout)."""
+    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout). A row
+    of class c has δh = ħ(x_i) for its pairs (sum R), another row δh = −ħ(x_i) for its pair
+    (i, c) (sum μ_(i,c)); ħ = 1 on a set bit, else `low` (0: the pair is in neither set)."""
     plus, minus = 0.0, 0.0
+    sign = low != 0
     for i in range(labels.shape[0]):
-        h = _bit(bits, lrn, i)
+        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
         if labels[i] == c:
-            a, s = state[i, 2 * K], h
+            if bit:
+                plus += state[i, 2 * K]
+            elif sign:
+                minus += state[i, 2 * K]
         else:
-            a, s = state[i, K + c], -h
-        if s > 0:
-            plus += a
-        else:
-            minus += a
+            if bit:
+                minus += state[i, K + c]
+            elif sign:
+                plus += state[i, K + c]
     return plus, minus
 
 
 @numba.njit(cache=True, nogil=True)
-def _apply_change(bits, labels, state, lrn: int, c: int, delta: float) -> None:
+def _apply_change(bits, labels, state, lrn: int, c: int, delta: float, low: int) -> None:
     """A weight change delta of the coordinate (class c, learner row `lrn` of `bits`) on a
     chunk's state (master_state's layout, in place): F_c += delta·ħ, μ by (20):
-    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed."""
+    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed;
+    ħ = 1 on a set bit, else `low` (0: the row is unchanged)."""
     K = (state.shape[1] - 1) // 2
     up, down = np.exp(delta), np.exp(-delta)
+    sign = low != 0
     for i in range(labels.shape[0]):
-        h = _bit(bits, lrn, i)
-        state[i, c] += delta * h
+        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
+        if not bit and not sign:
+            continue
+        state[i, c] += delta if bit else -delta
         if labels[i] == c:
-            factor = down if h > 0 else up
+            factor = down if bit else up
             total = 0.0
             for y in range(K):
                 if y != c:
@@ -202,7 +223,7 @@ def _apply_change(bits, labels, state, lrn: int, c: int, delta: float) -> None:
             state[i, 2 * K] = total
         else:
             before = state[i, K + c]
-            state[i, K + c] = before * (up if h > 0 else down)
+            state[i, K + c] = before * (up if bit else down)
             state[i, 2 * K] += state[i, K + c] - before
 
 
@@ -216,18 +237,19 @@ def master_pass(
     delta: float,
     learners: np.ndarray,
     classes: np.ndarray,
+    lows: np.ndarray,
 ) -> np.ndarray:
     """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
     apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
     apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
     without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
-    learner row learners[q]): (q × 2)."""
+    learner row learners[q]): (q × 2). lows[l]: the value of learner row l of `bits` where its bit is 0."""
     K = (state.shape[1] - 1) // 2
     if apply_learner >= 0:
-        _apply_change(bits, labels, state, apply_learner, apply_class, delta)
+        _apply_change(bits, labels, state, apply_learner, apply_class, delta, lows[apply_learner])
     sums = np.empty((learners.shape[0], 2))
     for q in range(learners.shape[0]):
-        sums[q, 0], sums[q, 1] = _split_sums(bits, learners[q], classes[q], labels, state, K)
+        sums[q, 0], sums[q, 1] = _split_sums(bits, learners[q], classes[q], labels, state, K, lows[learners[q]])
     return sums
 
 
@@ -254,6 +276,7 @@ def fcd_sweep(
     pending_learner: int,
     pending_class: int,
     pending_delta: float,
+    lows: np.ndarray,
 ) -> tuple[int, int, float]:
     """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory
     (numba typed lists of each chunk's bits, labels and master_state, in chunk order), in one
@@ -272,9 +295,9 @@ def fcd_sweep(
         for k in range(n_chunks):
             bits, labels, state = bits_list[k], labels_list[k], state_list[k]
             if pending_learner >= 0:
-                _apply_change(bits, labels, state, pending_learner, pending_class, pending_delta)
+                _apply_change(bits, labels, state, pending_learner, pending_class, pending_delta, lows[pending_learner])
             K = (state.shape[1] - 1) // 2
-            chunk_plus, chunk_minus = _split_sums(bits, lrn, c, labels, state, K)
+            chunk_plus, chunk_minus = _split_sums(bits, lrn, c, labels, state, K, lows[lrn])
             plus += chunk_plus
             minus += chunk_minus
         pending_learner = -1
@@ -363,29 +386,42 @@ def compress_sketch(
 
 
 @numba.njit(cache=True, nogil=True)
-def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray):
-    """Per class c, the stump maximising eq. (4) (up to the factor C/p): over every feature f
-    and split after bin b (all but the feature's last bin), ħ(x) = ±(+1 if bin(x_f) > b else −1),
-    whose edge Σ_i g_c[i] ħ(x_i) is ±(T_c − 2·Σ_{bins ≤ b} H[., c]). Ties keep the first in
-    (feature, bin, +/−) order. Returns (feature, bin, polarity, edge) arrays of length K."""
+def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray, sign: bool, indicator: bool):
+    """Per class c, the stump maximising eq. (4) (up to the factor C/p) over every feature f and
+    split after bin b, in the pool of sign stumps (`sign`), of indicator stumps (`indicator`), or
+    both. With S_b = Σ_{bins ≤ b} H[., c]: a sign stump ħ(x) = ±(+1 if bin(x_f) > b else −1), b
+    any bin but the feature's last, has edge Σ_i g_c[i] ħ(x_i) = ±(T_c − 2·S_b); an indicator
+    stump ħ(x) = 1[bin(x_f) > b] (polarity +1) has edge T_c − S_b, and 1[bin(x_f) ≤ b]
+    (polarity −1) has edge S_b, b any bin; b = the last bin with polarity −1 is the constant
+    learner ħ ≡ 1 (edge T_c). Ties keep the first in (feature, bin, sign before indicator, + before
+    −) order. Returns (feature, bin, polarity, edge, low) arrays of length K; low is the stump's
+    value where it is not 1: −1 (sign) or 0 (indicator)."""
     n_features = cut_offsets.shape[0] - 1
     K = H.shape[1]
     best_f = np.full(K, -1, dtype=np.int64)
     best_b = np.zeros(K, dtype=np.int64)
     best_p = np.ones(K, dtype=np.int8)
     best_e = np.full(K, -np.inf)
+    best_low = np.full(K, -1, dtype=np.int8)
     for c in range(K):
         for f in range(n_features):
             start = cut_offsets[f] + f
             cum = 0.0
-            for b in range(cut_offsets[f + 1] - cut_offsets[f]):  # every bin but the last
+            n_cuts = cut_offsets[f + 1] - cut_offsets[f]
+            for b in range(n_cuts + 1 if indicator else n_cuts):
                 cum += H[start + b, c]
-                edge = totals[c] - 2.0 * cum
-                if edge > best_e[c]:
-                    best_f[c], best_b[c], best_p[c], best_e[c] = f, b, 1, edge
-                if -edge > best_e[c]:
-                    best_f[c], best_b[c], best_p[c], best_e[c] = f, b, -1, -edge
-    return best_f, best_b, best_p, best_e
+                if sign and b < n_cuts:
+                    edge = totals[c] - 2.0 * cum
+                    if edge > best_e[c]:
+                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, edge, -1
+                    if -edge > best_e[c]:
+                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, -edge, -1
+                if indicator:
+                    if b < n_cuts and totals[c] - cum > best_e[c]:
+                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, totals[c] - cum, 0
+                    if cum > best_e[c]:
+                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, cum, 0
+    return best_f, best_b, best_p, best_e, best_low
 
 
 @numba.njit(cache=True, nogil=True)
@@ -401,8 +437,11 @@ def stump_scores(
     coord_learner: np.ndarray,
     w: np.ndarray,
     K: int,
+    lows: np.ndarray,
 ) -> np.ndarray:
-    """Scores (rows × K) F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x) of the rows of a CSR matrix."""
+    """Scores (rows × K) F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x) of the rows of a CSR matrix, with
+    ħ_l(x) = 1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows[l] (−1: a sign stump,
+    ħ_l(x) = polarity_l·(+1 if x[features_l] > thresholds_l else −1); 0: an indicator stump)."""
     n = indptr.shape[0] - 1
     S = np.zeros((n, K))
     row = np.zeros(n_features)
@@ -411,7 +450,7 @@ def stump_scores(
         for k in range(indptr[i], indptr[i + 1]):
             row[indices[k]] = data[k]
         for lrn in range(features.shape[0]):
-            h[lrn] = polarity[lrn] if row[features[lrn]] > thresholds[lrn] else -polarity[lrn]
+            h[lrn] = 1.0 if (row[features[lrn]] > thresholds[lrn]) == (polarity[lrn] > 0) else lows[lrn]
         for j in range(w.shape[0]):
             S[i, coord_class[j]] += w[j] * h[coord_learner[j]]
         for k in range(indptr[i], indptr[i + 1]):

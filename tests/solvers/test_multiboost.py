@@ -79,7 +79,7 @@ def _master_problem(seed=1, m=150, K=4, per_class=5):
 
 
 def _dense_objective(H, labels, coord_class, coord_learner, lam, K):
-    """(2)/C and its gradient, for L-BFGS-B, from the dense ±1 outputs H (L × m)."""
+    """(2)/C and its gradient, for L-BFGS-B, from the learners' dense outputs H (L × m, ±1 or 0/1)."""
     m = H.shape[1]
     p = m * (K - 1)
 
@@ -99,16 +99,24 @@ def _dense_objective(H, labels, coord_class, coord_learner, lam, K):
     return value_and_grad
 
 
-@pytest.mark.parametrize("weak_learners", ["class", "shared"])
-def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
+def _lows(pool: str, L: int) -> np.ndarray:
+    """Each learner's value where its bit is 0: sign learners ħ ∈ {−1, +1}, indicator learners
+    ħ ∈ {0, 1}, or a mix of both (the same bits)."""
+    return {"sign": np.full(L, -1), "indicator": np.zeros(L), "mixed": np.arange(L) % 2 - 1}[pool].astype(np.int8)
+
+
+@pytest.mark.parametrize("weak_learners, pool", [("class", "sign"), ("shared", "sign"), ("class", "mixed")])
+def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners, pool):
     K, lam = 4, 1e-2
     bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
+    lows = _lows(pool, H.shape[0])
+    H = np.where(H > 0, 1.0, lows[:, None].astype(float))
     if weak_learners == "shared":  # every class weighs every learner (eq. 6's master)
         L = H.shape[0]
         coord_class, coord_learner = np.tile(np.arange(K), L), np.repeat(np.arange(L), K)
     m = H.shape[1]
     w = np.zeros(len(coord_class))
-    master = mb.Master.in_memory(labels, bits, np.zeros((m, K)))
+    master = mb.Master.in_memory(labels, bits, np.zeros((m, K)), lows)
     C_over_p = 1.0 / (lam * m * (K - 1))
     tol = 1e-9
     tau, worst = mb.fcd(
@@ -117,8 +125,8 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
     )  # fmt: skip
     assert worst is not None and worst <= tol and tau > 1  # the stopping rule (18) held
     _, F = master.scores(0)
-    np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m), rtol=0, atol=1e-9)
-    fresh = mb.Master.in_memory(labels, bits, F)  # μ from the final scores, not the running μ
+    np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m, lows), rtol=0, atol=1e-9)
+    fresh = mb.Master.in_memory(labels, bits, F, lows)  # μ from the final scores, not the running μ
     theta = mb.kkt_violations(w, fresh.run_pass(None, coord_learner, coord_class), C_over_p)
     assert theta.max() <= 10 * tol
     value_and_grad = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
@@ -129,14 +137,16 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners):
     ours = value_and_grad(w)[0]
     assert ours == pytest.approx(ref.fun, rel=1e-6)
     assert ours == pytest.approx(
-        mb.objective(kernels.scores(bits, coord_class, coord_learner, w, K, m), labels, w, lam)
+        mb.objective(kernels.scores(bits, coord_class, coord_learner, w, K, m, lows), labels, w, lam)
     )
     assert np.count_nonzero(w) > 0
 
 
-def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pool", ["sign", "mixed"])
+def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path, monkeypatch, pool):
     K, lam = 4, 1e-2
     bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
+    lows = _lows(pool, H.shape[0])
     m, J = H.shape[1], len(coord_class)
     C_over_p = 1.0 / (lam * m * (K - 1))
     signs = H > 0
@@ -145,7 +155,7 @@ def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path,
     monkeypatch.setattr(kernels, "fcd_sweep", lambda *a: calls.append(len(a[3])) or real(*a))
     runs = []
     for budget in (1 << 40, 0):  # every chunk in memory (compiled sweeps), every chunk streamed from files
-        master = mb.Master(K, budget, str(tmp_path))
+        master = mb.Master(K, budget, lows, str(tmp_path))
         for lo, hi in ((0, 45), (45, 101), (101, m)):  # chunks not aligned to bytes
             master.add(labels[lo:hi], np.packbits(signs[:, lo:hi], axis=1), np.zeros((hi - lo, K)))
         w = np.zeros(J)
@@ -159,7 +169,7 @@ def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path,
     np.testing.assert_array_equal(w1, w2)
     np.testing.assert_array_equal(F1, F2)
     assert (tau1, worst1) == (tau2, worst2) and tau1 == 5 and np.count_nonzero(w1) > 0
-    np.testing.assert_allclose(F1, kernels.scores(bits, coord_class, coord_learner, w1, K, m), atol=1e-12)
+    np.testing.assert_allclose(F1, kernels.scores(bits, coord_class, coord_learner, w1, K, m, lows), atol=1e-12)
 
 
 def _random_binned_data(seed=2, m=90, d=6, K=3):
@@ -200,15 +210,16 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
     holder = mb.MultiBoostState(
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
-        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
+        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
         coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
         labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1),
         scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked)
-    feature, bin_, polarity, edge = kernels.best_stumps(H, chunked.totals, offsets)
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False)
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
+    sign_best = np.zeros(K)
     for c in range(K):
         best = max(
             (s * float(G[:, c] @ np.where(dense[:, f] > t, 1.0, -1.0)), f, t, s)
@@ -220,6 +231,25 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         chosen = polarity[c] * float(G[:, c] @ np.where(dense[:, feature[c]] > threshold, 1.0, -1.0))
         assert chosen == pytest.approx(best[0], rel=1e-12)
         assert edge[c] == pytest.approx(best[0], rel=1e-12)
+        sign_best[c] = best[0]
+
+    # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True)
+    for c in range(K):
+        best = max(
+            float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
+            for f in range(d)
+            for t in [*np.unique(dense[:, f])[:-1], np.inf]
+            for s in (1, -1)
+        )
+        n_cuts = offsets[feature[c] + 1] - offsets[feature[c]]
+        threshold = cuts[offsets[feature[c]] + bin_[c]] if bin_[c] < n_cuts else np.inf
+        chosen = float(G[:, c] @ ((dense[:, feature[c]] > threshold) == (polarity[c] > 0)))
+        assert chosen == pytest.approx(best, rel=1e-12)
+        assert edge[c] == pytest.approx(best, rel=1e-12)
+        indicator_best = edge[c]
+        both = kernels.best_stumps(H, chunked.totals, offsets, True, True)[3][c]
+        assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
 
 
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
