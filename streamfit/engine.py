@@ -168,12 +168,15 @@ def _near(home: list[str], chunk_id: int) -> dict:
     return {"workers": [home[chunk_id]], "allow_other_workers": True} if home else {}
 
 
-def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
-    """Σ fn(source, i, **kwargs) over `chunk_ids` along the fixed tree (tree_sum's), built left
-    to right with a stack so that only O(log n) partial sums are held at once."""
+def tree_sum(values: Iterable) -> Any:
+    """Sum `values` (any iterable of at least one, consumed once) along the fixed binary tree of the module
+    docstring: `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)`, `mid - lo` the largest power of two
+    below `hi - lo`. Built left to right with a stack of the complete power-of-two subtrees
+    (equal neighbours merged), so that only O(log n) partial sums are held at once; what is left
+    on the stack at the end, subtrees of decreasing size, is added right to left."""
     stack: list[tuple[int, Any]] = []
-    for i in chunk_ids:
-        stack.append((1, fn(source, i, **kwargs)))
+    for value in values:
+        stack.append((1, value))
         while len(stack) > 1 and stack[-1][0] == stack[-2][0]:
             (n2, b), (n1, a) = stack.pop(), stack.pop()
             stack.append((n1 + n2, add_results(a, b)))
@@ -184,6 +187,12 @@ def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
     return total
 
 
+def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
+    """Σ fn(source, i, **kwargs) over `chunk_ids` along the fixed tree (tree_sum), each chunk's
+    result computed as the sum needs it: one cluster task's subtree of a map_reduce."""
+    return tree_sum(fn(source, i, **kwargs) for i in chunk_ids)
+
+
 def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[[Any, Any], Any]) -> Any:
     """The sum over `ids` along the fixed tree, built depth first, left to right: leaf(sub) for
     each subtree of at most `group` ids (fold_chunks sums one along the same tree), add(a, b) for
@@ -192,14 +201,6 @@ def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[[
         return leaf(ids)
     mid = _split(len(ids))
     return add(sum_tree(ids[:mid], group, leaf, add), sum_tree(ids[mid:], group, leaf, add))
-
-
-def tree_sum(values: list):
-    """Sum `values` along the fixed binary tree described in the module docstring."""
-    if len(values) == 1:
-        return values[0]
-    mid = _split(len(values))
-    return add_results(tree_sum(values[:mid]), tree_sum(values[mid:]))
 
 
 class _NoBar:

@@ -65,24 +65,9 @@ def test_verify_names_the_damaged_chunk(stores, tmp_path):
 
 def test_train_evaluate_predict_resume(stores, tmp_path):
     run_dir = tmp_path / "run"
-    run(
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "stagewise",
-        "--out",
-        run_dir,
-        "-p",
-        "generator=sequential",
-        "-p",
-        "block_size=16",
-        "-p",
-        "n_passes=2",
-        "--n-workers",
-        "1",
-        "--valid",
-        stores / "test.zarr",
-    )
+    train = ["train", stores / "train.zarr", "--solver", "stagewise", "--out", run_dir, "--n-workers", "1"]
+    train += ["-p", "generator=sequential", "-p", "block_size=16", "-p", "n_passes=2"]
+    run(*train, "--valid", stores / "test.zarr")
     model = load_model(str(run_dir))
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) >= 4 and all("objective" in line and 0 < line["valid_accuracy"] <= 1 for line in lines)
@@ -92,23 +77,7 @@ def test_train_evaluate_predict_resume(stores, tmp_path):
     again = run("train", stores / "train.zarr", "--out", run_dir, ok=False)
     assert again.exit_code == 2 and "--resume" in again.output
     # resuming a finished run changes nothing
-    run(
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "stagewise",
-        "--out",
-        run_dir,
-        "-p",
-        "generator=sequential",
-        "-p",
-        "block_size=16",
-        "-p",
-        "n_passes=2",
-        "--n-workers",
-        "1",
-        "--resume",
-    )
+    run(*train, "--resume")
     X, _ = open_store(str(stores / "test.zarr")).to_scipy()
     assert np.array_equal(load_model(str(run_dir)).decision_function(X), model.decision_function(X))
     # predict from the store and from raw LIBSVM featurized like the training store

@@ -10,7 +10,9 @@ import time
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from streamfit.cli import main
 from streamfit.model import load_model
 
 pytestmark = pytest.mark.slow  # a scheduler and workers in subprocesses: a minute or more a test
@@ -126,15 +128,15 @@ OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine 
 }
 
 
-def test_every_solver_on_the_cluster_equals_in_process(digits_cli_store, cli, tmp_path, cluster):
+def test_every_solver_on_the_cluster_equals_in_process(digits_cli_store, tmp_path, cluster):
+    """`streamfit train` run in this process (CliRunner: no Python start and imports per run; the
+    workers are the cluster's own processes)."""
     address, _ = cluster
     for solver, params in OTHER_SOLVERS.items():
         for name, engine in (("local", ["--n-workers", "0"]), ("cluster", ["--scheduler", address])):
-            subprocess.run(
-                cli("train", digits_cli_store, "--solver", solver, *params, *engine, "--out", tmp_path / solver / name),
-                check=True,
-                capture_output=True,
-            )
+            args = ["train", digits_cli_store, "--solver", solver, *params, *engine, "--out", tmp_path / solver / name]
+            result = CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+            assert result.exit_code == 0, (solver, name, result.output)
         ref, got = _model_arrays(tmp_path / solver / "local"), _model_arrays(tmp_path / solver / "cluster")
         assert ref.keys() == got.keys(), solver
         assert all(np.array_equal(ref[k], got[k]) for k in ref), solver

@@ -26,10 +26,23 @@ def chunk_rows(source, i):
     return source.read_chunk(i).row_start
 
 
+def split_sum(values: list):
+    """The fixed tree as the module docstring defines it, recursively: sum(lo, hi) =
+    sum(lo, mid) + sum(mid, hi), mid - lo the largest power of two below hi - lo."""
+    if len(values) == 1:
+        return values[0]
+    mid = 1 << ((len(values) - 1).bit_length() - 1)
+    return split_sum(values[:mid]) + split_sum(values[mid:])
+
+
 def test_tree_sum_is_pairwise_fixed():
     vals = [np.float64(1 / (i + 3)) for i in range(7)]
     a, b, c, d, e, f, g = vals
     assert tree_sum(vals) == ((a + b) + (c + d)) + ((e + f) + g)
+    rng = np.random.default_rng(1)
+    for n in range(1, 70):  # tree_sum's stack of subtrees adds as the recursive definition does
+        values = list(rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, size=n))
+        assert tree_sum(iter(values)) == split_sum(values), n
 
 
 def test_subtrees_summed_in_one_task_give_the_same_bits():

@@ -67,8 +67,8 @@ SOLVER_ARGS = {
         "-p",
         "max_iter=3",
     ],
-    "bcd": ["-p", "mode=chunks", "-p", "group_size=8", "-p", "max_iter=12", "-p", "tol=1e-9"],
-    "fbpd": ["-p", "max_iter=120", "-p", "tol=0", "-p", "gap_tol=0"],
+    "bcd": ["-p", "mode=chunks", "-p", "group_size=8", "-p", "max_iter=6", "-p", "tol=1e-9"],  # 8 steps a checkpoint
+    "fbpd": ["-p", "max_iter=60", "-p", "tol=0", "-p", "gap_tol=0"],
     "multiboost": ["-p", "max_iter=9"],  # restarts at iterations 3, 5, 8, ..., 73, 114
     "ppdsparse": ["-p", "group_size=1", "-p", "tol=1e-4", "-p", "delta=null"],
 }

@@ -4,6 +4,7 @@ its out-of-core contract (workers, chunking, resume)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import warnings
@@ -11,6 +12,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from fitting import fit_solver
 from pydantic import ValidationError
 from scipy.optimize import linprog, minimize
 from sklearn.datasets import load_iris, load_wine
@@ -42,20 +44,7 @@ def iris():
     return standardized(load_iris)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
-    solver = fb.FBPDSolver(fb.FBPDParams(**params))
-    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
-    ckpt = Checkpointer(run_dir, config=solver.params.model_dump(), store_fingerprint=fingerprint)
-    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None)
-    model = solver.fit(
-        source,
-        engine=engine or Engine(mode="inprocess"),
-        checkpointer=ckpt,
-        log=log,
-        resume=resume,
-        stop_after=stop_after,
-    )
-    return model, log
+fit = functools.partial(fit_solver, "fbpd")  # (model, metrics log) of a run
 
 
 def memory_source(X, y, chunk_rows=10_000):

@@ -5,6 +5,7 @@ scipy's 1-D minimizer for the coordinate update (12), scipy's L-BFGS-B for the m
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 
@@ -12,32 +13,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from click.testing import CliRunner
+from fitting import fit_solver
 from scipy.optimize import minimize, minimize_scalar
 
 import streamfit.solvers.multiboost as mb
 from streamfit import MultiBoostClassifier, load_model
-from streamfit.checkpoint import Checkpointer, ChunkState
+from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine
 from streamfit.errors import ConfigError
 from streamfit.estimators import ConvergenceWarning
-from streamfit.runlog import MetricsLog
 from streamfit.solvers import multiboost_kernels as kernels
 from streamfit.store import InMemoryStore
 
-
-def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, **params):
-    solver = mb.MultiBoostSolver(mb.MultiBoostParams(**params))
-    ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint="in-memory")
-    log = MetricsLog(None)
-    model = solver.fit(
-        source,
-        engine=engine or Engine(mode="inprocess"),
-        checkpointer=ckpt,
-        log=log,
-        resume=resume,
-        stop_after=stop_after,
-    )
-    return model, log
+fit = functools.partial(fit_solver, "multiboost")  # (model, metrics log) of a run
 
 
 @pytest.fixture(scope="module")

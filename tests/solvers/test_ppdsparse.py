@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from fitting import fit_solver
 from pydantic import ValidationError
 from sklearn.base import clone
 from sklearn.datasets import load_digits
@@ -48,20 +49,7 @@ def multilabel():
     return X, sp.csr_matrix(Y)
 
 
-def fit(source, run_dir=None, engine=None, resume=False, stop_after=None, valid=None, valid_every=1, **params):
-    solver = pp.PPDSparseSolver(pp.PPDSparseParams(**params))
-    fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
-    ckpt = Checkpointer(run_dir, config=solver.params.model_settings(), store_fingerprint=fingerprint)
-    log = MetricsLog(os.path.join(run_dir, "metrics.jsonl") if run_dir else None, valid=valid, valid_every=valid_every)
-    model = solver.fit(
-        source,
-        engine=engine or Engine(mode="inprocess"),
-        checkpointer=ckpt,
-        log=log,
-        resume=resume,
-        stop_after=stop_after,
-    )
-    return model, log
+fit = functools.partial(fit_solver, "ppdsparse")  # (model, metrics log) of a run
 
 
 def signs(labels, n_classes):
