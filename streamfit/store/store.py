@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import hashlib
 import io
 import json
 import os
+import secrets
 import shutil
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -47,6 +49,8 @@ def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
 
 
 IDF_FILE = "idf.npy"
+ATTEMPT_FILE = "ATTEMPT"  # in a local NAME.partial: the token of the attempt that owns it
+INCOMING_DIR = "incoming"  # in a local NAME.partial: chunks being written, before their rename into chunks/
 
 
 def _backend(backend: str):
@@ -527,20 +531,62 @@ class ChunkSink:
     multilabel: bool
     n_outputs: int | None
     name: str  # the store's path or URL, for messages
+    token: str | None = None  # local disk: the attempt's token, in `root/ATTEMPT`; None behind a URL
 
     def write(self, cid: int, row_start: int, X: sp.csr_matrix, labels) -> WrittenChunk:
-        """Write rows [row_start, row_start + X.shape[0]) as chunk `cid` (see format.py)."""
+        """Write rows [row_start, row_start + X.shape[0]) as chunk `cid` (see format.py).
+
+        Behind a URL the attempt's prefix is this writer's own, so the chunk is written in
+        place. On local disk every attempt stages in the same `NAME.partial`, so a write still
+        running for a killed driver could land in a later attempt's directory: the chunk is
+        written under `incoming/<token>-<cid>/` and renamed into `chunks/` only if `ATTEMPT`
+        still holds this sink's token (`_move_in`); otherwise it is deleted and StoreError says
+        the attempt was replaced."""
         X, labels = canonical_chunk(X, labels, self.multilabel, self.n_outputs, self.name)
-        _backend(self.backend).write_chunk(self.root, cid, X, labels)
+        if self.token is None:
+            _backend(self.backend).write_chunk(self.root, cid, X, labels)
+        else:
+            staged = self.root.join(INCOMING_DIR, f"{self.token}-{chunk_name(cid)}")
+            try:
+                _backend(self.backend).write_chunk(staged, cid, X, labels)
+                self._move_in(staged, cid)
+            finally:
+                staged.remove_tree()
         info = ChunkInfo(cid, row_start, row_start + X.shape[0], int(X.nnz), chunk_digest(X, labels))
         return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1)
+
+    def _move_in(self, staged: storage.Location, cid: int) -> None:
+        """Rename chunk `cid`, written under `staged`, into the attempt's `chunks/`, unless the
+        attempt is no longer this sink's. Safe against a later attempt replacing `NAME.partial`
+        at any moment: a token read before the replacement means `staged` was in the old
+        directory (the write finished before the read), so the rename finds no source."""
+        try:
+            current = self.root.join(ATTEMPT_FILE).read_text()
+        except FileNotFoundError:
+            current = None
+        if current != self.token:
+            raise StoreError(
+                f"{self.name}: chunk {cid} not written: another ingest replaced this one's attempt "
+                f"({self.root.path}); this ingest's driver has stopped or its store was restarted"
+            )
+        self.root.join(CHUNKS_DIR).makedirs()
+        try:
+            os.rename(self._chunk(staged, cid).path, self._chunk(self.root, cid).path)
+        except OSError as e:
+            if e.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            # a retried task of this attempt (a lost worker) wrote it already: the same bytes
+
+    def _chunk(self, root: storage.Location, cid: int) -> storage.Location:
+        """Chunk `cid`'s directory (zarr) or file (parquet) in the store whose files are at `root`."""
+        if self.backend == "zarr":
+            return root.join(CHUNKS_DIR, chunk_name(cid))
+        return _backend(self.backend).chunk_file(root, cid)
 
     def exists(self, cid: int) -> bool:
         """Whether chunk `cid` is where this process sees the store (a worker on another
         machine writing to a local path writes to its own disk)."""
-        if self.backend == "zarr":
-            return self.root.join(CHUNKS_DIR, chunk_name(cid)).exists()
-        return _backend(self.backend).chunk_file(self.root, cid).exists()
+        return self._chunk(self.root, cid).exists()
 
 
 class StoreWriter:
@@ -554,7 +600,9 @@ class StoreWriter:
 
     `PATH.partial` is locked (flock) from the start to the publish, so two writers of one PATH
     exclude each other; without `overwrite`, PATH is checked again under that lock just before
-    the publish, so a store another process finished meanwhile is never replaced."""
+    the publish, so a store another process finished meanwhile is never replaced. Its random
+    token in `PATH.partial/ATTEMPT` keeps a chunk write left running by a killed earlier
+    attempt out of this one (ChunkSink.write)."""
 
     def __init__(
         self,
@@ -578,6 +626,7 @@ class StoreWriter:
         if present(self.location) and not overwrite:
             raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
         self._lock: int | None = None
+        token: str | None = None  # local disk: this attempt's, against stray chunk writes (ChunkSink.write)
         if self.location.local:
             self.tmp = self.path + ".partial"
             if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
@@ -593,12 +642,14 @@ class StoreWriter:
             except OSError as e:
                 raise output_error(self.tmp, e) from e
             self._lock = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
+            token = secrets.token_hex(8)
+            storage.write_new_file(os.path.join(self.tmp, ATTEMPT_FILE), token.encode())
         # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
         self.attempt = storage.begin(self.location, clear=False)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         self.n_outputs = n_outputs
-        self.sink = ChunkSink(self.attempt.location, backend, multilabel, n_outputs, self.path)
+        self.sink = ChunkSink(self.attempt.location, backend, multilabel, n_outputs, self.path, token)
         self._pending: list[tuple[sp.csr_matrix, object]] = []
         self._pending_rows = 0
         self.chunks: list[ChunkInfo] = []
@@ -707,6 +758,9 @@ class StoreWriter:
                 f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
                 "it, or write to another --out"
             )
+        if self.sink.token is not None:  # every chunk is in: the token and staging area go
+            self.attempt.location.join(ATTEMPT_FILE).remove()
+            self.attempt.location.join(INCOMING_DIR).remove_tree()
         self._writing(self.attempt.commit)  # --overwrite: the old store until the commit
         if not keep_lock:
             self.release()

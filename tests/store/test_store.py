@@ -393,3 +393,51 @@ def test_overlaps_is_the_same_path_or_one_inside_the_other(tmp_path, a, b, overl
     assert overlaps(str(tmp_path / a), str(tmp_path / b)) is overlap
     (tmp_path / "link").symlink_to(tmp_path / "x")  # a link to x overlaps x and all inside it
     assert overlaps(str(tmp_path / "link"), str(tmp_path / b)) is (b in ("x", "x/y", "x/z"))
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+@pytest.mark.parametrize("when", ["after", "during"])
+def test_a_chunk_write_of_a_killed_attempt_never_lands_in_the_next_one(tmp_path, monkeypatch, backend, when):
+    """Attempt A's driver dies (its lock drops) while a worker still holds A's ChunkSink; attempt
+    B starts in the same NAME.partial. A's late chunk write, started after B began ("after") or
+    staged before B began and moved in after ("during"), is refused and leaves nothing: B's
+    store holds only B's rows and verifies."""
+    from streamfit.store import parquet_backend, zarr_backend
+
+    path = str(tmp_path / "s.store")
+    a = StoreWriter(path, backend=backend, chunk_rows=2)
+    stray = a.sink
+    started = []
+
+    def start_b():
+        os.close(a._lock)  # what the kernel does when A's driver is SIGKILLed
+        started.append(StoreWriter(path, backend=backend, chunk_rows=2))
+
+    if when == "after":
+        start_b()
+    else:
+        module = zarr_backend if backend == "zarr" else parquet_backend
+        write_chunk = module.write_chunk
+
+        def write_then_b_starts(root, cid, X, labels):
+            write_chunk(root, cid, X, labels)
+            start_b()
+
+        monkeypatch.setattr(module, "write_chunk", write_then_b_starts)
+    a_rows = sp.csr_matrix(np.full((2, 3), 7.0, dtype=np.float32))
+    with pytest.raises(StoreError, match="another ingest replaced this one's attempt"):
+        stray.write(0, 0, a_rows, np.array([1, 1]))
+    monkeypatch.undo()
+    b = started[0]
+    assert not os.path.exists(os.path.join(path + ".partial", "chunks"))  # nothing of A's landed
+    X = sp.csr_matrix(np.eye(3, dtype=np.float32))
+    b.write_rows(X, np.array([0, 1, 0]))
+    b.close(n_features=3, classes=["a", "b"])
+    s = open_store(path)
+    assert s.verify() == []
+    X2, y2 = s.to_scipy()
+    assert (X2 != X).nnz == 0 and y2.tolist() == [0, 1, 0]
+    assert not {"ATTEMPT", "incoming"} & set(os.listdir(path)) and not os.path.exists(path + ".partial")
+    with pytest.raises(StoreError, match="another ingest replaced this one's attempt"):  # B published: no ATTEMPT
+        stray.write(1, 2, a_rows, np.array([1, 1]))
+    assert open_store(path).verify() == [] and not os.path.exists(os.path.join(path + ".partial", "chunks"))
