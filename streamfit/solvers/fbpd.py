@@ -40,7 +40,7 @@ over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), an
 within a factor 3 on iris, wine and digits for Algorithm 1; Algorithm 2 uses ρ = 1).
 `step_ratio` sets the initial ρ (docs/benchmarks.md: the default measured). The paper's
 stopping rule: stop when ‖x⁺ − x‖/‖x⁺‖ < tol (1e-5 in §4.2), or after max_iter iterations
-(default 200: on text neither rule fires within hundreds of passes, and the run warns).
+(default 250: on text neither rule fires within hundreds of passes, and the run warns).
 Besides it (gap_tol > 0), the run stops when the relative duality gap (P − D)/P of the logged
 primal P and dual D below and the offsets' dual infeasibility ‖(1/n) Σ_ℓ a_ℓ‖₂ are both below
 gap_tol: a certificate that P is within about gap_tol·P of the optimum, where small steps are not.
@@ -143,7 +143,7 @@ RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
 CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
 LAM_RATIO = 0.003  # default lam = 0.003·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
-MAX_ITER = 200  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text")
+MAX_ITER = 250  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text", session 12)
 
 
 class FBPDParams(SolverParams):
