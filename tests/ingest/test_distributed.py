@@ -209,7 +209,7 @@ def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp
             tar.addfile(info, io.BytesIO(data))
     path = str(tmp_path / "news.tar.gz")
     monkeypatch.setattr(distributed, "PIECE_BYTES", 1000)  # archives over it are cut
-    monkeypatch.setattr(distributed, "ARCHIVE_PIECE_BYTES", 600)
+    monkeypatch.setattr(distributed, "FOLDER_PIECE_BYTES", 600)
     kw = {"chunk_rows": 16, "on_bad_record": "quarantine"}
     stores = {}
     for name, engine in (("n0", {}), ("n1", {"n_workers": 1}), ("n2", {"scheduler": cluster})):

@@ -102,10 +102,10 @@ def test_tar_archive(read, tmp_path, batch_size, name, mode):
 
 @pytest.mark.parametrize("name, mode", [("n.tar.gz", "w:gz"), ("n.tar", "w"), ("n.tar.pax", "w:pax")])
 def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
-    """archive_parts cuts at member headers (a long name's header included); its parts read one
+    """folder_parts cuts a tar archive at member headers (a long name's header included); its parts read one
     after the other give the whole archive's documents, locations and bad records. A global pax
     header keeps the archive whole."""
-    from streamfit.ingest.sources import archive_parts
+    from streamfit.ingest.sources import folder_parts
 
     files = {**NEWS, f"20news-bydate-train/sci.space/{'long' * 40}": "Long name.\n"}
     files |= {f"20news-bydate-train/c{i % 3}/{i}": "w " * (30 + i) for i in range(40)}
@@ -120,7 +120,7 @@ def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
             tar.addfile(info, io.BytesIO(data))
     path = tar.name
     opts = {"subset": "20news-bydate-train"}
-    parts = archive_parts(path, 256, **opts)
+    parts = folder_parts(path, 256, **opts)
 
     def documents(policy, **part):
         batches = list(open_source(path, policy=policy, **opts, **part))
@@ -135,7 +135,7 @@ def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
     assert len(parts) > 10 and parts[0].start == 0 and parts[-1].stop is None
     assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
     assert all(p.prefix == ("20news-bydate-train",) for p in parts)
-    pieces = [documents(parts_policy, archive_part=p) for p in parts]
+    pieces = [documents(parts_policy, folder_part=p) for p in parts]
     assert tuple(sum((piece[k] for piece in pieces), []) for k in range(3)) == whole
     assert parts_policy.n_skipped == 2
 
@@ -228,7 +228,7 @@ def test_empty_directory(read, tmp_path):
 def test_a_plain_file_is_not_a_folder(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("a")
-    with pytest.raises(InputError, match="not a directory or a tar archive"):
+    with pytest.raises(InputError, match="not a directory or an archive"):
         open_source(str(path), "folder", policy=BadRecordPolicy())
 
 
