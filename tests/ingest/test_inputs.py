@@ -110,17 +110,25 @@ def test_an_archive_hdf5_and_numpy_files_behind_a_url_give_the_stores_of_their_l
         assert manifests[1][3] == [f"s3://streamfit-test/url-inputs/{name}"]
 
 
-@pytest.mark.parametrize(
-    "url, format, problem",
-    [
-        ("memory://streamfit-tests/corpus.zip", "folder", "a folder corpus is read from a local path only"),
-    ],
-)
-def test_a_folder_behind_a_url_is_a_clear_error(url, format, problem):
+def test_a_url_folder_of_documents_is_a_folder_corpus_and_other_inputs_are_clear_errors():
+    """A folder (prefix) behind a URL whose files are no data files is one input, a folder
+    corpus, as a local one is; a file that is no archive read as a folder, and a damaged zip,
+    are one-line errors."""
     import fsspec
 
     from streamfit.ingest.sources import BadRecordPolicy, open_source
 
-    fsspec.filesystem("memory").pipe(url, b"\x00")
-    with pytest.raises(InputError, match=problem):
-        open_source(url, format, policy=BadRecordPolicy())
+    fs = fsspec.filesystem("memory")
+    fs.pipe("memory://streamfit-tests/inputs/corpus/sports/doc1", b"a game")
+    fs.pipe("memory://streamfit-tests/inputs/data/a.jsonl", b"")
+    assert expand_inputs(["memory://streamfit-tests/inputs/corpus"]) == ["memory://streamfit-tests/inputs/corpus"]
+    # a dataset directory: its files, as fsspec names them
+    assert expand_inputs(["memory://streamfit-tests/inputs/data"]) == ["memory:///streamfit-tests/inputs/data/a.jsonl"]
+    fs.pipe("memory://streamfit-tests/inputs/corpus.7z", b"\x00")
+    fs.pipe("memory://streamfit-tests/inputs/corpus.zip", b"\x00")
+    for url, problem in (
+        ("memory://streamfit-tests/inputs/corpus.7z", r"not a directory or an archive \(archives end in .tar, "),
+        ("memory://streamfit-tests/inputs/corpus.zip", "truncated or corrupt archive"),
+    ):
+        with pytest.raises(InputError, match=f"^{url}: {problem}"):
+            open_source(url, "folder", policy=BadRecordPolicy())

@@ -204,7 +204,7 @@ class FolderSource:
         elif not class_folders and subset is None:
             self.prefix = ()
         else:
-            self.prefix = self._layout(subset, ((parts, listed) for parts, _, _, listed in self._files()))
+            self.prefix = self._layout(subset, self._entries())
         self.n_read = 0
 
     def __iter__(self):
@@ -275,7 +275,7 @@ class FolderSource:
     def _layout(self, subset: str | None, entries) -> tuple[str, ...]:
         """The folder to read from as path parts: the one subset names, the one folder that holds
         class folders at the shallowest depth, or () when classes are at the top. entries: (path
-        parts, listed as a file) of the input's entries (_files)."""
+        parts, listed as a file) of the input's entries (_entries)."""
         parents = set()  # the folders that hold the class folders of the files, at each file's depth
         depths = set()
         matches = set()
@@ -309,11 +309,18 @@ class FolderSource:
             )
         return tuple(candidates[0].split("/"))
 
+    def _entries(self):
+        """(path parts, listed as a file) of the input's entries (_files), no document read."""
+        if self.container == "folder" and self.local_path is None:
+            return ((name.split("/"), True) for name, _ in self._url_listing())
+        return ((parts, listed) for parts, _, _, listed in self._files())
+
     def _files(self):
         """(path parts, location, read(), listed as a file) of every entry not hidden that stands
         where a document may be, in reading order; read() returns the document's bytes or raises
         _NotADocument. Links to folders, and archive members that are not files or have unsafe
         names, are not listed as files."""
+        self.n_bytes = 0  # documents read so far (limits.input_bytes; a tar stream counts its own)
         if self.container == "tar":
             yield from self._tar_files()
         elif self.container == "zip":
@@ -324,7 +331,6 @@ class FolderSource:
             yield from self._url_files()
 
     def _dir_files(self):
-        self.n_bytes = 0  # read from the folder so far (limits.input_bytes)
         if self.part is not None:
             assert self.part.files is not None, "a directory's part lists its files"
             for name, _ in self.part.files:
@@ -371,7 +377,6 @@ class FolderSource:
         """The entries of a folder behind a URL: the documents under the layout's folder fetched
         a window at a time (Location.read_files: concurrent GETs, none for an empty file or one
         listed over limits.record_bytes), others listed only."""
-        self.n_bytes = 0
         listing = (
             list(self.part.files) if self.part is not None and self.part.files is not None else self._url_listing()
         )
@@ -628,10 +633,11 @@ def _member_parts(name: str) -> tuple[list[str], bool]:
 
 
 def _zip_kind(info: zipfile.ZipInfo) -> str | None:
-    """What a zip member stands for when its Unix mode (made on Unix: create_system 3) is not a
-    regular file's ("a symbolic link", "a FIFO", ...); None for a regular file."""
+    """What a zip member stands for when its Unix mode (made on Unix: create_system 3) has the
+    type of something else than a regular file ("a symbolic link", "a FIFO", ...); None for a
+    regular file, or a mode without a type (Python's ZipFile.writestr writes permissions only)."""
     mode = info.external_attr >> 16
-    if info.create_system != 3 or mode == 0 or stat.S_ISREG(mode):
+    if info.create_system != 3 or stat.S_IFMT(mode) in (0, stat.S_IFREG):
         return None
     return _file_kind(mode)
 
