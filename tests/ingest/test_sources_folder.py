@@ -511,7 +511,7 @@ def test_a_subset_matching_two_folders_is_refused(tmp_path):
 # ---- zip archives, folders behind a URL, and the parts of each (issue 18) ----
 
 
-@pytest.mark.parametrize("kind", ["directory", "memory://", "zip", "memory:// zip"])
+@pytest.mark.parametrize("kind", ["directory", "file://", "memory://", "zip", "memory:// zip"])
 def test_a_zip_and_a_folder_behind_a_url_read_as_the_local_folder(read, tmp_path, kind):
     """The same documents and labels as the local folder, in its order (a zip's members in the
     folder's order); locations name the URL's files and the archive's members."""
@@ -522,6 +522,7 @@ def test_a_zip_and_a_folder_behind_a_url_read_as_the_local_folder(read, tmp_path
     url = f"memory://streamfit-tests/{tmp_path.name}"
     path = {
         "directory": str(tmp_path / "news"),
+        "file://": f"file://{tmp_path / 'news'}",
         "memory://": make_memory_tree(f"{url}/news", files),
         "zip": make_zip(tmp_path / "news.zip", files),
         "memory:// zip": f"{url}/news.zip",
@@ -533,7 +534,10 @@ def test_a_zip_and_a_folder_behind_a_url_read_as_the_local_folder(read, tmp_path
     assert read.labels(batches) == read.labels(expected) == ["alt.atheism", "rec.autos", "sci.space", "sci.space"]
     assert read.texts(batches) == read.texts(expected) and source.n_read == 4
     first = "20news-bydate-train/alt.atheism/49960"
-    assert read.locations(batches)[0] == (f"{path}:{first}" if "zip" in kind else f"{path}/{first}")
+    assert read.locations(batches)[0] == (f"{path}:{first}" if "zip" in kind else f"{path}/{first}").replace(
+        "file://",
+        "",  # a file:// URL is read from its local path
+    )
 
 
 @pytest.mark.parametrize("kind", ["directory", "memory://", "zip"])

@@ -278,7 +278,6 @@ def folder_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS
     about part_bytes of documents, read with the format options `options` (subset,
     class_folders): FolderSource.parts."""
     kept = {k: v for k, v in options.items() if k in _options(FolderSource)}
-    require_path(path, directory_ok=True)
     # a tar archive's layout is decided in its parts' own listing pass, not by opening it
     whole = FolderPart(()) if container(path) == "tar" else None
     source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, folder_part=whole, **kept)

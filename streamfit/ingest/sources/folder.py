@@ -47,7 +47,6 @@ from streamfit.ingest.sources._util import (
     check_batch_size,
     check_encoding,
     open_binary,
-    require_path,
     too_long,
 )
 from streamfit.ingest.sources.policy import BadRecordPolicy
@@ -128,10 +127,12 @@ def _reading_order(name: str) -> tuple:
 
 def container(path: str) -> str:
     """What holds the corpus at `path`: "folder" (a directory, or a prefix behind a URL), "tar"
-    or "zip" (by the name's suffix); InputError for anything else."""
+    or "zip" (by the name's suffix); InputError for anything else, or nothing there."""
     location = storage.resolve(path)
     if location.isdir():
         return "folder"
+    if not location.exists():
+        raise InputError(path, "no such file")
     name = path.lower()
     if name.endswith(TAR_SUFFIXES):
         return "tar"
@@ -170,7 +171,6 @@ class FolderSource:
             (self.location.path if storage.is_url(self.path) else self.path) if self.location.local else None
         )
         if folder_part is None:
-            require_path(self.path, directory_ok=True)
             self.container = container(self.path)
         else:
             self.container = (
@@ -359,7 +359,7 @@ class FolderSource:
         if self._listing is None:
             fs = self.location.fs
             base = self.location.path.rstrip("/") + "/"
-            self.location.isdir()  # drops fsspec's cached listings (another writer may have added files)
+            fs.invalidate_cache(base)  # another writer may have added files since fsspec listed it
             try:
                 found = fs.find(base, detail=True)  # type: ignore[attr-defined]
             except OSError as e:
