@@ -38,6 +38,7 @@ import stat
 import tarfile
 import zipfile
 from dataclasses import dataclass
+from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
@@ -70,6 +71,10 @@ _NOT_REGULAR = (
 # listed sizes) at a time, each window's GETs sent together
 FETCH_FILES = 64
 FETCH_BYTES = 16 << 20
+# A zip archive behind a URL is read in ranged GETs of this many bytes ahead (fsspec's read-ahead
+# block), so a part of it (distributed ingest) fetches about its own members, not the 50 MiB
+# that s3fs reads ahead by default
+ZIP_BLOCK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -357,11 +362,11 @@ class FolderSource:
         """The files below a folder behind a URL as (path below it, size), hidden names left out,
         in reading order: one listing of the prefix (sizes included)."""
         if self._listing is None:
-            fs = self.location.fs
+            fs: Any = self.location.fs  # fsspec's filesystems carry no annotations
             base = self.location.path.rstrip("/") + "/"
             fs.invalidate_cache(base)  # another writer may have added files since fsspec listed it
             try:
-                found = fs.find(base, detail=True)  # type: ignore[attr-defined]
+                found = fs.find(base, detail=True)
             except OSError as e:
                 raise InputError(self.path, f"cannot list the folder ({e})") from None
             files = [
@@ -576,7 +581,11 @@ class FolderSource:
         """The zip archive opened (its central directory read): a local file, or fsspec's file
         object behind a URL (ranged reads)."""
         try:
-            raw = open(self.local_path, "rb") if self.local_path is not None else self.location.open_read()
+            raw = (
+                open(self.local_path, "rb")
+                if self.local_path is not None
+                else self.location.open_read(block_size=ZIP_BLOCK_BYTES)
+            )
         except FileNotFoundError:
             raise InputError(self.path, "no such file") from None
         except OSError as e:
