@@ -8,8 +8,9 @@ ingest for one interpreter: about 20 ms per GET here, whatever the concurrency).
     python tools/bench_folder_inputs.py [--documents 11314] [--workers 0,1,2] [--workdir /tmp]
         [--newsgroups PATH] [--piece-mib 8] [--inputs folder,s3-folder,zip,s3-zip]
 
---documents of the 20 Newsgroups training documents (every k-th of the bydate tarball's
-20news-bydate-train/ in archive order, so every group has its share; default all 11 314) are
+--documents of the 20 Newsgroups training documents (every k-th, k = 11 314 // documents, of the
+bydate tarball's 20news-bydate-train/ in archive order, up to --documents: at 2 000, 18 of the 20
+groups; default all 11 314) are
 extracted to WORKDIR/news/<group>/<id> and zipped (deflate, members in the folder's reading
 order); the s3- inputs are uploaded to the S3 server. Each input of --inputs is ingested with the Python API (latin-1, hashed to 2^16
 features, the text defaults) into a local store, in this process (N = 0) and on a LocalCluster

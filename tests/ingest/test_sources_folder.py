@@ -583,13 +583,17 @@ def _zip_member(zf, name, data=b"x", mode=None):
     zf.writestr(info, data)
 
 
-def _mark_encrypted(path, name):
-    """Set the 'encrypted' flag (bit 0) of the last member, named `name`, in its local header
-    and its central directory entry (ZipFile writes no encrypted member)."""
+def _patch_last_member(path, name, kind):
+    """Mark the last member, named `name`, in its local header and its central directory entry
+    (ZipFile writes neither): kind "encrypted" sets its flag bit 0, "method 99" its compression
+    method (AES, which zipfile cannot read)."""
     data = bytearray(open(path, "rb").read())
     for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
         at = data.rindex(signature, 0, data.rindex(name.encode()))
-        data[at + flags_at] |= 0x1
+        if kind == "encrypted":
+            data[at + flags_at] |= 0x1
+        else:
+            data[at + flags_at + 2] = 99
     open(path, "wb").write(bytes(data))
 
 
@@ -597,6 +601,7 @@ ZIP_HOSTILE = {
     "symlink": ({"mode": 0o120777, "data": b"/etc/passwd"}, "the member is a symbolic link, not a regular file"),
     "fifo": ({"mode": 0o010644}, "the member is a FIFO, not a regular file"),
     "encrypted": ({}, "the member is encrypted"),
+    "method 99": ({}, r"the member cannot be read \(That compression method is not supported\)"),
     "absolute name": ({"name": "/b/x"}, r"the member name is absolute or holds '\.\.'"),
     "dot-dot name": ({"name": "b/../../x"}, r"the member name is absolute or holds '\.\.'"),
 }
@@ -611,8 +616,8 @@ def test_zip_members_that_are_not_safe_regular_files_are_bad_records(read, tmp_p
         for member, text in GOOD.items():
             zf.writestr(member, text)
         _zip_member(zf, name, **options)
-    if kind == "encrypted":
-        _mark_encrypted(path, name)
+    if kind in ("encrypted", "method 99"):
+        _patch_last_member(path, name, kind)
     with pytest.raises(InputError, match=f"^{re.escape(path)}:{re.escape(name)}: {problem}"):
         list(open_source(path, policy=BadRecordPolicy()))
     policy = BadRecordPolicy("skip")

@@ -185,7 +185,6 @@ class FolderSource:
                 if self.path.lower().endswith(ZIP_SUFFIXES)
                 else "tar"
             )
-        self.is_dir = self.container == "folder"
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.encoding = check_encoding(encoding, encoding_errors)
