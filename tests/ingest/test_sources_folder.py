@@ -58,7 +58,8 @@ def make_memory_tree(url, files):
     import fsspec
 
     fs = fsspec.filesystem("memory")
-    fs.rm(url, recursive=True) if fs.exists(url) else None
+    if fs.exists(url):
+        fs.rm(url, recursive=True)
     for name, text in files.items():
         fs.pipe(f"{url}/{name}", text.encode("latin-1") if isinstance(text, str) else text)
     return url
