@@ -362,7 +362,9 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 
     INPUTS are LIBSVM/SVMlight files (.gz/.bz2/.xz too), JSONL, CSV/TSV (with or without a
     header row; other names such as .txt.gz are recognised from their first lines), a folder (or
-    .tar.gz) with one sub-folder per class, ARFF (Weka/Mulan/Meka), Parquet, HDF5, or .npy/.npz. Text is hashed into
+    a .tar.gz or .zip of one) with one sub-folder per class, ARFF (Weka/Mulan/Meka), Parquet, HDF5,
+    or .npy/.npz; each local or behind a URL (s3://bucket/news/, a folder of documents, is a folder
+    corpus). Text is hashed into
     --n-features columns; numeric indices are hashed too unless --no-hash. Text gets the recipe
     text classifiers do best on by default: log(1 + count) term values, IDF weights and rows of
     unit norm (--value count --no-idf --no-l2-normalize for raw counts); numeric features keep
@@ -371,6 +373,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     \b
     Examples:
       streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --out news.zarr
+      streamfit ingest s3://bucket/news/ --subset train --out s3://bucket/news.zarr --n-workers 4
       streamfit ingest r8-train.txt.gz --no-header --label-field 0 --text-field 1 --out r8.zarr
       streamfit ingest test.svm --like train.zarr --out test.zarr
     """

@@ -29,6 +29,7 @@ object store. What the files hold (manifests, digests) is decided by their write
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -231,12 +232,14 @@ class Location:
             return pafs.LocalFileSystem()
         return pafs.PyFileSystem(pafs.FSSpecHandler(self._fs))
 
-    def read_files(self, names: list[str]) -> list[bytes | BaseException]:
+    def read_files(self, names: list[str], max_bytes: int | None = None) -> list[bytes | BaseException]:
         """The bytes of the files `names` (paths relative to here, taken literally: no glob), in
         the order given; an exception in place of a file that failed (FileNotFoundError:
-        absent). Behind an asynchronous fsspec filesystem (s3fs, gcsfs, …) they are fetched
-        concurrently, and on S3 with one GET each: s3fs would otherwise ask each object's size
-        first (a HEAD) to choose a ranged, concurrent download, which small files never need."""
+        absent). max_bytes: at most that many bytes of each (a ranged read; the files must not
+        be empty: S3 refuses a range of an empty object). Behind an asynchronous fsspec
+        filesystem (s3fs, gcsfs, …) they are fetched concurrently, and on S3 with one GET each:
+        s3fs would otherwise ask each object's size first (a HEAD) to choose a ranged, concurrent
+        download, which small files never need."""
         import asyncio
         import inspect
 
@@ -252,24 +255,26 @@ class Location:
             return out
 
         if self.local:
-            return each(_read_local)
+            return each(functools.partial(_read_local, max_bytes=max_bytes))
         fs = self._fs
+        limit = {} if max_bytes is None else {"start": 0, "end": max_bytes}
         if not getattr(fs, "async_impl", False):
-            return each(fs.cat_file)
+            return each(functools.partial(fs.cat_file, **limit))
         from fsspec.asyn import sync
 
         whole = {"max_concurrency": 1} if "max_concurrency" in inspect.signature(fs._cat_file).parameters else {}
 
         async def fetch():
-            return await asyncio.gather(*(fs._cat_file(p, **whole) for p in paths), return_exceptions=True)
+            return await asyncio.gather(*(fs._cat_file(p, **whole, **limit) for p in paths), return_exceptions=True)
 
         return sync(fs.loop, fetch)
 
-    def open_read(self):
-        """A binary file object for streaming reads."""
+    def open_read(self, block_size: int | None = None):
+        """A binary file object for streaming reads; block_size: behind a URL, the bytes fsspec
+        reads ahead of each read (None: the filesystem's default, 50 MiB on S3)."""
         if self.local:
             return open(self.path, "rb", buffering=0)
-        return self._fs.open(self.path, "rb")
+        return self._fs.open(self.path, "rb", **({} if block_size is None else {"block_size": block_size}))
 
     @property
     def _fs(self):
@@ -279,9 +284,9 @@ class Location:
         return (resolve, (self.path if self.local else self.url,))
 
 
-def _read_local(path: str) -> bytes:
+def _read_local(path: str, max_bytes: int | None = None) -> bytes:
     with open(path, "rb") as f:
-        return f.read()
+        return f.read(-1 if max_bytes is None else max_bytes)
 
 
 def _protocol(fs) -> str:

@@ -5,8 +5,10 @@ pass.
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
 larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
-newline, a Parquet file larger than that into runs of row groups, and a tar archive larger than
-that into runs of members of about ARCHIVE_PIECE_BYTES. A worker reads its piece with the source reader of the
+newline, a Parquet file larger than that into runs of row groups, a folder corpus (a directory,
+local or behind a URL, or a zip archive) into runs of files or members of about
+FOLDER_PIECE_BYTES, and a tar archive larger than PIECE_BYTES into runs of members of about
+FOLDER_PIECE_BYTES. A worker reads its piece with the source reader of the
 in-process pass (a byte range counts its lines from its start), featurizes it (hashing, kept indices, range checks, and the
 IDF/l2 of a one-pass ingest) and encodes its labels in a vocabulary of its own, in order of
 first appearance. Bad records are kept with their locations (--on-bad-record error: the error,
@@ -63,18 +65,20 @@ from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import ReadLimits
 from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
-from streamfit.ingest.sources.folder import ArchivePart
+from streamfit.ingest.sources.folder import FolderPart
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
-PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files and Parquet files are cut (plan_pieces)
-# member data per piece of a tar archive (of more than PIECE_BYTES): small, as an archive's
-# documents are small and many (20 Newsgroups: 36 MB in 18 846 documents, a 14 MB file, one
-# piece); each piece decompresses the bytes before it
-ARCHIVE_PIECE_BYTES = 8 << 20
+PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet files and tar archives are cut (plan_pieces)
+# documents per piece of a folder corpus: small, as its documents are small and many (20
+# Newsgroups: 36 MB in 18 846 documents). A directory or a zip archive is cut whatever its size
+# (listing it costs little: a walk, one listing of a URL prefix, a zip's central directory); a
+# tar archive only over PIECE_BYTES (its listing is a pass over it, and each piece decompresses
+# the bytes before it: 20 Newsgroups' 14 MB tar.gz stays one piece)
+FOLDER_PIECE_BYTES = 8 << 20
 
 
 @dataclass
@@ -125,34 +129,38 @@ class _Collector(_Pass1):
 class Piece:
     """A piece of the input: a whole file (or folder), bytes [start, stop) of an uncompressed
     line-based file, cut right after a newline, row groups [start, stop) of a Parquet file, or
-    a part of a tar archive."""
+    a part of a folder corpus (files of a directory, members of an archive)."""
 
     path: str
     byte_range: tuple[int, int] | None = None
     row_groups: tuple[int, int] | None = None  # [start, stop) of a Parquet file
-    archive_part: ArchivePart | None = None
+    folder_part: FolderPart | None = None
 
 
-def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, archive_piece_bytes: int) -> list[Piece]:
+def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, folder_piece_bytes: int) -> list[Piece]:
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
     more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
     piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
-    into runs of row groups of about piece_bytes (uncompressed); a tar archive of more than
-    piece_bytes (its file) into runs of members of about archive_piece_bytes
-    (sources.archive_parts, read with source_options: one listing pass, which costs about what
-    reading a smaller archive whole does); any other input is one piece. The cuts depend on
-    the file's bytes alone."""
-    from streamfit.ingest.sources import RANGE_FORMATS, TAR_SUFFIXES, archive_parts, infer_format, sniff_format
+    into runs of row groups of about piece_bytes (uncompressed); a folder corpus into runs of
+    documents of about folder_piece_bytes (sources.folder_parts, read with source_options): a
+    directory or a zip archive always, a tar archive when its file is over piece_bytes (its
+    listing is one pass over it, which costs about what reading a smaller archive whole does);
+    any other input is one piece. The cuts depend on the input alone."""
+    from streamfit.ingest.sources import RANGE_FORMATS, folder_parts, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
+    from streamfit.ingest.sources.folder import container
 
     limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
     pieces = []
     for path in paths:
         location = storage.resolve(path)
-        tar = path.lower().endswith(TAR_SUFFIXES) and (o.format or infer_format(path)) == "folder"
-        if tar and location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
-            parts = archive_parts(path, archive_piece_bytes, limits, **source_options)
-            pieces += [Piece(path, archive_part=part) for part in parts]
+        if (o.format or infer_format(path)) == "folder":
+            held_in = container(path)
+            if held_in != "tar" or location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
+                parts = folder_parts(path, folder_piece_bytes, limits, **source_options)
+                pieces += [Piece(path, folder_part=part) for part in parts]
+            else:
+                pieces.append(Piece(path))
             continue
         compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
         size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
@@ -231,7 +239,7 @@ def featurize_piece(
     overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
     try:
         source = p.read_input(
-            piece.path, finish_rows, piece.byte_range, piece.row_groups, piece.archive_part, **overrides
+            piece.path, finish_rows, piece.byte_range, piece.row_groups, piece.folder_part, **overrides
         )
     except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
         rows.error = e
@@ -293,7 +301,7 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
     leaves it."""
     o = p1.o
-    pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, ARCHIVE_PIECE_BYTES)
+    pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, FOLDER_PIECE_BYTES)
     featurizer_dict = p1.featurizer.to_dict()
     lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
     source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it

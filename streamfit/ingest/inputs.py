@@ -9,8 +9,8 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   and `_metadata`, are left out) is a dataset directory: its files, recursively, sorted by path
   (a Parquet dataset with hive partitions, `dataset/year=2024/part-0.parquet`, is one; the
   partition values become columns, see sources/parquet.py). Any other local directory stays
-  one input: a folder corpus (one sub-folder per class), as before. `--format folder` keeps
-  every directory a folder corpus. Behind a URL every directory (prefix) is a dataset directory.
+  one input: a folder corpus (one sub-folder per class), as before; so is a folder (prefix)
+  behind a URL. `--format folder` keeps every directory a folder corpus.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the
@@ -55,21 +55,17 @@ def _local_directory_files(path: str) -> list[str] | None:
     return sorted(files) or None
 
 
-def _url_directory_files(location: storage.Location) -> list[str]:
+def _url_directory_files(location: storage.Location) -> list[str] | None:
+    """The data files under a folder (prefix) behind a URL, sorted, or None when it is a folder
+    corpus (a file without a data format's extension)."""
     fs: Any = location.fs  # fsspec's filesystems carry no annotations
     found = sorted(
         p for p in fs.find(location.path) if not any(_hidden(part) for part in p[len(location.path) :].split("/"))
     )
-    odd = [p for p in found if not _data_file(p)]
-    if odd or not found:
-        raise InputError(
-            location.url,
-            f"a folder (prefix) behind a URL whose file {fs.unstrip_protocol(odd[0])} has no data format's extension"
-            if odd
-            else "an empty folder (prefix) behind a URL",
-            "name the files, or a glob of them (URL folders are read as dataset directories of .jsonl, .parquet, "
-            "... files)",
-        )
+    if not found:
+        raise InputError(location.url, "an empty folder (prefix) behind a URL", "name a folder that holds files")
+    if not all(_data_file(p) for p in found):
+        return None
     return [fs.unstrip_protocol(p) for p in found]
 
 
@@ -96,7 +92,7 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files.append(text)
         elif storage.is_url(text):
             location = storage.resolve(text)
-            files += _url_directory_files(location) if location.isdir() else [text]
+            files += (_url_directory_files(location) or [text]) if location.isdir() else [text]
         elif os.path.isdir(text):
             files += _local_directory_files(text) or [text]
         else:

@@ -334,11 +334,11 @@ class _Pass1:
         finish_rows: bool,
         byte_range: tuple[int, int] | None = None,
         row_groups: tuple[int, int] | None = None,
-        archive_part=None,
+        folder_part=None,
         **overrides,
     ):
         """Featurize one input file (or folder; or a byte range of a line-based file, row
-        groups of a Parquet file or a part of a tar archive, see open_source) and emit its rows;
+        groups of a Parquet file or a part of a folder corpus, see open_source) and emit its rows;
         returns the source. overrides: source options."""
         from streamfit.ingest.sources import open_source
 
@@ -351,7 +351,7 @@ class _Pass1:
             limits=limits,
             byte_range=byte_range,
             row_groups=row_groups,
-            archive_part=archive_part,
+            folder_part=folder_part,
             numeric_targets=self.numeric,
             **{**self.source_options, **overrides},
         )

@@ -209,7 +209,7 @@ def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp
             tar.addfile(info, io.BytesIO(data))
     path = str(tmp_path / "news.tar.gz")
     monkeypatch.setattr(distributed, "PIECE_BYTES", 1000)  # archives over it are cut
-    monkeypatch.setattr(distributed, "ARCHIVE_PIECE_BYTES", 600)
+    monkeypatch.setattr(distributed, "FOLDER_PIECE_BYTES", 600)
     kw = {"chunk_rows": 16, "on_bad_record": "quarantine"}
     stores = {}
     for name, engine in (("n0", {}), ("n1", {"n_workers": 1}), ("n2", {"scheduler": cluster})):
@@ -221,6 +221,44 @@ def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp
     m = stores["n0"][0]
     assert m["n_rows"] == 87 and m["classes"] == ["c1", "c0", "c2", "c3"]  # document 0 is bad
     assert stores["n0"][1].count("\n") == 3
+
+
+def test_folder_corpora_on_s3_in_a_zip_and_in_a_folder_in_parts_give_the_in_process_store(
+    tmp_path, s3, cluster, monkeypatch
+):
+    """A local folder, a zip and a folder on the S3 server, each cut into parts of a few
+    documents (runs of files, of central directory members) and read by the two workers: the
+    store (every chunk digest, the skipped documents) of the in-process ingest."""
+    import zipfile
+
+    from streamfit.ingest import distributed
+
+    rng = random.Random(3)
+
+    def corpus(k):
+        words = [f"w{j}" for j in range(60)]
+        docs = {f"c{i % (2 + k)}/{k}-{i:02d}": " ".join(rng.choices(words, k=15)).encode() for i in range(25)}
+        return docs | {f"c{k}/bad": b"\xff not utf-8"}
+
+    local, zipped, remote = corpus(0), corpus(1), corpus(2)
+    for name, data in local.items():
+        (tmp_path / "local" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "local" / name).write_bytes(data)
+    with zipfile.ZipFile(tmp_path / "z.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in zipped.items():
+            zf.writestr(name, data)
+    for name, data in remote.items():
+        s3.pipe(f"{BUCKET}/folders/news/{name}", data)
+    inputs = [str(tmp_path / "local"), str(tmp_path / "z.zip"), f"s3://{BUCKET}/folders/news"]
+    monkeypatch.setattr(distributed, "FOLDER_PIECE_BYTES", 300)
+    kw = {"hashing": HashingConfig(n_features=2**12), "chunk_rows": 16, "on_bad_record": "skip", "progress": False}
+    for name, engine in (("n0", {}), ("n2", {"scheduler": cluster})):
+        ingest(IngestOptions(inputs=inputs, out=str(tmp_path / name), **kw, **engine))
+    assert _manifest(tmp_path / "n2") == _manifest(tmp_path / "n0")
+    m = _manifest(tmp_path / "n0")
+    assert m["n_rows"] == 75 and m["counts"]["skipped"] == 3 and m["classes"] == ["c0", "c1", "c2", "c3"]
+    pieces = distributed.plan_pieces(inputs, _options(inputs[0], tmp_path / "x"), {}, 1 << 20, 300)
+    assert len(pieces) == 15 and {p.path for p in pieces} == set(inputs)  # 5 parts of each
 
 
 def _driver_writes_no_chunk(monkeypatch):

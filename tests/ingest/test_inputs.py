@@ -1,8 +1,10 @@
 """Inputs as a data engineer has them: globs and dataset directories (expanded in sorted path
 order), and Parquet datasets with hive partitions, whose partition values are columns."""
 
+import collections
 import json
 import os
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -14,6 +16,8 @@ from streamfit.ingest.inputs import expand_inputs
 from streamfit.ingest.pipeline import IngestOptions, ingest
 from streamfit.ingest.sources.parquet import hive_partition
 from streamfit.store import open_store
+
+BUCKET = "streamfit-test"  # made by the s3 fixture (tests/conftest.py)
 
 
 def _jsonl(path, rows):
@@ -110,17 +114,87 @@ def test_an_archive_hdf5_and_numpy_files_behind_a_url_give_the_stores_of_their_l
         assert manifests[1][3] == [f"s3://streamfit-test/url-inputs/{name}"]
 
 
-@pytest.mark.parametrize(
-    "url, format, problem",
-    [
-        ("memory://streamfit-tests/corpus.zip", "folder", "a folder corpus is read from a local path only"),
-    ],
-)
-def test_a_folder_behind_a_url_is_a_clear_error(url, format, problem):
+def test_a_url_folder_of_documents_is_a_folder_corpus_and_other_inputs_are_clear_errors():
+    """A folder (prefix) behind a URL whose files are no data files is one input, a folder
+    corpus, as a local one is; a file that is no archive read as a folder, and a damaged zip,
+    are one-line errors."""
     import fsspec
 
     from streamfit.ingest.sources import BadRecordPolicy, open_source
 
-    fsspec.filesystem("memory").pipe(url, b"\x00")
-    with pytest.raises(InputError, match=problem):
-        open_source(url, format, policy=BadRecordPolicy())
+    fs = fsspec.filesystem("memory")
+    fs.pipe("memory://streamfit-tests/inputs/corpus/sports/doc1", b"a game")
+    fs.pipe("memory://streamfit-tests/inputs/data/a.jsonl", b"")
+    assert expand_inputs(["memory://streamfit-tests/inputs/corpus"]) == ["memory://streamfit-tests/inputs/corpus"]
+    # a dataset directory: its files, as fsspec names them
+    assert expand_inputs(["memory://streamfit-tests/inputs/data"]) == ["memory:///streamfit-tests/inputs/data/a.jsonl"]
+    fs.pipe("memory://streamfit-tests/inputs/corpus.7z", b"\x00")
+    fs.pipe("memory://streamfit-tests/inputs/corpus.zip", b"\x00")
+    for url, problem in (
+        ("memory://streamfit-tests/inputs/corpus.7z", r"not a directory or an archive \(archives end in .tar, "),
+        ("memory://streamfit-tests/inputs/corpus.zip", "truncated or corrupt archive"),
+    ):
+        with pytest.raises(InputError, match=f"^{url}: {problem}"):
+            open_source(url, "folder", policy=BadRecordPolicy())
+
+
+@pytest.mark.slow
+def test_a_folder_corpus_and_a_zip_behind_a_url_give_the_stores_of_their_local_copies_without_a_head_per_file(
+    tmp_path, s3
+):
+    """A folder of class folders on the S3 server (with a subset beside it, hidden and empty
+    files) and a zip of it (members in the folder's order): the stores of the local folder
+    (classes, every chunk digest). The
+    folder costs one GET per non-empty document of the subset and a few listings, never a
+    request per file besides: no HEAD, no GET of the other subset's documents; the zip a few
+    requests whatever its number of members."""
+    import logging
+    import zipfile
+
+    files = {f"train/c{i % 3}/{i:02d}": f"document {i} " + "word " * i for i in range(30)}
+    files |= {"train/c1/empty": "", "train/.hidden/x": "hidden", "test/c0/99": "not read"}
+    for name, text in files.items():
+        (tmp_path / "news" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "news" / name).write_text(text)
+        s3.pipe(f"{BUCKET}/corpus/news/{name}", text.encode())
+    with zipfile.ZipFile(tmp_path / "news.zip", "w", zipfile.ZIP_DEFLATED) as zf:
+        for name in sorted(files):
+            zf.write(tmp_path / "news" / name, name)
+    s3.put(str(tmp_path / "news.zip"), f"{BUCKET}/corpus/news.zip")
+    requests = []
+
+    class Requests(logging.Handler):
+        def emit(self, record):
+            line = record.getMessage().split('"')[1]  # "GET /bucket/key HTTP/1.1", maybe in colour
+            requests.append("LIST" if "list-type=2" in line else re.search(r"[A-Z]+(?= /)", line).group())
+
+    stores = {}
+    werkzeug, level = logging.getLogger("werkzeug"), logging.getLogger("werkzeug").level
+    werkzeug.setLevel(logging.INFO)  # the server's access log: a line per request
+    werkzeug.addHandler(handler := Requests())
+    try:
+        for name, source in (
+            ("local", str(tmp_path / "news")),
+            ("s3", f"s3://{BUCKET}/corpus/news/"),
+            ("zip", str(tmp_path / "news.zip")),
+            ("s3 zip", f"s3://{BUCKET}/corpus/news.zip"),
+        ):
+            requests.clear()
+            out = tmp_path / f"{name}.zarr"
+            options = {"subset": "train"}
+            hashing = HashingConfig(n_features=2**10)
+            ingest(
+                IngestOptions(
+                    inputs=[source], out=str(out), source_options=options, hashing=hashing, chunk_rows=8, progress=False
+                )
+            )
+            m = open_store(str(out)).manifest
+            stores[name] = (m.n_rows, m.classes, [c.sha256 for c in m.chunks], dict(collections.Counter(requests)))
+    finally:
+        werkzeug.removeHandler(handler)
+        werkzeug.setLevel(level)
+    assert stores["local"][:3] == stores["s3"][:3] and stores["local"][0] == 31 and len(stores["local"][2]) == 4
+    assert stores["zip"][:3] == stores["s3 zip"][:3] == stores["local"][:3]  # members in the folder's order
+    assert stores["s3"][3]["GET"] == 30 and stores["s3"][3]["HEAD"] <= 1 and stores["s3"][3]["LIST"] <= 8
+    # the zip: opened twice (its layout, its read), each a HEAD and ranged GETs of read-ahead blocks
+    assert stores["s3 zip"][3]["GET"] <= 8 and stores["s3 zip"][3]["HEAD"] <= 4

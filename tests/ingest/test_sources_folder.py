@@ -1,4 +1,4 @@
-"""Class-folder reader: directories and tar archives (20 Newsgroups layout)."""
+"""Class-folder reader: directories (local and behind a URL), tar and zip archives (20 Newsgroups layout)."""
 
 import io
 import os
@@ -7,6 +7,7 @@ import signal
 import socket
 import tarfile
 import tracemalloc
+import zipfile
 
 import pytest
 from click.testing import CliRunner
@@ -43,6 +44,25 @@ def make_tar(path, files, mode="w:gz"):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return str(path)
+
+
+def make_zip(path, files):
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, text in files.items():
+            zf.writestr(name, text.encode("latin-1") if isinstance(text, str) else text)
+    return str(path)
+
+
+def make_memory_tree(url, files):
+    """The files written under a memory:// URL (fsspec's in-process filesystem), as make_tree does."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    if fs.exists(url):
+        fs.rm(url, recursive=True)
+    for name, text in files.items():
+        fs.pipe(f"{url}/{name}", text.encode("latin-1") if isinstance(text, str) else text)
+    return url
 
 
 def train(prefix="20news-bydate-train/"):
@@ -102,10 +122,10 @@ def test_tar_archive(read, tmp_path, batch_size, name, mode):
 
 @pytest.mark.parametrize("name, mode", [("n.tar.gz", "w:gz"), ("n.tar", "w"), ("n.tar.pax", "w:pax")])
 def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
-    """archive_parts cuts at member headers (a long name's header included); its parts read one
+    """folder_parts cuts a tar archive at member headers (a long name's header included); its parts read one
     after the other give the whole archive's documents, locations and bad records. A global pax
     header keeps the archive whole."""
-    from streamfit.ingest.sources import archive_parts
+    from streamfit.ingest.sources import folder_parts
 
     files = {**NEWS, f"20news-bydate-train/sci.space/{'long' * 40}": "Long name.\n"}
     files |= {f"20news-bydate-train/c{i % 3}/{i}": "w " * (30 + i) for i in range(40)}
@@ -120,7 +140,7 @@ def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
             tar.addfile(info, io.BytesIO(data))
     path = tar.name
     opts = {"subset": "20news-bydate-train"}
-    parts = archive_parts(path, 256, **opts)
+    parts = folder_parts(path, 256, **opts)
 
     def documents(policy, **part):
         batches = list(open_source(path, policy=policy, **opts, **part))
@@ -135,7 +155,7 @@ def test_the_parts_of_an_archive_read_as_the_whole(read, tmp_path, name, mode):
     assert len(parts) > 10 and parts[0].start == 0 and parts[-1].stop is None
     assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
     assert all(p.prefix == ("20news-bydate-train",) for p in parts)
-    pieces = [documents(parts_policy, archive_part=p) for p in parts]
+    pieces = [documents(parts_policy, folder_part=p) for p in parts]
     assert tuple(sum((piece[k] for piece in pieces), []) for k in range(3)) == whole
     assert parts_policy.n_skipped == 2
 
@@ -188,22 +208,30 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", BAD)
-@pytest.mark.parametrize("container", ["dir", "tar"])
+# zip member names are UTF-8: no zip holds a class folder named by other bytes
+BAD_IN = [(case, c) for case in BAD for c in ("dir", "tar", "zip") if (case, c) != ("bad-utf8-class", "zip")]
+
+
+def make_container(tmp_path, container, files):
+    if container == "zip":
+        return make_zip(tmp_path / "d.zip", files)
+    return make_tree(tmp_path / "d", files) if container == "dir" else make_tar(tmp_path / "d.tar.gz", files)
+
+
+@pytest.mark.parametrize("case, container", BAD_IN)
 def test_bad_record_error_mode(tmp_path, case, container):
     files, bad, problem = BAD[case]
-    path = make_tree(tmp_path / "d", files) if container == "dir" else make_tar(tmp_path / "d.tar.gz", files)
+    path = make_container(tmp_path, container, files)
     with pytest.raises(InputError) as e:
         list(open_source(path, policy=BadRecordPolicy()))
     location = os.path.join(path, *bad.split("/")) if container == "dir" else f"{path}:{bad}"
     assert e.value.location == location and problem in e.value.problem
 
 
-@pytest.mark.parametrize("case", BAD)
-@pytest.mark.parametrize("container", ["dir", "tar"])
+@pytest.mark.parametrize("case, container", BAD_IN)
 def test_bad_record_skip_and_quarantine(read, tmp_path, quarantine, case, container):
     files, bad, problem = BAD[case]
-    path = make_tree(tmp_path / "d", files) if container == "dir" else make_tar(tmp_path / "d.tar.gz", files)
+    path = make_container(tmp_path, container, files)
     source = open_source(path, policy=quarantine, batch_size=1)
     batches = read.batches(source, 1)
     assert read.labels(batches) == ["a", "b"] and read.texts(batches) == ["ok", "fine"]
@@ -228,7 +256,7 @@ def test_empty_directory(read, tmp_path):
 def test_a_plain_file_is_not_a_folder(tmp_path):
     path = tmp_path / "x.csv"
     path.write_text("a")
-    with pytest.raises(InputError, match="not a directory or a tar archive"):
+    with pytest.raises(InputError, match="not a directory or an archive"):
         open_source(str(path), "folder", policy=BadRecordPolicy())
 
 
@@ -479,3 +507,149 @@ def test_a_subset_matching_two_folders_is_refused(tmp_path):
                 subset="training",
             )
         )
+
+
+# ---- zip archives, folders behind a URL, and the parts of each (issue 18) ----
+
+
+@pytest.mark.parametrize("kind", ["directory", "file://", "memory://", "zip", "memory:// zip"])
+def test_a_zip_and_a_folder_behind_a_url_read_as_the_local_folder(read, tmp_path, kind):
+    """The same documents and labels as the local folder, in its order (a zip's members in the
+    folder's order); locations name the URL's files and the archive's members."""
+    files = {**NEWS, "20news-bydate-train/.hidden/1": "x", "20news-bydate-train/rec.autos/.DS_Store": b"\x00"}
+    files = dict(sorted(files.items(), key=lambda item: item[0].replace("/", "\x00")))  # the folder's order
+    opts = {"subset": "20news-bydate-train", "encoding": "latin-1", "batch_size": 2}
+    expected = read.batches(open_source(make_tree(tmp_path / "news", files), policy=BadRecordPolicy(), **opts))
+    url = f"memory://streamfit-tests/{tmp_path.name}"
+    path = {
+        "directory": str(tmp_path / "news"),
+        "file://": f"file://{tmp_path / 'news'}",
+        "memory://": make_memory_tree(f"{url}/news", files),
+        "zip": make_zip(tmp_path / "news.zip", files),
+        "memory:// zip": f"{url}/news.zip",
+    }[kind]
+    if kind == "memory:// zip":
+        make_memory_tree(url, {"news.zip": open(make_zip(tmp_path / "z.zip", files), "rb").read()})
+    source = open_source(path, policy=BadRecordPolicy(), **opts)
+    batches = read.batches(source, 2)
+    assert read.labels(batches) == read.labels(expected) == ["alt.atheism", "rec.autos", "sci.space", "sci.space"]
+    assert read.texts(batches) == read.texts(expected) and source.n_read == 4
+    first = "20news-bydate-train/alt.atheism/49960"
+    assert read.locations(batches)[0] == (f"{path}:{first}" if "zip" in kind else f"{path}/{first}").replace(
+        "file://",
+        "",  # a file:// URL is read from its local path
+    )
+
+
+@pytest.mark.parametrize("kind", ["directory", "memory://", "zip"])
+def test_the_parts_of_a_folder_or_zip_read_as_the_whole(read, tmp_path, kind):
+    """folder_parts cuts a directory (local or behind a URL) into runs of its files and a zip
+    archive into runs of its members, by size; the parts read one after the other give the whole
+    input's documents, locations and bad records."""
+    from streamfit.ingest.sources import folder_parts
+
+    files = {**NEWS, **{f"20news-bydate-train/c{i % 3}/{i:02d}": "w " * (30 + i) for i in range(40)}}
+    files["20news-bydate-train/c1/bad"] = b"\xff\xfe not utf-8"
+    path = {
+        "directory": lambda: make_tree(tmp_path / "news", files),
+        "memory://": lambda: make_memory_tree(f"memory://streamfit-tests/{tmp_path.name}/news", files),
+        "zip": lambda: make_zip(tmp_path / "news.zip", files),
+    }[kind]()
+    opts = {"subset": "20news-bydate-train"}
+    parts = folder_parts(path, 256, **opts)
+
+    def documents(policy, **part):
+        batches = list(open_source(path, policy=policy, **opts, **part))
+        return read.labels(batches), read.locations(batches), read.texts(batches)
+
+    whole_policy, parts_policy = BadRecordPolicy("skip"), BadRecordPolicy("skip")
+    whole = documents(whole_policy)
+    assert len(whole[0]) == 43 and whole_policy.n_skipped == 2  # 60156 and bad are not UTF-8
+    assert 10 < len(parts) < 40 and all(p.prefix == ("20news-bydate-train",) for p in parts)
+    if kind == "zip":  # runs of the central directory's members, every one in one part
+        assert parts[0].start == 0 and parts[-1].stop == len(files)
+        assert all(a.stop == b.start for a, b in zip(parts, parts[1:]))
+    else:  # every file once, in reading order, with its size
+        listed = [f for p in parts for f in p.files]
+        assert len(listed) == len(files) and sorted(size for _, size in listed)[-1] == 2 * 69
+    pieces = [documents(parts_policy, folder_part=p) for p in parts]
+    assert tuple(sum((piece[k] for piece in pieces), []) for k in range(3)) == whole
+    assert parts_policy.n_skipped == 2
+
+
+def _zip_member(zf, name, data=b"x", mode=None):
+    info = zipfile.ZipInfo(name)
+    if mode is not None:
+        info.create_system, info.external_attr = 3, mode << 16
+    zf.writestr(info, data)
+
+
+def _patch_last_member(path, name, kind):
+    """Mark the last member, named `name`, in its local header and its central directory entry
+    (ZipFile writes neither): kind "encrypted" sets its flag bit 0, "method 99" its compression
+    method (AES, which zipfile cannot read)."""
+    data = bytearray(open(path, "rb").read())
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        at = data.rindex(signature, 0, data.rindex(name.encode()))
+        if kind == "encrypted":
+            data[at + flags_at] |= 0x1
+        else:
+            data[at + flags_at + 2] = 99
+    open(path, "wb").write(bytes(data))
+
+
+ZIP_HOSTILE = {
+    "symlink": ({"mode": 0o120777, "data": b"/etc/passwd"}, "the member is a symbolic link, not a regular file"),
+    "fifo": ({"mode": 0o010644}, "the member is a FIFO, not a regular file"),
+    "encrypted": ({}, "the member is encrypted"),
+    "method 99": ({}, r"the member cannot be read \(That compression method is not supported\)"),
+    "absolute name": ({"name": "/b/x"}, r"the member name is absolute or holds '\.\.'"),
+    "dot-dot name": ({"name": "b/../../x"}, r"the member name is absolute or holds '\.\.'"),
+}
+
+
+@pytest.mark.parametrize("kind", ZIP_HOSTILE)
+def test_zip_members_that_are_not_safe_regular_files_are_bad_records(read, tmp_path, kind):
+    options, problem = ZIP_HOSTILE[kind]
+    path = str(tmp_path / "hostile.zip")
+    name = options.pop("name", "b/x")
+    with zipfile.ZipFile(path, "w") as zf:
+        for member, text in GOOD.items():
+            zf.writestr(member, text)
+        _zip_member(zf, name, **options)
+    if kind in ("encrypted", "method 99"):
+        _patch_last_member(path, name, kind)
+    with pytest.raises(InputError, match=f"^{re.escape(path)}:{re.escape(name)}: {problem}"):
+        list(open_source(path, policy=BadRecordPolicy()))
+    policy = BadRecordPolicy("skip")
+    source = open_source(path, policy=policy)
+    assert read.labels(read.batches(source)) == ["a", "b"]
+    assert (source.n_read, policy.n_skipped) == (3, 1)
+
+
+def test_a_zip_bomb_member_is_a_bad_record_and_a_damaged_zip_an_error(read, tmp_path):
+    """A member of 100 MiB of zeros (deflated to ~100 KiB) over --max-record-bytes is refused by
+    its declared size; a member whose bytes fail their CRC-32, and a truncated zip, stop the read
+    with one line naming the archive."""
+    path = str(tmp_path / "bomb.zip")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a/big", bytes(100 << 20))
+        for member, text in GOOD.items():
+            zf.writestr(member, text)
+    assert os.path.getsize(path) < 1 << 20
+    with pytest.raises(InputError, match=r"bomb.zip:a/big: the document is longer than 64 MiB"):
+        list(open_source(path, policy=BadRecordPolicy()))
+    policy = BadRecordPolicy("skip")
+    assert read.labels(read.batches(open_source(path, policy=policy))) == ["a", "b"] and policy.n_skipped == 1
+    with pytest.raises(InputError, match=r"bomb.zip: holds more than 16 bytes of documents"):
+        list(open_source(path, policy=BadRecordPolicy("skip"), limits=ReadLimits(input_bytes=16)))
+    damaged = str(tmp_path / "damaged.zip")
+    with zipfile.ZipFile(damaged, "w") as zf:  # stored: the document's bytes are in the file as they are
+        zf.writestr("a/1", "alpha beta gamma")
+    data = open(damaged, "rb").read()
+    open(damaged, "wb").write(data.replace(b"beta", b"BETA"))
+    with pytest.raises(InputError, match=r"damaged.zip: truncated or corrupt archive \(Bad CRC-32"):
+        list(open_source(damaged, policy=BadRecordPolicy("skip")))
+    open(damaged, "wb").write(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"damaged.zip: truncated or corrupt archive \(File is not a zip file"):
+        open_source(damaged, policy=BadRecordPolicy("skip"))

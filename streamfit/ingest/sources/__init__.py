@@ -30,14 +30,14 @@ from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_pa
 from streamfit.ingest.sources.arff import ArffSource
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
 from streamfit.ingest.sources.delimited import CsvSource, TsvSource
-from streamfit.ingest.sources.folder import TAR_SUFFIXES, ArchivePart, FolderSource
+from streamfit.ingest.sources.folder import ARCHIVE_SUFFIXES, FolderPart, FolderSource, container
 from streamfit.ingest.sources.hdf5 import Hdf5Source
 from streamfit.ingest.sources.jsonl import JsonlSource
 from streamfit.ingest.sources.libsvm import LibsvmSource
 from streamfit.ingest.sources.numpy_arrays import NumpySource
 from streamfit.ingest.sources.parquet import ParquetSource
 from streamfit.ingest.sources.policy import BadRecordPolicy
-from streamfit.storage import is_url
+from streamfit.storage import is_url, resolve
 
 __all__ = [
     "FORMATS",
@@ -87,7 +87,7 @@ def _options(cls) -> set[str]:
         "numeric_targets",
         "byte_range",
         "row_groups",
-        "archive_part",
+        "folder_part",
     }
 
 
@@ -149,18 +149,22 @@ def check_options(options: dict) -> None:
 
 def infer_format(path: str) -> str | None:
     """The format a path's name (or being a directory) implies, None if it implies none.
-    .txt is not inferred: too many formats use it."""
+    .txt is not inferred: too many formats use it. Behind a URL, a name that implies no format
+    is looked up: a folder (prefix) is a folder corpus."""
     if os.path.isdir(path):
         return "folder"
     name = os.path.basename(path).lower()
-    if name.endswith(TAR_SUFFIXES):
+    if name.endswith(ARCHIVE_SUFFIXES):
         return "folder"
     stem, ext = os.path.splitext(name)
     if ext in _FILE_EXTENSIONS:
         return _FILE_EXTENSIONS[ext]
     if ext in COMPRESSIONS:
         ext = os.path.splitext(stem)[1]
-    return _STREAM_EXTENSIONS.get(ext)
+    found = _STREAM_EXTENSIONS.get(ext)
+    if found is None and is_url(path) and resolve(path).isdir():
+        return "folder"
+    return found
 
 
 _LIBSVM_PAIR = re.compile(r"^(\d+|qid):\S+$")
@@ -172,7 +176,7 @@ def sniff_format(path: str) -> str | None:
     r8-train.txt.gz (`label<TAB>text`); None if none fits. Delimited: every one of the first 20
     lines has the same number (one or more) of tabs -> tsv; else the same number (two or more) of
     cells read as CSV -> csv."""
-    if os.path.isdir(path):
+    if os.path.isdir(path) or (is_url(path) and resolve(path).isdir()):
         return None
     try:
         with open_binary(path) as f:
@@ -218,7 +222,7 @@ def open_source(
     numeric_targets: bool = False,
     byte_range: tuple[int, int] | None = None,
     row_groups: tuple[int, int] | None = None,
-    archive_part: ArchivePart | None = None,
+    folder_part: FolderPart | None = None,
     **options,
 ) -> Source:
     """A Source reading path in the given format, or in the one its name implies; the formats
@@ -227,8 +231,9 @@ def open_source(
     (ingest --target numeric), else as a multilabel indicator; the options are checked first
     (check_options). byte_range: bytes [start, stop) of an
     uncompressed LIBSVM or JSONL file, cut at line boundaries (RANGE_FORMATS); row_groups:
-    row groups [start, stop) of a Parquet file; archive_part: members of a tar archive
-    (archive_parts) (pieces of a distributed ingest, see streamfit.ingest.distributed)."""
+    row groups [start, stop) of a Parquet file; folder_part: files of a folder corpus or
+    members of its archive (folder_parts) (pieces of a distributed ingest, see
+    streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
     require_path(path, directory_ok=True)
@@ -246,12 +251,6 @@ def open_source(
             logging.getLogger(__name__).info("%s: read as %s (from its first lines)", path, format)
     elif format not in FORMATS:
         raise InputError(path, f"unknown format {format!r}", f"--format must be one of: {choices}")
-    if is_url(path) and format == "folder" and not path.lower().endswith(TAR_SUFFIXES):
-        raise InputError(
-            path,
-            "a folder corpus is read from a local path only",
-            "behind a URL, name a tar archive of the folder (.tar.gz, ...), or copy it to a local disk",
-        )
     cls = FORMATS[format]
     accepted = _options(cls)
     kept = {k: v for k, v in options.items() if k in accepted}
@@ -267,17 +266,19 @@ def open_source(
         if format != "parquet":
             raise ValueError(f"{path}: {format} files have no row groups")
         kept["row_groups"] = row_groups
-    if archive_part is not None:
+    if folder_part is not None:
         if format != "folder":
-            raise ValueError(f"{path}: {format} files have no archive members")
-        kept["archive_part"] = archive_part
+            raise ValueError(f"{path}: {format} files have no folder parts")
+        kept["folder_part"] = folder_part
     return cls(path, policy=policy, batch_size=batch_size, **kept)
 
 
-def archive_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS, **options) -> list[ArchivePart]:
-    """A tar archive (format folder) cut into parts of about part_bytes of member data, read
-    with the format options `options` (subset, class_folders): FolderSource.archive_parts."""
+def folder_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS, **options) -> list[FolderPart]:
+    """A folder corpus (a directory, local or behind a URL, or an archive) cut into parts of
+    about part_bytes of documents, read with the format options `options` (subset,
+    class_folders): FolderSource.parts."""
     kept = {k: v for k, v in options.items() if k in _options(FolderSource)}
-    whole = ArchivePart(0, None, ())  # the layout is decided in archive_parts' own listing pass
-    source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, archive_part=whole, **kept)
-    return source.archive_parts(part_bytes)
+    # a tar archive's layout is decided in its parts' own listing pass, not by opening it
+    whole = FolderPart(()) if container(path) == "tar" else None
+    source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, folder_part=whole, **kept)
+    return source.parts(part_bytes)

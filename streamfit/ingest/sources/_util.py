@@ -50,8 +50,8 @@ def require_path(path: str, directory_ok: bool = False) -> None:
         location = resolve(path)
         if not location.exists():
             raise InputError(path, "no such file")
-        if location.isdir():
-            raise InputError(path, "is a folder (prefix) behind a URL", "name the files; URL folders are not read yet")
+        if location.isdir() and not directory_ok:
+            raise InputError(path, "is a folder (prefix) behind a URL, not a file")
         return
     if not os.path.exists(path):
         raise InputError(path, "no such file")

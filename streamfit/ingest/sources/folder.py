@@ -1,5 +1,6 @@
 """A folder per class: <class>/<file>, each file one document labelled by its folder name, in a
-directory or in a tar archive (.tar, .tar.gz/.tgz, .tar.bz2, .tar.xz), e.g. 20 Newsgroups.
+directory (local, or a prefix behind a URL: s3://bucket/news/), a tar archive (.tar,
+.tar.gz/.tgz, .tar.bz2, .tar.xz) or a zip archive (.zip), local or behind a URL, e.g. 20 Newsgroups.
 
 Layout: when files sit at <top>/<class>/<file> and none at <class>/<file> (20news-bydate-train/
 sci.space/60155), the top folders are subsets: a single one is used, several need subset=...;
@@ -9,9 +10,13 @@ ohsumed_single_23/training and ohsumed_single_23/test; without subset the shallo
 folders are the candidates (one is used, several need subset=...), and subset names one as a
 path from the top ("ohsumed_single_23/training") or by its last parts ("training"), which must
 then match one folder only. Files at any other depth are bad
-records; names starting with '.' are ignored. Finding the layout lists the input once (for an
-archive that is one decompressing pass over it, skipped when subset names the top folder). Directories are read in sorted order (class,
-then file name, both by code point); archives in archive order. Documents are decoded with
+records; names starting with '.' are ignored. Finding the layout lists the input once (for a tar
+archive that is one decompressing pass over it, skipped when subset names the top folder; a zip
+archive's listing is its central directory). Directories are read in sorted order (class,
+then file name, both by code point; behind a URL in the same order, from one listing of the
+prefix, whose sizes are the documents' sizes: no request per file besides its GET, and those
+fetched concurrently, FETCH_FILES at a time); tar archives in archive order, zip archives in
+the order of their central directory. Documents are decoded with
 encoding/encoding_errors (20 Newsgroups needs encoding='latin-1'); a decode error is a bad record.
 With class_folders=False every file (under subset, if given) is a document without a label
 (None), at any depth: how `streamfit predict` reads a folder of new documents.
@@ -19,8 +24,9 @@ With class_folders=False every file (under subset, if given) is a document witho
 The input is not trusted (limits: ReadLimits). Only regular files are documents: a FIFO,
 device, socket or link to a folder where a document should be is a bad record, as is a symbolic
 link that leads out of the folder (a link to another file inside it is read); in an archive,
-links, devices and FIFOs are bad records, and so are member names that are absolute or hold
-`..`. A document larger than limits.record_bytes is a bad record, and more than
+links, devices and FIFOs are bad records (a zip member is a link or a device when its Unix mode
+says so), and so are member names that are absolute or hold `..`, and encrypted zip members. A
+document larger than limits.record_bytes is a bad record, and more than
 limits.input_bytes read from one folder or archive (after decompression) stops the read.
 """
 
@@ -30,8 +36,11 @@ import functools
 import os
 import stat
 import tarfile
+import zipfile
 from dataclasses import dataclass
+from typing import Any
 
+from streamfit import storage
 from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
@@ -39,33 +48,49 @@ from streamfit.ingest.sources._util import (
     check_batch_size,
     check_encoding,
     open_binary,
-    require_path,
     too_long,
 )
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.options import format_bytes
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+ZIP_SUFFIXES = (".zip",)
+ARCHIVE_SUFFIXES = TAR_SUFFIXES + ZIP_SUFFIXES
 _COMPRESSED_TARS = {".tgz": ".gz", ".tbz2": ".bz2", ".txz": ".xz"}
 _TAR_ERRORS = (tarfile.TarError, EOFError, OSError)
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError)
 _NOT_REGULAR = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
 )
+# A folder behind a URL is read FETCH_FILES documents (at most FETCH_BYTES of them, by their
+# listed sizes) at a time, each window's GETs sent together
+FETCH_FILES = 64
+FETCH_BYTES = 16 << 20
+# A zip archive behind a URL is read in ranged GETs of this many bytes ahead (fsspec's read-ahead
+# block), so a part of it (distributed ingest) fetches about its own members, not the 50 MiB
+# that s3fs reads ahead by default
+ZIP_BLOCK_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
-class ArchivePart:
-    """A piece of a tar archive (distributed ingest): the members whose first header lies in
-    bytes [start, stop) of the decompressed archive (stop None: to its end), read with the
-    layout `prefix` (FolderSource.prefix) decided over the whole archive."""
+class FolderPart:
+    """A piece of a folder corpus (distributed ingest), read with the layout `prefix`
+    (FolderSource.prefix) decided over the whole input:
+    - a tar archive: the members whose first header lies in bytes [start, stop) of the
+      decompressed archive (stop None: to its end);
+    - a zip archive: members [start, stop) of its central directory (stop None: to its end);
+    - a directory (files not None): the files `files`, as (path below the directory,
+      '/'-separated; size in bytes when listed), in reading order."""
 
-    start: int
-    stop: int | None
     prefix: tuple[str, ...]
+    start: int = 0
+    stop: int | None = None
+    files: tuple[tuple[str, int], ...] | None = None
 
 
 class _NotADocument(Exception):
@@ -97,8 +122,34 @@ def _file_kind(mode: int) -> str:
     return next((name for is_kind, name in _NOT_REGULAR if is_kind(mode)), "not a regular file")
 
 
+def _reading_order(name: str) -> tuple:
+    """The sort key of a path below a directory ('/'-separated) that gives os.walk's order as
+    _dir_files reads it: a folder's files (by name) before its sub-folders (by name, each read
+    whole in turn)."""
+    *folders, file = name.split("/")
+    return (*((1, f) for f in folders), (0, file))
+
+
+def container(path: str) -> str:
+    """What holds the corpus at `path`: "folder" (a directory, or a prefix behind a URL), "tar"
+    or "zip" (by the name's suffix); InputError for anything else, or nothing there."""
+    location = storage.resolve(path)
+    if location.isdir():
+        return "folder"
+    if not location.exists():
+        raise InputError(path, "no such file")
+    name = path.lower()
+    if name.endswith(TAR_SUFFIXES):
+        return "tar"
+    if name.endswith(ZIP_SUFFIXES):
+        return "zip"
+    raise InputError(
+        path, "not a directory or an archive", f"archives end in {', '.join(ARCHIVE_SUFFIXES)}; folders are directories"
+    )
+
+
 class FolderSource:
-    """Streaming reader of class folders in a directory or a tar archive."""
+    """Streaming reader of class folders in a directory (local or behind a URL) or an archive."""
 
     kind = "text"
     multilabel = False
@@ -114,15 +165,25 @@ class FolderSource:
         encoding_errors: str = "strict",
         class_folders: bool = True,
         limits: ReadLimits = DEFAULT_LIMITS,
-        archive_part: ArchivePart | None = None,
+        folder_part: FolderPart | None = None,
     ):
-        """archive_part: read only that part of a tar archive (see archive_parts)."""
+        """folder_part: read only that part of the input (see parts; the input was checked
+        when it was cut, so it is not looked at again)."""
         self.path = os.fspath(path)
-        require_path(self.path, directory_ok=True)
-        self.is_dir = os.path.isdir(self.path)
-        if not self.is_dir and not self.path.lower().endswith(TAR_SUFFIXES):
-            raise InputError(
-                self.path, "not a directory or a tar archive", f"archives end in {', '.join(TAR_SUFFIXES)}"
+        self.location = storage.resolve(self.path)
+        # local paths as given (they name the documents), a file:// URL by its local path
+        self.local_path = (
+            (self.location.path if storage.is_url(self.path) else self.path) if self.location.local else None
+        )
+        if folder_part is None:
+            self.container = container(self.path)
+        else:
+            self.container = (
+                "folder"
+                if folder_part.files is not None
+                else "zip"
+                if self.path.lower().endswith(ZIP_SUFFIXES)
+                else "tar"
             )
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
@@ -132,21 +193,22 @@ class FolderSource:
         self.subset_parts = tuple(p for p in subset.split("/") if p) if subset is not None else None
         self.class_folders = class_folders
         self.limits = limits
-        self.root = os.path.realpath(self.path)  # where links may lead
-        self.part = archive_part
-        # an archive with --subset is not listed first (that would decompress it twice); an
+        self.root = os.path.realpath(self.local_path) if self.local_path is not None else None  # where links may lead
+        self.part = folder_part
+        self._listing: list[tuple[str, int]] | None = None  # a URL folder's files (listed once)
+        # a tar archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
         # the folder holding the class folders as path parts, () at the top; None: an archive's
         # subset, decided by the first file that matches it as it is read
         self.prefix: tuple[str, ...] | None
-        if archive_part is not None:
-            self.prefix = archive_part.prefix
-        elif subset is not None and not self.is_dir:
+        if folder_part is not None:
+            self.prefix = folder_part.prefix
+        elif subset is not None and self.container == "tar":
             self.prefix = None
         elif not class_folders and subset is None:
             self.prefix = ()
         else:
-            self.prefix = self._layout(subset, ((parts, listed) for parts, _, _, listed in self._files()))
+            self.prefix = self._layout(subset, self._entries())
         self.n_read = 0
 
     def __iter__(self):
@@ -217,7 +279,7 @@ class FolderSource:
     def _layout(self, subset: str | None, entries) -> tuple[str, ...]:
         """The folder to read from as path parts: the one subset names, the one folder that holds
         class folders at the shallowest depth, or () when classes are at the top. entries: (path
-        parts, listed as a file) of the input's entries (_files)."""
+        parts, listed as a file) of the input's entries (_entries)."""
         parents = set()  # the folders that hold the class folders of the files, at each file's depth
         depths = set()
         matches = set()
@@ -251,28 +313,122 @@ class FolderSource:
             )
         return tuple(candidates[0].split("/"))
 
+    def _entries(self):
+        """(path parts, listed as a file) of the input's entries (_files), no document read."""
+        if self.container == "folder" and self.local_path is None:
+            return ((name.split("/"), True) for name, _ in self._url_listing())
+        return ((parts, listed) for parts, _, _, listed in self._files())
+
     def _files(self):
         """(path parts, location, read(), listed as a file) of every entry not hidden that stands
         where a document may be, in reading order; read() returns the document's bytes or raises
         _NotADocument. Links to folders, and archive members that are not files or have unsafe
         names, are not listed as files."""
-        if self.is_dir:
+        self.n_bytes = 0  # documents read so far (limits.input_bytes; a tar stream counts its own)
+        if self.container == "tar":
+            yield from self._tar_files()
+        elif self.container == "zip":
+            yield from self._zip_files()
+        elif self.local_path is not None:
             yield from self._dir_files()
         else:
-            yield from self._tar_files()
+            yield from self._url_files()
 
     def _dir_files(self):
-        self.n_bytes = 0  # read from the folder so far (limits.input_bytes)
-        for top, dirs, files in os.walk(self.path, onerror=self._walk_error):
-            rel = os.path.relpath(top, self.path)
+        if self.part is not None:
+            assert self.part.files is not None, "a directory's part lists its files"
+            for name, _ in self.part.files:
+                location = os.path.join(self.local_path, *name.split("/"))
+                yield name.split("/"), location, functools.partial(self._read_file, location), True
+            return
+        for name, location, listed in self._dir_entries():
+            yield name.split("/"), location, functools.partial(self._read_file, location), listed
+
+    def _dir_entries(self):
+        """(path below the folder, '/'-separated; its location; listed as a file: not a link
+        to a folder) of the local folder's entries, in reading order."""
+        for top, dirs, files in os.walk(self.local_path, onerror=self._walk_error):
+            rel = os.path.relpath(top, self.local_path)
             parts = [] if rel == os.curdir else rel.split(os.sep)
             # os.walk does not enter linked folders, and lists them with the folders
             linked = [d for d in dirs if os.path.islink(os.path.join(top, d))]
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in linked)
             for name in sorted(files + linked):
                 if not name.startswith("."):
-                    location = os.path.join(top, name)
-                    yield parts + [name], location, functools.partial(self._read_file, location), name not in linked
+                    yield "/".join(parts + [name]), os.path.join(top, name), name not in linked
+
+    def _url_listing(self) -> list[tuple[str, int]]:
+        """The files below a folder behind a URL as (path below it, size), hidden names left out,
+        in reading order: one listing of the prefix (sizes included)."""
+        if self._listing is None:
+            fs: Any = self.location.fs  # fsspec's filesystems carry no annotations
+            base = self.location.path.rstrip("/") + "/"
+            fs.invalidate_cache(base)  # another writer may have added files since fsspec listed it
+            try:
+                found = fs.find(base, detail=True)
+            except OSError as e:
+                raise InputError(self.path, f"cannot list the folder ({e})") from None
+            files = [
+                (name[len(base) :], int(info.get("size") or 0))
+                for name, info in found.items()
+                if info.get("type") != "directory" and name.startswith(base)
+            ]
+            kept = [(rel, size) for rel, size in files if not any(p.startswith(".") for p in rel.split("/"))]
+            self._listing = sorted(kept, key=lambda entry: _reading_order(entry[0]))
+        return self._listing
+
+    def _url_files(self):
+        """The entries of a folder behind a URL: the documents under the layout's folder fetched
+        a window at a time (Location.read_files: concurrent GETs, none for an empty file or one
+        listed over limits.record_bytes), others listed only."""
+        listing = (
+            list(self.part.files) if self.part is not None and self.part.files is not None else self._url_listing()
+        )
+        cap = self.limits.record_bytes
+        window: list[tuple[str, int]] = []
+        held = 0
+        for k, (name, size) in enumerate(listing):
+            window.append((name, size))
+            held += min(size, cap + 1)
+            if len(window) < FETCH_FILES and held < FETCH_BYTES and k + 1 < len(listing):
+                continue
+            wanted = [n for n, s in window if 0 < s <= cap and self._under_prefix(n.split("/"))]
+            fetched = dict(zip(wanted, self.location.read_files(wanted, max_bytes=cap + 1))) if wanted else {}
+            for n, s in window:
+                read = functools.partial(self._fetched, n, s, fetched)
+                yield n.split("/"), f"{self.path.rstrip('/')}/{n}", read, True
+            window, held = [], 0
+
+    def _under_prefix(self, parts: list[str]) -> bool:
+        return self.prefix is not None and tuple(parts[: len(self.prefix)]) == self.prefix
+
+    def _fetched(self, name: str, size: int, fetched: dict) -> bytes:
+        """The bytes of a document of a folder behind a URL (fetched by _url_files)."""
+        location = f"{self.path.rstrip('/')}/{name}"
+        if size > self.limits.record_bytes:
+            problem, hint = too_long(self.limits)
+            raise _NotADocument(f"the document is {problem}", hint)
+        data = fetched[name] if size else b""
+        if isinstance(data, FileNotFoundError):
+            raise InputError(location, "no such file (deleted since the folder was listed)", "ingest the folder again")
+        if isinstance(data, BaseException):
+            raise InputError(location, f"cannot read the file ({data})") from None
+        return self._counted(data)
+
+    def _counted(self, data: bytes) -> bytes:
+        """A document's bytes, once they are within limits.record_bytes (a bad record otherwise)
+        and the input's total within limits.input_bytes (the read stops otherwise)."""
+        if len(data) > self.limits.record_bytes:
+            problem, hint = too_long(self.limits)
+            raise _NotADocument(f"the document is {problem}", hint)
+        self.n_bytes += len(data)
+        if self.n_bytes > self.limits.input_bytes:
+            raise InputError(
+                self.path,
+                f"holds more than {format_bytes(self.limits.input_bytes)} of documents",
+                "raise --max-input-bytes if the folder is genuine",
+            )
+        return data
 
     @staticmethod
     def _walk_error(e: OSError):
@@ -280,6 +436,7 @@ class FolderSource:
 
     def _read_file(self, location: str) -> bytes:
         """The bytes of a regular file in the folder (or linked from inside it)."""
+        assert self.root is not None, "a local folder"
         try:
             linked = os.path.islink(location)
             if linked:
@@ -309,17 +466,10 @@ class FolderSource:
                 data = b"" if opened.st_size > self.limits.record_bytes else f.read(self.limits.record_bytes + 1)
         except OSError as e:
             raise InputError(location, f"cannot read the file ({e.strerror or e})") from None
-        if opened.st_size > self.limits.record_bytes or len(data) > self.limits.record_bytes:
+        if opened.st_size > self.limits.record_bytes:
             problem, hint = too_long(self.limits)
             raise _NotADocument(f"the document is {problem}", hint)
-        self.n_bytes += len(data)
-        if self.n_bytes > self.limits.input_bytes:
-            raise InputError(
-                self.path,
-                f"holds more than {format_bytes(self.limits.input_bytes)} of documents",
-                "raise --max-input-bytes if the folder is genuine",
-            )
-        return data
+        return self._counted(data)
 
     def _tar_members(self):
         """(tar, member) of each member of the archive (of self.part), in archive order."""
@@ -351,19 +501,36 @@ class FolderSource:
 
     def _tar_entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo):
         """The _files entry of an archive member; None for a folder or a hidden name."""
-        parts = [p for p in member.name.split("/") if p not in ("", ".")]
-        unsafe = member.name.startswith("/") or ".." in parts
+        parts, unsafe = _member_parts(member.name)
         if member.isdir() or not parts or (not unsafe and any(p.startswith(".") for p in parts)):
             return None
         read = functools.partial(self._read_member, tar, member, unsafe)
         return parts, f"{self.path}:{member.name}", read, member.isfile() and not unsafe
 
-    def archive_parts(self, part_bytes: int) -> list[ArchivePart]:
-        """The tar archive cut into parts of about part_bytes of member data each (the cuts at
-        member headers, fixed by the archive), with the layout of the whole archive, in one
-        listing pass over it (a compressed archive: one decompression; each part's reader
-        decompresses the bytes before its start again). One part when the archive has a
-        global pax header (which applies to the members after it)."""
+    def parts(self, part_bytes: int) -> list[FolderPart]:
+        """The input cut into parts of about part_bytes of documents each, with the layout of the
+        whole input (a distributed ingest's pieces). A directory: runs of its files (by their
+        sizes; a local folder's are looked up, a URL folder's come with its listing); a zip
+        archive: runs of members of its central directory; a tar archive: runs of members, cut
+        at member headers, found in one listing pass over it (a compressed archive: one
+        decompression; each part's reader decompresses the bytes before its start again), one
+        part when it has a global pax header (which applies to the members after it)."""
+        if self.container == "tar":
+            return self._tar_parts(part_bytes)
+        prefix = self.prefix
+        assert prefix is not None, "a folder's or zip archive's layout is decided when it is opened"
+        if self.container == "zip":
+            with self._zip_file() as zf:
+                sizes = [info.file_size for info in zf.infolist()]
+            return [FolderPart(prefix, lo, hi) for lo, hi in _runs(sizes, part_bytes)]
+        if self.local_path is not None:
+            files = [(name, _size(location)) for name, location, _ in self._dir_entries()]
+        else:
+            files = self._url_listing()
+        runs = _runs([size for _, size in files], part_bytes)
+        return [FolderPart(prefix, files=tuple(files[lo:hi])) for lo, hi in runs]
+
+    def _tar_parts(self, part_bytes: int) -> list[FolderPart]:
         cuts, since = [0], 0
 
         def entries():
@@ -384,7 +551,7 @@ class FolderSource:
             pass
         if self._global_header:
             cuts = [0]
-        return [ArchivePart(lo, hi, prefix) for lo, hi in zip(cuts, cuts[1:] + [None])]
+        return [FolderPart(prefix, lo, hi) for lo, hi in zip(cuts, cuts[1:] + [None])]
 
     def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo, unsafe: bool) -> bytes:
         recreate = "re-create the archive from the folder"
@@ -409,5 +576,95 @@ class FolderSource:
         except _TAR_ERRORS as e:
             raise self._corrupt(e) from None
 
+    def _zip_file(self) -> zipfile.ZipFile:
+        """The zip archive opened (its central directory read): a local file, or fsspec's file
+        object behind a URL (ranged reads)."""
+        try:
+            raw = (
+                open(self.local_path, "rb")
+                if self.local_path is not None
+                else self.location.open_read(block_size=ZIP_BLOCK_BYTES)
+            )
+        except FileNotFoundError:
+            raise InputError(self.path, "no such file") from None
+        except OSError as e:
+            raise InputError(self.path, f"cannot open the file ({e.strerror or e})") from None
+        try:
+            return zipfile.ZipFile(raw)
+        except _ZIP_ERRORS as e:
+            raw.close()
+            raise self._corrupt(e) from None
+
+    def _zip_files(self):
+        """The entries of the zip archive's members (of self.part), in central directory order."""
+        with self._zip_file() as zf:
+            members = zf.infolist()
+            if self.part is not None:
+                members = members[self.part.start : self.part.stop]
+            for info in members:
+                parts, unsafe = _member_parts(info.filename)
+                if info.is_dir() or not parts or (not unsafe and any(p.startswith(".") for p in parts)):
+                    continue
+                kind = _zip_kind(info)
+                read = functools.partial(self._read_zip_member, zf, info, unsafe, kind)
+                yield parts, f"{self.path}:{info.filename}", read, kind is None and not unsafe
+
+    def _read_zip_member(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo, unsafe: bool, kind: str | None) -> bytes:
+        recreate = "re-create the archive from the folder"
+        if unsafe:
+            raise _NotADocument("the member name is absolute or holds '..'", recreate)
+        if kind is not None:
+            raise _NotADocument(f"the member is {kind}, not a regular file", f"{recreate}, with zip's links followed")
+        if info.flag_bits & 0x1:
+            raise _NotADocument("the member is encrypted", f"{recreate}, without a password")
+        if info.file_size > self.limits.record_bytes:
+            problem, hint = too_long(self.limits)
+            raise _NotADocument(f"the document is {problem}", hint)
+        try:
+            with zf.open(info) as stream:  # yields at most file_size bytes, then checks their CRC-32
+                data = stream.read(self.limits.record_bytes + 1)
+        except NotImplementedError as e:  # a compression method zipfile cannot read
+            raise _NotADocument(f"the member cannot be read ({e})", f"{recreate}, with deflate") from None
+        except _ZIP_ERRORS as e:
+            raise self._corrupt(e) from None
+        return self._counted(data)
+
     def _corrupt(self, e: Exception) -> InputError:
         return InputError(self.path, f"truncated or corrupt archive ({e})", "re-download the archive")
+
+
+def _member_parts(name: str) -> tuple[list[str], bool]:
+    """An archive member's path parts (empty and '.' parts dropped), and whether its name is
+    unsafe (absolute, or holding '..')."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    return parts, name.startswith("/") or ".." in parts
+
+
+def _zip_kind(info: zipfile.ZipInfo) -> str | None:
+    """What a zip member stands for when its Unix mode (made on Unix: create_system 3) has the
+    type of something else than a regular file ("a symbolic link", "a FIFO", ...); None for a
+    regular file, or a mode without a type (Python's ZipFile.writestr writes permissions only)."""
+    mode = info.external_attr >> 16
+    if info.create_system != 3 or stat.S_IFMT(mode) in (0, stat.S_IFREG):
+        return None
+    return _file_kind(mode)
+
+
+def _size(location: str) -> int:
+    """A local entry's size (0 when it is gone or unreadable: the read reports it)."""
+    try:
+        return os.lstat(location).st_size
+    except OSError:
+        return 0
+
+
+def _runs(sizes: list[int], part_bytes: int) -> list[tuple[int, int]]:
+    """[lo, hi) runs of consecutive items whose sizes add up to about part_bytes each (a run
+    ends at the first item that brings it to part_bytes or more); one run [0, 0) for none."""
+    cuts, since = [0], 0
+    for k, size in enumerate(sizes):
+        if since >= part_bytes:
+            cuts.append(k)
+            since = 0
+        since += size
+    return list(zip(cuts, cuts[1:] + [len(sizes)]))
