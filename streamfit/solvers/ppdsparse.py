@@ -419,7 +419,7 @@ def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
     standard error of class k's mean gradient is σ_k·s/√n, and λmax_k (lam_max) is the ‖·‖∞ of
     that mean. Below σ_k = LABEL_STD_FLOOR (classes of less than about 1/15 of the rows: many
     classes, most labels of a multilabel set) the weight stays lam_scale·s/√n: there the measured
-    sets keep LinearSVC's accuracy at that weight, and σ_k alone made their models 1.2–2.5×
+    sets keep LinearSVC's accuracy at that weight, and σ_k alone made their models 1.1–2.6×
     denser (docs/benchmarks.md, session 13). The weight moves with the data's scale as an ℓ1
     weight must (x → c·x, lam → c·lam, tau → c²·tau has the solutions w/c) and falls as 1/√n. A
     function of the rows and labels alone: the same in every process, group and resume."""
