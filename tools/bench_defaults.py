@@ -20,7 +20,7 @@ would (test stores `--like` the training store):
 - news20-5, news20-8, sector-10, sector-50: the same cut of 5 or 8 of news20's 20 classes
   (k·20 // 5: alt.atheism, comp.sys.mac.hardware, rec.motorcycles, sci.electronics,
   soc.religion.christian, 2793 training documents; k·20 // 8, the size of R8) and of 10 or 50 of
-  sector's 105, train and test (session 13's unseen sets for ppdsparse's lam scale).
+  sector's 105, train and test (session 13's checks of ppdsparse's lam scale).
 The last six are written from the full sets' stores (subset_store).
 Every solver trains in process (`n_workers=0`, as the estimators) from the store; LinearSVC on
 the same rows as scipy arrays (OneVsRestClassifier for multilabel). Per solver: the metric, its
