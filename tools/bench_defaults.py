@@ -16,8 +16,12 @@ would (test stores `--like` the training store):
 - news20-3k: a seeded stratified 30 % of news20's training rows (3393 documents, 20 classes: the
   size of the issue's OHSUMED-23, 3357 documents, 23 classes), news20's test store;
 - sector-23: sector's rows of 23 of its 105 classes (class k·105 // 23, k = 0 … 22; 1455
-  training and 736 test rows), train and test.
-The last two are written from the full sets' stores (subset_store).
+  training and 736 test rows), train and test;
+- news20-5, news20-8, sector-10, sector-50: the same cut of 5 or 8 of news20's 20 classes
+  (k·20 // 5: alt.atheism, comp.sys.mac.hardware, rec.motorcycles, sci.electronics,
+  soc.religion.christian, 2793 training documents; k·20 // 8, the size of R8) and of 10 or 50 of
+  sector's 105, train and test (session 13's checks of ppdsparse's lam scale).
+The last six are written from the full sets' stores (subset_store).
 Every solver trains in process (`n_workers=0`, as the estimators) from the store; LinearSVC on
 the same rows as scipy arrays (OneVsRestClassifier for multilabel). Per solver: the metric, its
 difference to LinearSVC's in points, the model's non-zero weights (coef and intercept) and
@@ -101,15 +105,17 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         if not os.path.exists(train):
             subset_store(full_train, train, share=0.3)
         return train, full_test
-    elif name == "sector-23":
-        full_train, full_test = ingest("sector", data, work)
-        keep = [k * 105 // 23 for k in range(23)]
+    elif name in ("sector-10", "sector-23", "sector-50", "news20-5", "news20-8"):
+        full, total = ("news20", 20) if name.startswith("news20") else ("sector", 105)
+        full_train, full_test = ingest(full, data, work)
+        count = int(name.split("-")[1])
+        keep = [k * total // count for k in range(count)]
         subset_store(full_train, train, classes=keep)
         subset_store(full_test, test, classes=keep)
     else:
         raise SystemExit(
-            f"unknown data set {name!r}: news20, news20-10, news20-half, news20-3k, sector, sector-23, bibtex, "
-            "delicious, dna or letter"
+            f"unknown data set {name!r}: news20, news20-10, news20-half, news20-3k, news20-5, news20-8, sector, "
+            "sector-10, sector-23, sector-50, bibtex, delicious, dna or letter"
         )
     return train, test
 

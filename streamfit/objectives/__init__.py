@@ -19,8 +19,8 @@ Per solver (`objective_for`), with each paper's constants mapped to this convent
   §5.2), P(W, b) = lam‖W‖₁ + (tau/2)(‖W‖²_F + ‖b‖²) (the bias is the last coordinate of
   x̂ = [x, 1] and so in the ridge). The paper's (9) sums the loss: its (λ, 1) are n·(lam, tau)
   after dividing by n·tau. With lam scale (the default), None or auto the solver takes the ℓ1
-  weight from the data: one lam for every class (lam_scale·mean ‖x_i‖/√n), or class k's own lam_k
-  (lam_ratio·λmax_k, or chosen on held-out rows); its F is the sum of each class's F_k at
+  weight from the data, class k's own lam_k (lam_scale·max(1, 2 std(y_k))·mean ‖x_i‖/√n by default,
+  lam_ratio·λmax_k, or chosen on held-out rows); its F is the sum of each class's F_k at
   lam = lam_k (the model's lam_min/lam_max, the group statistics).
 - fbpd (Chierchia et al. 2015, eq. 6–8): ℓ = the Crammer–Singer hinge (6) with μ_ℓ ≡ 1.
   Regularized (7): F = (1/n) Σ ℓ + lam·g(W) (the paper's λ weighs the summed hinge: λ_paper =

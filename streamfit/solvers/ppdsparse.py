@@ -8,11 +8,13 @@ elastic-net objective (9) in the project's averaged convention
     F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
-lam is one weight for every class: by default (lam="scale") lam = lam_scale·s/√n, s = (1/n) Σ_i ‖x_i‖₂
-the mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the training rows
-(scaled_lam: of the order of the noise in a mean gradient, σ/√n, as the Lasso's λ = Aσ√(log d / n)
-of Bickel, Ritov and Tsybakov 2009, at the data's scale s; lam_scale = 1e-3 from the text sets of
-docs/benchmarks.md, session 12); or a number (absolute); or (lam=None, squared hinge)
+By default (lam="scale") class k's weight is lam_k = lam_scale·max(1, 2σ_k)·s/√n,
+σ_k = 2√(p_k(1 − p_k)) the standard deviation of its ±1 labels (p_k its share of positive rows),
+s = (1/n) Σ_i ‖x_i‖₂ the mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the
+training rows (scaled_lams: s/√n is of the order of the noise in a mean gradient, as the Lasso's
+λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, and σ_k its factor for class k; below
+σ_k = ½, fewer than 1/15 of the rows positive, the factor stays 1; lam_scale = 1e-3 from the text
+sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam=None, squared hinge)
 lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
 form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
 held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
@@ -92,6 +94,7 @@ from streamfit.store import ChunkSource
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
+LABEL_STD_FLOOR = 0.5  # lam scale: classes whose ±1 labels' std is above this get a larger weight (scaled_lams)
 AUTO_FIRST_RATIO = 0.1  # lam auto: the path's largest lam/λmax_k after 1 (the empty model, closed form)
 AUTO_MIN_RATIO = 1e-4  # lam auto: the path's smallest lam/λmax_k
 AUTO_PER_DECADE = 2  # lam auto: path points per decade of lam/λmax_k
@@ -109,15 +112,16 @@ class PPDSparseParams(SolverParams):
     lam: Annotated[float, Field(ge=0)] | Literal["scale", "auto"] | None = Field(
         "scale",
         description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): scale = "
-        "lam_scale·(mean row norm)/√n for every class (n training rows); a number = the same for every class; "
+        "lam_scale·max(1, 2 std(y_k))·(mean row norm)/√n per class k (n training rows, std(y_k) = 2√(p_k(1 − p_k)) "
+        "of its ±1 labels, p_k its share of positive rows); a number = the same for every class; "
         "None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a held-out share of "
         "the training rows (choose_ratios)",
     )
     lam_scale: float = Field(
         1e-3,
         gt=0,
-        description="lam scale: lam = lam_scale·(1/n) Σ_i ‖x_i‖₂ / √n (1e-5 at n = 10⁴ unit-norm rows; "
-        "larger = sparser)",
+        description="lam scale: lam_k = lam_scale·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n (1e-5 at n = 10⁴ "
+        "unit-norm rows and ≥ 15 balanced classes, 1.2e-5 at 10, 2e-5 at 2; larger = sparser)",
     )
     lam_ratio: float = Field(
         0.01,
@@ -400,24 +404,38 @@ def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
     return out
 
 
-def scaled_lam(data: Data, lam_scale: float) -> float:
-    """lam scale's ℓ1 weight, averaged convention: lam_scale·s/√n, s = (1/n) Σ_i ‖x_i‖₂ the mean
-    norm of the n training rows (bias feature left out). It moves with the data's scale as an ℓ1
-    weight must (x → c·x, lam → c·lam, tau → c²·tau has the solutions w/c) and falls as 1/√n, as
-    the noise in the mean loss gradient (1/n) Σ_i ℓ'(m_i) y_i x_ij does (the Lasso's
-    λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, "Simultaneous analysis of Lasso and
-    Dantzig selector"). A function of the rows alone: the same in every process, group and resume."""
+def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
+    """lam scale's ℓ1 weights of classes lo … hi−1 (hi − lo,), averaged convention:
+    lam_k = lam_scale·max(1, σ_k/LABEL_STD_FLOOR)·s/√n, σ_k = 2√(p_k(1 − p_k)) the standard
+    deviation of class k's ±1 labels y_ik (p_k = n⁺_k/n its share of positive rows), s = (1/n)
+    Σ_i ‖x_i‖₂ the mean norm of the n training rows (bias feature left out).
+
+    s/√n is of the order of the noise in a mean loss gradient (1/n) Σ_i ℓ'(m_i) y_i x_ij (the
+    Lasso's λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, "Simultaneous analysis of
+    Lasso and Dantzig selector"), and σ_k is its per-class factor: at w = 0 the squared hinge's
+    optimal bias is b_k = ȳ_k/(1 + tau) ≈ 2p_k − 1, so row i's gradient is −(1 − y_ik b_k) y_ik x_i
+    with weight 1 − y_ik b_k = 2(1 − p_k) on the positives and 2p_k on the negatives, whose root
+    mean square is exactly σ_k (tau → 0); with row norms that do not depend on the class, the
+    standard error of class k's mean gradient is σ_k·s/√n, and λmax_k (lam_max) is the ‖·‖∞ of
+    that mean. Below σ_k = LABEL_STD_FLOOR (classes of less than about 1/15 of the rows: many
+    classes, most labels of a multilabel set) the weight stays lam_scale·s/√n: there the measured
+    sets keep LinearSVC's accuracy at that weight, and σ_k alone made their models 1.1–2.6×
+    denser (docs/benchmarks.md, session 13). The weight moves with the data's scale as an ℓ1
+    weight must (x → c·x, lam → c·lam, tau → c²·tau has the solutions w/c) and falls as 1/√n. A
+    function of the rows and labels alone: the same in every process, group and resume."""
     n = data.indptr.size - 1
-    return lam_scale * float(np.sqrt(data.sqnorm).mean()) / np.sqrt(n)
+    share = np.diff(data.pos_ptr[lo : hi + 1]) / n
+    label_std = 2 * np.sqrt(share * (1 - share))
+    return lam_scale * np.maximum(1.0, label_std / LABEL_STD_FLOOR) * float(np.sqrt(data.sqnorm).mean()) / np.sqrt(n)
 
 
 def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
     """The ℓ1 weight lam_k of classes lo … hi−1 (hi − lo,), averaged convention, for p.lam a
-    number, scale (scaled_lam) or None (p.lam_ratio · λmax_k, lam_max); lam auto: choose_ratios."""
+    number, scale (scaled_lams) or None (p.lam_ratio · λmax_k, lam_max); lam auto: choose_ratios."""
     if isinstance(p.lam, float):
         return np.full(hi - lo, p.lam)
     if p.lam == "scale":
-        return np.full(hi - lo, scaled_lam(data, p.lam_scale))
+        return scaled_lams(data, lo, hi, p.lam_scale)
     assert p.lam is None, "lam auto: choose_ratios"
     return p.lam_ratio * lam_max(data, lo, hi, p.tau)
 

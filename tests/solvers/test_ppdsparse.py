@@ -215,32 +215,54 @@ def test_lam_ratio_is_relative_to_the_exact_lam_max(request, data_name):
         pp.PPDSparseParams(loss="hinge", lam=None)
 
 
+def unbalanced(data_name, X, labels):
+    """The fixture's classes made unequal in size: digits' class 9 keeps 20 rows (share 0.03),
+    the rest go to class 8 (0.17); multilabel label 0 kept on the first 100 rows only (0.05, the
+    others 0.2)."""
+    if data_name == "digits":
+        labels = labels.copy()
+        labels[np.flatnonzero(labels == 9)[20:]] = 8
+        return labels, 10
+    Y = labels.tolil()
+    Y[100:, 0] = 0
+    return sp.csr_matrix(Y), 6
+
+
 @pytest.mark.parametrize("data_name", ["digits", "multilabel"])
-def test_lam_scale_is_the_mean_row_norm_over_root_n(request, data_name):
-    """The default lam="scale": every class's ℓ1 weight is lam_scale·(1/n) Σ_i ‖x_i‖₂ / √n
-    (numpy here), and the model is the one an absolute lam of that value gives, bitwise. Rows
-    scaled by 3 triple it; every row twice (n → 2n, same norms) divides it by √2."""
+def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(request, data_name):
+    """The default lam="scale": class k's ℓ1 weight is lam_scale·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n,
+    y_k class k's ±1 labels (numpy here), on classes of unequal size with weights on both sides of
+    the floor; the model meets the optimality conditions with those per-class weights. std(y_k) is
+    the root mean square of the squared hinge's per-row gradient weights (1 − y_ik b_k) at w = 0
+    and its optimal bias b_k (scipy's scalar minimiser, tau → 0: the derivation in scaled_lams).
+    Rows scaled by 3 triple the weights; every row twice (n → 2n, same norms and shares) divides
+    them by √2."""
+    from scipy.optimize import minimize_scalar
+
     X, labels = request.getfixturevalue(data_name)
-    n_classes = 10 if data_name == "digits" else 6
+    labels, n_classes = unbalanced(data_name, X, labels)
     n = X.shape[0]
-    expected = 2e-3 * np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean() / np.sqrt(n)
-    params = {"lam_scale": 2e-3, "tau": 1e-2, "max_iter": 50}
-    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), **params)
+    Ys = signs(labels, n_classes)
+    factor = np.maximum(1.0, 2 * Ys.std(axis=0))
+    assert (factor == 1).any() and (factor > 1.4).any()
+    expected = 2e-3 * factor * np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean() / np.sqrt(n)
+    for y in Ys.T:
+        b = minimize_scalar(lambda b, y=y: np.mean(np.maximum(0, 1 - y * b) ** 2) / 2, bounds=(-1, 1)).x
+        assert np.sqrt(np.mean(np.maximum(0, 1 - y * b) ** 2)) == pytest.approx(y.std(), rel=1e-4)
+    tau = 1e-2
+    data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
+    np.testing.assert_allclose(pp.scaled_lams(data, 0, n_classes, 2e-3), expected, rtol=1e-12)
+    np.testing.assert_allclose(pp.scaled_lams(data, 2, 4, 2e-3), expected[2:4], rtol=1e-12)
     assert pp.PPDSparseParams().lam == "scale"
-    assert model.info["lam_min"] == model.info["lam_max"] == pytest.approx(expected, rel=1e-12)
-    absolute, _ = fit(InMemoryStore(X, labels, range(n_classes)), **{**params, "lam": model.info["lam_min"]})
-    assert model.coef_.nnz > 0 and (model.coef_ != absolute.coef_).nnz == 0
-    np.testing.assert_array_equal(model.intercept_, absolute.intercept_)
-    tripled, _ = fit(InMemoryStore(3 * X, labels, range(n_classes)), **params)
-    assert tripled.info["lam_min"] == pytest.approx(3 * expected, rel=1e-12)
-    twice = sp.vstack([X, X], format="csr")
-    doubled, _ = fit(
-        InMemoryStore(
-            twice, sp.vstack([labels, labels]) if sp.issparse(labels) else np.tile(labels, 2), range(n_classes)
-        ),
-        **params,
-    )
-    assert doubled.info["lam_min"] == pytest.approx(expected / np.sqrt(2), rel=1e-12)
+    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam_scale=2e-3, tau=tau, **TIGHT)
+    assert [model.info["lam_min"], model.info["lam_max"]] == pytest.approx([expected.min(), expected.max()], rel=1e-12)
+    W, b = dense_weights(model)
+    assert model.coef_.nnz > 0 and kkt_violation(X, Ys, W, b, expected, tau).max() < 1e-6
+    tripled = pp.build_data(InMemoryStore(3 * X, labels, range(n_classes)))
+    np.testing.assert_allclose(pp.scaled_lams(tripled, 0, n_classes, 2e-3), 3 * expected, rtol=1e-12)
+    twice = sp.vstack([labels, labels]) if sp.issparse(labels) else np.tile(labels, 2)
+    doubled = pp.build_data(InMemoryStore(sp.vstack([X, X], format="csr"), twice, range(n_classes)))
+    np.testing.assert_allclose(pp.scaled_lams(doubled, 0, n_classes, 2e-3), expected / np.sqrt(2), rtol=1e-12)
 
 
 def test_lam_scale_same_model_on_any_workers_and_chunking(digits, tmp_path, local_engine):
