@@ -36,12 +36,33 @@ from streamfit.options import check_values, config_model, merge, option
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*$")
 
 
+def _seconds(text: str | float) -> float | None:
+    """Seconds in "90", "90s", "30m" or "2h" (0 included); None if the text is no such duration."""
+    match = _DURATION.match(str(text))
+    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]] if match else None
+
+
 def parse_duration(text: str | float, what: str) -> float:
     """Seconds in "90", "90s", "30m" or "2h"; a bad value raises ConfigError naming `what`."""
-    match = _DURATION.match(str(text))
-    if not match or float(match[1]) <= 0:
+    seconds = _seconds(text)
+    if seconds is None or seconds <= 0:
         raise ConfigError(f"{what} {text!r}: expected a positive duration such as 3600, 90m or 2h")
-    return float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600}[match[2]]
+    return seconds
+
+
+def parse_checkpoint_interval(text: str | float, what: str) -> float | str:
+    """The word "auto", or seconds >= 0 in "0", "90", "90s", "5m" or "1h" (streamfit.solvers.driver.SaveSchedule);
+    a bad value raises ConfigError naming `what`."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    seconds = None if isinstance(text, bool) else _seconds(text)
+    if seconds is None:
+        raise ConfigError(f"{what} {text!r}: expected auto, 0 (every due step) or a duration such as 90s, 5m or 1h")
+    return seconds
+
+
+def _check_checkpoint_interval(value: float | str, what: str) -> None:
+    parse_checkpoint_interval(value, what)
 
 
 def parse_threshold(text: str | float, what: str) -> float | str:
@@ -105,9 +126,18 @@ class TrainOptions:
     valid_every: int = option(1, "Validate every N solver steps", ge=1)
     checkpoint_every: int = option(
         1,
-        "Save a checkpoint every N solver steps (and after the last); a kill loses at most N steps "
-        "(ppdsparse puts a save off while finished groups wait to be taken in: those too)",
+        "A checkpoint is due every N solver steps (and saved after the last); a kill loses at most the steps "
+        "since the last one saved (ppdsparse puts a save off while finished groups wait to be taken in)",
         ge=1,
+    )
+    checkpoint_interval: float | str = option(
+        "auto",
+        "Save a due checkpoint only once DURATION (e.g. 30, 90s, 5m) has passed since the last save; 0: every due "
+        "step; auto: 9x the last save's duration, so saves take at most 10 % of the run. Init, the last step and "
+        "a due step past --time-limit are always saved; the model is the same for any value",
+        metavar="DURATION",
+        parse=parse_checkpoint_interval,
+        check=_check_checkpoint_interval,
     )
     threshold: float | str | None = option(
         None,

@@ -22,6 +22,7 @@ import psutil
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
+from streamfit.config import parse_checkpoint_interval
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
 from streamfit.metrics import fit_threshold
@@ -81,6 +82,7 @@ def train(
     time_limit: float | None = None,
     worker_timeout: float = WORKER_TIMEOUT,
     checkpoint_every: int = 1,
+    checkpoint_interval: float | str = "auto",
     dashboard_address: str = DASHBOARD_ADDRESS,
     threshold: float | str | None = None,
 ) -> Model:
@@ -89,7 +91,9 @@ def train(
     on `valid` (streamfit.metrics.fit_threshold); None: the model kind's default. `time_limit` (seconds): stop at the
     first checkpoint after it, raising TimeLimitReached; the same call with resume=True continues.
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
-    `checkpoint_every`: solver steps between checkpoints (a kill loses at most that many).
+    `checkpoint_every`: a checkpoint is due every that many solver steps; `checkpoint_interval`:
+    seconds, or "auto" (9x the last save's duration), that must pass after a save before a due
+    step is saved (streamfit.solvers.driver.SaveSchedule). A kill loses the steps since the last save.
     `progress`: show the run's steps (streamfit.runlog.RunProgress: one bar when stderr is a
     terminal, a log line per step otherwise). `dashboard_address`: HOST:PORT of the embedded
     cluster's Dask dashboard (its URL is logged at the start).
@@ -128,6 +132,7 @@ def train(
         raise ConfigError("--threshold fit: needs a validation store to fit on; pass --valid STORE (ingested --like)")
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    checkpoint_interval = parse_checkpoint_interval(checkpoint_interval, "checkpoint_interval")
     run = storage.resolve(out)
     out = run.path if run.local else run.url
     if resume and overwrite:
@@ -154,6 +159,7 @@ def train(
             time_limit=time_limit,
             worker_timeout=worker_timeout,
             checkpoint_every=checkpoint_every,
+            checkpoint_interval=checkpoint_interval,
             dashboard_address=dashboard_address,
             threshold=threshold,
         )
@@ -245,6 +251,7 @@ def _train_locked(
     time_limit,
     worker_timeout,
     checkpoint_every,
+    checkpoint_interval,
     dashboard_address,
     threshold,
 ) -> Model:
@@ -306,6 +313,7 @@ def _train_locked(
         "resumed": resume,
         "time_limit": time_limit,
         "checkpoint_every": checkpoint_every,
+        "checkpoint_interval": checkpoint_interval,
         "threshold": threshold,
     }
     try:
@@ -329,6 +337,7 @@ def _train_locked(
                 log=metrics,
                 resume=resume,
                 checkpoint_every=checkpoint_every,
+                checkpoint_interval=checkpoint_interval,
             )
     except TimeLimitReached as e:
         record.update(

@@ -48,6 +48,28 @@ def test_worker_timeout_in_train_configs_and_pipelines(tmp_path):
             load_train_config(str(config))
 
 
+def test_checkpoint_interval_is_auto_or_a_duration_on_every_surface(tmp_path):
+    """checkpoint_interval: "auto", or seconds >= 0 written as --time-limit's durations are (0
+    included: every due step); a bad value names the key, from YAML, the command line or Python."""
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+    from streamfit.config import TrainOptions
+
+    config = tmp_path / "t.yaml"
+    for text, value in (("auto", "auto"), ("0", 0.0), ("90s", 90.0), ("5m", 300.0), ("1.5", 1.5)):
+        config.write_text(f"solver: bcd\ncheckpoint_interval: {text}\n")
+        assert load_train_config(str(config)).checkpoint_interval == value
+    config.write_text("solver: bcd\ncheckpoint_interval: soon\n")
+    with pytest.raises(ConfigError, match="checkpoint_interval 'soon': expected auto, 0 .* or a duration"):
+        load_train_config(str(config))
+    with pytest.raises(ConfigError, match="checkpoint_interval -1: expected auto"):
+        TrainOptions(checkpoint_interval=-1)
+    result = CliRunner().invoke(main, ["train", "s.zarr", "--out", "r", "--checkpoint-interval", "-5m"])
+    assert result.exit_code == 2 and "--checkpoint-interval '-5m': expected auto" in result.output
+    assert "--checkpoint-interval DURATION" in CliRunner().invoke(main, ["train", "--help"]).output
+
+
 @pytest.mark.parametrize("preset", sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))), ids=os.path.basename)
 def test_each_preset_lists_every_parameter_of_its_solver_with_its_default(preset):
     """configs/*.yaml say "every option with its default": a parameter added to a solver's Params
@@ -98,6 +120,7 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
         "valid": None,
         "valid_every": 1,
         "checkpoint_every": 1,
+        "checkpoint_interval": "auto",
         "threshold": None,
     }
     assert train_options(None, {}) == TrainOptions()  # no file, nothing given: the defaults (stagewise)

@@ -109,7 +109,9 @@ def _kill_twice_then_resume(cli, tmp_path, solver, train):
     """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
     is killed in step k2 + 1 (about two thirds), as soon as that step has written a state file
     newer than checkpoint k2; the second resume runs to the end. The model equals an
-    uninterrupted run's, bitwise."""
+    uninterrupted run's, bitwise. Every due step is saved (--checkpoint-interval 0), so that the
+    runs reach checkpoints k1 and k2 (tests/solvers/test_driver.py kills under the default policy)."""
+    train = [*train, "--checkpoint-interval", "0"]
     subprocess.run(cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
     ref = _arrays(tmp_path / "ref")
     n_steps = _latest_step(tmp_path / "ref")

@@ -14,8 +14,8 @@ exactly what a checkpoint holds) and five methods:
 Two optional methods: `check_source(source)` refuses a store the solver cannot train on before
 any work starts, and `max_steps(state)` gives the step budget that progress lines count against.
 
-`streamfit.solvers.driver.run` owns everything around the steps: the checkpoint every k
-steps, the time limit, resume with verification, the metrics log, validation, the convergence
+`streamfit.solvers.driver.run` owns everything around the steps: the checkpoints (every k
+steps, at most as often as `checkpoint_interval` allows), the time limit, resume with verification, the metrics log, validation, the convergence
 warning. A solver module therefore holds no loop of its own, and a new solver needs only this
 protocol. `check_resume(ctx, state)` may refuse a restored state (a budget already passed,
 an incompatible cut of the work).
@@ -190,10 +190,13 @@ class Solver(Generic[StateT]):
         """Which stopping test failed, for the warning logged at a budget (the fix follows it)."""
         return f"stopped at max_iter={getattr(self.params, 'max_iter', '?')} before tol={getattr(self.params, 'tol', '?')} held"
 
-    def checkpoint_due(self, state: StateT, every: int) -> bool:
-        """Whether the step just taken ends with a checkpoint, given `checkpoint_every` = every:
-        every `every` steps by default; a solver whose steps are parts of a larger round (bcd's
-        groups of an outer iteration) counts rounds instead."""
+    def checkpoint_due(self, state: StateT, every: int, saved_at: int) -> bool:
+        """Whether the step just taken may end with a checkpoint, given `checkpoint_every` =
+        every and the step of the newest checkpoint, `saved_at`: every `every` steps by default;
+        a solver whose steps are parts of a larger round (bcd's groups of an outer iteration)
+        counts rounds instead. The driver saves a due step once `checkpoint_interval` has passed
+        since the last save (streamfit.solvers.driver.SaveSchedule), so a due step may pass
+        unsaved: the answer must depend on `state` and `saved_at` only."""
         return state.step % every == 0
 
     def check_resume(self, ctx: Context, state: StateT) -> None:
@@ -212,6 +215,7 @@ class Solver(Generic[StateT]):
         resume: bool = False,
         stop_after: int | None = None,
         checkpoint_every: int = 1,
+        checkpoint_interval: float | str = "auto",
     ) -> Model:
         """Train on `source` through the driver (streamfit.solvers.driver.run); checkpointer None:
         no checkpoints (the estimators, which never resume)."""
@@ -226,6 +230,7 @@ class Solver(Generic[StateT]):
             resume=resume,
             stop_after=stop_after,
             checkpoint_every=checkpoint_every,
+            checkpoint_interval=checkpoint_interval,
         )
 
 

@@ -482,12 +482,12 @@ class BCDSolver(Solver[BCDState]):
             return self._step_chunks(ctx, state)
         return self._step_fista(ctx, state)
 
-    def checkpoint_due(self, state: BCDState, every: int) -> bool:
+    def checkpoint_due(self, state: BCDState, every: int, saved_at: int) -> bool:
         """Chunks mode: at the end of every `every`-th outer iteration (a step is one group, and
         W, d × m, is too large to save after each); the other modes: every `every` steps."""
         if isinstance(state, ChunksState):
             return state.closed_at == state.step and state.closed_outer % every == 0
-        return super().checkpoint_due(state, every)
+        return super().checkpoint_due(state, every, saved_at)
 
     def check_source(self, source: ChunkSource) -> None:
         self._codes(source)  # refuses the logistic loss on a multilabel store, and a single class

@@ -7,7 +7,10 @@
         log the step (validation every `valid_every` steps, and on the last one; on the
                       last one only for a solver whose mid_run_models is False), and show
                       it (progress: step of max_steps, elapsed, ETA)
-        checkpoint every `checkpoint_every` steps, on the last step and before a pause;
+        checkpoint at a step that is due (`checkpoint_due`: every `checkpoint_every` steps) once
+                      `checkpoint_interval` has passed since the last save (SaveSchedule;
+                      "auto": 9 x the last save's duration), and always on the last step,
+                      before a pause and at a due step past the time limit;
         past the time limit, stop right after a checkpoint (TimeLimitReached)
     warn if the run ended at its budget before its stopping test held
     return to_model(state)
@@ -21,6 +24,9 @@ resume) there are no checkpoints at all: per-sample state lives in an in-memory 
 versions the state no longer refers to are dropped after each step, and nothing is copied or
 written. The state goes through the same steps, and its append-only entries are given the same
 C-ordered layout a checkpoint gives them, so the model is bitwise the one a checkpointed run ends with.
+
+Where the checkpoints fall never changes the model: entries get their layout after every step,
+saved or not, and a resumed run replays the steps since its checkpoint bitwise.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import time
 import typing
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -42,6 +49,38 @@ log = logging.getLogger(__name__)
 
 ARRAY, ARRAY_LIST, PER_SAMPLE, VALUE = "array", "array_list", "per_sample", "value"
 MAX_WRITE_THREADS = 8  # per-sample files a checkpoint writes at once (_StateSaver._write_entries)
+AUTO_INTERVAL_SAVES = 9  # "auto": wait this many times the last save's duration, so saves take <= 1/(1 + 9)
+
+
+class SaveSchedule:
+    """Whether a due step is saved, by time: once at least `interval` seconds have passed since
+    the end of the last save (0: at every due step). "auto": interval = AUTO_INTERVAL_SAVES x
+    the duration of the last save, so that between two saves the run works at least 9 times as
+    long as the save took, and saves take at most 1/10 of the wall time: a cheap state is saved
+    at nearly every due step, an expensive one rarely, with no constant that depends on the data.
+    Times are seconds of one monotonic clock (the driver's time.monotonic()); before the first
+    save of a call (a resumed run) the next due step is saved."""
+
+    def __init__(self, interval: float | str):
+        if interval != "auto" and not (isinstance(interval, (int, float)) and interval >= 0):
+            raise ValueError(f"checkpoint_interval must be 'auto' or seconds >= 0, got {interval!r}")
+        self.interval = interval
+        self.ended: float | None = None  # when the last save ended
+        self.duration = 0.0  # how long it took
+        self.saves = 0
+        self.seconds = 0.0  # in all saves of this call
+
+    def wait(self) -> float:
+        """Seconds that must pass after the last save before a due step is saved."""
+        return AUTO_INTERVAL_SAVES * self.duration if self.interval == "auto" else float(self.interval)
+
+    def waited(self, now: float) -> bool:
+        return self.ended is None or now - self.ended >= self.wait()
+
+    def saved(self, started: float, ended: float) -> None:
+        self.ended, self.duration = ended, ended - started
+        self.saves += 1
+        self.seconds += ended - started
 
 
 def run(
@@ -54,21 +93,32 @@ def run(
     resume: bool = False,
     stop_after: int | None = None,
     checkpoint_every: int = 1,
+    checkpoint_interval: float | str = "auto",
 ):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
     `checkpointer` (streamfit.checkpoint.Checkpointer; None: no checkpoints, see the module
     docstring) and logging each step to `metrics` (streamfit.runlog.MetricsLog). resume:
     continue from the newest checkpoint, if any. stop_after: return the current model after that
     many steps in this call (a later call with resume=True continues; for time-boxed jobs and
-    tests). checkpoint_every: save every k steps (and always after the last step of the call)."""
+    tests). checkpoint_every: a step is due for a checkpoint every k steps (Solver.checkpoint_due);
+    checkpoint_interval: seconds, or "auto" (SaveSchedule): a due step is saved once that long
+    has passed since the last save. Always saved: init (step 0), the last step of the call, and
+    a due step past the checkpointer's time limit (after which TimeLimitReached is raised)."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    schedule = SaveSchedule(checkpoint_interval)
     if resume and checkpointer is None:
         raise ValueError("resume needs a checkpointer to resume from")
     solver.check_source(source)
     chunk_state = ChunkState(None) if checkpointer is None else checkpointer.state
     ctx = Context(source=source, engine=engine, chunk_state=chunk_state)
     saver = _StateSaver(solver.State, checkpointer)
+
+    def save(state: SolverState) -> None:
+        started = time.monotonic()
+        saver.save(state)
+        schedule.saved(started, time.monotonic())
+
     state = None
     if resume:
         ckpt = checkpointer.latest(source.n_chunks)
@@ -79,23 +129,32 @@ def run(
     if state is None:
         chunk_state.keep_only(set())  # a fresh run: drop per-sample state left in the run directory
         state = solver.init(ctx)
-        saver.save(state)
+        save(state)
         _check_deadline(checkpointer, state.step)
+    saved_at = state.step  # the step of the newest checkpoint
     taken = 0
     metrics.begin(solver.name, state.step, solver.max_steps(state))
     try:
         while not solver.finished(state):
             fields = solver.step(ctx, state)
+            saver.lay_out(state)
             taken += 1
             last = solver.finished(state)
             model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
             metrics.log(state.step, model=model, final=last, planned=solver.max_steps(state), **fields)
             pause = stop_after is not None and taken >= stop_after
-            if checkpointer is None:  # the entries' layout; only the state's per-sample versions stay
-                saver.save(state)
+            if checkpointer is None:  # only the state's per-sample versions stay
                 chunk_state.keep_only(saver.references(state))
-            elif last or pause or solver.checkpoint_due(state, checkpoint_every):
-                saver.save(state)
+            elif (
+                last
+                or pause
+                or (
+                    solver.checkpoint_due(state, checkpoint_every, saved_at)
+                    and (schedule.waited(time.monotonic()) or checkpointer.past_deadline())
+                )
+            ):
+                save(state)
+                saved_at = state.step
                 _check_deadline(checkpointer, state.step)
             else:  # per-sample versions that neither a kept checkpoint nor the state refers to
                 checkpointer.state.keep_only(checkpointer.referenced_versions() | saver.references(state))
@@ -103,6 +162,8 @@ def run(
                 break
     finally:
         metrics.end()
+        if checkpointer is not None:
+            log.debug("%s: %d checkpoints in %.3f s", solver.name, schedule.saves, schedule.seconds)
     if solver.finished(state) and not solver.converged(state):
         log.warning(
             "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",
@@ -169,7 +230,9 @@ def _is_union(t) -> bool:
 class _StateSaver:
     """State dataclass ⇄ checkpoint (meta, arrays, per-sample versions). Append-only lists are
     written to the per-sample store under the field's name, version 0, entry i as "chunk" i;
-    each entry once. With checkpointer None, `save` only gives the new entries their layout."""
+    each entry once, by the first save that holds it. `lay_out` gives new entries the layout
+    they are stored in (after every step, saved or not); with checkpointer None, that is all
+    `save` does."""
 
     def __init__(self, state_cls: type[SolverState], checkpointer):
         self.state_cls = state_cls
@@ -178,7 +241,8 @@ class _StateSaver:
         self.checkpointer = checkpointer
         self.lists = [name for name, kind in self.kinds.items() if kind == ARRAY_LIST]
         self.per_sample = [name for name, kind in self.kinds.items() if kind == PER_SAMPLE]
-        self.written: dict[str, int] = {}  # entries of each append-only list laid out (and stored, if checkpointed)
+        self.laid_out: dict[str, int] = {}  # entries of each append-only list given their layout
+        self.written: dict[str, int] = {}  # entries of each append-only list stored
 
     def references(self, state: SolverState) -> set[tuple[str, int]]:
         """The per-sample (name, version) pairs that `state` refers to."""
@@ -189,23 +253,29 @@ class _StateSaver:
                 refs.add((value.name, value.version))
         return refs
 
-    def _new_entries(self, state: SolverState) -> list[tuple[str, int, np.ndarray]]:
-        """(field, index, entry) of the entries appended to the lists since the last save, each
-        given the C-ordered layout it is stored in, so that sums over the entries run in the same
-        order in this run as in one resumed from a checkpoint (or in one without checkpoints)."""
-        entries = []
+    def lay_out(self, state: SolverState) -> None:
+        """Gives the entries appended to the lists since the last call the C-ordered layout they
+        are stored in, so that sums over the entries run in the same order in this run as in one
+        resumed from a checkpoint (or in one without checkpoints), wherever the saves fell."""
         for name in self.lists:
             value = getattr(state, name)
-            for i in range(self.written.get(name, 0), len(value)):
+            for i in range(self.laid_out.get(name, 0), len(value)):
                 value[i] = np.ascontiguousarray(value[i])
-                entries.append((name, i, value[i]))
-        return entries
+            self.laid_out[name] = len(value)
+
+    def _new_entries(self, state: SolverState) -> list[tuple[str, int, np.ndarray]]:
+        """(field, index, entry) of the entries appended to the lists since the last save."""
+        return [
+            (name, i, getattr(state, name)[i])
+            for name in self.lists
+            for i in range(self.written.get(name, 0), len(getattr(state, name)))
+        ]
 
     def save(self, state: SolverState) -> None:
-        entries = self._new_entries(state)
+        self.lay_out(state)
         if self.checkpointer is None:
-            self.written.update((name, len(getattr(state, name))) for name in self.lists)
             return
+        entries = self._new_entries(state)
         values, arrays, per_sample = {}, {}, {}
         versions: dict[str, int] = {}
         counts: dict[str, int] = {}
@@ -277,7 +347,7 @@ class _StateSaver:
                     )
                 entries = [self.checkpointer.state.read(name, 0, i) for i in range(count)]
                 kwargs[name] = [e.copy() for e in entries] if in_memory else entries
-                self.written[name] = count
+                self.written[name] = self.laid_out[name] = count
             elif kind == PER_SAMPLE:
                 record = meta["per_sample"].get(name)
                 kwargs[name] = None if record is None else PerSample(**record)

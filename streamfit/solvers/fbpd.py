@@ -674,7 +674,7 @@ class FBPDSolver(Solver[FBPDState]):
     def max_steps(self, state: FBPDState) -> int:
         return self.params.max_iter
 
-    def checkpoint_due(self, state: FBPDState, every: int) -> bool:
+    def checkpoint_due(self, state: FBPDState, every: int, saved_at: int) -> bool:
         """Every `every`·P iterations, P = ⌈6(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
         six dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step
         scales), P times

@@ -743,21 +743,18 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         self._running: Unordered | None = None
         self._engine: Engine | None = None  # what _running runs on
         self._token = ""  # names the training matrix the workers of _running share (_machine_data)
-        self._saved_at = 0  # the step of the last checkpoint checkpoint_due asked for
 
     def group_size(self, n_classes: int) -> int:
         return self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
 
     def init(self, ctx: Context) -> PPDSparseState:
         self._stop_running()
-        self._saved_at = 0
         K = ctx.source.n_classes
         return PPDSparseState(n_classes=K, group_size=self.group_size(K))
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
         """The finished groups are indices of the checkpoint's cut: a resume must cut the same way."""
         self._stop_running()
-        self._saved_at = state.step
         size = self.group_size(ctx.source.n_classes)
         if state.group_size != size:
             where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
@@ -804,17 +801,14 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         self._engine = ctx.engine
         return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo, self._token)
 
-    def checkpoint_due(self, state: PPDSparseState, every: int) -> bool:
-        """A checkpoint once `every` steps have passed since the last one, at the first step after
-        which no finished group is waiting: a save (about a dozen fsyncs) never keeps a result
-        that has arrived from being taken in, so the driver's serial saves shrink to about one per
-        burst of results instead of one per group, and a kill loses at most the groups taken in
-        since the last save (all of them results that had arrived). The driver also saves after
-        the last group."""
-        if state.step - self._saved_at < every or (self._running is not None and self._running.ready()):
-            return False
-        self._saved_at = state.step
-        return True
+    def checkpoint_due(self, state: PPDSparseState, every: int, saved_at: int) -> bool:
+        """Due once `every` steps have passed since the last checkpoint (step `saved_at`), at a
+        step after which no finished group is waiting: a save (about a dozen fsyncs) never keeps
+        a result that has arrived from being taken in, so the driver's serial saves shrink to
+        about one per burst of results instead of one per group, and a kill loses at most the
+        groups taken in since the last save (all of them results that had arrived). The driver
+        also saves after the last group."""
+        return state.step - saved_at >= every and not (self._running is not None and self._running.ready())
 
     def _stop_running(self) -> None:
         if self._running is not None:

@@ -22,6 +22,7 @@ def fit_solver(
     resume: bool = False,
     stop_after: int | None = None,
     checkpoint_every: int = 1,
+    checkpoint_interval: float | str = "auto",
     valid=None,
     valid_every: int = 1,
     **params,
@@ -45,5 +46,6 @@ def fit_solver(
         resume=resume,
         stop_after=stop_after,
         checkpoint_every=checkpoint_every,
+        checkpoint_interval=checkpoint_interval,
     )
     return model, log

@@ -542,13 +542,14 @@ def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
 def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
     """A run paused after 5 steps (outer iterations, or groups of 50 features in chunks mode),
     checkpointed every 2 (chunks mode: every 2 outer iterations of 4 groups, so only init's
-    step 0 and the pause's step 5 are saved), resumes to the uninterrupted run's model, bitwise."""
+    step 0 and the pause's step 5 are saved; interval 0: every due step is saved), resumes to the
+    uninterrupted run's model, bitwise."""
     X, y = dna
     store = write_store(tmp_path / "s", X, y, ["1", "2", "3"], chunk_rows=128)
     params = dict(lam=5e-2, tol=1e-12, max_iter=12, **kw)
     W_full, log_full = fit(store, str(tmp_path / "full"), **params)
     run = str(tmp_path / "cut")
-    fit(store, run, stop_after=5, checkpoint_every=2, **params)
+    fit(store, run, stop_after=5, checkpoint_every=2, checkpoint_interval=0, **params)
     saved = ["step-000000", "step-000005"] if kw.get("mode") == "chunks" else ["step-000004", "step-000005"]
     assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["LATEST", "state", *saved]
     W_res, log_res = fit(store, run, resume=True, checkpoint_every=2, **params)

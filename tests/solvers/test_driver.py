@@ -18,6 +18,7 @@ from streamfit.errors import CheckpointError, TimeLimitReached
 from streamfit.model import LinearModel
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState
+from streamfit.solvers.driver import SaveSchedule
 from streamfit.store import InMemoryStore
 
 
@@ -138,17 +139,71 @@ def test_pause_and_resume_end_at_the_uninterrupted_model(source, tmp_path, on_di
     assert logged == records(full_log)
 
 
-def test_a_kill_between_checkpoints_resumes_from_the_last_one(source, tmp_path):
+def _latest(run: str) -> int:
+    with open(os.path.join(run, "checkpoints", "LATEST")) as f:
+        return json.load(f)["step"]
+
+
+@pytest.mark.parametrize(
+    "every, interval, latest",
+    [
+        (2, 0, 4),  # steps 1-5 ran; the checkpoints are at 0, 2 and 4
+        (1, 3600.0, 0),  # no due step waited an hour: only init's checkpoint
+        (1, "auto", None),  # the default: where the saves fall depends on their durations
+    ],
+)
+def test_a_kill_between_checkpoints_resumes_from_the_last_one(source, tmp_path, every, interval, latest):
     full, full_log = fit(source, None)
     run = str(tmp_path / "run")
+    policy = dict(checkpoint_every=every, checkpoint_interval=interval)
     with pytest.raises(KeyboardInterrupt):
-        fit(source, run, HalvingSolver(HalvingParams(), fail_at=6), checkpoint_every=2)
-    with open(os.path.join(run, "checkpoints", "LATEST")) as f:
-        assert json.load(f)["step"] == 4  # steps 1-5 ran; the checkpoints are at 0, 2 and 4
-    resumed, _ = fit(source, run, resume=True, checkpoint_every=2)
+        fit(source, run, HalvingSolver(HalvingParams(), fail_at=6), **policy)
+    assert _latest(run) == latest if latest is not None else 0 <= _latest(run) <= 5
+    resumed, _ = fit(source, run, resume=True, **policy)
     same_model(resumed, full)
     with open(os.path.join(run, "metrics.jsonl")) as f:  # step 5's line, logged before the kill, is not repeated
         assert [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f] == records(full_log)
+
+
+def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():
+    """0: every due step; seconds: that long after the last save ended; auto: 9 x its duration.
+    Before the first save of a call (a resume), the next due step is saved."""
+    every_step, fixed, auto = SaveSchedule(0), SaveSchedule(30.0), SaveSchedule("auto")
+    for schedule in (every_step, fixed, auto):
+        assert schedule.waited(0.0)
+        schedule.saved(10.0, 10.5)  # a save of 0.5 s
+    assert every_step.waited(10.5)
+    assert not fixed.waited(40.4) and fixed.waited(40.5)
+    assert auto.wait() == 4.5 and not auto.waited(14.9) and auto.waited(15.0)
+    auto.saved(20.0, 20.01)  # a cheap state is saved again soon: 0.09 s on
+    assert auto.waited(20.1 + 1e-9) and (auto.saves, auto.seconds) == (2, pytest.approx(0.51))
+    for bad in (-1, "soon", None):
+        with pytest.raises(ValueError, match="checkpoint_interval"):
+            SaveSchedule(bad)
+
+
+@pytest.mark.parametrize("every, stopped_at", [(1, 3), (2, 4)])
+def test_past_the_time_limit_a_due_step_is_saved_whatever_the_interval(source, tmp_path, every, stopped_at):
+    """With saves held back by the interval, the time limit still stops the run right after a
+    checkpoint: at the first due step once the limit has passed (here after step 3)."""
+    full, _ = fit(source, None)
+    run = str(tmp_path / "run")
+    ckpt = Checkpointer(run, config={"solver": "halving"}, store_fingerprint="in-memory", time_limit=3600)
+    log = MetricsLog(os.path.join(run, "metrics.jsonl"))
+    ckpt.past_deadline = lambda: len(log.records) >= 3  # type: ignore[method-assign]  # the limit passes in step 3
+    with Engine(mode="inprocess") as engine, pytest.raises(TimeLimitReached) as stopped:
+        HalvingSolver(HalvingParams()).fit(
+            source, engine=engine, checkpointer=ckpt, log=log, checkpoint_every=every, checkpoint_interval=3600.0
+        )
+    assert stopped.value.step == stopped_at == _latest(run)
+    assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == [
+        "LATEST",
+        "state",
+        "step-000000",
+        f"step-{stopped_at:06d}",
+    ]
+    resumed, _ = fit(source, run, resume=True)
+    same_model(resumed, full)
 
 
 def test_time_limit_stops_after_a_checkpoint_and_resume_continues(source, tmp_path):
@@ -241,14 +296,25 @@ def test_a_solver_without_mid_run_models_is_validated_on_its_last_step_only(sour
         assert [r["step"] for r in log.records if "valid_accuracy" in r] == validated
 
 
-def test_between_checkpoints_only_referenced_per_sample_versions_stay(source, tmp_path):
+@pytest.mark.parametrize(
+    "every, interval, kept",
+    [(4, 0, ["v000004", "v000006"]), (1, 3600.0, ["v000006"])],  # saves held back: only init's (v0, unwritten)
+)
+def test_between_checkpoints_only_referenced_per_sample_versions_stay(source, tmp_path, every, interval, kept):
     """With checkpoints every 4 steps, a kill in step 7 leaves the residual of checkpoint 4 and of
-    step 6 (the state's), not every version since the checkpoint."""
+    step 6 (the state's), not every version since the checkpoint; the same when due steps go
+    unsaved for the interval: disk use does not grow with the steps between saves."""
     run = str(tmp_path / "run")
     with pytest.raises(KeyboardInterrupt):
-        fit(source, run, HalvingSolver(HalvingParams(max_iter=9), fail_at=7), checkpoint_every=4)
+        fit(
+            source,
+            run,
+            HalvingSolver(HalvingParams(max_iter=9), fail_at=7),
+            checkpoint_every=every,
+            checkpoint_interval=interval,
+        )
     versions = sorted(os.listdir(os.path.join(run, "checkpoints", "state", "residual")))
-    assert versions == ["v000004", "v000006"]
+    assert versions == kept
 
 
 class InPlaceHalvingSolver(HalvingSolver):
@@ -285,11 +351,14 @@ class FortranHalvingSolver(HalvingSolver):
         return {**fields, "earlier_c_ordered": c_ordered}
 
 
-def test_append_only_entries_have_the_layout_a_resume_gives_them(source, tmp_path):
-    full, full_log = fit(source, str(tmp_path / "full"), FortranHalvingSolver(HalvingParams()))
+@pytest.mark.parametrize("interval", [0, 3600.0])  # 3600: the steps between init and the pause go unsaved
+def test_append_only_entries_have_the_layout_a_resume_gives_them(source, tmp_path, interval):
+    full, full_log = fit(
+        source, str(tmp_path / "full"), FortranHalvingSolver(HalvingParams()), checkpoint_interval=interval
+    )
     run = str(tmp_path / "run")
-    fit(source, run, FortranHalvingSolver(HalvingParams()), stop_after=3)
-    resumed, _ = fit(source, run, FortranHalvingSolver(HalvingParams()), resume=True)
+    fit(source, run, FortranHalvingSolver(HalvingParams()), stop_after=3, checkpoint_interval=interval)
+    resumed, _ = fit(source, run, FortranHalvingSolver(HalvingParams()), resume=True, checkpoint_interval=interval)
     with open(os.path.join(run, "metrics.jsonl")) as f:
         logged = [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f]
     assert logged == records(full_log)

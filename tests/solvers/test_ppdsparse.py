@@ -829,24 +829,30 @@ def test_estimator(multilabel):
 
 def test_saves_wait_while_finished_groups_wait():
     """A checkpoint is put off while the next finished group is already there (Unordered.ready),
-    and comes at the first step after which none waits, once `every` steps have passed."""
+    and comes at the first step after which none waits, once `every` steps have passed since
+    the last save (`saved_at`, which the driver keeps: a due step it does not save, held back
+    by checkpoint_interval, leaves the next step due)."""
     from streamfit.engine import Unordered
 
     solver = pp.PPDSparseSolver(pp.PPDSparseParams())
     state = pp.PPDSparseState(n_classes=10, group_size=1)
     waiting = [False]
     solver._running = Unordered((x for x in ()), lambda: waiting[0])
+    saved_at = [0]
 
-    def due(every, pattern):
+    def due(every, pattern, save=True):
         out = []
         for w in pattern:
             state.step += 1
             waiting[0] = w
-            out.append(solver.checkpoint_due(state, every))
+            out.append(solver.checkpoint_due(state, every, saved_at[0]))
+            if out[-1] and save:  # as the driver does when it saves
+                saved_at[0] = state.step
         return out
 
     assert due(1, [True, True, False, False, True, False]) == [False, False, True, True, False, True]
     assert due(2, [False, False, True, False, False, False]) == [False, True, False, True, False, True]
+    assert due(2, [False, False, True, False], save=False) == [False, True, False, True]  # none saved
     solver._running = None  # the last group taken in: nothing in flight
     assert due(1, [True]) == [True]
 
