@@ -89,12 +89,18 @@ class ZarrReader:
     """Reads row chunks of a Zarr v3 store. A chunk's arrays are read as their raw Zarr chunk
     objects, all of them in one concurrent fetch (Location.read_files; behind a URL one GET each), and
     decoded here (decode_chunk): their shapes and dtypes are the manifest's and format 3's, so
-    their metadata files are not read."""
+    their metadata files are not read; the root group's `zarr.json` (the manifest copy) is read
+    once, as one file."""
 
     def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
         self.root = root
-        group = zarr.open_group(root.zarr_store(read_only=True), mode="r", zarr_format=3)
-        copy = group.attrs.get("streamfit.manifest")
+        # the root group's metadata, read as one file (behind a URL one GET; Zarr would ask first
+        # whether it exists): a Zarr v3 group whose attributes hold the manifest copy
+        meta = json.loads(root.join("zarr.json").read_bytes())
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+            raise ValueError("zarr.json does not describe a Zarr v3 group")
+        attributes = meta.get("attributes")
+        copy = attributes.get("streamfit.manifest") if isinstance(attributes, dict) else None
         self.manifest_copy = copy if isinstance(copy, dict) else {}
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
