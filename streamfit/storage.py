@@ -265,6 +265,13 @@ class Location:
 
         return sync(fs.loop, fetch)
 
+    def write_files(self, files: dict[str, bytes]) -> None:
+        """Behind a URL: write the objects {path relative to here: bytes} inside an attempt (as
+        write_new), together (fsspec's `pipe`: concurrent on an asynchronous filesystem), one
+        PUT each. Local writers write their files themselves."""
+        assert not self.local, "write_files is for object stores"
+        self._fs.pipe({self.join(name).path: data for name, data in files.items()})
+
     def open_read(self):
         """A binary file object for streaming reads."""
         if self.local:

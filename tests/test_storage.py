@@ -203,6 +203,26 @@ def _requests():
 
 
 @pytest.mark.slow
+def test_a_zarr_store_on_s3_holds_the_local_stores_files_each_put_once(s3, tmp_path):
+    """A Zarr store ingested to S3 holds the files of the same store ingested to local disk,
+    byte for byte (metadata, chunks, manifest), and each of its chunk objects was written with
+    one PUT and nothing else: no HEAD, LIST or GET before it (Zarr asks before each node it
+    writes through a filesystem; the chunk groups are built in memory and put)."""
+    store = f"s3://{BUCKET}/written.zarr"
+    with _requests() as requests:
+        assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    local = tmp_path / "written.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
+    files = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    (attempt,) = _attempts(s3, "written.zarr")
+    prefix = f"{BUCKET}/written.zarr/{attempt}/"
+    assert {key.removeprefix(prefix): s3.cat_file(key) for key in s3.find(prefix)} == files
+    chunk_requests = [(method, key.split("/chunks/")[1]) for method, key in requests if "/chunks/0" in key]
+    chunk_files = sorted(name.removeprefix("chunks/") for name in files if name.startswith("chunks/0"))
+    assert sorted(chunk_requests) == [("PUT", name) for name in chunk_files]
+
+
+@pytest.mark.slow
 def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
     """A store opens with three GETs (COMMITTED, the manifest, the root group's zarr.json: no
     HEAD); a chunk's first read fetches its four arrays' data objects, one GET each and nothing

@@ -1,26 +1,30 @@
 """The cost of object storage: the same job on local disk and through an S3 API server on
 loopback (moto's ThreadedMotoServer on 127.0.0.1, s3fs as the client, as in tests/test_storage.py).
 
-    python tools/bench_cluster_data.py [--records 200000] [--workdir /tmp] [--workers 2] [--repeat 1]
-        [--ingest-workers 0,1,2] [--newsgroups PATH] [--no-job]
+    python tools/bench_cluster_data.py [--records 200000] [--chunk-rows N] [--workdir /tmp]
+        [--workers 2] [--repeat 1] [--ingest-workers 0,1,2] [--newsgroups PATH] [--no-job]
 
 A seeded JSONL text corpus (--records documents, 20 labels, Zipf-like words) is written locally
 and uploaded. Then, for each target (local paths, s3:// URLs), each step runs as its own
-`streamfit` process, timed by wall clock: ingest (raw input read from the target, store written
-to it; hashed to 2^16 features), train (fbpd, 3 iterations, --workers Dask workers on loopback
-reading the store from the target, run directory on the target), evaluate (in the driver) and
-predict (store → CSV on the target). Reported per step: seconds on each target, the S3 / local
-ratio (the slowdown) and, for S3, the requests the server answered by kind (GET / PUT / HEAD /
-LIST / DELETE), which is where the extra time goes. Ingest also in MB/s of raw input and
-records/s. Best of --repeat. Needs the `test` extra (moto[server], s3fs).
+`streamfit` process, timed by wall clock: ingest (in process; raw input read from the target,
+store written to it; hashed to 2^16 features, --chunk-rows rows per chunk), then on an embedded
+cluster of --workers Dask workers on loopback (`--n-workers`), which read the store from the
+target: train (fbpd, 3 iterations, run directory on the target), evaluate, predict (store → one
+CSV on the target) and predict --parts (store → parts and a manifest on the target, written by
+the workers). Reported per step: seconds on each target, the S3 / local ratio (the slowdown)
+and, for S3, the requests the server answered (from every process: the driver and the
+workers) by kind (GET / PUT / HEAD / LIST / DELETE / POST) and by kind and key (attempt
+prefixes, chunk numbers and digests made generic), which is where the extra time goes. Ingest
+also in MB/s of raw input and records/s. Best of --repeat. Needs the `test` extra (moto[server],
+s3fs).
 
 Ingest throughput (`--ingest-workers`, default 0,1,2): each input ingested with the Python API
 in this process (N = 0) and on a LocalCluster of N single-threaded workers (`--scheduler`,
 started and warmed before the clock; the workers inherit the S3 settings), from local disk to a
 local store and from the S3 server to a store on it: the JSONL corpus, the same rows as one
 Parquet file (row groups of 5 000 rows), and the 20 Newsgroups training documents from their
-tarball (--newsgroups, default ../shared/data/20newsgroups/20news-bydate.tar.gz if present; read
-in parts of the archive). Reported: seconds, MB/s of raw input, records/s, the speed-up over
+tarball (--newsgroups, default ../shared/data/20newsgroups/20news-bydate.tar.gz if present; one
+piece: archives are cut only above 64 MiB). Reported: seconds, MB/s of raw input, records/s, the speed-up over
 N = 0 and N = 1, the S3 / local slowdown, and whether every N gave the same store (manifest
 chunk digests and classes). --no-job skips the train / evaluate / predict job. Larger
 inputs and N on the lent 16-core machine: tools/bench_ingest_workers.py.
