@@ -212,16 +212,6 @@ class Location:
         base = self.path.rstrip("/")
         return [self.join(p[len(base) + 1 :]) for p in found]
 
-    def zarr_store(self, *, read_only: bool):
-        """A Zarr v3 store rooted here: LocalStore on local disk, FsspecStore otherwise."""
-        from zarr.storage import FsspecStore, LocalStore
-
-        if self.local:
-            return LocalStore(self.path, read_only=read_only)
-        from zarr.storage._fsspec import _make_async
-
-        return FsspecStore(_make_async(self._fs), path=self.path, read_only=read_only)
-
     def arrow_filesystem(self):
         """This filesystem for pyarrow (Parquet reads and writes): its own local filesystem on
         local disk, fsspec's through pyarrow's FSSpecHandler otherwise."""

@@ -105,6 +105,30 @@ def test_commit_protocol_on_an_object_store():
         open_store("memory://commit-test/store.zarr")
 
 
+def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch):
+    """A Dask task's copy of a store behind a URL reopens the attempt its driver opened, without
+    reading COMMITTED (a request per task otherwise); once the store is written again, that
+    attempt is gone and the copy says so instead of reading the new store."""
+    import pickle
+
+    from streamfit.store import store as store_module
+
+    url = "memory://pickled/iris.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "10").exit_code == 0
+    opened = open_store(url)
+    blob = pickle.dumps(opened)
+    store_module._open_cached.cache_clear()  # as in a worker's fresh process
+    with monkeypatch.context() as m:
+        m.setattr(store_module, "_committed", lambda location: pytest.fail("COMMITTED read again"))
+        copy = pickle.loads(blob)
+    assert copy.data == opened.data and copy.manifest == opened.manifest
+    assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "25", "--overwrite").exit_code == 0
+    store_module._open_cached.cache_clear()
+    with pytest.raises(StoreError, match=f"its attempt {opened.data.name} is gone"):
+        pickle.loads(blob)
+    assert open_store(url).n_chunks == 2  # the new commit, opened by its URL
+
+
 # --------------------------------------------------------------------------------- against S3
 
 

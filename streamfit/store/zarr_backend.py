@@ -39,10 +39,11 @@ def _write_group(location: Location, write) -> None:
     (Location.write_files): Zarr writing through the filesystem asks first whether each node
     exists (per row chunk about 8 HEADs, 5 LISTs and 4 GETs besides its 9 PUTs). The objects
     are the same bytes either way."""
+    from zarr.storage import LocalStore, MemoryStore
+
     if location.local:
-        write(location.zarr_store(read_only=False))
+        write(LocalStore(location.path))
         return
-    from zarr.storage import MemoryStore
 
     objects: dict = {}
     write(MemoryStore(objects))
