@@ -8,6 +8,7 @@ against the same job on local disk; writers killed at their commit; a damaged ob
 
 import collections
 import contextlib
+import io
 import json
 import logging
 import os
@@ -313,9 +314,13 @@ def test_a_store_read_on_a_cluster_reads_its_commit_record_once(s3, cluster, tmp
 def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers(s3, cluster, tmp_path, monkeypatch):
     """evaluate --scheduler: the same metrics as in process, bit for bit; predict --scheduler
     of a store on S3: the same bytes as in process, as one object and as parts (written to S3
-    by the workers, listed with their digests in the manifest); raw JSONL on S3 with an id
+    by the workers, listed with their digests in the manifest; Parquet parts: the in-process
+    file's typed rows); raw JSONL on S3 with an id
     column, in several batches, to parts on S3: the same bytes; a predict that fails midway,
     in process or on the cluster, to one object or to parts, leaves nothing on S3."""
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from streamfit import predict
 
@@ -346,6 +351,16 @@ def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers
     assert {"chunk_sums", "score_piece"} <= set(cluster.scheduler.task_prefixes)  # scored on the workers
     assert s3.cat_file(f"{BUCKET}/one.csv") == here_csv
     assert _parts(s3, "parts.csv", [10] * 5) == here_csv  # the 50 rows of iris.svm, chunks of 10
+    # Parquet parts on S3 hold the typed rows of the in-process file
+    assert _cli("predict", run, store, "--out", tmp_path / "here.parquet", "--top-k", "2").exit_code == 0
+    result = _cli(
+        "predict", run, store, "--out", f"s3://{BUCKET}/p.parquet", "--top-k", "2", "--parts", "--scheduler", address
+    )
+    assert result.exit_code == 0, result.stderr
+    files = storage.committed(storage.resolve(f"s3://{BUCKET}/p.parquet"))
+    names = [p["name"] for p in json.loads(files.join("manifest.json").read_bytes())["parts"]]
+    tables = [pq.read_table(io.BytesIO(files.join(name).read_bytes())) for name in names]
+    assert pa.concat_tables(tables).equals(pq.read_table(tmp_path / "here.parquet"))
 
     # raw text with ids on S3, read by the driver and scored in batches of 7 records on the workers
     docs = tmp_path / "docs.jsonl"
