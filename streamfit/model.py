@@ -300,6 +300,8 @@ def _read_record(meta: storage.Location) -> dict:
     meta_path = meta.url
     try:
         record = json.loads(meta.read_bytes())
+    except FileNotFoundError:
+        raise StreamfitError(f"{meta_path}: no such file; point at a run directory or its model/ folder") from None
     except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise StreamfitError(f"{meta_path}: unreadable ({e}); {RETRAIN}") from e
     if not isinstance(record, dict) or record.get("format") != "streamfit-model":
@@ -331,7 +333,9 @@ def _model_files(location: storage.Location) -> storage.Location | None:
             found = storage.committed(candidate)
         except StreamfitError as e:
             raise StreamfitError(f"{e}; {RETRAIN}") from None
-        if found is not None and found.join("model.json").exists():
+        # behind a URL a committed directory is read, not asked about (a request fewer): a
+        # committed one without model.json (a store) is named when load_model reads it
+        if found is not None and (not found.local or found.join("model.json").exists()):
             return found
     return None
 

@@ -56,9 +56,8 @@ def _is_store(path: str) -> bool:
     from streamfit import storage
     from streamfit.store.format import CHUNKS_DIR, MANIFEST
 
-    if storage.is_url(path):
-        location = storage.resolve(path)
-        return location.isdir() and location.join(storage.COMMITTED).exists()
+    if storage.is_url(path):  # one GET of COMMITTED (absent behind a raw input's URL)
+        return storage.committed(storage.resolve(path)) is not None
     return os.path.isdir(path) and (
         os.path.abspath(path).endswith(".partial")
         or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", CHUNKS_DIR))

@@ -213,16 +213,6 @@ class Location:
         base = self.path.rstrip("/")
         return [self.join(p[len(base) + 1 :]) for p in found]
 
-    def zarr_store(self, *, read_only: bool):
-        """A Zarr v3 store rooted here: LocalStore on local disk, FsspecStore otherwise."""
-        from zarr.storage import FsspecStore, LocalStore
-
-        if self.local:
-            return LocalStore(self.path, read_only=read_only)
-        from zarr.storage._fsspec import _make_async
-
-        return FsspecStore(_make_async(self._fs), path=self.path, read_only=read_only)
-
     def arrow_filesystem(self):
         """This filesystem for pyarrow (Parquet reads and writes): its own local filesystem on
         local disk, fsspec's through pyarrow's FSSpecHandler otherwise."""
@@ -268,6 +258,13 @@ class Location:
             return await asyncio.gather(*(fs._cat_file(p, **whole, **limit) for p in paths), return_exceptions=True)
 
         return sync(fs.loop, fetch)
+
+    def write_files(self, files: dict[str, bytes]) -> None:
+        """Behind a URL: write the objects {path relative to here: bytes} inside an attempt (as
+        write_new), together (fsspec's `pipe`: concurrent on an asynchronous filesystem), one
+        PUT each. Local writers write their files themselves."""
+        assert not self.local, "write_files is for object stores"
+        self._fs.pipe({self.join(name).path: data for name, data in files.items()})
 
     def open_read(self, block_size: int | None = None):
         """A binary file object for streaming reads; block_size: behind a URL, the bytes fsspec

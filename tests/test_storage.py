@@ -6,11 +6,17 @@ variables only, as a user's cluster would: ingest → train killed mid-checkpoin
 two-worker loopback cluster reading the store from S3 → evaluate → predict, all on s3:// URLs,
 against the same job on local disk; writers killed at their commit; a damaged object."""
 
+import collections
+import contextlib
+import io
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -100,6 +106,30 @@ def test_commit_protocol_on_an_object_store():
         open_store("memory://commit-test/store.zarr")
 
 
+def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch):
+    """A Dask task's copy of a store behind a URL reopens the attempt its driver opened, without
+    reading COMMITTED (a request per task otherwise); once the store is written again, that
+    attempt is gone and the copy says so instead of reading the new store."""
+    import pickle
+
+    from streamfit.store import store as store_module
+
+    url = "memory://pickled/iris.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "10").exit_code == 0
+    opened = open_store(url)
+    blob = pickle.dumps(opened)
+    store_module._open_cached.cache_clear()  # as in a worker's fresh process
+    with monkeypatch.context() as m:
+        m.setattr(store_module, "_committed", lambda location: pytest.fail("COMMITTED read again"))
+        copy = pickle.loads(blob)
+    assert copy.data == opened.data and copy.manifest == opened.manifest
+    assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "25", "--overwrite").exit_code == 0
+    store_module._open_cached.cache_clear()
+    with pytest.raises(StoreError, match=f"its attempt {opened.data.name} is gone"):
+        pickle.loads(blob)
+    assert open_store(url).n_chunks == 2  # the new commit, opened by its URL
+
+
 # --------------------------------------------------------------------------------- against S3
 
 
@@ -172,32 +202,69 @@ def test_a_damaged_object_is_detected(s3):
     assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
 
 
-@pytest.mark.slow
-def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
-    """A chunk's first read fetches its four arrays' data objects, one GET each and nothing
-    else (no metadata, no HEAD), and a damaged object fails its CRC32C, naming the array."""
-    import logging
-
-    store = f"s3://{BUCKET}/reads.zarr"
-    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
-    requests = []
+@contextlib.contextmanager
+def _requests():
+    """The requests the S3 server answers meanwhile (from any process: this one, subprocesses,
+    Dask workers), as (method, key) pairs in order; a listing is ("LIST", its prefix)."""
+    requests: list[tuple[str, str]] = []
 
     class Requests(logging.Handler):
         def emit(self, record):
-            requests.append(record.getMessage().split('"')[1].split(" ")[0])  # "GET /bucket/key HTTP/1.1"
+            # "GET /bucket/key HTTP/1.1" 200 (a 404 in terminal colours)
+            method, target = re.search(r"([A-Z]+) (\S+) HTTP/", record.getMessage()).groups()
+            path, _, query = urllib.parse.unquote(target).partition("?")
+            if "list-type=2" in query:
+                method, path = "LIST", query.split("prefix=", 1)[1].split("&")[0] if "prefix=" in query else ""
+            requests.append((method, path.removeprefix(f"/{BUCKET}/")))
 
     werkzeug, level = logging.getLogger("werkzeug"), logging.getLogger("werkzeug").level
     werkzeug.setLevel(logging.INFO)  # the server's access log: a line per request
     werkzeug.addHandler(handler := Requests())
     try:
-        opened = open_store(store)
-        assert opened.reader.manifest_copy  # the root group opened (its manifest copy)
-        requests.clear()
-        opened.read_chunk(1)
+        yield requests
     finally:
         werkzeug.removeHandler(handler)
         werkzeug.setLevel(level)
-    assert requests == ["GET"] * 4
+
+
+@pytest.mark.slow
+def test_a_zarr_store_on_s3_holds_the_local_stores_files_each_put_once(s3, tmp_path):
+    """A Zarr store ingested to S3 holds the files of the same store ingested to local disk,
+    byte for byte (metadata, chunks, manifest), and each of its chunk objects was written with
+    one PUT and nothing else: no HEAD, LIST or GET before it (Zarr asks before each node it
+    writes through a filesystem; the chunk groups are built in memory and put)."""
+    store = f"s3://{BUCKET}/written.zarr"
+    with _requests() as requests:
+        assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    local = tmp_path / "written.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
+    files = {str(p.relative_to(local)): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    (attempt,) = _attempts(s3, "written.zarr")
+    prefix = f"{BUCKET}/written.zarr/{attempt}/"
+    assert {key.removeprefix(prefix): s3.cat_file(key) for key in s3.find(prefix)} == files
+    chunk_requests = [(method, key.split("/chunks/")[1]) for method, key in requests if "/chunks/0" in key]
+    chunk_files = sorted(name.removeprefix("chunks/") for name in files if name.startswith("chunks/0"))
+    assert sorted(chunk_requests) == [("PUT", name) for name in chunk_files]
+
+
+@pytest.mark.slow
+def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
+    """A store opens with three GETs (COMMITTED, the manifest, the root group's zarr.json: no
+    HEAD); a chunk's first read fetches its four arrays' data objects, one GET each and nothing
+    else (no metadata, no HEAD), and a damaged object fails its CRC32C, naming the array."""
+    store = f"s3://{BUCKET}/reads.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    with _requests() as requests:
+        opened = open_store(store)
+        assert opened.reader.manifest_copy  # the root group opened (its manifest copy)
+        assert [(method, key.split("/")[-1]) for method, key in requests] == [
+            ("GET", "COMMITTED"),
+            ("GET", "manifest.json"),
+            ("GET", "zarr.json"),
+        ]
+        requests.clear()
+        opened.read_chunk(1)
+    assert [method for method, _ in requests] == ["GET"] * 4
     (attempt,) = _attempts(s3, "reads.zarr")
     key = f"{BUCKET}/reads.zarr/{attempt}/chunks/000002/indices/c/0"
     raw = bytearray(s3.cat_file(key))
@@ -209,54 +276,93 @@ def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
 
 @pytest.fixture(scope="module")
 def cluster(s3):
-    """The address of a two-worker Dask cluster on loopback, started after `s3` so that its
-    workers have the AWS_* variables that reach the S3 server (they share no files with the
-    tests: a store and the parts they write go through S3)."""
+    """A two-worker Dask cluster on loopback, started after `s3` so that its workers have the
+    AWS_* variables that reach the S3 server (they share no files with the tests: a store and
+    the parts they write go through S3)."""
     from distributed import LocalCluster
 
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
-        yield c.scheduler_address
+        yield c
+
+
+@pytest.mark.slow
+def test_a_store_read_on_a_cluster_reads_its_commit_record_once(s3, cluster, tmp_path):
+    """evaluate --scheduler of a store on S3 in 5 chunks: one GET of COMMITTED in all (the
+    workers reopen the attempt the driver opened, not COMMITTED per task), the manifest and the
+    root group's zarr.json once per process, each chunk's four arrays once, and not one HEAD or
+    LIST. The counts of docs/benchmarks.md's "Requests of train, evaluate and predict"."""
+    store = f"s3://{BUCKET}/counted.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    from streamfit.store import store as store_module
+
+    run = tmp_path / "run"  # the model on local disk: only the store's requests are counted
+    assert _cli("train", store, *TRAIN, "--n-workers", "0", "--out", run).exit_code == 0
+    store_module._open_cached.cache_clear()  # train opened it in this process: open it as a new driver would
+    with _requests() as requests:
+        result = _cli("evaluate", run, store, "--scheduler", cluster.scheduler_address)
+    assert result.exit_code == 0, result.stderr
+    assert "chunk_sums" in cluster.scheduler.task_prefixes  # the chunks were scored on the workers
+    count = collections.Counter((method, key.split("/", 2)[-1]) for method, key in requests)
+    opened = count["GET", "manifest.json"]  # the driver, and each worker that ran a task
+    assert 2 <= opened <= 3 and count["GET", "zarr.json"] == opened - 1  # the driver reads no chunk
+    chunk_gets = sum(n for (method, key), n in count.items() if method == "GET" and key.startswith("chunks/"))
+    assert count["GET", "COMMITTED"] == 1 and chunk_gets == 5 * 4
+    assert sum(count.values()) == 1 + opened + opened - 1 + chunk_gets, count  # nothing else: no HEAD, no LIST
 
 
 @pytest.mark.slow
 def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers(s3, cluster, tmp_path, monkeypatch):
     """evaluate --scheduler: the same metrics as in process, bit for bit; predict --scheduler
     of a store on S3: the same bytes as in process, as one object and as parts (written to S3
-    by the workers, listed with their digests in the manifest); raw JSONL with an id column, in
-    several batches: the same bytes; a predict --parts that fails midway leaves nothing on S3."""
-    import hashlib
+    by the workers, listed with their digests in the manifest; Parquet parts: the in-process
+    file's typed rows); raw JSONL on S3 with an id
+    column, in several batches, to parts on S3: the same bytes; a predict that fails midway,
+    in process or on the cluster, to one object or to parts, leaves nothing on S3."""
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from streamfit import predict
 
+    address = cluster.scheduler_address
     store = f"s3://{BUCKET}/scored.zarr"
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
     run = tmp_path / "run"
     assert _cli("train", store, *TRAIN, "--n-workers", "0", "--out", run).exit_code == 0
 
     here = _cli("evaluate", "--json", "--per-label", run, store)
-    there = _cli("evaluate", "--json", "--per-label", "--scheduler", cluster, run, store)
+    there = _cli("evaluate", "--json", "--per-label", "--scheduler", address, run, store)
     assert there.exit_code == 0 and json.loads(there.output) == json.loads(here.output)
 
     assert _cli("predict", run, store, "--out", tmp_path / "here.csv", "--top-k", "2").exit_code == 0
     here_csv = (tmp_path / "here.csv").read_bytes()
+    real_write_new = storage.Location.write_new
+
+    def write_new(location, data):  # in this process (the driver) only: the workers write the parts
+        assert not location.name.startswith("part-"), f"the driver wrote {location}"
+        real_write_new(location, data)
+
+    monkeypatch.setattr(storage.Location, "write_new", write_new)
     for out, parts in (("one.csv", ()), ("parts.csv", ("--parts",))):
         result = _cli(
-            "predict", run, store, "--out", f"s3://{BUCKET}/{out}", "--top-k", "2", *parts, "--scheduler", cluster
+            "predict", run, store, "--out", f"s3://{BUCKET}/{out}", "--top-k", "2", *parts, "--scheduler", address
         )
         assert result.exit_code == 0, result.stderr
+    assert {"chunk_sums", "score_piece"} <= set(cluster.scheduler.task_prefixes)  # scored on the workers
     assert s3.cat_file(f"{BUCKET}/one.csv") == here_csv
-    files = storage.committed(storage.resolve(f"s3://{BUCKET}/parts.csv"))
-    manifest = json.loads(files.join("manifest.json").read_bytes())
-    assert [p["rows"] for p in manifest["parts"]] == [10] * 5  # the 50 rows of iris.svm, chunks of 10
-    header = here_csv.splitlines(keepends=True)[0]
-    body = b""
-    for p in manifest["parts"]:
-        data = files.join(p["name"]).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == p["sha256"] and data.startswith(header)
-        body += data[len(header) :]
-    assert header + body == here_csv
+    assert _parts(s3, "parts.csv", [10] * 5) == here_csv  # the 50 rows of iris.svm, chunks of 10
+    # Parquet parts on S3 hold the typed rows of the in-process file
+    assert _cli("predict", run, store, "--out", tmp_path / "here.parquet", "--top-k", "2").exit_code == 0
+    result = _cli(
+        "predict", run, store, "--out", f"s3://{BUCKET}/p.parquet", "--top-k", "2", "--parts", "--scheduler", address
+    )
+    assert result.exit_code == 0, result.stderr
+    files = storage.committed(storage.resolve(f"s3://{BUCKET}/p.parquet"))
+    names = [p["name"] for p in json.loads(files.join("manifest.json").read_bytes())["parts"]]
+    tables = [pq.read_table(io.BytesIO(files.join(name).read_bytes())) for name in names]
+    assert pa.concat_tables(tables).equals(pq.read_table(tmp_path / "here.parquet"))
 
-    # raw text with ids, read by the driver and scored in batches of 7 records on the workers
+    # raw text with ids on S3, read by the driver and scored in batches of 7 records on the workers
     docs = tmp_path / "docs.jsonl"
     words = ["cat", "dog", "stock", "market", "bark", "rally"]
     docs.write_text(
@@ -266,22 +372,52 @@ def test_predict_and_evaluate_on_a_cluster_give_the_in_process_bytes_and_numbers
             for i in range(40)
         )
     )
+    s3.put(str(docs), f"{BUCKET}/raw/docs.jsonl")
     assert (
         _cli("ingest", docs, "--out", tmp_path / "docs.zarr", "--n-features", "256", "--id-field", "doc").exit_code == 0
     )
     assert _cli("train", tmp_path / "docs.zarr", *TRAIN, "--n-workers", "0", "--out", tmp_path / "text").exit_code == 0
     monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 7)
     assert _cli("predict", tmp_path / "text", docs, "--out", tmp_path / "raw-here.jsonl").exit_code == 0
-    there = _cli("predict", tmp_path / "text", docs, "--out", tmp_path / "raw-there.jsonl", "--scheduler", cluster)
-    assert there.exit_code == 0, there.stderr
-    lines = (tmp_path / "raw-there.jsonl").read_bytes()
-    assert lines == (tmp_path / "raw-here.jsonl").read_bytes()
+    lines = (tmp_path / "raw-here.jsonl").read_bytes()
     assert [json.loads(line)["id"] for line in lines.splitlines()] == [f"d{i}" for i in range(40)]
+    there = _cli(
+        "predict", tmp_path / "text", f"s3://{BUCKET}/raw/docs.jsonl", "--out", f"s3://{BUCKET}/raw.jsonl", "--parts",
+        "--scheduler", address,
+    )  # fmt: skip
+    assert there.exit_code == 0, there.stderr
+    remote = _parts(s3, "raw.jsonl", [7] * 5 + [5])
+    assert remote.replace(f"s3://{BUCKET}/raw/".encode(), b"") == lines.replace(f"{tmp_path}/".encode(), b"")
 
     # a bad record in the sixth batch, after five parts went to S3: the attempt is deleted, nothing committed
+    monkeypatch.setattr(storage.Location, "write_new", real_write_new)
     with open(docs, "a") as f:
         f.write('{"text": \n')
-    failed = _cli("predict", tmp_path / "text", docs, "--out", f"s3://{BUCKET}/failed.jsonl", "--parts")
-    assert failed.exit_code == 2 and "docs.jsonl:41" in failed.stderr
-    assert storage.committed(storage.resolve(f"s3://{BUCKET}/failed.jsonl")) is None
-    assert _attempts(s3, "failed.jsonl") == []
+    for out, how in (
+        ("failed.jsonl", ()),
+        ("failed-parts.jsonl", ("--parts",)),
+        ("failed-there.jsonl", ("--parts", "--scheduler", address)),
+    ):
+        failed = _cli("predict", tmp_path / "text", docs, "--out", f"s3://{BUCKET}/{out}", *how)
+        assert failed.exit_code == 2 and "docs.jsonl:41" in failed.stderr
+        assert _attempts(s3, out) == [] and not s3.exists(f"{BUCKET}/{out}")  # _attempts drops s3fs's listings
+        assert storage.committed(storage.resolve(f"s3://{BUCKET}/{out}")) is None
+
+
+def _parts(s3, name: str, rows: list[int]) -> bytes:
+    """The --parts output s3://BUCKET/NAME as one file (a CSV's header once), after checking that
+    its manifest lists parts of `rows` rows with their SHA-256 digests."""
+    import hashlib
+
+    files = storage.committed(storage.resolve(f"s3://{BUCKET}/{name}"))
+    manifest = json.loads(files.join("manifest.json").read_bytes())
+    assert [p["rows"] for p in manifest["parts"]] == rows
+    header = b""
+    if name.endswith(".csv"):
+        header = files.join(manifest["parts"][0]["name"]).read_bytes().splitlines(keepends=True)[0]
+    body = b""
+    for p in manifest["parts"]:
+        data = files.join(p["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == p["sha256"] and data.startswith(header)
+        body += data[len(header) :]
+    return header + body

@@ -1,26 +1,30 @@
 """The cost of object storage: the same job on local disk and through an S3 API server on
 loopback (moto's ThreadedMotoServer on 127.0.0.1, s3fs as the client, as in tests/test_storage.py).
 
-    python tools/bench_cluster_data.py [--records 200000] [--workdir /tmp] [--workers 2] [--repeat 1]
-        [--ingest-workers 0,1,2] [--newsgroups PATH] [--no-job]
+    python tools/bench_cluster_data.py [--records 200000] [--chunk-rows N] [--workdir /tmp]
+        [--workers 2] [--repeat 1] [--ingest-workers 0,1,2] [--newsgroups PATH] [--no-job]
 
 A seeded JSONL text corpus (--records documents, 20 labels, Zipf-like words) is written locally
 and uploaded. Then, for each target (local paths, s3:// URLs), each step runs as its own
-`streamfit` process, timed by wall clock: ingest (raw input read from the target, store written
-to it; hashed to 2^16 features), train (fbpd, 3 iterations, --workers Dask workers on loopback
-reading the store from the target, run directory on the target), evaluate (in the driver) and
-predict (store → CSV on the target). Reported per step: seconds on each target, the S3 / local
-ratio (the slowdown) and, for S3, the requests the server answered by kind (GET / PUT / HEAD /
-LIST / DELETE), which is where the extra time goes. Ingest also in MB/s of raw input and
-records/s. Best of --repeat. Needs the `test` extra (moto[server], s3fs).
+`streamfit` process, timed by wall clock: ingest (in process; raw input read from the target,
+store written to it; hashed to 2^16 features, --chunk-rows rows per chunk), then on an embedded
+cluster of --workers Dask workers on loopback (`--n-workers`), which read the store from the
+target: train (fbpd, 3 iterations, run directory on the target), evaluate, predict (store → one
+CSV on the target) and predict --parts (store → parts and a manifest on the target, written by
+the workers). Reported per step: seconds on each target, the S3 / local ratio (the slowdown)
+and, for S3, the requests the server answered (from every process: the driver and the
+workers) by kind (GET / PUT / HEAD / LIST / DELETE / POST) and by kind and key (attempt
+prefixes, chunk numbers and digests made generic), which is where the extra time goes. Ingest
+also in MB/s of raw input and records/s. Best of --repeat. Needs the `test` extra (moto[server],
+s3fs).
 
 Ingest throughput (`--ingest-workers`, default 0,1,2): each input ingested with the Python API
 in this process (N = 0) and on a LocalCluster of N single-threaded workers (`--scheduler`,
 started and warmed before the clock; the workers inherit the S3 settings), from local disk to a
 local store and from the S3 server to a store on it: the JSONL corpus, the same rows as one
 Parquet file (row groups of 5 000 rows), and the 20 Newsgroups training documents from their
-tarball (--newsgroups, default ../shared/data/20newsgroups/20news-bydate.tar.gz if present; read
-in parts of the archive). Reported: seconds, MB/s of raw input, records/s, the speed-up over
+tarball (--newsgroups, default ../shared/data/20newsgroups/20news-bydate.tar.gz if present; one
+piece: archives are cut only above 64 MiB). Reported: seconds, MB/s of raw input, records/s, the speed-up over
 N = 0 and N = 1, the S3 / local slowdown, and whether every N gave the same store (manifest
 chunk digests and classes). --no-job skips the train / evaluate / predict job. Larger
 inputs and N on the lent 16-core machine: tools/bench_ingest_workers.py.
@@ -33,6 +37,7 @@ import collections
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -65,18 +70,42 @@ def write_corpus(path: str, n: int, seed: int = 0) -> None:
 
 
 class RequestCounter(logging.Handler):
-    """Counts the requests the moto server logs (werkzeug's access log), by HTTP method."""
+    """Counts the requests the moto server logs (werkzeug's access log), by kind (GET, PUT,
+    HEAD, DELETE, POST; a GET with list-type=2 is a LIST) and by kind and key (`key_of`)."""
 
     def __init__(self):
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
+        self.by_key: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def clear(self) -> None:
+        self.counts.clear()
+        self.by_key.clear()
 
     def emit(self, record):
         message = record.getMessage()
         for method in ("GET", "PUT", "HEAD", "DELETE", "POST"):
             if f'"{method} ' in message:
-                kind = "LIST" if method == "GET" and "list-type=2" in message else method
+                target = message.split(f'"{method} ', 1)[1].split(" ", 1)[0]
+                kind = "LIST" if method == "GET" and "list-type=2" in target else method
                 self.counts[kind] += 1
+                self.by_key[kind, key_of(target)] += 1
+
+
+def key_of(target: str) -> str:
+    """A request's object key (or a LIST's prefix) with what varies between runs and objects
+    made generic: the attempt prefix → `attempt-*`, chunk and step numbers → `N`, digests → `H`."""
+    import urllib.parse
+
+    path, _, query = target.partition("?")
+    key = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+    if "list-type=2" in query:
+        key = urllib.parse.parse_qs(query).get("prefix", [""])[0]
+    elif query:
+        key += "?" + query.split("=", 1)[0]  # multipart uploads: ?uploads, ?partNumber, ?uploadId
+    key = re.sub(r"attempt-[0-9T]+-[0-9a-f]+", "attempt-*", urllib.parse.unquote(key))
+    key = re.sub(r"[0-9a-f]{16,}", "H", key)
+    return re.sub(r"\d{2,}", "N", key)
 
 
 def run(args: list[str]) -> float:
@@ -87,21 +116,30 @@ def run(args: list[str]) -> float:
     return time.perf_counter() - t
 
 
-def job(root: str, raw: str, workers: int, counter: RequestCounter | None, s3) -> dict:
-    """Seconds per step (and S3 requests per step) of ingest, train, evaluate, predict under root."""
-    store, out = f"{root}/store.zarr", f"{root}/run"
-    steps = {
-        "ingest": ["ingest", raw, "--out", store, "--n-features", str(2**16)],
-        "train": ["train", store, "--solver", "fbpd", "-p", "max_iter=3", "--n-workers", str(workers), "--out", out],
-        "evaluate": ["evaluate", out, store],
-        "predict": ["predict", out, store, "--out", f"{root}/pred.csv"],
+STEPS = ("ingest", "train", "evaluate", "predict", "predict --parts")
+
+
+def job(root: str, raw: str, workers: int, chunk_rows: int | None, counter: RequestCounter | None) -> dict:
+    """Seconds per step (and S3 requests per step, by kind and by key) of ingest, train,
+    evaluate, predict to one file and predict to parts under root; train, evaluate and predict
+    on `workers` Dask workers (an embedded cluster per step), which read the store from root."""
+    store, out, cluster = f"{root}/store.zarr", f"{root}/run", ["--n-workers", str(workers)]
+    argvs = {
+        "ingest": ["ingest", raw, "--out", store, "--n-features", str(2**16)]
+        + (["--chunk-rows", str(chunk_rows)] if chunk_rows else []),
+        "train": ["train", store, "--solver", "fbpd", "-p", "max_iter=3", *cluster, "--out", out],
+        "evaluate": ["evaluate", out, store, *cluster],
+        "predict": ["predict", out, store, "--out", f"{root}/pred.csv", *cluster],
+        "predict --parts": ["predict", out, store, "--out", f"{root}/parts.csv", "--parts", *cluster],
     }
     result = {}
-    for name, argv in steps.items():
+    for name in STEPS:
         if counter is not None:
-            counter.counts.clear()
-        seconds = run(argv)
+            counter.clear()
+        seconds = run(argvs[name])
         result[name] = {"seconds": seconds, "requests": dict(counter.counts) if counter is not None else {}}
+        if counter is not None:
+            result[name]["by_key"] = {f"{kind} {key}": n for (kind, key), n in counter.by_key.most_common()}
     return result
 
 
@@ -111,7 +149,7 @@ def clear(root: str, s3) -> None:
             if not key.endswith("/raw"):
                 s3.rm(key, recursive=True)
     else:
-        for name in ("store.zarr", "run", "pred.csv"):
+        for name in ("store.zarr", "run", "pred.csv", "parts.csv"):
             path = os.path.join(root, name)
             shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else None
             if os.path.isfile(path):
@@ -212,6 +250,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--chunk-rows", type=int, help="rows per store chunk in the job's ingest (default: ingest's)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--ingest-workers", default="0,1,2", help="N of the ingest throughput runs ('' to skip them)")
     ap.add_argument("--newsgroups", default=NEWSGROUPS, help="the 20 Newsgroups bydate tarball (skipped if absent)")
@@ -276,16 +315,20 @@ def main() -> None:
         for _ in range(a.repeat):
             for target, (root, source) in targets.items():
                 clear(root, s3)
-                got = job(root, source, a.workers, counter if target == "s3" else None, s3)
+                got = job(root, source, a.workers, a.chunk_rows, counter if target == "s3" else None)
                 for step, r in got.items():
                     if step not in best.setdefault(target, {}) or r["seconds"] < best[target][step]["seconds"]:
                         best[target][step] = r
         print(f"corpus: {a.records} JSONL records, {mb:.1f} MB; train on {a.workers} Dask workers; best of {a.repeat}")
-        print(f"{'step':<9} {'local s':>8} {'s3 s':>8} {'s3/local':>9}  s3 requests")
-        for step in ("ingest", "train", "evaluate", "predict"):
+        print(f"{'step':<15} {'local s':>8} {'s3 s':>8} {'s3/local':>9}  s3 requests")
+        for step in STEPS:
             loc, rem = best["local"][step]["seconds"], best["s3"][step]["seconds"]
             req = ", ".join(f"{k} {v}" for k, v in sorted(best["s3"][step]["requests"].items()))
-            print(f"{step:<9} {loc:8.2f} {rem:8.2f} {rem / loc:9.2f}  {req}")
+            print(f"{step:<15} {loc:8.2f} {rem:8.2f} {rem / loc:9.2f}  {req}")
+        for step in STEPS:
+            print(f"s3 requests of {step}, by kind and key:")
+            for key, n in best["s3"][step]["by_key"].items():
+                print(f"  {n:5d}  {key}")
         for target in ("local", "s3"):
             s = best[target]["ingest"]["seconds"]
             print(f"ingest {target}: {mb / s:.2f} MB/s, {a.records / s:,.0f} records/s (process start included)")

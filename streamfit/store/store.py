@@ -150,16 +150,23 @@ class ChunkSource:
 
 class Store(ChunkSource):
     """A store on disk or behind a URL (its committed attempt), opened read-only. Pickles as its
-    path or URL (workers reopen it)."""
+    path, or behind a URL as its URL and the attempt it opened (workers reopen it: a worker
+    reads the data its driver opened, without a request for COMMITTED per task).
 
-    def __init__(self, path: str, *, allow_partial: bool = False):
+    attempt: the committed attempt of a store behind a URL, when the caller has read COMMITTED
+    (`open_store`, a pickled Store); None reads it here."""
+
+    def __init__(self, path: str, *, allow_partial: bool = False, attempt: str | None = None):
         location = storage.resolve(path)
         self.path = location.path if location.local else location.url
         if self.path.endswith(".partial") and location.local and not allow_partial:
             raise StoreError(f"{path}: an incomplete store left by an interrupted ingest; re-run 'streamfit ingest'")
         if location.local and not location.isdir():
             raise StoreError(f"{path}: no such store directory (create one with 'streamfit ingest')")
-        data = location if location.local and allow_partial else _committed(location)
+        if attempt is not None and not location.local:
+            data: storage.Location | None = location.join(attempt)
+        else:
+            data = location if location.local and allow_partial else _committed(location)
         if data is None:
             if not location.exists():
                 raise StoreError(f"{path}: no such store (create one with 'streamfit ingest')")
@@ -169,13 +176,18 @@ class Store(ChunkSource):
             )
         self.data = data  # where the store's files are: the directory, or the committed attempt
         manifest_path = data.join(MANIFEST).url
-        if not data.join(MANIFEST).exists():
+        try:  # read without asking first whether it exists: behind a URL that would be one more request
+            raw = json.loads(data.join(MANIFEST).read_bytes())
+        except FileNotFoundError:
+            if attempt is not None:
+                raise StoreError(
+                    f"{path}: its attempt {attempt} is gone (the store was written again while in use); "
+                    "run the command again"
+                ) from None
             raise StoreError(
                 f"{path}: has no {MANIFEST}; it is not a complete store (an interrupted ingest?). "
                 "Re-run 'streamfit ingest'"
-            )
-        try:
-            raw = json.loads(data.join(MANIFEST).read_bytes())
+            ) from None
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
@@ -190,7 +202,9 @@ class Store(ChunkSource):
         self._csc_reader: CscReader | None = None  # opened on the first read_feature_block
 
     def __reduce__(self):
-        return (open_store, (self.path,))
+        if self.data.local:
+            return (open_store, (self.path,))
+        return (_open_attempt, (self.path, self.data.name))
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -402,8 +416,14 @@ def _committed(location: storage.Location) -> storage.Location | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _open_cached(path: str, version: tuple) -> Store:
-    return Store(path)
+def _open_cached(path: str, version: tuple, attempt: str | None = None) -> Store:
+    return Store(path, attempt=attempt)
+
+
+def _open_attempt(url: str, attempt: str) -> Store:
+    """The store at `url` as committed in `attempt` (how a Store behind a URL is unpickled):
+    opened once per process, and without reading COMMITTED again."""
+    return _open_cached(url, (attempt,), attempt)
 
 
 def open_store(path: str) -> Store:
@@ -416,7 +436,7 @@ def open_store(path: str) -> Store:
         data = _committed(location)
         if data is None:
             return Store(path)  # raises the explanatory error
-        return _open_cached(location.url, (data.name,))
+        return _open_attempt(location.url, data.name)
     manifest = os.path.join(location.path, MANIFEST)
     try:
         st = os.stat(manifest)

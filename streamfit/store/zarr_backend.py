@@ -33,12 +33,33 @@ def _put(group: zarr.Group, name: str, values: np.ndarray) -> None:
         array[...] = values
 
 
+def _write_group(location: Location, write) -> None:
+    """Write a Zarr group at `location` with `write(zarr_store)`. Behind a URL the group is
+    built in memory and then each of its objects (metadata and chunks) is put once, together
+    (Location.write_files): Zarr writing through the filesystem asks first whether each node
+    exists (per row chunk about 8 HEADs, 5 LISTs and 4 GETs besides its 9 PUTs). The objects
+    are the same bytes either way."""
+    from zarr.storage import LocalStore, MemoryStore
+
+    if location.local:
+        write(LocalStore(location.path))
+        return
+
+    objects: dict = {}
+    write(MemoryStore(objects))
+    location.write_files({key: buffer.to_bytes() for key, buffer in objects.items()})
+
+
 def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
     """Chunk `cid` of the store whose files are at `root` (its attempt), as the group
     chunks/<cid:06d>: X's CSR arrays (indptr int64 from 0, indices int32, data float32) and
     beside them `y` (int32 class ids), `Y/indptr` + `Y/indices` (multilabel) or `targets`
     (float64 rows × k). X and labels come canonical (store.canonical_chunk)."""
-    group = zarr.create_group(root.join(CHUNKS_DIR, chunk_name(cid)).zarr_store(read_only=False), zarr_format=3)
+    _write_group(root.join(CHUNKS_DIR, chunk_name(cid)), lambda store: _chunk_group(store, X, labels))
+
+
+def _chunk_group(store, X: sp.csr_matrix, labels) -> None:
+    group = zarr.create_group(store, zarr_format=3)
     _put(group, "indptr", np.asarray(X.indptr, dtype=np.int64))  # scipy may hold int32 row pointers
     _put(group, "indices", np.asarray(X.indices, dtype=np.int32))
     _put(group, "data", np.asarray(X.data, dtype=np.float32))
@@ -55,9 +76,9 @@ def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
 def close(root: Location, manifest_json: str) -> None:
     """The root group (its attributes: a copy of the manifest) and the `chunks` group, written
     once every chunk is: the Zarr hierarchy is complete only then."""
-    zarr.create_group(root.join(CHUNKS_DIR).zarr_store(read_only=False), zarr_format=3)
+    _write_group(root.join(CHUNKS_DIR), lambda store: zarr.create_group(store, zarr_format=3))
     copy = {"streamfit.manifest": json.loads(manifest_json)}
-    zarr.create_group(root.zarr_store(read_only=False), zarr_format=3, attributes=copy)
+    _write_group(root, lambda store: zarr.create_group(store, zarr_format=3, attributes=copy))
 
 
 def _array_key(name: str, ndim: int) -> str:
@@ -89,12 +110,18 @@ class ZarrReader:
     """Reads row chunks of a Zarr v3 store. A chunk's arrays are read as their raw Zarr chunk
     objects, all of them in one concurrent fetch (Location.read_files; behind a URL one GET each), and
     decoded here (decode_chunk): their shapes and dtypes are the manifest's and format 3's, so
-    their metadata files are not read."""
+    their metadata files are not read; the root group's `zarr.json` (the manifest copy) is read
+    once, as one file."""
 
     def __init__(self, root: Location, multilabel: bool, n_classes: int, regression: bool = False):
         self.root = root
-        group = zarr.open_group(root.zarr_store(read_only=True), mode="r", zarr_format=3)
-        copy = group.attrs.get("streamfit.manifest")
+        # the root group's metadata, read as one file (behind a URL one GET; Zarr would ask first
+        # whether it exists): a Zarr v3 group whose attributes hold the manifest copy
+        meta = json.loads(root.join("zarr.json").read_bytes())
+        if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
+            raise ValueError("zarr.json does not describe a Zarr v3 group")
+        attributes = meta.get("attributes")
+        copy = attributes.get("streamfit.manifest") if isinstance(attributes, dict) else None
         self.manifest_copy = copy if isinstance(copy, dict) else {}
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
