@@ -356,11 +356,11 @@ def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, to
 
     assert not master.spilled
     K = master.K
-    labels = np.concatenate([lab for lab, _, _ in master.resident])
+    labels = np.concatenate([lab for lab, _, _, _ in master.resident])
     H = np.hstack(
         [
             np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, master.lows[:, None].astype(float))
-            for lab, b, _ in master.resident
+            for lab, b, _, _ in master.resident
         ]
     )
 
@@ -374,7 +374,7 @@ def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, to
     np.add.at(W, (coord_learner, coord_class), weights)
     F = H.T @ W
     start = 0
-    for lab, _, state in master.resident:
+    for lab, _, _, state in master.resident:
         state[:] = kernels.master_state(np.ascontiguousarray(F[start : start + len(lab)]), lab)
         start += len(lab)
     return result.nit, None
