@@ -222,7 +222,7 @@ def _split_sums(bits_row, class_row, state, K: int, c: int, low: int) -> tuple[f
     m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = 0.0
     full = n >> 3
     for byte in range(full):
-        b, own = np.int64(bits_row[byte]), np.int64(class_row[byte])
+        b, own = int(bits_row[byte]), int(class_row[byte])
         plus = (b & own) | (~b & ~own & sign)  # set bit in class c, or (sign stump) clear bit elsewhere
         minus = (b & ~own & 255) | (~b & own & sign)
         i = byte << 3
@@ -296,7 +296,7 @@ def _apply_change(bits_row, class_row, state, c: int, delta: float, low: int) ->
     i1, i0 = down, (up if low != 0 else 1.0)
     full = n >> 3
     for byte in range(full):
-        b, own = np.int64(bits_row[byte]), np.int64(class_row[byte])
+        b, own = int(bits_row[byte]), int(class_row[byte])
         i = byte << 3
         _change_row(a, S, U, i, b & 128, own & 128, e1, e0, i1, i0)
         _change_row(a, S, U, i + 1, b & 64, own & 64, e1, e0, i1, i0)
