@@ -41,7 +41,7 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
      coordinates in order, later ones each coordinate of S once, in a random order);
-  5. the scores F, updated by FCD with every weight change, are written per chunk as the next
+  5. the scores F, brought to FCD's final weights at its end, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
 lam="auto" chooses C as the paper does (§3: from 1e2..1e5 by validation): a fit per C of LAM_GRID
@@ -58,9 +58,9 @@ in the model, so prediction on raw data needs no bins.
 
 Memory: the histograms are (Σ_f bins_f) × K floats; chunk tasks hold one chunk. The driver holds
 O(L·K) (the learners, weights, histograms) plus the master problem's per-sample data of the
-chunks that fit in `master_memory_mb` (1 bit per (sample, learner), 2K + 1 floats per sample:
-F, μ and their sum, and the label); the other chunks' data is kept in files of a local temporary
-directory (TMPDIR) and streamed through memory one chunk at a time on every FCD pass. Every pass
+chunks that fit in `master_memory_mb` (1 bit per (sample, learner), K bits per sample for its
+class, 2K + 2 floats per sample: F, μ as a per-row scale times U, U's sum, and the label); the
+other chunks' data is kept in files of a local temporary directory (TMPDIR) and streamed through memory one chunk at a time on every FCD pass. Every pass
 visits the chunks in order and adds their partial sums in that order, so the model is the same
 for any `master_memory_mb`. Multilabel stores are refused: the margins (1) compare one true class
 with each other class.
@@ -705,8 +705,9 @@ def objective(F: np.ndarray, labels: np.ndarray, weights: np.ndarray, lam: float
 
 class Master:
     """The master problem's per-sample data, chunk by chunk, which is all Algorithm 2 reads: per
-    chunk the labels, the learners' packed sign bits (L × ⌈rows/8⌉) and the state of
-    kernels.master_state (F, μ as M, R). Chunks are added in order; while their total size fits
+    chunk the labels, the learners' packed sign bits (L × ⌈rows/8⌉), the labels packed the same
+    way (kernels.class_bits, K × ⌈rows/8⌉) and the state of kernels.master_state (F, and μ as a
+    per-row scale times U, with their sums). Chunks are added in order; while their total size fits
     in `budget` bytes they stay in memory, and every later one is kept in files of `spill_dir`
     (a local directory; None: a temporary directory made at the first such chunk and removed
     by close(), the end of a `with` block), read for each pass (its bits by memory map, only the learners the pass
@@ -719,7 +720,8 @@ class Master:
         self.lows = np.asarray(
             lows, dtype=np.int8
         )  # per learner, its value where its bit is 0: −1 (sign) or 0 (indicator)
-        self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory
+        self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory:
+        # (labels, bits, class_bits, state)
         self.spilled = 0  # chunks after those, in files of spill_dir
         self._used = 0
         self._typed: tuple[Any, Any, Any] | None = None  # the resident arrays as numba typed lists (kernels.fcd_sweep)
@@ -737,18 +739,19 @@ class Master:
         nothing to any sum, while their F follows the weights."""
         state = kernels.master_state(np.ascontiguousarray(F, dtype=np.float64), labels)
         if excluded is not None:
-            state[excluded, self.K :] = 0.0
-        size = labels.nbytes + bits.nbytes + state.nbytes
+            state[self.K : 2 * self.K + 1, excluded] = 0.0  # U and S
+        classes = kernels.class_bits(labels, self.K)
+        size = labels.nbytes + bits.nbytes + classes.nbytes + state.nbytes
         self._typed = None
         if not self.spilled and self._used + size <= self.budget:
-            self.resident.append((labels, bits, state))
+            self.resident.append((labels, bits, classes, state))
             self._used += size
             return
         if self.spill_dir is None:
             self.spill_dir = self._temporary = tempfile.mkdtemp(prefix="streamfit-multiboost-")
         i = self.spilled
         self.spilled += 1
-        for part, array in (("labels", labels), ("bits", bits), ("state", state)):
+        for part, array in (("labels", labels), ("bits", bits), ("classes", classes), ("state", state)):
             np.save(self._path(i, part), array, allow_pickle=False)
 
     def close(self) -> None:
@@ -776,18 +779,20 @@ class Master:
         chunks in order. Returns (q × 2)."""
         a_learner, a_class, delta = apply if apply is not None else (-1, 0, 0.0)
         total = np.zeros((len(learners), 2))
-        for labels, bits, state in self.resident:
-            total += kernels.master_pass(bits, labels, state, a_learner, a_class, delta, learners, classes, self.lows)
+        for _, bits, classes_bits, state in self.resident:
+            total += kernels.master_pass(
+                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows
+            )
         if self.spilled:
             needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
             rows = np.searchsorted(needed, learners)
             a_row = int(np.searchsorted(needed, a_learner)) if a_learner >= 0 else -1
         for i in range(self.spilled):
-            labels, state = np.load(self._path(i, "labels")), np.load(self._path(i, "state"))
-            stored = np.load(self._path(i, "bits"), mmap_mode="r")
-            bits = np.ascontiguousarray(stored[needed])
-            del stored
-            total += kernels.master_pass(bits, labels, state, a_row, a_class, delta, rows, classes, self.lows[needed])
+            classes_bits, state = np.load(self._path(i, "classes")), np.load(self._path(i, "state"))
+            bits = self._spilled_bits(i, needed)
+            total += kernels.master_pass(
+                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed]
+            )
             if a_learner >= 0:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
         return total
@@ -804,17 +809,18 @@ class Master:
     ) -> tuple[int, int, float] | None:
         """Lines 5–10 of Algorithm 2: the coordinates `order` in turn, each set by (12) (or (13))
         from the sums (21) of a pass that first applies the pending weight change (20); `weights`
-        and the chunks' F and μ updated in place. Returns the change still pending (applied by
+        and the chunks' μ updated in place (F at the end of fcd). Returns the change still pending (applied by
         the next pass). When every chunk is in memory this is one compiled call over all of them
         (kernels.fcd_sweep); otherwise one run_pass per coordinate, streaming the spilled chunks.
         Both do the same arithmetic in the same order, so they give the same iterates."""
         if not self.spilled:
             if self._typed is None:
-                self._typed = tuple(numba.typed.List(part) for part in zip(*self.resident))  # type: ignore[assignment]
-            labels, bits, states = self._typed  # type: ignore[misc]
+                _, *parts = zip(*self.resident)  # (the labels are not needed)
+                self._typed = tuple(numba.typed.List(part) for part in parts)  # type: ignore[assignment]
+            bits, classes_bits, states = self._typed  # type: ignore[misc]
             a_learner, a_class, delta = pending if pending is not None else (-1, 0, 0.0)
             a_learner, a_class, delta = kernels.fcd_sweep(
-                bits, labels, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
+                bits, classes_bits, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
                 C_over_p, large_c, a_learner, a_class, delta, self.lows,
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
@@ -831,13 +837,37 @@ class Master:
     def scores(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(labels, F) of chunk i."""
         if i < len(self.resident):
-            labels, _, state = self.resident[i]
+            labels, _, _, state = self.resident[i]
         else:
             labels, state = (
                 np.load(self._path(i - len(self.resident), "labels")),
                 np.load(self._path(i - len(self.resident), "state")),
             )
-        return labels, np.ascontiguousarray(state[:, : self.K])
+        return labels, np.ascontiguousarray(state[: self.K].T)
+
+    def _spilled_bits(self, i: int, learners: np.ndarray) -> np.ndarray:
+        """The packed bits of the given learners (rows) of spilled chunk i, read by memory map."""
+        stored = np.load(self._path(i, "bits"), mmap_mode="r")
+        bits = np.ascontiguousarray(stored[learners])
+        del stored
+        return bits
+
+    def add_scores(self, coord_class: np.ndarray, coord_learner: np.ndarray, change: np.ndarray) -> None:
+        """F_c += change_j·ħ_{l_j} on every chunk for each coordinate j with change_j ≠ 0
+        (kernels.add_scores): the scores follow the weights once FCD is done."""
+        for _, bits, _, state in self.resident:
+            kernels.add_scores(bits, state, coord_class, coord_learner, change, self.lows)
+        if not self.spilled:
+            return
+        moved = np.flatnonzero(change)
+        needed = np.unique(coord_learner[moved])
+        rows = np.searchsorted(needed, coord_learner[moved])
+        for i in range(self.spilled):
+            state = np.load(self._path(i, "state"))
+            kernels.add_scores(
+                self._spilled_bits(i, needed), state, coord_class[moved], rows, change[moved], self.lows[needed]
+            )
+            np.save(self._path(i, "state"), state, allow_pickle=False)
 
 
 def kkt_violations(weights: np.ndarray, sums: np.ndarray, C_over_p: float) -> np.ndarray:
@@ -860,29 +890,33 @@ def fcd(
     large_c: bool,
     rng: np.random.Generator,
 ) -> tuple[int, float | None]:
-    """Algorithm 2 on the master problem, `weights` and the master's F and μ updated in place.
+    """Algorithm 2 on the master problem, `weights` and the master's μ and F updated in place.
     S starts as the `new` coordinates, swept in order; then θ (16) for all coordinates, S by
-    (17), and S swept in a random order (a permutation: each coordinate once) per working-set iteration, until (18) max θ ≤ tol or
-    tau_max iterations. Each coordinate update is one pass over the chunks (Master.sweep: one
-    compiled call per working-set iteration when the master is in memory): it applies the
-    previous coordinate's change (20) and sums V± (21) for this one, then sets w_j by (12) (or
-    (13)). Returns (working-set iterations, max θ after the last; None when tau_max ended it
-    before θ was needed)."""
+    (17), and S swept in a random order (a permutation: each coordinate once) per working-set
+    iteration, until (18) max θ ≤ tol or tau_max iterations. Each coordinate update is one pass
+    over the chunks (Master.sweep: one compiled call per working-set iteration when the master
+    is in memory): it applies the previous coordinate's change to μ (20) and sums V± (21) for
+    this one, then sets w_j by (12) (or (13)). F, which Algorithm 2 does not read, is brought to
+    the final weights once at the end (Master.add_scores). Returns (working-set iterations, max
+    θ after the last; None when tau_max ended it before θ was needed)."""
+    start = weights.copy()
     order = np.asarray(new, dtype=np.int64)
     tau: int = 0
     worst: float | None = None
-    pending: tuple[int, int, float] | None = None  # a weight change not yet applied to F and μ
+    pending: tuple[int, int, float] | None = None  # a weight change not yet applied to μ
     while True:
         tau += 1
         pending = master.sweep(pending, order, coord_class, coord_learner, weights, C_over_p, large_c)
         if tau >= tau_max:
-            if pending is not None:
-                master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))
-            return tau, worst
+            break
         theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class), C_over_p)
         pending = None
         worst = float(theta.max()) if len(theta) else 0.0
         if worst <= tol:
-            return tau, worst
+            break
         S = np.flatnonzero(theta > tol)
         order = rng.permutation(S)
+    if pending is not None:
+        master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))
+    master.add_scores(coord_class, coord_learner, weights - start)
+    return tau, worst

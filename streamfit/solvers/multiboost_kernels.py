@@ -164,73 +164,179 @@ def margins(F: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @numba.njit(cache=True, nogil=True)
+def class_bits(labels: np.ndarray, K: int) -> np.ndarray:
+    """Packed class membership (K × ⌈rows/8⌉ uint8, np.packbits order): bit i of row c is 1
+    when labels[i] = c."""
+    out = np.zeros((K, (labels.shape[0] + 7) >> 3), dtype=np.uint8)
+    for i in range(labels.shape[0]):
+        out[labels[i], i >> 3] |= np.uint8(1 << (7 - (i & 7)))
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
 def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """The master problem's per-sample state of a chunk, one float array (rows × (2K + 1)):
-    columns [0, K) the scores F, [K, 2K) M and 2K R of the module docstring (margins(F))."""
+    """The master problem's per-sample state of a chunk, one float array ((2K + 2) × rows, a row
+    per quantity so that the kernels read them contiguously) from the scores F (rows × K):
+    rows [0, K) F transposed; [K, 2K) U and 2K S, 2K + 1 the scale a, with
+    μ_(i,y) = a_i U[y, i] (y ≠ y_i; U[y_i, i] = 0 is unused) and R_i = a_i S_i, S_i = Σ_{y≠y_i} U[y, i]
+    (eq. 15; here a = 1, U = μ). The scale lets a weight change of class c move μ_(i,y) for every
+    y of a row of class c by one product (eq. 20: all of them get the same factor)."""
     n, K = F.shape
-    M, R = margins(F, labels)
-    state = np.empty((n, 2 * K + 1))
-    state[:, :K] = F
-    state[:, K : 2 * K] = M
-    state[:, 2 * K] = R
+    state = np.zeros((2 * K + 2, n))
+    for i in range(n):
+        yi = labels[i]
+        total = 0.0
+        for y in range(K):
+            state[y, i] = F[i, y]
+            if y != yi:
+                mu = np.exp(F[i, y] - F[i, yi])
+                state[K + y, i] = mu
+                total += mu
+        state[2 * K, i] = total
+        state[2 * K + 1, i] = 1.0
     return state
 
 
-@numba.njit(cache=True, nogil=True)
-def _split_sums(bits, lrn: int, c: int, labels, state, K: int, low: int) -> tuple[float, float]:
-    """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows, for a
-    coordinate of class c and learner row `lrn` of `bits` (state: master_state's layout). A row
-    of class c has δh = ħ(x_i) for its pairs (sum R), another row δh = −ħ(x_i) for its pair
-    (i, c) (sum μ_(i,c)); ħ = 1 on a set bit, else `low` (0: the pair is in neither set)."""
-    plus, minus = 0.0, 0.0
-    sign = low != 0
-    for i in range(labels.shape[0]):
-        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
-        if labels[i] == c:
-            if bit:
-                plus += state[i, 2 * K]
-            elif sign:
-                minus += state[i, 2 * K]
-        else:
-            if bit:
-                minus += state[i, K + c]
-            elif sign:
-                plus += state[i, K + c]
-    return plus, minus
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_value(a, S, U, i: int, own: int) -> float:
+    """|g_c[i]| (module docstring) of a row of class c (own = 1: R_i) or of another class
+    (own = 0: μ_(i,c)), from master_state's scale a and sums S or U's row c."""
+    s, u = S[i], U[i]  # both read, so that the choice is a select, not a branch
+    return a[i] * (s if own else u)
 
 
 @numba.njit(cache=True, nogil=True)
-def _apply_change(bits, labels, state, lrn: int, c: int, delta: float, low: int) -> None:
-    """A weight change delta of the coordinate (class c, learner row `lrn` of `bits`) on a
-    chunk's state (master_state's layout, in place): F_c += delta·ħ, μ by (20):
-    μ_(i,c) *= e^{delta·ħ} (y_i ≠ c), μ_(i,y) *= e^{−delta·ħ} for y ≠ c (y_i = c), R recomputed;
-    ħ = 1 on a set bit, else `low` (0: the row is unchanged)."""
-    K = (state.shape[1] - 1) // 2
+def _split_sums(bits_row, class_row, state, K: int, c: int, low: int) -> tuple[float, float]:
+    """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows for a
+    coordinate of class c whose learner's packed bits are `bits_row` (class_row: row c of
+    class_bits; state: master_state's layout). A row of class c has δh = ħ(x_i) for its pairs
+    (adds R_i), another row δh = −ħ(x_i) for its pair (i, c) (adds μ_(i,c)); ħ = 1 on a set bit,
+    else `low` (0: the pair is in neither set). Branch-free, a byte (8 rows) at a time: the
+    byte's masks of the rows in D₊ and D₋ come from the two bytes by bitwise logic, and each of
+    the 8 positions in a byte has its own pair of sums (added in a fixed order at the end), so
+    the result does not depend on the compiler or the machine."""
+    n = state.shape[1]
+    U, S, a = state[K + c], state[2 * K], state[2 * K + 1]
+    sign = 255 if low != 0 else 0
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = 0.0
+    full = n >> 3
+    for byte in range(full):
+        b, own = int(bits_row[byte]), int(class_row[byte])
+        plus = (b & own) | (~b & ~own & sign)  # set bit in class c, or (sign stump) clear bit elsewhere
+        minus = (b & ~own & 255) | (~b & own & sign)
+        i = byte << 3
+        v = _row_value(a, S, U, i, own & 128)
+        p0 += v if plus & 128 else 0.0
+        m0 += v if minus & 128 else 0.0
+        v = _row_value(a, S, U, i + 1, own & 64)
+        p1 += v if plus & 64 else 0.0
+        m1 += v if minus & 64 else 0.0
+        v = _row_value(a, S, U, i + 2, own & 32)
+        p2 += v if plus & 32 else 0.0
+        m2 += v if minus & 32 else 0.0
+        v = _row_value(a, S, U, i + 3, own & 16)
+        p3 += v if plus & 16 else 0.0
+        m3 += v if minus & 16 else 0.0
+        v = _row_value(a, S, U, i + 4, own & 8)
+        p4 += v if plus & 8 else 0.0
+        m4 += v if minus & 8 else 0.0
+        v = _row_value(a, S, U, i + 5, own & 4)
+        p5 += v if plus & 4 else 0.0
+        m5 += v if minus & 4 else 0.0
+        v = _row_value(a, S, U, i + 6, own & 2)
+        p6 += v if plus & 2 else 0.0
+        m6 += v if minus & 2 else 0.0
+        v = _row_value(a, S, U, i + 7, own & 1)
+        p7 += v if plus & 1 else 0.0
+        m7 += v if minus & 1 else 0.0
+    total_plus = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    total_minus = ((m0 + m1) + (m2 + m3)) + ((m4 + m5) + (m6 + m7))
+    for i in range(full << 3, n):  # the last byte's rows
+        shift = 7 - (i & 7)
+        b, own = (bits_row[i >> 3] >> shift) & 1, (class_row[i >> 3] >> shift) & 1
+        v = _row_value(a, S, U, i, own)
+        if b:
+            if own:
+                total_plus += v
+            else:
+                total_minus += v
+        elif sign:
+            if own:
+                total_minus += v
+            else:
+                total_plus += v
+    return total_plus, total_minus
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _change_row(a, S, U, i: int, b: int, own: int, e1: float, e0: float, i1: float, i0: float) -> None:
+    """Eq. (20) on row i for a weight change of class c: a row of class c (own) scales all its μ
+    by e^{−δ·ħ}, i.e. a_i (i1 on a set bit, i0 else); another row scales μ_(i,c) by e^{δ·ħ} (e1, e0),
+    i.e. U[c, i], and S_i follows."""
+    old = U[i]
+    new = old if own else old * (e1 if b else e0)
+    a[i] *= (i1 if b else i0) if own else 1.0
+    U[i] = new
+    S[i] += new - old
+
+
+@numba.njit(cache=True, nogil=True)
+def _apply_change(bits_row, class_row, state, c: int, delta: float, low: int) -> None:
+    """A weight change delta of a coordinate of class c, learner bits `bits_row`, on a chunk's μ
+    (master_state's layout, in place) by (20): with ħ = 1 on a set bit, else `low`, μ_(i,c) *=
+    e^{delta·ħ} (y_i ≠ c) and μ_(i,y) *= e^{−delta·ħ} for every y ≠ c (y_i = c, through a_i);
+    low = 0 leaves the clear-bit rows as they are. F is not touched (add_scores, at the end).
+    Branch-free, a byte (8 rows) at a time."""
+    n = state.shape[1]
+    K = (state.shape[0] - 2) // 2
+    U, S, a = state[K + c], state[2 * K], state[2 * K + 1]
     up, down = np.exp(delta), np.exp(-delta)
-    sign = low != 0
-    for i in range(labels.shape[0]):
-        bit = (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1
-        if not bit and not sign:
+    e1, e0 = up, (down if low != 0 else 1.0)
+    i1, i0 = down, (up if low != 0 else 1.0)
+    full = n >> 3
+    for byte in range(full):
+        b, own = int(bits_row[byte]), int(class_row[byte])
+        i = byte << 3
+        _change_row(a, S, U, i, b & 128, own & 128, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 1, b & 64, own & 64, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 2, b & 32, own & 32, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 3, b & 16, own & 16, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 4, b & 8, own & 8, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 5, b & 4, own & 4, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 6, b & 2, own & 2, e1, e0, i1, i0)
+        _change_row(a, S, U, i + 7, b & 1, own & 1, e1, e0, i1, i0)
+    for i in range(full << 3, n):
+        shift = 7 - (i & 7)
+        _change_row(a, S, U, i, (bits_row[i >> 3] >> shift) & 1, (class_row[i >> 3] >> shift) & 1, e1, e0, i1, i0)
+
+
+@numba.njit(cache=True, nogil=True)
+def add_scores(
+    bits: np.ndarray,
+    state: np.ndarray,
+    coord_class: np.ndarray,
+    coord_learner: np.ndarray,
+    change: np.ndarray,
+    lows: np.ndarray,
+) -> None:
+    """F_c += change_j·ħ_{l_j} for every coordinate j with change_j ≠ 0, in index order, on a
+    chunk's scores (rows [0, K) of master_state's layout, in place)."""
+    n = state.shape[1]
+    for j in range(change.shape[0]):
+        delta = change[j]
+        if delta == 0.0:
             continue
-        state[i, c] += delta if bit else -delta
-        if labels[i] == c:
-            factor = down if bit else up
-            total = 0.0
-            for y in range(K):
-                if y != c:
-                    state[i, K + y] *= factor
-                    total += state[i, K + y]
-            state[i, 2 * K] = total
-        else:
-            before = state[i, K + c]
-            state[i, K + c] = before * (up if bit else down)
-            state[i, 2 * K] += state[i, K + c] - before
+        row, F = bits[coord_learner[j]], state[coord_class[j]]
+        d1, d0 = delta, delta * lows[coord_learner[j]]
+        for i in range(n):
+            F[i] += d1 if (row[i >> 3] >> (7 - (i & 7))) & 1 else d0
 
 
 @numba.njit(cache=True, nogil=True)
 def master_pass(
     bits: np.ndarray,
-    labels: np.ndarray,
+    classes_bits: np.ndarray,
     state: np.ndarray,
     apply_learner: int,
     apply_class: int,
@@ -243,13 +349,15 @@ def master_pass(
     apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
     apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
     without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
-    learner row learners[q]): (q × 2). lows[l]: the value of learner row l of `bits` where its bit is 0."""
-    K = (state.shape[1] - 1) // 2
+    learner row learners[q]): (q × 2). classes_bits: the chunk's class_bits; lows[l]: the value of
+    learner row l of `bits` where its bit is 0."""
+    K = (state.shape[0] - 2) // 2
     if apply_learner >= 0:
-        _apply_change(bits, labels, state, apply_learner, apply_class, delta, lows[apply_learner])
+        _apply_change(bits[apply_learner], classes_bits[apply_class], state, apply_class, delta, lows[apply_learner])
     sums = np.empty((learners.shape[0], 2))
     for q in range(learners.shape[0]):
-        sums[q, 0], sums[q, 1] = _split_sums(bits, learners[q], classes[q], labels, state, K, lows[learners[q]])
+        lrn, c = learners[q], classes[q]
+        sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
     return sums
 
 
@@ -265,7 +373,7 @@ def coordinate_update(plus: float, minus: float, old: float, C_over_p: float, la
 @numba.njit(cache=True, nogil=True)
 def fcd_sweep(
     bits_list,
-    labels_list,
+    classes_list,
     state_list,
     order: np.ndarray,
     coord_class: np.ndarray,
@@ -279,7 +387,7 @@ def fcd_sweep(
     lows: np.ndarray,
 ) -> tuple[int, int, float]:
     """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory
-    (numba typed lists of each chunk's bits, labels and master_state, in chunk order), in one
+    (numba typed lists of each chunk's bits, class_bits and master_state, in chunk order), in one
     call: for each coordinate j of `order` in turn, every chunk applies the pending weight
     change (20) and adds its partial sums of (21) for j, in chunk order; then w_j is set by
     coordinate_update ((12) or (13)) in `weights` and its change becomes the pending one. The
@@ -293,11 +401,18 @@ def fcd_sweep(
         c, lrn = coord_class[j], coord_learner[j]
         plus, minus = 0.0, 0.0
         for k in range(n_chunks):
-            bits, labels, state = bits_list[k], labels_list[k], state_list[k]
+            bits, classes_bits, state = bits_list[k], classes_list[k], state_list[k]
             if pending_learner >= 0:
-                _apply_change(bits, labels, state, pending_learner, pending_class, pending_delta, lows[pending_learner])
-            K = (state.shape[1] - 1) // 2
-            chunk_plus, chunk_minus = _split_sums(bits, lrn, c, labels, state, K, lows[lrn])
+                _apply_change(
+                    bits[pending_learner],
+                    classes_bits[pending_class],
+                    state,
+                    pending_class,
+                    pending_delta,
+                    lows[pending_learner],
+                )
+            K = (state.shape[0] - 2) // 2
+            chunk_plus, chunk_minus = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
             plus += chunk_plus
             minus += chunk_minus
         pending_learner = -1
