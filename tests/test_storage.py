@@ -144,8 +144,10 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
     assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
     assert open_store(store).manifest.chunks == open_store(str(local)).manifest.chunks  # every chunk digest
 
-    # killed while committing step 3, its files written: LATEST stays on step 2
-    _killed_at_commit("step-000003", "train", store, *TRAIN, "--n-workers", "0", "--out", run)
+    # killed while committing step 3, its files written: LATEST stays on step 2 (every step saved)
+    _killed_at_commit(
+        "step-000003", "train", store, *TRAIN, "--checkpoint-interval", "0", "--n-workers", "0", "--out", run
+    )
     latest = json.loads(s3.cat_file(f"{BUCKET}/run/checkpoints/LATEST"))
     assert latest == {"step": 2}
     assert _attempts(s3, "run/checkpoints/step-000003") and not s3.exists(
@@ -153,6 +155,7 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
     )
     # resumed on a two-worker cluster on loopback, whose workers read the store from S3
     assert _cli("train", store, *TRAIN, "--n-workers", "2", "--resume", "--out", run).exit_code == 0
+    s3.invalidate_cache()  # the listings s3fs cached before the resume
     assert (
         not s3.exists(f"{BUCKET}/run/checkpoints/step-000003/COMMITTED")
         or len(_attempts(s3, "run/checkpoints/step-000003")) <= 1
@@ -170,6 +173,7 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
         tmp_path / "pred.csv"
     ).read_bytes().replace(os.path.dirname(DATA).encode() + b"/", b"")
     endpoint = os.environ["AWS_ENDPOINT_URL"].split("//")[1]
+    s3.invalidate_cache()
     for key in s3.find(BUCKET):  # no credential or endpoint recorded anywhere: manifests, records, logs
         text = s3.cat_file(key)
         assert not any(secret.encode() in text for secret in (ACCESS_KEY, SECRET_KEY, endpoint)), key
