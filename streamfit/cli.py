@@ -777,8 +777,8 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 @_click_options(TrainOptions, exclude=("solver",))
 @click.pass_context
 def run(ctx, pipeline, resume, overwrite, **overrides):
-    """Run a pipeline file: ingest -> train -> evaluate as one job (see pipelines/). The options
-    below override the pipeline's train section."""
+    """Run a pipeline file: ingest (and ingest_test) -> train -> evaluate -> predict as one job, the
+    sections it has (see pipelines/). The options below override the pipeline's train section."""
     from streamfit.config import load_pipeline
     from streamfit.jobs import run_pipeline
 

@@ -141,11 +141,12 @@ class TrainOptions:
     )
     threshold: float | str | None = option(
         None,
-        "Multilabel: a label is predicted when its score is > T, saved in the model and used by predict and "
-        "evaluate (which take --threshold too); 'fit' (train): the T of the best micro-F1 on --valid",
+        "Multilabel: a label is predicted when its score is > T. train saves T in the model, for predict and "
+        "evaluate; these take a T to try without retraining; train --threshold fit --valid STORE saves "
+        "the T of the best micro-F1 on STORE",
         metavar="T",
         parse=parse_threshold,
-        default_text="0 for margin scores, 0.5 for probability scores",
+        default_text="the model's: 0 for margin scores, 0.5 for probability scores",
     )
 
     def __post_init__(self):

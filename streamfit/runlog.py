@@ -51,8 +51,10 @@ class RunProgress:
     `line_seconds` (the first and the last step always):
         "fbpd: step 12/1000, 0:07 elapsed, ETA 9:41: objective 0.3, gap 0.01"
     with the run's elapsed time (across resumed sessions) and the time left, estimated as
-    (planned − step) × (this session's seconds per step, from its first step on once there is a
-    second: the first one also pays for compiling the kernels); the line's record carries the same
+    (planned − step) × (this session's seconds per step, measured from its first step on): none
+    at the session's first step, which also pays for compiling the kernels (a first use of
+    ppdsparse: minutes), so that its rate would promise hours for a run of seconds (0 when the
+    first step is the last); the line's record carries the same
     numbers as `fields` (step, planned, elapsed_s, eta_s) for JSON logs. mode "bar": one tqdm
     bar over the run's steps (its own ETA, and the objective) on stderr. `planned` is the solver's budget
     (Solver.max_steps): exact for a fixed schedule (stagewise, ppdsparse), an upper bound for a
@@ -76,12 +78,13 @@ class RunProgress:
             self._bar = tqdm(total=planned, initial=step, desc=name, unit="step", dynamic_ncols=True)
 
     def _eta(self, step: int, planned: int | None) -> float | None:
-        """Seconds left after `step` (once per step): the steps left at this session's mean seconds per step (None
-        before a step, or without a plan)."""
+        """Seconds left after `step` (once per step): the steps left at this session's mean seconds per step
+        after its first (None at the first step unless it is the last, or without a plan)."""
         now = time.perf_counter()
         if self._first_done is None:
             self._first_done = (now, step)
-        elif step > self._first_done[1]:
+            return 0.0 if planned is not None and step >= planned else None
+        if step > self._first_done[1]:
             self._since = self._first_done
         since, from_step = self._since
         if planned is None or step <= from_step:

@@ -433,6 +433,16 @@ def test_worker_timeout_reaches_the_engine(stores, tmp_path):
     assert "--worker-timeout SECONDS Seconds without any Dask worker before the run fails (default 60)." in help_text
 
 
+def test_help_of_threshold_and_run_reads_true():
+    """run names all its sections. predict and evaluate share train's --threshold declaration: its text may not say that they save T
+    in the model or fit it, and their default is the model's own threshold."""
+    for command in ("train", "predict", "evaluate"):
+        help_text = " ".join(run(command, "--help").output.split())
+        assert "train saves T in the model, for predict and evaluate" in help_text, command
+        assert "[default: the model's: 0 for margin scores, 0.5 for probability scores]" in help_text, command
+    assert "ingest (and ingest_test) -> train -> evaluate -> predict" in " ".join(run("run", "--help").output.split())
+
+
 def test_the_options_of_ingest_train_and_run_are_their_declarations():
     """Every declared field with a flag is a click option of its commands, its help the field's."""
     from streamfit.config import TrainOptions

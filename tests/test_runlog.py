@@ -25,8 +25,8 @@ def clock(monkeypatch):
 
 def test_a_line_per_step_with_the_count_elapsed_time_and_eta(clock, caplog):
     """Off a terminal, a step's line says step/planned, the run's elapsed time and the time left:
-    (planned − step) × seconds per step, measured from the first step on once there is a second
-    (the first also compiles kernels)."""
+    (planned − step) × seconds per step, measured from the first step on; none at the first step,
+    which also compiles kernels (its rate would promise hours for a run of seconds)."""
     metrics = MetricsLog(None, progress=RunProgress("lines", line_seconds=0.0))
     clock.now = 5.0  # init took 5 s
     metrics.begin("fbpd", 0, 4)
@@ -37,7 +37,7 @@ def test_a_line_per_step_with_the_count_elapsed_time_and_eta(clock, caplog):
         metrics.end()
     lines = [r.getMessage() for r in caplog.records]
     assert lines == [
-        "fbpd: step 1/4, 0:15 elapsed, ETA 0:30: objective 0.5",  # 3 steps left × 10 s
+        "fbpd: step 1/4, 0:15 elapsed: objective 0.5",  # 10 s of it compiling: no ETA yet
         "fbpd: step 2/4, 0:17 elapsed, ETA 0:04: objective 0.25",  # 2 × 2 s (from step 1 on)
         "fbpd: step 3/4, 0:19 elapsed, ETA 0:02: objective 0.166667",
         "fbpd: step 4/4, 0:21 elapsed, ETA 0:00: objective 0.125",
@@ -64,6 +64,15 @@ def test_a_resumed_run_counts_from_its_checkpoint(clock, caplog):
             clock.now = 3.0 * (step - 6)
             metrics.log(step, planned=10)
     assert caplog.records[-1].fields == {"step": 8, "planned": 10, "elapsed_s": 6.0, "eta_s": 6.0}
+
+
+def test_a_run_of_one_step_ends_with_nothing_left(clock, caplog):
+    metrics = MetricsLog(None, progress=RunProgress("lines", line_seconds=0.0))
+    metrics.begin("ppdsparse", 0, 1)
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        clock.now = 140.0
+        metrics.log(1, final=True, planned=1)
+    assert caplog.records[-1].fields["eta_s"] == 0.0
 
 
 def test_durations_read_as_clock_times():
