@@ -421,3 +421,57 @@ def _parts(s3, name: str, rows: list[int]) -> bytes:
         assert hashlib.sha256(data).hexdigest() == p["sha256"] and data.startswith(header)
         body += data[len(header) :]
     return header + body
+
+
+@pytest.mark.slow
+def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_a_killed_run_left(s3):
+    """train on S3, in process (fbpd, 6 iterations saved at every step, 5 chunks): each
+    per-sample version is one PUT per chunk, with no listing per write or per save: state/ is
+    listed once (the fresh run's sweep), each version once where it is read, and once where it
+    is deleted. Killed at its step-4 commit and resumed: the resume lists state/ once and each
+    version it restores once, deletes the killed run's version 4 before it writes it again,
+    and ends with the uninterrupted run's model."""
+    store, run = f"s3://{BUCKET}/ck.zarr", f"s3://{BUCKET}/ck-run"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    every = ["--checkpoint-interval", "0", "--n-workers", "0"]
+    with _requests() as requests:
+        assert _cli("train", store, *TRAIN, *every, "--out", run).exit_code == 0
+    state = _state_requests(requests)
+    written = [f"/dual/v00000{v}/" for v in range(1, 7)] + ["/anchor_dual/v000002/", "/anchor_dual/v000004/"]
+    read, deleted = written[:5] + written[6:], written[:4] + written[6:7]
+    assert state == collections.Counter(
+        {("PUT", f"{v}chunk"): 5 for v in written}
+        | {("GET", f"{v}chunk"): 5 for v in read}
+        | {("LIST", f"{v}chunk-"): 1 for v in read}
+        | {("LIST", v): 1 for v in deleted}
+        | {("HEAD", ""): 1, ("LIST", "/"): 3}  # state/*/v*, listed once: nothing there yet
+    ), sorted(state.items())
+    reference = load_model(run)._arrays()
+
+    s3.rm(f"{BUCKET}/ck-run", recursive=True)
+    _killed_at_commit("step-000004", "train", store, *TRAIN, *every, "--out", run)
+    assert s3.find(f"{BUCKET}/ck-run/checkpoints/state/dual/v000004")  # the killed run's next version
+    with _requests() as requests:
+        assert _cli("train", store, *TRAIN, *every, "--resume", "--out", run).exit_code == 0
+    state = _state_requests(requests)
+    lists = {key: n for (method, key), n in state.items() if method == "LIST"}
+    assert lists == {
+        "/": 1, "/dual/": 1, "/anchor_dual/": 1,  # state/*/v*, listed once
+        "/dual/v000003/chunk-": 1, "/anchor_dual/v000002/chunk-": 1,  # the versions step 3 refers to
+        "/dual/v000004/": 2,  # the killed run's, deleted before the resume writes it; then dropped as old
+        "/dual/v000002/": 1, "/dual/v000003/": 1, "/anchor_dual/v000002/": 1,  # dropped as old
+    }, sorted(state.items())  # fmt: skip
+    assert {key: n for (method, key), n in state.items() if method == "PUT"} == {
+        f"{v}chunk": 5 for v in ("/dual/v000004/", "/dual/v000005/", "/dual/v000006/", "/anchor_dual/v000004/")
+    }
+    ours = load_model(run)._arrays()
+    assert ours.keys() == reference.keys() and all(np.array_equal(ours[k], reference[k]) for k in reference)
+
+
+def _state_requests(requests: list[tuple[str, str]]) -> collections.Counter:
+    """The requests under a run's checkpoints/state/, by method and key below it (a chunk's file: "chunk")."""
+    return collections.Counter(
+        (method, re.sub(r"chunk-\d+\.\w+\.npy", "chunk", key.split("/checkpoints/state")[1]))
+        for method, key in requests
+        if "/checkpoints/state" in key
+    )
