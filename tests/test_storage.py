@@ -137,15 +137,25 @@ def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch
 def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_local_disk(s3, tmp_path):
     store, run = f"s3://{BUCKET}/iris.zarr", f"s3://{BUCKET}/run"
     s3.put(DATA, f"{BUCKET}/raw/iris.svm")
-    assert (
-        _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
-    )
+    with _requests() as requests:
+        assert (
+            _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code
+            == 0
+        )
+    # the input: is it a folder (a LIST), the reader's look-up (a HEAD), its open (a HEAD, the size) and read
+    assert [r for r in requests if r[1].startswith("raw/")] == [
+        ("LIST", "raw/iris.svm/"),
+        ("HEAD", "raw/iris.svm"),
+        ("HEAD", "raw/iris.svm"),
+        ("GET", "raw/iris.svm"),
+    ]
     local = tmp_path / "iris.zarr"
     assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
     assert open_store(store).manifest.chunks == open_store(str(local)).manifest.chunks  # every chunk digest
 
     # killed while committing step 3, its files written: LATEST stays on step 2
-    _killed_at_commit("step-000003", "train", store, *TRAIN, "--n-workers", "0", "--out", run)
+    every = ["--checkpoint-interval", "0"]  # "auto" may pass step 3 by (a save's time decides)
+    _killed_at_commit("step-000003", "train", store, *TRAIN, *every, "--n-workers", "0", "--out", run)
     latest = json.loads(s3.cat_file(f"{BUCKET}/run/checkpoints/LATEST"))
     assert latest == {"step": 2}
     assert _attempts(s3, "run/checkpoints/step-000003") and not s3.exists(
@@ -170,6 +180,7 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
         tmp_path / "pred.csv"
     ).read_bytes().replace(os.path.dirname(DATA).encode() + b"/", b"")
     endpoint = os.environ["AWS_ENDPOINT_URL"].split("//")[1]
+    s3.invalidate_cache()  # the listings cached by the checks above name objects deleted since
     for key in s3.find(BUCKET):  # no credential or endpoint recorded anywhere: manifests, records, logs
         text = s3.cat_file(key)
         assert not any(secret.encode() in text for secret in (ACCESS_KEY, SECRET_KEY, endpoint)), key
