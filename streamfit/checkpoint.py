@@ -16,6 +16,14 @@ digest). A step directory is committed by storage's protocol (local: renamed fro
 after fsync; object store: `step-<step>/COMMITTED` naming its attempt prefix), and the step is
 complete once LATEST, written after that commit, names it. Resume opens LATEST, checks every
 digest, and deletes whatever newer, incomplete state it finds.
+
+What a killed run left in `state/` is deleted before a run writes any state (`Checkpointer.latest`
+on resume, the driver's `keep_only(set())` on a fresh run): every version that no kept checkpoint
+refers to, and, in the versions they do refer to, the files of chunks they do not count (entries
+appended after the checkpoint). After that the run writes only versions and chunks that have no
+file yet (a version a checkpoint refers to is never written again, only appended to), so a write
+is one PUT, with no listing of its directory; and `keep_only` knows the versions there from its
+first listing and the versions kept since, so a save lists nothing either.
 """
 
 from __future__ import annotations
@@ -46,6 +54,10 @@ class ChunkState:
         self.root = root  # a local path or URL (picklable); None: in memory
         self._location = storage.resolve(root) if root is not None else None
         self._memory: dict[tuple[str, int, int], np.ndarray] = {}
+        # the (name, version) directories under root as far as keep_only knows them: None until
+        # its first call lists them; then what it kept, and every version kept since (the driver
+        # keeps the versions the state refers to after each step, so every version written)
+        self._versions: set[tuple[str, int]] | None = None
 
     def __reduce__(self):
         if self.root is None:
@@ -66,6 +78,9 @@ class ChunkState:
         return found
 
     def write(self, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
+        """Writes chunk `chunk_id` of a version whole (one PUT on an object store). The chunk must
+        have no file yet, or one of the same bytes (a task run again): a file a killed run left is
+        deleted before the run writes (see the module docstring), not here."""
         if self.root is None:
             self._memory[(name, version, chunk_id)] = array
             return
@@ -75,11 +90,7 @@ class ChunkState:
         digest = hashlib.sha256(data).hexdigest()[:16]
         d = self._dir(name, version)
         d.makedirs()
-        target = d.join(f"chunk-{chunk_id:06d}.{digest}.npy")
-        target.write_bytes(data, sync_dir=False)
-        for stale in d.glob(f"chunk-{chunk_id:06d}.*.npy"):  # left by a killed run
-            if stale.name != target.name:
-                stale.remove()
+        d.join(f"chunk-{chunk_id:06d}.{digest}.npy").write_bytes(data, sync_dir=False)
 
     def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
         if self.root is None:
@@ -101,20 +112,39 @@ class ChunkState:
         except Exception as e:  # a .npy error of any kind, object arrays and a cut-short file included
             raise CheckpointError(f"{path}: unreadable ({e}); the checkpoint is damaged") from e
 
-    def verify(self, name: str, version: int, n_chunks: int) -> None:
+    def restore(self, name: str, version: int, n_chunks: int) -> None:
+        """Before a run resumes from a checkpoint that counts `n_chunks` chunks of this version:
+        checks every one (CheckpointError if missing or damaged), and deletes the version's files
+        of other chunks (entries that a killed run appended after the checkpoint, which the
+        resumed run writes again). One listing of the version's directory, fresh."""
+        if self.root is not None:
+            directory = self._dir(name, version)
+            counted = {}
+            for f in directory.glob("chunk-*.*.npy"):
+                if _chunk_id(f) < n_chunks:
+                    counted[_chunk_id(f)] = f
+                else:
+                    f.remove()
+            _remember(directory, counted)
         for i in range(n_chunks):
             self.read(name, version, i)
 
     def keep_only(self, keep: set[tuple[str, int]]) -> None:
-        """Delete every version not in `keep` (pairs of name, version)."""
+        """Delete every version not in `keep` (pairs of name, version). The first call lists
+        the versions there (one LIST on an object store); later calls know them: those kept
+        before, which must include every version written since (the driver keeps the versions
+        the state refers to after every step)."""
         if self._location is None:
             for key in [k for k in self._memory if (k[0], k[1]) not in keep]:
                 del self._memory[key]
             return
-        for d in self._location.glob("*/v*"):
-            name, v = d.path.rstrip("/").split("/")[-2], int(d.name[1:])
-            if (name, v) not in keep:
-                d.remove_tree()
+        if self._versions is None:
+            self._versions = set()
+            for d in self._location.glob("*/v*"):
+                self._versions.add((d.path.rstrip("/").split("/")[-2], int(d.name[1:])))
+        for name, version in sorted(self._versions - keep):
+            self._dir(name, version).remove_tree()
+        self._versions = set(keep)
 
 
 # version directory -> {chunk id: file}, the listings ChunkState.read found its files by (per process:
@@ -129,11 +159,21 @@ def _listing(directory: storage.Location, *, fresh: bool) -> dict[int, storage.L
     (instead of a LIST per chunk read); `fresh`: listed again."""
     found = None if fresh else _LISTINGS.get(directory.url)
     if found is None:
-        found = {int(f.name.split(".")[0][len("chunk-") :]): f for f in directory.glob("chunk-*.*.npy")}
-        if len(_LISTINGS) >= _MAX_LISTINGS:
-            _LISTINGS.clear()
-        _LISTINGS[directory.url] = found
+        found = {_chunk_id(f): f for f in directory.glob("chunk-*.*.npy")}
+        _remember(directory, found)
     return found
+
+
+def _remember(directory: storage.Location, found: dict[int, storage.Location]) -> None:
+    """Caches {chunk id: file} as the listing of a version directory."""
+    if len(_LISTINGS) >= _MAX_LISTINGS:
+        _LISTINGS.clear()
+    _LISTINGS[directory.url] = found
+
+
+def _chunk_id(file: storage.Location) -> int:
+    """The chunk id of a state file, `chunk-<id>.<digest>.npy`."""
+    return int(file.name.split(".")[0][len("chunk-") :])
 
 
 class Checkpoint:
@@ -364,7 +404,7 @@ class Checkpointer:
             raise CheckpointError(f"{d}: was written for a different training store; resume on the same store")
         counts = record.get("state_counts", {})
         for name, version in record["state_versions"].items():
-            self.state.verify(name, version, counts.get(name, n_chunks))
+            self.state.restore(name, version, counts.get(name, n_chunks))
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}

@@ -102,6 +102,17 @@ class Location:
         self._forget_listings()
         return self._fs.isdir(self.path)
 
+    def is_folder(self) -> bool | None:
+        """True for a directory (a prefix behind a URL), False for a file, None if nothing is
+        there: one look-up (fsspec's `info`; on S3 a HEAD, and a LIST more when no object has
+        this name), where `exists()` and `isdir()` ask twice.
+        """
+        self._forget_listings()
+        try:
+            return self._fs.info(self.path)["type"] == "directory"
+        except FileNotFoundError:
+            return None
+
     def _forget_listings(self) -> None:
         """Drop fsspec's cached listings here: other processes (Dask workers, a killed writer)
         write to the same object store, and a stale listing would hide their files."""

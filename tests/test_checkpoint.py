@@ -85,12 +85,29 @@ def test_latest_file_is_json(tmp_path):
     assert json.loads((tmp_path / "checkpoints" / "LATEST").read_text()) == {"step": 1}
 
 
-def test_rewritten_state_chunk_replaces_the_old_file(tmp_path):
-    state = ChunkState(str(tmp_path))
-    state.write("w", 0, 3, np.zeros(2))
-    state.write("w", 0, 3, np.ones(2))  # e.g. a stage redone after a kill
-    assert len(os.listdir(tmp_path / "w" / "v000000")) == 1
-    np.testing.assert_array_equal(state.read("w", 0, 3), np.ones(2))
+def test_a_resume_deletes_what_a_killed_run_appended_and_its_new_entries_are_the_only_files(tmp_path):
+    """A run killed after appending entries 2 and 3 to a list its checkpoint counts 2 of: the
+    resume deletes those two files (and the killed run's unreferenced version), so the entries
+    it writes again (other bytes) are the only files of their chunks, and read back as written."""
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="s")
+    ck.state.keep_only(set())  # a fresh run, as the driver starts one
+    for t in range(2):
+        ck.state.write("stages", 0, t, np.full(3, t))
+    ck.save(2, {}, {}, {"stages": 0}, state_counts={"stages": 2})
+    for t in (2, 3):  # the killed run's entries after the checkpoint, and its next per-sample version
+        ck.state.write("stages", 0, t, np.full(3, -1.0))
+    ck.state.write("R", 1, 0, np.zeros(2))
+    resumed = Checkpointer(str(tmp_path), config={}, store_fingerprint="s")
+    assert resumed.latest(n_chunks=2).step == 2
+    stages = tmp_path / "checkpoints" / "state" / "stages" / "v000000"
+    assert sorted(f.split(".")[0] for f in os.listdir(stages)) == ["chunk-000000", "chunk-000001"]
+    assert not (tmp_path / "checkpoints" / "state" / "R" / "v000001").exists()
+    resumed.state.write("stages", 0, 2, np.full(3, 2.0))
+    resumed.save(3, {}, {}, {"stages": 0}, state_counts={"stages": 3})
+    assert sorted(f.split(".")[0] for f in os.listdir(stages)) == [f"chunk-00000{t}" for t in range(3)]
+    np.testing.assert_array_equal(resumed.state.read("stages", 0, 2), np.full(3, 2.0))
+    again = Checkpointer(str(tmp_path), config={}, store_fingerprint="s").latest(n_chunks=2)
+    assert again.step == 3 and again.state_versions == {"stages": 0}
 
 
 def test_state_counts_verify_append_only_state(tmp_path):

@@ -137,17 +137,25 @@ def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch
 def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_local_disk(s3, tmp_path):
     store, run = f"s3://{BUCKET}/iris.zarr", f"s3://{BUCKET}/run"
     s3.put(DATA, f"{BUCKET}/raw/iris.svm")
-    assert (
-        _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
-    )
+    with _requests() as requests:
+        assert (
+            _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code
+            == 0
+        )
+    # the input: is it a folder (a LIST), the reader's look-up (a HEAD), its open (a HEAD, the size) and read
+    assert [r for r in requests if r[1].startswith("raw/")] == [
+        ("LIST", "raw/iris.svm/"),
+        ("HEAD", "raw/iris.svm"),
+        ("HEAD", "raw/iris.svm"),
+        ("GET", "raw/iris.svm"),
+    ]
     local = tmp_path / "iris.zarr"
     assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
     assert open_store(store).manifest.chunks == open_store(str(local)).manifest.chunks  # every chunk digest
 
-    # killed while committing step 3, its files written: LATEST stays on step 2 (every step saved)
-    _killed_at_commit(
-        "step-000003", "train", store, *TRAIN, "--checkpoint-interval", "0", "--n-workers", "0", "--out", run
-    )
+    # killed while committing step 3, its files written: LATEST stays on step 2
+    every = ["--checkpoint-interval", "0"]  # "auto" may pass step 3 by (a save's time decides)
+    _killed_at_commit("step-000003", "train", store, *TRAIN, *every, "--n-workers", "0", "--out", run)
     latest = json.loads(s3.cat_file(f"{BUCKET}/run/checkpoints/LATEST"))
     assert latest == {"step": 2}
     assert _attempts(s3, "run/checkpoints/step-000003") and not s3.exists(
@@ -173,7 +181,7 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
         tmp_path / "pred.csv"
     ).read_bytes().replace(os.path.dirname(DATA).encode() + b"/", b"")
     endpoint = os.environ["AWS_ENDPOINT_URL"].split("//")[1]
-    s3.invalidate_cache()
+    s3.invalidate_cache()  # the listings cached by the checks above name objects deleted since
     for key in s3.find(BUCKET):  # no credential or endpoint recorded anywhere: manifests, records, logs
         text = s3.cat_file(key)
         assert not any(secret.encode() in text for secret in (ACCESS_KEY, SECRET_KEY, endpoint)), key
@@ -425,3 +433,57 @@ def _parts(s3, name: str, rows: list[int]) -> bytes:
         assert hashlib.sha256(data).hexdigest() == p["sha256"] and data.startswith(header)
         body += data[len(header) :]
     return header + body
+
+
+@pytest.mark.slow
+def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_a_killed_run_left(s3):
+    """train on S3, in process (fbpd, 6 iterations saved at every step, 5 chunks): each
+    per-sample version is one PUT per chunk, with no listing per write or per save: state/ is
+    listed once (the fresh run's sweep), each version once where it is read, and once where it
+    is deleted. Killed at its step-4 commit and resumed: the resume lists state/ once and each
+    version it restores once, deletes the killed run's version 4 before it writes it again,
+    and ends with the uninterrupted run's model."""
+    store, run = f"s3://{BUCKET}/ck.zarr", f"s3://{BUCKET}/ck-run"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
+    every = ["--checkpoint-interval", "0", "--n-workers", "0"]
+    with _requests() as requests:
+        assert _cli("train", store, *TRAIN, *every, "--out", run).exit_code == 0
+    state = _state_requests(requests)
+    written = [f"/dual/v00000{v}/" for v in range(1, 7)] + ["/anchor_dual/v000002/", "/anchor_dual/v000004/"]
+    read, deleted = written[:5] + written[6:], written[:4] + written[6:7]
+    assert state == collections.Counter(
+        {("PUT", f"{v}chunk"): 5 for v in written}
+        | {("GET", f"{v}chunk"): 5 for v in read}
+        | {("LIST", f"{v}chunk-"): 1 for v in read}
+        | {("LIST", v): 1 for v in deleted}
+        | {("HEAD", ""): 1, ("LIST", "/"): 3}  # state/*/v*, listed once: nothing there yet
+    ), sorted(state.items())
+    reference = load_model(run)._arrays()
+
+    s3.rm(f"{BUCKET}/ck-run", recursive=True)
+    _killed_at_commit("step-000004", "train", store, *TRAIN, *every, "--out", run)
+    assert s3.find(f"{BUCKET}/ck-run/checkpoints/state/dual/v000004")  # the killed run's next version
+    with _requests() as requests:
+        assert _cli("train", store, *TRAIN, *every, "--resume", "--out", run).exit_code == 0
+    state = _state_requests(requests)
+    lists = {key: n for (method, key), n in state.items() if method == "LIST"}
+    assert lists == {
+        "/": 1, "/dual/": 1, "/anchor_dual/": 1,  # state/*/v*, listed once
+        "/dual/v000003/chunk-": 1, "/anchor_dual/v000002/chunk-": 1,  # the versions step 3 refers to
+        "/dual/v000004/": 2,  # the killed run's, deleted before the resume writes it; then dropped as old
+        "/dual/v000002/": 1, "/dual/v000003/": 1, "/anchor_dual/v000002/": 1,  # dropped as old
+    }, sorted(state.items())  # fmt: skip
+    assert {key: n for (method, key), n in state.items() if method == "PUT"} == {
+        f"{v}chunk": 5 for v in ("/dual/v000004/", "/dual/v000005/", "/dual/v000006/", "/anchor_dual/v000004/")
+    }
+    ours = load_model(run)._arrays()
+    assert ours.keys() == reference.keys() and all(np.array_equal(ours[k], reference[k]) for k in reference)
+
+
+def _state_requests(requests: list[tuple[str, str]]) -> collections.Counter:
+    """The requests under a run's checkpoints/state/, by method and key below it (a chunk's file: "chunk")."""
+    return collections.Counter(
+        (method, re.sub(r"chunk-\d+\.\w+\.npy", "chunk", key.split("/checkpoints/state")[1]))
+        for method, key in requests
+        if "/checkpoints/state" in key
+    )

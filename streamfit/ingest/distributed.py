@@ -163,7 +163,8 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
                 pieces.append(Piece(path))
             continue
         compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
-        size = location.fs.size(location.path) if not compressed and not location.isdir() else 0  # type: ignore[attr-defined]
+        info = {} if compressed else location.fs.info(location.path)  # type: ignore[attr-defined]  # one HEAD on S3
+        size = info["size"] if info.get("type") == "file" else 0
         kind = (o.format or infer_format(path) or sniff_format(path)) if size > piece_bytes else None
         if kind == "parquet":
             cuts = _row_group_cuts(location, piece_bytes)

@@ -10,7 +10,9 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   (a Parquet dataset with hive partitions, `dataset/year=2024/part-0.parquet`, is one; the
   partition values become columns, see sources/parquet.py). Any other local directory stays
   one input: a folder corpus (one sub-folder per class), as before; so is a folder (prefix)
-  behind a URL. `--format folder` keeps every directory a folder corpus.
+  behind a URL, named with a final "/" (`s3://bucket/news/`), which tells the steps after this
+  one (the format, the reader) that it is a folder without asking the object store again.
+  `--format folder` keeps every directory a folder corpus.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the
@@ -92,7 +94,10 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files.append(text)
         elif storage.is_url(text):
             location = storage.resolve(text)
-            files += (_url_directory_files(location) or [text]) if location.isdir() else [text]
+            if location.isdir():
+                files += _url_directory_files(location) or [text.rstrip("/") + "/"]
+            else:
+                files.append(text)
         elif os.path.isdir(text):
             files += _local_directory_files(text) or [text]
         else:

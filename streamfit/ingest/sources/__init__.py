@@ -149,9 +149,10 @@ def check_options(options: dict) -> None:
 
 def infer_format(path: str) -> str | None:
     """The format a path's name (or being a directory) implies, None if it implies none.
-    .txt is not inferred: too many formats use it. Behind a URL, a name that implies no format
-    is looked up: a folder (prefix) is a folder corpus."""
-    if os.path.isdir(path):
+    .txt is not inferred: too many formats use it. Behind a URL, a name ending in "/" (as
+    `expand_inputs` names the folders it found) is a folder corpus, and a name that implies no
+    format is looked up: a folder (prefix) is a folder corpus."""
+    if os.path.isdir(path) or (is_url(path) and path.endswith("/")):
         return "folder"
     name = os.path.basename(path).lower()
     if name.endswith(ARCHIVE_SUFFIXES):
@@ -176,9 +177,9 @@ def sniff_format(path: str) -> str | None:
     r8-train.txt.gz (`label<TAB>text`); None if none fits. Delimited: every one of the first 20
     lines has the same number (one or more) of tabs -> tsv; else the same number (two or more) of
     cells read as CSV -> csv."""
-    if os.path.isdir(path) or (is_url(path) and resolve(path).isdir()):
+    if os.path.isdir(path):
         return None
-    try:
+    try:  # a folder behind a URL does not open: None (infer_format, asked first, names it)
         with open_binary(path) as f:
             head = f.read(1 << 16)
     except (InputError, OSError, EOFError):
@@ -236,11 +237,11 @@ def open_source(
     streamfit.ingest.distributed)."""
     check_options(options)
     path = os.fspath(path)
-    require_path(path, directory_ok=True)
     choices = ", ".join(FORMATS)
     if format is None:
         format = infer_format(path)
         if format is None:
+            require_path(path, directory_ok=True)  # "no such file" rather than "cannot tell the format"
             format = sniff_format(path)
             if format is None:
                 raise InputError(

@@ -45,12 +45,13 @@ def fits_float32(values) -> np.ndarray:
 
 def require_path(path: str, directory_ok: bool = False) -> None:
     """InputError unless path exists (and is a file, unless directory_ok). A URL is checked
-    through streamfit.storage (a missing fsspec package is its error)."""
+    through streamfit.storage (a missing fsspec package is its error) with one look-up
+    (`Location.is_folder`: on S3 a HEAD for an object, and a LIST more for a prefix)."""
     if is_url(path):
-        location = resolve(path)
-        if not location.exists():
+        folder = resolve(path).is_folder()
+        if folder is None:
             raise InputError(path, "no such file")
-        if location.isdir() and not directory_ok:
+        if folder and not directory_ok:
             raise InputError(path, "is a folder (prefix) behind a URL, not a file")
         return
     if not os.path.exists(path):

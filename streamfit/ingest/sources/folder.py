@@ -131,13 +131,16 @@ def _reading_order(name: str) -> tuple:
 
 
 def container(path: str) -> str:
-    """What holds the corpus at `path`: "folder" (a directory, or a prefix behind a URL), "tar"
-    or "zip" (by the name's suffix); InputError for anything else, or nothing there."""
-    location = storage.resolve(path)
-    if location.isdir():
+    """What holds the corpus at `path`: "folder" (a directory, or a prefix behind a URL: a URL
+    ending in "/" is one without asking), "tar" or "zip" (by the name's suffix); InputError for
+    anything else, or nothing there."""
+    if storage.is_url(path) and path.endswith("/"):
         return "folder"
-    if not location.exists():
+    folder = storage.resolve(path).is_folder()
+    if folder is None:
         raise InputError(path, "no such file")
+    if folder:
+        return "folder"
     name = path.lower()
     if name.endswith(TAR_SUFFIXES):
         return "tar"
