@@ -566,9 +566,10 @@ def _percent(share: float) -> str:
 
 # ----------------------------------------------------------------------------------------- train
 def _param_help() -> str:
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import all_solvers
 
-    names = "; ".join(f"{name}: {', '.join(SOLVERS[name].Params.model_fields)}" for name in sorted(SOLVERS))
+    solvers = all_solvers()
+    names = "; ".join(f"{name}: {', '.join(solvers[name].Params.model_fields)}" for name in sorted(solvers))
     return (
         "Solver parameter KEY=VALUE (repeatable; overrides --config); VALUE None (or null) for a parameter "
         f"whose default is None. Parameters ({names}); their values and defaults: --list-solvers."
@@ -646,12 +647,13 @@ def _first_paragraph(doc: str) -> str:
 def _list_solvers(ctx, value):
     if not value or ctx.resilient_parsing:
         return
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import all_solvers
     from streamfit.solvers.base import parameter_lines
 
-    for name in sorted(SOLVERS):
-        click.echo(f"{name}: {_first_paragraph(SOLVERS[name].__doc__ or '')}")
-        for line in parameter_lines(SOLVERS[name].Params):
+    solvers = all_solvers()
+    for name in sorted(solvers):
+        click.echo(f"{name}: {_first_paragraph(solvers[name].__doc__ or '')}")
+        for line in parameter_lines(solvers[name].Params):
             click.echo(f"    {line}")
     ctx.exit(0)
 

@@ -494,13 +494,13 @@ def _built(cls, path: str, section: str, **values):
 
 def _check_solver(solver: str, path: str, key: str) -> None:
     """ConfigError naming the key, with the closest solver name, for an unknown solver."""
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import SOLVER_NAMES
 
-    if solver not in SOLVERS:
-        close = difflib.get_close_matches(solver, list(SOLVERS), n=1)
+    if solver not in SOLVER_NAMES:
+        close = difflib.get_close_matches(solver, SOLVER_NAMES, n=1)
         guess = f" (did you mean {close[0]}?)" if close else ""
         raise ConfigError(
-            f"{path}: key '{key}': unknown solver {solver!r}{guess}; available: {', '.join(sorted(SOLVERS))}"
+            f"{path}: key '{key}': unknown solver {solver!r}{guess}; available: {', '.join(SOLVER_NAMES)}"
         )
 
 

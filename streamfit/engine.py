@@ -82,13 +82,19 @@ AUTO_INPROCESS_WORK = 2**24
 # forkserver started. "fork" (from this process, whose Dask threads may hold locks) is not safe.
 # Where there is no forkserver (Windows), Dask's spawn.
 WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-# What the forkserver imports before it forks: what every solver's chunk tasks run, and
+# What the forkserver imports before it forks: what every solver's chunk tasks run (each solver
+# module: `import streamfit.solvers` alone imports none, see streamfit.solvers.SOLVER_NAMES), and
 # streamfit.numba_target, which initialises numba's CPU target (1-2 s that each worker's first
 # kernel call paid). None of it may start a thread at import (a fork copies one thread only):
 # NumPy's BLAS gets one thread (Dask sets OPENBLAS_NUM_THREADS=1 etc. before the server starts),
 # numba's initialisation starts none, and pyarrow (a jemalloc thread) is left to the tasks that
 # need it (ingest, parquet stores).
-WORKER_PRELOAD = ("distributed", "streamfit.solvers", "streamfit.store", "streamfit.numba_target")
+WORKER_PRELOAD = (
+    "distributed",
+    *(f"streamfit.solvers.{name}" for name in ("bcd", "fbpd", "multiboost", "ppdsparse", "stagewise")),
+    "streamfit.store",
+    "streamfit.numba_target",
+)
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
 # least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).

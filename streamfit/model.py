@@ -378,7 +378,9 @@ def load_model(path: str) -> Model:
             raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     kind = record["kind"]
     if kind not in MODEL_KINDS:
-        import streamfit.solvers  # noqa: F401 - solver modules register their model kinds
+        from streamfit.solvers import import_model_kind
+
+        import_model_kind(kind)
 
     if kind not in MODEL_KINDS:
         raise StreamfitError(

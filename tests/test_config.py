@@ -94,9 +94,9 @@ def test_each_preset_lists_every_parameter_of_its_solver_with_its_default(preset
 
 
 def test_there_is_a_preset_for_every_solver():
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import all_solvers
 
-    assert sorted(os.listdir(CONFIGS)) == sorted(f"{name}.yaml" for name in SOLVERS)
+    assert sorted(os.listdir(CONFIGS)) == sorted(f"{name}.yaml" for name in all_solvers())
 
 
 def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):

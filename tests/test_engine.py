@@ -492,3 +492,12 @@ def test_workers_are_forked_from_a_server_with_the_solvers_imported(monkeypatch)
         facts = eng.map(forked_worker_facts, None, range(2), v=v)
     assert {f[0] for f in facts} == {parent}  # the same server, still running
     assert all(f[2] == "set after the forkserver started" and np.array_equal(f[3], ref) for f in facts)
+
+
+def test_the_forkserver_preloads_every_solver_module():
+    """`import streamfit.solvers` imports no solver, so the preload names each module: a forked
+    worker must not import its solver (numba, scipy.optimize) at its first task."""
+    from streamfit.engine import WORKER_PRELOAD
+    from streamfit.solvers import SOLVER_NAMES
+
+    assert {f"streamfit.solvers.{name}" for name in SOLVER_NAMES} <= set(WORKER_PRELOAD)

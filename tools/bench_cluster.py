@@ -30,7 +30,7 @@ import numpy as np
 from kill_resume import SOLVER_PARAMS, cli
 
 from streamfit.model import load_model
-from streamfit.solvers import SOLVERS
+from streamfit.solvers import SOLVER_NAMES
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
 LIBSVM = {"satimage": "libsvm/satimage/satimage.scale.gz", "dna": "libsvm/dna/dna.scale.gz"}
@@ -113,7 +113,7 @@ def same_model(a: Path, b: Path) -> bool:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="digits,satimage")
-    ap.add_argument("--solvers", default=",".join(SOLVERS))
+    ap.add_argument("--solvers", default=",".join(SOLVER_NAMES))
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--chunk-rows", type=int, default=200)
     ap.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from streamfit.model import load_model
-from streamfit.solvers import SOLVERS
+from streamfit.solvers import SOLVER_NAMES
 from streamfit.store import open_store
 
 SOLVER_PARAMS = {  # small runs that still write many checkpoints
@@ -143,7 +143,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="digits", help="digits, or a LIBSVM file")
     ap.add_argument("--kills", type=int, default=6, help="SIGKILLs that must land per job")
-    ap.add_argument("--solvers", default=",".join(SOLVERS), help="comma-separated (default: every registered one)")
+    ap.add_argument("--solvers", default=",".join(SOLVER_NAMES), help="comma-separated (default: every registered one)")
     ap.add_argument("--no-ingest", action="store_true", help="skip the ingest job")
     ap.add_argument("--n-workers", default="0", help="train --n-workers (0: in process)")
     ap.add_argument("--chunk-rows", type=int, default=200)

@@ -317,3 +317,14 @@ def test_a_bad_format_option_is_refused_before_any_read(tmp_path, options, fragm
     with pytest.raises(ConfigError, match=f"^format option {fragment}"):
         open_source(str(path), policy=BadRecordPolicy(), **options)
     assert open_source(str(path), policy=BadRecordPolicy(), encoding="latin-1", label_separator=" ").encoding
+
+
+def test_the_source_registry_imports_no_pyarrow_until_a_parquet_file_is_opened():
+    """pyarrow's import (0.1-0.3 s) is paid by Parquet inputs only, not by a text job's ingest."""
+    import subprocess
+    import sys
+
+    code = "import sys, streamfit.ingest.sources, streamfit.ingest.pipeline; print('pyarrow' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -26,10 +26,10 @@ def test_every_solver_refuses_non_finite_floats_and_negative_seeds():
     import pytest
 
     from streamfit.errors import ConfigError
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import all_solvers
     from streamfit.train import make_params
 
-    for name in SOLVERS:
+    for name in all_solvers():
         for bad, message in [
             ({"lam": float("inf")}, "finite number"),
             ({"tol": float("nan")}, "finite number"),
@@ -41,9 +41,9 @@ def test_every_solver_refuses_non_finite_floats_and_negative_seeds():
 
 def test_every_solver_parameter_has_a_one_line_description():
     """The descriptions are the help of -p, --list-solvers and the estimators' docstrings."""
-    from streamfit.solvers import SOLVERS
+    from streamfit.solvers import all_solvers
 
-    for name, solver in SOLVERS.items():
+    for name, solver in all_solvers().items():
         for key, field in solver.Params.model_fields.items():
             assert field.description and "\n" not in field.description, f"{name}.{key}"
 
@@ -60,3 +60,32 @@ def test_a_parameter_line_shows_its_default_and_allowed_values():
     assert lines["backtrack"].startswith("backtrack (default False) [true or false]: ")
     sigma = parameter_lines(BCDParams)[list(BCDParams.model_fields).index("sigma")]
     assert sigma.startswith("sigma (default 0.01) [float > 0, < 1]: ")
+
+
+def test_the_solver_and_model_kind_maps_name_the_modules_that_register_them():
+    """get_solver and load_model import one module by these maps instead of every solver."""
+    from streamfit.model import MODEL_KINDS
+    from streamfit.solvers import MODEL_KIND_MODULES, SOLVER_NAMES, all_solvers
+
+    solvers = all_solvers()
+    for name in SOLVER_NAMES:
+        assert solvers[name].__module__ == f"streamfit.solvers.{name}"
+    registered = {k: c.__module__ for k, c in MODEL_KINDS.items() if c.__module__.startswith("streamfit.solvers.")}
+    assert registered == {k: f"streamfit.solvers.{m}" for k, m in MODEL_KIND_MODULES.items()}
+
+
+def test_one_solver_or_model_kind_imports_no_other_solver():
+    """A small job's train or evaluate does not pay for importing the other four solvers."""
+    import subprocess
+    import sys
+
+    others = [f"streamfit.solvers.{name}" for name in ("bcd", "fbpd", "multiboost", "stagewise")]
+    code = (
+        "import sys\n"
+        "from streamfit.solvers import get_solver, import_model_kind\n"
+        "get_solver('ppdsparse'); import_model_kind('ppdsparse'); import_model_kind('linear')\n"
+        f"print([m for m in {others!r} if m in sys.modules])"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
