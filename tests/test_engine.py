@@ -472,6 +472,7 @@ def test_workers_are_forked_from_a_server_with_the_solvers_imported(monkeypatch)
     on, started by the first cluster; a later cluster's workers still get this process's
     environment at its start. Dask's start method is restored once the cluster closed."""
     import dask
+    import distributed  # noqa: F401  (registers Dask's distributed.* settings, read below)
 
     from streamfit import engine as engine_mod
     from streamfit.projections import project_simplex
