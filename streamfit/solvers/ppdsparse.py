@@ -18,7 +18,10 @@ sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam
 lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
 form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
 held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
-one-standard-error rule), then trained on all rows.
+one-standard-error rule), then trained on all rows. For every lam but a number, rows of mean
+norm s outside [1/16, 16] are solved divided by a power of two c (data_scale): the solution of
+F_k with ℓ2 weight tau·c² on w and tau on the bias (a bias feature of value c), so numeric
+columns as users bring them (pendigits 0..100, pixels 0..255) are not a nearly hard margin.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -138,7 +141,10 @@ class PPDSparseParams(SolverParams):
         "random_state) held out to choose each class's ratio to λmax_k",
     )
     tau: float = Field(
-        1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)"
+        1e-4,
+        gt=0,
+        description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge); with lam not a "
+        "number, on rows of mean norm s outside [1/16, 16] it is tau·c² on w, c = data_scale(s) a power of two",
     )
     kappa: int = Field(
         500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)"
