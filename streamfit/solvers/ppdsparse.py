@@ -18,7 +18,10 @@ sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam
 lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
 form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
 held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
-one-standard-error rule), then trained on all rows.
+one-standard-error rule), then trained on all rows. For every lam but a number, rows of mean
+norm s outside [1/16, 16] are solved divided by a power of two c (data_scale): the solution of
+F_k with ℓ2 weight tau·c² on w and tau on the bias (a bias feature of value c), so numeric
+columns as users bring them (pendigits 0..100, pixels 0..255) are not a nearly hard margin.
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
@@ -100,6 +103,7 @@ AUTO_MIN_RATIO = 1e-4  # lam auto: the path's smallest lam/λmax_k
 AUTO_PER_DECADE = 2  # lam auto: path points per decade of lam/λmax_k
 AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best held-out loss
 HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
+SCALE_FREE_NORM = 16.0  # lam not a number: rows of mean norm in [1/this, this] are solved as they are (data_scale)
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
@@ -137,7 +141,10 @@ class PPDSparseParams(SolverParams):
         "random_state) held out to choose each class's ratio to λmax_k",
     )
     tau: float = Field(
-        1e-4, gt=0, description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge)"
+        1e-4,
+        gt=0,
+        description="ℓ2 weight (paper τ = n·tau; LinearSVC C = 1/(n·tau), ½ that for squared hinge); with lam not a "
+        "number, on rows of mean norm s outside [1/16, 16] it is tau·c² on w, c = data_scale(s) a power of two",
     )
     kappa: int = Field(
         500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)"
@@ -200,15 +207,42 @@ class PPDSparseParams(SolverParams):
 # -- the training matrix, once per process ---------------------------------------------------
 
 
-def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
+def data_scale(mean_norm: float) -> float:
+    """The divisor c of the rows that lam "scale", None and "auto" solve on (build_data's
+    rescale), for rows of mean norm s = mean_norm: 1 for s in [1/S, S] (S = SCALE_FREE_NORM:
+    unit-norm text, columns scaled to [0, 1] or [−1, 1] of up to a few hundred features) or
+    s = 0; else the power of two nearest 1 that brings s/c into [1/S, S] (s/c in (S/2, S] above,
+    [1/S, 2/S) below): a power of two, so x/c is exact in floating point, and the least change
+    of the problem (pendigits, s ≈ 245: c = 16 keeps main's accuracy 0.8959 and LinearSVC's
+    0.8962, c = 256 gave 0.8768; docs/benchmarks.md).
+
+    Why: tau is an absolute ℓ2 weight and the bias feature is the constant 1, so on rows of norm
+    s ≫ 1 the problem is that of rows of norm 1 with tau/s² (a nearly hard margin: the dual's
+    Hessian X̂X̂ᵀ/(n·tau) has eigenvalues ~ s²/tau) and a bias feature 1/s; the dual coordinate
+    descent crawls and the primal Newton fallback cannot meet the margin-unit stopping test in
+    floating point (pendigits, s ≈ 245: one class 19 s, the others 0.01 s; docs/benchmarks.md).
+    Solving x/c with lam/c is the problem of the store's rows with ℓ2 weight tau·c² on w and a
+    bias feature of value c (LIBLINEAR's -B c), whose solution is w'/c with the same bias."""
+    if mean_norm == 0.0 or 1.0 / SCALE_FREE_NORM <= mean_norm <= SCALE_FREE_NORM:
+        return 1.0
+    if mean_norm > SCALE_FREE_NORM:
+        return float(2.0 ** np.ceil(np.log2(mean_norm / SCALE_FREE_NORM)))
+    return float(2.0 ** np.floor(np.log2(mean_norm * SCALE_FREE_NORM)))
+
+
+def build_data(source: ChunkSource, by_magnitude: bool = False, rescale: bool = False) -> Data:
     """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data;
     its features are the used ones, renumbered by col_map, which solve_group undoes).
     by_magnitude: every CSC column sorted by decreasing |x_ij| (only the early stop of §5.3's
-    two-level sparsification, x_threshold > 0, needs it); else rows ascending."""
+    two-level sparsification, x_threshold > 0, needs it); else rows ascending. rescale: the
+    values divided by data_scale(mean row norm) (exact: a power of two), kept in Data.scale."""
     chunks = list(source.iter_chunks())
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.eliminate_zeros()
+    scale = data_scale(float(np.sqrt(row_sqnorms(X.indptr.astype(np.int64), X.data)).mean())) if rescale else 1.0
+    if scale != 1.0:
+        X.data /= scale
     # the features that occur, most frequent first (ties by index), so the hot part of v stays in cache
     counts = np.bincount(X.indices, minlength=X.shape[1])
     used = np.flatnonzero(counts)
@@ -225,12 +259,12 @@ def build_data(source: ChunkSource, by_magnitude: bool = False) -> Data:
     else:
         y = np.concatenate([c.labels for c in chunks]).astype(np.int64)
         Y = sp.csc_matrix((np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K))
-    return _assemble(X, Y, col_map, by_magnitude)
+    return _assemble(X, Y, col_map, by_magnitude, scale)
 
 
-def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnitude: bool) -> Data:
-    """Data of the rows of X (CSR, the kernels' feature ids, sorted indices) with labels Y (CSC
-    n × K indicator, rows ascending per class)."""
+def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnitude: bool, scale: float) -> Data:
+    """Data of the rows of X (CSR, the kernels' feature ids, sorted indices; the store's values
+    divided by `scale`) with labels Y (CSC n × K indicator, rows ascending per class)."""
     pos_ptr, pos_rows = Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
     C = X.tocsc()
     C.sort_indices()
@@ -250,6 +284,7 @@ def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnit
         pos_ptr=pos_ptr,
         pos_rows=pos_rows,
         col_map=col_map,
+        scale=np.array([scale]),
     )
 
 
@@ -289,18 +324,23 @@ def split_data(data: Data, share: float, seed: int, by_magnitude: bool = False) 
     X_fit, Y_fit = X[fit], sp.csc_matrix(Y[fit])
     X_fit.sort_indices()
     Y_fit.sort_indices()
-    return Split(_assemble(X_fit, Y_fit, data.col_map, by_magnitude), sp.csc_matrix(X[held]), sp.csc_matrix(Y[held]))
+    return Split(
+        _assemble(X_fit, Y_fit, data.col_map, by_magnitude, float(data.scale[0])),
+        sp.csc_matrix(X[held]),
+        sp.csc_matrix(Y[held]),
+    )
 
 
 @dataclasses.dataclass
 class _DataRef:
     """What a group task gets: the source, a token naming the run (each machine builds the
-    training matrix once per token), build_data's by_magnitude, and lam auto's (held-out share,
-    seed) of split_data (None: another lam)."""
+    training matrix once per token), build_data's by_magnitude and rescale, and lam auto's
+    (held-out share, seed) of split_data (None: another lam)."""
 
     source: ChunkSource
     token: str
     by_magnitude: bool
+    rescale: bool
     held_out: tuple[float, int] | None
 
 
@@ -318,7 +358,7 @@ def _worker_data(ref: _DataRef) -> tuple[Data, Split | None]:
                 data = _machine_data(ref)
             except OSError as e:  # no writable temporary directory: a copy of its own
                 log.warning("ppdsparse: cannot share the training matrix on this machine (%s); building it here", e)
-                data = build_data(ref.source, ref.by_magnitude)
+                data = build_data(ref.source, ref.by_magnitude, ref.rescale)
             split = None if ref.held_out is None else split_data(data, *ref.held_out, ref.by_magnitude)
             _cache[ref.token] = (data, split)
         return _cache[ref.token]
@@ -342,7 +382,7 @@ def _machine_data(ref: _DataRef) -> Data:
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isdir(path):
-            data = build_data(ref.source, ref.by_magnitude)
+            data = build_data(ref.source, ref.by_magnitude, ref.rescale)
             partial = f"{path}.partial-{os.getpid()}"
             shutil.rmtree(partial, ignore_errors=True)
             os.makedirs(partial)
@@ -520,7 +560,10 @@ def solve_group(
     data: Data, lo: int, hi: int, p: PPDSparseParams, n_rows: int, split: Split | None = None
 ) -> GroupResult:
     """Algorithm 1 for classes lo … hi−1, sharing one set of scratch arrays; weights by the
-    store's feature ids. split: the held-out split of `data` (split_data) that lam auto needs."""
+    store's feature ids and values: on rows divided by c = data.scale[0] (data_scale), the
+    solution w' at lam'_k is w'/c, reported with lam_k = c·lam'_k (the store's scale), its
+    objective and G(α) unchanged (F_k of the store's rows with ℓ2 weight tau·c² on w, tau on
+    the bias). split: the held-out split of `data` (split_data) that lam auto needs."""
     work = make_work(n_rows, data.col_map.size)
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
     if p.lam == "auto":
@@ -546,9 +589,9 @@ def solve_group(
         i = data.col_map[i]
         order = np.argsort(i)
         idx.append(i[order])
-        val.append(v[order])
+        val.append(v[order] / data.scale[0])
         bias[k - lo] = b
-        stats[k - lo] = (it, n_active, n_alpha, conv, dual, lam)
+        stats[k - lo] = (it, n_active, n_alpha, conv, dual, lam * data.scale[0])
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
     return GroupResult(indptr, np.concatenate(idx).astype(np.int64), np.concatenate(val), bias, stats, objective)
 
@@ -558,6 +601,12 @@ def _group_task(g: int, ref: _DataRef, groups: list[tuple[int, int]], params: di
     return solve_group(data, *groups[g], PPDSparseParams(**params), ref.source.n_rows, split)
 
 
+def _rescaled(p: PPDSparseParams) -> bool:
+    """Whether the rows are solved divided by data_scale: for every lam that is not a number
+    (a number fixes the problem: lam and tau on the store's values, the bias feature 1)."""
+    return not isinstance(p.lam, float)
+
+
 def _held_out(p: PPDSparseParams) -> tuple[float, int] | None:
     """split_data's (share, seed) for lam auto, else None."""
     return (p.held_out, p.random_state) if p.lam == "auto" else None
@@ -565,7 +614,7 @@ def _held_out(p: PPDSparseParams) -> tuple[float, int] | None:
 
 def _training(source: ChunkSource, p: PPDSparseParams) -> tuple[Data, Split | None]:
     """The training matrix of `source` and lam auto's split of it, built in this process."""
-    data = build_data(source, p.x_threshold > 0)
+    data = build_data(source, p.x_threshold > 0, _rescaled(p))
     held_out = _held_out(p)
     return data, None if held_out is None else split_data(data, *held_out, p.x_threshold > 0)
 
@@ -590,7 +639,7 @@ def _finished_groups(
         return Unordered(
             _solved_by_threads(source, p, groups, todo, pending), lambda: bool(pending) and pending[0][1].done()
         )
-    ref = _DataRef(source, token, p.x_threshold > 0, _held_out(p))
+    ref = _DataRef(source, token, p.x_threshold > 0, _rescaled(p), _held_out(p))
     return engine.imap_unordered(
         _group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups, params=p.model_dump()
     )

@@ -52,8 +52,10 @@ ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
 # when x_threshold > 0, else rows ascending), the positive samples of every class (CSC of the
 # label indicator), and col_map: the kernels' feature j is the store's feature col_map[j] (the
-# features that occur, most frequent first, so the hot part of v is small and contiguous).
-Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows col_map")
+# features that occur, most frequent first, so the hot part of v is small and contiguous), and
+# scale (1,): the values are the store's divided by scale[0] (a power of two, ppdsparse.data_scale;
+# the kernels never read it).
+Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows col_map scale")
 
 # Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
 # duals / labels / marks, the active set, the search scores and the (sparsified) support of w.

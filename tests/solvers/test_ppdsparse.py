@@ -73,14 +73,14 @@ def assert_logged_objective(log, X, labels, model, lam, tau, loss="squared_hinge
     assert log.records[-1]["objective"] == pytest.approx(objective(X, Ys, W, b, lam, tau, loss).sum(), rel=1e-12)
 
 
-def kkt_violation(X, Ys, W, b, lam, tau):
+def kkt_violation(X, Ys, W, b, lam, tau, tau_bias=None):
     """Largest violation of the optimality conditions of the squared-hinge elastic net, per
-    class: g = ∇ of the smooth part; w_j ≠ 0 needs g_j + lam·sign(w_j) = 0, w_j = 0 needs
-    |g_j| ≤ lam, and the bias g_b = 0."""
+    class: g = ∇ of the smooth part (ℓ2 weight tau on w, tau_bias on b, default tau); w_j ≠ 0
+    needs g_j + lam·sign(w_j) = 0, w_j = 0 needs |g_j| ≤ lam, and the bias g_b = 0."""
     n = X.shape[0]
     slack = np.maximum(0.0, 1.0 - Ys * (X @ W + b))
     G = tau * W - np.asarray(X.T @ (Ys * slack)) / n
-    gb = tau * b - (Ys * slack).sum(0) / n
+    gb = (tau if tau_bias is None else tau_bias) * b - (Ys * slack).sum(0) / n
     viol = np.where(W != 0, np.abs(G + lam * np.sign(W)), np.maximum(np.abs(G) - lam, 0.0))
     return np.maximum(viol.max(0), np.abs(gb))
 
@@ -263,6 +263,32 @@ def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(r
     twice = sp.vstack([labels, labels]) if sp.issparse(labels) else np.tile(labels, 2)
     doubled = pp.build_data(InMemoryStore(sp.vstack([X, X], format="csr"), twice, range(n_classes)))
     np.testing.assert_allclose(pp.scaled_lams(doubled, 0, n_classes, 2e-3), expected / np.sqrt(2), rtol=1e-12)
+
+
+def test_rows_far_from_unit_norm_are_solved_rescaled(digits):
+    """lam not a number: rows of mean norm s > 16 are solved divided by the power of two c that
+    brings s into (8, 16] (data_scale), so rows 64 times those of a set with s ≈ 15.5 give its
+    model with coef_/64, bitwise, and lam_k 64 times its; those weights meet the optimality
+    conditions (written here) of the store's rows with ℓ2 weight tau·64² on w and tau on the
+    bias (a bias feature of value 64). Before, such rows were solved as they are: a nearly hard
+    margin, whose dual crawled (pendigits, docs/benchmarks.md)."""
+    X, y = digits
+    X = 4 * X
+    s = float(np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean())
+    assert 8 < s <= 16 and pp.data_scale(s) == 1.0 and pp.data_scale(64 * s) == 64.0
+    assert pp.data_scale(1.0) == 1.0 and pp.data_scale(0.0) == 1.0 and pp.data_scale(1e-3) == 1 / 64
+    tau = 1e-3
+    base, _ = fit(InMemoryStore(X, y, range(10)), tau=tau, **TIGHT)
+    big, _ = fit(InMemoryStore(64 * X, y, range(10)), tau=tau, **TIGHT)
+    assert (big.coef_ != base.coef_ / 64).nnz == 0 and big.coef_.nnz > 0
+    np.testing.assert_array_equal(big.intercept_, base.intercept_)
+    assert [big.info["lam_min"], big.info["lam_max"]] == [64 * base.info["lam_min"], 64 * base.info["lam_max"]]
+    n = X.shape[0]
+    Ys = signs(y, 10)
+    lams = 1e-3 * np.maximum(1.0, 2 * Ys.std(axis=0)) * 64 * s / np.sqrt(n)
+    W, b = dense_weights(big)
+    assert kkt_violation(64 * X, Ys, W, b, lams, tau * 64**2, tau_bias=tau).max() < 1e-6 * 64
+    assert kkt_violation(64 * X, Ys, W, b, lams, tau).max() > 1e-3  # not the problem of the rows as they are
 
 
 def test_lam_scale_same_model_on_any_workers_and_chunking(digits, tmp_path, local_engine):
@@ -520,7 +546,7 @@ def test_local_curvature_step_never_increases_the_dual():
     X = sp.random(n, d, density=0.4, random_state=6, format="csr") * 2.0
     y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
     Xh = sp.hstack([X, np.ones((n, 1))]).toarray() * y[:, None]
-    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, None, None, None, None, None, None, None)
+    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, *[None] * 8)
 
     def G(alpha):  # squared hinge: c = 1, U = ∞
         v = Xh.T @ alpha
@@ -869,7 +895,7 @@ def test_training_matrix_is_built_once_per_machine_and_mapped(digits, tmp_path, 
     builds = []
     monkeypatch.setattr(pp, "build_data", lambda *a: builds.append(1) or built)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    ref = pp._DataRef(source, "run-0", False, None)
+    ref = pp._DataRef(source, "run-0", False, False, None)
     first, second = pp._machine_data(ref), pp._machine_data(ref)
     assert builds == [1]
     for name in pp.Data._fields:
