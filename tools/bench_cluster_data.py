@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -170,24 +171,37 @@ def _warm() -> None:
     store._backend("zarr")
 
 
+@contextlib.contextmanager
+def warm_cluster(n: int):
+    """The scheduler address of a LocalCluster of n single-threaded worker processes, each warmed
+    by _warm (None for n = 0: ingest in this process); this process is warmed too. Closed on exit."""
+    from distributed import Client, LocalCluster
+
+    cluster = client = None
+    try:
+        if n:
+            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
+            client = Client(cluster)
+            client.run(_warm)
+        _warm()
+        yield cluster.scheduler_address if cluster else None
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+
+
 def ingest_throughput(inputs: dict, targets: list[str], workers: list[int], s3) -> list[dict]:
     """Seconds of each input x target x N ingest (the Python API; N >= 1 on a warmed
     LocalCluster, its start apart), with the store's rows, records read and chunk digests."""
-    from distributed import Client, LocalCluster
-
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions, ingest
     from streamfit.store import open_store
 
     results = []
     for n in workers:
-        cluster = client = None
-        try:
-            if n:
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
-                client = Client(cluster)
-                client.run(_warm)
-            _warm()
+        with warm_cluster(n) as scheduler:
             for name, (paths, options, size) in inputs.items():
                 for target in targets:
                     root = f"s3://{BUCKET}/ingest" if target == "s3" else os.path.dirname(paths["local"])
@@ -198,7 +212,7 @@ def ingest_throughput(inputs: dict, targets: list[str], workers: list[int], s3) 
                         hashing=HashingConfig(n_features=2**16),
                         overwrite=True,
                         progress=False,
-                        scheduler=cluster.scheduler_address if cluster else None,
+                        scheduler=scheduler,
                         **options,
                     )
                     t = time.perf_counter()
@@ -210,11 +224,6 @@ def ingest_throughput(inputs: dict, targets: list[str], workers: list[int], s3) 
                         {"input": name, "target": target, "workers": n, "seconds": seconds, "mb": size / 2**20}
                         | {"records": report.read, "rows": m.n_rows, "digests": digests}
                     )
-        finally:
-            if client is not None:
-                client.close()
-            if cluster is not None:
-                cluster.close()
     return results
 
 

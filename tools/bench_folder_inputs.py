@@ -35,6 +35,8 @@ import tempfile
 import time
 import zipfile
 
+from bench_cluster_data import warm_cluster
+
 BUCKET = "streamfit-bench-folders"
 NEWSGROUPS = os.path.join(
     os.path.dirname(__file__), "..", "..", "shared", "data", "20newsgroups", "20news-bydate.tar.gz"
@@ -106,31 +108,14 @@ def make_zip(folder: str, path: str) -> None:
                 zf.write(os.path.join(folder, group, name), f"{group}/{name}")
 
 
-def _warm() -> None:
-    """Import the ingest path and the store backend, compile the hashing kernels (a worker's start)."""
-    from streamfit.ingest.hashing import FeatureHasher, HashingConfig
-    from streamfit.store import store
-
-    FeatureHasher(HashingConfig(n_features=2**16)).transform_text(["warm up"])
-    store._backend("zarr")
-
-
 def run(inputs: dict[str, str], workers: list[int], work: str, counts: RequestCounts) -> list[dict]:
-    from distributed import Client, LocalCluster
-
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions, ingest
     from streamfit.store import open_store
 
     results = []
     for n in workers:
-        cluster = client = None
-        try:
-            if n:
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=":0")
-                client = Client(cluster)
-                client.run(_warm)
-            _warm()
+        with warm_cluster(n) as scheduler:
             for name, source in inputs.items():
                 out = os.path.join(work, f"{name.replace(' ', '-')}-{n}.zarr")
                 o = IngestOptions(
@@ -140,7 +125,7 @@ def run(inputs: dict[str, str], workers: list[int], work: str, counts: RequestCo
                     source_options={"encoding": "latin-1"},
                     overwrite=True,
                     progress=False,
-                    scheduler=cluster.scheduler_address if cluster else None,
+                    scheduler=scheduler,
                 )
                 counts.since()
                 t = time.perf_counter()
@@ -154,11 +139,6 @@ def run(inputs: dict[str, str], workers: list[int], work: str, counts: RequestCo
                     | {"requests": requests, "digests": [c.sha256 for c in m.chunks] + m.classes}
                 )
                 shutil.rmtree(out, ignore_errors=True)
-        finally:
-            if client is not None:
-                client.close()
-            if cluster is not None:
-                cluster.close()
     return results
 
 
