@@ -698,9 +698,9 @@ class PPDSparseClassifier(_SolverClassifier):
 
     @property
     def n_iter_(self) -> int:
-        """Outer iterations of the class group that took most (each group stops after at most max_iter)."""
-        self._fitted_model()
-        return max((int(r.get("iterations", 0)) for r in self.history_), default=0)
+        """Outer iterations (Algorithm 1) of the class that took most (each stops after at most max_iter),
+        as LinearSVC's n_iter_."""
+        return int(self._fitted_model().info["max_iterations"])
 
 
 class BCDClassifier(_SolverClassifier):

@@ -41,7 +41,8 @@ with the same stopping test; primal_ratio=0 keeps the paper's dual Algorithm 1 t
 kernels are in ppdsparse_kernels.py; docs/architecture.md (ppdsparse) has the design.
 
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
-cut depends only on K and the parameters). One step of the solver protocol is one finished
+cut depends only on K, n and the parameters; by default about 64 groups, but one group for a
+small set: default_group_size). One step of the solver protocol is one finished
 group: the groups run in process (`threads` threads sharing one copy of the data) or as Dask
 tasks submitted largest first (Engine.imap_unordered, results as they finish), and each step
 takes the next finished group's weights into the state. Each worker process builds the training
@@ -97,6 +98,7 @@ from streamfit.store import ChunkSource
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUPS = 64  # group_size=None: about this many class groups (docs/architecture.md, ppdsparse)
+MIN_GROUP_WORK = 2**15  # group_size=None: a group holds at least this many rows × classes (default_group_size)
 LABEL_STD_FLOOR = 0.5  # lam scale: classes whose ±1 labels' std is above this get a larger weight (scaled_lams)
 AUTO_FIRST_RATIO = 0.1  # lam auto: the path's largest lam/λmax_k after 1 (the empty model, closed form)
 AUTO_MIN_RATIO = 1e-4  # lam auto: the path's smallest lam/λmax_k
@@ -171,7 +173,8 @@ class PPDSparseParams(SolverParams):
     group_size: int | None = Field(
         None,
         ge=1,
-        description=f"classes per Dask task; None = about {DEFAULT_GROUPS} groups",
+        description=f"classes per step (a Dask task, a thread's share); None = about {DEFAULT_GROUPS} groups, "
+        f"but at least {MIN_GROUP_WORK} rows × classes a group (one group for a small set) and at least `threads` groups",
         json_schema_extra={"affects_model": False},
     )
     threads: int = Field(
@@ -793,18 +796,18 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         self._engine: Engine | None = None  # what _running runs on
         self._token = ""  # names the training matrix the workers of _running share (_machine_data)
 
-    def group_size(self, n_classes: int) -> int:
-        return self.params.group_size or max(1, -(-n_classes // DEFAULT_GROUPS))
+    def group_size(self, n_classes: int, n_rows: int) -> int:
+        return self.params.group_size or default_group_size(n_classes, n_rows, self.params.threads)
 
     def init(self, ctx: Context) -> PPDSparseState:
         self._stop_running()
         K = ctx.source.n_classes
-        return PPDSparseState(n_classes=K, group_size=self.group_size(K))
+        return PPDSparseState(n_classes=K, group_size=self.group_size(K, ctx.source.n_rows))
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
         """The finished groups are indices of the checkpoint's cut: a resume must cut the same way."""
         self._stop_running()
-        size = self.group_size(ctx.source.n_classes)
+        size = self.group_size(ctx.source.n_classes, ctx.source.n_rows)
         if state.group_size != size:
             where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
             raise ConfigError(
@@ -886,8 +889,9 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     def to_model(self, ctx: Context, state: PPDSparseState) -> PPDSparseModel:
         """W of the finished classes (the others all zero) as K × d CSR; info: groups_finished,
-        groups, nnz, mean_active (over the finished classes), not_converged, lam_min and lam_max
-        (the smallest and largest per-class ℓ1 weight lam_k used), converged."""
+        groups, nnz, mean_active (over the finished classes), max_iterations (Algorithm 1's iterations
+        of the class that took most), not_converged, lam_min and lam_max (the smallest and largest
+        per-class ℓ1 weight lam_k used), converged."""
         K, d = state.n_classes, ctx.source.n_features
         groups = state.groups()
         counts = np.zeros(K, np.int64)
@@ -906,6 +910,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             "groups": len(groups),
             "nnz": int(coef.nnz),
             "mean_active": float(stats[:, 1].mean()) if len(stats) else 0.0,
+            "max_iterations": int(stats[:, 0].max()) if len(stats) else 0,
             "not_converged": int((stats[:, 3] == 0).sum()),
             "lam_min": float(stats[:, 5].min()) if len(stats) else 0.0,
             "lam_max": float(stats[:, 5].max()) if len(stats) else 0.0,
@@ -921,6 +926,20 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             params=self.params.model_dump(),
             info=info,
         )
+
+
+def default_group_size(n_classes: int, n_rows: int, threads: int) -> int:
+    """group_size None: classes per group for K = n_classes classes of n_rows rows. About
+    DEFAULT_GROUPS groups (⌈K/64⌉ classes each), so many Dask workers share the classes, but at
+    least ⌈MIN_GROUP_WORK/n_rows⌉ classes a group, so that a small job is a few steps: each step
+    costs the driver a metrics line (synced to disk), perhaps a checkpoint, and on Dask a task,
+    which next to a small set's classes (about 10 ms each at 1455 rows: sector-23 took 23 steps
+    for 0.25 s of solving) are most of its time (docs/benchmarks.md, session 14); yet no fewer
+    than `threads` groups (the in-process threads share the groups, ⌈K/threads⌉ classes each).
+    A function of the store's shape and the parameters: the same cut on every resume."""
+    by_count = -(-n_classes // DEFAULT_GROUPS)
+    by_work = min(-(-MIN_GROUP_WORK // max(n_rows, 1)), -(-n_classes // threads))
+    return max(1, by_count, by_work)
 
 
 def summed_objective(state: PPDSparseState) -> float:

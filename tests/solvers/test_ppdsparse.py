@@ -723,7 +723,7 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     X, y = digits
     source = InMemoryStore(X, y, [str(c) for c in range(10)])
     with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
-        model, log = fit(source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2)
+        model, log = fit(source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2, group_size=1)
     assert model.info["converged"] is False and model.info["not_converged"] > 5
     assert sum(r["not_converged"] for r in log.records) == model.info["not_converged"]
     assert_logged_objective(log, X, y, model, 1e-3, 1e-3)  # the primal value, above the dual short of the optimum
@@ -739,7 +739,7 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     caplog.clear()
     with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
         model, _ = fit(source, lam=1e-3, tau=1e-3)
-        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after=1)
+        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after=1, group_size=1)
     assert model.info["converged"] is True and model.info["not_converged"] == 0
     assert partial.info["converged"] is False  # not all classes trained
     assert not [r for r in caplog.records if r.name == "streamfit.solvers.driver"]
@@ -752,7 +752,8 @@ def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch
     store = write_store(tmp_path / "store", X, y, [str(c) for c in range(10)], chunk_rows=256)
     params = {"lam": 1e-3, "tau": 1e-3, "kappa": 20, "delta": 0.5}
     run = str(tmp_path / "run")
-    fit(store, run, stop_after=3, **params)  # 10 classes: one per group by default
+    monkeypatch.setattr(pp, "MIN_GROUP_WORK", 1)  # the default cut by count alone: one class per group
+    fit(store, run, stop_after=3, **params)
     monkeypatch.setattr(pp, "DEFAULT_GROUPS", 4)  # a default that would cut groups of 3
     with pytest.raises(ConfigError, match="resume with -p group_size=1"):
         fit(store, run, resume=True, **params)
@@ -760,6 +761,26 @@ def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch
     full, _ = fit(store, None, **params)
     assert (full.coef_ != resumed.coef_).nnz == 0
     np.testing.assert_array_equal(full.intercept_, resumed.intercept_)
+
+
+def test_default_cut_gives_small_jobs_few_groups(digits):
+    """group_size None: about DEFAULT_GROUPS groups, but at least MIN_GROUP_WORK rows × classes a
+    group and at least `threads` groups; a small set is one step, with the model of one class
+    per group."""
+    assert pp.default_group_size(23, 1455, 1) == 23  # sector-23: one group (was 23)
+    assert pp.default_group_size(23, 1455, 4) == 6  # 4 threads: 4 groups
+    assert pp.default_group_size(105, 6412, 1) == 6  # sector: 18 groups (was 105)
+    assert pp.default_group_size(983, 12920, 1) == 16  # delicious: by count, as before
+    assert pp.default_group_size(20, 10**6, 1) == 1
+    X, y = digits
+    source = InMemoryStore(X, y, [str(c) for c in range(10)])
+    model, log = fit(source, lam=1e-3, tau=1e-3)
+    assert [r["classes"] for r in log.records] == [[0, 10]]  # 600 rows × 10 classes: one step
+    per_class, log1 = fit(source, lam=1e-3, tau=1e-3, group_size=1)
+    assert len(log1.records) == 10
+    assert (model.coef_ != per_class.coef_).nnz == 0
+    np.testing.assert_array_equal(model.intercept_, per_class.intercept_)
+    assert log.records[-1]["objective"] == log1.records[-1]["objective"]
 
 
 def test_model_topk_and_save_load(digits, tmp_path, monkeypatch):
@@ -850,7 +871,7 @@ def test_estimator(multilabel):
     predicted = ml.predict(Xm)
     np.testing.assert_array_equal(predicted, (Xm @ model.coef_.T + model.intercept_ > 0).astype(predicted.dtype))
     assert ml.score(Xm, Y) == np.mean((predicted == Y.toarray()).all(axis=1))
-    assert len(ml.history_) == len(log.records) == 6
+    assert len(ml.history_) == len(log.records) == 1  # 400 rows × 6 labels: one group (default_group_size)
 
 
 def test_saves_wait_while_finished_groups_wait():
