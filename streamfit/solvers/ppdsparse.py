@@ -938,7 +938,8 @@ def default_group_size(n_classes: int, n_rows: int, threads: int) -> int:
     which next to a small set's classes (about 10 ms each at 1455 rows: sector-23 took 23 steps
     for 0.25 s of solving) are most of its time (docs/benchmarks.md, session 14); yet no fewer
     than `threads` groups (the in-process threads share the groups, ⌈K/threads⌉ classes each).
-    A function of the store's shape and the parameters: the same cut on every resume."""
+    A function of the store's shape and the parameters: the same cut on every resume with the same
+    `threads` (with others, check_resume names the group_size to resume with)."""
     by_count = -(-n_classes // DEFAULT_GROUPS)
     by_work = min(-(-MIN_GROUP_WORK // max(n_rows, 1)), -(-n_classes // threads))
     return max(1, by_count, by_work)
