@@ -807,9 +807,12 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         return PPDSparseState(n_classes=K, group_size=self.group_size(K, ctx.source.n_rows))
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
-        """The finished groups are indices of the checkpoint's cut: a resume must cut the same way."""
+        """The finished groups are indices of the checkpoint's cut: a resume keeps it (group_size
+        None) or must ask for the same one."""
         self._stop_running()
-        size = self.group_size(ctx.source.n_classes, ctx.source.n_rows)
+        if self.params.group_size is None:
+            return  # the default cut never enters the model: the checkpoint's cut goes on
+        size = self.params.group_size
         if state.group_size != size:
             where = os.path.dirname(ctx.chunk_state.root) if ctx.chunk_state.root else "the in-memory checkpoint"
             raise ConfigError(
@@ -939,7 +942,7 @@ def default_group_size(n_classes: int, n_rows: int, threads: int) -> int:
     for 0.25 s of solving) are most of its time (docs/benchmarks.md, session 14); yet no fewer
     than `threads` groups (the in-process threads share the groups, ⌈K/threads⌉ classes each).
     A function of the store's shape and the parameters: the same cut on every resume with the same
-    `threads` (with others, check_resume names the group_size to resume with)."""
+    `threads`; a resume keeps its checkpoint's cut (check_resume)."""
     by_count = -(-n_classes // DEFAULT_GROUPS)
     by_work = min(-(-MIN_GROUP_WORK // max(n_rows, 1)), -(-n_classes // threads))
     return max(1, by_count, by_work)

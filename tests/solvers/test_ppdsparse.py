@@ -745,9 +745,10 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     assert not [r for r in caplog.records if r.name == "streamfit.solvers.driver"]
 
 
-def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch):
-    """group_size does not change the model, so it is not part of the checkpointed settings; a
-    resume must still cut the classes as the checkpoint did (its finished groups are indices)."""
+def test_resume_keeps_the_checkpoints_group_cut(digits, tmp_path, monkeypatch):
+    """group_size does not change the model, so it is not part of the checkpointed settings; its
+    finished groups are indices of the checkpoint's cut, so a default resume keeps that cut even
+    where the default would now cut otherwise, and an explicit other group_size is refused."""
     X, y = digits
     store = write_store(tmp_path / "store", X, y, [str(c) for c in range(10)], chunk_rows=256)
     params = {"lam": 1e-3, "tau": 1e-3, "kappa": 20, "delta": 0.5}
@@ -756,8 +757,8 @@ def test_resume_under_another_group_cut_is_refused(digits, tmp_path, monkeypatch
     fit(store, run, stop_after=3, **params)
     monkeypatch.setattr(pp, "DEFAULT_GROUPS", 4)  # a default that would cut groups of 3
     with pytest.raises(ConfigError, match="resume with -p group_size=1"):
-        fit(store, run, resume=True, **params)
-    resumed, _ = fit(store, run, resume=True, **{**params, "group_size": 1})
+        fit(store, run, resume=True, **{**params, "group_size": 3})
+    resumed, _ = fit(store, run, resume=True, **params)
     full, _ = fit(store, None, **params)
     assert (full.coef_ != resumed.coef_).nnz == 0
     np.testing.assert_array_equal(full.intercept_, resumed.intercept_)
