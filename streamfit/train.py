@@ -18,7 +18,6 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.config import parse_checkpoint_interval
