@@ -80,7 +80,11 @@ def profile(src: str | None, pipeline: str, timer: str) -> dict[str, float]:
         env["PYTHONPATH"] = os.path.abspath(src)
     code = CHILD.format(PARTS=PARTS)
     out = subprocess.run(
-        [sys.executable, "-c", code, timer, pipeline], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
+        [sys.executable, "-c", code, timer, pipeline],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
     )
     if out.returncode:
         sys.exit(f"the profiled job failed ({src or 'installed package'}):\n{out.stderr}")
