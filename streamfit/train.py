@@ -18,8 +18,6 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-import psutil
-
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.config import parse_checkpoint_interval
@@ -221,6 +219,8 @@ def _check_feature_memory(store, solver: str) -> None:
     per-class vectors). A store's width is its largest column + 1, so one stray large --no-hash
     index must end in this message, not in the OOM killer. The bound is a lower one: a run it
     lets through may still need more."""
+    import psutil  # only this check needs it (its import is 20-60 ms)
+
     dense = get_solver(solver).dense_weights
     need = 8 * store.n_features * (store.n_classes if dense else 1)
     available = psutil.virtual_memory().available

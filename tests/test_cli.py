@@ -805,7 +805,17 @@ def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_comman
     import subprocess
     import sys
 
-    heavy = ["dask", "distributed", "zarr", "pyarrow", "h5py", "numba", "streamfit.solvers", "streamfit.estimators"]
+    heavy = [
+        "dask",
+        "distributed",
+        "zarr",
+        "pyarrow",
+        "h5py",
+        "numba",
+        "psutil",
+        "streamfit.solvers",
+        "streamfit.estimators",
+    ]
     for command in ("import streamfit.cli", "import streamfit.cli; streamfit.cli.main(['--help'])"):
         code = (
             f"import atexit, sys; atexit.register(lambda: print([m for m in {heavy!r} if m in sys.modules]))\n"
@@ -814,6 +824,29 @@ def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_comman
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip().splitlines()[-1] == "[]", command
+
+
+@pytest.mark.slow
+def test_a_small_job_in_process_imports_no_cluster_and_only_its_solver(stores, tmp_path):
+    """A small train and evaluate run in process (engine auto): Dask, its scheduler and the other
+    solvers are never imported (their imports cost a second or more of a small job)."""
+    import subprocess
+    import sys
+
+    unused = ["dask", "distributed", "bokeh", "tornado", "pyarrow", "streamfit.solvers.bcd", "streamfit.solvers.fbpd"]
+    train = ["-q", "train", str(stores / "train.zarr"), "--solver", "ppdsparse", "--out", str(tmp_path / "r")]
+    evaluate = ["-q", "evaluate", str(tmp_path / "r"), str(stores / "test.zarr"), "--json"]
+    code = (
+        "import sys, streamfit.cli\n"
+        f"for args in ({train!r}, {evaluate!r}):\n    streamfit.cli.main(args, standalone_mode=False)\n"
+        f"print([m for m in {unused!r} if m in sys.modules], 'streamfit.solvers.ppdsparse' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()  # train's one line, evaluate's JSON, the imports
+    assert lines[0].startswith("model written to") and lines[-1] == "[] True", result.stdout
+    assert json.loads("\n".join(lines[1:-1]))["accuracy"] > 0.9
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["engine"] == "inprocess"
 
 
 @pytest.fixture(scope="module")

@@ -58,13 +58,13 @@ def _full_disk(monkeypatch, fails):
     real = streamfit.storage.write_new_file
     failed = []
 
-    def write_bytes(path, data):
+    def write_bytes(path, data, **sync):
         if fails(path):
             failed.append(path)
             with open(path, "wb") as f:
                 f.write(data[: len(data) // 2])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, data)
+        real(path, data, **sync)
 
     for module in WRITERS:
         monkeypatch.setattr(module, "write_new_file", write_bytes)
@@ -88,10 +88,10 @@ def reference(digits_cli_store, tmp_path_factory):
     steps = []
     real = streamfit.storage.write_new_file
 
-    def record(path, data):
+    def record(path, data, **sync):
         if path.endswith("arrays.npz") and "step-" in path:
             steps.append(int(os.path.basename(os.path.dirname(path)).split("-")[1].split(".")[0]))
-        real(path, data)
+        real(path, data, **sync)
 
     with pytest.MonkeyPatch.context() as mp:
         for module in WRITERS:

@@ -81,6 +81,30 @@ def test_a_url_whose_package_is_missing_is_one_error_line_and_nothing_is_written
     assert storage.public("ftp://user:secret@host/data.jsonl") == "ftp://host/data.jsonl"  # what is recorded
 
 
+def test_a_local_commit_syncs_every_file_and_folder_of_the_attempt_before_the_rename(tmp_path, monkeypatch):
+    """The store's own files and Zarr's (chunks and their metadata) all reach the disk before the
+    store appears under its name, then the rename itself (its parent folder's sync)."""
+    import scipy.sparse as sp
+
+    synced = []
+    real = storage.fsync_path
+
+    def record(path):
+        synced.append((path, os.path.exists(tmp_path / "s.zarr")))
+        real(path)
+
+    monkeypatch.setattr(storage, "fsync_path", record)
+    writer = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=2)
+    writer.write_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.array([0, 1, 0]))
+    writer.close(n_features=3, classes=["a", "b"])
+    partial = str(tmp_path / "s.zarr.partial")
+    final = str(tmp_path / "s.zarr")
+    tree = {top for top, _, _ in os.walk(final)} | {os.path.join(top, f) for top, _, fs in os.walk(final) for f in fs}
+    before = {path.replace(partial, final, 1) for path, target_exists in synced if not target_exists}
+    assert len(tree) > 10 and before == tree  # chunk files among them: zarr writes those itself
+    assert synced[-1] == (str(tmp_path), True)
+
+
 def test_commit_protocol_on_an_object_store():
     """memory:// has no rename: an attempt is invisible until COMMITTED names it, a later commit
     replaces it and collects every other attempt, and a store whose writer stopped before its

@@ -190,9 +190,11 @@ def test_a_run_resumed_after_a_time_limit_ends_with_the_same_model_bytes_and_one
 def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start(
     digits_store, tmp_path, monkeypatch, solver, available, refused
 ):
+    import psutil
+
     import streamfit.train as train_module
 
-    monkeypatch.setattr(train_module.psutil, "virtual_memory", lambda: type("Memory", (), {"available": available})())
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": available})())
     if not refused:
         train_module._check_feature_memory(open_store(digits_store), solver)
         return

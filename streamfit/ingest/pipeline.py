@@ -27,7 +27,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
-import psutil
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
@@ -750,6 +749,8 @@ def _check_idf_memory(n_features: int) -> None:
     """StreamfitError when the dense per-column arrays of --idf (IDF_BYTES_PER_FEATURE × n_features)
     exceed the memory available now: a width from one stray large --no-hash index must not
     exhaust the machine."""
+    import psutil  # only this check needs it (its import is 20-60 ms)
+
     need = IDF_BYTES_PER_FEATURE * n_features
     available = psutil.virtual_memory().available
     if need > available:

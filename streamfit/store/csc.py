@@ -19,7 +19,7 @@ import zarr
 from tqdm.auto import tqdm
 
 from streamfit.errors import StoreError, output_error
-from streamfit.storage import fsync_dir, is_url, resolve
+from streamfit.storage import fsync_path, is_url, resolve
 from streamfit.store.format import MANIFEST, csc_block_digest
 from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
 
@@ -191,7 +191,7 @@ def build_csc(
             X = sp.csc_matrix((data, indices, indptr), shape=shape)
             blocks.append({"id": b, "col_start": lo, "col_stop": hi, "nnz": int(X.nnz), "sha256": csc_block_digest(X)})
         shutil.rmtree(spill.root)
-        fsync_dir(partial)
+        fsync_path(partial)
         manifest = store.manifest
         manifest_path = os.path.join(root, MANIFEST)
         if manifest.csc is not None:  # unlist the old copy before replacing it
@@ -200,7 +200,7 @@ def build_csc(
         if os.path.exists(final):
             os.replace(final, old)
         os.replace(partial, final)
-        fsync_dir(root)
+        fsync_path(root)
         manifest.csc = {"block_features": bf, "blocks": blocks}
         resolve(manifest_path).write_bytes(manifest.to_json().encode())
     except OSError as e:  # disk full, read-only, ...: the store is left as it was

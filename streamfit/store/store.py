@@ -663,7 +663,9 @@ class StoreWriter:
                 raise output_error(self.tmp, e) from e
             self._lock = lock_dir(self.tmp)  # released when the store is complete, or by the kernel if we die
             token = secrets.token_hex(8)
-            storage.write_new_file(os.path.join(self.tmp, ATTEMPT_FILE), token.encode())
+            storage.write_new_file(
+                os.path.join(self.tmp, ATTEMPT_FILE), token.encode(), sync=False
+            )  # synced at the publish
         # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
         self.attempt = storage.begin(self.location, clear=False)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url

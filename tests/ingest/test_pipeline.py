@@ -492,11 +492,11 @@ def test_l2_normalize_without_n_features_stays_small(tmp_path, cli):
 
 
 def test_idf_beyond_the_memory_available_is_refused(tmp_path, monkeypatch):
-    from streamfit.ingest import pipeline
+    import psutil
 
     path = tmp_path / "wide.svm"
     path.write_text("1 1:1 2147483647:2\n0 2:1\n")
-    monkeypatch.setattr(pipeline.psutil, "virtual_memory", lambda: type("Memory", (), {"available": 2**30})())
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 2**30})())
     with pytest.raises(
         StreamfitError, match=r"--idf over 2147483647 feature columns needs 64 GiB, more than the 1 GiB"
     ):

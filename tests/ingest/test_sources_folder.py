@@ -365,6 +365,23 @@ def test_a_document_over_max_record_bytes_is_a_bad_record(read, tmp_path):
     assert policy.n_skipped == 1
 
 
+def test_a_document_that_grows_while_it_is_read_is_read_on_to_one_byte_over_the_bound(tmp_path):
+    """The read asks for the size fstat gave plus one byte, then reads on when the file has
+    grown since: the whole grown document within the bound, one byte over it past the bound
+    (a bad record then, as a file found too long)."""
+    root = make_tree(tmp_path / "corpus", GOOD)
+    path = os.path.join(root, "a", "1")
+    for limits, expected in ((ReadLimits(), 11 + 2000), (ReadLimits(record_bytes=1024), 1025)):
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            with open(path, "ab") as grow:
+                grow.write(b"y" * 2000)
+            data = open_source(root, policy=BadRecordPolicy(), limits=limits)._read_open(f, size)
+        assert data == (b"alpha beta\n" + b"y" * 2000)[:expected]
+        with open(path, "wb") as f:
+            f.write(b"alpha beta\n")
+
+
 def test_a_folder_over_max_input_bytes_stops_the_read(tmp_path):
     root = make_tree(tmp_path / "corpus", GOOD)
     limits = ReadLimits(input_bytes=len("alpha beta\n") + 5)

@@ -123,7 +123,7 @@ def _file_kind(mode: int) -> str:
 
 
 def _reading_order(name: str) -> tuple:
-    """The sort key of a path below a directory ('/'-separated) that gives os.walk's order as
+    """The sort key of a path below a directory ('/'-separated) that gives the order in which
     _dir_files reads it: a folder's files (by name) before its sub-folders (by name, each read
     whole in turn)."""
     *folders, file = name.split("/")
@@ -344,21 +344,41 @@ class FolderSource:
                 location = os.path.join(self.local_path, *name.split("/"))
                 yield name.split("/"), location, functools.partial(self._read_file, location), True
             return
-        for name, location, listed in self._dir_entries():
-            yield name.split("/"), location, functools.partial(self._read_file, location), listed
+        for name, location, listed, regular in self._dir_entries():
+            yield name.split("/"), location, functools.partial(self._read_file, location, regular), listed
 
     def _dir_entries(self):
         """(path below the folder, '/'-separated; its location; listed as a file: not a link
-        to a folder) of the local folder's entries, in reading order."""
-        for top, dirs, files in os.walk(self.local_path, onerror=self._walk_error):
-            rel = os.path.relpath(top, self.local_path)
-            parts = [] if rel == os.curdir else rel.split(os.sep)
-            # os.walk does not enter linked folders, and lists them with the folders
-            linked = [d for d in dirs if os.path.islink(os.path.join(top, d))]
-            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in linked)
-            for name in sorted(files + linked):
-                if not name.startswith("."):
-                    yield "/".join(parts + [name]), os.path.join(top, name), name not in linked
+        to a folder; listed as a regular file, not a link) of the local folder's entries, in
+        reading order."""
+        assert self.local_path is not None, "a local folder"
+        yield from self._walk(self.local_path, [])
+
+    def _walk(self, top: str, parts: list[str]):
+        """_dir_entries of the folder `top` (path parts `parts` below the input): its entries
+        that are not folders (links to folders among them, not entered), then its folders,
+        each by name, hidden names left out. One scandir per folder: the entries' types come
+        with the listing (no stat per file)."""
+        try:
+            with os.scandir(top) as listing:
+                entries = [e for e in listing if not e.name.startswith(".")]
+        except OSError as e:
+            raise InputError(e.filename, f"cannot list the folder ({e.strerror or e})") from None
+        folders = []
+        files = []
+        for entry in entries:
+            try:
+                is_folder = entry.is_dir()  # a link to a folder too
+            except OSError:
+                is_folder = False
+            if is_folder and not entry.is_symlink():
+                folders.append(entry.name)
+            else:
+                files.append((entry.name, is_folder, entry.is_file(follow_symlinks=False)))
+        for name, linked_folder, regular in sorted(files):
+            yield "/".join(parts + [name]), os.path.join(top, name), not linked_folder, regular
+        for name in sorted(folders):
+            yield from self._walk(os.path.join(top, name), parts + [name])
 
     def _url_listing(self) -> list[tuple[str, int]]:
         """The files below a folder behind a URL as (path below it, size), hidden names left out,
@@ -433,15 +453,14 @@ class FolderSource:
             )
         return data
 
-    @staticmethod
-    def _walk_error(e: OSError):
-        raise InputError(e.filename, f"cannot list the folder ({e.strerror or e})")
-
-    def _read_file(self, location: str) -> bytes:
-        """The bytes of a regular file in the folder (or linked from inside it)."""
+    def _read_file(self, location: str, regular: bool = False) -> bytes:
+        """The bytes of a regular file in the folder (or linked from inside it). regular: the
+        folder's listing showed a regular file, not a link (then only the opened file is
+        checked: a file replaced since by a link is not followed, by anything else than a
+        regular file is a bad record, as when the check comes before the open)."""
         assert self.root is not None, "a local folder"
         try:
-            linked = os.path.islink(location)
+            linked = not regular and os.path.islink(location)
             if linked:
                 target = os.path.realpath(location)
                 if os.path.commonpath([self.root, target]) != self.root:
@@ -451,7 +470,7 @@ class FolderSource:
                     )
                 if not os.path.exists(target):
                     raise _NotADocument(f"a broken link (to {target})", "remove the link or restore its target")
-            mode = os.stat(location).st_mode
+            mode = stat.S_IFREG if regular else os.stat(location).st_mode
             if stat.S_ISDIR(mode) and linked:
                 raise _NotADocument("a link to a folder (links to folders are not followed)", "move the folder here")
             if not stat.S_ISREG(mode):
@@ -465,14 +484,23 @@ class FolderSource:
                     raise _NotADocument(
                         f"{_file_kind(opened.st_mode)}, not a regular file", "documents are regular files"
                     )
-                # a file that grows while it is read is cut at one byte over the bound
-                data = b"" if opened.st_size > self.limits.record_bytes else f.read(self.limits.record_bytes + 1)
+                data = b"" if opened.st_size > self.limits.record_bytes else self._read_open(f, opened.st_size)
         except OSError as e:
             raise InputError(location, f"cannot read the file ({e.strerror or e})") from None
         if opened.st_size > self.limits.record_bytes:
             problem, hint = too_long(self.limits)
             raise _NotADocument(f"the document is {problem}", hint)
         return self._counted(data)
+
+    def _read_open(self, f, size: int) -> bytes:
+        """The bytes of the open file f, which fstat found `size` bytes long: read as `size` + 1
+        bytes (a read of record_bytes + 1 at once would allocate that whole bound for every
+        small document: 64 MiB by default), then on up to record_bytes + 1 if the file has
+        grown since, so a file that grows while it is read is cut at one byte over the bound."""
+        data = f.read(size + 1)
+        if len(data) > size:
+            data += f.read(self.limits.record_bytes + 1 - len(data))
+        return data
 
     def _tar_members(self):
         """(tar, member) of each member of the archive (of self.part), in archive order."""
@@ -527,7 +555,7 @@ class FolderSource:
                 sizes = [info.file_size for info in zf.infolist()]
             return [FolderPart(prefix, lo, hi) for lo, hi in _runs(sizes, part_bytes)]
         if self.local_path is not None:
-            files = [(name, _size(location)) for name, location, _ in self._dir_entries()]
+            files = [(name, _size(location)) for name, location, _, _ in self._dir_entries()]
         else:
             files = self._url_listing()
         runs = _runs([size for _, size in files], part_bytes)
