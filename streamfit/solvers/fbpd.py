@@ -30,8 +30,8 @@ Algorithm 2 (FBPD on (13), the epigraphical splitting of (8)), with ζ ∈ ℝ^L
     x⁺ = prox_{τg}(x − τ Tᵀy),   ζ⁺ = P_{V_η}(ζ − τξ)       (V_η = {Σ_ℓ ζ_ℓ ≤ n·eta})
     (y, ξ) ← (ŷ, ξ̂) − σ P_E(ŷ/σ, ξ̂/σ),  ŷ = y + σT(2x⁺ − x), ξ̂ = ξ + σ(2ζ⁺ − ζ)  (Prop. 3.3)
 
-Scalar steps (preconditioning=false, the mixed norms and Algorithm 2; the default for l1 and l2
-is the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
+Scalar steps (preconditioning=false, the mixed norms, Algorithm 2, and with the default
+preconditioning=auto dense inputs; sparse inputs get the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
 Lanczos iteration on TᵀT
 over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), and τ = ρ/‖T‖,
 σ = 1/(ρ‖T‖). The ratio ρ decides the speed by orders of magnitude: Chambolle–Pock's bound
@@ -70,6 +70,19 @@ few documents moves by τ·(1/n)Σ|u_ℓj| per iteration, orders of magnitude to
 default ρ⁰ = n makes τD_jk the inverse of column (j, k)'s mean entry and nσ/w_ℓ = 1/w_ℓ: both
 steps of the order of one margin. On dense standardized data (wine) it is no faster than the
 scalar step; on text it is (docs/benchmarks.md, "fbpd's defaults on text").
+
+Centered columns (preconditioning=auto on dense inputs: at least DENSE_SHARE = 25 % of the used
+columns' entries non-zero, from the label-sums pass). Scores uᵀW + b = (u − μ)ᵀW + b′ with
+b′ = b + μᵀW and μ the training column means, so (7) and (8) in (W, b′) over the centered
+features are the same problems (g does not involve b). The iteration runs in (W, b′) with the
+operator T′(W, b′) = T(W, b′ − μᵀW) (`_uncentered`: the chunk kernels score with b′ − μᵀW;
+`_centered_adjoint`: T′ᵀa = (GW − μGbᵀ, Gb)), ‖T′‖ by Lanczos and one scalar step; the model
+holds b = b′ − μᵀW. Why: on non-negative columns far from zero mean (pendigits' 0..100) the
+offsets' column of T is nearly parallel to every weight's, and the primal-dual iteration crawls
+along that direction; centered, it does not (pendigits, 250 iterations: objective 0.191 against
+0.281 with diagonal steps, HiGHS' optimum 0.153; letter 0.775 against 0.977). The diagonal
+steps would need ‖u_ℓ − μ‖₁ per row in the kernel; on dense inputs they gained nothing measured
+(docs/benchmarks.md, "fbpd on dense numeric data").
 
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
 (Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
