@@ -439,7 +439,10 @@ def test_help_of_threshold_and_run_reads_true():
     for command in ("train", "predict", "evaluate"):
         help_text = " ".join(run(command, "--help").output.split())
         assert "train saves T in the model, for predict and evaluate" in help_text, command
-        assert "[default: the model's: 0 for margin scores, 0.5 for probability scores]" in help_text, command
+        assert (
+            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows]"
+            in help_text
+        ), command
     assert "ingest (and ingest_test) -> train -> evaluate -> predict" in " ".join(run("run", "--help").output.split())
 
 
@@ -870,7 +873,7 @@ def multilabel_stores(tmp_path_factory):
 @pytest.mark.parametrize(
     "solver, params",
     [
-        ("stagewise", {"link": "identity", "n_passes": 1}),  # probability-like scores: threshold 0.5
+        ("stagewise", {"link": "identity", "n_passes": 1}),  # probabilities: the training micro-F1's threshold
         ("stagewise", {"link": "softmax", "n_passes": 1}),  # per-label logits: threshold 0
         ("bcd", {"max_iter": 30}),
         ("ppdsparse", {}),
@@ -879,7 +882,9 @@ def multilabel_stores(tmp_path_factory):
 def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_path, solver, params):
     """One decision rule per model, stated in model.json: model.predict, `streamfit predict`'s
     predicted sets and `streamfit evaluate`'s micro-F1 (checked by scikit-learn) all apply it;
-    --threshold overrides it for predict and evaluate alike."""
+    --threshold overrides it for predict and evaluate alike. stagewise's identity link saves the
+    threshold of 0.005, 0.01, …, 0.995 with the best micro-F1 on the training rows (scikit-learn's
+    f1_score of each), margins 0."""
     from sklearn.metrics import f1_score
 
     from streamfit.train import train
@@ -887,7 +892,14 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     store, valid = multilabel_stores / "train.zarr", multilabel_stores / "valid.zarr"
     train(str(store), solver, str(tmp_path / "run"), params, n_workers=0, progress=False)
     model = load_model(str(tmp_path / "run"))
-    expected = 0.5 if params.get("link") == "identity" else 0.0
+    expected = 0.0
+    if params.get("link") == "identity":
+        X_train, Y_train = open_store(str(store)).to_scipy()
+        S_train, truth = model.decision_function(X_train), Y_train.toarray().astype(np.int8)
+        grid = np.arange(1, 200) / 200
+        f1 = [f1_score(truth, (S_train > t).astype(np.int8), average="micro", zero_division=0) for t in grid]
+        expected = grid[int(np.argmax(f1))]
+        assert expected != 0.5 and max(f1) > f1_score(truth, (S_train > 0.5).astype(np.int8), average="micro")
     record = json.loads((tmp_path / "run" / "model" / "model.json").read_text())
     assert record["decision"]["threshold"] == model.decision_threshold == expected
     X, Y = open_store(str(valid)).to_scipy()
@@ -914,10 +926,11 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     if solver == "stagewise" and params["link"] == "identity":
         from streamfit import StagewiseLSClassifier
 
-        clf = StagewiseLSClassifier(n_passes=1, random_state=0).fit(X, Y)
+        clf = StagewiseLSClassifier(n_passes=1, random_state=0).fit(X_train, Y_train.toarray())
+        assert clf.model_.decision_threshold == expected  # the CLI's model, fitted in memory
         S = clf.model_.decision_function(X)
-        assert np.array_equal(clf.predict(X), (S > 0.5).astype(np.int8))
-        assert np.array_equal(clf.decision_function(X) > 0, S > 0.5)
+        assert np.array_equal(clf.predict(X), (S > expected).astype(np.int8))
+        assert np.array_equal(clf.decision_function(X) > 0, S > expected)
 
 
 def test_threshold_fit_on_valid_and_refusals(multilabel_stores, stores, tmp_path):

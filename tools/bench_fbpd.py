@@ -13,6 +13,13 @@ Part 0 (`--parts passcost`): CPU µs per fbpd pass against a lower bound, the tw
 products T x and Tᵀ y (scipy X @ W and Xᵀ @ A) that any primal-dual pass needs, and fbpd's
 fused chunk kernel alone.
 
+Part 3 (`--parts dense`): fbpd's defaults on dense numeric sets (LIBSVM pendigits, unscaled
+0..100; satimage, letter, dna, scaled), preconditioning=auto (the default: centered columns and
+one scalar step on dense inputs) beside preconditioning=true (the diagonal steps, the default
+before session 14) and LinearSVC (C = 1) in the same run: test accuracy, objective (7), fit
+seconds; and, on the sets in `--lp-sets` (default pendigits, satimage, dna), the LP's optimum
+(HiGHS) at the default lam, its test accuracy, and each run's objective excess over it.
+
 Part 2 (§4.1): test error (%) of the *converged* solutions of three objectives with the same
 ℓ1 penalty lam·‖W‖₁: the exact (Crammer–Singer) hinge, the squared hinge and the logistic loss
 (bcd; no offsets, as in Blondel et al.), over one grid of lam/lam_max per loss (lam_max: the
@@ -511,6 +518,60 @@ def summarize_cells(paths):
         summarize(name, lks, grid, means)
 
 
+DENSE_SETS = {
+    "pendigits": ("pendigits/pendigits.gz", "pendigits/pendigits.t.gz"),
+    "satimage": ("satimage/satimage.scale.gz", "satimage/satimage.scale.t.gz"),
+    "letter": ("letter/letter.scale.gz", "letter/letter.scale.t.gz"),
+    "dna": ("dna/dna.scale.gz", "dna/dna.scale.t.gz"),
+}
+
+
+def dense_defaults(names, lp_sets, max_iter=None):
+    """Part 3: fbpd's defaults against preconditioning=true, LinearSVC and the LP per set."""
+    from sklearn.datasets import load_svmlight_file
+    from sklearn.svm import LinearSVC
+
+    print("\n## fbpd's defaults on dense numeric sets (preconditioning auto vs true), LinearSVC, the LP")
+    print(
+        "| set | run | accuracy | Δ LinearSVC (points) | objective | excess over the LP | seconds | "
+        "step kind | iterations |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in names:
+        train, test = (os.path.join(DATA, "libsvm", f) for f in DENSE_SETS[name])
+        X, y = load_svmlight_file(train)
+        Xt, yt = load_svmlight_file(test, n_features=X.shape[1])
+        X, Xt = X.toarray(), Xt.toarray()  # dense sets (scikit-learn refuses the loader's int64 CSR indices)
+        t = time.perf_counter()
+        svc = LinearSVC().fit(X, y)
+        peer_s, peer = time.perf_counter() - t, svc.score(Xt, yt)
+        rows, lam = [], None
+        for label, kw in (("defaults (auto)", {}), ("preconditioning=true", {"preconditioning": True})):
+            if max_iter:
+                kw["max_iter"] = max_iter
+            t = time.perf_counter()
+            clf = FBPDClassifier(**kw).fit(X, y)
+            seconds = time.perf_counter() - t
+            info = clf.model_.info
+            lam = info["lam"]
+            kind = "diagonal" if info["preconditioned"] else "scalar, centered" if info["centered"] else "scalar"
+            rows.append((label, clf.score(Xt, yt), clf.history_[-1]["objective"], seconds, kind, info["iterations"]))
+        optimum = None
+        if name in lp_sets:
+            lp_s, W, b, optimum = lp_solution(X, y, lam)
+            classes = np.unique(y)
+            lp_acc = float(np.mean(classes[np.argmax(np.asarray(Xt @ W) + b, axis=1)] == yt))
+            rows.append(("LP (HiGHS), same lam", lp_acc, optimum, lp_s, "—", "—"))
+        for label, acc, objective, seconds, kind, iterations in rows:
+            excess = f"{objective / optimum - 1:+.2%}" if optimum else "—"
+            print(
+                f"| {name} | {label} | {acc:.4f} | {100 * (acc - peer):+.2f} | {objective:.5f} | {excess} | "
+                f"{seconds:.1f} | {kind} | {iterations} |",
+                flush=True,
+            )
+        print(f"| {name} | LinearSVC | {peer:.4f} | 0 | — | — | {peer_s:.1f} | — | — |", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, default=3, help="training subsets per L/K (MNIST)")
@@ -533,8 +594,10 @@ def main(argv=None):
     ap.add_argument(
         "--parts",
         default="timing,mnist,news20",
-        help="comma-separated: passcost (CPU per pass vs two sparse products), timing, mnist, news20",
+        help="comma-separated: passcost (CPU per pass vs two sparse products), timing, mnist, news20, dense",
     )
+    ap.add_argument("--dense-sets", default="pendigits,satimage,letter,dna", help="part 3's sets")
+    ap.add_argument("--lp-sets", default="pendigits,satimage,dna", help="part 3: the sets whose LP is solved")
     ap.add_argument("--mnist-lk", default="3,5,10")
     ap.add_argument("--timing-lk", default="3,10", help="MNIST L/K settings of part 1")
     ap.add_argument("--news-lk", default="5,10", help="news20 L/K settings (50 is slow: n = 1000 rows)")
@@ -562,6 +625,10 @@ def main(argv=None):
         args.subsets, args.news_subsets = min(args.subsets, 2), min(args.news_subsets, 2)
         args.timing_iter, args.acc_iter = min(args.timing_iter, 5000), min(args.acc_iter, 5000)
         mnist_lk, news_lk, grid = [3], [5], [1e-1, 1e-2, 1e-3, 1e-4]
+    if "dense" in parts:
+        dense_defaults(args.dense_sets.split(","), set(args.lp_sets.split(",")))
+    if parts <= {"dense"}:
+        return 0
     mnist = load_mnist()
     if "passcost" in parts:
         print("\n## CPU µs per fbpd pass (ℓ1, lam = 1e-2, in memory) vs the two sparse products T x, Tᵀ y (scipy)")

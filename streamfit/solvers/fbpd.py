@@ -30,8 +30,8 @@ Algorithm 2 (FBPD on (13), the epigraphical splitting of (8)), with ζ ∈ ℝ^L
     x⁺ = prox_{τg}(x − τ Tᵀy),   ζ⁺ = P_{V_η}(ζ − τξ)       (V_η = {Σ_ℓ ζ_ℓ ≤ n·eta})
     (y, ξ) ← (ŷ, ξ̂) − σ P_E(ŷ/σ, ξ̂/σ),  ŷ = y + σT(2x⁺ − x), ξ̂ = ξ + σ(2ζ⁺ − ζ)  (Prop. 3.3)
 
-Scalar steps (preconditioning=false, the mixed norms and Algorithm 2; the default for l1 and l2
-is the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
+Scalar steps (preconditioning=false, the mixed norms, Algorithm 2, and with the default
+preconditioning=auto dense inputs; sparse inputs get the diagonal steps below): τσ‖T‖² ≤ 1 (Algorithm 2: τσ max(‖T‖², 1) ≤ 1), with ‖T‖ from the
 Lanczos iteration on TᵀT
 over the data (seeded start, relative tolerance 1e-4, times 1.01 for safety), and τ = ρ/‖T‖,
 σ = 1/(ρ‖T‖). The ratio ρ decides the speed by orders of magnitude: Chambolle–Pock's bound
@@ -70,6 +70,19 @@ few documents moves by τ·(1/n)Σ|u_ℓj| per iteration, orders of magnitude to
 default ρ⁰ = n makes τD_jk the inverse of column (j, k)'s mean entry and nσ/w_ℓ = 1/w_ℓ: both
 steps of the order of one margin. On dense standardized data (wine) it is no faster than the
 scalar step; on text it is (docs/benchmarks.md, "fbpd's defaults on text").
+
+Centered columns (preconditioning=auto on dense inputs: at least DENSE_SHARE = 25 % of the used
+columns' entries non-zero, from the label-sums pass). Scores uᵀW + b = (u − μ)ᵀW + b′ with
+b′ = b + μᵀW and μ the training column means, so (7) and (8) in (W, b′) over the centered
+features are the same problems (g does not involve b). The iteration runs in (W, b′) with the
+operator T′(W, b′) = T(W, b′ − μᵀW) (`_uncentered`: the chunk kernels score with b′ − μᵀW;
+`_centered_adjoint`: T′ᵀa = (GW − μGbᵀ, Gb)), ‖T′‖ by Lanczos and one scalar step; the model
+holds b = b′ − μᵀW. Why: on non-negative columns far from zero mean (pendigits' 0..100) the
+offsets' column of T is nearly parallel to every weight's, and the primal-dual iteration crawls
+along that direction; centered, it does not (pendigits, 250 iterations: objective 0.191 against
+0.281 with diagonal steps, HiGHS' optimum 0.153; letter 0.775 against 0.977). The diagonal
+steps would need ‖u_ℓ − μ‖₁ per row in the kernel; on dense inputs they gained nothing measured
+(docs/benchmarks.md, "fbpd on dense numeric data").
 
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
 (Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
@@ -143,6 +156,7 @@ RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
 CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
 LAM_RATIO = 0.003  # default lam = 0.003·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
+DENSE_SHARE = 0.25  # preconditioning=auto: inputs this dense get centered columns and scalar steps
 MAX_ITER = 250  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text", session 12)
 
 
@@ -187,10 +201,12 @@ class FBPDParams(SolverParams):
         gt=0,
         description="initial ρ: τ = ρ/‖T‖, σ = 1/(ρ‖T‖); null: n (preconditioned), √n (regularized) or 1",
     )
-    preconditioning: bool = Field(
-        True,
-        description="regularized with l1 or l2: diagonal steps τ_jk = τ/(column sum of |T|), σ_ℓ = σ/(row sum) "
-        "(Pock and Chambolle 2011); false, or another problem: one τ and σ from ‖T‖",
+    preconditioning: bool | Literal["auto"] = Field(
+        "auto",
+        description="true (regularized with l1 or l2): diagonal steps τ_jk = τ/(column sum of |T|), σ_ℓ = "
+        "σ/(row sum) (Pock and Chambolle 2011); false, or another problem: one τ and σ from ‖T‖; auto: diagonal "
+        f"steps on sparse inputs, on dense ones (≥ {DENSE_SHARE:g} of the used columns' entries non-zero) one "
+        "τ and σ with the columns centered (the offsets absorb the means: the same problem)",
     )
     restarts: bool = Field(
         True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD"
@@ -429,6 +445,18 @@ def _constrained_task(
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
+def _uncentered(b: np.ndarray, mu: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """The offsets b − μᵀW of the stored features for the offsets b of the centered ones:
+    (u − μ)ᵀW + b = uᵀW + (b − μᵀW). b unchanged (the same array) when nothing is centered."""
+    return b - mu @ W if mu.any() else b
+
+
+def _centered_adjoint(GW: np.ndarray, mu: np.ndarray, Gb: np.ndarray) -> np.ndarray:
+    """The weights' part of Tᵀa for centered features from the stored features' (GW, Gb):
+    Σ_ℓ (u_ℓ − μ) a_ℓᵀ = GW − μ Gbᵀ (the offsets' part Gb = Σ_ℓ a_ℓ is the same)."""
+    return GW - np.outer(mu, Gb) if mu.any() else GW
+
+
 def _scaled_norm(*pairs) -> float:
     """√(Σ Δ²/D) over the (Δ, D) pairs, entries with D = 0 left out (their Δ is 0)."""
     return float(np.sqrt(sum((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum() for d, D in pairs)))
@@ -462,6 +490,8 @@ class FBPDState(SolverState):
     Gba: np.ndarray
     D: np.ndarray  # primal step scales: τ_jk = τ·D_jk (1 without preconditioning; 0 for unused features)
     Db: np.ndarray  # the offsets' step scales
+    preconditioned: bool  # diagonal steps D (else one τ, σ from ‖T‖)
+    mu: np.ndarray  # the column means the features are centered by (M; 0: not centered)
     norm: float  # ‖T‖ from the Lanczos iteration (preconditioned: 1, the bound of ‖Σ^½ T D^½‖)
     lam: float  # the weight of g in (7): p.lam, or lam_ratio·λ_ref (0 for the constrained problem (8))
     lam_ref: float  # λ_ref (0 unless lam is None and the problem is (7))
@@ -512,13 +542,14 @@ class FBPDSolver(Solver[FBPDState]):
         super().__init__(params)
         self.settings = config_hash(params.model_settings())  # the state's record of the parameters
 
-    def operator_norm(self, source: ChunkSource, engine: Engine) -> tuple[float, int, int]:
+    def operator_norm(self, source: ChunkSource, engine: Engine, mu: np.ndarray) -> tuple[float, int, int]:
         """‖T‖ by the Lanczos iteration on TᵀT from a seeded start, one pass per step: v_j
         orthonormal, α_j = ⟨TᵀTv_j, v_j⟩, β_j = ‖TᵀTv_j − α_j v_j − β_{j−1} v_{j−1}‖; the largest
         eigenvalue θ of the tridiagonal (α, β) (bisection) rises to ‖T‖² from below, like the
         power iteration's estimate, but converges in far fewer passes (sector: 125 power
         passes). Stops when θ changes by ≤ 1e-4·θ. Sums are numpy's (no BLAS), so the estimate
-        is the same on every machine. Returns (√θ, passes, entries of the data and duals that
+        is the same on every machine. With centered columns (μ ≠ 0) it is the norm of T acting on
+        (W, b) as T does on (W, b − μᵀW). Returns (√θ, passes, entries of the data and duals that
         one pass reads)."""
         rng = np.random.default_rng([self.params.random_state, 6])
         W = rng.standard_normal((source.n_features, source.n_classes))
@@ -532,8 +563,9 @@ class FBPDSolver(Solver[FBPDState]):
         while passes < NORM_MAX_PASSES:
             passes += 1
             TW, Tb, entries = engine.map_reduce(
-                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=b
+                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=_uncentered(b, mu, W)
             )
+            TW = _centered_adjoint(TW, mu, Tb)
             alpha = float((TW * W).sum() + (Tb * b).sum())
             TW, Tb = TW - alpha * W - beta * W_prev, Tb - alpha * b - beta * b_prev
             alphas.append(alpha)
@@ -578,48 +610,67 @@ class FBPDSolver(Solver[FBPDState]):
         D = np.divide(1.0, column, out=np.zeros_like(column), where=column > 0)
         return D, 1.0 / (counts[K] + (K - 2) * counts[:K])
 
-    @property
-    def preconditioned(self) -> bool:
-        """Diagonal steps: Algorithm 1 with a separable g (l1, l2), `preconditioning` on."""
-        p = self.params
-        return p.preconditioning and p.formulation == "regularized" and p.penalty in ("l1", "l2")
+    @staticmethod
+    def dense(label_sums: LabelSums) -> bool:
+        """Whether at least DENSE_SHARE of the used columns' entries are non-zero (nnz(X) ≥
+        DENSE_SHARE · n · used columns): numeric tables and pixels, not text."""
+        counts = label_sums.counts
+        K, n = len(counts) - 1, counts[-1]
+        used = int(np.count_nonzero(label_sums.abs_sums[:, K]))
+        return label_sums.entries - n * K >= DENSE_SHARE * n * used
 
-    def initial_ratio(self, n: int) -> float:
+    def resolve_steps(self, dense: bool) -> tuple[bool, bool]:
+        """(diagonal steps, centered columns) for `preconditioning` on inputs that are dense or
+        not: diagonal steps need Algorithm 1 with a separable g (l1, l2); auto takes them on
+        sparse inputs and, on dense ones, a scalar step on centered columns (docs/benchmarks.md,
+        "fbpd on dense numeric data")."""
+        p = self.params
+        separable = p.formulation == "regularized" and p.penalty in ("l1", "l2")
+        if p.preconditioning == "auto":
+            return separable and not dense, dense
+        return separable and p.preconditioning, False
+
+    def initial_ratio(self, n: int, preconditioned: bool) -> float:
         """ρ at the start: `step_ratio`, else n (preconditioned: τ_jk = n·D_jk is one over
         column (j, k)'s mean |T| entry, and nσ_ℓ = 1/w_ℓ, steps of the order of the margins), √n
         (Algorithm 1) or 1 (Algorithm 2, whose duals y are the hinge's multiplier c times
         simplex points instead of lying in (S_{1/n})^L)."""
         if self.params.step_ratio:
             return self.params.step_ratio
-        if self.preconditioned:
+        if preconditioned:
             return float(n)
         return float(np.sqrt(n)) if self.params.formulation == "regularized" else 1.0
 
-    def steps(self, norm: float, rho: float) -> tuple[float, float]:
+    def steps(self, norm: float, rho: float, preconditioned: bool) -> tuple[float, float]:
         """(τ, σ) = (ρ/L, 1/(ρL)), L = 1.01‖T‖ (Algorithm 2: 1.01 max(‖T‖, 1)): τσ‖T‖² < 1.
         Preconditioned, L = 1.01: 1 bounds ‖diag(1/w)^½ T D^½‖ (Pock and Chambolle 2011, Lemma 2)."""
-        if self.preconditioned:
+        if preconditioned:
             return rho / NORM_SAFETY, 1.0 / (rho * NORM_SAFETY)
         L = NORM_SAFETY * (norm if self.params.formulation == "regularized" else max(norm, 1.0))
         return rho / L, 1.0 / (rho * L)
 
     # ---- the protocol ----
     def init(self, ctx: Context) -> FBPDState:
-        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, and ‖T‖ (Lanczos passes) or, when
-        preconditioned, the scales D (one pass, which also gives λ_ref)."""
+        """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, the column means μ when centered, and
+        ‖T‖ (Lanczos passes) or, when preconditioned, the scales D (one pass of label sums, which
+        also gives λ_ref, μ and the density that preconditioning=auto decides on)."""
         source = ctx.source
         p, lam, lam_ref = self.params, self.params.lam or 0.0, 0.0
         shape = (source.n_features, source.n_classes)
         D, Db, passes = np.ones(shape), np.ones(source.n_classes), 0
+        mu = np.zeros(source.n_features)
         sums: LabelSums | None = None
-        if self.preconditioned or (p.formulation == "regularized" and p.lam is None):
+        if p.preconditioning is not False or (p.formulation == "regularized" and p.lam is None):
             sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
             passes += 1
-        if self.preconditioned and sums is not None:
+        preconditioned, centered = self.resolve_steps(sums is not None and self.dense(sums))
+        if centered and sums is not None:
+            mu = sums.sums[:, -1] / sums.counts[-1]
+        if preconditioned and sums is not None:
             D, Db = self.preconditioner(sums)
             norm, entries = 1.0, sums.entries
         else:
-            norm, norm_passes, entries = self.operator_norm(source, ctx.engine)
+            norm, norm_passes, entries = self.operator_norm(source, ctx.engine, mu)
             passes += norm_passes
         if p.formulation == "regularized" and p.lam is None and sums is not None:
             lam_ref = self.lam_ref(sums)
@@ -642,11 +693,13 @@ class FBPDSolver(Solver[FBPDState]):
             Gba=zero_b,
             D=D,
             Db=Db,
+            preconditioned=preconditioned,
+            mu=mu,
             norm=norm,
             lam=lam,
             lam_ref=lam_ref,
             checkpoint_period=-(-CHECKPOINT_ARRAYS * (source.n_features + 1) * source.n_classes // entries),
-            rho=self.initial_ratio(source.n_rows),
+            rho=self.initial_ratio(source.n_rows, preconditioned),
             settings=self.settings,
             data_passes=passes,
         )
@@ -715,7 +768,7 @@ class FBPDSolver(Solver[FBPDState]):
         coef = state.Wt.T if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)
         return LinearModel(
             coef,
-            state.bt,
+            _uncentered(state.bt, state.mu, state.Wt),
             classes=ctx.source.classes,
             n_features=ctx.source.n_features,
             multilabel=False,
@@ -728,7 +781,8 @@ class FBPDSolver(Solver[FBPDState]):
                 "lam": state.lam,
                 "lam_ref": state.lam_ref,
                 "step_ratio": state.rho,
-                "preconditioned": self.preconditioned,
+                "preconditioned": state.preconditioned,
+                "centered": bool(state.mu.any()),
                 "restarts": state.restarts,
                 "data_passes": state.data_passes,
             },
@@ -789,7 +843,7 @@ class FBPDSolver(Solver[FBPDState]):
         a, c = (j + 1) / (j + 2), 1 / (j + 2)
         if p.restarts:
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
-        tau, sigma = self.steps(state.norm, state.rho)
+        tau, sigma = self.steps(state.norm, state.rho, state.preconditioned)
         lam = state.lam if regularized else 1.0
         if p.penalty == "l1":
             Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam)
@@ -801,7 +855,7 @@ class FBPDSolver(Solver[FBPDState]):
                 Wt = penalty_prox(V, tau * lam, p.penalty, p.group_size)
             W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
         bt = state.b - (tau * state.Db) * state.Gb
-        b2 = np.concatenate([bt, state.b])
+        b2 = _uncentered(np.concatenate([bt, state.b]), state.mu, W2)
         if regularized:
             r = engine.map_reduce(
                 _regularized_task,
@@ -813,7 +867,7 @@ class FBPDSolver(Solver[FBPDState]):
                 W2=W2,
                 b2=b2,
                 step=n * sigma,
-                preconditioned=self.preconditioned,
+                preconditioned=state.preconditioned,
                 **halpern,
             )
             divisor = float(n)
@@ -844,8 +898,9 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = r.xi_sum
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
+        GW = _centered_adjoint(r.GW, state.mu, r.Gb)
         GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, r.GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
+            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb

@@ -74,6 +74,15 @@ solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the s
 to each stage's W (with a single block holding all features this is plain ridge / logistic).
 The logged objective is (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F (`StagewiseSolver`).
 
+Multilabel decisions (identity link): the scores estimate P(label | x) (least squares on 0/1
+targets), and the model's threshold (streamfit.model.decide) is the one of the best micro-F1 on
+the training rows' final scores, over the grid 0.005, 0.01, …, 0.995 (`THRESHOLD_GRID`; one pass
+of counts after the last stage, `_threshold_counts_task`). With probabilities, micro-F1 calls
+for thresholds well below 0.5 when labels are rare (the optimal threshold is half the optimal
+F1 for calibrated scores: Lipton, Elkan and Narayanaswamy 2014), and least-squares scores are
+shrunk towards the label frequencies: 0.5 predicted 0.8 labels a row on bibtex (truth 2.4) and
+3.1 on delicious (19); docs/benchmarks.md, "stagewise's multilabel threshold".
+
 Out of core: per stage, AᵀA and Aᵀ(Y − g(F)) are summed over row chunks with
 Engine.map_reduce (a fixed tree: results do not depend on the number of workers) and solved
 in the driver; the update pass of stage t also sums stage t+1's statistics (one pass per
@@ -137,6 +146,7 @@ AUTO_CHECK_VALID = 0.2  # the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
+THRESHOLD_GRID = np.arange(1, 200) / 200  # multilabel identity link: the thresholds tried on the training scores
 CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
@@ -601,6 +611,36 @@ class NormalSums(NamedTuple):
     gram: np.ndarray
     rhs: np.ndarray
     ysq: float
+
+
+class ThresholdCounts(NamedTuple):
+    """A chunk's share of the training micro-F1 of every threshold in THRESHOLD_GRID: the labels
+    scored above each (`on`), those of them that are true (`hits`), and the true labels."""
+
+    on: np.ndarray
+    hits: np.ndarray
+    positives: int
+
+
+def _threshold_counts_task(source: ChunkSource, chunk_id: int, *, state, version: int) -> ThresholdCounts:
+    """ThresholdCounts of the chunk's scores F at `version` (integer counts: any chunking and
+    any number of workers give the same sums)."""
+    _, Y, F = _load(source, chunk_id, state, version)
+    above = np.searchsorted(THRESHOLD_GRID, F.ravel(), side="left")  # thresholds t < s: the first `above`
+    bins = len(THRESHOLD_GRID) + 1
+    truth = Y.ravel() > 0
+    on = np.cumsum(np.bincount(above, minlength=bins)[::-1])[::-1][1:]
+    hits = np.cumsum(np.bincount(above[truth], minlength=bins)[::-1])[::-1][1:]
+    return ThresholdCounts(on, hits, int(truth.sum()))
+
+
+def fitted_threshold(counts: ThresholdCounts) -> float | None:
+    """The threshold of THRESHOLD_GRID with the best micro-F1 2·hits/(on + positives) (the
+    smallest on ties), or None without true labels."""
+    if counts.positives == 0:
+        return None
+    f1 = 2 * counts.hits / (counts.on + counts.positives)
+    return float(THRESHOLD_GRID[int(np.argmax(f1))])
 
 
 class ScanCounts(NamedTuple):
@@ -1069,6 +1109,8 @@ class StagewiseState(SolverState):
     pending_gram, pending_rhs, pending_loss: the statistics of the next stage's block at the
         current scores (Gram of [A, F], [A, F]ᵀ(Y − g(F)), Σ_i ℓ(F_i; y_i)) when the previous
         update pass summed them (fusion); None when the next stage sums them itself.
+    threshold: multilabel, identity link: the decision threshold fitted on the training scores
+        after the last stage (`fitted_threshold`); None before, and for other stores and links.
     data_passes: passes over the training data so far (init's scan and sample included).
     normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
         Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
@@ -1092,6 +1134,7 @@ class StagewiseState(SolverState):
     normal_gram: np.ndarray | None = None
     normal_rhs: np.ndarray | None = None
     normal_ysq: float | None = None
+    threshold: float | None = None
 
 
 @register_solver
@@ -1563,6 +1606,17 @@ class StagewiseSolver(Solver[StagewiseState]):
             )
         if pass_ends:
             state.order = self._gradient_order(out.gradient, state.active) if out.gradient is not None else None
+        if last and source.multilabel and link == "identity":
+            counts = engine.map_reduce(
+                _threshold_counts_task,
+                source,
+                chunks,
+                desc="stagewise: threshold",
+                state=ctx.chunk_state,
+                version=state.scores.version,
+            )
+            state.threshold = fitted_threshold(counts)
+            state.data_passes += 1
 
         fields = self._stage_fields(state, source, space, link, s, loss_sum, correct)
         if inner:
@@ -1655,6 +1709,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             n_features=source.n_features,
             multilabel=source.multilabel,
             regression=source.regression,
+            decision_threshold=state.threshold,
             solver=self.name,
             params=self.params.model_dump(),
             info={"stages": state.step, "generator": state.generator, "data_passes": state.data_passes},

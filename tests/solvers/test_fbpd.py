@@ -367,6 +367,36 @@ def test_preconditioning_reaches_the_lp_optimum_on_sparse_rows():
     assert not scalar.info["preconditioned"] and error(scalar) > 5 * error(diagonal)
 
 
+def test_auto_centers_dense_columns_and_reaches_the_lp_optimum():
+    """preconditioning=auto on dense uncentered columns (raw iris, all positive, as pendigits'
+    0..100): the columns are centered (the offsets absorb μᵀW, so the problem is unchanged) and
+    one scalar step is taken. The model it returns, in the stored features' terms, reaches
+    HiGHS' optimum of (7) to 1e-4 (1.5e-5 measured after 3000 passes), and after 400 passes it
+    is more than 5 times closer to it than the diagonal steps (2.1e-2 against 2.2e-1 measured);
+    sparse rows keep the diagonal steps, uncentered."""
+    X, y = load_iris(return_X_y=True)
+    z, lam = y.astype(np.int32), 0.01
+    optimum = hinge_lp(X, z, lam=lam)
+    source = memory_source(X, z, chunk_rows=64)
+
+    def error(model):
+        return abs(regularized_objective(X, z, model, lam) - optimum) / optimum
+
+    budget = {"lam": lam, "tol": 0.0, "gap_tol": 0.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        auto, _ = fit(source, max_iter=400, **budget)
+        diagonal, _ = fit(source, max_iter=400, preconditioning=True, **budget)
+        long, _ = fit(source, max_iter=3000, **budget)
+    assert auto.info["centered"] and not auto.info["preconditioned"]
+    assert diagonal.info["preconditioned"] and not diagonal.info["centered"]
+    assert 5 * error(auto) < error(diagonal)
+    assert error(long) < 1e-4
+    X_text, z_text = text_like()
+    sparse, _ = fit(memory_source(X_text, z_text), lam=lam, max_iter=5)
+    assert sparse.info["preconditioned"] and not sparse.info["centered"]
+
+
 def test_l1_linf_regularized_matches_linprog(wine):
     X, z = wine
     lam, G = 0.1, 3
