@@ -19,7 +19,8 @@ feature count of fit at predict time (scipy.sparse X stays sparse: only its stor
 checked); y must hold discrete class labels (not continuous, NaN or inf) of at least two
 classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
 DataConversionWarning. A fit that stops at max_iter before the solver's stopping test holds
-(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning. Methods of
+(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning, its one
+report (the CLI logs it instead, a line on stderr). Methods of
 an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
@@ -332,7 +333,9 @@ class _SolverEstimator(_ParamsMixin):
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
         with Engine(mode="inprocess") as engine:
-            self.model_ = self._solver(params).fit(source, engine=engine, checkpointer=None, log=log)
+            self.model_ = self._solver(params).fit(
+                source, engine=engine, checkpointer=None, log=log, log_not_converged=False
+            )  # the warning below is the one report
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
         self._y_dtype = y_dtype

@@ -40,6 +40,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from streamfit.errors import StreamfitError, output_error
 
@@ -106,12 +107,17 @@ class Location:
 
     def is_folder(self) -> bool | None:
         """True for a directory (a prefix behind a URL), False for a file, None if nothing is
-        there: one look-up (fsspec's `info`; on S3 a HEAD, and a LIST more when no object has
-        this name), where `exists()` and `isdir()` ask twice.
-        """
+        there: one look-up (`look_up`), where `exists()` and `isdir()` ask twice."""
+        info = self.look_up()
+        return None if info is None else info["type"] == "directory"
+
+    def look_up(self) -> dict[str, Any] | None:
+        """fsspec's `info` of this name ("type": "file" or "directory", "size" in bytes), None
+        if nothing is there: one look-up (on S3 a HEAD, and a LIST more when no object has this
+        name)."""
         self._forget_listings()
         try:
-            return self._fs.info(self.path)["type"] == "directory"
+            return self._fs.info(self.path)
         except FileNotFoundError:
             return None
 
@@ -280,12 +286,23 @@ class Location:
         assert not self.local, "write_files is for object stores"
         self._fs.pipe({self.join(name).path: data for name, data in files.items()})
 
-    def open_read(self, block_size: int | None = None):
+    def open_read(self, block_size: int | None = None, info: dict[str, Any] | None = None):
         """A binary file object for streaming reads; block_size: behind a URL, the bytes fsspec
-        reads ahead of each read (None: the filesystem's default, 50 MiB on S3)."""
+        reads ahead of each read (None: the filesystem's default, 50 MiB on S3); info: behind a
+        URL, the file's `look_up` just made. fsspec's buffered files (s3fs, gcsfs, adlfs) ask
+        for it themselves otherwise, on S3 a HEAD per open: the size, and the ETag that s3fs
+        checks each ranged GET against (an object replaced since the look-up fails the read)."""
+        from fsspec.spec import AbstractBufferedFile
+
         if self.local:
             return open(self.path, "rb", buffering=0)
-        return self._fs.open(self.path, "rb", **({} if block_size is None else {"block_size": block_size}))
+        options = {} if block_size is None else {"block_size": block_size}
+        if info is None:
+            return self._fs.open(self.path, "rb", **options)
+        f = self._fs.open(self.path, "rb", size=info["size"], **options)
+        if isinstance(f, AbstractBufferedFile):
+            f.details = info
+        return f
 
     @property
     def _fs(self):

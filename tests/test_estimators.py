@@ -4,6 +4,7 @@ in detail; every estimator with scikit-learn's model selection, pipelines and ta
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
 import sys
 import warnings
@@ -599,10 +600,11 @@ def test_n_iter(case):
 
 
 @pytest.mark.parametrize("case", ["bcd", "ppdsparse", "fbpd"])
-def test_a_fit_stopped_at_max_iter_warns(digits_small, case):
+def test_a_fit_stopped_at_max_iter_warns(digits_small, case, caplog):
     """A fit whose model says converged: false warns with scikit-learn's ConvergenceWarning (also
-    streamfit.estimators.ConvergenceWarning), attributed to the caller of fit; a converged fit does
-    not warn. (Stagewise has no stopping test: its max_iter caps each softmax stage.)"""
+    streamfit.estimators.ConvergenceWarning), attributed to the caller of fit, and that is its one
+    report: no log line besides (the driver logs one for the CLI); a converged fit does not warn.
+    (Stagewise has no stopping test: its max_iter caps each softmax stage.)"""
     from streamfit.estimators import ConvergenceWarning as StreamfitConvergenceWarning
 
     X, y = digits_small
@@ -612,9 +614,10 @@ def test_a_fit_stopped_at_max_iter_warns(digits_small, case):
         assert clone(est).fit(X, y).model_.info["converged"] is True
     name = type(est).__name__
     which = " for 10 of 10 classes" if case == "ppdsparse" else ""
-    with pytest.warns(ConvergenceWarning) as record:
+    with pytest.warns(ConvergenceWarning) as record, caplog.at_level(logging.DEBUG, logger="streamfit"):
         stopped = clone(est).set_params(max_iter=1, tol=1e-12).fit(X, y)
     assert stopped.model_.info["converged"] is False and stopped.n_iter_ == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     [w] = record
     assert isinstance(w.message, StreamfitConvergenceWarning) and w.filename == __file__
     assert str(w.message) == (

@@ -4,8 +4,9 @@ pass.
 
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
-larger than PIECE_BYTES is cut into byte ranges of about that size, each ending right after a
-newline, a Parquet file larger than that into runs of row groups, a folder corpus (a directory,
+is cut into byte ranges of `piece_size` (up to PIECES_PER_FILE pieces of at least
+MIN_PIECE_BYTES, at most PIECE_BYTES), each ending right after a newline, a Parquet file
+likewise into runs of row groups, a folder corpus (a directory,
 local or behind a URL, or a zip archive) into runs of files or members of about
 FOLDER_PIECE_BYTES, and a tar archive larger than PIECE_BYTES into runs of members of about
 FOLDER_PIECE_BYTES. A worker reads its piece with the source reader of the
@@ -73,6 +74,11 @@ log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet files and tar archives are cut (plan_pieces)
+# ...and a smaller LIBSVM / JSONL / Parquet file into up to PIECES_PER_FILE pieces of at least
+# MIN_PIECE_BYTES (piece_size), so that a file of a few MB keeps a few workers busy as well: a
+# file cut only at PIECE_BYTES had been one piece, one worker's work, at any N
+PIECES_PER_FILE = 16
+MIN_PIECE_BYTES = 1 << 20
 # documents per piece of a folder corpus: small, as its documents are small and many (20
 # Newsgroups: 36 MB in 18 846 documents). A directory or a zip archive is cut whatever its size
 # (listing it costs little: a walk, one listing of a URL prefix, a zip's central directory); a
@@ -139,9 +145,9 @@ class Piece:
 
 def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, folder_piece_bytes: int) -> list[Piece]:
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
-    more than piece_bytes (and within --max-input-bytes) is cut into byte ranges of about
-    piece_bytes, each ending right after a newline; a Parquet file of more than piece_bytes
-    into runs of row groups of about piece_bytes (uncompressed); a folder corpus into runs of
+    more than piece_size(its size, piece_bytes) (and within --max-input-bytes) is cut into byte
+    ranges of about that size, each ending right after a newline; a Parquet file likewise into
+    runs of row groups (their uncompressed bytes); a folder corpus into runs of
     documents of about folder_piece_bytes (sources.folder_parts, read with source_options): a
     directory or a zip archive always, a tar archive when its file is over piece_bytes (its
     listing is one pass over it, which costs about what reading a smaller archive whole does);
@@ -165,16 +171,24 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
         compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
         info = {} if compressed else location.fs.info(location.path)  # type: ignore[attr-defined]  # one HEAD on S3
         size = info["size"] if info.get("type") == "file" else 0
-        kind = (o.format or infer_format(path) or sniff_format(path)) if size > piece_bytes else None
+        cut = piece_size(size, piece_bytes)
+        kind = (o.format or infer_format(path) or sniff_format(path)) if size > cut else None
         if kind == "parquet":
-            cuts = _row_group_cuts(location, piece_bytes)
+            cuts = _row_group_cuts(location, cut)
             pieces += [Piece(path, row_groups=(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
         elif kind in RANGE_FORMATS and size <= o.max_input_bytes:
-            cuts = _line_cuts(location, size, piece_bytes)
+            cuts = _line_cuts(location, size, cut)
             pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
         else:
             pieces.append(Piece(path))
     return pieces
+
+
+def piece_size(size: int, piece_bytes: int) -> int:
+    """The bytes per piece of a file of `size` bytes: size / PIECES_PER_FILE, within
+    [MIN_PIECE_BYTES, piece_bytes] (piece_bytes where that is smaller). A function of the file
+    alone, as the cuts must be (the chunks, cut by row numbers, do not depend on them)."""
+    return min(piece_bytes, max(MIN_PIECE_BYTES, -(-size // PIECES_PER_FILE)))
 
 
 def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:
@@ -194,9 +208,11 @@ def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:
 
 def _line_cuts(location: storage.Location, size: int, piece_bytes: int) -> list[int]:
     """0, the offsets just after the first newline at or beyond every piece_bytes from the
-    previous cut, and size."""
+    previous cut, and size. Behind a URL each look reads one 64 KiB block (a ranged GET): with
+    fsspec's default read-ahead (50 MiB on S3) the driver had read most of the file, serially,
+    before any piece started."""
     cuts = [0]
-    with location.open_read() as f:
+    with location.open_read(block_size=1 << 16) as f:
         while cuts[-1] + piece_bytes < size:
             pos = cuts[-1] + piece_bytes
             f.seek(pos)

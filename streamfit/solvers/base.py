@@ -216,9 +216,11 @@ class Solver(Generic[StateT]):
         stop_after: int | None = None,
         checkpoint_every: int = 1,
         checkpoint_interval: float | str = "auto",
+        log_not_converged: bool = True,
     ) -> Model:
         """Train on `source` through the driver (streamfit.solvers.driver.run); checkpointer None:
-        no checkpoints (the estimators, which never resume)."""
+        no checkpoints (the estimators, which never resume); log_not_converged False: no warning
+        logged when the run stops unconverged (the estimators warn instead)."""
         from streamfit.solvers.driver import run
 
         return run(
@@ -231,6 +233,7 @@ class Solver(Generic[StateT]):
             stop_after=stop_after,
             checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval,
+            log_not_converged=log_not_converged,
         )
 
 

@@ -94,6 +94,7 @@ def run(
     stop_after: int | None = None,
     checkpoint_every: int = 1,
     checkpoint_interval: float | str = "auto",
+    log_not_converged: bool = True,
 ):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
     `checkpointer` (streamfit.checkpoint.Checkpointer; None: no checkpoints, see the module
@@ -103,7 +104,10 @@ def run(
     tests). checkpoint_every: a step is due for a checkpoint every k steps (Solver.checkpoint_due);
     checkpoint_interval: seconds, or "auto" (SaveSchedule): a due step is saved once that long
     has passed since the last save. Always saved: init (step 0), the last step of the call, and
-    a due step past the checkpointer's time limit (after which TimeLimitReached is raised)."""
+    a due step past the checkpointer's time limit (after which TimeLimitReached is raised).
+    log_not_converged: a run that ends before its stopping test held logs a warning (the CLI's
+    report; the model says so too, info["converged"]); the estimators turn it off and issue a
+    ConvergenceWarning instead, one report of it in each channel."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     schedule = SaveSchedule(checkpoint_interval)
@@ -164,7 +168,7 @@ def run(
         metrics.end()
         if checkpointer is not None:
             log.debug("%s: %d checkpoints in %.3f s", solver.name, schedule.saves, schedule.seconds)
-    if solver.finished(state) and not solver.converged(state):
+    if log_not_converged and solver.finished(state) and not solver.converged(state):
         log.warning(
             "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",
             solver.name,

@@ -10,6 +10,7 @@ import lzma
 import os
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,21 +44,26 @@ def fits_float32(values) -> np.ndarray:
         return np.isfinite(np.asarray(values, dtype=np.float64).astype(np.float32))
 
 
-def require_path(path: str, directory_ok: bool = False) -> None:
+def require_path(path: str, directory_ok: bool = False) -> dict[str, Any] | None:
     """InputError unless path exists (and is a file, unless directory_ok). A URL is checked
     through streamfit.storage (a missing fsspec package is its error) with one look-up
-    (`Location.is_folder`: on S3 a HEAD for an object, and a LIST more for a prefix)."""
+    (`Location.look_up`: on S3 a HEAD for an object, and a LIST more for a prefix), whose
+    answer is returned (fsspec's info: size, ETag), for `open_binary(info=)` to open the file
+    without asking again. None for a local path or a folder."""
     if is_url(path):
-        folder = resolve(path).is_folder()
-        if folder is None:
+        info = resolve(path).look_up()
+        if info is None:
             raise InputError(path, "no such file")
-        if folder and not directory_ok:
-            raise InputError(path, "is a folder (prefix) behind a URL, not a file")
-        return
+        if info["type"] == "directory":
+            if not directory_ok:
+                raise InputError(path, "is a folder (prefix) behind a URL, not a file")
+            return None
+        return info
     if not os.path.exists(path):
         raise InputError(path, "no such file")
     if os.path.isdir(path) and not directory_ok:
         raise InputError(path, "is a directory, not a file")
+    return None
 
 
 def check_batch_size(batch_size: int) -> int:
@@ -152,18 +158,21 @@ def open_binary(
     extension: str | None = None,
     max_bytes: int = DEFAULT_INPUT_BYTES,
     byte_range: tuple[int, int | None] | None = None,
+    info: dict[str, Any] | None = None,
 ) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
     path unless given); reading more than max_bytes (after decompression) raises InputError.
     Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
     decompressors produce at most what a read asks for. byte_range: only bytes [start, stop)
     of the file's contents, after decompression (stop None: to the end; a piece of a
-    distributed ingest); the bytes before start are decompressed, not counted in max_bytes."""
+    distributed ingest); the bytes before start are decompressed, not counted in max_bytes.
+    info: a file behind a URL as `require_path` looked it up (None: fsspec looks it up again,
+    a HEAD on S3)."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
         stream: io.IOBase
-        raw = resolve(path).open_read() if is_url(path) else path  # URLs: fsspec's file object
+        raw = resolve(path).open_read(info=info) if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:
             stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
         else:

@@ -146,7 +146,7 @@ class ArffSource:
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
-        require_path(self.path)
+        self.url_info = require_path(self.path)  # a URL's look-up, for its open
         given = [name for name, v in (("n_labels", n_labels), ("labels_xml", labels_xml)) if v is not None]
         if class_attribute is not None:
             given.append("class_attribute")
@@ -237,7 +237,7 @@ class ArffSource:
 
     def __iter__(self):
         self.n_read = 0
-        with open_binary(self.path, max_bytes=self.limits.input_bytes) as f:
+        with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
             lines = bounded_lines(f, self.limits.record_bytes)
             attributes, relation, data_line = self._header(lines)
             label_at = self._labels(attributes, relation)

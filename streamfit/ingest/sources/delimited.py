@@ -67,7 +67,7 @@ class CsvSource:
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
-        require_path(self.path)
+        self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.header = header
         self.id_field = id_field
         self.policy = policy
@@ -88,7 +88,7 @@ class CsvSource:
         # utf-8-sig: a byte order mark (Excel writes one) must not become part of the first column name
         encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
         with io.TextIOWrapper(
-            open_binary(self.path, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
+            open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
         ) as f:
             csv.field_size_limit(self.limits.record_bytes)  # the csv module's limit is per process
             reader = csv.reader(self._lines(f), delimiter=self.delimiter)

@@ -32,7 +32,7 @@ class Hdf5Source:
         y_dataset: str | None = "y",
     ):
         self.path = os.fspath(path)
-        require_path(self.path)
+        self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.numeric_targets = numeric_targets
@@ -59,7 +59,7 @@ class Hdf5Source:
             import h5py  # on first use: h5py takes a while to import
 
             if is_url(self.path):  # h5py reads a file object: fsspec's, by ranged reads
-                return h5py.File(resolve(self.path).open_read(), "r")
+                return h5py.File(resolve(self.path).open_read(info=self.url_info), "r")
             return h5py.File(self.path, "r")
         except OSError as e:
             raise InputError(self.path, f"not a readable HDF5 file ({e})") from None

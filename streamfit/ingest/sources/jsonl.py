@@ -81,7 +81,7 @@ class JsonlSource:
         """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
         boundaries (a piece of a distributed ingest); line numbers then count from start."""
         self.path = os.fspath(path)
-        require_path(self.path)
+        self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.fields = split_fields("text_field", text_field)
@@ -97,7 +97,9 @@ class JsonlSource:
         self.n_read = self.n_lines = 0
         batcher = TextBatcher(self.fields, with_ids=self.id_field is not None)
         at_start = self.byte_range is None or self.byte_range[0] == 0
-        with open_binary(self.path, max_bytes=self.limits.input_bytes, byte_range=self.byte_range) as f:
+        with open_binary(
+            self.path, info=self.url_info, max_bytes=self.limits.input_bytes, byte_range=self.byte_range
+        ) as f:
             for line_no, line in enumerate(bounded_lines(f, self.limits.record_bytes), 1):
                 self.n_lines = line_no
                 location = f"{self.path}:{line_no}"

@@ -435,7 +435,7 @@ class LibsvmSource:
         """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
         boundaries (a piece of a distributed ingest); line numbers then count from start."""
         self.path = os.fspath(path)
-        require_path(self.path)
+        self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
         self.zero_based = bool(zero_based)
@@ -454,7 +454,9 @@ class LibsvmSource:
         tail = b""
         # the file's first bytes are not read yet: a byte-order mark there is dropped
         at_start = self.byte_range is None or self.byte_range[0] == 0
-        with open_binary(self.path, max_bytes=self.limits.input_bytes, byte_range=self.byte_range) as f:
+        with open_binary(
+            self.path, info=self.url_info, max_bytes=self.limits.input_bytes, byte_range=self.byte_range
+        ) as f:
             while True:
                 chunk = f.read(BLOCK_BYTES)
                 data = tail + chunk
