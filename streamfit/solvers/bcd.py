@@ -10,8 +10,14 @@ s_i = Wᵀx_i,
 with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
 multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12; "auto", the default:
 eq. 2 on multiclass stores, eq. 11 on multilabel ones, `BCDParams.loss_for`) and λP one of
-streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
-"elasticnet", "sparse_group"). The logged `objective` is this F. fit_intercept=True (the
+streamfit.objectives.penalties ("group_elasticnet", the default, = λ Σ_j (ρ‖W_{j:}‖₂ + (1 − ρ)/2
+‖W_{j:}‖²) with ρ = l1_ratio = 0.2; "l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
+"elasticnet", "sparse_group"). The logged `objective` is this F. lam=None (the default) takes λ
+from the n training rows (`BCDParams.lam_for`): the ridge weight λ(1 − ρ) = 1/n, LinearSVC(C=1)'s
+½‖w‖² + C Σ_i ℓ_i divided by C·n (λ = 1/n for the penalties without a ridge part). Why not the
+paper's l1/l2 alone: on tf-idf text its optimum is 2–10 points below LinearSVC at every λ
+measured (its small-λ limit is a sparse margin, not the ℓ2 one); the ridge closes the gap while
+the group part still zeroes whole rows (docs/benchmarks.md, session 14). fit_intercept=True (the
 default; the paper has none) adds the unpenalised intercept b ∈ R^m as one more block: the
 row of a constant feature x_{i,d} = 1 appended to every sample (`_design`), updated by the
 same block steps with λ = 0 for that row (so b is not in P, and the violation (9) of its row
@@ -31,7 +37,7 @@ in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
   l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
   c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
   (## bcd) says why eq. (10) alone stops far from F* at small λ.
-- shrinking=True (§5.2.4, ℓ1/ℓ2): a zero block with ‖G_{j:}‖ < λ − M/n (M the largest violation
+- shrinking=True (§5.2.4, ℓ1/ℓ2; group_elasticnet with λρ for λ): a zero block with ‖G_{j:}‖ < λ − M/n (M the largest violation
   of the previous outer iteration) is skipped; when the stopping rule holds on the remaining
   blocks, all blocks are reactivated and the run goes on until it holds on all of them.
 
@@ -131,7 +137,9 @@ class BCDParams(SolverParams):
     )
     memory_budget_mb: float = Field(2048, gt=0, description="auto mode: largest in-memory X + S")
     group_size: int = Field(1024, ge=1, description="chunks mode: features updated at once per pass")
-    shrinking: bool = Field(False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2)")
+    shrinking: bool = Field(
+        False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2 and group_elasticnet)"
+    )
     sigma: float = Field(0.01, gt=0, lt=1, description="σ of the sufficient decrease condition (7)")
     omega: float = Field(0.5, gt=0, lt=1, description="ω, backtracking factor of the line search")
     max_ls: int = Field(30, ge=1, description="line search trials per block")
@@ -174,8 +182,8 @@ class BCDParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.shrinking and self.penalty != "l1/l2":
-            raise ValueError("shrinking (§5.2.4) is defined for the l1/l2 penalty only")
+        if self.shrinking and self.penalty not in ("l1/l2", "group_elasticnet"):
+            raise ValueError("shrinking (§5.2.4) is defined for the l1/l2 and group_elasticnet penalties only")
         if self.stopping == "gap" and self.fit_intercept:
             raise ValueError("stopping='gap' certifies the objective without intercept; set fit_intercept=false")
         return self
@@ -586,6 +594,11 @@ class BCDSolver(Solver[BCDState]):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
+    def _group_lam(self) -> float:
+        """The weight of Σ_j ‖W_j‖₂ in P: λ (l1/l2), λρ (group_elasticnet); a zero row stays zero
+        while ‖G_j‖ is below it (the shrinking rule's threshold)."""
+        return self.lam * self.params.l1_ratio if self.params.penalty == "group_elasticnet" else self.lam
+
     def _width(self, source: ChunkSource) -> int:
         """Rows of the solver's W: one per feature, and the intercept's (fit_intercept)."""
         return source.n_features + int(self.params.fit_intercept)
@@ -668,7 +681,7 @@ class BCDSolver(Solver[BCDState]):
             if p.variant == "ls"
             else blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
         )
-        thr = self.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+        thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
         vsum, vmax, extra = bcd_epoch(
             order,
             dat.indptr,
@@ -859,7 +872,7 @@ class BCDSolver(Solver[BCDState]):
         st.dir_cols = st.dir_delta = None
         if B is not None:  # the next group's direction from its gradient at the accepted point
             G_B, L = sums.grad[a] / n, np.maximum(st.theta * sums.curv[a].max(axis=1) / n, EPS)
-            thr = self.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+            thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
             keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
             st.active[B[~keep]] = False
             B, G_B, L = B[keep], G_B[keep], L[keep]

@@ -449,6 +449,10 @@ def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_op
     assert np.abs(Gb).max() <= 1e-4 * lam
     F = mc_squared_hinge(W, X, y, scores=X @ W + b)[0] + lam * (rho * norms.sum() + (1 - rho) / 2 * (W * W).sum())
     assert log[-1]["objective"] == pytest.approx(F, rel=1e-10)
+    # shrinking (§5.2.4 with the group weight λρ): zero blocks skipped on the way, the same optimum
+    _, shrunk = fit(source, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300, shrinking=True)
+    assert min(r["active_blocks"] for r in shrunk) < len(W) + 1
+    assert shrunk[-1]["objective"] == pytest.approx(log[-1]["objective"], rel=1e-6)
 
 
 def test_multilabel_ranking_optimality():
