@@ -109,7 +109,9 @@ SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
-DEFAULT_L1_RATIO = 0.2  # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
+DEFAULT_L1_RATIO = (
+    0.2  # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
+)
 
 
 class BCDParams(SolverParams):
@@ -619,7 +621,9 @@ class BCDSolver(Solver[BCDState]):
     def _objective(self, loss_sum: float, n: int, W: np.ndarray) -> float:
         """streamfit.objectives' F(W, b) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
         convention, b not penalised) from the loss summed over the n samples."""
-        return objective_for(self.name, self.params.model_copy(update={"lam": self.lam}), self._multilabel).total(ChunkSums(loss_sum, n), *self._split(W))
+        return objective_for(self.name, self.params.model_copy(update={"lam": self.lam}), self._multilabel).total(
+            ChunkSums(loss_sum, n), *self._split(W)
+        )
 
     def _fields(
         self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
