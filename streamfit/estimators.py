@@ -715,14 +715,17 @@ class BCDClassifier(_SolverClassifier):
     """ℓ1/ℓ2-regularized multiclass squared hinge and related objectives by block coordinate
     descent (Blondel, Seki and Uehara 2013); see streamfit.solvers.bcd for the math.
 
-    Minimises F(W) = (1/n) Σ_i ℓ_i(Wᵀx_i) + P(W) (no intercept, as in the paper):
-    loss ℓ: eq. 2 (label ranking §4.7 for multilabel y), eq. 11 (one-vs-rest) or eq. 12
-    (multiclass); penalty P: λ Σ_j ‖W_{j:}‖₂ (l1/l2), λ‖W‖₁, (λ/2)‖W‖², or the mixes with l1_ratio.
+    Minimises F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) (b an unpenalised intercept; none with
+    fit_intercept=False, as in the paper): loss ℓ: eq. 2 (eq. 11, one-vs-rest, for multilabel y;
+    label ranking §4.7 with loss="squared_hinge") or eq. 12 (multiclass); penalty P by default
+    λ(ρ Σ_j ‖W_{j:}‖₂ + (1 − ρ)/2 ‖W‖²) (group_elasticnet, ρ = l1_ratio = 0.2; lam=None: λ(1 − ρ) =
+    1/n, LinearSVC(C=1)'s ridge), or λ Σ_j ‖W_{j:}‖₂ (l1/l2, the paper's), λ‖W‖₁, (λ/2)‖W‖², or
+    the ℓ1 mixes with l1_ratio.
     mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
-    the penalty are exactly-zero columns), intercept_ (zeros), model_ (a LinearModel), history_
-    (one dict per outer iteration), n_features_in_, n_iter_. `objective(X, y)` is F(W) on (X, y).
+    the penalty are exactly-zero columns), intercept_ (b), model_ (a LinearModel; info["lam"] is
+    the λ used), history_ (one dict per outer iteration), n_features_in_, n_iter_. `objective(X, y)` is F(W) on (X, y).
     """
 
     _solver = BCDSolver
@@ -748,10 +751,11 @@ class BCDClassifier(_SolverClassifier):
         return c.toarray() if sp.issparse(c) else np.asarray(c)
 
     def objective(self, X, y) -> float:
-        """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) (eq. 2 for the default loss and
-        penalty; b = 0 without fit_intercept)."""
+        """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) at the fit's λ (eq. 2's loss by
+        default; b = 0 without fit_intercept)."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
-        return objective_for("bcd", self._solver_params(), self.multilabel_).value(
+        params = self._solver_params().model_copy(update={"lam": self._fitted_model().info["lam"]})
+        return objective_for("bcd", params, self.multilabel_).value(
             W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
         )
 

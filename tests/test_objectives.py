@@ -56,6 +56,7 @@ CONFIGS = [
     ("bcd", BCDParams(loss="multitask_squared_hinge", penalty="l1", lam=0.1), True),
     ("bcd", BCDParams(loss="logistic", penalty="l2", lam=0.3), False),
     ("bcd", BCDParams(loss="logistic", penalty="elasticnet", lam=0.3, l1_ratio=0.6), False),
+    ("bcd", BCDParams(loss="squared_hinge", penalty="group_elasticnet", lam=0.2, l1_ratio=0.3), False),
     ("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=0.05, tau=0.2), True),
     ("ppdsparse", PPDSparseParams(loss="hinge", lam=0.0, tau=0.2), False),
     ("fbpd", FBPDParams(penalty="l1", lam=0.1), False),
@@ -86,6 +87,7 @@ def nonsmooth_gradient(penalty, W):
             rp.L2: 0 * W,
             rp.ELASTICNET: lam * rho * np.sign(W),
             rp.SPARSE_GROUP: lam * (rho * np.sign(W) + (1 - rho) * row),
+            rp.GROUP_ELASTICNET: lam * rho * row,
         }[penalty.code]
     if isinstance(penalty, ElasticNetWithBias):
         return penalty.lam * np.sign(W)
@@ -216,6 +218,7 @@ def test_penalty_closed_form_values():
         "l2": 0.5 * 42,
         "elasticnet": rho * 12 + (1 - rho) * 0.5 * 42,
         "sparse_group": rho * 12 + (1 - rho) * 10,
+        "group_elasticnet": rho * 10 + (1 - rho) * 0.5 * 42,
     }
     for name, v in row.items():
         assert RowPenalty(rp.PENALTIES[name], lam, rho).value(W, b) == pytest.approx(lam * v, rel=1e-14)
@@ -516,6 +519,7 @@ LOGGED = [
     ("bcd", BCDParams(mode="memory", loss="logistic", penalty="l1", lam=1e-2, max_iter=5), False),
     ("bcd", BCDParams(mode="memory", loss="multitask_squared_hinge", penalty="l2", lam=1e-2, max_iter=5), True),
     ("bcd", BCDParams(mode="memory", loss="logistic", penalty="elasticnet", lam=1e-2, max_iter=5), False),
+    ("bcd", BCDParams(mode="memory", max_iter=5), False),  # the defaults: group_elasticnet, λ from n
     (
         "bcd",
         BCDParams(
@@ -572,6 +576,9 @@ def test_solvers_log_this_objective(solver, params, multilabel):
     model's training scores plus StageRidge over the stages' weights. Only the order of the
     floating-point sums differs."""
     X, labels, model, logged = logged_run(solver, params, multilabel)
+    if solver == "bcd" and params.lam is None:  # λ = 1/((1 − ρ)n), n = 150, the model says
+        assert model.info["lam"] == pytest.approx(1 / ((1 - params.l1_ratio) * 150), rel=1e-15)
+        params = params.model_copy(update={"lam": model.info["lam"]})
     objective = objective_for(solver, params, multilabel)
     if solver == "stagewise":
         sums = objective.loss_sums(model._scores(X), labels)

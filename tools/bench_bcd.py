@@ -151,7 +151,8 @@ def run_ours(X, y, Xte, yte, m, lam, max_iter, target=None, time_cap=np.inf, **p
             return fields
 
     source = InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20)
-    p = BCDParams(lam=lam, max_iter=max_iter, tol=1e-12, fit_intercept=False, **params)  # eq. (2), as lightning
+    # eq. (2) with the l1/l2 penalty and no intercept, as lightning
+    p = BCDParams(penalty="l1/l2", lam=lam, max_iter=max_iter, tol=1e-12, fit_intercept=False, **params)
     try:
         Traced(p).fit(
             source,
@@ -498,6 +499,7 @@ def groups(work, sizes, iters, lam=1e-3):
     print("| mode | group size | objective per outer it | wall s | load |\n|---|---|---|---|---|")
     for mode, g in [("memory", 0)] + [("chunks", g) for g in sizes]:
         p = BCDParams(
+            penalty="l1/l2",
             lam=lam,
             tol=1e-12,
             max_iter=iters,
@@ -579,7 +581,7 @@ def _fit_w(X, y, m, lam, iters):
     from streamfit.solvers.bcd import BCDParams, BCDSolver
     from streamfit.store import InMemoryStore
 
-    model = BCDSolver(BCDParams(lam=lam, max_iter=iters, tol=1e-12, fit_intercept=False)).fit(
+    model = BCDSolver(BCDParams(penalty="l1/l2", lam=lam, max_iter=iters, tol=1e-12, fit_intercept=False)).fit(
         InMemoryStore(X, y, list(range(m)), chunk_rows=1 << 20),
         engine=Engine(mode="inprocess"),
         log=MetricsLog(None),
@@ -600,7 +602,7 @@ from streamfit.runlog import MetricsLog
 from streamfit.solvers.bcd import BCDParams, BCDSolver
 from streamfit.store import open_store
 store = open_store(store_path)
-p = BCDParams(mode=mode, lam=1e-3, max_iter=iters, tol=1e-12, group_size=group, fit_intercept=False)
+p = BCDParams(mode=mode, penalty="l1/l2", lam=1e-3, max_iter=iters, tol=1e-12, group_size=group, fit_intercept=False)
 log = MetricsLog(None)
 t0 = time.perf_counter()
 BCDSolver(p).fit(store, engine=Engine(mode="inprocess"), log=log,

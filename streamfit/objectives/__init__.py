@@ -96,8 +96,12 @@ class RowPenalty:
         return penalties.prox(self.code, np.ascontiguousarray(W, dtype=np.float64), t, self.lam, self.rho), b
 
     def smooth_gradient(self, W: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
-        """Gradient of P's differentiable part: λW (l2), λ(1 − ρ)W (elasticnet), else 0."""
-        ridge = {penalties.L2: self.lam, penalties.ELASTICNET: self.lam * (1.0 - self.rho)}.get(self.code, 0.0)
+        """Gradient of P's differentiable part: λW (l2), λ(1 − ρ)W (elasticnet, group_elasticnet), else 0."""
+        ridge = {
+            penalties.L2: self.lam,
+            penalties.ELASTICNET: self.lam * (1.0 - self.rho),
+            penalties.GROUP_ELASTICNET: self.lam * (1.0 - self.rho),
+        }.get(self.code, 0.0)
         return ridge * W, None if b is None else np.zeros_like(b)
 
     def dual_norm(self, G: np.ndarray) -> float:
@@ -327,6 +331,11 @@ def objective_for(solver_name: str, params, multilabel: bool = False) -> Objecti
     solver's pydantic params or any object with the same attributes) on a multiclass or
     multilabel store."""
     if solver_name == "bcd":
+        if params.lam is None:
+            raise ValueError(
+                "objective_for: bcd with lam=None takes λ from the training rows (BCDParams.lam_for, the "
+                "model's info['lam']); pass params with that lam"
+            )
         return Objective(
             LOSSES[params.loss_for(multilabel)],
             RowPenalty(penalties.PENALTIES[params.penalty], params.lam, params.l1_ratio),

@@ -8,16 +8,20 @@ Penalties (λ > 0, ρ = `l1_ratio` ∈ [0, 1]), as in Blondel, Seki and Uehara (
     "l2"            (λ/2) Σ_{j,r} W_{jr}²               (ridge, R_{ℓ2²} of §2)
     "elasticnet"    λ (ρ ‖W‖₁ + (1 − ρ)/2 ‖W‖²_F)        (§2)
     "sparse_group"  λ Σ_j (ρ ‖W_{j:}‖₁ + (1 − ρ) ‖W_{j:}‖₂)  (ℓ1 + ℓ1/ℓ2, §4.7)
+    "group_elasticnet"  λ Σ_j (ρ ‖W_{j:}‖₂ + (1 − ρ)/2 ‖W_{j:}‖²₂)  (ℓ1/ℓ2 + ridge: whole rows are
+                    zero as for l1/l2, the ridge keeps the others from the sparse-margin limit)
 
 Proximity operator prox_{tP}(v) = argmin_w ½‖w − v‖² + t P(w) of one row:
     l1/l2: max(1 − tλ/‖v‖₂, 0) v  (vectorial soft-thresholding, eq. 4);
     l1: soft(v, tλ) = sign(v) max(|v| − tλ, 0);  l2: v / (1 + tλ);
     elasticnet: soft(v, tλρ) / (1 + tλ(1 − ρ));
-    sparse_group: the ℓ1 prox, then the ℓ2 one (§4.7): u = soft(v, tλρ), max(1 − tλ(1 − ρ)/‖u‖, 0) u.
+    sparse_group: the ℓ1 prox, then the ℓ2 one (§4.7): u = soft(v, tλρ), max(1 − tλ(1 − ρ)/‖u‖, 0) u;
+    group_elasticnet: max(1 − tλρ/‖v‖₂, 0) v / (1 + tλ(1 − ρ)) (complete the square of the ridge).
 
 Optimality violation of a row w with loss gradient g (0 iff the row satisfies its optimality
 condition, Proposition 1 for l1/l2):
     l1/l2: eq. (9): max(‖g‖ − λ, 0) if w = 0, |‖g‖ − λ| otherwise;
+    group_elasticnet: max(‖g‖ − λρ, 0) if w = 0, ‖g + λ(1 − ρ) w + λρ w/‖w‖‖ otherwise;
     others: ‖g + ∂P(w)‖₂ at the minimum-norm subgradient (for sparse_group with w = 0:
     max(‖soft(g, λρ)‖ − λ(1 − ρ), 0)); §4.7 leaves this "reworking" open.
 
@@ -29,8 +33,15 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-L1L2, L1, L2, ELASTICNET, SPARSE_GROUP = 0, 1, 2, 3, 4
-PENALTIES = {"l1/l2": L1L2, "l1": L1, "l2": L2, "elasticnet": ELASTICNET, "sparse_group": SPARSE_GROUP}
+L1L2, L1, L2, ELASTICNET, SPARSE_GROUP, GROUP_ELASTICNET = 0, 1, 2, 3, 4, 5
+PENALTIES = {
+    "l1/l2": L1L2,
+    "l1": L1,
+    "l2": L2,
+    "elasticnet": ELASTICNET,
+    "sparse_group": SPARSE_GROUP,
+    "group_elasticnet": GROUP_ELASTICNET,
+}
 
 
 @njit(cache=True, nogil=True)
@@ -66,6 +77,8 @@ def row_value(pen: int, w, lam: float, rho: float) -> float:
         return 0.5 * lam * sq
     if pen == ELASTICNET:
         return lam * (rho * l1 + 0.5 * (1.0 - rho) * sq)
+    if pen == GROUP_ELASTICNET:
+        return lam * (rho * np.sqrt(sq) + 0.5 * (1.0 - rho) * sq)
     return lam * (rho * l1 + (1.0 - rho) * np.sqrt(sq))
 
 
@@ -83,7 +96,9 @@ def row_prox(pen: int, v, t: float, lam: float, rho: float, out) -> None:
         for r in range(m):
             out[r] = _soft(v[r], thr) * scale
         return
-    group = t * lam
+    group, ridge = t * lam, 1.0
+    if pen == GROUP_ELASTICNET:
+        group, ridge = t * lam * rho, 1.0 + t * lam * (1.0 - rho)
     if pen == SPARSE_GROUP:
         for r in range(m):
             out[r] = _soft(v[r], t * lam * rho)
@@ -96,7 +111,7 @@ def row_prox(pen: int, v, t: float, lam: float, rho: float, out) -> None:
     if scale <= 0.0:
         scale = 0.0
     for r in range(m):
-        out[r] *= scale
+        out[r] *= scale / ridge
 
 
 @njit(cache=True, nogil=True)
@@ -109,6 +124,14 @@ def row_violation(pen: int, w, g, lam: float, rho: float) -> float:
         if nw == 0.0:
             return max(ng - lam, 0.0)
         return abs(ng - lam)
+    if pen == GROUP_ELASTICNET:
+        if nw == 0.0:
+            return max(_norm(g) - lam * rho, 0.0)
+        s = 0.0
+        for r in range(m):
+            z = g[r] + lam * (1.0 - rho) * w[r] + lam * rho * w[r] / nw
+            s += z * z
+        return np.sqrt(s)
     l1 = lam if pen == L1 else (0.0 if pen == L2 else lam * rho)
     ridge = lam if pen == L2 else (lam * (1.0 - rho) if pen == ELASTICNET else 0.0)
     group = lam * (1.0 - rho) if pen == SPARSE_GROUP else 0.0

@@ -10,8 +10,14 @@ s_i = Wᵀx_i,
 with ℓ one of streamfit.objectives.losses ("squared_hinge": eq. 2, or the label-ranking loss of §4.7 on
 multilabel stores; "multitask_squared_hinge": eq. 11; "logistic": eq. 12; "auto", the default:
 eq. 2 on multiclass stores, eq. 11 on multilabel ones, `BCDParams.loss_for`) and λP one of
-streamfit.objectives.penalties ("l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
-"elasticnet", "sparse_group"). The logged `objective` is this F. fit_intercept=True (the
+streamfit.objectives.penalties ("group_elasticnet", the default, = λ Σ_j (ρ‖W_{j:}‖₂ + (1 − ρ)/2
+‖W_{j:}‖²) with ρ = l1_ratio = 0.2; "l1/l2" = λ Σ_j ‖W_{j:}‖₂ as in eq. 2, "l1", "l2" = (λ/2)‖W‖²,
+"elasticnet", "sparse_group"). The logged `objective` is this F. lam=None (the default) takes λ
+from the n training rows (`BCDParams.lam_for`): the ridge weight λ(1 − ρ) = 1/n, LinearSVC(C=1)'s
+½‖w‖² + C Σ_i ℓ_i divided by C·n (λ = 1/n for the penalties without a ridge part). Why not the
+paper's l1/l2 alone: on tf-idf text its optimum is 2–10 points below LinearSVC at every λ
+measured (its small-λ limit is a sparse margin, not the ℓ2 one); the ridge closes the gap while
+the group part still zeroes whole rows (docs/benchmarks.md, session 14). fit_intercept=True (the
 default; the paper has none) adds the unpenalised intercept b ∈ R^m as one more block: the
 row of a constant feature x_{i,d} = 1 appended to every sample (`_design`), updated by the
 same block steps with λ = 0 for that row (so b is not in P, and the violation (9) of its row
@@ -31,7 +37,7 @@ in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
   l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
   c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
   (## bcd) says why eq. (10) alone stops far from F* at small λ.
-- shrinking=True (§5.2.4, ℓ1/ℓ2): a zero block with ‖G_{j:}‖ < λ − M/n (M the largest violation
+- shrinking=True (§5.2.4, ℓ1/ℓ2; group_elasticnet with λρ for λ): a zero block with ‖G_{j:}‖ < λ − M/n (M the largest violation
   of the previous outer iteration) is skipped; when the stopping rule holds on the remaining
   blocks, all blocks are reactivated and the run goes on until it holds on all of them.
 
@@ -103,6 +109,9 @@ SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
+DEFAULT_L1_RATIO = (
+    0.2  # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
+)
 
 
 class BCDParams(SolverParams):
@@ -113,10 +122,14 @@ class BCDParams(SolverParams):
         description="eq. 2 (label ranking §4.7 on multilabel stores), eq. 11, or eq. 12; auto: eq. 2 on "
         "multiclass stores, eq. 11 on multilabel ones",
     )
-    penalty: Literal["l1/l2", "l1", "l2", "elasticnet", "sparse_group"] = Field(
-        "l1/l2", description="P(W); l2 is (λ/2)‖W‖², elasticnet/sparse_group mix with l1_ratio"
+    penalty: Literal["group_elasticnet", "l1/l2", "l1", "l2", "elasticnet", "sparse_group"] = Field(
+        "group_elasticnet",
+        description="P(W); group_elasticnet is λ(ρ Σ_j ‖W_j‖ + (1 − ρ)/2 ‖W‖²), l2 is (λ/2)‖W‖², "
+        "elasticnet/sparse_group mix ℓ1 with ℓ2²/ℓ1/ℓ2 by l1_ratio",
     )
-    l1_ratio: float = Field(0.5, ge=0, le=1, description="ρ of elasticnet and sparse_group")
+    l1_ratio: float = Field(
+        DEFAULT_L1_RATIO, ge=0, le=1, description="ρ of group_elasticnet, elasticnet and sparse_group"
+    )
     method: Literal["bcd", "fista"] = Field("bcd", description="block coordinate descent or FISTA")
     variant: Literal["ls", "cst"] = Field(
         "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step"
@@ -126,11 +139,18 @@ class BCDParams(SolverParams):
     )
     memory_budget_mb: float = Field(2048, gt=0, description="auto mode: largest in-memory X + S")
     group_size: int = Field(1024, ge=1, description="chunks mode: features updated at once per pass")
-    shrinking: bool = Field(False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2)")
+    shrinking: bool = Field(
+        False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2 and group_elasticnet)"
+    )
     sigma: float = Field(0.01, gt=0, lt=1, description="σ of the sufficient decrease condition (7)")
     omega: float = Field(0.5, gt=0, lt=1, description="ω, backtracking factor of the line search")
     max_ls: int = Field(30, ge=1, description="line search trials per block")
-    lam: float = Field(1e-3, gt=0, description="λ of (1/n)·loss + λ·penalty")
+    lam: float | None = Field(  # type: ignore[assignment]  # None: from n (`lam_for`)
+        None,
+        gt=0,
+        description="λ of (1/n)·loss + λ·penalty; null: the ridge weight λ(1 − ρ) is 1/n, LinearSVC(C=1)'s "
+        "(group_elasticnet, elasticnet: λ = 1/((1 − ρ)n)), else λ = 1/n",
+    )
     tol: float = Field(1e-3, gt=0, description="τ of the stopping criterion (10) (and of the duality gap)")
     stopping: Literal["auto", "gap", "violation"] = Field(
         "auto",
@@ -140,6 +160,17 @@ class BCDParams(SolverParams):
     )
     max_iter: int = Field(200, ge=1, description="K, the cap on outer iterations")
     fit_intercept: bool = Field(True, description="an unpenalised intercept b (scores Wᵀx + b)")
+
+    def lam_for(self, n_rows: int) -> float:
+        """λ of a fit on n_rows rows: `lam`, or for lam None the weight that makes the ridge part
+        of P LinearSVC(C=1)'s: its ½‖w‖² + C Σ_i ℓ_i is, divided by C·n, (1/(2n))‖w‖² + (1/n) Σ_i ℓ_i,
+        so λ(1 − ρ) = 1/n for group_elasticnet and elasticnet (λ = 1/((1 − ρ)n)) and λ = 1/n
+        for l2; the penalties with no ridge part (l1/l2, l1, sparse_group) take λ = 1/n too."""
+        if self.lam is not None:
+            return self.lam
+        if self.penalty in ("group_elasticnet", "elasticnet") and self.l1_ratio < 1:
+            return 1.0 / ((1.0 - self.l1_ratio) * n_rows)
+        return 1.0 / n_rows
 
     def loss_for(self, multilabel: bool) -> str:
         """The loss run on a multiclass or multilabel store: `loss`, "auto" resolved. On
@@ -153,8 +184,8 @@ class BCDParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.shrinking and self.penalty != "l1/l2":
-            raise ValueError("shrinking (§5.2.4) is defined for the l1/l2 penalty only")
+        if self.shrinking and self.penalty not in ("l1/l2", "group_elasticnet"):
+            raise ValueError("shrinking (§5.2.4) is defined for the l1/l2 and group_elasticnet penalties only")
         if self.stopping == "gap" and self.fit_intercept:
             raise ValueError("stopping='gap' certifies the objective without intercept; set fit_intercept=false")
         return self
@@ -443,6 +474,7 @@ class BCDSolver(Solver[BCDState]):
         self._multilabel = False  # the source's kind, fixed by fit (the loss auto resolves with it)
         self._data: _MemoryData | None = None
         self._data_source: ChunkSource | None = None
+        self.lam = 0.0  # λ of this fit (`BCDParams.lam_for`), fixed by fit for its source
 
     def fit(self, source: ChunkSource, **options) -> Model:
         """Solver.fit, after choosing the mode (and so the State) for `source` and checking the
@@ -450,6 +482,7 @@ class BCDSolver(Solver[BCDState]):
         p = self.params
         self.check_source(source)
         self._multilabel = source.multilabel
+        self.lam = p.lam_for(source.n_rows)
         if source.multilabel and p.loss_for(True) == "squared_hinge":
             log.warning(
                 "bcd: loss squared_hinge on a multilabel store is the label ranking of §4.7: its scores order "
@@ -522,6 +555,7 @@ class BCDSolver(Solver[BCDState]):
             "outer_iterations": state.outer if isinstance(state, ChunksState) else state.step,
             "mode": self.mode,
             "converged": bool(state.converged),
+            "lam": self.lam,
         }
         if isinstance(state, ChunksState):
             info["data_passes"] = state.data_passes
@@ -562,6 +596,11 @@ class BCDSolver(Solver[BCDState]):
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
 
+    def _group_lam(self) -> float:
+        """The weight of Σ_j ‖W_j‖₂ in P: λ (l1/l2), λρ (group_elasticnet); a zero row stays zero
+        while ‖G_j‖ is below it (the shrinking rule's threshold)."""
+        return self.lam * self.params.l1_ratio if self.params.penalty == "group_elasticnet" else self.lam
+
     def _width(self, source: ChunkSource) -> int:
         """Rows of the solver's W: one per feature, and the intercept's (fit_intercept)."""
         return source.n_features + int(self.params.fit_intercept)
@@ -577,12 +616,14 @@ class BCDSolver(Solver[BCDState]):
     def _penalty(self, pen: int, W_rows: np.ndarray, cols: np.ndarray, free: int, rho: float) -> float:
         """λP of the rows `cols` of W (W_rows = W[cols]), the intercept's row left out."""
         keep = cols != free
-        return value(pen, np.ascontiguousarray(W_rows[keep]), self.params.lam, rho)
+        return value(pen, np.ascontiguousarray(W_rows[keep]), self.lam, rho)
 
     def _objective(self, loss_sum: float, n: int, W: np.ndarray) -> float:
         """streamfit.objectives' F(W, b) = (1/n) Σ_i ℓ_i + λ P(W) (eq. 2 and its variants, averaged
         convention, b not penalised) from the loss summed over the n samples."""
-        return objective_for(self.name, self.params, self._multilabel).total(ChunkSums(loss_sum, n), *self._split(W))
+        return objective_for(self.name, self.params.model_copy(update={"lam": self.lam}), self._multilabel).total(
+            ChunkSums(loss_sum, n), *self._split(W)
+        )
 
     def _fields(
         self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
@@ -644,7 +685,7 @@ class BCDSolver(Solver[BCDState]):
             if p.variant == "ls"
             else blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
         )
-        thr = p.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+        thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
         vsum, vmax, extra = bcd_epoch(
             order,
             dat.indptr,
@@ -656,7 +697,7 @@ class BCDSolver(Solver[BCDState]):
             dat.lab_ind,
             loss,
             pen,
-            p.lam,
+            self.lam,
             rho,
             p.variant == "ls",
             dat.K,
@@ -709,7 +750,7 @@ class BCDSolver(Solver[BCDState]):
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
         streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
         F − F* ≤ F − D, so the gap certifies the objective's distance to the optimum."""
-        objective = objective_for(self.name, self.params, self._multilabel)
+        objective = objective_for(self.name, self.params.model_copy(update={"lam": self.lam}), self._multilabel)
         f = objective.total(objective.loss_sums(S, labels), W, None)
         dual = objective.dual_value_at_scores(S, Xc, labels)
         return f, (f - dual) / f if f > 0 else 0.0
@@ -835,12 +876,12 @@ class BCDSolver(Solver[BCDState]):
         st.dir_cols = st.dir_delta = None
         if B is not None:  # the next group's direction from its gradient at the accepted point
             G_B, L = sums.grad[a] / n, np.maximum(st.theta * sums.curv[a].max(axis=1) / n, EPS)
-            thr = p.lam - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
+            thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
             keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
             st.active[B[~keep]] = False
             B, G_B, L = B[keep], G_B[keep], L[keep]
             free_b = int(np.searchsorted(B, free)) if free in B else -1
-            delta, viol = group_update(st.W[B], G_B, L, pen, p.lam, rho, free_b)
+            delta, viol = group_update(st.W[B], G_B, L, pen, self.lam, rho, free_b)
             st.sums = [st.sums[0] + float(viol.sum()), max(st.sums[1], float(viol.max(initial=0.0)))]
             st.bound = (
                 float((G_B * delta).sum())
@@ -883,7 +924,7 @@ class BCDSolver(Solver[BCDState]):
         G_n = st.grad_y / n
         while True:
             W = st.Y - G_n / st.L  # the gradient step; the prox of λP on the features' rows (b is free)
-            W[: src.n_features] = prox(pen, W[: src.n_features], 1.0 / st.L, p.lam, rho)
+            W[: src.n_features] = prox(pen, W[: src.n_features], 1.0 / st.L, self.lam, rho)
             D = W - st.Y
             t_next = (1.0 + math.sqrt(1.0 + 4.0 * st.t * st.t)) / 2.0
             Y_next = W + ((st.t - 1.0) / t_next) * (W - st.W)

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from streamfit.objectives.losses import sample_loss
-from streamfit.objectives.penalties import L1L2, row_prox, row_value, row_violation
+from streamfit.objectives.penalties import row_prox, row_value, row_violation
 
 
 @njit(cache=True, nogil=True)
@@ -95,7 +95,7 @@ def bcd_epoch(
             g[r] /= n
             nw2 += w[r] * w[r]
             ng2 += g[r] * g[r]
-        if pen == L1L2 and nw2 == 0.0 and np.sqrt(ng2) < shrink_thr:
+        if nw2 == 0.0 and np.sqrt(ng2) < shrink_thr:
             active[j] = False
             continue
         lam_j = 0.0 if j == free_row else lam

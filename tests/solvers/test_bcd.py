@@ -38,9 +38,10 @@ def dna():
 
 def fit(source, run_dir=None, info=None, **options):
     """(W, metrics records) of a bcd run (fit_solver's options); `info` (a dict) receives the
-    model's info. Without an intercept unless `fit_intercept=True` is given: the paper's F(W),
-    which the references below compute."""
+    model's info. The ℓ1/ℓ2 penalty and no intercept unless other `penalty` or `fit_intercept=True`
+    are given: the paper's F(W), which the references below compute."""
     options.setdefault("fit_intercept", False)
+    options.setdefault("penalty", "l1/l2")
     model, log = fit_solver("bcd", source, run_dir, **options)
     if info is not None:
         info.update(model.info, intercept=model.intercept_)
@@ -187,7 +188,8 @@ def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
     lam = 1e-2
     D_star, F_star = group_lasso_optimum_bracket(X, y, lam, rtol=1e-6)
     source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
-    solver = bcd.BCDSolver(bcd.BCDParams(lam=lam))
+    solver = bcd.BCDSolver(bcd.BCDParams(lam=lam, penalty="l1/l2"))
+    solver.lam = lam  # as fit sets it (BCDParams.lam_for)
     for it in (1, 5, 30):
         W, _ = fit(source, lam=lam, tol=1e-12, max_iter=it, stopping="violation")
         S = X @ W
@@ -415,6 +417,44 @@ def test_other_penalties_agree_with_fista(dna, penalty):
     assert abs(a[-1]["objective"] - b[-1]["objective"]) <= 1e-6 * b[-1]["objective"]
 
 
+def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_optimum():
+    """The defaults (penalty group_elasticnet, ρ = 0.2, lam None, an intercept): λ = 1/((1 − ρ)n),
+    so the ridge weight λ(1 − ρ) is 1/n, LinearSVC(C=1)'s in the averaged convention. The solution
+    satisfies the optimality conditions of F(W, b) = L(W, b) + λ Σ_j (ρ‖W_j‖ + (1 − ρ)/2 ‖W_j‖²),
+    with L's gradient from the numpy reference (eq. 5): ‖G_j‖ ≤ λρ on zero rows,
+    G_j + λ(1 − ρ)W_j + λρ W_j/‖W_j‖ = 0 on the others, and Σ_i ∂ℓ_i/∂b = 0 (the unpenalised b).
+    Data: 200 rows off the origin, 8 informative columns and 4 of near-zero scale (zero rows)."""
+    rng = np.random.default_rng(7)
+    n, rho = 200, 0.2
+    X = rng.normal(size=(n, 12)) + 0.5
+    X[:, 8:] *= 0.003
+    y = np.argmax(X[:, :4] @ rng.normal(size=(4, 3)) + rng.normal(size=(n, 3)), axis=1).astype(np.int32)
+    params = bcd.BCDParams()
+    assert (params.penalty, params.l1_ratio, params.lam, params.fit_intercept) == ("group_elasticnet", rho, None, True)
+    assert params.lam_for(n) == pytest.approx(1 / ((1 - rho) * n), rel=1e-15)
+    assert bcd.BCDParams(penalty="l1/l2").lam_for(n) == 1 / n and bcd.BCDParams(lam=0.3).lam_for(n) == 0.3
+    info: dict = {}
+    source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=n)
+    W, log = fit(source, info=info, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300)
+    lam, b = info["lam"], info["intercept"]
+    assert lam == params.lam_for(n) and info["converged"]
+    _, G = mc_squared_hinge(W, X, y, scores=X @ W + b)
+    _, Gb = mc_squared_hinge(W, np.ones((n, 1)), y, scores=X @ W + b)
+    norms = np.linalg.norm(W, axis=1)
+    zero = norms == 0
+    assert 0 < zero.sum() < len(W)  # both conditions are exercised: the group part zeroes rows
+    assert np.linalg.norm(G[zero], axis=1).max() <= lam * rho
+    stationary = G[~zero] + lam * (1 - rho) * W[~zero] + lam * rho * W[~zero] / norms[~zero, None]
+    assert np.abs(stationary).max() <= 1e-4 * lam
+    assert np.abs(Gb).max() <= 1e-4 * lam
+    F = mc_squared_hinge(W, X, y, scores=X @ W + b)[0] + lam * (rho * norms.sum() + (1 - rho) / 2 * (W * W).sum())
+    assert log[-1]["objective"] == pytest.approx(F, rel=1e-10)
+    # shrinking (§5.2.4 with the group weight λρ): zero blocks skipped on the way, the same optimum
+    _, shrunk = fit(source, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300, shrinking=True)
+    assert min(r["active_blocks"] for r in shrunk) < len(W) + 1
+    assert shrunk[-1]["objective"] == pytest.approx(log[-1]["objective"], rel=1e-6)
+
+
 def test_multilabel_ranking_optimality():
     """§4.7 label ranking: zero-row and non-zero-row conditions with an independent gradient."""
     rng = np.random.default_rng(4)
@@ -565,7 +605,7 @@ def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
 def test_estimator(dna):
     X, y = dna
     labels = np.array(["EI", "IE", "N"])[y]
-    clf = BCDClassifier(lam=5e-2, tol=1e-6, max_iter=500).fit(X, labels)
+    clf = BCDClassifier(penalty="l1/l2", lam=5e-2, tol=1e-6, max_iter=500).fit(X, labels)
     assert clf.coef_.shape == (3, 180) and list(clf.classes_) == ["EI", "IE", "N"]
     W = clf.coef_.T
     zero = ~np.any(W != 0, axis=1)
