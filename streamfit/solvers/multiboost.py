@@ -590,7 +590,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         new_features = feature[classes]
         inside = bin_[classes] < np.diff(state.cut_offsets)[new_features]
         new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
-        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features] + bin_[classes]][inside]
+        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features[inside]] + bin_[classes][inside]]
         new_polarity = polarity[classes]
 
         # 3. the new learners' outputs on every row, as sign bits appended to each chunk's bitset

@@ -507,10 +507,12 @@ def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray, sign
     both. With S_b = Σ_{bins ≤ b} H[., c]: a sign stump ħ(x) = ±(+1 if bin(x_f) > b else −1), b
     any bin but the feature's last, has edge Σ_i g_c[i] ħ(x_i) = ±(T_c − 2·S_b); an indicator
     stump ħ(x) = 1[bin(x_f) > b] (polarity +1) has edge T_c − S_b, and 1[bin(x_f) ≤ b]
-    (polarity −1) has edge S_b, b any bin; b = the last bin with polarity −1 is the constant
-    learner ħ ≡ 1 (edge T_c). Ties keep the first in (feature, bin, sign before indicator, + before
-    −) order. Returns (feature, bin, polarity, edge, low) arrays of length K; low is the stump's
-    value where it is not 1: −1 (sign) or 0 (indicator)."""
+    (polarity −1) has edge S_b, b any bin but the feature's last; the constant learner ħ ≡ 1
+    (edge T_c, exactly: not a feature's S summed over all its bins, whose rounding would make the
+    feature that carries it arbitrary) is returned as feature 0's 1[x ≤ +inf]: bin = feature 0's
+    number of cuts, polarity −1. Ties keep the first in (feature, bin, sign before indicator, +
+    before −) order, the constant last. Returns (feature, bin, polarity, edge, low) arrays of
+    length K; low is the stump's value where it is not 1: −1 (sign) or 0 (indicator)."""
     n_features = cut_offsets.shape[0] - 1
     K = H.shape[1]
     best_f = np.full(K, -1, dtype=np.int64)
@@ -523,19 +525,27 @@ def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray, sign
             start = cut_offsets[f] + f
             cum = 0.0
             n_cuts = cut_offsets[f + 1] - cut_offsets[f]
-            for b in range(n_cuts + 1 if indicator else n_cuts):
+            for b in range(n_cuts):
                 cum += H[start + b, c]
-                if sign and b < n_cuts:
+                if sign:
                     edge = totals[c] - 2.0 * cum
                     if edge > best_e[c]:
                         best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, edge, -1
                     if -edge > best_e[c]:
                         best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, -edge, -1
                 if indicator:
-                    if b < n_cuts and totals[c] - cum > best_e[c]:
+                    if totals[c] - cum > best_e[c]:
                         best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, totals[c] - cum, 0
                     if cum > best_e[c]:
                         best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, cum, 0
+        if indicator and n_features > 0 and totals[c] > best_e[c]:
+            best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = (
+                0,
+                cut_offsets[1] - cut_offsets[0],
+                -1,
+                totals[c],
+                0,
+            )
     return best_f, best_b, best_p, best_e, best_low
 
 

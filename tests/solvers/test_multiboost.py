@@ -240,6 +240,21 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
 
 
+def test_the_constant_learner_is_taken_when_no_split_exists():
+    """One feature with a single value: no threshold splits it, so the pool's only learner is
+    the constant ħ ≡ 1 (an indicator past the last bin; it has no cut value, which once indexed
+    past the feature's cuts). Stage-wise (13) at F = 0 for class 0 (6 of 10 rows, K = 3):
+    V₊ = Σ_{i: y_i = 0} Σ_{y≠0} μ = 6·2, V₋ = Σ_{i: y_i ≠ 0} μ_(i,0) = 4, so w = ½ log 3; classes 1
+    and 2 (edge T_c < 0) get w = 0."""
+    X = sp.csr_matrix(np.ones((10, 1)))
+    labels = np.array([0] * 6 + [1] * 2 + [2] * 2, dtype=np.int32)
+    model, _ = fit(InMemoryStore(X, labels, ["a", "b", "c"], chunk_rows=4), max_iter=2, stumps="indicator")
+    assert np.all(np.isinf(model.thresholds)) and np.all(model.polarity == -1) and np.all(model.lows == 0)
+    assert model.weights[model.coord_class == 0] == pytest.approx([0.5 * np.log(3.0)], rel=1e-12)
+    np.testing.assert_allclose(model.weights[model.coord_class != 0], 0.0, atol=1e-12)
+    assert np.all(model.predict(X) == "a")
+
+
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
     rng = np.random.default_rng(3)
     col = np.where(rng.random(2000) < 0.5, 0.0, rng.normal(size=2000))
