@@ -304,10 +304,8 @@ def fig6(result, lam: float, warm: bool):
     labels = labels.astype(np.int64)
     state_classes, state_learners = model.coord_class, model.coord_learner
     m, K = Xtr.shape[0], len(model.classes_)
-    outputs = kernels.stump_outputs(
-        Xtr.indptr, Xtr.indices, Xtr.data, Xtr.shape[1], model.features, model.thresholds, model.polarity
-    )
-    bits = np.packbits(outputs > 0, axis=1)  # the master problem's data: the learners' signs on the training rows
+    above = Xtr[:, model.features].toarray().T > model.thresholds[:, None]  # L × m
+    bits = np.packbits(above == (model.polarity[:, None] > 0), axis=1)  # the master problem's data: the learners' bits
     C_over_p = 1.0 / (lam * m * (K - 1))
     J = len(state_classes)
     start = np.zeros(J)

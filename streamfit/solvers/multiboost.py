@@ -87,6 +87,8 @@ from streamfit.store import ChunkSource
 
 SCORES = "scores"
 BINS = "bins"
+COLUMNS = "columns"
+ROW_STARTS = "row_starts"
 BITS = "bits"
 LABELS = "labels"
 LAM_GRID = (1e-2, 1e-3, 1e-4, 1e-5)  # lam="auto": 1/C for the paper's grid C = 1e2 … 1e5 (§3)
@@ -260,34 +262,45 @@ def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np
 
 
 def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
-    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1,
-    and the chunk's labels (int64) as `labels` v1 (the master problem reads them without X)."""
+    """Writes the chunk binned, the CSR structure of X with each stored value replaced by its bin:
+    `row_starts` v1 (X.indptr, int64), `columns` v1 (X.indices, int32) and `bins` v1 (uint16,
+    aligned with them), and the chunk's labels (int64) as `labels` v1. The boosting iterations
+    read these, never the store again: the stump x_f > cut_b is bin(x_f) > b."""
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
+    state.write(ROW_STARTS, 1, chunk_id, X.indptr.astype(np.int64))
+    state.write(COLUMNS, 1, chunk_id, X.indices.astype(np.int32))
     state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
     state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
 def _histogram_task(source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None) -> HistogramSums:
     """The chunk's HistogramSums of g; rows held out (kernels.held_out with `holdout_seed`; None:
-    no row) weigh 0."""
-    chunk = source.read_chunk(chunk_id)
-    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), chunk.labels.astype(np.int64))
+    no row) weigh 0. Reads the binned chunk (_bins_task), not the store."""
+    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), state.read(LABELS, 1, chunk_id))
     if holdout_seed is not None:
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
-    X = chunk.X
-    H, stored = kernels.histogram(X.indptr, X.indices, state.read(BINS, 1, chunk_id), G, cut_offsets)
+    H, stored = kernels.histogram(
+        state.read(ROW_STARTS, 1, chunk_id),
+        state.read(COLUMNS, 1, chunk_id),
+        state.read(BINS, 1, chunk_id),
+        G,
+        cut_offsets,
+    )
     return HistogramSums(H, stored, G.sum(axis=0))
 
 
-def _outputs_task(source, chunk_id, *, state, bits: PerSample, version: int, features, thresholds, polarity) -> None:
-    """Evaluates the new stumps on the chunk's rows and writes the chunk's sign bitset `bits`
-    version `version`: the rows of `bits` (the learners so far) and one packed row per new stump."""
-    X = source.read_chunk(chunk_id).X
-    data = X.data.astype(np.float64)  # one compiled version of the kernel for every input dtype
-    out = kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
-    new = np.packbits(out > 0, axis=1)
+def _outputs_task(
+    source, chunk_id, *, state, bits: PerSample, version: int, features, bins, polarity, zero_bins
+) -> None:
+    """Evaluates the new stumps (x_f > cut_b as bin(x_f) > b, on the binned chunk of _bins_task)
+    on the chunk's rows and writes the chunk's sign bitset `bits` version `version`: the rows of
+    `bits` (the learners so far) and one packed row per new stump."""
+    new = kernels.stump_bits(
+        state.read(ROW_STARTS, 1, chunk_id), state.read(COLUMNS, 1, chunk_id), state.read(BINS, 1, chunk_id),
+        source.n_features, features, bins, polarity, zero_bins,
+    )  # fmt: skip
     old = state.read(bits.name, bits.version, chunk_id) if bits.written else np.zeros((0, new.shape[1]), np.uint8)
     state.write(BITS, version, chunk_id, np.concatenate([old, new]))
 
@@ -389,6 +402,8 @@ class MultiBoostState(SolverState):
     bits: PerSample  # the learners' sign bits per chunk, packed (L × ⌈rows/8⌉ uint8)
     labels: PerSample  # the labels per chunk (int64), for the master problem
     bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
+    columns: PerSample  # the chunk's X.indices (int32): with row_starts and bins, the binned chunk
+    row_starts: PerSample  # the chunk's X.indptr (int64)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
     objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
@@ -457,6 +472,8 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             bits=PerSample(BITS, 0, written=False),
             labels=PerSample(LABELS, 1),
             bins=PerSample(BINS, 1),
+            columns=PerSample(COLUMNS, 1),
+            row_starts=PerSample(ROW_STARTS, 1),
             scores=PerSample(SCORES, 0, written=False),
         )
 
@@ -604,8 +621,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             bits=state.bits,
             version=bits.version,
             features=new_features,
-            thresholds=new_thresholds,
+            bins=bin_[classes],
             polarity=new_polarity,
+            zero_bins=state.zero_bins,
         )
         state.bits = bits
         L0, J0 = len(state.learner_feature), len(state.weights)

@@ -94,28 +94,35 @@ def histogram(
 
 
 @numba.njit(cache=True, nogil=True)
-def stump_outputs(
+def stump_bits(
     indptr: np.ndarray,
     indices: np.ndarray,
-    data: np.ndarray,
+    codes: np.ndarray,
     n_features: int,
     features: np.ndarray,
-    thresholds: np.ndarray,
+    bins: np.ndarray,
     polarity: np.ndarray,
+    zero_bins: np.ndarray,
 ) -> np.ndarray:
-    """ħ_l(x_i) = polarity_l · (+1 if x_i[features_l] > thresholds_l else −1), as int8
-    (n_learners × rows), for the rows of a CSR matrix."""
+    """The packed bits (n_learners × ⌈rows/8⌉ uint8, np.packbits order) of the stumps
+    "x_f > cut_b" (polarity +1) or "x_f ≤ cut_b" (−1), f = features_l, b = bins_l, on a binned CSR
+    chunk (`codes`: the bin of each stored entry, bin_codes; a feature not stored is 0, in bin
+    zero_bins[f]): x > cut_b ⇔ bin(x) > b, as bins are (cut_{b−1}, cut_b]; b = the feature's
+    number of cuts (the constant learner) is never exceeded."""
     n = indptr.shape[0] - 1
     L = features.shape[0]
-    out = np.empty((L, n), dtype=np.int8)
-    row = np.zeros(n_features)
+    out = np.zeros((L, (n + 7) >> 3), dtype=np.uint8)
+    code = np.empty(n_features, dtype=np.int64)
+    for lrn in range(L):
+        code[features[lrn]] = zero_bins[features[lrn]]
     for i in range(n):
         for k in range(indptr[i], indptr[i + 1]):
-            row[indices[k]] = data[k]
+            code[indices[k]] = codes[k]
         for lrn in range(L):
-            out[lrn, i] = polarity[lrn] if row[features[lrn]] > thresholds[lrn] else -polarity[lrn]
+            if (code[features[lrn]] > bins[lrn]) == (polarity[lrn] > 0):
+                out[lrn, i >> 3] |= np.uint8(1 << (7 - (i & 7)))
         for k in range(indptr[i], indptr[i + 1]):
-            row[indices[k]] = 0.0
+            code[indices[k]] = zero_bins[indices[k]]
     return out
 
 

@@ -200,7 +200,8 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
         learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
         coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
-        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1),
+        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1), columns=mb.PerSample(mb.COLUMNS, 1),
+        row_starts=mb.PerSample(mb.ROW_STARTS, 1),
         scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked)
@@ -238,6 +239,31 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         indicator_best = edge[c]
         both = kernels.best_stumps(H, chunked.totals, offsets, True, True)[3][c]
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
+
+
+def test_stumps_on_the_binned_chunk_equal_the_stumps_on_raw_values():
+    """kernels.stump_bits (bin(x_f) > b, stored entries' bins and each feature's zero bin) against
+    the stump evaluated on the raw values (x_f > cut_b, +inf past the last cut: the constant), for
+    every feature, bin and polarity; negative, zero and positive values, quantile and exact bins,
+    rows not a multiple of 8."""
+    rng = np.random.default_rng(5)
+    m, d = 203, 4
+    dense = np.where(rng.random((m, d)) < 0.4, 0.0, rng.normal(size=(m, d)))
+    dense[:, 3] = rng.integers(-2, 3, size=m)  # five distinct values: exact bins
+    X = sp.csr_matrix(dense)
+    source = InMemoryStore(X, np.zeros(m, np.int32), ["a", "b"], chunk_rows=m)
+    sketch = Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(1), size=64)
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=8)
+    codes = kernels.bin_codes(X.indices, X.data, cuts, offsets)
+    zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
+    stumps = [(f, b, s) for f in range(d) for b in range(offsets[f + 1] - offsets[f] + 1) for s in (1, -1)]
+    features, bins, polarity = (np.array(column) for column in zip(*stumps))
+    got = kernels.stump_bits(
+        X.indptr, X.indices, codes, d, features, bins, polarity.astype(np.int8), zero_bins.astype(np.int64)
+    )
+    thresholds = np.array([cuts[offsets[f] + b] if offsets[f] + b < offsets[f + 1] else np.inf for f, b, _ in stumps])
+    expected = np.packbits((dense[:, features].T > thresholds[:, None]) == (polarity[:, None] > 0), axis=1)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_the_constant_learner_is_taken_when_no_split_exists():
