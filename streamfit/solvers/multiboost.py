@@ -31,7 +31,7 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      indicators 1[x_f > cut_b] and 1[x_f ≤ cut_b] T_c − Σ_{bins ≤ b} and Σ_{bins ≤ b}; the
      largest edge in the pool wins (kernels.best_stumps). Column generation has converged when no learner
      violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
-  3. a `map` over chunks evaluates the new stumps on every row: one sign bit per (learner,
+  3. a `map` over chunks evaluates the new stumps on every row (from the binned chunk): one sign bit per (learner,
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
      state `bits`: L × ⌈rows/8⌉ bytes per chunk, a new version each iteration that adds learners);
   4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
@@ -51,9 +51,11 @@ rows at the best C. The phases are steps of one run, in the checkpointed state.
 
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
-a second pass writes the bin of every stored entry per chunk (per-sample state `bins`, 2 bytes
-per stored entry), so the histogram kernel visits stored entries only, without a search: the
-zero bin is the column total minus the stored entries' sum. The cuts are in the checkpoint, and each stump's threshold (a cut value)
+a second pass writes each chunk binned (per-sample state `row_starts`, `columns`: X's CSR
+structure, and `bins`: the bin of every stored entry, 2 bytes), which is all that steps 1 and 3
+read: the store is not read again, the histogram kernel visits stored entries only, without a
+search (the zero bin is the column total minus the stored entries' sum), and a stump x_f > cut_b
+is bin(x_f) > b. The cuts are in the checkpoint, and each stump's threshold (a cut value)
 in the model, so prediction on raw data needs no bins.
 
 Memory: the histograms are (Σ_f bins_f) × K floats; chunk tasks hold one chunk. The driver holds
