@@ -21,6 +21,8 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           solver's defaults (the pool of sign and indicator stumps, stumps="both");
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
+- cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
+          instead of the largest edge (4);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
@@ -684,6 +686,7 @@ def main():
     ap.add_argument("--no-shared", action="store_true")
     ap.add_argument("--no-samme", action="store_true")
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
+    ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
@@ -718,6 +721,8 @@ def main():
         results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
         if not args.no_sign:
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
+        if not args.no_gain:
+            results["cw1_gain"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="gain")
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -763,7 +768,7 @@ def main():
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
+        for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
             if method not in results:
                 continue
             curve = results[method]["curve"]
@@ -819,7 +824,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
+    for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue

@@ -129,6 +129,12 @@ class MultiBoostParams(SolverParams):
         "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
         "constraint (4) over both",
     )
+    choice: Literal["edge", "gain"] = Field(
+        "edge",
+        description="which learner of the pool an iteration adds per class: edge: the most violated dual constraint, "
+        "the largest Σ_i g_c[i]ħ(x_i) = V₊ − V₋ (the paper's eq. 4); gain: the largest decrease of the loss under "
+        "the exact line search, (√V₊ − √V₋)² (one more histogram, of g's own-class part)",
+    )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
     )
@@ -249,11 +255,16 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
 
 class HistogramSums(NamedTuple):
     """A chunk's share of the per-(feature, bin, class) histograms of g (stored entries),
-    the per-(feature, class) sums over stored entries, and the per-class totals of g."""
+    the per-(feature, class) sums over stored entries, and the per-class totals of g; with
+    choice="gain" the same three of g's own-class part (g_c[i] on the rows of class c, 0
+    elsewhere: V₊'s share of the rows of class c), else None."""
 
     bins: np.ndarray
     stored: np.ndarray
     totals: np.ndarray
+    own_bins: np.ndarray | None
+    own_stored: np.ndarray | None
+    own_totals: np.ndarray | None
 
 
 def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np.ndarray:
@@ -276,21 +287,24 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
     state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
-def _histogram_task(source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None) -> HistogramSums:
-    """The chunk's HistogramSums of g; rows held out (kernels.held_out with `holdout_seed`; None:
-    no row) weigh 0. Reads the binned chunk (_bins_task), not the store."""
+def _histogram_task(
+    source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None, own: bool
+) -> HistogramSums:
+    """The chunk's HistogramSums of g (and of its own-class part when `own`); rows held out
+    (kernels.held_out with `holdout_seed`; None: no row) weigh 0. Reads the binned chunk
+    (_bins_task), not the store."""
     G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), state.read(LABELS, 1, chunk_id))
     if holdout_seed is not None:
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
-    H, stored = kernels.histogram(
-        state.read(ROW_STARTS, 1, chunk_id),
-        state.read(COLUMNS, 1, chunk_id),
-        state.read(BINS, 1, chunk_id),
-        G,
-        cut_offsets,
-    )
-    return HistogramSums(H, stored, G.sum(axis=0))
+    indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
+    H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
+    if not own:
+        return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
+    labels = state.read(LABELS, 1, chunk_id)
+    G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
+    H_own, stored_own = kernels.histogram(indptr, indices, codes, G_own, cut_offsets)
+    return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
 
 
 def _outputs_task(
@@ -591,10 +605,18 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
             holdout_seed=p.random_state if choosing else None,
+            own=p.choice == "gain",
         )
-        H = self.full_histogram(state, sums)
+        H = self.full_histogram(state, sums.bins, sums.stored, sums.totals)
+        if p.choice == "gain":
+            H_own, own_totals = (
+                self.full_histogram(state, sums.own_bins, sums.own_stored, sums.own_totals),
+                sums.own_totals,
+            )
+        else:
+            H_own, own_totals = np.zeros((0, K)), np.zeros(0)
         feature, bin_, polarity, edge, low = kernels.best_stumps(
-            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign"
+            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign", H_own, own_totals
         )
         classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
         violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
@@ -706,13 +728,14 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
     # -- helpers --------------------------------------------------------------------------
     @staticmethod
-    def full_histogram(state: MultiBoostState, sums: HistogramSums) -> np.ndarray:
-        """The per-(feature, bin, class) sums of g over all entries: the stored entries' sums,
-        plus the implicit zeros (column total minus stored sum) in each feature's zero bin."""
-        H = sums.bins.copy()
+    def full_histogram(state: MultiBoostState, bins, stored, totals) -> np.ndarray:
+        """The per-(feature, bin, class) sums over all entries (of g, or of its own-class part,
+        HistogramSums): the stored entries' sums `bins`, plus the implicit zeros (column total
+        minus stored sum) in each feature's zero bin."""
+        H = bins.copy()
         n_features = len(state.cut_offsets) - 1
         rows = state.cut_offsets[:-1] + np.arange(n_features) + state.zero_bins
-        H[rows] += sums.totals[None, :] - sums.stored
+        H[rows] += totals[None, :] - stored
         return H
 
 

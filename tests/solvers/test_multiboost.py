@@ -186,7 +186,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     Engine(mode="inprocess").map(
         mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
     )
-    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None}
+    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None, "own": True}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
     whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
     whole_state = ChunkState(str(tmp_path / "whole"))
@@ -204,8 +204,9 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         row_starts=mb.PerSample(mb.ROW_STARTS, 1),
         scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
-    H = mb.MultiBoostSolver.full_histogram(holder, chunked)
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False)
+    H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
+    no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, *no_own)
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -223,7 +224,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True)
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, *no_own)
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
@@ -237,8 +238,36 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert chosen == pytest.approx(best, rel=1e-12)
         assert edge[c] == pytest.approx(best, rel=1e-12)
         indicator_best = edge[c]
-        both = kernels.best_stumps(H, chunked.totals, offsets, True, True)[3][c]
+        both = kernels.best_stumps(H, chunked.totals, offsets, True, True, *no_own)[3][c]
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
+
+    # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
+    H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
+    feature, bin_, polarity, edge, low = kernels.best_stumps(
+        H, chunked.totals, offsets, True, True, H_own, chunked.own_totals
+    )
+    mu = np.exp(F - F[np.arange(m), labels][:, None])
+    mu[np.arange(m), labels] = 0.0
+    for c in range(K):
+        in_c = labels == c
+        R_c, mu_c = np.where(in_c, mu.sum(axis=1), 0.0), np.where(in_c, 0.0, mu[:, c])  # own rows' R, others' μ
+
+        def gain(h, R_c=R_c, mu_c=mu_c):
+            v_plus, v_minus = R_c @ (h > 0) + mu_c @ (h < 0), R_c @ (h < 0) + mu_c @ (h > 0)
+            return (np.sqrt(v_plus) - np.sqrt(v_minus)) ** 2 if v_plus > v_minus else -np.inf
+
+        learners = [
+            (s * np.where(dense[:, f] > t, 1.0, -1.0), (f, t, s, -1)) for f in range(d) for t in np.unique(dense[:, f])[:-1] for s in (1, -1)
+        ] + [
+            (1.0 * ((dense[:, f] > t) == (s > 0)), (f, t, s, 0)) for f in range(d) for t in [*np.unique(dense[:, f])[:-1], np.inf] for s in (1, -1)
+        ]  # fmt: skip
+        best = max(gain(h) for h, _ in learners)
+        n_cuts = offsets[feature[c] + 1] - offsets[feature[c]]
+        threshold = cuts[offsets[feature[c]] + bin_[c]] if bin_[c] < n_cuts else np.inf
+        above = dense[:, feature[c]] > threshold
+        chosen = polarity[c] * np.where(above, 1.0, -1.0) if low[c] == -1 else 1.0 * (above == (polarity[c] > 0))
+        assert gain(chosen) == pytest.approx(best, rel=1e-10)
+        assert edge[c] == pytest.approx(float(G[:, c] @ chosen), rel=1e-10, abs=1e-9)
 
 
 def test_stumps_on_the_binned_chunk_equal_the_stumps_on_raw_values():
