@@ -310,6 +310,43 @@ def test_the_constant_learner_is_taken_when_no_split_exists():
     assert np.all(model.predict(X) == "a")
 
 
+def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():
+    """A run with choice="gain": its first iteration's stump per class (at F = 0: μ = 1, so
+    V₊ and V₋ count pairs) is the brute-force maximiser of (√V₊ − √V₋)² over every feature,
+    threshold and kind of the pool, on the raw values. On these binary features the edge (4)
+    picks another stump (another kind or side) for two of the three classes."""
+    rng = np.random.default_rng(3)
+    dense = (rng.random((300, 12)) < 0.3) * 1.0
+    y = (dense[:, :3] @ rng.normal(size=(3, 3)) * 2 + rng.gumbel(size=(300, 3))).argmax(axis=1).astype(np.int32)
+    source = InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=128)
+    model, _ = fit(source, max_iter=1, choice="gain")
+    by_edge, _ = fit(source, max_iter=1, choice="edge")
+    differ = (model.features != by_edge.features) | (model.polarity != by_edge.polarity) | (model.lows != by_edge.lows)
+    assert np.count_nonzero(differ) == 2
+    K = 3
+    for c in range(K):
+        own = (y == c) * (K - 1.0)  # R_i of a row of class c at F = 0; μ_(i,c) = 1 for the others
+        other = (y != c) * 1.0
+
+        def gain(h, own=own, other=other):
+            v_plus, v_minus = own @ (h > 0) + other @ (h < 0), own @ (h < 0) + other @ (h > 0)
+            return (np.sqrt(v_plus) - np.sqrt(v_minus)) ** 2 if v_plus > v_minus else -np.inf
+
+        best = max(
+            max(gain(s * np.where(dense[:, f] > t, 1.0, -1.0)), gain(1.0 * ((dense[:, f] > t) == (s > 0))))
+            for f in range(dense.shape[1])
+            for t in np.unique(dense[:, f])[:-1]
+            for s in (1, -1)
+        )
+        best = max(best, gain(np.ones(len(y))))
+        (j,) = np.flatnonzero(model.coord_class == c)
+        lrn = model.coord_learner[j]
+        above = dense[:, model.features[lrn]] > model.thresholds[lrn]
+        positive = above == (model.polarity[lrn] > 0)
+        chosen = np.where(positive, 1.0, float(model.lows[lrn]))
+        assert gain(chosen) == pytest.approx(best, rel=1e-12)
+
+
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
     rng = np.random.default_rng(3)
     col = np.where(rng.random(2000) < 0.5, 0.0, rng.normal(size=2000))
