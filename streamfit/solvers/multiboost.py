@@ -29,7 +29,9 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
   2. the subproblem (4) per class (shared: (6) over all classes) is solved exactly from the
      histograms: the edge of the sign stump "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}, of the
      indicators 1[x_f > cut_b] and 1[x_f ≤ cut_b] T_c − Σ_{bins ≤ b} and Σ_{bins ≤ b}; the
-     largest edge in the pool wins (kernels.best_stumps). Column generation has converged when no learner
+     largest edge in the pool wins (kernels.best_stumps); with `choice="gain"` the largest loss decrease
+     of the line search, (√V₊ − √V₋)², from a second histogram of g's own-class part that splits each
+     edge V₊ − V₋ into V₊ and V₋. Column generation has converged when no learner
      violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
   3. a `map` over chunks evaluates the new stumps on every row (from the binned chunk): one sign bit per (learner,
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
@@ -151,6 +153,10 @@ class MultiBoostParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
+        if self.choice == "gain" and self.weak_learners == "shared":
+            raise ValueError(
+                "choice=gain is per class (one stump per class, weak_learners=class); shared learners use the edge (6)"
+            )
         if self.lam == "auto" and self.update == "large_c":
             raise ValueError(
                 "lam=auto chooses C, which update=large_c (eq. 13, the C → ∞ limit) ignores; set update=exact"

@@ -345,6 +345,8 @@ def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():
         positive = above == (model.polarity[lrn] > 0)
         chosen = np.where(positive, 1.0, float(model.lows[lrn]))
         assert gain(chosen) == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ValueError, match="choice=gain is per class"):
+        mb.MultiBoostParams(choice="gain", weak_learners="shared")
 
 
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
