@@ -21,12 +21,17 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           solver's defaults (the pool of sign and indicator stumps, stumps="both");
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
+- cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
+          instead of the largest edge (4);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
           iterations, as many stumps as cw (K times more coordinates);
 - samme:  (not with --no-samme) AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=K·T);
 - lgbm:   LightGBM multiclass, num_leaves=2, T rounds (K·T stumps), defaults otherwise;
+- on the sets of `--pool-study-sets` (binary features: dna), pool_study: MultiBoostcw-1 written again in
+          numpy with other pools (negated indicators), the choice of the largest loss decrease instead of
+          the largest edge, steps shrunk by 0.3, and T picked on a held-out 20 %;
 - on the sets of `--lgbm-variants-sets`, LightGBM stumps at learning rates 1 and 0.1 with its softmax
           loss and with (2)'s pairwise exponential loss as a custom objective (lgbm_variants).
 Everything runs on one thread (LightGBM num_threads=1; ours in process, numba kernels serial;
@@ -241,6 +246,80 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
     return {"curve": curve}
 
 
+POOLS = {  # pool_study: the learner kinds of each pool (sign stumps ±(2x − 1), indicators x and 1 − x and
+    # the constant 1, and their negations −x, x − 1, −1)
+    "sign": ("sign",),
+    "both (the default)": ("sign", "indicator"),
+    "indicator": ("indicator",),
+    "indicator, negated too": ("indicator", "negated"),
+    "all": ("sign", "indicator", "negated"),
+}
+
+
+def pool_study(Xtr, ytr, Xte, yte, rounds: int, marks=(10, 25, 50, 100, 200, 300, 500)):
+    """MultiBoostcw-1 (stage-wise, update (13): w = ½ log(V₊/V₋), the K new coordinates in class
+    order, μ updated after each) written again in numpy for data of binary features (dna), every
+    learner of a pool as a dense column, to measure what the pool, the choice rule and the step
+    do: per variant the test error % at `marks` iterations and at the iteration a held-out 20 %
+    of the training rows picks (fit on the other 80 %, the iteration of the lowest held-out
+    error, ties the earliest; then the fit on all rows read at that iteration). Variants: each
+    pool of POOLS with the paper's choice (the largest edge Σ_i g_c[i] ħ(x_i), (4)); and with
+    the choice of the largest decrease of the loss, (√V₊ − √V₋)² (the exact line search's
+    gain), and with steps shrunk by ν = 0.3. With the pool "both (the default)" and the edge
+    this is the solver's own run (the same test errors to the last digit, a check).
+    Returns {variant: ({iteration: test error}, held-out iteration, its test error)}."""
+    from sklearn.model_selection import train_test_split
+
+    assert set(np.unique(Xtr.data)) <= {1.0}, "pool_study takes binary features"
+
+    def columns(X, kinds):
+        B = X.toarray() > 0
+        one = np.ones((B.shape[0], 1))
+        parts = {
+            "sign": [2.0 * B - 1, 1.0 - 2 * B],
+            "indicator": [B * 1.0, 1.0 - B, one],
+            "negated": [-1.0 * B, B - 1.0, -one],
+        }
+        return np.hstack([c for kind in kinds for c in parts[kind]])
+
+    def fit(Xa, ya, Xb, yb, kinds, choice, nu):
+        """Test errors on (Xb, yb) after each iteration."""
+        Ha, Hb = columns(Xa, kinds), columns(Xb, kinds)
+        K, rows = int(ytr.max()) + 1, np.arange(len(ya))
+        F, Fb, errors = np.zeros((len(ya), K)), np.zeros((len(yb), K)), []
+        for _ in range(rounds):
+            mu = np.exp(F - F[rows, ya][:, None])
+            mu[rows, ya] = 0.0
+            G = -mu
+            G[rows, ya] = mu.sum(axis=1)
+            E = Ha.T @ G  # the edge of every learner for every class
+            if choice == "gain":
+                A = np.abs(Ha).T @ np.abs(G)  # V₊ + V₋
+                E = np.where(E > 0, (np.sqrt((A + E) / 2) - np.sqrt(np.maximum(A - E, 0) / 2)) ** 2, -1.0)
+            for c, best in enumerate(E.argmax(axis=0)):
+                h = Ha[:, best]
+                mu = np.exp(F - F[rows, ya][:, None])
+                mu[rows, ya] = 0.0
+                own = ya == c
+                v_plus = mu.sum(axis=1)[own & (h > 0)].sum() + mu[~own & (h < 0), c].sum()
+                v_minus = mu.sum(axis=1)[own & (h < 0)].sum() + mu[~own & (h > 0), c].sum()
+                w = nu * max(0.0, 0.5 * np.log(v_plus / v_minus)) if v_minus > 0 else 0.0
+                F[:, c] += w * h
+                Fb[:, c] += w * Hb[:, best]
+            errors.append(float(np.mean(Fb.argmax(axis=1) != yb)))
+        return errors
+
+    fit_rows, held_rows = train_test_split(np.arange(len(ytr)), test_size=0.2, random_state=0, stratify=ytr)
+    out = {}
+    for pool, kinds in POOLS.items():
+        for choice, nu in (("edge", 1.0), ("gain", 1.0), ("edge", 0.3)):
+            test = fit(Xtr, ytr, Xte, yte, kinds, choice, nu)
+            held = fit(Xtr[fit_rows], ytr[fit_rows], Xtr[held_rows], ytr[held_rows], kinds, choice, nu)
+            t = int(np.argmin(held)) + 1
+            out[f"{pool}, {choice}, nu {nu}"] = ({r: test[r - 1] for r in marks if r <= rounds}, t, test[t - 1])
+    return out
+
+
 def lgbm_variants(Xtr, ytr, Xte, yte, rounds: int):
     """LightGBM stumps (num_leaves=2) at learning rates 1.0 and 0.1, with its softmax loss and with
     the pairwise exponential loss of (2) as a custom objective (gradient and diagonal Hessian of
@@ -304,10 +383,8 @@ def fig6(result, lam: float, warm: bool):
     labels = labels.astype(np.int64)
     state_classes, state_learners = model.coord_class, model.coord_learner
     m, K = Xtr.shape[0], len(model.classes_)
-    outputs = kernels.stump_outputs(
-        Xtr.indptr, Xtr.indices, Xtr.data, Xtr.shape[1], model.features, model.thresholds, model.polarity
-    )
-    bits = np.packbits(outputs > 0, axis=1)  # the master problem's data: the learners' signs on the training rows
+    above = Xtr[:, model.features].toarray().T > model.thresholds[:, None]  # L × m
+    bits = np.packbits(above == (model.polarity[:, None] > 0), axis=1)  # the master problem's data: the learners' bits
     C_over_p = 1.0 / (lam * m * (K - 1))
     J = len(state_classes)
     start = np.zeros(J)
@@ -600,9 +677,16 @@ def main():
         help="comma-separated sets on which LightGBM stumps also run at learning rates 1 and 0.1 with softmax "
         "and with the pairwise exponential loss of (2) (lgbm_variants)",
     )
+    ap.add_argument(
+        "--pool-study-sets",
+        default="",
+        help="comma-separated sets of binary features (dna) on which pool_study also runs: MultiBoostcw-1 in numpy "
+        "with other pools, choice rules and steps",
+    )
     ap.add_argument("--no-shared", action="store_true")
     ap.add_argument("--no-samme", action="store_true")
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
+    ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
@@ -637,6 +721,8 @@ def main():
         results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
         if not args.no_sign:
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
+        if not args.no_gain:
+            results["cw1_gain"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="gain")
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -654,6 +740,11 @@ def main():
                 print(
                     f"  LightGBM stumps, {loss} loss, learning rate {rate}: test error % at rounds {cells}", flush=True
                 )
+        if name in args.pool_study_sets.split(","):
+            for variant, (errors, t, held_error) in pool_study(Xtr, ytr, Xte, yte, T).items():
+                cells = ", ".join(f"{r}: {100 * e:.2f}" for r, e in errors.items())
+                print(f"  pool study, {variant}: test error % at iterations {cells}; held-out choice: iteration "
+                      f"{t}, {100 * held_error:.2f}", flush=True)  # fmt: skip
         for method, r in results.items():
             n, s, e = r["curve"][-1]
             print(f"  {method:7s} {n:6d} stumps  {s:8.2f} s  test error {100 * e:6.2f} %", flush=True)
@@ -677,7 +768,7 @@ def main():
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
+        for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
             if method not in results:
                 continue
             curve = results[method]["curve"]
@@ -733,7 +824,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1", "cw1_sign"):
+    for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue

@@ -29,9 +29,11 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
   2. the subproblem (4) per class (shared: (6) over all classes) is solved exactly from the
      histograms: the edge of the sign stump "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}, of the
      indicators 1[x_f > cut_b] and 1[x_f ≤ cut_b] T_c − Σ_{bins ≤ b} and Σ_{bins ≤ b}; the
-     largest edge in the pool wins (kernels.best_stumps). Column generation has converged when no learner
+     largest edge in the pool wins (kernels.best_stumps); with `choice="gain"` the largest loss decrease
+     of the line search, (√V₊ − √V₋)², from a second histogram of g's own-class part that splits each
+     edge V₊ − V₋ into V₊ and V₋. Column generation has converged when no learner
      violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
-  3. a `map` over chunks evaluates the new stumps on every row: one sign bit per (learner,
+  3. a `map` over chunks evaluates the new stumps on every row (from the binned chunk): one sign bit per (learner,
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
      state `bits`: L × ⌈rows/8⌉ bytes per chunk, a new version each iteration that adds learners);
   4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
@@ -51,9 +53,11 @@ rows at the best C. The phases are steps of one run, in the checkpointed state.
 
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
-a second pass writes the bin of every stored entry per chunk (per-sample state `bins`, 2 bytes
-per stored entry), so the histogram kernel visits stored entries only, without a search: the
-zero bin is the column total minus the stored entries' sum. The cuts are in the checkpoint, and each stump's threshold (a cut value)
+a second pass writes each chunk binned (per-sample state `row_starts`, `columns`: X's CSR
+structure, and `bins`: the bin of every stored entry, 2 bytes), which is all that steps 1 and 3
+read: the store is not read again, the histogram kernel visits stored entries only, without a
+search (the zero bin is the column total minus the stored entries' sum), and a stump x_f > cut_b
+is bin(x_f) > b. The cuts are in the checkpoint, and each stump's threshold (a cut value)
 in the model, so prediction on raw data needs no bins.
 
 Memory: the histograms are (Σ_f bins_f) × K floats; chunk tasks hold one chunk. The driver holds
@@ -87,6 +91,8 @@ from streamfit.store import ChunkSource
 
 SCORES = "scores"
 BINS = "bins"
+COLUMNS = "columns"
+ROW_STARTS = "row_starts"
 BITS = "bits"
 LABELS = "labels"
 LAM_GRID = (1e-2, 1e-3, 1e-4, 1e-5)  # lam="auto": 1/C for the paper's grid C = 1e2 … 1e5 (§3)
@@ -125,6 +131,12 @@ class MultiBoostParams(SolverParams):
         "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
         "constraint (4) over both",
     )
+    choice: Literal["edge", "gain"] = Field(
+        "edge",
+        description="which learner of the pool an iteration adds per class: edge: the most violated dual constraint, "
+        "the largest Σ_i g_c[i]ħ(x_i) = V₊ − V₋ (the paper's eq. 4); gain: the largest decrease of the loss under "
+        "the exact line search, (√V₊ − √V₋)² (one more histogram, of g's own-class part)",
+    )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
     )
@@ -141,6 +153,10 @@ class MultiBoostParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
+        if self.choice == "gain" and self.weak_learners == "shared":
+            raise ValueError(
+                "choice=gain is per class (one stump per class, weak_learners=class); shared learners use the edge (6)"
+            )
         if self.lam == "auto" and self.update == "large_c":
             raise ValueError(
                 "lam=auto chooses C, which update=large_c (eq. 13, the C → ∞ limit) ignores; set update=exact"
@@ -245,11 +261,16 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
 
 class HistogramSums(NamedTuple):
     """A chunk's share of the per-(feature, bin, class) histograms of g (stored entries),
-    the per-(feature, class) sums over stored entries, and the per-class totals of g."""
+    the per-(feature, class) sums over stored entries, and the per-class totals of g; with
+    choice="gain" the same three of g's own-class part (g_c[i] on the rows of class c, 0
+    elsewhere: V₊'s share of the rows of class c), else None."""
 
     bins: np.ndarray
     stored: np.ndarray
     totals: np.ndarray
+    own_bins: np.ndarray | None
+    own_stored: np.ndarray | None
+    own_totals: np.ndarray | None
 
 
 def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np.ndarray:
@@ -260,34 +281,48 @@ def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np
 
 
 def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
-    """Writes the bin of each stored entry of the chunk (uint16, aligned with X.data) as `bins` v1,
-    and the chunk's labels (int64) as `labels` v1 (the master problem reads them without X)."""
+    """Writes the chunk binned, the CSR structure of X with each stored value replaced by its bin:
+    `row_starts` v1 (X.indptr, int64), `columns` v1 (X.indices, int32) and `bins` v1 (uint16,
+    aligned with them), and the chunk's labels (int64) as `labels` v1. The boosting iterations
+    read these, never the store again: the stump x_f > cut_b is bin(x_f) > b."""
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
+    state.write(ROW_STARTS, 1, chunk_id, X.indptr.astype(np.int64))
+    state.write(COLUMNS, 1, chunk_id, X.indices.astype(np.int32))
     state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
     state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
-def _histogram_task(source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None) -> HistogramSums:
-    """The chunk's HistogramSums of g; rows held out (kernels.held_out with `holdout_seed`; None:
-    no row) weigh 0."""
-    chunk = source.read_chunk(chunk_id)
-    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), chunk.labels.astype(np.int64))
+def _histogram_task(
+    source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None, own: bool
+) -> HistogramSums:
+    """The chunk's HistogramSums of g (and of its own-class part when `own`); rows held out
+    (kernels.held_out with `holdout_seed`; None: no row) weigh 0. Reads the binned chunk
+    (_bins_task), not the store."""
+    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), state.read(LABELS, 1, chunk_id))
     if holdout_seed is not None:
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
-    X = chunk.X
-    H, stored = kernels.histogram(X.indptr, X.indices, state.read(BINS, 1, chunk_id), G, cut_offsets)
-    return HistogramSums(H, stored, G.sum(axis=0))
+    indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
+    H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
+    if not own:
+        return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
+    labels = state.read(LABELS, 1, chunk_id)
+    G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
+    H_own, stored_own = kernels.histogram(indptr, indices, codes, G_own, cut_offsets)
+    return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
 
 
-def _outputs_task(source, chunk_id, *, state, bits: PerSample, version: int, features, thresholds, polarity) -> None:
-    """Evaluates the new stumps on the chunk's rows and writes the chunk's sign bitset `bits`
-    version `version`: the rows of `bits` (the learners so far) and one packed row per new stump."""
-    X = source.read_chunk(chunk_id).X
-    data = X.data.astype(np.float64)  # one compiled version of the kernel for every input dtype
-    out = kernels.stump_outputs(X.indptr, X.indices, data, source.n_features, features, thresholds, polarity)
-    new = np.packbits(out > 0, axis=1)
+def _outputs_task(
+    source, chunk_id, *, state, bits: PerSample, version: int, features, bins, polarity, zero_bins
+) -> None:
+    """Evaluates the new stumps (x_f > cut_b as bin(x_f) > b, on the binned chunk of _bins_task)
+    on the chunk's rows and writes the chunk's sign bitset `bits` version `version`: the rows of
+    `bits` (the learners so far) and one packed row per new stump."""
+    new = kernels.stump_bits(
+        state.read(ROW_STARTS, 1, chunk_id), state.read(COLUMNS, 1, chunk_id), state.read(BINS, 1, chunk_id),
+        source.n_features, features, bins, polarity, zero_bins,
+    )  # fmt: skip
     old = state.read(bits.name, bits.version, chunk_id) if bits.written else np.zeros((0, new.shape[1]), np.uint8)
     state.write(BITS, version, chunk_id, np.concatenate([old, new]))
 
@@ -389,6 +424,8 @@ class MultiBoostState(SolverState):
     bits: PerSample  # the learners' sign bits per chunk, packed (L × ⌈rows/8⌉ uint8)
     labels: PerSample  # the labels per chunk (int64), for the master problem
     bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
+    columns: PerSample  # the chunk's X.indices (int32): with row_starts and bins, the binned chunk
+    row_starts: PerSample  # the chunk's X.indptr (int64)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
     objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
@@ -457,6 +494,8 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             bits=PerSample(BITS, 0, written=False),
             labels=PerSample(LABELS, 1),
             bins=PerSample(BINS, 1),
+            columns=PerSample(COLUMNS, 1),
+            row_starts=PerSample(ROW_STARTS, 1),
             scores=PerSample(SCORES, 0, written=False),
         )
 
@@ -572,10 +611,18 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
             holdout_seed=p.random_state if choosing else None,
+            own=p.choice == "gain",
         )
-        H = self.full_histogram(state, sums)
+        H = self.full_histogram(state, sums.bins, sums.stored, sums.totals)
+        if p.choice == "gain":
+            H_own, own_totals = (
+                self.full_histogram(state, sums.own_bins, sums.own_stored, sums.own_totals),
+                sums.own_totals,
+            )
+        else:
+            H_own, own_totals = np.zeros((0, K)), np.zeros(0)
         feature, bin_, polarity, edge, low = kernels.best_stumps(
-            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign"
+            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign", H_own, own_totals
         )
         classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
         violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
@@ -590,7 +637,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         new_features = feature[classes]
         inside = bin_[classes] < np.diff(state.cut_offsets)[new_features]
         new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
-        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features] + bin_[classes]][inside]
+        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features[inside]] + bin_[classes][inside]]
         new_polarity = polarity[classes]
 
         # 3. the new learners' outputs on every row, as sign bits appended to each chunk's bitset
@@ -604,8 +651,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             bits=state.bits,
             version=bits.version,
             features=new_features,
-            thresholds=new_thresholds,
+            bins=bin_[classes],
             polarity=new_polarity,
+            zero_bins=state.zero_bins,
         )
         state.bits = bits
         L0, J0 = len(state.learner_feature), len(state.weights)
@@ -686,13 +734,14 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
     # -- helpers --------------------------------------------------------------------------
     @staticmethod
-    def full_histogram(state: MultiBoostState, sums: HistogramSums) -> np.ndarray:
-        """The per-(feature, bin, class) sums of g over all entries: the stored entries' sums,
-        plus the implicit zeros (column total minus stored sum) in each feature's zero bin."""
-        H = sums.bins.copy()
+    def full_histogram(state: MultiBoostState, bins, stored, totals) -> np.ndarray:
+        """The per-(feature, bin, class) sums over all entries (of g, or of its own-class part,
+        HistogramSums): the stored entries' sums `bins`, plus the implicit zeros (column total
+        minus stored sum) in each feature's zero bin."""
+        H = bins.copy()
         n_features = len(state.cut_offsets) - 1
         rows = state.cut_offsets[:-1] + np.arange(n_features) + state.zero_bins
-        H[rows] += sums.totals[None, :] - sums.stored
+        H[rows] += totals[None, :] - stored
         return H
 
 

@@ -94,28 +94,35 @@ def histogram(
 
 
 @numba.njit(cache=True, nogil=True)
-def stump_outputs(
+def stump_bits(
     indptr: np.ndarray,
     indices: np.ndarray,
-    data: np.ndarray,
+    codes: np.ndarray,
     n_features: int,
     features: np.ndarray,
-    thresholds: np.ndarray,
+    bins: np.ndarray,
     polarity: np.ndarray,
+    zero_bins: np.ndarray,
 ) -> np.ndarray:
-    """ħ_l(x_i) = polarity_l · (+1 if x_i[features_l] > thresholds_l else −1), as int8
-    (n_learners × rows), for the rows of a CSR matrix."""
+    """The packed bits (n_learners × ⌈rows/8⌉ uint8, np.packbits order) of the stumps
+    "x_f > cut_b" (polarity +1) or "x_f ≤ cut_b" (−1), f = features_l, b = bins_l, on a binned CSR
+    chunk (`codes`: the bin of each stored entry, bin_codes; a feature not stored is 0, in bin
+    zero_bins[f]): x > cut_b ⇔ bin(x) > b, as bins are (cut_{b−1}, cut_b]; b = the feature's
+    number of cuts (the constant learner) is never exceeded."""
     n = indptr.shape[0] - 1
     L = features.shape[0]
-    out = np.empty((L, n), dtype=np.int8)
-    row = np.zeros(n_features)
+    out = np.zeros((L, (n + 7) >> 3), dtype=np.uint8)
+    code = np.empty(n_features, dtype=np.int64)
+    for lrn in range(L):
+        code[features[lrn]] = zero_bins[features[lrn]]
     for i in range(n):
         for k in range(indptr[i], indptr[i + 1]):
-            row[indices[k]] = data[k]
+            code[indices[k]] = codes[k]
         for lrn in range(L):
-            out[lrn, i] = polarity[lrn] if row[features[lrn]] > thresholds[lrn] else -polarity[lrn]
+            if (code[features[lrn]] > bins[lrn]) == (polarity[lrn] > 0):
+                out[lrn, i >> 3] |= np.uint8(1 << (7 - (i & 7)))
         for k in range(indptr[i], indptr[i + 1]):
-            row[indices[k]] = 0.0
+            code[indices[k]] = zero_bins[indices[k]]
     return out
 
 
@@ -500,42 +507,92 @@ def compress_sketch(
     return counts, out_values[keep], out_weights[keep]
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _score(gain: bool, edge: float, v_plus: float, v_minus: float) -> float:
+    """A candidate's score: its edge (= V₊ − V₋), or with `gain` (√V₊ − √V₋)² (−inf when
+    V₊ ≤ V₋: the line search would not move it)."""
+    if not gain:
+        return edge
+    if v_plus <= v_minus:
+        return -np.inf
+    root = np.sqrt(v_plus) - np.sqrt(max(v_minus, 0.0))
+    return root * root
+
+
 @numba.njit(cache=True, nogil=True)
-def best_stumps(H: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray, sign: bool, indicator: bool):
-    """Per class c, the stump maximising eq. (4) (up to the factor C/p) over every feature f and
-    split after bin b, in the pool of sign stumps (`sign`), of indicator stumps (`indicator`), or
-    both. With S_b = Σ_{bins ≤ b} H[., c]: a sign stump ħ(x) = ±(+1 if bin(x_f) > b else −1), b
-    any bin but the feature's last, has edge Σ_i g_c[i] ħ(x_i) = ±(T_c − 2·S_b); an indicator
-    stump ħ(x) = 1[bin(x_f) > b] (polarity +1) has edge T_c − S_b, and 1[bin(x_f) ≤ b]
-    (polarity −1) has edge S_b, b any bin; b = the last bin with polarity −1 is the constant
-    learner ħ ≡ 1 (edge T_c). Ties keep the first in (feature, bin, sign before indicator, + before
-    −) order. Returns (feature, bin, polarity, edge, low) arrays of length K; low is the stump's
-    value where it is not 1: −1 (sign) or 0 (indicator)."""
+def best_stumps(
+    H: np.ndarray,
+    totals: np.ndarray,
+    cut_offsets: np.ndarray,
+    sign: bool,
+    indicator: bool,
+    H_own: np.ndarray,
+    own_totals: np.ndarray,
+):
+    """Per class c, the stump of the pool (sign stumps with `sign`, indicator stumps with
+    `indicator`, or both) of the largest score, over every feature f and split after bin b.
+    With S_b = Σ_{bins ≤ b} H[., c] (g_c: the own-class part minus the other rows' μ_(i,c)),
+    P_b = Σ_{bins ≤ b} H_own[., c] (the own-class part: R_i of the rows of class c) and the
+    totals T_c, P_T, a candidate's V₊ and V₋ (the μ mass of its pairs with δh = +1 and −1) are:
+    - sign stump ħ(x) = +1 if bin(x_f) > b else −1 (polarity +1; −1 swaps V₊ and V₋), b any bin
+      but the feature's last: V₊ = P_T − S_b, V₋ = P_T − T_c + S_b (edge T_c − 2·S_b);
+    - indicator 1[bin(x_f) > b] (polarity +1): V₊ = P_T − P_b, V₋ = P_T − T_c − P_b + S_b (edge
+      T_c − S_b); 1[bin(x_f) ≤ b] (−1): V₊ = P_b, V₋ = P_b − S_b (edge S_b); b any bin but the
+      feature's last;
+    - the constant learner ħ ≡ 1: V₊ = P_T, V₋ = P_T − T_c (edge T_c, exactly: not a feature's S
+      summed over all its bins, whose rounding would make the feature that carries it
+      arbitrary), returned as feature 0's 1[x ≤ +inf]: bin = feature 0's number of cuts,
+      polarity −1.
+    The score is the edge V₊ − V₋ (eq. 4 up to the factor C/p; H_own empty: P is not needed),
+    or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13).
+    Ties keep the first in (feature, bin, sign before indicator, + before −) order, the constant
+    last. Returns (feature, bin, polarity, edge, low) arrays of length K: edge is the chosen
+    stump's V₊ − V₋, low its value where it is not 1: −1 (sign) or 0 (indicator)."""
     n_features = cut_offsets.shape[0] - 1
     K = H.shape[1]
+    gain = H_own.shape[0] > 0
     best_f = np.full(K, -1, dtype=np.int64)
     best_b = np.zeros(K, dtype=np.int64)
     best_p = np.ones(K, dtype=np.int8)
+    best_s = np.full(K, -np.inf)
     best_e = np.full(K, -np.inf)
     best_low = np.full(K, -1, dtype=np.int8)
     for c in range(K):
+        T = totals[c]
+        PT = own_totals[c] if gain else 0.0
         for f in range(n_features):
             start = cut_offsets[f] + f
             cum = 0.0
+            own = 0.0
             n_cuts = cut_offsets[f + 1] - cut_offsets[f]
-            for b in range(n_cuts + 1 if indicator else n_cuts):
+            for b in range(n_cuts):
                 cum += H[start + b, c]
-                if sign and b < n_cuts:
-                    edge = totals[c] - 2.0 * cum
-                    if edge > best_e[c]:
-                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, edge, -1
-                    if -edge > best_e[c]:
-                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, -edge, -1
+                if gain:
+                    own += H_own[start + b, c]
+                if sign:
+                    edge = T - 2.0 * cum
+                    score = _score(gain, edge, PT - cum, PT - T + cum)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, 1, -1
+                        best_s[c], best_e[c] = score, edge
+                    score = _score(gain, -edge, PT - T + cum, PT - cum)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, -1, -1
+                        best_s[c], best_e[c] = score, -edge
                 if indicator:
-                    if b < n_cuts and totals[c] - cum > best_e[c]:
-                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, 1, totals[c] - cum, 0
-                    if cum > best_e[c]:
-                        best_f[c], best_b[c], best_p[c], best_e[c], best_low[c] = f, b, -1, cum, 0
+                    score = _score(gain, T - cum, PT - own, PT - T - own + cum)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, 1, 0
+                        best_s[c], best_e[c] = score, T - cum
+                    score = _score(gain, cum, own, own - cum)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, -1, 0
+                        best_s[c], best_e[c] = score, cum
+        if indicator and n_features > 0:
+            score = _score(gain, T, PT, PT - T)
+            if score > best_s[c]:
+                best_f[c], best_b[c], best_p[c], best_low[c] = 0, cut_offsets[1] - cut_offsets[0], -1, 0
+                best_s[c], best_e[c] = score, T
     return best_f, best_b, best_p, best_e, best_low
 
 

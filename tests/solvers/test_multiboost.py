@@ -186,7 +186,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     Engine(mode="inprocess").map(
         mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
     )
-    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None}
+    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None, "own": True}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
     whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
     whole_state = ChunkState(str(tmp_path / "whole"))
@@ -200,11 +200,13 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
         learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
         coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
-        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1),
+        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1), columns=mb.PerSample(mb.COLUMNS, 1),
+        row_starts=mb.PerSample(mb.ROW_STARTS, 1),
         scores=mb.PerSample(mb.SCORES, 1),
     )  # fmt: skip
-    H = mb.MultiBoostSolver.full_histogram(holder, chunked)
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False)
+    H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
+    no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, *no_own)
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -222,7 +224,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True)
+    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, *no_own)
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
@@ -236,8 +238,115 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert chosen == pytest.approx(best, rel=1e-12)
         assert edge[c] == pytest.approx(best, rel=1e-12)
         indicator_best = edge[c]
-        both = kernels.best_stumps(H, chunked.totals, offsets, True, True)[3][c]
+        both = kernels.best_stumps(H, chunked.totals, offsets, True, True, *no_own)[3][c]
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
+
+    # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
+    H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
+    feature, bin_, polarity, edge, low = kernels.best_stumps(
+        H, chunked.totals, offsets, True, True, H_own, chunked.own_totals
+    )
+    mu = np.exp(F - F[np.arange(m), labels][:, None])
+    mu[np.arange(m), labels] = 0.0
+    for c in range(K):
+        in_c = labels == c
+        R_c, mu_c = np.where(in_c, mu.sum(axis=1), 0.0), np.where(in_c, 0.0, mu[:, c])  # own rows' R, others' μ
+
+        def gain(h, R_c=R_c, mu_c=mu_c):
+            v_plus, v_minus = R_c @ (h > 0) + mu_c @ (h < 0), R_c @ (h < 0) + mu_c @ (h > 0)
+            return (np.sqrt(v_plus) - np.sqrt(v_minus)) ** 2 if v_plus > v_minus else -np.inf
+
+        learners = [
+            (s * np.where(dense[:, f] > t, 1.0, -1.0), (f, t, s, -1)) for f in range(d) for t in np.unique(dense[:, f])[:-1] for s in (1, -1)
+        ] + [
+            (1.0 * ((dense[:, f] > t) == (s > 0)), (f, t, s, 0)) for f in range(d) for t in [*np.unique(dense[:, f])[:-1], np.inf] for s in (1, -1)
+        ]  # fmt: skip
+        best = max(gain(h) for h, _ in learners)
+        n_cuts = offsets[feature[c] + 1] - offsets[feature[c]]
+        threshold = cuts[offsets[feature[c]] + bin_[c]] if bin_[c] < n_cuts else np.inf
+        above = dense[:, feature[c]] > threshold
+        chosen = polarity[c] * np.where(above, 1.0, -1.0) if low[c] == -1 else 1.0 * (above == (polarity[c] > 0))
+        assert gain(chosen) == pytest.approx(best, rel=1e-10)
+        assert edge[c] == pytest.approx(float(G[:, c] @ chosen), rel=1e-10, abs=1e-9)
+
+
+def test_stumps_on_the_binned_chunk_equal_the_stumps_on_raw_values():
+    """kernels.stump_bits (bin(x_f) > b, stored entries' bins and each feature's zero bin) against
+    the stump evaluated on the raw values (x_f > cut_b, +inf past the last cut: the constant), for
+    every feature, bin and polarity; negative, zero and positive values, quantile and exact bins,
+    rows not a multiple of 8."""
+    rng = np.random.default_rng(5)
+    m, d = 203, 4
+    dense = np.where(rng.random((m, d)) < 0.4, 0.0, rng.normal(size=(m, d)))
+    dense[:, 3] = rng.integers(-2, 3, size=m)  # five distinct values: exact bins
+    X = sp.csr_matrix(dense)
+    source = InMemoryStore(X, np.zeros(m, np.int32), ["a", "b"], chunk_rows=m)
+    sketch = Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(1), size=64)
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=8)
+    codes = kernels.bin_codes(X.indices, X.data, cuts, offsets)
+    zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
+    stumps = [(f, b, s) for f in range(d) for b in range(offsets[f + 1] - offsets[f] + 1) for s in (1, -1)]
+    features, bins, polarity = (np.array(column) for column in zip(*stumps))
+    got = kernels.stump_bits(
+        X.indptr, X.indices, codes, d, features, bins, polarity.astype(np.int8), zero_bins.astype(np.int64)
+    )
+    thresholds = np.array([cuts[offsets[f] + b] if offsets[f] + b < offsets[f + 1] else np.inf for f, b, _ in stumps])
+    expected = np.packbits((dense[:, features].T > thresholds[:, None]) == (polarity[:, None] > 0), axis=1)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_the_constant_learner_is_taken_when_no_split_exists():
+    """One feature with a single value: no threshold splits it, so the pool's only learner is
+    the constant ħ ≡ 1 (an indicator past the last bin; it has no cut value, which once indexed
+    past the feature's cuts). Stage-wise (13) at F = 0 for class 0 (6 of 10 rows, K = 3):
+    V₊ = Σ_{i: y_i = 0} Σ_{y≠0} μ = 6·2, V₋ = Σ_{i: y_i ≠ 0} μ_(i,0) = 4, so w = ½ log 3; classes 1
+    and 2 (edge T_c < 0) get w = 0."""
+    X = sp.csr_matrix(np.ones((10, 1)))
+    labels = np.array([0] * 6 + [1] * 2 + [2] * 2, dtype=np.int32)
+    model, _ = fit(InMemoryStore(X, labels, ["a", "b", "c"], chunk_rows=4), max_iter=2, stumps="indicator")
+    assert np.all(np.isinf(model.thresholds)) and np.all(model.polarity == -1) and np.all(model.lows == 0)
+    assert model.weights[model.coord_class == 0] == pytest.approx([0.5 * np.log(3.0)], rel=1e-12)
+    np.testing.assert_allclose(model.weights[model.coord_class != 0], 0.0, atol=1e-12)
+    assert np.all(model.predict(X) == "a")
+
+
+def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():
+    """A run with choice="gain": its first iteration's stump per class (at F = 0: μ = 1, so
+    V₊ and V₋ count pairs) is the brute-force maximiser of (√V₊ − √V₋)² over every feature,
+    threshold and kind of the pool, on the raw values. On these binary features the edge (4)
+    picks another stump (another kind or side) for two of the three classes."""
+    rng = np.random.default_rng(3)
+    dense = (rng.random((300, 12)) < 0.3) * 1.0
+    y = (dense[:, :3] @ rng.normal(size=(3, 3)) * 2 + rng.gumbel(size=(300, 3))).argmax(axis=1).astype(np.int32)
+    source = InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=128)
+    model, _ = fit(source, max_iter=1, choice="gain")
+    by_edge, _ = fit(source, max_iter=1, choice="edge")
+    differ = (model.features != by_edge.features) | (model.polarity != by_edge.polarity) | (model.lows != by_edge.lows)
+    assert np.count_nonzero(differ) == 2
+    K = 3
+    for c in range(K):
+        own = (y == c) * (K - 1.0)  # R_i of a row of class c at F = 0; μ_(i,c) = 1 for the others
+        other = (y != c) * 1.0
+
+        def gain(h, own=own, other=other):
+            v_plus, v_minus = own @ (h > 0) + other @ (h < 0), own @ (h < 0) + other @ (h > 0)
+            return (np.sqrt(v_plus) - np.sqrt(v_minus)) ** 2 if v_plus > v_minus else -np.inf
+
+        best = max(
+            max(gain(s * np.where(dense[:, f] > t, 1.0, -1.0)), gain(1.0 * ((dense[:, f] > t) == (s > 0))))
+            for f in range(dense.shape[1])
+            for t in np.unique(dense[:, f])[:-1]
+            for s in (1, -1)
+        )
+        best = max(best, gain(np.ones(len(y))))
+        (j,) = np.flatnonzero(model.coord_class == c)
+        lrn = model.coord_learner[j]
+        above = dense[:, model.features[lrn]] > model.thresholds[lrn]
+        positive = above == (model.polarity[lrn] > 0)
+        chosen = np.where(positive, 1.0, float(model.lows[lrn]))
+        assert gain(chosen) == pytest.approx(best, rel=1e-12)
+    with pytest.raises(ValueError, match="choice=gain is per class"):
+        mb.MultiBoostParams(choice="gain", weak_learners="shared")
 
 
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
