@@ -109,9 +109,8 @@ SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
-DEFAULT_L1_RATIO = (
-    0.2  # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
-)
+# ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
+DEFAULT_L1_RATIO = 0.2
 
 
 class BCDParams(SolverParams):
