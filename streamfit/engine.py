@@ -70,7 +70,8 @@ DASHBOARD_ADDRESS = "127.0.0.1:8787"
 # `streamfit train` without --n-workers or --scheduler runs in this process when the store's
 # non-zeros times its classes are at most this: an embedded cluster costs 3-8 s (start, then
 # imports and numba cache loads in every worker) before the first chunk, more than such a fit
-# takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs").
+# takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs"). A fit that runs in the
+# driver (Solver.uses_workers False: bcd's memory mode) runs in this process whatever its size.
 AUTO_INPROCESS_WORK = 2**24
 
 # How the embedded cluster starts its worker processes. "forkserver": one server process imports
@@ -101,17 +102,18 @@ WORKER_PRELOAD = (
 TASKS_PER_THREAD = 2
 
 
-def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int) -> str:
+def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int, uses_workers: bool = True) -> str:
     """The engine mode of a train run: "remote" with a scheduler address, "inprocess" for
     n_workers == 0, "local" (an embedded cluster) for n_workers >= 1; with neither given
-    (`auto`), "inprocess" when nnz × n_classes <= AUTO_INPROCESS_WORK or the machine has one
-    core, else "local"."""
+    (`auto`), "inprocess" when the solver's fit runs no tasks on workers (`uses_workers` False,
+    Solver.uses_workers), nnz × n_classes <= AUTO_INPROCESS_WORK, or the machine has one core,
+    else "local"."""
     if scheduler:
         return "remote"
     if n_workers is not None:
         return "inprocess" if n_workers == 0 else "local"
     small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK
-    return "inprocess" if small or (os.cpu_count() or 1) == 1 else "local"
+    return "inprocess" if not uses_workers or small or (os.cpu_count() or 1) == 1 else "local"
 
 
 @contextlib.contextmanager

@@ -297,9 +297,12 @@ def _train_locked(
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
-    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes)
+    fitter = get_solver(solver)(p)
+    uses_workers = fitter.uses_workers(store)
+    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, uses_workers)
     if mode == "inprocess":
-        log.info("running in this process (%s)", "--n-workers 0" if n_workers == 0 else "a small store")
+        why = "--n-workers 0" if n_workers == 0 else "a small store" if uses_workers else f"{solver} fits in the driver"
+        log.info("running in this process (%s)", why)
     record = {
         "solver": solver,
         "params": p.model_dump(),
@@ -330,7 +333,7 @@ def _train_locked(
         ):
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
-            model = get_solver(solver)(p).fit(
+            model = fitter.fit(
                 store,
                 engine=engine,
                 checkpointer=checkpointer,

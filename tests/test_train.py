@@ -216,3 +216,50 @@ def test_train_without_n_workers_runs_a_small_store_in_process_with_one_blas_thr
     assert np.array_equal(model.coef_, ref.coef_)
     with _single_threaded_blas(True):  # as in a Dask worker: the same bits as a cluster's model
         assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
+
+
+class _ClusterStarted(Exception):
+    pass
+
+
+def _no_cluster(monkeypatch):
+    """Above the small-store threshold on a machine of two cores, with Engine.start raising
+    _ClusterStarted: a run under `auto` that would start a cluster stops there."""
+    import streamfit.engine as engine_module
+
+    def started(self):
+        if self.mode != "inprocess":
+            raise _ClusterStarted(self.mode)
+
+    monkeypatch.setattr(engine_module, "AUTO_INPROCESS_WORK", 0)
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(engine_module.Engine, "start", started)
+
+
+BCD_MEMORY = {"mode": "memory", "max_iter": 3}
+
+
+def test_bcd_memory_mode_above_the_threshold_runs_in_process_and_chunks_mode_starts_the_cluster(
+    digits_store, tmp_path, monkeypatch
+):
+    _no_cluster(monkeypatch)
+    train(digits_store, "bcd", str(tmp_path / "memory"), BCD_MEMORY, progress=False)
+    with open(tmp_path / "memory" / "run.json") as f:
+        assert json.load(f)["engine"] == "inprocess"
+    with pytest.raises(_ClusterStarted, match="local"):
+        train(digits_store, "bcd", str(tmp_path / "chunks"), {"mode": "chunks", "max_iter": 1}, progress=False)
+    with pytest.raises(_ClusterStarted, match="local"):  # auto: chunks when X and S exceed the budget
+        train(digits_store, "bcd", str(tmp_path / "budget"), {"memory_budget_mb": 1e-3, "max_iter": 1}, progress=False)
+
+
+@pytest.mark.slow
+def test_bcd_memory_mode_in_process_gives_the_model_of_a_cluster_run_bitwise(digits_store, tmp_path, monkeypatch):
+    import streamfit.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "AUTO_INPROCESS_WORK", 0)
+    auto = train(digits_store, "bcd", str(tmp_path / "auto"), BCD_MEMORY, progress=False)
+    cluster = train(digits_store, "bcd", str(tmp_path / "cluster"), BCD_MEMORY, n_workers=1, progress=False)
+    with open(tmp_path / "cluster" / "run.json") as f:
+        assert json.load(f)["engine"] == "local"
+    assert np.array_equal(auto.coef_, cluster.coef_) and np.array_equal(auto.intercept_, cluster.intercept_)
+    assert np.abs(auto.coef_).max() > 0

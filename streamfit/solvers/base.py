@@ -11,8 +11,10 @@ exactly what a checkpoint holds) and five methods:
     converged(state)     -> bool    the stopping test held (False at a budget: the driver warns)
     to_model(ctx, state) -> Model   the model the state stands for (also mid-run, for validation)
 
-Two optional methods: `check_source(source)` refuses a store the solver cannot train on before
-any work starts, and `max_steps(state)` gives the step budget that progress lines count against.
+Three optional methods: `check_source(source)` refuses a store the solver cannot train on before
+any work starts, `max_steps(state)` gives the step budget that progress lines count against, and
+`uses_workers(source)` says whether the fit runs chunk tasks at all (`streamfit train`'s `auto`
+engine starts no cluster for a fit that runs in the driver).
 
 `streamfit.solvers.driver.run` owns everything around the steps: the checkpoints (every k
 steps, at most as often as `checkpoint_interval` allows), the time limit, resume with verification, the metrics log, validation, the convergence
@@ -174,6 +176,13 @@ class Solver(Generic[StateT]):
         """Raise ConfigError if the solver cannot train on `source` (a multilabel store for a
         multiclass-only method, say). Needs only the store's manifest: `streamfit train` calls it
         before it starts a cluster or makes the run directory, and the driver before init."""
+
+    def uses_workers(self, source: ChunkSource) -> bool:
+        """Whether fitting on `source` runs its work as tasks on the engine, which a cluster's
+        workers would share; False when the whole fit computes in the driver (bcd's memory
+        mode), where a cluster adds only its start-up and memory. Needs only the store's
+        manifest: `streamfit train` asks it to choose the engine (engine.auto_mode)."""
+        return True
 
     def max_steps(self, state: StateT) -> int | None:
         """The step count at which the run's budget ends, as far as `state` tells (the progress

@@ -583,6 +583,11 @@ class BCDSolver(Solver[BCDState]):
             raise ConfigError("the bcd solver needs at least two classes")
         return loss, PENALTIES[p.penalty], curvature(loss, source.n_classes), p.l1_ratio
 
+    def uses_workers(self, source: ChunkSource) -> bool:
+        """The memory mode computes in the driver (Algorithm 1 on X read whole); the chunks mode
+        and FISTA pass over the chunks on the engine."""
+        return self.params.method == "fista" or self._mode(source) == "chunks"
+
     def _mode(self, source: ChunkSource) -> str:
         """ "memory" or "chunks": mode "auto" picks memory when X (CSC, float64) and S fit in
         memory_budget_mb."""

@@ -667,3 +667,20 @@ def test_intercept_rules():
     with pytest.raises(ValidationError, match="fit_intercept=false"):
         bcd.BCDParams(stopping="gap")
     assert bcd.BCDParams().fit_intercept and bcd.BCDParams(stopping="gap", fit_intercept=False)
+
+
+@pytest.mark.parametrize(
+    "params, uses_workers",
+    [
+        ({}, False),  # auto: X and S fit the default budget, so memory mode, in the driver
+        ({"memory_budget_mb": 1e-4}, True),  # auto over budget: chunks mode's passes
+        ({"mode": "memory"}, False),
+        ({"mode": "chunks"}, True),
+        ({"method": "fista"}, True),  # FISTA's gradients are passes over the chunks
+    ],
+)
+def test_uses_workers_follows_the_mode_the_fit_will_take(params, uses_workers):
+    X, y = load_iris(return_X_y=True)
+    source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=50)
+    solver = get_solver("bcd")(bcd.BCDParams(**params))
+    assert solver.uses_workers(source) is uses_workers
