@@ -104,7 +104,7 @@ def main() -> None:
             seconds = time.perf_counter() - start
             acc = MetricAccumulator(len(tr.classes), tr.multilabel, threshold=model.decision_threshold)
             acc.update(model.decision_function(Xte), yte)
-            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.1f} s", flush=True)
+            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
         start = time.perf_counter()
         if tr.multilabel:
             svc = OneVsRestClassifier(LinearSVC(C=1.0)).fit(Xtr, ytr)  # ytr: the sparse label indicator
@@ -114,7 +114,7 @@ def main() -> None:
         scores = svc.decision_function(Xte)
         acc = MetricAccumulator(len(tr.classes), tr.multilabel)
         acc.update(scores.reshape(len(scores), -1) if scores.ndim == 2 else np.c_[-scores, scores], yte)
-        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.1f} s", flush=True)
+        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
 
 
 if __name__ == "__main__":
