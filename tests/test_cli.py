@@ -1021,3 +1021,38 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_cleanly(stores, tmp_path):
     ), text
     assert "leaked" not in text and "resource_tracker" not in text and "Exception ignored" not in text, text
     assert "Terminated" not in text, text  # no traceback of the driver's
+
+
+def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
+    """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
+    errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page
+    shows), and predictions that carry the ids and agree with the labels in the raw file
+    (issue 20, "Done when")."""
+    import csv
+    import gzip
+
+    data = os.path.join(REPO, "tests", "data", "walkthrough")
+    news, clinic = os.path.join(data, "news-train.txt.gz"), os.path.join(data, "clinic.tar.gz")
+    out = tmp_path / "news-train.zarr"
+    headerless = run("ingest", news, "--out", out, ok=False)
+    assert headerless.exit_code == 2 and "pass --no-header and column numbers" in headerless.output
+    run("ingest", news, "--no-header", "--label-field", "0", "--id-field", "1", "--text-field", "2", "--out", out)
+    run("ingest", os.path.join(data, "news-test.txt.gz"), "--like", out, "--out", tmp_path / "news-test.zarr")
+    run("train", out, "--n-workers", "0", "--out", tmp_path / "news-run", "-q")
+    evaluated = run("evaluate", tmp_path / "news-run", tmp_path / "news-test.zarr").output
+    assert evaluated == "n_samples=90  macro_f1=0.7438  micro_f1=0.7444  accuracy=0.7444  log_loss=1.3778\n"
+    predictions = tmp_path / "news-predictions.csv"
+    run("predict", tmp_path / "news-run", os.path.join(data, "news-test.txt.gz"), "--out", predictions)
+    with gzip.open(os.path.join(data, "news-test.txt.gz"), "rt") as f:
+        truth = {line.split("\t")[1]: line.split("\t")[0] for line in f}
+    rows = list(csv.DictReader(predictions.open()))
+    assert [r["id"] for r in rows] == list(truth)
+    assert round(np.mean([r["label_1"] == truth[r["id"]] for r in rows]), 4) == 0.7444
+
+    several = run("ingest", clinic, "--out", tmp_path / "c.zarr", ok=False)
+    assert "holds several folders of class folders: clinic/test, clinic/training" in several.output
+    run("ingest", clinic, "--subset", "training", "--out", tmp_path / "clinic-train.zarr")
+    like = ["--like", tmp_path / "clinic-train.zarr", "--out", tmp_path / "clinic-test.zarr"]
+    run("ingest", clinic, "--subset", "clinic/test", *like)
+    sizes = [open_store(str(tmp_path / f"clinic-{s}.zarr")).n_rows for s in ("train", "test")]
+    assert sizes == [180, 60]

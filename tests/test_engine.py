@@ -6,6 +6,7 @@ import time
 from typing import NamedTuple
 
 import numpy as np
+import psutil
 import pytest
 
 from streamfit.engine import Engine, add_results, chunk_workers, fold_chunks, leaf_chunks, sum_tree, tree_sum
@@ -97,6 +98,11 @@ def test_local_cluster_bitwise_equals_inprocess(digits, write_store):
         ref = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=2.0)
     with Engine(mode="local", n_workers=2) as eng:
         assert eng.total_threads == 2
+        # the default dashboard listens on this machine only (issue 20, item 14; bokeh is in [test]):
+        # the scheduler runs in this process, so its listening socket on the dashboard's port is here
+        port = eng.client.scheduler_info()["services"]["dashboard"]
+        listening = [c.laddr for c in psutil.Process().net_connections("tcp") if c.status == psutil.CONN_LISTEN]
+        assert [a.ip for a in listening if a.port == port] == ["127.0.0.1"], listening
         got = eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=2.0)
         starts = eng.map(chunk_rows, store, range(store.n_chunks))
         # large keyword arguments, twice under the same name (Client.map alone would collide)

@@ -212,3 +212,24 @@ def test_a_pipeline_on_a_loopback_cluster_writes_what_it_writes_in_process(tmp_p
     assert config.ingest.scheduler == config.evaluate.cluster.scheduler == cluster.scheduler_address
     assert manifests() == in_process
     assert there.evaluation == here.evaluation and there.predictions == here.predictions == 1797
+
+
+def test_a_pipeline_job_logs_its_sections_and_steps_as_json_lines(pipeline, tmp_path):
+    """`streamfit --log-file F --log-format json run P`: each section's line and each training
+    step are one JSON object in F, as a batch job's log needs them (issue 20, item 15)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+
+    log = tmp_path / "job.log"
+    argv = ["--log-file", str(log), "--log-format", "json", "run", str(pipeline)]
+    result = CliRunner().invoke(main, argv, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    sections = [e["message"].split(":")[0] for e in entries if e["logger"] == "streamfit.jobs"]
+    assert sections == ["ingest", "train", "evaluate"]
+    assert all(e["message"] in result.output for e in entries if e["logger"] == "streamfit.jobs")
+    steps = [e["step"] for e in entries if e["logger"] == "streamfit.runlog"]
+    assert steps[0] == 1 and steps[-1] == 3  # bcd's max_iter 3: the first and the last step are always logged

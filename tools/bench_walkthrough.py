@@ -10,7 +10,8 @@ its default parameters, beside scikit-learn's one-vs-rest LinearSVC (C = 1) on t
                                       [--sets news,clinic,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
 
 Prints one line per (set, method): accuracy and macro-F1 (multiclass), or P@1/3/5, micro- and
-macro-F1 of the labels scored > 0 (multilabel; streamfit.metrics' rule), and fit seconds.
+macro-F1 of the labels scored above the model's decision threshold (multilabel; as `streamfit
+evaluate` counts them; 0 for LinearSVC's margins), and fit seconds.
 Solvers run in process (--n-workers 0).
 """
 
@@ -101,9 +102,9 @@ def main() -> None:
                 n_workers=0,
             )
             seconds = time.perf_counter() - start
-            acc = MetricAccumulator(len(tr.classes), tr.multilabel)
+            acc = MetricAccumulator(len(tr.classes), tr.multilabel, threshold=model.decision_threshold)
             acc.update(model.decision_function(Xte), yte)
-            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.1f} s", flush=True)
+            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
         start = time.perf_counter()
         if tr.multilabel:
             svc = OneVsRestClassifier(LinearSVC(C=1.0)).fit(Xtr, ytr)  # ytr: the sparse label indicator
@@ -113,7 +114,7 @@ def main() -> None:
         scores = svc.decision_function(Xte)
         acc = MetricAccumulator(len(tr.classes), tr.multilabel)
         acc.update(scores.reshape(len(scores), -1) if scores.ndim == 2 else np.c_[-scores, scores], yte)
-        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.1f} s", flush=True)
+        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
 
 
 if __name__ == "__main__":
