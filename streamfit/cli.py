@@ -163,8 +163,8 @@ def main(ctx, verbose, quiet, log_file, log_format):
       streamfit evaluate run/ test.zarr
     or all three from one file:  streamfit run pipelines/quickstart.yaml
 
-    Training shows its progress as one bar on a terminal, and as a line per step (step count,
-    elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
+    Ingest and training show their progress as one bar on a terminal, and as a line every few
+    seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
     """
     from streamfit.logs import configure
 
@@ -306,7 +306,8 @@ def _progress(ctx) -> bool:
 
 
 def _steps_progress(ctx) -> bool:
-    """A training run's progress (a bar on a terminal, a line per step otherwise): unless -q."""
+    """The progress of an ingest or a training run (a bar on a terminal, a line every few seconds
+    otherwise): unless -q."""
     return not ctx.obj["quiet"]
 
 
@@ -463,7 +464,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
                 "hashing": hashing,
                 "n_features": n_features if no_hash else None,
                 "source_options": source_options,
-                "progress": _progress(ctx),
+                "progress": _steps_progress(ctx),
             },
         )
     )
@@ -839,7 +840,7 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
         resume=resume,
         overwrite=overwrite,
         progress=_progress(ctx),
-        train_progress=_steps_progress(ctx),
+        steps_progress=_steps_progress(ctx),
         say=_say,
     )
 

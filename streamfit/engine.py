@@ -41,6 +41,7 @@ import multiprocessing
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Generator, Iterable
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,9 @@ WORKER_TIMEOUT = 60.0
 # Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
 # port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
+# Dask's UserWarning when the dashboard's port is taken (another run on this machine) and it listens
+# on a free one instead: silenced, as the URL that train logs names the port in use.
+PORT_IN_USE_WARNING = r"Port \d+ is already in use"
 
 # `streamfit train` without --n-workers or --scheduler runs in this process when the store's
 # non-zeros times its classes are at most this: an embedded cluster costs 3-8 s (start, then
@@ -303,16 +307,18 @@ class Engine:
             # held until close(): the nanny restarts a worker that died with the same method
             self._cluster_config.enter_context(_worker_start_method())
             try:
-                self.cluster = LocalCluster(
-                    n_workers=self.n_workers or os.cpu_count() or 1,
-                    threads_per_worker=self.threads_per_worker,
-                    processes=True,
-                    memory_limit=self.memory_limit,
-                    dashboard_address=self.dashboard_address,
-                    silence_logs=dask_level,
-                    # forked workers would otherwise have the environment of the forkserver's start
-                    env=dict(os.environ),
-                )
+                with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
+                    warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
+                    self.cluster = LocalCluster(
+                        n_workers=self.n_workers or os.cpu_count() or 1,
+                        threads_per_worker=self.threads_per_worker,
+                        processes=True,
+                        memory_limit=self.memory_limit,
+                        dashboard_address=self.dashboard_address,
+                        silence_logs=dask_level,
+                        # forked workers would otherwise have the environment of the forkserver's start
+                        env=dict(os.environ),
+                    )
                 self.client = Client(self.cluster)
             except BaseException:
                 self.close()

@@ -47,14 +47,15 @@ def run_pipeline(
     resume: bool = False,
     overwrite: bool = False,
     progress: bool = True,
-    train_progress: bool = True,
+    steps_progress: bool = True,
     say: Callable[[str], None] = log.info,
 ) -> PipelineResult:
     """Run `config` (from streamfit.config.load_pipeline). `overrides`: TrainOptions given on the
     command line, which beat the train section (streamfit.config.train_options). resume: keep
     stores that exist and continue training from its newest checkpoint; overwrite: replace the
-    stores and the run directory. `progress`: bars of the ingest and evaluate passes;
-    `train_progress`: the training run's steps (streamfit.train.train's progress). `say` gets one
+    stores and the run directory. `progress`: bars of the evaluate and predict passes (a terminal's);
+    `steps_progress`: the ingest's and the training run's progress (streamfit.runlog.RunProgress:
+    a bar on a terminal, lines in a log). `say` gets one
     line per finished section."""
     from streamfit.metrics import evaluate
     from streamfit.store import open_store
@@ -70,17 +71,17 @@ def run_pipeline(
             if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
                 from streamfit.store.csc import build_csc
 
-                build_csc(section.out, section.csc_block_features, progress=progress)
+                build_csc(section.out, section.csc_block_features, progress=steps_progress)
                 say(f"ingest: CSC copy of {section.out} built")
         else:
-            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=progress))
+            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest: {result.ingest.summary()}")
     if config.ingest_test:
         section = config.ingest_test
         if resume and _stored(section.out):
             say(f"ingest_test: {section.out} exists, kept (--resume)")
         else:
-            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=progress))
+            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest_test: {result.ingest_test.summary()}")
     if config.train:
         job = config.train
@@ -92,7 +93,7 @@ def run_pipeline(
             options.params,
             resume=resume,
             overwrite=overwrite,
-            progress=train_progress,
+            progress=steps_progress,
             **options.engine(),
         )
         say(f"train: model written to {storage.resolve(job.out).join('model')}")

@@ -8,13 +8,15 @@ import json
 import logging
 import sys
 import time
-from typing import Literal
+from collections.abc import Iterable, Iterator
+from typing import Literal, TypeVar
 
 from streamfit import storage
 
 log = logging.getLogger(__name__)
 
 ProgressMode = Literal["bar", "lines"]
+Item = TypeVar("Item")
 # "lines": at most one progress line per this many seconds (the first and last step always get one)
 LINE_SECONDS = 5.0
 
@@ -64,18 +66,24 @@ class RunProgress:
         self.mode = mode
         self.line_seconds = line_seconds
         self.name = "run"
+        self.unit = "step"
+        self._begun = time.perf_counter()
         self._bar = None
         self._since: tuple[float, int] = (time.perf_counter(), 0)  # (time, step) the rate is measured from
         self._first_done: tuple[float, int] | None = None  # (time, step) at the session's first step
         self._last_line: float | None = None
+        self._last_step: int | None = None  # that of the last line (a final one at the same step repeats it)
 
-    def begin(self, name: str, step: int, planned: int | None) -> None:
-        """The run `name` is at `step` (0, or a resumed checkpoint's) of `planned`."""
-        self.name, self._since, self._first_done = name, (time.perf_counter(), step), None
+    def begin(self, name: str, step: int, planned: int | None, *, unit: str = "step") -> None:
+        """The run `name` is at `step` (0, or a resumed checkpoint's) of `planned`; `unit`: what a
+        step is ("step" for a solver; "record", "chunk", ... for a pass over data)."""
+        self.name, self.unit = name, unit
+        self._begun = time.perf_counter()
+        self._since, self._first_done = (self._begun, step), None
         if self.mode == "bar":
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=planned, initial=step, desc=name, unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=planned, initial=step, desc=name, unit=unit, dynamic_ncols=True)
 
     def _eta(self, step: int, planned: int | None) -> float | None:
         """Seconds left after `step` (once per step): the steps left at this session's mean seconds per step
@@ -103,10 +111,10 @@ class RunProgress:
             self._bar.update(step - self._bar.n)
             return
         now = time.perf_counter()
-        if not final and self._last_line is not None and now - self._last_line < self.line_seconds:
+        if self._last_line is not None and (step == self._last_step or (not final and now - self._last_line < self.line_seconds)):
             return
-        self._last_line = now
-        head = f"{self.name}: step {step}" + (f"/{planned}" if planned is not None else "")
+        self._last_line, self._last_step = now, step
+        head = f"{self.name}: {self.unit} {step}" + (f"/{planned}" if planned is not None else "")
         head += f", {duration(record['wall_time'])} elapsed" + (f", ETA {duration(eta)}" if eta is not None else "")
         numbers = summary(record)
         fields = {
@@ -117,10 +125,38 @@ class RunProgress:
         }
         log.info("%s%s", head, f": {numbers}" if numbers else "", extra={"fields": fields})
 
+    def count(self, done: int, planned: int | None, *, final: bool = False) -> None:
+        """Show a pass over data (no metrics record): `done` units of `planned` (None: unknown),
+        elapsed time counted from begin()."""
+        self.update({"step": done, "wall_time": round(time.perf_counter() - self._begun, 4)}, planned, final=final)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def counted(
+    items: Iterable[Item], name: str, *, unit: str, total: int | None = None, enabled: bool = True
+) -> Iterator[Item]:
+    """`items`, shown as a pass of `total` units (None: unknown) named `name` while they are used:
+    a RunProgress in this terminal's mode (progress_mode), advanced by one `unit` as each item is
+    done with (the consumer asks for the next), with a line for the last; nothing if not `enabled`."""
+    if not enabled:
+        yield from items
+        return
+    progress = RunProgress(progress_mode())
+    progress.begin(name, 0, total, unit=unit)
+    done = 0
+    try:
+        for item in items:
+            yield item
+            done += 1
+            if done != total:
+                progress.count(done, total)
+        progress.count(done, total, final=True)
+    finally:
+        progress.close()
 
 
 class MetricsLog:

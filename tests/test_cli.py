@@ -1056,3 +1056,28 @@ def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     run("ingest", clinic, "--subset", "clinic/test", *like)
     sizes = [open_store(str(tmp_path / f"clinic-{s}.zarr")).n_rows for s in ("train", "test")]
     assert sizes == [180, 60]
+
+
+def test_ingest_off_a_terminal_logs_its_progress(tmp_path):
+    """A real `streamfit ingest` with stderr a pipe (a batch job's log): a line for the records
+    read, then one per chunk written (count of all, elapsed time, ETA), at default verbosity."""
+    import re
+    import subprocess
+    import sys
+
+    data = os.path.join(REPO, "tests", "data", "dna400.libsvm")
+    argv = [sys.executable, "-m", "streamfit.cli", "ingest", data, "--no-hash", "--chunk-rows", "100"]
+    argv += ["--out", str(tmp_path / "train.zarr"), "--test-size", "0.25", "--test-out", str(tmp_path / "test.zarr")]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    progress = [line for line in result.stderr.splitlines() if line.startswith("INFO streamfit.runlog: ")]
+    messages = [line.removeprefix("INFO streamfit.runlog: ") for line in progress]
+    n_rows = open_store(tmp_path / "train.zarr").n_rows + open_store(tmp_path / "test.zarr").n_rows
+    read = [m for m in messages if m.startswith("ingest: ")]
+    written = [m for m in messages if m.startswith("write: ")]
+    assert messages == read + written and len(set(messages)) == len(messages), messages
+    assert re.fullmatch(rf"ingest: record {n_rows}, \d+:\d\d elapsed", read[-1]), messages
+    chunks = -(-n_rows // 100)  # the stage's, train and test rows together
+    assert re.fullmatch(r"write: chunk 1/\d+, \d+:\d\d elapsed", written[0]), messages
+    assert re.fullmatch(rf"write: chunk {chunks}/{chunks}, \d+:\d\d elapsed, ETA 0:00", written[-1]), messages
+    assert "\r" not in result.stderr  # no bar drawn into the log

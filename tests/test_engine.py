@@ -404,10 +404,13 @@ def chunk_logs_dask_noise(source, i):
 
 
 @pytest.mark.slow
-def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, monkeypatch):
+def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, monkeypatch, recwarn):
     """Dask's default ':port' would listen on every interface (0.0.0.0); the embedded cluster's
-    dashboard binds 127.0.0.1, and bokeh (streamfit[dashboard]) serves its status page. Without
-    -q, Dask's errors in the workers reach stderr (the next test silences them)."""
+    dashboard binds 127.0.0.1, and bokeh (streamfit[dashboard]) serves its status page. With its
+    port 8787 taken (another run on this machine), it listens on a free one without Dask's "Port
+    8787 is already in use" warning: its URL (which train logs) names the port. Without -q, Dask's
+    errors in the workers reach stderr (the next test silences them)."""
+    import socket
     import urllib.request
 
     # as a process without -q starts: an earlier `streamfit -q` run in this test process set it
@@ -415,15 +418,24 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
     # workers that write to this test's captured stderr: forked ones write to the stderr that the
     # forkserver got when an earlier test started it (in a CLI run, the process's own)
     monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")
-    with Engine(mode="local", n_workers=1) as eng:
-        assert eng.cluster is not None
-        server = eng.cluster.scheduler.http_server
-        assert {s.getsockname()[0] for s in server._sockets.values()} == {"127.0.0.1"}
-        assert eng.dashboard_link.startswith("http://127.0.0.1:") and eng.dashboard_link.endswith("/status")
-        with urllib.request.urlopen(eng.dashboard_link, timeout=60) as page:
-            assert page.status == 200 and b"bokeh" in page.read().lower()
-        assert eng.map(chunk_logs_dask_noise, None, range(1)) == [0]
-    assert "CommClosedError" in capfd.readouterr().err
+    with socket.socket() as taken:
+        try:
+            taken.bind(("127.0.0.1", 8787))
+            taken.listen()
+        except OSError:  # taken already, by another process
+            pass
+        with Engine(mode="local", n_workers=1) as eng:
+            assert eng.cluster is not None
+            server = eng.cluster.scheduler.http_server
+            assert {s.getsockname()[0] for s in server._sockets.values()} == {"127.0.0.1"}
+            assert eng.dashboard_link.startswith("http://127.0.0.1:") and eng.dashboard_link.endswith("/status")
+            assert f":{server.port}/" in eng.dashboard_link and server.port != 8787
+            assert not [w for w in recwarn if "already in use" in str(w.message)], [str(w.message) for w in recwarn]
+            with urllib.request.urlopen(eng.dashboard_link, timeout=60) as page:
+                assert page.status == 200 and b"bokeh" in page.read().lower()
+            assert eng.map(chunk_logs_dask_noise, None, range(1)) == [0]
+    err = capfd.readouterr().err
+    assert "CommClosedError" in err and "already in use" not in err
 
 
 @pytest.mark.slow

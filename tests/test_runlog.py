@@ -92,3 +92,21 @@ def test_on_a_terminal_one_bar_counts_the_whole_run(clock, capsys, caplog):
     assert (bar.n, bar.total) == (8, 8) and not caplog.records
     metrics.end()
     assert "bcd" in capsys.readouterr().err and progress._bar is None
+
+
+def test_a_pass_over_data_gets_a_line_per_item_with_its_unit_and_eta(clock, caplog, monkeypatch):
+    """counted(): an ingest's (or transpose's) pass, shown off a terminal as train's steps are,
+    in its own unit; a line for the last item always; nothing when not enabled."""
+    monkeypatch.setattr(runlog, "progress_mode", lambda: "lines")
+    seen = []
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        for i in runlog.counted(range(3), "write", unit="chunk", total=3):
+            clock.now += 4.0  # the consumer works 4 s on each
+            seen.append(i)
+        assert list(runlog.counted(range(3), "quiet", unit="chunk", total=3, enabled=False)) == [0, 1, 2]
+    assert seen == [0, 1, 2]
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        "write: chunk 1/3, 0:04 elapsed",  # the first item: no rate yet
+        "write: chunk 3/3, 0:12 elapsed, ETA 0:00",  # the second fell within LINE_SECONDS of the first
+    ]

@@ -58,7 +58,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from streamfit import storage
 from streamfit.errors import InputError, StreamfitError
@@ -68,6 +67,7 @@ from streamfit.ingest.limits import ReadLimits
 from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
 from streamfit.ingest.sources.folder import FolderPart
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.runlog import RunProgress, progress_mode
 from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
@@ -358,32 +358,40 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     chunks = _ChunkWriter(p1, client, window)
     pending: deque = deque()
     queued = iter(pieces)
+    progress = RunProgress(progress_mode()) if o.progress else None  # the pieces merged, of all
+    if progress is not None:
+        progress.begin("ingest", 0, len(pieces), unit="piece")
+    done = 0
     try:
-        with tqdm(total=len(pieces), desc="ingest", unit="piece", disable=not o.progress) as bar:
-            while True:
-                batch = list(itertools.islice(queued, window - len(pending)))
-                if batch:
-                    pending.extend(submit(batch))
-                if not pending:
-                    break
-                piece, future, summarized_rows = pending.popleft()
+        while True:
+            batch = list(itertools.islice(queued, window - len(pending)))
+            if batch:
+                pending.extend(submit(batch))
+            if not pending:
+                break
+            piece, future, summarized_rows = pending.popleft()
+            done += 1
+            rows = summarized_rows.result()
+            again = _disagrees(p1, rows, source_decision.get(piece.path))
+            if again:
+                log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
+                [(_, future, summarized_rows)] = submit([piece], source_decision.get(piece.path))
                 rows = summarized_rows.result()
-                again = _disagrees(p1, rows, source_decision.get(piece.path))
-                if again:
-                    log.info("%s: featurized again with %s (decided by the input before it)", piece.path, again)
-                    [(_, future, summarized_rows)] = submit([piece], source_decision.get(piece.path))
-                    rows = summarized_rows.result()
-                offset = lines_before.get(piece.path, 0)
-                ids = merge(p1, _shifted(rows, offset) if offset else rows)
-                chunks.place(future, rows.n_rows, ids)
-                lines_before[piece.path] = offset + rows.n_lines
-                if rows.source_multilabel is not None:
-                    source_decision.setdefault(piece.path, rows.source_multilabel)
-                bar.update(1)
+            offset = lines_before.get(piece.path, 0)
+            ids = merge(p1, _shifted(rows, offset) if offset else rows)
+            chunks.place(future, rows.n_rows, ids)
+            lines_before[piece.path] = offset + rows.n_lines
+            if rows.source_multilabel is not None:
+                source_decision.setdefault(piece.path, rows.source_multilabel)
+            if progress is not None:
+                progress.count(done, len(pieces), final=done == len(pieces))
         chunks.finish()
     except BaseException:
         chunks.settle()  # no write of ours still running when the caller deletes the attempt
         raise
+    finally:
+        if progress is not None:
+            progress.close()
 
 
 class _ChunkWriter:

@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
-from tqdm.auto import tqdm
 
 from streamfit import storage
 from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
@@ -37,6 +36,7 @@ from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
+from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
 from streamfit.store.format import MAX_FEATURES
 from streamfit.store.store import IDF_FILE, overlaps, present
@@ -324,8 +324,19 @@ class _Pass1:
         return self.writer
 
     def run(self, finish_rows: bool) -> None:
-        for path in self.o.inputs:
-            self.read_input(path, finish_rows)
+        """Read every input in this process; with o.progress, the records read so far are shown
+        (a line every few seconds in a log, a bar on a terminal: streamfit.runlog.RunProgress)."""
+        progress = RunProgress(progress_mode()) if self.o.progress else None
+        if progress is not None:
+            progress.begin("ingest", 0, None, unit="record")
+        try:
+            for path in self.o.inputs:
+                self.read_input(path, finish_rows, progress=progress)
+            if progress is not None:
+                progress.count(self.read, None, final=True)
+        finally:
+            if progress is not None:
+                progress.close()
 
     def read_input(
         self,
@@ -334,11 +345,13 @@ class _Pass1:
         byte_range: tuple[int, int] | None = None,
         row_groups: tuple[int, int] | None = None,
         folder_part=None,
+        progress: RunProgress | None = None,
         **overrides,
     ):
         """Featurize one input file (or folder; or a byte range of a line-based file, row
         groups of a Parquet file or a part of a folder corpus, see open_source) and emit its rows;
-        returns the source. overrides: source options."""
+        returns the source. progress: shown the records read (of all inputs) after each batch.
+        overrides: source options."""
         from streamfit.ingest.sources import open_source
 
         limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
@@ -355,10 +368,10 @@ class _Pass1:
             **{**self.source_options, **overrides},
         )
         self.kinds.add(source.kind)
-        with tqdm(desc=f"ingest {os.path.basename(path)}", unit="rec", disable=not self.o.progress) as bar:
-            for batch in source:
-                self._batch(batch, self.featurizer.n_features, finish_rows)
-                bar.update(len(batch.labels))
+        for batch in source:
+            self._batch(batch, self.featurizer.n_features, finish_rows)
+            if progress is not None:
+                progress.count(self.read + source.n_read, None)
         self.read += source.n_read
         return source
 
@@ -589,7 +602,7 @@ def ingest(o: IngestOptions) -> IngestReport:
             from streamfit.ingest.distributed import run_distributed
 
             engine = cluster.enter_context(
-                Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address=":0")
+                Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address="127.0.0.1:0")
             )
             run_distributed(p1, engine, finish_rows=not two_pass)
         else:
@@ -791,9 +804,10 @@ def _pass2(
             df = pass2_document_frequencies(engine, stage, ~test_mask)
         else:
             df = np.zeros(stage.n_features, dtype=np.int64)
-            for c in tqdm(
-                _stream(stage), total=stage.n_chunks, desc="document frequencies", unit="chunk", disable=not o.progress
-            ):
+            chunks = counted(
+                _stream(stage), "document frequencies", unit="chunk", total=stage.n_chunks, enabled=o.progress
+            )
+            for c in chunks:
                 add_document_frequencies(df, c.X, ~test_mask[c.row_start : c.row_start + c.n_rows])
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = bool(o.l2_normalize)
@@ -814,7 +828,7 @@ def _pass2(
             for w, (_, mask) in zip(writers, outputs):
                 pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer)
         else:
-            for c in tqdm(_stream(stage), total=stage.n_chunks, desc="write", unit="chunk", disable=not o.progress):
+            for c in counted(_stream(stage), "write", unit="chunk", total=stage.n_chunks, enabled=o.progress):
                 X = featurizer.finish(c.X)
                 for w, (_, mask) in zip(writers, outputs):
                     rows = mask[c.row_start : c.row_start + c.n_rows]

@@ -16,9 +16,9 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 import zarr
-from tqdm.auto import tqdm
 
 from streamfit.errors import StoreError, output_error
+from streamfit.runlog import counted
 from streamfit.storage import fsync_path, is_url, resolve
 from streamfit.store.format import MANIFEST, csc_block_digest
 from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
@@ -178,12 +178,12 @@ def build_csc(
     try:
         group = zarr.open_group(partial, mode="w", zarr_format=3)
         spill = _Spill(os.path.join(partial, "spill"), spill_buffer_bytes)
-        for i in tqdm(range(store.n_chunks), desc="transpose: split", unit="chunk", disable=not progress):
+        for i in counted(range(store.n_chunks), "transpose: split", unit="chunk", total=store.n_chunks, enabled=progress):
             chunk = store.read_chunk(i, cache=False)
             spill.add(*_spill_chunk(chunk.X, chunk.row_start, bf, n_blocks))
         spill.flush()
         blocks = []
-        for b in tqdm(range(n_blocks), desc="transpose: blocks", unit="block", disable=not progress):
+        for b in counted(range(n_blocks), "transpose: blocks", unit="block", total=n_blocks, enabled=progress):
             lo, hi = b * bf, min((b + 1) * bf, store.n_features)
             shape = (store.n_rows, hi - lo)
             indptr, indices, data = _block_from_spill(spill.load(b), *shape)
