@@ -111,7 +111,9 @@ class RunProgress:
             self._bar.update(step - self._bar.n)
             return
         now = time.perf_counter()
-        if self._last_line is not None and (step == self._last_step or (not final and now - self._last_line < self.line_seconds)):
+        if self._last_line is not None and (
+            step == self._last_step or (not final and now - self._last_line < self.line_seconds)
+        ):
             return
         self._last_line, self._last_step = now, step
         head = f"{self.name}: {self.unit} {step}" + (f"/{planned}" if planned is not None else "")

@@ -231,5 +231,8 @@ def test_a_pipeline_job_logs_its_sections_and_steps_as_json_lines(pipeline, tmp_
     sections = [e["message"].split(":")[0] for e in entries if e["logger"] == "streamfit.jobs"]
     assert sections == ["ingest", "train", "evaluate"]
     assert all(e["message"] in result.output for e in entries if e["logger"] == "streamfit.jobs")
-    steps = [e["step"] for e in entries if e["logger"] == "streamfit.runlog"]
+    progress = [e for e in entries if e["logger"] == "streamfit.runlog"]
+    steps = [e["step"] for e in progress if e["message"].startswith("bcd: step ")]
     assert steps[0] == 1 and steps[-1] == 3  # bcd's max_iter 3: the first and the last step are always logged
+    read = [e for e in progress if e["message"].startswith("ingest: record ")]  # the ingest's progress too
+    assert read[-1]["step"] == 1797 and read[-1]["elapsed_s"] > 0

@@ -22,7 +22,6 @@ import dataclasses
 import hashlib
 import io
 import logging
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -306,6 +305,7 @@ class _Pass1:
         self.numeric = o.target == "numeric"  # regression targets instead of class labels
         self.n_outputs: int | None = len(vocab.classes) if self.numeric and vocab.frozen else None
         self.read = 0
+        self.progress: RunProgress | None = None  # the records read so far, while run() reads
         self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
         self.empty = 0  # kept rows without features
         self.first_empty: str | None = None  # the location of the first
@@ -326,15 +326,16 @@ class _Pass1:
     def run(self, finish_rows: bool) -> None:
         """Read every input in this process; with o.progress, the records read so far are shown
         (a line every few seconds in a log, a bar on a terminal: streamfit.runlog.RunProgress)."""
-        progress = RunProgress(progress_mode()) if self.o.progress else None
+        self.progress = progress = RunProgress(progress_mode()) if self.o.progress else None
         if progress is not None:
             progress.begin("ingest", 0, None, unit="record")
         try:
             for path in self.o.inputs:
-                self.read_input(path, finish_rows, progress=progress)
+                self.read_input(path, finish_rows)
             if progress is not None:
                 progress.count(self.read, None, final=True)
         finally:
+            self.progress = None
             if progress is not None:
                 progress.close()
 
@@ -345,13 +346,12 @@ class _Pass1:
         byte_range: tuple[int, int] | None = None,
         row_groups: tuple[int, int] | None = None,
         folder_part=None,
-        progress: RunProgress | None = None,
         **overrides,
     ):
         """Featurize one input file (or folder; or a byte range of a line-based file, row
         groups of a Parquet file or a part of a folder corpus, see open_source) and emit its rows;
-        returns the source. progress: shown the records read (of all inputs) after each batch.
-        overrides: source options."""
+        returns the source (self.progress, when run() reads: shown the records read of all inputs
+        after each batch). overrides: source options."""
         from streamfit.ingest.sources import open_source
 
         limits = ReadLimits(record_bytes=self.o.max_record_bytes, input_bytes=self.o.max_input_bytes)
@@ -370,8 +370,8 @@ class _Pass1:
         self.kinds.add(source.kind)
         for batch in source:
             self._batch(batch, self.featurizer.n_features, finish_rows)
-            if progress is not None:
-                progress.count(self.read + source.n_read, None)
+            if self.progress is not None:
+                self.progress.count(self.read + source.n_read, None)
         self.read += source.n_read
         return source
 

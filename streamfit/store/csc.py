@@ -178,7 +178,9 @@ def build_csc(
     try:
         group = zarr.open_group(partial, mode="w", zarr_format=3)
         spill = _Spill(os.path.join(partial, "spill"), spill_buffer_bytes)
-        for i in counted(range(store.n_chunks), "transpose: split", unit="chunk", total=store.n_chunks, enabled=progress):
+        for i in counted(
+            range(store.n_chunks), "transpose: split", unit="chunk", total=store.n_chunks, enabled=progress
+        ):
             chunk = store.read_chunk(i, cache=False)
             spill.add(*_spill_chunk(chunk.X, chunk.row_start, bf, n_blocks))
         spill.flush()
