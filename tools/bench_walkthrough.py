@@ -19,7 +19,8 @@ its default parameters, beside scikit-learn's one-vs-rest LinearSVC (C = 1) on t
 
 Prints one line per (set, method): accuracy and macro-F1 (multiclass), or P@1/3/5, micro- and
 macro-F1 of the labels scored above the model's decision threshold (multilabel; as `streamfit
-evaluate` counts them; 0 for LinearSVC's margins), and fit seconds.
+evaluate` counts them; 0 for LinearSVC's margins), the model's non-zero weights (nnz, intercepts
+not counted; "-" for multiboost's stumps) and fit seconds.
 Solvers run in process (--n-workers 0); --time-limit stops each fit at its first checkpoint
 after that many seconds (train's time_limit; the line then says so, with no scores; 0: no limit).
 """
@@ -36,6 +37,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parent.parent
 WALKTHROUGH = REPO / "tests" / "data" / "walkthrough"
@@ -141,6 +143,11 @@ def ingest_commands(name: str, data: Path, work: Path) -> list[list[str]]:
     ]
 
 
+def weight_count(coef) -> int:
+    """Non-zero entries of a (dense or scipy sparse) weight matrix, intercepts not counted."""
+    return int(coef.nnz) if sp.issparse(coef) else int(np.count_nonzero(coef))
+
+
 def metrics_line(acc) -> str:
     result = acc.result()
     if not acc.multilabel:
@@ -201,7 +208,8 @@ def main() -> None:
             seconds = time.perf_counter() - start
             acc = MetricAccumulator(len(tr.classes), tr.multilabel, threshold=model.decision_threshold)
             acc.update(model.decision_function(Xte), yte)
-            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
+            nnz = weight_count(model.coef_) if hasattr(model, "coef_") else "-"  # multiboost: stumps, no weights
+            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | nnz {nnz} | {seconds:.3g} s", flush=True)
         start = time.perf_counter()
         if tr.multilabel:
             svc = OneVsRestClassifier(LinearSVC(C=1.0)).fit(Xtr, ytr)  # ytr: the sparse label indicator
@@ -211,7 +219,8 @@ def main() -> None:
         scores = svc.decision_function(Xte)
         acc = MetricAccumulator(len(tr.classes), tr.multilabel)
         acc.update(scores.reshape(len(scores), -1) if scores.ndim == 2 else np.c_[-scores, scores], yte)
-        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
+        nnz = weight_count(svc.coef_) if not tr.multilabel else sum(weight_count(e.coef_) for e in svc.estimators_)
+        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | nnz {nnz} | {seconds:.3g} s", flush=True)
 
 
 if __name__ == "__main__":
