@@ -4,29 +4,99 @@ its default parameters, beside scikit-learn's one-vs-rest LinearSVC (C = 1) on t
 
 - news: tests/data/walkthrough/news-{train,test}.txt.gz, headerless TSV text (3 classes);
 - clinic: tests/data/walkthrough/clinic.tar.gz, a nested folder archive (3 classes);
-- bibtex: the Mulan ARFF files from --data (159 labels; multilabel: fbpd is multiclass only).
+- bibtex: the Mulan ARFF files from --data (159 labels; multilabel: fbpd is multiclass only);
+- r8news: an R8-sized stand-in for R8, written from --data's 20 Newsgroups (bydate split) as R8
+  ships: headerless `label<TAB>text` lines in `.txt.gz` files, 8 groups (R8NEWS_GROUPS), every
+  document of them (4,713 train / 3,138 test);
+- ngfolders: an OHSUMED-23-like nested folder archive written from the other 12 groups of 20
+  Newsgroups: `ngfolders/{training,test}/<group>/<document>` in a tar.gz, the first
+  NGFOLDERS_TRAIN training and NGFOLDERS_TEST test documents of each group (as OHSUMED-23's 3,357
+  training documents in 23 classes, ~3,360 in 12 here).
 
     python tools/bench_walkthrough.py [--data /work/shared/data] [--work /tmp/bench_walkthrough]
-                                      [--sets news,clinic,bibtex] [--solvers stagewise,bcd,ppdsparse,fbpd]
+                                      [--sets news,clinic,bibtex,r8news,ngfolders]
+                                      [--solvers stagewise,bcd,ppdsparse,fbpd] [--time-limit SECONDS]
 
 Prints one line per (set, method): accuracy and macro-F1 (multiclass), or P@1/3/5, micro- and
 macro-F1 of the labels scored above the model's decision threshold (multilabel; as `streamfit
-evaluate` counts them; 0 for LinearSVC's margins), and fit seconds.
-Solvers run in process (--n-workers 0).
+evaluate` counts them; 0 for LinearSVC's margins), the model's non-zero weights (nnz, intercepts
+not counted; "-" for multiboost's stumps) and fit seconds.
+Solvers run in process (--n-workers 0); --time-limit stops each fit at its first checkpoint
+after that many seconds (train's time_limit; the line then says so, with no scores; 0: no limit).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parent.parent
 WALKTHROUGH = REPO / "tests" / "data" / "walkthrough"
+NEWSGROUPS = Path("20newsgroups") / "20news-bydate.tar.gz"
+R8NEWS_GROUPS = (
+    "comp.graphics",
+    "misc.forsale",
+    "rec.autos",
+    "rec.sport.hockey",
+    "sci.med",
+    "sci.space",
+    "talk.politics.mideast",
+    "soc.religion.christian",
+)
+NGFOLDERS_TRAIN = 280
+NGFOLDERS_TEST = 200
+
+
+def newsgroup_documents(data: Path) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """(split, group) -> [(file name, text), ...] of 20 Newsgroups bydate, in the archive's order;
+    split is "train" or "test", texts decoded as latin-1 (the archive's encoding)."""
+    documents: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    with tarfile.open(data / NEWSGROUPS) as archive:
+        for member in archive:
+            parts = member.name.split("/")
+            if not member.isfile() or len(parts) != 3:
+                continue
+            split = parts[0].removeprefix("20news-bydate-")
+            handle = archive.extractfile(member)
+            assert handle is not None
+            documents.setdefault((split, parts[1]), []).append((parts[2], handle.read().decode("latin-1")))
+    return documents
+
+
+def write_r8news(data: Path, work: Path) -> None:
+    """work/r8news-{train,test}.txt.gz: `group<TAB>text` lines, whitespace (tabs, newlines) in
+    each text collapsed to single spaces, as R8's files are."""
+    documents = newsgroup_documents(data)
+    for split in ("train", "test"):
+        with gzip.open(work / f"r8news-{split}.txt.gz", "wt", encoding="utf-8") as out:
+            for group in R8NEWS_GROUPS:
+                for _, text in documents[(split, group)]:
+                    out.write(f"{group}\t{' '.join(text.split())}\n")
+
+
+def write_ngfolders(data: Path, work: Path) -> None:
+    """work/ngfolders.tar.gz: ngfolders/{training,test}/<group>/<file> (UTF-8) for the groups not
+    in R8NEWS_GROUPS, at most NGFOLDERS_TRAIN / NGFOLDERS_TEST documents a group."""
+    documents = newsgroup_documents(data)
+    with tarfile.open(work / "ngfolders.tar.gz", "w:gz") as out:
+        for (split, group), docs in sorted(documents.items()):
+            if group in R8NEWS_GROUPS:
+                continue
+            folder, limit = ("training", NGFOLDERS_TRAIN) if split == "train" else ("test", NGFOLDERS_TEST)
+            for file_name, text in docs[:limit]:
+                payload = text.encode("utf-8")
+                member = tarfile.TarInfo(f"ngfolders/{folder}/{group}/{file_name}")
+                member.size = len(payload)
+                out.addfile(member, io.BytesIO(payload))
 
 
 def ingest_commands(name: str, data: Path, work: Path) -> list[list[str]]:
@@ -44,11 +114,38 @@ def ingest_commands(name: str, data: Path, work: Path) -> list[list[str]]:
             [archive, "--subset", "training", "--out", train],
             [archive, "--subset", "test", "--like", train, "--out", test],
         ]
+    if name == "r8news":
+        write_r8news(data, work)
+        return [
+            [
+                str(work / "r8news-train.txt.gz"),
+                "--no-header",
+                "--label-field",
+                "0",
+                "--text-field",
+                "1",
+                "--out",
+                train,
+            ],
+            [str(work / "r8news-test.txt.gz"), "--like", train, "--out", test],
+        ]
+    if name == "ngfolders":
+        write_ngfolders(data, work)
+        archive = str(work / "ngfolders.tar.gz")
+        return [
+            [archive, "--subset", "ngfolders/training", "--out", train],
+            [archive, "--subset", "test", "--like", train, "--out", test],
+        ]
     bibtex = data / "multilabel" / "bibtex"
     return [
         [str(bibtex / "bibtex-train.arff.gz"), "--no-hash", "--option", "n_labels=159", "--out", train],
         [str(bibtex / "bibtex-test.arff.gz"), "--like", train, "--out", test],
     ]
+
+
+def weight_count(coef) -> int:
+    """Non-zero entries of a (dense or scipy sparse) weight matrix, intercepts not counted."""
+    return int(coef.nnz) if sp.issparse(coef) else int(np.count_nonzero(coef))
 
 
 def metrics_line(acc) -> str:
@@ -67,11 +164,13 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_walkthrough"))
     ap.add_argument("--sets", default="news,clinic,bibtex")
     ap.add_argument("--solvers", default="stagewise,bcd,ppdsparse,fbpd")
+    ap.add_argument("--time-limit", type=float, default=0.0)
     args = ap.parse_args()
 
     from sklearn.multiclass import OneVsRestClassifier
     from sklearn.svm import LinearSVC
 
+    from streamfit.errors import TimeLimitReached
     from streamfit.metrics import MetricAccumulator
     from streamfit.store import open_store
     from streamfit.train import train
@@ -92,19 +191,25 @@ def main() -> None:
             if solver == "fbpd" and tr.multilabel:
                 continue
             start = time.perf_counter()
-            model = train(
-                str(tr.path),
-                solver,
-                str(args.work / f"{name}-{solver}"),
-                {},
-                overwrite=True,
-                progress=False,
-                n_workers=0,
-            )
+            try:
+                model = train(
+                    str(tr.path),
+                    solver,
+                    str(args.work / f"{name}-{solver}"),
+                    {},
+                    time_limit=args.time_limit or None,
+                    overwrite=True,
+                    progress=False,
+                    n_workers=0,
+                )
+            except TimeLimitReached:
+                print(f"{name:>7} | {solver:>9} | stopped at the time limit | {time.perf_counter() - start:.3g} s")
+                continue
             seconds = time.perf_counter() - start
             acc = MetricAccumulator(len(tr.classes), tr.multilabel, threshold=model.decision_threshold)
             acc.update(model.decision_function(Xte), yte)
-            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
+            nnz = weight_count(model.coef_) if hasattr(model, "coef_") else "-"  # multiboost: stumps, no weights
+            print(f"{name:>7} | {solver:>9} | {metrics_line(acc)} | nnz {nnz} | {seconds:.3g} s", flush=True)
         start = time.perf_counter()
         if tr.multilabel:
             svc = OneVsRestClassifier(LinearSVC(C=1.0)).fit(Xtr, ytr)  # ytr: the sparse label indicator
@@ -114,7 +219,8 @@ def main() -> None:
         scores = svc.decision_function(Xte)
         acc = MetricAccumulator(len(tr.classes), tr.multilabel)
         acc.update(scores.reshape(len(scores), -1) if scores.ndim == 2 else np.c_[-scores, scores], yte)
-        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | {seconds:.3g} s", flush=True)
+        nnz = weight_count(svc.coef_) if not tr.multilabel else sum(weight_count(e.coef_) for e in svc.estimators_)
+        print(f"{name:>7} | LinearSVC | {metrics_line(acc)} | nnz {nnz} | {seconds:.3g} s", flush=True)
 
 
 if __name__ == "__main__":
