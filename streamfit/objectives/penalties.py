@@ -124,17 +124,9 @@ def row_violation(pen: int, w, g, lam: float, rho: float) -> float:
         if nw == 0.0:
             return max(ng - lam, 0.0)
         return abs(ng - lam)
-    if pen == GROUP_ELASTICNET:
-        if nw == 0.0:
-            return max(_norm(g) - lam * rho, 0.0)
-        s = 0.0
-        for r in range(m):
-            z = g[r] + lam * (1.0 - rho) * w[r] + lam * rho * w[r] / nw
-            s += z * z
-        return np.sqrt(s)
-    l1 = lam if pen == L1 else (0.0 if pen == L2 else lam * rho)
-    ridge = lam if pen == L2 else (lam * (1.0 - rho) if pen == ELASTICNET else 0.0)
-    group = lam * (1.0 - rho) if pen == SPARSE_GROUP else 0.0
+    l1 = lam if pen == L1 else (0.0 if pen in (L2, GROUP_ELASTICNET) else lam * rho)
+    ridge = lam if pen == L2 else (lam * (1.0 - rho) if pen in (ELASTICNET, GROUP_ELASTICNET) else 0.0)
+    group = lam * (1.0 - rho) if pen == SPARSE_GROUP else (lam * rho if pen == GROUP_ELASTICNET else 0.0)
     s = 0.0
     for r in range(m):
         if w[r] != 0.0:
@@ -142,7 +134,7 @@ def row_violation(pen: int, w, g, lam: float, rho: float) -> float:
         else:
             z = _soft(g[r], l1)
         s += z * z
-    if pen == SPARSE_GROUP and nw == 0.0:
+    if nw == 0.0:  # sparse_group, group_elasticnet: the group part's subgradient ball
         return max(np.sqrt(s) - group, 0.0)
     return np.sqrt(s)
 
