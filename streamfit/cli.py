@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import _thread
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 import types
 import typing
 from typing import Literal
@@ -21,7 +18,6 @@ from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
-    Terminated,
     TimeLimitReached,
     os_error_hint,
 )
@@ -45,10 +41,6 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except Terminated:
-            resume = "; the run keeps its last checkpoint: the same command plus --resume continues"
-            _fail(f"stopped: terminated by SIGTERM{resume if ctx.invoked_subcommand == 'train' else ''}")
-            sys.exit(128 + signal.SIGTERM)
         except TimeLimitReached as e:
             # --resume contradicts --overwrite: a continuation must drop it
             without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
@@ -84,44 +76,6 @@ class _Group(click.Group):
                 "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
-
-
-class _SigtermHandler:
-    """SIGTERM, while a command runs, as Terminated raised in the main thread (see its docstring).
-
-    Python runs a signal's handler between any two bytecodes of the main thread, also inside a
-    garbage-collector callback or a `__del__` (distributed installs one of each), where an
-    exception cannot leave: Python hands it to `sys.unraisablehook` and goes on. This hook then
-    delivers the signal again (`_thread.interrupt_main`), so that Terminated is raised where it
-    propagates. A second SIGTERM while Terminated propagates is ignored: it would cut the
-    cluster's shutdown short."""
-
-    def __init__(self):
-        self.raised = False
-        self.previous_hook = sys.unraisablehook
-
-    def __call__(self, signum, frame) -> None:
-        if not self.raised:
-            self.raised = True
-            raise Terminated()
-
-    def unraisable(self, unraisable) -> None:
-        if isinstance(unraisable.exc_value, Terminated):
-            self.raised = False
-            _thread.interrupt_main(signal.SIGTERM)
-        else:
-            self.previous_hook(unraisable)
-
-    def install(self, ctx) -> None:
-        """Handle SIGTERM until `ctx` closes, then restore what was there."""
-        previous = signal.signal(signal.SIGTERM, self)
-        sys.unraisablehook = self.unraisable
-
-        def restore():
-            signal.signal(signal.SIGTERM, previous)
-            sys.unraisablehook = self.previous_hook
-
-        ctx.call_on_close(restore)
 
 
 def _fail(line: str) -> None:
@@ -168,8 +122,6 @@ def main(ctx, verbose, quiet, log_file, log_format):
     """
     from streamfit.logs import configure
 
-    if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers
-        _SigtermHandler().install(ctx)
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
     if file_handler is not None:
         ctx.call_on_close(lambda: (logging.getLogger().removeHandler(file_handler), file_handler.close()))

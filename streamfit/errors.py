@@ -45,16 +45,6 @@ class NotFittedError(StreamfitError, ValueError, AttributeError):
     sklearn.exceptions.NotFittedError)."""
 
 
-class Terminated(BaseException):
-    """SIGTERM reached the `streamfit` command (a batch system's stop, `kill PID`): raised in the
-    main thread by the handler the CLI installs, so that every `with` and `finally` on the way
-    out runs. The embedded Dask cluster closes (no worker process or semaphore is left behind)
-    and an unfinished attempt is aborted, as after any failure. A BaseException, as
-    KeyboardInterrupt, so that no `except Exception` takes it for an error to handle. The CLI
-    prints one line and exits with status 143 (128 + 15, what a shell reports for a process
-    that SIGTERM ended)."""
-
-
 class TimeLimitReached(StreamfitError):
     """A run passed its time limit and stopped right after writing checkpoint `step`; `--resume`
     continues it. The CLI exits with status 3, so a scheduler can tell it from a failure."""

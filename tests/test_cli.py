@@ -983,46 +983,6 @@ def test_an_unconverged_fbpd_run_warns_on_the_command_line(stores, tmp_path, cap
     assert "fbpd: not converged after 2 steps" in caplog.text and "raise -p max_iter" in caplog.text
 
 
-@pytest.mark.slow
-def test_sigterm_stops_a_run_on_the_embedded_cluster_cleanly(stores, tmp_path):
-    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has checkpointed:
-    exit status 143, one line on stderr that says how to continue, the cluster shut down (no
-    child process left: workers, nannies, forkserver, resource tracker) and no warning of
-    leaked semaphores (the default SIGTERM had killed the driver with its cluster running).
-    The signal arrives between any two bytecodes, in a gc callback too (see cli._SigtermHandler)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-
-    run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "streamfit.cli", "train", stores / "train.zarr", "--solver", "fbpd"]
-    argv += ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0", "--checkpoint-interval", "0"]
-    argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
-    stderr = tmp_path / "stderr.txt"
-    with open(stderr, "w") as err:
-        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err)
-    deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints" / "LATEST").exists():
-        assert proc.poll() is None, stderr.read_text()
-        assert time.monotonic() < deadline, "no checkpoint within 300 s"
-        time.sleep(0.02)
-    children = psutil.Process(proc.pid).children(recursive=True)
-    assert len(children) >= 4, children  # forkserver, resource tracker, 2 nannies (and their workers)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM
-    gone, alive = psutil.wait_procs(children, timeout=30)
-    assert not alive, alive
-    text = stderr.read_text()
-    assert text.splitlines()[-1] == (
-        "stopped: terminated by SIGTERM; the run keeps its last checkpoint: the same command plus --resume continues"
-    ), text
-    assert "leaked" not in text and "resource_tracker" not in text and "Exception ignored" not in text, text
-    assert "Terminated" not in text, text  # no traceback of the driver's
-
-
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page
