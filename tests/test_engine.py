@@ -6,6 +6,7 @@ import time
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse as sp
 import psutil
 import pytest
 
@@ -525,3 +526,33 @@ def test_the_forkserver_preloads_every_solver_module():
     from streamfit.solvers import SOLVER_NAMES
 
     assert {f"streamfit.solvers.{name}" for name in SOLVER_NAMES} <= set(WORKER_PRELOAD)
+
+
+def test_a_zarr_chunk_read_after_the_preload_imports_nothing_more(tmp_path):
+    """A worker's first chunk task reads a Zarr store: after WORKER_PRELOAD it imports no module
+    of zarr or numcodecs (their import, which streamfit.store defers for in-process jobs, would
+    otherwise be paid by every worker at once), and the preload starts no thread (a fork copies
+    one). A fresh interpreter, as the forkserver is."""
+    import subprocess
+    import sys
+
+    from streamfit.store import StoreWriter
+
+    path = str(tmp_path / "s.zarr")
+    writer = StoreWriter(path, backend="zarr", chunk_rows=4)
+    X = sp.random(8, 16, density=0.3, format="csr", random_state=0)
+    X.sort_indices()
+    writer.write_rows(X, np.arange(8) % 2)
+    writer.close(n_features=16, classes=["a", "b"])
+    script = (
+        "import importlib, sys, threading\n"
+        "from streamfit.engine import WORKER_PRELOAD\n"
+        "for name in WORKER_PRELOAD: importlib.import_module(name)\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+        "before = set(sys.modules)\n"
+        "from streamfit.store import open_store\n"
+        f"assert open_store({path!r}).read_chunk(1).X.shape == (4, 16)\n"
+        "late = sorted(m for m in set(sys.modules) - before if m.split('.')[0] in ('zarr', 'numcodecs'))\n"
+        "assert not late, late\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

@@ -7,6 +7,10 @@
 #     bash tools/device_scaleout.sh
 #
 # It installs the wheels into /tmp/site, then
+#   0. with CEILING=1: tools/bench_parallel_ceiling.py, the machine's own ceiling (P independent
+#      processes running the same probe side by side: memory bandwidth, in-cache arithmetic, the
+#      bcd and stagewise kernels on one chunk, text hashing, state file writes and reads) at
+#      P = 1, 2, 4, 8, 16 (small: 1, 2) (ceiling.json, ceiling.log; CEILING_TIMEOUT=150 s);
 #   1. tools/bench_worker_start.py: train() (bcd) on a small store (1024 rows, 64 chunks), each
 #      run in a fresh process, at N = 1 and 16 workers, with Dask's spawn and with streamfit's
 #      forkserver: cluster start, first pass, close, wall (worker_start.json, worker_start.log);
@@ -67,6 +71,15 @@ else
 fi
 status=0
 WORK=$(mktemp -d /tmp/scaleout-XXXXXX)
+
+if [ -n "${CEILING:-}" ]; then
+  start=$(date +%s)
+  CEILING_PROCS=1,2,4,8,16; [ "${SCALE:-full}" = small ] && CEILING_PROCS=1,2
+  timeout "${CEILING_TIMEOUT:-150}" python3 tools/bench_parallel_ceiling.py --procs "$CEILING_PROCS" \
+    --workdir "$WORK/ceiling" --out "$OUT/ceiling.json" 2>&1 | tee "$OUT/ceiling.log"
+  echo "bench_parallel_ceiling: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/ceiling.log"
+  rm -rf "$WORK/ceiling"
+fi
 
 if [ "${WS_TIMEOUT:-100}" != 0 ]; then
   start=$(date +%s)
