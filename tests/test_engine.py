@@ -6,9 +6,9 @@ import time
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
 import psutil
 import pytest
+import scipy.sparse as sp
 
 from streamfit.engine import Engine, add_results, chunk_workers, fold_chunks, leaf_chunks, sum_tree, tree_sum
 from streamfit.store import InMemoryStore, open_store
