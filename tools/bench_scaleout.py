@@ -64,6 +64,7 @@ from collections import defaultdict
 import numpy as np
 import scipy.sparse as sp
 
+from streamfit import engine as engine_mod
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import WORKER_START_METHOD, Engine, leaf_chunks
 from streamfit.errors import TimeLimitReached
@@ -445,8 +446,16 @@ def main() -> None:
     ap.add_argument(
         "--out", default=None, help="also write every run's numbers, the tables and the settings here (JSON)"
     )
+    ap.add_argument(
+        "--tasks-per-thread",
+        type=int,
+        default=engine_mod.TASKS_PER_THREAD,
+        help="streamfit.engine.TASKS_PER_THREAD for these runs: a map_reduce's subtree tasks per worker "
+        f"thread (default {engine_mod.TASKS_PER_THREAD}); the model is the same bits for any value",
+    )
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
+    engine_mod.TASKS_PER_THREAD = args.tasks_per_thread
     workers = [int(w) for w in args.workers.split(",")]
     work = args.workdir or tempfile.mkdtemp(prefix="bench-scaleout-")
     os.makedirs(work, exist_ok=True)
