@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import types
 import typing
 from typing import Literal
@@ -18,6 +19,7 @@ from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
+    Terminated,
     TimeLimitReached,
     os_error_hint,
 )
@@ -41,6 +43,11 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except Terminated as e:  # raised where stopping is safe, after a SIGTERM (streamfit.shutdown)
+            from streamfit.shutdown import EXIT_STATUS
+
+            _fail(f"stopped: terminated by SIGTERM; {e}")
+            sys.exit(EXIT_STATUS)
         except TimeLimitReached as e:
             # --resume contradicts --overwrite: a continuation must drop it
             without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
@@ -123,6 +130,8 @@ def main(ctx, verbose, quiet, log_file, log_format):
     from streamfit.logs import configure
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
+    if ctx.invoked_subcommand in _STOPS_ON_SIGTERM and threading.current_thread() is threading.main_thread():
+        _guard_sigterm(ctx)
     if file_handler is not None:
         ctx.call_on_close(lambda: (logging.getLogger().removeHandler(file_handler), file_handler.close()))
     # what is about to be trained (and how big its dense weights would be), the dashboard's URL, the
@@ -137,6 +146,17 @@ def main(ctx, verbose, quiet, log_file, log_format):
 
 
 _DEFAULT_INFO = ("streamfit.train", "streamfit.runlog", "streamfit.jobs")
+# the commands that stop at a safe point on SIGTERM (streamfit.shutdown); the others end at once
+_STOPS_ON_SIGTERM = ("ingest", "train", "predict", "run")
+
+
+def _guard_sigterm(ctx) -> None:
+    """SIGTERM, until the command ends, as a request to stop at the next safe point (exit 143)."""
+    from streamfit.shutdown import SigtermGuard, grace_seconds
+
+    guard = SigtermGuard(grace_seconds())
+    guard.install()
+    ctx.call_on_close(guard.release)
 
 
 def _be_quiet(obj: dict) -> None:
