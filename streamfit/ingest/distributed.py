@@ -161,7 +161,7 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
     for path in paths:
         location = storage.resolve(path)
         if (o.format or infer_format(path)) == "folder":
-            held_in = container(path)
+            held_in, _ = container(path)
             if held_in != "tar" or location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
                 parts = folder_parts(path, folder_piece_bytes, limits, **source_options)
                 pieces += [Piece(path, folder_part=part) for part in parts]

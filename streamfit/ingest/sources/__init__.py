@@ -280,6 +280,7 @@ def folder_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS
     class_folders): FolderSource.parts."""
     kept = {k: v for k, v in options.items() if k in _options(FolderSource)}
     # a tar archive's layout is decided in its parts' own listing pass, not by opening it
-    whole = FolderPart(()) if container(path) == "tar" else None
+    held_in, archive_info = container(path)
+    whole = FolderPart((), archive_info=archive_info) if held_in == "tar" else None
     source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, folder_part=whole, **kept)
     return source.parts(part_bytes)
