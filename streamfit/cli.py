@@ -46,12 +46,10 @@ class _Group(click.Group):
         except Terminated as e:  # raised where stopping is safe, after a SIGTERM (streamfit.shutdown)
             from streamfit.shutdown import EXIT_STATUS
 
-            _fail(f"stopped: terminated by SIGTERM; {e}")
+            _fail(f"stopped: terminated by SIGTERM; {e}{_without_overwrite(ctx, e)}")
             sys.exit(EXIT_STATUS)
         except TimeLimitReached as e:
-            # --resume contradicts --overwrite: a continuation must drop it
-            without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
-            _fail(f"stopped: {e}{without}")
+            _fail(f"stopped: {e}{_without_overwrite(ctx, e)}")
             sys.exit(3)
         except StreamfitError as e:
             _fail(f"error: {e}")
@@ -83,6 +81,12 @@ class _Group(click.Group):
                 "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
+
+
+def _without_overwrite(ctx, stop: BaseException) -> str:
+    """What a stop's "--resume continues" must add when the run was started with --overwrite,
+    which --resume contradicts."""
+    return " (and without --overwrite)" if "--resume" in str(stop) and ctx.obj.get("overwrite") else ""
 
 
 def _fail(line: str) -> None:

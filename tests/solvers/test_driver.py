@@ -199,6 +199,36 @@ def test_sigterm_stops_after_saving_the_last_step_and_resume_ends_at_the_same_mo
         assert [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f] == records(full_log)
 
 
+def test_sigterm_then_resume_of_fbpd_on_digits_ends_at_the_uninterrupted_model(
+    digits, tmp_path, sigterm_guard, monkeypatch
+):
+    """The same with a real solver: fbpd on the digits, SIGTERM while step 4 is logged; the
+    resumed run's model equals the uninterrupted run's, bitwise."""
+    from fitting import fit_solver
+
+    source = InMemoryStore(*digits, chunk_rows=600)
+    params = {"max_iter": 8, "tol": 0.0, "gap_tol": 0.0}
+    full, _ = fit_solver("fbpd", source, **params)
+    log = MetricsLog.log
+
+    def signalled(self, step, *args, **kw):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return log(self, step, *args, **kw)
+
+    monkeypatch.setattr(MetricsLog, "log", signalled)
+    run = str(tmp_path / "run")
+    with pytest.raises(Terminated, match="checkpoint of step 4 saved"):
+        fit_solver("fbpd", source, run, **params)
+    monkeypatch.undo()
+    sigterm_guard.disarm()
+    resumed, _ = fit_solver("fbpd", source, run, resume=True, **params)
+    ref, got = full._arrays(), resumed._arrays()
+    assert ref.keys() == got.keys()
+    for key in ref:
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
+
+
 def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():
     """0: every due step; seconds: that long after the last save ended; auto: 9 x its duration.
     Before the first save of a call (a resume), the next due step is saved."""
