@@ -93,3 +93,14 @@ def test_the_grace_period_ends_a_process_that_does_not_stop():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+def test_a_grace_period_of_0_ends_the_process_at_the_first_sigterm():
+    proc = _start("0")
+    try:
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        assert proc.stdout.read() == ""  # ended in the handler: the flag was never set
+    finally:
+        proc.kill()
+        proc.wait()
