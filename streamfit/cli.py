@@ -130,6 +130,10 @@ def main(ctx, verbose, quiet, log_file, log_format):
 
     Ingest and training show their progress as one bar on a terminal, and as a line every few
     seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
+
+    SIGTERM stops ingest, train, predict and run at the next safe point (train: after saving
+    the step it is in; --resume continues), exit status 143; a second SIGTERM, or
+    STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
     """
     from streamfit.logs import configure
 
