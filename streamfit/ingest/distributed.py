@@ -161,9 +161,10 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
     for path in paths:
         location = storage.resolve(path)
         if (o.format or infer_format(path)) == "folder":
-            held_in, _ = container(path)
-            if held_in != "tar" or location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
-                parts = folder_parts(path, folder_piece_bytes, limits, **source_options)
+            held_in = container(path)  # its look-up, behind a URL, goes on to the parts' opens
+            archive, archive_info = held_in
+            if archive != "tar" or _size(location, archive_info) > piece_bytes:
+                parts = folder_parts(path, folder_piece_bytes, limits, held_in=held_in, **source_options)
                 pieces += [Piece(path, folder_part=part) for part in parts]
             else:
                 pieces.append(Piece(path))
@@ -182,6 +183,11 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
         else:
             pieces.append(Piece(path))
     return pieces
+
+
+def _size(location: storage.Location, info: dict[str, Any] | None) -> int:
+    """The file's size: from its look-up `info` where there is one (behind a URL), else asked."""
+    return int(info["size"]) if info else location.fs.size(location.path)  # type: ignore[attr-defined]
 
 
 def piece_size(size: int, piece_bytes: int) -> int:

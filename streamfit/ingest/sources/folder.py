@@ -177,9 +177,11 @@ class FolderSource:
         class_folders: bool = True,
         limits: ReadLimits = DEFAULT_LIMITS,
         folder_part: FolderPart | None = None,
+        held_in: tuple[str, dict[str, Any] | None] | None = None,
     ):
         """folder_part: read only that part of the input (see parts; the input was checked
-        when it was cut, so it is not looked at again)."""
+        when it was cut, so it is not looked at again). held_in: `container(path)`, when the
+        caller has looked it up (a distributed ingest's planning), so it is not asked again."""
         self.path = os.fspath(path)
         self.location = storage.resolve(self.path)
         # local paths as given (they name the documents), a file:// URL by its local path
@@ -188,7 +190,7 @@ class FolderSource:
         )
         self.url_info: dict[str, Any] | None  # an archive's look-up behind a URL (container), for its opens
         if folder_part is None:
-            self.container, self.url_info = container(self.path)
+            self.container, self.url_info = held_in or container(self.path)
         else:
             self.url_info = folder_part.archive_info
             self.container = (
