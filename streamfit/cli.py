@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import types
 import typing
 from typing import Literal
@@ -18,6 +19,7 @@ from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_
 from streamfit.errors import (
     ConfigError,
     StreamfitError,
+    Terminated,
     TimeLimitReached,
     os_error_hint,
 )
@@ -41,10 +43,13 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except Terminated as e:  # raised where stopping is safe, after a SIGTERM (streamfit.shutdown)
+            from streamfit.shutdown import EXIT_STATUS
+
+            _fail(f"stopped: terminated by SIGTERM; {e}{_without_overwrite(ctx, e)}")
+            sys.exit(EXIT_STATUS)
         except TimeLimitReached as e:
-            # --resume contradicts --overwrite: a continuation must drop it
-            without = " (and without --overwrite)" if ctx.obj.get("overwrite") else ""
-            _fail(f"stopped: {e}{without}")
+            _fail(f"stopped: {e}{_without_overwrite(ctx, e)}")
             sys.exit(3)
         except StreamfitError as e:
             _fail(f"error: {e}")
@@ -76,6 +81,12 @@ class _Group(click.Group):
                 "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
+
+
+def _without_overwrite(ctx, stop: BaseException) -> str:
+    """What a stop's "--resume continues" must add when the run was started with --overwrite,
+    which --resume contradicts."""
+    return " (and without --overwrite)" if "--resume" in str(stop) and ctx.obj.get("overwrite") else ""
 
 
 def _fail(line: str) -> None:
@@ -119,10 +130,16 @@ def main(ctx, verbose, quiet, log_file, log_format):
 
     Ingest and training show their progress as one bar on a terminal, and as a line every few
     seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
+
+    SIGTERM stops ingest, train, predict and run at the next safe point (train: after saving
+    the step it is in; --resume continues), exit status 143; a second SIGTERM, or
+    STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
     """
     from streamfit.logs import configure
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
+    if ctx.invoked_subcommand in _STOPS_ON_SIGTERM and threading.current_thread() is threading.main_thread():
+        _guard_sigterm(ctx)
     if file_handler is not None:
         ctx.call_on_close(lambda: (logging.getLogger().removeHandler(file_handler), file_handler.close()))
     # what is about to be trained (and how big its dense weights would be), the dashboard's URL, the
@@ -137,6 +154,17 @@ def main(ctx, verbose, quiet, log_file, log_format):
 
 
 _DEFAULT_INFO = ("streamfit.train", "streamfit.runlog", "streamfit.jobs")
+# the commands that stop at a safe point on SIGTERM (streamfit.shutdown); the others end at once
+_STOPS_ON_SIGTERM = ("ingest", "train", "predict", "run")
+
+
+def _guard_sigterm(ctx) -> None:
+    """SIGTERM, until the command ends, as a request to stop at the next safe point (exit 143)."""
+    from streamfit.shutdown import SigtermGuard, grace_seconds
+
+    guard = SigtermGuard(grace_seconds())
+    guard.install()
+    ctx.call_on_close(guard.release)
 
 
 def _be_quiet(obj: dict) -> None:

@@ -57,6 +57,13 @@ class TimeLimitReached(StreamfitError):
         )
 
 
+class Terminated(BaseException):
+    """A SIGTERM asked the command to stop, and it stopped at a safe point (streamfit.shutdown):
+    the message says what the stop leaves. A BaseException, as KeyboardInterrupt, so that no
+    `except Exception` takes it for an error to handle; raised only where stopping is safe, never
+    from the signal handler. The CLI prints one line and exits with status 143."""
+
+
 _OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
     errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",

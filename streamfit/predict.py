@@ -279,11 +279,21 @@ def predict_to_file(
     attempt = storage.begin(target) if parts else None
     # Dask workers write their parts to an object store themselves; the driver writes local ones
     part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
-    pieces = _scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store)
+    pieces = _until_stopped(_scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store), out)
     pieces = tqdm(pieces, unit="chunk" if is_store else "batch", disable=not progress, desc="predict")
     if attempt is not None:
         return _write_parts(attempt, layout, pieces, source)
     return _write_file(target, layout, pieces, source)
+
+
+def _until_stopped(pieces: Iterator[_Piece], out: str) -> Iterator[_Piece]:
+    """The pieces, each written before the next is asked for; a SIGTERM stops between them
+    (streamfit.shutdown), and the writer's clean-up leaves nothing of `out`."""
+    from streamfit import shutdown
+
+    for piece in pieces:
+        yield piece
+        shutdown.check(f"{out}: not written; run the command again")
 
 
 def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> Iterator[_Piece]:

@@ -4,7 +4,8 @@ RUN_DIR/model/         the trained model (streamfit.load_model)
 RUN_DIR/checkpoints/   resumable solver state (streamfit.checkpoint)
 RUN_DIR/metrics.jsonl  one JSON line per solver step (with `valid`: the validation metrics too)
 RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings, and its status:
-                       "finished", or "stopped at the time limit" (no model/ then; --resume continues)
+                       "finished", "stopped at the time limit" or "stopped by SIGTERM" (no
+                       model/ then; --resume continues from the checkpoint `step`)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.config import parse_checkpoint_interval
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
+from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import Model
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
@@ -342,10 +343,10 @@ def _train_locked(
                 checkpoint_every=checkpoint_every,
                 checkpoint_interval=checkpoint_interval,
             )
-    except TimeLimitReached as e:
+    except (TimeLimitReached, Terminated) as e:
         record.update(
-            status="stopped at the time limit",
-            step=e.step,
+            status="stopped at the time limit" if isinstance(e, TimeLimitReached) else "stopped by SIGTERM",
+            step=e.step if isinstance(e, TimeLimitReached) else checkpointer.latest_step(),
             seconds=round(metrics.elapsed, 3),
             session_seconds=round(time.time() - started, 3),
         )

@@ -93,3 +93,16 @@ def s3():
             fs.mkdir(BUCKET)
         yield fs
     server.stop()
+
+
+@pytest.fixture
+def sigterm_guard():
+    """streamfit.shutdown's SIGTERM guard, installed in this (the main) thread as the CLI installs
+    it, with a grace period no test reaches; disarmed when the test ends, if the test has not (after a
+    SIGTERM too, where the CLI leaves it armed until the process exits)."""
+    from streamfit.shutdown import SigtermGuard
+
+    guard = SigtermGuard(grace=3600)
+    guard.install()
+    yield guard
+    guard.disarm()

@@ -983,6 +983,56 @@ def test_an_unconverged_fbpd_run_warns_on_the_command_line(stores, tmp_path, cap
     assert "fbpd: not converged after 2 steps" in caplog.text and "raise -p max_iter" in caplog.text
 
 
+@pytest.mark.slow
+def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
+    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
+    (streamfit.shutdown: the handler sets a flag, the driver stops before its next step): the
+    last step is checkpointed, exit status 143, one line that says how to continue, run.json
+    says so, the cluster shut down (no child process left: workers, nannies, forkserver,
+    resource tracker) and no warning of leaked semaphores. The run never ends by itself
+    (tol 0), so the signal cannot come after its end; every wait is bounded."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "streamfit.cli", "train", stores / "train.zarr", "--solver", "fbpd"]
+    argv += ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0"]
+    argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None, stderr.read_text()
+            assert time.monotonic() < deadline, "no step within 300 s"
+            time.sleep(0.02)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 4, children  # forkserver, resource tracker, 2 nannies (and their workers)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 128 + signal.SIGTERM, stderr.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+    text = stderr.read_text()
+    step = json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"]
+    assert step == json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["step"] >= 1
+    assert text.splitlines()[-1] == (
+        f"stopped: terminated by SIGTERM; {run_dir}: checkpoint of step {step} saved; the same command plus "
+        "--resume continues"
+    ), text
+    assert "SIGTERM: stopping at the next safe point" in text, text
+    assert "leaked" not in text and "resource_tracker" not in text and "Exception ignored" not in text, text
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["step"]) == ("stopped by SIGTERM", step)
+
+
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page

@@ -283,3 +283,32 @@ def test_a_predict_that_fails_midway_leaves_no_output(runs, tmp_path, monkeypatc
         result = run("predict", runs / "jsonl", raw, "-o", tmp_path / out, *parts, ok=False)
         assert result.exit_code == 2 and "new.jsonl:6" in result.output
     assert os.listdir(tmp_path) == ["new.jsonl"]
+
+
+@pytest.mark.parametrize("parts", [False, True])
+def test_sigterm_stops_predict_between_pieces_and_leaves_no_output(runs, tmp_path, monkeypatch, sigterm_guard, parts):
+    """A SIGTERM while the second of four batches is scored (streamfit.shutdown's guard
+    installed, as the CLI does): predict raises Terminated before it asks for the third, and
+    neither the file nor the parts directory (nor a .partial) is left."""
+    import signal
+
+    from streamfit import predict
+    from streamfit.errors import Terminated
+    from streamfit.model import load_model
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 2)
+    raw = _many_docs(tmp_path / "new.jsonl", 8)
+    scored = []
+    score = predict._score_piece
+
+    def signalled(item, **kw):
+        scored.append(item[0])
+        if len(scored) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return score(item, **kw)
+
+    monkeypatch.setattr(predict, "_score_piece", signalled)
+    out = str(tmp_path / "p.csv")
+    with pytest.raises(Terminated, match=f"{out}: not written"):
+        predict.predict_to_file(load_model(str(runs / "jsonl")), str(raw), out, parts=parts)
+    assert scored == [0, 1] and os.listdir(tmp_path) == ["new.jsonl"]

@@ -166,10 +166,10 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
             _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code
             == 0
         )
-    # the input: is it a folder (a LIST), the reader's look-up (a HEAD) and its read; the open is
-    # given the look-up's size and ETag (fsspec's file had asked again: a HEAD)
+    # the input: is it a folder (a LIST of the keys that start with its name), the reader's look-up (a
+    # HEAD) and its read; the open is given the look-up's size and ETag (fsspec's file had asked again)
     assert [r for r in requests if r[1].startswith("raw/")] == [
-        ("LIST", "raw/iris.svm/"),
+        ("LIST", "raw/iris.svm"),
         ("HEAD", "raw/iris.svm"),
         ("GET", "raw/iris.svm"),
     ]

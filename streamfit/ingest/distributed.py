@@ -64,7 +64,7 @@ from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import ReadLimits
-from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies
+from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies, check_stop
 from streamfit.ingest.sources.folder import FolderPart
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.runlog import RunProgress, progress_mode
@@ -161,9 +161,10 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
     for path in paths:
         location = storage.resolve(path)
         if (o.format or infer_format(path)) == "folder":
-            held_in = container(path)
-            if held_in != "tar" or location.fs.size(location.path) > piece_bytes:  # type: ignore[attr-defined]
-                parts = folder_parts(path, folder_piece_bytes, limits, **source_options)
+            held_in = container(path)  # its look-up, behind a URL, goes on to the parts' opens
+            archive, archive_info = held_in
+            if archive != "tar" or _size(location, archive_info) > piece_bytes:
+                parts = folder_parts(path, folder_piece_bytes, limits, held_in=held_in, **source_options)
                 pieces += [Piece(path, folder_part=part) for part in parts]
             else:
                 pieces.append(Piece(path))
@@ -182,6 +183,11 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
         else:
             pieces.append(Piece(path))
     return pieces
+
+
+def _size(location: storage.Location, info: dict[str, Any] | None) -> int:
+    """The file's size: from its look-up `info` where there is one (behind a URL), else asked."""
+    return int(info["size"]) if info else location.fs.size(location.path)  # type: ignore[attr-defined]
 
 
 def piece_size(size: int, piece_bytes: int) -> int:
@@ -385,6 +391,7 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
                 source_decision.setdefault(piece.path, rows.source_multilabel)
             if progress is not None:
                 progress.count(done, len(pieces), final=done == len(pieces))
+            check_stop(o)  # a SIGTERM: no more submissions; the writes in flight are settled below
         chunks.finish()
     except BaseException:
         chunks.settle()  # no write of ours still running when the caller deletes the attempt
@@ -490,10 +497,10 @@ def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndar
     return df
 
 
-def pass2_document_frequencies(engine, stage: Store, train: np.ndarray) -> np.ndarray:
+def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o) -> np.ndarray:
     """Pass 2's document frequencies over the stage's rows that the mask `train` selects, counted
     on the workers (a run of chunks per worker thread) and summed here: integer counts, the same
-    for any number of workers."""
+    for any number of workers. o: the IngestOptions (a SIGTERM stops between results, check_stop)."""
     client = engine.client
     runs = [r for r in np.array_split(np.arange(stage.n_chunks), max(engine.total_threads, 1)) if r.size]
     futures = []
@@ -504,6 +511,7 @@ def pass2_document_frequencies(engine, stage: Store, train: np.ndarray) -> np.nd
     df = np.zeros(stage.n_features, dtype=np.int64)
     for future in futures:
         df += future.result()
+        check_stop(o)
     return df
 
 
@@ -522,10 +530,11 @@ def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, row
     return sink.write(cid, row_start, featurizer.finish(X), labels)
 
 
-def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer) -> None:
+def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer, o) -> None:
     """The final store of `writer` from the stage's rows `rows` (increasing), each of its chunks
     finished and written by a worker (finish_chunk; all submitted at once, as a task holds one
-    chunk's rows while it runs and returns only its entry), taken into `writer` in order."""
+    chunk's rows while it runs and returns only its entry), taken into `writer` in order. o: the
+    IngestOptions (a SIGTERM stops between chunks, check_stop; the writes in flight are settled)."""
     client = engine.client
     idf = client.scatter(featurizer.idf, broadcast=True, hash=False) if featurizer.idf is not None else None
     starts = range(0, len(rows), writer.chunk_rows)
@@ -545,7 +554,9 @@ def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, fea
                 pure=False,
             )
         )
-        _take_written(writer, writes, 0)
+        while writes:
+            writer.add_written(writes.popleft().result())
+            check_stop(o)
     except BaseException:
         _settle(writes)
         raise

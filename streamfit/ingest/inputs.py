@@ -57,15 +57,28 @@ def _local_directory_files(path: str) -> list[str] | None:
     return sorted(files) or None
 
 
-def _url_directory_files(location: storage.Location) -> list[str] | None:
-    """The data files under a folder (prefix) behind a URL, sorted, or None when it is a folder
-    corpus (a file without a data format's extension)."""
+def _url_listing(location: storage.Location) -> list[str]:
+    """The files below a name behind a URL taken as a folder (prefix), sorted; [] for an object
+    or nothing there. On S3 one listing (a LIST) of the keys that start with the name (s3fs's
+    `find(parent, prefix=name)`; keys of other names that start with this one are dropped
+    here); elsewhere a folder check (`Location.isdir`), then the folder's listing."""
     fs: Any = location.fs  # fsspec's filesystems carry no annotations
-    found = sorted(
-        p for p in fs.find(location.path) if not any(_hidden(part) for part in p[len(location.path) :].split("/"))
-    )
+    path = location.path.rstrip("/")
+    parent, _, name = path.rpartition("/")
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    if "s3" in protocols and parent:  # s3fs lists the keys afresh: no cached listing is read
+        return sorted(p for p in fs.find(parent, prefix=name) if p.startswith(path + "/"))
+    return sorted(fs.find(path)) if location.isdir() else []
+
+
+def _url_directory_files(text: str, location: storage.Location, below: list[str]) -> list[str] | None:
+    """The data files under a folder (prefix) behind a URL (`below`: its files), sorted, or None
+    when it is a folder corpus (a file without a data format's extension)."""
+    fs: Any = location.fs
+    path = location.path.rstrip("/")
+    found = [p for p in below if not any(_hidden(part) for part in p[len(path) :].split("/"))]
     if not found:
-        raise InputError(location.url, "an empty folder (prefix) behind a URL", "name a folder that holds files")
+        raise InputError(text, "an empty folder (prefix) behind a URL", "name a folder that holds files")
     if not all(_data_file(p) for p in found):
         return None
     return [fs.unstrip_protocol(p) for p in found]
@@ -94,10 +107,11 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files.append(text)
         elif storage.is_url(text):
             location = storage.resolve(text)
-            if location.isdir():
-                files += _url_directory_files(location) or [text.rstrip("/") + "/"]
+            below = _url_listing(location)
+            if below:
+                files += _url_directory_files(text, location, below) or [text.rstrip("/") + "/"]
             else:
-                files.append(text)
+                files.append(text)  # an object, or nothing there: the reader says which
         elif os.path.isdir(text):
             files += _local_directory_files(text) or [text]
         else:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit import storage
+from streamfit import shutdown, storage
 from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
@@ -323,21 +323,23 @@ class _Pass1:
             )
         return self.writer
 
-    def run(self, finish_rows: bool) -> None:
-        """Read every input in this process; with o.progress, the records read so far are shown
-        (a line every few seconds in a log, a bar on a terminal: streamfit.runlog.RunProgress)."""
-        self.progress = progress = RunProgress(progress_mode()) if self.o.progress else None
-        if progress is not None:
-            progress.begin("ingest", 0, None, unit="record")
+    def run(self, finish_rows: bool, bar: RunProgress | None = None) -> None:
+        """Read every input in this process; with o.progress, the records read so far are shown:
+        on `bar` (on a terminal, ingest's one bar over the records of all passes), else as a line
+        every few seconds (streamfit.runlog.RunProgress)."""
+        own = None if bar is not None or not self.o.progress else RunProgress(progress_mode())
+        if own is not None:
+            own.begin("ingest", 0, None, unit="record")
+        self.progress = bar or own
         try:
             for path in self.o.inputs:
                 self.read_input(path, finish_rows)
-            if progress is not None:
-                progress.count(self.read, None, final=True)
+            if self.progress is not None:
+                self.progress.count(self.read, None, final=True)
         finally:
             self.progress = None
-            if progress is not None:
-                progress.close()
+            if own is not None:
+                own.close()
 
     def read_input(
         self,
@@ -372,6 +374,7 @@ class _Pass1:
             self._batch(batch, self.featurizer.n_features, finish_rows)
             if self.progress is not None:
                 self.progress.count(self.read + source.n_read, None)
+            check_stop(self.o)
         self.read += source.n_read
         return source
 
@@ -465,6 +468,12 @@ class _Pass1:
             "--on-bad-record skip would drop these documents and bias the score"
         )
         return problem, hint
+
+
+def check_stop(o: IngestOptions) -> None:
+    """Raise Terminated if a SIGTERM asked to stop (streamfit.shutdown; checked between source
+    batches, pieces and chunks): the writers' aborts on the way out remove the unfinished store."""
+    shutdown.check(f"{o.out}: not written (its unfinished files are removed); run the command again")
 
 
 def _listed(names: list[str], most: int = 10) -> str:
@@ -595,9 +604,15 @@ def ingest(o: IngestOptions) -> IngestReport:
     pass1_out = out + ".pass1.partial" if two_pass else out
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
     cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
+    distributed = bool(o.n_workers or o.scheduler)
+    # on a terminal, one bar over the records of all the passes in process (a log: each pass's lines)
+    bar = RunProgress("bar") if o.progress and progress_mode() == "bar" and not distributed else None
+    if bar is not None:
+        bar.begin("ingest", 0, None, unit="record")
+        cluster.callback(bar.close)
     try:
         engine = None
-        if o.n_workers or o.scheduler:
+        if distributed:
             from streamfit.engine import Engine
             from streamfit.ingest.distributed import run_distributed
 
@@ -606,7 +621,7 @@ def ingest(o: IngestOptions) -> IngestReport:
             )
             run_distributed(p1, engine, finish_rows=not two_pass)
         else:
-            p1.run(finish_rows=not two_pass)
+            p1.run(finish_rows=not two_pass, bar=bar)
         policy.close()
         if p1.writer is None:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
@@ -639,7 +654,7 @@ def ingest(o: IngestOptions) -> IngestReport:
         else:
             # the stage stays locked until it is removed: a concurrent ingest to the same --out is refused
             common["n_features"] = p1.writer.close(transform={}, counts={}, keep_lock=True, **common).n_features
-            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair, engine)
+            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair, engine, bar)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
@@ -749,6 +764,22 @@ def _stream(stage: Store):
         yield stage.read_chunk(i, cache=False)
 
 
+def _pass_chunks(o: IngestOptions, stage: Store, name: str, bar: RunProgress | None, done: int, total: int):
+    """The stage's chunks for one pass of pass 2 (`name`), shown as done: on ingest's one `bar`
+    (records: `done` before this pass, of `total` in all passes), else as this pass's lines in
+    chunks (runlog.counted); a SIGTERM stops between chunks (check_stop)."""
+    if bar is None:
+        chunks = counted(_stream(stage), name, unit="chunk", total=stage.n_chunks, enabled=o.progress)
+    else:
+        chunks = _stream(stage)
+    for c in chunks:
+        yield c
+        check_stop(o)
+        if bar is not None:
+            done += c.n_rows
+            bar.count(done, total)
+
+
 def add_document_frequencies(df: np.ndarray, X: sp.csr_matrix, rows: np.ndarray) -> None:
     """Add to df[j] how many of the rows of X that the boolean mask `rows` selects hold column j."""
     counts = np.bincount(X[rows].indices)  # as long as the largest column + 1
@@ -784,13 +815,17 @@ def _pass2(
     out: str,
     finish_pair: bool,
     engine=None,
+    bar: RunProgress | None = None,
 ) -> None:
     """Write the final stores from the stage. With a split the test store is published first:
     a kill between the two publishes leaves no complete-looking training store without its
     test store, and a re-run of the same command replaces the lone test store (finish_pair).
     engine: the Dask cluster of a distributed ingest, whose workers count the document
-    frequencies and write the final chunks (distributed.pass2_*); None: this process."""
+    frequencies and write the final chunks (distributed.pass2_*); None: this process. bar:
+    ingest's one progress bar (on a terminal), at pass 1's records read; pass 2's passes over
+    the stage's rows (document frequencies, write) add to its total and its count."""
     stage = Store(p1.out, allow_partial=True)
+    total = p1.read + (1 + bool(o.idf)) * stage.n_rows  # records of all passes, for the bar
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
     else:
@@ -801,13 +836,10 @@ def _pass2(
         if engine is not None:
             from streamfit.ingest.distributed import pass2_document_frequencies
 
-            df = pass2_document_frequencies(engine, stage, ~test_mask)
+            df = pass2_document_frequencies(engine, stage, ~test_mask, o)
         else:
             df = np.zeros(stage.n_features, dtype=np.int64)
-            chunks = counted(
-                _stream(stage), "document frequencies", unit="chunk", total=stage.n_chunks, enabled=o.progress
-            )
-            for c in chunks:
+            for c in _pass_chunks(o, stage, "document frequencies", bar, p1.read, total):
                 add_document_frequencies(df, c.X, ~test_mask[c.row_start : c.row_start + c.n_rows])
         idf = featurizer.idf = idf_weights(df, int((~test_mask).sum()))
     featurizer.l2_normalize = bool(o.l2_normalize)
@@ -826,9 +858,9 @@ def _pass2(
             from streamfit.ingest.distributed import pass2_write
 
             for w, (_, mask) in zip(writers, outputs):
-                pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer)
+                pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer, o)
         else:
-            for c in counted(_stream(stage), "write", unit="chunk", total=stage.n_chunks, enabled=o.progress):
+            for c in _pass_chunks(o, stage, "write", bar, total - stage.n_rows, total):
                 X = featurizer.finish(c.X)
                 for w, (_, mask) in zip(writers, outputs):
                     rows = mask[c.row_start : c.row_start + c.n_rows]

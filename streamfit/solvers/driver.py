@@ -3,6 +3,8 @@
     check_source(source)                                (refuse a store the solver cannot train on)
     state = restore(LATEST) if resume else init()      (init is checkpointed as step 0)
     while not finished(state):
+        if SIGTERM asked to stop (streamfit.shutdown): save the state if the last step taken is
+                      not saved, and raise Terminated
         fields = step(state)                            (state.step += 1)
         log the step (validation every `valid_every` steps, and on the last one; on the
                       last one only for a solver whose mid_run_models is False), and show
@@ -41,8 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from streamfit import shutdown
 from streamfit.checkpoint import ChunkState
-from streamfit.errors import CheckpointError, TimeLimitReached
+from streamfit.errors import CheckpointError, Terminated, TimeLimitReached
 from streamfit.solvers.base import Context, PerSample, Solver, SolverState
 
 log = logging.getLogger(__name__)
@@ -140,6 +143,15 @@ def run(
     metrics.begin(solver.name, state.step, solver.max_steps(state))
     try:
         while not solver.finished(state):
+            if shutdown.stop_requested():  # between steps: no task of ours is running
+                if checkpointer is None:
+                    raise Terminated(f"{solver.name} at step {state.step}, without checkpoints")
+                if saved_at != state.step:
+                    save(state)
+                raise Terminated(
+                    f"{checkpointer.run_dir}: checkpoint of step {state.step} saved; the same command plus "
+                    "--resume continues"
+                )
             fields = solver.step(ctx, state)
             saver.lay_out(state)
             taken += 1

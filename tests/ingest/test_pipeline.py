@@ -797,3 +797,82 @@ def test_the_text_defaults_are_off_for_numeric_inputs_and_can_be_turned_off(tmp_
     ingest(IngestOptions([text], str(tmp_path / "raw"), hashing=cfg, idf=False, l2_normalize=False, progress=False))
     ingest(IngestOptions([digits_svm], str(tmp_path / "n"), hashing=None, progress=False))
     assert (transform("t"), transform("raw"), transform("n")) == ((True, True), (False, False), (False, False))
+
+
+@pytest.mark.parametrize(
+    "where, options",
+    [
+        ("_Pass1._batch", {}),  # pass 1, between source batches
+        ("add_document_frequencies", {"test_size": 0.25, "test_out": "t"}),  # pass 2, between stage chunks
+    ],
+)
+def test_sigterm_stops_ingest_between_batches_and_leaves_no_store(
+    tmp_path, digits_svm, sigterm_guard, monkeypatch, where, options
+):
+    """A SIGTERM while ingest reads its second batch of pass 1, or counts the document frequencies
+    of pass 2's second chunk (streamfit.shutdown's guard installed, as the CLI does): ingest
+    raises Terminated at the next batch or chunk, and leaves no store, test store or stage; the
+    same ingest then runs as if none had been."""
+    import signal
+
+    from streamfit.errors import Terminated
+    from streamfit.ingest import pipeline
+
+    owner, name = (pipeline._Pass1, "_batch") if "." in where else (pipeline, where)
+    calls = []
+    original = getattr(owner, name)
+
+    def signalled(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(*args)
+
+    out = tmp_path / "s.zarr"
+    test_out = {"test_out": str(tmp_path / options["test_out"])} if "test_out" in options else {}
+    o = IngestOptions(
+        [digits_svm], str(out), chunk_rows=256, batch_size=100, progress=False, idf=True, **{**options, **test_out}
+    )
+    monkeypatch.setattr(owner, name, signalled)
+    with pytest.raises(Terminated, match=f"{out}: not written"):
+        ingest(o)
+    assert len(calls) == 2  # stopped at the next batch or chunk
+    assert os.listdir(tmp_path) == []  # no store, test store, stage or lock
+    monkeypatch.undo()
+    sigterm_guard.disarm()
+    report = ingest(o)
+    assert report.written == 1797 and open_store(str(out)).verify() == []
+
+
+def test_on_a_terminal_one_bar_counts_the_records_of_every_pass(tmp_path, digits_svm, monkeypatch, capsys):
+    """Issue 20: ingest on a terminal shows one bar, not one per pass that restarts: pass 1's
+    records read (no total yet), then pass 2's document frequencies and write over the stage's
+    rows, which make the total (records read + 2 x the stage's rows), with one ETA."""
+    from streamfit import runlog
+    from streamfit.ingest import pipeline
+
+    shown: list[tuple] = []  # ("begin", name, unit) and ("count", done, planned), as the bar got them
+    begin, count = runlog.RunProgress.begin, runlog.RunProgress.count
+
+    def recorded_begin(self, name, step, planned, *, unit="step"):
+        shown.append(("begin", name, unit))
+        begin(self, name, step, planned, unit=unit)
+
+    def recorded_count(self, done, planned, *, final=False):
+        shown.append(("count", done, planned))
+        count(self, done, planned, final=final)
+
+    for module in (runlog, pipeline):
+        monkeypatch.setattr(module, "progress_mode", lambda: "bar")
+    monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
+    monkeypatch.setattr(runlog.RunProgress, "count", recorded_count)
+    o = IngestOptions([digits_svm], str(tmp_path / "s"), chunk_rows=256, batch_size=500, idf=True, progress=True)
+    ingest(o)
+    assert [s for s in shown if s[0] == "begin"] == [("begin", "ingest", "record")]
+    counts = [s[1:] for s in shown if s[0] == "count"]
+    pass1 = [(500, None), (1000, None), (1500, None), (1797, None), (1797, None)]  # batches, then the last line
+    stage_rows = [min(k * 256, 1797) for k in range(1, 9)]  # the stage's 8 chunks
+    pass2 = [(1797 + rows, 3 * 1797) for rows in stage_rows] + [(2 * 1797 + rows, 3 * 1797) for rows in stage_rows]
+    assert counts == pass1 + pass2
+    err = capsys.readouterr().err
+    assert "ingest" in err and "document frequencies" not in err and "write" not in err

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 from typing import NamedTuple
 
 import numpy as np
@@ -14,7 +15,7 @@ import scipy.sparse as sp
 
 from streamfit.checkpoint import Checkpointer, _record_digest
 from streamfit.engine import Engine
-from streamfit.errors import CheckpointError, TimeLimitReached
+from streamfit.errors import CheckpointError, Terminated, TimeLimitReached
 from streamfit.model import LinearModel
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState
@@ -163,6 +164,69 @@ def test_a_kill_between_checkpoints_resumes_from_the_last_one(source, tmp_path, 
     same_model(resumed, full)
     with open(os.path.join(run, "metrics.jsonl")) as f:  # step 5's line, logged before the kill, is not repeated
         assert [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f] == records(full_log)
+
+
+class SigtermAt(HalvingSolver):
+    """HalvingSolver that sends its process SIGTERM at the end of step `at`."""
+
+    def __init__(self, params, at: int):
+        super().__init__(params)
+        self.at = at
+
+    def step(self, ctx: Context, state: HalvingState) -> dict:
+        fields = super().step(ctx, state)
+        if state.step == self.at:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return fields
+
+
+@pytest.mark.parametrize("interval", [0, 3600.0])  # 3600: the step before the stop is saved by the stop
+def test_sigterm_stops_after_saving_the_last_step_and_resume_ends_at_the_same_model(
+    source, tmp_path, sigterm_guard, interval
+):
+    """A SIGTERM during step 3 (streamfit.shutdown's guard installed, as the CLI does): the driver
+    takes no step 4; it saves step 3 (if the schedule had not) and raises Terminated naming the
+    checkpoint. The resumed run ends at the uninterrupted model with its metrics lines."""
+    full, full_log = fit(source, None)
+    run = str(tmp_path / "run")
+    with pytest.raises(Terminated, match="checkpoint of step 3 saved; the same command plus --resume continues"):
+        fit(source, run, SigtermAt(HalvingParams(), at=3), checkpoint_interval=interval)
+    assert _latest(run) == 3
+    sigterm_guard.disarm()
+    resumed, _ = fit(source, run, resume=True, checkpoint_interval=interval)
+    same_model(resumed, full)
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        assert [{k: v for k, v in json.loads(line).items() if k != "wall_time"} for line in f] == records(full_log)
+
+
+def test_sigterm_then_resume_of_fbpd_on_digits_ends_at_the_uninterrupted_model(
+    digits, tmp_path, sigterm_guard, monkeypatch
+):
+    """The same with a real solver: fbpd on the digits, SIGTERM while step 4 is logged; the
+    resumed run's model equals the uninterrupted run's, bitwise."""
+    from fitting import fit_solver
+
+    source = InMemoryStore(*digits, chunk_rows=600)
+    params = {"max_iter": 8, "tol": 0.0, "gap_tol": 0.0}
+    full, _ = fit_solver("fbpd", source, **params)
+    log = MetricsLog.log
+
+    def signalled(self, step, *args, **kw):
+        if step == 4:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return log(self, step, *args, **kw)
+
+    monkeypatch.setattr(MetricsLog, "log", signalled)
+    run = str(tmp_path / "run")
+    with pytest.raises(Terminated, match="checkpoint of step 4 saved"):
+        fit_solver("fbpd", source, run, **params)
+    monkeypatch.undo()
+    sigterm_guard.disarm()
+    resumed, _ = fit_solver("fbpd", source, run, resume=True, **params)
+    ref, got = full._arrays(), resumed._arrays()
+    assert ref.keys() == got.keys()
+    for key in ref:
+        np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
 
 
 def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():

@@ -88,6 +88,7 @@ def _options(cls) -> set[str]:
         "byte_range",
         "row_groups",
         "folder_part",
+        "held_in",
     }
 
 
@@ -274,12 +275,20 @@ def open_source(
     return cls(path, policy=policy, batch_size=batch_size, **kept)
 
 
-def folder_parts(path: str, part_bytes: int, limits: ReadLimits = DEFAULT_LIMITS, **options) -> list[FolderPart]:
+def folder_parts(
+    path: str,
+    part_bytes: int,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    held_in: tuple[str, dict[str, Any] | None] | None = None,
+    **options,
+) -> list[FolderPart]:
     """A folder corpus (a directory, local or behind a URL, or an archive) cut into parts of
     about part_bytes of documents, read with the format options `options` (subset,
-    class_folders): FolderSource.parts."""
+    class_folders): FolderSource.parts. held_in: `container(path)`, when the caller has it."""
     kept = {k: v for k, v in options.items() if k in _options(FolderSource)}
+    held_in = held_in or container(path)
+    kind, archive_info = held_in
     # a tar archive's layout is decided in its parts' own listing pass, not by opening it
-    whole = FolderPart(()) if container(path) == "tar" else None
-    source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, folder_part=whole, **kept)
+    whole = FolderPart((), archive_info=archive_info) if kind == "tar" else None
+    source = FolderSource(path, policy=BadRecordPolicy(), limits=limits, folder_part=whole, held_in=held_in, **kept)
     return source.parts(part_bytes)

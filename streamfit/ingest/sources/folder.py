@@ -37,7 +37,7 @@ import os
 import stat
 import tarfile
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streamfit import storage
@@ -85,12 +85,16 @@ class FolderPart:
       decompressed archive (stop None: to its end);
     - a zip archive: members [start, stop) of its central directory (stop None: to its end);
     - a directory (files not None): the files `files`, as (path below the directory,
-      '/'-separated; size in bytes when listed), in reading order."""
+      '/'-separated; size in bytes when listed), in reading order.
+    archive_info: an archive behind a URL as it was looked up when it was cut (fsspec's info:
+    size, ETag), which the part's opens take instead of asking again (a HEAD on S3); an
+    archive replaced since then fails the read (s3fs checks each ranged GET's ETag)."""
 
     prefix: tuple[str, ...]
     start: int = 0
     stop: int | None = None
     files: tuple[tuple[str, int], ...] | None = None
+    archive_info: dict[str, Any] | None = field(default=None, compare=False)
 
 
 class _NotADocument(Exception):
@@ -130,22 +134,26 @@ def _reading_order(name: str) -> tuple:
     return (*((1, f) for f in folders), (0, file))
 
 
-def container(path: str) -> str:
+def container(path: str) -> tuple[str, dict[str, Any] | None]:
     """What holds the corpus at `path`: "folder" (a directory, or a prefix behind a URL: a URL
     ending in "/" is one without asking), "tar" or "zip" (by the name's suffix); InputError for
-    anything else, or nothing there."""
+    anything else, or nothing there. With it, behind a URL, the archive's look-up (fsspec's
+    info: size, ETag; on S3 one HEAD), for its opens (`Location.open_read(info=)`) to ask
+    nothing more; None otherwise."""
     if storage.is_url(path) and path.endswith("/"):
-        return "folder"
-    folder = storage.resolve(path).is_folder()
-    if folder is None:
+        return "folder", None
+    location = storage.resolve(path)
+    info = location.look_up()
+    if info is None:
         raise InputError(path, "no such file")
-    if folder:
-        return "folder"
+    if info["type"] == "directory":
+        return "folder", None
     name = path.lower()
+    url_info = None if location.local else info
     if name.endswith(TAR_SUFFIXES):
-        return "tar"
+        return "tar", url_info
     if name.endswith(ZIP_SUFFIXES):
-        return "zip"
+        return "zip", url_info
     raise InputError(
         path, "not a directory or an archive", f"archives end in {', '.join(ARCHIVE_SUFFIXES)}; folders are directories"
     )
@@ -169,18 +177,22 @@ class FolderSource:
         class_folders: bool = True,
         limits: ReadLimits = DEFAULT_LIMITS,
         folder_part: FolderPart | None = None,
+        held_in: tuple[str, dict[str, Any] | None] | None = None,
     ):
         """folder_part: read only that part of the input (see parts; the input was checked
-        when it was cut, so it is not looked at again)."""
+        when it was cut, so it is not looked at again). held_in: `container(path)`, when the
+        caller has looked it up (a distributed ingest's planning), so it is not asked again."""
         self.path = os.fspath(path)
         self.location = storage.resolve(self.path)
         # local paths as given (they name the documents), a file:// URL by its local path
         self.local_path = (
             (self.location.path if storage.is_url(self.path) else self.path) if self.location.local else None
         )
+        self.url_info: dict[str, Any] | None  # an archive's look-up behind a URL (container), for its opens
         if folder_part is None:
-            self.container = container(self.path)
+            self.container, self.url_info = held_in or container(self.path)
         else:
+            self.url_info = folder_part.archive_info
             self.container = (
                 "folder"
                 if folder_part.files is not None
@@ -515,6 +527,7 @@ class FolderSource:
                     _COMPRESSED_TARS.get(extension, extension),
                     max_bytes=self.limits.input_bytes,
                     byte_range=part,
+                    info=self.url_info,
                 ) as f,
                 tarfile.open(fileobj=f, mode="r|") as tar,
             ):
@@ -553,7 +566,7 @@ class FolderSource:
         if self.container == "zip":
             with self._zip_file() as zf:
                 sizes = [info.file_size for info in zf.infolist()]
-            return [FolderPart(prefix, lo, hi) for lo, hi in _runs(sizes, part_bytes)]
+            return [FolderPart(prefix, lo, hi, archive_info=self.url_info) for lo, hi in _runs(sizes, part_bytes)]
         if self.local_path is not None:
             files = [(name, _size(location)) for name, location, _, _ in self._dir_entries()]
         else:
@@ -582,7 +595,7 @@ class FolderSource:
             pass
         if self._global_header:
             cuts = [0]
-        return [FolderPart(prefix, lo, hi) for lo, hi in zip(cuts, cuts[1:] + [None])]
+        return [FolderPart(prefix, lo, hi, archive_info=self.url_info) for lo, hi in zip(cuts, cuts[1:] + [None])]
 
     def _read_member(self, tar: tarfile.TarFile, member: tarfile.TarInfo, unsafe: bool) -> bytes:
         recreate = "re-create the archive from the folder"
@@ -614,7 +627,7 @@ class FolderSource:
             raw = (
                 open(self.local_path, "rb")
                 if self.local_path is not None
-                else self.location.open_read(block_size=ZIP_BLOCK_BYTES)
+                else self.location.open_read(block_size=ZIP_BLOCK_BYTES, info=self.url_info)
             )
         except FileNotFoundError:
             raise InputError(self.path, "no such file") from None

@@ -1,0 +1,106 @@
+"""SIGTERM as a request to stop at a safe point (streamfit.shutdown): the handler sets a flag and
+nothing else; a second SIGTERM, or the grace period after the first, ends the process at once
+(exit status 143), wherever its main thread is. The driver's and ingest's stops: tests/solvers/
+test_driver.py, tests/ingest/test_pipeline.py; the command on a cluster: tests/test_cli.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from streamfit import shutdown
+from streamfit.errors import ConfigError, Terminated
+
+EXIT_TIMEOUT_S = 120  # a bound for a small Python process to start and end on a loaded machine
+
+# a process that installs the guard, sends itself SIGTERM, says so, and then never stops by itself
+# (its main thread waits on a lock that nothing releases, as a shutdown that hangs would)
+HANGS_AFTER_SIGTERM = """
+import os, signal, sys, threading
+from streamfit.shutdown import SigtermGuard, grace_seconds, stop_requested
+SigtermGuard(grace_seconds()).install()
+os.kill(os.getpid(), signal.SIGTERM)
+while not stop_requested():
+    pass
+print("stop requested", flush=True)
+lock = threading.Lock(); lock.acquire(); lock.acquire()
+"""
+
+
+def _start(grace: str):
+    env = {**os.environ, shutdown.GRACE_ENV: grace}
+    return subprocess.Popen(
+        [sys.executable, "-c", HANGS_AFTER_SIGTERM], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    )
+
+
+def test_the_handler_sets_a_flag_that_check_turns_into_terminated(sigterm_guard):
+    assert not shutdown.stop_requested()
+    shutdown.check("nothing to stop")  # no SIGTERM yet: returns
+    os.kill(os.getpid(), signal.SIGTERM)  # handled in this thread before the next bytecodes
+    deadline = time.monotonic() + EXIT_TIMEOUT_S
+    while not shutdown.stop_requested():  # the handler runs at the interpreter's next check
+        assert time.monotonic() < deadline
+    with pytest.raises(Terminated, match="what the stop leaves"):
+        shutdown.check("what the stop leaves")
+
+
+def test_disarming_restores_the_previous_handler():
+    previous = signal.getsignal(signal.SIGTERM)
+    guard = shutdown.SigtermGuard(grace=3600)
+    guard.install()
+    assert signal.getsignal(signal.SIGTERM) != previous
+    guard.release()  # no SIGTERM came: the command ended, the guard goes
+    assert signal.getsignal(signal.SIGTERM) == previous and not shutdown.stop_requested()
+
+
+@pytest.mark.parametrize("text, seconds", [("", 30.0), ("0", 0.0), (" 2.5 ", 2.5)])
+def test_the_grace_period_comes_from_the_environment(monkeypatch, text, seconds):
+    monkeypatch.setenv(shutdown.GRACE_ENV, text)
+    assert shutdown.grace_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-1", "inf", "nan"])
+def test_a_bad_grace_period_is_one_line_naming_the_variable(monkeypatch, text):
+    monkeypatch.setenv(shutdown.GRACE_ENV, text)
+    with pytest.raises(ConfigError, match=f"{shutdown.GRACE_ENV}=.*seconds >= 0"):
+        shutdown.grace_seconds()
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_ends_a_process_that_does_not_stop():
+    proc = _start("3600")
+    try:
+        assert proc.stdout.readline() == "stop requested\n", proc.stderr.read()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_the_grace_period_ends_a_process_that_does_not_stop():
+    proc = _start("0.2")
+    try:
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        err = proc.stderr.read()
+        assert "SIGTERM: stopping at the next safe point" in err, err
+        assert err.splitlines()[-1] == "stopped: SIGTERM's grace period (0.2 s) passed; ending the process now", err
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_a_grace_period_of_0_ends_the_process_at_the_first_sigterm():
+    proc = _start("0")
+    try:
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        assert proc.stdout.read() == ""  # ended in the handler: the flag was never set
+    finally:
+        proc.kill()
+        proc.wait()
