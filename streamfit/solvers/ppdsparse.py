@@ -479,11 +479,12 @@ def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
     L: Theorem 3.2 of the paper (11), in this convention lam‖w_k‖₁ ≤ F_k(w_k) ≤ F_k(0, b_k) =
     2p_k(1 − p_k) at tau → 0, bounds the whole model's ℓ1 norm by Σ_k ‖w_k‖₁ ≤ 2L/lam; scaling lam
     by L keeps a multilabel set's bound at that of a multiclass set of the same rows (2/lam),
-    whatever its labels per row. Without it, a label of a multilabel set fits its few positives
-    with hundreds of weights (bibtex, 28 positives: 208 of 1836 features; delicious, 18
-    positives: 229 of 500) and the models were 5.8× (bibtex, L = 2.4) and 1.6× (delicious,
-    L = 18.9) smaller than one-vs-rest LinearSVC's, at its micro-F1 or above with the fitted
-    threshold (docs/benchmarks.md, session 15).
+    whatever its labels per row. Without it, a rare label of a multilabel set fitted its few
+    positives with hundreds of weights (bibtex, 28–37 positives: 208 of 1836 features on
+    average; delicious, 18–40: 229 of 500), and the models were only 5.8× (bibtex, L = 2.38) and
+    1.6× (delicious, L = 19.0) smaller than one-vs-rest LinearSVC's; with it 7.9× and 11×, above
+    its P@1 and, at the fitted threshold (fit_threshold), its micro-F1 (docs/benchmarks.md,
+    session 15).
 
     s/√n is of the order of the noise in a mean loss gradient (1/n) Σ_i ℓ'(m_i) y_i x_ij (the
     Lasso's λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, "Simultaneous analysis of
