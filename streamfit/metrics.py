@@ -271,13 +271,17 @@ def threshold_counts(scores: np.ndarray, truth: np.ndarray, grid: np.ndarray) ->
     return ThresholdCounts(on, hits, int(truth.sum()))
 
 
-def best_threshold(counts: ThresholdCounts, grid: np.ndarray) -> float | None:
-    """The threshold of `grid` with the best micro-F1 2·hits/(on + positives) (the smallest on
-    ties), or None without true labels."""
+def best_threshold(counts: ThresholdCounts, grid: np.ndarray, center: float | None = None) -> float | None:
+    """The threshold of `grid` with the best micro-F1 2·hits/(on + positives), or None without
+    true labels. On ties the smallest, or with `center` the one nearest it (margins: 0, so
+    training rows that every threshold of a gap separates alike keep the margin's own rule)."""
     if counts.positives == 0:
         return None
     f1 = 2 * counts.hits / (counts.on + counts.positives)
-    return float(grid[int(np.argmax(f1))])
+    best = np.flatnonzero(f1 == f1.max())
+    if center is not None:
+        best = best[np.argsort(np.abs(grid[best] - center), kind="stable")]
+    return float(grid[best[0]])
 
 
 def target_statistics(source) -> dict:
