@@ -689,13 +689,15 @@ class PPDSparseClassifier(_SolverClassifier):
         lam‖w‖₁ + (tau/2)(‖w‖² + b²) + (1/n) Σ_i ℓ(y_i (⟨w, x_i⟩ + b)),
 
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
-    lam="scale" (the default) weighs class k by lam_scale·max(1, 2 std(y_k))·(mean ‖x_i‖₂)/√n, std(y_k) =
-    2√(p_k(1 − p_k)) of its ±1 labels (ppdsparse.scaled_lams);
+    lam="scale" (the default) weighs class k by lam_scale·L·max(1, 2 std(y_k))·(mean ‖x_i‖₂)/√n, std(y_k) =
+    2√(p_k(1 − p_k)) of its ±1 labels, L the mean labels per row (ppdsparse.scaled_lams);
     a number weighs every class by it; lam="auto" (squared hinge) weighs class k by r_k·λmax_k, λmax_k the smallest lam
     at which w_k = 0 and r_k chosen on a held-out share `held_out` of the rows (ppdsparse.choose_ratios);
     lam=None by lam_ratio·λmax_k. lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
     With lam not a number, rows of mean norm s outside [1/16, 16] are solved divided by a power of two c
-    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given.
+    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. Multilabel:
+    predict sets the labels scored above the margin of the best training micro-F1 (fit_threshold;
+    model_.decision_threshold), and decision_function is the scores less it.
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or a label indicator
     (n × k) for multilabel. Attributes: classes_, model_ (a PPDSparseModel), coef_ (scipy.sparse

@@ -23,7 +23,7 @@ and sums added, the target moments merged pairwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -247,6 +247,41 @@ def fit_threshold(model, source) -> tuple[float, float]:
     cut = np.flatnonzero(last)[best]
     threshold = (s[cut] + s[cut + 1]) / 2 if cut + 1 < s.size else s[cut] - 1.0
     return float(threshold), float(f1[best])
+
+
+class ThresholdCounts(NamedTuple):
+    """A chunk's share of the training micro-F1 of every threshold t of a grid (ascending): the
+    labels scored > t (`on`), those of them that are true (`hits`), and the true labels. Integer
+    counts: any chunking and any number of workers give the same sums (Engine.map_reduce adds
+    them field by field)."""
+
+    on: np.ndarray
+    hits: np.ndarray
+    positives: int
+
+
+def threshold_counts(scores: np.ndarray, truth: np.ndarray, grid: np.ndarray) -> ThresholdCounts:
+    """ThresholdCounts of scores S (any shape) against the bool truth of the same shape, for
+    every threshold of `grid` (ascending): one searchsorted and two bincounts."""
+    above = np.searchsorted(grid, scores.ravel(), side="left")  # thresholds t < s: the first `above`
+    bins = len(grid) + 1
+    truth = truth.ravel()
+    on = np.cumsum(np.bincount(above, minlength=bins)[::-1])[::-1][1:]
+    hits = np.cumsum(np.bincount(above[truth], minlength=bins)[::-1])[::-1][1:]
+    return ThresholdCounts(on, hits, int(truth.sum()))
+
+
+def best_threshold(counts: ThresholdCounts, grid: np.ndarray, center: float | None = None) -> float | None:
+    """The threshold of `grid` with the best micro-F1 2·hits/(on + positives), or None without
+    true labels. On ties the smallest, or with `center` the one nearest it (margins: 0, so
+    training rows that every threshold of a gap separates alike keep the margin's own rule)."""
+    if counts.positives == 0:
+        return None
+    f1 = 2 * counts.hits / (counts.on + counts.positives)
+    best = np.flatnonzero(f1 == f1.max())
+    if center is not None:
+        best = best[np.argsort(np.abs(grid[best] - center), kind="stable")]
+    return float(grid[best[0]])
 
 
 def target_statistics(source) -> dict:

@@ -884,7 +884,7 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     predicted sets and `streamfit evaluate`'s micro-F1 (checked by scikit-learn) all apply it;
     --threshold overrides it for predict and evaluate alike. stagewise's identity link saves the
     threshold of 0.005, 0.01, …, 0.995 with the best micro-F1 on the training rows (scikit-learn's
-    f1_score of each), margins 0."""
+    f1_score of each), ppdsparse the margin of −0.99, −0.98, …, 0.99 with the best, other margins 0."""
     from sklearn.metrics import f1_score
 
     from streamfit.train import train
@@ -893,13 +893,15 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     train(str(store), solver, str(tmp_path / "run"), params, n_workers=0, progress=False)
     model = load_model(str(tmp_path / "run"))
     expected = 0.0
-    if params.get("link") == "identity":
-        X_train, Y_train = open_store(str(store)).to_scipy()
+    X_train, Y_train = open_store(str(store)).to_scipy()
+    if params.get("link") == "identity" or solver == "ppdsparse":
         S_train, truth = model.decision_function(X_train), Y_train.toarray().astype(np.int8)
-        grid = np.arange(1, 200) / 200
-        f1 = [f1_score(truth, (S_train > t).astype(np.int8), average="micro", zero_division=0) for t in grid]
-        expected = grid[int(np.argmax(f1))]
-        assert expected != 0.5 and max(f1) > f1_score(truth, (S_train > 0.5).astype(np.int8), average="micro")
+        grid = np.arange(1, 200) / 200 if solver == "stagewise" else np.arange(-99, 100) / 100
+        f1 = np.array([f1_score(truth, (S_train > t).astype(np.int8), average="micro", zero_division=0) for t in grid])
+        default = 0.5 if solver == "stagewise" else 0.0
+        best = grid[f1 == f1.max()]  # on ties: stagewise the smallest, ppdsparse the margin nearest 0
+        expected = best[0] if solver == "stagewise" else best[np.argmin(np.abs(best))]
+        assert expected != default and max(f1) > f1_score(truth, (S_train > default).astype(np.int8), average="micro")
     record = json.loads((tmp_path / "run" / "model" / "model.json").read_text())
     assert record["decision"]["threshold"] == model.decision_threshold == expected
     X, Y = open_store(str(valid)).to_scipy()

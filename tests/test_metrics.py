@@ -108,6 +108,28 @@ def test_fit_threshold_maximises_micro_f1_over_every_cut():
     assert abs(f1_score(Y, (S > t).astype(np.int8), average="micro") - best) < 1e-12
 
 
+def test_threshold_counts_give_each_grid_thresholds_micro_f1_and_ties_go_to_the_center():
+    """threshold_counts summed over two row blocks give, for every threshold t of a grid, the
+    micro-F1 of "score > t" (scikit-learn's f1_score); best_threshold takes the best, on ties the
+    smallest or the one nearest `center`: scores that a whole gap of the grid separates perfectly
+    give every t in the gap F1 = 1, and with center 0 the threshold 0."""
+    from streamfit.engine import add_results
+    from streamfit.metrics import best_threshold, threshold_counts
+
+    rng = np.random.default_rng(5)
+    S = rng.normal(size=(50, 4))
+    Y = S + rng.normal(size=(50, 4)) > 0.5
+    grid = np.arange(-99, 100) / 100
+    counts = add_results(threshold_counts(S[:20], Y[:20], grid), threshold_counts(S[20:], Y[20:], grid))
+    f1 = 2 * counts.hits / (counts.on + counts.positives)
+    np.testing.assert_allclose(f1, [f1_score(Y, S > t, average="micro") for t in grid], rtol=1e-12)
+    assert best_threshold(counts, grid) == grid[int(np.argmax(f1))]
+    separated = np.where(Y, 1.5, -1.5)
+    counts = threshold_counts(separated, Y, grid)
+    assert best_threshold(counts, grid) == -0.99 and best_threshold(counts, grid, center=0.0) == 0.0
+    assert best_threshold(threshold_counts(S, np.zeros_like(Y), grid), grid) is None
+
+
 def test_accumulators_added_along_any_tree_are_the_sums_of_all_rows():
     """evaluate's reduction: per-chunk accumulators added with `+` (as Engine.map_reduce's tree
     adds them) give the counts of one accumulator over all rows exactly, and log loss, RMSE, MAE

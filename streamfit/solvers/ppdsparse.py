@@ -8,13 +8,15 @@ elastic-net objective (9) in the project's averaged convention
     F_k(w) = lam ‖w_{:D}‖₁ + (tau/2) ‖w‖² + (1/n) Σ_i ℓ(y_ik ⟨w, [x_i, 1]⟩),
 
 ℓ(m) = ½ max(0, 1 − m)² (squared hinge, §5.2, the default) or max(0, 1 − m) (hinge, (3)).
-By default (lam="scale") class k's weight is lam_k = lam_scale·max(1, 2σ_k)·s/√n,
+By default (lam="scale") class k's weight is lam_k = lam_scale·L·max(1, 2σ_k)·s/√n,
 σ_k = 2√(p_k(1 − p_k)) the standard deviation of its ±1 labels (p_k its share of positive rows),
-s = (1/n) Σ_i ‖x_i‖₂ the mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the
-training rows (scaled_lams: s/√n is of the order of the noise in a mean gradient, as the Lasso's
+L = Σ_k p_k the mean labels per row (exactly 1 for a multiclass store), s = (1/n) Σ_i ‖x_i‖₂ the
+mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the training rows
+(scaled_lams: s/√n is of the order of the noise in a mean gradient, as the Lasso's
 λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, and σ_k its factor for class k; below
-σ_k = ½, fewer than 1/15 of the rows positive, the factor stays 1; lam_scale = 1e-3 from the text
-sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam=None, squared hinge)
+σ_k = ½, fewer than 1/15 of the rows positive, the factor stays 1; L keeps the bound of
+Theorem 3.2 on the model's summed ℓ1 norm, Σ_k ‖w_k‖₁ ≤ 2L/lam, at a multiclass set's; lam_scale
+= 1e-3 from the text sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam=None, squared hinge)
 lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
 form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
 held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
@@ -50,6 +52,15 @@ matrix once (O(nnz(X)), the method's memory model). Class k's random stream is s
 (random_state, k), so the model is bitwise the same for any number of workers, threads, group
 cut, completion order, and after a resume (which submits only the unfinished groups).
 
+Multilabel (fit_threshold, the default): after the last group, one pass over the training rows
+counts, for every margin t in −0.99, −0.98, …, 0.99 (MARGIN_GRID), the labels scored > t and
+those of them that are true (_threshold_counts_task, integer counts: the same on any chunking and
+engine), and the model's decision threshold (streamfit.model.decide) is the t of the best
+micro-F1 on those rows (on ties the one nearest 0: rows that a whole gap of thresholds separates
+alike keep the margin's own rule). At threshold 0 the ℓ1 weight's shrinkage of a rare label's margins
+predicts few labels (bibtex at 10·lam: 0.67 labels a row against 2.4 true, micro-F1 0.366; at its
+fitted −0.50: 0.492; docs/benchmarks.md, session 15).
+
 Logged per step (one finished group): `group`, its `classes` [lo, hi); `objective`, the sum of
 F_k(w_k) above (loss + penalty, averaged over the n samples) over the classes finished so far;
 `dual_objective`, the sum of −G_k(α_k) over the group's classes (the paper's scale, n times the
@@ -79,8 +90,9 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 
-from streamfit.engine import Engine, Unordered
+from streamfit.engine import Engine, Unordered, add_results
 from streamfit.errors import ConfigError
+from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import LinearModel, register_model
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.solvers.base import Context, Solver, SolverParams, SolverState, register_solver
@@ -106,6 +118,7 @@ AUTO_PER_DECADE = 2  # lam auto: path points per decade of lam/λmax_k
 AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best held-out loss
 HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
 SCALE_FREE_NORM = 16.0  # lam not a number: rows of mean norm in [1/this, this] are solved as they are (data_scale)
+MARGIN_GRID = np.arange(-99, 100) / 100  # fit_threshold: the multilabel thresholds tried on the training margins
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
@@ -118,16 +131,17 @@ class PPDSparseParams(SolverParams):
     lam: Annotated[float, Field(ge=0)] | Literal["scale", "auto"] | None = Field(
         "scale",
         description="ℓ1 weight lam of lam‖w‖₁ + (tau/2)‖w‖² + mean loss (paper λ = n·lam): scale = "
-        "lam_scale·max(1, 2 std(y_k))·(mean row norm)/√n per class k (n training rows, std(y_k) = 2√(p_k(1 − p_k)) "
-        "of its ±1 labels, p_k its share of positive rows); a number = the same for every class; "
+        "lam_scale·L·max(1, 2 std(y_k))·(mean row norm)/√n per class k (n training rows, L the mean labels per row, "
+        "std(y_k) = 2√(p_k(1 − p_k)) of its ±1 labels, p_k its share of positive rows); a number = the same for every class; "
         "None = lam_ratio·λmax_k per class k; auto = r_k·λmax_k per class k, r_k chosen on a held-out share of "
         "the training rows (choose_ratios)",
     )
     lam_scale: float = Field(
         1e-3,
         gt=0,
-        description="lam scale: lam_k = lam_scale·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n (1e-5 at n = 10⁴ "
-        "unit-norm rows and ≥ 15 balanced classes, 1.2e-5 at 10, 2e-5 at 2; larger = sparser)",
+        description="lam scale: lam_k = lam_scale·L·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n, L the mean labels "
+        "per row (1 multiclass; 1e-5 at n = 10⁴ unit-norm rows and ≥ 15 balanced classes, 1.2e-5 at 10, 2e-5 at 2; "
+        "larger = sparser)",
     )
     lam_ratio: float = Field(
         0.01,
@@ -189,6 +203,12 @@ class PPDSparseParams(SolverParams):
         description="stop when no projected dual gradient exceeds tol (margin units; LIBLINEAR's dual default)",
     )
     max_iter: int = Field(1000, ge=1, description="iterations of Algorithm 1 (searches) per class")
+    fit_threshold: bool = Field(
+        True,
+        description="multilabel: the model's decision threshold is the margin t in -0.99, -0.98, ..., 0.99 of "
+        "the best micro-F1 of the rule score > t on the training rows (one pass after the last class); "
+        "False = 0 (LinearSVC's)",
+    )
     primal_ratio: float = Field(
         8.0,
         ge=0,
@@ -451,9 +471,21 @@ def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
 
 def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
     """lam scale's ℓ1 weights of classes lo … hi−1 (hi − lo,), averaged convention:
-    lam_k = lam_scale·max(1, σ_k/LABEL_STD_FLOOR)·s/√n, σ_k = 2√(p_k(1 − p_k)) the standard
-    deviation of class k's ±1 labels y_ik (p_k = n⁺_k/n its share of positive rows), s = (1/n)
-    Σ_i ‖x_i‖₂ the mean norm of the n training rows (bias feature left out).
+    lam_k = lam_scale·L·max(1, σ_k/LABEL_STD_FLOOR)·s/√n, σ_k = 2√(p_k(1 − p_k)) the standard
+    deviation of class k's ±1 labels y_ik (p_k = n⁺_k/n its share of positive rows), L = Σ_k p_k
+    the mean labels per row over all K classes (exactly 1 for a multiclass store, whose models
+    the factor leaves bitwise as they were), s = (1/n) Σ_i ‖x_i‖₂ the mean norm of the n training
+    rows (bias feature left out).
+
+    L: Theorem 3.2 of the paper (11), in this convention lam‖w_k‖₁ ≤ F_k(w_k) ≤ F_k(0, b_k) =
+    2p_k(1 − p_k) at tau → 0, bounds the whole model's ℓ1 norm by Σ_k ‖w_k‖₁ ≤ 2L/lam; scaling lam
+    by L keeps a multilabel set's bound at that of a multiclass set of the same rows (2/lam),
+    whatever its labels per row. Without it, a rare label of a multilabel set fitted its few
+    positives with hundreds of weights (bibtex, 28–37 positives: 208 of 1836 features on
+    average; delicious, 18–40: 229 of 500), and the models were only 5.8× (bibtex, L = 2.38) and
+    1.6× (delicious, L = 19.0) smaller than one-vs-rest LinearSVC's; with it 7.9× and 11×, above
+    its P@1 and, at the fitted threshold (fit_threshold), its micro-F1 (docs/benchmarks.md,
+    session 15).
 
     s/√n is of the order of the noise in a mean loss gradient (1/n) Σ_i ℓ'(m_i) y_i x_ij (the
     Lasso's λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, "Simultaneous analysis of
@@ -471,7 +503,9 @@ def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
     n = data.indptr.size - 1
     share = np.diff(data.pos_ptr[lo : hi + 1]) / n
     label_std = 2 * np.sqrt(share * (1 - share))
-    return lam_scale * np.maximum(1.0, label_std / LABEL_STD_FLOOR) * float(np.sqrt(data.sqnorm).mean()) / np.sqrt(n)
+    labels_per_row = data.pos_ptr[-1] / n  # L = Σ_k p_k: exactly 1 for a multiclass store
+    row_norm = float(np.sqrt(data.sqnorm).mean())
+    return lam_scale * labels_per_row * np.maximum(1.0, label_std / LABEL_STD_FLOOR) * row_norm / np.sqrt(n)
 
 
 def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
@@ -678,6 +712,26 @@ def _solved_by_threads(
                 fut.cancel()
 
 
+SCORE_BLOCK = 2**22  # _threshold_counts_task: scores held at once (rows × classes, 32 MiB)
+
+
+def _threshold_counts_task(
+    source: ChunkSource, chunk_id: int, *, coef: sp.csr_matrix, bias: np.ndarray
+) -> ThresholdCounts:
+    """metrics.ThresholdCounts over MARGIN_GRID of the chunk's margins X Wᵀ + b (W = coef, K × d)
+    against its labels, SCORE_BLOCK scores at a time (a large K never needs the n × K matrix)."""
+    chunk = source.read_chunk(chunk_id)
+    X, Y = chunk.X, sp.csr_matrix(chunk.labels)
+    block = max(1, SCORE_BLOCK // max(coef.shape[0], 1))
+    W = coef.T.tocsc()
+    counts = ThresholdCounts(np.zeros(MARGIN_GRID.size, np.int64), np.zeros(MARGIN_GRID.size, np.int64), 0)
+    for lo in range(0, X.shape[0], block):
+        S = X[lo : lo + block] @ W
+        S = (S.toarray() if sp.issparse(S) else np.asarray(S)) + bias
+        counts = add_results(counts, threshold_counts(S, Y[lo : lo + block].toarray() > 0, MARGIN_GRID))
+    return counts
+
+
 def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
     labels = source.read_chunk(chunk_id).labels
     if isinstance(labels, sp.csr_matrix):
@@ -767,6 +821,7 @@ class PPDSparseState(SolverState):
     bias: list[np.ndarray] = dataclasses.field(default_factory=list)
     stats: list[np.ndarray] = dataclasses.field(default_factory=list)
     objective: list[np.ndarray] = dataclasses.field(default_factory=list)
+    threshold: float | None = None  # multilabel, fit_threshold: fitted after the last group (_threshold_counts_task)
 
     def groups(self) -> list[tuple[int, int]]:
         """[lo, hi) of every group."""
@@ -830,6 +885,17 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         state.step += 1
         if self.finished(state):
             self._stop_running()
+            if ctx.source.multilabel and self.params.fit_threshold:
+                model = self.to_model(ctx, state)
+                counts = ctx.engine.map_reduce(
+                    _threshold_counts_task,
+                    ctx.source,
+                    range(ctx.source.n_chunks),
+                    desc="ppdsparse: threshold",
+                    coef=model.coef_,
+                    bias=model.intercept_,
+                )
+                state.threshold = best_threshold(counts, MARGIN_GRID, center=0.0)
         lo, hi = state.groups()[g]
         st = res.stats
         return {
@@ -896,7 +962,8 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         """W of the finished classes (the others all zero) as K × d CSR; info: groups_finished,
         groups, nnz, mean_active (over the finished classes), max_iterations (Algorithm 1's iterations
         of the class that took most), not_converged, lam_min and lam_max (the smallest and largest
-        per-class ℓ1 weight lam_k used), converged."""
+        per-class ℓ1 weight lam_k used), converged. The decision threshold is the fitted one
+        (multilabel, fit_threshold; once the last group has finished), else the model's 0."""
         K, d = state.n_classes, ctx.source.n_features
         groups = state.groups()
         counts = np.zeros(K, np.int64)
@@ -930,6 +997,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             solver=self.name,
             params=self.params.model_dump(),
             info=info,
+            decision_threshold=state.threshold,
         )
 
 

@@ -118,6 +118,7 @@ from scipy.linalg.lapack import dpotrf, dpotrs
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine, add_results
 from streamfit.errors import CheckpointError, ConfigError, InputError
+from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
@@ -613,34 +614,10 @@ class NormalSums(NamedTuple):
     ysq: float
 
 
-class ThresholdCounts(NamedTuple):
-    """A chunk's share of the training micro-F1 of every threshold in THRESHOLD_GRID: the labels
-    scored above each (`on`), those of them that are true (`hits`), and the true labels."""
-
-    on: np.ndarray
-    hits: np.ndarray
-    positives: int
-
-
 def _threshold_counts_task(source: ChunkSource, chunk_id: int, *, state, version: int) -> ThresholdCounts:
-    """ThresholdCounts of the chunk's scores F at `version` (integer counts: any chunking and
-    any number of workers give the same sums)."""
+    """metrics.ThresholdCounts of the chunk's scores F at `version` over THRESHOLD_GRID."""
     _, Y, F = _load(source, chunk_id, state, version)
-    above = np.searchsorted(THRESHOLD_GRID, F.ravel(), side="left")  # thresholds t < s: the first `above`
-    bins = len(THRESHOLD_GRID) + 1
-    truth = Y.ravel() > 0
-    on = np.cumsum(np.bincount(above, minlength=bins)[::-1])[::-1][1:]
-    hits = np.cumsum(np.bincount(above[truth], minlength=bins)[::-1])[::-1][1:]
-    return ThresholdCounts(on, hits, int(truth.sum()))
-
-
-def fitted_threshold(counts: ThresholdCounts) -> float | None:
-    """The threshold of THRESHOLD_GRID with the best micro-F1 2·hits/(on + positives) (the
-    smallest on ties), or None without true labels."""
-    if counts.positives == 0:
-        return None
-    f1 = 2 * counts.hits / (counts.on + counts.positives)
-    return float(THRESHOLD_GRID[int(np.argmax(f1))])
+    return threshold_counts(F, Y > 0, THRESHOLD_GRID)
 
 
 class ScanCounts(NamedTuple):
@@ -1110,7 +1087,7 @@ class StagewiseState(SolverState):
         current scores (Gram of [A, F], [A, F]ᵀ(Y − g(F)), Σ_i ℓ(F_i; y_i)) when the previous
         update pass summed them (fusion); None when the next stage sums them itself.
     threshold: multilabel, identity link: the decision threshold fitted on the training scores
-        after the last stage (`fitted_threshold`); None before, and for other stores and links.
+        after the last stage (metrics.best_threshold); None before, and for other stores and links.
     data_passes: passes over the training data so far (init's scan and sample included).
     normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
         Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
@@ -1615,7 +1592,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 state=ctx.chunk_state,
                 version=state.scores.version,
             )
-            state.threshold = fitted_threshold(counts)
+            state.threshold = best_threshold(counts, THRESHOLD_GRID)
             state.data_passes += 1
 
         fields = self._stage_fields(state, source, space, link, s, loss_sum, correct)

@@ -230,9 +230,11 @@ def unbalanced(data_name, X, labels):
 
 @pytest.mark.parametrize("data_name", ["digits", "multilabel"])
 def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(request, data_name):
-    """The default lam="scale": class k's ℓ1 weight is lam_scale·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n,
-    y_k class k's ±1 labels (numpy here), on classes of unequal size with weights on both sides of
-    the floor; the model meets the optimality conditions with those per-class weights. std(y_k) is
+    """The default lam="scale": class k's ℓ1 weight is lam_scale·L·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n,
+    y_k class k's ±1 labels (numpy here), L the mean labels per row (1 for digits; 1.0625 for the
+    multilabel fixture: Theorem 3.2's summed ℓ1 bound 2L/lam held at a multiclass set's), on
+    classes of unequal size with weights on both sides of the floor; the model meets the
+    optimality conditions with those per-class weights. std(y_k) is
     the root mean square of the squared hinge's per-row gradient weights (1 − y_ik b_k) at w = 0
     and its optimal bias b_k (scipy's scalar minimiser, tau → 0: the derivation in scaled_lams).
     Rows scaled by 3 triple the weights; every row twice (n → 2n, same norms and shares) divides
@@ -245,7 +247,9 @@ def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(r
     Ys = signs(labels, n_classes)
     factor = np.maximum(1.0, 2 * Ys.std(axis=0))
     assert (factor == 1).any() and (factor > 1.4).any()
-    expected = 2e-3 * factor * np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean() / np.sqrt(n)
+    labels_per_row = (Ys > 0).sum() / n
+    assert labels_per_row == (1.0 if data_name == "digits" else 1.0625)
+    expected = 2e-3 * labels_per_row * factor * np.sqrt(np.asarray(X.multiply(X).sum(axis=1))).mean() / np.sqrt(n)
     for y in Ys.T:
         b = minimize_scalar(lambda b, y=y: np.mean(np.maximum(0, 1 - y * b) ** 2) / 2, bounds=(-1, 1)).x
         assert np.sqrt(np.mean(np.maximum(0, 1 - y * b) ** 2)) == pytest.approx(y.std(), rel=1e-4)
@@ -863,16 +867,45 @@ def test_estimator(multilabel):
     dual_only, default = by_ratio.values()
     assert (dual_only.coef_ != default.coef_).nnz > 0  # the two paths end apart within tol: the check can fail
 
-    # multilabel: the model is the solver's, predict is the sign of its scores, score the subset accuracy
+    # multilabel: the model is the solver's, predict is its scores above its fitted threshold, score the
+    # subset accuracy
     Xm, Y = multilabel
     ml = PPDSparseClassifier(lam=1e-4, tau=1e-2).fit(Xm, Y.toarray())
     model, log = fit(InMemoryStore(Xm, Y, range(6)), lam=1e-4, tau=1e-2)
     np.testing.assert_array_equal(ml.coef_.toarray(), model.coef_.toarray())
     np.testing.assert_array_equal(ml.intercept_, model.intercept_)
+    assert ml.model_.decision_threshold == model.decision_threshold != 0
     predicted = ml.predict(Xm)
-    np.testing.assert_array_equal(predicted, (Xm @ model.coef_.T + model.intercept_ > 0).astype(predicted.dtype))
+    scores = Xm @ model.coef_.T + model.intercept_
+    np.testing.assert_array_equal(predicted, (scores > model.decision_threshold).astype(predicted.dtype))
     assert ml.score(Xm, Y) == np.mean((predicted == Y.toarray()).all(axis=1))
     assert len(ml.history_) == len(log.records) == 1  # 400 rows × 6 labels: one group (default_group_size)
+
+
+def test_multilabel_threshold_is_the_best_training_micro_f1(multilabel, digits, tmp_path, local_engine):
+    """Multilabel, fit_threshold (the default): the model's decision threshold is the t of
+    -0.99, -0.98, ..., 0.99 whose rule "score > t" has the best micro-F1 on the training rows
+    (scikit-learn's f1_score here, the one nearest 0 on ties), the same on a store of 64-row chunks
+    counted by 2 Dask workers; fit_threshold=False and a multiclass model keep 0."""
+    from sklearn.metrics import f1_score
+
+    X, Y = multilabel
+    params = {"lam": 3e-3, "tau": 1e-2}
+    model, _ = fit(InMemoryStore(X, Y, range(6)), **params)
+    scores = np.asarray(X @ model.coef_.T + model.intercept_)
+    grid = np.arange(-99, 100) / 100
+    f1 = np.array([f1_score(Y.toarray(), scores > t, average="micro") for t in grid])
+    best = grid[f1 == f1.max()]
+    assert f1.max() > f1[99] + 0.01  # the fitted threshold beats 0 here: the test can fail
+    assert model.decision_threshold == best[np.argmin(np.abs(best))]
+    store = write_store(tmp_path / "ml", X, Y, [str(k) for k in range(6)], chunk_rows=64)
+    chunked, _ = fit(store, engine=local_engine, **params)
+    assert chunked.decision_threshold == model.decision_threshold
+    plain, _ = fit(InMemoryStore(X, Y, range(6)), fit_threshold=False, **params)
+    assert plain.decision_threshold == 0.0
+    np.testing.assert_array_equal(plain.coef_.toarray(), model.coef_.toarray())
+    X, y = digits
+    assert fit(InMemoryStore(X, y, range(10)), max_iter=5)[0].decision_threshold == 0.0
 
 
 def test_saves_wait_while_finished_groups_wait():
