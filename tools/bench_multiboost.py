@@ -21,6 +21,7 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           solver's defaults (the pool of sign and indicator stumps, stumps="both");
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
+- cw1_nu<ν>: (for each ν of --learning-rates) cw1 with learning_rate=ν, each stage-wise step shrunk by ν;
 - cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
           instead of the largest edge (4);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
@@ -398,7 +399,7 @@ def fig6(result, lam: float, warm: bool):
         t = time.process_time()
         master = mb.Master.in_memory(labels, bits, F_start, model.lows)
         mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
-               tau_max, False, np.random.default_rng(0))  # fmt: skip
+               tau_max, False, 1.0, np.random.default_rng(0))  # fmt: skip
         seconds = time.process_time() - t
         fcd[tau_max] = (
             seconds,
@@ -426,7 +427,9 @@ def fig6(result, lam: float, warm: bool):
     return fcd, trace
 
 
-def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, tol, tau_max, large_c, rng):
+def lbfgsb_master(
+    master, coord_class, coord_learner, weights, new, C_over_p, tol, tau_max, large_c, learning_rate, rng
+):
     """A stand-in for multiboost.fcd with fcd's signature: scipy's L-BFGS-B (default settings, the
     paper's comparator) on the master problem (7), g(w) = Σ w + (C/p) Σ_i Σ_{y≠y_i} μ_(i,y), from the
     current weights (the new coordinates at 0); then the master's F and μ set from the solution.
@@ -492,6 +495,11 @@ def fig6_cg(Xtr, ytr, Xte, yte, iters: int, lam: float):
             mb.fcd = real
         out[label] = r["solver_trace"]
     return out
+
+
+def ours_methods(results) -> list[str]:
+    """The methods of ours among `results`' keys, in their order (not samme, lgbm, shared)."""
+    return [m for m in results if m == "cw" or m.startswith(("cw_", "cw1"))]
 
 
 def first_time(curve, error):
@@ -688,6 +696,11 @@ def main():
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
+    ap.add_argument(
+        "--learning-rates",
+        default="",
+        help="comma-separated learning rates ν: cw1_nu<ν> (cw1 with learning_rate=ν) runs for each",
+    )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
     ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
@@ -723,6 +736,10 @@ def main():
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_gain:
             results["cw1_gain"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="gain")
+        for rate in filter(None, args.learning_rates.split(",")):
+            results[f"cw1_nu{rate}"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", learning_rate=float(rate)
+            )
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -768,9 +785,7 @@ def main():
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
-            if method not in results:
-                continue
+        for method in ours_methods(results):
             curve = results[method]["curve"]
             t_ours = first_time(curve, lg[-1][2])
             row["time_to_lgbm_ratio"][method] = None if t_ours is None else t_ours / lg[-1][1]
@@ -824,7 +839,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
+    for method in dict.fromkeys(m for row in summary.values() for m in ours_methods(row["final"])):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue

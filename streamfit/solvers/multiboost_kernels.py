@@ -369,12 +369,18 @@ def master_pass(
 
 
 @numba.njit(cache=True, nogil=True)
-def coordinate_update(plus: float, minus: float, old: float, C_over_p: float, large_c: bool) -> float:
+def coordinate_update(
+    plus: float, minus: float, old: float, C_over_p: float, large_c: bool, learning_rate: float
+) -> float:
     """w_j's new value from a pass's sums (Σ_{D+} μ, Σ_{D−} μ) at w_j = old: V₊ = e^{old}Σ_{D+} μ,
-    V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then (12) (or (13) with large_c);
-    `old` when that minimum is not finite ((13) with V₋ = 0)."""
+    V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then the minimum w* of (12) (or (13)
+    with large_c), shrunk: old + ν·(w* − old) with ν = learning_rate (ν = 1: w* itself, computed
+    as w*); `old` when that minimum is not finite ((13) with V₋ = 0). Both w* and old are ≥ 0, so
+    the shrunk value is too."""
     value = coordinate_minimum(plus * np.exp(old), minus * np.exp(-old), C_over_p, large_c)
-    return value if np.isfinite(value) else old
+    if not np.isfinite(value):
+        return old
+    return value if learning_rate == 1.0 else old + learning_rate * (value - old)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -388,6 +394,7 @@ def fcd_sweep(
     weights: np.ndarray,
     C_over_p: float,
     large_c: bool,
+    learning_rate: float,
     pending_learner: int,
     pending_class: int,
     pending_delta: float,
@@ -397,7 +404,7 @@ def fcd_sweep(
     (numba typed lists of each chunk's bits, class_bits and master_state, in chunk order), in one
     call: for each coordinate j of `order` in turn, every chunk applies the pending weight
     change (20) and adds its partial sums of (21) for j, in chunk order; then w_j is set by
-    coordinate_update ((12) or (13)) in `weights` and its change becomes the pending one. The
+    coordinate_update ((12) or (13), shrunk by learning_rate) in `weights` and its change becomes the pending one. The
     arithmetic, and its order, is that of master_pass chunk by chunk followed by
     coordinate_update, so the iterates equal those of the streamed path (Master.sweep).
     pending_learner < 0: no change pending. Returns the change still pending (learner, class,
@@ -424,7 +431,7 @@ def fcd_sweep(
             minus += chunk_minus
         pending_learner = -1
         old = weights[j]
-        value = coordinate_update(plus, minus, old, C_over_p, large_c)
+        value = coordinate_update(plus, minus, old, C_over_p, large_c, learning_rate)
         if value != old:
             weights[j] = value
             pending_learner, pending_class, pending_delta = lrn, c, value - old
