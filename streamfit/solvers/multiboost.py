@@ -42,7 +42,9 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
-     coordinates in order, later ones each coordinate of S once, in a random order);
+     coordinates in order, later ones each coordinate of S once, in a random order); θ's pass sums
+     only Σ_{D+} μ − Σ_{D−} μ per coordinate (kernels.master_pass with difference); with tau_max = 1
+     each new weight may be shrunk, ν·(13) with ν = `learning_rate`;
   5. the scores F, brought to FCD's final weights at its end, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
@@ -835,15 +837,17 @@ class Master:
     def n_chunks(self) -> int:
         return len(self.resident) + self.spilled
 
-    def run_pass(self, apply: tuple[int, int, float] | None, learners: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    def run_pass(
+        self, apply: tuple[int, int, float] | None, learners: np.ndarray, classes: np.ndarray, difference: bool
+    ) -> np.ndarray:
         """kernels.master_pass on every chunk: apply the weight change (learner, class, delta) if
         any, then sum (Σ_{D+} μ, Σ_{D−} μ) of each coordinate (classes[q], learners[q]) over the
-        chunks in order. Returns (q × 2)."""
+        chunks in order (with `difference`: (Σ_{D+} μ − Σ_{D−} μ, 0), for θ). Returns (q × 2)."""
         a_learner, a_class, delta = apply if apply is not None else (-1, 0, 0.0)
         total = np.zeros((len(learners), 2))
         for _, bits, classes_bits, state in self.resident:
             total += kernels.master_pass(
-                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows
+                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows, difference
             )
         if self.spilled:
             needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
@@ -853,7 +857,7 @@ class Master:
             classes_bits, state = np.load(self._path(i, "classes")), np.load(self._path(i, "state"))
             bits = self._spilled_bits(i, needed)
             total += kernels.master_pass(
-                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed]
+                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed], difference
             )
             if a_learner >= 0:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
@@ -889,7 +893,7 @@ class Master:
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
         for j in order:
-            ((plus, minus),) = self.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1])
+            ((plus, minus),) = self.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1], False)
             pending = None
             old = weights[j]
             value = kernels.coordinate_update(plus, minus, old, C_over_p, large_c, learning_rate)
@@ -935,7 +939,8 @@ class Master:
 
 
 def kkt_violations(weights: np.ndarray, sums: np.ndarray, C_over_p: float) -> np.ndarray:
-    """θ_j of eq. (16) from the sums (Σ_{D+} μ, Σ_{D−} μ) of every coordinate (J × 2): with
+    """θ_j of eq. (16) from the sums (Σ_{D+} μ, Σ_{D−} μ) of every coordinate (J × 2; or their
+    difference and 0, Master.run_pass with difference): with
     s_j = (C/p) Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = (C/p)(Σ_{D+} μ − Σ_{D−} μ),
     θ_j = |1 − s_j| if w_j > 0, else max(0, s_j − 1)."""
     s = C_over_p * (sums[:, 0] - sums[:, 1])
@@ -975,7 +980,7 @@ def fcd(
         pending = master.sweep(pending, order, coord_class, coord_learner, weights, C_over_p, large_c, learning_rate)
         if tau >= tau_max:
             break
-        theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class), C_over_p)
+        theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class, True), C_over_p)
         pending = None
         worst = float(theta.max()) if len(theta) else 0.0
         if worst <= tol:
@@ -983,6 +988,6 @@ def fcd(
         S = np.flatnonzero(theta > tol)
         order = rng.permutation(S)
     if pending is not None:
-        master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64), False)
     master.add_scores(coord_class, coord_learner, weights - start)
     return tau, worst

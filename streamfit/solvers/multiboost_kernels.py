@@ -341,6 +341,32 @@ def add_scores(
 
 
 @numba.njit(cache=True, nogil=True)
+def _masked_sum(bits_row, v) -> float:
+    """Σ_i v[i] over the rows whose bit is set in the packed `bits_row`; a byte (8 rows) at a
+    time with a partial sum per position, added in a fixed order (as _split_sums)."""
+    n = v.shape[0]
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    full = n >> 3
+    for byte in range(full):
+        b = int(bits_row[byte])
+        i = byte << 3
+        v0, v1, v2, v3, v4, v5, v6, v7 = v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5], v[i + 6], v[i + 7]
+        p0 += v0 if b & 128 else 0.0  # (the values read first: a select, not a branch)
+        p1 += v1 if b & 64 else 0.0
+        p2 += v2 if b & 32 else 0.0
+        p3 += v3 if b & 16 else 0.0
+        p4 += v4 if b & 8 else 0.0
+        p5 += v5 if b & 4 else 0.0
+        p6 += v6 if b & 2 else 0.0
+        p7 += v7 if b & 1 else 0.0
+    total = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    for i in range(full << 3, n):
+        if (bits_row[i >> 3] >> (7 - (i & 7))) & 1:
+            total += v[i]
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
 def master_pass(
     bits: np.ndarray,
     classes_bits: np.ndarray,
@@ -351,20 +377,45 @@ def master_pass(
     learners: np.ndarray,
     classes: np.ndarray,
     lows: np.ndarray,
+    difference: bool,
 ) -> np.ndarray:
     """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
     apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
     apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
     without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
     learner row learners[q]): (q × 2). classes_bits: the chunk's class_bits; lows[l]: the value of
-    learner row l of `bits` where its bit is 0."""
+    learner row l of `bits` where its bit is 0.
+
+    With `difference`, what θ (16) needs: (Σ_{D+} μ − Σ_{D−} μ, 0) per coordinate, from one masked
+    sum of a per-class vector: with v_c[i] = R_i on a row of class c and −μ_(i,c) elsewhere (the
+    signed weight of its pairs when ħ = 1), the difference is Σ_{bit set} v_c for an indicator
+    (ħ = 0 on a clear bit) and 2·Σ_{bit set} v_c − Σ_i v_c[i] for a sign stump (ħ = −1 there).
+    v_c is made once per class per call, so each coordinate costs one read of v_c per row instead
+    of _split_sums' three."""
     K = (state.shape[0] - 2) // 2
     if apply_learner >= 0:
         _apply_change(bits[apply_learner], classes_bits[apply_class], state, apply_class, delta, lows[apply_learner])
-    sums = np.empty((learners.shape[0], 2))
+    sums = np.zeros((learners.shape[0], 2))
+    if not difference:
+        for q in range(learners.shape[0]):
+            lrn, c = learners[q], classes[q]
+            sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+        return sums
+    n = state.shape[1]
+    S, a = state[2 * K], state[2 * K + 1]
+    v = np.empty((K, n))
+    totals = np.zeros(K)
+    made = np.zeros(K, dtype=np.bool_)
     for q in range(learners.shape[0]):
-        lrn, c = learners[q], classes[q]
-        sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+        c = classes[q]
+        if not made[c]:
+            made[c] = True
+            U, own = state[K + c], classes_bits[c]
+            for i in range(n):
+                v[c, i] = a[i] * S[i] if (own[i >> 3] >> (7 - (i & 7))) & 1 else -a[i] * U[i]
+            totals[c] = v[c].sum()
+        positive = _masked_sum(bits[learners[q]], v[c])
+        sums[q, 0] = positive if lows[learners[q]] == 0 else 2.0 * positive - totals[c]
     return sums
 
 
