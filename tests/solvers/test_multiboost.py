@@ -384,7 +384,9 @@ def test_learning_rate_shrinks_each_stage_wise_step_by_nu():
     dense = (rng.random((240, 10)) < 0.4) * 1.0
     y = (dense[:, :3] @ rng.normal(size=(3, 3)) * 2 + rng.gumbel(size=(240, 3))).argmax(axis=1).astype(np.int32)
     nu, K = 0.3, 3
-    model, _ = fit(InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=100), max_iter=4, learning_rate=nu)
+    model, _ = fit(
+        InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=100), max_iter=4, learning_rate=nu
+    )
     F = np.zeros((len(y), K))
     own = np.arange(K)[None, :] == y[:, None]
     for j in range(len(model.weights)):
