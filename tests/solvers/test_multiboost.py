@@ -130,7 +130,7 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners, pool):
     assert np.count_nonzero(w) > 0
 
 
-@pytest.mark.parametrize("budget", [1 << 40, 0])
+@pytest.mark.parametrize("budget", [1 << 40, 0], ids=["in_memory", "streamed"])
 def test_the_difference_pass_for_theta_is_the_gradient_of_the_loss(tmp_path, budget):
     """Master.run_pass with difference (θ's pass, one masked sum per coordinate) gives
     Σ_{D+} μ − Σ_{D−} μ = −∂(Σ_i Σ_{y≠y_i} μ_(i,y))/∂w_j, checked against the dense gradient of
