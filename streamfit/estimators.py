@@ -772,7 +772,7 @@ class MultiBoostClassifier(_SolverClassifier):
     per class per iteration (weak_learners="class") or one shared by all classes ("shared",
     eq. 6); per class the learner of the largest edge (choice="edge", eq. 4) or of the largest
     loss decrease under the line search (choice="gain"). Multiclass only: a label indicator y is refused. The defaults are the paper's
-    MultiBoostcw-1 (tau_max=1, update="large_c", C = 1e8); the totally corrective MultiBoostcw is
+    MultiBoostcw-1 (tau_max=1, update="large_c", C = 1e8), whose steps learning_rate < 1 shrinks; the totally corrective MultiBoostcw is
     tau_max=2, update="exact" with lam=1/C, or lam="auto": C from 1e2..1e5 by the error on a
     held-out 20 % of the rows, then a refit on all of them.
 

@@ -21,6 +21,7 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           solver's defaults (the pool of sign and indicator stumps, stumps="both");
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
+- cw1_nu<ν>: (for each ν of --learning-rates) cw1 with learning_rate=ν, each stage-wise step shrunk by ν;
 - cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
           instead of the largest edge (4);
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
@@ -45,10 +46,10 @@ evenly over its stumps, as it has no per-stump clock — its stumps all cost the
 Fig. 6: FCD against L-BFGS-B (scipy, the paper's comparator) on the master problem (2) of the
 final cw learner set, from w = 0 (cold) and from the previous iteration's weights with the last
 K coordinates new (warm: the master problem column generation solves): FCD with tau_max of
-FIG6_TAUS, 1 … 100 (each a run of its own, a point: seconds, objective; ε = 1e-6 so that tau_max
+FIG6_TAUS, 1 … 220 (each a run of its own, a point: seconds, objective; ε = 1e-6 so that tau_max
 ends each run), and L-BFGS-B's objective at each of its evaluations, run past its default
 stop (ftol 1e-15, gtol 1e-12: the same iterates, continued) so that its time to 1e-4 exists too.
-CPU seconds to within 1e-2, 1e-3, 1e-4 (relative) of the best objective either reached.
+CPU seconds to within 1e-2, 1e-3, 1e-4, 1e-6 (relative) of the best objective either reached.
 Fig. 6 as the paper runs it (fig6_cg): column generation at C = 1/lam with the master problem
 solved by FCD (tau_max = 1, 2, 5) or by L-BFGS-B (lbfgsb_master, swapped in for the solver's
 fcd); the objective (2)/C per iteration against the master solver's cumulative CPU seconds.
@@ -58,7 +59,7 @@ Goal ratios printed (the issue's goals):
 - at T iterations, cw's test error ≤ LightGBM-stumps' on at least 4 of the 6 sets;
 - seconds for cw to reach LightGBM's final test error / LightGBM's seconds (goal ≤ 1.0);
 - SAMME's seconds / cw's seconds to reach SAMME's final test error (goal ≥ 10);
-- L-BFGS-B's seconds / FCD's seconds to within 1e-2, 1e-3, 1e-4 of the master optimum.
+- L-BFGS-B's seconds / FCD's seconds to within 1e-2, 1e-3, 1e-4, 1e-6 of the master optimum.
 PNG plots (test error against stumps and against seconds per set; Fig. 6 objective against
 seconds) go to `--plots` (docs/bench/multiboost by default).
 
@@ -91,7 +92,36 @@ import scipy.sparse as sp
 
 DATA = "/work/shared/data"
 SETS = ("pendigits", "letter", "satimage", "dna", "mnist", "digits")
-FIG6_TAUS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 14, 16, 18, 20, 22, 25, 28, 31, 35, 40, 45, 50, 60, 70, 85, 100)
+FIG6_TAUS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    8,
+    10,
+    12,
+    14,
+    16,
+    18,
+    20,
+    22,
+    25,
+    28,
+    31,
+    35,
+    40,
+    45,
+    50,
+    60,
+    70,
+    85,
+    100,
+    130,
+    170,
+    220,
+)
 
 
 def load(name: str, max_train: int, seed: int = 0, mnist_per_class: int = 500):
@@ -368,11 +398,13 @@ def exp_loss(H, labels, learners, classes, K: int, w):
     return mu.sum(), -(H @ G)[learners, classes]
 
 
-def fig6(result, lam: float, warm: bool):
+def fig6(result, lam: float, warm: bool, repeats: int = 1):
     """FCD (several tau_max) and L-BFGS-B on the master problem of cw's final learners, from
     w = 0 (cold) or, as inside column generation, from the previous iteration's weights with the
     last K coordinates new (warm): {tau_max: (seconds, objective)} and L-BFGS-B's
-    [(seconds, objective)] per evaluation."""
+    [(seconds, objective)] per evaluation. Each run is repeated `repeats` times (the same
+    iterates) and each time is the least of the repeats (CPU seconds on a loaded machine scatter
+    upwards)."""
     from scipy.optimize import minimize
 
     import streamfit.solvers.multiboost as mb
@@ -394,39 +426,48 @@ def fig6(result, lam: float, warm: bool):
     F_start = kernels.scores(bits, state_classes, state_learners, start, K, m, model.lows)
     fcd = {}
     for tau_max in FIG6_TAUS:
-        w = start.copy()
-        t = time.process_time()
-        master = mb.Master.in_memory(labels, bits, F_start, model.lows)
-        mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
-               tau_max, False, np.random.default_rng(0))  # fmt: skip
-        seconds = time.process_time() - t
+        seconds = np.inf
+        for _ in range(repeats):
+            w = start.copy()
+            t = time.process_time()
+            master = mb.Master.in_memory(labels, bits, F_start, model.lows)
+            mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
+                   tau_max, False, 1.0, np.random.default_rng(0))  # fmt: skip
+            seconds = min(seconds, time.process_time() - t)
         fcd[tau_max] = (
             seconds,
             mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m, model.lows), labels, w, lam),
         )
     H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, model.lows[:, None].astype(float))  # L × m: outputs
     p = m * (K - 1)
-    trace: list[tuple[float, float]] = []
-    t0 = time.process_time()
+    traces: list[list[tuple[float, float]]] = []
+    for _ in range(repeats):
+        trace: list[tuple[float, float]] = []
+        t0 = time.process_time()
 
-    def value_and_grad(w):
-        loss, loss_grad = exp_loss(H, labels, state_learners, state_classes, K, w)
-        value = lam * w.sum() + loss / p
-        trace.append((time.process_time() - t0, float(value)))
-        return value, lam + loss_grad / p
+        def value_and_grad(w, trace=trace, t0=t0):
+            loss, loss_grad = exp_loss(H, labels, state_learners, state_classes, K, w)
+            value = lam * w.sum() + loss / p
+            trace.append((time.process_time() - t0, float(value)))
+            return value, lam + loss_grad / p
 
-    minimize(
-        value_and_grad,
-        start,
-        jac=True,
-        method="L-BFGS-B",
-        bounds=[(0, None)] * len(state_classes),
-        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 20_000},  # past the default stop: the same iterates
-    )
+        minimize(
+            value_and_grad,
+            start,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0, None)] * len(state_classes),
+            options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 20_000},  # past the default stop: the same iterates
+        )
+        traces.append(trace)
+    n = min(len(t) for t in traces)  # (the same iterates: the same length)
+    trace = [(min(t[k][0] for t in traces), traces[0][k][1]) for k in range(n)]
     return fcd, trace
 
 
-def lbfgsb_master(master, coord_class, coord_learner, weights, new, C_over_p, tol, tau_max, large_c, rng):
+def lbfgsb_master(
+    master, coord_class, coord_learner, weights, new, C_over_p, tol, tau_max, large_c, learning_rate, rng
+):
     """A stand-in for multiboost.fcd with fcd's signature: scipy's L-BFGS-B (default settings, the
     paper's comparator) on the master problem (7), g(w) = Σ w + (C/p) Σ_i Σ_{y≠y_i} μ_(i,y), from the
     current weights (the new coordinates at 0); then the master's F and μ set from the solution.
@@ -492,6 +533,11 @@ def fig6_cg(Xtr, ytr, Xte, yte, iters: int, lam: float):
             mb.fcd = real
         out[label] = r["solver_trace"]
     return out
+
+
+def ours_methods(results) -> list[str]:
+    """The methods of ours among `results`' keys, in their order (not samme, lgbm, shared)."""
+    return [m for m in results if m == "cw" or m.startswith(("cw_", "cw1"))]
 
 
 def first_time(curve, error):
@@ -663,6 +709,12 @@ def main():
     ap.add_argument("--lam", type=float, default=1e-4)
     ap.add_argument("--mnist-per-class", type=int, default=500)
     ap.add_argument("--fig6-sets", default="pendigits,digits")
+    ap.add_argument(
+        "--no-fig6-cg", action="store_true", help="fig6 on one master problem only, not along column generation"
+    )
+    ap.add_argument(
+        "--fig6-repeats", type=int, default=3, help="fig6: runs of each solver; each time is the least of them"
+    )
     ap.add_argument("--plots", default=os.path.join(os.path.dirname(__file__), "..", "docs", "bench", "multiboost"))
     ap.add_argument("--json", default=None)
     ap.add_argument("--no-auto", action="store_true", help="without cw_auto (lam='auto')")
@@ -688,6 +740,11 @@ def main():
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
+    ap.add_argument(
+        "--learning-rates",
+        default="",
+        help="comma-separated learning rates ν: cw1_nu<ν> (cw1 with learning_rate=ν) runs for each",
+    )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
     ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
@@ -723,6 +780,10 @@ def main():
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_gain:
             results["cw1_gain"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="gain")
+        for rate in filter(None, args.learning_rates.split(",")):
+            results[f"cw1_nu{rate}"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", learning_rate=float(rate)
+            )
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -768,9 +829,7 @@ def main():
         if "cw_auto" in results:
             row["C_auto"] = 1 / results["cw_auto"]["model"].info["lam"]
         row["time_to_lgbm_ratio"], row["samme_speedup"] = {}, {}
-        for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
-            if method not in results:
-                continue
+        for method in ours_methods(results):
             curve = results[method]["curve"]
             t_ours = first_time(curve, lg[-1][2])
             row["time_to_lgbm_ratio"][method] = None if t_ours is None else t_ours / lg[-1][1]
@@ -781,10 +840,10 @@ def main():
             row["fig6"] = {}
             for warm in (False, True):
                 label = "warm" if warm else "cold"
-                fcd, trace = fig6(results["cw"], args.lam, warm)
+                fcd, trace = fig6(results["cw"], args.lam, warm, args.fig6_repeats)
                 best = min(min(v for _, v in fcd.values()), min(v for _, v in trace))
                 reach = {}
-                for rel in (1e-2, 1e-3, 1e-4):
+                for rel in (1e-2, 1e-3, 1e-4, 1e-6):
                     bound = best * (1 + rel)
                     reach[rel] = {
                         "fcd_tau2": fcd[2][0] if fcd[2][1] <= bound else None,
@@ -800,7 +859,7 @@ def main():
                 for rel, r in reach.items():
                     print(f"  fig6 {label}: CPU s to best·(1 + {rel:g}): FCD tau_max=2 {r['fcd_tau2']}, FCD fastest "
                           f"tau_max {r['fcd_fastest']}, L-BFGS-B {r['lbfgsb']}")  # fmt: skip
-        if name in args.fig6_sets.split(","):
+        if name in args.fig6_sets.split(",") and not args.no_fig6_cg:
             traces = fig6_cg(Xtr, ytr, Xte, yte, T, args.lam)
             plot_fig6_cg(name, traces, args.plots)
             lb = traces["L-BFGS-B"]
@@ -824,7 +883,7 @@ def main():
         at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
         it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
-    for method in ("cw", "cw_auto", "cw1", "cw1_sign", "cw1_gain"):
+    for method in dict.fromkeys(m for row in summary.values() for m in ours_methods(row["final"])):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue

@@ -42,7 +42,9 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
-     coordinates in order, later ones each coordinate of S once, in a random order);
+     coordinates in order, later ones each coordinate of S once, in a random order); θ's pass sums
+     only Σ_{D+} μ − Σ_{D−} μ per coordinate (kernels.master_pass with difference); with tau_max = 1
+     each new weight may be shrunk, ν·(13) with ν = `learning_rate`;
   5. the scores F, brought to FCD's final weights at its end, are written per chunk as the next
      `scores`; a resumed run reads them back, so it holds the same bits as an uninterrupted one.
 
@@ -140,6 +142,13 @@ class MultiBoostParams(SolverParams):
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
     )
+    learning_rate: float = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="ν, the shrinkage of the stage-wise step (tau_max=1): each new weight is ν times the minimum of "
+        "(13) (or (12)) along its coordinate, as a gradient-boosting learning rate shrinks each tree",
+    )
     cg_tol: float = Field(
         0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
     )
@@ -156,6 +165,12 @@ class MultiBoostParams(SolverParams):
         if self.choice == "gain" and self.weak_learners == "shared":
             raise ValueError(
                 "choice=gain is per class (one stump per class, weak_learners=class); shared learners use the edge (6)"
+            )
+        if self.learning_rate != 1.0 and self.tau_max > 1:
+            raise ValueError(
+                "learning_rate < 1 needs tau_max=1 (stage-wise): the totally corrective FCD minimizes every weight "
+                "again, so a shrunk step changes only how fast it reaches the same master optimum; its regularizer "
+                "is lam (1/C)"
             )
         if self.lam == "auto" and self.update == "large_c":
             raise ValueError(
@@ -681,7 +696,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
                 )
             sweeps, kkt = fcd(
                 master, state.coord_class, state.coord_learner, state.weights, np.arange(J0, len(state.weights)),
-                C_over_p, p.tol, p.tau_max, p.update == "large_c", rng,
+                C_over_p, p.tol, p.tau_max, p.update == "large_c", p.learning_rate, rng,
             )  # fmt: skip
 
             # 5. the scores, written per chunk, and the objective from them
@@ -822,15 +837,17 @@ class Master:
     def n_chunks(self) -> int:
         return len(self.resident) + self.spilled
 
-    def run_pass(self, apply: tuple[int, int, float] | None, learners: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    def run_pass(
+        self, apply: tuple[int, int, float] | None, learners: np.ndarray, classes: np.ndarray, difference: bool
+    ) -> np.ndarray:
         """kernels.master_pass on every chunk: apply the weight change (learner, class, delta) if
         any, then sum (Σ_{D+} μ, Σ_{D−} μ) of each coordinate (classes[q], learners[q]) over the
-        chunks in order. Returns (q × 2)."""
+        chunks in order (with `difference`: (Σ_{D+} μ − Σ_{D−} μ, 0), for θ). Returns (q × 2)."""
         a_learner, a_class, delta = apply if apply is not None else (-1, 0, 0.0)
         total = np.zeros((len(learners), 2))
         for _, bits, classes_bits, state in self.resident:
             total += kernels.master_pass(
-                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows
+                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows, difference
             )
         if self.spilled:
             needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
@@ -840,7 +857,7 @@ class Master:
             classes_bits, state = np.load(self._path(i, "classes")), np.load(self._path(i, "state"))
             bits = self._spilled_bits(i, needed)
             total += kernels.master_pass(
-                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed]
+                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed], difference
             )
             if a_learner >= 0:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
@@ -855,8 +872,10 @@ class Master:
         weights: np.ndarray,
         C_over_p: float,
         large_c: bool,
+        learning_rate: float,
     ) -> tuple[int, int, float] | None:
-        """Lines 5–10 of Algorithm 2: the coordinates `order` in turn, each set by (12) (or (13))
+        """Lines 5–10 of Algorithm 2: the coordinates `order` in turn, each set by (12) (or (13), shrunk by
+        `learning_rate`, kernels.coordinate_update)
         from the sums (21) of a pass that first applies the pending weight change (20); `weights`
         and the chunks' μ updated in place (F at the end of fcd). Returns the change still pending (applied by
         the next pass). When every chunk is in memory this is one compiled call over all of them
@@ -870,14 +889,14 @@ class Master:
             a_learner, a_class, delta = pending if pending is not None else (-1, 0, 0.0)
             a_learner, a_class, delta = kernels.fcd_sweep(
                 bits, classes_bits, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
-                C_over_p, large_c, a_learner, a_class, delta, self.lows,
+                C_over_p, large_c, learning_rate, a_learner, a_class, delta, self.lows,
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
         for j in order:
-            ((plus, minus),) = self.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1])
+            ((plus, minus),) = self.run_pass(pending, coord_learner[j : j + 1], coord_class[j : j + 1], False)
             pending = None
             old = weights[j]
-            value = kernels.coordinate_update(plus, minus, old, C_over_p, large_c)
+            value = kernels.coordinate_update(plus, minus, old, C_over_p, large_c, learning_rate)
             if value != old:
                 weights[j] = value
                 pending = (int(coord_learner[j]), int(coord_class[j]), value - old)
@@ -920,7 +939,8 @@ class Master:
 
 
 def kkt_violations(weights: np.ndarray, sums: np.ndarray, C_over_p: float) -> np.ndarray:
-    """θ_j of eq. (16) from the sums (Σ_{D+} μ, Σ_{D−} μ) of every coordinate (J × 2): with
+    """θ_j of eq. (16) from the sums (Σ_{D+} μ, Σ_{D−} μ) of every coordinate (J × 2; or their
+    difference and 0, Master.run_pass with difference): with
     s_j = (C/p) Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = (C/p)(Σ_{D+} μ − Σ_{D−} μ),
     θ_j = |1 − s_j| if w_j > 0, else max(0, s_j − 1)."""
     s = C_over_p * (sums[:, 0] - sums[:, 1])
@@ -937,6 +957,7 @@ def fcd(
     tol: float,
     tau_max: int,
     large_c: bool,
+    learning_rate: float,
     rng: np.random.Generator,
 ) -> tuple[int, float | None]:
     """Algorithm 2 on the master problem, `weights` and the master's μ and F updated in place.
@@ -945,7 +966,8 @@ def fcd(
     iteration, until (18) max θ ≤ tol or tau_max iterations. Each coordinate update is one pass
     over the chunks (Master.sweep: one compiled call per working-set iteration when the master
     is in memory): it applies the previous coordinate's change to μ (20) and sums V± (21) for
-    this one, then sets w_j by (12) (or (13)). F, which Algorithm 2 does not read, is brought to
+    this one, then sets w_j by (12) (or (13)), shrunk by `learning_rate` (ν < 1 only with
+    tau_max = 1, MultiBoostParams). F, which Algorithm 2 does not read, is brought to
     the final weights once at the end (Master.add_scores). Returns (working-set iterations, max
     θ after the last; None when tau_max ended it before θ was needed)."""
     start = weights.copy()
@@ -955,10 +977,10 @@ def fcd(
     pending: tuple[int, int, float] | None = None  # a weight change not yet applied to μ
     while True:
         tau += 1
-        pending = master.sweep(pending, order, coord_class, coord_learner, weights, C_over_p, large_c)
+        pending = master.sweep(pending, order, coord_class, coord_learner, weights, C_over_p, large_c, learning_rate)
         if tau >= tau_max:
             break
-        theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class), C_over_p)
+        theta = kkt_violations(weights, master.run_pass(pending, coord_learner, coord_class, True), C_over_p)
         pending = None
         worst = float(theta.max()) if len(theta) else 0.0
         if worst <= tol:
@@ -966,6 +988,6 @@ def fcd(
         S = np.flatnonzero(theta > tol)
         order = rng.permutation(S)
     if pending is not None:
-        master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64), False)
     master.add_scores(coord_class, coord_learner, weights - start)
     return tau, worst

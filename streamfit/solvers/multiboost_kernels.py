@@ -341,6 +341,32 @@ def add_scores(
 
 
 @numba.njit(cache=True, nogil=True)
+def _masked_sum(bits_row, v) -> float:
+    """Σ_i v[i] over the rows whose bit is set in the packed `bits_row`; a byte (8 rows) at a
+    time with a partial sum per position, added in a fixed order (as _split_sums)."""
+    n = v.shape[0]
+    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
+    full = n >> 3
+    for byte in range(full):
+        b = int(bits_row[byte])
+        i = byte << 3
+        v0, v1, v2, v3, v4, v5, v6, v7 = v[i], v[i + 1], v[i + 2], v[i + 3], v[i + 4], v[i + 5], v[i + 6], v[i + 7]
+        p0 += v0 if b & 128 else 0.0  # (the values read first: a select, not a branch)
+        p1 += v1 if b & 64 else 0.0
+        p2 += v2 if b & 32 else 0.0
+        p3 += v3 if b & 16 else 0.0
+        p4 += v4 if b & 8 else 0.0
+        p5 += v5 if b & 4 else 0.0
+        p6 += v6 if b & 2 else 0.0
+        p7 += v7 if b & 1 else 0.0
+    total = ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))
+    for i in range(full << 3, n):
+        if (bits_row[i >> 3] >> (7 - (i & 7))) & 1:
+            total += v[i]
+    return total
+
+
+@numba.njit(cache=True, nogil=True)
 def master_pass(
     bits: np.ndarray,
     classes_bits: np.ndarray,
@@ -351,30 +377,61 @@ def master_pass(
     learners: np.ndarray,
     classes: np.ndarray,
     lows: np.ndarray,
+    difference: bool,
 ) -> np.ndarray:
     """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
     apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
     apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
     without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
     learner row learners[q]): (q × 2). classes_bits: the chunk's class_bits; lows[l]: the value of
-    learner row l of `bits` where its bit is 0."""
+    learner row l of `bits` where its bit is 0.
+
+    With `difference`, what θ (16) needs: (Σ_{D+} μ − Σ_{D−} μ, 0) per coordinate, from one masked
+    sum of a per-class vector: with v_c[i] = R_i on a row of class c and −μ_(i,c) elsewhere (the
+    signed weight of its pairs when ħ = 1), the difference is Σ_{bit set} v_c for an indicator
+    (ħ = 0 on a clear bit) and 2·Σ_{bit set} v_c − Σ_i v_c[i] for a sign stump (ħ = −1 there).
+    v_c is made once per class per call, so each coordinate costs one read of v_c per row instead
+    of _split_sums' three."""
     K = (state.shape[0] - 2) // 2
     if apply_learner >= 0:
         _apply_change(bits[apply_learner], classes_bits[apply_class], state, apply_class, delta, lows[apply_learner])
-    sums = np.empty((learners.shape[0], 2))
+    sums = np.zeros((learners.shape[0], 2))
+    if not difference:
+        for q in range(learners.shape[0]):
+            lrn, c = learners[q], classes[q]
+            sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+        return sums
+    n = state.shape[1]
+    S, a = state[2 * K], state[2 * K + 1]
+    v = np.empty((K, n))
+    totals = np.zeros(K)
+    made = np.zeros(K, dtype=np.bool_)
     for q in range(learners.shape[0]):
-        lrn, c = learners[q], classes[q]
-        sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+        c = classes[q]
+        if not made[c]:
+            made[c] = True
+            U, own = state[K + c], classes_bits[c]
+            for i in range(n):
+                v[c, i] = a[i] * S[i] if (own[i >> 3] >> (7 - (i & 7))) & 1 else -a[i] * U[i]
+            totals[c] = v[c].sum()
+        positive = _masked_sum(bits[learners[q]], v[c])
+        sums[q, 0] = positive if lows[learners[q]] == 0 else 2.0 * positive - totals[c]
     return sums
 
 
 @numba.njit(cache=True, nogil=True)
-def coordinate_update(plus: float, minus: float, old: float, C_over_p: float, large_c: bool) -> float:
+def coordinate_update(
+    plus: float, minus: float, old: float, C_over_p: float, large_c: bool, learning_rate: float
+) -> float:
     """w_j's new value from a pass's sums (Σ_{D+} μ, Σ_{D−} μ) at w_j = old: V₊ = e^{old}Σ_{D+} μ,
-    V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then (12) (or (13) with large_c);
-    `old` when that minimum is not finite ((13) with V₋ = 0)."""
+    V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then the minimum w* of (12) (or (13)
+    with large_c), shrunk: old + ν·(w* − old) with ν = learning_rate (ν = 1: w* itself, computed
+    as w*); `old` when that minimum is not finite ((13) with V₋ = 0). Both w* and old are ≥ 0, so
+    the shrunk value is too."""
     value = coordinate_minimum(plus * np.exp(old), minus * np.exp(-old), C_over_p, large_c)
-    return value if np.isfinite(value) else old
+    if not np.isfinite(value):
+        return old
+    return value if learning_rate == 1.0 else old + learning_rate * (value - old)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -388,6 +445,7 @@ def fcd_sweep(
     weights: np.ndarray,
     C_over_p: float,
     large_c: bool,
+    learning_rate: float,
     pending_learner: int,
     pending_class: int,
     pending_delta: float,
@@ -397,7 +455,7 @@ def fcd_sweep(
     (numba typed lists of each chunk's bits, class_bits and master_state, in chunk order), in one
     call: for each coordinate j of `order` in turn, every chunk applies the pending weight
     change (20) and adds its partial sums of (21) for j, in chunk order; then w_j is set by
-    coordinate_update ((12) or (13)) in `weights` and its change becomes the pending one. The
+    coordinate_update ((12) or (13), shrunk by learning_rate) in `weights` and its change becomes the pending one. The
     arithmetic, and its order, is that of master_pass chunk by chunk followed by
     coordinate_update, so the iterates equal those of the streamed path (Master.sweep).
     pending_learner < 0: no change pending. Returns the change still pending (learner, class,
@@ -424,7 +482,7 @@ def fcd_sweep(
             minus += chunk_minus
         pending_learner = -1
         old = weights[j]
-        value = coordinate_update(plus, minus, old, C_over_p, large_c)
+        value = coordinate_update(plus, minus, old, C_over_p, large_c, learning_rate)
         if value != old:
             weights[j] = value
             pending_learner, pending_class, pending_delta = lrn, c, value - old
