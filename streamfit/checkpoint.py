@@ -19,8 +19,8 @@ every digest, and deletes whatever newer, incomplete state it finds.
 
 Durability of the per-sample state (`ChunkState.write`, `ChunkState.sync`, `Checkpointer.save`).
 A task's write is not fsynced: most versions are deleted a step or two later without any
-checkpoint counting them, and 16 workers fsyncing 2 MiB each per pass on one disk was per-task
-work that grew with the workers. Instead `Checkpointer.save` first syncs, on local disk, every
+checkpoint counting them, and an fsync in every chunk task (a 2 MiB file per chunk and pass,
+16 workers on one disk) was per-task work that grew with the workers. Instead `Checkpointer.save` first syncs, on local disk, every
 state file of the versions the step refers to that this run has not synced yet, with their
 version directories (and, for a version or name new to the run, the directory above), then
 commits the step (itself synced), then writes LATEST (fsync, then its directory's). So:
@@ -31,10 +31,11 @@ commits the step (itself synced), then writes LATEST (fsync, then its directory'
   What a power loss can leave damaged (a file missing, empty or cut short under its final name)
   is only state no durable LATEST counts: versions written after the last save, which the
   resume deletes as unreferenced (`keep_only`), and entries appended after it, which
-  `restore` deletes (chunk ids beyond the count). A version a checkpoint refers to is never
-  written again (below), so a synced file is never replaced by an unsynced one. The resume
-  therefore reads exactly the synced files, checks their digests, and replays the steps since,
-  to the same model.
+  `restore` deletes (chunk ids beyond the count). A file a checkpoint counts is never written
+  again (a version it refers to is only appended to: last paragraph), so a synced file is not
+  replaced by an unsynced one; a resumed run, which may write again what a killed save synced
+  but never committed, counts nothing as synced (`begin_run`). The resume therefore reads
+  only synced files, checks their digests, and replays the steps since, to the same model.
 On an object store a PUT is durable when it returns, and `sync` does nothing.
 
 Reads of what this process wrote (`_WRITTEN`). Chunk affinity (streamfit.engine.chunk_workers)

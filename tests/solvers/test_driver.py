@@ -166,9 +166,7 @@ def test_a_kill_between_checkpoints_resumes_from_the_last_one(source, tmp_path, 
 
 
 @pytest.mark.parametrize("where", ["between steps", "in a save, before its commit"])
-def test_a_kill_then_a_power_loss_of_the_unsynced_state_resumes_to_the_same_model(
-    source, tmp_path, monkeypatch, where
-):
+def test_a_kill_then_a_power_loss_of_the_unsynced_state_resumes_to_the_same_model(source, tmp_path, monkeypatch, where):
     """State files are written without fsync and synced by the save that counts them. A run
     killed in step 6 (checkpoints at 0, 2 and 4; step 5's residual written), or inside the save
     of step 4 after its state was synced but before its commit, then a power loss that empties
