@@ -20,10 +20,11 @@ every digest, and deletes whatever newer, incomplete state it finds.
 Durability of the per-sample state (`ChunkState.write`, `ChunkState.sync`, `Checkpointer.save`).
 A task's write is not fsynced: most versions are deleted a step or two later without any
 checkpoint counting them, and an fsync in every chunk task (a 2 MiB file per chunk and pass,
-16 workers on one disk) was per-task work that grew with the workers. Instead `Checkpointer.save` first syncs, on local disk, every
-state file of the versions the step refers to that this run has not synced yet, with their
-version directories (and, for a version or name new to the run, the directory above), then
-commits the step (itself synced), then writes LATEST (fsync, then its directory's). So:
+16 workers on one disk) was per-task work that grew with the workers. Instead
+`Checkpointer.save` first syncs, on local disk, every state file of the versions the step
+refers to that this run has not synced yet, with their version directories (and, for a version
+or name new to the run, the directory above), then commits the step (itself synced), then
+writes LATEST (fsync, then its directory's). So:
 - a process killed at any point (kill -9 of the driver or a worker) loses nothing written: the
   kernel's page cache holds every completed write, and a write is whole or absent (the rename);
 - after a power loss, LATEST on disk names a step only if that step's files and the state files
