@@ -11,11 +11,45 @@ Layout of a run directory's `checkpoints/`:
 
 The run directory is a local path or a URL; every file goes through streamfit.storage. A task
 that reads data chunk i reads `state/<name>/v<t>` chunk i and writes `v<t+1>` chunk i (whole:
-temporary name, fsync and rename on disk, one PUT on an object store; the file name carries its
-digest). A step directory is committed by storage's protocol (local: renamed from `.partial`
-after fsync; object store: `step-<step>/COMMITTED` naming its attempt prefix), and the step is
-complete once LATEST, written after that commit, names it. Resume opens LATEST, checks every
-digest, and deletes whatever newer, incomplete state it finds.
+temporary name and rename on disk, without an fsync; one PUT on an object store; the file name
+carries its digest). A step directory is committed by storage's protocol (local: renamed from
+`.partial` after fsync; object store: `step-<step>/COMMITTED` naming its attempt prefix), and the
+step is complete once LATEST, written after that commit, names it. Resume opens LATEST, checks
+every digest, and deletes whatever newer, incomplete state it finds.
+
+Durability of the per-sample state (`ChunkState.write`, `ChunkState.sync`, `Checkpointer.save`).
+A task's write is not fsynced: most versions are deleted a step or two later without any
+checkpoint counting them, and an fsync in every chunk task (a 2 MiB file per chunk and pass,
+16 workers on one disk) was per-task work that grew with the workers. Instead
+`Checkpointer.save` first syncs, on local disk, every state file of the versions the step
+refers to that this run has not synced yet, with their version directories (and, for a version
+or name new to the run, the directory above), then commits the step (itself synced), then
+writes LATEST (fsync, then its directory's). So:
+- a process killed at any point (kill -9 of the driver or a worker) loses nothing written: the
+  kernel's page cache holds every completed write, and a write is whole or absent (the rename);
+- after a power loss, LATEST on disk names a step only if that step's files and the state files
+  it counts reached the disk before it (the fsyncs above completed before LATEST was written).
+  What a power loss can leave damaged (a file missing, empty or cut short under its final name)
+  is only state no durable LATEST counts: versions written after the last save, which the
+  resume deletes as unreferenced (`keep_only`), and entries appended after it, which
+  `restore` deletes (chunk ids beyond the count). A file a checkpoint counts is never written
+  again (a version it refers to is only appended to: last paragraph), so a synced file is not
+  replaced by an unsynced one; a resumed run, which may write again what a killed save synced
+  but never committed, counts nothing as synced (`begin_run`). The resume therefore reads
+  only synced files, checks their digests, and replays the steps since, to the same model.
+On an object store a PUT is durable when it returns, and `sync` does nothing.
+
+Reads of what this process wrote (`_WRITTEN`). Chunk affinity (streamfit.engine.chunk_workers)
+makes the worker that wrote chunk i of version t + 1 the one that reads it in the next pass, so
+each process keeps the arrays it wrote (one per (name, chunk): the newest version; at most
+`STREAMFIT_STATE_CACHE_MB` in all, default 256), and a read of one of them skips the file read
+and its SHA-256: it gets a copy of the bytes that the file holds (the array is rebuilt from
+np.save's output, not the caller's array, which the caller may change after the write). The
+entries belong to one run (`ChunkState.begin_run`: a fresh id at each start or resume of a run,
+carried to the workers with the ChunkState), and within a run a (name, version, chunk) file is
+written with one content only (versions only grow; a task run again writes the same bytes), so
+a cached array is the file's content. Anything else (another run's versions, a chunk written by
+another worker, a resume's verification) reads the file and checks its digest.
 
 What a killed run left in `state/` is deleted before a run writes any state (`Checkpointer.latest`
 on resume, the driver's `keep_only(set())` on a fresh run): every version that no kept checkpoint
@@ -31,7 +65,11 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import secrets
+import threading
 import time
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -39,6 +77,8 @@ from streamfit import storage
 from streamfit.errors import CheckpointError, StreamfitError, output_error
 
 CHECKPOINT_VERSION = 2  # 2: typed solver state (streamfit.solvers.driver) and a digest over meta.json
+# bytes of per-sample arrays a process keeps of those it wrote, for its own next reads (_WRITTEN)
+STATE_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_STATE_CACHE_MB", "256")) * 2**20)
 
 
 def config_hash(config: dict) -> str:
@@ -50,7 +90,7 @@ class ChunkState:
     """Versioned per-sample arrays, one file per (name, version, chunk). With root=None the
     arrays live in a dict (in-memory estimators); the interface is the same."""
 
-    def __init__(self, root: str | None):
+    def __init__(self, root: str | None, *, run_id: str | None = None):
         self.root = root  # a local path or URL (picklable); None: in memory
         self._location = storage.resolve(root) if root is not None else None
         self._memory: dict[tuple[str, int, int], np.ndarray] = {}
@@ -58,11 +98,25 @@ class ChunkState:
         # its first call lists them; then what it kept, and every version kept since (the driver
         # keeps the versions the state refers to after each step, so every version written)
         self._versions: set[tuple[str, int]] | None = None
+        # the run whose writes this process's reads may take from _WRITTEN (begin_run)
+        self._run_id = run_id or secrets.token_hex(8)
+        # what `sync` made durable: the chunk files of each (name, version), and the names
+        self._synced: dict[tuple[str, int], set[str]] = {}
+        self._synced_names: set[str] = set()
 
     def __reduce__(self):
         if self.root is None:
             raise TypeError("in-memory ChunkState cannot be sent to Dask workers; give the run a directory")
-        return (ChunkState, (self.root,))
+        return (_unpickled_state, (self.root, self._run_id))
+
+    def begin_run(self) -> None:
+        """A run (fresh or resumed) starts: a new run id, so that no array cached under an
+        earlier one (by an earlier call with this object, in this process or a worker) is read
+        back in place of a file this run writes or a resume deleted (module docstring); and
+        nothing counts as synced (a killed save may have synced files that this run replaces)."""
+        self._run_id = secrets.token_hex(8)
+        self._synced.clear()
+        self._synced_names.clear()
 
     def _dir(self, name: str, version: int) -> storage.Location:
         assert self._location is not None, "in-memory state has no files"
@@ -77,27 +131,43 @@ class ChunkState:
             raise CheckpointError(f"{self._dir(name, version)}: state chunk {chunk_id} of {name!r} is missing")
         return found
 
-    def write(self, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
-        """Writes chunk `chunk_id` of a version whole (one PUT on an object store). The chunk must
-        have no file yet, or one of the same bytes (a task run again): a file a killed run left is
-        deleted before the run writes (see the module docstring), not here."""
+    def write(self, name: str, version: int, chunk_id: int, array: np.ndarray, *, cache: bool = True) -> None:
+        """Writes chunk `chunk_id` of a version whole (one PUT on an object store; on local disk
+        a rename, not fsynced: `sync` makes it durable before a checkpoint counts it). The chunk
+        must have no file yet, or one of the same bytes (a task run again): a file a killed run
+        left is deleted before the run writes (see the module docstring), not here. cache: keep
+        the array for this process's next read of it (_WRITTEN); False for arrays only a resume
+        reads (the driver's append-only entries)."""
         if self.root is None:
             self._memory[(name, version, chunk_id)] = array
             return
+        array = np.ascontiguousarray(array)
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        np.save(buf, array, allow_pickle=False)
         data = buf.getvalue()
         digest = hashlib.sha256(data).hexdigest()[:16]
         d = self._dir(name, version)
         d.makedirs()
-        d.join(f"chunk-{chunk_id:06d}.{digest}.npy").write_bytes(data, sync_dir=False)
+        d.join(f"chunk-{chunk_id:06d}.{digest}.npy").write_bytes(data, sync=False)
+        if cache:
+            _keep_written(self._run_id, name, version, chunk_id, _npy_view(data, array))
 
     def read(self, name: str, version: int, chunk_id: int) -> np.ndarray:
+        """Chunk `chunk_id` of a version: a copy of what this process wrote in this run when it
+        keeps it (_WRITTEN), else the file, its digest checked. Writable, C-ordered."""
         if self.root is None:
             try:
                 return self._memory[(name, version, chunk_id)]
             except KeyError:
                 raise CheckpointError(f"state chunk {chunk_id} of {name!r} v{version} is missing") from None
+        kept = _written(self._run_id, name, version, chunk_id)
+        if kept is not None:
+            return kept.copy()
+        return self._read_file(name, version, chunk_id)
+
+    def _read_file(self, name: str, version: int, chunk_id: int) -> np.ndarray:
+        """Chunk `chunk_id` of a version from its file, its digest checked (CheckpointError if
+        missing or damaged)."""
         found = self._find(name, version, chunk_id)
         try:
             data = found.read_bytes()
@@ -117,17 +187,48 @@ class ChunkState:
         checks every one (CheckpointError if missing or damaged), and deletes the version's files
         of other chunks (entries that a killed run appended after the checkpoint, which the
         resumed run writes again). One listing of the version's directory, fresh."""
-        if self.root is not None:
-            directory = self._dir(name, version)
-            counted = {}
-            for f in directory.glob("chunk-*.*.npy"):
-                if _chunk_id(f) < n_chunks:
-                    counted[_chunk_id(f)] = f
-                else:
-                    f.remove()
-            _remember(directory, counted)
+        if self.root is None:
+            for i in range(n_chunks):
+                self.read(name, version, i)
+            return
+        directory = self._dir(name, version)
+        counted = {}
+        for f in directory.glob("chunk-*.*.npy"):
+            if _chunk_id(f) < n_chunks:
+                counted[_chunk_id(f)] = f
+            else:
+                f.remove()
+        _remember(directory, counted)
+        self._synced.pop((name, version), None)  # a file deleted here may be written again, unsynced
         for i in range(n_chunks):
-            self.read(name, version, i)
+            self._read_file(name, version, i)
+
+    def sync(self, versions: Iterable[tuple[str, int]]) -> None:
+        """Makes the state files of `versions` ((name, version) pairs) durable, before a
+        checkpoint that refers to them is committed (module docstring): on local disk fsyncs
+        their chunk files that this object has not synced yet, their version directories, and
+        for a version (a name) it had not synced, the directory above it (`state/`), up to
+        storage.SYNC_THREADS at once; OSError on failure. Nothing on an object store (a PUT is
+        durable) or in memory."""
+        if self._location is None or not self._location.local:
+            return
+        paths: list[str] = []
+        synced: dict[tuple[str, int], set[str]] = {}
+        for name, version in sorted(versions):
+            directory = self._dir(name, version).path
+            done = self._synced.get((name, version), set())
+            new = [f for f in os.listdir(directory) if f.startswith("chunk-") and f.endswith(".npy") and f not in done]
+            if not new:
+                continue
+            paths += [os.path.join(directory, f) for f in new] + [directory]
+            if (name, version) not in self._synced:
+                paths.append(os.path.dirname(directory))
+            if name not in self._synced_names:
+                paths.append(self._location.path)
+            synced[(name, version)] = done | set(new)
+        storage.sync_paths(sorted(set(paths)))
+        self._synced.update(synced)
+        self._synced_names.update(name for name, _ in synced)
 
     def keep_only(self, keep: set[tuple[str, int]]) -> None:
         """Delete every version not in `keep` (pairs of name, version). The first call lists
@@ -144,7 +245,60 @@ class ChunkState:
                 self._versions.add((d.path.rstrip("/").split("/")[-2], int(d.name[1:])))
         for name, version in sorted(self._versions - keep):
             self._dir(name, version).remove_tree()
+            self._synced.pop((name, version), None)
         self._versions = set(keep)
+
+
+def _unpickled_state(root: str, run_id: str) -> ChunkState:
+    """A ChunkState sent to a Dask worker: the same root and run id (reads hit what the worker wrote in this run)."""
+    return ChunkState(root, run_id=run_id)
+
+
+# (name, chunk id) -> (version, array) of the per-sample arrays this process wrote in run
+# `_WRITTEN_RUN` (module docstring): read-only arrays over the .npy bytes written; the newest
+# version of each; admitted while they fit in STATE_CACHE_BYTES (none is evicted for another:
+# an evicting cache would only thrash under cyclic passes, as the store's chunk cache notes)
+_WRITTEN: dict[tuple[str, int], tuple[int, np.ndarray]] = {}
+_WRITTEN_RUN: str | None = None
+_WRITTEN_BYTES = 0
+_WRITTEN_LOCK = threading.Lock()  # a worker may run several task threads
+
+
+def _npy_view(data: bytes, array: np.ndarray) -> np.ndarray:
+    """The array that `data`, np.save's output for the C-ordered `array`, holds: a read-only view
+    of its last array.nbytes bytes (np.save writes the header, then the array's bytes in C order)."""
+    offset = len(data) - array.nbytes
+    return np.frombuffer(data, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)
+
+
+def _keep_written(run_id: str, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
+    """Keeps `array` (read-only) as (name, version, chunk_id) of run `run_id`: entries of another
+    run are dropped; an older version of the same chunk is replaced; a new chunk is kept only if
+    it fits in STATE_CACHE_BYTES."""
+    global _WRITTEN_RUN, _WRITTEN_BYTES
+    with _WRITTEN_LOCK:
+        if run_id != _WRITTEN_RUN:
+            _WRITTEN.clear()
+            _WRITTEN_RUN, _WRITTEN_BYTES = run_id, 0
+        key = (name, chunk_id)
+        old = _WRITTEN.get(key)
+        if old is not None:
+            if old[0] > version:
+                return
+            del _WRITTEN[key]
+            _WRITTEN_BYTES -= old[1].nbytes
+        if _WRITTEN_BYTES + array.nbytes <= STATE_CACHE_BYTES:
+            _WRITTEN[key] = (version, array)
+            _WRITTEN_BYTES += array.nbytes
+
+
+def _written(run_id: str, name: str, version: int, chunk_id: int) -> np.ndarray | None:
+    """The array this process wrote as (name, version, chunk_id) in run `run_id`, if kept."""
+    with _WRITTEN_LOCK:
+        if run_id != _WRITTEN_RUN:
+            return None
+        kept = _WRITTEN.get((name, chunk_id))
+    return kept[1] if kept is not None and kept[0] == version else None
 
 
 # version directory -> {chunk id: file}, the listings ChunkState.read found its files by (per process:
@@ -276,6 +430,10 @@ class Checkpointer:
         }
         record = json.loads(json.dumps(record, default=_json_default))
         record["record_sha256"] = _record_digest(record)
+        try:  # the state files the step counts are on disk before the step is (module docstring)
+            self.state.sync(state_versions.items())
+        except OSError as e:
+            raise output_error(self.state.root or "", e) from e
         attempt = storage.begin(self._step_dir(step))
         try:
             attempt.location.makedirs()

@@ -24,7 +24,9 @@ complete or not at all: stores, checkpoint steps, models.
 
 Single files that are replaced whole (LATEST, run.json, per-sample state chunks, predictions)
 go through `Location.write_bytes`: temporary name, fsync, rename on local disk; one PUT on an
-object store. What the files hold (manifests, digests) is decided by their writers.
+object store. Per-sample state chunks skip the fsync (`sync=False`): the checkpoint that counts
+them syncs them (`sync_paths`) before its commit (streamfit.checkpoint). What the files hold
+(manifests, digests) is decided by their writers.
 """
 
 from __future__ import annotations
@@ -135,10 +137,13 @@ class Location:
     def read_text(self) -> str:
         return self.read_bytes().decode()
 
-    def write_bytes(self, data: bytes, *, sync_dir: bool = True) -> None:
+    def write_bytes(self, data: bytes, *, sync: bool = True) -> None:
         """Replace the file with `data` whole: on local disk a temporary name, fsync and rename
-        (then the directory's fsync); on an object store one PUT. OutputError naming the file
-        on failure (disk full, read-only, no permission), with nothing partial left."""
+        (then the directory's fsync); on an object store one PUT (durable once it returns).
+        sync=False: on local disk neither the file nor its directory is fsynced (readers still
+        see the old or the whole new file: the rename); the caller syncs both before anything
+        durable refers to the file. OutputError naming the file on failure (disk full,
+        read-only, no permission), with nothing partial left."""
         if not self.local:
             try:
                 self._fs.pipe_file(self.path, data)
@@ -147,9 +152,9 @@ class Location:
             return
         tmp = f"{self.path}.tmp-{os.getpid()}-{threading.get_ident()}"
         try:
-            write_new_file(tmp, data)
+            write_new_file(tmp, data, sync=sync)
             os.replace(tmp, self.path)
-            if sync_dir:
+            if sync:
                 fsync_path(os.path.dirname(self.path))
         except OSError as e:
             with contextlib.suppress(OSError):
@@ -393,8 +398,15 @@ def sync_tree(root: str) -> None:
     for top, _, files in os.walk(root, onerror=unlistable):
         paths.append(top)
         paths.extend(os.path.join(top, name) for name in files)
-    if len(paths) == 1:
-        fsync_path(root)
+    sync_paths(paths)
+
+
+def sync_paths(paths: list[str]) -> None:
+    """fsync the local files and directories `paths` (a directory: its entries), up to
+    SYNC_THREADS at once (see sync_tree)."""
+    if len(paths) <= 1:
+        for path in paths:
+            fsync_path(path)
         return
     with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
         list(pool.map(fsync_path, paths))

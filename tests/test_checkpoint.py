@@ -17,10 +17,109 @@ def test_state_round_trip_and_damage(tmp_path):
     raw = bytearray(open(path, "rb").read())
     raw[-3] ^= 1
     open(path, "wb").write(bytes(raw))
+    with pytest.raises(CheckpointError, match="checksum"):  # another reader (a worker, a resume) reads the file
+        ChunkState(str(tmp_path)).read("R", 1, 0)
+    st.begin_run()  # so does the writer in its next run
     with pytest.raises(CheckpointError, match="checksum"):
         st.read("R", 1, 0)
     with pytest.raises(CheckpointError, match="missing"):
         st.read("R", 1, 5)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(12.0).reshape(4, 3),
+        np.asfortranarray(np.arange(12.0).reshape(4, 3) / 7),  # written C-ordered
+        np.arange(30, dtype=np.int32)[::3],  # a strided view
+        np.arange(24, dtype=np.uint8).reshape(2, 3, 4),
+        np.zeros((0, 5), np.float32),
+        np.array(3.5),
+    ],
+)
+def test_a_read_of_what_the_process_wrote_is_the_files_array_without_reading_it(tmp_path, array):
+    """The writer's read comes from its cache (the file is gone and it still reads) and is the
+    array a file read gives (another ChunkState: a worker, a resume), byte for byte: dtype,
+    shape, C order, writable; a caller changing the array it wrote, or the copy it read, changes
+    neither what it reads next nor the file."""
+    st = ChunkState(str(tmp_path))
+    mine = array.copy(order="K")
+    st.write("R", 3, 0, mine)
+    from_file = ChunkState(str(tmp_path)).read("R", 3, 0)
+    if mine.size:
+        mine.flat[0] += 1
+    got = st.read("R", 3, 0)
+    if got.size:
+        got.flat[0] += 1
+    (path,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    os.remove(path)
+    cached = st.read("R", 3, 0)
+    written = np.ascontiguousarray(array)  # what the file holds (a 0-d array as 1-d)
+    for a in (from_file, cached):
+        assert a.dtype == written.dtype and a.shape == written.shape
+        assert a.flags.c_contiguous and a.flags.writeable
+        assert a.tobytes() == written.tobytes()
+    assert cached is not st.read("R", 3, 0)  # a copy each time
+
+
+def test_the_write_cache_keeps_the_newest_version_of_each_chunk_within_its_bound(tmp_path, monkeypatch):
+    from streamfit import checkpoint
+
+    monkeypatch.setattr(checkpoint, "STATE_CACHE_BYTES", 3 * 800)
+    st = ChunkState(str(tmp_path))
+
+    def cached(name, version, chunk_id):
+        return checkpoint._written(st._run_id, name, version, chunk_id) is not None
+
+    for i in range(4):  # 800 bytes each: three fit, the fourth is not kept (nothing is evicted for it)
+        st.write("R", 1, i, np.full(100, float(i)))
+    assert [cached("R", 1, i) for i in range(4)] == [True, True, True, False]
+    st.write("R", 2, 0, np.full(100, 9.0))  # the newer version replaces the older one
+    assert not cached("R", 1, 0) and cached("R", 2, 0)
+    st.write("R", 1, 1, np.full(100, 1.0))  # an older version than the one kept is not kept
+    assert cached("R", 1, 1)
+    st.write("R", 2, 1, np.full(100, 5.0))
+    st.write("R", 1, 1, np.full(100, 1.0))
+    assert cached("R", 2, 1) and not cached("R", 1, 1)
+    st.write("stages", 0, 0, np.zeros(10), cache=False)
+    assert not cached("stages", 0, 0)
+    other = ChunkState(str(tmp_path))  # another run: its first write drops this run's entries
+    other.write("R", 3, 0, np.zeros(100))
+    assert not cached("R", 2, 0)
+    np.testing.assert_array_equal(st.read("R", 2, 0), np.full(100, 9.0))  # from the file
+
+
+def test_state_writes_are_not_fsynced_and_a_save_syncs_the_new_ones_before_its_commit(tmp_path, monkeypatch):
+    """A state write calls no fsync; Checkpointer.save fsyncs the state files the step refers to
+    that no earlier save synced, their version folder and the folders above a new one, all
+    before the step's own files, and LATEST after them."""
+    from streamfit import storage
+
+    synced: list[str] = []
+    fsync_path = storage.fsync_path
+    monkeypatch.setattr(storage, "fsync_path", lambda p: (synced.append(p), fsync_path(p)))
+    fsyncs = []
+    monkeypatch.setattr(os, "fsync", lambda fd, real=os.fsync: (fsyncs.append(fd), real(fd)))
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
+    state = tmp_path / "checkpoints" / "state"
+    for i in range(3):
+        ck.state.write("R", 1, i, np.full(2, float(i)))
+    ck.state.write("stages", 0, 0, np.zeros(2), cache=False)
+    assert fsyncs == []
+    ck.save(1, {}, {}, {"R": 1, "stages": 0}, state_counts={"stages": 1})
+    r1, stages = state / "R" / "v000001", state / "stages" / "v000000"
+    new = {str(r1 / f) for f in os.listdir(r1)} | {str(stages / f) for f in os.listdir(stages)}
+    folders = {str(r1), str(stages), str(state / "R"), str(state / "stages"), str(state)}
+    first = len(new) + len(folders)
+    assert len(set(synced[:first])) == first and set(synced[:first]) == new | folders
+    step = str(tmp_path / "checkpoints" / "step-000001.partial")
+    assert synced[first:-2] and all(p.startswith(step) for p in synced[first:-2])  # the step's commit
+    assert synced[-2:] == [str(tmp_path / "checkpoints")] * 2  # its rename, then LATEST's
+    synced.clear()
+    ck.state.write("stages", 0, 1, np.ones(2), cache=False)
+    ck.save(2, {}, {}, {"R": 1, "stages": 0}, state_counts={"stages": 2})
+    (entry,) = [f for f in os.listdir(stages) if f.startswith("chunk-000001")]
+    assert [p for p in synced if "/state" in p] == sorted([str(stages / entry), str(stages)])
 
 
 def _save_steps(ck, n_steps, n_chunks=3):
@@ -137,8 +236,7 @@ def _resealed(data: bytes, folder: str, chunk_id: int) -> str:
 def test_a_resealed_state_chunk_of_objects_or_cut_short_is_a_checkpoint_error(tmp_path):
     import io
 
-    st = ChunkState(str(tmp_path))
-    st.write("R", 1, 0, np.arange(12.0))
+    ChunkState(str(tmp_path)).write("R", 1, 0, np.arange(12.0))
     (folder,) = {d for d, _, fs in os.walk(tmp_path) if fs}
     good = open(os.path.join(folder, os.listdir(folder)[0]), "rb").read()
     buf = io.BytesIO()
@@ -146,7 +244,7 @@ def test_a_resealed_state_chunk_of_objects_or_cut_short_is_a_checkpoint_error(tm
     for data in (buf.getvalue(), good[: len(good) - 8]):
         path = _resealed(data, folder, 0)
         with pytest.raises(CheckpointError, match=f"^{path}: unreadable .*the checkpoint is damaged"):
-            st.read("R", 1, 0)
+            ChunkState(str(tmp_path)).read("R", 1, 0)  # a reader of the file (the writer reads its cache)
 
 
 def test_resealed_step_arrays_of_objects_are_a_checkpoint_error(tmp_path):

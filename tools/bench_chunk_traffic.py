@@ -11,9 +11,12 @@ per non-zero of the chunk:
   store:      decoding the chunk from Zarr (a chunk-cache miss) against the cached chunk;
   bcd:        the chunks-mode pass task (bcd group 2048, a commit, a direction and the next
               group): the float64 copy of X with the intercept column that the task made before
-              session 12 (`_design`), the scores read from the checkpoint and copied, the kernel
-              (chunk_pass) on that copy and on the store's float32 arrays with the intercept
-              added in the kernel (now), the scores written;
+              session 12 (`_design`), the scores read from the checkpoint's file (np.load,
+              SHA-256: a worker that did not write them) and from the writer's cache (a copy:
+              the worker that wrote them, session 15), the kernel (chunk_pass) on that copy and
+              on the store's float32 arrays with the intercept added in the kernel (now), the
+              scores written (np.save, SHA-256, file; no fsync since session 15) and their fsync
+              (the driver's, at a save that counts them: file and folder);
   stagewise:  the update task (gradient generator, block 1024, identity link): the scores read,
               the block's sparse design (CSC column slice, float64 CSR, intercept column), the
               stage applied (F + A W), the scores written, the next block's design and its
@@ -33,6 +36,7 @@ import scipy.sparse as sp
 from bench_scaleout import make_store
 from threadpoolctl import threadpool_limits
 
+from streamfit import storage
 from streamfit.checkpoint import ChunkState
 from streamfit.solvers import bcd as bcd_mod
 from streamfit.solvers import stagewise as sw
@@ -120,8 +124,12 @@ def main() -> None:
 
         t, D = best(lambda: bcd_mod._design(X, True), args.repeats)
         rows.append(("bcd: float64 copy of X with intercept (before)", t, (nbytes(X) + nbytes(D)) / nnz))
-        t, S = best(lambda: state.read(bcd_mod.SCORES, 1, 0), args.repeats)
-        rows.append(("bcd: scores read (np.load, sha256)", t, 3 * S.nbytes / nnz))
+        reader = ChunkState(state.root)  # another run id: it reads the file
+        t, S = best(lambda: reader.read(bcd_mod.SCORES, 1, 0), args.repeats)
+        rows.append(("bcd: scores read from the file (np.load, sha256)", t, 3 * S.nbytes / nnz))
+        t, cached = best(lambda: state.read(bcd_mod.SCORES, 1, 0), args.repeats)
+        assert cached.tobytes() == S.tobytes(), "the cached scores differ from the file's"
+        rows.append(("bcd: scores read by their writer (cached, a copy)", t, 2 * S.nbytes / nnz))
         t, _ = best(lambda: S.copy(), args.repeats)
         rows.append(("bcd: scores copied", t, 2 * S.nbytes / nnz))
         t_old, old = best(lambda: kernel(D.indptr, D.indices, D.data, S.copy(), -1), args.repeats)
@@ -131,7 +139,21 @@ def main() -> None:
         rows.append(("bcd: chunk_pass on the float64 copy (before)", t_old, (nbytes(D) + scores) / nnz))
         rows.append(("bcd: chunk_pass on the float32 chunk (now)", t_new, (nbytes(X) + scores) / nnz))
         t, _ = best(lambda: state.write(bcd_mod.SCORES, 2, 0, S), args.repeats)
-        rows.append(("bcd: scores written (np.save, sha256, file)", t, 4 * S.nbytes / nnz))
+        rows.append(("bcd: scores written (np.save, sha256, file, no fsync)", t, 4 * S.nbytes / nnz))
+        version = iter(range(3, 3 + args.repeats))
+
+        def written_and_synced() -> float:
+            """Seconds of the fsyncs (file, folder) of a newly written version of the chunk."""
+            v = next(version)
+            state.write(bcd_mod.SCORES, v, 0, S)
+            folder = os.path.join(state.root, bcd_mod.SCORES, f"v{v:06d}")
+            paths = [os.path.join(folder, f) for f in os.listdir(folder)] + [folder]
+            t0 = time.perf_counter()
+            storage.sync_paths(paths)
+            return time.perf_counter() - t0
+
+        t = min(written_and_synced() for _ in range(args.repeats))
+        rows.append(("bcd: scores synced (fsync of file and folder; by the driver, at a save)", t, S.nbytes / nnz))
 
         # -- stagewise update task (identity link, gradient generator, block 1024)
         blocks = np.argsort(-np.bincount(X.indices, minlength=X.shape[1]), kind="stable")[:2048]

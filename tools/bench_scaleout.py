@@ -33,7 +33,8 @@ The breakdown, per solver and N, splits the wall time of train() into
 ppdsparse's mapped training matrix, count in every process that touched them); "PSS all workers"
 the workers' proportional set sizes summed at the end of the run (shared pages counted once);
 "cached chunks" the decoded chunks all workers' chunk caches hold at the end (the store's chunk
-count when each worker kept to its share, streamfit.engine's chunk affinity).
+count when each worker kept to its share, streamfit.engine's chunk affinity); the JSON's
+"kept_state" the per-sample state arrays the workers keep of those they wrote (streamfit.checkpoint).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
 workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + close + checkpoint + driver (assumed constant) and each pass taking the larger of its
@@ -43,7 +44,7 @@ loaded machine the larger N's compute is inflated by CPU contention). A task tha
 chunks (streamfit.engine.fold_chunks) counts as chunk-task compute, its sums included.
 
     --out FILE.json   every run (seconds, breakdown, each pass, peak RSS and USS per worker, PSS
-                      of all workers, identical), the settings and the tables, rewritten after
+                      of all workers, identical, the model's SHA-256), the settings and the tables, rewritten after
                       each run; --time-limit S: train's time_limit per run (a solver's remaining
                       runs are skipped once one is cut); a run that fails is reported and the others
                       go on. tools/device_scaleout.sh runs it on the lent 16-core machine.
@@ -54,6 +55,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -225,6 +227,15 @@ def _cached_chunks() -> int:
     return sum(len(o._cache) for o in gc.get_objects() if isinstance(o, Store))
 
 
+def _kept_state() -> int:
+    """The per-sample state arrays this process keeps of those it wrote (streamfit.checkpoint's
+    _WRITTEN: a read of one of them skips the file), run on each worker before the cluster
+    closes; 0 on a commit without that cache."""
+    from streamfit import checkpoint
+
+    return len(getattr(checkpoint, "_WRITTEN", {}))
+
+
 def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float, float, bool]]]:
     """(chunk-task compute, sum compute, transfers) in seconds over all workers, and each task's
     (start, duration, is_sum)."""
@@ -254,6 +265,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
     shutil.rmtree(out, ignore_errors=True)
     memory: dict[str, dict[str, float]] = {}
     cached: dict[str, int] = {}
+    kept: dict[str, int] = {}
     with b.installed():
         original_start = Engine.start
 
@@ -270,6 +282,7 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
             if engine.client is not None:
                 memory.update(engine.client.run(_worker_memory))
                 cached.update(engine.client.run(_cached_chunks))
+                kept.update(engine.client.run(_kept_state))
             stream.close()  # TaskStream collects its records from the scheduler on exit
             original_close(engine)
 
@@ -308,8 +321,20 @@ def run_one(store: str, solver: str, n: int, out: str, time_limit: float | None)
         "pss_total": sum(memory[w]["pss"] for w in workers),
         "uss_per_worker": [memory[w]["uss"] for w in workers],
         "cached_chunks": sum(cached.values()),
+        "kept_state": sum(kept.values()),
         "arrays": load_model(os.path.join(out, "model"))._arrays(),
     }
+
+
+def model_digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over a model's arrays (names, dtypes, shapes, C-ordered bytes): the same digest in two
+    runs (another commit, another machine) is the same model, bit for bit."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name} {a.dtype.str} {a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def predict(r: dict, n: int, workers: int, n_chunks: int) -> float:
@@ -525,8 +550,13 @@ def main() -> None:
             r["identical"] = ref.keys() == r["arrays"].keys() and all(
                 np.array_equal(ref[k], r["arrays"][k]) for k in ref
             )
+            r["model_sha256"] = model_digest(r["arrays"])
             results[solver][n] = r
-            print(f"  {solver} N={n}: {r['wall']:.1f} s, identical to the first: {r['identical']}", flush=True)
+            print(
+                f"  {solver} N={n}: {r['wall']:.1f} s, identical to the first: {r['identical']}, "
+                f"model {r['model_sha256'][:16]}, state arrays kept by the workers {r['kept_state']}",
+                flush=True,
+            )
             shutil.rmtree(os.path.join(work, f"run-{solver}-{n}"), ignore_errors=True)
             save()
 

@@ -118,6 +118,7 @@ def run(
         raise ValueError("resume needs a checkpointer to resume from")
     solver.check_source(source)
     chunk_state = ChunkState(None) if checkpointer is None else checkpointer.state
+    chunk_state.begin_run()  # arrays cached by an earlier run through this object are not read back
     ctx = Context(source=source, engine=engine, chunk_state=chunk_state)
     saver = _StateSaver(solver.State, checkpointer)
 
@@ -321,18 +322,18 @@ class _StateSaver:
         self.checkpointer.save(state.step, meta, arrays, versions, state_counts=counts)
 
     def _write_entries(self, entries: list[tuple[str, int, np.ndarray]]) -> None:
-        """Writes the list entries to the per-sample store, each file fsynced, before the
-        checkpoint that counts them. Several at once from threads: fsync releases the GIL and
-        the filesystem commits concurrent fsyncs together (ext4: 6 small files 8-14x faster
-        than one after another), and a driver that checkpoints every step (ppdsparse: one step
-        per class group) spends most of its serial time there."""
-        write = self.checkpointer.state.write
-        if len(entries) <= 1 or self.checkpointer.root is None:  # in memory: no fsync to overlap
+        """Writes the list entries to the per-sample store before the checkpoint that counts
+        them, which syncs them (ChunkState.sync) with its other new state files. Several at once
+        from threads (hashing and writing release the GIL). Not kept for reads (`cache=False`):
+        only a resume reads them, through a new run."""
+        state = self.checkpointer.state
+        if len(entries) <= 1 or self.checkpointer.root is None:  # in memory: nothing to overlap
             for name, i, array in entries:
-                write(name, 0, i, array)
+                state.write(name, 0, i, array, cache=False)
             return
         with ThreadPoolExecutor(min(len(entries), MAX_WRITE_THREADS)) as pool:
-            for f in [pool.submit(write, name, 0, i, array) for name, i, array in entries]:
+            futures = [pool.submit(state.write, name, 0, i, array, cache=False) for name, i, array in entries]
+            for f in futures:
                 f.result()  # an OutputError of any write is raised here
 
     def restore(self, ckpt, solver_name: str) -> SolverState:

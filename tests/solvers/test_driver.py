@@ -229,6 +229,50 @@ def test_sigterm_then_resume_of_fbpd_on_digits_ends_at_the_uninterrupted_model(
         np.testing.assert_array_equal(got[key], ref[key], err_msg=key)
 
 
+@pytest.mark.parametrize("where", ["between steps", "in a save, before its commit"])
+def test_a_kill_then_a_power_loss_of_the_unsynced_state_resumes_to_the_same_model(source, tmp_path, monkeypatch, where):
+    """State files are written without fsync and synced by the save that counts them. A run
+    killed in step 6 (checkpoints at 0, 2 and 4; step 5's residual written), or inside the save
+    of step 4 after its state was synced but before its commit, then a power loss that empties
+    every state file no fsync reached: the resume (through the same checkpointer, as a paused
+    run's) gives the uninterrupted model."""
+    from streamfit import storage
+
+    full, _ = fit(source, None)
+    run = str(tmp_path / "run")
+    synced = set()
+    fsync_path = storage.fsync_path
+    monkeypatch.setattr(storage, "fsync_path", lambda p: (synced.add(p), fsync_path(p)))
+    if where == "in a save, before its commit":
+        commit = storage.Attempt.commit
+
+        def killed_at_step_4(attempt):
+            if attempt.target.name == "step-000004":
+                raise KeyboardInterrupt("killed")
+            commit(attempt)
+
+        monkeypatch.setattr(storage.Attempt, "commit", killed_at_step_4)
+    ckpt = Checkpointer(run, config={"solver": "halving"}, store_fingerprint="in-memory")
+    policy = dict(checkpoint_every=2, checkpoint_interval=0)
+    with Engine(mode="inprocess") as engine:
+        with pytest.raises(KeyboardInterrupt):
+            HalvingSolver(HalvingParams(), fail_at=6).fit(
+                source, engine=engine, checkpointer=ckpt, log=MetricsLog(None), **policy
+            )
+        assert _latest(run) == (4 if where == "between steps" else 2)
+        state = os.path.join(run, "checkpoints", "state")
+        files = [os.path.join(d, f) for d, _, fs in os.walk(state) for f in fs]
+        lost = [f for f in files if f not in synced]
+        assert lost and len(lost) < len(files)
+        for f in lost:
+            open(f, "wb").close()
+        monkeypatch.undo()
+        resumed = HalvingSolver(HalvingParams()).fit(
+            source, engine=engine, checkpointer=ckpt, log=MetricsLog(None), resume=True, **policy
+        )
+    same_model(resumed, full)
+
+
 def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():
     """0: every due step; seconds: that long after the last save ended; auto: 9 x its duration.
     Before the first save of a call (a resume), the next due step is saved."""
