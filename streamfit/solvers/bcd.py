@@ -107,6 +107,7 @@ log = logging.getLogger(__name__)
 
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
+INTERCEPT_SPACING = 4  # memory mode, ls: the intercept's block after every 4·n non-zeros of feature blocks
 TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
 # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
@@ -132,6 +133,11 @@ class BCDParams(SolverParams):
     method: Literal["bcd", "fista"] = Field("bcd", description="block coordinate descent or FISTA")
     variant: Literal["ls", "cst"] = Field(
         "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step"
+    )
+    block_order: Literal["permuted", "cyclic"] = Field(
+        "permuted",
+        description="ls: the blocks of each outer iteration in a fresh seeded permutation, or cyclic in "
+        "feature order (the paper's)",
     )
     mode: Literal["auto", "memory", "chunks"] = Field(
         "auto", description="bcd: sequential in memory, or out of core over chunks"
@@ -684,11 +690,7 @@ class BCDSolver(Solver[BCDState]):
         dat = self._memory_data(ctx.source)
         n = ctx.source.n_rows
         blocks = dat.blocks
-        order = (
-            blocks
-            if p.variant == "ls"
-            else blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
-        )
+        order = self._memory_order(dat, ctx.source, st.step)
         thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
         vsum, vmax, extra = bcd_epoch(
             order,
@@ -750,6 +752,35 @@ class BCDSolver(Solver[BCDState]):
             **checks,
         )
 
+    def _memory_order(self, dat: _MemoryData, source: ChunkSource, outer: int) -> np.ndarray:
+        """The blocks of memory-mode outer iteration `outer` (0-based) in visiting order.
+
+        cst: |blocks| uniform draws with replacement (Richtárik and Takáč). ls: the feature
+        blocks in a permutation drawn from numpy's generator seeded with (random_state, outer)
+        (block_order "permuted") or in feature order ("cyclic", the paper's); the intercept's
+        block (fit_intercept) is visited after every stretch of feature blocks whose columns hold
+        INTERCEPT_SPACING·n non-zeros, and last. Every feature's column is non-negative on text
+        (counts, tf-idf), so each feature step also moves the rows' common offset, which only b
+        can take over for free (it is unpenalised): visited once per outer iteration, b lags, and
+        the blocks pass that offset among themselves for a hundred outer iterations (docs/
+        benchmarks.md, session 15). Its visits cost n·m each, at most 1/INTERCEPT_SPACING of the
+        features' work."""
+        p = self.params
+        blocks = dat.blocks
+        rng = np.random.default_rng([p.random_state, outer])
+        if p.variant == "cst":
+            return blocks[rng.integers(0, len(blocks), len(blocks))]
+        free = self._free_row(source)
+        features = blocks[blocks != free]
+        if p.block_order == "permuted":
+            features = rng.permutation(features)
+        if free < 0 or free not in blocks:
+            return features
+        stretch = np.cumsum(np.diff(dat.indptr)[features]) // (INTERCEPT_SPACING * source.n_rows)
+        after = np.flatnonzero(np.diff(stretch, prepend=0) > 0) + 1
+        order = np.insert(features, after, free)
+        return order if len(order) and order[-1] == free else np.append(order, free)
+
     def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, labels, W: np.ndarray) -> tuple[float, float]:
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
         streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
@@ -761,13 +792,13 @@ class BCDSolver(Solver[BCDState]):
 
     # ---- mode "chunks": out of core, one pass per feature group ----
     def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int) -> np.ndarray:
-        """Active blocks of outer iteration `outer`: cyclic (ls) or a seeded permutation (cst)."""
+        """Active blocks of outer iteration `outer`: a seeded permutation, or in feature order
+        (variant ls with block_order "cyclic")."""
         live = blocks[active[blocks]]
-        return (
-            live
-            if self.params.variant == "ls"
-            else np.random.default_rng([self.params.random_state, outer]).permutation(live)
-        )
+        p = self.params
+        if p.variant == "ls" and p.block_order == "cyclic":
+            return live
+        return np.random.default_rng([p.random_state, outer]).permutation(live)
 
     def _init_chunks(self, ctx: Context) -> ChunksState:
         """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
