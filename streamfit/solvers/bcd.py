@@ -26,13 +26,18 @@ training data (the other rows stay exactly zero).
 
 method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
 in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
-- variant="ls", BCD(LS): cyclic blocks, L_j = max(‖h_j‖∞, ε) from the generalized second
-  derivatives (6), backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7);
+- variant="ls", BCD(LS): L_j = max(‖h_j‖∞, ε) from the generalized second derivatives (6),
+  backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
+  in a fresh seeded permutation each outer iteration (block_order="permuted", the default) or
+  cyclic in feature order (block_order="cyclic", the paper's), and the intercept's block after
+  every INTERCEPT_SPACING·n non-zeros of feature columns and last (`_memory_order`); either
+  order visits every block in each outer iteration, the essentially cyclic rule of Tseng and
+  Yun's convergence proof;
 - variant="cst", BCD(CST): d blocks drawn uniformly with replacement (Richtárik and Takáč),
   L_j = K_j = (c/n) Σ_i x_ij² (c = losses.curvature, 4(m − 1) for eq. 2, §4.4.2), α = 1.
 - Stopping, eqs. (9)–(10): with v^t the violation of the block visited at step t, stop after
-  outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (cyclic; the ratio of maxima for
-  random blocks) — stopping="violation". stopping="auto" also requires the geometric estimate
+  outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (ls, each visit of a block a
+  step t; the ratio of maxima for random blocks) — stopping="violation". stopping="auto" also requires the geometric estimate
   of the decrease of F still to come (`_tail_estimate`) to be < tol·F; stopping="gap" (l1/l2,
   l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
   c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
@@ -42,8 +47,8 @@ in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
   blocks, all blocks are reactivated and the run goes on until it holds on all of them.
 
 method="bcd", mode "chunks" — out of core on the Engine, each chunk's rows of S in the ChunkState
-("scores"). The active blocks of an outer iteration (cyclic for "ls", a seeded permutation for
-"cst") are cut into groups B of `group_size` features, each one block of Tseng and Yun's
+("scores"). The active blocks of an outer iteration (a seeded permutation; in feature order for
+"ls" with block_order="cyclic") are cut into groups B of `group_size` features, each one block of Tseng and Yun's
 coordinate gradient descent: δ_j = prox_{λP/L_j}(W_j − G_j/L_j) − W_j for j ∈ B, then
 W_B ← W_B + α δ_B with α from (7) summed over the group. One step is one group: one map_reduce
 pass (bcd_kernels.chunk_pass) in which every chunk
@@ -108,7 +113,7 @@ log = logging.getLogger(__name__)
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 INTERCEPT_SPACING = 4  # memory mode, ls: the intercept's block after every 4·n non-zeros of feature blocks
-TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
+TAIL_WINDOW = 5  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
 # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
 DEFAULT_L1_RATIO = 0.2
@@ -132,12 +137,12 @@ class BCDParams(SolverParams):
     )
     method: Literal["bcd", "fista"] = Field("bcd", description="block coordinate descent or FISTA")
     variant: Literal["ls", "cst"] = Field(
-        "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step"
+        "ls", description="ls: blocks in block_order + line search; cst: random blocks, constant step"
     )
     block_order: Literal["permuted", "cyclic"] = Field(
         "permuted",
         description="ls: the blocks of each outer iteration in a fresh seeded permutation, or cyclic in "
-        "feature order (the paper's)",
+        "feature order (the paper's); either way memory mode visits the intercept every 4n non-zeros",
     )
     mode: Literal["auto", "memory", "chunks"] = Field(
         "auto", description="bcd: sequential in memory, or out of core over chunks"

@@ -46,7 +46,9 @@ def bcd_epoch(
 
     line_search=True: BCD(LS) (§4.4.1) — L_j = max(‖h_j‖∞, ε), backtracking α = 1, ω, ω², …
     until the sufficient decrease condition (7) holds (at most max_ls trials; none passing
-    leaves the block unchanged). line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
+    leaves the block unchanged). Each trial writes S + αδx_j into the column's rows of S and
+    puts the old rows back if it fails, so an accepted step costs two passes over column j
+    (gradient, trial), not three. A block may appear several times in `blocks` (the intercept). line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
 
     Shrinking (§5.2.4, Yuan et al. 2010's rule carried to ℓ1/ℓ2): a block with W_{j:} = 0 and
     ‖G_{j:}‖ < shrink_thr (= λ − M/n, M the largest violation of the previous outer
