@@ -37,8 +37,9 @@ in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
   L_j = K_j = (c/n) Σ_i x_ij² (c = losses.curvature, 4(m − 1) for eq. 2, §4.4.2), α = 1.
 - Stopping, eqs. (9)–(10): with v^t the violation of the block visited at step t, stop after
   outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (ls, each visit of a block a
-  step t; the ratio of maxima for random blocks) — stopping="violation". stopping="auto" also requires the geometric estimate
-  of the decrease of F still to come (`_tail_estimate`) to be < tol·F; stopping="gap" (l1/l2,
+  step t; the ratio of maxima for random blocks) — stopping="violation". stopping="auto" also
+  requires the geometric estimate of the decrease of F still to come (`_tail_estimate`, over
+  windows of TAIL_WINDOW outer iterations) to be < tol·F; stopping="gap" (l1/l2,
   l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
   c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
   (## bcd) says why eq. (10) alone stops far from F* at small λ.

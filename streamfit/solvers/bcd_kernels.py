@@ -48,7 +48,8 @@ def bcd_epoch(
     until the sufficient decrease condition (7) holds (at most max_ls trials; none passing
     leaves the block unchanged). Each trial writes S + αδx_j into the column's rows of S and
     puts the old rows back if it fails, so an accepted step costs two passes over column j
-    (gradient, trial), not three. A block may appear several times in `blocks` (the intercept). line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
+    (gradient, trial), not three. line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
+    A block may appear several times in `blocks` (the intercept, `BCDSolver._memory_order`).
 
     Shrinking (§5.2.4, Yuan et al. 2010's rule carried to ℓ1/ℓ2): a block with W_{j:} = 0 and
     ‖G_{j:}‖ < shrink_thr (= λ − M/n, M the largest violation of the previous outer
