@@ -26,14 +26,20 @@ training data (the other rows stay exactly zero).
 
 method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
 in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
-- variant="ls", BCD(LS): cyclic blocks, L_j = max(‖h_j‖∞, ε) from the generalized second
-  derivatives (6), backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7);
+- variant="ls", BCD(LS): L_j = max(‖h_j‖∞, ε) from the generalized second derivatives (6),
+  backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
+  in a fresh seeded permutation each outer iteration (block_order="permuted", the default) or
+  cyclic in feature order (block_order="cyclic", the paper's), and the intercept's block after
+  every INTERCEPT_SPACING·n non-zeros of feature columns and last (`_memory_order`); either
+  order visits every block in each outer iteration, the essentially cyclic rule of Tseng and
+  Yun's convergence proof;
 - variant="cst", BCD(CST): d blocks drawn uniformly with replacement (Richtárik and Takáč),
   L_j = K_j = (c/n) Σ_i x_ij² (c = losses.curvature, 4(m − 1) for eq. 2, §4.4.2), α = 1.
 - Stopping, eqs. (9)–(10): with v^t the violation of the block visited at step t, stop after
-  outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (cyclic; the ratio of maxima for
-  random blocks) — stopping="violation". stopping="auto" also requires the geometric estimate
-  of the decrease of F still to come (`_tail_estimate`) to be < tol·F; stopping="gap" (l1/l2,
+  outer iteration k when Σ_{t∈T^k} v^t / Σ_{t∈T^1} v^t < tol (ls, each visit of a block a
+  step t; the ratio of maxima for random blocks) — stopping="violation". stopping="auto" also
+  requires the geometric estimate of the decrease of F still to come (`_tail_estimate`, over
+  windows of TAIL_WINDOW outer iterations) to be < tol·F; stopping="gap" (l1/l2,
   l1) requires instead the certified relative duality gap (F − D)/F < tol (`_gap`, dual point
   c·∇ℓ(S) of losses.dual_loss), so that (F − F*)/F* ≤ tol/(1 − tol). docs/architecture.md
   (## bcd) says why eq. (10) alone stops far from F* at small λ.
@@ -107,7 +113,8 @@ log = logging.getLogger(__name__)
 
 SCORES = "scores"  # ChunkState name of the per-sample scores S = XW
 EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
-TAIL_WINDOW = 10  # stopping="auto": outer iterations per window of the tail estimate
+INTERCEPT_SPACING = 4  # memory mode, ls: the intercept's block after every 4·n non-zeros of feature blocks
+TAIL_WINDOW = 5  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
 # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
 DEFAULT_L1_RATIO = 0.2
@@ -131,7 +138,12 @@ class BCDParams(SolverParams):
     )
     method: Literal["bcd", "fista"] = Field("bcd", description="block coordinate descent or FISTA")
     variant: Literal["ls", "cst"] = Field(
-        "ls", description="ls: cyclic blocks + line search; cst: random blocks, constant step"
+        "ls", description="ls: blocks in block_order + line search; cst: random blocks, constant step"
+    )
+    block_order: Literal["permuted", "cyclic"] = Field(
+        "permuted",
+        description="memory mode, ls: the blocks of each outer iteration in a fresh seeded permutation, or "
+        "cyclic in feature order (the paper's); either way the intercept is visited every 4n non-zeros",
     )
     mode: Literal["auto", "memory", "chunks"] = Field(
         "auto", description="bcd: sequential in memory, or out of core over chunks"
@@ -684,11 +696,7 @@ class BCDSolver(Solver[BCDState]):
         dat = self._memory_data(ctx.source)
         n = ctx.source.n_rows
         blocks = dat.blocks
-        order = (
-            blocks
-            if p.variant == "ls"
-            else blocks[np.random.default_rng([p.random_state, st.step]).integers(0, len(blocks), len(blocks))]
-        )
+        order = self._memory_order(dat, ctx.source, st.step)
         thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
         vsum, vmax, extra = bcd_epoch(
             order,
@@ -750,6 +758,35 @@ class BCDSolver(Solver[BCDState]):
             **checks,
         )
 
+    def _memory_order(self, dat: _MemoryData, source: ChunkSource, outer: int) -> np.ndarray:
+        """The blocks of memory-mode outer iteration `outer` (0-based) in visiting order.
+
+        cst: |blocks| uniform draws with replacement (Richtárik and Takáč). ls: the feature
+        blocks in a permutation drawn from numpy's generator seeded with (random_state, outer)
+        (block_order "permuted") or in feature order ("cyclic", the paper's); the intercept's
+        block (fit_intercept) is visited after every stretch of feature blocks whose columns hold
+        INTERCEPT_SPACING·n non-zeros, and last. Every feature's column is non-negative on text
+        (counts, tf-idf), so each feature step also moves the rows' common offset, which only b
+        can take over for free (it is unpenalised): visited once per outer iteration, b lags, and
+        the blocks pass that offset among themselves for a hundred outer iterations (docs/
+        benchmarks.md, session 15). Its visits cost n·m each, at most 1/INTERCEPT_SPACING of the
+        features' work."""
+        p = self.params
+        blocks = dat.blocks
+        rng = np.random.default_rng([p.random_state, outer])
+        if p.variant == "cst":
+            return blocks[rng.integers(0, len(blocks), len(blocks))]
+        free = self._free_row(source)
+        features = blocks[blocks != free]
+        if p.block_order == "permuted":
+            features = rng.permutation(features)
+        if free < 0 or free not in blocks:
+            return features
+        stretch = np.cumsum(np.diff(dat.indptr)[features]) // (INTERCEPT_SPACING * source.n_rows)
+        after = np.flatnonzero(np.diff(stretch, prepend=0) > 0) + 1
+        order = np.insert(features, after, free)
+        return order if len(order) and order[-1] == free else np.append(order, free)
+
     def _gap(self, Xc: sp.csc_matrix, S: np.ndarray, labels, W: np.ndarray) -> tuple[float, float]:
         """(F(W), relative duality gap (F − D)/F) at the current W (S = XW), D from
         streamfit.objectives' dual point c·∇ℓ(S) with c ≤ λ / ‖G(W)‖_* (`Objective.dual_value`).
@@ -761,7 +798,9 @@ class BCDSolver(Solver[BCDState]):
 
     # ---- mode "chunks": out of core, one pass per feature group ----
     def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int) -> np.ndarray:
-        """Active blocks of outer iteration `outer`: cyclic (ls) or a seeded permutation (cst)."""
+        """Active blocks of outer iteration `outer`: in feature order (ls) or a seeded permutation
+        (cst). block_order is the memory mode's: permuted groups took 36 outer iterations
+        against 27 on the fingerprint run bcd-chunks-shrinking-converged (digits, group_size 16)."""
         live = blocks[active[blocks]]
         return (
             live

@@ -46,7 +46,10 @@ def bcd_epoch(
 
     line_search=True: BCD(LS) (§4.4.1) — L_j = max(‖h_j‖∞, ε), backtracking α = 1, ω, ω², …
     until the sufficient decrease condition (7) holds (at most max_ls trials; none passing
-    leaves the block unchanged). line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
+    leaves the block unchanged). Each trial writes S + αδx_j into the column's rows of S and
+    puts the old rows back if it fails, so an accepted step costs two passes over column j
+    (gradient, trial), not three. line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
+    A block may appear several times in `blocks` (the intercept, `BCDSolver._memory_order`).
 
     Shrinking (§5.2.4, Yuan et al. 2010's rule carried to ℓ1/ℓ2): a block with W_{j:} = 0 and
     ‖G_{j:}‖ < shrink_thr (= λ − M/n, M the largest violation of the previous outer
@@ -62,12 +65,12 @@ def bcd_epoch(
     wnew = np.empty(m)
     delta = np.empty(m)
     trial = np.empty(m)
-    s_new = np.empty((1, m))
     mark = np.zeros(m, dtype=np.bool_)
     max_nnz = 0
     for j in range(indptr.shape[0] - 1):
         max_nnz = max(max_nnz, indptr[j + 1] - indptr[j])
     old_loss = np.empty(max_nnz)
+    s_old = np.empty((max_nnz, m))  # the scores of the rows a line-search trial changed
     viol_sum = 0.0
     viol_max = 0.0
     extra_steps = 0
@@ -127,6 +130,8 @@ def bcd_epoch(
                 bound += g[r] * delta[r]
             accepted = False
             for _ in range(max_ls):
+                # the trial is written into S (the rows' old scores kept in s_old), so that an
+                # accepted step, the common case, needs no further pass over the column
                 diff = 0.0
                 for k in range(lo, hi):
                     i = indices[k]
@@ -135,8 +140,9 @@ def bcd_epoch(
                     for q in range(p0, p1):
                         mark[lab_ind[q]] = True
                     for r in range(m):
-                        s_new[0, r] = S[i, r] + alpha * delta[r] * x
-                    diff += sample_loss(loss, s_new, 0, lab_ind, p0, p1, mark, x, g, h, 0) - old_loss[k - lo]
+                        s_old[k - lo, r] = S[i, r]
+                        S[i, r] = s_old[k - lo, r] + alpha * delta[r] * x
+                    diff += sample_loss(loss, S, i, lab_ind, p0, p1, mark, x, g, h, 0) - old_loss[k - lo]
                     for q in range(p0, p1):
                         mark[lab_ind[q]] = False
                 for r in range(m):
@@ -145,18 +151,25 @@ def bcd_epoch(
                 if diff <= sigma * alpha * bound:
                     accepted = True
                     break
+                for k in range(lo, hi):  # rejected: the old scores back
+                    i = indices[k]
+                    for r in range(m):
+                        S[i, r] = s_old[k - lo, r]
                 extra_steps += 1
                 alpha *= omega
             if not accepted:
                 continue
+            for r in range(m):
+                w[r] += alpha * delta[r]
+            continue
         for r in range(m):
-            w[r] += alpha * delta[r]
-        # lazy update of the scores (and so of A(W)): S_{i:} += α δ x_ij for x_ij ≠ 0
+            w[r] += delta[r]
+        # lazy update of the scores (and so of A(W)): S_{i:} += δ x_ij for x_ij ≠ 0
         for k in range(lo, hi):
             i = indices[k]
             x = data[k]
             for r in range(m):
-                S[i, r] += alpha * delta[r] * x
+                S[i, r] += delta[r] * x
     return viol_sum, viol_max, extra_steps
 
 

@@ -178,10 +178,12 @@ def test_ls_satisfies_proposition_1_and_decreases_monotonically(dna):
 def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
     """The dual point c·∇ℓ(S) of eq. (2), recomputed here with numpy (D = (2cH − c²Q)/n, H = Σ a₊,
     Q = Σ a₊², c = min(H/Q, λ / max_j ‖G_j‖)), matches the solver's gap and lies below F* at every
-    iterate. With the default tol, eq. (10) alone stops 3.4e-3 above F* (its reference is the
-    first outer iteration's violation, which scales with F(0), not F*); confirmed by the tail
-    estimate (stopping="auto", the default: an estimate, 1.6e-3 here) or by the gap (a bound),
-    the stop is closer to F*. Other losses/penalties: D below a certified F, and the gap closes.
+    iterate. With the default tol and the paper's cyclic order, eq. (10) alone stops 3.4e-3 above
+    F* (its reference is the first outer iteration's violation, which scales with F(0), not F*);
+    confirmed by the tail estimate (stopping="auto", the default: an estimate, 1.6e-3 here) or by
+    the gap (a bound), the stop is closer to F*. The default permuted order gets closer in fewer
+    outer iterations (2.3e-4 after 42 against 181; the gap in 128 against 955). Other
+    losses/penalties: D below a certified F, and the gap closes.
     F* is bracketed, D_star <= F* <= F_star, by an independent numpy FISTA run to a relative duality gap
     of 1e-6; each claim uses the side of the bracket that makes it hold for F* itself."""
     X, y = dna
@@ -197,12 +199,17 @@ def test_duality_gap_is_a_certificate_and_stops_close_to_the_optimum(dna):
         assert D <= F_star * (1 + 1e-10)
         f, gap = solver._gap(sp.csc_matrix(X, dtype=np.float64), np.ascontiguousarray(S), y, W)
         assert np.isclose(f, F, rtol=1e-12) and np.isclose(gap, (F - D) / F, rtol=1e-9)
-    _, paper = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="violation")
-    _, auto = fit(source, lam=lam, tol=1e-3, max_iter=2000)
-    _, certified = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="gap")
+    cyclic = {"block_order": "cyclic"}
+    _, paper = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="violation", **cyclic)
+    _, auto = fit(source, lam=lam, tol=1e-3, max_iter=2000, **cyclic)
+    _, certified = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="gap", **cyclic)
     assert (paper[-1]["objective"] - F_star) / F_star > 3e-3  # 181 outer iterations
-    assert 0 <= (auto[-1]["objective"] - D_star) / D_star <= 2e-3 and auto[-1]["tail_estimate"] < 1e-3  # 235: 1.6e-3
+    assert 0 <= (auto[-1]["objective"] - D_star) / D_star <= 2e-3 and auto[-1]["tail_estimate"] < 1e-3  # 232: 1.6e-3
     assert certified[-1]["duality_gap"] < 1e-3 and 0 <= (certified[-1]["objective"] - D_star) / D_star <= 1e-3
+    _, permuted = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="violation")
+    _, permuted_gap = fit(source, lam=lam, tol=1e-3, max_iter=2000, stopping="gap")
+    assert 0 <= (permuted[-1]["objective"] - D_star) / D_star <= 5e-4 and len(permuted) < len(paper) / 3
+    assert permuted_gap[-1]["duality_gap"] < 1e-3 and len(permuted_gap) < len(certified) / 3
     with pytest.raises(ConfigError):
         fit(source, mode="chunks", stopping="gap")
     with pytest.raises(ConfigError):
@@ -453,6 +460,76 @@ def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_op
     _, shrunk = fit(source, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300, shrinking=True)
     assert min(r["active_blocks"] for r in shrunk) < len(W) + 1
     assert shrunk[-1]["objective"] == pytest.approx(log[-1]["objective"], rel=1e-6)
+
+
+def text_like(seed=0, n=300, d=2000, per_row=25, m=4):
+    """Rows as tf-idf text has them: ~per_row non-negative entries on Zipf-frequent columns, unit
+    ℓ2 norm; labels from a random linear model of them."""
+    rng = np.random.default_rng(seed)
+    freq = 1.0 / np.arange(1, d + 1)
+    rows = [np.unique(rng.choice(d, per_row, p=freq / freq.sum())) for _ in range(n)]
+    indices = np.concatenate(rows)
+    X = sp.csr_matrix((rng.random(len(indices)) + 0.1, indices, np.cumsum([0] + [len(r) for r in rows])), (n, d))
+    X = sp.csr_matrix(X.multiply(1 / np.sqrt(X.multiply(X).sum(axis=1))))
+    y = np.argmax(X @ rng.normal(size=(d, m)) * 5 + rng.normal(size=(n, m)), axis=1).astype(np.int32)
+    return X, y
+
+
+def test_memory_order_permutes_the_features_and_visits_the_intercept_every_4n_non_zeros():
+    """Memory mode, ls: each outer iteration visits every feature block once, in a permutation
+    seeded by (random_state, outer iteration) (or in feature order for block_order cyclic), and the
+    intercept's block after the feature block at which the running count of the visited columns'
+    non-zeros passes each multiple of INTERCEPT_SPACING·n, and last."""
+    X, y = text_like()
+    n, d = X.shape
+    source = InMemoryStore(X, y, [0, 1, 2, 3], chunk_rows=n)
+    nnz = np.diff(sp.csc_matrix(X).indptr)
+    for block_order in ("permuted", "cyclic"):
+        solver = bcd.BCDSolver(bcd.BCDParams(block_order=block_order))
+        data = solver._memory_data(source)
+        order = solver._memory_order(data, source, 0)
+        features = order[order != d]
+        np.testing.assert_array_equal(np.sort(features), np.flatnonzero(nnz))
+        assert (features != np.sort(features)).any() == (block_order == "permuted")
+        assert order[-1] == d
+        running = np.cumsum(np.where(order == d, 0, nnz[np.minimum(order, d - 1)]))  # features' non-zeros so far
+        visits = np.flatnonzero(order == d)[:-1]  # the last visit closes the outer iteration
+        passed = bcd.INTERCEPT_SPACING * n * np.arange(1, len(visits) + 1)
+        assert len(visits) > 2 and (running[visits] >= passed).all()
+        assert (running[visits - 1] - nnz[order[visits - 1]] < passed).all()  # before the feature ahead of the visit
+        assert running[-1] < passed[-1] + bcd.INTERCEPT_SPACING * n
+        np.testing.assert_array_equal(order, solver._memory_order(data, source, 0))
+        assert (solver._memory_order(data, source, 1) != order).any() == (block_order == "permuted")
+
+
+def test_default_reaches_the_optimum_of_text_like_rows_in_few_outer_iterations():
+    """Non-negative text-like rows with the intercept: the default (permuted blocks, the intercept
+    visited every 4n non-zeros) stops by its rule within 1e-4 of F* in ≤ 50 outer iterations (111
+    with one cyclic visit of the intercept per outer iteration, session 14), and the cyclic order
+    reaches the same optimum. F* from a tol 1e-6 run, checked against the optimality conditions
+    of F(W, b) with an independent numpy gradient (test above)."""
+    X, y = text_like()
+    n, rho = X.shape[0], 0.2
+    source = InMemoryStore(X, y, [0, 1, 2, 3], chunk_rows=n)
+    info: dict = {}
+    opts = {"penalty": "group_elasticnet", "fit_intercept": True}
+    W, tight = fit(source, info=info, tol=1e-6, max_iter=1000, **opts)
+    lam, b = info["lam"], info["intercept"]
+    Xd = X.toarray()
+    _, G = mc_squared_hinge(W, Xd, y, scores=Xd @ W + b)
+    _, Gb = mc_squared_hinge(W, np.ones((n, 1)), y, scores=Xd @ W + b)
+    norms = np.linalg.norm(W, axis=1)
+    zero = norms == 0
+    assert 0 < zero.sum() < len(W)
+    assert np.linalg.norm(G[zero], axis=1).max() <= lam * rho
+    stationary = G[~zero] + lam * (1 - rho) * W[~zero] + lam * rho * W[~zero] / norms[~zero, None]
+    assert np.abs(stationary).max() <= 1e-3 * lam and np.abs(Gb).max() <= 1e-3 * lam
+    f_star = tight[-1]["objective"]
+    _, default = fit(source, **opts)
+    assert default[-1]["violation_ratio"] < 1e-3 and len(default) <= 50  # 34
+    assert 0 <= (default[-1]["objective"] - f_star) / f_star <= 1e-4
+    _, cyclic = fit(source, block_order="cyclic", tol=1e-6, max_iter=1000, **opts)
+    assert cyclic[-1]["objective"] == pytest.approx(f_star, rel=1e-6)
 
 
 def test_multilabel_ranking_optimality():
