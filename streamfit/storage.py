@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import glob
 import json
 import os
 import re
 import secrets
 import shutil
+import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -68,17 +70,29 @@ def is_url(text: str) -> bool:
 
 @dataclass(frozen=True)
 class Location:
-    """A path on a filesystem. `url` is what the user gave (for messages and pickling); `fs` is
-    the fsspec filesystem and `path` the path in it. Local paths are absolute."""
+    """A path on a filesystem. `url` is what the user gave (for messages and pickling); `remote`
+    is the fsspec filesystem behind a URL, None on the local disk (a `file://` URL too), and
+    `path` the path in it. Local paths are absolute."""
 
     url: str
-    fs: object
+    remote: object | None
     path: str
 
     @property
     def local(self) -> bool:
         """Whether this is the local disk (atomic rename, flock, fsync available)."""
-        return _protocol(self.fs) == "file"
+        return self.remote is None
+
+    @property
+    def fs(self):
+        """The fsspec filesystem: behind a URL its own; on local disk fsspec's LocalFileSystem,
+        made (fsspec imported: 40-60 ms with asyncio) only when asked, since local reads and
+        writes go through os, and a small local job never needs it."""
+        if self.remote is not None:
+            return self.remote
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem()
 
     def __str__(self) -> str:
         return self.url
@@ -88,8 +102,8 @@ class Location:
             return self
         tail = "/".join(parts)
         if self.local:
-            return Location(os.path.join(self.url, *parts), self.fs, os.path.join(self.path, *parts))
-        return Location(f"{self.url.rstrip('/')}/{tail}", self.fs, f"{self.path.rstrip('/')}/{tail}")
+            return Location(os.path.join(self.url, *parts), None, os.path.join(self.path, *parts))
+        return Location(f"{self.url.rstrip('/')}/{tail}", self.remote, f"{self.path.rstrip('/')}/{tail}")
 
     @property
     def name(self) -> str:
@@ -97,19 +111,28 @@ class Location:
 
     def sibling(self, suffix: str) -> Location:
         """This location with `suffix` appended to its last part (NAME → NAME.partial)."""
-        return Location(self.url + suffix, self.fs, self.path + suffix)
+        return Location(self.url + suffix, self.remote, self.path + suffix)
 
     def exists(self) -> bool:
+        if self.local:
+            return os.path.exists(self.path)
         self._forget_listings()
         return self._fs.exists(self.path)
 
     def isdir(self) -> bool:
+        if self.local:
+            return os.path.isdir(self.path)
         self._forget_listings()
         return self._fs.isdir(self.path)
 
     def is_folder(self) -> bool | None:
         """True for a directory (a prefix behind a URL), False for a file, None if nothing is
         there: one look-up (`look_up`), where `exists()` and `isdir()` ask twice."""
+        if self.local:  # one stat, following links (as fsspec's local info)
+            try:
+                return stat.S_ISDIR(os.stat(self.path).st_mode)
+            except FileNotFoundError:
+                return None
         info = self.look_up()
         return None if info is None else info["type"] == "directory"
 
@@ -130,6 +153,8 @@ class Location:
             self._fs.invalidate_cache(self.path)
 
     def read_bytes(self) -> bytes:
+        if self.local:
+            return _read_local(self.path)
         if _protocol(self.fs) in ("s3", "s3a"):  # one GET: s3fs otherwise asks for the size first (a HEAD)
             return self._fs.cat_file(self.path, max_concurrency=1)
         return self._fs.cat_file(self.path)
@@ -221,7 +246,10 @@ class Location:
     def remove(self) -> None:
         """Delete the file, if it exists."""
         with contextlib.suppress(FileNotFoundError):
-            self._fs.rm_file(self.path)
+            if self.local:
+                os.remove(self.path)
+            else:
+                self._fs.rm_file(self.path)
 
     def remove_tree(self) -> None:
         """Delete the directory (prefix) and everything under it, if it exists."""
@@ -232,10 +260,15 @@ class Location:
             self._fs.rm(self.path, recursive=True)
 
     def glob(self, pattern: str) -> list[Location]:
-        """The entries matching `pattern` (fsspec glob syntax) under this directory, sorted."""
-        self._forget_listings()
-        found = sorted(self._fs.glob(f"{self.path.rstrip('/')}/{pattern}"))
+        """The entries matching `pattern` (glob syntax: `*`, `?`, `[…]`; fsspec's behind a URL,
+        Python's on local disk, where a wildcard does not match a leading dot: no name streamfit
+        writes starts with one) under this directory, sorted."""
         base = self.path.rstrip("/")
+        if self.local:
+            found = sorted(glob.glob(os.path.join(glob.escape(base), pattern)))
+        else:
+            self._forget_listings()
+            found = sorted(self._fs.glob(f"{base}/{pattern}"))
         return [self.join(p[len(base) + 1 :]) for p in found]
 
     def arrow_filesystem(self):
@@ -255,9 +288,6 @@ class Location:
         filesystem (s3fs, gcsfs, …) they are fetched concurrently, and on S3 with one GET each:
         s3fs would otherwise ask each object's size first (a HEAD) to choose a ranged, concurrent
         download, which small files never need."""
-        import asyncio
-        import inspect
-
         paths = [self.join(name).path for name in names]
 
         def each(read) -> list[bytes | BaseException]:
@@ -271,6 +301,9 @@ class Location:
 
         if self.local:
             return each(functools.partial(_read_local, max_bytes=max_bytes))
+        import asyncio  # behind a URL only: a local read needs no event loop
+        import inspect
+
         fs = self._fs
         limit = {} if max_bytes is None else {"start": 0, "end": max_bytes}
         if not getattr(fs, "async_impl", False):
@@ -330,12 +363,11 @@ def _protocol(fs) -> str:
 def resolve(path_or_url: str) -> Location:
     """The Location of a local path or URL. StreamfitError when the scheme is unknown or the
     package that provides it is not installed (never a local directory named after the URL)."""
-    import fsspec
-    from fsspec.implementations.local import LocalFileSystem
-
     text = os.fspath(path_or_url)
     if not is_url(text):
-        return Location(text, LocalFileSystem(), os.path.abspath(text))
+        return Location(text, None, os.path.abspath(text))
+    import fsspec
+
     scheme = text.split("://", 1)[0].lower()
     try:
         fs, path = fsspec.core.url_to_fs(text)
@@ -347,7 +379,7 @@ def resolve(path_or_url: str) -> Location:
     except ValueError as e:  # fsspec: "Protocol not known"
         raise StreamfitError(f"{text}: unknown URL scheme {scheme}:// ({e})") from None
     if _protocol(fs) == "file":
-        return Location(text, fs, os.path.abspath(path))
+        return Location(text, None, os.path.abspath(path))
     return Location(text, fs, path)
 
 

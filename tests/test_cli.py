@@ -831,12 +831,21 @@ def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_comman
 
 @pytest.mark.slow
 def test_a_small_job_in_process_imports_no_cluster_and_only_its_solver(stores, tmp_path):
-    """A small train and evaluate run in process (engine auto): Dask, its scheduler and the other
-    solvers are never imported (their imports cost a second or more of a small job)."""
+    """A small train and evaluate run in process (engine auto): Dask, its scheduler, zarr-python and
+    the other solvers are never imported (their imports cost a second or more of a small job)."""
     import subprocess
     import sys
 
-    unused = ["dask", "distributed", "bokeh", "tornado", "pyarrow", "streamfit.solvers.bcd", "streamfit.solvers.fbpd"]
+    unused = [
+        "dask",
+        "distributed",
+        "bokeh",
+        "tornado",
+        "pyarrow",
+        "zarr",
+        "streamfit.solvers.bcd",
+        "streamfit.solvers.fbpd",
+    ]
     train = ["-q", "train", str(stores / "train.zarr"), "--solver", "ppdsparse", "--out", str(tmp_path / "r")]
     evaluate = ["-q", "evaluate", str(tmp_path / "r"), str(stores / "test.zarr"), "--json"]
     code = (

@@ -148,21 +148,11 @@ def digits_svm(digits_cli_store):
 
 @pytest.mark.parametrize("where", ["zarr data", "manifest"])
 def test_disk_full_during_ingest_leaves_no_store(digits_svm, tmp_path, monkeypatch, where):
-    import zarr.storage._local as zarr_local
-
     out = tmp_path / "s.zarr"
     if where == "manifest":
         failed = _full_disk(monkeypatch, lambda p: p.endswith("manifest.json"))
     else:
-        failed, real = [], zarr_local._put
-
-        def put(path, value, exclusive=False):
-            if "chunks/000002/data/c" in str(path):
-                failed.append(path)
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-            return real(path, value, exclusive)
-
-        monkeypatch.setattr(zarr_local, "_put", put)
+        failed = _full_disk(monkeypatch, lambda p: "chunks/000002/data/c" in p)
     result = _cli("ingest", digits_svm, "--no-hash", "--chunk-rows", "200", "--out", out)
     assert failed
     _assert_one_line_error(result, f"{out}.partial", "No space left on device", "free space")

@@ -22,7 +22,9 @@ also reads one file). `--baseline-src DIR` also times the streamfit rows with th
 in DIR (e.g. an export of main: `git archive main | tar -x -C DIR`) in the same run, for before /
 after. Each package gets its bytecode compiled first (`compileall`, as `pip install` does:
 otherwise a PYTHONDONTWRITEBYTECODE environment recompiles every module in every process) and
-one warm-up `streamfit run` (fills numba's cache, as a user's first run does).
+one warm-up `streamfit run` (fills numba's cache, as a user's first run does). `--repeats N`
+runs every row N times, in rounds that alternate the packages and VW (a change of the machine's
+load then hits each alike), and prints each column's median.
 
 Prints `streamfit --help` and `import streamfit.cli` times, then one table row per tool and
 input (wall seconds of each step, total, CPU seconds, test accuracy) with the ratios to VW.
@@ -30,7 +32,7 @@ Usage:
 
     python tools/bench_small_jobs.py [--tarball PATH] [--groups 10] [--bits 18] [--passes 5]
         [--solver ppdsparse] [-p KEY=VALUE ...] [--n-workers N] [--workdir DIR]
-        [--inputs folder,tsv] [--baseline-src DIR]
+        [--inputs folder,tsv] [--baseline-src DIR] [--repeats N]
 
 Needs the `bench` extra (vowpalwabbit).
 """
@@ -46,6 +48,7 @@ import random
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -261,6 +264,14 @@ def startup(repeats: int = 3) -> dict:
     return out
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The median of each timing of `runs` (one per round), the total's own median kept as "total"; accuracy as run."""
+    keys = ("ingest", "train", "evaluate", "cpu")
+    out = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in keys}}
+    out["total"] = statistics.median(r["ingest"] + r["train"] + r["evaluate"] for r in runs)
+    return out
+
+
 def package_dir(src: str | None) -> str:
     """The streamfit package the commands import: src/streamfit, or this interpreter's."""
     if src is not None:
@@ -281,6 +292,7 @@ def main() -> None:
     ap.add_argument("--workdir", default=None, help="kept when given; a temporary folder otherwise")
     ap.add_argument("--inputs", default="folder,tsv", help="comma-separated: folder (one file per document), tsv")
     ap.add_argument("--baseline-src", default=None, help="also time the streamfit package in this source tree")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of every row, alternating; the table shows medians")
     args = ap.parse_args()
     inputs = args.inputs.split(",")
     for name in inputs:
@@ -303,26 +315,39 @@ def main() -> None:
     )
 
     solver = f"{args.solver} {' '.join(args.params)}".rstrip()
-    rows = []
+    runs: dict[str, list[dict]] = {}  # row name: its runs, one per round
     starts = {}
     sources = [("this", None)] + ([("baseline", args.baseline_src)] if args.baseline_src else [])
-    for label, src in sources:
+
+    def use(src: str | None) -> None:
         ENV.pop("PYTHONPATH", None)
         if src is not None:
             ENV["PYTHONPATH"] = os.path.abspath(src)
+
+    for label, src in sources:
+        use(src)
         compileall.compile_dir(package_dir(src), quiet=1)
         starts[label] = startup()
         # a first run fills numba's cache, as a user's first run does; the timed runs come after
         run_pipeline(work, inputs[0], args.bits, args.solver, args.params, args.n_workers)
-        for name in inputs:
-            job = (work, name, args.bits, args.solver, args.params, args.n_workers)
-            ours = with_cpu(run_streamfit, *job)
-            rows.append((f"{label}: streamfit, 4 commands, {name} ({solver}, engine {ours['engine']})", ours))
-            rows.append((f"{label}: `streamfit run`, one process, {name}", with_cpu(run_pipeline, *job)))
-    ENV.pop("PYTHONPATH", None)
-    vw = with_cpu(run_vw, work, len(groups), args.bits, args.passes)
-    vw_total = vw["train"] + vw["evaluate"]
-    rows.append((f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes} (one file)", vw))
+    for _ in range(args.repeats):  # rounds alternate the packages and VW: a load change hits all alike
+        for label, src in sources:
+            use(src)
+            for name in inputs:
+                job = (work, name, args.bits, args.solver, args.params, args.n_workers)
+                ours = with_cpu(run_streamfit, *job)
+                runs.setdefault(
+                    f"{label}: streamfit, 4 commands, {name} ({solver}, engine {ours['engine']})", []
+                ).append(ours)
+                runs.setdefault(f"{label}: `streamfit run`, one process, {name}", []).append(
+                    with_cpu(run_pipeline, *job)
+                )
+        use(None)
+        vw_name = f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes} (one file)"
+        runs.setdefault(vw_name, []).append(with_cpu(run_vw, work, len(groups), args.bits, args.passes))
+    rows = [(name, median_run(each)) for name, each in runs.items()]
+    vw = dict(rows)[vw_name]
+    vw_total = vw["total"]
 
     print("| package | `streamfit --help` wall / CPU s | `import streamfit.cli` wall / CPU s |")
     print("|---|---|---|")
@@ -333,12 +358,14 @@ def main() -> None:
     print("| tool | ingest s | train s | evaluate s | total s | / vw | CPU s | / vw | test accuracy |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, r in rows:
-        total = r["ingest"] + r["train"] + r["evaluate"]
+        total = r["total"]
         print(
             f"| {name} | {r['ingest']:.2f} | {r['train']:.2f} | {r['evaluate']:.2f} | {total:.2f} | "
             f"{total / vw_total:.2f} | {r['cpu']:.2f} | {r['cpu'] / vw['cpu']:.2f} | {r['accuracy']:.4f} |"
         )
     print(f"vw's input conversion (not in its total): {convert_s:.2f} s; `streamfit run` rows: all steps in 'train'")
+    if args.repeats > 1:
+        print(f"medians of {args.repeats} rounds (each column its own median; total: the median of the totals)")
     if not args.workdir:
         shutil.rmtree(work)
 

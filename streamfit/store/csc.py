@@ -16,19 +16,31 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 import zarr
+from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit.errors import StoreError, output_error
 from streamfit.runlog import counted
 from streamfit.storage import fsync_path, is_url, resolve
-from streamfit.store.format import MANIFEST, csc_block_digest
-from streamfit.store.zarr_backend import COMPRESSORS, NNZ_CHUNK, open_array
+from streamfit.store.format import MANIFEST, DataMismatch, csc_block_digest
+from streamfit.store.zarr_backend import ZSTD_LEVEL
 
 CSC_DIR = "csc"
+NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz of a block's arrays
+COMPRESSORS = [ZstdCodec(level=ZSTD_LEVEL), Crc32cCodec()]  # the row chunks' codecs (zarr_backend.array_files)
 SPILL_DTYPE = np.dtype([("row", np.int64), ("col", np.int32), ("val", np.float32)])  # col: within the block
 
 
 def block_name(b: int) -> str:
     return f"block-{b:06d}"
+
+
+def open_array(group: zarr.Group, path: str) -> zarr.Array:
+    """The array at `path` (e.g. "block-000000/indptr") in `group`; DataMismatch when the store
+    has a group there."""
+    node = group[path]
+    if not isinstance(node, zarr.Array):
+        raise DataMismatch(f"{path} is a Zarr group, expected an array")
+    return node
 
 
 @numba.njit(cache=True, nogil=True)

@@ -9,13 +9,12 @@ the same way, so a task that reads data chunk i also reads and writes state chun
 Every chunk is stored apart from the others, under `chunks/` (named by `chunk_name`), so it is
 written whole by one writer: the driver in process, or the Dask worker that featurized its rows
 (distributed ingest). Backends:
-- zarr (Zarr v3): group `chunks/<id:06d>` per chunk, the anndata `csr_matrix` encoding of its
-  rows (`indptr` from 0, `indices`, `data`; attributes encoding-type and shape) and beside them
-  `y` (int32 class ids, multiclass), `Y/indptr` + `Y/indices` (class ids per row, multilabel)
-  or `targets` (float64, rows × k, regression), each array one Zarr chunk (zarr_backend's
-  COMPRESSORS: zstd, then CRC32C), so damage is caught on read too (the reader decodes the
-  chunk objects itself, zarr_backend.decode_chunk). The root group's attributes hold a manifest
-  copy.
+- zarr (Zarr v3): group `chunks/<id:06d>` per chunk, its rows as CSR arrays (`indptr` from 0,
+  `indices`, `data`) and beside them `y` (int32 class ids, multiclass), `Y/indptr` + `Y/indices`
+  (class ids per row, multilabel) or `targets` (float64, rows × k, regression), each array one
+  Zarr chunk (zarr_backend.array_files: zstd, then CRC32C), so damage is caught on read too.
+  The backend writes and reads these files itself (byte for byte what zarr-python writes;
+  zarr-python reads them). The root group's attributes hold a manifest copy.
 - parquet: the Parquet dataset directory `chunks/`: `part-<id:06d>.parquet` per chunk (one row
   group), columns `indices: list<int32>`, `values: list<float32>` and `label: int32`,
   `labels: list<int32>` or `target: fixed_size_list<float64>[k]`; `chunks/_common_metadata`

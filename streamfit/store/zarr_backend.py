@@ -1,53 +1,90 @@
 """Zarr v3 backend: each row chunk its own Zarr group `chunks/<id:06d>/` (see format.py), written
-apart from the others, so a Dask worker can write its chunks straight to the store."""
+apart from the others, so a Dask worker can write its chunks straight to the store.
+
+The files are written and read here, without zarr-python (whose import, about 0.2 CPU s, and
+event-loop writes a small job would pay for every store): a group is one `zarr.json`, an array
+its `zarr.json` and its one chunk object (`c/0`, `c/0/0` for 2-D), as the Zarr v3
+specification lays them out and, byte for byte, as zarr-python writes them
+(tests/store/test_zarr_backend.py compares the two); zarr-python reads the stores."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import scipy.sparse as sp
-import zarr
-from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit.storage import Location
 from streamfit.store.format import CHUNKS_DIR, TARGET_DTYPE, DataMismatch, chunk_name, manifest_copy_difference
 
-NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz (the CSC copy's arrays)
-COMPRESSORS = [ZstdCodec(level=1), Crc32cCodec()]
+ZSTD_LEVEL = 1  # every array: its little-endian bytes, zstd at this level (no frame checksum), then CRC32C
+JSON_INDENT = 2  # zarr-python's default layout of zarr.json
 
 
-def open_array(group: zarr.Group, path: str) -> zarr.Array:
-    """The array at `path` (e.g. "indptr") in `group`; DataMismatch if the store has a group there."""
-    node = group[path]
-    if not isinstance(node, zarr.Array):
-        raise DataMismatch(f"{path} is a Zarr group, expected an array")
-    return node
+def _metadata(document: dict) -> bytes:
+    """A `zarr.json` as zarr-python lays it out (its `json_indent` default, NaN allowed)."""
+    return json.dumps(document, indent=JSON_INDENT, allow_nan=True).encode()
 
 
-def _put(group: zarr.Group, name: str, values: np.ndarray) -> None:
-    """values as array `name` of `group`, one Zarr chunk (an empty array: no chunk at all)."""
-    chunks = tuple(max(n, 1) for n in values.shape)
-    array = group.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype, compressors=COMPRESSORS)
-    if values.size:
-        array[...] = values
+def group_metadata(attributes: dict) -> bytes:
+    """The `zarr.json` of a Zarr v3 group with these attributes."""
+    return _metadata({"attributes": attributes, "zarr_format": 3, "node_type": "group"})
 
 
-def _write_group(location: Location, write) -> None:
-    """Write a Zarr group at `location` with `write(zarr_store)`. Behind a URL the group is
-    built in memory and then each of its objects (metadata and chunks) is put once, together
-    (Location.write_files): Zarr writing through the filesystem asks first whether each node
-    exists (per row chunk about 8 HEADs, 5 LISTs and 4 GETs besides its 9 PUTs). The objects
-    are the same bytes either way."""
-    from zarr.storage import LocalStore, MemoryStore
+def array_files(name: str, values: np.ndarray) -> dict[str, bytes]:
+    """The files of `values` as the Zarr v3 array `name`, one chunk the array's shape (a 0 in
+    the shape: 1): {"NAME/zarr.json": metadata, "NAME/c/0…": the chunk}. Codecs: bytes
+    (little-endian), zstd (ZSTD_LEVEL, no checksum), crc32c (the CRC32C of the compressed bytes,
+    4 bytes little-endian, appended). Fill value 0; as zarr-python does by default
+    (`write_empty_chunks` false), a chunk whose bytes are all those of the fill value (an empty
+    array, all zeros, -0.0 not among them) is not written: a reader takes a missing chunk as
+    zeros."""
+    values = np.ascontiguousarray(values)
+    float_kind = values.dtype.kind == "f"
+    document = {
+        "shape": list(values.shape),
+        "data_type": values.dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(n, 1) for n in values.shape]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0.0 if float_kind else 0,
+        "codecs": [
+            {"name": "bytes", "configuration": {"endian": "little"}},
+            {"name": "zstd", "configuration": {"level": ZSTD_LEVEL, "checksum": False}},
+            {"name": "crc32c"},
+        ],
+        "attributes": {},
+        "zarr_format": 3,
+        "node_type": "array",
+        "storage_transformers": [],
+    }
+    files = {f"{name}/zarr.json": _metadata(document)}
+    raw = values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
+    if np.frombuffer(raw, dtype=np.uint8).any():
+        files[_array_key(name, values.ndim)] = encode_chunk(raw)
+    return files
 
-    if location.local:
-        write(LocalStore(location.path))
+
+def encode_chunk(raw: bytes) -> bytes:
+    """An array's chunk object from its little-endian bytes: zstd, then the CRC32C appended."""
+    import google_crc32c
+    from numcodecs.zstd import Zstd
+
+    body = Zstd(level=ZSTD_LEVEL, checksum=False).encode(raw)
+    return bytes(body) + google_crc32c.value(body).to_bytes(4, "little")
+
+
+def _write_files(location: Location, files: dict[str, bytes]) -> None:
+    """Write {path relative to `location`: bytes} inside an attempt: on local disk each a new
+    file (storage.write_new_file, synced by the commit), its folders made first; behind a URL
+    all of them together, one PUT each (Location.write_files: no HEAD, LIST or GET before)."""
+    if not location.local:
+        location.write_files(files)
         return
-
-    objects: dict = {}
-    write(MemoryStore(objects))
-    location.write_files({key: buffer.to_bytes() for key, buffer in objects.items()})
+    for name, data in files.items():
+        target = location.join(*name.split("/"))
+        os.makedirs(os.path.dirname(target.path), exist_ok=True)
+        target.write_new(data)
 
 
 def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
@@ -55,30 +92,26 @@ def write_chunk(root: Location, cid: int, X: sp.csr_matrix, labels) -> None:
     chunks/<cid:06d>: X's CSR arrays (indptr int64 from 0, indices int32, data float32) and
     beside them `y` (int32 class ids), `Y/indptr` + `Y/indices` (multilabel) or `targets`
     (float64 rows × k). X and labels come canonical (store.canonical_chunk)."""
-    _write_group(root.join(CHUNKS_DIR, chunk_name(cid)), lambda store: _chunk_group(store, X, labels))
-
-
-def _chunk_group(store, X: sp.csr_matrix, labels) -> None:
-    group = zarr.create_group(store, zarr_format=3)
-    _put(group, "indptr", np.asarray(X.indptr, dtype=np.int64))  # scipy may hold int32 row pointers
-    _put(group, "indices", np.asarray(X.indices, dtype=np.int32))
-    _put(group, "data", np.asarray(X.data, dtype=np.float32))
+    files = {"zarr.json": group_metadata({})}
+    files |= array_files("indptr", np.asarray(X.indptr, dtype=np.int64))  # scipy may hold int32 row pointers
+    files |= array_files("indices", np.asarray(X.indices, dtype=np.int32))
+    files |= array_files("data", np.asarray(X.data, dtype=np.float32))
     if sp.issparse(labels):
-        Y = group.create_group("Y")
-        _put(Y, "indptr", np.asarray(labels.indptr, dtype=np.int64))
-        _put(Y, "indices", np.asarray(labels.indices, dtype=np.int32))
+        files["Y/zarr.json"] = group_metadata({})
+        files |= array_files("Y/indptr", np.asarray(labels.indptr, dtype=np.int64))
+        files |= array_files("Y/indices", np.asarray(labels.indices, dtype=np.int32))
     elif labels.ndim == 2:
-        _put(group, "targets", labels)
+        files |= array_files("targets", labels)
     else:
-        _put(group, "y", labels)
+        files |= array_files("y", labels)
+    _write_files(root.join(CHUNKS_DIR, chunk_name(cid)), files)
 
 
 def close(root: Location, manifest_json: str) -> None:
     """The root group (its attributes: a copy of the manifest) and the `chunks` group, written
     once every chunk is: the Zarr hierarchy is complete only then."""
-    _write_group(root.join(CHUNKS_DIR), lambda store: zarr.create_group(store, zarr_format=3))
     copy = {"streamfit.manifest": json.loads(manifest_json)}
-    _write_group(root, lambda store: zarr.create_group(store, zarr_format=3, attributes=copy))
+    _write_files(root, {f"{CHUNKS_DIR}/zarr.json": group_metadata({}), "zarr.json": group_metadata(copy)})
 
 
 def _array_key(name: str, ndim: int) -> str:
@@ -90,7 +123,7 @@ def _array_key(name: str, ndim: int) -> str:
 def decode_chunk(raw: bytes, dtype: str, where: str) -> np.ndarray:
     """The values (1-D) of an array's one Zarr chunk as _put encodes them: the values' little-
     endian bytes (Zarr's bytes codec), zstd-compressed, then the CRC32C of the compressed bytes
-    appended (4 bytes, little-endian): COMPRESSORS. ValueError naming `where` when the bytes
+    appended (4 bytes, little-endian): array_files' codecs. ValueError naming `where` when the bytes
     fail their CRC32C or are no zstd frame (damage). The values are a writable array of their
     own."""
     import google_crc32c
