@@ -93,9 +93,9 @@ WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_st
 # kernel call paid). None of it may start a thread at import (a fork copies one thread only):
 # NumPy's BLAS gets one thread (Dask sets OPENBLAS_NUM_THREADS=1 etc. before the server starts),
 # numba's initialisation starts none, and pyarrow (a jemalloc thread) is left to the tasks that
-# need it (ingest, parquet stores). Zarr's backend is imported here although streamfit.store
-# imports it only on a Zarr store's first read (a small job in process never pays for it): else
-# each worker paid that import (0.3-0.6 s) in its first chunk task, all of them at once.
+# need it (ingest, parquet stores). The Zarr backend (its codecs) is imported here although
+# streamfit.store imports it only on a Zarr store's first read: else each worker paid that
+# import in its first chunk task, all of them at once (0.3-0.6 s while it imported zarr-python).
 WORKER_PRELOAD = (
     "distributed",
     *(f"streamfit.solvers.{name}" for name in ("bcd", "fbpd", "multiboost", "ppdsparse", "stagewise")),

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 
+import google_crc32c
 import numpy as np
 import scipy.sparse as sp
+from numcodecs.zstd import Zstd
 
 from streamfit.storage import Location
 from streamfit.store.format import CHUNKS_DIR, TARGET_DTYPE, DataMismatch, chunk_name, manifest_copy_difference
@@ -67,9 +69,6 @@ def array_files(name: str, values: np.ndarray) -> dict[str, bytes]:
 
 def encode_chunk(raw: bytes) -> bytes:
     """An array's chunk object from its little-endian bytes: zstd, then the CRC32C appended."""
-    import google_crc32c
-    from numcodecs.zstd import Zstd
-
     body = Zstd(level=ZSTD_LEVEL, checksum=False).encode(raw)
     return bytes(body) + google_crc32c.value(body).to_bytes(4, "little")
 
@@ -126,9 +125,6 @@ def decode_chunk(raw: bytes, dtype: str, where: str) -> np.ndarray:
     appended (4 bytes, little-endian): array_files' codecs. ValueError naming `where` when the bytes
     fail their CRC32C or are no zstd frame (damage). The values are a writable array of their
     own."""
-    import google_crc32c
-    from numcodecs.zstd import Zstd
-
     body, stored = raw[:-4], raw[-4:]
     if len(raw) < 4 or google_crc32c.value(body) != int.from_bytes(stored, "little"):
         raise ValueError(f"{where} fails its CRC32C")
