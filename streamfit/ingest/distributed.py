@@ -4,8 +4,8 @@ pass.
 
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
-is cut into byte ranges of `piece_size` (up to PIECES_PER_FILE pieces of at least
-MIN_PIECE_BYTES, at most PIECE_BYTES), each ending right after a newline, a Parquet file
+is cut into byte ranges of `piece_size` (the input's uncompressed bytes / PIECES_PER_INPUT,
+at least MIN_PIECE_BYTES, at most PIECE_BYTES), each ending right after a newline, a Parquet file
 likewise into runs of row groups, a folder corpus (a directory,
 local or behind a URL, or a zip archive) into runs of files or members of about
 FOLDER_PIECE_BYTES, and a tar archive larger than PIECE_BYTES into runs of members of about
@@ -74,10 +74,13 @@ log = logging.getLogger(__name__)
 
 WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet files and tar archives are cut (plan_pieces)
-# ...and a smaller LIBSVM / JSONL / Parquet file into up to PIECES_PER_FILE pieces of at least
-# MIN_PIECE_BYTES (piece_size), so that a file of a few MB keeps a few workers busy as well: a
-# file cut only at PIECE_BYTES had been one piece, one worker's work, at any N
-PIECES_PER_FILE = 16
+# ...and so is a smaller LIBSVM / JSONL / Parquet file where the input as a whole is small: into
+# pieces of its total bytes / PIECES_PER_INPUT, at least MIN_PIECE_BYTES (piece_size), so that
+# an input of one file of a few MB keeps a few workers busy (cut only at PIECE_BYTES it had been
+# one piece, one worker's work, at any N), while an input of many such files is one piece a file
+# (each piece costs the driver about 0.02 CPU s: 64 files of 4 MB cut into 256 pieces tripled
+# the driver's CPU at 16 workers, docs/benchmarks.md, session 15)
+PIECES_PER_INPUT = 16
 MIN_PIECE_BYTES = 1 << 20
 # documents per piece of a folder corpus: small, as its documents are small and many (20
 # Newsgroups: 36 MB in 18 846 documents). A directory or a zip archive is cut whatever its size
@@ -145,7 +148,7 @@ class Piece:
 
 def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, folder_piece_bytes: int) -> list[Piece]:
     """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
-    more than piece_size(its size, piece_bytes) (and within --max-input-bytes) is cut into byte
+    more than piece_size(the input's uncompressed bytes, piece_bytes) (and within --max-input-bytes) is cut into byte
     ranges of about that size, each ending right after a newline; a Parquet file likewise into
     runs of row groups (their uncompressed bytes); a folder corpus into runs of
     documents of about folder_piece_bytes (sources.folder_parts, read with source_options): a
@@ -157,8 +160,17 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
     from streamfit.ingest.sources.folder import container
 
     limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
-    pieces = []
+    sizes = []  # each input's size where it is an uncompressed file (one HEAD each on S3), else 0
     for path in paths:
+        compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
+        info = {}
+        if (o.format or infer_format(path)) != "folder" and not compressed:
+            location = storage.resolve(path)
+            info = location.fs.info(location.path)  # type: ignore[attr-defined]
+        sizes.append(info["size"] if info.get("type") == "file" else 0)
+    cut = piece_size(sum(sizes), piece_bytes)
+    pieces = []
+    for path, size in zip(paths, sizes):
         location = storage.resolve(path)
         if (o.format or infer_format(path)) == "folder":
             held_in = container(path)  # its look-up, behind a URL, goes on to the parts' opens
@@ -169,10 +181,6 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
             else:
                 pieces.append(Piece(path))
             continue
-        compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
-        info = {} if compressed else location.fs.info(location.path)  # type: ignore[attr-defined]  # one HEAD on S3
-        size = info["size"] if info.get("type") == "file" else 0
-        cut = piece_size(size, piece_bytes)
         kind = (o.format or infer_format(path) or sniff_format(path)) if size > cut else None
         if kind == "parquet":
             cuts = _row_group_cuts(location, cut)
@@ -190,11 +198,12 @@ def _size(location: storage.Location, info: dict[str, Any] | None) -> int:
     return int(info["size"]) if info else location.fs.size(location.path)  # type: ignore[attr-defined]
 
 
-def piece_size(size: int, piece_bytes: int) -> int:
-    """The bytes per piece of a file of `size` bytes: size / PIECES_PER_FILE, within
-    [MIN_PIECE_BYTES, piece_bytes] (piece_bytes where that is smaller). A function of the file
-    alone, as the cuts must be (the chunks, cut by row numbers, do not depend on them)."""
-    return min(piece_bytes, max(MIN_PIECE_BYTES, -(-size // PIECES_PER_FILE)))
+def piece_size(total: int, piece_bytes: int) -> int:
+    """The bytes per piece of the files of an input of `total` bytes (its uncompressed files):
+    total / PIECES_PER_INPUT, within [MIN_PIECE_BYTES, piece_bytes] (piece_bytes where that is
+    smaller). A function of the input alone (the chunks, cut by row numbers, do not depend on
+    the pieces either way)."""
+    return min(piece_bytes, max(MIN_PIECE_BYTES, -(-total // PIECES_PER_INPUT)))
 
 
 def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:

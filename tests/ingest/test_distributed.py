@@ -377,24 +377,28 @@ def test_a_split_of_regression_or_multilabel_rows_gives_the_in_process_stores(tm
     assert stores["in"][0]["task"] == ("regression" if target == "numeric" else "multilabel")
 
 
-def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_file(tmp_path, monkeypatch):
-    """A LIBSVM / JSONL file smaller than PIECE_BYTES is cut too: into PIECES_PER_FILE byte ranges
-    of size / PIECES_PER_FILE (not below MIN_PIECE_BYTES) at line boundaries, so a file of a few
-    MB keeps several workers busy (it had been one piece at any N); one below MIN_PIECE_BYTES
-    stays whole."""
+def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_input(tmp_path, monkeypatch):
+    """A LIBSVM / JSONL file smaller than PIECE_BYTES is cut too when the input is small: into
+    PIECES_PER_INPUT byte ranges of the input's bytes / PIECES_PER_INPUT (not below
+    MIN_PIECE_BYTES) at line boundaries, so an input of one file of a few MB keeps several
+    workers busy (it had been one piece at any N); one below MIN_PIECE_BYTES stays whole, and so
+    does each file of an input of many (a piece costs the driver; the files are pieces enough)."""
     from streamfit.ingest import distributed
 
     monkeypatch.setattr(distributed, "MIN_PIECE_BYTES", 2048)  # a file of a few MB, scaled down
     _write_files(tmp_path / "in", n_files=1, rows=1200)
     path = str(tmp_path / "in" / "part-0.jsonl")
     data = open(path, "rb").read()
-    assert len(data) > distributed.PIECES_PER_FILE * 2048
+    assert len(data) > distributed.PIECES_PER_INPUT * 2048
     pieces = distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, distributed.PIECE_BYTES, 1 << 20)
-    assert len(pieces) == distributed.PIECES_PER_FILE
+    assert len(pieces) == distributed.PIECES_PER_INPUT
     assert pieces[0].byte_range[0] == 0 and pieces[-1].byte_range[1] == len(data)
     for a, b in zip(pieces, pieces[1:]):
         assert a.byte_range[1] == b.byte_range[0] and data[b.byte_range[0] - 1 : b.byte_range[0]] == b"\n"
-        assert len(data) // distributed.PIECES_PER_FILE <= a.byte_range[1] - a.byte_range[0] < len(data) // 8
+        assert len(data) // distributed.PIECES_PER_INPUT <= a.byte_range[1] - a.byte_range[0] < len(data) // 8
+    many = [path] * distributed.PIECES_PER_INPUT  # the same file 16 times: an input 16 times its size
+    pieces = distributed.plan_pieces(many, _options(path, tmp_path / "x"), {}, distributed.PIECE_BYTES, 1 << 20)
+    assert [p.byte_range for p in pieces] == [None] * len(many)
     monkeypatch.setattr(distributed, "MIN_PIECE_BYTES", len(data))
     [whole] = distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, distributed.PIECE_BYTES, 1 << 20)
     assert whole.byte_range is None
