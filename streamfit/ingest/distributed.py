@@ -160,19 +160,18 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
     from streamfit.ingest.sources.folder import container
 
     limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
+    locations = [storage.resolve(path) for path in paths]
+    folders = [(o.format or infer_format(path)) == "folder" for path in paths]
     sizes = []  # each input's size where it is an uncompressed file (one HEAD each on S3), else 0
-    for path in paths:
-        compressed = os.path.splitext(path)[1].lower() in COMPRESSIONS
+    for path, location, folder in zip(paths, locations, folders):
         info = {}
-        if (o.format or infer_format(path)) != "folder" and not compressed:
-            location = storage.resolve(path)
+        if not folder and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
             info = location.fs.info(location.path)  # type: ignore[attr-defined]
         sizes.append(info["size"] if info.get("type") == "file" else 0)
     cut = piece_size(sum(sizes), piece_bytes)
     pieces = []
-    for path, size in zip(paths, sizes):
-        location = storage.resolve(path)
-        if (o.format or infer_format(path)) == "folder":
+    for path, location, folder, size in zip(paths, locations, folders, sizes):
+        if folder:
             held_in = container(path)  # its look-up, behind a URL, goes on to the parts' opens
             archive, archive_info = held_in
             if archive != "tar" or _size(location, archive_info) > piece_bytes:
