@@ -9,11 +9,10 @@ import sys
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import zarr
 
 from streamfit.storage import resolve
 from streamfit.store import zarr_backend
-
-zarr = pytest.importorskip("zarr")
 
 
 def _zarr_python_files(write) -> dict[str, bytes]:
