@@ -48,11 +48,12 @@ in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
   blocks, all blocks are reactivated and the run goes on until it holds on all of them.
 
 method="bcd", mode "chunks" — out of core on the Engine, each chunk's rows of S in the ChunkState
-("scores"). The active blocks of an outer iteration (cyclic for "ls", a seeded permutation for
-"cst") are cut into groups B of `group_size` features, each one block of Tseng and Yun's
-coordinate gradient descent: δ_j = prox_{λP/L_j}(W_j − G_j/L_j) − W_j for j ∈ B, then
-W_B ← W_B + α δ_B with α from (7) summed over the group. One step is one group: one map_reduce
-pass (bcd_kernels.chunk_pass) in which every chunk
+("scores"). The active feature blocks of an outer iteration (cyclic for "ls", a seeded permutation
+for "cst") are cut into groups of `group_size` features, and the intercept's row (fit_intercept)
+joins every group (`_group`: on text it otherwise lags as in the memory mode); each group B is
+one block of Tseng and Yun's coordinate gradient descent: δ_j = prox_{λP/L_j}(W_j − G_j/L_j) − W_j
+for j ∈ B, then W_B ← W_B + α δ_B with α from (7) summed over the group. One step is one group:
+one map_reduce pass (bcd_kernels.chunk_pass) in which every chunk
   1. applies the step accepted for the group before (S ← S + X_{:C} Δ_C: the next version of
      the scores),
   2. evaluates the pending group's loss change at the candidates α ∈ {1/ω, 1, ω, ω², 0} (the
@@ -544,7 +545,7 @@ class BCDSolver(Solver[BCDState]):
             return self.params.max_iter
         if state.done:
             return state.step
-        groups = -(-len(state.order) // self.params.group_size)
+        groups = max(1, -(-len(state.order) // self.params.group_size))  # an empty order: one group, b's
         return state.step + (self.params.max_iter - state.outer) * groups - state.group + 1
 
     def finished(self, state: BCDState) -> bool:
@@ -797,11 +798,12 @@ class BCDSolver(Solver[BCDState]):
         return f, (f - dual) / f if f > 0 else 0.0
 
     # ---- mode "chunks": out of core, one pass per feature group ----
-    def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int) -> np.ndarray:
-        """Active blocks of outer iteration `outer`: in feature order (ls) or a seeded permutation
-        (cst). block_order is the memory mode's: permuted groups took 36 outer iterations
-        against 27 on the fingerprint run bcd-chunks-shrinking-converged (digits, group_size 16)."""
-        live = blocks[active[blocks]]
+    def _order(self, blocks: np.ndarray, active: np.ndarray, outer: int, free: int) -> np.ndarray:
+        """Active feature blocks of outer iteration `outer`, the intercept's row `free` left out
+        (it joins every group, `_group`): in feature order (ls) or a seeded permutation (cst).
+        block_order is the memory mode's: permuted groups took 36 outer iterations against 27 on
+        the fingerprint run bcd-chunks-shrinking-converged (digits, group_size 16)."""
+        live = blocks[active[blocks] & (blocks != free)]
         return (
             live
             if self.params.variant == "ls"
@@ -821,7 +823,7 @@ class BCDSolver(Solver[BCDState]):
             W=np.zeros((self._width(src), src.n_classes)),
             blocks=blocks,
             active=active,
-            order=self._order(blocks, active, 0),
+            order=self._order(blocks, active, 0, self._free_row(src)),
             scores=PerSample(SCORES, 0, written=False),
             data_passes=1,
         )
@@ -841,7 +843,7 @@ class BCDSolver(Solver[BCDState]):
                 st.active[:] = True
                 st.converged, st.max_viol = False, math.inf
             st.done = st.converged or st.outer >= p.max_iter
-            st.order = self._order(st.blocks, st.active, st.outer)
+            st.order = self._order(st.blocks, st.active, st.outer, self._free_row(ctx.source))
         closed = st.outer
         sums, a = self._chunks_pass(ctx, st, closing=closing)
         st.step += 1
@@ -874,7 +876,7 @@ class BCDSolver(Solver[BCDState]):
         free = self._free_row(src)
         ls = p.variant == "ls"
         trials = np.array([1.0 / p.omega, 1.0, p.omega, p.omega**2, 0.0]) if ls else np.ones(1)
-        B = None if st.done else np.sort(st.order[st.group * p.group_size : (st.group + 1) * p.group_size])
+        B = None if st.done else self._group(st, free)
         commit = None if st.commit_cols is None else (st.commit_cols, st.commit_delta)
         direction = None if st.dir_cols is None else (st.dir_cols, st.dir_delta)
         alphas = trials if direction is not None else np.zeros(1)
@@ -920,7 +922,7 @@ class BCDSolver(Solver[BCDState]):
         if B is not None:  # the next group's direction from its gradient at the accepted point
             G_B, L = sums.grad[a] / n, np.maximum(st.theta * sums.curv[a].max(axis=1) / n, EPS)
             thr = self._group_lam() - st.max_viol / n if p.shrinking and math.isfinite(st.max_viol) else -math.inf
-            keep = ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
+            keep = (B == free) | ~((np.linalg.norm(G_B, axis=1) < thr) & ~np.any(st.W[B] != 0, axis=1))
             st.active[B[~keep]] = False
             B, G_B, L = B[keep], G_B[keep], L[keep]
             free_b = int(np.searchsorted(B, free)) if free in B else -1
@@ -940,6 +942,19 @@ class BCDSolver(Solver[BCDState]):
                 if st.first is None:
                     st.first = list(st.sums)
         return sums, a
+
+    def _group(self, st: ChunksState, free: int) -> np.ndarray:
+        """The blocks of the next group, sorted: its slice of `order` and the intercept's row
+        (`free`, fit_intercept; the last index, so the order stays sorted). Text columns are
+        non-negative, so every group's step also moves its rows' common offset, which only the
+        unpenalised b takes over at no cost; visited once per outer iteration, as the other
+        blocks, b lags and the groups pass that offset among themselves (the memory mode's lag,
+        `_memory_order`). In every group, its gradient and curvature come from the same pass as
+        the group's, and its step is line-searched with theirs: every row is then touched by
+        every pass, which on text the groups' columns nearly are already (docs/benchmarks.md,
+        session 16)."""
+        B = np.sort(st.order[st.group * self.params.group_size : (st.group + 1) * self.params.group_size])
+        return B if free < 0 else np.append(B, free)
 
     # ---- FISTA ----
     def _init_fista(self, ctx: Context) -> FistaState:

@@ -51,9 +51,10 @@ def bcd_epoch(
     (gradient, trial), not three. line_search=False: BCD(CST) (§4.4.2) — L_j = K[j], α = 1.
     A block may appear several times in `blocks` (the intercept, `BCDSolver._memory_order`).
 
-    Shrinking (§5.2.4, Yuan et al. 2010's rule carried to ℓ1/ℓ2): a block with W_{j:} = 0 and
-    ‖G_{j:}‖ < shrink_thr (= λ − M/n, M the largest violation of the previous outer
-    iteration; −inf disables it) is marked inactive and skipped until reactivated.
+    Shrinking (§5.2.4, Yuan et al. 2010's rule carried to ℓ1/ℓ2): a feature block with W_{j:} = 0
+    and ‖G_{j:}‖ < shrink_thr (= λ − M/n, M the largest violation of the previous outer
+    iteration; −inf disables it) is marked inactive and skipped until reactivated (the
+    unpenalised intercept's never: the rule rests on the penalty's threshold).
 
     Returns (Σ v^t, max v^t, number of backtracking steps beyond the first trial), with v^t the
     violation (9) of each visited block.
@@ -98,7 +99,7 @@ def bcd_epoch(
             g[r] /= n
             nw2 += w[r] * w[r]
             ng2 += g[r] * g[r]
-        if nw2 == 0.0 and np.sqrt(ng2) < shrink_thr:
+        if nw2 == 0.0 and np.sqrt(ng2) < shrink_thr and j != free_row:
             active[j] = False
             continue
         lam_j = 0.0 if j == free_row else lam

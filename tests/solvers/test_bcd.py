@@ -532,6 +532,48 @@ def test_default_reaches_the_optimum_of_text_like_rows_in_few_outer_iterations()
     assert cyclic[-1]["objective"] == pytest.approx(f_star, rel=1e-6)
 
 
+def test_chunks_mode_takes_the_intercept_into_every_group_and_meets_the_optimality_conditions():
+    """Chunks mode with the intercept on non-negative text-like rows: an outer iteration's order
+    holds the feature blocks only and every group ends with the intercept's row. The default tol
+    stops within 60 outer iterations (48; 102 with one visit of b per outer iteration, its last
+    group), within 1e-3 of the memory mode's F*; a tol 1e-5 run meets the optimality conditions of
+    F(W, b) (independent numpy gradient): zero rows ‖G_j‖ ≤ λρ, the others stationary, and b's
+    gradient ≤ 1e-3·λ (3e-4; 5e-3 before)."""
+    X, y = text_like()
+    n, d = X.shape
+    rho = 0.2
+    source = InMemoryStore(X, y, [0, 1, 2, 3], chunk_rows=100)
+    solver = bcd.BCDSolver(bcd.BCDParams(mode="chunks", group_size=400))
+    blocks = np.append(np.flatnonzero(np.diff(sp.csc_matrix(X).indptr)), d)
+    order = solver._order(blocks, np.ones(d + 1, dtype=bool), 0, d)  # ls: feature order
+    np.testing.assert_array_equal(order, blocks[:-1])
+    active = np.ones(d + 1, dtype=bool)
+    state = bcd.ChunksState(W=np.zeros((d + 1, 4)), blocks=blocks, active=active, order=order, scores=None)
+    groups = []
+    for g in range(-(-len(order) // 400)):
+        state.group = g
+        groups.append(solver._group(state, d))
+        assert groups[-1][-1] == d and (np.diff(groups[-1]) > 0).all() and len(groups[-1]) <= 401
+    np.testing.assert_array_equal(np.concatenate([g[:-1] for g in groups]), order)
+    opts = {"penalty": "group_elasticnet", "fit_intercept": True}
+    _, tight = fit(source, tol=1e-7, max_iter=1000, **opts)
+    f_star = tight[-1]["objective"]
+    _, default = fit(source, mode="chunks", group_size=100, **opts)
+    assert default[-1]["outer_iteration"] <= 60 and "objective" in default[-1]
+    assert 0 <= (default[-1]["objective"] - f_star) / f_star <= 1e-3
+    info: dict = {}
+    W, _ = fit(source, info=info, mode="chunks", group_size=400, tol=1e-5, max_iter=1000, **opts)
+    lam, b = info["lam"], info["intercept"]
+    Xd = X.toarray()
+    _, G = mc_squared_hinge(W, Xd, y, scores=Xd @ W + b)
+    _, Gb = mc_squared_hinge(W, np.ones((n, 1)), y, scores=Xd @ W + b)
+    norms = np.linalg.norm(W, axis=1)
+    zero = norms == 0
+    assert 0 < zero.sum() < d and np.linalg.norm(G[zero], axis=1).max() <= lam * rho
+    stationary = G[~zero] + lam * (1 - rho) * W[~zero] + lam * rho * W[~zero] / norms[~zero, None]
+    assert np.abs(stationary).max() <= 1e-2 * lam and np.abs(Gb).max() <= 1e-3 * lam
+
+
 def test_multilabel_ranking_optimality():
     """§4.7 label ranking: zero-row and non-zero-row conditions with an independent gradient."""
     rng = np.random.default_rng(4)
@@ -634,7 +676,7 @@ def test_not_converged_reason_names_the_test_that_failed(args, why):
 
 def test_chunks_independent_of_workers_and_chunk_size(dna, tmp_path):
     X, y = dna
-    params = {"mode": "chunks", "group_size": 60, "lam": 5e-2, "tol": 1e-12, "max_iter": 6}
+    params = {"mode": "chunks", "group_size": 60, "lam": 5e-2, "tol": 1e-12, "max_iter": 6, "fit_intercept": True}
     store = write_store(tmp_path / "a", X, y, ["1", "2", "3"], chunk_rows=150)
     W1, log1 = fit(store, str(tmp_path / "run1"), **params)
     with Engine(mode="local", n_workers=2) as engine:
