@@ -643,14 +643,21 @@ class BCDSolver(Solver[BCDState]):
         )
 
     def _fields(
-        self, W: np.ndarray, objective: float, correct: int, n: int, multilabel: bool, **more
+        self, W: np.ndarray, objective: float, correct: int, n: int, source: ChunkSource, **more
     ) -> dict[str, Any]:
         """The fields logged at the end of an outer iteration: F (eq. 2, averaged), top-1
-        accuracy, non-zero rows of W (the features', not the intercept's), then `more`."""
-        W = self._split(W)[0]
-        nz = int(np.count_nonzero(np.any(W != 0, axis=1)))
-        acc = {"train_p_at_1" if multilabel else "train_accuracy": correct / n}
-        return {"objective": objective, **acc, "nnz_rows": nz, "nnz_rows_pct": 100.0 * nz / W.shape[0], **more}
+        accuracy, non-zero rows of W (the features', not the intercept's, of the source's
+        n_features; W may be the blocks' rows only, `_block_rows`), then `more`."""
+        nz = int(np.count_nonzero(np.any(self._split(W)[0] != 0, axis=1)))
+        acc = {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
+        return {"objective": objective, **acc, "nnz_rows": nz, "nnz_rows_pct": 100.0 * nz / source.n_features, **more}
+
+    def _block_rows(self, W: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """W's rows of the blocks (features with a non-zero, then the intercept's row, the last
+        index), in order: the others are zero, so F and the non-zero rows computed on these are
+        those of W, bitwise (a zero row adds 0.0 to P's sum), at the cost of the occupied rows
+        (news20-5: 36 463 of 262 145, the logged fields were 10 % of the fit's time)."""
+        return W[blocks]
 
     def _stop_ratio(self, viol_sum: float, viol_max: float, first) -> float:
         """Eq. (10): ℓ1 ratio for cyclic blocks, ℓ∞ ratio for random ones (0 if W=0 is optimal)."""
@@ -729,7 +736,8 @@ class BCDSolver(Solver[BCDState]):
         st.ratio = self._stop_ratio(vsum, vmax, st.first)
         st.max_viol = vmax
         loss_sum = rows_loss(loss, st.S, dat.lab_ptr, dat.lab_ind, np.arange(n, dtype=np.int64), 0)[0]
-        f = self._objective(loss_sum, n, st.W)
+        W_blocks = self._block_rows(st.W, blocks)
+        f = self._objective(loss_sum, n, W_blocks)
         st.f_hist = (st.f_hist + [f])[-(2 * TAIL_WINDOW + 1) :]
         st.converged, st.gap, st.tail = st.ratio < p.tol, None, None
         if st.converged and p.stopping == "gap":  # (10) holds: confirm with the duality gap (a global certificate)
@@ -747,11 +755,11 @@ class BCDSolver(Solver[BCDState]):
             k: v for k, v in (("duality_gap", st.gap), ("tail_estimate", st.tail)) if v is not None and math.isfinite(v)
         }
         return self._fields(
-            st.W,
+            W_blocks,
             f,
             _n_correct(st.S, dat.labels),
             n,
-            ctx.source.multilabel,
+            ctx.source,
             violation_ratio=st.ratio,
             ls_steps=st.ls_steps,
             active_blocks=n_active,
@@ -858,12 +866,11 @@ class BCDSolver(Solver[BCDState]):
         if not closing:
             return {"outer_iteration": closed + 1, **counters}
         n = ctx.source.n_rows
-        f = self._objective(sums.loss + sums.dloss[a], n, st.W)
+        W_blocks = self._block_rows(st.W, st.blocks)
+        f = self._objective(sums.loss + sums.dloss[a], n, W_blocks)
         return {
             "outer_iteration": closed,
-            **self._fields(
-                st.W, f, sums.hits + sums.dhits[a], n, ctx.source.multilabel, violation_ratio=st.ratio, **counters
-            ),
+            **self._fields(W_blocks, f, sums.hits + sums.dhits[a], n, ctx.source, violation_ratio=st.ratio, **counters),
         }
 
     def _chunks_pass(self, ctx: Context, st: ChunksState, closing: bool = False) -> tuple[PassSums, int]:
@@ -1012,7 +1019,7 @@ class BCDSolver(Solver[BCDState]):
             self._objective(sums.loss_w, n, W),
             sums.hits_w,
             n,
-            src.multilabel,
+            src,
             violation_ratio=st.ratio,
             lipschitz=st.L,
             mode="fista",
