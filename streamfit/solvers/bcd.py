@@ -150,7 +150,9 @@ class BCDParams(SolverParams):
         "auto", description="bcd: sequential in memory, or out of core over chunks"
     )
     memory_budget_mb: float = Field(2048, gt=0, description="auto mode: largest in-memory X + S")
-    group_size: int = Field(1024, ge=1, description="chunks mode: features updated at once per pass (with the intercept)")
+    group_size: int = Field(
+        1024, ge=1, description="chunks mode: features updated at once per pass (with the intercept)"
+    )
     shrinking: bool = Field(
         False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2 and group_elasticnet)"
     )
