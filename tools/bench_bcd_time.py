@@ -11,10 +11,12 @@ LinearSVC's score and seconds, then per tree the test score (accuracy; micro-F1 
 at the model's own decision rule, LinearSVC's at margin > 0), fit wall and CPU seconds and their
 ratios to LinearSVC's (CPU time is the steadier measure on a loaded machine), outer iterations, converged, F(W, b) on the training rows
 (eq. 2 averaged, `BCDClassifier.objective`), its excess over F* = the lowest F of a reference
-fit (--reference: the last tree at tol 1e-7, max_iter 2000) and the non-zero rows.
+fit (--reference: the last tree at tol 1e-7, max_iter 2000) and the non-zero rows; --trace also
+prints that excess (F without --reference) at outer iterations 1, 2, 5, 10, 20, 50, 100, 200
+(with --params '{"mode": "chunks"}', the chunks mode's passes so far beside each).
 
     python tools/bench_bcd_time.py --trees before=/tmp/main-export after=. --sets news20-5,dna
-        [--params '{}'] [--reference] [--work DIR] [--data DIR]
+        [--params '{}'] [--reference] [--trace] [--work DIR] [--data DIR]
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def fit_one(name: str, params: dict, data: str, work: str) -> dict:
         "converged": bool(clf.model_.info["converged"]),
         "objective": float(clf.objective(X, y)),
         "nnz_rows": int(clf.model_.info["nnz_rows"]),
+        # F and (chunks mode) the data passes at the end of each outer iteration
+        "trace": [(r["objective"], r.get("data_passes")) for r in clf.history_ if "objective" in r],
     }
 
 
@@ -80,6 +84,7 @@ def main() -> None:
     ap.add_argument("--sets", default="news20-5,dna")
     ap.add_argument("--params", default="{}", help="BCDClassifier parameters (JSON) of every fit")
     ap.add_argument("--reference", action="store_true", help="F* from the last tree at tol 1e-7")
+    ap.add_argument("--trace", action="store_true", help="the excess over F* (or F) at outer iterations 1 ... 200")
     ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "shared", "data"))
     ap.add_argument("--work", default="/tmp/bench_bcd_defaults")
     ap.add_argument("--fit-one", help=argparse.SUPPRESS)  # internal: the subprocess's set
@@ -128,6 +133,15 @@ def main() -> None:
                 f"non-zero rows {r['nnz_rows']}",
                 flush=True,
             )
+            if args.trace:
+                points = []
+                for k in (1, 2, 5, 10, 20, 50, 100, 200):
+                    if k <= len(r["trace"]):
+                        f, passes = r["trace"][k - 1]
+                        value = f"{f:.8g}" if f_star is None else f"{(f - f_star) / f_star:.1e}"
+                        points.append(f"{k}: {value}" + ("" if passes is None else f" ({passes} passes)"))
+                what = "F" if f_star is None else "(F - F*)/F*"
+                print(f"{name} | {label} | {what} at outer iteration " + ", ".join(points), flush=True)
 
 
 if __name__ == "__main__":
