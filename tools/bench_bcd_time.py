@@ -1,6 +1,6 @@
 """bcd's fit with its defaults, before and after a change, beside scikit-learn's LinearSVC (C = 1,
 one-vs-rest) in one run: time, score, outer iterations and the objective reached (issue 20,
-"bcd's time on text", docs/benchmarks.md session 15).
+"bcd's time on text", docs/benchmarks.md sessions 15 and 16).
 
 Each --trees entry NAME=PATH is a checkout of the project (e.g. before=an export of main,
 `git archive main | tar -x -C DIR`, and after=.); every fit runs in a fresh subprocess with
@@ -9,11 +9,13 @@ timed). Sets are tools/bench_bcd_defaults.py's (the text stores of tools/bench_d
 ingested into --work, the LIBSVM numeric sets from --data, and bibtex, multilabel). Per set:
 LinearSVC's score and seconds, then per tree the test score (accuracy; micro-F1 for multilabel
 at the model's own decision rule, LinearSVC's at margin > 0), fit wall and CPU seconds and their
-ratios to LinearSVC's (CPU time is the steadier measure on a loaded machine), outer iterations, converged, F(W, b) on the training rows
-(eq. 2 averaged, `BCDClassifier.objective`), its excess over F* = the lowest F of a reference
-fit (--reference: the last tree in memory mode, the fastest way to F*, at tol 1e-7, max_iter 2000) and the non-zero rows; --trace also
-prints that excess (F without --reference) at outer iterations 1, 2, 5, 10, 20, 50, 100, 200
-(with --params '{"mode": "chunks"}', the chunks mode's passes so far beside each).
+ratios to LinearSVC's (CPU time is the steadier measure on a loaded machine), outer iterations,
+converged, F(W, b) on the training rows (eq. 2 averaged, `BCDClassifier.objective`), its excess
+over F* = the lowest F of a reference fit (--reference: the last tree in memory mode, the
+fastest way to F*, at tol 1e-7, max_iter 2000) and the non-zero rows; --trace also prints that
+excess (F without --reference) at outer iterations 1, 2, 5, 10, 20, 50, 100, 200 (with
+--params '{"mode": "chunks"}', the chunks mode's passes so far beside each). Session 16 used
+`--params '{"mode": "chunks", "max_iter": 60}' --reference --trace` for the chunks mode.
 
     python tools/bench_bcd_time.py --trees before=/tmp/main-export after=. --sets news20-5,dna
         [--params '{}'] [--reference] [--trace] [--work DIR] [--data DIR]
