@@ -536,6 +536,16 @@ class BCDSolver(Solver[BCDState]):
             return state.closed_at == state.step and state.closed_outer % every == 0
         return super().checkpoint_due(state, every, saved_at)
 
+    def check_resume(self, ctx: Context, state: BCDState) -> None:
+        """A chunks-mode order holds feature blocks only (the intercept joins every group,
+        `_group`); an order that holds the intercept's row is from a streamfit before that."""
+        free = self._free_row(ctx.source)
+        if isinstance(state, ChunksState) and free >= 0 and bool((state.order == free).any()):
+            raise ConfigError(
+                "the checkpoint is of bcd's chunks mode from an older streamfit, which visited the "
+                "intercept as one block of the order; start the run again without --resume"
+            )
+
     def check_source(self, source: ChunkSource) -> None:
         self._codes(source)  # refuses the logistic loss on a multilabel store, and a single class
 

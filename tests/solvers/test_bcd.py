@@ -22,6 +22,7 @@ from streamfit.errors import ConfigError
 from streamfit.objectives import objective_for
 from streamfit.objectives.losses import LOSSES, loss_sum
 from streamfit.solvers import bcd, get_solver
+from streamfit.solvers.base import Context
 from streamfit.solvers.bcd_kernels import chunk_pass
 from streamfit.store import InMemoryStore, StoreWriter, open_store
 
@@ -716,6 +717,21 @@ def test_resume_gives_the_uninterrupted_model(dna, tmp_path, kw):
     assert log_res[-1]["objective"] == log_full[-1]["objective"]
     with open(os.path.join(run, "metrics.jsonl")) as f:
         assert len(f.readlines()) == len(log_full)
+
+
+def test_resume_refuses_a_chunks_order_that_holds_the_intercept(dna):
+    """An older chunks mode visited the intercept as a block of the order; resuming such a
+    checkpoint would add the intercept's row to a group twice, so it is refused."""
+    X, y = dna
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
+    solver = bcd.BCDSolver(bcd.BCDParams(mode="chunks"))
+    ctx = Context(source, None, None)  # type: ignore[arg-type]
+    state = object.__new__(bcd.ChunksState)
+    state.order = np.arange(X.shape[1] + 1)
+    with pytest.raises(ConfigError, match="older streamfit"):
+        solver.check_resume(ctx, state)
+    state.order = np.arange(X.shape[1])
+    solver.check_resume(ctx, state)
 
 
 # -- estimator -----------------------------------------------------------------------------------
