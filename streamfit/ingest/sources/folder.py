@@ -382,19 +382,20 @@ class FolderSource:
             raise InputError(e.filename, f"cannot list the folder ({e.strerror or e})") from None
         folders = []
         files = []
-        for entry in entries:
+        for entry in entries:  # entry.path is os.path.join(top, entry.name)
             try:
                 is_folder = entry.is_dir()  # a link to a folder too
             except OSError:
                 is_folder = False
             if is_folder and not entry.is_symlink():
-                folders.append(entry.name)
+                folders.append((entry.name, entry.path))
             else:
-                files.append((entry.name, is_folder, entry.is_file(follow_symlinks=False)))
-        for name, linked_folder, regular in sorted(files):
-            yield "/".join(parts + [name]), os.path.join(top, name), not linked_folder, regular
-        for name in sorted(folders):
-            yield from self._walk(os.path.join(top, name), parts + [name])
+                files.append((entry.name, entry.path, is_folder, entry.is_file(follow_symlinks=False)))
+        prefix = "".join(part + "/" for part in parts)
+        for name, location, linked_folder, regular in sorted(files):
+            yield prefix + name, location, not linked_folder, regular
+        for name, location in sorted(folders):
+            yield from self._walk(location, parts + [name])
 
     def _url_listing(self) -> list[tuple[str, int]]:
         """The files below a folder behind a URL as (path below it, size), hidden names left out,
