@@ -139,7 +139,16 @@ class Location:
     def look_up(self) -> dict[str, Any] | None:
         """fsspec's `info` of this name ("type": "file" or "directory", "size" in bytes), None
         if nothing is there: one look-up (on S3 a HEAD, and a LIST more when no object has this
-        name)."""
+        name). On local disk one stat, following links (as fsspec's local info; "other" for
+        what is neither), without importing fsspec."""
+        if self.local:
+            try:
+                found = os.stat(self.path)
+            except FileNotFoundError:
+                return None
+            mode = found.st_mode
+            kind = "directory" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+            return {"name": self.path, "type": kind, "size": found.st_size}
         self._forget_listings()
         try:
             return self._fs.info(self.path)

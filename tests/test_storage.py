@@ -68,6 +68,30 @@ def _attempts(fs, prefix):
 # ------------------------------------------------------------------------------ without a server
 
 
+def test_a_local_look_up_answers_as_fsspecs_local_info(tmp_path):
+    """Location.look_up on local disk is one os.stat (no fsspec imported); its type and size are
+    those of fsspec's LocalFileSystem.info, links followed, None where nothing is."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_bytes(b"12345")
+    os.symlink(tmp_path / "file", tmp_path / "link-to-file")
+    os.symlink(tmp_path / "folder", tmp_path / "link-to-folder")
+    os.symlink(tmp_path / "gone", tmp_path / "broken-link")
+    os.mkfifo(tmp_path / "fifo")
+    fs = LocalFileSystem()
+    for name in ("folder", "file", "link-to-file", "link-to-folder", "fifo"):
+        path = str(tmp_path / name)
+        found = storage.resolve(path).look_up()
+        assert found is not None and (found["type"], found["size"]) == (fs.info(path)["type"], fs.info(path)["size"])
+    assert storage.resolve(str(tmp_path / "file")).look_up()["size"] == 5
+    assert storage.resolve(str(tmp_path / "fifo")).look_up()["type"] == "other"
+    for name in ("broken-link", "missing"):
+        assert storage.resolve(str(tmp_path / name)).look_up() is None
+        with pytest.raises(FileNotFoundError):
+            fs.info(str(tmp_path / name))
+
+
 def test_a_url_whose_package_is_missing_is_one_error_line_and_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = _cli("ingest", DATA, "--no-hash", "--out", "gs://bucket/iris.zarr")

@@ -12,7 +12,8 @@ path from the top ("ohsumed_single_23/training") or by its last parts ("training
 then match one folder only. Files at any other depth are bad
 records; names starting with '.' are ignored. Finding the layout lists the input once (for a tar
 archive that is one decompressing pass over it, skipped when subset names the top folder; a zip
-archive's listing is its central directory). Directories are read in sorted order (class,
+archive's listing is its central directory; a directory's listing, local or behind a URL, is
+kept for the read: files added after the open are not read). Directories are read in sorted order (class,
 then file name, both by code point; behind a URL in the same order, from one listing of the
 prefix, whose sizes are the documents' sizes: no request per file besides its GET, and those
 fetched concurrently, FETCH_FILES at a time); tar archives in archive order, zip archives in
@@ -211,6 +212,7 @@ class FolderSource:
         self.root = os.path.realpath(self.local_path) if self.local_path is not None else None  # where links may lead
         self.part = folder_part
         self._listing: list[tuple[str, int]] | None = None  # a URL folder's files (listed once)
+        self._dir_listing: list[tuple[str, str, bool, bool]] | None = None  # a local folder's (listed once)
         # a tar archive with --subset is not listed first (that would decompress it twice); an
         # unknown subset is reported once the read finds no file in it
         # the folder holding the class folders as path parts, () at the top; None: an archive's
@@ -359,12 +361,14 @@ class FolderSource:
         for name, location, listed, regular in self._dir_entries():
             yield name.split("/"), location, functools.partial(self._read_file, location, regular), listed
 
-    def _dir_entries(self):
+    def _dir_entries(self) -> list[tuple[str, str, bool, bool]]:
         """(path below the folder, '/'-separated; its location; listed as a file: not a link
         to a folder; listed as a regular file, not a link) of the local folder's entries, in
-        reading order."""
+        reading order: listed once (when the layout is decided at open) and kept for the read."""
         assert self.local_path is not None, "a local folder"
-        yield from self._walk(self.local_path, [])
+        if self._dir_listing is None:
+            self._dir_listing = list(self._walk(self.local_path, []))
+        return self._dir_listing
 
     def _walk(self, top: str, parts: list[str]):
         """_dir_entries of the folder `top` (path parts `parts` below the input): its entries
@@ -378,19 +382,20 @@ class FolderSource:
             raise InputError(e.filename, f"cannot list the folder ({e.strerror or e})") from None
         folders = []
         files = []
-        for entry in entries:
+        for entry in entries:  # entry.path is os.path.join(top, entry.name)
             try:
                 is_folder = entry.is_dir()  # a link to a folder too
             except OSError:
                 is_folder = False
             if is_folder and not entry.is_symlink():
-                folders.append(entry.name)
+                folders.append((entry.name, entry.path))
             else:
-                files.append((entry.name, is_folder, entry.is_file(follow_symlinks=False)))
-        for name, linked_folder, regular in sorted(files):
-            yield "/".join(parts + [name]), os.path.join(top, name), not linked_folder, regular
-        for name in sorted(folders):
-            yield from self._walk(os.path.join(top, name), parts + [name])
+                files.append((entry.name, entry.path, is_folder, entry.is_file(follow_symlinks=False)))
+        prefix = "".join(part + "/" for part in parts)
+        for name, location, linked_folder, regular in sorted(files):
+            yield prefix + name, location, not linked_folder, regular
+        for name, location in sorted(folders):
+            yield from self._walk(location, parts + [name])
 
     def _url_listing(self) -> list[tuple[str, int]]:
         """The files below a folder behind a URL as (path below it, size), hidden names left out,
@@ -490,13 +495,15 @@ class FolderSource:
             # a file swapped for a FIFO or a link since the checks must not block the open, or lead out
             flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if linked else os.O_NOFOLLOW)
             fd = os.open(location, flags)
-            with open(fd, "rb") as f:
+            try:  # os.read on the descriptor: a file object per document costs as much as the read
                 opened = os.fstat(fd)
                 if not stat.S_ISREG(opened.st_mode):
                     raise _NotADocument(
                         f"{_file_kind(opened.st_mode)}, not a regular file", "documents are regular files"
                     )
-                data = b"" if opened.st_size > self.limits.record_bytes else self._read_open(f, opened.st_size)
+                data = b"" if opened.st_size > self.limits.record_bytes else self._read_open(fd, opened.st_size)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise InputError(location, f"cannot read the file ({e.strerror or e})") from None
         if opened.st_size > self.limits.record_bytes:
@@ -504,14 +511,14 @@ class FolderSource:
             raise _NotADocument(f"the document is {problem}", hint)
         return self._counted(data)
 
-    def _read_open(self, f, size: int) -> bytes:
-        """The bytes of the open file f, which fstat found `size` bytes long: read as `size` + 1
-        bytes (a read of record_bytes + 1 at once would allocate that whole bound for every
-        small document: 64 MiB by default), then on up to record_bytes + 1 if the file has
+    def _read_open(self, fd: int, size: int) -> bytes:
+        """The bytes of the open file descriptor fd, which fstat found `size` bytes long: read as
+        `size` + 1 bytes (a read of record_bytes + 1 at once would allocate that whole bound for
+        every small document: 64 MiB by default), then on up to record_bytes + 1 if the file has
         grown since, so a file that grows while it is read is cut at one byte over the bound."""
-        data = f.read(size + 1)
+        data = _read_fd(fd, size + 1)
         if len(data) > size:
-            data += f.read(self.limits.record_bytes + 1 - len(data))
+            data += _read_fd(fd, self.limits.record_bytes + 1 - len(data))
         return data
 
     def _tar_members(self):
@@ -675,6 +682,18 @@ class FolderSource:
 
     def _corrupt(self, e: Exception) -> InputError:
         return InputError(self.path, f"truncated or corrupt archive ({e})", "re-download the archive")
+
+
+def _read_fd(fd: int, n: int) -> bytes:
+    """n bytes read from the file descriptor fd, fewer only at the file's end (one os.read may
+    return less than asked)."""
+    data = os.read(fd, n)
+    while 0 < len(data) < n:
+        more = os.read(fd, n - len(data))
+        if not more:
+            break
+        data += more
+    return data
 
 
 def _member_parts(name: str) -> tuple[list[str], bool]:
