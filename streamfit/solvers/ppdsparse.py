@@ -34,7 +34,8 @@ at the class's positives; each iteration computes ∇G(α) = Σ_j w_j X̂_{:,j} 
 over the non-zeros of w, optionally sparsified by Algorithm 3 with the R of Theorem 4.1, adds
 the κ most violating samples, runs Algorithm 2 (randomized dual coordinate descent maintaining
 w(α) = prox(X̂ᵀα), (13), with LIBLINEAR's shrinking) on the active set and drops zero duals of
-negatives). κ grows with the active set (κ_t = max(κ, kappa_growth·|A_t|)). `tol` bounds the
+negatives). κ grows with the active set and is capped at the class's positives n⁺_k
+(κ_t = max(min(κ, n⁺_k), kappa_growth·|A_t|): solve_class). `tol` bounds the
 projected dual gradient (in margin units) at the end, on every sample: the final search is
 exact. Not in the paper (squared hinge, d < 2048 features occurring in X): a class whose
 coordinate descent has not converged within its epoch budget on an active set of
@@ -163,10 +164,16 @@ class PPDSparseParams(SolverParams):
         "number, on rows of mean norm s outside [1/16, 16] it is tau·c² on w, c = data_scale(s) a power of two",
     )
     kappa: int = Field(
-        500, ge=1, description="κ: samples added to the active set per search at least (Algorithm 1, step 2)"
+        500,
+        ge=1,
+        description="κ: samples added to the active set per search at least (Algorithm 1, step 2), but no more "
+        "than the class's positives n⁺_k: a search adds up to max(min(κ, n⁺_k), kappa_growth·|A|)",
     )
     kappa_growth: float = Field(
-        1.0, ge=0, description="κ schedule: a search adds up to max(κ, kappa_growth·|A|) samples; 0 = fixed κ"
+        1.0,
+        ge=0,
+        description="κ schedule: a search adds up to max(min(κ, n⁺_k), kappa_growth·|A|) samples; "
+        "0 = a fixed min(κ, n⁺_k)",
     )
     delta: float | None = Field(
         0.1,

@@ -439,6 +439,29 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
         assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
 
 
+def test_kappa_is_capped_at_the_class_positives(digits):
+    """κ, the least number of samples a search adds, is at most the class's positives n⁺_k
+    (solve_class): with a fixed κ (kappa_growth = 0) every κ ≥ n⁺_k runs the same path, bitwise,
+    where an uncapped κ = 10·n⁺_k ≥ n would have put every row in A at the first search; a κ
+    below n⁺_k takes another path (more searches) to the same optimum (the conditions of (9))."""
+    X, y = digits
+    lam, tau, k = 1e-3, 1e-3, 3
+    n_pos = int((y == k).sum())
+    Ys = signs(y, 10)[:, [k]]
+    runs = {
+        kappa: _solve_one(X, y, 10, k, lam, tau, kappa=kappa, kappa_growth=0.0)
+        for kappa in (n_pos, 10 * n_pos, n_pos // 4)
+    }
+    capped, above, below = runs[n_pos], runs[10 * n_pos], runs[n_pos // 4]
+    for a, b in zip(capped[:6], above[:6]):
+        np.testing.assert_array_equal(a, b)
+    assert below[3] > capped[3]  # iterations: a smaller κ needs more searches
+    for idx, val, bias, *_ in runs.values():
+        W = np.zeros((X.shape[1], 1))
+        W[idx, 0] = val
+        assert kkt_violation(X, Ys, W, np.array([bias]), lam, tau).max() < 1e-6
+
+
 def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
     """solve_class (or a stand-in with its signature) for class k with TIGHT settings and `over`."""
     from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE
@@ -523,13 +546,15 @@ def test_stalled_newton_finish_still_ends_at_the_optimum(digits):
     """With tiny λ and τ the Newton finish stalls short of the test (its dual point's w(α) =
     prox(v)/σ magnifies the residual by 1/σ) on every class here; Algorithm 1 must then converge
     its coordinate descent before any search may end the class. (It used to stop at the first
-    search that added no sample: KKT violations of 10²-10³.)"""
+    search that added no sample: KKT violations of 10²-10³.) primal_ratio = 2: the active set,
+    grown from a class's ~60 positives by doubling, passes 2·(d + 1) = 130 samples before its
+    coordinate descent converges."""
     X, y = digits
     lam, tau = 1e-5, 1e-5
     Ys = signs(y, 10)
     fell_back = 0
     for k in range(10):
-        idx, val, bias, it, _, _, conv, _, newton = _solve_one(X, y, 10, k, lam, tau, primal_ratio=8.0, max_inner=5)
+        idx, val, bias, it, _, _, conv, _, newton = _solve_one(X, y, 10, k, lam, tau, primal_ratio=2.0, max_inner=5)
         assert conv and newton >= 1
         fell_back += it > 2
         w = np.zeros((X.shape[1], 1))
