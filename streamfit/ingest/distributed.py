@@ -73,7 +73,10 @@ from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
 
-WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
+# pieces in flight per worker thread: the one running, the next queued behind it, and the one
+# whose summary waits for the running piece to end (a worker runs one task at a time), so that a
+# worker has a piece queued while the driver merges (with 2 it often had none)
+WINDOW_PER_THREAD = 3
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet files and tar archives are cut (plan_pieces)
 # ...and so is a smaller LIBSVM / JSONL / Parquet file where the input as a whole is small: into
 # pieces of its total bytes / PIECES_PER_INPUT, at least MIN_PIECE_BYTES (piece_size), so that
