@@ -35,7 +35,8 @@ for (the driver's submission, a dependency, the dispatch) or to the run's head (
 worker's first task), its stragglers (after a worker's last task, while others compute) and its
 tail (after the last task: manifest, commit); the mean wait of each kind of task from ready to
 started; and the driver's own steps (DriverPhases: the engine's start, the plan, pass 1, pass 2,
-the store's close). Saved in the JSON as "timeline". --pieces-per-thread sets the piece plan's
+the store's close). Saved in the JSON as "timeline", with every task's row (kind, worker,
+submitted, started, ended: "task_rows"). --pieces-per-thread sets the piece plan's
 pieces per worker thread (the stores stay identical: the tool checks them).
 """
 
@@ -192,7 +193,8 @@ class TaskTimeline(SchedulerPlugin):
         `dispatch` (it was ready: the scheduler's and the messages' latency). Before a worker's
         first task: `head` (the driver's start: connecting, planning, the first submission); after
         its last: `straggler` (others still computing) and `tail` (after the last task: the
-        manifest, the commit). Seconds summed over the workers, and as a share of N x wall."""
+        manifest, the commit). Seconds summed over the workers, and as a share of N x wall; and
+        every task as a row (kind, worker, submitted, started, ended) for a plot."""
         from dask.utils import key_split
 
         by_worker: dict = collections.defaultdict(list)
@@ -244,6 +246,15 @@ class TaskTimeline(SchedulerPlugin):
             "idle_s": dict(idle),
             "busy_share": sum(v for k, v in compute.items() if k != "(transfers)") / capacity,
             "idle_share": {k: v / capacity for k, v in idle.items()},
+            # the timeline itself: (kind, worker number, submitted, started, ended), s from t0
+            "task_rows": sorted(
+                (
+                    (key_split(key), w, self.submitted.get(key, t0) - t0, a - t0, b - t0)
+                    for w, tasks in enumerate(by_worker.values())
+                    for a, b, key, _ in tasks
+                ),
+                key=lambda row: row[3],
+            ),
         }
 
 
