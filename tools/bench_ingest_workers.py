@@ -2,7 +2,8 @@
 same ingest in this process (N = 0), with the stores checked identical.
 
     python tools/bench_ingest_workers.py [--mb 300] [--files 32] [--workers 0,1,2] [--modes noidf,idf]
-        [--backend zarr] [--chunk-rows N] [--workdir /tmp] [--out-json DIR]
+        [--backend zarr] [--chunk-rows N] [--workdir /tmp] [--out-json DIR] [--profile-driver]
+        [--timeline] [--pieces-per-thread K]
 
 A seeded JSONL text corpus (tools/bench_ingest.py's CorpusGenerator: Zipf-Mandelbrot words,
 20 labels) of --mb MB is written as --files files into a temporary directory (no network, no
@@ -27,6 +28,16 @@ a lock's wait), the innermost frame of streamfit's code (or of the Dask schedule
 zarr, pyarrow; else the innermost frame). The top entries are printed per run (share of the
 samples that were on the CPU) and saved in the JSON as "driver_profile". The scheduler of the
 LocalCluster runs in this process, so its work is in the driver's CPU and profile.
+
+With --timeline, where the workers' time goes (TaskTimeline, a plugin of that scheduler): per
+worker, the tasks' compute by kind and the idle gaps, each charged to what the next task waited
+for (the driver's submission, a dependency, the dispatch) or to the run's head (before a
+worker's first task), its stragglers (after a worker's last task, while others compute) and its
+tail (after the last task: manifest, commit); the mean wait of each kind of task from ready to
+started; and the driver's own steps (DriverPhases: the engine's start, the plan, pass 1, pass 2,
+the store's close). Saved in the JSON as "timeline", with every task's row (kind, worker,
+submitted, started, ended: "task_rows"). --pieces-per-thread sets the piece plan's
+pieces per worker thread (the stores stay identical: the tool checks them).
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import CorpusGenerator  # noqa: E402 - after the thread variables
@@ -145,6 +157,168 @@ class DriverSampler:
         return [(k, v / max(self.samples, 1)) for k, v in self.counts.most_common(n)]
 
 
+class TaskTimeline(SchedulerPlugin):
+    """A scheduler plugin (the LocalCluster's scheduler runs in this process) that records, per
+    task of a timed ingest, when the driver submitted it (it entered the scheduler), the keys it
+    waits for, and where and when it ran (its compute and transfer intervals, the workers' clocks:
+    the same machine's). `analyse` turns that into where each worker's time went."""
+
+    name = "bench-task-timeline"
+
+    def __init__(self, scheduler):
+        super().__init__()
+        self.scheduler = scheduler
+        self.submitted: dict = {}  # key: time it entered the scheduler
+        self.deps: dict = {}  # key: the keys it depends on
+        self.ran: dict = {}  # key: (worker, [(action, start, stop)])
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        if start == "released" and key not in self.submitted:
+            self.submitted[key] = time.time()
+            ts = self.scheduler.tasks.get(key)
+            self.deps[key] = [d.key for d in ts.dependencies] if ts is not None else []
+        if start == "processing" and finish == "memory":
+            self.ran[key] = (kwargs["worker"], [(s["action"], s["start"], s["stop"]) for s in kwargs["startstops"]])
+
+    def clear(self) -> None:
+        self.submitted.clear()
+        self.deps.clear()
+        self.ran.clear()
+
+    def analyse(self, t0: float, t1: float, n_workers: int) -> dict:
+        """Where the workers' time went between t0 and t1 (the ingest's start and end, time.time()).
+        Per worker, its task compute by kind (the key's function) and transfers, and each idle
+        gap before a task, charged to what the task waited for: `submission` (the driver had not
+        submitted it yet), `dependency` (a task it needs, on another worker or not done), else
+        `dispatch` (it was ready: the scheduler's and the messages' latency). Before a worker's
+        first task: `head` (the driver's start: connecting, planning, the first submission); after
+        its last: `straggler` (others still computing) and `tail` (after the last task: the
+        manifest, the commit). Seconds summed over the workers, and as a share of N x wall; and
+        every task as a row (kind, worker, submitted, started, ended) for a plot."""
+        from dask.utils import key_split
+
+        by_worker: dict = collections.defaultdict(list)
+        for key, (worker, spans) in self.ran.items():
+            compute = [(a, b) for action, a, b in spans if action == "compute"]
+            transfer = sum(b - a for action, a, b in spans if action == "transfer")
+            if compute:
+                by_worker[worker].append((compute[0][0], compute[-1][1], key, transfer))
+        done = {key: max(b for _, _, b in spans) for key, (_, spans) in self.ran.items()}
+        # per kind: how long a task waited, once it was submitted and its inputs were done,
+        # for its worker to start it (a summary behind its worker's next piece shows here)
+        waited: dict = collections.defaultdict(list)
+        for tasks in by_worker.values():
+            for a, _, key, _ in tasks:
+                ready = max([done.get(d, 0.0) for d in self.deps.get(key, [])] + [self.submitted.get(key, a)])
+                waited[key_split(key)].append(max(a - ready, 0.0))
+        last = max((b for tasks in by_worker.values() for _, b, _, _ in tasks), default=t1)
+        compute: collections.Counter = collections.Counter()
+        idle: collections.Counter = collections.Counter()
+        for tasks in by_worker.values():
+            tasks.sort()
+            free = None  # when this worker's previous task ended
+            for a, b, key, transfer in tasks:
+                compute[key_split(key)] += b - a
+                compute["(transfers)"] += transfer
+                if free is None:
+                    idle["head"] += a - t0
+                else:
+                    gap = max(a - free, 0.0)
+                    submitted = self.submitted.get(key, free)
+                    ready = max([done.get(d, free) for d in self.deps.get(key, [])] + [free])
+                    waited_submission = min(max(submitted - free, 0.0), gap)
+                    waited_dependency = min(max(ready - max(submitted, free), 0.0), gap - waited_submission)
+                    idle["submission"] += waited_submission
+                    idle["dependency"] += waited_dependency
+                    idle["dispatch"] += gap - waited_submission - waited_dependency
+                free = b
+            idle["straggler"] += last - free
+            idle["tail"] += t1 - last
+        idle["head"] += (n_workers - len(by_worker)) * (t1 - t0)  # a worker that ran nothing
+        capacity = n_workers * (t1 - t0)
+        return {
+            "wall_s": t1 - t0,
+            "first_submission_s": min(self.submitted.values(), default=t1) - t0,
+            "last_task_end_s": last - t0,
+            "tasks": len(self.ran),
+            "compute_s": dict(compute),
+            "ready_wait_s": {kind: float(np.mean(w)) for kind, w in waited.items()},
+            "idle_s": dict(idle),
+            "busy_share": sum(v for k, v in compute.items() if k != "(transfers)") / capacity,
+            "idle_share": {k: v / capacity for k, v in idle.items()},
+            # the timeline itself: (kind, worker number, submitted, started, ended), s from t0
+            "task_rows": sorted(
+                (
+                    (key_split(key), w, self.submitted.get(key, t0) - t0, a - t0, b - t0)
+                    for w, tasks in enumerate(by_worker.values())
+                    for a, b, key, _ in tasks
+                ),
+                key=lambda row: row[3],
+            ),
+        }
+
+
+class DriverPhases:
+    """Wall seconds of the driver's own steps around the workers' tasks during an ingest: the
+    functions named in PHASES wrapped (while entered) to add up their time, by name."""
+
+    PHASES = {
+        "engine start": ("streamfit.engine", "Engine", "start"),
+        "engine close": ("streamfit.engine", "Engine", "close"),
+        "pass 1": ("streamfit.ingest.distributed", None, "run_distributed"),
+        "plan": ("streamfit.ingest.distributed", None, "plan_pieces"),
+        "pass 2 df": ("streamfit.ingest.distributed", None, "pass2_document_frequencies"),
+        "pass 2 write": ("streamfit.ingest.distributed", None, "pass2_write"),
+        "merge": ("streamfit.ingest.distributed", None, "merge"),
+        "take written": ("streamfit.ingest.distributed", None, "_take_written"),
+        "store close": ("streamfit.store.store", "StoreWriter", "close"),
+    }
+
+    def __init__(self):
+        self.seconds: collections.Counter = collections.Counter()
+        self._undo: list = []
+
+    def __enter__(self):
+        import importlib
+
+        for name, (module, cls, attr) in self.PHASES.items():
+            owner = importlib.import_module(module)
+            owner = getattr(owner, cls) if cls else owner
+            original = getattr(owner, attr)
+            setattr(owner, attr, self._timed(name, original))
+            self._undo.append((owner, attr, original))
+        return self
+
+    def __exit__(self, *exc):
+        for owner, attr, original in reversed(self._undo):
+            setattr(owner, attr, original)
+        self._undo.clear()
+
+    def _timed(self, name: str, fn):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - t
+
+        return timed
+
+
+def print_timeline(t: dict) -> None:
+    """One run's timeline analysis (TaskTimeline.analyse) as two lines."""
+    compute = ", ".join(f"{k} {v:.2f}" for k, v in sorted(t["compute_s"].items(), key=lambda kv: -kv[1]))
+    idle = ", ".join(f"{k} {v:.2f} ({t['idle_share'][k]:.0%})" for k, v in t["idle_s"].items())
+    print(
+        f"  first submission at {t['first_submission_s']:.2f} s, last task's end at {t['last_task_end_s']:.2f} s "
+        f"of {t['wall_s']:.2f} s"
+    )
+    print(f"  tasks {t['tasks']}, workers busy {t['busy_share']:.0%}; compute s: {compute}")
+    print(f"  idle worker-s: {idle}")
+    print("  mean s from ready to start: " + ", ".join(f"{k} {v:.3f}" for k, v in t["ready_wait_s"].items()))
+    print("  driver s: " + ", ".join(f"{k} {v:.2f}" for k, v in t["driver_s"].items()))
+
+
 def options(corpus: Path, out: Path, mode: str, scheduler: str | None, backend: str, chunk_rows: int | None):
     return IngestOptions(
         inputs=[str(corpus)],
@@ -173,10 +347,18 @@ def read_seconds(path: Path, repeat: int = 3) -> float:
 
 
 def run(
-    corpus: Path, work: Path, n: int, modes: list[str], backend: str, chunk_rows: int | None, profile: bool
+    corpus: Path,
+    work: Path,
+    n: int,
+    modes: list[str],
+    backend: str,
+    chunk_rows: int | None,
+    profile: bool,
+    timeline: bool = False,
 ) -> list[dict]:
     """Ingest the corpus once per mode on N workers (one cluster for all modes; N = 0: in process)."""
     cluster = client = None
+    tasks = None
     startup = 0.0
     results = []
     try:
@@ -188,16 +370,27 @@ def run(
             client = Client(cluster)
             client.run(_warm)
             startup = time.perf_counter() - t
+            if timeline:
+                tasks = TaskTimeline(cluster.scheduler)
+                cluster.scheduler.add_plugin(tasks)
         _warm()
         for mode in modes:
             out = work / f"store-{mode}-{n}.zarr"
             sampler = DriverSampler() if profile else contextlib.nullcontext()
-            with sampler:
-                t, cpu = time.perf_counter(), time.process_time()
+            if tasks is not None:
+                tasks.clear()
+            phases = DriverPhases()
+            with sampler, phases if tasks is not None else contextlib.nullcontext():
+                t, cpu, t_wall = time.perf_counter(), time.process_time(), time.time()
                 report = ingest(
                     options(corpus, out, mode, cluster.scheduler_address if cluster else None, backend, chunk_rows)
                 )
                 seconds, driver_cpu = time.perf_counter() - t, time.process_time() - cpu
+            analysis = tasks.analyse(t_wall, t_wall + seconds, n) if tasks is not None else None
+            if analysis is not None:
+                analysis["driver_s"] = dict(phases.seconds)
+                print(f"timeline, {mode} N={n} ({seconds:.2f} s, driver {driver_cpu:.2f} CPU s):")
+                print_timeline(analysis)
             if profile:
                 print(f"driver profile, {mode} N={n} ({driver_cpu:.2f} CPU s of {seconds:.2f} s):")
                 for where, share in sampler.top():
@@ -205,6 +398,7 @@ def run(
             results.append(
                 {
                     "driver_profile": sampler.top(40) if profile else None,
+                    "timeline": analysis,
                     "workers": n,
                     "mode": mode,
                     "seconds": seconds,
@@ -251,7 +445,21 @@ def main() -> None:
     ap.add_argument("--workdir", default=tempfile.gettempdir())
     ap.add_argument("--out-json", default=None, help="directory for ingest_workers.json")
     ap.add_argument("--profile-driver", action="store_true", help="sample where the driver's CPU goes")
+    ap.add_argument(
+        "--pieces-per-thread",
+        type=int,
+        default=None,
+        help="cut the input into at least this many pieces per worker thread "
+        "(streamfit.ingest.distributed.PIECES_PER_THREAD; default: its value)",
+    )
+    ap.add_argument(
+        "--timeline", action="store_true", help="per worker: task compute by kind, idle time by what it waited for"
+    )
     args = ap.parse_args()
+    if args.pieces_per_thread is not None:
+        from streamfit.ingest import distributed
+
+        distributed.PIECES_PER_THREAD = args.pieces_per_thread
     work = Path(tempfile.mkdtemp(prefix="bench-ingest-workers-", dir=args.workdir))
     try:
         t = time.perf_counter()
@@ -261,7 +469,14 @@ def main() -> None:
         reference: dict[str, str] = {}  # mode: the manifest of its first run
         for n in (int(w) for w in args.workers.split(",")):
             runs = run(
-                work / "corpus", work, n, args.modes.split(","), args.backend, args.chunk_rows, args.profile_driver
+                work / "corpus",
+                work,
+                n,
+                args.modes.split(","),
+                args.backend,
+                args.chunk_rows,
+                args.profile_driver,
+                args.timeline,
             )
             for r in runs:
                 manifest = r.pop("manifest")

@@ -40,8 +40,10 @@
 #   INGEST=1           then distributed ingest (issue 18): tools/bench_ingest_workers.py on a generated
 #                      JSONL corpus of INGEST_MB=128 MB in 64 files at N = INGEST_WORKERS (default
 #                      1,2,4,8,16; small: 1,2 on 16 MB), one pass and IDF, every store checked identical,
-#                      with the driver's CPU profile per run (--profile-driver; INGEST_CHUNK_ROWS=2048
-#                      rows per chunk); $OUT/ingest_workers.json and ingest_workers.log; INGEST_TIMEOUT=240 s.
+#                      with the driver's CPU profile and the workers' timeline per run (--profile-driver
+#                      --timeline; INGEST_CHUNK_ROWS=2048 rows per chunk; INGEST_FILES=64 files, 1: one
+#                      file cut in byte ranges; INGEST_PIECES_PER_THREAD=K: --pieces-per-thread K);
+#                      $OUT/ingest_workers.json and ingest_workers.log; INGEST_TIMEOUT=240 s.
 #                      INGEST=only: that alone, without bench_scaleout
 set -u
 : "${OUT:?set OUT to the folder for the results}"
@@ -103,9 +105,10 @@ rm -rf "$WORK"
 if [ -n "${INGEST:-}" ]; then
   if [ "${SCALE:-full}" = small ]; then INGEST_MB=${INGEST_MB:-16}; INGEST_WORKERS=${INGEST_WORKERS:-1,2}; fi
   start=$(date +%s)
-  timeout "${INGEST_TIMEOUT:-240}" python3 tools/bench_ingest_workers.py --mb "${INGEST_MB:-128}" --files 64 \
-    --workers "${INGEST_WORKERS:-1,2,4,8,16}" --modes noidf,idf --chunk-rows "${INGEST_CHUNK_ROWS:-2048}" \
-    --profile-driver --workdir /tmp --out-json "$OUT" 2>&1 | tee "$OUT/ingest_workers.log"
+  timeout "${INGEST_TIMEOUT:-240}" python3 tools/bench_ingest_workers.py --mb "${INGEST_MB:-128}" \
+    --files "${INGEST_FILES:-64}" --workers "${INGEST_WORKERS:-1,2,4,8,16}" --modes noidf,idf \
+    --chunk-rows "${INGEST_CHUNK_ROWS:-2048}" ${INGEST_PIECES_PER_THREAD:+--pieces-per-thread "$INGEST_PIECES_PER_THREAD"} \
+    --profile-driver --timeline --workdir /tmp --out-json "$OUT" 2>&1 | tee "$OUT/ingest_workers.log"
   ingest_status=${PIPESTATUS[0]}
   echo "bench_ingest_workers: exit $ingest_status after $(($(date +%s) - start)) s" | tee -a "$OUT/ingest_workers.log"
   [ "$status" -eq 0 ] && status=$ingest_status

@@ -4,9 +4,10 @@ pass.
 
 The pieces are fixed by the input alone (`plan_pieces`): each input file (after
 `expand_inputs`: a glob, a dataset directory), except that an uncompressed LIBSVM or JSONL file
-is cut into byte ranges of `piece_size` (the input's uncompressed bytes / PIECES_PER_INPUT,
-at least MIN_PIECE_BYTES, at most PIECE_BYTES), each ending right after a newline, a Parquet file
-likewise into runs of row groups, a folder corpus (a directory,
+is cut into byte ranges of about `piece_size` (the input's uncompressed bytes / PIECES_PER_INPUT,
+or / PIECES_PER_THREAD per worker thread where that is more, at least MIN_PIECE_BYTES, at most
+PIECE_BYTES), of equal size, each ending right after a newline, a Parquet file likewise into
+runs of row groups, a folder corpus (a directory,
 local or behind a URL, or a zip archive) into runs of files or members of about
 FOLDER_PIECE_BYTES, and a tar archive larger than PIECE_BYTES into runs of members of about
 FOLDER_PIECE_BYTES. A worker reads its piece with the source reader of the
@@ -30,17 +31,17 @@ the text of an unknown-label bad record, which lists the unknown labels of its b
 others (a piece's batches end where the piece ends).
 
 The rows stay on the workers: the driver gets a piece's summary (its counts, bad records,
-vocabulary, decisions and, for a split, the first class of each row), never its rows. Each
-chunk is written by one task (`write_chunk`) on the worker that holds its rows, through the
-StoreWriter's ChunkSink, with the piece's label ids mapped to the store's; a chunk whose rows
-come from several pieces is written where the piece with most of its rows is, and gets the
-others' rows as slices (`rows_slice`, on the workers that hold them), so only those rows move.
-The task returns the chunk's entry (rows, nnz, SHA-256) and largest column; the driver takes
-them in chunk order into the StoreWriter, which writes the manifest and commits as in process.
-At most WINDOW_PER_THREAD pieces per worker thread are in flight, and as many chunk writes:
-memory is bounded by a few pieces' rows per worker. The driver's cost is per task (Dask's
-scheduler runs in its process for --n-workers): a piece costs two tasks (featurize, summary)
-and its chunks one each (one more per chunk shared with an earlier piece); the tasks made
+vocabulary, decisions and, for a split, the first class of each row), never its rows; the
+summary task goes before other work on its worker (priority), as the driver waits for it. The
+chunks a piece completes are written by one task (`write_chunks`), through the StoreWriter's
+ChunkSink, with the pieces' label ids mapped to the store's, where Dask finds most of their rows
+(the piece's worker, as a rule); the rows a chunk takes from an earlier piece held by another
+worker come with that piece, whole. The task returns the chunks' entries (rows, nnz, SHA-256)
+and largest columns; the driver takes them in chunk order into the StoreWriter, which writes
+the manifest and commits as in process. At most WINDOW_PER_THREAD pieces per worker thread are
+in flight, and as many write tasks: memory is bounded by a few pieces' rows per worker. The
+driver's cost is per task (Dask's scheduler runs in its process for --n-workers): a piece costs
+three tasks (featurize, summary, the write of the chunks it completes, if any); the pieces made
 together go in one submission (client.map). Label
 vocabulary, IDF and the stratified split follow as in process (pipeline.py): the driver holds
 one stratum per row and draws the split; pass 2 runs on the workers (pass2_document_frequencies,
@@ -72,7 +73,10 @@ from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
 
-WINDOW_PER_THREAD = 2  # pieces submitted ahead per worker thread
+# pieces in flight per worker thread: the one running, the next queued behind it, and the one
+# whose summary waits for the running piece to end (a worker runs one task at a time), so that a
+# worker has a piece queued while the driver merges (with 2 it often had none)
+WINDOW_PER_THREAD = 3
 PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet files and tar archives are cut (plan_pieces)
 # ...and so is a smaller LIBSVM / JSONL / Parquet file where the input as a whole is small: into
 # pieces of its total bytes / PIECES_PER_INPUT, at least MIN_PIECE_BYTES (piece_size), so that
@@ -81,6 +85,10 @@ PIECE_BYTES = 64 << 20  # larger uncompressed LIBSVM / JSONL files, Parquet file
 # (each piece costs the driver about 0.02 CPU s: 64 files of 4 MB cut into 256 pieces tripled
 # the driver's CPU at 16 workers, docs/benchmarks.md, session 15)
 PIECES_PER_INPUT = 16
+# ...or into PIECES_PER_THREAD pieces per worker thread where that is more (a large cluster): one
+# piece per thread leaves every worker idle from its own piece's end to the slowest piece's, and
+# the chunk writes only start after each piece
+PIECES_PER_THREAD = 4
 MIN_PIECE_BYTES = 1 << 20
 # documents per piece of a folder corpus: small, as its documents are small and many (20
 # Newsgroups: 36 MB in 18 846 documents). A directory or a zip archive is cut whatever its size
@@ -146,15 +154,19 @@ class Piece:
     folder_part: FolderPart | None = None
 
 
-def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, folder_piece_bytes: int) -> list[Piece]:
-    """The pieces of the input files, in input order: an uncompressed LIBSVM or JSONL file of
-    more than piece_size(the input's uncompressed bytes, piece_bytes) (and within --max-input-bytes) is cut into byte
-    ranges of about that size, each ending right after a newline; a Parquet file likewise into
-    runs of row groups (their uncompressed bytes); a folder corpus into runs of
+def plan_pieces(
+    paths: list[str], o, source_options: dict, piece_bytes: int, folder_piece_bytes: int, threads: int = 1
+) -> list[Piece]:
+    """The pieces of the input files, in input order, for a cluster of `threads` worker threads:
+    with cut = piece_size(the input's uncompressed bytes, piece_bytes, threads), an uncompressed
+    LIBSVM or JSONL file (within --max-input-bytes) is cut into k = round(its size / cut) byte
+    ranges of its size / k, each ending right after a newline (k < 2: whole); a Parquet file
+    into runs of row groups of about cut (their uncompressed bytes); a folder corpus into runs of
     documents of about folder_piece_bytes (sources.folder_parts, read with source_options): a
     directory or a zip archive always, a tar archive when its file is over piece_bytes (its
     listing is one pass over it, which costs about what reading a smaller archive whole does);
-    any other input is one piece. The cuts depend on the input alone."""
+    any other input is one piece. The cuts depend on the input and `threads` alone; the store
+    does not depend on them (its chunks are cut by row numbers)."""
     from streamfit.ingest.sources import RANGE_FORMATS, folder_parts, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
     from streamfit.ingest.sources.folder import container
@@ -168,7 +180,7 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
         if not folder and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
             info = location.fs.info(location.path)  # type: ignore[attr-defined]
         sizes.append(info["size"] if info.get("type") == "file" else 0)
-    cut = piece_size(sum(sizes), piece_bytes)
+    cut = piece_size(sum(sizes), piece_bytes, threads)
     pieces = []
     for path, location, folder, size in zip(paths, locations, folders, sizes):
         if folder:
@@ -180,12 +192,13 @@ def plan_pieces(paths: list[str], o, source_options: dict, piece_bytes: int, fol
             else:
                 pieces.append(Piece(path))
             continue
-        kind = (o.format or infer_format(path) or sniff_format(path)) if size > cut else None
+        n_pieces = round(size / cut)
+        kind = (o.format or infer_format(path) or sniff_format(path)) if n_pieces > 1 else None
         if kind == "parquet":
             cuts = _row_group_cuts(location, cut)
             pieces += [Piece(path, row_groups=(lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
         elif kind in RANGE_FORMATS and size <= o.max_input_bytes:
-            cuts = _line_cuts(location, size, cut)
+            cuts = _line_cuts(location, size, -(-size // n_pieces))
             pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
         else:
             pieces.append(Piece(path))
@@ -197,12 +210,13 @@ def _size(location: storage.Location, info: dict[str, Any] | None) -> int:
     return int(info["size"]) if info else location.fs.size(location.path)  # type: ignore[attr-defined]
 
 
-def piece_size(total: int, piece_bytes: int) -> int:
-    """The bytes per piece of the files of an input of `total` bytes (its uncompressed files):
-    total / PIECES_PER_INPUT, within [MIN_PIECE_BYTES, piece_bytes] (piece_bytes where that is
-    smaller). A function of the input alone (the chunks, cut by row numbers, do not depend on
-    the pieces either way)."""
-    return min(piece_bytes, max(MIN_PIECE_BYTES, -(-total // PIECES_PER_INPUT)))
+def piece_size(total: int, piece_bytes: int, threads: int) -> int:
+    """The bytes per piece of the files of an input of `total` bytes (its uncompressed files), on
+    `threads` worker threads: total / max(PIECES_PER_INPUT, PIECES_PER_THREAD x threads), within
+    [MIN_PIECE_BYTES, piece_bytes] (piece_bytes where that is smaller). A function of the input
+    and the cluster's size (the chunks, cut by row numbers, do not depend on the pieces)."""
+    pieces = max(PIECES_PER_INPUT, PIECES_PER_THREAD * threads)
+    return min(piece_bytes, max(MIN_PIECE_BYTES, -(-total // pieces)))
 
 
 def _row_group_cuts(location: storage.Location, piece_bytes: int) -> list[int]:
@@ -320,11 +334,14 @@ def rows_slice(rows: PieceRows, lo: int, hi: int, ids: np.ndarray | None) -> tup
     return _stacked(taken)
 
 
-def write_chunk(sink: ChunkSink, cid: int, row_start: int, parts: list) -> WrittenChunk:
-    """Chunk `cid`, rows from row_start, written through the store's sink (runs on a worker).
-    parts, in row order: (piece rows, lo, hi, label id map) for rows [lo, hi) of a piece, or
-    (X, labels) already sliced from one (rows_slice)."""
-    return sink.write(cid, row_start, *_stacked([rows_slice(*part) if len(part) == 4 else part for part in parts]))
+def write_chunks(sink: ChunkSink, first: int, chunks: list[tuple[int, list]]) -> list[WrittenChunk]:
+    """Chunks first, first + 1, … written through the store's sink (runs on a worker), each given
+    as (its first row, its parts in row order): (piece rows, lo, hi, label id map) for rows
+    [lo, hi) of a piece (rows_slice). A piece held by another worker arrives whole."""
+    return [
+        sink.write(first + k, row_start, *_stacked([rows_slice(*part) for part in parts]))
+        for k, (row_start, parts) in enumerate(chunks)
+    ]
 
 
 def run_distributed(p1, engine, finish_rows: bool) -> None:
@@ -332,13 +349,14 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
     leaves it."""
     o = p1.o
-    pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, FOLDER_PIECE_BYTES)
+    threads = max(engine.total_threads, 1)
+    pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, FOLDER_PIECE_BYTES, threads)
     featurizer_dict = p1.featurizer.to_dict()
     lines_before: dict[str, int] = {}  # per file: the lines of its pieces merged so far
     source_decision: dict[str, bool] = {}  # per file: multilabel as its reader decided it
     client = engine.client
     assert client is not None
-    window = WINDOW_PER_THREAD * max(engine.total_threads, 1)
+    window = WINDOW_PER_THREAD * threads
     frozen = list(p1.vocab.classes) if p1.vocab.frozen else None
     idf = client.scatter(p1.featurizer.idf, broadcast=True) if p1.featurizer.idf is not None else None
 
@@ -367,7 +385,9 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
             ),
             pure=False,
         )
-        return list(zip(batch, futures, client.map(summary, futures, [bool(o.test_size)] * n, pure=False)))
+        # a summary goes first on its worker: the driver waits for it to place the piece's rows
+        summaries = client.map(summary, futures, [bool(o.test_size)] * n, pure=False, priority=2)
+        return list(zip(batch, futures, summaries))
 
     chunks = _ChunkWriter(p1, client, window)
     pending: deque = deque()
@@ -411,18 +431,20 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
 
 class _ChunkWriter:
     """Cuts the input's rows, as the driver places them in order, into the store's chunks of
-    chunk_rows rows, has each written on the workers (write_chunk) and takes the written chunks
-    into the StoreWriter in order."""
+    chunk_rows rows, has the chunks each piece completes written on the workers by one task
+    (write_chunks) and takes the written chunks into the StoreWriter in order."""
 
     def __init__(self, p1, client, window: int):
         self.p1, self.client, self.window = p1, client, window
         self.parts: list[tuple] = []  # the open chunk's (piece future, lo, hi, ids)
         self.rows = 0  # rows placed so far
-        self.writes: deque = deque()  # write_chunk futures in chunk order
+        self.chunks = 0  # chunks submitted so far
+        self.writes: deque = deque()  # write_chunks futures in chunk order
 
     def place(self, future, n_rows: int, ids: np.ndarray | None) -> None:
         """A piece's n_rows rows, next in the store; ids: its label ids as the store's. The
-        chunks they complete are submitted together."""
+        chunks they complete are written by one task, which runs where Dask finds most of their
+        rows: the piece's own worker, unless the open chunk's earlier rows weigh more."""
         chunk_rows = self.p1.layout.chunk_rows
         complete = []
         lo = 0
@@ -441,34 +463,17 @@ class _ChunkWriter:
         _take_written(self.p1.writer, self.writes, 0)
 
     def _take_parts(self) -> tuple[int, list]:
-        """The open chunk as (its first row, its parts): the piece with most of its rows passed
-        whole (the write runs where that piece is), the others' rows sliced where they are."""
+        """The open chunk as (its first row, its parts)."""
         parts, self.parts = self.parts, []
-        n = sum(hi - lo for _, lo, hi, _ in parts)
-        if len(parts) > 1:
-            most = max(range(len(parts)), key=lambda k: parts[k][2] - parts[k][1])
-            parts = [
-                part if k == most else self.client.submit(rows_slice, *part, pure=False) for k, part in enumerate(parts)
-            ]
-        return self.rows - n, parts
+        return self.rows - sum(hi - lo for _, lo, hi, _ in parts), parts
 
     def _submit(self, chunks: list[tuple[int, list]]) -> None:
-        """Write chunks (first row, parts), the next ones of the store, in one submission."""
+        """Write chunks (first row, parts), the next ones of the store, in one task."""
         if not chunks:
             return
         writer = self.p1._writer()
-        first = len(writer.chunks) + len(self.writes)
-        self.writes.extend(
-            self.client.map(
-                write_chunk,
-                [writer.sink] * len(chunks),
-                range(first, first + len(chunks)),
-                [row_start for row_start, _ in chunks],
-                [parts for _, parts in chunks],
-                pure=False,
-                priority=1,
-            )
-        )
+        self.writes.append(self.client.submit(write_chunks, writer.sink, self.chunks, chunks, pure=False, priority=1))
+        self.chunks += len(chunks)
 
     def settle(self) -> None:
         """Wait for the chunk writes in flight (their failures are not this error's cause)."""
@@ -476,10 +481,12 @@ class _ChunkWriter:
 
 
 def _take_written(writer: StoreWriter, writes: deque, keep: int) -> None:
-    """Chunk writes (futures of WrittenChunk, in chunk order) into `writer`: waiting for the
-    oldest until at most `keep` are in flight, then those finished at the head of the queue."""
+    """Chunk writes (futures of lists of WrittenChunk, in chunk order) into `writer`: waiting
+    for the oldest until at most `keep` are in flight, then those finished at the head of the
+    queue."""
     while writes and (len(writes) > keep or writes[0].done()):
-        writer.add_written(writes.popleft().result())
+        for written in writes.popleft().result():
+            writer.add_written(written)
 
 
 def _settle(writes: deque) -> None:

@@ -2,10 +2,13 @@
 Dask cluster on loopback give the store of the in-process ingest, byte for byte (manifest,
 every chunk digest), with the same bad-record counts, quarantine lines and errors."""
 
+import collections
 import json
 import random
 
 import pytest
+from dask.utils import key_split
+from distributed import Client, get_task_stream
 
 from streamfit.errors import InputError
 from streamfit.ingest.hashing import HashingConfig
@@ -286,12 +289,20 @@ def test_the_workers_write_the_chunks_and_the_store_is_the_same_for_0_1_2_worker
     monkeypatch.setattr(distributed, "PIECE_BYTES", 700)
     _driver_writes_no_chunk(monkeypatch)
     engines = {"n2": {"scheduler": cluster}} | ({"n1": {"n_workers": 1}} if backend == "zarr" else {})
+    tasks: collections.Counter = collections.Counter()  # the kinds of task on the 2 workers
     for name, engine in engines.items():
-        ingest(_options(inputs, tmp_path / name, **kw, **engine))
+        with Client(cluster) as client, get_task_stream(client) as stream:
+            ingest(_options(inputs, tmp_path / name, **kw, **engine))
+        tasks.update(key_split(t["key"]) for t in stream.data if name == "n2")
         assert _manifest(tmp_path / name) == _manifest(tmp_path / "n0")
         assert open_store(str(tmp_path / name)).verify() == []
     m = _manifest(tmp_path / "n0")
     assert len(m["chunks"]) == 8 and m["counts"]["skipped"] == 6 and m["n_rows"] == 354
+    # on the 2 workers, a piece cost a featurize and a summary task, and the chunks each piece
+    # completed one write task: no other tasks (the scheduler's cost is per task)
+    files = sorted(str(f) for f in (tmp_path / "in").glob("*.jsonl"))
+    n_pieces = len(distributed.plan_pieces(files, _options(inputs, tmp_path / "x"), {}, 700, 1 << 20, 2))
+    assert tasks == {"featurize_piece": n_pieces, "summary": n_pieces, "write_chunks": 8} and n_pieces > 16
 
 
 def test_workers_on_other_machines_writing_a_local_store_is_an_error(tmp_path, cluster, monkeypatch):
@@ -402,3 +413,34 @@ def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_input(tmp_path, mon
     monkeypatch.setattr(distributed, "MIN_PIECE_BYTES", len(data))
     [whole] = distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, distributed.PIECE_BYTES, 1 << 20)
     assert whole.byte_range is None
+
+
+def test_a_large_cluster_cuts_the_input_into_pieces_per_worker_thread_of_equal_size(tmp_path, monkeypatch):
+    """On a cluster of more than PIECES_PER_INPUT / PIECES_PER_THREAD worker threads a file is
+    cut into PIECES_PER_THREAD pieces per thread (one piece per thread leaves each worker idle from
+    its piece's end to the slowest one's), each file into round(its size / the cut) ranges of
+    equal size: a file a little larger than the cut is one piece, not a piece and a sliver."""
+    from streamfit.ingest import distributed
+
+    monkeypatch.setattr(distributed, "MIN_PIECE_BYTES", 512)  # a file of a few MB, scaled down
+    _write_files(tmp_path / "in", n_files=1, rows=1200)
+    path = str(tmp_path / "in" / "part-0.jsonl")
+    data = open(path, "rb").read()
+    o = _options(path, tmp_path / "x")
+
+    def plan(paths, threads):
+        return distributed.plan_pieces(paths, o, {}, distributed.PIECE_BYTES, 1 << 20, threads)
+
+    assert distributed.PIECES_PER_INPUT == 4 * distributed.PIECES_PER_THREAD == 16
+    assert len(plan([path], 1)) == len(plan([path], 4)) == 16
+    pieces = plan([path], 8)
+    assert len(pieces) == 32
+    assert pieces[0].byte_range[0] == 0 and pieces[-1].byte_range[1] == len(data)
+    for a, b in zip(pieces, pieces[1:]):
+        assert a.byte_range[1] == b.byte_range[0] and data[b.byte_range[0] - 1 : b.byte_range[0]] == b"\n"
+    sizes = [hi - lo for lo, hi in (p.byte_range for p in pieces)]
+    line = max(len(x) for x in data.split(b"\n")) + 1
+    assert max(sizes) - min(sizes) <= 32 * line  # the last piece is short by at most a line per cut
+    assert max(sizes) <= -(-len(data) // 32) + line
+    # 30 such files on 8 threads: the cut is 30/32 of a file, and each file one piece
+    assert [p.byte_range for p in plan([path] * 30, 8)] == [None] * 30
