@@ -101,8 +101,12 @@ def run_pipeline(
         from streamfit.model import load_model
 
         model, store = load_model(config.evaluate.run_dir), open_store(config.evaluate.store)
+        stopped = (
+            f"{config.evaluate.store}: not evaluated (no {EVALUATION_FILE} written); the same command plus --resume "
+            "keeps what is done and evaluates"
+        )
         with config.evaluate.cluster.engine(progress) as engine:
-            result.evaluation = evaluate(model, store, progress=progress, engine=engine)
+            result.evaluation = evaluate(model, store, progress=progress, engine=engine, sigterm=stopped)
         written = write_evaluation(config.evaluate.run_dir, config.evaluate.store, result.evaluation)
         say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()) + f" ({written})")
     if config.predict:

@@ -1044,6 +1044,58 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     assert (record["status"], record["step"]) == ("stopped by SIGTERM", step)
 
 
+# the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads
+# the second chunk; at exit it prints the chunks read
+SIGTERM_AT_THE_SECOND_CHUNK = """
+import atexit, os, signal, sys
+from streamfit.cli import main
+from streamfit.store.store import Store
+read, reads = Store._read_from_disk, []
+def signalled(self, i, verify):
+    reads.append(i)
+    if len(reads) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return read(self, i, verify)
+Store._read_from_disk = signalled
+atexit.register(lambda: print("chunks read:", reads))
+main(sys.argv[1:], prog_name="streamfit")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["evaluate", "inspect", "transpose"])
+def test_sigterm_stops_evaluate_inspect_and_transpose_between_chunks(stores, tmp_path, command):
+    """A SIGTERM while the second of 4 chunks is read (streamfit.shutdown): the command stops
+    before the third, prints nothing on stdout but the chunks read, one line on stderr and exits
+    143; transpose leaves the store as it was (no column copy, no csc.partial)."""
+    import signal
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(stores / "train.zarr", store)
+    files, manifest = sorted(os.listdir(store)), (store / "manifest.json").read_bytes()
+    if command == "evaluate":
+        run_dir = tmp_path / "run"
+        run("train", store, "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "0", "--out", run_dir)
+        argv, left = ["evaluate", run_dir, store], f"{store}: not evaluated to the end (evaluate writes nothing)"
+    elif command == "inspect":
+        argv, left = ["inspect", store, "--verify"], f"{store}: not read to the end (inspect writes nothing)"
+    else:
+        argv, left = ["transpose", store], f"{store}: column copy not built (the store is as it was)"
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AT_THE_SECOND_CHUNK, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stdout == "chunks read: [0, 1]\n", done.stdout
+    assert done.stderr.splitlines()[-1].startswith(f"stopped: terminated by SIGTERM; {left}"), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert sorted(os.listdir(store)) == files and (store / "manifest.json").read_bytes() == manifest
+
+
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page
