@@ -189,7 +189,9 @@ def build_csc(
         shutil.rmtree(leftover, ignore_errors=True)
     bf = int(block_features)
     n_blocks = -(-store.n_features // bf)
-    stopped = f"{store_path}: column copy not built (the store is as it was); `streamfit transpose` builds it"
+    stopped = (
+        f"{store_path}: column copy not built (the store is as it was); `streamfit transpose {store_path}` builds it"
+    )
     try:
         group = zarr.open_group(partial, mode="w", zarr_format=3)
         spill = _Spill(os.path.join(partial, "spill"), spill_buffer_bytes)
