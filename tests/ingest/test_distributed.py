@@ -402,3 +402,49 @@ def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_input(tmp_path, mon
     monkeypatch.setattr(distributed, "MIN_PIECE_BYTES", len(data))
     [whole] = distributed.plan_pieces([path], _options(path, tmp_path / "x"), {}, distributed.PIECE_BYTES, 1 << 20)
     assert whole.byte_range is None
+
+
+def test_progress_on_a_cluster_is_one_bar_on_a_terminal_and_lines_with_an_eta_in_a_log(
+    tmp_path, cluster, monkeypatch, caplog
+):
+    """Issue 20, item 13, with workers as in process: on a terminal one bar over the records of
+    every pass (pass 1's pieces merged, no total yet; then pass 2's document frequencies, a run of
+    chunks per worker thread, and its write, a chunk at a time, which make the total: records
+    read + 2 x the stage's rows); in a log, each pass's lines with the count and an ETA."""
+    from dataclasses import replace
+
+    from streamfit import runlog
+    from streamfit.ingest import pipeline
+
+    inputs = _write_files(tmp_path / "in", n_files=4, rows=300)  # 4 pieces, 1200 records: 5 chunks of 256
+    shown: list[tuple] = []  # ("begin", name, unit) and ("count", done, planned), as the bar got them
+    begin, count = runlog.RunProgress.begin, runlog.RunProgress.count
+
+    def recorded_begin(self, name, step, planned, *, unit="step"):
+        shown.append(("begin", name, unit))
+        begin(self, name, step, planned, unit=unit)
+
+    def recorded_count(self, done, planned, *, final=False):
+        if self.mode == "bar":
+            shown.append(("count", done, planned))
+        count(self, done, planned, final=final)
+
+    monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
+    monkeypatch.setattr(runlog.RunProgress, "count", recorded_count)
+    monkeypatch.setattr(pipeline, "progress_mode", lambda: "bar")
+    ingest(replace(_options(inputs, tmp_path / "bar.zarr", chunk_rows=256, scheduler=cluster), progress=True))
+    assert [s for s in shown if s[0] == "begin"] == [("begin", "ingest", "record")]
+    pass1 = [(300, None), (600, None), (900, None), (1200, None)]
+    document_frequencies = [(1200 + 768, 3600), (2400, 3600)]  # chunks 0-2 and 3-4
+    write = [(2400 + min(256 * k, 1200), 3600) for k in range(1, 6)]
+    assert [s[1:] for s in shown if s[0] == "count"] == pass1 + document_frequencies + write
+
+    monkeypatch.setattr(pipeline, "progress_mode", lambda: "lines")
+    with caplog.at_level("INFO", logger="streamfit.runlog"):
+        ingest(replace(_options(inputs, tmp_path / "lines.zarr", chunk_rows=256, scheduler=cluster), progress=True))
+    last = {m.split(":")[0]: m for m in caplog.messages}  # each pass's last line
+    assert last["ingest"].startswith("ingest: piece 4/4, ") and "ETA" in last["ingest"], caplog.messages
+    assert last["document frequencies"].startswith("document frequencies: run 2/2, "), caplog.messages
+    assert last["write"].startswith("write: chunk 5/5, ") and "ETA" in last["write"], caplog.messages
+    assert "ETA" in last["document frequencies"]
+    assert _manifest(str(tmp_path / "bar.zarr"))["chunks"] == _manifest(str(tmp_path / "lines.zarr"))["chunks"]
