@@ -73,6 +73,12 @@ class _Group(click.Group):
             )
             sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
+            from streamfit.storage import client_error_message
+
+            known = client_error_message(e)  # an object store's client refused (credentials, endpoint)
+            if known is not None:
+                _fail(f"error: {known}")
+                sys.exit(2)
             if (ctx.obj or {}).get("verbose"):
                 log.error("internal error", exc_info=True)
             name = ctx.invoked_subcommand or "streamfit"

@@ -180,6 +180,7 @@ def build_csc(
 
     if not isinstance(block_features, (int, np.integer)) or isinstance(block_features, bool) or block_features < 1:
         raise StoreError(f"block_features must be a positive integer, got {block_features!r}")
+    resolve(store_path)  # a broken URL is named as such
     if is_url(store_path):
         raise StoreError(f"{store_path}: the column copy is built on local stores only; transpose a local copy")
     store = Store(store_path)
