@@ -278,3 +278,28 @@ def test_sigterm_stops_the_evaluate_section_between_chunks_and_writes_no_evaluat
     sigterm_guard.disarm()
     again = run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
     assert (tmp_path / "run" / "evaluation.json").exists() and again.evaluation["n_samples"] == 450
+
+
+def test_a_later_sections_output_already_there_is_refused_before_the_first_section(pipeline, tmp_path):
+    """A run directory with a checkpoint (or an ingest_test store) already there: refused before
+    the ingest section writes anything (it was found after the ingest had run), with the
+    message `streamfit train` gives; --resume or --overwrite say what to do with it."""
+    from streamfit.errors import StreamfitError
+
+    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    for store in ("train.zarr", "test.zarr"):
+        (tmp_path / store).rename(tmp_path / f"kept-{store}")
+    with pytest.raises(
+        StreamfitError, match=f"^{tmp_path / 'run'}: holds checkpoints of an earlier run; pass --resume"
+    ):
+        run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    assert not (tmp_path / "train.zarr").exists() and not (tmp_path / "test.zarr").exists()
+    # an ingest_test section whose store is there: the same
+    path = tmp_path / "q.yaml"
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: a.zarr, no_hash: true}\n"
+        "ingest_test: {inputs: [digits.svm], out: kept-test.zarr}\n"
+    )
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'kept-test.zarr'}: already exists; pass --overwrite"):
+        run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert not (tmp_path / "a.zarr").exists()
