@@ -40,6 +40,7 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -424,6 +425,22 @@ def client_error_message(e: Exception) -> str | None:
         if cls.__module__.startswith("botocore") and cls.__name__ in _CLIENT_ERRORS:
             return f"{' '.join(str(e).split())}; {_CLIENT_ERRORS[cls.__name__]}"
     return None
+
+
+def check_creatable(path: str) -> None:
+    """OutputError now, before any work, if a local output could not be made at `path` later
+    (its nearest existing folder refuses a new entry: read-only, no permission, or a regular
+    file where a folder must be): one trial folder made and removed there. Behind a URL nothing
+    is asked (a request; the first write reports a refusal)."""
+    if is_url(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamfit-check-", dir=parent))
+    except OSError as e:
+        raise output_error(path, e) from None
 
 
 def absolute(path_or_url: str) -> str:

@@ -576,6 +576,8 @@ def ingest(o: IngestOptions) -> IngestReport:
             "name a local one with --quarantine FILE"
         )
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
+    for later in ([o.test_out] if o.test_out else []) + ([quarantine] if quarantine else []):
+        storage.check_creatable(later)  # written after the input is read: refused before it is
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
     # the --like store decides the transform; otherwise an unset idf / l2_normalize is on for text
