@@ -288,6 +288,7 @@ class Engine:
         self.client: Client | None = None  # set by start() unless mode is "inprocess"
         self.cluster: LocalCluster | None = None  # mode "local" only
         self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
+        self._sigterm: str | None = None  # while stopping_on_sigterm: Terminated's message
 
     def __enter__(self) -> Engine:
         self.start()
@@ -483,7 +484,7 @@ class Engine:
     ) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
         future it has yielded), advancing the bar (by `chunks_of[key]`, default 1); raise at the
-        first failed one, and (with `sigterm`, see map_reduce) Terminated after a SIGTERM."""
+        first failed one, and (with `sigterm`, see stopping_on_sigterm) Terminated after a SIGTERM."""
         for f in pending if sigterm is None else _until_sigterm(pending, sigterm):
             bar.update(1 if chunks_of is None else chunks_of[f.key])
             if f.status != "finished":
@@ -516,15 +517,22 @@ class Engine:
 
         return self._retrying(attempt, desc)
 
-    def map_reduce(
-        self, fn: Callable, source, chunk_ids, desc: str | None = None, *, sigterm: str | None = None, **kwargs
-    ) -> Any:
-        """The sum over chunks of fn(source, i, **kwargs), along the fixed tree (tree_sum).
-
-        sigterm: given, a SIGTERM (streamfit.shutdown) stops the pass with Terminated(sigterm)
+    @contextlib.contextmanager
+    def stopping_on_sigterm(self, message: str):
+        """Within: a SIGTERM (streamfit.shutdown) stops a map_reduce pass with Terminated(message)
         between chunks in process, and on a cluster within SIGTERM_POLL seconds (its tasks are
-        cancelled as the engine closes): for a pass that is the whole command (evaluate). None:
-        the pass runs to its end (the solver driver stops between steps, after a checkpoint)."""
+        cancelled as the engine closes): for a pass that is the whole command (evaluate).
+        Outside, a pass runs to its end (the solver driver stops between steps, after a checkpoint)."""
+        self._sigterm = message
+        try:
+            yield self
+        finally:
+            self._sigterm = None
+
+    def map_reduce(self, fn: Callable, source, chunk_ids, desc: str | None = None, **kwargs) -> Any:
+        """The sum over chunks of fn(source, i, **kwargs), along the fixed tree (tree_sum); see
+        stopping_on_sigterm."""
+        sigterm = self._sigterm
         chunk_ids = list(chunk_ids)
         if not chunk_ids:
             raise ValueError("map_reduce over no chunks")

@@ -23,6 +23,7 @@ and sums added, the target moments merged pairwise).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -188,8 +189,8 @@ def evaluate(
     there are several. `engine`: where the chunk tasks run (default: in this process); the
     model travels to the workers (scattered once), the store by its path or URL, and the result
     is the same bits on any engine (see the module docstring). `sigterm`: given, a SIGTERM
-    stops the pass between chunks with Terminated(sigterm) (Engine.map_reduce; the commands
-    pass it, validation inside a training run does not). A source without rows is a
+    stops the pass between chunks with Terminated(sigterm) (Engine.stopping_on_sigterm; the
+    commands pass it, validation inside a training run does not). A source without rows is a
     StoreError (its metrics would be 0s that mean nothing)."""
     from streamfit.engine import Engine
 
@@ -199,9 +200,10 @@ def evaluate(
     if source.n_chunks == 0:
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     engine = engine or Engine(mode="inprocess", progress=progress)
-    acc = engine.map_reduce(
-        chunk_sums, source, range(source.n_chunks), desc="evaluate", sigterm=sigterm, model=model, threshold=threshold
-    )
+    with engine.stopping_on_sigterm(sigterm) if sigterm is not None else contextlib.nullcontext():
+        acc = engine.map_reduce(
+            chunk_sums, source, range(source.n_chunks), desc="evaluate", model=model, threshold=threshold
+        )
     if acc.n == 0:
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     out = acc.result()

@@ -571,7 +571,7 @@ def chunk_value(_source, i, *, signal_at=-1, seconds=0.0):
 
 def test_a_map_reduce_that_asks_for_it_stops_between_chunks_after_a_sigterm(sigterm_guard):
     """In process: a SIGTERM during chunk 1 of 6 stops the pass before chunk 2 with Terminated,
-    when the caller gives `sigterm` (evaluate); without it the pass runs to its end (a training
+    within stopping_on_sigterm (evaluate); outside it the pass runs to its end (a training
     step: the solver driver stops between steps, after a checkpoint)."""
     from streamfit.errors import Terminated
 
@@ -582,8 +582,8 @@ def test_a_map_reduce_that_asks_for_it_stops_between_chunks_after_a_sigterm(sigt
         return chunk_value(source, i, **kw)
 
     with Engine(mode="inprocess") as eng:
-        with pytest.raises(Terminated, match="^what is left$"):
-            eng.map_reduce(counted, None, range(6), sigterm="what is left", signal_at=1)
+        with pytest.raises(Terminated, match="^what is left$"), eng.stopping_on_sigterm("what is left"):
+            eng.map_reduce(counted, None, range(6), signal_at=1)
         assert seen == [0, 1]
         assert eng.map_reduce(counted, None, range(6)) == [15.0]  # the stop was asked for, not by this pass
 
@@ -601,8 +601,8 @@ def test_a_map_reduce_on_a_cluster_stops_soon_after_a_sigterm(sigterm_guard):
         timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
         started = time.monotonic()
         timer.start()
-        with pytest.raises(Terminated, match="^what is left$"):
-            eng.map_reduce(chunk_value, None, range(4), sigterm="what is left", seconds=300.0)
+        with pytest.raises(Terminated, match="^what is left$"), eng.stopping_on_sigterm("what is left"):
+            eng.map_reduce(chunk_value, None, range(4), seconds=300.0)
         stopped_after = time.monotonic() - started
     timer.join()
     assert stopped_after < 150, stopped_after  # half a task: a loaded machine's scheduling, never the pass
