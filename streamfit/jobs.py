@@ -141,13 +141,13 @@ def _refuse_earlier_outputs(config: PipelineConfig) -> None:
     would find it after the sections before it had done their work (the ingest section checks
     its own outputs first thing)."""
     from streamfit.store.store import present
-    from streamfit.train import refuse_earlier_run
+    from streamfit.train import earlier_run
 
     section = config.ingest_test
     if section and present(storage.resolve(section.out)):
         raise StreamfitError(f"{storage.absolute(section.out)}: already exists; pass --overwrite to replace it")
-    if config.train:
-        refuse_earlier_run(config.train.out)
+    if config.train and storage.resolve(config.train.out).join("checkpoints", "LATEST").exists():
+        raise earlier_run(config.train.out)
 
 
 def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:

@@ -170,15 +170,13 @@ def train(
             os.close(lock)
 
 
-def refuse_earlier_run(out: str) -> None:
-    """StreamfitError if the run directory `out` holds a checkpoint of an earlier run (its
-    checkpoints/LATEST), which a new run without --resume or --overwrite must not replace
-    (train; `streamfit run` asks before its first section)."""
-    if storage.resolve(out).join("checkpoints", "LATEST").exists():
-        raise StreamfitError(
-            f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
-            "--overwrite to start over, or choose another --out"
-        )
+def earlier_run(out: str) -> StreamfitError:
+    """The error of a new run (no --resume, no --overwrite) whose run directory `out` holds a
+    checkpoint of an earlier run (checkpoints/LATEST); `streamfit run` checks before its first section."""
+    return StreamfitError(
+        f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
+        "--overwrite to start over, or choose another --out"
+    )
 
 
 def _remove_if_no_checkpoint(out: str, made: bool) -> None:
@@ -277,8 +275,8 @@ def _train_locked(
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
     has_checkpoint = ckpt_dir.join("LATEST").exists()
-    if not resume:
-        refuse_earlier_run(out)
+    if has_checkpoint and not resume:
+        raise earlier_run(out)
     if not has_checkpoint:
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)
