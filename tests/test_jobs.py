@@ -286,9 +286,9 @@ def test_a_later_sections_output_already_there_is_refused_before_the_first_secti
     message `streamfit train` gives; --resume or --overwrite say what to do with it."""
     from streamfit.errors import StreamfitError
 
-    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
-    for store in ("train.zarr", "test.zarr"):
-        (tmp_path / store).rename(tmp_path / f"kept-{store}")
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # what an earlier run left: its last checkpoint's record
+    (tmp_path / "run" / "checkpoints" / "LATEST").write_text('{"step": 3}')
+    (tmp_path / "kept-test.zarr").mkdir()
     with pytest.raises(
         StreamfitError, match=f"^{tmp_path / 'run'}: holds checkpoints of an earlier run; pass --resume"
     ):

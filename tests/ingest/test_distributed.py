@@ -404,13 +404,11 @@ def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_input(tmp_path, mon
     assert whole.byte_range is None
 
 
-def test_progress_on_a_cluster_is_one_bar_on_a_terminal_and_lines_with_an_eta_in_a_log(
-    tmp_path, cluster, monkeypatch, caplog
-):
+def test_progress_on_a_cluster_is_one_bar_over_the_records_of_every_pass(tmp_path, cluster, monkeypatch):
     """Issue 20, item 13, with workers as in process: on a terminal one bar over the records of
-    every pass (pass 1's pieces merged, no total yet; then pass 2's document frequencies, a run of
-    chunks per worker thread, and its write, a chunk at a time, which make the total: records
-    read + 2 x the stage's rows); in a log, each pass's lines with the count and an ETA."""
+    every pass: pass 1's pieces merged (no total yet), then pass 2's document frequencies (a run
+    of chunks per worker thread) and its write (a chunk at a time), which make the total: records
+    read + 2 x the stage's rows. (In a log, the same passes' lines: test_pass_shown_in_a_log.)"""
     from dataclasses import replace
 
     from streamfit import runlog
@@ -425,8 +423,7 @@ def test_progress_on_a_cluster_is_one_bar_on_a_terminal_and_lines_with_an_eta_in
         begin(self, name, step, planned, unit=unit)
 
     def recorded_count(self, done, planned, *, final=False):
-        if self.mode == "bar":
-            shown.append(("count", done, planned))
+        shown.append(("count", done, planned))
         count(self, done, planned, final=final)
 
     monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
@@ -439,12 +436,24 @@ def test_progress_on_a_cluster_is_one_bar_on_a_terminal_and_lines_with_an_eta_in
     write = [(2400 + min(256 * k, 1200), 3600) for k in range(1, 6)]
     assert [s[1:] for s in shown if s[0] == "count"] == pass1 + document_frequencies + write
 
-    monkeypatch.setattr(pipeline, "progress_mode", lambda: "lines")
+
+def test_pass_shown_in_a_log(caplog):
+    """distributed.PassShown off a terminal (no bar, o.progress): a pass's lines, the first and
+    the last always, with the count of its pieces or chunks and, from the second, an ETA; nothing
+    without o.progress; with ingest's bar, only the bar's records (test above)."""
+    from types import SimpleNamespace
+
+    from streamfit.ingest.distributed import PassShown
+
     with caplog.at_level("INFO", logger="streamfit.runlog"):
-        ingest(replace(_options(inputs, tmp_path / "lines.zarr", chunk_rows=256, scheduler=cluster), progress=True))
-    last = {m.split(":")[0]: m for m in caplog.messages}  # each pass's last line
-    assert last["ingest"].startswith("ingest: piece 4/4, ") and "ETA" in last["ingest"], caplog.messages
-    assert last["document frequencies"].startswith("document frequencies: run 2/2, "), caplog.messages
-    assert last["write"].startswith("write: chunk 5/5, ") and "ETA" in last["write"], caplog.messages
-    assert "ETA" in last["document frequencies"]
-    assert _manifest(str(tmp_path / "bar.zarr"))["chunks"] == _manifest(str(tmp_path / "lines.zarr"))["chunks"]
+        shown = PassShown(SimpleNamespace(progress=True), "write", "chunk", None, 1200, 3600)
+        shown.begin(3)
+        for _ in range(3):
+            shown.add(256)
+        quiet = PassShown(SimpleNamespace(progress=False), "write", "chunk", None)
+        quiet.begin(2)
+        quiet.add(5)
+    lines = caplog.messages
+    assert lines[0].startswith("write: chunk 1/3, ") and "ETA" not in lines[0], lines
+    assert lines[-1].startswith("write: chunk 3/3, ") and "ETA 0:00" in lines[-1], lines
+    assert len(lines) in (2, 3) and (shown.k, shown.done) == (3, 1200 + 3 * 256)
