@@ -73,6 +73,12 @@ class _Group(click.Group):
             )
             sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
+            from streamfit.storage import client_error_message
+
+            known = client_error_message(e)  # an object store's client refused (credentials, endpoint)
+            if known is not None:
+                _fail(f"error: {known}")
+                sys.exit(2)
             if (ctx.obj or {}).get("verbose"):
                 log.error("internal error", exc_info=True)
             name = ctx.invoked_subcommand or "streamfit"
@@ -131,14 +137,15 @@ def main(ctx, verbose, quiet, log_file, log_format):
     Ingest and training show their progress as one bar on a terminal, and as a line every few
     seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
 
-    SIGTERM stops ingest, train, predict and run at the next safe point (train: after saving
-    the step it is in; --resume continues), exit status 143; a second SIGTERM, or
+    SIGTERM stops every command at the next safe point (train: after saving the step it is
+    in, --resume continues; the others between chunks, leaving no partial output), with one line
+    and exit status 143; a second SIGTERM, or
     STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
     """
     from streamfit.logs import configure
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
-    if ctx.invoked_subcommand in _STOPS_ON_SIGTERM and threading.current_thread() is threading.main_thread():
+    if ctx.invoked_subcommand is not None and threading.current_thread() is threading.main_thread():
         _guard_sigterm(ctx)
     if file_handler is not None:
         ctx.call_on_close(lambda: (logging.getLogger().removeHandler(file_handler), file_handler.close()))
@@ -154,8 +161,6 @@ def main(ctx, verbose, quiet, log_file, log_format):
 
 
 _DEFAULT_INFO = ("streamfit.train", "streamfit.runlog", "streamfit.jobs")
-# the commands that stop at a safe point on SIGTERM (streamfit.shutdown); the others end at once
-_STOPS_ON_SIGTERM = ("ingest", "train", "predict", "run")
 
 
 def _guard_sigterm(ctx) -> None:
@@ -716,6 +721,7 @@ def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_wo
             threshold=_given_threshold(threshold),
             per_label=per_label,
             engine=engine,
+            sigterm=f"{store}: not evaluated to the end (evaluate writes nothing); run the command again",
         )
     if as_json:
         click.echo(json.dumps(result, indent=1))

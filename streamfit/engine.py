@@ -42,10 +42,11 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
+from streamfit import shutdown
 from streamfit.errors import StreamfitError
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ BROADCAST_BYTES = 64 * 1024
 MAX_ATTEMPTS = 3
 # How often (seconds) a running pass checks that the cluster still has workers.
 WATCH_INTERVAL = 1.0
+# Seconds between looks at the SIGTERM flag while a pass that stops on it waits for its tasks
+SIGTERM_POLL = 0.1
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
 # Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
@@ -218,6 +221,18 @@ def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[[
     return add(sum_tree(ids[:mid], group, leaf, add), sum_tree(ids[mid:], group, leaf, add))
 
 
+def _until_sigterm(pending, sigterm: str) -> Iterator:
+    """The futures of `pending` (a distributed.as_completed) as they finish, until a SIGTERM asks
+    to stop: then Terminated(sigterm). While none is ready it looks every SIGTERM_POLL seconds,
+    as as_completed itself does for the next one."""
+    while not pending.is_empty():
+        shutdown.check(sigterm)
+        if pending.has_ready():
+            yield next(pending)
+        else:
+            time.sleep(SIGTERM_POLL)
+
+
 class _NoBar:
     """A progress bar that shows nothing and costs nothing."""
 
@@ -273,6 +288,7 @@ class Engine:
         self.client: Client | None = None  # set by start() unless mode is "inprocess"
         self.cluster: LocalCluster | None = None  # mode "local" only
         self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
+        self._sigterm: str | None = None  # while stopping_on_sigterm: Terminated's message
 
     def __enter__(self) -> Engine:
         self.start()
@@ -463,11 +479,13 @@ class Engine:
             "check the workers (memory, crashes), then re-run with --resume to continue from the last checkpoint"
         )
 
-    def _drain(self, pending, bar, watch: _Watch, chunks_of: dict[Any, int] | None = None) -> None:
+    def _drain(
+        self, pending, bar, watch: _Watch, chunks_of: dict[Any, int] | None = None, sigterm: str | None = None
+    ) -> None:
         """Wait for every future of `pending` (a distributed.as_completed, which lets go of each
         future it has yielded), advancing the bar (by `chunks_of[key]`, default 1); raise at the
-        first failed one."""
-        for f in pending:
+        first failed one, and (with `sigterm`, see stopping_on_sigterm) Terminated after a SIGTERM."""
+        for f in pending if sigterm is None else _until_sigterm(pending, sigterm):
             bar.update(1 if chunks_of is None else chunks_of[f.key])
             if f.status != "finished":
                 self._result(f.result, watch)
@@ -499,15 +517,29 @@ class Engine:
 
         return self._retrying(attempt, desc)
 
+    @contextlib.contextmanager
+    def stopping_on_sigterm(self, message: str):
+        """Within: a SIGTERM (streamfit.shutdown) stops a map_reduce pass with Terminated(message)
+        between chunks in process, and on a cluster within SIGTERM_POLL seconds (its tasks are
+        cancelled as the engine closes): for a pass that is the whole command (evaluate).
+        Outside, a pass runs to its end (the solver driver stops between steps, after a checkpoint)."""
+        self._sigterm = message
+        try:
+            yield self
+        finally:
+            self._sigterm = None
+
     def map_reduce(self, fn: Callable, source, chunk_ids, desc: str | None = None, **kwargs) -> Any:
-        """The sum over chunks of fn(source, i, **kwargs), along the fixed tree (tree_sum)."""
+        """The sum over chunks of fn(source, i, **kwargs), along the fixed tree (tree_sum); see
+        stopping_on_sigterm."""
+        sigterm = self._sigterm
         chunk_ids = list(chunk_ids)
         if not chunk_ids:
             raise ValueError("map_reduce over no chunks")
         if self.client is None:
             self.start()
         if self.client is None:
-            return self._reduce_inprocess(fn, source, chunk_ids, desc, kwargs)
+            return self._reduce_inprocess(fn, source, chunk_ids, desc, sigterm, kwargs)
 
         from distributed import as_completed
 
@@ -541,7 +573,7 @@ class Engine:
             # n × 2 MiB until its end)
             root = sum_tree(chunk_ids, group, leaf, lambda a, b: client.submit(add_results, a, b, pure=False))
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, lambda: [root, *leaves.futures]) as watch:
-                self._drain(leaves, bar, watch, chunks_of)
+                self._drain(leaves, bar, watch, chunks_of, sigterm)
                 return self._result(root.result, watch)
 
         return self._retrying(attempt, desc)
@@ -608,10 +640,14 @@ class Engine:
                         self.client.cancel(list(futures))
         raise self._gave_up(desc, err) from err
 
-    def _reduce_inprocess(self, fn: Callable, source, chunk_ids, desc: str | None, kwargs: dict) -> Any:
+    def _reduce_inprocess(
+        self, fn: Callable, source, chunk_ids, desc: str | None, sigterm: str | None, kwargs: dict
+    ) -> Any:
         with self._bar(len(chunk_ids), desc) as bar:
 
             def counted(source, i, **kw):
+                if sigterm is not None:
+                    shutdown.check(sigterm)
                 out = fn(source, i, **kw)
                 bar.update()
                 return out

@@ -67,11 +67,11 @@ class Terminated(BaseException):
 _OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
     errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",
-    errno.EROFS: "the location is read-only: choose a writable --out",
-    errno.EACCES: "permission denied: choose a writable --out",
-    errno.EPERM: "permission denied: choose a writable --out",
-    errno.ENOTDIR: "a parent of this path is a regular file, not a directory: choose another --out",
-    errno.EEXIST: "a file is in the way: remove it or choose another --out",
+    errno.EROFS: "the location is read-only: choose a writable one",
+    errno.EACCES: "permission denied: choose a writable location",
+    errno.EPERM: "permission denied: choose a writable location",
+    errno.ENOTDIR: "a parent of this path is a regular file, not a directory: choose another path",
+    errno.EEXIST: "a file is in the way: remove it or choose another path",
 }
 
 

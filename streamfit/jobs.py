@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 
 from streamfit import storage
 from streamfit.config import EVALUATION_FILE, PipelineConfig, train_options
+from streamfit.errors import StreamfitError
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
@@ -61,6 +62,8 @@ def run_pipeline(
     from streamfit.store import open_store
     from streamfit.train import train
 
+    if not (resume or overwrite):
+        _refuse_earlier_outputs(config)
     result = PipelineResult()
     if config.ingest:
         section = config.ingest
@@ -101,8 +104,12 @@ def run_pipeline(
         from streamfit.model import load_model
 
         model, store = load_model(config.evaluate.run_dir), open_store(config.evaluate.store)
+        stopped = (
+            f"{config.evaluate.store}: not evaluated (no {EVALUATION_FILE} written); the same command plus --resume "
+            "keeps what is done and evaluates"
+        )
         with config.evaluate.cluster.engine(progress) as engine:
-            result.evaluation = evaluate(model, store, progress=progress, engine=engine)
+            result.evaluation = evaluate(model, store, progress=progress, engine=engine, sigterm=stopped)
         written = write_evaluation(config.evaluate.run_dir, config.evaluate.store, result.evaluation)
         say("evaluate: " + "  ".join(f"{k}={format_metric(v)}" for k, v in result.evaluation.items()) + f" ({written})")
     if config.predict:
@@ -126,6 +133,21 @@ def run_pipeline(
             )
         say(f"predict: {result.predictions} rows written to {scoring.out}")
     return result
+
+
+def _refuse_earlier_outputs(config: PipelineConfig) -> None:
+    """Before the first section: StreamfitError for an output of a later section that is there
+    already (ingest_test's store, train's run directory with a checkpoint), as that section
+    would find it after the sections before it had done their work (the ingest section checks
+    its own outputs first thing)."""
+    from streamfit.store.store import present
+    from streamfit.train import earlier_run
+
+    section = config.ingest_test
+    if section and present(storage.resolve(section.out)):
+        raise StreamfitError(f"{storage.absolute(section.out)}: already exists; pass --overwrite to replace it")
+    if config.train and storage.resolve(config.train.out).join("checkpoints", "LATEST").exists():
+        raise earlier_run(config.train.out)
 
 
 def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:

@@ -23,6 +23,7 @@ and sums added, the target moments merged pairwise).
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -179,6 +180,7 @@ def evaluate(
     threshold: float | None = None,
     per_label: bool = False,
     engine: Engine | None = None,
+    sigterm: str | None = None,
 ) -> dict:
     """Metrics of `model` on every row of a store (or any ChunkSource), with the model's
     decision rule (`threshold` overrides its multilabel threshold). per_label: also
@@ -186,7 +188,9 @@ def evaluate(
     rmse, mae, r2 averaged over the outputs, and per output rmse_NAME, mae_NAME, r2_NAME when
     there are several. `engine`: where the chunk tasks run (default: in this process); the
     model travels to the workers (scattered once), the store by its path or URL, and the result
-    is the same bits on any engine (see the module docstring). A source without rows is a
+    is the same bits on any engine (see the module docstring). `sigterm`: given, a SIGTERM
+    stops the pass between chunks with Terminated(sigterm) (Engine.stopping_on_sigterm; the
+    commands pass it, validation inside a training run does not). A source without rows is a
     StoreError (its metrics would be 0s that mean nothing)."""
     from streamfit.engine import Engine
 
@@ -196,9 +200,10 @@ def evaluate(
     if source.n_chunks == 0:
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     engine = engine or Engine(mode="inprocess", progress=progress)
-    acc = engine.map_reduce(
-        chunk_sums, source, range(source.n_chunks), desc="evaluate", model=model, threshold=threshold
-    )
+    with engine.stopping_on_sigterm(sigterm) if sigterm is not None else contextlib.nullcontext():
+        acc = engine.map_reduce(
+            chunk_sums, source, range(source.n_chunks), desc="evaluate", model=model, threshold=threshold
+        )
     if acc.n == 0:
         raise StoreError(f"{where}: holds no rows, so there is nothing to evaluate; evaluate on a store with rows")
     out = acc.result()
@@ -286,11 +291,15 @@ def best_threshold(counts: ThresholdCounts, grid: np.ndarray, center: float | No
 
 def target_statistics(source) -> dict:
     """Per output of a regression store: {name: {min, max, mean, std}} over all rows, one pass
-    over the chunks (mean and centered sum of squares merged as in RegressionAccumulator)."""
+    over the chunks (mean and centered sum of squares merged as in RegressionAccumulator); a
+    SIGTERM stops it between chunks."""
+    from streamfit.store.store import check_stop_reading
+
     acc = RegressionAccumulator(list(source.classes))
     low = np.full(source.n_classes, np.inf)
     high = -low
     for c in source.iter_chunks():
+        check_stop_reading(getattr(source, "path", "the store"))
         acc.update(c.labels, c.labels)
         if c.n_rows:
             low, high = np.minimum(low, c.labels.min(axis=0)), np.maximum(high, c.labels.max(axis=0))

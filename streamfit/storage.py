@@ -40,6 +40,7 @@ import re
 import secrets
 import shutil
 import stat
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -374,10 +375,13 @@ def resolve(path_or_url: str) -> Location:
     package that provides it is not installed (never a local directory named after the URL)."""
     text = os.fspath(path_or_url)
     if not is_url(text):
+        _refuse_broken_url(text)
         return Location(text, None, os.path.abspath(text))
     import fsspec
 
     scheme = text.split("://", 1)[0].lower()
+    if not text.split("://", 1)[1].strip("/"):
+        raise StreamfitError(f"{text}: names no bucket or path; e.g. {scheme}://BUCKET/NAME")
     try:
         fs, path = fsspec.core.url_to_fs(text)
     except ImportError as e:
@@ -390,6 +394,62 @@ def resolve(path_or_url: str) -> Location:
     if _protocol(fs) == "file":
         return Location(text, None, os.path.abspath(path))
     return Location(text, fs, path)
+
+
+def _refuse_broken_url(text: str) -> None:
+    """StreamfitError for a local path that is a URL with a slash missing (`s3:/bucket/x`,
+    `gs:bucket/x`: a scheme fsspec knows, then ':' without '//'), which would otherwise be
+    written to a local folder named after it (`./s3:/bucket/x`). A one-letter scheme is a
+    Windows drive (`C:/data`), not a URL."""
+    found = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):(?!//)/?(.*)", text)
+    if found is None:
+        return
+    scheme, rest = found.group(1).lower(), found.group(2)
+    if scheme not in _SCHEME_PACKAGES:
+        import fsspec
+
+        if scheme not in fsspec.available_protocols():
+            return
+    meant = f"file:///{rest}" if scheme == "file" else f"{scheme}://{rest}"
+    raise StreamfitError(
+        f"{text}: a URL with a slash missing after '{scheme}:'; write {meant}, or ./{text} for a local path"
+    )
+
+
+_CLIENT_ERRORS = {  # errors that object stores' client libraries raise through fsspec, by class name: the fix
+    "NoCredentialsError": "no credentials for the object store: set them where its client reads them (S3: "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)",
+    "PartialCredentialsError": "incomplete credentials for the object store: set the missing one (S3: "
+    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+    "EndpointConnectionError": "the object store cannot be reached: check the network and its endpoint "
+    "(S3: AWS_ENDPOINT_URL)",
+    "ParamValidationError": "the object store refuses the name: check the bucket and object names in the URL",
+}
+
+
+def client_error_message(e: Exception) -> str | None:
+    """One line for an error of an object store's client library (botocore, under s3fs) that
+    fsspec passes through untranslated: its message and the fix; None for any other error."""
+    for cls in type(e).__mro__:
+        if cls.__module__.startswith("botocore") and cls.__name__ in _CLIENT_ERRORS:
+            return f"{' '.join(str(e).split())}; {_CLIENT_ERRORS[cls.__name__]}"
+    return None
+
+
+def check_creatable(path: str) -> None:
+    """OutputError now, before any work, if a local output could not be made at `path` later
+    (its nearest existing folder refuses a new entry: read-only, no permission, or a regular
+    file where a folder must be): one trial folder made and removed there. Behind a URL nothing
+    is asked (a request; the first write reports a refusal)."""
+    if is_url(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".streamfit-check-", dir=parent))
+    except OSError as e:
+        raise output_error(path, e) from None
 
 
 def absolute(path_or_url: str) -> str:

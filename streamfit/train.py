@@ -170,6 +170,15 @@ def train(
             os.close(lock)
 
 
+def earlier_run(out: str) -> StreamfitError:
+    """The error of a new run (no --resume, no --overwrite) whose run directory `out` holds a
+    checkpoint of an earlier run (checkpoints/LATEST); `streamfit run` checks before its first section."""
+    return StreamfitError(
+        f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
+        "--overwrite to start over, or choose another --out"
+    )
+
+
 def _remove_if_no_checkpoint(out: str, made: bool) -> None:
     """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
     metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
@@ -267,10 +276,7 @@ def _train_locked(
     # a run that failed before its first one, which nothing can resume from.
     has_checkpoint = ckpt_dir.join("LATEST").exists()
     if has_checkpoint and not resume:
-        raise StreamfitError(
-            f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
-            "--overwrite to start over, or choose another --out"
-        )
+        raise earlier_run(out)
     if not has_checkpoint:
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)

@@ -1044,6 +1044,54 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     assert (record["status"], record["step"]) == ("stopped by SIGTERM", step)
 
 
+# the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads
+# the second chunk; at exit it prints the chunks read
+SIGTERM_AT_THE_SECOND_CHUNK = """
+import atexit, os, signal, sys
+from streamfit.cli import main
+from streamfit.store.store import Store
+read, reads = Store._read_from_disk, []
+def signalled(self, i, verify):
+    reads.append(i)
+    if len(reads) == 2:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return read(self, i, verify)
+Store._read_from_disk = signalled
+atexit.register(lambda: print("chunks read:", reads))
+main(sys.argv[1:], prog_name="streamfit")
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_stops_evaluate_between_chunks_with_one_line_and_status_143(stores, tmp_path):
+    """A SIGTERM while `streamfit evaluate` reads the second of 4 chunks (streamfit.shutdown; the
+    guard is installed for every command now, as for train): it stops before the third, prints
+    nothing on stdout but the chunks read, one line on stderr and exits 143. (inspect's and
+    transpose's stops: tests/store/test_store.py, tests/store/test_csc.py; run's evaluate
+    section: tests/test_jobs.py.)"""
+    import signal
+    import subprocess
+    import sys
+
+    store = tmp_path / "s.zarr"
+    shutil.copytree(stores / "train.zarr", store)
+    run_dir = tmp_path / "run"
+    run("train", store, "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "0", "--out", run_dir)
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AT_THE_SECOND_CHUNK, "evaluate", str(run_dir), str(store)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert done.stdout == "chunks read: [0, 1]\n", done.stdout
+    # the one line (the watchdog's warning that a SIGTERM came is another thread's: before or after it)
+    stopped = [line for line in done.stderr.splitlines() if line.startswith("stopped:")]
+    left = f"{store}: not evaluated to the end (evaluate writes nothing); run the command again"
+    assert stopped == [f"stopped: terminated by SIGTERM; {left}"], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page

@@ -166,6 +166,24 @@ def test_output_under_a_regular_file_is_a_clean_error(digits_svm, digits_cli_sto
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a regular file")
     result = _cli("ingest", digits_svm, "--no-hash", "--out", blocker / "s.zarr")
-    _assert_one_line_error(result, str(blocker / "s.zarr.partial"), "Not a directory", "choose another --out")
+    _assert_one_line_error(result, str(blocker / "s.zarr.partial"), "Not a directory", "choose another path")
     result = _cli("train", digits_cli_store, *TRAIN, "--out", blocker / "run")
-    _assert_one_line_error(result, str(blocker / "run"), "Not a directory", "choose another --out")
+    _assert_one_line_error(result, str(blocker / "run"), "Not a directory", "choose another path")
+
+
+@pytest.mark.parametrize("option", ["--test-out", "--quarantine"])
+def test_an_output_written_after_the_input_is_read_is_refused_before_it(digits_svm, tmp_path, monkeypatch, option):
+    """--test-out (written in pass 2) and --quarantine (at the first bad record) under a regular
+    file: the same one error line before any record is read (it came after the whole input had
+    been read), and nothing left, no trial folder either."""
+    from streamfit.ingest import pipeline
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a regular file")
+    read = []
+    monkeypatch.setattr(pipeline._Pass1, "read_input", lambda self, *a, **k: read.append(a))
+    extra = ["--test-size", "0.25"] if option == "--test-out" else ["--on-bad-record", "quarantine"]
+    target = blocker / ("t.zarr" if option == "--test-out" else "q.jsonl")
+    result = _cli("ingest", digits_svm, "--no-hash", "--out", tmp_path / "s.zarr", *extra, option, target)
+    _assert_one_line_error(result, str(target), "Not a directory", "choose another path")
+    assert read == [] and sorted(os.listdir(tmp_path)) == ["not-a-dir"]

@@ -556,3 +556,53 @@ def test_a_zarr_chunk_read_after_the_preload_imports_nothing_more(tmp_path):
         "assert not late, late\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+def chunk_value(_source, i, *, signal_at=-1, seconds=0.0):
+    """Chunk i's value [i]; chunk `signal_at` sends this process SIGTERM first, and every chunk
+    takes `seconds`."""
+    import signal
+
+    if i == signal_at:
+        os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(seconds)
+    return np.array([float(i)])
+
+
+def test_a_map_reduce_that_asks_for_it_stops_between_chunks_after_a_sigterm(sigterm_guard):
+    """In process: a SIGTERM during chunk 1 of 6 stops the pass before chunk 2 with Terminated,
+    within stopping_on_sigterm (evaluate); outside it the pass runs to its end (a training
+    step: the solver driver stops between steps, after a checkpoint)."""
+    from streamfit.errors import Terminated
+
+    seen = []
+
+    def counted(source, i, **kw):
+        seen.append(i)
+        return chunk_value(source, i, **kw)
+
+    with Engine(mode="inprocess") as eng:
+        with pytest.raises(Terminated, match="^what is left$"), eng.stopping_on_sigterm("what is left"):
+            eng.map_reduce(counted, None, range(6), signal_at=1)
+        assert seen == [0, 1]
+        assert eng.map_reduce(counted, None, range(6)) == [15.0]  # the stop was asked for, not by this pass
+
+
+@pytest.mark.slow
+def test_a_map_reduce_on_a_cluster_stops_soon_after_a_sigterm(sigterm_guard):
+    """On a 2-worker cluster, a SIGTERM 1 s into a pass whose tasks each take 300 s: Terminated
+    once the watch sees it (every WATCH_INTERVAL s), the tasks cancelled, not at the pass's end."""
+    import signal
+
+    from streamfit.errors import Terminated
+
+    with Engine(mode="local", n_workers=2) as eng:
+        eng.map_reduce(chunk_value, None, range(2))  # the workers are up
+        timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM))
+        started = time.monotonic()
+        timer.start()
+        with pytest.raises(Terminated, match="^what is left$"), eng.stopping_on_sigterm("what is left"):
+            eng.map_reduce(chunk_value, None, range(4), seconds=300.0)
+        stopped_after = time.monotonic() - started
+    timer.join()
+    assert stopped_after < 150, stopped_after  # half a task: a loaded machine's scheduling, never the pass

@@ -236,3 +236,70 @@ def test_a_pipeline_job_logs_its_sections_and_steps_as_json_lines(pipeline, tmp_
     assert steps[0] == 1 and steps[-1] == 3  # bcd's max_iter 3: the first and the last step are always logged
     read = [e for e in progress if e["message"].startswith("ingest: record ")]  # the ingest's progress too
     assert read[-1]["step"] == 1797 and read[-1]["elapsed_s"] > 0
+
+
+def test_sigterm_stops_the_evaluate_section_between_chunks_and_writes_no_evaluation(tmp_path, digits, sigterm_guard):
+    """A SIGTERM while the evaluate section reads the test store's second chunk (the guard
+    installed, as the CLI does): Terminated before the third, naming what --resume does, and no
+    evaluation.json; the same job with --resume then evaluates."""
+    import os
+    import signal
+
+    from streamfit.errors import Terminated
+    from streamfit.store.store import Store
+
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, "
+        "test_out: test.zarr, chunk_rows: 100}\n"
+        "train: {solver: bcd, out: run, params: {max_iter: 2}, n_workers: 0}\n"
+        "evaluate: {}\n"
+    )
+    test_store = str(tmp_path / "test.zarr")
+    read, test_reads = Store._read_from_disk, []
+
+    def signalled(self, i, verify):
+        if self.path == test_store:
+            test_reads.append(i)
+            if i == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+        return read(self, i, verify)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Store, "_read_from_disk", signalled)
+        with pytest.raises(
+            Terminated, match="test.zarr: not evaluated .no evaluation.json written.; the same command plus --resume"
+        ):
+            run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert test_reads == [0, 1] and open_store(test_store).n_chunks == 5
+    assert not (tmp_path / "run" / "evaluation.json").exists() and (tmp_path / "run" / "model").exists()
+    sigterm_guard.disarm()
+    again = run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
+    assert (tmp_path / "run" / "evaluation.json").exists() and again.evaluation["n_samples"] == 450
+
+
+def test_a_later_sections_output_already_there_is_refused_before_the_first_section(pipeline, tmp_path):
+    """A run directory with a checkpoint (or an ingest_test store) already there: refused before
+    the ingest section writes anything (it was found after the ingest had run), with the
+    message `streamfit train` gives; --resume or --overwrite say what to do with it."""
+    from streamfit.errors import StreamfitError
+
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # what an earlier run left: its last checkpoint's record
+    (tmp_path / "run" / "checkpoints" / "LATEST").write_text('{"step": 3}')
+    (tmp_path / "kept-test.zarr").mkdir()
+    with pytest.raises(
+        StreamfitError, match=f"^{tmp_path / 'run'}: holds checkpoints of an earlier run; pass --resume"
+    ):
+        run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    assert not (tmp_path / "train.zarr").exists() and not (tmp_path / "test.zarr").exists()
+    # an ingest_test section whose store is there: the same
+    path = tmp_path / "q.yaml"
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: a.zarr, no_hash: true}\n"
+        "ingest_test: {inputs: [digits.svm], out: kept-test.zarr}\n"
+    )
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'kept-test.zarr'}: already exists; pass --overwrite"):
+        run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert not (tmp_path / "a.zarr").exists()

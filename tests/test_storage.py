@@ -105,6 +105,85 @@ def test_a_url_whose_package_is_missing_is_one_error_line_and_nothing_is_written
     assert storage.public("ftp://user:secret@host/data.jsonl") == "ftp://host/data.jsonl"  # what is recorded
 
 
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        (
+            "s3:/bucket/x.zarr",
+            "a URL with a slash missing after 's3:'; write s3://bucket/x.zarr, or ./s3:/bucket/x.zarr for a local path",
+        ),
+        (
+            "gs:bucket/x.zarr",
+            "a URL with a slash missing after 'gs:'; write gs://bucket/x.zarr, or ./gs:bucket/x.zarr for a local path",
+        ),
+        ("s3://", "names no bucket or path; e.g. s3://BUCKET/NAME"),
+        ("gs://bucket/x.zarr", "gs:// needs the package gcsfs, which is not installed; pip install gcsfs"),
+    ],
+)
+def test_a_broken_url_is_one_error_line_from_every_command_and_nothing_is_written(tmp_path, monkeypatch, url, message):
+    """A URL with a slash missing (which a local path would take, writing ./s3:/bucket/...),
+    without a bucket, or of a scheme whose package is missing, given to each command where it
+    reads or writes: exit 2, one line naming it and the fix, and nothing made where the command runs."""
+    import scipy.sparse as sp
+
+    monkeypatch.chdir(tmp_path)
+    store = "s.zarr"
+    writer = StoreWriter(store, chunk_rows=4)
+    writer.write_rows(sp.csr_matrix(np.eye(4, dtype=np.float32)), np.array([0, 1, 0, 1]))
+    writer.close(n_features=4, classes=["a", "b"])
+    assert (
+        _cli("train", store, "--solver", "bcd", "-p", "max_iter=1", "--n-workers", "0", "--out", "run").exit_code == 0
+    )
+    made = sorted(os.listdir(tmp_path))
+    for argv in (
+        ["ingest", DATA, "--no-hash", "--out", url],
+        ["ingest", url, "--no-hash", "--out", "o.zarr"],
+        ["ingest", DATA, "--no-hash", "--out", "o.zarr", "--test-size", "0.5", "--test-out", url],
+        ["inspect", url],
+        ["transpose", url],
+        ["train", url, "--out", "r"],
+        ["train", store, "--solver", "bcd", "--out", url],
+        ["train", store, "--solver", "bcd", "--out", "r", "--valid", url],
+        ["evaluate", url, store],
+        ["evaluate", "run", url],
+        ["predict", url, store, "--out", "p.csv"],
+        ["predict", "run", url, "--out", "p.csv"],
+    ):
+        result = _cli(*argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert result.stderr.strip().splitlines() == [f"error: {url}: {message}"], (argv, result.stderr)
+        assert sorted(os.listdir(tmp_path)) == made, argv
+    if url.endswith(".zarr"):  # predict's output: its suffix is checked first
+        out = url.replace(".zarr", ".csv")
+        result = _cli("predict", "run", store, "--out", out)
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [f"error: {out}: {message.replace('.zarr', '.csv')}"]
+        assert sorted(os.listdir(tmp_path)) == made
+
+
+def test_object_store_client_errors_are_one_line_with_the_fix(tmp_path, monkeypatch):
+    """No credentials anywhere the S3 client looks (the environment, the files, the instance's
+    metadata, turned off here): one line saying so and where they go, not an internal error."""
+    import s3fs
+
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # never reached: the request is not signed
+    s3fs.S3FileSystem.clear_instance_cache()
+    monkeypatch.chdir(tmp_path)
+    result = _cli("ingest", DATA, "--no-hash", "--out", "s3://no-such-bucket/x.zarr")
+    s3fs.S3FileSystem.clear_instance_cache()
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: Unable to locate credentials; no credentials for the object store: set them where its client reads "
+        "them (S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE, or ~/.aws/credentials)"
+    ]
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_local_commit_syncs_every_file_and_folder_of_the_attempt_before_the_rename(tmp_path, monkeypatch):
     """The store's own files and Zarr's (chunks and their metadata) all reach the disk before the
     store appears under its name, then the rename itself (its parent folder's sync)."""

@@ -68,7 +68,7 @@ from streamfit.ingest.limits import ReadLimits
 from streamfit.ingest.pipeline import _first_class, _Pass1, add_document_frequencies, check_stop
 from streamfit.ingest.sources.folder import FolderPart
 from streamfit.ingest.sources.policy import BadRecordPolicy
-from streamfit.runlog import RunProgress, progress_mode
+from streamfit.runlog import RunProgress
 from streamfit.store.store import ChunkSink, Store, StoreWriter, WrittenChunk
 
 log = logging.getLogger(__name__)
@@ -344,10 +344,38 @@ def write_chunks(sink: ChunkSink, first: int, chunks: list[tuple[int, list]]) ->
     ]
 
 
-def run_distributed(p1, engine, finish_rows: bool) -> None:
+class PassShown:
+    """A pass of a distributed ingest shown as the in-process ingest shows its passes: on
+    ingest's one `bar` (a terminal; its unit records: `done` before this pass, of `total` in all
+    passes, None while unknown), else, with o.progress (a log), a line per `unit` (piece, chunk)
+    with the count, elapsed time and ETA (runlog.RunProgress's lines)."""
+
+    def __init__(self, o, name: str, unit: str, bar: RunProgress | None, done: int = 0, total: int | None = None):
+        self.bar, self.done, self.total = bar, done, total
+        self.lines = RunProgress("lines") if bar is None and o.progress else None
+        self.name, self.unit = name, unit
+        self.n, self.k = 0, 0
+
+    def begin(self, n: int) -> None:
+        """The pass has n pieces or chunks (its lines count them)."""
+        self.n, self.k = n, 0
+        if self.lines is not None:
+            self.lines.begin(self.name, 0, n, unit=self.unit)
+
+    def add(self, records: int) -> None:
+        """One more piece or chunk done, of `records` records."""
+        self.k += 1
+        self.done += records
+        if self.bar is not None:
+            self.bar.count(self.done, self.total)
+        elif self.lines is not None:
+            self.lines.count(self.k, self.n, final=self.k == self.n)
+
+
+def run_distributed(p1, engine, finish_rows: bool, bar: RunProgress | None = None) -> None:
     """pipeline._Pass1.run with the input's pieces featurized on the Dask cluster of `engine`
     (an Engine entered by the caller; see the module docstring); p1 ends as an in-process run
-    leaves it."""
+    leaves it. bar: ingest's one bar on a terminal (the records read; else lines per piece)."""
     o = p1.o
     threads = max(engine.total_threads, 1)
     pieces = plan_pieces(list(o.inputs), o, p1.source_options, PIECE_BYTES, FOLDER_PIECE_BYTES, threads)
@@ -392,10 +420,8 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
     chunks = _ChunkWriter(p1, client, window)
     pending: deque = deque()
     queued = iter(pieces)
-    progress = RunProgress(progress_mode()) if o.progress else None  # the pieces merged, of all
-    if progress is not None:
-        progress.begin("ingest", 0, len(pieces), unit="piece")
-    done = 0
+    progress = PassShown(o, "ingest", "piece", bar)  # the pieces merged, of all
+    progress.begin(len(pieces))
     try:
         while True:
             batch = list(itertools.islice(queued, window - len(pending)))
@@ -404,7 +430,6 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
             if not pending:
                 break
             piece, future, summarized_rows = pending.popleft()
-            done += 1
             rows = summarized_rows.result()
             again = _disagrees(p1, rows, source_decision.get(piece.path))
             if again:
@@ -417,16 +442,12 @@ def run_distributed(p1, engine, finish_rows: bool) -> None:
             lines_before[piece.path] = offset + rows.n_lines
             if rows.source_multilabel is not None:
                 source_decision.setdefault(piece.path, rows.source_multilabel)
-            if progress is not None:
-                progress.count(done, len(pieces), final=done == len(pieces))
+            progress.add(rows.n_read)
             check_stop(o)  # a SIGTERM: no more submissions; the writes in flight are settled below
         chunks.finish()
     except BaseException:
         chunks.settle()  # no write of ours still running when the caller deletes the attempt
         raise
-    finally:
-        if progress is not None:
-            progress.close()
 
 
 class _ChunkWriter:
@@ -512,10 +533,11 @@ def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndar
     return df
 
 
-def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o) -> np.ndarray:
+def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o, shown: PassShown) -> np.ndarray:
     """Pass 2's document frequencies over the stage's rows that the mask `train` selects, counted
     on the workers (a run of chunks per worker thread) and summed here: integer counts, the same
-    for any number of workers. o: the IngestOptions (a SIGTERM stops between results, check_stop)."""
+    for any number of workers. o: the IngestOptions (a SIGTERM stops between results, check_stop);
+    shown: the pass's progress (its rows, a run at a time)."""
     client = engine.client
     runs = [r for r in np.array_split(np.arange(stage.n_chunks), max(engine.total_threads, 1)) if r.size]
     futures = []
@@ -524,8 +546,10 @@ def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o) -> np
         rows = slice(stage.chunk_bounds(lo)[0], stage.chunk_bounds(hi - 1)[1])
         futures.append(client.submit(stage_document_frequencies, stage.path, lo, hi, train[rows], pure=False))
     df = np.zeros(stage.n_features, dtype=np.int64)
-    for future in futures:
+    shown.begin(len(futures))
+    for future, run in zip(futures, runs):
         df += future.result()
+        shown.add(stage.chunk_bounds(int(run[-1]))[1] - stage.chunk_bounds(int(run[0]))[0])
         check_stop(o)
     return df
 
@@ -545,11 +569,14 @@ def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, row
     return sink.write(cid, row_start, featurizer.finish(X), labels)
 
 
-def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer, o) -> None:
+def pass2_write(
+    engine, stage: Store, writer: StoreWriter, rows: np.ndarray, featurizer: Featurizer, o, shown: PassShown
+) -> None:
     """The final store of `writer` from the stage's rows `rows` (increasing), each of its chunks
     finished and written by a worker (finish_chunk; all submitted at once, as a task holds one
     chunk's rows while it runs and returns only its entry), taken into `writer` in order. o: the
-    IngestOptions (a SIGTERM stops between chunks, check_stop; the writes in flight are settled)."""
+    IngestOptions (a SIGTERM stops between chunks, check_stop; the writes in flight are settled);
+    shown: the pass's progress (a chunk at a time)."""
     client = engine.client
     idf = client.scatter(featurizer.idf, broadcast=True, hash=False) if featurizer.idf is not None else None
     starts = range(0, len(rows), writer.chunk_rows)
@@ -569,8 +596,10 @@ def pass2_write(engine, stage: Store, writer: StoreWriter, rows: np.ndarray, fea
                 pure=False,
             )
         )
-        while writes:
+        shown.begin(n)
+        for lo in starts:
             writer.add_written(writes.popleft().result())
+            shown.add(min(writer.chunk_rows, len(rows) - lo))
             check_stop(o)
     except BaseException:
         _settle(writes)

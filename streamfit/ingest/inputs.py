@@ -11,7 +11,8 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   partition values become columns, see sources/parquet.py). Any other local directory stays
   one input: a folder corpus (one sub-folder per class), as before; so is a folder (prefix)
   behind a URL, named with a final "/" (`s3://bucket/news/`), which tells the steps after this
-  one (the format, the reader) that it is a folder without asking the object store again.
+  one (the format, the reader) that it is a folder without asking the object store again; its
+  reader takes the listing made here (sources.folder.hand_over_listing): one LIST per input.
   `--format folder` keeps every directory a folder corpus.
 - Anything else is one input, as given.
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
+from streamfit.ingest.sources.folder import hand_over_listing
 
 GLOB_CHARACTERS = "*?["
 
@@ -57,18 +59,21 @@ def _local_directory_files(path: str) -> list[str] | None:
     return sorted(files) or None
 
 
-def _url_listing(location: storage.Location) -> list[str]:
-    """The files below a name behind a URL taken as a folder (prefix), sorted; [] for an object
-    or nothing there. On S3 one listing (a LIST) of the keys that start with the name (s3fs's
-    `find(parent, prefix=name)`; keys of other names that start with this one are dropped
-    here); elsewhere a folder check (`Location.isdir`), then the folder's listing."""
+def _url_listing(location: storage.Location) -> dict[str, dict[str, Any]]:
+    """The files below a name behind a URL taken as a folder (prefix), by path with fsspec's
+    info (size, ...); {} for an object or nothing there. On S3 one listing (a LIST) of the keys
+    that start with the name (s3fs's `find(parent, prefix=name)`; keys of other names that start
+    with this one are dropped here); elsewhere a folder check (`Location.isdir`), then the
+    folder's listing."""
     fs: Any = location.fs  # fsspec's filesystems carry no annotations
     path = location.path.rstrip("/")
     parent, _, name = path.rpartition("/")
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     if "s3" in protocols and parent:  # s3fs lists the keys afresh: no cached listing is read
-        return sorted(p for p in fs.find(parent, prefix=name) if p.startswith(path + "/"))
-    return sorted(fs.find(path)) if location.isdir() else []
+        found = fs.find(parent, prefix=name, detail=True)
+    else:
+        found = fs.find(path, detail=True) if location.isdir() else {}
+    return {p: info for p, info in found.items() if p.startswith(path + "/") and info.get("type") != "directory"}
 
 
 def _url_directory_files(text: str, location: storage.Location, below: list[str]) -> list[str] | None:
@@ -109,7 +114,10 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             location = storage.resolve(text)
             below = _url_listing(location)
             if below:
-                files += _url_directory_files(text, location, below) or [text.rstrip("/") + "/"]
+                dataset = _url_directory_files(text, location, sorted(below))
+                if dataset is None:  # a folder corpus: its reader takes this listing (one LIST per input)
+                    hand_over_listing(location, below)
+                files += dataset or [text.rstrip("/") + "/"]
             else:
                 files.append(text)  # an object, or nothing there: the reader says which
         elif os.path.isdir(text):

@@ -576,6 +576,8 @@ def ingest(o: IngestOptions) -> IngestReport:
             "name a local one with --quarantine FILE"
         )
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
+    for later in ([o.test_out] if o.test_out else []) + ([quarantine] if quarantine else []):
+        storage.check_creatable(later)  # written after the input is read: refused before it is
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
     # the --like store decides the transform; otherwise an unset idf / l2_normalize is on for text
@@ -605,8 +607,8 @@ def ingest(o: IngestOptions) -> IngestReport:
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
     cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
     distributed = bool(o.n_workers or o.scheduler)
-    # on a terminal, one bar over the records of all the passes in process (a log: each pass's lines)
-    bar = RunProgress("bar") if o.progress and progress_mode() == "bar" and not distributed else None
+    # on a terminal, one bar over the records of all the passes (a log: each pass's lines)
+    bar = RunProgress("bar") if o.progress and progress_mode() == "bar" else None
     if bar is not None:
         bar.begin("ingest", 0, None, unit="record")
         cluster.callback(bar.close)
@@ -619,7 +621,7 @@ def ingest(o: IngestOptions) -> IngestReport:
             engine = cluster.enter_context(
                 Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address="127.0.0.1:0")
             )
-            run_distributed(p1, engine, finish_rows=not two_pass)
+            run_distributed(p1, engine, finish_rows=not two_pass, bar=bar)
         else:
             p1.run(finish_rows=not two_pass, bar=bar)
         policy.close()
@@ -834,9 +836,10 @@ def _pass2(
     if o.idf:
         _check_idf_memory(stage.n_features)
         if engine is not None:
-            from streamfit.ingest.distributed import pass2_document_frequencies
+            from streamfit.ingest.distributed import PassShown, pass2_document_frequencies
 
-            df = pass2_document_frequencies(engine, stage, ~test_mask, o)
+            shown = PassShown(o, "document frequencies", "run", bar, p1.read, total)
+            df = pass2_document_frequencies(engine, stage, ~test_mask, o, shown)
         else:
             df = np.zeros(stage.n_features, dtype=np.int64)
             for c in _pass_chunks(o, stage, "document frequencies", bar, p1.read, total):
@@ -855,10 +858,11 @@ def _pass2(
     ]
     try:
         if engine is not None:
-            from streamfit.ingest.distributed import pass2_write
+            from streamfit.ingest.distributed import PassShown, pass2_write
 
+            shown = PassShown(o, "write", "chunk", bar, total - stage.n_rows, total)
             for w, (_, mask) in zip(writers, outputs):
-                pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer, o)
+                pass2_write(engine, stage, w, np.flatnonzero(mask), featurizer, o, shown)
         else:
             for c in _pass_chunks(o, stage, "write", bar, total - stage.n_rows, total):
                 X = featurizer.finish(c.X)

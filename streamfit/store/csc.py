@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
+from streamfit import shutdown
 from streamfit.errors import StoreError, output_error
 from streamfit.runlog import counted
 from streamfit.storage import fsync_path, is_url, resolve
@@ -172,12 +173,14 @@ def build_csc(
 
     Everything is written under `STORE/csc.partial/` (spill in `csc.partial/spill/`), renamed
     to `STORE/csc/` when complete, and only then named in manifest.json (atomic rewrite); an
-    interrupted build leaves the store as it was.
+    interrupted build leaves the store as it was. A SIGTERM (streamfit.shutdown) stops it
+    between chunks and between blocks: Terminated, the partial copy removed.
     """
     from streamfit.store.store import Store
 
     if not isinstance(block_features, (int, np.integer)) or isinstance(block_features, bool) or block_features < 1:
         raise StoreError(f"block_features must be a positive integer, got {block_features!r}")
+    resolve(store_path)  # a broken URL is named as such
     if is_url(store_path):
         raise StoreError(f"{store_path}: the column copy is built on local stores only; transpose a local copy")
     store = Store(store_path)
@@ -187,17 +190,22 @@ def build_csc(
         shutil.rmtree(leftover, ignore_errors=True)
     bf = int(block_features)
     n_blocks = -(-store.n_features // bf)
+    stopped = (
+        f"{store_path}: column copy not built (the store is as it was); `streamfit transpose {store_path}` builds it"
+    )
     try:
         group = zarr.open_group(partial, mode="w", zarr_format=3)
         spill = _Spill(os.path.join(partial, "spill"), spill_buffer_bytes)
         for i in counted(
             range(store.n_chunks), "transpose: split", unit="chunk", total=store.n_chunks, enabled=progress
         ):
+            shutdown.check(stopped)
             chunk = store.read_chunk(i, cache=False)
             spill.add(*_spill_chunk(chunk.X, chunk.row_start, bf, n_blocks))
         spill.flush()
         blocks = []
         for b in counted(range(n_blocks), "transpose: blocks", unit="block", total=n_blocks, enabled=progress):
+            shutdown.check(stopped)
             lo, hi = b * bf, min((b + 1) * bf, store.n_features)
             shape = (store.n_rows, hi - lo)
             indptr, indices, data = _block_from_spill(spill.load(b), *shape)

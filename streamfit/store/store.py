@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit import storage
+from streamfit import shutdown, storage
 from streamfit.errors import StoreError, StreamfitError, output_error
 from streamfit.store.format import (
     BACKENDS,
@@ -376,11 +376,12 @@ class Store(ChunkSource):
 
     def columns_used(self, progress: bool = False) -> int:
         """How many columns hold at least one non-zero: one pass over the chunks with a bitmap of
-        n_features bits (so 256 MiB at the widest, 2^31 columns)."""
+        n_features bits (so 256 MiB at the widest, 2^31 columns); a SIGTERM stops it between chunks."""
         from tqdm.auto import tqdm
 
         bits = np.zeros((self.n_features + 7) // 8, dtype=np.uint8)
         for i in tqdm(range(self.n_chunks), desc="columns", unit="chunk", disable=not progress):
+            check_stop_reading(self.path)
             cols = np.unique(self.read_chunk(i, cache=False).X.indices).astype(np.int64)
             np.bitwise_or.at(bits, cols >> 3, (1 << (cols & 7)).astype(np.uint8))
         popcount = np.array([bin(b).count("1") for b in range(256)], dtype=np.uint8)
@@ -388,23 +389,31 @@ class Store(ChunkSource):
 
     def verify(self) -> list[str]:
         """Re-read every chunk and every CSC block and check their checksums and their agreement
-        with the manifest; returns the problems found."""
+        with the manifest; returns the problems found. A SIGTERM stops it between chunks and blocks."""
         try:
             self.reader  # noqa: B018 - opening checks the data's layout against the manifest
         except StoreError as e:
             return [str(e)]
         problems = []
         for i in range(self.n_chunks):
+            check_stop_reading(self.path)
             try:
                 self._read_from_disk(i, verify=True)
             except StoreError as e:
                 problems.append(str(e))
         for b in range(self.n_feature_blocks):
+            check_stop_reading(self.path)
             try:
                 self.read_feature_block(b)
             except StoreError as e:
                 problems.append(str(e))
         return problems
+
+
+def check_stop_reading(path: str) -> None:
+    """Between the chunks of a read of a whole store (`streamfit inspect`: --verify, --occupancy,
+    a regression store's target statistics): Terminated if a SIGTERM asked to stop (streamfit.shutdown)."""
+    shutdown.check(f"{path}: not read to the end (inspect writes nothing); run the command again")
 
 
 def _committed(location: storage.Location) -> storage.Location | None:

@@ -147,6 +147,49 @@ def test_interrupted_build_leaves_the_store_as_it_was(data, write_store, monkeyp
     assert_blocks_equal_scipy(path, X, 10)
 
 
+@pytest.mark.parametrize("at", ["split", "blocks"])
+def test_sigterm_stops_a_rebuild_between_chunks_or_blocks_and_keeps_the_earlier_copy(
+    data, write_store, monkeypatch, sigterm_guard, at
+):
+    """A SIGTERM (streamfit.shutdown's guard installed, as the CLI does) while the split pass reads
+    chunk 1 of 8, or while block 1 of 5 is written: Terminated before the next one, naming how to
+    build the copy, csc.partial removed and the earlier copy (10 columns a block) still listed."""
+    import signal
+
+    from streamfit.errors import Terminated
+    from streamfit.store.store import Store
+
+    X, y, classes = data
+    path = write_store(X, y, classes, chunk_rows=64)
+    build_csc(path, 10)
+    done = []
+    read, write = Store.read_chunk, csc._write_block
+
+    def read_signalled(self, i, *a, **k):
+        done.append(i)
+        if i == 1 and at == "split":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return read(self, i, *a, **k)
+
+    def write_signalled(group, b, *a):
+        done.append(b)
+        if b == 1 and at == "blocks":
+            os.kill(os.getpid(), signal.SIGTERM)
+        write(group, b, *a)
+
+    monkeypatch.setattr(Store, "read_chunk", read_signalled)
+    monkeypatch.setattr(csc, "_write_block", write_signalled)
+    with pytest.raises(
+        Terminated, match=f"^{path}: column copy not built .the store is as it was.; `streamfit transpose"
+    ):
+        build_csc(path, 7)
+    assert done[-2:] == [0, 1] and len(done) == (2 if at == "split" else 8 + 2)
+    assert not os.path.exists(os.path.join(path, "csc.partial"))
+    assert open_store(path).manifest.csc["block_features"] == 10
+    monkeypatch.undo()
+    assert_blocks_equal_scipy(path, X, 10)
+
+
 def test_rebuild_replaces_the_copy_and_open_store_sees_it(data, write_store):
     X, y, classes = data
     path = write_store(X, y, classes, chunk_rows=64)

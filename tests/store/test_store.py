@@ -441,3 +441,28 @@ def test_a_chunk_write_of_a_killed_attempt_never_lands_in_the_next_one(tmp_path,
     with pytest.raises(StoreError, match="another ingest replaced this one's attempt"):  # B published: no ATTEMPT
         stray.write(1, 2, a_rows, np.array([1, 1]))
     assert open_store(path).verify() == [] and not os.path.exists(os.path.join(path + ".partial", "chunks"))
+
+
+@pytest.mark.parametrize("read", ["verify", "columns_used"])
+def test_sigterm_stops_a_whole_store_read_between_chunks(digits, write_store, monkeypatch, sigterm_guard, read):
+    """`streamfit inspect --verify` / `--occupancy`: a SIGTERM (the CLI's guard installed) while
+    chunk 1 of 4 is read stops the read before chunk 2 with Terminated, which says nothing is
+    written."""
+    import signal
+
+    from streamfit.errors import Terminated
+
+    X, y, classes = digits
+    store = open_store(write_store(X, y, classes, chunk_rows=500))
+    real, reads = Store._read_from_disk, []
+
+    def signalled(self, i, verify):
+        reads.append(i)
+        if i == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, i, verify)
+
+    monkeypatch.setattr(Store, "_read_from_disk", signalled)
+    with pytest.raises(Terminated, match=f"^{store.path}: not read to the end .inspect writes nothing.; run"):
+        getattr(store, read)()
+    assert reads == [0, 1] and store.n_chunks == 4

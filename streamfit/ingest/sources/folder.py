@@ -160,6 +160,18 @@ def container(path: str) -> tuple[str, dict[str, Any] | None]:
     )
 
 
+# Listings of folders behind URLs made by the input expansion (streamfit.ingest.inputs), by the
+# folder's URL: the folder's next reader takes its own instead of listing the folder again (one
+# LIST of the folder per ingest on S3); a later expansion of the same folder replaces it.
+_LISTED: dict[str, dict[str, dict[str, Any]]] = {}
+
+
+def hand_over_listing(location: storage.Location, found: dict[str, dict[str, Any]]) -> None:
+    """Keep `found` (fsspec's find(detail=True) at or below the folder at `location`, behind a
+    URL; entries of other names are dropped when it is read) for the folder's next FolderSource."""
+    _LISTED[location.url.rstrip("/")] = found
+
+
 class FolderSource:
     """Streaming reader of class folders in a directory (local or behind a URL) or an archive."""
 
@@ -399,15 +411,18 @@ class FolderSource:
 
     def _url_listing(self) -> list[tuple[str, int]]:
         """The files below a folder behind a URL as (path below it, size), hidden names left out,
-        in reading order: one listing of the prefix (sizes included)."""
+        in reading order: the input expansion's listing (hand_over_listing), or else one listing
+        of the prefix (sizes included)."""
         if self._listing is None:
             fs: Any = self.location.fs  # fsspec's filesystems carry no annotations
             base = self.location.path.rstrip("/") + "/"
-            fs.invalidate_cache(base)  # another writer may have added files since fsspec listed it
-            try:
-                found = fs.find(base, detail=True)
-            except OSError as e:
-                raise InputError(self.path, f"cannot list the folder ({e})") from None
+            found = _LISTED.pop(self.location.url.rstrip("/"), None)
+            if found is None:
+                fs.invalidate_cache(base)  # another writer may have added files since fsspec listed it
+                try:
+                    found = fs.find(base, detail=True)
+                except OSError as e:
+                    raise InputError(self.path, f"cannot list the folder ({e})") from None
             files = [
                 (name[len(base) :], int(info.get("size") or 0))
                 for name, info in found.items()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TextIO
 
 from streamfit.errors import InputError
@@ -36,6 +37,7 @@ class BadRecordPolicy:
         if self.mode == "quarantine":
             if self._file is None:
                 assert self.quarantine_path is not None  # required with mode 'quarantine' (__init__)
+                os.makedirs(os.path.dirname(os.path.abspath(self.quarantine_path)), exist_ok=True)  # as a store's
                 self._file = open(self.quarantine_path, "a", encoding="utf-8")
             if isinstance(raw, bytes):
                 raw = raw.decode("utf-8", "backslashreplace")
