@@ -207,7 +207,7 @@ def test_a_pipeline_on_a_loopback_cluster_writes_what_it_writes_in_process(tmp_p
         config = _cluster_pipeline(tmp_path, digits, f"scheduler: '{cluster.scheduler_address}'")
         there = run_pipeline(config, progress=False)
         ran = set(cluster.scheduler.task_prefixes)
-    ingest_tasks = {"featurize_piece", "summary", "write_chunk", "finish_chunk"}  # both passes, chunks written there
+    ingest_tasks = {"featurize_piece", "summary", "write_chunks", "finish_chunk"}  # both passes, chunks written there
     assert ran == ingest_tasks | {"chunk_sums", "score_piece"}  # ingest, evaluate and predict ran there
     assert config.ingest.scheduler == config.evaluate.cluster.scheduler == cluster.scheduler_address
     assert manifests() == in_process
