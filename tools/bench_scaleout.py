@@ -242,7 +242,7 @@ def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float
     work = sums = transfer = 0.0
     spans = []
     for t in tasks:
-        is_sum = str(t["key"]).startswith(("add_results", "('add_results"))
+        is_sum = str(t["key"]).startswith(("add_", "('add_"))  # add_subtree (add_results before session 16)
         for s in t["startstops"]:
             d = s["stop"] - s["start"]
             if s["action"] == "compute":
