@@ -13,8 +13,9 @@ in-process sum (streamfit.engine.fold_chunks: the fixed tree).
 
 Each pass's wall time (the map_reduce call in the driver) is split along its critical path, from
 Dask's task stream (worker clocks: the same machine's) and the driver's clock:
-  submit:   the driver's calls that send the pass to the scheduler (Client.scatter and every
-            Client._graph_to_futures: per task, or one graph), summed;
+  scatter:  the driver's Client.scatter of the large keyword arguments (to every worker);
+  submit:   the driver's calls that send the tasks to the scheduler (Client._graph_to_futures:
+            one per task before session 16, one graph now), summed;
   to first: from the call to the first chunk task's start (the submission, the scheduler's
             handling of the graph, the first worker's start);
   leaves:   from the first chunk task's start to the last one's end;
@@ -23,7 +24,11 @@ Dask's task stream (worker clocks: the same machine's) and the driver's clock:
   fetch:    from the root's end to the call's return (the result to the driver);
 and "latency" = wall − summed task compute / N, the pass's cost beyond perfectly spread work (the
 quantity docs/benchmarks.md gives for the 16-core runs). Medians over the passes; the tasks per
-pass and their summed compute (chunk tasks and sums apart) alongside.
+pass and their summed compute (chunk tasks and sums apart) alongside, and the CPU seconds of
+the driver's process (its client and the embedded scheduler, whose event loop handles every
+task's messages one after another: on a machine with idle cores, the serial part of a pass)
+and of the workers' processes (tasks and their Dask overhead). On a loaded machine the wall
+times stretch with the load; the CPU times much less.
 
 Runs against whatever `streamfit` is importable: run it from a `git archive` of another commit
 (with this file copied in) for a before/after on the same machine.
@@ -155,7 +160,11 @@ def run(n_workers: int, chunks: int, result_kb: float, arg_kb: float, work_ms: f
         workers = [psutil.Process(pid) for pid in engine.client.run(os.getpid).values()]
         for _ in range(passes):
             delays = engine.client.run(_scheduler_delay)
-            with get_task_stream(engine.client) as stream, Timed(("scatter", "_graph_to_futures")) as submit:
+            with (
+                get_task_stream(engine.client) as stream,
+                Timed(("scatter",)) as scatter,
+                Timed(("_graph_to_futures",)) as submit,
+            ):
                 cpu0, workers0 = _cpu_seconds(), sum(_cpu_seconds(w) for w in workers)
                 t0 = time.time()
                 total = engine.map_reduce(spin_chunk, None, range(chunks), **kwargs)
@@ -166,6 +175,7 @@ def run(n_workers: int, chunks: int, result_kb: float, arg_kb: float, work_ms: f
             row = split_pass(stream.data, delays, t0, t1)
             row["driver_cpu"] = cpu1 - cpu0
             row["workers_cpu"] = workers1 - workers0
+            row["scatter"] = scatter.seconds
             row["submit"] = submit.seconds
             row["submit_calls"] = submit.calls
             row["latency"] = row["wall"] - (row["leaf_compute"] + row["sum_compute"]) / n_workers
@@ -188,12 +198,14 @@ def main() -> None:
         help="streamfit.engine.TASKS_PER_THREAD for these runs (default %(default)s): 16 at N = 2 gives the "
         "chunk tasks and sum tree of 2 at N = 16 (32 subtree tasks for 64 chunks)",
     )
-    ap.add_argument("--out", default=None, help="also write every configuration's medians here (JSON)")
+    ap.add_argument(
+        "--out", default=None, help="also write every configuration's medians here (JSON, rewritten after each)"
+    )
     args = ap.parse_args()
     engine_mod.TASKS_PER_THREAD = args.tasks_per_thread
     results = []
     header = (
-        "| N | chunks | result KiB | wall ms | submit ms (calls) | to first ms | leaves ms | tree ms | fetch ms "
+        "| N | chunks | result KiB | wall ms | scatter ms | submit ms (calls) | to first ms | leaves ms | tree ms | fetch ms "
         "| latency ms | tasks (sums) | chunk compute ms | sum compute ms | driver CPU ms | workers CPU ms |"
     )
     print(header + "\n|" + "---|" * (header.count("|") - 1), flush=True)
@@ -203,16 +215,17 @@ def main() -> None:
                 m = run(n, chunks, kb, args.arg_kb, args.work_ms, args.passes)
                 results.append({"workers": n, "chunks": chunks, "result_kb": kb, **m})
                 print(
-                    f"| {n} | {chunks} | {kb:g} | {1e3 * m['wall']:.1f} | {1e3 * m['submit']:.1f} ({m['submit_calls']:.0f}) "
+                    f"| {n} | {chunks} | {kb:g} | {1e3 * m['wall']:.1f} | {1e3 * m['scatter']:.1f} "
+                    f"| {1e3 * m['submit']:.1f} ({m['submit_calls']:.0f}) "
                     f"| {1e3 * m['to_first']:.1f} | {1e3 * m['leaves']:.1f} | {1e3 * m['tree']:.1f} | {1e3 * m['fetch']:.1f} "
                     f"| {1e3 * m['latency']:.1f} | {m['n_leaves'] + m['n_sums']:.0f} ({m['n_sums']:.0f}) "
                     f"| {1e3 * m['leaf_compute']:.1f} | {1e3 * m['sum_compute']:.1f} "
                     f"| {1e3 * m['driver_cpu']:.1f} | {1e3 * m['workers_cpu']:.1f} |",
                     flush=True,
                 )
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"settings": vars(args), "results": results}, f, indent=1)
+                if args.out:  # after every configuration: a run cut by a time limit keeps what it measured
+                    with open(args.out, "w") as f:
+                        json.dump({"settings": vars(args), "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":
