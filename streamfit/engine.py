@@ -501,10 +501,13 @@ class Engine:
         self._ensure_workers()  # a scatter with no workers would wait forever
         assert self.client is not None
         try:
-            # a timeout: the scheduler's replication can hang on a worker that died under it
+            # a timeout: the scheduler's replication can hang on a worker that died under it. Each
+            # value one future, tuples and lists too (Client.scatter would scatter their items)
             return {
                 k: (
-                    self.client.scatter(v, broadcast=True, hash=False, timeout=self.worker_timeout + sizes[k] / 10e6)
+                    self.client.scatter([v], broadcast=True, hash=False, timeout=self.worker_timeout + sizes[k] / 10e6)[
+                        0
+                    ]
                     if sizes[k] > BROADCAST_BYTES
                     else v
                 )

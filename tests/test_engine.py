@@ -33,6 +33,11 @@ def chunk_sum_of(source, i, vector):
     return float(vector.sum())
 
 
+def chunk_sum_of_pair(source, i, pair):
+    cols, values = pair
+    return float(values[cols].sum())
+
+
 def chunk_rows(source, i):
     return source.read_chunk(i).row_start
 
@@ -142,6 +147,10 @@ def test_local_cluster_bitwise_equals_inprocess(digits, write_store, monkeypatch
         for _ in range(2):
             big = eng.map_reduce(chunk_sum_of, store, range(store.n_chunks), vector=np.arange(200_000.0))
             assert big == store.n_chunks * np.arange(200_000.0).sum()
+        # a large tuple (bcd's `commit=(cols, delta)`): one scattered value, the task gets the tuple
+        pair = (np.arange(3), np.arange(200_000.0))
+        assert eng.map_reduce(chunk_sum_of_pair, store, range(store.n_chunks), pair=pair) == 3.0 * store.n_chunks
+        assert eng.map(chunk_sum_of_pair, store, range(2), pair=pair) == [3.0, 3.0]
         # sums whose bits depend on their order, over odd chunk counts, in chunk tasks of several
         # chunks and of one (16 tasks per thread: a deep tree of add tasks, as at 16 workers)
         for tasks_per_thread in (2, 16):

@@ -16,9 +16,9 @@
 #      forkserver: cluster start, first pass, close, wall (worker_start.json, worker_start.log);
 #   1b. tools/bench_pass_latency.py: the critical path of one map_reduce pass (64 chunks of 1 ms,
 #      results of 8 KiB and of 4200 KiB, a stagewise Gram's upper triangle) at N = LATENCY_WORKERS
-#      (default 1,16; small: 1,2 with 16 tasks per thread, the task tree of 16 workers): submission,
-#      chunk tasks, the sum tree's levels, the result's return, the scheduler's CPU per pass
-#      (pass_latency.json, pass_latency.log; LATENCY_TIMEOUT=90 s, 0: skip);
+#      (default 1,16, 15 passes; small: 1,2 with 16 tasks per thread, the task tree of 16 workers,
+#      5 passes): submission, chunk tasks, the sum tree's levels, the result's return, the
+#      scheduler's CPU per pass (pass_latency.json, pass_latency.log; LATENCY_TIMEOUT=90 s, 0: skip);
 #   2. tools/bench_scaleout.py on a text store of 786 432 rows x 2^16 columns (8192 used),
 #      20 classes, and an extreme store of 50 000 x 50 000, K = 10 000, both in 64 chunks, at
 #      N = 1, 16, 14, 8, 2 workers in that order (the ends first: a run cut by the time limit
@@ -96,11 +96,11 @@ fi
 
 if [ "${LATENCY_TIMEOUT:-90}" != 0 ]; then
   start=$(date +%s)
-  LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,16}"
-  [ "${SCALE:-full}" = small ] && LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,2} --tasks-per-thread 16"
+  LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,16} --passes 15"
+  [ "${SCALE:-full}" = small ] && LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,2} --tasks-per-thread 16 --passes 5"
   # shellcheck disable=SC2086  # LATENCY_FLAGS is a list of flags
   timeout "${LATENCY_TIMEOUT:-90}" python3 tools/bench_pass_latency.py $LATENCY_FLAGS --chunks 64 --result-kb 8,4200 \
-    --work-ms 1 --passes 15 --out "$OUT/pass_latency.json" 2>&1 | tee "$OUT/pass_latency.log"
+    --work-ms 1 --out "$OUT/pass_latency.json" 2>&1 | tee "$OUT/pass_latency.log"
   echo "bench_pass_latency: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/pass_latency.log"
 fi
 
