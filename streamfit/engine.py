@@ -292,7 +292,9 @@ class _PassGraph:
 
     def submit(self, client: Client, keys: list[str]) -> list:
         """The graph sent to the scheduler; the futures of `keys` (the client holds those results
-        until it lets go of the futures)."""
+        until it lets go of the futures). The scheduler orders the tasks (dask.order: each sum
+        right after its parts, depth first), so a worker adds results before it starts further
+        chunk tasks and holds O(log n) of them, not n."""
         from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
 
         layers = {}
@@ -499,20 +501,16 @@ class Engine:
         if not any(n > BROADCAST_BYTES for n in sizes.values()):
             return kwargs
         self._ensure_workers()  # a scatter with no workers would wait forever
-        assert self.client is not None
+        client = self.client
+        assert client is not None
         try:
-            # a timeout: the scheduler's replication can hang on a worker that died under it. Each
+            # a timeout: the scheduler's replication can hang on a worker that died under it; each
             # value one future, tuples and lists too (Client.scatter would scatter their items)
-            return {
-                k: (
-                    self.client.scatter([v], broadcast=True, hash=False, timeout=self.worker_timeout + sizes[k] / 10e6)[
-                        0
-                    ]
-                    if sizes[k] > BROADCAST_BYTES
-                    else v
-                )
-                for k, v in kwargs.items()
-            }
+            def scattered(value, size: int):
+                timeout = self.worker_timeout + size / 10e6
+                return client.scatter([value], broadcast=True, hash=False, timeout=timeout)[0]
+
+            return {k: scattered(v, sizes[k]) if sizes[k] > BROADCAST_BYTES else v for k, v in kwargs.items()}
         except (KeyError, OSError, TimeoutError, CancelledError) as e:
             # a worker removed while the scheduler copies the value to it (KeyError: its address)
             raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e

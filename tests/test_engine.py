@@ -158,6 +158,10 @@ def test_local_cluster_bitwise_equals_inprocess(digits, write_store, monkeypatch
             for n in (37, 5):
                 got_floats = eng.map_reduce(chunk_floats, None, range(n), size=5)
                 assert np.array_equal(got_floats, fold_chunks(chunk_floats, None, list(range(n)), size=5)), n
+        # with a progress bar the client also holds (and counts) the chunk tasks' futures
+        eng.progress = True
+        got_floats = eng.map_reduce(chunk_floats, None, range(37), desc="floats", size=5)
+        assert np.array_equal(got_floats, fold_chunks(chunk_floats, None, list(range(37)), size=5))
     assert np.array_equal(got[0], ref[0]) and got[1] == ref[1]
     assert starts == list(range(0, 1797, 100))
 
