@@ -9,7 +9,11 @@ largest power of two below `hi - lo` -- whatever the number of workers, threads 
 completion order, so a run gives bitwise the same numbers on a laptop and on a cluster. On a
 cluster, `map_reduce` runs each subtree of at most `leaf_chunks(n_chunks, threads)` chunks as one
 task that sums its chunks along the same subtree (`fold_chunks`): fewer tasks to schedule and
-fewer partial sums moved between workers, the same additions in the same order.
+fewer partial sums moved between workers, the same additions in the same order. Above them,
+each add task computes SUM_LEVELS levels of the tree at once (`add_subtree`: ((a + b) + (c + d))
+from four partial sums), so a pass waits for half as many levels of sums, each a round trip
+through the scheduler. A pass's tasks, chunk tasks and sums, reach the scheduler as one graph
+(`_PassGraph`), not one message per task.
 
 Chunk affinity: on a cluster, chunk i's task asks for the same worker in every pass
 (`chunk_workers`: the chunks cut into contiguous ranges, one per worker thread; a subtree task
@@ -41,6 +45,7 @@ import multiprocessing
 import os
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import CancelledError
@@ -110,6 +115,11 @@ WORKER_PRELOAD = (
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
 # least this many tasks per worker thread (some slack for a slow worker; see leaf_chunks).
 TASKS_PER_THREAD = 2
+# Levels of the fixed binary tree that one add task of a cluster's map_reduce computes
+# (`add_subtree`: up to 2^SUM_LEVELS partial sums in, ((a + b) + (c + d)) for 2). Each task level
+# costs the pass a round trip through the scheduler and a transfer; 64 chunks on 16 workers (32
+# subtree tasks) take 3 levels of sums instead of 5.
+SUM_LEVELS = 2
 
 
 def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int, uses_workers: bool = True) -> str:
@@ -180,12 +190,6 @@ def chunk_workers(nthreads: dict[str, int], n_chunks: int) -> list[str]:
     return [slots[i * len(slots) // n_chunks] for i in range(n_chunks)] if slots else []
 
 
-def _near(home: list[str], chunk_id: int) -> dict:
-    """Dask's submit arguments asking, loosely, for chunk `chunk_id`'s worker in `home`
-    (`chunk_workers`); none when the cluster had no workers (any worker that joins runs it)."""
-    return {"workers": [home[chunk_id]], "allow_other_workers": True} if home else {}
-
-
 def tree_sum(values: Iterable) -> Any:
     """Sum `values` (any iterable of at least one, consumed once) along the fixed binary tree of the module
     docstring: `sum(lo, hi) = sum(lo, mid) + sum(mid, hi)`, `mid - lo` the largest power of two
@@ -211,14 +215,100 @@ def fold_chunks(fn: Callable, source, chunk_ids: list, /, **kwargs) -> Any:
     return tree_sum(fn(source, i, **kwargs) for i in chunk_ids)
 
 
-def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[[Any, Any], Any]) -> Any:
+def add_subtree(shape, *parts) -> Any:
+    """The sum of `parts` that `shape` spells: a position in `parts`, or a pair (left, right) of
+    shapes added as add_results(left, right). ((0, 1), (2, 3)) is (p0 + p1) + (p2 + p3): one task
+    of the cluster's sum tree computing SUM_LEVELS levels of the fixed tree (`sum_tree`)."""
+    if isinstance(shape, int):
+        return parts[shape]
+    return add_results(add_subtree(shape[0], *parts), add_subtree(shape[1], *parts))
+
+
+def sum_tree(ids: list, group: int, leaf: Callable[[list], Any], add: Callable[..., Any], levels: int = 1) -> Any:
     """The sum over `ids` along the fixed tree, built depth first, left to right: leaf(sub) for
-    each subtree of at most `group` ids (fold_chunks sums one along the same tree), add(a, b) for
-    every node above them. With leaf = fold_chunks this is tree_sum's sum, bitwise, for any group."""
+    each subtree of at most `group` ids (fold_chunks sums one along the same tree), and above
+    them add(shape, *parts) for each node of the tree that heads up to `levels` of its levels
+    (`add_subtree`'s shape over the parts below: at most 2^levels of them; from the root down,
+    so that only the lowest sums may have fewer). With leaf = fold_chunks and add = add_subtree
+    this is tree_sum's sum, bitwise, for any group and levels: the same additions in the same
+    order."""
     if len(ids) <= group:
         return leaf(ids)
-    mid = _split(len(ids))
-    return add(sum_tree(ids[:mid], group, leaf, add), sum_tree(ids[mid:], group, leaf, add))
+    parts: list = []
+
+    def shape(sub: list, depth: int):
+        if len(sub) <= group or depth == 0:
+            parts.append(sum_tree(sub, group, leaf, add, levels))
+            return len(parts) - 1
+        mid = _split(len(sub))
+        return (shape(sub[:mid], depth - 1), shape(sub[mid:], depth - 1))
+
+    whole = shape(ids, levels)
+    return add(whole, *parts)
+
+
+class _PassGraph:
+    """One pass's tasks, sent to the scheduler as one graph (one Client.get: one message, one
+    update of the scheduler's state) rather than a Client.submit per task, each of which the
+    scheduler handled on its own. Chunk tasks ask loosely for their worker (Dask's `workers`
+    and `allow_other_workers` annotations, one graph layer per worker); the sum tree's add tasks
+    go where the scheduler puts them (near their inputs). `args`: the pass's keyword arguments,
+    scattered ones as their futures."""
+
+    def __init__(self, args: dict):
+        from dask.task_spec import TaskRef
+        from distributed import Future
+
+        self._token = uuid.uuid4().hex
+        self._args: dict[str, Any] = {k: TaskRef(v.key) if isinstance(v, Future) else v for k, v in args.items()}
+        self._chunk_tasks: dict[str | None, dict] = {}  # worker address (None: any) -> key -> task
+        self._sums: dict = {}
+        self._count = 0
+
+    def _key(self, name: str) -> str:
+        """A key new to the cluster: Dask's `name-token-n` (its dashboard groups tasks by name)."""
+        self._count += 1
+        return f"{name}-{self._token}-{self._count}"
+
+    def chunk_task(self, fn: Callable, source, ids: list, home: list[str]) -> str:
+        """fn(source, i, **args) for the one chunk of `ids`, or fold_chunks over several, asking
+        for the worker of their middle chunk (`home`: chunk_workers' list; empty: any worker)."""
+        from dask.task_spec import Task
+        from dask.utils import funcname
+
+        key = self._key(funcname(fn))
+        if len(ids) == 1:
+            task = Task(key, fn, source, ids[0], **self._args)
+        else:
+            task = Task(key, fold_chunks, fn, source, ids, **self._args)
+        worker = home[ids[len(ids) // 2]] if home else None  # a subtree's chunks mostly share its middle chunk's worker
+        self._chunk_tasks.setdefault(worker, {})[key] = task
+        return key
+
+    def add_task(self, shape, *parts: str) -> str:
+        """add_subtree(shape, *the results of the tasks `parts`)."""
+        from dask.task_spec import Task, TaskRef
+
+        key = self._key("add_subtree")
+        self._sums[key] = Task(key, add_subtree, shape, *(TaskRef(k) for k in parts))
+        return key
+
+    def submit(self, client: Client, keys: list[str]) -> list:
+        """The graph sent to the scheduler; the futures of `keys` (the client holds those results
+        until it lets go of the futures). The scheduler orders the tasks (dask.order: each sum
+        right after its parts, depth first), so a worker adds results before it starts further
+        chunk tasks and holds O(log n) of them, not n."""
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        layers = {}
+        for n, (worker, tasks) in enumerate(self._chunk_tasks.items()):
+            where = {"workers": [worker], "allow_other_workers": True} if worker is not None else None
+            layers[f"chunks-{n}"] = MaterializedLayer(tasks, annotations=where)
+        dependencies: dict[str, set[str]] = {name: set() for name in layers}
+        if self._sums:
+            layers["sums"] = MaterializedLayer(self._sums)
+            dependencies["sums"] = set(dependencies)
+        return client.get(HighLevelGraph(layers, dependencies), keys, sync=False)
 
 
 def _until_sigterm(pending, sigterm: str) -> Iterator:
@@ -427,17 +517,16 @@ class Engine:
         if not any(n > BROADCAST_BYTES for n in sizes.values()):
             return kwargs
         self._ensure_workers()  # a scatter with no workers would wait forever
-        assert self.client is not None
+        client = self.client
+        assert client is not None
         try:
-            # a timeout: the scheduler's replication can hang on a worker that died under it
-            return {
-                k: (
-                    self.client.scatter(v, broadcast=True, hash=False, timeout=self.worker_timeout + sizes[k] / 10e6)
-                    if sizes[k] > BROADCAST_BYTES
-                    else v
-                )
-                for k, v in kwargs.items()
-            }
+            # a timeout: the scheduler's replication can hang on a worker that died under it; each
+            # value one future, tuples and lists too (Client.scatter would scatter their items)
+            def scattered(value, size: int):
+                timeout = self.worker_timeout + size / 10e6
+                return client.scatter([value], broadcast=True, hash=False, timeout=timeout)[0]
+
+            return {k: scattered(v, sizes[k]) if sizes[k] > BROADCAST_BYTES else v for k, v in kwargs.items()}
         except (KeyError, OSError, TimeoutError, CancelledError) as e:
             # a worker removed while the scheduler copies the value to it (KeyError: its address)
             raise _WorkerLost(f"scatter failed: {type(e).__name__}: {e}") from e
@@ -510,10 +599,11 @@ class Engine:
             client = self.client
             assert client is not None, "a started engine with a cluster"
             home = chunk_workers(client.nthreads(), max(chunk_ids, default=-1) + 1)
-            futures = [client.submit(fn, source, i, pure=False, **_near(home, i), **args) for i in chunk_ids]
+            graph = _PassGraph(args)
+            futures = graph.submit(client, [graph.chunk_task(fn, source, [i], home) for i in chunk_ids])
             with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy) as watch:
                 self._drain(as_completed(futures), bar, watch)
-                return self._result(lambda: self.client.gather(futures), watch)
+                return self._result(lambda: client.gather(futures), watch)
 
         return self._retrying(attempt, desc)
 
@@ -550,31 +640,29 @@ class Engine:
             nthreads = client.nthreads()  # the workers now (a retry: those left)
             group = leaf_chunks(len(chunk_ids), sum(nthreads.values()))
             home = chunk_workers(nthreads, max(chunk_ids) + 1)
-            # the client keeps no leaf once it has counted it: a result is freed when its sum has
-            # consumed it (Dask keeps the recipes, and the scattered arguments, to recompute any
-            # that a lost worker held)
-            leaves = as_completed()
-            chunks_of: dict[Any, int] = {}  # chunks summed by each leaf task, by its key
+            graph = _PassGraph(args)
+            chunks_of: dict[str, int] = {}  # chunks summed by each chunk task, by its key
 
-            def leaf(ids: list):
-                where = _near(home, ids[len(ids) // 2])  # a subtree's chunks mostly share its middle chunk's worker
-                if len(ids) == 1:
-                    f = client.submit(fn, source, ids[0], pure=False, **where, **args)
-                else:
-                    f = client.submit(fold_chunks, fn, source, ids, pure=False, **where, **args)
-                leaves.add(f)
-                chunks_of[f.key] = len(ids)
-                return f
+            def leaf(ids: list) -> str:
+                key = graph.chunk_task(fn, source, ids, home)
+                chunks_of[key] = len(ids)
+                return key
 
-            # submitted depth first, each partial sum right after its two halves: the scheduler
-            # runs ready tasks in submission order, so it adds two results before it starts
-            # further chunks, and a worker holds O(log n) chunk results, not n (with all leaves
-            # submitted first, a pass over 382 chunks returning a 501 × 501 AᵀA each held
-            # n × 2 MiB until its end)
-            root = sum_tree(chunk_ids, group, leaf, lambda a, b: client.submit(add_results, a, b, pure=False))
-            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, lambda: [root, *leaves.futures]) as watch:
-                self._drain(leaves, bar, watch, chunks_of, sigterm)
-                return self._result(root.result, watch)
+            root = sum_tree(chunk_ids, group, leaf, graph.add_task, SUM_LEVELS)
+            with self._bar(len(chunk_ids), desc) as bar:
+                # the chunk tasks' futures only for a bar that counts them or a SIGTERM check
+                # between them: a future the client holds costs the scheduler a message when its
+                # task ends and another when the client lets go of it; without them, each chunk
+                # result is freed as soon as the sum above it has consumed it (Dask keeps the
+                # recipes, and the scattered arguments, to recompute any that a lost worker held)
+                total, *chunk_futures = graph.submit(
+                    client, [root, *chunks_of] if bar is not _NO_BAR or sigterm else [root]
+                )
+                pending = as_completed(chunk_futures)  # lets go of each future once yielded
+                chunk_futures.clear()
+                with _Watch(self, lambda: [total]) as watch:
+                    self._drain(pending, bar, watch, chunks_of, sigterm)
+                    return self._result(total.result, watch)
 
         return self._retrying(attempt, desc)
 

@@ -10,7 +10,16 @@ import psutil
 import pytest
 import scipy.sparse as sp
 
-from streamfit.engine import Engine, add_results, chunk_workers, fold_chunks, leaf_chunks, sum_tree, tree_sum
+from streamfit import engine as engine_mod
+from streamfit.engine import (
+    Engine,
+    add_subtree,
+    chunk_workers,
+    fold_chunks,
+    leaf_chunks,
+    sum_tree,
+    tree_sum,
+)
 from streamfit.store import InMemoryStore, open_store
 
 
@@ -24,8 +33,19 @@ def chunk_sum_of(source, i, vector):
     return float(vector.sum())
 
 
+def chunk_sum_of_pair(source, i, pair):
+    cols, values = pair
+    return float(values[cols].sum())
+
+
 def chunk_rows(source, i):
     return source.read_chunk(i).row_start
+
+
+def chunk_floats(source, i, size=3):
+    """Values of magnitudes 1e-8 to 1e8 whose sums depend on the order of the additions."""
+    rng = np.random.default_rng(i)
+    return rng.normal(size=size) * 10.0 ** rng.integers(-8, 8, size=size)
 
 
 def split_sum(values: list):
@@ -49,18 +69,35 @@ def test_tree_sum_is_pairwise_fixed():
 
 def test_subtrees_summed_in_one_task_give_the_same_bits():
     """A cluster's map_reduce sums each subtree of at most leaf_chunks chunks in one task
-    (fold_chunks) and adds the subtrees' sums above them: for every chunk count and subtree
-    size, the very same additions as tree_sum (values whose sums depend on their order)."""
+    (fold_chunks) and the sums above them in tasks of up to `levels` levels of the tree
+    (add_subtree: ((a + b) + (c + d)) for 2): for every chunk count, subtree size and levels per
+    task, the very same additions as tree_sum (values whose sums depend on their order)."""
     rng = np.random.default_rng(0)
     for n in range(1, 41):
         values = list(rng.normal(size=n) * 10.0 ** rng.integers(-8, 8, size=n))
         ref = tree_sum(values)
         for group in (1, 2, 3, 4, 8, 64):
             leaf = functools.partial(fold_chunks, lambda _, i, values: values[i], None, values=values)
-            got = sum_tree(list(range(n)), group, leaf, add_results)
-            assert got == ref, (n, group)
+            for levels in (1, 2, 3):
+                got = sum_tree(list(range(n)), group, leaf, add_subtree, levels)
+                assert got == ref, (n, group, levels)
     naive = sum(values)
     assert naive != ref  # the order matters for these values: the test would see another tree
+
+
+def test_add_tasks_take_up_to_two_to_the_levels_parts():
+    """sum_tree's add tasks: 32 subtrees in 3 levels of tasks of 4 or 2 parts for levels = 2
+    (the root's parts from the top of the tree down), 31 binary ones for levels = 1."""
+    for levels, fan_ins in ((1, [2] * 31), (2, [2] * 16 + [4] * 5), (3, [4] * 8 + [8])):
+        seen: list[int] = []
+
+        def add(shape, *parts, seen=seen):
+            seen.append(len(parts))
+            return add_subtree(shape, *parts)
+
+        assert sum_tree(list(range(32)), 1, lambda ids: ids[0], add, levels) == sum(range(32))
+        assert sorted(seen) == fan_ins, levels
+    assert add_subtree(((0, 1), (2, 3)), *"abcd") == "abcd" and add_subtree((0, (1, 2)), 1, 2, 3) == 6
 
 
 def test_leaf_chunks_leaves_enough_tasks_per_thread():
@@ -92,7 +129,7 @@ def test_inprocess_map_reduce_equals_dense(digits):
     assert n == 1797 and starts == list(range(0, 1797, 256))
 
 
-def test_local_cluster_bitwise_equals_inprocess(digits, write_store):
+def test_local_cluster_bitwise_equals_inprocess(digits, write_store, monkeypatch):
     X, y, classes = digits
     store = open_store(write_store(X, y, classes, chunk_rows=100))
     with Engine(mode="inprocess") as eng:
@@ -110,6 +147,21 @@ def test_local_cluster_bitwise_equals_inprocess(digits, write_store):
         for _ in range(2):
             big = eng.map_reduce(chunk_sum_of, store, range(store.n_chunks), vector=np.arange(200_000.0))
             assert big == store.n_chunks * np.arange(200_000.0).sum()
+        # a large tuple (bcd's `commit=(cols, delta)`): one scattered value, the task gets the tuple
+        pair = (np.arange(3), np.arange(200_000.0))
+        assert eng.map_reduce(chunk_sum_of_pair, store, range(store.n_chunks), pair=pair) == 3.0 * store.n_chunks
+        assert eng.map(chunk_sum_of_pair, store, range(2), pair=pair) == [3.0, 3.0]
+        # sums whose bits depend on their order, over odd chunk counts, in chunk tasks of several
+        # chunks and of one (16 tasks per thread: a deep tree of add tasks, as at 16 workers)
+        for tasks_per_thread in (2, 16):
+            monkeypatch.setattr(engine_mod, "TASKS_PER_THREAD", tasks_per_thread)
+            for n in (37, 5):
+                got_floats = eng.map_reduce(chunk_floats, None, range(n), size=5)
+                assert np.array_equal(got_floats, fold_chunks(chunk_floats, None, list(range(n)), size=5)), n
+        # with a progress bar the client also holds (and counts) the chunk tasks' futures
+        eng.progress = True
+        got_floats = eng.map_reduce(chunk_floats, None, range(37), desc="floats", size=5)
+        assert np.array_equal(got_floats, fold_chunks(chunk_floats, None, list(range(37)), size=5))
     assert np.array_equal(got[0], ref[0]) and got[1] == ref[1]
     assert starts == list(range(0, 1797, 100))
 

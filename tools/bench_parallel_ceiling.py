@@ -12,7 +12,8 @@ the speed-up that P workers could at best reach on tasks made of that work alone
   in_cache     numpy's sin on a 32 KiB array, 200 times (arithmetic in the core's cache);
   bcd_pass     bcd's chunks-mode kernel (bcd_kernels.chunk_pass) on one chunk of
                tools/bench_scaleout.py's text store (`--rows` rows, 50 non-zeros a row, 20 classes);
-  sparse_gram  stagewise's AᵀA of a 1024-column block design of that chunk into a dense array;
+  sparse_gram  stagewise's AᵀA of a 1024-column block design of that chunk, its upper triangle
+               packed (sparse_gram_upper; a dense 1025² array before session 16);
   hash_text    streamfit's FeatureHasher on 2000 generated documents (ingest's featurizing);
   state_write  ChunkState.write of the chunk's 20-class float64 scores (np.save, sha256, a
                temporary file, fsync, rename), each process in its own directory under --workdir;
@@ -108,7 +109,7 @@ def make_probes(store_path: str, workdir: str) -> dict:
         "triad": triad,
         "in_cache": in_cache,
         "bcd_pass": bcd_pass,
-        "sparse_gram": lambda: sw.sparse_gram(A),
+        "sparse_gram": lambda: sw.sparse_gram_upper(A),
         "hash_text": lambda: hasher.transform_text(docs),
         "state_write": state_write,
         "state_read": lambda: state["chunks"].read("scores", 0, 0),

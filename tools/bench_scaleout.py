@@ -36,7 +36,8 @@ the workers' proportional set sizes summed at the end of the run (shared pages c
 count when each worker kept to its share, streamfit.engine's chunk affinity); the JSON's
 "kept_state" the per-sample state arrays the workers keep of those they wrote (streamfit.checkpoint).
 "overhead" is passes − (task + sum compute) / N: scheduling, transfers, stragglers and idle
-workers waiting for the driver. The line "predicted N" models T(N) = serial + passes(N) with
+workers waiting for the driver; "latency / pass" that overhead per engine call (each pass's
+critical path beyond its spread compute: tools/bench_pass_latency.py splits it up). The line "predicted N" models T(N) = serial + passes(N) with
 serial = start + close + checkpoint + driver (assumed constant) and each pass taking the larger of its
 compute / N and its longest task (a map_reduce task sums leaf_chunks(chunks, N) chunks: scaled
 to N's), plus its overhead (pass wall − compute / N), all measured at the smallest N run (on a
@@ -242,7 +243,7 @@ def task_times(tasks: list[dict]) -> tuple[float, float, float, list[tuple[float
     work = sums = transfer = 0.0
     spans = []
     for t in tasks:
-        is_sum = str(t["key"]).startswith(("add_results", "('add_results"))
+        is_sum = str(t["key"]).startswith(("add_", "('add_"))  # add_subtree (add_results before session 16)
         for s in t["startstops"]:
             d = s["stop"] - s["start"]
             if s["action"] == "compute":
@@ -425,8 +426,9 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
     lines += [
         "",
         "| solver | N | wall | start | close | checkpoint | driver | passes (n) | first pass | task compute | "
-        "sum compute | transfers | overhead | tasks | peak RSS / worker MiB | PSS all workers MiB | cached chunks |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "sum compute | transfers | overhead | latency / pass ms | tasks | peak RSS / worker MiB | PSS all workers MiB "
+        "| cached chunks |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for solver, rs in results.items():
         for n, r in sorted(rs.items()):
@@ -437,7 +439,7 @@ def tables(results: dict, workers: list[int], predict_n: int, n_chunks: int) -> 
             lines.append(
                 f"| {solver} | {n} | {r['wall']:.2f} | {r['start']:.2f} | {r['close']:.2f} | {r['checkpoint']:.2f} | "
                 f"{r['driver']:.2f} | {r['passes']:.2f} ({r['n_passes']}) | {first_pass:.2f} | {r['work']:.2f} | {r['sums']:.2f} | {r['transfer']:.2f} | "
-                f"{overhead:.2f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} | {r.get('cached_chunks', '-')} |"
+                f"{overhead:.2f} | {1e3 * overhead / max(r['n_passes'], 1):.0f} | {r['n_tasks']} | {r['peak_rss']:.0f} | {r['pss_total']:.0f} | {r.get('cached_chunks', '-')} |"
             )
     return "\n".join(lines)
 

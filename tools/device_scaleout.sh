@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's strong-scaling measurement on the lent 16-core machine, in one run of about 8 minutes
+# Issue 19's strong-scaling measurement on the lent 16-core machine, in one run of about 9 minutes
 # (docs/benchmarks.md, "Small jobs and scale-out"). Run from the repository root with `.device`
 # carried (/work/shared/device-kit/README.md: no network; the Dask stack, zarr and pydantic come
 # as wheels):
@@ -14,6 +14,11 @@
 #   1. tools/bench_worker_start.py: train() (bcd) on a small store (1024 rows, 64 chunks), each
 #      run in a fresh process, at N = 1 and 16 workers, with Dask's spawn and with streamfit's
 #      forkserver: cluster start, first pass, close, wall (worker_start.json, worker_start.log);
+#   1b. tools/bench_pass_latency.py: the critical path of one map_reduce pass (64 chunks of 1 ms,
+#      results of 8 KiB and of 4200 KiB, a stagewise Gram's upper triangle) at N = LATENCY_WORKERS
+#      (default 1,16, 15 passes; small: 1,2 with 16 tasks per thread, the task tree of 16 workers,
+#      5 passes): submission, chunk tasks, the sum tree's levels, the result's return, the
+#      scheduler's CPU per pass (pass_latency.json, pass_latency.log; LATENCY_TIMEOUT=90 s, 0: skip);
 #   2. tools/bench_scaleout.py on a text store of 786 432 rows x 2^16 columns (8192 used),
 #      20 classes, and an extreme store of 50 000 x 50 000, K = 10 000, both in 64 chunks, at
 #      N = 1, 16, 14, 8, 2 workers in that order (the ends first: a run cut by the time limit
@@ -89,6 +94,16 @@ if [ "${WS_TIMEOUT:-100}" != 0 ]; then
     --methods "${WS_METHODS:-spawn,forkserver}" \
     --workdir "$WORK/worker-start" --out "$OUT/worker_start.json" 2>&1 | tee "$OUT/worker_start.log"
   echo "bench_worker_start: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/worker_start.log"
+fi
+
+if [ "${LATENCY_TIMEOUT:-90}" != 0 ]; then
+  start=$(date +%s)
+  LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,16} --passes 15"
+  [ "${SCALE:-full}" = small ] && LATENCY_FLAGS="--workers ${LATENCY_WORKERS:-1,2} --tasks-per-thread 16 --passes 5"
+  # shellcheck disable=SC2086  # LATENCY_FLAGS is a list of flags
+  timeout "${LATENCY_TIMEOUT:-90}" python3 tools/bench_pass_latency.py $LATENCY_FLAGS --chunks 64 --result-kb 8,4200 \
+    --work-ms 1 --out "$OUT/pass_latency.json" 2>&1 | tee "$OUT/pass_latency.log"
+  echo "bench_pass_latency: exit ${PIPESTATUS[0]} after $(($(date +%s) - start)) s" | tee -a "$OUT/pass_latency.log"
 fi
 
 start=$(date +%s)

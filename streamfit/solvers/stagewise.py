@@ -131,7 +131,9 @@ from streamfit.solvers.stagewise_kernels import (
     rff_frequencies,
     rowwise_matmul,
     single_threaded_blas,
-    sparse_gram,
+    sparse_gram_upper,
+    symmetric_from_upper,
+    upper_triangle,
 )
 from streamfit.store import Chunk, ChunkSource
 from streamfit.store.dense_kernels import column_counts
@@ -570,9 +572,11 @@ def _product(A, V: np.ndarray, rowwise: bool = True) -> np.ndarray:
 
 class BlockStats(NamedTuple):
     """The sums Algorithm 1 needs at W = 0 for the design [A, F] of a block (F only with
-    calibration="predictions"), R = Y − g(F): `gram` AᵀA (p' × p', p' = A's width; None when the
-    driver already holds it), `rhs` [A, F]ᵀR ((p' [+ k]) × k), `loss` Σ_i ℓ(F_i; y_i) (13), and
-    `cross` [A, F]ᵀF ((p' + k) × k, the F columns of the Gram; None without F)."""
+    calibration="predictions"), R = Y − g(F): `gram` the upper triangle of AᵀA (p' × p', p' =
+    A's width), row by row (`upper_triangle`: p'(p' + 1)/2 values, half the bytes to sum and send;
+    `_stage_stats` mirrors it; None when the driver already holds AᵀA), `rhs` [A, F]ᵀR
+    ((p' [+ k]) × k), `loss` Σ_i ℓ(F_i; y_i) (13), and `cross` [A, F]ᵀF ((p' + k) × k, the F
+    columns of the Gram; None without F)."""
 
     gram: np.ndarray | None
     rhs: np.ndarray
@@ -630,23 +634,26 @@ class ScanCounts(NamedTuple):
 
 
 def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
-    """`BlockStats` of the rows of design A at scores F; AᵀA only with `gram`; `_bordered`
-    assembles the Gram of [A, F]. AᵀR and AᵀF are one product Aᵀ[R, F]. Dense designs
-    are summed panel by panel, the panels' products in the design's precision, their sum in
-    float64."""
+    """`BlockStats` of the rows of design A at scores F; AᵀA (its upper triangle) only with
+    `gram`; `_bordered` assembles the Gram of [A, F]. AᵀR and AᵀF are one product Aᵀ[R, F].
+    Dense designs are summed panel by panel, the panels' products in the design's precision,
+    their sum in float64; each panel's PᵀP is exactly symmetric (numpy computes a matrix times
+    its own transpose as one triangle, BLAS's syrk, and copies it to the other), so the upper
+    triangle loses nothing."""
     R, loss = link_residual(F, Y, link)
     RF = np.hstack([R, F]) if with_predictions else R
     if sp.issparse(A):
-        M = sparse_gram(A) if gram else None
+        M = sparse_gram_upper(A) if gram else None
         B = np.asarray(A.T @ RF)
     else:
-        M = np.zeros((A.shape[1], A.shape[1])) if gram else None
+        G = np.zeros((A.shape[1], A.shape[1])) if gram else None
         B = np.zeros((A.shape[1], RF.shape[1]))
         for lo, hi in _panels(A.shape[0]):
             P = A[lo:hi]
-            if gram:
-                M += P.T @ P
+            if G is not None:
+                G += P.T @ P
             B += _product(P.T, RF[lo:hi], rowwise=False)
+        M = None if G is None else upper_triangle(G)
     if not with_predictions:
         return BlockStats(M, B, loss, None)
     k = R.shape[1]
@@ -1376,13 +1383,14 @@ class StagewiseSolver(Solver[StagewiseState]):
         )
 
     def _stage_stats(self, stats: BlockStats, pos: int, cache: bool) -> tuple[np.ndarray, np.ndarray, float]:
-        """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a block's summed `BlockStats`, AᵀA from the cache
-        when the tasks did not sum it."""
-        M = stats.gram
-        if M is None:
+        """(Gram of [A, F], [A, F]ᵀR, Σℓ) from a block's summed `BlockStats` (AᵀA from its upper
+        triangle, mirrored), AᵀA from the cache when the tasks did not sum it."""
+        if stats.gram is None:
             M = self._grams[pos]
-        elif cache:
-            self._grams[pos] = M
+        else:
+            M = symmetric_from_upper(stats.gram)
+            if cache:
+                self._grams[pos] = M
         return _bordered(M, stats.cross), stats.rhs, float(stats.loss)
 
     # ---- one stage ----

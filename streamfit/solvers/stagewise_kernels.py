@@ -9,6 +9,7 @@ streamfit.objectives.links.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -187,29 +188,62 @@ def _csr_columns(indptr, indices, data, position, lo, hi, out, col) -> None:
                 row[col + j] = data[p]
 
 
-def sparse_gram(A) -> np.ndarray:
-    """AᵀA of a CSR matrix A (n × p) as a dense float64 p × p array, bitwise what
-    `(A.T @ A).toarray()` gives: scipy's sparse product (SMMP) adds each entry's terms
-    a_ir · a_ic over the rows i in increasing order, and so does `_sparse_gram`, row by row, but
-    into the dense result directly: no sparse result (two passes, index arrays of up to p² entries)
-    to build and then copy out."""
+def sparse_gram_upper(A) -> np.ndarray:
+    """The upper triangle of AᵀA for a CSR matrix A (n × p), row by row, as `upper_triangle`
+    packs it: p(p + 1)/2 float64 values, each bitwise what `(A.T @ A).toarray()` holds there.
+    scipy's sparse product (SMMP) adds each entry's terms a_ir · a_ic over the rows i in
+    increasing order, and so does `_sparse_gram_upper`, row by row, into the packed result
+    directly: no sparse result to build and copy out, and half of AᵀA's entries to write, sum
+    over chunks and send (the lower half is their mirror, `symmetric_from_upper`: AᵀA of a
+    matrix without repeated column indices in a row is exactly symmetric, a_ir · a_ic = a_ic · a_ir)."""
     A = A.tocsr()
-    out = np.zeros((A.shape[1], A.shape[1]))
-    _sparse_gram(A.indptr, A.indices, A.data, out)
+    p = A.shape[1]
+    out = np.zeros(p * (p + 1) // 2)
+    _sparse_gram_upper(A.indptr, A.indices, A.data, p, out)
     return out
 
 
 @numba.njit(cache=True)
-def _sparse_gram(indptr, indices, data, out) -> None:
-    """out[r, c] += a_ir · a_ic for every pair of entries of every row i, rows in order; no
-    fastmath: each product and sum is rounded on its own, as in scipy's C++."""
+def _sparse_gram_upper(indptr, indices, data, p, out) -> None:
+    """out[(r, c)] += a_ir · a_ic for every pair of entries r ≤ c of every row i, rows in order,
+    (r, c) at r·(2p − r − 1)/2 + c (`upper_triangle`'s order); no fastmath: each product and sum
+    is rounded on its own, as in scipy's C++."""
     for i in range(indptr.shape[0] - 1):
         lo, hi = indptr[i], indptr[i + 1]
         for s in range(lo, hi):
+            r = np.int64(indices[s])
             v = data[s]
-            row = out[indices[s]]
+            row = r * (2 * p - r - 1) // 2
             for t in range(lo, hi):
-                row[indices[t]] += v * data[t]
+                c = indices[t]
+                if c >= r:
+                    out[row + c] += v * data[t]
+
+
+@functools.lru_cache(maxsize=8)
+def _upper_indices(p: int) -> tuple[np.ndarray, np.ndarray]:
+    rows, cols = np.triu_indices(p)
+    rows.flags.writeable = cols.flags.writeable = False
+    return rows, cols
+
+
+def upper_triangle(M: np.ndarray) -> np.ndarray:
+    """The upper triangle of the square M, diagonal included, row by row: M[0, 0:p], M[1, 1:p], …
+    (p(p + 1)/2 values, numpy's triu_indices order)."""
+    return M[_upper_indices(M.shape[0])]
+
+
+def symmetric_from_upper(packed: np.ndarray) -> np.ndarray:
+    """The symmetric p × p matrix whose upper triangle `packed` holds (`upper_triangle`'s order),
+    its lower triangle the mirror: the same values, copied."""
+    p = (math.isqrt(8 * packed.size + 1) - 1) // 2
+    if p * (p + 1) // 2 != packed.size:
+        raise ValueError(f"{packed.size} values are no triangle of a square matrix")
+    rows, cols = _upper_indices(p)
+    M = np.empty((p, p), dtype=packed.dtype)
+    M[rows, cols] = packed
+    M[cols, rows] = packed
+    return M
 
 
 def rff_frequencies(

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from streamfit.solvers.stagewise_kernels import rowwise_matmul, sparse_gram
+from streamfit.solvers.stagewise_kernels import rowwise_matmul, sparse_gram_upper, symmetric_from_upper, upper_triangle
 
 # (rows, inner, columns): the stagewise products ZΩ (PCA'd inputs times a frequency block), AW
 # (a design panel times a stage's weights), the calibrations and the predictions' columns, and
@@ -87,23 +87,50 @@ def test_rowwise_matmul_mixed_precision_and_shape_error():
         rowwise_matmul(A, B.T)
 
 
-def test_sparse_gram_is_scipys_product_bitwise():
-    """sparse_gram(A) is (A.T @ A).toarray() bit for bit (stagewise's AᵀA of a sparse block, whose
-    bits the models depend on): values of many magnitudes and signs, so that another order of the
-    sums over the rows would round differently, rows with no entry, and a first column of ones
-    (the intercept); checked against the exact Gram too (rational arithmetic) for scale."""
+def test_sparse_gram_upper_is_scipys_product_bitwise():
+    """sparse_gram_upper(A) is the upper triangle of (A.T @ A).toarray() bit for bit (stagewise's
+    AᵀA of a sparse block, whose bits the models depend on), and mirrored it is the whole of it:
+    values of many magnitudes and signs, so that another order of the sums over the rows would
+    round differently, rows with no entry, rows whose columns are not sorted, and a first column
+    of ones (the intercept); checked against the exact Gram too (rational arithmetic) for scale."""
     rng = np.random.default_rng(0)
     n, p = 400, 60
     A = sp.random(n, p, density=0.08, random_state=1, format="csr")
     A.data = rng.standard_normal(A.nnz) * 10.0 ** rng.integers(-8, 9, size=A.nnz)
     A = sp.hstack([np.ones((n, 1)), A], format="csr")
     A = sp.vstack([A[:5], sp.csr_matrix((1, p + 1)), A[6:]], format="csr")  # row 5 without entries
-    got = sparse_gram(A)
-    assert np.array_equal(got, (A.T @ A).toarray())
-    assert got[0, 0] == n - 1 and not np.array_equal(got, A.toarray().T @ A.toarray())  # BLAS orders the sums otherwise
+    lo, hi = A.indptr[7], A.indptr[8]
+    A.indices[lo:hi], A.data[lo:hi] = A.indices[lo:hi][::-1].copy(), A.data[lo:hi][::-1].copy()  # row 7 unsorted
+    A.has_sorted_indices = False
+    full = (A.T @ A).toarray()
+    got = sparse_gram_upper(A)
+    assert got.shape == ((p + 1) * (p + 2) // 2,) and np.array_equal(got, full[np.triu_indices(p + 1)])
+    assert np.array_equal(symmetric_from_upper(got), full)
+    assert got[0] == n - 1 and not np.array_equal(full, A.toarray().T @ A.toarray())  # BLAS orders the sums otherwise
     D = A.toarray()
     exact = float(sum(Fraction(D[i, 3]) * Fraction(D[i, 7]) for i in range(n)))
-    assert abs(got[3, 7] - exact) <= 1e-12 * np.abs(D[:, 3] * D[:, 7]).sum()
+    assert abs(full[3, 7] - exact) <= 1e-12 * np.abs(D[:, 3] * D[:, 7]).sum()
+
+
+def test_upper_triangle_round_trip():
+    M = np.arange(16.0).reshape(4, 4)
+    S = M + M.T
+    assert np.array_equal(upper_triangle(S), [0, 5, 10, 15, 10, 15, 20, 20, 25, 30])
+    assert np.array_equal(symmetric_from_upper(upper_triangle(S)), S)
+    with pytest.raises(ValueError, match="no triangle"):
+        symmetric_from_upper(np.zeros(4))
+
+
+def test_dense_gram_of_a_panel_is_exactly_symmetric():
+    """Stagewise keeps the upper triangle of a dense design's PᵀP, summed over panels and
+    chunks: the same model only if each PᵀP is exactly symmetric (numpy's A.T @ A is one
+    triangle, copied), for float64 and float32 panels and row slices of a larger array."""
+    rng = np.random.default_rng(2)
+    for dtype in (np.float64, np.float32):
+        A = (rng.standard_normal((300, 37)) * 10.0 ** rng.integers(-6, 6, size=37)).astype(dtype)
+        for P in (A, A[17:211]):
+            G = P.T @ P
+            assert np.array_equal(G, G.T), dtype
 
 
 def test_single_threaded_blas_nests_and_restores():
