@@ -78,3 +78,29 @@ def quarantine(tmp_path):
     policy.entries = entries
     yield policy
     policy.close()
+
+
+@pytest.fixture
+def bar_updates(monkeypatch):
+    """What ingest's bar is given on a terminal (progress_mode "bar"), in order: ("begin", name,
+    unit) for each bar begun and ("count", done, planned) for each count, planned None while
+    unknown; the bar itself still runs."""
+    from streamfit import runlog
+    from streamfit.ingest import pipeline
+
+    shown: list[tuple] = []
+    begin, count = runlog.RunProgress.begin, runlog.RunProgress.count
+
+    def recorded_begin(self, name, step, planned, *, unit="step"):
+        shown.append(("begin", name, unit))
+        begin(self, name, step, planned, unit=unit)
+
+    def recorded_count(self, done, planned, *, final=False):
+        shown.append(("count", done, planned))
+        count(self, done, planned, final=final)
+
+    for module in (runlog, pipeline):
+        monkeypatch.setattr(module, "progress_mode", lambda: "bar")
+    monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
+    monkeypatch.setattr(runlog.RunProgress, "count", recorded_count)
+    return shown

@@ -446,37 +446,20 @@ def test_a_large_cluster_cuts_the_input_into_pieces_per_worker_thread_of_equal_s
     assert [p.byte_range for p in plan([path] * 30, 8)] == [None] * 30
 
 
-def test_progress_on_a_cluster_is_one_bar_over_the_records_of_every_pass(tmp_path, cluster, monkeypatch):
+def test_progress_on_a_cluster_is_one_bar_over_the_records_of_every_pass(tmp_path, cluster, bar_updates):
     """Issue 20, item 13, with workers as in process: on a terminal one bar over the records of
     every pass: pass 1's pieces merged (no total yet), then pass 2's document frequencies (a run
     of chunks per worker thread) and its write (a chunk at a time), which make the total: records
     read + 2 x the stage's rows. (In a log, the same passes' lines: test_pass_shown_in_a_log.)"""
     from dataclasses import replace
 
-    from streamfit import runlog
-    from streamfit.ingest import pipeline
-
     inputs = _write_files(tmp_path / "in", n_files=4, rows=300)  # 4 pieces, 1200 records: 5 chunks of 256
-    shown: list[tuple] = []  # ("begin", name, unit) and ("count", done, planned), as the bar got them
-    begin, count = runlog.RunProgress.begin, runlog.RunProgress.count
-
-    def recorded_begin(self, name, step, planned, *, unit="step"):
-        shown.append(("begin", name, unit))
-        begin(self, name, step, planned, unit=unit)
-
-    def recorded_count(self, done, planned, *, final=False):
-        shown.append(("count", done, planned))
-        count(self, done, planned, final=final)
-
-    monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
-    monkeypatch.setattr(runlog.RunProgress, "count", recorded_count)
-    monkeypatch.setattr(pipeline, "progress_mode", lambda: "bar")
     ingest(replace(_options(inputs, tmp_path / "bar.zarr", chunk_rows=256, scheduler=cluster), progress=True))
-    assert [s for s in shown if s[0] == "begin"] == [("begin", "ingest", "record")]
+    assert [s for s in bar_updates if s[0] == "begin"] == [("begin", "ingest", "record")]
     pass1 = [(300, None), (600, None), (900, None), (1200, None)]
     document_frequencies = [(1200 + 768, 3600), (2400, 3600)]  # chunks 0-2 and 3-4
     write = [(2400 + min(256 * k, 1200), 3600) for k in range(1, 6)]
-    assert [s[1:] for s in shown if s[0] == "count"] == pass1 + document_frequencies + write
+    assert [s[1:] for s in bar_updates if s[0] == "count"] == pass1 + document_frequencies + write
 
 
 def test_pass_shown_in_a_log(caplog):

@@ -844,32 +844,14 @@ def test_sigterm_stops_ingest_between_batches_and_leaves_no_store(
     assert report.written == 1797 and open_store(str(out)).verify() == []
 
 
-def test_on_a_terminal_one_bar_counts_the_records_of_every_pass(tmp_path, digits_svm, monkeypatch, capsys):
+def test_on_a_terminal_one_bar_counts_the_records_of_every_pass(tmp_path, digits_svm, bar_updates, capsys):
     """Issue 20: ingest on a terminal shows one bar, not one per pass that restarts: pass 1's
     records read (no total yet), then pass 2's document frequencies and write over the stage's
     rows, which make the total (records read + 2 x the stage's rows), with one ETA."""
-    from streamfit import runlog
-    from streamfit.ingest import pipeline
-
-    shown: list[tuple] = []  # ("begin", name, unit) and ("count", done, planned), as the bar got them
-    begin, count = runlog.RunProgress.begin, runlog.RunProgress.count
-
-    def recorded_begin(self, name, step, planned, *, unit="step"):
-        shown.append(("begin", name, unit))
-        begin(self, name, step, planned, unit=unit)
-
-    def recorded_count(self, done, planned, *, final=False):
-        shown.append(("count", done, planned))
-        count(self, done, planned, final=final)
-
-    for module in (runlog, pipeline):
-        monkeypatch.setattr(module, "progress_mode", lambda: "bar")
-    monkeypatch.setattr(runlog.RunProgress, "begin", recorded_begin)
-    monkeypatch.setattr(runlog.RunProgress, "count", recorded_count)
     o = IngestOptions([digits_svm], str(tmp_path / "s"), chunk_rows=256, batch_size=500, idf=True, progress=True)
     ingest(o)
-    assert [s for s in shown if s[0] == "begin"] == [("begin", "ingest", "record")]
-    counts = [s[1:] for s in shown if s[0] == "count"]
+    assert [s for s in bar_updates if s[0] == "begin"] == [("begin", "ingest", "record")]
+    counts = [s[1:] for s in bar_updates if s[0] == "count"]
     pass1 = [(500, None), (1000, None), (1500, None), (1797, None), (1797, None)]  # batches, then the last line
     stage_rows = [min(k * 256, 1797) for k in range(1, 9)]  # the stage's 8 chunks
     pass2 = [(1797 + rows, 3 * 1797) for rows in stage_rows] + [(2 * 1797 + rows, 3 * 1797) for rows in stage_rows]
