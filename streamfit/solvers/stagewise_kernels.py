@@ -15,9 +15,10 @@ import threading
 
 import numba
 import numpy as np
+import scipy.linalg  # noqa: F401  (its BLAS, which the driver's factorisations use, loaded before _BLAS looks)
 from threadpoolctl import ThreadpoolController
 
-_BLAS = ThreadpoolController()
+_BLAS = ThreadpoolController()  # the BLAS libraries loaded now: numpy's and scipy's
 _LIMITED = threading.local()  # per thread: `depth` of single_threaded_blas contexts, the outermost's `limiter`
 
 
