@@ -557,6 +557,15 @@ def stratified_test_mask(strata: np.ndarray, test_size: float, seed: int) -> np.
 
 
 def ingest(o: IngestOptions) -> IngestReport:
+    from streamfit.ingest.sources.folder import forget_listings
+
+    try:
+        return _ingest(o)
+    finally:
+        forget_listings()  # a URL folder's listing handed over by the input expansion serves this ingest only
+
+
+def _ingest(o: IngestOptions) -> IngestReport:
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources import BadRecordPolicy
 

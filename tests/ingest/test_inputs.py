@@ -139,6 +139,24 @@ def test_a_url_folder_of_documents_is_a_folder_corpus_and_other_inputs_are_clear
             open_source(url, "folder", policy=BadRecordPolicy())
 
 
+def test_an_ingest_that_fails_before_reading_forgets_the_listing_handed_over(tmp_path):
+    """The input expansion hands a URL folder's listing to the folder's reader; an ingest refused
+    before it reads (here: --out exists) keeps none of it for a later reader of that folder."""
+    import fsspec
+
+    from streamfit.errors import StreamfitError
+    from streamfit.ingest.sources import folder
+
+    fsspec.filesystem("memory").pipe("memory://streamfit-tests/forget/corpus/sports/doc1", b"a game")
+    url = "memory://streamfit-tests/forget/corpus"
+    expand_inputs([url])
+    assert url in folder._LISTED  # what the ingest below hands over too
+    (tmp_path / "out.zarr").mkdir()
+    with pytest.raises(StreamfitError, match="already exists"):
+        ingest(IngestOptions(inputs=[url], out=str(tmp_path / "out.zarr"), progress=False))
+    assert folder._LISTED == {}
+
+
 @pytest.mark.slow
 def test_a_folder_corpus_and_a_zip_behind_a_url_give_the_stores_of_their_local_copies_without_a_head_per_file(
     tmp_path, s3

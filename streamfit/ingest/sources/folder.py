@@ -162,7 +162,7 @@ def container(path: str) -> tuple[str, dict[str, Any] | None]:
 
 # Listings of folders behind URLs made by the input expansion (streamfit.ingest.inputs), by the
 # folder's URL: the folder's next reader takes its own instead of listing the folder again (one
-# LIST of the folder per ingest on S3); a later expansion of the same folder replaces it.
+# LIST of the folder per ingest on S3); the ingest forgets those not taken when it ends.
 _LISTED: dict[str, dict[str, dict[str, Any]]] = {}
 
 
@@ -170,6 +170,11 @@ def hand_over_listing(location: storage.Location, found: dict[str, dict[str, Any
     """Keep `found` (fsspec's find(detail=True) at or below the folder at `location`, behind a
     URL; entries of other names are dropped when it is read) for the folder's next FolderSource."""
     _LISTED[location.url.rstrip("/")] = found
+
+
+def forget_listings() -> None:
+    """Drop the listings handed over and not taken (an ingest that failed before reading)."""
+    _LISTED.clear()
 
 
 class FolderSource:
