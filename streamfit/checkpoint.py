@@ -69,6 +69,7 @@ import os
 import secrets
 import threading
 import time
+import zipfile
 from collections.abc import Iterable
 
 import numpy as np
@@ -414,22 +415,6 @@ class Checkpointer:
         if self.root is None:
             self.state.keep_only({kv for c in self._kept for kv in c.state_versions.items()})
             return
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)  # type: ignore[arg-type]  # mypy: a **dict might hold allow_pickle (bool)
-        data = buf.getvalue()
-        record = {
-            "checkpoint_version": CHECKPOINT_VERSION,
-            "step": step,
-            "config_hash": self.config_hash,
-            "config": self.config,
-            "store_fingerprint": self.store_fingerprint,
-            "state_versions": state_versions,
-            "state_counts": state_counts or {},
-            "arrays_sha256": hashlib.sha256(data).hexdigest(),
-            "meta": meta,
-        }
-        record = json.loads(json.dumps(record, default=_json_default))
-        record["record_sha256"] = _record_digest(record)
         try:  # the state files the step counts are on disk before the step is (module docstring)
             self.state.sync(state_versions.items())
         except OSError as e:
@@ -437,12 +422,28 @@ class Checkpointer:
         attempt = storage.begin(self._step_dir(step))
         try:
             attempt.location.makedirs()
-            attempt.location.join("arrays.npz").write_new(data)
+            arrays_sha256 = _write_arrays(attempt.location.join("arrays.npz"), arrays)
+            record = {
+                "checkpoint_version": CHECKPOINT_VERSION,
+                "step": step,
+                "config_hash": self.config_hash,
+                "config": self.config,
+                "store_fingerprint": self.store_fingerprint,
+                "state_versions": state_versions,
+                "state_counts": state_counts or {},
+                "arrays_sha256": arrays_sha256,
+                "meta": meta,
+            }
+            record = json.loads(json.dumps(record, default=_json_default))
+            record["record_sha256"] = _record_digest(record)
             attempt.location.join("meta.json").write_new(json.dumps(record, indent=1).encode())
             attempt.commit()
         except OSError as e:  # disk full, read-only: LATEST still names the previous step
             attempt.abort()
             raise output_error(attempt.location.url, e) from e
+        except BaseException:  # a value meta.json cannot hold: nothing of the attempt is left
+            attempt.abort()
+            raise
         self._path("LATEST").write_bytes(json.dumps({"step": step}).encode())
         self._latest_written = step
         self._listed_steps()[step] = attempt.files
@@ -572,6 +573,55 @@ class Checkpointer:
         ckpt = Checkpoint(step, record["meta"], arrays, record["state_versions"])
         self._kept = [ckpt]
         return ckpt
+
+
+class _HashingWriter:
+    """A write-only, unseekable binary file that hashes (SHA-256) the bytes written to `out`
+    as they pass, so the bytes are hashed in the same pass that writes them. zipfile, finding it
+    unseekable (`seek` fails), writes each member's sizes and CRC after its data (a data
+    descriptor) instead of going back to its header."""
+
+    def __init__(self, out):
+        self.out, self.sha256, self.written = out, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        self.written += len(data)
+        return self.out.write(data)
+
+    def tell(self) -> int:
+        return self.written
+
+    def seek(self, *args):
+        raise io.UnsupportedOperation("seek")
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+def _write_arrays(file: storage.Location, arrays: dict[str, np.ndarray]) -> str:
+    """Writes `arrays` to the new file `file` (inside an attempt) as an uncompressed .npz that
+    np.load reads: one member NAME.npy per array, as np.savez names them, pickles refused;
+    returns the SHA-256 of the file's bytes. On local disk the zip goes straight to the file,
+    hashed as it is written (one pass over the bytes, no copy of the file in memory); on an
+    object store it is built in memory and sent in one PUT."""
+    if file.local:
+        with open(file.path, "wb") as f:
+            return _write_npz(f, arrays)
+    buf = io.BytesIO()
+    digest = _write_npz(buf, arrays)
+    file.write_new(buf.getvalue())
+    return digest
+
+
+def _write_npz(out, arrays: dict[str, np.ndarray]) -> str:
+    """The .npz of `_write_arrays` written to the binary file `out`; returns its SHA-256."""
+    writer = _HashingWriter(out)
+    with zipfile.ZipFile(writer, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # type: ignore[arg-type]
+        for name, array in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)
+    return writer.sha256.hexdigest()
 
 
 def _config_changes(then: dict | None, now: dict) -> str:
