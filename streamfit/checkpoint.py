@@ -617,7 +617,7 @@ def _write_arrays(file: storage.Location, arrays: dict[str, np.ndarray]) -> str:
 def _write_npz(out, arrays: dict[str, np.ndarray]) -> str:
     """The .npz of `_write_arrays` written to the binary file `out`; returns its SHA-256."""
     writer = _HashingWriter(out)
-    with zipfile.ZipFile(writer, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # type: ignore[arg-type]
+    with zipfile.ZipFile(writer, "w", zipfile.ZIP_STORED, allowZip64=True) as z:  # type: ignore[call-overload]  # a file-like object zipfile writes to
         for name, array in arrays.items():
             with z.open(f"{name}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(array), allow_pickle=False)

@@ -38,7 +38,6 @@ import bench_scaleout  # noqa: E402
 
 from streamfit import checkpoint, storage  # noqa: E402
 from streamfit.checkpoint import Checkpointer, ChunkState  # noqa: E402
-from streamfit.engine import Engine  # noqa: E402
 from streamfit.solvers import driver  # noqa: E402
 
 SAMPLE_S = 0.002
