@@ -6,14 +6,18 @@ sampled by function.
 
 Per solver and N, after bench_scaleout's per-run line:
   save parts: wall seconds summed over the run's Checkpointer.save calls, inside it:
-      serialise   np.savez of the driver's arrays (weights, ...) into memory;
-      hash        SHA-256 of those bytes and of the step record;
+      serialise   np.savez of the driver's arrays (weights, ...) into memory (before session 16's
+                  one-pass write);
+      hash        SHA-256 of those bytes and of the step record (idem);
+      arrays      checkpoint._write_arrays: the arrays serialised, hashed and written in one pass;
       state sync  ChunkState.sync: the fsyncs of the per-sample files the step counts;
       write       the step's two files written (no fsync);
       commit      storage.publish_dir: the step directory's fsyncs and rename;
       LATEST      LATEST written (temporary file, fsync, rename, directory fsync);
       gc          the old steps and versions deleted (_collect_garbage);
       rest        the save's time not in the parts above (JSON of the record, ...);
+      bytes       everything but state sync, commit, LATEST and gc: what the one-pass write
+                  changed, comparable between trees;
   and, outside Checkpointer.save (bench_scaleout counts it in "driver"), the writes of the
   append-only entries a save counts (_StateSaver._write_entries).
   driver: the main thread's stack sampled every 2 ms outside the engine calls, Engine.start/close
@@ -97,6 +101,8 @@ def _install() -> None:
     _timed(checkpoint.hashlib, "sha256", "hash")
     _timed(ChunkState, "sync", "state sync")
     _timed(storage.Location, "write_new", "write")
+    if hasattr(checkpoint, "_write_arrays"):
+        _timed(checkpoint, "_write_arrays", "arrays")
     _timed(storage, "publish_dir", "commit")
     _timed(Checkpointer, "_collect_garbage", "gc")
     _timed(ChunkState, "keep_only", "gc: state versions", only_in_save=False)
@@ -154,13 +160,14 @@ def _sampling():
 
 def _report(solver: str, n: int, result: dict) -> None:
     s = PARTS.seconds
-    named = ("serialise", "hash", "state sync", "write", "commit", "LATEST", "gc")
+    named = ("serialise", "hash", "arrays", "state sync", "write", "commit", "LATEST", "gc")
     rest = s["save"] - sum(s[k] for k in named)
     print(
         f"    save parts ({solver} N={n}): {PARTS.saves} saves of {PARTS.array_bytes / PARTS.saves / 2**20:.2f} MiB "
         f"of arrays each, total {s['save']:.3f} s = "
         + ", ".join(f"{k} {s[k]:.3f}" for k in named)
-        + f" (of it state versions deleted {s['gc: state versions']:.3f}), rest {rest:.3f}; entries written before the saves (in bench's driver) {s['entries (outside saves)']:.3f}, "
+        + f" (of it state versions deleted {s['gc: state versions']:.3f}), rest {rest:.3f}, "
+        f"bytes {s['save'] - sum(s[k] for k in ('state sync', 'commit', 'LATEST', 'gc')):.3f}; entries written before the saves (in bench's driver) {s['entries (outside saves)']:.3f}, "
         f"state versions deleted between saves (in bench's driver) {s['gc: state versions (outside saves)']:.3f}",
         flush=True,
     )

@@ -121,6 +121,26 @@ def test_upper_triangle_round_trip():
         symmetric_from_upper(np.zeros(4))
 
 
+def test_symmetric_from_upper_copies_every_bit_to_both_triangles():
+    """Against an element-by-element construction, compared as bytes (signed zeros, NaN
+    payloads, infinities): M[r, c] = M[c, r] = packed[k] for the k-th pair r <= c, row by row."""
+    p = 7
+    rng = np.random.default_rng(3)
+    packed = rng.standard_normal(p * (p + 1) // 2)
+    packed[[1, 4, 9]] = [-0.0, np.inf, -np.inf]
+    packed.view(np.int64)[12] = 0x7FF8_0000_0000_0ABC  # a NaN with a payload
+    want = np.empty((p, p))
+    k = 0
+    for r in range(p):
+        for c in range(r, p):
+            want[r, c] = want[c, r] = packed[k]
+            k += 1
+    got = symmetric_from_upper(packed)
+    assert got.tobytes() == want.tobytes()
+    assert upper_triangle(got).tobytes() == packed.tobytes()
+    assert upper_triangle(np.asfortranarray(got)).tobytes() == packed.tobytes()
+
+
 def test_dense_gram_of_a_panel_is_exactly_symmetric():
     """Stagewise keeps the upper triangle of a dense design's PᵀP, summed over panels and
     chunks: the same model only if each PᵀP is exactly symmetric (numpy's A.T @ A is one
