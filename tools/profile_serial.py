@@ -3,6 +3,12 @@ checkpoint saves split into their parts and the driver's own work outside the en
 sampled by function.
 
     python tools/profile_serial.py [bench_scaleout.py's flags: --rows, --chunks, --solvers, --workers, ...]
+    python tools/profile_serial.py --one-save [--chunk-rows 12288] [--repeats 5]
+
+--one-save: no training; bcd's save on the 16-core store, alone, in this process: 64 per-sample
+files of chunk-rows × 20 float64 written unsynced (as the workers write them), then their
+ChunkState.sync, then Checkpointer.save of W (65 537 × 20 float64, 10.5 MiB) counting them
+(its own sync then has nothing left to do); milliseconds of each, per repeat, in a fresh folder.
 
 Per solver and N, after bench_scaleout's per-run line:
   save parts: wall seconds summed over the run's Checkpointer.save calls, inside it:
@@ -179,7 +185,42 @@ def _report(solver: str, n: int, result: dict) -> None:
     )
 
 
+def one_save(chunk_rows: int, repeats: int) -> None:
+    import tempfile
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    arrays = {"W": rng.standard_normal((65537, 20))}
+    scores = rng.standard_normal((chunk_rows, 20))
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as run_dir:
+            ck = Checkpointer(run_dir, config={}, store_fingerprint="")
+            for chunk_id in range(64):
+                ck.state.write("scores", 1, chunk_id, scores, cache=False)
+            t0 = time.perf_counter()
+            ck.state.sync([("scores", 1)])
+            t1 = time.perf_counter()
+            ck.save(1, {}, arrays, {"scores": 1})
+            t2 = time.perf_counter()
+        print(
+            f"state sync of 64 files of {scores.nbytes / 2**20:.1f} MiB: {1000 * (t1 - t0):.0f} ms; "
+            f"the rest of the save (W {arrays['W'].nbytes / 2**20:.1f} MiB): {1000 * (t2 - t1):.0f} ms",
+            flush=True,
+        )
+
+
 def main() -> None:
+    if "--one-save" in sys.argv:
+        import argparse
+
+        ap = argparse.ArgumentParser(description="one bcd save at the 16-core store's sizes")
+        ap.add_argument("--one-save", action="store_true")
+        ap.add_argument("--chunk-rows", type=int, default=12288)
+        ap.add_argument("--repeats", type=int, default=5)
+        args = ap.parse_args()
+        one_save(args.chunk_rows, args.repeats)
+        return
     _install()
     original_run_one = bench_scaleout.run_one
 
