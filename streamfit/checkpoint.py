@@ -441,7 +441,7 @@ class Checkpointer:
         except OSError as e:  # disk full, read-only: LATEST still names the previous step
             attempt.abort()
             raise output_error(attempt.location.url, e) from e
-        except BaseException:  # a value meta.json cannot hold: nothing of the attempt is left
+        except BaseException:  # any other error (a value meta.json cannot hold, an interrupt): no attempt left
             attempt.abort()
             raise
         self._path("LATEST").write_bytes(json.dumps({"step": step}).encode())
@@ -604,7 +604,8 @@ def _write_arrays(file: storage.Location, arrays: dict[str, np.ndarray]) -> str:
     np.load reads: one member NAME.npy per array, as np.savez names them, pickles refused;
     returns the SHA-256 of the file's bytes. On local disk the zip goes straight to the file,
     hashed as it is written (one pass over the bytes, no copy of the file in memory); on an
-    object store it is built in memory and sent in one PUT."""
+    object store it is built in memory and sent in one PUT. The bytes differ from np.savez's
+    (data descriptors after the members), the arrays do not: `latest` reads either."""
     if file.local:
         with open(file.path, "wb") as f:
             return _write_npz(f, arrays)
