@@ -467,7 +467,8 @@ def public(path_or_url: str) -> str:
 def write_new_file(path: str, data: bytes, *, sync: bool = True) -> None:
     """Write `data` to a new local file at `path`, and fsync it unless `sync` is False (a file
     of an attempt, synced by its commit). Every local file streamfit writes whole goes
-    through here."""
+    through here but a checkpoint's arrays.npz, a file of an attempt written as it is hashed
+    (checkpoint._write_arrays)."""
     with open(path, "wb") as f:
         f.write(data)
         if sync:
