@@ -607,12 +607,13 @@ def _write_arrays(file: storage.Location, arrays: dict[str, np.ndarray]) -> str:
     object store it is built in memory and sent in one PUT. The bytes differ from np.savez's
     (data descriptors after the members), the arrays do not: `latest` reads either."""
     if file.local:
-        with open(file.path, "wb") as f:
-            return _write_npz(f, arrays)
+        digest: list[str] = []
+        storage.write_new_file(file.path, lambda f: digest.append(_write_npz(f, arrays)), sync=False)
+        return digest[0]
     buf = io.BytesIO()
-    digest = _write_npz(buf, arrays)
+    sha256 = _write_npz(buf, arrays)
     file.write_new(buf.getvalue())
-    return digest
+    return sha256
 
 
 def _write_npz(out, arrays: dict[str, np.ndarray]) -> str:

@@ -43,9 +43,10 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from streamfit.errors import StreamfitError, output_error
 
@@ -464,13 +465,16 @@ def public(path_or_url: str) -> str:
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", absolute(path_or_url))
 
 
-def write_new_file(path: str, data: bytes, *, sync: bool = True) -> None:
-    """Write `data` to a new local file at `path`, and fsync it unless `sync` is False (a file
-    of an attempt, synced by its commit). Every local file streamfit writes whole goes
-    through here but a checkpoint's arrays.npz, a file of an attempt written as it is hashed
-    (checkpoint._write_arrays)."""
+def write_new_file(path: str, data: bytes | Callable[[BinaryIO], object], *, sync: bool = True) -> None:
+    """Write `data` (bytes, or a function that writes them to the open binary file it is given:
+    a checkpoint's arrays.npz, hashed as it is written) to a new local file at `path`, and fsync
+    it unless `sync` is False (a file of an attempt, synced by its commit). Every local file
+    streamfit writes whole goes through here."""
     with open(path, "wb") as f:
-        f.write(data)
+        if callable(data):
+            data(f)
+        else:
+            f.write(data)
         if sync:
             f.flush()
             os.fsync(f.fileno())
