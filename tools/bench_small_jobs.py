@@ -175,12 +175,13 @@ def run_vw(work: str, k: int, bits: int, passes: int, prefix: str = "") -> dict:
 # The TSV files -> VW's input, one shell line as a VW user would write it: one awk over both files
 # numbers each label 1..K in order of first appearance (one numbering for both: the groups sorted,
 # as write_vw numbers them), lowercases the text and keeps the words of two or more ASCII
-# letters/digits (write_vw's tokens: the same lines, in another order), and shuf shuffles the
-# training lines with a fixed random source (VW learns online: lines sorted by class defeat it).
+# letters/digits (words set two spaces apart, so one gsub drops the one-letter ones): the lines
+# write_vw writes, in another order; shuf shuffles the training lines with a fixed random source
+# (VW learns online: lines sorted by class defeat it).
 VW_CONVERT = (
     'awk -F\'\\t\' \'FNR == 1 {{ out = (NR == 1) ? "{work}/tsv-train.vw" : "{work}/tsv-test.vw" }} '
-    '{{ if (!($1 in id)) id[$1] = ++n; t = tolower($2); gsub(/[^a-z0-9]+/, " ", t); m = split(t, w, " "); '
-    's = ""; for (i = 1; i <= m; i++) if (length(w[i]) > 1) s = s " " w[i]; print id[$1] " |" s > out }}\' '
+    '{{ if (!($1 in id)) id[$1] = ++n; t = tolower($2); gsub(/[^a-z0-9]+/, "  ", t); t = " " t " "; '
+    'gsub(/ [a-z0-9] /, " ", t); gsub(/ +/, " ", t); sub(/ $/, "", t); print id[$1] " |" t > out }}\' '
     "{work}/train.tsv {work}/test.tsv && "
     "shuf --random-source={work}/train.tsv -o {work}/tsv-train.vw {work}/tsv-train.vw"
 )
