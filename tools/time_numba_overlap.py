@@ -14,7 +14,7 @@ the end of its first `FeatureHasher.transform_text` call (then it exits), in one
             load would) from the moment `import streamfit.cli` has finished;
     before: the same thread started before `import streamfit.cli`.
 
-The ways alternate, `--repeats` rounds; printed per way: the medians of the wall seconds from the
+After one untimed run (numba's cache filled), the ways alternate, `--repeats` rounds; printed per way: the medians of the wall seconds from the
 process's start to the end of the first hashing, of the process's CPU seconds (all threads) over
 the same span, and of the main thread's seconds waiting for a CPU (/proc/thread-self/schedstat:
 the load of other processes, 0 on an idle machine). The thread can only save wall time where
@@ -85,6 +85,7 @@ def main() -> None:
     args = ap.parse_args()
     cpus = {int(c) for c in args.cpus.split(",")} if args.cpus else None
     runs: dict[str, list[list[float]]] = {way: [] for way in WAYS}
+    run_once(os.path.abspath(args.pipeline), "none", cpus)  # untimed: numba's cache filled, as after a first run
     for _ in range(args.repeats):
         for way in WAYS:
             runs[way].append(run_once(os.path.abspath(args.pipeline), way, cpus))

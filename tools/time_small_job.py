@@ -18,8 +18,9 @@ first kernel load); "in no part" is the total less `import streamfit.cli` and th
 parts (click's parsing, `run`'s own imports, the interpreter's exit is not timed).
 PIPELINE.yaml is a job as tools/bench_small_jobs.py writes it (`WORKDIR/job.yaml`). Each source
 tree (`--src`: a directory holding the `streamfit` package, e.g. a `git archive` of main; the
-installed package when none is given) runs the job `--repeats` times, alternating between trees,
-each run started in its tree's directory; prints the median of each part as a Markdown table.
+installed package when none is given) runs the job once untimed (numba's cache filled, as after a
+user's first run), then `--repeats` times, alternating between trees, each run started in its
+tree's directory; prints the median of each part as a Markdown table.
 """
 
 from __future__ import annotations
@@ -170,6 +171,8 @@ def main() -> None:
     args = ap.parse_args()
     sources = args.src or [None]
     runs: dict[str | None, list[dict[str, list[float]]]] = {src: [] for src in sources}
+    for src in sources:  # untimed: fills numba's cache for this tree (a new tree compiles every kernel)
+        time_once(src, os.path.abspath(args.pipeline))
     for _ in range(args.repeats):
         for src in sources:
             runs[src].append(time_once(src, os.path.abspath(args.pipeline)))
