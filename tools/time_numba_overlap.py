@@ -14,10 +14,11 @@ the end of its first `FeatureHasher.transform_text` call (then it exits), in one
             load would) from the moment `import streamfit.cli` has finished;
     before: the same thread started before `import streamfit.cli`.
 
-After one untimed run (numba's cache filled), the ways alternate, `--repeats` rounds; printed per way: the medians of the wall seconds from the
-process's start to the end of the first hashing, of the process's CPU seconds (all threads) over
-the same span, and of the main thread's seconds waiting for a CPU (/proc/thread-self/schedstat:
-the load of other processes, 0 on an idle machine). The thread can only save wall time where
+After one untimed run (numba's cache filled), the ways alternate, `--repeats` rounds; printed
+per way: the medians of the wall seconds from the process's start to the end of the first
+hashing, of the process's CPU seconds (all threads) over the same span, and of the main thread's
+seconds waiting for a CPU (/proc/thread-self/schedstat: the load of other processes, 0 on an
+idle machine). The thread can only save wall time where
 one of the two threads runs without the GIL (system calls, ctypes calls into LLVM) while the
 other works: on one CPU (`--cpus 0` pins the processes with os.sched_setaffinity) it cannot save
 any. PIPELINE.yaml: a job as tools/bench_small_jobs.py writes it (`WORKDIR/job.yaml`).
