@@ -14,7 +14,11 @@ documents), raw text one file per document. Both tools read the same documents:
                each in a fresh Python process through the vowpalwabbit package (which ships no
                `vw` executable); its input files (lowercased word tokens, `label | w1 w2 ...`)
                are written from the folders before the clock starts, and that conversion is
-               timed separately.
+               timed separately;
+    vw, TSV:   the same VW commands on input converted from the TSV files (below) the way a VW
+               user would, one timed shell line (VW_CONVERT: awk maps each label to 1..K,
+               lowercases, keeps the words of two or more letters/digits; shuf puts the training
+               lines in a fixed random order), the conversion's seconds in the row's total.
 
 Two inputs (`--inputs`): the folders (one file per document), and one headerless TSV file per
 split (`label<TAB>text`, R8's own layout: tabs and newlines of a document become spaces; VW
@@ -27,7 +31,8 @@ runs every row N times, in rounds that alternate the packages and VW (a change o
 load then hits each alike), and prints each column's median.
 
 Prints `streamfit --help` and `import streamfit.cli` times, then one table row per tool and
-input (wall seconds of each step, total, CPU seconds, test accuracy) with the ratios to VW.
+input (wall seconds of each step, total, CPU seconds, test accuracy) with the ratios to VW
+without its input conversion ("/ vw") and with it ("/ vw+tsv").
 Usage:
 
     python tools/bench_small_jobs.py [--tarball PATH] [--groups 10] [--bits 18] [--passes 5]
@@ -140,25 +145,53 @@ vw.finish()
 """
 
 
-def run_vw(work: str, k: int, bits: int, passes: int) -> dict:
+def run_vw(work: str, k: int, bits: int, passes: int, prefix: str = "") -> dict:
+    """VW trained on WORK/{prefix}train.vw and tested on WORK/{prefix}test.vw."""
     train_s, _ = timed(
         [
             sys.executable,
             "-c",
             VW_TRAIN,
-            f"--oaa {k} -b {bits} --passes {passes} -c -k --quiet -d {work}/train.vw "
-            f"--cache_file {work}/train.vw.cache -f {work}/model.vw",
+            f"--oaa {k} -b {bits} --passes {passes} -c -k --quiet -d {work}/{prefix}train.vw "
+            f"--cache_file {work}/{prefix}train.vw.cache -f {work}/{prefix}model.vw",
         ]
     )
     test_s, _ = timed(
-        [sys.executable, "-c", VW_TRAIN, f"-t -i {work}/model.vw --quiet -d {work}/test.vw -p {work}/pred.txt"]
+        [
+            sys.executable,
+            "-c",
+            VW_TRAIN,
+            f"-t -i {work}/{prefix}model.vw --quiet -d {work}/{prefix}test.vw -p {work}/{prefix}pred.txt",
+        ]
     )
-    with open(f"{work}/pred.txt") as f:
+    with open(f"{work}/{prefix}pred.txt") as f:
         pred = [int(float(line.split()[0])) for line in f]
-    with open(f"{work}/test.vw") as f:
+    with open(f"{work}/{prefix}test.vw") as f:
         true = [int(line.split(" ", 1)[0]) for line in f]
     accuracy = sum(p == t for p, t in zip(pred, true)) / len(true)
     return {"ingest": 0.0, "train": train_s, "evaluate": test_s, "accuracy": accuracy}
+
+
+# The TSV files -> VW's input, one shell line as a VW user would write it: one awk over both files
+# numbers each label 1..K in order of first appearance (one numbering for both: the groups sorted,
+# as write_vw numbers them), lowercases the text and keeps the words of two or more ASCII
+# letters/digits (words set two spaces apart, so one gsub drops the one-letter ones): the lines
+# write_vw writes, in another order; shuf shuffles the training lines with a fixed random source
+# (VW learns online: lines sorted by class defeat it).
+VW_CONVERT = (
+    'awk -F\'\\t\' \'FNR == 1 {{ out = (NR == 1) ? "{work}/tsv-train.vw" : "{work}/tsv-test.vw" }} '
+    '{{ if (!($1 in id)) id[$1] = ++n; t = tolower($2); gsub(/[^a-z0-9]+/, "  ", t); t = " " t " "; '
+    'gsub(/ [a-z0-9] /, " ", t); gsub(/ +/, " ", t); sub(/ $/, "", t); print id[$1] " |" t > out }}\' '
+    "{work}/train.tsv {work}/test.tsv && "
+    "shuf --random-source={work}/train.tsv -o {work}/tsv-train.vw {work}/tsv-train.vw"
+)
+
+
+def run_vw_from_tsv(work: str, k: int, bits: int, passes: int) -> dict:
+    """VW on the TSV files, its input converted by VW_CONVERT (timed, as the row's "ingest")."""
+    convert_s, _ = timed(["bash", "-c", VW_CONVERT.format(work=work)])
+    result = run_vw(work, k, bits, passes, prefix="tsv-")
+    return {**result, "ingest": convert_s}
 
 
 INPUTS = {  # name: (train path, test path, source options) relative to the work folder
@@ -345,9 +378,10 @@ def main() -> None:
         use(None)
         vw_name = f"vw --oaa {len(groups)} -b {args.bits} --passes {args.passes} (one file)"
         runs.setdefault(vw_name, []).append(with_cpu(run_vw, work, len(groups), args.bits, args.passes))
+        vw_tsv_name = f"vw, input converted from the TSV file (awk + shuf, in its total) {vw_name[3:]}"
+        runs.setdefault(vw_tsv_name, []).append(with_cpu(run_vw_from_tsv, work, len(groups), args.bits, args.passes))
     rows = [(name, median_run(each)) for name, each in runs.items()]
-    vw = dict(rows)[vw_name]
-    vw_total = vw["total"]
+    vw, vw_tsv = dict(rows)[vw_name], dict(rows)[vw_tsv_name]
 
     print("| package | `streamfit --help` wall / CPU s | `import streamfit.cli` wall / CPU s |")
     print("|---|---|---|")
@@ -355,15 +389,22 @@ def main() -> None:
         h, i = t["streamfit --help"], t["import streamfit.cli"]
         print(f"| {label} | {h[0]:.2f} / {h[1]:.2f} | {i[0]:.2f} / {i[1]:.2f} |")
     print()
-    print("| tool | ingest s | train s | evaluate s | total s | / vw | CPU s | / vw | test accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| tool | ingest s | train s | evaluate s | total s | / vw | / vw+tsv | CPU s | / vw | / vw+tsv "
+        "| test accuracy |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in rows:
         total = r["total"]
         print(
             f"| {name} | {r['ingest']:.2f} | {r['train']:.2f} | {r['evaluate']:.2f} | {total:.2f} | "
-            f"{total / vw_total:.2f} | {r['cpu']:.2f} | {r['cpu'] / vw['cpu']:.2f} | {r['accuracy']:.4f} |"
+            f"{total / vw['total']:.2f} | {total / vw_tsv['total']:.2f} | {r['cpu']:.2f} | "
+            f"{r['cpu'] / vw['cpu']:.2f} | {r['cpu'] / vw_tsv['cpu']:.2f} | {r['accuracy']:.4f} |"
         )
-    print(f"vw's input conversion (not in its total): {convert_s:.2f} s; `streamfit run` rows: all steps in 'train'")
+    print(
+        f"vw's input conversion from the folders (Python, not in its total): {convert_s:.2f} s; the TSV row's "
+        "conversion is its 'ingest'; `streamfit run` rows: all steps in 'train'"
+    )
     if args.repeats > 1:
         print(f"medians of {args.repeats} rounds (each column its own median; total: the median of the totals)")
     if not args.workdir:

@@ -9,12 +9,18 @@ parts made of many small calls (a folder of 9645 documents read file by file) se
 over; here only the functions in PARTS are wrapped (a few calls each; a generator is timed
 while it computes each item, not while its consumer works), so each part's wall and CPU
 (process time: every thread of the process) seconds are what the job spends in it. A part that
-calls itself counts its outermost call only; the parts overlap where one calls another
-(hashing holds numba's first kernel load). PIPELINE.yaml is a job as tools/bench_small_jobs.py
-writes it (`WORKDIR/job.yaml`). Each source tree (`--src`: a directory holding the `streamfit`
-package, e.g. a `git archive` of main; the installed package when none is given) runs the job
-`--repeats` times, alternating between trees, each run started in its tree's directory; prints
-the median of each part as a Markdown table.
+calls itself counts its outermost call only. A module is wrapped when the job imports it (an
+import hook), so the timer imports nothing the job would not: each import is paid inside the part
+that makes it (numba's inside the first hashing). The top-level parts (`level` 0: the pipeline
+file, the ingests, train, the model's load, evaluate, its file) follow one another; the others
+(levels 1 and 2, indented) are inside the part above them and overlap where one calls another (hashing holds numba's
+first kernel load); "in no part" is the total less `import streamfit.cli` and the top-level
+parts (click's parsing, `run`'s own imports, the interpreter's exit is not timed).
+PIPELINE.yaml is a job as tools/bench_small_jobs.py writes it (`WORKDIR/job.yaml`). Each source
+tree (`--src`: a directory holding the `streamfit` package, e.g. a `git archive` of main; the
+installed package when none is given) runs the job once untimed (numba's cache filled, as after a
+user's first run), then `--repeats` times, alternating between trees, each run started in its
+tree's directory; prints the median of each part as a Markdown table.
 """
 
 from __future__ import annotations
@@ -27,18 +33,43 @@ import subprocess
 import sys
 import tempfile
 
-PARTS = [  # (part, module, attribute path, a generator?)
-    ("folder open (layout listing, look-up)", "streamfit.ingest.sources.folder", "FolderSource.__init__", False),
-    ("folder read", "streamfit.ingest.sources.folder", "FolderSource.__iter__", True),
-    ("numba's first kernel load (target start-up) and the others", "numba.core.caching", "Cache.load_overload", False),
-    ("hashing (with numba's first load)", "streamfit.ingest.hashing", "FeatureHasher.transform_text", False),
-    ("store closes (stage, training, test)", "streamfit.store.store", "StoreWriter.close", False),
-    ("ppdsparse steps", "streamfit.solvers.ppdsparse", "PPDSparseSolver.step", False),
-    ("evaluate (metrics over the test store)", "streamfit.metrics", "evaluate", False),
+PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one after another, 1, 2: inside them
+    (0, "the pipeline file (read, checked)", "streamfit.config", "load_pipeline", False),
+    (0, "ingest, both (read, hash, IDF pass, write)", "streamfit.ingest.pipeline", "ingest", False),
+    (1, "folder open (layout listing, look-up)", "streamfit.ingest.sources.folder", "FolderSource.__init__", False),
+    (1, "folder read", "streamfit.ingest.sources.folder", "FolderSource.__iter__", True),
+    (
+        1,
+        "numba's first kernel load (target start-up) and the others",
+        "numba.core.caching",
+        "Cache.load_overload",
+        False,
+    ),
+    (
+        1,
+        "hashing (with numba's import and first load)",
+        "streamfit.ingest.hashing",
+        "FeatureHasher.transform_text",
+        False,
+    ),
+    (1, "IDF pass (the stage re-read, weighted, written)", "streamfit.ingest.pipeline", "_pass2", False),
+    (1, "store closes (stage, training, test)", "streamfit.store.store", "StoreWriter.close", False),
+    (0, "train (checks, run directory, steps, checkpoints, model)", "streamfit.train", "train", False),
+    (1, "ppdsparse steps", "streamfit.solvers.ppdsparse", "PPDSparseSolver.step", False),
+    (2, "labels pass (positives per class)", "streamfit.solvers.ppdsparse", "_positives_task", False),
+    (2, "training matrix (chunks read, assembled)", "streamfit.solvers.ppdsparse", "build_data", False),
+    (2, "solve_class kernel (with its first load)", "streamfit.solvers.ppdsparse_kernels", "solve_class", False),
+    (2, "class_objective kernel (with its load)", "streamfit.solvers.ppdsparse_kernels", "class_objective", False),
+    (1, "checkpoint saves", "streamfit.solvers.driver", "_StateSaver.save", False),
+    (1, "model write", "streamfit.model", "Model.save", False),
+    (0, "model load", "streamfit.model", "load_model", False),
+    (0, "evaluate (metrics over the test store)", "streamfit.metrics", "evaluate", False),
+    (0, "evaluation.json", "streamfit.jobs", "write_evaluation", False),
 ]
+IN_NO_PART = "in no part (click, `run`'s own imports and set-up)"
 
 CHILD = """
-import functools, importlib, json, sys, time
+import functools, importlib.machinery, json, sys, time
 wall, cpu = time.perf_counter, time.process_time
 spent = {{}}
 def add(name, w, c):
@@ -48,8 +79,8 @@ def add(name, w, c):
 start = (wall(), cpu())
 import streamfit.cli
 add("import streamfit.cli", wall() - start[0], cpu() - start[1])
-def wrap(name, module, path, generator):
-    owner = importlib.import_module(module)
+def wrap(module, name, path, generator):
+    owner = module
     *outer, attribute = path.split(".")
     for part in outer:
         owner = getattr(owner, part)
@@ -81,14 +112,36 @@ def wrap(name, module, path, generator):
                 add(name, wall() - w, cpu() - c)
                 running[0] = False
     setattr(owner, attribute, timed)
-for part in {PARTS!r}:
-    wrap(*part)
+    if not outer:  # a function: also where modules imported before the wrapping hold it by name
+        for other in list(sys.modules.values()):
+            if getattr(other, attribute, None) is f:
+                setattr(other, attribute, timed)
+pending = {{}}  # module name: its parts, wrapped when the job imports it
+for level, name, module, path, generator in {PARTS!r}:
+    if module in sys.modules:
+        wrap(sys.modules[module], name, path, generator)
+    else:
+        pending.setdefault(module, []).append((name, path, generator))
+class WrapOnImport:
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in pending:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        execute = spec.loader.exec_module
+        def exec_module(module):
+            execute(module)
+            for part in pending.pop(fullname):
+                wrap(module, *part)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, WrapOnImport())
 sys.argv = ["streamfit", "-q", "run", sys.argv[1], "--overwrite"]
 try:
     streamfit.cli.main()
 except SystemExit as e:
     assert not e.code, e.code
 add("total", wall() - start[0], cpu() - start[1])
+assert not pending, f"never imported: {{sorted(pending)}}"
 print(json.dumps(spent))
 """
 
@@ -118,20 +171,27 @@ def main() -> None:
     args = ap.parse_args()
     sources = args.src or [None]
     runs: dict[str | None, list[dict[str, list[float]]]] = {src: [] for src in sources}
+    for src in sources:  # untimed: fills numba's cache for this tree (a new tree compiles every kernel)
+        time_once(src, os.path.abspath(args.pipeline))
     for _ in range(args.repeats):
         for src in sources:
             runs[src].append(time_once(src, os.path.abspath(args.pipeline)))
-    names = ["import streamfit.cli"] + [part[0] for part in PARTS] + ["total"]
-    print(f"median of {args.repeats}, wall / CPU seconds")
+    top = ["import streamfit.cli"] + [name for level, name, *_ in PARTS if level == 0]
+    for each in runs.values():
+        for run in each:
+            run[IN_NO_PART] = [run["total"][k] - sum(run.get(name, [0.0, 0.0])[k] for name in top) for k in (0, 1)]
+    rows = [("import streamfit.cli", 0)] + [(name, level) for level, name, *_ in PARTS]
+    rows += [(IN_NO_PART, 0), ("total", 0)]
+    print(f"median of {args.repeats}, wall / CPU seconds; indented parts are inside the part above them")
     print("| part | " + " | ".join(src or "installed" for src in sources) + " |")
     print("|---|" + "---|" * len(sources))
-    for name in names:
+    for name, level in rows:
         cells = []
         for src in sources:
             seconds = [run.get(name, [0.0, 0.0]) for run in runs[src]]
             w, c = (statistics.median(s[k] for s in seconds) for k in (0, 1))
             cells.append(f"{w:.3f} / {c:.3f}")
-        print(f"| {name} | " + " | ".join(cells) + " |")
+        print(f"| {'— ' * level}{name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
