@@ -1459,9 +1459,11 @@ class StagewiseSolver(Solver[StagewiseState]):
     def _total_weights(self, state: StagewiseState) -> np.ndarray:
         """V (features × k, `_feature_index`'s rows): each feature's weights summed over the
         stages so far, in stage order. The bias and the rows of F (calibration="predictions")
-        are not in V. Kept in `_totals` and brought up to date with the stages added since."""
+        are not in V. Kept in `_totals` and brought up to date with the stages added since (init
+        and check_resume empty it; within a run the stages are append-only)."""
         n = state.space["n_components"] if state.space["kind"] == "rff" else len(state.active)
         count, V = self._totals if self._totals is not None else (0, np.zeros((n, state.weights[0].shape[1])))
+        assert count <= len(state.weights), "stages are only appended within a run"
         skip = int(self.params.fit_intercept)
         for block, W in zip(state.blocks[count:], state.weights[count:]):
             index = self._feature_index(state, block)
