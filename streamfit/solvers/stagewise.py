@@ -1166,10 +1166,10 @@ class StagewiseSolver(Solver[StagewiseState]):
       bias row (W_t's rows of F, calibration="predictions", are penalised; the calibration maps
       W̃_t are not); with penalty="total" the penalty is (λ/2) ‖V‖²_F over the features' weights
       summed over the stages (plus the rows of F), the ridge (logistic) objective of the
-      summed model, which never increases from stage to stage (module docstring). ℓ is the loss of each stage's problem f: for the identity link
-      ½‖y − u‖², which is (13) with Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect
-      fit); for softmax the multinomial logistic loss (13); for multilabel sigmoid the sum of
-      the labels' binary logistic losses. With one block holding every feature and one pass
+      summed model, which never increases from stage to stage (module docstring). ℓ is the
+      loss of each stage's problem f: for the identity link ½‖y − u‖², which is (13) with
+      Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect fit); for softmax the multinomial
+      logistic loss (13); for multilabel sigmoid the sum of the labels' binary logistic losses. With one block holding every feature and one pass
       this is the ridge resp. logistic objective that the stage minimises.
     - loss = (1/n) Σ_i ‖y_i − ŷ_i‖² for the identity link (twice its ℓ: the squared error of
       Theorem 2, which never increases from stage to stage), (1/n) Σ_i ℓ(ŷ_i; y_i) otherwise.
