@@ -12,7 +12,8 @@ would (test stores `--like` the training store):
   label sets (each model's own decision rule, as `streamfit evaluate` applies it), and labels
   per document;
 - news20-half: 10 of the 20 newsgroups (every other one by name, half_of_news20) as news20;
-- dna, letter: LIBSVM dna.scale, letter.scale (dense, 180 and 16 features) with their test files;
+- dna, letter, satimage, pendigits: LIBSVM dna.scale, letter.scale, satimage.scale (dense, 180, 16
+  and 36 features) and pendigits (16 features, raw values 0..100) with their test files;
 - news20-3k: a seeded stratified 30 % of news20's training rows (3393 documents, 20 classes: the
   size of the issue's OHSUMED-23, 3357 documents, 23 classes), news20's test store;
 - sector-23: sector's rows of 23 of its 105 classes (class k·105 // 23, k = 0 … 22; 1455
@@ -76,10 +77,11 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         streamfit(
             "ingest", half, "--subset", "20news-bydate-test", "--encoding", "latin-1", "--like", train, "--out", test
         )
-    elif name in ("dna", "letter"):
+    elif name in ("dna", "letter", "satimage", "pendigits"):
         folder = os.path.join(data, "libsvm", name)
-        streamfit("ingest", os.path.join(folder, f"{name}.scale.gz"), "--no-hash", "--out", train)
-        streamfit("ingest", os.path.join(folder, f"{name}.scale.t.gz"), "--like", train, "--out", test)
+        stem = name if name == "pendigits" else f"{name}.scale"  # pendigits: the raw 0..100 values
+        streamfit("ingest", os.path.join(folder, f"{stem}.gz"), "--no-hash", "--out", train)
+        streamfit("ingest", os.path.join(folder, f"{stem}.t.gz"), "--like", train, "--out", test)
     elif name == "news20-10":
         from bench_small_jobs import extract_subset
 
@@ -115,7 +117,7 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
     else:
         raise SystemExit(
             f"unknown data set {name!r}: news20, news20-10, news20-half, news20-3k, news20-5, news20-8, sector, "
-            "sector-10, sector-23, sector-50, bibtex, delicious, dna or letter"
+            "sector-10, sector-23, sector-50, bibtex, delicious, dna, letter, satimage or pendigits"
         )
     return train, test
 

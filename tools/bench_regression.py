@@ -5,6 +5,7 @@ scikit-learn's Ridge (exact, in memory), SGDRegressor (partial_fit, streaming) a
     python tools/bench_regression.py [--sets diabetes,randhie] [--ooc-rows 200000,400000,800000]
                                      [--ooc-features 20] [--cache-mb 64] [--sgd-max-epochs 1000]
                                      [--vw-passes 20] [--no-vw-ooc] [--no-blocks] [--work DIR]
+                                     [-p KEY=VALUE ...]
     python tools/bench_regression.py --sets none --ooc-rows 10000000      # the issue's 10 M rows
 
 Real sets: scikit-learn's diabetes (442 rows, 10 features; shipped with scikit-learn) and
@@ -16,7 +17,7 @@ one block and one pass at lam = alpha / n_train, which is the same ridge problem
 checks that); "stagewise, default" is StagewiseLSRegressor() as
 shipped (generator auto: for real-valued targets gradient-ordered blocks of the stored columns,
 block_size 512, 2 passes, lam 1e-4; with these few columns the stages run on the normal
-equations summed in one pass).
+equations summed in one pass; `-p KEY=VALUE` overrides a default of this fit).
 
 SGDRegressor as its users run it (the protocol, the same on every set; nothing is tuned per set):
 in memory `SGDRegressor(random_state=0).fit(X, y)` with all its defaults, so its own stopping
@@ -181,7 +182,7 @@ def bench_set(name: str, args, work: str) -> list[dict]:
             generator="sequential", block_size=Xtr.shape[1], n_passes=1, lam=alpha / len(ytr)
         ).fit(Xtr, ytr),
     )
-    timed(lambda m: "stagewise, default", lambda: StagewiseLSRegressor(random_state=0).fit(Xtr, ytr))
+    timed(lambda m: "stagewise, default", lambda: StagewiseLSRegressor(random_state=0, **args.params).fit(Xtr, ytr))
     # its defaults: its own stopping rule
     timed(
         lambda m: f"SGDRegressor (fit: its stopping rule, {m.n_iter_} epochs)",
@@ -426,7 +427,18 @@ def main() -> None:
         "--no-blocks", dest="blocks", action="store_false", help="leave the data-pass 'blocks' run out (generated sets)"
     )
     ap.add_argument("--work", default=None, help="scratch directory (default: a temporary one)")
+    ap.add_argument(
+        "-p",
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="overrides a default of the real sets' 'stagewise, default' fit (repeatable), e.g. -p penalty=total",
+    )
     args = ap.parse_args()
+    from streamfit.cli import _parse_key_values
+
+    args.params = _parse_key_values(args.param, "-p")
     args.ooc_rows = [] if args.ooc_rows == "none" else [int(v) for v in args.ooc_rows.split(",")]
     sets = [] if args.sets == "none" else args.sets.split(",")
     with tempfile.TemporaryDirectory(dir=args.work) as work:

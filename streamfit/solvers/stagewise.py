@@ -20,7 +20,8 @@ Inner fit of a stage (Algorithm 1, generalized least squares). With the calibrat
 
     f(W) = (1/n) Σ_i ℓ(F_i + A_i W; y_i) + (λ/2) ‖D W‖²_F,        D = diag(0, 1, …, 1)
 
-(the bias row is not penalised). With Σ̂ = AᵀA/n and the gradient (1/n) Aᵀ(g(F + AW) − Y),
+(the bias row is not penalised; penalty="total": ‖D (V_B + W)‖²_F, see "Which weights λ
+penalises" below). With Σ̂ = AᵀA/n and the gradient (1/n) Aᵀ(g(F + AW) − Y),
 the update (14) with the ridge term added to the majorizer reads
 
     W ← W − (L Σ̂ + λD)⁻¹ [ (1/n) Aᵀ(g(F + AW) − Y) + λ D W ],        W₀ = 0.
@@ -70,9 +71,37 @@ in the training data):
 
 λ scaling: `lam` is λ for the sample-averaged loss, as in SolverParams: the identity-link stage
 solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the softmax link minimises
-(1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ). λ applies
-to each stage's W (with a single block holding all features this is plain ridge / logistic).
-The logged objective is (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F (`StagewiseSolver`).
+(1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ) (with a
+single block holding all features this is plain ridge / logistic).
+
+Which weights λ penalises (`penalty`). The paper regularises (λ = 30 on NEWS20, A.2.2) without
+saying which weights λ applies to once a feature comes back in a later stage. Read literally,
+Algorithm 3 fits each stage to the residuals, so the stage penalises its own increment W_t:
+penalty="stage" (the default). Its fixed point is the unpenalised least squares, which
+interpolates when n < d (text), so revisiting columns (the second pass of "gradient") undoes the
+shrinkage (docs/benchmarks.md, "stagewise on tf-idf text"). §2.4 also describes Algorithm 3 as
+block coordinate descent, the algorithm of a block-diagonal approximation of Σ (across classes
+and groups of features); as block coordinate descent on the regularised objective of the
+features' summed weights V (V_j = Σ_t of feature j's rows of W_t, F = [1, X]V for stored
+columns),
+
+    (1/n) Σ_i ℓ(F_i; y_i) + (λ/2) ‖D V‖²_F,
+
+the stage on block B minimises f(W) = (1/n) Σ_i ℓ(F_i + A_i W; y_i) + (λ/2) ‖D (V_B + W)‖²_F,
+V_B the block's weights from earlier stages: penalty="total". Its update adds λ D V_B to the
+gradient: the identity link's one exact step is W = (Σ̂_B + λD)⁻¹ (A_Bᵀ R/n − λ D V_B), the
+block's exact minimiser, so the ridge objective never increases and, cycling through blocks
+of a strictly convex quadratic (λ > 0), converges to the ridge solution (scikit-learn's
+Ridge(alpha = nλ) with an unpenalised intercept); the softmax link's (14) becomes
+W ← W − (L Σ̂ + λD)⁻¹ [(1/n) Aᵀ(g(F + AW) − Y) + λ D (V_B + W)], which converges to
+LogisticRegression's optimum. Random Fourier blocks are the same features each time a block
+id comes back, so V_B is that block's earlier weights; the rows of F
+(calibration="predictions") are new features in every stage (V_B = 0 there); with
+calibration="poly" the scores are not [1, X]V, and "total" only shrinks the summed weights.
+Where a stage's features are new (V_B = 0: the first pass over columns, an rff block's first
+visit) both penalties give the same stage, bit for bit.
+The logged objective is (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F for penalty="stage",
+(1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) ‖V‖²_F (plus the F rows' Σ_t ‖·‖²) for "total" (`StagewiseSolver`).
 
 Multilabel decisions (identity link): the scores estimate P(label | x) (least squares on 0/1
 targets), and the model's threshold (streamfit.model.decide) is the one of the best micro-F1 on
@@ -196,7 +225,13 @@ class StagewiseParams(SolverParams):
         "inner iteration raises the objective; accepted iterates decrease it",
     )
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
-    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on each stage's weights")
+    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on the weights (see penalty)")
+    penalty: Literal["stage", "total"] = Field(
+        "stage",
+        description="stage: λ on each stage's own weights (Algorithm 3 fits the residuals); total: λ on each "
+        "feature's weight summed over the stages (block coordinate descent on ridge: converges to the ridge "
+        "model where blocks repeat); the same where a stage's features are new",
+    )
     random_state: int = Field(
         0,
         ge=0,
@@ -1129,10 +1164,12 @@ class StagewiseSolver(Solver[StagewiseState]):
     Logged at step t (after stage t − 1, ŷ the scores F then):
     - objective = (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_{stages so far} ‖D W_t‖²_F, D dropping the
       bias row (W_t's rows of F, calibration="predictions", are penalised; the calibration maps
-      W̃_t are not). ℓ is the loss of each stage's problem f: for the identity link
-      ½‖y − u‖², which is (13) with Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect
-      fit); for softmax the multinomial logistic loss (13); for multilabel sigmoid the sum of
-      the labels' binary logistic losses. With one block holding every feature and one pass
+      W̃_t are not); with penalty="total" the penalty is (λ/2) ‖V‖²_F over the features' weights
+      summed over the stages (plus the rows of F), the ridge (logistic) objective of the
+      summed model, which never increases from stage to stage (module docstring). ℓ is the
+      loss of each stage's problem f: for the identity link ½‖y − u‖², which is (13) with
+      Φ(u) = ½‖u‖² plus the constant ½‖y‖² (0 at a perfect fit); for softmax the multinomial
+      logistic loss (13); for multilabel sigmoid the sum of the labels' binary logistic losses. With one block holding every feature and one pass
       this is the ridge resp. logistic objective that the stage minimises.
     - loss = (1/n) Σ_i ‖y_i − ŷ_i‖² for the identity link (twice its ℓ: the squared error of
       Theorem 2, which never increases from stage to stage), (1/n) Σ_i ℓ(ŷ_i; y_i) otherwise.
@@ -1152,6 +1189,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         # Aᵀ(Y − g(F)). Not state: a resumed run starts empty and recomputes them, bit for bit.
         self._grams: dict[int, np.ndarray] = {}
         self._objectives: dict[str, Any] = {}  # link -> the Objective of `_objective` (from the params alone)
+        # penalty="total": (stages summed, V) of `_total_weights`; not state either: a resumed run
+        # sums the stored stages again, in the same order, to the same bits.
+        self._totals: tuple[int, np.ndarray] | None = None
 
     # ---- setup ----
     def _link(self, source: ChunkSource) -> str:
@@ -1175,7 +1215,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         """F = 0, no stage yet; GEN's setup: the column scan, and for random Fourier features the
         row sample (PCA, bandwidth, the "auto" check)."""
         self._check_regression(ctx.source)
-        self._grams = {}
+        self._grams, self._totals = {}, None
         space, active, generator, data_passes, normal = self._setup(ctx.source, ctx.engine)
         return StagewiseState(
             scores=PerSample(SCORES, 0, written=False),
@@ -1212,7 +1252,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 f"{where}: its stagewise checkpoint holds a feature space of another layout ({differs}); it was "
                 "written by another streamfit version: start over with --overwrite"
             )
-        self._grams = {}
+        self._grams, self._totals = {}, None
 
     def _normal_mode(self, source: ChunkSource) -> bool:
         """Whether the stages run on the normal equations (`_normal_step`): real-valued targets
@@ -1394,15 +1434,75 @@ class StagewiseSolver(Solver[StagewiseState]):
         return _bordered(M, stats.cross), stats.rhs, float(stats.loss)
 
     # ---- one stage ----
-    def _objective(self, loss_sum: float, n: int, link: str, weights: list[np.ndarray]) -> float:
-        """streamfit.objectives' F of the stages `weights` (see the class docstring):
-        (1/n) Σ_i ℓ(ŷ_i; y_i) + StageRidge's (λ/2) Σ_t ‖D W_t‖²_F, from `link_loss_sum`'s Σ_i ℓ,
-        which for the identity link is Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
+    def _objective(self, loss_sum: float, n: int, link: str, penalised: list[np.ndarray]) -> float:
+        """streamfit.objectives' F (see the class docstring): (1/n) Σ_i ℓ(ŷ_i; y_i) + StageRidge's
+        (λ/2) Σ ‖P‖²_F over the `penalised` weights P (`_penalised`, `_stage_penalised`: D W
+        without the bias rows), from `link_loss_sum`'s Σ_i ℓ, which for the identity link is
+        Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
         objective = self._objectives.get(link)
         if objective is None:
             objective = self._objectives[link] = objective_for(self.name, self.params, multilabel=link == "sigmoid")
         sums = ChunkSums(0.5 * loss_sum if link == "identity" else loss_sum, n)
-        return objective.total(sums, StageRidge.stage_weights(weights, self.params.fit_intercept), None)
+        return objective.total(sums, penalised, None)
+
+    # ---- penalty="total": each feature's weight summed over the stages ----
+    def _feature_index(self, state: StagewiseState, block) -> np.ndarray:
+        """The rows of `_total_weights`' V that hold the features of a block (the design's
+        columns after the bias): its columns' positions among the active columns, or for random
+        Fourier features (the same features each time a block id comes back) the block's
+        feature ids."""
+        if state.space["kind"] == "rff":
+            start = int(np.asarray(block).ravel()[0]) * self.params.block_size
+            return np.arange(start, min(start + self.params.block_size, state.space["n_components"]))
+        return np.searchsorted(state.active, block)
+
+    def _total_weights(self, state: StagewiseState) -> np.ndarray:
+        """V (features × k, `_feature_index`'s rows): each feature's weights summed over the
+        stages so far, in stage order. The bias and the rows of F (calibration="predictions")
+        are not in V. Kept in `_totals` and brought up to date with the stages added since (init
+        and check_resume empty it; within a run the stages are append-only)."""
+        n = state.space["n_components"] if state.space["kind"] == "rff" else len(state.active)
+        count, V = self._totals if self._totals is not None else (0, np.zeros((n, state.weights[0].shape[1])))
+        assert count <= len(state.weights), "stages are only appended within a run"
+        skip = int(self.params.fit_intercept)
+        for block, W in zip(state.blocks[count:], state.weights[count:]):
+            index = self._feature_index(state, block)
+            V[index] += W[skip : skip + len(index)]
+        self._totals = (len(state.weights), V)
+        return V
+
+    def _accumulated(self, state: StagewiseState, block, width: int) -> np.ndarray | None:
+        """penalty="total": V_B (width × k, W's shape), the weights that the earlier stages gave the
+        features of this block's design, zero on the bias row and the rows of F; None for
+        penalty="stage" and for features that no earlier stage weighted (V_B = 0: the stage is
+        penalty="stage"'s, bit for bit)."""
+        if self.params.penalty != "total" or not state.weights:
+            return None
+        index = self._feature_index(state, block)
+        earlier = self._total_weights(state)[index]
+        if not earlier.any():
+            return None
+        skip = int(self.params.fit_intercept)
+        V = np.zeros((width, earlier.shape[1]))
+        V[skip : skip + len(index)] = earlier
+        return V
+
+    def _stage_penalised(self, W: np.ndarray, V: np.ndarray | None) -> np.ndarray:
+        """D (V_B + W) (`_accumulated`'s V_B; W alone for None): what a stage's f penalises."""
+        return (W if V is None else V + W)[int(self.params.fit_intercept) :]
+
+    def _penalised(self, state: StagewiseState) -> list[np.ndarray]:
+        """The weights that the logged objective penalises: penalty="stage": every stage's D W_t;
+        "total": the features' summed weights V (`_total_weights`), plus every stage's rows of F
+        (calibration="predictions": each stage's F is a feature of that stage alone)."""
+        if self.params.penalty == "stage":
+            return StageRidge.stage_weights(state.weights, self.params.fit_intercept)
+        penalised = [self._total_weights(state)]
+        if state.space["with_predictions"]:
+            skip = int(self.params.fit_intercept)
+            for block, W in zip(state.blocks, state.weights):
+                penalised.append(W[skip + len(self._feature_index(state, block)) :])
+        return penalised
 
     def _penalty_mask(self, width: int) -> np.ndarray:
         """The diagonal of D: 1 for every weight row but the unpenalised bias."""
@@ -1426,20 +1526,22 @@ class StagewiseSolver(Solver[StagewiseState]):
         block: int | np.ndarray,
         stats: tuple[np.ndarray, np.ndarray, float],
         link: str,
+        V: np.ndarray | None,
     ) -> tuple[np.ndarray, list[float]]:
         """Algorithm 1 on the block from W₀ = 0, starting from the statistics (M, B, Σℓ) at W₀:
         (W, f at every inner iterate) for the softmax link, (W, []) for the identity link (one
-        exact step). Each inner iteration is a pass over the data (counted in the state)."""
+        exact step). f penalises D (V + W), V the block's earlier weights (`_accumulated`;
+        None: 0). Each inner iteration is a pass over the data (counted in the state)."""
         p, source, n = self.params, ctx.source, ctx.source.n_rows
         M, B, loss_sum = stats
         bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
         lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
         solve = self._stage_solver(M, n, lipschitz, _data_name(source))
-        W = solve(B / n)
+        mask = self._penalty_mask(M.shape[0])[:, None]
+        W = solve(B / n if V is None else B / n - p.lam * mask * V)
         if link == "identity":
             return W, []
-        mask = self._penalty_mask(M.shape[0])
-        objective = [loss_sum / n]
+        objective = [loss_sum / n if V is None else self._objective(loss_sum, n, link, [V[int(p.fit_intercept) :]])]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
             sums = ctx.engine.map_reduce(
@@ -1456,7 +1558,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             )
             state.data_passes += 1
             B, loss_sum = sums.rhs, sums.loss
-            f = self._objective(loss_sum, n, link, [W])
+            f = self._objective(loss_sum, n, link, [self._stage_penalised(W, V)])
             if p.backtrack and f > objective[-1] and lipschitz < bound:
                 lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
                 solve = self._stage_solver(M, n, lipschitz)
@@ -1466,7 +1568,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 if objective[-2] - objective[-1] <= p.tol * abs(objective[-1]):
                     break
                 accepted = (W, B)
-            W = W + solve(B / n - p.lam * mask[:, None] * W)
+            W = W + solve(B / n - p.lam * mask * (W if V is None else V + W))
         return W, objective
 
     def _calibrate(
@@ -1551,7 +1653,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         else:
             assert state.pending_rhs is not None and state.pending_loss is not None
             stats = (state.pending_gram, state.pending_rhs, state.pending_loss)
-        W, inner = self._fit_block(ctx, state, space, block, stats, link)
+        V = self._accumulated(state, block, stats[0].shape[0])
+        W, inner = self._fit_block(ctx, state, space, block, stats, link, V)
         C = self._calibrate(ctx, state, space, block, W) if p.calibration == "poly" else None
 
         last = s + 1 == p.n_passes * n_blocks
@@ -1605,7 +1708,7 @@ class StagewiseSolver(Solver[StagewiseState]):
 
         fields = self._stage_fields(state, source, space, link, s, loss_sum, correct)
         if inner:
-            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [W])]
+            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [self._stage_penalised(W, V)])]
         return fields
 
     def _stage_fields(
@@ -1626,7 +1729,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * self.params.block_size)
         accuracy = {} if source.regression else {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
         return dict(
-            objective=self._objective(loss_sum, n, link, state.weights),
+            objective=self._objective(loss_sum, n, link, self._penalised(state)),
             loss=loss_sum / n,
             **accuracy,
             stage=stage,
@@ -1670,9 +1773,11 @@ class StagewiseSolver(Solver[StagewiseState]):
         rows = self._normal_rows(np.asarray(block))
         S_rows = S[rows]
         M, B = S_rows[:, rows], T[rows] - S_rows @ V
-        n = ctx.source.n_rows
+        n, rhs = ctx.source.n_rows, B / ctx.source.n_rows
+        if self.params.penalty == "total":  # `_fit_block`'s V: the block's rows of V, but the bias
+            rhs = rhs - self.params.lam * self._penalty_mask(len(rows))[:, None] * V[rows]
         with single_threaded_blas():  # once for the stage's factor and solve (`_solver_for`)
-            W = self._stage_solver(M, n, 1.0, _data_name(ctx.source))(B / n)  # `_fit_block`'s identity link
+            W = self._stage_solver(M, n, 1.0, _data_name(ctx.source))(rhs)  # `_fit_block`'s identity link
         V[rows] += W
         loss_sum = ysq - 2.0 * float((V * T).sum()) + float((V * (S @ V)).sum())
         state.blocks.append(np.asarray(block, dtype=np.int64))

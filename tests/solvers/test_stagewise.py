@@ -148,6 +148,63 @@ def test_softmax_monotone_and_reaches_sklearn_optimum(digits):
     assert log.records[-1]["objective"] == f[-1]  # one stage: the stage's f at its last iterate
 
 
+def sparse_text_like(n=120, d=300, k=4, seed=0):
+    """Sparse rows with more columns than rows (as text: n < d, where least squares interpolates)."""
+    X = sp.random(n, d, density=0.05, random_state=seed, format="csr")
+    return X, np.random.default_rng(seed).integers(0, k, n).astype(np.int32)
+
+
+@pytest.mark.parametrize("generator", ["random", "gradient"])
+def test_total_penalty_converges_to_ridge(generator):
+    """penalty="total" is block coordinate descent on the ridge objective of the summed weights,
+    (1/n)‖Y − 1b − XV‖² + λ‖V‖² (b unpenalised): each stage minimises it exactly over its block,
+    so the logged objective (half of it) never increases, and the passes reach the ridge model,
+    scikit-learn's Ridge(alpha = nλ) on the 0/1 targets. penalty="stage", which penalises each
+    stage's own weights, does not: with n < d its fixed point is the unpenalised least squares."""
+    from sklearn.linear_model import Ridge
+
+    X, y = sparse_text_like()
+    n, k, lam = X.shape[0], 4, 3e-2
+    Y = np.eye(k)[y]
+    source = InMemoryStore(X, y, list(range(k)), chunk_rows=50)
+    params = dict(generator=generator, block_size=100, n_passes=25, lam=lam)
+    model, log, _ = fit(source, penalty="total", **params)
+    ridge = Ridge(alpha=n * lam, solver="cholesky").fit(X.toarray(), Y)
+    scale = np.abs(ridge.coef_).max()
+    np.testing.assert_allclose(model.coef_, ridge.coef_, rtol=0, atol=1e-10 * scale)
+    np.testing.assert_allclose(model.intercept_, ridge.intercept_, rtol=0, atol=1e-10 * scale)
+    objective = np.array([r["objective"] for r in log.records])
+    assert np.all(np.diff(objective) <= 1e-14 * objective[:-1])
+    S = model.decision_function(X)
+    ridge_objective = ((Y - S) ** 2).sum() / n + lam * (model.coef_**2).sum()
+    assert objective[-1] == pytest.approx(ridge_objective / 2, rel=1e-12)
+    stage, _, _ = fit(source, **params)
+    assert np.abs(stage.coef_ - ridge.coef_).max() > 0.1 * scale
+
+
+def test_total_penalty_softmax_reaches_sklearn_optimum(digits):
+    """The softmax link with penalty="total": block coordinate descent on the ℓ2-regularised
+    logistic loss of the summed weights, whose optimum is scikit-learn's LogisticRegression
+    with C = 1/(nλ); the logged objective is that objective and never increases."""
+    X, y = digits
+    X, y = X[:600], y[:600]
+    n, lam = len(y), 3e-2
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=300)
+    params = dict(link="softmax", generator="sequential", block_size=32, n_passes=10, max_iter=5, tol=0.0)
+    model, log, _ = fit(source, penalty="total", lam=lam, **params)
+    objective = np.array([r["objective"] for r in log.records])
+    assert len(objective) == 20 and np.all(np.diff(objective) <= 1e-14 * objective[:-1])
+    coef = np.zeros((10, 64))  # the summed weights of every column
+    for block, W in zip(model.blocks, model.weights):
+        coef[:, block] += W[1:].T
+    f_model = link_loss_sum(model.decision_function(X), np.eye(10)[y], "softmax") / n + lam / 2 * (coef**2).sum()
+    assert objective[-1] == pytest.approx(f_model, rel=1e-10)
+    lr = LogisticRegression(C=1.0 / (n * lam), tol=1e-12, max_iter=10_000).fit(X, y)
+    U = X @ lr.coef_.T + lr.intercept_
+    f_sk = link_loss_sum(U, np.eye(10)[y], "softmax") / n + lam / 2 * (lr.coef_**2).sum()
+    assert f_sk * (1 - 1e-9) <= objective[-1] <= f_sk * (1 + 1e-6)
+
+
 @pytest.mark.parametrize("start", [0.25, 1 / 64])
 def test_softmax_backtracking(digits, monkeypatch, start):
     """backtrack=True: steps from L/4, doubled on an increase. The accepted iterates decrease
@@ -310,6 +367,10 @@ def local_engine():
         dict(link="softmax", generator="random", block_size=32, n_passes=1, max_iter=5),
         dict(link="softmax", generator="rff", n_components=200, block_size=100, n_passes=2, max_iter=3, backtrack=True),
         dict(generator="sequential", block_size=32, n_passes=1, calibration="poly"),
+        dict(
+            link="softmax", generator="rff", n_components=200, block_size=100, n_passes=2, max_iter=3, penalty="total"
+        ),
+        dict(generator="gradient", block_size=20, n_passes=2, calibration="predictions", penalty="total"),
     ],
 )
 def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, params):
@@ -375,6 +436,8 @@ def test_gradient_order_ignores_chunking_noise(digits):
     [
         dict(generator="gradient", block_size=12, n_passes=2, calibration="poly", lam=1e-3),
         dict(generator="sequential", block_size=12, n_passes=3, link="softmax", max_iter=3, lam=1e-3),  # cached AᵀA
+        # the summed weights V are recomputed from the stored stages
+        dict(generator="random", block_size=12, n_passes=2, calibration="predictions", penalty="total", lam=1e-3),
     ],
 )
 def test_resume_is_bitwise(digits, tmp_path, monkeypatch, params):

@@ -115,6 +115,27 @@ def test_stages_equal_algorithm_3_by_hand(density, n_passes):
     np.testing.assert_allclose(model.intercept_, intercept, rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("normal", [True, False])
+def test_total_penalty_converges_to_closed_form_ridge(normal, monkeypatch):
+    """penalty="total" (block coordinate descent on the ridge objective of the summed weights)
+    reaches the closed-form ridge solution, on the normal equations and with data passes; the
+    blocks of 4 of 12 correlated columns alone (penalty="stage") do not."""
+    X, Y, _ = planted(n=400, d=12, k=2, seed=7)
+    X[:, 6:] += X[:, :6]  # correlated blocks: block coordinate descent needs passes
+    lam = 5e-2
+    if not normal:
+        monkeypatch.setattr(sw, "NORMAL_MODE_MAX_FEATURES", 0)
+    source = InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=150)
+    params = dict(generator="sequential", block_size=4, n_passes=40, lam=lam)
+    model = fit(source, penalty="total", **params)
+    assert (model.info["data_passes"] == 1) == normal
+    W, b = closed_form_ridge(X, Y, lam)
+    np.testing.assert_allclose(model.coef_, W.T, rtol=0, atol=1e-9 * np.abs(W).max())
+    np.testing.assert_allclose(model.intercept_, b, rtol=0, atol=1e-9 * np.abs(b).max())
+    if normal:
+        assert np.abs(fit(source, **params).coef_ - W.T).max() > 1e-3 * np.abs(W).max()
+
+
 @pytest.mark.parametrize("generator", ["sequential", "random", "gradient"])
 def test_normal_equations_give_the_data_passes_model(generator, monkeypatch):
     """The stages on the scan's normal equations (one pass) against the same stages with a data
