@@ -119,7 +119,7 @@ def test_logged_objective_is_loss_plus_stage_penalties(digits):
         dict(generator="sequential", block_size=16, n_passes=2),
         dict(link="softmax", generator="random", block_size=20, n_passes=1, max_iter=3),
     ):
-        model, log, _ = fit(source, lam=lam, **params)
+        model, log, _ = fit(source, lam=lam, penalty="stage", **params)
         S = model.decision_function(X)
         if model.link == "identity":
             loss = 0.5 * ((Y - S) ** 2).sum() / n
@@ -178,7 +178,7 @@ def test_total_penalty_converges_to_ridge(generator):
     S = model.decision_function(X)
     ridge_objective = ((Y - S) ** 2).sum() / n + lam * (model.coef_**2).sum()
     assert objective[-1] == pytest.approx(ridge_objective / 2, rel=1e-12)
-    stage, _, _ = fit(source, **params)
+    stage, _, _ = fit(source, penalty="stage", **params)
     assert np.abs(stage.coef_ - ridge.coef_).max() > 0.1 * scale
 
 

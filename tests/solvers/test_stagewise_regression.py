@@ -108,6 +108,7 @@ def test_stages_equal_algorithm_3_by_hand(density, n_passes):
         block_size=4,
         n_passes=n_passes,
         lam=lam,
+        penalty="stage",
     )
     coef, intercept = stagewise_by_hand(X, Y, lam, 4, n_passes)
     assert model.info["data_passes"] == (1 if n_passes == 3 else 1 + 3 * n_passes + 1)  # the scan, then per stage
@@ -133,7 +134,7 @@ def test_total_penalty_converges_to_closed_form_ridge(normal, monkeypatch):
     np.testing.assert_allclose(model.coef_, W.T, rtol=0, atol=1e-9 * np.abs(W).max())
     np.testing.assert_allclose(model.intercept_, b, rtol=0, atol=1e-9 * np.abs(b).max())
     if normal:
-        assert np.abs(fit(source, **params).coef_ - W.T).max() > 1e-3 * np.abs(W).max()
+        assert np.abs(fit(source, penalty="stage", **params).coef_ - W.T).max() > 1e-3 * np.abs(W).max()
 
 
 @pytest.mark.parametrize("generator", ["sequential", "random", "gradient"])
@@ -155,13 +156,20 @@ def test_normal_equations_give_the_data_passes_model(generator, monkeypatch):
 
 def test_default_generator_on_a_linear_model_fits_the_normal_equations():
     """generator="auto" on real-valued targets is "gradient" over the stored columns and, with 12
-    columns, stages on the normal equations: the scan is the only pass, the model Algorithm 3's."""
+    columns, stages on the normal equations: the scan is the only pass. With the defaults (one
+    block of all 12 columns, penalty="total") the first stage is the ridge model and the second
+    adds nothing: the closed form at λ = 1e-4; with penalty="stage", Algorithm 3's by hand."""
     X, Y, _ = planted(n=600, d=12, k=2, seed=8)
-    model = fit(InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=256))
+    source = InMemoryStore(X, Y, ["y0", "y1"], chunk_rows=256)
+    model = fit(source)
     assert model.info["generator"] == "gradient" and model.info["data_passes"] == 1
+    W, b = closed_form_ridge(X, Y, 1e-4)
+    np.testing.assert_allclose(model.coef_, W.T, rtol=0, atol=1e-9 * np.abs(W).max())
+    np.testing.assert_allclose(model.intercept_, b, rtol=0, atol=1e-9 * np.abs(b).max())
+    stage = fit(source, penalty="stage")
     coef, intercept = stagewise_by_hand(X, Y, 1e-4, 512, 2)
-    np.testing.assert_allclose(model.coef_, coef.T, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(model.intercept_, intercept, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(stage.coef_, coef.T, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(stage.intercept_, intercept, rtol=0, atol=1e-9)
 
 
 def test_default_generator_never_picks_random_fourier_features_for_regression():
