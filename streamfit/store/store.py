@@ -570,19 +570,24 @@ class ChunkSink:
         Behind a URL the attempt's prefix is this writer's own, so the chunk is written in
         place. On local disk every attempt stages in the same `NAME.partial`, so a write still
         running for a killed driver could land in a later attempt's directory: the chunk is
-        written under `incoming/<token>-<cid>/` and renamed into `chunks/` only if `ATTEMPT`
+        written under `incoming/<token>/` and renamed into `chunks/` only if `ATTEMPT`
         still holds this sink's token (`_move_in`); otherwise it is deleted and StoreError says
         the attempt was replaced."""
         X, labels = canonical_chunk(X, labels, self.multilabel, self.n_outputs, self.name)
         if self.token is None:
             _backend(self.backend).write_chunk(self.root, cid, X, labels)
         else:
-            staged = self.root.join(INCOMING_DIR, f"{self.token}-{chunk_name(cid)}")
+            # one staging folder for all the attempt's chunks: a chunk's rename leaves no empty
+            # folder of its own behind (two rmdirs a chunk, each waiting on the disk)
+            staged = self.root.join(INCOMING_DIR, self.token)
             try:
                 _backend(self.backend).write_chunk(staged, cid, X, labels)
                 self._move_in(staged, cid)
-            finally:
-                staged.remove_tree()
+            finally:  # after the rename nothing is there; else what this write left
+                if self.backend == "zarr":
+                    self._chunk(staged, cid).remove_tree()
+                else:
+                    self._chunk(staged, cid).remove()
         info = ChunkInfo(cid, row_start, row_start + X.shape[0], int(X.nnz), chunk_digest(X, labels))
         return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1)
 
