@@ -38,7 +38,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import stat
 import tempfile
 import threading
@@ -263,9 +262,11 @@ class Location:
                 self._fs.rm_file(self.path)
 
     def remove_tree(self) -> None:
-        """Delete the directory (prefix) and everything under it, if it exists."""
+        """Delete the directory (prefix) and everything under it, if it exists: on local disk
+        `remove_local_tree` (deletions in flight together); behind a URL fsspec's `rm`, which
+        lists the prefix and deletes its objects in batches (S3: a DeleteObjects per 1000 keys)."""
         if self.local:
-            shutil.rmtree(self.path, ignore_errors=True)
+            remove_local_tree(self.path)
             return
         with contextlib.suppress(FileNotFoundError):  # rm lists the prefix: no existence check before it
             self._fs.rm(self.path, recursive=True)
@@ -518,6 +519,42 @@ def sync_paths(paths: list[str]) -> None:
         list(pool.map(fsync_path, paths))
 
 
+def remove_local_tree(root: str) -> None:
+    """Delete the local directory `root` and everything in it, if it exists, ignoring errors (as
+    shutil.rmtree(ignore_errors=True); links are deleted, never followed): its files first, then
+    its directories a level at a time from the deepest, up to SYNC_THREADS deletions in flight.
+    A deletion that frees disk blocks waits on the disk (ext4 with online discard: a directory's
+    rmdir 2-4 ms, one after another), and concurrent ones overlap: a pass-1 stage of 30 Zarr
+    chunks, 272 directories, 0.7-1.0 s one at a time, 0.09 s four at a time."""
+    if os.path.islink(root):
+        _each_ignoring_errors(os.unlink, [root])
+        return
+    files: list[str] = []
+    levels: dict[int, list[str]] = {}
+    for top, dirs, names in os.walk(root):  # unreadable folders are skipped (their rmdir fails: kept)
+        levels.setdefault(top.count(os.sep), []).append(top)
+        files += [os.path.join(top, name) for name in names]
+        files += [os.path.join(top, d) for d in dirs if os.path.islink(os.path.join(top, d))]
+    _each_ignoring_errors(os.unlink, files)
+    for depth in sorted(levels, reverse=True):
+        _each_ignoring_errors(os.rmdir, levels[depth])
+
+
+def _each_ignoring_errors(delete: Callable[[str], None], paths: list[str]) -> None:
+    """delete(path) for every path, up to SYNC_THREADS at once; an OSError leaves that path."""
+
+    def each(path: str) -> None:
+        with contextlib.suppress(OSError):
+            delete(path)
+
+    if len(paths) <= 1:
+        for path in paths:
+            each(path)
+        return
+    with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
+        list(pool.map(each, paths))
+
+
 def publish_dir(tmp: str, path: str) -> None:
     """Rename the finished local directory `tmp` to `path` (an existing `path` is moved to
     `path.old` first and then deleted), so `path` is always either the old or the complete new
@@ -527,10 +564,10 @@ def publish_dir(tmp: str, path: str) -> None:
     sync_tree(tmp)
     old = path + ".old"
     if os.path.exists(path):
-        shutil.rmtree(old, ignore_errors=True)
+        remove_local_tree(old)
         os.replace(path, old)
     os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    remove_local_tree(old)
     fsync_path(os.path.dirname(path))
 
 

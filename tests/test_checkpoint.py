@@ -1,11 +1,13 @@
+import errno
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
 
 from streamfit.checkpoint import Checkpointer, ChunkState
-from streamfit.errors import CheckpointError
+from streamfit.errors import CheckpointError, OutputError
 
 
 def test_state_round_trip_and_damage(tmp_path):
@@ -89,37 +91,83 @@ def test_the_write_cache_keeps_the_newest_version_of_each_chunk_within_its_bound
     np.testing.assert_array_equal(st.read("R", 2, 0), np.full(100, 9.0))  # from the file
 
 
-def test_state_writes_are_not_fsynced_and_a_save_syncs_the_new_ones_before_its_commit(tmp_path, monkeypatch):
+def test_state_writes_are_not_fsynced_and_a_save_syncs_the_new_ones_beside_its_commit(tmp_path, monkeypatch):
     """A state write calls no fsync; Checkpointer.save fsyncs the state files the step refers to
-    that no earlier save synced, their version folder and the folders above a new one, all
-    before the step's own files, and LATEST after them."""
-    from streamfit import storage
+    that no earlier save synced, their version folder and the folders above a new one, each once,
+    in a thread beside the step's own write and commit (here a state fsync waits until the step's
+    arrays are being written: a save that synced the state first would never get there), and
+    writes LATEST after both."""
+    from streamfit import checkpoint, storage
 
-    synced: list[str] = []
-    fsync_path = storage.fsync_path
-    monkeypatch.setattr(storage, "fsync_path", lambda p: (synced.append(p), fsync_path(p)))
+    events: list[str] = []  # fsynced paths, and ("write", path) of files written with a sync
+    arrays_written = threading.Event()
+    state = tmp_path / "checkpoints" / "state"
+    fsync_path, write_new_file, write_arrays = storage.fsync_path, storage.write_new_file, checkpoint._write_arrays
+
+    def synced(path):
+        if path.startswith(str(state)):
+            assert arrays_written.wait(10), "the state's sync did not run beside the step's write"
+        events.append(path)
+        fsync_path(path)
+
+    def written(path, data, *, sync=True):
+        write_new_file(path, data, sync=sync)
+        if sync:
+            events.append(f"write {path}")
+
+    monkeypatch.setattr(storage, "fsync_path", synced)
+    monkeypatch.setattr(storage, "write_new_file", written)
+    monkeypatch.setattr(checkpoint, "_write_arrays", lambda *a: (arrays_written.set(), write_arrays(*a))[1])
     fsyncs = []
     monkeypatch.setattr(os, "fsync", lambda fd, real=os.fsync: (fsyncs.append(fd), real(fd)))
     ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
-    state = tmp_path / "checkpoints" / "state"
     for i in range(3):
         ck.state.write("R", 1, i, np.full(2, float(i)))
     ck.state.write("stages", 0, 0, np.zeros(2), cache=False)
-    assert fsyncs == []
+    assert fsyncs == [] and events == []
     ck.save(1, {}, {}, {"R": 1, "stages": 0}, state_counts={"stages": 1})
     r1, stages = state / "R" / "v000001", state / "stages" / "v000000"
     new = {str(r1 / f) for f in os.listdir(r1)} | {str(stages / f) for f in os.listdir(stages)}
     folders = {str(r1), str(stages), str(state / "R"), str(state / "stages"), str(state)}
-    first = len(new) + len(folders)
-    assert len(set(synced[:first])) == first and set(synced[:first]) == new | folders
+    state_syncs = [p for p in events if p.startswith(str(state))]
+    assert len(state_syncs) == len(new | folders) and set(state_syncs) == new | folders
     step = str(tmp_path / "checkpoints" / "step-000001.partial")
-    assert synced[first:-2] and all(p.startswith(step) for p in synced[first:-2])  # the step's commit
-    assert synced[-2:] == [str(tmp_path / "checkpoints")] * 2  # its rename, then LATEST's
-    synced.clear()
+    assert any(p.startswith(step) for p in events)  # the step's commit
+    (latest,) = [i for i, p in enumerate(events) if p.startswith(f"write {tmp_path / 'checkpoints' / 'LATEST'}")]
+    assert all(events.index(p) < latest for p in state_syncs + [p for p in events if p.startswith(step)])
+    assert events[latest + 1 :] == [str(tmp_path / "checkpoints")]  # LATEST's rename
+    events.clear()
+    arrays_written.clear()
     ck.state.write("stages", 0, 1, np.ones(2), cache=False)
     ck.save(2, {}, {}, {"R": 1, "stages": 0}, state_counts={"stages": 2})
     (entry,) = [f for f in os.listdir(stages) if f.startswith("chunk-000001")]
-    assert [p for p in synced if "/state" in p] == sorted([str(stages / entry), str(stages)])
+    assert sorted(p for p in events if p.startswith(str(state))) == sorted([str(stages / entry), str(stages)])
+    assert ck.latest(3).step == 2
+
+
+def test_a_save_whose_state_fails_to_sync_leaves_latest_on_the_step_before(tmp_path, monkeypatch):
+    """The state's sync runs beside the step's commit: when it fails (disk full), the committed
+    step is deleted again, LATEST keeps naming the previous step, and the error names the state."""
+    from streamfit import storage
+
+    ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
+    _save_steps(ck, 1)
+    for i in range(3):
+        ck.state.write("R", 2, i, np.zeros((2, 2)))
+    fsync_path = storage.fsync_path
+
+    def disk_full(path):
+        if "v000002" in path:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        fsync_path(path)
+
+    monkeypatch.setattr(storage, "fsync_path", disk_full)
+    with pytest.raises(OutputError, match=r"checkpoints/state: cannot write \(No space left on device\)"):
+        ck.save(2, {"step": 2}, {"W": np.zeros(3)}, {"R": 2})
+    monkeypatch.undo()
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["LATEST", "state", "step-000001"]
+    resumed = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp").latest(3)
+    assert resumed.step == 1 and resumed.arrays["W"].tolist() == [1.0] * 3
 
 
 def _save_steps(ck, n_steps, n_chunks=3):

@@ -208,6 +208,42 @@ def test_a_local_commit_syncs_every_file_and_folder_of_the_attempt_before_the_re
     assert synced[-1] == (str(tmp_path), True)
 
 
+def test_a_local_tree_is_deleted_a_level_at_a_time_with_deletions_in_flight_together(tmp_path, monkeypatch):
+    """remove_local_tree deletes the files, then the folders deepest first, several at once (here
+    two sibling folders' rmdirs meet at a barrier: one after the other they never would); links
+    are deleted, not followed; errors (a missing tree) are ignored."""
+    import threading
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "kept").write_bytes(b"x")
+    root = tmp_path / "tree"
+    for chunk in ("000000", "000001"):
+        for array in ("indptr", "data"):
+            (root / "chunks" / chunk / array / "c").mkdir(parents=True)
+            (root / "chunks" / chunk / array / "c" / "0").write_bytes(b"1")
+            (root / "chunks" / chunk / array / "zarr.json").write_bytes(b"{}")
+    (root / "manifest.json").write_bytes(b"{}")
+    os.symlink(outside, root / "link")
+    both = threading.Barrier(2, timeout=10)
+    rmdir, removed = os.rmdir, []
+
+    def rmdir_with_a_sibling(path):
+        if os.path.basename(path) in ("000000", "000001"):
+            both.wait()
+        removed.append(path)
+        rmdir(path)
+
+    monkeypatch.setattr(os, "rmdir", rmdir_with_a_sibling)
+    storage.remove_local_tree(str(root))
+    assert not root.exists() and sorted(os.listdir(outside)) == ["kept"]
+    depth = [p.count(os.sep) for p in removed]
+    assert len(removed) == 12 and depth == sorted(depth, reverse=True)  # every folder, children first
+    storage.remove_local_tree(str(root))  # nothing there: nothing happens
+    storage.resolve(str(outside)).remove_tree()
+    assert not outside.exists()
+
+
 def test_commit_protocol_on_an_object_store():
     """memory:// has no rename: an attempt is invisible until COMMITTED names it, a later commit
     replaces it and collects every other attempt, and a store whose writer stopped before its
@@ -324,6 +360,34 @@ def test_an_ingest_killed_at_its_commit_leaves_nothing_that_opens_and_a_rerun_co
         open_store(store)
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
     assert len(_attempts(s3, "killed.zarr")) == 1 and open_store(store).verify() == []
+
+
+@pytest.mark.slow
+def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_batch(s3, tmp_path):
+    """The IDF stage behind a URL is scratch, as on local disk: written under its own attempt
+    prefix, never committed (no COMMITTED, no listing for stale attempts), read there by pass 2,
+    and deleted at the end by one listing of its prefix and one batched delete."""
+    docs = tmp_path / "docs.jsonl"
+    words = ["markets", "rates", "dogs", "cats", "forest", "bonds", "parrots", "yields"]
+    docs.write_text(
+        "".join(
+            json.dumps({"text": " ".join(words[i % 8 :] + words[: i % 3]), "label": str(i % 2)}) + "\n"
+            for i in range(40)
+        )
+    )
+    store, stage_prefix = f"s3://{BUCKET}/text.zarr", "text.zarr.pass1.partial/"
+    with _requests() as requests:
+        assert _cli("ingest", docs, "--out", store, "--chunk-rows", "8").exit_code == 0
+    stage = {(method, key.split("/attempt-")[0]) for method, key in requests if ".pass1.partial" in key}
+    assert stage == {("PUT", "text.zarr.pass1.partial"), ("GET", "text.zarr.pass1.partial"), ("LIST", stage_prefix)}
+    assert [r for r in requests if r == ("LIST", stage_prefix) or r[0] in ("POST", "DELETE")] == [
+        ("LIST", stage_prefix),
+        ("POST", f"/{BUCKET}"),  # DeleteObjects: up to 1000 keys a request
+    ]
+    s3.invalidate_cache()
+    assert not s3.find(f"{BUCKET}/text.zarr.pass1.partial")
+    assert _cli("ingest", docs, "--out", tmp_path / "text.zarr", "--chunk-rows", "8").exit_code == 0
+    assert open_store(store).manifest.chunks == open_store(str(tmp_path / "text.zarr")).manifest.chunks
 
 
 @pytest.mark.slow

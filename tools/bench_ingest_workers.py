@@ -35,7 +35,7 @@ for (the driver's submission, a dependency, the dispatch) or to the run's head (
 worker's first task), its stragglers (after a worker's last task, while others compute) and its
 tail (after the last task: manifest, commit); the mean wait of each kind of task from ready to
 started; and the driver's own steps (DriverPhases: the engine's start, the plan, pass 1, pass 2,
-the store's close). Saved in the JSON as "timeline", with every task's row (kind, worker,
+the stores' close, the pass-1 stage's deletion). Saved in the JSON as "timeline", with every task's row (kind, worker,
 submitted, started, ended: "task_rows"). --pieces-per-thread sets the piece plan's
 pieces per worker thread (the stores stay identical: the tool checks them).
 """
@@ -272,6 +272,7 @@ class DriverPhases:
         "merge": ("streamfit.ingest.distributed", None, "merge"),
         "take written": ("streamfit.ingest.distributed", None, "_take_written"),
         "store close": ("streamfit.store.store", "StoreWriter", "close"),
+        "stage discard": ("streamfit.store.store", "StoreWriter", "discard"),
     }
 
     def __init__(self):

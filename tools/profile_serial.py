@@ -6,9 +6,12 @@ sampled by function.
     python tools/profile_serial.py --one-save [--chunk-rows 12288] [--repeats 5]
 
 --one-save: no training; bcd's save on the 16-core store, alone, in this process: 64 per-sample
-files of chunk-rows × 20 float64 written unsynced (as the workers write them), then their
-ChunkState.sync, then Checkpointer.save of W (65 537 × 20 float64, 10.5 MiB) counting them
-(its own sync then has nothing left to do); milliseconds of each, per repeat, in a fresh folder.
+files of chunk-rows × 20 float64 written unsynced (as the workers write them) and their
+ChunkState.sync (the state's sync alone); then three saves of W (65 537 × 20 float64, 10.5 MiB),
+each counting a new version of 64 such files written unsynced, which it syncs: the third, as
+in a long run, also deletes the first step and its version's synced files (keep = 2);
+milliseconds of the sync alone, of the third save and of its garbage collection, per repeat,
+in a fresh folder.
 
 Per solver and N, after bench_scaleout's per-run line:
   save parts: wall seconds summed over the run's Checkpointer.save calls, inside it:
@@ -193,19 +196,34 @@ def one_save(chunk_rows: int, repeats: int) -> None:
     rng = np.random.default_rng(0)
     arrays = {"W": rng.standard_normal((65537, 20))}
     scores = rng.standard_normal((chunk_rows, 20))
+    gc_seconds = []
+    collect_garbage = Checkpointer._collect_garbage
+
+    def timed_collect_garbage(self):
+        t = time.perf_counter()
+        collect_garbage(self)
+        gc_seconds.append(time.perf_counter() - t)
+
+    Checkpointer._collect_garbage = timed_collect_garbage  # type: ignore[method-assign]
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as run_dir:
-            ck = Checkpointer(run_dir, config={}, store_fingerprint="")
+            state = ChunkState(os.path.join(run_dir, "alone"))
             for chunk_id in range(64):
-                ck.state.write("scores", 1, chunk_id, scores, cache=False)
+                state.write("scores", 1, chunk_id, scores, cache=False)
             t0 = time.perf_counter()
-            ck.state.sync([("scores", 1)])
-            t1 = time.perf_counter()
-            ck.save(1, {}, arrays, {"scores": 1})
-            t2 = time.perf_counter()
+            state.sync([("scores", 1)])
+            alone = time.perf_counter() - t0
+            ck = Checkpointer(os.path.join(run_dir, "run"), config={}, store_fingerprint="")
+            for step in (1, 2, 3):
+                for chunk_id in range(64):
+                    ck.state.write("scores", step, chunk_id, scores, cache=False)
+                t0 = time.perf_counter()
+                ck.save(step, {}, arrays, {"scores": step})
+                save = time.perf_counter() - t0
         print(
-            f"state sync of 64 files of {scores.nbytes / 2**20:.1f} MiB: {1000 * (t1 - t0):.0f} ms; "
-            f"the rest of the save (W {arrays['W'].nbytes / 2**20:.1f} MiB): {1000 * (t2 - t1):.0f} ms",
+            f"state sync alone, 64 files of {scores.nbytes / 2**20:.1f} MiB: {1000 * alone:.0f} ms; the third save "
+            f"of W ({arrays['W'].nbytes / 2**20:.1f} MiB) counting 64 such files unsynced: {1000 * save:.0f} ms, of "
+            f"it the garbage collection (step 1 and its 64 synced files deleted): {1000 * gc_seconds[-1]:.0f} ms",
             flush=True,
         )
 

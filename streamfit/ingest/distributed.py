@@ -518,7 +518,7 @@ def _settle(writes: deque) -> None:
 
 
 def _open_stage(path: str) -> Store:
-    return Store(path, allow_partial=True)
+    return Store(path, scratch=True)
 
 
 def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndarray) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Pass 1 streams every source batch through the Featurizer and the label vocabulary into a
 StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes an
-intermediate store (`OUT.pass1.partial`, never a valid store), and pass 2 streams it once
+intermediate scratch store (in `OUT.pass1.partial.partial`, behind a URL under `OUT.pass1.partial/`:
+never synced nor committed, so never a valid store; deleted at the end), and pass 2 streams it once
 more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
 the training rows only, and the final stores are written. Memory stays bounded by the batch
 and chunk size (plus, with a split, one byte and one int per row). With --n-workers /
@@ -235,7 +236,9 @@ class _Layout:
     backend: str
     chunk_rows: int
 
-    def writer(self, path: str, multilabel: bool, overwrite: bool, n_outputs: int | None = None) -> StoreWriter:
+    def writer(
+        self, path: str, multilabel: bool, overwrite: bool, n_outputs: int | None = None, scratch: bool = False
+    ) -> StoreWriter:
         return StoreWriter(
             path,
             backend=self.backend,
@@ -243,6 +246,7 @@ class _Layout:
             n_outputs=n_outputs,
             chunk_rows=self.chunk_rows,
             overwrite=overwrite,
+            scratch=scratch,
         )
 
 
@@ -312,14 +316,15 @@ class _Pass1:
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
-            # the stage of a two-pass ingest is ours to replace (a live ingest's is locked);
-            # a final store is replaced only with --overwrite, checked again at its publish
+            # the stage of a two-pass ingest is scratch, ours to replace (a live ingest's is
+            # locked); a final store is replaced only with --overwrite, checked again at its publish
             stage = self.out != storage.absolute(self.o.out)
             self.writer = self.layout.writer(
                 self.out,
                 bool(self.multilabel) and not self.numeric,
-                overwrite=self.o.overwrite or stage,
+                overwrite=self.o.overwrite,
                 n_outputs=self.n_outputs if self.numeric else None,
+                scratch=stage,
             )
         return self.writer
 
@@ -663,8 +668,9 @@ def _ingest(o: IngestOptions) -> IngestReport:
             report.written = m.n_rows
             report.stores[out] = m.n_rows
         else:
-            # the stage stays locked until it is removed: a concurrent ingest to the same --out is refused
-            common["n_features"] = p1.writer.close(transform={}, counts={}, keep_lock=True, **common).n_features
+            # the stage (scratch: not synced, not committed) stays locked until it is discarded: a
+            # concurrent ingest to the same --out is refused
+            common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
             _pass2(o, layout, p1, featurizer, common, report, out, finish_pair, engine, bar)
     except BaseException:
         if p1.writer is not None:
@@ -673,8 +679,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
     finally:
         cluster.close()
         if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
-            storage.resolve(pass1_out).remove_tree()
-            p1.writer.release()
+            p1.writer.discard()
     if report.read != report.written + report.skipped:
         raise StreamfitError(
             f"internal error: read {report.read} records but wrote {report.written} and skipped "
@@ -835,7 +840,8 @@ def _pass2(
     frequencies and write the final chunks (distributed.pass2_*); None: this process. bar:
     ingest's one progress bar (on a terminal), at pass 1's records read; pass 2's passes over
     the stage's rows (document frequencies, write) add to its total and its count."""
-    stage = Store(p1.out, allow_partial=True)
+    assert p1.writer is not None, "pass 1 wrote the stage"
+    stage = Store(p1.writer.files.url, scratch=True)
     total = p1.read + (1 + bool(o.idf)) * stage.n_rows  # records of all passes, for the bar
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)

@@ -154,19 +154,21 @@ class Store(ChunkSource):
     reads the data its driver opened, without a request for COMMITTED per task).
 
     attempt: the committed attempt of a store behind a URL, when the caller has read COMMITTED
-    (`open_store`, a pickled Store); None reads it here."""
+    (`open_store`, a pickled Store); None reads it here. scratch: `path` holds the files of a
+    scratch store (StoreWriter(scratch=True).files: ingest's pass-1 stage), read where they are,
+    with no commit to look for."""
 
-    def __init__(self, path: str, *, allow_partial: bool = False, attempt: str | None = None):
+    def __init__(self, path: str, *, scratch: bool = False, attempt: str | None = None):
         location = storage.resolve(path)
         self.path = location.path if location.local else location.url
-        if self.path.endswith(".partial") and location.local and not allow_partial:
+        if self.path.endswith(".partial") and location.local and not scratch:
             raise StoreError(f"{path}: an incomplete store left by an interrupted ingest; re-run 'streamfit ingest'")
         if location.local and not location.isdir():
             raise StoreError(f"{path}: no such store directory (create one with 'streamfit ingest')")
         if attempt is not None and not location.local:
             data: storage.Location | None = location.join(attempt)
         else:
-            data = location if location.local and allow_partial else _committed(location)
+            data = location if scratch else _committed(location)
         if data is None:
             if not location.exists():
                 raise StoreError(f"{path}: no such store (create one with 'streamfit ingest')")
@@ -568,19 +570,24 @@ class ChunkSink:
         Behind a URL the attempt's prefix is this writer's own, so the chunk is written in
         place. On local disk every attempt stages in the same `NAME.partial`, so a write still
         running for a killed driver could land in a later attempt's directory: the chunk is
-        written under `incoming/<token>-<cid>/` and renamed into `chunks/` only if `ATTEMPT`
+        written under `incoming/<token>/` and renamed into `chunks/` only if `ATTEMPT`
         still holds this sink's token (`_move_in`); otherwise it is deleted and StoreError says
         the attempt was replaced."""
         X, labels = canonical_chunk(X, labels, self.multilabel, self.n_outputs, self.name)
         if self.token is None:
             _backend(self.backend).write_chunk(self.root, cid, X, labels)
         else:
-            staged = self.root.join(INCOMING_DIR, f"{self.token}-{chunk_name(cid)}")
+            # one staging folder for all the attempt's chunks: a chunk's rename leaves no empty
+            # folder of its own behind (two rmdirs a chunk, each waiting on the disk)
+            staged = self.root.join(INCOMING_DIR, self.token)
             try:
                 _backend(self.backend).write_chunk(staged, cid, X, labels)
                 self._move_in(staged, cid)
-            finally:
-                staged.remove_tree()
+            finally:  # after the rename nothing is there; else what this write left
+                if self.backend == "zarr":
+                    self._chunk(staged, cid).remove_tree()
+                else:
+                    self._chunk(staged, cid).remove()
         info = ChunkInfo(cid, row_start, row_start + X.shape[0], int(X.nnz), chunk_digest(X, labels))
         return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1)
 
@@ -631,7 +638,13 @@ class StoreWriter:
     exclude each other; without `overwrite`, PATH is checked again under that lock just before
     the publish, so a store another process finished meanwhile is never replaced. Its random
     token in `PATH.partial/ATTEMPT` keeps a chunk write left running by a killed earlier
-    attempt out of this one (ChunkSink.write)."""
+    attempt out of this one (ChunkSink.write).
+
+    scratch: a store that lives only while its writer's process reads it (ingest's pass-1 stage):
+    written and locked as above, but `close` writes the manifest and stops there: no fsync, no
+    rename, no COMMITTED, so it never looks complete; `files` is where it is read from
+    (`Store(writer.files.url, scratch=True)`), and `discard` deletes it. A crash loses it whole,
+    and its next writer (the same PATH) deletes what a dead one left, as for any attempt."""
 
     def __init__(
         self,
@@ -642,17 +655,20 @@ class StoreWriter:
         n_outputs: int | None = None,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         overwrite: bool = False,
+        scratch: bool = False,
     ):
         """n_outputs: a regression store of k real-valued targets per row (labels passed to
-        write_rows as float n × k arrays); None: class labels."""
+        write_rows as float n × k arrays); None: class labels. scratch: see the class docstring
+        (replaces what is at PATH: overwrite is implied)."""
         if backend not in BACKENDS:
             raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if chunk_rows < 1:
             raise StoreError(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.location = storage.resolve(path)
         self.path = self.location.path if self.location.local else self.location.url
-        self.overwrite = overwrite
-        if present(self.location) and not overwrite:
+        self.overwrite = overwrite or scratch
+        self.scratch = scratch
+        if not self.overwrite and present(self.location):  # (behind a URL a request: asked only when it matters)
             raise StoreError(f"{path}: already exists; pass --overwrite to replace it")
         self._lock: int | None = None
         token: str | None = None  # local disk: this attempt's, against stray chunk writes (ChunkSink.write)
@@ -741,11 +757,10 @@ class StoreWriter:
         transform: dict | None = None,
         source: dict | None = None,
         counts: dict | None = None,
-        keep_lock: bool = False,
     ) -> Manifest:
-        """Flush, write the manifest, and rename into place. n_features=None: largest index + 1.
-        keep_lock: the lock stays on the published directory (now at PATH) until release(), so no
-        other writer of PATH can start while the caller still reads it."""
+        """Flush, write the manifest, and commit (local disk: sync and rename into place).
+        n_features=None: largest index + 1. A scratch store is not committed and stays locked
+        until `discard`, so no other writer of PATH starts while its writer still reads it."""
         if self._pending_rows:
             self._flush(self._pending_rows)
         if n_features is None:
@@ -783,19 +798,34 @@ class StoreWriter:
                 lambda: module.close(self.attempt.location, manifest.to_json(), self.multilabel, self.n_outputs)
             )
         self._writing(lambda: self.attempt.location.join(MANIFEST).write_new(manifest.to_json().encode()))
-        if present(self.location) and not self.overwrite:  # written meanwhile by another process
+        if self.sink.token is not None:  # every chunk is in: the token and staging area go
+            self.attempt.location.join(ATTEMPT_FILE).remove()
+            self.attempt.location.join(INCOMING_DIR).remove_tree()
+        if self.scratch:  # read in place, then discarded: nothing to make durable or publish
+            return manifest
+        if not self.overwrite and present(self.location):  # written meanwhile by another process
             self.abort()
             raise StoreError(
                 f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
                 "it, or write to another --out"
             )
-        if self.sink.token is not None:  # every chunk is in: the token and staging area go
-            self.attempt.location.join(ATTEMPT_FILE).remove()
-            self.attempt.location.join(INCOMING_DIR).remove_tree()
         self._writing(self.attempt.commit)  # --overwrite: the old store until the commit
-        if not keep_lock:
-            self.release()
+        self.release()
         return manifest
+
+    @property
+    def files(self) -> storage.Location:
+        """Where the store's files are being written (a scratch store's stay there)."""
+        return self.attempt.location
+
+    def discard(self) -> None:
+        """Delete a scratch store and release it: its files, and behind a URL every attempt under
+        PATH (a dead writer's too; on local disk this writer deleted those when it started)."""
+        if self.location.local:
+            self.attempt.abort()
+        else:
+            self.location.remove_tree()
+        self.release()
 
     def release(self) -> None:
         """Drop the lock (the flock follows the directory through the rename to PATH)."""

@@ -608,6 +608,56 @@ def test_a_split_killed_between_its_publishes_is_finished_by_the_same_command(tm
         assert open_store(str(tmp_path / name)).manifest.chunks == ref.chunks
 
 
+def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cleaned_by_the_next(
+    tmp_path, monkeypatch
+):
+    """An IDF ingest's pass-1 stage is scratch: never fsynced, never renamed into place (only the
+    final store is: its files, folders and its rename, every one synced once), and deleted at the
+    end. An ingest that dies between the passes (its stage's deletion and lock lost as with a
+    SIGKILL) leaves a `.partial` stage that opens as no store; the next ingest to the same --out
+    deletes it and writes the store an uninterrupted ingest writes."""
+    import streamfit.ingest.pipeline as pipeline
+    from streamfit import storage
+    from streamfit.store import StoreWriter
+
+    path, out = _jsonl(tmp_path, DOCS), str(tmp_path / "s")
+    opts = dict(hashing=HashingConfig(n_features=2**10), chunk_rows=7, progress=False)
+    ingest(IngestOptions([path], str(tmp_path / "ref"), **opts))
+    synced, fsyncs, renamed = [], [], []
+    fsync_path, replace = storage.fsync_path, os.replace
+    monkeypatch.setattr(storage, "fsync_path", lambda p: (synced.append(p), fsync_path(p)))
+    monkeypatch.setattr(os, "fsync", lambda fd, real=os.fsync: (fsyncs.append(fd), real(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (renamed.append(a), replace(a, b)))
+    ingest(IngestOptions([path], out, **opts))
+    tree = {top for top, _, _ in os.walk(out)} | {os.path.join(top, f) for top, _, fs in os.walk(out) for f in fs}
+    assert len(fsyncs) == len(synced) == len(set(synced)) == len(tree) + 1 and synced[-1] == str(tmp_path)
+    assert {p.replace(out + ".partial", out, 1) for p in synced[:-1]} == tree
+    assert renamed == [out + ".partial"]  # the final store's commit; the stage is never renamed
+    assert sorted(os.listdir(tmp_path)) == ["docs.jsonl", "ref", "s"]
+    assert open_store(out).manifest.chunks == open_store(str(tmp_path / "ref")).manifest.chunks
+    monkeypatch.undo()
+
+    def killed_between_the_passes(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    lost = StoreWriter.release  # the kernel drops a dead process's lock; its stage stays on disk
+    monkeypatch.setattr(pipeline, "_pass2", killed_between_the_passes)
+    monkeypatch.setattr(StoreWriter, "abort", lost)
+    monkeypatch.setattr(StoreWriter, "discard", lost)
+    again = str(tmp_path / "again")
+    with pytest.raises(KeyboardInterrupt):
+        ingest(IngestOptions([path], again, **opts))
+    monkeypatch.undo()
+    (stage,) = [name for name in os.listdir(tmp_path) if name.startswith("again")]
+    assert stage.endswith(".partial") and os.path.exists(tmp_path / stage / "manifest.json")
+    for name in (stage, "again"):
+        with pytest.raises(StoreError, match="an incomplete store left by an interrupted ingest|no such store"):
+            open_store(str(tmp_path / name))
+    ingest(IngestOptions([path], again, **opts))
+    assert sorted(os.listdir(tmp_path)) == ["again", "docs.jsonl", "ref", "s"]
+    assert open_store(again).manifest.chunks == open_store(str(tmp_path / "ref")).manifest.chunks
+
+
 @pytest.mark.parametrize(
     "text, options, problem",
     [

@@ -396,6 +396,26 @@ def test_overlaps_is_the_same_path_or_one_inside_the_other(tmp_path, a, b, overl
 
 
 @pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_local_chunk_writes_stage_in_one_folder_of_the_attempt_and_delete_no_folder(tmp_path, monkeypatch, backend):
+    """Each chunk is staged under `incoming/<token>/` and renamed into `chunks/`: no chunk leaves
+    a folder of its own to delete (an rmdir waits on the disk), and the staging area goes at the
+    close; the store reads back as written."""
+    rmdirs = []
+    rmdir = os.rmdir
+    monkeypatch.setattr(os, "rmdir", lambda p: (rmdirs.append(p), rmdir(p)))
+    path = str(tmp_path / "s")
+    writer = StoreWriter(path, backend=backend, chunk_rows=2)
+    X = sp.csr_matrix(np.arange(1, 13, dtype=np.float32).reshape(6, 2))
+    writer.write_rows(X, np.array([0, 1, 0, 1, 0, 1]))
+    token = (tmp_path / "s.partial" / "ATTEMPT").read_text()
+    assert rmdirs == [] and os.listdir(tmp_path / "s.partial" / "incoming") == [token]
+    assert os.listdir(tmp_path / "s.partial" / "incoming" / token / "chunks") == []
+    writer.close(n_features=2, classes=["a", "b"])
+    assert not os.path.exists(tmp_path / "s" / "incoming") and not os.path.exists(tmp_path / "s" / "ATTEMPT")
+    assert (open_store(path).to_scipy()[0] != X).nnz == 0
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
 @pytest.mark.parametrize("when", ["after", "during"])
 def test_a_chunk_write_of_a_killed_attempt_never_lands_in_the_next_one(tmp_path, monkeypatch, backend, when):
     """Attempt A's driver dies (its lock drops) while a worker still holds A's ChunkSink; attempt
