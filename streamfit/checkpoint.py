@@ -426,9 +426,11 @@ class Checkpointer:
             attempt, recorded_versions = self._commit_step(step, meta, arrays, state_versions, state_counts)
             try:
                 state_synced.result()
-            except OSError as e:
-                attempt.files.remove_tree()  # committed, but counting state that may not be on disk
-                raise output_error(self.state.root or "", e) from e
+            except BaseException as e:  # committed, but counting state that may not be on disk
+                attempt.files.remove_tree()
+                if isinstance(e, OSError):
+                    raise output_error(self.state.root or "", e) from e
+                raise
         self._path("LATEST").write_bytes(json.dumps({"step": step}).encode())
         self._latest_written = step
         self._listed_steps()[step] = attempt.files
