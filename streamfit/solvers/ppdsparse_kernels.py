@@ -624,7 +624,7 @@ def _newton_polish(H, vacc, w, P, n_p, x, mu, sigma):
     −w (zero). Unchanged if H_SS is not numerically positive definite."""
     D = w.shape[0] - 1
     S = np.empty(n_p, np.int64)
-    n_s = 0
+    n_s = np.int64(0)  # not 0: _cholesky_solve would also be compiled for Literal[int](0)
     for t in range(n_p):
         if P[t] == D or w[P[t]] + x[t] != 0.0:
             S[n_s] = t
@@ -864,7 +864,7 @@ def solve_class(
     (iterations, final |A|, nnz(α), converged, G(α)) and the primal Newton steps (0: dual only)."""
     D = work.v.shape[0] - 1
     _seed(work.rng, seed, k)
-    n_active = 0
+    n_active = np.int64(0)  # not 0: _search would also be compiled for Literal[int](0)
     first_kappa = max(1, min(kappa, data.pos_ptr[k + 1] - data.pos_ptr[k]))
     for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
         i = data.pos_rows[p]
@@ -1024,7 +1024,8 @@ def topk_rows(x_ptr, x_idx, x_val, w_ptr, w_cls, w_val, dense_of, w_dense, bias,
     if k < 1:
         return
     for i in range(x_ptr.shape[0] - 1):
-        s[:] = bias
+        for c in range(K):  # not s[:] = bias: an array-to-slice assignment compiles numba's shape-error message
+            s[c] = bias[c]
         for p in range(x_ptr[i], x_ptr[i + 1]):
             j, x = x_idx[p], x_val[p]
             r = dense_of[j]
