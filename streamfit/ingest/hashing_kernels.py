@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from streamfit.sorting import stable_argsort
+
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def rotl32(x, r):
@@ -239,7 +241,7 @@ def hash_entries(indptr, buf, starts, ends, values, seed, mask, alternate_sign):
     for i in range(n_rows):
         s = indptr[i]
         e = indptr[i + 1]
-        order = np.argsort(cols[s:e], kind="mergesort") + s
+        order = stable_argsort(cols[s:e]) + s
         j = 0
         while j < e - s:
             col = cols[order[j]]

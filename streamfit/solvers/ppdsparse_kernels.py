@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
+from streamfit.sorting import stable_argsort
 
 LOCAL_STEP_RATIO = 0.5  # try the local-curvature step when it is at least twice as long
 SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
@@ -109,7 +110,7 @@ def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
                 out_rows[u] = r
                 out_vals[u] = x
             continue
-        order = np.argsort(-np.abs(vals[lo:hi]), kind="mergesort")
+        order = stable_argsort(-np.abs(vals[lo:hi]))
         for t in range(hi - lo):
             out_rows[lo + t] = rows[lo + order[t]]
             out_vals[lo + t] = vals[lo + order[t]]
@@ -457,7 +458,7 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     viol = np.empty(n_cand)
     for t in range(n_cand):
         viol[t] = base + score[slist[t]]
-    order = np.argsort(-viol, kind="mergesort")
+    order = stable_argsort(-viol)
     n_new = 0
     t = 0
     # reached samples scoring above the unreached ones first
@@ -918,7 +919,7 @@ def solve_class(
     # outputs
     c = 1.0 if loss == OVR_HALF_SQUARED_HINGE else 0.0
     n_sup, _ = _support(work, mu, sigma)
-    order = np.argsort(work.sup_idx[:n_sup])
+    order = stable_argsort(work.sup_idx[:n_sup])  # distinct keys: any sort's order
     idx = work.sup_idx[:n_sup][order].copy()
     val = work.sup_val[:n_sup][order].copy()
     bias = work.v[D] / sigma

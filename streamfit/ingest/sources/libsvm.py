@@ -54,6 +54,7 @@ from streamfit.ingest.sources._util import (
 )
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.sorting import stable_argsort
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ def _parse_value(buf, s, e):
 @numba.njit(cache=True, nogil=True)
 def _sort_row(indices, values, tokens, a, b):
     """Sort entries a:b by index; (DUPLICATE, token position) if an index repeats, else (0, 0)."""
-    order = np.argsort(indices[a:b], kind="mergesort")
+    order = stable_argsort(indices[a:b])
     sorted_indices, sorted_values, sorted_tokens = indices[a:b][order], values[a:b][order], tokens[a:b][order]
     for t in range(b - a):  # elementwise: an array-to-slice assignment compiles numba's shape-error message
         indices[a + t] = sorted_indices[t]
