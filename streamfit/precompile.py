@@ -102,6 +102,7 @@ def _warm_up(target: str) -> float:
         warnings.catch_warnings(),  # the estimators' ConvergenceWarning of the small budgets
     ):
         warnings.simplefilter("ignore")
+        logging.disable(logging.WARNING)  # the solvers' "not converged" of the small budgets
         work = Path(tmp)
         if target == "ingest":
             _ingest_text(work)
