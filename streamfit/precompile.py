@@ -35,17 +35,17 @@ log = logging.getLogger("streamfit.train")
 
 # per solver, the parameter sets of its warm-up trains (small budgets; each a path of kernels)
 TRAIN_PARAMS: dict[str, list[dict]] = {
-    "ppdsparse": [{}],
     "bcd": [{"mode": "memory", "max_iter": 2}, {"mode": "chunks", "max_iter": 1}],
+    "ppdsparse": [{}],
     "multiboost": [{"max_iter": 2}],
+    "fbpd": [{"max_iter": 2}, {"max_iter": 2, "formulation": "constrained"}, {"max_iter": 2, "penalty": "l1/linf"}],
     "stagewise": [
         {"generator": "gradient", "n_passes": 1},
         {"generator": "rff", "n_components": 64, "n_passes": 1},
         {"generator": "gradient", "link": "softmax", "n_passes": 1, "max_iter": 2},
     ],
-    "fbpd": [{"max_iter": 2}, {"max_iter": 2, "formulation": "constrained"}, {"max_iter": 2, "penalty": "l1/linf"}],
 }
-TARGETS = (*TRAIN_PARAMS, "ingest")  # the slowest first, for the parallel schedule
+TARGETS = (*TRAIN_PARAMS, "ingest")  # the slowest first (measured), for the parallel schedule
 ESTIMATORS = {
     "ppdsparse": "PPDSparseClassifier",
     "bcd": "BCDClassifier",
@@ -60,8 +60,8 @@ _ROWS, _FEATURES, _CLASSES = 240, 24, 4
 
 def compile_targets(targets: list[str], jobs: int) -> list[tuple[str, float]]:
     """Run the warm-up of every target, `jobs` processes at a time; returns (target, seconds) in
-    the order they finished. The processes are spawned fresh: a process that compiled nothing yet
-    compiles every kernel its job reaches, from the cache where another process already put it."""
+    the order they finished. The processes are spawned fresh; each loads from the cache what an
+    earlier one put there and compiles the rest of what its job reaches."""
     ctx = multiprocessing.get_context("spawn")
     lock = ctx.Lock()
     order = [t for t in TARGETS if t in targets]
