@@ -44,15 +44,24 @@ def stable_argsort(keys):
         for lo in range(0, n, 2 * width):
             mid = min(lo + width, n)
             hi = min(lo + 2 * width, n)
-            i, j = lo, mid
-            for k in range(lo, hi):
+            i, j, k = lo, mid, lo
+            while i < mid and j < hi:
                 # the right run's key goes first only when strictly smaller: ties keep input order
-                if j < hi and (i == mid or _less(keys[src[j]], keys[src[i]])):
+                if _less(keys[src[j]], keys[src[i]]):
                     dst[k] = src[j]
                     j += 1
                 else:
                     dst[k] = src[i]
                     i += 1
+                k += 1
+            while i < mid:
+                dst[k] = src[i]
+                i += 1
+                k += 1
+            while j < hi:
+                dst[k] = src[j]
+                j += 1
+                k += 1
         src, dst = dst, src
         width *= 2
     return src

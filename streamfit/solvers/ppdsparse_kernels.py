@@ -458,7 +458,8 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     viol = np.empty(n_cand)
     for t in range(n_cand):
         viol[t] = base + score[slist[t]]
-    order = stable_argsort(-viol)
+    # numba's sort, not streamfit.sorting's: up to N candidates a search, where ours was up to 1.3x slower
+    order = np.argsort(-viol, kind="mergesort")
     n_new = 0
     t = 0
     # reached samples scoring above the unreached ones first
