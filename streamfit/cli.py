@@ -1,4 +1,4 @@
-"""The `streamfit` command: ingest, transpose, inspect, train, evaluate, predict, run."""
+"""The `streamfit` command: ingest, transpose, inspect, train, evaluate, predict, run, compile."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 import threading
+import time
 import types
 import typing
 from typing import Literal
@@ -829,6 +830,42 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
         steps_progress=_steps_progress(ctx),
         say=_say,
     )
+
+
+# --------------------------------------------------------------------------------------- compile
+@main.command(name="compile")
+@_verbosity_options
+@click.option(
+    "--solver",
+    "solvers",
+    multiple=True,
+    metavar="NAME",
+    help="Only this solver's kernels (repeat for more) [default: every solver's].",
+)
+@click.option(
+    "--jobs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Processes at a time [default: one per core].",
+)
+def compile_kernels(solvers, jobs):
+    """Compile the numba kernels now, so that a solver's first job does not: its first use after
+    installation otherwise compiles for tens of seconds (once; numba caches the machine code in
+    the package's __pycache__, or in NUMBA_CACHE_DIR). For images and CI: run it where the jobs
+    will run (the cache is per CPU model). Each solver runs a tiny ingest, train (its main
+    modes), evaluate, predict and estimator fit, in parallel processes; the ingest kernels
+    (LIBSVM parser, text hashing) are always compiled."""
+    from streamfit.precompile import compile_targets, default_jobs
+    from streamfit.solvers import SOLVER_NAMES
+
+    unknown = [name for name in solvers if name not in SOLVER_NAMES]
+    if unknown:
+        raise ConfigError(f"--solver {unknown[0]}: no such solver; choose from {', '.join(SOLVER_NAMES)}")
+    jobs = jobs or default_jobs()
+    started = time.perf_counter()
+    for target, seconds in compile_targets(["ingest", *(solvers or SOLVER_NAMES)], jobs):
+        click.echo(f"compiled {target} in {seconds:.1f} s")
+    click.echo(f"numba's cache filled in {time.perf_counter() - started:.1f} s ({jobs} processes at a time)")
 
 
 def _say(line: str) -> None:

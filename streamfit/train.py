@@ -26,6 +26,7 @@ from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mod
 from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import Model
+from streamfit.precompile import announce_compilation
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
@@ -337,6 +338,7 @@ def _train_locked(
                 dashboard_address=dashboard_address,
             ) as engine,  # no bar per pass: the run's progress is one bar (or line) per step
             _single_threaded_blas(mode == "inprocess"),
+            announce_compilation(solver),  # one INFO line if its kernels are not in numba's cache yet
         ):
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)

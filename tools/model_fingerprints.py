@@ -153,6 +153,8 @@ RUNS: dict[str, tuple[str, dict, bool]] = {
     ),
     "fbpd-constrained": ("fbpd", {"formulation": "constrained", "penalty": "l1/l2", "eta": 0.5, "max_iter": 30}, False),
     "fbpd-plain-l2": ("fbpd", {"penalty": "l2", "restarts": False, "lam": 1e-2, "max_iter": 30}, False),
+    "fbpd-regularized-l1linf": ("fbpd", {"penalty": "l1/linf", "group_size": 4, "lam": 1e-3, "max_iter": 30}, False),
+    "multiboost": ("multiboost", {"max_iter": 10}, False),
     "fbpd-plain-l2-scalar": (
         "fbpd",
         {"penalty": "l2", "restarts": False, "lam": 1e-2, "max_iter": 30, "preconditioning": False},

@@ -1,6 +1,11 @@
 """The numba kernels of feature hashing (streamfit.ingest.hashing): MurmurHash3_x86_32, the byte
 tokenizer, word n-grams and the per-row radix sort into canonical CSR.
 
+Counters and constants passed to another kernel are np.int64, not Python ints: numba types a
+0 as Literal[int](0) until a loop's increments are seen, and compiles the callee for that type
+as well (a whole second compilation); slices are copied element by element, since an
+array-to-slice assignment compiles numba's shape-error message (str formatting, seconds).
+
 Kept apart from hashing.py so that importing HashingConfig (every CLI command does) does not
 import numba: FeatureHasher imports this module on its first transform.
 """
@@ -9,6 +14,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+
+from streamfit.sorting import stable_argsort
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -112,7 +119,8 @@ def radix_sort(keys, n, n_bits, tmp, counts):
             counts[d] += 1
         src, dst = dst, src
     if (n_bits + 7) // 8 % 2 == 1:
-        keys[:n] = tmp[:n]
+        for j in range(n):
+            keys[j] = tmp[j]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -124,7 +132,7 @@ def hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_
             if n == 1:
                 h = murmur3_32(buf, tok_start[t], tok_end[t], seed)
             else:
-                q = 0
+                q = np.int64(0)
                 for u in range(t, t + n):
                     if u > t:
                         scratch[q] = 32
@@ -132,7 +140,7 @@ def hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_
                     for p in range(tok_start[u], tok_end[u]):
                         scratch[q] = buf[p]
                         q += 1
-                h = murmur3_32(scratch, 0, q, seed)
+                h = murmur3_32(scratch, np.int64(0), q, seed)
             keys[k] = key(h, mask, alternate_sign)
             k += 1
     return k
@@ -169,9 +177,9 @@ def hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_
     capacity = buf.size // 8 + 1024
     indices = np.empty(capacity, dtype=np.int32)
     data = np.empty(capacity, dtype=np.float32)
-    nnz = 0
+    nnz = np.int64(0)
     for i in range(n_docs):
-        k = 0
+        k = np.int64(0)
         for f in range(n_fields):
             n_tok = tokenize(
                 buf, offsets[f, i], offsets[f, i + 1], min_len, word, tok_start, tok_end, char_start, char_end
@@ -208,7 +216,8 @@ def hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_
 def grow(a, capacity, n):
     """Copy of a[:n] in a new array of the given capacity."""
     b = np.empty(capacity, dtype=a.dtype)
-    b[:n] = a[:n]
+    for j in range(n):
+        b[j] = a[j]
     return b
 
 
@@ -232,7 +241,7 @@ def hash_entries(indptr, buf, starts, ends, values, seed, mask, alternate_sign):
     for i in range(n_rows):
         s = indptr[i]
         e = indptr[i + 1]
-        order = np.argsort(cols[s:e], kind="mergesort") + s
+        order = stable_argsort(cols[s:e]) + s
         j = 0
         while j < e - s:
             col = cols[order[j]]

@@ -34,12 +34,17 @@ def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndar
         for j0 in range(0, M, group_size):
             j1 = min(j0 + group_size, M)
             v = W[j0:j1, k]
+            # out[j0:j1, k] written element by element: an array-to-slice assignment compiles
+            # numba's shape-error message (str formatting, seconds of a first use)
             if linf:  # prox_{t‖·‖∞}(v) = v − P_{B_t}(v) (Moreau)
-                out[j0:j1, k] = v - project_l1_ball(v, t)
+                p = project_l1_ball(v, t)
+                for j in range(j1 - j0):
+                    out[j0 + j, k] = v[j] - p[j]
             else:  # block soft thresholding
                 norm = np.sqrt(np.sum(v * v))
                 scale = max(0.0, 1.0 - t / norm) if norm > 0.0 else 0.0
-                out[j0:j1, k] = scale * v
+                for j in range(j1 - j0):
+                    out[j0 + j, k] = scale * v[j]
     return out
 
 

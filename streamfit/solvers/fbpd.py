@@ -322,7 +322,9 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     A[np.arange(chunk.n_rows), chunk.labels] = 1.0
     A[:, -1] = 1.0
     sums, counts = _adjoint(X, A)
-    abs_sums, _ = csr_adjoint(X.indptr, X.indices, np.abs(X.data), A, X.shape[1])
+    abs_data = np.abs(X.data)
+    abs_data.flags.writeable = X.data.flags.writeable  # csr_adjoint's one signature (numba's types tell them apart)
+    abs_sums, _ = csr_adjoint(X.indptr, X.indices, abs_data, A, X.shape[1])
     return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
 
 

@@ -524,8 +524,9 @@ def compress_sketch(
     for f in range(n_features):
         lo, hi, o = starts[f], starts[f + 1], out_starts[f]
         if hi - lo <= size:
-            out_values[o : o + hi - lo] = values[lo:hi]
-            out_weights[o : o + hi - lo] = weights[lo:hi]
+            for k in range(hi - lo):  # elementwise: an array-to-slice assignment compiles numba's shape-error message
+                out_values[o + k] = values[lo + k]
+                out_weights[o + k] = weights[lo + k]
             continue
         total = 0.0
         for k in range(lo, hi):

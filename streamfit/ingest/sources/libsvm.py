@@ -54,6 +54,7 @@ from streamfit.ingest.sources._util import (
 )
 from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
+from streamfit.sorting import stable_argsort
 
 log = logging.getLogger(__name__)
 
@@ -217,10 +218,12 @@ def _parse_value(buf, s, e):
 @numba.njit(cache=True, nogil=True)
 def _sort_row(indices, values, tokens, a, b):
     """Sort entries a:b by index; (DUPLICATE, token position) if an index repeats, else (0, 0)."""
-    order = np.argsort(indices[a:b], kind="mergesort")
-    indices[a:b] = indices[a:b][order]
-    values[a:b] = values[a:b][order]
-    tokens[a:b] = tokens[a:b][order]
+    order = stable_argsort(indices[a:b])
+    sorted_indices, sorted_values, sorted_tokens = indices[a:b][order], values[a:b][order], tokens[a:b][order]
+    for t in range(b - a):  # elementwise: an array-to-slice assignment compiles numba's shape-error message
+        indices[a + t] = sorted_indices[t]
+        values[a + t] = sorted_values[t]
+        tokens[a + t] = sorted_tokens[t]
     for k in range(a + 1, b):
         if indices[k] == indices[k - 1]:
             return DUPLICATE, tokens[k]
@@ -267,7 +270,7 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
     rec = np.zeros((n, 7), dtype=np.int64)
     qid_lines = 0
     first_qid_line = 0
-    nnz = 0
+    nnz = np.int64(0)  # not 0: _sort_row would also be compiled for its first type, Literal[int](0)
     r = 0
     p = pos
     # Pass 2: parse.
