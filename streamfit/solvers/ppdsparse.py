@@ -46,7 +46,8 @@ kernels are in ppdsparse_kernels.py; docs/architecture.md (ppdsparse) has the de
 Parallelism (§5.1): the classes are cut into groups of `group_size` consecutive class ids (the
 cut depends only on K, n and the parameters; by default about 64 groups, but one group for a
 small set: default_group_size). One step of the solver protocol is one finished
-group: the groups run in process (`threads` threads sharing one copy of the data) or as Dask
+group: the groups run in process (`threads` threads sharing one copy of the data, by default one
+per CPU the process may use: solver_threads) or as Dask
 tasks submitted largest first (Engine.imap_unordered, results as they finish), and each step
 takes the next finished group's weights into the state. Each worker process builds the training
 matrix once (O(nnz(X)), the method's memory model). Class k's random stream is seeded from
@@ -198,10 +199,11 @@ class PPDSparseParams(SolverParams):
         f"but at least {MIN_GROUP_WORK} rows × classes a group (one group for a small set) and at least `threads` groups",
         json_schema_extra={"affects_model": False},
     )
-    threads: int = Field(
-        1,
+    threads: int | None = Field(
+        None,
         ge=1,
-        description="in-process engine: class groups solved by this many threads sharing X",
+        description="in-process engine: class groups solved by this many threads sharing X; "
+        "None = the CPUs this process may use (on a cluster each worker solves its groups alone)",
         json_schema_extra={"affects_model": False},
     )
     tol: float = Field(
@@ -678,12 +680,14 @@ def _finished_groups(
     in `todo` order, first = highest priority; a lost worker's groups submitted again). Its
     `ready()` says whether the next group has finished already; closing it cancels what has not
     started. `token` names the run's training matrix on the workers (_machine_data)."""
+    threads = solver_threads(p, engine)
     if engine.client is None and engine.mode == "inprocess":
-        if p.threads == 1:
+        if threads == 1:
             return Unordered(_solved_in_order(source, p, groups, todo), lambda: False)
         pending: deque = deque()  # (group, future) in todo order, not yielded yet
         return Unordered(
-            _solved_by_threads(source, p, groups, todo, pending), lambda: bool(pending) and pending[0][1].done()
+            _solved_by_threads(source, p, groups, todo, pending, threads),
+            lambda: bool(pending) and pending[0][1].done(),
         )
     ref = _DataRef(source, token, p.x_threshold > 0, _rescaled(p), _held_out(p))
     return engine.imap_unordered(
@@ -700,13 +704,18 @@ def _solved_in_order(
 
 
 def _solved_by_threads(
-    source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int], pending: deque
+    source: ChunkSource,
+    p: PPDSparseParams,
+    groups: list[tuple[int, int]],
+    todo: list[int],
+    pending: deque,
+    threads: int,
 ) -> Generator[tuple[int, GroupResult], None, None]:
-    """`p.threads` threads sharing one copy of the data solve the groups ahead (the kernels
+    """`threads` threads sharing one copy of the data solve the groups ahead (the kernels
     release the GIL); yielded in `todo` order, `pending` holding the (group, future) not yet
     yielded."""
     data, split = _training(source, p)
-    with ThreadPoolExecutor(p.threads) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         pending.extend((g, pool.submit(solve_group, data, *groups[g], p, source.n_rows, split)) for g in todo)
         try:
             while pending:
@@ -860,13 +869,14 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         self._engine: Engine | None = None  # what _running runs on
         self._token = ""  # names the training matrix the workers of _running share (_machine_data)
 
-    def group_size(self, n_classes: int, n_rows: int) -> int:
-        return self.params.group_size or default_group_size(n_classes, n_rows, self.params.threads)
+    def group_size(self, n_classes: int, n_rows: int, engine: Engine) -> int:
+        threads = solver_threads(self.params, engine)
+        return self.params.group_size or default_group_size(n_classes, n_rows, threads)
 
     def init(self, ctx: Context) -> PPDSparseState:
         self._stop_running()
         K = ctx.source.n_classes
-        return PPDSparseState(n_classes=K, group_size=self.group_size(K, ctx.source.n_rows))
+        return PPDSparseState(n_classes=K, group_size=self.group_size(K, ctx.source.n_rows, ctx.engine))
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
         """The finished groups are indices of the checkpoint's cut: a resume keeps it (group_size
@@ -1006,6 +1016,19 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             info=info,
             decision_threshold=state.threshold,
         )
+
+
+def solver_threads(p: PPDSparseParams, engine: Engine) -> int:
+    """The threads that solve class groups in this process: 1 on a cluster (the workers solve
+    them), else `threads`, or with None the CPUs this process may use (its affinity mask where
+    the system has one). The model does not depend on it (class k's stream is seeded by k)."""
+    if engine.client is not None or engine.mode != "inprocess":
+        return 1
+    if p.threads is not None:
+        return p.threads
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
 
 
 def default_group_size(n_classes: int, n_rows: int, threads: int) -> int:

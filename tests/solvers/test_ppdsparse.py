@@ -793,6 +793,17 @@ def test_resume_keeps_the_checkpoints_group_cut(digits, tmp_path, monkeypatch):
     np.testing.assert_array_equal(full.intercept_, resumed.intercept_)
 
 
+def test_threads_default_to_the_cpus_of_this_process_in_process_only():
+    """threads None: in process, one thread per CPU in this process's affinity mask (what a
+    `taskset` or a container's cpuset allows); on a cluster the workers solve the groups, 1."""
+    default = pp.PPDSparseParams()
+    assert default.threads is None
+    in_process = Engine(mode="inprocess")
+    assert pp.solver_threads(default, in_process) == len(os.sched_getaffinity(0))
+    assert pp.solver_threads(pp.PPDSparseParams(threads=3), in_process) == 3
+    assert pp.solver_threads(default, Engine(mode="local")) == 1
+
+
 def test_default_cut_gives_small_jobs_few_groups(digits):
     """group_size None: about DEFAULT_GROUPS groups, but at least MIN_GROUP_WORK rows × classes a
     group and at least `threads` groups; a small set is one step, with the model of one class
@@ -804,7 +815,7 @@ def test_default_cut_gives_small_jobs_few_groups(digits):
     assert pp.default_group_size(20, 10**6, 1) == 1
     X, y = digits
     source = InMemoryStore(X, y, [str(c) for c in range(10)])
-    model, log = fit(source, lam=1e-3, tau=1e-3)
+    model, log = fit(source, lam=1e-3, tau=1e-3, threads=1)
     assert [r["classes"] for r in log.records] == [[0, 10]]  # 600 rows × 10 classes: one step
     per_class, log1 = fit(source, lam=1e-3, tau=1e-3, group_size=1)
     assert len(log1.records) == 10
