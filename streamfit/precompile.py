@@ -62,6 +62,10 @@ def compile_targets(targets: list[str], jobs: int) -> list[tuple[str, float]]:
     """Run the warm-up of every target, `jobs` processes at a time; returns (target, seconds) in
     the order they finished. The processes are spawned fresh; each loads from the cache what an
     earlier one put there and compiles the rest of what its job reaches."""
+    from numba.core import caching
+
+    if not hasattr(caching.IndexDataCacheFile, "save"):  # a numba whose cache writes we cannot serialize
+        jobs = 1
     ctx = multiprocessing.get_context("spawn")
     lock = ctx.Lock()
     order = [t for t in TARGETS if t in targets]
