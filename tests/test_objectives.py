@@ -540,13 +540,13 @@ LOGGED = [
     ("ppdsparse", PPDSparseParams(loss="hinge", lam=1e-2, tau=1e-2, threads=1), False),
     ("ppdsparse", PPDSparseParams(loss="squared_hinge", lam=1e-2, tau=1e-2, threads=1), True),
     ("ppdsparse", PPDSparseParams(loss="hinge", lam=1e-2, tau=1e-2, threads=1), True),
-    ("stagewise", StagewiseParams(generator="sequential", block_size=8, n_passes=2, lam=1e-2), False),
-    ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2), True),
-    ("stagewise", StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2), False),
-    ("stagewise", StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2), True),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, n_passes=2, lam=1e-2, penalty="stage"), False),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2, penalty="stage"), True),
+    ("stagewise", StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"), False),
+    ("stagewise", StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"), True),
     (
         "stagewise",
-        StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2),
+        StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2, penalty="stage"),
         False,
     ),
 ]
@@ -573,8 +573,9 @@ def logged_run(solver, params, multilabel):
 def test_solvers_log_this_objective(solver, params, multilabel):
     """metrics' `objective` = objective_for(...) of the model (loss + penalty, averaged; fbpd's
     constrained form: g(W)); stagewise, whose model is a sequence of stages: the loss of the
-    model's training scores plus StageRidge over the stages' weights. Only the order of the
-    floating-point sums differs."""
+    model's training scores plus StageRidge over the stages' weights (penalty="stage"; "total"'s
+    logged objective is checked against scikit-learn's ridge and logistic optima in
+    tests/solvers/test_stagewise.py). Only the order of the floating-point sums differs."""
     X, labels, model, logged = logged_run(solver, params, multilabel)
     if solver == "bcd" and params.lam is None:  # λ = 1/((1 − ρ)n), n = 150, the model says
         assert model.info["lam"] == pytest.approx(1 / ((1 - params.l1_ratio) * 150), rel=1e-15)

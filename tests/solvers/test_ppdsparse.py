@@ -638,10 +638,11 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     store = write_store(tmp_path / "store", X, y, classes, chunk_rows=256)
     # lam auto: each class's ℓ1 weight chosen on held-out rows; primal_ratio 3: some
     # classes end in the primal Newton finish, the others in the dual alone
-    params = {"lam": "auto", "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0}
+    # threads 1: the groups in order, one at a time (the kill below counts the calls)
+    params = {"lam": "auto", "tau": 1e-3, "group_size": 2, "kappa": 20, "delta": 0.5, "primal_ratio": 3.0, "threads": 1}
     serial, serial_log = fit(store, str(tmp_path / "serial"), **params)
     parallel, parallel_log = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
-    threaded, threaded_log = fit(store, str(tmp_path / "threaded"), threads=3, **params)
+    threaded, threaded_log = fit(store, str(tmp_path / "threaded"), **{**params, "threads": 3})
     regrouped, _ = fit(store, str(tmp_path / "regrouped"), **{**params, "group_size": 3})
     for other in (parallel, threaded, regrouped):
         assert (serial.coef_ != other.coef_).nnz == 0
@@ -915,7 +916,8 @@ def test_estimator(multilabel):
     scores = Xm @ model.coef_.T + model.intercept_
     np.testing.assert_array_equal(predicted, (scores > model.decision_threshold).astype(predicted.dtype))
     assert ml.score(Xm, Y) == np.mean((predicted == Y.toarray()).all(axis=1))
-    assert len(ml.history_) == len(log.records) == 1  # 400 rows × 6 labels: one group (default_group_size)
+    groups = -(-6 // pp.default_group_size(6, 400, len(os.sched_getaffinity(0))))  # one a thread (threads None)
+    assert len(ml.history_) == len(log.records) == groups  # 400 rows × 6 labels: one group a thread
 
 
 def test_multilabel_threshold_is_the_best_training_micro_f1(multilabel, digits, tmp_path, local_engine):
