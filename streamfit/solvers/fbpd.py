@@ -114,6 +114,19 @@ limit: it is logged as dual_infeasibility instead of being enforced. For the con
 problem, D is the Lagrangian bound Σ_ℓ r_ℓᵀy_ℓ − c·n·eta − g*(−Tᵀy) with the multiplier
 c = −mean(ξ) (at the solution ξ = −c·1 and y_ℓ ∈ S_c), rescaled the same way.
 
+Used columns. A column j with no stored entry in the training rows has (Tᵀa)_j = 0 for every
+a and mean μ_j = 0, so from x⁰ = 0 its rows of W, G = Tᵀy, x̃ and the anchors are 0.0 after
+every prox (soft thresholding, v/(1 + t), a block's prox of 0) and every Halpern combination:
+skipping them changes no value and, visited in the same order, no sum (they add +0.0). The
+iteration therefore works on `rows` only (the used columns; for the mixed norms the whole blocks
+that hold one; every column when centered: `FBPDSolver.set_rows`): the driver's sweeps read and
+write those rows of the full-size state arrays (checkpoints and the model unchanged), and the
+passes score with W2 = [x̃ W] on those rows and return G on them, the chunks' columns renumbered.
+On hashed text (2^18 columns, about 12 % used) that makes the iteration's cost proportional to
+the used columns; the model is bitwise the one of the sweep over all M rows. Left full-size:
+‖T‖'s Lanczos passes (init), the logged g(x̃) and the restarts' ‖Δx‖ (numpy's pairwise sums,
+whose grouping would change with the array's length).
+
 Out of core: the duals live in the run's per-sample store, one version per iteration; one
 iteration is one pass over the chunks (docs/architecture.md, "fbpd", has the layout and costs).
 """
@@ -247,6 +260,13 @@ def _read_chunk(source: ChunkSource, chunk_id: int) -> Chunk:
     return chunks[chunk_id]
 
 
+def _renumbered(X, position: np.ndarray, width: int) -> _CSRRows:
+    """The chunk's rows with column j renumbered position[j] (int32, as the stored indices) and
+    `width` columns: the numbering of the rows of W that the iteration updates, as the compact
+    W2 and GW of a pass hold them (`FBPDSolver.set_rows`)."""
+    return _CSRRows(X.indptr, position[X.indices], X.data, (X.shape[0], width))
+
+
 def _scores(X, W2: np.ndarray, b2: np.ndarray) -> np.ndarray:
     return csr_scores(X.indptr, X.indices, X.data, W2, b2)
 
@@ -326,6 +346,11 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
 
 
+def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
+    """The chunk's stored entries per column (n_features,)."""
+    return np.bincount(_read_chunk(source, chunk_id).X.indices, minlength=source.n_features)
+
+
 def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
     """T_ℓ(x − x̃) for every row, from S = scores at [x̃, x]."""
     K = S.shape[1] // 2
@@ -385,6 +410,7 @@ def _regularized_task(
     version: int,
     W2,
     b2,
+    position,
     step: float,
     preconditioned: bool,
     anchor: int | None = None,
@@ -393,7 +419,7 @@ def _regularized_task(
     c: float = 0.0,
 ) -> RegularizedSums:
     chunk = _read_chunk(source, chunk_id)
-    z, K, X = chunk.labels, source.n_classes, chunk.X
+    z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
     def initial():
         return (np.eye(K)[z],)
@@ -416,6 +442,7 @@ def _constrained_task(
     version: int,
     W2,
     b2,
+    position,
     tau: float,
     sigma: float,
     shift: float,
@@ -434,14 +461,15 @@ def _constrained_task(
     old = _load(state, names, version, chunk_id, initial)
     Y, xi, zeta = (array.copy() for array in old)
     A = np.empty_like(Y)
-    S = _scores(chunk.X, W2, b2)
+    X = _renumbered(chunk.X, position, len(W2))
+    S = _scores(X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
     coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
     weights = np.ones(n)
     moves, totals, jumps = _advance(
         state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c, weights
     )
-    GW, Gb = _adjoint(chunk.X, A)
+    GW, Gb = _adjoint(X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
@@ -537,6 +565,8 @@ class FBPDSolver(Solver[FBPDState]):
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams
+    rows: np.ndarray  # the rows of W that the iteration updates, and each one's place among
+    position: np.ndarray  # them (set_rows, from init or check_resume)
 
     def __init__(self, params: FBPDParams):
         super().__init__(params)
@@ -704,6 +734,7 @@ class FBPDSolver(Solver[FBPDState]):
             data_passes=passes,
         )
         self._name_duals(state)
+        self.set_rows(ctx, state)
         return state
 
     def check_resume(self, ctx: Context, state: FBPDState) -> None:
@@ -716,6 +747,34 @@ class FBPDSolver(Solver[FBPDState]):
             raise ConfigError(
                 f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
             )
+        self.set_rows(ctx, state)
+
+    def set_rows(self, ctx: Context, state: FBPDState) -> None:
+        """The rows of W that the iteration updates, `rows` (ascending, int64), and `position`
+        (int32, n_features): row rows[r] is row r of the compact W2 and GW that a pass reads and
+        returns. A column with no stored entry in the training rows has a zero adjoint and a zero
+        mean, so from W = 0 its rows of W, G = Tᵀy, x̃ and the anchors stay exactly 0.0 for every
+        penalty and step (the module docstring, "Used columns"): rows are the used columns, for
+        the mixed norms every column of a block with a used one (a block's prox and norm read the
+        whole block), and every column when the features are centered (the offsets' μᵀW2 is a
+        BLAS product over all of them, whose order of summation must not change). The column
+        counts take one pass over the chunks' indices (also on resume), which data_passes does
+        not count (it is not an iteration's: the model's info stays that of the same run before)."""
+        M, p = ctx.source.n_features, self.params
+        if state.mu.any():
+            rows = np.arange(M)
+        else:
+            counts = ctx.engine.map_reduce(
+                _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
+            )
+            used = counts > 0
+            if p.penalty in ("l1/l2", "l1/linf"):
+                blocks = np.maximum.reduceat(used, np.arange(0, M, p.group_size))
+                used = np.repeat(blocks, p.group_size)[:M]
+            rows = np.flatnonzero(used)
+        self.rows = rows.astype(np.int64)
+        self.position = np.zeros(M, np.int32)
+        self.position[rows] = np.arange(len(rows), dtype=np.int32)
 
     def check_source(self, source: ChunkSource) -> None:
         if source.multilabel:
@@ -845,15 +904,19 @@ class FBPDSolver(Solver[FBPDState]):
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho, state.preconditioned)
         lam = state.lam if regularized else 1.0
+        rows = self.rows
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam)
+            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, rows)
         else:
-            V = state.W - (tau * state.D) * state.GW
+            D = state.D[rows]
+            V = state.W[rows] - (tau * D) * state.GW[rows]
             if p.penalty == "l2":  # prox of τ_jk·lam·½w², per coordinate
-                Wt = V / (1.0 + (tau * lam) * state.D)
-            else:  # D = 1: a scalar step
-                Wt = penalty_prox(V, tau * lam, p.penalty, p.group_size)
-            W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
+                Wt_rows = V / (1.0 + (tau * lam) * D)
+            else:  # D = 1: a scalar step; rows are whole blocks, so the blocks of V are g's
+                Wt_rows = penalty_prox(V, tau * lam, p.penalty, p.group_size)
+            Wt = np.zeros_like(state.W)
+            Wt[rows] = Wt_rows
+            W2 = np.ascontiguousarray(np.hstack([Wt_rows, state.W[rows]]))
         bt = state.b - (tau * state.Db) * state.Gb
         b2 = _uncentered(np.concatenate([bt, state.b]), state.mu, W2)
         if regularized:
@@ -866,6 +929,7 @@ class FBPDSolver(Solver[FBPDState]):
                 version=state.step,
                 W2=W2,
                 b2=b2,
+                position=self.position,
                 step=n * sigma,
                 preconditioned=state.preconditioned,
                 **halpern,
@@ -886,6 +950,7 @@ class FBPDSolver(Solver[FBPDState]):
                 version=state.step,
                 W2=W2,
                 b2=b2,
+                position=self.position,
                 tau=tau,
                 sigma=sigma,
                 shift=shift,
@@ -898,9 +963,9 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = r.xi_sum
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
-        GW = _centered_adjoint(r.GW, state.mu, r.Gb)
+        GW = _centered_adjoint(r.GW, state.mu[rows], r.Gb)
         GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
+            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
@@ -924,7 +989,11 @@ class FBPDSolver(Solver[FBPDState]):
         primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
             ChunkSums(hinge, n), Wt, bt
         )  # (7), or g alone for (8)
-        G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
+        G_norm = (
+            g_max
+            if p.penalty == "l1"
+            else (0.0 if p.penalty == "l2" else dual_norm(GWt[rows], p.penalty, p.group_size))
+        )
         if regularized:
             if p.penalty == "l2":
                 dual = r_dot / n - g_size / (2 * state.lam)

@@ -246,21 +246,24 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float):
+def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray):
     """x̃ = prox_{τ_jk·lam|·|}(W − τ_jk·GW) per coordinate, τ_jk = τ·D_jk (D = 1 without
-    preconditioning), and W2 = [x̃ W] (the weights the chunks score with), in one sweep."""
-    M, K = W.shape
-    Wt = np.empty_like(W)
-    W2 = np.empty((M, 2 * K))
-    for j in range(M):
+    preconditioning), on the rows `rows` of W (ascending; every other row of W and GW is 0, and
+    so is its x̃), and W2 = [x̃ W] on those rows only (len(rows) × 2K: the weights the chunks
+    score with, their columns renumbered), in one sweep over the rows."""
+    K = W.shape[1]
+    Wt = np.zeros_like(W)
+    W2 = np.empty((len(rows), 2 * K))
+    for r in range(len(rows)):
+        j = rows[r]
         for k in range(K):
             step = tau * D[j, k]
             v = W[j, k] - step * GW[j, k]
             t = max(abs(v) - step * lam, 0.0)
             x = t if v > 0.0 else (-t if v < 0.0 else 0.0)
             Wt[j, k] = x
-            W2[j, k] = x
-            W2[j, K + k] = W[j, k]
+            W2[r, k] = x
+            W2[r, K + k] = W[j, k]
     return Wt, W2
 
 
@@ -278,49 +281,45 @@ def primal_update(
     a: float,
     c: float,
     halpern: bool,
+    rows: np.ndarray,
 ):
-    """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
-    a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
-    restarts need. Returns (G̃, next W, next G, stats) with stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖²,
-    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros left out)."""
-    M, K = W.shape
-    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_, D_ = (
-        Wt.ravel(),
-        W.ravel(),
-        Wa.ravel(),
-        Gsum.ravel(),
-        GW.ravel(),
-        GWa.ravel(),
-        Wt_prev.ravel(),
-        D.ravel(),
-    )
-    size = W_.size
-    Gt = np.empty(size)
+    """After a pass, in one sweep over the rows `rows` of the M × K arrays (ascending; every
+    other row of every input is 0, and so is its output): G̃ = Gsum/divisor (Gsum: len(rows) × K,
+    row r for row rows[r]), the next iterate (Halpern: a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a;
+    plain: x̃ itself, the same array, and G̃) and the sums the log and the restarts need, in the
+    order of a sweep over all of M × K (the rows left out add +0.0). Returns (G̃, next W, next G,
+    stats), the arrays M × K, with stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖²,
+    nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros left out)."""
+    K = W.shape[1]
+    Gt = np.zeros_like(W)
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
-    for i in range(size):
-        x = Wt_[i]
-        g = Gsum_[i] / divisor
-        Gt[i] = g
-        d = W_[i] - x
-        if D_[i] > 0.0:
-            moved += d * d / D_[i]
-        d = x - Wp_[i]
-        changed += d * d
-        norm2 += x * x
-        d = g - GW_[i]
-        g_changed += d * d
-        g_norm2 += g * g
-        nnz += x != 0.0
-        g_max = max(g_max, abs(g))
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            x = Wt[j, k]
+            g = Gsum[r, k] / divisor
+            Gt[j, k] = g
+            d = W[j, k] - x
+            if D[j, k] > 0.0:
+                moved += d * d / D[j, k]
+            d = x - Wt_prev[j, k]
+            changed += d * d
+            norm2 += x * x
+            d = g - GW[j, k]
+            g_changed += d * d
+            g_norm2 += g * g
+            nnz += x != 0.0
+            g_max = max(g_max, abs(g))
     if halpern:
-        W_flat = np.empty(size)
-        G_flat = np.empty(size)
-        for i in range(size):
-            W_flat[i] = a * (2.0 * Wt_[i] - W_[i]) + c * Wa_[i]
-            G_flat[i] = a * (2.0 * Gt[i] - GW_[i]) + c * GWa_[i]
-        Wn, Gn = W_flat.reshape((M, K)), G_flat.reshape((M, K))
+        Wn = np.zeros_like(W)
+        Gn = np.zeros_like(W)
+        for r in range(len(rows)):
+            j = rows[r]
+            for k in range(K):
+                Wn[j, k] = a * (2.0 * Wt[j, k] - W[j, k]) + c * Wa[j, k]
+                Gn[j, k] = a * (2.0 * Gt[j, k] - GW[j, k]) + c * GWa[j, k]
     else:
-        Wn, Gn = Wt.copy(), Gt.reshape((M, K))
+        Wn, Gn = Wt, Gt
     stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
-    return Gt.reshape((M, K)), Wn, Gn, stats
+    return Gt, Wn, Gn, stats

@@ -272,14 +272,20 @@ def test_fused_kernels_match_numpy():
     assert coupling == pytest.approx(((Y - ref) * (old - new)).sum(), rel=1e-10)
 
     W, G, tau, weight = rng.standard_normal((M, K)), rng.standard_normal((M, K)), 0.3, 0.2
-    Wt, W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau)
+    rows = np.arange(M)
+    Wt, W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, rows)
     V = W - tau * G
     np.testing.assert_array_equal(Wt, np.sign(V) * np.maximum(np.abs(V) - weight, 0.0))
     np.testing.assert_array_equal(W2, np.hstack([Wt, W]))
+    used = np.array([2, 3, 11, 24])  # the other rows of W and G 0: x̃ 0 there, W2 the used rows
+    W_used, G_used = (np.where(np.isin(rows, used)[:, None], A, 0.0) for A in (W, G))
+    Wt_used, W2_used = l1_primal_step(W_used, G_used, np.ones((M, K)), tau, weight / tau, used)
+    np.testing.assert_array_equal(Wt_used, np.where(np.isin(rows, used)[:, None], Wt, 0.0))
+    np.testing.assert_array_equal(W2_used, np.hstack([Wt, W])[used])
     Wa, Ga, Wp, Gsum = (rng.standard_normal((M, K)) for _ in range(4))
     a, c = 0.75, 0.25
     for halpern in (True, False):
-        Gt, Wn, Gn, stats = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern)
+        Gt, Wn, Gn, stats = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, rows)
         np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
         np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else Wt, rtol=1e-13)
         np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else Gt, rtol=1e-13)
@@ -296,6 +302,13 @@ def test_fused_kernels_match_numpy():
             ],
             rtol=1e-12,
         )
+    # on the rows `used` of arrays that are 0 elsewhere, bitwise the sweep over every row
+    others = ~np.isin(rows, used)
+    Wt, W, Wa, Gsum, G, Ga, Wp = (np.where(others[:, None], 0.0, A) for A in (Wt, W, Wa, Gsum, G, Ga, Wp))
+    for halpern in (True, False):
+        every = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, rows)
+        only = primal_update(Wt, W, Wa, Gsum[used], 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, used)
+        assert [x.tobytes() for x in every] == [x.tobytes() for x in only]
 
 
 def test_l1_regularized_matches_linprog(wine):
@@ -365,6 +378,50 @@ def test_preconditioning_reaches_the_lp_optimum_on_sparse_rows():
     assert 0 <= log.records[-1]["gap"] < 1e-3 * log.records[-1]["objective"]
     scalar, _ = fit(source, lam=lam, max_iter=diagonal.info["iterations"], tol=0.0, gap_tol=0.0, preconditioning=False)
     assert not scalar.info["preconditioned"] and error(scalar) > 5 * error(diagonal)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_iter": 40},  # l1, lam from λ_ref, diagonal steps
+        {"lam": 0.01, "preconditioning": False, "max_iter": 40},  # l1, one step from ‖T‖
+        {"penalty": "l2", "lam": 0.01, "max_iter": 40, "restarts": False},
+        {"penalty": "l1/l2", "group_size": 4, "lam": 0.01, "max_iter": 40},
+        {"formulation": "constrained", "penalty": "l1/linf", "group_size": 4, "eta": 0.5, "max_iter": 40},
+    ],
+)
+def test_unused_columns_skipped_bitwise(monkeypatch, params):
+    """Text-like rows whose 40 used columns are spread over 400: the run that updates only the
+    used columns (whole blocks of the mixed norms) gives bitwise the model and the log of the
+    same run updating all 400 rows of W, the sweep over every row."""
+    X_used, z = text_like(n=90, M=40, seed=5)
+    M = 400
+    X = np.zeros((len(z), M))
+    X[:, np.random.default_rng(5).choice(M, 40, replace=False)] = X_used
+    source = memory_source(X, z, chunk_rows=32)
+    set_rows, counts = fb.FBPDSolver.set_rows, []
+
+    def counted(self, ctx, state):
+        set_rows(self, ctx, state)
+        counts.append(len(self.rows))
+
+    def every_row(self, ctx, state):
+        self.rows, self.position = np.arange(M), np.arange(M, dtype=np.int32)
+
+    monkeypatch.setattr(fb.FBPDSolver, "set_rows", counted)
+    model, log = fit(source, **params)
+    used = np.flatnonzero(X.any(axis=0))  # 35 of the 40: some never occur in 90 rows
+    if "group_size" in params:  # every column of a block with a used column
+        used = np.flatnonzero(np.isin(np.arange(M) // 4, used // 4))
+    assert counts[0] == len(used) < M / 2
+    monkeypatch.setattr(fb.FBPDSolver, "set_rows", every_row)
+    reference, reference_log = fit(source, **params)
+    for name, array in reference._arrays().items():
+        assert np.ascontiguousarray(model._arrays()[name]).tobytes() == np.ascontiguousarray(array).tobytes(), name
+    assert model.info == reference.info
+    assert [{k: v for k, v in r.items() if k != "wall_time"} for r in log.records] == [
+        {k: v for k, v in r.items() if k != "wall_time"} for r in reference_log.records
+    ]
 
 
 def test_auto_centers_dense_columns_and_reaches_the_lp_optimum():
