@@ -563,12 +563,17 @@ def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, param
     np.testing.assert_allclose(rechunked.intercept_, serial.intercept_, rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("formulation", ["regularized", "constrained"])
-def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
+@pytest.mark.parametrize(
+    "formulation, preconditioning",
+    [("regularized", "auto"), ("constrained", "auto"), ("regularized", False)],  # False: used columns only
+)
+def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation, preconditioning):
     X, z = wine
+    X = np.hstack([np.zeros((len(z), 20)), X, np.zeros((len(z), 7))])  # unused columns, found again on resume
     store = write_store(tmp_path / "store", X, z, chunk_rows=50)
     params = {
         "formulation": formulation,
+        "preconditioning": preconditioning,
         "penalty": "l1",
         "lam": 0.05,
         "eta": 0.2,
