@@ -567,6 +567,8 @@ class FBPDSolver(Solver[FBPDState]):
     params: FBPDParams
     rows: np.ndarray  # the rows of W that the iteration updates, and each one's place among
     position: np.ndarray  # them (set_rows, from init or check_resume)
+    spare_Wt: np.ndarray  # M × K buffers for the next x̃ and G̃ (prepare)
+    spare_G: np.ndarray
 
     def __init__(self, params: FBPDParams):
         super().__init__(params)
@@ -734,7 +736,7 @@ class FBPDSolver(Solver[FBPDState]):
             data_passes=passes,
         )
         self._name_duals(state)
-        self.set_rows(ctx, state)
+        self.prepare(ctx, state)
         return state
 
     def check_resume(self, ctx: Context, state: FBPDState) -> None:
@@ -747,7 +749,20 @@ class FBPDSolver(Solver[FBPDState]):
             raise ConfigError(
                 f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
             )
+        self.prepare(ctx, state)
+
+    def prepare(self, ctx: Context, state: FBPDState) -> None:
+        """Before the first iteration of a run or of a resumed one: the rows the iteration
+        updates (`set_rows`), and the M × K buffers it writes in place, so that an iteration
+        allocates nothing of size M × K (fresh pages cost about as much as sweeping them): the
+        state's W, GW, Wt, Wa, GWa become arrays of their own (init's share one zero array, a
+        restored state's may be a checkpoint's), and the spares for the next x̃ and G̃ are zeros.
+        The iteration writes only `rows` of them, so their other rows stay 0."""
         self.set_rows(ctx, state)
+        state.W, state.GW, state.Wt, state.Wa, state.GWa = (
+            array.copy() for array in (state.W, state.GW, state.Wt, state.Wa, state.GWa)
+        )
+        self.spare_Wt, self.spare_G = np.zeros_like(state.W), np.zeros_like(state.W)
 
     def set_rows(self, ctx: Context, state: FBPDState) -> None:
         """The rows of W that the iteration updates, `rows` (ascending, int64), and `position`
@@ -824,7 +839,7 @@ class FBPDSolver(Solver[FBPDState]):
 
     def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
         p = self.params
-        coef = state.Wt.T if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)
+        coef = state.Wt.T.copy(order="K") if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)  # Wt is reused
         return LinearModel(
             coef,
             _uncentered(state.bt, state.mu, state.Wt),
@@ -869,7 +884,9 @@ class FBPDSolver(Solver[FBPDState]):
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
             state.rho = float(np.sqrt(state.rho * dx / dy))
-        state.Wa, state.ba, state.GWa, state.Gba = state.W, state.b, state.GW, state.Gb
+        rows = self.rows
+        state.Wa[rows], state.GWa[rows] = state.W[rows], state.GW[rows]  # their other rows are 0
+        state.ba, state.Gba = state.b, state.Gb
         state.anchor = state.step
         state.since_restart = 0
         state.restarts += 1
@@ -904,9 +921,9 @@ class FBPDSolver(Solver[FBPDState]):
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho, state.preconditioned)
         lam = state.lam if regularized else 1.0
-        rows = self.rows
+        rows, Wt = self.rows, self.spare_Wt
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, rows)
+            W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, rows, Wt)
         else:
             D = state.D[rows]
             V = state.W[rows] - (tau * D) * state.GW[rows]
@@ -914,7 +931,6 @@ class FBPDSolver(Solver[FBPDState]):
                 Wt_rows = V / (1.0 + (tau * lam) * D)
             else:  # D = 1: a scalar step; rows are whole blocks, so the blocks of V are g's
                 Wt_rows = penalty_prox(V, tau * lam, p.penalty, p.group_size)
-            Wt = np.zeros_like(state.W)
             Wt[rows] = Wt_rows
             W2 = np.ascontiguousarray(np.hstack([Wt_rows, state.W[rows]]))
         bt = state.b - (tau * state.Db) * state.Gb
@@ -964,8 +980,9 @@ class FBPDSolver(Solver[FBPDState]):
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
         GW = _centered_adjoint(r.GW, state.mu[rows], r.Gb)
-        GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows
+        GWt = self.spare_G
+        stats = primal_update(
+            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows, GWt
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
@@ -974,11 +991,13 @@ class FBPDSolver(Solver[FBPDState]):
         if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
             rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)
         if p.restarts:
-            state.W, state.b = W_next, a * (2 * bt - state.b) + c * state.ba
-            state.GW, state.Gb = GW_next, a * (2 * Gbt - state.Gb) + c * state.Gba
+            state.b = a * (2 * bt - state.b) + c * state.ba  # W, GW: updated in place
+            state.Gb = a * (2 * Gbt - state.Gb) + c * state.Gba
             state.sums, state.jumps = totals, jumps
         else:
+            self.spare_G = state.GW
             state.W, state.b, state.GW, state.Gb, state.sums = Wt, bt, GWt, Gbt, totals
+        self.spare_Wt = state.Wt
         state.Wt, state.bt = Wt, bt
         state.step += 1
         state.data_passes += 1

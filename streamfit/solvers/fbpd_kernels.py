@@ -246,13 +246,15 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray):
+def l1_primal_step(
+    W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray, Wt: np.ndarray
+) -> np.ndarray:
     """x̃ = prox_{τ_jk·lam|·|}(W − τ_jk·GW) per coordinate, τ_jk = τ·D_jk (D = 1 without
     preconditioning), on the rows `rows` of W (ascending; every other row of W and GW is 0, and
-    so is its x̃), and W2 = [x̃ W] on those rows only (len(rows) × 2K: the weights the chunks
-    score with, their columns renumbered), in one sweep over the rows."""
+    so is its x̃), written into those rows of Wt (its other rows left as they are: 0); returns
+    W2 = [x̃ W] on those rows only (len(rows) × 2K: the weights the chunks score with, their
+    columns renumbered). One sweep over the rows."""
     K = W.shape[1]
-    Wt = np.zeros_like(W)
     W2 = np.empty((len(rows), 2 * K))
     for r in range(len(rows)):
         j = rows[r]
@@ -264,7 +266,7 @@ def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam
             Wt[j, k] = x
             W2[r, k] = x
             W2[r, K + k] = W[j, k]
-    return Wt, W2
+    return W2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -282,16 +284,17 @@ def primal_update(
     c: float,
     halpern: bool,
     rows: np.ndarray,
-):
+    Gt: np.ndarray,
+) -> np.ndarray:
     """After a pass, in one sweep over the rows `rows` of the M × K arrays (ascending; every
-    other row of every input is 0, and so is its output): G̃ = Gsum/divisor (Gsum: len(rows) × K,
-    row r for row rows[r]), the next iterate (Halpern: a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a;
-    plain: x̃ itself, the same array, and G̃) and the sums the log and the restarts need, in the
-    order of a sweep over all of M × K (the rows left out add +0.0). Returns (G̃, next W, next G,
-    stats), the arrays M × K, with stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖²,
-    nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros left out)."""
+    other row of every array is 0 and stays so): G̃ = Gsum/divisor into Gt (Gsum: len(rows) × K,
+    row r for row rows[r]); with `halpern`, the next iterate a(2x̃ − x) + c·x_a and
+    a(2G̃ − G) + c·G_a written over W and GW (plain: the next iterate is (x̃, G̃) itself and W, GW
+    are left as they are); and the sums the log and the restarts need, in the order of a sweep
+    over all of M × K (the rows left out add +0.0). Returns stats = [Σ (W − x̃)²/D,
+    ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros
+    left out; W and G before the update)."""
     K = W.shape[1]
-    Gt = np.zeros_like(W)
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
     for r in range(len(rows)):
@@ -311,15 +314,7 @@ def primal_update(
             g_norm2 += g * g
             nnz += x != 0.0
             g_max = max(g_max, abs(g))
-    if halpern:
-        Wn = np.zeros_like(W)
-        Gn = np.zeros_like(W)
-        for r in range(len(rows)):
-            j = rows[r]
-            for k in range(K):
-                Wn[j, k] = a * (2.0 * Wt[j, k] - W[j, k]) + c * Wa[j, k]
-                Gn[j, k] = a * (2.0 * Gt[j, k] - GW[j, k]) + c * GWa[j, k]
-    else:
-        Wn, Gn = Wt, Gt
-    stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
-    return Gt, Wn, Gn, stats
+            if halpern:
+                W[j, k] = a * (2.0 * x - W[j, k]) + c * Wa[j, k]
+                GW[j, k] = a * (2.0 * g - GW[j, k]) + c * GWa[j, k]
+    return np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])

@@ -273,22 +273,25 @@ def test_fused_kernels_match_numpy():
 
     W, G, tau, weight = rng.standard_normal((M, K)), rng.standard_normal((M, K)), 0.3, 0.2
     rows = np.arange(M)
-    Wt, W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, rows)
+    Wt = np.zeros((M, K))
+    W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, rows, Wt)
     V = W - tau * G
     np.testing.assert_array_equal(Wt, np.sign(V) * np.maximum(np.abs(V) - weight, 0.0))
     np.testing.assert_array_equal(W2, np.hstack([Wt, W]))
     used = np.array([2, 3, 11, 24])  # the other rows of W and G 0: x̃ 0 there, W2 the used rows
     W_used, G_used = (np.where(np.isin(rows, used)[:, None], A, 0.0) for A in (W, G))
-    Wt_used, W2_used = l1_primal_step(W_used, G_used, np.ones((M, K)), tau, weight / tau, used)
+    Wt_used = np.zeros((M, K))
+    W2_used = l1_primal_step(W_used, G_used, np.ones((M, K)), tau, weight / tau, used, Wt_used)
     np.testing.assert_array_equal(Wt_used, np.where(np.isin(rows, used)[:, None], Wt, 0.0))
     np.testing.assert_array_equal(W2_used, np.hstack([Wt, W])[used])
     Wa, Ga, Wp, Gsum = (rng.standard_normal((M, K)) for _ in range(4))
     a, c = 0.75, 0.25
     for halpern in (True, False):
-        Gt, Wn, Gn, stats = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, rows)
+        Gt, Wn, Gn = np.zeros((M, K)), W.copy(), G.copy()  # W, G: updated in place
+        stats = primal_update(Wt, Wn, Wa, Gsum, 4.0, Gn, Ga, Wp, np.ones((M, K)), a, c, halpern, rows, Gt)
         np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
-        np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else Wt, rtol=1e-13)
-        np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else Gt, rtol=1e-13)
+        np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else W, rtol=1e-13)
+        np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else G, rtol=1e-13)
         np.testing.assert_allclose(
             stats,
             [
@@ -306,8 +309,15 @@ def test_fused_kernels_match_numpy():
     others = ~np.isin(rows, used)
     Wt, W, Wa, Gsum, G, Ga, Wp = (np.where(others[:, None], 0.0, A) for A in (Wt, W, Wa, Gsum, G, Ga, Wp))
     for halpern in (True, False):
-        every = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, rows)
-        only = primal_update(Wt, W, Wa, Gsum[used], 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern, used)
+        every, only = ([np.zeros((M, K)), W.copy(), G.copy()] for _ in range(2))  # Gt, W, G
+        every.append(
+            primal_update(Wt, every[1], Wa, Gsum, 4.0, every[2], Ga, Wp, np.ones((M, K)), a, c, halpern, rows, every[0])
+        )
+        only.append(
+            primal_update(
+                Wt, only[1], Wa, Gsum[used], 4.0, only[2], Ga, Wp, np.ones((M, K)), a, c, halpern, used, only[0]
+            )
+        )
         assert [x.tobytes() for x in every] == [x.tobytes() for x in only]
 
 
