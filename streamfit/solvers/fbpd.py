@@ -123,9 +123,11 @@ that hold one; every column when centered: `FBPDSolver.set_rows`): the driver's 
 write those rows of the full-size state arrays (checkpoints and the model unchanged), and the
 passes score with W2 = [x̃ W] on those rows and return G on them, the chunks' columns renumbered.
 On hashed text (2^18 columns, about 12 % used) that makes the iteration's cost proportional to
-the used columns; the model is bitwise the one of the sweep over all M rows. Left full-size:
-‖T‖'s Lanczos passes (init), the logged g(x̃) and the restarts' ‖Δx‖ (numpy's pairwise sums,
-whose grouping would change with the array's length).
+the used columns; the model is bitwise the one of the sweep over all M rows. Two sums over
+M × K are numpy's pairwise sums, whose grouping depends on the array's length, not on its
+zeros: the logged ‖x̃‖₁ and the restarts' ‖D^−½Δx‖² are computed as numpy's sum of the full
+array from the non-zero entries of the rows (`abs_sum`, `scaled_move`). Left full-size: ‖T‖'s
+Lanczos passes (init), and the logged g(x̃) of "l2" and the mixed norms.
 
 Out of core: the duals live in the run's per-sample store, one version per iteration; one
 iteration is one pass over the chunks (docs/architecture.md, "fbpd", has the layout and costs).
@@ -150,6 +152,7 @@ from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.fbpd_kernels import (
+    abs_sum,
     constrained_dual_step,
     csr_adjoint,
     csr_scores,
@@ -158,6 +161,7 @@ from streamfit.solvers.fbpd_kernels import (
     margins_adjoint_rows,
     primal_update,
     regularized_chunk_step,
+    scaled_move,
 )
 from streamfit.store import Chunk, ChunkSource, InMemoryStore
 
@@ -485,9 +489,9 @@ def _centered_adjoint(GW: np.ndarray, mu: np.ndarray, Gb: np.ndarray) -> np.ndar
     return GW - np.outer(mu, Gb) if mu.any() else GW
 
 
-def _scaled_norm(*pairs) -> float:
-    """√(Σ Δ²/D) over the (Δ, D) pairs, entries with D = 0 left out (their Δ is 0)."""
-    return float(np.sqrt(sum((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum() for d, D in pairs)))
+def _scaled_square(d: np.ndarray, D: np.ndarray) -> float:
+    """Σ d²/D, entries with D = 0 left out (their d is 0)."""
+    return float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
 
 
 def _ratio(change_sq: float, size_sq: float) -> float:
@@ -876,7 +880,8 @@ class FBPDSolver(Solver[FBPDState]):
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
         move since the previous anchor, in the step metric (‖D^−½Δx‖, ‖Σ^−½Δy‖/√σ)."""
         jumps = state.jumps
-        dx = _scaled_norm((state.W - state.Wa, state.D), (state.b - state.ba, state.Db))
+        moved = scaled_move(state.W, state.Wa, state.D, self.rows)  # numpy's sum over M × K, from the rows
+        dx = float(np.sqrt(moved + _scaled_square(state.b - state.ba, state.Db)))
         if self.params.formulation == "regularized":
             dy = np.sqrt(jumps[0]) / n
         else:
@@ -1005,9 +1010,12 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             self._schedule_restart(state, residual)
         self._name_duals(state)
-        primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
-            ChunkSums(hinge, n), Wt, bt
-        )  # (7), or g alone for (8)
+        if p.penalty == "l1":  # objective_for's total, with numpy's ‖x̃‖₁ summed from the rows
+            primal = (hinge / n + state.lam * abs_sum(Wt, rows)) if regularized else 1.0 * abs_sum(Wt, rows)
+        else:
+            primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
+                ChunkSums(hinge, n), Wt, bt
+            )  # (7), or g alone for (8)
         G_norm = (
             g_max
             if p.penalty == "l1"

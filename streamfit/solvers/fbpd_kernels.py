@@ -318,3 +318,113 @@ def primal_update(
                 W[j, k] = a * (2.0 * x - W[j, k]) + c * Wa[j, k]
                 GW[j, k] = a * (2.0 * g - GW[j, k]) + c * GWa[j, k]
     return np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
+
+
+# -- numpy's sums over M × K, from the used rows ---------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int) -> float:
+    """numpy's sum of a block of n ≤ 128 entries from `lo` (see _pairwise_sum)."""
+    if n < 8:
+        res = 0.0
+        for p in range(start, end):
+            res += values[p]
+        return res
+    r = np.zeros(8)
+    body = lo + n - n % 8
+    p = start
+    while p < end and positions[p] < body:
+        r[(positions[p] - lo) % 8] += values[p]
+        p += 1
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while p < end:
+        res += values[p]
+        p += 1
+    return res
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) -> float:
+    """numpy's sum (its float64 add reduction of a contiguous array: 0.0 plus the pairwise sum,
+    blocks of at most 128 entries summed by 8 accumulators as ((r0 + r1) + (r2 + r3)) + ((r4 +
+    r5) + (r6 + r7)) and the rest of the block added in turn, longer ranges split at half rounded
+    down to a multiple of 8, left + right) of an array of n entries whose non-zero entries are
+    values[:count] at positions[:count] (ascending). The zeros left out change nothing: each
+    partial sum that would add one adds ±0.0, which leaves it as it is; a range without a
+    non-zero entry sums to 0.0. The tree is walked with a stack (numba caches no recursion)."""
+    frames = np.empty((128, 5), np.int64)  # lo, n, start, end, combine?; depth ≤ 2·log2(n)
+    sums = np.empty(128)
+    depth = 0
+    frames[0, 0], frames[0, 1], frames[0, 2], frames[0, 3], frames[0, 4] = 0, n, 0, count, 0
+    top = 1
+    while top > 0:
+        top -= 1
+        lo, m, start, end, combine = frames[top, 0], frames[top, 1], frames[top, 2], frames[top, 3], frames[top, 4]
+        if combine:
+            right = sums[depth - 1]
+            sums[depth - 2] = sums[depth - 2] + right
+            depth -= 1
+        elif start == end:
+            sums[depth] = 0.0
+            depth += 1
+        elif m <= 128:
+            sums[depth] = _block_sum(positions, values, lo, m, start, end)
+            depth += 1
+        else:
+            half = m // 2
+            half -= half % 8
+            mid = start + np.searchsorted(positions[start:end], lo + half)
+            frames[top, 4] = 1  # combine the two halves' sums once both are on `sums`
+            frames[top + 1, 0], frames[top + 1, 1], frames[top + 1, 2], frames[top + 1, 3] = (
+                lo + half,
+                m - half,
+                mid,
+                end,
+            )
+            frames[top + 1, 4] = 0
+            frames[top + 2, 0], frames[top + 2, 1], frames[top + 2, 2], frames[top + 2, 3] = lo, half, start, mid
+            frames[top + 2, 4] = 0
+            top += 3
+    return 0.0 + sums[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
+    """np.abs(A).sum(), bitwise, for a C-ordered M × K array that is 0 outside the rows `rows`
+    (ascending), in time of the order of len(rows)·K (the logged ‖x̃‖₁)."""
+    K = A.shape[1]
+    positions = np.empty(len(rows) * K, np.int64)
+    values = np.empty(len(rows) * K)
+    count = 0
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            v = abs(A[j, k])
+            if v != 0.0:
+                positions[count] = j * K + k
+                values[count] = v
+                count += 1
+    return _pairwise_sum(positions, values, A.size, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray) -> float:
+    """(d·(d/D)).sum() over the entries with D > 0 (the others 0), d = W − Wa, bitwise numpy's
+    sum of that M × K array, for W and Wa 0 outside the rows `rows` (ascending): the weights'
+    part of a restart's ‖D^−½Δx‖², in time of the order of len(rows)·K."""
+    K = W.shape[1]
+    positions = np.empty(len(rows) * K, np.int64)
+    values = np.empty(len(rows) * K)
+    count = 0
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            d = W[j, k] - Wa[j, k]
+            if D[j, k] > 0.0:
+                v = d * (d / D[j, k])
+                if v != 0.0:
+                    positions[count] = j * K + k
+                    values[count] = v
+                    count += 1
+    return _pairwise_sum(positions, values, W.size, count)

@@ -321,6 +321,24 @@ def test_fused_kernels_match_numpy():
         assert [x.tobytes() for x in every] == [x.tobytes() for x in only]
 
 
+def test_sums_from_the_rows_are_numpys():
+    """abs_sum and scaled_move, from the non-zero entries of the rows, are bitwise numpy's sums
+    over the whole M × K arrays (its pairwise grouping depends on the length, not on the zeros):
+    lengths below one block of 128 to many, rows dense and sparse, D with zeros."""
+    from streamfit.solvers.fbpd_kernels import abs_sum, scaled_move
+
+    rng = np.random.default_rng(4)
+    for M, K, share in [(3, 2, 1.0), (50, 3, 0.5), (997, 7, 0.1), (20_000, 19, 0.12), (40_000, 8, 1.0)]:
+        rows = np.flatnonzero(rng.random(M) < share)
+        W, Wa = np.zeros((M, K)), np.zeros((M, K))
+        W[rows] = rng.standard_normal((len(rows), K)) * (rng.random((len(rows), K)) < 0.3)
+        Wa[rows] = rng.standard_normal((len(rows), K)) * (rng.random((len(rows), K)) < 0.5)
+        D = np.where(rng.random((M, K)) < 0.1, 0.0, rng.random((M, K)))
+        d = W - Wa
+        assert abs_sum(W, rows) == float(np.abs(W).sum())
+        assert scaled_move(W, Wa, D, rows) == float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
+
+
 def test_l1_regularized_matches_linprog(wine):
     X, z = wine
     lam = 0.1
@@ -429,6 +447,9 @@ def test_unused_columns_skipped_bitwise(monkeypatch, params):
     for name, array in reference._arrays().items():
         assert np.ascontiguousarray(model._arrays()[name]).tobytes() == np.ascontiguousarray(array).tobytes(), name
     assert model.info == reference.info
+    if params.get("penalty", "l1") == "l1" and "formulation" not in params:  # the logged (7): numpy's ‖x̃‖₁
+        x = np.ascontiguousarray(model.coef_.toarray().T)
+        assert log.records[-1]["objective"] == log.records[-1]["loss"] + model.info["lam"] * float(np.abs(x).sum())
     assert [{k: v for k, v in r.items() if k != "wall_time"} for r in log.records] == [
         {k: v for k, v in r.items() if k != "wall_time"} for r in reference_log.records
     ]
