@@ -68,6 +68,8 @@ def main() -> None:
 
     fit()
     penalties.penalty = timed("logged g(x̃)", penalties.penalty)
+    if hasattr(fb, "abs_sum"):  # session 17: ℓ1's logged ‖x̃‖₁ from the used rows
+        fb.abs_sum = timed("logged g(x̃)", fb.abs_sum)
     for name in ("l1_primal_step", "primal_update", "penalty_prox"):
         setattr(fb, name, timed(name, getattr(fb, name)))
     fb.FBPDSolver._restart = timed("restarts' norms", fb.FBPDSolver._restart)  # type: ignore[method-assign]

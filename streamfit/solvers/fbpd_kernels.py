@@ -394,8 +394,12 @@ def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
     """np.abs(A).sum(), bitwise, for a C-ordered M × K array that is 0 outside the rows `rows`
     (ascending), in time of the order of len(rows)·K (the logged ‖x̃‖₁)."""
     K = A.shape[1]
-    positions = np.empty(len(rows) * K, np.int64)
-    values = np.empty(len(rows) * K)
+    count = 0
+    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
+        for k in range(K):
+            count += A[rows[r], k] != 0.0
+    positions = np.empty(count, np.int64)
+    values = np.empty(count)
     count = 0
     for r in range(len(rows)):
         j = rows[r]
@@ -414,8 +418,14 @@ def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray) 
     sum of that M × K array, for W and Wa 0 outside the rows `rows` (ascending): the weights'
     part of a restart's ‖D^−½Δx‖², in time of the order of len(rows)·K."""
     K = W.shape[1]
-    positions = np.empty(len(rows) * K, np.int64)
-    values = np.empty(len(rows) * K)
+    count = 0
+    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
+        j = rows[r]
+        for k in range(K):
+            d = W[j, k] - Wa[j, k]
+            count += D[j, k] > 0.0 and d * (d / D[j, k]) != 0.0
+    positions = np.empty(count, np.int64)
+    values = np.empty(count)
     count = 0
     for r in range(len(rows)):
         j = rows[r]
