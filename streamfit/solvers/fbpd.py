@@ -114,6 +114,21 @@ limit: it is logged as dual_infeasibility instead of being enforced. For the con
 problem, D is the Lagrangian bound Σ_ℓ r_ℓᵀy_ℓ − c·n·eta − g*(−Tᵀy) with the multiplier
 c = −mean(ξ) (at the solution ξ = −c·1 and y_ℓ ∈ S_c), rescaled the same way.
 
+Used columns. A column j with no stored entry in the training rows has (Tᵀa)_j = 0 for every
+a and mean μ_j = 0, so from x⁰ = 0 its rows of W, G = Tᵀy, x̃ and the anchors are 0.0 after
+every prox (soft thresholding, v/(1 + t), a block's prox of 0) and every Halpern combination:
+skipping them changes no value and, visited in the same order, no sum (they add +0.0). The
+iteration therefore works on `rows` only (the used columns; for the mixed norms the whole blocks
+that hold one; every column when centered: `FBPDSolver.set_rows`): the driver's sweeps read and
+write those rows of the full-size state arrays (checkpoints and the model unchanged), and the
+passes score with W2 = [x̃ W] on those rows and return G on them, the chunks' columns renumbered.
+On hashed text (2^18 columns, about 12 % used) that makes the iteration's cost proportional to
+the used columns; the model is bitwise the one of the sweep over all M rows. Two sums over
+M × K are numpy's pairwise sums, whose grouping depends on the array's length, not on its
+zeros: the logged ‖x̃‖₁ and the restarts' ‖D^−½Δx‖² are computed as numpy's sum of the full
+array from the non-zero entries of the rows (`abs_sum`, `scaled_move`). Left full-size: ‖T‖'s
+Lanczos passes (init), and the logged g(x̃) of "l2" and the mixed norms.
+
 Out of core: the duals live in the run's per-sample store, one version per iteration; one
 iteration is one pass over the chunks (docs/architecture.md, "fbpd", has the layout and costs).
 """
@@ -137,6 +152,7 @@ from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
 from streamfit.solvers.fbpd_kernels import (
+    abs_sum,
     constrained_dual_step,
     csr_adjoint,
     csr_scores,
@@ -145,6 +161,7 @@ from streamfit.solvers.fbpd_kernels import (
     margins_adjoint_rows,
     primal_update,
     regularized_chunk_step,
+    scaled_move,
 )
 from streamfit.store import Chunk, ChunkSource, InMemoryStore
 
@@ -247,6 +264,13 @@ def _read_chunk(source: ChunkSource, chunk_id: int) -> Chunk:
     return chunks[chunk_id]
 
 
+def _renumbered(X, position: np.ndarray, width: int) -> _CSRRows:
+    """The chunk's rows with column j renumbered position[j] (int32, as the stored indices) and
+    `width` columns: the numbering of the rows of W that the iteration updates, as the compact
+    W2 and GW of a pass hold them (`FBPDSolver.set_rows`)."""
+    return _CSRRows(X.indptr, position[X.indices], X.data, (X.shape[0], width))
+
+
 def _scores(X, W2: np.ndarray, b2: np.ndarray) -> np.ndarray:
     return csr_scores(X.indptr, X.indices, X.data, W2, b2)
 
@@ -328,6 +352,11 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
 
 
+def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
+    """The chunk's stored entries per column (n_features,)."""
+    return np.bincount(_read_chunk(source, chunk_id).X.indices, minlength=source.n_features)
+
+
 def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
     """T_ℓ(x − x̃) for every row, from S = scores at [x̃, x]."""
     K = S.shape[1] // 2
@@ -387,6 +416,7 @@ def _regularized_task(
     version: int,
     W2,
     b2,
+    position,
     step: float,
     preconditioned: bool,
     anchor: int | None = None,
@@ -395,7 +425,7 @@ def _regularized_task(
     c: float = 0.0,
 ) -> RegularizedSums:
     chunk = _read_chunk(source, chunk_id)
-    z, K, X = chunk.labels, source.n_classes, chunk.X
+    z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
     def initial():
         return (np.eye(K)[z],)
@@ -418,6 +448,7 @@ def _constrained_task(
     version: int,
     W2,
     b2,
+    position,
     tau: float,
     sigma: float,
     shift: float,
@@ -436,14 +467,15 @@ def _constrained_task(
     old = _load(state, names, version, chunk_id, initial)
     Y, xi, zeta = (array.copy() for array in old)
     A = np.empty_like(Y)
-    S = _scores(chunk.X, W2, b2)
+    X = _renumbered(chunk.X, position, len(W2))
+    S = _scores(X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
     coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
     weights = np.ones(n)
     moves, totals, jumps = _advance(
         state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c, weights
     )
-    GW, Gb = _adjoint(chunk.X, A)
+    GW, Gb = _adjoint(X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
 
@@ -459,9 +491,9 @@ def _centered_adjoint(GW: np.ndarray, mu: np.ndarray, Gb: np.ndarray) -> np.ndar
     return GW - np.outer(mu, Gb) if mu.any() else GW
 
 
-def _scaled_norm(*pairs) -> float:
-    """√(Σ Δ²/D) over the (Δ, D) pairs, entries with D = 0 left out (their Δ is 0)."""
-    return float(np.sqrt(sum((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum() for d, D in pairs)))
+def _scaled_square(d: np.ndarray, D: np.ndarray) -> float:
+    """Σ d²/D, entries with D = 0 left out (their d is 0)."""
+    return float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
 
 
 def _ratio(change_sq: float, size_sq: float) -> float:
@@ -539,6 +571,10 @@ class FBPDSolver(Solver[FBPDState]):
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams
+    rows: np.ndarray  # the rows of W that the iteration updates, and each one's place among
+    position: np.ndarray  # them (set_rows, from init or check_resume)
+    spare_Wt: np.ndarray  # M × K buffers for the next x̃ and G̃ (prepare)
+    spare_G: np.ndarray
 
     def __init__(self, params: FBPDParams):
         super().__init__(params)
@@ -706,6 +742,7 @@ class FBPDSolver(Solver[FBPDState]):
             data_passes=passes,
         )
         self._name_duals(state)
+        self.prepare(ctx, state)
         return state
 
     def check_resume(self, ctx: Context, state: FBPDState) -> None:
@@ -718,6 +755,47 @@ class FBPDSolver(Solver[FBPDState]):
             raise ConfigError(
                 f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
             )
+        self.prepare(ctx, state)
+
+    def prepare(self, ctx: Context, state: FBPDState) -> None:
+        """Before the first iteration of a run or of a resumed one: the rows the iteration
+        updates (`set_rows`), and the M × K buffers it writes in place, so that an iteration
+        allocates nothing of size M × K (fresh pages cost about as much as sweeping them): the
+        state's W, GW, Wt, Wa, GWa become arrays of their own (init's share one zero array, a
+        restored state's may be a checkpoint's), and the spares for the next x̃ and G̃ are zeros.
+        The iteration writes only `rows` of them, so their other rows stay 0."""
+        self.set_rows(ctx, state)
+        state.W, state.GW, state.Wt, state.Wa, state.GWa = (
+            array.copy() for array in (state.W, state.GW, state.Wt, state.Wa, state.GWa)
+        )
+        self.spare_Wt, self.spare_G = np.zeros_like(state.W), np.zeros_like(state.W)
+
+    def set_rows(self, ctx: Context, state: FBPDState) -> None:
+        """The rows of W that the iteration updates, `rows` (ascending, int64), and `position`
+        (int32, n_features): row rows[r] is row r of the compact W2 and GW that a pass reads and
+        returns. A column with no stored entry in the training rows has a zero adjoint and a zero
+        mean, so from W = 0 its rows of W, G = Tᵀy, x̃ and the anchors stay exactly 0.0 for every
+        penalty and step (the module docstring, "Used columns"): rows are the used columns, for
+        the mixed norms every column of a block with a used one (a block's prox and norm read the
+        whole block), and every column when the features are centered (the offsets' μᵀW2 is a
+        BLAS product over all of them, whose order of summation must not change). The column
+        counts take one pass over the chunks' indices (also on resume), which data_passes does
+        not count (it is not an iteration's: the model's info stays that of the same run before)."""
+        M, p = ctx.source.n_features, self.params
+        if state.mu.any():
+            rows = np.arange(M)
+        else:
+            counts = ctx.engine.map_reduce(
+                _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
+            )
+            used = counts > 0
+            if p.penalty in ("l1/l2", "l1/linf"):
+                blocks = np.maximum.reduceat(used, np.arange(0, M, p.group_size))
+                used = np.repeat(blocks, p.group_size)[:M]
+            rows = np.flatnonzero(used)
+        self.rows = rows.astype(np.int64)
+        self.position = np.zeros(M, np.int32)
+        self.position[rows] = np.arange(len(rows), dtype=np.int32)
 
     def check_source(self, source: ChunkSource) -> None:
         if source.multilabel:
@@ -767,7 +845,7 @@ class FBPDSolver(Solver[FBPDState]):
 
     def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
         p = self.params
-        coef = state.Wt.T if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)
+        coef = state.Wt.T.copy(order="K") if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)  # Wt is reused
         return LinearModel(
             coef,
             _uncentered(state.bt, state.mu, state.Wt),
@@ -804,7 +882,8 @@ class FBPDSolver(Solver[FBPDState]):
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
         move since the previous anchor, in the step metric (‖D^−½Δx‖, ‖Σ^−½Δy‖/√σ)."""
         jumps = state.jumps
-        dx = _scaled_norm((state.W - state.Wa, state.D), (state.b - state.ba, state.Db))
+        moved = scaled_move(state.W, state.Wa, state.D, self.rows)  # numpy's sum over M × K, from the rows
+        dx = float(np.sqrt(moved + _scaled_square(state.b - state.ba, state.Db)))
         if self.params.formulation == "regularized":
             dy = np.sqrt(jumps[0]) / n
         else:
@@ -812,7 +891,9 @@ class FBPDSolver(Solver[FBPDState]):
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
             state.rho = float(np.sqrt(state.rho * dx / dy))
-        state.Wa, state.ba, state.GWa, state.Gba = state.W, state.b, state.GW, state.Gb
+        rows = self.rows
+        state.Wa[rows], state.GWa[rows] = state.W[rows], state.GW[rows]  # their other rows are 0
+        state.ba, state.Gba = state.b, state.Gb
         state.anchor = state.step
         state.since_restart = 0
         state.restarts += 1
@@ -847,15 +928,18 @@ class FBPDSolver(Solver[FBPDState]):
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho, state.preconditioned)
         lam = state.lam if regularized else 1.0
+        rows, Wt = self.rows, self.spare_Wt
         if p.penalty == "l1":
-            Wt, W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam)
+            W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, rows, Wt)
         else:
-            V = state.W - (tau * state.D) * state.GW
+            D = state.D[rows]
+            V = state.W[rows] - (tau * D) * state.GW[rows]
             if p.penalty == "l2":  # prox of τ_jk·lam·½w², per coordinate
-                Wt = V / (1.0 + (tau * lam) * state.D)
-            else:  # D = 1: a scalar step
-                Wt = penalty_prox(V, tau * lam, p.penalty, p.group_size)
-            W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
+                Wt_rows = V / (1.0 + (tau * lam) * D)
+            else:  # D = 1: a scalar step; rows are whole blocks, so the blocks of V are g's
+                Wt_rows = penalty_prox(V, tau * lam, p.penalty, p.group_size)
+            Wt[rows] = Wt_rows
+            W2 = np.ascontiguousarray(np.hstack([Wt_rows, state.W[rows]]))
         bt = state.b - (tau * state.Db) * state.Gb
         b2 = _uncentered(np.concatenate([bt, state.b]), state.mu, W2)
         if regularized:
@@ -868,6 +952,7 @@ class FBPDSolver(Solver[FBPDState]):
                 version=state.step,
                 W2=W2,
                 b2=b2,
+                position=self.position,
                 step=n * sigma,
                 preconditioned=state.preconditioned,
                 **halpern,
@@ -888,6 +973,7 @@ class FBPDSolver(Solver[FBPDState]):
                 version=state.step,
                 W2=W2,
                 b2=b2,
+                position=self.position,
                 tau=tau,
                 sigma=sigma,
                 shift=shift,
@@ -900,9 +986,10 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = r.xi_sum
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
-        GW = _centered_adjoint(r.GW, state.mu, r.Gb)
-        GWt, W_next, GW_next, stats = primal_update(
-            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts
+        GW = _centered_adjoint(r.GW, state.mu[rows], r.Gb)
+        GWt = self.spare_G
+        stats = primal_update(
+            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows, GWt
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
@@ -911,11 +998,13 @@ class FBPDSolver(Solver[FBPDState]):
         if rel_change == 0.0 and nnz == 0 and not bt.any():  # resting at x = 0: wait for the duals
             rel_change = _ratio(g_changed + dgb @ dgb, g_size + Gbt @ Gbt)
         if p.restarts:
-            state.W, state.b = W_next, a * (2 * bt - state.b) + c * state.ba
-            state.GW, state.Gb = GW_next, a * (2 * Gbt - state.Gb) + c * state.Gba
+            state.b = a * (2 * bt - state.b) + c * state.ba  # W, GW: updated in place
+            state.Gb = a * (2 * Gbt - state.Gb) + c * state.Gba
             state.sums, state.jumps = totals, jumps
         else:
+            self.spare_G = state.GW
             state.W, state.b, state.GW, state.Gb, state.sums = Wt, bt, GWt, Gbt, totals
+        self.spare_Wt = state.Wt
         state.Wt, state.bt = Wt, bt
         state.step += 1
         state.data_passes += 1
@@ -923,10 +1012,17 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             self._schedule_restart(state, residual)
         self._name_duals(state)
-        primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
-            ChunkSums(hinge, n), Wt, bt
-        )  # (7), or g alone for (8)
-        G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
+        if p.penalty == "l1":  # objective_for's total, with numpy's ‖x̃‖₁ summed from the rows
+            primal = (hinge / n + state.lam * abs_sum(Wt, rows)) if regularized else 1.0 * abs_sum(Wt, rows)
+        else:
+            primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
+                ChunkSums(hinge, n), Wt, bt
+            )  # (7), or g alone for (8)
+        G_norm = (
+            g_max
+            if p.penalty == "l1"
+            else (0.0 if p.penalty == "l2" else dual_norm(GWt[rows], p.penalty, p.group_size))
+        )
         if regularized:
             if p.penalty == "l2":
                 dual = r_dot / n - g_size / (2 * state.lam)

@@ -246,22 +246,27 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def l1_primal_step(W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float):
+def l1_primal_step(
+    W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray, Wt: np.ndarray
+) -> np.ndarray:
     """x̃ = prox_{τ_jk·lam|·|}(W − τ_jk·GW) per coordinate, τ_jk = τ·D_jk (D = 1 without
-    preconditioning), and W2 = [x̃ W] (the weights the chunks score with), in one sweep."""
-    M, K = W.shape
-    Wt = np.empty_like(W)
-    W2 = np.empty((M, 2 * K))
-    for j in range(M):
+    preconditioning), on the rows `rows` of W (ascending; every other row of W and GW is 0, and
+    so is its x̃), written into those rows of Wt (its other rows left as they are: 0); returns
+    W2 = [x̃ W] on those rows only (len(rows) × 2K: the weights the chunks score with, their
+    columns renumbered). One sweep over the rows."""
+    K = W.shape[1]
+    W2 = np.empty((len(rows), 2 * K))
+    for r in range(len(rows)):
+        j = rows[r]
         for k in range(K):
             step = tau * D[j, k]
             v = W[j, k] - step * GW[j, k]
             t = max(abs(v) - step * lam, 0.0)
             x = t if v > 0.0 else (-t if v < 0.0 else 0.0)
             Wt[j, k] = x
-            W2[j, k] = x
-            W2[j, K + k] = W[j, k]
-    return Wt, W2
+            W2[r, k] = x
+            W2[r, K + k] = W[j, k]
+    return W2
 
 
 @numba.njit(cache=True, nogil=True)
@@ -278,49 +283,158 @@ def primal_update(
     a: float,
     c: float,
     halpern: bool,
-):
-    """After a pass, in one sweep over M × K: G̃ = Gsum/divisor, the next iterate (Halpern:
-    a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a; plain: x̃ and G̃) and the sums the log and the
-    restarts need. Returns (G̃, next W, next G, stats) with stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖²,
-    ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros left out)."""
-    M, K = W.shape
-    Wt_, W_, Wa_, Gsum_, GW_, GWa_, Wp_, D_ = (
-        Wt.ravel(),
-        W.ravel(),
-        Wa.ravel(),
-        Gsum.ravel(),
-        GW.ravel(),
-        GWa.ravel(),
-        Wt_prev.ravel(),
-        D.ravel(),
-    )
-    size = W_.size
-    Gt = np.empty(size)
+    rows: np.ndarray,
+    Gt: np.ndarray,
+) -> np.ndarray:
+    """After a pass, in one sweep over the rows `rows` of the M × K arrays (ascending; every
+    other row of every array is 0 and stays so): G̃ = Gsum/divisor into Gt (Gsum: len(rows) × K,
+    row r for row rows[r]); with `halpern`, the next iterate a(2x̃ − x) + c·x_a and
+    a(2G̃ − G) + c·G_a written over W and GW (plain: the next iterate is (x̃, G̃) itself and W, GW
+    are left as they are); and the sums the log and the restarts need, in the order of a sweep
+    over all of M × K (the rows left out add +0.0). Returns stats = [Σ (W − x̃)²/D,
+    ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros
+    left out; W and G before the update)."""
+    K = W.shape[1]
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
-    for i in range(size):
-        x = Wt_[i]
-        g = Gsum_[i] / divisor
-        Gt[i] = g
-        d = W_[i] - x
-        if D_[i] > 0.0:
-            moved += d * d / D_[i]
-        d = x - Wp_[i]
-        changed += d * d
-        norm2 += x * x
-        d = g - GW_[i]
-        g_changed += d * d
-        g_norm2 += g * g
-        nnz += x != 0.0
-        g_max = max(g_max, abs(g))
-    if halpern:
-        W_flat = np.empty(size)
-        G_flat = np.empty(size)
-        for i in range(size):
-            W_flat[i] = a * (2.0 * Wt_[i] - W_[i]) + c * Wa_[i]
-            G_flat[i] = a * (2.0 * Gt[i] - GW_[i]) + c * GWa_[i]
-        Wn, Gn = W_flat.reshape((M, K)), G_flat.reshape((M, K))
-    else:
-        Wn, Gn = Wt.copy(), Gt.reshape((M, K))
-    stats = np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
-    return Gt.reshape((M, K)), Wn, Gn, stats
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            x = Wt[j, k]
+            g = Gsum[r, k] / divisor
+            Gt[j, k] = g
+            d = W[j, k] - x
+            if D[j, k] > 0.0:
+                moved += d * d / D[j, k]
+            d = x - Wt_prev[j, k]
+            changed += d * d
+            norm2 += x * x
+            d = g - GW[j, k]
+            g_changed += d * d
+            g_norm2 += g * g
+            nnz += x != 0.0
+            g_max = max(g_max, abs(g))
+            if halpern:
+                W[j, k] = a * (2.0 * x - W[j, k]) + c * Wa[j, k]
+                GW[j, k] = a * (2.0 * g - GW[j, k]) + c * GWa[j, k]
+    return np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
+
+
+# -- numpy's sums over M × K, from the used rows ---------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True)
+def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int) -> float:
+    """numpy's sum of a block of n ≤ 128 entries from `lo` (see _pairwise_sum)."""
+    if n < 8:
+        res = 0.0
+        for p in range(start, end):
+            res += values[p]
+        return res
+    r = np.zeros(8)
+    body = lo + n - n % 8
+    p = start
+    while p < end and positions[p] < body:
+        r[(positions[p] - lo) % 8] += values[p]
+        p += 1
+    res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+    while p < end:
+        res += values[p]
+        p += 1
+    return res
+
+
+@numba.njit(cache=True, nogil=True)
+def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) -> float:
+    """numpy's sum (its float64 add reduction of a contiguous array: 0.0 plus the pairwise sum,
+    blocks of at most 128 entries summed by 8 accumulators as ((r0 + r1) + (r2 + r3)) + ((r4 +
+    r5) + (r6 + r7)) and the rest of the block added in turn, longer ranges split at half rounded
+    down to a multiple of 8, left + right) of an array of n entries whose non-zero entries are
+    values[:count] at positions[:count] (ascending). The zeros left out change nothing: each
+    partial sum that would add one adds ±0.0, which leaves it as it is; a range without a
+    non-zero entry sums to 0.0. The tree is walked with a stack (numba caches no recursion)."""
+    frames = np.empty((128, 5), np.int64)  # lo, n, start, end, combine?; depth ≤ 2·log2(n)
+    sums = np.empty(128)
+    depth = 0
+    frames[0, 0], frames[0, 1], frames[0, 2], frames[0, 3], frames[0, 4] = 0, n, 0, count, 0
+    top = 1
+    while top > 0:
+        top -= 1
+        lo, m, start, end, combine = frames[top, 0], frames[top, 1], frames[top, 2], frames[top, 3], frames[top, 4]
+        if combine:
+            right = sums[depth - 1]
+            sums[depth - 2] = sums[depth - 2] + right
+            depth -= 1
+        elif start == end:
+            sums[depth] = 0.0
+            depth += 1
+        elif m <= 128:
+            sums[depth] = _block_sum(positions, values, lo, m, start, end)
+            depth += 1
+        else:
+            half = m // 2
+            half -= half % 8
+            mid = start + np.searchsorted(positions[start:end], lo + half)
+            frames[top, 4] = 1  # combine the two halves' sums once both are on `sums`
+            frames[top + 1, 0], frames[top + 1, 1], frames[top + 1, 2], frames[top + 1, 3] = (
+                lo + half,
+                m - half,
+                mid,
+                end,
+            )
+            frames[top + 1, 4] = 0
+            frames[top + 2, 0], frames[top + 2, 1], frames[top + 2, 2], frames[top + 2, 3] = lo, half, start, mid
+            frames[top + 2, 4] = 0
+            top += 3
+    return 0.0 + sums[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
+    """np.abs(A).sum(), bitwise, for a C-ordered M × K array that is 0 outside the rows `rows`
+    (ascending), in time of the order of len(rows)·K (the logged ‖x̃‖₁)."""
+    K = A.shape[1]
+    count = 0
+    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
+        for k in range(K):
+            count += A[rows[r], k] != 0.0
+    positions = np.empty(count, np.int64)
+    values = np.empty(count)
+    count = 0
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            v = abs(A[j, k])
+            if v != 0.0:
+                positions[count] = j * K + k
+                values[count] = v
+                count += 1
+    return _pairwise_sum(positions, values, A.size, count)
+
+
+@numba.njit(cache=True, nogil=True)
+def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray) -> float:
+    """(d·(d/D)).sum() over the entries with D > 0 (the others 0), d = W − Wa, bitwise numpy's
+    sum of that M × K array, for W and Wa 0 outside the rows `rows` (ascending): the weights'
+    part of a restart's ‖D^−½Δx‖², in time of the order of len(rows)·K."""
+    K = W.shape[1]
+    count = 0
+    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
+        j = rows[r]
+        for k in range(K):
+            d = W[j, k] - Wa[j, k]
+            count += D[j, k] > 0.0 and d * (d / D[j, k]) != 0.0
+    positions = np.empty(count, np.int64)
+    values = np.empty(count)
+    count = 0
+    for r in range(len(rows)):
+        j = rows[r]
+        for k in range(K):
+            d = W[j, k] - Wa[j, k]
+            if D[j, k] > 0.0:
+                v = d * (d / D[j, k])
+                if v != 0.0:
+                    positions[count] = j * K + k
+                    values[count] = v
+                    count += 1
+    return _pairwise_sum(positions, values, W.size, count)

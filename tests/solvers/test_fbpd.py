@@ -272,17 +272,26 @@ def test_fused_kernels_match_numpy():
     assert coupling == pytest.approx(((Y - ref) * (old - new)).sum(), rel=1e-10)
 
     W, G, tau, weight = rng.standard_normal((M, K)), rng.standard_normal((M, K)), 0.3, 0.2
-    Wt, W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau)
+    rows = np.arange(M)
+    Wt = np.zeros((M, K))
+    W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, rows, Wt)
     V = W - tau * G
     np.testing.assert_array_equal(Wt, np.sign(V) * np.maximum(np.abs(V) - weight, 0.0))
     np.testing.assert_array_equal(W2, np.hstack([Wt, W]))
+    used = np.array([2, 3, 11, 24])  # the other rows of W and G 0: x̃ 0 there, W2 the used rows
+    W_used, G_used = (np.where(np.isin(rows, used)[:, None], A, 0.0) for A in (W, G))
+    Wt_used = np.zeros((M, K))
+    W2_used = l1_primal_step(W_used, G_used, np.ones((M, K)), tau, weight / tau, used, Wt_used)
+    np.testing.assert_array_equal(Wt_used, np.where(np.isin(rows, used)[:, None], Wt, 0.0))
+    np.testing.assert_array_equal(W2_used, np.hstack([Wt, W])[used])
     Wa, Ga, Wp, Gsum = (rng.standard_normal((M, K)) for _ in range(4))
     a, c = 0.75, 0.25
     for halpern in (True, False):
-        Gt, Wn, Gn, stats = primal_update(Wt, W, Wa, Gsum, 4.0, G, Ga, Wp, np.ones((M, K)), a, c, halpern)
+        Gt, Wn, Gn = np.zeros((M, K)), W.copy(), G.copy()  # W, G: updated in place
+        stats = primal_update(Wt, Wn, Wa, Gsum, 4.0, Gn, Ga, Wp, np.ones((M, K)), a, c, halpern, rows, Gt)
         np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
-        np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else Wt, rtol=1e-13)
-        np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else Gt, rtol=1e-13)
+        np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else W, rtol=1e-13)
+        np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else G, rtol=1e-13)
         np.testing.assert_allclose(
             stats,
             [
@@ -296,6 +305,38 @@ def test_fused_kernels_match_numpy():
             ],
             rtol=1e-12,
         )
+    # on the rows `used` of arrays that are 0 elsewhere, bitwise the sweep over every row
+    others = ~np.isin(rows, used)
+    Wt, W, Wa, Gsum, G, Ga, Wp = (np.where(others[:, None], 0.0, A) for A in (Wt, W, Wa, Gsum, G, Ga, Wp))
+    for halpern in (True, False):
+        every, only = ([np.zeros((M, K)), W.copy(), G.copy()] for _ in range(2))  # Gt, W, G
+        every.append(
+            primal_update(Wt, every[1], Wa, Gsum, 4.0, every[2], Ga, Wp, np.ones((M, K)), a, c, halpern, rows, every[0])
+        )
+        only.append(
+            primal_update(
+                Wt, only[1], Wa, Gsum[used], 4.0, only[2], Ga, Wp, np.ones((M, K)), a, c, halpern, used, only[0]
+            )
+        )
+        assert [x.tobytes() for x in every] == [x.tobytes() for x in only]
+
+
+def test_sums_from_the_rows_are_numpys():
+    """abs_sum and scaled_move, from the non-zero entries of the rows, are bitwise numpy's sums
+    over the whole M × K arrays (its pairwise grouping depends on the length, not on the zeros):
+    lengths below one block of 128 to many, rows dense and sparse, D with zeros."""
+    from streamfit.solvers.fbpd_kernels import abs_sum, scaled_move
+
+    rng = np.random.default_rng(4)
+    for M, K, share in [(3, 2, 1.0), (50, 3, 0.5), (997, 7, 0.1), (20_000, 19, 0.12), (40_000, 8, 1.0)]:
+        rows = np.flatnonzero(rng.random(M) < share)
+        W, Wa = np.zeros((M, K)), np.zeros((M, K))
+        W[rows] = rng.standard_normal((len(rows), K)) * (rng.random((len(rows), K)) < 0.3)
+        Wa[rows] = rng.standard_normal((len(rows), K)) * (rng.random((len(rows), K)) < 0.5)
+        D = np.where(rng.random((M, K)) < 0.1, 0.0, rng.random((M, K)))
+        d = W - Wa
+        assert abs_sum(W, rows) == float(np.abs(W).sum())
+        assert scaled_move(W, Wa, D, rows) == float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
 
 
 def test_l1_regularized_matches_linprog(wine):
@@ -365,6 +406,53 @@ def test_preconditioning_reaches_the_lp_optimum_on_sparse_rows():
     assert 0 <= log.records[-1]["gap"] < 1e-3 * log.records[-1]["objective"]
     scalar, _ = fit(source, lam=lam, max_iter=diagonal.info["iterations"], tol=0.0, gap_tol=0.0, preconditioning=False)
     assert not scalar.info["preconditioned"] and error(scalar) > 5 * error(diagonal)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"max_iter": 40},  # l1, lam from λ_ref, diagonal steps
+        {"lam": 0.01, "preconditioning": False, "max_iter": 40},  # l1, one step from ‖T‖
+        {"penalty": "l2", "lam": 0.01, "max_iter": 40, "restarts": False},
+        {"penalty": "l1/l2", "group_size": 4, "lam": 0.01, "max_iter": 40},
+        {"formulation": "constrained", "penalty": "l1/linf", "group_size": 4, "eta": 0.5, "max_iter": 40},
+    ],
+)
+def test_unused_columns_skipped_bitwise(monkeypatch, params):
+    """Text-like rows whose 40 used columns are spread over 400: the run that updates only the
+    used columns (whole blocks of the mixed norms) gives bitwise the model and the log of the
+    same run updating all 400 rows of W, the sweep over every row."""
+    X_used, z = text_like(n=90, M=40, seed=5)
+    M = 400
+    X = np.zeros((len(z), M))
+    X[:, np.random.default_rng(5).choice(M, 40, replace=False)] = X_used
+    source = memory_source(X, z, chunk_rows=32)
+    set_rows, counts = fb.FBPDSolver.set_rows, []
+
+    def counted(self, ctx, state):
+        set_rows(self, ctx, state)
+        counts.append(len(self.rows))
+
+    def every_row(self, ctx, state):
+        self.rows, self.position = np.arange(M), np.arange(M, dtype=np.int32)
+
+    monkeypatch.setattr(fb.FBPDSolver, "set_rows", counted)
+    model, log = fit(source, **params)
+    used = np.flatnonzero(X.any(axis=0))  # 35 of the 40: some never occur in 90 rows
+    if "group_size" in params:  # every column of a block with a used column
+        used = np.flatnonzero(np.isin(np.arange(M) // 4, used // 4))
+    assert counts[0] == len(used) < M / 2
+    monkeypatch.setattr(fb.FBPDSolver, "set_rows", every_row)
+    reference, reference_log = fit(source, **params)
+    for name, array in reference._arrays().items():
+        assert np.ascontiguousarray(model._arrays()[name]).tobytes() == np.ascontiguousarray(array).tobytes(), name
+    assert model.info == reference.info
+    if params.get("penalty", "l1") == "l1" and "formulation" not in params:  # the logged (7): numpy's ‖x̃‖₁
+        x = np.ascontiguousarray(model.coef_.toarray().T)
+        assert log.records[-1]["objective"] == log.records[-1]["loss"] + model.info["lam"] * float(np.abs(x).sum())
+    assert [{k: v for k, v in r.items() if k != "wall_time"} for r in log.records] == [
+        {k: v for k, v in r.items() if k != "wall_time"} for r in reference_log.records
+    ]
 
 
 def test_auto_centers_dense_columns_and_reaches_the_lp_optimum():
@@ -506,12 +594,17 @@ def test_same_model_any_workers_and_chunking(wine, tmp_path, local_engine, param
     np.testing.assert_allclose(rechunked.intercept_, serial.intercept_, rtol=0, atol=1e-9)
 
 
-@pytest.mark.parametrize("formulation", ["regularized", "constrained"])
-def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation):
+@pytest.mark.parametrize(
+    "formulation, preconditioning",
+    [("regularized", "auto"), ("constrained", "auto"), ("regularized", False)],  # False: used columns only
+)
+def test_resume_is_bitwise(wine, tmp_path, monkeypatch, formulation, preconditioning):
     X, z = wine
+    X = np.hstack([np.zeros((len(z), 20)), X, np.zeros((len(z), 7))])  # unused columns, found again on resume
     store = write_store(tmp_path / "store", X, z, chunk_rows=50)
     params = {
         "formulation": formulation,
+        "preconditioning": preconditioning,
         "penalty": "l1",
         "lam": 0.05,
         "eta": 0.2,
