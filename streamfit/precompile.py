@@ -33,12 +33,13 @@ from pathlib import Path
 
 log = logging.getLogger("streamfit.train")
 
-# per solver, the parameter sets of its warm-up trains (small budgets; each a path of kernels)
+# per solver, the parameter sets of its warm-up trains (small budgets; each a path of kernels;
+# fbpd: iterations enough for a restart, whose norm is a kernel of its own)
 TRAIN_PARAMS: dict[str, list[dict]] = {
     "bcd": [{"mode": "memory", "max_iter": 2}, {"mode": "chunks", "max_iter": 1}],
     "ppdsparse": [{}],
     "multiboost": [{"max_iter": 2}],
-    "fbpd": [{"max_iter": 2}, {"max_iter": 2, "formulation": "constrained"}, {"max_iter": 2, "penalty": "l1/linf"}],
+    "fbpd": [{"max_iter": 10}, {"max_iter": 2, "formulation": "constrained"}, {"max_iter": 2, "penalty": "l1/linf"}],
     "stagewise": [
         {"generator": "gradient", "n_passes": 1},
         {"generator": "rff", "n_components": 64, "n_passes": 1},

@@ -542,8 +542,16 @@ LOGGED = [
     ("ppdsparse", PPDSparseParams(loss="hinge", lam=1e-2, tau=1e-2, threads=1), True),
     ("stagewise", StagewiseParams(generator="sequential", block_size=8, n_passes=2, lam=1e-2, penalty="stage"), False),
     ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2, penalty="stage"), True),
-    ("stagewise", StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"), False),
-    ("stagewise", StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"), True),
+    (
+        "stagewise",
+        StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"),
+        False,
+    ),
+    (
+        "stagewise",
+        StagewiseParams(generator="sequential", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"),
+        True,
+    ),
     (
         "stagewise",
         StagewiseParams(generator="rff", n_components=32, block_size=16, calibration="poly", lam=1e-2, penalty="stage"),
