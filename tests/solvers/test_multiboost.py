@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -491,6 +494,41 @@ def test_two_workers_give_the_identical_model(small_digits, tmp_path):
     with Engine(mode="local", n_workers=2) as engine:
         parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, **RUN)
     _same_model(serial, parallel)
+
+
+# a fit of a few chunks (several resident in the master: kernels.fcd_sweep), printing the
+# kernels it compiles (numba's "numba:compile" event fires for a compilation, not for a load
+# from the cache)
+_FIT_COUNTING_COMPILATIONS = """
+from numba.core import event
+from sklearn.datasets import load_digits
+compiled = []
+class Count(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Count())
+from streamfit import MultiBoostClassifier
+X, y = load_digits(return_X_y=True)
+MultiBoostClassifier(max_iter=3, chunk_rows=100).fit(X[:300], y[:300])
+print("compiled:", sorted(set(compiled)))
+"""
+
+
+@pytest.mark.slow
+def test_a_warm_fit_compiles_nothing(tmp_path):
+    """A second process on the cache the first one filled compiles nothing: the master's
+    resident chunks reach fcd_sweep as plain arrays (Master._pack), not numba typed lists,
+    whose constructor and methods compiled in every process."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    runs = [
+        subprocess.run([sys.executable, "-c", _FIT_COUNTING_COMPILATIONS], env=env, capture_output=True, text=True)
+        for _ in ("cold", "warm")
+    ]
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    assert "fcd_sweep" in runs[0].stdout, runs[0].stdout  # the cold run compiled the kernel the warm one loads
+    assert "compiled: []" in runs[1].stdout, runs[1].stdout
 
 
 def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
