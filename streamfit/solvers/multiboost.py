@@ -905,7 +905,10 @@ class Master:
         order, and the chunks' row counts: kernels.fcd_sweep's input. Each resident array is
         replaced by a view of its part of the buffer (the same shape, values and writability), so
         the state fcd_sweep updates is the one run_pass, add_scores and scores read; a chunk is
-        copied and its old array released in turn, so the resident data is held about once."""
+        copied and its old arrays released in turn, so the resident data is held about once,
+        except the bits of a caller that keeps its own reference to them (an in-memory
+        ChunkState, as the estimators use, returns its stored array): those are held twice
+        while the Master lives."""
         buffers = [
             np.empty(sum(chunk[p].size for chunk in self.resident), dtype=self.resident[0][p].dtype) for p in (1, 2, 3)
         ]
