@@ -80,7 +80,6 @@ import shutil
 import tempfile
 from typing import Annotated, Any, Literal, NamedTuple
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, model_validator
@@ -788,7 +787,7 @@ class Master:
         # (labels, bits, class_bits, state)
         self.spilled = 0  # chunks after those, in files of spill_dir
         self._used = 0
-        self._typed: tuple[Any, Any, Any] | None = None  # the resident arrays as numba typed lists (kernels.fcd_sweep)
+        self._packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # _pack's buffers
 
     @classmethod
     def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray, lows: np.ndarray) -> Master:
@@ -806,7 +805,7 @@ class Master:
             state[self.K : 2 * self.K + 1, excluded] = 0.0  # U and S
         classes = kernels.class_bits(labels, self.K)
         size = labels.nbytes + bits.nbytes + classes.nbytes + state.nbytes
-        self._typed = None
+        self._packed = None
         if not self.spilled and self._used + size <= self.budget:
             self.resident.append((labels, bits, classes, state))
             self._used += size
@@ -882,14 +881,13 @@ class Master:
         (kernels.fcd_sweep); otherwise one run_pass per coordinate, streaming the spilled chunks.
         Both do the same arithmetic in the same order, so they give the same iterates."""
         if not self.spilled:
-            if self._typed is None:
-                _, *parts = zip(*self.resident)  # (the labels are not needed)
-                self._typed = tuple(numba.typed.List(part) for part in parts)  # type: ignore[assignment]
-            bits, classes_bits, states = self._typed  # type: ignore[misc]
+            if self._packed is None:
+                self._packed = self._pack()
+            bits, classes_bits, states, rows = self._packed
             a_learner, a_class, delta = pending if pending is not None else (-1, 0, 0.0)
             a_learner, a_class, delta = kernels.fcd_sweep(
-                bits, classes_bits, states, np.asarray(order, dtype=np.int64), coord_class, coord_learner, weights,
-                C_over_p, large_c, learning_rate, a_learner, a_class, delta, self.lows,
+                bits, classes_bits, states, rows, self.K, np.asarray(order, dtype=np.int64), coord_class,
+                coord_learner, weights, C_over_p, large_c, learning_rate, a_learner, a_class, delta, self.lows,
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
         for j in order:
@@ -901,6 +899,31 @@ class Master:
                 weights[j] = value
                 pending = (int(coord_learner[j]), int(coord_class[j]), value - old)
         return pending
+
+    def _pack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The resident chunks' bits, class_bits and states, each concatenated flat in chunk
+        order, and the chunks' row counts: kernels.fcd_sweep's input. Each resident array is
+        replaced by a view of its part of the buffer (the same shape, values and writability), so
+        the state fcd_sweep updates is the one run_pass, add_scores and scores read; a chunk is
+        copied and its old arrays released in turn, so the resident data is held about once,
+        except the bits of a caller that keeps its own reference to them (an in-memory
+        ChunkState, as the estimators use, returns its stored array): those are held twice
+        while the Master lives."""
+        buffers = [
+            np.empty(sum(chunk[p].size for chunk in self.resident), dtype=self.resident[0][p].dtype) for p in (1, 2, 3)
+        ]
+        starts = [0, 0, 0]
+        for i, (labels, *arrays) in enumerate(self.resident):
+            views = []
+            for p, array in enumerate(arrays):
+                view = buffers[p][starts[p] : starts[p] + array.size].reshape(array.shape)
+                view[...] = array
+                view.flags.writeable = array.flags.writeable
+                starts[p] += array.size
+                views.append(view)
+            self.resident[i] = (labels, views[0], views[1], views[2])
+        rows = np.array([labels.shape[0] for labels, *_ in self.resident], dtype=np.int64)
+        return buffers[0], buffers[1], buffers[2], rows
 
     def scores(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """(labels, F) of chunk i."""

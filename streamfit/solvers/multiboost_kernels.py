@@ -436,9 +436,11 @@ def coordinate_update(
 
 @numba.njit(cache=True, nogil=True)
 def fcd_sweep(
-    bits_list,
-    classes_list,
-    state_list,
+    bits_flat: np.ndarray,
+    classes_flat: np.ndarray,
+    state_flat: np.ndarray,
+    rows: np.ndarray,
+    K: int,
     order: np.ndarray,
     coord_class: np.ndarray,
     coord_learner: np.ndarray,
@@ -451,22 +453,36 @@ def fcd_sweep(
     pending_delta: float,
     lows: np.ndarray,
 ) -> tuple[int, int, float]:
-    """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory
-    (numba typed lists of each chunk's bits, class_bits and master_state, in chunk order), in one
-    call: for each coordinate j of `order` in turn, every chunk applies the pending weight
+    """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory, in
+    one call: for each coordinate j of `order` in turn, every chunk applies the pending weight
     change (20) and adds its partial sums of (21) for j, in chunk order; then w_j is set by
     coordinate_update ((12) or (13), shrunk by learning_rate) in `weights` and its change becomes the pending one. The
     arithmetic, and its order, is that of master_pass chunk by chunk followed by
     coordinate_update, so the iterates equal those of the streamed path (Master.sweep).
+
+    The chunks come concatenated, each array flattened in C order, in chunk order: chunk k has
+    rows[k] rows (int64), so its bits (L × ⌈rows[k]/8⌉ uint8, L = lows.shape[0]), class_bits (K ×
+    ⌈rows[k]/8⌉) and master_state ((2K + 2) × rows[k], float64, updated in place) follow the
+    previous chunks' in bits_flat, classes_flat and state_flat (Master._pack). Plain arrays, not
+    numba typed lists: a typed list's constructor and methods compile in every process.
     pending_learner < 0: no change pending. Returns the change still pending (learner, class,
     delta), learner −1 when none."""
-    n_chunks = len(state_list)
+    n_chunks = rows.shape[0]
+    L = lows.shape[0]
     for q in range(order.shape[0]):
         j = order[q]
         c, lrn = coord_class[j], coord_learner[j]
         plus, minus = 0.0, 0.0
+        bits_at, classes_at, state_at = 0, 0, 0
         for k in range(n_chunks):
-            bits, classes_bits, state = bits_list[k], classes_list[k], state_list[k]
+            n = rows[k]
+            n_bytes = (n + 7) >> 3
+            bits = bits_flat[bits_at : bits_at + L * n_bytes].reshape((L, n_bytes))
+            classes_bits = classes_flat[classes_at : classes_at + K * n_bytes].reshape((K, n_bytes))
+            state = state_flat[state_at : state_at + (2 * K + 2) * n].reshape((2 * K + 2, n))
+            bits_at += L * n_bytes
+            classes_at += K * n_bytes
+            state_at += (2 * K + 2) * n
             if pending_learner >= 0:
                 _apply_change(
                     bits[pending_learner],
@@ -476,7 +492,6 @@ def fcd_sweep(
                     pending_delta,
                     lows[pending_learner],
                 )
-            K = (state.shape[0] - 2) // 2
             chunk_plus, chunk_minus = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
             plus += chunk_plus
             minus += chunk_minus

@@ -150,8 +150,16 @@ def rowwise_matmul(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"rowwise_matmul: shapes {A.shape} and {B.shape} do not multiply")
     C = np.zeros((A.shape[0], B.shape[1]), dtype=dtype)
-    _rowwise_matmul(A, B, C)
+    _rowwise_matmul(_read_only(A), _read_only(B), C)
     return C
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of `a` (no copy): numba types read-only and writable arrays apart, so a
+    kernel given both would be compiled, and cached, twice."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 @numba.njit(cache=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -15,6 +17,7 @@ import scipy.sparse as sp
 from click.testing import CliRunner
 from fitting import fit_solver
 from scipy.optimize import minimize, minimize_scalar
+from sklearn.datasets import load_digits
 
 import streamfit.solvers.multiboost as mb
 from streamfit import MultiBoostClassifier, load_model
@@ -491,6 +494,46 @@ def test_two_workers_give_the_identical_model(small_digits, tmp_path):
     with Engine(mode="local", n_workers=2) as engine:
         parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, **RUN)
     _same_model(serial, parallel)
+
+
+# a fit of a few chunks (several resident in the master: kernels.fcd_sweep), printing the
+# kernels it compiles (numba's "numba:compile" event fires for a compilation, not for a load
+# from the cache) and fcd_sweep's signatures (compiled or loaded)
+_FIT_COUNTING_COMPILATIONS = """
+from numba.core import event
+from sklearn.datasets import load_digits
+compiled = []
+class Count(event.Listener):
+    def on_start(self, ev):
+        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+event.register("numba:compile", Count())
+from streamfit import MultiBoostClassifier
+from streamfit.solvers import multiboost_kernels
+X, y = load_digits(return_X_y=True)
+MultiBoostClassifier(max_iter=3, chunk_rows=100).fit(X[:300], y[:300])
+print("compiled:", sorted(set(compiled)))
+print("fcd_sweep signatures:", len(multiboost_kernels.fcd_sweep.signatures))
+"""
+
+
+@pytest.mark.slow
+def test_a_warm_fit_compiles_nothing():
+    """A fresh process compiles nothing once the cache holds the kernels: the master's
+    resident chunks reach fcd_sweep as plain arrays (Master._pack), not numba typed lists,
+    whose constructor and methods compiled in every process. The same fit here first fills the
+    cache this process and the child share (numba's default, or NUMBA_CACHE_DIR: the child
+    inherits the environment), whichever tests ran before (a cold cache in a fresh directory
+    would cost the test ~12 s of compilation)."""
+    X, y = load_digits(return_X_y=True)
+    MultiBoostClassifier(max_iter=3, chunk_rows=100).fit(X[:300], y[:300])
+    child = subprocess.run(
+        [sys.executable, "-c", _FIT_COUNTING_COMPILATIONS], capture_output=True, text=True, check=False
+    )
+    assert child.returncode == 0, child.stderr
+    assert "fcd_sweep signatures: 1" in child.stdout, child.stdout  # the path under test ran
+    assert "compiled: []" in child.stdout, child.stdout
 
 
 def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
