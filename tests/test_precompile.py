@@ -12,23 +12,18 @@ import sys
 import numba
 import numpy as np
 import pytest
+from numba_compilations import COUNTING
 
 from streamfit.precompile import announce_compilation
 
 # a fresh process: an estimator fit and a CLI train on other data than the warm-up's, counting
 # the compilations of streamfit's kernels (numba's "numba:compile" event fires for a compilation,
 # not for a load from the cache)
-_FRESH_FIT = """
+_FRESH_FIT = (
+    COUNTING
+    + """
 import sys, numpy as np
-from numba.core import event
 from sklearn.datasets import load_iris
-compiled = []
-class Count(event.Listener):
-    def on_start(self, ev):
-        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-    def on_end(self, ev):
-        pass
-event.register("numba:compile", Count())
 import streamfit
 from streamfit.cli import main
 X, y = load_iris(return_X_y=True)
@@ -44,6 +39,7 @@ for args in (["ingest", sys.argv[1] + "/iris.svm", "--no-hash", "--out", sys.arg
         assert not e.code
 print("compiled:", sorted(set(compiled)))
 """
+)
 
 
 # a fresh process with an empty cache: every kernel is compiled here, so each dispatcher lists

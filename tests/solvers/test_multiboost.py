@@ -16,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 from click.testing import CliRunner
 from fitting import fit_solver
+from numba_compilations import COUNTING
 from scipy.optimize import minimize, minimize_scalar
 from sklearn.datasets import load_digits
 
@@ -499,16 +500,10 @@ def test_two_workers_give_the_identical_model(small_digits, tmp_path):
 # a fit of a few chunks (several resident in the master: kernels.fcd_sweep), printing the
 # kernels it compiles (numba's "numba:compile" event fires for a compilation, not for a load
 # from the cache) and fcd_sweep's signatures (compiled or loaded)
-_FIT_COUNTING_COMPILATIONS = """
-from numba.core import event
+_FIT_COUNTING_COMPILATIONS = (
+    COUNTING
+    + """
 from sklearn.datasets import load_digits
-compiled = []
-class Count(event.Listener):
-    def on_start(self, ev):
-        compiled.append(ev.data["dispatcher"].py_func.__qualname__)
-    def on_end(self, ev):
-        pass
-event.register("numba:compile", Count())
 from streamfit import MultiBoostClassifier
 from streamfit.solvers import multiboost_kernels
 X, y = load_digits(return_X_y=True)
@@ -516,6 +511,7 @@ MultiBoostClassifier(max_iter=3, chunk_rows=100).fit(X[:300], y[:300])
 print("compiled:", sorted(set(compiled)))
 print("fcd_sweep signatures:", len(multiboost_kernels.fcd_sweep.signatures))
 """
+)
 
 
 @pytest.mark.slow
