@@ -511,12 +511,18 @@ def sync_tree(root: str) -> None:
 def sync_paths(paths: list[str]) -> None:
     """fsync the local files and directories `paths` (a directory: its entries), up to
     SYNC_THREADS at once (see sync_tree)."""
+    _in_flight(fsync_path, paths)
+
+
+def _in_flight(operation: Callable[[str], None], paths: list[str]) -> None:
+    """operation(path) for every path, up to SYNC_THREADS at once (a thread pool only for two
+    or more); the first error is raised once all have run."""
     if len(paths) <= 1:
         for path in paths:
-            fsync_path(path)
+            operation(path)
         return
     with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
-        list(pool.map(fsync_path, paths))
+        list(pool.map(operation, paths))
 
 
 def remove_local_tree(root: str) -> None:
@@ -547,12 +553,7 @@ def _each_ignoring_errors(delete: Callable[[str], None], paths: list[str]) -> No
         with contextlib.suppress(OSError):
             delete(path)
 
-    if len(paths) <= 1:
-        for path in paths:
-            each(path)
-        return
-    with ThreadPoolExecutor(min(SYNC_THREADS, len(paths))) as pool:
-        list(pool.map(each, paths))
+    _in_flight(each, paths)
 
 
 def publish_dir(tmp: str, path: str) -> None:
