@@ -126,14 +126,17 @@ def _one_line(text: str) -> str:
 )
 @click.pass_context
 def main(ctx, verbose, quiet, log_file, log_format):
-    """Train large sparse linear classifiers on data bigger than memory.
+    """Train large sparse linear classifiers (and least-squares regressors) on data bigger than
+    memory. `streamfit COMMAND --help` explains each command's options.
 
     \b
     Typical job:
       streamfit ingest train.svm --no-hash --out train.zarr --test-size 0.2 --test-out test.zarr
       streamfit train train.zarr --solver stagewise --out run/
       streamfit evaluate run/ test.zarr
-    or all three from one file:  streamfit run pipelines/quickstart.yaml
+      streamfit predict run/ new.svm --top-k 3 --out predictions.csv
+    or the first three from one file:  streamfit run pipelines/quickstart.yaml
+    The solvers and their parameters:  streamfit train --list-solvers
 
     Ingest and training show their progress as one bar on a terminal, and as a line every few
     seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
@@ -315,7 +318,7 @@ _SOURCE_FLAGS = {
     "label_field": "Label field or column [default: label].",
     "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
-    "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|'.",
+    "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|' [default: none, one label per cell].",
     "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
     "(ohsumed_single_23/training, or its last part: training).",
     "encoding": "Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].",
@@ -390,7 +393,12 @@ def _parse_key_values(pairs, what: str) -> dict:
 @_click_options(HashingConfig, prefix=_HASHING)
 @_click_options(IngestOptions, exclude=("out", "format", "backend", "chunk_rows"))
 @_source_flags
-@click.option("--option", "options", multiple=True, help="Any other format option, as KEY=VALUE (repeatable).")
+@click.option(
+    "--option",
+    "options",
+    multiple=True,
+    help="Any other format option, as KEY=VALUE (repeatable), e.g. n_labels=159 for a Mulan ARFF file.",
+)
 @click.pass_context
 def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     """Turn raw data into a chunked, checksummed store.
@@ -466,6 +474,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     default=65536,
     show_default=True,
     type=click.IntRange(min=1),
+    metavar="N",
     help="Columns per feature block (one block's nnz must fit in memory).",
 )
 @click.pass_context
@@ -474,6 +483,10 @@ def transpose(ctx, store, block_features):
 
     Out of core: one pass over the row chunks spills entries per block, then each block is
     sorted by column and written to STORE/csc/. The copy replaces an earlier one atomically.
+
+    \b
+    Example:
+      streamfit transpose news.zarr --block-features 8192
     """
     from streamfit.store.csc import build_csc
 
@@ -708,7 +721,12 @@ def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_wo
     (multilabel: P@1/3/5 and the F1s of the labels scored above the threshold), log loss for
     models whose scores are probabilities; a regression model: RMSE, MAE and R² (per output when
     there are several). The chunks' sums are added in a fixed order: the same numbers in this
-    process and on a Dask cluster (--n-workers, --scheduler)."""
+    process and on a Dask cluster (--n-workers, --scheduler).
+
+    \b
+    Examples:
+      streamfit evaluate run/ test.zarr
+      streamfit evaluate run/ test.zarr --per-label --json"""
     from streamfit.metrics import evaluate as run_evaluate
     from streamfit.model import load_model
     from streamfit.store import open_store
@@ -766,7 +784,13 @@ def _given_threshold(threshold) -> float | None:
     type=click.IntRange(min=1),
     help="How many classes per row, best first (at most the number of classes).",
 )
-@click.option("--format", "fmt", default=None, help="Format of SOURCE when it is raw data (as for ingest).")
+@click.option(
+    "--format",
+    "fmt",
+    default=None,
+    help="Format of SOURCE when it is raw data (as for ingest) [default: inferred from the file name or its first "
+    "lines].",
+)
 @click.option(
     "--id-field",
     default=None,
@@ -783,7 +807,12 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
     options unless --option overrides them); for a multilabel model also the predicted label
     set (the labels scored above the threshold); for a regression model the predicted value of
     each output. Labels in raw data are not needed (and not read). With --n-workers or
-    --scheduler the rows are scored on Dask workers; the output is the same bytes."""
+    --scheduler the rows are scored on Dask workers; the output is the same bytes.
+
+    \b
+    Examples:
+      streamfit predict run/ new.svm --top-k 3 --out predictions.csv
+      streamfit predict run/ big.zarr --out preds.parquet --parts --n-workers 4"""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
 
@@ -816,7 +845,11 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 @click.pass_context
 def run(ctx, pipeline, resume, overwrite, **overrides):
     """Run a pipeline file: ingest (and ingest_test) -> train -> evaluate -> predict as one job, the
-    sections it has (see pipelines/). The options below override the pipeline's train section."""
+    sections it has (see pipelines/). The options below override the pipeline's train section.
+
+    \b
+    Example:
+      streamfit run pipelines/quickstart.yaml --overwrite"""
     from streamfit.config import load_pipeline
     from streamfit.jobs import run_pipeline
 
@@ -854,7 +887,12 @@ def compile_kernels(solvers, jobs):
     the package's __pycache__, or in NUMBA_CACHE_DIR). For images and CI: run it where the jobs
     will run (the cache is per CPU model). Each solver runs a tiny ingest, train (its main
     modes), evaluate, predict and estimator fit, in parallel processes; the ingest kernels
-    (LIBSVM parser, text hashing) are always compiled."""
+    (LIBSVM parser, text hashing) are always compiled.
+
+    \b
+    Examples:
+      streamfit compile
+      streamfit compile --solver stagewise --solver ppdsparse"""
     from streamfit.precompile import compile_targets, default_jobs
     from streamfit.solvers import SOLVER_NAMES
 

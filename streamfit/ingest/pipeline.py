@@ -104,9 +104,11 @@ class IngestOptions:
         default_text="classes, or the --like store's",
     )
     test_size: float | None = option(
-        None, "Fraction of rows for a test store (stratified by class; random for --target numeric)."
+        None,
+        "Fraction of rows for a test store, between 0 and 1 (stratified by class; random for --target numeric)",
+        default_text="none: no test store",
     )
-    test_out: str | None = option(None, "Where to write the test store (with --test-size).", metavar="PATH")
+    test_out: str | None = option(None, "Where to write the test store (required with --test-size).", metavar="PATH")
     seed: int = option(0, "Seed of the train/test split")
     on_bad_record: Literal["error", "skip", "quarantine"] = option(
         "error", "Stop at a bad record, skip and count it, or also copy it to a quarantine file"
@@ -117,7 +119,7 @@ class IngestOptions:
     max_record_bytes: int = option(
         DEFAULT_RECORD_BYTES,
         "Longest record read: a line of a LIBSVM/JSONL/CSV file, a document of a folder or archive (longer: a "
-        "bad record; in CSV, an error)",
+        "bad record; in CSV, an error). SIZE: bytes, or with a unit (KiB, MiB, GiB, TiB), e.g. 64MiB",
         ge=1,
         metavar="SIZE",
         parse=parse_bytes,
@@ -126,7 +128,7 @@ class IngestOptions:
     max_input_bytes: int = option(
         DEFAULT_INPUT_BYTES,
         "Most bytes read from one input file, folder or archive, after decompression (a bound on decompression "
-        "bombs; more is an error)",
+        "bombs; more is an error). SIZE: bytes, or with a unit (KiB, MiB, GiB, TiB), e.g. 1TiB",
         ge=1,
         metavar="SIZE",
         parse=parse_bytes,
