@@ -370,7 +370,7 @@ def _parse_key_values(pairs, what: str) -> dict:
     return out
 
 
-@main.command()
+@main.command(short_help="Raw data (files, folders, URLs) -> a chunked, checksummed store.")
 @_verbosity_options
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
@@ -466,7 +466,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
 
 
 # ------------------------------------------------------------------------------------- transpose
-@main.command()
+@main.command(short_help="Build a store's column (CSC) copy in feature blocks.")
 @_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
@@ -496,7 +496,7 @@ def transpose(ctx, store, block_features):
 
 
 # --------------------------------------------------------------------------------------- inspect
-@main.command()
+@main.command(short_help="Describe a store; --verify re-checks every checksum.")
 @_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
@@ -632,7 +632,7 @@ class _SolverParamOption(click.Option):
         return super().get_help_record(ctx)
 
 
-@main.command()
+@main.command(short_help="Train a solver on a store, with checkpoints; --resume continues.")
 @_verbosity_options
 @click.argument("store", type=click.Path())
 @click.option(
@@ -707,7 +707,7 @@ def _list_solvers(ctx, value):
 
 
 # -------------------------------------------------------------------------------------- evaluate
-@main.command()
+@main.command(short_help="A model's metrics on a store (accuracy, F1, P@k; RMSE, R²).")
 @_verbosity_options
 @click.argument("run_dir", type=click.Path())
 @click.argument("store", type=click.Path())
@@ -766,7 +766,7 @@ def _given_threshold(threshold) -> float | None:
 
 
 # --------------------------------------------------------------------------------------- predict
-@main.command()
+@main.command(short_help="Top-k predictions of a model for a store or raw data.")
 @_verbosity_options
 @click.argument("run_dir", type=click.Path())
 @click.argument("source", type=click.Path())
@@ -836,7 +836,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 
 
 # ------------------------------------------------------------------------------------------- run
-@main.command()
+@main.command(short_help="Run a pipeline file: ingest, train, evaluate, predict.")
 @_verbosity_options
 @click.argument("pipeline", type=click.Path())
 @click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
@@ -866,7 +866,7 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
 
 
 # --------------------------------------------------------------------------------------- compile
-@main.command(name="compile")
+@main.command(name="compile", short_help="Compile the numba kernels ahead of a first job.")
 @_verbosity_options
 @click.option(
     "--solver",
