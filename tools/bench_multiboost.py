@@ -25,7 +25,7 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
           instead of the largest edge (4);
 - cw1_signed: (not with --no-signed) cw1 with the negation-closed indicator pool (stumps="signed": 1[x > t],
-          1[x ≤ t], 1 and their negations); cw1_all: (not with --no-all) with sign stumps too (stumps="all");
+          1[x ≤ t], 1 and their negations);
 - cw1_signed_nu<ν>: (for each ν of --signed-learning-rates) cw1_signed with learning_rate=ν;
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
@@ -748,7 +748,6 @@ def main():
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-signed", action="store_true", help='without cw1_signed (cw1 with stumps="signed")')
-    ap.add_argument("--no-all", action="store_true", help='without cw1_all (cw1 with stumps="all")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument(
         "--learning-rates",
@@ -799,8 +798,6 @@ def main():
             results["cw1_signed"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="signed"
             )
-        if not args.no_all:
-            results["cw1_all"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="all")
         for rate in filter(None, args.signed_learning_rates.split(",")):
             results[f"cw1_signed_nu{rate}"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="signed", learning_rate=float(rate)

@@ -8,10 +8,10 @@ F_c(x) = w_cᵀ h_c(x) with w ≥ 0, the prediction is argmax_c F_c(x). Besides 
 of the threshold, and the constant ħ ≡ 1 (`"indicator"`), or both (`"both"`, the default): a
 sign stump moves F_c on every row, an indicator only on one side, which is what a tree leaf's
 value does (with binary features the sign stump must move the rows without the feature too).
-The pool may also be closed under negation (`"signed"`: the indicators and their negations
-−1[x > t], −1[x ≤ t] and −1; `"all"`: that and the sign stumps, whose negations they already
-hold): with w ≥ 0 this gives each indicator a weight of either sign, as a tree leaf's value has.
-A negated learner's edge is minus its indicator's, from the same histograms. Nothing else
+The indicators may also be closed under negation (`"signed"`: the indicators and their negations
+−1[x > t], −1[x ≤ t] and −1; the sign stumps are closed already, −sign(x > t) = sign(x ≤ t)):
+with w ≥ 0 this gives each indicator a weight of either sign, as a tree leaf's value has. A
+negated learner's edge is minus its indicator's, from the same histograms. Nothing else
 changes: for a class-specific or shared learner, δh_{i,j}(y) = ħ(x_i) or −ħ(x_i) or 0 lies in
 {−1, 0, +1} for every kind, so the pairs with δh = 0 are constants of (10), and (12), (13),
 (20), (21) hold as written with D± the pairs with δh = ±1 (for a negated learner, its
@@ -131,12 +131,12 @@ class MultiBoostParams(SolverParams):
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
         "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
     )
-    stumps: Literal["sign", "indicator", "both", "signed", "all"] = Field(
+    stumps: Literal["sign", "indicator", "both", "signed"] = Field(
         "both",
         description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
         "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
         "constraint (4) over both; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
-        "w ≥ 0, an indicator of either sign); all: sign stumps and signed indicators",
+        "w ≥ 0, an indicator of either sign)",
     )
     choice: Literal["edge", "gain"] = Field(
         "edge",
@@ -357,7 +357,7 @@ class BoostedStumpsModel(Model):
     lows_l = −1 a sign stump, ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1); for
     lows_l = 0 an indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or
     1[x[features_l] ≤ thresholds_l] (polarity −1; with threshold +inf the constant 1), or with
-    signs_l = −1 its negation (stumps="signed" or "all"). A model saved without `signs` (before
+    signs_l = −1 its negation (stumps="signed"). A model saved without `signs` (before
     2026-11-27's negated indicators) has every sign +1."""
 
     kind = "boosted_stumps"
@@ -452,7 +452,7 @@ class MultiBoostState(SolverState):
     learner_threshold: np.ndarray
     learner_polarity: np.ndarray
     learner_low: np.ndarray  # per stump, its value where it is not 1: −1 (sign) or 0 (indicator)
-    learner_sign: np.ndarray  # per stump, −1 for a negated indicator (stumps="signed", "all"), else +1
+    learner_sign: np.ndarray  # per stump, −1 for a negated indicator (stumps="signed"), else +1
     coord_class: np.ndarray  # master problem coordinates (J,): class and learner of w_j
     coord_learner: np.ndarray
     weights: np.ndarray  # w (J,), ≥ 0
@@ -662,9 +662,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             H,
             sums.totals,
             state.cut_offsets,
-            p.stumps in ("sign", "both", "all"),
+            p.stumps in ("sign", "both"),
             p.stumps != "sign",
-            p.stumps in ("signed", "all"),
+            p.stumps == "signed",
             H_own,
             own_totals,
         )

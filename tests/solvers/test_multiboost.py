@@ -356,8 +356,8 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert gain(chosen) == pytest.approx(best, rel=1e-10)
         assert edge[c] == pytest.approx(float(G[:, c] @ chosen), rel=1e-10, abs=1e-9)
 
-    # the negation-closed pools: "signed" (indicators and −1[x_f > t], −1[x_f ≤ t], −1) and "all" (and sign
-    # stumps), by the edge (4) and by the gain, against every feature, threshold, kind and sign
+    # the negation-closed pool "signed" (indicators and −1[x_f > t], −1[x_f ≤ t], −1), and the kernel's union of
+    # it with the sign stumps, by the edge (4) and by the gain, against every feature, threshold, kind and sign
     for sign_stumps in (False, True):
         for own in (no_own, (H_own, chunked.own_totals)):
             feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
@@ -469,13 +469,13 @@ def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():
         mb.MultiBoostParams(choice="gain", weak_learners="shared")
 
 
-@pytest.mark.parametrize("stumps, nu", [("both", 0.3), ("signed", 1.0), ("signed", 0.3), ("all", 1.0)])
+@pytest.mark.parametrize("stumps, nu", [("both", 0.3), ("signed", 1.0), ("signed", 0.3)])
 def test_learning_rate_shrinks_each_stage_wise_step_by_nu(stumps, nu):
     """Stage-wise (tau_max = 1, update (13)) with learning_rate ν: replayed in numpy on the raw
     values with the learners the run chose, coordinate by coordinate in the run's order, each new
     weight is ν·½ log(V₊/V₋) with V± the sums of μ_(i,y) = exp(F_y − F_{y_i}) over the pairs where
     δh = ±1 at the scores F of the weights before it (eqs. 13, 21), and F_c moves by that weight
-    times ħ (ħ = sign·(1 or low): negated indicators too, with the pools "signed" and "all"). A
+    times ħ (ħ = sign·(1 or low): negated indicators too, with the pool "signed"). A
     shrunk step is refused with the totally corrective FCD."""
     rng = np.random.default_rng(4)
     dense = (rng.random((240, 10)) < 0.4) * 1.0
