@@ -768,7 +768,8 @@ class MultiBoostClassifier(_SolverClassifier):
 
     Minimises lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(F_y(x_i) − F_{y_i}(x_i)) over w ≥ 0 (eq. 2
     divided by C = 1/lam; p = n(K−1)), F_c(x) = Σ_j w_cj ħ_cj(x) with stumps ħ ∈ {−1, +1} or
-    indicator stumps ħ ∈ {0, 1} (stumps="both", the default; "sign": the paper's pool): one
+    indicator stumps ħ ∈ {0, 1} (stumps="both", the default; "sign": the paper's pool; "signed": the
+    indicators and their negations ħ ∈ {0, −1}): one
     per class per iteration (weak_learners="class") or one shared by all classes ("shared",
     eq. 6); per class the learner of the largest edge (choice="edge", eq. 4) or of the largest
     loss decrease under the line search (choice="gain"). Multiclass only: a label indicator y is refused. The defaults are the paper's

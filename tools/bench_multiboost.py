@@ -24,6 +24,9 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw1_nu<ν>: (for each ν of --learning-rates) cw1 with learning_rate=ν, each stage-wise step shrunk by ν;
 - cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
           instead of the largest edge (4);
+- cw1_signed: (not with --no-signed) cw1 with the negation-closed indicator pool (stumps="signed": 1[x > t],
+          1[x ≤ t], 1 and their negations);
+- cw1_signed_nu<ν>: (for each ν of --signed-learning-rates) cw1_signed with learning_rate=ν;
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
@@ -423,22 +426,26 @@ def fig6(result, lam: float, warm: bool, repeats: int = 1):
     if warm:
         start[: len(result["previous_weights"])] = result["previous_weights"]
     first_new = len(result["previous_weights"]) if warm else 0
-    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m, model.lows)
+    F_start = kernels.scores(bits, state_classes, state_learners, start, K, m, model.lows, model.signs)
     fcd = {}
     for tau_max in FIG6_TAUS:
         seconds = np.inf
         for _ in range(repeats):
             w = start.copy()
             t = time.process_time()
-            master = mb.Master.in_memory(labels, bits, F_start, model.lows)
+            master = mb.Master.in_memory(labels, bits, F_start, model.lows, model.signs)
             mb.fcd(master, state_classes, state_learners, w, np.arange(first_new, J), C_over_p, 1e-6,
                    tau_max, False, 1.0, np.random.default_rng(0))  # fmt: skip
             seconds = min(seconds, time.process_time() - t)
         fcd[tau_max] = (
             seconds,
-            mb.objective(kernels.scores(bits, state_classes, state_learners, w, K, m, model.lows), labels, w, lam),
+            mb.objective(
+                kernels.scores(bits, state_classes, state_learners, w, K, m, model.lows, model.signs), labels, w, lam
+            ),
         )
-    H = np.where(np.unpackbits(bits, axis=1, count=m) > 0, 1.0, model.lows[:, None].astype(float))  # L × m: outputs
+    H = model.signs[:, None] * np.where(  # L × m: the outputs
+        np.unpackbits(bits, axis=1, count=m) > 0, 1.0, model.lows[:, None].astype(float)
+    )
     p = m * (K - 1)
     traces: list[list[tuple[float, float]]] = []
     for _ in range(repeats):
@@ -481,7 +488,8 @@ def lbfgsb_master(
     labels = np.concatenate([lab for lab, _, _, _ in master.resident])
     H = np.hstack(
         [
-            np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, master.lows[:, None].astype(float))
+            master.signs[:, None]
+            * np.where(np.unpackbits(b, axis=1, count=len(lab)) > 0, 1.0, master.lows[:, None].astype(float))
             for lab, b, _, _ in master.resident
         ]
     )
@@ -739,11 +747,17 @@ def main():
     ap.add_argument("--no-samme", action="store_true")
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
+    ap.add_argument("--no-signed", action="store_true", help='without cw1_signed (cw1 with stumps="signed")')
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument(
         "--learning-rates",
         default="",
         help="comma-separated learning rates ν: cw1_nu<ν> (cw1 with learning_rate=ν) runs for each",
+    )
+    ap.add_argument(
+        "--signed-learning-rates",
+        default="",
+        help="comma-separated learning rates ν: cw1_signed_nu<ν> (cw1_signed with learning_rate=ν) runs for each",
     )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
@@ -780,6 +794,14 @@ def main():
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_gain:
             results["cw1_gain"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="gain")
+        if not args.no_signed:
+            results["cw1_signed"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="signed"
+            )
+        for rate in filter(None, args.signed_learning_rates.split(",")):
+            results[f"cw1_signed_nu{rate}"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="signed", learning_rate=float(rate)
+            )
         for rate in filter(None, args.learning_rates.split(",")):
             results[f"cw1_nu{rate}"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", learning_rate=float(rate)

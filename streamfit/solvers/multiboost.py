@@ -8,9 +8,14 @@ F_c(x) = w_cᵀ h_c(x) with w ≥ 0, the prediction is argmax_c F_c(x). Besides 
 of the threshold, and the constant ħ ≡ 1 (`"indicator"`), or both (`"both"`, the default): a
 sign stump moves F_c on every row, an indicator only on one side, which is what a tree leaf's
 value does (with binary features the sign stump must move the rows without the feature too).
-Nothing else changes: for a class-specific or shared learner, δh_{i,j}(y) = ħ(x_i) or −ħ(x_i)
-or 0 lies in {−1, 0, +1} for both kinds, so the pairs with δh = 0 are constants of (10), and
-(12), (13), (20), (21) hold as written with D± the pairs with δh = ±1. With class-specific learners
+The indicators may also be closed under negation (`"signed"`: the indicators and their negations
+−1[x > t], −1[x ≤ t] and −1; the sign stumps are closed already, −sign(x > t) = sign(x ≤ t)):
+with w ≥ 0 this gives each indicator a weight of either sign, as a tree leaf's value has. A
+negated learner's edge is minus its indicator's, from the same histograms. Nothing else
+changes: for a class-specific or shared learner, δh_{i,j}(y) = ħ(x_i) or −ħ(x_i) or 0 lies in
+{−1, 0, +1} for every kind, so the pairs with δh = 0 are constants of (10), and (12), (13),
+(20), (21) hold as written with D± the pairs with δh = ±1 (for a negated learner, its
+indicator's D∓: the roles of V₊ and V₋ swap). With class-specific learners
 (`weak_learners="class"`, MultiBoostcw) each boosting iteration adds one stump per class; with
 shared learners (`weak_learners="shared"`, MultiBoost of Shen and Hao, eq. 6) it adds one stump
 that every class weighs with its own coefficient.
@@ -126,11 +131,12 @@ class MultiBoostParams(SolverParams):
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
         "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
     )
-    stumps: Literal["sign", "indicator", "both"] = Field(
+    stumps: Literal["sign", "indicator", "both", "signed"] = Field(
         "both",
         description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
         "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
-        "constraint (4) over both",
+        "constraint (4) over both; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
+        "w ≥ 0, an indicator of either sign)",
     )
     choice: Literal["edge", "gain"] = Field(
         "edge",
@@ -347,16 +353,21 @@ def _outputs_task(
 @register_model
 class BoostedStumpsModel(Model):
     """Scores F_c(x) = Σ_{j: coord_class_j = c} weights_j ħ_{coord_learner_j}(x), with the stump
-    ħ_l(x) = 1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows_l: for lows_l = −1 a
-    sign stump, ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1); for lows_l = 0 an
-    indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or 1[x[features_l] ≤ thresholds_l]
-    (polarity −1; with threshold +inf the constant 1)."""
+    ħ_l(x) = signs_l · (1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows_l): for
+    lows_l = −1 a sign stump, ħ_l(x) = polarity_l · (+1 if x[features_l] > thresholds_l else −1); for
+    lows_l = 0 an indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or
+    1[x[features_l] ≤ thresholds_l] (polarity −1; with threshold +inf the constant 1), or with
+    signs_l = −1 its negation (stumps="signed"). A model saved without `signs` (before
+    2026-11-27's negated indicators) has every sign +1."""
 
     kind = "boosted_stumps"
 
-    def __init__(self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, **common):
+    def __init__(
+        self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, signs=None, **common
+    ):
         super().__init__(**common)
         self.lows = np.asarray(lows, dtype=np.int8)
+        self.signs = np.ones(len(self.lows), dtype=np.int8) if signs is None else np.asarray(signs, dtype=np.int8)
         self.features = np.asarray(features, dtype=np.int64)
         self.thresholds = np.asarray(thresholds, dtype=np.float64)
         self.polarity = np.asarray(polarity, dtype=np.int8)
@@ -364,10 +375,15 @@ class BoostedStumpsModel(Model):
         self.coord_learner = np.asarray(coord_learner, dtype=np.int64)
         self.weights = np.asarray(weights, dtype=np.float64)
         L, J, K = len(self.features), len(self.weights), len(self.classes_)
-        if self.thresholds.shape != (L,) or self.polarity.shape != (L,) or self.lows.shape != (L,):
+        if (
+            self.thresholds.shape != (L,)
+            or self.polarity.shape != (L,)
+            or self.lows.shape != (L,)
+            or self.signs.shape != (L,)
+        ):
             raise ValueError(
-                f"stumps: features, thresholds, polarity and lows differ in length ({L}, {self.thresholds.shape}, "
-                f"{self.polarity.shape}, {self.lows.shape})"
+                f"stumps: features, thresholds, polarity, lows and signs differ in length ({L}, "
+                f"{self.thresholds.shape}, {self.polarity.shape}, {self.lows.shape}, {self.signs.shape})"
             )
         if self.coord_class.shape != (J,) or self.coord_learner.shape != (J,):
             raise ValueError("coordinates: coord_class, coord_learner and weights differ in length")
@@ -384,6 +400,8 @@ class BoostedStumpsModel(Model):
             raise ValueError("a stump's polarity is not ±1")
         if np.any((self.lows != -1) & (self.lows != 0)):
             raise ValueError("a stump's low is not −1 (sign) or 0 (indicator)")
+        if np.any(np.abs(self.signs) != 1):
+            raise ValueError("a stump's sign is not ±1")
 
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:
         return kernels.stump_scores(
@@ -399,6 +417,7 @@ class BoostedStumpsModel(Model):
             self.weights,
             len(self.classes_),
             self.lows,
+            self.signs,
         )
 
     def _arrays(self):
@@ -407,6 +426,7 @@ class BoostedStumpsModel(Model):
             "thresholds": self.thresholds,
             "polarity": self.polarity,
             "lows": self.lows,
+            "signs": self.signs,
             "coord_class": self.coord_class,
             "coord_learner": self.coord_learner,
             "weights": self.weights,
@@ -417,7 +437,7 @@ class BoostedStumpsModel(Model):
         names = ("features", "thresholds", "polarity", "lows", "coord_class", "coord_learner", "weights")
         if "lows" not in arrays:
             raise ValueError("a boosted_stumps model saved before stumps had lows (2026-11-27); retrain it")
-        return cls(**{k: arrays[k] for k in names}, **common)
+        return cls(**{k: arrays[k] for k in names}, signs=arrays.get("signs"), **common)
 
 
 # -- the solver ----------------------------------------------------------------------------
@@ -432,6 +452,7 @@ class MultiBoostState(SolverState):
     learner_threshold: np.ndarray
     learner_polarity: np.ndarray
     learner_low: np.ndarray  # per stump, its value where it is not 1: −1 (sign) or 0 (indicator)
+    learner_sign: np.ndarray  # per stump, −1 for a negated indicator (stumps="signed"), else +1
     coord_class: np.ndarray  # master problem coordinates (J,): class and learner of w_j
     coord_learner: np.ndarray
     weights: np.ndarray  # w (J,), ≥ 0
@@ -502,6 +523,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             learner_threshold=np.zeros(0),
             learner_polarity=np.zeros(0, dtype=np.int8),
             learner_low=np.zeros(0, dtype=np.int8),
+            learner_sign=np.zeros(0, dtype=np.int8),
             coord_class=np.zeros(0, dtype=np.int64),
             coord_learner=np.zeros(0, dtype=np.int64),
             weights=np.zeros(0),
@@ -600,6 +622,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.learner_threshold = np.zeros(0)
         state.learner_polarity = np.zeros(0, dtype=np.int8)
         state.learner_low = np.zeros(0, dtype=np.int8)
+        state.learner_sign = np.zeros(0, dtype=np.int8)
         state.coord_class = np.zeros(0, dtype=np.int64)
         state.coord_learner = np.zeros(0, dtype=np.int64)
         state.weights = np.zeros(0)
@@ -635,8 +658,15 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             )
         else:
             H_own, own_totals = np.zeros((0, K)), np.zeros(0)
-        feature, bin_, polarity, edge, low = kernels.best_stumps(
-            H, sums.totals, state.cut_offsets, p.stumps != "indicator", p.stumps != "sign", H_own, own_totals
+        feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+            H,
+            sums.totals,
+            state.cut_offsets,
+            p.stumps in ("sign", "both"),
+            p.stumps != "sign",
+            p.stumps == "signed",
+            H_own,
+            own_totals,
         )
         classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
         violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
@@ -675,6 +705,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.learner_threshold = np.concatenate([state.learner_threshold, new_thresholds])
         state.learner_polarity = np.concatenate([state.learner_polarity, new_polarity])
         state.learner_low = np.concatenate([state.learner_low, low[classes]])
+        state.learner_sign = np.concatenate([state.learner_sign, sign[classes]])
         if p.weak_learners == "shared":
             new_class, new_learner = np.arange(K), np.full(K, L0)
         else:
@@ -685,7 +716,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
         # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
         rng = np.random.default_rng([p.random_state, state.step - state.phase_start])  # the same draws in every phase
-        with Master(K, int(p.master_memory_mb * 2**20), state.learner_low) as master:
+        with Master(K, int(p.master_memory_mb * 2**20), state.learner_low, signs=state.learner_sign) as master:
             for i in range(source.n_chunks):
                 master.add(
                     ctx.chunk_state.read(LABELS, 1, i),
@@ -731,6 +762,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             coord_learner=state.coord_learner,
             weights=state.weights,
             lows=state.learner_low,
+            signs=state.learner_sign,
             classes=source.classes,
             n_features=source.n_features,
             multilabel=False,
@@ -777,12 +809,17 @@ class Master:
     needs) and its state written back, so one such chunk is in memory at a time. A pass adds the
     chunks' partial sums in chunk order, so results do not depend on the budget."""
 
-    def __init__(self, K: int, budget: int, lows: np.ndarray, spill_dir: str | None = None):
+    def __init__(
+        self, K: int, budget: int, lows: np.ndarray, spill_dir: str | None = None, signs: np.ndarray | None = None
+    ):
         self.K, self.budget, self.spill_dir = K, budget, spill_dir
         self._temporary: str | None = None  # the directory made for the spilled chunks when spill_dir is None
         self.lows = np.asarray(
             lows, dtype=np.int8
         )  # per learner, its value where its bit is 0: −1 (sign) or 0 (indicator)
+        self.signs = (  # per learner, −1 for a negated indicator (ħ = −(1 or 0)), else +1 (None: all +1)
+            np.ones(len(self.lows), dtype=np.int8) if signs is None else np.asarray(signs, dtype=np.int8)
+        )
         self.resident: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # the first chunks, in memory:
         # (labels, bits, class_bits, state)
         self.spilled = 0  # chunks after those, in files of spill_dir
@@ -790,9 +827,11 @@ class Master:
         self._packed: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None  # _pack's buffers
 
     @classmethod
-    def in_memory(cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray, lows: np.ndarray) -> Master:
+    def in_memory(
+        cls, labels: np.ndarray, bits: np.ndarray, F: np.ndarray, lows: np.ndarray, signs: np.ndarray | None = None
+    ) -> Master:
         """All rows as one resident chunk (for whole-array use: tests, benchmarks)."""
-        master = cls(F.shape[1], np.iinfo(np.int64).max, lows)
+        master = cls(F.shape[1], np.iinfo(np.int64).max, lows, signs=signs)
         master.add(labels, bits, F)
         return master
 
@@ -846,7 +885,17 @@ class Master:
         total = np.zeros((len(learners), 2))
         for _, bits, classes_bits, state in self.resident:
             total += kernels.master_pass(
-                bits, classes_bits, state, a_learner, a_class, delta, learners, classes, self.lows, difference
+                bits,
+                classes_bits,
+                state,
+                a_learner,
+                a_class,
+                delta,
+                learners,
+                classes,
+                self.lows,
+                self.signs,
+                difference,
             )
         if self.spilled:
             needed = np.unique(np.concatenate([learners, [a_learner] if a_learner >= 0 else []]).astype(np.int64))
@@ -856,7 +905,17 @@ class Master:
             classes_bits, state = np.load(self._path(i, "classes")), np.load(self._path(i, "state"))
             bits = self._spilled_bits(i, needed)
             total += kernels.master_pass(
-                bits, classes_bits, state, a_row, a_class, delta, rows, classes, self.lows[needed], difference
+                bits,
+                classes_bits,
+                state,
+                a_row,
+                a_class,
+                delta,
+                rows,
+                classes,
+                self.lows[needed],
+                self.signs[needed],
+                difference,
             )
             if a_learner >= 0:
                 np.save(self._path(i, "state"), state, allow_pickle=False)
@@ -888,6 +947,7 @@ class Master:
             a_learner, a_class, delta = kernels.fcd_sweep(
                 bits, classes_bits, states, rows, self.K, np.asarray(order, dtype=np.int64), coord_class,
                 coord_learner, weights, C_over_p, large_c, learning_rate, a_learner, a_class, delta, self.lows,
+                self.signs,
             )  # fmt: skip
             return None if a_learner < 0 else (int(a_learner), int(a_class), float(delta))
         for j in order:
@@ -947,7 +1007,7 @@ class Master:
         """F_c += change_j·ħ_{l_j} on every chunk for each coordinate j with change_j ≠ 0
         (kernels.add_scores): the scores follow the weights once FCD is done."""
         for _, bits, _, state in self.resident:
-            kernels.add_scores(bits, state, coord_class, coord_learner, change, self.lows)
+            kernels.add_scores(bits, state, coord_class, coord_learner, change, self.lows, self.signs)
         if not self.spilled:
             return
         moved = np.flatnonzero(change)
@@ -956,7 +1016,13 @@ class Master:
         for i in range(self.spilled):
             state = np.load(self._path(i, "state"))
             kernels.add_scores(
-                self._spilled_bits(i, needed), state, coord_class[moved], rows, change[moved], self.lows[needed]
+                self._spilled_bits(i, needed),
+                state,
+                coord_class[moved],
+                rows,
+                change[moved],
+                self.lows[needed],
+                self.signs[needed],
             )
             np.save(self._path(i, "state"), state, allow_pickle=False)
 

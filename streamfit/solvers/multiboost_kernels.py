@@ -12,8 +12,11 @@ so Σ_i Σ_{y≠y_i} μ_(i,y) δh_{i,j}(y) = Σ_i g_{c_j}[i] ħ_{l_j}(x_i) for c
 
 The learners' outputs are packed bits: bit i of row l of `bits` (np.packbits order, big
 endian within a byte) is 1 when ħ_l(x_i) = 1; where it is 0, ħ_l(x_i) is the learner's `low`:
-−1 for a sign stump (ħ ∈ {−1, +1}), 0 for an indicator stump (ħ ∈ {0, 1}). A pair (i, y) with
-δh = 0 is in neither D₊ nor D₋ of (21) and is left alone by (20). Every loop runs in a fixed order, so results do
+−1 for a sign stump (ħ ∈ {−1, +1}), 0 for an indicator stump (ħ ∈ {0, 1}); a learner's `sign`
+(+1, or −1 for a negated indicator −1[x > t], −1[x ≤ t] or the constant −1) multiplies both
+values, so ħ_l = sign_l·(1 on a set bit, else low_l). A pair (i, y) with δh = 0 is in neither D₊
+nor D₋ of (21) and is left alone by (20); a negated learner swaps D₊ and D₋ (δh changes sign),
+and its weight change δ acts on μ as the change −δ of the learner it negates. Every loop runs in a fixed order, so results do
 not depend on threads or on how the data is chunked (sums over chunks go through the engine's
 fixed tree).
 """
@@ -142,16 +145,17 @@ def scores(
     K: int,
     m: int,
     lows: np.ndarray,
+    signs: np.ndarray,
 ):
-    """F (m × K) = Σ_j w_j ħ_{l_j}(x_i) in class c_j, coordinates added in index order (lows[l]: learner
-    l's value where its bit is 0)."""
+    """F (m × K) = Σ_j w_j ħ_{l_j}(x_i) in class c_j, coordinates added in index order (ħ_l = signs[l]·(1
+    on a set bit, else lows[l]))."""
     F = np.zeros((m, K))
     for j in range(w.shape[0]):
         if w[j] == 0.0:
             continue
         c, lrn = coord_class[j], coord_learner[j]
         for i in range(m):
-            F[i, c] += w[j] * _bit(bits, lrn, i, lows[lrn])
+            F[i, c] += w[j] * (signs[lrn] * _bit(bits, lrn, i, lows[lrn]))
     return F
 
 
@@ -277,6 +281,16 @@ def _split_sums(bits_row, class_row, state, K: int, c: int, low: int) -> tuple[f
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _coordinate_sums(bits_row, class_row, state, K: int, c: int, low: int, sign: int) -> tuple[float, float]:
+    """_split_sums of a learner of sign `sign`: a negated learner (−1) has δh of the opposite
+    sign on every pair, so its D₊ and D₋ are those of the learner it negates, swapped."""
+    plus, minus = _split_sums(bits_row, class_row, state, K, c, low)
+    if sign < 0:
+        return minus, plus
+    return plus, minus
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _change_row(a, S, U, i: int, b: int, own: int, e1: float, e0: float, i1: float, i0: float) -> None:
     """Eq. (20) on row i for a weight change of class c: a row of class c (own) scales all its μ
     by e^{−δ·ħ}, i.e. a_i (i1 on a set bit, i0 else); another row scales μ_(i,c) by e^{δ·ħ} (e1, e0),
@@ -326,16 +340,19 @@ def add_scores(
     coord_learner: np.ndarray,
     change: np.ndarray,
     lows: np.ndarray,
+    signs: np.ndarray,
 ) -> None:
     """F_c += change_j·ħ_{l_j} for every coordinate j with change_j ≠ 0, in index order, on a
-    chunk's scores (rows [0, K) of master_state's layout, in place)."""
+    chunk's scores (rows [0, K) of master_state's layout, in place); ħ_l = signs[l]·(1 on a set
+    bit, else lows[l])."""
     n = state.shape[1]
     for j in range(change.shape[0]):
         delta = change[j]
         if delta == 0.0:
             continue
         row, F = bits[coord_learner[j]], state[coord_class[j]]
-        d1, d0 = delta, delta * lows[coord_learner[j]]
+        d1 = delta * signs[coord_learner[j]]  # (exact: a product by ±1)
+        d0 = d1 * lows[coord_learner[j]]
         for i in range(n):
             F[i] += d1 if (row[i >> 3] >> (7 - (i & 7))) & 1 else d0
 
@@ -377,29 +394,38 @@ def master_pass(
     learners: np.ndarray,
     classes: np.ndarray,
     lows: np.ndarray,
+    signs: np.ndarray,
     difference: bool,
 ) -> np.ndarray:
     """One chunk's share of a pass of Algorithm 2 over the master problem. First, when
     apply_learner ≥ 0, the weight change delta of the coordinate (apply_class, learner row
     apply_learner of `bits`) (_apply_change, eq. 20). Then the chunk's partial sums of (21)
     without the e^{±w_j} factors, i.e. (Σ_{D+} μ, Σ_{D−} μ), for each coordinate (classes[q],
-    learner row learners[q]): (q × 2). classes_bits: the chunk's class_bits; lows[l]: the value of
-    learner row l of `bits` where its bit is 0.
+    learner row learners[q]): (q × 2). classes_bits: the chunk's class_bits; lows[l] and signs[l]:
+    learner row l of `bits` is signs[l]·(1 on a set bit, else lows[l]) (a negated learner's change
+    is applied as −delta to the learner it negates, and its D₊ and D₋ are swapped).
 
     With `difference`, what θ (16) needs: (Σ_{D+} μ − Σ_{D−} μ, 0) per coordinate, from one masked
     sum of a per-class vector: with v_c[i] = R_i on a row of class c and −μ_(i,c) elsewhere (the
     signed weight of its pairs when ħ = 1), the difference is Σ_{bit set} v_c for an indicator
     (ħ = 0 on a clear bit) and 2·Σ_{bit set} v_c − Σ_i v_c[i] for a sign stump (ħ = −1 there).
     v_c is made once per class per call, so each coordinate costs one read of v_c per row instead
-    of _split_sums' three."""
+    of _split_sums' three; a negated learner's difference is the negative of its learner's."""
     K = (state.shape[0] - 2) // 2
     if apply_learner >= 0:
-        _apply_change(bits[apply_learner], classes_bits[apply_class], state, apply_class, delta, lows[apply_learner])
+        _apply_change(
+            bits[apply_learner],
+            classes_bits[apply_class],
+            state,
+            apply_class,
+            delta * signs[apply_learner],  # (exact: a product by ±1)
+            lows[apply_learner],
+        )
     sums = np.zeros((learners.shape[0], 2))
     if not difference:
         for q in range(learners.shape[0]):
             lrn, c = learners[q], classes[q]
-            sums[q, 0], sums[q, 1] = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+            sums[q, 0], sums[q, 1] = _coordinate_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn], signs[lrn])
         return sums
     n = state.shape[1]
     S, a = state[2 * K], state[2 * K + 1]
@@ -415,7 +441,8 @@ def master_pass(
                 v[c, i] = a[i] * S[i] if (own[i >> 3] >> (7 - (i & 7))) & 1 else -a[i] * U[i]
             totals[c] = v[c].sum()
         positive = _masked_sum(bits[learners[q]], v[c])
-        sums[q, 0] = positive if lows[learners[q]] == 0 else 2.0 * positive - totals[c]
+        value = positive if lows[learners[q]] == 0 else 2.0 * positive - totals[c]
+        sums[q, 0] = value if signs[learners[q]] > 0 else -value
     return sums
 
 
@@ -452,6 +479,7 @@ def fcd_sweep(
     pending_class: int,
     pending_delta: float,
     lows: np.ndarray,
+    signs: np.ndarray,
 ) -> tuple[int, int, float]:
     """One working-set iteration of Algorithm 2 (its lines 5–10) over chunks held in memory, in
     one call: for each coordinate j of `order` in turn, every chunk applies the pending weight
@@ -463,7 +491,8 @@ def fcd_sweep(
     The chunks come concatenated, each array flattened in C order, in chunk order: chunk k has
     rows[k] rows (int64), so its bits (L × ⌈rows[k]/8⌉ uint8, L = lows.shape[0]), class_bits (K ×
     ⌈rows[k]/8⌉) and master_state ((2K + 2) × rows[k], float64, updated in place) follow the
-    previous chunks' in bits_flat, classes_flat and state_flat (Master._pack). Plain arrays, not
+    previous chunks' in bits_flat, classes_flat and state_flat (Master._pack); learner l is
+    signs[l]·(1 on a set bit, else lows[l]) (master_pass). Plain arrays, not
     numba typed lists: a typed list's constructor and methods compile in every process.
     pending_learner < 0: no change pending. Returns the change still pending (learner, class,
     delta), learner −1 when none."""
@@ -489,10 +518,10 @@ def fcd_sweep(
                     classes_bits[pending_class],
                     state,
                     pending_class,
-                    pending_delta,
+                    pending_delta * signs[pending_learner],
                     lows[pending_learner],
                 )
-            chunk_plus, chunk_minus = _split_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn])
+            chunk_plus, chunk_minus = _coordinate_sums(bits[lrn], classes_bits[c], state, K, c, lows[lrn], signs[lrn])
             plus += chunk_plus
             minus += chunk_minus
         pending_learner = -1
@@ -600,11 +629,13 @@ def best_stumps(
     cut_offsets: np.ndarray,
     sign: bool,
     indicator: bool,
+    negated: bool,
     H_own: np.ndarray,
     own_totals: np.ndarray,
 ):
     """Per class c, the stump of the pool (sign stumps with `sign`, indicator stumps with
-    `indicator`, or both) of the largest score, over every feature f and split after bin b.
+    `indicator`, their negations too with `negated`, or a union) of the largest score, over
+    every feature f and split after bin b.
     With S_b = Σ_{bins ≤ b} H[., c] (g_c: the own-class part minus the other rows' μ_(i,c)),
     P_b = Σ_{bins ≤ b} H_own[., c] (the own-class part: R_i of the rows of class c) and the
     totals T_c, P_T, a candidate's V₊ and V₋ (the μ mass of its pairs with δh = +1 and −1) are:
@@ -616,12 +647,17 @@ def best_stumps(
     - the constant learner ħ ≡ 1: V₊ = P_T, V₋ = P_T − T_c (edge T_c, exactly: not a feature's S
       summed over all its bins, whose rounding would make the feature that carries it
       arbitrary), returned as feature 0's 1[x ≤ +inf]: bin = feature 0's number of cuts,
-      polarity −1.
+      polarity −1;
+    - with `negated`, each indicator's negation −1[bin(x_f) > b], −1[bin(x_f) ≤ b] and the
+      constant −1 (sign −1): δh changes sign on every pair, so V₊ and V₋ swap and the edge is
+      the indicator's, negated. The same histograms, no other pass. (A negated sign stump is
+      the sign stump of the other polarity, already in the pool.)
     The score is the edge V₊ − V₋ (eq. 4 up to the factor C/p; H_own empty: P is not needed),
     or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13).
-    Ties keep the first in (feature, bin, sign before indicator, + before −) order, the constant
-    last. Returns (feature, bin, polarity, edge, low) arrays of length K: edge is the chosen
-    stump's V₊ − V₋, low its value where it is not 1: −1 (sign) or 0 (indicator)."""
+    Ties keep the first in (feature, bin, sign stump, indicator, negated indicator, polarity +
+    before −) order, the constant last (before its negation). Returns (feature, bin, polarity,
+    edge, low, sign) arrays of length K: edge is the chosen stump's V₊ − V₋, low its value where
+    its bit is 0: −1 (sign) or 0 (indicator), sign −1 for a negated indicator, else +1."""
     n_features = cut_offsets.shape[0] - 1
     K = H.shape[1]
     gain = H_own.shape[0] > 0
@@ -631,6 +667,7 @@ def best_stumps(
     best_s = np.full(K, -np.inf)
     best_e = np.full(K, -np.inf)
     best_low = np.full(K, -1, dtype=np.int8)
+    best_sign = np.ones(K, dtype=np.int8)
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
@@ -647,27 +684,43 @@ def best_stumps(
                     edge = T - 2.0 * cum
                     score = _score(gain, edge, PT - cum, PT - T + cum)
                     if score > best_s[c]:
-                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, 1, -1
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, -1, 1
                         best_s[c], best_e[c] = score, edge
                     score = _score(gain, -edge, PT - T + cum, PT - cum)
                     if score > best_s[c]:
-                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, -1, -1
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, -1, 1
                         best_s[c], best_e[c] = score, -edge
                 if indicator:
                     score = _score(gain, T - cum, PT - own, PT - T - own + cum)
                     if score > best_s[c]:
-                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, 1, 0
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, 1
                         best_s[c], best_e[c] = score, T - cum
                     score = _score(gain, cum, own, own - cum)
                     if score > best_s[c]:
-                        best_f[c], best_b[c], best_p[c], best_low[c] = f, b, -1, 0
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, 1
                         best_s[c], best_e[c] = score, cum
-        if indicator and n_features > 0:
-            score = _score(gain, T, PT, PT - T)
-            if score > best_s[c]:
-                best_f[c], best_b[c], best_p[c], best_low[c] = 0, cut_offsets[1] - cut_offsets[0], -1, 0
-                best_s[c], best_e[c] = score, T
-    return best_f, best_b, best_p, best_e, best_low
+                if negated:
+                    score = _score(gain, cum - T, PT - T - own + cum, PT - own)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, -1
+                        best_s[c], best_e[c] = score, cum - T
+                    score = _score(gain, -cum, own - cum, own)
+                    if score > best_s[c]:
+                        best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, -1
+                        best_s[c], best_e[c] = score, -cum
+        if n_features > 0:
+            last = cut_offsets[1] - cut_offsets[0]  # feature 0's 1[x ≤ +inf]: the constant
+            if indicator:
+                score = _score(gain, T, PT, PT - T)
+                if score > best_s[c]:
+                    best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, 1
+                    best_s[c], best_e[c] = score, T
+            if negated:
+                score = _score(gain, -T, PT - T, PT)
+                if score > best_s[c]:
+                    best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, -1
+                    best_s[c], best_e[c] = score, -T
+    return best_f, best_b, best_p, best_e, best_low, best_sign
 
 
 @numba.njit(cache=True, nogil=True)
@@ -684,10 +737,12 @@ def stump_scores(
     w: np.ndarray,
     K: int,
     lows: np.ndarray,
+    signs: np.ndarray,
 ) -> np.ndarray:
     """Scores (rows × K) F_c(x) = Σ_{j: c_j = c} w_j ħ_{l_j}(x) of the rows of a CSR matrix, with
-    ħ_l(x) = 1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows[l] (−1: a sign stump,
-    ħ_l(x) = polarity_l·(+1 if x[features_l] > thresholds_l else −1); 0: an indicator stump)."""
+    ħ_l(x) = signs[l]·(1 if (x[features_l] > thresholds_l) == (polarity_l > 0) else lows[l]) (lows −1: a
+    sign stump, ħ_l(x) = polarity_l·(+1 if x[features_l] > thresholds_l else −1); 0: an indicator stump;
+    signs −1: its negation)."""
     n = indptr.shape[0] - 1
     S = np.zeros((n, K))
     row = np.zeros(n_features)
@@ -696,7 +751,7 @@ def stump_scores(
         for k in range(indptr[i], indptr[i + 1]):
             row[indices[k]] = data[k]
         for lrn in range(features.shape[0]):
-            h[lrn] = 1.0 if (row[features[lrn]] > thresholds[lrn]) == (polarity[lrn] > 0) else lows[lrn]
+            h[lrn] = signs[lrn] * (1.0 if (row[features[lrn]] > thresholds[lrn]) == (polarity[lrn] > 0) else lows[lrn])
         for j in range(w.shape[0]):
             S[i, coord_class[j]] += w[j] * h[coord_learner[j]]
         for k in range(indptr[i], indptr[i + 1]):

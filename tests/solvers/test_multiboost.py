@@ -58,16 +58,21 @@ def test_closed_form_update_12_is_the_minimum_of_10():
     )
 
 
-def _master_problem(seed=1, m=150, K=4, per_class=5):
-    """Random sign outputs of `per_class` learners per class, labels and a zero start."""
+def _master_problem(seed=1, m=150, K=4, per_class=5, pool="sign"):
+    """Random outputs of `per_class` learners per class of a pool (_pool), labels and the
+    coordinates (one per learner, class lrn % K): (bits, H (L × m, the learners' values), labels,
+    coord_class, coord_learner, lows, signs). Each learner is informative for its class: its bit
+    is set on 80 % of the class's rows, or for a negated learner (ħ = −1 on a set bit) clear."""
     rng = np.random.default_rng(seed)
     L = K * per_class
-    signs = rng.random((L, m)) < 0.5
+    lows, signs = _pool(pool, L)
+    set_bits = rng.random((L, m)) < 0.5
     labels = rng.integers(0, K, m)
     for lrn in range(L):  # make every learner informative for its class
         c = lrn % K
-        signs[lrn, labels == c] = rng.random(int((labels == c).sum())) < 0.8
-    return np.packbits(signs, axis=1), np.where(signs, 1.0, -1.0), labels, np.arange(L) % K, np.arange(L)
+        set_bits[lrn, labels == c] = (rng.random(int((labels == c).sum())) < 0.8) == (signs[lrn] > 0)
+    H = signs[:, None] * np.where(set_bits, 1.0, lows[:, None].astype(float))
+    return np.packbits(set_bits, axis=1), H, labels, np.arange(L) % K, np.arange(L), lows, signs
 
 
 def _dense_objective(H, labels, coord_class, coord_learner, lam, K):
@@ -91,24 +96,33 @@ def _dense_objective(H, labels, coord_class, coord_learner, lam, K):
     return value_and_grad
 
 
-def _lows(pool: str, L: int) -> np.ndarray:
-    """Each learner's value where its bit is 0: sign learners ħ ∈ {−1, +1}, indicator learners
-    ħ ∈ {0, 1}, or a mix of both (the same bits)."""
-    return {"sign": np.full(L, -1), "indicator": np.zeros(L), "mixed": np.arange(L) % 2 - 1}[pool].astype(np.int8)
+def _pool(pool: str, L: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lows, signs) of L learners: each learner's value where its bit is 0, and its sign (ħ =
+    sign·(1 on a set bit, else low)): sign learners ħ ∈ {−1, +1}, indicator learners ħ ∈ {0, 1},
+    a mix of both, or a mix of sign stumps, indicators and negated indicators ħ ∈ {0, −1}."""
+    lows = {
+        "sign": np.full(L, -1),
+        "indicator": np.zeros(L),
+        "mixed": np.arange(L) % 2 - 1,
+        "negated": np.where(np.arange(L) % 3 == 0, -1, 0),
+    }[pool]
+    signs = np.where((np.arange(L) % 3 == 2) & (pool == "negated"), -1, 1)
+    return lows.astype(np.int8), signs.astype(np.int8)
 
 
-@pytest.mark.parametrize("weak_learners, pool", [("class", "sign"), ("shared", "sign"), ("class", "mixed")])
+@pytest.mark.parametrize(
+    "weak_learners, pool", [("class", "sign"), ("shared", "sign"), ("class", "mixed"), ("class", "negated"),
+                            ("shared", "negated")]
+)  # fmt: skip
 def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners, pool):
     K, lam = 4, 1e-2
-    bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
-    lows = _lows(pool, H.shape[0])
-    H = np.where(H > 0, 1.0, lows[:, None].astype(float))
+    bits, H, labels, coord_class, coord_learner, lows, signs = _master_problem(K=K, pool=pool)
     if weak_learners == "shared":  # every class weighs every learner (eq. 6's master)
         L = H.shape[0]
         coord_class, coord_learner = np.tile(np.arange(K), L), np.repeat(np.arange(L), K)
     m = H.shape[1]
     w = np.zeros(len(coord_class))
-    master = mb.Master.in_memory(labels, bits, np.zeros((m, K)), lows)
+    master = mb.Master.in_memory(labels, bits, np.zeros((m, K)), lows, signs)
     C_over_p = 1.0 / (lam * m * (K - 1))
     tol = 1e-9
     tau, worst = mb.fcd(
@@ -117,8 +131,13 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners, pool):
     )  # fmt: skip
     assert worst is not None and worst <= tol and tau > 1  # the stopping rule (18) held
     _, F = master.scores(0)
-    np.testing.assert_allclose(F, kernels.scores(bits, coord_class, coord_learner, w, K, m, lows), rtol=0, atol=1e-9)
-    fresh = mb.Master.in_memory(labels, bits, F, lows)  # μ from the final scores, not the running μ
+    scores = kernels.scores(bits, coord_class, coord_learner, w, K, m, lows, signs)
+    np.testing.assert_allclose(F, scores, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(  # the scores from the dense outputs
+        scores, np.stack([H[coord_learner[coord_class == c]].T @ w[coord_class == c] for c in range(K)], axis=1),
+        rtol=1e-12, atol=1e-12,
+    )  # fmt: skip
+    fresh = mb.Master.in_memory(labels, bits, F, lows, signs)  # μ from the final scores, not the running μ
     theta = mb.kkt_violations(w, fresh.run_pass(None, coord_learner, coord_class, False), C_over_p)
     assert theta.max() <= 10 * tol
     value_and_grad = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
@@ -128,28 +147,29 @@ def test_fcd_solves_the_master_problem_as_lbfgsb_does(weak_learners, pool):
     )  # fmt: skip
     ours = value_and_grad(w)[0]
     assert ours == pytest.approx(ref.fun, rel=1e-6)
-    assert ours == pytest.approx(
-        mb.objective(kernels.scores(bits, coord_class, coord_learner, w, K, m, lows), labels, w, lam)
-    )
+    assert ours == pytest.approx(mb.objective(scores, labels, w, lam))
     assert np.count_nonzero(w) > 0
+    if pool == "negated":  # the negated learners are used
+        assert np.count_nonzero(w[signs[coord_learner] < 0]) > 0
 
 
 @pytest.mark.parametrize("budget", [1 << 40, 0], ids=["in_memory", "streamed"])
-def test_the_difference_pass_for_theta_is_the_gradient_of_the_loss(tmp_path, budget):
+@pytest.mark.parametrize("pool", ["mixed", "negated"])
+def test_the_difference_pass_for_theta_is_the_gradient_of_the_loss(tmp_path, budget, pool):
     """Master.run_pass with difference (θ's pass, one masked sum per coordinate) gives
     Σ_{D+} μ − Σ_{D−} μ = −∂(Σ_i Σ_{y≠y_i} μ_(i,y))/∂w_j, checked against the dense gradient of
-    (2) at random weights, on a mixed pool of sign and indicator learners, chunks not aligned to
-    bytes, in memory and streamed; and equals the difference of the two split sums."""
+    (2) at random weights, on a mixed pool of sign and indicator learners (and negated
+    indicators), chunks not aligned to bytes, in memory and streamed; and equals the difference
+    of the two split sums."""
     K, lam = 4, 1e-2
-    bits, H, labels, coord_class, coord_learner = _master_problem(K=K, seed=5)
-    lows = _lows("mixed", H.shape[0])
-    H = np.where(H > 0, 1.0, lows[:, None].astype(float))
+    bits, H, labels, coord_class, coord_learner, lows, signs = _master_problem(K=K, seed=5, pool=pool)
     m, J = H.shape[1], len(coord_class)
-    w = np.random.default_rng(6).random(J) * (np.arange(J) % 3 > 0)
-    F = kernels.scores(bits, coord_class, coord_learner, w, K, m, lows)
-    master = mb.Master(K, budget, lows, str(tmp_path))
+    w = np.random.default_rng(6).random(J) * (np.arange(J) % 4 > 0)
+    F = kernels.scores(bits, coord_class, coord_learner, w, K, m, lows, signs)
+    master = mb.Master(K, budget, lows, str(tmp_path), signs)
+    set_bits = np.unpackbits(bits, axis=1, count=m)
     for lo, hi in ((0, 45), (45, 101), (101, m)):
-        master.add(labels[lo:hi], np.packbits(H[:, lo:hi] > 0, axis=1), F[lo:hi])
+        master.add(labels[lo:hi], np.packbits(set_bits[:, lo:hi], axis=1), F[lo:hi])
     difference = master.run_pass(None, coord_learner, coord_class, True)
     split = master.run_pass(None, coord_learner, coord_class, False)
     gradient = _dense_objective(H, labels, coord_class, coord_learner, lam, K)(w)[1]
@@ -159,22 +179,59 @@ def test_the_difference_pass_for_theta_is_the_gradient_of_the_loss(tmp_path, bud
     np.testing.assert_allclose(difference[:, 0], split[:, 0] - split[:, 1], rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("pool", ["sign", "mixed"])
-def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path, monkeypatch, pool):
-    K, lam = 4, 1e-2
-    bits, H, labels, coord_class, coord_learner = _master_problem(K=K)
-    lows = _lows(pool, H.shape[0])
+def test_the_update_of_a_negated_learner_is_the_minimum_along_its_coordinate():
+    """For a coordinate whose learner is negated (ħ = −1[·] ∈ {−1, 0}), the sums (21) of a pass
+    give V± whose minimum (12) (and (13) at large C) is the minimum of the master objective (2)
+    along that coordinate, found by a 1-D numeric minimizer on the dense outputs; the other
+    weights fixed at random values, on a mixed pool with negated indicators."""
+    K, lam = 4, 1e-3
+    bits, H, labels, coord_class, coord_learner, lows, signs = _master_problem(K=K, seed=7, pool="negated")
     m, J = H.shape[1], len(coord_class)
     C_over_p = 1.0 / (lam * m * (K - 1))
-    signs = H > 0
+    rng = np.random.default_rng(8)
+    value = _dense_objective(H, labels, coord_class, coord_learner, lam, K)
+    negated = np.flatnonzero(signs[coord_learner] < 0)
+    assert len(negated) >= 4
+    moved = 0
+    for j in negated:
+        w = rng.random(J) * 0.5
+        F = kernels.scores(bits, coord_class, coord_learner, w, K, m, lows, signs)
+        ((plus, minus),) = mb.Master.in_memory(labels, bits, F, lows, signs).run_pass(
+            None, coord_learner[j : j + 1], coord_class[j : j + 1], False
+        )
+        v_plus, v_minus = plus * np.exp(w[j]), minus * np.exp(-w[j])  # (21): μ without w_j's own term
+
+        def along(t, j=j, w=w):
+            return value(np.concatenate([w[:j], [t], w[j + 1 :]]))[0]
+
+        ours = kernels.coordinate_minimum(v_plus, v_minus, C_over_p, False)
+        ref = minimize_scalar(along, bounds=(0.0, 30.0), method="bounded", options={"xatol": 1e-12})
+        assert along(ours) <= ref.fun * (1 + 1e-12)
+        assert ours == pytest.approx(max(ref.x, 0.0), abs=1e-5)
+        moved += ours > 0
+        # (13): the minimum of the loss alone along the coordinate
+        large = kernels.coordinate_minimum(v_plus, v_minus, C_over_p, True)
+        loss_ref = minimize_scalar(lambda t, along=along: along(t) - lam * t, bounds=(0.0, 30.0), method="bounded",
+                                   options={"xatol": 1e-12})  # fmt: skip
+        assert large == pytest.approx(max(loss_ref.x, 0.0), abs=1e-5)
+    assert moved >= 2  # not all at the bound w = 0
+
+
+@pytest.mark.parametrize("pool", ["sign", "mixed", "negated"])
+def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path, monkeypatch, pool):
+    K, lam = 4, 1e-2
+    bits, H, labels, coord_class, coord_learner, lows, signs = _master_problem(K=K, pool=pool)
+    m, J = H.shape[1], len(coord_class)
+    C_over_p = 1.0 / (lam * m * (K - 1))
+    set_bits = np.unpackbits(bits, axis=1, count=m)
     calls = []
     real = kernels.fcd_sweep
     monkeypatch.setattr(kernels, "fcd_sweep", lambda *a: calls.append(len(a[3])) or real(*a))
     runs = []
     for budget in (1 << 40, 0):  # every chunk in memory (compiled sweeps), every chunk streamed from files
-        master = mb.Master(K, budget, lows, str(tmp_path))
+        master = mb.Master(K, budget, lows, str(tmp_path), signs)
         for lo, hi in ((0, 45), (45, 101), (101, m)):  # chunks not aligned to bytes
-            master.add(labels[lo:hi], np.packbits(signs[:, lo:hi], axis=1), np.zeros((hi - lo, K)))
+            master.add(labels[lo:hi], np.packbits(set_bits[:, lo:hi], axis=1), np.zeros((hi - lo, K)))
         w = np.zeros(J)
         tau, worst = mb.fcd(master, coord_class, coord_learner, w, np.arange(J), C_over_p, 1e-6, 5, False, 1.0,
                             np.random.default_rng(3))  # fmt: skip
@@ -186,7 +243,7 @@ def test_fcd_sweeps_in_memory_and_streamed_give_the_identical_iterates(tmp_path,
     np.testing.assert_array_equal(w1, w2)
     np.testing.assert_array_equal(F1, F2)
     assert (tau1, worst1) == (tau2, worst2) and tau1 == 5 and np.count_nonzero(w1) > 0
-    np.testing.assert_allclose(F1, kernels.scores(bits, coord_class, coord_learner, w1, K, m, lows), atol=1e-12)
+    np.testing.assert_allclose(F1, kernels.scores(bits, coord_class, coord_learner, w1, K, m, lows, signs), atol=1e-12)
 
 
 def _random_binned_data(seed=2, m=90, d=6, K=3):
@@ -227,7 +284,8 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
     holder = mb.MultiBoostState(
         cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
-        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
+        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8),
+        learner_sign=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
         coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
         labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1), columns=mb.PerSample(mb.COLUMNS, 1),
         row_starts=mb.PerSample(mb.ROW_STARTS, 1),
@@ -235,7 +293,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
     no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, *no_own)
+    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, False, *no_own)
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -253,7 +311,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, *no_own)
+    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, False, *no_own)
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
@@ -267,13 +325,13 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert chosen == pytest.approx(best, rel=1e-12)
         assert edge[c] == pytest.approx(best, rel=1e-12)
         indicator_best = edge[c]
-        both = kernels.best_stumps(H, chunked.totals, offsets, True, True, *no_own)[3][c]
+        both = kernels.best_stumps(H, chunked.totals, offsets, True, True, False, *no_own)[3][c]
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
 
     # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
     H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
-    feature, bin_, polarity, edge, low = kernels.best_stumps(
-        H, chunked.totals, offsets, True, True, H_own, chunked.own_totals
+    feature, bin_, polarity, edge, low, _ = kernels.best_stumps(
+        H, chunked.totals, offsets, True, True, False, H_own, chunked.own_totals
     )
     mu = np.exp(F - F[np.arange(m), labels][:, None])
     mu[np.arange(m), labels] = 0.0
@@ -297,6 +355,39 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         chosen = polarity[c] * np.where(above, 1.0, -1.0) if low[c] == -1 else 1.0 * (above == (polarity[c] > 0))
         assert gain(chosen) == pytest.approx(best, rel=1e-10)
         assert edge[c] == pytest.approx(float(G[:, c] @ chosen), rel=1e-10, abs=1e-9)
+
+    # the negation-closed pool "signed" (indicators and −1[x_f > t], −1[x_f ≤ t], −1), and the kernel's union of
+    # it with the sign stumps, by the edge (4) and by the gain, against every feature, threshold, kind and sign
+    for sign_stumps in (False, True):
+        for own in (no_own, (H_own, chunked.own_totals)):
+            feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+                H, chunked.totals, offsets, sign_stumps, True, True, *own
+            )
+            for c in range(K):
+                in_c = labels == c
+                R_c, mu_c = np.where(in_c, mu.sum(axis=1), 0.0), np.where(in_c, 0.0, mu[:, c])
+
+                def score(h, c=c, R_c=R_c, mu_c=mu_c, by_gain=own is not no_own):
+                    return gain(h, R_c, mu_c) if by_gain else float(G[:, c] @ h)
+
+                indicators = [
+                    1.0 * ((dense[:, f] > t) == (s > 0)) for f in range(d) for t in [*np.unique(dense[:, f])[:-1], np.inf]
+                    for s in (1, -1)
+                ]  # fmt: skip
+                pool = [*indicators, *(-h for h in indicators)]
+                if sign_stumps:
+                    pool += [s * np.where(dense[:, f] > t, 1.0, -1.0) for f in range(d)
+                             for t in np.unique(dense[:, f])[:-1] for s in (1, -1)]  # fmt: skip
+                best = max(score(h) for h in pool)
+                n_cuts = offsets[feature[c] + 1] - offsets[feature[c]]
+                threshold = cuts[offsets[feature[c]] + bin_[c]] if bin_[c] < n_cuts else np.inf
+                positive = (dense[:, feature[c]] > threshold) == (polarity[c] > 0)
+                chosen = sign[c] * np.where(positive, 1.0, float(low[c]))
+                assert score(chosen) == pytest.approx(best, rel=1e-10)
+                assert edge[c] == pytest.approx(float(G[:, c] @ chosen), rel=1e-10, abs=1e-9)
+                assert sign_stumps or low[c] == 0
+            if not sign_stumps and own is no_own:
+                assert np.any(sign < 0)  # a negated learner wins for some class here
 
 
 def test_stumps_on_the_binned_chunk_equal_the_stumps_on_raw_values():
@@ -378,30 +469,38 @@ def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():
         mb.MultiBoostParams(choice="gain", weak_learners="shared")
 
 
-def test_learning_rate_shrinks_each_stage_wise_step_by_nu():
+@pytest.mark.parametrize("stumps, nu", [("both", 0.3), ("signed", 1.0), ("signed", 0.3)])
+def test_learning_rate_shrinks_each_stage_wise_step_by_nu(stumps, nu):
     """Stage-wise (tau_max = 1, update (13)) with learning_rate ν: replayed in numpy on the raw
     values with the learners the run chose, coordinate by coordinate in the run's order, each new
     weight is ν·½ log(V₊/V₋) with V± the sums of μ_(i,y) = exp(F_y − F_{y_i}) over the pairs where
     δh = ±1 at the scores F of the weights before it (eqs. 13, 21), and F_c moves by that weight
-    times ħ. A shrunk step is refused with the totally corrective FCD."""
+    times ħ (ħ = sign·(1 or low): negated indicators too, with the pool "signed"). A
+    shrunk step is refused with the totally corrective FCD."""
     rng = np.random.default_rng(4)
     dense = (rng.random((240, 10)) < 0.4) * 1.0
     y = (dense[:, :3] @ rng.normal(size=(3, 3)) * 2 + rng.gumbel(size=(240, 3))).argmax(axis=1).astype(np.int32)
-    nu, K = 0.3, 3
+    K = 3
     model, _ = fit(
-        InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=100), max_iter=4, learning_rate=nu
+        InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=100),
+        max_iter=4,
+        learning_rate=nu,
+        stumps=stumps,
     )
+    if stumps != "both":
+        assert np.count_nonzero(model.weights[model.signs[model.coord_learner] < 0]) >= 2  # negated learners used
     F = np.zeros((len(y), K))
     own = np.arange(K)[None, :] == y[:, None]
     for j in range(len(model.weights)):
         c, lrn = model.coord_class[j], model.coord_learner[j]
         above = dense[:, model.features[lrn]] > model.thresholds[lrn]
-        h = np.where(above == (model.polarity[lrn] > 0), 1.0, float(model.lows[lrn]))
+        h = model.signs[lrn] * np.where(above == (model.polarity[lrn] > 0), 1.0, float(model.lows[lrn]))
         mu = np.where(own, 0.0, np.exp(F - F[np.arange(len(y)), y][:, None]))
         pushes = np.where(y == c, h * mu.sum(axis=1), -h * mu[:, c])  # Σ_y μ_(i,y)·δh_{i,j}(y), per row
         weight = np.where(y == c, mu.sum(axis=1), mu[:, c])
         v_plus, v_minus = weight[pushes > 0].sum(), weight[pushes < 0].sum()
-        expected = nu * max(0.0, 0.5 * np.log(v_plus / v_minus))
+        # (13); V₋ = 0 (no pair pushes back: a pure learner) has its minimum at +inf, where the weight stays 0
+        expected = nu * max(0.0, 0.5 * np.log(v_plus / v_minus)) if v_minus > 0 else 0.0
         assert model.weights[j] == pytest.approx(expected, rel=1e-10, abs=1e-12)
         F[:, c] += model.weights[j] * h
     assert np.count_nonzero(model.weights) >= 8
@@ -427,12 +526,16 @@ def test_quantile_bins_put_zero_in_a_bin_of_its_own():
 def test_objective_never_increases_with_totally_corrective_fcd(small_digits):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=150)
-    for weak_learners in ("class", "shared"):
-        model, log = fit(source, max_iter=12, tau_max=3, lam=1e-3, update="exact", weak_learners=weak_learners)
+    for weak_learners, stumps in (("class", "both"), ("shared", "both"), ("class", "signed"), ("shared", "signed")):
+        model, log = fit(
+            source, max_iter=12, tau_max=3, lam=1e-3, update="exact", weak_learners=weak_learners, stumps=stumps
+        )
         values = [r["objective"] for r in log.records]
         assert len(values) == 12 and values[0] < 1.0  # (2)/C is 1 at w = 0
         assert all(b <= a * (1 + 1e-12) for a, b in zip(values, values[1:])), values
         assert model.info["learners"] == (12 * 10 if weak_learners == "class" else 12)
+        if stumps == "signed":
+            assert np.count_nonzero(model.weights[model.signs[model.coord_learner] < 0]) > 0
     assert (model.predict(X) == np.asarray(classes)[y]).mean() > 0.8
 
 
@@ -445,11 +548,12 @@ def _same_model(a, b):
     assert a.info == b.info
 
 
-@pytest.mark.parametrize("lam", [RUN["lam"], "auto"])
-def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, monkeypatch, lam):
+@pytest.mark.parametrize("lam, stumps", [(RUN["lam"], "both"), ("auto", "both"), (RUN["lam"], "signed")])
+def test_a_killed_run_resumes_to_the_identical_model(small_digits, tmp_path, monkeypatch, lam, stumps):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=100)
     params = {**RUN, "lam": lam} if lam != "auto" else {**RUN, "lam": lam, "max_iter": 3}
+    params["stumps"] = stumps
     killed_at = 4 if lam != "auto" else 5  # lam="auto": in the second grid fit, after the first ended
     full, _ = fit(source, str(tmp_path / "full"), **params)
     run = str(tmp_path / "run")
@@ -488,13 +592,16 @@ def test_a_master_streamed_from_disk_chunk_by_chunk_gives_the_identical_model(sm
 
 
 @pytest.mark.slow
-def test_two_workers_give_the_identical_model(small_digits, tmp_path):
+@pytest.mark.parametrize("stumps", ["both", "signed"])
+def test_two_workers_give_the_identical_model(small_digits, tmp_path, stumps):
     X, y, classes = small_digits
     source = InMemoryStore(X, y, classes, chunk_rows=100)
-    serial, _ = fit(source, str(tmp_path / "one"), **RUN)
+    serial, _ = fit(source, str(tmp_path / "one"), stumps=stumps, **RUN)
     with Engine(mode="local", n_workers=2) as engine:
-        parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, **RUN)
+        parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, stumps=stumps, **RUN)
     _same_model(serial, parallel)
+    if stumps == "signed":
+        assert np.any(serial.signs < 0)
 
 
 # a fit of a few chunks (several resident in the master: kernels.fcd_sweep), printing the
@@ -548,6 +655,39 @@ def test_model_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
     np.testing.assert_allclose(S, ref, rtol=1e-12, atol=1e-12)
     top, scores = loaded.predict_topk(X, 3)
     assert np.array_equal(top[:, 0], np.argmax(S, axis=1)) and np.all(scores[:, 0] >= scores[:, 1])
+    np.testing.assert_array_equal(loaded.signs, 1)
+
+
+def test_a_model_with_negated_learners_saves_loads_and_scores_raw_rows(small_digits, tmp_path):
+    """stumps="signed": the per-stump signs survive save/load, and the scores equal those from
+    the stumps' definition ħ = sign·(1 on the stump's side, else 0), by numpy. A model saved
+    without signs (before negated learners) loads with every sign +1 and scores as before."""
+    X, y, classes = small_digits
+    model, _ = fit(InMemoryStore(X, y, classes, chunk_rows=200), max_iter=5, stumps="signed")
+    assert np.any(model.signs < 0) and np.all(model.lows == 0)
+    model.save(str(tmp_path / "m"))
+    loaded = load_model(str(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.signs, model.signs)
+    S = loaded.decision_function(X)
+    np.testing.assert_array_equal(S, model.decision_function(X))
+    dense = X.toarray()
+    ref = np.zeros((X.shape[0], len(classes)))
+    for c, lrn, w in zip(model.coord_class, model.coord_learner, model.weights):
+        side = (dense[:, model.features[lrn]] > model.thresholds[lrn]) == (model.polarity[lrn] > 0)
+        ref[:, c] += w * model.signs[lrn] * side
+    np.testing.assert_allclose(S, ref, rtol=1e-12, atol=1e-12)
+
+    old, _ = fit(InMemoryStore(X, y, classes, chunk_rows=200), max_iter=3)
+    arrays = {k: v for k, v in old._arrays().items() if k != "signs"}
+    common = {
+        "classes": old.classes_, "n_features": old.n_features, "multilabel": False, "solver": "multiboost",
+        "params": old.params, "info": old.info,
+    }  # fmt: skip
+    before = mb.BoostedStumpsModel._from_saved(common, arrays, {})
+    np.testing.assert_array_equal(before.signs, 1)
+    np.testing.assert_array_equal(before.decision_function(X), old.decision_function(X))
+    with pytest.raises(ValueError, match="sign is not ±1"):
+        mb.BoostedStumpsModel(**arrays, signs=np.full(len(arrays["lows"]), 2), **common)
 
 
 def test_classifier_fits_and_refuses_multilabel(small_digits):
