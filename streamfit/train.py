@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.config import parse_checkpoint_interval
+from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
@@ -271,7 +271,7 @@ def _train_locked(
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         ckpt_dir.remove_tree()
         run.join("model").remove_tree()
-        for name in ("metrics.jsonl", "run.json"):
+        for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):  # the old model's scores go with it
             run.join(name).remove()
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
