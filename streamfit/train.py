@@ -342,6 +342,11 @@ def _train_locked(
         ):
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
+            # a joined cluster's workers read the stores and write per-sample state in the run directory
+            engine.require_shared(
+                {store.path: "store", out: "run directory"}
+                | ({valid_store.path: "--valid store"} if valid_store else {})
+            )
             model = fitter.fit(
                 store,
                 engine=engine,
