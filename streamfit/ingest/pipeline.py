@@ -721,7 +721,9 @@ def _text_defaults(o: IngestOptions) -> IngestOptions:
         name = o.format or infer_format(path) or sniff_format(path)
         kind = getattr(FORMATS.get(name or ""), "kind", None)
         if kind is None:  # decided by the file's contents (or an unknown format: the same error as pass 1)
-            kind = open_source(path, o.format, policy=BadRecordPolicy(), **o.source_options).kind
+            kind = open_source(
+                path, o.format, policy=BadRecordPolicy(), numeric_targets=o.target == "numeric", **o.source_options
+            ).kind
         kinds.add(kind)
     text = kinds == {"text"}
     decided = replace(

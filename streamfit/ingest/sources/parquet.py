@@ -5,7 +5,7 @@ strings or pre-tokenized lists of strings (each token hashed as given). Indexed 
 indices_field (list of integers, 0-based column indices as stored) and values_field (list of
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
-multilabel) or from labels_field (a list column); with both None no labels are read (every
+multilabel; with numeric_targets, --target numeric, also real numbers: a list, several outputs) or from labels_field (a list column); with both None no labels are read (every
 label is None, as `streamfit predict` reads unlabeled rows). id_field names a column (strings or
 integers) whose value each record carries as its id (TextBatch.ids, SparseBatch.ids), what
 `streamfit predict` writes beside each prediction; a null id is a bad record. Strings that are not valid UTF-8 (a
@@ -90,6 +90,17 @@ def _is_label_or_list(t: pa.DataType) -> bool:
     return _is_label(t) or _is_label_list(t)
 
 
+def _is_target(t: pa.DataType) -> bool:
+    """A numeric target (--target numeric): numbers, or numbers as text."""
+    import pyarrow as pa
+
+    return _is_label(t) or pa.types.is_floating(t)
+
+
+def _is_target_or_list(t: pa.DataType) -> bool:
+    return _is_target(t) or (_is_list(t) and _is_target(t.value_type))
+
+
 def _is_index_list(t: pa.DataType) -> bool:
     import pyarrow as pa
 
@@ -123,6 +134,12 @@ def _raw(batch: pa.RecordBatch, r: int) -> str:
     return json.dumps(
         record, default=lambda v: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
     )
+
+
+def _text(value) -> str:
+    """A label cell as text: a float (a numeric target) as its shortest repr, which reads back
+    as the same float64."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _strings(column: pa.Array, name: str, problems: dict[int, str]) -> list:
@@ -159,8 +176,11 @@ class ParquetSource:
         values_field: str = "values",
         id_field: str | None = None,
         row_groups: tuple[int, int] | None = None,
+        numeric_targets: bool = False,
     ):
-        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest)."""
+        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest).
+        numeric_targets (ingest --target numeric): the label column may hold real numbers (a list
+        column: several outputs), each passed on as its shortest repr (the same float64)."""
         import pyarrow as pa
 
         self.path = os.fspath(path)
@@ -204,6 +224,7 @@ class ParquetSource:
             )
         self.row_groups = row_groups
         self.label_column = labels_field or label_field
+        self.numeric_targets = numeric_targets
         self.multilabel = False
         if self.label_column is not None:
             self._label_column(schema, self.label_column, from_labels_field=bool(labels_field))
@@ -227,7 +248,16 @@ class ParquetSource:
         self.multilabel = _is_list(schema.field(column).type)
         if from_labels_field:
             self._check_type(schema, column, _is_label_list, "a list of strings or integers", option)
+        elif self.numeric_targets:
+            self._check_type(schema, column, _is_target_or_list, "numbers, or lists of them", option)
         else:
+            found = schema.field(column).type
+            if not _is_label_or_list(found) and _is_target_or_list(found):
+                raise InputError(
+                    self.path,
+                    f"column {column!r} holds {found}: real numbers, not class names",
+                    "for a real-valued target (regression) pass --target numeric",
+                )
             self._check_type(schema, column, _is_label_or_list, "strings or integers, or lists of them", option)
         self.columns.append(column)
 
@@ -287,9 +317,9 @@ class ParquetSource:
                 if any(x is None for x in label):
                     problems.setdefault(r, f"null in the label list in {self.label_column!r}")
                 else:
-                    labels[r] = [str(x) for x in label]
+                    labels[r] = [_text(x) for x in label]
             else:
-                labels[r] = str(label)
+                labels[r] = _text(label)
                 if not labels[r]:
                     problems.setdefault(r, f"empty label in {self.label_column!r}")
         return labels
