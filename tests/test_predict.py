@@ -216,6 +216,36 @@ def test_parquet_ids_are_carried_to_the_predictions(runs, tmp_path):
     assert [r[2] for r in rows[1:]] == table.column("label_1").to_pylist()
 
 
+def test_a_parquet_dataset_directory_and_a_glob_are_read_as_ingest_reads_them(runs, tmp_path):
+    """SOURCE names its files as ingest's inputs do: a dataset directory with hive partitions
+    (its `_SUCCESS` left out) and a glob give the rows of its files one after the other, in
+    sorted path order (a dataset directory used to be read as a folder corpus of binary files)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = []
+    for year in (2023, 2024):
+        for part in range(2):
+            folder = tmp_path / "reviews" / f"year={year}"
+            folder.mkdir(parents=True, exist_ok=True)
+            texts = [DOCS[(year + part + i) % 4][0] for i in range(3)]
+            pq.write_table(
+                pa.table({"body": texts, "key": [f"{year}-{part}-{i}" for i in range(3)]}), folder / f"p{part}.parquet"
+            )
+            files.append(folder / f"p{part}.parquet")
+    (tmp_path / "reviews" / "_SUCCESS").write_text("")
+    expected = []
+    for i, path in enumerate(files):
+        run("predict", runs / "jsonl", path, "-o", tmp_path / f"one{i}.csv", "--id-field", "key")
+        expected += (tmp_path / f"one{i}.csv").read_text().splitlines()[1:]
+    for source in (tmp_path / "reviews", f"{tmp_path}/reviews/*/*.parquet"):
+        result = run("predict", runs / "jsonl", source, "-o", tmp_path / "all.csv", "--id-field", "key")
+        assert "12 rows written" in result.output
+        assert (tmp_path / "all.csv").read_text().splitlines()[1:] == expected
+    result = run("predict", runs / "jsonl", f"{tmp_path}/none/*.parquet", "-o", tmp_path / "x.csv", ok=False)
+    assert result.exit_code == 2 and "no file matches this pattern" in result.output
+
+
 def _many_docs(path, n):
     """n JSONL records {"body", "doc"} made of DOCS' texts, ids d0, d1, ..."""
     path.write_text("".join(json.dumps({"body": DOCS[i % 4][0], "doc": f"d{i}"}) + "\n" for i in range(n)))
