@@ -308,6 +308,7 @@ def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> 
                 f"{source}: has {store.n_features} features, the model {model.n_features}; "
                 "ingest it with --like TRAIN_STORE"
             )
+        model.check_features(store)
         items: Iterator = iter(enumerate(range(store.n_chunks)))
         window = store.n_chunks  # chunk ids are small: all submitted at once, highest priority first
         kwargs = {"store": store}

@@ -25,7 +25,7 @@ from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
-from streamfit.model import Model
+from streamfit.model import Model, featurization_differences
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
@@ -107,6 +107,15 @@ def train(
         raise StreamfitError(
             f"{valid}: its classes or width differ from the training store's; ingest it with --like {store.path}"
         )
+    if valid_store is not None:
+        differences = featurization_differences(
+            valid_store.featurizer_dict(), lambda: valid_store.idf, store.featurizer_dict(), store.idf
+        )
+        if differences:
+            raise StreamfitError(
+                f"{valid}: its rows were not made as the training store's ({'; '.join(differences)}); "
+                f"ingest it with --like {store.path}"
+            )
     if store.n_rows == 0:
         raise StreamfitError(f"{store.path}: holds no rows; ingest data with at least one row per class")
     if valid_store is not None and valid_store.n_rows == 0:
