@@ -342,3 +342,31 @@ def test_sigterm_stops_predict_between_pieces_and_leaves_no_output(runs, tmp_pat
     with pytest.raises(Terminated, match=f"{out}: not written"):
         predict.predict_to_file(load_model(str(runs / "jsonl")), str(raw), out, parts=parts)
     assert scored == [0, 1] and os.listdir(tmp_path) == ["new.jsonl"]
+
+
+def test_a_file_with_a_header_row_for_a_model_trained_without_one(tmp_path):
+    """The recorded --no-header applies to predict's input too: the error says how to read a
+    file that has a header row, and that way works."""
+    (tmp_path / "train.tsv").write_text("".join(f"{c}\t{t}\n" for t, c in DOCS))
+    run(
+        "ingest",
+        tmp_path / "train.tsv",
+        "--no-header",
+        "--label-field",
+        "0",
+        "--text-field",
+        "1",
+        "--out",
+        tmp_path / "s",
+    )
+    run("train", tmp_path / "s", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    (tmp_path / "new.csv").write_text("key,words\nk1,the cat sat\nk2,stocks fell\n")
+    result = run(
+        "predict", tmp_path / "r", tmp_path / "new.csv", "--id-field", "key", "-o", tmp_path / "p.csv", ok=False
+    )
+    assert result.exit_code == 2 and "for one with a header row pass --option header=true and the column names" in (
+        result.output
+    )
+    options = ["--option", "header=true", "--option", "text_field=words", "--id-field", "key"]
+    run("predict", tmp_path / "r", tmp_path / "new.csv", *options, "-o", tmp_path / "p.csv")
+    assert [r.split(",")[1] for r in (tmp_path / "p.csv").read_text().splitlines()] == ["id", "k1", "k2"]
