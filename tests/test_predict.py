@@ -348,17 +348,8 @@ def test_a_file_with_a_header_row_for_a_model_trained_without_one(tmp_path):
     """The recorded --no-header applies to predict's input too: the error says how to read a
     file that has a header row, and that way works."""
     (tmp_path / "train.tsv").write_text("".join(f"{c}\t{t}\n" for t, c in DOCS))
-    run(
-        "ingest",
-        tmp_path / "train.tsv",
-        "--no-header",
-        "--label-field",
-        "0",
-        "--text-field",
-        "1",
-        "--out",
-        tmp_path / "s",
-    )
+    headerless = "--no-header --label-field 0 --text-field 1".split()
+    run("ingest", tmp_path / "train.tsv", *headerless, "--out", tmp_path / "s")
     run("train", tmp_path / "s", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
     (tmp_path / "new.csv").write_text("key,words\nk1,the cat sat\nk2,stocks fell\n")
     result = run(
