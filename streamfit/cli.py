@@ -804,7 +804,8 @@ def _given_threshold(threshold) -> float | None:
 def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold, scheduler, n_workers, parts):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
-    options unless --option overrides them); for a multilabel model also the predicted label
+    options unless --option overrides them; a file, a quoted glob or a dataset directory, as
+    ingest reads its inputs); for a multilabel model also the predicted label
     set (the labels scored above the threshold); for a regression model the predicted value of
     each output. Labels in raw data are not needed (and not read). With --n-workers or
     --scheduler the rows are scored on Dask workers; the output is the same bytes.

@@ -366,7 +366,9 @@ def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
             if err["type"] == "extra_forbidden":
                 problems.append(f"key '{key}': {_unknown_key(cls, err['loc'])}")
             elif err["type"] in ("model_type", "dict_type"):
-                problems.append(f"key '{key}': expected a mapping of keys (key: value), got {err['input']!r}")
+                unhashed = err["loc"][-1] == "hashing" and err["input"] is None  # as --no-hash reads
+                hint = " (to keep numeric indices unhashed, as --no-hash does: no_hash: true)" if unhashed else ""
+                problems.append(f"key '{key}': expected a mapping of keys (key: value), got {err['input']!r}{hint}")
             else:
                 problems.append(f"key '{key}': {err['msg'].removeprefix('Value error, ')}")
         raise ConfigError(f"{path}: " + "; ".join(problems)) from None

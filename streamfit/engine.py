@@ -339,6 +339,11 @@ class _NoBar:
 _NO_BAR = _NoBar()
 
 
+def _missing_paths(paths: list[str]) -> list[str]:
+    """The paths this process does not see (Engine.require_shared runs it on every worker)."""
+    return [path for path in paths if not os.path.exists(path)]
+
+
 class Engine:
     """Runs `fn(source, chunk_id, **kwargs)` for every chunk.
 
@@ -379,6 +384,7 @@ class Engine:
         self.cluster: LocalCluster | None = None  # mode "local" only
         self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
         self._sigterm: str | None = None  # while stopping_on_sigterm: Terminated's message
+        self._seen_by_workers: set[str] = set()  # local paths the joined cluster's workers were found to see
 
     def __enter__(self) -> Engine:
         self.start()
@@ -484,6 +490,54 @@ class Engine:
         except Exception as e:  # a worker gone, or the function's own error: clean-up is best effort
             log.warning("running %s on the Dask workers failed: %s", getattr(fn, "__name__", fn), e)
 
+    def require_shared(self, paths: dict[str, str]) -> None:
+        """For a cluster joined with --scheduler: StreamfitError naming the first local path of
+        `paths` ({path: what it is, for the message}) that a worker does not see, before any task
+        reads or writes it there (a worker that cannot open a store would fail to unpickle it and
+        leave the cluster). A path that does not exist here yet stands for its nearest existing
+        folder. Nothing for URLs, in process or on the embedded cluster (its workers share this
+        machine's disk and working directory); each path is asked once per engine."""
+        if self.mode != "remote" or self.client is None:
+            return
+        from streamfit import storage
+
+        asked: dict[str, str] = {}
+        for path, what in paths.items():
+            if storage.is_url(path):
+                continue
+            path = os.path.abspath(path)
+            while not os.path.exists(path) and os.path.dirname(path) != path:
+                path = os.path.dirname(path)
+            if path not in self._seen_by_workers:
+                asked.setdefault(path, what)
+        if not asked:
+            return
+        self._ensure_workers(during=False)
+        missing = self.client.run(_missing_paths, sorted(asked))
+        for worker, gone in sorted(missing.items()):
+            if gone:
+                raise StreamfitError(
+                    f"{gone[0]}: the Dask worker {worker} does not see this {asked[gone[0]]}: the workers of "
+                    "--scheduler read and write local paths as this process names them, so put it on a disk every "
+                    "worker shares, at the same path, or use a URL (s3://…)"
+                )
+        self._seen_by_workers.update(asked)
+
+    def _require_shared_args(self, *values) -> None:
+        """require_shared for the stores and per-sample state directories among a pass's arguments."""
+        if self.mode != "remote":
+            return
+        from streamfit.checkpoint import ChunkState
+        from streamfit.store.store import Store
+
+        paths = {}
+        for value in values:
+            if isinstance(value, Store):
+                paths[value.path] = "store"
+            elif isinstance(value, ChunkState) and value.root is not None:
+                paths[value.root] = "run directory"
+        self.require_shared(paths)
+
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
 
@@ -584,6 +638,7 @@ class Engine:
         chunk_ids = list(chunk_ids)
         if self.client is None:
             self.start()
+        self._require_shared_args(source, *kwargs.values())
         if self.client is None:
             with self._bar(len(chunk_ids), desc) as bar:
                 out = []
@@ -628,6 +683,7 @@ class Engine:
             raise ValueError("map_reduce over no chunks")
         if self.client is None:
             self.start()
+        self._require_shared_args(source, *kwargs.values())
         if self.client is None:
             return self._reduce_inprocess(fn, source, chunk_ids, desc, sigterm, kwargs)
 
@@ -675,6 +731,7 @@ class Engine:
         items = list(items)
         if self.client is None:
             self.start()
+        self._require_shared_args(*kwargs.values())
         if self.client is None:
             return Unordered(self._unordered_inprocess(fn, items, desc, kwargs), lambda: False)
         in_flight: list = []  # the distributed.as_completed of the tasks not yielded yet

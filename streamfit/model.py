@@ -55,6 +55,36 @@ def _as_csr(X, n_features: int) -> sp.csr_matrix:
     return X
 
 
+def featurization_differences(theirs: dict, their_idf, ours: dict, our_idf) -> list[str]:
+    """How rows featurized as `theirs` (a store's featurizer_dict) differ from rows featurized as
+    `ours` (the training store's, as a model records it): the hashing settings, IDF weights
+    (`their_idf`: a function that reads theirs, called only when both have IDF) and row
+    normalization, each named with both values; [] when they agree. Keys that `ours` does not
+    record are not compared."""
+    from streamfit.ingest.hashing import HashingConfig
+
+    def hashing(d: dict | None) -> dict | None:
+        return None if d is None else HashingConfig.from_dict(dict(d)).to_dict()
+
+    out = []
+    if "hashing" in ours:
+        a, b = hashing(theirs.get("hashing")), hashing(ours["hashing"])
+        if (a is None) != (b is None):
+            out.append(f"{'not ' if a is None else ''}hashed (the model's rows {'not ' if b is None else ''}hashed)")
+        elif a is not None and b is not None:
+            out += [f"hashing {k}={a[k]!r} (the model's {b[k]!r})" for k in b if a.get(k) != b[k]]
+    if "l2_normalize" in ours and bool(theirs.get("l2_normalize")) != bool(ours["l2_normalize"]):
+        out.append(f"l2_normalize={bool(theirs.get('l2_normalize'))} (the model's {bool(ours['l2_normalize'])})")
+    if "idf" in ours:
+        if bool(theirs.get("idf")) != bool(ours["idf"]):
+            out.append(
+                f"IDF weights {'on' if theirs.get('idf') else 'off'} (the model's {'on' if ours['idf'] else 'off'})"
+            )
+        elif ours["idf"] and our_idf is not None and not np.array_equal(their_idf(), our_idf):
+            out.append("IDF weights counted on other training rows")
+    return out
+
+
 class Model:
     """Base class. Subclasses define `kind`, `_scores(X)` and their arrays."""
 
@@ -114,6 +144,20 @@ class Model:
         for i, (a, b) in enumerate(zip(theirs, ours)):
             if a != b:
                 raise StreamfitError(f"{store.path}: its class {i} is {a!r}, the model's is {b!r}; {fix}")
+        self.check_features(store)
+
+    def check_features(self, store) -> None:
+        """StreamfitError when the store's rows were made otherwise than the training rows (the
+        hashing, IDF weights or row normalization that the model records; a width that matches
+        does not say so). Nothing for a model or store that records none (the estimators')."""
+        if not self.featurizer or not hasattr(store, "featurizer_dict"):
+            return
+        differences = featurization_differences(store.featurizer_dict(), lambda: store.idf, self.featurizer, self.idf)
+        if differences:
+            raise StreamfitError(
+                f"{store.path}: its rows were not made as the model's training rows ({'; '.join(differences)}); "
+                "ingest it with --like TRAIN_STORE so it shares the training store's hashing, IDF and classes"
+            )
 
     # -- scoring --------------------------------------------------------------------------
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:

@@ -308,6 +308,7 @@ def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> 
                 f"{source}: has {store.n_features} features, the model {model.n_features}; "
                 "ingest it with --like TRAIN_STORE"
             )
+        model.check_features(store)
         items: Iterator = iter(enumerate(range(store.n_chunks)))
         window = store.n_chunks  # chunk ids are small: all submitted at once, highest priority first
         kwargs = {"store": store}
@@ -320,21 +321,30 @@ def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> 
 
 def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with_ids: bool):
     """A raw source's batches, read with the training store's source options (overridden by
-    `options`) and without labels."""
+    `options`) and without labels. `source` names its files as ingest's inputs do (a glob, a
+    dataset directory such as a Parquet dataset with hive partitions: streamfit.ingest.inputs),
+    read in the same sorted order."""
     from streamfit.ingest.featurize import Featurizer
+    from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources import BadRecordPolicy, open_source
+    from streamfit.ingest.sources.folder import forget_listings
 
     featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
-    src = open_source(source, fmt, policy=BadRecordPolicy("error"), batch_size=RAW_BATCH_ROWS, **options)
-    _check_kind(model, featurizer, source, src.kind)
-    for batch in src:
-        if with_ids and getattr(batch, "ids", None) is None:
-            raise StreamfitError(
-                f"{source}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV, JSONL and Parquet do); "
-                "drop --id-field"
-            )
-        yield batch
+    try:
+        paths = expand_inputs([source], fmt)
+        for path in paths:
+            src = open_source(path, fmt, policy=BadRecordPolicy("error"), batch_size=RAW_BATCH_ROWS, **options)
+            _check_kind(model, featurizer, path, src.kind)
+            for batch in src:
+                if with_ids and getattr(batch, "ids", None) is None:
+                    raise StreamfitError(
+                        f"{path}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV, JSONL and "
+                        "Parquet do); drop --id-field"
+                    )
+                yield batch
+    finally:
+        forget_listings()  # a URL folder's listing handed over by the expansion serves this read only
 
 
 def _in_order(engine: Engine, items: Iterator, window: int, **kwargs) -> Iterator[_Piece]:

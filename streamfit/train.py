@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.config import parse_checkpoint_interval
+from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
-from streamfit.model import Model
+from streamfit.model import Model, featurization_differences
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
@@ -107,6 +107,15 @@ def train(
         raise StreamfitError(
             f"{valid}: its classes or width differ from the training store's; ingest it with --like {store.path}"
         )
+    if valid_store is not None:
+        differences = featurization_differences(
+            valid_store.featurizer_dict(), lambda: valid_store.idf, store.featurizer_dict(), store.idf
+        )
+        if differences:
+            raise StreamfitError(
+                f"{valid}: its rows were not made as the training store's ({'; '.join(differences)}); "
+                f"ingest it with --like {store.path}"
+            )
     if store.n_rows == 0:
         raise StreamfitError(f"{store.path}: holds no rows; ingest data with at least one row per class")
     if valid_store is not None and valid_store.n_rows == 0:
@@ -271,7 +280,7 @@ def _train_locked(
     if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
         ckpt_dir.remove_tree()
         run.join("model").remove_tree()
-        for name in ("metrics.jsonl", "run.json"):
+        for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):  # the old model's scores go with it
             run.join(name).remove()
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
@@ -342,6 +351,11 @@ def _train_locked(
         ):
             if engine.dashboard_link:
                 log.info("Dask dashboard: %s", engine.dashboard_link)
+            # a joined cluster's workers read the stores and write per-sample state in the run directory
+            engine.require_shared(
+                {store.path: "store", out: "run directory"}
+                | ({valid_store.path: "--valid store"} if valid_store else {})
+            )
             model = fitter.fit(
                 store,
                 engine=engine,

@@ -1,6 +1,8 @@
 """A real Dask cluster on loopback (`dask scheduler` + two `dask worker` processes): training
 through `--scheduler` gives the model of the embedded default, even when a worker dies."""
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -31,9 +33,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def cluster():
-    """Yields (address, worker processes); tears everything down afterwards."""
+@contextlib.contextmanager
+def _cluster(worker_cwd=None, worker_args=(), env=None):
+    """A `dask scheduler` and two `dask worker` processes on loopback (the workers started in
+    `worker_cwd`, with `worker_args` and `env`); yields (address, worker processes) and tears
+    everything down afterwards."""
     from distributed import Client
 
     port = _free_port()
@@ -66,9 +70,12 @@ def cluster():
                 "--no-dashboard",
                 "--host",
                 "127.0.0.1",
+                *worker_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            cwd=worker_cwd,
+            env=env,
         )
         for _ in range(2)
     ]
@@ -86,6 +93,13 @@ def cluster():
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+
+
+@pytest.fixture
+def cluster():
+    """Yields (address, worker processes); tears everything down afterwards."""
+    with _cluster() as started:
+        yield started
 
 
 def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cli, tmp_path, cluster):
@@ -140,3 +154,100 @@ def test_every_solver_on_the_cluster_equals_in_process(digits_cli_store, tmp_pat
         ref, got = _model_arrays(tmp_path / solver / "local"), _model_arrays(tmp_path / solver / "cluster")
         assert ref.keys() == got.keys(), solver
         assert all(np.array_equal(ref[k], got[k]) for k in ref), solver
+
+
+# Loaded by each worker of `elsewhere` (dask worker --preload): the worker does not see the folder
+# $HIDDEN_FOR_WORKERS, as a worker on another machine does not see this machine's disk.
+HIDE = """
+import os
+_exists = os.path.__dict__.setdefault("real_exists", os.path.exists)  # Dask loads a preload file twice
+_hidden = os.environ["HIDDEN_FOR_WORKERS"]
+os.path.exists = lambda p: not os.path.abspath(os.fspath(p)).startswith(_hidden) and _exists(p)
+"""
+
+
+@pytest.fixture
+def elsewhere(tmp_path):
+    """A cluster whose workers run in a working directory of their own and do not see
+    tmp_path/hidden; yields (address, the hidden folder)."""
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "hidden").mkdir()
+    (tmp_path / "hide.py").write_text(HIDE)
+    env = {**os.environ, "HIDDEN_FOR_WORKERS": str(tmp_path / "hidden")}
+    with _cluster(tmp_path / "workers", ["--preload", str(tmp_path / "hide.py")], env) as (address, _):
+        yield address, tmp_path / "hidden"
+
+
+def _jsonl_files(folder, n_files=3, rows=60):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    words = {c: [f"{c}{i}" for i in range(8)] for c in ("a", "b", "c")}
+    for f in range(n_files):
+        with open(folder / f"part-{f}.jsonl", "w") as out:
+            for _ in range(rows):
+                c = str(rng.choice(list(words)))
+                out.write(json.dumps({"text": " ".join(rng.choice(words[c], 6)), "label": c}) + "\n")
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+
+
+def test_relative_paths_reach_workers_in_another_working_directory(tmp_path, elsewhere, monkeypatch):
+    """The README's promise for --scheduler (inputs and --out on a disk the workers share) holds
+    for paths relative to the driver's working directory, which the workers do not share."""
+    address, _ = elsewhere
+    monkeypatch.chdir(tmp_path)
+    _jsonl_files(tmp_path / "data")
+    split = ["--test-size", "0.25", "--seed", "1"]
+    assert _run("ingest", "data/*.jsonl", "--out", "local.zarr", "--test-out", "local-t.zarr", *split).exit_code == 0
+    result = _run("ingest", "data/*.jsonl", "--out", "a.zarr", "--test-out", "t.zarr", *split, "--scheduler", address)
+    assert result.exit_code == 0, result.output
+    for name, ref in (("a.zarr", "local.zarr"), ("t.zarr", "local-t.zarr")):
+        ours, theirs = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in (name, ref))
+        assert [c["sha256"] for c in ours["chunks"]] == [c["sha256"] for c in theirs["chunks"]]
+        assert ours["classes"] == theirs["classes"] and ours["n_rows"] == theirs["n_rows"]
+    assert _run("train", "a.zarr", "--out", "run", "--scheduler", address).exit_code == 0
+    result = _run("evaluate", "run", "t.zarr", "--scheduler", address)
+    assert result.exit_code == 0 and "accuracy=" in result.output
+    assert _run("predict", "run", "t.zarr", "--out", "p.csv", "--scheduler", address).exit_code == 0
+    assert (
+        len((tmp_path / "p.csv").read_text().splitlines())
+        == 1 + json.loads((tmp_path / "t.zarr" / "manifest.json").read_text())["n_rows"]
+    )
+
+
+def test_paths_the_workers_do_not_see_are_named_before_any_task(tmp_path, elsewhere, monkeypatch):
+    """Each command names the path, the worker and the fix; the workers stay in the cluster (a
+    store they cannot open used to fail their unpickling and drop them)."""
+    from distributed import Client
+
+    address, hidden = elsewhere
+    _jsonl_files(tmp_path / "data")
+    _jsonl_files(hidden / "data")
+    assert _run("ingest", tmp_path / "data" / "part-0.jsonl", "--out", tmp_path / "s.zarr").exit_code == 0
+    assert _run("train", tmp_path / "s.zarr", "--out", tmp_path / "run", "--n-workers", "0").exit_code == 0
+    assert _run("ingest", tmp_path / "data" / "part-0.jsonl", "--out", hidden / "s.zarr").exit_code == 0
+    fix = "put it on a disk every worker shares, at the same path, or use a URL"
+    cases = [
+        (
+            ("ingest", hidden / "data" / "*.jsonl", "--out", tmp_path / "x.zarr"),
+            hidden / "data" / "part-0.jsonl",
+            "input",
+        ),
+        (("train", hidden / "s.zarr", "--out", tmp_path / "run2"), hidden / "s.zarr", "store"),
+        (("train", tmp_path / "s.zarr", "--out", hidden / "run2"), hidden / "run2", "run directory"),
+        (("evaluate", tmp_path / "run", hidden / "s.zarr"), hidden / "s.zarr", "store"),
+        (("predict", tmp_path / "run", hidden / "s.zarr", "--out", tmp_path / "p.csv"), hidden / "s.zarr", "store"),
+    ]
+    for args, path, what in cases:
+        result = CliRunner().invoke(main, ["-q", *map(str, args), "--scheduler", address])
+        assert result.exit_code == 2, (args, result.output)
+        line = result.output.strip()
+        assert line.startswith(f"error: {path}: the Dask worker tcp://127.0.0.1:"), line
+        assert f"does not see this {what}: " in line and fix in line and "\n" not in line, line
+    assert (
+        not any((tmp_path / name).exists() for name in ("x.zarr", "run2", "p.csv")) and not (hidden / "run2").exists()
+    )
+    with Client(address, timeout="30s") as client:
+        assert len(client.nthreads()) == 2

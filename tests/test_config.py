@@ -152,6 +152,10 @@ def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path
             "key 'trian': unknown key (did you mean train?); known here: ingest, ingest_test, train, evaluate",
         ],
         "ingest: 5\n": ["key 'ingest': expected a mapping of keys (key: value), got 5"],
+        "ingest: {inputs: [d.h5], out: s, hashing: null}\n": [
+            "key 'ingest.hashing': expected a mapping of keys (key: value), got None (to keep numeric indices "
+            "unhashed, as --no-hash does: no_hash: true)"
+        ],
         "train: {solver: bdc, out: r, store: s}\n": ["key 'train.solver': unknown solver 'bdc' (did you mean bcd?)"],
         "ingest: {inputs: [d.jsonl], out: s, source_options: {text_feld: x}}\n": [
             "unknown source option(s) text_feld (did you mean text_field?)"

@@ -50,6 +50,24 @@ def test_command_line_overrides_beat_the_train_section(pipeline, tmp_path):
     assert not (tmp_path / "run" / "model").exists()
 
 
+def test_overwrite_stopped_in_train_leaves_no_evaluation_of_the_old_model(pipeline, tmp_path):
+    """--overwrite replaces the run directory: a new run stopped before its evaluate section must
+    not leave the old model's evaluation.json beside its own checkpoints, looking like its result."""
+    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    assert (tmp_path / "run" / "evaluation.json").exists()
+    with pytest.raises(TimeLimitReached):
+        run_pipeline(
+            load_pipeline(str(pipeline)),
+            {"time_limit": 1e-9, "n_workers": None},
+            overwrite=True,
+            progress=False,
+            say=lambda _: None,
+        )
+    assert (tmp_path / "run" / "checkpoints" / "LATEST").exists()
+    assert not (tmp_path / "run" / "model").exists()
+    assert not (tmp_path / "run" / "evaluation.json").exists()
+
+
 def test_ingest_options_from_a_section(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(

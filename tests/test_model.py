@@ -224,3 +224,52 @@ def test_no_model_json_edit_gives_a_traceback_or_other_scores(tmp_path_factory, 
         return
     assert loaded.n_features == 30 and loaded.classes_.tolist() == list("abcd")
     assert np.array_equal(loaded.decision_function(X), m.decision_function(X))
+
+
+def test_rows_made_otherwise_than_the_training_rows_are_refused(tmp_path):
+    """evaluate, predict on a store and train --valid refuse a store of the model's width and
+    classes whose rows were hashed, IDF-weighted or normalized otherwise (ingested without
+    --like): it scored without a word (accuracy 0.42 instead of 1.0 with another hash seed)."""
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+    from streamfit.metrics import evaluate
+    from streamfit.predict import predict_to_file
+    from streamfit.store import open_store
+    from streamfit.train import train
+
+    def run(*args):
+        result = CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    docs = [(f"w{i % 5} w{i % 3} common", f"c{i % 3}") for i in range(30)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t, "label": c}) + "\n" for t, c in docs))
+    (tmp_path / "e.jsonl").write_text("".join(json.dumps({"text": t, "label": c}) + "\n" for t, c in docs[:12]))
+    base = ["--n-features", "1024", "--classes", "c0,c1,c2"]
+    run("ingest", tmp_path / "d.jsonl", "--out", tmp_path / "train.zarr", *base)
+    run("train", tmp_path / "train.zarr", "--n-workers", "0", "--out", tmp_path / "run")
+    run("ingest", tmp_path / "e.jsonl", "--like", tmp_path / "train.zarr", "--out", tmp_path / "like.zarr")
+    others = {
+        "seed": (["--hash-seed", "7"], r"hashing seed=7 \(the model's 0\)"),
+        "idf": ([], "IDF weights counted on other training rows"),
+        "noidf": (["--no-idf"], r"IDF weights off \(the model's on\)"),
+        "value": (["--value", "count"], r"hashing value='count' \(the model's 'log1p'\)"),
+    }
+    model = load_model(str(tmp_path / "run"))
+    assert evaluate(model, open_store(str(tmp_path / "like.zarr")), progress=False)["n_samples"] == 12
+    for name, (args, problem) in others.items():
+        path = str(tmp_path / f"{name}.zarr")
+        run("ingest", tmp_path / "e.jsonl", "--out", path, *base, *args)
+        store = open_store(path)
+        assert store.n_features == model.n_features and store.classes == model.classes_.tolist()
+        with pytest.raises(
+            StreamfitError, match=rf"^{path}: its rows were not made as the model's .*{problem}.*--like"
+        ):
+            evaluate(model, store, progress=False)
+        with pytest.raises(StreamfitError, match=problem):
+            predict_to_file(model, path, str(tmp_path / "p.csv"))
+        with pytest.raises(
+            StreamfitError, match=rf"^{path}: its rows were not made as the training store's .*{problem}"
+        ):
+            train(str(tmp_path / "train.zarr"), "stagewise", str(tmp_path / "v"), valid=path, n_workers=0)
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "v").exists()

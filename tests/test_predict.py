@@ -216,6 +216,36 @@ def test_parquet_ids_are_carried_to_the_predictions(runs, tmp_path):
     assert [r[2] for r in rows[1:]] == table.column("label_1").to_pylist()
 
 
+def test_a_parquet_dataset_directory_and_a_glob_are_read_as_ingest_reads_them(runs, tmp_path):
+    """SOURCE names its files as ingest's inputs do: a dataset directory with hive partitions
+    (its `_SUCCESS` left out) and a glob give the rows of its files one after the other, in
+    sorted path order (a dataset directory used to be read as a folder corpus of binary files)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    files = []
+    for year in (2023, 2024):
+        for part in range(2):
+            folder = tmp_path / "reviews" / f"year={year}"
+            folder.mkdir(parents=True, exist_ok=True)
+            texts = [DOCS[(year + part + i) % 4][0] for i in range(3)]
+            pq.write_table(
+                pa.table({"body": texts, "key": [f"{year}-{part}-{i}" for i in range(3)]}), folder / f"p{part}.parquet"
+            )
+            files.append(folder / f"p{part}.parquet")
+    (tmp_path / "reviews" / "_SUCCESS").write_text("")
+    expected = []
+    for i, path in enumerate(files):
+        run("predict", runs / "jsonl", path, "-o", tmp_path / f"one{i}.csv", "--id-field", "key")
+        expected += (tmp_path / f"one{i}.csv").read_text().splitlines()[1:]
+    for source in (tmp_path / "reviews", f"{tmp_path}/reviews/*/*.parquet"):
+        result = run("predict", runs / "jsonl", source, "-o", tmp_path / "all.csv", "--id-field", "key")
+        assert "12 rows written" in result.output
+        assert (tmp_path / "all.csv").read_text().splitlines()[1:] == expected
+    result = run("predict", runs / "jsonl", f"{tmp_path}/none/*.parquet", "-o", tmp_path / "x.csv", ok=False)
+    assert result.exit_code == 2 and "no file matches this pattern" in result.output
+
+
 def _many_docs(path, n):
     """n JSONL records {"body", "doc"} made of DOCS' texts, ids d0, d1, ..."""
     path.write_text("".join(json.dumps({"body": DOCS[i % 4][0], "doc": f"d{i}"}) + "\n" for i in range(n)))
@@ -312,3 +342,22 @@ def test_sigterm_stops_predict_between_pieces_and_leaves_no_output(runs, tmp_pat
     with pytest.raises(Terminated, match=f"{out}: not written"):
         predict.predict_to_file(load_model(str(runs / "jsonl")), str(raw), out, parts=parts)
     assert scored == [0, 1] and os.listdir(tmp_path) == ["new.jsonl"]
+
+
+def test_a_file_with_a_header_row_for_a_model_trained_without_one(tmp_path):
+    """The recorded --no-header applies to predict's input too: the error says how to read a
+    file that has a header row, and that way works."""
+    (tmp_path / "train.tsv").write_text("".join(f"{c}\t{t}\n" for t, c in DOCS))
+    headerless = "--no-header --label-field 0 --text-field 1".split()
+    run("ingest", tmp_path / "train.tsv", *headerless, "--out", tmp_path / "s")
+    run("train", tmp_path / "s", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", tmp_path / "r")
+    (tmp_path / "new.csv").write_text("key,words\nk1,the cat sat\nk2,stocks fell\n")
+    result = run(
+        "predict", tmp_path / "r", tmp_path / "new.csv", "--id-field", "key", "-o", tmp_path / "p.csv", ok=False
+    )
+    assert result.exit_code == 2 and "for one with a header row pass --option header=true and the column names" in (
+        result.output
+    )
+    options = ["--option", "header=true", "--option", "text_field=words", "--id-field", "key"]
+    run("predict", tmp_path / "r", tmp_path / "new.csv", *options, "-o", tmp_path / "p.csv")
+    assert [r.split(",")[1] for r in (tmp_path / "p.csv").read_text().splitlines()] == ["id", "k1", "k2"]

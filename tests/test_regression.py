@@ -137,6 +137,36 @@ def test_multi_output_targets_from_arrays(tmp_path, fmt):
         ingest(IngestOptions([path], str(tmp_path / "c"), **options))
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("k", [1, 2])
+def test_real_numbers_of_jsonl_and_parquet_are_numeric_targets(tmp_path, fmt, k):
+    """JSON numbers and float (or list of float) Parquet columns are targets with --target numeric,
+    bit for bit, as text cells of CSV are; as class labels they are refused with that fix."""
+    rng = np.random.default_rng(3)
+    Y = rng.normal(size=(30, k)) * 10.0 ** rng.integers(-5, 5, size=(30, k))
+    Y[0, 0] = 7.0  # an integral value of a float column stays a target
+    texts = [f"w{i % 4} w{i % 7}" for i in range(30)]
+    values = [row[0] if k == 1 else row for row in Y.tolist()]
+    path = str(tmp_path / f"r.{fmt}")
+    if fmt == "jsonl":
+        with open(path, "w") as f:
+            f.writelines(json.dumps({"text": t, "y": v}) + "\n" for t, v in zip(texts, values))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"text": texts, "y": values}), path)
+    options = dict(
+        source_options={"label_field": "y"}, hashing=HashingConfig(n_features=2**10), chunk_rows=8, progress=False
+    )
+    ingest(IngestOptions([path], str(tmp_path / "s"), target="numeric", **options))
+    store = open_store(str(tmp_path / "s"))
+    assert store.manifest.target == {"kind": "numeric", "dtype": "float64", "shape": [30, k]}
+    np.testing.assert_array_equal(store.to_scipy()[1], Y)
+    with pytest.raises(InputError, match="real number.*not (a )?class names?.*pass --target numeric"):
+        ingest(IngestOptions([path], str(tmp_path / "c"), **options))
+
+
 def fmt_name(path):
     return path.rsplit("/", 1)[-1].replace(".", r"\.")
 

@@ -577,6 +577,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
     from streamfit.ingest.sources import BadRecordPolicy
 
     o = replace(o, inputs=expand_inputs(o.inputs, o.format))
+    if o.scheduler:  # the workers of a joined cluster have working directories of their own
+        o = replace(o, inputs=[storage.absolute(path) for path in o.inputs])
     _check_options(o)
     _check_paths(o)
     out = storage.absolute(o.out)
@@ -592,7 +594,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
             "name a local one with --quarantine FILE"
         )
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
-    for later in ([o.test_out] if o.test_out else []) + ([quarantine] if quarantine else []):
+    for later in [out] + ([o.test_out] if o.test_out else []) + ([quarantine] if quarantine else []):
         storage.check_creatable(later)  # written after the input is read: refused before it is
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
@@ -637,6 +639,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
             engine = cluster.enter_context(
                 Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address="127.0.0.1:0")
             )
+            engine.require_shared({**{path: "input" for path in o.inputs}, out: "--out store's folder"})
             run_distributed(p1, engine, finish_rows=not two_pass, bar=bar)
         else:
             p1.run(finish_rows=not two_pass, bar=bar)
@@ -687,6 +690,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
             f"internal error: read {report.read} records but wrote {report.written} and skipped "
             f"{report.skipped}; please report this"
         )
+    if policy.first is not None:
+        _warn_skipped(policy)
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
     if len(vocab.classes) == 1 and not p1.multilabel and not p1.numeric:  # `streamfit train` refuses such a store
@@ -718,7 +723,9 @@ def _text_defaults(o: IngestOptions) -> IngestOptions:
         name = o.format or infer_format(path) or sniff_format(path)
         kind = getattr(FORMATS.get(name or ""), "kind", None)
         if kind is None:  # decided by the file's contents (or an unknown format: the same error as pass 1)
-            kind = open_source(path, o.format, policy=BadRecordPolicy(), **o.source_options).kind
+            kind = open_source(
+                path, o.format, policy=BadRecordPolicy(), numeric_targets=o.target == "numeric", **o.source_options
+            ).kind
         kinds.add(kind)
     text = kinds == {"text"}
     decided = replace(
@@ -745,6 +752,15 @@ def _output_names(o: IngestOptions, p1: _Pass1) -> list[str]:
             raise StreamfitError(f"--classes names {len(p1.vocab.classes)} outputs, the targets have {k}")
         return p1.vocab.classes
     return ["target"] if k == 1 else [f"target_{j}" for j in range(k)]
+
+
+def _warn_skipped(policy) -> None:
+    """One warning for the bad records skipped (--on-bad-record skip / quarantine): how many, the
+    first one's location and problem, and where the quarantine file is."""
+    assert policy.first is not None
+    where, problem = policy.first
+    kept = f"; each one is in {policy.quarantine_path}" if policy.quarantine_path else ""
+    log.warning("%d bad records skipped (the first: %s: %s)%s", policy.n_skipped, where, problem, kept)
 
 
 def _warn_empty_rows(p1: _Pass1, featurizer: Featurizer) -> None:

@@ -599,7 +599,13 @@ class ChunkSink:
         try:
             current = self.root.join(ATTEMPT_FILE).read_text()
         except FileNotFoundError:
-            current = None
+            # no attempt at all: a later one published the store, or a Dask worker on a disk of its own
+            raise StoreError(
+                f"{self.name}: chunk {cid} not written: no ingest attempt at {self.root.path} as this process sees "
+                "it: another ingest replaced this one's attempt, or this Dask worker does not share the driver's "
+                "disk (with --scheduler, --out must be a URL (s3://…) or on a disk every worker shares at the same "
+                "path)"
+            ) from None
         if current != self.token:
             raise StoreError(
                 f"{self.name}: chunk {cid} not written: another ingest replaced this one's attempt "

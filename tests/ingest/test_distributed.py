@@ -193,6 +193,16 @@ def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluste
         ingest(_options(str(tmp_path / "d.parquet"), tmp_path / name, chunk_rows=128, **engine))
     assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
     assert _manifest(tmp_path / "in.zarr")["classes"][-1] == "c5"
+    # a table of numeric feature columns (feature_fields), with a NaN cell skipped
+    values = [[rng.gauss(0, 1) if rng.random() < 0.6 else 0.0 for _ in range(600)] for _ in range(3)]
+    values[1][333] = float("nan")
+    table = pa.table({"f0": values[0], "f1": values[1], "f2": values[2], "label": labels})
+    pq.write_table(table, str(tmp_path / "f.parquet"), row_group_size=50)
+    kw = {"source_options": {"feature_fields": "f0,f1,f2"}, "chunk_rows": 128, "on_bad_record": "skip"}
+    for name, engine in (("fin.zarr", {}), ("fcl.zarr", {"scheduler": cluster})):
+        report = ingest(_options(str(tmp_path / "f.parquet"), tmp_path / name, **kw, **engine))
+        assert (report.written, report.skipped) == (599, 1)
+    assert _manifest(tmp_path / "fcl.zarr") == _manifest(tmp_path / "fin.zarr")
 
 
 def test_the_parts_of_an_archive_give_the_in_process_store_for_0_1_2_workers(tmp_path, cluster, monkeypatch):

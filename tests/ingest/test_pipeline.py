@@ -251,6 +251,29 @@ def test_bad_line_names_file_and_line_and_loses_nothing(tmp_path):
     assert len(quarantined) == 1 and "bad.svm:3" in quarantined[0]["location"]
 
 
+@pytest.mark.parametrize("mode", ["skip", "quarantine"])
+def test_skipped_records_are_named_in_one_warning(tmp_path, caplog, mode):
+    """A user who skips bad records learns how many, where the first one is and why, and where
+    the quarantine file went, not only a count in the summary."""
+    path = tmp_path / "bad.svm"
+    path.write_text("1 1:0.5 3:1\n2 2:1\n1 4:nan\n2 1:2\n1 x:1\n")
+    ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record=mode, progress=False))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    kept = f"; each one is in {tmp_path / 's'}.quarantine.jsonl" if mode == "quarantine" else ""
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"2 bad records skipped (the first: {path}:3: ")
+    assert warnings[0].endswith(")" + kept) and "nan" in warnings[0].lower()
+
+
+def test_an_out_that_cannot_be_made_is_named_as_given(tmp_path, digits_svm):
+    """The error names --out, not the stage of an IDF or split pass (`OUT.pass1.partial.partial`)."""
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "s.zarr"
+    with pytest.raises(StreamfitError, match=rf"^{out}: cannot write \(Not a directory\)"):
+        ingest(IngestOptions([digits_svm], str(out), test_size=0.2, test_out=str(tmp_path / "t"), progress=False))
+    assert not (tmp_path / "t").exists()
+
+
 def test_out_of_range_index_with_fixed_width(tmp_path):
     path = tmp_path / "wide.svm"
     path.write_text("1 1:1\n2 9:1\n")

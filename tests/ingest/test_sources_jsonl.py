@@ -84,7 +84,12 @@ BAD = [
         "--label-field; this line has the fields: text",
     ),
     (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON int, not a string", ""),
-    (json.dumps({"text": "x", "label": 1.5}).encode(), "label 1.5 is not a string or an integer", ""),
+    (
+        json.dumps({"text": "x", "label": 1.5}).encode(),
+        "label 1.5 is a real number, not a class name",
+        "--target numeric",
+    ),
+    (json.dumps({"text": "x", "label": True}).encode(), "label true is not a string or a number", ""),
     (json.dumps({"text": "x", "label": None}).encode(), "label null is not", ""),
     (json.dumps({"text": "x", "label": ["a", None]}).encode(), "label null is not", ""),
     (json.dumps({"text": "x", "label": ""}).encode(), "the label is empty", ""),

@@ -265,3 +265,60 @@ def test_strings_that_are_not_utf8_are_bad_records(read, tmp_path):
     with BadRecordPolicy("skip") as policy:
         batches = read.batches(open_source(path, policy=policy, text_field="tokens"))
     assert read.texts(batches, "tokens") == [["a"], ["d"]] and policy.n_skipped == 2
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_feature_columns_mode(read, tmp_path, batch_size, quarantine):
+    """feature_fields: a table of numeric columns is read as features 0, 1, … in the order named
+    (other columns, a text column too, ignored; zeros left out); a null, NaN or infinite cell is a
+    bad record at its row, with the ids of the others kept."""
+    rng = np.random.default_rng(0)
+    X = np.round(rng.normal(size=(8, 3)), 3) * (rng.random((8, 3)) < 0.7)
+    columns = {"b": X[:, 1], "a": X[:, 0].astype(np.float32), "c": (X[:, 2] * 1000).astype(np.int64)}
+    columns |= {"text": TEXTS, "label": LABELS, "key": [f"k{r}" for r in range(8)]}
+    columns["b"] = columns["b"].tolist()
+    columns["b"][4] = None
+    columns["a"][6] = np.nan
+    path = write(tmp_path, columns)
+    source = open_source(path, policy=quarantine, batch_size=batch_size, feature_fields="a, b,c", id_field="key")
+    assert source.kind == "sparse"
+    batches = read.batches(source, batch_size)
+    kept = [r for r in range(8) if r not in (4, 6)]
+    expected = np.column_stack([X[:, 0].astype(np.float32), X[:, 1], np.round(X[:, 2] * 1000)])[kept]
+    got = read.sparse(batches, 3)
+    assert got.shape == (6, 3) and np.array_equal(got.toarray(), expected) and not (got.data == 0).any()
+    assert read.labels(batches) == [LABELS[r] for r in kept]
+    assert [i for b in batches for i in b.ids] == [f"k{r}" for r in kept]
+    assert [(e["location"], e["problem"]) for e in quarantine.entries()] == [
+        (location(path, 4), "null in column 'b'"),
+        (location(path, 6), "column 'a' holds nan: NaN, infinite or beyond float32's ±3.4e38 (scale it)"),
+    ]
+    with pytest.raises(InputError, match=r"no column 'd' \(check --option feature_fields; the columns are 'b', 'a'"):
+        open_source(path, policy=BadRecordPolicy(), feature_fields="a,d")
+    with pytest.raises(InputError, match="column 'text' holds string, not numbers"):
+        open_source(path, policy=BadRecordPolicy(), feature_fields="a,text")
+
+
+def test_a_feature_table_from_ingest_to_predict(tmp_path):
+    """A Parquet feature table through the CLI: the store holds the columns as given (--no-hash),
+    and predict reads new rows with the recorded feature_fields."""
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+    from streamfit.store import open_store
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 4))
+    path = write(
+        tmp_path, {**{f"f{j}": X[:, j] for j in range(4)}, "label": (X[:, 0] > 0).astype(int)}, row_group_size=25
+    )
+    args = ["ingest", path, "--no-hash", "--option", "feature_fields=f0,f1,f2,f3", "--out", tmp_path / "s"]
+    for command in (args, ["train", tmp_path / "s", "--n-workers", "0", "--out", tmp_path / "r"]):
+        result = CliRunner().invoke(main, ["-q", *map(str, command)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    Xs, _ = open_store(str(tmp_path / "s")).to_scipy()
+    assert np.array_equal(Xs.toarray(), X.astype(np.float32))
+    new = write(tmp_path, {f"f{j}": X[:5, j] for j in range(4)}, name="new.parquet")
+    result = CliRunner().invoke(main, ["-q", "predict", str(tmp_path / "r"), new, "-o", str(tmp_path / "p.csv")])
+    assert result.exit_code == 0, result.output
+    assert len((tmp_path / "p.csv").read_text().splitlines()) == 6

@@ -218,7 +218,9 @@ class CsvSource:
                 raise InputError(
                     self.path,
                     f"{option} {name!r} names a column, but the file has no header row (--no-header)",
-                    "give column numbers counted from 0, e.g. --label-field 0 --text-field 1",
+                    "give column numbers counted from 0, e.g. --label-field 0 --text-field 1; predict reads a file "
+                    "as the training file was read: for one with a header row pass --option header=true and the "
+                    "column names",
                 )
             return int(name)
 

@@ -1,7 +1,8 @@
 """JSON Lines: one JSON object per line, e.g. {"text": "...", "label": "sports"}.
 
 text_field may name several fields ("title,body"); each becomes an entry of TextBatch.texts.
-A label is a string, an integer (written as str) or a list of them (multilabel). With
+A label is a string, an integer (written as str) or a list of them (multilabel); with
+numeric_targets (--target numeric) also a real number (a list: several outputs). With
 multilabel=None the first record with a usable label decides: a list makes the file multilabel
 (single labels after it become one-element lists); otherwise a later list is a bad record.
 Lines are UTF-8; a byte-order mark at the start of the file is dropped (as text tools do).
@@ -52,12 +53,21 @@ def _check_text(text: str, what: str) -> str:
     return text
 
 
-def _label_text(value) -> str:
+def _label_text(value, numeric: bool) -> str:
+    """A label as text: a string, an integer, or with `numeric` (--target numeric) any JSON number
+    (written as Python's shortest repr, which reads back as the same float64)."""
     if isinstance(value, str):
         return _check_text(value, "the label")
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    raise _Bad(f"label {json.dumps(value)[:40]} is not a string or an integer")
+    if isinstance(value, float):
+        if numeric:
+            return repr(value)
+        raise _Bad(
+            f"label {json.dumps(value)[:40]} is a real number, not a class name",
+            "for a real-valued target (regression) pass --target numeric",
+        )
+    raise _Bad(f"label {json.dumps(value)[:40]} is not a string or a number")
 
 
 class JsonlSource:
@@ -77,9 +87,12 @@ class JsonlSource:
         id_field: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
         byte_range: tuple[int, int] | None = None,
+        numeric_targets: bool = False,
     ):
         """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
-        boundaries (a piece of a distributed ingest); line numbers then count from start."""
+        boundaries (a piece of a distributed ingest); line numbers then count from start.
+        numeric_targets (ingest --target numeric): labels may be JSON numbers (a list: several
+        outputs)."""
         self.path = os.fspath(path)
         self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.policy = policy
@@ -90,6 +103,7 @@ class JsonlSource:
         self.id_field = id_field
         self.limits = limits
         self.byte_range = byte_range
+        self.numeric_targets = numeric_targets
         self.n_read = 0
         self.n_lines = 0  # lines read in the current pass (the last line number)
 
@@ -159,9 +173,9 @@ class JsonlSource:
         value = obj[self.label_field]
         label: str | list[str]
         if isinstance(value, list):
-            label = [_label_text(v) for v in value]
+            label = [_label_text(v, self.numeric_targets) for v in value]
         else:
-            label = _label_text(value)
+            label = _label_text(value, self.numeric_targets)
             if not label:
                 raise _Bad("the label is empty")
         if self.multilabel is None:

@@ -1,11 +1,14 @@
 """Parquet files, read with pyarrow one row group at a time in batches of batch_size rows.
 
-Text mode, when the file has the text_field column(s): TextBatch; a text column may hold raw
+Feature-column mode, with feature_fields ("f0,f1,…": a table of one numeric column per feature,
+as a data engineer's feature table is): SparseBatch of those columns as features 0, 1, … in
+that order (zeros left out); a null, NaN or infinite cell is a bad record. Text mode, when the
+file has the text_field column(s): TextBatch; a text column may hold raw
 strings or pre-tokenized lists of strings (each token hashed as given). Indexed mode otherwise:
 indices_field (list of integers, 0-based column indices as stored) and values_field (list of
 numbers) give a SparseBatch; within a row indices are sorted, and a repeated index is a bad
 record. Labels come from label_field (strings or integers; a list column makes the source
-multilabel) or from labels_field (a list column); with both None no labels are read (every
+multilabel; with numeric_targets, --target numeric, also real numbers: a list, several outputs) or from labels_field (a list column); with both None no labels are read (every
 label is None, as `streamfit predict` reads unlabeled rows). id_field names a column (strings or
 integers) whose value each record carries as its id (TextBatch.ids, SparseBatch.ids), what
 `streamfit predict` writes beside each prediction; a null id is a bad record. Strings that are not valid UTF-8 (a
@@ -90,10 +93,27 @@ def _is_label_or_list(t: pa.DataType) -> bool:
     return _is_label(t) or _is_label_list(t)
 
 
+def _is_target(t: pa.DataType) -> bool:
+    """A numeric target (--target numeric): numbers, or numbers as text."""
+    import pyarrow as pa
+
+    return _is_label(t) or pa.types.is_floating(t)
+
+
+def _is_target_or_list(t: pa.DataType) -> bool:
+    return _is_target(t) or (_is_list(t) and _is_target(t.value_type))
+
+
 def _is_index_list(t: pa.DataType) -> bool:
     import pyarrow as pa
 
     return _is_list(t) and pa.types.is_integer(t.value_type)
+
+
+def _is_number(t: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(t) or pa.types.is_floating(t)
 
 
 def _is_number_list(t: pa.DataType) -> bool:
@@ -123,6 +143,12 @@ def _raw(batch: pa.RecordBatch, r: int) -> str:
     return json.dumps(
         record, default=lambda v: v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
     )
+
+
+def _text(value) -> str:
+    """A label cell as text: a float (a numeric target) as its shortest repr, which reads back
+    as the same float64."""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _strings(column: pa.Array, name: str, problems: dict[int, str]) -> list:
@@ -159,8 +185,12 @@ class ParquetSource:
         values_field: str = "values",
         id_field: str | None = None,
         row_groups: tuple[int, int] | None = None,
+        numeric_targets: bool = False,
+        feature_fields: str | None = None,
     ):
-        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest)."""
+        """row_groups: read only row groups [start, stop) (a piece of a distributed ingest).
+        numeric_targets (ingest --target numeric): the label column may hold real numbers (a list
+        column: several outputs), each passed on as its shortest repr (the same float64)."""
         import pyarrow as pa
 
         self.path = os.fspath(path)
@@ -177,7 +207,17 @@ class ParquetSource:
             schema = schema.append(pa.field(key, pa.string()))
         names = schema.names
         present = ", ".join(map(repr, names))
-        if all(f in names for f in self.fields):
+        self.features = None if feature_fields is None else split_fields("feature_fields", feature_fields)
+        if self.features is not None:
+            self.kind = "sparse"
+            self.columns = list(self.features)
+            for field in self.features:
+                if field not in names:
+                    raise InputError(
+                        self.path, f"no column {field!r}", f"check --option feature_fields; the columns are {present}"
+                    )
+                self._check_type(schema, field, _is_number, "numbers", "--option feature_fields")
+        elif all(f in names for f in self.fields):
             self.kind = "text"
             self.columns = list(self.fields)
             for field in self.fields:
@@ -199,11 +239,12 @@ class ParquetSource:
             raise InputError(
                 self.path,
                 f"no column {missing!r}",
-                f"set --text-field for text, or --option indices_field/values_field for indexed features; "
-                f"the columns are {present}",
+                f"set --text-field for text, --option indices_field/values_field for indexed features, or "
+                f"--option feature_fields=A,B,... for numeric feature columns; the columns are {present}",
             )
         self.row_groups = row_groups
         self.label_column = labels_field or label_field
+        self.numeric_targets = numeric_targets
         self.multilabel = False
         if self.label_column is not None:
             self._label_column(schema, self.label_column, from_labels_field=bool(labels_field))
@@ -227,7 +268,16 @@ class ParquetSource:
         self.multilabel = _is_list(schema.field(column).type)
         if from_labels_field:
             self._check_type(schema, column, _is_label_list, "a list of strings or integers", option)
+        elif self.numeric_targets:
+            self._check_type(schema, column, _is_target_or_list, "numbers, or lists of them", option)
         else:
+            found = schema.field(column).type
+            if not _is_label_or_list(found) and _is_target_or_list(found):
+                raise InputError(
+                    self.path,
+                    f"column {column!r} holds {found}: real numbers, not class names",
+                    "for a real-valued target (regression) pass --target numeric",
+                )
             self._check_type(schema, column, _is_label_or_list, "strings or integers, or lists of them", option)
         self.columns.append(column)
 
@@ -270,7 +320,12 @@ class ParquetSource:
                     locations = [f"{self.path}:row group {g}, row {row + r}" for r in range(batch.num_rows)]
                     row += batch.num_rows
                     self.n_read += batch.num_rows
-                    out = self._text(batch, locations) if self.kind == "text" else self._sparse(batch, locations)
+                    if self.kind == "text":
+                        out = self._text(batch, locations)
+                    else:
+                        out = (
+                            self._sparse(batch, locations) if self.features is None else self._columns(batch, locations)
+                        )
                     if out is not None:
                         yield out
 
@@ -287,9 +342,9 @@ class ParquetSource:
                 if any(x is None for x in label):
                     problems.setdefault(r, f"null in the label list in {self.label_column!r}")
                 else:
-                    labels[r] = [str(x) for x in label]
+                    labels[r] = [_text(x) for x in label]
             else:
-                labels[r] = str(label)
+                labels[r] = _text(label)
                 if not labels[r]:
                     problems.setdefault(r, f"empty label in {self.label_column!r}")
         return labels
@@ -329,6 +384,41 @@ class ParquetSource:
                     [texts[f][r] for f in self.fields], labels[r], locations[r], None if ids is None else ids[r]
                 )
         return batcher.take() if len(batcher) else None
+
+    def _columns(self, batch: pa.RecordBatch, locations: list[str]):
+        """The feature columns of a batch as a SparseBatch: column j of feature_fields is feature
+        j (zeros left out); a null, NaN or infinite cell (or one beyond float32) is a bad record."""
+        import pyarrow as pa
+        import scipy.sparse as sp
+
+        problems: dict[int, str] = {}
+        labels = self._labels(batch, problems)
+        ids = self._ids(batch, problems)
+        assert self.features is not None
+        X = np.zeros((batch.num_rows, len(self.features)))
+        for j, name in enumerate(self.features):
+            column = batch.column(name)
+            null = column.is_null().to_numpy(zero_copy_only=False)
+            X[:, j] = column.cast(pa.float64(), safe=False).fill_null(0.0).to_numpy(zero_copy_only=False)
+            for r in np.flatnonzero(null).tolist():
+                problems.setdefault(r, f"null in column {name!r}")
+            for r in np.flatnonzero(~null & ~fits_float32(X[:, j])).tolist():
+                problems.setdefault(
+                    r, f"column {name!r} holds {float(X[r, j])!r}: NaN, infinite or beyond float32's ±3.4e38 (scale it)"
+                )
+        self._report(batch, locations, problems)
+        kept = [r for r in range(batch.num_rows) if r not in problems]
+        if not kept:
+            return None
+        rows = sp.csr_matrix(X[kept])
+        rows.sort_indices()
+        X_kept = csr_int64(rows.data, rows.indices.astype(np.int64), rows.indptr.astype(np.int64), len(self.features))
+        return SparseBatch(
+            X_kept,
+            [labels[r] for r in kept],
+            [locations[r] for r in kept],
+            None if ids is None else [ids[r] for r in kept],
+        )
 
     def _sparse(self, batch: pa.RecordBatch, locations: list[str]):
         import pyarrow as pa

@@ -14,6 +14,7 @@ MODES = ("error", "skip", "quarantine")
 class BadRecordPolicy:
     """What to do with a bad record: mode 'error' (raise InputError), 'skip' (count it),
     'quarantine' (count it and append the raw record + reason as one JSON line to a side file).
+    `first` keeps the location and problem of the first one counted, for ingest's warning.
 
     A quarantine line is {"location", "problem", "hint", "raw"}; raw bytes that are not UTF-8
     are written with backslash escapes. The side file is opened (for appending) on the first
@@ -27,6 +28,7 @@ class BadRecordPolicy:
         self.mode = mode
         self.quarantine_path = quarantine_path
         self.n_skipped = 0
+        self.first: tuple[str, str] | None = None  # (location, problem) of the first bad record counted
         self._file: TextIO | None = None
 
     def bad(self, location: str, problem: str, raw: str | bytes = "", hint: str = "") -> None:
@@ -34,6 +36,8 @@ class BadRecordPolicy:
         if self.mode == "error":
             raise InputError(location, problem, hint)
         self.n_skipped += 1
+        if self.first is None:
+            self.first = (location, problem)
         if self.mode == "quarantine":
             if self._file is None:
                 assert self.quarantine_path is not None  # required with mode 'quarantine' (__init__)
