@@ -44,7 +44,10 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
   4. FCD, Algorithm 2, solves the master problem (2) over all learners so far from those bits
      alone, chunk by chunk (`Master`; one compiled call per working-set iteration when the
      master is in memory): the closed-form coordinate minimum (12) ((13) with
-     `update="large_c"`), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
+     `update="large_c"`; where a coordinate has V₋ = 0, no pair pushing it down, (13)'s minimum
+     is at +inf and (12)'s at the solver's C, log(V₊C/p), is taken: the exact minimum of (2)
+     along it, so a learner that separates its class's pairs gets a finite weight instead of
+     staying at 0 and being chosen again at every iteration), μ updated by (20), V± by (21) as sums of per-chunk partial sums, the
      KKT violations θ (16), the working set (17) and stopping rule (18) with ε = `tol`, at most
      `tau_max` working-set iterations (1: the stage-wise MultiBoostcw-1; the first sweeps the new
      coordinates in order, later ones each coordinate of S once, in a random order); θ's pass sums
@@ -129,7 +132,8 @@ class MultiBoostParams(SolverParams):
     update: Literal["exact", "large_c"] = Field(
         "large_c",
         description="FCD's coordinate update: exact: eq. (12); large_c: eq. (13), the large-C form of MultiBoostcw-1 "
-        "(a fixed schedule of max_iter rounds: no convergence warning at max_iter)",
+        "(a fixed schedule of max_iter rounds: no convergence warning at max_iter), and (12) at C where (13) has no "
+        "finite minimum (V₋ = 0)",
     )
     stumps: Literal["sign", "indicator", "both", "signed"] = Field(
         "both",

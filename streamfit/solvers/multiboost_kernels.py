@@ -16,7 +16,9 @@ endian within a byte) is 1 when ħ_l(x_i) = 1; where it is 0, ħ_l(x_i) is the l
 (+1, or −1 for a negated indicator −1[x > t], −1[x ≤ t] or the constant −1) multiplies both
 values, so ħ_l = sign_l·(1 on a set bit, else low_l). A pair (i, y) with δh = 0 is in neither D₊
 nor D₋ of (21) and is left alone by (20); a negated learner swaps D₊ and D₋ (δh changes sign),
-and its weight change δ acts on μ as the change −δ of the learner it negates. Every loop runs in a fixed order, so results do
+and its weight change δ acts on μ as the change −δ of the learner it negates. A coordinate with
+V₋ = 0 (no pair in D₋) is moved to (12)'s minimum log(V₊C/p) at the solver's C also under the
+large-C update (13), which has no finite minimum there (coordinate_minimum). Every loop runs in a fixed order, so results do
 not depend on threads or on how the data is chunked (sums over chunks go through the engine's
 fixed tree).
 """
@@ -453,11 +455,9 @@ def coordinate_update(
     """w_j's new value from a pass's sums (Σ_{D+} μ, Σ_{D−} μ) at w_j = old: V₊ = e^{old}Σ_{D+} μ,
     V₋ = e^{−old}Σ_{D−} μ (21) (μ without w_j's own term), then the minimum w* of (12) (or (13)
     with large_c), shrunk: old + ν·(w* − old) with ν = learning_rate (ν = 1: w* itself, computed
-    as w*); `old` when that minimum is not finite ((13) with V₋ = 0). Both w* and old are ≥ 0, so
-    the shrunk value is too."""
+    as w*; with V₋ = 0, (12) at C: coordinate_minimum). Both w* and old are ≥ 0, so the shrunk
+    value is too."""
     value = coordinate_minimum(plus * np.exp(old), minus * np.exp(-old), C_over_p, large_c)
-    if not np.isfinite(value):
-        return old
     return value if learning_rate == 1.0 else old + learning_rate * (value - old)
 
 
@@ -536,12 +536,15 @@ def fcd_sweep(
 @numba.njit(cache=True, nogil=True)
 def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: bool) -> float:
     """argmin_{w ≥ 0} w + (C/p)(V₋e^{w} + V₊e^{−w}) (eq. 10): eq. (12), or (13) with large_c.
-    V₋ = 0 (no pair pushes w down) has the minimum at +inf for (13) and at log(V₊C/p) for (12)."""
+    V₋ = 0 (no pair pushes w down, as for a learner that separates its class's pairs) leaves (10)
+    = w + (C/p)V₊e^{−w}, whose minimum is the finite log(V₊C/p) (0 when V₊C/p ≤ 1): (12) at V₋ = 0.
+    (13), the C → ∞ limit of (12) where V₋ > 0, has its minimum at +inf there, so with large_c
+    V₋ = 0 takes (12) at the given C too: the objective (2) keeps its C, and the step is the
+    exact minimum of (10) (before 2026-11-27 the weight stayed where it was, and column generation
+    chose the same learner again at every iteration)."""
     if v_plus <= 0.0:
         return 0.0
-    if large_c:
-        if v_minus <= 0.0:
-            return np.inf
+    if large_c and v_minus > 0.0:
         return max(0.0, 0.5 * np.log(v_plus / v_minus))
     if v_minus <= 0.0:
         return max(0.0, np.log(v_plus * C_over_p))

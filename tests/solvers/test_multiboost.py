@@ -58,6 +58,33 @@ def test_closed_form_update_12_is_the_minimum_of_10():
     )
 
 
+def test_the_update_at_v_minus_zero_is_the_minimum_of_10_at_c_for_both_updates():
+    """V₋ = 0 (no pair pushes w down): (10) is w + (C/p)V₊e^{−w}, whose minimum over w ≥ 0 is
+    log(V₊C/p), or 0 when V₊C/p ≤ 1. (13) has none (+inf), so large_c takes (12)'s at the given C:
+    both updates equal a 1-D numeric minimizer of (10), also where the minimum is at the bound."""
+    rng = np.random.default_rng(5)
+    at_bound = 0
+    for _ in range(60):
+        v_plus = rng.exponential() * 10.0 ** rng.uniform(-4, 3)
+        C_over_p = 10.0 ** rng.uniform(-2, 8)
+
+        def g(w, v_plus=v_plus, C_over_p=C_over_p):  # (10) with V₋ = 0
+            return w + C_over_p * v_plus * np.exp(-w)
+
+        ref = minimize_scalar(g, bounds=(0.0, 60.0), method="bounded", options={"xatol": 1e-12})
+        for large_c in (False, True):
+            w = kernels.coordinate_minimum(v_plus, 0.0, C_over_p, large_c)
+            assert np.isfinite(w) and g(w) <= ref.fun * (1 + 1e-12)
+            assert w == pytest.approx(max(ref.x, 0.0), abs=1e-5)
+        at_bound += v_plus * C_over_p <= 1.0
+    assert 3 <= at_bound <= 57  # both branches of max(0, ·) are exercised
+    # coordinate_update moves a weight from any old value to that minimum (old enters V₊ = e^{old}Σ_{D+} μ)
+    assert kernels.coordinate_update(2.0, 0.0, 0.7, 1e3, True, 1.0) == pytest.approx(np.log(2.0 * np.exp(0.7) * 1e3))
+    assert kernels.coordinate_update(2.0, 0.0, 0.7, 1e3, True, 0.5) == pytest.approx(
+        0.7 + 0.5 * (np.log(2.0 * np.exp(0.7) * 1e3) - 0.7)
+    )
+
+
 def _master_problem(seed=1, m=150, K=4, per_class=5, pool="sign"):
     """Random outputs of `per_class` learners per class of a pool (_pool), labels and the
     coordinates (one per learner, class lrn % K): (bits, H (L × m, the learners' values), labels,
@@ -489,23 +516,121 @@ def test_learning_rate_shrinks_each_stage_wise_step_by_nu(stumps, nu):
     )
     if stumps != "both":
         assert np.count_nonzero(model.weights[model.signs[model.coord_learner] < 0]) >= 2  # negated learners used
-    F = np.zeros((len(y), K))
+    _replay_stage_wise(model, dense, y, K, nu)
+    assert np.count_nonzero(model.weights) >= 8
+    with pytest.raises(ValueError, match="learning_rate < 1 needs tau_max=1"):
+        mb.MultiBoostParams(learning_rate=0.5, tau_max=2, update="exact")
+
+
+def _replay_stage_wise(model, dense, y, K, nu=1.0, lam=1e-8) -> np.ndarray:
+    """Replays a stage-wise run (tau_max = 1, update (13)) in numpy on the raw values, coordinate
+    by coordinate in the run's order, and checks each weight: ν times the minimum along the
+    coordinate at the scores of the weights before it, with V± the sums of μ_(i,y) =
+    exp(F_y − F_{y_i}) over the pairs where δh = ±1 (eq. 21): ½ log(V₊/V₋) (13), or where V₋ = 0
+    (13) has no finite minimum, log(V₊C/p) (12) at the run's C = 1/lam (0 when V₊C/p ≤ 1). F_c
+    moves by the weight times ħ = sign·(1 or low). Returns V₋ of each coordinate and the loss
+    (1/p)Σ μ before the first coordinate and after each."""
+    m = len(y)
+    C_over_p = 1.0 / (lam * m * (K - 1))
+    F = np.zeros((m, K))
     own = np.arange(K)[None, :] == y[:, None]
+    minus = np.zeros(len(model.weights))
+    losses = [1.0]  # (1/p)Σ μ at F = 0
     for j in range(len(model.weights)):
         c, lrn = model.coord_class[j], model.coord_learner[j]
         above = dense[:, model.features[lrn]] > model.thresholds[lrn]
         h = model.signs[lrn] * np.where(above == (model.polarity[lrn] > 0), 1.0, float(model.lows[lrn]))
-        mu = np.where(own, 0.0, np.exp(F - F[np.arange(len(y)), y][:, None]))
+        mu = np.where(own, 0.0, np.exp(F - F[np.arange(m), y][:, None]))
         pushes = np.where(y == c, h * mu.sum(axis=1), -h * mu[:, c])  # Σ_y μ_(i,y)·δh_{i,j}(y), per row
         weight = np.where(y == c, mu.sum(axis=1), mu[:, c])
-        v_plus, v_minus = weight[pushes > 0].sum(), weight[pushes < 0].sum()
-        # (13); V₋ = 0 (no pair pushes back: a pure learner) has its minimum at +inf, where the weight stays 0
-        expected = nu * max(0.0, 0.5 * np.log(v_plus / v_minus)) if v_minus > 0 else 0.0
-        assert model.weights[j] == pytest.approx(expected, rel=1e-10, abs=1e-12)
+        v_plus, minus[j] = weight[pushes > 0].sum(), weight[pushes < 0].sum()
+        if minus[j] > 0:
+            best = max(0.0, 0.5 * np.log(v_plus / minus[j]))
+        else:
+            best = max(0.0, np.log(v_plus * C_over_p))
+        assert model.weights[j] == pytest.approx(nu * best, rel=1e-10, abs=1e-12), j
         F[:, c] += model.weights[j] * h
-    assert np.count_nonzero(model.weights) >= 8
-    with pytest.raises(ValueError, match="learning_rate < 1 needs tau_max=1"):
-        mb.MultiBoostParams(learning_rate=0.5, tau_max=2, update="exact")
+        losses.append(float(np.where(own, 0.0, np.exp(F - F[np.arange(m), y][:, None])).sum() / (m * (K - 1))))
+    return minus, np.array(losses)
+
+
+def _text_like(seed=0, m=160, K=3, n_words=80):
+    """Word counts of m short documents (Zipf background, 10 topic words per class drawn 8 times
+    as often in its documents), with a signature word (the last feature) in every document of
+    class K − 1 and in no other: the sign stump and the indicator on it separate class K − 1's
+    pairs, so their V₋ = 0."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, K, m).astype(np.int32)
+    topic = rng.permutation(n_words - 1)[: K * 10].reshape(K, 10)
+    base = 1.0 / np.arange(1, n_words) ** 1.1
+    dense = np.zeros((m, n_words))
+    for i in range(m):
+        prob = base.copy()
+        prob[topic[y[i]]] *= 8.0
+        dense[i, :-1] = rng.multinomial(30, prob / prob.sum())
+    dense[:, -1] = y == K - 1
+    return dense, y
+
+
+def test_a_learner_with_v_minus_zero_gets_the_minimum_of_2_at_c_and_its_class_keeps_learning():
+    """Issue 17's stall: with the defaults (update (13)), a learner that separates its class's
+    pairs (V₋ = 0; here the stumps on a word found in every document of class 2 and in no other)
+    has no finite (13) step. It once kept weight 0 and its edge, so column generation chose it
+    again at every iteration and class 2 never learnt. Now its weight is (12)'s minimum at C,
+    log(V₊C/p) (the numpy replay checks every weight of the run), so that step lowers the
+    objective (2) (every step lowers the loss: (13) minimizes it along the coordinate) and class
+    2's training rows are scored above the others."""
+    dense, y = _text_like()
+    K = 3
+    lam = 1e-8  # the default
+    model, _ = fit(InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=64), max_iter=4)
+    minus, losses = _replay_stage_wise(model, dense, y, K, lam=lam)
+    separating = minus == 0.0
+    first = np.flatnonzero(separating & (model.coord_class == K - 1))[0]
+    assert model.weights[first] > 5.0  # log(V₊C/p) at C = 1e8, p = 320 (later ones: 0 once V₊C/p ≤ 1)
+    assert losses[first + 1] + lam * model.weights[first] < losses[first]  # (2) falls at that step
+    assert np.all(np.diff(losses) <= 0.0)
+    ours = model.coord_class == K - 1
+    assert np.count_nonzero(model.weights[ours]) >= 1
+    keys = [(model.features[lrn], model.thresholds[lrn], model.polarity[lrn], model.lows[lrn], model.signs[lrn])
+            for lrn in model.coord_learner[ours]]  # fmt: skip
+    zero = model.weights[ours] == 0.0
+    assert not any(zero[t] and zero[t + 1] and keys[t] == keys[t + 1] for t in range(len(keys) - 1))
+    F = model.decision_function(sp.csr_matrix(dense))
+    assert np.all(np.argmax(F[y == K - 1], axis=1) == K - 1)
+
+
+@pytest.mark.parametrize("weak_learners", ["class", "shared"])
+def test_the_totally_corrective_large_c_fcd_never_increases_the_objective_with_v_minus_zero(weak_learners):
+    """The totally corrective FCD (tau_max = 3) with update (13) on data where learners with
+    V₋ = 0 are chosen (class-specific and shared learners): each such coordinate, whenever it is
+    visited, takes (12)'s finite minimum at C, which lowers (2); the (13) steps lower the loss, so
+    (2) can rise by no more than its lam·‖w‖₁ term. Before, a shared learner's V₋ = 0 coordinate
+    stayed at 0 (the objective stayed at 1)."""
+    dense, y = _text_like(seed=1)
+    source = InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=64)
+    lam = 1e-8
+    model, log = fit(source, max_iter=5, tau_max=3, weak_learners=weak_learners)
+    values = [r["objective"] for r in log.records]
+    slack = lam * model.weights.sum()
+    assert all(b <= a + slack for a, b in zip([1.0, *values], values)), values
+    assert values[-1] < 0.5 and np.all(np.isfinite(model.weights)) and model.weights.max() > 5.0
+
+
+@pytest.mark.slow
+def test_v_minus_zero_runs_resume_and_run_on_two_workers_to_the_identical_model(tmp_path):
+    """The defaults on the text-like data with V₋ = 0 learners: a run stopped after its first step and
+    resumed, and a run on 2 workers, give the model of one uninterrupted run in process."""
+    dense, y = _text_like()
+    source = InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=64)
+    full, _ = fit(source, str(tmp_path / "full"), max_iter=4)
+    assert full.weights.max() > 5.0
+    fit(source, str(tmp_path / "run"), stop_after=1, max_iter=4)  # after the V₋ = 0 step
+    resumed, _ = fit(source, str(tmp_path / "run"), resume=True, max_iter=4)
+    _same_model(full, resumed)
+    with Engine(mode="local", n_workers=2) as engine:
+        parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, max_iter=4)
+    _same_model(full, parallel)
 
 
 def test_quantile_bins_put_zero_in_a_bin_of_its_own():
