@@ -541,6 +541,18 @@ def canonical_chunk(X: sp.csr_matrix, labels, multilabel: bool, n_outputs: int |
     return X, np.asarray(labels, dtype=np.int32)
 
 
+def stack_rows(pending: list[tuple[sp.csr_matrix, object]], multilabel: bool, n_outputs: int | None):
+    """(X, labels): the rows of the (X, labels) batches `pending`, one under the other, as a
+    writer cuts its chunks from them: X CSR, labels a CSR indicator (multilabel), float64 rows × k
+    (regression) or int32 class ids."""
+    X = sp.vstack([p[0] for p in pending], format="csr")
+    if multilabel:
+        return X, sp.vstack([p[1] for p in pending], format="csr")
+    if n_outputs is not None:
+        return X, np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, n_outputs) for p in pending])
+    return X, np.concatenate([np.asarray(p[1], dtype=np.int32) for p in pending])
+
+
 @dataclass(frozen=True)
 class WrittenChunk:
     """What the writer of a chunk tells the manifest's writer: its entry and its largest column
@@ -714,13 +726,7 @@ class StoreWriter:
             self._flush(self.chunk_rows)
 
     def _flush(self, n: int) -> None:
-        X = sp.vstack([p[0] for p in self._pending], format="csr")
-        if self.multilabel:
-            labels = sp.vstack([p[1] for p in self._pending], format="csr")
-        elif self.n_outputs is not None:
-            labels = np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, self.n_outputs) for p in self._pending])
-        else:
-            labels = np.concatenate([np.asarray(p[1], dtype=np.int32) for p in self._pending])
+        X, labels = stack_rows(self._pending, self.multilabel, self.n_outputs)
         rest = X.shape[0] - n
         self._pending = [(X[n:], labels[n:])] if rest else []
         self._pending_rows = rest
