@@ -41,7 +41,7 @@ from streamfit.options import check_values, distinct_names, format_bytes, option
 from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store
 from streamfit.store.format import MAX_FEATURES
-from streamfit.store.store import IDF_FILE, canonical_chunk, overlaps, present, stack_rows
+from streamfit.store.store import IDF_FILE, canonical_chunk, overlaps, present, remove_dead_partial, stack_rows
 
 log = logging.getLogger(__name__)
 
@@ -743,6 +743,9 @@ def _ingest(o: IngestOptions) -> IngestReport:
     distributed = bool(o.n_workers or o.scheduler)
     # the stage in memory while it fits: in this process only (a cluster's workers write it to disk)
     memory_limit = MEMORY_STAGE_BYTES if two_pass and not distributed else 0
+    stage_location = storage.resolve(pass1_out)
+    if memory_limit and stage_location.local:  # a killed ingest's disk stage, as its next writer deletes it
+        remove_dead_partial(stage_location.path + ".partial")
     p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy, memory_limit)
     cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
     # on a terminal, one bar over the records of all the passes (a log: each pass's lines)

@@ -688,10 +688,7 @@ class StoreWriter:
             self.tmp = self.path + ".partial"
             if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
                 os.close(lock_dir(self.path))
-            if os.path.exists(self.tmp):  # left by an ingest: a dead one (removed) or a live one (refused)
-                stale = lock_dir(self.tmp)
-                shutil.rmtree(self.tmp)
-                os.close(stale)
+            remove_dead_partial(self.tmp)
             try:
                 os.makedirs(self.tmp)
             except FileExistsError:
@@ -861,6 +858,15 @@ def present(location: storage.Location) -> bool:
     """Whether something is at `location` that a new store must not silently replace: anything
     on local disk, a committed store on an object store."""
     return location.exists() if location.local else _committed(location) is not None
+
+
+def remove_dead_partial(path: str) -> None:
+    """Delete the local `NAME.partial` directory `path` if a dead writer left it (its lock is
+    free); StoreError (`_busy`) if a live writer holds it; nothing if there is none."""
+    if os.path.exists(path):
+        stale = lock_dir(path)
+        shutil.rmtree(path)
+        os.close(stale)
 
 
 def lock_dir(path: str) -> int:

@@ -680,7 +680,8 @@ def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cl
     end. An ingest that dies between the passes (its stage's deletion and lock lost as with a
     SIGKILL) leaves a `.partial` stage that opens as no store; the next ingest to the same --out
     deletes it and writes the store an uninterrupted ingest writes. (A stage this small is held
-    in memory by default: MEMORY_STAGE_BYTES 0 puts it on disk.)"""
+    in memory by default: MEMORY_STAGE_BYTES 0 puts it on disk; the next ingest holds its own in
+    memory and deletes the dead one all the same.)"""
     import streamfit.ingest.pipeline as pipeline
     from streamfit import storage
     from streamfit.store import StoreWriter
@@ -715,12 +716,12 @@ def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cl
     with pytest.raises(KeyboardInterrupt):
         ingest(IngestOptions([path], again, **opts))
     monkeypatch.undo()
-    monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", 0)
     (stage,) = [name for name in os.listdir(tmp_path) if name.startswith("again")]
     assert stage.endswith(".partial") and os.path.exists(tmp_path / stage / "manifest.json")
     for name in (stage, "again"):
         with pytest.raises(StoreError, match="an incomplete store left by an interrupted ingest|no such store"):
             open_store(str(tmp_path / name))
+    monkeypatch.undo()  # the default: the next ingest holds its stage in memory, and deletes the dead one too
     ingest(IngestOptions([path], again, **opts))
     assert sorted(os.listdir(tmp_path)) == ["again", "docs.jsonl", "ref", "s"]
     assert open_store(again).manifest.chunks == open_store(str(tmp_path / "ref")).manifest.chunks
