@@ -363,10 +363,16 @@ def test_an_ingest_killed_at_its_commit_leaves_nothing_that_opens_and_a_rerun_co
 
 
 @pytest.mark.slow
-def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_batch(s3, tmp_path):
+def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_batch(s3, tmp_path, monkeypatch):
     """The IDF stage behind a URL is scratch, as on local disk: written under its own attempt
     prefix, never committed (no COMMITTED, no listing for stale attempts), read there by pass 2,
-    and deleted at the end by one listing of its prefix and one batched delete."""
+    and deleted at the end by one listing of its prefix and one batched delete. (A stage this
+    small is held in memory by default, with no request at all: MEMORY_STAGE_BYTES 0 puts it
+    behind the URL.)"""
+    import streamfit.ingest.pipeline as pipeline
+
+    default = pipeline.MEMORY_STAGE_BYTES
+    monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", 0)
     docs = tmp_path / "docs.jsonl"
     words = ["markets", "rates", "dogs", "cats", "forest", "bonds", "parrots", "yields"]
     docs.write_text(
@@ -387,6 +393,11 @@ def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_b
     s3.invalidate_cache()
     assert not s3.find(f"{BUCKET}/text.zarr.pass1.partial")
     assert _cli("ingest", docs, "--out", tmp_path / "text.zarr", "--chunk-rows", "8").exit_code == 0
+    assert open_store(store).manifest.chunks == open_store(str(tmp_path / "text.zarr")).manifest.chunks
+    monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", default)
+    with _requests() as requests:
+        assert _cli("ingest", docs, "--out", store, "--chunk-rows", "8", "--overwrite").exit_code == 0
+    assert not [r for r in requests if ".pass1.partial" in r[1]]
     assert open_store(store).manifest.chunks == open_store(str(tmp_path / "text.zarr")).manifest.chunks
 
 

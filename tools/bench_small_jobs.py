@@ -22,7 +22,10 @@ documents), raw text one file per document. Both tools read the same documents:
 
 Two inputs (`--inputs`): the folders (one file per document), and one headerless TSV file per
 split (`label<TAB>text`, R8's own layout: tabs and newlines of a document become spaces; VW
-also reads one file). `--baseline-src DIR` also times the streamfit rows with the package found
+also reads one file). `--src DIR` times the package found in DIR (a source tree, e.g. a
+worktree) instead of the installed one (the `streamfit` console script runs with PYTHONPATH=DIR;
+a PYTHONPATH of the caller's is not passed on: without --src the installed package is timed).
+`--baseline-src DIR` also times the streamfit rows with the package found
 in DIR (e.g. an export of main: `git archive main | tar -x -C DIR`) in the same run, for before /
 after. Each package gets its bytecode compiled first (`compileall`, as `pip install` does:
 otherwise a PYTHONDONTWRITEBYTECODE environment recompiles every module in every process) and
@@ -37,7 +40,7 @@ Usage:
 
     python tools/bench_small_jobs.py [--tarball PATH] [--groups 10] [--bits 18] [--passes 5]
         [--solver ppdsparse] [-p KEY=VALUE ...] [--n-workers N] [--workdir DIR]
-        [--inputs folder,tsv] [--baseline-src DIR] [--repeats N]
+        [--inputs folder,tsv] [--src DIR] [--baseline-src DIR] [--repeats N]
 
 Needs the `bench` extra (vowpalwabbit).
 """
@@ -324,6 +327,7 @@ def main() -> None:
     ap.add_argument("--n-workers", default=None, help="streamfit train --n-workers (default: unset, auto)")
     ap.add_argument("--workdir", default=None, help="kept when given; a temporary folder otherwise")
     ap.add_argument("--inputs", default="folder,tsv", help="comma-separated: folder (one file per document), tsv")
+    ap.add_argument("--src", default=None, help="time the streamfit package in this source tree (default: installed)")
     ap.add_argument("--baseline-src", default=None, help="also time the streamfit package in this source tree")
     ap.add_argument("--repeats", type=int, default=1, help="rounds of every row, alternating; the table shows medians")
     args = ap.parse_args()
@@ -350,7 +354,7 @@ def main() -> None:
     solver = f"{args.solver} {' '.join(args.params)}".rstrip()
     runs: dict[str, list[dict]] = {}  # row name: its runs, one per round
     starts = {}
-    sources = [("this", None)] + ([("baseline", args.baseline_src)] if args.baseline_src else [])
+    sources = [("this", args.src)] + ([("baseline", args.baseline_src)] if args.baseline_src else [])
 
     def use(src: str | None) -> None:
         ENV.pop("PYTHONPATH", None)

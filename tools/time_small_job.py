@@ -18,14 +18,17 @@ first kernel load); "in no part" is the total less `import streamfit.cli` and th
 parts (click's parsing, `run`'s own imports, the interpreter's exit is not timed).
 PIPELINE.yaml is a job as tools/bench_small_jobs.py writes it (`WORKDIR/job.yaml`). Each source
 tree (`--src`: a directory holding the `streamfit` package, e.g. a `git archive` of main; the
-installed package when none is given) runs the job once untimed (numba's cache filled, as after a
-user's first run), then `--repeats` times, alternating between trees, each run started in its
-tree's directory; prints the median of each part as a Markdown table.
+installed package when none is given) gets its bytecode compiled first (`compileall`, as `pip
+install` does: under PYTHONDONTWRITEBYTECODE every run would otherwise compile every module it
+imports), runs the job once untimed (numba's cache filled, as after a user's first run), then
+`--repeats` times, alternating between trees, each run started in its tree's directory; prints
+the median of each part as a Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import statistics
@@ -163,6 +166,17 @@ def time_once(src: str | None, pipeline: str) -> dict[str, list[float]]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def package_dir(src: str | None) -> str:
+    """The streamfit package a run imports: src/streamfit, or the installed one."""
+    if src is not None:
+        return os.path.join(os.path.abspath(src), "streamfit")
+    code = "import os, streamfit; print(os.path.dirname(streamfit.__file__))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir()
+    ).stdout.strip()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("pipeline", help="the job's YAML (tools/bench_small_jobs.py writes WORKDIR/job.yaml)")
@@ -172,6 +186,7 @@ def main() -> None:
     sources = args.src or [None]
     runs: dict[str | None, list[dict[str, list[float]]]] = {src: [] for src in sources}
     for src in sources:  # untimed: fills numba's cache for this tree (a new tree compiles every kernel)
+        compileall.compile_dir(package_dir(src), quiet=1)
         time_once(src, os.path.abspath(args.pipeline))
     for _ in range(args.repeats):
         for src in sources:

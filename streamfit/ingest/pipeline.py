@@ -2,13 +2,15 @@
 
 Pass 1 streams every source batch through the Featurizer and the label vocabulary into a
 StoreWriter. When a stratified split or IDF weights are asked for, pass 1 writes an
-intermediate scratch store (in `OUT.pass1.partial.partial`, behind a URL under `OUT.pass1.partial/`:
-never synced nor committed, so never a valid store; deleted at the end), and pass 2 streams it once
-more: the split is drawn from the labels seen in pass 1, document frequencies are counted on
-the training rows only, and the final stores are written. Memory stays bounded by the batch
-and chunk size (plus, with a split, one byte and one int per row). With --n-workers /
---scheduler both passes run on one Dask cluster (ingest/distributed.py), whose workers write
-the chunks.
+intermediate stage, and pass 2 streams it once more: the split is drawn from the labels seen in
+pass 1, document frequencies are counted on the training rows only, and the final stores are
+written. The stage is held in memory while its chunks fit in MEMORY_STAGE_BYTES (_MemoryStage);
+past that, and always on a cluster, it is a scratch store (in `OUT.pass1.partial.partial`, behind
+a URL under `OUT.pass1.partial/`: never synced nor committed, so never a valid store; deleted at
+the end). Either stage gives pass 2 the same chunks, so the final stores are the same bytes.
+Memory stays bounded by the batch and chunk size and MEMORY_STAGE_BYTES (plus, with a split, one
+byte and one int per row). With --n-workers / --scheduler both passes run on one Dask cluster
+(ingest/distributed.py), whose workers write the chunks.
 
 Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
 at its file and line, a row with a column beyond the width (--n-features) or, without one,
@@ -37,9 +39,9 @@ from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.runlog import RunProgress, counted, progress_mode
-from streamfit.store import DEFAULT_CHUNK_ROWS, Store, StoreWriter, open_store
+from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store
 from streamfit.store.format import MAX_FEATURES
-from streamfit.store.store import IDF_FILE, overlaps, present
+from streamfit.store.store import IDF_FILE, canonical_chunk, overlaps, present, remove_dead_partial, stack_rows
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +284,107 @@ def numeric_targets(labels: list, n_outputs: int | None) -> tuple[np.ndarray, di
     return T, problems
 
 
+# A two-pass ingest in this process holds pass 1's rows in memory (_MemoryStage) while they take
+# at most this many bytes, counted as Store.decoded_bytes counts a store; past it they go to the
+# scratch store on disk. A small ingest skips the stage's round trip through the disk (compress,
+# write, read, decompress, digests: about 0.1 CPU s of a 5 790-document text ingest); memory stays
+# bounded by this, as it is by the chunk size with the disk stage.
+MEMORY_STAGE_BYTES = 64 * 2**20
+
+
+def _held_bytes(X: sp.csr_matrix, labels, multilabel: bool, n_outputs: int | None) -> int:
+    """The bytes of rows (X, labels) in a stage's chunks: 8 per non-zero (float32 value, int32
+    column), 12 per row (int64 row pointer, int32 class id); float64 targets (regression) or 8 per
+    label and row (multilabel: int32 ids, int64 pointers)."""
+    rows = X.shape[0]
+    size = 8 * X.nnz + 12 * rows
+    if n_outputs is not None:
+        return size + 8 * rows * n_outputs
+    return size + (8 * (labels.nnz + rows) if multilabel else 0)
+
+
+class _MemoryStage(ChunkSource):
+    """Pass 1's stage held in memory, for pass 2 to read as it reads a scratch store on disk: the
+    rows cut into chunks of chunk_rows rows (StoreWriter's cut) and held as the arrays a Store
+    decodes from the stage's chunk files (canonical_chunk: float32 values, int32 columns, int64
+    row pointers; labels int32 ids, a 0/1 indicator or float64 targets), so pass 2 and the final
+    stores are the same bytes either way. `add` refuses rows past `limit` bytes (the caller then
+    moves what is held to the disk stage, `held_rows`)."""
+
+    def __init__(self, chunk_rows: int, multilabel: bool, n_outputs: int | None, limit: int):
+        self.chunk_rows, self.multilabel, self.n_outputs, self.limit = chunk_rows, multilabel, n_outputs, limit
+        self.regression = n_outputs is not None
+        self.held: list[tuple[np.ndarray, np.ndarray, np.ndarray, object]] = []  # (data, indices, indptr, labels)
+        self.pending: list[tuple[sp.csr_matrix, object]] = []  # rows not yet a whole chunk
+        self.pending_rows = 0
+        self.n_rows = self.n_chunks = 0
+        self.nbytes = 0
+        self.max_index = -1
+        self.width = MAX_FEATURES  # the columns of the rows as emitted (their final width once it is known)
+        self.n_features = 0  # the stage's width and classes: set by close
+        self.classes: list[str] = []
+
+    def add(self, X: sp.csr_matrix, labels) -> bool:
+        """Hold rows (X, labels) as _Pass1 emits them; False, holding nothing of them, when they
+        would take the held rows past `limit` bytes."""
+        size = _held_bytes(X, labels, self.multilabel, self.n_outputs)
+        if self.nbytes + size > self.limit:
+            return False
+        self.nbytes += size
+        self.width = X.shape[1]
+        self.pending.append((X, labels))
+        self.pending_rows += X.shape[0]
+        while self.pending_rows >= self.chunk_rows:
+            self._cut(self.chunk_rows)
+        return True
+
+    def _cut(self, n: int) -> None:
+        X, labels = stack_rows(self.pending, self.multilabel, self.n_outputs)
+        rest = X.shape[0] - n
+        self.pending = [(X[n:], labels[n:])] if rest else []
+        self.pending_rows = rest
+        X, labels = canonical_chunk(X[:n], labels[:n], self.multilabel, self.n_outputs, "the pass-1 stage")
+        indptr = np.asarray(X.indptr, dtype=np.int64)  # as the backends write them (scipy may narrow them)
+        self.held.append((X.data, np.asarray(X.indices, dtype=np.int32), indptr, labels))
+        self.n_rows += n
+        self.n_chunks += 1
+        if X.nnz:
+            self.max_index = max(self.max_index, int(X.indices.max()))
+
+    def held_rows(self):
+        """The rows held, in order, as (X, labels) batches (to write them to the disk stage)."""
+        for data, indices, indptr, labels in self.held:
+            yield sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, self.width)), labels
+        yield from self.pending
+
+    def close(self, n_features: int | None, classes: list[str]) -> int:
+        """The last chunk cut, the width (n_features, or None: the largest column + 1) and the
+        classes set, as StoreWriter.close sets a stage's; returns the width."""
+        if self.pending_rows:
+            self._cut(self.pending_rows)
+        self.n_features = self.max_index + 1 if n_features is None else n_features
+        if self.max_index >= self.n_features:
+            raise StoreError(f"feature index {self.max_index} is out of range for n_features={self.n_features}")
+        self.classes = list(classes)
+        return self.n_features
+
+    def read_chunk(self, i: int, cache: bool = False) -> Chunk:
+        """Chunk i, built as the Zarr reader builds a chunk read from disk (cache: as
+        Store.read_chunk's, no effect here)."""
+        data, indices, indptr, labels = self.held[i]
+        n_rows = len(indptr) - 1
+        X = sp.csr_matrix((data, indices, indptr), shape=(n_rows, self.n_features))
+        if self.multilabel:
+            assert isinstance(labels, sp.csr_matrix)
+            ids = np.asarray(labels.indices, dtype=np.int32)
+            lp = np.asarray(labels.indptr, dtype=np.int64)
+            labels = sp.csr_matrix((np.ones(len(ids), dtype=np.float32), ids, lp), shape=(n_rows, self.n_classes))
+        return Chunk(i, i * self.chunk_rows, X, labels)
+
+
 class _Pass1:
-    """Source batches -> featurized rows with label ids -> one store."""
+    """Source batches -> featurized rows with label ids -> one store (or, for a two-pass ingest,
+    the stage: held in memory while it fits, `memory`, else a scratch store)."""
 
     def __init__(
         self,
@@ -295,6 +396,7 @@ class _Pass1:
         multilabel: bool | None,
         out: str,
         policy,
+        memory_limit: int = 0,
     ):
         self.o, self.featurizer, self.vocab, self.multilabel, self.out, self.policy = (
             o,
@@ -307,6 +409,9 @@ class _Pass1:
         self.layout = layout
         self.source_options = source_options
         self.writer: StoreWriter | None = None
+        # a two-pass ingest's stage, held in memory up to memory_limit bytes (0: on disk from the start)
+        self.memory_limit = memory_limit
+        self.memory: _MemoryStage | None = None
         self.strata: list[np.ndarray] = []  # first class id of each written row (only for a split)
         self.numeric = o.target == "numeric"  # regression targets instead of class labels
         self.n_outputs: int | None = len(vocab.classes) if self.numeric and vocab.frozen else None
@@ -443,9 +548,26 @@ class _Pass1:
 
     def emit(self, X: sp.csr_matrix, labels) -> None:
         """Write featurized rows and their label ids (and keep their strata for a split)."""
-        self._writer().write_rows(X, labels)
+        self._write(X, labels)
         if self.o.test_size:  # one stratum for numeric targets: a random split
             self.strata.append(np.zeros(X.shape[0], np.int64) if self.numeric else _first_class(labels))
+
+    def _write(self, X: sp.csr_matrix, labels) -> None:
+        """Rows into the stage held in memory while they fit (memory_limit), else into the store
+        on disk; the first rows past the limit move what memory holds to the disk first, in order
+        (the disk stage is then the one a limit of 0 writes)."""
+        if self.memory_limit and self.writer is None:
+            if self.memory is None:
+                multilabel = bool(self.multilabel) and not self.numeric
+                n_outputs = self.n_outputs if self.numeric else None
+                self.memory = _MemoryStage(self.layout.chunk_rows, multilabel, n_outputs, self.memory_limit)
+            if self.memory.add(X, labels):
+                return
+            writer = self._writer()
+            for held in self.memory.held_rows():
+                writer.write_rows(*held)
+            self.memory = None
+        self._writer().write_rows(X, labels)
 
     def _unknown_labels(self, batch, unknown: list[int]):
         """(problem(row), hint) for rows whose labels the --like store's classes lack: the row's
@@ -622,9 +744,14 @@ def _ingest(o: IngestOptions) -> IngestReport:
         multilabel = None
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
-    p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy)
-    cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
     distributed = bool(o.n_workers or o.scheduler)
+    # the stage in memory while it fits: in this process only (a cluster's workers write it to disk)
+    memory_limit = MEMORY_STAGE_BYTES if two_pass and not distributed else 0
+    stage_location = storage.resolve(pass1_out)
+    if memory_limit and stage_location.local:  # a killed ingest's disk stage, as its next writer deletes it
+        remove_dead_partial(stage_location.path + ".partial")
+    p1 = _Pass1(o, layout, source_options, featurizer, vocab, multilabel, pass1_out, policy, memory_limit)
+    cluster = contextlib.ExitStack()  # the Dask cluster of both passes (--n-workers / --scheduler)
     # on a terminal, one bar over the records of all the passes (a log: each pass's lines)
     bar = RunProgress("bar") if o.progress and progress_mode() == "bar" else None
     if bar is not None:
@@ -644,7 +771,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         else:
             p1.run(finish_rows=not two_pass, bar=bar)
         policy.close()
-        if p1.writer is None:
+        if p1.writer is None and p1.memory is None:
             raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
@@ -663,6 +790,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         }
         report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty)
         if not two_pass:
+            assert p1.writer is not None
             transform: dict[str, Any] = {
                 "idf": like is not None and like.idf is not None,
                 "l2_normalize": featurizer.l2_normalize,
@@ -673,10 +801,17 @@ def _ingest(o: IngestOptions) -> IngestReport:
             report.written = m.n_rows
             report.stores[out] = m.n_rows
         else:
-            # the stage (scratch: not synced, not committed) stays locked until it is discarded: a
-            # concurrent ingest to the same --out is refused
-            common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
-            _pass2(o, layout, p1, featurizer, common, report, out, finish_pair, engine, bar)
+            stage: Store | _MemoryStage
+            if p1.memory is not None:
+                common["n_features"] = p1.memory.close(common["n_features"], common["classes"])
+                stage = p1.memory
+            else:
+                # the stage (scratch: not synced, not committed) stays locked until it is discarded:
+                # a concurrent ingest to the same --out is refused
+                assert p1.writer is not None
+                common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
+                stage = Store(p1.writer.files.url, scratch=True)
+            _pass2(o, layout, p1, stage, featurizer, common, report, out, finish_pair, engine, bar)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
@@ -792,13 +927,15 @@ def _write_idf(writer: StoreWriter, idf: np.ndarray) -> str:
     return hashlib.sha256(buf.getvalue()).hexdigest()
 
 
-def _stream(stage: Store):
+def _stream(stage: Store | _MemoryStage):
     """The stage's chunks in order, not kept in the chunk cache (memory: one chunk)."""
     for i in range(stage.n_chunks):
         yield stage.read_chunk(i, cache=False)
 
 
-def _pass_chunks(o: IngestOptions, stage: Store, name: str, bar: RunProgress | None, done: int, total: int):
+def _pass_chunks(
+    o: IngestOptions, stage: Store | _MemoryStage, name: str, bar: RunProgress | None, done: int, total: int
+):
     """The stage's chunks for one pass of pass 2 (`name`), shown as done: on ingest's one `bar`
     (records: `done` before this pass, of `total` in all passes), else as this pass's lines in
     chunks (runlog.counted); a SIGTERM stops between chunks (check_stop)."""
@@ -843,6 +980,7 @@ def _pass2(
     o: IngestOptions,
     layout: _Layout,
     p1: _Pass1,
+    stage: Store | _MemoryStage,
     featurizer: Featurizer,
     common: dict,
     report: IngestReport,
@@ -851,15 +989,14 @@ def _pass2(
     engine=None,
     bar: RunProgress | None = None,
 ) -> None:
-    """Write the final stores from the stage. With a split the test store is published first:
+    """Write the final stores from the stage (the scratch store pass 1 wrote, or its rows held in
+    memory: the same chunks, the same final stores). With a split the test store is published first:
     a kill between the two publishes leaves no complete-looking training store without its
     test store, and a re-run of the same command replaces the lone test store (finish_pair).
     engine: the Dask cluster of a distributed ingest, whose workers count the document
     frequencies and write the final chunks (distributed.pass2_*); None: this process. bar:
     ingest's one progress bar (on a terminal), at pass 1's records read; pass 2's passes over
     the stage's rows (document frequencies, write) add to its total and its count."""
-    assert p1.writer is not None, "pass 1 wrote the stage"
-    stage = Store(p1.writer.files.url, scratch=True)
     total = p1.read + (1 + bool(o.idf)) * stage.n_rows  # records of all passes, for the bar
     if o.test_size:
         test_mask = stratified_test_mask(np.concatenate(p1.strata), o.test_size, o.seed)
@@ -870,6 +1007,8 @@ def _pass2(
         _check_idf_memory(stage.n_features)
         if engine is not None:
             from streamfit.ingest.distributed import PassShown, pass2_document_frequencies
+
+            assert isinstance(stage, Store), "a cluster's stage is on disk"
 
             shown = PassShown(o, "document frequencies", "run", bar, p1.read, total)
             df = pass2_document_frequencies(engine, stage, ~test_mask, o, shown)
@@ -892,6 +1031,8 @@ def _pass2(
     try:
         if engine is not None:
             from streamfit.ingest.distributed import PassShown, pass2_write
+
+            assert isinstance(stage, Store), "a cluster's stage is on disk"
 
             shown = PassShown(o, "write", "chunk", bar, total - stage.n_rows, total)
             for w, (_, mask) in zip(writers, outputs):

@@ -541,6 +541,18 @@ def canonical_chunk(X: sp.csr_matrix, labels, multilabel: bool, n_outputs: int |
     return X, np.asarray(labels, dtype=np.int32)
 
 
+def stack_rows(pending: list[tuple[sp.csr_matrix, object]], multilabel: bool, n_outputs: int | None):
+    """(X, labels): the rows of the (X, labels) batches `pending`, one under the other, as a
+    writer cuts its chunks from them: X CSR, labels a CSR indicator (multilabel), float64 rows × k
+    (regression) or int32 class ids."""
+    X = sp.vstack([p[0] for p in pending], format="csr")
+    if multilabel:
+        return X, sp.vstack([p[1] for p in pending], format="csr")
+    if n_outputs is not None:
+        return X, np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, n_outputs) for p in pending])
+    return X, np.concatenate([np.asarray(p[1], dtype=np.int32) for p in pending])
+
+
 @dataclass(frozen=True)
 class WrittenChunk:
     """What the writer of a chunk tells the manifest's writer: its entry and its largest column
@@ -682,10 +694,7 @@ class StoreWriter:
             self.tmp = self.path + ".partial"
             if os.path.isdir(self.path):  # --overwrite: not while a live ingest reads it (pass 2 locks its stage)
                 os.close(lock_dir(self.path))
-            if os.path.exists(self.tmp):  # left by an ingest: a dead one (removed) or a live one (refused)
-                stale = lock_dir(self.tmp)
-                shutil.rmtree(self.tmp)
-                os.close(stale)
+            remove_dead_partial(self.tmp)
             try:
                 os.makedirs(self.tmp)
             except FileExistsError:
@@ -720,13 +729,7 @@ class StoreWriter:
             self._flush(self.chunk_rows)
 
     def _flush(self, n: int) -> None:
-        X = sp.vstack([p[0] for p in self._pending], format="csr")
-        if self.multilabel:
-            labels = sp.vstack([p[1] for p in self._pending], format="csr")
-        elif self.n_outputs is not None:
-            labels = np.vstack([np.asarray(p[1], dtype=np.float64).reshape(-1, self.n_outputs) for p in self._pending])
-        else:
-            labels = np.concatenate([np.asarray(p[1], dtype=np.int32) for p in self._pending])
+        X, labels = stack_rows(self._pending, self.multilabel, self.n_outputs)
         rest = X.shape[0] - n
         self._pending = [(X[n:], labels[n:])] if rest else []
         self._pending_rows = rest
@@ -861,6 +864,15 @@ def present(location: storage.Location) -> bool:
     """Whether something is at `location` that a new store must not silently replace: anything
     on local disk, a committed store on an object store."""
     return location.exists() if location.local else _committed(location) is not None
+
+
+def remove_dead_partial(path: str) -> None:
+    """Delete the local `NAME.partial` directory `path` if a dead writer left it (its lock is
+    free); StoreError (`_busy`) if a live writer holds it; nothing if there is none."""
+    if os.path.exists(path):
+        stale = lock_dir(path)
+        shutil.rmtree(path)
+        os.close(stale)
 
 
 def lock_dir(path: str) -> int:

@@ -631,6 +631,70 @@ def test_a_split_killed_between_its_publishes_is_finished_by_the_same_command(tm
         assert open_store(str(tmp_path / name)).manifest.chunks == ref.chunks
 
 
+def _files(path) -> dict[str, bytes]:
+    """Every file under path (a store): its bytes, by relative path."""
+    return {
+        os.path.relpath(os.path.join(top, f), path): open(os.path.join(top, f), "rb").read()
+        for top, _, files in os.walk(path)
+        for f in files
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["text idf", "text idf --test-size", "numeric idf --test-size parquet", "multilabel idf", "regression --test-size"],
+)
+def test_the_stage_held_in_memory_writes_the_stores_the_disk_stage_writes(tmp_path, digits_svm, monkeypatch, case):
+    """A two-pass ingest holds pass 1's stage in memory while it fits in MEMORY_STAGE_BYTES, on
+    disk from the start with a limit of 0, and moves it to disk mid-way when it outgrows the
+    limit: the three write the same stores, byte for byte (chunks, manifests, idf.npy), and so
+    does a test store ingested --like each; only the disk stages write a `.pass1.partial` store."""
+    import streamfit.ingest.pipeline as pipeline
+    from streamfit.store import StoreWriter
+
+    default = pipeline.MEMORY_STAGE_BYTES
+    text = _jsonl(tmp_path, DOCS)
+    ml = tmp_path / "ml.svm"
+    ml.write_text("".join(f"{i % 3},{(i + 1) % 4} {1 + i % 5}:1 {6 + i % 7}:0.5 {20 + i % 11}:2\n" for i in range(60)))
+    hashed = dict(hashing=HashingConfig(n_features=2**10), batch_size=5)
+    inputs, options = {
+        "text idf": (text, hashed),
+        "text idf --test-size": (text, {**hashed, "test_size": 0.25}),
+        "numeric idf --test-size parquet": (
+            digits_svm,
+            dict(idf=True, test_size=0.3, backend="parquet", batch_size=100),
+        ),
+        "multilabel idf": (str(ml), dict(idf=True, l2_normalize=True, batch_size=8)),
+        "regression --test-size": (digits_svm, dict(idf=True, target="numeric", test_size=0.2, batch_size=100)),
+    }[case]
+    out, test_out, like = (str(tmp_path / name) for name in ("s", "t", "like"))
+    split = {"test_out": test_out} if "test_size" in options else {}
+    stages, added = [], []
+    writer_init, add = StoreWriter.__init__, pipeline._MemoryStage.add
+    monkeypatch.setattr(
+        StoreWriter, "__init__", lambda self, path, **kw: (stages.append(path), writer_init(self, path, **kw))[1]
+    )
+    monkeypatch.setattr(pipeline._MemoryStage, "add", lambda self, X, y: (added.append(add(self, X, y)), added[-1])[1])
+
+    def run(limit: int) -> list[dict[str, bytes]]:
+        monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", limit)
+        stages.clear(), added.clear()
+        o = IngestOptions([inputs], out, chunk_rows=7, overwrite=True, progress=False, **options, **split)
+        ingest(o)
+        ingest(IngestOptions([inputs], like, like=out, chunk_rows=7, overwrite=True, progress=False))
+        return [_files(out), _files(like)] + ([_files(test_out)] if split else [])
+
+    on_disk = run(0)
+    assert not added and sum(p.endswith(".pass1.partial") for p in stages) == 1
+    rows = open_store(out).n_rows + (open_store(test_out).n_rows if split else 0)
+    assert run(default) == on_disk
+    assert added and all(added) and not any(p.endswith(".pass1.partial") for p in stages)
+    half = 8 * open_store(out).manifest.nnz // 2 + 6 * rows  # about half of what the stage holds: moved mid-way
+    assert run(half) == on_disk
+    assert True in added and added[-1] is False and sum(p.endswith(".pass1.partial") for p in stages) == 1
+    assert sorted(os.listdir(tmp_path)) == sorted({"docs.jsonl", "ml.svm", "s", "like"} | ({"t"} if split else set()))
+
+
 def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cleaned_by_the_next(
     tmp_path, monkeypatch
 ):
@@ -638,11 +702,14 @@ def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cl
     final store is: its files, folders and its rename, every one synced once), and deleted at the
     end. An ingest that dies between the passes (its stage's deletion and lock lost as with a
     SIGKILL) leaves a `.partial` stage that opens as no store; the next ingest to the same --out
-    deletes it and writes the store an uninterrupted ingest writes."""
+    deletes it and writes the store an uninterrupted ingest writes. (A stage this small is held
+    in memory by default: MEMORY_STAGE_BYTES 0 puts it on disk; the next ingest holds its own in
+    memory and deletes the dead one all the same.)"""
     import streamfit.ingest.pipeline as pipeline
     from streamfit import storage
     from streamfit.store import StoreWriter
 
+    monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", 0)
     path, out = _jsonl(tmp_path, DOCS), str(tmp_path / "s")
     opts = dict(hashing=HashingConfig(n_features=2**10), chunk_rows=7, progress=False)
     ingest(IngestOptions([path], str(tmp_path / "ref"), **opts))
@@ -659,6 +726,7 @@ def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cl
     assert sorted(os.listdir(tmp_path)) == ["docs.jsonl", "ref", "s"]
     assert open_store(out).manifest.chunks == open_store(str(tmp_path / "ref")).manifest.chunks
     monkeypatch.undo()
+    monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", 0)
 
     def killed_between_the_passes(*args, **kwargs):
         raise KeyboardInterrupt
@@ -676,6 +744,7 @@ def test_the_pass_1_stage_is_scratch_never_synced_and_a_dead_ingests_stage_is_cl
     for name in (stage, "again"):
         with pytest.raises(StoreError, match="an incomplete store left by an interrupted ingest|no such store"):
             open_store(str(tmp_path / name))
+    monkeypatch.undo()  # the default: the next ingest holds its stage in memory, and deletes the dead one too
     ingest(IngestOptions([path], again, **opts))
     assert sorted(os.listdir(tmp_path)) == ["again", "docs.jsonl", "ref", "s"]
     assert open_store(again).manifest.chunks == open_store(str(tmp_path / "ref")).manifest.chunks
