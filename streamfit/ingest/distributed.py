@@ -521,12 +521,34 @@ def _open_stage(path: str) -> Store:
     return Store(path, scratch=True)
 
 
-def stage_document_frequencies(stage_path: str, lo: int, hi: int, train: np.ndarray) -> np.ndarray:
+def packed_rows(rows: np.ndarray) -> tuple[int, int, np.ndarray | None]:
+    """Increasing row numbers as a task argument of about 1 bit a row instead of 8 bytes (pass 2's
+    selections would otherwise put 8 bytes per row into the task graph the scheduler receives:
+    12 MiB at 1.6 M rows): (first, last + 1, None) for a run of consecutive rows, else (first,
+    last + 1, the np.packbits of the mask over [first, last + 1)). unpacked_rows inverts it."""
+    start, stop = int(rows[0]), int(rows[-1]) + 1
+    if stop - start == len(rows):
+        return start, stop, None
+    mask = np.zeros(stop - start, dtype=bool)
+    mask[rows - start] = True
+    return start, stop, np.packbits(mask)
+
+
+def unpacked_rows(start: int, stop: int, bits: np.ndarray | None) -> np.ndarray:
+    """The row numbers (int64, increasing) that packed_rows packed."""
+    if bits is None:
+        return np.arange(start, stop, dtype=np.int64)
+    return start + np.flatnonzero(np.unpackbits(bits, count=stop - start)).astype(np.int64)
+
+
+def stage_document_frequencies(stage_path: str, lo: int, hi: int, packed_train: np.ndarray) -> np.ndarray:
     """Pass 2's document frequencies (int64, n_features) over chunks [lo, hi) of the stage store,
-    counting the rows that the boolean mask `train` (over those chunks' rows) selects."""
+    counting the rows that the boolean mask `train` (over those chunks' rows, np.packbits of it:
+    `packed_train`) selects."""
     stage = _open_stage(stage_path)
     df = np.zeros(stage.n_features, dtype=np.int64)
     row0 = stage.chunk_bounds(lo)[0]
+    train = np.unpackbits(packed_train, count=stage.chunk_bounds(hi - 1)[1] - row0).astype(bool)
     for i in range(lo, hi):
         c = stage.read_chunk(i, cache=False)
         add_document_frequencies(df, c.X, train[c.row_start - row0 : c.row_start - row0 + c.n_rows])
@@ -544,7 +566,8 @@ def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o, shown
     for run in runs:
         lo, hi = int(run[0]), int(run[-1]) + 1
         rows = slice(stage.chunk_bounds(lo)[0], stage.chunk_bounds(hi - 1)[1])
-        futures.append(client.submit(stage_document_frequencies, stage.path, lo, hi, train[rows], pure=False))
+        packed = np.packbits(train[rows])  # 1 bit a row in the task graph
+        futures.append(client.submit(stage_document_frequencies, stage.path, lo, hi, packed, pure=False))
     df = np.zeros(stage.n_features, dtype=np.int64)
     shown.begin(len(futures))
     for future, run in zip(futures, runs):
@@ -554,10 +577,12 @@ def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o, shown
     return df
 
 
-def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, rows: np.ndarray, featurizer_dict, idf):
-    """Chunk `cid` of a final store (runs on a worker): the stage's rows `rows` (increasing),
-    IDF-weighted and normalized (Featurizer.finish, row by row: the bits of the in-process pass,
-    which finishes whole stage chunks), written through the final store's sink."""
+def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, packed: tuple, featurizer_dict, idf):
+    """Chunk `cid` of a final store (runs on a worker): the stage's rows `rows` (increasing; given
+    as packed_rows(rows): `packed`), IDF-weighted and normalized (Featurizer.finish, row by row: the
+    bits of the in-process pass, which finishes whole stage chunks), written through the final
+    store's sink."""
+    rows = unpacked_rows(*packed)
     stage = _open_stage(stage_path)
     featurizer = Featurizer.from_dict(featurizer_dict, idf=idf)
     parts = []
@@ -590,7 +615,7 @@ def pass2_write(
                 [writer.sink] * n,
                 range(n),
                 starts,
-                [rows[lo : lo + writer.chunk_rows] for lo in starts],
+                [packed_rows(rows[lo : lo + writer.chunk_rows]) for lo in starts],
                 [featurizer.to_dict()] * n,
                 [idf] * n,
                 pure=False,

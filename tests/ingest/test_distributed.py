@@ -6,11 +6,15 @@ import collections
 import json
 import random
 
+import numpy as np
 import pytest
 from dask.utils import key_split
 from distributed import Client, get_task_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streamfit.errors import InputError
+from streamfit.ingest.distributed import packed_rows, unpacked_rows
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions, ingest
 from streamfit.store import open_store
@@ -492,3 +496,19 @@ def test_pass_shown_in_a_log(caplog):
     assert lines[0].startswith("write: chunk 1/3, ") and "ETA" not in lines[0], lines
     assert lines[-1].startswith("write: chunk 3/3, ") and "ETA 0:00" in lines[-1], lines
     assert len(lines) in (2, 3) and (shown.k, shown.done) == (3, 1200 + 3 * 256)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=300), st.integers(0, 10**9))
+def test_packed_rows_give_back_the_rows_in_about_a_bit_each(mask, offset):
+    """Pass 2's row selections travel in the task graph packed (a run of rows as its bounds, else
+    a bit mask over their span) and come back exactly."""
+    rows = offset + np.flatnonzero(mask).astype(np.int64)
+    if rows.size == 0:
+        rows = np.array([offset], dtype=np.int64)
+    start, stop, bits = packed_rows(rows)
+    assert (start, stop) == (rows[0], rows[-1] + 1)
+    assert (bits is None) == (stop - start == len(rows))
+    assert bits is None or bits.nbytes == -(-(stop - start) // 8)
+    back = unpacked_rows(start, stop, bits)
+    assert back.dtype == np.int64 and np.array_equal(back, rows)
