@@ -540,8 +540,8 @@ def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: 
     = w + (C/p)V₊e^{−w}, whose minimum is the finite log(V₊C/p) (0 when V₊C/p ≤ 1): (12) at V₋ = 0.
     (13), the C → ∞ limit of (12) where V₋ > 0, has its minimum at +inf there, so with large_c
     V₋ = 0 takes (12) at the given C too: the objective (2) keeps its C, and the step is the
-    exact minimum of (10) (before 2026-11-27 the weight stayed where it was, and column generation
-    chose the same learner again at every iteration)."""
+    exact minimum of (10) (a weight left where it was would keep its edge, and column generation
+    would choose the same learner again; docs/benchmarks.md, "a learner with V₋ = 0")."""
     if v_plus <= 0.0:
         return 0.0
     if large_c and v_minus > 0.0:
