@@ -399,12 +399,30 @@ def test_closing_imap_unordered_cancels_the_pending_tasks(tmp_path):
         assert results.ready()
         next(results)
         assert not results.ready()
-        results = eng.imap_unordered(item_slow, range(n), log_dir=tmp_path)
+        results = eng.imap_unordered(item_gated, range(n), log_dir=tmp_path)
         first, _ = next(results)
         results.close()
-        time.sleep(n * 0.3 / 2)  # long enough for every task to run, had they not been cancelled
+        # Items 2.. wait for the gate, so no worker finishes one while the cancel travels; the
+        # gate opens once the scheduler holds no more tasks than the two workers run.
+        deadline = time.monotonic() + 30
+        while eng.client.run_on_scheduler(_n_scheduler_tasks) > 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        time.sleep(1.0)  # every item would run in this second, had it not been cancelled
     assert first in (0, 1)
     assert sum(runs(tmp_path, n)) <= 5  # the two running, and at most one more on each worker
+
+
+def item_gated(item, log_dir):
+    """Items 0 and 1 return at once; the others record that they ran, then wait for log_dir/go."""
+    (log_dir / f"ran-{item}").write_text("x")
+    while item > 1 and not (log_dir / "go").exists():
+        time.sleep(0.01)
+    return item
+
+
+def _n_scheduler_tasks(dask_scheduler):
+    return len(dask_scheduler.tasks)
 
 
 def test_imap_unordered_without_workers_is_a_clear_error(tmp_path):
