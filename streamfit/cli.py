@@ -102,7 +102,7 @@ def _exit_without_collecting() -> None:
     """Run at the exit of a process that ran one command from its own command line: move every
     object the garbage collector tracks to its permanent generation (gc.freeze), so that the
     interpreter's finalization does not search the whole heap for reference cycles several times
-    over (numba's and the other modules' objects, about 140 000 after a small job: 0.2-0.3 CPU s,
+    over (numba's and the other modules' objects, about 140 000 after a small job: 0.3-0.4 CPU s,
     nearly all of the process's shutdown). Registered as the command starts, it runs after the
     atexit handlers that the command's work registers, and before the logging module's flush
     of the log file (registered earlier). Objects outside cycles are still freed as the modules

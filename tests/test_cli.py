@@ -831,7 +831,7 @@ def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_comman
 
 def test_the_command_lines_process_exits_with_the_heap_frozen_and_an_embedded_call_leaves_it(stores, tmp_path):
     """main() reading the process's own command line freezes the collector's objects for the exit
-    (gc.freeze: the interpreter's finalization then skips its searches for cycles, 0.2-0.3 CPU s
+    (gc.freeze: the interpreter's finalization then skips its searches for cycles, 0.3-0.4 CPU s
     of a small job), even a cycle made after the command returned, and the exit status, stdout
     and the log file are still complete; main(args) called from Python, as an embedding program
     or a test does, freezes nothing."""
