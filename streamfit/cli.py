@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import atexit
+import gc
 import json
 import logging
 import os
@@ -34,6 +36,12 @@ log = logging.getLogger("streamfit")
 
 
 class _Group(click.Group):
+    def main(self, args=None, *rest, **kwargs):
+        if args is None:  # the process's own command line (the console script, python -m): it exits after this
+            gc.freeze()  # the modules imported so far (~50 000 objects): the collector's full passes skip them
+            atexit.register(_exit_without_collecting)
+        return super().main(args, *rest, **kwargs)
+
     def parse_args(self, ctx, args):
         try:
             return super().parse_args(ctx, args)
@@ -88,6 +96,21 @@ class _Group(click.Group):
                 "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
+
+
+def _exit_without_collecting() -> None:
+    """Run at the exit of a process that ran one command from its own command line: move every
+    object the garbage collector tracks to its permanent generation (gc.freeze), so that the
+    interpreter's finalization does not search the whole heap for reference cycles several times
+    over (numba's and the other modules' objects, about 140 000 after a small job: 0.3-0.4 CPU s,
+    nearly all of the process's shutdown). Registered as the command starts, it runs after the
+    atexit handlers that the command's work registers, and before the logging module's flush
+    of the log file (registered earlier). Objects outside cycles are still freed as the modules
+    are cleared; what is no longer searched for is garbage cycles left at exit, whose memory the
+    operating system takes back with the process. The command's outputs do not depend on them:
+    every writer flushes, syncs and commits its files before the command returns.
+    """
+    gc.freeze()
 
 
 def _without_overwrite(ctx, stop: BaseException) -> str:

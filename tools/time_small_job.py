@@ -15,7 +15,11 @@ that makes it (numba's inside the first hashing). The top-level parts (`level` 0
 file, the ingests, train, the model's load, evaluate, its file) follow one another; the others
 (levels 1 and 2, indented) are inside the part above them and overlap where one calls another (hashing holds numba's
 first kernel load); "in no part" is the total less `import streamfit.cli` and the top-level
-parts (click's parsing, `run`'s own imports, the interpreter's exit is not timed).
+parts (click's parsing, `run`'s own imports). Outside the total, from this tool's side: the
+interpreter's start (the process started to the child's first line: wall from the tool's clock,
+CPU the process's own by then) and its exit (the command returned to the process reaped: wall,
+and the CPU the tool's getrusage of its children counts beyond the child's own count at its end:
+atexit handlers, finalization, the garbage collector's last passes), and the process as a whole.
 PIPELINE.yaml is a job as tools/bench_small_jobs.py writes it (`WORKDIR/job.yaml`). Each source
 tree (`--src`: a directory holding the `streamfit` package, e.g. a `git archive` of main; the
 installed package when none is given) gets its bytecode compiled first (`compileall`, as `pip
@@ -31,10 +35,12 @@ import argparse
 import compileall
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one after another, 1, 2: inside them
     (0, "the pipeline file (read, checked)", "streamfit.config", "load_pipeline", False),
@@ -72,7 +78,9 @@ PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one a
 IN_NO_PART = "in no part (click, `run`'s own imports and set-up)"
 
 CHILD = """
-import functools, importlib.machinery, json, sys, time
+import time
+born = (time.time(), time.process_time())  # the interpreter's start: the tool's clock before the process started
+import functools, importlib.machinery, json, sys
 wall, cpu = time.perf_counter, time.process_time
 spent = {{}}
 def add(name, w, c):
@@ -145,8 +153,10 @@ except SystemExit as e:
     assert not e.code, e.code
 add("total", wall() - start[0], cpu() - start[1])
 assert not pending, f"never imported: {{sorted(pending)}}"
+spent["clock"] = [born[0], born[1], time.time(), cpu()]  # the process's first line and its end, as the tool needs
 print(json.dumps(spent))
 """
+START, EXIT, PROCESS = "interpreter start (to the first line)", "interpreter exit (atexit, finalization)", "process"
 
 
 def time_once(src: str | None, pipeline: str) -> dict[str, list[float]]:
@@ -154,6 +164,7 @@ def time_once(src: str | None, pipeline: str) -> dict[str, list[float]]:
     env.pop("PYTHONPATH", None)
     if src is not None:
         env["PYTHONPATH"] = os.path.abspath(src)
+    before, started = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     out = subprocess.run(
         [sys.executable, "-c", CHILD.format(PARTS=PARTS), pipeline],
         capture_output=True,
@@ -161,9 +172,16 @@ def time_once(src: str | None, pipeline: str) -> dict[str, list[float]]:
         env=env,
         cwd=os.path.abspath(src) if src is not None else tempfile.gettempdir(),
     )
+    ended, after = time.time(), resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode:
         sys.exit(f"the timed job failed ({src or 'installed package'}):\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    spent = json.loads(out.stdout.strip().splitlines()[-1])
+    born_wall, born_cpu, end_wall, end_cpu = spent.pop("clock")
+    process_cpu = sum(getattr(after, k) - getattr(before, k) for k in ("ru_utime", "ru_stime"))
+    spent[START] = [born_wall - started, born_cpu]
+    spent[EXIT] = [ended - end_wall, process_cpu - end_cpu]
+    spent[PROCESS] = [ended - started, process_cpu]
+    return spent
 
 
 def package_dir(src: str | None) -> str:
@@ -196,7 +214,7 @@ def main() -> None:
         for run in each:
             run[IN_NO_PART] = [run["total"][k] - sum(run.get(name, [0.0, 0.0])[k] for name in top) for k in (0, 1)]
     rows = [("import streamfit.cli", 0)] + [(name, level) for level, name, *_ in PARTS]
-    rows += [(IN_NO_PART, 0), ("total", 0)]
+    rows += [(IN_NO_PART, 0), ("total", 0), (START, 0), (EXIT, 0), (PROCESS, 0)]
     print(f"median of {args.repeats}, wall / CPU seconds; indented parts are inside the part above them")
     print("| part | " + " | ".join(src or "installed" for src in sources) + " |")
     print("|---|" + "---|" * len(sources))

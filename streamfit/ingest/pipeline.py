@@ -731,9 +731,11 @@ def _ingest(o: IngestOptions) -> IngestReport:
         chunk_rows=chunk_rows if o.chunk_rows is None else o.chunk_rows,
     )
     source_options = o.source_options
+    like_idf = like.idf if like is not None else None  # read (and its checksum checked) once: 8 bytes a feature
     if like is not None:
-        featurizer = Featurizer.from_dict(like.featurizer_dict(), idf=like.idf)
-        source_options = {**like.featurizer_dict()["source_options"], **o.source_options}
+        like_featurizer = like.featurizer_dict()
+        featurizer = Featurizer.from_dict(like_featurizer, idf=like_idf)
+        source_options = {**like_featurizer["source_options"], **o.source_options}
         vocab = LabelVocabulary(like.classes, frozen=True)
         multilabel = like.multilabel
         if like.regression:
@@ -792,11 +794,11 @@ def _ingest(o: IngestOptions) -> IngestReport:
         if not two_pass:
             assert p1.writer is not None
             transform: dict[str, Any] = {
-                "idf": like is not None and like.idf is not None,
+                "idf": like_idf is not None,
                 "l2_normalize": featurizer.l2_normalize,
             }
-            if like is not None and like.idf is not None:  # the featurizer's idf (Featurizer.from_dict)
-                transform["idf_sha256"] = _write_idf(p1.writer, like.idf)
+            if like_idf is not None:  # the featurizer's idf (Featurizer.from_dict)
+                transform["idf_sha256"] = _write_idf(p1.writer, like_idf)
             m = p1.writer.close(transform=transform, counts=_counts(report), **common)
             report.written = m.n_rows
             report.stores[out] = m.n_rows
