@@ -66,13 +66,16 @@ in the training data):
   §3.3) unless the data is low-dimensional and dense-ish (≤ 1000 active columns, ≥ 10 % of
   them non-zero per row: the paper's §3.1 setting); there "rff" unless one ridge fit
   (Algorithm 1, identity link, the run's λ) on the stored columns validates better on the
-  seeded row sample than one on the first random Fourier block (`_rff_validates`: multilabel,
-  a lower held-out squared error; multiclass, the columns calibrated as below and more
-  held-out rows whose top class is right, the squared error breaking ties).
+  seeded row sample than one on the first random Fourier block (`_auto_check`: a lower
+  held-out squared error; with calibration "auto" on multiclass targets, the stored columns
+  calibrated or not, and the most held-out rows whose top class is right, the squared error
+  breaking ties).
 
-calibration="auto" (the default): "poly" for multiclass targets with the identity link on the
-stored columns of such low-dimensional dense data, "none" otherwise (text, random Fourier
-features, multilabel and real-valued targets). Least squares on 0/1 class indicators masks a
+calibration="auto" (the default): on the stored columns of such low-dimensional dense data with
+multiclass targets and the identity link, "poly" when the calibrated columns validate better
+on the row sample than the plain ones (`_auto_check`, as above; for an explicit stored-column
+generator too); "none" otherwise (text, random Fourier features, multilabel and real-valued
+targets). Least squares on 0/1 class indicators masks a
 class whose indicator is not a linear function of x (§3.1: iris' middle class; 0.78 accuracy
 against 0.93 calibrated and LogisticRegression's 0.93); with few stored columns the training
 predictions that Algorithm 2 is fitted on are not overconfident, where with thousands of
@@ -215,14 +218,14 @@ class StagewiseParams(SolverParams):
         "auto",
         description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
         "predictions: previous predictions as extra features (identity link only); auto: poly for "
-        "class targets (multiclass, identity link) on stored columns of dense inputs with <= 1000 columns, "
-        "else none",
+        "multiclass targets (identity link) on the stored columns of dense inputs with <= 1000 columns "
+        "where it validates better on a row sample, else none",
     )
     generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
         "auto",
         description="GEN: feature blocks; auto = gradient for regression targets; for classes rff on dense "
-        "inputs with <= 1000 columns unless one ridge stage on the columns validates better on a row sample, "
-        "else gradient",
+        "inputs with <= 1000 columns unless one ridge stage on the columns (multiclass: or the calibrated "
+        "columns) validates better on a row sample, else gradient",
     )
     block_size: int = Field(512, ge=1, description="features per stage (p)")
     n_passes: int = Field(2, ge=1, description="passes over all blocks")
@@ -1365,19 +1368,34 @@ class StagewiseSolver(Solver[StagewiseState]):
         low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
         if generator == "auto" and (source.regression or not low_dense):
             generator = "gradient"
-        # calibration "auto": Algorithm 2 where least squares on class indicators masks classes
-        # (§3.1) and the calibration's training predictions are not overconfident: multiclass
-        # targets, identity link, stored columns of low-dimensional dense data; never on random
-        # Fourier features (docs/benchmarks.md, "stagewise on small dense data")
-        columns_calibration = p.calibration
-        if p.calibration == "auto":
-            poly = low_dense and p.link == "identity" and not source.regression and not source.multilabel
-            columns_calibration = "poly" if poly else "none"
+        # calibration "auto": Algorithm 2 where it validates, on the stored columns of multiclass
+        # targets with the identity link on low-dimensional dense data (least squares on class
+        # indicators masks classes there, §3.1), never on random Fourier features (their
+        # training predictions are overconfident: docs/benchmarks.md, "stagewise on small data")
+        may_calibrate = (
+            p.calibration == "auto"
+            and low_dense
+            and p.link == "identity"
+            and not source.regression
+            and not source.multilabel
+            and generator != "rff"
+        )
+        calibration = "none" if p.calibration == "auto" else p.calibration
         dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions", dense=dense)
-        if generator not in ("rff", "auto"):
-            return columns, active, generator, columns_calibration, 1, scan.normal
-        rff_calibration = "none" if p.calibration == "auto" else p.calibration
+        if generator not in ("rff", "auto") and not may_calibrate:
+            return columns, active, generator, calibration, 1, scan.normal
+        # a seeded sample of rows, read in chunk order and put back in random order
+        rng = np.random.default_rng([p.random_state, 1])
+        rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
+        order = np.argsort(rows)
+        parts = engine.map(_rows_task, source, chunks, desc="stagewise: sample", rows=rows[order], inputs=active)
+        raw, targets = np.empty((len(rows), len(active))), np.empty((len(rows), source.n_classes))
+        raw[order], targets[order] = np.vstack([x for x, _ in parts]), np.vstack([t for _, t in parts])
+        check = slice(0, AUTO_CHECK_ROWS)
+        if generator not in ("rff", "auto"):  # stored columns, calibration "auto"
+            calibration = self._auto_check(None, raw[check], None, targets[check], _data_name(source), True)[1]
+            return columns, active, generator, calibration, 2, scan.normal
         space = FeatureSpace(
             "rff",
             p.fit_intercept,
@@ -1390,13 +1408,6 @@ class StagewiseSolver(Solver[StagewiseState]):
             sampling=p.rff_sampling,
             phases=p.rff_phases,
         )
-        # a seeded sample of rows, read in chunk order and put back in random order
-        rng = np.random.default_rng([p.random_state, 1])
-        rows = rng.choice(source.n_rows, size=min(source.n_rows, GEN_SAMPLE_ROWS), replace=False)
-        order = np.argsort(rows)
-        parts = engine.map(_rows_task, source, chunks, desc="stagewise: sample", rows=rows[order], inputs=active)
-        raw, targets = np.empty((len(rows), len(active))), np.empty((len(rows), source.n_classes))
-        raw[order], targets[order] = np.vstack([x for x, _ in parts]), np.vstack([t for _, t in parts])
         sample = raw
         if p.pca_components is not None and p.pca_components < len(active):
             space.mean = sample.mean(axis=0)
@@ -1421,16 +1432,12 @@ class StagewiseSolver(Solver[StagewiseState]):
         dists = dists[dists > 0]  # duplicate rows say nothing about the scale
         space.sigma = p.bandwidth * (float(np.median(dists)) if dists.size else 1.0)
         if generator == "auto":
-            check = slice(0, AUTO_CHECK_ROWS)
-            multiclass = columns_calibration == "poly"
-            generator = (
-                "rff"
-                if self._rff_validates(space, raw[check], sample[check], targets[check], _data_name(source), multiclass)
-                else "gradient"
+            generator, calibration = self._auto_check(
+                space, raw[check], sample[check], targets[check], _data_name(source), may_calibrate
             )
             if generator == "gradient":
-                return columns, active, generator, columns_calibration, 2, scan.normal
-        return space, active, generator, rff_calibration, 2, None
+                return columns, active, generator, calibration, 2, scan.normal
+        return space, active, generator, calibration, 2, None
 
     @staticmethod
     def _raise_nonfinite(source: ChunkSource, engine: Engine, count: int):
@@ -1447,24 +1454,35 @@ class StagewiseSolver(Solver[StagewiseState]):
             "(or drop them) and ingest again",
         )
 
-    def _rff_validates(
-        self, space: FeatureSpace, raw: np.ndarray, base: np.ndarray, Y: np.ndarray, where: str, multiclass: bool
-    ) -> bool:
-        """Generator "auto" on dense inputs: on the sampled rows (random order; the last
-        AUTO_CHECK_VALID of them held out), one identity-link stage (Algorithm 1: ridge with the
-        run's λ, bias unpenalised) on the stored columns A = [1, x] and one on the first random
-        Fourier block A = [1, x̃]. Multilabel targets: True unless the stored columns' held-out
-        squared error ‖Y − Ŷ‖² is lower. `multiclass` (calibration "auto" resolved to "poly" for
-        the columns): the columns' fit is followed by Algorithm 2's calibration fitted on the
-        same rows (`_poly_map`, then the projection onto the simplex), and the candidate with
-        more held-out rows whose top class is right wins, on a tie the one of lower squared
-        error. (A block of 512 random features fitted to a few hundred rows nearly interpolates
-        them: its squared error is large where its classes are right; docs/benchmarks.md,
-        "stagewise on small dense data".)"""
+    def _auto_check(
+        self,
+        space: FeatureSpace | None,
+        raw: np.ndarray,
+        base: np.ndarray | None,
+        Y: np.ndarray,
+        where: str,
+        calibrate: bool,
+    ) -> tuple[str, str]:
+        """(generator, calibration) for "auto" on dense inputs, from the sampled rows (random order;
+        the last AUTO_CHECK_VALID of them held out): one identity-link stage (Algorithm 1: ridge
+        with the run's λ, bias unpenalised) on each candidate, the first random Fourier block
+        A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
+        ("gradient") and, with `calibrate` (calibration "auto" on multiclass targets), the
+        stored columns followed by Algorithm 2's calibration fitted on the same rows
+        (`_poly_map`, then the projection onto the simplex). Without `calibrate` the lowest
+        held-out squared error ‖Y − Ŷ‖² wins; with it, the most held-out rows whose top class
+        is right, the squared error breaking ties (a block of 512 random features fitted to a
+        few hundred rows nearly interpolates them: a large squared error where its top classes
+        are right; docs/benchmarks.md, "stagewise on small data"). Exact ties go to the
+        earlier candidate, in the order above."""
         n_fit = len(Y) - max(1, int(AUTO_CHECK_VALID * len(Y)))
-        columns = np.hstack([np.ones((len(raw), 1)), raw]) if space.fit_intercept else raw
+        columns = np.hstack([np.ones((len(raw), 1)), raw]) if self.params.fit_intercept else raw
+        candidates = [] if space is None else [("rff", "none", space.design(base, 0).astype(np.float64), False)]
+        candidates.append(("gradient", "none", columns, False))
+        if calibrate:
+            candidates.append(("gradient", "poly", columns, True))
         scores = []
-        for A, poly in ((columns, multiclass), (space.design(base, 0).astype(np.float64), False)):
+        for _, _, A, poly in candidates:
             fit, held = A[:n_fit], A[n_fit:]
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is _check_gram's error, not a warning
                 gram = fit.T @ fit
@@ -1472,13 +1490,13 @@ class StagewiseSolver(Solver[StagewiseState]):
             predicted = held @ W
             if poly:
                 G = poly_basis(fit @ W)
-                predicted = project_predictions(
-                    poly_basis(predicted) @ _poly_map(G.T @ G / n_fit, G.T @ Y[:n_fit] / n_fit), False
-                )
+                C = _poly_map(G.T @ G / n_fit, G.T @ Y[:n_fit] / n_fit)
+                predicted = project_predictions(poly_basis(predicted) @ C, False)
             error = float(((Y[n_fit:] - predicted) ** 2).sum())
-            right = int((predicted.argmax(axis=1) == Y[n_fit:].argmax(axis=1)).sum()) if multiclass else 0
-            scores.append((-right, error))
-        return scores[1] <= scores[0]
+            right = int((predicted.argmax(axis=1) == Y[n_fit:].argmax(axis=1)).sum())
+            scores.append((-right, error) if calibrate else (error,))
+        best = min(range(len(candidates)), key=scores.__getitem__)
+        return candidates[best][0], candidates[best][1]
 
     # ---- the schedule of blocks ----
     def _n_blocks(self, state: StagewiseState) -> int:
@@ -1634,9 +1652,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         shrink by (1 − h_i) at each block they pass through; the held-out scores are
         F̃ = Y − (Y − F)/κ, κ_i = Π over the last pass's stages of (1 − h_i), exactly the
         leave-one-out scores where the pass is one block (1 − h = κ) and the product's
-        approximation of 1 − h of the whole design otherwise (docs/benchmarks.md, "stagewise's
-        multilabel threshold on held-out scores"). κ is summed per row in the last pass's
-        update passes (`_leverages`), so the threshold costs no extra data pass."""
+        approximation of 1 − h of the whole design otherwise (docs/benchmarks.md, "stagewise on
+        small data"). κ is summed per row in the last pass's update passes (`_leverages`), so
+        the threshold costs no extra data pass."""
         return source.multilabel and link == "identity" and state.calibration == "none"
 
     def _fit_block(

@@ -707,7 +707,8 @@ def test_model_save_load(digits, tmp_path):
 def test_auto_calibrates_small_dense_multiclass():
     """Least squares on 0/1 class indicators masks iris' middle class (§3.1): the plain ridge
     fit of the stored columns is far below LogisticRegression; calibration "auto" resolves to
-    Algorithm 2 there ("poly"), and the default model is within a point of it."""
+    Algorithm 2 there ("poly": it validates better on the row sample), and the default model is
+    within a point of it."""
     from sklearn.datasets import load_iris
     from sklearn.model_selection import train_test_split
 
@@ -720,6 +721,8 @@ def test_auto_calibrates_small_dense_multiclass():
         assert (model.info["generator"], model.info["calibration"]) == ("gradient", "poly")
         ours.append(np.mean(model.decision_function(sp.csr_matrix(Xte)).argmax(axis=1) == yte))
         linear, _, _ = fit(source, calibration="none", generator="gradient")
+        explicit, _, _ = fit(source, generator="sequential")  # "auto" calibration on any stored-column GEN
+        assert explicit.info["calibration"] == "poly"
         plain.append(np.mean(linear.decision_function(sp.csr_matrix(Xte)).argmax(axis=1) == yte))
         peer.append(LogisticRegression(max_iter=5000).fit(Xtr, ytr).score(Xte, yte))
     assert np.mean(plain) < np.mean(peer) - 0.1  # the masking the calibration is for
