@@ -1363,7 +1363,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         active = np.flatnonzero(scan.nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")
-        generator = p.generator
+        generator: str = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
         if generator == "auto" and (source.regression or not low_dense):
@@ -1380,7 +1380,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             and not source.multilabel
             and generator != "rff"
         )
-        calibration = "none" if p.calibration == "auto" else p.calibration
+        calibration: str = "none" if p.calibration == "auto" else p.calibration
         dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions", dense=dense)
         if generator not in ("rff", "auto") and not may_calibrate:
