@@ -520,7 +520,8 @@ class StagewiseLSClassifier(_SolverClassifier):
     model_.save), history_ (one dict per stage), n_features_in_, n_iter_ (stages run),
     coef_/intercept_ for linear models. Multilabel with the identity link: predict sets the
     labels scored above model_.decision_threshold, the threshold of 0.005 … 0.995 with the best
-    micro-F1 on the training rows (decision_function subtracts it).
+    micro-F1 on the training rows' held-out (approximate leave-one-out) scores
+    (decision_function subtracts it).
     """
 
     _solver = StagewiseSolver

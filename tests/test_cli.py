@@ -440,8 +440,8 @@ def test_help_of_threshold_and_run_reads_true():
         help_text = " ".join(run(command, "--help").output.split())
         assert "train saves T in the model, for predict and evaluate" in help_text, command
         assert (
-            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows]"
-            in help_text
+            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the "
+            "training rows' held-out scores]" in help_text
         ), command
     assert "ingest (and ingest_test) -> train -> evaluate -> predict" in " ".join(run("run", "--help").output.split())
 
