@@ -512,7 +512,8 @@ class StagewiseLSClassifier(_SolverClassifier):
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
         simplex); "predictions" → calibration="predictions" (previous predictions as extra
         features); "auto" (the default) → calibration="auto" ("poly" for multiclass targets on
-        the stored columns of low-dimensional dense data, else "none"). Calibrating needs
+        the stored columns of low-dimensional dense data, in one block, where it validates
+        better on a row sample, else "none"). Calibrating needs
         link="identity" ("auto" calibrates nothing with the softmax link).
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or an indicator matrix

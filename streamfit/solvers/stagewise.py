@@ -72,8 +72,9 @@ in the training data):
   breaking ties).
 
 calibration="auto" (the default): on the stored columns of such low-dimensional dense data with
-multiclass targets and the identity link, "poly" when the calibrated columns validate better
-on the row sample than the plain ones (`_auto_check`, as above; for an explicit stored-column
+multiclass targets and the identity link, when every active column fits in one block (the
+check's candidate is then the run's first stage), "poly" when the calibrated columns validate
+better on the row sample than the plain ones (`_auto_check`, as above; for an explicit stored-column
 generator too); "none" otherwise (text, random Fourier features, multilabel and real-valued
 targets). Least squares on 0/1 class indicators masks a
 class whose indicator is not a linear function of x (§3.1: iris' middle class; 0.78 accuracy
@@ -218,8 +219,8 @@ class StagewiseParams(SolverParams):
         "auto",
         description="poly: Algorithm 2 with G = [y, y², y³] and simplex projection; "
         "predictions: previous predictions as extra features (identity link only); auto: poly for "
-        "multiclass targets (identity link) on the stored columns of dense inputs with <= 1000 columns "
-        "where it validates better on a row sample, else none",
+        "multiclass targets (identity link) on the stored columns of dense inputs with <= 1000 columns, all "
+        "in one block, where it validates better on a row sample, else none",
     )
     generator: Literal["auto", "sequential", "random", "gradient", "rff"] = Field(
         "auto",
@@ -1372,9 +1373,10 @@ class StagewiseSolver(Solver[StagewiseState]):
         # targets with the identity link on low-dimensional dense data (least squares on class
         # indicators masks classes there, §3.1), never on random Fourier features (their
         # training predictions are overconfident: docs/benchmarks.md, "stagewise on small data")
-        may_calibrate = (
+        may_calibrate = (  # one block of every column: the check's candidate is the run's first stage
             p.calibration == "auto"
             and low_dense
+            and len(active) <= p.block_size
             and p.link == "identity"
             and not source.regression
             and not source.multilabel
