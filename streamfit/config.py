@@ -147,7 +147,7 @@ class TrainOptions:
         "the T of the best micro-F1 on STORE",
         metavar="T",
         parse=parse_threshold,
-        default_text="the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows",
+        default_text="the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows' held-out scores",
     )
 
     def __post_init__(self):

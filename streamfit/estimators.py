@@ -172,7 +172,7 @@ class _Renamed(NamedTuple):
 
 def _calibration(calibrate):
     """StagewiseLSClassifier's `calibrate` as the solver's `calibration`: False/None → "none",
-    True → "poly", a string as is."""
+    True → "poly", a string ("auto", the default, among them) as is."""
     if isinstance(calibrate, (bool, np.bool_)) or calibrate is None:
         return "poly" if calibrate else "none"
     return calibrate
@@ -511,18 +511,22 @@ class StagewiseLSClassifier(_SolverClassifier):
         False, None or "none" → calibration="none" (no calibration); True or "poly" →
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
         simplex); "predictions" → calibration="predictions" (previous predictions as extra
-        features). Calibrating needs link="identity".
+        features); "auto" (the default) → calibration="auto" ("poly" for multiclass targets on
+        the stored columns of low-dimensional dense data, in one block, where it validates
+        better on a row sample, else "none"). Calibrating needs
+        link="identity" ("auto" calibrates nothing with the softmax link).
 
     Fit with X (n × d, numpy or scipy.sparse) and y: class labels (n,), or an indicator matrix
     (n × k) for multilabel. Attributes: classes_, model_ (a StagewiseModel, savable with
     model_.save), history_ (one dict per stage), n_features_in_, n_iter_ (stages run),
     coef_/intercept_ for linear models. Multilabel with the identity link: predict sets the
     labels scored above model_.decision_threshold, the threshold of 0.005 … 0.995 with the best
-    micro-F1 on the training rows (decision_function subtracts it).
+    micro-F1 on the training rows' held-out (approximate leave-one-out) scores
+    (decision_function subtracts it).
     """
 
     _solver = StagewiseSolver
-    _renamed = {"calibration": _Renamed("calibrate", False, _calibration)}
+    _renamed = {"calibration": _Renamed("calibrate", "auto", _calibration)}
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities, n × n_classes (label probabilities, n × n_labels, multilabel):
@@ -548,7 +552,7 @@ class StagewiseLSRegressor(_SolverEstimator):
     n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept. The
     default generator ("auto") fits the stored columns (gradient-ordered blocks; with up to
     1024 columns all stages run on the normal equations of one pass over X); random Fourier
-    features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "none" or "predictions" (fit raises otherwise).
+    features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "auto" (resolved to "none" for real-valued targets), "none" or "predictions" (fit raises otherwise).
 
     Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)
     (several outputs). predict returns y's shape; score is R² (scikit-learn's r2_score,

@@ -440,8 +440,8 @@ def test_help_of_threshold_and_run_reads_true():
         help_text = " ".join(run(command, "--help").output.split())
         assert "train saves T in the model, for predict and evaluate" in help_text, command
         assert (
-            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows]"
-            in help_text
+            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the "
+            "training rows' held-out scores]" in help_text
         ), command
     assert "ingest (and ingest_test) -> train -> evaluate -> predict" in " ".join(run("run", "--help").output.split())
 
@@ -914,7 +914,8 @@ def multilabel_stores(tmp_path_factory):
 @pytest.mark.parametrize(
     "solver, params",
     [
-        ("stagewise", {"link": "identity", "n_passes": 1}),  # probabilities: the training micro-F1's threshold
+        # probabilities: the threshold of the best micro-F1 on the training rows' leave-one-out scores
+        ("stagewise", {"link": "identity", "n_passes": 1, "generator": "sequential"}),
         ("stagewise", {"link": "softmax", "n_passes": 1}),  # per-label logits: threshold 0
         ("bcd", {"max_iter": 30}),
         ("ppdsparse", {}),
@@ -924,8 +925,10 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     """One decision rule per model, stated in model.json: model.predict, `streamfit predict`'s
     predicted sets and `streamfit evaluate`'s micro-F1 (checked by scikit-learn) all apply it;
     --threshold overrides it for predict and evaluate alike. stagewise's identity link saves the
-    threshold of 0.005, 0.01, …, 0.995 with the best micro-F1 on the training rows (scikit-learn's
-    f1_score of each), ppdsparse the margin of −0.99, −0.98, …, 0.99 with the best, other margins 0."""
+    threshold of 0.005, 0.01, …, 0.995 with the best micro-F1 (scikit-learn's f1_score of each) on
+    the training rows' held-out scores, here (one block of every column) those of refits without
+    each row; ppdsparse the margin of −0.99, −0.98, …, 0.99 with the best micro-F1 on the training
+    rows, other margins 0."""
     from sklearn.metrics import f1_score
 
     from streamfit.train import train
@@ -937,6 +940,16 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     X_train, Y_train = open_store(str(store)).to_scipy()
     if params.get("link") == "identity" or solver == "ppdsparse":
         S_train, truth = model.decision_function(X_train), Y_train.toarray().astype(np.int8)
+        if solver == "stagewise":  # leave-one-out: ridge on [1, X] with the full set's n·λ, without row i
+            A = np.hstack([np.ones((X_train.shape[0], 1)), X_train.toarray()])
+            D = np.diag([0.0] + [1.0] * X_train.shape[1]) * A.shape[0] * model.params["lam"]
+            S_train = np.array(
+                [
+                    A[i] @ np.linalg.solve(A[rest].T @ A[rest] + D, A[rest].T @ truth[rest])
+                    for i in range(len(A))
+                    for rest in [np.arange(len(A)) != i]
+                ]
+            )
         grid = np.arange(1, 200) / 200 if solver == "stagewise" else np.arange(-99, 100) / 100
         f1 = np.array([f1_score(truth, (S_train > t).astype(np.int8), average="micro", zero_division=0) for t in grid])
         default = 0.5 if solver == "stagewise" else 0.0
@@ -969,7 +982,7 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
     if solver == "stagewise" and params["link"] == "identity":
         from streamfit import StagewiseLSClassifier
 
-        clf = StagewiseLSClassifier(n_passes=1, random_state=0).fit(X_train, Y_train.toarray())
+        clf = StagewiseLSClassifier(n_passes=1, generator="sequential", random_state=0).fit(X_train, Y_train.toarray())
         assert clf.model_.decision_threshold == expected  # the CLI's model, fitted in memory
         S = clf.model_.decision_function(X)
         assert np.array_equal(clf.predict(X), (S > expected).astype(np.int8))

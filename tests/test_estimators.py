@@ -61,7 +61,7 @@ def test_variants(digits_split, kw):
 def test_linear_model_string_labels_and_sparse_input(digits_split):
     Xtr, Xte, ytr, yte = digits_split
     names = np.array(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"])
-    clf = StagewiseLSClassifier(generator="sequential", block_size=16, n_passes=3, lam=1e-3)
+    clf = StagewiseLSClassifier(generator="sequential", calibrate=False, block_size=16, n_passes=3, lam=1e-3)
     clf.fit(sp.csr_matrix(Xtr), names[ytr])
     assert set(clf.classes_) == set(names)
     S = clf.decision_function(Xte)
@@ -278,7 +278,7 @@ def test_the_constructor_is_the_solvers_parameters_with_their_defaults():
                 assert signature[name].default == field.default, (est.__name__, name)
         with pytest.raises(TypeError):
             est("positional")
-    assert inspect.signature(StagewiseLSClassifier).parameters["calibrate"].default is False
+    assert inspect.signature(StagewiseLSClassifier).parameters["calibrate"].default == "auto"
     assert BCDClassifier(sigma=0.2)._solver_params().sigma == 0.2  # not offered before
     assert PPDSparseClassifier(threads=2)._solver_params().threads == 2
 

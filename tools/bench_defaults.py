@@ -11,6 +11,10 @@ would (test stores `--like` the training store):
 - bibtex, delicious: multilabel LIBSVM (159, 983 labels); P@1 and micro-F1 of the predicted
   label sets (each model's own decision rule, as `streamfit evaluate` applies it), and labels
   per document;
+- bibtex-N, delicious-N (N a number, e.g. bibtex-1001): the first N training rows and
+  round(0.6·N) test rows of the Mulan ARFF files, ingested with the defaults (hashed to 2^18
+  columns; `--option n_labels=L`), as a new user would (issue 20's small multilabel slices);
+  test rows with a label that no training row of the slice has are skipped;
 - news20-half: 10 of the 20 newsgroups (every other one by name, half_of_news20) as news20;
 - dna, letter, satimage, pendigits: LIBSVM dna.scale, letter.scale, satimage.scale (dense, 180, 16
   and 36 features) and pendigits (16 features, raw values 0..100) with their test files;
@@ -51,6 +55,7 @@ import scipy.sparse as sp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DATA = os.path.join(HERE, "..", "..", "shared", "data")
+ARFF_LABELS = {"bibtex": 159, "delicious": 983}  # Mulan's label attributes, the last L
 
 
 def streamfit(*args: str) -> None:
@@ -102,6 +107,19 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
         test_file = next(f for f in files if "test" in f)
         streamfit("ingest", os.path.join(folder, train_file), "--no-hash", "--format", "libsvm", "--out", train)
         streamfit("ingest", os.path.join(folder, test_file), "--format", "libsvm", "--like", train, "--out", test)
+    elif name.split("-")[0] in ARFF_LABELS and name.split("-")[-1].isdigit():
+        # bibtex-1001, delicious-3000, ...: the first N training rows and round(0.6·N) test rows
+        # of the ARFF files, ingested with the defaults (hashed), as a new user would
+        set_name, rows = name.split("-")[0], int(name.split("-")[-1])
+        folder = os.path.join(data, "multilabel", set_name)
+        labels = ["--option", f"n_labels={ARFF_LABELS[set_name]}"]
+        parts = []
+        for part, n in (("train", rows), ("test", round(0.6 * rows))):
+            parts.append(os.path.join(work, f"{name}-{part}.arff"))
+            head_of_arff(os.path.join(folder, f"{set_name}-{part}.arff.gz"), parts[-1], n)
+        streamfit("ingest", parts[0], *labels, "--out", train)
+        # test rows with a label no training row has (delicious' first rows lack some) are dropped
+        streamfit("ingest", parts[1], *labels, "--like", train, "--on-bad-record", "skip", "--out", test)
     elif name == "news20-3k":
         full_train, full_test = ingest("news20", data, work)
         if not os.path.exists(train):
@@ -117,9 +135,25 @@ def ingest(name: str, data: str, work: str) -> tuple[str, str]:
     else:
         raise SystemExit(
             f"unknown data set {name!r}: news20, news20-10, news20-half, news20-3k, news20-5, news20-8, sector, "
-            "sector-10, sector-23, sector-50, bibtex, delicious, dna, letter, satimage or pendigits"
+            "sector-10, sector-23, sector-50, bibtex, delicious, bibtex-N, delicious-N, dna, letter, satimage or "
+            "pendigits"
         )
     return train, test
+
+
+def head_of_arff(source: str, out: str, rows: int) -> None:
+    """An ARFF file of `source`'s header and its first `rows` data lines."""
+    import gzip
+
+    with gzip.open(source, "rt", encoding="utf-8") as src, open(out, "w", encoding="utf-8") as dst:
+        data = False
+        for line in src:
+            if data and line.strip() and not line.startswith("%"):
+                if rows == 0:
+                    break
+                rows -= 1
+            dst.write(line)
+            data = data or line.strip().lower().startswith("@data")
 
 
 def subset_store(source: str, out: str, share: float = 1.0, classes: list[int] | None = None) -> None:

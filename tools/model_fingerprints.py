@@ -195,7 +195,11 @@ def fingerprint(solver: str, params: dict, multilabel: bool) -> dict:
     for name, array in sorted(model._arrays().items()):
         a = np.ascontiguousarray(array)
         h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
-    return {"arrays_sha256": h.hexdigest(), "info": json.loads(json.dumps(model.info, default=str))}
+    return {
+        "arrays_sha256": h.hexdigest(),
+        "info": json.loads(json.dumps(model.info, default=str)),
+        "decision_threshold": model.decision_threshold,  # multilabel: part of the decision, not of the arrays
+    }
 
 
 def main() -> int:
