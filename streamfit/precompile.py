@@ -237,23 +237,21 @@ def default_jobs() -> int:
 
 
 def first_use(solver: str) -> bool:
-    """Whether numba's cache holds none of `solver`'s kernels for this CPU: its first use here
-    (or its kernels' source changed since they were cached), when a train would compile them
-    all. Reads the index of each kernel of its module (KERNEL_MODULES), not the machine code."""
+    """Whether numba's cache holds none of `solver`'s kernels: its first use here (or its kernels'
+    source changed since they were cached), when a train would compile them all. Reads the
+    index of each kernel of its module (KERNEL_MODULES), neither the machine code nor this CPU's
+    model (which would start numba's code generator first): a cache filled on another CPU model
+    only, a rare case, counts as filled."""
     import importlib
 
     from numba.core.registry import CPUDispatcher
 
     module = importlib.import_module(KERNEL_MODULES[solver])
-    magic = None
     for kernel in vars(module).values():
         if not isinstance(kernel, CPUDispatcher) or kernel.py_func.__module__ != module.__name__:
             continue
         index = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
-        if index is None:  # not cached (cache=False): nothing to find
-            continue
-        magic = magic or kernel.targetctx.codegen().magic_tuple()  # type: ignore[attr-defined]  # this CPU's model
-        if any(key[1] == magic for key in index._load_index()):
+        if index is not None and index._load_index():  # None: a kernel without cache=True
             return False
     return True
 
@@ -263,10 +261,11 @@ class WarmUp:
     (`python -m streamfit.precompile SOLVER PARAMS WIDTH`, _warm_up_train) trains the solver on
     a tiny store with `params` and evaluates it, so numba's cache gets the signatures the same
     settings ask for on a store of the same kind (multiclass) and width (`n_features`, e.g. the
-    hashed width: a solver may take another path for a wide sparse store than for a narrow one); `wait` then returns when it is done, and
-    this process's train loads what it compiled instead of compiling it again. Cache writes of
-    both processes are serialized (serialize_cache_writes). A child that fails costs nothing
-    but its time: the train compiles what is missing, as without it."""
+    hashed width: a solver may take another path for a wide sparse store than for a narrow
+    one). `wait` returns when it is done; this process's train then loads what it compiled
+    instead of compiling it again. Cache writes of both processes are serialized
+    (serialize_cache_writes). A child that fails costs nothing but its time: the train
+    compiles what is missing, as without it."""
 
     def __init__(self, solver: str, params: dict, n_features: int | None = None) -> None:
         import json
@@ -298,13 +297,11 @@ class WarmUp:
     def wait(self) -> None:
         """Block until the child is done; a failure is logged (DEBUG), not raised. Its seconds
         (wall, CPU) and how long this process waited for it are logged (DEBUG)."""
-        import resource
-
-        cpu, waited = self._children_cpu(resource), time.perf_counter()  # before poll, which may reap it
+        cpu, waited = _children_cpu(), time.perf_counter()  # before poll, which may reap the child
         if self.process.poll() is None:
             log.info("%s: waiting for the compilation of its kernels (started in the background)", self.solver)
         code = self.process.wait()
-        cpu, waited = self._children_cpu(resource) - cpu, time.perf_counter() - waited
+        cpu, waited = _children_cpu() - cpu, time.perf_counter() - waited
         if code != 0:
             self.errors.seek(0)
             tail = self.errors.read()[-2000:].decode(errors="replace")
@@ -321,18 +318,20 @@ class WarmUp:
             )
         self.errors.close()
 
-    @staticmethod
-    def _children_cpu(resource) -> float:
-        """CPU seconds of this process's children that have ended (the child's, once waited for)."""
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        return usage.ru_utime + usage.ru_stime
-
     def stop(self) -> None:
         """Kill the child if it still runs (this process failed or was stopped before its train)."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
         self.errors.close()
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def warm_up_in_background(solver: str, params: dict, n_features: int | None = None) -> WarmUp | None:
