@@ -136,8 +136,10 @@ _PIPELINE = (
 import logging, sys
 from streamfit.config import load_pipeline
 from streamfit.jobs import run_pipeline
+import streamfit.precompile
 from streamfit.precompile import first_use
 import streamfit.train
+streamfit.precompile.default_jobs = lambda: 2  # the background process also where this process may use one core
 train_fn = streamfit.train.train
 marks = {}
 def train(*args, **kwargs):
