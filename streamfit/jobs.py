@@ -65,27 +65,15 @@ def run_pipeline(
     if not (resume or overwrite):
         _refuse_earlier_outputs(config)
     result = PipelineResult()
-    if config.ingest:
-        section = config.ingest
-        targets = [section.out] + ([section.test_out] if section.test_out else [])
-        if resume and all(_stored(t) for t in targets):
-            say(f"ingest: {section.out} exists, kept (--resume)")
-            csc = open_store(section.out).manifest.csc
-            if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
-                from streamfit.store.csc import build_csc
-
-                build_csc(section.out, section.csc_block_features, progress=steps_progress)
-                say(f"ingest: CSC copy of {section.out} built")
-        else:
-            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=steps_progress))
-            say(f"ingest: {result.ingest.summary()}")
-    if config.ingest_test:
-        section = config.ingest_test
-        if resume and _stored(section.out):
-            say(f"ingest_test: {section.out} exists, kept (--resume)")
-        else:
-            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
-            say(f"ingest_test: {result.ingest_test.summary()}")
+    warm_up = _warm_up(config, overrides or {}, resume)
+    try:
+        _ingest_sections(config, result, resume=resume, overwrite=overwrite, steps_progress=steps_progress, say=say)
+    except BaseException:
+        if warm_up:
+            warm_up.stop()
+        raise
+    if warm_up:
+        warm_up.wait()
     if config.train:
         job = config.train
         options = train_options(job.options, overrides or {})
@@ -133,6 +121,61 @@ def run_pipeline(
             )
         say(f"predict: {result.predictions} rows written to {scoring.out}")
     return result
+
+
+def _warm_up(config: PipelineConfig, overrides: dict, resume: bool):
+    """A background compilation of the train section's solver (streamfit.precompile.WarmUp)
+    while the ingest sections run, when there is an ingest to overlap with and the solver's
+    kernels are not in numba's cache yet; else None."""
+    from streamfit.precompile import warm_up_in_background
+
+    if not config.train or not (config.ingest or config.ingest_test):
+        return None
+    if resume and all(_stored(s.out) for s in (config.ingest, config.ingest_test) if s):
+        return None  # nothing to ingest: nothing to overlap with
+    try:
+        options = train_options(config.train.options, overrides)
+    except Exception:  # the train section reports it in its turn
+        return None
+    width = None  # the training store's width where the ingest section fixes it
+    if config.ingest:
+        width = config.ingest.hashing.n_features if config.ingest.hashing else config.ingest.n_features
+    return warm_up_in_background(options.solver, options.params, width)
+
+
+def _ingest_sections(
+    config: PipelineConfig,
+    result: PipelineResult,
+    *,
+    resume: bool,
+    overwrite: bool,
+    steps_progress: bool,
+    say: Callable[[str], None],
+) -> None:
+    """The ingest and ingest_test sections of run_pipeline (their reports into `result`)."""
+    from streamfit.store import open_store
+
+    if config.ingest:
+        section = config.ingest
+        targets = [section.out] + ([section.test_out] if section.test_out else [])
+        if resume and all(_stored(t) for t in targets):
+            say(f"ingest: {section.out} exists, kept (--resume)")
+            csc = open_store(section.out).manifest.csc
+            if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
+                from streamfit.store.csc import build_csc
+
+                build_csc(section.out, section.csc_block_features, progress=steps_progress)
+                say(f"ingest: CSC copy of {section.out} built")
+        else:
+            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=steps_progress))
+            say(f"ingest: {result.ingest.summary()}")
+    if config.ingest_test:
+        section = config.ingest_test
+        if resume and _stored(section.out):
+            say(f"ingest_test: {section.out} exists, kept (--resume)")
+        else:
+            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
+            say(f"ingest_test: {result.ingest_test.summary()}")
 
 
 def _refuse_earlier_outputs(config: PipelineConfig) -> None:

@@ -12,10 +12,10 @@ Nothing else imports this module: a process that never calls numba does not pay 
 
 from __future__ import annotations
 
-import numba
+from streamfit._jit import kernel
 
 
-@numba.njit(cache=True)
+@kernel()
 def _ready(x: float) -> float:
     return x + 1.0
 

@@ -16,6 +16,12 @@ at a time, on the paths a real job takes, so the cache holds the same signatures
 Multilabel and regression stores, sparse inputs to the estimators and the other parameter
 values compile on their first use. `announce_compilation` is the other half: a fit that must
 compile says so in one INFO line.
+
+`WarmUp` pays it alongside other work: a pipeline (`streamfit run`) whose solver has nothing in
+the cache yet (`first_use`) compiles it in a background process (a tiny train and evaluate with
+the pipeline's parameters) while this process ingests, and waits for it before training, which
+then loads the kernels from the cache (docs/benchmarks.md, "First use: numba compilation,
+session 19").
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -47,6 +55,8 @@ TRAIN_PARAMS: dict[str, list[dict]] = {
     ],
 }
 TARGETS = (*TRAIN_PARAMS, "ingest")  # the slowest first (measured), for the parallel schedule
+# per solver, the module of its numba kernels (first_use looks for them in the cache)
+KERNEL_MODULES = {solver: f"streamfit.solvers.{solver}_kernels" for solver in TRAIN_PARAMS}
 ESTIMATORS = {
     "ppdsparse": "PPDSparseClassifier",
     "bcd": "BCDClassifier",
@@ -63,16 +73,13 @@ def compile_targets(targets: list[str], jobs: int) -> list[tuple[str, float]]:
     """Run the warm-up of every target, `jobs` processes at a time; returns (target, seconds) in
     the order they finished. The processes are spawned fresh; each loads from the cache what an
     earlier one put there and compiles the rest of what its job reaches."""
-    from numba.core import caching
-
-    if not hasattr(caching.IndexDataCacheFile, "save"):  # a numba whose cache writes we cannot serialize
+    if not serialize_cache_writes():  # no file locks here, or a numba whose cache writes we cannot serialize
         jobs = 1
     ctx = multiprocessing.get_context("spawn")
-    lock = ctx.Lock()
     order = [t for t in TARGETS if t in targets]
     done = []
     with concurrent.futures.ProcessPoolExecutor(
-        max_workers=max(1, min(jobs, len(order))), mp_context=ctx, initializer=_serialize_cache_writes, initargs=(lock,)
+        max_workers=max(1, min(jobs, len(order))), mp_context=ctx, initializer=serialize_cache_writes
     ) as pool:
         futures = {pool.submit(_warm_up, target): target for target in order}
         for future in concurrent.futures.as_completed(futures):
@@ -80,21 +87,38 @@ def compile_targets(targets: list[str], jobs: int) -> list[tuple[str, float]]:
     return done
 
 
-def _serialize_cache_writes(lock) -> None:
+CACHE_LOCK_FILE = "streamfit-cache.lock"  # in each folder numba writes cache entries to
+
+
+def serialize_cache_writes() -> bool:
     """Numba writes a cache entry by reading the function's index, naming the next free object
     file, writing the index and then the object file, with no lock between processes: two
-    processes compiling different signatures of one function (a loss both bcd and fbpd call)
-    could each take the same file name, and the index would then point one signature at the
-    other's machine code. The warm-up processes therefore write entries one at a time."""
+    processes compiling different signatures of one function (a loss both bcd and fbpd call, the
+    sort the hashing and ppdsparse call) could each take the same file name, and the index would
+    then point one signature at the other's machine code. After this call, this process writes
+    each entry holding an exclusive lock (flock) on CACHE_LOCK_FILE in the entry's folder, so
+    processes that all called it write one at a time. Returns False (and changes nothing) where
+    that is not possible (no fcntl, or a numba without IndexDataCacheFile.save)."""
     from numba.core import caching
 
-    save = caching.IndexDataCacheFile.save
+    save = getattr(caching.IndexDataCacheFile, "save", None)
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    if save is None:
+        return False
+    if getattr(save, "serialized", False):
+        return True
 
     def locked_save(self, key, data):
-        with lock:
+        with open(os.path.join(self._cache_path, CACHE_LOCK_FILE), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
             save(self, key, data)
 
+    locked_save.serialized = True  # type: ignore[attr-defined]
     caching.IndexDataCacheFile.save = locked_save  # type: ignore[method-assign]
+    return True
 
 
 def _warm_up(target: str) -> float:
@@ -210,3 +234,154 @@ def announce_compilation(solver: str) -> Iterator[None]:
 def default_jobs() -> int:
     """Processes for `streamfit compile`: one per core this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def first_use(solver: str) -> bool:
+    """Whether numba's cache holds none of `solver`'s kernels: its first use here (or its kernels'
+    source changed since they were cached), when a train would compile them all. Reads the
+    index of each kernel of its module (KERNEL_MODULES), neither the machine code nor this CPU's
+    model (which would start numba's code generator first): a cache filled on another CPU model
+    only, a rare case, counts as filled."""
+    import importlib
+
+    from numba.core.registry import CPUDispatcher
+
+    module = importlib.import_module(KERNEL_MODULES[solver])
+    for kernel in vars(module).values():
+        if not isinstance(kernel, CPUDispatcher) or kernel.py_func.__module__ != module.__name__:
+            continue
+        index = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
+        if index is not None and index._load_index():  # None: a kernel without cache=True
+            return False
+    return True
+
+
+class WarmUp:
+    """`solver`'s kernels compiled in a background process while this one works: the child
+    (`python -m streamfit.precompile SOLVER PARAMS WIDTH`, _warm_up_train) trains the solver on
+    a tiny store with `params` and evaluates it, so numba's cache gets the signatures the same
+    settings ask for on a store of the same kind (multiclass) and width (`n_features`, e.g. the
+    hashed width: a solver may take another path for a wide sparse store than for a narrow
+    one). `wait` returns when it is done; this process's train then loads what it compiled
+    instead of compiling it again. Cache writes of both processes are serialized
+    (serialize_cache_writes). A child that fails costs nothing but its time: the train
+    compiles what is missing, as without it."""
+
+    def __init__(self, solver: str, params: dict, n_features: int | None = None) -> None:
+        import json
+
+        import streamfit
+
+        serialize_cache_writes()
+        self.solver = solver
+        self.started = time.perf_counter()
+        self.errors = tempfile.TemporaryFile()
+        package_root = str(Path(streamfit.__file__).resolve().parent.parent)  # this process's streamfit
+        path = os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streamfit.precompile",
+                solver,
+                json.dumps(params, default=str),
+                str(n_features or 0),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.errors,
+            env=env,
+        )
+
+    def wait(self) -> None:
+        """Block until the child is done; a failure is logged (DEBUG), not raised. Its seconds
+        (wall, CPU) and how long this process waited for it are logged (DEBUG)."""
+        cpu, waited = _children_cpu(), time.perf_counter()  # before poll, which may reap the child
+        if self.process.poll() is None:
+            log.info("%s: waiting for the compilation of its kernels (started in the background)", self.solver)
+        code = self.process.wait()
+        cpu, waited = _children_cpu() - cpu, time.perf_counter() - waited
+        if code != 0:
+            self.errors.seek(0)
+            tail = self.errors.read()[-2000:].decode(errors="replace")
+            log.debug("%s: the background compilation failed (exit code %s): %s", self.solver, code, tail)
+        else:
+            log.debug(
+                "%s: kernels compiled in the background: %.1f s wall, %.1f CPU s; waited %.1f s for it "
+                "(this process: %.1f CPU s until then)",
+                self.solver,
+                time.perf_counter() - self.started,
+                cpu,
+                waited,
+                time.process_time(),
+            )
+        self.errors.close()
+
+    def stop(self) -> None:
+        """Kill the child if it still runs (this process failed or was stopped before its train)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.errors.close()
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have ended and been waited for."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def warm_up_in_background(solver: str, params: dict, n_features: int | None = None) -> WarmUp | None:
+    """A WarmUp of `solver` when its kernels are not in the cache (first_use) and this process
+    may use two cores or more (on one core the child would only take turns with this process);
+    else None."""
+    if solver not in KERNEL_MODULES or default_jobs() < 2:
+        return None
+    try:
+        if not first_use(solver):
+            return None
+        return WarmUp(solver, params, n_features)
+    except Exception as e:  # an optimization only: the train compiles what it needs, as without it
+        log.debug("%s: no background compilation: %s", solver, e)
+        return None
+
+
+def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
+    """The child of WarmUp: the warm-up rows (_data) as a SciPy .npz ingested unhashed (a path
+    that compiles no kernel); for `n_features` above their width, with about 14 % of their
+    entries non-zero and their columns spread over n_features, as a hashed text store; `solver`
+    trained on them in process with `params`, the model evaluated on them."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from streamfit.metrics import evaluate
+    from streamfit.store import open_store
+    from streamfit.train import train
+
+    serialize_cache_writes()
+    logging.disable(logging.WARNING)  # the small data's "not converged"
+    warnings.simplefilter("ignore")
+    X, y = _data()
+    if n_features > _FEATURES:  # a wide store, as hashed text: sparse rows (the solvers' sparse paths)
+        X[np.random.default_rng(1).random(X.shape) < 0.85] = 0.0
+        X[np.arange(_ROWS), y] = 1.0
+    X = sp.csr_matrix(X)
+    if n_features > _FEATURES:
+        X.indices *= n_features // _FEATURES
+        X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(_ROWS, n_features))
+    with tempfile.TemporaryDirectory(prefix=f"streamfit-warm-up-{solver}-") as tmp:
+        sp.save_npz(f"{tmp}/x.npz", X)
+        np.save(f"{tmp}/y.npy", y)
+        store, run = f"{tmp}/rows.zarr", f"{tmp}/run"
+        _cli("ingest", f"{tmp}/x.npz", "--option", f"y_path={tmp}/y.npy", "--no-hash", "--out", store)
+        model = train(store, solver, run, params, n_workers=0, progress=False)
+        evaluate(model, open_store(store), progress=False)
+
+
+if __name__ == "__main__":
+    import json
+
+    _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))

@@ -19,11 +19,12 @@ The row-wise kernels take a scratch buffer so that no memory is allocated per ro
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 
-@numba.njit(cache=True, nogil=True)
+
+@kernel(nogil=True)
 def simplex_threshold(v: np.ndarray, a: float, active: np.ndarray, aside: np.ndarray) -> float:
     """Condat's τ: P_{S_a}(v) = max(v − τ, 0). `active` and `aside` are int64 scratch of len(v)."""
     K = v.shape[0]
@@ -66,7 +67,7 @@ def simplex_threshold(v: np.ndarray, a: float, active: np.ndarray, aside: np.nda
     return rho
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def project_simplex(v: np.ndarray, a: float = 1.0) -> np.ndarray:
     """P_{S_a}(v) for one vector (a > 0)."""
     K = v.shape[0]
@@ -76,7 +77,7 @@ def project_simplex(v: np.ndarray, a: float = 1.0) -> np.ndarray:
     return np.maximum(v - tau, 0.0)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def project_rows_simplex(V: np.ndarray, a: float = 1.0) -> None:
     """Each row of V replaced by its projection onto S_a, in place."""
     K = V.shape[1]
@@ -88,7 +89,7 @@ def project_rows_simplex(V: np.ndarray, a: float = 1.0) -> None:
             V[i, k] = max(V[i, k] - tau, 0.0)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def project_l1_ball(v: np.ndarray, a: float) -> np.ndarray:
     """P_{B_a}(v) onto {‖u‖₁ ≤ a}, a ≥ 0."""
     if np.abs(v).sum() <= a:
@@ -98,7 +99,7 @@ def project_l1_ball(v: np.ndarray, a: float) -> np.ndarray:
     return np.sign(v) * project_simplex(np.abs(v), a)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def epigraph_max_threshold(nu: np.ndarray, zeta: float) -> float:
     """θ of Proposition 3.3 (15)-(16) for ν = y + r (any order; sorted in place).
 
@@ -117,7 +118,7 @@ def epigraph_max_threshold(nu: np.ndarray, zeta: float) -> float:
     return total / (K + 1)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def project_epigraph_max(y: np.ndarray, r: np.ndarray, zeta: float) -> tuple[np.ndarray, float]:
     """P_epi h(y, ζ) for h(y) = max_k (y_k + r_k) (Proposition 3.3): returns (p, θ)."""
     theta = epigraph_max_threshold(y + r, zeta)

@@ -10,19 +10,20 @@ numba's (and NumPy's) order for floats, NaN after every number.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from streamfit._jit import kernel
 
 RUN = 16  # runs of this many keys are sorted by insertion before the merges
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _less(a, b):
     """a < b, NaN after every number (b != b: b is NaN; for integers never true)."""
     return a < b or (b != b and a == a)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def stable_argsort(keys):
     """The permutation (int64, length n) that sorts keys (1-D) ascending, equal keys in input
     order: np.argsort(keys, kind="stable"). Bottom-up merge sort: runs of RUN keys by insertion,

@@ -1,5 +1,7 @@
 """`streamfit compile` and the first-use line: after the command a fresh process compiles
-nothing; a fit that compiles says so once; the kernels unified to one signature stay so."""
+nothing; a fit that compiles says so once; the kernels unified to one signature stay so. A
+pipeline compiles its solver in the background while it ingests (WarmUp), first_use reads the
+cache, concurrent cache writers keep every entry, and no kernel builds numba's cfunc wrapper."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 import pytest
 from numba_compilations import COUNTING
 
-from streamfit.precompile import announce_compilation
+from streamfit.precompile import CACHE_LOCK_FILE, announce_compilation, serialize_cache_writes
 
 # a fresh process: an estimator fit and a CLI train on other data than the warm-up's, counting
 # the compilations of streamfit's kernels (numba's "numba:compile" event fires for a compilation,
@@ -124,3 +126,134 @@ def _check_one_signature_per_argument_types(env: dict) -> None:
     }
     assert {name: len(s) for name, s in signatures.items()} == expected, signatures
     assert not [s for sigs in signatures.values() for s in sigs if "Literal" in s]
+
+
+# a fresh process: a pipeline (text ingest, stagewise train, evaluate) that finds stagewise's
+# kernels missing from the cache; the names of what this process compiled, by phase
+_PIPELINE = (
+    COUNTING
+    + """
+import logging, sys
+from streamfit.config import load_pipeline
+from streamfit.jobs import run_pipeline
+import streamfit.precompile
+from streamfit.precompile import first_use
+import streamfit.train
+streamfit.precompile.default_jobs = lambda: 2  # the background process also where this process may use one core
+train_fn = streamfit.train.train
+marks = {}
+def train(*args, **kwargs):
+    marks["train"] = len(compiled)
+    return train_fn(*args, **kwargs)
+streamfit.train.train = train
+logging.basicConfig(level=logging.DEBUG if len(sys.argv) > 2 else logging.INFO, format="%(message)s")
+print("first use before:", first_use("stagewise"))
+run_pipeline(load_pipeline(sys.argv[1]), overwrite=True, progress=False, steps_progress=False)
+print("compiled before the train:", sorted(set(compiled[: marks["train"]])))
+print("compiled from the train on:", sorted(set(compiled[marks["train"] :])))
+print("first use after:", first_use("stagewise"))
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_pipeline_compiles_its_solver_in_the_background_while_it_ingests(tmp_path):
+    """In an empty cache the pipeline's process compiles only the ingest's kernels (the text
+    hashing); stagewise's kernels, compiled by the background process, are loaded by its train
+    and evaluate (numba's event fires for a compilation, not for a load); a second run finds
+    them cached and starts no background process."""
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("".join(f"c{i % 3}\tw{i % 7} w{(i * 5) % 11} w{i % 3} shared words\n" for i in range(90)))
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"ingest: {{inputs: [{docs}], out: {tmp_path / 'train.zarr'}, "
+        "source_options: {header: false, label_field: '0', text_field: '1'}}\n"
+        f"train: {{solver: stagewise, out: {tmp_path / 'run'}, params: {{n_passes: 1}}}}\n"
+        f"evaluate: {{store: {tmp_path / 'train.zarr'}}}\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    runs = [
+        subprocess.run([sys.executable, "-c", _PIPELINE, str(path)], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    first, second = runs
+    assert "first use before: True" in first.stdout and "first use after: False" in first.stdout
+    assert "compiled from the train on: []" in first.stdout, first.stdout
+    before = first.stdout.split("compiled before the train: ")[1].splitlines()[0]
+    assert "hash_text" in before and "stagewise" not in before and "_rowwise_matmul" not in before
+    assert "first use before: False" in second.stdout
+    assert "compiled before the train: []" in second.stdout and "compiled from the train on: []" in second.stdout
+    assert "waiting for the compilation" not in second.stderr
+
+
+def test_first_use_is_true_until_a_kernel_of_the_solver_is_cached(tmp_path):
+    script = """
+from streamfit.precompile import first_use
+from streamfit.solvers import ppdsparse_kernels
+import numpy as np
+print(first_use("ppdsparse"), first_use("bcd"))
+ppdsparse_kernels.row_sqnorms(np.array([0, 2]), np.array([3.0, 4.0]))
+print(first_use("ppdsparse"), first_use("bcd"))
+"""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True) for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[0].stderr + runs[1].stderr
+    assert runs[0].stdout.split() == ["True", "True", "False", "True"]
+    assert runs[1].stdout.split() == ["False", "True", "False", "True"]
+
+
+def _save_entries(args) -> None:
+    """One writer of test_concurrent_cache_writers_keep_every_entry: `n` entries of its own."""
+    cache_path, writer, n = args
+    from numba.core import caching
+
+    serialize_cache_writes()
+    index = caching.IndexDataCacheFile(cache_path, "shared", "stamp")
+    for i in range(n):
+        index.save((f"signature {writer}.{i}", "cpu"), f"code of {writer}.{i}")
+
+
+def test_concurrent_cache_writers_keep_every_entry(tmp_path):
+    """Processes writing entries of one function's cache at once (as a pipeline's process and its
+    background compilation do): with serialize_cache_writes every entry is in the index, each
+    under a file of its own that holds its own data. (Without the lock, numba's read-modify-write
+    of the index loses entries or points two of them at one file.)"""
+    import multiprocessing
+
+    from numba.core import caching
+
+    writers, n = 4, 25
+    with multiprocessing.get_context("spawn").Pool(writers) as pool:
+        pool.map(_save_entries, [(str(tmp_path), w, n) for w in range(writers)])
+    index = caching.IndexDataCacheFile(str(tmp_path), "shared", "stamp")
+    entries = index._load_index()
+    assert len(entries) == writers * n and len(set(entries.values())) == writers * n
+    for w in range(writers):
+        for i in range(n):
+            assert index.load((f"signature {w}.{i}", "cpu")) == f"code of {w}.{i}"
+    assert (tmp_path / CACHE_LOCK_FILE).exists()
+
+
+def test_no_kernel_builds_a_cfunc_wrapper():
+    """Every kernel of streamfit is compiled with no_cfunc_wrapper (streamfit._jit.kernel): numba's C-callable wrapper
+    (for passing a jitted function as a first-class function value, which no kernel does) costs
+    LLVM time in every kernel's first compilation and is never called."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import streamfit
+
+    kernels = []
+    for info in pkgutil.walk_packages(streamfit.__path__, "streamfit."):
+        if info.name in ("streamfit.numba_target", "streamfit.cli", "streamfit.__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == info.name:
+                kernels.append((f"{info.name}.{name}", obj.targetoptions.get("no_cfunc_wrapper", False)))
+    assert len(kernels) > 60
+    assert [name for name, off in kernels if not off] == []

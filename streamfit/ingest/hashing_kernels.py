@@ -12,19 +12,19 @@ import numba: FeatureHasher imports this module on its first transform.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 from streamfit.sorting import stable_argsort
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def rotl32(x, r):
     """x (< 2**32) rotated left by r bits within 32 bits."""
     return ((x << r) | (x >> (32 - r))) & 0xFFFFFFFF
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def murmur3_32(buf, start, end, seed):
     """MurmurHash3_x86_32 of buf[start:end] as a signed int32 value (held in an int64).
 
@@ -58,14 +58,14 @@ def murmur3_32(buf, start, end, seed):
     return h - 0x100000000 if h >= 0x80000000 else h
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def key(h, mask, alternate_sign):
     """Sortable int32 key of a hash: 2 * col + (1 if the sign is negative else 0)."""
     neg = 1 if (alternate_sign and h < 0) else 0
     return np.int32(((abs(h) & mask) << 1) | neg)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def tokenize(buf, start, end, min_len, word, tok_start, tok_end, char_start, char_end):
     """Store the maximal runs of word bytes in buf[start:end] having >= min_len UTF-8 characters
     (bytes that are not 0b10xxxxxx) as [tok_start[t], tok_end[t]); return their number.
@@ -99,7 +99,7 @@ def tokenize(buf, start, end, min_len, word, tok_start, tok_end, char_start, cha
     return n_tok
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def radix_sort(keys, n, n_bits, tmp, counts):
     """Sort keys[:n] (non-negative, < 2**n_bits) in place: LSD radix sort on 8-bit digits, using
     tmp (size >= n) and counts (size 256) as scratch."""
@@ -123,7 +123,7 @@ def radix_sort(keys, n, n_bits, tmp, counts):
             keys[j] = tmp[j]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_n, max_n, scratch, keys, k):
     """Append to keys[k:] the keys of all word n-grams, min_n <= n <= max_n, over the tokens; an
     n-gram is its tokens joined by one space (built in scratch). Return the new key count."""
@@ -146,7 +146,7 @@ def hash_ngrams(buf, tok_start, tok_end, n_tok, seed, mask, alternate_sign, min_
     return k
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_n, max_n, value_mode, word):
     """Hash documents into CSR (indptr, indices, data).
 
@@ -212,7 +212,7 @@ def hash_text(buf, offsets, seeds, mask, key_bits, alternate_sign, min_len, min_
     return indptr, indices[:nnz].copy(), data[:nnz].copy()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def grow(a, capacity, n):
     """Copy of a[:n] in a new array of the given capacity."""
     b = np.empty(capacity, dtype=a.dtype)
@@ -221,7 +221,7 @@ def grow(a, capacity, n):
     return b
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def hash_entries(indptr, buf, starts, ends, values, seed, mask, alternate_sign):
     """Hash CSR entries whose j-th key is the bytes buf[starts[j]:ends[j]] (a raw id's 8 bytes,
     or a token): entry value v goes to column col(key) as sgn(key) * v; each row's entries of

@@ -18,15 +18,15 @@ feature's weights across classes, here a block of features within one class.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 from streamfit.projections import project_l1_ball
 
 CLASS_BLOCK_PENALTIES = ("l1", "l1/l2", "l1/linf", "l2")
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndarray:
     M, K = W.shape
     out = np.empty_like(W)
@@ -48,7 +48,7 @@ def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndar
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _group_norms(W: np.ndarray, group_size: int, p: int) -> np.ndarray:
     """‖x^(k,b)‖_p for every block (p = 1, 2, or 0 for ∞), class-major."""
     M, K = W.shape

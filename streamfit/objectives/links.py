@@ -12,8 +12,9 @@ residual without the ½ (2 Σ_i ℓ_SQUARED).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from streamfit._jit import kernel
 
 LINK_LOSSES = {"identity": "squared", "softmax": "logistic", "sigmoid": "sigmoid_logistic"}
 
@@ -46,7 +47,7 @@ def link_residual(U: np.ndarray, Y: np.ndarray, link: str) -> tuple[np.ndarray, 
     return R, (_softmax_residual(U, Y, R) if link == "softmax" else _sigmoid_residual(U, Y, R))
 
 
-@numba.njit(cache=True)
+@kernel()
 def _softmax_residual(U: np.ndarray, Y: np.ndarray, R: np.ndarray) -> float:
     """R_i = y_i − softmax(u_i); returns Σ_i (log Σ_j e^{u_ij} − y_iᵀu_i), with the row maximum
     taken out of the exponentials (no overflow)."""
@@ -68,7 +69,7 @@ def _softmax_residual(U: np.ndarray, Y: np.ndarray, R: np.ndarray) -> float:
     return total
 
 
-@numba.njit(cache=True)
+@kernel()
 def _sigmoid_residual(U: np.ndarray, Y: np.ndarray, R: np.ndarray) -> float:
     """R_ij = y_ij − σ(u_ij); returns Σ_ij (log(1 + e^{u_ij}) − y_ij u_ij), both overflow-free."""
     n, k = U.shape

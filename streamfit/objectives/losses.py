@@ -63,7 +63,8 @@ All functions are row-wise, so chunking the rows never changes a row's result.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from streamfit._jit import kernel
 
 SQUARED_HINGE = 0
 MULTITASK_SQUARED_HINGE = 1
@@ -101,7 +102,7 @@ def curvature(loss: int, m: int) -> float:
     raise ValueError(f"loss code {loss} is not smooth: it has no curvature bound")
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _lse_parts(S, i: int):
     """(max_r S_ir, Σ_r exp(S_ir − max)): log Σ_r exp(S_ir) = log(z) + max, without overflow."""
     mx = S[i, 0]
@@ -113,7 +114,7 @@ def _lse_parts(S, i: int):
     return mx, z
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def sample_loss(loss: int, S, i: int, lab_ind, p0: int, p1: int, mark, x: float, d, h, order: int) -> float:
     """ℓ_i(s) for s = S[i] and Y_i = lab_ind[p0:p1] (mark[r] = r ∈ Y_i). With order ≥ 1 adds
     x·∂ℓ/∂s to d, with order 2 also x²·(second derivatives) to h (x = x_ij accumulates a
@@ -201,7 +202,7 @@ def sample_loss(loss: int, S, i: int, lab_ind, p0: int, p1: int, mark, x: float,
     return val
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def rows_loss(loss: int, S, lab_ptr, lab_ind, rows, order: int):
     """(Σ_{i ∈ rows} ℓ_i(S_i), D, H) with D[k] = ∂ℓ_i/∂s and H[k] the second derivatives of
     row i = rows[k] (D, H are empty when not asked for by `order`)."""
@@ -225,7 +226,7 @@ def rows_loss(loss: int, S, lab_ptr, lab_ind, rows, order: int):
     return total, D, H
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def dual_loss(loss: int, S, lab_ptr, lab_ind, c_max: float) -> float:
     """max_{0 ≤ c ≤ c_max} of a lower bound of −Σ_i ℓ_i*(c ∇ℓ_i(S_i)) (module docstring)."""
     n, m = S.shape

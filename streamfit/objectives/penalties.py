@@ -31,7 +31,8 @@ Penalty codes (ints, so numba kernels can branch on them) are in PENALTIES.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from streamfit._jit import kernel
 
 L1L2, L1, L2, ELASTICNET, SPARSE_GROUP, GROUP_ELASTICNET = 0, 1, 2, 3, 4, 5
 PENALTIES = {
@@ -44,7 +45,7 @@ PENALTIES = {
 }
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _norm(v) -> float:
     s = 0.0
     for x in v:
@@ -52,7 +53,7 @@ def _norm(v) -> float:
     return np.sqrt(s)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _soft(x: float, t: float) -> float:
     if x > t:
         return x - t
@@ -61,7 +62,7 @@ def _soft(x: float, t: float) -> float:
     return 0.0
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def row_value(pen: int, w, lam: float, rho: float) -> float:
     """P(w) of one row."""
     l1 = 0.0
@@ -82,7 +83,7 @@ def row_value(pen: int, w, lam: float, rho: float) -> float:
     return lam * (rho * l1 + (1.0 - rho) * np.sqrt(sq))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def row_prox(pen: int, v, t: float, lam: float, rho: float, out) -> None:
     """out = prox_{tP}(v) of one row (formulas in the module docstring)."""
     m = v.shape[0]
@@ -114,7 +115,7 @@ def row_prox(pen: int, v, t: float, lam: float, rho: float, out) -> None:
         out[r] *= scale / ridge
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def row_violation(pen: int, w, g, lam: float, rho: float) -> float:
     """Optimality violation of one row (module docstring; eq. 9 for l1/l2)."""
     m = w.shape[0]
@@ -139,7 +140,7 @@ def row_violation(pen: int, w, g, lam: float, rho: float) -> float:
     return np.sqrt(s)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def value(pen: int, W, lam: float, rho: float) -> float:
     """P(W) = Σ_j P(W_{j:})."""
     total = 0.0
@@ -148,7 +149,7 @@ def value(pen: int, W, lam: float, rho: float) -> float:
     return total
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def prox(pen: int, V, t: float, lam: float, rho: float):
     """prox_{tP}(V), row by row (P is row-separable)."""
     out = np.empty_like(V)

@@ -11,13 +11,13 @@ off S inside the loss, so the cost per block stays O(n̂ (m − 1)).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from streamfit._jit import kernel
 from streamfit.objectives.losses import sample_loss
 from streamfit.objectives.penalties import row_prox, row_value, row_violation
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def bcd_epoch(
     blocks,
     indptr,
@@ -174,7 +174,7 @@ def bcd_epoch(
     return viol_sum, viol_max, extra_steps
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def group_update(W_B, G, L, pen, lam, rho, free_b):
     """Simultaneous block steps of a feature group (out-of-core mode): for every block b,
     δ_b = prox_{P/L_b}(W_b − G_b / L_b) − W_b; block `free_b` (the intercept; −1: none) is not
@@ -195,7 +195,7 @@ def group_update(W_B, G, L, pen, lam, rho, free_b):
     return delta, viol
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def chunk_pass(
     indptr,
     indices,

@@ -11,9 +11,9 @@ Crammer–Singer hinge (6). The adjoint: T_ℓᵀ v = (u_ℓ a_ℓᵀ, a_ℓ) wi
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 from streamfit.projections import (
     epigraph_max_threshold,
     simplex_threshold,
@@ -22,7 +22,7 @@ from streamfit.projections import (
 # -- per-row dual updates ------------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def regularized_chunk_step(
     indptr,
     indices,
@@ -115,7 +115,7 @@ def regularized_chunk_step(
     return Yt, hinge, r_dot, correct, move, coupling, weights
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def csr_scores(indptr, indices, data, W2: np.ndarray, b2: np.ndarray) -> np.ndarray:
     """X·W2 + b2 for a CSR chunk (rows × columns of W2)."""
     n, m = len(indptr) - 1, W2.shape[1]
@@ -131,7 +131,7 @@ def csr_scores(indptr, indices, data, W2: np.ndarray, b2: np.ndarray) -> np.ndar
     return S
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def csr_adjoint(indptr, indices, data, A: np.ndarray, n_features: int):
     """(XᵀA, Σ_ℓ A_ℓ) for a CSR chunk, without transposing it."""
     n, K = A.shape
@@ -148,7 +148,7 @@ def csr_adjoint(indptr, indices, data, A: np.ndarray, n_features: int):
     return GW, Gb
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: float, c: float, weights: np.ndarray):
     """For flat arrays of len(weights) rows: next = a(2·new − old) + c·anchor (Halpern with
     reflection), and the weighted squared norms Σ_ℓ w_ℓ‖old_ℓ − new_ℓ‖² and Σ_ℓ w_ℓ‖next_ℓ − anchor_ℓ‖²
@@ -168,7 +168,7 @@ def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: flo
     return out, move, jump
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def constrained_dual_step(
     S: np.ndarray,
     z: np.ndarray,
@@ -229,7 +229,7 @@ def constrained_dual_step(
     return hinge, r_dot, xi_sum, correct
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
     """A_ℓ = T_ℓ x for scores S (the norm estimate: T_ℓᵀT_ℓ x = (u_ℓ a_ℓᵀ, a_ℓ) with a_ℓ from A_ℓ)."""
     n, K = A.shape
@@ -245,7 +245,7 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 # -- the driver's primal step -------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def l1_primal_step(
     W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray, Wt: np.ndarray
 ) -> np.ndarray:
@@ -269,7 +269,7 @@ def l1_primal_step(
     return W2
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def primal_update(
     Wt: np.ndarray,
     W: np.ndarray,
@@ -323,7 +323,7 @@ def primal_update(
 # -- numpy's sums over M × K, from the used rows ---------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int) -> float:
     """numpy's sum of a block of n ≤ 128 entries from `lo` (see _pairwise_sum)."""
     if n < 8:
@@ -344,7 +344,7 @@ def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start
     return res
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) -> float:
     """numpy's sum (its float64 add reduction of a contiguous array: 0.0 plus the pairwise sum,
     blocks of at most 128 entries summed by 8 accumulators as ((r0 + r1) + (r2 + r3)) + ((r4 +
@@ -389,7 +389,7 @@ def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int)
     return 0.0 + sums[0]
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
     """np.abs(A).sum(), bitwise, for a C-ordered M × K array that is 0 outside the rows `rows`
     (ascending), in time of the order of len(rows)·K (the logged ‖x̃‖₁)."""
@@ -412,7 +412,7 @@ def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
     return _pairwise_sum(positions, values, A.size, count)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray) -> float:
     """(d·(d/D)).sum() over the entries with D > 0 (the others 0), d = W − Wa, bitwise numpy's
     sum of that M × K array, for W and Wa 0 outside the rows `rows` (ascending): the weights'

@@ -25,11 +25,12 @@ fixed tree).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 
-@numba.njit(cache=True, nogil=True)
+
+@kernel(nogil=True)
 def _bin_of(cuts: np.ndarray, lo: int, hi: int, v: float) -> int:
     """#{k in [lo, hi): cuts[k] < v}: the bin of value v of a feature whose sorted cuts are
     cuts[lo:hi] (bin b holds cuts[b-1] < v <= cuts[b])."""
@@ -43,7 +44,7 @@ def _bin_of(cuts: np.ndarray, lo: int, hi: int, v: float) -> int:
     return a - lo
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def signed_weights(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """G (rows × K): G[i, c] = g_c[i] of the module docstring from scores F (rows × K)."""
     n, K = F.shape
@@ -60,7 +61,7 @@ def signed_weights(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return G
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
     """The bin of every stored entry of a CSR chunk (uint16, aligned with `data`): the number of
     its feature's cuts below the value."""
@@ -71,7 +72,7 @@ def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offse
     return codes
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def histogram(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -98,7 +99,7 @@ def histogram(
     return H, nonzero_sums
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def stump_bits(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -131,14 +132,14 @@ def stump_bits(
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _bit(bits: np.ndarray, lrn: int, i: int, low: int) -> int:
     """ħ_l(x_i) from the packed bits: 1 for a set bit, else the learner's `low` (−1: a sign stump, 0: an
     indicator stump)."""
     return 1 if (bits[lrn, i >> 3] >> (7 - (i & 7))) & 1 else low
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def scores(
     bits: np.ndarray,
     coord_class: np.ndarray,
@@ -161,7 +162,7 @@ def scores(
     return F
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def margins(F: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(M, R) of the module docstring from the scores F: eq. (15) in terms of F."""
     m, K = F.shape
@@ -176,7 +177,7 @@ def margins(F: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return M, R
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def class_bits(labels: np.ndarray, K: int) -> np.ndarray:
     """Packed class membership (K × ⌈rows/8⌉ uint8, np.packbits order): bit i of row c is 1
     when labels[i] = c."""
@@ -186,7 +187,7 @@ def class_bits(labels: np.ndarray, K: int) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """The master problem's per-sample state of a chunk, one float array ((2K + 2) × rows, a row
     per quantity so that the kernels read them contiguously) from the scores F (rows × K):
@@ -210,7 +211,7 @@ def master_state(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return state
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _row_value(a, S, U, i: int, own: int) -> float:
     """|g_c[i]| (module docstring) of a row of class c (own = 1: R_i) or of another class
     (own = 0: μ_(i,c)), from master_state's scale a and sums S or U's row c."""
@@ -218,7 +219,7 @@ def _row_value(a, S, U, i: int, own: int) -> float:
     return a[i] * (s if own else u)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _split_sums(bits_row, class_row, state, K: int, c: int, low: int) -> tuple[float, float]:
     """(Σ_{(i,y) ∈ D_{+1}} μ_(i,y), Σ_{(i,y) ∈ D_{−1}} μ_(i,y)) over a chunk's rows for a
     coordinate of class c whose learner's packed bits are `bits_row` (class_row: row c of
@@ -282,7 +283,7 @@ def _split_sums(bits_row, class_row, state, K: int, c: int, low: int) -> tuple[f
     return total_plus, total_minus
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _coordinate_sums(bits_row, class_row, state, K: int, c: int, low: int, sign: int) -> tuple[float, float]:
     """_split_sums of a learner of sign `sign`: a negated learner (−1) has δh of the opposite
     sign on every pair, so its D₊ and D₋ are those of the learner it negates, swapped."""
@@ -292,7 +293,7 @@ def _coordinate_sums(bits_row, class_row, state, K: int, c: int, low: int, sign:
     return plus, minus
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _change_row(a, S, U, i: int, b: int, own: int, e1: float, e0: float, i1: float, i0: float) -> None:
     """Eq. (20) on row i for a weight change of class c: a row of class c (own) scales all its μ
     by e^{−δ·ħ}, i.e. a_i (i1 on a set bit, i0 else); another row scales μ_(i,c) by e^{δ·ħ} (e1, e0),
@@ -304,7 +305,7 @@ def _change_row(a, S, U, i: int, b: int, own: int, e1: float, e0: float, i1: flo
     S[i] += new - old
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _apply_change(bits_row, class_row, state, c: int, delta: float, low: int) -> None:
     """A weight change delta of a coordinate of class c, learner bits `bits_row`, on a chunk's μ
     (master_state's layout, in place) by (20): with ħ = 1 on a set bit, else `low`, μ_(i,c) *=
@@ -334,7 +335,7 @@ def _apply_change(bits_row, class_row, state, c: int, delta: float, low: int) ->
         _change_row(a, S, U, i, (bits_row[i >> 3] >> shift) & 1, (class_row[i >> 3] >> shift) & 1, e1, e0, i1, i0)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def add_scores(
     bits: np.ndarray,
     state: np.ndarray,
@@ -359,7 +360,7 @@ def add_scores(
             F[i] += d1 if (row[i >> 3] >> (7 - (i & 7))) & 1 else d0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _masked_sum(bits_row, v) -> float:
     """Σ_i v[i] over the rows whose bit is set in the packed `bits_row`; a byte (8 rows) at a
     time with a partial sum per position, added in a fixed order (as _split_sums)."""
@@ -385,7 +386,7 @@ def _masked_sum(bits_row, v) -> float:
     return total
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def master_pass(
     bits: np.ndarray,
     classes_bits: np.ndarray,
@@ -448,7 +449,7 @@ def master_pass(
     return sums
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def coordinate_update(
     plus: float, minus: float, old: float, C_over_p: float, large_c: bool, learning_rate: float
 ) -> float:
@@ -461,7 +462,7 @@ def coordinate_update(
     return value if learning_rate == 1.0 else old + learning_rate * (value - old)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def fcd_sweep(
     bits_flat: np.ndarray,
     classes_flat: np.ndarray,
@@ -533,7 +534,7 @@ def fcd_sweep(
     return pending_learner, pending_class, pending_delta
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: bool) -> float:
     """argmin_{w ≥ 0} w + (C/p)(V₋e^{w} + V₊e^{−w}) (eq. 10): eq. (12), or (13) with large_c.
     V₋ = 0 (no pair pushes w down, as for a learner that separates its class's pairs) leaves (10)
@@ -554,7 +555,7 @@ def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: 
     return max(0.0, np.log(root) - np.log(v_minus))
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def compress_sketch(
     starts: np.ndarray, values: np.ndarray, weights: np.ndarray, size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -613,7 +614,7 @@ def compress_sketch(
     return counts, out_values[keep], out_weights[keep]
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _score(gain: bool, edge: float, v_plus: float, v_minus: float) -> float:
     """A candidate's score: its edge (= V₊ − V₋), or with `gain` (√V₊ − √V₋)² (−inf when
     V₊ ≤ V₋: the line search would not move it)."""
@@ -625,7 +626,7 @@ def _score(gain: bool, edge: float, v_plus: float, v_minus: float) -> float:
     return root * root
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def best_stumps(
     H: np.ndarray,
     totals: np.ndarray,
@@ -726,7 +727,7 @@ def best_stumps(
     return best_f, best_b, best_p, best_e, best_low, best_sign
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def stump_scores(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -762,7 +763,7 @@ def stump_scores(
     return S
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def held_out(lo: int, hi: int, seed: int, fraction: float) -> np.ndarray:
     """Whether each row lo … hi−1 (global row indices) is held out: u_r < fraction for u_r, a
     uniform number in [0, 1) from the SplitMix64 hash of (seed, r) (its top 53 bits). A property

@@ -38,8 +38,8 @@ from __future__ import annotations
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
+from streamfit._jit import kernel
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.sorting import stable_argsort
 
@@ -91,7 +91,7 @@ def make_work(n_rows: int, n_features: int) -> Work:
     )
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
     """Every CSC column (rows ascending) reordered by decreasing |x_ij|, ties by row (a stable
     sort per column), for the search's early stop of §5.3: the order of a global lexsort over
@@ -116,7 +116,7 @@ def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
             out_vals[lo + t] = vals[lo + order[t]]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def row_sqnorms(indptr, values):
     """‖x_i‖² of every CSR row."""
     out = np.zeros(indptr.shape[0] - 1)
@@ -129,7 +129,7 @@ def row_sqnorms(indptr, values):
 # -- random numbers: splitmix64 seeding, xorshift64* stream (deterministic per class) --------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _seed(rng, seed, k):
     z = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(k) + np.uint64(0x632BE59BD9B4E019)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -138,7 +138,7 @@ def _seed(rng, seed, k):
     rng[0] = z if z != np.uint64(0) else np.uint64(1)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _next(rng):
     x = rng[0]
     x ^= x >> np.uint64(12)
@@ -148,12 +148,12 @@ def _next(rng):
     return x * np.uint64(0x2545F4914F6CDD1D)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _uniform(rng):
     return float(_next(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _randint(rng, n):
     return np.int64(_next(rng) % np.uint64(n))
 
@@ -161,13 +161,13 @@ def _randint(rng, n):
 # -- Algorithm 2: coordinate descent over the active set, maintaining w(α) by (13) -------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _prox(vf, mu):
     """σ·w_j for v_j = vf: the soft threshold sign(vf) max(|vf| − μ, 0), branch-free."""
     return max(vf - mu, 0.0) + min(vf + mu, 0.0)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _touch(data, work, i):
     """List sample i and its features as touched (once per class), for _support and the reset."""
     if work.rmark[i]:
@@ -185,7 +185,7 @@ def _touch(data, work, i):
     work.n_touched[0] = n
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     """Apply the coordinate step with the curvature of G along e_i at α, (‖x_{i,B}‖² + 1)/σ + c over
     the features B with w_j ≠ 0 (the generalized Hessian of the proof of Theorem 4.2), instead of
@@ -226,7 +226,7 @@ def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     return a_new
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
     """Randomized dual coordinate descent (Algorithm 2) on the active set, one random
     permutation per epoch, until the largest projected gradient is ≤ tol. Returns epochs run.
@@ -311,7 +311,7 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
 # -- Algorithm 3 and the greedy search (Algorithm 1, steps 1-2) --------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _support(work, mu, sigma):
     """Copy supp(w_{:D}) into sup_idx / sup_val (w = prox(v), (13)); returns (size, ‖w_{:D}‖₁)."""
     n, l1 = 0, 0.0
@@ -327,7 +327,7 @@ def _support(work, mu, sigma):
     return n, l1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _sparsify(work, n_sup, l1, delta):
     """Algorithm 3: R = ⌈2‖w‖₁²/δ²⌉ draws j ∝ |w_j|, w̃ = (‖w‖₁/R) Σ sign(w_j) e_j
     (Theorem 4.1: E[min_i y_i⟨w̃, x_i⟩] − min_i y_i⟨w, x_i⟩ ≤ δ). Kept exact (w̃ = w) when
@@ -354,7 +354,7 @@ def _sparsify(work, n_sup, l1, delta):
     return m
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _score_columns(data, work, n_sup, x_threshold):
     """⟨w̃, x_i⟩ for the samples outside the active set that share a feature with w̃ (the reached
     ones, listed in slist and marked in smark), by a CSC walk over supp(w̃): O(Σ_{j ∈ supp} nnz(X_{:,j})).
@@ -389,7 +389,7 @@ def _score_columns(data, work, n_sup, x_threshold):
     return n_reach
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _score_rows(data, work, n_sup):
     """The same as _score_columns (x_threshold = 0) by one pass over the CSR rows outside the
     active set with w̃ scattered into a dense vector: O(N + nnz(X)), but a gather per non-zero
@@ -424,7 +424,7 @@ def _score_rows(data, work, n_sup):
     return n_reach
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     """Steps 1-2 of Algorithm 1: ∇G(α) = Σ_j w_j X̂_{:,j} (14) over the non-zeros of w
     (sparsified by Algorithm 3 when delta > 0; x_threshold: the two-level sparsification of
@@ -497,7 +497,7 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     return n_active + n_new
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _eliminate(work, n_active):
     """Step 4 of Algorithm 1: drop {i : α_i = 0, y_i ≠ 1} from the active set."""
     m = 0
@@ -514,7 +514,7 @@ def _eliminate(work, n_active):
 # -- a primal Newton finish for classes whose dual is dense (not in the paper) -----------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _primal_state(data, work, m, vacc):
     """At primal margins m_i = ⟨w, x̂_i⟩ (x̂_i = y_i[x_i, 1]): vacc = X̂ᵀb, b_i = max(0, 1 − m_i), i.e. v of the
     dual point α = b(w), by one pass over the rows with b_i > 0. The smooth part of (9) has
@@ -531,7 +531,7 @@ def _primal_state(data, work, m, vacc):
             vacc[D] += yb
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _dual_violation(data, work, m, vacc, wa, mu, sigma):
     """The stopping test of Algorithm 1 at the dual point α = b(w) (b_i = max(0, 1 − m_i)), on
     every sample: max_i |P∇_i G(α)|, ∇_i G = ⟨w(α), x̂_i⟩ − 1 + α_i, w(α) = prox(vacc)/σ (left
@@ -555,7 +555,7 @@ def _dual_violation(data, work, m, vacc, wa, mu, sigma):
     return viol
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _cholesky_solve(H, x, n):
     """x ← H⁻¹x for the symmetric positive definite leading n × n block of H (lower triangle
     read; overwritten by its Cholesky factor). False if H is not numerically positive definite.
@@ -586,7 +586,7 @@ def _cholesky_solve(H, x, n):
     return True
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma):
     """x ← argmin_d ⟨g_P, d⟩ + ½ dᵀ H d + μ‖(w + d)_{:D}‖₁ over the coordinates P (g = σw − vacc,
     H dense n_p × n_p, the bias P[n_p − 1] without ℓ1), by cyclic coordinate descent with Hd = H x
@@ -618,7 +618,7 @@ def _prox_newton_direction(H, vacc, w, P, n_p, x, Hd, mu, sigma):
             break
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _newton_polish(H, vacc, w, P, n_p, x, mu, sigma):
     """The coordinate descent's direction x made exact on its orthant: with S = {t : (w + x)_{P_t} ≠ 0}
     (and the bias) and s = sign(w + x) there, x_S ← −H_SS⁻¹(g_S + μ s_S) (the quadratic model's
@@ -650,7 +650,7 @@ def _newton_polish(H, vacc, w, P, n_p, x, mu, sigma):
             x[t] = rhs[a]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _primal_newton(data, work, mu, sigma, tol, max_outer):
     """Finish class k's problem in the primal (a deviation from the paper's dual Algorithm 1, for
     classes whose dual is dense): the same objective (9) in the kernels' scale, squared hinge,
@@ -815,7 +815,7 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
 # -- Algorithm 1 for one class --------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def solve_class(
     data,
     work,
@@ -955,14 +955,14 @@ def solve_class(
 # -- the primal objective of one class ------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _loss(m: float, loss: int) -> float:
     """ℓ(m): max(0, 1 − m) (hinge, (3)) or ½ max(0, 1 − m)² (squared hinge, §5.2)."""
     slack = max(0.0, 1.0 - m)
     return 0.5 * slack * slack if loss == OVR_HALF_SQUARED_HINGE else slack
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def class_objective(
     data, work, k: int, idx: np.ndarray, val: np.ndarray, bias: float, loss: int, lam: float, tau: float
 ) -> float:
@@ -1012,7 +1012,7 @@ def class_objective(
 # -- prediction: top-k of X Wᵀ + b, row by row ------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def topk_rows(x_ptr, x_idx, x_val, w_ptr, w_cls, w_val, dense_of, w_dense, bias, k, top, best):
     """For every row i of X (CSR), the k largest scores s_c = b_c + Σ_j x_ij W_cj and their
     classes, in decreasing order (ties: the smaller class first, as a stable sort of −s).

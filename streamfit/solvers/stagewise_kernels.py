@@ -13,10 +13,11 @@ import functools
 import math
 import threading
 
-import numba
 import numpy as np
 import scipy.linalg  # noqa: F401  (its BLAS, which the driver's factorisations use, loaded before _BLAS looks)
 from threadpoolctl import ThreadpoolController
+
+from streamfit._jit import kernel
 
 _BLAS = ThreadpoolController()  # the BLAS libraries loaded now: numpy's and scipy's
 _LIMITED = threading.local()  # per thread: `depth` of single_threaded_blas contexts, the outermost's `limiter`
@@ -56,7 +57,7 @@ def poly_basis(F: np.ndarray) -> np.ndarray:
     return np.hstack([np.ones((F.shape[0], 1)), F, F * F, F * F * F])
 
 
-@numba.njit(cache=True)
+@kernel()
 def project_rows_simplex(V: np.ndarray) -> np.ndarray:
     """Euclidean projection of each row onto the probability simplex {p ≥ 0, Σ p = 1}
     (Duchi et al. 2008, the `clip` of eq. 19): p = max(v − θ, 0) with
@@ -91,7 +92,7 @@ def project_predictions(V: np.ndarray, multilabel: bool) -> np.ndarray:
 _COS_TAYLOR = tuple((-1.0) ** k / math.factorial(2 * k) for k in range(13, -1, -1))
 
 
-@numba.njit(cache=True, fastmath={"contract"}, inline="always")
+@kernel(fastmath={"contract"}, inline="always")
 def _root2_cos(x: float) -> float:
     """√2 cos(x): x reduced to [−π, π], then the Taylor polynomial above (Horner, unrolled by the
     compiler). Beyond |x| ≈ 1e15 (an input far out of the training data's scale: the phase's own
@@ -106,7 +107,7 @@ def _root2_cos(x: float) -> float:
     return np.sqrt(2.0) * c
 
 
-@numba.njit(cache=True, fastmath={"contract"})
+@kernel(fastmath={"contract"})
 def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int) -> None:
     """out[i, col + j] = √2 cos(phase[i, j] + β_j), with the argument reduced to [−π, π] and the
     cosine as the Taylor polynomial above (vectorised: the inner loop runs over one row's
@@ -119,7 +120,7 @@ def _cos_features(phase: np.ndarray, beta: np.ndarray, out: np.ndarray, col: int
             dst[j] = _root2_cos(src[j] + beta[j])
 
 
-@numba.njit(cache=True, fastmath={"contract"})
+@kernel(fastmath={"contract"})
 def _cos_sin_features(phase: np.ndarray, out: np.ndarray, col: int, n_out: int) -> None:
     """Paired features of m = phase.shape[1] frequencies: out[i, col + j] = √2 cos(phase[i, j])
     for j < m, out[i, col + m + j] = √2 sin(phase[i, j]) = √2 cos(phase[i, j] − π/2) for
@@ -162,7 +163,7 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return view
 
 
-@numba.njit(cache=True)
+@kernel()
 def _rowwise_matmul(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
     """C += A B row by row, the sum over A's columns in increasing order (`rowwise_matmul`). The
     inner loop runs over one row of C (vectorised: each element is still its own ordered sum);
@@ -187,7 +188,7 @@ def csr_columns(X, position: np.ndarray, lo: int, hi: int, out: np.ndarray, col:
     _csr_columns(X.indptr, X.indices, X.data, position, lo, hi, out, col)
 
 
-@numba.njit(cache=True)
+@kernel()
 def _csr_columns(indptr, indices, data, position, lo, hi, out, col) -> None:
     for i in range(lo, hi):
         row = out[i - lo]
@@ -212,7 +213,7 @@ def sparse_gram_upper(A) -> np.ndarray:
     return out
 
 
-@numba.njit(cache=True)
+@kernel()
 def _sparse_gram_upper(indptr, indices, data, p, out) -> None:
     """out[(r, c)] += a_ir · a_ic for every pair of entries r ≤ c of every row i, rows in order,
     (r, c) at r·(2p − r − 1)/2 + c (`upper_triangle`'s order); no fastmath: each product and sum

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 import zarr
 from zarr.codecs import Crc32cCodec, ZstdCodec
 
 from streamfit import shutdown
+from streamfit._jit import kernel
 from streamfit.errors import StoreError, output_error
 from streamfit.runlog import counted
 from streamfit.storage import fsync_path, is_url, resolve
@@ -44,7 +44,7 @@ def open_array(group: zarr.Group, path: str) -> zarr.Array:
     return node
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _split_by_block(indptr, indices, data, row_start, bf, n_blocks, out_row, out_col, out_val):
     """Scatter a CSR chunk's entries to (global row, column − b·bf, value) grouped by feature
     block b = column // bf (a stable counting sort: row-major order within each block).
@@ -66,7 +66,7 @@ def _split_by_block(indptr, indices, data, row_start, bf, n_blocks, out_row, out
     return starts
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _sort_by_column(cols, rows, vals, width, out_rows, out_vals):
     """Stable counting sort of a block's entries by column: out_rows/out_vals in column-major
     order (rows stay increasing within a column when the input is row-major). Returns indptr."""

@@ -6,12 +6,13 @@ check — which was most of an in-memory fit of a small dense regression: 2.6 of
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
+from streamfit._jit import kernel
 
-@numba.njit(cache=True)
+
+@kernel()
 def _row_counts(X: np.ndarray, indptr: np.ndarray) -> None:
     for i in range(X.shape[0]):
         count = 0
@@ -21,7 +22,7 @@ def _row_counts(X: np.ndarray, indptr: np.ndarray) -> None:
         indptr[i + 1] = indptr[i] + count
 
 
-@numba.njit(cache=True)
+@kernel()
 def _fill(X: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> None:
     for i in range(X.shape[0]):
         k = indptr[i]
@@ -51,7 +52,7 @@ def dense_to_csr(X) -> sp.csr_matrix:
     return sp.csr_matrix((data, indices, indptr), shape=(n, d))
 
 
-@numba.njit(cache=True)
+@kernel()
 def _column_counts(X: np.ndarray, counts: np.ndarray) -> int:
     nonfinite = 0
     for i in range(X.shape[0]):

@@ -38,9 +38,9 @@ import os
 import re
 from functools import lru_cache
 
-import numba
 import numpy as np
 
+from streamfit._jit import kernel
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     canonical_label,
@@ -98,17 +98,17 @@ def _token_at(data: bytes, start: int) -> bytes:
     return match.group()
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _is_space(c):
     return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _is_digit(c):
     return 48 <= c <= 57
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _word_is(buf, s, e, word):
     """buf[s:e], lowercased, equals the ASCII bytes of word."""
     if e - s != len(word):
@@ -119,7 +119,7 @@ def _word_is(buf, s, e, word):
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _parse_index(buf, s, e):
     """(code, index) of the digits buf[s:e]; code 0 when good."""
     if s < e and buf[s] == 45:  # '-'
@@ -143,7 +143,7 @@ def _parse_index(buf, s, e):
     return (HUGE_INDEX if huge else 0), index
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _parse_value(buf, s, e):
     """(code, value) of the number buf[s:e]. Exact (Clinger's fast path) when the significant
     digits form an integer of at most 2**53 and the decimal exponent is within +-22; otherwise
@@ -215,7 +215,7 @@ def _parse_value(buf, s, e):
     return _FAST, -value if negative else value
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _sort_row(indices, values, tokens, a, b):
     """Sort entries a:b by index; (DUPLICATE, token position) if an index repeats, else (0, 0)."""
     order = stable_argsort(indices[a:b])
@@ -230,7 +230,7 @@ def _sort_row(indices, values, tokens, a, b):
     return 0, 0
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _parse(buf, pos, end, max_records, zero_based, line_no):
     """Parse whole lines of buf[pos:end] until max_records records (non-blank lines) are read.
 
@@ -360,7 +360,7 @@ def _parse(buf, pos, end, max_records, zero_based, line_no):
     return stop, line_no, qid_lines, first_qid_line, indptr, indices[:nnz], values[:nnz], tokens[:nnz], rec
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _value_texts(buf, starts, width):
     """The value text of each idx:val token at starts, NUL-padded to width bytes (an array of
     shape (len(starts), width)), and whether it fits ("0" stands in for texts that do not)."""

@@ -1,0 +1,28 @@
+"""`kernel`: numba's `njit` with the options every kernel of streamfit takes.
+
+- `cache=True`: the machine code is written to numba's on-disk cache, so a solver compiles
+  once per installation and CPU model (streamfit.precompile).
+- `no_cfunc_wrapper=True`: numba otherwise also builds, optimizes and emits a C-callable
+  wrapper of every function it compiles, used only when a jitted function is passed as a
+  first-class function value (no kernel is); it cost about a tenth of a cold compilation
+  (docs/benchmarks.md, "First use: numba compilation, session 19"). The Python-callable wrapper
+  stays: tests and the solvers call kernels from Python.
+
+Further options (nogil, inline, fastmath, ...) are numba's, passed through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numba
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+KERNEL_OPTIONS = {"cache": True, "no_cfunc_wrapper": True}
+
+
+def kernel(**options: Any) -> Callable[[_F], _F]:
+    """`@kernel(nogil=True)` = `@numba.njit(cache=True, no_cfunc_wrapper=True, nogil=True)`."""
+    return numba.njit(**KERNEL_OPTIONS, **options)  # type: ignore[call-overload]  # numba's hints lack no_cfunc_wrapper
