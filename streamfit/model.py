@@ -89,6 +89,8 @@ class Model:
     """Base class. Subclasses define `kind`, `_scores(X)` and their arrays."""
 
     kind = "base"
+    # saved float arrays that may hold +inf by design (load_model refuses NaN and ±inf elsewhere)
+    may_hold_plus_infinity: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -415,11 +417,6 @@ def load_model(path: str) -> Model:
         raise StreamfitError(
             f"{arrays_path}: holds n_features {got}, {meta_path} says {record['n_features']}; {RETRAIN}"
         )
-    for name, a in arrays.items():
-        if a.dtype.kind not in "biuf":
-            raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
-        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-            raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     kind = record["kind"]
     if kind not in MODEL_KINDS:
         from streamfit.solvers import import_model_kind
@@ -430,6 +427,15 @@ def load_model(path: str) -> Model:
         raise StreamfitError(
             f"{meta_path}: unknown model kind {kind!r} (known: {', '.join(sorted(MODEL_KINDS))}); {RETRAIN}"
         )
+    for name, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
+        if a.dtype.kind == "f":
+            bad = ~np.isfinite(a)
+            if name in MODEL_KINDS[kind].may_hold_plus_infinity:
+                bad &= a != np.inf
+            if bad.any():
+                raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     common = {
         k: record[k]
         for k in ("classes", "n_features", "multilabel", "regression", "featurizer", "solver", "params", "info")
