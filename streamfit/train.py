@@ -189,6 +189,36 @@ def earlier_run(out: str) -> StreamfitError:
     )
 
 
+def remove_run_outputs(run: storage.Location) -> None:
+    """What a run directory holds of an earlier run (train --overwrite, and `streamfit run
+    --overwrite` before its first section): its checkpoints and model, and with them its metrics,
+    run.json and evaluation.json, so that a new run stopped early leaves nothing that looks like
+    its result. The marks of completeness go first (checkpoints/LATEST, the model's model.json
+    and, behind a URL, its COMMITTED record), so a kill while the rest is deleted leaves nothing
+    that a resume or load_model would take as complete. The caller holds the directory's lock
+    where there is one (_lock_run_dir)."""
+    for mark in (("checkpoints", "LATEST"), ("model", storage.COMMITTED), ("model", "model.json")):
+        run.join(*mark).remove()
+    run.join("checkpoints").remove_tree()
+    run.join("model").remove_tree()
+    for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):
+        run.join(name).remove()
+
+
+def remove_earlier_run(out: str) -> None:
+    """remove_run_outputs under the run directory's lock (StreamfitError while another train
+    uses it); nothing when there is no such directory."""
+    run = storage.resolve(out)
+    if not run.exists():
+        return
+    lock = _lock_run_dir(run.path) if run.local else None
+    try:
+        remove_run_outputs(run)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
 def _remove_if_no_checkpoint(out: str, made: bool) -> None:
     """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
     metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
@@ -277,11 +307,8 @@ def _train_locked(
 ) -> Model:
     run = storage.resolve(out)
     ckpt_dir = run.join("checkpoints")
-    if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
-        ckpt_dir.remove_tree()
-        run.join("model").remove_tree()
-        for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):  # the old model's scores go with it
-            run.join(name).remove()
+    if overwrite:
+        remove_run_outputs(run)
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
     has_checkpoint = ckpt_dir.join("LATEST").exists()
