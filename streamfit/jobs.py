@@ -158,10 +158,16 @@ def _start_over(config: PipelineConfig) -> None:
     pipeline (its complete stores, the run directory's checkpoints, model and scores, the
     predictions), so that a run killed before it replaced them all leaves none of them looking
     like its own: `--resume` would otherwise keep the earlier run's stores and model, and the
-    earlier predictions would stand beside the new run's model."""
+    earlier predictions would stand beside the new run's model. An input that is not there is
+    named first, with nothing removed."""
+    from streamfit.ingest.inputs import expand_inputs
+    from streamfit.ingest.sources._util import require_path
     from streamfit.predict import PARTS_MANIFEST
     from streamfit.train import remove_earlier_run
 
+    for section in (config.ingest, config.ingest_test):
+        for path in expand_inputs(section.inputs, section.format) if section else []:
+            require_path(path, directory_ok=True)
     stores = []
     if config.ingest:
         stores += [config.ingest.out] + ([config.ingest.test_out] if config.ingest.test_out else [])

@@ -5,7 +5,7 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from streamfit.config import load_pipeline
-from streamfit.errors import TimeLimitReached
+from streamfit.errors import StreamfitError, TimeLimitReached
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.jobs import ingest_options, run_pipeline
 from streamfit.metrics import evaluate
@@ -344,6 +344,11 @@ def test_overwrite_killed_in_its_first_section_leaves_nothing_of_the_earlier_run
     path.write_text(job.replace("INPUT", "all.svm"))
     run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
     outputs = ["train.zarr", "test.zarr", "run/checkpoints", "run/model", "run/evaluation.json", "predictions.csv"]
+    assert all((tmp_path / name).exists() for name in outputs)
+
+    path.write_text(job.replace("INPUT", "nothing.svm"))  # an input that is not there: named, nothing removed
+    with pytest.raises(StreamfitError, match="nothing.svm: no such file"):
+        run_pipeline(load_pipeline(str(path)), overwrite=True, progress=False, say=lambda _: None)
     assert all((tmp_path / name).exists() for name in outputs)
 
     path.write_text(job.replace("INPUT", "part.svm"))  # a new input, the same outputs
