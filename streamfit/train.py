@@ -180,6 +180,13 @@ def train(
             os.close(lock)
 
 
+def targets_counted(n: int, regression: bool) -> str:
+    """What a store or model predicts, counted for a message: "3 classes", "1 output", "2 outputs"."""
+    if regression:
+        return f"{n} output" + ("" if n == 1 else "s")
+    return f"{n} class" + ("" if n == 1 else "es")
+
+
 def earlier_run(out: str) -> StreamfitError:
     """The error of a new run (no --resume, no --overwrite) whose run directory `out` holds a
     checkpoint of an earlier run (checkpoints/LATEST); `streamfit run` checks before its first section."""
@@ -322,12 +329,12 @@ def _train_locked(
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info(
-        "training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
+        "training %s on %s: %d rows × %d features, %s, %d chunks (dense float64 weights would take %.3g MiB)",
         solver,
         store.path,
         store.n_rows,
         store.n_features,
-        store.n_classes,
+        targets_counted(store.n_classes, store.regression),
         store.n_chunks,
         dense_mb,
     )

@@ -217,7 +217,7 @@ def test_cli_ingest_train_evaluate_predict(tmp_path):
     info = json.loads(run("inspect", tmp_path / "s", "--json"))
     assert info["task"] == "regression" and info["target"]["shape"] == [240, 1]
     assert abs(info["target_stats"]["target"]["mean"] - 2.0) < 0.5
-    run(
+    said = run(
         "train",
         tmp_path / "s",
         "--solver",
@@ -235,6 +235,9 @@ def test_cli_ingest_train_evaluate_predict(tmp_path):
         "--out",
         tmp_path / "run",
     )
+    assert said.strip().endswith(
+        "model written to " + str(tmp_path / "run" / "model") + " (1 output)"
+    )  # not "1 outputs"
     metrics = json.loads(run("evaluate", tmp_path / "run", tmp_path / "t", "--json"))
     _, T = open_store(str(tmp_path / "t")).to_scipy()
     Xt = open_store(str(tmp_path / "t")).to_scipy()[0]
