@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit import storage
-from streamfit.errors import StreamfitError, output_error
+from streamfit.errors import ConfigError, StreamfitError, output_error
 from streamfit.store.format import is_sha256, json_digest
 
 MODEL_FORMAT_VERSION = 3
@@ -46,6 +46,22 @@ def register_model(cls):
 def decide(S: np.ndarray, threshold: float) -> np.ndarray:
     """The multilabel decision rule: label r is on for row i when S_ir > threshold (n × k bool)."""
     return S > threshold
+
+
+def check_scoring_options(model: Model, *, threshold=None, per_label: bool = False, top_k: int = 1) -> None:
+    """ConfigError for an evaluate or predict option that the model's kind would ignore: a
+    decision threshold for a model that is not multilabel (train refuses it for such a store
+    too), and per-label metrics or more than one value per row for a regression model."""
+    kind = "a regression model" if model.regression else "a multiclass model"
+    if threshold is not None and not model.multilabel:
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel models, and this is {kind}; drop it")
+    if per_label and model.regression:
+        raise ConfigError(
+            "--per-label: precision, recall and F1 are for class labels, and this is a regression model "
+            "(its metrics are given per output); drop it"
+        )
+    if top_k != 1 and model.regression:
+        raise ConfigError(f"--top-k {top_k}: a regression model writes one value per output and row; drop it")
 
 
 def _as_csr(X, n_features: int) -> sp.csr_matrix:

@@ -136,7 +136,8 @@ def train(
     p = make_params(solver, params)
     get_solver(solver)(p).check_source(store)
     if threshold is not None and not store.multilabel:
-        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is multiclass; drop it")
+        kind = "a regression store" if store.regression else "multiclass"
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is {kind}; drop it")
     if threshold == "fit" and valid_store is None:
         raise ConfigError("--threshold fit: needs a validation store to fit on; pass --valid STORE (ingested --like)")
     if checkpoint_every < 1:
