@@ -694,6 +694,7 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
     """
     from streamfit.config import load_train_config, train_options
+    from streamfit.train import targets_counted
     from streamfit.train import train as run_train
 
     _refuse_resume_with_overwrite(ctx, resume, overwrite)
@@ -704,9 +705,9 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     )
     from streamfit import storage
 
-    what = "outputs" if model.regression else "classes"
     click.echo(
-        f"model written to {storage.absolute(storage.resolve(out).join('model').url)} ({len(model.classes_)} {what})"
+        f"model written to {storage.absolute(storage.resolve(out).join('model').url)} "
+        f"({targets_counted(len(model.classes_), model.regression)})"
     )
 
 

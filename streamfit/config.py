@@ -397,14 +397,20 @@ _PATH_OPTIONS = ("labels_xml", "y_path")
 
 
 def expand_path(p: str, base: str, where: str) -> str:
-    """A pipeline path: ~ and $VAR / ${VAR} expanded, then resolved against `base` (the
-    pipeline file's folder); a variable that is not set is a ConfigError naming `where`."""
+    """A pipeline path: ~ and $VAR / ${VAR} expanded, then, unless it is a URL (`s3://bucket/x`,
+    kept as written), resolved against `base` (the pipeline file's folder); a variable that is
+    not set is a ConfigError naming `where`."""
+    from streamfit.storage import is_url
+
     missing = [m.strip("{}") for m in _ENV_VAR.findall(p) if m.strip("{}") not in os.environ]
     if missing:
         raise ConfigError(
             f"{where}: the environment variable {missing[0]} is not set (in {p!r}); set it, or write the path out"
         )
-    return os.path.normpath(os.path.join(base, os.path.expandvars(os.path.expanduser(p))))
+    expanded = os.path.expandvars(os.path.expanduser(p))
+    if is_url(expanded):
+        return expanded
+    return os.path.normpath(os.path.join(base, expanded))
 
 
 def load_pipeline(path: str) -> PipelineConfig:

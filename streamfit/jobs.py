@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -64,6 +65,8 @@ def run_pipeline(
 
     if not (resume or overwrite):
         _refuse_earlier_outputs(config)
+    if overwrite:
+        _start_over(config)
     result = PipelineResult()
     warm_up = _warm_up(config, overrides or {}, resume)
     try:
@@ -191,6 +194,58 @@ def _refuse_earlier_outputs(config: PipelineConfig) -> None:
         raise StreamfitError(f"{storage.absolute(section.out)}: already exists; pass --overwrite to replace it")
     if config.train and storage.resolve(config.train.out).join("checkpoints", "LATEST").exists():
         raise earlier_run(config.train.out)
+
+
+def _start_over(config: PipelineConfig) -> None:
+    """`run --overwrite`, before the first section: remove the outputs of an earlier run of the
+    pipeline (its complete stores, the run directory's checkpoints, model and scores, the
+    predictions), so that a run killed before it replaced them all leaves none of them looking
+    like its own: `--resume` would otherwise keep the earlier run's stores and model, and the
+    earlier predictions would stand beside the new run's model. An input that is not there is
+    named first, with nothing removed."""
+    from streamfit.ingest.inputs import expand_inputs
+    from streamfit.ingest.sources._util import require_path
+    from streamfit.predict import PARTS_MANIFEST
+    from streamfit.train import remove_earlier_run
+
+    for section in (config.ingest, config.ingest_test):
+        for path in expand_inputs(section.inputs, section.format) if section else []:
+            require_path(path, directory_ok=True)
+    stores = []
+    if config.ingest:
+        stores += [config.ingest.out] + ([config.ingest.test_out] if config.ingest.test_out else [])
+    if config.ingest_test:
+        stores.append(config.ingest_test.out)
+    for store in stores:
+        if _stored(store):  # a complete store (anything else there is replaced by its ingest, as before)
+            _remove_directory(storage.resolve(store))
+    if config.train:
+        remove_earlier_run(config.train.out)
+    if config.evaluate:
+        storage.resolve(config.evaluate.run_dir).join(EVALUATION_FILE).remove()
+    if config.predict:
+        out = storage.resolve(config.predict.out.rstrip("/"))
+        if config.predict.predict_options.parts:
+            files = storage.committed(out)
+            if files is not None and files.join(PARTS_MANIFEST).exists():
+                _remove_directory(out)
+        elif not out.isdir():
+            out.remove()
+
+
+def _remove_directory(location: storage.Location) -> None:
+    """Delete a committed directory (a store, a --parts output) so that a kill part-way leaves
+    nothing that looks complete, nor anything in the way of writing it again: on local disk it is
+    renamed to NAME.old first (where storage.publish_dir puts a directory it replaces, and deletes
+    it from), behind a URL its COMMITTED record goes first."""
+    if location.local:
+        old = location.path + ".old"
+        storage.remove_local_tree(old)
+        os.replace(location.path, old)
+        storage.remove_local_tree(old)
+    else:
+        location.join(storage.COMMITTED).remove()
+        location.remove_tree()
 
 
 def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:

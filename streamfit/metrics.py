@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import StoreError
-from streamfit.model import decide
+from streamfit.model import check_scoring_options, decide
 
 if TYPE_CHECKING:
     from streamfit.engine import Engine
@@ -194,6 +194,7 @@ def evaluate(
     StoreError (its metrics would be 0s that mean nothing)."""
     from streamfit.engine import Engine
 
+    check_scoring_options(model, threshold=threshold, per_label=per_label)
     model.check_store(source)
     threshold = model.decision_threshold if threshold is None else threshold
     where = getattr(source, "path", "the evaluation store")

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit import storage
-from streamfit.errors import StreamfitError, output_error
+from streamfit.errors import ConfigError, StreamfitError, output_error
 from streamfit.store.format import is_sha256, json_digest
 
 MODEL_FORMAT_VERSION = 3
@@ -46,6 +46,22 @@ def register_model(cls):
 def decide(S: np.ndarray, threshold: float) -> np.ndarray:
     """The multilabel decision rule: label r is on for row i when S_ir > threshold (n × k bool)."""
     return S > threshold
+
+
+def check_scoring_options(model: Model, *, threshold=None, per_label: bool = False, top_k: int = 1) -> None:
+    """ConfigError for an evaluate or predict option that the model's kind would ignore: a
+    decision threshold for a model that is not multilabel (train refuses it for such a store
+    too), and per-label metrics or more than one value per row for a regression model."""
+    kind = "a regression model" if model.regression else "a multiclass model"
+    if threshold is not None and not model.multilabel:
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel models, and this is {kind}; drop it")
+    if per_label and model.regression:
+        raise ConfigError(
+            "--per-label: precision, recall and F1 are for class labels, and this is a regression model "
+            "(its metrics are given per output); drop it"
+        )
+    if top_k != 1 and model.regression:
+        raise ConfigError(f"--top-k {top_k}: a regression model writes one value per output and row; drop it")
 
 
 def _as_csr(X, n_features: int) -> sp.csr_matrix:
@@ -89,6 +105,8 @@ class Model:
     """Base class. Subclasses define `kind`, `_scores(X)` and their arrays."""
 
     kind = "base"
+    # saved float arrays that may hold +inf by design (load_model refuses NaN and ±inf elsewhere)
+    may_hold_plus_infinity: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -415,11 +433,6 @@ def load_model(path: str) -> Model:
         raise StreamfitError(
             f"{arrays_path}: holds n_features {got}, {meta_path} says {record['n_features']}; {RETRAIN}"
         )
-    for name, a in arrays.items():
-        if a.dtype.kind not in "biuf":
-            raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
-        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-            raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     kind = record["kind"]
     if kind not in MODEL_KINDS:
         from streamfit.solvers import import_model_kind
@@ -430,6 +443,15 @@ def load_model(path: str) -> Model:
         raise StreamfitError(
             f"{meta_path}: unknown model kind {kind!r} (known: {', '.join(sorted(MODEL_KINDS))}); {RETRAIN}"
         )
+    for name, a in arrays.items():
+        if a.dtype.kind not in "biuf":
+            raise StreamfitError(f"{arrays_path}: array {name!r} is of dtype {a.dtype}, expected numbers; {RETRAIN}")
+        if a.dtype.kind == "f":
+            bad = ~np.isfinite(a)
+            if name in MODEL_KINDS[kind].may_hold_plus_infinity:
+                bad &= a != np.inf
+            if bad.any():
+                raise StreamfitError(f"{arrays_path}: array {name!r} holds NaN or infinite values; {RETRAIN}")
     common = {
         k: record[k]
         for k in ("classes", "n_features", "multilabel", "regression", "featurizer", "solver", "params", "info")

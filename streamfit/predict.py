@@ -34,7 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from streamfit.errors import InputError, StreamfitError, output_error
-from streamfit.model import Model, decide
+from streamfit.model import Model, check_scoring_options, decide
 
 if TYPE_CHECKING:
     from streamfit.engine import Engine
@@ -246,6 +246,7 @@ def predict_to_file(
     from streamfit.engine import Engine
     from streamfit.store.store import overlaps
 
+    check_scoring_options(model, threshold=threshold, top_k=top_k)
     kind = os.path.splitext(out.rstrip("/"))[1].lower()
     if kind not in OUTPUT_KINDS:
         raise StreamfitError(f"{out}: the output must end in .csv, .jsonl or .parquet")

@@ -136,7 +136,8 @@ def train(
     p = make_params(solver, params)
     get_solver(solver)(p).check_source(store)
     if threshold is not None and not store.multilabel:
-        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is multiclass; drop it")
+        kind = "a regression store" if store.regression else "multiclass"
+        raise ConfigError(f"--threshold {threshold}: applies to multilabel stores, {store.path} is {kind}; drop it")
     if threshold == "fit" and valid_store is None:
         raise ConfigError("--threshold fit: needs a validation store to fit on; pass --valid STORE (ingested --like)")
     if checkpoint_every < 1:
@@ -180,6 +181,13 @@ def train(
             os.close(lock)
 
 
+def targets_counted(n: int, regression: bool) -> str:
+    """What a store or model predicts, counted for a message: "3 classes", "1 output", "2 outputs"."""
+    if regression:
+        return f"{n} output" + ("" if n == 1 else "s")
+    return f"{n} class" + ("" if n == 1 else "es")
+
+
 def earlier_run(out: str) -> StreamfitError:
     """The error of a new run (no --resume, no --overwrite) whose run directory `out` holds a
     checkpoint of an earlier run (checkpoints/LATEST); `streamfit run` checks before its first section."""
@@ -187,6 +195,36 @@ def earlier_run(out: str) -> StreamfitError:
         f"{out}: holds checkpoints of an earlier run; pass --resume to continue it, "
         "--overwrite to start over, or choose another --out"
     )
+
+
+def remove_run_outputs(run: storage.Location) -> None:
+    """What a run directory holds of an earlier run (train --overwrite, and `streamfit run
+    --overwrite` before its first section): its checkpoints and model, and with them its metrics,
+    run.json and evaluation.json, so that a new run stopped early leaves nothing that looks like
+    its result. The marks of completeness go first (checkpoints/LATEST, the model's model.json
+    and, behind a URL, its COMMITTED record), so a kill while the rest is deleted leaves nothing
+    that a resume or load_model would take as complete. The caller holds the directory's lock
+    where there is one (_lock_run_dir)."""
+    for mark in (("checkpoints", "LATEST"), ("model", storage.COMMITTED), ("model", "model.json")):
+        run.join(*mark).remove()
+    run.join("checkpoints").remove_tree()
+    run.join("model").remove_tree()
+    for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):
+        run.join(name).remove()
+
+
+def remove_earlier_run(out: str) -> None:
+    """remove_run_outputs under the run directory's lock (StreamfitError while another train
+    uses it); nothing when there is no such directory."""
+    run = storage.resolve(out)
+    if not run.exists():
+        return
+    lock = _lock_run_dir(run.path) if run.local else None
+    try:
+        remove_run_outputs(run)
+    finally:
+        if lock is not None:
+            os.close(lock)
 
 
 def _remove_if_no_checkpoint(out: str, made: bool) -> None:
@@ -277,11 +315,8 @@ def _train_locked(
 ) -> Model:
     run = storage.resolve(out)
     ckpt_dir = run.join("checkpoints")
-    if overwrite:  # the old model goes too: a new run stopped early must not leave it looking like its result
-        ckpt_dir.remove_tree()
-        run.join("model").remove_tree()
-        for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):  # the old model's scores go with it
-            run.join(name).remove()
+    if overwrite:
+        remove_run_outputs(run)
     # LATEST marks a run with a complete checkpoint; anything else under checkpoints/ is the state of
     # a run that failed before its first one, which nothing can resume from.
     has_checkpoint = ckpt_dir.join("LATEST").exists()
@@ -295,12 +330,12 @@ def _train_locked(
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info(
-        "training %s on %s: %d rows × %d features, %d classes, %d chunks (dense float64 weights would take %.3g MiB)",
+        "training %s on %s: %d rows × %d features, %s, %d chunks (dense float64 weights would take %.3g MiB)",
         solver,
         store.path,
         store.n_rows,
         store.n_features,
-        store.n_classes,
+        targets_counted(store.n_classes, store.regression),
         store.n_chunks,
         dense_mb,
     )

@@ -184,3 +184,24 @@ def test_the_walkthrough_pipeline_loads_with_its_predict_section():
     assert cfg.ingest.inputs == [os.path.join(data, "news-train.txt.gz")]
     assert cfg.ingest.source_options == {"header": False, "label_field": "0", "id_field": "1", "text_field": "2"}
     assert (cfg.predict.source, cfg.predict.run_dir) == (os.path.join(data, "news-test.txt.gz"), cfg.train.out)
+
+
+def test_a_pipelines_urls_are_kept_as_written_and_its_paths_resolved_against_its_folder(tmp_path, monkeypatch):
+    """A URL in a pipeline (written out, or from a $VAR) names the object store: it is not joined
+    to the file's folder as a relative path (which made `s3://bucket/x.zarr` the local folder
+    `FOLDER/s3:/bucket/x.zarr`, written without a word); local paths still are."""
+    monkeypatch.setenv("BUCKET", "s3://bucket/jobs")
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: ['s3://bucket/data/*.jsonl.gz', local.jsonl], out: $BUCKET/train.zarr, "
+        "test_size: 0.2, test_out: s3://bucket/jobs/test.zarr}\n"
+        "train: {solver: stagewise, out: '${BUCKET}/run'}\n"
+        "evaluate: {}\n"
+        "predict: {source: gs://other/new.jsonl, out: ../preds.csv}\n"
+    )
+    config = load_pipeline(str(path))
+    assert config.ingest.inputs == ["s3://bucket/data/*.jsonl.gz", str(tmp_path / "local.jsonl")]
+    assert (config.ingest.out, config.ingest.test_out) == ("s3://bucket/jobs/train.zarr", "s3://bucket/jobs/test.zarr")
+    assert (config.train.store, config.train.out) == ("s3://bucket/jobs/train.zarr", "s3://bucket/jobs/run")
+    assert config.evaluate.store == "s3://bucket/jobs/test.zarr"
+    assert (config.predict.source, config.predict.out) == ("gs://other/new.jsonl", str(tmp_path.parent / "preds.csv"))

@@ -5,7 +5,7 @@ import pytest
 from sklearn.datasets import dump_svmlight_file
 
 from streamfit.config import load_pipeline
-from streamfit.errors import TimeLimitReached
+from streamfit.errors import StreamfitError, TimeLimitReached
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.jobs import ingest_options, run_pipeline
 from streamfit.metrics import evaluate
@@ -321,3 +321,46 @@ def test_a_later_sections_output_already_there_is_refused_before_the_first_secti
     with pytest.raises(StreamfitError, match=f"^{tmp_path / 'kept-test.zarr'}: already exists; pass --overwrite"):
         run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
     assert not (tmp_path / "a.zarr").exists()
+
+
+def test_overwrite_killed_in_its_first_section_leaves_nothing_of_the_earlier_run(tmp_path, digits, monkeypatch):
+    """`run --overwrite` removes the earlier run's outputs before its first section: killed in
+    ingest (here: an exception from it), it leaves no complete store, checkpoint, model,
+    evaluation.json or predictions file of the earlier run, and `--resume` then runs every section
+    on the new input. Before, the earlier stores and checkpoints were kept by --resume as this
+    run's, and the earlier predictions file stood beside them."""
+    import streamfit.jobs as jobs
+
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "all.svm"), zero_based=False)
+    dump_svmlight_file(X[:1000], y[:1000], str(tmp_path / "part.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    job = (
+        "ingest: {inputs: [INPUT], out: train.zarr, no_hash: true, test_size: 0.25, test_out: test.zarr}\n"
+        "train: {solver: stagewise, out: run, n_workers: 0}\n"
+        "evaluate: {}\n"
+        "predict: {source: INPUT, out: predictions.csv}\n"
+    )
+    path.write_text(job.replace("INPUT", "all.svm"))
+    run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    outputs = ["train.zarr", "test.zarr", "run/checkpoints", "run/model", "run/evaluation.json", "predictions.csv"]
+    assert all((tmp_path / name).exists() for name in outputs)
+
+    path.write_text(job.replace("INPUT", "nothing.svm"))  # an input that is not there: named, nothing removed
+    with pytest.raises(StreamfitError, match="nothing.svm: no such file"):
+        run_pipeline(load_pipeline(str(path)), overwrite=True, progress=False, say=lambda _: None)
+    assert all((tmp_path / name).exists() for name in outputs)
+
+    path.write_text(job.replace("INPUT", "part.svm"))  # a new input, the same outputs
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(jobs, "ingest", killed)
+        with pytest.raises(KeyboardInterrupt):
+            run_pipeline(load_pipeline(str(path)), overwrite=True, progress=False, say=lambda _: None)
+    assert [name for name in outputs if (tmp_path / name).exists()] == []
+    again = run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
+    assert again.ingest is not None and sum(again.ingest.stores.values()) == 1000
+    assert again.predictions == 1000 and len((tmp_path / "predictions.csv").read_text().splitlines()) == 1001

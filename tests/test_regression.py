@@ -217,7 +217,7 @@ def test_cli_ingest_train_evaluate_predict(tmp_path):
     info = json.loads(run("inspect", tmp_path / "s", "--json"))
     assert info["task"] == "regression" and info["target"]["shape"] == [240, 1]
     assert abs(info["target_stats"]["target"]["mean"] - 2.0) < 0.5
-    run(
+    said = run(
         "train",
         tmp_path / "s",
         "--solver",
@@ -235,6 +235,9 @@ def test_cli_ingest_train_evaluate_predict(tmp_path):
         "--out",
         tmp_path / "run",
     )
+    assert said.strip().endswith(
+        "model written to " + str(tmp_path / "run" / "model") + " (1 output)"
+    )  # not "1 outputs"
     metrics = json.loads(run("evaluate", tmp_path / "run", tmp_path / "t", "--json"))
     _, T = open_store(str(tmp_path / "t")).to_scipy()
     Xt = open_store(str(tmp_path / "t")).to_scipy()[0]
@@ -265,3 +268,33 @@ def test_regressor_matches_ridge_and_scores_r2():
     np.testing.assert_allclose(one.coef_, Ridge(alpha=300 * lam).fit(X, Y[:, 0]).coef_, rtol=0, atol=1e-8)
     with pytest.raises(ValueError, match="NaN"):
         StagewiseLSRegressor().fit(X, np.where(np.arange(300) == 7, np.nan, Y[:, 0]))
+
+
+def test_scoring_options_a_model_would_ignore_are_refused(tmp_path):
+    """evaluate --per-label / --threshold and predict --top-k / --threshold on a regression model,
+    and --threshold on a multiclass one, were accepted and ignored (train refused --threshold on
+    such stores): each is now one line naming the option, exit 2, nothing written."""
+    X, Y = planted(n=120, d=4, k=2, seed=5)
+    write_libsvm(tmp_path / "r.svm", X, Y)
+    run("ingest", tmp_path / "r.svm", "--no-hash", "--target", "numeric", "--out", tmp_path / "s")
+    run("train", tmp_path / "s", "--n-workers", "0", "--out", tmp_path / "run")
+    write_libsvm(tmp_path / "c.svm", X, (X[:, :1] > 0).astype(int))
+    run("ingest", tmp_path / "c.svm", "--no-hash", "--out", tmp_path / "cs")
+    run("train", tmp_path / "cs", "--n-workers", "0", "--out", tmp_path / "crun")
+    refused = [
+        (["evaluate", "run", "s", "--per-label"], "--per-label: precision, recall and F1 are for class labels"),
+        (["evaluate", "run", "s", "--threshold", "0.3"], "--threshold 0.3: applies to multilabel models, and this is a regression model"),
+        (["predict", "run", "r.svm", "-o", "p.csv", "--top-k", "2"], "--top-k 2: a regression model writes one value"),
+        (["predict", "run", "r.svm", "-o", "p.csv", "--threshold", "0.3"], "and this is a regression model; drop it"),
+        (["evaluate", "crun", "cs", "--threshold", "0.3"], "--threshold 0.3: applies to multilabel models, and this is a multiclass model"),
+        (["predict", "crun", "c.svm", "-o", "p.csv", "--threshold", "0.3"], "and this is a multiclass model; drop it"),
+        (["train", "s", "--out", "run2", "--threshold", "0.3"], "s is a regression store; drop it"),
+    ]  # fmt: skip
+    for args, message in refused:
+        args = [str(tmp_path / a) if (tmp_path / a).exists() or a in ("p.csv", "run2") else a for a in args]
+        result = CliRunner().invoke(main, ["-q", *args])
+        assert result.exit_code == 2 and message in result.output and result.output.count("\n") == 1, (
+            args,
+            result.output,
+        )
+    assert not (tmp_path / "p.csv").exists() and not (tmp_path / "run2").exists()

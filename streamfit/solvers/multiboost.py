@@ -365,6 +365,7 @@ class BoostedStumpsModel(Model):
     2026-11-27's negated indicators) has every sign +1."""
 
     kind = "boosted_stumps"
+    may_hold_plus_infinity = frozenset({"thresholds"})  # +inf: the constant learner (an indicator past the last bin)
 
     def __init__(
         self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, signs=None, **common

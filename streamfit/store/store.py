@@ -304,7 +304,10 @@ class Store(ChunkSource):
                 f"the data, {REINGEST}"
             ) from e
         except Exception as e:
-            raise StoreError(f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {e}") from e
+            problem = " ".join(str(e).split())  # one line (pyarrow's messages may hold several)
+            raise StoreError(
+                f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) is damaged: {problem}; {REINGEST}"
+            ) from e
         if X.nnz and not 0 <= int(X.indices.min()) <= int(X.indices.max()) < self.n_features:
             raise StoreError(
                 f"{self.path}: chunk {i} (rows {info.row_start}-{info.row_stop}) holds feature columns "

@@ -168,6 +168,44 @@ def test_like_reads_with_the_training_stores_source_options(tmp_path):
     assert open_store(str(tmp_path / "te2")).to_scipy()[1].tolist() == [1]
 
 
+def test_an_option_the_inputs_format_does_not_read_is_refused(tmp_path, digits_svm):
+    """A format option given to ingest that no input's format reads is named with the formats
+    that do, before anything is read; it was dropped without a word (feature_fields for a JSONL
+    file then failed with "no field 'text'"; n_labels for LIBSVM did nothing). An option that
+    some of the inputs read is kept, as are those `--like` carries from a training file of
+    another format (the JSONL store's, for a CSV test file here)."""
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in DOCS[:8]))
+    csv_file = tmp_path / "t.csv"
+    csv_file.write_text("text,label\n" + "".join(f"{t},{lab}\n" for t, lab in DOCS[:4]))
+    for path, options, message in [
+        (jsonl, {"feature_fields": "a,b"}, "feature_fields: not read from jsonl input .it is for csv, tsv, parquet"),
+        (digits_svm, {"n_labels": 3}, "n_labels: not read from libsvm input .it is for arff input.; drop it"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            ingest(IngestOptions([str(path)], str(tmp_path / "s"), source_options=options, progress=False))
+        assert not (tmp_path / "s").exists()
+    both = IngestOptions(
+        [str(csv_file), str(jsonl)],
+        str(tmp_path / "both"),
+        hashing=HashingConfig(n_features=2**10),
+        source_options={"header": True},
+        progress=False,
+    )
+    assert ingest(both).stores == {str(tmp_path / "both"): 12}  # the CSV file reads it
+    ingest(
+        IngestOptions(
+            [str(jsonl)],
+            str(tmp_path / "tr"),
+            hashing=HashingConfig(n_features=2**10),
+            source_options={"text_field": "text"},
+            progress=False,
+        )
+    )
+    ingest(IngestOptions([str(csv_file)], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    assert open_store(str(tmp_path / "te")).n_rows == 4
+
+
 def test_like_stores_test_data_with_the_training_stores_backend_and_chunk_rows(tmp_path, digits_svm):
     """`ingest NEW --like TRAIN.pq` wrote a Zarr store whatever TRAIN's backend: backend and
     chunk_rows default to the --like store's, and options given explicitly still win."""

@@ -223,3 +223,74 @@ def test_a_missing_column_suggests_no_header(tmp_path):
     path = write(tmp_path, "earn\tprofit rose\n", "r8.tsv")
     with pytest.raises(InputError, match="no column 'text'.*pass --no-header and column numbers"):
         list(open_source(path, policy=BadRecordPolicy()))
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 8192])
+def test_feature_columns_mode(read, tmp_path, batch_size, quarantine):
+    """feature_fields: a table of numeric columns is read as features 0, 1, … in the order named
+    (other columns ignored; zeros left out), as from Parquet; a cell that is empty, not a number,
+    NaN, infinite or beyond float32 is a bad record at its line, with the ids of the others kept.
+    Without a header the columns are numbers. Before, the option was dropped for CSV and the file
+    was read as text ("no column 'text'")."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    X = np.round(rng.normal(size=(8, 3)), 3) * (rng.random((8, 3)) < 0.7)
+    cells = [[repr(float(v)) for v in row] for row in X]
+    cells[4][1], cells[5][2], cells[6][0] = "", "abc", "nan"
+    lines = ["key,b,label,a,c"] + [f"k{r},{b},y{r % 2},{a},{c}" for r, (a, b, c) in enumerate(cells)]
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    source = open_source(path, policy=quarantine, batch_size=batch_size, feature_fields="a, b,c", id_field="key")
+    assert source.kind == "sparse"
+    batches = read.batches(source, batch_size)
+    kept = [r for r in range(8) if r not in (4, 5, 6)]
+    got = read.sparse(batches, 3)
+    assert np.array_equal(got.toarray(), X[kept]) and not (got.data == 0).any()
+    assert read.labels(batches) == [f"y{r % 2}" for r in kept]
+    assert [i for b in batches for i in b.ids] == [f"k{r}" for r in kept]
+    assert read.locations(batches) == [f"{path}:{r + 2}" for r in kept]
+    assert [(e["location"], e["problem"]) for e in quarantine.entries()] == [
+        (f"{path}:6", "column 'b' is empty"),
+        (f"{path}:7", "column 'c' holds 'abc', not a number"),
+        (f"{path}:8", "column 'a' holds nan: NaN, infinite or beyond float32's ±3.4e38 (scale it)"),
+    ]
+    with pytest.raises(InputError, match=r"no column 'd' \(set --option feature_fields; the columns are 'key', 'b'"):
+        list(open_source(path, policy=BadRecordPolicy(), feature_fields="a,d"))
+    tsv = write(tmp_path, "\n".join(line.replace(",", "\t") for line in lines[1:4]) + "\n", name="t.tsv")
+    source = open_source(tsv, policy=BadRecordPolicy(), header=False, feature_fields="3,1,4", label_field="2")
+    assert np.array_equal(read.sparse(read.batches(source, 8192), 3).toarray(), X[:3])
+
+
+def test_a_csv_feature_table_is_ingested_as_numbers_from_ingest_to_predict(tmp_path):
+    """A CSV table of numeric columns with a real-valued target (`--target numeric --option
+    feature_fields=...`) gives the store its LIBSVM file gives: the same values (numeric inputs
+    keep them: no IDF, no unit rows, the text defaults being for text) and targets; predict reads
+    new rows with the recorded columns and writes their ids."""
+    import numpy as np
+    from click.testing import CliRunner
+    from sklearn.datasets import dump_svmlight_file
+
+    from streamfit.cli import main
+    from streamfit.store import open_store
+
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(50, 4)), rng.normal(size=50) * 10 + 3
+    rows = [f"r{i}," + ",".join(repr(float(v)) for v in X[i]) + f",{float(y[i])!r}" for i in range(50)]
+    path = write(tmp_path, "id,f0,f1,f2,f3,price\n" + "\n".join(rows) + "\n")
+    dump_svmlight_file(X, y, str(tmp_path / "same.svm"), zero_based=False)
+
+    def streamfit(*args):
+        result = CliRunner().invoke(main, ["-q", *map(str, args)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    options = ["--option", "feature_fields=f0,f1,f2,f3", "--label-field", "price", "--id-field", "id"]
+    streamfit("ingest", path, "--no-hash", "--target", "numeric", *options, "--out", tmp_path / "csv.zarr")
+    streamfit("ingest", tmp_path / "same.svm", "--no-hash", "--target", "numeric", "--out", tmp_path / "svm.zarr")
+    (Xc, yc), (Xs, ys) = (open_store(str(tmp_path / s)).to_scipy() for s in ("csv.zarr", "svm.zarr"))
+    assert np.array_equal(Xc.toarray(), Xs.toarray()) and np.array_equal(Xc.toarray(), X.astype(np.float32))
+    assert np.array_equal(yc.ravel(), y) and np.allclose(ys.ravel(), y, rtol=1e-15)  # LIBSVM's file: 16 digits
+    assert open_store(str(tmp_path / "csv.zarr")).manifest.transform == {"idf": False, "l2_normalize": False}
+    streamfit("train", tmp_path / "csv.zarr", "--n-workers", "0", "--out", tmp_path / "run")
+    streamfit("predict", tmp_path / "run", path, "--out", tmp_path / "p.csv")
+    lines = (tmp_path / "p.csv").read_text().splitlines()
+    assert lines[0] == "location,id,target" and len(lines) == 51 and lines[1].startswith(f"{path}:2,r0,")

@@ -83,6 +83,14 @@ def test_multilabel_decided_too_early_reports_the_line(tmp_path):
         list(open_source(path, policy=BadRecordPolicy(), batch_size=1))
 
 
+def test_a_regression_line_without_its_target_is_a_bad_record_whose_hint_is_not_multilabel(tmp_path):
+    """--target numeric: a line without a target is a bad record whose fix is to give it one or
+    skip it, not --option multilabel=true (which suited class labels only)."""
+    path = write(tmp_path, "1.5 1:1\n 2:1\n2.5 2:1\n")
+    with pytest.raises(InputError, match=r"data.svm:2: the line has no label \(--target numeric: every line needs"):
+        list(open_source(path, policy=BadRecordPolicy(), numeric_targets=True))
+
+
 def test_a_line_without_a_label_is_a_bad_record_unless_the_file_is_multilabel(read, tmp_path):
     """One unlabeled line in the first batch used to turn the whole file multilabel (issue 22)."""
     path = write(tmp_path, "1 1:1\n 2:1\n2 2:1\n")

@@ -24,7 +24,7 @@ import streamfit.solvers.multiboost as mb
 from streamfit import MultiBoostClassifier, load_model
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine
-from streamfit.errors import ConfigError
+from streamfit.errors import ConfigError, StreamfitError
 from streamfit.estimators import ConvergenceWarning
 from streamfit.solvers import multiboost_kernels as kernels
 from streamfit.store import InMemoryStore
@@ -455,6 +455,26 @@ def test_the_constant_learner_is_taken_when_no_split_exists():
     assert model.weights[model.coord_class == 0] == pytest.approx([0.5 * np.log(3.0)], rel=1e-12)
     np.testing.assert_allclose(model.weights[model.coord_class != 0], 0.0, atol=1e-12)
     assert np.all(model.predict(X) == "a")
+
+
+def test_a_model_with_the_constant_learner_saves_and_loads(tmp_path):
+    """The constant learner's threshold is +inf by design: load_model (which refuses NaN and
+    infinite values in a saved model's arrays) reads it back and scores as the fitted model; a
+    NaN or −inf threshold is still refused. Before, every multiboost model that took the constant
+    learner (dna with the defaults) was written by `train` and then refused by `evaluate`."""
+    X = sp.csr_matrix(np.ones((10, 1)))
+    labels = np.array([0] * 6 + [1] * 2 + [2] * 2, dtype=np.int32)
+    model, _ = fit(InMemoryStore(X, labels, ["a", "b", "c"], chunk_rows=4), max_iter=2, stumps="indicator")
+    assert np.all(model.thresholds == np.inf)
+    model.save(str(tmp_path / "m"))
+    loaded = load_model(str(tmp_path / "m"))
+    np.testing.assert_array_equal(loaded.thresholds, model.thresholds)
+    np.testing.assert_array_equal(loaded.decision_function(X), model.decision_function(X))
+    for bad in (np.nan, -np.inf):
+        model.thresholds = np.full_like(model.thresholds, bad)
+        model.save(str(tmp_path / f"bad{bad}"))
+        with pytest.raises(StreamfitError, match="'thresholds' holds NaN or infinite values"):
+            load_model(str(tmp_path / f"bad{bad}"))
 
 
 def test_choice_gain_takes_the_learner_of_the_largest_loss_decrease():

@@ -488,3 +488,22 @@ def test_sigterm_stops_a_whole_store_read_between_chunks(digits, write_store, mo
     with pytest.raises(Terminated, match=f"^{store.path}: not read to the end .inspect writes nothing.; run"):
         getattr(store, read)()
     assert reads == [0, 1] and store.n_chunks == 4
+
+
+@pytest.mark.parametrize("damage", ["truncated", "missing"])
+def test_a_truncated_or_missing_parquet_chunk_is_named_with_the_fix(digits, write_store, damage):
+    """A Parquet chunk file cut short (a copy interrupted) or gone: reads and verify name the
+    chunk, its rows and the fix on one line (they named no fix before)."""
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400, backend="parquet")
+    part = os.path.join(path, "chunks", "part-000001.parquet")
+    if damage == "missing":
+        os.remove(part)
+    else:
+        os.truncate(part, os.path.getsize(part) // 2)
+    s = open_store(path)
+    with pytest.raises(StoreError, match=r"chunk 1 \(rows 400-800\) is damaged: .*; re-ingest the store$") as e:
+        s.read_chunk(1)
+    assert "\n" not in str(e.value)
+    [problem] = s.verify()
+    assert problem.startswith(f"{path}: chunk 1 (rows 400-800) is damaged") and problem.endswith("re-ingest the store")

@@ -95,6 +95,11 @@ def _options(cls) -> set[str]:
 _ALL_OPTIONS = set().union(*map(_options, FORMATS.values()))
 
 
+def format_options(name: str) -> set[str]:
+    """The format options that format `name` (a key of FORMATS) reads."""
+    return _options(FORMATS[name])
+
+
 def _option_types() -> dict[str, Any]:
     """Each format option's type as the readers declare it (an option means the same in every
     format that takes it, so the first reader's annotation stands for all)."""

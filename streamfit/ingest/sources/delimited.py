@@ -16,6 +16,11 @@ decode stops the read with an InputError, since the rows after it cannot be trus
 last line read before it. A quote that is never closed (the csv module then reads the rest of
 the file, up to that limit, as one cell) is a bad record at the line of the quote, naming how
 many lines it swallowed. Locations name the line where the record starts.
+
+Feature-column mode, with feature_fields ("f0,f1,…", or column numbers with header=False): a
+table of one numeric column per feature, as Parquet's feature_fields reads one: SparseBatch of
+those columns as features 0, 1, … in that order (zeros left out); a cell that is empty, not a
+number, NaN, infinite or beyond float32 is a bad record. text_field is then not read.
 """
 
 from __future__ import annotations
@@ -25,17 +30,22 @@ import csv
 import io
 import os
 
+import numpy as np
+
 from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
     check_encoding,
+    csr_int64,
+    fits_float32,
     open_binary,
     require_path,
     split_fields,
     too_long,
 )
+from streamfit.ingest.sources.batches import SparseBatch
 from streamfit.ingest.sources.policy import BadRecordPolicy
 
 
@@ -46,9 +56,8 @@ def _row_text(row: list[str], delimiter: str) -> str:
 
 
 class CsvSource:
-    """Streaming CSV reader of text records."""
+    """Streaming CSV reader of text records (or, with feature_fields, of numeric feature columns)."""
 
-    kind = "text"
     delimiter = ","
     format_name = "CSV"
 
@@ -64,6 +73,7 @@ class CsvSource:
         encoding: str = "utf-8",
         header: bool = True,
         id_field: str | None = None,
+        feature_fields: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
@@ -72,7 +82,10 @@ class CsvSource:
         self.id_field = id_field
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
-        self.fields = split_fields("text_field", text_field)
+        self.features = None if feature_fields is None else split_fields("feature_fields", feature_fields)
+        self.kind = "text" if self.features is None else "sparse"  # per file: ingest's text defaults ask it
+        self.fields = self.features or split_fields("text_field", text_field)
+        self.field_option = "--text-field" if self.features is None else "--option feature_fields"
         self.label_field = label_field
         if label_separator == "":
             raise ValueError("label_separator must not be empty")
@@ -102,7 +115,8 @@ class CsvSource:
                 text_columns, label_column, id_column = self._positions()
                 n_cells = None  # the first row's, which every row must have
             needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
-            batcher = TextBatcher(self.fields, with_ids=id_column is not None)
+            batcher = TextBatcher(self.fields, with_ids=id_column is not None) if self.features is None else None
+            rows = _FeatureRows(self.features, id_column is not None) if self.features is not None else None
             previous_line = reader.line_num
             self._record_lines.clear()
             while (row := self._next(reader)) is not None:
@@ -140,13 +154,23 @@ class CsvSource:
                     elif not label:
                         self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
                         continue
-                batcher.add(
-                    [row[c] for c in text_columns], label, location, None if id_column is None else row[id_column]
-                )
+                record_id = None if id_column is None else row[id_column]
+                if rows is not None:
+                    problem = rows.add([row[c] for c in text_columns], label, location, record_id)
+                    if problem:
+                        self.policy.bad(
+                            location, problem, _row_text(row, self.delimiter), "write a number in every cell"
+                        )
+                    elif len(rows) == self.batch_size:
+                        yield rows.take()
+                    continue
+                assert batcher is not None
+                batcher.add([row[c] for c in text_columns], label, location, record_id)
                 if len(batcher) == self.batch_size:
                     yield batcher.take()
-            if len(batcher):
-                yield batcher.take()
+            pending = rows if rows is not None else batcher
+            if pending is not None and len(pending):
+                yield pending.take()
 
     def _lines(self, f: io.TextIOWrapper):
         """The lines of f; one longer than limits.record_bytes characters -> InputError (it is
@@ -203,7 +227,7 @@ class CsvSource:
                 )
             return header.index(name)
 
-        text_columns = [position("--text-field", f) for f in self.fields]
+        text_columns = [position(self.field_option, f) for f in self.fields]
         return (
             text_columns,
             None if self.label_field is None else position("--label-field", self.label_field),
@@ -224,12 +248,63 @@ class CsvSource:
                 )
             return int(name)
 
-        text_columns = [position("--text-field", f) for f in self.fields]
+        text_columns = [position(self.field_option, f) for f in self.fields]
         return (
             text_columns,
             None if self.label_field is None else position("--label-field", self.label_field),
             None if self.id_field is None else position("--id-field", self.id_field),
         )
+
+
+class _FeatureRows:
+    """Feature-column records collected into a SparseBatch: cell j of a row is feature j."""
+
+    def __init__(self, columns: list[str], with_ids: bool):
+        self.columns, self.with_ids = columns, with_ids
+        self.values: list[list[float]] = []
+        self.labels: list = []
+        self.locations: list[str] = []
+        self.ids: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def add(self, cells: list[str], label, location: str, record_id: str | None) -> str | None:
+        """Add the row, or return why it is a bad record (a cell empty, not a number, NaN,
+        infinite or beyond float32's ±3.4e38)."""
+        values = []
+        for name, cell in zip(self.columns, cells):
+            try:
+                value = float(cell)
+            except ValueError:
+                return (
+                    f"column {name!r} holds {cell.strip()!r}, not a number"
+                    if cell.strip()
+                    else f"column {name!r} is empty"
+                )
+            if not fits_float32(value):
+                return f"column {name!r} holds {value!r}: NaN, infinite or beyond float32's ±3.4e38 (scale it)"
+            values.append(value)
+        self.values.append(values)
+        self.labels.append(label)
+        self.locations.append(location)
+        if self.with_ids:
+            self.ids.append("" if record_id is None else record_id)
+        return None
+
+    def take(self) -> SparseBatch:
+        X = np.asarray(self.values, dtype=np.float64).reshape(len(self.values), len(self.columns))
+        nz = X != 0
+        indptr = np.concatenate([[0], np.cumsum(nz.sum(axis=1))]).astype(np.int64)
+        columns = np.broadcast_to(np.arange(len(self.columns), dtype=np.int64), X.shape)
+        batch = SparseBatch(
+            csr_int64(X[nz], columns[nz], indptr, len(self.columns)),
+            self.labels,
+            self.locations,
+            self.ids if self.with_ids else None,
+        )
+        self.values, self.labels, self.locations, self.ids = [], [], [], []
+        return batch
 
 
 class TsvSource(CsvSource):

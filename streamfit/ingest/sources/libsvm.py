@@ -384,6 +384,9 @@ def _value_texts(buf, starts, width):
     return out, fits
 
 
+NO_LABEL = "the line has no label"
+
+
 class _BadLabel(Exception):
     def __init__(self, problem: str, hint: str = ""):
         super().__init__(problem)
@@ -402,9 +405,7 @@ def _label(token: bytes, multilabel: bool):
         raise _BadLabel(f"label {show(token)} holds control characters", "is the file UTF-16? convert it to UTF-8")
     if not multilabel:
         if not text:
-            raise _BadLabel(
-                "the line has no label", "pass --option multilabel=true if lines without labels are allowed"
-            )
+            raise _BadLabel(NO_LABEL, "pass --option multilabel=true if lines without labels are allowed")
         if "," in text:
             raise _BadLabel(
                 f"label list {show(token)} in a single-label file",
@@ -434,10 +435,14 @@ class LibsvmSource:
         multilabel: bool | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
         byte_range: tuple[int, int] | None = None,
+        numeric_targets: bool = False,
     ):
         """byte_range: read only bytes [start, stop) of an uncompressed file, cut at line
-        boundaries (a piece of a distributed ingest); line numbers then count from start."""
+        boundaries (a piece of a distributed ingest); line numbers then count from start.
+        numeric_targets (ingest --target numeric): labels are targets, which only the hint of a
+        line without one tells apart."""
         self.path = os.fspath(path)
+        self.numeric_targets = numeric_targets
         self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.policy = policy
         self.batch_size = check_batch_size(batch_size)
@@ -552,7 +557,10 @@ class LibsvmSource:
             try:
                 label = _label(label_tokens[r], self.multilabel)
             except _BadLabel as e:
-                problems[r] = (e.problem, e.hint)
+                hint = e.hint
+                if self.numeric_targets and e.problem == NO_LABEL:
+                    hint = "--target numeric: every line needs its target(s); skip such lines with --on-bad-record skip"
+                problems[r] = (e.problem, hint)
                 continue
             labels[r] = list(label) if self.multilabel else label
 
