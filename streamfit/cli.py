@@ -864,7 +864,11 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 @main.command(short_help="Run a pipeline file: ingest, train, evaluate, predict.")
 @_verbosity_options
 @click.argument("pipeline", type=click.Path())
-@click.option("--resume", is_flag=True, help="Keep finished stores and continue training from its newest checkpoint.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Keep finished stores (if ingested from the inputs their sections name) and continue training from its newest checkpoint.",
+)
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
 @_click_options(TrainOptions, exclude=("solver",))
 @click.pass_context

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from streamfit import storage
 from streamfit.config import EVALUATION_FILE, PipelineConfig, train_options
-from streamfit.errors import StreamfitError
+from streamfit.errors import ConfigError, StreamfitError
 from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
@@ -162,6 +162,8 @@ def _ingest_sections(
         section = config.ingest
         targets = [section.out] + ([section.test_out] if section.test_out else [])
         if resume and all(_stored(t) for t in targets):
+            for target in targets:
+                _refuse_other_inputs(target, section.inputs, "ingest")
             say(f"ingest: {section.out} exists, kept (--resume)")
             csc = open_store(section.out).manifest.csc
             if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
@@ -175,10 +177,26 @@ def _ingest_sections(
     if config.ingest_test:
         section = config.ingest_test
         if resume and _stored(section.out):
+            _refuse_other_inputs(section.out, section.inputs, "ingest_test")
             say(f"ingest_test: {section.out} exists, kept (--resume)")
         else:
             result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest_test: {result.ingest_test.summary()}")
+
+
+def _refuse_other_inputs(store: str, inputs: list[str], name: str) -> None:
+    """--resume keeps a complete store only if its manifest records the inputs the pipeline's
+    section `name` names now (source paths as ingest records them): else a ConfigError naming
+    both and the fix, instead of training on rows of inputs the pipeline no longer names."""
+    from streamfit.store import open_store
+
+    recorded = open_store(store).manifest.source.get("paths")
+    named = [storage.public(p) for p in inputs]
+    if recorded != named:
+        raise ConfigError(
+            f"{store}: --resume would keep this store, ingested from {', '.join(recorded or ['?'])}, but the "
+            f"pipeline's {name} section names {', '.join(named)}; run with --overwrite to ingest it again"
+        )
 
 
 def _refuse_earlier_outputs(config: PipelineConfig) -> None:

@@ -364,3 +364,38 @@ def test_overwrite_killed_in_its_first_section_leaves_nothing_of_the_earlier_run
     again = run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
     assert again.ingest is not None and sum(again.ingest.stores.values()) == 1000
     assert again.predictions == 1000 and len((tmp_path / "predictions.csv").read_text().splitlines()) == 1001
+
+
+def test_resume_refuses_a_store_ingested_from_inputs_the_pipeline_no_longer_names(tmp_path, digits):
+    """A pipeline whose ingest (or ingest_test) section now names other inputs, run with
+    --resume, must not keep the stores made from the earlier inputs (it would train, evaluate
+    and predict on rows the pipeline no longer names): one error naming both, and the fix."""
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "all.svm"), zero_based=False)
+    dump_svmlight_file(X[:1000], y[:1000], str(tmp_path / "part.svm"), zero_based=False)
+    dump_svmlight_file(X[1000:], y[1000:], str(tmp_path / "rest.svm"), zero_based=False)
+    path = tmp_path / "p.yaml"
+    job = (
+        "ingest: {inputs: [INPUT], out: train.zarr, no_hash: true}\n"
+        "ingest_test: {inputs: [TEST], out: test.zarr}\n"
+        "train: {solver: stagewise, out: run, n_workers: 0}\n"
+        "evaluate: {}\n"
+    )
+    path.write_text(job.replace("INPUT", "part.svm").replace("TEST", "rest.svm"))
+    run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    again = run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
+    assert again.ingest is None and again.ingest_test is None  # the same inputs: kept
+
+    for inputs, section in (("all.svm", "rest.svm"), ("part.svm", "all.svm")):
+        path.write_text(job.replace("INPUT", inputs).replace("TEST", section))
+        changed = "ingest" if inputs != "part.svm" else "ingest_test"
+        store = tmp_path / ("train.zarr" if changed == "ingest" else "test.zarr")
+        old = tmp_path / ("part.svm" if changed == "ingest" else "rest.svm")
+        new = tmp_path / (inputs if changed == "ingest" else section)
+        with pytest.raises(StreamfitError) as e:
+            run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
+        assert str(e.value) == (
+            f"{store}: --resume would keep this store, ingested from {old}, but the pipeline's {changed} "
+            f"section names {new}; run with --overwrite to ingest it again"
+        )
+    assert open_store(str(tmp_path / "train.zarr")).n_rows == 1000  # nothing replaced
