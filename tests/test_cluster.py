@@ -125,7 +125,11 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4.0)
+    metrics, deadline = tmp_path / "killed" / "metrics.jsonl", time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline:  # a few of its 64 steps done: kill mid-run
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.02)
     assert run.poll() is None, "the run ended before the worker was killed"
     os.kill(workers[0].pid, signal.SIGKILL)
     _, err = run.communicate(timeout=300)
