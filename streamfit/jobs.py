@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -236,7 +235,7 @@ def _start_over(config: PipelineConfig) -> None:
         stores.append(config.ingest_test.out)
     for store in stores:
         if _stored(store):  # a complete store (anything else there is replaced by its ingest, as before)
-            _remove_directory(storage.resolve(store))
+            storage.uncommit(storage.resolve(store))
     if config.train:
         remove_earlier_run(config.train.out)
     if config.evaluate:
@@ -246,24 +245,9 @@ def _start_over(config: PipelineConfig) -> None:
         if config.predict.predict_options.parts:
             files = storage.committed(out)
             if files is not None and files.join(PARTS_MANIFEST).exists():
-                _remove_directory(out)
+                storage.uncommit(out)
         elif not out.isdir():
             out.remove()
-
-
-def _remove_directory(location: storage.Location) -> None:
-    """Delete a committed directory (a store, a --parts output) so that a kill part-way leaves
-    nothing that looks complete, nor anything in the way of writing it again: on local disk it is
-    renamed to NAME.old first (where storage.publish_dir puts a directory it replaces, and deletes
-    it from), behind a URL its COMMITTED record goes first."""
-    if location.local:
-        old = location.path + ".old"
-        storage.remove_local_tree(old)
-        os.replace(location.path, old)
-        storage.remove_local_tree(old)
-    else:
-        location.join(storage.COMMITTED).remove()
-        location.remove_tree()
 
 
 def write_evaluation(run_dir: str, store: str, metrics: dict) -> str:

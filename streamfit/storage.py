@@ -612,6 +612,21 @@ def begin(target: Location, *, clear: bool = True) -> Attempt:
     return Attempt(target, target.join(name))
 
 
+def uncommit(target: Location) -> None:
+    """Delete the committed directory `target` (the inverse of `Attempt.commit`) so that a kill
+    part-way leaves nothing that looks complete: on local disk it is renamed to `NAME.old` first
+    (where `publish_dir` puts a directory it replaces) and deleted from there; on an object store
+    its COMMITTED record goes first, then the prefix."""
+    if target.local:
+        old = target.path + ".old"
+        remove_local_tree(old)
+        os.replace(target.path, old)
+        remove_local_tree(old)
+    else:
+        target.join(COMMITTED).remove()
+        target.remove_tree()
+
+
 def committed(target: Location) -> Location | None:
     """Where the complete contents of directory `target` are, or None if it has none: on local
     disk `target` itself when it is a directory (not a `.partial` one); on an object store the
