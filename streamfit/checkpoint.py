@@ -581,8 +581,8 @@ class Checkpointer:
         if record["config_hash"] != self.config_hash:
             raise CheckpointError(
                 f"{d}: was written with a different solver configuration{_config_changes(record.get('config'), self.config)}; "
-                "resume with the run's own settings (repeat its --solver, -p options or --config), or start a new run "
-                "in another --out directory"
+                "resume with the run's own settings (repeat its --solver, -p options or --config), or start over "
+                "with --overwrite (or in another --out directory)"
             )
         if record["store_fingerprint"] != self.store_fingerprint:
             raise CheckpointError(f"{d}: was written for a different training store; resume on the same store")

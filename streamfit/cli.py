@@ -867,7 +867,8 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 @click.option(
     "--resume",
     is_flag=True,
-    help="Keep finished stores (if ingested from the inputs their sections name) and continue training from its newest checkpoint.",
+    help="Keep finished stores (only those ingested from the inputs and with the settings their sections give "
+    "now) and continue training from the newest checkpoint (only with the train section's solver and parameters).",
 )
 @click.option("--overwrite", is_flag=True, help="Start over: replace the stores and the run directory.")
 @_click_options(TrainOptions, exclude=("solver",))
@@ -875,6 +876,17 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
 def run(ctx, pipeline, resume, overwrite, **overrides):
     """Run a pipeline file: ingest (and ingest_test) -> train -> evaluate -> predict as one job, the
     sections it has (see pipelines/). The options below override the pipeline's train section.
+
+    --resume continues a run that stopped (killed, SIGTERM, --time-limit, a failed section): it
+    keeps each store that is complete and continues training from the run's newest checkpoint. A
+    section edited since then is not resumed on what the earlier settings made: a store ingested
+    from other inputs or with another setting of its section (hashing, values, IDF, normalization,
+    label or text fields and the other format options, classes, target, split, chunk rows,
+    backend, bad-record policy, ...; a setting written now and not then counts, even at its
+    default), or a checkpoint of another solver or other parameters, stops the run with one line
+    naming the store or checkpoint, what changed (old → new) and the fix: --overwrite, which
+    starts over. The number of workers, --scheduler, batch_size and the evaluate and predict
+    sections may change: they do not change a store or a model.
 
     \b
     Example:

@@ -162,7 +162,7 @@ def _ingest_sections(
         targets = [section.out] + ([section.test_out] if section.test_out else [])
         if resume and all(_stored(t) for t in targets):
             for target in targets:
-                _refuse_other_inputs(target, section.inputs, "ingest")
+                _refuse_other_ingest(target, section, "ingest")
             say(f"ingest: {section.out} exists, kept (--resume)")
             csc = open_store(section.out).manifest.csc
             if section.csc_block_features and (csc or {}).get("block_features") != section.csc_block_features:
@@ -176,25 +176,47 @@ def _ingest_sections(
     if config.ingest_test:
         section = config.ingest_test
         if resume and _stored(section.out):
-            _refuse_other_inputs(section.out, section.inputs, "ingest_test")
+            _refuse_other_ingest(section.out, section, "ingest_test")
             say(f"ingest_test: {section.out} exists, kept (--resume)")
         else:
             result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest_test: {result.ingest_test.summary()}")
 
 
-def _refuse_other_inputs(store: str, inputs: list[str], name: str) -> None:
-    """--resume keeps a complete store only if its manifest records the inputs the pipeline's
-    section `name` names now (source paths as ingest records them): else a ConfigError naming
-    both and the fix, instead of training on rows of inputs the pipeline no longer names."""
+def _refuse_other_ingest(store: str, section: IngestOptions, name: str) -> None:
+    """--resume keeps a complete store only if it was ingested from the inputs the pipeline's
+    section `name` names now (its files, globs and dataset directories expanded as ingest expands
+    them, compared with the manifest's source paths) and with the settings it gives now
+    (streamfit.ingest.pipeline.content_settings, recorded in the manifest): else a ConfigError
+    naming the store, what differs (old → new) and the fix, instead of training on rows the
+    section no longer describes (another hashing, label field, split, ...). A store that records
+    no settings (ingested by a streamfit before they were recorded) is not kept either."""
+    from streamfit.ingest.inputs import expand_inputs
+    from streamfit.ingest.pipeline import content_settings, settings_differences
+    from streamfit.ingest.sources.folder import forget_listings
     from streamfit.store import open_store
 
-    recorded = open_store(store).manifest.source.get("paths")
-    named = [storage.public(p) for p in inputs]
+    source = open_store(store).manifest.source
+    recorded = source.get("paths")
+    try:
+        named = [storage.public(p) for p in expand_inputs(section.inputs, section.format)]
+    finally:
+        forget_listings()  # a URL folder's listing is handed over to an ingest, which this is not
     if recorded != named:
         raise ConfigError(
             f"{store}: --resume would keep this store, ingested from {', '.join(recorded or ['?'])}, but the "
             f"pipeline's {name} section names {', '.join(named)}; run with --overwrite to ingest it again"
+        )
+    if "settings" not in source:
+        raise ConfigError(
+            f"{store}: --resume cannot tell whether this store was ingested with the pipeline's {name} settings "
+            "(it was written by a streamfit that did not record them); run with --overwrite to ingest it again"
+        )
+    differences = settings_differences(source["settings"], content_settings(section))
+    if differences:
+        raise ConfigError(
+            f"{store}: --resume would keep this store, but the pipeline's {name} section changed since it was "
+            f"ingested: {'; '.join(differences)}; run with --overwrite to ingest it again"
         )
 
 

@@ -399,3 +399,105 @@ def test_resume_refuses_a_store_ingested_from_inputs_the_pipeline_no_longer_name
             f"section names {new}; run with --overwrite to ingest it again"
         )
     assert open_store(str(tmp_path / "train.zarr")).n_rows == 1000  # nothing replaced
+
+
+def test_resume_keeps_the_stores_of_a_glob_and_refuses_them_for_changed_settings(tmp_path):
+    """`run --resume` keeps a store only while the section gives the settings it was ingested
+    with: an edited hashing, label field, split or IDF (ingest), or format option (ingest_test),
+    is refused with one line naming the store, the setting, old → new and --overwrite, and the
+    stores stay as they were; a glob's store is kept (it was refused: the manifest records the
+    files, the section the pattern), as is a change of the workers, which makes the same store."""
+    import gzip
+    import json
+
+    from streamfit.errors import ConfigError
+
+    rng = np.random.default_rng(0)
+    words = {"a": ["apple", "banana", "cherry"], "b": ["engine", "wheel", "brake"]}
+    (tmp_path / "data").mkdir()
+    for part in range(2):
+        with gzip.open(tmp_path / "data" / f"part-{part}.jsonl.gz", "wt") as f:
+            for label in rng.choice(["a", "b"], 40):
+                f.write(json.dumps({"text": " ".join(rng.choice(words[label], 6)), "topic": label}) + "\n")
+    (tmp_path / "new.jsonl").write_text(
+        "".join(json.dumps({"body": " ".join(words[c]), "topic": c}) + "\n" for c in "abab")
+    )
+    job = (
+        "ingest: {inputs: ['data/*.jsonl.gz'], out: train.zarr, test_size: 0.25, test_out: test.zarr, "
+        "source_options: {label_field: topic}INGEST}\n"
+        "ingest_test: {inputs: [new.jsonl], out: new.zarr, source_options: {text_field: TEXT}}\n"
+        "train: {solver: stagewise, out: run, n_workers: 0}\n"
+    )
+    path = tmp_path / "p.yaml"
+
+    def run(ingest="", text="body", **options):
+        path.write_text(job.replace("INGEST", ingest).replace("TEXT", text))
+        return run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None, **options)
+
+    first = run()
+    stores = ("train.zarr", "test.zarr", "new.zarr")
+    manifests = [(tmp_path / s / "manifest.json").read_bytes() for s in stores]
+    again = run(", n_workers: 2", resume=True)  # the same store for any number of workers
+    assert again.ingest is None and again.ingest_test is None
+    X, _ = open_store(str(tmp_path / "test.zarr")).to_scipy()
+    assert np.array_equal(again.model.decision_function(X), first.model.decision_function(X))
+
+    for ingest, text, store, name, change in (
+        (", hashing: {n_features: 1024}", "body", "train.zarr", "ingest", "hashing.n_features 262144 → 1024"),
+        (", hashing: {ngram_range: [1, 2]}", "body", "train.zarr", "ingest", "hashing.ngram_range [1, 1] → [1, 2]"),
+        (", hashing: {value: count}", "body", "train.zarr", "ingest", 'hashing.value "log1p" → "count"'),
+        (", idf: false", "body", "train.zarr", "ingest", "idf default → false"),
+        (", l2_normalize: false", "body", "train.zarr", "ingest", "l2_normalize default → false"),
+        (", test_size: 0.3", "body", "train.zarr", "ingest", "test_size 0.25 → 0.3"),
+        (", seed: 1", "body", "train.zarr", "ingest", "seed 0 → 1"),
+        (", chunk_rows: 10", "body", "train.zarr", "ingest", "chunk_rows default → 10"),
+        (", no_hash: true", "body", "train.zarr", "ingest", "hashing {"),
+        ("", "text", "new.zarr", "ingest_test", 'source_options.text_field "body" → "text"'),
+    ):
+        with pytest.raises(ConfigError) as e:
+            run(ingest, text, resume=True)
+        message = str(e.value)
+        assert message.startswith(
+            f"{tmp_path / store}: --resume would keep this store, but the pipeline's {name} section changed "
+            f"since it was ingested: {change}"
+        ), message
+        assert message.endswith("; run with --overwrite to ingest it again") and "\n" not in message
+    path.write_text(job.replace("INGEST", "").replace("topic", "label").replace("TEXT", "body"))
+    with pytest.raises(ConfigError, match=r'source_options.label_field "topic" → "label"'):
+        run_pipeline(load_pipeline(str(path)), resume=True, progress=False, say=lambda _: None)
+    assert [(tmp_path / s / "manifest.json").read_bytes() for s in stores] == manifests  # nothing replaced
+    changed = run(", hashing: {n_features: 1024}", overwrite=True)  # the fix the error names
+    assert open_store(str(tmp_path / "train.zarr")).n_features == 1024 and changed.ingest is not None
+
+
+def test_resume_refuses_a_store_that_records_no_settings(pipeline, tmp_path):
+    """A store ingested by a streamfit that recorded no settings cannot be checked: refused with the fix."""
+    import json
+
+    from streamfit.errors import ConfigError
+    from streamfit.store.format import DIGEST_KEY, json_digest
+
+    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    manifest = tmp_path / "train.zarr" / "manifest.json"
+    record = json.loads(manifest.read_text())
+    del record["source"]["settings"]
+    record[DIGEST_KEY] = json_digest(record, DIGEST_KEY)
+    manifest.write_text(json.dumps(record))
+    with pytest.raises(
+        ConfigError, match=r"train.zarr: --resume cannot tell .* run with --overwrite to ingest it again"
+    ):
+        run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
+
+
+def test_resume_refuses_a_checkpoint_of_another_solver_or_parameters(pipeline, tmp_path):
+    """A train section edited between a run and its --resume: the checkpoint of the earlier
+    solver or parameters is not continued under the new ones; the error names the change and the fix."""
+    from streamfit.errors import CheckpointError
+
+    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    text = pipeline.read_text()
+    for edit, change in (("max_iter: 3", "max_iter 3 then, 4 now"), ("solver: bcd", "solver 'bcd' then, 'fbpd' now")):
+        new = "max_iter: 4" if edit == "max_iter: 3" else "solver: fbpd"
+        pipeline.write_text(text.replace(edit, new))
+        with pytest.raises(CheckpointError, match=rf"different solver configuration: {change}; .* --overwrite"):
+            run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import json
 import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -184,6 +185,71 @@ class IngestReport:
         if self.csc_blocks:
             parts.append(f"CSC copy: {self.csc_blocks} feature blocks")
         return "; ".join(parts)
+
+
+# IngestOptions fields that do not decide what the stores hold: the inputs (recorded apart, as
+# source.paths), where the stores and the skipped records go, how the work is run (the store is
+# the same for any number of workers and any batch size), the bound on an input's size (an ingest
+# past it fails and writes no store) and the CSC copy (`streamfit run --resume` builds it when missing)
+NOT_CONTENT_SETTINGS = frozenset(
+    {
+        "inputs",
+        "out",
+        "test_out",
+        "quarantine",
+        "overwrite",
+        "progress",
+        "n_workers",
+        "scheduler",
+        "batch_size",
+        "max_input_bytes",
+        "csc_block_features",
+    }
+)
+# what a --like store decides in place of the options (they are refused with --like, but hashing)
+LIKE_DECIDES = ("hashing", "n_features", "idf", "l2_normalize", "classes")
+
+
+def content_settings(o: IngestOptions) -> dict:
+    """The settings of `o`, as given (None: the default), that decide what its stores hold besides
+    the inputs' rows, as JSON: hashing, width, values, IDF, normalization, classes, target, split,
+    layout, format and its options, the bad-record policy. Each store records them
+    (manifest.source["settings"]), so that `streamfit run --resume` keeps a store only while its
+    pipeline section still says the same (streamfit.jobs)."""
+    settings: dict[str, Any] = {}
+    for f in dataclasses.fields(o):
+        if f.name in NOT_CONTENT_SETTINGS or (o.like and f.name in LIKE_DECIDES):
+            continue
+        value = getattr(o, f.name)
+        if f.name == "hashing":
+            value = value.to_dict() if value is not None else None
+        elif f.name == "like":
+            value = storage.public(value) if value else None
+        elif f.name == "source_options":
+            value = dict(value)
+        settings[f.name] = value
+    return settings
+
+
+def settings_differences(recorded: dict, now: dict, prefix: str = "") -> list[str]:
+    """'KEY OLD → NEW' for each setting of content_settings that differs between `recorded` (a
+    store's) and `now`, keys of settings that are mappings on both sides dotted
+    (hashing.n_features, source_options.label_field); 'default' for a setting not given, 'none
+    (no_hash)' for no hashing."""
+
+    def shown(key: str, value) -> str:
+        if key == "hashing" and value is None:
+            return "none (no_hash)"
+        return "default" if value is None else json.dumps(value)
+
+    differences = []
+    for key in sorted(recorded.keys() | now.keys()):
+        old, new = recorded.get(key), now.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            differences += settings_differences(old, new, f"{prefix}{key}.")
+        elif old != new:
+            differences.append(f"{prefix}{key} {shown(prefix + key, old)} → {shown(prefix + key, new)}")
+    return differences
 
 
 def _row_max_index(X: sp.csr_matrix) -> np.ndarray:
@@ -723,6 +789,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources import BadRecordPolicy
 
+    settings = content_settings(o)  # as given, before the defaults and the --like store fill them in
     o = replace(o, inputs=expand_inputs(o.inputs, o.format))
     if o.scheduler:  # the workers of a joined cluster have working directories of their own
         o = replace(o, inputs=[storage.absolute(path) for path in o.inputs])
@@ -809,6 +876,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
             "like": storage.public(o.like) if o.like else None,
             "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
             "input": _input_kind(p1.kinds),
+            "settings": settings,
         }
         common: dict[str, Any] = {
             "n_features": n_features,
