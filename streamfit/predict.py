@@ -52,12 +52,15 @@ _UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "cla
 
 def _is_store(path: str) -> bool:
     """A directory written by ingest, complete or not (open_store explains an incomplete one);
-    behind a URL, a committed store."""
+    behind a URL, a committed store (a file:// URL is a local path: a dataset directory or
+    folder corpus there is raw input, as it is without the scheme)."""
     from streamfit import storage
     from streamfit.store.format import CHUNKS_DIR, MANIFEST
 
-    if storage.is_url(path):  # one GET of COMMITTED (absent behind a raw input's URL)
-        return storage.committed(storage.resolve(path)) is not None
+    location = storage.resolve(path)
+    if not location.local:  # one GET of COMMITTED (absent behind a raw input's URL)
+        return storage.committed(location) is not None
+    path = location.path
     return os.path.isdir(path) and (
         os.path.abspath(path).endswith(".partial")
         or any(os.path.exists(os.path.join(path, name)) for name in (MANIFEST, "zarr.json", CHUNKS_DIR))

@@ -242,6 +242,14 @@ def test_a_parquet_dataset_directory_and_a_glob_are_read_as_ingest_reads_them(ru
         result = run("predict", runs / "jsonl", source, "-o", tmp_path / "all.csv", "--id-field", "key")
         assert "12 rows written" in result.output
         assert (tmp_path / "all.csv").read_text().splitlines()[1:] == expected
+    # the same directory as a file:// URL (it was taken for a store: "has no manifest.json")
+    result = run(
+        "predict", runs / "jsonl", f"file://{tmp_path}/reviews", "-o", tmp_path / "url.csv", "--id-field", "key"
+    )
+    assert "12 rows written" in result.output
+    assert (tmp_path / "url.csv").read_text().splitlines()[1:] == [
+        line.replace(str(tmp_path), f"file://{tmp_path}") for line in expected
+    ]
     result = run("predict", runs / "jsonl", f"{tmp_path}/none/*.parquet", "-o", tmp_path / "x.csv", ok=False)
     assert result.exit_code == 2 and "no file matches this pattern" in result.output
 
