@@ -550,6 +550,33 @@ class Engine:
             + (" (train: then re-run with --resume to continue from the last checkpoint)" if during else "")
         )
 
+    @contextlib.contextmanager
+    def watching(self, what: str) -> Iterator[None]:
+        """For work that submits its own tasks to the cluster and waits on their futures (the
+        distributed ingest), as the passes of map, map_reduce and imap_unordered are watched
+        (_Watch): a worker that leaves is a warning (Dask runs its tasks again on the others);
+        after worker_timeout seconds without any worker, the client's futures are cancelled and
+        the wait ends in StreamfitError (no workers) instead of hanging; a task whose workers kept
+        dying (Dask's KilledWorker) is a StreamfitError naming `what`. Nothing in process."""
+        from distributed import Future, KilledWorker
+
+        client = self.client
+        if client is None:
+            yield
+            return
+        with _Watch(self, lambda: [Future(key, client) for key in list(client.futures)]) as watch:
+            try:
+                yield
+            except (CancelledError, KilledWorker) as e:
+                if watch.no_workers_for is not None:
+                    raise self._no_workers(watch.no_workers_for, during=True) from e
+                if isinstance(e, KilledWorker):
+                    raise StreamfitError(
+                        f"{what}: Dask workers died under one of its tasks more often than Dask allows ({e}); "
+                        "check the workers (memory, crashes), then re-run"
+                    ) from e
+                raise
+
     def _ensure_workers(self, during: bool = True) -> None:
         """Return once the cluster has a worker; StreamfitError after worker_timeout seconds without."""
         assert self.client is not None, "only for a started engine with a cluster"

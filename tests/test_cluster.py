@@ -255,3 +255,74 @@ def test_paths_the_workers_do_not_see_are_named_before_any_task(tmp_path, elsewh
     )
     with Client(address, timeout="30s") as client:
         assert len(client.nthreads()) == 2
+
+
+SLOW_PIECES = """
+import time
+
+import streamfit.ingest.distributed as distributed
+
+
+def slowed(featurize_piece):
+    def slow(*args, **kwargs):  # a piece takes a second: the test kills workers under the ingest
+        time.sleep(1.0)
+        return featurize_piece(*args, **kwargs)
+
+    slow.slowed = True
+    return slow
+
+
+if not getattr(distributed.featurize_piece, "slowed", False):  # a preload may run twice in one process
+    distributed.featurize_piece = slowed(distributed.featurize_piece)
+"""
+
+
+@pytest.fixture
+def slow_cluster(tmp_path):
+    """A loopback cluster whose workers take a second over each ingest piece; yields (address, worker processes)."""
+    (tmp_path / "slow.py").write_text(SLOW_PIECES)
+    with _cluster(tmp_path, ["--preload", str(tmp_path / "slow.py")]) as started:
+        yield started
+
+
+def _ingest_killing(cli, tmp_path, address, workers, out, *args):
+    """`streamfit ingest` of 12 JSONL files on the cluster, SIGKILLing `workers` as soon as one
+    runs a piece; (exit status, stderr)."""
+    from distributed import Client
+
+    run = subprocess.Popen(
+        cli("ingest", tmp_path / "data" / "*.jsonl", "--out", out, "--scheduler", address, *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    with Client(address, timeout="30s") as client:
+        deadline = time.monotonic() + 120
+        while not any("featurize_piece" in str(keys) for keys in client.processing().values()):
+            assert run.poll() is None and time.monotonic() < deadline, "no piece ran on the cluster"
+            time.sleep(0.05)
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGKILL)
+    _, err = run.communicate(timeout=300)
+    return run.returncode, err
+
+
+def test_ingest_goes_on_when_a_worker_dies_and_fails_clearly_when_none_is_left(cli, tmp_path, slow_cluster):
+    """A worker lost under `ingest --scheduler`: a warning, its pieces run on the other, and the
+    store is the in-process one (every row counted once). Every worker lost: after
+    --worker-timeout seconds one line naming the scheduler and the fix, status 2, and no store
+    (it waited for workers for ever)."""
+    address, workers = slow_cluster
+    _jsonl_files(tmp_path / "data", n_files=12, rows=40)
+    assert _run("ingest", tmp_path / "data" / "*.jsonl", "--out", tmp_path / "local.zarr").exit_code == 0
+    status, err = _ingest_killing(cli, tmp_path, address, workers[:1], tmp_path / "one.zarr")
+    assert status == 0, err
+    assert "left the cluster during a pass; its tasks run again on the 1 worker(s) left" in err
+    ours, theirs = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("one.zarr", "local.zarr"))
+    assert [c["sha256"] for c in ours["chunks"]] == [c["sha256"] for c in theirs["chunks"]]
+    assert ours["n_rows"] == theirs["n_rows"] == 12 * 40
+
+    status, err = _ingest_killing(cli, tmp_path, address, workers[1:], tmp_path / "none.zarr", "--worker-timeout", "3")
+    assert status == 2, err
+    assert err.strip().splitlines()[-1].startswith(f"error: the Dask scheduler at {address} has had no workers for ")
+    assert not [p for p in os.listdir(tmp_path) if p.startswith("none.zarr")]

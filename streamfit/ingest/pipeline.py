@@ -33,6 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit import shutdown, storage
+from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
@@ -157,6 +158,14 @@ class IngestOptions:
         "the inputs and write the store's chunks by their paths or URLs (URLs or a shared disk)",
         metavar="ADDRESS",
     )
+    worker_timeout: float = option(
+        WORKER_TIMEOUT,
+        f"With --n-workers or --scheduler: seconds without any Dask worker before the ingest fails (default "
+        f"{WORKER_TIMEOUT:g}); a worker lost while others remain only moves its tasks to them",
+        gt=0,
+        metavar="SECONDS",
+        show_default=False,
+    )
     progress: bool = True
 
     def __post_init__(self):
@@ -201,6 +210,7 @@ NOT_CONTENT_SETTINGS = frozenset(
         "progress",
         "n_workers",
         "scheduler",
+        "worker_timeout",
         "batch_size",
         "max_input_bytes",
         "csc_block_features",
@@ -859,10 +869,17 @@ def _ingest(o: IngestOptions) -> IngestReport:
             from streamfit.ingest.distributed import run_distributed
 
             engine = cluster.enter_context(
-                Engine(o.scheduler, mode="local", n_workers=o.n_workers, dashboard_address="127.0.0.1:0")
+                Engine(
+                    o.scheduler,
+                    mode="local",
+                    n_workers=o.n_workers,
+                    dashboard_address="127.0.0.1:0",
+                    worker_timeout=o.worker_timeout,
+                )
             )
             engine.require_shared({**{path: "input" for path in o.inputs}, out: "--out store's folder"})
-            run_distributed(p1, engine, finish_rows=not two_pass, bar=bar)
+            with engine.watching("ingest"):  # a lost worker warned of; none left: an error, not a hang
+                run_distributed(p1, engine, finish_rows=not two_pass, bar=bar)
         else:
             p1.run(finish_rows=not two_pass, bar=bar)
         policy.close()
@@ -907,7 +924,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
                 assert p1.writer is not None
                 common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
                 stage = Store(p1.writer.files.url, scratch=True)
-            _pass2(o, layout, p1, stage, featurizer, common, report, out, finish_pair, engine, bar)
+            with engine.watching("ingest") if engine is not None else contextlib.nullcontext():
+                _pass2(o, layout, p1, stage, featurizer, common, report, out, finish_pair, engine, bar)
     except BaseException:
         if p1.writer is not None:
             p1.writer.abort()
