@@ -38,10 +38,11 @@ import inspect
 import sys
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import ValidationError
 
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
@@ -54,6 +55,9 @@ from streamfit.solvers.multiboost import MultiBoostSolver
 from streamfit.solvers.ppdsparse import PPDSparseSolver
 from streamfit.solvers.stagewise import StagewiseSolver
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 
 class DataConversionWarning(UserWarning):
@@ -251,13 +255,30 @@ class _SolverEstimator(_ParamsMixin):
 
     def _solver_params(self) -> SolverParams:
         """The solver's Params from the estimator's attributes; random_state by scikit-learn's
-        conventions (`_seed`). Raises pydantic's ValidationError (a ValueError) for a bad value."""
+        conventions (`_seed`). A bad value raises one ValueError line naming each bad parameter
+        under the estimator's name, the value given and what is allowed (`_param_problem`)."""
         values = {}
         for name in self._solver.Params.model_fields:
             renamed = self._renamed.get(name)
             values[name] = renamed.to_solver(getattr(self, renamed.name)) if renamed else getattr(self, name)
         values["random_state"] = _seed(values["random_state"])
-        return self._solver.Params(**values)
+        try:
+            return self._solver.Params(**values)
+        except ValidationError as e:
+            problems = "; ".join(self._param_problem(err) for err in e.errors())
+            raise ValueError(f"{type(self).__name__}: {problems}") from None
+
+    def _param_problem(self, err: ErrorDetails) -> str:
+        """One pydantic error as 'name=value: what is allowed', under the estimator's name of the
+        parameter (a check of several parameters together has no name: its message alone)."""
+        message = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:
+            return message
+        name = str(err["loc"][0])
+        renamed = self._renamed.get(name)
+        if renamed is None:
+            return f"{name}={getattr(self, name, err.get('input'))!r}: {message}"
+        return f"{renamed.name}={getattr(self, renamed.name)!r}: {message} (the solver's {name})"
 
     # -- input checking (scikit-learn's validate_data and its messages, without scikit-learn) --
     def _check_X(self, X, *, reset: bool):
@@ -326,7 +347,7 @@ class _SolverEstimator(_ParamsMixin):
     def fit(self, X, y):
         if y is None:  # before X, so that this is the error whatever X is
             self._check_y(y, 0)
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        params = self._solver_params()  # a ValueError naming each bad parameter
         X = self._check_X(X, reset=True)
         names, labels, y_dtype = self._check_y(y, X.shape[0])
         self._set_targets(names, y)

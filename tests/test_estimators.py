@@ -22,7 +22,14 @@ from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils import estimator_checks, get_tags
 
 import streamfit
-from streamfit import BCDClassifier, FBPDClassifier, MultiBoostClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit import (
+    BCDClassifier,
+    FBPDClassifier,
+    MultiBoostClassifier,
+    PPDSparseClassifier,
+    StagewiseLSClassifier,
+    StagewiseLSRegressor,
+)
 
 
 @pytest.fixture(scope="module")
@@ -648,3 +655,54 @@ def test_random_state_follows_sklearn_conventions(digits_small, case):
     np.testing.assert_array_equal(coef(None), first)
     np.testing.assert_array_equal(coef(np.random.RandomState(3)), coef(np.random.RandomState(3)))
     np.testing.assert_array_equal(coef(np.random.default_rng(3)), coef(np.random.default_rng(3)))
+
+
+# -- a Python-API user's check (session 20) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (
+            lambda: StagewiseLSClassifier(max_iter="ten"),
+            "StagewiseLSClassifier: max_iter='ten': Input should be a valid integer",
+        ),
+        (
+            lambda: StagewiseLSClassifier(calibrate="bogus"),
+            "StagewiseLSClassifier: calibrate='bogus': Input should be 'auto', 'none', 'poly' or 'predictions' (the solver's calibration)",
+        ),
+        (
+            lambda: StagewiseLSRegressor(tol=-1),
+            "StagewiseLSRegressor: tol=-1: Input should be greater than or equal to 0",
+        ),
+        (
+            lambda: BCDClassifier(lam=float("nan"), max_iter=0),
+            "BCDClassifier: lam=nan: Input should be a finite number; max_iter=0: Input should be greater than or equal to 1",
+        ),
+        (
+            lambda: PPDSparseClassifier(random_state=-3),
+            "PPDSparseClassifier: random_state=-3: Input should be greater than or equal to 0",
+        ),
+        (
+            lambda: FBPDClassifier(penalty="l3"),
+            "FBPDClassifier: penalty='l3': Input should be 'l1', 'l1/l2', 'l1/linf' or 'l2'",
+        ),
+        (
+            lambda: MultiBoostClassifier(learning_rate=0),
+            "MultiBoostClassifier: learning_rate=0: Input should be greater than 0",
+        ),
+        (
+            lambda: StagewiseLSClassifier(link="softmax", calibrate=True),
+            "StagewiseLSClassifier: calibration (Algorithm 2) refits squared error: use it with link='identity'",
+        ),
+    ],
+)
+def test_a_bad_parameter_is_one_line_naming_it(make, said):
+    """fit refuses a parameter of the wrong type or range with one ValueError line that names the
+    estimator, the parameter under the estimator's name with the value given, and what is allowed
+    (it was pydantic's ValidationError: several lines, the solver's Params class, a URL)."""
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.repeat([0, 1], 10)
+    with pytest.raises(ValueError) as info:
+        make().fit(X, y)
+    assert str(info.value) == said or str(info.value).startswith(said)
+    assert "\n" not in str(info.value) and "pydantic" not in str(info.value)
