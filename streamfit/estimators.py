@@ -18,7 +18,9 @@ Input is checked as scikit-learn's `validate_data` does, with its error messages
 feature count of fit at predict time (scipy.sparse X stays sparse: only its stored values are
 checked); y must hold discrete class labels (not continuous, NaN or inf) of at least two
 classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
-DataConversionWarning. A fit that stops at max_iter before the solver's stopping test holds
+DataConversionWarning. A pandas DataFrame's column names (all strings) are kept as
+feature_names_in_, and X scored later must name the same columns in the same order (a
+ValueError names the first difference; names on one side only warn), as scikit-learn checks. A fit that stops at max_iter before the solver's stopping test holds
 (model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning, its one
 report (the CLI logs it instead, a line on stderr). Methods of
 an unfitted estimator raise NotFittedError. Outputs follow
@@ -121,6 +123,16 @@ def _seed(random_state) -> int:
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(2**31 - 1))
     return random_state  # validated by the solver's parameters
+
+
+def _outside_this_module() -> int:
+    """The stacklevel of the first frame outside this module, for warnings.warn called by this
+    helper's caller: a warning is attributed to the user's call (score, predict, a pipeline's
+    step), however many of the estimators' methods lie between."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _assert_all_finite(values: np.ndarray, input_name: str) -> None:
@@ -285,8 +297,9 @@ class _SolverEstimator(_ParamsMixin):
         """X as the solvers and models take it: CSR (float32/float64 kept, other dtypes as
         float64; only the stored values are checked) or a float64 ndarray. Raises scikit-learn's
         ValueErrors for a non-2-D, complex, non-finite or empty X, and (reset=False) for a
-        feature count other than fit's."""
+        feature count other than fit's. Column names are kept or compared by `_check_feature_names`."""
         name = type(self).__name__
+        self._check_feature_names(X, reset=reset)
         if sp.issparse(X):
             if X.ndim != 2:
                 raise ValueError(f"Expected a 2D sparse matrix, got {X.ndim}D instead")
@@ -319,6 +332,58 @@ class _SolverEstimator(_ParamsMixin):
                 f"X has {X.shape[1]} features, but {name} is expecting {self.n_features_in_} features as input."
             )
         return X
+
+    def _check_feature_names(self, X, *, reset: bool) -> None:
+        """scikit-learn's rules for column names (pandas DataFrame columns, all strings): fit keeps
+        them as feature_names_in_ (and drops those of an earlier fit without them); scoring X whose
+        names differ from fit's, or come in another order, raises a ValueError naming the first
+        difference (the columns would be matched by position: silently wrong scores); names on one
+        side only warn, as scikit-learn does."""
+        columns = getattr(X, "columns", None)
+        names = None
+        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
+            names = np.asarray(columns, dtype=object)
+        if reset:
+            if names is not None:
+                self.feature_names_in_ = names
+            else:
+                self.__dict__.pop("feature_names_in_", None)
+            return
+        fitted = self.__dict__.get("feature_names_in_")
+        estimator = type(self).__name__
+        if fitted is None and names is not None:
+            warnings.warn(
+                f"X has feature names, but {estimator} was fitted without feature names", UserWarning, stacklevel=4
+            )
+        elif fitted is not None and names is None:
+            warnings.warn(
+                f"X does not have valid feature names, but {estimator} was fitted with feature names",
+                UserWarning,
+                stacklevel=_outside_this_module(),
+            )
+        elif fitted is not None and names is not None and not np.array_equal(fitted, names):
+            if len(fitted) == len(names) and set(fitted) == set(names):
+                j = int(np.flatnonzero(fitted != names)[0])
+                difference = f"the same names in another order: column {j} is {names[j]!r}, in fit {fitted[j]!r}"
+            else:
+                unseen = [c for c in names if c not in set(fitted)]
+                missing = [c for c in fitted if c not in set(names)]
+                difference = "; ".join(
+                    part
+                    for part in (
+                        f"not seen at fit: {', '.join(map(repr, unseen[:5]))}{' …' if len(unseen) > 5 else ''}"
+                        if unseen
+                        else "",
+                        f"seen at fit, missing now: {', '.join(map(repr, missing[:5]))}{' …' if len(missing) > 5 else ''}"
+                        if missing
+                        else "",
+                    )
+                    if part
+                )
+            raise ValueError(
+                f"The feature names should match those that were passed during fit ({difference}); "
+                "select X's columns in fit's order: X[estimator.feature_names_in_]"
+            )
 
     def _fitted_model(self):
         """model_, or NotFittedError (scikit-learn's, when scikit-learn is imported) before fit."""

@@ -706,3 +706,52 @@ def test_a_bad_parameter_is_one_line_naming_it(make, said):
         make().fit(X, y)
     assert str(info.value) == said or str(info.value).startswith(said)
     assert "\n" not in str(info.value) and "pydantic" not in str(info.value)
+
+
+@pytest.mark.parametrize("make", [StagewiseLSClassifier, StagewiseLSRegressor, MultiBoostClassifier])
+def test_dataframe_column_names_are_kept_and_checked(make):
+    """A DataFrame's column names are kept as feature_names_in_, and scoring a frame whose columns
+    are the same names in another order, or other names, raises a ValueError naming the first
+    difference: the columns were matched by position, so the scores were silently those of other
+    features. Names on one side only warn (scikit-learn's rules); a refit without names drops them."""
+    import pandas  # a dependency of bokeh, a test extra
+
+    rng = np.random.default_rng(0)
+    frame = pandas.DataFrame(rng.normal(size=(60, 4)), columns=["age", "height", "weight", "income"])
+    y = np.repeat([0, 1, 2], 20) if make is not StagewiseLSRegressor else rng.normal(size=60)
+    est = make().fit(frame, y)
+    np.testing.assert_array_equal(est.feature_names_in_, ["age", "height", "weight", "income"])
+    assert est.feature_names_in_.dtype == object
+    expected = est.predict(frame)
+    with pytest.raises(
+        ValueError,
+        match=r"^The feature names should match those that were passed during fit \(the same names in another "
+        r"order: column 0 is 'income', in fit 'age'\); select X's columns in fit's order: X\[estimator.feature_names_in_\]$",
+    ):
+        est.predict(frame[["income", "height", "weight", "age"]])
+    with pytest.raises(ValueError, match=r"\(not seen at fit: 'salary'; seen at fit, missing now: 'income'\)"):
+        est.predict(frame.rename(columns={"income": "salary"}))
+    np.testing.assert_array_equal(est.predict(frame[est.feature_names_in_]), expected)
+    with pytest.warns(
+        UserWarning, match="X does not have valid feature names, but .* was fitted with feature names"
+    ) as record:
+        np.testing.assert_array_equal(est.predict(frame.to_numpy()), expected)
+    assert record[0].filename == __file__  # attributed to the caller, not to streamfit
+    est.fit(frame.to_numpy(), y)
+    assert not hasattr(est, "feature_names_in_")
+    with pytest.warns(UserWarning, match="X has feature names, but .* was fitted without feature names"):
+        est.predict(frame)
+
+
+@pytest.mark.filterwarnings("ignore:Estimator .* does not inherit from `sklearn.base.BaseEstimator`")  # by design
+def test_check_estimator_regressor():
+    """StagewiseLSRegressor with its defaults passes every check of scikit-learn's check_estimator
+    (the README says so; the classifiers' cases are in test_check_estimator)."""
+    results = estimator_checks.check_estimator(StagewiseLSRegressor(), on_fail=None, on_skip=None)
+    failed = {
+        r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}"
+        for r in results
+        if r["status"] == "failed"
+    }
+    assert not failed, failed
+    assert sum(r["status"] == "passed" for r in results) >= 50
