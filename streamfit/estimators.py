@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -129,7 +130,8 @@ def _outside_this_module() -> int:
     """The stacklevel of the first frame outside this module, for warnings.warn called by this
     helper's caller: a warning is attributed to the user's call (score, predict, a pipeline's
     step), however many of the estimators' methods lie between."""
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__") == __name__:
         frame, level = frame.f_back, level + 1
     return level

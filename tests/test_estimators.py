@@ -22,14 +22,8 @@ from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils import estimator_checks, get_tags
 
 import streamfit
-from streamfit import (
-    BCDClassifier,
-    FBPDClassifier,
-    MultiBoostClassifier,
-    PPDSparseClassifier,
-    StagewiseLSClassifier,
-    StagewiseLSRegressor,
-)
+from streamfit import BCDClassifier, FBPDClassifier, MultiBoostClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit import StagewiseLSRegressor as Regressor
 
 
 @pytest.fixture(scope="module")
@@ -672,7 +666,7 @@ def test_random_state_follows_sklearn_conventions(digits_small, case):
             "StagewiseLSClassifier: calibrate='bogus': Input should be 'auto', 'none', 'poly' or 'predictions' (the solver's calibration)",
         ),
         (
-            lambda: StagewiseLSRegressor(tol=-1),
+            lambda: Regressor(tol=-1),
             "StagewiseLSRegressor: tol=-1: Input should be greater than or equal to 0",
         ),
         (
@@ -708,7 +702,7 @@ def test_a_bad_parameter_is_one_line_naming_it(make, said):
     assert "\n" not in str(info.value) and "pydantic" not in str(info.value)
 
 
-@pytest.mark.parametrize("make", [StagewiseLSClassifier, StagewiseLSRegressor, MultiBoostClassifier])
+@pytest.mark.parametrize("make", [StagewiseLSClassifier, Regressor, MultiBoostClassifier])
 def test_dataframe_column_names_are_kept_and_checked(make):
     """A DataFrame's column names are kept as feature_names_in_, and scoring a frame whose columns
     are the same names in another order, or other names, raises a ValueError naming the first
@@ -718,7 +712,7 @@ def test_dataframe_column_names_are_kept_and_checked(make):
 
     rng = np.random.default_rng(0)
     frame = pandas.DataFrame(rng.normal(size=(60, 4)), columns=["age", "height", "weight", "income"])
-    y = np.repeat([0, 1, 2], 20) if make is not StagewiseLSRegressor else rng.normal(size=60)
+    y = np.repeat([0, 1, 2], 20) if make is not Regressor else rng.normal(size=60)
     est = make().fit(frame, y)
     np.testing.assert_array_equal(est.feature_names_in_, ["age", "height", "weight", "income"])
     assert est.feature_names_in_.dtype == object
@@ -747,7 +741,7 @@ def test_dataframe_column_names_are_kept_and_checked(make):
 def test_check_estimator_regressor():
     """StagewiseLSRegressor with its defaults passes every check of scikit-learn's check_estimator
     (the README says so; the classifiers' cases are in test_check_estimator)."""
-    results = estimator_checks.check_estimator(StagewiseLSRegressor(), on_fail=None, on_skip=None)
+    results = estimator_checks.check_estimator(Regressor(), on_fail=None, on_skip=None)
     failed = {
         r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}"
         for r in results
