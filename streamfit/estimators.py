@@ -21,8 +21,8 @@ classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
 DataConversionWarning. A pandas DataFrame's column names (all strings) are kept as
 feature_names_in_, and X scored later must name the same columns in the same order (a
 ValueError names the first difference; names on one side only warn), as scikit-learn checks. A fit that stops at max_iter before the solver's stopping test holds
-(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning, its one
-report (the CLI logs it instead, a line on stderr). Methods of
+(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning naming the
+test that failed, its one report (the CLI logs the same words instead, a line on stderr). Methods of
 an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
@@ -420,9 +420,10 @@ class _SolverEstimator(_ParamsMixin):
         self._set_targets(names, y)
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
+        reasons: list[str] = []  # the stopping test that failed, in the solver's words
         with Engine(mode="inprocess") as engine:
             self.model_ = self._solver(params).fit(
-                source, engine=engine, checkpointer=None, log=log, log_not_converged=False
+                source, engine=engine, checkpointer=None, log=log, log_not_converged=reasons.append
             )  # the warning below is the one report
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
@@ -430,9 +431,10 @@ class _SolverEstimator(_ParamsMixin):
         info = self.model_.info
         if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
             which = f" for {info['not_converged']} of {len(names)} classes" if "not_converged" in info else ""
+            reason = f": {reasons[0]}" if reasons else ""
             warnings.warn(
                 f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
-                f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
+                f"before the stopping test (tol={params.tol:g}) held{reason}; increase max_iter or tol",
                 _compatible("ConvergenceWarning"),
                 stacklevel=2,
             )
