@@ -23,6 +23,12 @@ class InputError(StreamfitError):
         return (type(self), (self.location, self.problem, self.hint))
 
 
+class ScoringInputError(StreamfitError, ValueError):
+    """A matrix a loaded model cannot score: not numeric (raw text), of another width than the
+    model's features, or holding NaN or infinite values. Also a ValueError, as scikit-learn's
+    estimators raise for such input."""
+
+
 class StoreError(StreamfitError):
     """A store that is missing, incomplete, of another format version, or damaged."""
 

@@ -18,9 +18,11 @@ Input is checked as scikit-learn's `validate_data` does, with its error messages
 feature count of fit at predict time (scipy.sparse X stays sparse: only its stored values are
 checked); y must hold discrete class labels (not continuous, NaN or inf) of at least two
 classes, or a 0/1 label indicator; a column y of shape (n, 1) is raveled with a
-DataConversionWarning. A fit that stops at max_iter before the solver's stopping test holds
-(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning, its one
-report (the CLI logs it instead, a line on stderr). Methods of
+DataConversionWarning. A pandas DataFrame's column names (all strings) are kept as
+feature_names_in_, and X scored later must name the same columns in the same order (a
+ValueError names the first difference; names on one side only warn), as scikit-learn checks. A fit that stops at max_iter before the solver's stopping test holds
+(model_.info["converged"] false: bcd, fbpd, ppdsparse) issues a ConvergenceWarning naming the
+test that failed, its one report (the CLI logs the same words instead, a line on stderr). Methods of
 an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
@@ -36,12 +38,14 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import types
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+from pydantic import ValidationError
 
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
@@ -54,6 +58,9 @@ from streamfit.solvers.multiboost import MultiBoostSolver
 from streamfit.solvers.ppdsparse import PPDSparseSolver
 from streamfit.solvers.stagewise import StagewiseSolver
 from streamfit.store import DEFAULT_CHUNK_ROWS, InMemoryStore
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 
 class DataConversionWarning(UserWarning):
@@ -117,6 +124,17 @@ def _seed(random_state) -> int:
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(2**31 - 1))
     return random_state  # validated by the solver's parameters
+
+
+def _outside_this_module() -> int:
+    """The stacklevel of the first frame outside this module, for warnings.warn called by this
+    helper's caller: a warning is attributed to the user's call (score, predict, a pipeline's
+    step), however many of the estimators' methods lie between."""
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _assert_all_finite(values: np.ndarray, input_name: str) -> None:
@@ -251,21 +269,39 @@ class _SolverEstimator(_ParamsMixin):
 
     def _solver_params(self) -> SolverParams:
         """The solver's Params from the estimator's attributes; random_state by scikit-learn's
-        conventions (`_seed`). Raises pydantic's ValidationError (a ValueError) for a bad value."""
+        conventions (`_seed`). A bad value raises one ValueError line naming each bad parameter
+        under the estimator's name, the value given and what is allowed (`_param_problem`)."""
         values = {}
         for name in self._solver.Params.model_fields:
             renamed = self._renamed.get(name)
             values[name] = renamed.to_solver(getattr(self, renamed.name)) if renamed else getattr(self, name)
         values["random_state"] = _seed(values["random_state"])
-        return self._solver.Params(**values)
+        try:
+            return self._solver.Params(**values)
+        except ValidationError as e:
+            problems = "; ".join(self._param_problem(err) for err in e.errors())
+            raise ValueError(f"{type(self).__name__}: {problems}") from None
+
+    def _param_problem(self, err: ErrorDetails) -> str:
+        """One pydantic error as 'name=value: what is allowed', under the estimator's name of the
+        parameter (a check of several parameters together has no name: its message alone)."""
+        message = err["msg"].removeprefix("Value error, ")
+        if not err["loc"]:
+            return message
+        name = str(err["loc"][0])
+        renamed = self._renamed.get(name)
+        if renamed is None:
+            return f"{name}={getattr(self, name, err.get('input'))!r}: {message}"
+        return f"{renamed.name}={getattr(self, renamed.name)!r}: {message} (the solver's {name})"
 
     # -- input checking (scikit-learn's validate_data and its messages, without scikit-learn) --
     def _check_X(self, X, *, reset: bool):
         """X as the solvers and models take it: CSR (float32/float64 kept, other dtypes as
         float64; only the stored values are checked) or a float64 ndarray. Raises scikit-learn's
         ValueErrors for a non-2-D, complex, non-finite or empty X, and (reset=False) for a
-        feature count other than fit's."""
+        feature count other than fit's. Column names are kept or compared by `_check_feature_names`."""
         name = type(self).__name__
+        self._check_feature_names(X, reset=reset)
         if sp.issparse(X):
             if X.ndim != 2:
                 raise ValueError(f"Expected a 2D sparse matrix, got {X.ndim}D instead")
@@ -299,6 +335,58 @@ class _SolverEstimator(_ParamsMixin):
             )
         return X
 
+    def _check_feature_names(self, X, *, reset: bool) -> None:
+        """scikit-learn's rules for column names (pandas DataFrame columns, all strings): fit keeps
+        them as feature_names_in_ (and drops those of an earlier fit without them); scoring X whose
+        names differ from fit's, or come in another order, raises a ValueError naming the first
+        difference (the columns would be matched by position: silently wrong scores); names on one
+        side only warn, as scikit-learn does."""
+        columns = getattr(X, "columns", None)
+        names = None
+        if columns is not None and len(columns) and all(isinstance(c, str) for c in columns):
+            names = np.asarray(columns, dtype=object)
+        if reset:
+            if names is not None:
+                self.feature_names_in_ = names
+            else:
+                self.__dict__.pop("feature_names_in_", None)
+            return
+        fitted = self.__dict__.get("feature_names_in_")
+        estimator = type(self).__name__
+        if fitted is None and names is not None:
+            warnings.warn(
+                f"X has feature names, but {estimator} was fitted without feature names", UserWarning, stacklevel=4
+            )
+        elif fitted is not None and names is None:
+            warnings.warn(
+                f"X does not have valid feature names, but {estimator} was fitted with feature names",
+                UserWarning,
+                stacklevel=_outside_this_module(),
+            )
+        elif fitted is not None and names is not None and not np.array_equal(fitted, names):
+            if len(fitted) == len(names) and set(fitted) == set(names):
+                j = int(np.flatnonzero(fitted != names)[0])
+                difference = f"the same names in another order: column {j} is {names[j]!r}, in fit {fitted[j]!r}"
+            else:
+                unseen = [c for c in names if c not in set(fitted)]
+                missing = [c for c in fitted if c not in set(names)]
+                difference = "; ".join(
+                    part
+                    for part in (
+                        f"not seen at fit: {', '.join(map(repr, unseen[:5]))}{' …' if len(unseen) > 5 else ''}"
+                        if unseen
+                        else "",
+                        f"seen at fit, missing now: {', '.join(map(repr, missing[:5]))}{' …' if len(missing) > 5 else ''}"
+                        if missing
+                        else "",
+                    )
+                    if part
+                )
+            raise ValueError(
+                f"The feature names should match those that were passed during fit ({difference}); "
+                "select X's columns in fit's order: X[estimator.feature_names_in_]"
+            )
+
     def _fitted_model(self):
         """model_, or NotFittedError (scikit-learn's, when scikit-learn is imported) before fit."""
         model = self.__dict__.get("model_")
@@ -326,15 +414,16 @@ class _SolverEstimator(_ParamsMixin):
     def fit(self, X, y):
         if y is None:  # before X, so that this is the error whatever X is
             self._check_y(y, 0)
-        params = self._solver_params()  # pydantic's ValidationError is a ValueError
+        params = self._solver_params()  # a ValueError naming each bad parameter
         X = self._check_X(X, reset=True)
         names, labels, y_dtype = self._check_y(y, X.shape[0])
         self._set_targets(names, y)
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
+        reasons: list[str] = []  # the stopping test that failed, in the solver's words
         with Engine(mode="inprocess") as engine:
             self.model_ = self._solver(params).fit(
-                source, engine=engine, checkpointer=None, log=log, log_not_converged=False
+                source, engine=engine, checkpointer=None, log=log, log_not_converged=reasons.append
             )  # the warning below is the one report
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
@@ -342,9 +431,10 @@ class _SolverEstimator(_ParamsMixin):
         info = self.model_.info
         if info.get("converged") is False:  # stagewise has no stopping test: no "converged"
             which = f" for {info['not_converged']} of {len(names)} classes" if "not_converged" in info else ""
+            reason = f": {reasons[0]}" if reasons else ""
             warnings.warn(
                 f"{type(self).__name__} did not converge{which}: max_iter={params.max_iter} iterations ended "
-                f"before the stopping test (tol={params.tol:g}) held; increase max_iter or tol",
+                f"before the stopping test (tol={params.tol:g}) held{reason}; increase max_iter or tol",
                 _compatible("ConvergenceWarning"),
                 stacklevel=2,
             )

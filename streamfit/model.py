@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit import storage
-from streamfit.errors import ConfigError, StreamfitError, output_error
+from streamfit.errors import ConfigError, ScoringInputError, StreamfitError, output_error
 from streamfit.store.format import is_sha256, json_digest
 
 MODEL_FORMAT_VERSION = 3
@@ -65,9 +65,38 @@ def check_scoring_options(model: Model, *, threshold=None, per_label: bool = Fal
 
 
 def _as_csr(X, n_features: int) -> sp.csr_matrix:
-    X = sp.csr_matrix(X) if not sp.issparse(X) else X.tocsr()
+    """X (numpy, a list of rows, pandas, scipy.sparse) as CSR with the model's feature count and
+    finite values; raises ScoringInputError otherwise (a NaN would score NaN, and argmax would
+    then pick the first class without a word)."""
+    if not sp.issparse(X):
+        dense = np.asarray(X)
+        if dense.dtype.kind == "O":  # numbers held as objects (a pandas frame of mixed dtypes)
+            try:
+                dense = dense.astype(np.float64)
+            except (TypeError, ValueError):
+                pass
+        if dense.dtype.kind not in "biuf":
+            raise ScoringInputError(
+                f"input of dtype {dense.dtype} is not a numeric matrix: the model scores numbers, "
+                f"n × {n_features} (numpy or scipy.sparse); raw records (text) are featurized as the "
+                "training store was by `streamfit predict RUN FILE`"
+            )
+        X = sp.csr_matrix(dense)
+    else:
+        X = X.tocsr()
     if X.shape[1] != n_features:
-        raise StreamfitError(f"input has {X.shape[1]} features but the model was trained on {n_features}")
+        raise ScoringInputError(f"input has {X.shape[1]} features but the model was trained on {n_features}")
+    if X.data.dtype.kind == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            finite = np.isfinite(X.data.sum())  # one sum decides in the common all-finite case
+        if not finite:
+            bad = np.flatnonzero(~np.isfinite(X.data))
+            if bad.size:
+                row = int(np.searchsorted(X.indptr, bad[0], side="right") - 1)
+                raise ScoringInputError(
+                    f"input holds {bad.size} NaN or infinite value(s), the first in row {row} (from 0), "
+                    f"column {int(X.indices[bad[0]])}; replace or drop them before scoring"
+                )
     return X
 
 

@@ -67,9 +67,22 @@ def _is_store(path: str) -> bool:
     )
 
 
+def _featurization(model: Model) -> dict:
+    """How raw records become the model's rows: the training store's featurizer_dict; for a model
+    that records none (an estimator's model_, fitted on in-memory arrays), numeric features read
+    as given at their indices, in the model's width (rows with fewer columns are padded)."""
+    return model.featurizer or {"hashing": None, "n_features": model.n_features, "input": "numeric"}
+
+
 def _check_kind(model: Model, featurizer, source: str, kind: str) -> None:
     """Refuse raw data of another kind (text / numeric features) than the training data."""
     given = "text" if kind == "text" else "numeric"
+    if not model.featurizer and given == "text":
+        raise StreamfitError(
+            f"{source}: holds text, but the model records no featurization (an estimator's model_, fitted "
+            "on in-memory arrays): raw text cannot be turned into its columns here; featurize it as for the "
+            "fit and score the matrix with streamfit.load_model(MODEL).predict(X)"
+        )
     trained = model.featurizer.get("input")
     if trained is None and kind == "text" and featurizer.hasher is None:
         trained = "numeric"  # a model saved before the input kind was recorded: unhashed means numeric
@@ -206,7 +219,7 @@ def _score_piece(item, *, model: Model, layout: _Layout, store=None, part_dir=No
     else:
         from streamfit.ingest.featurize import Featurizer
 
-        featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
+        featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
         locations, ids, X = what.locations, what.ids if layout.with_ids else None, featurizer.transform(what)
     rows = _rows(model, layout, locations, ids, X)
     if not layout.parts:
@@ -333,7 +346,7 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with
     from streamfit.ingest.sources import BadRecordPolicy, open_source
     from streamfit.ingest.sources.folder import forget_listings
 
-    featurizer = Featurizer.from_dict(model.featurizer, idf=model.idf)
+    featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
     try:
         paths = expand_inputs([source], fmt)

@@ -142,3 +142,52 @@ def test_the_defaults_the_docs_state_are_the_solvers_defaults():
             checked += 1
     assert checked >= 5  # the statements were found
     assert _documented_defaults("`penalty=stage` (the default") == [("penalty", "stage")]
+
+
+def test_the_readmes_python_examples_run_as_written(tmp_path, monkeypatch):
+    """README.md's ```python blocks run as written: the first on the store and run the README's
+    commands above it make (digits, `--no-hash`, stagewise; in process here), the second (the
+    estimators) with X, y, X_test, y_test from those stores; the names they print are the model's."""
+    blocks = re.findall(r"^```python\n(.*?)^```", _text("README.md"), flags=re.S | re.M)
+    assert len(blocks) == 2, "a ```python block was added or removed: run it here too"
+    monkeypatch.chdir(tmp_path)
+    digits = os.path.join(REPO, "pipelines", "data", "digits.svm.gz")
+    for args in (
+        [
+            "ingest",
+            digits,
+            "--no-hash",
+            "--out",
+            "digits.zarr",
+            "--test-size",
+            "0.25",
+            "--test-out",
+            "digits-test.zarr",
+        ],
+        [
+            "train",
+            "digits.zarr",
+            "--solver",
+            "stagewise",
+            "-p",
+            "generator=rff",
+            "-p",
+            "n_passes=2",
+            "--out",
+            "run/",
+            "--n-workers",
+            "0",
+        ],
+    ):
+        result = CliRunner().invoke(main, args, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    first: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), first)
+    model, X, y = first["model"], first["X"], first["y"]
+    assert (model.predict(X) == model.classes_[y]).mean() > 0.95  # the README's comparison, names with names
+    import streamfit
+
+    X_test, y_test = streamfit.open_store("digits-test.zarr").to_scipy()
+    second = {"X": X, "y": y, "X_test": X_test, "y_test": y_test}
+    exec(compile(blocks[1], "README.md", "exec"), second)
+    assert second["clf"].score(X_test, y_test) > 0.95

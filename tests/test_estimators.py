@@ -23,6 +23,7 @@ from sklearn.utils import estimator_checks, get_tags
 
 import streamfit
 from streamfit import BCDClassifier, FBPDClassifier, MultiBoostClassifier, PPDSparseClassifier, StagewiseLSClassifier
+from streamfit import StagewiseLSRegressor as Regressor
 
 
 @pytest.fixture(scope="module")
@@ -608,7 +609,8 @@ def test_n_iter(case):
 @pytest.mark.parametrize("case", ["bcd", "ppdsparse", "fbpd"])
 def test_a_fit_stopped_at_max_iter_warns(digits_small, case, caplog):
     """A fit whose model says converged: false warns with scikit-learn's ConvergenceWarning (also
-    streamfit.estimators.ConvergenceWarning), attributed to the caller of fit, and that is its one
+    streamfit.estimators.ConvergenceWarning), attributed to the caller of fit, naming the test that
+    failed as the CLI's log line does (it gave only max_iter and tol before), and that is its one
     report: no log line besides (the driver logs one for the CLI); a converged fit does not warn.
     (Stagewise has no stopping test: its max_iter caps each softmax stage.)"""
     from streamfit.estimators import ConvergenceWarning as StreamfitConvergenceWarning
@@ -626,10 +628,11 @@ def test_a_fit_stopped_at_max_iter_warns(digits_small, case, caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
     [w] = record
     assert isinstance(w.message, StreamfitConvergenceWarning) and w.filename == __file__
-    assert str(w.message) == (
-        f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test "
-        "(tol=1e-12) held; increase max_iter or tol"
-    )
+    message = str(w.message)
+    assert message.startswith(
+        f"{name} did not converge{which}: max_iter=1 iterations ended before the stopping test (tol=1e-12) held: "
+    ) and message.endswith("; increase max_iter or tol")
+    assert "tol 1e-12" in message.split("held: ", 1)[1]  # the test that failed, in the words the CLI logs
 
 
 @pytest.mark.parametrize("case", MODEL_SELECTION_CASES)
@@ -648,3 +651,103 @@ def test_random_state_follows_sklearn_conventions(digits_small, case):
     np.testing.assert_array_equal(coef(None), first)
     np.testing.assert_array_equal(coef(np.random.RandomState(3)), coef(np.random.RandomState(3)))
     np.testing.assert_array_equal(coef(np.random.default_rng(3)), coef(np.random.default_rng(3)))
+
+
+# -- a Python-API user's check (session 20) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (
+            lambda: StagewiseLSClassifier(max_iter="ten"),
+            "StagewiseLSClassifier: max_iter='ten': Input should be a valid integer",
+        ),
+        (
+            lambda: StagewiseLSClassifier(calibrate="bogus"),
+            "StagewiseLSClassifier: calibrate='bogus': Input should be 'auto', 'none', 'poly' or 'predictions' (the solver's calibration)",
+        ),
+        (
+            lambda: Regressor(tol=-1),
+            "StagewiseLSRegressor: tol=-1: Input should be greater than or equal to 0",
+        ),
+        (
+            lambda: BCDClassifier(lam=float("nan"), max_iter=0),
+            "BCDClassifier: lam=nan: Input should be a finite number; max_iter=0: Input should be greater than or equal to 1",
+        ),
+        (
+            lambda: PPDSparseClassifier(random_state=-3),
+            "PPDSparseClassifier: random_state=-3: Input should be greater than or equal to 0",
+        ),
+        (
+            lambda: FBPDClassifier(penalty="l3"),
+            "FBPDClassifier: penalty='l3': Input should be 'l1', 'l1/l2', 'l1/linf' or 'l2'",
+        ),
+        (
+            lambda: MultiBoostClassifier(learning_rate=0),
+            "MultiBoostClassifier: learning_rate=0: Input should be greater than 0",
+        ),
+        (
+            lambda: StagewiseLSClassifier(link="softmax", calibrate=True),
+            "StagewiseLSClassifier: calibration (Algorithm 2) refits squared error: use it with link='identity'",
+        ),
+    ],
+)
+def test_a_bad_parameter_is_one_line_naming_it(make, said):
+    """fit refuses a parameter of the wrong type or range with one ValueError line that names the
+    estimator, the parameter under the estimator's name with the value given, and what is allowed
+    (it was pydantic's ValidationError: several lines, the solver's Params class, a URL)."""
+    X, y = np.random.default_rng(0).normal(size=(20, 3)), np.repeat([0, 1], 10)
+    with pytest.raises(ValueError) as info:
+        make().fit(X, y)
+    assert str(info.value) == said or str(info.value).startswith(said)
+    assert "\n" not in str(info.value) and "pydantic" not in str(info.value)
+
+
+@pytest.mark.parametrize("make", [StagewiseLSClassifier, Regressor, MultiBoostClassifier])
+def test_dataframe_column_names_are_kept_and_checked(make):
+    """A DataFrame's column names are kept as feature_names_in_, and scoring a frame whose columns
+    are the same names in another order, or other names, raises a ValueError naming the first
+    difference: the columns were matched by position, so the scores were silently those of other
+    features. Names on one side only warn (scikit-learn's rules); a refit without names drops them."""
+    import pandas  # a dependency of bokeh, a test extra
+
+    rng = np.random.default_rng(0)
+    frame = pandas.DataFrame(rng.normal(size=(60, 4)), columns=["age", "height", "weight", "income"])
+    y = np.repeat([0, 1, 2], 20) if make is not Regressor else rng.normal(size=60)
+    est = make().fit(frame, y)
+    np.testing.assert_array_equal(est.feature_names_in_, ["age", "height", "weight", "income"])
+    assert est.feature_names_in_.dtype == object
+    expected = est.predict(frame)
+    with pytest.raises(
+        ValueError,
+        match=r"^The feature names should match those that were passed during fit \(the same names in another "
+        r"order: column 0 is 'income', in fit 'age'\); select X's columns in fit's order: X\[estimator.feature_names_in_\]$",
+    ):
+        est.predict(frame[["income", "height", "weight", "age"]])
+    with pytest.raises(ValueError, match=r"\(not seen at fit: 'salary'; seen at fit, missing now: 'income'\)"):
+        est.predict(frame.rename(columns={"income": "salary"}))
+    np.testing.assert_array_equal(est.predict(frame[est.feature_names_in_]), expected)
+    with pytest.warns(
+        UserWarning, match="X does not have valid feature names, but .* was fitted with feature names"
+    ) as record:
+        np.testing.assert_array_equal(est.predict(frame.to_numpy()), expected)
+    assert record[0].filename == __file__  # attributed to the caller, not to streamfit
+    est.fit(frame.to_numpy(), y)
+    assert not hasattr(est, "feature_names_in_")
+    with pytest.warns(UserWarning, match="X has feature names, but .* was fitted without feature names"):
+        est.predict(frame)
+
+
+@pytest.mark.filterwarnings("ignore:Estimator .* does not inherit from `sklearn.base.BaseEstimator`")  # by design
+def test_check_estimator_regressor():
+    """StagewiseLSRegressor with its defaults passes every check of scikit-learn's check_estimator
+    (the README says so; the classifiers' cases are in test_check_estimator)."""
+    results = estimator_checks.check_estimator(Regressor(), on_fail=None, on_skip=None)
+    failed = {
+        r["check_name"]: f"{type(r['exception']).__name__}: {r['exception']}"
+        for r in results
+        if r["status"] == "failed"
+    }
+    assert not failed, failed
+    assert sum(r["status"] == "passed" for r in results) >= 50

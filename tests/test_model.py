@@ -8,7 +8,7 @@ import scipy.sparse as sp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamfit.errors import StreamfitError
+from streamfit.errors import ScoringInputError, StreamfitError
 from streamfit.model import LinearModel, load_model
 from streamfit.store import InMemoryStore
 from streamfit.store.format import json_digest
@@ -67,6 +67,39 @@ def test_wrong_width_refused():
     m, _ = _model(False)
     with pytest.raises(StreamfitError, match="31 features"):
         m.decision_function(sp.csr_matrix((2, 31)))
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_input_is_refused_naming_its_row(sparse, bad):
+    """A loaded model refuses NaN or infinite input values with one line naming the first one's
+    row and column: scored, they gave NaN scores, and predict then the first class, without a word."""
+    m, _ = _model(False)
+    X = np.random.default_rng(1).normal(size=(5, 30))
+    X[3, 7] = bad
+    X = sp.csr_matrix(X) if sparse else X
+    for score in (m.decision_function, m.predict, lambda X: m.predict_topk(X, 2)):
+        with pytest.raises(
+            ScoringInputError,
+            match=r"^input holds 1 NaN or infinite value\(s\), the first in row 3 \(from 0\), column 7; replace or drop them before scoring$",
+        ):
+            score(X)
+    with pytest.raises(ValueError):  # a ValueError too, as scikit-learn raises for such input
+        m.decision_function(X)
+
+
+def test_text_input_is_refused_with_the_fix():
+    """Raw text given to a loaded model is refused naming what it scores and the command that
+    featurizes raw records (it was scipy's 'does not support dtype <U11')."""
+    m, _ = _model(False)
+    with pytest.raises(
+        ScoringInputError, match=r"not a numeric matrix: the model scores numbers, n × 30 .*streamfit predict RUN FILE"
+    ):
+        m.predict(["a document", "another one"])
+    mixed = np.array(
+        [[1, 2.5] + [0] * 28, [2, 1] + [3.0] * 28], dtype=object
+    )  # numbers as objects, as a frame of mixed dtypes gives
+    np.testing.assert_array_equal(m.decision_function(mixed), m.decision_function(mixed.astype(float)))
 
 
 @pytest.mark.parametrize(

@@ -369,3 +369,34 @@ def test_a_file_with_a_header_row_for_a_model_trained_without_one(tmp_path):
     options = ["--option", "header=true", "--option", "text_field=words", "--id-field", "key"]
     run("predict", tmp_path / "r", tmp_path / "new.csv", *options, "-o", tmp_path / "p.csv")
     assert [r.split(",")[1] for r in (tmp_path / "p.csv").read_text().splitlines()] == ["id", "k1", "k2"]
+
+
+def test_an_estimators_model_scores_numeric_rows_in_its_width_and_refuses_text(tmp_path):
+    """An estimator's model_ (fitted on arrays) records no featurization. `predict` read a LIBSVM
+    file's rows in the file's width (`input has 4 features but the model was trained on 5` when
+    the last column was zero throughout); now in the model's width, as the estimator scores them.
+    Raw text is refused naming why and the Python call that scores a featurized matrix (it said
+    `drop --no-hash`, an option the user had not given)."""
+    from streamfit import StagewiseLSClassifier, load_model
+
+    rng = np.random.default_rng(0)
+    X = np.round(rng.normal(size=(40, 5)), 3)
+    y = np.repeat(["a", "b"], 20)
+    StagewiseLSClassifier(generator="sequential").fit(X, y).model_.save(str(tmp_path / "model"))
+    rows = X[:6].copy()
+    rows[:, 4] = 0  # the file then names 4 columns
+    (tmp_path / "new.svm").write_text(
+        "".join("a " + " ".join(f"{j + 1}:{v}" for j, v in enumerate(r) if v) + "\n" for r in rows)
+    )
+    run("predict", tmp_path / "model", tmp_path / "new.svm", "--out", tmp_path / "p.csv")
+    predicted = [line.split(",")[1] for line in (tmp_path / "p.csv").read_text().splitlines()[1:]]
+    assert predicted == list(load_model(str(tmp_path / "model")).predict(rows))
+    (tmp_path / "new.jsonl").write_text(json.dumps({"text": "the cat sat"}) + "\n")
+    result = run("predict", tmp_path / "model", tmp_path / "new.jsonl", "--out", tmp_path / "t.csv", ok=False)
+    assert result.exit_code == 2
+    assert (
+        "new.jsonl: holds text, but the model records no featurization (an estimator's model_, fitted on "
+        "in-memory arrays): raw text cannot be turned into its columns here; featurize it as for the fit and "
+        "score the matrix with streamfit.load_model(MODEL).predict(X)"
+    ) in result.output
+    assert not (tmp_path / "t.csv").exists()

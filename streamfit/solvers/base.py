@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import annotated_types
@@ -225,11 +226,11 @@ class Solver(Generic[StateT]):
         stop_after: int | None = None,
         checkpoint_every: int = 1,
         checkpoint_interval: float | str = "auto",
-        log_not_converged: bool = True,
+        log_not_converged: bool | Callable[[str], None] = True,
     ) -> Model:
         """Train on `source` through the driver (streamfit.solvers.driver.run); checkpointer None:
-        no checkpoints (the estimators, which never resume); log_not_converged False: no warning
-        logged when the run stops unconverged (the estimators warn instead)."""
+        no checkpoints (the estimators, which never resume); log_not_converged: see
+        streamfit.solvers.driver.run (the estimators pass a callable and warn with its words)."""
         from streamfit.solvers.driver import run
 
         return run(

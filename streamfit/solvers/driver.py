@@ -38,6 +38,7 @@ import dataclasses
 import logging
 import time
 import typing
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -97,7 +98,7 @@ def run(
     stop_after: int | None = None,
     checkpoint_every: int = 1,
     checkpoint_interval: float | str = "auto",
-    log_not_converged: bool = True,
+    log_not_converged: bool | Callable[[str], None] = True,
 ):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
     `checkpointer` (streamfit.checkpoint.Checkpointer; None: no checkpoints, see the module
@@ -108,9 +109,10 @@ def run(
     checkpoint_interval: seconds, or "auto" (SaveSchedule): a due step is saved once that long
     has passed since the last save. Always saved: init (step 0), the last step of the call, and
     a due step past the checkpointer's time limit (after which TimeLimitReached is raised).
-    log_not_converged: a run that ends before its stopping test held logs a warning (the CLI's
-    report; the model says so too, info["converged"]); the estimators turn it off and issue a
-    ConvergenceWarning instead, one report of it in each channel."""
+    log_not_converged: a run that ends before its stopping test held logs a warning naming the
+    test that failed (the CLI's report; the model says so too, info["converged"]); a callable
+    is given that test's words instead of the log (the estimators, which issue a
+    ConvergenceWarning with them: one report of it in each channel); False: neither."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     schedule = SaveSchedule(checkpoint_interval)
@@ -181,13 +183,17 @@ def run(
         metrics.end()
         if checkpointer is not None:
             log.debug("%s: %d checkpoints in %.3f s", solver.name, schedule.saves, schedule.seconds)
-    if log_not_converged and solver.finished(state) and not solver.converged(state):
-        log.warning(
-            "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",
-            solver.name,
-            state.step,
-            solver.not_converged_reason(state),
-        )
+    if log_not_converged is not False and solver.finished(state) and not solver.converged(state):
+        reason = solver.not_converged_reason(state)
+        if callable(log_not_converged):
+            log_not_converged(reason)
+        else:
+            log.warning(
+                "%s: not converged after %d steps: %s; raise -p max_iter or loosen -p tol",
+                solver.name,
+                state.step,
+                reason,
+            )
     return solver.to_model(ctx, state)
 
 

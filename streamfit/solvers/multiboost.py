@@ -255,9 +255,13 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     its bins (cut_{b−1}, cut_b]. A feature with at most n_bins distinct values (zero counted)
     gets every distinct value but the largest as a cut (one bin per value); otherwise the
     weighted quantiles at levels k/n_bins, plus 0 and the largest negative value, so that zero
-    is a bin of its own (n_bins + 2 bins at most)."""
+    is a bin of its own (n_bins + 2 bins at most). A feature without stored values (only zeros)
+    has no cut; the loop visits only the others (on 2^18 hashed columns of a few hundred
+    documents it visited every column: 33 of a fit's 41 s)."""
+    n_features = len(sketch.starts) - 1
+    n_cuts = np.zeros(n_features, dtype=np.int64)
     per_feature = []
-    for f in range(len(sketch.starts) - 1):
+    for f in np.flatnonzero(np.diff(sketch.starts) > 0):
         lo, hi = sketch.starts[f], sketch.starts[f + 1]
         values, weights = sketch.values[lo:hi], sketch.weights[lo:hi]
         zeros = sketch.n_rows - weights.sum()
@@ -266,18 +270,27 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
             values, weights = np.insert(values, at, 0.0), np.insert(weights, at, zeros)
         if len(values) <= n_bins:
             per_feature.append(values[:-1])
-            continue
-        cum = np.cumsum(weights)
-        levels = np.arange(1, n_bins) / n_bins * cum[-1]
-        cuts = values[np.minimum(np.searchsorted(cum, levels), len(values) - 1)]
-        if zeros > 0.5:
-            negative = sketch.largest_negative[f]
-            cuts = np.concatenate([cuts, [0.0], [negative] if np.isfinite(negative) else []])
-        per_feature.append(np.unique(cuts[cuts < values[-1]]))
-    offsets = np.zeros(len(per_feature) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum([len(c) for c in per_feature])
+        else:
+            cum = np.cumsum(weights)
+            levels = np.arange(1, n_bins) / n_bins * cum[-1]
+            cuts = values[np.minimum(np.searchsorted(cum, levels), len(values) - 1)]
+            if zeros > 0.5:
+                negative = sketch.largest_negative[f]
+                cuts = np.concatenate([cuts, [0.0], [negative] if np.isfinite(negative) else []])
+            per_feature.append(np.unique(cuts[cuts < values[-1]]))
+        n_cuts[f] = len(per_feature[-1])
+    offsets = np.zeros(n_features + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(n_cuts)
     cuts = np.concatenate(per_feature) if per_feature else np.zeros(0)
     return cuts.astype(np.float64), offsets
+
+
+def zero_bins_of(cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
+    """The bin of the value 0 per feature: how many of its (sorted) cuts are below 0, i.e.
+    np.searchsorted(feature f's cuts, 0.0), for every feature at once."""
+    below = np.zeros(len(cuts) + 1, dtype=np.int64)
+    np.cumsum(cuts < 0, out=below[1:])
+    return below[cut_offsets[1:]] - below[cut_offsets[:-1]]
 
 
 # -- chunk tasks ---------------------------------------------------------------------------
@@ -517,9 +530,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             cuts=cuts,
             cut_offsets=offsets,
         )
-        zero_bins = np.array(
-            [np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(source.n_features)], dtype=np.int64
-        )
+        zero_bins = zero_bins_of(cuts, offsets)
         return MultiBoostState(
             cuts=cuts,
             cut_offsets=offsets,

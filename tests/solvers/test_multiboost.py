@@ -9,6 +9,7 @@ import functools
 import json
 import subprocess
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -906,3 +907,56 @@ def test_lam_auto_chooses_c_on_held_out_rows_and_refits_on_all(monkeypatch):
     for key, value in refit._arrays().items():
         np.testing.assert_array_equal(auto._arrays()[key], value, err_msg=key)
     assert len(set(expected)) > 1  # the grid's fits differ on the held-out rows
+
+
+def _bin_cuts_column_by_column(X, n_bins):
+    """bin_cuts of each column of X on its own (a one-column store each), joined: the reference
+    for the cuts of all columns at once; a column without stored values has no cut."""
+    cuts, counts = [], []
+    for f in range(X.shape[1]):
+        column = X[:, [f]].tocsr()
+        if column.nnz == 0:
+            cuts.append(np.zeros(0))
+        else:
+            source = InMemoryStore(column, np.zeros(X.shape[0], np.int32), ["a", "b"], chunk_rows=100)
+            sketch = Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(source.n_chunks), size=64)
+            cuts.append(mb.bin_cuts(sketch, n_bins)[0])
+        counts.append(len(cuts[-1]))
+    return np.concatenate(cuts), np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def test_bin_cuts_of_wide_sparse_data_visit_only_the_stored_columns():
+    """Hashed text (2^18 columns, a few used) gets the cuts and zero bins of each column binned on
+    its own, in a fraction of a second: that loop took 33 of a 41 s fit on the walkthrough's 240
+    documents hashed to 2^18 columns (session 20)."""
+    rng = np.random.default_rng(5)
+    n, d = 300, 2**18
+    narrow = sp.random(n, 50, density=0.3, format="csc", random_state=6, data_rvs=lambda k: rng.normal(size=k))
+    narrow.data[rng.random(narrow.nnz) < 0.3] = 0.5  # repeated values: some columns have few distinct ones
+    narrow = (narrow @ sp.diags((np.arange(50) < 40).astype(float))).tocsr()  # ten columns without stored values
+    narrow.eliminate_zeros()
+
+    def sketch_of(X):
+        source = InMemoryStore(X, np.zeros(n, np.int32), ["a", "b"], chunk_rows=100)
+        return Engine(mode="inprocess").map_reduce(mb._sketch_task, source, range(source.n_chunks), size=64)
+
+    small = sketch_of(narrow)
+    ref_cuts, ref_offsets = _bin_cuts_column_by_column(narrow, n_bins=8)
+    cuts, offsets = mb.bin_cuts(small, n_bins=8)
+    assert np.array_equal(cuts, ref_cuts) and np.array_equal(offsets, ref_offsets)
+    ref_zero = [np.searchsorted(ref_cuts[ref_offsets[f] : ref_offsets[f + 1]], 0.0) for f in range(50)]
+    assert np.array_equal(mb.zero_bins_of(cuts, offsets), ref_zero)
+
+    used = np.sort(rng.choice(d, 50, replace=False))  # the same columns spread over 2^18
+    wide = sp.csr_matrix((narrow.data, used[narrow.indices], narrow.indptr), shape=(n, d))
+    sketch = sketch_of(wide)
+    start = time.perf_counter()
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=8)
+    zero_bins = mb.zero_bins_of(cuts, offsets)
+    assert time.perf_counter() - start < 1.5  # 0.2 s at load 15; the every-feature loop took 17 s there
+    counts = np.zeros(d, np.int64)
+    counts[used] = np.diff(ref_offsets)
+    assert np.array_equal(np.diff(offsets), counts) and np.array_equal(cuts, ref_cuts)
+    expected_zero = np.zeros(d, np.int64)
+    expected_zero[used] = ref_zero
+    assert np.array_equal(zero_bins, expected_zero)
