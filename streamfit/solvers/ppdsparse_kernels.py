@@ -91,6 +91,61 @@ def make_work(n_rows: int, n_features: int) -> Work:
     )
 
 
+# the kernels of compile_parts, with the CPU seconds each took to compile with its callees
+# (measured here, session 20; only their proportions are used)
+COMPILE_SECONDS = {
+    "_search": 5.0,
+    "_primal_newton": 4.5,
+    "_inner_cd": 2.0,
+    "_class_result": 1.5,
+    "class_objective": 0.7,
+    "row_sqnorms": 0.2,
+}
+
+
+def compile_parts(n_features: int) -> dict[str, tuple[tuple, float]]:
+    """The kernels a train calls, but for _algorithm1, which a background compilation
+    (streamfit.precompile) compiles side by side in processes of their own, by name: (the
+    argument types the train passes them, with Data as ppdsparse.build_data makes it and Work as
+    make_work does; COMPILE_SECONDS). _algorithm1's compilation, afterwards, then loads its
+    callees among them from numba's cache instead of compiling them one after another inside
+    its type inference, and the machine code linked into it is the same. _primal_newton only
+    where the store may be narrow enough for the primal finish (n_features <
+    PRIMAL_MAX_FEATURES; 0: not known): a wider store's run never calls it."""
+    import numba
+    from numba import types
+
+    i8, f8 = np.zeros(1, np.int64), np.zeros(1)
+    data = numba.typeof(
+        Data(
+            indptr=i8,
+            indices=i8,
+            values=f8,
+            sqnorm=f8,
+            col_ptr=i8,
+            col_rows=i8,
+            col_vals=f8,
+            pos_ptr=i8,
+            pos_rows=i8,
+            col_map=i8,
+            scale=f8,
+        )
+    )
+    work = numba.typeof(make_work(1, 1))
+    i, f = types.int64, types.float64
+    signatures = {
+        "_search": (data, work, i, i, f, f, f, f, f),  # n_active, κ_t, μ, σ, tol, delta, x_threshold
+        "_inner_cd": (data, work, i, i, f, f, f, i, types.boolean),  # n_active, loss, μ, σ, tol, epochs, shrink
+        "_class_result": (data, work, i, i, i, f, f),  # k, n_active, loss, μ, σ
+        "_primal_newton": (data, work, f, f, f, i),  # μ, σ, tol, Newton steps
+        "class_objective": (data, work, i, types.int64[::1], types.float64[::1], f, i, f, f),
+        "row_sqnorms": (types.int64[::1], types.float64[::1]),
+    }
+    if n_features >= PRIMAL_MAX_FEATURES:
+        del signatures["_primal_newton"]
+    return {name: (signature, COMPILE_SECONDS[name]) for name, signature in signatures.items()}
+
+
 @kernel(nogil=True)
 def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
     """Every CSC column (rows ascending) reordered by decreasing |x_ij|, ties by row (a stable
