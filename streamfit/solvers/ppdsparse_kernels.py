@@ -111,7 +111,8 @@ def compile_parts(n_features: int) -> dict[str, tuple[tuple, float]]:
     callees among them from numba's cache instead of compiling them one after another inside
     its type inference, and the machine code linked into it is the same. _primal_newton only
     where the store may be narrow enough for the primal finish (n_features <
-    PRIMAL_MAX_FEATURES; 0: not known): a wider store's run never calls it."""
+    PRIMAL_MAX_FEATURES; 0: not known): on a wider store a run calls it only if its rows use
+    fewer than PRIMAL_MAX_FEATURES of the columns, and then compiles it in its train."""
     import numba
     from numba import types
 
