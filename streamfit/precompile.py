@@ -21,7 +21,12 @@ compile says so in one INFO line.
 the cache yet (`first_use`) compiles it in a background process (a tiny train and evaluate with
 the pipeline's parameters) while this process ingests, and waits for it before training, which
 then loads the kernels from the cache (docs/benchmarks.md, "First use: numba compilation,
-session 19").
+session 19"). Where the solver's kernel module names parts of its kernel tree that compile apart
+(`compile_parts`: kernels with the argument types its train passes them; ppdsparse's), the
+background process shares them out over helper processes where there are cores to spare, and
+its tiny train then loads them from the cache instead of compiling them one after another
+(session 20). `streamfit compile` compiles them too, so they are cached whatever path its tiny
+trains take.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -190,6 +196,7 @@ def _ingest_text(work: Path) -> None:
 def _warm_up_solver(solver: str, work: Path) -> None:
     import streamfit
 
+    compile_kernels(solver, list(kernel_parts(solver, 0)), 0)  # those its tiny trains may not reach
     store = _ingest_libsvm(work)
     for i, params in enumerate(TRAIN_PARAMS[solver]):
         run = str(work / f"run{i}")
@@ -256,6 +263,37 @@ def first_use(solver: str) -> bool:
     return True
 
 
+def kernel_parts(solver: str, n_features: int) -> dict[str, tuple[tuple, float]]:
+    """The kernels of `solver` that compile apart, for a store `n_features` wide (0: not known):
+    its kernel module's compile_parts (name: (argument types, compile seconds)), or none."""
+    import importlib
+
+    parts = getattr(importlib.import_module(KERNEL_MODULES[solver]), "compile_parts", None)
+    return parts(n_features) if parts else {}
+
+
+def compile_kernels(solver: str, names: list[str], n_features: int) -> None:
+    """Compile the named kernel_parts of `solver` in this process (a load where numba's cache
+    holds them)."""
+    import importlib
+
+    module = importlib.import_module(KERNEL_MODULES[solver])
+    parts = kernel_parts(solver, n_features)
+    for name in names:
+        getattr(module, name).compile(parts[name][0])
+
+
+def share_out(parts: dict[str, tuple[tuple, float]], n: int) -> list[list[str]]:
+    """The parts' names in at most n groups of about equal compile seconds (each part, the
+    largest first, to the group with the fewest seconds so far), the group with the most seconds
+    first; no empty group."""
+    groups: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(max(1, min(n, len(parts))))]
+    for name, (_, seconds) in sorted(parts.items(), key=lambda part: -part[1][1]):
+        least = min(range(len(groups)), key=lambda g: groups[g][0])
+        groups[least] = (groups[least][0] + seconds, [*groups[least][1], name])
+    return [names for _, names in sorted(groups, key=lambda group: -group[0]) if names]
+
+
 class WarmUp:
     """`solver`'s kernels compiled in a background process while this one works: the child
     (`python -m streamfit.precompile SOLVER PARAMS WIDTH`, _warm_up_train) trains the solver on
@@ -265,7 +303,8 @@ class WarmUp:
     one). `wait` returns when it is done; this process's train then loads what it compiled
     instead of compiling it again. Cache writes of both processes are serialized
     (serialize_cache_writes). A child that fails costs nothing but its time: the train
-    compiles what is missing, as without it."""
+    compiles what is missing, as without it. The child and its helpers (_warm_up_train) form a
+    process group of their own, which stop() kills."""
 
     def __init__(self, solver: str, params: dict, n_features: int | None = None) -> None:
         import json
@@ -292,6 +331,7 @@ class WarmUp:
             stdout=subprocess.DEVNULL,
             stderr=self.errors,
             env=env,
+            process_group=0,  # its own, with its helpers: stop() ends them all
         )
 
     def wait(self) -> None:
@@ -300,7 +340,11 @@ class WarmUp:
         cpu, waited = _children_cpu(), time.perf_counter()  # before poll, which may reap the child
         if self.process.poll() is None:
             log.info("%s: waiting for the compilation of its kernels (started in the background)", self.solver)
-        code = self.process.wait()
+        try:
+            code = self.process.wait()
+        except BaseException:  # e.g. Ctrl-C, which reaches this process group only
+            self.stop()
+            raise
         cpu, waited = _children_cpu() - cpu, time.perf_counter() - waited
         if code != 0:
             self.errors.seek(0)
@@ -319,9 +363,11 @@ class WarmUp:
         self.errors.close()
 
     def stop(self) -> None:
-        """Kill the child if it still runs (this process failed or was stopped before its train)."""
+        """Kill the child and its helpers if they still run (this process failed or was stopped
+        before its train)."""
         if self.process.poll() is None:
-            self.process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         self.errors.close()
 
@@ -350,10 +396,39 @@ def warm_up_in_background(solver: str, params: dict, n_features: int | None = No
 
 
 def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
-    """The child of WarmUp: the warm-up rows (_data) as a SciPy .npz ingested unhashed (a path
-    that compiles no kernel); for `n_features` above their width, with about 14 % of their
-    entries non-zero and their columns spread over n_features, as a hashed text store; `solver`
-    trained on them in process with `params`, the model evaluated on them."""
+    """The child of WarmUp: first the solver's kernel_parts, shared out (share_out) over this
+    process and helpers (`python -m streamfit.precompile --kernels SOLVER WIDTH NAMES`,
+    compile_kernels), each compiling its share side by side, as many processes in all as this
+    one may use cores but one (WarmUp's parent ingests on it; on 2 cores this process compiles
+    them all: a helper would only take turns with the two); then the
+    warm-up rows (_data) as a SciPy .npz ingested unhashed (a path that compiles no kernel); for
+    `n_features` above their width, with about 14 % of their entries non-zero and their columns
+    spread over n_features, as a hashed text store; once the helpers are done, `solver` trained
+    on them in process with `params` (its kernels that call the parts load them from the cache),
+    the model evaluated on them."""
+    serialize_cache_writes()
+    groups = share_out(kernel_parts(solver, n_features), default_jobs() - 1)
+    helpers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "streamfit.precompile", "--kernels", solver, str(n_features), ",".join(names)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+        )
+        for names in groups[:-1]
+    ]
+    try:
+        if groups:
+            compile_kernels(solver, groups[-1], n_features)  # the smallest share: this process also ingests
+        _tiny_train(solver, params, n_features, helpers)
+    finally:
+        for helper in helpers:
+            if helper.poll() is None:
+                helper.kill()
+                helper.wait()
+
+
+def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subprocess.Popen]) -> None:
+    """_warm_up_train's ingest, train (once the helpers are done) and evaluate."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -361,7 +436,6 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
     from streamfit.store import open_store
     from streamfit.train import train
 
-    serialize_cache_writes()
     logging.disable(logging.WARNING)  # the small data's "not converged"
     warnings.simplefilter("ignore")
     X, y = _data()
@@ -377,6 +451,8 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
         np.save(f"{tmp}/y.npy", y)
         store, run = f"{tmp}/rows.zarr", f"{tmp}/run"
         _cli("ingest", f"{tmp}/x.npz", "--option", f"y_path={tmp}/y.npy", "--no-hash", "--out", store)
+        for helper in helpers:  # one that failed leaves its kernels to the train
+            helper.wait()
         model = train(store, solver, run, params, n_workers=0, progress=False)
         evaluate(model, open_store(store), progress=False)
 
@@ -384,4 +460,8 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
 if __name__ == "__main__":
     import json
 
-    _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))
+    if sys.argv[1] == "--kernels":  # a helper of _warm_up_train
+        serialize_cache_writes()
+        compile_kernels(sys.argv[2], sys.argv[4].split(","), int(sys.argv[3]))
+    else:
+        _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))

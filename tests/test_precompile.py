@@ -257,3 +257,63 @@ def test_no_kernel_builds_a_cfunc_wrapper():
                 kernels.append((f"{info.name}.{name}", obj.targetoptions.get("no_cfunc_wrapper", False)))
     assert len(kernels) > 60
     assert [name for name, off in kernels if not off] == []
+
+
+def test_share_out_balances_the_compile_seconds():
+    """Each part, the largest first, goes to the group with the fewest seconds so far; the
+    heaviest group first, none empty, each part once."""
+    from streamfit.precompile import share_out
+
+    parts = {"a": ((), 5.0), "b": ((), 4.5), "c": ((), 2.0), "d": ((), 1.5), "e": ((), 0.5)}
+    two = share_out(parts, 2)
+    assert sorted(map(sorted, two)) == [["a", "d", "e"], ["b", "c"]]  # 7.0 and 6.5 seconds
+    assert two[0] == ["a", "d", "e"]
+    assert share_out(parts, 1) == [["a", "b", "c", "d", "e"]]
+    assert sorted(map(sorted, share_out(parts, 16))) == [["a"], ["b"], ["c"], ["d"], ["e"]]
+    assert share_out({}, 4) == []
+
+
+def test_ppdsparse_compiles_its_newton_finish_only_for_narrow_stores():
+    from streamfit.precompile import kernel_parts
+    from streamfit.solvers.ppdsparse_kernels import PRIMAL_MAX_FEATURES
+
+    assert "_primal_newton" in kernel_parts("ppdsparse", 0)  # the width not known
+    assert "_primal_newton" in kernel_parts("ppdsparse", PRIMAL_MAX_FEATURES - 1)
+    wide = kernel_parts("ppdsparse", PRIMAL_MAX_FEATURES)
+    assert "_primal_newton" not in wide and "_search" in wide
+    assert kernel_parts("stagewise", 0) == {}  # a solver without parts
+
+
+# a fresh process: ppdsparse's fit (its primal finish forced on every class) in the cache where
+# another process compiled its kernel_parts; the ppdsparse and sorting kernels compiled here
+_FIT_AFTER_PARTS = (
+    COUNTING
+    + """
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from sklearn.datasets import load_digits
+import streamfit
+from streamfit import sorting
+from streamfit.solvers import ppdsparse_kernels
+X, y = load_digits(return_X_y=True)
+streamfit.PPDSparseClassifier(lam=2e-3, tau=1e-3, primal_ratio=1e-9, max_inner=1).fit(X[:400] / 16, y[:400])
+ours = {name for module in (ppdsparse_kernels, sorting) for name, d in vars(module).items() if isinstance(d, CPUDispatcher)}
+print("compiled:", sorted(ours & set(compiled)))
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_fit_loads_the_kernel_parts_compiled_apart(tmp_path):
+    """ppdsparse's kernel_parts, compiled by one process for the argument types compile_parts
+    gives, are the ones a fit calls: a later fit compiles only the kernel that calls them
+    (_algorithm1, with its two small callees that are no parts), whose compilation loads them
+    from the cache, the primal finish included; none of the parts' callees either."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    parts = "from streamfit.precompile import compile_kernels, kernel_parts\n"
+    parts += "compile_kernels('ppdsparse', list(kernel_parts('ppdsparse', 0)), 0)"
+    done = subprocess.run([sys.executable, "-c", parts], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    fit = subprocess.run([sys.executable, "-c", _FIT_AFTER_PARTS], env=env, capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr
+    assert "compiled: ['_algorithm1', '_eliminate', '_seed']" in fit.stdout, fit.stdout

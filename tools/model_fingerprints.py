@@ -145,6 +145,17 @@ RUNS: dict[str, tuple[str, dict, bool]] = {
     "ppdsparse-auto-multilabel": ("ppdsparse", {"lam": "auto", "threads": 1}, True),
     "ppdsparse-scale": ("ppdsparse", {"threads": 1}, False),
     "ppdsparse-scale-multilabel": ("ppdsparse", {"threads": 1}, True),
+    # the primal Newton finish: forced on every class, and stalling into the dual's fallback
+    "ppdsparse-primal": (
+        "ppdsparse",
+        {"lam": 2e-3, "tau": 1e-3, "primal_ratio": 1e-9, "max_inner": 1, "threads": 1},
+        False,
+    ),
+    "ppdsparse-primal-fallback": (
+        "ppdsparse",
+        {"lam": 1e-5, "tau": 1e-5, "primal_ratio": 2.0, "max_inner": 5, "threads": 1},
+        False,
+    ),
     "fbpd-regularized-l1": ("fbpd", {"penalty": "l1", "lam": 1e-3, "max_iter": 30}, False),
     "fbpd-regularized-l1-scalar": (
         "fbpd",

@@ -35,7 +35,7 @@ PARTS = [  # (part, what pstats names: "file suffix:function" of cumulative, or 
     ("fsync calls (main thread)", "~<built-in method posix.fsync>"),
     ("removing files and folders (rmtree)", "shutil.py:rmtree"),
     ("ppdsparse steps", "solvers/ppdsparse.py:step"),
-    ("of them the solve_class kernel", "solvers/ppdsparse_kernels.py:solve_class"),
+    ("of them solve_class (its kernels)", "solvers/ppdsparse_kernels.py:solve_class"),
     ("checkpoints (driver saves)", "streamfit/checkpoint.py:save"),
     ("run log lines", "streamfit/runlog.py:log"),
     ("model write", "streamfit/model.py:save"),

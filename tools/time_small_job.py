@@ -67,7 +67,7 @@ PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one a
     (1, "ppdsparse steps", "streamfit.solvers.ppdsparse", "PPDSparseSolver.step", False),
     (2, "labels pass (positives per class)", "streamfit.solvers.ppdsparse", "_positives_task", False),
     (2, "training matrix (chunks read, assembled)", "streamfit.solvers.ppdsparse", "build_data", False),
-    (2, "solve_class kernel (with its first load)", "streamfit.solvers.ppdsparse_kernels", "solve_class", False),
+    (2, "solve_class (kernels, first load)", "streamfit.solvers.ppdsparse_kernels", "solve_class", False),
     (2, "class_objective kernel (with its load)", "streamfit.solvers.ppdsparse_kernels", "class_objective", False),
     (1, "checkpoint saves", "streamfit.solvers.driver", "_StateSaver.save", False),
     (1, "model write", "streamfit.model", "Model.save", False),

@@ -91,6 +91,62 @@ def make_work(n_rows: int, n_features: int) -> Work:
     )
 
 
+# the kernels of compile_parts, with the CPU seconds each took to compile with its callees
+# (measured here, session 20; only their proportions are used)
+COMPILE_SECONDS = {
+    "_search": 5.0,
+    "_primal_newton": 4.5,
+    "_inner_cd": 2.0,
+    "_class_result": 1.5,
+    "class_objective": 0.7,
+    "row_sqnorms": 0.2,
+}
+
+
+def compile_parts(n_features: int) -> dict[str, tuple[tuple, float]]:
+    """The kernels a train calls, but for _algorithm1, which a background compilation
+    (streamfit.precompile) compiles side by side in processes of their own, by name: (the
+    argument types the train passes them, with Data as ppdsparse.build_data makes it and Work as
+    make_work does; COMPILE_SECONDS). _algorithm1's compilation, afterwards, then loads its
+    callees among them from numba's cache instead of compiling them one after another inside
+    its type inference, and the machine code linked into it is the same. _primal_newton only
+    where the store may be narrow enough for the primal finish (n_features <
+    PRIMAL_MAX_FEATURES; 0: not known): on a wider store a run calls it only if its rows use
+    fewer than PRIMAL_MAX_FEATURES of the columns, and then compiles it in its train."""
+    import numba
+    from numba import types
+
+    i8, f8 = np.zeros(1, np.int64), np.zeros(1)
+    data = numba.typeof(
+        Data(
+            indptr=i8,
+            indices=i8,
+            values=f8,
+            sqnorm=f8,
+            col_ptr=i8,
+            col_rows=i8,
+            col_vals=f8,
+            pos_ptr=i8,
+            pos_rows=i8,
+            col_map=i8,
+            scale=f8,
+        )
+    )
+    work = numba.typeof(make_work(1, 1))
+    i, f = types.int64, types.float64
+    signatures = {
+        "_search": (data, work, i, i, f, f, f, f, f),  # n_active, κ_t, μ, σ, tol, delta, x_threshold
+        "_inner_cd": (data, work, i, i, f, f, f, i, types.boolean),  # n_active, loss, μ, σ, tol, epochs, shrink
+        "_class_result": (data, work, i, i, i, f, f),  # k, n_active, loss, μ, σ
+        "_primal_newton": (data, work, f, f, f, i),  # μ, σ, tol, Newton steps
+        "class_objective": (data, work, i, types.int64[::1], types.float64[::1], f, i, f, f),
+        "row_sqnorms": (types.int64[::1], types.float64[::1]),
+    }
+    if n_features >= PRIMAL_MAX_FEATURES:
+        del signatures["_primal_newton"]
+    return {name: (signature, COMPILE_SECONDS[name]) for name, signature in signatures.items()}
+
+
 @kernel(nogil=True)
 def sort_columns(col_ptr, rows, vals, out_rows, out_vals):
     """Every CSC column (rows ascending) reordered by decreasing |x_ij|, ties by row (a stable
@@ -815,7 +871,6 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
 # -- Algorithm 1 for one class --------------------------------------------------------------
 
 
-@kernel(nogil=True)
 def solve_class(
     data,
     work,
@@ -862,25 +917,81 @@ def solve_class(
     ones grow it by kappa_growth·|A|, so A still reaches a dense dual in O(log |A|) searches. The
     optimum does not depend on κ (only the path: tests); a class of ≥ κ positives runs as before.
 
+    Python, not a kernel: the dual iterations (_algorithm1) return here when the class switches to
+    the primal, and _primal_newton is called from here, so a run whose classes never switch (the
+    hinge loss, d ≥ PRIMAL_MAX_FEATURES, primal_ratio = 0, or dual coordinate descents that
+    converge) never compiles it (about a third of the solver's compilation; docs/benchmarks.md,
+    "First use: numba compilation, session 20"). The kernels run the same operations as one
+    kernel did: the same bits.
+
     Returns (indices, values) of the non-zeros of w_{:D} (sorted), the bias w_D,
     (iterations, final |A|, nnz(α), converged, G(α)) and the primal Newton steps (0: dual only)."""
+    settings = (loss, mu, sigma, kappa, kappa_growth, tol, max_iter, max_inner, shrink, delta, x_threshold, seed)
+    idx, val, bias, it, n_active, n_alpha, converged, dual, switch = _algorithm1(
+        data, work, k, 0, 0, 0, *settings, primal_ratio
+    )
+    if not switch:
+        return idx, val, bias, it, n_active, n_alpha, converged, dual, 0
+    steps, converged, n_active = _primal_newton(data, work, mu, sigma, tol, PRIMAL_MAX_NEWTON)
+    primal = max(steps, 1)  # tried once per class
+    if converged:
+        idx, val, bias, n_alpha, dual = _class_result(data, work, k, n_active, loss, mu, sigma)
+        return idx, val, bias, it, n_active, n_alpha, True, dual, primal
+    # continue Algorithm 1 from α = b(w)
+    idx, val, bias, it, n_active, n_alpha, converged, dual, _ = _algorithm1(
+        data, work, k, n_active, it, primal, *settings, primal_ratio
+    )
+    return idx, val, bias, it, n_active, n_alpha, converged, dual, primal
+
+
+@kernel(nogil=True)
+def _algorithm1(
+    data,
+    work,
+    k,
+    n_active,
+    it,
+    primal,
+    loss,
+    mu,
+    sigma,
+    kappa,
+    kappa_growth,
+    tol,
+    max_iter,
+    max_inner,
+    shrink,
+    delta,
+    x_threshold,
+    seed,
+    primal_ratio,
+):
+    """solve_class's dual iterations. primal = 0: the class starts (its random stream seeded, its
+    positives the active set; n_active and it are 0), and may switch to the primal: the iterations
+    then stop where the switch rule holds and return switch = True (and empty outputs; the work
+    arrays hold the dual state for _primal_newton). primal ≥ 1 (the Newton steps a primal finish
+    took, which stopped short of the test): they continue from its dual point (n_active samples in
+    A, `it` iterations done), whose duals are not optimal on A, so convergence needs a converged
+    coordinate descent first, whatever the next search finds; no second switch. Otherwise returns
+    _class_result's outputs with (it, n_active, converged) and switch = False."""
     D = work.v.shape[0] - 1
-    _seed(work.rng, seed, k)
-    n_active = np.int64(0)  # not 0: _search would also be compiled for Literal[int](0)
-    first_kappa = max(1, min(kappa, data.pos_ptr[k + 1] - data.pos_ptr[k]))
-    for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
-        i = data.pos_rows[p]
-        work.ysign[i] = 1
-        work.in_active[i] = 1
-        work.active[n_active] = i
-        n_active += 1
     approximate = delta > 0.0 or x_threshold > 0.0
-    exact_next = not approximate
-    converged = False
-    inner_ok = True
+    first_kappa = max(1, min(kappa, data.pos_ptr[k + 1] - data.pos_ptr[k]))
     budget = max_inner
-    it = 0
-    primal = 0
+    if primal == 0:
+        _seed(work.rng, seed, k)
+        for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
+            i = data.pos_rows[p]
+            work.ysign[i] = 1
+            work.in_active[i] = 1
+            work.active[n_active] = i
+            n_active += 1
+        exact_next = not approximate
+        inner_ok = True
+    else:
+        exact_next = True
+        inner_ok = False
+    converged = False
     while it < max_iter:
         it += 1
         before = n_active
@@ -904,20 +1015,20 @@ def solve_class(
             and D < PRIMAL_MAX_FEATURES
             and 0.0 < primal_ratio * (D + 1) <= n_active
         ):
-            primal, ok, n_active = _primal_newton(data, work, mu, sigma, tol, PRIMAL_MAX_NEWTON)
-            primal = max(primal, 1)  # tried once per class
-            if ok:
-                converged = True
-                break
-            # continue Algorithm 1 from α = b(w): its duals are not optimal on A, so convergence
-            # needs a converged coordinate descent first, whatever the next search finds
-            budget, inner_ok, exact_next = max_inner, False, True
-            continue
+            return np.empty(0, np.int64), np.empty(0), 0.0, it, n_active, 0, False, 0.0, True
         budget = max_inner if inner_ok else 2 * budget
         n_active = _eliminate(work, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before
-    # outputs
+    idx, val, bias, n_alpha, dual = _class_result(data, work, k, n_active, loss, mu, sigma)
+    return idx, val, bias, it, n_active, n_alpha, converged, dual, False
+
+
+@kernel(nogil=True)
+def _class_result(data, work, k, n_active, loss, mu, sigma):
+    """The end of solve_class: (indices, values) of the non-zeros of w_{:D} (sorted), the bias
+    w_D, nnz(α) and G(α) (10) of the dual state; then every work array the class touched reset."""
+    D = work.v.shape[0] - 1
     c = 1.0 if loss == OVR_HALF_SQUARED_HINGE else 0.0
     n_sup, _ = _support(work, mu, sigma)
     order = stable_argsort(work.sup_idx[:n_sup])  # distinct keys: any sort's order
@@ -949,7 +1060,7 @@ def solve_class(
         work.in_active[i] = 0
     for p in range(data.pos_ptr[k], data.pos_ptr[k + 1]):
         work.ysign[data.pos_rows[p]] = -1
-    return idx, val, bias, it, n_active, n_alpha, converged, dual, primal
+    return idx, val, bias, n_alpha, dual
 
 
 # -- the primal objective of one class ------------------------------------------------------

@@ -462,15 +462,15 @@ def test_kappa_is_capped_at_the_class_positives(digits):
         assert kkt_violation(X, Ys, W, np.array([bias]), lam, tau).max() < 1e-6
 
 
-def _solve_one(X, labels, n_classes, k, lam, tau, solve=None, **over):
-    """solve_class (or a stand-in with its signature) for class k with TIGHT settings and `over`."""
+def _solve_one(X, labels, n_classes, k, lam, tau, **over):
+    """solve_class for class k with TIGHT settings and `over`."""
     from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE
     from streamfit.solvers.ppdsparse_kernels import make_work, solve_class
 
     n = X.shape[0]
     data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
     o = {"kappa": 500, "kappa_growth": 1.0, "max_inner": 1000, "delta": 0.0, "primal_ratio": 0.0, **TIGHT, **over}
-    out = (solve or solve_class)(
+    out = solve_class(
         data,
         make_work(n, data.col_map.size),
         k,
@@ -526,16 +526,14 @@ def test_primal_newton_finish_reaches_the_optimum(request, data_name):
 def test_primal_newton_falls_back_to_the_dual(digits, monkeypatch):
     """When the Newton finish stops short of the test (here: one Newton step allowed), Algorithm 1
     continues by coordinate descent from its dual point α = b(w) and still reaches the optimum
-    (solve_class run as Python, so the patched step limit is read)."""
+    (solve_class, Python, reads the patched step limit when it calls _primal_newton)."""
     import streamfit.solvers.ppdsparse_kernels as kern
 
     X, y = digits
     lam, tau = 2e-3, 1e-3
     Ys = signs(y, 10)
     monkeypatch.setattr(kern, "PRIMAL_MAX_NEWTON", 1)
-    idx, val, bias, it, _, _, conv, _, newton = _solve_one(
-        X, y, 10, 3, lam, tau, solve=kern.solve_class.py_func, primal_ratio=1e-9, max_inner=1
-    )
+    idx, val, bias, it, _, _, conv, _, newton = _solve_one(X, y, 10, 3, lam, tau, primal_ratio=1e-9, max_inner=1)
     assert conv and newton == 1 and it > 1
     w = np.zeros((X.shape[1], 1))
     w[idx, 0] = val
