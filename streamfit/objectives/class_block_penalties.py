@@ -23,8 +23,6 @@ import numpy as np
 from streamfit._jit import kernel
 from streamfit.projections import project_l1_ball
 
-CLASS_BLOCK_PENALTIES = ("l1", "l1/l2", "l1/linf", "l2")
-
 
 @kernel(nogil=True)
 def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndarray:
