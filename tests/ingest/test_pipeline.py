@@ -108,6 +108,7 @@ def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm):
     for c in range(10):
         n_c = int((y == c).sum())
         assert int((yt == a.classes.index(str(c))).sum()) == round(0.2 * n_c)
+        assert int((ya == a.classes.index(str(c))).sum()) == n_c - round(0.2 * n_c)
     assert a.n_rows + at.n_rows == 1797 and at.classes == a.classes
 
 
