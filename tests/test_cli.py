@@ -424,7 +424,7 @@ def test_worker_timeout_reaches_the_engine(stores, tmp_path):
             result = run(*args, ok=False)
             assert result.exit_code == 2, result.output
             assert f"the Dask scheduler at {address} has no workers (waited 1 s)" in result.output
-            assert time.monotonic() - started < 15
+            assert time.monotonic() - started < 45  # not the default 60 s (a loaded machine starts slowly)
     for command in ([*train, "--out", tmp_path / "c"], ["run", tmp_path / "set.yaml"]):
         for bad in ("0", "-1", "soon"):
             result = run(*command, "--worker-timeout", bad, ok=False)
