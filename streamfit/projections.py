@@ -116,10 +116,3 @@ def epigraph_max_threshold(nu: np.ndarray, zeta: float) -> float:
             return theta
         total += nu[K - m - 1]
     return total / (K + 1)
-
-
-@kernel(nogil=True)
-def project_epigraph_max(y: np.ndarray, r: np.ndarray, zeta: float) -> tuple[np.ndarray, float]:
-    """P_epi h(y, ζ) for h(y) = max_k (y_k + r_k) (Proposition 3.3): returns (p, θ)."""
-    theta = epigraph_max_threshold(y + r, zeta)
-    return np.minimum(y, theta - r), theta

@@ -424,7 +424,7 @@ def test_worker_timeout_reaches_the_engine(stores, tmp_path):
             result = run(*args, ok=False)
             assert result.exit_code == 2, result.output
             assert f"the Dask scheduler at {address} has no workers (waited 1 s)" in result.output
-            assert time.monotonic() - started < 15
+            assert time.monotonic() - started < 45  # not the default 60 s (a loaded machine starts slowly)
     for command in ([*train, "--out", tmp_path / "c"], ["run", tmp_path / "set.yaml"]):
         for bad in ("0", "-1", "soon"):
             result = run(*command, "--worker-timeout", bad, ok=False)
@@ -1145,6 +1145,8 @@ def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     import csv
     import gzip
 
+    from sklearn.metrics import accuracy_score, f1_score
+
     data = os.path.join(REPO, "tests", "data", "walkthrough")
     news, clinic = os.path.join(data, "news-train.txt.gz"), os.path.join(data, "clinic.tar.gz")
     out = tmp_path / "news-train.zarr"
@@ -1154,14 +1156,24 @@ def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     run("ingest", os.path.join(data, "news-test.txt.gz"), "--like", out, "--out", tmp_path / "news-test.zarr")
     run("train", out, "--n-workers", "0", "--out", tmp_path / "news-run", "-q")
     evaluated = run("evaluate", tmp_path / "news-run", tmp_path / "news-test.zarr").output
-    assert evaluated == "n_samples=90  macro_f1=0.7438  micro_f1=0.7444  accuracy=0.7444  log_loss=1.3482\n"
+    with open(os.path.join(REPO, "docs", "walkthrough.md"), encoding="utf-8") as f:
+        assert evaluated in f.read().splitlines(keepends=True)  # the page shows this line
     predictions = tmp_path / "news-predictions.csv"
     run("predict", tmp_path / "news-run", os.path.join(data, "news-test.txt.gz"), "--out", predictions)
     with gzip.open(os.path.join(data, "news-test.txt.gz"), "rt") as f:
         truth = {line.split("\t")[1]: line.split("\t")[0] for line in f}
     rows = list(csv.DictReader(predictions.open()))
     assert [r["id"] for r in rows] == list(truth)
-    assert round(np.mean([r["label_1"] == truth[r["id"]] for r in rows]), 4) == 0.7444
+    # evaluate's scores are those of predict's labels against the raw file's, by scikit-learn
+    y_true, y_pred = list(truth.values()), [r["label_1"] for r in rows]
+    metrics = dict(item.split("=") for item in evaluated.split())
+    assert metrics["n_samples"] == str(len(rows))
+    for name, value in [
+        ("accuracy", accuracy_score(y_true, y_pred)),
+        ("macro_f1", f1_score(y_true, y_pred, average="macro")),
+    ]:
+        assert metrics[name] == f"{value:.4f}"
+    assert metrics["micro_f1"] == metrics["accuracy"]  # one label a row
 
     several = run("ingest", clinic, "--out", tmp_path / "c.zarr", ok=False)
     assert "holds several folders of class folders: clinic/test, clinic/training" in several.output

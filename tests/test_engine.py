@@ -299,7 +299,7 @@ def test_a_cluster_without_workers_is_a_clear_error():
         t = time.monotonic()
         with pytest.raises(StreamfitError, match=f"scheduler at {address} has no workers.*dask worker {address}"):
             Engine(address, worker_timeout=1.0).start()
-        assert time.monotonic() - t < 10
+        assert time.monotonic() - t < 45  # worker_timeout, not the default 60 s, with room for a loaded machine
         cluster.scale(1)
         with Engine(address, worker_timeout=2.0) as eng:
             assert eng.map_reduce(chunk_slow, None, range(2)) == 1.0
@@ -308,7 +308,7 @@ def test_a_cluster_without_workers_is_a_clear_error():
             t = time.monotonic()
             with pytest.raises(StreamfitError, match=f"scheduler at {address} has had no workers.*dask worker"):
                 eng.map_reduce(chunk_slow, None, range(40))
-            assert time.monotonic() - t < 15
+            assert time.monotonic() - t < 45
             timer.join()
 
 

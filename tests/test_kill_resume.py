@@ -1,12 +1,14 @@
 """A training run killed with SIGKILL at chosen events (right after the k-th checkpoint, in the
 middle of a step with its per-chunk state half written) and resumed ends with the model of an
-uninterrupted run, bitwise. Kills land on files the run writes, polled for, never on wall-clock
-guesses; each wait is bounded and fails naming the event that did not come."""
+uninterrupted run, bitwise. Kills land on files the run writes: an ingest's kill is polled for
+(each wait bounded, failing with the event that did not come); a training run kills itself at
+the event (`KILLED_AT`), so that no scheduling of this process decides where the kill lands."""
 
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -48,6 +50,38 @@ def _wait_for(proc, event, description):
         time.sleep(POLL_S)
 
 
+# `python -c KILLED_AT STEP EVENT ARGS...`: streamfit ARGS that SIGKILLs itself once checkpoints/LATEST
+# names STEP or later: at once (EVENT "checkpoint"), or at its next write of a state file (EVENT
+# "state": in the step after that checkpoint, its per-sample state half written).
+KILLED_AT = """
+import json, os, signal, sys
+from streamfit import storage
+from streamfit.cli import main
+after, event = int(sys.argv[1]), sys.argv[2]
+write, reached = storage.Location.write_bytes, []
+def write_bytes(self, data, **kw):
+    write(self, data, **kw)
+    name = os.path.basename(self.path)
+    if name == "LATEST" and json.loads(data)["step"] >= after:
+        reached.append(True)
+        if event == "checkpoint":
+            os.kill(os.getpid(), signal.SIGKILL)
+    elif event == "state" and reached and os.sep + "state" + os.sep in self.path:
+        os.kill(os.getpid(), signal.SIGKILL)
+storage.Location.write_bytes = write_bytes
+main(sys.argv[3:], prog_name="streamfit")
+"""
+
+
+def _killed_at(step, event, args, description):
+    """Runs `streamfit -q ARGS` until it kills itself at `event` after checkpoint `step`."""
+    argv = [sys.executable, "-c", KILLED_AT, str(step), event, "-q", *map(str, args)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=EVENT_TIMEOUT_S)
+    assert done.returncode == -signal.SIGKILL, (
+        f"the run ended ({done.returncode}) before the kill {description}: {done.stderr}"
+    )
+
+
 def _sigkill(proc, description):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -70,7 +104,9 @@ SOLVER_ARGS = {
     "bcd": ["-p", "mode=chunks", "-p", "group_size=8", "-p", "max_iter=6", "-p", "tol=1e-9"],  # 8 steps a checkpoint
     "fbpd": ["-p", "max_iter=60", "-p", "tol=0", "-p", "gap_tol=0"],
     "multiboost": ["-p", "max_iter=9"],  # restarts at iterations 3, 5, 8, ..., 73, 114
-    "ppdsparse": ["-p", "group_size=1", "-p", "tol=1e-4", "-p", "delta=null"],
+    # one thread: every step saved (on more, a save waits while finished groups do, so where the saves
+    # fall depends on the threads' timing, and a run may save no step between k2 and its end)
+    "ppdsparse": ["-p", "group_size=1", "-p", "tol=1e-4", "-p", "delta=null", "-p", "threads=1"],
 }
 
 
@@ -118,21 +154,15 @@ def _kill_twice_then_resume(cli, tmp_path, solver, train):
     assert n_steps >= 6, f"{solver}: {n_steps} checkpointed steps are too few to kill twice before the end"
     k1, k2 = n_steps // 3, 2 * n_steps // 3
     run = tmp_path / "run"
-    resume = cli(*train, "--out", run, "--resume")
+    resume = [*train, "--out", run, "--resume"]
 
-    proc = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(proc, lambda: (_latest_step(run) or 0) >= k1, f"checkpoint {k1}")
-    _sigkill(proc, f"after checkpoint {k1}")
+    _killed_at(k1, "checkpoint", resume, f"after checkpoint {k1}")
     assert k1 <= _latest_step(run) < n_steps
 
-    proc = subprocess.Popen(resume, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _wait_for(proc, lambda: (_latest_step(run) or 0) >= k2, f"checkpoint {k2}")
-    saved = _state_files(run)
-    _wait_for(proc, lambda: bool(_state_files(run) - saved), f"state written after checkpoint {k2}")
-    _sigkill(proc, f"in the step after checkpoint {k2}")
+    _killed_at(k2, "state", resume, f"in the step after checkpoint {k2}")
     assert k2 <= _latest_step(run) < n_steps
 
-    done = subprocess.run(resume, check=False, capture_output=True, text=True)
+    done = subprocess.run(cli(*resume), check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     got = _arrays(run)
     assert ref.keys() == got.keys()

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from streamfit.projections import (
-    project_epigraph_max,
+    epigraph_max_threshold,
     project_l1_ball,
     project_rows_simplex,
     project_simplex,
@@ -110,7 +110,8 @@ def test_l1_ball_projection_matches_brute_force():
 
 
 def test_epigraph_projection_matches_brute_force():
-    """epi h = {(p, θ) : p_k + r_k ≤ θ}: K half-spaces in ℝ^{K+1}."""
+    """epi h = {(p, θ) : p_k + r_k ≤ θ}: K half-spaces in ℝ^{K+1}; Proposition 3.3's projection
+    from fbpd's threshold θ (epigraph_max_threshold)."""
     rng = np.random.default_rng(3)
     cases = []
     for v in simplex_cases(rng):
@@ -128,5 +129,6 @@ def test_epigraph_projection_matches_brute_force():
         K = len(y)
         A = np.hstack([np.eye(K), -np.ones((K, 1))])
         expected = brute_force_polyhedron(np.append(y, zeta), A, -r)
-        p, theta = project_epigraph_max(y, r, zeta)
+        theta = epigraph_max_threshold(y + r, zeta)  # (15)-(16); p_k = min(y_k, θ − r_k)
+        p = np.minimum(y, theta - r)
         np.testing.assert_allclose(np.append(p, theta), expected, atol=1e-9, err_msg=f"{y} {r} {zeta}")

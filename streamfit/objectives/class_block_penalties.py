@@ -23,11 +23,11 @@ import numpy as np
 from streamfit._jit import kernel
 from streamfit.projections import project_l1_ball
 
-CLASS_BLOCK_PENALTIES = ("l1", "l1/l2", "l1/linf", "l2")
-
 
 @kernel(nogil=True)
 def _group_prox(W: np.ndarray, t: float, group_size: int, linf: bool) -> np.ndarray:
+    """prox_{t g}(W) of a block norm g, block by block (v = x^(k,b)): block soft thresholding
+    max(1 − t/‖v‖₂, 0)·v for l1/l2, v − P_{B₁(t)}(v) by Moreau's identity for l1/linf (`linf`)."""
     M, K = W.shape
     out = np.empty_like(W)
     for k in range(K):

@@ -424,6 +424,10 @@ def _regularized_task(
     a: float = 1.0,
     c: float = 0.0,
 ) -> RegularizedSums:
+    """A chunk's share of one iteration of Algorithm 1 (the regularized form (7)): the dual
+    update Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)) of its rows (step_ℓ = step / w_ℓ
+    when `preconditioned`) and its adjoint TᵀỸ (`regularized_chunk_step`), the next duals written as version `version + 1` (Halpern
+    combined with the anchor when `anchor` is set, `_advance`)."""
     chunk = _read_chunk(source, chunk_id)
     z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
@@ -457,6 +461,11 @@ def _constrained_task(
     a: float = 1.0,
     c: float = 0.0,
 ) -> ConstrainedSums:
+    """A chunk's share of one iteration of Algorithm 2 (problem (13), the epigraphical splitting
+    of (8)): the dual step of its rows (y, ξ, ζ) at the scores S of [x⁺ x]
+    (`constrained_dual_step`: ŷ = y + σT(2x⁺ − x), then the projection onto the epigraph of
+    h_ℓ, Proposition 3.3) and its adjoint Tᵀa, the next duals written as version `version + 1`
+    (Halpern combined with the anchor when `anchor` is set, `_advance`)."""
     chunk = _read_chunk(source, chunk_id)
     z, K, n = chunk.labels, source.n_classes, chunk.n_rows
     names = (DUAL, XI, ZETA)

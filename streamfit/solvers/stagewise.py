@@ -851,6 +851,9 @@ def _stats_task(
     link: str,
     gram: bool,
 ) -> BlockStats:
+    """A chunk's `BlockStats` for the stage's block at its scores F (version `version`):
+    Algorithm 1's sums at W = 0, the design A of the block built from the chunk (dense designs
+    panel by panel)."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     if space.kind == "columns" and space.dense:  # a panel at a time: no rows × block array
@@ -881,6 +884,8 @@ def _inner_task(
     W: np.ndarray,
     link: str,
 ) -> InnerSums:
+    """A chunk's `InnerSums` at U = F + AW: Aᵀ(Y − g(U)), the gradient of (13) up to −1/n, and
+    Σ_i ℓ(U_i; y_i), for Algorithm 1's next update (14) and its backtracking test."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     A = _chunk_design(source, chunk, space, _chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
@@ -906,6 +911,8 @@ def _calibration_task(
     block: int | np.ndarray,
     W: np.ndarray,
 ) -> CalibrationSums:
+    """A chunk's `CalibrationSums`: GᵀG and GᵀY for G = G(ỹ), the polynomial basis of the
+    block fit ỹ = F + AW (18), the sums of Algorithm 2's least-squares calibration (19)."""
     chunk, Y, F = _load(source, chunk_id, state, version)
     base = _chunk_base(source, chunk_id, space, chunk)
     G = poly_basis(

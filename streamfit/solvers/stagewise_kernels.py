@@ -200,9 +200,10 @@ def _csr_columns(indptr, indices, data, position, lo, hi, out, col) -> None:
 
 def sparse_gram_upper(A) -> np.ndarray:
     """The upper triangle of AᵀA for a CSR matrix A (n × p), row by row, as `upper_triangle`
-    packs it: p(p + 1)/2 float64 values, each bitwise what `(A.T @ A).toarray()` holds there.
-    scipy's sparse product (SMMP) adds each entry's terms a_ir · a_ic over the rows i in
-    increasing order, and so does `_sparse_gram_upper`, row by row, into the packed result
+    packs it: p(p + 1)/2 float64 values, (AᵀA)_rc = Σ_i a_ir · a_ic summed over the rows i in
+    increasing order, each product and sum rounded on its own. That is the order of scipy's
+    sparse product (SMMP), so these are the bits of `(A.T @ A).toarray()` where scipy's build
+    does not fuse multiply-adds. `_sparse_gram_upper` adds the terms row by row into the packed result
     directly: no sparse result to build and copy out, and half of AᵀA's entries to write, sum
     over chunks and send (the lower half is their mirror, `symmetric_from_upper`: AᵀA of a
     matrix without repeated column indices in a row is exactly symmetric, a_ir · a_ic = a_ic · a_ir)."""

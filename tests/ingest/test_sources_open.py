@@ -283,6 +283,7 @@ _OPTION_VALUES = st.one_of(
 )
 
 
+@settings(deadline=None)  # a slow example on a loaded machine is not a failure
 @given(st.sampled_from(sorted(src._ALL_OPTIONS)), _OPTION_VALUES)
 def test_every_format_option_value_is_taken_or_one_config_error_line(name, value):
     """check_options, the one check of format options: a value of the reader's declared type that

@@ -87,12 +87,23 @@ def test_rowwise_matmul_mixed_precision_and_shape_error():
         rowwise_matmul(A, B.T)
 
 
-def test_sparse_gram_upper_is_scipys_product_bitwise():
-    """sparse_gram_upper(A) is the upper triangle of (A.T @ A).toarray() bit for bit (stagewise's
-    AᵀA of a sparse block, whose bits the models depend on), and mirrored it is the whole of it:
-    values of many magnitudes and signs, so that another order of the sums over the rows would
-    round differently, rows with no entry, rows whose columns are not sorted, and a first column
-    of ones (the intercept); checked against the exact Gram too (rational arithmetic) for scale."""
+def _row_order_gram(D: np.ndarray, rows) -> np.ndarray:
+    """DᵀD summed over `rows` in that order, one rank-one term a row: every product and every sum
+    rounded on its own (two numpy ufuncs a row, which no compiler fuses into a multiply-add)."""
+    G = np.zeros((D.shape[1], D.shape[1]))
+    for i in rows:
+        G = G + np.multiply.outer(D[i], D[i])
+    return G
+
+
+def test_sparse_gram_upper_sums_the_rows_in_order():
+    """sparse_gram_upper(A) is the upper triangle of AᵀA summed over the rows in increasing
+    order, bit for bit (stagewise's AᵀA of a sparse block, whose bits the models depend on),
+    and mirrored it is the whole of it: checked against that recurrence in plain IEEE
+    arithmetic on the dense rows (a zero entry adds ±0, which changes no sum), with values of
+    many magnitudes and signs, so that the reverse order rounds otherwise, rows with no entry,
+    rows whose columns are not sorted, and a first column of ones (the intercept); against the
+    exact Gram (rational arithmetic) and scipy's product for scale."""
     rng = np.random.default_rng(0)
     n, p = 400, 60
     A = sp.random(n, p, density=0.08, random_state=1, format="csr")
@@ -102,14 +113,16 @@ def test_sparse_gram_upper_is_scipys_product_bitwise():
     lo, hi = A.indptr[7], A.indptr[8]
     A.indices[lo:hi], A.data[lo:hi] = A.indices[lo:hi][::-1].copy(), A.data[lo:hi][::-1].copy()  # row 7 unsorted
     A.has_sorted_indices = False
-    full = (A.T @ A).toarray()
-    got = sparse_gram_upper(A)
-    assert got.shape == ((p + 1) * (p + 2) // 2,) and np.array_equal(got, full[np.triu_indices(p + 1)])
-    assert np.array_equal(symmetric_from_upper(got), full)
-    assert got[0] == n - 1 and not np.array_equal(full, A.toarray().T @ A.toarray())  # BLAS orders the sums otherwise
     D = A.toarray()
+    in_order = _row_order_gram(D, range(n))
+    got = sparse_gram_upper(A)
+    assert got.shape == ((p + 1) * (p + 2) // 2,) and np.array_equal(got, in_order[np.triu_indices(p + 1)])
+    assert np.array_equal(symmetric_from_upper(got), in_order)
+    assert got[0] == n - 1 and not np.array_equal(in_order, _row_order_gram(D, range(n - 1, -1, -1)))
+    scale = np.abs(D).T @ np.abs(D)
+    assert np.all(np.abs(symmetric_from_upper(got) - (A.T @ A).toarray()) <= 1e-12 * scale)
     exact = float(sum(Fraction(D[i, 3]) * Fraction(D[i, 7]) for i in range(n)))
-    assert abs(full[3, 7] - exact) <= 1e-12 * np.abs(D[:, 3] * D[:, 7]).sum()
+    assert abs(got[3 * (2 * (p + 1) - 3 - 1) // 2 + 7] - exact) <= 1e-12 * scale[3, 7]
 
 
 def test_upper_triangle_round_trip():
