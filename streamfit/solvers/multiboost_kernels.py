@@ -100,6 +100,40 @@ def histogram(
 
 
 @kernel(nogil=True)
+def histogram_with_own(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    codes: np.ndarray,
+    G: np.ndarray,
+    labels: np.ndarray,
+    cut_offsets: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """histogram of G and, in the same pass over the stored entries, histogram of G's own-class
+    part G_own (G_own[i, c] = G[i, c] if labels[i] = c, else 0: V₊'s share of the rows of class
+    c, for choice="gain"). A row's own-class part has one nonzero, in column labels[i], so the
+    second histogram costs one add per entry, not K; the zeros it skips would add nothing (x + 0
+    = x), so the result equals histogram(..., G_own, ...) bit for bit. Returns (H, nonzero_sums,
+    H_own, own_nonzero_sums)."""
+    n_features = cut_offsets.shape[0] - 1
+    K = G.shape[1]
+    H = np.zeros((cut_offsets[n_features] + n_features, K))
+    nonzero_sums = np.zeros((n_features, K))
+    H_own = np.zeros((cut_offsets[n_features] + n_features, K))
+    own_sums = np.zeros((n_features, K))
+    for i in range(indptr.shape[0] - 1):
+        yi = labels[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            f = indices[k]
+            row = cut_offsets[f] + f + codes[k]
+            for c in range(K):
+                H[row, c] += G[i, c]
+                nonzero_sums[f, c] += G[i, c]
+            H_own[row, yi] += G[i, yi]
+            own_sums[f, yi] += G[i, yi]
+    return H, nonzero_sums, H_own, own_sums
+
+
+@kernel(nogil=True)
 def stump_bits(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -614,16 +648,49 @@ def compress_sketch(
     return counts, out_values[keep], out_weights[keep]
 
 
+RELATIVE_ROUNDING = 1e-10  # a bound on the relative rounding of the histograms' sums (≈ n·ε for n = 1e6 terms)
+
+
 @kernel(nogil=True, inline="always")
-def _score(gain: bool, edge: float, v_plus: float, v_minus: float) -> float:
-    """A candidate's score: its edge (= V₊ − V₋), or with `gain` (√V₊ − √V₋)² (−inf when
-    V₊ ≤ V₋: the line search would not move it)."""
+def _score(
+    gain: bool,
+    edge: float,
+    v_plus: float,
+    v_minus: float,
+    exact: bool,
+    C_over_p: float,
+    large_c: bool,
+    learning_rate: float,
+    best: float,
+    tiny: float,
+) -> float:
+    """A candidate's score: its edge (= V₊ − V₋); with `gain` (√V₊ − √V₋)² (−inf when V₊ ≤ V₋:
+    the line search would not move it); with `exact` too, the decrease of (2) (times p/C) by the
+    step the solver takes on it as a new coordinate: w = coordinate_update(V₊, V₋, 0, ...) (ν·(13)
+    or ν·(12), at V₋ = 0 (12) at C), decrease(w) = V₊(1 − e^{−w}) + V₋(1 − e^{w}) − (p/C)·w (−inf
+    where it is not positive: (13) ignores the ℓ1 term, so its step can raise (2)). The loss part
+    of decrease(w) is at most its maximum over w, (√V₊ − √V₋)² (V₊ at V₋ = 0), so the decrease is
+    computed only for a candidate whose gain exceeds `best`, the score to beat (a candidate that
+    cannot win keeps its gain, which is ≤ best; exact up to the rounding below). V₊ and V₋ come
+    from differences of histogram sums, so a V₋ that is 0 (a learner that separates its class's
+    pairs) comes out as rounding noise of either sign: a V± at most `tiny` (RELATIVE_ROUNDING of
+    the class's μ mass) is taken as 0 here, and the step then is (12)'s at C as FCD's on the exact
+    sums (otherwise (13) at a V₋ of 1e-20 promises a step FCD does not take); a decrease at most
+    `tiny` is no decrease (−inf: the learner is not taken)."""
     if not gain:
         return edge
     if v_plus <= v_minus:
         return -np.inf
     root = np.sqrt(v_plus) - np.sqrt(max(v_minus, 0.0))
-    return root * root
+    bound = root * root
+    if not exact or bound <= best:
+        return bound
+    if v_plus <= tiny:
+        return -np.inf
+    v_minus = v_minus if v_minus > tiny else 0.0
+    w = coordinate_update(v_plus, v_minus, 0.0, C_over_p, large_c, learning_rate)
+    decrease = -v_plus * np.expm1(-w) - v_minus * np.expm1(w) - w / C_over_p
+    return decrease if w > 0.0 and decrease > tiny else -np.inf
 
 
 @kernel(nogil=True)
@@ -636,6 +703,10 @@ def best_stumps(
     negated: bool,
     H_own: np.ndarray,
     own_totals: np.ndarray,
+    exact: bool = False,
+    C_over_p: float = 1.0,
+    large_c: bool = True,
+    learning_rate: float = 1.0,
 ):
     """Per class c, the stump of the pool (sign stumps with `sign`, indicator stumps with
     `indicator`, their negations too with `negated`, or a union) of the largest score, over
@@ -657,7 +728,9 @@ def best_stumps(
       the indicator's, negated. The same histograms, no other pass. (A negated sign stump is
       the sign stump of the other polarity, already in the pool.)
     The score is the edge V₊ − V₋ (eq. 4 up to the factor C/p; H_own empty: P is not needed),
-    or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13).
+    or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13), and with
+    `exact` the decrease of (2) by the step the solver takes (_score: (12) or (13) at C/p =
+    `C_over_p`, `large_c`, shrunk by `learning_rate`; choice="decrease").
     Ties keep the first in (feature, bin, sign stump, indicator, negated indicator, polarity +
     before −) order, the constant last (before its negation). Returns (feature, bin, polarity,
     edge, low, sign) arrays of length K: edge is the chosen stump's V₊ − V₋, low its value where
@@ -675,6 +748,7 @@ def best_stumps(
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
+        tiny = RELATIVE_ROUNDING * (PT + (PT - T))  # of the class's μ mass: Σ R_i (own rows) + Σ μ_(i,c) (others)
         for f in range(n_features):
             start = cut_offsets[f] + f
             cum = 0.0
@@ -686,41 +760,67 @@ def best_stumps(
                     own += H_own[start + b, c]
                 if sign:
                     edge = T - 2.0 * cum
-                    score = _score(gain, edge, PT - cum, PT - T + cum)
+                    score = _score(
+                        gain, edge, PT - cum, PT - T + cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny
+                    )
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, -1, 1
                         best_s[c], best_e[c] = score, edge
-                    score = _score(gain, -edge, PT - T + cum, PT - cum)
+                    score = _score(
+                        gain, -edge, PT - T + cum, PT - cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny
+                    )
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, -1, 1
                         best_s[c], best_e[c] = score, -edge
                 if indicator:
-                    score = _score(gain, T - cum, PT - own, PT - T - own + cum)
+                    score = _score(
+                        gain,
+                        T - cum,
+                        PT - own,
+                        PT - T - own + cum,
+                        exact,
+                        C_over_p,
+                        large_c,
+                        learning_rate,
+                        best_s[c],
+                        tiny,
+                    )
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, 1
                         best_s[c], best_e[c] = score, T - cum
-                    score = _score(gain, cum, own, own - cum)
+                    score = _score(gain, cum, own, own - cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, 1
                         best_s[c], best_e[c] = score, cum
                 if negated:
-                    score = _score(gain, cum - T, PT - T - own + cum, PT - own)
+                    score = _score(
+                        gain,
+                        cum - T,
+                        PT - T - own + cum,
+                        PT - own,
+                        exact,
+                        C_over_p,
+                        large_c,
+                        learning_rate,
+                        best_s[c],
+                        tiny,
+                    )
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, -1
                         best_s[c], best_e[c] = score, cum - T
-                    score = _score(gain, -cum, own - cum, own)
+                    score = _score(gain, -cum, own - cum, own, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, -1
                         best_s[c], best_e[c] = score, -cum
         if n_features > 0:
             last = cut_offsets[1] - cut_offsets[0]  # feature 0's 1[x ≤ +inf]: the constant
             if indicator:
-                score = _score(gain, T, PT, PT - T)
+                score = _score(gain, T, PT, PT - T, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, 1
                     best_s[c], best_e[c] = score, T
             if negated:
-                score = _score(gain, -T, PT - T, PT)
+                score = _score(gain, -T, PT - T, PT, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, -1
                     best_s[c], best_e[c] = score, -T
