@@ -37,7 +37,7 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
      largest edge in the pool wins (kernels.best_stumps, `choice="edge"`, the paper's rule; the default for
      totally corrective runs and shared learners, `choice="auto"`); with `choice="gain"` the largest loss decrease
      of the line search, (√V₊ − √V₋)², from a second histogram of g's own-class part that splits each
-     edge V₊ − V₋ into V₊ and V₋ (summed in the same pass, kernels.histogram_with_own); with
+     edge V₊ − V₋ into V₊ and V₋ (summed in the same pass, kernels.histograms); with
      `choice="decrease"` the largest decrease of (2), lam·‖w‖₁ included, by the step the run takes on
      the learner as a new coordinate (ν·(13) or ν·(12) at C; the gain bounds it, and is the decrease
      of the loss alone under (13) at ν = 1, not of (2): at V₋ = 0 the step is (12)'s at C, 0 once
@@ -357,7 +357,7 @@ def _histogram_task(
         return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
     labels = state.read(LABELS, 1, chunk_id)
     G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
-    H, stored, H_own, stored_own = kernels.histogram_with_own(indptr, indices, codes, G, labels, cut_offsets)
+    H, stored, H_own, stored_own = kernels.histograms(indptr, indices, codes, G, labels, cut_offsets, True)
     return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
 
 

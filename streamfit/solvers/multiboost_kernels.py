@@ -73,6 +73,42 @@ def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offse
 
 
 @kernel(nogil=True)
+def histograms(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    codes: np.ndarray,
+    G: np.ndarray,
+    labels: np.ndarray,
+    cut_offsets: np.ndarray,
+    own: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """histogram's sums of G and, with `own` (choice="gain" and "decrease": V₊'s share of the rows
+    of class c), in the same pass over the stored entries, those of
+    G's own-class part G_own (G_own[i, c] = G[i, c] if labels[i] = c, else 0; else two empty
+    arrays). A row's own-class part has one nonzero, in column labels[i], so its sums cost one add
+    per entry, not K; the zeros skipped would add nothing (x + 0 = x), so they equal histogram's of
+    G_own bit for bit. Returns (H, nonzero_sums, H_own, own_nonzero_sums)."""
+    n_features = cut_offsets.shape[0] - 1
+    K = G.shape[1]
+    H = np.zeros((cut_offsets[n_features] + n_features, K))
+    nonzero_sums = np.zeros((n_features, K))
+    H_own = np.zeros((H.shape[0] if own else 0, K))
+    own_sums = np.zeros((n_features if own else 0, K))
+    for i in range(indptr.shape[0] - 1):
+        yi = labels[i] if own else 0
+        for k in range(indptr[i], indptr[i + 1]):
+            f = indices[k]
+            row = cut_offsets[f] + f + codes[k]
+            for c in range(K):
+                H[row, c] += G[i, c]
+                nonzero_sums[f, c] += G[i, c]
+            if own:
+                H_own[row, yi] += G[i, yi]
+                own_sums[f, yi] += G[i, yi]
+    return H, nonzero_sums, H_own, own_sums
+
+
+@kernel(nogil=True)
 def histogram(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -85,52 +121,8 @@ def histogram(
     bin is filled by the driver as column total minus this). Feature f's bins are rows
     cut_offsets[f] + f ... of H (one more bin than cuts). Returns (H (n_bins_total × K),
     nonzero_sums (n_features × K))."""
-    n_features = cut_offsets.shape[0] - 1
-    K = G.shape[1]
-    H = np.zeros((cut_offsets[n_features] + n_features, K))
-    nonzero_sums = np.zeros((n_features, K))
-    for i in range(indptr.shape[0] - 1):
-        for k in range(indptr[i], indptr[i + 1]):
-            f = indices[k]
-            row = cut_offsets[f] + f + codes[k]
-            for c in range(K):
-                H[row, c] += G[i, c]
-                nonzero_sums[f, c] += G[i, c]
+    H, nonzero_sums, _, _ = histograms(indptr, indices, codes, G, np.zeros(0, np.int64), cut_offsets, False)
     return H, nonzero_sums
-
-
-@kernel(nogil=True)
-def histogram_with_own(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    codes: np.ndarray,
-    G: np.ndarray,
-    labels: np.ndarray,
-    cut_offsets: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """histogram of G and, in the same pass over the stored entries, histogram of G's own-class
-    part G_own (G_own[i, c] = G[i, c] if labels[i] = c, else 0: V₊'s share of the rows of class
-    c, for choice="gain"). A row's own-class part has one nonzero, in column labels[i], so the
-    second histogram costs one add per entry, not K; the zeros it skips would add nothing (x + 0
-    = x), so the result equals histogram(..., G_own, ...) bit for bit. Returns (H, nonzero_sums,
-    H_own, own_nonzero_sums)."""
-    n_features = cut_offsets.shape[0] - 1
-    K = G.shape[1]
-    H = np.zeros((cut_offsets[n_features] + n_features, K))
-    nonzero_sums = np.zeros((n_features, K))
-    H_own = np.zeros((cut_offsets[n_features] + n_features, K))
-    own_sums = np.zeros((n_features, K))
-    for i in range(indptr.shape[0] - 1):
-        yi = labels[i]
-        for k in range(indptr[i], indptr[i + 1]):
-            f = indices[k]
-            row = cut_offsets[f] + f + codes[k]
-            for c in range(K):
-                H[row, c] += G[i, c]
-                nonzero_sums[f, c] += G[i, c]
-            H_own[row, yi] += G[i, yi]
-            own_sums[f, yi] += G[i, yi]
-    return H, nonzero_sums, H_own, own_sums
 
 
 @kernel(nogil=True)
@@ -657,15 +649,12 @@ def _score(
     edge: float,
     v_plus: float,
     v_minus: float,
-    exact: bool,
-    C_over_p: float,
-    large_c: bool,
-    learning_rate: float,
+    rule: tuple[bool, float, bool, float],
     best: float,
     tiny: float,
 ) -> float:
     """A candidate's score: its edge (= V₊ − V₋); with `gain` (√V₊ − √V₋)² (−inf when V₊ ≤ V₋:
-    the line search would not move it); with `exact` too, the decrease of (2) (times p/C) by the
+    the line search would not move it); with `exact` too (rule = (exact, C/p, large_c, ν)), the decrease of (2) (times p/C) by the
     step the solver takes on it as a new coordinate: w = coordinate_update(V₊, V₋, 0, ...) (ν·(13)
     or ν·(12), at V₋ = 0 (12) at C), decrease(w) = V₊(1 − e^{−w}) + V₋(1 − e^{w}) − (p/C)·w (−inf
     where it is not positive: (13) ignores the ℓ1 term, so its step can raise (2)). The loss part
@@ -677,6 +666,7 @@ def _score(
     the class's μ mass) is taken as 0 here, and the step then is (12)'s at C as FCD's on the exact
     sums (otherwise (13) at a V₋ of 1e-20 promises a step FCD does not take); a decrease at most
     `tiny` is no decrease (−inf: the learner is not taken)."""
+    exact, C_over_p, large_c, learning_rate = rule
     if not gain:
         return edge
     if v_plus <= v_minus:
@@ -748,6 +738,7 @@ def best_stumps(
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
+        rule = (exact, C_over_p, large_c, learning_rate)
         tiny = RELATIVE_ROUNDING * (PT + (PT - T))  # of the class's μ mass: Σ R_i (own rows) + Σ μ_(i,c) (others)
         for f in range(n_features):
             start = cut_offsets[f] + f
@@ -760,67 +751,41 @@ def best_stumps(
                     own += H_own[start + b, c]
                 if sign:
                     edge = T - 2.0 * cum
-                    score = _score(
-                        gain, edge, PT - cum, PT - T + cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny
-                    )
+                    score = _score(gain, edge, PT - cum, PT - T + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, -1, 1
                         best_s[c], best_e[c] = score, edge
-                    score = _score(
-                        gain, -edge, PT - T + cum, PT - cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny
-                    )
+                    score = _score(gain, -edge, PT - T + cum, PT - cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, -1, 1
                         best_s[c], best_e[c] = score, -edge
                 if indicator:
-                    score = _score(
-                        gain,
-                        T - cum,
-                        PT - own,
-                        PT - T - own + cum,
-                        exact,
-                        C_over_p,
-                        large_c,
-                        learning_rate,
-                        best_s[c],
-                        tiny,
-                    )
+                    score = _score(gain, T - cum, PT - own, PT - T - own + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, 1
                         best_s[c], best_e[c] = score, T - cum
-                    score = _score(gain, cum, own, own - cum, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
+                    score = _score(gain, cum, own, own - cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, 1
                         best_s[c], best_e[c] = score, cum
                 if negated:
-                    score = _score(
-                        gain,
-                        cum - T,
-                        PT - T - own + cum,
-                        PT - own,
-                        exact,
-                        C_over_p,
-                        large_c,
-                        learning_rate,
-                        best_s[c],
-                        tiny,
-                    )
+                    score = _score(gain, cum - T, PT - T - own + cum, PT - own, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, -1
                         best_s[c], best_e[c] = score, cum - T
-                    score = _score(gain, -cum, own - cum, own, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
+                    score = _score(gain, -cum, own - cum, own, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, -1
                         best_s[c], best_e[c] = score, -cum
         if n_features > 0:
             last = cut_offsets[1] - cut_offsets[0]  # feature 0's 1[x ≤ +inf]: the constant
             if indicator:
-                score = _score(gain, T, PT, PT - T, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
+                score = _score(gain, T, PT, PT - T, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, 1
                     best_s[c], best_e[c] = score, T
             if negated:
-                score = _score(gain, -T, PT - T, PT, exact, C_over_p, large_c, learning_rate, best_s[c], tiny)
+                score = _score(gain, -T, PT - T, PT, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, -1
                     best_s[c], best_e[c] = score, -T

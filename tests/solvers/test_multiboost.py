@@ -95,7 +95,7 @@ def test_the_gain_is_the_exact_decrease_of_the_loss_under_13_and_bounds_that_of_
             gamma = G[rows, labels][:, None] - G
             return (np.exp(-gamma).sum() - m) / p  # the m terms y = y_i are e^0 = 1
 
-        gain = kernels._score(True, v_plus - v_minus, v_plus, v_minus, False, 1.0, True, 1.0, -np.inf, 0.0)
+        gain = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (False, 1.0, True, 1.0), -np.inf, 0.0)
         ref = minimize_scalar(loss, bounds=(0.0, 30.0), method="bounded", options={"xatol": 1e-12})
         assert loss(0.0) - ref.fun == pytest.approx(gain / p, rel=1e-8)
         w13 = kernels.coordinate_minimum(v_plus, v_minus, 1.0, True)  # (13) does not depend on C
@@ -112,13 +112,13 @@ def test_the_gain_is_the_exact_decrease_of_the_loss_under_13_and_bounds_that_of_
         assert decrease < gain / p
         # choice="decrease" scores the decrease of (2) itself (times p), by the run's step
         C_over_p = 1.0 / (lam * p)
-        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, True, C_over_p, False, 1.0, -np.inf, 0.0)
+        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, False, 1.0), -np.inf, 0.0)
         assert exact == (pytest.approx(p * decrease, rel=1e-7, abs=1e-11) if w12 > 0 else -np.inf)
         after13 = loss(0.0) - (lam * w13 + loss(w13))
         assert after13 == pytest.approx(gain / p - lam * w13, rel=1e-8, abs=1e-13)
-        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, True, C_over_p, True, 1.0, -np.inf, 0.0)
+        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, True, 1.0), -np.inf, 0.0)
         assert exact == (pytest.approx(p * after13, rel=1e-7, abs=1e-11) if after13 > 0 else -np.inf)
-        shrunk = kernels._score(True, v_plus - v_minus, v_plus, v_minus, True, C_over_p, True, 0.3, -np.inf, 0.0)
+        shrunk = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, True, 0.3), -np.inf, 0.0)
         after = loss(0.0) - (lam * 0.3 * w13 + loss(0.3 * w13))
         assert shrunk == (pytest.approx(p * after, rel=1e-7, abs=1e-11) if after > 0 else -np.inf)
     assert 10 <= interior < 30  # both the closed form and the bound w = 0 are exercised
@@ -138,7 +138,7 @@ def test_the_histogram_with_the_own_class_part_equals_two_histograms_bit_for_bit
     G = kernels.signed_weights(F, labels)
     G[::7] = 0.0  # rows held out weigh 0
     G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
-    H, stored, H_own, stored_own = kernels.histogram_with_own(X.indptr, X.indices, codes, G, labels, offsets)
+    H, stored, H_own, stored_own = kernels.histograms(X.indptr, X.indices, codes, G, labels, offsets, True)
     for got, want in zip((H, stored, H_own, stored_own), (
         *kernels.histogram(X.indptr, X.indices, codes, G, offsets),
         *kernels.histogram(X.indptr, X.indices, codes, G_own, offsets),
