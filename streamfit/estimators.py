@@ -863,10 +863,12 @@ class MultiBoostClassifier(_SolverClassifier):
     Minimises lam·‖w‖₁ + (1/p) Σ_i Σ_{y≠y_i} exp(F_y(x_i) − F_{y_i}(x_i)) over w ≥ 0 (eq. 2
     divided by C = 1/lam; p = n(K−1)), F_c(x) = Σ_j w_cj ħ_cj(x) with stumps ħ ∈ {−1, +1} or
     indicator stumps ħ ∈ {0, 1} (stumps="both", the default; "sign": the paper's pool; "signed": the
-    indicators and their negations ħ ∈ {0, −1}): one
+    indicators and their negations ħ ∈ {0, −1}; "all": the sign stumps and those): one
     per class per iteration (weak_learners="class") or one shared by all classes ("shared",
     eq. 6); per class the learner of the largest edge (choice="edge", eq. 4) or of the largest
-    loss decrease under the line search (choice="gain"). Multiclass only: a label indicator y is refused. The defaults are the paper's
+    loss decrease under the line search (choice="gain") or of the largest decrease of the objective
+    by the run's own step (choice="decrease"); choice="auto" (the default) is "decrease" for the
+    stage-wise tau_max=1 with class-specific learners, else "edge". Multiclass only: a label indicator y is refused. The defaults are the paper's
     MultiBoostcw-1 (tau_max=1, update="large_c", C = 1e8), whose steps learning_rate < 1 shrinks; the totally corrective MultiBoostcw is
     tau_max=2, update="exact" with lam=1/C, or lam="auto": C from 1e2..1e5 by the error on a
     held-out 20 % of the rows, then a refit on all of them.

@@ -18,7 +18,8 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
           lowest held-out error (the paper's protocol); its clock includes the four selection fits,
           its curve is the refit's;
 - cw1:    MultiBoostcw-1, tau_max = 1 with the large-C update (13) and C = 1e8 (the paper's), the
-          solver's defaults (the pool of sign and indicator stumps, stumps="both");
+          solver's defaults (the pool of sign and indicator stumps, stumps="both"; per class the learner of the
+          largest decrease of (2) by the run's step, choice="auto" → "decrease", since session 20);
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
 - cw1_nu<ν>: (for each ν of --learning-rates) cw1 with learning_rate=ν, each stage-wise step shrunk by ν;
@@ -27,6 +28,12 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw1_signed: (not with --no-signed) cw1 with the negation-closed indicator pool (stumps="signed": 1[x > t],
           1[x ≤ t], 1 and their negations);
 - cw1_signed_nu<ν>: (for each ν of --signed-learning-rates) cw1_signed with learning_rate=ν;
+- cw1_edge: (not with --no-edge) cw1 taking per class the most violated constraint, the largest edge (4)
+          (choice="edge", the paper's rule; the default before session 20);
+- cw1_all_gain: (not with --no-all-gain) cw1 with the pool of sign stumps and signed indicators (stumps="all")
+          and the choice of the largest loss decrease (choice="gain");
+- cw1_all_decrease: (not with --no-all-decrease) the same pool with the choice of the largest decrease of (2)
+          by the run's own step (choice="decrease");
 - shared: MultiBoost's shared stumps (eq. 6), solved by the same FCD (tau_max = 2, same C);
           T iterations, T stumps, each with K coefficients (its master problem has as many
           coordinates as cw's), and on the sets of `--shared-kt-sets` also shared_KT: K·T
@@ -299,7 +306,7 @@ def pool_study(Xtr, ytr, Xte, yte, rounds: int, marks=(10, 25, 50, 100, 200, 300
     pool of POOLS with the paper's choice (the largest edge Σ_i g_c[i] ħ(x_i), (4)); and with
     the choice of the largest decrease of the loss, (√V₊ − √V₋)² (the exact line search's
     gain), and with steps shrunk by ν = 0.3. With the pool "both (the default)" and the edge
-    this is the solver's own run (the same test errors to the last digit, a check).
+    this is the solver's run with choice="edge", cw1_edge (the same test errors to the last digit, a check).
     Returns {variant: ({iteration: test error}, held-out iteration, its test error)}."""
     from sklearn.model_selection import train_test_split
 
@@ -748,6 +755,15 @@ def main():
     ap.add_argument("--no-sign", action="store_true", help="without cw1_sign (cw1 with sign stumps only)")
     ap.add_argument("--no-gain", action="store_true", help='without cw1_gain (cw1 with choice="gain")')
     ap.add_argument("--no-signed", action="store_true", help='without cw1_signed (cw1 with stumps="signed")')
+    ap.add_argument("--no-edge", action="store_true", help='without cw1_edge (cw1 with choice="edge")')
+    ap.add_argument(
+        "--no-all-gain", action="store_true", help='without cw1_all_gain (cw1 with stumps="all", choice="gain")'
+    )
+    ap.add_argument(
+        "--no-all-decrease",
+        action="store_true",
+        help='without cw1_all_decrease (cw1 with stumps="all", choice="decrease")',
+    )
     ap.add_argument("--no-cw", action="store_true", help="without cw (then also --fig6-sets none)")
     ap.add_argument(
         "--learning-rates",
@@ -776,6 +792,10 @@ def main():
     X, y, _, _ = load("digits", 0)  # compile the numba kernels before any clock runs
     run_ours(X[:200], y[:200], X[:50], y[:50], 3, tau_max=2, update="exact")
     run_ours(X[:200], y[:200], X[:50], y[:50], 3, tau_max=1, update="large_c", lam=1e-8)
+    for choice in ("gain", "decrease"):
+        run_ours(
+            X[:200], y[:200], X[:50], y[:50], 3, tau_max=1, update="large_c", lam=1e-8, stumps="all", choice=choice
+        )
 
     summary = {}
     for name in args.sets.split(","):
@@ -797,6 +817,16 @@ def main():
         if not args.no_signed:
             results["cw1_signed"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="signed"
+            )
+        if not args.no_edge:
+            results["cw1_edge"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", choice="edge")
+        if not args.no_all_gain:
+            results["cw1_all_gain"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="all", choice="gain"
+            )
+        if not args.no_all_decrease:
+            results["cw1_all_decrease"] = run_ours(
+                Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="all", choice="decrease"
             )
         for rate in filter(None, args.signed_learning_rates.split(",")):
             results[f"cw1_signed_nu{rate}"] = run_ours(

@@ -34,10 +34,19 @@ come from the primal scores by the KKT relation (5). Each boosting iteration (on
   2. the subproblem (4) per class (shared: (6) over all classes) is solved exactly from the
      histograms: the edge of the sign stump "x_f > cut_b" is T_c − 2·Σ_{bins ≤ b}, of the
      indicators 1[x_f > cut_b] and 1[x_f ≤ cut_b] T_c − Σ_{bins ≤ b} and Σ_{bins ≤ b}; the
-     largest edge in the pool wins (kernels.best_stumps); with `choice="gain"` the largest loss decrease
+     largest edge in the pool wins (kernels.best_stumps, `choice="edge"`, the paper's rule; the default for
+     totally corrective runs and shared learners, `choice="auto"`); with `choice="gain"` the largest loss decrease
      of the line search, (√V₊ − √V₋)², from a second histogram of g's own-class part that splits each
-     edge V₊ − V₋ into V₊ and V₋. Column generation has converged when no learner
-     violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every class;
+     edge V₊ − V₋ into V₊ and V₋ (summed in the same pass, kernels.histograms); with
+     `choice="decrease"` the largest decrease of (2), lam·‖w‖₁ included, by the step the run takes on
+     the learner as a new coordinate (ν·(13) or ν·(12) at C; the gain bounds it, and is the decrease
+     of the loss alone under (13) at ν = 1, not of (2): at V₋ = 0 the step is (12)'s at C, 0 once
+     V₊C/p ≤ 1, so the gain can pick a learner that does not move; the default for the stage-wise
+     MultiBoostcw-1, `choice="auto"`, since session 20: docs/benchmarks.md, "the exact decrease of
+     (2) as the stage-wise choice"). Column generation has converged
+     when no learner violates a dual constraint (3b) by more than `tol`: (C/p)·edge − 1 ≤ tol for every
+     class (with "decrease", the largest edge over the pool; and it stops when no learner's step lowers
+     (2));
   3. a `map` over chunks evaluates the new stumps on every row (from the binned chunk): one sign bit per (learner,
      sample), packed (np.packbits) per chunk and appended to the chunk's sign bitset (per-sample
      state `bits`: L × ⌈rows/8⌉ bytes per chunk, a new version each iteration that adds learners);
@@ -135,18 +144,22 @@ class MultiBoostParams(SolverParams):
         "(a fixed schedule of max_iter rounds: no convergence warning at max_iter), and (12) at C where (13) has no "
         "finite minimum (V₋ = 0)",
     )
-    stumps: Literal["sign", "indicator", "both", "signed"] = Field(
+    stumps: Literal["sign", "indicator", "both", "signed", "all"] = Field(
         "both",
         description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
         "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
         "constraint (4) over both; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
-        "w ≥ 0, an indicator of either sign)",
+        "w ≥ 0, an indicator of either sign); all: the sign stumps and the signed indicators",
     )
-    choice: Literal["edge", "gain"] = Field(
-        "edge",
-        description="which learner of the pool an iteration adds per class: edge: the most violated dual constraint, "
+    choice: Literal["auto", "edge", "gain", "decrease"] = Field(
+        "auto",
+        description="which learner of the pool an iteration adds per class: auto: decrease for the stage-wise "
+        "MultiBoostcw-1 (tau_max=1, weak_learners=class), else edge; edge: the most violated dual constraint, "
         "the largest Σ_i g_c[i]ħ(x_i) = V₊ − V₋ (the paper's eq. 4); gain: the largest decrease of the loss under "
-        "the exact line search, (√V₊ − √V₋)² (one more histogram, of g's own-class part)",
+        "the exact line search, (√V₊ − √V₋)² (one more histogram, of g's own-class part); decrease: the largest "
+        "decrease of the objective (2), lam·‖w‖₁ included, by the step the run takes (update, C, learning_rate) "
+        "on the learner as a new coordinate (the same histograms as gain; column generation stops when no "
+        "constraint (4) over the pool is violated by more than tol)",
     )
     n_bins: int = Field(
         64, ge=2, le=65533, description="quantile bins per feature (a stump threshold is a bin boundary)"
@@ -171,9 +184,10 @@ class MultiBoostParams(SolverParams):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.choice == "gain" and self.weak_learners == "shared":
+        if self.choice in ("gain", "decrease") and self.weak_learners == "shared":
             raise ValueError(
-                "choice=gain is per class (one stump per class, weak_learners=class); shared learners use the edge (6)"
+                f"choice={self.choice} is per class (one stump per class, weak_learners=class); shared learners use "
+                "the edge (6)"
             )
         if self.learning_rate != 1.0 and self.tau_max > 1:
             raise ValueError(
@@ -186,6 +200,16 @@ class MultiBoostParams(SolverParams):
                 "lam=auto chooses C, which update=large_c (eq. 13, the C → ∞ limit) ignores; set update=exact"
             )
         return self
+
+    @property
+    def rule(self) -> str:
+        """The choice rule the run uses: `choice`, with auto resolved. A stage-wise step (tau_max = 1,
+        class-specific learners) is a greedy exact line search, whose progress per iteration is the
+        decrease of (2) by that step: "decrease"; totally corrective column generation (tau_max ≥ 2)
+        and shared learners (6) keep the paper's most violated constraint, "edge"."""
+        if self.choice != "auto":
+            return self.choice
+        return "decrease" if self.tau_max == 1 and self.weak_learners == "class" else "edge"
 
 
 # -- binning -------------------------------------------------------------------------------
@@ -341,12 +365,12 @@ def _histogram_task(
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
     indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
-    H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
     if not own:
+        H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
         return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
     labels = state.read(LABELS, 1, chunk_id)
     G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
-    H_own, stored_own = kernels.histogram(indptr, indices, codes, G_own, cut_offsets)
+    H, stored, H_own, stored_own = kernels.histograms(indptr, indices, codes, G, labels, cut_offsets, True)
     return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
 
 
@@ -664,31 +688,40 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
             holdout_seed=p.random_state if choosing else None,
-            own=p.choice == "gain",
+            own=p.rule != "edge",
         )
         H = self.full_histogram(state, sums.bins, sums.stored, sums.totals)
-        if p.choice == "gain":
+        if p.rule != "edge":
             H_own, own_totals = (
                 self.full_histogram(state, sums.own_bins, sums.own_stored, sums.own_totals),
                 sums.own_totals,
             )
         else:
             H_own, own_totals = np.zeros((0, K)), np.zeros(0)
+        pool = (p.stumps in ("sign", "both", "all"), p.stumps != "sign", p.stumps in ("signed", "all"))
         feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
             H,
             sums.totals,
             state.cut_offsets,
-            p.stumps in ("sign", "both"),
-            p.stumps != "sign",
-            p.stumps == "signed",
+            *pool,
             H_own,
             own_totals,
+            p.rule == "decrease",
+            C_over_p,
+            p.update == "large_c",
+            p.learning_rate,
         )
-        classes = np.flatnonzero(feature >= 0)  # a class with no splittable feature adds nothing
-        violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
+        classes = np.flatnonzero(
+            feature >= 0
+        )  # a class with no splittable feature (or learner that moves) adds nothing
+        if p.rule == "decrease":  # Algorithm 1's stop: the most violated constraint (4) over the whole pool
+            largest = kernels.best_stumps(H, sums.totals, state.cut_offsets, *pool, np.zeros((0, K)), np.zeros(0))[3]
+            violation = float(C_over_p * largest.max() - 1.0) if np.any(np.isfinite(largest)) else -1.0
+        else:
+            violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
         previous = state.objective
         state.violation = violation
-        if violation <= p.tol:
+        if violation <= p.tol or (p.rule == "decrease" and not len(classes)):  # decrease: no learner lowers (2)
             state.step += 1
             state.converged = True
             return {"objective": state.objective, "violation": violation, "learners": len(state.learner_feature)}

@@ -73,6 +73,42 @@ def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offse
 
 
 @kernel(nogil=True)
+def histograms(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    codes: np.ndarray,
+    G: np.ndarray,
+    labels: np.ndarray,
+    cut_offsets: np.ndarray,
+    own: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """histogram's sums of G and, with `own` (choice="gain" and "decrease": V₊'s share of the rows
+    of class c), in the same pass over the stored entries, those of
+    G's own-class part G_own (G_own[i, c] = G[i, c] if labels[i] = c, else 0; else two empty
+    arrays). A row's own-class part has one nonzero, in column labels[i], so its sums cost one add
+    per entry, not K; the zeros skipped would add nothing (x + 0 = x), so they equal histogram's of
+    G_own bit for bit. Returns (H, nonzero_sums, H_own, own_nonzero_sums)."""
+    n_features = cut_offsets.shape[0] - 1
+    K = G.shape[1]
+    H = np.zeros((cut_offsets[n_features] + n_features, K))
+    nonzero_sums = np.zeros((n_features, K))
+    H_own = np.zeros((H.shape[0] if own else 0, K))
+    own_sums = np.zeros((n_features if own else 0, K))
+    for i in range(indptr.shape[0] - 1):
+        yi = labels[i] if own else 0
+        for k in range(indptr[i], indptr[i + 1]):
+            f = indices[k]
+            row = cut_offsets[f] + f + codes[k]
+            for c in range(K):
+                H[row, c] += G[i, c]
+                nonzero_sums[f, c] += G[i, c]
+            if own:
+                H_own[row, yi] += G[i, yi]
+                own_sums[f, yi] += G[i, yi]
+    return H, nonzero_sums, H_own, own_sums
+
+
+@kernel(nogil=True)
 def histogram(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -85,17 +121,7 @@ def histogram(
     bin is filled by the driver as column total minus this). Feature f's bins are rows
     cut_offsets[f] + f ... of H (one more bin than cuts). Returns (H (n_bins_total × K),
     nonzero_sums (n_features × K))."""
-    n_features = cut_offsets.shape[0] - 1
-    K = G.shape[1]
-    H = np.zeros((cut_offsets[n_features] + n_features, K))
-    nonzero_sums = np.zeros((n_features, K))
-    for i in range(indptr.shape[0] - 1):
-        for k in range(indptr[i], indptr[i + 1]):
-            f = indices[k]
-            row = cut_offsets[f] + f + codes[k]
-            for c in range(K):
-                H[row, c] += G[i, c]
-                nonzero_sums[f, c] += G[i, c]
+    H, nonzero_sums, _, _ = histograms(indptr, indices, codes, G, np.zeros(0, np.int64), cut_offsets, False)
     return H, nonzero_sums
 
 
@@ -614,16 +640,47 @@ def compress_sketch(
     return counts, out_values[keep], out_weights[keep]
 
 
+RELATIVE_ROUNDING = 1e-10  # a bound on the relative rounding of the histograms' sums (≈ n·ε for n = 1e6 terms)
+
+
 @kernel(nogil=True, inline="always")
-def _score(gain: bool, edge: float, v_plus: float, v_minus: float) -> float:
-    """A candidate's score: its edge (= V₊ − V₋), or with `gain` (√V₊ − √V₋)² (−inf when
-    V₊ ≤ V₋: the line search would not move it)."""
+def _score(
+    gain: bool,
+    edge: float,
+    v_plus: float,
+    v_minus: float,
+    rule: tuple[bool, float, bool, float],
+    best: float,
+    tiny: float,
+) -> float:
+    """A candidate's score: its edge (= V₊ − V₋); with `gain` (√V₊ − √V₋)² (−inf when V₊ ≤ V₋:
+    the line search would not move it); with `exact` too (rule = (exact, C/p, large_c, ν)), the decrease of (2) (times p/C) by the
+    step the solver takes on it as a new coordinate: w = coordinate_update(V₊, V₋, 0, ...) (ν·(13)
+    or ν·(12), at V₋ = 0 (12) at C), decrease(w) = V₊(1 − e^{−w}) + V₋(1 − e^{w}) − (p/C)·w (−inf
+    where it is not positive: (13) ignores the ℓ1 term, so its step can raise (2)). The loss part
+    of decrease(w) is at most its maximum over w, (√V₊ − √V₋)² (V₊ at V₋ = 0), so the decrease is
+    computed only for a candidate whose gain exceeds `best`, the score to beat (a candidate that
+    cannot win keeps its gain, which is ≤ best; exact up to the rounding below). V₊ and V₋ come
+    from differences of histogram sums, so a V₋ that is 0 (a learner that separates its class's
+    pairs) comes out as rounding noise of either sign: a V± at most `tiny` (RELATIVE_ROUNDING of
+    the class's μ mass) is taken as 0 here, and the step then is (12)'s at C as FCD's on the exact
+    sums (otherwise (13) at a V₋ of 1e-20 promises a step FCD does not take); a decrease at most
+    `tiny` is no decrease (−inf: the learner is not taken)."""
+    exact, C_over_p, large_c, learning_rate = rule
     if not gain:
         return edge
     if v_plus <= v_minus:
         return -np.inf
     root = np.sqrt(v_plus) - np.sqrt(max(v_minus, 0.0))
-    return root * root
+    bound = root * root
+    if not exact or bound <= best:
+        return bound
+    if v_plus <= tiny:
+        return -np.inf
+    v_minus = v_minus if v_minus > tiny else 0.0
+    w = coordinate_update(v_plus, v_minus, 0.0, C_over_p, large_c, learning_rate)
+    decrease = -v_plus * np.expm1(-w) - v_minus * np.expm1(w) - w / C_over_p
+    return decrease if w > 0.0 and decrease > tiny else -np.inf
 
 
 @kernel(nogil=True)
@@ -636,6 +693,10 @@ def best_stumps(
     negated: bool,
     H_own: np.ndarray,
     own_totals: np.ndarray,
+    exact: bool = False,
+    C_over_p: float = 1.0,
+    large_c: bool = True,
+    learning_rate: float = 1.0,
 ):
     """Per class c, the stump of the pool (sign stumps with `sign`, indicator stumps with
     `indicator`, their negations too with `negated`, or a union) of the largest score, over
@@ -657,7 +718,9 @@ def best_stumps(
       the indicator's, negated. The same histograms, no other pass. (A negated sign stump is
       the sign stump of the other polarity, already in the pool.)
     The score is the edge V₊ − V₋ (eq. 4 up to the factor C/p; H_own empty: P is not needed),
-    or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13).
+    or, when H_own has rows, (√V₊ − √V₋)², the loss decrease of the exact line search (13), and with
+    `exact` the decrease of (2) by the step the solver takes (_score: (12) or (13) at C/p =
+    `C_over_p`, `large_c`, shrunk by `learning_rate`; choice="decrease").
     Ties keep the first in (feature, bin, sign stump, indicator, negated indicator, polarity +
     before −) order, the constant last (before its negation). Returns (feature, bin, polarity,
     edge, low, sign) arrays of length K: edge is the chosen stump's V₊ − V₋, low its value where
@@ -675,6 +738,8 @@ def best_stumps(
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
+        rule = (exact, C_over_p, large_c, learning_rate)
+        tiny = RELATIVE_ROUNDING * (PT + (PT - T))  # of the class's μ mass: Σ R_i (own rows) + Σ μ_(i,c) (others)
         for f in range(n_features):
             start = cut_offsets[f] + f
             cum = 0.0
@@ -686,41 +751,41 @@ def best_stumps(
                     own += H_own[start + b, c]
                 if sign:
                     edge = T - 2.0 * cum
-                    score = _score(gain, edge, PT - cum, PT - T + cum)
+                    score = _score(gain, edge, PT - cum, PT - T + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, -1, 1
                         best_s[c], best_e[c] = score, edge
-                    score = _score(gain, -edge, PT - T + cum, PT - cum)
+                    score = _score(gain, -edge, PT - T + cum, PT - cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, -1, 1
                         best_s[c], best_e[c] = score, -edge
                 if indicator:
-                    score = _score(gain, T - cum, PT - own, PT - T - own + cum)
+                    score = _score(gain, T - cum, PT - own, PT - T - own + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, 1
                         best_s[c], best_e[c] = score, T - cum
-                    score = _score(gain, cum, own, own - cum)
+                    score = _score(gain, cum, own, own - cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, 1
                         best_s[c], best_e[c] = score, cum
                 if negated:
-                    score = _score(gain, cum - T, PT - T - own + cum, PT - own)
+                    score = _score(gain, cum - T, PT - T - own + cum, PT - own, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, -1
                         best_s[c], best_e[c] = score, cum - T
-                    score = _score(gain, -cum, own - cum, own)
+                    score = _score(gain, -cum, own - cum, own, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, -1
                         best_s[c], best_e[c] = score, -cum
         if n_features > 0:
             last = cut_offsets[1] - cut_offsets[0]  # feature 0's 1[x ≤ +inf]: the constant
             if indicator:
-                score = _score(gain, T, PT, PT - T)
+                score = _score(gain, T, PT, PT - T, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, 1
                     best_s[c], best_e[c] = score, T
             if negated:
-                score = _score(gain, -T, PT - T, PT)
+                score = _score(gain, -T, PT - T, PT, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, -1
                     best_s[c], best_e[c] = score, -T

@@ -59,6 +59,95 @@ def test_closed_form_update_12_is_the_minimum_of_10():
     )
 
 
+def test_the_gain_is_the_exact_decrease_of_the_loss_under_13_and_bounds_that_of_2_at_finite_c():
+    """choice="gain" scores a learner by (√V₊ − √V₋)². Along one new coordinate (w from 0, the
+    other weights fixed, random scores, a learner with outputs in {−1, 0, +1}) a 1-D numeric
+    minimizer of the dense objective gives:
+    - the loss (1/p)Σ exp(−γ) alone (C → ∞, update (13)): its decrease is (√V₊ − √V₋)²/p, at
+      (13)'s w*, exactly;
+    - (2)/C = lam·w + loss at a finite C (update (12)): its decrease is
+      (V₊ + V₋ − 2√(V₊V₋ + h²) − 2h·w*)/p with h = p/2C and w* of (12) (0 where w* = 0), less than the gain/p: the
+      gain is that of (2) only in the limit C → ∞ (at the default C = 1e8 the two differ by
+      about lam·w*, 1e-8·w*);
+    - (2)/C after (13)'s step: the gain/p less lam·w*(13);
+    and choice="decrease"'s score (kernels._score with `exact`) is p times the decrease of (2)/C by
+    the run's step: (12), (13), and (13) shrunk by ν = 0.3 (−inf where (2) does not fall)."""
+    rng = np.random.default_rng(11)
+    m, K = 60, 4
+    p = m * (K - 1)
+    rows = np.arange(m)
+    interior = 0  # trials where (12)'s minimum is not at the bound w = 0
+    for _ in range(30):
+        labels = rng.integers(0, K, m)
+        F = rng.normal(size=(m, K))
+        c = int(rng.integers(K))
+        h = rng.choice([-1.0, 0.0, 1.0], size=m)
+        mu = np.exp(F - F[rows, labels][:, None])
+        mu[rows, labels] = 0.0
+        own = labels == c
+        v_plus = mu.sum(axis=1)[own & (h > 0)].sum() + mu[~own & (h < 0), c].sum()
+        v_minus = mu.sum(axis=1)[own & (h < 0)].sum() + mu[~own & (h > 0), c].sum()
+        if v_plus <= v_minus:
+            h, (v_plus, v_minus) = -h, (v_minus, v_plus)  # the learner's negation moves it
+
+        def loss(w, h=h, F=F, c=c, labels=labels):
+            G = F.copy()
+            G[:, c] += w * h
+            gamma = G[rows, labels][:, None] - G
+            return (np.exp(-gamma).sum() - m) / p  # the m terms y = y_i are e^0 = 1
+
+        gain = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (False, 1.0, True, 1.0), -np.inf, 0.0)
+        ref = minimize_scalar(loss, bounds=(0.0, 30.0), method="bounded", options={"xatol": 1e-12})
+        assert loss(0.0) - ref.fun == pytest.approx(gain / p, rel=1e-8)
+        w13 = kernels.coordinate_minimum(v_plus, v_minus, 1.0, True)  # (13) does not depend on C
+        assert w13 == pytest.approx(ref.x, abs=1e-5)
+        lam = 10.0 ** rng.uniform(-4, -1)
+        half = p * lam / 2  # p / 2C
+        w12 = kernels.coordinate_minimum(v_plus, v_minus, 1.0 / (lam * p), False)
+        ref = minimize_scalar(lambda w, loss=loss, lam=lam: lam * w + loss(w), bounds=(0.0, 30.0), method="bounded",
+                              options={"xatol": 1e-12})  # fmt: skip
+        decrease = loss(0.0) - ref.fun
+        closed = (v_plus + v_minus - 2 * np.sqrt(v_plus * v_minus + half**2) - 2 * half * w12) / p if w12 > 0 else 0.0
+        assert decrease == pytest.approx(closed, rel=1e-7, abs=1e-13)
+        interior += w12 > 0
+        assert decrease < gain / p
+        # choice="decrease" scores the decrease of (2) itself (times p), by the run's step
+        C_over_p = 1.0 / (lam * p)
+        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, False, 1.0), -np.inf, 0.0)
+        assert exact == (pytest.approx(p * decrease, rel=1e-7, abs=1e-11) if w12 > 0 else -np.inf)
+        after13 = loss(0.0) - (lam * w13 + loss(w13))
+        assert after13 == pytest.approx(gain / p - lam * w13, rel=1e-8, abs=1e-13)
+        exact = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, True, 1.0), -np.inf, 0.0)
+        assert exact == (pytest.approx(p * after13, rel=1e-7, abs=1e-11) if after13 > 0 else -np.inf)
+        shrunk = kernels._score(True, v_plus - v_minus, v_plus, v_minus, (True, C_over_p, True, 0.3), -np.inf, 0.0)
+        after = loss(0.0) - (lam * 0.3 * w13 + loss(0.3 * w13))
+        assert shrunk == (pytest.approx(p * after, rel=1e-7, abs=1e-11) if after > 0 else -np.inf)
+    assert 10 <= interior < 30  # both the closed form and the bound w = 0 are exercised
+
+
+def test_the_histogram_with_the_own_class_part_equals_two_histograms_bit_for_bit():
+    """choice="gain"'s second histogram (g's own-class part) comes from the same pass as g's
+    (one add per entry): equal to kernels.histogram of G_own, every bit."""
+    X, dense, labels, F = _random_binned_data()
+    labels = labels.astype(np.int64)
+    sketch = mb.Sketch.of(
+        X.tocoo().col.astype(np.int64), X.tocoo().data.astype(np.float64), np.ones(X.nnz),
+        np.full(X.shape[1], -np.inf), X.shape[0], 64,
+    )  # fmt: skip
+    cuts, offsets = mb.bin_cuts(sketch, n_bins=4)
+    codes = kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, offsets)
+    G = kernels.signed_weights(F, labels)
+    G[::7] = 0.0  # rows held out weigh 0
+    G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
+    H, stored, H_own, stored_own = kernels.histograms(X.indptr, X.indices, codes, G, labels, offsets, True)
+    for got, want in zip((H, stored, H_own, stored_own), (
+        *kernels.histogram(X.indptr, X.indices, codes, G, offsets),
+        *kernels.histogram(X.indptr, X.indices, codes, G_own, offsets),
+    )):  # fmt: skip
+        np.testing.assert_array_equal(got, want)
+    assert np.count_nonzero(H_own) > 0
+
+
 def test_the_update_at_v_minus_zero_is_the_minimum_of_10_at_c_for_both_updates():
     """V₋ = 0 (no pair pushes w down): (10) is w + (C/p)V₊e^{−w}, whose minimum over w ≥ 0 is
     log(V₊C/p), or 0 when V₊C/p ≤ 1. (13) has none (+inf), so large_c takes (12)'s at the given C:
@@ -417,6 +506,56 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
             if not sign_stumps and own is no_own:
                 assert np.any(sign < 0)  # a negated learner wins for some class here
 
+    # choice="decrease": the largest decrease of (2)/C by the step the run takes on the learner as a new
+    # coordinate, over the pool "all" (sign stumps and signed indicators), against the dense objective along
+    # every learner: the step from a 1-D numeric minimizer (of the loss alone for (13), of (2) for (12) and
+    # wherever V₋ = 0), shrunk by ν
+    rows = np.arange(m)
+    indicators = [
+        1.0 * ((dense[:, f] > t) == (s > 0)) for f in range(d) for t in [*np.unique(dense[:, f])[:-1], np.inf]
+        for s in (1, -1)
+    ]  # fmt: skip
+    pool = [*indicators, *(-h for h in indicators)]
+    pool += [s * np.where(dense[:, f] > t, 1.0, -1.0) for f in range(d) for t in np.unique(dense[:, f])[:-1]
+             for s in (1, -1)]  # fmt: skip
+    p_pairs = m * (K - 1)
+    differs_from_gain = 0
+    for large_c, nu, C_over_p in ((True, 1.0, 0.05), (False, 1.0, 0.05), (True, 0.3, 0.05), (False, 0.5, 1e3)):
+        lam = 1.0 / (C_over_p * p_pairs)
+        own = (H_own, chunked.own_totals, True, C_over_p, large_c, nu)
+        feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+            H, chunked.totals, offsets, True, True, True, *own
+        )
+        by_gain = kernels.best_stumps(H, chunked.totals, offsets, True, True, True, H_own, chunked.own_totals)
+        for c in range(K):
+
+            def objective(w, h, c=c, lam=lam):  # (2)/C along the coordinate (c, h) from F
+                G = F.copy()
+                G[:, c] += w * h
+                return lam * w + (np.exp(G - G[rows, labels][:, None]).sum() - m) / p_pairs
+
+            def decrease(h, c=c, lam=lam, large_c=large_c, nu=nu, objective=objective):
+                v_minus = sum(np.exp(F[i, y] - F[i, labels[i]]) for i in range(m) for y in range(K) if y != labels[i]
+                              and (h[i] if y == c else -h[i] if labels[i] == c else 0.0) < 0)  # fmt: skip
+                target = (
+                    (lambda w: objective(w, h) - lam * w) if large_c and v_minus > 0 else (lambda w: objective(w, h))
+                )
+                ref = minimize_scalar(target, bounds=(0.0, 40.0), method="bounded", options={"xatol": 1e-12})
+                w = nu * max(ref.x, 0.0)
+                return objective(0.0, h) - objective(w, h) if w > 1e-9 else -np.inf
+
+            scores = [decrease(h) for h in pool]
+            best = max(scores)
+            n_cuts = offsets[feature[c] + 1] - offsets[feature[c]]
+            threshold = cuts[offsets[feature[c]] + bin_[c]] if bin_[c] < n_cuts else np.inf
+            positive = (dense[:, feature[c]] > threshold) == (polarity[c] > 0)
+            chosen = sign[c] * np.where(positive, 1.0, float(low[c]))
+            assert decrease(chosen) == pytest.approx(best, rel=1e-6)
+            assert sorted(scores)[-2] < best * (1 - 1e-4)  # no near tie: the argmax is the one learner
+            differs_from_gain += (feature[c], bin_[c], polarity[c], low[c], sign[c]) != tuple(a[c] for a in (
+                by_gain[0], by_gain[1], by_gain[2], by_gain[4], by_gain[5]))  # fmt: skip
+    assert differs_from_gain >= 1  # the ℓ1 term (or ν) changes the choice somewhere here
+
 
 def test_stumps_on_the_binned_chunk_equal_the_stumps_on_raw_values():
     """kernels.stump_bits (bin(x_f) > b, stored entries' bins and each feature's zero bin) against
@@ -619,6 +758,54 @@ def test_a_learner_with_v_minus_zero_gets_the_minimum_of_2_at_c_and_its_class_ke
     assert not any(zero[t] and zero[t + 1] and keys[t] == keys[t + 1] for t in range(len(keys) - 1))
     F = model.decision_function(sp.csr_matrix(dense))
     assert np.all(np.argmax(F[y == K - 1], axis=1) == K - 1)
+
+
+def test_choice_decrease_takes_only_learners_that_lower_2_and_stops_when_none_does():
+    """choice="decrease" over the pool "all": every learner taken gets a nonzero weight, which is
+    the run's own step (the numpy replay checks each), and (2) falls at every iteration (noisy
+    binary data); on text-like data where a word separates class 2 (learners with V₋ = 0) the run
+    stops once no learner's step lowers (2). choice="gain" there takes learners whose step is 0
+    or raises (2) (its (√V₊ − √V₋)² leaves out the ℓ1 term, which decides the step at V₋ = 0)."""
+    rng = np.random.default_rng(3)
+    dense = (rng.random((300, 12)) < 0.3) * 1.0
+    y = (dense[:, :3] @ rng.normal(size=(3, 3)) * 2 + rng.gumbel(size=(300, 3))).argmax(axis=1).astype(np.int32)
+    model, log = fit(InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=128), max_iter=15,
+                     stumps="all", choice="decrease")  # fmt: skip
+    _replay_stage_wise(model, dense, y, 3)
+    assert np.all(model.weights > 0) and len(model.weights) == 45
+    values = [r["objective"] for r in log.records]
+    assert all(b < a for a, b in zip([1.0, *values], values)), values
+
+    dense, y = _text_like()
+    source = InMemoryStore(sp.csr_matrix(dense), y, ["a", "b", "c"], chunk_rows=64)
+    for lam in (1e-8, 1e-4):
+        model, log = fit(source, max_iter=30, stumps="all", choice="decrease", lam=lam)
+        _replay_stage_wise(model, dense, y, 3, lam=lam)
+        values = [r["objective"] for r in log.records]
+        assert np.all(model.weights > 0) and len(values) < 30  # stopped: no learner lowers (2)
+        assert all(b < a for a, b in zip([1.0, *values[:-1]], values[:-1])) and values[-1] == values[-2]
+        by_gain, log = fit(source, max_iter=30, stumps="all", choice="gain", lam=lam)
+        assert np.any(by_gain.weights == 0.0)
+    assert log.records[-1]["objective"] > min(r["objective"] for r in log.records)  # gain's step raised (2)
+    with pytest.raises(ValueError, match="choice=decrease is per class"):
+        mb.MultiBoostParams(choice="decrease", weak_learners="shared")
+
+
+def test_choice_auto_is_the_decrease_for_the_stage_wise_run_and_the_edge_otherwise(small_digits):
+    """choice="auto" (the default): the stage-wise MultiBoostcw-1 (tau_max = 1, class-specific)
+    chooses by the decrease of (2), the totally corrective run and shared learners by the edge (4);
+    an explicit choice is kept. A default run's model is the one of choice="decrease"."""
+    assert mb.MultiBoostParams().rule == "decrease"
+    assert mb.MultiBoostParams(tau_max=2, update="exact", lam=1e-4).rule == "edge"
+    assert mb.MultiBoostParams(weak_learners="shared").rule == "edge"
+    assert mb.MultiBoostParams(choice="gain").rule == "gain"
+    assert mb.MultiBoostParams(choice="edge").rule == "edge"
+    X, y, classes = small_digits
+    source = InMemoryStore(X, y, classes, chunk_rows=100)
+    default, _ = fit(source, max_iter=8)
+    _same_model(default, fit(source, max_iter=8, choice="decrease")[0])
+    by_edge, _ = fit(source, max_iter=8, choice="edge")
+    assert not np.array_equal(default.features, by_edge.features) or not np.array_equal(default.lows, by_edge.lows)
 
 
 @pytest.mark.parametrize("weak_learners", ["class", "shared"])
