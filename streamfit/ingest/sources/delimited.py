@@ -64,11 +64,11 @@ def _plain_cells(line: str, delimiter: str) -> list[str] | None:
     quote '"', doubled inside a quoted cell, no escape character, not strict) reads it; None
     where only the csv module can tell. The line, less its line break, split at the delimiter: a
     piece that does not open with a quote is a cell as it stands (a quote inside it is a
-    character), and one that opens with a quote must close with it, with every run of quotes
-    between of even length (each pair one quote of the cell: every quote is in a pair when the
-    pairs are as many as half the quotes). Anything else (a quoted cell holding
-    the delimiter or a line break, text after a closing quote, a quote never closed) is None.
-    A blank line is [] (the csv module's empty row)."""
+    character), and one that opens with a quote must close with it, every run of quotes inside
+    it of even length (each pair one quote of the cell; every quote is in a pair when the pairs
+    are half as many as the quotes). Anything else (a quoted cell holding the delimiter or a line
+    break, text after a closing quote, a quote never closed) is None. A blank line is [] (the
+    csv module's empty row)."""
     if line.endswith("\n"):
         line = line[:-2] if line.endswith("\r\n") else line[:-1]
     elif line.endswith("\r"):
