@@ -252,6 +252,36 @@ def test_quoted_and_plain_cells_of_a_long_tsv_read_back_as_written(read, tmp_pat
     assert read.locations(batches) == [f"{path}:{n}" for n in (1, 2, 3, 4, 5, 7, 8)]
 
 
+@pytest.mark.parametrize("splittable_first", [False, True])
+def test_lines_with_quotes_are_tried_while_most_of_them_split(monkeypatch, tmp_path, splittable_first):
+    """Lines with a quote go to the splitter while at least half of those tried were split (after
+    SPLIT_TRIALS tries), lines without one always; the records are csv.reader's either way."""
+    from streamfit.ingest.sources import delimited
+
+    falls_back = ['x,"a, b"'] * (2 * delimited.SPLIT_TRIALS)  # a quoted cell holding the delimiter
+    splits = ['y,"he said ""hi"""'] * delimited.SPLIT_TRIALS
+    plain = ["z,plain"] * 50
+    lines = ["label,text"] + (splits + falls_back if splittable_first else falls_back + splits) + plain
+    text = "".join(line + "\n" for line in lines)
+    tried = []
+    split_here = delimited._plain_cells
+
+    def counted(line, delimiter):
+        tried.append(line)
+        return split_here(line, delimiter)
+
+    monkeypatch.setattr(delimited, "_plain_cells", counted)
+    source = open_source(write(tmp_path, text), policy=BadRecordPolicy())
+    got = [cells for cells, _, _ in source._records(io.StringIO(text, newline=""))]
+    assert got == list(csv.reader(io.StringIO(text, newline="")))
+    with_quote = sum('"' in line for line in tried)
+    if splittable_first:  # 100 split, then 200 fall back: tried until the split ones are under half
+        assert with_quote == 2 * delimited.SPLIT_TRIALS + 1
+    else:  # none of the first 100 split: no line with a quote is tried after them
+        assert with_quote == delimited.SPLIT_TRIALS
+    assert len(tried) - with_quote == 1 + len(plain)  # the header and the plain lines: always
+
+
 def test_headerless_tsv_reads_columns_by_number(read, tmp_path):
     """--no-header: --label-field/--text-field are column numbers from 0 (issue 20, item 4)."""
     path = write(tmp_path, "earn\tprofit rose\tQ1\nacq\tbought shares\tQ2\nshort\n", "r8.tsv")

@@ -59,6 +59,9 @@ def _row_text(row: list[str], delimiter: str) -> str:
     return out.getvalue()
 
 
+SPLIT_TRIALS = 100  # lines with a quote tried by _plain_cells before its share of them decides
+
+
 def _plain_cells(line: str, delimiter: str) -> list[str] | None:
     """The cells of a line that is a whole record by itself, as the csv module (Excel dialect:
     quote '"', doubled inside a quoted cell, no escape character, not strict) reads it; None
@@ -225,11 +228,16 @@ class CsvSource:
         record of f, as `csv.reader(f, delimiter)` reads them (blank lines as []). A line that is a
         record by itself (`_plain_cells`) is split here, with None for its lines (no quote of it
         is left open); any other record is read by the csv module, with its lines for
-        `_unterminated`. Undecodable text or an overlong cell -> InputError."""
+        `_unterminated`. A line without a quote is always split here; lines with one are tried
+        while it pays: once SPLIT_TRIALS of them were tried, only while at least half were split
+        (in a CSV file whose texts hold commas, most quoted cells hold the delimiter, and each
+        try would be a split wasted before the csv module's read). Undecodable text or an
+        overlong cell -> InputError."""
         self._line_no = 0
         lines = self._lines(f)
         held = _HeldLine(lines)
         reader = csv.reader(held, delimiter=self.delimiter)
+        tried = split = 0  # lines with a quote given to _plain_cells, and those it split
         while True:
             first_line = self._line_no + 1
             self._record_lines = []
@@ -237,7 +245,12 @@ class CsvSource:
                 line = next(lines, None)
                 if line is None:
                     return
-                cells = _plain_cells(line, self.delimiter)
+                cells = None
+                if '"' not in line:
+                    cells = _plain_cells(line, self.delimiter)
+                elif tried < SPLIT_TRIALS or 2 * split >= tried:
+                    cells = _plain_cells(line, self.delimiter)
+                    tried, split = tried + 1, split + (cells is not None)
                 record_lines = None
                 if cells is None:  # the csv module reads the record from this line on
                     held.line = line
