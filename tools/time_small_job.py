@@ -47,6 +47,7 @@ PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one a
     (0, "ingest, both (read, hash, IDF pass, write)", "streamfit.ingest.pipeline", "ingest", False),
     (1, "folder open (layout listing, look-up)", "streamfit.ingest.sources.folder", "FolderSource.__init__", False),
     (1, "folder read", "streamfit.ingest.sources.folder", "FolderSource.__iter__", True),
+    (1, "CSV/TSV read", "streamfit.ingest.sources.delimited", "CsvSource.__iter__", True),
     (
         1,
         "numba's first kernel load (target start-up) and the others",

@@ -200,6 +200,88 @@ def test_quoted_cells_read_back_and_an_unterminated_quote_is_counted(tmp_path, c
     assert e.value.location == f"{path}:{k + 2}" and f"{len(cells) - k} line(s)" in e.value.problem
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    text=st.text(alphabet='ab "\t,\n\r\x00é', max_size=60),
+    delimiter=st.sampled_from(["\t", ","]),
+)
+def test_records_are_the_csv_modules_rows_at_their_lines(text, delimiter):
+    """The reader splits the lines that are records by themselves and hands the others to the
+    csv module: every record is the csv module's row for the whole file (blank lines as []),
+    starts at the line the csv module started it, and a record read by the csv module comes with
+    exactly its lines (the unterminated-quote check reads them)."""
+    expected, starts, spans = [], [], []
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    previous = 0
+    for row in reader:
+        expected.append(row)
+        starts.append(previous + 1)
+        spans.append((previous, reader.line_num))
+        previous = reader.line_num
+    lines = io.StringIO(text, newline="").readlines()
+    source = open_source(__file__, "tsv" if delimiter == "\t" else "csv", policy=BadRecordPolicy())
+    got = list(source._records(io.StringIO(text, newline="")))
+    assert [cells for cells, _, _ in got] == expected
+    assert [first for _, first, _ in got] == starts
+    for (_, _, record_lines), (start, stop) in zip(got, spans):
+        assert record_lines is None or record_lines == lines[start:stop]
+        if record_lines is None:  # split here: one line, and no quote of it left open
+            assert stop == start + 1 and not source._unterminated(lines[start:stop])
+
+
+def test_quoted_and_plain_cells_of_a_long_tsv_read_back_as_written(read, tmp_path):
+    """A TSV file as csv.writer writes it (cells with quotes are quoted, their quotes doubled;
+    tabs and line breaks inside cells), the lines split without the csv module where they can
+    be: every cell reads back as written, at its line."""
+    rows = [
+        ["x", 'he said "hi"'],
+        ["y", "plain text"],
+        ["x", '"quoted" at both ends "'],
+        ["y", "a tab\tinside"],
+        ["x", 'two\nlines, one "quote"'],
+        ["y", '""'],
+        ["x", 'a"b'],
+    ]
+    path = tmp_path / "mixed.tsv"
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        csv.writer(f, delimiter="\t", lineterminator="\n").writerows(rows)
+    source = open_source(str(path), policy=BadRecordPolicy(), header=False, label_field="0", text_field="1")
+    batches = read.batches(source)
+    assert read.texts(batches, "1") == [text for _, text in rows]
+    assert read.labels(batches) == [label for label, _ in rows]
+    assert read.locations(batches) == [f"{path}:{n}" for n in (1, 2, 3, 4, 5, 7, 8)]
+
+
+@pytest.mark.parametrize("splittable_first", [False, True])
+def test_lines_with_quotes_are_tried_while_most_of_them_split(monkeypatch, tmp_path, splittable_first):
+    """Lines with a quote go to the splitter while at least half of those tried were split (after
+    SPLIT_TRIALS tries), lines without one always; the records are csv.reader's either way."""
+    from streamfit.ingest.sources import delimited
+
+    falls_back = ['x,"a, b"'] * (2 * delimited.SPLIT_TRIALS)  # a quoted cell holding the delimiter
+    splits = ['y,"he said ""hi"""'] * delimited.SPLIT_TRIALS
+    plain = ["z,plain"] * 50
+    lines = ["label,text"] + (splits + falls_back if splittable_first else falls_back + splits) + plain
+    text = "".join(line + "\n" for line in lines)
+    tried = []
+    split_here = delimited._plain_cells
+
+    def counted(line, delimiter):
+        tried.append(line)
+        return split_here(line, delimiter)
+
+    monkeypatch.setattr(delimited, "_plain_cells", counted)
+    source = open_source(write(tmp_path, text), policy=BadRecordPolicy())
+    got = [cells for cells, _, _ in source._records(io.StringIO(text, newline=""))]
+    assert got == list(csv.reader(io.StringIO(text, newline="")))
+    with_quote = sum('"' in line for line in tried)
+    if splittable_first:  # 100 split, then 200 fall back: tried until the split ones are under half
+        assert with_quote == 2 * delimited.SPLIT_TRIALS + 1
+    else:  # none of the first 100 split: no line with a quote is tried after them
+        assert with_quote == delimited.SPLIT_TRIALS
+    assert len(tried) - with_quote == 1 + len(plain)  # the header and the plain lines: always
+
+
 def test_headerless_tsv_reads_columns_by_number(read, tmp_path):
     """--no-header: --label-field/--text-field are column numbers from 0 (issue 20, item 4)."""
     path = write(tmp_path, "earn\tprofit rose\tQ1\nacq\tbought shares\tQ2\nshort\n", "r8.tsv")

@@ -1,4 +1,8 @@
-"""CSV and TSV files, read with the csv module (quoting as in Excel's dialect).
+"""CSV and TSV files, read as the csv module reads them (quoting as in Excel's dialect). A line
+that is a record by itself (its cells plain, or quoted on that line with their quotes doubled) is
+split at the delimiter without the csv module, whose parser steps through every character (3×
+the CPU of a split on documents such as R8's); the csv module reads every other record (a quoted
+cell holding the delimiter or a line break, a quote never closed), from its first line on.
 
 The first row names the columns, and text_field/label_field name them; with header=False
 (`--no-header`) there is no such row and text_field/label_field are column numbers counted
@@ -55,6 +59,57 @@ def _row_text(row: list[str], delimiter: str) -> str:
     return out.getvalue()
 
 
+SPLIT_TRIALS = 100  # lines with a quote tried by _plain_cells before its share of them decides
+
+
+def _plain_cells(line: str, delimiter: str) -> list[str] | None:
+    """The cells of a line that is a whole record by itself, as the csv module (Excel dialect:
+    quote '"', doubled inside a quoted cell, no escape character, not strict) reads it; None
+    where only the csv module can tell. The line, less its line break, split at the delimiter: a
+    piece that does not open with a quote is a cell as it stands (a quote inside it is a
+    character), and one that opens with a quote must close with it, every run of quotes inside
+    it of even length (each pair one quote of the cell; every quote is in a pair when the pairs
+    are half as many as the quotes). Anything else (a quoted cell holding the delimiter or a line
+    break, text after a closing quote, a quote never closed) is None. A blank line is [] (the
+    csv module's empty row)."""
+    if line.endswith("\n"):
+        line = line[:-2] if line.endswith("\r\n") else line[:-1]
+    elif line.endswith("\r"):
+        line = line[:-1]
+    if not line:
+        return []
+    cells = line.split(delimiter)
+    if '"' not in line:
+        return cells
+    for i, cell in enumerate(cells):
+        if cell.startswith('"'):
+            if len(cell) < 2 or not cell.endswith('"'):
+                return None
+            inner = cell[1:-1]
+            cells[i] = inner.replace('""', '"')  # pairs from the left, as the csv module takes them
+            if inner.count('"') != 2 * (len(inner) - len(cells[i])):  # a quote left unpaired
+                return None
+    return cells
+
+
+class _HeldLine:
+    """The lines of a file for csv.reader, the first of them a line already taken from the file
+    (`line`, set before each read of a record)."""
+
+    def __init__(self, lines):
+        self.lines = lines
+        self.line: str | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        if self.line is None:
+            return next(self.lines)
+        line, self.line = self.line, None
+        return line
+
+
 class CsvSource:
     """Streaming CSV reader of text records (or, with feature_fields, of numeric feature columns)."""
 
@@ -95,6 +150,7 @@ class CsvSource:
         self.limits = limits
         self.n_read = 0
         self._record_lines: list[str] = []  # the lines of the record being read (for _unterminated)
+        self._line_no = 0  # lines read so far
 
     def __iter__(self):
         self.n_read = 0
@@ -104,34 +160,29 @@ class CsvSource:
             open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
         ) as f:
             csv.field_size_limit(self.limits.record_bytes)  # the csv module's limit is per process
-            reader = csv.reader(self._lines(f), delimiter=self.delimiter)
+            records = self._records(f)
             if self.header:
-                header = self._next(reader)
+                header = next(records, None)
                 if header is None:
                     return
-                text_columns, label_column, id_column = self._columns(header)
-                n_cells = len(header)
+                text_columns, label_column, id_column = self._columns(header[0])
+                n_cells = len(header[0])
             else:
                 text_columns, label_column, id_column = self._positions()
                 n_cells = None  # the first row's, which every row must have
             needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
             batcher = TextBatcher(self.fields, with_ids=id_column is not None) if self.features is None else None
             rows = _FeatureRows(self.features, id_column is not None) if self.features is not None else None
-            previous_line = reader.line_num
-            self._record_lines.clear()
-            while (row := self._next(reader)) is not None:
-                location = f"{self.path}:{previous_line + 1}"
-                n_lines = reader.line_num - previous_line
-                previous_line = reader.line_num
-                record_lines, self._record_lines = self._record_lines, []
+            for row, first_line, record_lines in records:
+                location = f"{self.path}:{first_line}"
                 if not row:
                     continue
                 self.n_read += 1
-                if (n_lines > 1 or '"' in record_lines[0]) and self._unterminated(record_lines):
+                if record_lines is not None and self._unterminated(record_lines):
                     self.policy.bad(
                         location,
-                        f"a quote opened in this record is never closed: its cell runs over the {n_lines} line(s) "
-                        "to the end of the file",
+                        "a quote opened in this record is never closed: its cell runs over the "
+                        f"{len(record_lines)} line(s) to the end of the file",
                         _row_text(row, self.delimiter),
                         "close the quote, or double a quote inside a quoted cell",
                     )
@@ -172,14 +223,60 @@ class CsvSource:
             if pending is not None and len(pending):
                 yield pending.take()
 
+    def _records(self, f: io.TextIOWrapper):
+        """(cells, the number of the record's first line, None or the record's lines) of each
+        record of f, as `csv.reader(f, delimiter)` reads them (blank lines as []). A line that is a
+        record by itself (`_plain_cells`) is split here, with None for its lines (no quote of it
+        is left open); any other record is read by the csv module, with its lines for
+        `_unterminated`. A line without a quote is always split here; lines with one are tried
+        while it pays: once SPLIT_TRIALS of them were tried, only while at least half were split
+        (in a CSV file whose texts hold commas, most quoted cells hold the delimiter, and each
+        try would be a split wasted before the csv module's read). Undecodable text or an
+        overlong cell -> InputError."""
+        self._line_no = 0
+        lines = self._lines(f)
+        held = _HeldLine(lines)
+        reader = csv.reader(held, delimiter=self.delimiter)
+        tried = split = 0  # lines with a quote given to _plain_cells, and those it split
+        while True:
+            first_line = self._line_no + 1
+            self._record_lines = []
+            try:
+                line = next(lines, None)
+                if line is None:
+                    return
+                cells = None
+                if '"' not in line:
+                    cells = _plain_cells(line, self.delimiter)
+                elif tried < SPLIT_TRIALS or 2 * split >= tried:
+                    cells = _plain_cells(line, self.delimiter)
+                    tried, split = tried + 1, split + (cells is not None)
+                record_lines = None
+                if cells is None:  # the csv module reads the record from this line on
+                    held.line = line
+                    cells, record_lines = next(reader), self._record_lines
+            except UnicodeDecodeError:
+                raise InputError(  # the text is decoded in chunks: the line is not known exactly
+                    self.path,
+                    f"the text after line {self._line_no} is not valid {self.encoding}",
+                    "pass --encoding with the file's encoding",
+                ) from None
+            except csv.Error as e:
+                if "field larger than field limit" in str(e):
+                    problem, hint = too_long(self.limits)
+                    raise InputError(f"{self.path}:{self._line_no}", f"a cell is {problem}", hint) from None
+                raise InputError(f"{self.path}:{self._line_no}", f"malformed {self.format_name} ({e})") from None
+            yield cells, first_line, record_lines
+
     def _lines(self, f: io.TextIOWrapper):
-        """The lines of f; one longer than limits.record_bytes characters -> InputError (it is
-        never read whole)."""
+        """The lines of f, counted in `_line_no` and kept in `_record_lines`; one longer than
+        limits.record_bytes characters -> InputError (it is never read whole)."""
         limit = self.limits.record_bytes
-        for line_no, line in enumerate(iter(lambda: f.readline(limit + 1), ""), 1):
+        for line in iter(lambda: f.readline(limit + 1), ""):
+            self._line_no += 1
             if len(line) > limit and not line.endswith(("\n", "\r")):
                 problem, hint = too_long(self.limits)
-                raise InputError(f"{self.path}:{line_no}", f"the line is {problem} of text", hint)
+                raise InputError(f"{self.path}:{self._line_no}", f"the line is {problem} of text", hint)
             self._record_lines.append(line)
             yield line
 
@@ -193,24 +290,6 @@ class CsvSource:
         except csv.Error as e:
             return "unexpected end of data" in str(e)
         return False
-
-    def _next(self, reader) -> list[str] | None:
-        """The next row, None at the end; undecodable text or an overlong cell -> InputError."""
-        try:
-            return next(reader)
-        except StopIteration:
-            return None
-        except UnicodeDecodeError:
-            raise InputError(  # the text is decoded in chunks: the line is not known exactly
-                self.path,
-                f"the text after line {reader.line_num} is not valid {self.encoding}",
-                "pass --encoding with the file's encoding",
-            ) from None
-        except csv.Error as e:
-            if "field larger than field limit" in str(e):
-                problem, hint = too_long(self.limits)
-                raise InputError(f"{self.path}:{reader.line_num}", f"a cell is {problem}", hint) from None
-            raise InputError(f"{self.path}:{reader.line_num}", f"malformed {self.format_name} ({e})") from None
 
     def _columns(self, header: list[str]) -> tuple[list[int], int | None, int | None]:
         """Positions of the text columns, of the label column (None without label_field) and of
