@@ -710,7 +710,7 @@ def test_dataframe_column_names_are_kept_and_checked(make):
     are the same names in another order, or other names, raises a ValueError naming the first
     difference: the columns were matched by position, so the scores were silently those of other
     features. Names on one side only warn (scikit-learn's rules); a refit without names drops them."""
-    import pandas  # a dependency of bokeh, a test extra
+    import pandas  # a test extra (DataFrames are how many users hand the estimators their data)
 
     rng = np.random.default_rng(0)
     frame = pandas.DataFrame(rng.normal(size=(60, 4)), columns=["age", "height", "weight", "income"])
