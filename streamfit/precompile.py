@@ -36,6 +36,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -296,8 +297,9 @@ def share_out(parts: dict[str, tuple[tuple, float]], n: int) -> list[list[str]]:
 
 class WarmUp:
     """`solver`'s kernels compiled in a background process while this one works: the child
-    (`python -m streamfit.precompile SOLVER PARAMS WIDTH`, _warm_up_train) trains the solver on
-    a tiny store with `params` and evaluates it, so numba's cache gets the signatures the same
+    (`python -m streamfit.precompile SOLVER PARAMS WIDTH FOLDER`, _warm_up_train) trains the
+    solver on a tiny store with `params` in FOLDER (a temporary folder of this process's, removed
+    by wait and stop, also when the child was killed) and evaluates it, so numba's cache gets the signatures the same
     settings ask for on a store of the same kind (multiclass) and width (`n_features`, e.g. the
     hashed width: a solver may take another path for a wide sparse store than for a narrow
     one). `wait` returns when it is done; this process's train then loads what it compiled
@@ -315,6 +317,7 @@ class WarmUp:
         self.solver = solver
         self.started = time.perf_counter()
         self.errors = tempfile.TemporaryFile()
+        self.folder = tempfile.mkdtemp(prefix=f"streamfit-warm-up-{solver}-")
         package_root = str(Path(streamfit.__file__).resolve().parent.parent)  # this process's streamfit
         path = os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])
         env = dict(os.environ, PYTHONPATH=path, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -326,6 +329,7 @@ class WarmUp:
                 solver,
                 json.dumps(params, default=str),
                 str(n_features or 0),
+                self.folder,
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -360,7 +364,7 @@ class WarmUp:
                 waited,
                 time.process_time(),
             )
-        self.errors.close()
+        self._close()
 
     def stop(self) -> None:
         """Kill the child and its helpers if they still run (this process failed or was stopped
@@ -369,7 +373,12 @@ class WarmUp:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+        self._close()
+
+    def _close(self) -> None:
+        """Once the child has ended: its error output closed, its folder removed."""
         self.errors.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _children_cpu() -> float:
@@ -395,7 +404,7 @@ def warm_up_in_background(solver: str, params: dict, n_features: int | None = No
         return None
 
 
-def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
+def _warm_up_train(solver: str, params: dict, n_features: int, folder: str) -> None:
     """The child of WarmUp: first the solver's kernel_parts, shared out (share_out) over this
     process and helpers (`python -m streamfit.precompile --kernels SOLVER WIDTH NAMES`,
     compile_kernels), each compiling its share side by side, as many processes in all as this
@@ -405,7 +414,7 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
     `n_features` above their width, with about 14 % of their entries non-zero and their columns
     spread over n_features, as a hashed text store; once the helpers are done, `solver` trained
     on them in process with `params` (its kernels that call the parts load them from the cache),
-    the model evaluated on them."""
+    the model evaluated on them; the rows, store and run written under `folder` (WarmUp's)."""
     serialize_cache_writes()
     groups = share_out(kernel_parts(solver, n_features), default_jobs() - 1)
     helpers = [
@@ -419,7 +428,7 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
     try:
         if groups:
             compile_kernels(solver, groups[-1], n_features)  # the smallest share: this process also ingests
-        _tiny_train(solver, params, n_features, helpers)
+        _tiny_train(solver, params, n_features, helpers, folder)
     finally:
         for helper in helpers:
             if helper.poll() is None:
@@ -427,7 +436,7 @@ def _warm_up_train(solver: str, params: dict, n_features: int) -> None:
                 helper.wait()
 
 
-def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subprocess.Popen]) -> None:
+def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subprocess.Popen], tmp: str) -> None:
     """_warm_up_train's ingest, train (once the helpers are done) and evaluate."""
     import numpy as np
     import scipy.sparse as sp
@@ -446,15 +455,14 @@ def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subpro
     if n_features > _FEATURES:
         X.indices *= n_features // _FEATURES
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(_ROWS, n_features))
-    with tempfile.TemporaryDirectory(prefix=f"streamfit-warm-up-{solver}-") as tmp:
-        sp.save_npz(f"{tmp}/x.npz", X)
-        np.save(f"{tmp}/y.npy", y)
-        store, run = f"{tmp}/rows.zarr", f"{tmp}/run"
-        _cli("ingest", f"{tmp}/x.npz", "--option", f"y_path={tmp}/y.npy", "--no-hash", "--out", store)
-        for helper in helpers:  # one that failed leaves its kernels to the train
-            helper.wait()
-        model = train(store, solver, run, params, n_workers=0, progress=False)
-        evaluate(model, open_store(store), progress=False)
+    sp.save_npz(f"{tmp}/x.npz", X)
+    np.save(f"{tmp}/y.npy", y)
+    store, run = f"{tmp}/rows.zarr", f"{tmp}/run"
+    _cli("ingest", f"{tmp}/x.npz", "--option", f"y_path={tmp}/y.npy", "--no-hash", "--out", store)
+    for helper in helpers:  # one that failed leaves its kernels to the train
+        helper.wait()
+    model = train(store, solver, run, params, n_workers=0, progress=False)
+    evaluate(model, open_store(store), progress=False)
 
 
 if __name__ == "__main__":
@@ -464,4 +472,4 @@ if __name__ == "__main__":
         serialize_cache_writes()
         compile_kernels(sys.argv[2], sys.argv[4].split(","), int(sys.argv[3]))
     else:
-        _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))
+        _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

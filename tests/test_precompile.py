@@ -10,13 +10,16 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 from numba_compilations import COUNTING
 
-from streamfit.precompile import CACHE_LOCK_FILE, announce_compilation, serialize_cache_writes
+from streamfit.precompile import CACHE_LOCK_FILE, WarmUp, announce_compilation, serialize_cache_writes
 
 # a fresh process: an estimator fit and a CLI train on other data than the warm-up's, counting
 # the compilations of streamfit's kernels (numba's "numba:compile" event fires for a compilation,
@@ -317,3 +320,20 @@ def test_a_fit_loads_the_kernel_parts_compiled_apart(tmp_path):
     fit = subprocess.run([sys.executable, "-c", _FIT_AFTER_PARTS], env=env, capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
     assert "compiled: ['_algorithm1', '_eliminate', '_seed']" in fit.stdout, fit.stdout
+
+
+def test_a_stopped_warm_up_leaves_no_folder_behind(tmp_path, monkeypatch):
+    """The background compilation's rows, store and run live in a folder of the parent's: killed
+    mid-way by stop() (the pipeline failed or was stopped before its train), the child cannot
+    clean up after itself, so the parent removes the folder, with what the child had written."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    warm_up = WarmUp("stagewise", {"n_passes": 1}, 64)
+    folder = Path(warm_up.folder)
+    assert folder.parent == tmp_path and folder.name.startswith("streamfit-warm-up-stagewise-")
+    deadline = time.monotonic() + 120
+    while not any(folder.iterdir()) and warm_up.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(folder.iterdir()), "the child wrote nothing in its folder"
+    warm_up.stop()
+    assert warm_up.process.returncode is not None
+    assert not folder.exists()
