@@ -299,10 +299,10 @@ class WarmUp:
     """`solver`'s kernels compiled in a background process while this one works: the child
     (`python -m streamfit.precompile SOLVER PARAMS WIDTH FOLDER`, _warm_up_train) trains the
     solver on a tiny store with `params` in FOLDER (a temporary folder of this process's, removed
-    by wait and stop, also when the child was killed) and evaluates it, so numba's cache gets the signatures the same
-    settings ask for on a store of the same kind (multiclass) and width (`n_features`, e.g. the
-    hashed width: a solver may take another path for a wide sparse store than for a narrow
-    one). `wait` returns when it is done; this process's train then loads what it compiled
+    by wait and stop, also when the child was killed) and evaluates it, so numba's cache gets the
+    signatures the same settings ask for on a store of the same kind (multiclass) and width
+    (`n_features`, e.g. the hashed width: a solver may take another path for a wide sparse store
+    than for a narrow one). `wait` returns when it is done; this process's train then loads what it compiled
     instead of compiling it again. Cache writes of both processes are serialized
     (serialize_cache_writes). A child that fails costs nothing but its time: the train
     compiles what is missing, as without it. The child and its helpers (_warm_up_train) form a

@@ -360,7 +360,8 @@ def _histogram_task(
     """The chunk's HistogramSums of g (and of its own-class part when `own`); rows held out
     (kernels.held_out with `holdout_seed`; None: no row) weigh 0. Reads the binned chunk
     (_bins_task), not the store."""
-    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), state.read(LABELS, 1, chunk_id))
+    labels = state.read(LABELS, 1, chunk_id)
+    G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), labels)
     if holdout_seed is not None:
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
@@ -368,7 +369,6 @@ def _histogram_task(
     if not own:
         H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
         return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
-    labels = state.read(LABELS, 1, chunk_id)
     G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
     H, stored, H_own, stored_own = kernels.histograms(indptr, indices, codes, G, labels, cut_offsets, True)
     return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))

@@ -654,8 +654,8 @@ def _score(
     tiny: float,
 ) -> float:
     """A candidate's score: its edge (= V₊ − V₋); with `gain` (√V₊ − √V₋)² (−inf when V₊ ≤ V₋:
-    the line search would not move it); with `exact` too (rule = (exact, C/p, large_c, ν)), the decrease of (2) (times p/C) by the
-    step the solver takes on it as a new coordinate: w = coordinate_update(V₊, V₋, 0, ...) (ν·(13)
+    the line search would not move it); with `exact` too (rule = (exact, C/p, large_c, ν)), the
+    decrease of (2) (times p/C) by the step the solver takes on it as a new coordinate: w = coordinate_update(V₊, V₋, 0, ...) (ν·(13)
     or ν·(12), at V₋ = 0 (12) at C), decrease(w) = V₊(1 − e^{−w}) + V₋(1 − e^{w}) − (p/C)·w (−inf
     where it is not positive: (13) ignores the ℓ1 term, so its step can raise (2)). The loss part
     of decrease(w) is at most its maximum over w, (√V₊ − √V₋)² (V₊ at V₋ = 0), so the decrease is
@@ -735,10 +735,10 @@ def best_stumps(
     best_e = np.full(K, -np.inf)
     best_low = np.full(K, -1, dtype=np.int8)
     best_sign = np.ones(K, dtype=np.int8)
+    rule = (exact, C_over_p, large_c, learning_rate)
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
-        rule = (exact, C_over_p, large_c, learning_rate)
         tiny = RELATIVE_ROUNDING * (PT + (PT - T))  # of the class's μ mass: Σ R_i (own rows) + Σ μ_(i,c) (others)
         for f in range(n_features):
             start = cut_offsets[f] + f
