@@ -385,6 +385,7 @@ class Engine:
         self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
         self._sigterm: str | None = None  # while stopping_on_sigterm: Terminated's message
         self._seen_by_workers: set[str] = set()  # local paths the joined cluster's workers were found to see
+        self._workers_at_last_pass: set[str] | None = None  # the workers a watch saw last (_Watch)
 
     def __enter__(self) -> Engine:
         self.start()
@@ -867,7 +868,12 @@ class _Watch:
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
 
     def __enter__(self) -> _Watch:
-        self._workers = self._look() or set()
+        known = self.engine._workers_at_last_pass
+        if known is not None:  # a worker gone since the last pass (e.g. restarted by its nanny: a new address)
+            self._workers = known
+            self._look("since the last pass; this pass runs on the {left} worker(s) there now")
+        else:
+            self._workers = self._look() or set()
         self._thread.start()
         return self
 
@@ -876,9 +882,10 @@ class _Watch:
         self._thread.join()
         self._look()
 
-    def _look(self) -> set[str] | None:
-        """The workers now, with a warning for each one that left since the last look; None when
-        the scheduler cannot be asked (it is gone: the waiting thread hears of it)."""
+    def _look(self, when: str = "during a pass; its tasks run again on the {left} worker(s) left") -> set[str] | None:
+        """The workers now, with a warning for each one that left since the last look (`when`
+        ends the message); None when the scheduler cannot be asked (it is gone: the waiting
+        thread hears of it)."""
         client = self.engine.client
         assert client is not None, "a pass on a cluster starts the watch"
         try:
@@ -886,12 +893,9 @@ class _Watch:
         except Exception:
             return None
         for gone in sorted(self._workers - now):
-            log.warning(
-                "the Dask worker %s left the cluster during a pass; its tasks run again on the %d worker(s) left",
-                gone,
-                len(now),
-            )
+            log.warning("the Dask worker %s left the cluster %s", gone, when.format(left=len(now)))
         self._workers = now
+        self.engine._workers_at_last_pass = now
         return now
 
     def _run(self) -> None:

@@ -1,3 +1,4 @@
+import contextlib
 import functools
 import logging
 import os
@@ -256,6 +257,35 @@ def test_local_cluster_survives_killed_workers(tmp_path, caplog):
     assert len(left) == 3, caplog.messages
     assert all(np.array_equal(a, b) for a, b in zip(got_map, ref_map))
     assert np.array_equal(got, ref) and np.array_equal(root.value, ref) and root.n == n
+
+
+def test_a_worker_restarted_between_passes_is_a_warning(caplog):
+    """A worker that dies between two passes and comes back under its nanny (a new address) is
+    not seen by either pass's watch; the next pass's watch compares with the workers the last
+    one saw and warns, and the pass's result is still the in-process one."""
+    vector = np.arange(50.0)
+    with Engine(mode="inprocess") as eng:
+        ref = eng.map(chunk_dies_once, None, range(4), vector=vector, marker="", die_at=-1)
+    with Engine(mode="local", n_workers=2) as eng, caplog.at_level("WARNING", logger="streamfit.engine"):
+        assert eng.client is not None
+        eng.map(chunk_dies_once, None, range(4), vector=vector, marker="", die_at=-1)
+        before = set(eng.client.nthreads())
+        victim = sorted(before)[0]
+        with contextlib.suppress(Exception):  # the worker dies under the call
+            eng.client.run(os._exit, 1, workers=[victim])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the nanny starts a new worker process
+            now = set(eng.client.nthreads())
+            if victim not in now and len(now) == 2:
+                break
+            time.sleep(0.1)
+        assert victim not in now and len(now) == 2, now
+        assert not any("left the cluster" in m for m in caplog.messages), caplog.messages
+        got = eng.map(chunk_dies_once, None, range(4), vector=vector, marker="", die_at=-1)
+    assert [m for m in caplog.messages if "left the cluster" in m] == [
+        f"the Dask worker {victim} left the cluster since the last pass; this pass runs on the 2 worker(s) there now"
+    ]
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref))
 
 
 def test_a_pass_that_keeps_losing_workers_is_a_clear_error(monkeypatch):
