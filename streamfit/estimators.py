@@ -26,7 +26,9 @@ test that failed, its one report (the CLI logs the same words instead, a line on
 an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
-the dtype of the fitted label indicator.
+the dtype of the fitted label indicator, and is CSR where that was scipy.sparse (scikit-learn's
+OneVsRestClassifier's rule). classes_ and predict keep y's label type (int, float, bool, string),
+and so does model_ (its classes_ and predict; saved, its model.json records the dtype).
 
 StagewiseLSRegressor is the regressor (RegressorMixin's conventions): y real and finite, of shape
 (n,) or (n, k); predict has y's shape; score is R² averaged over the outputs; the tags say
@@ -425,6 +427,8 @@ class _SolverEstimator(_ParamsMixin):
             self.model_ = self._solver(params).fit(
                 source, engine=engine, checkpointer=None, log=log, log_not_converged=reasons.append
             )  # the warning below is the one report
+        # the model predicts the labels in y's type (ints as ints), saved and loaded too
+        self.model_.set_class_dtype(np.asarray(names).dtype)
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
         self._y_dtype = y_dtype
@@ -456,6 +460,7 @@ class _SolverClassifier(_SolverEstimator):
 
     def _set_targets(self, names, y) -> None:
         self.classes_ = names
+        self._sparse_output = sp.issparse(y)  # a sparse label indicator: predict returns CSR
 
     def _accepts_multilabel(self) -> bool:
         """Whether fit takes an n × k label indicator with these parameters."""
@@ -556,14 +561,16 @@ class _SolverClassifier(_SolverEstimator):
             return S[:, 1] - S[:, 0]
         return S
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X) -> np.ndarray | sp.csr_matrix:
         """Class labels (multiclass), or the model's 0/1 label indicator in the dtype of the
-        fitted one (multilabel)."""
+        fitted one (multilabel): a scipy.sparse CSR matrix when the fitted indicator was sparse
+        (as scikit-learn's OneVsRestClassifier), else an ndarray."""
         model = self._fitted_model()
         X = self._check_X(X, reset=False)
         if model.multilabel:
             dtype = getattr(self, "_y_dtype", np.int8)  # int8: an estimator pickled before fit recorded the dtype
-            return model.predict(X).astype(dtype, copy=False)
+            indicator = model.predict(X).astype(dtype, copy=False)
+            return sp.csr_matrix(indicator) if getattr(self, "_sparse_output", False) else indicator
         return self.classes_[np.argmax(model.decision_function(X), axis=1)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -578,6 +585,7 @@ class _SolverClassifier(_SolverEstimator):
         the share of rows whose whole predicted label set equals the true one."""
         pred = self.predict(X)
         if self.multilabel_:
+            pred = pred.toarray() if isinstance(pred, sp.spmatrix) else pred
             Y = y.toarray() if sp.issparse(y) else np.asarray(y)
             if Y.shape != pred.shape:
                 raise ValueError(f"y has shape {Y.shape}; the predicted label indicator has {pred.shape}")
