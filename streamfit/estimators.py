@@ -412,6 +412,9 @@ class _SolverEstimator(_ParamsMixin):
         """Record what fit learned about y (classifiers: classes_)."""
         raise NotImplementedError
 
+    def _fitted_solver(self, solver) -> None:
+        """Record what the solver knows after fit beyond its model (FBPDClassifier: g's column weights)."""
+
     # -- the scikit-learn API -------------------------------------------------------------
     def fit(self, X, y):
         if y is None:  # before X, so that this is the error whatever X is
@@ -423,10 +426,12 @@ class _SolverEstimator(_ParamsMixin):
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
         reasons: list[str] = []  # the stopping test that failed, in the solver's words
+        solver = self._solver(params)
         with Engine(mode="inprocess") as engine:
-            self.model_ = self._solver(params).fit(
+            self.model_ = solver.fit(
                 source, engine=engine, checkpointer=None, log=log, log_not_converged=reasons.append
             )  # the warning below is the one report
+        self._fitted_solver(solver)
         # the model predicts the labels in y's type (ints as ints), saved and loaded too
         self.model_.set_class_dtype(np.asarray(names).dtype)
         self.history_ = log.records
@@ -745,7 +750,10 @@ class FBPDClassifier(_SolverClassifier):
     minimises g(W) subject to mean hinge <= eta (problem (8)). The offsets are not penalised.
     preconditioning="auto" (the default): diagonal steps on sparse X; on dense X (≥ 25 % of the
     used columns' entries non-zero) one scalar step with the columns centered (the same problem:
-    the offsets absorb the means; coef_ and intercept_ are for X as given).
+    the offsets absorb the means; coef_ and intercept_ are for X as given) and, with
+    standardize=True (the default), divided by their standard deviations s_j: g then weighs
+    W_jk by s_j (as fitting standardized columns does; lam=None takes λ_ref on them too), so
+    the fit does not depend on the columns' units; model_.info["standardized"] says which.
 
     Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_,
     model_ (a LinearModel), coef_ (k × d; CSR for the sparse penalties), intercept_,
@@ -761,6 +769,9 @@ class FBPDClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
+
+    def _fitted_solver(self, solver) -> None:
+        self._column_scale = solver.column_scale  # None: g on the weights as given
 
     def _objective(self):
         """Problem (7) or (8) at the weight of g the fit used (lam, or lam_ratio·λ_ref when lam is None)."""
@@ -778,10 +789,15 @@ class FBPDClassifier(_SolverClassifier):
 
     def objective(self, X, y) -> float:
         """The primal objective: lam·g(W) + mean hinge (regularized, (7)), g(W) (constrained,
-        (8); its constraint is hinge_loss(X, y) <= eta)."""
+        (8); its constraint is hinge_loss(X, y) <= eta). Where the fit standardized the columns
+        (model_.info["standardized"]), g is taken of the standardized columns' weights, coef_ᵀ's
+        rows times the training columns' standard deviations s_j; the hinge is coef_'s on X."""
         W, b = self._weights()
         z = np.searchsorted(self.classes_, np.asarray(y))
-        return self._objective().value(W, b, self._check_X(X, reset=False), z)
+        objective = self._objective()
+        sums = objective.chunk_sums(W, b, self._check_X(X, reset=False), z)
+        scale = getattr(self, "_column_scale", None)
+        return objective.total(sums, W if scale is None else W * scale[:, None], b)
 
 
 class PPDSparseClassifier(_SolverClassifier):
