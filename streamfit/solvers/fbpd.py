@@ -94,7 +94,7 @@ applied to W′: in the stored features' terms the problem is (7) or (8) with g(
 weighing W_jk by s_j, which is what fitting StandardScaler's columns solves. The model holds
 S⁻¹W̃′ and b̃′ − μᵀS⁻¹W̃′. Why: g is not invariant to a column's units, and on unscaled numeric
 tables (wine: columns from 0.1 to 1680) λ_ref came from the largest column, so the default lam
-left the small ones out of the model (wine: 0.65 test accuracy, HiGHS' optimum of that problem
+left the small ones out of the model (wine: 0.65 test accuracy, the model of HiGHS' optimum of that problem
 0.78–0.87, LinearSVC 0.96); standardized, the fit is the same in any units (wine 0.985;
 docs/benchmarks.md, "The Python-API check's leftovers, session 21"). standardize=False keeps
 g on the columns as given.
