@@ -26,7 +26,9 @@ test that failed, its one report (the CLI logs the same words instead, a line on
 an unfitted estimator raise NotFittedError. Outputs follow
 scikit-learn's conventions: decision_function is (n,) for two classes (positive means
 classes_[1]) and, for label indicators, scores whose sign is predict's; multilabel predict has
-the dtype of the fitted label indicator.
+the dtype of the fitted label indicator, and is CSR where that was scipy.sparse (scikit-learn's
+OneVsRestClassifier's rule). classes_ and predict keep y's label type (int, float, bool, string),
+and so does model_ (its classes_ and predict; saved, its model.json records the dtype).
 
 StagewiseLSRegressor is the regressor (RegressorMixin's conventions): y real and finite, of shape
 (n,) or (n, k); predict has y's shape; score is R² averaged over the outputs; the tags say
@@ -410,6 +412,9 @@ class _SolverEstimator(_ParamsMixin):
         """Record what fit learned about y (classifiers: classes_)."""
         raise NotImplementedError
 
+    def _fitted_solver(self, solver) -> None:
+        """Record what the solver knows after fit beyond its model (FBPDClassifier: g's column weights)."""
+
     # -- the scikit-learn API -------------------------------------------------------------
     def fit(self, X, y):
         if y is None:  # before X, so that this is the error whatever X is
@@ -421,10 +426,14 @@ class _SolverEstimator(_ParamsMixin):
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
         reasons: list[str] = []  # the stopping test that failed, in the solver's words
+        solver = self._solver(params)
         with Engine(mode="inprocess") as engine:
-            self.model_ = self._solver(params).fit(
+            self.model_ = solver.fit(
                 source, engine=engine, checkpointer=None, log=log, log_not_converged=reasons.append
             )  # the warning below is the one report
+        self._fitted_solver(solver)
+        # the model predicts the labels in y's type (ints as ints), saved and loaded too
+        self.model_.set_class_dtype(np.asarray(names).dtype)
         self.history_ = log.records
         self.n_features_in_ = X.shape[1]
         self._y_dtype = y_dtype
@@ -456,6 +465,7 @@ class _SolverClassifier(_SolverEstimator):
 
     def _set_targets(self, names, y) -> None:
         self.classes_ = names
+        self._sparse_output = sp.issparse(y)  # a sparse label indicator: predict returns CSR
 
     def _accepts_multilabel(self) -> bool:
         """Whether fit takes an n × k label indicator with these parameters."""
@@ -556,14 +566,16 @@ class _SolverClassifier(_SolverEstimator):
             return S[:, 1] - S[:, 0]
         return S
 
-    def predict(self, X) -> np.ndarray:
+    def predict(self, X) -> np.ndarray | sp.csr_matrix:
         """Class labels (multiclass), or the model's 0/1 label indicator in the dtype of the
-        fitted one (multilabel)."""
+        fitted one (multilabel): a scipy.sparse CSR matrix when the fitted indicator was sparse
+        (as scikit-learn's OneVsRestClassifier), else an ndarray."""
         model = self._fitted_model()
         X = self._check_X(X, reset=False)
         if model.multilabel:
             dtype = getattr(self, "_y_dtype", np.int8)  # int8: an estimator pickled before fit recorded the dtype
-            return model.predict(X).astype(dtype, copy=False)
+            indicator = model.predict(X).astype(dtype, copy=False)
+            return sp.csr_matrix(indicator) if getattr(self, "_sparse_output", False) else indicator
         return self.classes_[np.argmax(model.decision_function(X), axis=1)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
@@ -578,6 +590,7 @@ class _SolverClassifier(_SolverEstimator):
         the share of rows whose whole predicted label set equals the true one."""
         pred = self.predict(X)
         if self.multilabel_:
+            pred = pred.toarray() if isinstance(pred, sp.spmatrix) else pred
             Y = y.toarray() if sp.issparse(y) else np.asarray(y)
             if Y.shape != pred.shape:
                 raise ValueError(f"y has shape {Y.shape}; the predicted label indicator has {pred.shape}")
@@ -737,7 +750,10 @@ class FBPDClassifier(_SolverClassifier):
     minimises g(W) subject to mean hinge <= eta (problem (8)). The offsets are not penalised.
     preconditioning="auto" (the default): diagonal steps on sparse X; on dense X (≥ 25 % of the
     used columns' entries non-zero) one scalar step with the columns centered (the same problem:
-    the offsets absorb the means; coef_ and intercept_ are for X as given).
+    the offsets absorb the means; coef_ and intercept_ are for X as given) and, with
+    standardize=True (the default), divided by their standard deviations s_j: g then weighs
+    W_jk by s_j (as fitting standardized columns does; lam=None takes λ_ref on them too), so
+    the fit does not depend on the columns' units; model_.info["standardized"] says which.
 
     Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_,
     model_ (a LinearModel), coef_ (k × d; CSR for the sparse penalties), intercept_,
@@ -753,6 +769,9 @@ class FBPDClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
+
+    def _fitted_solver(self, solver) -> None:
+        self._column_scale = solver.column_scale  # None: g on the weights as given
 
     def _objective(self):
         """Problem (7) or (8) at the weight of g the fit used (lam, or lam_ratio·λ_ref when lam is None)."""
@@ -770,10 +789,15 @@ class FBPDClassifier(_SolverClassifier):
 
     def objective(self, X, y) -> float:
         """The primal objective: lam·g(W) + mean hinge (regularized, (7)), g(W) (constrained,
-        (8); its constraint is hinge_loss(X, y) <= eta)."""
+        (8); its constraint is hinge_loss(X, y) <= eta). Where the fit standardized the columns
+        (model_.info["standardized"]), g is taken of the standardized columns' weights, coef_ᵀ's
+        rows times the training columns' standard deviations s_j; the hinge is coef_'s on X."""
         W, b = self._weights()
         z = np.searchsorted(self.classes_, np.asarray(y))
-        return self._objective().value(W, b, self._check_X(X, reset=False), z)
+        objective = self._objective()
+        sums = objective.chunk_sums(W, b, self._check_X(X, reset=False), z)
+        scale = getattr(self, "_column_scale", None)
+        return objective.total(sums, W if scale is None else W * scale[:, None], b)
 
 
 class PPDSparseClassifier(_SolverClassifier):

@@ -212,7 +212,7 @@ def evaluate(
         table = acc.per_label()
         out["per_label"] = {
             str(name): {key: float(v[r]) if key != "support" else int(v[r]) for key, v in table.items()}
-            for r, name in enumerate(model.classes_)
+            for r, name in enumerate(model.class_names)
         }
     return out
 
@@ -222,7 +222,7 @@ def chunk_sums(source, i: int, *, model, threshold: float) -> MetricAccumulator 
     c = source.read_chunk(i)
     S = model.decision_function(c.X)
     if model.regression:
-        reg = RegressionAccumulator(model.classes_.tolist())
+        reg = RegressionAccumulator(model.class_names.tolist())
         reg.update(S, c.labels)
         return reg
     acc = MetricAccumulator(len(model.classes_), model.multilabel, threshold)

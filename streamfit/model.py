@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -41,6 +42,35 @@ MODEL_KINDS: dict[str, type[Model]] = {}
 def register_model(cls):
     MODEL_KINDS[cls.kind] = cls
     return cls
+
+
+# numpy kinds of labels whose type a model records (bool, signed and unsigned integers, floats)
+CLASS_DTYPE_KINDS = "biuf"
+
+
+def typed_classes(names, dtype) -> np.ndarray:
+    """The class names (strings, as `str` wrote each label) read back as labels of `dtype` (numpy
+    bool, integer or float), so that a model fitted on int labels predicts ints: each name is
+    parsed (bool: "True"/"False") and must print as itself again, else a ValueError naming it."""
+    dtype = np.dtype(dtype)
+    if dtype.kind not in CLASS_DTYPE_KINDS:
+        raise ValueError(f"class dtype {dtype.str!r}: not a bool, integer or float type")
+    parse: Callable[[str], bool | int | float] = int
+    if dtype.kind == "b":
+        parse = {"True": True, "False": False}.__getitem__
+    elif dtype.kind == "f":
+        parse = float
+    try:
+        labels = np.array([parse(str(name)) for name in names], dtype=dtype)
+    except (KeyError, ValueError, OverflowError) as e:
+        names = [str(name) for name in names]
+        raise ValueError(f"class names {names!r:.80} are not labels of dtype {dtype.str!r} ({e})") from None
+    for name, label in zip(names, labels):
+        if str(label) != name:
+            raise ValueError(
+                f"class name {str(name)!r} reads as {str(label)!r} of dtype {dtype.str!r}, which is not the same name"
+            )
+    return labels
 
 
 def decide(S: np.ndarray, threshold: float) -> np.ndarray:
@@ -150,8 +180,14 @@ class Model:
         info: dict | None = None,
         idf: np.ndarray | None = None,
         decision_threshold: float | None = None,
+        class_dtype: str | None = None,
     ):
-        self.classes_ = np.asarray([str(c) for c in classes])
+        # the classes' names (strings: stores, model.json, the CLI's outputs) and, where the model
+        # records the labels' type (an estimator fitted on ints, floats or bools), the labels
+        # themselves in that type: classes_ is what predict returns (see `typed_classes`)
+        self.class_names = np.asarray([str(c) for c in classes])
+        self.class_dtype = None if class_dtype is None else np.dtype(class_dtype).str
+        self.classes_ = self.class_names if class_dtype is None else typed_classes(self.class_names, class_dtype)
         self.n_features = int(n_features)
         self.multilabel = bool(multilabel)
         self.regression = bool(regression)  # real-valued outputs (classes_ names them), not classes
@@ -162,6 +198,22 @@ class Model:
         self.idf = idf  # the featurizer's IDF weights, when the training store had them
         # multilabel: a label is on when its score is > decision_threshold (see `decide`)
         self.decision_threshold = self.default_threshold() if decision_threshold is None else float(decision_threshold)
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickling: a model pickled before models recorded the labels' type has string names only."""
+        state.setdefault("class_names", state["classes_"])
+        state.setdefault("class_dtype", None)
+        self.__dict__.update(state)
+
+    def set_class_dtype(self, dtype) -> None:
+        """Record that the classes are labels of `dtype` (numpy bool, integer or float; an estimator's
+        y): classes_ and predict then give them in that type, saved models too (model.json's
+        `class_dtype`). Strings and objects keep the names. ValueError when a name does not read
+        back as the same label."""
+        dtype = np.dtype(dtype)
+        if dtype.kind in CLASS_DTYPE_KINDS:
+            self.classes_ = typed_classes(self.class_names, dtype)
+            self.class_dtype = dtype.str
 
     score_kind = "margin"  # what the scores are: "margin" (sign decides) or "probability" (0/1 targets fitted)
 
@@ -185,7 +237,7 @@ class Model:
             )
         if store.n_features != self.n_features:
             raise StreamfitError(f"{store.path}: has {store.n_features} features, the model {self.n_features}; {fix}")
-        theirs, ours = list(store.classes), self.classes_.tolist()
+        theirs, ours = list(store.classes), self.class_names.tolist()
         if len(theirs) != len(ours):
             raise StreamfitError(f"{store.path}: has {len(theirs)} classes, the model {len(ours)}; {fix}")
         for i, (a, b) in enumerate(zip(theirs, ours)):
@@ -263,7 +315,7 @@ class Model:
         arrays = self._arrays()
         if self.idf is not None:
             arrays["featurizer_idf"] = self.idf
-        arrays["model_classes"] = self.classes_  # copies covered by arrays_sha256: load_model compares
+        arrays["model_classes"] = self.class_names  # copies covered by arrays_sha256: load_model compares
         arrays["model_n_features"] = np.array([self.n_features], dtype=np.int64)
         # C order always: a solver's arrays may be Fortran-ordered in one run and not after a
         # resume, and the same model must be the same bytes
@@ -273,7 +325,8 @@ class Model:
             "format": "streamfit-model",
             "format_version": MODEL_FORMAT_VERSION,
             "kind": self.kind,
-            "classes": self.classes_.tolist(),
+            "classes": self.class_names.tolist(),
+            **({} if self.class_dtype is None else {"class_dtype": self.class_dtype}),
             "n_features": self.n_features,
             "multilabel": self.multilabel,
             "regression": self.regression,
@@ -386,6 +439,23 @@ _RECORD_RULES = {  # model.json field: (check, what it must be)
 }
 
 
+def _is_class_dtype(v) -> bool:
+    """A numpy dtype string in its own canonical spelling ('<i8', '|b1', '<f4'), of a kind in
+    CLASS_DTYPE_KINDS."""
+    if not isinstance(v, str):
+        return False
+    try:
+        dtype = np.dtype(v)
+    except Exception:  # numpy's parser raises TypeError, ValueError or SyntaxError for odd strings
+        return False
+    return dtype.kind in CLASS_DTYPE_KINDS and dtype.str == v
+
+
+_OPTIONAL_RECORD_RULES = {  # model.json fields written only where they apply
+    "class_dtype": (_is_class_dtype, "a numpy bool, integer or float dtype such as '<i8' (the labels' type)"),
+}
+
+
 def _read_record(meta: storage.Location) -> dict:
     """model.json, checked in order: JSON object, format and version, record_sha256, every field."""
     meta_path = meta.url
@@ -407,12 +477,15 @@ def _read_record(meta: storage.Location) -> dict:
             f"{meta_path}: fails its checksum ({MODEL_DIGEST_KEY}); it was edited or damaged; {RETRAIN}"
         )
     for key in record:
-        if key not in _RECORD_RULES:
+        if key not in _RECORD_RULES and key not in _OPTIONAL_RECORD_RULES:
             raise StreamfitError(f"{meta_path}: {key} is not a model.json field; {RETRAIN}")
     for key, (ok, what) in _RECORD_RULES.items():
         if key not in record or not ok(record[key]):
             got = f"is {record[key]!r:.80}" if key in record else "is missing"
             raise StreamfitError(f"{meta_path}: {key} {got}, expected {what}; {RETRAIN}")
+    for key, (ok, what) in _OPTIONAL_RECORD_RULES.items():
+        if key in record and not ok(record[key]):
+            raise StreamfitError(f"{meta_path}: {key} is {record[key]!r:.80}, expected {what}; {RETRAIN}")
     return record
 
 
@@ -487,6 +560,7 @@ def load_model(path: str) -> Model:
     }
     common["idf"] = arrays.pop("featurizer_idf", None)
     common["decision_threshold"] = record["decision"]["threshold"]
+    common["class_dtype"] = record.get("class_dtype")
     if common["idf"] is not None and common["idf"].shape != (record["n_features"],):
         raise StreamfitError(
             f"{arrays_path}: featurizer_idf has shape {common['idf'].shape}, expected ({record['n_features']},); {RETRAIN}"

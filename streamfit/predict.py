@@ -123,7 +123,7 @@ class _Piece:
 def _columns(model: Model, top_k: int, with_ids: bool) -> tuple[str, ...]:
     head = ["location"] + (["id"] if with_ids else [])
     if model.regression:
-        return tuple(head + model.classes_.tolist())
+        return tuple(head + model.class_names.tolist())
     label_set_column = ["predicted"] if model.multilabel else []
     return tuple(head + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
 
@@ -144,7 +144,7 @@ def _rows(model: Model, layout: _Layout, locations: list[str], ids: list[str] | 
     buf = io.StringIO()
     writer = csv.writer(buf) if layout.kind == ".csv" else None
     if model.regression:
-        names = model.classes_.tolist()
+        names = model.class_names.tolist()
         for r, (loc, row) in enumerate(zip(locations, S.tolist())):
             record_id = [ids[r]] if ids is not None else []
             if writer:
@@ -154,11 +154,11 @@ def _rows(model: Model, layout: _Layout, locations: list[str], ids: list[str] | 
                 buf.write(json.dumps({**head, "values": dict(zip(names, row))}) + "\n")
         return buf.getvalue()
     top, scores = model.top_k(S, layout.top_k)
-    labels = model.classes_[top]
+    labels = model.class_names[top]
     on = decide(S, layout.threshold) if model.multilabel else None
     for r, (loc, labs, sc) in enumerate(zip(locations, labels, scores)):
         record_id = [ids[r]] if ids is not None else []
-        label_set: dict[str, list[str]] = {"predicted": model.classes_[on[r]].tolist()} if on is not None else {}
+        label_set: dict[str, list[str]] = {"predicted": model.class_names[on[r]].tolist()} if on is not None else {}
         if writer:
             row = [loc, *record_id] + ["|".join(names) for names in label_set.values()]
             writer.writerow(row + [v for pair in zip(labs, np.round(sc, 6)) for v in pair])
@@ -179,15 +179,15 @@ def _table(model: Model, layout: _Layout, locations: list[str], ids: list[str] |
     if ids is not None:
         columns["id"] = pa.array(ids, pa.string())
     if model.regression:
-        for j, name in enumerate(model.classes_.tolist()):
+        for j, name in enumerate(model.class_names.tolist()):
             columns[name] = pa.array(S[:, j], pa.float64())
         return pa.table(columns)
     top, scores = model.top_k(S, layout.top_k)
     if model.multilabel:
         on = decide(S, layout.threshold)
-        columns["predicted"] = pa.array([model.classes_[row].tolist() for row in on], pa.list_(pa.string()))
+        columns["predicted"] = pa.array([model.class_names[row].tolist() for row in on], pa.list_(pa.string()))
     for i in range(top.shape[1]):
-        columns[f"label_{i + 1}"] = pa.array(model.classes_[top[:, i]].tolist(), pa.string())
+        columns[f"label_{i + 1}"] = pa.array(model.class_names[top[:, i]].tolist(), pa.string())
         columns[f"score_{i + 1}"] = pa.array(scores[:, i], pa.float64())
     return pa.table(columns)
 

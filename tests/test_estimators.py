@@ -377,6 +377,46 @@ def _fitted(case, X=None, y=None):
     return CHECK_CASES[case]().fit(X, y)
 
 
+LABEL_KINDS = {
+    "int64": lambda z: z.astype(np.int64),
+    "int32": lambda z: z.astype(np.int32) * 7 - 3,
+    "uint8": lambda z: z.astype(np.uint8) + 250,
+    "bool": lambda z: z > 0,
+    "float64": lambda z: z * 2.0 - 1.0 + (z > 1),  # integral floats (others are continuous): -1.0, 1.0, 4.0
+    "float32": lambda z: z.astype(np.float32),
+    "str": lambda z: np.array(["cat", "dog", "emu"])[z],
+}
+
+
+@pytest.mark.parametrize("kind", LABEL_KINDS)
+@pytest.mark.parametrize("case", CHECK_CASES)
+def test_labels_keep_their_type(tmp_path, case, kind):
+    """classes_ and predict give y's labels in y's dtype, as scikit-learn's LinearSVC does (int,
+    bool, float and string labels); so do model_.predict, a pickled estimator and the model
+    saved with model_.save and loaded with streamfit.load_model (its model.json records the
+    labels' dtype beside their names)."""
+    import pickle
+
+    from sklearn.svm import LinearSVC
+
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(60, 4))
+    z = np.digitize(X[:, 0], [-0.43, 0.43])
+    y = LABEL_KINDS[kind](z if kind != "bool" else (z > 0).astype(int))
+    peer = LinearSVC().fit(X, y)
+    est = CHECK_CASES[case]().fit(X, y)
+    assert est.classes_.dtype == peer.classes_.dtype and np.array_equal(est.classes_, peer.classes_)
+    pred = est.predict(X)
+    assert pred.dtype == peer.predict(X).dtype and np.mean(pred == y) > 0.7
+    again = pickle.loads(pickle.dumps(est))
+    est.model_.save(str(tmp_path / "model"))
+    loaded = streamfit.load_model(str(tmp_path / "model"))
+    for model_pred in (est.model_.predict(X), again.predict(X), again.model_.predict(X), loaded.predict(X)):
+        assert model_pred.dtype == pred.dtype
+        np.testing.assert_array_equal(model_pred, pred)
+    assert loaded.classes_.dtype == est.classes_.dtype and np.array_equal(loaded.classes_, est.classes_)
+
+
 @pytest.mark.parametrize("case", CHECK_CASES)
 def test_not_fitted_error(case):
     """Before fit every method raises NotFittedError: streamfit's (a ValueError and an
@@ -568,7 +608,36 @@ def test_multilabel_outputs(case):
         assert offset == 0.0
     np.testing.assert_allclose(D, est.model_.decision_function(X) - offset, rtol=0, atol=0)
     sparse_fit = CHECK_CASES[case]().fit(X, sp.csr_matrix(Y))
-    np.testing.assert_array_equal(sparse_fit.predict(X), est.predict(X))
+    np.testing.assert_array_equal(sparse_fit.predict(X).toarray(), est.predict(X))
+
+
+@pytest.mark.parametrize("case", ["stagewise", "bcd", "ppdsparse"])
+def test_a_sparse_indicator_predicts_sparse(case):
+    """As scikit-learn's OneVsRestClassifier: a label indicator fitted as scipy.sparse predicts a
+    CSR matrix (here in the fitted dtype), a dense one an ndarray; decision_function and
+    predict_proba are dense n × n_labels either way, as OneVsRestClassifier's; score takes both."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(120, 6))
+    Y = (X @ rng.normal(size=(6, 3)) > 0.3).astype(np.int64)
+    for fitted in (sp.csr_matrix(Y), sp.csc_matrix(Y.astype(np.float32))):
+        peer = OneVsRestClassifier(LogisticRegression()).fit(X, fitted)
+        est = CHECK_CASES[case]().fit(X, fitted)
+        pred = est.predict(X)
+        assert sp.issparse(peer.predict(X)) and isinstance(pred, sp.csr_matrix)
+        assert pred.dtype == fitted.dtype and pred.shape == Y.shape
+        np.testing.assert_array_equal(pred.toarray(), CHECK_CASES[case]().fit(X, fitted.toarray()).predict(X))
+        assert est.decision_function(X).shape == peer.decision_function(X).shape
+        if hasattr(est, "predict_proba"):
+            assert est.predict_proba(X).shape == peer.predict_proba(X).shape
+        assert est.score(X, fitted) == est.score(X, Y) == np.mean(np.all(pred.toarray() == Y, axis=1))
+    dense = CHECK_CASES[case]().fit(X, Y)
+    assert isinstance(dense.predict(X), np.ndarray)
+    assert isinstance(
+        CHECK_CASES[case]().fit(X, sp.csr_matrix(Y)).fit(X, Y).predict(X), np.ndarray
+    )  # a refit resets it
 
 
 @pytest.mark.parametrize("case", CHECK_CASES)

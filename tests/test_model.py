@@ -1,6 +1,7 @@
 import hashlib
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -39,6 +40,48 @@ def test_save_load_scores_identical(tmp_path, sparse):
     np.testing.assert_array_equal(m2.decision_function(X), m.decision_function(X))
     np.testing.assert_allclose(m.decision_function(X), X @ W.T + m.intercept_)
     assert list(m2.classes_) == list("abcd") and m2.params == {"lam": 1.0}
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        np.array([3, 7, 10, 12]),
+        np.array([0, 1, 2, 250], np.uint8),
+        np.array([-1.0, 0.5, 2.0, 1e20]),
+        np.array([0.1, 0.2, 0.3, 7], np.float32),
+    ],
+)
+def test_a_model_records_its_labels_type(tmp_path, labels):
+    """A model whose labels were numbers (an estimator's y) predicts them as numbers of their
+    dtype, also once saved and loaded; model.json keeps the names (strings) and adds class_dtype;
+    a model without it records no class_dtype and predicts names."""
+    X = sp.random(20, 30, density=0.3, format="csr", random_state=5)
+    named, W = _model(False)
+    model = LinearModel(W, named.intercept_, classes=labels, n_features=30)
+    assert model.classes_.tolist() == [str(c) for c in labels] and model.class_dtype is None
+    model.set_class_dtype(labels.dtype)
+    assert model.classes_.dtype == labels.dtype and np.array_equal(model.classes_, labels)
+    np.testing.assert_array_equal(model.predict(X), labels[np.argmax(model.decision_function(X), axis=1)])
+    model.save(str(tmp_path / "typed"))
+    record = json.loads((tmp_path / "typed" / "model.json").read_text())
+    assert record["class_dtype"] == labels.dtype.str and record["classes"] == [str(c) for c in labels]
+    loaded = load_model(str(tmp_path / "typed"))
+    assert loaded.predict(X).dtype == labels.dtype and np.array_equal(loaded.predict(X), model.predict(X))
+    assert loaded.class_names.tolist() == record["classes"]
+    named.save(str(tmp_path / "named"))
+    assert "class_dtype" not in json.loads((tmp_path / "named" / "model.json").read_text())
+    assert load_model(str(tmp_path / "named")).predict(X).dtype.kind == "U"
+
+
+def test_bool_labels_read_back_from_their_names():
+    W = np.eye(2, 30)
+    model = LinearModel(W, classes=np.array([False, True]), n_features=30)
+    model.set_class_dtype(bool)
+    assert model.classes_.dtype == bool and model.classes_.tolist() == [False, True]
+    with pytest.raises(ValueError, match=re.escape("not labels of dtype '|b1'")):
+        LinearModel(W, classes=["no", "yes"], n_features=30).set_class_dtype(bool)
+    with pytest.raises(ValueError, match="'007' reads as '7' of dtype '<i8'"):
+        LinearModel(W, classes=["007", "8"], n_features=30).set_class_dtype(np.int64)
 
 
 def test_predict_topk_order_and_store_input():
@@ -180,6 +223,9 @@ def test_an_edited_model_json_fails_its_digest(tmp_path, edit):
         (False, lambda r: r.update(classes=["a", "a", "b", "c"]), "classes is .*expected a non-empty list of distinct"),
         (False, lambda r: r.update(multilabel="no"), "multilabel is 'no', expected true or false"),
         (False, lambda r: r.update(format_version=1), "model format version 1, this streamfit reads 3; retrain"),
+        (False, lambda r: r.update(class_dtype="<i8"), r"does not match .*'a'.* not labels of dtype '<i8'"),
+        (False, lambda r: r.update(class_dtype="<U1"), "class_dtype is '<U1', expected a numpy bool, integer or float"),
+        (False, lambda r: r.update(class_dtype="int64"), "class_dtype is 'int64', expected"),  # not numpy's spelling
     ],
 )
 def test_a_resealed_model_json_that_contradicts_its_arrays_is_named(tmp_path, sparse, edit, problem):
@@ -231,7 +277,9 @@ def test_arrays_that_do_not_match_model_json_are_named(tmp_path, edit, problem):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     sparse=st.booleans(),
-    key=st.sampled_from(["kind", "classes", "n_features", "multilabel", "featurizer", "extra", "params", "info"]),
+    key=st.sampled_from(
+        ["kind", "classes", "n_features", "multilabel", "featurizer", "extra", "params", "info", "class_dtype"]
+    ),
     value=st.one_of(
         st.none(),
         st.booleans(),

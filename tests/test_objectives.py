@@ -580,7 +580,8 @@ def logged_run(solver, params, multilabel):
 @pytest.mark.parametrize("solver, params, multilabel", LOGGED, ids=[f"{s}-{i}" for i, (s, _, _) in enumerate(LOGGED)])
 def test_solvers_log_this_objective(solver, params, multilabel):
     """metrics' `objective` = objective_for(...) of the model (loss + penalty, averaged; fbpd's
-    constrained form: g(W)); stagewise, whose model is a sequence of stages: the loss of the
+    constrained form: g(W); on dense columns, which fbpd standardizes, g of W's rows times the
+    columns' standard deviations); stagewise, whose model is a sequence of stages: the loss of the
     model's training scores plus StageRidge over the stages' weights (penalty="stage"; "total"'s
     logged objective is checked against scikit-learn's ridge and logistic optima in
     tests/solvers/test_stagewise.py). Only the order of the floating-point sums differs."""
@@ -597,7 +598,11 @@ def test_solvers_log_this_objective(solver, params, multilabel):
     else:
         coef = model.coef_.toarray() if sp.issparse(model.coef_) else np.asarray(model.coef_)
         b = None if model.intercept_ is None else np.asarray(model.intercept_, dtype=np.float64)
-        expected = objective.value(coef.T, b, X, labels)
+        W = coef.T
+        if model.info.get("standardized"):  # fbpd on dense columns: g of the standardized columns' weights
+            s = X.toarray().std(axis=0)
+            W = W * np.where(s > 0, s, 1.0)[:, None]
+        expected = objective.total(objective.chunk_sums(coef.T, b, X, labels), W, b)
     assert expected > 0
     assert logged == pytest.approx(expected, rel=1e-10)
 

@@ -159,10 +159,11 @@ def fit(loss, X, y, lam, **kw):
 # -- part 1: time to 1e-5 ------------------------------------------------------------------
 
 
-def lp_solution(X, y, lam):
+def lp_solution(X, y, lam, column_weights=None):
     """ℓ1-regularized Crammer–Singer hinge as an LP (HiGHS): variables W⁺, W⁻ ≥ 0 (M·K each),
     free offsets b, slacks ξ ≥ 0; ξ_ℓ ≥ 1 + s_ℓk − s_ℓz_ℓ for k ≠ z_ℓ, one row per (ℓ, k ≠ z_ℓ),
-    built from X's sparse rows. Returns (HiGHS' seconds, W (M × K), b, optimum)."""
+    built from X's sparse rows. column_weights s (M): the penalty lam·Σ s_j|W_jk| (fbpd's
+    standardized columns). Returns (HiGHS' seconds, W (M × K), b, optimum)."""
     X = sp.csr_matrix(X)
     classes, z = np.unique(y, return_inverse=True)
     n, M = X.shape
@@ -177,7 +178,9 @@ def lp_solution(X, y, lam):
     jj = np.concatenate([own, true, nW + own, nW + true, 2 * nW + k, 2 * nW + z[ell], 2 * nW + K + ell])
     vals = np.concatenate([v, -v, -v, v, np.ones(R), -np.ones(R), -np.ones(R)])
     A = sp.csr_matrix((vals, (ii, jj)), shape=(R, 2 * nW + K + n))
-    c = np.concatenate([np.full(2 * nW, lam), np.zeros(K), np.full(n, 1.0 / n)])
+    weights = np.ones(M) if column_weights is None else np.asarray(column_weights, dtype=np.float64)
+    penalty = lam * np.repeat(weights, K)
+    c = np.concatenate([penalty, penalty, np.zeros(K), np.full(n, 1.0 / n)])
     bounds = [(0, None)] * (2 * nW) + [(None, None)] * K + [(0, None)] * n
     t = time.perf_counter()
     res = linprog(c, A_ub=A, b_ub=-np.ones(R), bounds=bounds, method="highs")

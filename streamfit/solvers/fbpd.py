@@ -84,6 +84,21 @@ along that direction; centered, it does not (pendigits, 250 iterations: objectiv
 steps would need ‖u_ℓ − μ‖₁ per row in the kernel; on dense inputs they gained nothing measured
 (docs/benchmarks.md, "fbpd on dense numeric data").
 
+Standardized columns (standardize=True, the default, wherever the columns are centered). Each
+centered column is also divided by its standard deviation s_j over the training rows
+(`column_scales`, from Σ_ℓ u_ℓj² in the label-sums pass; 1 for a constant column): the
+iteration runs in W′ = SW, S = diag(s), with the operator T″(W′, b′) = T(S⁻¹W′, b′ − μᵀS⁻¹W′)
+(`_stored`: the kernels score with S⁻¹W′, the adjoint is S⁻¹ times the centered one), ‖T″‖ by
+Lanczos, λ_ref of (7) on the standardized columns (column j's gradient divided by s_j), and g
+applied to W′: in the stored features' terms the problem is (7) or (8) with g(SW), the ℓ1 norm
+weighing W_jk by s_j, which is what fitting StandardScaler's columns solves. The model holds
+S⁻¹W̃′ and b̃′ − μᵀS⁻¹W̃′. Why: g is not invariant to a column's units, and on unscaled numeric
+tables (wine: columns from 0.1 to 1680) λ_ref came from the largest column, so the default lam
+left the small ones out of the model (wine: 0.65 test accuracy, the model of HiGHS' optimum of that problem
+0.78–0.87, LinearSVC 0.96); standardized, the fit is the same in any units (wine 0.985;
+docs/benchmarks.md, "The Python-API check's leftovers, session 21"). standardize=False keeps
+g on the columns as given.
+
 Acceleration (restarts=True). Write one iteration of Algorithm 1 or 2 as z̃ = F(z), z = (x, y)
 (Algorithm 2: (x, ζ, y, ξ)). F is firmly nonexpansive in the norm ‖z‖²_P = ‖x‖²/τ + ‖y‖²/σ
 − 2⟨y, Tx⟩ (Algorithm 2: T ← [T 0; 0 I]) since τσ‖T‖² < 1 (He and Yuan 2012; Condat 2013,
@@ -225,6 +240,12 @@ class FBPDParams(SolverParams):
         f"steps on sparse inputs, on dense ones (≥ {DENSE_SHARE:g} of the used columns' entries non-zero) one "
         "τ and σ with the columns centered (the offsets absorb the means: the same problem)",
     )
+    standardize: bool = Field(
+        True,
+        description="where the columns are centered (preconditioning=auto on dense inputs), also divide each by "
+        "its standard deviation s_j: g then weighs W_jk by s_j, as on standardized columns (lam null: λ_ref on "
+        "them too); false: g on the weights of the columns as given",
+    )
     restarts: bool = Field(
         True, description="restarted Halpern iteration with reflection and step re-balancing; false: plain FBPD"
     )
@@ -329,13 +350,15 @@ def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarra
 
 
 class LabelSums(NamedTuple):
-    """A chunk's Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ and Σ_ℓ |u_ℓ| [e_zℓ, 1]ᵀ (M × (K + 1): per class and in all) and
-    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1)."""
+    """A chunk's Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ and Σ_ℓ |u_ℓ| [e_zℓ, 1]ᵀ (M × (K + 1): per class and in all),
+    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1), the entries a pass reads, and Σ_ℓ u_ℓ² (M: the
+    columns' standard deviations)."""
 
     sums: np.ndarray
     counts: np.ndarray
     abs_sums: np.ndarray
     entries: int
+    square_sums: np.ndarray
 
 
 def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
@@ -349,7 +372,8 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     abs_data = np.abs(X.data)
     abs_data.flags.writeable = X.data.flags.writeable  # csr_adjoint's one signature (numba's types tell them apart)
     abs_sums, _ = csr_adjoint(X.indptr, X.indices, abs_data, A, X.shape[1])
-    return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows)
+    squares = np.bincount(X.indices, weights=np.square(X.data, dtype=np.float64), minlength=X.shape[1])
+    return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows, squares)
 
 
 def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -500,6 +524,24 @@ def _centered_adjoint(GW: np.ndarray, mu: np.ndarray, Gb: np.ndarray) -> np.ndar
     return GW - np.outer(mu, Gb) if mu.any() else GW
 
 
+def _stored(W: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
+    """The weights of the stored columns for weights W of the standardized ones (rows of W
+    divided by the columns' standard deviations: ((u − μ)/s)ᵀW = (u − μ)ᵀ(W/s)); W itself when
+    nothing is scaled. Also the standardized columns' adjoint from the centered one's."""
+    return W if scale is None else W / scale[:, None]
+
+
+def column_scales(label_sums: LabelSums) -> np.ndarray:
+    """The columns' standard deviations s_j = √(mean u_j² − μ_j²) over the training rows; 1 for a
+    column that is constant (its variance at most 1e-12 of its mean square, rounding's level:
+    its centered entries are rounding noise, which dividing would blow up)."""
+    n = label_sums.counts[-1]
+    mean_square = label_sums.square_sums / n
+    variance = mean_square - (label_sums.sums[:, -1] / n) ** 2
+    constant = variance <= 1e-12 * mean_square
+    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
+
+
 def _scaled_square(d: np.ndarray, D: np.ndarray) -> float:
     """Σ d²/D, entries with D = 0 left out (their d is 0)."""
     return float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
@@ -535,6 +577,7 @@ class FBPDState(SolverState):
     Db: np.ndarray  # the offsets' step scales
     preconditioned: bool  # diagonal steps D (else one τ, σ from ‖T‖)
     mu: np.ndarray  # the column means the features are centered by (M; 0: not centered)
+    scale: np.ndarray | None  # the columns' standard deviations the iteration divides them by (None: not scaled)
     norm: float  # ‖T‖ from the Lanczos iteration (preconditioned: 1, the bound of ‖Σ^½ T D^½‖)
     lam: float  # the weight of g in (7): p.lam, or lam_ratio·λ_ref (0 for the constrained problem (8))
     lam_ref: float  # λ_ref (0 unless lam is None and the problem is (7))
@@ -584,35 +627,40 @@ class FBPDSolver(Solver[FBPDState]):
     position: np.ndarray  # them (set_rows, from init or check_resume)
     spare_Wt: np.ndarray  # M × K buffers for the next x̃ and G̃ (prepare)
     spare_G: np.ndarray
+    column_scale: np.ndarray | None = None  # the last model's standardizing s (to_model), None: not scaled
 
     def __init__(self, params: FBPDParams):
         super().__init__(params)
         self.settings = config_hash(params.model_settings())  # the state's record of the parameters
 
-    def operator_norm(self, source: ChunkSource, engine: Engine, mu: np.ndarray) -> tuple[float, int, int]:
+    def operator_norm(
+        self, source: ChunkSource, engine: Engine, mu: np.ndarray, scale: np.ndarray | None = None
+    ) -> tuple[float, int, int]:
         """‖T‖ by the Lanczos iteration on TᵀT from a seeded start, one pass per step: v_j
         orthonormal, α_j = ⟨TᵀTv_j, v_j⟩, β_j = ‖TᵀTv_j − α_j v_j − β_{j−1} v_{j−1}‖; the largest
         eigenvalue θ of the tridiagonal (α, β) (bisection) rises to ‖T‖² from below, like the
         power iteration's estimate, but converges in far fewer passes (sector: 125 power
         passes). Stops when θ changes by ≤ 1e-4·θ. Sums are numpy's (no BLAS), so the estimate
         is the same on every machine. With centered columns (μ ≠ 0) it is the norm of T acting on
-        (W, b) as T does on (W, b − μᵀW). Returns (√θ, passes, entries of the data and duals that
+        (W, b) as T does on (W, b − μᵀW), and with standardized ones as T does on (W/s, b − μᵀ(W/s)).
+        Returns (√θ, passes, entries of the data and duals that
         one pass reads)."""
         rng = np.random.default_rng([self.params.random_state, 6])
         W = rng.standard_normal((source.n_features, source.n_classes))
         b = rng.standard_normal(source.n_classes)
-        scale = np.sqrt((W * W).sum() + (b * b).sum())
-        W, b = W / scale, b / scale
+        length = np.sqrt((W * W).sum() + (b * b).sum())
+        W, b = W / length, b / length
         W_prev, b_prev, beta = np.zeros_like(W), np.zeros_like(b), 0.0
         alphas: list[float] = []
         betas: list[float] = []
         estimate, passes, entries = 0.0, 0, 0
         while passes < NORM_MAX_PASSES:
             passes += 1
+            stored = _stored(W, scale)
             TW, Tb, entries = engine.map_reduce(
-                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=W, b=_uncentered(b, mu, W)
+                _normal_task, source, range(source.n_chunks), desc="fbpd: ‖T‖", W=stored, b=_uncentered(b, mu, stored)
             )
-            TW = _centered_adjoint(TW, mu, Tb)
+            TW = _stored(_centered_adjoint(TW, mu, Tb), scale)
             alpha = float((TW * W).sum() + (Tb * b).sum())
             TW, Tb = TW - alpha * W - beta * W_prev, Tb - alpha * b - beta * b_prev
             alphas.append(alpha)
@@ -630,18 +678,20 @@ class FBPDSolver(Solver[FBPDState]):
         return float(np.sqrt(estimate)), passes, int(entries)
 
     @staticmethod
-    def lam_ref(label_sums: LabelSums) -> float:
+    def lam_ref(label_sums: LabelSums, scale: np.ndarray | None = None) -> float:
         """λ_ref = ‖(1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ‖∞ · K/(K − 1), π the class frequencies.
 
         With every b_k equal, each row's hinge is 1 and its active terms are the K − 1 wrong
         classes; the subgradient with Y_ℓ uniform on them is (1/n) Σ_ℓ T_ℓᵀY_ℓ = −K/(K − 1) ·
         (1/n) Σ_ℓ u_ℓ (e_zℓ − π)ᵀ when the classes are balanced (π = 1/K; its b-part is then 0),
         so W = 0 solves (7) for every lam ≥ λ_ref (the ℓ1 optimality condition ‖∇‖∞ ≤ lam). On
-        unbalanced classes it is the same statistic of the data, a scale rather than a bound."""
+        unbalanced classes it is the same statistic of the data, a scale rather than a bound.
+        With standardized columns (`scale` s) column j's row is divided by s_j (centering does
+        not change it: Σ_k of e_zℓ − π is 0)."""
         sums, counts = label_sums.sums, label_sums.counts
         K = len(counts) - 1
         n = counts[K]
-        gradient = (sums[:, :K] - np.outer(sums[:, K], counts[:K] / n)) / n
+        gradient = _stored((sums[:, :K] - np.outer(sums[:, K], counts[:K] / n)) / n, scale)
         return float(np.abs(gradient).max()) * K / max(K - 1, 1)
 
     @staticmethod
@@ -711,16 +761,19 @@ class FBPDSolver(Solver[FBPDState]):
             sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
             passes += 1
         preconditioned, centered = self.resolve_steps(sums is not None and self.dense(sums))
+        scale = None
         if centered and sums is not None:
             mu = sums.sums[:, -1] / sums.counts[-1]
+            if p.standardize:
+                scale = column_scales(sums)
         if preconditioned and sums is not None:
             D, Db = self.preconditioner(sums)
             norm, entries = 1.0, sums.entries
         else:
-            norm, norm_passes, entries = self.operator_norm(source, ctx.engine, mu)
+            norm, norm_passes, entries = self.operator_norm(source, ctx.engine, mu, scale)
             passes += norm_passes
         if p.formulation == "regularized" and p.lam is None and sums is not None:
-            lam_ref = self.lam_ref(sums)
+            lam_ref = self.lam_ref(sums, scale)
             lam = p.lam_ratio * lam_ref
             if lam == 0.0:
                 raise ConfigError("λ_ref = 0: no feature separates the classes; set lam, e.g. lam=1e-5")
@@ -742,6 +795,7 @@ class FBPDSolver(Solver[FBPDState]):
             Db=Db,
             preconditioned=preconditioned,
             mu=mu,
+            scale=scale,
             norm=norm,
             lam=lam,
             lam_ref=lam_ref,
@@ -854,10 +908,12 @@ class FBPDSolver(Solver[FBPDState]):
 
     def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
         p = self.params
-        coef = state.Wt.T.copy(order="K") if p.penalty == "l2" else sp.csr_matrix(state.Wt.T)  # Wt is reused
+        self.column_scale = state.scale  # g's weights per feature (FBPDClassifier.objective reads them)
+        stored = _stored(state.Wt, state.scale)  # a new array when scaled: Wt is reused either way
+        coef = stored.T.copy(order="K") if p.penalty == "l2" else sp.csr_matrix(stored.T)
         return LinearModel(
             coef,
-            _uncentered(state.bt, state.mu, state.Wt),
+            _uncentered(state.bt, state.mu, stored),
             classes=ctx.source.classes,
             n_features=ctx.source.n_features,
             multilabel=False,
@@ -872,6 +928,7 @@ class FBPDSolver(Solver[FBPDState]):
                 "step_ratio": state.rho,
                 "preconditioned": state.preconditioned,
                 "centered": bool(state.mu.any()),
+                "standardized": state.scale is not None,
                 "restarts": state.restarts,
                 "data_passes": state.data_passes,
             },
@@ -950,6 +1007,8 @@ class FBPDSolver(Solver[FBPDState]):
             Wt[rows] = Wt_rows
             W2 = np.ascontiguousarray(np.hstack([Wt_rows, state.W[rows]]))
         bt = state.b - (tau * state.Db) * state.Gb
+        scale = None if state.scale is None else state.scale[rows]
+        W2 = _stored(W2, scale)  # the kernels score the stored columns
         b2 = _uncentered(np.concatenate([bt, state.b]), state.mu, W2)
         if regularized:
             r = engine.map_reduce(
@@ -995,7 +1054,7 @@ class FBPDSolver(Solver[FBPDState]):
             xi_sum = r.xi_sum
         hinge, r_dot, correct = r.hinge, r.r_dot, r.correct
         Gbt = r.Gb / divisor
-        GW = _centered_adjoint(r.GW, state.mu[rows], r.Gb)
+        GW = _stored(_centered_adjoint(r.GW, state.mu[rows], r.Gb), scale)
         GWt = self.spare_G
         stats = primal_update(
             Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows, GWt

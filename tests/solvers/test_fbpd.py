@@ -470,7 +470,7 @@ def test_auto_centers_dense_columns_and_reaches_the_lp_optimum():
     def error(model):
         return abs(regularized_objective(X, z, model, lam) - optimum) / optimum
 
-    budget = {"lam": lam, "tol": 0.0, "gap_tol": 0.0}
+    budget = {"lam": lam, "tol": 0.0, "gap_tol": 0.0, "standardize": False}  # g on the columns as given
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         auto, _ = fit(source, max_iter=400, **budget)
@@ -483,6 +483,42 @@ def test_auto_centers_dense_columns_and_reaches_the_lp_optimum():
     X_text, z_text = text_like()
     sparse, _ = fit(memory_source(X_text, z_text), lam=lam, max_iter=5)
     assert sparse.info["preconditioned"] and not sparse.info["centered"]
+
+
+def test_dense_columns_are_standardized_scale_invariant_and_reach_the_lp_optimum():
+    """preconditioning=auto with standardize (the defaults) on dense columns of very different
+    scales (raw iris, each column times another power of ten, as unscaled wine's 0.1 … 1680):
+    the columns are centered and divided by their standard deviations s_j, so g weighs W_jk by
+    s_j and λ_ref is taken on the standardized columns. The fit is the same whatever the
+    columns' units: the same λ, the same scores and coef_ times the units' ratio (before, λ_ref
+    came from the largest column and the default λ left W = 0 on one of the scalings). The
+    model reaches HiGHS' optimum of the weighted problem, which is (7) on X/s, to 1e-4, and
+    FBPDClassifier.objective is that problem's value, as logged."""
+    X, y = load_iris(return_X_y=True)
+    z = y.astype(np.int32)
+    units = np.array([1e-3, 1.0, 10.0, 1e4])
+    budget = {"tol": 0.0, "gap_tol": 0.0, "max_iter": 300}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = FBPDClassifier(**budget).fit(X, z)
+        scaled = FBPDClassifier(**budget).fit(X * units, z)
+        at_lp = FBPDClassifier(lam=0.05, tol=0.0, gap_tol=0.0, max_iter=1000).fit(X * units, z)
+    assert plain.model_.info["standardized"] and plain.model_.info["centered"]
+    assert scaled.model_.info["lam"] == pytest.approx(plain.model_.info["lam"], rel=1e-9)
+    np.testing.assert_allclose(scaled.decision_function(X * units), plain.decision_function(X), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(scaled.coef_.toarray() * units, plain.coef_.toarray(), rtol=0, atol=1e-6)
+    assert plain.score(X, z) > 0.95 and scaled.score(X * units, z) == plain.score(X, z)
+    s = (X * units).std(axis=0)
+    optimum = hinge_lp(X * units / s, z, lam=0.05)  # 2.7e-5 from it measured (lam None, 3000 passes: 1.5e-3)
+    objective = at_lp.objective(X * units, z)
+    assert objective == pytest.approx(at_lp.history_[-1]["objective"], rel=1e-9)
+    assert abs(objective - optimum) / optimum < 1e-4
+    W = at_lp.coef_.toarray().T * s[:, None]  # the standardized columns' weights, by hand
+    assert objective == pytest.approx(0.05 * np.abs(W).sum() + at_lp.hinge_loss(X * units, z), rel=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        as_given = FBPDClassifier(standardize=False, max_iter=5).fit(X * units, z)
+    assert not as_given.model_.info["standardized"] and as_given.model_.info["centered"]
 
 
 def test_l1_linf_regularized_matches_linprog(wine):
