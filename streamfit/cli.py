@@ -17,7 +17,7 @@ from typing import Literal
 import click
 from click.core import ParameterSource
 
-from streamfit import __version__
+from streamfit import __version__, environment
 from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_problem
 from streamfit.errors import (
     ConfigError,
@@ -168,10 +168,14 @@ def main(ctx, verbose, quiet, log_file, log_format):
     in, --resume continues; the others between chunks, leaving no partial output), with one line
     and exit status 143; a second SIGTERM, or
     STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
+
+    Exit status: 0 done; 1 inspect --verify found damage, or Ctrl-C; 2 an error, one line naming
+    the fix (a bad option too); 3 train or run stopped at --time-limit; 143 stopped by SIGTERM.
     """
     from streamfit.logs import configure
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
+    environment.check()  # a bad cache size (the store and checkpoint modules read them at import)
     if ctx.invoked_subcommand is not None and threading.current_thread() is threading.main_thread():
         _guard_sigterm(ctx)
     if file_handler is not None:
@@ -691,7 +695,8 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
       streamfit train train.zarr --solver stagewise -p block_size=512 -p n_passes=3 --out run/
 
     \b
-    Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
+    Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit,
+    143 stopped by SIGTERM (the step it was in saved; --resume continues).
     """
     from streamfit.config import load_train_config, train_options
     from streamfit.train import targets_counted
