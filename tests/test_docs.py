@@ -218,3 +218,14 @@ def test_every_module_is_named_in_the_architecture():
             if not named:
                 missing.append(path)
     assert not missing, f"docs/architecture.md does not name {missing}: give each a line in its Modules table"
+
+
+def test_every_tool_is_named_in_the_readme():
+    """README.md's Benchmarks section names every script of tools/ (a new one gets its line)."""
+    text = _text("README.md")
+    tools = sorted(name for name in os.listdir(os.path.join(REPO, "tools")) if name.endswith((".py", ".sh")))
+    assert len(tools) >= 30  # the folder was read
+    missing = [name for name in tools if f"tools/{name}" not in text]
+    assert not missing, f"README.md does not name {missing}"
+    named = set(re.findall(r"tools/(\w+\.(?:py|sh))", text))
+    assert named <= set(tools), f"README.md names tools that do not exist: {sorted(named - set(tools))}"
