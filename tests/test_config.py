@@ -218,3 +218,17 @@ def test_the_presets_describe_the_engine_options_in_the_same_words():
         assert text.count(marker) == 1, preset
         sections[os.path.basename(preset)] = text[text.index(marker) :]
     assert len(sections) >= 5 and len(set(sections.values())) == 1, sorted(sections)
+
+
+@pytest.mark.parametrize(
+    "pipeline", sorted(glob.glob(os.path.join(os.path.dirname(CONFIGS), "pipelines", "*.yaml"))), ids=os.path.basename
+)
+def test_each_shipped_pipeline_loads_and_names_its_command(pipeline):
+    """pipelines/*.yaml validate, their repository inputs exist, and each says how it is run."""
+    cfg = load_pipeline(pipeline)
+    repo = os.path.dirname(CONFIGS)
+    for path in cfg.ingest.inputs if cfg.ingest else []:
+        if os.path.commonpath([repo, path]) == repo:  # shipped data (news20 reads shared/data beside the clone)
+            assert os.path.exists(path), path
+    with open(pipeline, encoding="utf-8") as f:
+        assert f"streamfit run pipelines/{os.path.basename(pipeline)}" in f.read()
