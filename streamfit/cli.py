@@ -930,7 +930,8 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
 def compile_kernels(solvers, jobs):
     """Compile the numba kernels now, so that a solver's first job does not: its first use after
     installation otherwise compiles for tens of seconds (once; numba caches the machine code in
-    the package's __pycache__, or in NUMBA_CACHE_DIR). For images and CI: run it where the jobs
+    NUMBA_CACHE_DIR if set, else in the package's __pycache__, or in numba's cache folder in the
+    user's home where that is read-only). For images and CI: run it where the jobs
     will run (the cache is per CPU model). Each solver runs a tiny ingest, train (its main
     modes), evaluate, predict and estimator fit, in parallel processes; the ingest kernels
     (LIBSVM parser, text hashing) are always compiled.
