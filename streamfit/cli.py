@@ -372,6 +372,11 @@ def _source_flags(command):
     )(command)
 
 
+# ingest's --format choices, which predict's --format takes too (IngestOptions.format: Literal[...] | None)
+_INPUT_FORMATS = typing.get_args(
+    typing.get_args(next(d.type for d in declared(IngestOptions) if d.name == "format"))[0]
+)
+
 # VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
 _NONE_WORDS = {"None", "none"}
 
@@ -816,6 +821,7 @@ def _given_threshold(threshold) -> float | None:
 @click.option(
     "--format",
     "fmt",
+    type=click.Choice(_INPUT_FORMATS),
     default=None,
     help="Format of SOURCE when it is raw data (as for ingest) [default: inferred from the file name or its first "
     "lines].",

@@ -1252,3 +1252,18 @@ def test_ingest_off_a_terminal_logs_its_progress(tmp_path):
     assert re.fullmatch(r"write: chunk 1/\d+, \d+:\d\d elapsed", written[0]), messages
     assert re.fullmatch(rf"write: chunk {chunks}/{chunks}, \d+:\d\d elapsed, ETA 0:00", written[-1]), messages
     assert "\r" not in result.stderr  # no bar drawn into the log
+
+
+def test_predict_takes_the_formats_ingest_takes_and_lists_them():
+    """predict --format is ingest's --format (the same choices, shown by --help, a bad one refused by click)."""
+    import click
+
+    def choices(command):
+        option = next(p for p in main.commands[command].params if p.name in ("format", "fmt"))
+        assert isinstance(option.type, click.Choice), command
+        return list(option.type.choices)
+
+    assert choices("predict") == choices("ingest") and "libsvm" in choices("ingest")
+    assert "[libsvm|jsonl|csv|tsv|folder|parquet|hdf5|numpy|arff]" in run("predict", "--help").output
+    result = run("predict", "run/", "new.svm", "--out", "p.csv", "--format", "svm", ok=False)
+    assert result.exit_code == 2 and "'svm' is not one of 'libsvm'" in result.output
