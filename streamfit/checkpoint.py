@@ -78,12 +78,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from streamfit import storage
+from streamfit import environment, storage
 from streamfit.errors import CheckpointError, StreamfitError, output_error
 
 CHECKPOINT_VERSION = 2  # 2: typed solver state (streamfit.solvers.driver) and a digest over meta.json
 # bytes of per-sample arrays a process keeps of those it wrote, for its own next reads (_WRITTEN)
-STATE_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_STATE_CACHE_MB", "256")) * 2**20)
+STATE_CACHE_BYTES = environment.mebibytes("STREAMFIT_STATE_CACHE_MB")
 
 
 def config_hash(config: dict) -> str:

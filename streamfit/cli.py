@@ -17,7 +17,7 @@ from typing import Literal
 import click
 from click.core import ParameterSource
 
-from streamfit import __version__
+from streamfit import __version__, environment
 from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_problem
 from streamfit.errors import (
     ConfigError,
@@ -168,10 +168,14 @@ def main(ctx, verbose, quiet, log_file, log_format):
     in, --resume continues; the others between chunks, leaving no partial output), with one line
     and exit status 143; a second SIGTERM, or
     STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
+
+    Exit status: 0 done; 1 inspect --verify found damage, or Ctrl-C; 2 an error, one line naming
+    the fix (a bad option too); 3 train or run stopped at --time-limit; 143 stopped by SIGTERM.
     """
     from streamfit.logs import configure
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
+    environment.check()  # a bad cache size (the store and checkpoint modules read them at import)
     if ctx.invoked_subcommand is not None and threading.current_thread() is threading.main_thread():
         _guard_sigterm(ctx)
     if file_handler is not None:
@@ -367,6 +371,11 @@ def _source_flags(command):
         "--zero-based", is_flag=True, default=None, help="LIBSVM: feature indices start at 0 (default: 1)."
     )(command)
 
+
+# ingest's --format choices, which predict's --format takes too (IngestOptions.format: Literal[...] | None)
+_INPUT_FORMATS = typing.get_args(
+    typing.get_args(next(d.type for d in declared(IngestOptions) if d.name == "format"))[0]
+)
 
 # VALUEs meaning None besides YAML's own null: the None that `train --list-solvers` prints as a default
 _NONE_WORDS = {"None", "none"}
@@ -691,7 +700,8 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
       streamfit train train.zarr --solver stagewise -p block_size=512 -p n_passes=3 --out run/
 
     \b
-    Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit.
+    Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit,
+    143 stopped by SIGTERM (the step it was in saved; --resume continues).
     """
     from streamfit.config import load_train_config, train_options
     from streamfit.train import targets_counted
@@ -811,6 +821,7 @@ def _given_threshold(threshold) -> float | None:
 @click.option(
     "--format",
     "fmt",
+    type=click.Choice(_INPUT_FORMATS),
     default=None,
     help="Format of SOURCE when it is raw data (as for ingest) [default: inferred from the file name or its first "
     "lines].",
@@ -925,7 +936,8 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
 def compile_kernels(solvers, jobs):
     """Compile the numba kernels now, so that a solver's first job does not: its first use after
     installation otherwise compiles for tens of seconds (once; numba caches the machine code in
-    the package's __pycache__, or in NUMBA_CACHE_DIR). For images and CI: run it where the jobs
+    NUMBA_CACHE_DIR if set, else in the package's __pycache__, or in numba's cache folder in the
+    user's home where that is read-only). For images and CI: run it where the jobs
     will run (the cache is per CPU model). Each solver runs a tiny ingest, train (its main
     modes), evaluate, predict and estimator fit, in parallel processes; the ingest kernels
     (LIBSVM parser, text hashing) are always compiled.

@@ -147,7 +147,8 @@ class TrainOptions:
         "the T of the best micro-F1 on STORE",
         metavar="T",
         parse=parse_threshold,
-        default_text="the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the training rows' held-out scores",
+        default_text="the model's: for stagewise's probabilities the best micro-F1 on the training rows' held-out scores, "
+        "for ppdsparse's margins the best micro-F1 on the training rows (-p fit_threshold=false: 0), else 0",
     )
 
     def __post_init__(self):

@@ -297,7 +297,9 @@ def share_out(parts: dict[str, tuple[tuple, float]], n: int) -> list[list[str]]:
 
 class WarmUp:
     """`solver`'s kernels compiled in a background process while this one works: the child
-    (`python -m streamfit.precompile SOLVER PARAMS WIDTH FOLDER`, _warm_up_train) trains the
+    (`python -P -m streamfit.precompile SOLVER PARAMS WIDTH FOLDER`, _warm_up_train: this process's
+    streamfit, not one in the working directory, such as the clone `pip install .` was run in,
+    whose kernels numba caches apart) trains the
     solver on a tiny store with `params` in FOLDER (a temporary folder of this process's, removed
     by wait and stop, also when the child was killed) and evaluates it, so numba's cache gets the
     signatures the same settings ask for on a store of the same kind (multiclass) and width
@@ -324,6 +326,7 @@ class WarmUp:
         self.process = subprocess.Popen(
             [
                 sys.executable,
+                "-P",  # not the working directory first on sys.path: a clone's streamfit/ is not this one
                 "-m",
                 "streamfit.precompile",
                 solver,
@@ -419,7 +422,7 @@ def _warm_up_train(solver: str, params: dict, n_features: int, folder: str) -> N
     groups = share_out(kernel_parts(solver, n_features), default_jobs() - 1)
     helpers = [
         subprocess.Popen(
-            [sys.executable, "-m", "streamfit.precompile", "--kernels", solver, str(n_features), ",".join(names)],
+            [sys.executable, "-P", "-m", "streamfit.precompile", "--kernels", solver, str(n_features), ",".join(names)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
         )

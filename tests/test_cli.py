@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shlex
 import shutil
 
 import numpy as np
@@ -154,14 +156,56 @@ def test_pipeline_bad_key_is_named(tmp_path):
     assert result.exit_code == 2 and "train.time_limit" in result.output and "90m" in result.output
 
 
+def _metrics(line: str) -> dict[str, float]:
+    return {key: float(value) for key, value in re.findall(r"(\w+)=([\d.]+)", line)}
+
+
 def test_quickstart_pipeline(tmp_path):
+    """The README's quickstart job prints what the README shows (its `…` the clone's folder): the
+    same ingest and train lines, and the evaluate line's metrics within two test rows (450)."""
     pipelines = tmp_path / "pipelines"
     shutil.copytree(os.path.join(REPO, "pipelines"), pipelines)
-    out = run("run", pipelines / "quickstart.yaml").output
-    assert "records read 1797, written 1797, skipped 0" in out
-    accuracy = float(out.split("accuracy=")[1].split()[0])
-    assert accuracy > 0.95
+    out = run("run", pipelines / "quickstart.yaml").stdout.splitlines()
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    shown = re.search(r"^```\n(ingest: .*?)^```", readme, flags=re.S | re.M)
+    assert shown, "README.md no longer shows the quickstart's output"
+    expected = shown[1].replace("…/", f"{tmp_path}/").splitlines()
+    sections = ["ingest", "train", "evaluate"]
+    assert [line.split(":")[0] for line in out] == [line.split(":")[0] for line in expected] == sections
+    assert out[:2] == expected[:2]
+    got, want = _metrics(out[2]), _metrics(expected[2])
+    assert got.keys() == want.keys() and got["n_samples"] == want["n_samples"] == 450
+    for key in want:
+        assert abs(got[key] - want[key]) <= 2 / 450, (key, out[2], expected[2])
+    assert got["accuracy"] > 0.95
+    assert out[2].endswith(f"({tmp_path}/runs/quickstart/run/evaluation.json)")
     assert open_store(str(tmp_path / "runs" / "quickstart" / "digits-test.zarr")).n_rows == 450
+
+
+def test_the_readme_quickstart_is_what_ci_runs():
+    """README.md's two quickstart commands are the ones .ci/run runs, in that order, in a fresh venv
+    (CI may add quieter output flags: a command's words are in order in its CI line)."""
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        block = re.search(r"## Quickstart\n.*?```bash\n(.*?)```", f.read(), flags=re.S)[1]
+    commands = [part.strip() for line in block.splitlines() for part in line.split("&&")]
+    assert commands == [
+        "pip install .",
+        "streamfit run pipelines/quickstart.yaml --overwrite",
+        'pip install ".[test]"',
+        "python -m pytest -n 2",
+    ]
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        ci = [shlex.split(line) for line in f if line.strip() and not line.lstrip().startswith(("#", "echo"))]
+    assert ["python3", "-m", "venv", "$venv"] in ci
+
+    def runs(line: list[str], command: list[str]) -> bool:
+        rest = iter(line[1:])
+        return line[0] == command[0] and all(word in rest for word in command[1:])
+
+    places = [next((i for i, line in enumerate(ci) if runs(line, shlex.split(c))), None) for c in commands]
+    assert None not in places and places == sorted(places), (commands, places)
+    assert ci.index(["python3", "-m", "venv", "$venv"]) < places[0]
 
 
 def test_time_limit_stops_at_a_checkpoint_and_resume_finishes(stores, tmp_path):
@@ -440,8 +484,9 @@ def test_help_of_threshold_and_run_reads_true():
         help_text = " ".join(run(command, "--help").output.split())
         assert "train saves T in the model, for predict and evaluate" in help_text, command
         assert (
-            "[default: the model's: 0 for margin scores, for stagewise's probabilities the best micro-F1 on the "
-            "training rows' held-out scores]" in help_text
+            "[default: the model's: for stagewise's probabilities the best micro-F1 on the training rows' held-out "
+            "scores, for ppdsparse's margins the best micro-F1 on the training rows (-p fit_threshold=false: 0), "
+            "else 0]" in help_text
         ), command
     assert "ingest (and ingest_test) -> train -> evaluate -> predict" in " ".join(run("run", "--help").output.split())
 
@@ -1207,3 +1252,18 @@ def test_ingest_off_a_terminal_logs_its_progress(tmp_path):
     assert re.fullmatch(r"write: chunk 1/\d+, \d+:\d\d elapsed", written[0]), messages
     assert re.fullmatch(rf"write: chunk {chunks}/{chunks}, \d+:\d\d elapsed, ETA 0:00", written[-1]), messages
     assert "\r" not in result.stderr  # no bar drawn into the log
+
+
+def test_predict_takes_the_formats_ingest_takes_and_lists_them():
+    """predict --format is ingest's --format (the same choices, shown by --help, a bad one refused by click)."""
+    import click
+
+    def choices(command):
+        option = next(p for p in main.commands[command].params if p.name in ("format", "fmt"))
+        assert isinstance(option.type, click.Choice), command
+        return list(option.type.choices)
+
+    assert choices("predict") == choices("ingest") and "libsvm" in choices("ingest")
+    assert "[libsvm|jsonl|csv|tsv|folder|parquet|hdf5|numpy|arff]" in run("predict", "--help").output
+    result = run("predict", "run/", "new.svm", "--out", "p.csv", "--format", "svm", ok=False)
+    assert result.exit_code == 2 and "'svm' is not one of 'libsvm'" in result.output

@@ -205,3 +205,30 @@ def test_a_pipelines_urls_are_kept_as_written_and_its_paths_resolved_against_its
     assert (config.train.store, config.train.out) == ("s3://bucket/jobs/train.zarr", "s3://bucket/jobs/run")
     assert config.evaluate.store == "s3://bucket/jobs/test.zarr"
     assert (config.predict.source, config.predict.out) == ("gs://other/new.jsonl", str(tmp_path.parent / "preds.csv"))
+
+
+def test_the_presets_describe_the_engine_options_in_the_same_words():
+    """The engine and run options (TrainOptions) are the same for every solver, so each preset's
+    lines for them, comments included, are one text: a comment corrected in one preset only fails here."""
+    sections = {}
+    for preset in sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))):
+        with open(preset, encoding="utf-8") as f:
+            text = f.read()
+        marker = "# The engine and the run:"
+        assert text.count(marker) == 1, preset
+        sections[os.path.basename(preset)] = text[text.index(marker) :]
+    assert len(sections) >= 5 and len(set(sections.values())) == 1, sorted(sections)
+
+
+@pytest.mark.parametrize(
+    "pipeline", sorted(glob.glob(os.path.join(os.path.dirname(CONFIGS), "pipelines", "*.yaml"))), ids=os.path.basename
+)
+def test_each_shipped_pipeline_loads_and_names_its_command(pipeline):
+    """pipelines/*.yaml validate, their repository inputs exist, and each says how it is run."""
+    cfg = load_pipeline(pipeline)
+    repo = os.path.dirname(CONFIGS)
+    for path in cfg.ingest.inputs if cfg.ingest else []:
+        if os.path.commonpath([repo, path]) == repo:  # shipped data (news20 reads shared/data beside the clone)
+            assert os.path.exists(path), path
+    with open(pipeline, encoding="utf-8") as f:
+        assert f"streamfit run pipelines/{os.path.basename(pipeline)}" in f.read()

@@ -191,3 +191,41 @@ def test_the_readmes_python_examples_run_as_written(tmp_path, monkeypatch):
     second = {"X": X, "y": y, "X_test": X_test, "y_test": y_test}
     exec(compile(blocks[1], "README.md", "exec"), second)
     assert second["clf"].score(X_test, y_test) > 0.95
+
+
+def test_every_module_is_named_in_the_architecture():
+    """docs/architecture.md names every module of the package: by its path (`streamfit/x.py`,
+    `ingest/x.py`, `x.py`), its dotted or bare module name in backticks, or a row of its package
+    folder (`streamfit/store/`, ...); a solver's `NAME_kernels` is its solver's "kernels beside it"."""
+    text = _text("docs/architecture.md")
+    rows = re.findall(r"^\| `(streamfit/[\w/]+/)` \|", text, flags=re.M)
+    assert "streamfit/solvers/" in rows and "streamfit/ingest/sources/" in rows  # the rows were found
+    missing = []
+    for folder, _, files in os.walk(os.path.join(REPO, "streamfit")):
+        for name in files:
+            if not name.endswith(".py") or name == "__init__.py":
+                continue
+            path = os.path.relpath(os.path.join(folder, name), REPO)
+            module = path[: -len(".py")].replace(os.sep, ".")
+            stem = name[: -len(".py")]
+            named = (
+                path in text
+                or path.removeprefix("streamfit/") in text
+                or f"`{module}`" in text
+                or f"`{stem}`" in text
+                or any(path.startswith(row) for row in rows)
+            )
+            if not named:
+                missing.append(path)
+    assert not missing, f"docs/architecture.md does not name {missing}: give each a line in its Modules table"
+
+
+def test_every_tool_is_named_in_the_readme():
+    """README.md's Benchmarks section names every script of tools/ (a new one gets its line)."""
+    text = _text("README.md")
+    tools = sorted(name for name in os.listdir(os.path.join(REPO, "tools")) if name.endswith((".py", ".sh")))
+    assert len(tools) >= 30  # the folder was read
+    missing = [name for name in tools if f"tools/{name}" not in text]
+    assert not missing, f"README.md does not name {missing}"
+    named = set(re.findall(r"tools/(\w+\.(?:py|sh))", text))
+    assert named <= set(tools), f"README.md names tools that do not exist: {sorted(named - set(tools))}"

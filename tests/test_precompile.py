@@ -337,3 +337,19 @@ def test_a_stopped_warm_up_leaves_no_folder_behind(tmp_path, monkeypatch):
     warm_up.stop()
     assert warm_up.process.returncode is not None
     assert not folder.exists()
+
+
+def test_the_warm_up_compiles_this_processs_streamfit_not_one_in_the_working_directory(tmp_path, monkeypatch):
+    """`pip install . && streamfit run ...` runs in the clone, whose streamfit/ `python -m` would
+    import first: the child compiled the clone's kernels (cached apart from the installed ones), and
+    the train compiled its own again. A decoy streamfit in the working directory must not run."""
+    decoy = tmp_path / "streamfit"
+    decoy.mkdir()
+    marker = tmp_path / "decoy-ran"
+    (decoy / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (decoy / "precompile.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    warm_up = WarmUp("no-such-solver", {}, 64)  # the real child stops at once: no kernels of that name
+    warm_up.wait()
+    assert warm_up.process.returncode not in (0, None)  # the real child ran (the decoy's exits 0)
+    assert not marker.exists()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit import shutdown, storage
+from streamfit import environment, shutdown, storage
 from streamfit.errors import StoreError, StreamfitError, output_error
 from streamfit.store.format import (
     BACKENDS,
@@ -38,7 +38,7 @@ from streamfit.store.format import (
 if TYPE_CHECKING:
     from streamfit.store.csc import CscReader
 
-CHUNK_CACHE_BYTES = int(float(os.environ.get("STREAMFIT_CHUNK_CACHE_MB", "512")) * 2**20)
+CHUNK_CACHE_BYTES = environment.mebibytes("STREAMFIT_CHUNK_CACHE_MB")
 
 
 def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:

@@ -83,6 +83,12 @@ def test_multilabel_decided_too_early_reports_the_line(tmp_path):
         list(open_source(path, policy=BadRecordPolicy(), batch_size=1))
 
 
+def test_a_label_list_with_multilabel_false_names_the_option_not_the_first_lines(tmp_path):
+    path = write(tmp_path, "1,2 1:1\n1 2:1\n")
+    with pytest.raises(InputError, match=r"data.svm:1: label list '1,2' .*or --option multilabel=false; pass"):
+        list(open_source(path, policy=BadRecordPolicy(), multilabel=False))
+
+
 def test_a_regression_line_without_its_target_is_a_bad_record_whose_hint_is_not_multilabel(tmp_path):
     """--target numeric: a line without a target is a bad record whose fix is to give it one or
     skip it, not --option multilabel=true (which suited class labels only)."""

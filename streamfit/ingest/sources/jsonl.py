@@ -183,7 +183,7 @@ class JsonlSource:
         if not self.multilabel and isinstance(label, list):
             raise _Bad(
                 "label list in a single-label file",
-                "the first record has a single label; pass --option multilabel=true",
+                "a single label in the first record, or --option multilabel=false; pass --option multilabel=true",
             )
         if self.multilabel and isinstance(label, str):
             label = [label]

@@ -409,7 +409,7 @@ def _label(token: bytes, multilabel: bool):
         if "," in text:
             raise _BadLabel(
                 f"label list {show(token)} in a single-label file",
-                "the first lines have single labels; pass --option multilabel=true",
+                "single labels in the first lines, or --option multilabel=false; pass --option multilabel=true",
             )
         return canonical_label(text)
     if not text:
