@@ -169,7 +169,7 @@ def main(ctx, verbose, quiet, log_file, log_format):
     and exit status 143; a second SIGTERM, or
     STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
     """
-    from streamfit.logs import configure
+    from streamfit.logs import configure, set_dask_level
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
     if ctx.invoked_subcommand is not None and threading.current_thread() is threading.main_thread():
@@ -181,6 +181,8 @@ def main(ctx, verbose, quiet, log_file, log_format):
     for name in _DEFAULT_INFO:
         logging.getLogger(name).setLevel(logging.INFO)
     ctx.obj = {"progress": sys.stderr.isatty(), "verbose": False, "quiet": False}
+    set_dask_level(None)
+    ctx.call_on_close(lambda: set_dask_level(None))  # -q lasts for this command only
     if verbose:
         _be_verbose(ctx.obj)
     if quiet:
@@ -205,7 +207,9 @@ def _be_quiet(obj: dict) -> None:
     obj["progress"], obj["quiet"] = False, True
     for name in _DEFAULT_INFO:
         logging.getLogger(name).setLevel(logging.NOTSET)
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    from streamfit.logs import set_dask_level
+
+    set_dask_level(logging.CRITICAL)  # here, and on the workers once Dask is imported and started
 
 
 def _be_verbose(obj: dict) -> None:
