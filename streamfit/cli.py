@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -474,8 +475,11 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
                 hashing_values,
                 {"n_features": n_features, "ngram_range": (1, ngram_max) if ngram_max else None},
             )
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        except ValueError as e:  # named by the flag the user gave, not by the settings' class
+            flags = {"n_features": "--n-features", "seed": "--hash-seed", "ngram_range": "--ngram-max"}
+            raise ConfigError(
+                re.sub(r"^HashingConfig: (\w+)=", lambda m: f"{flags.get(m[1], m[1])}=", str(e))
+            ) from None
     report = run_ingest(
         merge(
             IngestOptions,

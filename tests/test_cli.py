@@ -1207,3 +1207,16 @@ def test_ingest_off_a_terminal_logs_its_progress(tmp_path):
     assert re.fullmatch(r"write: chunk 1/\d+, \d+:\d\d elapsed", written[0]), messages
     assert re.fullmatch(rf"write: chunk {chunks}/{chunks}, \d+:\d\d elapsed, ETA 0:00", written[-1]), messages
     assert "\r" not in result.stderr  # no bar drawn into the log
+
+
+def test_a_bad_hashing_flag_is_named_as_the_user_gave_it(tmp_path):
+    """`ingest --n-features 1000` named an internal class, `HashingConfig: n_features=1000`; the
+    line names the flag (issue 20, item 10: the same mistake in a pipeline names its key)."""
+    (tmp_path / "a.tsv").write_text("label\ttext\nx\tsome words\n")
+    for flag, value, fragment in (
+        ("--n-features", "1000", "use e.g. 1024"),
+        ("--hash-seed", "4294967296", "use an int"),
+    ):
+        r = run("ingest", str(tmp_path / "a.tsv"), flag, value, "--out", str(tmp_path / "s.zarr"), ok=False)
+        assert r.exit_code == 2 and "HashingConfig" not in r.output, r.output
+        assert r.output.startswith(f"error: {flag}={value} ") and fragment in r.output, r.output
