@@ -64,6 +64,11 @@ class _Group(click.Group):
         except StreamfitError as e:
             _fail(f"error: {e}")
             sys.exit(2)
+        except BrokenPipeError as e:
+            if _stdout_closed():  # `streamfit train --list-solvers | head`: the reader has what it wanted
+                sys.exit(141)  # as a process that SIGPIPE ended, without a line
+            _fail(f"error: {e.strerror or e}; {os_error_hint(e)}")
+            sys.exit(2)
         except OSError as e:  # the system refused a path or a write outside streamfit's writers (e.g. making --out)
             where = f"{e.filename}: " if e.filename is not None else ""
             _fail(f"error: {where}{e.strerror or e}; {os_error_hint(e)}")
@@ -112,6 +117,24 @@ def _exit_without_collecting() -> None:
     every writer flushes, syncs and commits its files before the command returns.
     """
     gc.freeze()
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`| head`: poll reports an error on the
+    pipe's write end). If so, stdout is pointed at os.devnull, so that the interpreter's flush at
+    exit does not fail again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or not a file (a test runner's stream)
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return gone
 
 
 def _without_overwrite(ctx, stop: BaseException) -> str:

@@ -1220,3 +1220,21 @@ def test_a_bad_hashing_flag_is_named_as_the_user_gave_it(tmp_path):
         r = run("ingest", str(tmp_path / "a.tsv"), flag, value, "--out", str(tmp_path / "s.zarr"), ok=False)
         assert r.exit_code == 2 and "HashingConfig" not in r.output, r.output
         assert r.output.startswith(f"error: {flag}={value} ") and fragment in r.output, r.output
+
+
+def test_output_piped_into_head_ends_without_an_error_line():
+    """`streamfit train --list-solvers | head -1`: the reader closes the pipe; the command ends
+    silently with SIGPIPE's status 141 (it printed `error: Broken pipe; check that the location
+    exists, is writable and has free space`, a write error about no path)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from streamfit.cli import main; main()", "train", "--list-solvers"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])},
+    )
+    proc.stdout.close()  # the reader gone before the listing is written (the command takes a second to start)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err
