@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -63,6 +64,11 @@ class _Group(click.Group):
         except StreamfitError as e:
             _fail(f"error: {e}")
             sys.exit(2)
+        except BrokenPipeError as e:
+            if _stdout_closed():  # `streamfit train --list-solvers | head`: the reader has what it wanted
+                sys.exit(141)  # as a process that SIGPIPE ended, without a line
+            _fail(f"error: {e.strerror or e}; {os_error_hint(e)}")
+            sys.exit(2)
         except OSError as e:  # the system refused a path or a write outside streamfit's writers (e.g. making --out)
             where = f"{e.filename}: " if e.filename is not None else ""
             _fail(f"error: {where}{e.strerror or e}; {os_error_hint(e)}")
@@ -111,6 +117,24 @@ def _exit_without_collecting() -> None:
     every writer flushes, syncs and commits its files before the command returns.
     """
     gc.freeze()
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`| head`: poll reports an error on the
+    pipe's write end). If so, stdout is pointed at os.devnull, so that the interpreter's flush at
+    exit does not fail again."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or not a file (a test runner's stream)
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
+    return gone
 
 
 def _without_overwrite(ctx, stop: BaseException) -> str:
@@ -172,7 +196,7 @@ def main(ctx, verbose, quiet, log_file, log_format):
     Exit status: 0 done; 1 inspect --verify found damage, or Ctrl-C; 2 an error, one line naming
     the fix (a bad option too); 3 train or run stopped at --time-limit; 143 stopped by SIGTERM.
     """
-    from streamfit.logs import configure
+    from streamfit.logs import configure, set_dask_level
 
     file_handler = configure(logging.INFO if verbose else logging.WARNING, log_file=log_file, fmt=log_format)
     environment.check()  # a bad cache size (the store and checkpoint modules read them at import)
@@ -185,6 +209,8 @@ def main(ctx, verbose, quiet, log_file, log_format):
     for name in _DEFAULT_INFO:
         logging.getLogger(name).setLevel(logging.INFO)
     ctx.obj = {"progress": sys.stderr.isatty(), "verbose": False, "quiet": False}
+    set_dask_level(None)
+    ctx.call_on_close(lambda: set_dask_level(None))  # -q lasts for this command only
     if verbose:
         _be_verbose(ctx.obj)
     if quiet:
@@ -209,7 +235,9 @@ def _be_quiet(obj: dict) -> None:
     obj["progress"], obj["quiet"] = False, True
     for name in _DEFAULT_INFO:
         logging.getLogger(name).setLevel(logging.NOTSET)
-    logging.getLogger("distributed").setLevel(logging.CRITICAL)
+    from streamfit.logs import set_dask_level
+
+    set_dask_level(logging.CRITICAL)  # here, and on the workers once Dask is imported and started
 
 
 def _be_verbose(obj: dict) -> None:
@@ -479,8 +507,11 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
                 hashing_values,
                 {"n_features": n_features, "ngram_range": (1, ngram_max) if ngram_max else None},
             )
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        except ValueError as e:  # named by the flag the user gave, not by the settings' class
+            flags = {"n_features": "--n-features", "seed": "--hash-seed", "ngram_range": "--ngram-max"}
+            raise ConfigError(
+                re.sub(r"^HashingConfig: (\w+)=", lambda m: f"{flags.get(m[1], m[1])}=", str(e))
+            ) from None
     report = run_ingest(
         merge(
             IngestOptions,

@@ -399,8 +399,12 @@ class Engine:
             return
         from distributed import Client, LocalCluster
 
+        from streamfit.logs import dask_level as asked_dask_level
+
         dask_log = logging.getLogger("distributed")
-        if not log.isEnabledFor(logging.INFO) and dask_log.getEffectiveLevel() < logging.ERROR:
+        if asked_dask_level() is not None:  # `streamfit -q`: reset by distributed's import, set again
+            dask_log.setLevel(int(asked_dask_level() or 0))
+        elif not log.isEnabledFor(logging.INFO) and dask_log.getEffectiveLevel() < logging.ERROR:
             dask_log.setLevel(logging.ERROR)  # Dask's own INFO chatter only when streamfit is verbose
         # the scheduler's and workers' logs as this process's (`streamfit -q` raises it to CRITICAL)
         dask_level = max(logging.ERROR, dask_log.getEffectiveLevel())
@@ -439,6 +443,12 @@ class Engine:
             except BaseException:
                 self.close()
                 raise
+        if dask_level > logging.ERROR:
+            # each worker process set up Dask's log at its import, in the forkserver: quieten it
+            # there too, on the workers a nanny starts again later as well
+            from streamfit.quiet_workers import QuietWorkerLog
+
+            self.client.register_plugin(QuietWorkerLog(dask_level), name="streamfit-quiet-log")
         log.info("dask engine: %s", self.client)
 
     def close(self) -> None:

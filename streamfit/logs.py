@@ -13,6 +13,33 @@ TEXT = "%(levelname)s %(name)s: %(message)s"
 # a record logged with extra={ECHOED: True} was printed to the terminal already (a result or an error
 # line): it goes to the log file only
 ECHOED = "echoed"
+# Dask's own log level that `streamfit -q` asks for (None: not asked). Importing distributed sets
+# the "distributed" logger's level from Dask's config (INFO), over a level set before that import,
+# so the engine applies this one after it, in its process and on the cluster's workers.
+_quiet_dask_level: list[int | None] = [None]
+
+
+def set_dask_level(level: int | None) -> None:
+    """Ask for Dask's own log ("distributed") at `level` wherever a command runs Dask (None: Dask's
+    default, ERROR and above at streamfit's default verbosity)."""
+    _quiet_dask_level[0] = level
+    if level is not None:
+        logging.getLogger("distributed").setLevel(level)
+
+
+def dask_level() -> int | None:
+    """The level set by set_dask_level, or None."""
+    return _quiet_dask_level[0]
+
+
+def silence_dask_worker(level: int) -> None:
+    """On a Dask worker process: its "distributed" loggers and their handlers at `level` (the
+    traceback a surviving worker logs when it loses a peer mid-transfer, CommClosedError)."""
+    for name in ("distributed", "tornado"):
+        logger = logging.getLogger(name)
+        logger.setLevel(max(level, logger.level))
+        for handler in logger.handlers:
+            handler.setLevel(max(level, handler.level))
 
 
 class JsonLines(logging.Formatter):

@@ -1267,3 +1267,33 @@ def test_predict_takes_the_formats_ingest_takes_and_lists_them():
     assert "[libsvm|jsonl|csv|tsv|folder|parquet|hdf5|numpy|arff]" in run("predict", "--help").output
     result = run("predict", "run/", "new.svm", "--out", "p.csv", "--format", "svm", ok=False)
     assert result.exit_code == 2 and "'svm' is not one of 'libsvm'" in result.output
+
+def test_a_bad_hashing_flag_is_named_as_the_user_gave_it(tmp_path):
+    """`ingest --n-features 1000` named an internal class, `HashingConfig: n_features=1000`; the
+    line names the flag (issue 20, item 10: the same mistake in a pipeline names its key)."""
+    (tmp_path / "a.tsv").write_text("label\ttext\nx\tsome words\n")
+    for flag, value, fragment in (
+        ("--n-features", "1000", "use e.g. 1024"),
+        ("--hash-seed", "4294967296", "use an int"),
+    ):
+        r = run("ingest", str(tmp_path / "a.tsv"), flag, value, "--out", str(tmp_path / "s.zarr"), ok=False)
+        assert r.exit_code == 2 and "HashingConfig" not in r.output, r.output
+        assert r.output.startswith(f"error: {flag}={value} ") and fragment in r.output, r.output
+
+
+def test_output_piped_into_head_ends_without_an_error_line():
+    """`streamfit train --list-solvers | head -1`: the reader closes the pipe; the command ends
+    silently with SIGPIPE's status 141 (it printed `error: Broken pipe; check that the location
+    exists, is writable and has free space`, a write error about no path)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from streamfit.cli import main; main()", "train", "--list-solvers"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])},
+    )
+    proc.stdout.close()  # the reader gone before the listing is written (the command takes a second to start)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err

@@ -557,6 +557,55 @@ def test_quiet_silences_the_log_of_the_dask_workers(capfd, monkeypatch):
         logging.getLogger("distributed").setLevel(logging.NOTSET)
 
 
+QUIET_PROCESS = """
+import logging, sys
+from streamfit.cli import _be_quiet
+from streamfit.logs import configure
+
+configure(logging.WARNING)  # as `streamfit -q COMMAND` starts: distributed not imported yet
+_be_quiet({})
+from streamfit.engine import Engine
+
+
+def noisy(source, i):
+    logging.getLogger("distributed.worker").error("Worker stream died during communication: CommClosedError")
+    return i
+
+
+if __name__ == "__main__":
+    with Engine(mode="local", n_workers=1, dashboard_address="127.0.0.1:0") as eng:
+        assert eng.map(noisy, None, range(1)) == [0]
+        logging.getLogger("distributed.scheduler").error("Removing worker caused the cluster to lose data")
+        logging.getLogger("streamfit.engine").warning("a worker left the cluster")
+    print("done")
+"""
+
+
+@pytest.mark.slow
+def test_quiet_silences_dask_in_a_fresh_process_with_forked_workers(tmp_path):
+    """`streamfit -q` in its own process, as a command line runs it: -q is set before distributed
+    is imported (whose import set its logger back to INFO, so the scheduler's ERROR lines came
+    through), and the workers are forked from a forkserver that set up Dask's log at its import
+    (a surviving worker printed its CommClosedError traceback). Neither reaches stderr now;
+    streamfit's own warnings do."""
+    import subprocess
+    import sys
+
+    (tmp_path / "quiet_job.py").write_text(QUIET_PROCESS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "quiet_job.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    assert "WARNING streamfit.engine: a worker left the cluster" in done.stderr
+    assert "CommClosedError" not in done.stderr and "lose data" not in done.stderr, done.stderr
+
+
 def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
     from streamfit.engine import AUTO_INPROCESS_WORK, auto_mode
 

@@ -14,16 +14,26 @@ train on the labels):
 - class_attribute=NAME: one nominal attribute is the class (Weka's single-label files).
 A binary label is on for the value 1 and off for 0 (a sparse instance omits it); a multilabel
 record's labels are the names of its label attributes that are on, in attribute order.
-Every other attribute is a feature: column j is the j-th feature attribute counted from 0, so
-X has one column per feature attribute. A nominal feature whose values are numbers is read as
-those numbers; other nominal, string and date features are an InputError at their @attribute
-line (encode them as numbers first). A sparse instance omits a nominal attribute at its first
-value (Weka's rule), so with sparse instances a nominal feature or binary label must list 0
-first (bibtex's {0,1} do), else InputError.
+With n_labels=1 and a last attribute that is nominal with values other than 0 and 1 (a Weka
+class such as {yes,no}), that attribute is read as the class (class_attribute): a Mulan label is
+binary. With n_labels > 1 such a label attribute is an InputError at its @attribute line.
+Every other attribute is a feature, in attribute order: a numeric one (or a nominal one whose
+values are all numbers, bibtex's {0,1}) is one column holding its value; a nominal one with
+other values, `@attribute colour {red,green,blue}`, is one-hot: one column per declared value,
+in declared order (the features `colour=red`, `colour=green`, `colour=blue`), 1 for the
+instance's value, all 0 for a missing value `?`. So X has one column per numeric feature
+attribute plus one per declared value of each one-hot attribute, and a file scored later
+(`--like`, `predict`) must declare the same attributes and values in the same order, as Weka
+asks of a train/test pair. Hashed (the default), those column numbers are hashed as a LIBSVM
+file's indices are. String, date and relational features are an InputError at their
+@attribute line (encode them as numbers or nominal values first). A sparse instance omits a
+nominal attribute at its first value (Weka's rule): a one-hot attribute omitted is its first
+value; a numeric nominal feature or a binary label must list 0 first (bibtex's {0,1} do), else
+InputError.
 
 Bad records (a location `path:line`): a wrong number of values, a value that is not a number
-or is missing (`?`) in a feature, a sparse index out of range or repeated, a label value other
-than 0/1 or than one of the class's values. Values must be finite in float32. A line longer
+or is missing (`?`) in a numeric feature, a value a one-hot feature does not declare, a sparse
+index out of range or repeated, a label value other than 0/1 or than one of the class's values. Values must be finite in float32. A line longer
 than limits.record_bytes is a bad record (never held whole).
 """
 
@@ -117,6 +127,14 @@ class _Attribute:
         else:
             self.values = []
 
+    def one_hot(self) -> bool:
+        """Whether a feature of this type is one-hot: nominal, with a value that is not a number."""
+        return bool(self.values) and not self.numeric_values()
+
+    def binary(self) -> bool:
+        """Whether a label of this type can be a Mulan label: numeric, or nominal 0/1 values."""
+        return self.values is None or {float_or_none(v) for v in self.values} <= {0.0, 1.0}
+
     def numeric_values(self) -> bool:
         """Whether a feature of this type reads as numbers (numeric, or nominal numbers)."""
         if self.values is None:
@@ -179,7 +197,21 @@ class ArffSource:
         if self.n_labels is not None:
             if self.n_labels >= n:
                 raise InputError(self.path, f"n_labels={self.n_labels} but there are {n} attributes", _LABELS_HINT)
-            return list(range(n - self.n_labels, n))
+            at = list(range(n - self.n_labels, n))
+            if self.n_labels == 1 and attributes[-1].values and not attributes[-1].binary():
+                self.multilabel = False  # one nominal class attribute, Weka's layout: read it as the class
+                return at
+            for i in at:
+                if not attributes[i].binary():
+                    a = attributes[i]
+                    raise InputError(
+                        f"{self.path}:{a.line}",
+                        f"label attribute {a.name!r} has the values {{{','.join(a.values or [])}}}, "
+                        f"not 0 and 1 (n_labels={self.n_labels} reads the last {self.n_labels} attributes as "
+                        "Mulan's binary labels)",
+                        f"for one class attribute pass --option class_attribute={a.name} instead of n_labels",
+                    )
+            return at
         if self.labels_xml is not None:
             names = self._label_names()
             found = [i for i, a in enumerate(attributes) if a.name in names]
@@ -246,20 +278,24 @@ class ArffSource:
             is_label = np.zeros(len(attributes), dtype=bool)
             is_label[label_at] = True
             for i, a in enumerate(attributes):
-                if not is_label[i] and not a.numeric_values():
+                if not is_label[i] and a.values == []:
                     raise InputError(
                         f"{self.path}:{a.line}",
-                        f"feature attribute {a.name!r} is not numeric",
-                        "encode it as numbers first, or name it as a label attribute",
+                        f"feature attribute {a.name!r} is not numeric or nominal (a string, date or relational one)",
+                        "encode it as numbers or nominal values first, or name it as a label attribute",
                     )
             if not self.multilabel:
                 for i in label_at:
                     if attributes[i].values is None:
                         raise InputError(f"{self.path}:{attributes[i].line}", "the class attribute is numeric")
-            # attribute position -> feature column (-1: a label)
-            column = np.cumsum(~is_label) - 1
+            # attribute position -> its (first) feature column (-1: a label); a one-hot attribute
+            # takes one column per declared value
+            width = np.array(
+                [0 if is_label[i] else len(a.values or []) if a.one_hot() else 1 for i, a in enumerate(attributes)]
+            )
+            column = np.cumsum(width) - width
             column[is_label] = -1
-            rows = _Rows(self, attributes, label_at, column, int((~is_label).sum()))
+            rows = _Rows(self, attributes, label_at, column, int(width.sum()))
             for line_no, raw in enumerate(lines, data_line + 1):
                 location = f"{self.path}:{line_no}"
                 if raw is None:
@@ -297,12 +333,22 @@ class _Rows:
             n_cols,
         )
         self.label_set = set(label_at)
+        # one-hot feature attributes: position -> {value: column}
+        self.one_hot = {
+            i: {v: int(column[i]) + k for k, v in enumerate(a.values or [])}
+            for i, a in enumerate(attributes)
+            if i not in self.label_set and a.one_hot()
+        }
         # a sparse instance omits a nominal attribute at its first value (Weka's rule): read as 0 /
-        # off only when that value is 0 (a single-label class may have any first value)
+        # off only when that value is 0 (a single-label class may have any first value; a one-hot
+        # feature turns on its first value's column)
         self.not_zero_first = [
             a.name
             for i, a in enumerate(attributes)
-            if a.values and float_or_none(a.values[0]) != 0 and (source.multilabel or i not in self.label_set)
+            if a.values
+            and float_or_none(a.values[0]) != 0
+            and i not in self.one_hot
+            and (source.multilabel or i not in self.label_set)
         ]
         self._reset()
 
@@ -355,8 +401,28 @@ class _Rows:
         on = set()
         cls = None
         cols, vals = [], []
+        if self.one_hot and text.startswith("{"):  # omitted one-hot attributes are at their first value
+            given = {i for i, _ in pairs}
+            for i in self.one_hot.keys() - given:
+                cols.append(int(self.column[i]))
+                vals.append(1.0)
         for i, value in pairs:
             a = self.attributes[i]
+            if i in self.one_hot:
+                if value == "?":
+                    continue  # missing: no column on
+                col = self.one_hot[i].get(value)
+                if col is None:
+                    source.policy.bad(
+                        location,
+                        f"attribute {a.name!r}: the value {value!r} is not one of its values {{{','.join(a.values or [])}}}",
+                        text,
+                        "declare the value in its @attribute line",
+                    )
+                    return
+                cols.append(col)
+                vals.append(1.0)
+                continue
             if i in self.label_set:
                 if not source.multilabel:
                     if value not in (a.values or []):
@@ -377,6 +443,9 @@ class _Rows:
                 return
             cols.append(int(self.column[i]))
             vals.append(number)
+        if self.one_hot:  # keep each row's columns in increasing order
+            order = np.argsort(cols, kind="stable")
+            cols, vals = [cols[k] for k in order], [vals[k] for k in order]
         if not fits_float32(vals).all():
             source.policy.bad(location, "a value is not finite in float32", text, "scale the features")
             return
