@@ -399,15 +399,37 @@ class BoostedStumpsModel(Model):
     lows_l = 0 an indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or
     1[x[features_l] ≤ thresholds_l] (polarity −1; with threshold +inf the constant 1), or with
     signs_l = −1 its negation (stumps="signed"). A model saved without `signs` (before
-    2026-11-27's negated indicators) has every sign +1."""
+    2026-11-27's negated indicators) has every sign +1.
+
+    `value_dtype` is the precision of the training values ("float32" for a store, whose values
+    are float32; "float64" for the estimators' float64 arrays). Each threshold is a training
+    value, so a row exactly at it falls on the side `x ≤ threshold`; with "float32", input values
+    are rounded to float32 before the comparison, so float64 input (e.g. the same LIBSVM file read
+    by scikit-learn) gets the stumps' outputs of the training rows, not those of the float64
+    values on either side of the float32 cut. A model saved without it (before session 21) is
+    "float32" when it records a store's featurizer, else "float64"."""
 
     kind = "boosted_stumps"
     may_hold_plus_infinity = frozenset({"thresholds"})  # +inf: the constant learner (an indicator past the last bin)
 
     def __init__(
-        self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, signs=None, **common
+        self,
+        *,
+        features,
+        thresholds,
+        polarity,
+        lows,
+        coord_class,
+        coord_learner,
+        weights,
+        signs=None,
+        value_dtype: str = "float64",
+        **common,
     ):
         super().__init__(**common)
+        if value_dtype not in ("float32", "float64"):
+            raise ValueError(f"value_dtype is {value_dtype!r}, expected 'float32' or 'float64'")
+        self.value_dtype = value_dtype
         self.lows = np.asarray(lows, dtype=np.int8)
         self.signs = np.ones(len(self.lows), dtype=np.int8) if signs is None else np.asarray(signs, dtype=np.int8)
         self.features = np.asarray(features, dtype=np.int64)
@@ -446,10 +468,11 @@ class BoostedStumpsModel(Model):
             raise ValueError("a stump's sign is not ±1")
 
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:
+        values = X.data.astype(self.value_dtype).astype(np.float64)  # the training values' precision
         return kernels.stump_scores(
             X.indptr,
             X.indices,
-            X.data.astype(np.float64),
+            values,
             self.n_features,
             self.features,
             self.thresholds,
@@ -474,12 +497,16 @@ class BoostedStumpsModel(Model):
             "weights": self.weights,
         }
 
+    def _extra(self):
+        return {"value_dtype": self.value_dtype}
+
     @classmethod
     def _from_saved(cls, common, arrays, extra):
         names = ("features", "thresholds", "polarity", "lows", "coord_class", "coord_learner", "weights")
         if "lows" not in arrays:
             raise ValueError("a boosted_stumps model saved before stumps had lows (2026-11-27); retrain it")
-        return cls(**{k: arrays[k] for k in names}, signs=arrays.get("signs"), **common)
+        value_dtype = extra.get("value_dtype", "float32" if common.get("featurizer") else "float64")
+        return cls(**{k: arrays[k] for k in names}, signs=arrays.get("signs"), value_dtype=value_dtype, **common)
 
 
 # -- the solver ----------------------------------------------------------------------------
@@ -812,6 +839,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             weights=state.weights,
             lows=state.learner_low,
             signs=state.learner_sign,
+            value_dtype=str(source.value_dtype),
             classes=source.classes,
             n_features=source.n_features,
             multilabel=False,

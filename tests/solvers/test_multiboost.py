@@ -1056,6 +1056,52 @@ def test_cli_trains_and_predicts(digits_cli_store, tmp_path):
     assert len(first["labels"]) == 2
 
 
+def test_a_store_trained_model_scores_float64_input_as_the_stores_rows(tmp_path):
+    """A store holds float32 values and every threshold is a training value, so a training row
+    exactly at a threshold is on its x ≤ t side. The same file read as float64 (scikit-learn's
+    LIBSVM reader) has values on either side of that float32 cut; the model of a store rounds its
+    input to float32 (value_dtype), so `load_model(RUN).decision_function(X64)` is the store's rows'
+    scores bit for bit, as `streamfit evaluate` and `predict` on raw data see them (before: 170 of
+    these 300 rows scored otherwise, 40 with another top class). An estimator's model of float64 arrays keeps float64
+    comparisons; a model saved before value_dtype is float32 when it records a store's featurizer."""
+    from sklearn.datasets import dump_svmlight_file, load_svmlight_file
+
+    from streamfit.cli import main
+    from streamfit.store import open_store
+
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 10, size=(300, 4)) / 3.0 + 0.1  # thirds: no value is a float32 number
+    y = (X[:, 0] > X[:, 1]).astype(int) + (X[:, 2] + X[:, 3] > 3.0)
+    dump_svmlight_file(X, y, str(tmp_path / "t.svm"), zero_based=False)
+    for args in (
+        ["ingest", tmp_path / "t.svm", "--no-hash", "--out", tmp_path / "s.zarr"],
+        ["train", tmp_path / "s.zarr", "--solver", "multiboost", "-p", "max_iter=6", "--n-workers", "0"]
+        + ["--out", tmp_path / "run"],
+    ):
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+    model = load_model(str(tmp_path / "run"))
+    X64, _ = load_svmlight_file(str(tmp_path / "t.svm"), n_features=4)
+    assert X64.dtype == np.float64 and model.value_dtype == "float32"
+    store_scores = model.decision_function(open_store(str(tmp_path / "s.zarr")))
+    np.testing.assert_array_equal(model.decision_function(X64), store_scores)
+    np.testing.assert_array_equal(model.decision_function(X64.astype(np.float32)), store_scores)
+    model.value_dtype = "float64"  # float64 comparisons, as before value_dtype
+    assert np.any(model.decision_function(X64) != store_scores)  # the data puts rows across a float32 cut
+    clf = MultiBoostClassifier(max_iter=6).fit(X, y)
+    assert clf.model_.value_dtype == "float64"
+    m = clf.model_  # scores from the stumps' definition with float64 comparisons, by numpy
+    ref = np.zeros((len(y), 3))
+    for c, lrn, w in zip(m.coord_class, m.coord_learner, m.weights):
+        above = X[:, m.features[lrn]] > m.thresholds[lrn]
+        ref[:, c] += w * m.signs[lrn] * np.where(above == (m.polarity[lrn] > 0), 1.0, m.lows[lrn])
+    np.testing.assert_allclose(clf.decision_function(X), ref, rtol=1e-12, atol=1e-12)
+    common = {"classes": ["0", "1", "2"], "n_features": 4, "featurizer": {"input": "numeric"}}
+    old = mb.BoostedStumpsModel._from_saved(common, model._arrays(), {})
+    assert old.value_dtype == "float32"
+    assert mb.BoostedStumpsModel._from_saved({**common, "featurizer": {}}, model._arrays(), {}).value_dtype == "float64"
+
+
 def test_held_out_rows_depend_on_the_row_alone():
     whole = kernels.held_out(0, 5000, 7, 0.2)
     parts = np.concatenate([kernels.held_out(lo, min(lo + 333, 5000), 7, 0.2) for lo in range(0, 5000, 333)])
