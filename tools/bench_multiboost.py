@@ -8,7 +8,10 @@ training and the rest for testing (the paper samples 1000 per class from the 60k
 and tests on the 10k; only the 10k are here, and 1000 per class would leave 214 test images,
 so the default is 500: about 5000 / 5000);
 scikit-learn's digits split 75/25 (the paper's UCI splits). `--max-train N` subsamples each
-training set to N rows (stratified, seeded) to keep the default run short.
+training set to N rows (stratified, seeded) to keep the default run short. Sets no default was
+tuned on (UNSEEN, load_unseen; session 21): iris, wine, breast_cancer, segment, shuttle,
+mc_noisy, gquantiles, hastie, news4; `--split-seeds 0,1,2,3,4` runs each set once per seed (its
+split, or its generated data) and ends with each method's mean ± sd over the seeds.
 
 Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw:     MultiBoostcw, class-specific stumps, FCD with tau_max = 2, lam = 1/C (`--lam`, default

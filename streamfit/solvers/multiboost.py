@@ -147,8 +147,8 @@ class MultiBoostParams(SolverParams):
     stumps: Literal["sign", "indicator", "both", "signed", "all"] = Field(
         "both",
         description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
-        "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
-        "constraint (4) over both; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
+        "side of the threshold (and the constant 1); both: the union, each iteration choosing over both by "
+        "`choice`; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
         "w ≥ 0, an indicator of either sign); all: the sign stumps and the signed indicators",
     )
     choice: Literal["auto", "edge", "gain", "decrease"] = Field(
