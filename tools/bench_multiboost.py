@@ -8,7 +8,10 @@ training and the rest for testing (the paper samples 1000 per class from the 60k
 and tests on the 10k; only the 10k are here, and 1000 per class would leave 214 test images,
 so the default is 500: about 5000 / 5000);
 scikit-learn's digits split 75/25 (the paper's UCI splits). `--max-train N` subsamples each
-training set to N rows (stratified, seeded) to keep the default run short.
+training set to N rows (stratified, seeded) to keep the default run short. Sets no default was
+tuned on (UNSEEN, load_unseen; session 21): iris, wine, breast_cancer, segment, shuttle,
+mc_noisy, gquantiles, hastie, news4; `--split-seeds 0,1,2,3,4` runs each set once per seed (its
+split, or its generated data) and ends with each method's mean ± sd over the seeds.
 
 Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw:     MultiBoostcw, class-specific stumps, FCD with tau_max = 2, lam = 1/C (`--lam`, default
@@ -102,6 +105,86 @@ import scipy.sparse as sp
 
 DATA = "/work/shared/data"
 SETS = ("pendigits", "letter", "satimage", "dna", "mnist", "digits")
+# Sets no default was tuned on (session 21): scikit-learn's bundled iris, wine and breast_cancer
+# (stratified 75/25 splits, one per --split-seeds seed); UCI image segmentation and the shuttle
+# anomaly set bundled in the `river` wheel (--river-dir; 75/25 stratified); three generated sets
+# (drawn anew per seed): many classes with noisy labels and irrelevant features (mc_noisy),
+# Gaussian quantiles (gquantiles, nested spheres: no boundary is axis-aligned) and Hastie et
+# al.'s 10.2 (hastie, binary, its 2000 / 10 000 split); and 20 Newsgroups, 4 groups, as hashed
+# sparse tf-idf (news4, the tarball's bydate split).
+UNSEEN = ("iris", "wine", "breast_cancer", "segment", "shuttle", "mc_noisy", "gquantiles", "hastie", "news4")
+NEWS4 = ("alt.atheism", "comp.graphics", "sci.space", "talk.religion.misc")
+RIVER_DIR = "/tmp/river"  # where `river/datasets/*.csv*` of the river wheel were unzipped (see load)
+
+
+def load_unseen(name: str, seed: int, river_dir: str = RIVER_DIR):
+    """(X_train, y_train, X_test, y_test) of a set of UNSEEN; y: labels of any kind.
+
+    The river files come from its wheel, without installing it (0.26.1, files as shipped):
+        pip download river==0.26.1 --no-deps -d /tmp/river
+        unzip -o /tmp/river/river-0.26.1-*.whl 'river/datasets/segment.csv.zip' \
+            'river/datasets/shuttle.csv.gz' -d /tmp/river
+    segment.csv.zip holds one CSV (UCI's 2310 × 18 image segments, 7 classes, column "category");
+    shuttle.csv.gz (UCI Statlog shuttle as ODDS casts it: 49 097 × 9, the rare classes as
+    "anomaly" = 1, about 7 %)."""
+    import zipfile
+
+    from sklearn import datasets
+    from sklearn.model_selection import train_test_split
+
+    def split(X, y, test_size=0.25):
+        Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=test_size, random_state=seed, stratify=y)
+        return Xtr, ytr, Xte, yte
+
+    if name in ("iris", "wine", "breast_cancer"):
+        X, y = getattr(datasets, f"load_{name}")(return_X_y=True)
+        return split(X, y)
+    if name == "segment":
+        path = os.path.join(river_dir, "river", "datasets", "segment.csv.zip")
+        with zipfile.ZipFile(path) as z:
+            text = z.read(z.namelist()[0]).decode()
+        header, *lines = text.strip().splitlines()
+        rows = [line.split(",") for line in lines]
+        assert header.split(",")[-1] == "category"
+        X = np.array([[float(v) for v in r[:-1]] for r in rows])
+        return split(X, np.array([r[-1] for r in rows]))
+    if name == "shuttle":
+        data = np.loadtxt(os.path.join(river_dir, "river", "datasets", "shuttle.csv.gz"), delimiter=",", skiprows=1)
+        return split(data[:, :-1], data[:, -1].astype(int))
+    if name == "mc_noisy":  # 8 classes, 8 informative + 2 redundant + 10 noise features, 15 % labels redrawn
+        X, y = datasets.make_classification(
+            n_samples=4000, n_features=20, n_informative=8, n_redundant=2, n_classes=8, n_clusters_per_class=2,
+            flip_y=0.15, random_state=seed,
+        )  # fmt: skip
+        return split(X, y, 0.5)
+    if name == "gquantiles":  # 4 classes by the distance from the origin in 6 dimensions
+        X, y = datasets.make_gaussian_quantiles(n_samples=3000, n_features=6, n_classes=4, random_state=seed)
+        return split(X, y, 0.5)
+    if name == "hastie":
+        X, y = datasets.make_hastie_10_2(n_samples=12000, random_state=seed)
+        return X[:2000], y[:2000], X[2000:], y[2000:]
+    if name == "news4":  # 4 groups of the bydate split; log(1 + count) of hashed words, IDF, unit rows
+        import tarfile
+
+        from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
+
+        docs: dict[str, tuple[list[str], list[str]]] = {"train": ([], []), "test": ([], [])}
+        with tarfile.open(os.path.join(DATA, "20newsgroups", "20news-bydate.tar.gz")) as tar:
+            for member in tar:
+                parts = member.name.split("/")
+                if member.isfile() and len(parts) == 3 and parts[1] in NEWS4:
+                    part = docs[parts[0].rsplit("-", 1)[1]]
+                    part[0].append(tar.extractfile(member).read().decode("latin-1"))
+                    part[1].append(parts[1])
+        hasher = HashingVectorizer(n_features=2**18, norm=None, alternate_sign=True)
+        Xtr, Xte = (hasher.transform(docs[p][0]) for p in ("train", "test"))
+        for X in (Xtr, Xte):
+            X.data = np.sign(X.data) * np.log1p(np.abs(X.data))
+        tfidf = TfidfTransformer().fit(Xtr)
+        return tfidf.transform(Xtr), np.array(docs["train"][1]), tfidf.transform(Xte), np.array(docs["test"][1])
+    raise ValueError(f"unknown set {name!r}")
+
+
 FIG6_TAUS = (
     1,
     2,
@@ -138,7 +221,9 @@ def load(name: str, max_train: int, seed: int = 0, mnist_per_class: int = 500):
     """(X_train CSR, y_train, X_test CSR, y_test) with integer class ids 0..K-1."""
     from sklearn.datasets import load_svmlight_files
 
-    if name == "digits":
+    if name in UNSEEN:
+        Xtr, ytr, Xte, yte = load_unseen(name, seed, RIVER_DIR)
+    elif name == "digits":
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
 
@@ -267,7 +352,8 @@ def run_samme(Xtr, ytr, Xte, yte, n_stumps: int):
     return {"curve": curve}
 
 
-def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
+def run_lgbm(Xtr, ytr, Xte, yte, rounds: int, marks=()):
+    """LightGBM stumps; test error at 20 rounds spread over 1..rounds and at `marks` (rounds)."""
     import lightgbm as lgb
 
     K = int(ytr.max()) + 1
@@ -280,7 +366,7 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int):
     params = {"objective": "multiclass", "num_class": K, "num_leaves": 2, "num_threads": 1, "verbose": -1, "seed": 0}
     booster = lgb.train(params, lgb.Dataset(Xtr, ytr), num_boost_round=rounds, callbacks=[clock])
     curve = []
-    for r in sorted(set(np.linspace(1, rounds, 20).astype(int))):
+    for r in sorted(set(np.linspace(1, rounds, 20).astype(int)) | {r for r in marks if r <= rounds}):
         pred = np.argmax(booster.predict(Xte, num_iteration=r), axis=1)
         curve.append((r * K, stamps[r - 1], float(np.mean(pred != yte))))
     return {"curve": curve}
@@ -555,6 +641,13 @@ def ours_methods(results) -> list[str]:
     return [m for m in results if m == "cw" or m.startswith(("cw_", "cw1"))]
 
 
+def error_ratio(ours: float, theirs: float) -> str:
+    """ours / theirs as text, for errors that may be 0 (0 / 0: 1; x / 0: inf)."""
+    if theirs > 0:
+        return f"{ours / theirs:.2f}"
+    return "1.00" if ours == 0 else "inf"
+
+
 def first_time(curve, error):
     """Seconds at which a (stumps, seconds, error) curve first reaches `error` (None: never)."""
     for _, seconds, e in curve:
@@ -575,6 +668,38 @@ def error_at(curve, stumps):
 def method_error_at(results, method, stumps):
     """error_at of a method's curve (None: the method did not run)."""
     return error_at(results[method]["curve"], stumps) if method in results else None
+
+
+def print_over_seeds(summary: dict, seeds: list[int], report_iters: list[int]) -> None:
+    """Per set run under several seeds (rows SET#SEED): each method's test error % as mean ± sd over
+    the seeds, at the end and at `report_iters`; ours ÷ LightGBM's final error (mean of the ratios,
+    the seeds where ours ≤ LightGBM's); and the time ratios' median with the seeds that never reach it."""
+    print("\n== over the split seeds " + ",".join(map(str, seeds)) + ": test error % mean ± sd")
+    names = dict.fromkeys(k.split("#")[0] for k in summary)
+    for name in names:
+        rows = [summary[f"{name}#{s}"] for s in seeds if f"{name}#{s}" in summary]
+        for method in rows[0]["final"]:
+            final = np.array([100 * r["final"][method][2] for r in rows])
+            cells = [f"final {final.mean():.2f} ± {final.std(ddof=1):.2f}"]
+            for t in report_iters:
+                at = [r["at_iters"][method][t] for r in rows]
+                if all(e is not None for e in at):
+                    at_pct = 100 * np.array(at)
+                    cells.append(f"at {t} it. {at_pct.mean():.2f} ± {at_pct.std(ddof=1):.2f}")
+            if method in ours_methods(rows[0]["final"]):
+                lg = np.array([100 * r["final"]["lgbm"][2] for r in rows])
+                ratio = np.where(lg > 0, final / np.maximum(lg, 1e-12), np.where(final > 0, np.inf, 1.0))
+                cells.append(f"÷ LightGBM's {ratio.mean():.2f}, ≤ on {int(np.sum(final <= lg + 1e-9))} of {len(rows)}")
+                for what, key in (
+                    ("time to LightGBM's final ÷ its", "time_to_lgbm_ratio"),
+                    ("SAMME's ÷ ours", "samme_speedup"),
+                ):
+                    got = [r[key].get(method) for r in rows if method in r[key]]
+                    if got:
+                        reached = [g for g in got if g is not None]
+                        med = f"{np.median(reached):.2f}" if reached else "—"
+                        cells.append(f"{what} median {med} (never on {len(got) - len(reached)} of {len(got)})")
+            print(f"  {name:13s} {method:9s} " + "; ".join(cells))
 
 
 def plot(name, results, plots):
@@ -717,10 +842,21 @@ def ooc(args) -> None:
 
 
 def main():
+    global RIVER_DIR
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--max-train", type=int, default=2000, help="0: the whole training sets")
-    ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {SETS} and {UNSEEN}")
+    ap.add_argument(
+        "--split-seeds",
+        default="0",
+        help="comma-separated seeds: each set runs once per seed (its split, subsample, generated data); with "
+        "several, each row is SET#SEED and the goals end with each set's mean ± sd over the seeds",
+    )
+    ap.add_argument(
+        "--report-iters", default="50", help="comma-separated iterations at which every method's test error is printed"
+    )
+    ap.add_argument("--river-dir", default=RIVER_DIR, help="segment, shuttle: where the river wheel was unzipped")
     ap.add_argument("--lam", type=float, default=1e-4)
     ap.add_argument("--mnist-per-class", type=int, default=500)
     ap.add_argument("--fig6-sets", default="pendigits,digits")
@@ -783,6 +919,7 @@ def main():
     ap.add_argument("--ooc-master-mb", default="0,1024", help="master_memory_mb of each run")
     ap.add_argument("--ooc-dir", default="/tmp/streamfit-bench-multiboost")
     args = ap.parse_args()
+    RIVER_DIR = args.river_dir
     if args.ooc:
         os.makedirs(args.ooc_dir, exist_ok=True)
         ooc(args)
@@ -798,10 +935,13 @@ def main():
         )
 
     summary = {}
-    for name in args.sets.split(","):
-        Xtr, ytr, Xte, yte = load(name, args.max_train, mnist_per_class=args.mnist_per_class)
+    seeds = [int(v) for v in args.split_seeds.split(",")]
+    report_iters = [int(v) for v in filter(None, args.report_iters.split(","))]
+    for name, seed in [(n, s) for n in args.sets.split(",") for s in seeds]:
+        key = name if len(seeds) == 1 else f"{name}#{seed}"
+        Xtr, ytr, Xte, yte = load(name, args.max_train, seed=seed, mnist_per_class=args.mnist_per_class)
         K, T = int(ytr.max()) + 1, args.iters
-        print(f"\n== {name}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
+        print(f"\n== {key}: {Xtr.shape[0]} train, {Xte.shape[0]} test, {Xtr.shape[1]} features, {K} classes; "
               f"T = {T} iterations = {K * T} stumps", flush=True)  # fmt: skip
         results = {} if args.no_cw else {"cw": run_ours(Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact")}
         if not args.no_auto:
@@ -809,7 +949,7 @@ def main():
             info = results["cw_auto"]["model"].info
             print(f"  cw_auto: C = {1 / info['lam']:g} (held-out error % per C: "
                   f"{ {f'{1 / lam:g}': round(100 * e, 2) for lam, e in info['validation_errors'].items()} })", flush=True)  # fmt: skip
-        results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c")
+        results["cw1"] = run_ours(Xtr, ytr, Xte, yte, T)  # the defaults: MultiBoostcw-1, C = 1e8, choice="auto"
         if not args.no_sign:
             results["cw1_sign"] = run_ours(Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", stumps="sign")
         if not args.no_gain:
@@ -845,8 +985,11 @@ def main():
                     Xtr, ytr, Xte, yte, K * T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
                 )
         if not args.no_samme:
-            results["samme"] = run_samme(Xtr.toarray(), ytr, Xte.toarray(), yte, K * T)
-        results["lgbm"] = run_lgbm(Xtr, ytr, Xte, yte, T)
+            sparse = Xtr.shape[1] > 4096  # (news4: 2^18 hashed columns; scikit-learn's trees take CSR)
+            results["samme"] = run_samme(
+                *((Xtr, ytr, Xte, yte) if sparse else (Xtr.toarray(), ytr, Xte.toarray(), yte)), K * T
+            )
+        results["lgbm"] = run_lgbm(Xtr, ytr, Xte, yte, T, marks=report_iters)
         if name in args.lgbm_variants_sets.split(","):
             for (loss, rate), curve in lgbm_variants(Xtr, ytr, Xte, yte, T).items():
                 cells = ", ".join(f"{r}: {100 * e:.2f}" for r, e in curve)
@@ -860,7 +1003,11 @@ def main():
                       f"{t}, {100 * held_error:.2f}", flush=True)  # fmt: skip
         for method, r in results.items():
             n, s, e = r["curve"][-1]
-            print(f"  {method:7s} {n:6d} stumps  {s:8.2f} s  test error {100 * e:6.2f} %", flush=True)
+            per = 1 if method.startswith("shared") else K
+            at = "".join(
+                f", at {t} it. {100 * method_error_at(results, method, t * per):.2f} %" for t in report_iters if t < T
+            )
+            print(f"  {method:7s} {n:6d} stumps  {s:8.2f} s  test error {100 * e:6.2f} %{at}", flush=True)
         lg = results["lgbm"]["curve"]
         sa = results["samme"]["curve"] if "samme" in results else None
         row = {
@@ -868,13 +1015,18 @@ def main():
             "K": K,
             "stumps": K * T,
             "final": {m: r["curve"][-1] for m, r in results.items()},
+            "at_iters": {
+                m: {t: method_error_at(results, m, t * (1 if m.startswith("shared") else K)) for t in report_iters}
+                for m in results
+            },
             "per_learner": {
                 m: [method_error_at(results, m, int(f * K * T)) for f in (0.1, 0.5, 1.0)]
-                for m in ("cw", "shared_KT", "shared", "samme")
+                for m in ("cw", "cw1", "shared_KT", "shared", "samme")
             },
-            "at_T_stumps": {m: method_error_at(results, m, T) for m in ("cw", "shared", "samme")},
+            "at_T_stumps": {m: method_error_at(results, m, T) for m in ("cw", "cw1", "shared", "samme")},
             "at_T_iterations": {
                 "cw": method_error_at(results, "cw", K * T),
+                "cw1": method_error_at(results, "cw1", K * T),
                 "shared": method_error_at(results, "shared", T),
             },
         }
@@ -921,26 +1073,31 @@ def main():
                 row["fig6_cg"][label] = {"solver_seconds": trace[-1][1], "objective": trace[-1][2], "max_gap": gap}
                 print(f"  fig6 (column generation, T = {T}) {label:8s}: solver CPU s {trace[-1][1]:7.3f}, final "
                       f"objective {trace[-1][2]:.6g}, largest gap to L-BFGS-B's objective at an iteration {100 * gap:+.3f} %")  # fmt: skip
-        plot(name, results, args.plots)
-        summary[name] = row
+        plot(key, results, args.plots)
+        summary[key] = row
 
+    if args.json:  # (written again at the end; here in case the goals' printing fails)
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1, default=float)
     print("\n== goals")
     pct = lambda e: "—" if e is None else f"{100 * e:.1f}"  # noqa: E731
-    print("per weak learner, test error % at 10% / 50% / 100% of the K·T stumps (cw | shared_KT | shared | samme);")
-    print("  at T stumps (cw | shared | samme); at T iterations (cw: K·T stumps | shared: T stumps):")
+    print(
+        "per weak learner, test error % at 10% / 50% / 100% of the K·T stumps (cw | cw1 | shared_KT | shared | samme);"
+    )
+    print("  at T stumps (cw | cw1 | shared | samme); at T iterations (cw, cw1: K·T stumps | shared: T stumps):")
     for name, row in summary.items():
         cells = " | ".join(
-            "/".join(pct(e) for e in row["per_learner"][m]) for m in ("cw", "shared_KT", "shared", "samme")
+            "/".join(pct(e) for e in row["per_learner"][m]) for m in ("cw", "cw1", "shared_KT", "shared", "samme")
         )
-        at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "shared", "samme"))
-        it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "shared"))
+        at_t = " | ".join(pct(row["at_T_stumps"][m]) for m in ("cw", "cw1", "shared", "samme"))
+        it = " | ".join(pct(row["at_T_iterations"][m]) for m in ("cw", "cw1", "shared"))
         print(f"  {name:10s} {cells};   {at_t};   {it}")
     for method in dict.fromkeys(m for row in summary.values() for m in ours_methods(row["final"])):
         rows = {n: r for n, r in summary.items() if method in r["final"]}
         if not rows:
             continue
         wins = [n for n, r in rows.items() if r["final"][method][2] <= r["final"]["lgbm"][2]]
-        ratios = ", ".join(f"{n} {r['final'][method][2] / r['final']['lgbm'][2]:.2f}" for n, r in rows.items())
+        ratios = ", ".join(f"{n} {error_ratio(r['final'][method][2], r['final']['lgbm'][2])}" for n, r in rows.items())
         print(
             f"{method} test error <= LightGBM-stumps' at K·T stumps on {len(wins)} of {len(rows)} sets "
             f"({', '.join(wins)}); goal >= 4 of 6; ours / LightGBM: {ratios}"
@@ -970,6 +1127,8 @@ def main():
                     f"  {name:10s} master problem ({label} start) to best·(1 + {rel:g}): L-BFGS-B CPU s / FCD's: "
                     f"fastest tau_max {ratio}, tau_max=2 {ratio2} (— : one of them never reached it)"
                 )
+    if len(seeds) > 1:
+        print_over_seeds(summary, seeds, report_iters)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1, default=float)

@@ -105,7 +105,7 @@ from streamfit.errors import ConfigError
 from streamfit.model import Model, register_model
 from streamfit.solvers import multiboost_kernels as kernels
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
-from streamfit.store import ChunkSource
+from streamfit.store import ChunkSource, Store
 
 SCORES = "scores"
 BINS = "bins"
@@ -147,8 +147,8 @@ class MultiBoostParams(SolverParams):
     stumps: Literal["sign", "indicator", "both", "signed", "all"] = Field(
         "both",
         description="the weak learners' pool: sign: ħ ∈ {−1, +1} (the paper's §2); indicator: ħ ∈ {0, 1}, 1 on one "
-        "side of the threshold (and the constant 1); both: the union, each iteration taking the most violated "
-        "constraint (4) over both; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
+        "side of the threshold (and the constant 1); both: the union, each iteration choosing over both by "
+        "`choice`; signed: the indicators and their negations −1[x > t], −1[x ≤ t], −1 (with "
         "w ≥ 0, an indicator of either sign); all: the sign stumps and the signed indicators",
     )
     choice: Literal["auto", "edge", "gain", "decrease"] = Field(
@@ -265,8 +265,18 @@ class Sketch:
         )
 
 
+def _read_uncached(source: ChunkSource, chunk_id: int):
+    """Chunk `chunk_id`, left out of a store's cache of decoded chunks: multiboost reads the
+    store only in its two passes at init (the iterations read the binned chunk, _bins_task), so
+    cached chunks would only hold memory (up to STREAMFIT_CHUNK_CACHE_MB, 512 MiB) for the whole
+    run."""
+    if isinstance(source, Store):
+        return source.read_chunk(chunk_id, cache=False)
+    return source.read_chunk(chunk_id)
+
+
 def _sketch_task(source: ChunkSource, chunk_id: int, *, size: int) -> Sketch:
-    X = source.read_chunk(chunk_id).X.tocoo()
+    X = _read_uncached(source, chunk_id).X.tocoo()
     keep = X.data != 0
     features, values = X.col[keep].astype(np.int64), X.data[keep].astype(np.float64)
     largest_negative = np.full(source.n_features, -np.inf)
@@ -280,32 +290,11 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     gets every distinct value but the largest as a cut (one bin per value); otherwise the
     weighted quantiles at levels k/n_bins, plus 0 and the largest negative value, so that zero
     is a bin of its own (n_bins + 2 bins at most). A feature without stored values (only zeros)
-    has no cut; the loop visits only the others (on 2^18 hashed columns of a few hundred
-    documents it visited every column: 33 of a fit's 41 s)."""
-    n_features = len(sketch.starts) - 1
-    n_cuts = np.zeros(n_features, dtype=np.int64)
-    per_feature = []
-    for f in np.flatnonzero(np.diff(sketch.starts) > 0):
-        lo, hi = sketch.starts[f], sketch.starts[f + 1]
-        values, weights = sketch.values[lo:hi], sketch.weights[lo:hi]
-        zeros = sketch.n_rows - weights.sum()
-        if zeros > 0.5:
-            at = np.searchsorted(values, 0.0)
-            values, weights = np.insert(values, at, 0.0), np.insert(weights, at, zeros)
-        if len(values) <= n_bins:
-            per_feature.append(values[:-1])
-        else:
-            cum = np.cumsum(weights)
-            levels = np.arange(1, n_bins) / n_bins * cum[-1]
-            cuts = values[np.minimum(np.searchsorted(cum, levels), len(values) - 1)]
-            if zeros > 0.5:
-                negative = sketch.largest_negative[f]
-                cuts = np.concatenate([cuts, [0.0], [negative] if np.isfinite(negative) else []])
-            per_feature.append(np.unique(cuts[cuts < values[-1]]))
-        n_cuts[f] = len(per_feature[-1])
-    offsets = np.zeros(n_features + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(n_cuts)
-    cuts = np.concatenate(per_feature) if per_feature else np.zeros(0)
+    has no cut. One compiled pass over the features (kernels.quantile_cuts; a loop in Python over
+    the stored columns cost a third of a 20-iteration fit on 2^18 hashed text columns)."""
+    cuts, offsets = kernels.quantile_cuts(
+        sketch.starts, sketch.values, sketch.weights, sketch.largest_negative, sketch.n_rows, n_bins
+    )
     return cuts.astype(np.float64), offsets
 
 
@@ -346,7 +335,7 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
     `row_starts` v1 (X.indptr, int64), `columns` v1 (X.indices, int32) and `bins` v1 (uint16,
     aligned with them), and the chunk's labels (int64) as `labels` v1. The boosting iterations
     read these, never the store again: the stump x_f > cut_b is bin(x_f) > b."""
-    chunk = source.read_chunk(chunk_id)
+    chunk = _read_uncached(source, chunk_id)
     X = chunk.X
     state.write(ROW_STARTS, 1, chunk_id, X.indptr.astype(np.int64))
     state.write(COLUMNS, 1, chunk_id, X.indices.astype(np.int32))
@@ -399,15 +388,37 @@ class BoostedStumpsModel(Model):
     lows_l = 0 an indicator stump, 1[x[features_l] > thresholds_l] (polarity +1) or
     1[x[features_l] ≤ thresholds_l] (polarity −1; with threshold +inf the constant 1), or with
     signs_l = −1 its negation (stumps="signed"). A model saved without `signs` (before
-    2026-11-27's negated indicators) has every sign +1."""
+    2026-11-27's negated indicators) has every sign +1.
+
+    `value_dtype` is the precision of the training values ("float32" for a store, whose values
+    are float32; "float64" for the estimators' float64 arrays). Each threshold is a training
+    value, so a row exactly at it falls on the side `x ≤ threshold`; with "float32", input values
+    are rounded to float32 before the comparison, so float64 input (e.g. the same LIBSVM file read
+    by scikit-learn) gets the stumps' outputs of the training rows, not those of the float64
+    values on either side of the float32 cut. A model saved without it (before session 21) is
+    "float32" when it records a store's featurizer, else "float64"."""
 
     kind = "boosted_stumps"
     may_hold_plus_infinity = frozenset({"thresholds"})  # +inf: the constant learner (an indicator past the last bin)
 
     def __init__(
-        self, *, features, thresholds, polarity, lows, coord_class, coord_learner, weights, signs=None, **common
+        self,
+        *,
+        features,
+        thresholds,
+        polarity,
+        lows,
+        coord_class,
+        coord_learner,
+        weights,
+        signs=None,
+        value_dtype: str = "float64",
+        **common,
     ):
         super().__init__(**common)
+        if value_dtype not in ("float32", "float64"):
+            raise ValueError(f"value_dtype is {value_dtype!r}, expected 'float32' or 'float64'")
+        self.value_dtype = value_dtype
         self.lows = np.asarray(lows, dtype=np.int8)
         self.signs = np.ones(len(self.lows), dtype=np.int8) if signs is None else np.asarray(signs, dtype=np.int8)
         self.features = np.asarray(features, dtype=np.int64)
@@ -446,10 +457,11 @@ class BoostedStumpsModel(Model):
             raise ValueError("a stump's sign is not ±1")
 
     def _scores(self, X: sp.csr_matrix) -> np.ndarray:
+        values = X.data.astype(self.value_dtype).astype(np.float64)  # the training values' precision
         return kernels.stump_scores(
             X.indptr,
             X.indices,
-            X.data.astype(np.float64),
+            values,
             self.n_features,
             self.features,
             self.thresholds,
@@ -474,12 +486,16 @@ class BoostedStumpsModel(Model):
             "weights": self.weights,
         }
 
+    def _extra(self):
+        return {"value_dtype": self.value_dtype}
+
     @classmethod
     def _from_saved(cls, common, arrays, extra):
         names = ("features", "thresholds", "polarity", "lows", "coord_class", "coord_learner", "weights")
         if "lows" not in arrays:
             raise ValueError("a boosted_stumps model saved before stumps had lows (2026-11-27); retrain it")
-        return cls(**{k: arrays[k] for k in names}, signs=arrays.get("signs"), **common)
+        value_dtype = extra.get("value_dtype", "float32" if common.get("featurizer") else "float64")
+        return cls(**{k: arrays[k] for k in names}, signs=arrays.get("signs"), value_dtype=value_dtype, **common)
 
 
 # -- the solver ----------------------------------------------------------------------------
@@ -812,6 +828,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             weights=state.weights,
             lows=state.learner_low,
             signs=state.learner_sign,
+            value_dtype=str(source.value_dtype),
             classes=source.classes,
             n_features=source.n_features,
             multilabel=False,

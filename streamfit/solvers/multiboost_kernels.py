@@ -842,3 +842,73 @@ def held_out(lo: int, hi: int, seed: int, fraction: float) -> np.ndarray:
         z = z ^ (z >> np.uint64(31))
         out[r - lo] = float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0) < fraction
     return out
+
+
+@kernel(nogil=True)
+def quantile_cuts(
+    starts: np.ndarray, values: np.ndarray, weights: np.ndarray, largest_negative: np.ndarray, n_rows: int, n_bins: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cuts, cut_offsets) of a merged sketch (multiboost.bin_cuts states the rule): per feature f
+    with stored values (segment starts[f]:starts[f+1] of `values`, sorted, distinct, non-zero,
+    with integer weights), its implicit zeros (n_rows − Σ weights) inserted as the value 0 in
+    order; at most n_bins values: all but the largest are cuts; else the values at the weighted
+    quantile levels (k/n_bins)·Σ (the first whose cumulative weight reaches the level), k = 1 …
+    n_bins − 1, plus 0 and the largest negative value where the feature has zeros, those below
+    its largest value, sorted and distinct. Compiled: on 2^18 hashed text columns a loop in
+    Python over the used columns took a third of a 20-iteration fit."""
+    n_features = starts.shape[0] - 1
+    offsets = np.zeros(n_features + 1, dtype=np.int64)
+    out = np.empty(values.shape[0])  # a feature has fewer cuts than values (zero included): ≤ its stored ones
+    widest = 1
+    for f in range(n_features):
+        widest = max(widest, starts[f + 1] - starts[f] + 1)
+    vals, cum = np.empty(widest), np.empty(widest)
+    candidates = np.empty(n_bins + 1)
+    for f in range(n_features):
+        lo, hi, o = starts[f], starts[f + 1], offsets[f]
+        if hi == lo:
+            offsets[f + 1] = o
+            continue
+        total = 0.0
+        for k in range(lo, hi):
+            total += weights[k]
+        zeros = n_rows - total
+        m, running = 0, 0.0
+        inserted = not zeros > 0.5
+        for k in range(lo, hi):
+            if not inserted and values[k] >= 0.0:  # 0 before the first value ≥ 0 (np.searchsorted, left)
+                running += zeros
+                vals[m], cum[m] = 0.0, running
+                m += 1
+                inserted = True
+            running += weights[k]
+            vals[m], cum[m] = values[k], running
+            m += 1
+        if not inserted:
+            running += zeros
+            vals[m], cum[m] = 0.0, running
+            m += 1
+        n = 0
+        if m <= n_bins:
+            for k in range(m - 1):
+                out[o + k] = vals[k]
+            n = m - 1
+        else:
+            c = 0
+            for k in range(1, n_bins):
+                i = min(_bin_of(cum, 0, m, (k / n_bins) * cum[m - 1]), m - 1)  # np.searchsorted
+                candidates[c] = vals[i]
+                c += 1
+            if zeros > 0.5:
+                candidates[c] = 0.0
+                c += 1
+                if np.isfinite(largest_negative[f]):
+                    candidates[c] = largest_negative[f]
+                    c += 1
+            ordered = np.sort(candidates[:c])
+            for k in range(c):
+                if ordered[k] < vals[m - 1] and (n == 0 or ordered[k] != out[o + n - 1]):
+                    out[o + n] = ordered[k]
+                    n += 1
+        offsets[f + 1] = o + n
+    return out[: offsets[n_features]].copy(), offsets

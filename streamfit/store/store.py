@@ -120,6 +120,12 @@ class ChunkSource:
     def n_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def value_dtype(self) -> np.dtype:
+        """The precision of X's values as the solvers read them: float32 for a store (its chunks
+        hold float32 values, canonical_chunk) and for ingest's stages."""
+        return np.dtype(np.float32)
+
     def read_chunk(self, i: int) -> Chunk:
         raise NotImplementedError
 
@@ -487,6 +493,14 @@ class InMemoryStore(ChunkSource):
         """All rows as CSR (float64 values; converted from the dense X on first use)."""
         assert self.dense is not None, "a sparse X is set as CSR by __init__"
         return _dense_to_csr(self.dense)
+
+    @property
+    def value_dtype(self) -> np.dtype:
+        """float64 for a dense X (kept as float64), else the sparse X's own float32 or float64
+        (other dtypes are read as float64)."""
+        if self.dense is None and self.X.dtype == np.float32:
+            return np.dtype(np.float32)
+        return np.dtype(np.float64)
 
     def read_chunk(self, i: int) -> Chunk:
         lo, hi = self.chunk_bounds(i)
