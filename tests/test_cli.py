@@ -1268,6 +1268,7 @@ def test_predict_takes_the_formats_ingest_takes_and_lists_them():
     result = run("predict", "run/", "new.svm", "--out", "p.csv", "--format", "svm", ok=False)
     assert result.exit_code == 2 and "'svm' is not one of 'libsvm'" in result.output
 
+
 def test_a_bad_hashing_flag_is_named_as_the_user_gave_it(tmp_path):
     """`ingest --n-features 1000` named an internal class, `HashingConfig: n_features=1000`; the
     line names the flag (issue 20, item 10: the same mistake in a pipeline names its key)."""
