@@ -23,10 +23,11 @@ the pipeline's parameters) while this process ingests, and waits for it before t
 then loads the kernels from the cache (docs/benchmarks.md, "First use: numba compilation,
 session 19"). Where the solver's kernel module names parts of its kernel tree that compile apart
 (`compile_parts`: kernels with the argument types its train passes them; ppdsparse's), the
-background process shares them out over helper processes where there are cores to spare, and
-its tiny train then loads them from the cache instead of compiling them one after another
-(session 20). `streamfit compile` compiles them too, so they are cached whatever path its tiny
-trains take.
+background process compiles those instead of a tiny train, each part taken by whichever process
+is free (`compile_shared`): itself, helper processes where there are cores to spare (session
+20), and this process once its ingest is done (session 21), the kernels that call the others
+last, loading them from the cache. `streamfit compile` compiles them too, so they are cached
+whatever path its tiny trains take.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger("streamfit.train")
@@ -275,24 +276,88 @@ def kernel_parts(solver: str, n_features: int) -> dict[str, tuple[tuple, float]]
 
 def compile_kernels(solver: str, names: list[str], n_features: int) -> None:
     """Compile the named kernel_parts of `solver` in this process (a load where numba's cache
-    holds them)."""
-    import importlib
-
-    module = importlib.import_module(KERNEL_MODULES[solver])
+    holds them), in the order given."""
     parts = kernel_parts(solver, n_features)
     for name in names:
-        getattr(module, name).compile(parts[name][0])
+        _compile_part(solver, name, parts[name][0])
 
 
-def share_out(parts: dict[str, tuple[tuple, float]], n: int) -> list[list[str]]:
-    """The parts' names in at most n groups of about equal compile seconds (each part, the
-    largest first, to the group with the fewest seconds so far), the group with the most seconds
-    first; no empty group."""
-    groups: list[tuple[float, list[str]]] = [(0.0, []) for _ in range(max(1, min(n, len(parts))))]
-    for name, (_, seconds) in sorted(parts.items(), key=lambda part: -part[1][1]):
-        least = min(range(len(groups)), key=lambda g: groups[g][0])
-        groups[least] = (groups[least][0] + seconds, [*groups[least][1], name])
-    return [names for _, names in sorted(groups, key=lambda group: -group[0]) if names]
+def last_parts(solver: str) -> tuple[str, ...]:
+    """The kernel_parts of `solver` that call others among them (its kernel module's
+    COMPILED_LAST): compiled once the others are in the cache, so that their compilation loads
+    those instead of compiling them again inside its type inference."""
+    import importlib
+
+    return getattr(importlib.import_module(KERNEL_MODULES[solver]), "COMPILED_LAST", ())
+
+
+def compile_shared(solver: str, n_features: int, folder: str, reap: Callable[[], object] = lambda: None) -> list[str]:
+    """Compile in this process the kernel_parts of `solver` that no other process sharing
+    `folder` has taken, and return their names. Every process of a background compilation runs
+    this (WarmUp's child and its helpers from their start, WarmUp's parent once its own work is
+    done): each takes the part with the most compile seconds that nobody has taken yet (a file
+    `NAME.taken` holding its pid, created exclusively in `folder`), compiles it and marks it done
+    (`NAME.done`), until none is left, so the parts go to whichever process is free, the longest
+    first (list scheduling). Then the last_parts the same way, each once every other part is
+    done or was taken by a process that has ended (its kernel then compiles what that one did
+    not). `reap` is called while waiting (the caller's exited children must be reaped to be seen
+    as ended)."""
+    parts = kernel_parts(solver, n_features)
+    last = [name for name in last_parts(solver) if name in parts]
+    first = sorted((name for name in parts if name not in last), key=lambda name: -parts[name][1])
+    done = []
+    for name in first:
+        if _take(folder, name):
+            _compile_part(solver, name, parts[name][0])
+            Path(folder, f"{name}.done").touch()
+            done.append(name)
+    if last:
+        while any(not Path(folder, f"{name}.done").exists() and _taker_alive(folder, name) for name in first):
+            reap()
+            time.sleep(0.02)
+        for name in last:
+            if _take(folder, name):
+                _compile_part(solver, name, parts[name][0])
+                Path(folder, f"{name}.done").touch()
+                done.append(name)
+    return done
+
+
+def _take(folder: str, name: str) -> bool:
+    """Whether this process took part `name` (created `NAME.taken` in `folder`, with its pid)."""
+    try:
+        fd = os.open(os.path.join(folder, f"{name}.taken"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
+
+
+def _taker_alive(folder: str, name: str) -> bool:
+    """Whether the process that took part `name` may still finish it: it runs (a zombie, ended
+    but not reaped, does not)."""
+    try:
+        pid = int(Path(folder, f"{name}.taken").read_text())
+    except (OSError, ValueError):  # not taken, or its pid not written yet
+        return Path(folder, f"{name}.taken").exists()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _compile_part(solver: str, name: str, signature: tuple) -> None:
+    import importlib
+
+    getattr(importlib.import_module(KERNEL_MODULES[solver]), name).compile(signature)
 
 
 class WarmUp:
@@ -304,8 +369,12 @@ class WarmUp:
     by wait and stop, also when the child was killed) and evaluates it, so numba's cache gets the
     signatures the same settings ask for on a store of the same kind (multiclass) and width
     (`n_features`, e.g. the hashed width: a solver may take another path for a wide sparse store
-    than for a narrow one). `wait` returns when it is done; this process's train then loads what it compiled
-    instead of compiling it again. Cache writes of both processes are serialized
+    than for a narrow one). For a solver whose kernel module names kernel_parts (ppdsparse) the
+    child compiles those instead (compile_shared, with helpers where there are cores to spare),
+    and `wait` first compiles in this process the parts nobody has taken yet, this process's
+    own work being done (on 2 cores the core its ingest used would otherwise idle while the
+    child compiles). `wait` returns when the child is done; this process's train then loads
+    what it compiled instead of compiling it again. Cache writes of both processes are serialized
     (serialize_cache_writes). A child that fails costs nothing but its time: the train
     compiles what is missing, as without it. The child and its helpers (_warm_up_train) form a
     process group of their own, which stop() kills."""
@@ -317,6 +386,7 @@ class WarmUp:
 
         serialize_cache_writes()
         self.solver = solver
+        self.n_features = n_features or 0
         self.started = time.perf_counter()
         self.errors = tempfile.TemporaryFile()
         self.folder = tempfile.mkdtemp(prefix=f"streamfit-warm-up-{solver}-")
@@ -331,7 +401,7 @@ class WarmUp:
                 "streamfit.precompile",
                 solver,
                 json.dumps(params, default=str),
-                str(n_features or 0),
+                str(self.n_features),
                 self.folder,
             ],
             stdin=subprocess.DEVNULL,
@@ -342,12 +412,14 @@ class WarmUp:
         )
 
     def wait(self) -> None:
-        """Block until the child is done; a failure is logged (DEBUG), not raised. Its seconds
-        (wall, CPU) and how long this process waited for it are logged (DEBUG)."""
+        """Compile the kernel parts nobody has taken yet (compile_shared), then block until the
+        child is done; a failure is logged (DEBUG), not raised. Its seconds (wall, CPU), how long
+        this process waited for it and the parts it compiled itself are logged (DEBUG)."""
         cpu, waited = _children_cpu(), time.perf_counter()  # before poll, which may reap the child
         if self.process.poll() is None:
             log.info("%s: waiting for the compilation of its kernels (started in the background)", self.solver)
         try:
+            here = self._share()
             code = self.process.wait()
         except BaseException:  # e.g. Ctrl-C, which reaches this process group only
             self.stop()
@@ -359,15 +431,27 @@ class WarmUp:
             log.debug("%s: the background compilation failed (exit code %s): %s", self.solver, code, tail)
         else:
             log.debug(
-                "%s: kernels compiled in the background: %.1f s wall, %.1f CPU s; waited %.1f s for it "
-                "(this process: %.1f CPU s until then)",
+                "%s: kernels compiled in the background: %.1f s wall, %.1f CPU s; waited %.1f s for it, "
+                "compiling %s here (this process: %.1f CPU s until then)",
                 self.solver,
                 time.perf_counter() - self.started,
                 cpu,
                 waited,
+                ", ".join(here) or "none",
                 time.process_time(),
             )
         self._close()
+
+    def _share(self) -> list[str]:
+        """compile_shared in this process where the solver has kernel parts (their names); a
+        failure is logged (DEBUG): the train compiles what is missing."""
+        try:
+            if not kernel_parts(self.solver, self.n_features):
+                return []
+            return compile_shared(self.solver, self.n_features, self.folder, reap=self.process.poll)
+        except Exception as e:
+            log.debug("%s: compiling kernel parts here failed: %s", self.solver, e)
+            return []
 
     def stop(self) -> None:
         """Kill the child and its helpers if they still run (this process failed or was stopped
@@ -408,30 +492,29 @@ def warm_up_in_background(solver: str, params: dict, n_features: int | None = No
 
 
 def _warm_up_train(solver: str, params: dict, n_features: int, folder: str) -> None:
-    """The child of WarmUp: first the solver's kernel_parts, shared out (share_out) over this
-    process and helpers (`python -m streamfit.precompile --kernels SOLVER WIDTH NAMES`,
-    compile_kernels), each compiling its share side by side, as many processes in all as this
-    one may use cores but one (WarmUp's parent ingests on it; on 2 cores this process compiles
-    them all: a helper would only take turns with the two); then the
-    warm-up rows (_data) as a SciPy .npz ingested unhashed (a path that compiles no kernel); for
-    `n_features` above their width, with about 14 % of their entries non-zero and their columns
-    spread over n_features, as a hashed text store; once the helpers are done, `solver` trained
-    on them in process with `params` (its kernels that call the parts load them from the cache),
-    the model evaluated on them; the rows, store and run written under `folder` (WarmUp's)."""
+    """The child of WarmUp. For a solver with kernel_parts: compile_shared with helpers
+    (`python -m streamfit.precompile --share SOLVER WIDTH FOLDER`, the same), as many processes
+    in all as this one may use cores but one (WarmUp's parent ingests on it, then joins in: on 2
+    cores no helper); its train then compiles nothing with its default settings (other settings
+    may take kernels outside the parts, e.g. ppdsparse's sort_columns for x_threshold > 0, which
+    then compile in the train). Otherwise _tiny_train: the solver trained on tiny data with
+    `params` and evaluated, its files under `folder` (WarmUp's)."""
     serialize_cache_writes()
-    groups = share_out(kernel_parts(solver, n_features), default_jobs() - 1)
+    if not kernel_parts(solver, n_features):
+        _tiny_train(solver, params, n_features, folder)
+        return
     helpers = [
         subprocess.Popen(
-            [sys.executable, "-P", "-m", "streamfit.precompile", "--kernels", solver, str(n_features), ",".join(names)],
+            [sys.executable, "-P", "-m", "streamfit.precompile", "--share", solver, str(n_features), folder],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
         )
-        for names in groups[:-1]
+        for _ in range(default_jobs() - 2)
     ]
     try:
-        if groups:
-            compile_kernels(solver, groups[-1], n_features)  # the smallest share: this process also ingests
-        _tiny_train(solver, params, n_features, helpers, folder)
+        compile_shared(solver, n_features, folder, reap=lambda: [helper.poll() for helper in helpers])
+        for helper in helpers:  # each finishes the part it took
+            helper.wait()
     finally:
         for helper in helpers:
             if helper.poll() is None:
@@ -439,8 +522,12 @@ def _warm_up_train(solver: str, params: dict, n_features: int, folder: str) -> N
                 helper.wait()
 
 
-def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subprocess.Popen], tmp: str) -> None:
-    """_warm_up_train's ingest, train (once the helpers are done) and evaluate."""
+def _tiny_train(solver: str, params: dict, n_features: int, tmp: str) -> None:
+    """_warm_up_train for a solver without kernel parts: the warm-up rows (_data) as a SciPy
+    .npz ingested unhashed (a path that compiles no kernel); for `n_features` above their width,
+    with about 14 % of their entries non-zero and their columns spread over n_features, as a
+    hashed text store; `solver` trained on them in process with `params`, the model evaluated on
+    them; the rows, store and run written under `tmp`."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -462,8 +549,6 @@ def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subpro
     np.save(f"{tmp}/y.npy", y)
     store, run = f"{tmp}/rows.zarr", f"{tmp}/run"
     _cli("ingest", f"{tmp}/x.npz", "--option", f"y_path={tmp}/y.npy", "--no-hash", "--out", store)
-    for helper in helpers:  # one that failed leaves its kernels to the train
-        helper.wait()
     model = train(store, solver, run, params, n_workers=0, progress=False)
     evaluate(model, open_store(store), progress=False)
 
@@ -471,8 +556,8 @@ def _tiny_train(solver: str, params: dict, n_features: int, helpers: list[subpro
 if __name__ == "__main__":
     import json
 
-    if sys.argv[1] == "--kernels":  # a helper of _warm_up_train
+    if sys.argv[1] == "--share":  # a helper of _warm_up_train
         serialize_cache_writes()
-        compile_kernels(sys.argv[2], sys.argv[4].split(","), int(sys.argv[3]))
+        compile_shared(sys.argv[2], int(sys.argv[3]), sys.argv[4])
     else:
         _warm_up_train(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

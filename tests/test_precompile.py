@@ -131,7 +131,7 @@ def _check_one_signature_per_argument_types(env: dict) -> None:
     assert not [s for sigs in signatures.values() for s in sigs if "Literal" in s]
 
 
-# a fresh process: a pipeline (text ingest, stagewise train, evaluate) that finds stagewise's
+# a fresh process: a pipeline (text ingest, a train, evaluate) that finds the solver's (argv[2])
 # kernels missing from the cache; the names of what this process compiled, by phase
 _PIPELINE = (
     COUNTING
@@ -149,14 +149,39 @@ def train(*args, **kwargs):
     marks["train"] = len(compiled)
     return train_fn(*args, **kwargs)
 streamfit.train.train = train
-logging.basicConfig(level=logging.DEBUG if len(sys.argv) > 2 else logging.INFO, format="%(message)s")
-print("first use before:", first_use("stagewise"))
+logging.basicConfig(level=logging.DEBUG, format="%(message)s")
+solver = sys.argv[2]
+print("first use before:", first_use(solver))
 run_pipeline(load_pipeline(sys.argv[1]), overwrite=True, progress=False, steps_progress=False)
 print("compiled before the train:", sorted(set(compiled[: marks["train"]])))
 print("compiled from the train on:", sorted(set(compiled[marks["train"] :])))
-print("first use after:", first_use("stagewise"))
+print("first use after:", first_use(solver))
 """
 )
+
+
+def _pipelines(tmp_path, solver: str, ingest: str, params: str, runs: int) -> list[subprocess.CompletedProcess]:
+    """_PIPELINE run `runs` times, one after another, in one fresh cache: a text TSV ingested
+    (`ingest`: more of its section's keys, YAML), `solver` trained on it with `params` (YAML)
+    and evaluated."""
+    docs = tmp_path / "docs.tsv"
+    docs.write_text("".join(f"c{i % 3}\tw{i % 7} w{(i * 5) % 11} w{i % 3} shared words\n" for i in range(90)))
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"ingest: {{inputs: [{docs}], out: {tmp_path / 'train.zarr'}{ingest}, "
+        "source_options: {header: false, label_field: '0', text_field: '1'}}\n"
+        f"train: {{solver: {solver}, out: {tmp_path / 'run'}, params: {params}}}\n"
+        f"evaluate: {{store: {tmp_path / 'train.zarr'}}}\n"
+    )
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    done = []
+    for _ in range(runs):
+        run = subprocess.run(
+            [sys.executable, "-c", _PIPELINE, str(path), solver], env=env, capture_output=True, text=True
+        )
+        assert run.returncode == 0, run.stderr
+        done.append(run)
+    return done
 
 
 @pytest.mark.slow
@@ -165,23 +190,7 @@ def test_a_pipeline_compiles_its_solver_in_the_background_while_it_ingests(tmp_p
     hashing); stagewise's kernels, compiled by the background process, are loaded by its train
     and evaluate (numba's event fires for a compilation, not for a load); a second run finds
     them cached and starts no background process."""
-    docs = tmp_path / "docs.tsv"
-    docs.write_text("".join(f"c{i % 3}\tw{i % 7} w{(i * 5) % 11} w{i % 3} shared words\n" for i in range(90)))
-    path = tmp_path / "p.yaml"
-    path.write_text(
-        f"ingest: {{inputs: [{docs}], out: {tmp_path / 'train.zarr'}, "
-        "source_options: {header: false, label_field: '0', text_field: '1'}}\n"
-        f"train: {{solver: stagewise, out: {tmp_path / 'run'}, params: {{n_passes: 1}}}}\n"
-        f"evaluate: {{store: {tmp_path / 'train.zarr'}}}\n"
-    )
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
-    runs = [
-        subprocess.run([sys.executable, "-c", _PIPELINE, str(path)], env=env, capture_output=True, text=True)
-        for _ in range(2)
-    ]
-    for run in runs:
-        assert run.returncode == 0, run.stderr
-    first, second = runs
+    first, second = _pipelines(tmp_path, "stagewise", "", "{n_passes: 1}", 2)
     assert "first use before: True" in first.stdout and "first use after: False" in first.stdout
     assert "compiled from the train on: []" in first.stdout, first.stdout
     before = first.stdout.split("compiled before the train: ")[1].splitlines()[0]
@@ -189,6 +198,23 @@ def test_a_pipeline_compiles_its_solver_in_the_background_while_it_ingests(tmp_p
     assert "first use before: False" in second.stdout
     assert "compiled before the train: []" in second.stdout and "compiled from the train on: []" in second.stdout
     assert "waiting for the compilation" not in second.stderr
+
+
+@pytest.mark.slow
+def test_a_pipeline_shares_its_solvers_kernel_parts_with_the_background_process(tmp_path):
+    """ppdsparse (kernel parts): the background process compiles the parts, the pipeline's
+    process, once its ingest is done, those nobody had taken yet (WarmUp.wait's DEBUG line names
+    them, and they are the parts among its compilations), and its train and evaluate compile
+    nothing: _algorithm1 and topk_rows are parts too."""
+    (run,) = _pipelines(tmp_path, "ppdsparse", ", hashing: {n_features: 4096}", "{}", 1)
+    assert "first use before: True" in run.stdout and "first use after: False" in run.stdout
+    assert "compiled from the train on: []" in run.stdout, run.stdout
+    here = run.stderr.split("compiling ")[1].split(" here")[0]  # wait's DEBUG line: the parts it took, or none
+    before = run.stdout.split("compiled before the train: ")[1].splitlines()[0]
+    parts = ("_search", "_inner_cd", "_class_result", "class_objective", "row_sqnorms", "topk_rows", "_algorithm1")
+    for part in parts:
+        assert (part in here.split(", ")) == (f"'{part}'" in before), (part, here, before)
+    assert "_primal_newton" not in before  # 4096 columns: no primal finish
 
 
 def test_first_use_is_true_until_a_kernel_of_the_solver_is_cached(tmp_path):
@@ -262,18 +288,63 @@ def test_no_kernel_builds_a_cfunc_wrapper():
     assert [name for name, off in kernels if not off] == []
 
 
-def test_share_out_balances_the_compile_seconds():
-    """Each part, the largest first, goes to the group with the fewest seconds so far; the
-    heaviest group first, none empty, each part once."""
-    from streamfit.precompile import share_out
+def _fake_parts(monkeypatch, log: list, seconds: dict[str, float], last: tuple[str, ...]):
+    """compile_shared's solver replaced by parts whose compilation sleeps a tenth of their
+    seconds and is logged as (name, thread, start, end)."""
+    import threading
 
-    parts = {"a": ((), 5.0), "b": ((), 4.5), "c": ((), 2.0), "d": ((), 1.5), "e": ((), 0.5)}
-    two = share_out(parts, 2)
-    assert sorted(map(sorted, two)) == [["a", "d", "e"], ["b", "c"]]  # 7.0 and 6.5 seconds
-    assert two[0] == ["a", "d", "e"]
-    assert share_out(parts, 1) == [["a", "b", "c", "d", "e"]]
-    assert sorted(map(sorted, share_out(parts, 16))) == [["a"], ["b"], ["c"], ["d"], ["e"]]
-    assert share_out({}, 4) == []
+    from streamfit import precompile
+
+    monkeypatch.setattr(precompile, "kernel_parts", lambda solver, n: {k: ((), v) for k, v in seconds.items()})
+    monkeypatch.setattr(precompile, "last_parts", lambda solver: last)
+
+    def compile_part(solver, name, signature):
+        start = time.monotonic()
+        time.sleep(seconds[name] / 10)
+        log.append((name, threading.get_ident(), start, time.monotonic()))
+
+    monkeypatch.setattr(precompile, "_compile_part", compile_part)
+
+
+def test_compile_shared_gives_each_part_to_one_process_the_longest_first_the_last_after_the_others(
+    tmp_path, monkeypatch
+):
+    """Three compilers sharing a folder (threads here; processes in WarmUp: the taking is a file
+    created exclusively): every part compiled once, each compiler taking the longest part left,
+    and the part that calls the others started only once every other one is done."""
+    import threading
+
+    from streamfit.precompile import compile_shared
+
+    log: list = []
+    seconds = {"a": 5.0, "b": 4.0, "c": 2.0, "d": 1.5, "e": 0.5, "top": 1.0}
+    _fake_parts(monkeypatch, log, seconds, ("top",))
+    results: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: results.append(compile_shared("x", 0, str(tmp_path)))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.02)  # started in turn: the first takes a, the second b, the third c
+    for thread in threads:
+        thread.join()
+    assert sorted(name for name, *_ in log) == sorted(seconds)
+    assert sorted(name for names in results for name in names) == sorted(seconds)
+    by_name = {name: (thread, start, end) for name, thread, start, end in log}
+    assert len({by_name[name][0] for name in "abc"}) == 3  # the three longest went to three compilers
+    assert by_name["top"][1] >= max(end for name, _, _, end in log if name != "top")
+    assert all((tmp_path / f"{name}.done").exists() for name in seconds)
+
+
+def test_compile_shared_does_not_wait_for_a_part_whose_taker_has_ended(tmp_path, monkeypatch):
+    """A part taken by a process that ended before compiling it (killed, crashed) does not hold
+    up the last part: that one compiles what is missing itself."""
+    from streamfit.precompile import compile_shared
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "a.taken").write_text(ended.stdout.strip())
+    log: list = []
+    _fake_parts(monkeypatch, log, {"a": 5.0, "b": 1.0, "top": 1.0}, ("top",))
+    assert compile_shared("x", 0, str(tmp_path)) == ["b", "top"]
+    assert not (tmp_path / "a.done").exists()
 
 
 def test_ppdsparse_compiles_its_newton_finish_only_for_narrow_stores():
@@ -319,7 +390,7 @@ def test_a_fit_loads_the_kernel_parts_compiled_apart(tmp_path):
     assert done.returncode == 0, done.stderr
     fit = subprocess.run([sys.executable, "-c", _FIT_AFTER_PARTS], env=env, capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr
-    assert "compiled: ['_algorithm1', '_eliminate', '_seed']" in fit.stdout, fit.stdout
+    assert "compiled: []" in fit.stdout, fit.stdout
 
 
 def test_a_stopped_warm_up_leaves_no_folder_behind(tmp_path, monkeypatch):

@@ -100,47 +100,61 @@ COMPILE_SECONDS = {
     "_class_result": 1.5,
     "class_objective": 0.7,
     "row_sqnorms": 0.2,
+    "topk_rows": 0.5,
+    "_algorithm1": 1.9,
 }
+# the kernels of compile_parts that call others among them: compiled once those are in the cache,
+# whose machine code they then load instead of compiling it inside their own type inference
+COMPILED_LAST = ("_algorithm1",)
 
 
 def compile_parts(n_features: int) -> dict[str, tuple[tuple, float]]:
-    """The kernels a train calls, but for _algorithm1, which a background compilation
-    (streamfit.precompile) compiles side by side in processes of their own, by name: (the
-    argument types the train passes them, with Data as ppdsparse.build_data makes it and Work as
-    make_work does; COMPILE_SECONDS). _algorithm1's compilation, afterwards, then loads its
-    callees among them from numba's cache instead of compiling them one after another inside
-    its type inference, and the machine code linked into it is the same. _primal_newton only
+    """The kernels a train and an evaluation call, which a background compilation (streamfit.precompile)
+    compiles side by side in processes of its own, by name: (the argument types the train passes
+    them, with Data as ppdsparse.build_data makes it and Work as make_work does, the settings as
+    PPDSparseParams holds them; COMPILE_SECONDS). _algorithm1 (COMPILED_LAST) is compiled once the
+    others are in the cache: its compilation then loads its callees among them instead of
+    compiling them one after another inside its type inference, and the machine code linked into
+    it is the same. _primal_newton only
     where the store may be narrow enough for the primal finish (n_features <
     PRIMAL_MAX_FEATURES; 0: not known): on a wider store a run calls it only if its rows use
     fewer than PRIMAL_MAX_FEATURES of the columns, and then compiles it in its train."""
     import numba
     from numba import types
 
-    i8, f8 = np.zeros(1, np.int64), np.zeros(1)
+    ints, floats = np.zeros(1, np.int64), np.zeros(1)
     data = numba.typeof(
         Data(
-            indptr=i8,
-            indices=i8,
-            values=f8,
-            sqnorm=f8,
-            col_ptr=i8,
-            col_rows=i8,
-            col_vals=f8,
-            pos_ptr=i8,
-            pos_rows=i8,
-            col_map=i8,
-            scale=f8,
+            indptr=ints,
+            indices=ints,
+            values=floats,
+            sqnorm=floats,
+            col_ptr=ints,
+            col_rows=ints,
+            col_vals=floats,
+            pos_ptr=ints,
+            pos_rows=ints,
+            col_map=ints,
+            scale=floats,
         )
     )
     work = numba.typeof(make_work(1, 1))
-    i, f = types.int64, types.float64
+    i, f, b = types.int64, types.float64, types.boolean
+    i4, i8, f8 = types.int32[::1], types.int64[::1], types.float64[::1]
+    i8_2d, f8_2d = types.int64[:, ::1], types.float64[:, ::1]
     signatures = {
         "_search": (data, work, i, i, f, f, f, f, f),  # n_active, κ_t, μ, σ, tol, delta, x_threshold
-        "_inner_cd": (data, work, i, i, f, f, f, i, types.boolean),  # n_active, loss, μ, σ, tol, epochs, shrink
+        "_inner_cd": (data, work, i, i, f, f, f, i, b),  # n_active, loss, μ, σ, tol, epochs, shrink
         "_class_result": (data, work, i, i, i, f, f),  # k, n_active, loss, μ, σ
         "_primal_newton": (data, work, f, f, f, i),  # μ, σ, tol, Newton steps
-        "class_objective": (data, work, i, types.int64[::1], types.float64[::1], f, i, f, f),
-        "row_sqnorms": (types.int64[::1], types.float64[::1]),
+        "class_objective": (data, work, i, i8, f8, f, i, f, f),
+        "row_sqnorms": (i8, f8),
+        # a store's rows as evaluate and predict pass them (int32 CSR, float64 values), then
+        # PPDSparseModel._by_feature's arrays, k, the outputs
+        "topk_rows": (i4, i4, f8, i8, i4, f8, i8, f8_2d, f8, i, i8_2d, f8_2d),
+        # k, n_active, it, primal, loss, μ, σ, κ, kappa_growth, tol, max_iter, max_inner, shrink, delta,
+        # x_threshold, seed, primal_ratio
+        "_algorithm1": (data, work, i, i, i, i, i, f, f, i, f, f, i, i, b, f, f, i, f),
     }
     if n_features >= PRIMAL_MAX_FEATURES:
         del signatures["_primal_newton"]
@@ -224,25 +238,26 @@ def _prox(vf, mu):
 
 
 @kernel(nogil=True)
-def _touch(data, work, i):
-    """List sample i and its features as touched (once per class), for _support and the reset."""
-    if work.rmark[i]:
+def _touch(indptr, indices, fmark, flist, rmark, rlist, n_touched, i):
+    """List sample i (row i of the CSR indptr/indices) and its features as touched (once per
+    class), for _support and the reset: Work's arrays of the same names."""
+    if rmark[i]:
         return
-    work.rmark[i] = 1
-    work.rlist[work.n_touched[1]] = i
-    work.n_touched[1] += 1
-    n = work.n_touched[0]
-    for p in range(data.indptr[i], data.indptr[i + 1]):
-        f = data.indices[p]
-        if work.fmark[f] == 0:
-            work.fmark[f] = 1
-            work.flist[n] = f
+    rmark[i] = 1
+    rlist[n_touched[1]] = i
+    n_touched[1] += 1
+    n = n_touched[0]
+    for p in range(indptr[i], indptr[i + 1]):
+        f = indices[p]
+        if fmark[f] == 0:
+            fmark[f] = 1
+            flist[n] = f
             n += 1
-    work.n_touched[0] = n
+    n_touched[0] = n
 
 
 @kernel(nogil=True)
-def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
+def _local_step(indptr, indices, values, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     """Apply the coordinate step with the curvature of G along e_i at α, (‖x_{i,B}‖² + 1)/σ + c over
     the features B with w_j ≠ 0 (the generalized Hessian of the proof of Theorem 4.2), instead of
     the global bound H_ii, to v (v += Δα_i y_i x̂_i), and return the new α_i. G is convex along e_i
@@ -251,7 +266,8 @@ def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     is corrected (a second pass) to the one with the curvature over B ∪ B', B' = supp(w) at the
     step's end: a feature inactive at both ends is inactive between them (v_j moves linearly), so
     that curvature bounds G'' on the segment, and the shorter step stays inside it: G decreases, by
-    a step never shorter than that of the global bound H_ii ≥ it."""
+    a step never shorter than that of the global bound H_ii ≥ it. Row i: indptr/indices/values
+    (CSR)."""
     D = v.shape[0] - 1
     a_try = min(max(a - g / h_loc, 0.0), upper)
     t = (a_try - a) * y
@@ -260,9 +276,9 @@ def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     z = v[D] + t
     v[D] = z
     h_union = 0.0
-    for p in range(data.indptr[i], data.indptr[i + 1]):
-        x = data.values[p]
-        f = data.indices[p]
+    for p in range(indptr[i], indptr[i + 1]):
+        x = values[p]
+        f = indices[p]
         vj = v[f]
         vn = vj + t * x
         v[f] = vn
@@ -276,8 +292,8 @@ def _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper):
     a_new = min(max(a - g / ((h_union + 1.0) * inv_sigma + c), 0.0), upper)
     t = (a_new - a_try) * y
     if t != 0.0:
-        for p in range(data.indptr[i], data.indptr[i + 1]):
-            v[data.indices[p]] += t * data.values[p]
+        for p in range(indptr[i], indptr[i + 1]):
+            v[indices[p]] += t * values[p]
         v[D] += t
     return a_new
 
@@ -340,9 +356,9 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
             h = (sqnorm[i] + 1.0) * inv_sigma + c
             h_loc = (h_loc + 1.0) * inv_sigma + c
             if rmark[i] == 0:
-                _touch(data, work, i)
+                _touch(indptr, indices, work.fmark, work.flist, rmark, work.rlist, work.n_touched, i)
             if h_loc < LOCAL_STEP_RATIO * h:
-                alpha[i] = _local_step(data, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper)
+                alpha[i] = _local_step(indptr, indices, values, v, i, a, g, h_loc, y, mu, inv_sigma, c, upper)
                 continue
             a_new = min(max(a - g / h, 0.0), upper)
             d = (a_new - a) * y
@@ -368,63 +384,55 @@ def _inner_cd(data, work, n_active, loss, mu, sigma, tol, max_epochs, shrink):
 
 
 @kernel(nogil=True)
-def _support(work, mu, sigma):
-    """Copy supp(w_{:D}) into sup_idx / sup_val (w = prox(v), (13)); returns (size, ‖w_{:D}‖₁)."""
+def _support(n_touched, flist, v, sup_idx, sup_val, mu, sigma):
+    """Copy supp(w_{:D}) into sup_idx / sup_val (w = prox(v), (13)); returns (size, ‖w_{:D}‖₁). Work's arrays of the same names."""
     n, l1 = 0, 0.0
     inv_sigma = 1.0 / sigma
-    for t in range(work.n_touched[0]):
-        f = work.flist[t]
-        wf = _prox(work.v[f], mu) * inv_sigma
+    for t in range(n_touched[0]):
+        f = flist[t]
+        wf = _prox(v[f], mu) * inv_sigma
         if wf != 0.0:
-            work.sup_idx[n] = f
-            work.sup_val[n] = wf
+            sup_idx[n] = f
+            sup_val[n] = wf
             l1 += abs(wf)
             n += 1
     return n, l1
 
 
 @kernel(nogil=True)
-def _sparsify(work, n_sup, l1, delta):
+def _sparsify(sup_idx, sup_val, cum, counts, rng, n_sup, l1, delta):
     """Algorithm 3: R = ⌈2‖w‖₁²/δ²⌉ draws j ∝ |w_j|, w̃ = (‖w‖₁/R) Σ sign(w_j) e_j
     (Theorem 4.1: E[min_i y_i⟨w̃, x_i⟩] − min_i y_i⟨w, x_i⟩ ≤ δ). Kept exact (w̃ = w) when
-    R ≥ nnz(w), where it would not save work. Returns the new support size."""
+    R ≥ nnz(w), where it would not save work. Returns the new support size. Work's arrays of the same
+    names."""
     R = np.ceil(2.0 * l1 * l1 / (delta * delta))
     if R >= n_sup:
         return n_sup
     R = np.int64(R)
     acc = 0.0
     for t in range(n_sup):
-        acc += abs(work.sup_val[t])
-        work.cum[t] = acc
-        work.counts[t] = 0
+        acc += abs(sup_val[t])
+        cum[t] = acc
+        counts[t] = 0
     for _ in range(R):
-        t = np.searchsorted(work.cum[:n_sup], _uniform(work.rng) * acc, side="right")
-        work.counts[min(t, n_sup - 1)] += 1
+        t = np.searchsorted(cum[:n_sup], _uniform(rng) * acc, side="right")
+        counts[min(t, n_sup - 1)] += 1
     m = 0
     scale = l1 / R
     for t in range(n_sup):
-        if work.counts[t] > 0:
-            work.sup_idx[m] = work.sup_idx[t]
-            work.sup_val[m] = (scale if work.sup_val[t] > 0 else -scale) * work.counts[t]
+        if counts[t] > 0:
+            sup_idx[m] = sup_idx[t]
+            sup_val[m] = (scale if sup_val[t] > 0 else -scale) * counts[t]
             m += 1
     return m
 
 
 @kernel(nogil=True)
-def _score_columns(data, work, n_sup, x_threshold):
+def _score_columns(col_ptr, col_rows, col_vals, sup_idx, sup_val, in_active, smark, slist, score, n_sup, x_threshold):
     """⟨w̃, x_i⟩ for the samples outside the active set that share a feature with w̃ (the reached
     ones, listed in slist and marked in smark), by a CSC walk over supp(w̃): O(Σ_{j ∈ supp} nnz(X_{:,j})).
     Each column stops at the first |x_ij| ≤ x_threshold (§5.3; columns sorted by |x_ij|). Returns
-    the number reached."""
-    sup_idx, sup_val, smark, slist, score, in_active = (
-        work.sup_idx,
-        work.sup_val,
-        work.smark,
-        work.slist,
-        work.score,
-        work.in_active,
-    )
-    col_ptr, col_rows, col_vals = data.col_ptr, data.col_rows, data.col_vals
+    the number reached. Data's and Work's arrays of the same names."""
     n_reach = 0
     for t in range(n_sup):
         f = sup_idx[t]
@@ -446,21 +454,13 @@ def _score_columns(data, work, n_sup, x_threshold):
 
 
 @kernel(nogil=True)
-def _score_rows(data, work, n_sup):
+def _score_rows(indptr, indices, values, sup_idx, sup_val, wdense, in_active, smark, slist, score, n_sup):
     """The same as _score_columns (x_threshold = 0) by one pass over the CSR rows outside the
     active set with w̃ scattered into a dense vector: O(N + nnz(X)), but a gather per non-zero
-    instead of a scatter, so cheaper than a walk that reads most of X."""
-    sup_idx, wdense, smark, slist, score, in_active = (
-        work.sup_idx,
-        work.wdense,
-        work.smark,
-        work.slist,
-        work.score,
-        work.in_active,
-    )
-    indptr, indices, values = data.indptr, data.indices, data.values
+    instead of a scatter, so cheaper than a walk that reads most of X. Data's and Work's arrays
+    of the same names."""
     for t in range(n_sup):
-        wdense[sup_idx[t]] = work.sup_val[t]
+        wdense[sup_idx[t]] = sup_val[t]
     n_reach = 0
     for i in range(indptr.shape[0] - 1):
         if in_active[i]:
@@ -492,16 +492,40 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
     reached violators (−∇_i G > tol) are sorted. Returns the new active-set size."""
     D = work.v.shape[0] - 1
     N = work.alpha.shape[0]
-    n_sup, l1 = _support(work, mu, sigma)
+    n_sup, l1 = _support(work.n_touched, work.flist, work.v, work.sup_idx, work.sup_val, mu, sigma)
     if delta > 0.0 and n_sup > 0:
-        n_sup = _sparsify(work, n_sup, l1, delta)
+        n_sup = _sparsify(work.sup_idx, work.sup_val, work.cum, work.counts, work.rng, n_sup, l1, delta)
     walk = 0
     for t in range(n_sup):
         walk += data.col_ptr[work.sup_idx[t] + 1] - data.col_ptr[work.sup_idx[t]]
     if x_threshold == 0.0 and walk > ROW_PASS_SHARE * data.indptr[N]:
-        n_reach = _score_rows(data, work, n_sup)
+        n_reach = _score_rows(
+            data.indptr,
+            data.indices,
+            data.values,
+            work.sup_idx,
+            work.sup_val,
+            work.wdense,
+            work.in_active,
+            work.smark,
+            work.slist,
+            work.score,
+            n_sup,
+        )
     else:
-        n_reach = _score_columns(data, work, n_sup, x_threshold)
+        n_reach = _score_columns(
+            data.col_ptr,
+            data.col_rows,
+            data.col_vals,
+            work.sup_idx,
+            work.sup_val,
+            work.in_active,
+            work.smark,
+            work.slist,
+            work.score,
+            n_sup,
+            x_threshold,
+        )
     smark, slist, score = work.smark, work.slist, work.score
     in_active, active, ysign, rng = work.in_active, work.active, work.ysign, work.rng
     base = 1.0 + work.v[D] / sigma
@@ -554,15 +578,15 @@ def _search(data, work, n_active, kappa, mu, sigma, tol, delta, x_threshold):
 
 
 @kernel(nogil=True)
-def _eliminate(work, n_active):
-    """Step 4 of Algorithm 1: drop {i : α_i = 0, y_i ≠ 1} from the active set."""
+def _eliminate(active, alpha, ysign, in_active, n_active):
+    """Step 4 of Algorithm 1: drop {i : α_i = 0, y_i ≠ 1} from the active set (Work's arrays of the same names)."""
     m = 0
     for s in range(n_active):
-        i = work.active[s]
-        if work.alpha[i] == 0.0 and work.ysign[i] < 0:
-            work.in_active[i] = 0
+        i = active[s]
+        if alpha[i] == 0.0 and ysign[i] < 0:
+            in_active[i] = 0
         else:
-            work.active[m] = i
+            active[m] = i
             m += 1
     return m
 
@@ -571,12 +595,11 @@ def _eliminate(work, n_active):
 
 
 @kernel(nogil=True)
-def _primal_state(data, work, m, vacc):
+def _primal_state(indptr, indices, values, ysign, m, vacc):
     """At primal margins m_i = ⟨w, x̂_i⟩ (x̂_i = y_i[x_i, 1]): vacc = X̂ᵀb, b_i = max(0, 1 − m_i), i.e. v of the
     dual point α = b(w), by one pass over the rows with b_i > 0. The smooth part of (9) has
-    gradient σw − vacc there."""
+    gradient σw − vacc there. Rows: indptr/indices/values (CSR), their labels ysign (±1)."""
     D = vacc.shape[0] - 1
-    indptr, indices, values, ysign = data.indptr, data.indices, data.values, work.ysign
     vacc[:] = 0.0
     for i in range(m.shape[0]):
         b = 1.0 - m[i]
@@ -588,16 +611,15 @@ def _primal_state(data, work, m, vacc):
 
 
 @kernel(nogil=True)
-def _dual_violation(data, work, m, vacc, wa, mu, sigma):
+def _dual_violation(indptr, indices, values, ysign, m, vacc, wa, mu, sigma):
     """The stopping test of Algorithm 1 at the dual point α = b(w) (b_i = max(0, 1 − m_i)), on
     every sample: max_i |P∇_i G(α)|, ∇_i G = ⟨w(α), x̂_i⟩ − 1 + α_i, w(α) = prox(vacc)/σ (left
-    in wa), projected at α_i = 0 to min(∇_i G, 0)."""
+    in wa), projected at α_i = 0 to min(∇_i G, 0). Rows and labels as _primal_state's."""
     D = wa.shape[0] - 1
     inv_sigma = 1.0 / sigma
     for j in range(D):
         wa[j] = _prox(vacc[j], mu) * inv_sigma
     wa[D] = vacc[D] * inv_sigma
-    indptr, indices, values, ysign = data.indptr, data.indices, data.values, work.ysign
     viol = 0.0
     for i in range(m.shape[0]):
         z = wa[D]
@@ -765,8 +787,8 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
     converged = False
     outer = 0
     while True:
-        _primal_state(data, work, m, vacc)
-        if _dual_violation(data, work, m, vacc, wa, mu, sigma) <= tol:
+        _primal_state(indptr, indices, values, ysign, m, vacc)
+        if _dual_violation(indptr, indices, values, ysign, m, vacc, wa, mu, sigma) <= tol:
             converged = True
             break
         if outer == max_outer:
@@ -859,7 +881,7 @@ def _primal_newton(data, work, mu, sigma, tol, max_outer):
             work.active[n_active] = i
             n_active += 1
             if a > 0.0 and work.rmark[i] == 0:
-                _touch(data, work, i)
+                _touch(indptr, indices, work.fmark, work.flist, work.rmark, work.rlist, work.n_touched, i)
         elif work.in_active[i]:
             work.alpha[i] = 0.0
             work.in_active[i] = 0
@@ -1017,7 +1039,7 @@ def _algorithm1(
         ):
             return np.empty(0, np.int64), np.empty(0), 0.0, it, n_active, 0, False, 0.0, True
         budget = max_inner if inner_ok else 2 * budget
-        n_active = _eliminate(work, n_active)
+        n_active = _eliminate(work.active, work.alpha, work.ysign, work.in_active, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before
     idx, val, bias, n_alpha, dual = _class_result(data, work, k, n_active, loss, mu, sigma)
@@ -1030,7 +1052,7 @@ def _class_result(data, work, k, n_active, loss, mu, sigma):
     w_D, nnz(α) and G(α) (10) of the dual state; then every work array the class touched reset."""
     D = work.v.shape[0] - 1
     c = 1.0 if loss == OVR_HALF_SQUARED_HINGE else 0.0
-    n_sup, _ = _support(work, mu, sigma)
+    n_sup, _ = _support(work.n_touched, work.flist, work.v, work.sup_idx, work.sup_val, mu, sigma)
     order = stable_argsort(work.sup_idx[:n_sup])  # distinct keys: any sort's order
     idx = work.sup_idx[:n_sup][order].copy()
     val = work.sup_val[:n_sup][order].copy()

@@ -566,14 +566,14 @@ def test_local_curvature_step_never_increases_the_dual():
     G(α + Δ e_i) ≤ G(α) for every coordinate and state, the step never shorter than that of the
     global bound H_ii, the full local step taken often and, where it would overshoot, a step
     still longer than the global bound's."""
-    from streamfit.solvers.ppdsparse_kernels import Data, _local_step
+    from streamfit.solvers.ppdsparse_kernels import _local_step
 
     rng = np.random.default_rng(5)
     n, d, mu, sigma = 30, 12, 0.8, 0.7
     X = sp.random(n, d, density=0.4, random_state=6, format="csr") * 2.0
     y = np.where(rng.random(n) < 0.3, 1.0, -1.0)
     Xh = sp.hstack([X, np.ones((n, 1))]).toarray() * y[:, None]
-    data = Data(X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data, *[None] * 8)
+    rows = X.indptr.astype(np.int64), X.indices.astype(np.int64), X.data
 
     def G(alpha):  # squared hinge: c = 1, U = ∞
         v = Xh.T @ alpha
@@ -591,7 +591,7 @@ def test_local_curvature_step_never_increases_the_dual():
         h = (x @ x + 1.0) / sigma + 1.0
         h_loc = (x[u != 0] @ x[u != 0] + 1.0) / sigma + 1.0
         a_safe = max(alpha[i] - g / h, 0.0)
-        a_new = _local_step(data, v, i, alpha[i], g, h_loc, y[i], mu, 1.0 / sigma, 1.0, np.inf)
+        a_new = _local_step(*rows, v, i, alpha[i], g, h_loc, y[i], mu, 1.0 / sigma, 1.0, np.inf)
         full = a_new == max(alpha[i] - g / h_loc, 0.0)
         taken += full
         assert abs(a_new - alpha[i]) >= abs(a_safe - alpha[i]) - 1e-15
@@ -618,7 +618,7 @@ def test_sparsification_is_unbiased():
         work.rng[0] = r + 1
         work.sup_idx[: len(sup)] = sup
         work.sup_val[: len(sup)] = w[sup]
-        m = _sparsify(work, len(sup), l1, delta)
+        m = _sparsify(work.sup_idx, work.sup_val, work.cum, work.counts, work.rng, len(sup), l1, delta)
         assert m <= 8
         np.add.at(total, work.sup_idx[:m], work.sup_val[:m])
     np.testing.assert_allclose(total / reps, w, atol=4 * l1 / np.sqrt(8 * reps))
