@@ -134,8 +134,8 @@ def featurization_differences(theirs: dict, their_idf, ours: dict, our_idf) -> l
     """How rows featurized as `theirs` (a store's featurizer_dict) differ from rows featurized as
     `ours` (the training store's, as a model records it): the hashing settings, IDF weights
     (`their_idf`: a function that reads theirs, called only when both have IDF) and row
-    normalization, each named with both values; [] when they agree. Keys that `ours` does not
-    record are not compared."""
+    normalization, each named with both values, and the ARFF feature header where both record
+    one; [] when they agree. Keys that `ours` does not record are not compared."""
     from streamfit.ingest.hashing import HashingConfig
 
     def hashing(d: dict | None) -> dict | None:
@@ -157,6 +157,13 @@ def featurization_differences(theirs: dict, their_idf, ours: dict, our_idf) -> l
             )
         elif ours["idf"] and our_idf is not None and not np.array_equal(their_idf(), our_idf):
             out.append("IDF weights counted on other training rows")
+    # ARFF inputs' columns follow the feature header (streamfit.ingest.sources.arff), recorded since session 21
+    a_header = theirs.get("source_options", {}).get("arff_header")
+    b_header = ours.get("source_options", {}).get("arff_header")
+    if a_header is not None and b_header is not None and a_header["sha256"] != b_header["sha256"]:
+        out.append(
+            "ARFF feature attributes or nominal values declared otherwise (the model's columns follow another header)"
+        )
     return out
 
 

@@ -847,6 +847,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
         multilabel = None
+    source_options = _arff_header(o, source_options)
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     distributed = bool(o.n_workers or o.scheduler)
@@ -889,7 +890,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         source_info = {
             "paths": [storage.public(p) for p in o.inputs],
             "format": o.format,
-            "options": source_options,
+            "options": {k: v for k, v in source_options.items() if k != "arff_header"},  # the header once: below
             "like": storage.public(o.like) if o.like else None,
             "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
             "input": _input_kind(p1.kinds),
@@ -955,6 +956,27 @@ def _ingest(o: IngestOptions) -> IngestReport:
 
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _arff_header(o: IngestOptions, source_options: dict) -> dict:
+    """source_options with the ARFF option `arff_header`: what decides the columns of an ARFF input
+    (its feature attributes and nominal values in order, ArffSource.feature_header), read from
+    the first ARFF input's header unless the --like store records one. Every ARFF input, and
+    what is later read like this store (`--like`, `predict` on raw ARFF), is read into these
+    columns: the same header as before; the same attributes and values in another order mapped
+    by name; other ones refused. Recorded with the store's format options, so a model carries it."""
+    if "arff_header" in source_options:
+        return source_options
+    from streamfit.ingest.sources import BadRecordPolicy, infer_format, open_source, sniff_format
+    from streamfit.ingest.sources.arff import ArffSource
+
+    for path in o.inputs:
+        if (o.format or infer_format(path) or sniff_format(path)) == "arff":
+            limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
+            source = open_source(path, "arff", policy=BadRecordPolicy(), limits=limits, **source_options)
+            assert isinstance(source, ArffSource)
+            return {**source_options, "arff_header": source.feature_header()}
+    return source_options
 
 
 def _text_defaults(o: IngestOptions) -> IngestOptions:

@@ -1,15 +1,16 @@
 """ARFF reader: Mulan/Meka multilabel and Weka single-label files, sparse and dense (issue 20, item 6)."""
 
 import os
+import re
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from streamfit.cli import main
-from streamfit.errors import InputError
+from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.sources import BadRecordPolicy, open_source
-from streamfit.ingest.sources.arff import ArffSource
+from streamfit.ingest.sources.arff import ArffSource, header_record
 from streamfit.store import open_store
 
 # tests/data/sources/emotions-mini.arff, written out by hand: features f0, 'f 1', f2, f3
@@ -178,3 +179,164 @@ def test_cli_nominal_arff_to_predictions(data_dir, tmp_path, hashed):
     r = runner.invoke(main, ["predict", run, path, "--out", pred, "-q"])
     assert r.exit_code == 0, r.output
     assert len(open(pred).read().splitlines()) == 15
+
+
+# Issue 20's train/test headers: a training file and the same four instances under headers that
+# declare the feature attributes (and colour's values) in another order, dense and sparse.
+TRAIN_ARFF = (
+    "@relation r\n@attribute x numeric\n@attribute colour {red,green,blue}\n@attribute y numeric\n"
+    "@attribute play {yes,no}\n@data\n1,red,2,yes\n2,green,0,no\n0,blue,5,yes\n3,?,1,no\n"
+)
+REORDERED_ARFF = {
+    "dense": (
+        "@relation r\n@attribute y numeric\n@attribute colour {blue,red,green}\n@attribute x numeric\n"
+        "@attribute play {yes,no}\n@data\n2,red,1,yes\n0,green,2,no\n5,blue,0,yes\n1,?,3,no\n"
+    ),
+    # a sparse instance omits colour at its first value *here* (blue) and zeros
+    "sparse": (
+        "@relation r\n@attribute y numeric\n@attribute colour {blue,red,green}\n@attribute x numeric\n"
+        "@attribute play {yes,no}\n@data\n{0 2,1 red,2 1}\n{1 green,2 2,3 no}\n{0 5}\n{0 1,1 ?,2 3,3 no}\n"
+    ),
+}
+# X of TRAIN_ARFF by hand: x, colour=red, colour=green, colour=blue, y
+X_TRAIN = [[1, 1, 0, 0, 2], [2, 0, 1, 0, 0], [0, 0, 0, 1, 5], [3, 0, 0, 0, 1]]
+
+
+def _ingest(runner, *args):
+    r = runner.invoke(main, ["ingest", *args, "-q"])
+    assert r.exit_code == 0, r.output
+    return open_store(args[args.index("--out") + 1])
+
+
+def test_the_store_records_the_feature_header(tmp_path, data_dir):
+    """The manifest records the feature attributes in order, a one-hot one with its values as
+    scipy's ARFF reader (a peer) lists them, numeric ones as None; the class is left out."""
+    from scipy.io import arff
+
+    path = os.path.join(data_dir, "weather-nominal.arff")
+    store = _ingest(CliRunner(), path, "--option", "n_labels=1", "--no-hash", "--out", str(tmp_path / "w.zarr"))
+    recorded = store.featurizer_dict()["source_options"]["arff_header"]
+    _, meta = arff.loadarff(path)
+    expected = [
+        [name, list(meta[name][1]) if meta[name][0] == "nominal" else None] for name in meta.names() if name != "play"
+    ]
+    assert recorded["features"] == expected
+    assert recorded["sha256"] == header_record(expected)["sha256"] != header_record(expected[::-1])["sha256"]
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse"])
+@pytest.mark.parametrize("hashed", [False, True])
+def test_a_reordered_header_is_read_into_the_training_columns(tmp_path, kind, hashed):
+    """A test file declaring the training file's attributes and values in another order, ingested
+    --like: the training file's rows (dense: the same store, chunk for chunk by sha256); its raw rows
+    scored by `predict` as the training file's are; read against the recorded header by the
+    source itself, the training file's X."""
+    train_path, test_path = tmp_path / "train.arff", tmp_path / f"test-{kind}.arff"
+    train_path.write_text(TRAIN_ARFF)
+    test_path.write_text(REORDERED_ARFF[kind])
+    runner = CliRunner()
+    no_hash = [] if hashed else ["--no-hash"]
+    train = _ingest(runner, str(train_path), "--option", "n_labels=1", *no_hash, "--out", str(tmp_path / "tr.zarr"))
+    test = _ingest(runner, str(test_path), "--like", train.path, "--out", str(tmp_path / "te.zarr"))
+    assert test.classes == train.classes
+    if kind == "dense":  # a dense instance's zeros are stored, a sparse one's are not: chunks differ
+        assert test.manifest.chunks == train.manifest.chunks
+    np.testing.assert_array_equal(test.to_scipy()[0].toarray(), train.to_scipy()[0].toarray())
+    if not hashed:
+        np.testing.assert_array_equal(train.to_scipy()[0].toarray(), X_TRAIN)
+    header = train.featurizer_dict()["source_options"]["arff_header"]
+    source = open_source(str(test_path), policy=BadRecordPolicy(), n_labels=1, arff_header=header)
+    np.testing.assert_array_equal(dense(list(source)), X_TRAIN)
+    # read without the record (a store from before): its own header's columns, as before
+    own = dense(list(open_source(str(test_path), policy=BadRecordPolicy(), n_labels=1)))
+    np.testing.assert_array_equal(own, np.array(X_TRAIN)[:, [4, 3, 1, 2, 0]])
+    run = str(tmp_path / "run")
+    r = runner.invoke(main, ["train", train.path, "--solver", "ppdsparse", "--n-workers", "0", "--out", run, "-q"])
+    assert r.exit_code == 0, r.output
+    scored = []
+    for path in (train_path, test_path):
+        out = str(tmp_path / f"{path.stem}.csv")
+        r = runner.invoke(main, ["predict", run, str(path), "--out", out, "-q"])
+        assert r.exit_code == 0, r.output
+        scored.append([line.split(",", 1)[1] for line in open(out).read().splitlines()[1:]])
+    assert scored[0] == scored[1] and len(scored[0]) == 4
+
+
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ("@attribute y numeric\n", r"test.arff: the training file's feature attribute 'y' is missing"),
+        ("@attribute z numeric\n", r"test.arff:4: feature attribute 'z' is not in the training file's header"),
+        (
+            "@attribute y {a,b}\n",
+            r"test.arff:4: feature attribute 'y' is nominal \{a,b\}, in the training file's header numeric",
+        ),
+        (
+            "@attribute y {red,green,blue}\n",
+            r"test.arff:4: feature attribute 'y' is nominal \{red,green,blue\}, in the training file's header numeric",
+        ),
+    ],
+)
+def test_a_different_header_is_refused(tmp_path, change, problem):
+    """A missing, extra or otherwise declared feature attribute: ingest --like and predict refuse
+    the file in one line naming it, the attribute and the fix."""
+    lines = TRAIN_ARFF.splitlines(keepends=True)
+    (tmp_path / "train.arff").write_text(TRAIN_ARFF)
+    rows = {"@attribute y numeric\n": "x,c,p", "@attribute z numeric\n": "x,c,1,p", "@attribute y {a,b}\n": "x,c,a,p"}
+    values = rows.get(change, "x,c,red,p").replace("x", "1").replace("c", "red").replace("p", "yes")
+    header = lines[:3] + ([] if change == "@attribute y numeric\n" else [change]) + lines[4:6]
+    test_path = tmp_path / "test.arff"
+    test_path.write_text("".join(header) + values + "\n")
+    runner = CliRunner()
+    train = _ingest(runner, str(tmp_path / "train.arff"), "--option", "n_labels=1", "--out", str(tmp_path / "tr"))
+    fix = r"give this file the training file's feature @attribute lines"
+    r = runner.invoke(main, ["ingest", str(test_path), "--like", train.path, "--out", str(tmp_path / "te"), "-q"])
+    assert r.exit_code != 0 and re.search(problem + r".*" + fix, r.output), r.output
+    run = str(tmp_path / "run")
+    r = runner.invoke(main, ["train", train.path, "--solver", "ppdsparse", "--n-workers", "0", "--out", run, "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["predict", run, str(test_path), "--out", str(tmp_path / "p.csv"), "-q"])
+    assert r.exit_code != 0 and re.search(problem, r.output), r.output
+
+
+def test_a_value_set_that_differs_is_refused_and_a_store_of_another_header_is_not_scored(tmp_path):
+    """colour declaring another value: refused at its line by the source; a store ingested on its
+    own from a reordered header (its own columns) is refused by evaluate, which names the header."""
+    (tmp_path / "train.arff").write_text(TRAIN_ARFF)
+    other = tmp_path / "other.arff"
+    other.write_text(TRAIN_ARFF.replace("{red,green,blue}", "{red,green,blue,black}"))
+    runner = CliRunner()
+    train = _ingest(runner, str(tmp_path / "train.arff"), "--option", "n_labels=1", "--out", str(tmp_path / "tr"))
+    header = train.featurizer_dict()["source_options"]["arff_header"]
+    with pytest.raises(
+        InputError, match=r"other.arff:3: feature attribute 'colour' is nominal \{red,green,blue,black\}"
+    ):
+        list(open_source(str(other), policy=BadRecordPolicy(), n_labels=1, arff_header=header))
+    forged = {**header, "features": header["features"][::-1]}  # its digest no longer matches
+    with pytest.raises(ConfigError, match="format option arff_header: not a feature header"):
+        open_source(str(other), policy=BadRecordPolicy(), n_labels=1, arff_header=forged)
+    (tmp_path / "re.arff").write_text(REORDERED_ARFF["dense"])
+    alone = _ingest(runner, str(tmp_path / "re.arff"), "--option", "n_labels=1", "--out", str(tmp_path / "re"))
+    run = str(tmp_path / "run")
+    r = runner.invoke(main, ["train", train.path, "--solver", "ppdsparse", "--n-workers", "0", "--out", run, "-q"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(main, ["evaluate", run, alone.path])
+    assert r.exit_code != 0 and "ARFF feature attributes or nominal values declared otherwise" in r.output, r.output
+
+
+def test_several_training_files_are_read_against_the_first_header(tmp_path):
+    """Two ARFF inputs of one ingest, the second's header reordered: its rows in the first's columns."""
+    (tmp_path / "a.arff").write_text(TRAIN_ARFF)
+    (tmp_path / "b.arff").write_text(REORDERED_ARFF["sparse"])
+    out = str(tmp_path / "ab")
+    store = _ingest(
+        CliRunner(),
+        str(tmp_path / "a.arff"),
+        str(tmp_path / "b.arff"),
+        "--option",
+        "n_labels=1",
+        "--no-hash",
+        "--out",
+        out,
+    )
+    np.testing.assert_array_equal(store.to_scipy()[0].toarray(), X_TRAIN + X_TRAIN)

@@ -22,10 +22,19 @@ values are all numbers, bibtex's {0,1}) is one column holding its value; a nomin
 other values, `@attribute colour {red,green,blue}`, is one-hot: one column per declared value,
 in declared order (the features `colour=red`, `colour=green`, `colour=blue`), 1 for the
 instance's value, all 0 for a missing value `?`. So X has one column per numeric feature
-attribute plus one per declared value of each one-hot attribute, and a file scored later
-(`--like`, `predict`) must declare the same attributes and values in the same order, as Weka
-asks of a train/test pair. Hashed (the default), those column numbers are hashed as a LIBSVM
-file's indices are. String, date and relational features are an InputError at their
+attribute plus one per declared value of each one-hot attribute. Hashed (the default), those
+column numbers are hashed as a LIBSVM file's indices are.
+
+Train/test headers: ingest records what decides the columns, the feature attributes in order
+with each one-hot attribute's values in order (feature_header: the list and its SHA-256), in the
+store's format options as `arff_header`; the model carries it. A file read with that option
+(the other ARFF inputs of the ingest, `ingest --like`, `predict` on raw ARFF) whose header is the
+same is read as before; one that declares the same feature attributes and values by name, in
+another order, has its columns mapped to the recorded ones (its rows are the training file's
+columns, so the scores are right); any other difference (an attribute missing or added, another
+kind, another set of values) is an InputError naming the file, the first differing attribute
+and the fix. Label attributes are not compared (labels are matched by name). A store from before
+session 21 records none: its files are read by their own headers, as then. String, date and relational features are an InputError at their
 @attribute line (encode them as numbers or nominal values first). A sparse instance omits a
 nominal attribute at its first value (Weka's rule): a one-hot attribute omitted is its first
 value; a numeric nominal feature or a binary label must list 0 first (bibtex's {0,1} do), else
@@ -39,13 +48,16 @@ than limits.record_bytes is a bad record (never held whole).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import re
 import xml.etree.ElementTree as ET
 
 import numpy as np
 
-from streamfit.errors import InputError
+from streamfit.errors import ConfigError, InputError
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     bounded_lines,
@@ -161,6 +173,7 @@ class ArffSource:
         labels_xml: str | None = None,
         class_attribute: str | None = None,
         encoding: str = "utf-8",
+        arff_header: dict | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
         self.path = os.fspath(path)
@@ -177,6 +190,13 @@ class ArffSource:
         self.n_labels, self.labels_xml, self.class_attribute = n_labels, labels_xml, class_attribute
         self.encoding = check_encoding(encoding)
         self.limits = limits
+        features = arff_header.get("features") if isinstance(arff_header, dict) else None
+        if arff_header is not None and (not isinstance(features, list) or header_record(features) != arff_header):
+            raise ConfigError(
+                "format option arff_header: not a feature header as ingest records it (ArffSource.feature_header); "
+                "drop it: ingest records the training file's, and --like and predict read it from the store"
+            )
+        self.header = arff_header  # the training file's feature_header(): the columns to read into
         self.multilabel: bool | None = class_attribute is None if given else None
         self.n_read = 0
 
@@ -267,35 +287,105 @@ class ArffSource:
         except UnicodeDecodeError:
             raise InputError(f"{self.path}:{line_no}", f"not valid {self.encoding} text", "pass --encoding") from None
 
+    def _read_header(self, lines) -> tuple[list[_Attribute], list[int], np.ndarray, int]:
+        """(attributes, label positions, is_label mask, line number of @data), the attributes checked."""
+        attributes, relation, data_line = self._header(lines)
+        label_at = self._labels(attributes, relation)
+        if self.multilabel is None:
+            self.multilabel = True  # n_labels, labels_xml or Meka's -C
+        is_label = np.zeros(len(attributes), dtype=bool)
+        is_label[label_at] = True
+        for i, a in enumerate(attributes):
+            if not is_label[i] and a.values == []:
+                raise InputError(
+                    f"{self.path}:{a.line}",
+                    f"feature attribute {a.name!r} is not numeric or nominal (a string, date or relational one)",
+                    "encode it as numbers or nominal values first, or name it as a label attribute",
+                )
+        if not self.multilabel:
+            for i in label_at:
+                if attributes[i].values is None:
+                    raise InputError(f"{self.path}:{attributes[i].line}", "the class attribute is numeric")
+        return attributes, label_at, is_label, data_line
+
+    def feature_header(self) -> dict:
+        """What decides this file's columns, as ingest records it (the `arff_header` option of the
+        files read like it): {"features": [[name, values], ...], "sha256": digest of the list},
+        one entry per feature attribute in attribute order, values the declared values of a
+        one-hot attribute in declared order, None for a one-column (numeric) attribute."""
+        with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
+            attributes, _, is_label, _ = self._read_header(bounded_lines(f, self.limits.record_bytes))
+        return header_record(_features(attributes, is_label))
+
+    def _columns(self, attributes: list[_Attribute], is_label: np.ndarray) -> tuple[list[list[int]], int]:
+        """(each attribute's columns, the width): a feature's one column, or a one-hot feature's
+        column per declared value in the file's order; [] for a label. Numbered from this file's
+        header, or with a `header` that differs, from it by attribute name and value (InputError
+        unless both declare the same feature attributes and values, in whatever order)."""
+        mine = _features(attributes, is_label)
+        if self.header is None or mine == self.header["features"]:
+            layout = mine
+        else:
+            layout = self.header["features"]
+            self._check_same_features(attributes, is_label, layout)
+            logging.getLogger(__name__).info(
+                "%s: the feature attributes or their values are declared in another order than the training "
+                "file's: its columns are mapped to the training file's by name",
+                self.path,
+            )
+        start, first, value_at = 0, {}, {}  # a column by attribute name; a one-hot one's by value too
+        for name, values in layout:
+            first[name] = start
+            if values is not None:
+                value_at[name] = {v: start + k for k, v in enumerate(values)}
+            start += len(values) if values is not None else 1
+        columns = [
+            [] if is_label[i] else [value_at[a.name][v] for v in a.values or []] if a.one_hot() else [first[a.name]]
+            for i, a in enumerate(attributes)
+        ]
+        return columns, start
+
+    def _check_same_features(self, attributes: list[_Attribute], is_label: np.ndarray, layout: list) -> None:
+        """InputError naming the first feature attribute (in this file's order) that the training
+        header `layout` lacks or declares otherwise, else the first one of it this file lacks."""
+        theirs = {name: values for name, values in layout}
+        hint = (
+            "give this file the training file's feature @attribute lines (the same names and nominal values; "
+            "their order may differ)"
+        )
+        seen: set[str] = set()
+        for i, a in enumerate(attributes):
+            if is_label[i]:
+                continue
+            where = f"{self.path}:{a.line}"
+            if a.name in seen:
+                raise InputError(where, f"feature attribute {a.name!r} is declared twice", hint)
+            seen.add(a.name)
+            if a.name not in theirs:
+                raise InputError(where, f"feature attribute {a.name!r} is not in the training file's header", hint)
+            values = a.values if a.one_hot() else None
+            expected = theirs[a.name]
+            if (values is None) != (expected is None) or (values is not None and sorted(values) != sorted(expected)):
+
+                def kind(v):
+                    return "numeric" if v is None else "nominal {" + ",".join(v) + "}"
+
+                raise InputError(
+                    where,
+                    f"feature attribute {a.name!r} is {kind(values)}, in the training file's header {kind(expected)}",
+                    hint,
+                )
+        missing = [name for name, _ in layout if name not in seen]
+        if missing:
+            raise InputError(self.path, f"the training file's feature attribute {missing[0]!r} is missing", hint)
+
     def __iter__(self):
         self.n_read = 0
         with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
             lines = bounded_lines(f, self.limits.record_bytes)
-            attributes, relation, data_line = self._header(lines)
-            label_at = self._labels(attributes, relation)
-            if self.multilabel is None:
-                self.multilabel = True  # n_labels, labels_xml or Meka's -C
-            is_label = np.zeros(len(attributes), dtype=bool)
-            is_label[label_at] = True
-            for i, a in enumerate(attributes):
-                if not is_label[i] and a.values == []:
-                    raise InputError(
-                        f"{self.path}:{a.line}",
-                        f"feature attribute {a.name!r} is not numeric or nominal (a string, date or relational one)",
-                        "encode it as numbers or nominal values first, or name it as a label attribute",
-                    )
-            if not self.multilabel:
-                for i in label_at:
-                    if attributes[i].values is None:
-                        raise InputError(f"{self.path}:{attributes[i].line}", "the class attribute is numeric")
-            # attribute position -> its (first) feature column (-1: a label); a one-hot attribute
-            # takes one column per declared value
-            width = np.array(
-                [0 if is_label[i] else len(a.values or []) if a.one_hot() else 1 for i, a in enumerate(attributes)]
-            )
-            column = np.cumsum(width) - width
-            column[is_label] = -1
-            rows = _Rows(self, attributes, label_at, column, int(width.sum()))
+            attributes, label_at, is_label, data_line = self._read_header(lines)
+            columns, width = self._columns(attributes, is_label)
+            rows = _Rows(self, attributes, label_at, columns, width)
             for line_no, raw in enumerate(lines, data_line + 1):
                 location = f"{self.path}:{line_no}"
                 if raw is None:
@@ -314,6 +404,20 @@ class ArffSource:
                 yield rows.take()
 
 
+def _features(attributes: list[_Attribute], is_label: np.ndarray) -> list[list]:
+    """[name, values] of each feature attribute in order: a one-hot one's declared values, None
+    for a one-column one (numeric, or nominal numbers)."""
+    return [
+        [a.name, list(a.values or []) if a.one_hot() else None] for a, label in zip(attributes, is_label) if not label
+    ]
+
+
+def header_record(features: list[list]) -> dict:
+    """The recorded feature header: the list and the SHA-256 of its compact JSON."""
+    text = json.dumps(features, separators=(",", ":"), ensure_ascii=False)
+    return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "features": features}
+
+
 def float_or_none(text: str) -> float | None:
     try:
         return float(text)
@@ -324,21 +428,27 @@ def float_or_none(text: str) -> float | None:
 class _Rows:
     """Parses instance lines into a batch: CSR pieces, labels, locations."""
 
-    def __init__(self, source: ArffSource, attributes: list[_Attribute], label_at: list[int], column, n_cols: int):
-        self.source, self.attributes, self.label_at, self.column, self.n_cols = (
-            source,
-            attributes,
-            label_at,
-            column,
-            n_cols,
-        )
+    def __init__(
+        self,
+        source: ArffSource,
+        attributes: list[_Attribute],
+        label_at: list[int],
+        columns: list[list[int]],
+        n_cols: int,
+    ):
+        self.source, self.attributes, self.label_at, self.n_cols = source, attributes, label_at, n_cols
         self.label_set = set(label_at)
+        # a one-column feature's column (ArffSource._columns)
+        self.column = [c[0] if len(c) == 1 else -1 for c in columns]
         # one-hot feature attributes: position -> {value: column}
         self.one_hot = {
-            i: {v: int(column[i]) + k for k, v in enumerate(a.values or [])}
+            i: dict(zip(a.values or [], columns[i]))
             for i, a in enumerate(attributes)
             if i not in self.label_set and a.one_hot()
         }
+        # columns numbered from another header than the file's: a row's columns need sorting
+        flat = [c for cs in columns for c in cs]
+        self.reordered = flat != sorted(flat)
         # a sparse instance omits a nominal attribute at its first value (Weka's rule): read as 0 /
         # off only when that value is 0 (a single-label class may have any first value; a one-hot
         # feature turns on its first value's column)
@@ -404,7 +514,7 @@ class _Rows:
         if self.one_hot and text.startswith("{"):  # omitted one-hot attributes are at their first value
             given = {i for i, _ in pairs}
             for i in self.one_hot.keys() - given:
-                cols.append(int(self.column[i]))
+                cols.append(self.one_hot[i][(self.attributes[i].values or [""])[0]])
                 vals.append(1.0)
         for i, value in pairs:
             a = self.attributes[i]
@@ -441,9 +551,9 @@ class _Rows:
                 problem = "a missing value (?)" if value == "?" else f"the value {value!r} is not a number"
                 source.policy.bad(location, f"attribute {a.name!r}: {problem}", text, "features are numbers")
                 return
-            cols.append(int(self.column[i]))
+            cols.append(self.column[i])
             vals.append(number)
-        if self.one_hot:  # keep each row's columns in increasing order
+        if self.one_hot or self.reordered:  # keep each row's columns in increasing order
             order = np.argsort(cols, kind="stable")
             cols, vals = [cols[k] for k in order], [vals[k] for k in order]
         if not fits_float32(vals).all():
