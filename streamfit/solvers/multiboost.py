@@ -74,12 +74,16 @@ Features are quantile-binned once, by a pass over the store at init (`n_bins` cu
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
 a second pass writes each chunk binned (per-sample state `row_starts`, `columns`: X's CSR
 structure, and `bins`: the bin of every stored entry, 2 bytes), which is all that steps 1 and 3
-read: the store is not read again, the histogram kernel visits stored entries only, without a
+read. The binned chunks, histograms and stump search hold only the columns with a cut (and
+column 0, for the constant learner; used_columns), renumbered in increasing order, so an
+iteration's work scales with the columns the data uses, not with n_features (2^18 hashed
+columns of which a text set uses a few thousand), and the model maps each stump back to its
+column: the store is not read again, the histogram kernel visits stored entries only, without a
 search (the zero bin is the column total minus the stored entries' sum), and a stump x_f > cut_b
 is bin(x_f) > b. The cuts are in the checkpoint, and each stump's threshold (a cut value)
 in the model, so prediction on raw data needs no bins.
 
-Memory: the histograms are (Σ_f bins_f) × K floats; chunk tasks hold one chunk. The driver holds
+Memory: the histograms are (Σ_f bins_f) × K floats over the used columns f; chunk tasks hold one chunk. The driver holds
 O(L·K) (the learners, weights, histograms) plus the master problem's per-sample data of the
 chunks that fit in `master_memory_mb` (1 bit per (sample, learner), K bits per sample for its
 class, 2K + 2 floats per sample: F, μ as a per-row scale times U, U's sum, and the label); the
@@ -298,6 +302,25 @@ def bin_cuts(sketch: Sketch, n_bins: int) -> tuple[np.ndarray, np.ndarray]:
     return cuts.astype(np.float64), offsets
 
 
+def used_columns(cut_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(used, compact_offsets): the columns the iterations work on, in increasing order, and their
+    cut offsets. A column without a cut has one bin, so it offers no split: every stump of
+    best_stumps is on a column with a cut, and its zero bin, histogram and stored entries are never
+    read. `used` holds those columns and column 0 (best_stumps returns the constant learner as
+    column 0's 1[x ≤ +inf], its bin that column's number of cuts), so the iterations' arrays
+    (histograms, zero bins, the binned chunk's columns) are indexed by position in `used`
+    (compact ids j, column used[j]), their size set by the stored columns, not by n_features. The
+    cuts are the same array: a column without a cut owns none of it, so compact column j's cuts are
+    cuts[compact_offsets[j]:compact_offsets[j+1]] = column used[j]'s. Increasing order keeps the
+    stump search's order, so its ties, and so the models, are the same as on all columns."""
+    n_features = len(cut_offsets) - 1
+    used = np.flatnonzero(np.diff(cut_offsets) > 0)
+    if n_features and (len(used) == 0 or used[0] != 0):
+        used = np.concatenate([[0], used])
+    used = used.astype(np.int64)
+    return used, np.append(cut_offsets[used], cut_offsets[n_features]).astype(np.int64)
+
+
 def zero_bins_of(cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
     """The bin of the value 0 per feature: how many of its (sorted) cuts are below 0, i.e.
     np.searchsorted(feature f's cuts, 0.0), for every feature at once."""
@@ -330,16 +353,25 @@ def _chunk_scores(source: ChunkSource, chunk_id: int, state, version: int) -> np
     return state.read(SCORES, version, chunk_id)
 
 
-def _bins_task(source, chunk_id, *, state, cuts, cut_offsets) -> None:
-    """Writes the chunk binned, the CSR structure of X with each stored value replaced by its bin:
-    `row_starts` v1 (X.indptr, int64), `columns` v1 (X.indices, int32) and `bins` v1 (uint16,
-    aligned with them), and the chunk's labels (int64) as `labels` v1. The boosting iterations
-    read these, never the store again: the stump x_f > cut_b is bin(x_f) > b."""
+def _bins_task(source, chunk_id, *, state, cuts, cut_offsets, used) -> None:
+    """Writes the chunk binned on the used columns (used_columns: `used`, and `cut_offsets` their
+    compact offsets), the CSR structure of X with each column replaced by its compact id and each
+    stored value by its bin, the entries of other columns left out: `row_starts` v1 (int64),
+    `columns` v1 (compact ids, int32) and `bins` v1 (uint16, aligned with them), and the chunk's
+    labels (int64) as `labels` v1. The boosting iterations read these, never the store again: the
+    stump x_f > cut_b is bin(x_f) > b."""
     chunk = _read_uncached(source, chunk_id)
     X = chunk.X
-    state.write(ROW_STARTS, 1, chunk_id, X.indptr.astype(np.int64))
-    state.write(COLUMNS, 1, chunk_id, X.indices.astype(np.int32))
-    state.write(BINS, 1, chunk_id, kernels.bin_codes(X.indices, X.data.astype(np.float64), cuts, cut_offsets))
+    compact = np.full(source.n_features, -1, dtype=np.int64)
+    compact[used] = np.arange(len(used))
+    columns = compact[X.indices]
+    keep = columns >= 0
+    kept = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    columns = columns[keep]
+    state.write(ROW_STARTS, 1, chunk_id, kept[X.indptr])
+    state.write(COLUMNS, 1, chunk_id, columns.astype(np.int32))
+    state.write(BINS, 1, chunk_id, kernels.bin_codes(columns, X.data[keep].astype(np.float64), cuts, cut_offsets))
     state.write(LABELS, 1, chunk_id, chunk.labels.astype(np.int64))
 
 
@@ -366,12 +398,13 @@ def _histogram_task(
 def _outputs_task(
     source, chunk_id, *, state, bits: PerSample, version: int, features, bins, polarity, zero_bins
 ) -> None:
-    """Evaluates the new stumps (x_f > cut_b as bin(x_f) > b, on the binned chunk of _bins_task)
-    on the chunk's rows and writes the chunk's sign bitset `bits` version `version`: the rows of
-    `bits` (the learners so far) and one packed row per new stump."""
+    """Evaluates the new stumps (x_f > cut_b as bin(x_f) > b, on the binned chunk of _bins_task;
+    `features` compact ids, `zero_bins` per used column) on the chunk's rows and writes the chunk's
+    sign bitset `bits` version `version`: the rows of `bits` (the learners so far) and one packed
+    row per new stump."""
     new = kernels.stump_bits(
         state.read(ROW_STARTS, 1, chunk_id), state.read(COLUMNS, 1, chunk_id), state.read(BINS, 1, chunk_id),
-        source.n_features, features, bins, polarity, zero_bins,
+        len(zero_bins), features, bins, polarity, zero_bins,
     )  # fmt: skip
     old = state.read(bits.name, bits.version, chunk_id) if bits.written else np.zeros((0, new.shape[1]), np.uint8)
     state.write(BITS, version, chunk_id, np.concatenate([old, new]))
@@ -504,9 +537,10 @@ class BoostedStumpsModel(Model):
 @dataclasses.dataclass(kw_only=True)
 class MultiBoostState(SolverState):
     cuts: np.ndarray  # bin cuts, all features (bin_cuts)
-    cut_offsets: np.ndarray  # feature f's cuts: cuts[cut_offsets[f]:cut_offsets[f+1]]
-    zero_bins: np.ndarray  # the bin of the value 0 per feature
-    learner_feature: np.ndarray  # stumps so far (L,)
+    used: np.ndarray  # the columns the iterations work on (used_columns): compact id j is column used[j]
+    cut_offsets: np.ndarray  # compact column j's cuts: cuts[cut_offsets[j]:cut_offsets[j+1]]
+    zero_bins: np.ndarray  # the bin of the value 0 per compact column
+    learner_feature: np.ndarray  # stumps so far (L,): their columns (original ids)
     learner_threshold: np.ndarray
     learner_polarity: np.ndarray
     learner_low: np.ndarray  # per stump, its value where it is not 1: −1 (sign) or 0 (indicator)
@@ -517,8 +551,8 @@ class MultiBoostState(SolverState):
     bits: PerSample  # the learners' sign bits per chunk, packed (L × ⌈rows/8⌉ uint8)
     labels: PerSample  # the labels per chunk (int64), for the master problem
     bins: PerSample  # the bin of every stored entry per chunk (uint16, aligned with the chunk's X.data)
-    columns: PerSample  # the chunk's X.indices (int32): with row_starts and bins, the binned chunk
-    row_starts: PerSample  # the chunk's X.indptr (int64)
+    columns: PerSample  # the compact column of each kept entry (int32): with row_starts and bins, the binned chunk
+    row_starts: PerSample  # the chunk's CSR row starts over the kept entries (int64)
     scores: PerSample  # F (rows × K) per chunk, from weights and outputs
     objective: float = 1.0  # (2)/C at the current weights (1 at w = 0)
     violation: float = float("inf")  # max_c (C/p)·edge_c − 1 of the last subproblem (4)/(6)
@@ -560,7 +594,8 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         sketch = ctx.engine.map_reduce(
             _sketch_task, source, range(source.n_chunks), desc="multiboost: bins", size=8 * self.params.n_bins
         )
-        cuts, offsets = bin_cuts(sketch, self.params.n_bins)
+        cuts, all_offsets = bin_cuts(sketch, self.params.n_bins)
+        used, offsets = used_columns(all_offsets)
         ctx.engine.map(
             _bins_task,
             source,
@@ -569,10 +604,12 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             state=ctx.chunk_state,
             cuts=cuts,
             cut_offsets=offsets,
+            used=used,
         )
         zero_bins = zero_bins_of(cuts, offsets)
         return MultiBoostState(
             cuts=cuts,
+            used=used,
             cut_offsets=offsets,
             zero_bins=zero_bins,
             learner_feature=np.zeros(0, dtype=np.int64),
@@ -743,10 +780,11 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             return {"objective": state.objective, "violation": violation, "learners": len(state.learner_feature)}
         if p.weak_learners == "shared":
             classes = classes[np.argmax(edge[classes])][None]  # (6): the best (stump, class) pair
-        new_features = feature[classes]
-        inside = bin_[classes] < np.diff(state.cut_offsets)[new_features]
+        new_compact = feature[classes]  # compact ids (used_columns); the model records the columns
+        new_features = state.used[new_compact]
+        inside = bin_[classes] < np.diff(state.cut_offsets)[new_compact]
         new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
-        new_thresholds[inside] = state.cuts[state.cut_offsets[new_features[inside]] + bin_[classes][inside]]
+        new_thresholds[inside] = state.cuts[state.cut_offsets[new_compact[inside]] + bin_[classes][inside]]
         new_polarity = polarity[classes]
 
         # 3. the new learners' outputs on every row, as sign bits appended to each chunk's bitset
@@ -759,7 +797,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             state=ctx.chunk_state,
             bits=state.bits,
             version=bits.version,
-            features=new_features,
+            features=new_compact,
             bins=bin_[classes],
             polarity=new_polarity,
             zero_bins=state.zero_bins,

@@ -386,21 +386,23 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     cuts, offsets = mb.bin_cuts(sketch, n_bins=16)  # ≥ the 10 distinct values: every threshold
     for f in range(d):
         assert np.array_equal(cuts[offsets[f] : offsets[f + 1]], np.unique(dense[:, f])[:-1])
+    used, compact_offsets = mb.used_columns(offsets)
+    assert np.array_equal(used, np.arange(d)) and np.array_equal(compact_offsets, offsets)  # every column has cuts
     Engine(mode="inprocess").map(
-        mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets
+        mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets, used=used
     )
     kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None, "own": True}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
     whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
     whole_state = ChunkState(str(tmp_path / "whole"))
     whole_state.write(mb.SCORES, 1, 0, F)
-    mb._bins_task(whole_source, 0, state=whole_state, cuts=cuts, cut_offsets=offsets)
+    mb._bins_task(whole_source, 0, state=whole_state, cuts=cuts, cut_offsets=offsets, used=used)
     whole = mb._histogram_task(whole_source, 0, **{**kw, "state": whole_state})
     for a, b in zip(chunked, whole):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
     holder = mb.MultiBoostState(
-        cuts=cuts, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
+        cuts=cuts, used=used, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
         learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8),
         learner_sign=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
         coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
@@ -941,6 +943,44 @@ def test_a_fit_on_a_store_keeps_no_decoded_chunk_in_the_stores_cache(small_digit
     memory, _ = fit(InMemoryStore(sp.csr_matrix(X, dtype=np.float32), y, classes, chunk_rows=150), max_iter=4)
     for a, b in zip(model._arrays().values(), memory._arrays().values()):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("stumps", ["both", "signed"])
+def test_unused_columns_give_the_model_of_the_data_without_them(small_digits, monkeypatch, stumps):
+    """The digits' columns that hold a value, spread over 3000 columns (column 0 and most others
+    unused; digits' own all-zero columns left out), give the model of the narrow data with each
+    stump's column mapped (the constant learner, threshold +inf, is column 0 in both): the
+    iterations work on the used columns in increasing order (used_columns), so every sum and tie
+    is the same. The histograms have rows for the used columns only, not for all 3000."""
+    X, y, classes = small_digits
+    X = sp.csr_matrix(X)
+    narrow = X[:, np.flatnonzero(X.getnnz(axis=0))]
+    d = narrow.shape[1]
+    columns = np.sort(np.random.default_rng(0).choice(np.arange(1, 3000), size=d, replace=False))
+    wide = sp.csr_matrix((narrow.data, columns[narrow.indices], narrow.indptr), shape=(X.shape[0], 3000))
+    params = {**RUN, "stumps": stumps}
+    small, _ = fit(InMemoryStore(narrow, y, classes, chunk_rows=100), **params)
+    rows = []
+    real = mb._histogram_task
+
+    def spy(source, chunk_id, **kw):
+        sums = real(source, chunk_id, **kw)
+        rows.append(sums.bins.shape[0])
+        return sums
+
+    monkeypatch.setattr(mb, "_histogram_task", spy)
+    big, _ = fit(InMemoryStore(wide, y, classes, chunk_rows=100), **params)
+    constant = np.isinf(small.thresholds)
+    assert np.array_equal(np.isinf(big.thresholds), constant) and big.n_features == 3000
+    np.testing.assert_array_equal(big.features, np.where(constant, 0, columns[small.features]))
+    for key, value in small._arrays().items():
+        if key != "features":
+            np.testing.assert_array_equal(big._arrays()[key], value, err_msg=key)
+    assert big.info == small.info
+    dense_wide = wide.toarray()
+    np.testing.assert_array_equal(big.decision_function(dense_wide), small.decision_function(narrow.toarray()))
+    n_bins_total = sum(len(np.unique(narrow[:, [f]].toarray())) for f in range(d))
+    assert set(rows) == {n_bins_total + 1}  # the used columns' bins and column 0's single bin
 
 
 @pytest.mark.slow
