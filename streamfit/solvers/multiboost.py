@@ -362,10 +362,8 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets, used) -> None:
     stump x_f > cut_b is bin(x_f) > b."""
     chunk = _read_uncached(source, chunk_id)
     X = chunk.X
-    compact = np.full(source.n_features, -1, dtype=np.int64)
-    compact[used] = np.arange(len(used))
-    columns = compact[X.indices]
-    keep = columns >= 0
+    columns = np.searchsorted(used, X.indices)  # compact ids (used is increasing); no n_features-sized map
+    keep = used[np.minimum(columns, len(used) - 1)] == X.indices
     kept = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(keep, out=kept[1:])
     columns = columns[keep]
