@@ -402,8 +402,9 @@ class Engine:
         from streamfit.logs import dask_level as asked_dask_level
 
         dask_log = logging.getLogger("distributed")
-        if asked_dask_level() is not None:  # `streamfit -q`: reset by distributed's import, set again
-            dask_log.setLevel(int(asked_dask_level() or 0))
+        asked = asked_dask_level()
+        if asked is not None:  # `streamfit -q`: reset by distributed's import, set again
+            dask_log.setLevel(asked)
         elif not log.isEnabledFor(logging.INFO) and dask_log.getEffectiveLevel() < logging.ERROR:
             dask_log.setLevel(logging.ERROR)  # Dask's own INFO chatter only when streamfit is verbose
         # the scheduler's and workers' logs as this process's (`streamfit -q` raises it to CRITICAL)

@@ -357,7 +357,9 @@ class _SolverEstimator(_ParamsMixin):
         estimator = type(self).__name__
         if fitted is None and names is not None:
             warnings.warn(
-                f"X has feature names, but {estimator} was fitted without feature names", UserWarning, stacklevel=4
+                f"X has feature names, but {estimator} was fitted without feature names",
+                UserWarning,
+                stacklevel=_outside_this_module(),
             )
         elif fitted is not None and names is None:
             warnings.warn(

@@ -16,20 +16,21 @@ ECHOED = "echoed"
 # Dask's own log level that `streamfit -q` asks for (None: not asked). Importing distributed sets
 # the "distributed" logger's level from Dask's config (INFO), over a level set before that import,
 # so the engine applies this one after it, in its process and on the cluster's workers.
-_quiet_dask_level: list[int | None] = [None]
+_quiet_dask_level: int | None = None
 
 
 def set_dask_level(level: int | None) -> None:
     """Ask for Dask's own log ("distributed") at `level` wherever a command runs Dask (None: Dask's
     default, ERROR and above at streamfit's default verbosity)."""
-    _quiet_dask_level[0] = level
+    global _quiet_dask_level
+    _quiet_dask_level = level
     if level is not None:
         logging.getLogger("distributed").setLevel(level)
 
 
 def dask_level() -> int | None:
     """The level set by set_dask_level, or None."""
-    return _quiet_dask_level[0]
+    return _quiet_dask_level
 
 
 def silence_dask_worker(level: int) -> None:
