@@ -541,19 +541,19 @@ def test_the_dashboard_listens_on_this_machine_only_and_serves_its_page(capfd, m
 
 @pytest.mark.slow
 def test_quiet_silences_the_log_of_the_dask_workers(capfd, monkeypatch):
-    from click.testing import CliRunner
-
-    from streamfit.cli import main
+    from streamfit.logs import set_dask_level
 
     monkeypatch.setattr("streamfit.engine.WORKER_START_METHOD", "spawn")  # as in the test above
 
-    # `streamfit -q`: what it sets for this process is what the embedded cluster's workers get
-    assert CliRunner().invoke(main, ["-q", "train", "--list-solvers"]).exit_code == 0
+    # what `streamfit -q` asks for during its command (cli._be_quiet; reset when the command ends),
+    # in a process that imported distributed already: the embedded cluster's workers get it too
+    set_dask_level(logging.CRITICAL)
     try:
         with Engine(mode="local", n_workers=1, dashboard_address="127.0.0.1:0") as eng:
             assert eng.map(chunk_logs_dask_noise, None, range(1)) == [0]
         assert "CommClosedError" not in capfd.readouterr().err
     finally:
+        set_dask_level(None)
         logging.getLogger("distributed").setLevel(logging.NOTSET)
 
 
