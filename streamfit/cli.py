@@ -565,8 +565,9 @@ def transpose(ctx, store, block_features):
 @click.option(
     "--verify",
     is_flag=True,
-    help="Re-read every chunk and CSC block, check its checksum and that it agrees with the manifest; "
-    "exit 1 naming damage (a damaged manifest.json: exit 2 naming the field).",
+    help="Re-read every chunk and CSC block, check its checksum and that it agrees with the manifest, "
+    "the IDF weights' checksum, and (Zarr) that every zarr.json says what the writer writes, as "
+    "zarr-python needs; exit 1 naming each damaged file (a damaged manifest.json: exit 2 naming the field).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--chunks", "show_chunks", is_flag=True, help="List every chunk (and CSC block).")

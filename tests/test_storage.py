@@ -488,6 +488,32 @@ def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
         open_store(store).read_chunk(2)
 
 
+@pytest.mark.slow
+def test_verify_on_s3_checks_the_zarr_metadata_that_zarr_python_reads(s3):
+    """On S3 `inspect --verify` checks every zarr.json as on local disk: an intact store verifies
+    and zarr-python (through fsspec) reads its arrays as streamfit does; a chunk array's
+    zarr.json saying another shape, which streamfit's reader never reads, is named by its URL
+    under the committed attempt, with the fix."""
+    import zarr
+
+    store = f"s3://{BUCKET}/meta.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "40").exit_code == 0
+    assert open_store(store).verify() == []
+    (attempt,) = _attempts(s3, "meta.zarr")
+    group = zarr.open_group(f"{store}/{attempt}", mode="r", storage_options={"skip_instance_cache": True})
+    chunk = open_store(store).read_chunk(1)
+    assert np.array_equal(group["chunks/000001/indices"][:], chunk.X.indices)
+    assert np.array_equal(group["chunks/000001/y"][:], chunk.labels)
+    key = f"{BUCKET}/meta.zarr/{attempt}/chunks/000001/indices/zarr.json"
+    document = json.loads(s3.cat_file(key))
+    s3.pipe_file(key, json.dumps(document | {"shape": [document["shape"][0] + 1]}).encode())
+    result = _cli("inspect", "--verify", store)
+    assert result.exit_code == 1
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("damaged:")]
+    assert f"{store}/{attempt}/chunks/000001/indices/zarr.json says shape [" in line
+    assert line.endswith("re-ingest the store")
+
+
 @pytest.fixture(scope="module")
 def cluster(s3):
     """A two-worker Dask cluster on loopback, started after `s3` so that its workers have the

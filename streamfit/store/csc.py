@@ -9,6 +9,7 @@ within each column, values (float32). It lives in the Zarr v3 group `STORE/csc/`
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -23,7 +24,7 @@ from streamfit.errors import StoreError, output_error
 from streamfit.runlog import counted
 from streamfit.storage import fsync_path, is_url, resolve
 from streamfit.store.format import MANIFEST, DataMismatch, csc_block_digest
-from streamfit.store.zarr_backend import ZSTD_LEVEL
+from streamfit.store.zarr_backend import ZSTD_LEVEL, group_document, metadata_problem
 
 CSC_DIR = "csc"
 NNZ_CHUNK = 1 << 20  # elements per Zarr chunk along nnz of a block's arrays
@@ -149,10 +150,58 @@ def _block_from_spill(rec: np.ndarray, n_rows: int, width: int) -> tuple[np.ndar
 
 
 def _write_block(group, b: int, arrays: tuple[np.ndarray, np.ndarray, np.ndarray], shape: tuple[int, int]) -> None:
-    g = group.create_group(block_name(b))
-    g.attrs.update({"encoding-type": "csc_matrix", "encoding-version": "0.1.0", "shape": list(shape)})
+    g = group.create_group(block_name(b), attributes=_block_attributes(shape))
     for name, arr in zip(("indptr", "indices", "data"), arrays):
         g.create_array(name, data=arr, chunks=(max(1, min(len(arr), NNZ_CHUNK)),), compressors=COMPRESSORS)
+
+
+def _block_attributes(shape: tuple[int, int]) -> dict:
+    return {"encoding-type": "csc_matrix", "encoding-version": "0.1.0", "shape": list(shape)}
+
+
+def _block_metadata(b: int, n_rows: int, width: int, nnz: int) -> dict[str, dict]:
+    """The `zarr.json` documents zarr-python writes for block b (n_rows × width, nnz entries) as
+    _write_block writes it, by path under `csc/`: its group's and its three arrays' (made with no
+    data in a memory store: only the metadata is written)."""
+    from zarr.storage import MemoryStore
+
+    objects: dict = {}
+    g = zarr.create_group(MemoryStore(objects), zarr_format=3).create_group(
+        block_name(b), attributes=_block_attributes((n_rows, width))
+    )
+    index = np.int32 if n_rows < 2**31 else np.int64
+    for name, size, dtype in (("indptr", width + 1, np.int64), ("indices", nnz, index), ("data", nnz, np.float32)):
+        g.create_array(
+            name, shape=(size,), dtype=dtype, chunks=(max(1, min(size, NNZ_CHUNK)),), compressors=COMPRESSORS
+        )
+    return {
+        key: json.loads(value.to_bytes())
+        for key, value in objects.items()
+        if key.endswith("zarr.json") and key != "zarr.json"
+    }
+
+
+def metadata_problems(store_path: str, n_rows: int, blocks: list[dict]) -> tuple[list[str], set[int]]:
+    """The Zarr metadata of `STORE/csc/` (its group and each block's group and arrays) checked
+    against what `streamfit transpose` writes for the blocks the manifest lists: the problems
+    (one line per file that is missing, not JSON, or says another shape, dtype, codec, …, named
+    by its path under the store) and the ids of the blocks they concern (all of them when
+    csc/zarr.json itself is damaged: zarr-python opens no block then)."""
+    expected = {"zarr.json": group_document({})}
+    owner: dict[str, int] = {}
+    for info in blocks:
+        for key, document in _block_metadata(
+            info["id"], n_rows, info["col_stop"] - info["col_start"], info["nnz"]
+        ).items():
+            expected[key], owner[key] = document, info["id"]
+    fetched = resolve(os.path.join(store_path, CSC_DIR)).read_files(list(expected))
+    problems, damaged = [], set()
+    for key, raw in zip(expected, fetched):
+        problem = metadata_problem(f"{CSC_DIR}/{key}", raw, expected[key])
+        if problem:
+            problems.append(problem)
+            damaged |= {owner[key]} if key in owner else {info["id"] for info in blocks}
+    return problems, damaged
 
 
 def build_csc(

@@ -92,7 +92,12 @@ class ParquetReader:
         self.root = root
         self.multilabel, self.regression = multilabel, regression
         self.n_classes = n_classes
-        self.common = pq.read_schema(root.join(CHUNKS_DIR, COMMON_METADATA).path, filesystem=root.arrow_filesystem())
+        try:
+            self.common = pq.read_schema(
+                root.join(CHUNKS_DIR, COMMON_METADATA).path, filesystem=root.arrow_filesystem()
+            )
+        except (OSError, pa.ArrowException) as e:  # named: the message of a damaged file names none
+            raise ValueError(f"{CHUNKS_DIR}/{COMMON_METADATA}: {e}") from e
 
     def _expected(self, n_outputs: int) -> list:
         return [(f.name, f.type) for f in schema(self.multilabel, n_outputs if self.regression else None)]
@@ -115,7 +120,12 @@ class ParquetReader:
         groups disagree with the manifest."""
         location = chunk_file(self.root, cid)
         name = f"{CHUNKS_DIR}/{location.name}"
-        file = pq.ParquetFile(location.path, filesystem=self.root.arrow_filesystem())
+        try:
+            file = pq.ParquetFile(location.path, filesystem=self.root.arrow_filesystem())
+        except FileNotFoundError as e:
+            raise FileNotFoundError(f"{name} is missing") from e
+        except (OSError, pa.ArrowException) as e:  # named: the message of a damaged footer names no file
+            raise ValueError(f"{name}: {e}") from e
         got = [(f.name, f.type) for f in file.schema_arrow]
         if got != self._expected(n_outputs):
             raise DataMismatch(f"{name} has columns {got}, expected {self._expected(n_outputs)}")

@@ -220,7 +220,10 @@ class Store(ChunkSource):
         if not self.manifest.transform.get("idf"):
             return None
         path = self.data.join(IDF_FILE).url
-        data = self.data.join(IDF_FILE).read_bytes()
+        try:
+            data = self.data.join(IDF_FILE).read_bytes()
+        except FileNotFoundError:
+            raise StoreError(f"{path} is missing (the manifest says the rows are IDF-weighted); {REINGEST}") from None
         if hashlib.sha256(data).hexdigest() != self.manifest.transform.get("idf_sha256"):
             raise StoreError(f"{path}: fails its checksum; the store is damaged, re-ingest it")
         idf = np.load(io.BytesIO(data), allow_pickle=False)
@@ -254,7 +257,10 @@ class Store(ChunkSource):
             try:
                 reader = cls(self.data, self.multilabel, self.n_classes, self.regression)
             except Exception as e:
-                raise StoreError(f"{self.path}: cannot open the {self.manifest.backend} data ({e})") from e
+                problem = " ".join(str(e).split())
+                raise StoreError(
+                    f"{self.path}: cannot open the {self.manifest.backend} data ({problem}); {REINGEST}"
+                ) from e
             try:
                 reader.check(self.manifest)
             except DataMismatch as e:
@@ -400,25 +406,58 @@ class Store(ChunkSource):
 
     def verify(self) -> list[str]:
         """Re-read every chunk and every CSC block and check their checksums and their agreement
-        with the manifest; returns the problems found. A SIGTERM stops it between chunks and blocks."""
+        with the manifest, the IDF weights against theirs, and (Zarr) every `zarr.json` against
+        what the writer writes: the metadata other Zarr readers (zarr-python) need, which
+        streamfit's reader does not read. Returns the problems found, one line each naming the
+        file or chunk and the fix. A SIGTERM stops it between chunks and blocks."""
         try:
             self.reader  # noqa: B018 - opening checks the data's layout against the manifest
         except StoreError as e:
             return [str(e)]
-        problems = []
-        for i in range(self.n_chunks):
-            check_stop_reading(self.path)
+        zarr_metadata = self.manifest.backend == "zarr"
+        problems = [self._metadata_problem(p) for p in self.reader.root_metadata_problems()] if zarr_metadata else []
+        if self.manifest.transform.get("idf"):
             try:
-                self._read_from_disk(i, verify=True)
+                self.idf  # noqa: B018 - reading checks the weights' SHA-256 and shape
             except StoreError as e:
                 problems.append(str(e))
+        for i in range(self.n_chunks):
+            check_stop_reading(self.path)
+            n_labels = None
+            try:
+                chunk = self._read_from_disk(i, verify=True)
+                n_labels = int(chunk.labels.nnz) if isinstance(chunk.labels, sp.csr_matrix) else None
+            except StoreError as e:
+                problems.append(str(e))
+            if zarr_metadata:
+                info = self.manifest.chunks[i]
+                found = self.reader.metadata_problems(
+                    i, info.row_stop - info.row_start, info.nnz, self.n_classes, n_labels
+                )
+                problems += [self._metadata_problem(p) for p in found]
+        damaged_blocks: set[int] = set()
+        if self.manifest.csc:
+            from streamfit.store.csc import metadata_problems
+
+            found, damaged_blocks = metadata_problems(self.data.path, self.n_rows, self.manifest.csc["blocks"])
+            problems += [
+                f"{self.path}/{p}; rebuild the column copy with 'streamfit transpose {self.path}'" for p in found
+            ]
         for b in range(self.n_feature_blocks):
             check_stop_reading(self.path)
+            if b in damaged_blocks:  # named above; zarr-python would fail on it or misread it
+                continue
             try:
                 self.read_feature_block(b)
             except StoreError as e:
                 problems.append(str(e))
         return problems
+
+    def _metadata_problem(self, problem: str) -> str:
+        """A problem of a Zarr metadata file as `verify` reports it: the store, the file, what is
+        wrong, what it breaks and the fix."""
+        where = self.path if self.data.local else f"{self.path}/{self.data.name}"  # behind a URL: its attempt
+        return f"{where}/{problem}; a Zarr reader (zarr-python) would refuse or misread the store; {REINGEST}"
 
 
 def check_stop_reading(path: str) -> None:

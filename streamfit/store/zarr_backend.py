@@ -29,27 +29,26 @@ def _metadata(document: dict) -> bytes:
     return json.dumps(document, indent=JSON_INDENT, allow_nan=True).encode()
 
 
+def group_document(attributes: dict) -> dict:
+    """The `zarr.json` document of a Zarr v3 group with these attributes."""
+    return {"attributes": attributes, "zarr_format": 3, "node_type": "group"}
+
+
 def group_metadata(attributes: dict) -> bytes:
     """The `zarr.json` of a Zarr v3 group with these attributes."""
-    return _metadata({"attributes": attributes, "zarr_format": 3, "node_type": "group"})
+    return _metadata(group_document(attributes))
 
 
-def array_files(name: str, values: np.ndarray) -> dict[str, bytes]:
-    """The files of `values` as the Zarr v3 array `name`, one chunk the array's shape (a 0 in
-    the shape: 1): {"NAME/zarr.json": metadata, "NAME/c/0…": the chunk}. Codecs: bytes
-    (little-endian), zstd (ZSTD_LEVEL, no checksum), crc32c (the CRC32C of the compressed bytes,
-    4 bytes little-endian, appended). Fill value 0; as zarr-python does by default
-    (`write_empty_chunks` false), a chunk whose bytes are all those of the fill value (an empty
-    array, all zeros, -0.0 not among them) is not written: a reader takes a missing chunk as
-    zeros."""
-    values = np.ascontiguousarray(values)
-    float_kind = values.dtype.kind == "f"
-    document = {
-        "shape": list(values.shape),
-        "data_type": values.dtype.name,
-        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(n, 1) for n in values.shape]}},
+def array_metadata(shape: tuple[int, ...], dtype: str) -> dict:
+    """The `zarr.json` document of a Zarr v3 array of this shape and dtype as array_files writes
+    it: one chunk the array's shape (a 0 in the shape: 1), codecs bytes (little-endian), zstd
+    (ZSTD_LEVEL, no checksum), crc32c; fill value 0."""
+    return {
+        "shape": list(shape),
+        "data_type": np.dtype(dtype).name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [max(n, 1) for n in shape]}},
         "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
-        "fill_value": 0.0 if float_kind else 0,
+        "fill_value": 0.0 if np.dtype(dtype).kind == "f" else 0,
         "codecs": [
             {"name": "bytes", "configuration": {"endian": "little"}},
             {"name": "zstd", "configuration": {"level": ZSTD_LEVEL, "checksum": False}},
@@ -60,6 +59,17 @@ def array_files(name: str, values: np.ndarray) -> dict[str, bytes]:
         "node_type": "array",
         "storage_transformers": [],
     }
+
+
+def array_files(name: str, values: np.ndarray) -> dict[str, bytes]:
+    """The files of `values` as the Zarr v3 array `name`: {"NAME/zarr.json": metadata
+    (array_metadata), "NAME/c/0…": the chunk}. The chunk: the little-endian bytes, zstd, then
+    the CRC32C of the compressed bytes (4 bytes little-endian) appended. As zarr-python does by
+    default (`write_empty_chunks` false), a chunk whose bytes are all those of the fill value (an
+    empty array, all zeros, -0.0 not among them) is not written: a reader takes a missing chunk
+    as zeros."""
+    values = np.ascontiguousarray(values)
+    document = array_metadata(values.shape, values.dtype.name)
     files = {f"{name}/zarr.json": _metadata(document)}
     raw = values.astype(values.dtype.newbyteorder("<"), copy=False).tobytes()
     if np.frombuffer(raw, dtype=np.uint8).any():
@@ -119,6 +129,39 @@ def _array_key(name: str, ndim: int) -> str:
     return "/".join([name, "c"] + ["0"] * ndim)
 
 
+def metadata_problem(
+    where: str, raw: bytes | BaseException, expected: dict, ignore: tuple[str, ...] = ()
+) -> str | None:
+    """What is wrong with the Zarr metadata file `where` (its bytes, or the exception reading it
+    raised) against the document the writer writes (`expected`, keys in `ignore` left out), in
+    one line; None when it says the same (its JSON layout may differ)."""
+    if isinstance(raw, FileNotFoundError):
+        return f"{where} is missing"
+    if isinstance(raw, BaseException):
+        return f"{where} cannot be read ({' '.join(str(raw).split())})"
+    try:
+        got = json.loads(raw)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        return f"{where} is not JSON, cut short or overwritten ({e})"
+    if not isinstance(got, dict):
+        return f"{where} holds a JSON {type(got).__name__}, not a Zarr metadata object"
+    differences = []
+    for key in [k for k in expected if k not in ignore] + sorted(set(got) - set(expected) - set(ignore)):
+        if key not in got:
+            differences.append(f"lacks {key!r}")
+        elif key not in expected:
+            differences.append(f"has the unknown key {key!r}")
+        elif got[key] != expected[key]:
+            differences.append(f"says {key} {_short(got[key])} where the data is {_short(expected[key])}")
+    return f"{where} {'; '.join(differences)}" if differences else None
+
+
+def _short(value, limit: int = 80) -> str:
+    """`value` as JSON in at most `limit` characters."""
+    text = json.dumps(value, allow_nan=True)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def decode_chunk(raw: bytes, dtype: str, where: str) -> np.ndarray:
     """The values (1-D) of an array's one Zarr chunk as _put encodes them: the values' little-
     endian bytes (Zarr's bytes codec), zstd-compressed, then the CRC32C of the compressed bytes
@@ -146,7 +189,10 @@ class ZarrReader:
         self.root = root
         # the root group's metadata, read as one file (behind a URL one GET; Zarr would ask first
         # whether it exists): a Zarr v3 group whose attributes hold the manifest copy
-        meta = json.loads(root.join("zarr.json").read_bytes())
+        try:
+            meta = json.loads(root.join("zarr.json").read_bytes())
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise ValueError(f"zarr.json is not JSON, cut short or overwritten ({e})") from None
         if not isinstance(meta, dict) or meta.get("zarr_format") != 3 or meta.get("node_type") != "group":
             raise ValueError("zarr.json does not describe a Zarr v3 group")
         attributes = meta.get("attributes")
@@ -162,21 +208,59 @@ class ZarrReader:
         if differs:
             raise DataMismatch(f"the manifest copy in the Zarr root attributes has another {differs}")
 
-    def read(self, cid: int, n_rows: int, nnz: int, n_features: int, n_outputs: int):
-        """Chunk cid of n_rows rows and nnz non-zeros: (X, labels). DataMismatch naming the array
-        whose values fail their CRC32C, are missing, or whose length disagrees with the manifest."""
-        where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
-        expected: list[tuple[str, str, tuple[int, ...] | None]] = [
+    def _arrays(self, n_rows: int, nnz: int, n_outputs: int) -> list[tuple[str, str, tuple[int, ...] | None]]:
+        """(name, dtype, shape) of the arrays of a row chunk's group, as write_chunk writes them;
+        the shape None for Y/indices, whose length only Y/indptr tells."""
+        arrays: list[tuple[str, str, tuple[int, ...] | None]] = [
             ("indptr", "int64", (n_rows + 1,)),
             ("indices", "int32", (nnz,)),
             ("data", "float32", (nnz,)),
         ]
         if self.regression:
-            expected.append(("targets", TARGET_DTYPE, (n_rows, n_outputs)))
+            arrays.append(("targets", TARGET_DTYPE, (n_rows, n_outputs)))
         elif self.multilabel:
-            expected += [("Y/indptr", "int64", (n_rows + 1,)), ("Y/indices", "int32", None)]
+            arrays += [("Y/indptr", "int64", (n_rows + 1,)), ("Y/indices", "int32", None)]
         else:
-            expected.append(("y", "int32", (n_rows,)))
+            arrays.append(("y", "int32", (n_rows,)))
+        return arrays
+
+    def root_metadata_problems(self) -> list[str]:
+        """The Zarr metadata of the root group and of `chunks/` (a group each) checked against
+        what the writer writes (close): one line per file that is missing, not JSON, or says
+        something else. The root's attributes (the manifest copy) are `check`'s."""
+        fetched = self.root.read_files(["zarr.json", f"{CHUNKS_DIR}/zarr.json"])
+        root = metadata_problem("zarr.json", fetched[0], group_document({}), ignore=("attributes",))
+        chunks = metadata_problem(f"{CHUNKS_DIR}/zarr.json", fetched[1], group_document({}))
+        return [p for p in (root, chunks) if p]
+
+    def metadata_problems(self, cid: int, n_rows: int, nnz: int, n_outputs: int, n_labels: int | None) -> list[str]:
+        """The Zarr metadata (`zarr.json`) of row chunk cid's group and of each of its arrays,
+        checked against what write_chunk writes for a chunk of this size (the manifest's rows and
+        non-zeros; n_labels: Y/indices' length read from the chunk, None when unknown: its shape
+        is then not checked): one line per file that is missing, not JSON, or says another shape,
+        data type, codec, … . streamfit's reader does not read these files (read() takes the
+        shapes and dtypes from the manifest), zarr-python and other Zarr readers do."""
+        expected = {"zarr.json": group_document({})}
+        if self.multilabel:
+            expected["Y/zarr.json"] = group_document({})
+        loose = {}
+        for name, dtype, shape in self._arrays(n_rows, nnz, n_outputs):
+            if shape is None and n_labels is None:
+                loose[f"{name}/zarr.json"] = ("shape", "chunk_grid")
+            expected[f"{name}/zarr.json"] = array_metadata(shape if shape is not None else (n_labels or 0,), dtype)
+        where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
+        fetched = self.root.join(CHUNKS_DIR, chunk_name(cid)).read_files(list(expected))
+        found = (
+            metadata_problem(f"{where}/{key}", raw, expected[key], loose.get(key, ()))
+            for key, raw in zip(expected, fetched)
+        )
+        return [p for p in found if p]
+
+    def read(self, cid: int, n_rows: int, nnz: int, n_features: int, n_outputs: int):
+        """Chunk cid of n_rows rows and nnz non-zeros: (X, labels). DataMismatch naming the array
+        whose values fail their CRC32C, are missing, or whose length disagrees with the manifest."""
+        where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
+        expected = self._arrays(n_rows, nnz, n_outputs)
         group = self.root.join(CHUNKS_DIR, chunk_name(cid))
         fetched = group.read_files([_array_key(name, len(shape or (0,))) for name, _, shape in expected])
         arrays: dict[str, np.ndarray] = {}
