@@ -507,3 +507,31 @@ def test_a_truncated_or_missing_parquet_chunk_is_named_with_the_fix(digits, writ
     assert "\n" not in str(e.value)
     [problem] = s.verify()
     assert problem.startswith(f"{path}: chunk 1 (rows 400-800) is damaged") and problem.endswith("re-ingest the store")
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+@pytest.mark.parametrize("damage", ["missing", "one byte changed"])
+def test_verify_checks_the_idf_weights(tmp_path, backend, damage):
+    """idf.npy (IDF-weighted rows) is covered by the manifest's idf_sha256, and `verify` checks
+    it: before, a deleted or altered idf.npy passed `inspect --verify` (and a deleted one was a
+    FileNotFoundError traceback where the weights were read: `--like`, predict)."""
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+
+    data = os.path.join(os.path.dirname(__file__), "..", "data", "walkthrough", "news-train.txt.gz")
+    path = str(tmp_path / f"news.{backend}")
+    args = ["-q", "ingest", data, "--no-header", "--label-field", "0", "--text-field", "2", "--out", path]
+    assert CliRunner().invoke(main, [*args, "--backend", backend]).exit_code == 0
+    assert open_store(path).verify() == []
+    idf = os.path.join(path, "idf.npy")
+    if damage == "missing":
+        os.remove(idf)
+    else:
+        raw = bytearray(open(idf, "rb").read())
+        raw[-1] ^= 0x01
+        open(idf, "wb").write(bytes(raw))
+    [problem] = open_store(path).verify()
+    assert problem.startswith(idf) and problem.endswith(("re-ingest the store", "re-ingest it")), problem
+    with pytest.raises(StoreError, match="idf.npy"):
+        open_store(path).idf  # noqa: B018
