@@ -164,6 +164,11 @@ def featurization_differences(theirs: dict, their_idf, ours: dict, our_idf) -> l
         out.append(
             "ARFF feature attributes or nominal values declared otherwise (the model's columns follow another header)"
         )
+    # NumPy/HDF5 inputs' width (arrays.check_columns), recorded since session 22
+    a_width = theirs.get("source_options", {}).get("x_columns")
+    b_width = ours.get("source_options", {}).get("x_columns")
+    if a_width is not None and b_width is not None and a_width != b_width:
+        out.append(f"arrays of {a_width} feature columns (the model's {b_width}: other features by position)")
     return out
 
 

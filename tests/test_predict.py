@@ -400,3 +400,55 @@ def test_an_estimators_model_scores_numeric_rows_in_its_width_and_refuses_text(t
         "score the matrix with streamfit.load_model(MODEL).predict(X)"
     ) in result.output
     assert not (tmp_path / "t.csv").exists()
+
+
+@pytest.mark.parametrize("fmt", ["npz", "h5"])
+@pytest.mark.parametrize("hashed", [True, False])
+def test_arrays_of_another_width_than_the_training_arrays_are_refused(tmp_path, fmt, hashed):
+    """An array's columns are features 0, 1, … by position. Before, a NumPy/HDF5 file narrower
+    or wider than the training arrays was scored (hashed: wider too) and ingested `--like`
+    without a word: scores of other features. Now the training width is recorded with the store
+    (x_columns) and a file of another width is refused by predict, `ingest --like` and a second
+    training input, naming file and widths; evaluate refuses a store ingested alone from such
+    files. The same width reads as before."""
+    import h5py
+    from sklearn.datasets import load_wine
+
+    from streamfit.store import open_store
+
+    X, y = load_wine(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order], y[order]
+
+    def save(name, rows, labels):
+        path = tmp_path / f"{name}.{fmt}"
+        if fmt == "npz":
+            np.savez(path, X=rows, y=labels)
+        else:
+            with h5py.File(path, "w") as f:
+                f["X"], f["y"] = rows, labels
+        return path
+
+    train, same = save("train", X[:120], y[:120]), save("same", X[120:], y[120:])
+    narrow, wide = save("narrow", X[120:, :10], y[120:]), save("wide", np.hstack([X[120:], X[120:, :3]]), y[120:])
+    hashing = [] if hashed else ["--no-hash"]
+    run("-q", "ingest", train, *hashing, "--out", tmp_path / "s.zarr")
+    run("-q", "train", tmp_path / "s.zarr", "--solver", "bcd", "-p", "max_iter=3", "--out", tmp_path / "r")
+    assert "58 rows written" in run("-q", "predict", tmp_path / "r", same, "-o", tmp_path / "p.csv").output
+    run("-q", "ingest", same, "--like", tmp_path / "s.zarr", "--out", tmp_path / "t.zarr")
+    for other, width in ((narrow, 10), (wide, 16)):
+        x_name = "array 'X'" if fmt == "npz" else "dataset 'X'"
+        expected = f"{other.name}: {x_name} has {width} columns, the training data 13 ("
+        for args in (
+            ["predict", tmp_path / "r", other, "-o", tmp_path / "q.csv"],
+            ["ingest", other, "--like", tmp_path / "s.zarr", "--out", tmp_path / "u.zarr"],
+            ["ingest", train, other, *hashing, "--out", tmp_path / "v.zarr"],
+        ):
+            result = run("-q", *args, ok=False)
+            assert result.exit_code == 2 and expected in result.output, (args, result.output)
+        assert not (tmp_path / "q.csv").exists() and not (tmp_path / "u.zarr").exists()
+        classes = ",".join(open_store(str(tmp_path / "s.zarr")).classes)
+        run("-q", "ingest", other, *hashing, "--classes", classes, "--out", tmp_path / "alone.zarr", "--overwrite")
+        if hashed:  # unhashed, the width differs anyway (n_features); hashed, only the record tells
+            result = run("-q", "evaluate", tmp_path / "r", tmp_path / "alone.zarr", ok=False)
+            assert result.exit_code == 2 and f"arrays of {width} feature columns (the model's 13" in result.output

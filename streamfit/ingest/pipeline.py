@@ -847,7 +847,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
         multilabel = None
-    source_options = _arff_header(o, source_options)
+    source_options = _array_columns(o, _arff_header(o, source_options))
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     distributed = bool(o.n_workers or o.scheduler)
@@ -890,7 +890,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         source_info = {
             "paths": [storage.public(p) for p in o.inputs],
             "format": o.format,
-            "options": {k: v for k, v in source_options.items() if k != "arff_header"},  # the header once: below
+            # as given: the header once (below), the width found, not given
+            "options": {k: v for k, v in source_options.items() if k not in ("arff_header", "x_columns")},
             "like": storage.public(o.like) if o.like else None,
             "format_options": {k: v for k, v in source_options.items() if k not in DATA_OPTIONS},
             "input": _input_kind(p1.kinds),
@@ -976,6 +977,29 @@ def _arff_header(o: IngestOptions, source_options: dict) -> dict:
             source = open_source(path, "arff", policy=BadRecordPolicy(), limits=limits, **source_options)
             assert isinstance(source, ArffSource)
             return {**source_options, "arff_header": source.feature_header()}
+    return source_options
+
+
+def _array_columns(o: IngestOptions, source_options: dict) -> dict:
+    """source_options with the NumPy/HDF5 option `x_columns`: the width of the first such
+    input's feature matrix, unless the --like store records one. An array's columns are features
+    0, 1, … by position, so every array input, and what is later read like this store (`--like`,
+    `predict` on raw arrays), must have this width (arrays.check_columns): one of another width
+    holds other features, and hashed (the default) it would be read without a word. Recorded
+    with the store's format options, so a model carries it."""
+    if "x_columns" in source_options:
+        return source_options
+    from streamfit.ingest.sources import BadRecordPolicy, infer_format, open_source, sniff_format
+    from streamfit.ingest.sources.hdf5 import Hdf5Source
+    from streamfit.ingest.sources.numpy_arrays import NumpySource
+
+    for path in o.inputs:
+        name = o.format or infer_format(path) or sniff_format(path)
+        if name in ("numpy", "hdf5"):
+            numeric = o.target == "numeric"
+            source = open_source(path, name, policy=BadRecordPolicy(), numeric_targets=numeric, **source_options)
+            assert isinstance(source, NumpySource | Hdf5Source)
+            return {**source_options, "x_columns": source.x_columns}
     return source_options
 
 

@@ -45,6 +45,21 @@ def check_shapes(
     return len(y_shape) == 2 and not numeric_targets
 
 
+def check_columns(path: str, x_name: str, x_shape, x_columns: int | None) -> int:
+    """X's width (x_shape[1]); InputError unless it is x_columns (None: any). The columns of an
+    array are features 0, 1, … by position, hashed or kept as they are, so an array of another
+    width than the training data's (recorded in the store's format options as x_columns) holds
+    other features: read, it would be scored without a word."""
+    width = int(x_shape[1])
+    if x_columns is not None and width != x_columns:
+        raise InputError(
+            path,
+            f"{x_name} has {width} columns, the training data {x_columns}",
+            "give it the training data's feature columns, in the same order",
+        )
+    return width
+
+
 def _label(value) -> str:
     """One label of a 1-D y; ValueError if it is NaN, infinite or empty."""
     if isinstance(value, bytes):

@@ -1,5 +1,6 @@
 """HDF5 files (h5py): features in the 2-D dataset x_dataset, labels in y_dataset (None: no
-labels), read batch_size rows at a time (see arrays.py for the label rules and bad records)."""
+labels), read batch_size rows at a time (see arrays.py for the label rules and bad records).
+x_columns: the width X must have (the training data's, recorded by ingest; arrays.check_columns)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
-from streamfit.ingest.sources.arrays import array_batches, check_shapes
+from streamfit.ingest.sources.arrays import array_batches, check_columns, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.storage import is_url, resolve
 
@@ -30,6 +31,7 @@ class Hdf5Source:
         numeric_targets: bool = False,
         x_dataset: str = "X",
         y_dataset: str | None = "y",
+        x_columns: int | None = None,
     ):
         self.path = os.fspath(path)
         self.url_info = require_path(self.path)  # a URL's look-up, for its open
@@ -52,6 +54,7 @@ class Hdf5Source:
                 "check --x-dataset and --y-dataset",
                 numeric_targets,
             )
+            self.x_columns = check_columns(self.path, f"dataset {x_dataset!r}", X.shape, x_columns)
         self.n_read = 0
 
     def _open(self) -> h5py.File:

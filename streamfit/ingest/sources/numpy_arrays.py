@@ -6,6 +6,7 @@
 - a scipy.sparse.save_npz file is read as sparse rows (SparseBatch); it holds no labels, so
   y_path is required. The matrix is loaded whole.
 - y_dataset=None reads no labels (every label None, as `streamfit predict` reads unlabeled rows).
+- x_columns: the width X must have (the training data's, recorded by ingest; arrays.check_columns).
 - behind a URL (s3://…, through fsspec) a file is read whole into memory, not memory-mapped.
 """
 
@@ -21,7 +22,7 @@ import scipy.sparse as sp
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import check_batch_size, require_path
-from streamfit.ingest.sources.arrays import array_batches, check_shapes
+from streamfit.ingest.sources.arrays import array_batches, check_columns, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
 from streamfit.storage import is_url, resolve
 
@@ -56,6 +57,7 @@ class NumpySource:
         x_dataset: str = "X",
         y_dataset: str | None = "y",
         y_path: str | None = None,
+        x_columns: int | None = None,
     ):
         self.path = os.fspath(path)
         require_path(self.path)
@@ -79,6 +81,9 @@ class NumpySource:
             None if y is None else y.dtype,
             "check --x-dataset, --y-dataset and --option y_path",
             numeric_targets,
+        )
+        self.x_columns = check_columns(
+            self.path, f"array {self.x_dataset!r}" if self._is_npz else "X", X.shape, x_columns
         )
         self.n_read = 0
 
