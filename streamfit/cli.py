@@ -369,8 +369,8 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 # source options with a flag of their own (the rest go through --option KEY=VALUE)
 _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
-    "each in its own namespace.",
-    "label_field": "Label field or column [default: label].",
+    "each in its own namespace; in JSONL a dotted path names a nested field (body.text).",
+    "label_field": "Label field or column [default: label]; in JSONL a dotted path names a nested field (meta.topic).",
     "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|' [default: none, one label per cell].",

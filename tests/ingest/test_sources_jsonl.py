@@ -69,9 +69,33 @@ def test_multilabel_forced(read, tmp_path):
     assert read.labels(batches) == [["x"]]
 
 
+def test_nested_fields_by_dotted_path(read, tmp_path):
+    """A data engineer's JSON Lines nest their fields: a dotted path names one inside objects, for
+    the text, label and id fields alike; a key that holds the dot itself is taken first. Before,
+    `--text-field body.text` was "no field 'body.text'" and nested records could not be read."""
+    lines = [
+        {"id": {"doc": 7}, "meta": {"topic": "space", "lang": "en"}, "body": {"title": "Up", "text": "rocket"}},
+        {"id": {"doc": 8}, "meta": {"topic": ["autos"]}, "body": {"title": "Car", "text": "wheel"}, "body.text": "x"},
+    ]
+    path = write_jsonl(tmp_path, lines)
+    options = {"text_field": "body.title,body.text", "label_field": "meta.topic", "id_field": "id.doc"}
+    source = open_source(path, policy=BadRecordPolicy(), multilabel=True, **options)
+    batches = read.batches(source)
+    assert read.texts(batches, "body.title") == ["Up", "Car"]
+    assert read.texts(batches, "body.text") == ["rocket", "x"]  # the literal key "body.text" of line 2
+    assert read.labels(batches) == [["space"], ["autos"]]
+    assert [i for b in batches for i in b.ids] == ["7", "8"]
+    with pytest.raises(InputError, match="no field 'body.txt'") as e:
+        list(open_source(path, policy=BadRecordPolicy(), text_field="body.txt", label_field="meta.topic"))
+    assert (
+        e.value.hint
+        == "set --text-field; this line has the fields: id.doc, meta.topic, meta.lang, body.title, body.text"
+    )
+
+
 BAD = [
     (b"{not json", "invalid JSON", ""),
-    (b"\xff\xfe{}", "not valid UTF-8", ""),
+    (b"\xff\xfe{}", "not valid UTF-8", "JSON text is UTF-8: convert the file from its encoding, e.g. iconv"),
     (b"[1, 2]", "JSON list, not an object", ""),
     (
         json.dumps({"body": "x", "label": "a"}).encode(),
@@ -84,6 +108,21 @@ BAD = [
         "--label-field; this line has the fields: text",
     ),
     (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON int, not a string", ""),
+    (
+        json.dumps({"text": {"title": "t", "body": "b"}, "label": "a"}).encode(),
+        "field 'text' is a JSON object, not a string",
+        "name a field inside it: text.title, text.body",
+    ),
+    (
+        json.dumps({"text": "x", "meta": {"topic": "a"}}).encode(),
+        "no field 'label'",
+        "--label-field; this line has the fields: text, meta.topic",
+    ),
+    (
+        json.dumps({"text": "x", "label": {"topic": "a"}}).encode(),
+        "field 'label' is a JSON object, not a label",
+        "name a field inside it: label.topic",
+    ),
     (
         json.dumps({"text": "x", "label": 1.5}).encode(),
         "label 1.5 is a real number, not a class name",

@@ -13,6 +13,8 @@ limits.record_bytes is a bad record (never held whole). label_field=None
 reads no labels (every label is None): unlabeled records, as `streamfit predict` reads them.
 id_field names a field (a string or an integer) each record carries as its id (TextBatch.ids),
 what `streamfit predict` writes beside each prediction.
+A field name may be a dotted path into nested objects: "meta.topic" reads {"meta": {"topic": …}}
+(a key holding the dot itself, {"meta.topic": …}, is taken first).
 """
 
 from __future__ import annotations
@@ -51,6 +53,48 @@ def _check_text(text: str, what: str) -> str:
             "write a character beyond U+FFFF as a pair of escapes (\\ud83d\\ude00) or as UTF-8",
         ) from None
     return text
+
+
+_MISSING = object()
+
+
+def _field(obj: dict, name: str):
+    """The value of field `name` of a record: its key, or a dotted path into nested objects
+    ("meta.topic"); _MISSING when there is none."""
+    if name in obj:
+        return obj[name]
+    value = obj
+    for part in name.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _paths(obj: dict, prefix: str = "", limit: int = 30) -> list[str]:
+    """The fields of a record as the options name them, nested ones as dotted paths (at most
+    `limit`, depth first)."""
+    out: list[str] = []
+    for key, value in obj.items():
+        if len(out) >= limit:
+            break
+        if isinstance(value, dict) and value:
+            out += _paths(value, f"{prefix}{key}.", limit - len(out))
+        else:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _missing(field: str, option: str, obj: dict) -> _Bad:
+    return _Bad(f"no field {field!r}", f"set {option}; this line has the fields: {', '.join(_paths(obj)) or 'none'}")
+
+
+def _not_a_value(field: str, value, wanted: str) -> _Bad:
+    """_Bad for a field holding something else than `wanted`; an object: name its fields."""
+    if isinstance(value, dict):
+        inside = ", ".join(_paths(value, f"{field}.", 5)) or "none"
+        return _Bad(f"field {field!r} is a JSON object, not {wanted}", f"name a field inside it: {inside}")
+    return _Bad(f"field {field!r} is a JSON {type(value).__name__}, not {wanted}")
 
 
 def _label_text(value, numeric: bool) -> str:
@@ -143,34 +187,41 @@ class JsonlSource:
         try:
             text = line.decode("utf-8")  # strict: json.loads(bytes) would let encoded surrogates pass
         except UnicodeDecodeError:
-            raise _Bad("the line is not valid UTF-8") from None
+            raise _Bad(
+                "the line is not valid UTF-8",
+                "JSON text is UTF-8: convert the file from its encoding, e.g. iconv -f latin-1 -t utf-8",
+            ) from None
         try:
             obj = json.loads(text)
         except (ValueError, RecursionError) as e:
             raise _Bad(f"invalid JSON ({e})") from None
         if not isinstance(obj, dict):
             raise _Bad(f"the line is a JSON {type(obj).__name__}, not an object")
-        present = ", ".join(obj) or "none"
         texts = []
         for field in self.fields:
-            if field not in obj:
-                raise _Bad(f"no field {field!r}", f"set --text-field; this line has the fields: {present}")
-            if not isinstance(obj[field], str):
-                raise _Bad(f"field {field!r} is a JSON {type(obj[field]).__name__}, not a string")
-            texts.append(_check_text(obj[field], f"field {field!r}"))
+            value = _field(obj, field)
+            if value is _MISSING:
+                raise _missing(field, "--text-field", obj)
+            if not isinstance(value, str):
+                raise _not_a_value(field, value, "a string")
+            texts.append(_check_text(value, f"field {field!r}"))
         record_id = None
         if self.id_field is not None:
-            if self.id_field not in obj:
-                raise _Bad(f"no field {self.id_field!r}", f"set --id-field; this line has the fields: {present}")
-            value = obj[self.id_field]
+            value = _field(obj, self.id_field)
+            if value is _MISSING:
+                raise _missing(self.id_field, "--id-field", obj)
+            if isinstance(value, dict):
+                raise _not_a_value(self.id_field, value, "a string or an integer")
             if not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise _Bad(f"id field {self.id_field!r} is {json.dumps(value)[:40]}, not a string or an integer")
             record_id = str(value)
         if self.label_field is None:
             return texts, None, record_id
-        if self.label_field not in obj:
-            raise _Bad(f"no field {self.label_field!r}", f"set --label-field; this line has the fields: {present}")
-        value = obj[self.label_field]
+        value = _field(obj, self.label_field)
+        if value is _MISSING:
+            raise _missing(self.label_field, "--label-field", obj)
+        if isinstance(value, dict):
+            raise _not_a_value(self.label_field, value, "a label")
         label: str | list[str]
         if isinstance(value, list):
             label = [_label_text(v, self.numeric_targets) for v in value]
