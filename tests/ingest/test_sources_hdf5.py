@@ -167,3 +167,67 @@ def test_a_dataset_without_values_is_named(tmp_path, empty, flag):
         f.create_dataset(empty, dtype="f8")  # an HDF5 null dataspace: shape None
     with pytest.raises(InputError, match=f"empty.h5: dataset '{empty}' holds no values .*check {flag}"):
         open_source(str(path), policy=BadRecordPolicy())
+
+
+def _sparse_group(path, layout, S, y):
+    """S (scipy sparse) written as people store a sparse matrix in HDF5: anndata's group
+    (encoding-type and shape attributes), h5sparse's (h5sparse_format, h5sparse_shape), or a
+    group with a shape attribute only."""
+    with h5py.File(path, "w") as f:
+        g = f.create_group("X")
+        if layout == "anndata":
+            g.attrs["encoding-type"], g.attrs["encoding-version"] = S.format + "_matrix", "0.1.0"
+            g.attrs["shape"] = S.shape
+        elif layout == "h5sparse":
+            g.attrs["h5sparse_format"], g.attrs["h5sparse_shape"] = S.format, S.shape
+        else:
+            g.attrs["shape"] = S.shape
+        g["data"], g["indices"], g["indptr"] = S.data, S.indices, S.indptr
+        f["y"] = y
+
+
+@pytest.mark.parametrize("layout", ["anndata", "h5sparse", "shape only"])
+@pytest.mark.parametrize("batch_size", [1, 4, 8192])
+def test_a_csr_group_is_read_as_sparse_rows_a_slice_at_a_time(read, tmp_path, layout, batch_size):
+    """A sparse matrix stored as a CSR group (anndata, h5sparse) reads as the rows scipy holds,
+    reading only the rows' slices of indptr and of the entries; before, `--x-dataset X` said
+    "no dataset 'X'" for the group."""
+    import scipy.sparse as sp
+
+    dense = sp.random(10, 7, density=0.3, random_state=2).toarray()
+    dense[3] = 0  # an empty row
+    S = sp.csr_matrix(dense)
+    path = str(tmp_path / "sparse.h5")
+    _sparse_group(path, layout, S, Y)
+    slices = []
+    getitem = h5py.Dataset.__getitem__
+
+    def spy(self, key):
+        slices.append((self.name, key))
+        return getitem(self, key)
+
+    with mock.patch.object(h5py.Dataset, "__getitem__", spy):
+        source = open_source(path, policy=BadRecordPolicy(), batch_size=batch_size)
+        batches = read.batches(source, batch_size)
+    assert source.kind == "sparse" and source.x_columns == 7
+    got = sp.vstack([b.X for b in batches]).tocsr()
+    assert got.shape == (10, 7) and (got != S).nnz == 0
+    assert read.labels(batches) == [str(v) for v in Y] and source.n_read == 10
+    assert all(isinstance(key, slice) for _, key in slices)
+    pointers = [key for name, key in slices if name == "/X/indptr"]
+    assert pointers and all(k.stop - k.start <= batch_size + 1 for k in pointers)
+    for part in ("/X/data", "/X/indices"):  # every entry read once, a batch's rows at a time
+        assert sum(k.stop - k.start for name, k in slices if name == part) == S.nnz
+
+
+def test_a_csc_group_and_other_groups_are_refused_with_the_fix(tmp_path):
+    import scipy.sparse as sp
+
+    S = sp.random(10, 7, density=0.3, format="csc", random_state=2)
+    _sparse_group(str(tmp_path / "csc.h5"), "anndata", S, Y)
+    with pytest.raises(InputError, match="group 'X' holds a CSC matrix .*write it by rows"):
+        open_source(str(tmp_path / "csc.h5"), policy=BadRecordPolicy())
+    with h5py.File(tmp_path / "other.h5", "w") as f:
+        f["X/values"], f["y"] = X, Y
+    with pytest.raises(InputError, match=r"group 'X' is not a CSR matrix .*set --x-dataset"):
+        open_source(str(tmp_path / "other.h5"), policy=BadRecordPolicy())
