@@ -452,3 +452,19 @@ def test_arrays_of_another_width_than_the_training_arrays_are_refused(tmp_path, 
         if hashed:  # unhashed, the width differs anyway (n_features); hashed, only the record tells
             result = run("-q", "evaluate", tmp_path / "r", tmp_path / "alone.zarr", ok=False)
             assert result.exit_code == 2 and f"arrays of {width} feature columns (the model's 13" in result.output
+
+
+def test_a_file_without_the_recorded_id_field_names_how_to_read_no_ids(tmp_path):
+    """A model whose training store recorded --id-field, scoring a file without that field: the
+    error names the fix that reads no ids (before: "set --id-field", which cannot unset it), and
+    that fix scores the rows with no id column."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": t, "label": c, "doc": i}) + "\n" for i, (t, c) in enumerate(DOCS)))
+    model = _train(tmp_path, "m", train, "--id-field", "doc")
+    new = tmp_path / "new.jsonl"
+    new.write_text(json.dumps({"text": "a cat on the mat"}) + "\n")
+    result = run("-q", "predict", model, new, "-o", tmp_path / "p.csv", ok=False)
+    assert result.exit_code == 2
+    assert "no field 'doc' (set --id-field to this file's id field (or pass --option id_field=None" in result.output
+    run("-q", "predict", model, new, "-o", tmp_path / "p.csv", "--option", "id_field=None")
+    assert (tmp_path / "p.csv").read_text().splitlines()[0] == "location,label_1,score_1"

@@ -82,6 +82,15 @@ def check_encoding(encoding: str, errors: str = "strict") -> str:
     return encoding
 
 
+def set_option(option: str) -> str:
+    """The fix for a field or column an option names that a file lacks: set the option; for the
+    id field (which `predict` and `ingest --like` take from the training store) also how to read
+    no ids."""
+    if option == "--id-field":
+        return "set --id-field to this file's id field (or pass --option id_field=None to read no ids)"
+    return f"set {option}"
+
+
 def split_fields(option: str, value: str) -> list[str]:
     """'title, body' -> ['title', 'body'] (the --text-field syntax)."""
     fields = [f.strip() for f in value.split(",")]

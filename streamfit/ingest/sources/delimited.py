@@ -46,6 +46,7 @@ from streamfit.ingest.sources._util import (
     fits_float32,
     open_binary,
     require_path,
+    set_option,
     split_fields,
     too_long,
 )
@@ -301,7 +302,7 @@ class CsvSource:
                 raise InputError(
                     f"{self.path}:1",
                     f"no column {name!r}",
-                    f"set {option}; the columns are {present} (a file without a header row: pass --no-header "
+                    f"{set_option(option)}; the columns are {present} (a file without a header row: pass --no-header "
                     "and column numbers, e.g. --label-field 0 --text-field 1)",
                 )
             return header.index(name)

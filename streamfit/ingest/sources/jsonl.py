@@ -30,6 +30,7 @@ from streamfit.ingest.sources._util import (
     check_batch_size,
     open_binary,
     require_path,
+    set_option,
     split_fields,
     too_long,
 )
@@ -86,7 +87,9 @@ def _paths(obj: dict, prefix: str = "", limit: int = 30) -> list[str]:
 
 
 def _missing(field: str, option: str, obj: dict) -> _Bad:
-    return _Bad(f"no field {field!r}", f"set {option}; this line has the fields: {', '.join(_paths(obj)) or 'none'}")
+    return _Bad(
+        f"no field {field!r}", f"{set_option(option)}; this line has the fields: {', '.join(_paths(obj)) or 'none'}"
+    )
 
 
 def _not_a_value(field: str, value, wanted: str) -> _Bad:

@@ -42,6 +42,7 @@ from streamfit.ingest.sources._util import (
     csr_int64,
     fits_float32,
     require_path,
+    set_option,
     split_fields,
 )
 from streamfit.ingest.sources.batches import SparseBatch
@@ -251,7 +252,9 @@ class ParquetSource:
         self.id_field = id_field
         if id_field is not None:
             if id_field not in names:
-                raise InputError(self.path, f"no column {id_field!r}", f"set --id-field; the columns are {present}")
+                raise InputError(
+                    self.path, f"no column {id_field!r}", f"{set_option('--id-field')}; the columns are {present}"
+                )
             self._check_type(schema, id_field, _is_label, "strings or integers", "--id-field")
             if id_field not in self.columns:
                 self.columns.append(id_field)
