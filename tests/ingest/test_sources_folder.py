@@ -694,3 +694,15 @@ def test_a_local_folder_is_listed_once_and_read_without_fsspec(tmp_path):
     assert result.returncode == 0, result.stderr
     # 4 training documents; the top folder, its 2 subsets, their 5 class folders: 8 listings
     assert result.stdout.split("\n")[0] == "4 8 []", result.stdout
+
+
+def test_a_zip_of_one_data_file_names_the_fix(tmp_path):
+    """A zip holding one CSV (as data is often sent) is a folder corpus by its name: the error
+    says the member is a CSV file to extract and ingest itself (before: only "documents go in
+    <class>/<file>")."""
+    path = tmp_path / "data.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("reviews.csv", "label,text\npos,good\nneg,bad\n")
+    with pytest.raises(InputError, match="not in a class folder") as e:
+        list(open_source(str(path), policy=BadRecordPolicy()))
+    assert "reviews.csv is a csv file, to ingest it extract it and name the file itself" in e.value.hint

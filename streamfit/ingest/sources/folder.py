@@ -177,6 +177,21 @@ def forget_listings() -> None:
     _LISTED.clear()
 
 
+def _class_folder_hint(parts) -> str:
+    """The fix for a document outside a class folder; for a data file (a CSV or JSONL file, …,
+    as a zip of one file is often sent) also that it is to be ingested itself."""
+    from streamfit.ingest.sources import infer_format  # the package imports this module
+
+    hint = "documents go in <class>/<file>"
+    kind = infer_format(parts[-1]) if parts else None
+    if kind not in (None, "folder"):
+        hint += (
+            f"; a folder or archive is read as a folder corpus: {parts[-1]} is a {kind} file, to ingest it "
+            "extract it and name the file itself (a .gz of it is read as it is)"
+        )
+    return hint
+
+
 class FolderSource:
     """Streaming reader of class folders in a directory (local or behind a URL) or an archive."""
 
@@ -270,7 +285,7 @@ class FolderSource:
                 self.policy.bad(location, e.problem, hint=e.hint)
                 continue
             if self.class_folders and len(parts) != n + 2:
-                self.policy.bad(location, "the file is not in a class folder", hint="documents go in <class>/<file>")
+                self.policy.bad(location, "the file is not in a class folder", hint=_class_folder_hint(parts))
                 continue
             if self.class_folders and not _is_utf8(parts[n]):
                 self.policy.bad(
