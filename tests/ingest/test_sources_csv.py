@@ -73,8 +73,12 @@ def test_byte_order_mark_and_other_encoding(read, tmp_path):
 
 def test_wrong_encoding_stops_the_read(tmp_path):
     path = write(tmp_path, "text,label\nété,a\n", "latin.csv", "latin-1")
-    with pytest.raises(InputError, match="latin.csv: the text after line 0 is not valid utf-8.*--encoding"):
+    with pytest.raises(InputError) as e:
         list(open_source(path, policy=BadRecordPolicy("skip")))
+    # the line and the bytes, found by a second read (before: "the text after line 0", the last
+    # line read before the chunk the decoder failed in)
+    assert e.value.location == f"{path}:2" and e.value.problem == "the bytes b'\\xe9' are not valid utf-8 text"
+    assert "--encoding latin-1" in e.value.hint
 
 
 def test_unknown_encoding():

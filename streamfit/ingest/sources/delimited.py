@@ -16,8 +16,9 @@ None, as `streamfit predict` reads unlabeled rows). A missing column is an Input
 a row with the wrong number of cells, or an empty single label, is a bad record. A cell longer
 than limits.record_bytes (`--max-record-bytes`, 64 MiB by default; the csv module's field size
 limit is set to it, so a stray quote cannot swallow more of the file) or text that does not
-decode stops the read with an InputError, since the rows after it cannot be trusted; text is decoded in chunks, so a decode error names the
-last line read before it. A quote that is never closed (the csv module then reads the rest of
+decode stops the read with an InputError, since the rows after it cannot be trusted, naming the
+line and the bytes (text is decoded in chunks: that line is found by a second read, a line at a
+time). A quote that is never closed (the csv module then reads the rest of
 the file, up to that limit, as one cell) is a bad record at the line of the quote, naming how
 many lines it swallowed. Locations name the line where the record starts.
 
@@ -33,6 +34,7 @@ import codecs
 import csv
 import io
 import os
+import re
 
 import numpy as np
 
@@ -60,6 +62,7 @@ def _row_text(row: list[str], delimiter: str) -> str:
     return out.getvalue()
 
 
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
 SPLIT_TRIALS = 100  # lines with a quote tried by _plain_cells before its share of them decides
 
 
@@ -257,17 +260,34 @@ class CsvSource:
                     held.line = line
                     cells, record_lines = next(reader), self._record_lines
             except UnicodeDecodeError:
-                raise InputError(  # the text is decoded in chunks: the line is not known exactly
-                    self.path,
-                    f"the text after line {self._line_no} is not valid {self.encoding}",
-                    "pass --encoding with the file's encoding",
-                ) from None
+                raise self._undecodable() from None
             except csv.Error as e:
                 if "field larger than field limit" in str(e):
                     problem, hint = too_long(self.limits)
                     raise InputError(f"{self.path}:{self._line_no}", f"a cell is {problem}", hint) from None
                 raise InputError(f"{self.path}:{self._line_no}", f"malformed {self.format_name} ({e})") from None
             yield cells, first_line, record_lines
+
+    def _undecodable(self) -> InputError:
+        """The InputError for text that does not decode in the encoding, naming the line and the
+        bytes: the text is decoded in chunks, so the line is found by reading the file again, a
+        line at a time, through an incremental decoder (on this error only; up to that line)."""
+        encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        decoder = codecs.getincrementaldecoder(encoding)()
+        hint = "pass --encoding with the file's encoding, e.g. --encoding latin-1 (or cp1252, utf-16)"
+        breaks = 0  # line breaks before the piece being decoded: \r\n, \r or \n, as the csv reader counts them
+        with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
+            for piece in [*iter(lambda: f.readline(1 << 20), b""), None]:  # None: the end (a sequence cut short)
+                try:
+                    decoder.decode(piece or b"", final=piece is None)
+                except UnicodeDecodeError as e:
+                    line = breaks + len(_LINE_BREAK.findall(e.object[: e.start])) + 1
+                    bad = e.object[e.start : e.end]
+                    return InputError(
+                        f"{self.path}:{line}", f"the bytes {bad!r} are not valid {self.encoding} text", hint
+                    )
+                breaks += len(_LINE_BREAK.findall(piece or b""))
+        return InputError(self.path, f"the text after line {self._line_no} is not valid {self.encoding}", hint)
 
     def _lines(self, f: io.TextIOWrapper):
         """The lines of f, counted in `_line_no` and kept in `_record_lines`; one longer than
