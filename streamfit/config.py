@@ -388,6 +388,11 @@ def _unknown_key(cls: type[BaseModel], loc: tuple) -> str:
         if section is None:
             return "unknown key"
     known = list(section.model_fields)
+    if "source_options" in known:  # a format option written beside the section's own keys
+        from streamfit.ingest.sources import format_option_names
+
+        if str(loc[-1]) in format_option_names():
+            return f"unknown key here; it is a format option: put it under source_options ({{{loc[-1]}: …}})"
     close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     return "unknown key" + (f" (did you mean {close[0]}?)" if close else "") + f"; known here: {', '.join(known)}"
 

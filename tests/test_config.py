@@ -168,6 +168,13 @@ def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path
         "ingest: {inputs: [d.jsonl], out: s}\ningest_test: {inputs: [t.jsonl], out: t, schedular: x}\n": [
             "key 'ingest_test.schedular': unknown key (did you mean scheduler?)"
         ],
+        # a format option beside the section's keys, as the CLI's flags read (session 22: the
+        # line listed the section's keys without naming source_options)
+        "ingest: {inputs: [d.h5], out: s, x_dataset: X, label_field: c}\n": [
+            "key 'ingest.x_dataset': unknown key here; it is a format option: put it under source_options "
+            "({x_dataset: …})",
+            "key 'ingest.label_field': unknown key here; it is a format option: put it under source_options",
+        ],
     }
     for text, expected in cases.items():
         pipeline.write_text(text)

@@ -95,6 +95,11 @@ def _options(cls) -> set[str]:
 _ALL_OPTIONS = set().union(*map(_options, FORMATS.values()))
 
 
+def format_option_names() -> set[str]:
+    """Every format option some format reads."""
+    return set(_ALL_OPTIONS)
+
+
 def format_options(name: str) -> set[str]:
     """The format options that format `name` (a key of FORMATS) reads."""
     return _options(FORMATS[name])
