@@ -885,7 +885,15 @@ def _ingest(o: IngestOptions) -> IngestReport:
             p1.run(finish_rows=not two_pass, bar=bar)
         policy.close()
         if p1.writer is None and p1.memory is None:
-            raise InputError(", ".join(o.inputs), "no records found: the input is empty or every record was skipped")
+            if policy.first is not None:  # read, then every one skipped: say how many and why
+                where, problem = policy.first
+                raise InputError(
+                    ", ".join(o.inputs),
+                    f"every one of the {policy.n_skipped} records read was a bad record, skipped (the first: "
+                    f"{where}: {problem})",
+                    "ingest again with --on-bad-record error to stop at the first one with its fix",
+                )
+            raise InputError(", ".join(o.inputs), "no records found: the input is empty", "give it data to ingest")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
             "paths": [storage.public(p) for p in o.inputs],

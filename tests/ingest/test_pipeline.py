@@ -1045,3 +1045,23 @@ def test_on_a_terminal_one_bar_counts_the_records_of_every_pass(tmp_path, digits
     assert counts == pass1 + pass2
     err = capsys.readouterr().err
     assert "ingest" in err and "document frequencies" not in err and "write" not in err
+
+
+@pytest.mark.parametrize("mode", ["skip", "quarantine"])
+def test_an_input_whose_every_record_is_skipped_says_how_many_and_why(tmp_path, mode):
+    """--on-bad-record skip over a file of only bad records (a latin-1 JSONL file, say): the error
+    counts them and names the first one's location and problem; before, "no records found: the
+    input is empty or every record was skipped", as for an empty file."""
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(
+        b"".join(json.dumps({"text": "caf\u00e9", "label": "a"}).encode("latin-1") + b"\n" for _ in range(3))
+    )
+    path.write_bytes(path.read_bytes().replace(b"\\u00e9", b"\xe9"))
+    quarantine = str(tmp_path / "q.jsonl") if mode == "quarantine" else None
+    options = IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record=mode, quarantine=quarantine, progress=False)
+    with pytest.raises(InputError) as e:
+        ingest(options)
+    assert e.value.problem == (
+        f"every one of the 3 records read was a bad record, skipped (the first: {path}:1: the line is not valid UTF-8)"
+    )
+    assert "--on-bad-record error" in e.value.hint and not os.path.exists(tmp_path / "s")
