@@ -380,3 +380,31 @@ def test_a_csv_feature_table_is_ingested_as_numbers_from_ingest_to_predict(tmp_p
     streamfit("predict", tmp_path / "run", path, "--out", tmp_path / "p.csv")
     lines = (tmp_path / "p.csv").read_text().splitlines()
     assert lines[0] == "location,id,target" and len(lines) == 51 and lines[1].startswith(f"{path}:2,r0,")
+
+
+@pytest.mark.parametrize("batch_size", [1, 8192])
+def test_another_delimiter_reads_as_the_comma_file(read, tmp_path, batch_size):
+    """`--option delimiter=;` (the CSV of a spreadsheet in a European locale), quoted cells holding
+    the delimiter, commas and line breaks: the same records as the comma file; without the
+    option the error points at it (before: no way to read such a file, and a hint about
+    --no-header only)."""
+    rows = [["id", "label", "text"], ["1", "a", "x; y, z"], ["2", "b", 'two\nlines "quoted"'], ["3", "a", "plain"]]
+
+    def written(delimiter):
+        out = io.StringIO()
+        csv.writer(out, delimiter=delimiter).writerows(rows)
+        return out.getvalue()
+
+    comma, semi = write(tmp_path, written(","), "comma.csv"), write(tmp_path, written(";"), "semi.csv")
+    expected = read.batches(open_source(comma, policy=BadRecordPolicy(), id_field="id", batch_size=batch_size))
+    got = read.batches(
+        open_source(semi, policy=BadRecordPolicy(), id_field="id", delimiter=";", batch_size=batch_size), batch_size
+    )
+    assert read.texts(got) == read.texts(expected) == ["x; y, z", 'two\nlines "quoted"', "plain"]
+    assert read.labels(got) == read.labels(expected) and read.locations(got) == [f"{semi}:{n}" for n in (2, 3, 5)]
+    with pytest.raises(InputError) as e:
+        list(open_source(semi, policy=BadRecordPolicy()))
+    assert "its header holds ';': for cells separated so, pass --option delimiter=';'" in e.value.hint
+    for bad in (";;", '"', "\n"):
+        with pytest.raises(ConfigError, match="format option delimiter=.*one character other than a quote"):
+            open_source(semi, policy=BadRecordPolicy(), delimiter=bad)

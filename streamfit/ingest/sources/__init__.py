@@ -119,11 +119,18 @@ def _option_types() -> dict[str, Any]:
 _OPTION_TYPES = _option_types()
 _TYPE_WORDS = {str: "text", bool: "true or false", type(None): "None"}
 
+
+def _one_delimiter(value: str) -> None:
+    if len(value) != 1 or value in '"\r\n':
+        raise ValueError(value)
+
+
 # value checks beyond the type: (check raising LookupError/ValueError, what a good value is)
 _VALUE_CHECKS = {
     "encoding": (codecs.lookup, "a text encoding Python knows, e.g. utf-8 or latin-1"),
     "encoding_errors": (codecs.lookup_error, "a decode-error handler: strict, replace or ignore"),
     "text_field": (lambda v: split_fields("text_field", v), "a field name or comma-separated names, e.g. title,body"),
+    "delimiter": (_one_delimiter, "one character other than a quote or a line break, e.g. ';'"),
 }
 
 

@@ -133,8 +133,17 @@ class CsvSource:
         header: bool = True,
         id_field: str | None = None,
         feature_fields: str | None = None,
+        delimiter: str | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,
     ):
+        """delimiter: one character other than a quote or a line break ("," for CSV, a tab for
+        TSV by default), e.g. ";" for the CSV files of spreadsheets set to a European locale."""
+        if delimiter is not None:
+            if len(delimiter) != 1 or delimiter in '"\r\n':
+                raise ValueError(
+                    f"delimiter must be one character other than a quote or a line break, not {delimiter!r}"
+                )
+            self.delimiter = delimiter
         self.path = os.fspath(path)
         self.url_info = require_path(self.path)  # a URL's look-up, for its open
         self.header = header
@@ -316,14 +325,23 @@ class CsvSource:
         """Positions of the text columns, of the label column (None without label_field) and of
         the id column (None without id_field)."""
         present = ", ".join(map(repr, header))
+        other = [d for d in ";|\t," if d != self.delimiter and len(header) == 1 and d in header[0]]
+        # one column whose name holds another delimiter: a file delimited otherwise
+        delimited = (
+            f" (its header holds {other[0]!r}: for cells separated so, pass --option delimiter={other[0]!r})"
+            if other
+            else ""
+        )
 
         def position(option: str, name: str) -> int:
             if name not in header:
                 raise InputError(
                     f"{self.path}:1",
                     f"no column {name!r}",
-                    f"{set_option(option)}; the columns are {present} (a file without a header row: pass --no-header "
-                    "and column numbers, e.g. --label-field 0 --text-field 1)",
+                    f"{set_option(option)}; the columns are {present}"
+                    + delimited
+                    + " (a file without a header row: pass --no-header and column numbers, e.g. --label-field 0 "
+                    "--text-field 1)",
                 )
             return header.index(name)
 
