@@ -49,6 +49,7 @@ def _chunk_arrays(chunk: Chunk) -> list[np.ndarray]:
 
 
 IDF_FILE = "idf.npy"
+METADATA_BATCH = 64  # row chunks whose Zarr metadata files `verify` fetches together
 ATTEMPT_FILE = "ATTEMPT"  # in a local NAME.partial: the token of the attempt that owns it
 INCOMING_DIR = "incoming"  # in a local NAME.partial: chunks being written, before their rename into chunks/
 
@@ -421,6 +422,7 @@ class Store(ChunkSource):
                 self.idf  # noqa: B018 - reading checks the weights' SHA-256 and shape
             except StoreError as e:
                 problems.append(str(e))
+        sizes: list[tuple[int, int, int, int, int | None]] = []  # chunks whose metadata is to check
         for i in range(self.n_chunks):
             check_stop_reading(self.path)
             n_labels = None
@@ -431,10 +433,11 @@ class Store(ChunkSource):
                 problems.append(str(e))
             if zarr_metadata:
                 info = self.manifest.chunks[i]
-                found = self.reader.metadata_problems(
-                    i, info.row_stop - info.row_start, info.nnz, self.n_classes, n_labels
-                )
-                problems += [self._metadata_problem(p) for p in found]
+                sizes.append((i, info.row_stop - info.row_start, info.nnz, self.n_classes, n_labels))
+            if sizes and (len(sizes) == METADATA_BATCH or i == self.n_chunks - 1):
+                # fetched a batch at a time: behind a URL one round of concurrent GETs per batch
+                problems += [self._metadata_problem(p) for p in self.reader.metadata_problems(sizes)]
+                sizes = []
         damaged_blocks: set[int] = set()
         if self.manifest.csc:
             from streamfit.store.csc import metadata_problems

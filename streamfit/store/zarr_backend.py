@@ -233,27 +233,28 @@ class ZarrReader:
         chunks = metadata_problem(f"{CHUNKS_DIR}/zarr.json", fetched[1], group_document({}))
         return [p for p in (root, chunks) if p]
 
-    def metadata_problems(self, cid: int, n_rows: int, nnz: int, n_outputs: int, n_labels: int | None) -> list[str]:
-        """The Zarr metadata (`zarr.json`) of row chunk cid's group and of each of its arrays,
-        checked against what write_chunk writes for a chunk of this size (the manifest's rows and
-        non-zeros; n_labels: Y/indices' length read from the chunk, None when unknown: its shape
-        is then not checked): one line per file that is missing, not JSON, or says another shape,
-        data type, codec, … . streamfit's reader does not read these files (read() takes the
-        shapes and dtypes from the manifest), zarr-python and other Zarr readers do."""
-        expected = {"zarr.json": group_document({})}
-        if self.multilabel:
-            expected["Y/zarr.json"] = group_document({})
-        loose = {}
-        for name, dtype, shape in self._arrays(n_rows, nnz, n_outputs):
-            if shape is None and n_labels is None:
-                loose[f"{name}/zarr.json"] = ("shape", "chunk_grid")
-            expected[f"{name}/zarr.json"] = array_metadata(shape if shape is not None else (n_labels or 0,), dtype)
-        where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
-        fetched = self.root.join(CHUNKS_DIR, chunk_name(cid)).read_files(list(expected))
-        found = (
-            metadata_problem(f"{where}/{key}", raw, expected[key], loose.get(key, ()))
-            for key, raw in zip(expected, fetched)
-        )
+    def metadata_problems(self, chunks: list[tuple[int, int, int, int, int | None]]) -> list[str]:
+        """The Zarr metadata (`zarr.json`) of each row chunk's group and arrays, checked against
+        what write_chunk writes for a chunk of its size; chunks: (id, rows, non-zeros, outputs,
+        n_labels) from the manifest, n_labels being Y/indices' length read from the chunk (None
+        when unknown: its shape is then not checked). One line per file that is missing, not JSON,
+        or says another shape, data type, codec, … . The files of all the chunks are fetched
+        together (behind a URL concurrently, one GET each). streamfit's reader does not read these
+        files (read() takes the shapes and dtypes from the manifest); zarr-python does."""
+        expected: dict[str, dict] = {}
+        loose: dict[str, tuple[str, ...]] = {}
+        for cid, n_rows, nnz, n_outputs, n_labels in chunks:
+            where = f"{CHUNKS_DIR}/{chunk_name(cid)}"
+            expected[f"{where}/zarr.json"] = group_document({})
+            if self.multilabel:
+                expected[f"{where}/Y/zarr.json"] = group_document({})
+            for name, dtype, shape in self._arrays(n_rows, nnz, n_outputs):
+                key = f"{where}/{name}/zarr.json"
+                if shape is None and n_labels is None:
+                    loose[key] = ("shape", "chunk_grid")
+                expected[key] = array_metadata(shape if shape is not None else (n_labels or 0,), dtype)
+        fetched = self.root.read_files(list(expected))
+        found = (metadata_problem(key, raw, expected[key], loose.get(key, ())) for key, raw in zip(expected, fetched))
         return [p for p in found if p]
 
     def read(self, cid: int, n_rows: int, nnz: int, n_features: int, n_outputs: int):
