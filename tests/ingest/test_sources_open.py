@@ -295,7 +295,12 @@ def test_every_format_option_value_is_taken_or_one_config_error_line(name, value
         src.check_options({name: value})
     except ConfigError as e:
         assert str(e).startswith(f"format option {name}") and "\n" not in str(e)
-        assert not usable or name in ("encoding", "encoding_errors", "text_field")  # these also check the value
+        assert not usable or name in (
+            "encoding",
+            "encoding_errors",
+            "text_field",
+            "delimiter",
+        )  # these also check the value
     else:
         assert usable
 
