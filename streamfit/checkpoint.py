@@ -664,6 +664,11 @@ def _config_changes(then: dict | None, now: dict) -> str:
         for k in sorted(old.keys() | new.keys())
         if old.get(k) != new.get(k)
     ]
+    changed += [  # settings beside the parameters (the --valid store a solver reads: its fingerprint)
+        f"{k} {then.get(k)!r} then, {now.get(k)!r} now"
+        for k in sorted((then.keys() | now.keys()) - {"solver", "params"})
+        if then.get(k) != now.get(k)
+    ]
     return ": " + "; ".join(changed) if changed else ""
 
 

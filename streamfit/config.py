@@ -122,7 +122,10 @@ class TrainOptions:
         default_text="none",
     )
     valid: str | None = option(
-        None, "A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*", metavar="PATH"
+        None,
+        "A validation store (ingested --like STORE): its metrics go to metrics.jsonl as valid_*; multiboost's "
+        "early stopping (-p early_stopping=true) scores it instead of holding out training rows",
+        metavar="PATH",
     )
     valid_every: int = option(1, "Validate every N solver steps", ge=1)
     checkpoint_every: int = option(

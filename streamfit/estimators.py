@@ -897,11 +897,15 @@ class MultiBoostClassifier(_SolverClassifier):
     stage-wise tau_max=1 with class-specific learners, else "edge". Multiclass only: a label indicator y is refused. The defaults are the paper's
     MultiBoostcw-1 (tau_max=1, update="large_c", C = 1e8), whose steps learning_rate < 1 shrinks; the totally corrective MultiBoostcw is
     tau_max=2, update="exact" with lam=1/C, or lam="auto": C from 1e2..1e5 by the error on a
-    held-out 20 % of the rows, then a refit on all of them.
+    held-out 20 % of the rows, then a refit on all of them. early_stopping=True (or "auto": above
+    10 000 rows) holds out validation_fraction of the rows (a seeded hash of the row index; not
+    stratified), stops after n_iter_no_change iterations without a lower held-out exponential loss
+    and keeps the model of the best iteration (best_iteration_), as LightGBM's early stopping does.
 
     Fit with X (n × d, numpy or scipy.sparse) and class labels y. Attributes: classes_, model_
     (a BoostedStumpsModel), history_ (one dict per boosting iteration: objective, violation,
-    kkt, learners), n_features_in_, n_iter_. There is no coef_: the model is not linear.
+    kkt, learners; with early stopping heldout_loss, heldout_error), n_features_in_, n_iter_.
+    There is no coef_: the model is not linear.
     """
 
     _solver = MultiBoostSolver
@@ -913,3 +917,9 @@ class MultiBoostClassifier(_SolverClassifier):
     def n_iter_(self) -> int:
         """Boosting iterations run (at most max_iter)."""
         return int(self._fitted_model().info["iterations"])
+
+    @property
+    def best_iteration_(self) -> int:
+        """With early stopping: the iteration whose model this is (lowest held-out loss); else n_iter_."""
+        info = self._fitted_model().info
+        return int(info.get("best_iteration", info["iterations"]))

@@ -326,7 +326,10 @@ def _train_locked(
         if resume:
             log.warning("%s: nothing to resume, starting a new run", out)
         ckpt_dir.remove_tree()
+    fitter = get_solver(solver)(p)
     config = {"solver": solver, "params": p.model_settings()}
+    if valid_store is not None and fitter.reads_valid(store):  # the model depends on the validation store
+        config["valid_store_fingerprint"] = valid_store.manifest.fingerprint
     checkpointer = Checkpointer(out, config=config, store_fingerprint=store.manifest.fingerprint, time_limit=time_limit)
     dense_mb = store.n_features * store.n_classes * 8 / 2**20
     log.info(
@@ -349,7 +352,6 @@ def _train_locked(
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
-    fitter = get_solver(solver)(p)
     uses_workers = fitter.uses_workers(store)
     mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, uses_workers)
     if mode == "inprocess":
@@ -399,6 +401,7 @@ def _train_locked(
                 resume=resume,
                 checkpoint_every=checkpoint_every,
                 checkpoint_interval=checkpoint_interval,
+                valid=valid_store,
             )
     except (TimeLimitReached, Terminated) as e:
         record.update(

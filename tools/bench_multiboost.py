@@ -26,6 +26,12 @@ Methods, one run each per data set, T = `--iters` boosting iterations:
 - cw1_sign: (not with --no-sign) cw1 with sign stumps only (stumps="sign", the paper's pool; the
           default before 2026-11-27);
 - cw1_nu<ν>: (for each ν of --learning-rates) cw1 with learning_rate=ν, each stage-wise step shrunk by ν;
+- cw1_es_<score><n>: (for each score:n of --early-stopping) cw1 with early stopping on a held-out 10 % of the
+          training rows (early_stopping=True, validation_fraction=0.1, validation_score=score, n_iter_no_change=n):
+          its model is the best iteration's; its curve ends where it stopped (the models along it are the
+          best so far);
+- lgbm_es<n>: (for each n of --lgbm-early-stopping) LightGBM stumps with its early stopping (multi_logloss on
+          the same held-out rows as cw1_es, lightgbm.early_stopping(n)), predicting with its best iteration;
 - cw1_gain: (not with --no-gain) cw1 taking per class the learner of the largest loss decrease (choice="gain")
           instead of the largest edge (4);
 - cw1_signed: (not with --no-signed) cw1 with the negation-closed indicator pool (stumps="signed": 1[x > t],
@@ -370,6 +376,39 @@ def run_lgbm(Xtr, ytr, Xte, yte, rounds: int, marks=()):
         pred = np.argmax(booster.predict(Xte, num_iteration=r), axis=1)
         curve.append((r * K, stamps[r - 1], float(np.mean(pred != yte))))
     return {"curve": curve}
+
+
+def run_lgbm_es(Xtr, ytr, Xte, yte, rounds: int, patience: int, fraction: float = 0.1):
+    """LightGBM stumps with early stopping: trained on the rows cw1_es trains on, scored on the rows
+    it holds out (multiboost_kernels.held_out with random_state 0 and `fraction`), stopped after
+    `patience` rounds without a lower multi_logloss there; test error of the best iteration."""
+    import lightgbm as lgb
+
+    from streamfit.solvers.multiboost_kernels import held_out
+
+    K = int(ytr.max()) + 1
+    held = held_out(0, Xtr.shape[0], 0, fraction)
+    stamps: list[float] = []
+    t0 = time.process_time()
+
+    def clock(env):
+        stamps.append(time.process_time() - t0)
+
+    params = {"objective": "multiclass", "num_class": K, "num_leaves": 2, "num_threads": 1, "verbose": -1, "seed": 0}
+    train = lgb.Dataset(Xtr[~held], ytr[~held])
+    booster = lgb.train(
+        params,
+        train,
+        num_boost_round=rounds,
+        valid_sets=[lgb.Dataset(Xtr[held], ytr[held], reference=train)],
+        callbacks=[clock, lgb.early_stopping(patience, verbose=False)],
+    )
+    best = booster.best_iteration or len(stamps)
+    curve = []
+    for r in sorted(set(np.linspace(1, len(stamps), 20).astype(int))):
+        pred = np.argmax(booster.predict(Xte, num_iteration=min(r, best)), axis=1)
+        curve.append((r * K, stamps[r - 1], float(np.mean(pred != yte))))
+    return {"curve": curve, "best_iteration": best}
 
 
 POOLS = {  # pool_study: the learner kinds of each pool (sign stumps ±(2x − 1), indicators x and 1 − x and
@@ -911,6 +950,17 @@ def main():
         default="",
         help="comma-separated learning rates ν: cw1_signed_nu<ν> (cw1_signed with learning_rate=ν) runs for each",
     )
+    ap.add_argument(
+        "--early-stopping",
+        default="",
+        help="comma-separated SCORE:N (validation_score error or loss, n_iter_no_change N): cw1_es_SCOREN (cw1 "
+        "with early stopping) runs for each",
+    )
+    ap.add_argument(
+        "--lgbm-early-stopping",
+        default="",
+        help="comma-separated patiences n: lgbm_es<n> (LightGBM stumps with early stopping) runs for each",
+    )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
     ap.add_argument("--ooc-rows", type=int, default=2_000_000)
     ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
@@ -976,6 +1026,14 @@ def main():
             results[f"cw1_nu{rate}"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=1e-8, tau_max=1, update="large_c", learning_rate=float(rate)
             )
+        for spec in filter(None, args.early_stopping.split(",")):
+            score, patience = spec.split(":")
+            method = f"cw1_es_{score}{patience}"
+            results[method] = run_ours(
+                Xtr, ytr, Xte, yte, T, early_stopping=True, validation_score=score, n_iter_no_change=int(patience)
+            )
+            info = results[method]["model"].info
+            print(f"  {method}: stopped at iteration {info['iterations']}, best {info['best_iteration']}", flush=True)
         if not args.no_shared:
             results["shared"] = run_ours(
                 Xtr, ytr, Xte, yte, T, lam=args.lam, tau_max=2, update="exact", weak_learners="shared"
@@ -990,6 +1048,9 @@ def main():
                 *((Xtr, ytr, Xte, yte) if sparse else (Xtr.toarray(), ytr, Xte.toarray(), yte)), K * T
             )
         results["lgbm"] = run_lgbm(Xtr, ytr, Xte, yte, T, marks=report_iters)
+        for patience in filter(None, args.lgbm_early_stopping.split(",")):
+            results[f"lgbm_es{patience}"] = run_lgbm_es(Xtr, ytr, Xte, yte, T, int(patience))
+            print(f"  lgbm_es{patience}: best iteration {results[f'lgbm_es{patience}']['best_iteration']}", flush=True)
         if name in args.lgbm_variants_sets.split(","):
             for (loss, rate), curve in lgbm_variants(Xtr, ytr, Xte, yte, T).items():
                 cells = ", ".join(f"{r}: {100 * e:.2f}" for r, e in curve)

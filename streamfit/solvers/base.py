@@ -145,6 +145,7 @@ class Context:
     source: ChunkSource
     engine: Engine
     chunk_state: ChunkState
+    valid: ChunkSource | None = None  # the validation store (train --valid) for a solver that reads it (reads_valid)
 
 
 StateT = TypeVar("StateT", bound=SolverState)
@@ -184,6 +185,12 @@ class Solver(Generic[StateT]):
         mode), where a cluster adds only its start-up and memory. Needs only the store's
         manifest: `streamfit train` asks it to choose the engine (engine.auto_mode)."""
         return True
+
+    def reads_valid(self, source: ChunkSource) -> bool:
+        """Whether fitting on `source` reads the validation store itself when one is given
+        (multiboost's early stopping), not only to log metrics: the model then depends on it, so
+        `train` puts its fingerprint in the run's configuration (a resume refuses another one)."""
+        return False
 
     def max_steps(self, state: StateT) -> int | None:
         """The step count at which the run's budget ends, as far as `state` tells (the progress
@@ -227,10 +234,12 @@ class Solver(Generic[StateT]):
         checkpoint_every: int = 1,
         checkpoint_interval: float | str = "auto",
         log_not_converged: bool | Callable[[str], None] = True,
+        valid: ChunkSource | None = None,
     ) -> Model:
         """Train on `source` through the driver (streamfit.solvers.driver.run); checkpointer None:
         no checkpoints (the estimators, which never resume); log_not_converged: see
-        streamfit.solvers.driver.run (the estimators pass a callable and warn with its words)."""
+        streamfit.solvers.driver.run (the estimators pass a callable and warn with its words);
+        valid: the validation store, for a solver that reads it (reads_valid)."""
         from streamfit.solvers.driver import run
 
         return run(
@@ -244,6 +253,7 @@ class Solver(Generic[StateT]):
             checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval,
             log_not_converged=log_not_converged,
+            valid=valid if self.reads_valid(source) else None,
         )
 
 

@@ -99,6 +99,7 @@ def run(
     checkpoint_every: int = 1,
     checkpoint_interval: float | str = "auto",
     log_not_converged: bool | Callable[[str], None] = True,
+    valid=None,
 ):
     """Fit `solver` on `source` (a ChunkSource) with tasks on `engine`, saving through
     `checkpointer` (streamfit.checkpoint.Checkpointer; None: no checkpoints, see the module
@@ -112,7 +113,8 @@ def run(
     log_not_converged: a run that ends before its stopping test held logs a warning naming the
     test that failed (the CLI's report; the model says so too, info["converged"]); a callable
     is given that test's words instead of the log (the estimators, which issue a
-    ConvergenceWarning with them: one report of it in each channel); False: neither."""
+    ConvergenceWarning with them: one report of it in each channel); False: neither. valid: the
+    validation store the solver reads (Context.valid; Solver.reads_valid), else None."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     schedule = SaveSchedule(checkpoint_interval)
@@ -121,7 +123,7 @@ def run(
     solver.check_source(source)
     chunk_state = ChunkState(None) if checkpointer is None else checkpointer.state
     chunk_state.begin_run()  # arrays cached by an earlier run through this object are not read back
-    ctx = Context(source=source, engine=engine, chunk_state=chunk_state)
+    ctx = Context(source=source, engine=engine, chunk_state=chunk_state, valid=valid)
     saver = _StateSaver(solver.State, checkpointer)
 
     def save(state: SolverState) -> None:

@@ -70,6 +70,17 @@ on the rows not held out (HOLDOUT = 20 %, by a hash of the global row index, ker
 each for max_iter iterations or to convergence, scored on the held-out rows, then the fit on all
 rows at the best C. The phases are steps of one run, in the checkpointed state.
 
+early_stopping (as LightGBM's early stopping and scikit-learn's HistGradientBoosting do it, with a
+held-out score and a patience): after each iteration the held-out rows are scored (the
+validation store that `train --valid` passes, Context.valid, else a validation_fraction of the
+training rows by the same row hash, left out of the sums as lam="auto"'s are), by the error rate
+of argmax_c F_c with ties broken by the loss (validation_score="error") or by the loss term of (2)
+on their pairs, (1/(m_v(K−1))) Σ_i Σ_{y≠y_i} exp(F_y − F_{y_i}) ("loss"); the iteration with the
+best score so far is kept (its learner count and weights in the state), the run stops
+n_iter_no_change iterations after it, and the model is that iteration's: a prefix of the
+learners and coordinates, with the weights it had then (the same as now for τ_max = 1, whose
+steps never move an earlier weight; FCD with τ_max ≥ 2 moves them).
+
 Features are quantile-binned once, by a pass over the store at init (`n_bins` cuts at most per
 feature, from merged per-chunk weighted sketches; a zero of a sparse column is its own bin), and
 a second pass writes each chunk binned (per-sample state `row_starts`, `columns`: X's CSR
@@ -119,6 +130,7 @@ BITS = "bits"
 LABELS = "labels"
 LAM_GRID = (1e-2, 1e-3, 1e-4, 1e-5)  # lam="auto": 1/C for the paper's grid C = 1e2 … 1e5 (§3)
 HOLDOUT = 0.2  # lam="auto": the fraction of rows held out to choose C
+AUTO_EARLY_STOPPING_ROWS = 10_000  # early_stopping="auto": on above this many training rows (scikit-learn's rule)
 
 
 class MultiBoostParams(SolverParams):
@@ -178,6 +190,31 @@ class MultiBoostParams(SolverParams):
     cg_tol: float = Field(
         0.0, ge=0, description="stop when (2) decreases by less than this relative amount in an iteration (0: never)"
     )
+    early_stopping: bool | Literal["auto"] = Field(
+        False,
+        description="stop after n_iter_no_change iterations without a better held-out score (validation_score) "
+        "and keep the model of the iteration with the best one; held out: the --valid store when train has one, "
+        "else validation_fraction of the training rows (a seeded hash of the row index; they are left out of the "
+        f"fit); auto: on for more than {AUTO_EARLY_STOPPING_ROWS} training rows",
+    )
+    validation_score: Literal["error", "loss"] = Field(
+        "error",
+        description="early_stopping's score on the held-out rows: error: the error rate of argmax_c F_c, ties "
+        "broken by the loss; loss: the average of exp(F_y − F_{y_i}) over the held-out pairs (y ≠ y_i), the loss "
+        "term of (2)",
+    )
+    validation_fraction: float = Field(
+        0.1, gt=0, lt=1, description="early_stopping without a --valid store: the fraction of training rows held out"
+    )
+    n_iter_no_change: int = Field(
+        100, ge=1, description="early_stopping: iterations without a better held-out score before the run stops"
+    )
+    validation_tol: float = Field(
+        0.0,
+        ge=0,
+        description="early_stopping: a held-out loss counts as lower than the best so far when it is lower by more "
+        "than this relative amount",
+    )
     master_memory_mb: float = Field(
         1024.0,
         ge=0,
@@ -198,6 +235,11 @@ class MultiBoostParams(SolverParams):
                 "learning_rate < 1 needs tau_max=1 (stage-wise): the totally corrective FCD minimizes every weight "
                 "again, so a shrunk step changes only how fast it reaches the same master optimum; its regularizer "
                 "is lam (1/C)"
+            )
+        if self.lam == "auto" and self.early_stopping is not False:
+            raise ValueError(
+                "early_stopping needs a fixed lam: lam=auto holds out rows of its own to choose C; set lam, or "
+                "early_stopping=false"
             )
         if self.lam == "auto" and self.update == "large_c":
             raise ValueError(
@@ -374,16 +416,16 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets, used) -> None:
 
 
 def _histogram_task(
-    source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None, own: bool
+    source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None, own: bool, holdout: float = HOLDOUT
 ) -> HistogramSums:
     """The chunk's HistogramSums of g (and of its own-class part when `own`); rows held out
-    (kernels.held_out with `holdout_seed`; None: no row) weigh 0. Reads the binned chunk
-    (_bins_task), not the store."""
+    (kernels.held_out with `holdout_seed` and the fraction `holdout`; seed None: no row) weigh 0.
+    Reads the binned chunk (_bins_task), not the store."""
     labels = state.read(LABELS, 1, chunk_id)
     G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), labels)
     if holdout_seed is not None:
         lo, hi = source.chunk_bounds(chunk_id)
-        G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
+        G[kernels.held_out(lo, hi, holdout_seed, holdout)] = 0.0
     indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
     if not own:
         H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
@@ -559,6 +601,16 @@ class MultiBoostState(SolverState):
     phase: int = 0  # lam="auto": 0..len(LAM_GRID)-1 fit LAM_GRID[phase] on the rows not held out; then the refit
     phase_start: int = 0  # state.step when the phase began (each phase has max_iter iterations)
     validation_errors: list[float] = dataclasses.field(default_factory=list)  # lam="auto": held-out error per grid lam
+    # early stopping: the held-out loss (the loss term of (2) over the held-out pairs) and the best iteration so far
+    heldout_loss: float = 1.0  # at the current weights (1 at w = 0)
+    heldout_error: float = 1.0  # the held-out error rate at the current weights
+    best_loss: float = float("inf")  # the held-out loss and error of the best iteration so far (validation_score;
+    best_error: float = float("inf")  # the first iteration's are the first best)
+    best_iteration: int = 0  # the iteration that reached it (0: before the first iteration)
+    best_learners: int = 0  # the learners then: the first best_learners of learner_*
+    best_weights: np.ndarray | None = None  # the weights then, of the first len(best_weights) coordinates (None: off)
+    stopped_early: bool = False  # n_iter_no_change iterations passed without a lower held-out loss
+    valid_scores: np.ndarray | None = None  # F on the --valid store's rows (rows × K) when early stopping scores it
 
 
 @register_solver
@@ -605,6 +657,18 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             used=used,
         )
         zero_bins = zero_bins_of(cuts, offsets)
+        if self.stops_early(source) and ctx.valid is None:
+            fraction = self.params.validation_fraction
+            held = sum(
+                int(np.count_nonzero(kernels.held_out(*source.chunk_bounds(i), self.params.random_state, fraction)))
+                for i in range(source.n_chunks)
+            )
+            if held == 0 or held == source.n_rows:
+                raise ConfigError(
+                    f"multiboost: early_stopping with validation_fraction={fraction} holds out {held} of the "
+                    f"{source.n_rows} training rows; set a validation_fraction that leaves rows on both sides, or "
+                    "pass a validation store (train --valid)"
+                )
         return MultiBoostState(
             cuts=cuts,
             used=used,
@@ -624,9 +688,28 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             columns=PerSample(COLUMNS, 1),
             row_starts=PerSample(ROW_STARTS, 1),
             scores=PerSample(SCORES, 0, written=False),
+            best_weights=np.zeros(0) if self.stops_early(source) else None,
+            valid_scores=(
+                np.zeros((ctx.valid.n_rows, source.n_classes)) if self.stops_early(source) and ctx.valid else None
+            ),
         )
 
+    def stops_early(self, source: ChunkSource) -> bool:
+        """Whether the run stops early (early_stopping; "auto": more than AUTO_EARLY_STOPPING_ROWS rows)."""
+        on = self.params.early_stopping
+        return on is True or (on == "auto" and source.n_rows > AUTO_EARLY_STOPPING_ROWS)
+
+    def reads_valid(self, source: ChunkSource) -> bool:
+        """Early stopping scores the validation store when there is one."""
+        return self.stops_early(source)
+
     def check_resume(self, ctx: Context, state: MultiBoostState) -> None:
+        if self.stops_early(ctx.source) and (state.valid_scores is None) != (ctx.valid is None):
+            raise ConfigError(
+                "multiboost: the checkpoint's early stopping held out "
+                f"{'the rows of a validation store' if state.valid_scores is not None else 'training rows'}, this "
+                "run would hold out the other; resume with the run's own --valid, or start over with --overwrite"
+            )
         if state.step - state.phase_start > self.params.max_iter:
             raise ConfigError(
                 f"multiboost: the checkpoint is at iteration {state.step - state.phase_start}, past "
@@ -651,13 +734,13 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         return state.converged or state.step - state.phase_start >= self.params.max_iter
 
     def finished(self, state: MultiBoostState) -> bool:
-        return state.phase == len(self.grid()) and self._phase_done(state)
+        return state.stopped_early or (state.phase == len(self.grid()) and self._phase_done(state))
 
     def converged(self, state: MultiBoostState) -> bool:
         """Column generation's test held; with update="large_c" (eq. 13, the C → ∞ limit, where the
         dual constraints (3b) give no finite test) the run is the paper's fixed schedule of
         max_iter stage-wise rounds, converged once they are done."""
-        return state.converged or (self.params.update == "large_c" and self.finished(state))
+        return state.converged or state.stopped_early or (self.params.update == "large_c" and self.finished(state))
 
     def max_steps(self, state: MultiBoostState) -> int:
         """max_iter boosting iterations per phase (an upper bound: column generation may stop first)."""
@@ -678,6 +761,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         lam = self.lam(state)
         choosing = state.phase < len(self.grid())
         fields = {**self._boost(ctx, state, lam, choosing), "lam": lam}
+        if state.best_weights is not None and "heldout_loss" in fields:
+            self._track_best(state)
+            fields["best_iteration"] = state.best_iteration
         if choosing and self._phase_done(state):
             error = self._held_out_error(ctx, state)
             fields["validation_error"] = error
@@ -685,12 +771,42 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             self._next_phase(state)
         return fields
 
-    def _held_out(self, source: ChunkSource, chunk_id: int, choosing: bool) -> np.ndarray | None:
+    def _track_best(self, state: MultiBoostState) -> None:
+        """Early stopping after an iteration: a better held-out score makes this iteration the best
+        (its learner count and weights kept: for tau_max = 1 the weights of earlier coordinates
+        never change, so the best model is a prefix of the current one; for tau_max ≥ 2 FCD moves
+        them, so they are copied); otherwise the run stops once n_iter_no_change iterations have
+        passed since the best one. Better: with validation_score="loss" a held-out loss below the
+        best by more than validation_tol (relative); with "error" a lower held-out error, or the
+        same error with such a loss."""
+        p = self.params
+        iteration = state.step - state.phase_start
+        lower_loss = state.heldout_loss < state.best_loss * (1.0 - p.validation_tol)
+        if p.validation_score == "error":
+            better = state.heldout_error < state.best_error or (state.heldout_error == state.best_error and lower_loss)
+        else:
+            better = lower_loss
+        if better:
+            state.best_loss, state.best_error, state.best_iteration = state.heldout_loss, state.heldout_error, iteration
+            state.best_learners, state.best_weights = len(state.learner_feature), state.weights.copy()
+        elif iteration - state.best_iteration >= p.n_iter_no_change:
+            state.stopped_early = True
+
+    def _holdout(self, ctx: Context, choosing: bool) -> float | None:
+        """The fraction of training rows held out of the fit: HOLDOUT while lam="auto" chooses C,
+        validation_fraction for early stopping without a validation store, else None (none)."""
+        if choosing:
+            return HOLDOUT
+        if self.stops_early(ctx.source) and ctx.valid is None:
+            return self.params.validation_fraction
+        return None
+
+    def _held_out(self, source: ChunkSource, chunk_id: int, fraction: float | None) -> np.ndarray | None:
         """The chunk's rows held out (bool), or None when no row is."""
-        if not choosing:
+        if fraction is None:
             return None
         lo, hi = source.chunk_bounds(chunk_id)
-        return kernels.held_out(lo, hi, self.params.random_state, HOLDOUT)
+        return kernels.held_out(lo, hi, self.params.random_state, fraction)
 
     def _held_out_error(self, ctx: Context, state: MultiBoostState) -> float:
         """The error rate of argmax_c F_c on the held-out rows (F: the phase's final scores)."""
@@ -725,7 +841,8 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         """Steps 1–5 of the module docstring, on the rows not held out when `choosing`."""
         p, source, engine = self.params, ctx.source, ctx.engine
         K = source.n_classes
-        held = [self._held_out(source, i, choosing) for i in range(source.n_chunks)]
+        fraction = self._holdout(ctx, choosing)
+        held = [self._held_out(source, i, fraction) for i in range(source.n_chunks)]
         m = source.n_rows - sum(int(np.count_nonzero(h)) for h in held if h is not None)
         C_over_p = 1.0 / (lam * m * (K - 1))
 
@@ -738,8 +855,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             state=ctx.chunk_state,
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
-            holdout_seed=p.random_state if choosing else None,
+            holdout_seed=p.random_state if fraction is not None else None,
             own=p.rule != "edge",
+            holdout=HOLDOUT if fraction is None else fraction,
         )
         H = self.full_histogram(state, sums.bins, sums.stored, sums.totals)
         if p.rule != "edge":
@@ -816,6 +934,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         state.weights = np.concatenate([state.weights, np.zeros(len(new_class))])
 
         # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
+        start = state.weights[:J0].copy()
         rng = np.random.default_rng([p.random_state, state.step - state.phase_start])  # the same draws in every phase
         with Master(K, int(p.master_memory_mb * 2**20), state.learner_low, signs=state.learner_sign) as master:
             for i in range(source.n_chunks):
@@ -833,13 +952,21 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             # 5. the scores, written per chunk, and the objective from them
             state.step += 1
             loss = 0.0
+            heldout = np.zeros(3)  # held-out rows: Σ R (their pairs' loss), wrong argmax, rows
             for i in range(source.n_chunks):
                 labels, F = master.scores(i)
                 ctx.chunk_state.write(SCORES, state.step, i, F)
                 R = kernels.margins(F, labels)[1]
                 rows_held = held[i]
                 loss += float(R.sum() if rows_held is None else R[~rows_held].sum())
+                if rows_held is not None and not choosing:
+                    heldout += _loss_and_errors(F[rows_held], labels[rows_held], R[rows_held])
         state.scores = PerSample(SCORES, state.step)
+        if state.best_weights is not None:  # early stopping: the loss on the held-out rows or the validation store
+            if state.valid_scores is not None:
+                heldout = self._score_valid(ctx, state, state.weights - np.append(start, np.zeros(len(new_class))))
+            state.heldout_loss = float(heldout[0] / max(heldout[2] * (K - 1), 1.0))
+            state.heldout_error = float(heldout[1] / max(heldout[2], 1.0))
         state.objective = lam * float(state.weights.sum()) + loss / (m * (K - 1))
         state.kkt = kkt
         if p.cg_tol > 0 and previous - state.objective <= p.cg_tol * abs(previous):
@@ -851,19 +978,60 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             "learners": len(state.learner_feature),
             "nonzero_weights": int(np.count_nonzero(state.weights)),
         }
+        if state.best_weights is not None:
+            fields.update(heldout_loss=state.heldout_loss, heldout_error=state.heldout_error)
         return fields if kkt is None else {**fields, "kkt": kkt}
 
+    def _score_valid(self, ctx: Context, state: MultiBoostState, change: np.ndarray) -> np.ndarray:
+        """Brings the validation store's scores (state.valid_scores) to the new weights, F_c +=
+        Σ_j change_j·ħ_{l_j} over the coordinates that moved, from its rows' raw values (rounded to
+        the training values' precision, as the model scores them; only the moved learners are
+        evaluated), and returns (Σ R, wrong argmax, rows) over its rows."""
+        valid, K = ctx.valid, ctx.source.n_classes
+        assert valid is not None and state.valid_scores is not None
+        moved = np.flatnonzero(change)
+        needed, learners = np.unique(state.coord_learner[moved], return_inverse=True)
+        scores = state.valid_scores.copy()
+        totals = np.zeros(3)
+        for i in range(valid.n_chunks):
+            lo, hi = valid.chunk_bounds(i)
+            chunk = valid.read_chunk(i)
+            if len(moved):
+                X = chunk.X
+                scores[lo:hi] += kernels.stump_scores(
+                    X.indptr, X.indices, X.data.astype(str(ctx.source.value_dtype)).astype(np.float64),
+                    valid.n_features, state.learner_feature[needed], state.learner_threshold[needed],
+                    state.learner_polarity[needed], state.coord_class[moved], learners.astype(np.int64),
+                    change[moved], K, state.learner_low[needed], state.learner_sign[needed],
+                )  # fmt: skip
+            labels = chunk.labels.astype(np.int64)
+            totals += _loss_and_errors(scores[lo:hi], labels, kernels.margins(scores[lo:hi], labels)[1])
+        state.valid_scores = scores
+        return totals
+
     def to_model(self, ctx: Context, state: MultiBoostState) -> BoostedStumpsModel:
+        """The model of the weights now; with early stopping, of the best iteration so far (its
+        learners and coordinates, a prefix of the state's, and its weights)."""
         source = ctx.source
+        L, J, weights = len(state.learner_feature), len(state.weights), state.weights
+        early = {}
+        if state.best_weights is not None:
+            L, J, weights = state.best_learners, len(state.best_weights), state.best_weights
+            early = {
+                "best_iteration": state.best_iteration,
+                "heldout_loss": state.best_loss,
+                "heldout_error": state.best_error,
+                "stopped_early": state.stopped_early,
+            }
         return BoostedStumpsModel(
-            features=state.learner_feature,
-            thresholds=state.learner_threshold,
-            polarity=state.learner_polarity,
-            coord_class=state.coord_class,
-            coord_learner=state.coord_learner,
-            weights=state.weights,
-            lows=state.learner_low,
-            signs=state.learner_sign,
+            features=state.learner_feature[:L],
+            thresholds=state.learner_threshold[:L],
+            polarity=state.learner_polarity[:L],
+            coord_class=state.coord_class[:J],
+            coord_learner=state.coord_learner[:J],
+            weights=weights,
+            lows=state.learner_low[:L],
+            signs=state.learner_sign[:L],
             value_dtype=str(source.value_dtype),
             classes=source.classes,
             n_features=source.n_features,
@@ -875,8 +1043,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
                 "iterations": state.step - state.phase_start,
                 "lam": self.lam(state),
                 **({"validation_errors": dict(zip(self.grid(), state.validation_errors))} if self.grid() else {}),
-                "learners": len(state.learner_feature),
+                "learners": L,
                 "objective": state.objective,
+                **early,
             },
         )
 
@@ -891,6 +1060,12 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         rows = state.cut_offsets[:-1] + np.arange(n_features) + state.zero_bins
         H[rows] += totals[None, :] - stored
         return H
+
+
+def _loss_and_errors(F: np.ndarray, labels: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """(Σ_i R_i, rows whose argmax_c F_c is not their label, rows) of some rows: R_i = Σ_{y≠y_i}
+    exp(F_y − F_{y_i}) (kernels.margins), so Σ R / (rows·(K − 1)) is the loss term of (2) on them."""
+    return np.array([float(R.sum()), float(np.count_nonzero(np.argmax(F, axis=1) != labels)), float(len(labels))])
 
 
 def objective(F: np.ndarray, labels: np.ndarray, weights: np.ndarray, lam: float) -> float:

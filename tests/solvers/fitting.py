@@ -31,7 +31,8 @@ def fit_solver(
     trained on `source`. Without `run_dir` everything stays in memory; with one, the checkpoints
     and metrics.jsonl go under it, and `resume` continues from them. The checkpoint records the
     model settings (the parameters that determine the model) as train does; in process unless
-    `engine` is given; validation on `valid` every `valid_every` steps."""
+    `engine` is given; validation on `valid` every `valid_every` steps (and, as train passes it,
+    the solver's own reading of it: Solver.reads_valid)."""
     cls = get_solver(solver)
     instance = cls(cls.Params(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
@@ -47,5 +48,6 @@ def fit_solver(
         stop_after=stop_after,
         checkpoint_every=checkpoint_every,
         checkpoint_interval=checkpoint_interval,
+        valid=valid,
     )
     return model, log

@@ -996,6 +996,18 @@ def test_two_workers_give_the_identical_model(small_digits, tmp_path, stumps):
         assert np.any(serial.signs < 0)
 
 
+@pytest.mark.slow
+def test_early_stopping_on_two_workers_gives_the_identical_model(tmp_path):
+    X, y, classes = _noisy(m=800, noise=0.2)
+    source = InMemoryStore(X, y, classes, chunk_rows=150)
+    params = {"max_iter": 40, "early_stopping": True, "n_iter_no_change": 4}
+    serial, _ = fit(source, str(tmp_path / "one"), **params)
+    with Engine(mode="local", n_workers=2) as engine:
+        parallel, _ = fit(source, str(tmp_path / "two"), engine=engine, **params)
+    assert serial.info["stopped_early"]
+    _same_model(serial, parallel)
+
+
 # a fit of a few chunks (several resident in the master: kernels.fcd_sweep), printing the
 # kernels it compiles (numba's "numba:compile" event fires for a compilation, not for a load
 # from the cache) and fcd_sweep's signatures (compiled or loaded)
@@ -1303,3 +1315,236 @@ def test_the_compiled_bin_cuts_equal_the_rule_written_with_numpy(n_bins):
         np.testing.assert_array_equal(offsets, ref_offsets)
         np.testing.assert_array_equal(cuts, ref_cuts)
         assert len(cuts) > 0 and np.any(np.diff(offsets) > 2)
+
+
+# -- early stopping ----------------------------------------------------------------------------
+
+
+def _noisy(seed=3, m=400, d=6, K=3, noise=0.35):
+    """Integer features of 6 values (every value in many rows: the same bins on any 90 % of the
+    rows) and labels a function of two of them, a share `noise` redrawn at random: boosting overfits."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, 6, size=(m, d)).astype(np.float64)
+    y = np.minimum((X[:, 0] + X[:, 1]) // 4, K - 1)  # an additive rule (stumps on x0 and x1 can learn it)
+    noisy = rng.random(m) < noise
+    y[noisy] = rng.integers(0, K, int(noisy.sum()))
+    return sp.csr_matrix(X), y.astype(np.int32), [str(c) for c in range(K)]
+
+
+class _EveryModel:
+    """A metrics log keeping each step's record and model (the driver's mid-run models)."""
+
+    def __init__(self):
+        self.records, self.models = [], []
+
+    def begin(self, *args) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+    def log(self, step, model=None, *, final=False, planned=None, **fields):
+        self.records.append({"step": step, **fields})
+        self.models.append(model())
+
+    def truncate_after(self, step) -> None:
+        raise AssertionError("not resumed")
+
+
+def _iterates(source, **params):
+    """The model after every iteration of a run without early stopping."""
+    from streamfit.checkpoint import Checkpointer
+
+    solver = mb.MultiBoostSolver(mb.MultiBoostParams(**params))
+    log = _EveryModel()
+    solver.fit(
+        source,
+        engine=Engine(mode="inprocess"),
+        checkpointer=Checkpointer(None, config={}, store_fingerprint="x"),
+        log=log,
+    )
+    return log.models
+
+
+def _heldout_path(models, X, y, K):
+    """(loss, error) per model on rows X, y, with numpy from the models' decision functions: the
+    mean over the rows and the other classes of exp(F_y − F_{y_i}), and the argmax's error."""
+    path = []
+    for model in models:
+        F = model.decision_function(X)
+        margins = np.exp(F - F[np.arange(len(y)), y][:, None])
+        loss = (margins.sum() - len(y)) / (len(y) * (K - 1))  # (the own class's exp(0) = 1 left out)
+        path.append((loss, float(np.mean(np.argmax(F, axis=1) != y))))
+    return np.array(path)
+
+
+def _best(path, score):
+    """The best iteration (1-based) of a held-out (loss, error) path by its definition: the first
+    lowest loss, or the first lowest (error, loss) in lexicographic order."""
+    keys = path[:, 0] if score == "loss" else [(e, loss) for loss, e in path]
+    return min(range(len(path)), key=lambda i: keys[i]) + 1
+
+
+def _final_state(source, **params):
+    """(model, log records, the last state's arrays) of a run without checkpoints on disk."""
+    from streamfit.checkpoint import Checkpointer
+
+    checkpointer = Checkpointer(None, config={}, store_fingerprint="x")
+    log = _EveryModel()
+    model = mb.MultiBoostSolver(mb.MultiBoostParams(**params)).fit(
+        source, engine=Engine(mode="inprocess"), checkpointer=checkpointer, log=log
+    )
+    return model, log.records, checkpointer.latest(source.n_chunks).arrays
+
+
+def _same_stumps(a, b, rtol=0.0):
+    """The two models' arrays equal; the weights to `rtol` (0: bitwise)."""
+    for key, value in a._arrays().items():
+        if key == "weights" and rtol:
+            np.testing.assert_allclose(b.weights, value, rtol=rtol, atol=0)
+        else:
+            np.testing.assert_array_equal(b._arrays()[key], value, err_msg=key)
+
+
+@pytest.mark.parametrize(
+    "run",
+    [{"validation_score": "loss"}, {}, {"tau_max": 2, "update": "exact", "lam": 1e-3}],
+    ids=["cw1-loss", "cw1-error", "tau2-error"],
+)
+def test_early_stopping_keeps_the_best_iteration_of_the_fit_on_the_rows_not_held_out(run):
+    """Early stopping on held-out training rows (kernels.held_out with random_state and
+    validation_fraction), against
+    - the same run not stopped (n_iter_no_change past max_iter): its held-out loss path is the
+      same numbers, and the stopped model is its state at the end truncated to the best
+      iteration's learners and coordinates, bitwise, for cw1 (tau_max = 1 never moves an earlier
+      weight); with tau_max = 2 FCD moved them later, so the stopped model kept its own;
+    - the definition, computed apart: a fit without early stopping on a store of the rows not held
+      out, whose iterate after every iteration scores the held-out rows with numpy: the logged
+      path equals that, the run stops n_iter_no_change iterations after its best score (the
+      lowest loss, or the lowest error with ties broken by the loss), and its model is that fit's at that iteration (the weights to 1e-12: the master's per-byte partial
+      sums group other rows once the held-out ones are gone)."""
+    X, y, classes = _noisy(m=800, noise=0.2)
+    m, K = X.shape[0], len(classes)
+    source = InMemoryStore(X, y, classes, chunk_rows=150)
+    params = {"max_iter": 40, "early_stopping": True, **run}
+    stopped, log = fit(source, n_iter_no_change=4, **params)
+    ran, best = stopped.info["iterations"], stopped.info["best_iteration"]
+    assert stopped.info["stopped_early"] and ran == best + 4 < 40 and best > 1
+    logged = np.array([[r["heldout_loss"], r["heldout_error"]] for r in log.records])
+
+    unstopped, records, state = _final_state(source, n_iter_no_change=40, **params)
+    assert unstopped.info["iterations"] == 40 and not unstopped.info["stopped_early"]
+    np.testing.assert_array_equal(np.array([[r["heldout_loss"], r["heldout_error"]] for r in records[:ran]]), logged)
+    L, J = len(stopped.features), len(stopped.weights)
+    truncated = {
+        "features": state["learner_feature"][:L],
+        "thresholds": state["learner_threshold"][:L],
+        "polarity": state["learner_polarity"][:L],
+        "lows": state["learner_low"][:L],
+        "signs": state["learner_sign"][:L],
+        "coord_class": state["coord_class"][:J],
+        "coord_learner": state["coord_learner"][:J],
+        "weights": state["weights"][:J],
+    }
+    for key, value in truncated.items():
+        if key == "weights" and "tau_max" in run:
+            assert not np.array_equal(stopped.weights, value)
+        else:
+            np.testing.assert_array_equal(stopped._arrays()[key], value, err_msg=key)
+
+    held = kernels.held_out(0, m, 0, 0.1)
+    plain = {k: v for k, v in run.items() if k != "validation_score"}
+    models = _iterates(InMemoryStore(X[~held], y[~held], classes, chunk_rows=150), max_iter=40, **plain)
+    expected = _heldout_path(models[:ran], X[held].toarray(), y[held], K)
+    np.testing.assert_allclose(logged, expected, rtol=1e-12)
+    score = run.get("validation_score", "error")
+    assert best == _best(logged, score) == _best(expected, score)
+    assert [stopped.info["heldout_loss"], stopped.info["heldout_error"]] == list(logged[best - 1])
+    _same_stumps(models[best - 1], stopped, rtol=1e-12)
+
+
+def test_early_stopping_on_a_validation_store_fits_every_training_row():
+    """With a validation store (train --valid) no training row is held out: the model is bitwise
+    the plain fit's at the best iteration, and the held-out path is that fit's iterates scored on
+    the validation rows with numpy."""
+    X, y, classes = _noisy(m=600, noise=0.2)
+    K = len(classes)
+    train, valid = (
+        InMemoryStore(X[:400], y[:400], classes, chunk_rows=150),
+        InMemoryStore(X[400:], y[400:], classes, chunk_rows=70),
+    )
+    stopped, log = fit(train, valid=valid, early_stopping=True, n_iter_no_change=5, max_iter=80)
+    models = _iterates(train, max_iter=80)
+    ran = stopped.info["iterations"]
+    assert stopped.info["stopped_early"]
+    logged = np.array([[r["heldout_loss"], r["heldout_error"]] for r in log.records])
+    np.testing.assert_allclose(logged, _heldout_path(models[:ran], X[400:].toarray(), y[400:], K), rtol=1e-12)
+    best = stopped.info["best_iteration"]
+    assert best == _best(logged, "error") == ran - 5 and best > 1
+    _same_stumps(models[best - 1], stopped)
+    # the validation metrics of the driver's log score the model of the best iteration so far
+    assert log.records[-1]["valid_accuracy"] == pytest.approx(1 - logged[best - 1, 1])
+
+
+def test_a_run_resumed_in_its_patience_stops_at_the_same_iteration_with_the_same_model(tmp_path):
+    X, y, classes = _noisy()
+    source = InMemoryStore(X, y, classes, chunk_rows=150)
+    params = {"early_stopping": True, "n_iter_no_change": 6, "max_iter": 80}
+    full, full_log = fit(source, str(tmp_path / "full"), **params)
+    best, ran = full.info["best_iteration"], full.info["iterations"]
+    assert full.info["stopped_early"] and ran == best + 6
+    run = str(tmp_path / "run")
+    fit(source, run, stop_after=best + 2, checkpoint_interval=0, **params)  # paused 2 iterations into the patience
+    resumed, _ = fit(source, run, resume=True, **params)
+    _same_model(full, resumed)
+    lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    assert [r["heldout_loss"] for r in lines] == [r["heldout_loss"] for r in full_log.records]
+
+
+def test_early_stopping_refuses_what_it_cannot_do():
+    with pytest.raises(ValueError, match="early_stopping needs a fixed lam"):
+        mb.MultiBoostParams(lam="auto", update="exact", early_stopping=True)
+    X, y, classes = _noisy(m=12)
+    with pytest.raises(ConfigError, match="validation_fraction=0.01 holds out 0 of the 12 training rows"):
+        fit(InMemoryStore(X, y, classes), early_stopping=True, validation_fraction=0.01)
+    small, _ = fit(InMemoryStore(X, y, classes), early_stopping="auto", max_iter=3)  # auto: off at 12 rows
+    assert "best_iteration" not in small.info
+
+
+def test_cli_stops_early_on_the_valid_store_and_a_resume_must_name_it(write_store, tmp_path):
+    """`train --valid V -p early_stopping=true` scores V (the held-out path in metrics.jsonl and
+    the best iteration in the model's info), and V's fingerprint is part of the run's
+    configuration: a resume without it is refused in one line naming it."""
+    from streamfit.cli import main
+
+    X, y, classes = _noisy(m=900, noise=0.2)
+    train, valid = write_store(X[:600], y[:600], classes, chunk_rows=200), write_store(X[600:], y[600:], classes)
+    out = tmp_path / "run"
+    args = ["train", train, "--solver", "multiboost", "--n-workers", "0", "--out", out]
+    for param in ("max_iter=60", "early_stopping=true", "n_iter_no_change=2", "validation_score=loss"):
+        args += ["-p", param]
+    result = CliRunner().invoke(main, [str(a) for a in [*args, "--valid", valid]])
+    assert result.exit_code == 0, result.output
+    model = load_model(str(out))
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    losses = [r["heldout_loss"] for r in lines]
+    best = model.info["best_iteration"]
+    assert model.info["stopped_early"] and len(lines) == best + 2 and min(losses) == losses[best - 1]
+    assert lines[best - 1]["learners"] == len(model.features) < lines[-1]["learners"]  # the best iteration's stumps
+    result = CliRunner().invoke(main, [str(a) for a in [*args, "--resume"]])
+    assert result.exit_code == 2
+    assert "valid_store_fingerprint" in result.output and "then, None now" in result.output
+
+
+def test_the_classifier_stops_early_as_the_solver_does():
+    """MultiBoostClassifier(early_stopping=True) is the solver's early stopping on the same rows:
+    the same model, n_iter_ the iterations run, best_iteration_ the model's, the held-out path in
+    history_."""
+    X, y, classes = _noisy(m=800, noise=0.2)
+    params = {"max_iter": 40, "early_stopping": True, "n_iter_no_change": 4}
+    clf = MultiBoostClassifier(**params, chunk_rows=150).fit(X, y)
+    model, log = fit(InMemoryStore(X, y, classes, chunk_rows=150), **params)
+    assert clf.n_iter_ == model.info["iterations"] == clf.best_iteration_ + 4
+    assert [h["heldout_error"] for h in clf.history_] == [r["heldout_error"] for r in log.records]
+    for key, value in model._arrays().items():
+        np.testing.assert_array_equal(clf.model_._arrays()[key], value, err_msg=key)
