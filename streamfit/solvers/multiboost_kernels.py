@@ -683,6 +683,13 @@ def _score(
     return decrease if w > 0.0 and decrease > tiny else -np.inf
 
 
+@kernel(nogil=True, inline="always")
+def _above(top: float, value: float) -> float:
+    """value if it is larger than top, else top: the largest of a sequence, the first of equals
+    kept (as best_stumps keeps the first of equal scores)."""
+    return value if value > top else top
+
+
 @kernel(nogil=True)
 def best_stumps(
     H: np.ndarray,
@@ -723,8 +730,11 @@ def best_stumps(
     `C_over_p`, `large_c`, shrunk by `learning_rate`; choice="decrease").
     Ties keep the first in (feature, bin, sign stump, indicator, negated indicator, polarity +
     before −) order, the constant last (before its negation). Returns (feature, bin, polarity,
-    edge, low, sign) arrays of length K: edge is the chosen stump's V₊ − V₋, low its value where
-    its bit is 0: −1 (sign) or 0 (indicator), sign −1 for a negated indicator, else +1."""
+    edge, low, sign, largest) arrays of length K: edge is the chosen stump's V₊ − V₋, low its value where
+    its bit is 0: −1 (sign) or 0 (indicator), sign −1 for a negated indicator, else +1; largest
+    the largest edge over the whole pool, whatever the score (Algorithm 1's stopping test, the
+    most violated constraint (4); −inf for a class without a candidate): the edge a scan scored
+    by the edge alone returns, in the same pass and order (the first of equals kept)."""
     n_features = cut_offsets.shape[0] - 1
     K = H.shape[1]
     gain = H_own.shape[0] > 0
@@ -735,11 +745,13 @@ def best_stumps(
     best_e = np.full(K, -np.inf)
     best_low = np.full(K, -1, dtype=np.int8)
     best_sign = np.ones(K, dtype=np.int8)
+    largest = np.full(K, -np.inf)
     rule = (exact, C_over_p, large_c, learning_rate)
     for c in range(K):
         T = totals[c]
         PT = own_totals[c] if gain else 0.0
         tiny = RELATIVE_ROUNDING * (PT + (PT - T))  # of the class's μ mass: Σ R_i (own rows) + Σ μ_(i,c) (others)
+        top = -np.inf  # the largest edge of the pool so far
         for f in range(n_features):
             start = cut_offsets[f] + f
             cum = 0.0
@@ -751,6 +763,7 @@ def best_stumps(
                     own += H_own[start + b, c]
                 if sign:
                     edge = T - 2.0 * cum
+                    top = _above(_above(top, edge), -edge)
                     score = _score(gain, edge, PT - cum, PT - T + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, -1, 1
@@ -760,6 +773,7 @@ def best_stumps(
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, -1, 1
                         best_s[c], best_e[c] = score, -edge
                 if indicator:
+                    top = _above(_above(top, T - cum), cum)
                     score = _score(gain, T - cum, PT - own, PT - T - own + cum, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, 1
@@ -769,6 +783,7 @@ def best_stumps(
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, -1, 0, 1
                         best_s[c], best_e[c] = score, cum
                 if negated:
+                    top = _above(_above(top, cum - T), -cum)
                     score = _score(gain, cum - T, PT - T - own + cum, PT - own, rule, best_s[c], tiny)
                     if score > best_s[c]:
                         best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = f, b, 1, 0, -1
@@ -780,16 +795,19 @@ def best_stumps(
         if n_features > 0:
             last = cut_offsets[1] - cut_offsets[0]  # feature 0's 1[x ≤ +inf]: the constant
             if indicator:
+                top = _above(top, T)
                 score = _score(gain, T, PT, PT - T, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, 1
                     best_s[c], best_e[c] = score, T
             if negated:
+                top = _above(top, -T)
                 score = _score(gain, -T, PT - T, PT, rule, best_s[c], tiny)
                 if score > best_s[c]:
                     best_f[c], best_b[c], best_p[c], best_low[c], best_sign[c] = 0, last, -1, 0, -1
                     best_s[c], best_e[c] = score, -T
-    return best_f, best_b, best_p, best_e, best_low, best_sign
+        largest[c] = top
+    return best_f, best_b, best_p, best_e, best_low, best_sign, largest
 
 
 @kernel(nogil=True)

@@ -412,7 +412,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
     no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
-    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, False, *no_own)
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -430,7 +430,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, False, *no_own)
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
@@ -449,9 +449,11 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
 
     # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
     H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
-    feature, bin_, polarity, edge, low, _ = kernels.best_stumps(
+    feature, bin_, polarity, edge, low, _, largest = kernels.best_stumps(
         H, chunked.totals, offsets, True, True, False, H_own, chunked.own_totals
     )
+    # the largest edge over the pool, returned by every scan: the edge of the scan scored by the edge alone
+    assert np.array_equal(largest, kernels.best_stumps(H, chunked.totals, offsets, True, True, False, *no_own)[3])
     mu = np.exp(F - F[np.arange(m), labels][:, None])
     mu[np.arange(m), labels] = 0.0
     for c in range(K):
@@ -479,9 +481,11 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     # it with the sign stumps, by the edge (4) and by the gain, against every feature, threshold, kind and sign
     for sign_stumps in (False, True):
         for own in (no_own, (H_own, chunked.own_totals)):
-            feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+            feature, bin_, polarity, edge, low, sign, largest = kernels.best_stumps(
                 H, chunked.totals, offsets, sign_stumps, True, True, *own
             )
+            by_edge = kernels.best_stumps(H, chunked.totals, offsets, sign_stumps, True, True, *no_own)
+            assert np.array_equal(largest, by_edge[3]) and np.array_equal(largest, by_edge[6])
             for c in range(K):
                 in_c = labels == c
                 R_c, mu_c = np.where(in_c, mu.sum(axis=1), 0.0), np.where(in_c, 0.0, mu[:, c])
@@ -525,10 +529,12 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     for large_c, nu, C_over_p in ((True, 1.0, 0.05), (False, 1.0, 0.05), (True, 0.3, 0.05), (False, 0.5, 1e3)):
         lam = 1.0 / (C_over_p * p_pairs)
         own = (H_own, chunked.own_totals, True, C_over_p, large_c, nu)
-        feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+        feature, bin_, polarity, edge, low, sign, largest = kernels.best_stumps(
             H, chunked.totals, offsets, True, True, True, *own
         )
         by_gain = kernels.best_stumps(H, chunked.totals, offsets, True, True, True, H_own, chunked.own_totals)
+        by_edge = kernels.best_stumps(H, chunked.totals, offsets, True, True, True, *no_own)
+        assert np.array_equal(largest, by_edge[3]) and np.array_equal(by_gain[6], by_edge[3])
         for c in range(K):
 
             def objective(w, h, c=c, lam=lam):  # (2)/C along the coordinate (c, h) from F
