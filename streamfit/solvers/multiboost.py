@@ -385,12 +385,12 @@ def _histogram_task(
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, HOLDOUT)] = 0.0
     indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
+    totals, own_totals = kernels.class_totals(G, labels, own)
     if not own:
         H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
-        return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
-    G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
+        return HistogramSums(H, stored, totals, None, None, None)
     H, stored, H_own, stored_own = kernels.histograms(indptr, indices, codes, G, labels, cut_offsets, True)
-    return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
+    return HistogramSums(H, stored, totals, H_own, stored_own, own_totals)
 
 
 def _outputs_task(

@@ -62,6 +62,29 @@ def signed_weights(F: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 @kernel(nogil=True)
+def class_totals(G: np.ndarray, labels: np.ndarray, own: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(totals, own_totals): per class c, Σ_i G[i, c], and with `own` Σ_{i: labels[i] = c} G[i, c]
+    (the sum of G's own-class part G_own, histograms; else an empty array). numpy's
+    G.sum(axis=0) and G_own.sum(axis=0) bit for bit, without G_own or numpy's row-at-a-time
+    reduction (60–140 µs on 2000 × K): numpy reduces a C-ordered rows × K array (K ≥ 2) by adding
+    the rows in order to the first, as here; G_own's zeros are left out, which changes no bit since
+    its sums are ≥ +0 (an own-class entry is R_i ≥ 0, or 0 for a row held out) and s + 0 = s then."""
+    n, K = G.shape
+    totals = np.zeros(K)
+    own_totals = np.zeros(K if own else 0)
+    if n > 0:
+        for c in range(K):
+            totals[c] = G[0, c]
+    for i in range(1, n):
+        for c in range(K):
+            totals[c] += G[i, c]
+    if own:
+        for i in range(n):
+            own_totals[labels[i]] += G[i, labels[i]]
+    return totals, own_totals
+
+
+@kernel(nogil=True)
 def bin_codes(indices: np.ndarray, data: np.ndarray, cuts: np.ndarray, cut_offsets: np.ndarray) -> np.ndarray:
     """The bin of every stored entry of a CSR chunk (uint16, aligned with `data`): the number of
     its feature's cuts below the value."""

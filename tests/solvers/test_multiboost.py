@@ -148,6 +148,27 @@ def test_the_histogram_with_the_own_class_part_equals_two_histograms_bit_for_bit
     assert np.count_nonzero(H_own) > 0
 
 
+@pytest.mark.parametrize("K", [2, 3, 8])
+def test_class_totals_equal_numpys_column_sums_bit_for_bit(K):
+    """kernels.class_totals (the histogram task's per-class totals of g and of its own-class
+    part) gives numpy's G.sum(axis=0) and G_own.sum(axis=0), every bit, on signed weights whose
+    magnitudes span 1e-250 to 1e250 (so that the order of the additions shows in the result), with
+    rows held out (0) and for 1 to 3000 rows."""
+    rng = np.random.default_rng(K)
+    differs = 0
+    for n in (1, 2, 7, 9, 100, 3000):
+        labels = rng.integers(0, K, n).astype(np.int64)
+        G = kernels.signed_weights(rng.uniform(-1.0, 1.0, (n, K)) * 575.0, labels)
+        G[rng.random(n) < 0.1] = 0.0
+        G_own = np.where(np.arange(K)[None, :] == labels[:, None], G, 0.0)
+        totals, own_totals = kernels.class_totals(G, labels, True)
+        np.testing.assert_array_equal(totals, G.sum(axis=0))
+        np.testing.assert_array_equal(own_totals, G_own.sum(axis=0))
+        assert kernels.class_totals(G, labels, False)[1].shape == (0,)
+        differs += not np.array_equal(totals, np.array([np.sum(G[:, c].copy()) for c in range(K)]))
+    assert differs > 0  # pairwise sums of the columns differ: the test can tell the order
+
+
 def test_the_update_at_v_minus_zero_is_the_minimum_of_10_at_c_for_both_updates():
     """V₋ = 0 (no pair pushes w down): (10) is w + (C/p)V₊e^{−w}, whose minimum over w ≥ 0 is
     log(V₊C/p), or 0 when V₊C/p ≤ 1. (13) has none (+inf), so large_c takes (12)'s at the given C:
