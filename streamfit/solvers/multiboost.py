@@ -742,9 +742,10 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             own=p.rule != "edge",
         )
         # the pass's sums are this step's own arrays: their zero bins are filled in place
-        H = fill_zero_bins(sums.bins, sums.stored, sums.totals, state.cut_offsets, state.zero_bins)
+        zero_rows = zero_bin_rows(state.cut_offsets, state.zero_bins)
+        H = fill_zero_bins(sums.bins, sums.stored, sums.totals, zero_rows)
         if p.rule != "edge":
-            H_own = fill_zero_bins(sums.own_bins, sums.own_stored, sums.own_totals, state.cut_offsets, state.zero_bins)
+            H_own = fill_zero_bins(sums.own_bins, sums.own_stored, sums.own_totals, zero_rows)
             own_totals = sums.own_totals
         else:
             H_own, own_totals = np.zeros((0, K)), np.zeros(0)
@@ -778,7 +779,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             classes = classes[np.argmax(edge[classes])][None]  # (6): the best (stump, class) pair
         new_compact = feature[classes]  # compact ids (used_columns); the model records the columns
         new_features = state.used[new_compact]
-        inside = bin_[classes] < np.diff(state.cut_offsets)[new_compact]
+        inside = bin_[classes] < state.cut_offsets[new_compact + 1] - state.cut_offsets[new_compact]  # < its cuts
         new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
         new_thresholds[inside] = state.cuts[state.cut_offsets[new_compact[inside]] + bin_[classes][inside]]
         new_polarity = polarity[classes]
@@ -886,18 +887,20 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         """The per-(feature, bin, class) sums over all entries (of g, or of its own-class part,
         HistogramSums): the stored entries' sums `bins`, plus the implicit zeros (column total
         minus stored sum) in each feature's zero bin (fill_zero_bins on a copy of `bins`)."""
-        return fill_zero_bins(bins.copy(), stored, totals, state.cut_offsets, state.zero_bins)
+        return fill_zero_bins(bins.copy(), stored, totals, zero_bin_rows(state.cut_offsets, state.zero_bins))
 
 
-def fill_zero_bins(
-    bins: np.ndarray, stored: np.ndarray, totals: np.ndarray, cut_offsets: np.ndarray, zero_bins: np.ndarray
-) -> np.ndarray:
+def zero_bin_rows(cut_offsets: np.ndarray, zero_bins: np.ndarray) -> np.ndarray:
+    """The histogram row of each (compact) feature's zero bin: feature f's bins are rows
+    cut_offsets[f] + f + b (kernels.histogram)."""
+    return cut_offsets[:-1] + np.arange(len(cut_offsets) - 1) + zero_bins
+
+
+def fill_zero_bins(bins: np.ndarray, stored: np.ndarray, totals: np.ndarray, zero_rows: np.ndarray) -> np.ndarray:
     """`bins` (the stored entries' per-(feature, bin, class) sums) made the sums over all entries, in
-    place: each feature's zero bin gets the implicit zeros' share, the column total minus the stored
-    sum (totals − stored[f]). Returns `bins`."""
-    n_features = len(cut_offsets) - 1
-    rows = cut_offsets[:-1] + np.arange(n_features) + zero_bins
-    bins[rows] += totals[None, :] - stored
+    place: each feature's zero bin (row zero_rows[f], zero_bin_rows) gets the implicit zeros' share,
+    the column total minus the stored sum (totals − stored[f]). Returns `bins`."""
+    bins[zero_rows] += totals[None, :] - stored
     return bins
 
 

@@ -159,25 +159,39 @@ def stump_bits(
     polarity: np.ndarray,
     zero_bins: np.ndarray,
 ) -> np.ndarray:
-    """The packed bits (n_learners × ⌈rows/8⌉ uint8, np.packbits order) of the stumps
-    "x_f > cut_b" (polarity +1) or "x_f ≤ cut_b" (−1), f = features_l, b = bins_l, on a binned CSR
-    chunk (`codes`: the bin of each stored entry, bin_codes; a feature not stored is 0, in bin
-    zero_bins[f]): x > cut_b ⇔ bin(x) > b, as bins are (cut_{b−1}, cut_b]; b = the feature's
-    number of cuts (the constant learner) is never exceeded."""
+    """The packed bits (n_learners × ⌈rows/8⌉ uint8, np.packbits order, the last byte's unused
+    bits 0) of the stumps "x_f > cut_b" (polarity +1) or "x_f ≤ cut_b" (−1), f = features_l,
+    b = bins_l, on a binned CSR chunk (`codes`: the bin of each stored entry, bin_codes; a feature
+    not stored is 0, in bin zero_bins[f]): x > cut_b ⇔ bin(x) > b, as bins are (cut_{b−1}, cut_b];
+    b = the feature's number of cuts (the constant learner) is never exceeded. Each learner's row
+    starts as its output on a row without the feature (its zero bin's side, every byte at once);
+    then one pass over the stored entries sets or clears the bit of each learner on the entry's
+    feature (learners of one feature chained; a feature stored twice in a row: the last entry)."""
     n = indptr.shape[0] - 1
     L = features.shape[0]
-    out = np.zeros((L, (n + 7) >> 3), dtype=np.uint8)
-    code = np.empty(n_features, dtype=np.int64)
-    for lrn in range(L):
-        code[features[lrn]] = zero_bins[features[lrn]]
+    n_bytes = (n + 7) >> 3
+    out = np.zeros((L, n_bytes), dtype=np.uint8)
+    first = np.full(n_features, -1, dtype=np.int64)  # per feature, its first learner (−1: none)
+    after = np.full(L, -1, dtype=np.int64)  # per learner, the next learner on its feature
+    for lrn in range(L - 1, -1, -1):
+        f = features[lrn]
+        after[lrn] = first[f]
+        first[f] = lrn
+        if (zero_bins[f] > bins[lrn]) == (polarity[lrn] > 0):
+            for byte in range(n_bytes):
+                out[lrn, byte] = 255
+            if n & 7:
+                out[lrn, n_bytes - 1] = np.uint8((255 << (8 - (n & 7))) & 255)
     for i in range(n):
+        byte, mask = i >> 3, np.uint8(1 << (7 - (i & 7)))
         for k in range(indptr[i], indptr[i + 1]):
-            code[indices[k]] = codes[k]
-        for lrn in range(L):
-            if (code[features[lrn]] > bins[lrn]) == (polarity[lrn] > 0):
-                out[lrn, i >> 3] |= np.uint8(1 << (7 - (i & 7)))
-        for k in range(indptr[i], indptr[i + 1]):
-            code[indices[k]] = zero_bins[indices[k]]
+            lrn = first[indices[k]]
+            while lrn >= 0:
+                if (codes[k] > bins[lrn]) == (polarity[lrn] > 0):
+                    out[lrn, byte] |= mask
+                else:
+                    out[lrn, byte] &= ~mask
+                lrn = after[lrn]
     return out
 
 
