@@ -244,7 +244,7 @@ class Sketch:
         size: int,
     ):
         n_features = len(largest_negative)
-        order = np.lexsort((values, features))
+        order = kernels.feature_value_order(features, values, n_features)  # np.lexsort((values, features))
         features, values, weights = features[order], values[order], weights[order]
         new = np.ones(len(values), dtype=bool)
         new[1:] = (features[1:] != features[:-1]) | (values[1:] != values[:-1])

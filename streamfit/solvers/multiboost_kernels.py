@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamfit._jit import kernel
+from streamfit.sorting import stable_argsort
 
 
 @kernel(nogil=True)
@@ -616,6 +617,39 @@ def coordinate_minimum(v_plus: float, v_minus: float, C_over_p: float, large_c: 
     # sqrt(V₊V₋ + p²/4C²) − p/2C, written as V₊V₋ / (sqrt(..) + p/2C) to keep its digits when V₊V₋ ≪ (p/2C)²
     root = v_plus * v_minus / (np.sqrt(v_plus * v_minus + half * half) + half)
     return max(0.0, np.log(root) - np.log(v_minus))
+
+
+@kernel(nogil=True)
+def feature_value_order(features: np.ndarray, values: np.ndarray, n_features: int) -> np.ndarray:
+    """np.lexsort((values, features)): the permutation that orders the entries by feature, then
+    by value, equal pairs in input order. A stable counting sort by feature (O(n + n_features)),
+    then a stable sort of each feature's values (sorting.stable_argsort): the same permutation,
+    as both are stable sorts by the same keys (lexsort took 2 ms for 20 000 entries, most of a
+    small set's init)."""
+    n = features.shape[0]
+    starts = np.zeros(n_features + 1, dtype=np.int64)
+    for k in range(n):
+        starts[features[k] + 1] += 1
+    for f in range(n_features):
+        starts[f + 1] += starts[f]
+    by_feature = np.empty(n, dtype=np.int64)
+    fill = starts[:-1].copy()
+    for k in range(n):
+        by_feature[fill[features[k]]] = k
+        fill[features[k]] += 1
+    order = np.empty(n, dtype=np.int64)
+    for f in range(n_features):
+        lo, hi = starts[f], starts[f + 1]
+        if hi - lo == 1:
+            order[lo] = by_feature[lo]
+        elif hi > lo:
+            keys = np.empty(hi - lo)
+            for j in range(lo, hi):
+                keys[j - lo] = values[by_feature[j]]
+            within = stable_argsort(keys)
+            for j in range(hi - lo):
+                order[lo + j] = by_feature[lo + within[j]]
+    return order
 
 
 @kernel(nogil=True)

@@ -148,6 +148,19 @@ def test_the_histogram_with_the_own_class_part_equals_two_histograms_bit_for_bit
     assert np.count_nonzero(H_own) > 0
 
 
+def test_the_sketchs_order_is_numpys_lexsort():
+    """kernels.feature_value_order (the order Sketch.of sorts a chunk's entries in) is
+    np.lexsort((values, features)): by feature, then value, ties in input order; with repeated
+    values (ties), features without entries, one entry and none."""
+    rng = np.random.default_rng(3)
+    for n, d in ((0, 3), (1, 3), (50, 1), (2000, 7), (5000, 400)):
+        features = rng.integers(0, d, n).astype(np.int64)
+        values = rng.normal(size=n).round(1)  # many ties
+        np.testing.assert_array_equal(
+            kernels.feature_value_order(features, values, d), np.lexsort((values, features))
+        )
+
+
 @pytest.mark.parametrize("K", [2, 3, 8])
 def test_class_totals_equal_numpys_column_sums_bit_for_bit(K):
     """kernels.class_totals (the histogram task's per-class totals of g and of its own-class
