@@ -156,9 +156,7 @@ def test_the_sketchs_order_is_numpys_lexsort():
     for n, d in ((0, 3), (1, 3), (50, 1), (2000, 7), (5000, 400)):
         features = rng.integers(0, d, n).astype(np.int64)
         values = rng.normal(size=n).round(1)  # many ties
-        np.testing.assert_array_equal(
-            kernels.feature_value_order(features, values, d), np.lexsort((values, features))
-        )
+        np.testing.assert_array_equal(kernels.feature_value_order(features, values, d), np.lexsort((values, features)))
 
 
 @pytest.mark.parametrize("K", [2, 3, 8])
@@ -446,7 +444,9 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
     no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
-    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(
+        H, chunked.totals, offsets, True, False, False, *no_own
+    )
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -464,7 +464,9 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(
+        H, chunked.totals, offsets, False, True, False, *no_own
+    )
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
