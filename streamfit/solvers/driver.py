@@ -123,9 +123,12 @@ def run(
     chunk_state.begin_run()  # arrays cached by an earlier run through this object are not read back
     ctx = Context(source=source, engine=engine, chunk_state=chunk_state)
     saver = _StateSaver(solver.State, checkpointer)
+    sync_metrics = getattr(metrics, "sync", None)  # MetricsLog: its lines, unsynced, are made durable by each save
 
     def save(state: SolverState) -> None:
         started = time.monotonic()
+        if sync_metrics is not None and checkpointer is not None:
+            sync_metrics()  # the lines of the steps this checkpoint holds, on disk before it counts them
         saver.save(state)
         schedule.saved(started, time.monotonic())
 
