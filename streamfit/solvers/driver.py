@@ -9,7 +9,8 @@
         log the step (validation every `valid_every` steps, and on the last one; on the
                       last one only for a solver whose mid_run_models is False), and show
                       it (progress: step of max_steps, elapsed, ETA)
-        checkpoint at a step that is due (`checkpoint_due`: every `checkpoint_every` steps) once
+        checkpoint (the metrics log's lines synced first: MetricsLog.sync) at a step that is due
+                      (`checkpoint_due`: every `checkpoint_every` steps) once
                       `checkpoint_interval` has passed since the last save (SaveSchedule;
                       "auto": 9 x the last save's duration), and always on the last step,
                       before a pause and at a due step past the time limit;
