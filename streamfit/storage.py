@@ -205,15 +205,17 @@ class Location:
         else:
             self._fs.pipe_file(self.path, data)
 
-    def append_text(self, text: str) -> None:
-        """Append `text` (one log line) and sync it. On an object store, which cannot append,
-        the object is rewritten whole with the line added (one PUT: readers see the old or the
-        new whole file)."""
+    def append_text(self, text: str, *, sync: bool = True) -> None:
+        """Append `text` (one log line) and, with `sync`, fsync it (else a later fsync_path of
+        the file makes it durable). On an object store, which cannot append, the object is
+        rewritten whole with the line added (one PUT, durable: readers see the old or the new
+        whole file)."""
         if self.local:
             with open(self.path, "a") as f:
                 f.write(text)
                 f.flush()
-                os.fsync(f.fileno())
+                if sync:
+                    os.fsync(f.fileno())
             return
         try:
             old = self.read_bytes()

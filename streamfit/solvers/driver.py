@@ -9,7 +9,8 @@
         log the step (validation every `valid_every` steps, and on the last one; on the
                       last one only for a solver whose mid_run_models is False), and show
                       it (progress: step of max_steps, elapsed, ETA)
-        checkpoint at a step that is due (`checkpoint_due`: every `checkpoint_every` steps) once
+        checkpoint (the metrics log's lines synced first: MetricsLog.sync) at a step that is due
+                      (`checkpoint_due`: every `checkpoint_every` steps) once
                       `checkpoint_interval` has passed since the last save (SaveSchedule;
                       "auto": 9 x the last save's duration), and always on the last step,
                       before a pause and at a due step past the time limit;
@@ -125,9 +126,12 @@ def run(
     chunk_state.begin_run()  # arrays cached by an earlier run through this object are not read back
     ctx = Context(source=source, engine=engine, chunk_state=chunk_state, valid=valid)
     saver = _StateSaver(solver.State, checkpointer)
+    sync_metrics = getattr(metrics, "sync", None)  # MetricsLog: its lines, unsynced, are made durable by each save
 
     def save(state: SolverState) -> None:
         started = time.monotonic()
+        if sync_metrics is not None and checkpointer is not None:
+            sync_metrics()  # the lines of the steps this checkpoint holds, on disk before it counts them
         saver.save(state)
         schedule.saved(started, time.monotonic())
 

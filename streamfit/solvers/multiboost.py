@@ -286,7 +286,7 @@ class Sketch:
         size: int,
     ):
         n_features = len(largest_negative)
-        order = np.lexsort((values, features))
+        order = kernels.feature_value_order(features, values, n_features)  # np.lexsort((values, features))
         features, values, weights = features[order], values[order], weights[order]
         new = np.ones(len(values), dtype=bool)
         new[1:] = (features[1:] != features[:-1]) | (values[1:] != values[:-1])
@@ -427,12 +427,12 @@ def _histogram_task(
         lo, hi = source.chunk_bounds(chunk_id)
         G[kernels.held_out(lo, hi, holdout_seed, holdout)] = 0.0
     indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
+    totals, own_totals = kernels.class_totals(G, labels, own)
     if not own:
         H, stored = kernels.histogram(indptr, indices, codes, G, cut_offsets)
-        return HistogramSums(H, stored, G.sum(axis=0), None, None, None)
-    G_own = np.where(np.arange(G.shape[1])[None, :] == labels[:, None], G, 0.0)
+        return HistogramSums(H, stored, totals, None, None, None)
     H, stored, H_own, stored_own = kernels.histograms(indptr, indices, codes, G, labels, cut_offsets, True)
-    return HistogramSums(H, stored, G.sum(axis=0), H_own, stored_own, G_own.sum(axis=0))
+    return HistogramSums(H, stored, totals, H_own, stored_own, own_totals)
 
 
 def _outputs_task(
@@ -859,16 +859,16 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             own=p.rule != "edge",
             holdout=HOLDOUT if fraction is None else fraction,
         )
-        H = self.full_histogram(state, sums.bins, sums.stored, sums.totals)
+        # the pass's sums are this step's own arrays: their zero bins are filled in place
+        zero_rows = zero_bin_rows(state.cut_offsets, state.zero_bins)
+        H = fill_zero_bins(sums.bins, sums.stored, sums.totals, zero_rows)
         if p.rule != "edge":
-            H_own, own_totals = (
-                self.full_histogram(state, sums.own_bins, sums.own_stored, sums.own_totals),
-                sums.own_totals,
-            )
+            H_own = fill_zero_bins(sums.own_bins, sums.own_stored, sums.own_totals, zero_rows)
+            own_totals = sums.own_totals
         else:
             H_own, own_totals = np.zeros((0, K)), np.zeros(0)
         pool = (p.stumps in ("sign", "both", "all"), p.stumps != "sign", p.stumps in ("signed", "all"))
-        feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+        feature, bin_, polarity, edge, low, sign, largest = kernels.best_stumps(
             H,
             sums.totals,
             state.cut_offsets,
@@ -884,7 +884,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             feature >= 0
         )  # a class with no splittable feature (or learner that moves) adds nothing
         if p.rule == "decrease":  # Algorithm 1's stop: the most violated constraint (4) over the whole pool
-            largest = kernels.best_stumps(H, sums.totals, state.cut_offsets, *pool, np.zeros((0, K)), np.zeros(0))[3]
             violation = float(C_over_p * largest.max() - 1.0) if np.any(np.isfinite(largest)) else -1.0
         else:
             violation = float(C_over_p * edge[classes].max() - 1.0) if len(classes) else -1.0
@@ -898,7 +897,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             classes = classes[np.argmax(edge[classes])][None]  # (6): the best (stump, class) pair
         new_compact = feature[classes]  # compact ids (used_columns); the model records the columns
         new_features = state.used[new_compact]
-        inside = bin_[classes] < np.diff(state.cut_offsets)[new_compact]
+        inside = bin_[classes] < state.cut_offsets[new_compact + 1] - state.cut_offsets[new_compact]  # < its cuts
         new_thresholds = np.full(len(classes), np.inf)  # an indicator split after the last bin: the constant ħ ≡ 1
         new_thresholds[inside] = state.cuts[state.cut_offsets[new_compact[inside]] + bin_[classes][inside]]
         new_polarity = polarity[classes]
@@ -935,7 +934,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
 
         # 4. FCD on the master problem over all learners so far, chunk by chunk (F updated with the weights)
         start = state.weights[:J0].copy()
-        rng = np.random.default_rng([p.random_state, state.step - state.phase_start])  # the same draws in every phase
+        rng = (  # the same draws in every phase; stage-wise FCD (tau_max = 1) draws none (a generator costs ~50 µs)
+            np.random.default_rng([p.random_state, state.step - state.phase_start]) if p.tau_max > 1 else None
+        )
         with Master(K, int(p.master_memory_mb * 2**20), state.learner_low, signs=state.learner_sign) as master:
             for i in range(source.n_chunks):
                 master.add(
@@ -1054,12 +1055,22 @@ class MultiBoostSolver(Solver[MultiBoostState]):
     def full_histogram(state: MultiBoostState, bins, stored, totals) -> np.ndarray:
         """The per-(feature, bin, class) sums over all entries (of g, or of its own-class part,
         HistogramSums): the stored entries' sums `bins`, plus the implicit zeros (column total
-        minus stored sum) in each feature's zero bin."""
-        H = bins.copy()
-        n_features = len(state.cut_offsets) - 1
-        rows = state.cut_offsets[:-1] + np.arange(n_features) + state.zero_bins
-        H[rows] += totals[None, :] - stored
-        return H
+        minus stored sum) in each feature's zero bin (fill_zero_bins on a copy of `bins`)."""
+        return fill_zero_bins(bins.copy(), stored, totals, zero_bin_rows(state.cut_offsets, state.zero_bins))
+
+
+def zero_bin_rows(cut_offsets: np.ndarray, zero_bins: np.ndarray) -> np.ndarray:
+    """The histogram row of each (compact) feature's zero bin: feature f's bins are rows
+    cut_offsets[f] + f + b (kernels.histogram)."""
+    return cut_offsets[:-1] + np.arange(len(cut_offsets) - 1) + zero_bins
+
+
+def fill_zero_bins(bins: np.ndarray, stored: np.ndarray, totals: np.ndarray, zero_rows: np.ndarray) -> np.ndarray:
+    """`bins` (the stored entries' per-(feature, bin, class) sums) made the sums over all entries, in
+    place: each feature's zero bin (row zero_rows[f], zero_bin_rows) gets the implicit zeros' share,
+    the column total minus the stored sum (totals − stored[f]). Returns `bins`."""
+    bins[zero_rows] += totals[None, :] - stored
+    return bins
 
 
 def _loss_and_errors(F: np.ndarray, labels: np.ndarray, R: np.ndarray) -> np.ndarray:
@@ -1245,7 +1256,12 @@ class Master:
         copied and its old arrays released in turn, so the resident data is held about once,
         except the bits of a caller that keeps its own reference to them (an in-memory
         ChunkState, as the estimators use, returns its stored array): those are held twice
-        while the Master lives."""
+        while the Master lives. A single resident chunk whose arrays are C-contiguous (the in-memory
+        fits, a store of one chunk) needs no copy: its arrays' flat views are the buffers."""
+        rows = np.array([labels.shape[0] for labels, *_ in self.resident], dtype=np.int64)
+        if len(self.resident) == 1 and all(a.flags.c_contiguous for a in self.resident[0][1:]):
+            _, bits, classes, state = self.resident[0]
+            return bits.reshape(-1), classes.reshape(-1), state.reshape(-1), rows
         buffers = [
             np.empty(sum(chunk[p].size for chunk in self.resident), dtype=self.resident[0][p].dtype) for p in (1, 2, 3)
         ]
@@ -1259,7 +1275,6 @@ class Master:
                 starts[p] += array.size
                 views.append(view)
             self.resident[i] = (labels, views[0], views[1], views[2])
-        rows = np.array([labels.shape[0] for labels, *_ in self.resident], dtype=np.int64)
         return buffers[0], buffers[1], buffers[2], rows
 
     def scores(self, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1324,7 +1339,7 @@ def fcd(
     tau_max: int,
     large_c: bool,
     learning_rate: float,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None,
 ) -> tuple[int, float | None]:
     """Algorithm 2 on the master problem, `weights` and the master's μ and F updated in place.
     S starts as the `new` coordinates, swept in order; then θ (16) for all coordinates, S by
@@ -1334,7 +1349,8 @@ def fcd(
     is in memory): it applies the previous coordinate's change to μ (20) and sums V± (21) for
     this one, then sets w_j by (12) (or (13)), shrunk by `learning_rate` (ν < 1 only with
     tau_max = 1, MultiBoostParams). F, which Algorithm 2 does not read, is brought to
-    the final weights once at the end (Master.add_scores). Returns (working-set iterations, max
+    the final weights once at the end (Master.add_scores). `rng` draws the working sets' orders
+    (None: tau_max = 1, which draws none). Returns (working-set iterations, max
     θ after the last; None when tau_max ended it before θ was needed)."""
     start = weights.copy()
     order = np.asarray(new, dtype=np.int64)
@@ -1352,6 +1368,7 @@ def fcd(
         if worst <= tol:
             break
         S = np.flatnonzero(theta > tol)
+        assert rng is not None, "a working set after the first sweep (tau_max > 1) draws its order"
         order = rng.permutation(S)
     if pending is not None:
         master.run_pass(pending, np.zeros(0, np.int64), np.zeros(0, np.int64), False)

@@ -273,6 +273,45 @@ def test_a_kill_then_a_power_loss_of_the_unsynced_state_resumes_to_the_same_mode
     same_model(resumed, full)
 
 
+def test_metrics_lines_are_synced_by_the_save_that_counts_their_steps(source, tmp_path, monkeypatch):
+    """metrics.jsonl's lines are appended without an fsync each; every checkpoint save first
+    makes the lines so far durable (so a resume after a power loss finds the lines of the steps
+    its checkpoint holds), and the end of the run syncs the rest. A run of 6 steps saved at
+    0, 2, 4 and 6 (checkpoint_every=2, interval 0): each step's line is on disk (read back by
+    a fsync_path of the file, recorded) once its step, or a later one, is saved."""
+    from streamfit import storage
+
+    run = str(tmp_path / "run")
+    path = str(tmp_path / "metrics.jsonl")
+    lines_at_sync: list[int] = []  # the file's lines at each fsync of it
+    fsync_path = storage.fsync_path
+
+    def recorded(p):
+        if p == path:
+            with open(path) as f:
+                lines_at_sync.append(len(f.readlines()))
+        fsync_path(p)
+
+    monkeypatch.setattr(storage, "fsync_path", recorded)
+    saved_after: list[int] = []  # the metrics syncs counted when each checkpoint commits
+    commit = storage.Attempt.commit
+
+    def counted(attempt):
+        saved_after.append(len(lines_at_sync))
+        commit(attempt)
+
+    monkeypatch.setattr(storage.Attempt, "commit", counted)
+    ckpt = Checkpointer(run, config={"solver": "halving"}, store_fingerprint="in-memory")
+    with Engine(mode="inprocess") as engine:
+        HalvingSolver(HalvingParams(max_iter=6)).fit(
+            source, engine=engine, checkpointer=ckpt, log=MetricsLog(path), checkpoint_every=2, checkpoint_interval=0
+        )
+    assert lines_at_sync == [2, 4, 6]  # at the saves of steps 2, 4 and 6 (none at step 0: no line yet)
+    assert saved_after == [0, 1, 2, 3]  # each commit after the sync of its step's line
+    with open(path) as f:
+        assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4, 5, 6]
+
+
 def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():
     """0: every due step; seconds: that long after the last save ended; auto: 9 x its duration.
     Before the first save of a call (a resume), the next due step is saved."""

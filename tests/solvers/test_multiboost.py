@@ -148,6 +148,38 @@ def test_the_histogram_with_the_own_class_part_equals_two_histograms_bit_for_bit
     assert np.count_nonzero(H_own) > 0
 
 
+def test_the_sketchs_order_is_numpys_lexsort():
+    """kernels.feature_value_order (the order Sketch.of sorts a chunk's entries in) is
+    np.lexsort((values, features)): by feature, then value, ties in input order; with repeated
+    values (ties), features without entries, one entry and none."""
+    rng = np.random.default_rng(3)
+    for n, d in ((0, 3), (1, 3), (50, 1), (2000, 7), (5000, 400)):
+        features = rng.integers(0, d, n).astype(np.int64)
+        values = rng.normal(size=n).round(1)  # many ties
+        np.testing.assert_array_equal(kernels.feature_value_order(features, values, d), np.lexsort((values, features)))
+
+
+@pytest.mark.parametrize("K", [2, 3, 8])
+def test_class_totals_equal_numpys_column_sums_bit_for_bit(K):
+    """kernels.class_totals (the histogram task's per-class totals of g and of its own-class
+    part) gives numpy's G.sum(axis=0) and G_own.sum(axis=0), every bit, on signed weights whose
+    magnitudes span 1e-250 to 1e250 (so that the order of the additions shows in the result), with
+    rows held out (0) and for 1 to 3000 rows."""
+    rng = np.random.default_rng(K)
+    differs = 0
+    for n in (1, 2, 7, 9, 100, 3000):
+        labels = rng.integers(0, K, n).astype(np.int64)
+        G = kernels.signed_weights(rng.uniform(-1.0, 1.0, (n, K)) * 575.0, labels)
+        G[rng.random(n) < 0.1] = 0.0
+        G_own = np.where(np.arange(K)[None, :] == labels[:, None], G, 0.0)
+        totals, own_totals = kernels.class_totals(G, labels, True)
+        np.testing.assert_array_equal(totals, G.sum(axis=0))
+        np.testing.assert_array_equal(own_totals, G_own.sum(axis=0))
+        assert kernels.class_totals(G, labels, False)[1].shape == (0,)
+        differs += not np.array_equal(totals, np.array([np.sum(G[:, c].copy()) for c in range(K)]))
+    assert differs > 0  # pairwise sums of the columns differ: the test can tell the order
+
+
 def test_the_update_at_v_minus_zero_is_the_minimum_of_10_at_c_for_both_updates():
     """V₋ = 0 (no pair pushes w down): (10) is w + (C/p)V₊e^{−w}, whose minimum over w ≥ 0 is
     log(V₊C/p), or 0 when V₊C/p ≤ 1. (13) has none (+inf), so large_c takes (12)'s at the given C:
@@ -412,7 +444,9 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     )  # fmt: skip
     H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
     no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
-    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, True, False, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(
+        H, chunked.totals, offsets, True, False, False, *no_own
+    )
 
     G = kernels.signed_weights(F, labels.astype(np.int64))  # brute force: every feature, threshold, sign of (4)
     sign_best = np.zeros(K)
@@ -430,7 +464,9 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         sign_best[c] = best[0]
 
     # indicator stumps: 1[x_f > t] (polarity +1) or 1[x_f ≤ t] (−1), t = +inf being the constant 1
-    feature, bin_, polarity, edge, _, _ = kernels.best_stumps(H, chunked.totals, offsets, False, True, False, *no_own)
+    feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(
+        H, chunked.totals, offsets, False, True, False, *no_own
+    )
     for c in range(K):
         best = max(
             float(G[:, c] @ ((dense[:, f] > t) == (s > 0)))
@@ -449,9 +485,11 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
 
     # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
     H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
-    feature, bin_, polarity, edge, low, _ = kernels.best_stumps(
+    feature, bin_, polarity, edge, low, _, largest = kernels.best_stumps(
         H, chunked.totals, offsets, True, True, False, H_own, chunked.own_totals
     )
+    # the largest edge over the pool, returned by every scan: the edge of the scan scored by the edge alone
+    assert np.array_equal(largest, kernels.best_stumps(H, chunked.totals, offsets, True, True, False, *no_own)[3])
     mu = np.exp(F - F[np.arange(m), labels][:, None])
     mu[np.arange(m), labels] = 0.0
     for c in range(K):
@@ -479,9 +517,11 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     # it with the sign stumps, by the edge (4) and by the gain, against every feature, threshold, kind and sign
     for sign_stumps in (False, True):
         for own in (no_own, (H_own, chunked.own_totals)):
-            feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+            feature, bin_, polarity, edge, low, sign, largest = kernels.best_stumps(
                 H, chunked.totals, offsets, sign_stumps, True, True, *own
             )
+            by_edge = kernels.best_stumps(H, chunked.totals, offsets, sign_stumps, True, True, *no_own)
+            assert np.array_equal(largest, by_edge[3]) and np.array_equal(largest, by_edge[6])
             for c in range(K):
                 in_c = labels == c
                 R_c, mu_c = np.where(in_c, mu.sum(axis=1), 0.0), np.where(in_c, 0.0, mu[:, c])
@@ -525,10 +565,12 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     for large_c, nu, C_over_p in ((True, 1.0, 0.05), (False, 1.0, 0.05), (True, 0.3, 0.05), (False, 0.5, 1e3)):
         lam = 1.0 / (C_over_p * p_pairs)
         own = (H_own, chunked.own_totals, True, C_over_p, large_c, nu)
-        feature, bin_, polarity, edge, low, sign = kernels.best_stumps(
+        feature, bin_, polarity, edge, low, sign, largest = kernels.best_stumps(
             H, chunked.totals, offsets, True, True, True, *own
         )
         by_gain = kernels.best_stumps(H, chunked.totals, offsets, True, True, True, H_own, chunked.own_totals)
+        by_edge = kernels.best_stumps(H, chunked.totals, offsets, True, True, True, *no_own)
+        assert np.array_equal(largest, by_edge[3]) and np.array_equal(by_gain[6], by_edge[3])
         for c in range(K):
 
             def objective(w, h, c=c, lam=lam):  # (2)/C along the coordinate (c, h) from F
