@@ -101,7 +101,7 @@ bytes in the per-sample state cache and in the store's decoded-chunk cache), and
 identity across the runs; `--ooc-reference` adds an uncapped run of the first budget, compared
 array by array.
 
-    python tools/bench_multiboost.py --ooc [--ooc-rows 2000000] [--ooc-per-row 60] [--ooc-cap-mb 1024] [--ooc-iters 3]
+    python tools/bench_multiboost.py --ooc [--ooc-rows 1030000] [--ooc-per-row 300] [--ooc-cap-mb 1024] [--ooc-iters 3]
         [--ooc-cap-kind data] [--ooc-params '{"tau_max": 2}'] [--ooc-reference] --plots /tmp/plots
 """
 
@@ -786,16 +786,16 @@ def status():
     fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
     return {k: int(fields[k].split()[0]) / 1024 for k in ("VmHWM", "VmRSS", "VmData", "VmPeak")}
 
-phases, current, source = [], ["import"], [None]
+phases, current, source, began = [], ["import"], [None], [time.perf_counter()]
 
 def enter(label):  # ends the current phase (its peak RSS, and what is held at its end); starts `label`
     s = status()
-    phases.append({"phase": current[0], "peak_rss_mb": s["VmHWM"], "end_rss_mb": s["VmRSS"],
+    phases.append({"phase": current[0], "seconds": time.perf_counter() - began[0], "peak_rss_mb": s["VmHWM"], "end_rss_mb": s["VmRSS"],
                    "end_data_mb": s["VmData"], "state_cache_mb": checkpoint._WRITTEN_BYTES / 2**20,
                    "chunk_cache_mb": getattr(source[0], "_cached_bytes", 0) / 2**20})
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # resets VmHWM to the current RSS: the next phase's peak
-    current[0] = label
+    current[0], began[0] = label, time.perf_counter()
 
 def traced(fn, name):
     def wrapper(*args, **kwargs):
@@ -903,11 +903,12 @@ def ooc(args) -> None:
     for title, phases in traces:
         print(
             f"\nper phase, {title} (MiB; the peak is the phase's own, VmHWM reset at its start):\n"
-            "| phase | peak RSS | RSS at its end | VmData at its end | state cache | chunk cache |\n|---|---|---|---|---|---|"
+            "| phase | seconds | peak RSS | RSS at its end | VmData at its end | state cache | chunk cache |\n"
+            "|---|---|---|---|---|---|---|"
         )
         for ph in phases[1:]:
             print(
-                f"| {ph['phase']} | {ph['peak_rss_mb']:.0f} | {ph['end_rss_mb']:.0f} | {ph['end_data_mb']:.0f} | "
+                f"| {ph['phase']} | {ph['seconds']:.1f} | {ph['peak_rss_mb']:.0f} | {ph['end_rss_mb']:.0f} | {ph['end_data_mb']:.0f} | "
                 f"{ph['state_cache_mb']:.0f} | {ph['chunk_cache_mb']:.0f} |"
             )
     same = len(models) == len(runs) and all(
@@ -988,8 +989,10 @@ def main():
         help="comma-separated learning rates ν: cw1_signed_nu<ν> (cw1_signed with learning_rate=ν) runs for each",
     )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
-    ap.add_argument("--ooc-rows", type=int, default=2_000_000)
-    ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
+    ap.add_argument(
+        "--ooc-rows", type=int, default=1_030_000, help="with --ooc-per-row 300: 2038 MiB decoded, twice the cap"
+    )
+    ap.add_argument("--ooc-per-row", type=int, default=300, help="stored entries per row (before repeats sum)")
     ap.add_argument("--ooc-cap-mb", type=int, default=1024, help="the child's memory cap (0: none)")
     ap.add_argument(
         "--ooc-cap-kind",
