@@ -91,12 +91,24 @@ seconds) go to `--plots` (docs/bench/multiboost by default).
 Out of core (`--ooc`): a generated sparse store (`--ooc-rows` rows, 1000 features,
 `--ooc-per-row` stored entries per row, 10 classes from a noisy linear teacher, chunks of 8192 rows) whose decoded size
 is larger than the cap; `streamfit.train` with the multiboost solver (checkpoints on disk, the
-in-process engine) in a child process whose address space is capped (RLIMIT_AS, `--ooc-cap-mb`),
-once per `--ooc-master-mb` (the solver's master_memory_mb: 0 streams every chunk's master data
-from local files). Reported per run: seconds, the child's peak RSS (VmHWM) and VmPeak, the final
-objective, and the models' identity across the runs.
+in-process engine) in a child process whose memory is capped (`--ooc-cap-mb`; 0: no cap), once
+per `--ooc-master-mb` (the solver's master_memory_mb: 0 streams every chunk's master data from
+local files), with `--ooc-params` added to the solver's parameters. The cap (`--ooc-cap-kind`) is
+RLIMIT_DATA by default: since Linux 4.7 it bounds the process's private writable mappings (the
+heap, anonymous mmaps such as numpy's arrays, thread stacks; VmData in /proc/PID/status), all the
+memory it can make resident but its file-backed pages (code, read-only maps; page cache the kernel
+may drop), so an allocation past it fails (MemoryError, "can't start new thread") where resident
+anonymous memory could pass it. `as` is RLIMIT_AS (the whole virtual size: code, shared
+libraries and reserved-but-unused ranges, ~0.9 GiB here before any data). Reported per run:
+seconds, the child's peak RSS (VmHWM) and VmPeak, VmData at the end, the final objective, a
+per-phase trace (each engine pass, FCD, each checkpoint save and the driver's work between them:
+its peak RSS, reset per phase through /proc/self/clear_refs, and at its end the RSS, VmData, the
+bytes in the per-sample state cache and in the store's decoded-chunk cache), and the models'
+identity across the runs; `--ooc-reference` adds an uncapped run of the first budget, compared
+array by array.
 
-    python tools/bench_multiboost.py --ooc [--ooc-rows 2000000] [--ooc-per-row 60] [--ooc-cap-mb 1024] [--ooc-iters 3]
+    python tools/bench_multiboost.py --ooc [--ooc-rows 1030000] [--ooc-per-row 300] [--ooc-cap-mb 1024] [--ooc-iters 3]
+        [--ooc-cap-kind data] [--ooc-params '{"tau_max": 2}'] [--ooc-reference] --plots /tmp/plots
 """
 
 from __future__ import annotations
@@ -800,16 +812,56 @@ def plot_fig6_cg(name, traces, plots):
 
 OOC_CHILD = """
 import json, os, resource, sys, time
-store_path, out, cap_mb, params = sys.argv[1:5]
-resource.setrlimit(resource.RLIMIT_AS, (int(cap_mb) << 20, int(cap_mb) << 20))
+store_path, out, cap_kind, cap_mb, params = sys.argv[1:6]
+if int(cap_mb):
+    limit = resource.RLIMIT_DATA if cap_kind == "data" else resource.RLIMIT_AS
+    resource.setrlimit(limit, (int(cap_mb) << 20, int(cap_mb) << 20))
+import streamfit.checkpoint as checkpoint
+import streamfit.engine as engine
+import streamfit.solvers.multiboost as multiboost
 from streamfit.train import train
+
+def status():
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return {k: int(fields[k].split()[0]) / 1024 for k in ("VmHWM", "VmRSS", "VmData", "VmPeak")}
+
+phases, current, source, began = [], ["import"], [None], [time.perf_counter()]
+
+def enter(label):  # ends the current phase (its peak RSS, and what is held at its end); starts `label`
+    s = status()
+    phases.append({"phase": current[0], "seconds": time.perf_counter() - began[0], "peak_rss_mb": s["VmHWM"], "end_rss_mb": s["VmRSS"],
+                   "end_data_mb": s["VmData"], "state_cache_mb": checkpoint._WRITTEN_BYTES / 2**20,
+                   "chunk_cache_mb": getattr(source[0], "_cached_bytes", 0) / 2**20})
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # resets VmHWM to the current RSS: the next phase's peak
+    current[0], began[0] = label, time.perf_counter()
+
+def traced(fn, name):
+    def wrapper(*args, **kwargs):
+        label = name(args, kwargs)
+        enter(label)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            enter("driver after " + label)
+    return wrapper
+
+def pass_name(args, kwargs):
+    source[0] = args[2]
+    return kwargs.get("desc") or args[4]
+
+engine.Engine.map = traced(engine.Engine.map, pass_name)
+engine.Engine.map_reduce = traced(engine.Engine.map_reduce, pass_name)
+multiboost.fcd = traced(multiboost.fcd, lambda args, kwargs: "FCD")
+checkpoint.Checkpointer.save = traced(checkpoint.Checkpointer.save, lambda args, kwargs: "checkpoint save")
+enter("train: start")
 t0 = time.perf_counter()
 train(store_path, "multiboost", out, json.loads(params), n_workers=0, overwrite=True, progress=False)
+seconds = time.perf_counter() - t0
+enter("end")
 records = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-status = open("/proc/self/status").read()
-mb = lambda key: int(status.split(key + ":")[1].split()[0]) / 1024
-print(json.dumps({"seconds": time.perf_counter() - t0, "last": records[-1],
-                  "peak_rss_mb": mb("VmHWM"), "vm_peak_mb": mb("VmPeak")}))
+print(json.dumps({"seconds": seconds, "last": records[-1], "peak_rss_mb": max(p["peak_rss_mb"] for p in phases),
+                  "vm_peak_mb": status()["VmPeak"], "data_mb": phases[-1]["end_data_mb"], "phases": phases}))
 """
 
 
@@ -847,37 +899,62 @@ def ooc(args) -> None:
     store = open_store(path)
     K = store.n_classes
     decoded_mb = store.manifest.nnz * 8 / 2**20  # float32 values + int32 indices
+    on_disk_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs) / 2**20
     L = args.ooc_iters * K
-    master_mb = store.n_rows * ((2 * K + 1) * 8 + 8 + L / 8) / 2**20
+    master_mb = store.n_rows * ((L + K) / 8 + 16 * K + 24) / 2**20  # docs/architecture.md, multiboost
+    binned_mb = (store.manifest.nnz * 6 + store.n_rows * 16) / 2**20  # bins, columns; row starts, labels
+    cap = f"{args.ooc_cap_mb} MiB ({'RLIMIT_DATA' if args.ooc_cap_kind == 'data' else 'RLIMIT_AS'})"
+    extra = json.loads(args.ooc_params)
     print(
         f"\n## out of core: {store.n_rows} rows, {store.n_features} features, nnz {store.manifest.nnz}, "
-        f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB; the master problem's per-sample data "
-        f"after {args.ooc_iters} iterations ({L} learners) {master_mb:.0f} MiB; address-space cap "
-        f"{args.ooc_cap_mb} MiB; load average {os.getloadavg()[0]:.1f}\n"
-        "| master_memory_mb | finished in | objective | peak RSS (VmHWM) | VmPeak |\n|---|---|---|---|---|",
+        f"{store.n_chunks} chunks; decoded CSR {decoded_mb:.0f} MiB ({on_disk_mb:.0f} MiB on disk); the binned "
+        f"chunks {binned_mb:.0f} MiB; the master problem's per-sample data after {args.ooc_iters} iterations "
+        f"({L} learners) {master_mb:.0f} MiB; cap {cap if args.ooc_cap_mb else 'none'}; parameters {extra}; "
+        f"STREAMFIT_STATE_CACHE_MB {os.environ.get('STREAMFIT_STATE_CACHE_MB', 'unset (256)')}; "
+        f"load average {os.getloadavg()[0]:.1f}\n"
+        "| master_memory_mb | cap | finished in | objective | peak RSS (VmHWM) | VmPeak | VmData at the end |\n"
+        "|---|---|---|---|---|---|---|",
         flush=True,
     )
     env = {**os.environ, "MALLOC_ARENA_MAX": "2", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    models = []
-    for budget in args.ooc_master_mb.split(","):
-        out = os.path.join(args.ooc_dir, f"ooc_run_{budget}")
-        params = {"max_iter": args.ooc_iters, "master_memory_mb": float(budget)}
-        argv = [sys.executable, "-c", OOC_CHILD, path, out, str(args.ooc_cap_mb), json.dumps(params)]
+    budgets = args.ooc_master_mb.split(",")
+    runs = [(b, args.ooc_cap_mb) for b in budgets] + ([(budgets[0], 0)] if args.ooc_reference else [])
+    models, traces = [], []
+    for budget, cap_mb in runs:
+        out = os.path.join(args.ooc_dir, f"ooc_run_{budget}_{'cap' if cap_mb else 'nocap'}")
+        params = {**extra, "max_iter": args.ooc_iters, "master_memory_mb": float(budget)}
+        argv = [sys.executable, "-c", OOC_CHILD, path, out, args.ooc_cap_kind, str(cap_mb), json.dumps(params)]
         proc = subprocess.run(argv, capture_output=True, text=True, env=env)
+        cap_text = cap if cap_mb else "none"
         if proc.returncode != 0:
-            print(f"| {budget} | FAILED ({proc.returncode}): {proc.stderr.strip().splitlines()[-3:]} | | | |")
+            print(
+                f"| {budget} | {cap_text} | FAILED ({proc.returncode}): {proc.stderr.strip().splitlines()[-3:]} |||||"
+            )
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(
-            f"| {budget} | {r['seconds']:.0f} s | {r['last']['objective']:.6f} | {r['peak_rss_mb']:.0f} MiB | "
-            f"{r['vm_peak_mb']:.0f} MiB |",
+            f"| {budget} | {cap_text} | {r['seconds']:.0f} s | {r['last']['objective']:.6f} | "
+            f"{r['peak_rss_mb']:.0f} MiB | {r['vm_peak_mb']:.0f} MiB | {r['data_mb']:.0f} MiB |",
             flush=True,
         )
         models.append(load_model(out))
-    same = all(
-        np.array_equal(a, b) for m in models[1:] for a, b in zip(models[0]._arrays().values(), m._arrays().values())
+        traces.append((f"master_memory_mb {budget}, cap {cap_text}", r["phases"]))
+    for title, phases in traces:
+        print(
+            f"\nper phase, {title} (MiB; the peak is the phase's own, VmHWM reset at its start):\n"
+            "| phase | seconds | peak RSS | RSS at its end | VmData at its end | state cache | chunk cache |\n"
+            "|---|---|---|---|---|---|---|"
+        )
+        for ph in phases[1:]:
+            print(
+                f"| {ph['phase']} | {ph['seconds']:.1f} | {ph['peak_rss_mb']:.0f} | {ph['end_rss_mb']:.0f} | {ph['end_data_mb']:.0f} | "
+                f"{ph['state_cache_mb']:.0f} | {ph['chunk_cache_mb']:.0f} |"
+            )
+    same = len(models) == len(runs) and all(
+        a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+        for a, b in ((models[0]._arrays(), m._arrays()) for m in models[1:])
     )
-    print(f"models identical across the runs: {same}")
+    print(f"\nmodels identical across the {len(models)} runs (every array): {same}")
 
 
 def main():
@@ -962,9 +1039,21 @@ def main():
         help="comma-separated patiences n: lgbm_es<n> (LightGBM stumps with early stopping) runs for each",
     )
     ap.add_argument("--ooc", action="store_true", help="only the out-of-core run (see the module docstring)")
-    ap.add_argument("--ooc-rows", type=int, default=2_000_000)
-    ap.add_argument("--ooc-per-row", type=int, default=60, help="stored entries per row (before repeats sum)")
-    ap.add_argument("--ooc-cap-mb", type=int, default=1024)
+    ap.add_argument(
+        "--ooc-rows", type=int, default=1_030_000, help="with --ooc-per-row 300: 2038 MiB decoded, twice the cap"
+    )
+    ap.add_argument("--ooc-per-row", type=int, default=300, help="stored entries per row (before repeats sum)")
+    ap.add_argument("--ooc-cap-mb", type=int, default=1024, help="the child's memory cap (0: none)")
+    ap.add_argument(
+        "--ooc-cap-kind",
+        choices=("data", "as"),
+        default="data",
+        help="data: RLIMIT_DATA (private writable memory); as: RLIMIT_AS (the whole virtual size)",
+    )
+    ap.add_argument("--ooc-params", default="{}", help="JSON: more multiboost parameters of every run")
+    ap.add_argument(
+        "--ooc-reference", action="store_true", help="also the first budget without a cap, its model compared"
+    )
     ap.add_argument("--ooc-iters", type=int, default=3)
     ap.add_argument("--ooc-master-mb", default="0,1024", help="master_memory_mb of each run")
     ap.add_argument("--ooc-dir", default="/tmp/streamfit-bench-multiboost")
