@@ -32,6 +32,7 @@ from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.pipeline import IngestOptions
 from streamfit.options import check_values, config_model, merge, option
+from streamfit.runlog import DEFAULT_VALID_EVERY
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*$")
 
@@ -51,7 +52,7 @@ def parse_duration(text: str | float, what: str) -> float:
 
 
 def parse_checkpoint_interval(text: str | float, what: str) -> float | str:
-    """The word "auto", or seconds >= 0 in "0", "90", "90s", "5m" or "1h" (streamfit.solvers.driver.SaveSchedule);
+    """The word "auto", or seconds >= 0 in "0", "90", "90s", "5m" or "1h" (streamfit.schedule.TimedSchedule);
     a bad value raises ConfigError naming `what`."""
     if isinstance(text, str) and text.strip().lower() == "auto":
         return "auto"
@@ -59,6 +60,24 @@ def parse_checkpoint_interval(text: str | float, what: str) -> float | str:
     if seconds is None:
         raise ConfigError(f"{what} {text!r}: expected auto, 0 (every due step) or a duration such as 90s, 5m or 1h")
     return seconds
+
+
+def parse_valid_every(text: str | int, what: str) -> int | str:
+    """The word "auto" (streamfit.runlog.MetricsLog: validating takes at most 1/10 of the run), or
+    a whole number N >= 1 of solver steps (every N-th step); a bad value raises ConfigError naming `what`."""
+    if isinstance(text, str) and text.strip().lower() == "auto":
+        return "auto"
+    if isinstance(text, str) and text.strip().isdigit():
+        text = int(text.strip())
+    if not isinstance(text, int) or isinstance(text, bool) or text < 1:
+        raise ConfigError(
+            f"{what} {text!r}: expected auto (validation at most 10 % of the run) or a number of steps >= 1"
+        )
+    return text
+
+
+def _check_valid_every(value: int | str, what: str) -> None:
+    parse_valid_every(value, what)
 
 
 def _check_checkpoint_interval(value: float | str, what: str) -> None:
@@ -127,7 +146,14 @@ class TrainOptions:
         "early stopping (-p early_stopping=true) scores it instead of holding out training rows",
         metavar="PATH",
     )
-    valid_every: int = option(1, "Validate every N solver steps", ge=1)
+    valid_every: int | str = option(
+        DEFAULT_VALID_EVERY,
+        "With --valid: validate every N solver steps, or auto: a step once 9x the last validation's duration has "
+        "passed, so validating takes at most 10 % of the run (the first step validated too); the last step always",
+        metavar="N|auto",
+        parse=parse_valid_every,
+        check=_check_valid_every,
+    )
     checkpoint_every: int = option(
         1,
         "A checkpoint is due every N solver steps (and saved after the last); a kill loses at most the steps "

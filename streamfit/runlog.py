@@ -8,10 +8,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal, TypeVar
 
 from streamfit import storage
+from streamfit.schedule import TimedSchedule
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +20,9 @@ ProgressMode = Literal["bar", "lines"]
 Item = TypeVar("Item")
 # "lines": at most one progress line per this many seconds (the first and last step always get one)
 LINE_SECONDS = 5.0
+
+# which solver steps a run with a validation store validates (MetricsLog): "auto", or every N steps
+DEFAULT_VALID_EVERY: int | str = "auto"
 
 SUMMARY_FIELDS = ("objective", "gap", "train_accuracy", "train_p_at_1", "nnz", "nnz_rows", "not_converged")
 
@@ -164,23 +168,41 @@ def counted(
 class MetricsLog:
     """Appends one line per step: {"step", "wall_time" (s since the run started), ...fields}.
     With path=None the lines are kept in `records` only (estimators). With a validation
-    source, a step logged with `model=` (the current model, or a function returning it) also
-    gets the model's metrics on that source, prefixed `valid_` (every `valid_every` steps).
-    `progress`: also show each step to a person (RunProgress); the driver calls begin() before
-    its first step and end() after its last. Lines go to the file without an fsync each (6 ms
-    a step on this machine's disk, most of a small store's iteration, session 22); `sync()`
-    makes those written so far durable, and the solver driver calls it before each checkpoint,
-    so the lines of the steps a checkpoint holds are on disk when it counts them (a resume cuts
-    the later ones, truncate_after), as the per-sample state files are; end() syncs too."""
+    source, a step logged with `model=` (the current model, or a function returning it) may
+    also get the model's metrics on that source, prefixed `valid_`; which steps (`valid_every`):
+    "auto" (the default), the first such step, then a step once AUTO_WAIT (9) x the last
+    validation's duration has passed since it ended (streamfit.schedule.TimedSchedule, the rule of
+    the checkpoints' "auto"), so validating takes at most 1/10 of the run however cheap the steps
+    are; an int N, the steps that are multiples of N; either way, a `final` step. The duration is
+    that of building the model and scoring it, on `clock` (seconds, monotonic). A resumed run
+    validates its first step again. `progress`: also show each step to a person (RunProgress); the
+    driver calls begin() before its first step and end() after its last. Lines go to the file
+    without an fsync each (6 ms a step on this machine's disk, most of a small store's iteration,
+    session 22); `sync()` makes those written so far durable, and the solver driver calls it
+    before each checkpoint, so the lines of the steps a checkpoint holds are on disk when it
+    counts them (a resume cuts the later ones, truncate_after), as the per-sample state files
+    are; end() syncs too."""
 
     def __init__(
-        self, path: str | None = None, *, valid=None, valid_every: int = 1, progress: RunProgress | None = None
+        self,
+        path: str | None = None,
+        *,
+        valid=None,
+        valid_every: int | str = DEFAULT_VALID_EVERY,
+        progress: RunProgress | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
+        if valid_every != "auto" and not (
+            isinstance(valid_every, int) and not isinstance(valid_every, bool) and valid_every >= 1
+        ):
+            raise ValueError(f"valid_every must be 'auto' or a whole number of steps >= 1, got {valid_every!r}")
         self.path = path
         self.records: list[dict] = []
         self._t0 = time.perf_counter()
         self.valid = valid
-        self.valid_every = max(1, int(valid_every))
+        self.valid_every = valid_every
+        self.validations = TimedSchedule("auto")  # when and how long the model was validated
+        self.clock = clock
         self.progress = progress
         self._unsynced = False  # lines appended to the local file since the last fsync
 
@@ -194,6 +216,8 @@ class MetricsLog:
             self.progress.begin(name, step, planned)
 
     def end(self) -> None:
+        if self.validations.count:
+            log.debug("validated %d steps in %.3f s", self.validations.count, self.validations.seconds)
         self.sync()
         if self.progress is not None:
             self.progress.close()
@@ -206,12 +230,14 @@ class MetricsLog:
         self._unsynced = False
 
     def log(self, step: int, model=None, *, final: bool = False, planned: int | None = None, **fields) -> dict:
-        """Append the step's record; validate `model` every `valid_every` steps, and on a `final`
-        step. `planned`: the steps of the run in all, as far as known now (progress only)."""
-        if self.valid is not None and model is not None and (final or step % self.valid_every == 0):
+        """Append the step's record; validate `model` on the steps `valid_every` picks, and on a
+        `final` step. `planned`: the steps of the run in all, as far as known now (progress only)."""
+        if self.valid is not None and model is not None and self._validates(step, final):
             from streamfit.metrics import evaluate
 
+            started = self.clock()
             result = evaluate(model() if callable(model) else model, self.valid)
+            self.validations.took(started, self.clock())
             fields.update({f"valid_{k}": v for k, v in result.items() if k != "n_samples"})
         record = {"step": int(step), "wall_time": round(self.elapsed, 4), **fields}
         self.records.append(record)
@@ -222,6 +248,13 @@ class MetricsLog:
             file.append_text(json.dumps(record, default=float) + "\n", sync=False)
             self._unsynced = file.local
         return record
+
+    def _validates(self, step: int, final: bool) -> bool:
+        if final:
+            return True
+        if self.valid_every == "auto":
+            return self.validations.waited(self.clock())
+        return step % int(self.valid_every) == 0
 
     def truncate_after(self, step: int) -> None:
         """On resume: drop lines of steps after the checkpoint (they will be redone), and go on

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval
+from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import Model, featurization_differences
 from streamfit.precompile import announce_compilation
-from streamfit.runlog import MetricsLog, RunProgress, progress_mode, summary
+from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
 from streamfit.store import open_store
 
@@ -78,7 +78,7 @@ def train(
     overwrite: bool = False,
     progress: bool = True,
     valid: str | None = None,
-    valid_every: int = 1,
+    valid_every: int | str = DEFAULT_VALID_EVERY,
     time_limit: float | None = None,
     worker_timeout: float = WORKER_TIMEOUT,
     checkpoint_every: int = 1,
@@ -93,7 +93,10 @@ def train(
     `worker_timeout`: seconds the Dask cluster may have no workers before the run fails.
     `checkpoint_every`: a checkpoint is due every that many solver steps; `checkpoint_interval`:
     seconds, or "auto" (9x the last save's duration), that must pass after a save before a due
-    step is saved (streamfit.solvers.driver.SaveSchedule). A kill loses the steps since the last save.
+    step is saved (streamfit.schedule.TimedSchedule). A kill loses the steps since the last save.
+    `valid_every`: which steps are scored on `valid` (streamfit.runlog.MetricsLog): "auto", a step
+    once 9x the last validation's duration has passed (at most 1/10 of the run; the first step
+    too), or every N steps; the last step always.
     `progress`: show the run's steps (streamfit.runlog.RunProgress: one bar when stderr is a
     terminal, a log line per step otherwise). `dashboard_address`: HOST:PORT of the embedded
     cluster's Dask dashboard (its URL is logged at the start).
@@ -143,6 +146,7 @@ def train(
     if checkpoint_every < 1:
         raise ConfigError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     checkpoint_interval = parse_checkpoint_interval(checkpoint_interval, "checkpoint_interval")
+    valid_every = parse_valid_every(valid_every, "valid_every")
     run = storage.resolve(out)
     out = run.path if run.local else run.url
     if resume and overwrite:

@@ -70,6 +70,35 @@ def test_checkpoint_interval_is_auto_or_a_duration_on_every_surface(tmp_path):
     assert "--checkpoint-interval DURATION" in CliRunner().invoke(main, ["train", "--help"]).output
 
 
+def test_valid_every_is_auto_or_a_number_of_steps_on_every_surface(tmp_path):
+    """valid_every: "auto" (the default everywhere) or a whole number >= 1; a bad value names the
+    key, from YAML, the command line or Python."""
+    import inspect
+
+    from click.testing import CliRunner
+
+    from streamfit.cli import main
+    from streamfit.config import TrainOptions
+    from streamfit.runlog import MetricsLog
+    from streamfit.train import train
+
+    assert TrainOptions().valid_every == "auto" == inspect.signature(train).parameters["valid_every"].default
+    assert MetricsLog(None).valid_every == "auto"
+    config = tmp_path / "t.yaml"
+    for text, value in (("auto", "auto"), ("AUTO", "auto"), ("1", 1), ("25", 25)):
+        config.write_text(f"solver: bcd\nvalid_every: {text}\n")
+        assert load_train_config(str(config)).valid_every == value
+    for text in ("0", "soon", "1.5", "-3"):
+        config.write_text(f"solver: bcd\nvalid_every: {text}\n")
+        with pytest.raises(ConfigError, match="valid_every .*: expected auto .* or a number of steps >= 1"):
+            load_train_config(str(config))
+    with pytest.raises(ConfigError, match="valid_every 0: expected auto"):
+        TrainOptions(valid_every=0)
+    result = CliRunner().invoke(main, ["train", "s.zarr", "--out", "r", "--valid-every", "often"])
+    assert result.exit_code == 2 and "--valid-every 'often': expected auto" in result.output
+    assert "--valid-every N|auto" in CliRunner().invoke(main, ["train", "--help"]).output
+
+
 @pytest.mark.parametrize("preset", sorted(glob.glob(os.path.join(CONFIGS, "*.yaml"))), ids=os.path.basename)
 def test_each_preset_lists_every_parameter_of_its_solver_with_its_default(preset):
     """configs/*.yaml say "every option with its default": a parameter added to a solver's Params
@@ -118,7 +147,7 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
         "worker_timeout": 9.0,
         "time_limit": None,
         "valid": None,
-        "valid_every": 1,
+        "valid_every": "auto",
         "checkpoint_every": 1,
         "checkpoint_interval": "auto",
         "threshold": None,

@@ -110,3 +110,63 @@ def test_a_pass_over_data_gets_a_line_per_item_with_its_unit_and_eta(clock, capl
         "write: chunk 1/3, 0:04 elapsed",  # the first item: no rate yet
         "write: chunk 3/3, 0:12 elapsed, ETA 0:00",  # the second fell within LINE_SECONDS of the first
     ]
+
+
+class StepClock:
+    """A settable monotonic clock for MetricsLog's validation schedule."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _validated_run(monkeypatch, valid_every, *, steps, step_s, valid_s):
+    """The steps MetricsLog validates in a run of `steps` steps of `step_s` seconds each, where a
+    validation takes `valid_s` seconds (a fake clock and a fake evaluate: no wall time), and the
+    seconds spent validating and in all."""
+    import streamfit.metrics
+
+    clock = StepClock()
+    scored = []
+
+    def evaluate(model, source):
+        clock.now += valid_s
+        scored.append(model)
+        return {"accuracy": 0.5, "n_samples": 3}
+
+    monkeypatch.setattr(streamfit.metrics, "evaluate", evaluate)
+    log = MetricsLog(None, valid=object(), valid_every=valid_every, clock=clock)
+    for step in range(1, steps + 1):
+        clock.now += step_s
+        log.log(step, model=lambda step=step: f"model {step}", final=step == steps)
+    validated = [r["step"] for r in log.records if "valid_accuracy" in r]
+    assert scored == [f"model {s}" for s in validated]  # the model of the step, once per validated step
+    assert all(r.keys() == {"step", "wall_time"} for r in log.records if r["step"] not in validated)
+    return validated, log.validations.seconds, clock.now
+
+
+def test_auto_validation_takes_at_most_a_tenth_of_a_run_of_cheap_steps(monkeypatch):
+    """1000 steps of 1 s, a validation of 5 s: every step validated took 5/6 of the run; "auto"
+    validates the first step, then one once 9 x 5 s has passed since the last ended (every 45
+    steps), and the last, so validating takes at most 1/10 of the run besides those two."""
+    every, seconds, total = _validated_run(monkeypatch, 1, steps=1000, step_s=1.0, valid_s=5.0)
+    assert every == list(range(1, 1001)) and seconds / total == pytest.approx(5 / 6)
+    auto, seconds, total = _validated_run(monkeypatch, "auto", steps=1000, step_s=1.0, valid_s=5.0)
+    assert auto == [*range(1, 1000, 45), 1000]
+    assert seconds - 2 * 5.0 <= 0.1 * total  # the first and the last are taken whatever the time
+    # steps that take longer than 9 validations: every one is validated
+    auto, seconds, total = _validated_run(monkeypatch, "auto", steps=20, step_s=50.0, valid_s=5.0)
+    assert auto == list(range(1, 21)) and seconds / total == pytest.approx(1 / 11)
+
+
+def test_every_n_steps_validates_the_multiples_of_n_and_the_last(monkeypatch):
+    validated, _, _ = _validated_run(monkeypatch, 3, steps=10, step_s=1.0, valid_s=100.0)
+    assert validated == [3, 6, 9, 10]
+
+
+@pytest.mark.parametrize("bad", [0, -2, "soon", True, 1.5, None])
+def test_a_bad_valid_every_is_refused(bad):
+    with pytest.raises(ValueError, match="valid_every must be 'auto' or a whole number of steps >= 1"):
+        MetricsLog(None, valid_every=bad)

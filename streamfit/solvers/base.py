@@ -212,7 +212,7 @@ class Solver(Generic[StateT]):
         every and the step of the newest checkpoint, `saved_at`: every `every` steps by default;
         a solver whose steps are parts of a larger round (bcd's groups of an outer iteration)
         counts rounds instead. The driver saves a due step once `checkpoint_interval` has passed
-        since the last save (streamfit.solvers.driver.SaveSchedule), so a due step may pass
+        since the last save (streamfit.schedule.TimedSchedule), so a due step may pass
         unsaved: the answer must depend on `state` and `saved_at` only."""
         return state.step % every == 0
 

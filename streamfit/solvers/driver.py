@@ -11,7 +11,7 @@
                       it (progress: step of max_steps, elapsed, ETA)
         checkpoint (the metrics log's lines synced first: MetricsLog.sync) at a step that is due
                       (`checkpoint_due`: every `checkpoint_every` steps) once
-                      `checkpoint_interval` has passed since the last save (SaveSchedule;
+                      `checkpoint_interval` has passed since the last save (TimedSchedule;
                       "auto": 9 x the last save's duration), and always on the last step,
                       before a pause and at a due step past the time limit;
         past the time limit, stop right after a checkpoint (TimeLimitReached)
@@ -48,44 +48,13 @@ import numpy as np
 from streamfit import shutdown
 from streamfit.checkpoint import ChunkState
 from streamfit.errors import CheckpointError, Terminated, TimeLimitReached
+from streamfit.schedule import TimedSchedule
 from streamfit.solvers.base import Context, PerSample, Solver, SolverState
 
 log = logging.getLogger(__name__)
 
 ARRAY, ARRAY_LIST, PER_SAMPLE, VALUE = "array", "array_list", "per_sample", "value"
 MAX_WRITE_THREADS = 8  # per-sample files a checkpoint writes at once (_StateSaver._write_entries)
-AUTO_INTERVAL_SAVES = 9  # "auto": wait this many times the last save's duration, so saves take <= 1/(1 + 9)
-
-
-class SaveSchedule:
-    """Whether a due step is saved, by time: once at least `interval` seconds have passed since
-    the end of the last save (0: at every due step). "auto": interval = AUTO_INTERVAL_SAVES x
-    the duration of the last save, so that between two saves the run works at least 9 times as
-    long as the save took, and saves take at most 1/10 of the wall time: a cheap state is saved
-    at nearly every due step, an expensive one rarely, with no constant that depends on the data.
-    Times are seconds of one monotonic clock (the driver's time.monotonic()); before the first
-    save of a call (a resumed run) the next due step is saved."""
-
-    def __init__(self, interval: float | str):
-        if interval != "auto" and not (isinstance(interval, (int, float)) and interval >= 0):
-            raise ValueError(f"checkpoint_interval must be 'auto' or seconds >= 0, got {interval!r}")
-        self.interval = interval
-        self.ended: float | None = None  # when the last save ended
-        self.duration = 0.0  # how long it took
-        self.saves = 0
-        self.seconds = 0.0  # in all saves of this call
-
-    def wait(self) -> float:
-        """Seconds that must pass after the last save before a due step is saved."""
-        return AUTO_INTERVAL_SAVES * self.duration if self.interval == "auto" else float(self.interval)
-
-    def waited(self, now: float) -> bool:
-        return self.ended is None or now - self.ended >= self.wait()
-
-    def saved(self, started: float, ended: float) -> None:
-        self.ended, self.duration = ended, ended - started
-        self.saves += 1
-        self.seconds += ended - started
 
 
 def run(
@@ -108,7 +77,7 @@ def run(
     continue from the newest checkpoint, if any. stop_after: return the current model after that
     many steps in this call (a later call with resume=True continues; for time-boxed jobs and
     tests). checkpoint_every: a step is due for a checkpoint every k steps (Solver.checkpoint_due);
-    checkpoint_interval: seconds, or "auto" (SaveSchedule): a due step is saved once that long
+    checkpoint_interval: seconds, or "auto" (streamfit.schedule.TimedSchedule): a due step is saved once that long
     has passed since the last save. Always saved: init (step 0), the last step of the call, and
     a due step past the checkpointer's time limit (after which TimeLimitReached is raised).
     log_not_converged: a run that ends before its stopping test held logs a warning naming the
@@ -118,7 +87,7 @@ def run(
     validation store the solver reads (Context.valid; Solver.reads_valid), else None."""
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-    schedule = SaveSchedule(checkpoint_interval)
+    schedule = TimedSchedule(checkpoint_interval, "checkpoint_interval")
     if resume and checkpointer is None:
         raise ValueError("resume needs a checkpointer to resume from")
     solver.check_source(source)
@@ -133,7 +102,7 @@ def run(
         if sync_metrics is not None and checkpointer is not None:
             sync_metrics()  # the lines of the steps this checkpoint holds, on disk before it counts them
         saver.save(state)
-        schedule.saved(started, time.monotonic())
+        schedule.took(started, time.monotonic())
 
     state = None
     if resume:
@@ -188,7 +157,7 @@ def run(
     finally:
         metrics.end()
         if checkpointer is not None:
-            log.debug("%s: %d checkpoints in %.3f s", solver.name, schedule.saves, schedule.seconds)
+            log.debug("%s: %d checkpoints in %.3f s", solver.name, schedule.count, schedule.seconds)
     if log_not_converged is not False and solver.finished(state) and not solver.converged(state):
         reason = solver.not_converged_reason(state)
         if callable(log_not_converged):

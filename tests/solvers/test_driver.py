@@ -19,7 +19,6 @@ from streamfit.errors import CheckpointError, Terminated, TimeLimitReached
 from streamfit.model import LinearModel
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState
-from streamfit.solvers.driver import SaveSchedule
 from streamfit.store import InMemoryStore
 
 
@@ -310,23 +309,6 @@ def test_metrics_lines_are_synced_by_the_save_that_counts_their_steps(source, tm
     assert saved_after == [0, 1, 2, 3]  # each commit after the sync of its step's line
     with open(path) as f:
         assert [json.loads(line)["step"] for line in f] == [1, 2, 3, 4, 5, 6]
-
-
-def test_save_schedule_waits_the_interval_after_the_end_of_the_last_save():
-    """0: every due step; seconds: that long after the last save ended; auto: 9 x its duration.
-    Before the first save of a call (a resume), the next due step is saved."""
-    every_step, fixed, auto = SaveSchedule(0), SaveSchedule(30.0), SaveSchedule("auto")
-    for schedule in (every_step, fixed, auto):
-        assert schedule.waited(0.0)
-        schedule.saved(10.0, 10.5)  # a save of 0.5 s
-    assert every_step.waited(10.5)
-    assert not fixed.waited(40.4) and fixed.waited(40.5)
-    assert auto.wait() == 4.5 and not auto.waited(14.9) and auto.waited(15.0)
-    auto.saved(20.0, 20.01)  # a cheap state is saved again soon: 0.09 s on
-    assert auto.waited(20.1 + 1e-9) and (auto.saves, auto.seconds) == (2, pytest.approx(0.51))
-    for bad in (-1, "soon", None):
-        with pytest.raises(ValueError, match="checkpoint_interval"):
-            SaveSchedule(bad)
 
 
 @pytest.mark.parametrize("every, stopped_at", [(1, 3), (2, 4)])

@@ -1655,3 +1655,28 @@ def test_the_classifier_stops_early_as_the_solver_does():
     assert [h["heldout_error"] for h in clf.history_] == [r["heldout_error"] for r in log.records]
     for key, value in model._arrays().items():
         np.testing.assert_array_equal(clf.model_._arrays()[key], value, err_msg=key)
+
+
+def test_auto_validation_scores_the_first_and_last_steps_and_a_resumed_session_its_first(tmp_path):
+    """valid_every "auto" (train's default): the first step and the last are scored on the
+    validation store, each with the metrics of that step's model (numpy on the rows); a resumed
+    session scores its first step; the model is bitwise that of a run without validation."""
+    X, y, classes = _noisy(m=600, noise=0.2)
+    train, valid = (
+        InMemoryStore(X[:400], y[:400], classes, chunk_rows=150),
+        InMemoryStore(X[400:], y[400:], classes, chunk_rows=70),
+    )
+    plain, _ = fit(train, max_iter=12)
+    models = _iterates(train, max_iter=12)
+    run = str(tmp_path / "run")
+    fit(train, run, stop_after=5, valid=valid, valid_every="auto", max_iter=12)
+    resumed, log = fit(train, run, resume=True, valid=valid, valid_every="auto", max_iter=12)
+    _same_stumps(plain, resumed)
+    with open(tmp_path / "run" / "metrics.jsonl") as f:
+        records = [json.loads(line) for line in f]
+    assert [r["step"] for r in records] == list(range(1, 13))
+    validated = {r["step"]: r["valid_accuracy"] for r in records if "valid_accuracy" in r}
+    assert {1, 6, 12} <= validated.keys()
+    for step, accuracy in validated.items():
+        predicted = np.argmax(models[step - 1].decision_function(X[400:]), axis=1)
+        assert accuracy == np.mean(predicted == y[400:])
