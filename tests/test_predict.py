@@ -63,6 +63,26 @@ def test_unlabeled_csv_is_read_with_the_training_columns_and_encoding(runs, tmp_
     assert json.loads((tmp_path / "p.jsonl").read_text())["location"] == f"{raw}:2"
 
 
+def test_a_zipped_csv_scores_as_the_extracted_file_named_by_its_member(runs, tmp_path):
+    """new.zip holding new.csv (and a README): the scores of new.csv, each row's location
+    new.zip:new.csv:LINE."""
+    import zipfile
+
+    raw = tmp_path / "new.csv"
+    raw.write_text("id,words\n7,a cat in a café\n8,stocks and the market\n", encoding="latin-1")
+    archive = tmp_path / "new.zip"
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.write(raw, "new.csv")
+        zf.writestr("README", "two new rows")
+    run("predict", runs / "csv", raw, "-o", tmp_path / "plain.jsonl")
+    run("predict", runs / "csv", archive, "-o", tmp_path / "zipped.jsonl")
+    plain = [json.loads(r) for r in (tmp_path / "plain.jsonl").read_text().splitlines()]
+    zipped = [json.loads(r) for r in (tmp_path / "zipped.jsonl").read_text().splitlines()]
+    assert [r.pop("location") for r in zipped] == [f"{archive}:new.csv:2", f"{archive}:new.csv:3"]
+    assert [r.pop("location") for r in plain] == [f"{raw}:2", f"{raw}:3"]
+    assert zipped == plain and len(plain) == 2
+
+
 def test_an_explicit_option_overrides_the_recorded_one(runs, tmp_path):
     raw = tmp_path / "new.jsonl"
     raw.write_text('{"title": "a cat"}\n')

@@ -165,10 +165,11 @@ def plan_pieces(
     documents of about folder_piece_bytes (sources.folder_parts, read with source_options): a
     directory or a zip archive always, a tar archive when its file is over piece_bytes (its
     listing is one pass over it, which costs about what reading a smaller archive whole does);
-    any other input is one piece. The cuts depend on the input and `threads` alone; the store
+    any other input is one piece (a zip member, data.zip:data.csv, among them). The cuts depend on the input and `threads` alone; the store
     does not depend on them (its chunks are cut by row numbers)."""
     from streamfit.ingest.sources import RANGE_FORMATS, folder_parts, infer_format, sniff_format
     from streamfit.ingest.sources._util import COMPRESSIONS
+    from streamfit.ingest.sources.archive import split_member
     from streamfit.ingest.sources.folder import container
 
     limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
@@ -177,7 +178,7 @@ def plan_pieces(
     sizes = []  # each input's size where it is an uncompressed file (one HEAD each on S3), else 0
     for path, location, folder in zip(paths, locations, folders):
         info = {}
-        if not folder and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
+        if not folder and split_member(path) is None and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
             info = location.fs.info(location.path)  # type: ignore[attr-defined]
         sizes.append(info["size"] if info.get("type") == "file" else 0)
     cut = piece_size(sum(sizes), piece_bytes, threads)

@@ -14,6 +14,9 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   one (the format, the reader) that it is a folder without asking the object store again; its
   reader takes the listing made here (sources.folder.hand_over_listing): one LIST per input.
   `--format folder` keeps every directory a folder corpus.
+- A zip archive whose members are one data file at its top (data.zip holding data.csv, and
+  perhaps a README; see sources/archive.py) is that file, named `data.zip:data.csv`; other
+  archives are folder corpora, as before.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the
@@ -28,6 +31,7 @@ from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
+from streamfit.ingest.sources.archive import data_member
 from streamfit.ingest.sources.folder import hand_over_listing
 
 GLOB_CHARACTERS = "*?["
@@ -124,4 +128,4 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files += _local_directory_files(text) or [text]
         else:
             files.append(text)
-    return files
+    return [data_member(path, format) for path in files]

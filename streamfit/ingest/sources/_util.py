@@ -49,7 +49,13 @@ def require_path(path: str, directory_ok: bool = False) -> dict[str, Any] | None
     through streamfit.storage (a missing fsspec package is its error) with one look-up
     (`Location.look_up`: on S3 a HEAD for an object, and a LIST more for a prefix), whose
     answer is returned (fsspec's info: size, ETag), for `open_binary(info=)` to open the file
-    without asking again. None for a local path or a folder."""
+    without asking again. None for a local path or a folder. A member path (data.zip:data.csv,
+    sources.archive) checks its archive (and returns the archive's look-up)."""
+    from streamfit.ingest.sources.archive import split_member  # it imports this module
+
+    member = split_member(path)
+    if member is not None:  # the archive must be there; its member is looked for when it is opened
+        return require_path(member[0])
     if is_url(path):
         info = resolve(path).look_up()
         if info is None:
@@ -176,12 +182,19 @@ def open_binary(
     of the file's contents, after decompression (stop None: to the end; a piece of a
     distributed ingest); the bytes before start are decompressed, not counted in max_bytes.
     info: a file behind a URL as `require_path` looked it up (None: fsspec looks it up again,
-    a HEAD on S3)."""
+    a HEAD on S3). A member path (data.zip:data.csv, see sources.archive) reads the zip
+    archive's member, then decompresses it by its own name's extension."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
         stream: io.IOBase
-        raw = resolve(path).open_read(info=info) if is_url(path) else path  # URLs: fsspec's file object
+        from streamfit.ingest.sources.archive import open_member, split_member  # it imports this module
+
+        raw: Any
+        if split_member(path) is not None:  # a zip member: its bytes as zipfile decompresses them
+            raw = open_member(path, info)
+        else:
+            raw = resolve(path).open_read(info=info) if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:
             stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
         else:

@@ -663,23 +663,8 @@ class FolderSource:
             raise self._corrupt(e) from None
 
     def _zip_file(self) -> zipfile.ZipFile:
-        """The zip archive opened (its central directory read): a local file, or fsspec's file
-        object behind a URL (ranged reads)."""
-        try:
-            raw = (
-                open(self.local_path, "rb")
-                if self.local_path is not None
-                else self.location.open_read(block_size=ZIP_BLOCK_BYTES, info=self.url_info)
-            )
-        except FileNotFoundError:
-            raise InputError(self.path, "no such file") from None
-        except OSError as e:
-            raise InputError(self.path, f"cannot open the file ({e.strerror or e})") from None
-        try:
-            return zipfile.ZipFile(raw)
-        except _ZIP_ERRORS as e:
-            raw.close()
-            raise self._corrupt(e) from None
+        """The zip archive opened (open_zip)."""
+        return open_zip(self.path, self.url_info)
 
     def _zip_files(self):
         """The entries of the zip archive's members (of self.part), in central directory order."""
@@ -716,7 +701,35 @@ class FolderSource:
         return self._counted(data)
 
     def _corrupt(self, e: Exception) -> InputError:
-        return InputError(self.path, f"truncated or corrupt archive ({e})", "re-download the archive")
+        return corrupt_archive(self.path, e)
+
+
+def corrupt_archive(path: str, e: Exception) -> InputError:
+    return InputError(path, f"truncated or corrupt archive ({e})", "re-download the archive")
+
+
+def open_zip(path: str, info: dict[str, Any] | None = None) -> zipfile.ZipFile:
+    """The zip archive at `path` opened (its central directory read): a local file, or fsspec's
+    file object behind a URL (ranged reads of ZIP_BLOCK_BYTES; info: its look-up, see
+    `container`). Closing the ZipFile leaves the file open (ZipFile does not close a file it
+    was given): it is `zf.fp` until then."""
+    location = storage.resolve(path)
+    try:
+        raw = (
+            open(location.path if storage.is_url(path) else path, "rb")
+            if location.local
+            else location.open_read(block_size=ZIP_BLOCK_BYTES, info=info)
+        )
+    except FileNotFoundError:
+        raise InputError(path, "no such file") from None
+    except OSError as e:
+        raise InputError(path, f"cannot open the file ({e.strerror or e})") from None
+    try:
+        zf = zipfile.ZipFile(raw)
+    except _ZIP_ERRORS as e:
+        raw.close()
+        raise corrupt_archive(path, e) from None
+    return zf
 
 
 def _read_fd(fd: int, n: int) -> bytes:
