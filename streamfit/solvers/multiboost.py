@@ -417,16 +417,16 @@ def _bins_task(source, chunk_id, *, state, cuts, cut_offsets, used) -> None:
 
 
 def _histogram_task(
-    source, chunk_id, *, state, version, cut_offsets, holdout_seed: int | None, own: bool, holdout: float = HOLDOUT
+    source, chunk_id, *, state, version, cut_offsets, holdout: float | None, seed: int, own: bool
 ) -> HistogramSums:
-    """The chunk's HistogramSums of g (and of its own-class part when `own`); rows held out
-    (kernels.held_out with `holdout_seed` and the fraction `holdout`; seed None: no row) weigh 0.
-    Reads the binned chunk (_bins_task), not the store."""
+    """The chunk's HistogramSums of g (and of its own-class part when `own`); the fraction
+    `holdout` of rows held out (kernels.held_out with `seed`; None: no row) weigh 0. Reads the
+    binned chunk (_bins_task), not the store."""
     labels = state.read(LABELS, 1, chunk_id)
     G = kernels.signed_weights(_chunk_scores(source, chunk_id, state, version), labels)
-    if holdout_seed is not None:
+    if holdout is not None:
         lo, hi = source.chunk_bounds(chunk_id)
-        G[kernels.held_out(lo, hi, holdout_seed, holdout)] = 0.0
+        G[kernels.held_out(lo, hi, seed, holdout)] = 0.0
     indptr, indices, codes = (state.read(name, 1, chunk_id) for name in (ROW_STARTS, COLUMNS, BINS))
     totals, own_totals = kernels.class_totals(G, labels, own)
     if not own:
@@ -856,9 +856,9 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             state=ctx.chunk_state,
             version=state.scores.version,
             cut_offsets=state.cut_offsets,
-            holdout_seed=p.random_state if fraction is not None else None,
+            holdout=fraction,
+            seed=p.random_state,
             own=p.rule != "edge",
-            holdout=HOLDOUT if fraction is None else fraction,
         )
         # the pass's sums are this step's own arrays: their zero bins are filled in place
         zero_rows = zero_bin_rows(state.cut_offsets, state.zero_bins)

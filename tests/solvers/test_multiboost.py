@@ -423,7 +423,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     Engine(mode="inprocess").map(
         mb._bins_task, source, range(source.n_chunks), state=state, cuts=cuts, cut_offsets=offsets, used=used
     )
-    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout_seed": None, "own": True}
+    kw = {"state": state, "version": 1, "cut_offsets": offsets, "holdout": None, "seed": 0, "own": True}
     chunked = Engine(mode="inprocess").map_reduce(mb._histogram_task, source, range(source.n_chunks), **kw)
     whole_source = InMemoryStore(X, labels, source.classes, chunk_rows=m)
     whole_state = ChunkState(str(tmp_path / "whole"))
