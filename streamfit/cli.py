@@ -434,14 +434,18 @@ def _parse_key_values(pairs, what: str) -> dict:
 @_verbosity_options
 @click.argument("inputs", nargs=-1, required=True, type=click.Path())
 @_click_options(IngestOptions, only=("out", "format", "backend", "chunk_rows"))
-@click.option("--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy) instead of hashing.")
+@click.option(
+    "--no-hash", is_flag=True, help="Keep numeric feature indices (LIBSVM, HDF5, NumPy, ARFF) instead of hashing."
+)
 @click.option(
     "--n-features",
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
     help=f"Hashed width, a power of two [default: {HashingConfig.n_features}]; with --no-hash a fixed "
-    "width, at most 2**31 - 1 (default: largest index + 1).",
+    "width, at most 2**31 - 1 (default: the width the input declares: an array's columns (NumPy, HDF5), "
+    "an ARFF file's feature columns, --option feature_fields; LIBSVM and Parquet index lists declare "
+    "none: the largest index + 1).",
 )
 @click.option(
     "--ngram-max",

@@ -1,5 +1,6 @@
 """`streamfit predict` on raw data: read like the training data, unlabeled rows, wrong inputs refused."""
 
+import csv
 import json
 import os
 import shutil
@@ -472,6 +473,97 @@ def test_arrays_of_another_width_than_the_training_arrays_are_refused(tmp_path, 
         if hashed:  # unhashed, the width differs anyway (n_features); hashed, only the record tells
             result = run("-q", "evaluate", tmp_path / "r", tmp_path / "alone.zarr", ok=False)
             assert result.exit_code == 2 and f"arrays of {width} feature columns (the model's 13" in result.output
+
+
+@pytest.mark.parametrize("fmt", ["npz", "sparse-npz", "h5", "h5-csr", "arff", "sparse-arff", "csv", "parquet"])
+def test_an_unhashed_store_is_as_wide_as_the_input_declares(tmp_path, fmt):
+    """Before, a --no-hash store was as wide as the largest non-zero column + 1: training arrays
+    whose last column is all zero gave a store (and model) one column short, and a test file of
+    the same layout with values there was refused. Now the store takes the width the input
+    declares (array columns, ARFF attributes, feature_fields): the training store, a test store
+    ingested alone and one ingested --like it are all 13 wide, hold the input's values
+    (scipy's reading of the same arrays), and predict scores the test file. bcd's default
+    penalty (group lasso plus ridge) has its minimum at a zero weight row for a column without
+    data, and the model has that zero row."""
+    import h5py
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+    from sklearn.datasets import load_wine
+
+    from streamfit import load_model
+    from streamfit.store import open_store
+
+    X, y = load_wine(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = np.round(X[order], 2), y[order]
+    X[:120, 12] = 0.0  # the training rows' last column holds no value; the test rows' do
+    names = [f"f{j}" for j in range(13)]
+    options: list[str] = []
+
+    def save(name, rows, labels):
+        ext = {"sparse-npz": "npz", "h5-csr": "h5", "sparse-arff": "arff"}.get(fmt, fmt)
+        path = tmp_path / f"{name}.{ext}"
+        if fmt == "npz":
+            np.savez(path, X=rows, y=labels)
+        elif fmt == "sparse-npz":
+            sp.save_npz(path, sp.csr_matrix(rows))
+            np.save(tmp_path / f"{name}-y.npy", labels)
+        elif fmt in ("h5", "h5-csr"):
+            with h5py.File(path, "w") as f:
+                if fmt == "h5":
+                    f["X"] = rows
+                else:
+                    m = sp.csr_matrix(rows)
+                    g = f.create_group("X")
+                    g["data"], g["indices"], g["indptr"] = m.data, m.indices, m.indptr
+                    g.attrs["encoding-type"], g.attrs["shape"] = "csr_matrix", m.shape
+                f["y"] = labels
+        elif fmt in ("arff", "sparse-arff"):
+            header = "".join(f"@attribute {n} numeric\n" for n in names) + "@attribute class {0,1,2}\n"
+            if fmt == "arff":
+                body = "".join(",".join(map(repr, r.tolist())) + f",{c}\n" for r, c in zip(rows, labels))
+            else:  # {attribute value, ...}: the zeros left out
+                body = "".join(
+                    "{" + ", ".join([f"{j} {v!r}" for j, v in enumerate(r.tolist()) if v] + [f"13 {c}"]) + "}\n"
+                    for r, c in zip(rows, labels)
+                )
+            path.write_text(f"@relation wine\n{header}@data\n{body}")
+        elif fmt == "csv":
+            body = "".join(",".join(map(repr, r.tolist())) + f",{c}\n" for r, c in zip(rows, labels))
+            path.write_text(",".join(names) + ",label\n" + body)
+        else:
+            columns = {n: rows[:, j] for j, n in enumerate(names)}
+            pq.write_table(pa.table({**columns, "label": labels}), path)
+        return path
+
+    if fmt in ("arff", "sparse-arff"):
+        options = ["--option", "class_attribute=class"]
+    elif fmt in ("csv", "parquet"):
+        options = ["--option", "feature_fields=" + ",".join(names)]
+    train, test = save("train", X[:120], y[:120]), save("test", X[120:], y[120:])
+
+    def labels(name):  # a scipy sparse .npz holds no labels: they are read from a .npy beside it
+        return ["--option", f"y_path={tmp_path / name}-y.npy"] if fmt == "sparse-npz" else []
+
+    run("-q", "ingest", train, "--no-hash", *options, *labels("train"), "--out", tmp_path / "s.zarr")
+    run("-q", "ingest", test, "--no-hash", *options, *labels("test"), "--out", tmp_path / "alone.zarr")
+    run("-q", "ingest", test, "--like", tmp_path / "s.zarr", *labels("test"), "--out", tmp_path / "t.zarr")
+    for name, rows in (("s", X[:120]), ("alone", X[120:]), ("t", X[120:])):
+        store = open_store(str(tmp_path / f"{name}.zarr"))
+        assert store.n_features == 13, (name, store.n_features)
+        stored, _ = store.to_scipy()
+        np.testing.assert_array_equal(stored.toarray(), rows.astype(np.float32))
+    run("-q", "train", tmp_path / "s.zarr", "--solver", "bcd", "--n-workers", "0", "--out", tmp_path / "r")
+    model = load_model(str(tmp_path / "r"))
+    assert model.coef_.shape == (3, 13)
+    coef = model.coef_.toarray() if sp.issparse(model.coef_) else model.coef_
+    assert not coef[:, 12].any() and coef[:, :12].any()
+    result = run("-q", "predict", tmp_path / "r", test, "-o", tmp_path / "p.csv")
+    assert "58 rows written" in result.output
+    with open(tmp_path / "p.csv", newline="") as f:
+        predicted = [row["label_1"] for row in csv.DictReader(f)]
+    assert predicted == [str(c) for c in model.predict(X[120:].astype(np.float32))]
 
 
 def test_a_file_without_the_recorded_id_field_names_how_to_read_no_ids(tmp_path):

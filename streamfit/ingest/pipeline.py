@@ -14,7 +14,9 @@ byte and one int per row). With --n-workers / --scheduler both passes run on one
 
 Kept indices (--no-hash) become store columns, which are int32: _Pass1 refuses, as a bad record
 at its file and line, a row with a column beyond the width (--n-features) or, without one,
-beyond 2**31 - 2; the width is then the largest kept column + 1, and nothing is allocated by it
+beyond 2**31 - 2; the width is then the largest kept column + 1, or the width the inputs declare
+if that is more (an array's columns, an ARFF file's feature columns, feature_fields:
+_declared_width, so an all-zero last column keeps its place), and nothing is allocated by it
 before it is known (l2 normalization follows nnz; --idf checks its per-column arrays fit).
 """
 
@@ -74,7 +76,11 @@ class IngestOptions:
     hashing: HashingConfig | None = None
     # with hashing the width is hashing.n_features; the command line's --n-features sets either
     n_features: int | None = option(
-        None, "with no_hash: a fixed width, at most 2**31 - 1 (default: largest index + 1)", flag="", ge=1
+        None,
+        "with no_hash: a fixed width, at most 2**31 - 1 (default: the width the inputs declare, else the "
+        "largest index + 1)",
+        flag="",
+        ge=1,
     )
     idf: bool | None = option(
         None,
@@ -458,12 +464,12 @@ class _MemoryStage(ChunkSource):
             yield sp.csr_matrix((data, indices, indptr), shape=(len(indptr) - 1, self.width)), labels
         yield from self.pending
 
-    def close(self, n_features: int | None, classes: list[str]) -> int:
-        """The last chunk cut, the width (n_features, or None: the largest column + 1) and the
-        classes set, as StoreWriter.close sets a stage's; returns the width."""
+    def close(self, n_features: int | None, classes: list[str], min_features: int = 0) -> int:
+        """The last chunk cut, the width (n_features, or None: the largest column + 1, at least
+        min_features) and the classes set, as StoreWriter.close sets a stage's; returns the width."""
         if self.pending_rows:
             self._cut(self.pending_rows)
-        self.n_features = self.max_index + 1 if n_features is None else n_features
+        self.n_features = max(self.max_index + 1, min_features) if n_features is None else n_features
         if self.max_index >= self.n_features:
             raise StoreError(f"feature index {self.max_index} is out of range for n_features={self.n_features}")
         self.classes = list(classes)
@@ -848,6 +854,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
         multilabel = None
     source_options = _array_columns(o, _arff_header(o, source_options))
+    # --no-hash without --n-features: at least as wide as the inputs declare (an all-zero last column counts)
+    min_features = _declared_width(o, source_options) if featurizer.n_features is None else 0
     two_pass = bool(o.test_size) or (o.idf and like is None)
     pass1_out = out + ".pass1.partial" if two_pass else out
     distributed = bool(o.n_workers or o.scheduler)
@@ -920,19 +928,21 @@ def _ingest(o: IngestOptions) -> IngestReport:
             }
             if like_idf is not None:  # the featurizer's idf (Featurizer.from_dict)
                 transform["idf_sha256"] = _write_idf(p1.writer, like_idf)
-            m = p1.writer.close(transform=transform, counts=_counts(report), **common)
+            m = p1.writer.close(transform=transform, counts=_counts(report), min_features=min_features, **common)
             report.written = m.n_rows
             report.stores[out] = m.n_rows
         else:
             stage: Store | _MemoryStage
             if p1.memory is not None:
-                common["n_features"] = p1.memory.close(common["n_features"], common["classes"])
+                common["n_features"] = p1.memory.close(common["n_features"], common["classes"], min_features)
                 stage = p1.memory
             else:
                 # the stage (scratch: not synced, not committed) stays locked until it is discarded:
                 # a concurrent ingest to the same --out is refused
                 assert p1.writer is not None
-                common["n_features"] = p1.writer.close(transform={}, counts={}, **common).n_features
+                common["n_features"] = p1.writer.close(
+                    transform={}, counts={}, min_features=min_features, **common
+                ).n_features
                 stage = Store(p1.writer.files.url, scratch=True)
             with engine.watching("ingest") if engine is not None else contextlib.nullcontext():
                 _pass2(o, layout, p1, stage, featurizer, common, report, out, finish_pair, engine, bar)
@@ -1009,6 +1019,39 @@ def _array_columns(o: IngestOptions, source_options: dict) -> dict:
             assert isinstance(source, NumpySource | Hdf5Source)
             return {**source_options, "x_columns": source.x_columns}
     return source_options
+
+
+def _declared_width(o: IngestOptions, source_options: dict) -> int:
+    """The widest feature width the inputs declare (0: none declares one), the least width of an
+    unhashed store (--no-hash without --n-features): an array's columns (NumPy, HDF5: x_columns),
+    an ARFF file's feature columns (arff_header: one a numeric attribute, one per declared value
+    of a nominal one) and a table's feature_fields (CSV/TSV, Parquet) are features 0 … d − 1
+    whether or not the last ones hold a value, so the store is d wide, as a test file of the same
+    layout is read. LIBSVM and Parquet index lists declare no width: the largest index + 1.
+    InputError for a width beyond the int32 columns a store holds."""
+    from streamfit.ingest.sources import infer_format, sniff_format
+    from streamfit.ingest.sources._util import split_fields
+    from streamfit.ingest.sources.arff import header_width
+
+    widest = 0
+    for path in o.inputs:
+        name = o.format or infer_format(path) or sniff_format(path)
+        if name in ("numpy", "hdf5"):
+            width = source_options["x_columns"]
+        elif name == "arff":
+            width = header_width(source_options["arff_header"])
+        elif name in ("csv", "tsv", "parquet") and source_options.get("feature_fields") is not None:
+            width = len(split_fields("feature_fields", source_options["feature_fields"]))
+        else:
+            continue
+        if width > MAX_FEATURES:
+            raise InputError(
+                path,
+                f"{width} feature columns, more than the {MAX_FEATURES} an unhashed store holds",
+                "hash the features (drop --no-hash), or keep the first N columns with --n-features N",
+            )
+        widest = max(widest, width)
+    return widest
 
 
 def _text_defaults(o: IngestOptions) -> IngestOptions:

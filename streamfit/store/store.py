@@ -825,14 +825,16 @@ class StoreWriter:
         transform: dict | None = None,
         source: dict | None = None,
         counts: dict | None = None,
+        min_features: int = 0,
     ) -> Manifest:
         """Flush, write the manifest, and commit (local disk: sync and rename into place).
-        n_features=None: largest index + 1. A scratch store is not committed and stays locked
-        until `discard`, so no other writer of PATH starts while its writer still reads it."""
+        n_features=None: largest index + 1, at least min_features (the width the inputs declare).
+        A scratch store is not committed and stays locked until `discard`, so no other writer of
+        PATH starts while its writer still reads it."""
         if self._pending_rows:
             self._flush(self._pending_rows)
         if n_features is None:
-            n_features = self.max_index + 1
+            n_features = max(self.max_index + 1, min_features)
         if self.max_index >= n_features:
             self.abort()
             raise StoreError(f"feature index {self.max_index} is out of range for n_features={n_features}")

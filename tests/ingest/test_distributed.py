@@ -319,6 +319,26 @@ def test_the_workers_write_the_chunks_and_the_store_is_the_same_for_0_1_2_worker
     assert tasks == {"featurize_piece": n_pieces, "summary": n_pieces, "write_chunks": 8} and n_pieces > 16
 
 
+@pytest.mark.parametrize("test_size", [None, 0.25])
+def test_unhashed_arrays_whose_last_column_is_empty_give_the_in_process_store(tmp_path, cluster, test_size):
+    """--no-hash arrays are as wide as they declare (an all-zero last column included) on the
+    workers too: two .npz pieces whose last column is empty give the in-process store, 6 wide."""
+    rng = np.random.default_rng(0)
+    for i in range(2):
+        X = np.round(rng.normal(size=(60, 6)), 3)
+        X[:, 5] = 0.0
+        np.savez(tmp_path / f"part-{i}.npz", X=X, y=rng.integers(0, 3, size=60))
+    kw = {"hashing": None, "progress": False, "chunk_rows": 25, "test_size": test_size}
+    for name, engine in (("n0", {}), ("n2", {"scheduler": cluster})):
+        test_out = {"test_out": str(tmp_path / f"{name}-test")} if test_size else {}
+        ingest(IngestOptions(inputs=[str(tmp_path / "*.npz")], out=str(tmp_path / name), **kw, **test_out, **engine))
+    assert _manifest(tmp_path / "n2") == _manifest(tmp_path / "n0")
+    assert open_store(str(tmp_path / "n0")).n_features == 6
+    if test_size:
+        assert _manifest(tmp_path / "n2-test") == _manifest(tmp_path / "n0-test")
+        assert open_store(str(tmp_path / "n0-test")).n_features == 6
+
+
 def test_workers_on_other_machines_writing_a_local_store_is_an_error(tmp_path, cluster, monkeypatch):
     """A chunk the driver does not see on its disk (written by a worker to a disk of its own)."""
     from streamfit.errors import StoreError

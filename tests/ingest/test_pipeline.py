@@ -462,15 +462,20 @@ def test_no_hash_stores_every_column_as_read_or_names_the_line(tmp_path_factory,
 
 @pytest.mark.parametrize("fmt", ["parquet", "npz"])
 def test_no_hash_columns_beyond_int32_are_refused_in_every_indexed_format(tmp_path, fmt):
+    """Parquet index lists declare no width: a row with a column beyond a store's int32 columns is
+    a bad record. A scipy .npz declares its width (the store's, --no-hash): one beyond them is
+    refused whole, for any --on-bad-record, unless --n-features cuts it (then its rows beyond it
+    are bad records)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import scipy.sparse as sp
 
+    kwargs: dict = {"progress": False}
     if fmt == "parquet":
         path = str(tmp_path / "wide.parquet")
         pq.write_table(pa.table({"indices": [[0], [4294967299]], "values": [[1.0], [2.0]], "label": ["a", "b"]}), path)
-        options: dict = {}
-        where = "wide.parquet:row group 0, row 1"
+        problem = r"wide.parquet:row group 0, row 1: feature column 4294967299 .*beyond 2147483646"
+        width = 1
     else:
         path = str(tmp_path / "wide.npz")
         X = sp.csr_matrix(
@@ -478,15 +483,17 @@ def test_no_hash_columns_beyond_int32_are_refused_in_every_indexed_format(tmp_pa
         )
         sp.save_npz(path, X)
         np.save(tmp_path / "y.npy", np.array([0, 1]))
-        options = {"y_path": str(tmp_path / "y.npy")}
-        where = "wide.npz:row 1"
-    with pytest.raises(InputError, match=rf"{where}: feature column 429496729\d .*beyond 2147483646"):
-        ingest(IngestOptions([path], str(tmp_path / "s"), source_options=options, progress=False))
-    report = ingest(
-        IngestOptions([path], str(tmp_path / "s"), source_options=options, on_bad_record="skip", progress=False)
-    )
+        kwargs["source_options"] = {"y_path": str(tmp_path / "y.npy")}
+        for policy in ("error", "skip"):
+            with pytest.raises(InputError, match="wide.npz: 4294967299 feature columns, more than the 2147483647 "):
+                ingest(IngestOptions([path], str(tmp_path / "s"), on_bad_record=policy, **kwargs))
+        kwargs["n_features"] = width = 2
+        problem = r"wide.npz:row 1: feature index 4294967298 is out of range for 2 features"
+    with pytest.raises(InputError, match=problem):
+        ingest(IngestOptions([path], str(tmp_path / "s"), **kwargs))
+    report = ingest(IngestOptions([path], str(tmp_path / "s"), on_bad_record="skip", **kwargs))
     s = open_store(str(tmp_path / "s"))
-    assert (report.written, report.skipped, s.n_features) == (1, 1, 1)
+    assert (report.written, report.skipped, s.n_features) == (1, 1, width)
 
 
 def test_no_hash_n_features_beyond_int32_is_refused(tmp_path, digits_svm):

@@ -418,6 +418,12 @@ def header_record(features: list[list]) -> dict:
     return {"sha256": hashlib.sha256(text.encode()).hexdigest(), "features": features}
 
 
+def header_width(header: dict) -> int:
+    """The columns of a recorded feature header (header_record): one per numeric attribute, one per
+    declared value of a one-hot one (what ArffSource._columns numbers)."""
+    return sum(1 if values is None else len(values) for _, values in header["features"])
+
+
 def float_or_none(text: str) -> float | None:
     try:
         return float(text)
