@@ -471,8 +471,9 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     header row; other names such as .txt.gz are recognised from their first lines), a folder (or
     a .tar.gz or .zip of one) with one sub-folder per class, ARFF (Weka/Mulan/Meka), Parquet, HDF5,
     or .npy/.npz; each local or behind a URL (s3://bucket/news/, a folder of documents, is a folder
-    corpus). A .zip holding one data file (data.zip -> data.csv, with a README beside it) is read
-    as that file, named data.zip:data.csv (name one member so when it holds several). Text is hashed into
+    corpus). A .zip or .tar(.gz) holding one data file, at its top or in one folder (data.zip ->
+    data.csv, with a README beside it; tar czf data.tgz data/), is read as that file, named
+    data.zip:data.csv or data.tgz:data/data.csv (name one member so when it holds several). Text is hashed into
     --n-features columns; numeric indices are hashed too unless --no-hash. Text gets the recipe
     text classifiers do best on by default: log(1 + count) term values, IDF weights and rows of
     unit norm (--value count --no-idf --no-l2-normalize for raw counts); numeric features keep

@@ -64,17 +64,25 @@ def test_unlabeled_csv_is_read_with_the_training_columns_and_encoding(runs, tmp_
     assert json.loads((tmp_path / "p.jsonl").read_text())["location"] == f"{raw}:2"
 
 
-def test_a_zipped_csv_scores_as_the_extracted_file_named_by_its_member(runs, tmp_path):
-    """new.zip holding new.csv (and a README): the scores of new.csv, each row's location
-    new.zip:new.csv:LINE."""
+@pytest.mark.parametrize("kind", ["zip", "tgz"])
+def test_a_zipped_csv_scores_as_the_extracted_file_named_by_its_member(runs, tmp_path, kind):
+    """new.zip (or new.tgz) holding new.csv (and a README): the scores of new.csv, each row's
+    location new.zip:new.csv:LINE."""
+    import tarfile
     import zipfile
 
     raw = tmp_path / "new.csv"
     raw.write_text("id,words\n7,a cat in a café\n8,stocks and the market\n", encoding="latin-1")
-    archive = tmp_path / "new.zip"
-    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.write(raw, "new.csv")
-        zf.writestr("README", "two new rows")
+    (tmp_path / "README").write_text("two new rows")
+    archive = tmp_path / f"new.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.write(raw, "new.csv")
+            zf.write(tmp_path / "README", "README")
+    else:
+        with tarfile.open(archive, "w:gz") as tf:
+            tf.add(raw, "new.csv")
+            tf.add(tmp_path / "README", "README")
     run("predict", runs / "csv", raw, "-o", tmp_path / "plain.jsonl")
     run("predict", runs / "csv", archive, "-o", tmp_path / "zipped.jsonl")
     plain = [json.loads(r) for r in (tmp_path / "plain.jsonl").read_text().splitlines()]

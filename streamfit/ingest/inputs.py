@@ -14,9 +14,10 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   one (the format, the reader) that it is a folder without asking the object store again; its
   reader takes the listing made here (sources.folder.hand_over_listing): one LIST per input.
   `--format folder` keeps every directory a folder corpus.
-- A zip archive whose members are one data file at its top (data.zip holding data.csv, and
-  perhaps a README; see sources/archive.py) is that file, named `data.zip:data.csv`; other
-  archives are folder corpora, as before.
+- A zip or tar archive whose members are one data file, at its top or in one top-level folder
+  (data.zip holding data.csv, data.tgz holding data/data.csv, and perhaps a README; see
+  sources/archive.py), is that file, named `data.zip:data.csv`; other archives are folder
+  corpora, as before.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the

@@ -339,6 +339,32 @@ def test_unhashed_arrays_whose_last_column_is_empty_give_the_in_process_store(tm
         assert open_store(str(tmp_path / "n0-test")).n_features == 6
 
 
+@pytest.mark.parametrize("suffix", [".zip", ".tgz"])
+def test_an_archive_of_one_data_file_is_one_piece_and_gives_the_in_process_store(tmp_path, cluster, suffix):
+    """data.zip / data.tgz holding one JSONL file: its member path is read whole by one worker,
+    and the store is the extracted file's, in process and on 2 workers."""
+    import tarfile
+    import zipfile
+
+    inputs = _write_files(tmp_path / "in", n_files=1, rows=300)
+    data = tmp_path / "in" / "part-0.jsonl"
+    archive = tmp_path / f"data{suffix}"
+    if suffix == ".zip":
+        with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.write(data, "data/part-0.jsonl")
+    else:
+        with tarfile.open(archive, "w:gz") as tf:
+            tf.add(data, "data/part-0.jsonl")
+    kw = {"chunk_rows": 50, "idf": False}
+    ingest(_options(inputs, tmp_path / "plain", **kw))
+    for name, engine in (("n0", {}), ("n2", {"scheduler": cluster})):
+        ingest(_options(str(archive), tmp_path / name, **kw, **engine))
+        chunks = [c["sha256"] for c in _manifest(tmp_path / name)["chunks"]]
+        assert chunks == [c["sha256"] for c in _manifest(tmp_path / "plain")["chunks"]]
+    assert _manifest(tmp_path / "n2") == _manifest(tmp_path / "n0")
+    assert _manifest(tmp_path / "n0")["source"]["paths"] == [f"{archive}:data/part-0.jsonl"]
+
+
 def test_workers_on_other_machines_writing_a_local_store_is_an_error(tmp_path, cluster, monkeypatch):
     """A chunk the driver does not see on its disk (written by a worker to a disk of its own)."""
     from streamfit.errors import StoreError

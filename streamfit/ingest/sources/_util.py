@@ -182,8 +182,8 @@ def open_binary(
     of the file's contents, after decompression (stop None: to the end; a piece of a
     distributed ingest); the bytes before start are decompressed, not counted in max_bytes.
     info: a file behind a URL as `require_path` looked it up (None: fsspec looks it up again,
-    a HEAD on S3). A member path (data.zip:data.csv, see sources.archive) reads the zip
-    archive's member, then decompresses it by its own name's extension."""
+    a HEAD on S3). A member path (data.zip:data.csv, data.tgz:data.csv, see sources.archive)
+    reads the archive's member, then decompresses it by its own name's extension."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
@@ -191,8 +191,8 @@ def open_binary(
         from streamfit.ingest.sources.archive import open_member, split_member  # it imports this module
 
         raw: Any
-        if split_member(path) is not None:  # a zip member: its bytes as zipfile decompresses them
-            raw = open_member(path, info)
+        if split_member(path) is not None:  # an archive member: its bytes as the archive stores them
+            raw = open_member(path, info, max_bytes)
         else:
             raw = resolve(path).open_read(info=info) if is_url(path) else path  # URLs: fsspec's file object
         if compression is None:

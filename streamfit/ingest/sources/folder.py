@@ -558,19 +558,10 @@ class FolderSource:
 
     def _tar_members(self):
         """(tar, member) of each member of the archive (of self.part), in archive order."""
-        extension = os.path.splitext(self.path)[1].lower()
         part = (self.part.start, self.part.stop) if self.part is not None else None
-        # Decompressing outside tarfile makes a truncated stream an error: tarfile alone takes
-        # a stream cut at a member boundary for the end of the archive (as a part's stop is).
         try:
             with (
-                open_binary(
-                    self.path,
-                    _COMPRESSED_TARS.get(extension, extension),
-                    max_bytes=self.limits.input_bytes,
-                    byte_range=part,
-                    info=self.url_info,
-                ) as f,
+                open_tar_bytes(self.path, self.limits.input_bytes, info=self.url_info, byte_range=part) as f,
                 tarfile.open(fileobj=f, mode="r|") as tar,
             ):
                 for member in tar:
@@ -702,6 +693,19 @@ class FolderSource:
 
     def _corrupt(self, e: Exception) -> InputError:
         return corrupt_archive(self.path, e)
+
+
+def open_tar_bytes(
+    path: str, max_bytes: int, info: dict[str, Any] | None = None, byte_range: tuple[int, int | None] | None = None
+):
+    """The bytes of the tar archive at `path` (local or behind a URL; info: its look-up),
+    decompressed by the name's extension (.tar.gz, .tgz, ...), for tarfile's stream mode ("r|").
+    Decompressing outside tarfile makes a truncated stream an error: tarfile alone takes a stream
+    cut at a member boundary for the end of the archive (as a part's stop is)."""
+    extension = os.path.splitext(path)[1].lower()
+    return open_binary(
+        path, _COMPRESSED_TARS.get(extension, extension), max_bytes=max_bytes, byte_range=byte_range, info=info
+    )
 
 
 def corrupt_archive(path: str, e: Exception) -> InputError:
