@@ -64,12 +64,12 @@ def _local_directory_files(path: str) -> list[str] | None:
     return sorted(files) or None
 
 
-def _url_listing(location: storage.Location) -> dict[str, dict[str, Any]]:
+def _url_listing(location: storage.Location) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
     """The files below a name behind a URL taken as a folder (prefix), by path with fsspec's
-    info (size, ...); {} for an object or nothing there. On S3 one listing (a LIST) of the keys
-    that start with the name (s3fs's `find(parent, prefix=name)`; keys of other names that start
-    with this one are dropped here); elsewhere a folder check (`Location.isdir`), then the
-    folder's listing."""
+    info (size, ...), {} for an object or nothing there; and the object's own info when the
+    listing holds it (None otherwise). On S3 one listing (a LIST) of the keys that start with the
+    name (s3fs's `find(parent, prefix=name)`; keys of other names that start with this one are
+    dropped here); elsewhere a folder check (`Location.isdir`), then the folder's listing."""
     fs: Any = location.fs  # fsspec's filesystems carry no annotations
     path = location.path.rstrip("/")
     parent, _, name = path.rpartition("/")
@@ -78,7 +78,9 @@ def _url_listing(location: storage.Location) -> dict[str, dict[str, Any]]:
         found = fs.find(parent, prefix=name, detail=True)
     else:
         found = fs.find(path, detail=True) if location.isdir() else {}
-    return {p: info for p, info in found.items() if p.startswith(path + "/") and info.get("type") != "directory"}
+    below = {p: info for p, info in found.items() if p.startswith(path + "/") and info.get("type") != "directory"}
+    own = found.get(path)
+    return below, own if own is not None and own.get("type") == "file" else None
 
 
 def _url_directory_files(text: str, location: storage.Location, below: list[str]) -> list[str] | None:
@@ -110,6 +112,7 @@ def _glob(pattern: str) -> list[str]:
 def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
     """The files ingest reads for the names given (see the module docstring), in order."""
     files: list[str] = []
+    looked_up: dict[str, dict[str, Any]] = {}  # objects behind URLs as their listing gave them
     for text in inputs:
         if any(c in text for c in GLOB_CHARACTERS) and not os.path.exists(text):
             files += _glob(text)
@@ -117,7 +120,9 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files.append(text)
         elif storage.is_url(text):
             location = storage.resolve(text)
-            below = _url_listing(location)
+            below, own = _url_listing(location)
+            if own is not None:
+                looked_up[text] = own
             if below:
                 dataset = _url_directory_files(text, location, sorted(below))
                 if dataset is None:  # a folder corpus: its reader takes this listing (one LIST per input)
@@ -129,4 +134,4 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files += _local_directory_files(text) or [text]
         else:
             files.append(text)
-    return [data_member(path, format) for path in files]
+    return [data_member(path, format, looked_up.get(path)) for path in files]

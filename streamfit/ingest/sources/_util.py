@@ -174,9 +174,11 @@ def open_binary(
     max_bytes: int = DEFAULT_INPUT_BYTES,
     byte_range: tuple[int, int | None] | None = None,
     info: dict[str, Any] | None = None,
+    block_size: int | None = None,
 ) -> io.BufferedIOBase:
     """Open a file for streaming reads, decompressing .gz/.bz2/.xz by extension (that of the
     path unless given); reading more than max_bytes (after decompression) raises InputError.
+    block_size: behind a URL, the bytes fetched ahead of each read (None: the filesystem's).
     Memory stays bounded by the buffer (1 MiB) whatever the compression ratio: the
     decompressors produce at most what a read asks for. byte_range: only bytes [start, stop)
     of the file's contents, after decompression (stop None: to the end; a piece of a
@@ -194,7 +196,8 @@ def open_binary(
         if split_member(path) is not None:  # an archive member: its bytes as the archive stores them
             raw = open_member(path, info, max_bytes)
         else:
-            raw = resolve(path).open_read(info=info) if is_url(path) else path  # URLs: fsspec's file object
+            # URLs: fsspec's file object
+            raw = resolve(path).open_read(block_size=block_size, info=info) if is_url(path) else path
         if compression is None:
             stream = open(raw, "rb", buffering=0) if isinstance(raw, str) else raw
         else:

@@ -57,6 +57,9 @@ _MEMBER_PATH = re.compile(rf"^(.+?(?:{_SUFFIXES})):(.+)$", re.IGNORECASE)
 _IGNORED_FOLDERS = ("__MACOSX",)
 _SEEKING_FORMATS = ("parquet", "hdf5", "numpy")  # readers that seek in a file: not read from a member
 MAX_OTHER_FILES = 16  # files beside the data file (README, LICENSE, …); more: a folder corpus
+# a tar archive behind a URL is listed in GETs of this many bytes (not s3fs's 50 MiB): a folder
+# corpus's listing stops at its first document, in the first
+LISTING_BLOCK_BYTES = 8 << 20
 
 
 def split_member(path: str) -> tuple[str, str] | None:
@@ -101,11 +104,12 @@ def _one_data_file(names: Iterable[str], format: str | None) -> tuple[list[str],
     return (data, others) if data else None
 
 
-def _file_names(path: str) -> Generator[str, None, None]:
-    """The names of the files (not folders) of the archive at `path`, in archive order: a zip
-    archive's central directory, or a tar archive read as far as they are taken."""
+def _file_names(path: str, info: dict[str, Any] | None) -> Generator[str, None, None]:
+    """The names of the files (not folders) of the archive at `path` (info: its look-up behind a
+    URL), in archive order: a zip archive's central directory, or a tar archive read as far as
+    they are taken."""
     if _is_zip(path):
-        zf = open_zip(path)
+        zf = open_zip(path, info)
         try:
             names = [info.filename for info in zf.infolist() if not info.is_dir()]
         finally:
@@ -113,7 +117,10 @@ def _file_names(path: str) -> Generator[str, None, None]:
         yield from names
         return
     try:
-        with open_tar_bytes(path, DEFAULT_INPUT_BYTES) as f, tarfile.open(fileobj=f, mode="r|") as tar:
+        with (
+            open_tar_bytes(path, DEFAULT_INPUT_BYTES, info, block_size=LISTING_BLOCK_BYTES) as f,
+            tarfile.open(fileobj=f, mode="r|") as tar,
+        ):
             for member in tar:
                 if not member.isdir():
                     yield member.name
@@ -121,16 +128,18 @@ def _file_names(path: str) -> Generator[str, None, None]:
         raise corrupt_archive(path, e) from None
 
 
-def data_member(path: str, format: str | None = None) -> str:
+def data_member(path: str, format: str | None = None, info: dict[str, Any] | None = None) -> str:
     """The member path of the data file that the archive at `path` holds (see the module
-    docstring), or `path` itself when it is read as a folder corpus (or is no archive)."""
+    docstring), or `path` itself when it is read as a folder corpus (or is no archive). info:
+    the archive's look-up behind a URL (as the input expansion's listing gave it; None: asked
+    for, a HEAD on S3)."""
     from streamfit.ingest.sources import infer_format  # the package imports this module
 
     if format == "folder" or not path.lower().endswith(ARCHIVE_SUFFIXES) or split_member(path) is not None:
         return path
     if not (storage.is_url(path) or os.path.isfile(path)):
         return path  # nothing there (the reader says so) or a directory named *.zip
-    with contextlib.closing(_file_names(path)) as names:  # a tar archive is read no further than needed
+    with contextlib.closing(_file_names(path, info)) as names:  # a tar archive is read no further than needed
         found = _one_data_file(names, format)
     if found is None:
         return path

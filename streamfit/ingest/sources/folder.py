@@ -76,6 +76,10 @@ FETCH_BYTES = 16 << 20
 # block), so a part of it (distributed ingest) fetches about its own members, not the 50 MiB
 # that s3fs reads ahead by default
 ZIP_BLOCK_BYTES = 8 << 20
+# and its last this many bytes are read first, in one GET: zipfile's reads of the end record,
+# the zip64 locator before it and (within them) the central directory then come from fsspec's
+# read-ahead cache, where they were three ranged GETs each time the archive was opened
+ZIP_TAIL_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -696,15 +700,25 @@ class FolderSource:
 
 
 def open_tar_bytes(
-    path: str, max_bytes: int, info: dict[str, Any] | None = None, byte_range: tuple[int, int | None] | None = None
+    path: str,
+    max_bytes: int,
+    info: dict[str, Any] | None = None,
+    byte_range: tuple[int, int | None] | None = None,
+    block_size: int | None = None,
 ):
-    """The bytes of the tar archive at `path` (local or behind a URL; info: its look-up),
-    decompressed by the name's extension (.tar.gz, .tgz, ...), for tarfile's stream mode ("r|").
+    """The bytes of the tar archive at `path` (local or behind a URL; info: its look-up;
+    block_size: fetched ahead of each read, see open_binary), decompressed by the name's
+    extension (.tar.gz, .tgz, ...), for tarfile's stream mode ("r|").
     Decompressing outside tarfile makes a truncated stream an error: tarfile alone takes a stream
     cut at a member boundary for the end of the archive (as a part's stop is)."""
     extension = os.path.splitext(path)[1].lower()
     return open_binary(
-        path, _COMPRESSED_TARS.get(extension, extension), max_bytes=max_bytes, byte_range=byte_range, info=info
+        path,
+        _COMPRESSED_TARS.get(extension, extension),
+        max_bytes=max_bytes,
+        byte_range=byte_range,
+        info=info,
+        block_size=block_size,
     )
 
 
@@ -714,16 +728,17 @@ def corrupt_archive(path: str, e: Exception) -> InputError:
 
 def open_zip(path: str, info: dict[str, Any] | None = None) -> zipfile.ZipFile:
     """The zip archive at `path` opened (its central directory read): a local file, or fsspec's
-    file object behind a URL (ranged reads of ZIP_BLOCK_BYTES; info: its look-up, see
-    `container`). Closing the ZipFile leaves the file open (ZipFile does not close a file it
+    file object behind a URL (ranged reads of ZIP_BLOCK_BYTES, its last ZIP_TAIL_BYTES first;
+    info: its look-up, see `container`). Closing the ZipFile leaves the file open (ZipFile does not close a file it
     was given): it is `zf.fp` until then."""
     location = storage.resolve(path)
     try:
-        raw = (
-            open(location.path if storage.is_url(path) else path, "rb")
-            if location.local
-            else location.open_read(block_size=ZIP_BLOCK_BYTES, info=info)
-        )
+        if location.local:
+            raw = open(location.path if storage.is_url(path) else path, "rb")
+        else:
+            raw = location.open_read(block_size=ZIP_BLOCK_BYTES, info=info)
+            raw.seek(max(0, raw.seek(0, os.SEEK_END) - ZIP_TAIL_BYTES))
+            raw.read(ZIP_TAIL_BYTES)  # kept by the read-ahead cache for zipfile's reads below
     except FileNotFoundError:
         raise InputError(path, "no such file") from None
     except OSError as e:
