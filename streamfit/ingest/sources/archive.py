@@ -111,7 +111,7 @@ def _file_names(path: str, info: dict[str, Any] | None) -> Generator[str, None, 
     if _is_zip(path):
         zf = open_zip(path, info)
         try:
-            names = [info.filename for info in zf.infolist() if not info.is_dir()]
+            names = [member.filename for member in zf.infolist() if not member.is_dir()]
         finally:
             _close(zf)
         yield from names
