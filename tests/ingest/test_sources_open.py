@@ -299,6 +299,7 @@ def test_every_format_option_value_is_taken_or_one_config_error_line(name, value
             "encoding",
             "encoding_errors",
             "text_field",
+            "feature_fields",
             "delimiter",
         )  # these also check the value
     else:
@@ -312,6 +313,7 @@ def test_every_format_option_value_is_taken_or_one_config_error_line(name, value
         ({"encoding": "no-such"}, "encoding='no-such': not usable"),
         ({"encoding_errors": "loudly"}, "encoding_errors='loudly': not usable"),
         ({"text_field": "title,,body"}, "text_field='title,,body': not usable"),
+        ({"feature_fields": "f0,,f1"}, "feature_fields='f0,,f1': not usable"),
         ({"label_separator": ""}, "label_separator: empty"),
         ({"zero_based": "yes"}, "zero_based='yes': expected true or false"),
         ({"multilabel": 2}, "multilabel=2: expected true or false or None"),

@@ -130,6 +130,10 @@ _VALUE_CHECKS = {
     "encoding": (codecs.lookup, "a text encoding Python knows, e.g. utf-8 or latin-1"),
     "encoding_errors": (codecs.lookup_error, "a decode-error handler: strict, replace or ignore"),
     "text_field": (lambda v: split_fields("text_field", v), "a field name or comma-separated names, e.g. title,body"),
+    "feature_fields": (
+        lambda v: split_fields("feature_fields", v),
+        "column names or numbers, comma-separated, e.g. f0,f1,f2",
+    ),
     "delimiter": (_one_delimiter, "one character other than a quote or a line break, e.g. ';'"),
 }
 
@@ -137,8 +141,8 @@ _VALUE_CHECKS = {
 def check_options(options: dict) -> None:
     """ConfigError, naming the option and a good value, unless every format option is known,
     of its declared type (strictly: 1 is not the text "1") and usable: a text value is not
-    empty, an encoding and a decode-error handler are known to Python, a --text-field list
-    names no empty field."""
+    empty, an encoding and a decode-error handler are known to Python, a --text-field or feature_fields
+    list names no empty field."""
     unknown = sorted(set(options) - _ALL_OPTIONS)
     if unknown:
         close = [difflib.get_close_matches(name, sorted(_ALL_OPTIONS), n=1) for name in unknown]
