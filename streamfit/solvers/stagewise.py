@@ -87,14 +87,15 @@ solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the s
 (1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ) (with a
 single block holding all features this is plain ridge / logistic). lam=None (the default) takes
 λ from the n training rows (`StagewiseParams.lam_for`): for class targets with the identity
-link on low-dimensional dense data (≤ 1000 active columns, ≥ 10 % of them non-zero per row: the setting where "auto"
-considers random Fourier features) λ = max(LAM_FLOOR, LAM_ROWS/n) = max(1e-4, 10/n), i.e.
+link on low-dimensional dense data (≤ 1000 active columns, ≥ 10 % of them non-zero per row: the
+setting where "auto" considers random Fourier features) λ = max(LAM_FLOOR, LAM_ROWS/n) = max(1e-4, 10/n), i.e.
 Ridge(alpha = nλ) with alpha at least 10 whatever n. The fixed 1e-4 of sessions 1–22 is
 alpha = n·1e-4: 0.03 on 300 rows, where the ridge fit of a block of about as many columns as
 rows (180 one-hot columns, or a random Fourier block of 512) nearly interpolates. Sparse and wide
 data (text: tf-idf rows of unit norm, whose columns are far smaller than one) and real-valued
-targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n over-shrinks tf-idf (sector, 1000 rows: −5.8 points) and regression
-is Ridge's problem at 1e-4 as measured against Ridge (docs/benchmarks.md, "stagewise's λ from the
+targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n over-shrinks
+tf-idf (sector, 1000 rows: −5.8 points) and regression is Ridge's problem at 1e-4 as measured
+against Ridge (docs/benchmarks.md, "stagewise's λ from the
 training rows", session 23). The generator "auto" check (`_auto_check`) compares its candidates
 at LAM_FLOOR when lam is None, at lam when given: the larger λ of small n made that 21–42-row
 check pick other generators and calibrations, worse on iris and generated sets (the same section).
@@ -1511,8 +1512,8 @@ class StagewiseSolver(Solver[StagewiseState]):
     ) -> tuple[str, str]:
         """(generator, calibration) for "auto" on dense inputs, from the sampled rows (random order;
         the last AUTO_CHECK_VALID of them held out): one identity-link stage (Algorithm 1: ridge
-        with the λ given, or LAM_FLOOR for lam None, bias unpenalised) on each candidate, the first random Fourier block
-        A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
+        with the λ given, or LAM_FLOOR for lam None, bias unpenalised) on each candidate, the
+        first random Fourier block A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
         ("gradient") and, with `calibrate` (calibration "auto" on multiclass targets), the
         stored columns followed by Algorithm 2's calibration fitted on the same rows
         (`_poly_map`, then the projection onto the simplex). Without `calibrate` the lowest
