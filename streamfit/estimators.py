@@ -611,7 +611,9 @@ class StagewiseLSClassifier(_SolverClassifier):
 
     Each stage minimises (1/n)‖R − AW‖² + λ‖W‖² (link "identity") or (1/n)Σ logistic +
     (λ/2)‖W‖² (link "softmax"; per-label logistic for multilabel targets) over a block of
-    features A; the intercept is not penalised.
+    features A; the intercept is not penalised. lam=None (the default): λ = max(1e-4, 10/n)
+    for n training rows on dense data of at most 1000 columns, else 1e-4 (model_.info["lam"];
+    StagewiseParams.lam_for).
     calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
         False, None or "none" → calibration="none" (no calibration); True or "poly" →
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
@@ -654,8 +656,8 @@ class StagewiseLSRegressor(_SolverEstimator):
     Each stage fits a block of features A to the residuals R = Y − F by ridge least squares,
     min_W (1/n)‖R − AW‖² + λ‖DW‖² (D leaves the intercept unpenalised), and adds AW to F. With
     generator="sequential" and one block holding every feature (block_size ≥ n_features,
-    n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept. The
-    default generator ("auto") fits the stored columns (gradient-ordered blocks; with up to
+    n_passes=1) this is scikit-learn's Ridge(alpha=n·lam) with an unpenalised intercept (lam
+    None, the default, is 1e-4 for real-valued targets). The default generator ("auto") fits the stored columns (gradient-ordered blocks; with up to
     1024 columns all stages run on the normal equations of one pass over X); random Fourier
     features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "auto" (resolved to "none" for real-valued targets), "none" or "predictions" (fit raises otherwise).
 

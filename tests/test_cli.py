@@ -989,7 +989,7 @@ def test_multilabel_predict_evaluate_and_estimator_agree(multilabel_stores, tmp_
         S_train, truth = model.decision_function(X_train), Y_train.toarray().astype(np.int8)
         if solver == "stagewise":  # leave-one-out: ridge on [1, X] with the full set's n·λ, without row i
             A = np.hstack([np.ones((X_train.shape[0], 1)), X_train.toarray()])
-            D = np.diag([0.0] + [1.0] * X_train.shape[1]) * A.shape[0] * model.params["lam"]
+            D = np.diag([0.0] + [1.0] * X_train.shape[1]) * A.shape[0] * model.info["lam"]
             S_train = np.array(
                 [
                     A[i] @ np.linalg.solve(A[rest].T @ A[rest] + D, A[rest].T @ truth[rest])

@@ -544,6 +544,11 @@ LOGGED = [
     ("stagewise", StagewiseParams(generator="sequential", block_size=8, lam=1e-2, penalty="stage"), True),
     (
         "stagewise",
+        StagewiseParams(generator="sequential", block_size=8, n_passes=2, penalty="stage"),
+        False,
+    ),  # λ from n
+    (
+        "stagewise",
         StagewiseParams(generator="gradient", block_size=8, link="softmax", max_iter=3, lam=1e-2, penalty="stage"),
         False,
     ),
@@ -588,6 +593,9 @@ def test_solvers_log_this_objective(solver, params, multilabel):
     X, labels, model, logged = logged_run(solver, params, multilabel)
     if solver == "bcd" and params.lam is None:  # λ = 1/((1 − ρ)n), n = 150, the model says
         assert model.info["lam"] == pytest.approx(1 / ((1 - params.l1_ratio) * 150), rel=1e-15)
+        params = params.model_copy(update={"lam": model.info["lam"]})
+    if solver == "stagewise" and params.lam is None:  # class targets: λ = max(1e-4, 10/n), n = 150
+        assert model.info["lam"] == pytest.approx(10 / 150, rel=1e-15)
         params = params.model_copy(update={"lam": model.info["lam"]})
     objective = objective_for(solver, params, multilabel)
     if solver == "stagewise":

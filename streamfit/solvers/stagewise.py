@@ -85,7 +85,20 @@ random features (or many classes) they are (docs/benchmarks.md, "stagewise on sm
 λ scaling: `lam` is λ for the sample-averaged loss, as in SolverParams: the identity-link stage
 solves min (1/n)‖R − AW‖² + λ‖DW‖² (equivalently ½ of both), the softmax link minimises
 (1/n) Σ ℓ + (λ/2)‖DW‖², which is scikit-learn's LogisticRegression with C = 1/(nλ) (with a
-single block holding all features this is plain ridge / logistic).
+single block holding all features this is plain ridge / logistic). lam=None (the default) takes
+λ from the n training rows (`StagewiseParams.lam_for`): for class targets with the identity
+link on low-dimensional dense data (≤ 1000 active columns, ≥ 10 % of them non-zero per row: the
+setting where "auto" considers random Fourier features) λ = max(LAM_FLOOR, LAM_ROWS/n) = max(1e-4, 10/n), i.e.
+Ridge(alpha = nλ) with alpha at least 10 whatever n. The fixed 1e-4 of sessions 1–22 is
+alpha = n·1e-4: 0.03 on 300 rows, where the ridge fit of a block of about as many columns as
+rows (180 one-hot columns, or a random Fourier block of 512) nearly interpolates. Sparse and wide
+data (text: tf-idf rows of unit norm, whose columns are far smaller than one) and real-valued
+targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n over-shrinks
+tf-idf (sector, 1000 rows: −5.8 points) and regression is Ridge's problem at 1e-4 as measured
+against Ridge (docs/benchmarks.md, "stagewise's λ from the
+training rows", session 23). The generator "auto" check (`_auto_check`) compares its candidates
+at LAM_FLOOR when lam is None, at lam when given: the larger λ of small n made that 21–42-row
+check pick other generators and calibrations, worse on iris and generated sets (the same section).
 
 Which weights λ penalises (`penalty`). The paper regularises (λ = 30 on NEWS20, A.2.2) without
 saying which weights λ applies to once a feature comes back in a later stage. Read literally,
@@ -205,6 +218,8 @@ THRESHOLD_GRID = np.arange(1, 200) / 200  # multilabel identity link: the thresh
 CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
+LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of class targets
+LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
 
 
@@ -250,7 +265,12 @@ class StagewiseParams(SolverParams):
         "inner iteration raises the objective; accepted iterates decrease it",
     )
     fit_intercept: bool = Field(True, description="an unpenalised bias column in every block")
-    lam: float = Field(1e-4, ge=0, description="λ of (1/n)·loss + λ-penalty on the weights (see penalty)")
+    lam: float | None = Field(  # type: ignore[assignment]  # None: from n (`lam_for`)
+        None,
+        ge=0,
+        description="λ of (1/n)·loss + λ-penalty on the weights (see penalty); null: from the n training rows, "
+        "max(1e-4, 10/n) for class targets (identity link) on dense data of at most 1000 columns, else 1e-4",
+    )
     penalty: Literal["stage", "total"] = Field(
         "total",
         description="stage: λ on each stage's own weights (Algorithm 3 fits the residuals); total: λ on each "
@@ -271,6 +291,17 @@ class StagewiseParams(SolverParams):
         "single-precision products (about 2x faster; the model then matches float64 to "
         "~1e-5, across chunkings too)",
     )
+
+    def lam_for(self, n_rows: int, regression: bool, low_dense: bool) -> float:
+        """λ of a fit on n_rows rows: `lam`, or for lam None (the default) max(LAM_FLOOR,
+        LAM_ROWS/n_rows) for class targets with the identity link on low-dimensional dense data
+        (`low_dense`: at most AUTO_RFF_MAX_INPUTS active columns, AUTO_RFF_MIN_DENSITY of them
+        non-zero per row), LAM_FLOOR otherwise (module docstring, "λ scaling")."""
+        if self.lam is not None:
+            return self.lam
+        if regression or not low_dense or self.link != "identity":
+            return LAM_FLOOR
+        return max(LAM_FLOOR, LAM_ROWS / n_rows)
 
     @model_validator(mode="after")
     def _calibration_needs_identity(self):
@@ -1219,7 +1250,8 @@ class StagewiseState(SolverState):
     data_passes: passes over the training data so far (init's scan and sample included).
     normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
         Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
-        the scores are never written), else None."""
+        the scores are never written), else None.
+    lam: the run's λ (`StagewiseParams.lam_for`), resolved by `init`."""
 
     scores: PerSample
     generator: str
@@ -1236,6 +1268,7 @@ class StagewiseState(SolverState):
     pending_gram: np.ndarray | None = None
     pending_rhs: np.ndarray | None = None
     pending_loss: float | None = None
+    lam: float = 0.0
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
     normal_rhs: np.ndarray | None = None
@@ -1280,6 +1313,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         # penalty="total": (stages summed, V) of `_total_weights`; not state either: a resumed run
         # sums the stored stages again, in the same order, to the same bits.
         self._totals: tuple[int, np.ndarray] | None = None
+        self.lam = 0.0  # λ of this fit (`StagewiseParams.lam_for`): set by `_setup`, or from the resumed state
 
     # ---- setup ----
     def _link(self, source: ChunkSource) -> str:
@@ -1303,7 +1337,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         """F = 0, no stage yet; GEN's setup: the column scan, and for random Fourier features the
         row sample (PCA, bandwidth, the "auto" check)."""
         self._check_regression(ctx.source)
-        self._grams, self._totals = {}, None
+        self._grams, self._totals, self._objectives = {}, None, {}
         space, active, generator, calibration, data_passes, normal = self._setup(ctx.source, ctx.engine)
         return StagewiseState(
             scores=PerSample(SCORES, 0, written=False),
@@ -1321,6 +1355,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             normal_gram=None if normal is None else normal.gram,
             normal_rhs=None if normal is None else normal.rhs,
             normal_ysq=None if normal is None else normal.ysq,
+            lam=self.lam,
         )
 
     def check_resume(self, ctx: Context, state: StagewiseState) -> None:
@@ -1341,7 +1376,8 @@ class StagewiseSolver(Solver[StagewiseState]):
                 f"{where}: its stagewise checkpoint holds a feature space of another layout ({differs}); it was "
                 "written by another streamfit version: start over with --overwrite"
             )
-        self._grams, self._totals = {}, None
+        self._grams, self._totals, self._objectives = {}, None, {}
+        self.lam = state.lam
 
     def _normal_mode(self, source: ChunkSource) -> bool:
         """Whether the stages run on the normal equations (`_normal_step`): real-valued targets
@@ -1362,7 +1398,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         self, source: ChunkSource, engine: Engine
     ) -> tuple[FeatureSpace, np.ndarray, str, str, int, NormalSums | None]:
         """(feature space, active columns, generator and calibration with "auto" resolved, passes
-        over the data, the scan's `NormalSums` when the stages run on them)."""
+        over the data, the scan's `NormalSums` when the stages run on them); sets the run's λ,
+        `self.lam`, from the scan."""
         p = self.params
         chunks = range(source.n_chunks)
         scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan", normal=self._normal_mode(source))
@@ -1374,6 +1411,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         generator: str = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
+        self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         if generator == "auto" and (source.regression or not low_dense):
             generator = "gradient"
         # calibration "auto": Algorithm 2 where it validates, on the stored columns of multiclass
@@ -1474,8 +1512,8 @@ class StagewiseSolver(Solver[StagewiseState]):
     ) -> tuple[str, str]:
         """(generator, calibration) for "auto" on dense inputs, from the sampled rows (random order;
         the last AUTO_CHECK_VALID of them held out): one identity-link stage (Algorithm 1: ridge
-        with the run's λ, bias unpenalised) on each candidate, the first random Fourier block
-        A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
+        with the λ given, or LAM_FLOOR for lam None, bias unpenalised) on each candidate, the
+        first random Fourier block A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
         ("gradient") and, with `calibrate` (calibration "auto" on multiclass targets), the
         stored columns followed by Algorithm 2's calibration fitted on the same rows
         (`_poly_map`, then the projection onto the simplex). Without `calibrate` the lowest
@@ -1485,6 +1523,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         are right; docs/benchmarks.md, "stagewise on small data"). Exact ties go to the
         earlier candidate, in the order above."""
         n_fit = len(Y) - max(1, int(AUTO_CHECK_VALID * len(Y)))
+        lam = LAM_FLOOR if self.params.lam is None else self.params.lam  # not the run's λ from n: see the docstring
         columns = np.hstack([np.ones((len(raw), 1)), raw]) if self.params.fit_intercept else raw
         candidates = [] if space is None else [("rff", "none", space.design(base, 0).astype(np.float64), False)]
         candidates.append(("gradient", "none", columns, False))
@@ -1495,7 +1534,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             fit, held = A[:n_fit], A[n_fit:]
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is _check_gram's error, not a warning
                 gram = fit.T @ fit
-            W = self._stage_solver(gram, n_fit, 1.0, where)(fit.T @ Y[:n_fit] / n_fit)
+            W = self._stage_solver(gram, n_fit, 1.0, where, lam)(fit.T @ Y[:n_fit] / n_fit)
             predicted = held @ W
             if poly:
                 G = poly_basis(fit @ W)
@@ -1572,7 +1611,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         Σ_i ‖y_i − ŷ_i‖² (twice ℓ)."""
         objective = self._objectives.get(link)
         if objective is None:
-            objective = self._objectives[link] = objective_for(self.name, self.params, multilabel=link == "sigmoid")
+            params = self.params.model_copy(update={"lam": self.lam})
+            objective = self._objectives[link] = objective_for(self.name, params, multilabel=link == "sigmoid")
         sums = ChunkSums(0.5 * loss_sum if link == "identity" else loss_sum, n)
         return objective.total(sums, penalised, None)
 
@@ -1642,11 +1682,13 @@ class StagewiseSolver(Solver[StagewiseState]):
             mask[0] = 0.0
         return mask
 
-    def _stage_solver(self, M: np.ndarray, n: int, lipschitz: float, where: str = "the training data"):
-        """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14). `where` names
-        the data in the error for an AᵀA that overflowed."""
+    def _stage_solver(
+        self, M: np.ndarray, n: int, lipschitz: float, where: str = "the training data", lam: float | None = None
+    ):
+        """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14), λ the fit's
+        (`lam` None) or `lam`. `where` names the data in the error for an AᵀA that overflowed."""
         _check_gram(M, where)
-        lam = self.params.lam
+        lam = self.lam if lam is None else lam
         return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
 
     def _heldout(self, state: StagewiseState, source: ChunkSource, link: str) -> bool:
@@ -1686,7 +1728,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
         solve = self._stage_solver(M, n, lipschitz, _data_name(source))
         mask = self._penalty_mask(M.shape[0])[:, None]
-        W = solve(B / n if V is None else B / n - p.lam * mask * V)
+        W = solve(B / n if V is None else B / n - self.lam * mask * V)
         if link == "identity":
             return W, []
         objective = [loss_sum / n if V is None else self._objective(loss_sum, n, link, [V[int(p.fit_intercept) :]])]
@@ -1716,7 +1758,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 if objective[-2] - objective[-1] <= p.tol * abs(objective[-1]):
                     break
                 accepted = (W, B)
-            W = W + solve(B / n - p.lam * mask * (W if V is None else V + W))
+            W = W + solve(B / n - self.lam * mask * (W if V is None else V + W))
         return W, objective
 
     def _calibrate(
@@ -1926,7 +1968,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         M, B = S_rows[:, rows], T[rows] - S_rows @ V
         n, rhs = ctx.source.n_rows, B / ctx.source.n_rows
         if self.params.penalty == "total":  # `_fit_block`'s V: the block's rows of V, but the bias
-            rhs = rhs - self.params.lam * self._penalty_mask(len(rows))[:, None] * V[rows]
+            rhs = rhs - self.lam * self._penalty_mask(len(rows))[:, None] * V[rows]
         with single_threaded_blas():  # once for the stage's factor and solve (`_solver_for`)
             W = self._stage_solver(M, n, 1.0, _data_name(ctx.source))(rhs)  # `_fit_block`'s identity link
         V[rows] += W
@@ -1958,5 +2000,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "generator": state.generator,
                 "calibration": state.calibration,
                 "data_passes": state.data_passes,
+                "lam": self.lam,
             },
         )

