@@ -305,22 +305,31 @@ def compile_shared(solver: str, n_features: int, folder: str, reap: Callable[[],
     parts = kernel_parts(solver, n_features)
     last = [name for name in last_parts(solver) if name in parts]
     first = sorted((name for name in parts if name not in last), key=lambda name: -parts[name][1])
-    done = []
+    done: list[str] = []
     for name in first:
         if _take(folder, name):
-            _compile_part(solver, name, parts[name][0])
-            Path(folder, f"{name}.done").touch()
-            done.append(name)
+            _compile_taken(solver, name, parts[name][0], folder, done)
     if last:
         while any(not Path(folder, f"{name}.done").exists() and _taker_alive(folder, name) for name in first):
             reap()
             time.sleep(0.02)
         for name in last:
             if _take(folder, name):
-                _compile_part(solver, name, parts[name][0])
-                Path(folder, f"{name}.done").touch()
-                done.append(name)
+                _compile_taken(solver, name, parts[name][0], folder, done)
     return done
+
+
+def _compile_taken(solver: str, name: str, signature: tuple, folder: str, done: list[str]) -> None:
+    """Compile part `name`, which this process took, and mark it done (`NAME.done`), also when
+    its compilation raises (the error then propagates): a process waiting for the parts to be
+    done must not wait for this one, which may itself be waiting for that process (WarmUp's
+    parent for its child, which compiles the last parts once the others are done: a deadlock).
+    A part that failed is compiled later by the kernel that calls it, as one whose taker ended."""
+    try:
+        _compile_part(solver, name, signature)
+        done.append(name)
+    finally:
+        Path(folder, f"{name}.done").touch()
 
 
 def _take(folder: str, name: str) -> bool:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from streamfit.errors import InputError, StreamfitError, output_error
 from streamfit.model import Model, check_scoring_options, decide
@@ -297,7 +296,10 @@ def predict_to_file(
     # Dask workers write their parts to an object store themselves; the driver writes local ones
     part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
     pieces = _until_stopped(_scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store), out)
-    pieces = tqdm(pieces, unit="chunk" if is_store else "batch", disable=not progress, desc="predict")
+    if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
+        from tqdm.auto import tqdm
+
+        pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
     if attempt is not None:
         return _write_parts(attempt, layout, pieces, source)
     return _write_file(target, layout, pieces, source)

@@ -347,6 +347,47 @@ def test_compile_shared_does_not_wait_for_a_part_whose_taker_has_ended(tmp_path,
     assert not (tmp_path / "a.done").exists()
 
 
+def test_compile_shared_marks_a_part_done_when_its_compilation_fails(tmp_path, monkeypatch):
+    """A part whose compilation raises is marked done all the same and the error propagates:
+    a peer waiting to compile the last part goes on instead of waiting for the failed one's
+    taker, which is alive (WarmUp's parent, whose kernel timer once hid `.compile`, then waited
+    for its child, which waited for the part: a deadlock)."""
+    import threading
+
+    from streamfit import precompile
+    from streamfit.precompile import compile_shared
+
+    log: list = []
+    _fake_parts(monkeypatch, log, {"a": 5.0, "b": 1.0, "top": 1.0}, ("top",))
+    compile_part = precompile._compile_part
+
+    def failing(solver, name, signature):
+        if name == "a":
+            raise AttributeError("'function' object has no attribute 'compile'")
+        compile_part(solver, name, signature)
+
+    monkeypatch.setattr(precompile, "_compile_part", failing)
+    errors: list[BaseException] = []
+    results: list[list[str]] = []
+
+    def first() -> None:
+        try:
+            compile_shared("x", 0, str(tmp_path))
+        except AttributeError as e:
+            errors.append(e)
+
+    taker = threading.Thread(target=first, daemon=True)
+    taker.start()  # takes a, the longest, and fails
+    time.sleep(0.05)
+    peer = threading.Thread(target=lambda: results.append(compile_shared("x", 0, str(tmp_path))), daemon=True)
+    peer.start()  # takes b, then waits for a before top
+    taker.join(10)
+    peer.join(10)
+    assert not peer.is_alive() and not taker.is_alive()
+    assert len(errors) == 1 and results == [["b", "top"]]
+    assert (tmp_path / "a.done").exists() and not [name for name, *_ in log if name == "a"]
+
+
 def test_ppdsparse_compiles_its_newton_finish_only_for_narrow_stores():
     from streamfit.precompile import kernel_parts
     from streamfit.solvers.ppdsparse_kernels import PRIMAL_MAX_FEATURES

@@ -4,6 +4,8 @@ import csv
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -588,3 +590,11 @@ def test_a_file_without_the_recorded_id_field_names_how_to_read_no_ids(tmp_path)
     assert "no field 'doc' (set --id-field to this file's id field (or pass --option id_field=None" in result.output
     run("-q", "predict", model, new, "-o", tmp_path / "p.csv", "--option", "id_field=None")
     assert (tmp_path / "p.csv").read_text().splitlines()[0] == "location,label_1,score_1"
+
+
+def test_importing_predict_does_not_import_tqdm():
+    """`run --overwrite` imports streamfit.predict for PARTS_MANIFEST only: tqdm.auto (and the asyncio
+    it imports) comes with a progress bar, not with the module."""
+    code = "import sys, streamfit.predict; print(sorted(m for m in ('tqdm', 'asyncio') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -123,6 +123,8 @@ def wrap(module, name, path, generator):
             finally:
                 add(name, wall() - w, cpu() - c)
                 running[0] = False
+        if hasattr(f, "compile"):  # a numba kernel: a cold run's warm-up compiles it (precompile)
+            timed.compile = f.compile
     setattr(owner, attribute, timed)
     if not outer:  # a function: also where modules imported before the wrapping hold it by name
         for other in list(sys.modules.values()):
