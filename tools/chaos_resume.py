@@ -312,11 +312,12 @@ def same_model(ref: dict, got: dict) -> str | None:
     return f"model arrays differ: {bad}" if bad else None
 
 
-def train_job(solver, store, workers, rng, base, trials, aimed, log) -> dict:
+def train_job(solver, store, workers, rng, base, trials, aimed, switch, log) -> dict:
     params = [x for p in SOLVER_PARAMS[solver] for x in ("-p", p)]
+    other = "2" if workers == "0" else "0"  # the engine a resume switches to (models are the same on any)
 
-    def command(out, extra=(), resume=False):
-        return cli("train", store, "--solver", solver, *params, "--n-workers", workers, "--out", out,
+    def command(out, extra=(), resume=False, n_workers=workers):
+        return cli("train", store, "--solver", solver, *params, "--n-workers", n_workers, "--out", out,
                    *extra, *(["--resume"] if resume else []))  # fmt: skip
 
     by_group = solver == "ppdsparse" and workers != "0"
@@ -354,8 +355,9 @@ def train_job(solver, store, workers, rng, base, trials, aimed, log) -> dict:
         n_kills = 1 + int(rng.integers(2))
         problems = []
         finished = False
+        engines = [workers] + [other if rng.random() < switch else workers for _ in range(n_kills)]
         for k in range(n_kills):
-            argv = command(out, policy, resume=k > 0)
+            argv = command(out, policy, resume=k > 0, n_workers=engines[k])
             if rng.random() < aimed:  # SIGKILL at a storage operation drawn uniformly
                 kind = "rare" if rng.random() < 0.5 else "any"
                 sig, at = signal.SIGKILL, int(rng.integers(1, ops(policy)[kind == "rare"] + 1))
@@ -399,20 +401,23 @@ def train_job(solver, store, workers, rng, base, trials, aimed, log) -> dict:
             bad = checkpoint_problem(out)
             if bad:
                 problems.append(f"after kill {k + 1} ({what}): {bad}")
-            log(f"    kill {k + 1}: {what}, exit {rc}")
+            log(f"    kill {k + 1}: {what}, --n-workers {engines[k]}, exit {rc}")
         if not finished:
-            run = Run(command(out, policy, resume=True))
+            run = Run(command(out, policy, resume=True, n_workers=engines[-1]))
             rc, err, _ = run.finish()
             if rc != 0:
                 problems.append(f"the last --resume failed ({rc}): {err.strip()[-600:]}")
         if not any(p.startswith(("the last", "run ")) for p in problems):
             for bad in (
                 same_model(reference, model_snapshot(out)),
-                same_metrics(ref_metrics, metrics_lines(out), by_group=by_group),
+                same_metrics(
+                    ref_metrics, metrics_lines(out), by_group=by_group or (solver == "ppdsparse" and other in engines)
+                ),
             ):
                 if bad:
                     problems.append(bad)
-        record_trial(row, f"trial {t} ({' '.join(policy) or 'default policy'})", problems, log)
+        switched = f", resumed with --n-workers {other}" if other in engines else ""
+        record_trial(row, f"trial {t} ({' '.join(policy) or 'default policy'}{switched})", problems, log)
     return row
 
 
@@ -489,11 +494,15 @@ def ingest_job(source, workers, rng, base, trials, aimed, log) -> dict:
         else:
             at = float(rng.uniform(0, duration))
             group = rng.random() >= 0.25
-            what = f"SIGKILL at {at:.2f}s{'' if group else ' to the driver alone'}"
+            sig = signal.SIGTERM if rng.random() < 0.25 else signal.SIGKILL
+            what = f"{sig.name} at {at:.2f}s{'' if group else ' to the driver alone'}"
             run = Run(command(out, False))
-            landed = run.signal_at(at, signal.SIGKILL, group=group)
+            landed = run.signal_at(at, sig, group=group)
             rc, err, stray = run.finish()
             landed = landed and rc != 0
+            if landed and sig == signal.SIGTERM and rc not in (143, -signal.SIGTERM):
+                problems.append(f"after a {what}: exit {rc} (143 expected): {err.strip()[-600:]}")
+            row["sigterm"] += landed and sig == signal.SIGTERM
         if stray:
             problems.append("a process of the group outlived the driver by 60 s")
         if not landed:
@@ -531,6 +540,9 @@ def main() -> None:
     ap.add_argument("--workers", default="0,2", help="train/ingest --n-workers values (0: in process)")
     ap.add_argument("--trials", type=int, default=4, help="kill-and-resume trials per solver, storage and engine")
     ap.add_argument("--aimed", type=float, default=0.5, help="fraction of train kills aimed at a storage operation")
+    ap.add_argument(
+        "--switch-engine", type=float, default=0.25, help="probability that a resume runs on the other engine (0 <-> 2)"
+    )
     ap.add_argument("--ingest-trials", type=int, default=4)
     ap.add_argument("--no-ingest", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
@@ -579,7 +591,15 @@ def main() -> None:
                 for solver in args.solvers.split(","):
                     log(f"{solver}, {storage_kind}, --n-workers {workers} (load {os.getloadavg()[0]:.2f})")
                     row = train_job(
-                        solver, store, workers, rng, f"{root}/w{workers}/{solver}", args.trials, args.aimed, log
+                        solver,
+                        store,
+                        workers,
+                        rng,
+                        f"{root}/w{workers}/{solver}",
+                        args.trials,
+                        args.aimed,
+                        args.switch_engine,
+                        log,
                     )
                     rows.append((solver, storage_kind, workers, row))
                 if not args.no_ingest:
