@@ -2,6 +2,7 @@
 
     python tools/chaos_resume.py [--solvers stagewise,bcd,ppdsparse,fbpd,multiboost]
                                  [--storage local,s3] [--workers 0,2] [--trials 4] [--aimed 0.5]
+                                 [--switch-engine 0.25]
                                  [--ingest-trials 4] [--no-ingest] [--seed 0] [--workdir DIR]
 
 For every storage (`local`: a directory on this disk; `s3`: `s3://` URLs on a moto server this
@@ -12,7 +13,8 @@ process, N an embedded cluster of N worker processes) and solver:
 2. `--trials` trials, each in a fresh run directory with a checkpoint policy drawn from
    `--checkpoint-every 1`, `--checkpoint-every 3`, `--checkpoint-interval 0.5` and the default:
    the run is started in a process group of its own and killed, then `train --resume`, killed
-   once more in half the trials, and a last `train --resume` to the end. A kill is, with
+   once more in half the trials, and a last `train --resume` to the end; each resume runs on
+   the other engine (0 <-> 2 workers) with probability `--switch-engine`. A kill is, with
    probability `--aimed`, a SIGKILL of the whole group by the driver itself just before or just
    after its n-th storage operation (streamfit.storage's writes, deletions and commits, counted
    in an uninterrupted run of the same policy, whose model must also equal the reference's),
@@ -75,7 +77,8 @@ def cli(*args) -> list[str]:
 # writes, deletions and commits of streamfit.storage) and, with CHAOS_KILL_AT=n, SIGKILLs its
 # whole process group just before (CHAOS_KILL_WHEN=before) or just after the n-th, or with
 # CHAOS_KILL_KIND=rare the n-th of the RARE ones (commits, deletions, whole new files: not the
-# state and log writes of every step); with CHAOS_COUNT_TO=FILE it writes both counts there at exit
+# state and log writes of every step); with CHAOS_COUNT_TO=FILE it writes both counts there at
+# exit; CHAOS_TRACE=1 prints each operation to stderr (to see what operation n is)
 HOOKED = """
 import atexit, os, signal, sys
 from streamfit import storage
