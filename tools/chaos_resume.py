@@ -348,6 +348,7 @@ def train_job(solver, store, workers, rng, base, trials, aimed, switch, log) -> 
                 log(f"    FAIL: {key}, uninterrupted: {bad}")
                 row["failures"] += 1
             every, rare = map(int, Path(count_file).read_text().split())
+            Path(count_file).unlink()
             n_ops[key] = every, rare
             log(f"    {key}: {every} storage operations in the driver, {rare} rare")
         return n_ops[key]
@@ -477,6 +478,7 @@ def ingest_job(source, workers, rng, base, trials, aimed, log) -> dict:
     if rc != 0:
         raise SystemExit(f"ingest: the reference run failed ({rc}):\n{err}")
     n_ops = list(map(int, Path(count_file).read_text().split()))
+    Path(count_file).unlink()
     log(f"    {n_ops[0]} storage operations in the driver, {n_ops[1]} rare")
     reference = store_snapshot(ref_out)
     row = {"trials": 0, "kills": 0, "sigterm": 0, "missed": 0, "after_commit": 0, "failures": 0, "ref_s": duration}
