@@ -440,7 +440,10 @@ def test_closing_imap_unordered_cancels_the_pending_tasks(tmp_path):
         (tmp_path / "go").touch()
         time.sleep(1.0)  # every item would run in this second, had it not been cancelled
     assert first in (0, 1)
-    assert sum(runs(tmp_path, n)) <= 5  # the two running, and at most one more on each worker
+    # Items 0 and 1, the two running at close(), and at most one queued behind each: Dask gives a
+    # one-thread worker up to two tasks (worker-saturation 1.1, rounded up), and a queued task's
+    # release can reach its worker after the gate opened. Uncancelled, all 12 run in that second.
+    assert sum(runs(tmp_path, n)) <= 6
 
 
 def item_gated(item, log_dir):
