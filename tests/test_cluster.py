@@ -5,10 +5,11 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,10 +28,15 @@ def _model_arrays(run_dir):
 PARAMS = ["-p", "generator=sequential", "-p", "block_size=2", "-p", "n_passes=2"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _scheduler_address(scheduler_file, scheduler) -> str:
+    """The address the scheduler wrote to its --scheduler-file (it picks a free port itself:
+    a port found free here and passed to it could be taken by another test's server first)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and scheduler.poll() is None:
+        with contextlib.suppress(OSError, ValueError):
+            return json.loads(scheduler_file.read_text())["address"]
+        time.sleep(0.05)
+    raise RuntimeError(f"the dask scheduler wrote no {scheduler_file} (exit status {scheduler.poll()})")
 
 
 @contextlib.contextmanager
@@ -40,8 +46,8 @@ def _cluster(worker_cwd=None, worker_args=(), env=None):
     everything down afterwards."""
     from distributed import Client
 
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    folder = tempfile.TemporaryDirectory()
+    scheduler_file = Path(folder.name) / "scheduler.json"
     procs = [
         subprocess.Popen(
             [
@@ -51,36 +57,39 @@ def _cluster(worker_cwd=None, worker_args=(), env=None):
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(port),
+                "0",
+                "--scheduler-file",
+                str(scheduler_file),
                 "--no-dashboard",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
     ]
-    workers = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "distributed.cli.dask_worker",
-                address,
-                "--nthreads",
-                "1",
-                "--no-dashboard",
-                "--host",
-                "127.0.0.1",
-                *worker_args,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            cwd=worker_cwd,
-            env=env,
-        )
-        for _ in range(2)
-    ]
-    procs += workers
     try:
+        address = _scheduler_address(scheduler_file, procs[0])
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    address,
+                    "--nthreads",
+                    "1",
+                    "--no-dashboard",
+                    "--host",
+                    "127.0.0.1",
+                    *worker_args,
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=worker_cwd,
+                env=env,
+            )
+            for _ in range(2)
+        ]
+        procs += workers
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
         yield address, workers
@@ -93,6 +102,7 @@ def _cluster(worker_cwd=None, worker_args=(), env=None):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        folder.cleanup()
 
 
 @pytest.fixture
