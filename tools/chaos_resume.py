@@ -54,23 +54,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import kill_resume
 import numpy as np
+from kill_resume import cli
 
+# runs of a few seconds with tens of steps (digits, 9 chunks of 200 rows): kill_resume's, and multiboost
+SOLVER_PARAMS = {**kill_resume.SOLVER_PARAMS, "multiboost": ["max_iter=60"]}
 SOLVERS = ("stagewise", "bcd", "ppdsparse", "fbpd", "multiboost")
-SOLVER_PARAMS = {  # runs of a few seconds with tens of steps (digits, 9 chunks of 200 rows)
-    "stagewise": ["generator=sequential", "block_size=6", "n_passes=2", "link=softmax", "max_iter=3"],
-    "bcd": ["mode=chunks", "group_size=8", "max_iter=25", "tol=1e-9"],
-    "ppdsparse": ["group_size=1", "tol=1e-4", "delta=null"],
-    "fbpd": ["max_iter=400", "tol=0"],
-    "multiboost": ["max_iter=60"],
-}
 POLICIES = (["--checkpoint-every", "1"], ["--checkpoint-every", "3"], ["--checkpoint-interval", "0.5"], [])
 BUCKET = "chaos"
 RUN_TIMEOUT_S = 900
-
-
-def cli(*args) -> list[str]:
-    return [sys.executable, "-m", "streamfit.cli", "-q", *map(str, args)]
 
 
 # `python -c HOOKED ARGS...`: streamfit ARGS whose driver counts its storage operations (the

@@ -46,6 +46,7 @@ from streamfit.ingest.sources.folder import (
     ARCHIVE_SUFFIXES,
     ZIP_SUFFIXES,
     _member_parts,
+    _tar_kind,
     _zip_kind,
     corrupt_archive,
     open_tar_bytes,
@@ -201,17 +202,6 @@ def _not_a_file(path: str, kind: str | None) -> InputError:
 def _no_member(path: str, archive: str, name: str, files: list[str]) -> InputError:
     listed = [n for n in files if not _ignored(_member_parts(n)[0])]
     return InputError(path, f"no member {name!r} in {archive}", f"its files: {', '.join(listed[:10]) or 'none'}")
-
-
-def _tar_kind(member: tarfile.TarInfo) -> str | None:
-    """What a tar member stands for when it is not a regular file ("a symbolic link", ...)."""
-    if member.isfile():
-        return None
-    if member.isdir():
-        return "a folder"
-    if member.issym() or member.islnk():
-        return "a symbolic link" if member.issym() else "a hard link"
-    return "a FIFO" if member.isfifo() else "a device" if member.isdev() else f"of tar type {member.type!r}"
 
 
 def _open_zip_member(path: str, archive: str, name: str, info: dict[str, Any] | None) -> io.RawIOBase:

@@ -645,8 +645,7 @@ class FolderSource:
                 f"{recreate}, with tar --dereference" + (" --hard-dereference" if member.islnk() else ""),
             )
         if not member.isfile():
-            kind = "a FIFO" if member.isfifo() else "a device" if member.isdev() else f"of tar type {member.type!r}"
-            raise _NotADocument(f"the member is {kind}, not a regular file", "documents are regular files")
+            raise _NotADocument(f"the member is {_tar_kind(member)}, not a regular file", "documents are regular files")
         if member.size > self.limits.record_bytes:
             problem, hint = too_long(self.limits)
             raise _NotADocument(f"the document is {problem}", hint)
@@ -768,6 +767,17 @@ def _member_parts(name: str) -> tuple[list[str], bool]:
     unsafe (absolute, or holding '..')."""
     parts = [p for p in name.split("/") if p not in ("", ".")]
     return parts, name.startswith("/") or ".." in parts
+
+
+def _tar_kind(member: tarfile.TarInfo) -> str | None:
+    """What a tar member stands for when it is not a regular file ("a symbolic link", ...)."""
+    if member.isfile():
+        return None
+    if member.isdir():
+        return "a folder"
+    if member.issym() or member.islnk():
+        return "a symbolic link" if member.issym() else "a hard link"
+    return "a FIFO" if member.isfifo() else "a device" if member.isdev() else f"of tar type {member.type!r}"
 
 
 def _zip_kind(info: zipfile.ZipInfo) -> str | None:
