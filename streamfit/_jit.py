@@ -28,7 +28,10 @@ KERNEL_OPTIONS = {"cache": True, "no_cfunc_wrapper": True}
 
 
 def kernel(**options: Any) -> Callable[[_F], _F]:
-    """`@kernel(nogil=True)` = `@numba.njit(cache=True, no_cfunc_wrapper=True, nogil=True)`."""
+    """`@kernel(nogil=True)` = `@numba.njit(cache=True, no_cfunc_wrapper=True, nogil=True)`.
+    The first kernel a process defines starts numba's target (start_target): a module of kernels
+    is imported to call them."""
+    start_target()
     return numba.njit(**KERNEL_OPTIONS, **options)  # type: ignore[call-overload]  # numba's hints lack no_cfunc_wrapper
 
 
@@ -36,8 +39,8 @@ def start_target() -> None:
     """numba's typing and target contexts initialised now, by streamfit.numba_target's one tiny
     kernel, inside imports_uncollected. The first kernel call of a process does this anyway (its
     registries: about 30 000 objects and 0.2-0.3 CPU s, docs/benchmarks.md, issue 19); called
-    first, the collector neither scans those objects while they are made nor in the full pass
-    that their number triggers later. A no-op once done."""
+    first (by `kernel`), the collector neither scans those objects while they are made nor in
+    the full pass that their number triggers later. A no-op once done."""
     if "streamfit.numba_target" not in sys.modules:
         with imports_uncollected():
             import streamfit.numba_target  # noqa: F401

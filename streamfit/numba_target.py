@@ -7,9 +7,9 @@ initialises those contexts (LLVM, numba's type registries, cffi and pycparser im
 1-2 s, after which a cached kernel loads in tens of milliseconds (docs/benchmarks.md, issue 19,
 session 12). Calling `_ready` here does it once, in the server. It starts no thread (the server
 forks from one thread; BLAS has one, Dask sets OPENBLAS_NUM_THREADS=1 before the server starts).
-Elsewhere it is imported by streamfit._jit.start_target, just before a process's first kernel
-call (the hashing of text), so that the start-up runs with the garbage collector paused: a
-process that never calls numba does not pay for it.
+Elsewhere it is imported by streamfit._jit.start_target when a process defines its first
+kernel (a module of kernels is imported to call them), so that the start-up runs with the
+garbage collector paused: a process that imports no kernel does not pay for it.
 """
 
 from __future__ import annotations

@@ -74,3 +74,23 @@ def test_the_cli_and_numbas_start_up_leave_the_collector_as_they_found_it():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "0", "True"]
+
+
+def test_importing_a_module_of_kernels_starts_numbas_target_with_the_collector_paused():
+    """The first kernel a process defines (streamfit._jit.kernel) starts numba's target inside
+    imports_uncollected: a separate `train` or `evaluate` command gets it before its first kernel
+    call, not from numba's own first call with the collector running."""
+    code = (
+        "import gc, sys\n"
+        "from streamfit import _collector\n"
+        "_collector.commit_process()\n"
+        "import streamfit._jit\n"
+        "assert 'streamfit.numba_target' not in sys.modules\n"
+        "frozen = gc.get_freeze_count()\n"
+        "import streamfit.solvers.bcd_kernels\n"
+        "from numba.core.registry import cpu_target\n"
+        "print('streamfit.numba_target' in sys.modules, '_toplevel_target_context' in vars(cpu_target),"
+        " gc.get_freeze_count() - frozen > 10000, gc.isenabled())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True", "True", "True"]

@@ -161,10 +161,8 @@ class FeatureHasher:
         offsets = bounds[np.arange(len(columns))[:, None] * n_docs + np.arange(n_docs + 1)]
         buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
         cfg = self.config
-        from streamfit._jit import start_target
-        from streamfit.ingest.hashing_kernels import hash_text  # numba: imported on first use
+        from streamfit.ingest.hashing_kernels import hash_text  # numba (and its start-up): imported on first use
 
-        start_target()  # numba's start-up, the collector paused: this is often a process's first kernel
         indptr, indices, data = hash_text(
             buf,
             offsets,
