@@ -81,8 +81,11 @@ class _Group(click.Group):
             sys.exit(2)
         except click.exceptions.UsageError as e:  # a bad option of a command: one line, as every error
             name = ctx.invoked_subcommand
-            hint = f"streamfit {name} --help" if name else "streamfit --help"
-            _fail(f"error: {_one_line(e.format_message())} (see {hint})")
+            hint = f"see streamfit {name} --help" if name else "see streamfit --help"
+            option = getattr(e, "option_name", None)
+            if name and option in _GLOBAL_ONLY:  # `streamfit run job.yaml --log-file job.log`
+                hint = f"{option} is an option of streamfit itself: put it before the command, streamfit {option} … {name} …"
+            _fail(f"error: {_one_line(e.format_message())} ({hint})")
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
@@ -145,6 +148,9 @@ def _stdout_closed() -> bool:
         os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     return gone
 
+
+# streamfit's own options that a command does not take after its name (-v and -q it does)
+_GLOBAL_ONLY = ("--log-file", "--log-format", "--version")
 
 # what a command interrupted by Ctrl-C leaves: the writers' own cleanup on the way out (a store
 # or output is committed only once complete; a run directory without a checkpoint is removed)

@@ -1328,3 +1328,17 @@ def test_ctrl_c_is_one_line_and_status_130(stores, tmp_path, monkeypatch, where)
     ), result.output
     result = run("train", stores / "train.zarr", "--out", tmp_path / "run", "--overwrite", ok=False)
     assert result.exit_code == 130 and result.output.endswith("(and without --overwrite)\n"), result.output
+
+
+def test_streamfits_own_options_after_the_command_say_where_they_go(stores, tmp_path):
+    """`streamfit run job.yaml --log-file job.log` (the options of streamfit itself written where
+    -v and -q may go): one line that says to put them before the command, not only "No such
+    option"; a misspelled option of the command keeps the --help hint."""
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--log-file", tmp_path / "log", ok=False)
+    assert result.exit_code == 2 and result.output == (
+        "error: No such option '--log-file'. (--log-file is an option of streamfit itself: put it before the "
+        "command, streamfit --log-file … train …)\n"
+    ), result.output
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--lgo-file", "x", ok=False)
+    assert result.exit_code == 2 and result.output.endswith("(see streamfit train --help)\n"), result.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "log").exists()
