@@ -16,7 +16,7 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     import time
     import types
     import typing
-    from typing import Literal
+    from typing import Literal, NoReturn
 
     import click
     from click.core import ParameterSource
@@ -65,6 +65,8 @@ class _Group(click.Group):
         except TimeLimitReached as e:
             _fail(f"stopped: {e}{_without_overwrite(ctx, e)}")
             sys.exit(3)
+        except KeyboardInterrupt:  # Ctrl-C: one line, as a SIGTERM's, and the shell's status for SIGINT
+            _interrupted(ctx)
         except StreamfitError as e:
             _fail(f"error: {e}")
             sys.exit(2)
@@ -79,8 +81,11 @@ class _Group(click.Group):
             sys.exit(2)
         except click.exceptions.UsageError as e:  # a bad option of a command: one line, as every error
             name = ctx.invoked_subcommand
-            hint = f"streamfit {name} --help" if name else "streamfit --help"
-            _fail(f"error: {_one_line(e.format_message())} (see {hint})")
+            hint = f"see streamfit {name} --help" if name else "see streamfit --help"
+            option = getattr(e, "option_name", None)
+            if name and option in _GLOBAL_ONLY:  # `streamfit run job.yaml --log-file job.log`
+                hint = f"{option} is an option of streamfit itself: put it before the command, streamfit {option} … {name} …"
+            _fail(f"error: {_one_line(e.format_message())} ({hint})")
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
@@ -93,6 +98,9 @@ class _Group(click.Group):
             sys.exit(2)
         except Exception as e:  # a bug: one line for the user, the traceback with --verbose
             from streamfit.storage import client_error_message
+
+            if _caused_by_interrupt(e):  # Ctrl-C inside a compiled kernel: numba's SystemError around it
+                _interrupted(ctx)
 
             known = client_error_message(e)  # an object store's client refused (credentials, endpoint)
             if known is not None:
@@ -139,6 +147,41 @@ def _stdout_closed() -> bool:
     if gone:
         os.dup2(os.open(os.devnull, os.O_WRONLY), fd)
     return gone
+
+
+# streamfit's own options that a command does not take after its name (-v and -q it does)
+_GLOBAL_ONLY = ("--log-file", "--log-format", "--version")
+
+# what a command interrupted by Ctrl-C leaves: the writers' own cleanup on the way out (a store
+# or output is committed only once complete; a run directory without a checkpoint is removed)
+_INTERRUPTED_LEAVES = {
+    "train": "the checkpoints saved so far are kept: the same command plus --resume continues from the last one",
+    "run": "finished sections' stores and train's checkpoints are kept: the same command plus --resume continues",
+    "ingest": "no store is left (nothing under --out looks complete); run it again",
+    "predict": "no output is left; run it again",
+    "evaluate": "evaluate writes nothing; run it again",
+}
+
+
+def _interrupted(ctx) -> NoReturn:
+    """The line and exit status (130, the shell's for SIGINT) of a command stopped by Ctrl-C."""
+    left = _INTERRUPTED_LEAVES.get(ctx.invoked_subcommand or "", "nothing complete is left; run it again")
+    _fail(f"stopped: interrupted (Ctrl-C); {left}{_without_overwrite(ctx, KeyboardInterrupt(left))}")
+    sys.exit(130)
+
+
+def _caused_by_interrupt(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is in the chain of exceptions that led to `error` (a numba
+    kernel interrupted by Ctrl-C raises SystemError "returned a result with an exception set",
+    whose context is the KeyboardInterrupt)."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _without_overwrite(ctx, stop: BaseException) -> str:
@@ -197,8 +240,9 @@ def main(ctx, verbose, quiet, log_file, log_format):
     and exit status 143; a second SIGTERM, or
     STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
 
-    Exit status: 0 done; 1 inspect --verify found damage, or Ctrl-C; 2 an error, one line naming
-    the fix (a bad option too); 3 train or run stopped at --time-limit; 143 stopped by SIGTERM.
+    Exit status: 0 done; 1 inspect --verify found damage; 2 an error, one line naming the fix (a
+    bad option too); 3 train or run stopped at --time-limit; 130 stopped by Ctrl-C (train keeps
+    its checkpoints: --resume continues); 143 stopped by SIGTERM.
     """
     from streamfit.logs import configure, set_dask_level
 

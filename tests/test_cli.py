@@ -1300,3 +1300,45 @@ def test_output_piped_into_head_ends_without_an_error_line():
     proc.stdout.close()  # the reader gone before the listing is written (the command takes a second to start)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+@pytest.mark.parametrize("where", ["python", "kernel"])
+def test_ctrl_c_is_one_line_and_status_130(stores, tmp_path, monkeypatch, where):
+    """Ctrl-C (KeyboardInterrupt) stops a command with one line saying what is left and status
+    130, the shell's for SIGINT (was click's "Aborted!" and 1, the status of damage found by
+    inspect --verify); inside a numba kernel the interrupt surfaces as a SystemError ("returned a
+    result with an exception set") whose context is the KeyboardInterrupt, which was reported
+    as an internal error."""
+    import streamfit.train
+
+    def interrupted(*args, **kwargs):
+        if where == "python":
+            raise KeyboardInterrupt
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise SystemError("CPUDispatcher(<function step>) returned a result with an exception set")  # noqa: B904
+
+    monkeypatch.setattr(streamfit.train, "train", interrupted)
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "run", ok=False)
+    assert result.exit_code == 130, result.output
+    assert result.output.splitlines()[-1] == (
+        "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
+        "continues from the last one"
+    ), result.output
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "run", "--overwrite", ok=False)
+    assert result.exit_code == 130 and result.output.endswith("(and without --overwrite)\n"), result.output
+
+
+def test_streamfits_own_options_after_the_command_say_where_they_go(stores, tmp_path):
+    """`streamfit run job.yaml --log-file job.log` (the options of streamfit itself written where
+    -v and -q may go): one line that says to put them before the command, not only "No such
+    option"; a misspelled option of the command keeps the --help hint."""
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--log-file", tmp_path / "log", ok=False)
+    assert result.exit_code == 2 and result.output == (
+        "error: No such option '--log-file'. (--log-file is an option of streamfit itself: put it before the "
+        "command, streamfit --log-file … train …)\n"
+    ), result.output
+    result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--lgo-file", "x", ok=False)
+    assert result.exit_code == 2 and result.output.endswith("(see streamfit train --help)\n"), result.output
+    assert not (tmp_path / "r").exists() and not (tmp_path / "log").exists()

@@ -61,3 +61,13 @@ class LabelVocabulary:
             shape=(len(labels), OPEN_WIDTH),
         )
         return Y, unknown
+
+
+def near_duplicates(classes: list[str]) -> list[list[str]]:
+    """The groups of class names that differ only in white space or letter case ('pos' and
+    'pos ', 'Sports' and 'sports'), in order of first appearance: usually one label written two
+    ways (a space after a CSV delimiter, a hand-edited file), which a classifier then splits."""
+    groups: dict[str, list[str]] = {}
+    for name in classes:
+        groups.setdefault(" ".join(name.split()).casefold(), []).append(name)
+    return [names for names in groups.values() if len(names) > 1]

@@ -970,11 +970,31 @@ def _ingest(o: IngestOptions) -> IngestReport:
             out,
             vocab.classes[0],
         )
+    if not p1.numeric:
+        _warn_near_duplicates(out, vocab.classes)
     if o.csc_block_features:
         from streamfit.store.csc import build_csc
 
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _warn_near_duplicates(out: str, classes: list[str]) -> None:
+    """A warning naming the classes that differ only in white space or letter case (at most
+    three groups): they are trained as different classes."""
+    from streamfit.ingest.labels import near_duplicates
+
+    groups = near_duplicates(classes)
+    if groups:
+        shown = "; ".join(" and ".join(repr(name) for name in names) for names in groups[:3])
+        more = f" (and {len(groups) - 3} more groups)" if len(groups) > 3 else ""
+        log.warning(
+            "%s: classes %s%s differ only in white space or letter case, and are trained as different "
+            "classes: check the labels (a space after a CSV delimiter?), or ignore this if they differ",
+            out,
+            shown,
+            more,
+        )
 
 
 def _arff_header(o: IngestOptions, source_options: dict) -> dict:

@@ -376,6 +376,11 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows, squares)
 
 
+def _class_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
+    """The chunk's rows per class (n_classes,)."""
+    return np.bincount(_read_chunk(source, chunk_id).labels, minlength=source.n_classes)
+
+
 def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
     """The chunk's stored entries per column (n_features,)."""
     return np.bincount(_read_chunk(source, chunk_id).X.indices, minlength=source.n_features)
@@ -760,6 +765,11 @@ class FBPDSolver(Solver[FBPDState]):
         if p.preconditioning is not False or (p.formulation == "regularized" and p.lam is None):
             sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
             passes += 1
+        if sums is not None:
+            counts = sums.counts[:-1]
+        else:  # the class counts alone (not an iteration's pass: data_passes does not count it)
+            counts = ctx.engine.map_reduce(_class_counts_task, source, range(source.n_chunks), desc="fbpd: classes")
+        self.check_classes(source, counts)
         preconditioned, centered = self.resolve_steps(sums is not None and self.dense(sums))
         scale = None
         if centered and sums is not None:
@@ -859,6 +869,23 @@ class FBPDSolver(Solver[FBPDState]):
         self.rows = rows.astype(np.int64)
         self.position = np.zeros(M, np.int32)
         self.position[rows] = np.arange(len(rows), dtype=np.int32)
+
+    @staticmethod
+    def check_classes(source: ChunkSource, counts: np.ndarray) -> None:
+        """Refuses a class without training rows (one declared by `ingest --classes`): no term of
+        the hinge bounds its offset b_k from below (every row's term for it is a wrong class's,
+        so lowering b_k never raises the loss), the minimizers form an unbounded set, and the
+        restarts' re-balancing of ρ, measuring the offset's drift against duals that have
+        stopped moving, sends ρ to 1e6-1e11: the iteration stops on its relative change with
+        W = 0 and one class predicted for every row (session 24, docs/benchmarks.md)."""
+        empty = [source.classes[k] for k in np.flatnonzero(np.asarray(counts)[: source.n_classes] == 0)]
+        if empty:
+            names = ", ".join(repr(c) for c in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
+            raise ConfigError(
+                f"fbpd: class(es) {names} have no training rows (declared by ingest --classes?), and the "
+                "multiclass hinge leaves their offsets unbounded, so fbpd's iteration does not settle; "
+                "re-ingest without them in --classes, or train with bcd, ppdsparse, stagewise or multiboost"
+            )
 
     def check_source(self, source: ChunkSource) -> None:
         if source.multilabel:

@@ -418,6 +418,34 @@ def test_one_class_is_a_warning_at_the_end(tmp_path, caplog):
     assert "only one class" not in caplog.text
 
 
+def test_labels_written_two_ways_are_a_warning(tmp_path, caplog):
+    """'pos' and 'pos ' (a space after the CSV delimiter) or 'Neg' and 'neg' are kept as different
+    classes, as written, with one warning naming them; distinct labels give none."""
+    (tmp_path / "d.csv").write_text(
+        "label,text\npos,good great\npos ,good fine\nneg,bad awful\nNeg,awful day\nother,so so\n"
+    )
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "d.csv")], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False
+        )
+    )
+    assert open_store(str(tmp_path / "s")).classes == ["pos", "pos ", "neg", "Neg", "other"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"{tmp_path / 's'}: classes 'pos' and 'pos '; 'neg' and 'Neg' differ only in white space or letter case, "
+        "and are trained as different classes: check the labels (a space after a CSV delimiter?), or ignore "
+        "this if they differ"
+    ]
+    caplog.clear()
+    (tmp_path / "e.csv").write_text("label,text\npos,good great\nneg,bad awful\n")
+    ingest(
+        IngestOptions(
+            [str(tmp_path / "e.csv")], str(tmp_path / "e"), hashing=HashingConfig(n_features=2**10), progress=False
+        )
+    )
+    assert "white space" not in caplog.text
+
+
 LARGEST_COLUMN = 2**31 - 2  # store column indices are int32 and the width, largest + 1, must fit too
 # 1-based LIBSVM indices around the int32 boundaries (the columns are one less) and small ones
 INDICES = st.one_of(

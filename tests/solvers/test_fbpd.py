@@ -179,6 +179,33 @@ def test_multilabel_refused():
         fit(InMemoryStore(X, Y, ["a", "b"]), max_iter=2)
 
 
+def separable_topics(n=90, seed=0):
+    """Short documents of three topics, each of six words from its own three and three from five
+    shared ones (log counts, unit rows): dense enough that fbpd centers them, and separable."""
+    rng = np.random.default_rng(seed)
+    z = np.arange(n) % 3
+    counts = np.zeros((n, 14))
+    for i, k in enumerate(z):
+        np.add.at(counts[i], 3 * k + rng.integers(0, 3, 6), 1)
+        np.add.at(counts[i], 9 + rng.integers(0, 5, 3), 1)
+    X = np.log1p(counts)
+    return X / np.linalg.norm(X, axis=1, keepdims=True), z.astype(np.int32)
+
+
+@pytest.mark.parametrize("params", [{}, {"preconditioning": False, "lam": 1e-3}])
+def test_a_class_without_rows_is_refused(params):
+    """A class that `ingest --classes` declared but no training row holds leaves its offset
+    unbounded; fbpd trained such a store to W = 0 and one class for every row, reporting
+    converged (accuracy 1/3 where the same rows without the class give 1.0): refused instead,
+    naming the class, whether the label-sums pass runs (the defaults) or not."""
+    X, z = separable_topics()
+    three = InMemoryStore(sp.csr_matrix(X), z, ["a", "b", "c"])
+    model, _ = fit(three, **params)
+    assert (model.predict(sp.csr_matrix(X)) == np.array(["a", "b", "c"])[z]).mean() == 1.0
+    with pytest.raises(ConfigError, match="'spare' have no training rows"):
+        fit(InMemoryStore(sp.csr_matrix(X), z, ["a", "b", "c", "spare"]), **params)
+
+
 @pytest.mark.parametrize("preconditioning", [False, True])
 def test_matches_dense_transcription_of_algorithm_1(wine, preconditioning):
     """The chunked solver equals Algorithm 1 written with an explicit T ∈ ℝ^{nK×(M+1)K},
