@@ -601,6 +601,12 @@ def test_solvers_log_this_objective(solver, params, multilabel):
     if solver == "stagewise":
         sums = objective.loss_sums(model._scores(X), labels)
         stages = StageRidge.stage_weights(model.weights, params.fit_intercept)
+        if model.info["standardized"]:  # dense columns: the stages' column rows times their s_j
+            s = X.toarray().std(axis=0)
+            s = np.where(s > 0, s, 1.0)
+            stages = [
+                P * np.r_[s[block], np.ones(len(P) - len(block))][:, None] for P, block in zip(stages, model.blocks)
+            ]
         expected = objective.total(sums, stages, None)
         assert len(model.weights) > 1
     else:

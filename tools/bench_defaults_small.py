@@ -17,6 +17,15 @@ data of several shapes and sizes that were not used to choose the defaults (issu
   rows of the four LIBSVM sets, 300 and 1000 random and all rows of sector (tf-idf, 105 classes), 500 and
   2000 random rows of the MNIST test set (the other rows tested), `gen-many` (3000 × 50, 15
   informative, 10 classes, 2 clusters each) and `gen-tiny` (60 × 10, 3 classes), the text stand-ins;
+- units (session 24): the sets above with their columns in other units, column j of the training
+  and test rows times 10^u_j, u_j uniform in [−3, 3] (seeded by the set's seed): `wine-units-s1`,
+  `dna-300-units-s0`; the family `units` is iris, wine, breast_cancer, digits, dna-300,
+  satimage-300, letter-300, gen-inform and gen-flip so scaled, seeds 0, 1, 2; `unscaled` is the
+  sets whose columns come in raw units: the sklearn four as given, pendigits (0..100) at 300
+  and 1000 rows and MNIST (0..255) at 500 rows, seeds 0, 1, 2; `units-heldout`: the sets not looked
+  at while stagewise's `standardize` was chosen (pendigits-300, satimage-1000, dna-1000,
+  letter-1000, gen-noisy, gen-imbal, gen-many and gen-tiny in other units, gen-many, gen-tiny and
+  MNIST-500 as given; seeds 0, 1, 2);
 - text: `news` (tests/data/walkthrough's 240 / 90 documents), `r8like` and `ohsumedlike`
   (tools/bench_walkthrough.py's stand-ins from --data's 20 Newsgroups), TfidfVectorizer(sublinear_tf)
   fitted on the training documents; `r8like-300-s0`: 300 random training documents of r8like.
@@ -25,9 +34,10 @@ data of several shapes and sizes that were not used to choose the defaults (issu
                                          [--data /work/shared/data] [-p solver.param=value ...]
                                          [--jsonl FILE]
 
-Prints one line per (set, solver): set, n, d, K, solver, test accuracy, LinearSVC's and
-LogisticRegression's on the same split (fitted once per set), and Δ points against each; with
---jsonl also appends each line as JSON. `-p stagewise.lam=0.01` passes a parameter to one solver.
+Prints one line per (set, solver): set, n, d, K, solver, test accuracy, LinearSVC's,
+LogisticRegression's and StandardScaler-then-LinearSVC's (`svc_std`; without centering on sparse
+rows) on the same split (fitted once per set), and Δ points against the first two; with --jsonl
+also appends each line as JSON (with the model's generator, calibration and λ for stagewise). `-p stagewise.lam=0.01` passes a parameter to one solver.
 Every fit runs in this process (numba's kernels compiled by a warm-up fit on iris first).
 """
 
@@ -63,6 +73,12 @@ HELD_OUT = (  # sets not looked at while LAM_ROWS was chosen (docs/benchmarks.md
     + [f"{g}-s{seed}" for g in ("gen-many", "gen-tiny") for seed in SEEDS]
     + ["r8like", "ohsumedlike", "r8like-300-s0", "r8like-300-s1", "ohsumedlike-300-s0"]
 )
+UNITS = ("iris", "wine", "breast_cancer", "digits", "dna-300", "satimage-300", "letter-300", "gen-inform", "gen-flip")
+UNITS_HELD_OUT = (  # not looked at while stagewise's standardize was chosen (session 24)
+    ["pendigits-300-units", "satimage-1000-units", "dna-1000-units", "letter-1000-units"]
+    + ["gen-noisy-units", "gen-imbal-units", "gen-many-units", "gen-tiny-units", "gen-many", "gen-tiny", "mnist-500"]
+)
+UNSCALED = ("iris", "wine", "breast_cancer", "digits", "pendigits-300", "pendigits-1000", "mnist-500")
 TEXT = ("news", "r8like", "ohsumedlike", "r8like-300-s0", "r8like-300-s1", "ohsumedlike-300-s0")
 SOLVERS = ("stagewise", "bcd", "ppdsparse", "fbpd", "multiboost")
 
@@ -79,6 +95,12 @@ def family(name: str) -> list[str]:
         return list(TEXT)
     if name == "heldout":
         return list(HELD_OUT)
+    if name == "units":
+        return [f"{s}-units-s{seed}" for s in UNITS for seed in SEEDS]
+    if name == "units-heldout":
+        return [f"{s}-s{seed}" for s in UNITS_HELD_OUT for seed in SEEDS]
+    if name == "unscaled":
+        return [f"{s}-s{seed}" for s in UNSCALED for seed in SEEDS]
     return [name]
 
 
@@ -169,6 +191,13 @@ def _documents(data: Path, name: str):
 
 def load(data: Path, name: str):
     """(Xtr, ytr, Xte, yte) of a set name (see the module docstring)."""
+    if "-units-" in name:  # the set's columns in other units: column j times 10^u_j, u_j ~ U[−3, 3]
+        Xtr, ytr, Xte, yte = load(data, name.replace("-units-", "-"))
+        seed = int(name.split("-")[-1][1:])
+        units = 10.0 ** np.random.default_rng([seed, 24]).uniform(-3, 3, size=Xtr.shape[1])
+        if sp.issparse(Xtr):
+            return sp.csr_matrix(Xtr @ sp.diags(units)), ytr, sp.csr_matrix(Xte @ sp.diags(units)), yte
+        return Xtr * units, ytr, Xte * units, yte
     from sklearn.model_selection import train_test_split
 
     parts = name.split("-")
@@ -256,12 +285,20 @@ def main() -> None:
     ap.add_argument("-p", action="append", default=[], help="solver.param=value (JSON value)")
     ap.add_argument("--jsonl", type=Path)
     ap.add_argument("--lam-rows", type=float, help="stagewise's LAM_ROWS for lam None (the study of its value)")
+    ap.add_argument("--check-folds", type=int, help="stagewise's AUTO_CHECK_FOLDS (the study of the auto check)")
+    ap.add_argument("--check-lam", choices=("floor", "run"), help="stagewise's AUTO_CHECK_LAM")
     args = ap.parse_args()
-    if args.lam_rows is not None:
-        import streamfit.solvers.stagewise as stagewise
+    import streamfit.solvers.stagewise as stagewise
 
+    if args.lam_rows is not None:
         stagewise.LAM_ROWS = args.lam_rows
+    if args.check_folds is not None:
+        stagewise.AUTO_CHECK_FOLDS = args.check_folds
+    if args.check_lam is not None:
+        stagewise.AUTO_CHECK_LAM = args.check_lam
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
     from sklearn.svm import LinearSVC
 
     warnings.simplefilter("ignore")
@@ -272,21 +309,25 @@ def main() -> None:
         estimator(s, params, len(yw)).fit(Xw, yw)
     print(
         f"{'set':22s} {'n':>5s} {'d':>6s} {'K':>3s} {'solver':10s} {'ours':>7s} {'LinSVC':>7s} {'LogReg':>7s} "
-        f"{'Δsvc':>6s} {'Δlr':>6s} {'fit s':>6s}"
+        f"{'SVCstd':>7s} {'Δsvc':>6s} {'Δlr':>6s} {'fit s':>6s}"
     )
     for name in [s for f in args.sets.split(",") for s in family(f)]:
         Xtr, ytr, Xte, yte = load(args.data, name)
         n, d, k = Xtr.shape[0], Xtr.shape[1], len(np.unique(ytr))
         svc = float(LinearSVC().fit(Xtr, ytr).score(Xte, yte))
         lr = float(LogisticRegression(max_iter=1000).fit(Xtr, ytr).score(Xte, yte))
+        scaled_svc = make_pipeline(StandardScaler(with_mean=not sp.issparse(Xtr)), LinearSVC())
+        svc_std = float(scaled_svc.fit(Xtr, ytr).score(Xte, yte))
         for s in solvers:
             t = time.process_time()
             est = estimator(s, params, n).fit(Xtr, ytr)
             seconds = time.process_time() - t
             acc = float(np.mean(est.predict(Xte) == yte))
-            row = dict(set=name, n=n, d=d, K=k, solver=s, ours=acc, svc=svc, lr=lr, seconds=seconds)
+            row = dict(set=name, n=n, d=d, K=k, solver=s, ours=acc, svc=svc, lr=lr, svc_std=svc_std, seconds=seconds)
+            info = est.model_.info
+            row.update({key: info[key] for key in ("generator", "calibration", "lam", "standardized") if key in info})
             print(
-                f"{name:22s} {n:5d} {d:6d} {k:3d} {s:10s} {acc:7.4f} {svc:7.4f} {lr:7.4f} "
+                f"{name:22s} {n:5d} {d:6d} {k:3d} {s:10s} {acc:7.4f} {svc:7.4f} {lr:7.4f} {svc_std:7.4f} "
                 f"{100 * (acc - svc):+6.2f} {100 * (acc - lr):+6.2f} {seconds:6.2f}",
                 flush=True,
             )

@@ -65,9 +65,9 @@ in the training data):
   random Fourier features are an explicit choice there. For class targets "gradient" (text,
   §3.3) unless the data is low-dimensional and dense-ish (≤ 1000 active columns, ≥ 10 % of
   them non-zero per row: the paper's §3.1 setting); there "rff" unless one ridge fit
-  (Algorithm 1, identity link, the run's λ) on the stored columns validates better on the
-  seeded row sample than one on the first random Fourier block (`_auto_check`: a lower
-  held-out squared error; with calibration "auto" on multiclass targets, the stored columns
+  (Algorithm 1, identity link, the run's λ and penalty) on the stored columns validates better
+  on the seeded row sample (5-fold cross-validation) than one on the first random Fourier block
+  (`_auto_check`: a lower held-out squared error; with calibration "auto" on multiclass targets, the stored columns
   calibrated or not, and the most held-out rows whose top class is right, the squared error
   breaking ties).
 
@@ -97,8 +97,42 @@ targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n o
 tf-idf (sector, 1000 rows: −5.8 points) and regression is Ridge's problem at 1e-4 as measured
 against Ridge (docs/benchmarks.md, "stagewise's λ from the
 training rows", session 23). The generator "auto" check (`_auto_check`) compares its candidates
-at LAM_FLOOR when lam is None, at lam when given: the larger λ of small n made that 21–42-row
-check pick other generators and calibrations, worse on iris and generated sets (the same section).
+at the run's λ, by 5-fold cross-validation on its row sample (session 24; sessions 19–23 held
+out 20 % of it once, at LAM_FLOOR for lam None: on 21–42 held-out rows the run's λ picked other
+generators on iris and generated sets, while at LAM_FLOOR the columns nearly interpolated dna's
+300 rows and lost to random features there; docs/benchmarks.md, "stagewise on unscaled columns").
+
+Standardized columns (`standardize`, session 24). Ridge is not invariant to a column's units:
+λ‖DW‖² shrinks a column given in small units (wine's 0.1-scale columns beside proline's 1680,
+prices beside counts) far more than one in large units, and a larger λ (the rule above) makes
+that show. Where the stages fit stored columns of class targets with the identity link on
+low-dimensional dense data (the data of λ's rule from n), the penalty can be on the weights of
+the standardized columns z_j = (x_j − μ_j)/s_j, s_j the column's standard deviation over the n
+training rows: in Algorithm 1's ridge problem and its update (14), D = diag(0, 1, …, 1) becomes
+D_S = diag(0, s_1², …, s_p²) for the block's columns,
+
+    (1/n)‖R − AW‖²_F + λ ‖S (V_B + W)‖²_F,        S = diag(s_j) over the block's columns,
+
+(the rows of F, calibration="predictions", keep weight 1). As the bias is not penalised, the
+centring is absorbed by it and this is exactly the ridge fit on z with weights S V, i.e.
+scikit-learn's Ridge(alpha = nλ) on StandardScaler's columns for one block of every column: the
+same fit in any units, while the model keeps W on the stored columns (predict, coef_ and the
+saved model stay plain linear; nothing is centred, so the designs and their sparsity are the
+same). "gradient" ranks the columns by ‖X_jᵀR‖/s_j (the standardized columns' gradients), and
+the "auto" check fits its column candidates with the same penalty. s comes from the column
+scan's Σx_j and Σx_j² (one pass; `column_scales`, 1 for a constant column, as fbpd's) and is
+state (`StagewiseState.column_scale`: a resumed run and any worker count use the same s; other
+chunkings sum it in another order). standardize="auto" (the default) applies it where the active
+columns' s_j span more than SCALE_SPREAD = 100 (columns in different units: wine 2.7e3,
+breast_cancer 2.5e5, digits' and MNIST's near-empty pixels 231 and 427), and keeps the columns
+as given where they are comparable (at most 6.2 on the LIBSVM and generated sets measured):
+standardizing there discards a scale that carries information (make_classification's informative
+columns have twice the variance of its noise columns: −8 points on 500 columns × 140 rows, as
+for StandardScaler then LinearSVC) and weakens the penalty of one-hot columns (s ≈ 0.4 on dna:
+−7 points at the same λ); docs/benchmarks.md, "stagewise on unscaled columns". True applies it
+wherever the setting holds, False never. Random Fourier blocks (cosines of unit scale), sparse or
+wide data (text: centring would destroy sparsity, tf-idf is scaled already), real-valued targets
+and the softmax link keep D.
 
 Which weights λ penalises (`penalty`). The paper regularises (λ = 30 on NEWS20, A.2.2) without
 saying which weights λ applies to once a feature comes back in a later stage. Read literally,
@@ -210,7 +244,7 @@ AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 1_000  # of which used for the median pairwise distance (500 000 pairs)
 AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with stored columns
-AUTO_CHECK_VALID = 0.2  # the share of those held out
+AUTO_CHECK_VALID = 0.2  # AUTO_CHECK_FOLDS = 1: the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
@@ -219,6 +253,9 @@ CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
 LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of class targets
+SCALE_SPREAD = 100.0  # standardize="auto": standardized penalty where max s_j / min s_j exceeds this
+AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (1: AUTO_CHECK_VALID held out once, sessions 15-23)
+AUTO_CHECK_LAM = "run"  # lam None: the auto check's λ, "run" (the run's λ) or "floor" (LAM_FLOOR, sessions 19-23)
 LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
 
@@ -270,6 +307,13 @@ class StagewiseParams(SolverParams):
         ge=0,
         description="λ of (1/n)·loss + λ-penalty on the weights (see penalty); null: from the n training rows, "
         "max(1e-4, 10/n) for class targets (identity link) on dense data of at most 1000 columns, else 1e-4",
+    )
+    standardize: bool | Literal["auto"] = Field(
+        "auto",
+        description="class targets, identity link, dense data of at most 1000 columns: the ridge penalty on "
+        "the columns scaled by their standard deviations (the fit is the same in any units; the model stays "
+        "in the stored units); auto: where the columns' standard deviations span more than 100x (columns "
+        "in different units), true: always there, false: the columns as given",
     )
     penalty: Literal["stage", "total"] = Field(
         "total",
@@ -742,11 +786,14 @@ def _keep_share(state, chunk_id: int, version: int, h: np.ndarray, first: bool) 
 
 class ScanCounts(NamedTuple):
     """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values,
-    and the `normal` sums when the stages run on them (`StagewiseSolver._normal_mode`)."""
+    the `normal` sums when the stages run on them (`StagewiseSolver._normal_mode`), and the
+    columns' sums Σ_i x_ij and Σ_i x_ij² (n_features,; `column_scales`)."""
 
     nnz: np.ndarray
     nonfinite: int
     normal: NormalSums | None
+    sums: np.ndarray
+    squares: np.ndarray
 
 
 def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
@@ -790,26 +837,61 @@ def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: 
 
 
 def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> ScanCounts:
-    """The chunk's non-zeros per column and non-finite values, and with `normal` its
-    `NormalSums`. A source that holds X dense (`ChunkSource.dense_chunk`: an in-memory array) is
-    counted on its dense rows, and when they are dense enough for dense products its sums are
-    those products on the rows themselves (`_dense_normal_sums`, as `_normal_sums` computes them
-    on the CSR form's toarray(), which holds the same values): no CSR form is made."""
+    """The chunk's non-zeros per column, non-finite values and column sums of values and
+    squares, and with `normal` its `NormalSums`. A source that holds X dense
+    (`ChunkSource.dense_chunk`: an in-memory array) is counted on its dense rows, and when they
+    are dense enough for dense products its sums are those products on the rows themselves
+    (`_dense_normal_sums`, as `_normal_sums` computes them on the CSR form's toarray(), which
+    holds the same values): no CSR form is made. The column sums add the non-zero values in
+    row-major order either way (`_column_sums`): the same bits from the dense rows and the CSR form."""
     dense = source.dense_chunk(chunk_id)
     if dense is not None:
         D, labels = dense
         nnz, nonfinite = column_counts(D)
+        stored = D != 0
+        sums = _column_sums(np.nonzero(stored)[1], D[stored], D.shape[1])
         if not normal:
-            return ScanCounts(nnz, nonfinite, None)
+            return ScanCounts(nnz, nonfinite, None, *sums)
         if nnz.sum() >= DENSE_MIN_DENSITY * D.size:
-            return ScanCounts(nnz, nonfinite, _dense_normal_sums(D, target_matrix(labels, source.n_classes)))
+            normal_sums = _dense_normal_sums(D, target_matrix(labels, source.n_classes))
+            return ScanCounts(nnz, nonfinite, normal_sums, *sums)
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
+    canonical = X
+    if not X.has_canonical_format:  # the row-major order of the values, as from dense rows
+        canonical = X.tocsr(copy=True)
+        canonical.sum_duplicates()
     return ScanCounts(
         np.bincount(X.indices, minlength=source.n_features).astype(np.int64),
         int(X.data.size - np.isfinite(X.data).sum()),
         _normal_sums(X, chunk.targets(source.n_classes)) if normal else None,
+        *_column_sums(canonical.indices, canonical.data, source.n_features),
     )
+
+
+def _column_sums(columns: np.ndarray, values: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """(Σ_i x_ij, Σ_i x_ij²) per column j from the stored values and their columns, in float64,
+    each column's values added in the order given."""
+    v = values.astype(np.float64, copy=False)
+    with np.errstate(over="ignore"):  # squares beyond float64: the Gram overflows too, `_check_gram`'s error
+        return np.bincount(columns, v, n_features), np.bincount(columns, v * v, n_features)
+
+
+def scale_spread(scale: np.ndarray) -> float:
+    """max s_j / min s_j of `column_scales`' standard deviations (a constant column counts as 1);
+    1 for no column."""
+    return float(scale.max() / scale.min()) if scale.size else 1.0
+
+
+def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """The columns' standard deviations s_j = √(mean x_j² − mean(x_j)²) over the n training rows
+    from their sums (`ScanCounts`); 1 for a column that is constant (its variance at most 1e-12
+    of its mean square, rounding's level), as fbpd's `column_scales`."""
+    mean_square = squares / n
+    with np.errstate(over="ignore", invalid="ignore"):
+        variance = mean_square - (sums / n) ** 2
+        constant = ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)  # NaN or inf: overflowed
+    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
 
 
 def _normal_sums(X: sp.csr_matrix, Y: np.ndarray) -> NormalSums:
@@ -1251,7 +1333,9 @@ class StagewiseState(SolverState):
     normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
         Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
         the scores are never written), else None.
-    lam: the run's λ (`StagewiseParams.lam_for`), resolved by `init`."""
+    lam: the run's λ (`StagewiseParams.lam_for`), resolved by `init`.
+    column_scale: the active columns' standard deviations s over the training rows when the
+        stages on stored columns penalise S V (`StagewiseSolver._standardizes`), else None."""
 
     scores: PerSample
     generator: str
@@ -1269,6 +1353,7 @@ class StagewiseState(SolverState):
     pending_rhs: np.ndarray | None = None
     pending_loss: float | None = None
     lam: float = 0.0
+    column_scale: np.ndarray | None = None
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
     normal_rhs: np.ndarray | None = None
@@ -1314,6 +1399,10 @@ class StagewiseSolver(Solver[StagewiseState]):
         # sums the stored stages again, in the same order, to the same bits.
         self._totals: tuple[int, np.ndarray] | None = None
         self.lam = 0.0  # λ of this fit (`StagewiseParams.lam_for`): set by `_setup`, or from the resumed state
+        # standardize: the active columns and their standard deviations s (the penalty's S), set
+        # by `_setup` or from the resumed state; None: the penalty on the columns as given
+        self.scale: np.ndarray | None = None
+        self.active: np.ndarray | None = None
 
     # ---- setup ----
     def _link(self, source: ChunkSource) -> str:
@@ -1339,6 +1428,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         self._check_regression(ctx.source)
         self._grams, self._totals, self._objectives = {}, None, {}
         space, active, generator, calibration, data_passes, normal = self._setup(ctx.source, ctx.engine)
+        if space.kind != "columns":  # random Fourier features: unit-scale features, the penalty as it was
+            self.scale = None
         return StagewiseState(
             scores=PerSample(SCORES, 0, written=False),
             generator=generator,
@@ -1356,6 +1447,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             normal_rhs=None if normal is None else normal.rhs,
             normal_ysq=None if normal is None else normal.ysq,
             lam=self.lam,
+            column_scale=self.scale,
         )
 
     def check_resume(self, ctx: Context, state: StagewiseState) -> None:
@@ -1378,6 +1470,16 @@ class StagewiseSolver(Solver[StagewiseState]):
             )
         self._grams, self._totals, self._objectives = {}, None, {}
         self.lam = state.lam
+        self.scale, self.active = state.column_scale, state.active
+
+    def _standardizes(self, source: ChunkSource, low_dense: bool) -> bool:
+        """Whether the stages on stored columns penalise S V, S = diag of the active columns'
+        standard deviations (module docstring, "Standardized columns"): `standardize`, class
+        targets with the identity link on low-dimensional dense data (`low_dense`, the data of
+        λ's rule from n). Sparse or wide data (text), regression and the softmax link keep the
+        penalty on the columns as given."""
+        p = self.params
+        return p.standardize is not False and low_dense and not source.regression and p.link == "identity"
 
     def _normal_mode(self, source: ChunkSource) -> bool:
         """Whether the stages run on the normal equations (`_normal_step`): real-valued targets
@@ -1412,6 +1514,11 @@ class StagewiseSolver(Solver[StagewiseState]):
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
+        self.active, self.scale = active, None
+        if self._standardizes(source, low_dense):
+            scale = column_scales(source.n_rows, scan.sums[active], scan.squares[active])
+            if p.standardize is True or scale_spread(scale) > SCALE_SPREAD:
+                self.scale = scale
         if generator == "auto" and (source.regression or not low_dense):
             generator = "gradient"
         # calibration "auto": Algorithm 2 where it validates, on the stored columns of multiclass
@@ -1510,38 +1617,62 @@ class StagewiseSolver(Solver[StagewiseState]):
         where: str,
         calibrate: bool,
     ) -> tuple[str, str]:
-        """(generator, calibration) for "auto" on dense inputs, from the sampled rows (random order;
-        the last AUTO_CHECK_VALID of them held out): one identity-link stage (Algorithm 1: ridge
-        with the λ given, or LAM_FLOOR for lam None, bias unpenalised) on each candidate, the
-        first random Fourier block A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
-        ("gradient") and, with `calibrate` (calibration "auto" on multiclass targets), the
-        stored columns followed by Algorithm 2's calibration fitted on the same rows
-        (`_poly_map`, then the projection onto the simplex). Without `calibrate` the lowest
-        held-out squared error ‖Y − Ŷ‖² wins; with it, the most held-out rows whose top class
-        is right, the squared error breaking ties (a block of 512 random features fitted to a
-        few hundred rows nearly interpolates them: a large squared error where its top classes
-        are right; docs/benchmarks.md, "stagewise on small data"). Exact ties go to the
-        earlier candidate, in the order above."""
-        n_fit = len(Y) - max(1, int(AUTO_CHECK_VALID * len(Y)))
-        lam = LAM_FLOOR if self.params.lam is None else self.params.lam  # not the run's λ from n: see the docstring
-        columns = np.hstack([np.ones((len(raw), 1)), raw]) if self.params.fit_intercept else raw
-        candidates = [] if space is None else [("rff", "none", space.design(base, 0).astype(np.float64), False)]
-        candidates.append(("gradient", "none", columns, False))
+        """(generator, calibration) for "auto" on dense inputs, by AUTO_CHECK_FOLDS-fold
+        cross-validation on the sampled rows (random order; row i in fold i mod AUTO_CHECK_FOLDS;
+        AUTO_CHECK_FOLDS = 1: the last AUTO_CHECK_VALID of them held out once): one identity-link
+        stage (Algorithm 1: ridge with the run's λ, or lam when given, the run's penalty, bias
+        unpenalised; AUTO_CHECK_LAM "floor": LAM_FLOOR for lam None) on each candidate, fitted on
+        the other folds' rows (their Gram the sample's minus the fold's) and scored on the
+        fold's, the scores summed over the folds. The candidates: the first random Fourier block
+        A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
+        ("gradient", their penalty standardized as the run's: `_penalty_mask`) and, with
+        `calibrate` (calibration "auto" on multiclass targets), the stored columns followed by
+        Algorithm 2's calibration fitted on the same rows (`_poly_map`, then the projection
+        onto the simplex). Without `calibrate` the lowest held-out squared error ‖Y − Ŷ‖² wins;
+        with it, the most held-out rows whose top class is right, the squared error breaking
+        ties (a block of 512 random features fitted to a few hundred rows nearly interpolates
+        them: a large squared error where its top classes are right; docs/benchmarks.md,
+        "stagewise on small data"). Exact ties go to the earlier candidate, in the order above.
+        Why every row and the run's λ (session 24): one split held out 21–42 rows on the small
+        sets, and at LAM_FLOOR the columns nearly interpolate a sample of about as many rows as
+        columns where the run's λ does not (dna, 300 rows: the random Fourier block chosen,
+        −17 points); docs/benchmarks.md, "stagewise on unscaled columns"."""
+        if self.params.lam is not None:
+            lam = self.params.lam
+        else:
+            lam = LAM_FLOOR if AUTO_CHECK_LAM == "floor" else self.lam
+        n = len(Y)
+        if AUTO_CHECK_FOLDS > 1:
+            folds = np.arange(n) % min(AUTO_CHECK_FOLDS, n)
+        else:
+            folds = (np.arange(n) >= n - max(1, int(AUTO_CHECK_VALID * n))).astype(np.int64) - 1  # −1: never held
+        columns = np.hstack([np.ones((n, 1)), raw]) if self.params.fit_intercept else raw
+        block = self.active  # the columns candidates: every active column, penalised as the run's stages
+        candidates: list[tuple[str, str, np.ndarray, bool, np.ndarray | None]] = []
+        if space is not None:
+            candidates.append(("rff", "none", np.asarray(space.design(base, 0), dtype=np.float64), False, None))
+        candidates.append(("gradient", "none", columns, False, block))
         if calibrate:
-            candidates.append(("gradient", "poly", columns, True))
+            candidates.append(("gradient", "poly", columns, True, block))
         scores = []
-        for _, _, A, poly in candidates:
-            fit, held = A[:n_fit], A[n_fit:]
+        for _, _, A, poly, cols in candidates:
             with np.errstate(over="ignore", invalid="ignore"):  # an overflow is _check_gram's error, not a warning
-                gram = fit.T @ fit
-            W = self._stage_solver(gram, n_fit, 1.0, where, lam)(fit.T @ Y[:n_fit] / n_fit)
-            predicted = held @ W
-            if poly:
-                G = poly_basis(fit @ W)
-                C = _poly_map(G.T @ G / n_fit, G.T @ Y[:n_fit] / n_fit)
-                predicted = project_predictions(poly_basis(predicted) @ C, False)
-            error = float(((Y[n_fit:] - predicted) ** 2).sum())
-            right = int((predicted.argmax(axis=1) == Y[n_fit:].argmax(axis=1)).sum())
+                gram, rhs = A.T @ A, A.T @ Y
+            right, error = 0, 0.0
+            for fold in range(int(folds.max()) + 1):
+                held = folds == fold
+                n_fit = n - int(held.sum())
+                Ah, Af = A[held], A[~held]
+                with np.errstate(over="ignore", invalid="ignore"):
+                    fit_gram, fit_rhs = gram - Ah.T @ Ah, rhs - Ah.T @ Y[held]
+                W = self._stage_solver(fit_gram, n_fit, 1.0, where, lam, cols)(fit_rhs / n_fit)
+                predicted = Ah @ W
+                if poly:
+                    G = poly_basis(Af @ W)
+                    C = _poly_map(G.T @ G / n_fit, G.T @ Y[~held] / n_fit)
+                    predicted = project_predictions(poly_basis(predicted) @ C, False)
+                error += float(((Y[held] - predicted) ** 2).sum())
+                right += int((predicted.argmax(axis=1) == Y[held].argmax(axis=1)).sum())
             scores.append((-right, error) if calibrate else (error,))
         best = min(range(len(candidates)), key=scores.__getitem__)
         return candidates[best][0], candidates[best][1]
@@ -1568,11 +1699,14 @@ class StagewiseSolver(Solver[StagewiseState]):
         assert order is not None, "the gradient generator ranks the columns before its first block"
         return order[window]
 
-    @staticmethod
-    def _gradient_order(G: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """Active columns by decreasing ‖X_jᵀR‖₂ (G: active × k), the norms compared in single
-        precision and ties broken by column id, so that the chunking's last bits do not reorder
-        columns whose norms are equal in exact arithmetic (docs/architecture.md, stagewise)."""
+    def _gradient_order(self, G: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """Active columns by decreasing ‖X_jᵀR‖₂ (G: active × k), of the standardized columns
+        ‖X_jᵀR‖₂/s_j where the penalty is on them (`self.scale`: the ranking, like the fit, the
+        same in any units), the norms compared in single precision and ties broken by column id,
+        so that the chunking's last bits do not reorder columns whose norms are equal in exact
+        arithmetic (docs/architecture.md, stagewise)."""
+        if self.scale is not None:
+            G = G / self.scale[:, None]
         norms = np.sqrt((G * G).sum(axis=1)).astype(np.float32)
         return active[np.argsort(-norms, kind="stable")]
 
@@ -1658,38 +1792,69 @@ class StagewiseSolver(Solver[StagewiseState]):
         V[skip : skip + len(index)] = earlier
         return V
 
-    def _stage_penalised(self, W: np.ndarray, V: np.ndarray | None) -> np.ndarray:
-        """D (V_B + W) (`_accumulated`'s V_B; W alone for None): what a stage's f penalises."""
-        return (W if V is None else V + W)[int(self.params.fit_intercept) :]
+    def _stage_penalised(self, W: np.ndarray, V: np.ndarray | None, block=None) -> np.ndarray:
+        """D (V_B + W) (`_accumulated`'s V_B; W alone for None): what a stage's f penalises, a
+        standardized block's column rows times their s_j (`_block_scale`)."""
+        P = (W if V is None else V + W)[int(self.params.fit_intercept) :]
+        scale = self._block_scale(block)
+        if scale is None:
+            return P
+        P = P.copy()
+        P[: len(scale)] *= scale[:, None]
+        return P
 
     def _penalised(self, state: StagewiseState) -> list[np.ndarray]:
         """The weights that the logged objective penalises: penalty="stage": every stage's D W_t;
         "total": the features' summed weights V (`_total_weights`), plus every stage's rows of F
         (calibration="predictions": each stage's F is a feature of that stage alone)."""
         if self.params.penalty == "stage":
-            return StageRidge.stage_weights(state.weights, self.params.fit_intercept)
-        penalised = [self._total_weights(state)]
+            if self.scale is None:
+                return StageRidge.stage_weights(state.weights, self.params.fit_intercept)
+            return [self._stage_penalised(W, None, block) for block, W in zip(state.blocks, state.weights)]
+        V = self._total_weights(state)
+        penalised = [V if self.scale is None else V * self.scale[:, None]]
         if state.space["with_predictions"]:
             skip = int(self.params.fit_intercept)
             for block, W in zip(state.blocks, state.weights):
                 penalised.append(W[skip + len(self._feature_index(state, block)) :])
         return penalised
 
-    def _penalty_mask(self, width: int) -> np.ndarray:
-        """The diagonal of D: 1 for every weight row but the unpenalised bias."""
+    def _block_scale(self, block) -> np.ndarray | None:
+        """s_B: the standard deviations of a stored-column block's columns (`self.scale`), None
+        when the penalty is on the columns as given (or for random Fourier blocks)."""
+        if self.scale is None or block is None:
+            return None
+        assert self.active is not None, "set with the scale"
+        return self.scale[np.searchsorted(self.active, np.asarray(block))]
+
+    def _penalty_mask(self, width: int, block=None) -> np.ndarray:
+        """The diagonal of D (of D² with standardized columns, "Standardized columns"): 0 for the
+        unpenalised bias, s_j² for a standardized block's column j (`_block_scale`), 1 for the
+        other weight rows (the columns as given, random Fourier features, the rows of F)."""
         mask = np.ones(width)
-        if self.params.fit_intercept:
+        skip = int(self.params.fit_intercept)
+        if skip:
             mask[0] = 0.0
+        scale = self._block_scale(block)
+        if scale is not None:
+            mask[skip : skip + len(scale)] = scale * scale
         return mask
 
     def _stage_solver(
-        self, M: np.ndarray, n: int, lipschitz: float, where: str = "the training data", lam: float | None = None
+        self,
+        M: np.ndarray,
+        n: int,
+        lipschitz: float,
+        where: str = "the training data",
+        lam: float | None = None,
+        block=None,
     ):
         """X ↦ (L Σ̂ + λD)⁻¹ X with Σ̂ = M/n, M = AᵀA: the majorizer of update (14), λ the fit's
-        (`lam` None) or `lam`. `where` names the data in the error for an AᵀA that overflowed."""
+        (`lam` None) or `lam`, D the penalty of `block`'s design (`_penalty_mask`; None: the
+        columns as given). `where` names the data in the error for an AᵀA that overflowed."""
         _check_gram(M, where)
         lam = self.lam if lam is None else lam
-        return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0])), lam > 0)
+        return _solver_for(lipschitz * M / n + np.diag(lam * self._penalty_mask(M.shape[0], block)), lam > 0)
 
     def _heldout(self, state: StagewiseState, source: ChunkSource, link: str) -> bool:
         """Whether the multilabel threshold is fitted on held-out scores: multilabel targets, the
@@ -1726,12 +1891,14 @@ class StagewiseSolver(Solver[StagewiseState]):
         M, B, loss_sum = stats
         bound = 1.0 if link == "identity" else (p.lipschitz or (0.5 if link == "softmax" else 0.25))
         lipschitz = bound * BACKTRACK_START if p.backtrack and link != "identity" else bound
-        solve = self._stage_solver(M, n, lipschitz, _data_name(source))
-        mask = self._penalty_mask(M.shape[0])[:, None]
+        solve = self._stage_solver(M, n, lipschitz, _data_name(source), block=block)
+        mask = self._penalty_mask(M.shape[0], block)[:, None]
         W = solve(B / n if V is None else B / n - self.lam * mask * V)
         if link == "identity":
             return W, []
-        objective = [loss_sum / n if V is None else self._objective(loss_sum, n, link, [V[int(p.fit_intercept) :]])]
+        objective = [
+            loss_sum / n if V is None else self._objective(loss_sum, n, link, [self._stage_penalised(V, None, block)])
+        ]
         accepted = (np.zeros_like(W), B)  # the last iterate whose objective is in `objective`, its AᵀR
         for _ in range(1, p.max_iter):
             sums = ctx.engine.map_reduce(
@@ -1748,10 +1915,10 @@ class StagewiseSolver(Solver[StagewiseState]):
             )
             state.data_passes += 1
             B, loss_sum = sums.rhs, sums.loss
-            f = self._objective(loss_sum, n, link, [self._stage_penalised(W, V)])
+            f = self._objective(loss_sum, n, link, [self._stage_penalised(W, V, block)])
             if p.backtrack and f > objective[-1] and lipschitz < bound:
                 lipschitz = min(bound, 2 * lipschitz)  # rejected: a shorter step from the accepted iterate
-                solve = self._stage_solver(M, n, lipschitz)
+                solve = self._stage_solver(M, n, lipschitz, block=block)
                 W, B = accepted
             else:
                 objective.append(f)
@@ -1843,7 +2010,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         leverage = None
         if pass_no == p.n_passes - 1 and self._heldout(state, source, link):
             # (AᵀA + nλD)⁻¹ = (Σ̂ + λD)⁻¹/n: the stage's own system (L = 1)
-            leverage = self._stage_solver(stats[0], n, 1.0, _data_name(source))(np.eye(stats[0].shape[0])) / n
+            solve = self._stage_solver(stats[0], n, 1.0, _data_name(source), block=block)
+            leverage = solve(np.eye(stats[0].shape[0])) / n
         C = self._calibrate(ctx, state, space, block, W) if state.calibration == "poly" else None
 
         last = s + 1 == p.n_passes * n_blocks
@@ -1901,7 +2069,9 @@ class StagewiseSolver(Solver[StagewiseState]):
 
         fields = self._stage_fields(state, source, space, link, s, loss_sum, correct)
         if inner:
-            fields["inner_objective"] = inner + [self._objective(loss_sum, n, link, [self._stage_penalised(W, V)])]
+            fields["inner_objective"] = inner + [
+                self._objective(loss_sum, n, link, [self._stage_penalised(W, V, block)])
+            ]
         return fields
 
     def _stage_fields(
@@ -2001,5 +2171,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "calibration": state.calibration,
                 "data_passes": state.data_passes,
                 "lam": self.lam,
+                "standardized": self.scale is not None,
             },
         )

@@ -313,6 +313,11 @@ def test_the_scan_of_dense_rows_is_the_scan_of_their_csr_form(density):
         assert a.nonfinite == b.nonfinite == (chunk == 0)
         for x, y in zip(a.normal, b.normal, strict=True):
             assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        assert a.sums.tobytes() == b.sums.tobytes() and a.squares.tobytes() == b.squares.tobytes()
+        if chunk:  # the column sums (standardized penalties) are the values' sums
+            rows = X[128 * chunk : 128 * (chunk + 1)]
+            np.testing.assert_allclose(a.sums, rows.sum(axis=0), rtol=1e-12)
+            np.testing.assert_allclose(a.squares, (rows * rows).sum(axis=0), rtol=1e-12)
     assert ("X" in vars(dense)) == (density < sw.DENSE_MIN_DENSITY)  # CSR made only for the sparse sums
 
 
