@@ -135,7 +135,7 @@ AUTO_EARLY_STOPPING_ROWS = 10_000  # early_stopping="auto": on above this many t
 # Sparse, wide rows (tf-idf text): at least this many columns used, and at most this share of them
 # stored in a row on average. Measured in session 24 (docs/benchmarks.md, "multiboost on text"):
 # every text set (6 161 to 66 737 columns used, 0.17–1.4 % of them stored a row) fell in, and there
-# the defaults were 5–14 points of accuracy below one-vs-rest LinearSVC; no dense set measured did
+# the defaults were 5 points of accuracy or more below one-vs-rest LinearSVC; no dense set measured did
 # (at most 651 columns used, ≥ 19 % stored), nor the sparse generated gen-sparse (2 000 columns, 1 %).
 SPARSE_WIDE_COLUMNS = 5000
 SPARSE_WIDE_SHARE = 0.02
@@ -360,14 +360,14 @@ def sparse_wide_notice(n_rows: int, n_used: int, n_stored: float) -> str | None:
     hold a value in some row (at least SPARSE_WIDE_COLUMNS), and a row stores n_stored / n_rows of
     them on average (at most SPARSE_WIDE_SHARE of n_used). On such data, tf-idf text, a model of
     100·K stumps weighs at most 100 words per class where a linear model weighs every word:
-    the defaults were 5–14 points of accuracy below one-vs-rest LinearSVC on every text set
-    measured, and LightGBM's stumps were as far below at the same rounds (session 24)."""
+    the defaults were 5 points of accuracy or more below one-vs-rest LinearSVC on every text set
+    measured, and LightGBM's stumps farther below at the same rounds (session 24)."""
     per_row = n_stored / max(n_rows, 1)
     if n_used < SPARSE_WIDE_COLUMNS or per_row > SPARSE_WIDE_SHARE * n_used:
         return None
     return (
         f"multiboost: the training rows are sparse and wide ({n_used} columns used, {per_row:.1f} stored "
-        f"values a row, {100 * per_row / n_used:.2f} %), where boosted stumps were 5-14 points of accuracy below "
+        f"values a row, {100 * per_row / n_used:.2f} %), where boosted stumps were 5 or more points of accuracy below "
         "one-vs-rest linear models on every text set measured (docs/benchmarks.md, session 24): for text, "
         "prefer bcd, ppdsparse or stagewise"
     )
@@ -647,7 +647,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
     """MultiBoostcw (Lin et al. 2012): boosted decision stumps, one per class per iteration (or
     shared), by column generation with fast coordinate descent (Algorithms 1 and 2). Suits dense
     tables of few columns (UCI-style, pixels), where it matched or beat LightGBM's stumps; on sparse
-    tf-idf text it was 5-14 points of accuracy below one-vs-rest linear models (as were LightGBM's
+    tf-idf text it was 5 or more points of accuracy below one-vs-rest linear models (as were LightGBM's
     stumps), and training says so once: use bcd, ppdsparse or stagewise there.
 
     Each step is one boosting iteration: a histogram pass, the exact stumps of (4) (or (6)),
