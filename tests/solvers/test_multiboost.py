@@ -1730,38 +1730,15 @@ def test_the_cli_warns_once_on_sparse_wide_rows_and_not_on_dense_ones(digits_cli
         result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
         assert result.exit_code == 0, result.output
 
-    def notices():
+    def notices(store, out):
+        """The multiboost records of a 3-iteration `streamfit train` on `store`."""
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            run("train", store, "--solver", "multiboost", "-p", "max_iter=3", "--n-workers", "0", "--out", out)
         return [r for r in caplog.records if r.name == "streamfit.solvers.multiboost"]
 
     run("ingest", tmp_path / "t.svm", "--no-hash", "--out", tmp_path / "s.zarr")
-    with caplog.at_level("WARNING"):
-        run(
-            "train",
-            tmp_path / "s.zarr",
-            "--solver",
-            "multiboost",
-            "-p",
-            "max_iter=3",
-            "--n-workers",
-            "0",
-            "--out",
-            tmp_path / "run",
-        )
-    [record] = notices()
+    [record] = notices(tmp_path / "s.zarr", tmp_path / "run")
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert record.getMessage().startswith("multiboost: the training rows are sparse and wide (")
-    caplog.clear()
-    with caplog.at_level("WARNING"):
-        run(
-            "train",
-            digits_cli_store,
-            "--solver",
-            "multiboost",
-            "-p",
-            "max_iter=3",
-            "--n-workers",
-            "0",
-            "--out",
-            tmp_path / "run2",
-        )
-    assert notices() == []
+    assert notices(digits_cli_store, tmp_path / "run2") == []
