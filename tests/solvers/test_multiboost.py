@@ -1680,3 +1680,65 @@ def test_auto_validation_scores_the_first_and_last_steps_and_a_resumed_session_i
     for step, accuracy in validated.items():
         predicted = np.argmax(models[step - 1].decision_function(X[400:]), axis=1)
         assert accuracy == np.mean(predicted == y[400:])
+
+
+def _sparse_wide(m: int = 800, d: int = 8000, per_row: int = 30, seed: int = 5):
+    """Text-like rows: `per_row` of d columns stored a row (positive values, unit rows), 3 classes
+    each marked by its own block of columns."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 3, size=m)
+    cols = rng.integers(0, d, size=(m, per_row))
+    cols[:, :5] = y[:, None] * 300 + rng.integers(0, 300, size=(m, 5))  # each class's own words
+    X = sp.csr_matrix((rng.random(m * per_row) + 0.1, cols.ravel(), np.arange(0, m * per_row + 1, per_row)), (m, d))
+    X.sum_duplicates()
+    return sp.csr_matrix(X.multiply(1 / np.sqrt(X.multiply(X).sum(axis=1)))), y
+
+
+def test_the_sparse_wide_notice_counts_the_rows_columns_and_stored_values():
+    """The rule reads the columns used and the stored values a row from the init's sketch: its
+    total weight is the stored entries (X.nnz) and its used columns those with a value (scipy's
+    count), whatever the chunking; the thresholds are SPARSE_WIDE_COLUMNS and SPARSE_WIDE_SHARE."""
+    X, y = _sparse_wide()
+    sketch = None
+    for lo in range(0, X.shape[0], 300):
+        part = mb._sketch_task(InMemoryStore(X[lo : lo + 300], y[lo : lo + 300], ["0", "1", "2"]), 0, size=8 * 64)
+        sketch = part if sketch is None else sketch + part
+    assert sketch is not None and sketch.weights.sum() == X.nnz
+    _, offsets = mb.bin_cuts(sketch, 64)
+    used = int(np.count_nonzero(np.diff(offsets)))
+    assert used == np.count_nonzero(np.diff(X.tocsc().indptr))
+    notice = mb.sparse_wide_notice(X.shape[0], used, sketch.weights.sum())
+    assert notice is not None and f"({used} columns used, {X.nnz / X.shape[0]:.1f} stored values a row" in notice
+    assert mb.sparse_wide_notice(100, mb.SPARSE_WIDE_COLUMNS - 1, 100 * 10) is None  # too narrow
+    share = mb.SPARSE_WIDE_SHARE * 8000
+    assert mb.sparse_wide_notice(100, 8000, 100 * share) is not None
+    assert mb.sparse_wide_notice(100, 8000, 100 * share * 1.01) is None  # too dense
+
+
+def test_the_cli_warns_once_on_sparse_wide_rows_and_not_on_dense_ones(digits_cli_store, tmp_path, caplog):
+    """`streamfit train --solver multiboost` on text-like rows (~7600 columns used, 0.4 % stored a row)
+    logs the notice once, at WARNING (shown at default verbosity); on the digits (64 dense columns)
+    it logs none."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from streamfit.cli import main
+
+    X, y = _sparse_wide()
+    dump_svmlight_file(X, y, str(tmp_path / "t.svm"), zero_based=False)
+
+    def run(*args):
+        result = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    def notices(store, out):
+        """The multiboost records of a 3-iteration `streamfit train` on `store`."""
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            run("train", store, "--solver", "multiboost", "-p", "max_iter=3", "--n-workers", "0", "--out", out)
+        return [r for r in caplog.records if r.name == "streamfit.solvers.multiboost"]
+
+    run("ingest", tmp_path / "t.svm", "--no-hash", "--out", tmp_path / "s.zarr")
+    [record] = notices(tmp_path / "s.zarr", tmp_path / "run")
+    assert record.levelname == "WARNING" and "\n" not in record.getMessage()
+    assert record.getMessage().startswith("multiboost: the training rows are sparse and wide (")
+    assert notices(digits_cli_store, tmp_path / "run2") == []
