@@ -72,10 +72,11 @@ RUN_TIMEOUT_S = 900
 # whole process group just before (CHAOS_KILL_WHEN=before) or just after the n-th, or with
 # CHAOS_KILL_KIND=rare the n-th of the RARE ones (commits, deletions, whole new files: not the
 # state and log writes of every step); with CHAOS_COUNT_TO=FILE it writes both counts there at
-# exit; with CHAOS_KILL_PID=PID it SIGKILLs that process instead (and creates the file
+# exit (and, for `run`, where each section of the pipeline began: [name, operations before it]);
+# with CHAOS_KILL_PID=PID it SIGKILLs that process instead (and creates the file
 # CHAOS_KILLED_FLAG), then goes on; CHAOS_TRACE=1 prints each operation to stderr (to see what operation n is)
 HOOKED = """
-import atexit, os, signal, sys
+import atexit, json, os, signal, sys
 from streamfit import storage
 from streamfit.cli import main
 kill_at, when = int(os.environ.get("CHAOS_KILL_AT", "0")), os.environ.get("CHAOS_KILL_WHEN", "after")
@@ -111,8 +112,21 @@ for name in ("write_bytes", "write_new", "append_text", "publish_file", "makedir
 for name in ("publish_dir", "remove_local_tree", "sync_tree", "uncommit"):
     hooked(storage, name)
 hooked(storage.Attempt, "commit")
+sections = []  # `run`'s sections as they start: [name, operations before it]
+def section(owner, name, label):
+    original = getattr(owner, name)
+    def call(*args, **kwargs):
+        sections.append([label, count[0]])
+        return original(*args, **kwargs)
+    setattr(owner, name, call)
+if "run" in sys.argv[1:]:
+    import streamfit.jobs, streamfit.metrics, streamfit.predict, streamfit.train
+    section(streamfit.jobs, "ingest", "ingest")  # the ingest and ingest_test sections
+    section(streamfit.train, "train", "train")
+    section(streamfit.metrics, "evaluate", "evaluate")
+    section(streamfit.predict, "predict_to_file", "predict")
 if os.environ.get("CHAOS_COUNT_TO"):
-    atexit.register(lambda: open(os.environ["CHAOS_COUNT_TO"], "w").write(f"{count[0]} {count[1]}"))
+    atexit.register(lambda: open(os.environ["CHAOS_COUNT_TO"], "w").write(f"{count[0]} {count[1]} {json.dumps(sections)}"))
 main(sys.argv[1:], prog_name="streamfit")
 """
 
@@ -258,18 +272,21 @@ def new_row(duration: float) -> dict:
     return {"trials": 0, "kills": 0, "sigterm": 0, "missed": 0, "after_commit": 0, "failures": 0, "ref_s": duration}
 
 
-def counted_run(argv: list[str], what: str) -> tuple[float, tuple[int, int]]:
+def counted_run(argv: list[str], what: str, sections: list | None = None) -> tuple[float, tuple[int, int]]:
     """Runs `argv` (a cli() command) to its end through HOOKED; returns its wall time and the
-    storage operations of its driver (all, the rare ones). SystemExit if it fails."""
+    storage operations of its driver (all, the rare ones). SystemExit if it fails. `sections`,
+    for a `run`, gets where each section began: [name, operations before it]."""
     count_file = f"{tempfile.gettempdir()}/chaos-count-{os.getpid()}"
     run = Run(hooked(argv), {"CHAOS_COUNT_TO": count_file})
     rc, err, _ = run.finish()
     duration = time.perf_counter() - run.started
     if rc != 0:
         raise SystemExit(f"{what}: the uninterrupted run failed ({rc}):\n{err}")
-    every, rare = map(int, Path(count_file).read_text().split())
+    every, rare, began = Path(count_file).read_text().split(" ", 2)
     Path(count_file).unlink()
-    return duration, (every, rare)
+    if sections is not None:
+        sections += json.loads(began)
+    return duration, (int(every), int(rare))
 
 
 def aimed_kill(rng, n_ops: tuple[int, int]) -> tuple[dict, str]:
@@ -753,7 +770,12 @@ def pipeline_job(storage_kind, root, workers, rng, work, trials, aimed, log) -> 
     def command(name, *flags):
         return cli("run", pipeline(name), "--n-workers", workers, *flags)
 
-    duration, n_ops = counted_run(command("ref", "--overwrite"), "pipeline")
+    began: list = []
+    duration, n_ops = counted_run(command("ref", "--overwrite"), "pipeline", began)
+    began[1][0] = "ingest_test"  # the second ingest
+    ends = [at for _, at in began[1:]] + [n_ops[0]]
+    spans = {name: (at + 1, end) for (name, at), end in zip(began, ends, strict=True) if end > at}  # their operations
+    log(f"    operations of each section: {spans}")
     log(f"    {n_ops[0]} storage operations in the driver, {n_ops[1]} rare; {duration:.1f} s")
     reference, problems = pipeline_outputs(f"{root}/ref")
     if problems or len(reference) != 5:
@@ -770,7 +792,14 @@ def pipeline_job(storage_kind, root, workers, rng, work, trials, aimed, log) -> 
         for k in range(n_kills):
             flags = ["--overwrite"] if k == 0 else ([] if recovery == "plain" else [recovery])
             if rng.random() < aimed:
-                env, where = aimed_kill(rng, n_ops)
+                if k == 0:  # `run --overwrite` as the counted one: at an operation of a section drawn uniformly
+                    part = list(spans)[int(rng.integers(len(spans)))]
+                    at = int(rng.integers(spans[part][0], spans[part][1] + 1))
+                    when = "before" if rng.random() < 0.5 else "after"
+                    env = {"CHAOS_KILL_AT": str(at), "CHAOS_KILL_WHEN": when, "CHAOS_KILL_KIND": "any"}
+                    where = f"{when} storage operation {at} ({part})"
+                else:
+                    env, where = aimed_kill(rng, n_ops)
                 what = f"SIGKILL {where}"
                 run = Run(hooked(command(name, *flags)), env)
                 rc, err, stray = run.finish()
