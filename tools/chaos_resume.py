@@ -1,13 +1,15 @@
 """Randomized kill-and-resume campaign, as a user's batch scheduler kills jobs.
 
-    python tools/chaos_resume.py [--solvers stagewise,bcd,ppdsparse,fbpd,multiboost]
+    python tools/chaos_resume.py [--jobs train,ingest,pipeline,cluster,server]
+                                 [--solvers stagewise,bcd,ppdsparse,fbpd,multiboost]
                                  [--storage local,s3] [--workers 0,2] [--trials 4] [--aimed 0.5]
-                                 [--switch-engine 0.25]
-                                 [--ingest-trials 4] [--no-ingest] [--seed 0] [--workdir DIR]
+                                 [--switch-engine 0.25] [--ingest-trials 4] [--pipeline-trials 4]
+                                 [--cluster-trials 6] [--server-trials 4] [--seed 0] [--workdir DIR]
 
 For every storage (`local`: a directory on this disk; `s3`: `s3://` URLs on a moto server this
-tool starts on 127.0.0.1, its AWS_* variables handed to every child), engine (`--workers`: 0 in
-process, N an embedded cluster of N worker processes) and solver:
+tool starts on 127.0.0.1 in a process of its own (MotoServer: it can be killed and restarted
+with its objects), its AWS_* variables handed to every child), engine (`--workers`: 0 in
+process, N an embedded cluster of N worker processes) and solver, the `train` job:
 
 1. an uninterrupted `streamfit train` (the reference, duration D; default checkpoint policy);
 2. `--trials` trials, each in a fresh run directory with a checkpoint policy drawn from
@@ -36,12 +38,35 @@ rows, 30 chunks), then `--ingest-trials` ingests SIGKILLed as above (aimed, or a
 --verify` and `train` exit 2 with one line) unless the ingest had finished; `ingest
 --overwrite` then gives the reference's fingerprint, chunk digests and arrays.
 
+Pipeline (`pipeline_job`, per storage and engine): `streamfit run` of a generated pipeline of all
+five sections (ingest, ingest_test = ingest --like, train: bcd, evaluate, predict), SIGKILLed
+(aimed: at an operation of a section drawn uniformly, counted in an uninterrupted run) or
+signalled at a time in [0, D); then `run --resume`, `run` again (it finishes, or refuses with
+one line naming the fix, which is then run) or `run --overwrite`, killed once more in half the
+trials, and a last `run --resume`. After each kill every output that looks complete (a
+committed store, the model, evaluation.json, the predictions) must be the reference's; at the
+end all five, and the metrics, must be.
+
+Cluster (`cluster_job`, per solver and storage): `train --scheduler` on a `dask scheduler` and
+2 `dask worker` processes on loopback that this tool starts (LoopbackCluster), killing in turn
+the driver (the workers stay; `--resume` on the same cluster), one worker at a time drawn in
+[0, D) (the run finishes or fails with one line; a new worker is started), or the scheduler
+(the driver must exit ≠ 0 with one line, not hang; `--resume` on a new cluster).
+
+S3 server (`server_job`, storage s3, per engine): SIGKILL the S3 server under a `train`
+(checkpoint at every step) or an `ingest`, by the driver at a drawn storage operation (a
+checkpoint's or a store's commit among them) or at a time in [0, D): the writer must exit ≠ 0
+with one `error:` line and no traceback; after a restart of the server with its objects,
+nothing looks complete that was not committed, and `--resume` / `ingest --overwrite` gives the
+reference's model / store.
+
 A failure is printed with what was seen and counted in the table; exit status 1 if any.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import hashlib
 import json
@@ -73,6 +98,8 @@ RUN_TIMEOUT_S = 900
 # CHAOS_KILL_KIND=rare the n-th of the RARE ones (commits, deletions, whole new files: not the
 # state and log writes of every step); with CHAOS_COUNT_TO=FILE it writes both counts there at
 # exit (and, for `run`, where each section of the pipeline began: [name, operations before it]);
+# with CHAOS_KILL_SECTION=NAME (`run`), n counts the operations of that section (and what follows
+# it up to the next section: evaluation.json after the evaluate section's pass, say);
 # with CHAOS_KILL_PID=PID it SIGKILLs that process instead (and creates the file
 # CHAOS_KILLED_FLAG), then goes on; CHAOS_TRACE=1 prints each operation to stderr (to see what operation n is)
 HOOKED = """
@@ -88,6 +115,8 @@ def kill():
     else:
         os.killpg(0, signal.SIGKILL)
 rare_only = os.environ.get("CHAOS_KILL_KIND") == "rare"
+in_section = os.environ.get("CHAOS_KILL_SECTION")  # n counts the operations of this section of `run`
+current = [None, 0]  # the section of `run` that began last, its operations so far
 RARE = {"write_new", "publish_file", "remove_tree", "publish_dir", "remove_local_tree", "uncommit", "commit"}
 count = [0, 0]  # every operation, the RARE ones
 def hooked(owner, name):
@@ -97,7 +126,10 @@ def hooked(owner, name):
             return original(*args, **kwargs)
         count[0] += 1
         count[1] += name in RARE
+        current[1] += 1
         n = count[1] if rare_only else count[0]
+        if in_section:
+            n = current[1] if current[0] == in_section else 0
         if os.environ.get("CHAOS_TRACE"):
             print("chaos:", count[0], name, *(str(a)[-60:] for a in args[:1]), file=sys.stderr)
         if n == kill_at and when == "before":
@@ -116,7 +148,9 @@ sections = []  # `run`'s sections as they start: [name, operations before it]
 def section(owner, name, label):
     original = getattr(owner, name)
     def call(*args, **kwargs):
-        sections.append([label, count[0]])
+        name = "ingest_test" if label == "ingest" and sections else label  # the second ingest
+        sections.append([name, count[0]])
+        current[:] = [name, 0]
         return original(*args, **kwargs)
     setattr(owner, name, call)
 if "run" in sys.argv[1:]:
@@ -204,14 +238,16 @@ class MotoServer:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
-    def restart(self) -> float:
-        """Starts the server again with the recorded state; returns the seconds it took."""
-        import urllib.request
+    def _compacted(self) -> list[str]:
+        """The recording's lines (each with its newline) that make the server's state: the
+        buckets' creation, then the last PUT of every object not deleted since (by a DELETE or
+        a POST ?delete), in the order of those PUTs; any other request that changes something
+        in its place. Reads, and the line the kill cut short, are left out."""
+        import html
+        import re
+        import urllib.parse
 
-        began = time.perf_counter()
-        if self.alive():
-            self.kill()
-        kept = []
+        buckets, objects, other = [], {}, []
         lines = self.recording.read_text().split("\n")
         for n, line in enumerate(lines):
             try:
@@ -220,9 +256,35 @@ class MotoServer:
                 if n >= len(lines) - 2:  # the line the kill cut short (or the end)
                     continue
                 raise SystemExit(f"{self.recording}:{n + 1}: not a recorded request") from None
-            if entry["method"] not in ("GET", "HEAD"):
-                kept.append(line + "\n")
-        self.recording.write_text("".join(kept))
+            url = urllib.parse.urlsplit(entry["url"])
+            bucket, _, key = urllib.parse.unquote(url.path).lstrip("/").partition("/")
+            method = entry["method"]
+            if method in ("GET", "HEAD"):
+                continue
+            if method == "PUT" and not key:
+                buckets.append(line + "\n")
+            elif method == "PUT" and not url.query:
+                objects.pop((bucket, key), None)  # a new PUT goes last
+                objects[bucket, key] = line + "\n"
+            elif method == "DELETE" and key and not url.query:
+                objects.pop((bucket, key), None)
+            elif method == "POST" and not key and url.query.startswith("delete"):
+                body = entry["body"] or ""
+                text = base64.b64decode(body).decode() if entry.get("body_encoded") else body
+                for name in re.findall(r"<Key>(.*?)</Key>", text, flags=re.S):
+                    objects.pop((bucket, html.unescape(name)), None)
+            else:
+                other.append(line + "\n")
+        return buckets + other + list(objects.values())
+
+    def restart(self) -> float:
+        """Starts the server again with the recorded state; returns the seconds it took."""
+        import urllib.request
+
+        began = time.perf_counter()
+        if self.alive():
+            self.kill()
+        self.recording.write_text("".join(self._compacted()))
         self.start()
         urllib.request.urlopen(
             urllib.request.Request(f"{self.url}/moto-api/recorder/replay-recording", method="POST"), timeout=600
@@ -772,10 +834,9 @@ def pipeline_job(storage_kind, root, workers, rng, work, trials, aimed, log) -> 
 
     began: list = []
     duration, n_ops = counted_run(command("ref", "--overwrite"), "pipeline", began)
-    began[1][0] = "ingest_test"  # the second ingest
     ends = [at for _, at in began[1:]] + [n_ops[0]]
-    spans = {name: (at + 1, end) for (name, at), end in zip(began, ends, strict=True) if end > at}  # their operations
-    log(f"    operations of each section: {spans}")
+    sizes = {name: end - at for (name, at), end in zip(began, ends, strict=True) if end > at}  # operations of each
+    log(f"    storage operations of each section: {sizes}")
     log(f"    {n_ops[0]} storage operations in the driver, {n_ops[1]} rare; {duration:.1f} s")
     reference, problems = pipeline_outputs(f"{root}/ref")
     if problems or len(reference) != 5:
@@ -791,16 +852,12 @@ def pipeline_job(storage_kind, root, workers, rng, work, trials, aimed, log) -> 
         steps = []
         for k in range(n_kills):
             flags = ["--overwrite"] if k == 0 else ([] if recovery == "plain" else [recovery])
-            if rng.random() < aimed:
-                if k == 0:  # `run --overwrite` as the counted one: at an operation of a section drawn uniformly
-                    part = list(spans)[int(rng.integers(len(spans)))]
-                    at = int(rng.integers(spans[part][0], spans[part][1] + 1))
-                    when = "before" if rng.random() < 0.5 else "after"
-                    env = {"CHAOS_KILL_AT": str(at), "CHAOS_KILL_WHEN": when, "CHAOS_KILL_KIND": "any"}
-                    where = f"{when} storage operation {at} ({part})"
-                else:
-                    env, where = aimed_kill(rng, n_ops)
-                what = f"SIGKILL {where}"
+            if rng.random() < aimed:  # at an operation of a section drawn uniformly (as many as it had when counted)
+                part = list(sizes)[int(rng.integers(len(sizes)))]
+                at = int(rng.integers(1, sizes[part] + 1))
+                when = "before" if rng.random() < 0.5 else "after"
+                env = {"CHAOS_KILL_AT": str(at), "CHAOS_KILL_WHEN": when, "CHAOS_KILL_SECTION": part}
+                what = f"SIGKILL {when} storage operation {at} of the {part} section"
                 run = Run(hooked(command(name, *flags)), env)
                 rc, err, stray = run.finish()
                 sig, landed = signal.SIGKILL, rc == -signal.SIGKILL
@@ -966,7 +1023,8 @@ def cluster_job(solver, store, cluster, rng, base, trials, aimed, log) -> dict[s
     ref_out = f"{base}/ref"
     duration, reference, ref_metrics = reference_train(command(ref_out), ref_out, f"{solver} on the cluster")
     rows = {s: new_row(duration) for s in CLUSTER_SCENARIOS}
-    _, n_ops = counted_run(command(f"{base}/count", "--checkpoint-every", "1"), f"{solver} on the cluster")
+    counted, n_ops = counted_run(command(f"{base}/count", "--checkpoint-every", "1"), f"{solver} on the cluster")
+    span = min(duration, counted)  # kill times are drawn in [0, span): the first run on new workers compiles
     log(f"    {duration:.1f} s; {n_ops[0]} storage operations in the driver, {n_ops[1]} rare (--checkpoint-every 1)")
     for t in range(trials):
         scenario = CLUSTER_SCENARIOS[t % len(CLUSTER_SCENARIOS)]
@@ -982,7 +1040,7 @@ def cluster_job(solver, store, cluster, rng, base, trials, aimed, log) -> dict[s
             rc, err, stray = run.finish()
             landed = rc == -signal.SIGKILL
         else:
-            at_s = float(rng.uniform(0, duration))
+            at_s = float(rng.uniform(0, span))
             run = Run(command(out, *policy))
             if scenario == "driver":
                 sig = signal.SIGTERM if rng.random() < 0.25 else signal.SIGKILL
@@ -1006,6 +1064,7 @@ def cluster_job(solver, store, cluster, rng, base, trials, aimed, log) -> dict[s
             row["missed"] += 1
             if rc != 0:
                 problems.append(f"the run failed ({rc}): {err.strip()[-600:]}")
+            span = min(span, run.ended - run.started)
         else:
             row["kills"] += 1
             row["sigterm"] += sig == signal.SIGTERM
