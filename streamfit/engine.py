@@ -685,6 +685,16 @@ class Engine:
             "re-run with --resume to continue from the last checkpoint)"
         )
 
+    def _pass_lost(self, e: BaseException) -> _WorkerLost:
+        """For an exception out of a pass (_WorkerLost, or an OSError or RuntimeError of Dask's
+        comms): the _WorkerLost to run the pass again on; `e` raised again when it is a task's own
+        error or a path's (the client still connected to its scheduler); StreamfitError when the
+        scheduler was lost (_require_scheduler)."""
+        if not isinstance(e, _WorkerLost) and self._connected():
+            raise e
+        self._require_scheduler()
+        return e if isinstance(e, _WorkerLost) else _WorkerLost(f"{type(e).__name__}: {e}")
+
     def _retrying(self, attempt: Callable, desc: str | None):
         """attempt(), run again (from scratch) when a worker died under it; StreamfitError when
         the scheduler was lost (_require_scheduler)."""
@@ -692,10 +702,7 @@ class Engine:
             try:
                 return attempt()
             except (_WorkerLost, OSError, RuntimeError) as e:
-                if not isinstance(e, _WorkerLost) and self._connected():
-                    raise  # a task's own error, or a path's
-                self._require_scheduler()
-                err = e if isinstance(e, _WorkerLost) else _WorkerLost(f"{type(e).__name__}: {e}")
+                err = self._pass_lost(e)
                 log.warning(
                     "%s: a Dask worker was lost (%s); %s",
                     desc or "pass",
@@ -858,10 +865,7 @@ class Engine:
                             yield items[i], result
                     return
                 except (_WorkerLost, OSError, RuntimeError) as e:
-                    if not isinstance(e, _WorkerLost) and self._connected():
-                        raise  # a task's own error, or a path's
-                    self._require_scheduler()
-                    err = e if isinstance(e, _WorkerLost) else _WorkerLost(f"{type(e).__name__}: {e}")
+                    err = self._pass_lost(e)
                     log.warning(
                         "%s: a Dask worker was lost (%s); %s",
                         desc or "tasks",
