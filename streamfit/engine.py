@@ -72,6 +72,9 @@ WATCH_INTERVAL = 1.0
 SIGTERM_POLL = 0.1
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
+# Seconds at most to wait for Dask's client to reconnect to a scheduler it lost (it tries for its
+# connect timeout, 20 s with --scheduler, then closes itself; Engine._require_scheduler).
+SCHEDULER_WAIT = 120.0
 # Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
 # port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
@@ -149,6 +152,17 @@ def _worker_start_method():
         if WORKER_START_METHOD == "forkserver":
             context.set_forkserver_preload(list(WORKER_PRELOAD))  # ...which this replaces (until the server starts)
         yield
+
+
+class _SchedulerLossReported(logging.Filter):
+    """Drops Dask's client's ERROR "Failed to reconnect to scheduler …, closing client": the
+    engine reports a lost scheduler itself, as one error naming it and the fix."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to reconnect to scheduler")
+
+
+_SCHEDULER_LOSS_REPORTED = _SchedulerLossReported()
 
 
 class _WorkerLost(Exception):
@@ -410,6 +424,7 @@ class Engine:
         # the scheduler's and workers' logs as this process's (`streamfit -q` raises it to CRITICAL)
         dask_level = max(logging.ERROR, dask_log.getEffectiveLevel())
 
+        logging.getLogger("distributed.client").addFilter(_SCHEDULER_LOSS_REPORTED)  # added once
         if self.mode == "remote":
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
@@ -579,9 +594,13 @@ class Engine:
         with _Watch(self, lambda: [Future(key, client) for key in list(client.futures)]) as watch:
             try:
                 yield
-            except (CancelledError, KilledWorker) as e:
+            except (CancelledError, KilledWorker, OSError, RuntimeError) as e:
+                if not isinstance(e, (CancelledError, KilledWorker)) and self._connected():
+                    raise  # a task's own error, or a path's
                 if watch.no_workers_for is not None:
                     raise self._no_workers(watch.no_workers_for, during=True) from e
+                if not self._connected():  # the work's futures are lost, even if the client reconnects
+                    raise self._scheduler_lost() from e
                 if isinstance(e, KilledWorker):
                     raise StreamfitError(
                         f"{what}: Dask workers died under one of its tasks more often than Dask allows ({e}); "
@@ -640,13 +659,50 @@ class Engine:
         except (CancelledError, KilledWorker) as e:
             raise self._lost(e, watch) from e
 
+    def _connected(self) -> bool:
+        """Whether the client is connected to its scheduler (True in process)."""
+        return self.client is None or self.client.status == "running"
+
+    def _require_scheduler(self) -> None:
+        """After a pass's futures were lost: return if the client is (again) connected to its
+        scheduler, so that the pass can run again; else StreamfitError naming the scheduler. On
+        losing the connection Dask's client cancels every future (reason
+        "scheduler-connection-lost") and tries to reconnect for its connect timeout before it
+        closes itself; this waits for that outcome (at most SCHEDULER_WAIT seconds)."""
+        client = self.client
+        if client is None:
+            return
+        deadline = time.monotonic() + SCHEDULER_WAIT
+        while client.status in ("connecting", "newly-created") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if client.status != "running":
+            raise self._scheduler_lost()
+
+    def _scheduler_lost(self) -> StreamfitError:
+        return StreamfitError(
+            f"lost the connection to the Dask scheduler at {self._address()} (it stopped, or the network "
+            "failed); start it again, or drop --scheduler to use the embedded local cluster (train: then "
+            "re-run with --resume to continue from the last checkpoint)"
+        )
+
+    def _pass_lost(self, e: BaseException) -> _WorkerLost:
+        """For an exception out of a pass (_WorkerLost, or an OSError or RuntimeError of Dask's
+        comms): the _WorkerLost to run the pass again on; `e` raised again when it is a task's own
+        error or a path's (the client still connected to its scheduler); StreamfitError when the
+        scheduler was lost (_require_scheduler)."""
+        if not isinstance(e, _WorkerLost) and self._connected():
+            raise e
+        self._require_scheduler()
+        return e if isinstance(e, _WorkerLost) else _WorkerLost(f"{type(e).__name__}: {e}")
+
     def _retrying(self, attempt: Callable, desc: str | None):
-        """attempt(), run again (from scratch) when a worker died under it."""
+        """attempt(), run again (from scratch) when a worker died under it; StreamfitError when
+        the scheduler was lost (_require_scheduler)."""
         for n in range(1, MAX_ATTEMPTS + 1):
             try:
                 return attempt()
-            except _WorkerLost as e:
-                err = e
+            except (_WorkerLost, OSError, RuntimeError) as e:
+                err = self._pass_lost(e)
                 log.warning(
                     "%s: a Dask worker was lost (%s); %s",
                     desc or "pass",
@@ -808,8 +864,8 @@ class Engine:
                             bar.update()
                             yield items[i], result
                     return
-                except _WorkerLost as e:
-                    err = e
+                except (_WorkerLost, OSError, RuntimeError) as e:
+                    err = self._pass_lost(e)
                     log.warning(
                         "%s: a Dask worker was lost (%s); %s",
                         desc or "tasks",
@@ -820,7 +876,7 @@ class Engine:
                     )
                 finally:
                     in_flight.clear()
-                    if futures:  # closed early, or failed
+                    if futures and self._connected():  # closed early, or failed (a lost scheduler forgot them)
                         self.client.cancel(list(futures))
         raise self._gave_up(desc, err) from err
 

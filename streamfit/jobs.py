@@ -220,17 +220,31 @@ def _refuse_other_ingest(store: str, section: IngestOptions, name: str) -> None:
         )
 
 
+def _stores(config: PipelineConfig) -> list[str]:
+    """The stores the pipeline's ingest sections write (ingest's out and test_out, ingest_test's out)."""
+    stores = []
+    if config.ingest:
+        stores += [config.ingest.out] + ([config.ingest.test_out] if config.ingest.test_out else [])
+    if config.ingest_test:
+        stores.append(config.ingest_test.out)
+    return stores
+
+
 def _refuse_earlier_outputs(config: PipelineConfig) -> None:
-    """Before the first section: StreamfitError for an output of a later section that is there
-    already (ingest_test's store, train's run directory with a checkpoint), as that section
-    would find it after the sections before it had done their work (the ingest section checks
-    its own outputs first thing)."""
+    """Before the first section: StreamfitError for an output of an earlier run that is there
+    already (a store of the ingest sections, train's run directory with a checkpoint), naming
+    both fixes: --resume keeps what is done (a killed run's stores), --overwrite starts over.
+    The ingest command's own message names only --overwrite, and a later section's output
+    would be found only after the sections before it had done their work."""
     from streamfit.store.store import present
     from streamfit.train import earlier_run
 
-    section = config.ingest_test
-    if section and present(storage.resolve(section.out)):
-        raise StreamfitError(f"{storage.absolute(section.out)}: already exists; pass --overwrite to replace it")
+    for store in _stores(config):
+        if present(storage.resolve(store)):
+            raise StreamfitError(
+                f"{storage.absolute(store)}: already exists (from an earlier run of this pipeline?); pass --resume "
+                "to keep it and run the sections after it, or --overwrite to replace it"
+            )
     if config.train and storage.resolve(config.train.out).join("checkpoints", "LATEST").exists():
         raise earlier_run(config.train.out)
 
@@ -250,12 +264,7 @@ def _start_over(config: PipelineConfig) -> None:
     for section in (config.ingest, config.ingest_test):
         for path in expand_inputs(section.inputs, section.format) if section else []:
             require_path(path, directory_ok=True)
-    stores = []
-    if config.ingest:
-        stores += [config.ingest.out] + ([config.ingest.test_out] if config.ingest.test_out else [])
-    if config.ingest_test:
-        stores.append(config.ingest_test.out)
-    for store in stores:
+    for store in _stores(config):
         if _stored(store):  # a complete store (anything else there is replaced by its ingest, as before)
             storage.uncommit(storage.resolve(store))
     if config.train:

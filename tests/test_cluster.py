@@ -336,3 +336,45 @@ def test_ingest_goes_on_when_a_worker_dies_and_fails_clearly_when_none_is_left(c
     assert status == 2, err
     assert err.strip().splitlines()[-1].startswith(f"error: the Dask scheduler at {address} has had no workers for ")
     assert not [p for p in os.listdir(tmp_path) if p.startswith("none.zarr")]
+
+
+def test_a_lost_scheduler_ends_train_with_one_error_line_and_resume_elsewhere_gives_the_model(
+    digits_cli_store, cli, tmp_path
+):
+    """The scheduler SIGKILLed mid-run (once the run has logged 4 steps): the driver does not
+    hang or run the pass again against nothing; it exits 2 with one line naming the scheduler
+    and the fix (no Dask log line, no traceback), and `--resume` on a new cluster ends with the
+    model of an uninterrupted run."""
+    from distributed import Client
+
+    store = digits_cli_store
+    train = ["train", store, "--solver", "stagewise", *PARAMS, "--out", tmp_path / "run"]
+    subprocess.run(
+        cli("train", store, "--solver", "stagewise", *PARAMS, "--n-workers", "0", "--out", tmp_path / "local"),
+        check=True,
+        capture_output=True,
+    )
+    with _cluster() as (address, _):
+        with Client(address, timeout="30s") as client:
+            scheduler_pid = client.run_on_scheduler(os.getpid)
+        run = subprocess.Popen(
+            cli(*train, "--scheduler", address), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
+        while run.poll() is None and time.monotonic() < deadline:
+            if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+                break
+            time.sleep(0.02)
+        assert run.poll() is None, "the run ended before the scheduler was killed"
+        os.kill(scheduler_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = run.communicate(timeout=200)
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert run.returncode == 2 and len(lines) == 1, err
+    assert lines[0].startswith(f"error: lost the connection to the Dask scheduler at {address}"), lines[0]
+    assert "--resume" in lines[0]
+    assert time.monotonic() - killed < 150  # its reconnection attempt (20 s) and a pass's end, not a hang
+    with _cluster() as (address, _):
+        subprocess.run(cli(*train, "--scheduler", address, "--resume"), check=True, capture_output=True)
+    ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
+    assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)

@@ -4,6 +4,7 @@ import logging
 import os
 import threading
 import time
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
@@ -300,7 +301,7 @@ def test_a_pass_that_keeps_losing_workers_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(engine_mod.Engine, "_submit_args", lost)
     eng = Engine(mode="inprocess")
-    eng.client = object()  # as if connected: the Dask path
+    eng.client = SimpleNamespace(status="running")  # as if connected to a scheduler: the Dask path
     with pytest.raises(StreamfitError, match="a Dask worker was lost.*--resume"):
         eng.map_reduce(chunk_rows, None, range(3), desc="test: pass")
     assert len(calls) == engine_mod.MAX_ATTEMPTS

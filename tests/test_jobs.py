@@ -299,9 +299,11 @@ def test_sigterm_stops_the_evaluate_section_between_chunks_and_writes_no_evaluat
 
 
 def test_a_later_sections_output_already_there_is_refused_before_the_first_section(pipeline, tmp_path):
-    """A run directory with a checkpoint (or an ingest_test store) already there: refused before
-    the ingest section writes anything (it was found after the ingest had run), with the
-    message `streamfit train` gives; --resume or --overwrite say what to do with it."""
+    """A run directory with a checkpoint (or a store of the ingest sections) already there:
+    refused before the ingest section writes anything (it was found after the ingest had run),
+    with the message `streamfit train` gives; --resume or --overwrite say what to do with it
+    (both named: the ingest command's own refusal named only --overwrite, which a user of a
+    pipeline killed in its train section would follow and ingest again)."""
     from streamfit.errors import StreamfitError
 
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)  # what an earlier run left: its last checkpoint's record
@@ -318,9 +320,16 @@ def test_a_later_sections_output_already_there_is_refused_before_the_first_secti
         "ingest: {inputs: [digits.svm], out: a.zarr, no_hash: true}\n"
         "ingest_test: {inputs: [digits.svm], out: kept-test.zarr}\n"
     )
-    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'kept-test.zarr'}: already exists; pass --overwrite"):
+    fixes = "already exists \\(from an earlier run of this pipeline\\?\\); pass --resume .* or --overwrite"
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'kept-test.zarr'}: {fixes}"):
         run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
     assert not (tmp_path / "a.zarr").exists()
+    # the ingest section's own store (a run killed after its ingest): --resume named too, which keeps it
+    (tmp_path / "kept-test.zarr").rmdir()
+    (tmp_path / "a.zarr").mkdir()
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'a.zarr'}: {fixes}"):
+        run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert not (tmp_path / "kept-test.zarr").exists()
 
 
 def test_overwrite_killed_in_its_first_section_leaves_nothing_of_the_earlier_run(tmp_path, digits, monkeypatch):
