@@ -787,6 +787,7 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
 
     \b
     Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit,
+    130 stopped by Ctrl-C (the checkpoints saved so far kept; --resume continues),
     143 stopped by SIGTERM (the step it was in saved; --resume continues).
     """
     from streamfit.config import load_train_config, train_options
