@@ -285,17 +285,11 @@ def main() -> None:
     ap.add_argument("-p", action="append", default=[], help="solver.param=value (JSON value)")
     ap.add_argument("--jsonl", type=Path)
     ap.add_argument("--lam-rows", type=float, help="stagewise's LAM_ROWS for lam None (the study of its value)")
-    ap.add_argument("--check-folds", type=int, help="stagewise's AUTO_CHECK_FOLDS (the study of the auto check)")
-    ap.add_argument("--check-lam", choices=("floor", "run"), help="stagewise's AUTO_CHECK_LAM")
     args = ap.parse_args()
-    import streamfit.solvers.stagewise as stagewise
-
     if args.lam_rows is not None:
+        import streamfit.solvers.stagewise as stagewise
+
         stagewise.LAM_ROWS = args.lam_rows
-    if args.check_folds is not None:
-        stagewise.AUTO_CHECK_FOLDS = args.check_folds
-    if args.check_lam is not None:
-        stagewise.AUTO_CHECK_LAM = args.check_lam
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler

@@ -244,7 +244,6 @@ AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 1_000  # of which used for the median pairwise distance (500 000 pairs)
 AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with stored columns
-AUTO_CHECK_VALID = 0.2  # AUTO_CHECK_FOLDS = 1: the share of those held out
 GRAM_CACHE_BYTES = 256 << 20  # keep every block's AᵀA across passes when they fit in this
 BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of the bound
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
@@ -254,8 +253,7 @@ PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row pa
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
 LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of class targets
 SCALE_SPREAD = 100.0  # standardize="auto": standardized penalty where max s_j / min s_j exceeds this
-AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (1: AUTO_CHECK_VALID held out once, sessions 15-23)
-AUTO_CHECK_LAM = "run"  # lam None: the auto check's λ, "run" (the run's λ) or "floor" (LAM_FLOOR, sessions 19-23)
+AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (at least 2; sessions 15-23 held out 20 % once)
 LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
 
@@ -1618,10 +1616,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         calibrate: bool,
     ) -> tuple[str, str]:
         """(generator, calibration) for "auto" on dense inputs, by AUTO_CHECK_FOLDS-fold
-        cross-validation on the sampled rows (random order; row i in fold i mod AUTO_CHECK_FOLDS;
-        AUTO_CHECK_FOLDS = 1: the last AUTO_CHECK_VALID of them held out once): one identity-link
-        stage (Algorithm 1: ridge with the run's λ, or lam when given, the run's penalty, bias
-        unpenalised; AUTO_CHECK_LAM "floor": LAM_FLOOR for lam None) on each candidate, fitted on
+        cross-validation on the sampled rows (random order; row i in fold i mod AUTO_CHECK_FOLDS):
+        one identity-link stage (Algorithm 1: ridge with the run's λ, which is lam when given, the
+        run's penalty, bias unpenalised) on each candidate, fitted on
         the other folds' rows (their Gram the sample's minus the fold's) and scored on the
         fold's, the scores summed over the folds. The candidates: the first random Fourier block
         A = [1, x̃] ("rff", none; when `space` is given), the stored columns A = [1, x]
@@ -1637,15 +1634,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         sets, and at LAM_FLOOR the columns nearly interpolate a sample of about as many rows as
         columns where the run's λ does not (dna, 300 rows: the random Fourier block chosen,
         −17 points); docs/benchmarks.md, "stagewise on unscaled columns"."""
-        if self.params.lam is not None:
-            lam = self.params.lam
-        else:
-            lam = LAM_FLOOR if AUTO_CHECK_LAM == "floor" else self.lam
+        lam = self.lam  # lam when given (`StagewiseParams.lam_for`)
         n = len(Y)
-        if AUTO_CHECK_FOLDS > 1:
-            folds = np.arange(n) % min(AUTO_CHECK_FOLDS, n)
-        else:
-            folds = (np.arange(n) >= n - max(1, int(AUTO_CHECK_VALID * n))).astype(np.int64) - 1  # −1: never held
+        folds = np.arange(n) % min(AUTO_CHECK_FOLDS, n)
         columns = np.hstack([np.ones((n, 1)), raw]) if self.params.fit_intercept else raw
         block = self.active  # the columns candidates: every active column, penalised as the run's stages
         candidates: list[tuple[str, str, np.ndarray, bool, np.ndarray | None]] = []
