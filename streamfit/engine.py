@@ -584,7 +584,10 @@ class Engine:
         (_Watch): a worker that leaves is a warning (Dask runs its tasks again on the others);
         after worker_timeout seconds without any worker, the client's futures are cancelled and
         the wait ends in StreamfitError (no workers) instead of hanging; a task whose workers kept
-        dying (Dask's KilledWorker) is a StreamfitError naming `what`. Nothing in process."""
+        dying (Dask's KilledWorker) is a StreamfitError naming `what`; a lost scheduler (the
+        client not connected when the wait fails) is the StreamfitError naming it and the fix
+        (`_scheduler_lost`), even if the client reconnects: the work's futures died with it, and
+        unlike a pass it is not run again. Nothing in process."""
         from distributed import Future, KilledWorker
 
         client = self.client
