@@ -614,6 +614,11 @@ class StagewiseLSClassifier(_SolverClassifier):
     features A; the intercept is not penalised. lam=None (the default): λ = max(1e-4, 10/n)
     for n training rows on dense data of at most 1000 columns, else 1e-4 (model_.info["lam"];
     StagewiseParams.lam_for).
+    standardize: with the identity link on that dense data, the penalty on the standardized
+        columns, λ‖S W‖² (S the columns' standard deviations over the training rows): "auto"
+        (the default) where the standard deviations span more than 100× (columns in different
+        units), True always there, False never; coef_ stays in X's units
+        (model_.info["standardized"]; the module docstring's "Standardized columns").
     calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
         False, None or "none" → calibration="none" (no calibration); True or "poly" →
         calibration="poly" (Algorithm 2 with G(ŷ) = [ŷ, ŷ², ŷ³] and the projection onto the
@@ -660,6 +665,7 @@ class StagewiseLSRegressor(_SolverEstimator):
     None, the default, is 1e-4 for real-valued targets). The default generator ("auto") fits the stored columns (gradient-ordered blocks; with up to
     1024 columns all stages run on the normal equations of one pass over X); random Fourier
     features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "auto" (resolved to "none" for real-valued targets), "none" or "predictions" (fit raises otherwise).
+    standardize changes nothing here: real-valued targets keep the penalty on the columns as given.
 
     Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)
     (several outputs). predict returns y's shape; score is R² (scikit-learn's r2_score,
