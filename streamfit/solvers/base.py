@@ -44,6 +44,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
 import annotated_types
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
@@ -255,6 +256,19 @@ class Solver(Generic[StateT]):
             log_not_converged=log_not_converged,
             valid=valid if self.reads_valid(source) else None,
         )
+
+
+def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """The columns' standard deviations s_j = √(mean x_j² − mean(x_j)²) over n rows from their
+    sums Σ_i x_ij and Σ_i x_ij²; 1 for a column that is constant (its variance at most 1e-12 of
+    its mean square, rounding's level: its centered values are rounding noise, which dividing
+    would blow up) or whose squares overflowed (NaN or inf). fbpd's steps on standardized
+    columns and stagewise's standardized penalty."""
+    mean_square = squares / n
+    with np.errstate(over="ignore", invalid="ignore"):
+        variance = mean_square - (sums / n) ** 2
+        constant = ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)
+    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
 
 
 def register_solver(cls):

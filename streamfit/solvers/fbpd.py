@@ -165,7 +165,15 @@ from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
 from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
-from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
+from streamfit.solvers.base import (
+    Context,
+    PerSample,
+    Solver,
+    SolverParams,
+    SolverState,
+    column_scales,
+    register_solver,
+)
 from streamfit.solvers.fbpd_kernels import (
     abs_sum,
     constrained_dual_step,
@@ -536,17 +544,6 @@ def _stored(W: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
     return W if scale is None else W / scale[:, None]
 
 
-def column_scales(label_sums: LabelSums) -> np.ndarray:
-    """The columns' standard deviations s_j = √(mean u_j² − μ_j²) over the training rows; 1 for a
-    column that is constant (its variance at most 1e-12 of its mean square, rounding's level:
-    its centered entries are rounding noise, which dividing would blow up)."""
-    n = label_sums.counts[-1]
-    mean_square = label_sums.square_sums / n
-    variance = mean_square - (label_sums.sums[:, -1] / n) ** 2
-    constant = variance <= 1e-12 * mean_square
-    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
-
-
 def _scaled_square(d: np.ndarray, D: np.ndarray) -> float:
     """Σ d²/D, entries with D = 0 left out (their d is 0)."""
     return float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
@@ -775,7 +772,7 @@ class FBPDSolver(Solver[FBPDState]):
         if centered and sums is not None:
             mu = sums.sums[:, -1] / sums.counts[-1]
             if p.standardize:
-                scale = column_scales(sums)
+                scale = column_scales(sums.counts[-1], sums.sums[:, -1], sums.square_sums)
         if preconditioned and sums is not None:
             D, Db = self.preconditioner(sums)
             norm, entries = 1.0, sums.entries

@@ -120,7 +120,7 @@ same fit in any units, while the model keeps W on the stored columns (predict, c
 saved model stay plain linear; nothing is centred, so the designs and their sparsity are the
 same). "gradient" ranks the columns by ‖X_jᵀR‖/s_j (the standardized columns' gradients), and
 the "auto" check fits its column candidates with the same penalty. s comes from the column
-scan's Σx_j and Σx_j² (one pass; `column_scales`, 1 for a constant column, as fbpd's) and is
+scan's Σx_j and Σx_j² (one pass; `column_scales`, 1 for a constant column, shared with fbpd) and is
 state (`StagewiseState.column_scale`: a resumed run and any worker count use the same s; other
 chunkings sum it in another order). standardize="auto" (the default) applies it where the active
 columns' s_j span more than SCALE_SPREAD = 100 (columns in different units: wine 2.7e3,
@@ -219,7 +219,15 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
+from streamfit.solvers.base import (
+    Context,
+    PerSample,
+    Solver,
+    SolverParams,
+    SolverState,
+    column_scales,
+    register_solver,
+)
 from streamfit.solvers.stagewise_kernels import (
     csr_columns,
     poly_basis,
@@ -879,17 +887,6 @@ def scale_spread(scale: np.ndarray) -> float:
     """max s_j / min s_j of `column_scales`' standard deviations (a constant column counts as 1);
     1 for no column."""
     return float(scale.max() / scale.min()) if scale.size else 1.0
-
-
-def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
-    """The columns' standard deviations s_j = √(mean x_j² − mean(x_j)²) over the n training rows
-    from their sums (`ScanCounts`); 1 for a column that is constant (its variance at most 1e-12
-    of its mean square, rounding's level), as fbpd's `column_scales`."""
-    mean_square = squares / n
-    with np.errstate(over="ignore", invalid="ignore"):
-        variance = mean_square - (sums / n) ** 2
-        constant = ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)  # NaN or inf: overflowed
-    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
 
 
 def _normal_sums(X: sp.csr_matrix, Y: np.ndarray) -> NormalSums:

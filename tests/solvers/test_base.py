@@ -89,3 +89,22 @@ def test_one_solver_or_model_kind_imports_no_other_solver():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_column_scales_are_the_standard_deviations_and_one_for_constant_or_overflowed_columns():
+    """column_scales (fbpd's standardized steps, stagewise's standardized penalty) from the sums
+    Σx and Σx²: numpy's population standard deviation of each column; 1 for a constant column
+    (its variance rounding noise: 1e8 + 0.5 in every row) and for one whose squares overflowed."""
+    import numpy as np
+
+    from streamfit.solvers.base import column_scales
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 4)) * [1e-3, 1.0, 1e3, 1.0] + [0.0, 5.0, -2.0, 1e8 + 0.5]
+    X[:, 3] = 1e8 + 0.5
+    s = column_scales(len(X), X.sum(axis=0), (X * X).sum(axis=0))
+    np.testing.assert_allclose(s[:3], X[:, :3].std(axis=0), rtol=1e-9)
+    assert s[3] == 1.0
+    with np.errstate(over="ignore"):
+        huge = column_scales(2, np.array([2e200]), np.array([1e200]) ** 2 * 2)
+    assert huge.tolist() == [1.0]
