@@ -165,15 +165,7 @@ from streamfit.errors import ConfigError
 from streamfit.model import LinearModel
 from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
-from streamfit.solvers.base import (
-    Context,
-    PerSample,
-    Solver,
-    SolverParams,
-    SolverState,
-    column_scales,
-    register_solver,
-)
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, column_scales, register_solver
 from streamfit.solvers.fbpd_kernels import (
     abs_sum,
     constrained_dual_step,

@@ -219,15 +219,7 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers.base import (
-    Context,
-    PerSample,
-    Solver,
-    SolverParams,
-    SolverState,
-    column_scales,
-    register_solver,
-)
+from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, column_scales, register_solver
 from streamfit.solvers.stagewise_kernels import (
     csr_columns,
     poly_basis,
