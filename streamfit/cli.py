@@ -166,7 +166,7 @@ _INTERRUPTED_LEAVES = {
 def _interrupted(ctx) -> NoReturn:
     """The line and exit status (130, the shell's for SIGINT) of a command stopped by Ctrl-C."""
     left = _INTERRUPTED_LEAVES.get(ctx.invoked_subcommand or "", "nothing complete is left; run it again")
-    _fail(f"stopped: interrupted (Ctrl-C); {left}{_without_overwrite(ctx, KeyboardInterrupt(left))}")
+    _fail(f"stopped: interrupted (Ctrl-C); {left}{_without_overwrite(ctx, left)}")
     sys.exit(130)
 
 
@@ -184,9 +184,9 @@ def _caused_by_interrupt(error: BaseException) -> bool:
     return False
 
 
-def _without_overwrite(ctx, stop: BaseException) -> str:
-    """What a stop's "--resume continues" must add when the run was started with --overwrite,
-    which --resume contradicts."""
+def _without_overwrite(ctx, stop: BaseException | str) -> str:
+    """What a stop's "--resume continues" (its exception or line) must add when the run was
+    started with --overwrite, which --resume contradicts."""
     return " (and without --overwrite)" if "--resume" in str(stop) and ctx.obj.get("overwrite") else ""
 
 
