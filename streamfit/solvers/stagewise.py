@@ -129,10 +129,10 @@ as given where they are comparable (at most 6.2 on the LIBSVM and generated sets
 standardizing there discards a scale that carries information (make_classification's informative
 columns have twice the variance of its noise columns: −8 points on 500 columns × 140 rows, as
 for StandardScaler then LinearSVC) and weakens the penalty of one-hot columns (s ≈ 0.4 on dna:
-−7 points at the same λ); docs/benchmarks.md, "stagewise on unscaled columns". True applies it
-wherever the setting holds, False never. Random Fourier blocks (cosines of unit scale), sparse or
-wide data (text: centring would destroy sparsity, tf-idf is scaled already), real-valued targets
-and the softmax link keep D.
+−7 points against main on its 100-row samples, −3 on 300, at the same λ); docs/benchmarks.md,
+"stagewise on unscaled columns". True applies it wherever the setting holds, False never.
+Random Fourier blocks (cosines of unit scale), sparse or wide data (text: centring would destroy
+sparsity, tf-idf is scaled already), real-valued targets and the softmax link keep D.
 
 Which weights λ penalises (`penalty`). The paper regularises (λ = 30 on NEWS20, A.2.2) without
 saying which weights λ applies to once a feature comes back in a later stage. Read literally,
