@@ -155,11 +155,20 @@ def _worker_start_method():
 
 
 class _SchedulerLossReported(logging.Filter):
-    """Drops Dask's client's ERROR "Failed to reconnect to scheduler …, closing client": the
-    engine reports a lost scheduler itself, as one error naming it and the fix."""
+    """Drops Dask's client's ERROR "Failed to reconnect to scheduler …, closing client" and the
+    tracebacks of its failed or cancelled reconnection (a comms error or CancelledError logged as
+    the message itself): the engine reports a lost scheduler itself, as one error naming it and
+    the fix."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Failed to reconnect to scheduler")
+        if str(record.msg).startswith("Failed to reconnect to scheduler"):
+            return False
+        # the client's reconnection attempt failing or cancelled, logged with its traceback
+        # (distributed.utils.log_errors: the exception itself as the message)
+        import asyncio  # loaded with distributed, whose client logs these
+
+        reconnecting = record.exc_info is not None and record.exc_info[1] is record.msg
+        return not (reconnecting and isinstance(record.msg, (OSError, CancelledError, asyncio.CancelledError)))
 
 
 _SCHEDULER_LOSS_REPORTED = _SchedulerLossReported()
@@ -405,8 +414,13 @@ class Engine:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, error, traceback) -> None:
+        # a Dask comms error out of work the passes do not retry (a workers query between passes)
+        # while the client has lost its scheduler: the one error naming it, not the comms' text
+        lost = isinstance(error, (OSError, RuntimeError, CancelledError)) and not self._connected()
         self.close()
+        if lost:
+            raise self._scheduler_lost() from error
 
     def start(self) -> None:
         if self.mode == "inprocess" or self.client is not None:

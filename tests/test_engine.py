@@ -313,6 +313,38 @@ def test_a_pass_that_keeps_losing_workers_is_a_clear_error(monkeypatch):
     assert len(calls) == engine_mod.MAX_ATTEMPTS
 
 
+def test_a_comms_error_outside_a_pass_after_the_scheduler_is_lost_is_the_one_error(caplog):
+    """A Dask comms error out of the engine's block (a workers query between passes, not
+    retried) while the client has lost its scheduler: the error naming the scheduler and the fix,
+    not the comms' text; the same error while connected passes through unchanged. Dask's logged
+    traceback of its failed reconnection is dropped, its other errors are not."""
+    import asyncio
+
+    from distributed.comm import CommClosedError
+
+    from streamfit.errors import StreamfitError
+
+    eng = Engine("tcp://127.0.0.1:1", mode="remote")
+    eng.client = SimpleNamespace(status="closed", close=lambda: None)
+    with pytest.raises(
+        StreamfitError, match="lost the connection to the Dask scheduler at tcp://127.0.0.1:1.*--resume"
+    ):
+        with eng:
+            raise CommClosedError("in <TCP (closed) ConnectionPool.ncores>: ConnectionResetError")
+    eng.client = SimpleNamespace(status="running", close=lambda: None)
+    with pytest.raises(CommClosedError):
+        with eng:
+            raise CommClosedError("a task's own comms")
+
+    reported = engine_mod._SCHEDULER_LOSS_REPORTED
+    for error, dropped in ((asyncio.CancelledError(), True), (OSError("refused"), True), (ValueError("x"), False)):
+        record = logging.LogRecord(
+            "distributed.client", logging.ERROR, "utils.py", 1, error, (), (type(error), error, None)
+        )
+        assert reported.filter(record) is not dropped
+    assert reported.filter(logging.LogRecord("distributed.client", logging.ERROR, "c.py", 1, "other", (), None))
+
+
 def chunk_slow(source, i):
     time.sleep(0.3)
     return float(i)
