@@ -75,6 +75,7 @@ WORKER_TIMEOUT = 60.0
 # Seconds at most to wait for Dask's client to reconnect to a scheduler it lost (it tries for its
 # connect timeout, 20 s with --scheduler, then closes itself; Engine._require_scheduler).
 SCHEDULER_WAIT = 120.0
+COMMS_SETTLE = 5.0  # seconds a comms error waits for the client to notice a lost scheduler (Engine.__exit__)
 # Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
 # port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
 DASHBOARD_ADDRESS = "127.0.0.1:8787"
@@ -417,7 +418,7 @@ class Engine:
     def __exit__(self, kind, error, traceback) -> None:
         # a Dask comms error out of work the passes do not retry (a workers query between passes)
         # while the client has lost its scheduler: the one error naming it, not the comms' text
-        lost = isinstance(error, (OSError, RuntimeError, CancelledError)) and not self._connected()
+        lost = isinstance(error, (OSError, RuntimeError, CancelledError)) and self._lost_scheduler(error)
         self.close()
         if lost:
             raise self._scheduler_lost() from error
@@ -675,6 +676,20 @@ class Engine:
             return get()
         except (CancelledError, KilledWorker) as e:
             raise self._lost(e, watch) from e
+
+    def _lost_scheduler(self, error: BaseException) -> bool:
+        """Whether the client has lost its scheduler, after `error` came out of the engine's
+        block. A comms error can come before the client notices the loss (status still
+        "running"): then wait up to COMMS_SETTLE seconds for the status to change."""
+        if self.client is None:
+            return False
+        from distributed.comm import CommClosedError
+
+        if isinstance(error, CommClosedError):
+            deadline = time.monotonic() + COMMS_SETTLE
+            while self.client.status == "running" and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return not self._connected()
 
     def _connected(self) -> bool:
         """Whether the client is connected to its scheduler (True in process)."""
