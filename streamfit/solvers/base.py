@@ -258,6 +258,9 @@ class Solver(Generic[StateT]):
         )
 
 
+SCALE_SPREAD = 100.0  # standardize="auto": standardized columns where max s_j / min s_j exceeds this
+
+
 def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     """The columns' standard deviations s_j = √(mean x_j² − mean(x_j)²) over n rows from their
     sums Σ_i x_ij and Σ_i x_ij²; 1 for a column that is constant (its variance at most 1e-12 of
@@ -269,6 +272,12 @@ def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
         variance = mean_square - (sums / n) ** 2
         constant = ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)
     return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
+
+
+def scale_spread(scale: np.ndarray) -> float:
+    """max s_j / min s_j of `column_scales`' standard deviations (a constant column counts as 1);
+    1 for no column."""
+    return float(scale.max() / scale.min()) if scale.size else 1.0
 
 
 def register_solver(cls):

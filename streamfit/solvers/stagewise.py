@@ -219,7 +219,17 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, column_scales, register_solver
+from streamfit.solvers.base import (
+    SCALE_SPREAD,
+    Context,
+    PerSample,
+    Solver,
+    SolverParams,
+    SolverState,
+    column_scales,
+    register_solver,
+    scale_spread,
+)
 from streamfit.solvers.stagewise_kernels import (
     csr_columns,
     poly_basis,
@@ -252,7 +262,6 @@ CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the
 PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
 LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of class targets
-SCALE_SPREAD = 100.0  # standardize="auto": standardized penalty where max s_j / min s_j exceeds this
 AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (at least 2; sessions 15-23 held out 20 % once)
 LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
@@ -873,12 +882,6 @@ def _column_sums(columns: np.ndarray, values: np.ndarray, n_features: int) -> tu
     v = values.astype(np.float64, copy=False)
     with np.errstate(over="ignore"):  # squares beyond float64: the Gram overflows too, `_check_gram`'s error
         return np.bincount(columns, v, n_features), np.bincount(columns, v * v, n_features)
-
-
-def scale_spread(scale: np.ndarray) -> float:
-    """max s_j / min s_j of `column_scales`' standard deviations (a constant column counts as 1);
-    1 for no column."""
-    return float(scale.max() / scale.min()) if scale.size else 1.0
 
 
 def _normal_sums(X: sp.csr_matrix, Y: np.ndarray) -> NormalSums:
