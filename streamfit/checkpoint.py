@@ -579,8 +579,16 @@ class Checkpointer:
         if hashlib.sha256(data).hexdigest() != record["arrays_sha256"]:
             raise CheckpointError(f"{d}/arrays.npz: fails its checksum; the checkpoint is damaged")
         if record["config_hash"] != self.config_hash:
+            then = record.get("config")
+            added = _added_params(then, self.config)
+            if added:
+                raise CheckpointError(
+                    f"{d}: was written by an earlier streamfit, whose {self.config['solver']} had no parameter "
+                    f"{', '.join(added)}; finish the run with the streamfit that started it, or start "
+                    "over with --overwrite (or in another --out directory)"
+                )
             raise CheckpointError(
-                f"{d}: was written with a different solver configuration{_config_changes(record.get('config'), self.config)}; "
+                f"{d}: was written with a different solver configuration{_config_changes(then, self.config)}; "
                 "resume with the run's own settings (repeat its --solver, -p options or --config), or start over "
                 "with --overwrite (or in another --out directory)"
             )
@@ -670,6 +678,14 @@ def _config_changes(then: dict | None, now: dict) -> str:
         if then.get(k) != now.get(k)
     ]
     return ": " + "; ".join(changed) if changed else ""
+
+
+def _added_params(then: dict | None, now: dict) -> list[str]:
+    """The solver parameters this run has and a checkpoint's config (of the same solver) lacks:
+    parameters added to the solver by a later streamfit."""
+    if then is None or then.get("solver") != now.get("solver"):
+        return []
+    return sorted(now.get("params", {}).keys() - then.get("params", {}).keys())
 
 
 def _record_digest(record: dict) -> str:

@@ -207,6 +207,21 @@ def test_resume_refuses_other_config_store_or_damage(tmp_path):
         Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp").latest(3)
 
 
+def test_a_checkpoint_from_before_a_parameter_existed_names_it_and_the_way_out(tmp_path):
+    old = {"solver": "bcd", "params": {"lam": 1e-3}}
+    _save_steps(Checkpointer(str(tmp_path), config=old, store_fingerprint="fp"), 1)
+    now = {"solver": "bcd", "params": {"lam": 1e-3, "standardize": "auto", "curvature": "auto"}}
+    with pytest.raises(CheckpointError) as e:
+        Checkpointer(str(tmp_path), config=now, store_fingerprint="fp").latest(3)
+    assert "earlier streamfit, whose bcd had no parameter curvature, standardize" in str(e.value)
+    assert "started it, or start over with --overwrite" in str(e.value)
+    # a parameter changed as well as added: the earlier streamfit is still the one to name
+    with pytest.raises(CheckpointError, match="no parameter standardize; finish the run"):
+        Checkpointer(
+            str(tmp_path), config={"solver": "bcd", "params": {"lam": 1.0, "standardize": True}}, store_fingerprint="fp"
+        ).latest(3)
+
+
 def test_missing_state_chunk_refused(tmp_path):
     ck = Checkpointer(str(tmp_path), config={}, store_fingerprint="fp")
     _save_steps(ck, 1)
