@@ -880,14 +880,21 @@ class BCDClassifier(_SolverClassifier):
         c = self._fitted_model().coef_
         return c.toarray() if sp.issparse(c) else np.asarray(c)
 
+    def _fitted_solver(self, solver) -> None:
+        self._column_scale = solver.column_scale  # None: P on the weights as given
+
     def objective(self, X, y) -> float:
         """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) at the fit's λ (eq. 2's loss by
-        default; b = 0 without fit_intercept)."""
+        default; b = 0 without fit_intercept). Where the fit standardized the columns
+        (model_.info["standardized"]), P is taken of the standardized columns' weights, coef_ᵀ's
+        rows times the training columns' standard deviations s_j; the loss is coef_'s on X."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
         params = self._solver_params().model_copy(update={"lam": self._fitted_model().info["lam"]})
-        return objective_for("bcd", params, self.multilabel_).value(
-            W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
-        )
+        objective = objective_for("bcd", params, self.multilabel_)
+        X, labels = self._check_X(X, reset=False), self._labels(y)
+        b = None if self.intercept_ is None else np.asarray(self.intercept_, dtype=np.float64)
+        scale = getattr(self, "_column_scale", None)
+        return objective.total(objective.chunk_sums(W, b, X, labels), W if scale is None else W * scale[:, None], b)
 
 
 class MultiBoostClassifier(_SolverClassifier):
