@@ -27,7 +27,15 @@ training data (the other rows stay exactly zero).
 method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
 in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
 - variant="ls", BCD(LS): L_j = max(‖h_j‖∞, ε) from the generalized second derivatives (6),
-  backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
+  i.e. H = L_j·I in the block sub-problem (3), or (`curvature`) H = diag(max(h_jr, ε)), the
+  sub-problem then solved by penalties.row_prox_diag (Tseng and Yun allow any H between two
+  positive multiples of I); curvature="auto" (the default) takes the diagonal for eq. (11), which
+  is separable over labels, so that diag(h_j) is its block's generalized Hessian and one label's
+  curvature does not shorten the other labels' steps (bibtex, 159 labels: F after 100 outer
+  iterations below L_j·I's after 200), and L_j·I for eq. (2) and (12), whose
+  classes are coupled within a row (a term's Hessian 2x²(e_y − e_r)(e_y − e_r)ᵀ is up to twice
+  its diagonal: on MNIST diag(h_j) backtracked 4× as often and went slower; docs/benchmarks.md,
+  session 25); backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
   in a fresh seeded permutation each outer iteration (block_order="permuted", the default) or
   cyclic in feature order (block_order="cyclic", the paper's), and the intercept's block after
   every INTERCEPT_SPACING·n non-zeros of feature columns and last (`_memory_order`); either
@@ -78,6 +86,29 @@ Y_{k+1} = W_k + ((t_k − 1)/t_{k+1})(W_k − W_{k−1}); variant "ls" backtrack
 L(W_k) ≤ L(Y_k) + ⟨∇L(Y_k), W_k − Y_k⟩ + (L/2)‖W_k − Y_k‖² (a rejected candidate costs one more
 pass), variant "cst" uses 1/K with K = (c/n) ‖X‖²_F ≥ the Lipschitz constant of ∇L. It stops
 when the gradient mapping ‖L (Y_k − W_k)‖_F falls below tol times its first value.
+
+Standardized columns (`standardize`, session 25). λP is not invariant to a column's units: a
+column given in small units needs large weights, which the penalty shrinks more (dna-300 and
+letter-300 in other units, 10^u_j with u_j ∈ [−3, 3]: 8–11 points below StandardScaler then
+LinearSVC). Where the data is low-dimensional and dense (at most AUTO_RFF_MAX_INPUTS = 1000
+active columns, at least AUTO_RFF_MIN_DENSITY = 10 % of them non-zero per row: stagewise's
+setting for its own standardization), the penalty can be taken of the standardized columns'
+weights: with s_j the column's standard deviation over the n training rows (`column_scales`,
+1 for a constant column and for the intercept), eq. (2)'s λ Σ_j ‖W_j‖₂ becomes λ Σ_j s_j ‖W_j‖₂
+and in general P(W) becomes P(diag(s) W) (group_elasticnet: λ Σ_j (ρ s_j ‖W_j‖₂ + (1 − ρ)/2
+s_j² ‖W_j‖²)), the loss unchanged. Substituting V = diag(s) W, this is the same algorithm on
+the columns x_j / s_j (the blocks' L_j, the prox, (7), (9) and (10) are those of the scaled
+problem, so the fit is the same in any units); the columns are not centred (b absorbs a
+shift only for the loss, and centring would change the problem's sparsity), the state holds V,
+and the model is written back in stored units, W = diag(s)⁻¹ V (`to_model`: linear on X as
+stored). The logged F is F(V) on the scaled columns, i.e. the weighted objective.
+s comes from the pass that already reads the columns (memory mode: the data read whole;
+chunks mode and FISTA: the column statistics pass, Σx_j and Σx_j² summed with the non-zeros)
+and is state (`column_scale`), so a resumed run and any worker count use the same s.
+standardize="auto" (the default) applies it where the active columns' s span more than
+SCALE_SPREAD = 100 (base.scale_spread: columns in different units, raw pixels' near-empty
+border; as stagewise), True wherever the data qualifies, False never; sparse or wide data (text)
+keep the penalty on the stored columns, bit for bit.
 
 State (checkpointed by the driver, streamfit.solvers.driver): `MemoryState`, `ChunksState` or
 `FistaState`, chosen by the mode. Random block orders come from numpy's generator seeded with
