@@ -850,7 +850,10 @@ class BCDClassifier(_SolverClassifier):
     label ranking §4.7 with loss="squared_hinge") or eq. 12 (multiclass); penalty P by default
     λ(ρ Σ_j ‖W_{j:}‖₂ + (1 − ρ)/2 ‖W‖²) (group_elasticnet, ρ = l1_ratio = 0.2; lam=None: λ(1 − ρ) =
     1/n, LinearSVC(C=1)'s ridge), or λ Σ_j ‖W_{j:}‖₂ (l1/l2, the paper's), λ‖W‖₁, (λ/2)‖W‖², or
-    the ℓ1 mixes with l1_ratio.
+    the ℓ1 mixes with l1_ratio. standardize ("auto"): on dense data of at most 1000 columns whose
+    standard deviations s_j spread more than 100× (columns in other units, raw pixels), P is taken
+    of diag(s) W (λ Σ_j s_j ‖W_{j:}‖₂ for l1/l2): the fit is the same in any units, coef_ stays on
+    the columns as given (model_.info["standardized"] says which).
     mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
