@@ -850,7 +850,10 @@ class BCDClassifier(_SolverClassifier):
     label ranking §4.7 with loss="squared_hinge") or eq. 12 (multiclass); penalty P by default
     λ(ρ Σ_j ‖W_{j:}‖₂ + (1 − ρ)/2 ‖W‖²) (group_elasticnet, ρ = l1_ratio = 0.2; lam=None: λ(1 − ρ) =
     1/n, LinearSVC(C=1)'s ridge), or λ Σ_j ‖W_{j:}‖₂ (l1/l2, the paper's), λ‖W‖₁, (λ/2)‖W‖², or
-    the ℓ1 mixes with l1_ratio.
+    the ℓ1 mixes with l1_ratio. standardize ("auto"): on dense data of at most 1000 columns whose
+    standard deviations s_j spread more than 100× (columns in other units, raw pixels), P is taken
+    of diag(s) W (λ Σ_j s_j ‖W_{j:}‖₂ for l1/l2): the fit is the same in any units, coef_ stays on
+    the columns as given (model_.info["standardized"] says which).
     mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.
 
     Attributes: classes_, coef_ (n_classes × n_features ndarray, i.e. Wᵀ: the features dropped by
@@ -880,14 +883,21 @@ class BCDClassifier(_SolverClassifier):
         c = self._fitted_model().coef_
         return c.toarray() if sp.issparse(c) else np.asarray(c)
 
+    def _fitted_solver(self, solver) -> None:
+        self._column_scale = solver.column_scale  # None: P on the weights as given
+
     def objective(self, X, y) -> float:
         """F(W, b) = (1/n) Σ_i ℓ_i(Wᵀx_i + b) + P(W) on (X, y) at the fit's λ (eq. 2's loss by
-        default; b = 0 without fit_intercept)."""
+        default; b = 0 without fit_intercept). Where the fit standardized the columns
+        (model_.info["standardized"]), P is taken of the standardized columns' weights, coef_ᵀ's
+        rows times the training columns' standard deviations s_j; the loss is coef_'s on X."""
         W = np.ascontiguousarray(self.coef_.T, dtype=np.float64)
         params = self._solver_params().model_copy(update={"lam": self._fitted_model().info["lam"]})
-        return objective_for("bcd", params, self.multilabel_).value(
-            W, self.intercept_, self._check_X(X, reset=False), self._labels(y)
-        )
+        objective = objective_for("bcd", params, self.multilabel_)
+        X, labels = self._check_X(X, reset=False), self._labels(y)
+        b = None if self.intercept_ is None else np.asarray(self.intercept_, dtype=np.float64)
+        scale = getattr(self, "_column_scale", None)
+        return objective.total(objective.chunk_sums(W, b, X, labels), W if scale is None else W * scale[:, None], b)
 
 
 class MultiBoostClassifier(_SolverClassifier):

@@ -27,7 +27,15 @@ training data (the other rows stay exactly zero).
 method="bcd", mode "memory" — Algorithm 1, sequentially, in numba (bcd_kernels.bcd_epoch) on X
 in CSC with S = XW kept up to date (§4.3). One step is one outer iteration:
 - variant="ls", BCD(LS): L_j = max(‖h_j‖∞, ε) from the generalized second derivatives (6),
-  backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
+  i.e. H = L_j·I in the block sub-problem (3), or (`curvature`) H = diag(max(h_jr, ε)), the
+  sub-problem then solved by penalties.row_prox_diag (Tseng and Yun allow any H between two
+  positive multiples of I); curvature="auto" (the default) takes the diagonal for eq. (11), which
+  is separable over labels, so that diag(h_j) is its block's generalized Hessian and one label's
+  curvature does not shorten the other labels' steps (bibtex, 159 labels: F after 100 outer
+  iterations below L_j·I's after 200), and L_j·I for eq. (2) and (12), whose
+  classes are coupled within a row (a term's Hessian 2x²(e_y − e_r)(e_y − e_r)ᵀ is up to twice
+  its diagonal: on MNIST diag(h_j) backtracked 4× as often and went slower; docs/benchmarks.md,
+  session 25); backtracking α ∈ {1, ω, ω², …} on the sufficient decrease condition (7); the feature blocks
   in a fresh seeded permutation each outer iteration (block_order="permuted", the default) or
   cyclic in feature order (block_order="cyclic", the paper's), and the intercept's block after
   every INTERCEPT_SPACING·n non-zeros of feature columns and last (`_memory_order`); either
@@ -79,6 +87,29 @@ L(W_k) ≤ L(Y_k) + ⟨∇L(Y_k), W_k − Y_k⟩ + (L/2)‖W_k − Y_k‖² (a r
 pass), variant "cst" uses 1/K with K = (c/n) ‖X‖²_F ≥ the Lipschitz constant of ∇L. It stops
 when the gradient mapping ‖L (Y_k − W_k)‖_F falls below tol times its first value.
 
+Standardized columns (`standardize`, session 25). λP is not invariant to a column's units: a
+column given in small units needs large weights, which the penalty shrinks more (dna-300 and
+letter-300 in other units, 10^u_j with u_j ∈ [−3, 3]: 8–11 points below StandardScaler then
+LinearSVC). Where the data is low-dimensional and dense (at most AUTO_RFF_MAX_INPUTS = 1000
+active columns, at least AUTO_RFF_MIN_DENSITY = 10 % of them non-zero per row: stagewise's
+setting for its own standardization), the penalty can be taken of the standardized columns'
+weights: with s_j the column's standard deviation over the n training rows (`column_scales`,
+1 for a constant column and for the intercept), eq. (2)'s λ Σ_j ‖W_j‖₂ becomes λ Σ_j s_j ‖W_j‖₂
+and in general P(W) becomes P(diag(s) W) (group_elasticnet: λ Σ_j (ρ s_j ‖W_j‖₂ + (1 − ρ)/2
+s_j² ‖W_j‖²)), the loss unchanged. Substituting V = diag(s) W, this is the same algorithm on
+the columns x_j / s_j (the blocks' L_j, the prox, (7), (9) and (10) are those of the scaled
+problem, so the fit is the same in any units); the columns are not centred (b absorbs a
+shift only for the loss, and centring would change the problem's sparsity), the state holds V,
+and the model is written back in stored units, W = diag(s)⁻¹ V (`to_model`: linear on X as
+stored). The logged F is F(V) on the scaled columns, i.e. the weighted objective.
+s comes from the pass that already reads the columns (memory mode: the data read whole;
+chunks mode and FISTA: the column statistics pass, Σx_j and Σx_j² summed with the non-zeros)
+and is state (`column_scale`), so a resumed run and any worker count use the same s.
+standardize="auto" (the default) applies it where the active columns' s span more than
+SCALE_SPREAD = 100 (base.scale_spread: columns in different units, raw pixels' near-empty
+border; as stagewise), True wherever the data qualifies, False never; sparse or wide data (text)
+keep the penalty on the stored columns, bit for bit.
+
 State (checkpointed by the driver, streamfit.solvers.driver): `MemoryState`, `ChunksState` or
 `FistaState`, chosen by the mode. Random block orders come from numpy's generator seeded with
 (random_state, outer iteration), so a resumed run reaches the uninterrupted run's model bitwise.
@@ -104,10 +135,21 @@ from pydantic import Field, model_validator
 from streamfit.errors import ConfigError
 from streamfit.model import LinearModel, Model
 from streamfit.objectives import ChunkSums, objective_for
-from streamfit.objectives.losses import LOGISTIC, LOSSES, curvature, label_lists, rows_loss
+from streamfit.objectives.losses import LOGISTIC, LOSSES, MULTITASK_SQUARED_HINGE, curvature, label_lists, rows_loss
 from streamfit.objectives.penalties import PENALTIES, prox, value
-from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
+from streamfit.solvers.base import (
+    SCALE_SPREAD,
+    Context,
+    PerSample,
+    Solver,
+    SolverParams,
+    SolverState,
+    column_scales,
+    register_solver,
+    scale_spread,
+)
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
+from streamfit.solvers.stagewise import AUTO_RFF_MAX_INPUTS, AUTO_RFF_MIN_DENSITY
 from streamfit.store import ChunkSource
 
 log = logging.getLogger(__name__)
@@ -156,6 +198,12 @@ class BCDParams(SolverParams):
     shrinking: bool = Field(
         False, description="skip zero blocks likely to stay zero (§5.2.4, l1/l2 and group_elasticnet)"
     )
+    curvature: Literal["auto", "diagonal", "max"] = Field(
+        "auto",
+        description="memory mode, ls: the block step's H; max = max_r h_jr·I (the paper's), diagonal = "
+        "diag(h_j1, …, h_jm), the block's generalized Hessian where the loss is separable over classes; auto: "
+        "diagonal for eq. 11 (one-vs-rest), max for eq. 2 and eq. 12",
+    )
     sigma: float = Field(0.01, gt=0, lt=1, description="σ of the sufficient decrease condition (7)")
     omega: float = Field(0.5, gt=0, lt=1, description="ω, backtracking factor of the line search")
     max_ls: int = Field(30, ge=1, description="line search trials per block")
@@ -174,6 +222,12 @@ class BCDParams(SolverParams):
     )
     max_iter: int = Field(200, ge=1, description="K, the cap on outer iterations")
     fit_intercept: bool = Field(True, description="an unpenalised intercept b (scores Wᵀx + b)")
+    standardize: bool | Literal["auto"] = Field(
+        "auto",
+        description="dense data of at most 1000 columns (>= 10 % non-zero): the penalty on the weights of the "
+        "standardized columns, P(diag(s) W) with s_j the column's standard deviation (the fit the same in any "
+        "units; the model stays linear on X as stored); auto: where max s_j / min s_j > 100; sparse text: never",
+    )
 
     def lam_for(self, n_rows: int) -> float:
         """λ of a fit on n_rows rows: `lam`, or for lam None the weight that makes the ridge part
@@ -251,6 +305,15 @@ def _design(X: sp.spmatrix, fit_intercept: bool) -> sp.csr_matrix:
     return sp.hstack([X, np.ones((X.shape[0], 1))], format="csr")
 
 
+def _scaled(X: sp.spmatrix, scale: np.ndarray | None) -> sp.spmatrix:
+    """X with column j divided by scale[j] (the standardized columns, float64; `scale` covers
+    X's columns), or X itself for scale None."""
+    if scale is None:
+        return X
+    X = sp.csr_matrix(X)
+    return sp.csr_matrix((X.data / scale[X.indices], X.indices, X.indptr), shape=X.shape)
+
+
 def _n_correct(S: np.ndarray, labels) -> int:
     """Top-1 hits: argmax = label (multiclass) or argmax ∈ label set (multilabel, P@1)."""
     top = np.argmax(S, axis=1)
@@ -278,6 +341,7 @@ class ColumnStats(NamedTuple):
 
     nnz: np.ndarray  # non-zeros of column j
     sq: np.ndarray  # Σ_i x_ij²
+    sums: np.ndarray  # Σ_i x_ij (with sq, the columns' standard deviations: `BCDSolver._column_scale`)
 
 
 def _colstats_task(source: ChunkSource, chunk_id: int, *, fit_intercept: bool) -> ColumnStats:
@@ -285,7 +349,8 @@ def _colstats_task(source: ChunkSource, chunk_id: int, *, fit_intercept: bool) -
     width = X.shape[1]
     nnz = np.bincount(X.indices, minlength=width).astype(np.int64)
     sq = np.bincount(X.indices, weights=X.data**2, minlength=width)
-    return ColumnStats(nnz, sq)
+    sums = np.bincount(X.indices, weights=X.data, minlength=width)
+    return ColumnStats(nnz, sq, sums)
 
 
 def _positions(cols: np.ndarray | None, d: int) -> np.ndarray:
@@ -321,13 +386,17 @@ def _pass_task(
     curv_c: float,
     full: bool,
     fit_intercept: bool,
+    scale: np.ndarray | None = None,
 ) -> PassSums:
     """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
     (C, Δ_C) to the chunk's scores of `version` and write them as version + 1; return the log
     terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
-    each candidate, the partial gradients and curvatures of the group `cols` (None: no group)."""
+    each candidate, the partial gradients and curvatures of the group `cols` (None: no group).
+    `scale`: the columns' s (standardize; the intercept's 1 last), X's columns divided by it."""
     chunk = source.read_chunk(chunk_id)
-    X, d, m = chunk.X, chunk.X.shape[1] + int(fit_intercept), source.n_classes
+    m = source.n_classes
+    X = chunk.X if scale is None else _scaled(chunk.X, scale[: chunk.X.shape[1]])
+    d = X.shape[1] + int(fit_intercept)
     # chunk_pass reads the store's float32 arrays, no float64 copy of them; it adds the intercept
     # itself where that gives [X, 1]'s order (rows with sorted, unique columns, as ingest writes
     # them); other rows go through `_design`, whose [X, 1] is sorted
@@ -373,10 +442,17 @@ class FistaSums(NamedTuple):
 
 
 def _fista_task(
-    source: ChunkSource, chunk_id: int, *, W: np.ndarray, Y: np.ndarray, loss: int, fit_intercept: bool
+    source: ChunkSource,
+    chunk_id: int,
+    *,
+    W: np.ndarray,
+    Y: np.ndarray,
+    loss: int,
+    fit_intercept: bool,
+    scale: np.ndarray | None = None,
 ) -> FistaSums:
     chunk = source.read_chunk(chunk_id)
-    X = _design(chunk.X, fit_intercept)
+    X = _scaled(_design(chunk.X, fit_intercept), scale)
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     rows = np.arange(X.shape[0], dtype=np.int64)
     SW = np.ascontiguousarray(X @ W)
@@ -404,6 +480,7 @@ class MemoryState(SolverState):
     gap: float | None = None  # relative duality gap, when the last iteration computed it
     tail: float | None = None  # tail estimate, when the last iteration computed it
     converged: bool = False
+    column_scale: np.ndarray | None = None  # d: the columns' s of standardize (the intercept's 1), None: as stored
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -435,6 +512,7 @@ class ChunksState(SolverState):
     done: bool = False  # the last outer iteration is closed and its test held or max_iter is reached
     closed_at: int = 0  # the step that closed the last closed outer iteration (checkpoints go there)
     closed_outer: int = 0  # that outer iteration's number
+    column_scale: np.ndarray | None = None  # d: the columns' s of standardize (the intercept's 1), None: as stored
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -450,6 +528,7 @@ class FistaState(SolverState):
     first: float | None = None  # the gradient mapping of iteration 1
     ratio: float = math.inf  # the gradient mapping over its first value, last iteration
     converged: bool = False
+    column_scale: np.ndarray | None = None  # d: the columns' s of standardize (the intercept's 1), None: as stored
 
 
 BCDState = MemoryState | ChunksState | FistaState
@@ -488,7 +567,9 @@ class BCDSolver(Solver[BCDState]):
         self._multilabel = False  # the source's kind, fixed by fit (the loss auto resolves with it)
         self._data: _MemoryData | None = None
         self._data_source: ChunkSource | None = None
+        self._data_scale: np.ndarray | None = None
         self.lam = 0.0  # λ of this fit (`BCDParams.lam_for`), fixed by fit for its source
+        self.column_scale: np.ndarray | None = None  # the features' s of the last model (standardize), None: as stored
 
     def fit(self, source: ChunkSource, **options) -> Model:
         """Solver.fit, after choosing the mode (and so the State) for `source` and checking the
@@ -580,10 +661,15 @@ class BCDSolver(Solver[BCDState]):
             "mode": self.mode,
             "converged": bool(state.converged),
             "lam": self.lam,
+            "standardized": state.column_scale is not None,
         }
         if isinstance(state, ChunksState):
             info["data_passes"] = state.data_passes
         W, b = self._split(state.W)
+        self.column_scale = None
+        if state.column_scale is not None:  # the standardized columns' weights V = diag(s) W, back in stored units
+            self.column_scale = state.column_scale[: ctx.source.n_features].copy()
+            W = W / self.column_scale[:, None]
         nz_rows = np.any(W != 0, axis=1)
         coef = sp.csr_matrix(W.T) if nz_rows.mean() < 0.5 else W.T.copy()
         return LinearModel(
@@ -624,6 +710,41 @@ class BCDSolver(Solver[BCDState]):
             nnz = source.X.nnz if hasattr(source, "X") else source.n_rows * source.n_features
         need = (12 * nnz + 8 * (source.n_features + 1) + 8 * source.n_rows * source.n_classes) / 2**20
         return "memory" if need <= p.memory_budget_mb else "chunks"
+
+    def _column_scale(
+        self, source: ChunkSource, nnz: np.ndarray, sums: np.ndarray, squares: np.ndarray
+    ) -> np.ndarray | None:
+        """The columns' s of standardize (module docstring, "Standardized columns"), one per column
+        of the design (the intercept's 1 last), from the columns' non-zeros, sums and sums of
+        squares over the training rows; None where the penalty stays on the stored columns:
+        standardize False, data that is not low-dimensional and dense (more than
+        AUTO_RFF_MAX_INPUTS active columns or fewer than AUTO_RFF_MIN_DENSITY of them non-zero per
+        row: sparse text), or, for "auto", active columns whose s span at most SCALE_SPREAD."""
+        p = self.params
+        d = source.n_features
+        active = np.flatnonzero(nnz[:d])
+        if p.standardize is False or len(active) == 0 or len(active) > AUTO_RFF_MAX_INPUTS:
+            return None
+        if nnz[active].sum() < AUTO_RFF_MIN_DENSITY * source.n_rows * len(active):
+            return None
+        s = column_scales(source.n_rows, sums[active], squares[active])
+        if p.standardize == "auto" and not scale_spread(s) > SCALE_SPREAD:
+            return None
+        scale = np.ones(len(nnz))
+        scale[active] = s
+        return scale
+
+    def _diagonal_curvature(self, source: ChunkSource) -> bool:
+        """Whether the memory mode's BCD(LS) steps take H = diag(h_j) (`curvature`): "auto" where
+        the loss is eq. (11), one-vs-rest, whose block Hessian is diagonal (the classes' margins are
+        separate), so H = diag(h_j) is its generalized Hessian and max_r h_jr·I shortens the step of
+        every class but the most curved one (bibtex: 159 labels); eq. (2) and (12) couple a row's
+        classes (a term's Hessian is 2x²(e_y − e_r)(e_y − e_r)ᵀ, up to twice its diagonal), so
+        "auto" keeps the paper's max_r h_jr there (MNIST: diag(h_j) backtracked 4× as often)."""
+        p = self.params
+        if p.curvature == "auto":
+            return LOSSES[p.loss_for(source.multilabel)] == MULTITASK_SQUARED_HINGE
+        return p.curvature == "diagonal"
 
     def _group_lam(self) -> float:
         """The weight of Σ_j ‖W_j‖₂ in P: λ (l1/l2), λρ (group_elasticnet); a zero row stays zero
@@ -677,11 +798,17 @@ class BCDSolver(Solver[BCDState]):
         return num / den if den > 0 else 0.0
 
     # ---- mode "memory": Algorithm 1, sequential ----
-    def _memory_data(self, source: ChunkSource) -> _MemoryData:
-        if self._data is None or self._data_source is not source:
+    def _memory_data(self, source: ChunkSource, scale: np.ndarray | None) -> _MemoryData:
+        """X (CSC, float64, the intercept's column last), its columns divided by `scale` (the
+        state's s; None: as stored), and the labels; kept between steps for the same source and s."""
+        kept = self._data_scale
+        same_scale = kept is None if scale is None else kept is not None and np.array_equal(scale, kept)
+        if self._data is None or self._data_source is not source or not same_scale:
             X, labels = source.to_scipy()
             Xc = sp.csc_matrix(_design(X, self.params.fit_intercept))
             Xc.sort_indices()
+            if scale is not None:  # the standardized columns, x_ij / s_j
+                Xc = sp.csc_matrix((Xc.data / np.repeat(scale, np.diff(Xc.indptr)), Xc.indices, Xc.indptr), Xc.shape)
             lab_ptr, lab_ind = label_lists(labels, source.n_rows)
             c = self._codes(source)[2]
             K = c / source.n_rows * np.asarray(Xc.multiply(Xc).sum(axis=0)).ravel()
@@ -697,23 +824,30 @@ class BCDSolver(Solver[BCDState]):
                 blocks,
                 K,
             )
-            self._data_source = source
+            self._data_source, self._data_scale = source, scale
         return self._data
 
     def _init_memory(self, ctx: Context) -> MemoryState:
+        """W = 0 and S = 0; the columns' s (standardize) from X as read, the data then scaled by it."""
         src = ctx.source
-        self._memory_data(src)
+        Xc = self._memory_data(src, None).Xc
+        nnz = np.diff(Xc.indptr)
+        sums = np.asarray(Xc.sum(axis=0)).ravel()
+        squares = np.asarray(Xc.multiply(Xc).sum(axis=0)).ravel()
+        scale = self._column_scale(src, nnz, sums, squares)
+        self._memory_data(src, scale)
         return MemoryState(
             W=np.zeros((self._width(src), src.n_classes)),
             S=np.zeros((src.n_rows, src.n_classes)),
             active=np.ones(self._width(src), dtype=np.bool_),
+            column_scale=scale,
         )
 
     def _step_memory(self, ctx: Context, st: MemoryState) -> dict[str, Any]:
         """One outer iteration of Algorithm 1, then the stopping test (10) and its confirmation."""
         p = self.params
         loss, pen, _, rho = self._codes(ctx.source)
-        dat = self._memory_data(ctx.source)
+        dat = self._memory_data(ctx.source, st.column_scale)
         n = ctx.source.n_rows
         blocks = dat.blocks
         order = self._memory_order(dat, ctx.source, st.step)
@@ -740,6 +874,7 @@ class BCDSolver(Solver[BCDState]):
             st.active,
             thr,
             self._free_row(ctx.source),
+            self._diagonal_curvature(ctx.source),
         )
         st.step += 1
         st.ls_steps += extra
@@ -834,9 +969,10 @@ class BCDSolver(Solver[BCDState]):
         """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
         direction)."""
         src = ctx.source
-        col_nnz = ctx.engine.map_reduce(
+        stats = ctx.engine.map_reduce(
             _colstats_task, src, range(src.n_chunks), desc="bcd: column stats", fit_intercept=self.params.fit_intercept
-        ).nnz
+        )
+        col_nnz = stats.nnz
         blocks = np.flatnonzero(col_nnz).astype(np.int64)
         active = np.ones(self._width(src), dtype=np.bool_)
         st = ChunksState(
@@ -846,6 +982,7 @@ class BCDSolver(Solver[BCDState]):
             order=self._order(blocks, active, 0, self._free_row(src)),
             scores=PerSample(SCORES, 0, written=False),
             data_passes=1,
+            column_scale=self._column_scale(src, col_nnz, stats.sums, stats.sq),
         )
         self._chunks_pass(ctx, st)
         return st
@@ -914,6 +1051,7 @@ class BCDSolver(Solver[BCDState]):
             curv_c=0.0 if ls else c,
             full=closing,
             fit_intercept=p.fit_intercept,
+            scale=st.column_scale,
         )
         st.data_passes += 1
         if commit is not None:
@@ -982,15 +1120,24 @@ class BCDSolver(Solver[BCDState]):
         src = ctx.source
         loss, _, c, _ = self._codes(src)
         chunks = range(src.n_chunks)
-        sq = ctx.engine.map_reduce(
+        stats = ctx.engine.map_reduce(
             _colstats_task, src, chunks, desc="fista: column stats", fit_intercept=p.fit_intercept
-        ).sq
+        )
+        scale = self._column_scale(src, stats.nnz, stats.sums, stats.sq)
+        sq = stats.sq if scale is None else stats.sq / scale**2
         K = c / src.n_rows * float(sq.sum())
         W, Y = np.zeros((self._width(src), src.n_classes)), np.zeros((self._width(src), src.n_classes))
         at_y = ctx.engine.map_reduce(
-            _fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss, fit_intercept=p.fit_intercept
+            _fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss, fit_intercept=p.fit_intercept, scale=scale
         )
-        return FistaState(W=W, Y=Y, grad_y=at_y.grad_y, loss_y=at_y.loss_y, L=K if p.variant == "cst" else 1e-3 * K)
+        return FistaState(
+            W=W,
+            Y=Y,
+            grad_y=at_y.grad_y,
+            loss_y=at_y.loss_y,
+            L=K if p.variant == "cst" else 1e-3 * K,
+            column_scale=scale,
+        )
 
     def _step_fista(self, ctx: Context, st: FistaState) -> dict[str, Any]:
         """One FISTA iteration (with its backtracking on L for variant "ls")."""
@@ -1014,6 +1161,7 @@ class BCDSolver(Solver[BCDState]):
                 Y=Y_next,
                 loss=loss,
                 fit_intercept=p.fit_intercept,
+                scale=st.column_scale,
             )
             bound = st.loss_y / n + float((G_n * D).sum()) + 0.5 * st.L * float((D * D).sum())
             if p.variant == "cst" or sums.loss_w / n <= bound * (1 + 1e-12):

@@ -14,7 +14,7 @@ import numpy as np
 
 from streamfit._jit import kernel
 from streamfit.objectives.losses import sample_loss
-from streamfit.objectives.penalties import row_prox, row_value, row_violation
+from streamfit.objectives.penalties import row_prox, row_prox_diag, row_value, row_violation
 
 
 @kernel(nogil=True)
@@ -40,6 +40,7 @@ def bcd_epoch(
     active,
     shrink_thr,
     free_row,
+    diagonal,
 ):
     """One outer iteration over `blocks` (feature ids, in order). Updates W and S in place.
     Row `free_row` of W (the intercept, the constant column of X; −1: none) is not penalised.
@@ -66,6 +67,7 @@ def bcd_epoch(
     wnew = np.empty(m)
     delta = np.empty(m)
     trial = np.empty(m)
+    hd = np.empty(m)
     mark = np.zeros(m, dtype=np.bool_)
     max_nnz = 0
     for j in range(indptr.shape[0] - 1):
@@ -107,15 +109,20 @@ def bcd_epoch(
         viol_sum += vt
         viol_max = max(viol_max, vt)
         # Algorithm 2: V = W_j − G_j / L_j, W* = prox_{P/L_j}(V), δ = W* − W_j
-        if line_search:
-            L = eps
+        if line_search and diagonal:
             for r in range(m):
-                L = max(L, h[r] / n)
+                hd[r] = max(h[r] / n, eps)
+            row_prox_diag(pen, w, g, hd, lam_j, rho, wnew)
         else:
-            L = K[j]
-        for r in range(m):
-            v[r] = w[r] - g[r] / L
-        row_prox(pen, v, 1.0 / L, lam_j, rho, wnew)
+            if line_search:
+                L = eps
+                for r in range(m):
+                    L = max(L, h[r] / n)
+            else:
+                L = K[j]
+            for r in range(m):
+                v[r] = w[r] - g[r] / L
+            row_prox(pen, v, 1.0 / L, lam_j, rho, wnew)
         moved = False
         for r in range(m):
             delta[r] = wnew[r] - w[r]

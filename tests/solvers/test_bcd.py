@@ -431,7 +431,9 @@ def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_op
     satisfies the optimality conditions of F(W, b) = L(W, b) + λ Σ_j (ρ‖W_j‖ + (1 − ρ)/2 ‖W_j‖²),
     with L's gradient from the numpy reference (eq. 5): ‖G_j‖ ≤ λρ on zero rows,
     G_j + λ(1 − ρ)W_j + λρ W_j/‖W_j‖ = 0 on the others, and Σ_i ∂ℓ_i/∂b = 0 (the unpenalised b).
-    Data: 200 rows off the origin, 8 informative columns and 4 of near-zero scale (zero rows)."""
+    Data: 200 rows off the origin, 8 informative columns and 4 of near-zero scale (zero rows);
+    standardize=False keeps the penalty on these columns as given (their scales spread 300×, so
+    "auto" would weigh it by the columns' standard deviations: the test after the next ones)."""
     rng = np.random.default_rng(7)
     n, rho = 200, 0.2
     X = rng.normal(size=(n, 12)) + 0.5
@@ -443,7 +445,8 @@ def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_op
     assert bcd.BCDParams(penalty="l1/l2").lam_for(n) == 1 / n and bcd.BCDParams(lam=0.3).lam_for(n) == 0.3
     info: dict = {}
     source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=n)
-    W, log = fit(source, info=info, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300)
+    opts = {"penalty": params.penalty, "fit_intercept": True, "standardize": False, "tol": 1e-7, "max_iter": 300}
+    W, log = fit(source, info=info, **opts)
     lam, b = info["lam"], info["intercept"]
     assert lam == params.lam_for(n) and info["converged"]
     _, G = mc_squared_hinge(W, X, y, scores=X @ W + b)
@@ -458,7 +461,7 @@ def test_the_default_is_group_elasticnet_at_linear_svcs_ridge_and_reaches_its_op
     F = mc_squared_hinge(W, X, y, scores=X @ W + b)[0] + lam * (rho * norms.sum() + (1 - rho) / 2 * (W * W).sum())
     assert log[-1]["objective"] == pytest.approx(F, rel=1e-10)
     # shrinking (§5.2.4 with the group weight λρ): zero blocks skipped on the way, the same optimum
-    _, shrunk = fit(source, penalty=params.penalty, fit_intercept=True, tol=1e-7, max_iter=300, shrinking=True)
+    _, shrunk = fit(source, shrinking=True, **opts)
     assert min(r["active_blocks"] for r in shrunk) < len(W) + 1
     assert shrunk[-1]["objective"] == pytest.approx(log[-1]["objective"], rel=1e-6)
 
@@ -487,7 +490,7 @@ def test_memory_order_permutes_the_features_and_visits_the_intercept_every_4n_no
     nnz = np.diff(sp.csc_matrix(X).indptr)
     for block_order in ("permuted", "cyclic"):
         solver = bcd.BCDSolver(bcd.BCDParams(block_order=block_order))
-        data = solver._memory_data(source)
+        data = solver._memory_data(source, None)
         order = solver._memory_order(data, source, 0)
         features = order[order != d]
         np.testing.assert_array_equal(np.sort(features), np.flatnonzero(nnz))
@@ -817,3 +820,190 @@ def test_uses_workers_follows_the_mode_the_fit_will_take(params, uses_workers):
     source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=50)
     solver = get_solver("bcd")(bcd.BCDParams(**params))
     assert solver.uses_workers(source) is uses_workers
+
+
+# -- standardized columns (standardize) ----------------------------------------------------------
+
+
+def mixed_units(seed=3, n=120, d=6, m=3):
+    """Dense rows off the origin whose columns come in units 2^-10 … 2^10 (about 10^-3 … 10^3: the
+    spread of their standard deviations far above SCALE_SPREAD), and the same rows in unit scale.
+    Powers of two scale every value, sum and standard deviation exactly, in float32 too."""
+    rng = np.random.default_rng(seed)
+    Z = rng.normal(size=(n, d)) + 1.0
+    y = np.argmax(Z[:, :3] @ rng.normal(size=(3, m)) + 0.7 * rng.normal(size=(n, m)), axis=1).astype(np.int32)
+    units = 2.0 ** np.round(np.linspace(-10, 10, d))
+    return Z * units, Z, y, units
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"mode": "memory"}, {"mode": "chunks", "group_size": 4}, {"method": "fista", "max_iter": 4000, "tol": 1e-9}],
+    ids=["memory", "chunks", "fista"],
+)
+def test_standardized_fit_is_the_same_in_any_units(kw):
+    """standardize=True: the penalty on the standardized columns' weights, P(diag(s) W), so the
+    fit of the columns times any positive units is the same model: the columns given in unit
+    scale (Z) and in units 2^-10 … 2^10 (X) give scores within 1e-8 of the largest and coef_ ×
+    units within 1e-8 of the largest weight (powers of two: x_ij / s_j is the same number in
+    both, so they are equal up to the sums' rounding). standardize=False on X is another model (its
+    penalty weighs the small-unit columns' weights 10^6 times more)."""
+    X, Z, y, units = mixed_units()
+    opts = {"lam": 0.05, "tol": 1e-9, "max_iter": 600, "chunk_rows": 50, **kw}
+    a = BCDClassifier(standardize=True, **opts).fit(Z, y)
+    b = BCDClassifier(standardize=True, **opts).fit(X, y)
+    assert a.model_.info["standardized"] and b.model_.info["standardized"]
+    Sa, Sb = a.decision_function(Z), b.decision_function(X)
+    assert np.abs(Sa - Sb).max() <= 1e-8 * np.abs(Sa).max()
+    assert np.abs(a.coef_ - b.coef_ * units).max() <= 1e-8 * np.abs(a.coef_).max()
+    assert b.objective(X, y) == pytest.approx(a.objective(Z, y), rel=1e-9)
+    c = BCDClassifier(standardize=False, **opts).fit(X, y)
+    assert not c.model_.info["standardized"]
+    assert np.abs(c.decision_function(X) - Sb).max() > 1e-2 * np.abs(Sb).max()
+
+
+@pytest.mark.parametrize("penalty, rho, lam", [("l1/l2", 1.0, 0.1), ("group_elasticnet", 0.2, 0.5)])
+def test_standardized_solution_meets_the_weighted_group_lasso_conditions(penalty, rho, lam):
+    """Blondel et al.'s Proposition 1 with s_j-weighted groups: the standardized fit minimises
+    L(W, b) + λ Σ_j (ρ s_j ‖W_j‖ + (1 − ρ)/2 s_j² ‖W_j‖²) (ρ = 1: the paper's l1/l2, eq. 2, with
+    weights s_j), so with L's gradient G from the numpy reference (eq. 5) on the stored columns:
+    ‖G_j‖ ≤ λρ s_j on zero rows, G_j + λ(1 − ρ) s_j² W_j + λρ s_j W_j/‖W_j‖ = 0 on the others, and
+    Σ_i ∂ℓ_i/∂b = 0; s_j the columns' standard deviations over the training rows (numpy). Two
+    columns carry no signal, so λ zeroes rows and both conditions are exercised."""
+    X, _, y, _ = mixed_units(seed=5, n=90, d=7)
+    X[:, 5:] = np.random.default_rng(1).normal(size=(90, 2)) * X[:, 5:].std(axis=0) + 1.0  # noise columns
+    n = X.shape[0]
+    source = InMemoryStore(sp.csr_matrix(X), y, [0, 1, 2], chunk_rows=n)
+    info: dict = {}
+    W, log = fit(
+        source,
+        info=info,
+        penalty=penalty,
+        lam=lam,
+        l1_ratio=0.2,
+        fit_intercept=True,
+        standardize=True,
+        tol=1e-8,
+        max_iter=3000,
+    )
+    assert info["standardized"] and info["converged"]
+    b = info["intercept"]
+    s = X.std(axis=0)
+    _, G = mc_squared_hinge(W, X, y, scores=X @ W + b)
+    _, Gb = mc_squared_hinge(W, np.ones((n, 1)), y, scores=X @ W + b)
+    norms = np.linalg.norm(W, axis=1)
+    zero = norms == 0
+    assert 0 < zero.sum() < len(W)
+    assert np.all(np.linalg.norm(G[zero], axis=1) <= lam * rho * s[zero])
+    stationary = (
+        G[~zero]
+        + lam * (1 - rho) * s[~zero, None] ** 2 * W[~zero]
+        + lam * rho * s[~zero, None] * W[~zero] / norms[~zero, None]
+    )
+    # relative to the size of each row's terms (the gradient of a column in units 10^3 is 10^3 times larger)
+    assert np.all(np.linalg.norm(stationary, axis=1) <= 1e-6 * np.linalg.norm(G[~zero], axis=1))
+    assert np.abs(Gb).max() <= 1e-6
+    F = mc_squared_hinge(W, X, y, scores=X @ W + b)[0] + lam * (
+        rho * (s * norms).sum() + (1 - rho) / 2 * (s[:, None] ** 2 * W * W).sum()
+    )
+    assert log[-1]["objective"] == pytest.approx(F, rel=1e-10)
+
+
+def test_standardize_auto_where_the_columns_scales_spread(dna):
+    """standardize="auto" (the default) = True's model bit for bit where the active columns'
+    standard deviations span more than SCALE_SPREAD (dna's binary columns in units 10^-2 … 10^2),
+    = False's where they do not (dna as given: 1.5); sparse text (text-like rows, 2000 columns at
+    ~1 % density) keeps the penalty on the stored columns whatever standardize says."""
+    X, y = dna
+    units = 10.0 ** np.linspace(-2, 2, X.shape[1])
+    Xu = sp.csr_matrix(X @ sp.diags(units))
+    opts = {"max_iter": 15, "tol": 1e-12}
+    source = InMemoryStore(Xu, y, [0, 1, 2], chunk_rows=400)
+    auto_info: dict = {}
+    W_auto, _ = fit(source, info=auto_info, **opts)
+    W_true, _ = fit(source, standardize=True, **opts)
+    assert auto_info["standardized"]
+    np.testing.assert_array_equal(W_auto, W_true)
+    given = InMemoryStore(X, y, [0, 1, 2], chunk_rows=400)
+    given_info: dict = {}
+    W_auto, _ = fit(given, info=given_info, **opts)
+    W_false, _ = fit(given, standardize=False, **opts)
+    assert not given_info["standardized"]
+    np.testing.assert_array_equal(W_auto, W_false)
+    T, yt = text_like()
+    text = InMemoryStore(T, yt, [0, 1, 2, 3], chunk_rows=300)
+    text_info: dict = {}
+    W_true, _ = fit(text, info=text_info, standardize=True, **opts)
+    W_false, _ = fit(text, standardize=False, **opts)
+    assert not text_info["standardized"]
+    np.testing.assert_array_equal(W_true, W_false)
+
+
+def test_standardized_chunks_are_independent_of_workers_and_resume_bitwise(dna, tmp_path):
+    """With standardized columns (dna in units 10^-2 … 10^2, standardize auto): chunks mode on 1
+    and 2 workers gives the same model bit for bit (s from the column statistics pass's fixed
+    reduction tree), and runs paused after 5 steps resume to the uninterrupted model bit for bit
+    in the memory and chunks modes and FISTA (s is checkpointed state)."""
+    X, y = dna
+    Xu = X @ sp.diags(10.0 ** np.linspace(-2, 2, X.shape[1]))
+    store = write_store(tmp_path / "s", Xu, y, ["1", "2", "3"], chunk_rows=128)
+    params = {"mode": "chunks", "group_size": 60, "lam": 5e-2, "tol": 1e-12, "max_iter": 6, "fit_intercept": True}
+    info: dict = {}
+    W1, _ = fit(store, str(tmp_path / "run1"), info=info, **params)
+    assert info["standardized"]
+    with Engine(mode="local", n_workers=2) as engine:
+        W2, _ = fit(store, str(tmp_path / "run2"), engine=engine, **params)
+    np.testing.assert_array_equal(W1, W2)
+    for i, kw in enumerate([{"mode": "memory"}, {"mode": "chunks", "group_size": 50}, {"method": "fista"}]):
+        opts = dict(lam=5e-2, tol=1e-12, max_iter=12, fit_intercept=True, **kw)
+        W_full, log_full = fit(store, str(tmp_path / f"full{i}"), info=info, **opts)
+        assert info["standardized"]
+        run = str(tmp_path / f"cut{i}")
+        fit(store, run, stop_after=5, checkpoint_every=2, checkpoint_interval=0, **opts)
+        W_res, log_res = fit(store, run, resume=True, checkpoint_every=2, **opts)
+        np.testing.assert_array_equal(W_res, W_full)
+        assert log_res[-1]["objective"] == log_full[-1]["objective"]
+
+
+# -- the block curvature of one-vs-rest (curvature) ------------------------------------------------
+
+
+def labelled_rows(seed=1, n=300, d=200, m=60, per_row=12):
+    """Binary rows (bibtex-like: ~per_row non-zeros on Zipf-frequent columns) and m labels of
+    decreasing frequency from a random linear model (5.8 labels per row for the defaults)."""
+    rng = np.random.default_rng(seed)
+    freq = 1.0 / np.arange(1, d + 1) ** 0.7
+    rows = [np.unique(rng.choice(d, per_row, p=freq / freq.sum())) for _ in range(n)]
+    indices = np.concatenate(rows)
+    X = sp.csr_matrix((np.ones(len(indices)), indices, np.cumsum([0] + [len(r) for r in rows])), (n, d))
+    scores = X @ rng.normal(size=(d, m)) + rng.normal(size=(n, m)) - 2.0 - 6.0 * np.arange(m) / m
+    return X, sp.csr_matrix((scores > 0).astype(np.float32))
+
+
+def test_one_vs_rest_steps_take_each_labels_curvature_and_converge_where_the_max_did_not():
+    """Eq. (11) (one-vs-rest, the default loss on multilabel stores) is separable over labels, so
+    a block's generalized Hessian is diag(h_j1, …, h_jm); the paper's max_r h_jr·I shortens every
+    label's step to the most curved label's. On 60 labels of binary rows the default
+    (curvature "auto": diagonal here) meets its stopping rule in ≤ 150 outer iterations (128)
+    within 1e-3 of F*, where curvature="max" stops at max_iter = 200 unconverged (it needs 270).
+    F* from tight runs of both, which agree (the same objective, minimised two ways)."""
+    X, Y = labelled_rows()
+    source = InMemoryStore(X, Y, [str(i) for i in range(60)], chunk_rows=300)
+    opts = {"penalty": "group_elasticnet", "fit_intercept": True}
+    assert bcd.BCDParams().curvature == "auto"
+    info: dict = {}
+    _, default = fit(source, info=info, **opts)
+    assert info["converged"] and len(default) <= 150
+    _, old = fit(source, info=info, curvature="max", **opts)
+    assert not info["converged"] and len(old) == 200
+    _, tight = fit(source, tol=1e-8, max_iter=3000, **opts)
+    _, tight_max = fit(source, curvature="max", tol=1e-8, max_iter=3000, **opts)
+    f_star = min(tight[-1]["objective"], tight_max[-1]["objective"])
+    assert tight[-1]["objective"] == pytest.approx(tight_max[-1]["objective"], rel=1e-6)
+    assert 0 <= (default[-1]["objective"] - f_star) / f_star <= 1e-3
+    # multiclass eq. (2) couples a row's classes: "auto" keeps the paper's max there (bit for bit)
+    T, y = text_like()
+    text = InMemoryStore(T, y, [0, 1, 2, 3], chunk_rows=300)
+    W_auto, _ = fit(text, max_iter=10, **opts)
+    W_max, _ = fit(text, max_iter=10, curvature="max", **opts)
+    np.testing.assert_array_equal(W_auto, W_max)
