@@ -1,5 +1,6 @@
 """The `streamfit` command as a user runs it: every subcommand, errors that name the fix."""
 
+import contextlib
 import json
 import os
 import re
@@ -1134,6 +1135,54 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     assert "leaked" not in text and "resource_tracker" not in text and "Exception ignored" not in text, text
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["step"]) == ("stopped by SIGTERM", step)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(stores, tmp_path):
+    """Ctrl-C on a terminal sends SIGINT to the whole foreground process group: the driver and
+    the embedded cluster's worker processes. The driver alone reports it (one `stopped:` line,
+    status 130, the checkpoints kept) and closes the cluster; the workers ignore SIGINT (the
+    forkserver they are forked from sets it aside first: streamfit.worker_signals). Each worker
+    printed its own KeyboardInterrupt traceback (about 30 lines), and the driver warned that a
+    worker had left the cluster during a pass. The run never ends by itself (tol 0), so the
+    signal cannot come after its end; every wait is bounded."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "streamfit.cli", "train", stores / "train.zarr", "--solver", "fbpd"]
+    argv += ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0"]
+    argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err:  # in its own process group, as a job that a terminal started
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
+            assert proc.poll() is None, stderr.read_text()
+            assert time.monotonic() < deadline, "no step within 300 s"
+            time.sleep(0.02)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 4, children  # forkserver, resource tracker, 2 workers
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
+        assert proc.wait(timeout=120) == 130, stderr.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+    text = stderr.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text and "left the cluster" not in text, text
+    assert text.splitlines()[-1] == (
+        "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
+        "continues from the last one"
+    ), text
+    assert json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"] >= 0  # a checkpoint kept
 
 
 # the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads
