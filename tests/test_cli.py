@@ -852,6 +852,40 @@ def test_log_file_in_json_lines_holds_the_progress_lines_and_the_error(stores, t
     assert last["message"] in failed.output  # the same one line as on stderr
 
 
+def test_with_json_logs_every_line_on_stderr_is_json_the_error_line_too(stores, tmp_path):
+    """`streamfit --log-format json CMD 2> log` (a container's log collector reads stderr): every
+    line is one JSON object, the final `error:` line and inspect's `damaged:` lines too (they were
+    printed as plain text between the JSON lines), with or without --log-file; the file holds the
+    same error record. Text logs keep the plain lines."""
+    import subprocess
+    import sys
+
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(stores / "train.zarr", damaged)
+    chunk = damaged / "chunks" / "000001" / "data" / "c" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 1
+    chunk.write_bytes(bytes(data))
+    log = tmp_path / "job.log"
+    for args, status, message in (
+        (["inspect", tmp_path / "missing.zarr"], 2, "error: "),
+        (["inspect", damaged, "--verify"], 1, "damaged: "),
+        (["--log-file", log, "--log-format", "json", "evaluate", tmp_path / "no-run", damaged], 2, "error: "),
+    ):
+        argv = [sys.executable, "-m", "streamfit.cli", *([] if "--log-file" in args else ["--log-format", "json"])]
+        done = subprocess.run([str(a) for a in argv + args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == status, done.stderr
+        entries = [json.loads(line) for line in done.stderr.splitlines()]  # each line JSON
+        assert entries and entries[-1]["level"] == "ERROR" and entries[-1]["message"].startswith(message), entries
+    assert json.loads(log.read_text().splitlines()[-1])["message"] == entries[-1]["message"]
+    text = subprocess.run(
+        [sys.executable, "-m", "streamfit.cli", "inspect", str(tmp_path / "missing.zarr")],
+        capture_output=True,
+        text=True,
+    )
+    assert text.returncode == 2 and text.stderr.startswith("error: ") and len(text.stderr.splitlines()) == 1
+
+
 def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_command_needs_one():
     import subprocess
     import sys
