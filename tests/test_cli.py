@@ -1121,15 +1121,10 @@ def test_an_unconverged_fbpd_run_warns_on_the_command_line(stores, tmp_path, cap
     assert "fbpd: not converged after 2 steps" in caplog.text and "raise -p max_iter" in caplog.text
 
 
-@pytest.mark.slow
-def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
-    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
-    (streamfit.shutdown: the handler sets a flag, the driver stops before its next step): the
-    last step is checkpointed, exit status 143, one line that says how to continue, run.json
-    says so, the cluster shut down (no child process left: workers, nannies, forkserver,
-    resource tracker) and no warning of leaked semaphores. The run never ends by itself
-    (tol 0), so the signal cannot come after its end; every wait is bounded."""
-    import signal
+def _endless_train_on_two_workers(stores, tmp_path, **popen):
+    """`streamfit train` of fbpd that never ends by itself (tol 0) on a 2-worker embedded cluster,
+    started with `popen` and waited for until it has taken a step (every wait bounded): (the
+    process, its run directory, its stderr file, its child processes then)."""
     import subprocess
     import sys
     import time
@@ -1142,7 +1137,7 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
-        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, **popen)
     try:
         deadline = time.monotonic() + 300
         while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
@@ -1151,6 +1146,27 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
             time.sleep(0.02)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 4, children  # forkserver, resource tracker, 2 nannies (and their workers)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, run_dir, stderr, children
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
+    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
+    (streamfit.shutdown: the handler sets a flag, the driver stops before its next step): the
+    last step is checkpointed, exit status 143, one line that says how to continue, run.json
+    says so, the cluster shut down (no child process left: workers, nannies, forkserver,
+    resource tracker) and no warning of leaked semaphores. The run never ends by itself
+    (tol 0), so the signal cannot come after its end; every wait is bounded."""
+    import signal
+
+    import psutil
+
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path)
+    try:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM, stderr.read_text()
     finally:
@@ -1181,27 +1197,12 @@ def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(
     worker had left the cluster during a pass. The run never ends by itself (tol 0), so the
     signal cannot come after its end; every wait is bounded."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     import psutil
 
-    run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "streamfit.cli", "train", stores / "train.zarr", "--solver", "fbpd"]
-    argv += ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0"]
-    argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
-    stderr = tmp_path / "stderr.txt"
-    with open(stderr, "w") as err:  # in its own process group, as a job that a terminal started
-        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    # in its own process group, as a job that a terminal started
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, start_new_session=True)
     try:
-        deadline = time.monotonic() + 300
-        while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
-            assert proc.poll() is None, stderr.read_text()
-            assert time.monotonic() < deadline, "no step within 300 s"
-            time.sleep(0.02)
-        children = psutil.Process(proc.pid).children(recursive=True)
-        assert len(children) >= 4, children  # forkserver, resource tracker, 2 workers
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
         assert proc.wait(timeout=120) == 130, stderr.read_text()
     finally:
