@@ -160,6 +160,7 @@ _INTERRUPTED_LEAVES = {
     "ingest": "no store is left (nothing under --out looks complete); run it again",
     "predict": "no output is left; run it again",
     "evaluate": "evaluate writes nothing; run it again",
+    "compile": "the kernels compiled so far stay in numba's cache; run it again for the others",
 }
 
 
