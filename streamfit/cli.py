@@ -33,7 +33,7 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions
     from streamfit.jobs import format_metric
-    from streamfit.logs import ECHOED
+    from streamfit.logs import ECHOED, json_on_stderr
     from streamfit.options import Declared, declared, merge
 
 log = logging.getLogger("streamfit")
@@ -160,6 +160,7 @@ _INTERRUPTED_LEAVES = {
     "ingest": "no store is left (nothing under --out looks complete); run it again",
     "predict": "no output is left; run it again",
     "evaluate": "evaluate writes nothing; run it again",
+    "compile": "the kernels compiled so far stay in numba's cache; run it again for the others",
 }
 
 
@@ -191,7 +192,11 @@ def _without_overwrite(ctx, stop: BaseException | str) -> str:
 
 
 def _fail(line: str) -> None:
-    """The one line of a failed command: on stderr, and in the log file (--log-file) as well."""
+    """The one line of a failed command: on stderr, and in the log file (--log-file) as well;
+    with `--log-format json`, on stderr as a JSON record as every other line there."""
+    if json_on_stderr():
+        log.error(line)
+        return
     click.echo(line, err=True)
     log.error(line, extra={ECHOED: True})
 
@@ -704,7 +709,10 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
             click.echo(f"{key:>14}: {val}")
     if problems:
         for p in problems:
-            click.echo(f"damaged: {p}", err=True)
+            if json_on_stderr():  # every line on stderr a JSON record
+                log.error(f"damaged: {p}")
+            else:
+                click.echo(f"damaged: {p}", err=True)
         sys.exit(1)
 
 

@@ -404,8 +404,46 @@ def _validate(cls: type[BaseModel], data: dict, path: str) -> BaseModel:
         raise ConfigError(f"{path}: " + "; ".join(problems)) from None
 
 
+# The command-line flags that a pipeline section spells otherwise, written as a key of the
+# section: (the flag, how the section writes it). The closest key was guessed for them, which
+# misled (`hash_seed` "did you mean seed?", the split's seed).
+_INGEST_FLAG_KEYS = {
+    "no_header": ("--no-header", "source_options: {header: false}"),
+    "hash_seed": ("--hash-seed", "hashing: {seed: …}"),
+    "ngram_max": ("--ngram-max N", "hashing: {ngram_range: [1, N]}"),
+    "value": ("--value", "hashing: {value: …}"),
+    "min_token_length": ("--min-token-length", "hashing: {min_token_length: …}"),
+    "no_lowercase": ("--no-lowercase", "hashing: {lowercase: false}"),
+    "no_alternate_sign": ("--no-alternate-sign", "hashing: {alternate_sign: false}"),
+    "no_idf": ("--no-idf", "idf: false"),
+    "no_l2_normalize": ("--no-l2-normalize", "l2_normalize: false"),
+}
+_TRAIN_FLAG_KEYS = {"p": ("-p KEY=VALUE", "params: {KEY: VALUE}"), "param": ("-p KEY=VALUE", "params: {KEY: VALUE}")}
+
+
+def _flag_key(known: list[str], key: str) -> str | None:
+    """Where a section (its keys `known`) takes the setting of the command-line flag that `key`
+    spells, or None when `key` is no such flag's."""
+    if "hashing" in known and key in _INGEST_FLAG_KEYS:  # the ingest section
+        flag, written = _INGEST_FLAG_KEYS[key]
+        return f"unknown key here; {flag} is written {written}"
+    if "source_options" in known and key in _INGEST_FLAG_KEYS:  # ingest_test: the training store's settings
+        flag, written = _INGEST_FLAG_KEYS[key]
+        if written.startswith("source_options"):
+            return f"unknown key here; {flag} is written {written}"
+        return (
+            "unknown key here; ingest_test reads its inputs as the ingest section's store was written "
+            f"(hashing, IDF, normalization): set {flag} there, as {written}"
+        )
+    if "params" in known and key in _TRAIN_FLAG_KEYS:
+        flag, written = _TRAIN_FLAG_KEYS[key]
+        return f"unknown key here; {flag} is written {written}"
+    return None
+
+
 def _unknown_key(cls: type[BaseModel], loc: tuple) -> str:
-    """'unknown key (did you mean X?); known here: ...' for the unknown key at `loc` in `cls`."""
+    """'unknown key (did you mean X?); known here: ...' for the unknown key at `loc` in `cls`; for
+    a command-line flag or a format option written as a key, where it goes instead."""
     section: Any = cls
     for part in loc[:-1]:  # the sections down to the one holding the key
         fields = getattr(section, "model_fields", None)
@@ -417,11 +455,16 @@ def _unknown_key(cls: type[BaseModel], loc: tuple) -> str:
         if section is None:
             return "unknown key"
     known = list(section.model_fields)
-    if "source_options" in known:  # a format option written beside the section's own keys
+    flag = _flag_key(known, str(loc[-1]))
+    if flag:
+        return flag
+    # a format option written beside the section's own keys (predict's section names them `options`)
+    options = next((name for name in ("source_options", "options") if name in known), None)
+    if options:
         from streamfit.ingest.sources import format_option_names
 
         if str(loc[-1]) in format_option_names():
-            return f"unknown key here; it is a format option: put it under source_options ({{{loc[-1]}: …}})"
+            return f"unknown key here; it is a format option: put it under {options} ({{{loc[-1]}: …}})"
     close = difflib.get_close_matches(str(loc[-1]), known, n=1)
     return "unknown key" + (f" (did you mean {close[0]}?)" if close else "") + f"; known here: {', '.join(known)}"
 

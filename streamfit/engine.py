@@ -114,6 +114,7 @@ WORKER_PRELOAD = (
     "streamfit.store",
     "streamfit.store.zarr_backend",
     "streamfit.numba_target",
+    "streamfit.worker_signals",  # the workers ignore SIGINT: a terminal's Ctrl-C is the driver's to report
 )
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at

@@ -152,6 +152,21 @@ def _assert_all_finite(values: np.ndarray, input_name: str) -> None:
         raise ValueError(f"Input {input_name} contains infinity or a value too large for {values.dtype!r}.")
 
 
+def _check_squares(values: np.ndarray) -> None:
+    """A ValueError when the sum of the squares of `values` (X's dense array or CSR data)
+    overflows float64. A linear solver sums squared values (row and column norms, Gram matrices),
+    which then hold inf: bcd and ppdsparse fitted W = 0 without a word. Every partial sum of these
+    non-negative terms is at most the total, so one finite total clears them all."""
+    flat = values.reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = float(np.dot(flat, flat))
+    if not np.isfinite(total):
+        raise ValueError(
+            "X: the sum of its squared values overflows float64 (values of magnitude about 1e150 or more); "
+            "scale X down (e.g. with scikit-learn's MaxAbsScaler or StandardScaler) and fit again"
+        )
+
+
 def _reject_complex(values, input_name: str) -> None:
     if getattr(values, "dtype", None) is not None and values.dtype.kind == "c":
         raise ValueError(f"Complex data not supported (input {input_name} has dtype {values.dtype})")
@@ -261,6 +276,9 @@ class _SolverEstimator(_ParamsMixin):
 
     _solver: ClassVar[type[Solver[Any]]]  # set by each subclass
     _renamed: dict[str, _Renamed] = {}  # solver parameter -> the estimator's name for it
+    # fit refuses X whose squared values sum beyond float64 (_check_squares): a linear solver's
+    # norms and Gram matrices; multiboost's stumps only compare values
+    _sums_squares: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -424,6 +442,8 @@ class _SolverEstimator(_ParamsMixin):
         params = self._solver_params()  # a ValueError naming each bad parameter
         X = self._check_X(X, reset=True)
         names, labels, y_dtype = self._check_y(y, X.shape[0])
+        if self._sums_squares:
+            _check_squares(X.data if sp.issparse(X) else X)
         self._set_targets(names, y)
         source = InMemoryStore(X, labels, names, chunk_rows=self.chunk_rows)
         log = MetricsLog(None)
@@ -925,6 +945,8 @@ class MultiBoostClassifier(_SolverClassifier):
     kkt, learners; with early stopping heldout_loss, heldout_error), n_features_in_, n_iter_.
     There is no coef_: the model is not linear.
     """
+
+    _sums_squares = False  # stumps compare values: any finite X
 
     _solver = MultiBoostSolver
 

@@ -4,9 +4,11 @@ evaluate's results are also written to RUN_DIR/evaluation.json ({"store", "metri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from streamfit import storage
@@ -16,6 +18,29 @@ from streamfit.ingest.pipeline import IngestOptions, IngestReport, ingest
 from streamfit.model import Model
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _flags_as_section_keys(section: str, key: str) -> Iterator[None]:
+    """A StreamfitError raised by a section whose fix names a format option's command-line flag
+    (`set --text-field`, `--label-field`, `--id-field`, ...) gains where a pipeline writes it:
+    under the section's `key` (source_options, or predict's options). The error is raised as it
+    is written for the command line; a pipeline has no such flags."""
+    from streamfit.ingest.sources import format_option_names
+
+    try:
+        yield
+    except StreamfitError as e:
+        options = format_option_names()
+        flags = [f for f in dict.fromkeys(re.findall(r"--([a-z][a-z-]*)", str(e))) if f.replace("-", "_") in options]
+        if not flags:
+            raise
+        written = ", ".join(f"{f.replace('-', '_')}: …" for f in flags)
+        flag_list = ", ".join(f"--{f}" for f in flags)
+        verb = "is" if len(flags) == 1 else "are"
+        raise StreamfitError(
+            f"{e} (in a pipeline: {flag_list} {verb} the {section} section's {key}: {{{written}}})"
+        ) from e
 
 
 @dataclass
@@ -108,7 +133,7 @@ def run_pipeline(
 
         scoring = config.predict
         model = load_model(scoring.run_dir)
-        with scoring.predict_options.engine() as engine:
+        with _flags_as_section_keys("predict", "options"), scoring.predict_options.engine() as engine:
             result.predictions = predict_to_file(
                 model,
                 scoring.source,
@@ -171,7 +196,8 @@ def _ingest_sections(
                 build_csc(section.out, section.csc_block_features, progress=steps_progress)
                 say(f"ingest: CSC copy of {section.out} built")
         else:
-            result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=steps_progress))
+            with _flags_as_section_keys("ingest", "source_options"):
+                result.ingest = ingest(ingest_options(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest: {result.ingest.summary()}")
     if config.ingest_test:
         section = config.ingest_test
@@ -179,7 +205,8 @@ def _ingest_sections(
             _refuse_other_ingest(section.out, section, "ingest_test")
             say(f"ingest_test: {section.out} exists, kept (--resume)")
         else:
-            result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
+            with _flags_as_section_keys("ingest_test", "source_options"):
+                result.ingest_test = ingest(replace(section, overwrite=overwrite, progress=steps_progress))
             say(f"ingest_test: {result.ingest_test.summary()}")
 
 

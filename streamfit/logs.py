@@ -17,6 +17,9 @@ ECHOED = "echoed"
 # the "distributed" logger's level from Dask's config (INFO), over a level set before that import,
 # so the engine applies this one after it, in its process and on the cluster's workers.
 _quiet_dask_level: int | None = None
+# whether configure gave stderr a JSON handler (`--log-format json`): then the lines a command
+# prints on stderr itself (its final `error:` line, inspect's `damaged:`) go through it as records
+_json_stderr = False
 
 
 def set_dask_level(level: int | None) -> None:
@@ -80,9 +83,17 @@ def configure(level: int, *, log_file: str | None = None, fmt: LogFormat = "text
         if log_file:
             stderr.setLevel(logging.WARNING)
         root.addHandler(stderr)
+        global _json_stderr
+        _json_stderr = fmt == "json"
     if not log_file:
         return None
     handler = logging.FileHandler(log_file, encoding="utf-8")
     handler.setFormatter(formatter)
     root.addHandler(handler)
     return handler
+
+
+def json_on_stderr() -> bool:
+    """Whether stderr carries JSON lines (configure with `fmt="json"` installed its handler): a
+    line for stderr is then logged, not printed, so that every line there is one JSON object."""
+    return _json_stderr

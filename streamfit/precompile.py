@@ -86,13 +86,29 @@ def compile_targets(targets: list[str], jobs: int) -> list[tuple[str, float]]:
     ctx = multiprocessing.get_context("spawn")
     order = [t for t in TARGETS if t in targets]
     done = []
-    with concurrent.futures.ProcessPoolExecutor(
-        max_workers=max(1, min(jobs, len(order))), mp_context=ctx, initializer=serialize_cache_writes
-    ) as pool:
-        futures = {pool.submit(_warm_up, target): target for target in order}
-        for future in concurrent.futures.as_completed(futures):
-            done.append((futures[future], future.result()))
+    with (
+        tempfile.TemporaryDirectory(prefix="streamfit-compile-") as work,  # the jobs' files: gone with a kill too
+        concurrent.futures.ProcessPoolExecutor(
+            max_workers=max(1, min(jobs, len(order))), mp_context=ctx, initializer=_pool_process_start
+        ) as pool,
+    ):
+        try:
+            futures = {pool.submit(_warm_up, target, work): target for target in order}
+            for future in concurrent.futures.as_completed(futures):
+                done.append((futures[future], future.result()))
+        except KeyboardInterrupt:  # the pool's processes ignore it: they end with this one, at once
+            for child in multiprocessing.active_children():
+                child.kill()  # numba writes a cache file under a temporary name, then renames it
+            raise
     return done
+
+
+def _pool_process_start() -> None:
+    """A process of compile_targets' pool: a terminal's Ctrl-C, which reaches the whole process
+    group, is the parent's to report (each process's own commands printed a `stopped:` line
+    that spoke of a store); its numba cache writes serialized."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    serialize_cache_writes()
 
 
 CACHE_LOCK_FILE = "streamfit-cache.lock"  # in each folder numba writes cache entries to
@@ -129,11 +145,12 @@ def serialize_cache_writes() -> bool:
     return True
 
 
-def _warm_up(target: str) -> float:
-    """One target's tiny jobs in this process (see the module docstring); returns its seconds."""
+def _warm_up(target: str, folder: str | None = None) -> float:
+    """One target's tiny jobs in this process (see the module docstring), their files under
+    `folder` (default: the system's temporary folder); returns its seconds."""
     started = time.perf_counter()
     with (
-        tempfile.TemporaryDirectory(prefix=f"streamfit-compile-{target}-") as tmp,
+        tempfile.TemporaryDirectory(prefix=f"streamfit-compile-{target}-", dir=folder) as tmp,
         open(os.devnull, "w") as quiet,
         contextlib.redirect_stdout(quiet),  # the commands' results
         warnings.catch_warnings(),  # the estimators' ConvergenceWarning of the small budgets

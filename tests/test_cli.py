@@ -1,5 +1,6 @@
 """The `streamfit` command as a user runs it: every subcommand, errors that name the fix."""
 
+import contextlib
 import json
 import os
 import re
@@ -851,6 +852,40 @@ def test_log_file_in_json_lines_holds_the_progress_lines_and_the_error(stores, t
     assert last["message"] in failed.output  # the same one line as on stderr
 
 
+def test_with_json_logs_every_line_on_stderr_is_json_the_error_line_too(stores, tmp_path):
+    """`streamfit --log-format json CMD 2> log` (a container's log collector reads stderr): every
+    line is one JSON object, the final `error:` line and inspect's `damaged:` lines too (they were
+    printed as plain text between the JSON lines), with or without --log-file; the file holds the
+    same error record. Text logs keep the plain lines."""
+    import subprocess
+    import sys
+
+    damaged = tmp_path / "damaged.zarr"
+    shutil.copytree(stores / "train.zarr", damaged)
+    chunk = damaged / "chunks" / "000001" / "data" / "c" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 1
+    chunk.write_bytes(bytes(data))
+    log = tmp_path / "job.log"
+    for args, status, message in (
+        (["inspect", tmp_path / "missing.zarr"], 2, "error: "),
+        (["inspect", damaged, "--verify"], 1, "damaged: "),
+        (["--log-file", log, "--log-format", "json", "evaluate", tmp_path / "no-run", damaged], 2, "error: "),
+    ):
+        argv = [sys.executable, "-m", "streamfit.cli", *([] if "--log-file" in args else ["--log-format", "json"])]
+        done = subprocess.run([str(a) for a in argv + args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == status, done.stderr
+        entries = [json.loads(line) for line in done.stderr.splitlines()]  # each line JSON
+        assert entries and entries[-1]["level"] == "ERROR" and entries[-1]["message"].startswith(message), entries
+    assert json.loads(log.read_text().splitlines()[-1])["message"] == entries[-1]["message"]
+    text = subprocess.run(
+        [sys.executable, "-m", "streamfit.cli", "inspect", str(tmp_path / "missing.zarr")],
+        capture_output=True,
+        text=True,
+    )
+    assert text.returncode == 2 and text.stderr.startswith("error: ") and len(text.stderr.splitlines()) == 1
+
+
 def test_the_cli_imports_no_cluster_store_backend_numba_or_solver_until_a_command_needs_one():
     import subprocess
     import sys
@@ -1086,15 +1121,10 @@ def test_an_unconverged_fbpd_run_warns_on_the_command_line(stores, tmp_path, cap
     assert "fbpd: not converged after 2 steps" in caplog.text and "raise -p max_iter" in caplog.text
 
 
-@pytest.mark.slow
-def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
-    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
-    (streamfit.shutdown: the handler sets a flag, the driver stops before its next step): the
-    last step is checkpointed, exit status 143, one line that says how to continue, run.json
-    says so, the cluster shut down (no child process left: workers, nannies, forkserver,
-    resource tracker) and no warning of leaked semaphores. The run never ends by itself
-    (tol 0), so the signal cannot come after its end; every wait is bounded."""
-    import signal
+def _endless_train_on_two_workers(stores, tmp_path, **popen):
+    """`streamfit train` of fbpd that never ends by itself (tol 0) on a 2-worker embedded cluster,
+    started with `popen` and waited for until it has taken a step (every wait bounded): (the
+    process, its run directory, its stderr file, its child processes then)."""
     import subprocess
     import sys
     import time
@@ -1107,7 +1137,7 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     argv += ["--n-workers", "2", "--dashboard-address", "127.0.0.1:0", "--out", run_dir]
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
-        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=err, **popen)
     try:
         deadline = time.monotonic() + 300
         while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text().strip():
@@ -1116,6 +1146,27 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
             time.sleep(0.02)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert len(children) >= 4, children  # forkserver, resource tracker, 2 nannies (and their workers)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, run_dir, stderr, children
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
+    """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
+    (streamfit.shutdown: the handler sets a flag, the driver stops before its next step): the
+    last step is checkpointed, exit status 143, one line that says how to continue, run.json
+    says so, the cluster shut down (no child process left: workers, nannies, forkserver,
+    resource tracker) and no warning of leaked semaphores. The run never ends by itself
+    (tol 0), so the signal cannot come after its end; every wait is bounded."""
+    import signal
+
+    import psutil
+
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path)
+    try:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=120) == 128 + signal.SIGTERM, stderr.read_text()
     finally:
@@ -1134,6 +1185,39 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
     assert "leaked" not in text and "resource_tracker" not in text and "Exception ignored" not in text, text
     record = json.loads((run_dir / "run.json").read_text())
     assert (record["status"], record["step"]) == ("stopped by SIGTERM", step)
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(stores, tmp_path):
+    """Ctrl-C on a terminal sends SIGINT to the whole foreground process group: the driver and
+    the embedded cluster's worker processes. The driver alone reports it (one `stopped:` line,
+    status 130, the checkpoints kept) and closes the cluster; the workers ignore SIGINT (the
+    forkserver they are forked from sets it aside first: streamfit.worker_signals). Each worker
+    printed its own KeyboardInterrupt traceback (about 30 lines), and the driver warned that a
+    worker had left the cluster during a pass. The run never ends by itself (tol 0), so the
+    signal cannot come after its end; every wait is bounded."""
+    import signal
+
+    import psutil
+
+    # in its own process group, as a job that a terminal started
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, start_new_session=True)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
+        assert proc.wait(timeout=120) == 130, stderr.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+    text = stderr.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text and "left the cluster" not in text, text
+    assert text.splitlines()[-1] == (
+        "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
+        "continues from the last one"
+    ), text
+    assert json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"] >= 0  # a checkpoint kept
 
 
 # the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads

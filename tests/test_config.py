@@ -214,6 +214,53 @@ def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path
             assert part in str(e.value)
 
 
+def test_a_command_line_flag_written_as_a_pipeline_key_is_told_where_it_goes(tmp_path):
+    """The ingest, train and predict flags that a pipeline spells otherwise (`--no-header`,
+    `--hash-seed`, `--ngram-max`, `--no-idf`, `-p`, predict's `--id-field`), written as section
+    keys, get one line each naming where the setting goes. Before session 25 the closest key was
+    guessed: `no_header` "did you mean no_hash?", `hash_seed` "did you mean seed?" (the split's
+    seed, not the hashing's), and the hashing flags, `-p` and predict's format options were only
+    "unknown key" and the section's keys."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(
+        "ingest: {inputs: [d.tsv], out: s, no_header: true, hash_seed: 3, ngram_max: 2, value: count, "
+        "min_token_length: 1, no_lowercase: true, no_alternate_sign: true, no_idf: true, no_l2_normalize: true}\n"
+        "ingest_test: {inputs: [t.tsv], out: t, no_header: true}\n"
+        "train: {solver: bcd, out: r, p: {max_iter: 3}}\n"
+        "predict: {source: n.jsonl, id_field: id, text_field: body}\n"
+    )
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(str(pipeline))
+    text = str(e.value)
+    assert "\n" not in text and "did you mean" not in text, text
+    for part in (
+        "key 'ingest.no_header': unknown key here; --no-header is written source_options: {header: false}",
+        "key 'ingest.hash_seed': unknown key here; --hash-seed is written hashing: {seed: …}",
+        "key 'ingest.ngram_max': unknown key here; --ngram-max N is written hashing: {ngram_range: [1, N]}",
+        "key 'ingest.value': unknown key here; --value is written hashing: {value: …}",
+        "key 'ingest.min_token_length': unknown key here; --min-token-length is written hashing: {min_token_length: …}",
+        "key 'ingest.no_lowercase': unknown key here; --no-lowercase is written hashing: {lowercase: false}",
+        "key 'ingest.no_alternate_sign': unknown key here; --no-alternate-sign is written hashing: "
+        "{alternate_sign: false}",
+        "key 'ingest.no_idf': unknown key here; --no-idf is written idf: false",
+        "key 'ingest.no_l2_normalize': unknown key here; --no-l2-normalize is written l2_normalize: false",
+        "key 'ingest_test.no_header': unknown key here; --no-header is written source_options: {header: false}",
+        "key 'train.p': unknown key here; -p KEY=VALUE is written params: {KEY: VALUE}",
+        "key 'predict.id_field': unknown key here; it is a format option: put it under options ({id_field: …})",
+        "key 'predict.text_field': unknown key here; it is a format option: put it under options ({text_field: …})",
+    ):
+        assert part in text, (part, text)
+    # the settings that ingest_test takes from the training store: said so, not "unknown key"
+    pipeline.write_text("ingest: {inputs: [d.tsv], out: s}\ningest_test: {inputs: [t.tsv], out: t, no_idf: true}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"key 'ingest_test.no_idf': unknown key here; ingest_test reads its "
+        r"inputs as the ingest section's store was written \(hashing, IDF, normalization\): set "
+        r"--no-idf there, as idf: false",
+    ):
+        load_pipeline(str(pipeline))
+
+
 def test_the_walkthrough_pipeline_loads_with_its_predict_section():
     cfg = load_pipeline(os.path.join(os.path.dirname(CONFIGS), "pipelines", "walkthrough.yaml"))
     data = os.path.join(os.path.dirname(CONFIGS), "tests", "data", "walkthrough")

@@ -134,6 +134,43 @@ def test_predict_section_evaluation_file_and_environment_variables(tmp_path, dig
     assert (run_dir / "predictions.csv").read_text() == (tmp_path / "direct.csv").read_text()
 
 
+def test_a_sections_error_that_names_a_format_flag_says_where_the_pipeline_writes_it(tmp_path):
+    """A predict section scoring JSONL with a model trained on a headerless TSV (text in column
+    1): the error's fix names `--text-field`, a flag a pipeline has not; it now adds the section's
+    key (predict's `options`, ingest's `source_options`). Before session 25 the line said only
+    "set --text-field"."""
+    import gzip
+    import json
+
+    rows = [("pos", "good fine great nice"), ("neg", "bad awful poor sad")] * 20
+    with gzip.open(tmp_path / "train.tsv.gz", "wt") as f:
+        f.writelines(f"{label}\t{text}\n" for label, text in rows)
+    (tmp_path / "new.jsonl").write_text(
+        "".join(json.dumps({"id": i, "body": t}) + "\n" for i, (_, t) in enumerate(rows))
+    )
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: [train.tsv.gz], out: train.zarr, source_options: {header: false, label_field: '0', "
+        "text_field: '1'}}\n"
+        "train: {solver: bcd, out: run, params: {max_iter: 2}, n_workers: 0}\n"
+        "predict: {source: new.jsonl}\n"
+    )
+    with pytest.raises(StreamfitError) as e:
+        run_pipeline(load_pipeline(str(path)))
+    assert "no field '1' (set --text-field" in str(e.value)
+    assert str(e.value).endswith("(in a pipeline: --text-field is the predict section's options: {text_field: …})")
+    path.write_text(
+        path.read_text().replace(
+            "predict: {source: new.jsonl}", "predict: {source: new.jsonl, options: {text_field: body, id_field: id}}"
+        )
+    )
+    assert run_pipeline(load_pipeline(str(path)), resume=True).predictions == len(rows)
+    # an ingest section's: its source_options
+    path.write_text("ingest: {inputs: [train.tsv.gz], out: t2.zarr, source_options: {header: false, text_field: x}}\n")
+    with pytest.raises(StreamfitError, match=r"\(in a pipeline: --text-field.* the ingest section's source_options: "):
+        run_pipeline(load_pipeline(str(path)))
+
+
 def _cluster_pipeline(tmp_path, digits, engine: str):
     """A pipeline of the digits whose ingest, evaluate and predict sections name their engine
     (`engine`: YAML keys, e.g. "n_workers: 0"), the predictions written as parts."""

@@ -92,6 +92,40 @@ def test_compile_then_a_fresh_fit_compiles_nothing(tmp_path):
     assert "first use after installation" not in fit.stderr
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_compile_with_one_line_and_no_folder_left(tmp_path):
+    """Ctrl-C (SIGINT to the process group) while `streamfit compile` runs its pool: status 130
+    and one line (the pool's processes ignore SIGINT and are ended by the parent; each ran
+    streamfit commands that printed their own `stopped:` line about a store), and none of the
+    warm-up jobs' folders is left in the temporary folder."""
+    import signal
+
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), TMPDIR=str(work))
+    argv = [sys.executable, "-m", "streamfit.cli", "compile", "--solver", "bcd", "--jobs", "2"]
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(work.glob("**/streamfit-compile-bcd-*")):  # the pool's jobs under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == 130, err
+    assert err == (
+        "stopped: interrupted (Ctrl-C); the kernels compiled so far stay in numba's cache; run it again for the others\n"
+    )
+    assert list(work.iterdir()) == []
+
+
 def test_a_compiling_fit_says_so_once(caplog):
     def add_one(x):
         return x + 1
