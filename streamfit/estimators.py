@@ -823,7 +823,9 @@ class PPDSparseClassifier(_SolverClassifier):
     at which w_k = 0 and r_k chosen on a held-out share `held_out` of the rows (ppdsparse.choose_ratios);
     lam=None by lam_ratio·λmax_k. lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
     With lam not a number, rows of mean norm s outside [1/16, 16] are solved divided by a power of two c
-    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. Multilabel:
+    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. On dense data of at
+    most 1000 columns whose standard deviations s_j span more than 100x (standardize="auto"), the weights are
+    lam·s_j|w_j| and (tau/2)·s_j²w_j² (the fit on the standardized columns, in the stored units). Multilabel:
     predict sets the labels scored above the margin of the best training micro-F1 (fit_threshold;
     model_.decision_threshold), and decision_function is the scores less it.
 
