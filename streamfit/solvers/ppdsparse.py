@@ -152,6 +152,7 @@ AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best he
 HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
 SCALE_FREE_NORM = 16.0  # lam not a number: rows of mean norm in [1/this, this] are solved as they are (data_scale)
 MARGIN_GRID = np.arange(-99, 100) / 100  # fit_threshold: the multilabel thresholds tried on the training margins
+WIDE_PROBE = 2**13  # column_sums: a chunk whose first this many values hold > 1000 columns is wide
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
@@ -863,6 +864,9 @@ WIDE = ColumnSums(None, np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 
 def column_sums(X: sp.csr_matrix) -> ColumnSums:
     """ColumnSums of the rows X (CSR), each column's values added in row-major order."""
+    probe = X.indices[:WIDE_PROBE][X.data[:WIDE_PROBE] != 0]
+    if np.unique(probe).size > AUTO_RFF_MAX_INPUTS:
+        return WIDE  # text: told by its first values, without sorting all of them
     if not X.has_canonical_format:
         X = X.tocsr(copy=True)
         X.sum_duplicates()
