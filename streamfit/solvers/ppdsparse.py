@@ -27,7 +27,8 @@ columns as users bring them (pendigits 0..100, pixels 0..255) are not a nearly h
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
-hinge, whose loss has no ½ there).
+hinge, whose loss has no ½ there), on the columns as given (standardize=False where "auto"
+standardizes, below).
 
 Standardized columns (`standardize`, session 25). The ℓ1 and ℓ2 weights of (9) are not invariant
 to a column's units: a column in small units needs large weights, which they penalise more. On
