@@ -841,9 +841,12 @@ class PPDSparseClassifier(_SolverClassifier):
     2√(p_k(1 − p_k)) of its ±1 labels, L the mean labels per row (ppdsparse.scaled_lams);
     a number weighs every class by it; lam="auto" (squared hinge) weighs class k by r_k·λmax_k, λmax_k the smallest lam
     at which w_k = 0 and r_k chosen on a held-out share `held_out` of the rows (ppdsparse.choose_ratios);
-    lam=None by lam_ratio·λmax_k. lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge.
+    lam=None by lam_ratio·λmax_k. lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge
+    (with standardize=False where the columns are standardized, below).
     With lam not a number, rows of mean norm s outside [1/16, 16] are solved divided by a power of two c
-    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. Multilabel:
+    (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. On dense data of at
+    most 1000 columns whose standard deviations s_j span more than 100x (standardize="auto"), the weights are
+    lam·s_j|w_j| and (tau/2)·s_j²w_j² (the fit on the standardized columns, in the stored units). Multilabel:
     predict sets the labels scored above the margin of the best training micro-F1 (fit_threshold;
     model_.decision_threshold), and decision_function is the scores less it.
 

@@ -27,7 +27,29 @@ columns as users bring them (pendigits 0..100, pixels 0..255) are not a nearly h
 Multiplying by n gives the paper's form (9) with λ = n·lam and ℓ2 weight τ = n·tau (§5.2);
 the paper's defaults λ = 0.01, τ = 1 are lam = 0.01/n, tau = 1/n. scikit-learn's
 LinearSVC(C, intercept_scaling=1) is lam = 0 with tau = 1/(C n) (hinge) or 1/(2 C n) (squared
-hinge, whose loss has no ½ there).
+hinge, whose loss has no ½ there), on the columns as given (standardize=False where "auto"
+standardizes, below).
+
+Standardized columns (`standardize`, session 25). The ℓ1 and ℓ2 weights of (9) are not invariant
+to a column's units: a column in small units needs large weights, which they penalise more. On
+dense low-dimensional data (at most 1000 columns hold a non-zero, on average at least 10 % of
+their rows: stagewise's test; standardized_columns) whose columns' standard deviations s_j over
+the n training rows span more than SCALE_SPREAD = 100× (standardize="auto"; True: wherever the
+data qualify; False: never) each class solves (9) on the columns z_j = x_j/s_j, and weight j of
+the stored column is u_j/s_j. Written back in the stored units that is the per-column weighted
+elastic net
+
+    F_k(w) = lam Σ_j s_j |w_j| + (tau/2) (Σ_j s_j² w_j² + b²) + (1/n) Σ_i ℓ(y_ik (⟨w, x_i⟩ + b)),
+
+the same fit in any units (the model stays linear on X as stored: predict and the saved model
+are unchanged in form). Nothing is centred: z keeps x's zeros (one-hot columns stay sparse),
+and the bias, penalised by tau alone (1e-4 by default), absorbs the columns' means. lam "scale"
+(the mean row norm), None and auto (λmax_k) are computed on z, and data_scale then divides z by
+its power of two c as any rows; the logged objective, G(α) and lam_k are those of z. s comes
+from init's pass over the rows (which counts the classes' positives: Σx_j and Σx_j² beside them;
+column_scales, 1 for a constant column), and is state (PPDSparseState.column_scale): a resume
+and any worker count use the same s. Sparse or wide data (text, hashed features) keep (9) on the
+columns as given, bit for bit. docs/benchmarks.md, "ppdsparse on columns in other units".
 
 Each class is solved in the dual (10) by Algorithm 1 (greedy active set: the active set starts
 at the class's positives; each iteration computes ∇G(α) = Σ_j w_j X̂_{:,j} (14) by a CSC walk
@@ -97,7 +119,16 @@ from streamfit.errors import ConfigError
 from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import LinearModel, register_model
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
-from streamfit.solvers.base import Context, Solver, SolverParams, SolverState, register_solver
+from streamfit.solvers.base import (
+    SCALE_SPREAD,
+    Context,
+    Solver,
+    SolverParams,
+    SolverState,
+    column_scales,
+    register_solver,
+    scale_spread,
+)
 from streamfit.solvers.ppdsparse_kernels import (
     Data,
     class_objective,
@@ -121,6 +152,9 @@ AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best he
 HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
 SCALE_FREE_NORM = 16.0  # lam not a number: rows of mean norm in [1/this, this] are solved as they are (data_scale)
 MARGIN_GRID = np.arange(-99, 100) / 100  # fit_threshold: the multilabel thresholds tried on the training margins
+DENSE_MAX_COLUMNS = 1000  # standardize: at most this many columns hold a non-zero (stagewise's AUTO_RFF_MAX_INPUTS)
+DENSE_MIN_DENSITY = 0.1  # standardize: and they are this share non-zero on average (stagewise's AUTO_RFF_MIN_DENSITY)
+WIDE_PROBE = 2**13  # column_sums: a chunk whose first this many values hold > 1000 columns is wide
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
 
@@ -218,6 +252,14 @@ class PPDSparseParams(SolverParams):
         "the best micro-F1 of the rule score > t on the training rows (one pass after the last class); "
         "False = 0 (LinearSVC's)",
     )
+    standardize: bool | Literal["auto"] = Field(
+        "auto",
+        description="dense data of at most 1000 columns (>= 10% non-zero): the l1 and l2 weights on the columns "
+        "scaled by their standard deviations s_j, i.e. lam·s_j|w_j| + (tau/2)·s_j²w_j² on the stored columns (the "
+        "fit is the same in any units; the model stays in the stored units); auto: where the s_j span more than "
+        "100x (columns in different units), true: always there, false: the columns as given (sparse or wide data: "
+        "always as given)",
+    )
     primal_ratio: float = Field(
         8.0,
         ge=0,
@@ -262,16 +304,26 @@ def data_scale(mean_norm: float) -> float:
     return float(2.0 ** np.floor(np.log2(mean_norm * SCALE_FREE_NORM)))
 
 
-def build_data(source: ChunkSource, by_magnitude: bool = False, rescale: bool = False) -> Data:
+def build_data(
+    source: ChunkSource,
+    by_magnitude: bool = False,
+    rescale: bool = False,
+    columns: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Data:
     """Read every chunk of `source` and build the kernels' view of it (see ppdsparse_kernels.Data;
     its features are the used ones, renumbered by col_map, which solve_group undoes).
     by_magnitude: every CSC column sorted by decreasing |x_ij| (only the early stop of §5.3's
-    two-level sparsification, x_threshold > 0, needs it); else rows ascending. rescale: the
-    values divided by data_scale(mean row norm) (exact: a power of two), kept in Data.scale."""
+    two-level sparsification, x_threshold > 0, needs it); else rows ascending. columns: the
+    standardized columns (store feature ids ascending, their standard deviations s_j;
+    `standardized_columns`), whose values are divided by s_j first (kept in Data.col_scale; 1 for
+    the other columns); None: none. rescale: then the values divided by data_scale(mean row norm)
+    (exact: a power of two), kept in Data.scale."""
     chunks = list(source.iter_chunks())
     X = sp.vstack([c.X for c in chunks], format="csr").astype(np.float64)
     X.sum_duplicates()
     X.eliminate_zeros()
+    if columns is not None:
+        X.data /= scales_of(columns, X.indices)
     scale = data_scale(float(np.sqrt(row_sqnorms(X.indptr.astype(np.int64), X.data)).mean())) if rescale else 1.0
     if scale != 1.0:
         X.data /= scale
@@ -290,12 +342,30 @@ def build_data(source: ChunkSource, by_magnitude: bool = False, rescale: bool = 
     else:
         y = np.concatenate([c.labels for c in chunks]).astype(np.int64)
         Y = sp.csc_matrix((np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K))
-    return _assemble(X, Y, col_map, by_magnitude, scale)
+    col_scale = np.ones(col_map.size) if columns is None else scales_of(columns, col_map)
+    return _assemble(X, Y, col_map, by_magnitude, scale, col_scale)
 
 
-def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnitude: bool, scale: float) -> Data:
+def scales_of(columns: tuple[np.ndarray, np.ndarray], features: np.ndarray) -> np.ndarray:
+    """The standard deviation s_j of each store feature id in `features` among `columns` (ids
+    ascending, their s_j), 1 for a feature not among them."""
+    ids, s = columns
+    if ids.size == 0:
+        return np.ones(features.size)
+    at = np.minimum(np.searchsorted(ids, features), ids.size - 1)
+    return np.where(ids[at] == features, s[at], 1.0)
+
+
+def _assemble(
+    X: sp.csr_matrix,
+    Y: sp.csc_matrix,
+    col_map: np.ndarray,
+    by_magnitude: bool,
+    scale: float,
+    col_scale: np.ndarray,
+) -> Data:
     """Data of the rows of X (CSR, the kernels' feature ids, any order within a row, no
-    duplicates; the store's values divided by `scale`) with labels Y (CSC n × K indicator, rows
+    duplicates; the store's values divided by col_scale[j]·`scale`) with labels Y (CSC n × K indicator, rows
     ascending per class). The CSC copy is a counting sort (rows ascending in every column), and the
     CSR rows the kernels read are that copy's transpose back (features ascending in every row):
     two linear passes, which took a third of the time of sorting each row's renumbered features."""
@@ -320,6 +390,7 @@ def _assemble(X: sp.csr_matrix, Y: sp.csc_matrix, col_map: np.ndarray, by_magnit
         pos_rows=pos_rows,
         col_map=col_map,
         scale=np.array([scale]),
+        col_scale=col_scale,
     )
 
 
@@ -359,7 +430,7 @@ def split_data(data: Data, share: float, seed: int, by_magnitude: bool = False) 
     X_fit, Y_fit = X[fit], sp.csc_matrix(Y[fit])
     Y_fit.sort_indices()
     return Split(
-        _assemble(X_fit, Y_fit, data.col_map, by_magnitude, float(data.scale[0])),
+        _assemble(X_fit, Y_fit, data.col_map, by_magnitude, float(data.scale[0]), data.col_scale),
         sp.csc_matrix(X[held]),
         sp.csc_matrix(Y[held]),
     )
@@ -368,14 +439,16 @@ def split_data(data: Data, share: float, seed: int, by_magnitude: bool = False) 
 @dataclasses.dataclass
 class _DataRef:
     """What a group task gets: the source, a token naming the run (each machine builds the
-    training matrix once per token), build_data's by_magnitude and rescale, and lam auto's
-    (held-out share, seed) of split_data (None: another lam)."""
+    training matrix once per token), build_data's by_magnitude and rescale, lam auto's
+    (held-out share, seed) of split_data (None: another lam) and build_data's standardized
+    columns (the state's; None: none)."""
 
     source: ChunkSource
     token: str
     by_magnitude: bool
     rescale: bool
     held_out: tuple[float, int] | None
+    columns: tuple[np.ndarray, np.ndarray] | None = None
 
 
 _cache: dict[str, tuple[Data, Split | None]] = {}
@@ -392,7 +465,7 @@ def _worker_data(ref: _DataRef) -> tuple[Data, Split | None]:
                 data = _machine_data(ref)
             except OSError as e:  # no writable temporary directory: a copy of its own
                 log.warning("ppdsparse: cannot share the training matrix on this machine (%s); building it here", e)
-                data = build_data(ref.source, ref.by_magnitude, ref.rescale)
+                data = build_data(ref.source, ref.by_magnitude, ref.rescale, ref.columns)
             split = None if ref.held_out is None else split_data(data, *ref.held_out, ref.by_magnitude)
             _cache[ref.token] = (data, split)
         return _cache[ref.token]
@@ -416,7 +489,7 @@ def _machine_data(ref: _DataRef) -> Data:
     with open(path + ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not os.path.isdir(path):
-            data = build_data(ref.source, ref.by_magnitude, ref.rescale)
+            data = build_data(ref.source, ref.by_magnitude, ref.rescale, ref.columns)
             partial = f"{path}.partial-{os.getpid()}"
             shutil.rmtree(partial, ignore_errors=True)
             os.makedirs(partial)
@@ -611,7 +684,10 @@ def solve_group(
     store's feature ids and values: on rows divided by c = data.scale[0] (data_scale), the
     solution w' at lam'_k is w'/c, reported with lam_k = c·lam'_k (the store's scale), its
     objective and G(α) unchanged (F_k of the store's rows with ℓ2 weight tau·c² on w, tau on
-    the bias). split: the held-out split of `data` (split_data) that lam auto needs."""
+    the bias); on standardized columns (values divided by s_j = data.col_scale[j] first) weight
+    j of the store's column is w'_j/(c·s_j) and lam_k, objective and G(α) are those of the
+    standardized columns (module docstring, "Standardized columns"). split: the held-out split
+    of `data` (split_data) that lam auto needs."""
     work = make_work(n_rows, data.col_map.size)
     loss = OVR_HALF_SQUARED_HINGE if p.loss == "squared_hinge" else OVR_HINGE
     if p.lam == "auto":
@@ -634,10 +710,10 @@ def solve_group(
         else:
             i, v, b, it, n_active, n_alpha, conv, dual, _ = solve_class_at(data, work, k, loss, n_rows * lam, n_rows, p)
             objective[k - lo] = class_objective(data, work, k, i, v, b, loss, lam, p.tau)
-        i = data.col_map[i]
-        order = np.argsort(i)
-        idx.append(i[order])
-        val.append(v[order] / data.scale[0])
+        store_ids = data.col_map[i]
+        order = np.argsort(store_ids)
+        idx.append(store_ids[order])
+        val.append(v[order] / data.scale[0] / data.col_scale[i[order]])
         bias[k - lo] = b
         stats[k - lo] = (it, n_active, n_alpha, conv, dual, lam * data.scale[0])
     indptr = np.concatenate([[0], np.cumsum([len(i) for i in idx])]).astype(np.int64)
@@ -660,9 +736,12 @@ def _held_out(p: PPDSparseParams) -> tuple[float, int] | None:
     return (p.held_out, p.random_state) if p.lam == "auto" else None
 
 
-def _training(source: ChunkSource, p: PPDSparseParams) -> tuple[Data, Split | None]:
-    """The training matrix of `source` and lam auto's split of it, built in this process."""
-    data = build_data(source, p.x_threshold > 0, _rescaled(p))
+def _training(
+    source: ChunkSource, p: PPDSparseParams, columns: tuple[np.ndarray, np.ndarray] | None
+) -> tuple[Data, Split | None]:
+    """The training matrix of `source` (standardized `columns`: build_data) and lam auto's split
+    of it, built in this process."""
+    data = build_data(source, p.x_threshold > 0, _rescaled(p), columns)
     held_out = _held_out(p)
     return data, None if held_out is None else split_data(data, *held_out, p.x_threshold > 0)
 
@@ -674,31 +753,37 @@ def _finished_groups(
     groups: list[tuple[int, int]],
     todo: list[int],
     token: str,
+    columns: tuple[np.ndarray, np.ndarray] | None,
 ) -> Unordered:
     """(group, GroupResult) pairs as groups finish: in process, in `todo` order (`threads`
     threads solving ahead); on Dask, in completion order (Engine.imap_unordered: tasks submitted
     in `todo` order, first = highest priority; a lost worker's groups submitted again). Its
     `ready()` says whether the next group has finished already; closing it cancels what has not
-    started. `token` names the run's training matrix on the workers (_machine_data)."""
+    started. `token` names the run's training matrix on the workers (_machine_data); `columns`
+    are the standardized columns (build_data)."""
     threads = solver_threads(p, engine)
     if engine.client is None and engine.mode == "inprocess":
         if threads == 1:
-            return Unordered(_solved_in_order(source, p, groups, todo), lambda: False)
+            return Unordered(_solved_in_order(source, p, groups, todo, columns), lambda: False)
         pending: deque = deque()  # (group, future) in todo order, not yielded yet
         return Unordered(
-            _solved_by_threads(source, p, groups, todo, pending, threads),
+            _solved_by_threads(source, p, groups, todo, pending, threads, columns),
             lambda: bool(pending) and pending[0][1].done(),
         )
-    ref = _DataRef(source, token, p.x_threshold > 0, _rescaled(p), _held_out(p))
+    ref = _DataRef(source, token, p.x_threshold > 0, _rescaled(p), _held_out(p), columns)
     return engine.imap_unordered(
         _group_task, todo, desc="ppdsparse: groups", ref=ref, groups=groups, params=p.model_dump()
     )
 
 
 def _solved_in_order(
-    source: ChunkSource, p: PPDSparseParams, groups: list[tuple[int, int]], todo: list[int]
+    source: ChunkSource,
+    p: PPDSparseParams,
+    groups: list[tuple[int, int]],
+    todo: list[int],
+    columns: tuple[np.ndarray, np.ndarray] | None,
 ) -> Generator[tuple[int, GroupResult], None, None]:
-    data, split = _training(source, p)
+    data, split = _training(source, p, columns)
     for g in todo:
         yield g, solve_group(data, *groups[g], p, source.n_rows, split)
 
@@ -710,11 +795,12 @@ def _solved_by_threads(
     todo: list[int],
     pending: deque,
     threads: int,
+    columns: tuple[np.ndarray, np.ndarray] | None,
 ) -> Generator[tuple[int, GroupResult], None, None]:
     """`threads` threads sharing one copy of the data solve the groups ahead (the kernels
     release the GIL); yielded in `todo` order, `pending` holding the (group, future) not yet
     yielded."""
-    data, split = _training(source, p)
+    data, split = _training(source, p, columns)
     with ThreadPoolExecutor(threads) as pool:
         pending.extend((g, pool.submit(solve_group, data, *groups[g], p, source.n_rows, split)) for g in todo)
         try:
@@ -748,11 +834,94 @@ def _threshold_counts_task(
     return counts
 
 
-def _positives_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
-    labels = source.read_chunk(chunk_id).labels
+@dataclasses.dataclass(frozen=True)
+class ColumnSums:
+    """Per column that holds a non-zero value, by store feature id ascending (`ids`): its
+    non-zeros, Σ_i x_ij and Σ_i x_ij² in float64; ids None: more than DENSE_MAX_COLUMNS
+    columns hold one (wide data, never standardized; no sums kept). `+` (add_results) merges
+    two: the union of their columns, each column's sums added left then right, so the fixed sum
+    tree of Engine.map_reduce gives the same bits for any workers."""
+
+    ids: np.ndarray | None
+    nnz: np.ndarray
+    sums: np.ndarray
+    squares: np.ndarray
+
+    def __add__(self, other: ColumnSums) -> ColumnSums:
+        if self.ids is None or other.ids is None:
+            return WIDE
+        ids = np.union1d(self.ids, other.ids)
+        if ids.size > DENSE_MAX_COLUMNS:
+            return WIDE
+        out = [np.zeros(ids.size, np.int64), np.zeros(ids.size), np.zeros(ids.size)]
+        for part in (self, other):
+            at = np.searchsorted(ids, np.asarray(part.ids))
+            for total, add in zip(out, (part.nnz, part.sums, part.squares)):
+                total[at] += add
+        return ColumnSums(ids, *out)
+
+
+WIDE = ColumnSums(None, np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+
+
+def column_sums(X: sp.csr_matrix) -> ColumnSums:
+    """ColumnSums of the rows X (CSR), each column's values added in row-major order."""
+    probe = X.indices[:WIDE_PROBE][X.data[:WIDE_PROBE] != 0]
+    if np.unique(probe).size > DENSE_MAX_COLUMNS:
+        return WIDE  # text: told by its first values, without sorting all of them
+    if not X.has_canonical_format:
+        X = X.tocsr(copy=True)
+        X.sum_duplicates()
+    keep = X.data != 0
+    columns, values = X.indices[keep], X.data[keep].astype(np.float64)
+    ids = np.unique(columns).astype(np.int64)
+    if ids.size > DENSE_MAX_COLUMNS:
+        return WIDE
+    at = np.searchsorted(ids, columns)
+    with np.errstate(over="ignore"):  # squares beyond float64: column_scales takes such a column as 1
+        return ColumnSums(
+            ids,
+            np.bincount(at, minlength=ids.size).astype(np.int64),
+            np.bincount(at, values, ids.size),
+            np.bincount(at, values * values, ids.size),
+        )
+
+
+class Scan(NamedTuple):
+    """init's one pass over the training rows: the positive rows of every class (K,) and the
+    ColumnSums of the rows."""
+
+    positives: np.ndarray
+    columns: ColumnSums
+
+
+def _scan_task(source: ChunkSource, chunk_id: int) -> Scan:
+    chunk = source.read_chunk(chunk_id)
+    labels = chunk.labels
     if isinstance(labels, sp.csr_matrix):
-        return np.bincount(labels.indices, minlength=source.n_classes).astype(np.int64)
-    return np.bincount(labels, minlength=source.n_classes).astype(np.int64)
+        positives = np.bincount(labels.indices, minlength=source.n_classes).astype(np.int64)
+    else:
+        positives = np.bincount(labels, minlength=source.n_classes).astype(np.int64)
+    return Scan(positives, column_sums(chunk.X))
+
+
+def standardized_columns(p: PPDSparseParams, columns: ColumnSums, n_rows: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The columns whose values the classes are solved divided by their standard deviations
+    (module docstring, "Standardized columns"): (store feature ids ascending, s_j), or None.
+    Only on dense low-dimensional data, the data of stagewise's λ rule: at most
+    DENSE_MAX_COLUMNS (1000) columns hold a non-zero, and they are at least DENSE_MIN_DENSITY
+    (10 %) non-zero on average; then with standardize=True always, with "auto" where the
+    columns' s_j (`column_scales`, 1 for a constant column) span more than SCALE_SPREAD (100×:
+    columns in different units); False: never. Sparse or wide data (text, hashed features) keep
+    the columns as given."""
+    if p.standardize is False or columns.ids is None or columns.ids.size == 0:
+        return None
+    if columns.nnz.sum() < DENSE_MIN_DENSITY * n_rows * columns.ids.size:
+        return None
+    scale = column_scales(n_rows, columns.sums, columns.squares)
+    if p.standardize is True or scale_spread(scale) > SCALE_SPREAD:
+        return columns.ids, scale
+    return None
 
 
 # -- the model -------------------------------------------------------------------------------
@@ -826,10 +995,16 @@ class PPDSparseModel(LinearModel):
 class PPDSparseState(SolverState):
     """The classes cut into groups of `group_size` (group g: classes [g·group_size,
     min((g + 1)·group_size, n_classes))) and the groups finished so far, in the order they
-    finished: entry i of each list is GroupResult's field of group finished[i]."""
+    finished: entry i of each list is GroupResult's field of group finished[i]. From init's
+    pass over the rows: every class's positive rows (the order groups are started in), and
+    the standardized columns' store feature ids and standard deviations s_j
+    (standardized_columns; None: none), so a resume and any worker count solve on the same s."""
 
     n_classes: int
     group_size: int
+    positives: np.ndarray | None = None
+    scaled_columns: np.ndarray | None = None
+    column_scale: np.ndarray | None = None
     finished: list[int] = dataclasses.field(default_factory=list)
     indptr: list[np.ndarray] = dataclasses.field(default_factory=list)
     indices: list[np.ndarray] = dataclasses.field(default_factory=list)
@@ -874,9 +1049,19 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         return self.params.group_size or default_group_size(n_classes, n_rows, threads)
 
     def init(self, ctx: Context) -> PPDSparseState:
+        """The cut, and one pass over the rows (_scan_task): the classes' positives and the
+        columns' sums, from which standardized_columns decides the columns' scales."""
         self._stop_running()
         K = ctx.source.n_classes
-        return PPDSparseState(n_classes=K, group_size=self.group_size(K, ctx.source.n_rows, ctx.engine))
+        scan = ctx.engine.map_reduce(_scan_task, ctx.source, range(ctx.source.n_chunks), desc="ppdsparse: labels")
+        columns = standardized_columns(self.params, scan.columns, ctx.source.n_rows)
+        return PPDSparseState(
+            n_classes=K,
+            group_size=self.group_size(K, ctx.source.n_rows, ctx.engine),
+            positives=scan.positives,
+            scaled_columns=None if columns is None else columns[0],
+            column_scale=None if columns is None else columns[1],
+        )
 
     def check_resume(self, ctx: Context, state: PPDSparseState) -> None:
         """The finished groups are indices of the checkpoint's cut: a resume keeps it (group_size
@@ -928,9 +1113,8 @@ class PPDSparseSolver(Solver[PPDSparseState]):
 
     def _start(self, ctx: Context, state: PPDSparseState) -> Unordered:
         """The unfinished groups, largest first (by positives, then by id), in flight."""
-        positives = ctx.engine.map_reduce(
-            _positives_task, ctx.source, range(ctx.source.n_chunks), desc="ppdsparse: labels"
-        )
+        positives = state.positives
+        assert positives is not None, "init's scan"
         groups = state.groups()
         done = set(state.finished)
         todo = sorted(
@@ -939,7 +1123,11 @@ class PPDSparseSolver(Solver[PPDSparseState]):
         )
         self._token = f"{uuid.uuid4().hex}-{int(self.params.x_threshold > 0)}"
         self._engine = ctx.engine
-        return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo, self._token)
+        columns = None
+        if state.scaled_columns is not None:
+            assert state.column_scale is not None, "set with scaled_columns"
+            columns = (state.scaled_columns, state.column_scale)
+        return _finished_groups(ctx.engine, ctx.source, self.params, groups, todo, self._token, columns)
 
     def checkpoint_due(self, state: PPDSparseState, every: int, saved_at: int) -> bool:
         """Due once `every` steps have passed since the last checkpoint (step `saved_at`), at a
@@ -1003,6 +1191,7 @@ class PPDSparseSolver(Solver[PPDSparseState]):
             "not_converged": int((stats[:, 3] == 0).sum()),
             "lam_min": float(stats[:, 5].min()) if len(stats) else 0.0,
             "lam_max": float(stats[:, 5].max()) if len(stats) else 0.0,
+            "standardized": state.scaled_columns is not None,
         }
         info["converged"] = self.converged(state)
         return PPDSparseModel(

@@ -53,10 +53,14 @@ ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
 # when x_threshold > 0, else rows ascending), the positive samples of every class (CSC of the
 # label indicator), and col_map: the kernels' feature j is the store's feature col_map[j] (the
-# features that occur, most frequent first, so the hot part of v is small and contiguous), and
-# scale (1,): the values are the store's divided by scale[0] (a power of two, ppdsparse.data_scale;
-# the kernels never read it).
-Data = namedtuple("Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows col_map scale")
+# features that occur, most frequent first, so the hot part of v is small and contiguous),
+# scale (1,) and col_scale (one per kernel feature): the value of the store's feature col_map[j]
+# is divided by col_scale[j]·scale[0] (scale[0] a power of two, ppdsparse.data_scale; col_scale
+# the column's standard deviation where ppdsparse standardizes, else 1; the kernels never read
+# either).
+Data = namedtuple(
+    "Data", "indptr indices values sqnorm col_ptr col_rows col_vals pos_ptr pos_rows col_map scale col_scale"
+)
 
 # Per-group scratch: v (D + 1), touched features and samples (counts in n_touched), per-sample
 # duals / labels / marks, the active set, the search scores and the (sparsified) support of w.
@@ -136,6 +140,7 @@ def compile_parts(n_features: int) -> dict[str, tuple[tuple, float]]:
             pos_rows=ints,
             col_map=ints,
             scale=floats,
+            col_scale=floats,
         )
     )
     work = numba.typeof(make_work(1, 1))

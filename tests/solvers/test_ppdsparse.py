@@ -50,6 +50,10 @@ def multilabel():
 
 
 fit = functools.partial(fit_solver, "ppdsparse")  # (model, metrics log) of a run
+# the same on the columns as given, for the tests of (9) on the stored columns: digits/16's
+# near-empty border pixels spread its columns' standard deviations over 100x (231 on all of
+# digits), where standardize="auto" solves on the standardized columns
+fit_as_given = functools.partial(fit_solver, "ppdsparse", standardize=False)
 
 
 def signs(labels, n_classes):
@@ -73,15 +77,18 @@ def assert_logged_objective(log, X, labels, model, lam, tau, loss="squared_hinge
     assert log.records[-1]["objective"] == pytest.approx(objective(X, Ys, W, b, lam, tau, loss).sum(), rel=1e-12)
 
 
-def kkt_violation(X, Ys, W, b, lam, tau, tau_bias=None):
+def kkt_violation(X, Ys, W, b, lam, tau, tau_bias=None, s=None):
     """Largest violation of the optimality conditions of the squared-hinge elastic net, per
     class: g = ∇ of the smooth part (ℓ2 weight tau on w, tau_bias on b, default tau); w_j ≠ 0
-    needs g_j + lam·sign(w_j) = 0, w_j = 0 needs |g_j| ≤ lam, and the bias g_b = 0."""
+    needs g_j + lam·sign(w_j) = 0, w_j = 0 needs |g_j| ≤ lam, and the bias g_b = 0. With column
+    weights s (d,): the weighted net lam Σ_j s_j|w_j| + (tau/2) Σ_j s_j² w_j², each column's
+    violation divided by s_j (that of the standardized column z_j = x_j/s_j)."""
     n = X.shape[0]
+    s = np.ones((X.shape[1], 1)) if s is None else np.asarray(s, float)[:, None]
     slack = np.maximum(0.0, 1.0 - Ys * (X @ W + b))
-    G = tau * W - np.asarray(X.T @ (Ys * slack)) / n
+    G = tau * s**2 * W - np.asarray(X.T @ (Ys * slack)) / n
     gb = (tau if tau_bias is None else tau_bias) * b - (Ys * slack).sum(0) / n
-    viol = np.where(W != 0, np.abs(G + lam * np.sign(W)), np.maximum(np.abs(G) - lam, 0.0))
+    viol = np.where(W != 0, np.abs(G + lam * s * np.sign(W)), np.maximum(np.abs(G) - lam * s, 0.0)) / s
     return np.maximum(viol.max(0), np.abs(gb))
 
 
@@ -129,7 +136,7 @@ def test_registered_and_params():
 def test_pure_l2_equals_linearsvc(digits, loss):
     X, y = digits
     n, tau = X.shape[0], 1e-3
-    model, log = fit(InMemoryStore(X, y, range(10)), loss=loss, lam=0.0, tau=tau, **TIGHT)
+    model, log = fit_as_given(InMemoryStore(X, y, range(10)), loss=loss, lam=0.0, tau=tau, **TIGHT)
     assert_logged_objective(log, X, y, model, 0.0, tau, loss)
     W, b = dense_weights(model)
     Ys = signs(y, 10)
@@ -145,7 +152,7 @@ def test_pure_l2_equals_linearsvc(digits, loss):
 def test_elastic_net_is_optimal(digits):
     X, y = digits
     lam, tau = 2e-3, 1e-3
-    model, log = fit(InMemoryStore(X, y, range(10), chunk_rows=128), lam=lam, tau=tau, **TIGHT)
+    model, log = fit_as_given(InMemoryStore(X, y, range(10), chunk_rows=128), lam=lam, tau=tau, **TIGHT)
     W, b = dense_weights(model)
     Ys = signs(y, 10)
     assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
@@ -197,11 +204,11 @@ def test_lam_ratio_is_relative_to_the_exact_lam_max(request, data_name):
     source = InMemoryStore(X, labels, range(n_classes))
     Ys = signs(labels, n_classes)
     lams = lam_max_reference(X.toarray(), Ys, tau)
-    above, _ = fit(source, lam=None, lam_ratio=1.001, tau=tau, **TIGHT)
+    above, _ = fit_as_given(source, lam=None, lam_ratio=1.001, tau=tau, **TIGHT)
     assert above.coef_.nnz == 0
-    below, _ = fit(source, lam=None, lam_ratio=0.99, tau=tau, **TIGHT)
+    below, _ = fit_as_given(source, lam=None, lam_ratio=0.99, tau=tau, **TIGHT)
     assert (np.diff(below.coef_.indptr) > 0).all()
-    model, log = fit(source, lam=None, lam_ratio=0.3, tau=tau, **TIGHT)
+    model, log = fit_as_given(source, lam=None, lam_ratio=0.3, tau=tau, **TIGHT)
     np.testing.assert_allclose(
         [model.info["lam_min"], model.info["lam_max"]], 0.3 * lams[[lams.argmin(), lams.argmax()]], rtol=1e-6
     )
@@ -258,7 +265,7 @@ def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(r
     np.testing.assert_allclose(pp.scaled_lams(data, 0, n_classes, 2e-3), expected, rtol=1e-12)
     np.testing.assert_allclose(pp.scaled_lams(data, 2, 4, 2e-3), expected[2:4], rtol=1e-12)
     assert pp.PPDSparseParams().lam == "scale"
-    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam_scale=2e-3, tau=tau, **TIGHT)
+    model, _ = fit_as_given(InMemoryStore(X, labels, range(n_classes)), lam_scale=2e-3, tau=tau, **TIGHT)
     assert [model.info["lam_min"], model.info["lam_max"]] == pytest.approx([expected.min(), expected.max()], rel=1e-12)
     W, b = dense_weights(model)
     assert model.coef_.nnz > 0 and kkt_violation(X, Ys, W, b, expected, tau).max() < 1e-6
@@ -282,8 +289,8 @@ def test_rows_far_from_unit_norm_are_solved_rescaled(digits):
     assert 8 < s <= 16 and pp.data_scale(s) == 1.0 and pp.data_scale(64 * s) == 64.0
     assert pp.data_scale(1.0) == 1.0 and pp.data_scale(0.0) == 1.0 and pp.data_scale(1e-3) == 1 / 64
     tau = 1e-3
-    base, _ = fit(InMemoryStore(X, y, range(10)), tau=tau, **TIGHT)
-    big, _ = fit(InMemoryStore(64 * X, y, range(10)), tau=tau, **TIGHT)
+    base, _ = fit_as_given(InMemoryStore(X, y, range(10)), tau=tau, **TIGHT)
+    big, _ = fit_as_given(InMemoryStore(64 * X, y, range(10)), tau=tau, **TIGHT)
     assert (big.coef_ != base.coef_ / 64).nnz == 0 and big.coef_.nnz > 0
     np.testing.assert_array_equal(big.intercept_, base.intercept_)
     assert [big.info["lam_min"], big.info["lam_max"]] == [64 * base.info["lam_min"], 64 * base.info["lam_max"]]
@@ -303,9 +310,143 @@ def test_lam_scale_same_model_on_any_workers_and_chunking(digits, tmp_path, loca
     params = {"group_size": 3, "max_iter": 50}
     serial, _ = fit(write_store(tmp_path / "a", X, y, classes, chunk_rows=100), **params)
     parallel, _ = fit(write_store(tmp_path / "b", X, y, classes, chunk_rows=256), engine=local_engine, **params)
+    assert serial.info["standardized"] is True  # digits/16: its columns' sums are exact, in any order
     assert serial.coef_.nnz > 0 and (serial.coef_ != parallel.coef_).nnz == 0
     np.testing.assert_array_equal(serial.intercept_, parallel.intercept_)
     assert serial.info["lam_min"] == parallel.info["lam_min"]
+
+
+def column_std(X):
+    """numpy's standard deviation of every column of X over its rows, 1 where it is 0."""
+    s = np.asarray(X.toarray() if sp.issparse(X) else X).std(axis=0)
+    return np.where(s > 0, s, 1.0)
+
+
+def scores(model, X):
+    return np.asarray(X @ model.coef_.T.toarray()) + model.intercept_
+
+
+def test_standardized_columns_meet_the_weighted_elastic_net_conditions(digits):
+    """standardize=True: the elastic net (9) of the standardized columns z_j = x_j/s_j (s_j the
+    column's standard deviation), written back in the stored units, i.e. per class
+    lam Σ_j s_j|w_j| + (tau/2)(Σ_j s_j² w_j² + b²) + mean loss: its optimality conditions
+    (checked here with the column weights s_j) hold at the model's W, FISTA on X/s (an
+    independent solver of that problem) reaches the same objective, and not those of the columns
+    as given; lam=None takes λmax_k of the standardized columns (1.001·λmax_k: the empty model,
+    0.3·λmax_k logged as lam_k)."""
+    X, y = digits
+    s = column_std(X)
+    Z = sp.csr_matrix(X @ sp.diags(1 / s))
+    Ys = signs(y, 10)
+    lam, tau = 2e-3, 1e-3
+    model, _ = fit(InMemoryStore(X, y, range(10)), standardize=True, lam=lam, tau=tau, **TIGHT)
+    assert model.info["standardized"] is True and model.coef_.nnz > 0
+    W, b = dense_weights(model)
+    assert kkt_violation(X, Ys, W, b, lam, tau, s=s).max() < 1e-6
+    assert kkt_violation(X, Ys, W, b, lam, tau).max() > 1e-3  # not the problem of the columns as given
+    W_ref, b_ref = fista(Z, Ys, lam, tau)
+    ours = objective(Z, Ys, W * s[:, None], b, lam, tau, "squared_hinge")
+    np.testing.assert_allclose(ours, objective(Z, Ys, W_ref, b_ref, lam, tau, "squared_hinge"), rtol=1e-4)
+    lams = lam_max_reference(Z.toarray(), Ys, tau)
+    empty, _ = fit(InMemoryStore(X, y, range(10)), standardize=True, lam=None, lam_ratio=1.001, tau=tau, **TIGHT)
+    assert empty.coef_.nnz == 0
+    ratio, _ = fit(InMemoryStore(X, y, range(10)), standardize=True, lam=None, lam_ratio=0.3, tau=tau, **TIGHT)
+    np.testing.assert_allclose(
+        [ratio.info["lam_min"], ratio.info["lam_max"]], 0.3 * lams[[lams.argmin(), lams.argmax()]], rtol=1e-6
+    )
+
+
+def test_standardized_fit_is_the_same_in_any_units(digits):
+    """The default (standardize auto; digits/16 is standardized already, its columns' standard
+    deviations spreading over 100x) on the columns in other units (column j times 10^u_j, u_j
+    uniform in [-3, 3]) and with one column times 1000: the same predictions, the scores to 1e-9
+    of their range, coef_ times the units to 1e-9 of its largest weight (rounding: x_j·u_j/(s_j·u_j)).
+    standardize=False moves the scores."""
+    X, y = digits
+    source = InMemoryStore(X, y, range(10))
+    base, _ = fit(source)
+    assert base.info["standardized"] is True
+    units = 10.0 ** np.random.default_rng(0).uniform(-3, 3, X.shape[1])
+    one = np.ones(X.shape[1])
+    one[20] = 1000.0
+    for u in (units, one):
+        Xu = sp.csr_matrix(X @ sp.diags(u))
+        other, _ = fit(InMemoryStore(Xu, y, range(10)))
+        assert other.info["standardized"] is True
+        np.testing.assert_array_equal(other.predict(Xu), base.predict(X))
+        reach = np.abs(scores(base, X)).max()
+        np.testing.assert_allclose(scores(other, Xu), scores(base, X), rtol=0, atol=1e-9 * reach)
+        W = base.coef_.toarray()
+        np.testing.assert_allclose(other.coef_.toarray() * u, W, rtol=0, atol=1e-9 * np.abs(W).max())
+    plain, _ = fit_as_given(source)
+    plain_one, _ = fit_as_given(InMemoryStore(sp.csr_matrix(X @ sp.diags(one)), y, range(10)))
+    moved = np.abs(scores(plain_one, sp.csr_matrix(X @ sp.diags(one))) - scores(plain, X)).max()
+    assert moved > 1e-3
+
+
+def test_standardize_auto_where_the_columns_spread_on_dense_low_dimensional_data(digits, multilabel):
+    """auto: standardized where the columns' standard deviations spread over 100x (digits/16:
+    True's model, bitwise), the columns as given where they do not (digits divided by its
+    columns' standard deviations: spread 1, False's model, bitwise); True on sparse data
+    (the multilabel fixture, 8 % non-zero: the same model, bitwise) or wide data (1001 columns)
+    keeps the columns as given (text keeps today's objective)."""
+    X, y = digits
+    params = {"lam": 1e-3, "tau": 1e-3}
+
+    def same(a, b):
+        return (a.coef_ != b.coef_).nnz == 0 and np.array_equal(a.intercept_, b.intercept_)
+
+    source = InMemoryStore(X, y, range(10))
+    auto, _ = fit(source, **params)
+    true, _ = fit(source, standardize=True, **params)
+    false, _ = fit(source, standardize=False, **params)
+    assert auto.info["standardized"] and same(auto, true) and not same(auto, false)
+    given = InMemoryStore(sp.csr_matrix(X @ sp.diags(1 / column_std(X))), y, range(10))
+    auto, _ = fit(given, **params)
+    false, _ = fit(given, standardize=False, **params)
+    assert not auto.info["standardized"] and same(auto, false)
+    Xm, Ym = multilabel
+    true, _ = fit(InMemoryStore(Xm, Ym, range(6)), standardize=True)
+    false, _ = fit(InMemoryStore(Xm, Ym, range(6)), standardize=False)
+    assert not true.info["standardized"] and same(true, false)
+    from streamfit.solvers import stagewise  # the same data qualify as for stagewise's standardize
+
+    assert (pp.DENSE_MAX_COLUMNS, pp.DENSE_MIN_DENSITY) == (
+        stagewise.AUTO_RFF_MAX_INPUTS,
+        stagewise.AUTO_RFF_MIN_DENSITY,
+    )
+    wide = sp.random(100, 1001, density=0.5, random_state=6, format="csr")
+    wide[:, 0] *= 1e3  # the columns' standard deviations spread over 100x, but 1001 columns
+    assert pp.standardized_columns(pp.PPDSparseParams(standardize=True), pp.column_sums(wide), 100) is None
+
+
+def test_column_sums_over_chunks(digits):
+    """init's scan (_scan_task summed by the engine's fixed tree): per column that holds a
+    non-zero, its non-zeros, Σx and Σx² as numpy counts them, on any chunking; the columns'
+    standard deviations those of numpy; more than 1000 columns: wide (no sums)."""
+    X, y = digits
+    rng = np.random.default_rng(1)
+    Xr = sp.csr_matrix(X @ sp.diags(rng.uniform(0.1, 10, X.shape[1])))
+    used = np.flatnonzero(Xr.getnnz(axis=0))
+    for rows in (64, 256, 600):
+        source = InMemoryStore(Xr, y, range(10), chunk_rows=rows)
+        with Engine(mode="inprocess") as engine:
+            scan = engine.map_reduce(pp._scan_task, source, range(source.n_chunks))
+        np.testing.assert_array_equal(scan.positives, np.bincount(y, minlength=10))
+        c = scan.columns
+        np.testing.assert_array_equal(c.ids, used)
+        np.testing.assert_array_equal(c.nnz, Xr.getnnz(axis=0)[used])
+        np.testing.assert_allclose(c.sums, np.asarray(Xr.sum(axis=0)).ravel()[used], rtol=1e-12)
+        np.testing.assert_allclose(c.squares, np.asarray(Xr.power(2).sum(axis=0)).ravel()[used], rtol=1e-12)
+        ids, scale = pp.standardized_columns(pp.PPDSparseParams(standardize=True), c, Xr.shape[0])
+        np.testing.assert_allclose(scale, column_std(Xr)[used], rtol=1e-9)
+    wide = sp.random(50, 1001, density=0.9, random_state=2, format="csr")
+    assert pp.column_sums(wide).ids is None
+    halves = pp.column_sums(wide[:, :600]) + pp.column_sums(sp.csr_matrix(wide[:, 600:].toarray()))
+    assert halves.ids is not None and halves.ids.size == 600  # the second's columns are 0..400 again
+    assert (
+        pp.column_sums(wide[:, :600]) + pp.column_sums(sp.hstack([0 * wide[:, :600], wide[:, 600:]]).tocsr())
+    ).ids is None
 
 
 @pytest.mark.parametrize("data_name", ["digits", "multilabel"])
@@ -420,7 +561,7 @@ def test_shrinking_and_kappa_schedule_reach_the_same_optimum(digits, loss):
     Ys = signs(y, 10)
     values = {}
     for shrink, growth in [(False, 0.0), (True, 0.0), (True, 1.0)]:
-        model, _ = fit(
+        model, _ = fit_as_given(
             InMemoryStore(X, y, range(10)),
             loss=loss,
             lam=lam,
@@ -503,14 +644,14 @@ def test_primal_newton_finish_reaches_the_optimum(request, data_name):
     lam, tau = (2e-3, 1e-3) if data_name == "digits" else (1e-3, 1e-2)
     Ys = signs(labels, n_classes)
     forced = {"primal_ratio": 1e-9, "max_inner": 1}
-    model, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, **{**TIGHT, **forced})
+    model, _ = fit_as_given(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, **{**TIGHT, **forced})
     assert model.info["not_converged"] == 0
     W, b = dense_weights(model)
     assert kkt_violation(X, Ys, W, b, lam, tau).max() < 1e-6
     W_ref, b_ref = fista(X, Ys, lam, tau)
     ours = objective(X, Ys, W, b, lam, tau, "squared_hinge")
     np.testing.assert_allclose(ours, objective(X, Ys, W_ref, b_ref, lam, tau, "squared_hinge"), rtol=1e-4)
-    dual_only, _ = fit(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, primal_ratio=0.0, **TIGHT)
+    dual_only, _ = fit_as_given(InMemoryStore(X, labels, range(n_classes)), lam=lam, tau=tau, primal_ratio=0.0, **TIGHT)
     np.testing.assert_allclose(ours, objective(X, Ys, *dense_weights(dual_only), lam, tau, "squared_hinge"), rtol=1e-7)
     for k in (0, 3):
         idx, val, _, it, _, _, conv, dual, newton = _solve_one(X, labels, n_classes, k, lam, tau, **forced)
@@ -642,6 +783,7 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     parallel, parallel_log = fit(store, str(tmp_path / "parallel"), engine=local_engine, **params)
     threaded, threaded_log = fit(store, str(tmp_path / "threaded"), **{**params, "threads": 3})
     regrouped, _ = fit(store, str(tmp_path / "regrouped"), **{**params, "group_size": 3})
+    assert serial.info["standardized"] is True  # digits/16's columns spread over 100x: standardized (auto)
     for other in (parallel, threaded, regrouped):
         assert (serial.coef_ != other.coef_).nnz == 0
         np.testing.assert_array_equal(serial.intercept_, other.intercept_)
@@ -666,6 +808,7 @@ def test_same_model_any_workers_kill_and_resume(digits, tmp_path, local_engine, 
     monkeypatch.setattr(pp, "solve_group", real)
     calls.clear()
     monkeypatch.setattr(pp, "solve_group", lambda data, lo, hi, *a: calls.append(lo) or real(data, lo, hi, *a))
+    monkeypatch.setattr(pp, "_scan_task", None)  # a resume takes the positives and the columns' s from the state
     resumed, _ = fit(store, run, resume=True, **params)
     assert len(calls) == 5 - 3  # only the unfinished groups were redone
     assert (serial.coef_ != resumed.coef_).nnz == 0
@@ -751,7 +894,9 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     X, y = digits
     source = InMemoryStore(X, y, [str(c) for c in range(10)])
     with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
-        model, log = fit(source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2, group_size=1)
+        model, log = fit_as_given(
+            source, lam=1e-3, tau=1e-3, kappa=5, kappa_growth=0, tol=1e-9, max_iter=2, group_size=1
+        )
     assert model.info["converged"] is False and model.info["not_converged"] > 5
     assert sum(r["not_converged"] for r in log.records) == model.info["not_converged"]
     assert_logged_objective(log, X, y, model, 1e-3, 1e-3)  # the primal value, above the dual short of the optimum
@@ -766,8 +911,8 @@ def test_classes_not_converged_warn_and_the_model_says_converged_false(digits, c
     )
     caplog.clear()
     with caplog.at_level("WARNING", logger="streamfit.solvers.driver"):
-        model, _ = fit(source, lam=1e-3, tau=1e-3)
-        partial, _ = fit(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after=1, group_size=1)
+        model, _ = fit_as_given(source, lam=1e-3, tau=1e-3)
+        partial, _ = fit_as_given(source, lam=1e-3, tau=1e-3, tol=1e-9, max_iter=2, stop_after=1, group_size=1)
     assert model.info["converged"] is True and model.info["not_converged"] == 0
     assert partial.info["converged"] is False  # not all classes trained
     assert not [r for r in caplog.records if r.name == "streamfit.solvers.driver"]
