@@ -90,8 +90,8 @@ when the gradient mapping ‖L (Y_k − W_k)‖_F falls below tol times its firs
 Standardized columns (`standardize`, session 25). λP is not invariant to a column's units: a
 column given in small units needs large weights, which the penalty shrinks more (dna-300 and
 letter-300 in other units, 10^u_j with u_j ∈ [−3, 3]: 8–11 points below StandardScaler then
-LinearSVC). Where the data is low-dimensional and dense (at most AUTO_RFF_MAX_INPUTS = 1000
-active columns, at least AUTO_RFF_MIN_DENSITY = 10 % of them non-zero per row: stagewise's
+LinearSVC). Where the data is low-dimensional and dense (at most LOW_DIM_MAX_COLUMNS = 1000
+active columns, at least LOW_DIM_MIN_DENSITY = 10 % of them non-zero per row: stagewise's
 setting for its own standardization), the penalty can be taken of the standardized columns'
 weights: with s_j the column's standard deviation over the n training rows (`column_scales`,
 1 for a constant column and for the intercept), eq. (2)'s λ Σ_j ‖W_j‖₂ becomes λ Σ_j s_j ‖W_j‖₂
@@ -138,6 +138,8 @@ from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.losses import LOGISTIC, LOSSES, MULTITASK_SQUARED_HINGE, curvature, label_lists, rows_loss
 from streamfit.objectives.penalties import PENALTIES, prox, value
 from streamfit.solvers.base import (
+    LOW_DIM_MAX_COLUMNS,
+    LOW_DIM_MIN_DENSITY,
     SCALE_SPREAD,
     Context,
     PerSample,
@@ -149,7 +151,6 @@ from streamfit.solvers.base import (
     scale_spread,
 )
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
-from streamfit.solvers.stagewise import AUTO_RFF_MAX_INPUTS, AUTO_RFF_MIN_DENSITY
 from streamfit.store import ChunkSource
 
 log = logging.getLogger(__name__)
@@ -718,14 +719,14 @@ class BCDSolver(Solver[BCDState]):
         of the design (the intercept's 1 last), from the columns' non-zeros, sums and sums of
         squares over the training rows; None where the penalty stays on the stored columns:
         standardize False, data that is not low-dimensional and dense (more than
-        AUTO_RFF_MAX_INPUTS active columns or fewer than AUTO_RFF_MIN_DENSITY of them non-zero per
+        LOW_DIM_MAX_COLUMNS active columns or fewer than LOW_DIM_MIN_DENSITY of them non-zero per
         row: sparse text), or, for "auto", active columns whose s span at most SCALE_SPREAD."""
         p = self.params
         d = source.n_features
         active = np.flatnonzero(nnz[:d])
-        if p.standardize is False or len(active) == 0 or len(active) > AUTO_RFF_MAX_INPUTS:
+        if p.standardize is False or len(active) == 0 or len(active) > LOW_DIM_MAX_COLUMNS:
             return None
-        if nnz[active].sum() < AUTO_RFF_MIN_DENSITY * source.n_rows * len(active):
+        if nnz[active].sum() < LOW_DIM_MIN_DENSITY * source.n_rows * len(active):
             return None
         s = column_scales(source.n_rows, sums[active], squares[active])
         if p.standardize == "auto" and not scale_spread(s) > SCALE_SPREAD:

@@ -120,6 +120,8 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import LinearModel, register_model
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.solvers.base import (
+    LOW_DIM_MAX_COLUMNS,
+    LOW_DIM_MIN_DENSITY,
     SCALE_SPREAD,
     Context,
     Solver,
@@ -152,8 +154,6 @@ AUTO_PATIENCE = 2  # lam auto: the path stops this many points after its best he
 HELD_OUT_STREAM = 0x4E1D  # lam auto: the held-out permutation's random stream, beside random_state
 SCALE_FREE_NORM = 16.0  # lam not a number: rows of mean norm in [1/this, this] are solved as they are (data_scale)
 MARGIN_GRID = np.arange(-99, 100) / 100  # fit_threshold: the multilabel thresholds tried on the training margins
-DENSE_MAX_COLUMNS = 1000  # standardize: at most this many columns hold a non-zero (stagewise's AUTO_RFF_MAX_INPUTS)
-DENSE_MIN_DENSITY = 0.1  # standardize: and they are this share non-zero on average (stagewise's AUTO_RFF_MIN_DENSITY)
 WIDE_PROBE = 2**13  # column_sums: a chunk whose first this many values hold > 1000 columns is wide
 DENSE_FEATURE_SHARE = 0.1  # predict_topk: features with this share of classes non-zero are kept dense (≤ 80 B/nnz)
 
@@ -837,7 +837,7 @@ def _threshold_counts_task(
 @dataclasses.dataclass(frozen=True)
 class ColumnSums:
     """Per column that holds a non-zero value, by store feature id ascending (`ids`): its
-    non-zeros, Σ_i x_ij and Σ_i x_ij² in float64; ids None: more than DENSE_MAX_COLUMNS
+    non-zeros, Σ_i x_ij and Σ_i x_ij² in float64; ids None: more than LOW_DIM_MAX_COLUMNS
     columns hold one (wide data, never standardized; no sums kept). `+` (add_results) merges
     two: the union of their columns, each column's sums added left then right, so the fixed sum
     tree of Engine.map_reduce gives the same bits for any workers."""
@@ -851,7 +851,7 @@ class ColumnSums:
         if self.ids is None or other.ids is None:
             return WIDE
         ids = np.union1d(self.ids, other.ids)
-        if ids.size > DENSE_MAX_COLUMNS:
+        if ids.size > LOW_DIM_MAX_COLUMNS:
             return WIDE
         out = [np.zeros(ids.size, np.int64), np.zeros(ids.size), np.zeros(ids.size)]
         for part in (self, other):
@@ -867,7 +867,7 @@ WIDE = ColumnSums(None, np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
 def column_sums(X: sp.csr_matrix) -> ColumnSums:
     """ColumnSums of the rows X (CSR), each column's values added in row-major order."""
     probe = X.indices[:WIDE_PROBE][X.data[:WIDE_PROBE] != 0]
-    if np.unique(probe).size > DENSE_MAX_COLUMNS:
+    if np.unique(probe).size > LOW_DIM_MAX_COLUMNS:
         return WIDE  # text: told by its first values, without sorting all of them
     if not X.has_canonical_format:
         X = X.tocsr(copy=True)
@@ -875,7 +875,7 @@ def column_sums(X: sp.csr_matrix) -> ColumnSums:
     keep = X.data != 0
     columns, values = X.indices[keep], X.data[keep].astype(np.float64)
     ids = np.unique(columns).astype(np.int64)
-    if ids.size > DENSE_MAX_COLUMNS:
+    if ids.size > LOW_DIM_MAX_COLUMNS:
         return WIDE
     at = np.searchsorted(ids, columns)
     with np.errstate(over="ignore"):  # squares beyond float64: column_scales takes such a column as 1
@@ -909,14 +909,14 @@ def standardized_columns(p: PPDSparseParams, columns: ColumnSums, n_rows: int) -
     """The columns whose values the classes are solved divided by their standard deviations
     (module docstring, "Standardized columns"): (store feature ids ascending, s_j), or None.
     Only on dense low-dimensional data, the data of stagewise's λ rule: at most
-    DENSE_MAX_COLUMNS (1000) columns hold a non-zero, and they are at least DENSE_MIN_DENSITY
+    LOW_DIM_MAX_COLUMNS (1000) columns hold a non-zero, and they are at least LOW_DIM_MIN_DENSITY
     (10 %) non-zero on average; then with standardize=True always, with "auto" where the
     columns' s_j (`column_scales`, 1 for a constant column) span more than SCALE_SPREAD (100×:
     columns in different units); False: never. Sparse or wide data (text, hashed features) keep
     the columns as given."""
     if p.standardize is False or columns.ids is None or columns.ids.size == 0:
         return None
-    if columns.nnz.sum() < DENSE_MIN_DENSITY * n_rows * columns.ids.size:
+    if columns.nnz.sum() < LOW_DIM_MIN_DENSITY * n_rows * columns.ids.size:
         return None
     scale = column_scales(n_rows, columns.sums, columns.squares)
     if p.standardize is True or scale_spread(scale) > SCALE_SPREAD:

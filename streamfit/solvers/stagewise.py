@@ -220,6 +220,8 @@ from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
 from streamfit.solvers.base import (
+    LOW_DIM_MAX_COLUMNS,
+    LOW_DIM_MIN_DENSITY,
     SCALE_SPREAD,
     Context,
     PerSample,
@@ -249,8 +251,6 @@ from streamfit.store.store import CHUNK_CACHE_BYTES, target_matrix
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 HELDOUT = "heldout"  # ChunkState name of κ, the rows' kept share of their residual in the last pass
 KAPPA_FLOOR = 1e-12  # κ's floor in the held-out scores Y − (Y − F)/κ (λ = 0: a leverage of 1)
-AUTO_RFF_MAX_INPUTS = 1000
-AUTO_RFF_MIN_DENSITY = 0.1
 GEN_SAMPLE_ROWS = 10_000  # rows sampled for the PCA of the RFF generator
 MEDIAN_SAMPLE_ROWS = 1_000  # of which used for the median pairwise distance (500 000 pairs)
 AUTO_CHECK_ROWS = 5_000  # of which used by generator "auto" to compare rff with stored columns
@@ -346,7 +346,7 @@ class StagewiseParams(SolverParams):
     def lam_for(self, n_rows: int, regression: bool, low_dense: bool) -> float:
         """λ of a fit on n_rows rows: `lam`, or for lam None (the default) max(LAM_FLOOR,
         LAM_ROWS/n_rows) for class targets with the identity link on low-dimensional dense data
-        (`low_dense`: at most AUTO_RFF_MAX_INPUTS active columns, AUTO_RFF_MIN_DENSITY of them
+        (`low_dense`: at most LOW_DIM_MAX_COLUMNS active columns, LOW_DIM_MIN_DENSITY of them
         non-zero per row), LAM_FLOOR otherwise (module docstring, "λ scaling")."""
         if self.lam is not None:
             return self.lam
@@ -1502,7 +1502,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             raise ConfigError("the training data has no non-zero feature values")
         generator: str = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
-        low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
+        low_dense = len(active) <= LOW_DIM_MAX_COLUMNS and density >= LOW_DIM_MIN_DENSITY
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         self.active, self.scale = active, None
         if self._standardizes(source, low_dense):

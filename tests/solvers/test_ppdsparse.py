@@ -409,12 +409,6 @@ def test_standardize_auto_where_the_columns_spread_on_dense_low_dimensional_data
     true, _ = fit(InMemoryStore(Xm, Ym, range(6)), standardize=True)
     false, _ = fit(InMemoryStore(Xm, Ym, range(6)), standardize=False)
     assert not true.info["standardized"] and same(true, false)
-    from streamfit.solvers import stagewise  # the same data qualify as for stagewise's standardize
-
-    assert (pp.DENSE_MAX_COLUMNS, pp.DENSE_MIN_DENSITY) == (
-        stagewise.AUTO_RFF_MAX_INPUTS,
-        stagewise.AUTO_RFF_MIN_DENSITY,
-    )
     wide = sp.random(100, 1001, density=0.5, random_state=6, format="csr")
     wide[:, 0] *= 1e3  # the columns' standard deviations spread over 100x, but 1001 columns
     assert pp.standardized_columns(pp.PPDSparseParams(standardize=True), pp.column_sums(wide), 100) is None

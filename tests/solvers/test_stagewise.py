@@ -114,8 +114,8 @@ def test_default_lam_scales_with_the_rows():
 
 
 def test_default_lam_on_sparse_data_is_the_floor():
-    """Text-like data (more than AUTO_RFF_MAX_INPUTS active columns, or under
-    AUTO_RFF_MIN_DENSITY non-zero) keeps λ = LAM_FLOOR with lam None: the same model, bit for
+    """Text-like data (more than LOW_DIM_MAX_COLUMNS active columns, or under
+    LOW_DIM_MIN_DENSITY non-zero) keeps λ = LAM_FLOOR with lam None: the same model, bit for
     bit, as lam=1e-4 given."""
     rng = np.random.default_rng(3)
     X = sp.random(300, 2000, density=0.01, format="csr", random_state=4)
