@@ -223,7 +223,7 @@ class PPDSparseParams(SolverParams):
         5,
         ge=1,
         description="S of Algorithm 2, in epochs over the active set per iteration "
-        "(doubled after each iteration whose CD has not converged)",
+        "(doubled after each iteration whose CD has not converged, up to 1024 times this)",
     )
     shrink: bool = Field(True, description="LIBLINEAR shrinking in Algorithm 2 (Hsieh et al. 2008, §3.2)")
     group_size: int | None = Field(

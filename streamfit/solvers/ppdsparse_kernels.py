@@ -48,6 +48,7 @@ SHORT_COLUMN = 32  # sort_columns: columns up to this length by insertion sort
 PRIMAL_MAX_FEATURES = 2048  # _primal_newton's dense Hessian sum, block and factor: 3 × (d + 1)² ≤ 96 MiB
 PRIMAL_MAX_NEWTON = 50  # Newton steps of _primal_newton before Algorithm 1 continues from its point
 PRIMAL_CD_PASSES = 10  # _prox_newton_direction: coordinate descent passes on the quadratic model (its signs)
+MAX_INNER_DOUBLINGS = 10  # an unconverged CD doubles the next epoch budget up to max_inner · 2^this
 ROW_PASS_SHARE = 0.5  # _search: scores by rows when the column walk would read more than this share of nnz(X)
 
 # CSR rows (+ squared norms), CSC columns (each sorted by decreasing |x_ij| for §5.3's early stop
@@ -1043,7 +1044,7 @@ def _algorithm1(
             and 0.0 < primal_ratio * (D + 1) <= n_active
         ):
             return np.empty(0, np.int64), np.empty(0), 0.0, it, n_active, 0, False, 0.0, True
-        budget = max_inner if inner_ok else 2 * budget
+        budget = max_inner if inner_ok else min(2 * budget, max_inner << MAX_INNER_DOUBLINGS)
         n_active = _eliminate(work.active, work.alpha, work.ysign, work.in_active, n_active)
         # approximate picks that all ended at α = 0 (no growth): check exactly next time
         exact_next = not approximate or n_active <= before

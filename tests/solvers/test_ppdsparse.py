@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -1136,3 +1138,25 @@ def test_training_matrix_is_built_once_per_machine_and_mapped(digits, tmp_path, 
     assert os.path.isdir(pp.shared_data_dir("run-0"))
     pp.drop_shared_data("run-0")
     assert os.listdir(tmp_path) == []
+
+
+_HUGE_ROWS_FIT = """
+from sklearn.datasets import load_wine
+from streamfit import PPDSparseClassifier
+X, y = load_wine(return_X_y=True)
+model = PPDSparseClassifier(lam=1e-3, standardize=False, max_iter=40).fit(X * 1e8, y)
+assert model.score(X * 1e8, y) > 0.5
+"""
+
+
+def test_an_unconverged_descent_doubles_its_epoch_budget_a_bounded_number_of_times():
+    """Rows of norm ~1e11 with an explicit lam (no data_scale rescaling): Algorithm 2's descent
+    never converges within its budget, which each such iteration doubles. Before the cap
+    (MAX_INNER_DOUBLINGS) 40 iterations allowed 5·2^40 epochs, a fit that does not end (the qa26
+    finding: wine ×1e8 still running after 60 s); now max_iter bounds a class's work (timeout: a
+    cold numba cache compiles the kernels first)."""
+    warnings_off = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    child = subprocess.run(
+        [sys.executable, "-c", _HUGE_ROWS_FIT], capture_output=True, text=True, timeout=300, env=warnings_off
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
