@@ -372,6 +372,13 @@ class Model:
         raise NotImplementedError
 
 
+# a fitted linear model (converged, or without a stopping test) whose every weight is 0
+ALL_ZERO_WEIGHTS = (
+    "every weight of the model is 0: it predicts from its intercepts alone, the same for every row; "
+    "the penalty is too strong for this data: lower it (lam, lam_scale or lam_ratio, or their defaults)"
+)
+
+
 @register_model
 class LinearModel(Model):
     """scores = X coef_ᵀ + intercept_; coef_ is (n_classes × n_features), dense or scipy.sparse CSR."""
@@ -389,6 +396,10 @@ class LinearModel(Model):
             raise ValueError(f"intercept_ has shape {self.intercept_.shape}, expected {(k,)}")
         if sp.issparse(self.coef_):
             self.coef_.check_format(full_check=True)  # indptr and column indices in range
+
+    def nonzero_weights(self) -> int:
+        """The non-zero entries of coef_."""
+        return int(self.coef_.count_nonzero() if sp.issparse(self.coef_) else np.count_nonzero(self.coef_))
 
     def _scores(self, X):
         S = X @ self.coef_.T

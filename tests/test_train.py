@@ -263,3 +263,18 @@ def test_bcd_memory_mode_in_process_gives_the_model_of_a_cluster_run_bitwise(dig
         assert json.load(f)["engine"] == "local"
     assert np.array_equal(auto.coef_, cluster.coef_) and np.array_equal(auto.intercept_, cluster.intercept_)
     assert np.abs(auto.coef_).max() > 0
+
+
+def test_a_model_without_a_non_zero_weight_is_warned_of(digits_store, tmp_path, caplog):
+    """A penalty so strong that every weight is 0 (here ppdsparse's ℓ1 weight 10 000× its default):
+    the model predicts from its intercepts alone, one class for every row; the run says so."""
+    with caplog.at_level("WARNING", logger="streamfit.train"):
+        empty = train(
+            digits_store, "ppdsparse", str(tmp_path / "empty"), {"lam_scale": 10.0}, n_workers=0, progress=False
+        )
+    assert empty.nonzero_weights() == 0
+    assert any("every weight of the model is 0" in m for m in caplog.messages)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamfit.train"):
+        fitted = train(digits_store, "ppdsparse", str(tmp_path / "fitted"), {}, n_workers=0, progress=False)
+    assert fitted.nonzero_weights() > 0 and not any("every weight" in m for m in caplog.messages)
