@@ -343,19 +343,14 @@ class StagewiseParams(SolverParams):
         "~1e-5, across chunkings too)",
     )
 
-    def lam_for(self, n_rows: int, regression: bool, low_dense: bool, wide_variance: float | None = None) -> float:
+    def lam_for(self, n_rows: int, regression: bool, low_dense: bool) -> float:
         """λ of a fit on n_rows rows: `lam`, or for lam None (the default) max(LAM_FLOOR,
         LAM_ROWS/n_rows) for class targets with the identity link on low-dimensional dense data
         (`low_dense`: at most AUTO_RFF_MAX_INPUTS active columns, AUTO_RFF_MIN_DENSITY of them
-        non-zero per row); for real-valued targets max(LAM_FLOOR, v̄) on wide data, where
-        `wide_variance` is v̄ = (1/d) Σ_j var(x_j), the mean variance of the d active columns
-        (given by the caller when d ≥ n_rows: `_wide_variance`); LAM_FLOOR otherwise (module
-        docstring, "λ scaling")."""
+        non-zero per row), LAM_FLOOR otherwise (module docstring, "λ scaling")."""
         if self.lam is not None:
             return self.lam
-        if regression:
-            return LAM_FLOOR if wide_variance is None else max(LAM_FLOOR, wide_variance)
-        if not low_dense or self.link != "identity":
+        if regression or not low_dense or self.link != "identity":
             return LAM_FLOOR
         return max(LAM_FLOOR, LAM_ROWS / n_rows)
 
@@ -879,19 +874,6 @@ def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> S
         _normal_sums(X, chunk.targets(source.n_classes)) if normal else None,
         *_column_sums(canonical.indices, canonical.data, source.n_features),
     )
-
-
-def _wide_variance(n: int, sums: np.ndarray, squares: np.ndarray) -> float | None:
-    """v̄ = (1/d) Σ_j ((1/n) Σ_i x_ij² − ((1/n) Σ_i x_ij)²), the mean variance of the d active
-    columns from the column scan's sums, when they are at least as many as the n rows (d ≥ n:
-    the least-squares fit can interpolate the training targets); None for fewer columns, or
-    when the squares overflowed. λ of real-valued targets (`StagewiseParams.lam_for`)."""
-    if len(sums) < n:
-        return None
-    mean = sums / n
-    with np.errstate(over="ignore", invalid="ignore"):
-        variance = float(np.maximum(squares / n - mean * mean, 0.0).mean())
-    return variance if np.isfinite(variance) else None
 
 
 def _column_sums(columns: np.ndarray, values: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1521,8 +1503,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         generator: str = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = len(active) <= AUTO_RFF_MAX_INPUTS and density >= AUTO_RFF_MIN_DENSITY
-        wide = _wide_variance(source.n_rows, scan.sums[active], scan.squares[active]) if source.regression else None
-        self.lam = p.lam_for(source.n_rows, source.regression, low_dense, wide)
+        self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         self.active, self.scale = active, None
         if self._standardizes(source, low_dense):
             scale = column_scales(source.n_rows, scan.sums[active], scan.squares[active])

@@ -101,19 +101,14 @@ def test_one_block_identity_is_closed_form_ridge(digits):
 
 def test_default_lam_scales_with_the_rows():
     """lam None: λ = max(LAM_FLOOR, LAM_ROWS/n) for class targets (identity link) on
-    low-dimensional dense data, LAM_FLOOR for the softmax link, sparse or wide class data and
-    real-valued targets on fewer columns than rows, max(LAM_FLOOR, v̄) for real-valued targets on
-    wide data (v̄ the columns' mean variance); a number is kept."""
+    low-dimensional dense data, LAM_FLOOR for real-valued targets, the softmax link and sparse or
+    wide data; a number is kept."""
     params = sw.StagewiseParams()
     assert params.lam is None
     assert params.lam_for(100, regression=False, low_dense=True) == pytest.approx(sw.LAM_ROWS / 100)
     assert params.lam_for(10**7, regression=False, low_dense=True) == sw.LAM_FLOOR
     assert params.lam_for(100, regression=False, low_dense=False) == sw.LAM_FLOOR
     assert params.lam_for(100, regression=True, low_dense=True) == sw.LAM_FLOOR
-    assert params.lam_for(100, regression=True, low_dense=False, wide_variance=0.25) == 0.25
-    assert params.lam_for(100, regression=True, low_dense=False, wide_variance=1e-9) == sw.LAM_FLOOR
-    assert params.lam_for(100, regression=False, low_dense=False, wide_variance=0.25) == sw.LAM_FLOOR
-    assert sw.StagewiseParams(lam=0.5).lam_for(100, regression=True, low_dense=False, wide_variance=0.25) == 0.5
     assert sw.StagewiseParams(link="softmax").lam_for(100, regression=False, low_dense=True) == sw.LAM_FLOOR
     assert sw.StagewiseParams(lam=0.5).lam_for(100, regression=False, low_dense=True) == 0.5
 
