@@ -96,7 +96,10 @@ data (text: tf-idf rows of unit norm, whose columns are far smaller than one) an
 targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n over-shrinks
 tf-idf (sector, 1000 rows: −5.8 points) and regression is Ridge's problem at 1e-4 as measured
 against Ridge (docs/benchmarks.md, "stagewise's λ from the
-training rows", session 23). The generator "auto" check (`_auto_check`) compares its candidates
+training rows", session 23). On wide regression data (d ≥ n, gradient blocks) two passes at 1e-4
+stop far from that ridge model: the first blocks interpolate the targets and the penalty's pull is too weak to spread the
+weights in n_passes passes; no λ rule held on every target (docs/benchmarks.md, "Defaults on
+wide data", session 25). The generator "auto" check (`_auto_check`) compares its candidates
 at the run's λ, by 5-fold cross-validation on its row sample (session 24; sessions 19–23 held
 out 20 % of it once, at LAM_FLOOR for lam None: on 21–42 held-out rows the run's λ picked other
 generators on iris and generated sets, while at LAM_FLOOR the columns nearly interpolated dna's
