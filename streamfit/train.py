@@ -29,6 +29,7 @@ from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, Model, featurization_
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
+from streamfit.solvers.base import allowed_values
 from streamfit.store import open_store
 
 if TYPE_CHECKING:
@@ -45,7 +46,17 @@ def make_params(solver_name: str, params: dict | None):
     try:
         return cls.Params(**(params or {}))
     except ValidationError as e:
-        problems = "; ".join(_param_problem(err, list(cls.Params.model_fields)) for err in e.errors())
+        by_key: dict[object, list] = {}
+        for err in e.errors():
+            by_key.setdefault(err["loc"][0] if err["loc"] else "", []).append(err)
+        fields = cls.Params.model_fields
+        problems = "; ".join(
+            # a value that fits none of a union's types (bool | "auto", float | None): one line, what is allowed
+            f"{key}: {errs[0]['input']!r} is not allowed ({allowed_values(fields[key])})"
+            if len(errs) > 1 and key in fields
+            else "; ".join(_param_problem(err, list(fields)) for err in errs)
+            for key, errs in by_key.items()
+        )
         known = ", ".join(cls.Params.model_fields)
         raise ConfigError(f"solver {solver_name!r} parameters: {problems} (its parameters: {known})") from None
 

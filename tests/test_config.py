@@ -27,6 +27,16 @@ def test_none_where_a_parameter_takes_none_and_a_hint_where_it_does_not():
         make_params("stagewise", {"max_iter": None})
 
 
+def test_a_value_that_fits_no_type_of_a_union_is_one_problem_naming_what_is_allowed():
+    """standardize takes true, false or "auto": "maybe" is one problem with the allowed values, not
+    pydantic's line per branch of the union (standardize.bool: …; standardize.literal['auto']: …)."""
+    with pytest.raises(ConfigError) as e:
+        make_params("bcd", {"standardize": "maybe", "lamm": 3})
+    message = str(e.value)
+    assert "standardize: 'maybe' is not allowed (true or false, or one of auto)" in message
+    assert "standardize." not in message and "lamm: Extra inputs are not permitted (did you mean lam?)" in message
+
+
 def test_worker_timeout_in_train_configs_and_pipelines(tmp_path):
     """worker_timeout: seconds, > 0; a pipeline's train section defaults to the engine's 60, a train
     config to None (train's --worker-timeout, else 60)."""
