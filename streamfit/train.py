@@ -52,7 +52,7 @@ def make_params(solver_name: str, params: dict | None):
         fields = cls.Params.model_fields
         problems = "; ".join(
             # a value that fits none of a union's types (bool | "auto", float | None): one line, what is allowed
-            f"{key}: {errs[0]['input']!r} is not allowed ({allowed_values(fields[key])})"
+            f"{key}: {errs[0]['msg']} ({errs[0]['input']!r}; allowed: {allowed_values(fields[key])})"
             if len(errs) > 1 and key in fields
             else "; ".join(_param_problem(err, list(fields)) for err in errs)
             for key, errs in by_key.items()

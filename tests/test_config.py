@@ -33,7 +33,8 @@ def test_a_value_that_fits_no_type_of_a_union_is_one_problem_naming_what_is_allo
     with pytest.raises(ConfigError) as e:
         make_params("bcd", {"standardize": "maybe", "lamm": 3})
     message = str(e.value)
-    assert "standardize: 'maybe' is not allowed (true or false, or one of auto)" in message
+    assert "standardize: Input should be a valid boolean" in message
+    assert "('maybe'; allowed: true or false, or one of auto)" in message
     assert "standardize." not in message and "lamm: Extra inputs are not permitted (did you mean lam?)" in message
 
 
