@@ -278,6 +278,23 @@ def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
 
 
+def dense_low_dimensional(n_rows: int, n_active: int, nnz: int) -> bool:
+    """Whether n_active columns holding nnz non-zeros over n_rows rows are the dense
+    low-dimensional data of the auto rules (stagewise's λ and generator check, standardize): at
+    most LOW_DIM_MAX_COLUMNS columns, at least LOW_DIM_MIN_DENSITY of them non-zero per row."""
+    return 0 < n_active <= LOW_DIM_MAX_COLUMNS and nnz >= LOW_DIM_MIN_DENSITY * n_rows * n_active
+
+
+def standardized_scale(standardize: bool | str, n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray | None:
+    """s (`column_scales`) of columns already found dense and low-dimensional, where
+    `standardize` puts the penalty on standardized columns: True always, "auto" where s spans
+    more than SCALE_SPREAD (columns in different units); else (False, or a small spread) None."""
+    if standardize is False:
+        return None
+    scale = column_scales(n, sums, squares)
+    return scale if standardize is True or scale_spread(scale) > SCALE_SPREAD else None
+
+
 def scale_spread(scale: np.ndarray) -> float:
     """max s_j / min s_j of `column_scales`' standard deviations (a constant column counts as 1);
     1 for no column."""

@@ -138,17 +138,14 @@ from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.losses import LOGISTIC, LOSSES, MULTITASK_SQUARED_HINGE, curvature, label_lists, rows_loss
 from streamfit.objectives.penalties import PENALTIES, prox, value
 from streamfit.solvers.base import (
-    LOW_DIM_MAX_COLUMNS,
-    LOW_DIM_MIN_DENSITY,
-    SCALE_SPREAD,
     Context,
     PerSample,
     Solver,
     SolverParams,
     SolverState,
-    column_scales,
+    dense_low_dimensional,
     register_solver,
-    scale_spread,
+    standardized_scale,
 )
 from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
 from streamfit.store import ChunkSource
@@ -724,12 +721,10 @@ class BCDSolver(Solver[BCDState]):
         p = self.params
         d = source.n_features
         active = np.flatnonzero(nnz[:d])
-        if p.standardize is False or len(active) == 0 or len(active) > LOW_DIM_MAX_COLUMNS:
+        if not dense_low_dimensional(source.n_rows, len(active), int(nnz[active].sum())):
             return None
-        if nnz[active].sum() < LOW_DIM_MIN_DENSITY * source.n_rows * len(active):
-            return None
-        s = column_scales(source.n_rows, sums[active], squares[active])
-        if p.standardize == "auto" and not scale_spread(s) > SCALE_SPREAD:
+        s = standardized_scale(p.standardize, source.n_rows, sums[active], squares[active])
+        if s is None:
             return None
         scale = np.ones(len(nnz))
         scale[active] = s

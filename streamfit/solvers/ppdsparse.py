@@ -121,15 +121,13 @@ from streamfit.model import LinearModel, register_model
 from streamfit.objectives.losses import OVR_HALF_SQUARED_HINGE, OVR_HINGE
 from streamfit.solvers.base import (
     LOW_DIM_MAX_COLUMNS,
-    LOW_DIM_MIN_DENSITY,
-    SCALE_SPREAD,
     Context,
     Solver,
     SolverParams,
     SolverState,
-    column_scales,
+    dense_low_dimensional,
     register_solver,
-    scale_spread,
+    standardized_scale,
 )
 from streamfit.solvers.ppdsparse_kernels import (
     Data,
@@ -914,14 +912,10 @@ def standardized_columns(p: PPDSparseParams, columns: ColumnSums, n_rows: int) -
     columns' s_j (`column_scales`, 1 for a constant column) span more than SCALE_SPREAD (100×:
     columns in different units); False: never. Sparse or wide data (text, hashed features) keep
     the columns as given."""
-    if p.standardize is False or columns.ids is None or columns.ids.size == 0:
+    if columns.ids is None or not dense_low_dimensional(n_rows, columns.ids.size, int(columns.nnz.sum())):
         return None
-    if columns.nnz.sum() < LOW_DIM_MIN_DENSITY * n_rows * columns.ids.size:
-        return None
-    scale = column_scales(n_rows, columns.sums, columns.squares)
-    if p.standardize is True or scale_spread(scale) > SCALE_SPREAD:
-        return columns.ids, scale
-    return None
+    scale = standardized_scale(p.standardize, n_rows, columns.sums, columns.squares)
+    return None if scale is None else (columns.ids, scale)
 
 
 # -- the model -------------------------------------------------------------------------------

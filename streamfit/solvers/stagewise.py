@@ -223,17 +223,14 @@ from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
 from streamfit.solvers.base import (
-    LOW_DIM_MAX_COLUMNS,
-    LOW_DIM_MIN_DENSITY,
-    SCALE_SPREAD,
     Context,
     PerSample,
     Solver,
     SolverParams,
     SolverState,
-    column_scales,
+    dense_low_dimensional,
     register_solver,
-    scale_spread,
+    standardized_scale,
 )
 from streamfit.solvers.stagewise_kernels import (
     csr_columns,
@@ -1505,13 +1502,11 @@ class StagewiseSolver(Solver[StagewiseState]):
             raise ConfigError("the training data has no non-zero feature values")
         generator: str = p.generator
         density = scan.nnz.sum() / (source.n_rows * len(active))
-        low_dense = len(active) <= LOW_DIM_MAX_COLUMNS and density >= LOW_DIM_MIN_DENSITY
+        low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         self.active, self.scale = active, None
         if self._standardizes(source, low_dense):
-            scale = column_scales(source.n_rows, scan.sums[active], scan.squares[active])
-            if p.standardize is True or scale_spread(scale) > SCALE_SPREAD:
-                self.scale = scale
+            self.scale = standardized_scale(p.standardize, source.n_rows, scan.sums[active], scan.squares[active])
         if generator == "auto" and (source.regression or not low_dense):
             generator = "gradient"
         # calibration "auto": Algorithm 2 where it validates, on the stored columns of multiclass

@@ -16,6 +16,7 @@ from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
+import streamfit.solvers.base as base
 import streamfit.solvers.stagewise as sw
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
@@ -235,7 +236,7 @@ def test_standardize_auto_where_the_columns_scales_spread():
     params = dict(generator="gradient", block_size=6, n_passes=2)
     stores = {name: InMemoryStore(data, y, [0, 1, 2], chunk_rows=100) for name, data in (("units", X), ("plain", Z))}
     s = Z.std(axis=0)
-    assert s.max() / s.min() < sw.SCALE_SPREAD < (s * units).max() / (s * units).min()
+    assert s.max() / s.min() < base.SCALE_SPREAD < (s * units).max() / (s * units).min()
     for name, standardize in (("units", True), ("plain", False)):
         auto, _, _ = fit(stores[name], **params)
         given, _, _ = fit(stores[name], standardize=standardize, **params)
