@@ -21,7 +21,9 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     import click
     from click.core import ParameterSource
 
-    from streamfit import __version__, environment
+    from streamfit import __version__, _numpy_tooling, environment
+
+    _numpy_tooling.defer()  # before SciPy's import copies numpy's namespace: f2py, testing on first use
     from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_problem
     from streamfit.errors import (
         ConfigError,

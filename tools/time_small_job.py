@@ -2,7 +2,7 @@
 fresh process, with a timer wrapped around a few functions, for one or more streamfit source
 trees side by side (issue 19).
 
-    python tools/time_small_job.py PIPELINE.yaml [--src DIR ...] [--repeats 5]
+    python tools/time_small_job.py PIPELINE.yaml [--src DIR ...] [--repeats 5] [--vw WORKDIR]
 
 tools/profile_small_job.py runs the job under cProfile, whose cost per Python call inflates the
 parts made of many small calls (a folder of 9645 documents read file by file) several times
@@ -26,7 +26,10 @@ installed package when none is given) gets its bytecode compiled first (`compile
 install` does: under PYTHONDONTWRITEBYTECODE every run would otherwise compile every module it
 imports), runs the job once untimed (numba's cache filled, as after a user's first run), then
 `--repeats` times, alternating between trees, each run started in its tree's directory; prints
-the median of each part as a Markdown table.
+the median of each part as a Markdown table. `--vw WORKDIR` also runs Vowpal Wabbit in every
+round, after the trees (tools/bench_small_jobs.py's commands on the input files it left in
+WORKDIR: VW alone, and VW with its TSV conversion timed in), and prints VW's medians and each
+tree's process ÷ them, wall and CPU, from the same rounds.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import bench_small_jobs as bench  # this folder's: Vowpal Wabbit's commands (--vw)
 
 PARTS = [  # (level, part, module, attribute path, a generator?); level 0: one after another, 1, 2: inside them
     (0, "the pipeline file (read, checked)", "streamfit.config", "load_pipeline", False),
@@ -126,9 +131,9 @@ def wrap(module, name, path, generator):
         if hasattr(f, "compile"):  # a numba kernel: a cold run's warm-up compiles it (precompile)
             timed.compile = f.compile
     setattr(owner, attribute, timed)
-    if not outer:  # a function: also where modules imported before the wrapping hold it by name
-        for other in list(sys.modules.values()):
-            if getattr(other, attribute, None) is f:
+    if not outer:  # a function: also where streamfit's modules imported before the wrapping hold it by name
+        for held, other in list(sys.modules.items()):  # (by name: a getattr would load a lazily loaded module)
+            if held.partition(".")[0] == "streamfit" and getattr(other, attribute, None) is f:
                 setattr(other, attribute, timed)
 pending = {{}}  # module name: its parts, wrapped when the job imports it
 for level, name, module, path, generator in {PARTS!r}:
@@ -203,15 +208,29 @@ def main() -> None:
     ap.add_argument("pipeline", help="the job's YAML (tools/bench_small_jobs.py writes WORKDIR/job.yaml)")
     ap.add_argument("--src", action="append", default=None, help="a source tree holding streamfit (repeatable)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument(
+        "--vw",
+        metavar="WORKDIR",
+        help="also run Vowpal Wabbit in every round, after the trees, on the input files that "
+        "tools/bench_small_jobs.py left in WORKDIR (alone, and with its TSV conversion in its time)",
+    )
+    ap.add_argument("--vw-classes", type=int, default=10, help="VW's --oaa K (the job's classes)")
+    ap.add_argument("--bits", type=int, default=18, help="VW's -b (the job's hashing width)")
+    ap.add_argument("--passes", type=int, default=5, help="VW's --passes")
     args = ap.parse_args()
     sources = args.src or [None]
     runs: dict[str | None, list[dict[str, list[float]]]] = {src: [] for src in sources}
     for src in sources:  # untimed: fills numba's cache for this tree (a new tree compiles every kernel)
         compileall.compile_dir(package_dir(src), quiet=1)
         time_once(src, os.path.abspath(args.pipeline))
+    vw: dict[str, list[list[float]]] = {VW_ALONE: [], VW_CONVERTED: []}
     for _ in range(args.repeats):
         for src in sources:
             runs[src].append(time_once(src, os.path.abspath(args.pipeline)))
+        if args.vw:
+            for name, run in ((VW_ALONE, bench.run_vw), (VW_CONVERTED, bench.run_vw_from_tsv)):
+                result = bench.with_cpu(run, os.path.abspath(args.vw), args.vw_classes, args.bits, args.passes)
+                vw[name].append([result["ingest"] + result["train"] + result["evaluate"], result["cpu"]])
     top = ["import streamfit.cli"] + [name for level, name, *_ in PARTS if level == 0]
     for each in runs.values():
         for run in each:
@@ -228,6 +247,26 @@ def main() -> None:
             w, c = (statistics.median(s[k] for s in seconds) for k in (0, 1))
             cells.append(f"{w:.3f} / {c:.3f}")
         print(f"| {'— ' * level}{name} | " + " | ".join(cells) + " |")
+    if args.vw:
+        print_vw(vw, {src: runs[src] for src in sources})
+
+
+VW_ALONE = "VW alone (its input made before the clock)"
+VW_CONVERTED = "VW with its TSV conversion (awk + shuf) in its time"
+
+
+def print_vw(vw: dict[str, list[list[float]]], runs: dict[str | None, list[dict[str, list[float]]]]) -> None:
+    """VW's medians (wall / CPU s, the same rounds as the trees') and each tree's process ÷ them."""
+    med = {name: [statistics.median(t[k] for t in times) for k in (0, 1)] for name, times in vw.items()}
+    print()
+    print("| same rounds | wall s | CPU s |")
+    print("|---|---|---|")
+    for name, (w, c) in med.items():
+        print(f"| {name} | {w:.3f} | {c:.3f} |")
+    for src, each in runs.items():
+        w, c = (statistics.median(run[PROCESS][k] for run in each) for k in (0, 1))
+        for name, (vw_w, vw_c) in med.items():
+            print(f"| {src or 'installed'}: process ÷ {name} | {w / vw_w:.2f} | {c / vw_c:.2f} |")
 
 
 if __name__ == "__main__":
