@@ -643,7 +643,7 @@ class StagewiseLSClassifier(_SolverClassifier):
     StagewiseParams.lam_for).
     standardize: with the identity link on that dense data, the penalty on the standardized
         columns, λ‖S W‖² (S the columns' standard deviations over the training rows): "auto"
-        (the default) where the standard deviations span more than 100× (columns in different
+        (the default) where the standard deviations span more than 10× (columns in different
         units), True always there, False never; coef_ stays in X's units
         (model_.info["standardized"]; the module docstring's "Standardized columns").
     calibrate: the solver's (and the CLI's) `calibration`, under this estimator's name:
@@ -858,7 +858,7 @@ class PPDSparseClassifier(_SolverClassifier):
     (with standardize=False where the columns are standardized, below).
     With lam not a number, rows of mean norm s outside [1/16, 16] are solved divided by a power of two c
     (ppdsparse.data_scale): ℓ2 weight tau·c² on w and tau on b for the values as given. On dense data of at
-    most 1000 columns whose standard deviations s_j span more than 100x (standardize="auto"), the weights are
+    most 1000 columns whose standard deviations s_j span more than 10x (standardize="auto"), the weights are
     lam·s_j|w_j| and (tau/2)·s_j²w_j² (the fit on the standardized columns, in the stored units). Multilabel:
     predict sets the labels scored above the margin of the best training micro-F1 (fit_threshold;
     model_.decision_threshold), and decision_function is the scores less it.
@@ -887,7 +887,7 @@ class BCDClassifier(_SolverClassifier):
     λ(ρ Σ_j ‖W_{j:}‖₂ + (1 − ρ)/2 ‖W‖²) (group_elasticnet, ρ = l1_ratio = 0.2; lam=None: λ(1 − ρ) =
     1/n, LinearSVC(C=1)'s ridge), or λ Σ_j ‖W_{j:}‖₂ (l1/l2, the paper's), λ‖W‖₁, (λ/2)‖W‖², or
     the ℓ1 mixes with l1_ratio. standardize ("auto"): on dense data of at most 1000 columns whose
-    standard deviations s_j spread more than 100× (columns in other units, raw pixels), P is taken
+    standard deviations s_j spread more than 10× (columns in other units, raw pixels), P is taken
     of diag(s) W (λ Σ_j s_j ‖W_{j:}‖₂ for l1/l2): the fit is the same in any units, coef_ stays on
     the columns as given (model_.info["standardized"] says which).
     mode "chunks" runs the out-of-core algorithm over row chunks of `chunk_rows`.

@@ -849,3 +849,24 @@ def test_check_estimator_regressor():
     }
     assert not failed, failed
     assert sum(r["status"] == "passed" for r in results) >= 50
+
+
+@pytest.mark.parametrize("cls", [StagewiseLSClassifier, BCDClassifier, PPDSparseClassifier])
+def test_standardize_auto_on_columns_spread_twenty_is_standardize_true(cls):
+    """Dense columns of comparable scale with one of them in 20 times its units (a spread of 20,
+    as grams beside kilograms; SCALE_SPREAD = 10 since session 26): the default "auto" fits the
+    standardized columns, standardize=True's model bit for bit; the same columns with a spread
+    of 5 keep standardize=False's model bit for bit."""
+    rng = np.random.default_rng(11)
+    Z = rng.normal(size=(300, 6))
+    Z /= Z.std(axis=0)
+    y = (Z[:, :3] @ rng.normal(size=(3, 3))).argmax(axis=1)
+    for factor, given in ((20.0, True), (5.0, False)):
+        X = Z.copy()
+        X[:, 2] *= factor
+        auto = cls().fit(X, y)
+        same = cls(standardize=given).fit(X, y)
+        assert auto.model_.info["standardized"] is given
+        dense = [c.toarray() if sp.issparse(c) else c for c in (auto.coef_, same.coef_)]  # ppdsparse: CSR
+        np.testing.assert_array_equal(dense[0], dense[1])
+        np.testing.assert_array_equal(auto.intercept_, same.intercept_)

@@ -25,6 +25,7 @@ family's seed 0 first), so an interrupted run still covers every family.
     OPENBLAS_NUM_THREADS=1 python tools/bench_standardize_gate.py run [--sets FAMILY,...]
         [--solvers stagewise,bcd,ppdsparse] [--data /work/shared/data] --jsonl FILE
     python tools/bench_standardize_gate.py summary FILE [--seen units,unscaled,sklearn]
+    OPENBLAS_NUM_THREADS=1 python tools/bench_standardize_gate.py regression
 
 `run` appends one JSON line per set (its statistics, LinearSVC's and svc_std's accuracy, and per
 solver the accuracy with True and False and whether True standardized). `summary` prints, per
@@ -56,7 +57,8 @@ import bench_defaults_small as bds  # noqa: E402
 
 from streamfit.solvers.base import LOW_DIM_MAX_COLUMNS, LOW_DIM_MIN_DENSITY, column_scales  # noqa: E402
 
-FAMILIES = ("units", "unscaled", "sklearn", "units-heldout", "libsvm", "gen", "mnist", "mild-units")
+NEW = ("logn-units", "few-units", "mild2-units", "real-mild")  # session 26's second draw, all held out
+FAMILIES = ("units", "unscaled", "sklearn", "units-heldout", "libsvm", "gen", "mnist", "mild-units", *NEW)
 SEEN = ("units", "unscaled", "sklearn")
 STATS = ("sd", "rms", "sd1", "sdq", "rmsq")
 THRESHOLDS = (3.0, 6.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
@@ -76,12 +78,31 @@ MILD = (
 )
 
 
+NEW_SEEDS = (3, 4, 5)  # the second draw's splits, subsamples and generated sets: not the first draw's 0, 1, 2
+REAL_SEEDS = (3, 4, 5, 6, 7, 8)
+UNIT_DRAWS = {  # the second draw's unit factors by tag (session 26), each seeded by [seed, salt]
+    "mild2": "column j times 10^u_j, u_j ~ U[−0.75, 0.75] (salt 29)",
+    "logn": "column j times 10^(0.5 z_j), z_j ~ N(0, 1) (salt 27)",
+    "few": "k = min(3, max(1, d // 8)) random columns times or divided by f ~ U[10, 50] (salt 28)",
+}
+
+
 def family(name: str) -> list[str]:
     """bench_defaults_small's families, `mnist`, `digits` and `mild-units` (held out: sets of
     MILD with column j times 10^u_j, u_j uniform in [−1, 1], a spread of at most 100×, the range
-    where the candidate gates disagree; the sklearn sets standardized first: `wine-std-mild-s1`)."""
+    where the candidate gates disagree; the sklearn sets standardized first: `wine-std-mild-s1`).
+    Session 26's second draw (NEW, fixed before any of it was run; seeds 3, 4, 5): `mild2-units`,
+    `logn-units` and `few-units`, MILD's sets with UNIT_DRAWS' factors (`letter-1000-logn-s4`),
+    and `real-mild`, dense real data whose own units spread 10×–100× (seeds 3–8): `diabetes-cls`
+    (scikit-learn's diabetes in its raw units, sd spread 69×, the target cut at its tertiles into
+    3 classes) and `wine-sub` (wine's raw columns but proline and magnesium, 27×)."""
     if name == "mild-units":
         return [f"{s}{'-std' if s in bds.SKLEARN else ''}-mild-s{seed}" for s in MILD for seed in bds.SEEDS]
+    if name in ("mild2-units", "logn-units", "few-units"):
+        tag = name.split("-")[0]
+        return [f"{s}{'-std' if s in bds.SKLEARN else ''}-{tag}-s{seed}" for s in MILD for seed in NEW_SEEDS]
+    if name == "real-mild":
+        return [f"{s}-s{seed}" for s in ("diabetes-cls", "wine-sub") for seed in REAL_SEEDS]
     if name == "mnist":
         return [f"mnist-{n}-s{seed}" for n in (500, 2000) for seed in bds.SEEDS]
     if name == "digits":
@@ -89,13 +110,45 @@ def family(name: str) -> list[str]:
     return bds.family(name)
 
 
+def _real(name: str):
+    """`diabetes-cls-sN` and `wine-sub-sN` (`family("real-mild")`): stratified 70/30 splits."""
+    from sklearn import datasets
+    from sklearn.model_selection import train_test_split
+
+    seed = int(name.rsplit("-s", 1)[1])
+    if name.startswith("diabetes-cls"):
+        X, target = datasets.load_diabetes(return_X_y=True, scaled=False)
+        y = np.searchsorted(np.quantile(target, [1 / 3, 2 / 3]), target, side="right")
+    else:
+        wine = datasets.load_wine()
+        keep = [j for j, f in enumerate(wine.feature_names) if f not in ("proline", "magnesium")]
+        X, y = wine.data[:, keep], wine.target
+    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+    return Xtr, ytr, Xte, yte
+
+
 def load(data: Path, name: str):
-    """bench_defaults_small.load, and `-mild-` sets: column j times 10^u_j, u_j ~ U[−1, 1]."""
-    if "-mild-" not in name:
+    """bench_defaults_small.load, `-mild-` sets (column j times 10^u_j, u_j ~ U[−1, 1]), the
+    second draw's `-mild2-`, `-logn-` and `-few-` sets (UNIT_DRAWS) and `real-mild`'s sets."""
+    if name.startswith(("diabetes-cls", "wine-sub")):
+        return _real(name)
+    tag = next((t for t in ("mild", *UNIT_DRAWS) if f"-{t}-" in name), None)
+    if tag is None:
         return bds.load(data, name)
-    Xtr, ytr, Xte, yte = bds.load(data, name.replace("-mild-", "-"))
+    Xtr, ytr, Xte, yte = bds.load(data, name.replace(f"-{tag}-", "-"))
     seed = int(name.split("-")[-1][1:])
-    units = 10.0 ** np.random.default_rng([seed, 25]).uniform(-1, 1, size=Xtr.shape[1])
+    d = Xtr.shape[1]
+    if tag == "mild":
+        units = 10.0 ** np.random.default_rng([seed, 25]).uniform(-1, 1, size=d)
+    elif tag == "mild2":
+        units = 10.0 ** np.random.default_rng([seed, 29]).uniform(-0.75, 0.75, size=d)
+    elif tag == "logn":
+        units = 10.0 ** (0.5 * np.random.default_rng([seed, 27]).standard_normal(d))
+    else:  # few
+        rng = np.random.default_rng([seed, 28])
+        units = np.ones(d)
+        columns = rng.choice(d, size=min(3, max(1, d // 8)), replace=False)
+        units[columns] = rng.uniform(10, 50, size=len(columns)) ** rng.choice([-1.0, 1.0], size=len(columns))
     if sp.issparse(Xtr):
         return sp.csr_matrix(Xtr @ sp.diags(units)), ytr, sp.csr_matrix(Xte @ sp.diags(units)), yte
     return Xtr * units, ytr, Xte * units, yte
@@ -292,11 +345,15 @@ def summary(args) -> None:
     gates = [(f"{k} > {t:g}", lambda c, k=k, t=t: c[k] > t) for k in STATS for t in THRESHOLDS]
     groups = (
         ("seen", [c for c in cs if c["seen"]]),
-        ("held-out", [c for c in cs if not c["seen"] and c["family"] != "mild-units"]),
-        ("mild-units (held out, new)", [c for c in cs if c["family"] == "mild-units"]),
+        ("held-out", [c for c in cs if not c["seen"] and c["family"] not in ("mild-units", *NEW)]),
+        ("mild-units (held out, session 25)", [c for c in cs if c["family"] == "mild-units"]),
+        ("second draw (held out, session 26)", [c for c in cs if c["family"] in NEW]),
+        *((f"  {f} (second draw)", [c for c in cs if c["family"] == f]) for f in NEW),
         ("all held out", [c for c in cs if not c["seen"]]),
     )
     for label, group in groups:
+        if not group:
+            continue
         n_dec = sum(decisive(c) for c in group)
         better_t = sum(decisive(c) and c["delta"] > 0 for c in group)
         print(
@@ -324,6 +381,47 @@ def summary(args) -> None:
         print()
 
 
+def regression(args) -> None:
+    """Stagewise regression on dense real data in raw units (`real-mild`'s kind, seeds 3–8, 70/30
+    splits): StagewiseLSRegressor with standardize True and False (which real-valued targets
+    ignore: the same fit, checked here) beside RidgeCV and StandardScaler-then-RidgeCV, test R²
+    (multi-output: the targets' mean), one line per set and seed."""
+    from sklearn import datasets
+    from sklearn.linear_model import RidgeCV
+    from sklearn.metrics import r2_score
+    from sklearn.model_selection import train_test_split
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    import streamfit
+
+    warnings.simplefilter("ignore")
+    sets = {
+        "diabetes-raw": datasets.load_diabetes(return_X_y=True, scaled=False),
+        "linnerud": datasets.load_linnerud(return_X_y=True),
+    }
+    alphas = np.logspace(-3, 3, 13)
+    print(f"{'set':14s} seed    n  sd-spread  stagewise T / F (R²)  RidgeCV  Scaler+RidgeCV  T == F")
+    for name, (X, y) in sets.items():
+        for seed in REAL_SEEDS:
+            Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=seed)
+            scores = {}
+            preds = {}
+            for flag in (True, False):
+                est = streamfit.StagewiseLSRegressor(standardize=flag).fit(Xtr, ytr)
+                preds[flag] = est.predict(Xte)
+                scores[flag] = float(r2_score(yte, preds[flag]))
+            ridge = float(r2_score(yte, RidgeCV(alphas=alphas).fit(Xtr, ytr).predict(Xte)))
+            scaled = make_pipeline(StandardScaler(), RidgeCV(alphas=alphas)).fit(Xtr, ytr)
+            ridge_std = float(r2_score(yte, scaled.predict(Xte)))
+            spread = column_statistics(Xtr)["sd"]
+            print(
+                f"{name:14s} {seed:4d} {len(ytr):4d} {spread:10.3g} {scores[True]:10.4f} / {scores[False]:.4f} "
+                f"{ridge:8.4f} {ridge_std:15.4f}  {np.array_equal(preds[True], preds[False])}",
+                flush=True,
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -339,8 +437,9 @@ def main() -> None:
     s.add_argument("--by-solver", default="", help="gates (e.g. 'sd > 100,rms > 30') to split by solver")
     s.add_argument("--table", action="store_true", help="also the accuracies of the sets in the gates' range")
     s.add_argument("--wrong", default="", help="gates (e.g. 'sd > 100') whose wrong decisive cases to list")
+    sub.add_parser("regression", help="stagewise regression on raw-unit real data against RidgeCV")
     args = ap.parse_args()
-    run(args) if args.command == "run" else summary(args)
+    {"run": run, "summary": summary, "regression": regression}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -262,7 +262,8 @@ LOW_DIM_MAX_COLUMNS = (
     1000  # dense low-dimensional data (stagewise's λ rule and auto check, standardize): columns used at most
 )
 LOW_DIM_MIN_DENSITY = 0.1  # ... and this share of them non-zero per row on average, at least
-SCALE_SPREAD = 100.0  # standardize="auto": standardized columns where max s_j / min s_j exceeds this
+# standardize="auto": standardized columns where max s_j / min s_j exceeds this (100 until session 26)
+SCALE_SPREAD = 10.0
 
 
 def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:

@@ -106,7 +106,7 @@ s comes from the pass that already reads the columns (memory mode: the data read
 chunks mode and FISTA: the column statistics pass, Σx_j and Σx_j² summed with the non-zeros)
 and is state (`column_scale`), so a resumed run and any worker count use the same s.
 standardize="auto" (the default) applies it where the active columns' s span more than
-SCALE_SPREAD = 100 (base.scale_spread: columns in different units, raw pixels' near-empty
+SCALE_SPREAD = 10 (base.scale_spread: columns in different units, raw pixels' near-empty
 border; as stagewise), True wherever the data qualifies, False never; sparse or wide data (text)
 keep the penalty on the stored columns, bit for bit.
 
@@ -224,7 +224,7 @@ class BCDParams(SolverParams):
         "auto",
         description="dense data of at most 1000 columns (>= 10 % non-zero): the penalty on the weights of the "
         "standardized columns, P(diag(s) W) with s_j the column's standard deviation (the fit the same in any "
-        "units; the model stays linear on X as stored); auto: where max s_j / min s_j > 100; sparse text: never",
+        "units; the model stays linear on X as stored); auto: where max s_j / min s_j > 10; sparse text: never",
     )
 
     def lam_for(self, n_rows: int) -> float:

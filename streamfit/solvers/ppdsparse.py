@@ -34,7 +34,7 @@ Standardized columns (`standardize`, session 25). The ℓ1 and ℓ2 weights of (
 to a column's units: a column in small units needs large weights, which they penalise more. On
 dense low-dimensional data (at most 1000 columns hold a non-zero, on average at least 10 % of
 their rows: stagewise's test; standardized_columns) whose columns' standard deviations s_j over
-the n training rows span more than SCALE_SPREAD = 100× (standardize="auto"; True: wherever the
+the n training rows span more than SCALE_SPREAD = 10× (standardize="auto"; True: wherever the
 data qualify; False: never) each class solves (9) on the columns z_j = x_j/s_j, and weight j of
 the stored column is u_j/s_j. Written back in the stored units that is the per-column weighted
 elastic net
@@ -255,7 +255,7 @@ class PPDSparseParams(SolverParams):
         description="dense data of at most 1000 columns (>= 10% non-zero): the l1 and l2 weights on the columns "
         "scaled by their standard deviations s_j, i.e. lam·s_j|w_j| + (tau/2)·s_j²w_j² on the stored columns (the "
         "fit is the same in any units; the model stays in the stored units); auto: where the s_j span more than "
-        "100x (columns in different units), true: always there, false: the columns as given (sparse or wide data: "
+        "10x (columns in different units), true: always there, false: the columns as given (sparse or wide data: "
         "always as given)",
     )
     primal_ratio: float = Field(
@@ -909,7 +909,7 @@ def standardized_columns(p: PPDSparseParams, columns: ColumnSums, n_rows: int) -
     Only on dense low-dimensional data, the data of stagewise's λ rule: at most
     LOW_DIM_MAX_COLUMNS (1000) columns hold a non-zero, and they are at least LOW_DIM_MIN_DENSITY
     (10 %) non-zero on average; then with standardize=True always, with "auto" where the
-    columns' s_j (`column_scales`, 1 for a constant column) span more than SCALE_SPREAD (100×:
+    columns' s_j (`column_scales`, 1 for a constant column) span more than SCALE_SPREAD (10×:
     columns in different units); False: never. Sparse or wide data (text, hashed features) keep
     the columns as given."""
     if columns.ids is None or not dense_low_dimensional(n_rows, columns.ids.size, int(columns.nnz.sum())):

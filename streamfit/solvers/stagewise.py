@@ -126,9 +126,10 @@ the "auto" check fits its column candidates with the same penalty. s comes from 
 scan's Σx_j and Σx_j² (one pass; `column_scales`, 1 for a constant column, shared with fbpd) and is
 state (`StagewiseState.column_scale`: a resumed run and any worker count use the same s; other
 chunkings sum it in another order). standardize="auto" (the default) applies it where the active
-columns' s_j span more than SCALE_SPREAD = 100 (columns in different units: wine 2.7e3,
-breast_cancer 2.5e5, digits' and MNIST's near-empty pixels 231 and 427), and keeps the columns
-as given where they are comparable (at most 6.2 on the LIBSVM and generated sets measured):
+columns' s_j span more than SCALE_SPREAD = 10 (columns in different units: wine 2.7e3,
+breast_cancer 2.5e5, diabetes' raw columns 69, digits' and MNIST's near-empty pixels 231 and
+427; 100 until session 26), and keeps the columns as given where they are comparable (at most
+6.2 on the LIBSVM and generated sets measured):
 standardizing there discards a scale that carries information (make_classification's informative
 columns have twice the variance of its noise columns: −8 points on 500 columns × 140 rows, as
 for StandardScaler then LinearSVC) and weakens the penalty of one-hot columns (s ≈ 0.4 on dna:
@@ -319,7 +320,7 @@ class StagewiseParams(SolverParams):
         "auto",
         description="class targets, identity link, dense data of at most 1000 columns: the ridge penalty on "
         "the columns scaled by their standard deviations (the fit is the same in any units; the model stays "
-        "in the stored units); auto: where the columns' standard deviations span more than 100x (columns "
+        "in the stored units); auto: where the columns' standard deviations span more than 10x (columns "
         "in different units), true: always there, false: the columns as given",
     )
     penalty: Literal["stage", "total"] = Field(

@@ -108,3 +108,30 @@ def test_column_scales_are_the_standard_deviations_and_one_for_constant_or_overf
     with np.errstate(over="ignore"):
         huge = column_scales(2, np.array([2e200]), np.array([1e200]) ** 2 * 2)
     assert huge.tolist() == [1.0]
+
+
+def test_standardize_auto_standardizes_spreads_above_ten_and_keeps_comparable_columns():
+    """standardized_scale: "auto" returns the columns' s where max s_j / min s_j exceeds
+    SCALE_SPREAD = 10 (columns at 1 and 20: spread 20, as one column in other units; 100 until
+    session 26, which kept it) and None at a spread of 5 (comparable units); True returns s at
+    any spread, False never."""
+    import numpy as np
+    import pytest
+
+    from streamfit.solvers import base
+
+    rng = np.random.default_rng(5)
+    Z = rng.normal(size=(400, 3))
+    Z /= Z.std(axis=0)
+    for factor, standardized in ((20.0, True), (5.0, False)):
+        X = Z * [1.0, factor, 1.0]
+        sums, squares = X.sum(axis=0), (X * X).sum(axis=0)
+        s = base.column_scales(len(X), sums, squares)
+        assert base.scale_spread(s) == pytest.approx(factor)
+        auto = base.standardized_scale("auto", len(X), sums, squares)
+        assert (auto is not None) is standardized
+        if standardized:
+            np.testing.assert_array_equal(auto, s)
+        np.testing.assert_array_equal(base.standardized_scale(True, len(X), sums, squares), s)
+        assert base.standardized_scale(False, len(X), sums, squares) is None
+    assert base.SCALE_SPREAD == 10.0
