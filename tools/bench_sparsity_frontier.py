@@ -1,6 +1,6 @@
 """Is "≥ 10× smaller than one-vs-rest LinearSVC at its accuracy" attainable by any sparse linear
 model? The accuracy–size frontier of ppdsparse's ℓ1 path beside scikit-learn's ℓ1 models (issue 20
-item 3b, session 26).
+item 3b, session 26; docs/benchmarks.md).
 
 Per set, every model is measured against the reference, one-vs-rest `LinearSVC(C = 1)` (ℓ2,
 squared hinge, intercept) on the same training and test matrices: Δ = points of test accuracy
@@ -11,11 +11,14 @@ use). The models, each over a grid of its ℓ1 weight:
 - ppdsparse: objective (9) of Yen et al. 2017, lam‖w_k‖₁ + (tau/2)‖w_k‖² + (1/n) Σ_i ½ max(0,
   1 − y_ik(⟨w_k, x_i⟩ + b_k))² per class, lam "scale" at each `--lam-scales` value (the default
   lam_scale 1e-3 is marked "default"), at each `--taus` value (its default tau 1e-4 first);
-  solved in process by `solve_group` on the training matrix of `build_data`;
+  solved in process by `solve_group` on the training matrix of `build_data`; `--tau-positives N`
+  adds a per-class ℓ2 weight tau_k = tau·min(1, N/n⁺_k) (n⁺_k class k's positive rows);
 - `LinearSVC(penalty="l1", loss="squared_hinge", dual=False, C)` one-vs-rest over `--svc-cs`:
   ‖w‖₁ + C Σ_i max(0, 1 − y_i(⟨w, x_i⟩ + b))², i.e. (9) at tau = 0 with lam = 1/(2nC) (liblinear
-  also puts the ℓ1 weight on its intercept column);
-- `LogisticRegression(l1_ratio=1, solver="liblinear", C)` (the ℓ1 penalty) one-vs-rest over `--logreg-cs`:
+  also puts the ℓ1 weight on its intercept column, a constant column of value
+  `--intercept-scaling`);
+- `LogisticRegression(l1_ratio=1, solver="liblinear", C)` (the ℓ1 penalty) one-vs-rest over
+  `--logreg-cs`:
   ‖w‖₁ + C Σ_i log(1 + exp(−y_i(⟨w, x_i⟩ + b))).
 
 Multilabel sets: each sparse model's decision threshold is fitted on its training margins as
@@ -29,7 +32,8 @@ is known to within one grid step. Stores as tools/bench_refit.py (the walkthroug
 tools/bench_defaults.py's sets), written into --work if missing.
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_sparsity_frontier.py [--sets r8like,ohsumedlike,...]
-        [--lam-scales ...] [--taus 1e-4,3e-5] [--svc-cs ...] [--logreg-cs ...] [--work DIR] [--data DIR]
+        [--lam-scales ...] [--taus 1e-4,3e-5,1e-5,3e-6] [--tau-positives 300] [--svc-cs ...]
+        [--logreg-cs ...] [--intercept-scaling 1] [--no-peers] [--work DIR] [--data DIR]
 """
 
 from __future__ import annotations
@@ -111,9 +115,11 @@ def ppdsparse_path(
     return points
 
 
-def sklearn_path(ref: Reference, method: str, cs: list[float]) -> list[Point]:
+def sklearn_path(ref: Reference, method: str, cs: list[float], intercept_scaling: float) -> list[Point]:
     """One-vs-rest ℓ1 LinearSVC (squared hinge) or ℓ1 logistic regression (liblinear) at every C:
-    one binary fit per class on the ±1 labels, as LinearSVC's own one-vs-rest."""
+    one binary fit per class on the ±1 labels, as LinearSVC's own one-vs-rest. liblinear's
+    intercept is the weight of a constant column of value intercept_scaling, under the same ℓ1
+    weight as the others: a larger value penalizes the intercept less."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
     from sklearn.svm import LinearSVC
@@ -131,9 +137,18 @@ def sklearn_path(ref: Reference, method: str, cs: list[float]) -> list[Point]:
                     b[k] = 1.0 if y[0] else -1.0
                     continue
                 if method == "l1 LinearSVC":
-                    m = LinearSVC(penalty="l1", loss="squared_hinge", dual=False, C=C, max_iter=2000)
+                    m = LinearSVC(
+                        penalty="l1",
+                        loss="squared_hinge",
+                        dual=False,
+                        C=C,
+                        intercept_scaling=intercept_scaling,
+                        max_iter=2000,
+                    )
                 else:
-                    m = LogisticRegression(l1_ratio=1.0, solver="liblinear", C=C, max_iter=200)
+                    m = LogisticRegression(
+                        l1_ratio=1.0, solver="liblinear", C=C, intercept_scaling=intercept_scaling, max_iter=200
+                    )
                 m.fit(ref.X, y)
                 W[k], b[k] = m.coef_.ravel(), m.intercept_[0]
         cpu = time.process_time() - started
@@ -156,7 +171,7 @@ def frontier_row(points: list[Point]) -> list[str]:
     parameter), and the best Δ among the models ≥ TARGET_RATIO smaller (with its ratio)."""
     cells = []
     for goal in GOALS:
-        ok = [p for p in points if p.delta >= goal]
+        ok = [p for p in points if round(p.delta, 2) >= goal]  # as printed
         best = max(ok, key=lambda p: p.ratio) if ok else None
         cells.append("—" if best is None else f"{best.ratio:.1f}× ({best.delta:+.2f}, {best.param})")
     small = [p for p in points if p.ratio >= TARGET_RATIO]
@@ -175,6 +190,9 @@ def main() -> None:
     )
     ap.add_argument("--svc-cs", default="0.5,1,2,3,5,10,20,50")
     ap.add_argument("--logreg-cs", default="2,5,10,20,50,100,200")
+    ap.add_argument(
+        "--intercept-scaling", type=float, default=1.0, help="liblinear's intercept_scaling for the ℓ1 peers"
+    )
     ap.add_argument("--no-peers", action="store_true", help="ppdsparse only")
     ap.add_argument("--data", type=Path, default=Path("/work/shared/data"))
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_refit"))
@@ -192,8 +210,10 @@ def main() -> None:
         for p in ppdsparse_path(ref, floats(args.lam_scales), floats(args.taus), floats(args.tau_positives)):
             paths.setdefault(p.method, []).append(p)
         if not args.no_peers:
-            paths["l1 LinearSVC"] = sklearn_path(ref, "l1 LinearSVC", floats(args.svc_cs))
-            paths["l1 LogisticRegression"] = sklearn_path(ref, "l1 LogisticRegression", floats(args.logreg_cs))
+            paths["l1 LinearSVC"] = sklearn_path(ref, "l1 LinearSVC", floats(args.svc_cs), args.intercept_scaling)
+            paths["l1 LogisticRegression"] = sklearn_path(
+                ref, "l1 LogisticRegression", floats(args.logreg_cs), args.intercept_scaling
+            )
         default = next(p for ps in paths.values() for p in ps if p.default)
         for method, points in paths.items():
             summary.append([name, method, *frontier_row(points)])
