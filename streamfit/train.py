@@ -166,6 +166,8 @@ def train(
     run.makedirs()
     # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
     lock = _lock_run_dir(out) if run.local else None
+    # a checkpoint this call did not write (an earlier run's, which --resume continues) is never removed
+    earlier = not overwrite and run.join("checkpoints", "LATEST").exists()
     try:
         return _train_locked(
             store,
@@ -188,8 +190,9 @@ def train(
             dashboard_address=dashboard_address,
             threshold=threshold,
         )
-    except BaseException:
-        _remove_if_no_checkpoint(out, made)
+    except BaseException as e:
+        stopped = isinstance(e, (TimeLimitReached, Terminated, KeyboardInterrupt))  # resumable by design
+        _remove_if_no_checkpoint(out, made, keep_initial=earlier or stopped)
         raise
     finally:
         if lock is not None:
@@ -242,13 +245,25 @@ def remove_earlier_run(out: str) -> None:
             os.close(lock)
 
 
-def _remove_if_no_checkpoint(out: str, made: bool) -> None:
-    """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
-    metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
-    that nothing is left that looks like a run. A run with a checkpoint is kept for --resume."""
+def _remove_if_no_checkpoint(out: str, made: bool, *, keep_initial: bool = False) -> None:
+    """After a run that failed before its first step was checkpointed: remove what it wrote
+    (checkpoints/, metrics.jsonl), and the run directory itself if this run made it and
+    it is empty then, so that nothing is left that looks like a run. The step-0 checkpoint (the
+    solver's init, saved before the first step reads every chunk or the --valid store) counts as
+    no run after an error: e.g. a damaged chunk met in step 1 must not leave a run that asks for
+    --resume or --overwrite once the store is re-ingested. `keep_initial`: keep it anyway (a run
+    stopped by SIGTERM, Ctrl-C or its time limit, which --resume continues as documented, and a
+    checkpoint of an earlier call). A run with a checkpoint of step 1 or later is kept for --resume."""
     run = storage.resolve(out)
-    if run.join("checkpoints", "LATEST").exists():
-        return
+    latest = run.join("checkpoints", "LATEST")
+    if latest.exists():
+        try:
+            step = int(json.loads(latest.read_bytes())["step"])
+        except (ValueError, KeyError, TypeError, OSError):
+            return  # not ours to judge: keep it, resume names the damage
+        if keep_initial or step != 0:
+            return
+        latest.remove()  # the mark of a complete checkpoint goes first (remove_run_outputs)
     run.join("checkpoints").remove_tree()
     run.join("metrics.jsonl").remove()
     if made and run.local and os.path.isdir(run.path) and not os.listdir(run.path):
