@@ -950,7 +950,14 @@ def lock_dir(path: str) -> int:
 
 
 def _busy(path: str) -> StoreError:
+    """The error of a second writer: named by the store (--out), with the locked path when it is
+    a staging directory (`OUT.partial`, or ingest's pass-1 stage `OUT.pass1.partial.partial`)."""
+    store = path
+    while store.endswith(".partial"):
+        store = store.removesuffix(".partial")
+    store = store.removesuffix(".pass1")
+    held = f" ({path} is locked)" if store != path else ""
     return StoreError(
-        f"{path}: another streamfit ingest is writing this store right now; wait for it to finish, "
+        f"{store}: another streamfit ingest is writing this store right now{held}; wait for it to finish, "
         "or write to another --out"
     )
