@@ -31,6 +31,7 @@ from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progr
 from streamfit.solvers import get_solver
 from streamfit.solvers.base import allowed_values
 from streamfit.store import open_store
+from streamfit.store.store import read_lock
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -166,6 +167,13 @@ def train(
     run.makedirs()
     # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
     lock = _lock_run_dir(out) if run.local else None
+    try:  # the stores stay as they are while they are read: an ingest --overwrite of one is refused (read_lock)
+        reading = [fd for s in (store, valid_store) if s is not None and (fd := read_lock(s.path)) is not None]
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        _remove_if_no_checkpoint(out, made)
+        raise
     # a checkpoint this call did not write (an earlier run's, which --resume continues) is never removed
     earlier = not overwrite and run.join("checkpoints", "LATEST").exists()
     try:
@@ -195,6 +203,8 @@ def train(
         _remove_if_no_checkpoint(out, made, keep_initial=earlier or stopped)
         raise
     finally:
+        for fd in reading:
+            os.close(fd)
         if lock is not None:
             os.close(lock)
 

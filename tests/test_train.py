@@ -169,6 +169,29 @@ def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_st
     assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
 
 
+def test_a_store_being_trained_on_cannot_be_overwritten_meanwhile(digits_store, tmp_path, monkeypatch):
+    """qa27: `ingest --overwrite` of the store a train reads (a retried job) replaced it under
+    the train, which failed at its next read. The train holds the store's read lock (a shared
+    flock) from its start to its end: the overwrite is refused with one line, the train finishes."""
+    from streamfit.solvers.stagewise import StagewiseSolver
+    from streamfit.store import StoreWriter
+
+    step = StagewiseSolver.step
+    refused = []
+
+    def step_then_overwrite(self, ctx, state):
+        if not refused:
+            with pytest.raises(StoreError, match="in use by another streamfit process right now") as e:
+                StoreWriter(digits_store, overwrite=True)
+            refused.append(e.value)
+        return step(self, ctx, state)
+
+    monkeypatch.setattr(StagewiseSolver, "step", step_then_overwrite)
+    model = _train(digits_store, tmp_path / "run")
+    assert refused and model.n_features == 64
+    StoreWriter(digits_store, overwrite=True).abort()  # released at the end of the train
+
+
 def test_the_dashboard_url_is_logged_at_the_start(digits_store, tmp_path, monkeypatch, caplog):
     from streamfit.engine import Engine
 
