@@ -157,15 +157,15 @@ def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_st
     params = PARAMS if solver == "stagewise" else {}
     out = tmp_path / "run"
     with pytest.raises(StoreError, match=r"chunk 2 .* is damaged"):
-        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid)
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1)
     assert not out.exists()
     with pytest.raises(TimeLimitReached):  # stopped at init's checkpoint: kept for --resume
         train(store, solver, str(out), params, n_workers=0, progress=False, time_limit=1e-9)
     assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
     with pytest.raises(StreamfitError, match="holds checkpoints of an earlier run"):  # not this call's: kept
-        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid)
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1)
     with pytest.raises(StoreError):  # the resume's error after step 0: the earlier run's checkpoint stays
-        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, resume=True)
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1, resume=True)
     assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
 
 
