@@ -23,7 +23,7 @@ from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
-from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
+from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, Model, featurization_differences
 from streamfit.precompile import announce_compilation
@@ -115,7 +115,9 @@ def train(
 
     Everything that can be checked without the data (parameters, the store against the solver)
     is checked before the run directory is made or a cluster starts; a run that fails before its
-    first checkpoint removes what it wrote (and the directory, if it made it)."""
+    first checkpoint removes what it wrote (and the directory, if it made it), and so does an
+    error after init's step-0 checkpoint, unless it is a stop (SIGTERM, Ctrl-C, time limit) or a
+    failed write (disk full), which --resume continues."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -199,8 +201,9 @@ def train(
             threshold=threshold,
         )
     except BaseException as e:
-        stopped = isinstance(e, (TimeLimitReached, Terminated, KeyboardInterrupt))  # resumable by design
-        _remove_if_no_checkpoint(out, made, keep_initial=earlier or stopped)
+        # resumable by design: a stop, and a write that failed (disk full: its line names --resume)
+        resumable = isinstance(e, (TimeLimitReached, Terminated, KeyboardInterrupt, OutputError))
+        _remove_if_no_checkpoint(out, made, keep_initial=earlier or resumable)
         raise
     finally:
         for fd in reading:
@@ -262,8 +265,8 @@ def _remove_if_no_checkpoint(out: str, made: bool, *, keep_initial: bool = False
     solver's init, saved before the first step reads every chunk or the --valid store) counts as
     no run after an error: e.g. a damaged chunk met in step 1 must not leave a run that asks for
     --resume or --overwrite once the store is re-ingested. `keep_initial`: keep it anyway (a run
-    stopped by SIGTERM, Ctrl-C or its time limit, which --resume continues as documented, and a
-    checkpoint of an earlier call). A run with a checkpoint of step 1 or later is kept for --resume."""
+    stopped by SIGTERM, Ctrl-C or its time limit, or by a failed write such as a full disk, which
+    --resume continues as documented, and a checkpoint of an earlier call). A run with a checkpoint of step 1 or later is kept for --resume."""
     run = storage.resolve(out)
     latest = run.join("checkpoints", "LATEST")
     if latest.exists():

@@ -8,7 +8,7 @@ import pytest
 
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
-from streamfit.errors import ConfigError, StoreError, StreamfitError, TimeLimitReached
+from streamfit.errors import ConfigError, OutputError, StoreError, StreamfitError, TimeLimitReached
 from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
@@ -142,8 +142,7 @@ def _flip_a_byte(path):
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("solver", ["stagewise", "ppdsparse"])
-def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_store, tmp_path, solver):
+def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_store, tmp_path):
     """qa26/qa27: a damaged chunk of the --valid store is first read by step 1, after init's
     step-0 checkpoint; the run failed with one line but left checkpoints/LATEST, so the same
     command after a re-ingest asked for --resume or --overwrite. An error removes a step-0
@@ -154,7 +153,7 @@ def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_st
     store = write_store(X[:1200], y[:1200], classes)
     valid = write_store(X[1200:], y[1200:], classes, chunk_rows=200)
     _flip_a_byte(Path(valid) / "chunks" / "000002" / "indices" / "c" / "0")
-    params = PARAMS if solver == "stagewise" else {}
+    solver, params = "stagewise", PARAMS  # it validates at step 1 (valid_every=1), before any later save
     out = tmp_path / "run"
     with pytest.raises(StoreError, match=r"chunk 2 .* is damaged"):
         train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1)
@@ -167,6 +166,18 @@ def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_st
     with pytest.raises(StoreError):  # the resume's error after step 0: the earlier run's checkpoint stays
         train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1, resume=True)
     assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
+    # the error of a write (disk full) names --resume: its step-0 checkpoint stays for it
+    from streamfit.solvers.stagewise import StagewiseSolver
+
+    def disk_full(self, ctx, state):
+        raise OutputError("run: cannot write (No space left on device); … with --resume")
+
+    other = tmp_path / "other"
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(StagewiseSolver, "step", disk_full)
+        with pytest.raises(OutputError):
+            train(store, solver, str(other), params, n_workers=0, progress=False)
+    assert json.loads((other / "checkpoints" / "LATEST").read_text())["step"] == 0
 
 
 def test_a_store_being_trained_on_cannot_be_overwritten_meanwhile(digits_store, tmp_path, monkeypatch):

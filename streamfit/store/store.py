@@ -946,16 +946,24 @@ def remove_dead_partial(path: str) -> None:
         os.close(stale)
 
 
-def lock_dir(path: str) -> int:
+def lock_dir(path: str, *, shared: bool = False) -> int:
     """An exclusive advisory lock (flock) on directory `path`, held through the returned file
     descriptor; the kernel drops it when the holder exits or dies. StoreError if a live
-    process holds it."""
+    process holds it. shared: a reader's lock (read_lock), which readers share and which
+    excludes the exclusive one."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
+        if shared:
+            raise StoreError(
+                f"{path}: an ingest --overwrite is replacing this store right now; wait for it to finish"
+            ) from None
         raise _busy(path) from None
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -986,14 +994,9 @@ def read_lock(path: str) -> int | None:
     --overwrite is replacing the store right now."""
     if "://" in path or not os.path.isdir(path):
         return None
-    fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreError(
-            f"{path}: an ingest --overwrite is replacing this store right now; wait for it to finish"
-        ) from None
-    except OSError:  # a filesystem without flock: unguarded (as the run directory's lock)
-        pass
-    return fd
+        return lock_dir(path, shared=True)
+    except StoreError:
+        raise
+    except OSError:  # a filesystem without flock: read unguarded (as the run directory's lock)
+        return None
