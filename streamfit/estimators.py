@@ -51,7 +51,7 @@ from pydantic import ValidationError
 
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
-from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel
+from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, missing_as_nan
 from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, parameter_lines
@@ -332,7 +332,7 @@ class _SolverEstimator(_ParamsMixin):
                 X = X.astype(np.float64)
             values = X.data
         else:
-            X = np.asarray(X)
+            X = missing_as_nan(np.asarray(X))
             _reject_complex(X, "X")
             X = X.astype(np.float64, copy=False)  # object arrays of numbers convert; a dict raises TypeError
             if X.ndim < 2:

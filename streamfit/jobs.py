@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -286,16 +287,32 @@ def _start_over(config: PipelineConfig) -> None:
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources._util import require_path
     from streamfit.predict import PARTS_MANIFEST
-    from streamfit.train import remove_earlier_run
+    from streamfit.store.store import lock_dir
+    from streamfit.train import _lock_run_dir, remove_run_outputs
 
     for section in (config.ingest, config.ingest_test):
         for path in expand_inputs(section.inputs, section.format) if section else []:
             require_path(path, directory_ok=True)
-    for store in _stores(config):
-        if _stored(store):  # a complete store (anything else there is replaced by its ingest, as before)
+    # every lock first, then the deletions: a copy of this job still running (a scheduler's retry)
+    # stops this one before anything of it is removed; its train holds the run directory and
+    # reads the stores (read_lock), whose deletion under it made it fail
+    stored = [store for store in _stores(config) if _stored(store)]  # complete stores (others: their ingest)
+    run = storage.resolve(config.train.out) if config.train else None
+    held: list[int] = []
+    try:
+        if run is not None and run.local and run.exists():
+            held.append(_lock_run_dir(run.path))
+        for store in stored:
+            location = storage.resolve(store)
+            if location.local:
+                held.append(lock_dir(location.path))
+        for store in stored:
             storage.uncommit(storage.resolve(store))
-    if config.train:
-        remove_earlier_run(config.train.out)
+        if run is not None and run.exists():
+            remove_run_outputs(run)
+    finally:
+        for fd in held:
+            os.close(fd)
     if config.evaluate:
         storage.resolve(config.evaluate.run_dir).join(EVALUATION_FILE).remove()
     if config.predict:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -94,12 +95,28 @@ def check_scoring_options(model: Model, *, threshold=None, per_label: bool = Fal
         raise ConfigError(f"--top-k {top_k}: a regression model writes one value per output and row; drop it")
 
 
+def missing_as_nan(X: np.ndarray) -> np.ndarray:
+    """An object array (a pandas frame of nullable dtypes, e.g. Float64 or Int64) with its
+    missing values (pd.NA, None) as NaN, so that they meet the NaN check's error, as in
+    scikit-learn, instead of float()'s TypeError on pd.NA. Other arrays are returned as they are;
+    pandas is only looked up, never imported (an array holding pd.NA comes from it)."""
+    pd = sys.modules.get("pandas")
+    if X.dtype != object or pd is None:
+        return X
+    missing = pd.isna(X)
+    if not missing.any():
+        return X
+    X = X.copy()
+    X[missing] = np.nan
+    return X
+
+
 def _as_csr(X, n_features: int) -> sp.csr_matrix:
     """X (numpy, a list of rows, pandas, scipy.sparse) as CSR with the model's feature count and
     finite values; raises ScoringInputError otherwise (a NaN would score NaN, and argmax would
     then pick the first class without a word)."""
     if not sp.issparse(X):
-        dense = np.asarray(X)
+        dense = missing_as_nan(np.asarray(X))
         if dense.dtype.kind == "O":  # numbers held as objects (a pandas frame of mixed dtypes)
             try:
                 dense = dense.astype(np.float64)

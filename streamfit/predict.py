@@ -292,17 +292,95 @@ def predict_to_file(
         with_ids,
         parts,
     )
-    attempt = storage.begin(target) if parts else None
-    # Dask workers write their parts to an object store themselves; the driver writes local ones
-    part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
-    pieces = _until_stopped(_scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store), out)
-    if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
-        from tqdm.auto import tqdm
+    lock = _claim_output(target, out, parts)  # local disk: held until the output is published or removed
+    try:
+        attempt = storage.begin(target, clear=False) if parts else None
+        # Dask workers write their parts to an object store themselves; the driver writes local ones
+        part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
+        pieces = _until_stopped(_scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store), out)
+        if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
+            from tqdm.auto import tqdm
 
-        pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
-    if attempt is not None:
-        return _write_parts(attempt, layout, pieces, source)
-    return _write_file(target, layout, pieces, source)
+            pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
+        if attempt is not None:
+            return _write_parts(attempt, layout, pieces, source)
+        return _write_file(target, layout, pieces, source)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _claim_output(target, out: str, parts: bool) -> int | None:
+    """Make this process the only writer of `out` on local disk: an exclusive flock on its
+    staging path `OUT.partial` (the file, or with `parts` the directory), taken before anything
+    is written there and held, through the returned descriptor, until the output is published or
+    removed. Two predicts to one output (a scheduler's retry while the first still runs) used to
+    write one staging file at once: the published file mixed both inputs' rows while each
+    reported success. The second now stops with one line before it writes. A staging path that
+    its writer renamed or removed between our open and our lock is opened again, so the lock is
+    on the path's current file; a killed writer's leftover (its lock is free) is replaced.
+    Object stores: None (each writer stages in a temporary file or attempt prefix of its own,
+    and the output is one writer's whole upload or commit)."""
+    import fcntl
+    import shutil
+
+    if not target.local:
+        return None
+    staging = target.path + ".partial"
+    busy = StreamfitError(
+        f"{out}: another streamfit predict is writing this output right now ({staging} is locked); "
+        "wait for it to finish, or choose another --out"
+    )
+
+    def locked(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        except OSError as e:  # a filesystem without flock (some network mounts): unguarded, and said so
+            log.warning("%s: cannot lock the output (%s); make sure no other predict writes it", out, e.strerror)
+        return True
+
+    for _ in range(10):
+        try:
+            if os.path.isdir(staging) != parts and os.path.lexists(staging):  # the other mode's leftover
+                fd = os.open(staging, os.O_RDONLY)
+                try:
+                    if not locked(fd):
+                        raise busy
+                    if parts:
+                        os.remove(staging)  # a one-file writer's staging file
+                    else:
+                        shutil.rmtree(staging)  # a --parts writer's staging directory
+                finally:
+                    os.close(fd)
+            if parts:
+                os.makedirs(staging, exist_ok=True)
+                fd = os.open(staging, os.O_RDONLY)
+            else:
+                fd = os.open(staging, os.O_WRONLY | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise output_error(staging, e) from e
+        if not locked(fd):
+            os.close(fd)
+            raise busy
+        try:
+            current, mine = os.stat(staging), os.fstat(fd)
+        except FileNotFoundError:
+            current = None
+        if current is not None and (current.st_dev, current.st_ino) == (mine.st_dev, mine.st_ino):
+            if parts:
+                for name in os.listdir(staging):  # a killed writer's parts
+                    path = os.path.join(staging, name)
+                    if os.path.isdir(path):
+                        shutil.rmtree(path)
+                    else:
+                        os.remove(path)
+            else:
+                os.ftruncate(fd, 0)  # a killed writer's bytes
+            return fd
+        os.close(fd)  # published or removed by the writer that held it: open the path anew
+    raise busy
 
 
 def _until_stopped(pieces: Iterator[_Piece], out: str) -> Iterator[_Piece]:

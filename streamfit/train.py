@@ -23,7 +23,7 @@ from streamfit import storage
 from streamfit.checkpoint import Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
-from streamfit.errors import ConfigError, StreamfitError, Terminated, TimeLimitReached
+from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, Model, featurization_differences
 from streamfit.precompile import announce_compilation
@@ -31,6 +31,7 @@ from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progr
 from streamfit.solvers import get_solver
 from streamfit.solvers.base import allowed_values
 from streamfit.store import open_store
+from streamfit.store.store import read_lock
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -114,7 +115,9 @@ def train(
 
     Everything that can be checked without the data (parameters, the store against the solver)
     is checked before the run directory is made or a cluster starts; a run that fails before its
-    first checkpoint removes what it wrote (and the directory, if it made it)."""
+    first checkpoint removes what it wrote (and the directory, if it made it), and so does an
+    error after init's step-0 checkpoint, unless it is a stop (SIGTERM, Ctrl-C, time limit) or a
+    failed write (disk full), which --resume continues."""
     store = open_store(store_path)
     valid_store = open_store(valid) if valid else None
     if valid_store is not None and (valid_store.classes != store.classes or valid_store.n_features != store.n_features):
@@ -166,6 +169,15 @@ def train(
     run.makedirs()
     # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
     lock = _lock_run_dir(out) if run.local else None
+    try:  # the stores stay as they are while they are read: an ingest --overwrite of one is refused (read_lock)
+        reading = [fd for s in (store, valid_store) if s is not None and (fd := read_lock(s.path)) is not None]
+    except BaseException:
+        if lock is not None:
+            os.close(lock)
+        _remove_if_no_checkpoint(out, made)
+        raise
+    # a checkpoint this call did not write (an earlier run's, which --resume continues) is never removed
+    earlier = not overwrite and run.join("checkpoints", "LATEST").exists()
     try:
         return _train_locked(
             store,
@@ -188,10 +200,14 @@ def train(
             dashboard_address=dashboard_address,
             threshold=threshold,
         )
-    except BaseException:
-        _remove_if_no_checkpoint(out, made)
+    except BaseException as e:
+        # resumable by design: a stop, and a write that failed (disk full: its line names --resume)
+        resumable = isinstance(e, (TimeLimitReached, Terminated, KeyboardInterrupt, OutputError))
+        _remove_if_no_checkpoint(out, made, keep_initial=earlier or resumable)
         raise
     finally:
+        for fd in reading:
+            os.close(fd)
         if lock is not None:
             os.close(lock)
 
@@ -242,13 +258,25 @@ def remove_earlier_run(out: str) -> None:
             os.close(lock)
 
 
-def _remove_if_no_checkpoint(out: str, made: bool) -> None:
-    """After a run that failed before its first checkpoint: remove what it wrote (checkpoints/,
-    metrics.jsonl), and the run directory itself if this run made it and it is empty then, so
-    that nothing is left that looks like a run. A run with a checkpoint is kept for --resume."""
+def _remove_if_no_checkpoint(out: str, made: bool, *, keep_initial: bool = False) -> None:
+    """After a run that failed before its first step was checkpointed: remove what it wrote
+    (checkpoints/, metrics.jsonl), and the run directory itself if this run made it and
+    it is empty then, so that nothing is left that looks like a run. The step-0 checkpoint (the
+    solver's init, saved before the first step reads every chunk or the --valid store) counts as
+    no run after an error: e.g. a damaged chunk met in step 1 must not leave a run that asks for
+    --resume or --overwrite once the store is re-ingested. `keep_initial`: keep it anyway (a run
+    stopped by SIGTERM, Ctrl-C or its time limit, or by a failed write such as a full disk, which
+    --resume continues as documented, and a checkpoint of an earlier call). A run with a checkpoint of step 1 or later is kept for --resume."""
     run = storage.resolve(out)
-    if run.join("checkpoints", "LATEST").exists():
-        return
+    latest = run.join("checkpoints", "LATEST")
+    if latest.exists():
+        try:
+            step = int(json.loads(latest.read_bytes())["step"])
+        except (ValueError, KeyError, TypeError, OSError):
+            return  # not ours to judge: keep it, resume names the damage
+        if keep_initial or step != 0:
+            return
+        latest.remove()  # the mark of a complete checkpoint goes first (remove_run_outputs)
     run.join("checkpoints").remove_tree()
     run.join("metrics.jsonl").remove()
     if made and run.local and os.path.isdir(run.path) and not os.listdir(run.path):

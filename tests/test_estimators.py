@@ -519,6 +519,32 @@ def test_input_checks(case):
 
 
 @pytest.mark.parametrize("case", ["stagewise", "bcd", "ppdsparse", "fbpd", "multiboost", "regressor"])
+def test_a_pandas_frame_with_pd_na_meets_the_nan_error(case):
+    """qa26: a frame of pandas' nullable dtypes (Float64, Int64) holding pd.NA gave float()'s bare
+    `TypeError: … not 'NAType'` in fit and in every prediction method; it is now the NaN error
+    (as scikit-learn's check_array gives), and such a frame without pd.NA fits as its float64 copy."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "c"]).astype("Float64")
+    y = np.repeat([0, 1, 2], 10)
+    make = {**CHECK_CASES, "regressor": Regressor}[case]
+    target = X["a"].to_numpy(dtype=float) if case == "regressor" else y
+    with_na = X.copy()
+    with_na.iloc[3, 1] = pd.NA
+    counts = X.round().astype("Int64")
+    counts.iloc[5, 2] = pd.NA
+    for bad in (with_na, counts):
+        with pytest.raises(ValueError, match=r"^Input X contains NaN\.$"):
+            make().fit(bad, target)
+    est = make().fit(X, target)
+    plain = make().fit(X.to_numpy(dtype=float), target)
+    np.testing.assert_array_equal(est.predict(X), plain.predict(X.to_numpy(dtype=float)))
+    for method in (est.predict, est.decision_function if hasattr(est, "decision_function") else est.predict):
+        with pytest.raises(ValueError, match=r"^Input X contains NaN\.$"):
+            method(with_na)
+
+
+@pytest.mark.parametrize("case", ["stagewise", "bcd", "ppdsparse", "fbpd", "multiboost", "regressor"])
 def test_values_whose_squares_overflow_float64_are_refused_by_the_linear_solvers(case):
     """Finite values so large (|x| about 1e150 or more) that sums of their squares overflow
     float64: bcd and ppdsparse fitted W = 0 without a word (wine scaled by 1e300: every row the

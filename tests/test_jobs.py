@@ -1,5 +1,7 @@
 """streamfit.jobs: a pipeline file's sections run in order; command-line overrides reach train."""
 
+import os
+
 import numpy as np
 import pytest
 from sklearn.datasets import dump_svmlight_file
@@ -48,6 +50,28 @@ def test_command_line_overrides_beat_the_train_section(pipeline, tmp_path):
     with pytest.raises(TimeLimitReached):  # the section sets no time limit; the override stops after one step
         run_pipeline(config, {"time_limit": 1e-9, "n_workers": None}, progress=False, say=lambda _: None)
     assert not (tmp_path / "run" / "model").exists()
+
+
+def test_a_retried_overwrite_run_while_the_first_trains_removes_nothing(pipeline, tmp_path):
+    """qa27: `streamfit run job.yaml --overwrite` started again while the first still trains (a
+    scheduler's retry): the second deleted the stores before it met the run directory's lock, and
+    the first then failed mid-train ("store.zarr/idf.npy is missing"). Every lock is now taken
+    before anything is removed: the second stops with one line and the first's files stay."""
+    from streamfit.store.store import read_lock
+    from streamfit.train import _lock_run_dir
+
+    run_pipeline(load_pipeline(str(pipeline)), progress=False, say=lambda _: None)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    train_store = str(tmp_path / "train.zarr")
+    for held_by_the_first in (lambda: _lock_run_dir(str(tmp_path / "run")), lambda: read_lock(train_store)):
+        fd = held_by_the_first()  # what the first run's train holds
+        try:
+            with pytest.raises(StreamfitError, match="right now"):
+                run_pipeline(load_pipeline(str(pipeline)), overwrite=True, progress=False, say=lambda _: None)
+        finally:
+            os.close(fd)
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert open_store(train_store).n_rows > 0
 
 
 def test_overwrite_stopped_in_train_leaves_no_evaluation_of_the_old_model(pipeline, tmp_path):

@@ -257,8 +257,18 @@ def test_a_live_writer_is_not_clobbered_and_a_dead_ones_partial_is_replaced(tmp_
     X, y, classes = digits
     path = str(tmp_path / "s.zarr")
     live = StoreWriter(path)  # holds a lock on s.zarr.partial
-    with pytest.raises(StoreError, match=r"s\.zarr\.partial: another streamfit ingest is writing"):
+    with pytest.raises(
+        StoreError,
+        match=r"s\.zarr: another streamfit ingest is writing this store right now \(.*s\.zarr\.partial is locked\)",
+    ):
         StoreWriter(path, overwrite=True)
+    stage = str(tmp_path / "u.zarr.pass1.partial")  # ingest's pass-1 stage: the message names the store, u.zarr
+    held = StoreWriter(stage, scratch=True)
+    with pytest.raises(
+        StoreError, match=r"u\.zarr: another streamfit ingest .*u\.zarr\.pass1\.partial\.partial is locked"
+    ):
+        StoreWriter(stage, scratch=True)
+    held.discard()
     live.write_rows(X, y)
     live.close(n_features=X.shape[1], classes=classes)
     assert open_store(path).n_rows == X.shape[0]

@@ -131,6 +131,18 @@ def test_non_finite_input_is_refused_naming_its_row(sparse, bad):
         m.decision_function(X)
 
 
+def test_pd_na_in_a_pandas_frame_is_refused_naming_its_row():
+    """A loaded model given a frame of pandas' nullable Float64 dtype holding pd.NA said the input
+    "is not a numeric matrix … raw records (text)"; pd.NA is now a missing value, named as NaN is."""
+    pd = pytest.importorskip("pandas")
+    m, _ = _model(False)
+    X = pd.DataFrame(np.random.default_rng(1).normal(size=(5, 30))).astype("Float64")
+    np.testing.assert_array_equal(m.decision_function(X), m.decision_function(X.to_numpy(dtype=float)))
+    X.iloc[3, 7] = pd.NA
+    with pytest.raises(ScoringInputError, match=r"^input holds 1 NaN .* the first in row 3 \(from 0\), column 7;"):
+        m.predict(X)
+
+
 def test_text_input_is_refused_with_the_fix():
     """Raw text given to a loaded model is refused naming what it scores and the command that
     featurizes raw records (it was scipy's 'does not support dtype <U11')."""

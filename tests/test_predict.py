@@ -355,6 +355,61 @@ def test_a_predict_that_fails_midway_leaves_no_output(runs, tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("parts", [False, True])
+def test_a_second_predict_to_an_output_being_written_is_refused_and_the_first_completes(
+    runs, tmp_path, monkeypatch, parts
+):
+    """qa27: a second predict to the same --out while the first writes it (a scheduler's retry).
+    One file: both wrote OUT.partial at once and the published file mixed both inputs' rows, each
+    reporting success. --parts: the second deleted the first's OUT.partial/, whose output then
+    lacked its first part while it said "N rows written". The second now stops with one line
+    naming the output, and the first's output is whole; a killed writer's leftover is replaced."""
+    from streamfit import predict
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 2)
+    first, other = _many_docs(tmp_path / "first.jsonl", 6), _many_docs(tmp_path / "other.jsonl", 3)
+    out = tmp_path / ("parts.csv" if parts else "p.csv")
+    flags = ("--parts",) if parts else ()
+    run("predict", runs / "jsonl", first, "-o", tmp_path / "solo.csv", *flags)
+    until_stopped = predict._until_stopped
+    refused = []
+
+    def retried_midway(pieces, where):  # the retry starts once the first has written a piece
+        for i, piece in enumerate(until_stopped(pieces, where)):
+            yield piece
+            if i == 0 and not refused:
+                refused.append(run("predict", runs / "jsonl", other, "-o", out, *flags, ok=False))
+
+    monkeypatch.setattr(predict, "_until_stopped", retried_midway)
+    assert "6 rows written" in run("predict", runs / "jsonl", first, "-o", out, *flags).output
+    assert refused[0].exit_code == 2
+    assert f"{out}: another streamfit predict is writing this output right now" in refused[0].output
+    solo = tmp_path / "solo.csv"
+    if parts:
+        for name in sorted(os.listdir(solo)):
+            assert (out / name).read_bytes() == (solo / name).read_bytes()
+        assert sorted(os.listdir(out)) == sorted(os.listdir(solo))
+    else:
+        assert out.read_bytes() == solo.read_bytes()
+    assert not os.path.exists(f"{out}.partial")
+    monkeypatch.setattr(predict, "_until_stopped", until_stopped)
+    staging = tmp_path / f"{out.name}.partial"  # a killed writer's leftover: no lock held on it
+    if parts:
+        staging.mkdir()
+        (staging / "part-00000.csv").write_text("junk")
+    else:
+        staging.write_text("junk\n" * 1000)
+    assert "3 rows written" in run("predict", runs / "jsonl", other, "-o", out, *flags).output
+    rows = [
+        line
+        for f in ([out / n for n in sorted(os.listdir(out)) if n.startswith("part-")] if parts else [out])
+        for line in f.read_text().splitlines()
+        if not line.startswith("location")
+    ]
+    assert len(rows) == 3 and all(r.startswith(str(other)) or r.startswith("other.jsonl") for r in rows), rows
+    assert not staging.exists()
+
+
+@pytest.mark.parametrize("parts", [False, True])
 def test_sigterm_stops_predict_between_pieces_and_leaves_no_output(runs, tmp_path, monkeypatch, sigterm_guard, parts):
     """A SIGTERM while the second of four batches is scored (streamfit.shutdown's guard
     installed, as the CLI does): predict raises Terminated before it asks for the third, and

@@ -8,7 +8,7 @@ import pytest
 
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
-from streamfit.errors import ConfigError, StreamfitError, TimeLimitReached
+from streamfit.errors import ConfigError, OutputError, StoreError, StreamfitError, TimeLimitReached
 from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
@@ -134,6 +134,73 @@ def test_a_run_that_fails_before_its_first_checkpoint_removes_what_it_wrote(digi
     with pytest.raises(RuntimeError, match="init failed"):
         _train(digits_store, mine)
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+
+
+def _flip_a_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_an_error_met_after_the_step_0_checkpoint_leaves_no_run(digits, write_store, tmp_path):
+    """qa26/qa27: a damaged chunk of the --valid store is first read by step 1, after init's
+    step-0 checkpoint; the run failed with one line but left checkpoints/LATEST, so the same
+    command after a re-ingest asked for --resume or --overwrite. An error removes a step-0
+    checkpoint; a stop at the time limit (resumable by design) and an earlier run's are kept."""
+    from pathlib import Path
+
+    X, y, classes = digits
+    store = write_store(X[:1200], y[:1200], classes)
+    valid = write_store(X[1200:], y[1200:], classes, chunk_rows=200)
+    _flip_a_byte(Path(valid) / "chunks" / "000002" / "indices" / "c" / "0")
+    solver, params = "stagewise", PARAMS  # it validates at step 1 (valid_every=1), before any later save
+    out = tmp_path / "run"
+    with pytest.raises(StoreError, match=r"chunk 2 .* is damaged"):
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1)
+    assert not out.exists()
+    with pytest.raises(TimeLimitReached):  # stopped at init's checkpoint: kept for --resume
+        train(store, solver, str(out), params, n_workers=0, progress=False, time_limit=1e-9)
+    assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
+    with pytest.raises(StreamfitError, match="holds checkpoints of an earlier run"):  # not this call's: kept
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1)
+    with pytest.raises(StoreError):  # the resume's error after step 0: the earlier run's checkpoint stays
+        train(store, solver, str(out), params, n_workers=0, progress=False, valid=valid, valid_every=1, resume=True)
+    assert json.loads((out / "checkpoints" / "LATEST").read_text())["step"] == 0
+    # the error of a write (disk full) names --resume: its step-0 checkpoint stays for it
+    from streamfit.solvers.stagewise import StagewiseSolver
+
+    def disk_full(self, ctx, state):
+        raise OutputError("run: cannot write (No space left on device); … with --resume")
+
+    other = tmp_path / "other"
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(StagewiseSolver, "step", disk_full)
+        with pytest.raises(OutputError):
+            train(store, solver, str(other), params, n_workers=0, progress=False)
+    assert json.loads((other / "checkpoints" / "LATEST").read_text())["step"] == 0
+
+
+def test_a_store_being_trained_on_cannot_be_overwritten_meanwhile(digits_store, tmp_path, monkeypatch):
+    """qa27: `ingest --overwrite` of the store a train reads (a retried job) replaced it under
+    the train, which failed at its next read. The train holds the store's read lock (a shared
+    flock) from its start to its end: the overwrite is refused with one line, the train finishes."""
+    from streamfit.solvers.stagewise import StagewiseSolver
+    from streamfit.store import StoreWriter
+
+    step = StagewiseSolver.step
+    refused = []
+
+    def step_then_overwrite(self, ctx, state):
+        if not refused:
+            with pytest.raises(StoreError, match="in use by another streamfit process right now") as e:
+                StoreWriter(digits_store, overwrite=True)
+            refused.append(e.value)
+        return step(self, ctx, state)
+
+    monkeypatch.setattr(StagewiseSolver, "step", step_then_overwrite)
+    model = _train(digits_store, tmp_path / "run")
+    assert refused and model.n_features == 64
+    StoreWriter(digits_store, overwrite=True).abort()  # released at the end of the train
 
 
 def test_the_dashboard_url_is_logged_at_the_start(digits_store, tmp_path, monkeypatch, caplog):

@@ -879,7 +879,17 @@ class StoreWriter:
                 f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
                 "it, or write to another --out"
             )
-        self._writing(self.attempt.commit)  # --overwrite: the old store until the commit
+        # --overwrite of a store that a train reads (read_lock): refused, the old store kept
+        try:
+            held = lock_dir(self.path) if self.location.local and os.path.isdir(self.path) else None
+        except StoreError:
+            self.abort()
+            raise
+        try:
+            self._writing(self.attempt.commit)  # --overwrite: the old store until the commit
+        finally:
+            if held is not None:
+                os.close(held)
         self.release()
         return manifest
 
@@ -936,21 +946,57 @@ def remove_dead_partial(path: str) -> None:
         os.close(stale)
 
 
-def lock_dir(path: str) -> int:
+def lock_dir(path: str, *, shared: bool = False) -> int:
     """An exclusive advisory lock (flock) on directory `path`, held through the returned file
     descriptor; the kernel drops it when the holder exits or dies. StoreError if a live
-    process holds it."""
+    process holds it. shared: a reader's lock (read_lock), which readers share and which
+    excludes the exclusive one."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
+        if shared:
+            raise StoreError(
+                f"{path}: an ingest --overwrite is replacing this store right now; wait for it to finish"
+            ) from None
         raise _busy(path) from None
+    except OSError:
+        os.close(fd)
+        raise
     return fd
 
 
 def _busy(path: str) -> StoreError:
+    """The error of a second writer: named by the store (--out), with the locked path when it is
+    a staging directory (`OUT.partial`, or ingest's pass-1 stage `OUT.pass1.partial.partial`)."""
+    store = path
+    while store.endswith(".partial"):
+        store = store.removesuffix(".partial")
+    store = store.removesuffix(".pass1")
+    if store == path:  # the store itself: its readers hold it too (read_lock)
+        return StoreError(
+            f"{path}: in use by another streamfit process right now (a train reading it, or an ingest "
+            "writing it); wait for it to finish, or write to another --out"
+        )
     return StoreError(
-        f"{path}: another streamfit ingest is writing this store right now; wait for it to finish, "
-        "or write to another --out"
+        f"{store}: another streamfit ingest is writing this store right now ({path} is locked); wait for it "
+        "to finish, or write to another --out"
     )
+
+
+def read_lock(path: str) -> int | None:
+    """A shared advisory lock (flock) on the local store directory `path`, held by a reader
+    (train) through the returned descriptor; None for a store behind a URL or not a directory.
+    `ingest --overwrite` of the same PATH takes the exclusive lock at its start and again just
+    before it replaces the store (StoreWriter), so a retried job's ingest cannot delete the store
+    under a train that reads it (it failed then, e.g. "idf.npy is missing"). StoreError while an
+    --overwrite is replacing the store right now."""
+    if "://" in path or not os.path.isdir(path):
+        return None
+    try:
+        return lock_dir(path, shared=True)
+    except StoreError:
+        raise
+    except OSError:  # a filesystem without flock: read unguarded (as the run directory's lock)
+        return None

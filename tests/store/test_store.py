@@ -368,6 +368,37 @@ def test_cli_train_on_a_store_with_a_negative_column_is_one_line(digits, write_s
     assert "chunk 0 (rows 0-400) holds feature columns -1 to" in line and "re-ingest it" in line
 
 
+def test_an_overwrite_of_a_store_being_read_is_refused_and_keeps_it(tmp_path):
+    """qa27: `ingest --overwrite` of a store that a train reads (its read_lock, a shared flock)
+    deleted the store under the train, which failed. It is refused at the start, and again just
+    before the rename if a reader came meanwhile; the old store is kept and nothing new is left."""
+    from streamfit.store.store import read_lock
+
+    path = str(tmp_path / "s.zarr")
+    old = StoreWriter(path, chunk_rows=2)
+    old.write_rows(sp.csr_matrix(np.eye(3, dtype=np.float32)), np.array([0, 1, 0]))
+    old.close(n_features=3, classes=["a", "b"])
+    reading = read_lock(path)
+    also = read_lock(path)  # readers share it
+    with pytest.raises(
+        StoreError, match=r"s\.zarr: in use by another streamfit process right now \(a train reading it"
+    ):
+        StoreWriter(path, overwrite=True)
+    os.close(also)
+    os.close(reading)
+    late = StoreWriter(path, chunk_rows=2, overwrite=True)  # started before the reader came
+    late.write_rows(sp.csr_matrix(np.eye(4, dtype=np.float32)), np.array([0, 1, 0, 1]))
+    reading = read_lock(path)
+    with pytest.raises(StoreError, match="in use by another streamfit process"):
+        late.close(n_features=4, classes=["a", "b"])
+    os.close(reading)
+    assert open_store(path).n_rows == 3 and sorted(os.listdir(tmp_path)) == ["s.zarr"]
+    again = StoreWriter(path, chunk_rows=2, overwrite=True)  # no reader: replaced
+    again.write_rows(sp.csr_matrix(np.eye(4, dtype=np.float32)), np.array([0, 1, 0, 1]))
+    again.close(n_features=4, classes=["a", "b"])
+    assert open_store(path).n_rows == 4
+
+
 def test_a_writer_refuses_to_publish_over_a_store_written_meanwhile(tmp_path):
     """Without overwrite, PATH is checked again under the writer's lock just before the rename:
     a store another process published meanwhile is kept, and nothing of this one is left."""
