@@ -236,6 +236,7 @@ def main(ctx, verbose, quiet, log_file, log_format):
       streamfit train train.zarr --solver stagewise --out run/
       streamfit evaluate run/ test.zarr
       streamfit predict run/ new.svm --top-k 3 --out predictions.csv
+      streamfit predict run/ corpus.tar.gz --subset corpus/test --out predictions.csv
     or the first three from one file:  streamfit run pipelines/quickstart.yaml
     The solvers and their parameters:  streamfit train --list-solvers
 
@@ -929,11 +930,17 @@ def _given_threshold(threshold) -> float | None:
     help="CSV/TSV/JSONL/Parquet: the field or column written beside each prediction as `id` [default: the training "
     "store's --id-field, if any].",
 )
+@click.option(
+    "--subset",
+    default=None,
+    help="Folder corpus: the folder to score, named as for ingest: from the top of the archive (corpus/test) or by "
+    "its last part (test) [default: every document]; class folders below it are optional.",
+)
 @click.option("--option", "options", multiple=True, help="Format option KEY=VALUE (as for ingest).")
 @_click_options(TrainOptions, only=("threshold",))
 @_click_options(PredictOptions)
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold, scheduler, n_workers, parts):
+def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, threshold, scheduler, n_workers, parts):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them; a file, a quoted glob or a dataset directory, as
@@ -945,6 +952,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
     \b
     Examples:
       streamfit predict run/ new.svm --top-k 3 --out predictions.csv
+      streamfit predict run/ corpus.tar.gz --subset corpus/test --out predictions.csv
       streamfit predict run/ big.zarr --out preds.parquet --parts --n-workers 4"""
     from streamfit.model import load_model
     from streamfit.predict import predict_to_file
@@ -958,7 +966,9 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, options, threshold,
             out,
             top_k=top_k,
             fmt=fmt,
-            options=_parse_key_values(options, "--option") | ({"id_field": id_field} if id_field else {}),
+            options=_parse_key_values(options, "--option")
+            | ({"id_field": id_field} if id_field else {})
+            | ({"subset": subset} if subset is not None else {}),
             progress=_progress(ctx),
             model_dir=run_dir,
             threshold=_given_threshold(threshold),

@@ -134,8 +134,9 @@ class TrainOptions:
     )
     time_limit: float | None = option(
         None,
-        "Stop cleanly at the first checkpoint after DURATION (seconds, or with s, m, h: 3600, 90m, 2h) and exit "
-        "with status 3; the same command with --resume (without --overwrite) continues",
+        "Stop cleanly after DURATION (seconds, or with s, m, h: 3600, 90m, 2h): the step under way when it passes "
+        "is finished and saved (one step over at most; bcd chunks mode: one group's pass), then exit with status 3; "
+        "the same command with --resume (without --overwrite) continues",
         metavar="DURATION",
         parse=parse_duration,
         default_text="none",
@@ -164,7 +165,7 @@ class TrainOptions:
         "auto",
         "Save a due checkpoint only once DURATION (seconds, or with s, m, h: 30, 90s, 5m) has passed since the "
         "last save; 0: every due step; auto: 9x the last save's duration, so saves take at most 10 % of the run. Init, the last step and "
-        "a due step past --time-limit are always saved; the model is the same for any value",
+        "the first step past --time-limit are always saved; the model is the same for any value",
         metavar="DURATION",
         parse=parse_checkpoint_interval,
         check=_check_checkpoint_interval,

@@ -283,6 +283,11 @@ def predict_to_file(
         top_k = len(model.classes_)
     engine = engine or Engine(mode="inprocess")
     is_store = _is_store(source)
+    given = sorted(k for k in options or {} if k != "id_field")
+    if is_store and given:
+        raise StreamfitError(
+            f"{source}: is a store, read as ingested; format option {given[0]} is for raw input: drop it"
+        )
     with_ids = not is_store and bool({**model.featurizer.get("source_options", {}), **(options or {})}.get("id_field"))
     layout = _Layout(
         kind,
@@ -423,13 +428,16 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with
     read in the same sorted order."""
     from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.inputs import expand_inputs
+    from streamfit.ingest.pipeline import check_options_read
     from streamfit.ingest.sources import BadRecordPolicy, open_source
     from streamfit.ingest.sources.folder import forget_listings
 
     featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
+    given = {k: v for k, v in options.items() if k != "id_field"}  # id_field: its own error below
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
     try:
         paths = expand_inputs([source], fmt)
+        check_options_read(given, paths, fmt)  # as ingest: --subset for a CSV file is an error, not ignored
         for path in paths:
             src = open_source(path, fmt, policy=BadRecordPolicy("error"), batch_size=RAW_BATCH_ROWS, **options)
             _check_kind(model, featurizer, path, src.kind)

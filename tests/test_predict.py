@@ -653,3 +653,95 @@ def test_importing_predict_does_not_import_tqdm():
     code = "import sys, streamfit.predict; print(sorted(m for m in ('tqdm', 'asyncio') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _corpus_archive(tmp_path, kind: str):
+    """corpus/{training,test}/<class>/<doc> as OHSUMED-23 ships it (5 training and 3 test
+    documents, one test document a folder deeper), as a folder, a .tar.gz or a .zip."""
+    import tarfile
+    import zipfile
+
+    docs = {
+        "corpus/training/animals/a1": "the cat sat",
+        "corpus/training/animals/a2": "dogs bark",
+        "corpus/training/finance/f1": "stocks fell",
+        "corpus/training/finance/f2": "the market rallied",
+        "corpus/training/finance/f3": "earnings rose",
+        "corpus/test/animals/t1": "a cat and a dog",
+        "corpus/test/finance/t2": "the market fell",
+        "corpus/test/finance/more/t3": "stocks and earnings",
+    }
+    root = tmp_path / "tree"
+    for name, text in docs.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    if kind == "folder":
+        return root
+    archive = tmp_path / f"corpus.{kind}"
+    if kind == "zip":
+        with zipfile.ZipFile(archive, "w") as zf:
+            for name in docs:
+                zf.write(root / name, name)
+    else:
+        with tarfile.open(archive, "w:gz") as tf:
+            for name in docs:
+                tf.add(root / name, name)
+    return archive
+
+
+@pytest.mark.parametrize("kind", ["folder", "tar.gz", "zip"])
+def test_subset_scores_only_the_documents_of_one_folder_as_ingest_names_it(runs, tmp_path, kind):
+    """predict --subset on corpus/{training,test}/<class>/<doc> (issue 20, qa27): the rows out are
+    the documents in the subset, named from the top or by the last part as ingest names them; an
+    unknown subset is one line naming the choices, exit 2, no output written."""
+    import csv
+
+    corpus = _corpus_archive(tmp_path, kind)
+    out = tmp_path / "p.csv"
+    for subset, n in [("corpus/test", 3), ("test", 3), ("training", 5), ("corpus", 8)]:
+        assert f"{n} rows written" in run("predict", runs / "jsonl", corpus, "--subset", subset, "-o", out).output
+        locations = [row["location"] for row in csv.DictReader(out.open())]
+        folder = subset if subset.startswith("corpus") else f"corpus/{subset}"
+        assert len(locations) == n and all(f"{folder}/" in loc for loc in locations), locations
+    assert "8 rows written" in run("predict", runs / "jsonl", corpus, "-o", out).output  # without: every document
+    out.unlink()
+    bad = run("predict", runs / "jsonl", corpus, "--subset", "valid", "-o", out, ok=False)
+    assert bad.exit_code == 2 and not out.exists()
+    [line] = bad.output.strip().splitlines()
+    assert line.startswith(f"error: {corpus}: no folder 'valid' (--subset must be one of: corpus/test, "), line
+    assert "corpus/training)" in line
+    # the very line ingest writes for the same mistake
+    same = run("ingest", corpus, "--subset", "valid", "--out", tmp_path / "s.zarr", ok=False)
+    assert same.exit_code == 2 and same.output.strip().splitlines() == [line]
+
+
+def test_subset_in_a_class_folder_of_another_subset_is_refused_as_ambiguous(runs, tmp_path):
+    """Without class folders a subset's last part may name any folder above a document: a class
+    folder of that name in another subset makes it ambiguous, and the error asks for the full path."""
+    corpus = _corpus_archive(tmp_path, "folder")
+    (corpus / "corpus" / "training" / "test").mkdir()
+    (corpus / "corpus" / "training" / "test" / "x").write_text("a class named test")
+    bad = run("predict", runs / "jsonl", corpus, "--subset", "test", "-o", tmp_path / "p.csv", ok=False)
+    assert bad.exit_code == 2 and "matches several folders: corpus/test, corpus/training/test" in bad.output
+    full = run("predict", runs / "jsonl", corpus, "--subset", "corpus/test", "-o", tmp_path / "p.csv")
+    assert "3 rows written" in full.output
+
+
+def test_subset_for_input_that_is_not_a_folder_corpus_is_refused_as_ingest_refuses_it(runs, tmp_path):
+    """--subset names a folder of a folder corpus: for a CSV file the one line ingest writes, for
+    a store a line saying it is read as ingested; exit 2, nothing written (it used to be ignored)."""
+    raw = tmp_path / "new.csv"
+    raw.write_text("words\na cat\n")
+    bad = run("predict", runs / "csv", raw, "--subset", "test", "-o", tmp_path / "p.csv", ok=False)
+    same = run("ingest", raw, "--subset", "test", "--out", tmp_path / "s.zarr", ok=False)
+    assert bad.exit_code == same.exit_code == 2 and not (tmp_path / "p.csv").exists()
+    assert (
+        bad.output.strip().splitlines()
+        == same.output.strip().splitlines()
+        == ["error: format option subset: not read from csv input (it is for folder input); drop it"]
+    )
+    stored = run("predict", runs / "csv", runs / "csv.zarr", "--subset", "test", "-o", tmp_path / "p.csv", ok=False)
+    assert stored.exit_code == 2 and not (tmp_path / "p.csv").exists()
+    assert stored.output.strip().splitlines() == [
+        f"error: {runs / 'csv.zarr'}: is a store, read as ingested; format option subset is for raw input: drop it"
+    ]

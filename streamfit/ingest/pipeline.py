@@ -280,23 +280,24 @@ def _take_rows(X, labels, keep: np.ndarray):
     return X[keep], (labels[keep] if sp.issparse(labels) else np.asarray(labels)[keep])
 
 
-def _check_options_read(o: IngestOptions) -> None:
+def check_options_read(source_options: dict, inputs: list[str], fmt: str | None) -> None:
     """ConfigError for a format option given here that the format of no input reads: open_source
     leaves out what its format does not take (the options `--like` and `predict` carry over
     from a training file of another format), so `--option feature_fields=...` for a JSONL file
-    would be dropped without a word. Inputs of a format not told yet are left to pass 1."""
+    would be dropped without a word. Inputs of a format not told yet are left to pass 1. Used by
+    ingest and by predict (on the options given to it, not the ones recorded with the model)."""
     from streamfit.ingest.sources import FORMATS, format_options, infer_format, sniff_format
 
-    if not o.source_options:
+    if not source_options:
         return
     formats = set()
-    for path in o.inputs:
-        name = o.format or infer_format(path) or sniff_format(path)
+    for path in inputs:
+        name = fmt or infer_format(path) or sniff_format(path)
         if name not in FORMATS:
             return
         formats.add(name)
     read = set().union(*map(format_options, formats))
-    unread = sorted(set(o.source_options) - read)
+    unread = sorted(set(source_options) - read)
     if unread:
         readers = ", ".join(name for name in FORMATS if unread[0] in format_options(name))
         raise ConfigError(
@@ -810,7 +811,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
     if o.scheduler:  # the workers of a joined cluster have working directories of their own
         o = replace(o, inputs=[storage.absolute(path) for path in o.inputs])
     _check_options(o)
-    _check_options_read(o)
+    check_options_read(o.source_options, o.inputs, o.format)
     _check_paths(o)
     out = storage.absolute(o.out)
     finish_pair = _half_published_test(o)

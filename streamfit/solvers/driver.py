@@ -13,8 +13,11 @@
                       (`checkpoint_due`: every `checkpoint_every` steps) once
                       `checkpoint_interval` has passed since the last save (TimedSchedule;
                       "auto": 9 x the last save's duration), and always on the last step,
-                      before a pause and at a due step past the time limit;
-        past the time limit, stop right after a checkpoint (TimeLimitReached)
+                      before a pause and at the first step that ends past the time limit,
+                      due or not (as SIGTERM saves the step it stops at);
+        past the time limit, stop right after that checkpoint (TimeLimitReached): the time
+                      limit is overshot by at most one step and one save (bcd's chunks mode:
+                      one group's pass, not the rest of its outer iteration)
     warn if the run ended at its budget before its stopping test held
     return to_model(state)
 
@@ -79,7 +82,8 @@ def run(
     tests). checkpoint_every: a step is due for a checkpoint every k steps (Solver.checkpoint_due);
     checkpoint_interval: seconds, or "auto" (streamfit.schedule.TimedSchedule): a due step is saved once that long
     has passed since the last save. Always saved: init (step 0), the last step of the call, and
-    a due step past the checkpointer's time limit (after which TimeLimitReached is raised).
+    the first step that ends past the checkpointer's time limit, due or not (after which
+    TimeLimitReached is raised).
     log_not_converged: a run that ends before its stopping test held logs a warning naming the
     test that failed (the CLI's report; the model says so too, info["converged"]); a callable
     is given that test's words instead of the log (the estimators, which issue a
@@ -142,10 +146,8 @@ def run(
             elif (
                 last
                 or pause
-                or (
-                    solver.checkpoint_due(state, checkpoint_every, saved_at)
-                    and (schedule.waited(time.monotonic()) or checkpointer.past_deadline())
-                )
+                or checkpointer.past_deadline()  # any step: its state is complete, as SIGTERM's save
+                or (solver.checkpoint_due(state, checkpoint_every, saved_at) and schedule.waited(time.monotonic()))
             ):
                 save(state)
                 saved_at = state.step

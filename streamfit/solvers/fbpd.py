@@ -893,8 +893,8 @@ class FBPDSolver(Solver[FBPDState]):
         what one iteration reads and writes per sample, so saving costs at most about one pass
         per iteration on average (P = 1 on small dense data; 21 on sector, whose state is
         0.56 GB). The model does not depend on P (a resumed run replays the iterations since
-        the last checkpoint bitwise); a time limit is checked at checkpoints, so it may be
-        passed by up to P iterations."""
+        the last checkpoint bitwise); past a time limit the driver saves the iteration just
+        taken, due or not."""
         return state.step % (every * state.checkpoint_period) == 0
 
     def finished(self, state: FBPDState) -> bool:

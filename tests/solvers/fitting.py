@@ -25,6 +25,7 @@ def fit_solver(
     checkpoint_interval: float | str = "auto",
     valid=None,
     valid_every: int = 1,
+    time_limit: float | None = None,
     **params,
 ) -> tuple[Model, MetricsLog]:
     """(model, metrics log) of solver `solver` (a registered name) with parameters `params`
@@ -32,11 +33,13 @@ def fit_solver(
     and metrics.jsonl go under it, and `resume` continues from them. The checkpoint records the
     model settings (the parameters that determine the model) as train does; in process unless
     `engine` is given; validation on `valid` every `valid_every` steps (and, as train passes it,
-    the solver's own reading of it: Solver.reads_valid)."""
+    the solver's own reading of it: Solver.reads_valid); `time_limit`: the checkpointer's (seconds)."""
     cls = get_solver(solver)
     instance = cls(cls.Params(**params))
     fingerprint = source.manifest.fingerprint if hasattr(source, "manifest") else "in-memory"
-    checkpointer = Checkpointer(run_dir, config=instance.params.model_settings(), store_fingerprint=fingerprint)
+    checkpointer = Checkpointer(
+        run_dir, config=instance.params.model_settings(), store_fingerprint=fingerprint, time_limit=time_limit
+    )
     metrics = os.path.join(run_dir, "metrics.jsonl") if run_dir else None
     log = MetricsLog(metrics, valid=valid, valid_every=valid_every)
     model = instance.fit(

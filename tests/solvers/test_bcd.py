@@ -1007,3 +1007,38 @@ def test_one_vs_rest_steps_take_each_labels_curvature_and_converge_where_the_max
     W_auto, _ = fit(text, max_iter=10, **opts)
     W_max, _ = fit(text, max_iter=10, curvature="max", **opts)
     np.testing.assert_array_equal(W_auto, W_max)
+
+
+def test_time_limit_in_chunks_mode_stops_after_the_group_it_passed_in(dna, tmp_path, monkeypatch):
+    """--time-limit in chunks mode stops at the first group's step past the limit, not at the end
+    of its outer iteration (370 s instead of 30 on 250 000 rows, qa27): the state after any group
+    is complete (W, the scores without the pending commit, the direction waiting for its line
+    search), so that step is saved, and the run resumed from it, on 2 workers, reaches the
+    uninterrupted in-process model bitwise."""
+    from streamfit.checkpoint import Checkpointer
+    from streamfit.errors import TimeLimitReached
+
+    X, y = dna
+    store = write_store(tmp_path / "s", X, y, ["1", "2", "3"], chunk_rows=128)
+    params = dict(mode="chunks", group_size=50, lam=5e-2, tol=1e-12, max_iter=6, fit_intercept=True)
+    W_full, log_full = fit(store, str(tmp_path / "full"), **params)
+    assert log_full[5]["outer_iteration"] == 2 and "objective" not in log_full[5]  # step 6: inside outer iteration 2
+    groups = []
+    step_chunks = bcd.BCDSolver._step_chunks
+
+    def counted(self, ctx, st):
+        groups.append(st.step)
+        return step_chunks(self, ctx, st)
+
+    monkeypatch.setattr(bcd.BCDSolver, "_step_chunks", counted)
+    monkeypatch.setattr(Checkpointer, "past_deadline", lambda self: len(groups) >= 6)  # the limit passes in step 6
+    run = str(tmp_path / "cut")
+    with pytest.raises(TimeLimitReached) as stopped:
+        fit(store, run, time_limit=3600.0, checkpoint_interval=3600.0, **params)
+    assert stopped.value.step == 6 and len(groups) == 6
+    assert sorted(os.listdir(os.path.join(run, "checkpoints"))) == ["LATEST", "state", "step-000000", "step-000006"]
+    monkeypatch.undo()
+    with Engine(mode="local", n_workers=2) as engine:
+        W_res, log_res = fit(store, run, resume=True, engine=engine, **params)
+    np.testing.assert_array_equal(W_res, W_full)
+    assert log_res[-1]["objective"] == log_full[-1]["objective"]

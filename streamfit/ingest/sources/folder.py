@@ -20,7 +20,9 @@ fetched concurrently, FETCH_FILES at a time); tar archives in archive order, zip
 the order of their central directory. Documents are decoded with
 encoding/encoding_errors (20 Newsgroups needs encoding='latin-1'); a decode error is a bad record.
 With class_folders=False every file (under subset, if given) is a document without a label
-(None), at any depth: how `streamfit predict` reads a folder of new documents.
+(None), at any depth: how `streamfit predict` reads a folder of new documents; subset then names
+a folder from the top or by the last parts of any folder above a file (predict --subset test reads
+corpus/test/<class>/<file>), with the same errors.
 
 The input is not trusted (limits: ReadLimits). Only regular files are documents: a FIFO,
 device, socket or link to a folder where a document should be is a bad record, as is a symbolic
@@ -318,15 +320,24 @@ class FolderSource:
     def _match(self, parts: list[str]) -> tuple[str, ...] | None:
         """The folder that subset names, if the file at `parts` lies in it: subset as a path from
         the top (any depth below it), or as the last parts of the folder holding the file's class
-        folder (with class folders only); None otherwise."""
+        folder (with class folders), or of the shallowest folder above the file (without: how
+        `predict --subset test` finds corpus/test in corpus/{training,test}/<class>/<file>);
+        None otherwise."""
         want = self.subset_parts
         if want is None:
             return None
         k = len(want)
         if tuple(parts[:k]) == want:
             return want
-        if self.class_folders and len(parts) > k + 2 and tuple(parts[-k - 2 : -2]) == want:
-            return tuple(parts[:-2])
+        if self.class_folders:
+            if len(parts) > k + 2 and tuple(parts[-k - 2 : -2]) == want:
+                return tuple(parts[:-2])
+            return None
+        # without class folders a document may lie at any depth below the subset: the shallowest
+        # folder above the file whose last parts are subset's (corpus/test for corpus/test/<class>/<file>)
+        for end in range(k + 1, len(parts)):
+            if tuple(parts[end - k : end]) == want:
+                return tuple(parts[:end])
         return None
 
     def _layout(self, subset: str | None, entries) -> tuple[str, ...]:
