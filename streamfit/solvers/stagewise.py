@@ -93,7 +93,8 @@ Ridge(alpha = nλ) with alpha at least 10 whatever n. The fixed 1e-4 of sessions
 alpha = n·1e-4: 0.03 on 300 rows, where the ridge fit of a block of about as many columns as
 rows (180 one-hot columns, or a random Fourier block of 512) nearly interpolates. Sparse and wide
 data (text: tf-idf rows of unit norm, whose columns are far smaller than one) and real-valued
-targets keep λ = 1e-4, and so does the softmax link (not measured here): 10/n over-shrinks
+targets keep λ = 1e-4, and so does the softmax link (neither 1e-4 nor 10/n holds on every small
+dense set there: docs/benchmarks.md, "stagewise's softmax link"): 10/n over-shrinks
 tf-idf (sector, 1000 rows: −5.8 points) and regression is Ridge's problem at 1e-4 as measured
 against Ridge (docs/benchmarks.md, "stagewise's λ from the
 training rows", session 23). On wide regression data (d ≥ n, gradient blocks) two passes at 1e-4
