@@ -51,7 +51,7 @@ from pydantic import ValidationError
 
 from streamfit.engine import Engine
 from streamfit.errors import NotFittedError
-from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, missing_as_nan
+from streamfit.model import ALL_ZERO_WEIGHTS, all_weights_zero, missing_as_nan
 from streamfit.objectives import objective_for
 from streamfit.runlog import MetricsLog
 from streamfit.solvers.base import Solver, SolverParams, parameter_lines
@@ -470,11 +470,7 @@ class _SolverEstimator(_ParamsMixin):
                 _compatible("ConvergenceWarning"),
                 stacklevel=2,
             )
-        if (
-            info.get("converged") is not False
-            and isinstance(self.model_, LinearModel)
-            and self.model_.nonzero_weights() == 0
-        ):
+        if all_weights_zero(self.model_):
             warnings.warn(f"{type(self).__name__}: {ALL_ZERO_WEIGHTS}", UserWarning, stacklevel=2)
         return self
 

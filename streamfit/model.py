@@ -396,6 +396,12 @@ ALL_ZERO_WEIGHTS = (
 )
 
 
+def all_weights_zero(model: Model) -> bool:
+    """Whether `model` is a linear model, converged or without a stopping test, whose every
+    weight is 0 (the case ALL_ZERO_WEIGHTS warns of)."""
+    return model.info.get("converged") is not False and isinstance(model, LinearModel) and model.nonzero_weights() == 0
+
+
 @register_model
 class LinearModel(Model):
     """scores = X coef_ᵀ + intercept_; coef_ is (n_classes × n_features), dense or scipy.sparse CSR."""

@@ -25,7 +25,7 @@ from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_v
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
-from streamfit.model import ALL_ZERO_WEIGHTS, LinearModel, Model, featurization_differences
+from streamfit.model import ALL_ZERO_WEIGHTS, Model, all_weights_zero, featurization_differences
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
@@ -464,7 +464,7 @@ def _train_locked(
     elif threshold is not None:
         model.decision_threshold = float(threshold)
     model.save(run.join("model").url)
-    if model.info.get("converged") is not False and isinstance(model, LinearModel) and model.nonzero_weights() == 0:
+    if all_weights_zero(model):
         log.warning(ALL_ZERO_WEIGHTS)
     record.update(status="finished", seconds=round(metrics.elapsed, 3), session_seconds=round(time.time() - started, 3))
     if metrics.records:

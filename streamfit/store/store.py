@@ -996,7 +996,5 @@ def read_lock(path: str) -> int | None:
         return None
     try:
         return lock_dir(path, shared=True)
-    except StoreError:
-        raise
     except OSError:  # a filesystem without flock: read unguarded (as the run directory's lock)
         return None
