@@ -191,7 +191,6 @@ def train(
             resume=resume,
             overwrite=overwrite,
             progress=progress,
-            valid=valid,
             valid_every=valid_every,
             time_limit=time_limit,
             worker_timeout=worker_timeout,
@@ -242,20 +241,6 @@ def remove_run_outputs(run: storage.Location) -> None:
     run.join("model").remove_tree()
     for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):
         run.join(name).remove()
-
-
-def remove_earlier_run(out: str) -> None:
-    """remove_run_outputs under the run directory's lock (StreamfitError while another train
-    uses it); nothing when there is no such directory."""
-    run = storage.resolve(out)
-    if not run.exists():
-        return
-    lock = _lock_run_dir(run.path) if run.local else None
-    try:
-        remove_run_outputs(run)
-    finally:
-        if lock is not None:
-            os.close(lock)
 
 
 def _remove_if_no_checkpoint(out: str, made: bool, *, keep_initial: bool = False) -> None:
@@ -347,7 +332,6 @@ def _train_locked(
     resume,
     overwrite,
     progress,
-    valid,
     valid_every,
     time_limit,
     worker_timeout,

@@ -1085,14 +1085,6 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             },
         )
 
-    # -- helpers --------------------------------------------------------------------------
-    @staticmethod
-    def full_histogram(state: MultiBoostState, bins, stored, totals) -> np.ndarray:
-        """The per-(feature, bin, class) sums over all entries (of g, or of its own-class part,
-        HistogramSums): the stored entries' sums `bins`, plus the implicit zeros (column total
-        minus stored sum) in each feature's zero bin (fill_zero_bins on a copy of `bins`)."""
-        return fill_zero_bins(bins.copy(), stored, totals, zero_bin_rows(state.cut_offsets, state.zero_bins))
-
 
 def zero_bin_rows(cut_offsets: np.ndarray, zero_bins: np.ndarray) -> np.ndarray:
     """The histogram row of each (compact) feature's zero bin: feature f's bins are rows

@@ -433,16 +433,8 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
     for a, b in zip(chunked, whole):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     zero_bins = np.array([np.searchsorted(cuts[offsets[f] : offsets[f + 1]], 0.0) for f in range(d)])
-    holder = mb.MultiBoostState(
-        cuts=cuts, used=used, cut_offsets=offsets, zero_bins=zero_bins, learner_feature=np.zeros(0, np.int64),
-        learner_threshold=np.zeros(0), learner_polarity=np.zeros(0, np.int8), learner_low=np.zeros(0, np.int8),
-        learner_sign=np.zeros(0, np.int8), coord_class=np.zeros(0, np.int64),
-        coord_learner=np.zeros(0, np.int64), weights=np.zeros(0), bits=mb.PerSample(mb.BITS, 0, written=False),
-        labels=mb.PerSample(mb.LABELS, 1), bins=mb.PerSample(mb.BINS, 1), columns=mb.PerSample(mb.COLUMNS, 1),
-        row_starts=mb.PerSample(mb.ROW_STARTS, 1),
-        scores=mb.PerSample(mb.SCORES, 1),
-    )  # fmt: skip
-    H = mb.MultiBoostSolver.full_histogram(holder, chunked.bins, chunked.stored, chunked.totals)
+    zero_rows = mb.zero_bin_rows(offsets, zero_bins)  # the implicit zeros go to each feature's zero bin
+    H = mb.fill_zero_bins(chunked.bins.copy(), chunked.stored, chunked.totals, zero_rows)
     no_own = (np.zeros((0, K)), np.zeros(0))  # the edge (4), not the gain
     feature, bin_, polarity, edge, _, _, _ = kernels.best_stumps(
         H, chunked.totals, offsets, True, False, False, *no_own
@@ -484,7 +476,7 @@ def test_chunked_histograms_equal_the_whole_and_the_stumps_are_the_brute_force_a
         assert both == pytest.approx(max(sign_best[c], indicator_best), rel=1e-12)
 
     # choice="gain": the largest (√V₊ − √V₋)² over both kinds, V± the μ mass of the pairs with δh = ±1
-    H_own = mb.MultiBoostSolver.full_histogram(holder, chunked.own_bins, chunked.own_stored, chunked.own_totals)
+    H_own = mb.fill_zero_bins(chunked.own_bins.copy(), chunked.own_stored, chunked.own_totals, zero_rows)
     feature, bin_, polarity, edge, low, _, largest = kernels.best_stumps(
         H, chunked.totals, offsets, True, True, False, H_own, chunked.own_totals
     )
