@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every
+from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
@@ -163,8 +163,7 @@ def train(
     valid_every = parse_valid_every(valid_every, "valid_every")
     run = storage.resolve(out)
     out = run.path if run.local else run.url
-    if resume and overwrite:
-        raise StreamfitError("--resume and --overwrite contradict each other: choose one")
+    refuse_resume_with_overwrite(resume, overwrite)
     made = not run.exists()
     run.makedirs()
     # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
