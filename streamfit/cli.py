@@ -24,7 +24,13 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     from streamfit import __version__, _numpy_tooling, environment
 
     _numpy_tooling.defer()  # before SciPy's import copies numpy's namespace: f2py, testing on first use
-    from streamfit.config import ClusterOptions, PredictOptions, TrainOptions, yaml_problem
+    from streamfit.config import (
+        ClusterOptions,
+        PredictOptions,
+        TrainOptions,
+        refuse_resume_with_overwrite,
+        yaml_problem,
+    )
     from streamfit.errors import (
         ConfigError,
         StreamfitError,
@@ -412,12 +418,9 @@ def _steps_progress(ctx) -> bool:
 
 
 def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
-    """Checked before any work; remembered for the --time-limit stop message."""
-    if resume and overwrite:
-        raise ConfigError(
-            "--resume and --overwrite contradict each other: drop --overwrite to continue the run "
-            "(or --resume to start over)"
-        )
+    """Checked before any work (config.refuse_resume_with_overwrite); remembered for the
+    --time-limit stop message."""
+    refuse_resume_with_overwrite(resume, overwrite)
     ctx.obj["overwrite"] = overwrite
 
 

@@ -84,6 +84,16 @@ def _check_checkpoint_interval(value: float | str, what: str) -> None:
     parse_checkpoint_interval(value, what)
 
 
+def refuse_resume_with_overwrite(resume: bool, overwrite: bool) -> None:
+    """The one rule for train's and run's --resume with --overwrite (the CLI, before any work, and
+    streamfit.train.train): a ConfigError, since one continues a run and the other starts it over."""
+    if resume and overwrite:
+        raise ConfigError(
+            "--resume and --overwrite contradict each other: drop --overwrite to continue the run "
+            "(or --resume to start over)"
+        )
+
+
 def parse_threshold(text: str | float, what: str) -> float | str:
     """A multilabel decision threshold: a finite number, or "fit"; bad text raises ConfigError naming `what`."""
     if isinstance(text, str) and text.strip().lower() == "fit":

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from streamfit import storage
 from streamfit.checkpoint import Checkpointer
-from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every
+from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
@@ -163,8 +163,7 @@ def train(
     valid_every = parse_valid_every(valid_every, "valid_every")
     run = storage.resolve(out)
     out = run.path if run.local else run.url
-    if resume and overwrite:
-        raise StreamfitError("--resume and --overwrite contradict each other: choose one")
+    refuse_resume_with_overwrite(resume, overwrite)
     made = not run.exists()
     run.makedirs()
     # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
@@ -191,7 +190,6 @@ def train(
             resume=resume,
             overwrite=overwrite,
             progress=progress,
-            valid=valid,
             valid_every=valid_every,
             time_limit=time_limit,
             worker_timeout=worker_timeout,
@@ -242,20 +240,6 @@ def remove_run_outputs(run: storage.Location) -> None:
     run.join("model").remove_tree()
     for name in ("metrics.jsonl", "run.json", EVALUATION_FILE):
         run.join(name).remove()
-
-
-def remove_earlier_run(out: str) -> None:
-    """remove_run_outputs under the run directory's lock (StreamfitError while another train
-    uses it); nothing when there is no such directory."""
-    run = storage.resolve(out)
-    if not run.exists():
-        return
-    lock = _lock_run_dir(run.path) if run.local else None
-    try:
-        remove_run_outputs(run)
-    finally:
-        if lock is not None:
-            os.close(lock)
 
 
 def _remove_if_no_checkpoint(out: str, made: bool, *, keep_initial: bool = False) -> None:
@@ -347,7 +331,6 @@ def _train_locked(
     resume,
     overwrite,
     progress,
-    valid,
     valid_every,
     time_limit,
     worker_timeout,

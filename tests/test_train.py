@@ -51,6 +51,15 @@ def test_state_left_by_a_start_that_failed_before_its_first_checkpoint_is_no_ear
         _train(digits_store, out)
 
 
+def test_resume_with_overwrite_is_refused_as_the_cli_refuses_it_before_the_run_directory_is_made(
+    digits_store, tmp_path
+):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"^--resume and --overwrite contradict each other: drop --overwrite"):
+        _train(digits_store, out, resume=True, overwrite=True)
+    assert not out.exists()
+
+
 def test_resume_with_other_settings_names_what_differs(digits_store, tmp_path):
     out = tmp_path / "run"
     _train(digits_store, out)

@@ -554,8 +554,8 @@ def fig6(result, lam: float, warm: bool, repeats: int = 1):
     upwards)."""
     from scipy.optimize import minimize
 
-    import streamfit.solvers.multiboost as mb
     from streamfit.solvers import multiboost_kernels as kernels
+    from streamfit.solvers import multiboost_master as mb
 
     model = result["model"]
     Xtr, labels = result["train"]

@@ -916,7 +916,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         }
         common: dict[str, Any] = {
             "n_features": n_features,
-            "classes": _output_names(o, p1) if p1.numeric else vocab.classes,
+            "classes": _output_names(p1) if p1.numeric else vocab.classes,
             "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
             "source": source_info,
         }
@@ -1110,7 +1110,7 @@ def _text_defaults(o: IngestOptions) -> IngestOptions:
     return decided
 
 
-def _output_names(o: IngestOptions, p1: _Pass1) -> list[str]:
+def _output_names(p1: _Pass1) -> list[str]:
     """The names of the k regression outputs: the --like store's or --classes (k of them), else
     "target" for one output and target_0 … target_{k-1} for several."""
     k = p1.n_outputs or 1

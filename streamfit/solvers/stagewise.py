@@ -205,10 +205,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import os
-import weakref
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -234,21 +231,28 @@ from streamfit.solvers.base import (
     register_solver,
     standardized_scale,
 )
+from streamfit.solvers.stagewise_features import (
+    FeatureSpace,
+    cache_design,
+    cached_design,
+    chunk_base,
+    chunk_design,
+    design_cacheable,
+    new_design,
+    panels,
+)
 from streamfit.solvers.stagewise_kernels import (
-    csr_columns,
     poly_basis,
     project_predictions,
-    rff_features,
-    rff_frequencies,
     rowwise_matmul,
     single_threaded_blas,
     sparse_gram_upper,
     symmetric_from_upper,
     upper_triangle,
 )
-from streamfit.store import Chunk, ChunkSource
+from streamfit.store import ChunkSource
 from streamfit.store.dense_kernels import column_counts
-from streamfit.store.store import CHUNK_CACHE_BYTES, target_matrix
+from streamfit.store.store import target_matrix
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 HELDOUT = "heldout"  # ChunkState name of κ, the rows' kept share of their residual in the last pass
@@ -261,7 +265,6 @@ BACKTRACK_START = 0.25  # backtrack=True: each stage's first L, as a share of th
 PCA_FLOAT32_MAX = 1e15  # rff PCA: a sample whose centered values stay below this gets a float32 covariance
 THRESHOLD_GRID = np.arange(1, 200) / 200  # multilabel identity link: the thresholds tried on the training scores
 CALIBRATION_RIDGE = 1e-4  # calibration="poly": ε of the fit's pull towards the identity, relative to GᵀG/n
-PANEL_ROWS = 1024  # dense (random Fourier) designs are built and used in row panels of this size
 NORMAL_MODE_MAX_FEATURES = 1024  # regression: stages on the normal equations up to this many stored columns
 LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of class targets
 AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (at least 2; sessions 15-23 held out 20 % once)
@@ -363,312 +366,17 @@ class StagewiseParams(SolverParams):
         return self
 
 
-# -- features ------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class FeatureSpace:
-    """How the design matrix A of a block is computed from a chunk's rows X and scores F.
-
-    Blocks are cut from the chunk's base matrix `base(X)`, computed once per chunk:
-    kind "columns": a block is an array of column ids, x̃ = X[:, block]; the base is X in CSC
-    form (cheap column selection) and x̃ sparse, or, with `dense` (regression stores whose
-    active columns are dense: `StagewiseSolver._setup`), the base is X's CSR rows and x̃ a dense
-    float64 array gathered from them a row panel at a time (`panel_design`), so that AᵀA and
-    AᵀR are BLAS products on dense panels instead of sparse products;
-    kind "rff": the base is z = X[:, inputs] densified (projected: z = (z − mean) components,
-    if PCA is used), a block is a block id b, x̃ = the random Fourier features
-    b·block_size … (b+1)·block_size − 1 of z, stored as `dtype` (the solver's gram_dtype)."""
-
-    kind: str
-    fit_intercept: bool
-    with_predictions: bool
-    inputs: np.ndarray | None = None
-    mean: np.ndarray | None = None
-    components: np.ndarray | None = None
-    sigma: float = 1.0
-    seed: int = 0
-    block_size: int = 0
-    n_components: int = 0
-    dtype: str = "float64"
-    sampling: str = "iid"  # of the frequencies: "iid" or "orthogonal" (`rff_frequencies`)
-    phases: str = "random"  # "random" (cos(ωᵀz + β)) or "paired" (cos and sin of ωᵀz)
-    dense: bool = False  # "columns": dense designs gathered from the CSR rows
-
-    @property
-    def dense_design(self) -> bool:
-        """Whether designs are dense arrays (random Fourier features, or dense columns)."""
-        return self.kind == "rff" or self.dense
-
-    def base(self, X: sp.csr_matrix) -> sp.csr_matrix | sp.csc_matrix | np.ndarray:
-        if self.kind == "columns" and self.dense:  # gathered by position: duplicates summed first
-            if not X.has_canonical_format:
-                X = X.tocsr(copy=True)
-                X.sum_duplicates()
-            return X
-        if self.kind == "columns":
-            return X.tocsc()
-        if self.components is None:
-            return X[:, self.inputs].toarray().astype(np.float64, copy=False)
-        Z = np.empty((X.shape[0], self.components.shape[1]))
-        for lo, hi in _panels(X.shape[0]):  # densified a row panel at a time: no rows × inputs array
-            Z[lo:hi] = rowwise_matmul(X[lo:hi][:, self.inputs].toarray() - self.mean, self.components)
-        return Z
-
-    def design(self, base, block, out: np.ndarray | None = None) -> np.ndarray | sp.csr_matrix:
-        """A = [1, x̃] (the bias as configured) for the rows of `base`; random Fourier designs are
-        built in row panels (`_panels`), into `out` when given. The scores F, the last columns
-        of the design with calibration="predictions", are kept apart (`_apply_rows`,
-        `_block_stats`): A does not change from pass to pass, and neither does its AᵀA."""
-        n = base.shape[0]
-        if self.kind == "columns" and self.dense:
-            return self.panel_design(base, block, 0, n, out)
-        if self.kind == "columns":
-            A = sp.csr_matrix(base[:, block], dtype=np.float64)
-            return sp.hstack([np.ones((n, 1)), A], format="csr") if self.fit_intercept else A
-        lo = int(self.fit_intercept)
-        A = np.empty((n, self.design_width(block)), dtype=self.dtype) if out is None else out
-        omega, beta = self.frequencies(block)
-        for start, stop in _panels(n):  # the same panels whatever the caller: the same bits
-            rows = A[start:stop]
-            rows[:, :lo] = 1.0
-            rff_features(base[start:stop], omega, beta, out=rows, col=lo, n_out=A.shape[1] - lo)
-        return A
-
-    def panel_design(self, base, block, lo: int, hi: int, out: np.ndarray | None = None) -> np.ndarray:
-        """The dense design of rows lo … hi − 1 of `base` (a row panel, `_panels`), into `out`
-        when given. Dense columns are gathered from the CSR base in place (`csr_columns`: a
-        scipy row slice costs more than the panel's products)."""
-        if not self.kind == "columns":
-            return self.design(base[lo:hi], block, out)
-        width = self.design_width(block)
-        A = np.empty((hi - lo, width)) if out is None else out
-        skip = int(self.fit_intercept)
-        A[:, :skip] = 1.0
-        csr_columns(base, self._positions(block, base.shape[1]), lo, hi, A, skip)
-        return A
-
-    def _positions(self, block: np.ndarray, n_features: int) -> np.ndarray:
-        """position[j] = t where block[t] = j, −1 for columns outside the block (memoised per
-        process for the newest block)."""
-        key = np.asarray(block, dtype=np.int64).tobytes()
-        memo = self.__dict__.get("_position_memo")
-        if memo is None or memo[0] != key or len(memo[1]) != n_features:
-            position = np.full(n_features, -1, dtype=np.int64)
-            position[np.asarray(block, dtype=np.int64)] = np.arange(len(block))
-            memo = self.__dict__["_position_memo"] = (key, position)
-        return memo[1]
-
-    def block_width(self, block) -> int:
-        """Features of a block: its columns, or the generated features of an rff block (the
-        last one may be narrower)."""
-        if self.kind == "columns":
-            return len(block)
-        return min(self.block_size, self.n_components - int(block) * self.block_size)
-
-    def design_width(self, block) -> int:
-        return int(self.fit_intercept) + self.block_width(block)
-
-    def frequencies(self, block) -> tuple[np.ndarray, np.ndarray]:
-        """(Ω, β) of an rff block, Ω in the design's precision, memoised per process for the
-        newest few blocks."""
-        key = (self.fingerprint(), int(block))
-        if key not in _FREQUENCIES:
-            while len(_FREQUENCIES) >= 4:
-                del _FREQUENCIES[next(iter(_FREQUENCIES))]
-            n_in = self.base_width
-            with single_threaded_blas():  # the QR of orthogonal frequencies: same bits anywhere
-                omega, beta = rff_frequencies(
-                    self.seed,
-                    int(block),
-                    n_in,
-                    self.block_width(block),
-                    self.sigma,
-                    self.sampling == "orthogonal",
-                    self.phases == "paired",
-                )
-            _FREQUENCIES[key] = omega.astype(self.dtype), beta
-        return _FREQUENCIES[key]
-
-    def fingerprint(self) -> str:
-        """Identifies the features this space computes (configuration, inputs, PCA). Computed
-        once, when first asked: the space must be complete by then (it is, after setup)."""
-        if self.__dict__.get("_fingerprint") is None:
-            h = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode())
-            for a in self.arrays().values():
-                h.update(np.ascontiguousarray(a).tobytes())
-            self.__dict__["_fingerprint"] = h.hexdigest()
-        return self.__dict__["_fingerprint"]
-
-    def to_json(self) -> dict:
-        return {
-            "kind": self.kind,
-            "fit_intercept": self.fit_intercept,
-            "with_predictions": self.with_predictions,
-            "sigma": self.sigma,
-            "seed": self.seed,
-            "block_size": self.block_size,
-            "n_components": self.n_components,
-            "dtype": self.dtype,
-            "sampling": self.sampling,
-            "phases": self.phases,
-            "dense": self.dense,
-        }
-
-    @property
-    def base_width(self) -> int:
-        """Width of an rff base z: the number of inputs, or of PCA components."""
-        assert self.inputs is not None, "an rff space has inputs"
-        return len(self.inputs) if self.components is None else self.components.shape[1]
-
-    def arrays(self) -> dict[str, np.ndarray]:
-        out = {}
-        if self.inputs is not None:
-            out["rff_inputs"] = self.inputs
-        if self.components is not None:
-            assert self.mean is not None, "PCA components come with their mean"
-            out["rff_mean"], out["rff_components"] = self.mean, self.components
-        return out
-
-    @classmethod
-    def from_saved(cls, d: dict, arrays: dict) -> FeatureSpace:
-        return cls(
-            **d, inputs=arrays.get("rff_inputs"), mean=arrays.get("rff_mean"), components=arrays.get("rff_components")
-        )
-
-
-# Per process: the base z of random Fourier features (densified inputs, after the PCA if any),
-# per source and chunk. It is n_rows × (inputs or PCA dimensions), small beside the designs, and
-# every task of every stage starts from it (MNIST: densifying and projecting 784 pixels cost more
-# than the features themselves).
-_BASES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
-
-
-_FREQUENCIES: dict = {}  # (fingerprint, rff block) -> (Ω, β), the newest few
-
-
-def _panels(n: int) -> list[tuple[int, int]]:
-    """Row panels of a dense design: building a panel's features and using them (AᵀA, AᵀR,
-    F + AW) while they are in cache is what makes a stage fast. Always counted from the first
-    row of what is passed, so training chunks and scoring compute the same bits."""
-    return [(lo, min(n, lo + PANEL_ROWS)) for lo in range(0, n, PANEL_ROWS)]
-
-
-def _chunk_base(source: ChunkSource, chunk_id: int, space: FeatureSpace, chunk) -> sp.csc_matrix | np.ndarray:
-    """space.base(chunk.X), using the chunk's own (cached) CSC form for stored columns, and for
-    random Fourier features the cached base when it fits (a quarter of the chunk-cache budget)."""
-    if space.kind == "columns":
-        return space.base(chunk.X) if space.dense else chunk.csc
-    if source.n_rows * space.base_width * 8 * 4 > CHUNK_CACHE_BYTES:
-        return space.base(chunk.X)
-    bases = _BASES.setdefault(source, {})
-    key = (space.fingerprint(), chunk_id)
-    Z = bases.get(key)
-    if Z is None:
-        Z = space.base(chunk.X)
-        Z.flags.writeable = False
-        for old in [k for k in bases if k[0] != key[0]]:  # another fit's features
-            del bases[old]
-        bases[key] = Z
-    return Z
-
-
-# Per process: the random Fourier designs of the newest blocks, per source and chunk: all blocks
-# when they fit in the chunk-cache budget besides one spare, else two (`_design_capacity`), else
-# none (a larger store keeps memory bounded by the chunk size). A softmax stage reads its block
-# once per inner iteration, the fused update pass computes the next stage's block, and when every
-# block fits, passes after the first generate no features at all. The arrays of the block that
-# drops out are kept as spares and refilled with the next block (a fresh array of that size
-# costs a page fault per 4 KiB, ~15 % of a stage).
-_DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
-_SPARES: weakref.WeakKeyDictionary[ChunkSource, dict] = weakref.WeakKeyDictionary()
-
-
-def _design_capacity(source: ChunkSource, space: FeatureSpace) -> int:
-    """How many blocks' designs the cache keeps: all blocks when they fit besides one spare;
-    else two, the stage's block and the next one (blocks visited in a cycle longer than the
-    cache would miss every time); else none."""
-    if space.kind != "rff":
-        return 0
-    n_blocks = -(-space.n_components // space.block_size)
-    room = CHUNK_CACHE_BYTES // (source.n_rows * (space.block_size + 1) * np.dtype(space.dtype).itemsize) - 1
-    return n_blocks if room >= n_blocks else (2 if room >= 2 else 0)
-
-
-def _design_cacheable(source: ChunkSource, space: FeatureSpace) -> bool:
-    return _design_capacity(source, space) > 0
-
-
-def _cached_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block):
-    """The cached design of `block` for this chunk, or None."""
-    if not _design_cacheable(source, space):
-        return None
-    return _DESIGNS.get(source, {}).get((space.fingerprint(), int(block)), {}).get(chunk_id)
-
-
-def _cache_design(source: ChunkSource, chunk_id: int, space: FeatureSpace, block, A: np.ndarray) -> None:
-    if not _design_cacheable(source, space):
-        return
-    blocks = _DESIGNS.setdefault(source, {})
-    key = (space.fingerprint(), int(block))
-    A.flags.writeable = False
-    if key not in blocks:
-        while len(blocks) >= _design_capacity(source, space):
-            _SPARES.setdefault(source, {}).update(blocks.pop(next(iter(blocks))))  # the oldest block
-        blocks[key] = {}
-    blocks[key][chunk_id] = A
-
-
-def _new_design(source: ChunkSource, chunk_id: int, shape: tuple, dtype: str) -> np.ndarray:
-    """An array for a design to be cached: this chunk's spare when it has the shape, else new."""
-    A = _SPARES.get(source, {}).pop(chunk_id, None)
-    if A is None or A.shape != shape or A.dtype != dtype:
-        return np.empty(shape, dtype=dtype)
-    A.flags.writeable = True
-    return A
-
-
-# Per process: for each chunk the store keeps in its cache, the sparse design (stored columns) of
-# the last block a task built for it, with its key (the space's fingerprint, the block's columns).
-# The update task of stage t builds stage t + 1's block for the fused statistics, and stage t + 1's
-# tasks then use it as theirs instead of building it again (one design per chunk, a fraction of
-# the chunk: its non-zeros in the block's columns). Read-only: a task that wrote into it would fail.
-_SPARSE_DESIGNS: weakref.WeakKeyDictionary[ChunkSource, dict[int, tuple]] = weakref.WeakKeyDictionary()
-
-
-def _chunk_design(source: ChunkSource, chunk: Chunk, space: FeatureSpace, base, block):
-    """space.design(base, block) for `chunk` of `source`, cached as above."""
-    A = _cached_design(source, chunk.id, space, block)
-    if A is not None:
-        return A
-    if space.dense_design:
-        A = space.design(base, block)
-        _cache_design(source, chunk.id, space, block, A)
-        return A
-    key = (space.fingerprint(), np.asarray(block, dtype=np.int64).tobytes())
-    last = _SPARSE_DESIGNS.get(source, {}).get(chunk.id)
-    if last is not None and last[0] == key:
-        return last[1]
-    A = space.design(base, block)
-    assert isinstance(A, sp.csr_matrix), "stored columns give sparse designs"
-    if not chunk.X.data.flags.writeable:  # a chunk of the store's cache: it is read again next stage
-        for a in (A.data, A.indices, A.indptr):
-            a.flags.writeable = False
-        _SPARSE_DESIGNS.setdefault(source, {})[chunk.id] = (key, A)
-    return A
-
-
 def apply_stage(
     space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None, multilabel: bool, design=None
 ) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
-    (`design`: A when the caller already has it). Dense designs go panel by panel (`_panels`):
+    (`design`: A when the caller already has it). Dense designs go panel by panel (`panels`):
     built, used and dropped while in cache."""
     if not space.dense_design:
         return _apply_rows(space.design(base, block) if design is None else design, F, W, C, multilabel)
     U = np.empty_like(F)
-    for lo, hi in _panels(F.shape[0]):
+    for lo, hi in panels(F.shape[0]):
         A = space.panel_design(base, block, lo, hi) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, multilabel)
     return U
@@ -781,7 +489,7 @@ def _leverages(A, Hn: np.ndarray) -> np.ndarray:
         return np.asarray(sp.csr_matrix(A.multiply(A @ Hn)).sum(axis=1), dtype=np.float64).reshape(-1, 1)
     h = np.empty((A.shape[0], 1))
     ones = np.ones((A.shape[1], 1))
-    for lo, hi in _panels(A.shape[0]):
+    for lo, hi in panels(A.shape[0]):
         h[lo:hi] = rowwise_matmul(_product(A[lo:hi], Hn) * A[lo:hi], ones)
     return h
 
@@ -820,7 +528,7 @@ def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: b
     else:
         G = np.zeros((A.shape[1], A.shape[1])) if gram else None
         B = np.zeros((A.shape[1], RF.shape[1]))
-        for lo, hi in _panels(A.shape[0]):
+        for lo, hi in panels(A.shape[0]):
             P = A[lo:hi]
             if G is not None:
                 G += P.T @ P
@@ -960,16 +668,16 @@ def _stats_task(
     Algorithm 1's sums at W = 0, the design A of the block built from the chunk (dense designs
     panel by panel)."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    base = _chunk_base(source, chunk_id, space, chunk)
+    base = chunk_base(source, chunk_id, space, chunk)
     if space.kind == "columns" and space.dense:  # a panel at a time: no rows × block array
         parts = [
             _block_stats(
                 space.panel_design(base, block, lo, hi), F[lo:hi], Y[lo:hi], link, space.with_predictions, gram
             )
-            for lo, hi in _panels(F.shape[0])
+            for lo, hi in panels(F.shape[0])
         ]
         return functools.reduce(add_results, parts)
-    A = _chunk_design(source, chunk, space, base, block)
+    A = chunk_design(source, chunk, space, base, block)
     return _block_stats(A, F, Y, link, space.with_predictions, gram)
 
 
@@ -992,13 +700,13 @@ def _inner_task(
     """A chunk's `InnerSums` at U = F + AW: Aᵀ(Y − g(U)), the gradient of (13) up to −1/n, and
     Σ_i ℓ(U_i; y_i), for Algorithm 1's next update (14) and its backtracking test."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    A = _chunk_design(source, chunk, space, _chunk_base(source, chunk_id, space, chunk), block)
+    A = chunk_design(source, chunk, space, chunk_base(source, chunk_id, space, chunk), block)
     if sp.issparse(A):
         U = F + A @ W
         R, loss = link_residual(U, Y, link)
         return InnerSums(np.asarray(A.T @ R), loss)
     B, loss = np.zeros((A.shape[1], Y.shape[1])), 0.0
-    for lo, hi in _panels(A.shape[0]):
+    for lo, hi in panels(A.shape[0]):
         U = F[lo:hi] + _product(A[lo:hi], W, rowwise=False)  # only summed (AᵀR), never scores
         R, part = link_residual(U, Y[lo:hi], link)
         B += _product(A[lo:hi].T, R, rowwise=False)
@@ -1019,7 +727,7 @@ def _calibration_task(
     """A chunk's `CalibrationSums`: GᵀG and GᵀY for G = G(ỹ), the polynomial basis of the
     block fit ỹ = F + AW (18), the sums of Algorithm 2's least-squares calibration (19)."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    base = _chunk_base(source, chunk_id, space, chunk)
+    base = chunk_base(source, chunk_id, space, chunk)
     G = poly_basis(
         apply_stage(
             space,
@@ -1029,7 +737,7 @@ def _calibration_task(
             W,
             None,
             source.multilabel,
-            design=_chunk_design(source, chunk, space, base, block),
+            design=chunk_design(source, chunk, space, base, block),
         )
     )
     return CalibrationSums(G.T @ G, G.T @ Y)
@@ -1058,7 +766,7 @@ def _update_task(
     `_leverages`: a stage of the held-out pass, `StagewiseSolver._heldout`) also κ ← κ (1 − h),
     version+1 of HELDOUT (`first_kept`: κ starts at 1)."""
     chunk, Y, F = _load(source, chunk_id, state, version)
-    base = _chunk_base(source, chunk_id, space, chunk)
+    base = chunk_base(source, chunk_id, space, chunk)
     if space.dense_design and next_block is not None:
         F, stats, h = _update_dense(
             source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram, leverage
@@ -1067,14 +775,14 @@ def _update_task(
         if h is not None:
             _keep_share(state, chunk_id, version, h, first_kept)
         return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
-    design = None if space.dense else _chunk_design(source, chunk, space, base, block)  # dense columns: by panel
+    design = None if space.dense else chunk_design(source, chunk, space, base, block)  # dense columns: by panel
     if leverage is not None:
         _keep_share(state, chunk_id, version, _leverages(design, leverage), first_kept)
     F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design)
     state.write(SCORES, version + 1, chunk_id, F)
     loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
     if next_block is not None:
-        A = _chunk_design(source, chunk, space, base, next_block)
+        A = chunk_design(source, chunk, space, base, next_block)
         return UpdateSums(loss, correct, _block_stats(A, F, Y, link, space.with_predictions, next_gram), None)
     if next_gradient is not None:
         return UpdateSums(loss, correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link))
@@ -1088,16 +796,16 @@ def _update_dense(
     (with `leverage`, also its rows' `_leverages` h), build the next block's features of the
     panel and add its statistics, while all of it is in cache. The same bits as apply_stage
     followed by _block_stats on the whole next design."""
-    design = _cached_design(source, chunk_id, space, block)
+    design = cached_design(source, chunk_id, space, block)
     n = F.shape[0]
-    cached_next = _cached_design(source, chunk_id, space, next_block)
+    cached_next = cached_design(source, chunk_id, space, next_block)
     following = None
-    if cached_next is None and _design_cacheable(source, space):
-        following = _new_design(source, chunk_id, (n, space.design_width(next_block)), space.dtype)
+    if cached_next is None and design_cacheable(source, space):
+        following = new_design(source, chunk_id, (n, space.design_width(next_block)), space.dtype)
     U = np.empty_like(F)
     h = None if leverage is None else np.empty((n, 1))
     stats = None
-    for lo, hi in _panels(n):
+    for lo, hi in panels(n):
         A = space.panel_design(base, block, lo, hi) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, source.multilabel)
         if h is not None:
@@ -1110,7 +818,7 @@ def _update_dense(
         stats = part if stats is None else add_results(stats, part)
     assert stats is not None, "a chunk has at least one panel"
     if following is not None:
-        _cache_design(source, chunk_id, space, next_block, following)
+        cache_design(source, chunk_id, space, next_block, following)
     return U, stats, h
 
 

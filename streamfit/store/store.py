@@ -992,7 +992,7 @@ def read_lock(path: str) -> int | None:
     before it replaces the store (StoreWriter), so a retried job's ingest cannot delete the store
     under a train that reads it (it failed then, e.g. "idf.npy is missing"). StoreError while an
     --overwrite is replacing the store right now."""
-    if "://" in path or not os.path.isdir(path):
+    if storage.is_url(path) or not os.path.isdir(path):
         return None
     try:
         return lock_dir(path, shared=True)

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_limits
 
 import streamfit.solvers.base as base
 import streamfit.solvers.stagewise as sw
+import streamfit.solvers.stagewise_features as sf
 from streamfit.checkpoint import Checkpointer
 from streamfit.engine import Engine
 from streamfit.errors import InputError
@@ -615,7 +616,7 @@ def test_same_model_any_workers_and_chunking(digits, tmp_path, local_engine, par
 
 def test_sparse_designs_kept_between_stages_give_the_same_model(digits, tmp_path):
     """A chunk of a store's cache keeps the sparse design its update task built for the next
-    stage's block, which that stage then uses (sw._SPARSE_DESIGNS); an in-memory source builds
+    stage's block, which that stage then uses (sf._SPARSE_DESIGNS); an in-memory source builds
     every design afresh. The same rows in the same chunks give the same bits either way."""
     X, y = digits
     classes = [str(c) for c in range(10)]
@@ -625,7 +626,7 @@ def test_sparse_designs_kept_between_stages_give_the_same_model(digits, tmp_path
     with threadpool_limits(1):
         kept, _, _ = fit(store, str(tmp_path / "r1"), **params)
         fresh, _, _ = fit(InMemoryStore(Xs, ys, classes, chunk_rows=200), str(tmp_path / "r2"), **params)
-    assert sorted(sw._SPARSE_DESIGNS[store]) == [0, 1, 2, 3]
+    assert sorted(sf._SPARSE_DESIGNS[store]) == [0, 1, 2, 3]
     np.testing.assert_array_equal(kept.decision_function(X), fresh.decision_function(X))
 
 
@@ -739,14 +740,14 @@ def test_caches_change_nothing(digits, monkeypatch):
         generator="rff", n_components=300, block_size=100, n_passes=3, lam=1e-3, link="softmax", max_iter=3, tol=0
     )
     grams, designs = [], []
-    real_stats, real_design = sw._block_stats, sw.FeatureSpace.design
+    real_stats, real_design = sw._block_stats, sf.FeatureSpace.design
     monkeypatch.setattr(sw, "_block_stats", lambda *a: grams.append(a[-1]) or real_stats(*a))
-    monkeypatch.setattr(sw.FeatureSpace, "design", lambda *a, **k: designs.append(1) or real_design(*a, **k))
+    monkeypatch.setattr(sf.FeatureSpace, "design", lambda *a, **k: designs.append(1) or real_design(*a, **k))
     cached, _, _ = fit(source, **params)
     assert sum(map(bool, grams)) == 3 * source.n_chunks  # one AᵀA per block, not one per stage
     assert len(designs) == 3 * source.n_chunks  # all three blocks fit: each computed once per chunk
     monkeypatch.setattr(sw, "GRAM_CACHE_BYTES", 0)
-    monkeypatch.setattr(sw, "CHUNK_CACHE_BYTES", 0)
+    monkeypatch.setattr(sf, "CHUNK_CACHE_BYTES", 0)
     designs.clear()
     recomputed, _, _ = fit(source, **params)
     # first stats pass, 2 inner passes per stage, the update's block and the next stage's block
@@ -754,8 +755,8 @@ def test_caches_change_nothing(digits, monkeypatch):
     for a, b in zip(cached.weights, recomputed.weights, strict=True):
         np.testing.assert_array_equal(a, b)
     # room for two blocks and a spare: blocks cycle through the cache and spare arrays get refilled
-    monkeypatch.setattr(sw, "CHUNK_CACHE_BYTES", 3 * source.n_rows * 101 * 8)
-    sw._DESIGNS.clear()  # the first fit's designs (the same features) would still be found
+    monkeypatch.setattr(sf, "CHUNK_CACHE_BYTES", 3 * source.n_rows * 101 * 8)
+    sf._DESIGNS.clear()  # the first fit's designs (the same features) would still be found
     designs.clear()
     cycled, _, _ = fit(source, **params)
     assert len(designs) == 9 * source.n_chunks  # each stage's block once per chunk
@@ -874,16 +875,6 @@ def test_orthogonal_and_paired_features_approximate_gaussian_kernel(orthogonal, 
         )
 
     assert mse(**kind) < 0.9 * mse()
-
-
-def test_feature_kind_of_saved_models():
-    """Models saved before the options existed (no "sampling"/"phases" in the space) load with
-    i.i.d. frequencies and random phases: their scores do not change."""
-    d = sw.FeatureSpace("rff", True, False, seed=1, block_size=4, n_components=8).to_json()
-    assert d["sampling"] == "iid" and d["phases"] == "random"
-    del d["sampling"], d["phases"]
-    old = sw.FeatureSpace.from_saved(d, {"rff_inputs": np.arange(3)})
-    assert (old.sampling, old.phases) == ("iid", "random")
 
 
 def test_float32_gram(digits):

@@ -28,6 +28,9 @@ COMPRESSIONS: dict[str, tuple[str, Callable[..., io.BufferedIOBase]]] = {
     ".xz": ("xz", lzma.open),
 }
 
+# the largest feature index a reader accepts (LIBSVM, Parquet's indices); a larger one is a bad record
+MAX_INDEX = 2**62
+
 
 def too_long(limits: ReadLimits) -> tuple[str, str]:
     """(problem, hint) of a record longer than limits.record_bytes."""

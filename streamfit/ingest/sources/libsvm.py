@@ -43,6 +43,7 @@ import numpy as np
 from streamfit._jit import kernel
 from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
+    MAX_INDEX,
     canonical_label,
     check_batch_size,
     csr_int64,
@@ -59,7 +60,6 @@ from streamfit.sorting import stable_argsort
 log = logging.getLogger(__name__)
 
 BLOCK_BYTES = 16 << 20
-MAX_INDEX = 2**62
 
 # Error codes of the kernel, one per record (0: good).
 NO_COLON, BAD_INDEX, NEGATIVE_INDEX, ZERO_INDEX, HUGE_INDEX, BAD_VALUE, NONFINITE, DUPLICATE = range(1, 9)

@@ -41,6 +41,7 @@ import numpy as np
 
 from streamfit.errors import InputError
 from streamfit.ingest.sources._util import (
+    MAX_INDEX,
     TextBatcher,
     check_batch_size,
     csr_int64,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-MAX_INDEX = 2**62
 _HIVE_FOLDER = re.compile(r"^([^=]+)=(.*)$")
 
 
