@@ -84,6 +84,12 @@ class _Group(click.Group):
             _fail(f"error: {e.strerror or e}; {os_error_hint(e)}")
             sys.exit(2)
         except OSError as e:  # the system refused a path or a write outside streamfit's writers (e.g. making --out)
+            from streamfit.storage import client_error_message
+
+            refused = client_error_message(e)  # an object store refused the request (credentials, permissions)
+            if refused is not None:
+                _fail(f"error: {refused}")
+                sys.exit(2)
             where = f"{e.filename}: " if e.filename is not None else ""
             _fail(f"error: {where}{e.strerror or e}; {os_error_hint(e)}")
             sys.exit(2)

@@ -207,7 +207,7 @@ class ClusterOptions:
     scheduler: str | None = option(
         None,
         "Score on an existing Dask cluster at ADDRESS (tcp://host:8786); its workers read a store by its URL "
-        "(s3://...) or a path they share, get raw input in batches from this process, and get the model once",
+        "(s3://...) or a path they share and get the model once (predict's raw input: in batches from this process)",
         metavar="ADDRESS",
     )
     n_workers: int | None = option(

@@ -431,12 +431,45 @@ _CLIENT_ERRORS = {  # errors that object stores' client libraries raise through 
 }
 
 
-def client_error_message(e: Exception) -> str | None:
-    """One line for an error of an object store's client library (botocore, under s3fs) that
-    fsspec passes through untranslated: its message and the fix; None for any other error."""
-    for cls in type(e).__mro__:
-        if cls.__module__.startswith("botocore") and cls.__name__ in _CLIENT_ERRORS:
-            return f"{' '.join(str(e).split())}; {_CLIENT_ERRORS[cls.__name__]}"
+_REFUSALS = {  # codes of the object store's refusals (S3's error codes; s3fs raises them as PermissionError): the fix
+    "InvalidAccessKeyId": "the object store does not know this access key: check the credentials (S3: "
+    "AWS_ACCESS_KEY_ID, AWS_PROFILE or ~/.aws/credentials) and the endpoint (AWS_ENDPOINT_URL)",
+    "SignatureDoesNotMatch": "the secret key does not match the access key: check the credentials (S3: "
+    "AWS_SECRET_ACCESS_KEY, or the profile's)",
+    "InvalidToken": "the session token is not valid: renew the credentials (S3: AWS_SESSION_TOKEN)",
+    "ExpiredToken": "the session token has expired: renew the credentials (S3: AWS_SESSION_TOKEN)",
+    "AccessDenied": "the credentials are not allowed this request: check the user's and the bucket's permissions",
+}
+
+
+_REMOTE_REFUSAL = (
+    "the object store refused the request: check the credentials and permissions where the command runs "
+    "and, with --scheduler, on the Dask workers (S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+)
+
+
+def client_error_message(e: BaseException) -> str | None:
+    """One line for an error of an object store's client library (botocore, under s3fs): one that
+    fsspec passes through untranslated (no credentials, no endpoint), or a refusal of the request
+    (a wrong access key or secret, an expired token, access denied: s3fs raises those as a
+    PermissionError whose cause is botocore's ClientError, with no path, so the generic hint for
+    a local path would mislead, or one whose cause was lost on its way from a Dask worker); its
+    message and the fix; None for any other error."""
+    seen: BaseException | None = e
+    while seen is not None:
+        for cls in type(seen).__mro__:
+            if not cls.__module__.startswith("botocore"):
+                continue
+            if cls.__name__ in _CLIENT_ERRORS:
+                return f"{' '.join(str(seen).split())}; {_CLIENT_ERRORS[cls.__name__]}"
+            code = getattr(seen, "response", {}).get("Error", {}).get("Code")
+            if cls.__name__ == "ClientError" and code in _REFUSALS:
+                return f"{' '.join(str(e).split())} ({code}); {_REFUSALS[code]}"
+        seen = seen.__cause__ or seen.__context__
+    if isinstance(e, PermissionError) and e.errno is None and e.filename is None:
+        # s3fs's refusal with its cause lost (raised on a Dask worker and pickled to the driver:
+        # `Forbidden`); the operating system's own PermissionError always has an errno
+        return f"{' '.join(str(e).split())}; {_REMOTE_REFUSAL}"
     return None
 
 

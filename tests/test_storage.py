@@ -184,6 +184,99 @@ def test_object_store_client_errors_are_one_line_with_the_fix(tmp_path, monkeypa
     assert os.listdir(tmp_path) == []
 
 
+@pytest.fixture
+def refusing_s3(tmp_path, monkeypatch):
+    """An S3 API server on 127.0.0.1 (moto's, in its own process) that checks credentials and
+    knows none, so every request is refused with InvalidAccessKeyId; the AWS_* variables point at it."""
+    import socket
+    import time
+
+    import s3fs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
+            time.sleep(0.1)
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "AKIDWRONG",
+            "AWS_SECRET_ACCESS_KEY": "wrong",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        }.items():
+            monkeypatch.setenv(key, value)
+        s3fs.S3FileSystem.clear_instance_cache()
+        monkeypatch.chdir(tmp_path)
+        yield
+    finally:
+        server.terminate()
+        server.wait()
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refusing_s3, tmp_path):
+    """qa28: a key the object store does not know gave `error: The AWS Access Key Id you provided
+    does not exist in our records.; check that the location exists, is writable and has free
+    space`, a local disk's hint. Now the line names the refusal's code and where the credentials go."""
+    line = (
+        "error: The AWS Access Key Id you provided does not exist in our records. (InvalidAccessKeyId); "
+        "the object store does not know this access key: check the credentials (S3: AWS_ACCESS_KEY_ID, "
+        "AWS_PROFILE or ~/.aws/credentials) and the endpoint (AWS_ENDPOINT_URL)"
+    )
+    for argv in (
+        ["ingest", DATA, "--no-hash", "--out", "s3://qa28-bucket/x.zarr"],
+        ["inspect", "s3://qa28-bucket/x.zarr"],
+        ["train", "s3://qa28-bucket/x.zarr", "--out", "s3://qa28-bucket/run"],
+    ):
+        result = _cli(*argv)
+        assert result.exit_code == 2, (argv, result.output)
+        assert result.stderr.strip().splitlines() == [line], (argv, result.stderr)
+    assert os.listdir(tmp_path) == []
+    # a Dask worker opens the store as it unpickles it, at its committed attempt: the same cause,
+    # where it said "unreadable manifest (…); re-ingest the store" of a store that is fine
+    from streamfit.store.store import _open_attempt
+
+    manifest = "s3://qa28-bucket/x.zarr/attempt-1/manifest.json"
+    with pytest.raises(StoreError) as refused:
+        _open_attempt("s3://qa28-bucket/x.zarr", "attempt-1")
+    assert str(refused.value) == f"{manifest}: {line.removeprefix('error: ')}"
+
+
+def test_a_refusal_whose_cause_was_lost_on_a_dask_worker_names_the_workers_credentials():
+    """A refusal raised on a Dask worker reaches the driver as s3fs's PermissionError('Forbidden')
+    of a HEAD request (code 403, no message body), with botocore's ClientError behind it or,
+    pickled without tblib's support, with nothing behind it: either way its line names the
+    credentials on the workers, where a local PermissionError (with an errno) gets none of this."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    refused = translate_boto_error(ClientError({"Error": {"Code": "403", "Message": "Forbidden"}}, "HeadObject"))
+    assert isinstance(refused, PermissionError) and refused.__cause__ is not None
+    bare = PermissionError("Forbidden")
+    assert (
+        storage.client_error_message(refused)
+        == storage.client_error_message(bare)
+        == (
+            "Forbidden; the object store refused the request: check the credentials and permissions where the command "
+            "runs and, with --scheduler, on the Dask workers (S3: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE)"
+        )
+    )
+    local = PermissionError(13, "Permission denied", "/root/x")
+    assert storage.client_error_message(local) is None
+
+
 def test_a_local_commit_syncs_every_file_and_folder_of_the_attempt_before_the_rename(tmp_path, monkeypatch):
     """The store's own files and Zarr's (chunks and their metadata) all reach the disk before the
     store appears under its name, then the rename itself (its parent folder's sync)."""

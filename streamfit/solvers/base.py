@@ -279,6 +279,39 @@ def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
 
 
+# offset_notice: a dense low-dimensional column whose mean is more than this many times its
+# standard deviation (qa28: bcd's and ppdsparse's defaults lose 6 and 0.3 points at 100×, 27 and 4
+# at 300×, and fall to chance further out, where on the centred columns they match LinearSVC)
+OFFSET_RATIO = 100.0
+
+
+def offset_notice(solver: str, n: int, ids: np.ndarray, sums: np.ndarray, squares: np.ndarray) -> str | None:
+    """The one-line warning for dense low-dimensional training columns that sit far from zero
+    relative to their spread, or None. With m_j = Σ_i x_ij / n and s_j the standard deviation of
+    column j over the n rows (`column_scales`' formula; a constant column is left out), the
+    columns with |m_j| > OFFSET_RATIO·s_j are offsets (a year, a temperature in kelvin, a price
+    near 10 000 that moves by cents). Neither bcd's nor ppdsparse's standardized penalty centres
+    the columns (standardizing keeps zeros: one-hot columns stay sparse), so their intercept
+    must undo m_j/s_j ≫ 1 and the fit degrades, silently for ppdsparse (docs/benchmarks.md,
+    "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
+    mean = sums / n
+    mean_square = squares / n
+    with np.errstate(over="ignore", invalid="ignore"):
+        variance = mean_square - mean**2
+        varies = (variance > 1e-12 * mean_square) & np.isfinite(variance)
+        ratio = np.where(varies, np.abs(mean) / np.sqrt(np.where(varies, variance, 1.0)), 0.0)
+    far = np.flatnonzero(ratio > OFFSET_RATIO)
+    if far.size == 0:
+        return None
+    worst = far[np.argmax(ratio[far])]
+    return (
+        f"{solver}: {far.size} of the {ids.size} training columns sit far from zero: column {int(ids[worst])}'s mean is "
+        f"{ratio[worst]:.3g}× its standard deviation (> {OFFSET_RATIO:g}×: an offset such as a year or a price), "
+        f"where {solver}'s fit loses accuracy, down to chance (docs/benchmarks.md, qa28): subtract each such "
+        "column's mean (or a round number near it) before ingest"
+    )
+
+
 def dense_low_dimensional(n_rows: int, n_active: int, nnz: int) -> bool:
     """Whether n_active columns holding nnz non-zeros over n_rows rows are the dense
     low-dimensional data of the auto rules (stagewise's λ and generator check, standardize): at

@@ -144,6 +144,7 @@ from streamfit.solvers.base import (
     SolverParams,
     SolverState,
     dense_low_dimensional,
+    offset_notice,
     register_solver,
     standardized_scale,
 )
@@ -723,6 +724,9 @@ class BCDSolver(Solver[BCDState]):
         active = np.flatnonzero(nnz[:d])
         if not dense_low_dimensional(source.n_rows, len(active), int(nnz[active].sum())):
             return None
+        notice = offset_notice("bcd", source.n_rows, active, sums[active], squares[active])
+        if notice:
+            log.warning(notice)
         s = standardized_scale(p.standardize, source.n_rows, sums[active], squares[active])
         if s is None:
             return None

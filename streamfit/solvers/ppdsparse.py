@@ -126,6 +126,7 @@ from streamfit.solvers.base import (
     SolverParams,
     SolverState,
     dense_low_dimensional,
+    offset_notice,
     register_solver,
     standardized_scale,
 )
@@ -914,6 +915,9 @@ def standardized_columns(p: PPDSparseParams, columns: ColumnSums, n_rows: int) -
     the columns as given."""
     if columns.ids is None or not dense_low_dimensional(n_rows, columns.ids.size, int(columns.nnz.sum())):
         return None
+    notice = offset_notice("ppdsparse", n_rows, columns.ids, columns.sums, columns.squares)
+    if notice:
+        log.warning(notice)
     scale = standardized_scale(p.standardize, n_rows, columns.sums, columns.squares)
     return None if scale is None else (columns.ids, scale)
 

@@ -198,6 +198,9 @@ class Store(ChunkSource):
                 "Re-run 'streamfit ingest'"
             ) from None
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            refused = storage.client_error_message(e)  # wrong credentials: the store is fine
+            if refused is not None:
+                raise StoreError(f"{manifest_path}: {refused}") from e
             raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
         self.manifest = m

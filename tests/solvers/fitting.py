@@ -1,6 +1,7 @@
 """One way for the solver tests to train a solver through the driver, as `streamfit train` does
-(tests/solvers/test_{bcd,fbpd,ppdsparse,multiboost}.py import it; pytest puts this folder on
-sys.path for its test files)."""
+(tests/solvers/test_{bcd,fbpd,ppdsparse,multiboost}.py import it), and offset_data, the data of
+bcd's and ppdsparse's tests of columns far from zero. pytest puts this folder on sys.path for
+its test files."""
 
 from __future__ import annotations
 
@@ -54,3 +55,13 @@ def fit_solver(
         valid=valid,
     )
     return model, log
+
+
+def offset_data():
+    """Three classes on four dense columns; column 2 is shifted to a mean 1000× its spread."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=400, n_features=4, n_informative=3, n_redundant=0, n_classes=3, random_state=0)
+    shifted = X.copy()
+    shifted[:, 2] = X[:, 2] + 1000.0 * X[:, 2].std() - X[:, 2].mean()
+    return X - X.mean(axis=0), shifted, y

@@ -135,3 +135,35 @@ def test_standardize_auto_standardizes_spreads_above_ten_and_keeps_comparable_co
         np.testing.assert_array_equal(base.standardized_scale(True, len(X), sums, squares), s)
         assert base.standardized_scale(False, len(X), sums, squares) is None
     assert base.SCALE_SPREAD == 10.0
+
+
+def test_offset_notice_names_the_column_whose_mean_is_farthest_from_zero_in_its_spreads():
+    """qa28: columns far from zero relative to their spread (a year, a price) left bcd and
+    ppdsparse near chance without a word; the ratio is |mean|/std as numpy computes it."""
+    import numpy as np
+
+    from streamfit.solvers.base import OFFSET_RATIO, offset_notice
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 5))
+    X[:, 1] = 2000.0 + 3.0 * X[:, 1]  # mean/std about 667
+    X[:, 3] = 50.0 + 0.2 * X[:, 3]  # about 250
+    X[:, 4] = 7.0  # constant: no spread to compare with, left out
+    ids = np.array([10, 11, 12, 13, 14])
+    sums, squares = X.sum(axis=0), (X**2).sum(axis=0)
+    notice = offset_notice("bcd", 500, ids, sums, squares)
+    ratio = abs(X[:, 1].mean()) / X[:, 1].std()
+    assert notice is not None and notice.startswith(
+        "bcd: 2 of the 5 training columns sit far from zero: column 11's mean"
+    )
+    assert f"{ratio:.3g}× its standard deviation" in notice and "subtract each such column's mean" in notice
+    # centred, scaled or one-hot columns are not offsets
+    Z = X[:, :4] - X[:, :4].mean(axis=0)
+    assert offset_notice("bcd", 500, ids[:4], Z.sum(axis=0), (Z**2).sum(axis=0)) is None
+    onehot = (rng.random((500, 3)) < 0.9).astype(float)  # mean/std = √(p/(1−p)) = 3
+    assert offset_notice("ppdsparse", 500, ids[:3], onehot.sum(axis=0), onehot.sum(axis=0)) is None
+    # the threshold is strict: a column just above it is named, one just below it is not
+    col = np.r_[np.zeros(250), np.ones(250)] * 2.0  # std 1, mean set below
+    for mean, named in [(OFFSET_RATIO * 1.01, True), (OFFSET_RATIO * 0.99, False)]:
+        c = col - 1.0 + mean
+        assert (offset_notice("bcd", 500, ids[:1], np.array([c.sum()]), np.array([(c**2).sum()])) is not None) == named

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from fitting import fit_solver
+from fitting import fit_solver, offset_data
 from pydantic import ValidationError
 from sklearn.datasets import load_iris, load_svmlight_file
 from sklearn.linear_model import LogisticRegression
@@ -1042,3 +1042,18 @@ def test_time_limit_in_chunks_mode_stops_after_the_group_it_passed_in(dna, tmp_p
         W_res, log_res = fit(store, run, resume=True, engine=engine, **params)
     np.testing.assert_array_equal(W_res, W_full)
     assert log_res[-1]["objective"] == log_full[-1]["objective"]
+
+
+@pytest.mark.filterwarnings("ignore:BCDClassifier did not converge")
+def test_columns_far_from_zero_get_one_warning_naming_the_column_and_the_fix(caplog):
+    """qa28: a dense column whose mean is 1000× its spread (a year, a price) took bcd's defaults
+    to near chance; the fix (centring the column) is named in one warning, none on centred data."""
+    centred, shifted, y = offset_data()
+    with caplog.at_level("WARNING", logger="streamfit.solvers.bcd"):
+        BCDClassifier(max_iter=5).fit(shifted, y)
+    [warning] = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.bcd"]
+    assert warning.startswith("bcd: 1 of the 4 training columns sit far from zero: column 2's mean is 1e+03×")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamfit.solvers.bcd"):
+        BCDClassifier(max_iter=5).fit(centred, y)
+    assert not [r for r in caplog.records if r.name == "streamfit.solvers.bcd"]
