@@ -974,13 +974,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         _warn_skipped(policy)
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
-    if len(vocab.classes) == 1 and not p1.multilabel and not p1.numeric:  # `streamfit train` refuses such a store
-        log.warning(
-            "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
-            "class folders)",
-            out,
-            vocab.classes[0],
-        )
+    if not p1.multilabel and not p1.numeric:
+        _warn_one_class(out, vocab)
     if not p1.numeric:
         _warn_near_duplicates(out, vocab.classes)
     if o.csc_block_features:
@@ -988,6 +983,31 @@ def _ingest(o: IngestOptions) -> IngestReport:
 
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _warn_one_class(out: str, vocab: LabelVocabulary) -> None:
+    """A warning for a single-label store of one class, which `streamfit train` refuses, or of one
+    class with rows beside classes an ARFF header declared (a Weka class {yes,no} whose rows are
+    all yes), which trains a model that predicts that class for every row. The classes met are
+    those the rows' labels named (LabelVocabulary.met; with --classes, all the declared ones, as
+    a distributed ingest's pieces report them)."""
+    met = vocab.classes if vocab.frozen else [c for i, c in enumerate(vocab.classes) if i in vocab.met]
+    if len(vocab.classes) == 1:
+        log.warning(
+            "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
+            "class folders)",
+            out,
+            vocab.classes[0],
+        )
+    elif len(met) == 1:
+        log.warning(
+            "%s: only one class has rows: %s (the ARFF header declares %d more: %s); a classifier needs rows of "
+            "two or more: check the labels",
+            out,
+            met[0],
+            len(vocab.classes) - 1,
+            ", ".join(c for c in vocab.classes if c != met[0])[:200],
+        )
 
 
 def _warn_near_duplicates(out: str, classes: list[str]) -> None:

@@ -388,6 +388,24 @@ def test_the_header_declares_the_classes_in_its_order(tmp_path):
     assert ArffSource(ml, policy=BadRecordPolicy(), n_labels=3).declared()[1] == ["a", "b", "c"]
 
 
+def test_one_class_with_rows_beside_declared_ones_is_a_warning(tmp_path, caplog):
+    """A Weka class {yes,no,maybe} whose rows are all yes: the store has the three declared classes,
+    and ingest warns that only yes has rows (before, it had the one class yes and the warning
+    that `streamfit train` refuses it); no warning when two classes have rows."""
+    path = tmp_path / "yes.arff"
+    path.write_text("@relation r\n@attribute x numeric\n@attribute play {yes,no,maybe}\n@data\n1,yes\n2,yes\n3,yes\n")
+    s = _ingest(CliRunner(), str(path), "--option", "n_labels=1", "--out", str(tmp_path / "y.zarr"))
+    assert s.classes == ["yes", "no", "maybe"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"{tmp_path / 'y.zarr'}: only one class has rows: yes (the ARFF header declares 2 more: no, maybe); a "
+        "classifier needs rows of two or more: check the labels"
+    ]
+    caplog.clear()
+    _ingest(CliRunner(), _weka_arff(tmp_path / "weka.arff"), "--option", "n_labels=1", "--out", str(tmp_path / "w"))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def _cli(runner, *args):
     r = runner.invoke(main, list(args))
     assert r.exit_code == 0, r.output
