@@ -283,12 +283,17 @@ def predict_to_file(
         top_k = len(model.classes_)
     engine = engine or Engine(mode="inprocess")
     is_store = _is_store(source)
-    given = sorted(k for k in options or {} if k != "id_field")
+    options = options or {}
+    # the one rule for id_field: predict's own option (an id column of the output), not a format
+    # option to check; a store's rows carry no ids (it is ignored there), and raw input of a format
+    # that reads none is its own error (_raw_batches). Every other given option is a format option:
+    # refused for a store, checked against the input's format for raw input (check_options_read)
+    given = {k: v for k, v in options.items() if k != "id_field"}
     if is_store and given:
         raise StreamfitError(
-            f"{source}: is a store, read as ingested; format option {given[0]} is for raw input: drop it"
+            f"{source}: is a store, read as ingested; format option {min(given)} is for raw input: drop it"
         )
-    with_ids = not is_store and bool({**model.featurizer.get("source_options", {}), **(options or {})}.get("id_field"))
+    with_ids = not is_store and bool({**model.featurizer.get("source_options", {}), **options}.get("id_field"))
     layout = _Layout(
         kind,
         _columns(model, top_k, with_ids),
@@ -302,7 +307,7 @@ def predict_to_file(
         attempt = storage.begin(target, clear=False) if parts else None
         # Dask workers write their parts to an object store themselves; the driver writes local ones
         part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
-        pieces = _until_stopped(_scored(model, layout, source, fmt, options or {}, engine, part_dir, is_store), out)
+        pieces = _until_stopped(_scored(model, layout, source, fmt, options, given, engine, part_dir, is_store), out)
         if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
             from tqdm.auto import tqdm
 
@@ -398,9 +403,10 @@ def _until_stopped(pieces: Iterator[_Piece], out: str) -> Iterator[_Piece]:
         shutdown.check(f"{out}: not written; run the command again")
 
 
-def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> Iterator[_Piece]:
+def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store) -> Iterator[_Piece]:
     """The scored pieces of `source`, in input order (a generator; the engine runs the tasks,
-    which write their parts into `part_dir` when it is given)."""
+    which write their parts into `part_dir` when it is given). options: as given to predict;
+    given: its format options (predict's rule: all but id_field)."""
     from streamfit.store import open_store
 
     if is_store:
@@ -415,17 +421,18 @@ def _scored(model, layout, source, fmt, options, engine, part_dir, is_store) -> 
         window = store.n_chunks  # chunk ids are small: all submitted at once, highest priority first
         kwargs = {"store": store}
     else:
-        items = enumerate(_raw_batches(model, source, fmt, options, layout.with_ids))
+        items = enumerate(_raw_batches(model, source, fmt, options, given, layout.with_ids))
         window = 1 if engine.mode == "inprocess" else 4 * max(engine.total_threads, 1)
         kwargs = {}
     yield from _in_order(engine, items, window, model=model, layout=layout, part_dir=part_dir, **kwargs)
 
 
-def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with_ids: bool):
+def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, given: dict, with_ids: bool):
     """A raw source's batches, read with the training store's source options (overridden by
-    `options`) and without labels. `source` names its files as ingest's inputs do (a glob, a
-    dataset directory such as a Parquet dataset with hive partitions: streamfit.ingest.inputs),
-    read in the same sorted order."""
+    `options`) and without labels; `given` (the format options of `options`, predict's rule) is
+    checked against the inputs' format as ingest checks its own. `source` names its files as
+    ingest's inputs do (a glob, a dataset directory such as a Parquet dataset with hive
+    partitions: streamfit.ingest.inputs), read in the same sorted order."""
     from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.pipeline import check_options_read
@@ -433,7 +440,6 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, with
     from streamfit.ingest.sources.folder import forget_listings
 
     featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
-    given = {k: v for k, v in options.items() if k != "id_field"}  # id_field: its own error below
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
     try:
         paths = expand_inputs([source], fmt)

@@ -1,6 +1,7 @@
 """Shared fixtures: small real data (scikit-learn's digits ships with scikit-learn) and stores."""
 
 import logging
+import signal
 
 import numpy as np
 import pytest
@@ -8,6 +9,35 @@ import scipy.sparse as sp
 
 BUCKET = "streamfit-test"  # the s3 fixture's bucket
 ACCESS_KEY, SECRET_KEY = "AKIDSTREAMFITTEST", "s3cr3t-streamfit-test-key"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found():
+    """Every test leaves this process's SIGINT handler as it found it, else it fails (and the
+    handler is put back). Processes inherit an ignored SIGINT across exec: a test that imported
+    streamfit.worker_signals (made for the embedded cluster's forkserver) left the pytest worker
+    ignoring Ctrl-C, and with it every process it started later, so the Ctrl-C tests that ran
+    after it on the same xdist worker waited out their timeouts (session 27: they failed in some
+    full-suite runs only, by the order xdist gave the tests)."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after != before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f"the test changed this process's SIGINT handler from {before!r} to {after!r}")
+
+
+def _sigint_at_its_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture(scope="session")
+def terminal_job():
+    """subprocess.Popen's options for a command that a test stops as a terminal's Ctrl-C does: a
+    process group of its own (the test signals the group) with SIGINT at its default, as a
+    shell gives its foreground job, whatever this process inherited (a test suite started as a
+    background job of a non-interactive shell ignores SIGINT, and so would the command)."""
+    return {"start_new_session": True, "preexec_fn": _sigint_at_its_default}
 
 
 @pytest.fixture(scope="session")

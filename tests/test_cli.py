@@ -1188,7 +1188,7 @@ def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(stores, tmp_path):
+def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(stores, tmp_path, terminal_job):
     """Ctrl-C on a terminal sends SIGINT to the whole foreground process group: the driver and
     the embedded cluster's worker processes. The driver alone reports it (one `stopped:` line,
     status 130, the checkpoints kept) and closes the cluster; the workers ignore SIGINT (the
@@ -1201,7 +1201,7 @@ def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(
     import psutil
 
     # in its own process group, as a job that a terminal started
-    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, start_new_session=True)
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, **terminal_job)
     try:
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
         assert proc.wait(timeout=120) == 130, stderr.read_text()

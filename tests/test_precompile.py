@@ -93,7 +93,7 @@ def test_compile_then_a_fresh_fit_compiles_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_compile_with_one_line_and_no_folder_left(tmp_path):
+def test_ctrl_c_stops_compile_with_one_line_and_no_folder_left(tmp_path, terminal_job):
     """Ctrl-C (SIGINT to the process group) while `streamfit compile` runs its pool: status 130
     and one line (the pool's processes ignore SIGINT and are ended by the parent; each ran
     streamfit commands that printed their own `stopped:` line about a store), and none of the
@@ -104,9 +104,7 @@ def test_ctrl_c_stops_compile_with_one_line_and_no_folder_left(tmp_path):
     work.mkdir()
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"), TMPDIR=str(work))
     argv = [sys.executable, "-m", "streamfit.cli", "compile", "--solver", "bcd", "--jobs", "2"]
-    proc = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **terminal_job)
     try:
         deadline = time.monotonic() + 120
         while not list(work.glob("**/streamfit-compile-bcd-*")):  # the pool's jobs under way
@@ -312,7 +310,8 @@ def test_no_kernel_builds_a_cfunc_wrapper():
 
     kernels = []
     for info in pkgutil.walk_packages(streamfit.__path__, "streamfit."):
-        if info.name in ("streamfit.numba_target", "streamfit.cli", "streamfit.__main__"):
+        # streamfit.worker_signals: its import sets SIGINT aside, for the forkserver that imports it
+        if info.name in ("streamfit.numba_target", "streamfit.cli", "streamfit.__main__", "streamfit.worker_signals"):
             continue
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():

@@ -18,12 +18,15 @@ class LabelVocabulary:
         if len(self.index) != len(self.classes):
             raise ValueError("the declared classes contain duplicates")
         self.frozen = frozen
+        self.met: set[int] = set()  # the ids of the labels given to add or encode (a class with rows, as a rule)
 
     def _id(self, label: str) -> int | None:
         i = self.index.get(label)
         if i is None and not self.frozen:
             i = self.index[label] = len(self.classes)
             self.classes.append(label)
+        if i is not None:
+            self.met.add(i)
         return i
 
     def add(self, labels: list[str]) -> np.ndarray:

@@ -102,8 +102,12 @@ class IngestOptions:
     )
     classes: list[str] | None = option(
         None,
-        "Declared class vocabulary, comma-separated",
-        default_text="order of first appearance",
+        "Declared class vocabulary, comma-separated: the store's classes in this order, a label outside "
+        "them a bad record. Without it an ARFF input's header declares them (a multilabel file's label "
+        "attributes, a class attribute's values, in header order, one without rows included: the model "
+        "learns it as never on, evaluate --per-label lists it, a --like store may hold it); other "
+        "inputs' labels follow in order of first appearance",
+        default_text="an ARFF header's, else order of first appearance",
         check=distinct_names,
     )
     target: Literal["classes", "numeric"] = option(
@@ -847,14 +851,20 @@ def _ingest(o: IngestOptions) -> IngestReport:
         featurizer = Featurizer.from_dict(like_featurizer, idf=like_idf)
         source_options = {**like_featurizer["source_options"], **o.source_options}
         vocab = LabelVocabulary(like.classes, frozen=True)
-        multilabel = like.multilabel
+        multilabel: bool | None = like.multilabel
         if like.regression:
             o = dataclasses.replace(o, target="numeric")
-    else:
+    source_options, arff_classes = _arff_header(o, source_options)
+    source_options = _array_columns(o, source_options)
+    if like is None:
         featurizer = Featurizer(o.hashing, o.n_features, l2_normalize=bool(o.l2_normalize) and not o.idf)
-        vocab = LabelVocabulary(o.classes, frozen=bool(o.classes))
+        # the classes: --classes (no others); else an ARFF header's, in its order, then any
+        # others in order of first appearance (LabelVocabulary)
+        if o.classes:
+            vocab = LabelVocabulary(o.classes, frozen=True)
+        else:
+            vocab = LabelVocabulary(arff_classes if o.target == "classes" else None)
         multilabel = None
-    source_options = _array_columns(o, _arff_header(o, source_options))
     # --no-hash without --n-features: at least as wide as the inputs declare (an all-zero last column counts)
     min_features = _declared_width(o, source_options) if featurizer.n_features is None else 0
     two_pass = bool(o.test_size) or (o.idf and like is None)
@@ -964,13 +974,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         _warn_skipped(policy)
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
-    if len(vocab.classes) == 1 and not p1.multilabel and not p1.numeric:  # `streamfit train` refuses such a store
-        log.warning(
-            "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
-            "class folders)",
-            out,
-            vocab.classes[0],
-        )
+    if not p1.multilabel and not p1.numeric:
+        _warn_one_class(out, vocab)
     if not p1.numeric:
         _warn_near_duplicates(out, vocab.classes)
     if o.csc_block_features:
@@ -978,6 +983,31 @@ def _ingest(o: IngestOptions) -> IngestReport:
 
         report.csc_blocks = len(build_csc(out, o.csc_block_features, progress=o.progress)["blocks"])
     return report
+
+
+def _warn_one_class(out: str, vocab: LabelVocabulary) -> None:
+    """A warning for a single-label store of one class, which `streamfit train` refuses, or of one
+    class with rows beside classes an ARFF header declared (a Weka class {yes,no} whose rows are
+    all yes), which trains a model that predicts that class for every row. The classes met are
+    those the rows' labels named (LabelVocabulary.met; with --classes, all the declared ones, as
+    a distributed ingest's pieces report them)."""
+    met = vocab.classes if vocab.frozen else [c for i, c in enumerate(vocab.classes) if i in vocab.met]
+    if len(vocab.classes) == 1:
+        log.warning(
+            "%s: only one class: %s; a classifier needs two or more: check the labels (--label-field, the "
+            "class folders)",
+            out,
+            vocab.classes[0],
+        )
+    elif len(met) == 1:
+        log.warning(
+            "%s: only one class has rows: %s (the ARFF header declares %d more: %s); a classifier needs rows of "
+            "two or more: check the labels",
+            out,
+            met[0],
+            len(vocab.classes) - 1,
+            ", ".join(c for c in vocab.classes if c != met[0])[:200],
+        )
 
 
 def _warn_near_duplicates(out: str, classes: list[str]) -> None:
@@ -998,15 +1028,18 @@ def _warn_near_duplicates(out: str, classes: list[str]) -> None:
         )
 
 
-def _arff_header(o: IngestOptions, source_options: dict) -> dict:
-    """source_options with the ARFF option `arff_header`: what decides the columns of an ARFF input
-    (its feature attributes and nominal values in order, ArffSource.feature_header), read from
-    the first ARFF input's header unless the --like store records one. Every ARFF input, and
-    what is later read like this store (`--like`, `predict` on raw ARFF), is read into these
-    columns: the same header as before; the same attributes and values in another order mapped
-    by name; other ones refused. Recorded with the store's format options, so a model carries it."""
+def _arff_header(o: IngestOptions, source_options: dict) -> tuple[dict, list[str] | None]:
+    """(source_options with the ARFF option `arff_header`, the header's classes): what decides the
+    columns of an ARFF input (its feature attributes and nominal values in order,
+    ArffSource.feature_header), read from the first ARFF input's header unless the --like store
+    records one. Every ARFF input, and what is later read like this store (`--like`, `predict`
+    on raw ARFF), is read into these columns: the same header as before; the same attributes and
+    values in another order mapped by name; other ones refused. Recorded with the store's format
+    options, so a model carries it. The classes (ArffSource.declared: the label attributes, or
+    the class attribute's values, in header order; None without an ARFF input or with a --like
+    store's header) are the store's unless --classes names them."""
     if "arff_header" in source_options:
-        return source_options
+        return source_options, None
     from streamfit.ingest.sources import BadRecordPolicy, infer_format, open_source, sniff_format
     from streamfit.ingest.sources.arff import ArffSource
 
@@ -1015,8 +1048,9 @@ def _arff_header(o: IngestOptions, source_options: dict) -> dict:
             limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
             source = open_source(path, "arff", policy=BadRecordPolicy(), limits=limits, **source_options)
             assert isinstance(source, ArffSource)
-            return {**source_options, "arff_header": source.feature_header()}
-    return source_options
+            header, classes = source.declared()
+            return {**source_options, "arff_header": header}, classes
+    return source_options, None
 
 
 def _array_columns(o: IngestOptions, source_options: dict) -> dict:

@@ -861,7 +861,8 @@ class FBPDSolver(Solver[FBPDState]):
 
     @staticmethod
     def check_classes(source: ChunkSource, counts: np.ndarray) -> None:
-        """Refuses a class without training rows (one declared by `ingest --classes`): no term of
+        """Refuses a class without training rows (one declared by `ingest --classes` or an ARFF
+        header's class attribute): no term of
         the hinge bounds its offset b_k from below (every row's term for it is a wrong class's,
         so lowering b_k never raises the loss), the minimizers form an unbounded set, and the
         restarts' re-balancing of ρ, measuring the offset's drift against duals that have
@@ -871,9 +872,10 @@ class FBPDSolver(Solver[FBPDState]):
         if empty:
             names = ", ".join(repr(c) for c in empty[:5]) + (f" and {len(empty) - 5} more" if len(empty) > 5 else "")
             raise ConfigError(
-                f"fbpd: class(es) {names} have no training rows (declared by ingest --classes?), and the "
-                "multiclass hinge leaves their offsets unbounded, so fbpd's iteration does not settle; "
-                "re-ingest without them in --classes, or train with bcd, ppdsparse, stagewise or multiboost"
+                f"fbpd: class(es) {names} have no training rows (declared by ingest --classes or an ARFF "
+                "header?), and the multiclass hinge leaves their offsets unbounded, so fbpd's iteration does "
+                "not settle; re-ingest with --classes naming only the others, or train with bcd, ppdsparse, "
+                "stagewise or multiboost"
             )
 
     def check_source(self, source: ChunkSource) -> None:

@@ -179,6 +179,25 @@ def test_a_piece_reads_as_its_file_decided_multilabel(tmp_path, cluster, monkeyp
     assert _manifest(tmp_path / "in.zarr")["task"] == "multilabel"
 
 
+@pytest.mark.parametrize("test_size", [None, 0.25])
+def test_arff_files_give_the_in_process_store_with_the_header_s_classes(tmp_path, cluster, test_size):
+    """Two Mulan ARFF files (labels a, b, c; the first file's rows have c on first, then a, and
+    never b; the second's have b): the store of 1 or 2 workers is the in-process one, classes in
+    the header's order, b among them."""
+    header = "@relation r\n@attribute x numeric\n@attribute a {0,1}\n@attribute b {0,1}\n@attribute c {0,1}\n@data\n"
+    (tmp_path / "1.arff").write_text(header + "".join(f"{i},{i % 2},0,{1 - i % 2}\n" for i in range(40)))
+    (tmp_path / "2.arff").write_text(header + "".join(f"{i},0,{i % 2},1\n" for i in range(40)))
+    inputs = [str(tmp_path / "1.arff"), str(tmp_path / "2.arff")]
+    kw = {"hashing": None, "source_options": {"n_labels": 3}, "progress": False, "test_size": test_size}
+    for name, engine in (("in", {}), ("cl", {"scheduler": cluster})):
+        split = {"test_out": str(tmp_path / f"{name}-t.zarr")} if test_size else {}
+        ingest(IngestOptions(inputs=inputs, out=str(tmp_path / f"{name}.zarr"), **kw, **split, **engine))
+    assert _manifest(tmp_path / "cl.zarr") == _manifest(tmp_path / "in.zarr")
+    assert _manifest(tmp_path / "in.zarr")["classes"] == ["a", "b", "c"]
+    if test_size:
+        assert _manifest(tmp_path / "cl-t.zarr") == _manifest(tmp_path / "in-t.zarr")
+
+
 def test_row_groups_of_a_parquet_file_give_the_in_process_store(tmp_path, cluster, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -78,7 +78,7 @@ def test_cli_ingest_arff_and_like(data_dir, tmp_path):
     r = runner.invoke(main, ["ingest", path, "--no-hash", "--option", "n_labels=3", "--out", train, "-q"])
     assert r.exit_code == 0, r.output
     s = open_store(train)
-    assert s.multilabel and s.classes == ["happy", "calm", "sad"] and s.n_features == 4
+    assert s.multilabel and s.classes == ["happy", "sad", "calm"] and s.n_features == 4
     r = runner.invoke(main, ["ingest", path, "--like", train, "--out", test, "-q"])
     assert r.exit_code == 0, r.output
     assert open_store(test).n_rows == 4
@@ -168,7 +168,7 @@ def test_cli_nominal_arff_to_predictions(data_dir, tmp_path, hashed):
     r = runner.invoke(main, args)
     assert r.exit_code == 0, r.output
     s = open_store(store)
-    assert not s.multilabel and s.classes == ["no", "yes"] and s.n_rows == 14
+    assert not s.multilabel and s.classes == ["yes", "no"] and s.n_rows == 14
     assert s.n_features == (262144 if hashed else 7)
     X, _ = s.to_scipy()
     assert X.nnz == 14 * 4 - 1  # outlook, temperature, humidity, windy; one outlook is ?
@@ -340,3 +340,169 @@ def test_several_training_files_are_read_against_the_first_header(tmp_path):
         out,
     )
     np.testing.assert_array_equal(store.to_scipy()[0].toarray(), X_TRAIN + X_TRAIN)
+
+
+# Issue 20, item 6: the header declares the classes. A Mulan-style file whose label attributes
+# are a, b, c in the header, on first as c then a in the rows, and b never on; its test file has
+# b on too. And a Weka file whose class {yes,no,maybe} is first no, and never maybe.
+def _multilabel_arff(path, n=80, seed=0, with_b=False):
+    """Rows x, y in [0, 1): a on for x > 0.5, c for y > 0.5 (c on in the first row, a in the
+    second), b (with_b) for x + y > 1.5; written dense, as `x,y,a,b,c`."""
+    rng = np.random.default_rng(seed)
+    xy = np.vstack([[0.1, 0.9], [0.9, 0.1], rng.random((n - 2, 2))])
+    rows = [f"{x:.4f},{y:.4f},{int(x > 0.5)},{int(with_b and x + y > 1.5)},{int(y > 0.5)}" for x, y in xy]
+    path.write_text(
+        "@relation r\n@attribute x numeric\n@attribute y numeric\n@attribute a {0,1}\n@attribute b {0,1}\n"
+        "@attribute c {0,1}\n@data\n" + "\n".join(rows) + "\n"
+    )
+    return str(path)
+
+
+def _weka_arff(path, n=60, seed=0):
+    """A class play {yes,no,maybe}: no for x < 0.5 (the first row), else yes; never maybe."""
+    rng = np.random.default_rng(seed)
+    x = np.concatenate([[0.2], rng.random(n - 1)])
+    rows = [f"{v:.4f},{1 - v:.4f},{'yes' if v >= 0.5 else 'no'}" for v in x]
+    path.write_text(
+        "@relation r\n@attribute x numeric\n@attribute y numeric\n@attribute play {yes,no,maybe}\n@data\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    return str(path)
+
+
+def test_the_header_declares_the_classes_in_its_order(tmp_path):
+    """The classes are the header's label attributes (multilabel) or its class's declared values
+    (single-label), in header order, whether on in a row or not (first-seen order would be c, a
+    and no, yes); --classes still decides when given; the ARFF reader itself says the same."""
+    runner = CliRunner()
+    ml, weka = _multilabel_arff(tmp_path / "ml.arff"), _weka_arff(tmp_path / "weka.arff")
+    s = _ingest(runner, ml, "--no-hash", "--option", "n_labels=3", "--out", str(tmp_path / "ml.zarr"))
+    assert s.classes == ["a", "b", "c"] and s.multilabel
+    Y = s.to_scipy()[1].toarray()
+    assert Y[:, 1].sum() == 0 and Y[0].tolist() == [0, 0, 1] and Y[1].tolist() == [1, 0, 0]
+    s = _ingest(runner, weka, "--no-hash", "--option", "class_attribute=play", "--out", str(tmp_path / "w.zarr"))
+    assert s.classes == ["yes", "no", "maybe"] and not s.multilabel
+    s = _ingest(runner, weka, "--option", "n_labels=1", "--classes", "no,yes", "--out", str(tmp_path / "w2.zarr"))
+    assert s.classes == ["no", "yes"]
+    assert ArffSource(ml, policy=BadRecordPolicy(), n_labels=3).declared()[1] == ["a", "b", "c"]
+
+
+def test_one_class_with_rows_beside_declared_ones_is_a_warning(tmp_path, caplog):
+    """A Weka class {yes,no,maybe} whose rows are all yes: the store has the three declared classes,
+    and ingest warns that only yes has rows (before, it had the one class yes and the warning
+    that `streamfit train` refuses it); no warning when two classes have rows."""
+    path = tmp_path / "yes.arff"
+    path.write_text("@relation r\n@attribute x numeric\n@attribute play {yes,no,maybe}\n@data\n1,yes\n2,yes\n3,yes\n")
+    s = _ingest(CliRunner(), str(path), "--option", "n_labels=1", "--out", str(tmp_path / "y.zarr"))
+    assert s.classes == ["yes", "no", "maybe"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == [
+        f"{tmp_path / 'y.zarr'}: only one class has rows: yes (the ARFF header declares 2 more: no, maybe); a "
+        "classifier needs rows of two or more: check the labels"
+    ]
+    caplog.clear()
+    _ingest(CliRunner(), _weka_arff(tmp_path / "weka.arff"), "--option", "n_labels=1", "--out", str(tmp_path / "w"))
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def _cli(runner, *args):
+    r = runner.invoke(main, list(args))
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_a_label_never_on_in_training_is_a_label_of_the_model(tmp_path):
+    """The multilabel store with b never on: stagewise, bcd and ppdsparse train it (finite scores,
+    b scored below the decision threshold: predict never outputs it); a test file with b on is
+    ingested --like it, and evaluate --per-label lists b with its support and recall 0. The
+    single-label store with maybe declared and no row of it: stagewise, bcd, ppdsparse and
+    multiboost train it with finite scores; fbpd refuses it in one line naming the class."""
+    import json
+
+    from streamfit.model import load_model
+
+    runner = CliRunner()
+    train = _ingest(
+        runner,
+        _multilabel_arff(tmp_path / "ml.arff"),
+        "--no-hash",
+        "--option",
+        "n_labels=3",
+        "--out",
+        str(tmp_path / "ml.zarr"),
+    )
+    test_arff = _multilabel_arff(tmp_path / "ml-test.arff", n=60, seed=1, with_b=True)
+    test = _ingest(runner, test_arff, "--like", train.path, "--out", str(tmp_path / "ml-test.zarr"))
+    assert test.classes == ["a", "b", "c"]
+    n_b = int(test.to_scipy()[1].toarray()[:, 1].sum())
+    assert n_b > 0
+    X_test = test.to_scipy()[0]
+    for solver in ("stagewise", "bcd", "ppdsparse"):
+        run = str(tmp_path / f"run-{solver}")
+        _cli(runner, "train", train.path, "--solver", solver, "--n-workers", "0", "--out", run, "-q")
+        model = load_model(run)
+        assert model.class_names.tolist() == ["a", "b", "c"]
+        assert np.isfinite(model.decision_function(X_test)).all()
+        table = json.loads(_cli(runner, "evaluate", run, test.path, "--per-label", "--json"))["per_label"]
+        assert list(table) == ["a", "b", "c"], solver
+        assert table["b"]["support"] == n_b and table["b"]["recall"] == 0.0, (solver, table["b"])
+        assert table["a"]["f1"] > 0.8 and table["c"]["f1"] > 0.8, (solver, table)
+        out = str(tmp_path / f"{solver}.jsonl")
+        _cli(runner, "predict", run, test_arff, "--out", out, "-q")
+        predicted = [json.loads(line)["predicted"] for line in open(out)]
+        assert len(predicted) == 60 and not any("b" in labels for labels in predicted), solver
+
+    weka = _ingest(
+        runner,
+        _weka_arff(tmp_path / "weka.arff"),
+        "--no-hash",
+        "--option",
+        "n_labels=1",
+        "--out",
+        str(tmp_path / "w.zarr"),
+    )
+    X = weka.to_scipy()[0]
+    for solver in ("stagewise", "bcd", "ppdsparse", "multiboost"):
+        run = str(tmp_path / f"weka-{solver}")
+        _cli(runner, "train", weka.path, "--solver", solver, "--n-workers", "0", "--out", run, "-q")
+        model = load_model(run)
+        assert model.class_names.tolist() == ["yes", "no", "maybe"]
+        assert np.isfinite(model.decision_function(X)).all(), solver
+    r = runner.invoke(
+        main, ["train", weka.path, "--solver", "fbpd", "--n-workers", "0", "--out", str(tmp_path / "f"), "-q"]
+    )
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "fbpd: class(es) 'maybe' have no training rows (declared by ingest --classes or an ARFF header?)" in r.output
+    assert not os.path.exists(tmp_path / "f")
+
+
+def test_a_store_of_first_seen_classes_keeps_them(tmp_path, monkeypatch):
+    """A store ingested before the header declared the classes (first-seen order c, a; emulated by
+    a header that declares none) keeps its recorded classes: inspect shows them, a test file is
+    ingested --like it into them (one with b on is refused, naming b), and `run --resume` keeps
+    it (its recorded settings are the section's: the classes were not given either way)."""
+    from streamfit.config import load_pipeline
+    from streamfit.jobs import run_pipeline
+
+    _multilabel_arff(tmp_path / "ml.arff")
+    (tmp_path / "p.yaml").write_text(
+        "ingest: {inputs: [ml.arff], out: old.zarr, no_hash: true, source_options: {n_labels: 3}}\n"
+        "train: {solver: bcd, out: run, n_workers: 0, params: {max_iter: 3}}\n"
+    )
+    declared = ArffSource.declared
+    with monkeypatch.context() as m:
+        m.setattr(ArffSource, "declared", lambda self: (declared(self)[0], []))
+        run_pipeline(load_pipeline(str(tmp_path / "p.yaml")), progress=False, say=lambda _: None)
+    old = str(tmp_path / "old.zarr")
+    manifest = (tmp_path / "old.zarr" / "manifest.json").read_bytes()
+    assert open_store(old).classes == ["c", "a"]
+    runner = CliRunner()
+    assert "classes: ['c', 'a']" in _cli(runner, "inspect", old)
+    again = run_pipeline(load_pipeline(str(tmp_path / "p.yaml")), resume=True, progress=False, say=lambda _: None)
+    assert again.ingest is None and (tmp_path / "old.zarr" / "manifest.json").read_bytes() == manifest
+    test = _ingest(runner, _multilabel_arff(tmp_path / "t.arff", seed=2), "--like", old, "--out", str(tmp_path / "t"))
+    assert test.classes == ["c", "a"]
+    with_b = _multilabel_arff(tmp_path / "tb.arff", seed=1, with_b=True)
+    r = runner.invoke(main, ["ingest", with_b, "--like", old, "--out", str(tmp_path / "tb.zarr"), "-q"])
+    assert r.exit_code == 2 and "label(s) 'b' not among the 2 classes of the training store" in r.output, r.output

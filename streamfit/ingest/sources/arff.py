@@ -13,7 +13,10 @@ train on the labels):
 - a Meka header, `@relation 'NAME: -C L'`: the first L attributes (L < 0: the last -L).
 - class_attribute=NAME: one nominal attribute is the class (Weka's single-label files).
 A binary label is on for the value 1 and off for 0 (a sparse instance omits it); a multilabel
-record's labels are the names of its label attributes that are on, in attribute order.
+record's labels are the names of its label attributes that are on, in attribute order. The
+header declares the classes (ArffSource.declared): the label attributes, or the class
+attribute's values, in header order; ingest takes them as the store's unless --classes is given,
+so a label never on in the rows is a class too.
 With n_labels=1 and a last attribute that is nominal with values other than 0 and 1 (a Weka
 class such as {yes,no}), that attribute is read as the class (class_attribute): a Mulan label is
 binary. With n_labels > 1 such a label attribute is an InputError at its @attribute line.
@@ -313,9 +316,20 @@ class ArffSource:
         files read like it): {"features": [[name, values], ...], "sha256": digest of the list},
         one entry per feature attribute in attribute order, values the declared values of a
         one-hot attribute in declared order, None for a one-column (numeric) attribute."""
+        return self.declared()[0]
+
+    def declared(self) -> tuple[dict, list[str]]:
+        """(feature_header(), the classes the header declares), from one read of the header. The
+        classes: a multilabel file's label attributes, in attribute order (a label never on in
+        any instance is one of them); a single-label file's class attribute's declared values, in
+        declared order. Ingest takes them as the store's classes unless --classes is given."""
         with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
-            attributes, _, is_label, _ = self._read_header(bounded_lines(f, self.limits.record_bytes))
-        return header_record(_features(attributes, is_label))
+            attributes, label_at, is_label, _ = self._read_header(bounded_lines(f, self.limits.record_bytes))
+        if self.multilabel:
+            classes = [attributes[i].name for i in label_at]
+        else:
+            classes = list(attributes[label_at[0]].values or [])
+        return header_record(_features(attributes, is_label)), list(dict.fromkeys(classes))
 
     def _columns(self, attributes: list[_Attribute], is_label: np.ndarray) -> tuple[list[list[int]], int]:
         """(each attribute's columns, the width): a feature's one column, or a one-hot feature's
