@@ -272,11 +272,19 @@ def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     its mean square, rounding's level: its centered values are rounding noise, which dividing
     would blow up) or whose squares overflowed (NaN or inf). fbpd's steps on standardized
     columns and stagewise's standardized penalty."""
+    constant = constant_columns(n, sums, squares)
+    with np.errstate(over="ignore", invalid="ignore"):
+        variance = squares / n - (sums / n) ** 2
+    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
+
+
+def constant_columns(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """`column_scales`' constant columns (bool): variance at most 1e-12 of the mean square, or
+    squares that overflowed."""
     mean_square = squares / n
     with np.errstate(over="ignore", invalid="ignore"):
         variance = mean_square - (sums / n) ** 2
-        constant = ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)
-    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
+        return ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)
 
 
 # offset_notice: a dense low-dimensional column whose mean is more than this many times its
@@ -290,10 +298,10 @@ def offset_notice(solver: str, n: int, ids: np.ndarray, sums: np.ndarray, square
     relative to their spread, or None. With m_j = Σ_i x_ij / n and s_j the standard deviation of
     column j over the n rows (`column_scales`' formula; a constant column is left out), the
     columns with |m_j| > OFFSET_RATIO·s_j are offsets (a year, a temperature in kelvin, a price
-    near 10 000 that moves by cents). Neither bcd's nor ppdsparse's standardized penalty centres
-    the columns (standardizing keeps zeros: one-hot columns stay sparse), so their intercept
-    must undo m_j/s_j ≫ 1 and the fit degrades, silently for ppdsparse (docs/benchmarks.md,
-    "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
+    near 10 000 that moves by cents). ppdsparse's standardized penalty does not centre the
+    columns (standardizing keeps zeros: one-hot columns stay sparse), nor do bcd's chunks mode
+    and FISTA (its memory mode centres, bcd's "Centred columns"), so their intercept must undo
+    m_j/s_j ≫ 1 and the fit degrades, silently but for this line (docs/benchmarks.md, "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
     mean = sums / n
     mean_square = squares / n
     with np.errstate(over="ignore", invalid="ignore"):
