@@ -175,6 +175,7 @@ EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 INTERCEPT_SPACING = 4  # memory mode, ls: the intercept's block after every 4·n non-zeros of feature blocks
 TAIL_WINDOW = 5  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
+CENTRE_RATIO = 1.0  # memory mode: a dense column is centred where its mean is over this many standard deviations (R ≥ 1: at most 2× the non-zeros)
 # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
 DEFAULT_L1_RATIO = 0.2
 
@@ -764,13 +765,13 @@ class BCDSolver(Solver[BCDState]):
         self, source: ChunkSource, nnz: np.ndarray, sums: np.ndarray, squares: np.ndarray
     ) -> np.ndarray | None:
         """The memory mode's centring (module docstring, "Centred columns"): μ_j = Σ_i x_ij / n for
-        the design's columns whose mean is larger than their standard deviation, |μ_j| > s_j
-        (2μ_j² > Σ_i x_ij² / n; not constant: `base.constant_columns`), 0 for the others and the
+        the design's columns whose mean is more than CENTRE_RATIO times their standard deviation,
+        |μ_j| > R·s_j (not constant: `base.constant_columns`), 0 for the others and the
         intercept's; None where no column is centred: none qualifies, no intercept (centring is
         then not an exact reformulation) or data that is not dense and low-dimensional
-        (`base.dense_low_dimensional`: sparse text). A column with |μ_j| > s_j is non-zero in over
-        half the rows (μ_j² ≤ p_j·mean x_j² for a share p_j of non-zeros), so the centred copy holds
-        at most twice the non-zeros of X."""
+        (`base.dense_low_dimensional`: sparse text). A column with |μ_j| > R·s_j, R ≥ 1, is non-zero
+        in over half the rows (μ_j² ≤ p_j·mean x_j² for a share p_j of non-zeros), so the centred
+        copy holds at most twice the non-zeros of X."""
         d = source.n_features
         active = np.flatnonzero(nnz[:d])
         if not self.params.fit_intercept or not dense_low_dimensional(
@@ -780,7 +781,8 @@ class BCDSolver(Solver[BCDState]):
         n = source.n_rows
         mean = sums[:d] / n
         with np.errstate(over="ignore", invalid="ignore"):
-            far = (2.0 * mean * mean > squares[:d] / n) & ~constant_columns(n, sums[:d], squares[:d])
+            r2 = CENTRE_RATIO * CENTRE_RATIO  # |μ_j| > R·s_j  ⟺  (1 + R²)·μ_j² > R²·Σ_i x_ij² / n
+            far = ((1.0 + r2) * mean * mean > r2 * squares[:d] / n) & ~constant_columns(n, sums[:d], squares[:d])
         if not far.any():
             return None
         shift = np.zeros(len(nnz))
