@@ -867,8 +867,12 @@ class BCDSolver(Solver[BCDState]):
             X, labels = source.to_scipy()
             Xc = sp.csc_matrix(_design(X, self.params.fit_intercept))
             Xc.sort_indices()
-            if shift is not None:  # the centred columns, x_ij − μ_j (dense: low-dimensional data only)
-                Xc = sp.csc_matrix(Xc.toarray() - shift)
+            if shift is not None:  # the centred columns, x_ij − μ_j: X less μ_j on every row of those columns only
+                n, cols = Xc.shape[0], np.flatnonzero(shift)  # (each non-zero in over half the rows: ≤ 2× their nnz)
+                means = sp.csc_matrix(
+                    (np.repeat(shift[cols], n), (np.tile(np.arange(n), cols.size), np.repeat(cols, n))), Xc.shape
+                )
+                Xc = sp.csc_matrix(Xc - means)  # scipy drops the exact zeros x_ij = μ_j, as from a dense array
                 Xc.sort_indices()
             if scale is not None:  # the standardized columns, x_ij / s_j
                 Xc = sp.csc_matrix((Xc.data / np.repeat(scale, np.diff(Xc.indptr)), Xc.indices, Xc.indptr), Xc.shape)
