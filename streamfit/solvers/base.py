@@ -302,12 +302,7 @@ def offset_notice(solver: str, n: int, ids: np.ndarray, sums: np.ndarray, square
     columns (standardizing keeps zeros: one-hot columns stay sparse), nor do bcd's chunks mode
     and FISTA (its memory mode centres, bcd's "Centred columns"), so their intercept must undo
     m_j/s_j ≫ 1 and the fit degrades, silently but for this line (docs/benchmarks.md, "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
-    mean = sums / n
-    mean_square = squares / n
-    with np.errstate(over="ignore", invalid="ignore"):
-        variance = mean_square - mean**2
-        varies = (variance > 1e-12 * mean_square) & np.isfinite(variance)
-        ratio = np.where(varies, np.abs(mean) / np.sqrt(np.where(varies, variance, 1.0)), 0.0)
+    ratio = np.where(constant_columns(n, sums, squares), 0.0, np.abs(sums / n) / column_scales(n, sums, squares))
     far = np.flatnonzero(ratio > OFFSET_RATIO)
     if far.size == 0:
         return None
