@@ -299,9 +299,9 @@ def offset_notice(solver: str, n: int, ids: np.ndarray, sums: np.ndarray, square
     column j over the n rows (`column_scales`' formula; a constant column is left out), the
     columns with |m_j| > OFFSET_RATIO·s_j are offsets (a year, a temperature in kelvin, a price
     near 10 000 that moves by cents). ppdsparse's standardized penalty does not centre the
-    columns (standardizing keeps zeros: one-hot columns stay sparse), nor do bcd's chunks mode
-    and FISTA (its memory mode centres, bcd's "Centred columns"), so their intercept must undo
-    m_j/s_j ≫ 1 and the fit degrades, silently but for this line (docs/benchmarks.md, "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
+    columns (standardizing keeps zeros: one-hot columns stay sparse), nor does bcd without an
+    intercept (with one, every mode centres: bcd's "Centred columns"), so the weights and the
+    intercept, if any, must undo m_j/s_j ≫ 1 and the fit degrades, silently but for this line (docs/benchmarks.md, "qa28"). `ids` are the columns' store feature ids, named in the line; the model is unchanged."""
     ratio = np.where(constant_columns(n, sums, squares), 0.0, np.abs(sums / n) / column_scales(n, sums, squares))
     far = np.flatnonzero(ratio > OFFSET_RATIO)
     if far.size == 0:

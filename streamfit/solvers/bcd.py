@@ -109,22 +109,31 @@ SCALE_SPREAD = 10 (base.scale_spread: columns in different units, raw pixels' ne
 border; as stagewise), True wherever the data qualifies, False never; sparse or wide data (text)
 keep the penalty on the stored columns, bit for bit.
 
-Centred columns (memory mode, session 27). On a dense column whose mean μ_j is far above its
-spread (a year, a price: μ_j/s_j = 300), every block step moves all scores by μ_j W_j, which
-only the intercept can take back, and Algorithm 1 crawls (qa28: 0.464 → 0.189 test accuracy at
-300×, unconverged). With fit_intercept (b unpenalised) the problem on the columns x_j − μ_j is
-the same problem: (x − μ)ᵀW + b' = xᵀW + (b' − μᵀW) for every W, P(W) does not involve b, so F
-takes the same values on the same scores and the minimisers correspond one to one; only the
-conditioning changes (any subset of the columns may be centred). So where the data is dense
-and low-dimensional (the gate of standardize) the memory mode solves F on z_j = (x_j − μ_j)/s_j
+Centred columns (memory mode session 27, chunks mode and FISTA session 28). On a dense column
+whose mean μ_j is far above its spread (a year, a price: μ_j/s_j = 300), every block step moves
+all scores by μ_j W_j, which only the intercept can take back, and Algorithm 1 crawls (qa28:
+0.464 → 0.189 test accuracy at 300×, unconverged; uncentred, the chunks mode fell to 0.208 and
+FISTA to 0.189 there, docs/benchmarks.md, session 28). With fit_intercept (b unpenalised) the
+problem on the columns x_j − μ_j is the same problem: (x − μ)ᵀW + b' = xᵀW + (b' − μᵀW) for
+every W, P(W) does not involve b, so F takes the same values on the same scores and the
+minimisers correspond one to one; only the conditioning changes (any subset of the columns may
+be centred). So where the data is dense
+and low-dimensional (the gate of standardize) every mode solves F on z_j = (x_j − μ_j)/s_j
 (s_j as above, 1 where not standardized) for the columns whose mean μ_j = Σ_i x_ij / n exceeds
 their standard deviation, |μ_j| > s_j (`_column_shift`: such a column is non-zero in over half
 the rows, so the centred copy of X holds at most twice its non-zeros; centring every column of
 raw pixels made MNIST's outer iterations 3.2× slower for about the same F), and writes the model in
 stored units: W = diag(s)⁻¹ V and intercept b' − Σ_j μ_j W_j (`to_model`; the model's info says
-centred=True). μ is state (`column_shift`), so a resumed run centres by the same μ. Data with no
-such column, sparse or wide data (text), no intercept, the chunks mode and FISTA keep the stored
-columns, bit for bit, and in the last three base.offset_notice warns on columns far from zero.
+centred=True). μ comes from the pass that reads the columns (as s: the data read whole, or the
+column statistics pass) and is state (`column_shift`), so a resumed run and any worker count
+centre by the same μ. The memory mode centres its CSC copy once; the chunk tasks (chunks mode,
+FISTA) centre each chunk as they read it, in every pass (`_centred`, bcd_kernels.centred_rows:
+one numba pass merging each row's entries with the centred columns, so a task holds one chunk's
+centred copy, at most nnz + rows × centred columns entries, and nothing more), and the chunks
+mode's curvatures, ω_i and steps are those of the centred rows; FISTA's K takes
+Σ_i (x_ij − μ_j)² = Σ_i x_ij² − 2μ_j Σ_i x_ij + nμ_j² from the same pass. Data with no such column,
+sparse or wide data (text) and fits without an intercept keep the stored columns, bit for bit,
+and without an intercept base.offset_notice warns on columns far from zero.
 
 State (checkpointed by the driver, streamfit.solvers.driver): `MemoryState`, `ChunksState` or
 `FistaState`, chosen by the mode. Random block orders come from numpy's generator seeded with
@@ -165,7 +174,7 @@ from streamfit.solvers.base import (
     register_solver,
     standardized_scale,
 )
-from streamfit.solvers.bcd_kernels import bcd_epoch, chunk_pass, group_update
+from streamfit.solvers.bcd_kernels import bcd_epoch, centred_rows, chunk_pass, group_update
 from streamfit.store import ChunkSource
 
 log = logging.getLogger(__name__)
@@ -175,7 +184,7 @@ EPS = 1e-12  # ε of L_j = max(‖h_j‖∞, ε)
 INTERCEPT_SPACING = 4  # memory mode, ls: the intercept's block after every 4·n non-zeros of feature blocks
 TAIL_WINDOW = 5  # stopping="auto": outer iterations per window of the tail estimate
 THETA = 1e-6  # chunks mode, BCD(LS): the scale θ of L_j stays in [THETA, 1/THETA]
-CENTRE_RATIO = 1.0  # memory mode: a dense column is centred where its mean is over this many standard deviations (R ≥ 1: at most 2× the non-zeros)
+CENTRE_RATIO = 1.0  # a dense column is centred where its mean is over this many standard deviations (R ≥ 1: at most 2× the non-zeros)
 # ρ: group weight ρλ = 0.25/n beside the ridge's 1/n at lam None (docs/benchmarks.md, session 14)
 DEFAULT_L1_RATIO = 0.2
 
@@ -331,6 +340,27 @@ def _scaled(X: sp.spmatrix, scale: np.ndarray | None) -> sp.spmatrix:
     return sp.csr_matrix((X.data / scale[X.indices], X.indices, X.indptr), shape=X.shape)
 
 
+def _centred(X: sp.spmatrix, shift: np.ndarray, scale: np.ndarray | None) -> sp.csr_matrix:
+    """The chunks mode's and FISTA's copy of one chunk's X with the centred columns,
+    (x_ij − μ_j)/s_j (bcd_kernels.centred_rows; `shift` the state's μ, `scale` its s or None,
+    both covering X's columns), float64, rows sorted."""
+    X = sp.csr_matrix(X)
+    if not X.has_canonical_format:  # centred_rows merges each row's sorted, unique columns with μ's
+        X = sp.csr_matrix(X, dtype=np.float64, copy=True)
+        X.sum_duplicates()
+    d = X.shape[1]
+    indptr, indices, data = centred_rows(
+        _read_only(X.indptr),
+        _read_only(X.indices),
+        _read_only(X.data),
+        shift[:d],
+        np.empty(0) if scale is None else scale[:d],
+    )
+    Z = sp.csr_matrix((data, indices, indptr), shape=X.shape)
+    Z.has_canonical_format = True
+    return Z
+
+
 def _n_correct(S: np.ndarray, labels) -> int:
     """Top-1 hits: argmax = label (multiclass) or argmax ∈ label set (multilabel, P@1)."""
     top = np.argmax(S, axis=1)
@@ -404,19 +434,25 @@ def _pass_task(
     full: bool,
     fit_intercept: bool,
     scale: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> PassSums:
     """Chunks mode, one pass over one chunk (bcd_kernels.chunk_pass): apply the committed step
     (C, Δ_C) to the chunk's scores of `version` and write them as version + 1; return the log
     terms (full), the loss and hit changes of the candidate steps α_k δ_B of `direction` and, at
     each candidate, the partial gradients and curvatures of the group `cols` (None: no group).
-    `scale`: the columns' s (standardize; the intercept's 1 last), X's columns divided by it."""
+    `scale`: the columns' s (standardize; the intercept's 1 last), X's columns divided by it;
+    `shift`: the columns' μ (centring; the intercept's 0 last), X's columns less it (`_centred`)."""
     chunk = source.read_chunk(chunk_id)
     m = source.n_classes
-    X = chunk.X if scale is None else _scaled(chunk.X, scale[: chunk.X.shape[1]])
+    if shift is not None:
+        X = _centred(chunk.X, shift, scale)
+    else:
+        X = chunk.X if scale is None else _scaled(chunk.X, scale[: chunk.X.shape[1]])
     d = X.shape[1] + int(fit_intercept)
-    # chunk_pass reads the store's float32 arrays, no float64 copy of them; it adds the intercept
-    # itself where that gives [X, 1]'s order (rows with sorted, unique columns, as ingest writes
-    # them); other rows go through `_design`, whose [X, 1] is sorted
+    # chunk_pass reads the store's float32 arrays (columns neither centred nor scaled), no float64
+    # copy of them; it adds the intercept itself where that gives [X, 1]'s order (rows with
+    # sorted, unique columns, as ingest writes them and `_centred` builds them); other rows go
+    # through `_design`, whose [X, 1] is sorted
     intercept = d - 1 if fit_intercept else -1
     if fit_intercept and not X.has_canonical_format:
         X, intercept = _design(X, fit_intercept), -1
@@ -467,9 +503,13 @@ def _fista_task(
     loss: int,
     fit_intercept: bool,
     scale: np.ndarray | None = None,
+    shift: np.ndarray | None = None,
 ) -> FistaSums:
     chunk = source.read_chunk(chunk_id)
-    X = _scaled(_design(chunk.X, fit_intercept), scale)
+    if shift is not None:
+        X = _design(_centred(chunk.X, shift, scale), fit_intercept)
+    else:
+        X = _scaled(_design(chunk.X, fit_intercept), scale)
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     rows = np.arange(X.shape[0], dtype=np.int64)
     SW = np.ascontiguousarray(X @ W)
@@ -531,6 +571,7 @@ class ChunksState(SolverState):
     closed_at: int = 0  # the step that closed the last closed outer iteration (checkpoints go there)
     closed_outer: int = 0  # that outer iteration's number
     column_scale: np.ndarray | None = None  # d: the columns' s of standardize (the intercept's 1), None: as stored
+    column_shift: np.ndarray | None = None  # d: the columns' means μ, subtracted (the intercept's 0), None: not centred
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -547,6 +588,7 @@ class FistaState(SolverState):
     ratio: float = math.inf  # the gradient mapping over its first value, last iteration
     converged: bool = False
     column_scale: np.ndarray | None = None  # d: the columns' s of standardize (the intercept's 1), None: as stored
+    column_shift: np.ndarray | None = None  # d: the columns' means μ, subtracted (the intercept's 0), None: not centred
 
 
 BCDState = MemoryState | ChunksState | FistaState
@@ -689,7 +731,7 @@ class BCDSolver(Solver[BCDState]):
         if state.column_scale is not None:  # the standardized columns' weights V = diag(s) W, back in stored units
             self.column_scale = state.column_scale[: ctx.source.n_features].copy()
             W = W / self.column_scale[:, None]
-        shift = getattr(state, "column_shift", None)
+        shift = state.column_shift
         if shift is not None:
             info["centred"] = True  # (absent where the columns are as stored: those models' info as before)
         if shift is not None and b is not None:  # centred columns: (x − μ)ᵀW + b = xᵀW + (b − μᵀW)
@@ -764,7 +806,7 @@ class BCDSolver(Solver[BCDState]):
     def _column_shift(
         self, source: ChunkSource, nnz: np.ndarray, sums: np.ndarray, squares: np.ndarray
     ) -> np.ndarray | None:
-        """The memory mode's centring (module docstring, "Centred columns"): μ_j = Σ_i x_ij / n for
+        """The centring of every mode (module docstring, "Centred columns"): μ_j = Σ_i x_ij / n for
         the design's columns whose mean is more than CENTRE_RATIO times their standard deviation,
         |μ_j| > R·s_j (not constant: `base.constant_columns`), 0 for the others and the
         intercept's; None where no column is centred: none qualifies, no intercept (centring is
@@ -1036,13 +1078,14 @@ class BCDSolver(Solver[BCDState]):
         )
 
     def _init_chunks(self, ctx: Context) -> ChunksState:
-        """The column statistics pass (the blocks), then the first group's pass at W = 0 (its
-        direction)."""
+        """The column statistics pass (the blocks, and the columns' μ and s), then the first
+        group's pass at W = 0 (its direction)."""
         src = ctx.source
         stats = ctx.engine.map_reduce(
             _colstats_task, src, range(src.n_chunks), desc="bcd: column stats", fit_intercept=self.params.fit_intercept
         )
         col_nnz = stats.nnz
+        shift = self._column_shift(src, col_nnz, stats.sums, stats.sq)
         blocks = np.flatnonzero(col_nnz).astype(np.int64)
         active = np.ones(self._width(src), dtype=np.bool_)
         st = ChunksState(
@@ -1052,7 +1095,8 @@ class BCDSolver(Solver[BCDState]):
             order=self._order(blocks, active, 0, self._free_row(src)),
             scores=PerSample(SCORES, 0, written=False),
             data_passes=1,
-            column_scale=self._column_scale(src, col_nnz, stats.sums, stats.sq),
+            column_scale=self._column_scale(src, col_nnz, stats.sums, stats.sq, centred=shift is not None),
+            column_shift=shift,
         )
         self._chunks_pass(ctx, st)
         return st
@@ -1122,6 +1166,7 @@ class BCDSolver(Solver[BCDState]):
             full=closing,
             fit_intercept=p.fit_intercept,
             scale=st.column_scale,
+            shift=st.column_shift,
         )
         st.data_passes += 1
         if commit is not None:
@@ -1185,7 +1230,9 @@ class BCDSolver(Solver[BCDState]):
 
     # ---- FISTA ----
     def _init_fista(self, ctx: Context) -> FistaState:
-        """K = (c/n) ‖X‖²_F (column statistics pass) and the loss and gradient at Y_1 = 0."""
+        """K = (c/n) ‖X‖²_F of the columns solved on (column statistics pass: with μ and s,
+        Σ_i ((x_ij − μ_j)/s_j)² = (Σ_i x_ij² − 2μ_j Σ_i x_ij + nμ_j²)/s_j²) and the loss and gradient
+        at Y_1 = 0."""
         p = self.params
         src = ctx.source
         loss, _, c, _ = self._codes(src)
@@ -1193,12 +1240,23 @@ class BCDSolver(Solver[BCDState]):
         stats = ctx.engine.map_reduce(
             _colstats_task, src, chunks, desc="fista: column stats", fit_intercept=p.fit_intercept
         )
-        scale = self._column_scale(src, stats.nnz, stats.sums, stats.sq)
-        sq = stats.sq if scale is None else stats.sq / scale**2
+        shift = self._column_shift(src, stats.nnz, stats.sums, stats.sq)
+        scale = self._column_scale(src, stats.nnz, stats.sums, stats.sq, centred=shift is not None)
+        sq = stats.sq if shift is None else stats.sq - 2.0 * shift * stats.sums + src.n_rows * shift * shift
+        sq = sq if scale is None else sq / scale**2
         K = c / src.n_rows * float(sq.sum())
         W, Y = np.zeros((self._width(src), src.n_classes)), np.zeros((self._width(src), src.n_classes))
         at_y = ctx.engine.map_reduce(
-            _fista_task, src, chunks, desc="fista", W=Y, Y=Y, loss=loss, fit_intercept=p.fit_intercept, scale=scale
+            _fista_task,
+            src,
+            chunks,
+            desc="fista",
+            W=Y,
+            Y=Y,
+            loss=loss,
+            fit_intercept=p.fit_intercept,
+            scale=scale,
+            shift=shift,
         )
         return FistaState(
             W=W,
@@ -1207,6 +1265,7 @@ class BCDSolver(Solver[BCDState]):
             loss_y=at_y.loss_y,
             L=K if p.variant == "cst" else 1e-3 * K,
             column_scale=scale,
+            column_shift=shift,
         )
 
     def _step_fista(self, ctx: Context, st: FistaState) -> dict[str, Any]:
@@ -1232,6 +1291,7 @@ class BCDSolver(Solver[BCDState]):
                 loss=loss,
                 fit_intercept=p.fit_intercept,
                 scale=st.column_scale,
+                shift=st.column_shift,
             )
             bound = st.loss_y / n + float((G_n * D).sum()) + 0.5 * st.L * float((D * D).sum())
             if p.variant == "cst" or sums.loss_w / n <= bound * (1 + 1e-12):

@@ -5,7 +5,9 @@ given order it computes the partial gradient G(W)_{j:} and the generalized secon
 h(W)_{j:} from the columns of X (CSC) and the maintained scores S = XW (Algorithm 3, §4.3),
 solves the block sub-problem (eqs. 3–4, Algorithm 2) and updates W_{j:} and the rows of S
 touched by feature j. The paper's margin matrix A(W)_{ir} = 1 − (S_{iy_i} − S_{ir}) is read
-off S inside the loss, so the cost per block stays O(n̂ (m − 1)).
+off S inside the loss, so the cost per block stays O(n̂ (m − 1)). `group_update` and
+`chunk_pass` are the chunks mode's steps and per-chunk pass; `centred_rows` is the chunk tasks'
+copy of a chunk on centred columns (the bcd module docstring, "Centred columns").
 """
 
 from __future__ import annotations
@@ -326,3 +328,55 @@ def chunk_pass(
         for q in range(p0, p1):
             mark[lab_ind[q]] = False
     return total, hits, dloss, dhits, G, C
+
+
+@kernel(nogil=True)
+def _centred_row(indices, data, lo, hi, cols, shift, scale, out_ind, out_val, e):
+    """`centred_rows`' row of the stored entries lo:hi: its entries from position e of out_ind /
+    out_val (none written where out_ind is empty: the count); returns the position after them."""
+    d = shift.shape[0]
+    k, c = lo, 0
+    write = out_ind.shape[0] > 0
+    while k < hi or c < cols.shape[0]:
+        j_row = np.int64(indices[k]) if k < hi else d
+        j_col = cols[c] if c < cols.shape[0] else d
+        j = min(j_row, j_col)
+        x = 0.0
+        if j_row == j:
+            x = np.float64(data[k])
+            k += 1
+        if j_col == j:
+            x -= shift[j]
+            c += 1
+        if x == 0.0:
+            continue
+        if write:
+            out_ind[e] = j
+            out_val[e] = x / scale[j] if scale.shape[0] > 0 else x
+        e += 1
+    return e
+
+
+@kernel(nogil=True)
+def centred_rows(indptr, indices, data, shift, scale):
+    """One chunk's rows (CSR, each row's columns sorted and unique) on the centred columns of the
+    chunks mode and FISTA (bcd module docstring, "Centred columns"): entry (i, j) is
+    (x_ij − μ_j) / s_j with μ_j = shift[j] on every row (−μ_j / s_j where x_ij = 0) and
+    s_j = scale[j] (an empty `scale`: 1), each x_ij widened to float64 first; μ_j = 0 leaves the
+    column's entries as stored (divided by s_j). Exact zeros are left out, as scipy's X − μ leaves
+    them. Two passes over the chunk's rows (the count, then the values), no other copy of X.
+    Returns its CSR arrays (indptr int64, indices int32, data float64): at most nnz + n·c entries
+    for c centred columns."""
+    n = indptr.shape[0] - 1
+    cols = np.flatnonzero(shift != 0.0)
+    out_ptr = np.zeros(n + 1, dtype=np.int64)
+    none_ind = np.empty(0, dtype=np.int32)
+    none_val = np.empty(0)
+    for i in range(n):
+        count = _centred_row(indices, data, indptr[i], indptr[i + 1], cols, shift, scale, none_ind, none_val, 0)
+        out_ptr[i + 1] = out_ptr[i] + count
+    out_ind = np.empty(out_ptr[n], dtype=np.int32)
+    out_val = np.empty(out_ptr[n])
+    for i in range(n):
+        _centred_row(indices, data, indptr[i], indptr[i + 1], cols, shift, scale, out_ind, out_val, out_ptr[i])
+    return out_ptr, out_ind, out_val
