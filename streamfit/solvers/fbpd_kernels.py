@@ -45,7 +45,7 @@ def regularized_chunk_step(
     with w_ℓ = 2(‖u_ℓ‖₁ + 1), the absolute sum of each row (ℓ, k ≠ z_ℓ) of T, when
     `preconditioned` (Pock and Chambolle's σ_ℓ = σ/w_ℓ), else w_ℓ = 1
     (into a new array; Y is left as it is), and its share of the adjoint,
-    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (M × K) and Gb (K). No transpose of the chunk and no
+    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (U × K, compact rows) and Gb (K). No transpose of the chunk and no
     scores array: the two sparse products of a pass are done in the row loop.
 
     Returns (Ỹ, hinge sum Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀỸ_ℓ, rows whose top score at x⁺ is z_ℓ,
