@@ -307,7 +307,7 @@ def pass_cost(data, per_class, lam, passes=2000):
     K = z.max() + 1
     rng = np.random.default_rng(0)
     W, W2, A = rng.random((M, K)), rng.random((M, 2 * K)), rng.random((n, K))
-    Y, b2, position = np.eye(K)[z], np.zeros(2 * K), np.arange(M, dtype=np.int32)  # every column used
+    Y, b2 = np.eye(K)[z], np.zeros(2 * K)
     FBPDClassifier(penalty="l1", lam=lam, max_iter=3).fit(X, y)  # compile
 
     def products():
@@ -317,9 +317,7 @@ def pass_cost(data, per_class, lam, passes=2000):
 
     def kernel():
         for _ in range(passes):
-            regularized_chunk_step(
-                X.indptr, X.indices, X.data, position, z, Y, W2, b2, 0.1, np.zeros((M, K)), np.zeros(K), False
-            )
+            regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2, 0.1, np.zeros((M, K)), np.zeros(K), False)
 
     fbpd = _timed(lambda: FBPDClassifier(penalty="l1", lam=lam, tol=0.0, max_iter=passes).fit(X, y))[2]
     bound = _timed(products)[2]

@@ -460,15 +460,15 @@ def _regularized_task(
     when `preconditioned`) and its adjoint TᵀỸ (`regularized_chunk_step`), the next duals written as version `version + 1` (Halpern
     combined with the anchor when `anchor` is set, `_advance`)."""
     chunk = _read_chunk(source, chunk_id)
-    z, K, X = chunk.labels, source.n_classes, chunk.X
+    z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
     def initial():
         return (np.eye(K)[z],)
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
-    GW, Gb = np.zeros((len(W2), K)), np.zeros(K)
+    GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
     Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
-        X.indptr, X.indices, X.data, position, z, Y, W2, b2, step, GW, Gb, preconditioned
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, preconditioned
     )
     moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c, weights)
     if anchor is None and preconditioned:

@@ -27,7 +27,6 @@ def regularized_chunk_step(
     indptr,
     indices,
     data,
-    position: np.ndarray,
     z: np.ndarray,
     Y: np.ndarray,
     W2: np.ndarray,
@@ -38,8 +37,8 @@ def regularized_chunk_step(
     preconditioned: bool,
 ):
     """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
-    data; column j is row position[j] of the compact W2 and GW, `FBPDSolver.used_rows`), its scores
-    at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
+    data; its columns renumbered to the compact rows of W2 and GW, `FBPDSolver.used_rows`), its
+    scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
     update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
         Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)),  step_ℓ = nσ_ℓ = step / w_ℓ
     with w_ℓ = 2(‖u_ℓ‖₁ + 1), the absolute sum of each row (ℓ, k ≠ z_ℓ) of T, when
@@ -68,7 +67,7 @@ def regularized_chunk_step(
             s[k] = 0.0
         l1 = 0.0
         for p in range(indptr[i], indptr[i + 1]):
-            j = position[indices[p]]
+            j = indices[p]
             v = data[p]
             l1 += abs(v)
             for k in range(2 * K):
@@ -110,7 +109,7 @@ def regularized_chunk_step(
         for k in range(K):
             Gb[k] += w[k]
         for p in range(indptr[i], indptr[i + 1]):
-            j = position[indices[p]]
+            j = indices[p]
             v = data[p]
             for k in range(K):
                 GW[j, k] += v * w[k]
@@ -295,8 +294,8 @@ def primal_update(
     out add +0.0). Returns stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃),
     ‖G̃‖∞] (D: the primal step scales, the zeros left out; W and G before the update), and
     writes x̃'s non-zero entries |x̃_jk| into values[:nnz] and their places j·K + k in the M × K
-    array (j = rows[r]) into positions[:nnz], in the sweep's order (`l1_norm` sums them; both
-    arrays hold U·K; pairwise_sum of them is numpy's ‖x̃‖₁ of the M × K array)."""
+    array (j = rows[r]) into positions[:nnz], in the sweep's order (both arrays hold U·K;
+    pairwise_sum of them is numpy's ‖x̃‖₁ of the M × K array: the logged g(x̃) of ℓ1)."""
     U, K = W.shape
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
@@ -329,14 +328,18 @@ def primal_update(
 
 
 @kernel(nogil=True)
-def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int) -> float:
-    """numpy's sum of a block of n ≤ 128 entries from `lo` (see pairwise_sum)."""
+def _block_sum(
+    positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int, r: np.ndarray
+) -> float:
+    """numpy's sum of a block of n ≤ 128 entries from `lo` (see pairwise_sum); r: scratch for
+    its 8 accumulators (one array for the whole sum: a block allocated nothing)."""
     if n < 8:
         res = 0.0
         for p in range(start, end):
             res += values[p]
         return res
-    r = np.zeros(8)
+    for i in range(8):
+        r[i] = 0.0
     body = lo + n - n % 8
     p = start
     while p < end and positions[p] < body:
@@ -360,6 +363,7 @@ def pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) 
     non-zero entry sums to 0.0. The tree is walked with a stack (numba caches no recursion)."""
     frames = np.empty((128, 5), np.int64)  # lo, n, start, end, combine?; depth ≤ 2·log2(n)
     sums = np.empty(128)
+    accumulators = np.empty(8)
     depth = 0
     frames[0, 0], frames[0, 1], frames[0, 2], frames[0, 3], frames[0, 4] = 0, n, 0, count, 0
     top = 1
@@ -374,7 +378,7 @@ def pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) 
             sums[depth] = 0.0
             depth += 1
         elif m <= 128:
-            sums[depth] = _block_sum(positions, values, lo, m, start, end)
+            sums[depth] = _block_sum(positions, values, lo, m, start, end, accumulators)
             depth += 1
         else:
             half = m // 2

@@ -268,7 +268,7 @@ def test_matches_dense_transcription_of_algorithm_1(wine, preconditioning):
 def test_fused_kernels_match_numpy():
     """The fused pass kernels against a plain numpy transcription: the chunk step (scores at
     [x⁺ x] from the CSR rows, simplex step, adjoint, the residual's dual parts; columns spread
-    over a wider numbering and renumbered by `position`: bitwise the same) and the driver's
+    over a wider numbering and renumbered by `_renumbered`: bitwise the same) and the driver's
     sweeps (ℓ1 prox with [x⁺ x], the Halpern update, its logged norms and x̃'s non-zeros, on
     every row and on the compact used rows)."""
     from streamfit.solvers.fbpd_kernels import l1_primal_step, pairwise_sum, primal_update, regularized_chunk_step
@@ -281,14 +281,15 @@ def test_fused_kernels_match_numpy():
     W2, b2, step = rng.standard_normal((M, 2 * K)), rng.standard_normal(2 * K), 0.7
     GW, Gb = np.zeros((M, K)), np.zeros(K)
     Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
-        X.indptr, X.indices, X.data, np.arange(M, dtype=np.int32), z, Y, W2, b2, step, GW, Gb, False
+        X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, False
     )
     spread = np.sort(rng.choice(10 * M, M, replace=False))  # column j of X is column spread[j] of Xs
     Xs = sp.csr_matrix((X.data, spread[X.indices].astype(np.int32), X.indptr), shape=(n, 10 * M))
     position = np.zeros(10 * M, np.int32)
     position[spread] = np.arange(M, dtype=np.int32)
     GWs, Gbs = np.zeros((M, K)), np.zeros(K)
-    renumbered = regularized_chunk_step(Xs.indptr, Xs.indices, Xs.data, position, z, Y, W2, b2, step, GWs, Gbs, False)
+    Xr = fb._renumbered(Xs, position, M)
+    renumbered = regularized_chunk_step(Xr.indptr, Xr.indices, Xr.data, z, Y, W2, b2, step, GWs, Gbs, False)
     assert renumbered[0].tobytes() == Yt.tobytes() and renumbered[1:6] == (hinge, r_dot, correct, move, coupling)
     assert GWs.tobytes() == GW.tobytes() and Gbs.tobytes() == Gb.tobytes()
     S = np.asarray(X.astype(np.float64) @ W2) + b2
