@@ -317,7 +317,7 @@ def pass_cost(data, per_class, lam, passes=2000):
 
     def kernel():
         for _ in range(passes):
-            regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2, 0.1, np.zeros((M, K)), np.zeros(K))
+            regularized_chunk_step(X.indptr, X.indices, X.data, z, Y, W2, b2, 0.1, np.zeros((M, K)), np.zeros(K), False)
 
     fbpd = _timed(lambda: FBPDClassifier(penalty="l1", lam=lam, tol=0.0, max_iter=passes).fit(X, y))[2]
     bound = _timed(products)[2]

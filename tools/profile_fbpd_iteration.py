@@ -2,13 +2,16 @@
 --param key=value) for --iterations iterations in process, timing per iteration the pass over
 the chunks (map_reduce of the iteration's chunk task: the tasks and the sum of their results),
 the driver's sweeps (l1_primal_step, primal_update; the l2 and group prox: penalty_prox), the
-logged g(x̃) (class_block_penalties.penalty), the restarts' norms (_restart) and the rest of the step.
+logged g(x̃) (class_block_penalties.penalty; ℓ1: abs_sum, or from session 28 on pairwise_sum of the
+non-zeros primal_update collects), the restarts' norms (_restart) and the rest of the step.
 
     python tools/profile_fbpd_iteration.py STORE [--iterations 30] [--param lam=0.001 ...]
 
 The timers wrap the names fbpd.py calls (the same before and after session 17's used-columns
-change: run it from each tree with PYTHONPATH at it). A first fit, untimed, compiles the
-kernels and warms the chunk cache. Used for docs/benchmarks.md, "fbpd's defaults on text".
+change and session 28's compact state: run it from each tree with PYTHONPATH at it). A first fit, untimed, compiles the
+kernels and warms the chunk cache. Times are the process's CPU seconds (time.process_time; the
+in-process fit is one thread), which a shared machine's load disturbs less than wall time (they
+were wall seconds until session 28). Used for docs/benchmarks.md, "fbpd's defaults on text".
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ TIMES: dict[str, float] = defaultdict(float)
 
 def timed(label: str, fn):
     def wrapper(*args, **kwargs):
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             return fn(*args, **kwargs)
         finally:
-            TIMES[label] += time.perf_counter() - start
+            TIMES[label] += time.process_time() - start
 
     return wrapper
 
@@ -68,8 +71,9 @@ def main() -> None:
 
     fit()
     penalties.penalty = timed("logged g(x̃)", penalties.penalty)
-    if hasattr(fb, "abs_sum"):  # session 17: ℓ1's logged ‖x̃‖₁ from the used rows
-        fb.abs_sum = timed("logged g(x̃)", fb.abs_sum)
+    for name in ("abs_sum", "pairwise_sum"):  # ℓ1's logged ‖x̃‖₁ from the used rows (sessions 17, 28)
+        if hasattr(fb, name):
+            setattr(fb, name, timed("logged g(x̃)", getattr(fb, name)))
     for name in ("l1_primal_step", "primal_update", "penalty_prox"):
         setattr(fb, name, timed(name, getattr(fb, name)))
     fb.FBPDSolver._restart = timed("restarts' norms", fb.FBPDSolver._restart)  # type: ignore[method-assign]
@@ -77,7 +81,7 @@ def main() -> None:
     TIMES.clear()
     fit()
     n = args.iterations
-    print(f"{source.n_rows} rows, {source.n_features} columns, {source.n_classes} classes; seconds per iteration:")
+    print(f"{source.n_rows} rows, {source.n_features} columns, {source.n_classes} classes; CPU seconds per iteration:")
     for label, seconds in TIMES.items():
         if label != "step":
             print(f"  {label:<22} {seconds / n:.4f}")

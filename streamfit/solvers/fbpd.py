@@ -133,16 +133,18 @@ Used columns. A column j with no stored entry in the training rows has (Tᵀa)_j
 a and mean μ_j = 0, so from x⁰ = 0 its rows of W, G = Tᵀy, x̃ and the anchors are 0.0 after
 every prox (soft thresholding, v/(1 + t), a block's prox of 0) and every Halpern combination:
 skipping them changes no value and, visited in the same order, no sum (they add +0.0). The
-iteration therefore works on `rows` only (the used columns; for the mixed norms the whole blocks
-that hold one; every column when centered: `FBPDSolver.set_rows`): the driver's sweeps read and
-write those rows of the full-size state arrays (checkpoints and the model unchanged), and the
-passes score with W2 = [x̃ W] on those rows and return G on them, the chunks' columns renumbered.
-On hashed text (2^18 columns, about 12 % used) that makes the iteration's cost proportional to
-the used columns; the model is bitwise the one of the sweep over all M rows. Two sums over
-M × K are numpy's pairwise sums, whose grouping depends on the array's length, not on its
-zeros: the logged ‖x̃‖₁ and the restarts' ‖D^−½Δx‖² are computed as numpy's sum of the full
-array from the non-zero entries of the rows (`abs_sum`, `scaled_move`). Left full-size: ‖T‖'s
-Lanczos passes (init), and the logged g(x̃) of "l2" and the mixed norms.
+iteration therefore keeps only those rows, `rows` (the used columns; for the mixed norms the
+whole blocks that hold one; every column when centered: `FBPDSolver.used_rows`): the state's
+weight arrays (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step scales D) are compact, U × K with
+row r for feature rows[r], so the driver's sweeps run over contiguous memory and a checkpoint
+holds U × K per array; the passes score with W2 = [x̃ W] on those rows and return G on them,
+the chunks' columns renumbered; the model is the compact x̃ scattered into M × K. On hashed
+text (2^18 columns, about 12 % used) that makes the iteration's cost proportional to the used
+columns; the model is bitwise the one of the sweep over all M rows. Two sums over M × K are
+numpy's pairwise sums, whose grouping depends on the array's length, not on its zeros: the
+logged ‖x̃‖₁ and the restarts' ‖D^−½Δx‖² are computed as numpy's sum of the full array from the
+non-zero entries of the rows (`primal_update` collects x̃'s; `pairwise_sum`, `scaled_move`). Full-size: ‖T‖'s Lanczos passes
+(init), and the logged g(x̃) of "l2" and the mixed norms (on x̃ scattered into a buffer).
 
 Out of core: the duals live in the run's per-sample store, one version per iteration; one
 iteration is one pass over the chunks (docs/architecture.md, "fbpd", has the layout and costs).
@@ -167,13 +169,13 @@ from streamfit.objectives import ChunkSums, objective_for
 from streamfit.objectives.class_block_penalties import dual_norm, penalty_prox
 from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, column_scales, register_solver
 from streamfit.solvers.fbpd_kernels import (
-    abs_sum,
     constrained_dual_step,
     csr_adjoint,
     csr_scores,
     halpern_combine,
     l1_primal_step,
     margins_adjoint_rows,
+    pairwise_sum,
     primal_update,
     regularized_chunk_step,
     scaled_move,
@@ -186,7 +188,7 @@ NORM_MAX_PASSES = 200
 NORM_SAFETY = 1.01
 RESTART_SUFFICIENT, RESTART_NECESSARY, RESTART_ARTIFICIAL = 0.2, 0.8, 0.36
 GAP_TOL = 1e-3  # default: stop at a relative duality gap of 0.1 % (docs/benchmarks.md, "fbpd's defaults on text")
-CHECKPOINT_ARRAYS = 6  # dense (M + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
+CHECKPOINT_ARRAYS = 6  # dense (U + 1) × K pairs in FBPDState: (W, b), (GW, Gb), (Wt, bt), (Wa, ba), (GWa, Gba), (D, Db)
 LAM_RATIO = 0.003  # default lam = 0.003·λ_ref (docs/benchmarks.md, "fbpd's defaults on text")
 DENSE_SHARE = 0.25  # preconditioning=auto: inputs this dense get centered columns and scalar steps
 MAX_ITER = 250  # default budget of iterations (docs/benchmarks.md, "fbpd's defaults on text", session 12)
@@ -288,7 +290,7 @@ def _read_chunk(source: ChunkSource, chunk_id: int) -> Chunk:
 def _renumbered(X, position: np.ndarray, width: int) -> _CSRRows:
     """The chunk's rows with column j renumbered position[j] (int32, as the stored indices) and
     `width` columns: the numbering of the rows of W that the iteration updates, as the compact
-    W2 and GW of a pass hold them (`FBPDSolver.set_rows`)."""
+    W2 and GW of a pass hold them (`FBPDSolver.used_rows`)."""
     return _CSRRows(X.indptr, position[X.indices], X.data, (X.shape[0], width))
 
 
@@ -536,6 +538,16 @@ def _stored(W: np.ndarray, scale: np.ndarray | None) -> np.ndarray:
     return W if scale is None else W / scale[:, None]
 
 
+def _scattered(A: np.ndarray, rows: np.ndarray, n_features: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The n_features × K array whose rows `rows` are those of the compact A and whose other rows
+    are 0: A itself when every row is there, else `out` (its other rows 0) or a new array."""
+    if len(rows) == n_features:
+        return A
+    full = np.zeros((n_features, A.shape[1])) if out is None else out
+    full[rows] = A
+    return full
+
+
 def _scaled_square(d: np.ndarray, D: np.ndarray) -> float:
     """Σ d²/D, entries with D = 0 left out (their d is 0)."""
     return float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
@@ -555,8 +567,11 @@ class FBPDState(SolverState):
     """The iterate x = (W, b) with G = Tᵀy (Algorithm 1: (1/n)TᵀY) and, for Algorithm 2, Σζ
     and Σξ; F's last primal output x̃ = (Wt, bt) (the model); the Halpern anchor (its x, G,
     sums and state version) and the restart bookkeeping; ‖T‖. `step` counts iterations and is
-    the duals' version (0: the initial duals, never written)."""
+    the duals' version (0: the initial duals, never written). The weight arrays W, GW, Wt, Wa,
+    GWa and D are compact, U × K: row r is feature rows[r] (the features left out are 0 in all
+    of them, the module docstring's "Used columns")."""
 
+    rows: np.ndarray  # the features the iteration updates (ascending, int64; FBPDSolver.used_rows)
     W: np.ndarray
     b: np.ndarray
     GW: np.ndarray
@@ -567,7 +582,7 @@ class FBPDState(SolverState):
     ba: np.ndarray
     GWa: np.ndarray
     Gba: np.ndarray
-    D: np.ndarray  # primal step scales: τ_jk = τ·D_jk (1 without preconditioning; 0 for unused features)
+    D: np.ndarray  # primal step scales: τ_jk = τ·D_jk (1 without preconditioning; 0 for a feature without mass)
     Db: np.ndarray  # the offsets' step scales
     preconditioned: bool  # diagonal steps D (else one τ, σ from ‖T‖)
     mu: np.ndarray  # the column means the features are centered by (M; 0: not centered)
@@ -617,10 +632,12 @@ class FBPDSolver(Solver[FBPDState]):
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams
-    rows: np.ndarray  # the rows of W that the iteration updates, and each one's place among
-    position: np.ndarray  # them (set_rows, from init or check_resume)
-    spare_Wt: np.ndarray  # M × K buffers for the next x̃ and G̃ (prepare)
+    position: np.ndarray  # each feature's row in the compact arrays (prepare, from the state's rows)
+    spare_Wt: np.ndarray  # U × K buffers for the next x̃ and G̃ (prepare)
     spare_G: np.ndarray
+    spare_W2: np.ndarray  # U × 2K buffer for ℓ1's [x̃ x] that the passes score with
+    nonzeros: tuple[np.ndarray, np.ndarray]  # x̃'s non-zeros' places and |values| (primal_update; U·K each)
+    full_Wt: np.ndarray | None = None  # M × K buffer for the logged g(x̃) of "l2" and the mixed norms (prepare)
     column_scale: np.ndarray | None = None  # the last model's standardizing s (to_model), None: not scaled
 
     def __init__(self, params: FBPDParams):
@@ -744,7 +761,8 @@ class FBPDSolver(Solver[FBPDState]):
     def init(self, ctx: Context) -> FBPDState:
         """x⁰ = 0, Tᵀy⁰ = 0 (Y_ℓ = e_{z_ℓ}, or y = 0), ρ⁰, the column means μ when centered, and
         ‖T‖ (Lanczos passes) or, when preconditioned, the scales D (one pass of label sums, which
-        also gives λ_ref, μ and the density that preconditioning=auto decides on)."""
+        also gives λ_ref, μ and the density that preconditioning=auto decides on); the rows the
+        iteration updates (`used_rows`) and the weight arrays on them."""
         source = ctx.source
         p, lam, lam_ref = self.params, self.params.lam or 0.0, 0.0
         shape = (source.n_features, source.n_classes)
@@ -778,8 +796,10 @@ class FBPDSolver(Solver[FBPDState]):
                 raise ConfigError("λ_ref = 0: no feature separates the classes; set lam, e.g. lam=1e-5")
         elif p.formulation == "constrained":
             lam = 0.0
-        zero_W, zero_b = np.zeros((source.n_features, source.n_classes)), np.zeros(source.n_classes)
+        rows = self.used_rows(ctx, mu)
+        zero_W, zero_b = np.zeros((len(rows), source.n_classes)), np.zeros(source.n_classes)
         state = FBPDState(
+            rows=rows,
             W=zero_W,
             b=zero_b,
             GW=zero_W,
@@ -790,7 +810,7 @@ class FBPDSolver(Solver[FBPDState]):
             ba=zero_b,
             GWa=zero_W,
             Gba=zero_b,
-            D=D,
+            D=D[rows],
             Db=Db,
             preconditioned=preconditioned,
             mu=mu,
@@ -798,7 +818,7 @@ class FBPDSolver(Solver[FBPDState]):
             norm=norm,
             lam=lam,
             lam_ref=lam_ref,
-            checkpoint_period=-(-CHECKPOINT_ARRAYS * (source.n_features + 1) * source.n_classes // entries),
+            checkpoint_period=-(-CHECKPOINT_ARRAYS * (len(rows) + 1) * source.n_classes // entries),
             rho=self.initial_ratio(source.n_rows, preconditioned),
             settings=self.settings,
             data_passes=passes,
@@ -820,44 +840,46 @@ class FBPDSolver(Solver[FBPDState]):
         self.prepare(ctx, state)
 
     def prepare(self, ctx: Context, state: FBPDState) -> None:
-        """Before the first iteration of a run or of a resumed one: the rows the iteration
-        updates (`set_rows`), and the M × K buffers it writes in place, so that an iteration
-        allocates nothing of size M × K (fresh pages cost about as much as sweeping them): the
-        state's W, GW, Wt, Wa, GWa become arrays of their own (init's share one zero array, a
-        restored state's may be a checkpoint's), and the spares for the next x̃ and G̃ are zeros.
-        The iteration writes only `rows` of them, so their other rows stay 0."""
-        self.set_rows(ctx, state)
+        """Before the first iteration of a run or of a resumed one: `position` from the state's
+        rows, and the buffers the iteration writes in place, so that an iteration allocates no
+        weight array (fresh pages cost about as much as sweeping them): the state's W, GW, Wt,
+        Wa, GWa become arrays of their own (init's share one zero array, a restored state's may
+        be a checkpoint's), the spares for the next x̃ and G̃ are zeros, W2 = [x̃ x] (ℓ1) and x̃'s
+        non-zeros get U·K-sized buffers; for "l2" and the mixed norms, the M × K buffer of the
+        logged g(x̃), whose other rows stay 0."""
+        M = ctx.source.n_features
+        self.position = np.zeros(M, np.int32)
+        self.position[state.rows] = np.arange(len(state.rows), dtype=np.int32)
         state.W, state.GW, state.Wt, state.Wa, state.GWa = (
             array.copy() for array in (state.W, state.GW, state.Wt, state.Wa, state.GWa)
         )
         self.spare_Wt, self.spare_G = np.zeros_like(state.W), np.zeros_like(state.W)
+        self.spare_W2 = np.empty((len(state.W), 2 * state.W.shape[1]))
+        self.nonzeros = np.empty(state.W.size, np.int64), np.empty(state.W.size)
+        self.full_Wt = None if self.params.penalty == "l1" else np.zeros((M, state.W.shape[1]))
 
-    def set_rows(self, ctx: Context, state: FBPDState) -> None:
-        """The rows of W that the iteration updates, `rows` (ascending, int64), and `position`
-        (int32, n_features): row rows[r] is row r of the compact W2 and GW that a pass reads and
-        returns. A column with no stored entry in the training rows has a zero adjoint and a zero
-        mean, so from W = 0 its rows of W, G = Tᵀy, x̃ and the anchors stay exactly 0.0 for every
-        penalty and step (the module docstring, "Used columns"): rows are the used columns, for
-        the mixed norms every column of a block with a used one (a block's prox and norm read the
-        whole block), and every column when the features are centered (the offsets' μᵀW2 is a
-        BLAS product over all of them, whose order of summation must not change). The column
-        counts take one pass over the chunks' indices (also on resume), which data_passes does
-        not count (it is not an iteration's: the model's info stays that of the same run before)."""
+    def used_rows(self, ctx: Context, mu: np.ndarray) -> np.ndarray:
+        """The features the iteration updates (ascending, int64), for column means `mu` (0: not
+        centered). A column with no stored entry in the training rows has a zero adjoint and a
+        zero mean, so from W = 0 its rows of W, G = Tᵀy, x̃ and the anchors stay exactly 0.0 for
+        every penalty and step (the module docstring, "Used columns"): the rows are the used
+        columns, for the mixed norms every column of a block with a used one (a block's prox and
+        norm read the whole block), and every column when the features are centered (the
+        offsets' μᵀW2 is a BLAS product over all of them, whose order of summation must not
+        change). The column counts take one pass over the chunks' indices in init, which
+        data_passes does not count (it is not an iteration's); the state keeps the rows, so a
+        resumed run reads them from its checkpoint."""
         M, p = ctx.source.n_features, self.params
-        if state.mu.any():
-            rows = np.arange(M)
-        else:
-            counts = ctx.engine.map_reduce(
-                _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
-            )
-            used = counts > 0
-            if p.penalty in ("l1/l2", "l1/linf"):
-                blocks = np.maximum.reduceat(used, np.arange(0, M, p.group_size))
-                used = np.repeat(blocks, p.group_size)[:M]
-            rows = np.flatnonzero(used)
-        self.rows = rows.astype(np.int64)
-        self.position = np.zeros(M, np.int32)
-        self.position[rows] = np.arange(len(rows), dtype=np.int32)
+        if mu.any():
+            return np.arange(M, dtype=np.int64)
+        counts = ctx.engine.map_reduce(
+            _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
+        )
+        used = counts > 0
+        if p.penalty in ("l1/l2", "l1/linf"):
+            blocks = np.maximum.reduceat(used, np.arange(0, M, p.group_size))
+            used = np.repeat(blocks, p.group_size)[:M]
+        return np.flatnonzero(used).astype(np.int64)
 
     @staticmethod
     def check_classes(source: ChunkSource, counts: np.ndarray) -> None:
@@ -889,12 +911,11 @@ class FBPDSolver(Solver[FBPDState]):
         return self.params.max_iter
 
     def checkpoint_due(self, state: FBPDState, every: int, saved_at: int) -> bool:
-        """Every `every`·P iterations, P = ⌈6(M + 1)K / (nnz(X) + nK)⌉: a checkpoint writes the
-        six dense (M + 1) × K pairs of the state (x, Tᵀy, x̃, the anchor's x and Tᵀy, the step
-        scales), P times
-        what one iteration reads and writes per sample, so saving costs at most about one pass
-        per iteration on average (P = 1 on small dense data; 21 on sector, whose state is
-        0.56 GB). The model does not depend on P (a resumed run replays the iterations since
+        """Every `every`·P iterations, P = ⌈6(U + 1)K / (nnz(X) + nK)⌉, U the used columns
+        (`used_rows`): a checkpoint writes the six dense (U + 1) × K pairs of the state (x, Tᵀy,
+        x̃, the anchor's x and Tᵀy, the step scales), P times what one iteration reads and writes
+        per sample, so saving costs at most about one pass per iteration on average (P = 1 on
+        small dense data; 21 on sector, whose state is 0.56 GB). The model does not depend on P (a resumed run replays the iterations since
         the last checkpoint bitwise); past a time limit the driver saves the iteration just
         taken, due or not."""
         return state.step % (every * state.checkpoint_period) == 0
@@ -927,7 +948,7 @@ class FBPDSolver(Solver[FBPDState]):
     def to_model(self, ctx: Context, state: FBPDState) -> LinearModel:
         p = self.params
         self.column_scale = state.scale  # g's weights per feature (FBPDClassifier.objective reads them)
-        stored = _stored(state.Wt, state.scale)  # a new array when scaled: Wt is reused either way
+        stored = _stored(_scattered(state.Wt, state.rows, ctx.source.n_features), state.scale)
         coef = stored.T.copy(order="K") if p.penalty == "l2" else sp.csr_matrix(stored.T)
         return LinearModel(
             coef,
@@ -962,11 +983,11 @@ class FBPDSolver(Solver[FBPDState]):
                 setattr(state, "anchor_" + name, PerSample("anchor_" + name, state.anchor, written=state.anchor > 0))
 
     # ---- restarts ----
-    def _restart(self, state: FBPDState, n: int) -> None:
+    def _restart(self, state: FBPDState, n: int, n_features: int) -> None:
         """The anchor becomes the current iterate; ρ moves halfway (in log) to ‖Δx‖/‖Δy‖, Δ the
         move since the previous anchor, in the step metric (‖D^−½Δx‖, ‖Σ^−½Δy‖/√σ)."""
         jumps = state.jumps
-        moved = scaled_move(state.W, state.Wa, state.D, self.rows)  # numpy's sum over M × K, from the rows
+        moved = scaled_move(state.W, state.Wa, state.D, state.rows, n_features)  # numpy's sum over M × K
         dx = float(np.sqrt(moved + _scaled_square(state.b - state.ba, state.Db)))
         if self.params.formulation == "regularized":
             dy = np.sqrt(jumps[0]) / n
@@ -975,8 +996,8 @@ class FBPDSolver(Solver[FBPDState]):
             dy = np.sqrt(jumps[0] + jumps[1])
         if dx > 0 and dy > 0:
             state.rho = float(np.sqrt(state.rho * dx / dy))
-        rows = self.rows
-        state.Wa[rows], state.GWa[rows] = state.W[rows], state.GW[rows]  # their other rows are 0
+        np.copyto(state.Wa, state.W)
+        np.copyto(state.GWa, state.GW)
         state.ba, state.Gba = state.b, state.Gb
         state.anchor = state.step
         state.since_restart = 0
@@ -1005,25 +1026,23 @@ class FBPDSolver(Solver[FBPDState]):
         regularized = p.formulation == "regularized"
         restart, halpern = state.restart_due, {}
         if restart:
-            self._restart(state, n)
+            self._restart(state, n, source.n_features)
         j = state.since_restart
         a, c = (j + 1) / (j + 2), 1 / (j + 2)
         if p.restarts:
             halpern = {"anchor": state.anchor, "restart": restart, "a": a, "c": c}
         tau, sigma = self.steps(state.norm, state.rho, state.preconditioned)
         lam = state.lam if regularized else 1.0
-        rows, Wt = self.rows, self.spare_Wt
+        rows, Wt = state.rows, self.spare_Wt
         if p.penalty == "l1":
-            W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, rows, Wt)
+            W2 = l1_primal_step(state.W, state.GW, state.D, tau, lam, Wt, self.spare_W2)
         else:
-            D = state.D[rows]
-            V = state.W[rows] - (tau * D) * state.GW[rows]
+            V = state.W - (tau * state.D) * state.GW
             if p.penalty == "l2":  # prox of τ_jk·lam·½w², per coordinate
-                Wt_rows = V / (1.0 + (tau * lam) * D)
+                Wt[...] = V / (1.0 + (tau * lam) * state.D)
             else:  # D = 1: a scalar step; rows are whole blocks, so the blocks of V are g's
-                Wt_rows = penalty_prox(V, tau * lam, p.penalty, p.group_size)
-            Wt[rows] = Wt_rows
-            W2 = np.ascontiguousarray(np.hstack([Wt_rows, state.W[rows]]))
+                Wt[...] = penalty_prox(V, tau * lam, p.penalty, p.group_size)
+            W2 = np.ascontiguousarray(np.hstack([Wt, state.W]))
         bt = state.b - (tau * state.Db) * state.Gb
         scale = None if state.scale is None else state.scale[rows]
         W2 = _stored(W2, scale)  # the kernels score the stored columns
@@ -1074,8 +1093,24 @@ class FBPDSolver(Solver[FBPDState]):
         Gbt = r.Gb / divisor
         GW = _stored(_centered_adjoint(r.GW, state.mu[rows], r.Gb), scale)
         GWt = self.spare_G
+        positions, values = self.nonzeros
         stats = primal_update(
-            Wt, state.W, state.Wa, GW, divisor, state.GW, state.GWa, state.Wt, state.D, a, c, p.restarts, rows, GWt
+            Wt,
+            state.W,
+            state.Wa,
+            GW,
+            divisor,
+            state.GW,
+            state.GWa,
+            state.Wt,
+            state.D,
+            a,
+            c,
+            p.restarts,
+            GWt,
+            rows,
+            positions,
+            values,
         )
         moved, changed, size, g_changed, g_size, nnz, g_max = stats
         db, dbt, dgb = state.b - bt, bt - state.bt, Gbt - state.Gb
@@ -1098,17 +1133,15 @@ class FBPDSolver(Solver[FBPDState]):
         if p.restarts:
             self._schedule_restart(state, residual)
         self._name_duals(state)
+        M = source.n_features
         if p.penalty == "l1":  # objective_for's total, with numpy's ‖x̃‖₁ summed from the rows
-            primal = (hinge / n + state.lam * abs_sum(Wt, rows)) if regularized else 1.0 * abs_sum(Wt, rows)
+            l1 = pairwise_sum(positions, values, M * Wt.shape[1], int(nnz))
+            primal = (hinge / n + state.lam * l1) if regularized else 1.0 * l1
         else:
             primal = objective_for(self.name, p.model_copy(update={"lam": state.lam})).total(
-                ChunkSums(hinge, n), Wt, bt
+                ChunkSums(hinge, n), _scattered(Wt, rows, M, self.full_Wt), bt
             )  # (7), or g alone for (8)
-        G_norm = (
-            g_max
-            if p.penalty == "l1"
-            else (0.0 if p.penalty == "l2" else dual_norm(GWt[rows], p.penalty, p.group_size))
-        )
+        G_norm = g_max if p.penalty == "l1" else (0.0 if p.penalty == "l2" else dual_norm(GWt, p.penalty, p.group_size))
         if regularized:
             if p.penalty == "l2":
                 dual = r_dot / n - g_size / (2 * state.lam)

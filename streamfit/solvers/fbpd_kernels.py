@@ -37,13 +37,14 @@ def regularized_chunk_step(
     preconditioned: bool,
 ):
     """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
-    data), its scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
+    data; its columns renumbered to the compact rows of W2 and GW, `FBPDSolver.used_rows`), its
+    scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
     update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
         Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)),  step_ℓ = nσ_ℓ = step / w_ℓ
     with w_ℓ = 2(‖u_ℓ‖₁ + 1), the absolute sum of each row (ℓ, k ≠ z_ℓ) of T, when
     `preconditioned` (Pock and Chambolle's σ_ℓ = σ/w_ℓ), else w_ℓ = 1
     (into a new array; Y is left as it is), and its share of the adjoint,
-    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (M × K) and Gb (K). No transpose of the chunk and no
+    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (U × K, compact rows) and Gb (K). No transpose of the chunk and no
     scores array: the two sparse products of a pass are done in the row loop.
 
     Returns (Ỹ, hinge sum Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀỸ_ℓ, rows whose top score at x⁺ is z_ℓ,
@@ -247,25 +248,22 @@ def margins_adjoint_rows(S: np.ndarray, z: np.ndarray, A: np.ndarray) -> None:
 
 @kernel(nogil=True)
 def l1_primal_step(
-    W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, rows: np.ndarray, Wt: np.ndarray
+    W: np.ndarray, GW: np.ndarray, D: np.ndarray, tau: float, lam: float, Wt: np.ndarray, W2: np.ndarray
 ) -> np.ndarray:
     """x̃ = prox_{τ_jk·lam|·|}(W − τ_jk·GW) per coordinate, τ_jk = τ·D_jk (D = 1 without
-    preconditioning), on the rows `rows` of W (ascending; every other row of W and GW is 0, and
-    so is its x̃), written into those rows of Wt (its other rows left as they are: 0); returns
-    W2 = [x̃ W] on those rows only (len(rows) × 2K: the weights the chunks score with, their
-    columns renumbered). One sweep over the rows."""
-    K = W.shape[1]
-    W2 = np.empty((len(rows), 2 * K))
-    for r in range(len(rows)):
-        j = rows[r]
+    preconditioning), for the U × K rows the iteration updates (compact: row r is feature
+    rows[r], `FBPDSolver.used_rows`), written into Wt; W2 (U × 2K) receives [x̃ W], the weights
+    the chunks score with, and is returned. One sweep."""
+    U, K = W.shape
+    for r in range(U):
         for k in range(K):
-            step = tau * D[j, k]
-            v = W[j, k] - step * GW[j, k]
+            step = tau * D[r, k]
+            v = W[r, k] - step * GW[r, k]
             t = max(abs(v) - step * lam, 0.0)
             x = t if v > 0.0 else (-t if v < 0.0 else 0.0)
-            Wt[j, k] = x
+            Wt[r, k] = x
             W2[r, k] = x
-            W2[r, K + k] = W[j, k]
+            W2[r, K + k] = W[r, k]
     return W2
 
 
@@ -283,40 +281,46 @@ def primal_update(
     a: float,
     c: float,
     halpern: bool,
-    rows: np.ndarray,
     Gt: np.ndarray,
+    rows: np.ndarray,
+    positions: np.ndarray,
+    values: np.ndarray,
 ) -> np.ndarray:
-    """After a pass, in one sweep over the rows `rows` of the M × K arrays (ascending; every
-    other row of every array is 0 and stays so): G̃ = Gsum/divisor into Gt (Gsum: len(rows) × K,
-    row r for row rows[r]); with `halpern`, the next iterate a(2x̃ − x) + c·x_a and
-    a(2G̃ − G) + c·G_a written over W and GW (plain: the next iterate is (x̃, G̃) itself and W, GW
-    are left as they are); and the sums the log and the restarts need, in the order of a sweep
-    over all of M × K (the rows left out add +0.0). Returns stats = [Σ (W − x̃)²/D,
-    ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃), ‖G̃‖∞] (D: the primal step scales, the zeros
-    left out; W and G before the update)."""
-    K = W.shape[1]
+    """After a pass, in one sweep over the U × K rows the iteration updates (compact, as
+    l1_primal_step's; the features left out are 0 and stay so): G̃ = Gsum/divisor into Gt; with
+    `halpern`, the next iterate a(2x̃ − x) + c·x_a and a(2G̃ − G) + c·G_a written over W and GW
+    (plain: the next iterate is (x̃, G̃) itself and W, GW are left as they are); and the sums
+    the log and the restarts need, in the order of a sweep over all of M × K (the features left
+    out add +0.0). Returns stats = [Σ (W − x̃)²/D, ‖x̃ − x̃_prev‖², ‖x̃‖², ‖G̃ − G‖², ‖G̃‖², nnz(x̃),
+    ‖G̃‖∞] (D: the primal step scales, the zeros left out; W and G before the update), and
+    writes x̃'s non-zero entries |x̃_jk| into values[:nnz] and their places j·K + k in the M × K
+    array (j = rows[r]) into positions[:nnz], in the sweep's order (both arrays hold U·K;
+    pairwise_sum of them is numpy's ‖x̃‖₁ of the M × K array: the logged g(x̃) of ℓ1)."""
+    U, K = W.shape
     moved = changed = norm2 = g_changed = g_norm2 = g_max = 0.0
     nnz = 0
-    for r in range(len(rows)):
-        j = rows[r]
+    for r in range(U):
         for k in range(K):
-            x = Wt[j, k]
+            x = Wt[r, k]
             g = Gsum[r, k] / divisor
-            Gt[j, k] = g
-            d = W[j, k] - x
-            if D[j, k] > 0.0:
-                moved += d * d / D[j, k]
-            d = x - Wt_prev[j, k]
+            Gt[r, k] = g
+            d = W[r, k] - x
+            if D[r, k] > 0.0:
+                moved += d * d / D[r, k]
+            d = x - Wt_prev[r, k]
             changed += d * d
             norm2 += x * x
-            d = g - GW[j, k]
+            d = g - GW[r, k]
             g_changed += d * d
             g_norm2 += g * g
-            nnz += x != 0.0
+            if x != 0.0:
+                positions[nnz] = rows[r] * K + k
+                values[nnz] = abs(x)
+                nnz += 1
             g_max = max(g_max, abs(g))
             if halpern:
-                W[j, k] = a * (2.0 * x - W[j, k]) + c * Wa[j, k]
-                GW[j, k] = a * (2.0 * g - GW[j, k]) + c * GWa[j, k]
+                W[r, k] = a * (2.0 * x - W[r, k]) + c * Wa[r, k]
+                GW[r, k] = a * (2.0 * g - GW[r, k]) + c * GWa[r, k]
     return np.array([moved, changed, norm2, g_changed, g_norm2, float(nnz), g_max])
 
 
@@ -324,14 +328,18 @@ def primal_update(
 
 
 @kernel(nogil=True)
-def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int) -> float:
-    """numpy's sum of a block of n ≤ 128 entries from `lo` (see _pairwise_sum)."""
+def _block_sum(
+    positions: np.ndarray, values: np.ndarray, lo: int, n: int, start: int, end: int, r: np.ndarray
+) -> float:
+    """numpy's sum of a block of n ≤ 128 entries from `lo` (see pairwise_sum); r: scratch for
+    its 8 accumulators (one array for the whole sum: a block allocated nothing)."""
     if n < 8:
         res = 0.0
         for p in range(start, end):
             res += values[p]
         return res
-    r = np.zeros(8)
+    for i in range(8):
+        r[i] = 0.0
     body = lo + n - n % 8
     p = start
     while p < end and positions[p] < body:
@@ -345,7 +353,7 @@ def _block_sum(positions: np.ndarray, values: np.ndarray, lo: int, n: int, start
 
 
 @kernel(nogil=True)
-def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) -> float:
+def pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int) -> float:
     """numpy's sum (its float64 add reduction of a contiguous array: 0.0 plus the pairwise sum,
     blocks of at most 128 entries summed by 8 accumulators as ((r0 + r1) + (r2 + r3)) + ((r4 +
     r5) + (r6 + r7)) and the rest of the block added in turn, longer ranges split at half rounded
@@ -355,6 +363,7 @@ def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int)
     non-zero entry sums to 0.0. The tree is walked with a stack (numba caches no recursion)."""
     frames = np.empty((128, 5), np.int64)  # lo, n, start, end, combine?; depth ≤ 2·log2(n)
     sums = np.empty(128)
+    accumulators = np.empty(8)
     depth = 0
     frames[0, 0], frames[0, 1], frames[0, 2], frames[0, 3], frames[0, 4] = 0, n, 0, count, 0
     top = 1
@@ -369,7 +378,7 @@ def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int)
             sums[depth] = 0.0
             depth += 1
         elif m <= 128:
-            sums[depth] = _block_sum(positions, values, lo, m, start, end)
+            sums[depth] = _block_sum(positions, values, lo, m, start, end, accumulators)
             depth += 1
         else:
             half = m // 2
@@ -390,51 +399,28 @@ def _pairwise_sum(positions: np.ndarray, values: np.ndarray, n: int, count: int)
 
 
 @kernel(nogil=True)
-def abs_sum(A: np.ndarray, rows: np.ndarray) -> float:
-    """np.abs(A).sum(), bitwise, for a C-ordered M × K array that is 0 outside the rows `rows`
-    (ascending), in time of the order of len(rows)·K (the logged ‖x̃‖₁)."""
-    K = A.shape[1]
-    count = 0
-    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
-        for k in range(K):
-            count += A[rows[r], k] != 0.0
-    positions = np.empty(count, np.int64)
-    values = np.empty(count)
-    count = 0
-    for r in range(len(rows)):
-        j = rows[r]
-        for k in range(K):
-            v = abs(A[j, k])
-            if v != 0.0:
-                positions[count] = j * K + k
-                values[count] = v
-                count += 1
-    return _pairwise_sum(positions, values, A.size, count)
-
-
-@kernel(nogil=True)
-def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray) -> float:
+def scaled_move(W: np.ndarray, Wa: np.ndarray, D: np.ndarray, rows: np.ndarray, n_features: int) -> float:
     """(d·(d/D)).sum() over the entries with D > 0 (the others 0), d = W − Wa, bitwise numpy's
-    sum of that M × K array, for W and Wa 0 outside the rows `rows` (ascending): the weights'
-    part of a restart's ‖D^−½Δx‖², in time of the order of len(rows)·K."""
+    sum of that n_features × K array, for compact W, Wa, D (U × K: the rows `rows`, ascending;
+    the other rows of W and Wa are 0): the weights' part of a restart's ‖D^−½Δx‖², in time of
+    the order of U·K."""
     K = W.shape[1]
     count = 0
-    for r in range(len(rows)):  # first the non-zeros' count: no array of len(rows)·K
-        j = rows[r]
+    for r in range(len(rows)):  # first the non-zeros' count: no array of U·K
         for k in range(K):
-            d = W[j, k] - Wa[j, k]
-            count += D[j, k] > 0.0 and d * (d / D[j, k]) != 0.0
+            d = W[r, k] - Wa[r, k]
+            count += D[r, k] > 0.0 and d * (d / D[r, k]) != 0.0
     positions = np.empty(count, np.int64)
     values = np.empty(count)
     count = 0
     for r in range(len(rows)):
         j = rows[r]
         for k in range(K):
-            d = W[j, k] - Wa[j, k]
-            if D[j, k] > 0.0:
-                v = d * (d / D[j, k])
+            d = W[r, k] - Wa[r, k]
+            if D[r, k] > 0.0:
+                v = d * (d / D[r, k])
                 if v != 0.0:
                     positions[count] = j * K + k
                     values[count] = v
                     count += 1
-    return _pairwise_sum(positions, values, W.size, count)
+    return pairwise_sum(positions, values, n_features * K, count)

@@ -267,9 +267,11 @@ def test_matches_dense_transcription_of_algorithm_1(wine, preconditioning):
 
 def test_fused_kernels_match_numpy():
     """The fused pass kernels against a plain numpy transcription: the chunk step (scores at
-    [x⁺ x] from the CSR rows, simplex step, adjoint, the residual's dual parts) and the
-    driver's sweeps (ℓ1 prox with [x⁺ x], the Halpern update and its logged norms)."""
-    from streamfit.solvers.fbpd_kernels import l1_primal_step, primal_update, regularized_chunk_step
+    [x⁺ x] from the CSR rows, simplex step, adjoint, the residual's dual parts; columns spread
+    over a wider numbering and renumbered by `_renumbered`: bitwise the same) and the driver's
+    sweeps (ℓ1 prox with [x⁺ x], the Halpern update, its logged norms and x̃'s non-zeros, on
+    every row and on the compact used rows)."""
+    from streamfit.solvers.fbpd_kernels import l1_primal_step, pairwise_sum, primal_update, regularized_chunk_step
 
     rng = np.random.default_rng(3)
     n, M, K = 40, 25, 4
@@ -281,6 +283,15 @@ def test_fused_kernels_match_numpy():
     Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
         X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, False
     )
+    spread = np.sort(rng.choice(10 * M, M, replace=False))  # column j of X is column spread[j] of Xs
+    Xs = sp.csr_matrix((X.data, spread[X.indices].astype(np.int32), X.indptr), shape=(n, 10 * M))
+    position = np.zeros(10 * M, np.int32)
+    position[spread] = np.arange(M, dtype=np.int32)
+    GWs, Gbs = np.zeros((M, K)), np.zeros(K)
+    Xr = fb._renumbered(Xs, position, M)
+    renumbered = regularized_chunk_step(Xr.indptr, Xr.indices, Xr.data, z, Y, W2, b2, step, GWs, Gbs, False)
+    assert renumbered[0].tobytes() == Yt.tobytes() and renumbered[1:6] == (hinge, r_dot, correct, move, coupling)
+    assert GWs.tobytes() == GW.tobytes() and Gbs.tobytes() == Gb.tobytes()
     S = np.asarray(X.astype(np.float64) @ W2) + b2
     rows = np.arange(n)
     new, old = S[:, :K] - S[rows, z][:, None], S[:, K:] - S[rows, K + z][:, None]
@@ -299,23 +310,22 @@ def test_fused_kernels_match_numpy():
     assert coupling == pytest.approx(((Y - ref) * (old - new)).sum(), rel=1e-10)
 
     W, G, tau, weight = rng.standard_normal((M, K)), rng.standard_normal((M, K)), 0.3, 0.2
-    rows = np.arange(M)
     Wt = np.zeros((M, K))
-    W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, rows, Wt)
+    W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, Wt, np.empty((M, 2 * K)))
     V = W - tau * G
     np.testing.assert_array_equal(Wt, np.sign(V) * np.maximum(np.abs(V) - weight, 0.0))
     np.testing.assert_array_equal(W2, np.hstack([Wt, W]))
-    used = np.array([2, 3, 11, 24])  # the other rows of W and G 0: x̃ 0 there, W2 the used rows
-    W_used, G_used = (np.where(np.isin(rows, used)[:, None], A, 0.0) for A in (W, G))
-    Wt_used = np.zeros((M, K))
-    W2_used = l1_primal_step(W_used, G_used, np.ones((M, K)), tau, weight / tau, used, Wt_used)
-    np.testing.assert_array_equal(Wt_used, np.where(np.isin(rows, used)[:, None], Wt, 0.0))
-    np.testing.assert_array_equal(W2_used, np.hstack([Wt, W])[used])
     Wa, Ga, Wp, Gsum = (rng.standard_normal((M, K)) for _ in range(4))
     a, c = 0.75, 0.25
+    positions, values = np.empty(M * K, np.int64), np.empty(M * K)
     for halpern in (True, False):
         Gt, Wn, Gn = np.zeros((M, K)), W.copy(), G.copy()  # W, G: updated in place
-        stats = primal_update(Wt, Wn, Wa, Gsum, 4.0, Gn, Ga, Wp, np.ones((M, K)), a, c, halpern, rows, Gt)
+        stats = primal_update(
+            Wt, Wn, Wa, Gsum, 4.0, Gn, Ga, Wp, np.ones((M, K)), a, c, halpern, Gt, np.arange(M), positions, values
+        )
+        nnz = int(stats[5])
+        np.testing.assert_array_equal(positions[:nnz], np.flatnonzero(Wt))
+        np.testing.assert_array_equal(values[:nnz], np.abs(Wt.ravel()[positions[:nnz]]))
         np.testing.assert_allclose(Gt, Gsum / 4.0, rtol=1e-15)
         np.testing.assert_allclose(Wn, a * (2 * Wt - W) + c * Wa if halpern else W, rtol=1e-13)
         np.testing.assert_allclose(Gn, a * (2 * Gt - G) + c * Ga if halpern else G, rtol=1e-13)
@@ -332,27 +342,55 @@ def test_fused_kernels_match_numpy():
             ],
             rtol=1e-12,
         )
-    # on the rows `used` of arrays that are 0 elsewhere, bitwise the sweep over every row
+    # on the compact rows `used` of arrays that are 0 elsewhere, bitwise the sweep over every row
+    rows, used = np.arange(M), np.array([2, 3, 11, 24])
     others = ~np.isin(rows, used)
     Wt, W, Wa, Gsum, G, Ga, Wp = (np.where(others[:, None], 0.0, A) for A in (Wt, W, Wa, Gsum, G, Ga, Wp))
+    every_Wt, only_Wt, ones = np.zeros((M, K)), np.zeros((len(used), K)), np.ones((len(used), K))
+    W2 = l1_primal_step(W, G, np.ones((M, K)), tau, weight / tau, every_Wt, np.empty((M, 2 * K)))
+    W2_used = l1_primal_step(W[used], G[used], ones, tau, weight / tau, only_Wt, np.empty((len(used), 2 * K)))
+    assert W2[used].tobytes() == W2_used.tobytes()
+    assert every_Wt[used].tobytes() == only_Wt.tobytes() and not every_Wt[others].any()
     for halpern in (True, False):
-        every, only = ([np.zeros((M, K)), W.copy(), G.copy()] for _ in range(2))  # Gt, W, G
+        every = [np.zeros((M, K)), W.copy(), G.copy()]  # Gt, W, G
+        only = [np.zeros((len(used), K)), W[used], G[used]]
+        every_nz, only_nz = (np.empty(M * K, np.int64), np.empty(M * K)), (np.empty(M * K, np.int64), np.empty(M * K))
         every.append(
-            primal_update(Wt, every[1], Wa, Gsum, 4.0, every[2], Ga, Wp, np.ones((M, K)), a, c, halpern, rows, every[0])
+            primal_update(
+                Wt, every[1], Wa, Gsum, 4.0, every[2], Ga, Wp, np.ones((M, K)), a, c, halpern, every[0], rows, *every_nz
+            )
         )
         only.append(
             primal_update(
-                Wt, only[1], Wa, Gsum[used], 4.0, only[2], Ga, Wp, np.ones((M, K)), a, c, halpern, used, only[0]
+                Wt[used],
+                only[1],
+                Wa[used],
+                Gsum[used],
+                4.0,
+                only[2],
+                Ga[used],
+                Wp[used],
+                ones,
+                a,
+                c,
+                halpern,
+                only[0],
+                used,
+                *only_nz,
             )
         )
-        assert [x.tobytes() for x in every] == [x.tobytes() for x in only]
+        assert [x[used].tobytes() for x in every[:3]] + [every[3].tobytes()] == [x.tobytes() for x in only]
+        assert not any(x[others].any() for x in every[:3])
+        nnz = int(only[3][5])
+        assert [x[:nnz].tobytes() for x in every_nz] == [x[:nnz].tobytes() for x in only_nz]
+        assert pairwise_sum(*only_nz, M * K, nnz) == float(np.abs(Wt).sum())
 
 
 def test_sums_from_the_rows_are_numpys():
-    """abs_sum and scaled_move, from the non-zero entries of the rows, are bitwise numpy's sums
-    over the whole M × K arrays (its pairwise grouping depends on the length, not on the zeros):
+    """pairwise_sum (of ‖x̃‖₁'s non-zeros) and scaled_move, from the non-zero entries of the
+    compact rows, are bitwise numpy's sums over the whole M × K arrays (its pairwise grouping depends on the length, not on the zeros):
     lengths below one block of 128 to many, rows dense and sparse, D with zeros."""
-    from streamfit.solvers.fbpd_kernels import abs_sum, scaled_move
+    from streamfit.solvers.fbpd_kernels import pairwise_sum, scaled_move
 
     rng = np.random.default_rng(4)
     for M, K, share in [(3, 2, 1.0), (50, 3, 0.5), (997, 7, 0.1), (20_000, 19, 0.12), (40_000, 8, 1.0)]:
@@ -362,8 +400,10 @@ def test_sums_from_the_rows_are_numpys():
         Wa[rows] = rng.standard_normal((len(rows), K)) * (rng.random((len(rows), K)) < 0.5)
         D = np.where(rng.random((M, K)) < 0.1, 0.0, rng.random((M, K)))
         d = W - Wa
-        assert abs_sum(W, rows) == float(np.abs(W).sum())
-        assert scaled_move(W, Wa, D, rows) == float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
+        places = np.flatnonzero(W)
+        assert pairwise_sum(places, np.abs(W.ravel()[places]), W.size, len(places)) == float(np.abs(W).sum())
+        expected = float((d * np.divide(d, D, out=np.zeros_like(d), where=D > 0)).sum())
+        assert scaled_move(W[rows], Wa[rows], D[rows], rows, M) == expected
 
 
 def test_l1_regularized_matches_linprog(wine):
@@ -454,22 +494,23 @@ def test_unused_columns_skipped_bitwise(monkeypatch, params):
     X = np.zeros((len(z), M))
     X[:, np.random.default_rng(5).choice(M, 40, replace=False)] = X_used
     source = memory_source(X, z, chunk_rows=32)
-    set_rows, counts = fb.FBPDSolver.set_rows, []
+    used_rows, counts = fb.FBPDSolver.used_rows, []
 
-    def counted(self, ctx, state):
-        set_rows(self, ctx, state)
-        counts.append(len(self.rows))
+    def counted(self, ctx, mu):
+        rows = used_rows(self, ctx, mu)
+        counts.append(len(rows))
+        return rows
 
-    def every_row(self, ctx, state):
-        self.rows, self.position = np.arange(M), np.arange(M, dtype=np.int32)
+    def every_row(self, ctx, mu):
+        return np.arange(M, dtype=np.int64)
 
-    monkeypatch.setattr(fb.FBPDSolver, "set_rows", counted)
+    monkeypatch.setattr(fb.FBPDSolver, "used_rows", counted)
     model, log = fit(source, **params)
     used = np.flatnonzero(X.any(axis=0))  # 35 of the 40: some never occur in 90 rows
     if "group_size" in params:  # every column of a block with a used column
         used = np.flatnonzero(np.isin(np.arange(M) // 4, used // 4))
     assert counts[0] == len(used) < M / 2
-    monkeypatch.setattr(fb.FBPDSolver, "set_rows", every_row)
+    monkeypatch.setattr(fb.FBPDSolver, "used_rows", every_row)
     reference, reference_log = fit(source, **params)
     for name, array in reference._arrays().items():
         assert np.ascontiguousarray(model._arrays()[name]).tobytes() == np.ascontiguousarray(array).tobytes(), name
