@@ -9,6 +9,7 @@ import pytest
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
 from streamfit.errors import ConfigError, OutputError, StoreError, StreamfitError, TimeLimitReached
+from streamfit.model import load_model
 from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
@@ -354,3 +355,19 @@ def test_a_model_without_a_non_zero_weight_is_warned_of(digits_store, tmp_path, 
     with caplog.at_level("WARNING", logger="streamfit.train"):
         fitted = train(digits_store, "ppdsparse", str(tmp_path / "fitted"), {}, n_workers=0, progress=False)
     assert fitted.nonzero_weights() > 0 and not any("every weight" in m for m in caplog.messages)
+
+
+def test_a_declared_class_without_training_rows_is_recorded_and_never_predicted(digits, write_store, tmp_path):
+    """A store whose classes name one that no row holds (ingest --classes, an ARFF header):
+    the driver counts each class's rows in one pass over the store's chunks, and the model
+    records the class, so predict and evaluate never give it (Model.ranking_scores)."""
+    from streamfit.metrics import evaluate
+
+    X, y, classes = digits
+    store = write_store(X, y, classes + ["spare"], chunk_rows=400)
+    model = _train(store, tmp_path / "run")
+    assert model.classes_without_rows == ["spare"]
+    loaded = load_model(str(tmp_path / "run"))
+    assert loaded.classes_without_rows == ["spare"]
+    assert "spare" not in loaded.predict(X)
+    assert evaluate(loaded, open_store(store))["accuracy"] == (loaded.predict(X) == np.array(classes)[y]).mean()
