@@ -371,3 +371,19 @@ def test_a_declared_class_without_training_rows_is_recorded_and_never_predicted(
     assert loaded.classes_without_rows == ["spare"]
     assert "spare" not in loaded.predict(X)
     assert evaluate(loaded, open_store(store))["accuracy"] == (loaded.predict(X) == np.array(classes)[y]).mean()
+
+
+def test_a_store_of_one_chunk_trains_in_process_under_auto(digits, write_store, tmp_path, monkeypatch, caplog):
+    """Above the small-store threshold, a store of one chunk still trains in this process under
+    `auto`: each pass is one task, which a cluster's workers cannot share (qa29: 20 Newsgroups,
+    11 314 rows in one chunk, 3–8× slower on two workers). Four chunks start the cluster."""
+    X, y, classes = digits
+    one, four = write_store(X, y, classes, chunk_rows=2000), write_store(X, y, classes)
+    _no_cluster(monkeypatch)
+    with caplog.at_level("INFO", logger="streamfit.train"):
+        train(one, "stagewise", str(tmp_path / "one"), PARAMS, progress=False)
+    assert "running in this process (a store of one chunk)" in caplog.text
+    with open(tmp_path / "one" / "run.json") as f:
+        assert json.load(f)["engine"] == "inprocess"
+    with pytest.raises(_ClusterStarted, match="local"):
+        train(four, "stagewise", str(tmp_path / "four"), PARAMS, progress=False)
