@@ -268,8 +268,8 @@ SCALE_SPREAD = 10.0
 
 
 def class_rows(source: ChunkSource, engine: Engine) -> np.ndarray | None:
-    """The training rows of each class (n_classes,) of a multiclass source (one pass of its
-    labels; an in-memory source's are counted directly), None for a multilabel or regression
+    """The training rows of each class (n_classes,) of a multiclass source (one pass over its
+    chunks, each decoded once more; an in-memory source's labels are counted directly), None for a multilabel or regression
     source or one without rows. A class with 0 rows (declared by ingest --classes or an ARFF
     header) is left out of the model's decision (Model.set_classes_without_rows)."""
     from streamfit.store import InMemoryStore
@@ -282,8 +282,12 @@ def class_rows(source: ChunkSource, engine: Engine) -> np.ndarray | None:
 
 
 def _class_rows_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
-    """The chunk's rows per class (n_classes,)."""
-    return np.bincount(source.read_chunk(chunk_id).labels, minlength=source.n_classes)
+    """The chunk's rows per class (n_classes,), read past a store's cache of decoded chunks (a
+    solver that never rereads the store, multiboost, keeps that cache empty)."""
+    from streamfit.store import Store
+
+    chunk = source.read_chunk(chunk_id, cache=False) if isinstance(source, Store) else source.read_chunk(chunk_id)
+    return np.bincount(chunk.labels, minlength=source.n_classes)
 
 
 def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
