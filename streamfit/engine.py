@@ -127,17 +127,21 @@ TASKS_PER_THREAD = 2
 SUM_LEVELS = 2
 
 
-def auto_mode(scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int, uses_workers: bool = True) -> str:
+def auto_mode(
+    scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int, n_chunks: int, uses_workers: bool = True
+) -> str:
     """The engine mode of a train run: "remote" with a scheduler address, "inprocess" for
     n_workers == 0, "local" (an embedded cluster) for n_workers >= 1; with neither given
     (`auto`), "inprocess" when the solver's fit runs no tasks on workers (`uses_workers` False,
-    Solver.uses_workers), nnz × n_classes <= AUTO_INPROCESS_WORK, or the machine has one core,
-    else "local"."""
+    Solver.uses_workers), nnz × n_classes <= AUTO_INPROCESS_WORK, the store has one chunk (each
+    pass is then one task, which one worker runs while the others wait: 20 Newsgroups' 11 314
+    rows trained 3–8× slower on two workers, with 2.6–3× the memory, to the same model;
+    docs/benchmarks.md, qa29), or the machine has one core, else "local"."""
     if scheduler:
         return "remote"
     if n_workers is not None:
         return "inprocess" if n_workers == 0 else "local"
-    small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK
+    small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK or n_chunks <= 1
     return "inprocess" if not uses_workers or small or (os.cpu_count() or 1) == 1 else "local"
 
 

@@ -7,6 +7,10 @@ class StreamfitError(Exception):
     """Base class: the CLI prints these as one clean message and exits with status 2."""
 
 
+# an input that yields no record: an empty file, or a delimited file's header row alone
+NO_RECORDS = "no records found: the input is empty, or holds a header row alone"
+
+
 class InputError(StreamfitError):
     """A source record that cannot be read: names the file, the line or row group, and the fix."""
 

@@ -601,7 +601,7 @@ class _SolverClassifier(_SolverEstimator):
             dtype = getattr(self, "_y_dtype", np.int8)  # int8: an estimator pickled before fit recorded the dtype
             indicator = model.predict(X).astype(dtype, copy=False)
             return sp.csr_matrix(indicator) if getattr(self, "_sparse_output", False) else indicator
-        return self.classes_[np.argmax(model.decision_function(X), axis=1)]
+        return self.classes_[model.top_class(model.decision_function(X))]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """(labels, scores) of the k best classes per row, best first."""

@@ -226,7 +226,7 @@ def chunk_sums(source, i: int, *, model, threshold: float) -> MetricAccumulator 
         reg.update(S, c.labels)
         return reg
     acc = MetricAccumulator(len(model.classes_), model.multilabel, threshold)
-    acc.update(S, c.labels, model.probabilities(S))
+    acc.update(model.ranking_scores(S), c.labels, model.probabilities(S))  # the model's multiclass decision
     return acc
 
 

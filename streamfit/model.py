@@ -12,7 +12,10 @@ features (one empty row must score to 1 × n_classes and rank). Version 1 had no
 `LinearModel` (scores = X Wᵀ + b) is the common one.
 
 The decision rule is stated in the model (model.json's `decision`): multiclass, the top-scored
-class; multilabel, every label whose score is > `decision_threshold`. A kind's default threshold
+class among those with training rows (a class that a store declares and no training row holds,
+model.json's `classes_without_rows`, is ranked below every other: its score is its offset alone,
+which no row's term bounded; see `Model.ranking_scores`); multilabel, every label whose score
+is > `decision_threshold`. A kind's default threshold
 (`Model.default_threshold`) follows what its scores are: 0 for margins (linear models, logits),
 0.5 for scores that estimate probabilities (stagewise's identity link, fitted to 0/1 targets).
 `Model.predict`, `streamfit.metrics.evaluate`, `streamfit predict` and the estimators all
@@ -210,6 +213,7 @@ class Model:
         idf: np.ndarray | None = None,
         decision_threshold: float | None = None,
         class_dtype: str | None = None,
+        classes_without_rows: list[str] | None = None,
     ):
         # the classes' names (strings: stores, model.json, the CLI's outputs) and, where the model
         # records the labels' type (an estimator fitted on ints, floats or bools), the labels
@@ -227,12 +231,51 @@ class Model:
         self.idf = idf  # the featurizer's IDF weights, when the training store had them
         # multilabel: a label is on when its score is > decision_threshold (see `decide`)
         self.decision_threshold = self.default_threshold() if decision_threshold is None else float(decision_threshold)
+        self.set_classes_without_rows(classes_without_rows or [])
 
     def __setstate__(self, state: dict) -> None:
-        """Unpickling: a model pickled before models recorded the labels' type has string names only."""
+        """Unpickling: a model pickled before models recorded the labels' type has string names
+        only, and one pickled before they recorded the classes without rows ranks every class."""
         state.setdefault("class_names", state["classes_"])
         state.setdefault("class_dtype", None)
+        state.setdefault("classes_without_rows", [])
         self.__dict__.update(state)
+
+    def set_classes_without_rows(self, names: list[str]) -> None:
+        """Record the classes that no training row holds (multiclass; names from class_names):
+        the multiclass decision and top-k rank them below every class with rows. ValueError
+        for a name that is not a class, or for every class."""
+        names = [str(c) for c in names]
+        unknown = sorted(set(names) - set(self.class_names.tolist()))
+        if unknown:
+            raise ValueError(f"classes without rows {unknown!r:.80} are not among the model's classes")
+        if names and len(set(names)) >= len(self.class_names):
+            raise ValueError("every class is without training rows")
+        self.classes_without_rows = [c for c in self.class_names.tolist() if c in set(names)]
+
+    def ranking_scores(self, S: np.ndarray) -> np.ndarray:
+        """The scores S (n × k) that the multiclass decision and top-k rank: S itself, except that
+        the classes without training rows score -inf (a copy then), so that the top class is
+        always one the training rows held. Multilabel and regression scores are returned as
+        they are (a label never on in training is decided by the threshold like any other)."""
+        unranked = self.unranked_classes()
+        if not unranked.size:
+            return S
+        S = np.array(S, dtype=np.float64)
+        S[:, unranked] = -np.inf
+        return S
+
+    def unranked_classes(self) -> np.ndarray:
+        """The indices of the classes that `ranking_scores` puts last: a multiclass model's
+        classes without training rows (int64, ascending; empty for other models)."""
+        if self.multilabel or self.regression:
+            return np.zeros(0, np.int64)
+        return np.flatnonzero(np.isin(self.class_names, self.classes_without_rows))
+
+    def top_class(self, S: np.ndarray) -> np.ndarray:
+        """The multiclass decision on scores S (n × k): each row's class index (n,) of the best
+        ranking score (`ranking_scores`)."""
+        return np.argmax(self.ranking_scores(S), axis=1)
 
     def set_class_dtype(self, dtype) -> None:
         """Record that the classes are labels of `dtype` (numpy bool, integer or float; an estimator's
@@ -308,18 +351,19 @@ class Model:
             return S[:, 0] if S.shape[1] == 1 else S
         if self.multilabel:
             return decide(S, self.decision_threshold if threshold is None else threshold).astype(np.int8)
-        return self.classes_[np.argmax(S, axis=1)]
+        return self.classes_[self.top_class(S)]
 
     def predict_topk(self, X, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """(class indices, scores) of the k best classes per row, best first."""
         return self.top_k(self.decision_function(X), k)
 
-    @staticmethod
-    def top_k(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """(class indices, scores) of the k best scores of each row of S, best first."""
+    def top_k(self, S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(class indices, scores) of the k best classes of each row of S, best first, ranked by
+        `ranking_scores` (classes without training rows last); the scores are S's."""
+        R = self.ranking_scores(S)
         k = min(k, S.shape[1])
-        top = np.argpartition(-S, k - 1, axis=1)[:, :k]
-        order = np.argsort(-np.take_along_axis(S, top, axis=1), axis=1, kind="stable")
+        top = np.argpartition(-R, k - 1, axis=1)[:, :k]
+        order = np.argsort(-np.take_along_axis(R, top, axis=1), axis=1, kind="stable")
         top = np.take_along_axis(top, order, axis=1)
         return top, np.take_along_axis(S, top, axis=1)
 
@@ -356,6 +400,7 @@ class Model:
             "kind": self.kind,
             "classes": self.class_names.tolist(),
             **({} if self.class_dtype is None else {"class_dtype": self.class_dtype}),
+            **({"classes_without_rows": self.classes_without_rows} if self.classes_without_rows else {}),
             "n_features": self.n_features,
             "multilabel": self.multilabel,
             "regression": self.regression,
@@ -499,6 +544,10 @@ def _is_class_dtype(v) -> bool:
 
 _OPTIONAL_RECORD_RULES = {  # model.json fields written only where they apply
     "class_dtype": (_is_class_dtype, "a numpy bool, integer or float dtype such as '<i8' (the labels' type)"),
+    "classes_without_rows": (
+        lambda v: isinstance(v, list) and v and all(isinstance(c, str) for c in v),
+        "a non-empty list of class names (the classes no training row held)",
+    ),
 }
 
 
@@ -607,6 +656,7 @@ def load_model(path: str) -> Model:
     common["idf"] = arrays.pop("featurizer_idf", None)
     common["decision_threshold"] = record["decision"]["threshold"]
     common["class_dtype"] = record.get("class_dtype")
+    common["classes_without_rows"] = record.get("classes_without_rows")
     if common["idf"] is not None and common["idf"].shape != (record["n_features"],):
         raise StreamfitError(
             f"{arrays_path}: featurizer_idf has shape {common['idf'].shape}, expected ({record['n_features']},); {RETRAIN}"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamfit.errors import InputError, StreamfitError, output_error
+from streamfit.errors import NO_RECORDS, InputError, StreamfitError, output_error
 from streamfit.model import Model, check_scoring_options, decide
 
 if TYPE_CHECKING:
@@ -501,7 +501,7 @@ def _write_file(target, layout: _Layout, pieces: Iterator[_Piece], source: str) 
                 f.flush()
                 os.fsync(f.fileno())
         if n == 0:
-            raise InputError(source, "no records found: the input is empty", "give it data to score")
+            raise InputError(source, NO_RECORDS, "give it data to score")
         target.publish_file(tmp)
     except OSError as e:
         _remove(tmp)
@@ -528,7 +528,7 @@ def _write_parts(attempt, layout: _Layout, pieces: Iterator[_Piece], source: str
             entries.append({"name": name, "rows": piece.rows, "bytes": piece.size, "sha256": piece.sha256})
         n = sum(int(e["rows"]) for e in entries)
         if n == 0:
-            raise InputError(source, "no records found: the input is empty", "give it data to score")
+            raise InputError(source, NO_RECORDS, "give it data to score")
         manifest = {
             "format": PARTS_FORMAT,
             "kind": layout.kind.lstrip("."),

@@ -379,9 +379,17 @@ def _train_locked(
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
     uses_workers = fitter.uses_workers(store)
-    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, uses_workers)
+    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, store.n_chunks, uses_workers)
     if mode == "inprocess":
-        why = "--n-workers 0" if n_workers == 0 else "a small store" if uses_workers else f"{solver} fits in the driver"
+        why = (
+            "--n-workers 0"
+            if n_workers == 0
+            else f"{solver} fits in the driver"
+            if not uses_workers
+            else "a store of one chunk"
+            if store.n_chunks <= 1
+            else "a small store"
+        )
         log.info("running in this process (%s)", why)
     record = {
         "solver": solver,

@@ -647,18 +647,21 @@ def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(mon
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     small, large = AUTO_INPROCESS_WORK // 10, AUTO_INPROCESS_WORK // 10 + 1  # × 10 classes
-    assert auto_mode(None, None, small, 10) == "inprocess"
-    assert auto_mode(None, None, large, 10) == "local"
-    assert auto_mode(None, 2, small, 10) == "local"  # --n-workers 2: a cluster even for a small store
-    assert auto_mode(None, 0, large, 10) == "inprocess"
-    assert auto_mode("tcp://127.0.0.1:8786", None, small, 10) == "remote"
+    assert auto_mode(None, None, small, 10, 4) == "inprocess"
+    assert auto_mode(None, None, large, 10, 4) == "local"
+    assert auto_mode(None, 2, small, 10, 4) == "local"  # --n-workers 2: a cluster even for a small store
+    assert auto_mode(None, 0, large, 10, 4) == "inprocess"
+    assert auto_mode("tcp://127.0.0.1:8786", None, small, 10, 4) == "remote"
     # a fit in the driver (bcd's memory mode): no cluster under auto, whatever the size...
-    assert auto_mode(None, None, large, 10, uses_workers=False) == "inprocess"
+    assert auto_mode(None, None, large, 10, 4, uses_workers=False) == "inprocess"
     # ...unless one is asked for
-    assert auto_mode(None, 2, large, 10, uses_workers=False) == "local"
-    assert auto_mode("tcp://127.0.0.1:8786", None, large, 10, uses_workers=False) == "remote"
+    assert auto_mode(None, 2, large, 10, 4, uses_workers=False) == "local"
+    assert auto_mode("tcp://127.0.0.1:8786", None, large, 10, 4, uses_workers=False) == "remote"
+    # a store of one chunk: each pass is one task, which a cluster cannot share (qa29)
+    assert auto_mode(None, None, large, 10, 1) == "inprocess"
+    assert auto_mode(None, 2, large, 10, 1) == "local"
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert auto_mode(None, None, large, 10) == "inprocess"  # one core: a cluster only adds its start-up
+    assert auto_mode(None, None, large, 10, 4) == "inprocess"  # one core: a cluster only adds its start-up
 
 
 def forked_worker_facts(source, i, v):

@@ -366,3 +366,41 @@ def test_rows_made_otherwise_than_the_training_rows_are_refused(tmp_path):
         ):
             train(str(tmp_path / "train.zarr"), "stagewise", str(tmp_path / "v"), valid=path, n_workers=0)
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "v").exists()
+
+
+def test_a_class_without_training_rows_is_never_the_decision(tmp_path):
+    """Class 'spare' had no training rows; its offset (5) beats the other classes' scores on
+    every row, so a bare argmax would predict it everywhere. Predict, top-k, evaluate and a saved
+    and loaded model rank it last instead, with its score as it is."""
+    from streamfit.metrics import evaluate
+
+    classes = ["a", "b", "spare"]
+    model = LinearModel(
+        np.array([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]),
+        np.array([0.0, 0.0, 5.0]),
+        classes=classes,
+        n_features=2,
+        classes_without_rows=["spare"],
+    )
+    X = np.array([[1.0, 0.0], [0.0, 2.0], [0.5, 0.1]])
+    S = model.decision_function(X)
+    assert (S.argmax(axis=1) == 2).all()
+    assert model.predict(X).tolist() == ["a", "b", "a"]
+    top, scores = model.predict_topk(X, 3)
+    assert top.tolist() == [[0, 1, 2], [1, 0, 2], [0, 1, 2]]
+    np.testing.assert_array_equal(scores[:, 2], 5.0)
+    store = InMemoryStore(sp.csr_matrix(X), np.array([0, 1, 0], np.int32), classes)
+    assert evaluate(model, store)["accuracy"] == 1.0
+    model.save(str(tmp_path / "m"))
+    record = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert record["classes_without_rows"] == ["spare"]
+    loaded = load_model(str(tmp_path / "m"))
+    assert loaded.classes_without_rows == ["spare"]
+    assert loaded.predict(X).tolist() == ["a", "b", "a"]
+    # a model whose every class had rows writes no such field, and ranks by the scores alone
+    model.set_classes_without_rows([])
+    assert model.predict(X).tolist() == ["spare"] * 3
+    model.save(str(tmp_path / "m2"))
+    assert "classes_without_rows" not in json.loads((tmp_path / "m2" / "model.json").read_text())
+    with pytest.raises(ValueError, match="not among the model's classes"):
+        model.set_classes_without_rows(["c"])

@@ -9,6 +9,7 @@ import pytest
 from streamfit.checkpoint import CheckpointError
 from streamfit.config import load_pipeline, load_train_config
 from streamfit.errors import ConfigError, OutputError, StoreError, StreamfitError, TimeLimitReached
+from streamfit.model import load_model
 from streamfit.store import open_store
 from streamfit.train import _lock_run_dir, train
 
@@ -354,3 +355,35 @@ def test_a_model_without_a_non_zero_weight_is_warned_of(digits_store, tmp_path, 
     with caplog.at_level("WARNING", logger="streamfit.train"):
         fitted = train(digits_store, "ppdsparse", str(tmp_path / "fitted"), {}, n_workers=0, progress=False)
     assert fitted.nonzero_weights() > 0 and not any("every weight" in m for m in caplog.messages)
+
+
+def test_a_declared_class_without_training_rows_is_recorded_and_never_predicted(digits, write_store, tmp_path):
+    """A store whose classes name one that no row holds (ingest --classes, an ARFF header):
+    the driver counts each class's rows in one pass over the store's chunks, and the model
+    records the class, so predict and evaluate never give it (Model.ranking_scores)."""
+    from streamfit.metrics import evaluate
+
+    X, y, classes = digits
+    store = write_store(X, y, classes + ["spare"], chunk_rows=400)
+    model = _train(store, tmp_path / "run")
+    assert model.classes_without_rows == ["spare"]
+    loaded = load_model(str(tmp_path / "run"))
+    assert loaded.classes_without_rows == ["spare"]
+    assert "spare" not in loaded.predict(X)
+    assert evaluate(loaded, open_store(store))["accuracy"] == (loaded.predict(X) == np.array(classes)[y]).mean()
+
+
+def test_a_store_of_one_chunk_trains_in_process_under_auto(digits, write_store, tmp_path, monkeypatch, caplog):
+    """Above the small-store threshold, a store of one chunk still trains in this process under
+    `auto`: each pass is one task, which a cluster's workers cannot share (qa29: 20 Newsgroups,
+    11 314 rows in one chunk, 3–8× slower on two workers). Four chunks start the cluster."""
+    X, y, classes = digits
+    one, four = write_store(X, y, classes, chunk_rows=2000), write_store(X, y, classes)
+    _no_cluster(monkeypatch)
+    with caplog.at_level("INFO", logger="streamfit.train"):
+        train(one, "stagewise", str(tmp_path / "one"), PARAMS, progress=False)
+    assert "running in this process (a store of one chunk)" in caplog.text
+    with open(tmp_path / "one" / "run.json") as f:
+        assert json.load(f)["engine"] == "inprocess"
+    with pytest.raises(_ClusterStarted, match="local"):
+        train(four, "stagewise", str(tmp_path / "four"), PARAMS, progress=False)

@@ -1,7 +1,8 @@
 """Each solver on a store with a class that no row holds (an ARFF header's label never on, or a
 `--classes` value never seen): whether it trains, whether its scores are finite, how the empty
-class scores, and (multiclass) how many rows it wins. Issue 20, item 6 (docs/benchmarks.md,
-"ARFF classes from the header").
+class scores, and (multiclass) how many rows predict gives it, beside how many rows its bare
+score tops (the decision ranks a class without rows last since session 28: Model.ranking_scores).
+Issue 20, item 6 (docs/benchmarks.md, "ARFF classes from the header").
 
     OPENBLAS_NUM_THREADS=1 python tools/check_empty_class.py
 
@@ -46,6 +47,7 @@ def main() -> None:
                 line += f"{spare.min():+.3f} .. {spare.max():+.3f}"
                 if kind == "multiclass":
                     line += f"  rows predicted spare {int((model.predict(X) == 'spare').sum())}"
+                    line += f" (top bare score {int((S.argmax(axis=1) == 3).sum())})"
                 else:
                     line += f"  threshold {model.decision_threshold:+.3f}"
                 print(line)

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from streamfit import shutdown, storage
 from streamfit.engine import WORKER_TIMEOUT
-from streamfit.errors import ConfigError, InputError, StoreError, StreamfitError
+from streamfit.errors import NO_RECORDS, ConfigError, InputError, StoreError, StreamfitError
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
@@ -912,7 +912,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
                     f"{where}: {problem})",
                     "ingest again with --on-bad-record error to stop at the first one with its fix",
                 )
-            raise InputError(", ".join(o.inputs), "no records found: the input is empty", "give it data to ingest")
+            raise InputError(", ".join(o.inputs), NO_RECORDS, "give it data to ingest")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
             "paths": [storage.public(p) for p in o.inputs],

@@ -147,6 +147,7 @@ class Context:
     engine: Engine
     chunk_state: ChunkState
     valid: ChunkSource | None = None  # the validation store (train --valid) for a solver that reads it (reads_valid)
+    class_rows: np.ndarray | None = None  # multiclass: the training rows of each class (class_rows); else None
 
 
 StateT = TypeVar("StateT", bound=SolverState)
@@ -264,6 +265,29 @@ LOW_DIM_MAX_COLUMNS = (
 LOW_DIM_MIN_DENSITY = 0.1  # ... and this share of them non-zero per row on average, at least
 # standardize="auto": standardized columns where max s_j / min s_j exceeds this (100 until session 26)
 SCALE_SPREAD = 10.0
+
+
+def class_rows(source: ChunkSource, engine: Engine) -> np.ndarray | None:
+    """The training rows of each class (n_classes,) of a multiclass source (one pass over its
+    chunks, each decoded once more; an in-memory source's labels are counted directly), None for a multilabel or regression
+    source or one without rows. A class with 0 rows (declared by ingest --classes or an ARFF
+    header) is left out of the model's decision (Model.set_classes_without_rows)."""
+    from streamfit.store import InMemoryStore
+
+    if source.multilabel or source.regression or source.n_chunks == 0:
+        return None
+    if isinstance(source, InMemoryStore):
+        return np.bincount(source.labels, minlength=source.n_classes)
+    return engine.map_reduce(_class_rows_task, source, range(source.n_chunks), desc="classes")
+
+
+def _class_rows_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
+    """The chunk's rows per class (n_classes,), read past a store's cache of decoded chunks (a
+    solver that never rereads the store, multiboost, keeps that cache empty)."""
+    from streamfit.store import Store
+
+    chunk = source.read_chunk(chunk_id, cache=False) if isinstance(source, Store) else source.read_chunk(chunk_id)
+    return np.bincount(chunk.labels, minlength=source.n_classes)
 
 
 def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:

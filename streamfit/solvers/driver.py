@@ -52,7 +52,7 @@ from streamfit import shutdown
 from streamfit.checkpoint import ChunkState
 from streamfit.errors import CheckpointError, Terminated, TimeLimitReached
 from streamfit.schedule import TimedSchedule
-from streamfit.solvers.base import Context, PerSample, Solver, SolverState
+from streamfit.solvers.base import Context, PerSample, Solver, SolverState, class_rows
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,16 @@ def run(
     solver.check_source(source)
     chunk_state = ChunkState(None) if checkpointer is None else checkpointer.state
     chunk_state.begin_run()  # arrays cached by an earlier run through this object are not read back
-    ctx = Context(source=source, engine=engine, chunk_state=chunk_state, valid=valid)
+    rows = class_rows(source, engine)
+    ctx = Context(source=source, engine=engine, chunk_state=chunk_state, valid=valid, class_rows=rows)
+    without_rows = [] if rows is None else [source.classes[k] for k in np.flatnonzero(rows == 0)]
+
+    def to_model(state: SolverState):
+        """The solver's model of `state`, which ranks the classes without training rows last."""
+        model = solver.to_model(ctx, state)
+        model.set_classes_without_rows(without_rows)
+        return model
+
     saver = _StateSaver(solver.State, checkpointer)
     sync_metrics = getattr(metrics, "sync", None)  # MetricsLog: its lines, unsynced, are made durable by each save
 
@@ -138,7 +147,7 @@ def run(
             saver.lay_out(state)
             taken += 1
             last = solver.finished(state)
-            model = (lambda: solver.to_model(ctx, state)) if last or solver.mid_run_models else None
+            model = (lambda: to_model(state)) if last or solver.mid_run_models else None
             metrics.log(state.step, model=model, final=last, planned=solver.max_steps(state), **fields)
             pause = stop_after is not None and taken >= stop_after
             if checkpointer is None:  # only the state's per-sample versions stay
@@ -171,7 +180,7 @@ def run(
                 state.step,
                 reason,
             )
-    return solver.to_model(ctx, state)
+    return to_model(state)
 
 
 def _check_deadline(checkpointer, step: int) -> None:

@@ -378,11 +378,6 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows, squares)
 
 
-def _class_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
-    """The chunk's rows per class (n_classes,)."""
-    return np.bincount(_read_chunk(source, chunk_id).labels, minlength=source.n_classes)
-
-
 def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
     """The chunk's stored entries per column (n_features,)."""
     return np.bincount(_read_chunk(source, chunk_id).X.indices, minlength=source.n_features)
@@ -772,11 +767,8 @@ class FBPDSolver(Solver[FBPDState]):
         if p.preconditioning is not False or (p.formulation == "regularized" and p.lam is None):
             sums = ctx.engine.map_reduce(_label_sums_task, source, range(source.n_chunks), desc="fbpd: label sums")
             passes += 1
-        if sums is not None:
-            counts = sums.counts[:-1]
-        else:  # the class counts alone (not an iteration's pass: data_passes does not count it)
-            counts = ctx.engine.map_reduce(_class_counts_task, source, range(source.n_chunks), desc="fbpd: classes")
-        self.check_classes(source, counts)
+        if ctx.class_rows is not None:  # the driver's count (not an iteration's pass: data_passes does not count it)
+            self.check_classes(source, ctx.class_rows)
         preconditioned, centered = self.resolve_steps(sums is not None and self.dense(sums))
         scale = None
         if centered and sums is not None:

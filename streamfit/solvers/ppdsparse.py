@@ -975,9 +975,14 @@ class PPDSparseModel(LinearModel):
         k = min(k, len(self.classes_))
         top = np.zeros((X.shape[0], k), np.int64)
         best = np.zeros((X.shape[0], k))
-        bias = np.ascontiguousarray(self.intercept_, dtype=np.float64)
+        bias = np.array(self.intercept_, dtype=np.float64)
+        unranked = self.unranked_classes()
+        bias[unranked] = -np.inf  # ranked last (Model.ranking_scores); their scores are put back below
         # X's dtypes as they are; numba's Dispatcher is untyped for mypy
         topk_rows(X.indptr, X.indices, X.data, *self._by_feature(), bias, k, top, best)  # type: ignore[call-arg]
+        if unranked.size:
+            rows, at = np.nonzero(np.isin(top, unranked))
+            best[rows, at] = self._scores(X[rows])[np.arange(rows.size), top[rows, at]]
         return top, best
 
     def predict(self, X, threshold: float | None = None):

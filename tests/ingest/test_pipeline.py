@@ -321,11 +321,20 @@ def test_out_of_range_index_with_fixed_width(tmp_path):
         ingest(IngestOptions([str(path)], str(tmp_path / "s"), n_features=4, progress=False))
 
 
-def test_empty_input_is_an_error(tmp_path):
-    path = tmp_path / "empty.jsonl"
-    path.write_text("")
-    with pytest.raises(InputError, match="no records found"):
+@pytest.mark.parametrize(
+    "name, content",
+    [("empty.jsonl", ""), ("empty.csv", ""), ("header.csv", "id,label,text\n"), ("bom.csv", "\ufeffid,label,text\r\n")],
+)
+def test_an_input_without_records_is_an_error_that_says_what_it_holds(tmp_path, name, content):
+    """An empty file, or a CSV of its header row alone (with a BOM and CRLF too): one line naming
+    the file and both cases (the header-only file was called empty)."""
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(
+        InputError, match=rf"^.*{name}: no records found: the input is empty, or holds a header row alone"
+    ):
         ingest(IngestOptions([str(path)], str(tmp_path / "s"), hashing=HashingConfig(), progress=False))
+    assert not (tmp_path / "s").exists()
 
 
 def test_multilabel_libsvm(tmp_path):

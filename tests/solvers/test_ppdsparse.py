@@ -1177,3 +1177,23 @@ def test_columns_far_from_zero_get_one_warning_naming_the_column_and_the_fix(cap
     with caplog.at_level("WARNING", logger="streamfit.solvers.ppdsparse"):
         PPDSparseClassifier().fit(centred, y)
     assert not [r for r in caplog.records if r.name == "streamfit.solvers.ppdsparse"]
+
+
+def test_a_class_without_training_rows_is_never_predicted():
+    """tools/check_empty_class.py's seed 2 (session 26): one-vs-rest gives the class without
+    rows its bias alone (about -0.94), which beat every real class on one of the 300 rows. The
+    model records the class (the driver counts each class's rows) and its predict, top-k kernel
+    and scores-based decision rank it last."""
+    rng = np.random.default_rng(2)
+    X = sp.csr_matrix(rng.random((300, 20)) * (rng.random((300, 20)) < 0.3))
+    z = X[:, :3].toarray().argmax(axis=1).astype(np.int32)
+    model, _ = fit_solver("ppdsparse", InMemoryStore(X, z, ["a", "b", "c", "spare"]))
+    assert model.classes_without_rows == ["spare"]
+    assert "spare" not in model.predict(X)
+    assert (model.predict_topk(X, 3)[0] != 3).all()
+    assert (model.top_k(model.decision_function(X), 3)[0] != 3).all()
+    top, scores = model.predict_topk(X, 4)
+    assert (top[:, 3] == 3).all()
+    np.testing.assert_allclose(scores[:, 3], model.decision_function(X)[:, 3])
+    model.set_classes_without_rows([])  # the rule off: the same data then predicts the empty class
+    assert (model.predict(X) == "spare").sum() >= 1
