@@ -185,45 +185,25 @@ def test_object_store_client_errors_are_one_line_with_the_fix(tmp_path, monkeypa
 
 
 @pytest.fixture
-def refusing_s3(tmp_path, monkeypatch):
+def refusing_s3(tmp_path, monkeypatch, moto_process):
     """An S3 API server on 127.0.0.1 (moto's, in its own process) that checks credentials and
     knows none, so every request is refused with InvalidAccessKeyId; the AWS_* variables point at it."""
-    import socket
-    import time
-
     import s3fs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
-            time.sleep(0.1)
+    with moto_process({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as url:
         for key, value in {
             "AWS_ACCESS_KEY_ID": "AKIDWRONG",
             "AWS_SECRET_ACCESS_KEY": "wrong",
             "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ENDPOINT_URL": url,
         }.items():
             monkeypatch.setenv(key, value)
         s3fs.S3FileSystem.clear_instance_cache()
         monkeypatch.chdir(tmp_path)
-        yield
-    finally:
-        server.terminate()
-        server.wait()
-        s3fs.S3FileSystem.clear_instance_cache()
+        try:
+            yield
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refusing_s3, tmp_path):
@@ -244,13 +224,14 @@ def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refu
         assert result.exit_code == 2, (argv, result.output)
         assert result.stderr.strip().splitlines() == [line], (argv, result.stderr)
     assert os.listdir(tmp_path) == []
-    # a Dask worker opens the store as it unpickles it, at its committed attempt: the same cause,
-    # where it said "unreadable manifest (…); re-ingest the store" of a store that is fine
-    from streamfit.store.store import _open_attempt
+    # a Dask task's store opens at its committed attempt on first use: the same cause, where it
+    # said "unreadable manifest (…); re-ingest the store" of a store that is fine
+    from streamfit.store.store import _shipped
 
     manifest = "s3://qa28-bucket/x.zarr/attempt-1/manifest.json"
+    shipped = _shipped("s3://qa28-bucket/x.zarr", "0" * 64, "attempt-1", False)  # nothing read yet
     with pytest.raises(StoreError) as refused:
-        _open_attempt("s3://qa28-bucket/x.zarr", "attempt-1")
+        shipped.n_rows  # noqa: B018 - the first use opens it
     assert str(refused.value) == f"{manifest}: {line.removeprefix('error: ')}"
 
 
@@ -364,8 +345,9 @@ def test_commit_protocol_on_an_object_store():
 
 def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch):
     """A Dask task's copy of a store behind a URL reopens the attempt its driver opened, without
-    reading COMMITTED (a request per task otherwise); once the store is written again, that
-    attempt is gone and the copy says so instead of reading the new store."""
+    reading COMMITTED (a request per task otherwise), on its first use, not as it is unpickled;
+    once the store is written again, that attempt is gone and the copy says so instead of
+    reading the new store."""
     import pickle
 
     from streamfit.store import store as store_module
@@ -374,15 +356,17 @@ def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch
     assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "10").exit_code == 0
     opened = open_store(url)
     blob = pickle.dumps(opened)
-    store_module._open_cached.cache_clear()  # as in a worker's fresh process
+    store_module._shipped.cache_clear()  # as in a worker's fresh process
     with monkeypatch.context() as m:
         m.setattr(store_module, "_committed", lambda location: pytest.fail("COMMITTED read again"))
         copy = pickle.loads(blob)
-    assert copy.data == opened.data and copy.manifest == opened.manifest
+        assert copy.data == opened.data and copy.manifest == opened.manifest
+    assert pickle.loads(blob) is copy  # one object per process: what tasks cache per store is kept
     assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "25", "--overwrite").exit_code == 0
-    store_module._open_cached.cache_clear()
+    store_module._shipped.cache_clear()
+    again = pickle.loads(blob)  # nothing read yet: no error as the task arrives
     with pytest.raises(StoreError, match=f"its attempt {opened.data.name} is gone"):
-        pickle.loads(blob)
+        again.n_rows  # noqa: B018 - the first use opens it
     assert open_store(url).n_chunks == 2  # the new commit, opened by its URL
 
 
