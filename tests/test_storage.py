@@ -493,6 +493,112 @@ def test_a_damaged_object_is_detected(s3):
     assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
 
 
+# Runs the streamfit CLI (the arguments after argv[1] up to "::"); at the commit of the directory
+# named argv[1] (its files all written), first runs the arguments after "::" to their end in another
+# process (a second writer of the same URL, begun after this one and committed before it), then
+# commits: two writers overlapping, in a fixed order.
+OVERTAKEN_AT_COMMIT = """
+import subprocess, sys
+from streamfit import storage
+from streamfit.cli import main
+cut = sys.argv.index("::")
+ours, other = sys.argv[2:cut], sys.argv[cut + 1 :]
+real = storage.Attempt.commit
+def commit(self):
+    if self.target.name == sys.argv[1]:
+        done = subprocess.run([sys.executable, "-m", "streamfit.cli", "-q", *other], capture_output=True)
+        assert done.returncode == 0, done.stderr
+    real(self)
+storage.Attempt.commit = commit
+main(["-q", *ours])
+"""
+
+REFUSED = (
+    r": another writer committed this {} while this one was writing \(started \d{{4}}-\d\d-\d\d "
+    r"\d\d:\d\d:\d\d UTC\); nothing of this attempt was committed: run it again, or write to another --out"
+)
+
+
+def test_of_two_attempts_on_s3_the_later_commit_is_refused_and_the_committed_one_stays_whole(s3):
+    """Compare-and-swap commits: two attempts begun where nothing is committed, and two begun
+    where a commit is: the first to commit wins, the other's commit is refused (412 from the
+    server: If-None-Match, If-Match) with one line, its attempt is deleted, and the committed
+    attempt is whole, although the winner's commit collected the loser's half-written files and
+    the loser wrote more after. A COMMITTED deleted meanwhile (another writer's uncommit) refuses too."""
+    target = storage.resolve(f"s3://{BUCKET}/cas-dir")
+    for round_ in range(2):  # nothing committed, then a commit in place
+        late, early = storage.begin(target, what="store"), storage.begin(target, what="store")
+        assert late.condition == (
+            {"mode": "create"}
+            if round_ == 0
+            else {"IfMatch": s3.info(f"{BUCKET}/cas-dir/COMMITTED", refresh=True)["ETag"]}
+        )
+        late.location.join("a").write_new(b"late")
+        early.location.join("a").write_new(b"early")
+        early.location.join("b").write_new(b"early")
+        early.commit()
+        late.location.join("b").write_new(b"late")  # the writer goes on, its files half collected
+        with pytest.raises(StreamfitError, match=f"^s3://{BUCKET}/cas-dir{REFUSED.format('store')}$"):
+            late.commit()
+        assert storage.committed(target) == early.location
+        assert [early.location.join(n).read_bytes() for n in "ab"] == [b"early", b"early"]
+        assert _attempts(s3, "cas-dir") == [early.location.name]  # the refused attempt deleted
+    gone = storage.begin(target, what="model")
+    storage.uncommit(target)
+    with pytest.raises(StreamfitError, match=REFUSED.format("model")):
+        gone.commit()
+    assert storage.committed(target) is None and not _attempts(s3, "cas-dir")
+
+
+def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_commit_costs_one_head_more(s3):
+    """A writer that commits one directory again and again (a model saved again, a checkpoint
+    step saved again on resume) looks at COMMITTED as each attempt begins, so its own last commit
+    is what it expects: never refused. Requests per commit: the HEAD of COMMITTED as the attempt
+    begins (new with the compare-and-swap), the conditional PUT of COMMITTED, the LIST of the
+    attempts and, for the attempt it replaces, a LIST of its files and one batched delete."""
+    target = storage.resolve(f"s3://{BUCKET}/again-dir")
+    names: list[str] = []
+    for i in range(4):
+        with _requests() as requests:
+            attempt = storage.begin(target, what="model")
+            attempt.location.join("a").write_new(str(i).encode())
+            attempt.commit()
+        assert storage.committed(target).join("a").read_bytes() == str(i).encode()
+        name = attempt.location.name
+        expected = [("HEAD", "again-dir/COMMITTED"), ("PUT", f"again-dir/{name}/a"), ("PUT", "again-dir/COMMITTED")]
+        expected += [("LIST", "again-dir/attempt-")]
+        if names:  # the attempt it replaces
+            expected += [("LIST", f"again-dir/{names[-1]}/"), ("POST", f"/{BUCKET}")]
+        assert requests == expected, requests
+        names.append(name)
+    assert _attempts(s3, "again-dir") == names[-1:]
+
+
+def test_memory_urls_keep_the_unconditional_commit():
+    """Only S3 has the compare-and-swap: a memory:// attempt carries no precondition and asks nothing as it begins."""
+    assert storage.begin(storage.resolve("memory://cas-dir")).condition is None
+
+
+@pytest.mark.slow
+def test_a_second_ingest_overwrite_of_one_s3_store_committed_first_leaves_the_first_exiting_2_and_a_whole_store(s3):
+    """Two `ingest --overwrite` of one s3:// store overlapping (the second begun after the first
+    and committed before it: before the compare-and-swap both exited 0 and the store was
+    damaged): the first exits 2 with the refusal's line and the store is the second's, whole."""
+    store = f"s3://{BUCKET}/two.zarr"
+    args = ["ingest", DATA, "--no-hash", "--out", store, "--overwrite", "--chunk-rows"]
+    assert _cli(*args, 50).exit_code == 0  # a committed store to replace: If-Match
+    first = subprocess.run(
+        [sys.executable, "-c", OVERTAKEN_AT_COMMIT, "two.zarr", *args, "25", "::", *args, "10"],
+        capture_output=True,
+        text=True,
+    )
+    assert first.returncode == 2, first.stderr
+    assert re.fullmatch(f"error: {store}{REFUSED.format('store')}", first.stderr.strip().splitlines()[-1])
+    opened = open_store(store)
+    assert opened.n_chunks == 5 and opened.verify() == []  # the second's chunks of 10 rows (the first's: 25)
+    assert _attempts(s3, "two.zarr") == [opened.data.name]
+
+
 @contextlib.contextmanager
 def _requests():
     """The requests the S3 server answers meanwhile (from any process: this one, subprocesses,

@@ -769,7 +769,9 @@ class StoreWriter:
     exclude each other; without `overwrite`, PATH is checked again under that lock just before
     the publish, so a store another process finished meanwhile is never replaced. Its random
     token in `PATH.partial/ATTEMPT` keeps a chunk write left running by a killed earlier
-    attempt out of this one (ChunkSink.write).
+    attempt out of this one (ChunkSink.write). Behind an S3 URL a writer that another one
+    overtook (its commit came first, after this one began) is refused at its commit
+    (storage.Attempt.commit: compare-and-swap), StreamfitError, nothing of it committed.
 
     scratch: a store that lives only while its writer's process reads it (ingest's pass-1 stage):
     written and locked as above, but `close` writes the manifest and stops there: no fsync, no
@@ -820,7 +822,7 @@ class StoreWriter:
                 os.path.join(self.tmp, ATTEMPT_FILE), token.encode(), sync=False
             )  # synced at the publish
         # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
-        self.attempt = storage.begin(self.location, clear=False)
+        self.attempt = storage.begin(self.location, clear=False, what="store", scratch=scratch)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         self.n_outputs = n_outputs
