@@ -574,6 +574,22 @@ def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_com
     assert _attempts(s3, "again-dir") == names[-1:]
 
 
+def test_a_conditional_put_refused_after_its_own_first_try_landed_is_the_commit(s3):
+    """A PUT of COMMITTED that the client retried after its first try landed (a lost answer) is
+    refused by the precondition the first try changed; COMMITTED names the attempt itself, so
+    the commit stands (and collects the other attempts) instead of deleting what it committed."""
+    target = storage.resolve(f"s3://{BUCKET}/retried")
+    other = storage.begin(target)
+    other.location.join("a").write_new(b"other")
+    attempt = storage.begin(target)
+    assert attempt.condition == {"mode": "create"}
+    attempt.location.join("a").write_new(b"ours")
+    target.join(storage.COMMITTED).write_new(json.dumps({"attempt": attempt.location.name}).encode())  # the first try
+    attempt.commit()
+    assert storage.committed(target).join("a").read_bytes() == b"ours"
+    assert _attempts(s3, "retried") == [attempt.location.name]
+
+
 def test_memory_urls_keep_the_unconditional_commit():
     """Only S3 has the compare-and-swap: a memory:// attempt carries no precondition and asks nothing as it begins."""
     assert storage.begin(storage.resolve("memory://cas-dir")).condition is None
