@@ -652,7 +652,8 @@ class Attempt:
             except OSError as e:
                 if not _precondition_failed(e):
                     raise
-                if not _names(pointer, self.location.name):  # it does: a retried PUT, after its first try landed
+                # unless COMMITTED names this attempt: the client retried the PUT after its first try landed
+                if not _names(pointer, self.location.name):
                     self._refused()
         for stale in self.target.glob(f"{ATTEMPT_PREFIX}*"):
             if stale.name != self.location.name:
