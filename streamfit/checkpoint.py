@@ -448,7 +448,7 @@ class Checkpointer:
         """Writes and commits the directory of step `step` (arrays.npz, then meta.json, the
         record with the digests); on any error nothing of it is left. Returns the attempt and
         the state versions as meta.json records them."""
-        attempt = storage.begin(self._step_dir(step))
+        attempt = storage.begin(self._step_dir(step), what="checkpoint of the run")
         try:
             attempt.location.makedirs()
             arrays_sha256 = _write_arrays(attempt.location.join("arrays.npz"), arrays)

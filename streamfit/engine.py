@@ -51,7 +51,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
-from streamfit import shutdown
+from streamfit import on_worker, shutdown
 from streamfit.errors import StreamfitError
 
 if TYPE_CHECKING:
@@ -307,9 +307,9 @@ class _PassGraph:
 
         key = self._key(funcname(fn))
         if len(ids) == 1:
-            task = Task(key, fn, source, ids[0], **self._args)
+            task = Task(key, on_worker.call, fn, source, ids[0], **self._args)
         else:
-            task = Task(key, fold_chunks, fn, source, ids, **self._args)
+            task = Task(key, on_worker.call, fold_chunks, fn, source, ids, **self._args)
         worker = home[ids[len(ids) // 2]] if home else None  # a subtree's chunks mostly share its middle chunk's worker
         self._chunk_tasks.setdefault(worker, {})[key] = task
         return key
@@ -540,8 +540,8 @@ class Engine:
     def require_shared(self, paths: dict[str, str]) -> None:
         """For a cluster joined with --scheduler: StreamfitError naming the first local path of
         `paths` ({path: what it is, for the message}) that a worker does not see, before any task
-        reads or writes it there (a worker that cannot open a store would fail to unpickle it and
-        leave the cluster). A path that does not exist here yet stands for its nearest existing
+        reads or writes it there (a store a worker cannot open for another reason fails its first
+        task there, naming the worker: Store._open_shipped). A path that does not exist here yet stands for its nearest existing
         folder. Nothing for URLs, in process or on the embedded cluster (its workers share this
         machine's disk and working directory); each path is asked once per engine."""
         if self.mode != "remote" or self.client is None:
@@ -879,7 +879,10 @@ class Engine:
                 bar.update()
 
     def _unordered_dask(self, fn: Callable, items: list, desc: str | None, kwargs: dict, in_flight: list):
+        from dask.utils import funcname
         from distributed import as_completed
+
+        name = funcname(fn)  # the tasks' keys: Dask's dashboard groups them by it
 
         assert self.client is not None, "a started engine with a cluster"
         left = dict.fromkeys(range(len(items)))  # positions not yielded yet, in submission order
@@ -889,7 +892,14 @@ class Engine:
                 try:
                     args = self._submit_args(kwargs)  # held until the tasks are done
                     futures = {
-                        self.client.submit(fn, items[i], pure=False, priority=len(left) - r, **args): i
+                        self.client.submit(
+                            on_worker.call,
+                            fn,
+                            items[i],
+                            key=f"{name}-{uuid.uuid4().hex}",
+                            priority=len(left) - r,
+                            **args,
+                        ): i
                         for r, i in enumerate(left)
                     }
                     with _Watch(self, futures.keys) as watch:  # the tasks not yielded yet

@@ -91,5 +91,11 @@ def os_error_hint(e: OSError) -> str:
 
 
 def output_error(path: str, e: OSError) -> OutputError:
-    """The error to raise when writing `path` failed with `e`: names the path, the cause and the fix."""
+    """The error to raise when writing `path` failed with `e`: names the path, the cause and the
+    fix (for an object store's refusal, its code and where credentials go, not a disk's hint)."""
+    from streamfit.storage import client_error_message  # storage imports this module
+
+    refused = client_error_message(e)
+    if refused is not None:
+        return OutputError(f"{path}: cannot write: {refused}")
     return OutputError(f"{path}: cannot write ({e.strerror or e}); {os_error_hint(e)}")

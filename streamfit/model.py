@@ -419,7 +419,7 @@ class Model:
         }
         record = json.loads(json.dumps(record, default=str))  # as load_model will see it
         record[MODEL_DIGEST_KEY] = json_digest(record, MODEL_DIGEST_KEY)
-        attempt = storage.begin(storage.resolve(path))
+        attempt = storage.begin(storage.resolve(path), what="model")
         try:
             attempt.location.makedirs()
             attempt.location.join("arrays.npz").write_new(data)

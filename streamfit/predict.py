@@ -304,7 +304,7 @@ def predict_to_file(
     )
     lock = _claim_output(target, out, parts)  # local disk: held until the output is published or removed
     try:
-        attempt = storage.begin(target, clear=False) if parts else None
+        attempt = storage.begin(target, clear=False, what="prediction output") if parts else None
         # Dask workers write their parts to an object store themselves; the driver writes local ones
         part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
         pieces = _until_stopped(_scored(model, layout, source, fmt, options, given, engine, part_dir, is_store), out)

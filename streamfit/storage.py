@@ -21,6 +21,19 @@ complete or not at all: stores, checkpoint steps, models.
   commit named, and what killed writers left). Readers go through `committed(NAME)`, which
   trusts only `COMMITTED`: a killed writer leaves an attempt that nothing names, which never
   looks complete and is collected by the next commit of `NAME`.
+- On S3 (s3fs: `s3://`, `s3a://`, and any S3-compatible server reached through them) the
+  commit is a compare-and-swap, so that of two writers of one `NAME` only one commits: `begin`
+  records what `NAME/COMMITTED` is when the attempt starts (one HEAD: its ETag, or absent), and
+  the commit writes it only if it is still that (`If-None-Match: *` where it was absent,
+  `If-Match: <ETag>` where it replaces one). A refusal (412 PreconditionFailed: another writer
+  committed `NAME` meanwhile, and its commit collected this attempt's files) deletes this
+  attempt and raises a one-line StreamfitError; what is committed stays whole. Each attempt
+  begins for one commit, so a writer that commits `NAME` again (a model saved again, a
+  checkpoint step saved again on resume) looks again and never refuses itself. Other object
+  stores (`memory://`, `gs://`, `abfs://`) write COMMITTED unconditionally: two writers of one
+  `NAME` there can still leave an attempt that the other's commit emptied (GCS's and Azure's
+  own preconditions are future work). Local disk needs none of it: a second writer is refused
+  by a lock (flock) before it writes.
 
 Single files that are replaced whole (LATEST, run.json, per-sample state chunks, predictions)
 go through `Location.write_bytes`: temporary name, fsync, rename on local disk; one PUT on an
@@ -83,6 +96,11 @@ class Location:
     def local(self) -> bool:
         """Whether this is the local disk (atomic rename, flock, fsync available)."""
         return self.remote is None
+
+    @property
+    def s3(self) -> bool:
+        """Whether this is behind an S3 URL (s3fs): conditional writes, one-GET reads."""
+        return self.remote is not None and _protocol(self.remote) in ("s3", "s3a")
 
     @property
     def fs(self):
@@ -165,7 +183,7 @@ class Location:
     def read_bytes(self) -> bytes:
         if self.local:
             return _read_local(self.path)
-        if _protocol(self.fs) in ("s3", "s3a"):  # one GET: s3fs otherwise asks for the size first (a HEAD)
+        if self.s3:  # one GET: s3fs otherwise asks for the size first (a HEAD)
             return self._fs.cat_file(self.path, max_concurrency=1)
         return self._fs.cat_file(self.path)
 
@@ -609,21 +627,46 @@ def publish_dir(tmp: str, path: str) -> None:
 
 class Attempt:
     """One attempt at writing directory `target` (see the module docstring): write its files
-    under `location`, then `commit()`; `abort()` deletes them."""
+    under `location`, then `commit()`; `abort()` deletes them. `what` names the directory in
+    messages ("store", "model", …). `condition`: on S3 the precondition of the commit's write of
+    COMMITTED, as s3fs's `pipe_file` takes it (`{"mode": "create"}`: none there when the attempt
+    began; `{"IfMatch": ETag}`: that one), None elsewhere (an unconditional write)."""
 
-    def __init__(self, target: Location, location: Location):
-        self.target, self.location = target, location
+    def __init__(self, target: Location, location: Location, what: str = "directory", condition: dict | None = None):
+        self.target, self.location, self.what, self.condition = target, location, what, condition
+        self.started = time.time()
 
     def commit(self) -> None:
         """Make the attempt the complete `target`, replacing what was there (OSError on failure:
-        then `target` is as it was)."""
+        then `target` is as it was). On S3, StreamfitError when another writer committed `target`
+        after this attempt began: this attempt is deleted and nothing of it is committed."""
         if self.target.local:
             publish_dir(self.location.path, self.target.path)
             return
-        self.target.join(COMMITTED).write_new(json.dumps({"attempt": self.location.name}).encode())
+        pointer, record = self.target.join(COMMITTED), json.dumps({"attempt": self.location.name}).encode()
+        if self.condition is None:
+            pointer.write_new(record)
+        else:
+            try:
+                pointer.fs.pipe_file(pointer.path, record, **self.condition)
+            except OSError as e:
+                if not _precondition_failed(e):
+                    raise
+                # unless COMMITTED names this attempt: the client retried the PUT after its first try landed
+                if not _names(pointer, self.location.name):
+                    self._refused()
         for stale in self.target.glob(f"{ATTEMPT_PREFIX}*"):
             if stale.name != self.location.name:
                 stale.remove_tree()
+
+    def _refused(self) -> None:
+        """Delete this attempt, whose commit S3 refused, and say so (StreamfitError)."""
+        self.abort()
+        began = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started))
+        raise StreamfitError(
+            f"{self.target.url}: another writer committed this {self.what} while this one was writing "
+            f"(started {began}); nothing of this attempt was committed: run it again, or write to another --out"
+        ) from None
 
     @property
     def files(self) -> Location:
@@ -634,17 +677,62 @@ class Attempt:
         self.location.remove_tree()
 
 
-def begin(target: Location, *, clear: bool = True) -> Attempt:
-    """Start writing directory `target`. Local: `NAME.partial/` (an old one is deleted unless
-    `clear` is False: the caller has checked, under its lock, that no live writer owns it).
-    Object store: a fresh `NAME/attempt-<time>-<random>/` prefix."""
+# S3's refusals of a conditional write: the precondition did not hold (412), or another
+# conditional write of the key was in flight at once (409, AWS)
+_PRECONDITION_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
+
+
+def _precondition_failed(e: BaseException) -> bool:
+    """Whether s3fs's error `e` from a conditional PUT means the precondition did not hold: s3fs
+    raises FileExistsError for `mode="create"` on an existing key, FileNotFoundError for
+    `IfMatch` on a key deleted meanwhile, and a plain OSError (errno 22) for `IfMatch` on another
+    ETag, each caused by botocore's ClientError with the S3 error code."""
+    if isinstance(e, (FileExistsError, FileNotFoundError)):
+        return True
+    seen: BaseException | None = e
+    while seen is not None:
+        if getattr(seen, "response", {}).get("Error", {}).get("Code") in _PRECONDITION_CODES:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _names(pointer: Location, attempt: str) -> bool:
+    """Whether the commit record `pointer` names `attempt` now."""
+    try:
+        return json.loads(pointer.read_bytes()).get("attempt") == attempt
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def begin(target: Location, *, clear: bool = True, what: str = "directory", scratch: bool = False) -> Attempt:
+    """Start writing directory `target` (named `what` in messages). Local: `NAME.partial/` (an
+    old one is deleted unless `clear` is False: the caller has checked, under its lock, that no
+    live writer owns it). Object store: a fresh `NAME/attempt-<time>-<random>/` prefix; on S3
+    also one HEAD of `NAME/COMMITTED`, the precondition of the commit (module docstring), unless
+    `scratch`: the attempt is read in place and deleted, never committed."""
     if target.local:
         staging = target.sibling(".partial")
         if clear:
             staging.remove_tree()
-        return Attempt(target, staging)
+        return Attempt(target, staging, what)
     name = f"{ATTEMPT_PREFIX}{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(4)}"
-    return Attempt(target, target.join(name))
+    return Attempt(target, target.join(name), what, _commit_condition(target) if target.s3 and not scratch else None)
+
+
+def _commit_condition(target: Location) -> dict:
+    """The precondition for committing `target` on S3 later: `{"IfMatch": ETag}` of its
+    COMMITTED now, or `{"mode": "create"}` if it has none (one HEAD; s3fs's `info` would also
+    LIST the prefix when the object is absent)."""
+    fs = target.fs
+    bucket, key, _ = fs.split_path(target.join(COMMITTED).path)
+    try:
+        found = fs.call_s3("head_object", Bucket=bucket, Key=key)
+    except FileNotFoundError:
+        return {"mode": "create"}
+    except OSError as e:
+        raise output_error(target.url, e) from e
+    return {"IfMatch": found["ETag"]}
 
 
 def uncommit(target: Location) -> None:

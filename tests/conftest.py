@@ -1,7 +1,13 @@
 """Shared fixtures: small real data (scikit-learn's digits ships with scikit-learn) and stores."""
 
+import contextlib
 import logging
+import os
 import signal
+import socket
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -136,3 +142,36 @@ def sigterm_guard():
     guard.install()
     yield guard
     guard.disarm()
+
+
+@contextlib.contextmanager
+def _moto_process(env: dict | None = None):
+    """moto's S3 API server (with IAM and the rest of its services) in a process of its own on
+    127.0.0.1, with `env` added to its environment (INITIAL_NO_AUTH_ACTION_COUNT=0: it checks
+    every request's credentials); yields its URL and stops it at the end."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+@pytest.fixture(scope="session")
+def moto_process():
+    """_moto_process: moto's server in a process of its own (`with moto_process(env) as url:`)."""
+    return _moto_process

@@ -378,3 +378,73 @@ def test_a_lost_scheduler_ends_train_with_one_error_line_and_resume_elsewhere_gi
         subprocess.run(cli(*train, "--scheduler", address, "--resume"), check=True, capture_output=True)
     ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
     assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+@pytest.fixture
+def checking_s3(moto_process, monkeypatch, tmp_path):
+    """An S3 API server on 127.0.0.1 that checks every request's credentials and knows one key,
+    the driver's (set in this process's AWS_* variables), with a bucket `w29`; yields the
+    environment of workers whose key it does not know (the driver's credentials right, a
+    worker's wrong: session 27's re-check)."""
+    import boto3
+    import requests
+    import s3fs
+
+    with moto_process() as url:  # open while the key and the bucket are made, then checking
+        made = {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "x", "aws_secret_access_key": "x"}
+        iam = boto3.client("iam", **made)
+        iam.create_user(UserName="driver")
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        iam.put_user_policy(UserName="driver", PolicyName="all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="driver")["AccessKey"]
+        boto3.client("s3", **made).create_bucket(Bucket="w29")
+        requests.post(f"{url}/moto-api/reset-auth", data=b"0", timeout=30).raise_for_status()
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": url,
+        }.items():
+            monkeypatch.setenv(name, value)
+        s3fs.S3FileSystem.clear_instance_cache()
+        monkeypatch.chdir(tmp_path)
+        try:
+            yield {**os.environ, "AWS_ACCESS_KEY_ID": "AKIDWORKER", "AWS_SECRET_ACCESS_KEY": "wrong"}
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_worker_the_object_store_refuses_is_named_in_one_line_and_stays(checking_s3, cli):
+    """Session 27: a worker whose key the object store refused failed to unpickle the task's
+    store, Dask dropped it, and train ended after --worker-timeout with "no workers". Now the
+    store opens in the task, and every command ends at once with one line naming the store (or
+    the work), the worker and the refusal; the workers stay, nothing is written."""
+    import s3fs
+    from distributed import Client
+
+    data = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
+    store, run = "s3://w29/iris.zarr", "s3://w29/run"
+    assert _run("ingest", data, "--no-hash", "--out", store, "--chunk-rows", "50").exit_code == 0
+    assert _run("train", store, "--out", run, "--n-workers", "0").exit_code == 0
+    s3fs.S3FileSystem().put(data, "w29/raw/iris.svm")
+    before = sorted(s3fs.S3FileSystem(skip_instance_cache=True).find("w29"))
+    refused = "(InvalidAccessKeyId); the object store does not know this access key: check the credentials"
+    opening = f"error: {store}: the Dask worker tcp://127.0.0.1:"
+    with _cluster(env=checking_s3) as (address, _):
+        cases = [
+            (("train", store, "--out", "s3://w29/run2"), opening),
+            (("evaluate", run, store), opening),
+            (("predict", run, store, "--out", "s3://w29/p.csv"), opening),
+            (("predict", run, "s3://w29/raw/iris.svm", "--out", "s3://w29/p.csv", "--parts"), "error: the Dask worker"),
+            (("ingest", data, "--no-hash", "--out", "s3://w29/x.zarr"), "error: the Dask worker"),
+            (("ingest", "s3://w29/raw/iris.svm", "--no-hash", "--out", "s3://w29/y.zarr"), "error: the Dask worker"),
+        ]
+        for args, start in cases:
+            result = _run(*args, "--scheduler", address)
+            assert result.exit_code == 2, (args, result.output)
+            line = result.output.strip()
+            assert line.startswith(start) and "\n" not in line and "no workers" not in line, (args, line)
+            assert refused in line or "Forbidden; the object store refused the request" in line, (args, line)
+        with Client(address, timeout="30s") as client:
+            assert len(client.nthreads()) == 2
+    assert sorted(s3fs.S3FileSystem(skip_instance_cache=True).find("w29")) == before

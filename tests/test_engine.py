@@ -174,8 +174,8 @@ def test_chunk_workers_cut_the_chunks_into_contiguous_ranges_per_thread():
     assert chunk_workers({"w": 1}, 3) == ["w"] * 3 and chunk_workers({}, 3) == []
 
 
-def _cached_chunks(path):
-    return sorted(open_store(path)._cache)
+def _cached_chunks(store):
+    return sorted(store._cache)  # unpickled on the worker: the one Store object its tasks used
 
 
 def _has_work_stealing(dask_scheduler) -> bool:
@@ -195,7 +195,7 @@ def test_each_chunk_is_read_by_one_worker(digits, write_store):
     with dask.config.set({"distributed.scheduler.work-stealing": False}), Engine(mode="local", n_workers=2) as eng:
         for scale in (1.0, 2.0, 3.0):
             eng.map_reduce(chunk_gram, store, range(store.n_chunks), scale=scale)
-        cached = eng.client.run(_cached_chunks, store.path)
+        cached = eng.client.run(_cached_chunks, store)
         homes = chunk_workers(eng.client.nthreads(), store.n_chunks)
         stealing = eng.client.run_on_scheduler(_has_work_stealing)
     assert not stealing

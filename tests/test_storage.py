@@ -185,45 +185,25 @@ def test_object_store_client_errors_are_one_line_with_the_fix(tmp_path, monkeypa
 
 
 @pytest.fixture
-def refusing_s3(tmp_path, monkeypatch):
+def refusing_s3(tmp_path, monkeypatch, moto_process):
     """An S3 API server on 127.0.0.1 (moto's, in its own process) that checks credentials and
     knows none, so every request is refused with InvalidAccessKeyId; the AWS_* variables point at it."""
-    import socket
-    import time
-
     import s3fs
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
-            time.sleep(0.1)
+    with moto_process({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as url:
         for key, value in {
             "AWS_ACCESS_KEY_ID": "AKIDWRONG",
             "AWS_SECRET_ACCESS_KEY": "wrong",
             "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "AWS_ENDPOINT_URL": url,
         }.items():
             monkeypatch.setenv(key, value)
         s3fs.S3FileSystem.clear_instance_cache()
         monkeypatch.chdir(tmp_path)
-        yield
-    finally:
-        server.terminate()
-        server.wait()
-        s3fs.S3FileSystem.clear_instance_cache()
+        try:
+            yield
+        finally:
+            s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refusing_s3, tmp_path):
@@ -244,13 +224,14 @@ def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refu
         assert result.exit_code == 2, (argv, result.output)
         assert result.stderr.strip().splitlines() == [line], (argv, result.stderr)
     assert os.listdir(tmp_path) == []
-    # a Dask worker opens the store as it unpickles it, at its committed attempt: the same cause,
-    # where it said "unreadable manifest (…); re-ingest the store" of a store that is fine
-    from streamfit.store.store import _open_attempt
+    # a Dask task's store opens at its committed attempt on first use: the same cause, where it
+    # said "unreadable manifest (…); re-ingest the store" of a store that is fine
+    from streamfit.store.store import _shipped
 
     manifest = "s3://qa28-bucket/x.zarr/attempt-1/manifest.json"
+    shipped = _shipped("s3://qa28-bucket/x.zarr", "0" * 64, "attempt-1", False)  # nothing read yet
     with pytest.raises(StoreError) as refused:
-        _open_attempt("s3://qa28-bucket/x.zarr", "attempt-1")
+        shipped.n_rows  # noqa: B018 - the first use opens it
     assert str(refused.value) == f"{manifest}: {line.removeprefix('error: ')}"
 
 
@@ -364,8 +345,9 @@ def test_commit_protocol_on_an_object_store():
 
 def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch):
     """A Dask task's copy of a store behind a URL reopens the attempt its driver opened, without
-    reading COMMITTED (a request per task otherwise); once the store is written again, that
-    attempt is gone and the copy says so instead of reading the new store."""
+    reading COMMITTED (a request per task otherwise), on its first use, not as it is unpickled;
+    once the store is written again, that attempt is gone and the copy says so instead of
+    reading the new store."""
     import pickle
 
     from streamfit.store import store as store_module
@@ -374,15 +356,17 @@ def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch
     assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "10").exit_code == 0
     opened = open_store(url)
     blob = pickle.dumps(opened)
-    store_module._open_cached.cache_clear()  # as in a worker's fresh process
+    store_module._shipped.cache_clear()  # as in a worker's fresh process
     with monkeypatch.context() as m:
         m.setattr(store_module, "_committed", lambda location: pytest.fail("COMMITTED read again"))
         copy = pickle.loads(blob)
-    assert copy.data == opened.data and copy.manifest == opened.manifest
+        assert copy.data == opened.data and copy.manifest == opened.manifest
+    assert pickle.loads(blob) is copy  # one object per process: what tasks cache per store is kept
     assert _cli("ingest", DATA, "--no-hash", "--out", url, "--chunk-rows", "25", "--overwrite").exit_code == 0
-    store_module._open_cached.cache_clear()
+    store_module._shipped.cache_clear()
+    again = pickle.loads(blob)  # nothing read yet: no error as the task arrives
     with pytest.raises(StoreError, match=f"its attempt {opened.data.name} is gone"):
-        pickle.loads(blob)
+        again.n_rows  # noqa: B018 - the first use opens it
     assert open_store(url).n_chunks == 2  # the new commit, opened by its URL
 
 
@@ -507,6 +491,128 @@ def test_a_damaged_object_is_detected(s3):
     s3.pipe_file(key, bytes(raw))
     result = _cli("inspect", "--verify", store)
     assert result.exit_code != 0 and "damaged" in (result.output + result.stderr)
+
+
+# Runs the streamfit CLI (the arguments after argv[1] up to "::"); at the commit of the directory
+# named argv[1] (its files all written), first runs the arguments after "::" to their end in another
+# process (a second writer of the same URL, begun after this one and committed before it), then
+# commits: two writers overlapping, in a fixed order.
+OVERTAKEN_AT_COMMIT = """
+import subprocess, sys
+from streamfit import storage
+from streamfit.cli import main
+cut = sys.argv.index("::")
+ours, other = sys.argv[2:cut], sys.argv[cut + 1 :]
+real = storage.Attempt.commit
+def commit(self):
+    if self.target.name == sys.argv[1]:
+        done = subprocess.run([sys.executable, "-m", "streamfit.cli", "-q", *other], capture_output=True)
+        assert done.returncode == 0, done.stderr
+    real(self)
+storage.Attempt.commit = commit
+main(["-q", *ours])
+"""
+
+REFUSED = (
+    r": another writer committed this {} while this one was writing \(started \d{{4}}-\d\d-\d\d "
+    r"\d\d:\d\d:\d\d UTC\); nothing of this attempt was committed: run it again, or write to another --out"
+)
+
+
+def test_of_two_attempts_on_s3_the_later_commit_is_refused_and_the_committed_one_stays_whole(s3):
+    """Compare-and-swap commits: two attempts begun where nothing is committed, and two begun
+    where a commit is: the first to commit wins, the other's commit is refused (412 from the
+    server: If-None-Match, If-Match) with one line, its attempt is deleted, and the committed
+    attempt is whole, although the winner's commit collected the loser's half-written files and
+    the loser wrote more after. A COMMITTED deleted meanwhile (another writer's uncommit) refuses too."""
+    target = storage.resolve(f"s3://{BUCKET}/cas-dir")
+    for round_ in range(2):  # nothing committed, then a commit in place
+        late, early = storage.begin(target, what="store"), storage.begin(target, what="store")
+        assert late.condition == (
+            {"mode": "create"}
+            if round_ == 0
+            else {"IfMatch": s3.info(f"{BUCKET}/cas-dir/COMMITTED", refresh=True)["ETag"]}
+        )
+        late.location.join("a").write_new(b"late")
+        early.location.join("a").write_new(b"early")
+        early.location.join("b").write_new(b"early")
+        early.commit()
+        late.location.join("b").write_new(b"late")  # the writer goes on, its files half collected
+        with pytest.raises(StreamfitError, match=f"^s3://{BUCKET}/cas-dir{REFUSED.format('store')}$"):
+            late.commit()
+        assert storage.committed(target) == early.location
+        assert [early.location.join(n).read_bytes() for n in "ab"] == [b"early", b"early"]
+        assert _attempts(s3, "cas-dir") == [early.location.name]  # the refused attempt deleted
+    gone = storage.begin(target, what="model")
+    storage.uncommit(target)
+    with pytest.raises(StreamfitError, match=REFUSED.format("model")):
+        gone.commit()
+    assert storage.committed(target) is None and not _attempts(s3, "cas-dir")
+
+
+def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_commit_costs_one_head_more(s3):
+    """A writer that commits one directory again and again (a model saved again, a checkpoint
+    step saved again on resume) looks at COMMITTED as each attempt begins, so its own last commit
+    is what it expects: never refused. Requests per commit: the HEAD of COMMITTED as the attempt
+    begins (new with the compare-and-swap), the conditional PUT of COMMITTED, the LIST of the
+    attempts and, for the attempt it replaces, a LIST of its files and one batched delete."""
+    target = storage.resolve(f"s3://{BUCKET}/again-dir")
+    names: list[str] = []
+    for i in range(4):
+        with _requests() as requests:
+            attempt = storage.begin(target, what="model")
+            attempt.location.join("a").write_new(str(i).encode())
+            attempt.commit()
+        assert storage.committed(target).join("a").read_bytes() == str(i).encode()
+        name = attempt.location.name
+        expected = [("HEAD", "again-dir/COMMITTED"), ("PUT", f"again-dir/{name}/a"), ("PUT", "again-dir/COMMITTED")]
+        expected += [("LIST", "again-dir/attempt-")]
+        if names:  # the attempt it replaces
+            expected += [("LIST", f"again-dir/{names[-1]}/"), ("POST", f"/{BUCKET}")]
+        assert requests == expected, requests
+        names.append(name)
+    assert _attempts(s3, "again-dir") == names[-1:]
+
+
+def test_a_conditional_put_refused_after_its_own_first_try_landed_is_the_commit(s3):
+    """A PUT of COMMITTED that the client retried after its first try landed (a lost answer) is
+    refused by the precondition the first try changed; COMMITTED names the attempt itself, so
+    the commit stands (and collects the other attempts) instead of deleting what it committed."""
+    target = storage.resolve(f"s3://{BUCKET}/retried")
+    other = storage.begin(target)
+    other.location.join("a").write_new(b"other")
+    attempt = storage.begin(target)
+    assert attempt.condition == {"mode": "create"}
+    attempt.location.join("a").write_new(b"ours")
+    target.join(storage.COMMITTED).write_new(json.dumps({"attempt": attempt.location.name}).encode())  # the first try
+    attempt.commit()
+    assert storage.committed(target).join("a").read_bytes() == b"ours"
+    assert _attempts(s3, "retried") == [attempt.location.name]
+
+
+def test_memory_urls_keep_the_unconditional_commit():
+    """Only S3 has the compare-and-swap: a memory:// attempt carries no precondition and asks nothing as it begins."""
+    assert storage.begin(storage.resolve("memory://cas-dir")).condition is None
+
+
+@pytest.mark.slow
+def test_a_second_ingest_overwrite_of_one_s3_store_committed_first_leaves_the_first_exiting_2_and_a_whole_store(s3):
+    """Two `ingest --overwrite` of one s3:// store overlapping (the second begun after the first
+    and committed before it: before the compare-and-swap both exited 0 and the store was
+    damaged): the first exits 2 with the refusal's line and the store is the second's, whole."""
+    store = f"s3://{BUCKET}/two.zarr"
+    args = ["ingest", DATA, "--no-hash", "--out", store, "--overwrite", "--chunk-rows"]
+    assert _cli(*args, 50).exit_code == 0  # a committed store to replace: If-Match
+    first = subprocess.run(
+        [sys.executable, "-c", OVERTAKEN_AT_COMMIT, "two.zarr", *args, "25", "::", *args, "10"],
+        capture_output=True,
+        text=True,
+    )
+    assert first.returncode == 2, first.stderr
+    assert re.fullmatch(f"error: {store}{REFUSED.format('store')}", first.stderr.strip().splitlines()[-1])
+    opened = open_store(store)
+    assert opened.n_chunks == 5 and opened.verify() == []  # the second's chunks of 10 rows (the first's: 25)
+    assert _attempts(s3, "two.zarr") == [opened.data.name]
 
 
 @contextlib.contextmanager

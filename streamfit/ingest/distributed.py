@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit import storage
+from streamfit import on_worker, storage
 from streamfit.errors import InputError, StreamfitError
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
@@ -257,6 +257,7 @@ def _line_cuts(location: storage.Location, size: int, piece_bytes: int) -> list[
     return cuts + [size]
 
 
+@on_worker.task
 def featurize_piece(
     piece: Piece,
     o,
@@ -335,6 +336,7 @@ def rows_slice(rows: PieceRows, lo: int, hi: int, ids: np.ndarray | None) -> tup
     return _stacked(taken)
 
 
+@on_worker.task
 def write_chunks(sink: ChunkSink, first: int, chunks: list[tuple[int, list]]) -> list[WrittenChunk]:
     """Chunks first, first + 1, … written through the store's sink (runs on a worker), each given
     as (its first row, its parts in row order): (piece rows, lo, hi, label id map) for rows
@@ -542,6 +544,7 @@ def unpacked_rows(start: int, stop: int, bits: np.ndarray | None) -> np.ndarray:
     return start + np.flatnonzero(np.unpackbits(bits, count=stop - start)).astype(np.int64)
 
 
+@on_worker.task
 def stage_document_frequencies(stage_path: str, lo: int, hi: int, packed_train: np.ndarray) -> np.ndarray:
     """Pass 2's document frequencies (int64, n_features) over chunks [lo, hi) of the stage store,
     counting the rows that the boolean mask `train` (over those chunks' rows, np.packbits of it:
@@ -578,6 +581,7 @@ def pass2_document_frequencies(engine, stage: Store, train: np.ndarray, o, shown
     return df
 
 
+@on_worker.task
 def finish_chunk(stage_path: str, sink: ChunkSink, cid: int, row_start: int, packed: tuple, featurizer_dict, idf):
     """Chunk `cid` of a final store (runs on a worker): the stage's rows `rows` (increasing; given
     as packed_rows(rows): `packed`), IDF-weighted and normalized (Featurizer.finish, row by row: the

@@ -11,18 +11,20 @@ import json
 import os
 import secrets
 import shutil
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
-from streamfit import environment, shutdown, storage
+from streamfit import environment, on_worker, shutdown, storage
 from streamfit.errors import StoreError, StreamfitError, output_error
 from streamfit.store.format import (
     BACKENDS,
     CHUNKS_DIR,
     DEFAULT_CHUNK_ROWS,
+    DIGEST_KEY,
     MANIFEST,
     MAX_FEATURES,
     REINGEST,
@@ -156,12 +158,18 @@ class ChunkSource:
 
 
 class Store(ChunkSource):
-    """A store on disk or behind a URL (its committed attempt), opened read-only. Pickles as its
-    path, or behind a URL as its URL and the attempt it opened (workers reopen it: a worker
-    reads the data its driver opened, without a request for COMMITTED per task).
+    """A store on disk or behind a URL (its committed attempt), opened read-only.
+
+    Sent to a Dask worker, it pickles as its `identity` (path, manifest digest, the attempt it
+    opened behind a URL, scratch) and nothing is read as the task arrives (`_shipped`): it opens
+    on its first use, inside the task, once per worker process, at the attempt its driver opened
+    (no request for COMMITTED per task). A worker that cannot open it (refused credentials, no such
+    path, a damaged or different store there) fails that task with a StoreError naming the worker,
+    which reaches the driver as the task's error (`_open_shipped`); unpickling it failed the
+    worker's receipt of the task instead, and Dask dropped the worker.
 
     attempt: the committed attempt of a store behind a URL, when the caller has read COMMITTED
-    (`open_store`, a pickled Store); None reads it here. scratch: `path` holds the files of a
+    (`open_store`, a shipped Store); None reads it here. scratch: `path` holds the files of a
     scratch store (StoreWriter(scratch=True).files: ingest's pass-1 stage), read where they are,
     with no commit to look for."""
 
@@ -204,6 +212,8 @@ class Store(ChunkSource):
             raise StoreError(f"{manifest_path}: unreadable manifest ({e}); {REINGEST}") from e
         m = Manifest.from_dict(raw, manifest_path)
         self.manifest = m
+        # what a pickled copy reopens (`__reduce__`): a checked manifest has its digest
+        self.identity = (self.path, raw[DIGEST_KEY], None if data.local else data.name, scratch)
         self.n_rows, self.n_features, self.classes = m.n_rows, m.n_features, list(m.classes)
         self.multilabel = m.task == "multilabel"
         self.regression = m.task == "regression"
@@ -214,9 +224,41 @@ class Store(ChunkSource):
         self._csc_reader: CscReader | None = None  # opened on the first read_feature_block
 
     def __reduce__(self):
-        if self.data.local:
-            return (open_store, (self.path,))
-        return (_open_attempt, (self.path, self.data.name))
+        return (_shipped, self.identity)
+
+    if not TYPE_CHECKING:  # for mypy a Store has the attributes __init__ sets, and no others
+
+        def __getattr__(self, name: str):
+            """Reached only for an attribute that is not set: on a store that a task received
+            (`_shipped`) and has not used yet, its first use opens it (`_open_shipped`)."""
+            if name.startswith("__") or "_unopened" not in self.__dict__:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            self._open_shipped()
+            return getattr(self, name)
+
+    def _open_shipped(self) -> None:
+        """Open a shipped store here, as its sender opened it (`identity`); one thread opens it,
+        the worker's others wait for it. StoreError when it cannot be opened or holds another
+        store than its sender's (another manifest at the same local path), naming the Dask worker
+        (on_worker.where); it stays unopened, so each task that uses it fails the same way."""
+        with _OPENING:
+            if "_unopened" not in self.__dict__:  # opened by another thread meanwhile
+                return
+            path, digest, attempt, scratch = self.identity
+            try:
+                opened = Store(path, attempt=attempt, scratch=scratch)
+                if opened.identity[1] != digest:
+                    raise StoreError(
+                        f"{path}: its manifest here is not the one the driver read (another store at the same "
+                        "path); put the store on a disk every worker shares, at the same path, or use a URL (s3://…)"
+                    )
+            except StreamfitError as e:
+                where = on_worker.where()
+                if where is None:
+                    raise
+                raise StoreError(f"{path}: {where} cannot open this store, which the driver opened: {e}") from e
+            self.__dict__.update(opened.__dict__)
+            del self.__dict__["_unopened"]
 
     @property
     def idf(self) -> np.ndarray | None:
@@ -485,10 +527,19 @@ def _open_cached(path: str, version: tuple, attempt: str | None = None) -> Store
     return Store(path, attempt=attempt)
 
 
-def _open_attempt(url: str, attempt: str) -> Store:
-    """The store at `url` as committed in `attempt` (how a Store behind a URL is unpickled):
-    opened once per process, and without reading COMMITTED again."""
-    return _open_cached(url, (attempt,), attempt)
+_OPENING = threading.Lock()  # held while a worker's thread opens a shipped store (Store._open_shipped)
+
+
+@functools.lru_cache(maxsize=16)
+def _shipped(path: str, digest: str, attempt: str | None, scratch: bool) -> Store:
+    """How a Store is unpickled (a Dask task's argument, on the worker; also in the scheduler,
+    which unpickles a graph and pickles each task again): the one Store object of this identity
+    in this process, opened on its first use (Store.__getattr__), so nothing is read, and
+    nothing can fail, as the task arrives. One object per process, as before: what its tasks
+    cache per store (decoded chunks, stagewise's designs) is kept across tasks."""
+    store = Store.__new__(Store)
+    store.__dict__.update(identity=(path, digest, attempt, scratch), _unopened=True)
+    return store
 
 
 def open_store(path: str) -> Store:
@@ -501,7 +552,7 @@ def open_store(path: str) -> Store:
         data = _committed(location)
         if data is None:
             return Store(path)  # raises the explanatory error
-        return _open_attempt(location.url, data.name)
+        return _open_cached(location.url, (data.name,), data.name)
     manifest = os.path.join(location.path, MANIFEST)
     try:
         st = os.stat(manifest)
@@ -718,7 +769,9 @@ class StoreWriter:
     exclude each other; without `overwrite`, PATH is checked again under that lock just before
     the publish, so a store another process finished meanwhile is never replaced. Its random
     token in `PATH.partial/ATTEMPT` keeps a chunk write left running by a killed earlier
-    attempt out of this one (ChunkSink.write).
+    attempt out of this one (ChunkSink.write). Behind an S3 URL a writer that another one
+    overtook (its commit came first, after this one began) is refused at its commit
+    (storage.Attempt.commit: compare-and-swap), StreamfitError, nothing of it committed.
 
     scratch: a store that lives only while its writer's process reads it (ingest's pass-1 stage):
     written and locked as above, but `close` writes the manifest and stops there: no fsync, no
@@ -769,7 +822,7 @@ class StoreWriter:
                 os.path.join(self.tmp, ATTEMPT_FILE), token.encode(), sync=False
             )  # synced at the publish
         # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
-        self.attempt = storage.begin(self.location, clear=False)
+        self.attempt = storage.begin(self.location, clear=False, what="store", scratch=scratch)
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         self.n_outputs = n_outputs

@@ -566,3 +566,49 @@ def test_verify_checks_the_idf_weights(tmp_path, backend, damage):
     assert problem.startswith(idf) and problem.endswith(("re-ingest the store", "re-ingest it")), problem
     with pytest.raises(StoreError, match="idf.npy"):
         open_store(path).idf  # noqa: B018
+
+
+def _rows_of_chunk(source, i):
+    return source.read_chunk(i).n_rows
+
+
+def test_a_task_opens_its_store_on_first_use_and_a_worker_that_cannot_is_named(digits, tmp_path):
+    """A Store pickles as where it is and its manifest's digest: unpickling reads nothing (a
+    worker that cannot open the store used to fail as the task arrived, and Dask dropped it);
+    its first use opens it, once per process. Here the store at the path was replaced after the
+    driver opened it, as a worker whose disk holds another store at the same path sees it: the
+    task fails with the store, the worker and the cause, and the worker stays."""
+    import pickle
+    import shutil
+
+    from streamfit.engine import Engine
+    from streamfit.store import store as store_module
+
+    X, y, classes = digits
+    path = str(tmp_path / "s.zarr")
+
+    def write(rows):
+        w = StoreWriter(path, chunk_rows=200, overwrite=True)
+        w.write_rows(X[rows], y[rows])
+        w.close(n_features=X.shape[1], classes=classes)
+
+    write(slice(0, 600))
+    store = open_store(path)
+    blob = pickle.dumps(store)
+    store_module._shipped.cache_clear()  # as in a worker's fresh process
+    copy = pickle.loads(blob)
+    assert pickle.loads(blob) is copy and "manifest" not in vars(copy)  # one object, nothing read yet
+    assert copy.read_chunk(2).n_rows == 200 and copy.manifest == store.manifest
+    shutil.rmtree(path)
+    write(slice(600, 1200))  # another store at the same path
+    store_module._shipped.cache_clear()
+    with pytest.raises(StoreError, match="its manifest here is not the one the driver read"):
+        pickle.loads(blob).n_rows  # noqa: B018 - the first use opens it
+    with Engine(mode="local", n_workers=1, threads_per_worker=2) as engine:
+        with pytest.raises(StoreError) as failed:
+            engine.map(_rows_of_chunk, store, range(3))
+        line = str(failed.value)
+        assert line.startswith(f"{path}: the Dask worker tcp://127.0.0.1:") and "\n" not in line
+        assert "cannot open this store, which the driver opened: " in line and "not the one the driver read" in line
+        assert len(engine.client.nthreads()) == 1  # the worker stays
+        assert engine.map(_rows_of_chunk, open_store(path), range(3)) == [200, 200, 200]

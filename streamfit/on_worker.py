@@ -1,0 +1,58 @@
+"""Errors of streamfit's tasks on Dask workers that name the worker.
+
+With `--scheduler` the workers may run on other machines, with their own credentials, mounts and
+disks, so a task can fail on a worker where the same work succeeds in the driver: its object
+store refuses the worker's credentials, or a path the driver sees is missing there. Such an
+error reaches the driver as the task's error, and says which worker to fix: a store the worker
+cannot open (streamfit.store.Store, opened on its first use in a task), and an object store's
+refusal of any other read or write of a task (`task`, around every task streamfit submits).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from streamfit.errors import StreamfitError
+
+
+def where() -> str | None:
+    """The words "the Dask worker ADDRESS" when this runs in a task on a Dask worker, else None."""
+    if "distributed" not in sys.modules:  # not imported: no Dask worker in this process
+        return None
+    from distributed import get_worker
+
+    try:
+        return f"the Dask worker {get_worker().address}"
+    except ValueError:  # no worker here
+        return None
+
+
+def call(fn: Callable, /, *args, **kwargs) -> Any:
+    """fn(*args, **kwargs), run as a Dask task: an object store's refusal raised in it (a wrong
+    key, an expired token, access denied: streamfit.storage.client_error_message) becomes a
+    StreamfitError naming this worker, the refusal and the fix, as the driver then reports it.
+    Any other error passes unchanged."""
+    try:
+        return fn(*args, **kwargs)
+    except OSError as e:
+        from streamfit.storage import client_error_message
+
+        refused = client_error_message(e)
+        here = where()
+        if refused is None or here is None:
+            raise
+        raise StreamfitError(f"{here}: {refused}") from e
+
+
+def task(fn: Callable) -> Callable:
+    """`fn` run through `call` (a decorator for the functions submitted to Dask directly); it
+    keeps fn's name, so Dask names its tasks after it."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return call(fn, *args, **kwargs)
+
+    return run
