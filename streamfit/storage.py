@@ -686,15 +686,17 @@ def _precondition_failed(e: BaseException) -> bool:
     """Whether s3fs's error `e` from a conditional PUT means the precondition did not hold: s3fs
     raises FileExistsError for `mode="create"` on an existing key, FileNotFoundError for
     `IfMatch` on a key deleted meanwhile, and a plain OSError (errno 22) for `IfMatch` on another
-    ETag, each caused by botocore's ClientError with the S3 error code."""
-    if isinstance(e, (FileExistsError, FileNotFoundError)):
-        return True
+    ETag, each caused by botocore's ClientError with the S3 error code. A missing bucket
+    (FileNotFoundError too, code NoSuchBucket) is not: no writer committed there, the store's
+    place is gone, and the error stays the caller's."""
+    codes = []
     seen: BaseException | None = e
     while seen is not None:
-        if getattr(seen, "response", {}).get("Error", {}).get("Code") in _PRECONDITION_CODES:
-            return True
+        codes.append(getattr(seen, "response", {}).get("Error", {}).get("Code"))
         seen = seen.__cause__ or seen.__context__
-    return False
+    if "NoSuchBucket" in codes:
+        return False
+    return isinstance(e, (FileExistsError, FileNotFoundError)) or any(c in _PRECONDITION_CODES for c in codes)
 
 
 def _names(pointer: Location, attempt: str) -> bool:

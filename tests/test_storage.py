@@ -590,6 +590,19 @@ def test_a_conditional_put_refused_after_its_own_first_try_landed_is_the_commit(
     assert _attempts(s3, "retried") == [attempt.location.name]
 
 
+def test_a_bucket_deleted_under_a_writer_is_its_error_not_another_writers_commit(s3):
+    """S3 answers a PUT into a deleted bucket with 404 NoSuchBucket, which s3fs raises as a
+    FileNotFoundError like If-Match on a deleted COMMITTED: the commit says the bucket is gone
+    (the caller's one line), not that another writer committed."""
+    s3.mkdir("gone-bucket")
+    target = storage.resolve("s3://gone-bucket/store")
+    attempt = storage.begin(target, what="store")
+    assert attempt.condition == {"mode": "create"}
+    s3.rmdir("gone-bucket")
+    with pytest.raises(FileNotFoundError, match="bucket does not exist"):
+        attempt.commit()
+
+
 def test_memory_urls_keep_the_unconditional_commit():
     """Only S3 has the compare-and-swap: a memory:// attempt carries no precondition and asks nothing as it begins."""
     assert storage.begin(storage.resolve("memory://cas-dir")).condition is None
