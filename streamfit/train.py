@@ -381,15 +381,14 @@ def _train_locked(
     uses_workers = fitter.uses_workers(store)
     mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, store.n_chunks, uses_workers)
     if mode == "inprocess":
-        why = (
-            "--n-workers 0"
-            if n_workers == 0
-            else f"{solver} fits in the driver"
-            if not uses_workers
-            else "a store of one chunk"
-            if store.n_chunks <= 1
-            else "a small store"
-        )
+        if n_workers == 0:
+            why = "--n-workers 0"
+        elif not uses_workers:
+            why = f"{solver} fits in the driver"
+        elif store.n_chunks <= 1:
+            why = "a store of one chunk"
+        else:
+            why = "a small store"
         log.info("running in this process (%s)", why)
     record = {
         "solver": solver,

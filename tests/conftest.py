@@ -1,6 +1,7 @@
 """Shared fixtures: small real data (scikit-learn's digits ships with scikit-learn) and stores."""
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -103,6 +104,33 @@ def digits_cli_store(tmp_path_factory):
     return d / "s.zarr"
 
 
+@contextlib.contextmanager
+def _pointed_at_s3(mp: pytest.MonkeyPatch, url: str, key_id: str, secret: str):
+    """boto pointed at the S3 API server `url` with these credentials, for this process and its
+    children (subprocesses, Dask workers), through `mp`; s3fs's cached instances, which hold the
+    settings they were made with (an earlier server's, now stopped), dropped on entry and exit."""
+    import s3fs
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": key_id,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": url,
+    }.items():
+        mp.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture
+def point_s3(monkeypatch):
+    """`with point_s3(url, key_id, secret):` boto pointed at that S3 server (`_pointed_at_s3`)."""
+    return functools.partial(_pointed_at_s3, monkeypatch)
+
+
 @pytest.fixture(scope="module")
 def s3():
     """An S3 API server on 127.0.0.1 and an s3fs client of its bucket; the AWS_* variables that
@@ -113,17 +141,9 @@ def s3():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-        }.items():
-            mp.setenv(key, value)
+    with pytest.MonkeyPatch.context() as mp, _pointed_at_s3(mp, f"http://{host}:{port}", ACCESS_KEY, SECRET_KEY):
         import s3fs
 
-        s3fs.S3FileSystem.clear_instance_cache()  # an earlier module's instances point at its stopped server
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         if not fs.exists(BUCKET):  # moto keeps its buckets for the process: an earlier module's server made it
             fs.mkdir(BUCKET)

@@ -381,14 +381,13 @@ def test_a_lost_scheduler_ends_train_with_one_error_line_and_resume_elsewhere_gi
 
 
 @pytest.fixture
-def checking_s3(moto_process, monkeypatch, tmp_path):
+def checking_s3(moto_process, monkeypatch, tmp_path, point_s3):
     """An S3 API server on 127.0.0.1 that checks every request's credentials and knows one key,
     the driver's (set in this process's AWS_* variables), with a bucket `w29`; yields the
     environment of workers whose key it does not know (the driver's credentials right, a
     worker's wrong: session 27's re-check)."""
     import boto3
     import requests
-    import s3fs
 
     with moto_process() as url:  # open while the key and the bucket are made, then checking
         made = {"endpoint_url": url, "region_name": "us-east-1", "aws_access_key_id": "x", "aws_secret_access_key": "x"}
@@ -399,19 +398,9 @@ def checking_s3(moto_process, monkeypatch, tmp_path):
         key = iam.create_access_key(UserName="driver")["AccessKey"]
         boto3.client("s3", **made).create_bucket(Bucket="w29")
         requests.post(f"{url}/moto-api/reset-auth", data=b"0", timeout=30).raise_for_status()
-        for name, value in {
-            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": url,
-        }.items():
-            monkeypatch.setenv(name, value)
-        s3fs.S3FileSystem.clear_instance_cache()
-        monkeypatch.chdir(tmp_path)
-        try:
+        with point_s3(url, key["AccessKeyId"], key["SecretAccessKey"]):
+            monkeypatch.chdir(tmp_path)
             yield {**os.environ, "AWS_ACCESS_KEY_ID": "AKIDWORKER", "AWS_SECRET_ACCESS_KEY": "wrong"}
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
 
 
 def test_a_worker_the_object_store_refuses_is_named_in_one_line_and_stays(checking_s3, cli):

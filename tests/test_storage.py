@@ -185,25 +185,12 @@ def test_object_store_client_errors_are_one_line_with_the_fix(tmp_path, monkeypa
 
 
 @pytest.fixture
-def refusing_s3(tmp_path, monkeypatch, moto_process):
+def refusing_s3(tmp_path, monkeypatch, moto_process, point_s3):
     """An S3 API server on 127.0.0.1 (moto's, in its own process) that checks credentials and
     knows none, so every request is refused with InvalidAccessKeyId; the AWS_* variables point at it."""
-    import s3fs
-
-    with moto_process({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as url:
-        for key, value in {
-            "AWS_ACCESS_KEY_ID": "AKIDWRONG",
-            "AWS_SECRET_ACCESS_KEY": "wrong",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_ENDPOINT_URL": url,
-        }.items():
-            monkeypatch.setenv(key, value)
-        s3fs.S3FileSystem.clear_instance_cache()
+    with moto_process({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}) as url, point_s3(url, "AKIDWRONG", "wrong"):
         monkeypatch.chdir(tmp_path)
-        try:
-            yield
-        finally:
-            s3fs.S3FileSystem.clear_instance_cache()
+        yield
 
 
 def test_a_wrong_access_key_is_one_line_naming_the_credentials_not_the_disk(refusing_s3, tmp_path):
