@@ -295,24 +295,37 @@ def _start_over(config: PipelineConfig) -> None:
             require_path(path, directory_ok=True)
     # every lock first, then the deletions: a copy of this job still running (a scheduler's retry)
     # stops this one before anything of it is removed; its train holds the run directory and
-    # reads the stores (read_lock), whose deletion under it made it fail
+    # reads the stores (read_lock), whose deletion under it made it fail. Behind a URL the
+    # leases (streamfit.lease) of the run directory and the stores: those a live copy's train
+    # and ingests hold (a train reading a store behind a URL holds no lease on it)
     stored = [store for store in _stores(config) if _stored(store)]  # complete stores (others: their ingest)
     run = storage.resolve(config.train.out) if config.train else None
     held: list[int] = []
-    try:
-        if run is not None and run.local and run.exists():
-            held.append(_lock_run_dir(run.path))
-        for store in stored:
-            location = storage.resolve(store)
-            if location.local:
-                held.append(lock_dir(location.path))
-        for store in stored:
-            storage.uncommit(storage.resolve(store))
-        if run is not None and run.exists():
-            remove_run_outputs(run)
-    finally:
-        for fd in held:
-            os.close(fd)
+    with contextlib.ExitStack() as leases:
+        try:
+            if run is not None and run.local and run.exists():
+                held.append(_lock_run_dir(run.path))
+            for store in stored:
+                location = storage.resolve(store)
+                if location.local:
+                    held.append(lock_dir(location.path))
+            named = ([(run, "run directory")] if run is not None else []) + [
+                (storage.resolve(store), "store") for store in stored
+            ]
+            for location, what in named:
+                if not location.local:
+                    from streamfit import lease
+
+                    taken = lease.take(location, what)
+                    if taken is not None:
+                        leases.callback(taken.release)
+            for store in stored:
+                storage.uncommit(storage.resolve(store))
+            if run is not None and run.exists():
+                remove_run_outputs(run)
+        finally:
+            for fd in held:
+                os.close(fd)
     if config.evaluate:
         storage.resolve(config.evaluate.run_dir).join(EVALUATION_FILE).remove()
     if config.predict:

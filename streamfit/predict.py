@@ -37,6 +37,7 @@ from streamfit.model import Model, check_scoring_options, decide
 
 if TYPE_CHECKING:
     from streamfit.engine import Engine
+    from streamfit.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +303,7 @@ def predict_to_file(
         with_ids,
         parts,
     )
-    lock = _claim_output(target, out, parts)  # local disk: held until the output is published or removed
+    lock = _claim_output(target, out, parts)  # held until the output is published or removed
     try:
         attempt = storage.begin(target, clear=False, what="prediction output") if parts else None
         # Dask workers write their parts to an object store themselves; the driver writes local ones
@@ -316,11 +317,13 @@ def predict_to_file(
             return _write_parts(attempt, layout, pieces, source)
         return _write_file(target, layout, pieces, source)
     finally:
-        if lock is not None:
+        if isinstance(lock, int):
             os.close(lock)
+        elif lock is not None:
+            lock.release()
 
 
-def _claim_output(target, out: str, parts: bool) -> int | None:
+def _claim_output(target, out: str, parts: bool) -> int | Lease | None:
     """Make this process the only writer of `out` on local disk: an exclusive flock on its
     staging path `OUT.partial` (the file, or with `parts` the directory), taken before anything
     is written there and held, through the returned descriptor, until the output is published or
@@ -329,13 +332,17 @@ def _claim_output(target, out: str, parts: bool) -> int | None:
     reported success. The second now stops with one line before it writes. A staging path that
     its writer renamed or removed between our open and our lock is opened again, so the lock is
     on the path's current file; a killed writer's leftover (its lock is free) is replaced.
-    Object stores: None (each writer stages in a temporary file or attempt prefix of its own,
-    and the output is one writer's whole upload or commit)."""
+    Behind a URL, where each writer stages in a temporary file or attempt prefix of its own:
+    the output's lease (streamfit.lease), `OUT.LEASE` in both modes (a one-file output cannot
+    hold objects under its name), so that the second writer stops with one line naming the
+    first before it scores anything, and a writer that lost its lease publishes nothing."""
     import fcntl
     import shutil
 
     if not target.local:
-        return None
+        from streamfit import lease
+
+        return lease.take(target, "prediction output", key=target.sibling("." + lease.LEASE))
     staging = target.path + ".partial"
     busy = StreamfitError(
         f"{out}: another streamfit predict is writing this output right now ({staging} is locked); "

@@ -33,7 +33,9 @@ complete or not at all: stores, checkpoint steps, models.
   stores (`memory://`, `gs://`, `abfs://`) write COMMITTED unconditionally: two writers of one
   `NAME` there can still leave an attempt that the other's commit emptied (GCS's and Azure's
   own preconditions are future work). Local disk needs none of it: a second writer is refused
-  by a lock (flock) before it writes.
+  by a lock (flock) before it writes; behind a URL it is refused by a lease (streamfit.lease),
+  which `Attempt.commit` and `publish_file` check first, and the compare-and-swap guards what
+  is left.
 
 Single files that are replaced whole (LATEST, run.json, per-sample state chunks, predictions)
 go through `Location.write_bytes`: temporary name, fsync, rename on local disk; one PUT on an
@@ -260,7 +262,10 @@ class Location:
             os.replace(staged, self.path)
             fsync_path(os.path.dirname(self.path))
             return
+        from streamfit import lease
+
         try:
+            lease.check_held(self)  # a writer that lost its lease to another publishes nothing
             self._fs.put_file(staged, self.path)
         finally:
             os.remove(staged)
@@ -643,6 +648,13 @@ class Attempt:
         if self.target.local:
             publish_dir(self.location.path, self.target.path)
             return
+        from streamfit import lease
+
+        try:
+            lease.check_held(self.target)  # a writer that lost its lease to another commits nothing
+        except StreamfitError:
+            self.abort()
+            raise
         pointer, record = self.target.join(COMMITTED), json.dumps({"attempt": self.location.name}).encode()
         if self.condition is None:
             pointer.write_new(record)
@@ -650,7 +662,7 @@ class Attempt:
             try:
                 pointer.fs.pipe_file(pointer.path, record, **self.condition)
             except OSError as e:
-                if not _precondition_failed(e):
+                if not precondition_failed(e):
                     raise
                 # unless COMMITTED names this attempt: the client retried the PUT after its first try landed
                 if not _names(pointer, self.location.name):
@@ -682,7 +694,7 @@ class Attempt:
 _PRECONDITION_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "412", "409")
 
 
-def _precondition_failed(e: BaseException) -> bool:
+def precondition_failed(e: BaseException) -> bool:
     """Whether s3fs's error `e` from a conditional PUT means the precondition did not hold: s3fs
     raises FileExistsError for `mode="create"` on an existing key, FileNotFoundError for
     `IfMatch` on a key deleted meanwhile, and a plain OSError (errno 22) for `IfMatch` on another

@@ -36,6 +36,8 @@ from streamfit.store.store import read_lock
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
+    from streamfit.lease import Lease
+
 log = logging.getLogger(__name__)
 
 
@@ -166,13 +168,18 @@ def train(
     refuse_resume_with_overwrite(resume, overwrite)
     made = not run.exists()
     run.makedirs()
-    # an object store has no locks: two trains on one URL are the user's to avoid (docs/architecture.md)
+    # one train at a time per run directory, for the whole run (--resume too): a flock on local
+    # disk, a lease behind a URL (streamfit.lease), taken before anything is written there
     lock = _lock_run_dir(out) if run.local else None
+    held = None
+    if not run.local:
+        from streamfit import lease
+
+        held = lease.take(run, "run directory")
     try:  # the stores stay as they are while they are read: an ingest --overwrite of one is refused (read_lock)
         reading = [fd for s in (store, valid_store) if s is not None and (fd := read_lock(s.path)) is not None]
     except BaseException:
-        if lock is not None:
-            os.close(lock)
+        _unlock_run_dir(lock, held)
         _remove_if_no_checkpoint(out, made)
         raise
     # a checkpoint this call did not write (an earlier run's, which --resume continues) is never removed
@@ -201,13 +208,13 @@ def train(
     except BaseException as e:
         # resumable by design: a stop, and a write that failed (disk full: its line names --resume)
         resumable = isinstance(e, (TimeLimitReached, Terminated, KeyboardInterrupt, OutputError))
-        _remove_if_no_checkpoint(out, made, keep_initial=earlier or resumable)
+        if held is None or not held.lost:  # a lost lease: the directory is the other writer's now
+            _remove_if_no_checkpoint(out, made, keep_initial=earlier or resumable)
         raise
     finally:
         for fd in reading:
             os.close(fd)
-        if lock is not None:
-            os.close(lock)
+        _unlock_run_dir(lock, held)
 
 
 def targets_counted(n: int, regression: bool) -> str:
@@ -284,6 +291,14 @@ def _lock_run_dir(out: str) -> int:
     except OSError as e:  # a filesystem without flock (some network mounts): run unguarded, and say so
         log.warning("%s: cannot lock the run directory (%s); make sure no other train uses it", out, e.strerror)
     return fd
+
+
+def _unlock_run_dir(lock: int | None, held: Lease | None) -> None:
+    """Release the run directory: its flock (local disk) or its lease (behind a URL)."""
+    if lock is not None:
+        os.close(lock)
+    if held is not None:
+        held.release()
 
 
 def _single_threaded_blas(on: bool):

@@ -4,11 +4,13 @@ import contextlib
 import functools
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -149,6 +151,52 @@ def s3():
             fs.mkdir(BUCKET)
         yield fs
     server.stop()
+
+
+@contextlib.contextmanager
+def _s3_requests():
+    """The requests the S3 server of the `s3` fixture answers meanwhile (from any process: this
+    one, subprocesses, Dask workers), as (method, key) pairs in order; a key is relative to the
+    bucket; a listing is ("LIST", its prefix)."""
+    requests: list[tuple[str, str]] = []
+
+    class Requests(logging.Handler):
+        def emit(self, record):
+            # "GET /bucket/key HTTP/1.1" 200 (a 404 in terminal colours)
+            method, target = re.search(r"([A-Z]+) (\S+) HTTP/", record.getMessage()).groups()
+            path, _, query = urllib.parse.unquote(target).partition("?")
+            if "list-type=2" in query:
+                method, path = "LIST", query.split("prefix=", 1)[1].split("&")[0] if "prefix=" in query else ""
+            requests.append((method, path.removeprefix(f"/{BUCKET}/")))
+
+    werkzeug, level = logging.getLogger("werkzeug"), logging.getLogger("werkzeug").level
+    werkzeug.setLevel(logging.INFO)  # the server's access log: a line per request
+    werkzeug.addHandler(handler := Requests())
+    try:
+        yield requests
+    finally:
+        werkzeug.removeHandler(handler)
+        werkzeug.setLevel(level)
+
+
+@pytest.fixture(scope="session")
+def s3_requests():
+    """`with s3_requests() as requests:` the S3 server's requests meanwhile (_s3_requests)."""
+    return _s3_requests
+
+
+LEASE_STALE_S = 1.0  # the short_leases fixture's stale time (streamfit.lease.STALE_AFTER: 120 s)
+
+
+@pytest.fixture
+def short_leases(monkeypatch):
+    """Leases (streamfit.lease) in this process stale after LEASE_STALE_S instead of minutes; the
+    fixture's value, called, waits until a lease that a killed writer left is stale (S3 judges by
+    its clock in whole seconds)."""
+    from streamfit import lease
+
+    monkeypatch.setattr(lease, "STALE_AFTER", LEASE_STALE_S)
+    return lambda: time.sleep(LEASE_STALE_S + 1.2)
 
 
 @pytest.fixture

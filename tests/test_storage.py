@@ -7,16 +7,13 @@ two-worker loopback cluster reading the store from S3 → evaluate → predict, 
 against the same job on local disk; writers killed at their commit; a damaged object."""
 
 import collections
-import contextlib
 import io
 import json
-import logging
 import os
 import re
 import signal
 import subprocess
 import sys
-import urllib.parse
 
 import numpy as np
 import pytest
@@ -361,10 +358,12 @@ def test_a_store_behind_a_url_pickles_as_the_attempt_its_opener_read(monkeypatch
 
 
 @pytest.mark.slow
-def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_local_disk(s3, tmp_path):
+def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_local_disk(
+    s3_requests, s3, tmp_path, short_leases
+):
     store, run = f"s3://{BUCKET}/iris.zarr", f"s3://{BUCKET}/run"
     s3.put(DATA, f"{BUCKET}/raw/iris.svm")
-    with _requests() as requests:
+    with s3_requests() as requests:
         assert (
             _cli("ingest", f"s3://{BUCKET}/raw/iris.svm", "--no-hash", "--out", store, "--chunk-rows", "10").exit_code
             == 0
@@ -388,7 +387,9 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
     assert _attempts(s3, "run/checkpoints/step-000003") and not s3.exists(
         f"{BUCKET}/run/checkpoints/step-000003/COMMITTED"
     )
-    # resumed on a two-worker cluster on loopback, whose workers read the store from S3
+    # resumed on a two-worker cluster on loopback, whose workers read the store from S3, once the
+    # killed run's lease is stale (streamfit.lease)
+    short_leases()
     assert _cli("train", store, *TRAIN, "--n-workers", "2", "--resume", "--out", run).exit_code == 0
     s3.invalidate_cache()  # the listings s3fs cached before the resume
     assert (
@@ -415,19 +416,22 @@ def test_ingest_train_kill_resume_on_a_cluster_evaluate_predict_on_s3_as_on_loca
 
 
 @pytest.mark.slow
-def test_an_ingest_killed_at_its_commit_leaves_nothing_that_opens_and_a_rerun_collects_it(s3):
+def test_an_ingest_killed_at_its_commit_leaves_nothing_that_opens_and_a_rerun_collects_it(s3, short_leases):
     store = f"s3://{BUCKET}/killed.zarr"
     _killed_at_commit("killed.zarr", "ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10")
     (attempt,) = _attempts(s3, "killed.zarr")
     assert s3.exists(f"{BUCKET}/killed.zarr/{attempt}/manifest.json")  # every file there but the commit
     with pytest.raises(StoreError, match="has no COMMITTED; it is not a complete store"):
         open_store(store)
+    short_leases()  # the killed writer's lease, stale
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
     assert len(_attempts(s3, "killed.zarr")) == 1 and open_store(store).verify() == []
 
 
 @pytest.mark.slow
-def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_batch(s3, tmp_path, monkeypatch):
+def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_batch(
+    s3_requests, s3, tmp_path, monkeypatch
+):
     """The IDF stage behind a URL is scratch, as on local disk: written under its own attempt
     prefix, never committed (no COMMITTED, no listing for stale attempts), read there by pass 2,
     and deleted at the end by one listing of its prefix and one batched delete. (A stage this
@@ -446,20 +450,26 @@ def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_b
         )
     )
     store, stage_prefix = f"s3://{BUCKET}/text.zarr", "text.zarr.pass1.partial/"
-    with _requests() as requests:
+    with s3_requests() as requests:
         assert _cli("ingest", docs, "--out", store, "--chunk-rows", "8").exit_code == 0
     stage = {(method, key.split("/attempt-")[0]) for method, key in requests if ".pass1.partial" in key}
-    assert stage == {("PUT", "text.zarr.pass1.partial"), ("GET", "text.zarr.pass1.partial"), ("LIST", stage_prefix)}
+    assert stage == {
+        ("PUT", "text.zarr.pass1.partial"),
+        ("GET", "text.zarr.pass1.partial"),
+        ("LIST", stage_prefix),
+        ("PUT", "text.zarr.pass1.partial/LEASE"),  # its lease, taken; deleted with the stage (POST below)
+    }
     assert [r for r in requests if r == ("LIST", stage_prefix) or r[0] in ("POST", "DELETE")] == [
         ("LIST", stage_prefix),
         ("POST", f"/{BUCKET}"),  # DeleteObjects: up to 1000 keys a request
+        ("DELETE", "text.zarr/LEASE"),  # the store's lease, released last
     ]
     s3.invalidate_cache()
     assert not s3.find(f"{BUCKET}/text.zarr.pass1.partial")
     assert _cli("ingest", docs, "--out", tmp_path / "text.zarr", "--chunk-rows", "8").exit_code == 0
     assert open_store(store).manifest.chunks == open_store(str(tmp_path / "text.zarr")).manifest.chunks
     monkeypatch.setattr(pipeline, "MEMORY_STAGE_BYTES", default)
-    with _requests() as requests:
+    with s3_requests() as requests:
         assert _cli("ingest", docs, "--out", store, "--chunk-rows", "8", "--overwrite").exit_code == 0
     assert not [r for r in requests if ".pass1.partial" in r[1]]
     assert open_store(store).manifest.chunks == open_store(str(tmp_path / "text.zarr")).manifest.chunks
@@ -482,10 +492,10 @@ def test_a_damaged_object_is_detected(s3):
 
 # Runs the streamfit CLI (the arguments after argv[1] up to "::"); at the commit of the directory
 # named argv[1] (its files all written), first runs the arguments after "::" to their end in another
-# process (a second writer of the same URL, begun after this one and committed before it), then
-# commits: two writers overlapping, in a fixed order.
+# process (a second writer of the same URL, begun after this one), prints that one's exit status and
+# stderr as a line "OTHER [status, stderr]" (JSON), then commits: two writers overlapping, in a fixed order.
 OVERTAKEN_AT_COMMIT = """
-import subprocess, sys
+import json, subprocess, sys
 from streamfit import storage
 from streamfit.cli import main
 cut = sys.argv.index("::")
@@ -493,8 +503,8 @@ ours, other = sys.argv[2:cut], sys.argv[cut + 1 :]
 real = storage.Attempt.commit
 def commit(self):
     if self.target.name == sys.argv[1]:
-        done = subprocess.run([sys.executable, "-m", "streamfit.cli", "-q", *other], capture_output=True)
-        assert done.returncode == 0, done.stderr
+        done = subprocess.run([sys.executable, "-m", "streamfit.cli", "-q", *other], capture_output=True, text=True)
+        print("OTHER", json.dumps([done.returncode, done.stderr]), flush=True)
     real(self)
 storage.Attempt.commit = commit
 main(["-q", *ours])
@@ -537,7 +547,9 @@ def test_of_two_attempts_on_s3_the_later_commit_is_refused_and_the_committed_one
     assert storage.committed(target) is None and not _attempts(s3, "cas-dir")
 
 
-def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_commit_costs_one_head_more(s3):
+def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_commit_costs_one_head_more(
+    s3_requests, s3
+):
     """A writer that commits one directory again and again (a model saved again, a checkpoint
     step saved again on resume) looks at COMMITTED as each attempt begins, so its own last commit
     is what it expects: never refused. Requests per commit: the HEAD of COMMITTED as the attempt
@@ -546,7 +558,7 @@ def test_a_writer_committing_on_s3_again_and_again_is_never_refused_and_each_com
     target = storage.resolve(f"s3://{BUCKET}/again-dir")
     names: list[str] = []
     for i in range(4):
-        with _requests() as requests:
+        with s3_requests() as requests:
             attempt = storage.begin(target, what="model")
             attempt.location.join("a").write_new(str(i).encode())
             attempt.commit()
@@ -596,58 +608,42 @@ def test_memory_urls_keep_the_unconditional_commit():
 
 
 @pytest.mark.slow
-def test_a_second_ingest_overwrite_of_one_s3_store_committed_first_leaves_the_first_exiting_2_and_a_whole_store(s3):
-    """Two `ingest --overwrite` of one s3:// store overlapping (the second begun after the first
-    and committed before it: before the compare-and-swap both exited 0 and the store was
-    damaged): the first exits 2 with the refusal's line and the store is the second's, whole."""
+def test_a_second_ingest_overwrite_of_one_s3_store_is_refused_by_the_lease_and_the_first_commits_whole(s3):
+    """Two `ingest --overwrite` of one s3:// store overlapping (the second begun while the first
+    writes; before the compare-and-swap both exited 0 and the store was damaged, with it the first
+    exited 2 at its commit): the second is refused before it reads, exit 2 naming the first
+    (streamfit.lease), and the first commits its store whole."""
     store = f"s3://{BUCKET}/two.zarr"
     args = ["ingest", DATA, "--no-hash", "--out", store, "--overwrite", "--chunk-rows"]
-    assert _cli(*args, 50).exit_code == 0  # a committed store to replace: If-Match
-    first = subprocess.run(
+    assert _cli(*args, 50).exit_code == 0  # a committed store to replace
+    first = subprocess.Popen(
         [sys.executable, "-c", OVERTAKEN_AT_COMMIT, "two.zarr", *args, "25", "::", *args, "10"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    assert first.returncode == 2, first.stderr
-    assert re.fullmatch(f"error: {store}{REFUSED.format('store')}", first.stderr.strip().splitlines()[-1])
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    code, other = json.loads(out.split("OTHER ", 1)[1].splitlines()[0])
+    assert code == 2 and re.fullmatch(
+        rf"error: {store}: another streamfit process is writing this store right now \(host \S+, pid {first.pid}, "
+        rf"since .* UTC, renewed \d+ s ago\); wait for it to finish, or if it is dead, delete {store}/LEASE \(it is "
+        r"taken over 120 s after its last renewal\)",
+        other.strip(),
+    ), other
     opened = open_store(store)
-    assert opened.n_chunks == 5 and opened.verify() == []  # the second's chunks of 10 rows (the first's: 25)
-    assert _attempts(s3, "two.zarr") == [opened.data.name]
-
-
-@contextlib.contextmanager
-def _requests():
-    """The requests the S3 server answers meanwhile (from any process: this one, subprocesses,
-    Dask workers), as (method, key) pairs in order; a listing is ("LIST", its prefix)."""
-    requests: list[tuple[str, str]] = []
-
-    class Requests(logging.Handler):
-        def emit(self, record):
-            # "GET /bucket/key HTTP/1.1" 200 (a 404 in terminal colours)
-            method, target = re.search(r"([A-Z]+) (\S+) HTTP/", record.getMessage()).groups()
-            path, _, query = urllib.parse.unquote(target).partition("?")
-            if "list-type=2" in query:
-                method, path = "LIST", query.split("prefix=", 1)[1].split("&")[0] if "prefix=" in query else ""
-            requests.append((method, path.removeprefix(f"/{BUCKET}/")))
-
-    werkzeug, level = logging.getLogger("werkzeug"), logging.getLogger("werkzeug").level
-    werkzeug.setLevel(logging.INFO)  # the server's access log: a line per request
-    werkzeug.addHandler(handler := Requests())
-    try:
-        yield requests
-    finally:
-        werkzeug.removeHandler(handler)
-        werkzeug.setLevel(level)
+    assert opened.n_chunks == 2 and opened.verify() == []  # the first's chunks of 25 rows (the second's: 10)
+    assert _attempts(s3, "two.zarr") == [opened.data.name] and not s3.exists(f"{BUCKET}/two.zarr/LEASE")
 
 
 @pytest.mark.slow
-def test_a_zarr_store_on_s3_holds_the_local_stores_files_each_put_once(s3, tmp_path):
+def test_a_zarr_store_on_s3_holds_the_local_stores_files_each_put_once(s3_requests, s3, tmp_path):
     """A Zarr store ingested to S3 holds the files of the same store ingested to local disk,
     byte for byte (metadata, chunks, manifest), and each of its chunk objects was written with
     one PUT and nothing else: no HEAD, LIST or GET before it (Zarr asks before each node it
     writes through a filesystem; the chunk groups are built in memory and put)."""
     store = f"s3://{BUCKET}/written.zarr"
-    with _requests() as requests:
+    with s3_requests() as requests:
         assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
     local = tmp_path / "written.zarr"
     assert _cli("ingest", DATA, "--no-hash", "--out", local, "--chunk-rows", "10").exit_code == 0
@@ -661,13 +657,13 @@ def test_a_zarr_store_on_s3_holds_the_local_stores_files_each_put_once(s3, tmp_p
 
 
 @pytest.mark.slow
-def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3):
+def test_a_zarr_chunk_is_one_get_per_array_and_a_damaged_one_is_named(s3_requests, s3):
     """A store opens with three GETs (COMMITTED, the manifest, the root group's zarr.json: no
     HEAD); a chunk's first read fetches its four arrays' data objects, one GET each and nothing
     else (no metadata, no HEAD), and a damaged object fails its CRC32C, naming the array."""
     store = f"s3://{BUCKET}/reads.zarr"
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
-    with _requests() as requests:
+    with s3_requests() as requests:
         opened = open_store(store)
         assert opened.reader.manifest_copy  # the root group opened (its manifest copy)
         assert [(method, key.split("/")[-1]) for method, key in requests] == [
@@ -725,7 +721,7 @@ def cluster(s3):
 
 
 @pytest.mark.slow
-def test_a_store_read_on_a_cluster_reads_its_commit_record_once(s3, cluster, tmp_path):
+def test_a_store_read_on_a_cluster_reads_its_commit_record_once(s3_requests, s3, cluster, tmp_path):
     """evaluate --scheduler of a store on S3 in 5 chunks: one GET of COMMITTED in all (the
     workers reopen the attempt the driver opened, not COMMITTED per task), the manifest and the
     root group's zarr.json once per process, each chunk's four arrays once, and not one HEAD or
@@ -737,7 +733,7 @@ def test_a_store_read_on_a_cluster_reads_its_commit_record_once(s3, cluster, tmp
     run = tmp_path / "run"  # the model on local disk: only the store's requests are counted
     assert _cli("train", store, *TRAIN, "--n-workers", "0", "--out", run).exit_code == 0
     store_module._open_cached.cache_clear()  # train opened it in this process: open it as a new driver would
-    with _requests() as requests:
+    with s3_requests() as requests:
         result = _cli("evaluate", run, store, "--scheduler", cluster.scheduler_address)
     assert result.exit_code == 0, result.stderr
     assert "chunk_sums" in cluster.scheduler.task_prefixes  # the chunks were scored on the workers
@@ -863,7 +859,9 @@ def _parts(s3, name: str, rows: list[int]) -> bytes:
 
 
 @pytest.mark.slow
-def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_a_killed_run_left(s3):
+def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_a_killed_run_left(
+    short_leases, s3_requests, s3
+):
     """train on S3, in process (fbpd, 6 iterations saved at every step, 5 chunks): each
     per-sample version is one PUT per chunk, with no listing per write or per save: state/ is
     listed once (the fresh run's sweep), each version once where it is deleted, and none where
@@ -874,7 +872,7 @@ def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_
     store, run = f"s3://{BUCKET}/ck.zarr", f"s3://{BUCKET}/ck-run"
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "10").exit_code == 0
     every = ["--checkpoint-interval", "0", "--n-workers", "0"]
-    with _requests() as requests:
+    with s3_requests() as requests:
         assert _cli("train", store, *TRAIN, *every, "--out", run).exit_code == 0
     state = _state_requests(requests)
     written = [f"/dual/v00000{v}/" for v in range(1, 7)] + ["/anchor_dual/v000002/", "/anchor_dual/v000004/"]
@@ -889,7 +887,8 @@ def test_checkpoint_state_on_s3_is_listed_once_per_run_and_a_resume_sweeps_what_
     s3.rm(f"{BUCKET}/ck-run", recursive=True)
     _killed_at_commit("step-000004", "train", store, *TRAIN, *every, "--out", run)
     assert s3.find(f"{BUCKET}/ck-run/checkpoints/state/dual/v000004")  # the killed run's next version
-    with _requests() as requests:
+    short_leases()  # the killed run's lease, stale
+    with s3_requests() as requests:
         assert _cli("train", store, *TRAIN, *every, "--resume", "--out", run).exit_code == 0
     state = _state_requests(requests)
     lists = {key: n for (method, key), n in state.items() if method == "LIST"}

@@ -1,11 +1,14 @@
-"""Two writers of one s3:// store or run directory at once, against a loopback S3 server (issue 18).
+"""Two writers of one s3:// store, run directory or prediction output at once, against a loopback S3 server (issue 18).
 
-On local disk a second writer is refused by a lock (flock); an object store has none. This
-starts two `streamfit` processes writing the same URL (two ingests of different inputs, with
-and without --overwrite, the second started 0-3 s after the first; two trains of one run
-directory) and prints, per case, each command's exit status and last line, then what the URL
-holds: `inspect --verify` of the committed store (its status and how many problems it lists),
-and `evaluate` of the run. One JSON object per line.
+On local disk a second writer is refused by a lock (flock); behind a URL by a lease
+(streamfit.lease: `NAME/LEASE`, predict's `OUT.LEASE`). This starts two `streamfit` processes
+writing the same URL (two ingests of different inputs, with and without --overwrite; two trains
+of one run directory, the second with --resume as a scheduler's retry would; two predicts of one
+output), the second 0-2 s after the first holds its lease (or, with --no-wait, 0-2 s after the
+first started, as before the lease), and prints, per case, each command's exit status and last
+line, then what the URL holds: `inspect --verify` of the committed store (its status and how
+many problems it lists), `evaluate` of the run, the rows of the prediction, and whether a lease
+was left behind. One JSON object per line.
 
     PYTHONPATH=. python tools/check_two_writers_s3.py [--rows 20000]
 
@@ -44,6 +47,11 @@ def _last_line(out: str, err: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=20000, help="rows of the first input (the second: 60 %%)")
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="start the second writer after the first starts, not once it holds its lease",
+    )
     args = parser.parse_args()
     from moto.server import ThreadedMotoServer
 
@@ -62,7 +70,8 @@ def main() -> None:
     os.environ.update(env)
     import s3fs
 
-    s3fs.S3FileSystem().mkdir("two")
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("two")
     folder = tempfile.mkdtemp(prefix="two-writers-")
     rng = np.random.default_rng(0)
     a, b = os.path.join(folder, "a.svm"), os.path.join(folder, "b.svm")
@@ -72,14 +81,34 @@ def main() -> None:
     def run(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(CLI + list(argv), env=env, capture_output=True, text=True)
 
-    def both(name: str, first: list[str], second: list[str], delay: float) -> None:
+    def both(name: str, first: list[str], second: list[str], delay: float, lease: str) -> None:
         start = time.monotonic()
         procs = [subprocess.Popen(CLI + first, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)]
+        while not args.no_wait and procs[0].poll() is None:  # until the first holds the lease
+            fs.invalidate_cache()
+            if fs.exists(lease.removeprefix("s3://")):
+                break
+            time.sleep(0.05)
+        held = time.monotonic()
         time.sleep(delay)
         procs.append(subprocess.Popen(CLI + second, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        ended = [(p.wait(), _last_line(*p.communicate())) for p in procs]
+        ended, ends = [], []
+        for p in procs:
+            ended.append((p.wait(), _last_line(*p.communicate())))
+            ends.append(round(time.monotonic() - start, 1))
+        fs.invalidate_cache()
         print(
-            json.dumps({"case": name, "first": ended[0], "second": ended[1], "s": round(time.monotonic() - start, 1)})
+            json.dumps(
+                {
+                    "case": name,
+                    "first": ended[0],
+                    "second": ended[1],
+                    "first held its lease after s": round(held - start, 1),
+                    "second started after s": round(held - start + delay, 1),
+                    "first, second ended after s": ends,
+                    "lease left": fs.exists(lease.removeprefix("s3://")),
+                }
+            )
         )
 
     def verify(url: str) -> None:
@@ -101,22 +130,29 @@ def main() -> None:
     def ingest(data: str, out: str, *more: str) -> list[str]:
         return ["ingest", data, "--no-hash", "--chunk-rows", "250", "--out", out, *more]
 
-    both("ingest, both at once", ingest(a, "s3://two/s1.zarr"), ingest(b, "s3://two/s1.zarr"), 0)
+    both(
+        "ingest, both at once",
+        ingest(a, "s3://two/s1.zarr"),
+        ingest(b, "s3://two/s1.zarr"),
+        0,
+        "s3://two/s1.zarr/LEASE",
+    )
     verify("s3://two/s1.zarr")
-    for delay in (0.0, 1.0, 2.0, 3.0):
+    for delay in (0.0, 1.0, 2.0):
         out = f"s3://two/over-{delay:g}.zarr"
         both(
             f"ingest --overwrite, the second {delay:g} s after",
             ingest(a, out, "--overwrite"),
             ingest(b, out, "--overwrite"),
             delay,
+            f"{out}/LEASE",
         )
         verify(out)
     for delay in (0.0, 2.0):
         run_dir = f"s3://two/run-{delay:g}"
         train = ["train", "s3://two/s1.zarr", "--out", run_dir, "--n-workers", "0", "--solver", "stagewise"]
         train += ["-p", "n_passes=3", "--checkpoint-interval", "0"]
-        both(f"train, the second {delay:g} s after", train, train, delay)
+        both(f"train, the second (--resume) {delay:g} s after", train, [*train, "--resume"], delay, f"{run_dir}/LEASE")
         evaluated = run("evaluate", run_dir, "s3://two/s1.zarr")
         print(
             json.dumps(
@@ -127,6 +163,13 @@ def main() -> None:
                 }
             )
         )
+    for parts in ([], ["--parts"]):
+        out = "s3://two/p.csv" if not parts else "s3://two/p-parts.csv"
+        predict = ["predict", "s3://two/run-0", "s3://two/s1.zarr", "--out", out, *parts]
+        both(f"predict {' '.join(parts) or 'one file'}, both at once", predict, predict, 0, f"{out}.LEASE")
+        if not parts:  # the one file: its header and a line per row of the store
+            text = fs.cat_file(out.removeprefix("s3://")).decode() if fs.exists(out.removeprefix("s3://")) else ""
+            print(json.dumps({"output": out, "rows": max(len(text.splitlines()) - 1, 0)}))
     server.stop()
 
 

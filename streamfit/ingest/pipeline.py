@@ -29,7 +29,7 @@ import io
 import json
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import scipy.sparse as sp
@@ -46,6 +46,9 @@ from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store
 from streamfit.store.format import MAX_FEATURES
 from streamfit.store.store import IDF_FILE, canonical_chunk, overlaps, present, remove_dead_partial, stack_rows
+
+if TYPE_CHECKING:
+    from streamfit.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +356,13 @@ class _Layout:
     chunk_rows: int
 
     def writer(
-        self, path: str, multilabel: bool, overwrite: bool, n_outputs: int | None = None, scratch: bool = False
+        self,
+        path: str,
+        multilabel: bool,
+        overwrite: bool,
+        n_outputs: int | None = None,
+        scratch: bool = False,
+        lease: Lease | None = None,
     ) -> StoreWriter:
         return StoreWriter(
             path,
@@ -363,7 +372,27 @@ class _Layout:
             chunk_rows=self.chunk_rows,
             overwrite=overwrite,
             scratch=scratch,
+            lease=lease,
         )
+
+
+def _take_leases(stores: list[str]) -> dict[str, Lease]:
+    """The leases (streamfit.lease) of the stores behind URLs among `stores`, by path; all or none."""
+    taken: dict[str, Lease] = {}
+    try:
+        for path in stores:
+            location = storage.resolve(path)
+            if not location.local:
+                from streamfit import lease
+
+                held = lease.take(location, "store")
+                if held is not None:
+                    taken[path] = held
+    except BaseException:
+        for held in taken.values():
+            held.release()
+        raise
+    return taken
 
 
 def numeric_targets(labels: list, n_outputs: int | None) -> tuple[np.ndarray, dict[int, str]]:
@@ -521,6 +550,8 @@ class _Pass1:
         self.layout = layout
         self.source_options = source_options
         self.writer: StoreWriter | None = None
+        # behind a URL, the leases of the stores this ingest writes (taken before it reads: _ingest)
+        self.leases: dict[str, Lease] = {}
         # a two-pass ingest's stage, held in memory up to memory_limit bytes (0: on disk from the start)
         self.memory_limit = memory_limit
         self.memory: _MemoryStage | None = None
@@ -544,6 +575,7 @@ class _Pass1:
                 overwrite=self.o.overwrite,
                 n_outputs=self.n_outputs if self.numeric else None,
                 scratch=stage,
+                lease=self.leases.get(self.out),
             )
         return self.writer
 
@@ -883,6 +915,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         bar.begin("ingest", 0, None, unit="record")
         cluster.callback(bar.close)
     try:
+        # behind a URL a second ingest of the same stores is refused now, before it reads (streamfit.lease)
+        p1.leases = _take_leases([out] + ([storage.absolute(o.test_out)] if o.test_out else []))
         engine = None
         if distributed:
             from streamfit.engine import Engine
@@ -963,8 +997,12 @@ def _ingest(o: IngestOptions) -> IngestReport:
         raise
     finally:
         cluster.close()
-        if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
-            p1.writer.discard()
+        try:
+            if two_pass and p1.writer is not None:  # the stage is ours (another live ingest's stays)
+                p1.writer.discard()
+        finally:
+            for held in p1.leases.values():  # last, once every writer is done
+                held.release()
     if report.read != report.written + report.skipped:
         raise StreamfitError(
             f"internal error: read {report.read} records but wrote {report.written} and skipped "
@@ -1291,6 +1329,7 @@ def _pass2(
             stage.multilabel,
             overwrite=o.overwrite or (finish_pair and path != out),
             n_outputs=stage.n_classes if stage.regression else None,
+            lease=p1.leases.get(path),
         )
         for path, _ in outputs
     ]

@@ -38,6 +38,7 @@ from streamfit.store.format import (
 )
 
 if TYPE_CHECKING:
+    from streamfit.lease import Lease
     from streamfit.store.csc import CscReader
 
 CHUNK_CACHE_BYTES = environment.mebibytes("STREAMFIT_CHUNK_CACHE_MB")
@@ -789,10 +790,13 @@ class StoreWriter:
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
         overwrite: bool = False,
         scratch: bool = False,
+        lease: Lease | None = None,
     ):
         """n_outputs: a regression store of k real-valued targets per row (labels passed to
         write_rows as float n × k arrays); None: class labels. scratch: see the class docstring
-        (replaces what is at PATH: overwrite is implied)."""
+        (replaces what is at PATH: overwrite is implied). lease: behind a URL, PATH's lease
+        (streamfit.lease) that the caller took and releases (ingest takes it before it reads
+        its inputs); None: this writer takes its own and releases it when it is done."""
         if backend not in BACKENDS:
             raise StoreError(f"unknown store backend {backend!r}; choose one of {', '.join(BACKENDS)}")
         if chunk_rows < 1:
@@ -821,8 +825,17 @@ class StoreWriter:
             storage.write_new_file(
                 os.path.join(self.tmp, ATTEMPT_FILE), token.encode(), sync=False
             )  # synced at the publish
-        # object stores: no lock; the attempt prefix is this writer's own (storage.begin)
-        self.attempt = storage.begin(self.location, clear=False, what="store", scratch=scratch)
+        # object stores: a lease (no locks there), and an attempt prefix of this writer's own (storage.begin)
+        self._lease, self._own_lease = lease, lease is None and not self.location.local
+        if self._own_lease:
+            from streamfit import lease as leases
+
+            self._lease = leases.take(self.location, "store")
+        try:
+            self.attempt = storage.begin(self.location, clear=False, what="store", scratch=scratch)
+        except BaseException:
+            self.release()
+            raise
         self.tmp = self.attempt.location.path if self.location.local else self.attempt.location.url
         self.backend, self.multilabel, self.chunk_rows = backend, multilabel, chunk_rows
         self.n_outputs = n_outputs
@@ -935,10 +948,13 @@ class StoreWriter:
                 f"{self.path}: was written by another process while this one ran; pass --overwrite to replace "
                 "it, or write to another --out"
             )
-        # --overwrite of a store that a train reads (read_lock): refused, the old store kept
+        # --overwrite of a store that a train reads (read_lock): refused, the old store kept;
+        # behind a URL, a lease lost to another writer: refused, nothing of this one committed
         try:
             held = lock_dir(self.path) if self.location.local and os.path.isdir(self.path) else None
-        except StoreError:
+            if self._lease is not None:
+                self._lease.check()
+        except StreamfitError:
             self.abort()
             raise
         try:
@@ -946,7 +962,7 @@ class StoreWriter:
         finally:
             if held is not None:
                 os.close(held)
-        self.release()
+            self.release()  # committed, or refused (the attempt deleted)
         return manifest
 
     @property
@@ -956,18 +972,29 @@ class StoreWriter:
 
     def discard(self) -> None:
         """Delete a scratch store and release it: its files, and behind a URL every attempt under
-        PATH (a dead writer's too; on local disk this writer deleted those when it started)."""
+        PATH (a dead writer's too; on local disk this writer deleted those when it started) and
+        its lease with them, which stops being renewed first; a lease lost to another writer
+        leaves PATH to it, and only this writer's attempt goes."""
         if self.location.local:
             self.attempt.abort()
+        elif self._lease is not None and self._own_lease:
+            self._lease.release(delete=False)
+            if self._lease.lost:
+                self.attempt.abort()
+            else:
+                self.location.remove_tree()
         else:
             self.location.remove_tree()
         self.release()
 
     def release(self) -> None:
-        """Drop the lock (the flock follows the directory through the rename to PATH)."""
+        """Drop the lock (the flock follows the directory through the rename to PATH), and the
+        lease behind a URL if this writer took it."""
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
+        if self._lease is not None and self._own_lease:
+            self._lease.release()
 
     def write_file(self, name: str, data: bytes) -> None:
         """An extra file of the store (e.g. idf.npy), listed by the caller in the manifest."""

@@ -411,9 +411,10 @@ main(sys.argv[2:])
 """
 
 
-def test_a_driver_killed_while_the_workers_write_leaves_no_complete_store(tmp_path, s3, cluster):
+def test_a_driver_killed_while_the_workers_write_leaves_no_complete_store(tmp_path, s3, cluster, short_leases):
     """Killed with chunks written by the workers under its attempt: the store does not open; a
-    re-run writes the in-process store and collects the killed attempt."""
+    re-run (once the killed driver's lease is stale) writes the in-process store and collects the
+    killed attempt."""
     import signal
     import subprocess
     import sys
@@ -431,6 +432,7 @@ def test_a_driver_killed_while_the_workers_write_leaves_no_complete_store(tmp_pa
     with pytest.raises(StoreError, match="has no COMMITTED; it is not a complete store"):
         open_store(store)
     ingest(_options(inputs, tmp_path / "local.zarr", chunk_rows=50, idf=False))
+    short_leases()
     ingest(_options(inputs, store, chunk_rows=50, idf=False, scheduler=cluster))
     s3.invalidate_cache()
     attempts = {p.split("/")[2] for p in s3.find(f"{BUCKET}/killed-dist.zarr") if "/attempt-" in p}
