@@ -13,7 +13,8 @@ was left behind. One JSON object per line.
     PYTHONPATH=. python tools/check_two_writers_s3.py [--rows 20000]
 
 The S3 server is moto's ThreadedMotoServer on 127.0.0.1 (the test extra installs it); the data
-are generated LIBSVM rows (8 non-zeros of 200 columns, 4 classes), cut into chunks of 250 rows.
+are generated LIBSVM rows (8 non-zeros of 200 columns, 4 classes), cut into chunks of 250 rows;
+predict scores 20x --rows raw rows.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main() -> None:
     a, b = os.path.join(folder, "a.svm"), os.path.join(folder, "b.svm")
     _write_libsvm(a, args.rows, rng)
     _write_libsvm(b, args.rows * 3 // 5, rng)
+    scored = os.path.join(folder, "scored.svm")  # 20x the rows: the first predict still runs as the second starts
+    _write_libsvm(scored, args.rows * 20, rng)
 
     def run(*argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(CLI + list(argv), env=env, capture_output=True, text=True)
@@ -92,10 +95,13 @@ def main() -> None:
         held = time.monotonic()
         time.sleep(delay)
         procs.append(subprocess.Popen(CLI + second, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        ended, ends = [], []
-        for p in procs:
-            ended.append((p.wait(), _last_line(*p.communicate())))
-            ends.append(round(time.monotonic() - start, 1))
+        ends: list[float | None] = [None, None]
+        while None in ends:  # each one's end, as it ends
+            for i, p in enumerate(procs):
+                if ends[i] is None and p.poll() is not None:
+                    ends[i] = round(time.monotonic() - start, 1)
+            time.sleep(0.05)
+        ended = [(p.wait(), _last_line(*p.communicate())) for p in procs]
         fs.invalidate_cache()
         print(
             json.dumps(
@@ -165,9 +171,9 @@ def main() -> None:
         )
     for parts in ([], ["--parts"]):
         out = "s3://two/p.csv" if not parts else "s3://two/p-parts.csv"
-        predict = ["predict", "s3://two/run-0", "s3://two/s1.zarr", "--out", out, *parts]
+        predict = ["predict", "s3://two/run-0", scored, "--out", out, *parts]
         both(f"predict {' '.join(parts) or 'one file'}, both at once", predict, predict, 0, f"{out}.LEASE")
-        if not parts:  # the one file: its header and a line per row of the store
+        if not parts:  # the one file: its header and a line per row scored
             text = fs.cat_file(out.removeprefix("s3://")).decode() if fs.exists(out.removeprefix("s3://")) else ""
             print(json.dumps({"output": out, "rows": max(len(text.splitlines()) - 1, 0)}))
     server.stop()
