@@ -74,6 +74,40 @@ def test_a_retried_overwrite_run_while_the_first_trains_removes_nothing(pipeline
     assert open_store(train_store).n_rows > 0
 
 
+def test_a_retried_overwrite_run_on_s3_while_the_first_holds_a_lease_removes_nothing(s3, tmp_path, digits):
+    """The same behind s3:// URLs, where a lease (streamfit.lease) stands for the lock: the run
+    directory's lease or a store's, held by the first run, stops the second `run --overwrite`
+    with one line before it removes anything; once released, the --overwrite runs through (its
+    deletion of the stores takes their leases, deleted with the stores) and leaves no lease."""
+    from streamfit import lease, storage
+
+    X, y, _ = digits
+    dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
+    base = "s3://streamfit-test/jobs"
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        f"ingest: {{inputs: [digits.svm], out: {base}/train.zarr, no_hash: true, test_size: 0.25, "
+        f"test_out: {base}/test.zarr, chunk_rows: 500}}\n"
+        f"train: {{solver: bcd, out: {base}/run, params: {{max_iter: 3}}, n_workers: 0}}\n"
+    )
+    run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    s3.invalidate_cache()
+    before = sorted(s3.find("streamfit-test/jobs"))
+    for name, what in (("run", "run directory"), ("train.zarr", "store")):
+        held = lease.take(storage.resolve(f"{base}/{name}"), what)  # what the first run holds
+        try:
+            with pytest.raises(StreamfitError, match=f"{base}/{name}: another streamfit process .* right now"):
+                run_pipeline(load_pipeline(str(path)), overwrite=True, progress=False, say=lambda _: None)
+            s3.invalidate_cache()
+            assert sorted(s3.find("streamfit-test/jobs")) == sorted([*before, f"streamfit-test/jobs/{name}/LEASE"])
+        finally:
+            held.release()
+    run_pipeline(load_pipeline(str(path)), overwrite=True, progress=False, say=lambda _: None)
+    s3.invalidate_cache()
+    assert not [key for key in s3.find("streamfit-test/jobs") if key.endswith("LEASE")]
+    assert open_store(f"{base}/train.zarr").verify() == [] and load_model(f"{base}/run").info["outer_iterations"] == 3
+
+
 def test_overwrite_stopped_in_train_leaves_no_evaluation_of_the_old_model(pipeline, tmp_path):
     """--overwrite replaces the run directory: a new run stopped before its evaluate section must
     not leave the old model's evaluation.json beside its own checkpoints, looking like its result."""
