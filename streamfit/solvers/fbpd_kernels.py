@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamfit._jit import kernel
+from streamfit._jit import kernel, prefetch
 from streamfit.projections import (
     epigraph_max_threshold,
     simplex_threshold,
 )
 
 # -- per-row dual updates ------------------------------------------------------------------
+
+PREFETCH_AHEAD = 16  # stored entries between a row's prefetch and its use (8, 16, 32 alike: docs/benchmarks.md)
+
+
+@kernel(nogil=True, inline="always")
+def _prefetch_row(A: np.ndarray, i) -> None:
+    """Prefetch every cache line of row i of the C-contiguous 2-D float64 A (8 entries a line)."""
+    width = A.shape[1]
+    for k in range(0, width, 8):
+        prefetch(A, i, k)
+    prefetch(A, i, width - 1)
 
 
 @kernel(nogil=True)
@@ -36,22 +47,33 @@ def regularized_chunk_step(
     Gb: np.ndarray,
     preconditioned: bool,
 ):
-    """One chunk's pass of Algorithm 1, fused: for each row ℓ of the CSR chunk (indptr, indices,
-    data; its columns renumbered to the compact rows of W2 and GW, `FBPDSolver.used_rows`), its
+    """One chunk's pass of Algorithm 1: for each row ℓ of the CSR chunk (indptr, indices, data;
+    its columns renumbered to the compact rows of W2 and GW, `FBPDSolver.used_rows`), its
     scores at x⁺ and x (s = Wᵀu_ℓ + b with W2 = [W⁺ W], b2 = [b⁺ b]), Algorithm 1's dual
     update with duals scaled to the unit simplex (Y = n·y, y ∈ (S_{1/n})^L),
         Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)),  step_ℓ = nσ_ℓ = step / w_ℓ
     with w_ℓ = 2(‖u_ℓ‖₁ + 1), the absolute sum of each row (ℓ, k ≠ z_ℓ) of T, when
     `preconditioned` (Pock and Chambolle's σ_ℓ = σ/w_ℓ), else w_ℓ = 1
     (into a new array; Y is left as it is), and its share of the adjoint,
-    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (U × K, compact rows) and Gb (K). No transpose of the chunk and no
-    scores array: the two sparse products of a pass are done in the row loop.
+    T_ℓᵀỸ_ℓ = (u_ℓ a_ℓᵀ, a_ℓ), added into GW (U × K, compact rows, no −0.0 entry: np.zeros)
+    and Gb (K). No transpose of the chunk and no scores array.
+
+    Two loops over the rows, each prefetching the rows of W2 (or GW) that the stored entry
+    PREFETCH_AHEAD places further on will need (the pass waits on memory: W2 and GW are read and
+    written a random row per stored entry). The first scores and projects every row; the second
+    adds u_ℓ a_ℓᵀ into GW for the rows whose a_ℓ has a non-zero entry, in the order of the rows.
+    A row left out (Ỹ_ℓ = e_{z_ℓ}: its hinge term is inactive, a fifth to a half of the rows on
+    text) would only add ±0.0 to each GW[j, k]: an entry that is not −0.0 stays as it is, and
+    GW's entries start at +0.0 and never become −0.0 (a sum of two non-zeros that cancel is
+    +0.0), so GW is bitwise the fused single loop's.
 
     Returns (Ỹ, hinge sum Σ_ℓ h_ℓ(T_ℓ x⁺), Σ_ℓ r_ℓᵀỸ_ℓ, rows whose top score at x⁺ is z_ℓ,
     Σ_ℓ w_ℓ‖Y_ℓ − Ỹ_ℓ‖², ⟨Y − Ỹ, T(x − x⁺)⟩, the row weights w) — the fifth and sixth are the
     dual parts of the fixed-point residual."""
     n, K = Y.shape
+    nnz = indptr[n]
     Yt = np.empty_like(Y)
+    totals = np.empty(n)  # Σ_k Ỹ_ℓk
     weights = np.ones(n)
     active = np.empty(K, np.int64)
     aside = np.empty(K, np.int64)
@@ -67,6 +89,8 @@ def regularized_chunk_step(
             s[k] = 0.0
         l1 = 0.0
         for p in range(indptr[i], indptr[i + 1]):
+            if p + PREFETCH_AHEAD < nnz:
+                _prefetch_row(W2, indices[p + PREFETCH_AHEAD])
             j = indices[p]
             v = data[p]
             l1 += abs(v)
@@ -103,12 +127,22 @@ def regularized_chunk_step(
             d = Y[i, k] - y
             move += weights[i] * (d * d)
             coupling += d * ((s[K + k] - s_old_z) - (s[k] - s_new_z))
+        totals[i] = total
+    for i in range(n):
+        zi = z[i]
         for k in range(K):  # a_ℓ = Ỹ_ℓ − (Σ_k Ỹ_ℓk) e_{z_ℓ}, into w
             w[k] = Yt[i, k]
-        w[zi] -= total
+        w[zi] -= totals[i]
+        active_row = False
         for k in range(K):
             Gb[k] += w[k]
-        for p in range(indptr[i], indptr[i + 1]):
+            active_row |= w[k] != 0.0
+        if not active_row:
+            continue
+        end = indptr[i + 1]
+        for p in range(indptr[i], end):
+            if p + PREFETCH_AHEAD < end:
+                _prefetch_row(GW, indices[p + PREFETCH_AHEAD])
             j = indices[p]
             v = data[p]
             for k in range(K):

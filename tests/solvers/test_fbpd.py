@@ -386,6 +386,96 @@ def test_fused_kernels_match_numpy():
         assert pairwise_sum(*only_nz, M * K, nnz) == float(np.abs(Wt).sum())
 
 
+def fused_chunk_step(indptr, indices, data, z, Y, W2, b2, step, preconditioned):
+    """regularized_chunk_step as one loop over the rows, every row's adjoint added whatever its
+    a_ℓ, every entry of W2 read (the kernel of session 28), transcribed in Python floats: the
+    same operations in the same order, so its results are bitwise the kernel's."""
+    from streamfit.projections import simplex_threshold
+
+    n, K = Y.shape
+    Yt, GW, Gb, weights = np.zeros((n, K)), np.zeros((W2.shape[0], K)), np.zeros(K), np.ones(n)
+    hinge = r_dot = move = coupling = 0.0
+    correct = 0
+    for i in range(n):
+        s, l1 = [0.0] * (2 * K), 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            j, v = indices[p], float(data[p])
+            l1 += abs(v)
+            for k in range(2 * K):
+                s[k] += v * float(W2[j, k])
+        s = [s[k] + float(b2[k]) for k in range(2 * K)]
+        row_step = step
+        if preconditioned:
+            weights[i] = 2.0 * (l1 + 1.0)
+            row_step = step / float(weights[i])
+        zi = int(z[i])
+        m_new = [s[k] - s[zi] for k in range(K)]
+        r = [0.0 if k == zi else 1.0 for k in range(K)]
+        hinge += max([0.0] + [m_new[k] + r[k] for k in range(K)])
+        correct += int(np.argmax(s[:K]) == zi)
+        w = np.array([float(Y[i, k]) + row_step * (2.0 * m_new[k] - (s[K + k] - s[K + zi]) + r[k]) for k in range(K)])
+        tau = simplex_threshold(w, 1.0, np.empty(K, np.int64), np.empty(K, np.int64))
+        total = 0.0
+        for k in range(K):
+            y = max(float(w[k]) - tau, 0.0)
+            Yt[i, k] = y
+            total += y
+            r_dot += y * r[k]
+            d = float(Y[i, k]) - y
+            move += float(weights[i]) * (d * d)
+            coupling += d * ((s[K + k] - s[K + zi]) - m_new[k])
+        a = [float(Yt[i, k]) for k in range(K)]
+        a[zi] -= total
+        for k in range(K):
+            Gb[k] += a[k]
+        for p in range(indptr[i], indptr[i + 1]):
+            j, v = indices[p], float(data[p])
+            for k in range(K):
+                GW[j, k] += v * a[k]
+    return Yt, hinge, r_dot, correct, move, coupling, weights, GW, Gb
+
+
+@pytest.mark.parametrize("preconditioned", [False, True])
+def test_chunk_step_is_the_fused_loop_bitwise(preconditioned):
+    """regularized_chunk_step, whose adjoint loop leaves out the rows with a_ℓ = 0 and whose
+    loops prefetch the rows of W2 and GW, against the single loop that adds every row
+    (`fused_chunk_step`), bitwise: rows longer and shorter than PREFETCH_AHEAD, empty rows, W2
+    with zero rows and zero entries as x̃ and x have them on text, and a chunk where about half
+    the rows have Ỹ_ℓ = e_{z_ℓ} (a_ℓ = 0) and the others not."""
+    from streamfit.solvers.fbpd_kernels import PREFETCH_AHEAD, regularized_chunk_step
+
+    rng = np.random.default_rng(30)
+    n, U, K = 120, 300, 6
+    z = rng.integers(0, K, n).astype(np.int32)
+    lengths = rng.choice([0, 1, 3, PREFETCH_AHEAD - 1, PREFETCH_AHEAD, 3 * PREFETCH_AHEAD], n)
+    # the even rows also hold column U - K + z_ℓ, whose row of W2 scores class z_ℓ 10 higher
+    columns = [
+        np.sort(rng.choice(U - K, m, replace=False)).tolist() + ([U - K + z[i]] if i % 2 == 0 else [])
+        for i, m in enumerate(lengths)
+    ]
+    indptr = np.concatenate([[0], np.cumsum([len(c) for c in columns])]).astype(np.int64)
+    indices = np.concatenate(columns).astype(np.int32)
+    data = rng.random(len(indices)).astype(np.float32) + np.float32(0.5)
+    W2 = rng.standard_normal((U, 2 * K)) * (rng.random((U, 2 * K)) < 0.2) * (rng.random((U, 1)) < 0.5)
+    W2[U - K :] = 10 * np.hstack([np.eye(K), np.eye(K)])
+    b2 = rng.standard_normal(2 * K)
+    Y = np.vstack([simplex(row, 1.0) for row in rng.standard_normal((n, K))])
+    Y[::2] = np.eye(K)[z[::2]]  # a vertex of the simplex, z_ℓ's margin ≥ 1: the step stays there
+    step = 0.05
+    GW, Gb = np.zeros((U, K)), np.zeros(K)
+    Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
+        indptr, indices, data, z, Y, W2, b2, step, GW, Gb, preconditioned
+    )
+    expected = fused_chunk_step(indptr, indices, data, z, Y, W2, b2, step, preconditioned)
+    inactive = (Yt == np.eye(K)[z]).all(axis=1)
+    assert 0.3 * n < inactive.sum() < 0.7 * n  # both kinds of rows
+    assert Yt.tobytes() == expected[0].tobytes()
+    assert (hinge, r_dot, correct, move, coupling) == expected[1:6]
+    assert weights.tobytes() == expected[6].tobytes()
+    assert GW.tobytes() == expected[7].tobytes() and Gb.tobytes() == expected[8].tobytes()
+    assert not np.signbit(GW[GW == 0.0]).any()  # no −0.0 (the reason leaving rows out is exact)
+
+
 def test_sums_from_the_rows_are_numpys():
     """pairwise_sum (of ‖x̃‖₁'s non-zeros) and scaled_move, from the non-zero entries of the
     compact rows, are bitwise numpy's sums over the whole M × K arrays (its pairwise grouping depends on the length, not on the zeros):
