@@ -570,6 +570,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         if cfg.train is None:
             raise ConfigError(f"{path}: a predict section needs a train section")
         out = resolve_optional(values["out"], "predict.out") or os.path.join(cfg.train.out, PREDICTIONS_FILE)
+        _check_format_options(values["options"], path, "predict.options")
         cfg.predict = PredictJob(
             run_dir=cfg.train.out,
             source=resolve(values["source"], "predict.source"),
@@ -588,6 +589,17 @@ def _built(cls, path: str, section: str, **values):
         return cls(**values)
     except ConfigError as e:
         raise ConfigError(f"{path}: section '{section}': {e}") from None
+
+
+def _check_format_options(options: dict, path: str, key: str) -> None:
+    """predict's format options checked when the file is read, as the ingest sections' are (known
+    names, their types), so that a misspelled one stops the job before its first section."""
+    from streamfit.ingest.sources import check_options
+
+    try:
+        check_options(options)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: key '{key}': {e}") from None
 
 
 def _check_solver(solver: str, path: str, key: str) -> None:
