@@ -632,3 +632,20 @@ def test_a_store_an_ingest_section_writes_may_be_what_predict_and_evaluate_read(
     )
     result = run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
     assert result.predictions == result.evaluation["n_samples"] == open_store(str(tmp_path / "test.zarr")).n_rows
+
+
+def test_resume_keeps_finished_stores_whose_inputs_are_gone(pipeline, tmp_path):
+    """The check of the inputs before the first section leaves out an ingest section whose stores
+    --resume keeps (they are compared by name, as before): a rerun after the raw file was
+    removed continues; without --resume the missing input stops the job first, with the stores
+    left as they are."""
+    with pytest.raises(TimeLimitReached):
+        run_pipeline(
+            load_pipeline(str(pipeline)), {"time_limit": 1e-9, "n_workers": None}, progress=False, say=lambda _: None
+        )
+    (tmp_path / "digits.svm").unlink()
+    result = run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
+    assert result.ingest is None and result.model.info["outer_iterations"] == 3
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'digits.svm'}: no such file"):
+        run_pipeline(load_pipeline(str(pipeline)), overwrite=True, progress=False, say=lambda _: None)
+    assert (tmp_path / "train.zarr").exists()
