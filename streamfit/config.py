@@ -305,7 +305,10 @@ PredictSection: type[BaseModel] = config_model(
     source=(str, Field(description="raw data (read like the training data) or a store to score")),
     out=(str | None, Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")),
     top_k=(int, Field(1, ge=1, description="classes per row, best first")),
-    format=(str | None, Field(None, description="the format of source when it is raw data (as for ingest)")),
+    format=(  # the ingest sections' format names
+        typing.get_type_hints(IngestOptions)["format"],
+        Field(None, description="the format of source when it is raw data (as for ingest)"),
+    ),
     options=(dict, Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")),
 )
 

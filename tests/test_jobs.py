@@ -592,14 +592,15 @@ def test_resume_refuses_a_checkpoint_of_another_solver_or_parameters(pipeline, t
             None,
         ),
         ("predict: {source: digits.svm, out: p.csv, options: {text_fieldd: x}}", None, "predict.options': unknown"),
+        ("predict: {source: digits.svm, out: p.csv, format: xlsx}", None, "predict.format': Input should be 'libsvm'"),
     ],
 )
 def test_a_later_sections_missing_input_or_bad_output_is_found_before_the_first_section(
     tmp_path, digits_svm, section, written, message
 ):
     """qa30: a local input of ingest_test or predict that is not there, a store that evaluate or
-    train reads and no section writes, a predict output of another kind and a misspelled predict
-    format option were found only when their section began: after the ingest (and the training
+    train reads and no section writes, a predict output of another kind, a misspelled predict
+    format option and an unknown predict format were found only when their section began: after the ingest (and the training
     run) had done their work. Now each stops the job before the first section, in one line, and
     nothing is written; a store an ingest section writes is not looked for."""
     from streamfit.errors import ConfigError
