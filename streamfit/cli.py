@@ -1003,6 +1003,8 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, th
 def run(ctx, pipeline, resume, overwrite, **overrides):
     """Run a pipeline file: ingest (and ingest_test) -> train -> evaluate -> predict as one job, the
     sections it has (see pipelines/). The options below override the pipeline's train section.
+    A local input, store or predict output that a later section would refuse (not there, a
+    misspelled option) stops the job before its first section.
 
     --resume continues a run that stopped (killed, SIGTERM, --time-limit, a failed section): it
     keeps each store that is complete and continues training from the run's newest checkpoint. A

@@ -305,7 +305,10 @@ PredictSection: type[BaseModel] = config_model(
     source=(str, Field(description="raw data (read like the training data) or a store to score")),
     out=(str | None, Field(None, description=f"a .csv, .jsonl or .parquet file; default: RUN_DIR/{PREDICTIONS_FILE}")),
     top_k=(int, Field(1, ge=1, description="classes per row, best first")),
-    format=(str | None, Field(None, description="the format of source when it is raw data (as for ingest)")),
+    format=(  # the ingest sections' format names
+        typing.get_type_hints(IngestOptions)["format"],
+        Field(None, description="the format of source when it is raw data (as for ingest)"),
+    ),
     options=(dict, Field(default_factory=dict, description="format options, e.g. id_field (as predict --option)")),
 )
 
@@ -570,6 +573,7 @@ def load_pipeline(path: str) -> PipelineConfig:
         if cfg.train is None:
             raise ConfigError(f"{path}: a predict section needs a train section")
         out = resolve_optional(values["out"], "predict.out") or os.path.join(cfg.train.out, PREDICTIONS_FILE)
+        _check_format_options(values["options"], path, "predict.options")
         cfg.predict = PredictJob(
             run_dir=cfg.train.out,
             source=resolve(values["source"], "predict.source"),
@@ -588,6 +592,17 @@ def _built(cls, path: str, section: str, **values):
         return cls(**values)
     except ConfigError as e:
         raise ConfigError(f"{path}: section '{section}': {e}") from None
+
+
+def _check_format_options(options: dict, path: str, key: str) -> None:
+    """predict's format options checked when the file is read, as the ingest sections' are (known
+    names, their types), so that a misspelled one stops the job before its first section."""
+    from streamfit.ingest.sources import check_options
+
+    try:
+        check_options(options)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: key '{key}': {e}") from None
 
 
 def _check_solver(solver: str, path: str, key: str) -> None:

@@ -88,6 +88,7 @@ def run_pipeline(
     from streamfit.store import open_store
     from streamfit.train import train
 
+    _check_before_the_first_section(config, resume)
     if not (resume or overwrite):
         _refuse_earlier_outputs(config)
     if overwrite:
@@ -256,6 +257,46 @@ def _stores(config: PipelineConfig) -> list[str]:
     if config.ingest_test:
         stores.append(config.ingest_test.out)
     return stores
+
+
+def _check_before_the_first_section(config: PipelineConfig, resume: bool) -> None:
+    """StreamfitError, before the first section, for what a later section would find only after
+    the sections before it had done their work (an ingest, a training run): a local input of an
+    ingest section or predict's source that is not there (a glob matching no file; a store that an
+    ingest section writes is not looked for), a store that train (its store, --valid) or evaluate
+    reads that is not there and that no ingest section writes, a predict output that is not
+    .csv, .jsonl or .parquet. Inputs behind URLs are left to their sections (each look-up is a
+    request, which their reads make once), and so are those of an ingest section whose stores
+    --resume keeps (they are compared by name; the files may be gone since)."""
+    from streamfit.ingest.inputs import expand_inputs
+    from streamfit.ingest.sources._util import require_path
+    from streamfit.predict import OUTPUT_KINDS
+
+    written = _stores(config)
+    named: list[tuple[list[str], str | None]] = []
+    for job in (config.ingest, config.ingest_test):
+        if job is None:
+            continue
+        local = [p for p in job.inputs if not storage.is_url(p)]
+        if local and not (resume and all(_stored(t) for t in (job.out, job.test_out) if t)):
+            named.append((local, job.format))
+    if config.predict:
+        if config.predict.source not in written and not storage.is_url(config.predict.source):
+            named.append(([config.predict.source], config.predict.format))
+        out = config.predict.out
+        if os.path.splitext(out.rstrip("/"))[1].lower() not in OUTPUT_KINDS:
+            raise StreamfitError(f"{out}: the predict section's output must end in .csv, .jsonl or .parquet")
+    for inputs, fmt in named:
+        for path in expand_inputs(inputs, fmt):
+            require_path(path, directory_ok=True)
+    read = [("train", config.train.store), ("train", config.train.options.valid)] if config.train else []
+    read += [("evaluate", config.evaluate.store)] if config.evaluate else []
+    for section, store in read:
+        if store and store not in written and not storage.is_url(store) and not storage.resolve(store).exists():
+            raise StreamfitError(
+                f"{store}: no such store directory (the {section} section's store; ingest one with 'streamfit "
+                "ingest', or add the ingest section that writes it)"
+            )
 
 
 def _refuse_earlier_outputs(config: PipelineConfig) -> None:

@@ -260,6 +260,7 @@ def predict_to_file(
     where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.engine import Engine
+    from streamfit.ingest.sources import check_options
     from streamfit.store.store import overlaps
 
     check_scoring_options(model, threshold=threshold, top_k=top_k)
@@ -290,6 +291,7 @@ def predict_to_file(
     # that reads none is its own error (_raw_batches). Every other given option is a format option:
     # refused for a store, checked against the input's format for raw input (check_options_read)
     given = {k: v for k, v in options.items() if k != "id_field"}
+    check_options(options)  # known names and types first: a misspelled one is named, with the closest
     if is_store and given:
         raise StreamfitError(
             f"{source}: is a store, read as ingested; format option {min(given)} is for raw input: drop it"

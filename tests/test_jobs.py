@@ -16,9 +16,15 @@ from streamfit.store import open_store
 
 
 @pytest.fixture
-def pipeline(tmp_path, digits):
+def digits_svm(tmp_path, digits):
+    """scikit-learn's digits as tmp_path/digits.svm (LIBSVM, 1-based)."""
     X, y, _ = digits
     dump_svmlight_file(X, y, str(tmp_path / "digits.svm"), zero_based=False)
+    return tmp_path / "digits.svm"
+
+
+@pytest.fixture
+def pipeline(tmp_path, digits_svm):
     path = tmp_path / "p.yaml"
     path.write_text(
         "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, "
@@ -605,3 +611,76 @@ def test_resume_refuses_a_checkpoint_of_another_solver_or_parameters(pipeline, t
         pipeline.write_text(text.replace(edit, new))
         with pytest.raises(CheckpointError, match=rf"different solver configuration: {change}; .* --overwrite"):
             run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "section, written, message",
+    [
+        ("ingest_test: {inputs: [nothere.svm], out: test2.zarr}", "nothere.svm: no such file", None),
+        ("predict: {source: 'new-*.svm', out: p.csv}", "new-\\*.svm: no file matches this pattern", None),
+        ("predict: {source: digits.svm, out: p.txt}", "p.txt: the predict section's output must end in .csv", None),
+        ("evaluate: {store: other.zarr}", "other.zarr: no such store directory \\(the evaluate section's store", None),
+        (
+            "train: {solver: bcd, out: run, valid: v.zarr}",
+            "v.zarr: no such store directory \\(the train section's",
+            None,
+        ),
+        ("predict: {source: digits.svm, out: p.csv, options: {text_fieldd: x}}", None, "predict.options': unknown"),
+        ("predict: {source: digits.svm, out: p.csv, format: xlsx}", None, "predict.format': Input should be 'libsvm'"),
+    ],
+)
+def test_a_later_sections_missing_input_or_bad_output_is_found_before_the_first_section(
+    tmp_path, digits_svm, section, written, message
+):
+    """qa30: a local input of ingest_test or predict that is not there, a store that evaluate or
+    train reads and no section writes, a predict output of another kind, a misspelled predict
+    format option and an unknown predict format were found only when their section began: after the ingest (and the training
+    run) had done their work. Now each stops the job before the first section, in one line, and
+    nothing is written; a store an ingest section writes is not looked for."""
+    from streamfit.errors import ConfigError
+
+    path = tmp_path / "p.yaml"
+    sections = {
+        "ingest": "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, test_out: test.zarr}"
+    }
+    sections["train"] = "train: {solver: bcd, out: run, params: {max_iter: 3}}"
+    sections[section.split(":")[0]] = section
+    path.write_text("\n".join(sections.values()) + "\n")
+    if message:  # found when the file is read
+        with pytest.raises(ConfigError, match=f"^{path}: key '{message}"):
+            load_pipeline(str(path))
+        return
+    with pytest.raises(StreamfitError, match=f"^{tmp_path}/{written}"):
+        run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert sorted(os.listdir(tmp_path)) == ["digits.svm", "p.yaml"]
+
+
+def test_a_store_an_ingest_section_writes_may_be_what_predict_and_evaluate_read(tmp_path, digits_svm):
+    """The checks before the first section do not look for what the ingest sections will write:
+    predict scoring the test store, evaluate naming it."""
+    path = tmp_path / "p.yaml"
+    path.write_text(
+        "ingest: {inputs: [digits.svm], out: train.zarr, no_hash: true, test_size: 0.25, test_out: test.zarr}\n"
+        "train: {solver: bcd, out: run, params: {max_iter: 3}, n_workers: 0, valid: test.zarr}\n"
+        "evaluate: {store: test.zarr}\n"
+        "predict: {source: test.zarr, out: p.csv}\n"
+    )
+    result = run_pipeline(load_pipeline(str(path)), progress=False, say=lambda _: None)
+    assert result.predictions == result.evaluation["n_samples"] == open_store(str(tmp_path / "test.zarr")).n_rows
+
+
+def test_resume_keeps_finished_stores_whose_inputs_are_gone(pipeline, tmp_path):
+    """The check of the inputs before the first section leaves out an ingest section whose stores
+    --resume keeps (they are compared by name, as before): a rerun after the raw file was
+    removed continues; without --resume the missing input stops the job first, with the stores
+    left as they are."""
+    with pytest.raises(TimeLimitReached):
+        run_pipeline(
+            load_pipeline(str(pipeline)), {"time_limit": 1e-9, "n_workers": None}, progress=False, say=lambda _: None
+        )
+    (tmp_path / "digits.svm").unlink()
+    result = run_pipeline(load_pipeline(str(pipeline)), resume=True, progress=False, say=lambda _: None)
+    assert result.ingest is None and result.model.info["outer_iterations"] == 3
+    with pytest.raises(StreamfitError, match=f"^{tmp_path / 'digits.svm'}: no such file"):
+        run_pipeline(load_pipeline(str(pipeline)), overwrite=True, progress=False, say=lambda _: None)
+    assert (tmp_path / "train.zarr").exists()

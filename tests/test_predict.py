@@ -102,6 +102,17 @@ def test_an_explicit_option_overrides_the_recorded_one(runs, tmp_path):
     run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", "--option", "text_field=title")
 
 
+def test_a_misspelled_option_is_named_with_the_closest_one(runs, tmp_path):
+    """qa30: `--option text_fieldd=title` said `not read from jsonl input (it is for  input)`,
+    a blank where the formats reading it go. The options are checked as ingest checks them."""
+    raw = tmp_path / "new.jsonl"
+    raw.write_text('{"title": "a cat"}\n')
+    result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", "--option", "text_fieldd=title", ok=False)
+    assert result.exit_code == 2
+    assert "error: unknown source option(s) text_fieldd (did you mean text_field?)" in result.output
+    assert not (tmp_path / "p.csv").exists()
+
+
 def test_a_model_saved_without_source_options_reads_the_default_fields(runs, tmp_path):
     old = tmp_path / "old"
     shutil.copytree(runs / "jsonl", old)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -68,9 +70,21 @@ class LabelVocabulary:
 
 def near_duplicates(classes: list[str]) -> list[list[str]]:
     """The groups of class names that differ only in white space or letter case ('pos' and
-    'pos ', 'Sports' and 'sports'), in order of first appearance: usually one label written two
-    ways (a space after a CSV delimiter, a hand-edited file), which a classifier then splits."""
+    'pos ', 'Sports' and 'sports') or are one number written two ways ('1' and '1.0', '2' and
+    '2e0'), in order of first appearance: usually one label written two ways (a space after a
+    CSV delimiter, a hand-edited file, a column of integers saved as floats in part of the
+    data), which a classifier then splits."""
     groups: dict[str, list[str]] = {}
     for name in classes:
-        groups.setdefault(" ".join(name.split()).casefold(), []).append(name)
+        groups.setdefault(_spelling_key(name), []).append(name)
     return [names for names in groups.values() if len(names) > 1]
+
+
+def _spelling_key(name: str) -> str:
+    """What near_duplicates compares: a finite number's value, else the name without letter case
+    and with its white space runs as one space."""
+    try:
+        value = float(name)
+    except ValueError:
+        value = math.nan
+    return repr(value) if math.isfinite(value) else " ".join(name.split()).casefold()

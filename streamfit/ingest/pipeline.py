@@ -1049,8 +1049,8 @@ def _warn_one_class(out: str, vocab: LabelVocabulary) -> None:
 
 
 def _warn_near_duplicates(out: str, classes: list[str]) -> None:
-    """A warning naming the classes that differ only in white space or letter case (at most
-    three groups): they are trained as different classes."""
+    """A warning naming the classes that differ only in white space or letter case, or are one
+    number written two ways (at most three groups): they are trained as different classes."""
     from streamfit.ingest.labels import near_duplicates
 
     groups = near_duplicates(classes)
@@ -1058,8 +1058,9 @@ def _warn_near_duplicates(out: str, classes: list[str]) -> None:
         shown = "; ".join(" and ".join(repr(name) for name in names) for names in groups[:3])
         more = f" (and {len(groups) - 3} more groups)" if len(groups) > 3 else ""
         log.warning(
-            "%s: classes %s%s differ only in white space or letter case, and are trained as different "
-            "classes: check the labels (a space after a CSV delimiter?), or ignore this if they differ",
+            "%s: classes %s%s differ only in white space or letter case, or are one number written two "
+            "ways, and are trained as different classes: check the labels (a space after a CSV delimiter? "
+            "integers saved as floats?), or ignore this if they differ",
             out,
             shown,
             more,

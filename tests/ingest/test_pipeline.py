@@ -428,25 +428,27 @@ def test_one_class_is_a_warning_at_the_end(tmp_path, caplog):
 
 
 def test_labels_written_two_ways_are_a_warning(tmp_path, caplog):
-    """'pos' and 'pos ' (a space after the CSV delimiter) or 'Neg' and 'neg' are kept as different
-    classes, as written, with one warning naming them; distinct labels give none."""
+    """'pos' and 'pos ' (a space after the CSV delimiter), 'Neg' and 'neg', or '7' and '7.0' (qa30:
+    integers saved as floats in part of a file) are kept as different classes, as written, with
+    one warning naming them; distinct labels give none."""
     (tmp_path / "d.csv").write_text(
         "label,text\npos,good great\npos ,good fine\nneg,bad awful\nNeg,awful day\nother,so so\n"
+        "7,seven\n7.0,seven again\n"
     )
     ingest(
         IngestOptions(
             [str(tmp_path / "d.csv")], str(tmp_path / "s"), hashing=HashingConfig(n_features=2**10), progress=False
         )
     )
-    assert open_store(str(tmp_path / "s")).classes == ["pos", "pos ", "neg", "Neg", "other"]
+    assert open_store(str(tmp_path / "s")).classes == ["pos", "pos ", "neg", "Neg", "other", "7", "7.0"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert warnings == [
-        f"{tmp_path / 's'}: classes 'pos' and 'pos '; 'neg' and 'Neg' differ only in white space or letter case, "
-        "and are trained as different classes: check the labels (a space after a CSV delimiter?), or ignore "
-        "this if they differ"
+        f"{tmp_path / 's'}: classes 'pos' and 'pos '; 'neg' and 'Neg'; '7' and '7.0' differ only in white space or "
+        "letter case, or are one number written two ways, and are trained as different classes: check the labels "
+        "(a space after a CSV delimiter? integers saved as floats?), or ignore this if they differ"
     ]
     caplog.clear()
-    (tmp_path / "e.csv").write_text("label,text\npos,good great\nneg,bad awful\n")
+    (tmp_path / "e.csv").write_text("label,text\npos,good great\nneg,bad awful\n7,seven\n70,seventy\n")
     ingest(
         IngestOptions(
             [str(tmp_path / "e.csv")], str(tmp_path / "e"), hashing=HashingConfig(n_features=2**10), progress=False

@@ -128,6 +128,11 @@ BAD = [
         "label 1.5 is a real number, not a class name",
         "--target numeric",
     ),
+    (  # qa30: a class id saved as a real
+        json.dumps({"text": "x", "label": 2.0}).encode(),
+        "label 2.0 is a real number, not a class name",
+        'class ids written as reals: write 2 or "2"; for a real-valued target (regression) pass --target numeric',
+    ),
     (json.dumps({"text": "x", "label": True}).encode(), "label true is not a string or a number", ""),
     (json.dumps({"text": "x", "label": None}).encode(), "label null is not", ""),
     (json.dumps({"text": "x", "label": ["a", None]}).encode(), "label null is not", ""),

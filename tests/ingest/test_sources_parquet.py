@@ -118,6 +118,19 @@ def test_id_field_gives_each_record_its_id(read, tmp_path):
         open_source(floats, policy=BadRecordPolicy(), label_field=None, id_field="key")
 
 
+def test_a_label_column_of_reals_names_both_fixes(tmp_path):
+    """qa30: class ids saved as reals (a pandas integer column with a missing value becomes
+    float64) were refused with the regression fix alone; the line names the cast too."""
+    path = write(tmp_path, {"text": ["a", "b"], "label": [1.0, 2.0]})
+    with pytest.raises(InputError) as e:
+        open_source(path, policy=BadRecordPolicy())
+    assert e.value.problem == "column 'label' holds double: real numbers, not class names"
+    assert e.value.hint == (
+        "for a real-valued target (regression) pass --target numeric; class ids saved as reals (1.0, 2.0): cast "
+        "the column to integers or strings"
+    )
+
+
 @pytest.mark.parametrize(
     "columns, option",
     [

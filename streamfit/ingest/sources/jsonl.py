@@ -110,9 +110,10 @@ def _label_text(value, numeric: bool) -> str:
     if isinstance(value, float):
         if numeric:
             return repr(value)
+        ids = f'class ids written as reals: write {value:.0f} or "{value:.0f}"; ' if value.is_integer() else ""
         raise _Bad(
             f"label {json.dumps(value)[:40]} is a real number, not a class name",
-            "for a real-valued target (regression) pass --target numeric",
+            f"{ids}for a real-valued target (regression) pass --target numeric",
         )
     raise _Bad(f"label {json.dumps(value)[:40]} is not a string or a number")
 

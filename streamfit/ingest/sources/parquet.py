@@ -315,7 +315,8 @@ class ParquetSource:
                 raise InputError(
                     self.path,
                     f"column {column!r} holds {found}: real numbers, not class names",
-                    "for a real-valued target (regression) pass --target numeric",
+                    "for a real-valued target (regression) pass --target numeric; class ids saved as reals "
+                    "(1.0, 2.0): cast the column to integers or strings",
                 )
             self._check_type(schema, column, _is_label_or_list, "strings or integers, or lists of them", option)
         self.columns.append(column)
