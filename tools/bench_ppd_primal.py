@@ -195,9 +195,9 @@ def main() -> None:
     groups = {"seen": list(SEEN), "held-out": list(HELD_OUT), "text": list(TEXT)}
     names = groups.get(args.sets, args.sets.split(","))
     candidates = args.candidates.split(",")
-    for c in candidates:
-        if c not in CANDIDATES:
-            raise SystemExit(f"--candidates: unknown {c!r}; one of {', '.join(CANDIDATES)}")
+    unknown = sorted(set(candidates) - set(CANDIDATES))
+    if unknown:
+        raise SystemExit(f"--candidates: unknown {', '.join(unknown)}; each one of {', '.join(CANDIDATES)}")
     results = []
     for name in names:
         rounds = 1 if name in TEXT else args.rounds
