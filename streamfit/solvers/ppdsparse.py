@@ -260,7 +260,7 @@ class PPDSparseParams(SolverParams):
         "always as given)",
     )
     primal_ratio: float = Field(
-        8.0,
+        2.0,
         ge=0,
         description="squared hinge, d < 2048 features occurring: a class whose coordinate descent has not "
         "converged within its epoch budget on an active set of >= primal_ratio x (d + 1) samples is "

@@ -1197,3 +1197,24 @@ def test_a_class_without_training_rows_is_never_predicted():
     np.testing.assert_allclose(scores[:, 3], model.decision_function(X)[:, 3])
     model.set_classes_without_rows([])  # the rule off: the same data then predicts the empty class
     assert (model.predict(X) == "spare").sum() >= 1
+
+
+def test_default_primal_switch_acts_on_fewer_rows_than_eight_times_the_features(digits):
+    """The default primal_ratio (2 since session 30): on 400 digits rows, fewer than 8·(d + 1) =
+    520 samples (where the switch at the former default 8 could never act) but more than
+    2·(d + 1) = 130, a class whose coordinate descent crawls (tiny λ and τ) is finished by the
+    Newton method with the default epoch budget, and ends at the optimum of (9)."""
+    X, y = digits
+    X, y = X[:400], y[:400]
+    defaults = pp.PPDSparseParams()
+    assert 2 * (X.shape[1] + 1) <= X.shape[0] < 8 * (X.shape[1] + 1)
+    lam, tau = 1e-5, 1e-5
+    Ys = signs(y, 10)
+    for k in range(3):
+        idx, val, bias, _, _, _, conv, _, newton = _solve_one(
+            X, y, 10, k, lam, tau, primal_ratio=defaults.primal_ratio, max_inner=defaults.max_inner
+        )
+        assert conv and newton >= 1, k
+        w = np.zeros((X.shape[1], 1))
+        w[idx, 0] = val
+        assert kkt_violation(X, Ys[:, [k]], w, np.array([bias]), lam, tau)[0] < 1e-6, k
