@@ -4,7 +4,9 @@ import glob
 import os
 
 import pytest
+from click.testing import CliRunner
 
+from streamfit.cli import main
 from streamfit.config import load_pipeline, load_train_config
 from streamfit.errors import ConfigError
 from streamfit.ingest.hashing import HashingConfig
@@ -170,6 +172,20 @@ def test_train_options_command_line_beats_the_file_beats_the_default(tmp_path):
     )
     options = train_options(load_pipeline(str(pipeline)).train.options, {"time_limit": 60.0})
     assert (options.time_limit, options.valid_every, options.solver, options.threshold) == (60.0, 3, "bcd", "fit")
+
+
+@pytest.mark.parametrize("size", [1.5, 0, -0.2, 1])
+def test_a_test_size_outside_0_1_names_the_pipeline_key_and_the_flag(tmp_path, size):
+    """One bound for test_size on every surface: the pipeline names its key, the command line
+    its flag (it named the flag in a pipeline too: qa30)."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"ingest: {{inputs: [d.jsonl], out: s.zarr, test_size: {size}, test_out: t.zarr}}\n")
+    with pytest.raises(ConfigError, match=rf"p\.yaml: key 'ingest.test_size': test_size {size}.*between 0 and 1"):
+        load_pipeline(str(pipeline))
+    result = CliRunner().invoke(
+        main, ["ingest", "d.jsonl", "--out", "s.zarr", "--test-size", str(size), "--test-out", "t.zarr"]
+    )
+    assert result.exit_code == 2 and f"--test-size {float(size)}: must be between 0 and 1" in result.output
 
 
 def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):

@@ -57,6 +57,12 @@ log = logging.getLogger(__name__)
 DATA_OPTIONS = {"subset", "y_path"}
 
 
+def _check_test_size(value: float, what: str) -> None:
+    """ConfigError naming `what` (the flag, or the pipeline key) unless 0 < value < 1."""
+    if not 0.0 < value < 1.0:
+        raise ConfigError(f"{what} {value!r}: must be between 0 and 1 (the share of rows for the test store)")
+
+
 @dataclass
 class IngestOptions:
     """What `streamfit ingest` does, declared once: the Python API, the click options of
@@ -124,6 +130,7 @@ class IngestOptions:
         None,
         "Fraction of rows for a test store, between 0 and 1 (stratified by class; random for --target numeric)",
         default_text="none: no test store",
+        check=_check_test_size,
     )
     test_out: str | None = option(None, "Where to write the test store (required with --test-size).", metavar="PATH")
     seed: int = option(0, "Seed of the train/test split")
@@ -323,8 +330,6 @@ def _check_options(o: IngestOptions) -> None:
                 "label field, column or dataset"
             )
     if o.test_size is not None:
-        if not 0.0 < o.test_size < 1.0:
-            raise StreamfitError(f"--test-size must be between 0 and 1, got {o.test_size}")
         if not o.test_out:
             raise StreamfitError("--test-size needs --test-out PATH for the test store")
         if o.like:
