@@ -1,5 +1,5 @@
 """ppdsparse's primal switch (primal_ratio) on sets with fewer than 2048 features in use: a
-pre-registered check of a smaller default (issue 20 item 3b, session 30; docs/benchmarks.md,
+pre-registered check of a smaller default (issue 20 item 3b, session 29; docs/benchmarks.md,
 "ppdsparse's CPU on small sets, by phase").
 
 Why. tools/profile_ppdsparse.py found 95 % of the default's CPU on a 3 000-row delicious draw in

@@ -1,5 +1,5 @@
 """Where ppdsparse's CPU goes on small text and multilabel sets, beside one-vs-rest LinearSVC
-(issue 20 item 3b, session 30; docs/benchmarks.md, "ppdsparse's CPU on small sets, by phase").
+(issue 20 item 3b, session 29; docs/benchmarks.md, "ppdsparse's CPU on small sets, by phase").
 
 Per set (tools/bench_refit.py's stores and tools/bench_ppd_rule.py's new draw; --work holds
 them), in this process, kernels compiled first (a warm-up class is solved before anything is

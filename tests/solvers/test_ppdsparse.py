@@ -1200,7 +1200,7 @@ def test_a_class_without_training_rows_is_never_predicted():
 
 
 def test_default_primal_switch_acts_on_fewer_rows_than_eight_times_the_features(digits):
-    """The default primal_ratio (2 since session 30): on 400 digits rows, fewer than 8·(d + 1) =
+    """The default primal_ratio (2 since session 29): on 400 digits rows, fewer than 8·(d + 1) =
     520 samples (where the switch at the former default 8 could never act) but more than
     2·(d + 1) = 130, a class whose coordinate descent crawls (tiny λ and τ) is finished by the
     Newton method with the default epoch budget, and ends at the optimum of (9)."""
