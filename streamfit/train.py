@@ -312,24 +312,65 @@ def _single_threaded_blas(on: bool):
     return threadpool_limits(limits=1, user_api="blas")
 
 
+def _available_memory() -> int:
+    """Bytes of memory available on this machine now (psutil's `available`: free memory plus what
+    the kernel can reclaim without swapping)."""
+    import psutil  # only the memory checks need it (its import is 20-60 ms)
+
+    return psutil.virtual_memory().available
+
+
 def _check_feature_memory(store, solver: str) -> None:
     """StreamfitError when the solver's dense per-feature arrays cannot fit in the memory available
-    now (psutil): dense float64 weights, n_features × n_classes × 8 bytes, for solvers with
+    now: dense float64 weights, n_features × n_classes × 8 bytes, for solvers with
     Solver.dense_weights; at least one 8-byte value per feature for the others (column counts,
     per-class vectors). A store's width is its largest column + 1, so one stray large --no-hash
     index must end in this message, not in the OOM killer. The bound is a lower one: a run it
     lets through may still need more."""
-    import psutil  # only this check needs it (its import is 20-60 ms)
-
     dense = get_solver(solver).dense_weights
     need = 8 * store.n_features * (store.n_classes if dense else 1)
-    available = psutil.virtual_memory().available
+    available = _available_memory()
     if need > available:
         what = f"{store.n_classes} classes of dense float64 weights" if dense else "its per-feature arrays"
         raise StreamfitError(
             f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB for {what} over {store.n_features} "
             f"features, more than the {available / 2**30:.3g} GiB available: re-ingest with hashing (drop "
             "--no-hash), renumber the features from 0, or pass a smaller --n-features"
+        )
+
+
+def _check_row_state_memory(store, solver: str) -> None:
+    """StreamfitError when the solver's per-row state cannot fit in the memory available now, and
+    a warning when it takes more than half of it: Solver.row_state_arrays float64 arrays of a
+    chunk's rows × n_classes (scores, residuals, duals), 8 · min(n_rows, chunk_rows) · n_classes
+    · row_state_arrays bytes. Only one task's arrays are counted (the other chunks' state is in
+    the run directory between passes), so the bound is a lower one: it never refuses a run that
+    fits, and a run it lets through may need several times more (many classes of few rows each:
+    docs/benchmarks.md, session 29, branch mem31). Only for state on this machine (in process or
+    on the embedded cluster): train does not call it with --scheduler, whose workers run
+    elsewhere."""
+    count = get_solver(solver).row_state_arrays
+    rows = min(store.n_rows, store.manifest.chunk_rows)
+    need = 8 * rows * store.n_classes * count
+    if not need:
+        return
+    available = _available_memory()
+    what = f"{count} float64 arrays of a chunk's {rows} rows × {store.n_classes} classes"
+    if need > available:
+        raise StreamfitError(
+            f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB of per-row state ({what}), more than "
+            f"the {available / 2**30:.3g} GiB available on this machine: train with --solver ppdsparse (it keeps "
+            "its per-row state one class at a time), or use fewer classes or a machine with more memory"
+        )
+    if 2 * need > available:
+        log.warning(
+            "%s: %s needs at least %.3g GiB of per-row state (%s), more than half of the %.3g GiB available on "
+            "this machine; --solver ppdsparse keeps it one class at a time",
+            store.path,
+            solver,
+            need / 2**30,
+            what,
+            available / 2**30,
         )
 
 
@@ -384,6 +425,8 @@ def _train_locked(
         dense_mb,
     )
     _check_feature_memory(store, solver)
+    if scheduler is None:  # the per-row state is on this machine
+        _check_row_state_memory(store, solver)
     metrics = MetricsLog(
         run.join("metrics.jsonl").url,
         valid=valid_store,

@@ -1,6 +1,7 @@
 """streamfit.train: the run directory's lock, leftovers of failed starts, resume checks, params."""
 
 import json
+import logging
 import os
 
 import numpy as np
@@ -279,6 +280,51 @@ def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start
     with pytest.raises(StreamfitError, match=rf"{solver} needs at least .* GiB for {what} over 64 features.*--no-hash"):
         train(digits_store, solver, str(tmp_path / "run"), {}, n_workers=0, progress=False)
     assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()
+
+
+def _row_state_bytes(store_path, count: int) -> int:
+    """8 bytes × a chunk's rows × classes × `count` arrays, from the store's manifest."""
+    store = open_store(store_path)
+    return 8 * min(store.n_rows, store.manifest.chunk_rows) * store.n_classes * count
+
+
+@pytest.mark.parametrize(("solver", "count"), [("stagewise", 2), ("bcd", 1), ("fbpd", 2), ("multiboost", 2)])
+def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
+    digits_store, tmp_path, monkeypatch, caplog, solver, count
+):
+    import streamfit.train as train_module
+
+    need = _row_state_bytes(digits_store, count)
+    monkeypatch.setattr(train_module, "_available_memory", lambda: need - 1)
+    for n_workers in (0, 1):  # in process and on the embedded cluster: refused before either starts
+        refused = rf"{solver} needs at least .* GiB of per-row state.*--solver ppdsparse"
+        with pytest.raises(StreamfitError, match=refused):
+            train(digits_store, solver, str(tmp_path / f"run{n_workers}"), {}, n_workers=n_workers, progress=False)
+        assert not (tmp_path / f"run{n_workers}" / "checkpoints" / "LATEST").exists()
+    caplog.set_level(logging.WARNING, logger="streamfit.train")
+    monkeypatch.setattr(train_module, "_available_memory", lambda: need)  # fits exactly: only the warning
+    train_module._check_row_state_memory(open_store(digits_store), solver)
+    assert "more than half of the" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * need)  # half of it: no warning either
+    train_module._check_row_state_memory(open_store(digits_store), solver)
+    assert "per-row state" not in caplog.text
+
+
+def test_ppdsparse_and_a_scheduler_s_run_are_not_refused_for_per_row_state(digits_store, tmp_path, monkeypatch):
+    import streamfit.engine as engine_module
+    import streamfit.train as train_module
+
+    monkeypatch.setattr(train_module, "_available_memory", lambda: _row_state_bytes(digits_store, 1) - 1)
+    train_module._check_row_state_memory(open_store(digits_store), "ppdsparse")  # per class only: not counted
+
+    def started(self):
+        raise _ClusterStarted(self.mode)
+
+    monkeypatch.setattr(engine_module.Engine, "start", started)
+    # the workers of --scheduler are on other machines: the run goes on to its cluster
+    with pytest.raises(_ClusterStarted):
+        train(digits_store, "stagewise", str(tmp_path / "run"), PARAMS, scheduler="tcp://127.0.0.1:1", progress=False)
 
 
 def test_train_without_n_workers_runs_a_small_store_in_process_with_one_blas_thread(digits_store, tmp_path):

@@ -163,6 +163,8 @@ class Solver(Generic[StateT]):
     # untrained, say), so validation runs on the last step only, whatever valid_every
     dense_weights: ClassVar[bool] = False  # True: the driver holds dense float64 weights, n_features × n_classes
     # (train's memory check counts them; other solvers are counted at 8 bytes per feature)
+    row_state_arrays: ClassVar[int] = 0  # float64 arrays of one chunk's rows × n_classes (scores, residuals,
+    # duals) that a task holds at once, a lower bound; train's memory check counts them (0: per class only)
 
     def __init__(self, params: SolverParams):
         self.params = params

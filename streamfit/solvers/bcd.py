@@ -618,6 +618,7 @@ class BCDSolver(Solver[BCDState]):
 
     name = "bcd"
     dense_weights = True
+    row_state_arrays = 1  # the scores S (of the whole store in memory mode, of a chunk in chunks mode)
     Params = BCDParams
     params: BCDParams
 

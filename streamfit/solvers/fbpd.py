@@ -624,6 +624,7 @@ class FBPDSolver(Solver[FBPDState]):
 
     name = "fbpd"
     dense_weights = True
+    row_state_arrays = 2  # a chunk task's duals Y and their update (_regularized_task; 3 in _constrained_task)
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams

@@ -652,6 +652,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
     a pass evaluating them, and FCD on the master problem (2); see the module docstring."""
 
     name = "multiboost"
+    row_state_arrays = 2  # a chunk task's scores F and signed weights G (_histogram_task)
     Params = MultiBoostParams
     State = MultiBoostState
 

@@ -1084,6 +1084,8 @@ class StagewiseSolver(Solver[StagewiseState]):
       link inner_objective (the stage's f at every inner iterate, W₀ = 0 first)."""
 
     name = "stagewise"
+    row_state_arrays = 2  # a chunk task's new scores and the old ones or A W (_update_task; the one-hot targets
+    # and the first stage's zero scores are mostly pages never written, so not counted)
     Params = StagewiseParams
     params: StagewiseParams
     State = StagewiseState
