@@ -457,8 +457,8 @@ def _regularized_task(
     chunk = _read_chunk(source, chunk_id)
     z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
-    def initial():
-        return (np.eye(K)[z],)
+    def initial():  # Y⁰ = the one-hot rows of the labels, built at n × K (np.eye(K)[z] made a K × K one first)
+        return (chunk.targets(K),)
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
     GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
