@@ -88,7 +88,7 @@ def run_pipeline(
     from streamfit.store import open_store
     from streamfit.train import train
 
-    _check_before_the_first_section(config, resume)
+    _check_before_the_first_section(config, resume, overwrite)
     if not (resume or overwrite):
         _refuse_earlier_outputs(config)
     if overwrite:
@@ -259,15 +259,17 @@ def _stores(config: PipelineConfig) -> list[str]:
     return stores
 
 
-def _check_before_the_first_section(config: PipelineConfig, resume: bool) -> None:
+def _check_before_the_first_section(config: PipelineConfig, resume: bool, overwrite: bool) -> None:
     """StreamfitError, before the first section, for what a later section would find only after
     the sections before it had done their work (an ingest, a training run): a local input of an
     ingest section or predict's source that is not there (a glob matching no file; a store that an
     ingest section writes is not looked for), a store that train (its store, --valid) or evaluate
     reads that is not there and that no ingest section writes, a predict output that is not
     .csv, .jsonl or .parquet. Inputs behind URLs are left to their sections (each look-up is a
-    request, which their reads make once), and so are those of an ingest section whose stores
-    --resume keeps (they are compared by name; the files may be gone since)."""
+    request, which their reads make once) but with `overwrite`, whose deletions (_start_over)
+    follow this check: an ingest input not there must be named before anything is removed. The
+    inputs of an ingest section whose stores --resume keeps are left out (they are compared by
+    name; the files may be gone since)."""
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources._util import require_path
     from streamfit.predict import OUTPUT_KINDS
@@ -277,9 +279,9 @@ def _check_before_the_first_section(config: PipelineConfig, resume: bool) -> Non
     for job in (config.ingest, config.ingest_test):
         if job is None:
             continue
-        local = [p for p in job.inputs if not storage.is_url(p)]
-        if local and not (resume and all(_stored(t) for t in (job.out, job.test_out) if t)):
-            named.append((local, job.format))
+        looked_up = [p for p in job.inputs if overwrite or not storage.is_url(p)]
+        if looked_up and not (resume and all(_stored(t) for t in (job.out, job.test_out) if t)):
+            named.append((looked_up, job.format))
     if config.predict:
         if config.predict.source not in written and not storage.is_url(config.predict.source):
             named.append(([config.predict.source], config.predict.format))
@@ -323,17 +325,12 @@ def _start_over(config: PipelineConfig) -> None:
     pipeline (its complete stores, the run directory's checkpoints, model and scores, the
     predictions), so that a run killed before it replaced them all leaves none of them looking
     like its own: `--resume` would otherwise keep the earlier run's stores and model, and the
-    earlier predictions would stand beside the new run's model. An input that is not there is
-    named first, with nothing removed."""
-    from streamfit.ingest.inputs import expand_inputs
-    from streamfit.ingest.sources._util import require_path
+    earlier predictions would stand beside the new run's model. An input that is not there was
+    named before, with nothing removed (_check_before_the_first_section)."""
     from streamfit.predict import PARTS_MANIFEST
     from streamfit.store.store import lock_dir
     from streamfit.train import _lock_run_dir, remove_run_outputs
 
-    for section in (config.ingest, config.ingest_test):
-        for path in expand_inputs(section.inputs, section.format) if section else []:
-            require_path(path, directory_ok=True)
     # every lock first, then the deletions: a copy of this job still running (a scheduler's retry)
     # stops this one before anything of it is removed; its train holds the run directory and
     # reads the stores (read_lock), whose deletion under it made it fail. Behind a URL the
@@ -341,32 +338,27 @@ def _start_over(config: PipelineConfig) -> None:
     # and ingests hold (a train reading a store behind a URL holds no lease on it)
     stored = [store for store in _stores(config) if _stored(store)]  # complete stores (others: their ingest)
     run = storage.resolve(config.train.out) if config.train else None
-    held: list[int] = []
-    with contextlib.ExitStack() as leases:
-        try:
-            if run is not None and run.local and run.exists():
-                held.append(_lock_run_dir(run.path))
-            for store in stored:
-                location = storage.resolve(store)
-                if location.local:
-                    held.append(lock_dir(location.path))
-            named = ([(run, "run directory")] if run is not None else []) + [
-                (storage.resolve(store), "store") for store in stored
-            ]
-            for location, what in named:
-                if not location.local:
-                    from streamfit import lease
+    with contextlib.ExitStack() as held:  # the flocks and the leases, released when the deletions are done
+        if run is not None and run.local and run.exists():
+            held.callback(os.close, _lock_run_dir(run.path))
+        for store in stored:
+            location = storage.resolve(store)
+            if location.local:
+                held.callback(os.close, lock_dir(location.path))
+        named = ([(run, "run directory")] if run is not None else []) + [
+            (storage.resolve(store), "store") for store in stored
+        ]
+        for location, what in named:
+            if not location.local:
+                from streamfit import lease
 
-                    taken = lease.take(location, what)
-                    if taken is not None:
-                        leases.callback(taken.release)
-            for store in stored:
-                storage.uncommit(storage.resolve(store))
-            if run is not None and run.exists():
-                remove_run_outputs(run)
-        finally:
-            for fd in held:
-                os.close(fd)
+                taken = lease.take(location, what)
+                if taken is not None:
+                    held.callback(taken.release)
+        for store in stored:
+            storage.uncommit(storage.resolve(store))
+        if run is not None and run.exists():
+            remove_run_outputs(run)
     if config.evaluate:
         storage.resolve(config.evaluate.run_dir).join(EVALUATION_FILE).remove()
     if config.predict:

@@ -267,9 +267,7 @@ def _replace(key: storage.Location, record: dict, version: str) -> str:
     """Write the lease over the one of `version` (_Taken if it is another now, or gone)."""
     if key.s3:
         return _s3_put(key, record, IfMatch=version)
-    found = _look(key)
-    if found is None or found.version != version:
-        raise _Taken
+    _require_version(key, version)
     key.write_bytes(_body(record))
     return record["token"]
 
@@ -279,10 +277,16 @@ def _delete(key: storage.Location, version: str) -> None:
     if key.s3:
         _s3_call(key, "delete_object", IfMatch=version)
         return
+    _require_version(key, version)
+    key.remove()
+
+
+def _require_version(key: storage.Location, version: str) -> None:
+    """Not on S3: _Taken unless the lease at `key` is there and of `version` (the look half of a
+    look-then-write, not atomic: see the module docstring)."""
     found = _look(key)
     if found is None or found.version != version:
         raise _Taken
-    key.remove()
 
 
 def _look(key: storage.Location) -> _Found | None:
