@@ -29,7 +29,7 @@ from streamfit.model import ALL_ZERO_WEIGHTS, Model, all_weights_zero, featuriza
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
-from streamfit.solvers.base import allowed_values
+from streamfit.solvers.base import allowed_values, available_memory, check_state_memory
 from streamfit.store import open_store
 from streamfit.store.store import read_lock
 
@@ -313,11 +313,8 @@ def _single_threaded_blas(on: bool):
 
 
 def _available_memory() -> int:
-    """Bytes of memory available on this machine now (psutil's `available`: free memory plus what
-    the kernel can reclaim without swapping)."""
-    import psutil  # only the memory checks need it (its import is 20-60 ms)
-
-    return psutil.virtual_memory().available
+    """Bytes of memory available on this machine now (solvers.base.available_memory)."""
+    return available_memory()
 
 
 def _check_feature_memory(store, solver: str) -> None:
@@ -340,38 +337,37 @@ def _check_feature_memory(store, solver: str) -> None:
 
 
 def _check_row_state_memory(store, solver: str) -> None:
-    """StreamfitError when the solver's per-row state cannot fit in the memory available now, and
-    a warning when it takes more than half of it: Solver.row_state_arrays float64 arrays of a
-    chunk's rows × n_classes (scores, residuals, duals), 8 · min(n_rows, chunk_rows) · n_classes
-    · row_state_arrays bytes. Only one task's arrays are counted (the other chunks' state is in
-    the run directory between passes), so the bound is a lower one: it never refuses a run that
-    fits, and a run it lets through may need several times more (many classes of few rows each:
-    docs/benchmarks.md, session 29, branch mem31). Only for state on this machine (in process or
-    on the embedded cluster): train does not call it with --scheduler, whose workers run
-    elsewhere."""
-    count = get_solver(solver).row_state_arrays
-    rows = min(store.n_rows, store.manifest.chunk_rows)
-    need = 8 * rows * store.n_classes * count
-    if not need:
+    """StreamfitError when the solver's per-row state cannot fit in the memory available now:
+    Solver.row_state_arrays float64 arrays of a chunk's rows × n_classes (scores, residuals,
+    duals), 8 · min(n_rows, chunk_rows) · n_classes · row_state_arrays bytes, what one task holds
+    at once (the other chunks' state is in the run directory between passes), so the bound is a
+    lower one and never refuses a run that fits. A warning when the run's estimate takes more than
+    half of it: those arrays plus Solver.weight_state_arrays float64 arrays of n_features ×
+    n_classes (a solver's dense weights, their updates and a pass's partial sums; n_features
+    bounds the columns a solver keeps), within about 1.5× of the peak measured on many classes
+    of few rows (docs/benchmarks.md, session 30, branch memfm31). A solver whose state depends on
+    the data beyond the manifest checks it again in its init (multiboost's histograms). Only for
+    state on this machine (in process or on the embedded cluster): train does not call it with
+    --scheduler, whose workers run elsewhere."""
+    fitter = get_solver(solver)
+    rows, K = min(store.n_rows, store.manifest.chunk_rows), store.n_classes
+    count, weights = fitter.row_state_arrays, fitter.weight_state_arrays
+    lower = 8 * rows * K * count
+    estimate = lower + 8 * store.n_features * K * weights
+    if not estimate:
         return
-    available = _available_memory()
-    what = f"{count} float64 arrays of a chunk's {rows} rows × {store.n_classes} classes"
-    if need > available:
-        raise StreamfitError(
-            f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB of per-row state ({what}), more than "
-            f"the {available / 2**30:.3g} GiB available on this machine: train with --solver ppdsparse (it keeps "
-            "its per-row state one class at a time), or use fewer classes or a machine with more memory"
-        )
-    if 2 * need > available:
-        log.warning(
-            "%s: %s needs at least %.3g GiB of per-row state (%s), more than half of the %.3g GiB available on "
-            "this machine; --solver ppdsparse keeps it one class at a time",
-            store.path,
-            solver,
-            need / 2**30,
-            what,
-            available / 2**30,
-        )
+    what = f"per-row state ({count} float64 arrays of a chunk's {rows} rows × {K} classes"
+    counted = what + (f", and {weights} of its {store.n_features} features × {K} classes)" if weights else ")")
+    check_state_memory(
+        store.path,
+        solver,
+        (lower, what + ")"),
+        (estimate, counted),
+        "train with --solver ppdsparse (it keeps its per-row state one class at a time), or use fewer classes or a "
+        "machine with more memory",
+        _available_memory(),
+        log,
+    )
 
 
 def _train_locked(

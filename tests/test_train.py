@@ -282,15 +282,19 @@ def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start
     assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()
 
 
-def _row_state_bytes(store_path, count: int) -> int:
-    """8 bytes × a chunk's rows × classes × `count` arrays, from the store's manifest."""
+def _row_state_bytes(store_path, count: int, weights: int = 0) -> int:
+    """8 bytes × (a chunk's rows × classes × `count` arrays + features × classes × `weights`
+    arrays), from the store's manifest."""
     store = open_store(store_path)
-    return 8 * min(store.n_rows, store.manifest.chunk_rows) * store.n_classes * count
+    rows = min(store.n_rows, store.manifest.chunk_rows)
+    return 8 * store.n_classes * (rows * count + store.n_features * weights)
 
 
-@pytest.mark.parametrize(("solver", "count"), [("stagewise", 2), ("bcd", 1), ("fbpd", 2), ("multiboost", 2)])
+@pytest.mark.parametrize(
+    ("solver", "count", "weights"), [("stagewise", 2, 0), ("bcd", 1, 0), ("fbpd", 3, 14), ("multiboost", 2, 0)]
+)
 def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
-    digits_store, tmp_path, monkeypatch, caplog, solver, count
+    digits_store, tmp_path, monkeypatch, caplog, solver, count, weights
 ):
     import streamfit.train as train_module
 
@@ -306,7 +310,12 @@ def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
     train_module._check_row_state_memory(open_store(digits_store), solver)
     assert "more than half of the" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * need)  # half of it: no warning either
+    estimate = _row_state_bytes(digits_store, count, weights)  # with the weights' arrays: what the warning counts
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate - 1)
+    train_module._check_row_state_memory(open_store(digits_store), solver)
+    assert f"needs about {estimate / 2**30:.3g} GiB of per-row state" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)  # half of it: no warning
     train_module._check_row_state_memory(open_store(digits_store), solver)
     assert "per-row state" not in caplog.text
 

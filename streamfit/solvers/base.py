@@ -50,10 +50,44 @@ from pydantic.fields import FieldInfo
 
 from streamfit.checkpoint import ChunkState
 from streamfit.engine import Engine
+from streamfit.errors import StreamfitError
 from streamfit.model import Model
 from streamfit.store import ChunkSource
 
 SOLVERS: dict[str, type[Solver]] = {}
+GIB = 2**30
+
+
+def available_memory() -> int:
+    """Bytes of memory available on this machine now (psutil's `available`: free memory plus what
+    the kernel can reclaim without swapping)."""
+    import psutil  # only the memory checks need it (its import is 20-60 ms)
+
+    return psutil.virtual_memory().available
+
+
+def check_state_memory(
+    where: str, solver: str, lower: tuple[int, str], estimate: tuple[int, str], advice: str, available: int, log
+) -> None:
+    """The memory checks' verdict on a run's state: StreamfitError when lower = (bytes, of what), a
+    bound that the run needs at least, exceeds the `available` bytes, and a warning on `log` when
+    estimate = (bytes, of what), what it is expected to hold at once (≥ lower), takes more than
+    half of them. `where`: the store; `advice`: what to do instead."""
+    if lower[0] > available:
+        raise StreamfitError(
+            f"{where}: {solver} needs at least {lower[0] / GIB:.3g} GiB of {lower[1]}, more than the "
+            f"{available / GIB:.3g} GiB available on this machine: {advice}"
+        )
+    if 2 * estimate[0] > available:
+        log.warning(
+            "%s: %s needs about %.3g GiB of %s, more than half of the %.3g GiB available on this machine; %s",
+            where,
+            solver,
+            estimate[0] / GIB,
+            estimate[1],
+            available / GIB,
+            advice,
+        )
 
 
 class SolverParams(BaseModel):
@@ -165,6 +199,8 @@ class Solver(Generic[StateT]):
     # (train's memory check counts them; other solvers are counted at 8 bytes per feature)
     row_state_arrays: ClassVar[int] = 0  # float64 arrays of one chunk's rows × n_classes (scores, residuals,
     # duals) that a task holds at once, a lower bound; train's memory check counts them (0: per class only)
+    weight_state_arrays: ClassVar[int] = 0  # float64 arrays of n_features × n_classes held at once besides them
+    # (the driver's weights and their updates, a pass's partial sums), at most: train's estimate, which warns
 
     def __init__(self, params: SolverParams):
         self.params = params

@@ -387,7 +387,8 @@ def _margin_change(S: np.ndarray, z: np.ndarray) -> np.ndarray:
     """T_ℓ(x − x̃) for every row, from S = scores at [x̃, x]."""
     K = S.shape[1] // 2
     D = S[:, K:] - S[:, :K]
-    return D - D[np.arange(len(z)), z][:, None]
+    D -= D[np.arange(len(z)), z][:, None]  # in place: the column is copied out first
+    return D
 
 
 def _load(state, names: tuple, version: int, chunk_id: int, initial) -> tuple:
@@ -395,44 +396,36 @@ def _load(state, names: tuple, version: int, chunk_id: int, initial) -> tuple:
     return initial() if version == 0 else tuple(state.read(name, version, chunk_id) for name in names)
 
 
-def _advance(
-    state,
-    chunk_id: int,
-    version: int,
-    names: tuple,
-    old: tuple,
-    new: tuple,
-    initial,
-    anchor: int | None,
-    restart: bool,
-    a: float,
-    c: float,
-    weights: np.ndarray,
-):
-    """Writes the next iterate's per-sample arrays (version + 1) and returns
-    (‖old − new‖² per array, Σ of the next arrays, ‖next − anchor‖² per array), the Halpern
-    norms weighted per row by `weights` (the inverse dual step scales).
-    Plain FBPD (anchor None): next = new. Halpern: next = a(2·new − old) + c·anchor; at a
-    restart the anchor is `old`, written as version `version` of "anchor_" + name."""
+def _anchors(state, chunk_id: int, version: int, names: tuple, old: tuple, initial, anchor: int | None, restart: bool):
+    """The Halpern anchors of the chunk's arrays `names`: None for plain FBPD (anchor None); at a
+    restart the arrays `old` themselves, written as version `version` of "anchor_" + name; else
+    version `anchor` of "anchor_" + name. A task loads them before it makes its new arrays, so
+    that the file read's bytes are not held beside those too."""
     if anchor is None:
-        nxt, jumps = new, (0.0,) * len(new)
+        return None
+    if restart:
+        for name, array in zip(names, old):
+            state.write("anchor_" + name, version, chunk_id, array)
+        return old
+    return _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
+
+
+def _advance(old: tuple, new: tuple, anchors: tuple | None, a: float, c: float, weights: np.ndarray):
+    """The next iterate, written over the arrays `new`, and (‖old − new‖² per array,
+    ‖next − anchor‖² per array), the Halpern norms weighted per row by `weights` (the inverse
+    dual step scales). Plain FBPD (anchors None): next = new. Halpern: next = a(2·new − old) +
+    c·anchor (`halpern_combine`, in place: no rows × K array besides old, new and the anchors)."""
+    if anchors is None:
         moves = tuple(float(np.dot(d, d)) for d in ((o - w).ravel() for o, w in zip(old, new)))
-    else:
-        if restart:
-            anchors = old
-            for name, array in zip(names, old):
-                state.write("anchor_" + name, version, chunk_id, array)
-        else:
-            anchors = _load(state, tuple("anchor_" + name for name in names), anchor, chunk_id, initial)
-        combined = [
-            halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c, weights) for w, o, p in zip(new, old, anchors)
-        ]
-        nxt = tuple(out.reshape(w.shape) for (out, _, _), w in zip(combined, new))
-        moves = tuple(move for _, move, _ in combined)
-        jumps = tuple(jump for _, _, jump in combined)
-    for name, array in zip(names, nxt):
+        return moves, (0.0,) * len(new)
+    combined = [halpern_combine(w.ravel(), o.ravel(), p.ravel(), a, c, weights) for w, o, p in zip(new, old, anchors)]
+    return tuple(move for move, _ in combined), tuple(jump for _, jump in combined)
+
+
+def _write_next(state, chunk_id: int, version: int, names: tuple, arrays: tuple) -> None:
+    """Writes the next iterate's per-sample arrays as version `version + 1`."""
+    for name, array in zip(names, arrays):
         state.write(name, version + 1, chunk_id, array)
-    return moves, tuple(float(array.sum()) for array in nxt), jumps
 
 
 def _regularized_task(
@@ -452,8 +445,11 @@ def _regularized_task(
 ) -> RegularizedSums:
     """A chunk's share of one iteration of Algorithm 1 (the regularized form (7)): the dual
     update Ỹ_ℓ = P_{S_1}(Y_ℓ + step_ℓ·(T_ℓ(2x⁺ − x) + r_ℓ)) of its rows (step_ℓ = step / w_ℓ
-    when `preconditioned`) and its adjoint TᵀỸ (`regularized_chunk_step`), the next duals written as version `version + 1` (Halpern
-    combined with the anchor when `anchor` is set, `_advance`)."""
+    when `preconditioned`) and its adjoint TᵀỸ (`regularized_chunk_step`), the next duals
+    written as version `version + 1` (Halpern combined with the anchor when `anchor` is set,
+    `_advance`). Memory: three float64 arrays of the chunk's rows × K at most (Y, its anchor
+    and Ỹ, which becomes the next duals in place; Y and the anchor are let go before Ỹ is
+    written, when its file bytes are the second), the count FBPDSolver.row_state_arrays declares."""
     chunk = _read_chunk(source, chunk_id)
     z, K, X = chunk.labels, source.n_classes, _renumbered(chunk.X, position, len(W2))
 
@@ -461,11 +457,14 @@ def _regularized_task(
         return (chunk.targets(K),)
 
     (Y,) = _load(state, (DUAL,), version, chunk_id, initial)
+    anchors = _anchors(state, chunk_id, version, (DUAL,), (Y,), initial, anchor, restart)
     GW, Gb = np.zeros((X.shape[1], K)), np.zeros(K)
     Yt, hinge, r_dot, correct, move, coupling, weights = regularized_chunk_step(
         X.indptr, X.indices, X.data, z, Y, W2, b2, step, GW, Gb, preconditioned
     )
-    moves, _, jumps = _advance(state, chunk_id, version, (DUAL,), (Y,), (Yt,), initial, anchor, restart, a, c, weights)
+    moves, jumps = _advance((Y,), (Yt,), anchors, a, c, weights)
+    del Y, anchors
+    _write_next(state, chunk_id, version, (DUAL,), (Yt,))
     if anchor is None and preconditioned:
         moves = (move,)
     return RegularizedSums(GW, Gb, hinge, r_dot, correct, moves, coupling, jumps)
@@ -500,16 +499,23 @@ def _constrained_task(
         return np.zeros((n, K)), np.zeros(n), np.zeros(n)
 
     old = _load(state, names, version, chunk_id, initial)
+    anchors = _anchors(state, chunk_id, version, names, old, initial, anchor, restart)
     Y, xi, zeta = (array.copy() for array in old)
     A = np.empty_like(Y)
     X = _renumbered(chunk.X, position, len(W2))
     S = _scores(X, W2, b2)
     hinge, r_dot, xi_sum, correct = constrained_dual_step(S, z, Y, xi, zeta, tau, sigma, shift, A)
-    coupling = float(((old[0] - Y) * _margin_change(S, z)).sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
-    weights = np.ones(n)
-    moves, totals, jumps = _advance(
-        state, chunk_id, version, names, old, (Y, xi, zeta), initial, anchor, restart, a, c, weights
-    )
+    margin = _margin_change(S, z)
+    del S
+    change = old[0] - Y
+    change *= margin  # in place: the same products as (old[0] − Y) · margin
+    del margin
+    coupling = float(change.sum() + ((old[1] - xi) * (old[2] - zeta)).sum())
+    del change
+    moves, jumps = _advance(old, (Y, xi, zeta), anchors, a, c, np.ones(n))
+    del old, anchors
+    _write_next(state, chunk_id, version, names, (Y, xi, zeta))
+    totals = tuple(float(array.sum()) for array in (Y, xi, zeta))
     GW, Gb = _adjoint(X, A)
     return ConstrainedSums(GW, Gb, hinge, r_dot, xi_sum, correct, moves, coupling, totals, jumps)
 
@@ -624,7 +630,11 @@ class FBPDSolver(Solver[FBPDState]):
 
     name = "fbpd"
     dense_weights = True
-    row_state_arrays = 2  # a chunk task's duals Y and their update (_regularized_task; 3 in _constrained_task)
+    row_state_arrays = (
+        3  # a chunk task's duals Y, their anchor and their update (_regularized_task; more in _constrained_task)
+    )
+    weight_state_arrays = 14  # U × K: the state's W, GW, Wt, Wa, GWa, D, the spares for x̃ and G̃, W2 = [x̃ x] (two),
+    # x̃'s non-zeros (two: places and values, prepare) and two chunk tasks' GW in a pass's sum (U ≤ n_features)
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams

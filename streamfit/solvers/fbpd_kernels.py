@@ -186,9 +186,10 @@ def csr_adjoint(indptr, indices, data, A: np.ndarray, n_features: int):
 @kernel(nogil=True)
 def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: float, c: float, weights: np.ndarray):
     """For flat arrays of len(weights) rows: next = a(2·new − old) + c·anchor (Halpern with
-    reflection), and the weighted squared norms Σ_ℓ w_ℓ‖old_ℓ − new_ℓ‖² and Σ_ℓ w_ℓ‖next_ℓ − anchor_ℓ‖²
-    (w: the rows' inverse dual step scales, 1 without preconditioning)."""
-    out = np.empty_like(new)
+    reflection), written over `new` (each entry read before it is written: no rows × K
+    temporary), and returns the weighted squared norms Σ_ℓ w_ℓ‖old_ℓ − new_ℓ‖² and
+    Σ_ℓ w_ℓ‖next_ℓ − anchor_ℓ‖² (w: the rows' inverse dual step scales, 1 without
+    preconditioning)."""
     width = new.size // weights.size
     move = 0.0
     jump = 0.0
@@ -197,10 +198,10 @@ def halpern_combine(new: np.ndarray, old: np.ndarray, anchor: np.ndarray, a: flo
         d = old[i] - new[i]
         move += w * (d * d)
         x = a * (2.0 * new[i] - old[i]) + c * anchor[i]
-        out[i] = x
+        new[i] = x
         e = x - anchor[i]
         jump += w * (e * e)
-    return out, move, jump
+    return move, jump
 
 
 @kernel(nogil=True)

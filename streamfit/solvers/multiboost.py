@@ -117,7 +117,16 @@ from pydantic import Field, model_validator
 from streamfit.errors import ConfigError
 from streamfit.model import Model, register_model
 from streamfit.solvers import multiboost_kernels as kernels
-from streamfit.solvers.base import Context, PerSample, Solver, SolverParams, SolverState, register_solver
+from streamfit.solvers.base import (
+    Context,
+    PerSample,
+    Solver,
+    SolverParams,
+    SolverState,
+    available_memory,
+    check_state_memory,
+    register_solver,
+)
 from streamfit.solvers.multiboost_master import Master, fcd
 from streamfit.store import ChunkSource, Store
 
@@ -677,6 +686,7 @@ class MultiBoostSolver(Solver[MultiBoostState]):
         )
         cuts, all_offsets = bin_cuts(sketch, self.params.n_bins)
         used, offsets = used_columns(all_offsets)
+        self.check_histogram_memory(source, offsets)
         notice = sparse_wide_notice(source.n_rows, int(np.count_nonzero(np.diff(all_offsets))), sketch.weights.sum())
         if notice:
             log.warning(notice)
@@ -726,6 +736,34 @@ class MultiBoostSolver(Solver[MultiBoostState]):
             valid_scores=(
                 np.zeros((ctx.valid.n_rows, source.n_classes)) if self.stops_early(source) and ctx.valid else None
             ),
+        )
+
+    def check_histogram_memory(self, source: ChunkSource, cut_offsets: np.ndarray) -> None:
+        """Refuses a run whose histograms cannot fit in the memory available now, and warns when
+        they take more than half of it, before the first iteration: each histogram pass sums,
+        per class, (Σ_f bins_f + used columns) floats of H and as many of the stored entries' sums
+        (HistogramSums; twice with rule gain or decrease, for g's own-class part), which the
+        driver holds for the stump search: that is the lower bound, bins × K floats that train's
+        check (from the manifest) cannot count. The estimate adds, with more than one chunk, the
+        two partial sums beside their sum (engine.tree_sum), and a chunk task's scores F and
+        signed weights G (row_state_arrays)."""
+        K, used = source.n_classes, len(cut_offsets) - 1
+        histograms = 2 if self.params.rule != "edge" else 1
+        rows = int(cut_offsets[-1]) + used
+        lower = 8 * K * (rows + used) * histograms
+        copies = 3 if source.n_chunks > 1 else 1
+        lo, hi = source.chunk_bounds(0)  # the largest chunk (only the last may be shorter)
+        estimate = copies * lower + 8 * (hi - lo) * K * self.row_state_arrays
+        what = f"histograms ({histograms} of {rows} bins × {K} classes over {used} used columns"
+        check_state_memory(
+            getattr(source, "path", "the training data"),
+            self.name,
+            (lower, what + ")"),
+            (estimate, what + f", {copies} at once, and a chunk's scores)"),
+            f"train with a smaller -p n_bins (now {self.params.n_bins}), or with --solver ppdsparse, or use fewer "
+            "classes or a machine with more memory",
+            available_memory(),
+            log,
         )
 
     def stops_early(self, source: ChunkSource) -> bool:

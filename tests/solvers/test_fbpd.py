@@ -909,3 +909,62 @@ def test_stops_on_relative_change_and_estimator_api(wine):
     assert c2.get_params()["penalty"] == "l2" and c2.get_params()["lam"] == 0.1
     with pytest.raises(ValueError):
         FBPDClassifier(penalty="nope").fit(X, y)
+
+
+def _peak_growth(call) -> int:
+    """call()'s peak resident memory above the process's before it, sampled every 0.5 ms by a thread
+    (the kernels release the GIL): arrays above glibc's mmap threshold (32 MiB) come and go with
+    their pages, so the peak counts the large arrays held at once (or fewer, if a short one is
+    missed, never more)."""
+    import threading
+    import time
+
+    import psutil
+
+    process, peak, done = psutil.Process(), [0], threading.Event()
+    base = process.memory_info().rss
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        call()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], process.memory_info().rss) - base
+
+
+def test_a_chunk_task_holds_three_arrays_of_rows_by_classes(tmp_path):
+    """One Halpern iteration of a chunk (_regularized_task, duals and anchor read from files as on a
+    cluster) holds at most three float64 arrays of rows × K at once, the count
+    FBPDSolver.row_state_arrays declares and train's memory check multiplies: Y, its anchor and Ỹ,
+    which becomes the next duals in place. Before (session 29's many-classes finding), the
+    Halpern combination was a fourth array and the file bytes of the written one a fifth, with Y
+    and the anchor still held (main: about 5 arrays here)."""
+    from streamfit.checkpoint import ChunkState
+
+    K, rows_a_class, M = 1500, 3, 200  # many classes of few rows: rows × K × 8 = 54 MB, above mmap's threshold
+    rng = np.random.default_rng(0)
+    z = np.repeat(np.arange(K), rows_a_class)
+    X = sp.random(len(z), M, density=0.05, random_state=1, format="csr") + sp.csr_matrix(
+        (np.ones(len(z)), (np.arange(len(z)), z % M)), shape=(len(z), M)
+    )
+    source = InMemoryStore(X.tocsr(), z, [str(k) for k in range(K)], chunk_rows=len(z))
+    state = ChunkState(str(tmp_path / "state"))
+    for name in (fb.DUAL, "anchor_" + fb.DUAL):  # duals on the simplex, as an iteration leaves them
+        Y = rng.random((len(z), K))
+        state.write(name, 1, 0, Y / Y.sum(axis=1, keepdims=True), cache=False)
+    W2 = np.ascontiguousarray(rng.standard_normal((M, 2 * K)) * 0.01)
+    args = {"state": state, "version": 1, "W2": W2, "b2": np.zeros(2 * K), "position": np.arange(M, dtype=np.int32)}
+    args.update(step=1.0, preconditioned=True, anchor=1, restart=False, a=0.5, c=0.25)
+    array = 8 * len(z) * K
+    first = fb._regularized_task(source, 0, **args)  # compiles; writes version 2
+    assert first.moves[0] > 0 and first.jumps[0] > 0
+    growth = _peak_growth(lambda: fb._regularized_task(source, 0, **args))  # the same version again: the same bytes
+    assert 2.5 * array < growth < 3.5 * array + 32 * 2**20, growth / array
+    assert fb.FBPDSolver.row_state_arrays == 3

@@ -1546,3 +1546,40 @@ def test_the_cli_warns_once_on_sparse_wide_rows_and_not_on_dense_ones(digits_cli
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
     assert record.getMessage().startswith("multiboost: the training rows are sparse and wide (")
     assert notices(digits_cli_store, tmp_path / "run2") == []
+
+
+def test_histograms_beyond_the_memory_available_are_refused_before_the_first_iteration(digits, monkeypatch, caplog):
+    """The histograms are bins × K floats, which only the bin cuts of init's first pass tell (many
+    classes of few rows: 2.7 GiB each at 3000 classes, 24 GiB at 10 000, session 30): init refuses
+    a run whose summed histograms (H and H_own, and their stored entries' sums, what the stump search
+    reads at once) exceed the memory available, and warns when its estimate takes more than half of
+    it. The bound is the size of the arrays a real histogram pass returns."""
+    import logging
+
+    import psutil
+
+    from streamfit.solvers.base import Context
+
+    X, y, classes = digits
+    source = InMemoryStore(X, y, classes, chunk_rows=1000)  # two chunks: the partial sums and their sum at once
+    solver = mb.MultiBoostSolver(mb.MultiBoostParams(max_iter=1))  # rule decrease: H and H_own
+
+    def init(available: int):
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": available})())
+        return solver.init(Context(source, Engine(mode="inprocess"), ChunkState(None)))
+
+    context = Context(source, Engine(mode="inprocess"), ChunkState(None))
+    state = solver.init(context)
+    sums = mb._histogram_task(
+        source, 0, state=context.chunk_state, version=0, cut_offsets=state.cut_offsets, holdout=None, seed=0, own=True
+    )
+    lower = sum(a.nbytes for a in (sums.bins, sums.stored, sums.own_bins, sums.own_stored))
+    with pytest.raises(StreamfitError, match=r"multiboost needs at least .* GiB of histograms \(2 of .*-p n_bins"):
+        init(lower - 1)
+    caplog.set_level(logging.WARNING, logger="streamfit.solvers.multiboost")
+    init(lower)  # fits: only the warning
+    assert "more than half of the" in caplog.text
+    caplog.clear()
+    rows = source.chunk_bounds(0)[1] * len(classes) * 8 * solver.row_state_arrays
+    init(2 * (3 * lower + rows))  # the estimate: three sums at once and a chunk's F and G
+    assert "histograms" not in caplog.text
