@@ -434,8 +434,10 @@ def _refuse_resume_with_overwrite(ctx, resume: bool, overwrite: bool) -> None:
 # source options with a flag of their own (the rest go through --option KEY=VALUE)
 _SOURCE_FLAGS = {
     "text_field": "Text field or column (JSONL/CSV/Parquet) [default: text]; comma-separate several fields to hash "
-    "each in its own namespace; in JSONL a dotted path names a nested field (body.text).",
-    "label_field": "Label field or column [default: label]; in JSONL a dotted path names a nested field (meta.topic).",
+    "each in its own namespace; in JSONL, and of a Parquet struct column, a dotted path names a nested field "
+    "(body.text).",
+    "label_field": "Label field or column [default: label]; in JSONL, and of a Parquet struct column, a dotted path "
+    "names a nested field (meta.topic).",
     "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
     "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|' [default: none, one label per cell].",
@@ -718,6 +720,8 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
                 continue
             if key == "classes" and len(val) > 20:
                 val = ", ".join(val[:20]) + f", … ({len(val)} in all)"
+            if key == "source":
+                val = _shown_source(val)
             click.echo(f"{key:>14}: {val}")
     if problems:
         for p in problems:
@@ -726,6 +730,18 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
             else:
                 click.echo(f"damaged: {p}", err=True)
         sys.exit(1)
+
+
+def _shown_source(source: dict) -> dict:
+    """A store's `source` as inspect's text shows it: an ARFF input's recorded feature header
+    (format option `arff_header`, one entry per attribute: bibtex's 1836 made the line 40 kB)
+    as its count and digest; --json gives it whole."""
+    options = source.get("format_options") or {}
+    header = options.get("arff_header")
+    if not isinstance(header, dict):
+        return source
+    shown = f"{len(header.get('features') or [])} feature attributes, sha256 {str(header.get('sha256'))[:12]}…"
+    return {**source, "format_options": {**options, "arff_header": shown}}
 
 
 def _occupancy_lines(report: dict) -> list[str]:

@@ -770,6 +770,12 @@ def committed(target: Location) -> Location | None:
     attempt that `target/COMMITTED` names."""
     if target.local:
         return target if target.isdir() and not target.path.endswith(".partial") else None
+    return commit_record(target)
+
+
+def commit_record(target: Location) -> Location | None:
+    """The attempt that `target/COMMITTED` names (on local disk too: a directory copied from an
+    object store as it lay there), or None if there is no such record."""
     pointer = target.join(COMMITTED)
     try:
         record = json.loads(pointer.read_bytes())

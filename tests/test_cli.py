@@ -447,6 +447,19 @@ def test_inspect_occupancy_reads_as_lines(stores, tmp_path):
     assert report["columns_used"] == 4 and report["n_features_for_1pct"] is None
 
 
+def test_inspect_shows_an_arff_store_s_feature_header_as_its_count(tmp_path):
+    """qa31: an ARFF store records its feature attributes and values (arff_header, one entry per
+    attribute), and inspect's text printed them all in its source line (bibtex's 1836: 40 kB on
+    one line). The text shows their count and digest; --json keeps the header whole."""
+    arff = os.path.join(REPO, "tests", "data", "sources", "weather-nominal.arff")
+    run("ingest", arff, "--no-hash", "--option", "n_labels=1", "--out", tmp_path / "w.zarr")
+    header = json.loads(run("inspect", tmp_path / "w.zarr", "--json").output)["source"]["format_options"]["arff_header"]
+    assert [name for name, _ in header["features"]] == ["outlook", "temperature", "humidity", "windy"]
+    (line,) = [line for line in run("inspect", tmp_path / "w.zarr").output.splitlines() if "source:" in line]
+    assert f"'arff_header': '4 feature attributes, sha256 {header['sha256'][:12]}…'" in line
+    assert "outlook" not in line and "'n_labels': 1" in line
+
+
 def test_worker_timeout_reaches_the_engine(stores, tmp_path):
     """--worker-timeout, worker_timeout in a train config or a pipeline's train section, and run's
     --worker-timeout: how long a scheduler without workers is waited for (1 s here, not 60)."""

@@ -476,6 +476,41 @@ def test_a_two_pass_ingest_on_s3_never_commits_its_stage_and_deletes_it_in_one_b
 
 
 @pytest.mark.slow
+def test_a_store_copied_file_by_file_is_named_as_such_with_the_way_to_copy_it(s3, tmp_path):
+    """qa31: a local store copied to a URL file by file (aws s3 cp --recursive, fsspec's put) has
+    no COMMITTED record, and a store behind a URL copied to local disk as it lies there has
+    COMMITTED and an attempt folder but no manifest at its top; each was refused as "an
+    interrupted ingest?  Re-run 'streamfit ingest'". The lines now say what was found and the
+    copy that opens: the files under URL/attempt-copy/ with a COMMITTED record naming it (then
+    the same store: the same fingerprint, verified), or the local attempt folder."""
+    local = tmp_path / "iris.zarr"
+    assert _cli("ingest", DATA, "--no-hash", "--out", local).exit_code == 0
+    s3.put(str(local), f"{BUCKET}/plain.zarr", recursive=True)
+    with pytest.raises(StoreError) as refused:
+        open_store(f"s3://{BUCKET}/plain.zarr")
+    assert str(refused.value) == (
+        f"s3://{BUCKET}/plain.zarr: holds a store's files but no COMMITTED record, as a copy file by file "
+        "(aws s3 cp --recursive, fsspec's put) leaves it: a store behind a URL is read only once committed. Copy "
+        f"the store's files to s3://{BUCKET}/plain.zarr/attempt-copy/ instead and write "
+        f's3://{BUCKET}/plain.zarr/COMMITTED holding {{"attempt": "attempt-copy"}}, or ingest to the URL'
+    )
+    s3.put(str(local), f"{BUCKET}/copied.zarr/attempt-copy", recursive=True)
+    s3.pipe_file(f"{BUCKET}/copied.zarr/COMMITTED", json.dumps({"attempt": "attempt-copy"}).encode())
+    copied = open_store(f"s3://{BUCKET}/copied.zarr")
+    assert copied.manifest.fingerprint == open_store(str(local)).manifest.fingerprint and copied.verify() == []
+
+    s3.invalidate_cache()
+    s3.get(f"{BUCKET}/copied.zarr", str(tmp_path / "down.zarr"), recursive=True)
+    with pytest.raises(StoreError) as refused:
+        open_store(str(tmp_path / "down.zarr"))
+    assert str(refused.value) == (
+        f"{tmp_path / 'down.zarr'}: has no manifest.json but a COMMITTED record naming attempt-copy: a store copied "
+        f"from an object store as it lies there; its files are in {tmp_path / 'down.zarr' / 'attempt-copy'}: pass "
+        "that folder"
+    )
+    assert open_store(str(tmp_path / "down.zarr" / "attempt-copy")).manifest.fingerprint == copied.manifest.fingerprint
+
+
 def test_a_damaged_object_is_detected(s3):
     store = f"s3://{BUCKET}/damaged.parquet"
     assert (

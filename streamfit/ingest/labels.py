@@ -80,6 +80,15 @@ def near_duplicates(classes: list[str]) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
+def class_values(classes: list[str]) -> np.ndarray | None:
+    """The classes' names as float64 numbers, or None if a name is not a finite number."""
+    try:
+        values = np.array([float(name) for name in classes], dtype=np.float64)
+    except ValueError:
+        return None
+    return values if bool(np.all(np.isfinite(values))) else None
+
+
 def _spelling_key(name: str) -> str:
     """What near_duplicates compares: a finite number's value, else the name without letter case
     and with its white space runs as one space."""

@@ -72,7 +72,7 @@ class IngestOptions:
     inputs: list[str] = option(help="source files, folders, dataset directories or globs", flag="")
     out: str = option(help="The store directory to write.", short="-o", metavar="PATH")
     format: Literal["libsvm", "jsonl", "csv", "tsv", "folder", "parquet", "hdf5", "numpy", "arff"] | None = option(
-        None, "Input format", default_text="inferred from the file name"
+        None, "Input format", default_text="inferred from the file name or its first lines"
     )
     backend: Literal["zarr", "parquet"] | None = option(
         None,
@@ -1021,6 +1021,8 @@ def _ingest(o: IngestOptions) -> IngestReport:
         _warn_one_class(out, vocab)
     if not p1.numeric:
         _warn_near_duplicates(out, vocab.classes)
+        if not vocab.frozen:
+            _warn_numeric_classes(out, vocab.classes, report.written, bool(p1.multilabel))
     if o.csc_block_features:
         from streamfit.store.csc import build_csc
 
@@ -1070,6 +1072,31 @@ def _warn_near_duplicates(out: str, classes: list[str]) -> None:
             shown,
             more,
         )
+
+
+def _warn_numeric_classes(out: str, classes: list[str], n_rows: int, multilabel: bool) -> None:
+    """A warning when the classes look like the values of a real-valued target read as class
+    labels (--target numeric left out): every class name a number, and some of them with a
+    fraction, or (one label a row) more than a quarter as many classes as rows (diabetes's
+    442 targets: 214 classes of 2 rows). Class ids written as numbers (LIBSVM's, a digit's
+    0 … 9) are whole, with many rows a class, and get none."""
+    from streamfit.ingest.labels import class_values
+
+    values = class_values(classes)
+    if values is None or len(classes) < 3:
+        return
+    fractions = bool(np.any(values != np.round(values)))
+    if not (fractions or (not multilabel and 4 * len(classes) > n_rows)):
+        return
+    log.warning(
+        "%s: the %d classes are all numbers (%s … %s)%s: if the label is a real-valued target, pass "
+        "--target numeric (regression); or ignore this if they are class ids",
+        out,
+        len(classes),
+        f"{values.min():g}",
+        f"{values.max():g}",
+        ", some with a fraction" if fractions else f", {n_rows / len(classes):.1f} rows a class",
+    )
 
 
 def _arff_header(o: IngestOptions, source_options: dict) -> tuple[dict, list[str] | None]:

@@ -158,6 +158,22 @@ class ChunkSource:
         return X, np.concatenate([c.labels for c in chunks])
 
 
+def _no_manifest(data: storage.Location) -> str:
+    """Why the store directory `data` has no manifest: a local copy of a store behind a URL,
+    COMMITTED and its attempts copied as they lay there (aws s3 cp --recursive, fsspec's get),
+    whose files are in the attempt that COMMITTED names; else an interrupted ingest."""
+    try:
+        attempt = storage.commit_record(data) if data.local else None
+    except StreamfitError:
+        attempt = None
+    if attempt is not None and attempt.join(MANIFEST).exists():
+        return (
+            f"has no {MANIFEST} but a {storage.COMMITTED} record naming {attempt.name}: a store copied from an "
+            f"object store as it lies there; its files are in {attempt.path}: pass that folder"
+        )
+    return f"has no {MANIFEST}; it is not a complete store (an interrupted ingest?). Re-run 'streamfit ingest'"
+
+
 class Store(ChunkSource):
     """A store on disk or behind a URL (its committed attempt), opened read-only.
 
@@ -188,6 +204,13 @@ class Store(ChunkSource):
         if data is None:
             if not location.exists():
                 raise StoreError(f"{path}: no such store (create one with 'streamfit ingest')")
+            if location.join(MANIFEST).exists():  # a local store's files copied here one by one
+                raise StoreError(
+                    f"{path}: holds a store's files but no {storage.COMMITTED} record, as a copy file by file "
+                    "(aws s3 cp --recursive, fsspec's put) leaves it: a store behind a URL is read only once "
+                    f"committed. Copy the store's files to {path}/attempt-copy/ instead and write "
+                    f'{path}/{storage.COMMITTED} holding {{"attempt": "attempt-copy"}}, or ingest to the URL'
+                )
             raise StoreError(
                 f"{path}: has no {storage.COMMITTED}; it is not a complete store (an interrupted ingest?). "
                 "Re-run 'streamfit ingest'"
@@ -202,10 +225,7 @@ class Store(ChunkSource):
                     f"{path}: its attempt {attempt} is gone (the store was written again while in use); "
                     "run the command again"
                 ) from None
-            raise StoreError(
-                f"{path}: has no {MANIFEST}; it is not a complete store (an interrupted ingest?). "
-                "Re-run 'streamfit ingest'"
-            ) from None
+            raise StoreError(f"{path}: {_no_manifest(data)}") from None
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             refused = storage.client_error_message(e)  # wrong credentials: the store is fine
             if refused is not None:

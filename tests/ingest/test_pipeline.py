@@ -457,6 +457,42 @@ def test_labels_written_two_ways_are_a_warning(tmp_path, caplog):
     assert "white space" not in caplog.text
 
 
+def test_numbers_read_as_classes_that_look_like_a_real_valued_target_are_a_warning(tmp_path, caplog):
+    """qa31: diabetes's 442 targets (whole numbers 25 … 346) ingested without --target numeric
+    became 214 classes of about 2 rows each, without a word. Now one warning names --target numeric
+    when every class is a number and there are more than a quarter as many classes as rows, or some
+    class has a fraction; class ids written as numbers (digits' 0 … 9, many rows a class), a
+    --target numeric store and a store ingested --like another get none."""
+    from sklearn.datasets import load_diabetes
+
+    X, y = load_diabetes(return_X_y=True)
+    dump_svmlight_file(X, y, str(tmp_path / "diabetes.svm"), zero_based=False)
+    dump_svmlight_file(X[:40], y[:40] / 10, str(tmp_path / "tenths.svm"), zero_based=False)
+    digits = load_digits()
+    dump_svmlight_file(digits.data, digits.target, str(tmp_path / "digits.svm"), zero_based=False)
+
+    def warnings_of(name, **kw):
+        caplog.clear()
+        out = tmp_path / f"{name}-{'-'.join(kw)}.zarr"
+        ingest(IngestOptions([str(tmp_path / name)], str(out), progress=False, **kw))
+        return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+    store = tmp_path / "diabetes.svm-.zarr"
+    assert warnings_of("diabetes.svm") == [
+        f"{store}: the 214 classes are all numbers (25 … 346), 2.1 rows a class: if the label is a real-valued "
+        "target, pass --target numeric (regression); or ignore this if they are class ids"
+    ]
+    assert open_store(str(store)).n_classes == 214  # kept as classes: the store is what was asked for
+    assert warnings_of("tenths.svm") == [
+        f"{tmp_path / 'tenths.svm-.zarr'}: the 38 classes are all numbers (4.9 … 34.1), some with a fraction: if "
+        "the label is a real-valued target, pass --target numeric (regression); or ignore this if they are "
+        "class ids"
+    ]
+    assert warnings_of("diabetes.svm", target="numeric") == []
+    assert warnings_of("digits.svm") == []
+    assert warnings_of("diabetes.svm", like=str(store)) == []
+
+
 LARGEST_COLUMN = 2**31 - 2  # store column indices are int32 and the width, largest + 1, must fit too
 # 1-based LIBSVM indices around the int32 boundaries (the columns are one less) and small ones
 INDICES = st.one_of(
