@@ -180,6 +180,29 @@ class _SchedulerLossReported(logging.Filter):
 _SCHEDULER_LOSS_REPORTED = _SchedulerLossReported()
 
 
+SYNC_MODULE = os.path.join("distributed", "utils.py")  # where distributed.utils.sync is defined
+
+
+class _InterruptBeforeStart(logging.Filter):
+    """Drops tornado's ERROR "Exception in callback" for a NameError raised by the `cancel` of
+    distributed.utils.sync: a Ctrl-C that reaches a blocking Dask call before its coroutine has
+    started makes `cancel` read a variable not yet set (distributed 2026.7, whose `sync` cancels
+    the coroutine it had not started). Nothing was running, so nothing is lost; the command
+    reports the stop itself, in one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is None or not isinstance(record.exc_info[1], NameError):
+            return True
+        tb = record.exc_info[2]
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code if tb is not None else None
+        return not (code is not None and code.co_name == "cancel" and code.co_filename.endswith(SYNC_MODULE))
+
+
+_INTERRUPT_BEFORE_START = _InterruptBeforeStart()
+
+
 class _WorkerLost(Exception):
     """A pass that Dask could not finish because a worker died under it (internal: retried)."""
 
@@ -445,6 +468,7 @@ class Engine:
         dask_level = max(logging.ERROR, dask_log.getEffectiveLevel())
 
         logging.getLogger("distributed.client").addFilter(_SCHEDULER_LOSS_REPORTED)  # added once
+        logging.getLogger("tornado.application").addFilter(_INTERRUPT_BEFORE_START)
         if self.mode == "remote":
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
