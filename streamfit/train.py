@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from streamfit import storage
-from streamfit.checkpoint import Checkpointer
+from streamfit.checkpoint import STATE_CACHE_BYTES, Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
@@ -29,7 +29,7 @@ from streamfit.model import ALL_ZERO_WEIGHTS, Model, all_weights_zero, featuriza
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
-from streamfit.solvers.base import allowed_values
+from streamfit.solvers.base import Solver, allowed_values
 from streamfit.store import open_store
 from streamfit.store.store import read_lock
 
@@ -339,30 +339,44 @@ def _check_feature_memory(store, solver: str) -> None:
         )
 
 
-def _check_row_state_memory(store, solver: str) -> None:
+def _check_row_state_memory(store, fitter: Solver) -> None:
     """StreamfitError when the solver's per-row state cannot fit in the memory available now, and
-    a warning when it takes more than half of it: Solver.row_state_arrays float64 arrays of a
-    chunk's rows × n_classes (scores, residuals, duals), 8 · min(n_rows, chunk_rows) · n_classes
-    · row_state_arrays bytes. Only one task's arrays are counted (the other chunks' state is in
-    the run directory between passes), so the bound is a lower one: it never refuses a run that
-    fits, and a run it lets through may need several times more (many classes of few rows each:
-    docs/benchmarks.md, session 29, branch mem31). Only for state on this machine (in process or
-    on the embedded cluster): train does not call it with --scheduler, whose workers run
-    elsewhere."""
-    count = get_solver(solver).row_state_arrays
-    rows = min(store.n_rows, store.manifest.chunk_rows)
-    need = 8 * rows * store.n_classes * count
-    if not need:
+    a warning when its estimate takes more than half of it. The refusal counts what one machine
+    holds at once for certain: Solver.row_state_arrays float64 arrays of a chunk's rows ×
+    n_classes (8 · rows · n_classes · arrays bytes, (rows, arrays) = Solver.row_state: a chunk's
+    rows, min(n_rows, chunk_rows); bcd's memory mode: the store's. One task's scores,
+    residuals or duals; the other chunks' state is in the run directory between passes),
+    and the other chunks' arrays that the process which wrote them keeps for its next read, as
+    many whole ones as fit in STREAMFIT_STATE_CACHE_MB (`_cached_row_state`). The warning's
+    estimate adds Solver.column_state float64 arrays of the store's columns × n_classes
+    (stagewise's summed weights, stages and column gradients; the dense weights of bcd and
+    fbpd), with min(n_features, nnz) columns, which may exceed the columns used: so that term
+    only warns. A lower bound, then: it never refuses a run that
+    fits (docs/benchmarks.md, sessions 29 and 30, branches mem31 and memsw31). Only for state on
+    this machine (in process or on the embedded cluster): train does not call it with
+    --scheduler, whose workers run elsewhere."""
+    solver = fitter.name
+    rows, arrays = fitter.row_state(store)
+    task = 8 * rows * store.n_classes * arrays
+    if not task:
         return
+    per_chunk = rows <= store.manifest.chunk_rows  # state kept chunk by chunk in the run directory
+    need = task + (_cached_row_state(store, 8 * rows * store.n_classes) if per_chunk else 0)
+    columns = min(store.n_features, store.manifest.nnz)
+    estimate = need + 8 * columns * store.n_classes * fitter.column_state(store)
     available = _available_memory()
-    what = f"{count} float64 arrays of a chunk's {rows} rows × {store.n_classes} classes"
+    what = f"{arrays} float64 arrays of {rows} rows × {store.n_classes} classes"
+    if need > task:
+        what += f", and {(need - task) / 2**30:.3g} GiB of other chunks' kept for the next read"
     if need > available:
         raise StreamfitError(
             f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB of per-row state ({what}), more than "
             f"the {available / 2**30:.3g} GiB available on this machine: train with --solver ppdsparse (it keeps "
             "its per-row state one class at a time), or use fewer classes or a machine with more memory"
         )
-    if 2 * need > available:
+    if 2 * estimate > available:
+        if estimate > need:
+            what += f"; with its weights over {columns} columns × {store.n_classes} classes, {estimate / 2**30:.3g} GiB"
         log.warning(
             "%s: %s needs at least %.3g GiB of per-row state (%s), more than half of the %.3g GiB available on "
             "this machine; --solver ppdsparse keeps it one class at a time",
@@ -372,6 +386,14 @@ def _check_row_state_memory(store, solver: str) -> None:
             what,
             available / 2**30,
         )
+
+
+def _cached_row_state(store, chunk_bytes: int) -> int:
+    """Bytes of the other chunks' per-row arrays that a process keeps of those it wrote
+    (streamfit.checkpoint: whole arrays, at most STATE_CACHE_BYTES in all): none when one chunk's
+    array does not fit."""
+    others = store.n_chunks - 1
+    return min(others, STATE_CACHE_BYTES // chunk_bytes) * chunk_bytes if chunk_bytes else 0
 
 
 def _train_locked(
@@ -426,7 +448,7 @@ def _train_locked(
     )
     _check_feature_memory(store, solver)
     if scheduler is None:  # the per-row state is on this machine
-        _check_row_state_memory(store, solver)
+        _check_row_state_memory(store, fitter)
     metrics = MetricsLog(
         run.join("metrics.jsonl").url,
         valid=valid_store,
