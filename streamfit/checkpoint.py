@@ -47,8 +47,9 @@ makes the worker that wrote chunk i of version t + 1 the one that reads it in th
 each process keeps the arrays it wrote (one per (name, chunk): the newest version; at most
 `STREAMFIT_STATE_CACHE_MB` in all, default 256), and a read of one of them skips the file read
 and its SHA-256: it gets a copy of the bytes that the file holds (the array is rebuilt from
-np.save's output, not the caller's array, which the caller may change after the write). The
-entries belong to one run (`ChunkState.begin_run`: a fresh id at each start or resume of a run,
+np.save's output, not the caller's array, which the caller may change after the write). A
+task's last read of a version (`ChunkState.read_private(last=True)`: it writes the next one)
+takes the kept array itself instead, and it is kept no longer. The entries belong to one run (`ChunkState.begin_run`: a fresh id at each start or resume of a run,
 carried to the workers with the ChunkState), and within a run a (name, version, chunk) file is
 written with one content only (versions only grow; a task run again writes the same bytes), so
 a cached array is the file's content. Anything else (another run's versions, a chunk written by
@@ -144,12 +145,10 @@ class ChunkState:
         the array for this process's next read of it (_WRITTEN); False for arrays only a resume
         reads (the driver's append-only entries)."""
         if self.root is None:
-            self._memory[(name, version, chunk_id)] = array
+            self._memory[(name, version, chunk_id)] = array.copy()  # the caller may change its array, as with a file
             return
         array = np.ascontiguousarray(array)
-        buf = io.BytesIO()
-        np.save(buf, array, allow_pickle=False)
-        data = buf.getvalue()
+        data = _npy_bytes(array)
         digest = hashlib.sha256(data).hexdigest()[:16]
         d = self._dir(name, version)
         d.makedirs()
@@ -169,6 +168,20 @@ class ChunkState:
         if kept is not None:
             return kept.copy()
         return self._read_file(name, version, chunk_id)
+
+    def read_private(self, name: str, version: int, chunk_id: int, *, last: bool = False) -> np.ndarray:
+        """`read`'s array, for a caller that changes it in place: from a file or this process's
+        kept arrays it is a fresh copy already; in memory (root=None) the stored array is copied.
+        `last`: this process reads the version of this chunk no more (a task that writes the
+        next one), so a kept array is handed over instead of copied: no second array of it, and
+        the bytes it kept are the caller's (a later read of it reads the file)."""
+        if self.root is None:
+            return self.read(name, version, chunk_id).copy()
+        if last:
+            taken = _take_written(self._run_id, name, version, chunk_id)
+            if taken is not None:
+                return taken
+        return self.read(name, version, chunk_id)
 
     def _read_file(self, name: str, version: int, chunk_id: int) -> np.ndarray:
         """Chunk `chunk_id` of a version from its file, its digest checked (CheckpointError if
@@ -269,11 +282,27 @@ _WRITTEN_BYTES = 0
 _WRITTEN_LOCK = threading.Lock()  # a worker may run several task threads
 
 
-def _npy_view(data: bytes, array: np.ndarray) -> np.ndarray:
+def _npy_bytes(array: np.ndarray) -> bytearray:
+    """np.save's output for the C-ordered `array` (its header, then its bytes), one copy of the
+    array's bytes allocated at its size; a bytearray, so that a kept array handed over
+    (`_take_written`) is writable."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, np.lib.format.header_data_from_array_1_0(array))
+    head = header.getvalue()
+    data = bytearray(len(head) + array.nbytes)
+    out = np.frombuffer(data, dtype=np.uint8)
+    out[: len(head)] = np.frombuffer(head, dtype=np.uint8)
+    out[len(head) :] = array.reshape(-1).view(np.uint8)
+    return data
+
+
+def _npy_view(data: bytearray, array: np.ndarray) -> np.ndarray:
     """The array that `data`, np.save's output for the C-ordered `array`, holds: a read-only view
     of its last array.nbytes bytes (np.save writes the header, then the array's bytes in C order)."""
     offset = len(data) - array.nbytes
-    return np.frombuffer(data, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)
+    view = np.frombuffer(data, dtype=array.dtype, count=array.size, offset=offset).reshape(array.shape)
+    view.flags.writeable = False
+    return view
 
 
 def _keep_written(run_id: str, name: str, version: int, chunk_id: int, array: np.ndarray) -> None:
@@ -295,6 +324,20 @@ def _keep_written(run_id: str, name: str, version: int, chunk_id: int, array: np
         if _WRITTEN_BYTES + array.nbytes <= STATE_CACHE_BYTES:
             _WRITTEN[key] = (version, array)
             _WRITTEN_BYTES += array.nbytes
+
+
+def _take_written(run_id: str, name: str, version: int, chunk_id: int) -> np.ndarray | None:
+    """`_written`'s array, dropped from _WRITTEN and made writable (its bytes are no one else's)."""
+    global _WRITTEN_BYTES
+    with _WRITTEN_LOCK:
+        kept = _WRITTEN.get((name, chunk_id)) if run_id == _WRITTEN_RUN else None
+        if kept is None or kept[0] != version:
+            return None
+        del _WRITTEN[(name, chunk_id)]
+        _WRITTEN_BYTES -= kept[1].nbytes
+    array = kept[1]
+    array.flags.writeable = True
+    return array
 
 
 def _written(run_id: str, name: str, version: int, chunk_id: int) -> np.ndarray | None:

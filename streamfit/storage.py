@@ -192,7 +192,7 @@ class Location:
     def read_text(self) -> str:
         return self.read_bytes().decode()
 
-    def write_bytes(self, data: bytes, *, sync: bool = True) -> None:
+    def write_bytes(self, data: bytes | bytearray, *, sync: bool = True) -> None:
         """Replace the file with `data` whole: on local disk a temporary name, fsync and rename
         (then the directory's fsync); on an object store one PUT (durable once it returns).
         sync=False: on local disk neither the file nor its directory is fsynced (readers still
@@ -524,7 +524,7 @@ def public(path_or_url: str) -> str:
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/@]*@", r"\1", absolute(path_or_url))
 
 
-def write_new_file(path: str, data: bytes | Callable[[BinaryIO], object], *, sync: bool = True) -> None:
+def write_new_file(path: str, data: bytes | bytearray | Callable[[BinaryIO], object], *, sync: bool = True) -> None:
     """Write `data` (bytes, or a function that writes them to the open binary file it is given:
     a checkpoint's arrays.npz, hashed as it is written) to a new local file at `path`, and fsync
     it unless `sync` is False (a file of an attempt, synced by its commit). Every local file

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from streamfit import storage
-from streamfit.checkpoint import Checkpointer
+from streamfit.checkpoint import STATE_CACHE_BYTES, Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
@@ -29,7 +29,7 @@ from streamfit.model import ALL_ZERO_WEIGHTS, Model, all_weights_zero, featuriza
 from streamfit.precompile import announce_compilation
 from streamfit.runlog import DEFAULT_VALID_EVERY, MetricsLog, RunProgress, progress_mode, summary
 from streamfit.solvers import get_solver
-from streamfit.solvers.base import allowed_values, available_memory, check_state_memory
+from streamfit.solvers.base import Solver, allowed_values, available_memory, check_state_memory
 from streamfit.store import open_store
 from streamfit.store.store import read_lock
 
@@ -336,38 +336,54 @@ def _check_feature_memory(store, solver: str) -> None:
         )
 
 
-def _check_row_state_memory(store, solver: str) -> None:
-    """StreamfitError when the solver's per-row state cannot fit in the memory available now:
-    Solver.row_state_arrays float64 arrays of a chunk's rows × n_classes (scores, residuals,
-    duals), 8 · min(n_rows, chunk_rows) · n_classes · row_state_arrays bytes, what one task holds
-    at once (the other chunks' state is in the run directory between passes), so the bound is a
-    lower one and never refuses a run that fits. A warning when the run's estimate takes more than
-    half of it: those arrays plus Solver.weight_state_arrays float64 arrays of n_features ×
-    n_classes (a solver's dense weights, their updates and a pass's partial sums; n_features
-    bounds the columns a solver keeps), within about 1.5× of the peak measured on many classes
-    of few rows (docs/benchmarks.md, session 30, branch memfm31). A solver whose state depends on
-    the data beyond the manifest checks it again in its init (multiboost's histograms). Only for
-    state on this machine (in process or on the embedded cluster): train does not call it with
-    --scheduler, whose workers run elsewhere."""
-    fitter = get_solver(solver)
-    rows, K = min(store.n_rows, store.manifest.chunk_rows), store.n_classes
-    count, weights = fitter.row_state_arrays, fitter.weight_state_arrays
-    lower = 8 * rows * K * count
-    estimate = lower + 8 * store.n_features * K * weights
-    if not estimate:
+def _check_row_state_memory(store, fitter: Solver) -> None:
+    """StreamfitError when the solver's per-row state cannot fit in the memory available now, and
+    a warning when its estimate takes more than half of it (solvers.base.check_state_memory). The
+    refusal counts what one machine holds at once for certain: Solver.row_state_arrays float64
+    arrays of a chunk's rows × n_classes (8 · rows · n_classes · arrays bytes, (rows, arrays) =
+    Solver.row_state: a chunk's rows, min(n_rows, chunk_rows); bcd's memory mode: the store's.
+    One task's scores, residuals or duals; the other chunks' state is in the run directory
+    between passes), and the other chunks' arrays that the process which wrote them keeps for its
+    next read, as many whole ones as fit in STREAMFIT_STATE_CACHE_MB (`_cached_row_state`). The
+    warning's estimate adds Solver.column_state float64 arrays of the store's columns × n_classes
+    (stagewise's summed weights, stages and column gradients; the dense weights of bcd and fbpd
+    and fbpd's driver arrays), with min(n_features, nnz) columns, which may exceed the columns
+    used: so that term only warns. A lower bound, then: it never refuses a run that fits
+    (docs/benchmarks.md, sessions 29 and 30, branches mem31, memsw31 and memfm31). A solver whose
+    state depends on the data beyond the manifest checks it again in its init (multiboost's
+    histograms). Only for state on this machine (in process or on the embedded cluster): train
+    does not call it with --scheduler, whose workers run elsewhere."""
+    rows, arrays = fitter.row_state(store)
+    K = store.n_classes
+    task = 8 * rows * K * arrays
+    if not task:
         return
-    what = f"per-row state ({count} float64 arrays of a chunk's {rows} rows × {K} classes"
-    counted = what + (f", and {weights} of its {store.n_features} features × {K} classes)" if weights else ")")
+    per_chunk = rows <= store.manifest.chunk_rows  # state kept chunk by chunk in the run directory
+    need = task + (_cached_row_state(store, 8 * rows * K) if per_chunk else 0)
+    columns = min(store.n_features, store.manifest.nnz)
+    estimate = need + 8 * columns * K * fitter.column_state(store)
+    what = f"per-row state ({arrays} float64 arrays of {rows} rows × {K} classes"
+    if need > task:
+        what += f", and {(need - task) / 2**30:.3g} GiB of other chunks' kept for the next read"
+    counted = what + (f"; with its weights over {columns} columns × {K} classes)" if estimate > need else ")")
     check_state_memory(
         store.path,
-        solver,
-        (lower, what + ")"),
+        fitter.name,
+        (need, what + ")"),
         (estimate, counted),
         "train with --solver ppdsparse (it keeps its per-row state one class at a time), or use fewer classes or a "
         "machine with more memory",
         _available_memory(),
         log,
     )
+
+
+def _cached_row_state(store, chunk_bytes: int) -> int:
+    """Bytes of the other chunks' per-row arrays that a process keeps of those it wrote
+    (streamfit.checkpoint: whole arrays, at most STATE_CACHE_BYTES in all): none when one chunk's
+    array does not fit."""
+    others = store.n_chunks - 1
+    return min(others, STATE_CACHE_BYTES // chunk_bytes) * chunk_bytes if chunk_bytes else 0
 
 
 def _train_locked(
@@ -422,7 +438,7 @@ def _train_locked(
     )
     _check_feature_memory(store, solver)
     if scheduler is None:  # the per-row state is on this machine
-        _check_row_state_memory(store, solver)
+        _check_row_state_memory(store, fitter)
     metrics = MetricsLog(
         run.join("metrics.jsonl").url,
         valid=valid_store,

@@ -1,4 +1,5 @@
 import errno
+import io
 import json
 import os
 import threading
@@ -62,6 +63,37 @@ def test_a_read_of_what_the_process_wrote_is_the_files_array_without_reading_it(
         assert a.flags.c_contiguous and a.flags.writeable
         assert a.tobytes() == written.tobytes()
     assert cached is not st.read("R", 3, 0)  # a copy each time
+
+
+def test_a_private_read_is_the_caller_s_to_change_and_the_last_one_takes_the_kept_array(tmp_path):
+    """read_private: a copy from a file; with last=True the kept array itself, writable, no longer
+    kept (the next read is the file's); in memory a copy of the stored array, which a write
+    stored as a copy of the caller's. The file's bytes are np.save's."""
+    array = np.arange(12.0).reshape(4, 3) / 7
+    st = ChunkState(str(tmp_path))
+    st.write("S", 1, 0, array)
+    (path,) = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs]
+    saved = io.BytesIO()
+    np.save(saved, array, allow_pickle=False)
+    with open(path, "rb") as f:
+        assert f.read() == saved.getvalue()
+    copy = st.read_private("S", 1, 0)
+    copy += 1
+    taken = st.read_private("S", 1, 0, last=True)
+    assert taken.flags.writeable and np.array_equal(taken, array)
+    taken += 1  # the caller's now: neither a later read nor the file changes
+    os.rename(path, path + ".moved")
+    with pytest.raises(CheckpointError):
+        st.read("S", 1, 0)  # no longer kept: read from the file, which is gone
+    os.rename(path + ".moved", path)
+    assert np.array_equal(st.read("S", 1, 0), array)
+    memory = ChunkState(None)
+    mine = array.copy()
+    memory.write("S", 1, 0, mine)
+    mine += 1
+    private = memory.read_private("S", 1, 0, last=True)
+    private += 1
+    assert np.array_equal(memory.read("S", 1, 0), array)
 
 
 def test_the_write_cache_keeps_the_newest_version_of_each_chunk_within_its_bound(tmp_path, monkeypatch):

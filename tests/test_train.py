@@ -282,23 +282,35 @@ def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start
     assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()
 
 
-def _row_state_bytes(store_path, count: int, weights: int = 0) -> int:
-    """8 bytes × (a chunk's rows × classes × `count` arrays + features × classes × `weights`
-    arrays), from the store's manifest."""
+def _row_state_bytes(store_path, count: int, *, every_row: bool = False) -> int:
+    """What the per-row state check refuses above, from the store's manifest: `count` float64
+    arrays of a chunk's rows × classes (`every_row`: of all the rows, bcd's memory mode) plus the
+    other chunks' arrays that the process keeps for its next read (these small ones all fit)."""
     store = open_store(store_path)
-    rows = min(store.n_rows, store.manifest.chunk_rows)
-    return 8 * store.n_classes * (rows * count + store.n_features * weights)
+    chunk = 8 * min(store.n_rows, store.manifest.chunk_rows) * store.n_classes
+    if every_row:  # no state in the run directory, so none kept of it either
+        return 8 * store.n_rows * store.n_classes * count
+    return chunk * count + (store.n_chunks - 1) * chunk
+
+
+def _check(store_path, solver: str, params: dict | None = None) -> None:
+    import streamfit.train as train_module
+    from streamfit.solvers import get_solver
+
+    fitter = get_solver(solver)
+    train_module._check_row_state_memory(open_store(store_path), fitter(fitter.Params(**(params or {}))))
 
 
 @pytest.mark.parametrize(
-    ("solver", "count", "weights"), [("stagewise", 2, 0), ("bcd", 1, 0), ("fbpd", 3, 14), ("multiboost", 2, 0)]
+    ("solver", "count", "every_row"),
+    [("stagewise", 2, False), ("bcd", 2, True), ("fbpd", 3, False), ("multiboost", 2, False)],
 )
 def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
-    digits_store, tmp_path, monkeypatch, caplog, solver, count, weights
+    digits_store, tmp_path, monkeypatch, caplog, solver, count, every_row
 ):
     import streamfit.train as train_module
 
-    need = _row_state_bytes(digits_store, count)
+    need = _row_state_bytes(digits_store, count, every_row=every_row)
     monkeypatch.setattr(train_module, "_available_memory", lambda: need - 1)
     for n_workers in (0, 1):  # in process and on the embedded cluster: refused before either starts
         refused = rf"{solver} needs at least .* GiB of per-row state.*--solver ppdsparse"
@@ -307,16 +319,48 @@ def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
         assert not (tmp_path / f"run{n_workers}" / "checkpoints" / "LATEST").exists()
     caplog.set_level(logging.WARNING, logger="streamfit.train")
     monkeypatch.setattr(train_module, "_available_memory", lambda: need)  # fits exactly: only the warning
-    train_module._check_row_state_memory(open_store(digits_store), solver)
+    _check(digits_store, solver)
     assert "more than half of the" in caplog.text
     caplog.clear()
-    estimate = _row_state_bytes(digits_store, count, weights)  # with the weights' arrays: what the warning counts
+    store = open_store(digits_store)  # the warning's estimate adds the weights (two arrays of stagewise's, bcd's
+    gradients = store.n_chunks.bit_length() + 1  # stagewise's column gradients summed along the tree
+    weights = {"stagewise": 2 + gradients, "bcd": 1, "fbpd": 14, "multiboost": 0}[solver]  # and fbpd's 14 driver ones)
+    estimate = need + 8 * min(store.n_features, store.manifest.nnz) * store.n_classes * weights
     monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate - 1)
-    train_module._check_row_state_memory(open_store(digits_store), solver)
+    _check(digits_store, solver)
     assert f"needs about {estimate / 2**30:.3g} GiB of per-row state" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)  # half of it: no warning
-    train_module._check_row_state_memory(open_store(digits_store), solver)
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)  # half of it: no warning either
+    _check(digits_store, solver)
+    assert "per-row state" not in caplog.text
+
+
+def test_bcd_s_chunks_mode_counts_a_chunk_s_rows_and_stagewise_warns_with_its_weights(
+    digits_store, monkeypatch, caplog
+):
+    """bcd's chunks mode holds a chunk's scores, not every row's; stagewise's estimate adds its
+    arrays of the columns × classes (summed weights, a pass of stages, the column gradients summed
+    along the tree), which warn but do not refuse: min(n_features, nnz) columns may be more than
+    it uses."""
+    import streamfit.train as train_module
+
+    chunk_need = _row_state_bytes(digits_store, 2)
+    monkeypatch.setattr(train_module, "_available_memory", lambda: chunk_need)
+    _check(digits_store, "bcd", {"mode": "chunks"})  # memory mode would need every row's: refused
+    with pytest.raises(StreamfitError, match="bcd needs at least"):
+        _check(digits_store, "bcd", {"mode": "memory"})
+    store = open_store(digits_store)
+    arrays = 2 + store.n_chunks.bit_length() + 1  # V, a pass of stages, the column gradients summed along the tree
+    estimate = (
+        _row_state_bytes(digits_store, 2) + 8 * arrays * min(store.n_features, store.manifest.nnz) * store.n_classes
+    )
+    caplog.set_level(logging.WARNING, logger="streamfit.train")
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate - 1)
+    _check(digits_store, "stagewise")
+    assert "with its weights over 64 columns × 10 classes" in caplog.text
+    caplog.clear()
+    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)
+    _check(digits_store, "stagewise")
     assert "per-row state" not in caplog.text
 
 
@@ -325,7 +369,7 @@ def test_ppdsparse_and_a_scheduler_s_run_are_not_refused_for_per_row_state(digit
     import streamfit.train as train_module
 
     monkeypatch.setattr(train_module, "_available_memory", lambda: _row_state_bytes(digits_store, 1) - 1)
-    train_module._check_row_state_memory(open_store(digits_store), "ppdsparse")  # per class only: not counted
+    _check(digits_store, "ppdsparse")  # per class only: not counted
 
     def started(self):
         raise _ClusterStarted(self.mode)

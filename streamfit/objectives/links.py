@@ -36,12 +36,15 @@ def link_loss_sum(U: np.ndarray, Y: np.ndarray, link: str) -> float:
     return link_residual(U, Y, link)[1]
 
 
-def link_residual(U: np.ndarray, Y: np.ndarray, link: str) -> tuple[np.ndarray, float]:
+def link_residual(U: np.ndarray, Y: np.ndarray, link: str, out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """(Y − g(U), Σ_i ℓ(u_i; y_i)): the residual whose products with the design are the
-    gradient of (13), and the loss (`link_loss_sum`), in one pass over U."""
+    gradient of (13), and the loss (`link_loss_sum`), in one pass over U. `out` (identity link
+    only; U itself allowed): the array the residual is written to."""
     if link == "identity":
-        R = Y - U
+        R = np.subtract(Y, U, out=out)
         return R, float(np.einsum("ij,ij->", R, R))
+    if out is not None:
+        raise ValueError("link_residual: out is for the identity link only")
     U, Y = np.ascontiguousarray(U, dtype=np.float64), np.ascontiguousarray(Y, dtype=np.float64)
     R = np.empty_like(U)
     return R, (_softmax_residual(U, Y, R) if link == "softmax" else _sigmoid_residual(U, Y, R))

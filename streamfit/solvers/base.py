@@ -199,8 +199,8 @@ class Solver(Generic[StateT]):
     # (train's memory check counts them; other solvers are counted at 8 bytes per feature)
     row_state_arrays: ClassVar[int] = 0  # float64 arrays of one chunk's rows × n_classes (scores, residuals,
     # duals) that a task holds at once, a lower bound; train's memory check counts them (0: per class only)
-    weight_state_arrays: ClassVar[int] = 0  # float64 arrays of n_features × n_classes held at once besides them
-    # (the driver's weights and their updates, a pass's partial sums), at most: train's estimate, which warns
+    column_state_arrays: ClassVar[int] = 0  # float64 arrays of the store's columns × n_classes that the driver
+    # holds beside them and that `dense_weights` does not count; train's memory check warns with them
 
     def __init__(self, params: SolverParams):
         self.params = params
@@ -213,6 +213,18 @@ class Solver(Generic[StateT]):
 
     def finished(self, state: StateT) -> bool:
         raise NotImplementedError
+
+    def row_state(self, source) -> tuple[int, int]:
+        """(rows, arrays): one task holds `arrays` float64 arrays of `rows` rows × n_classes at
+        once, by default `row_state_arrays` of a chunk's rows. `source` a store (its manifest:
+        train's memory check asks before the first step)."""
+        return min(source.n_rows, source.manifest.chunk_rows), self.row_state_arrays
+
+    def column_state(self, source) -> int:
+        """Float64 arrays of the store's columns × n_classes that the driver holds beside the
+        per-row state: `column_state_arrays`, and the dense weights of `dense_weights` (train's
+        memory check warns with them)."""
+        return self.column_state_arrays + int(self.dense_weights)
 
     def check_source(self, source: ChunkSource) -> None:
         """Raise ConfigError if the solver cannot train on `source` (a multilabel store for a

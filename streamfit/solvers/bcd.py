@@ -379,8 +379,14 @@ def _read_only(a: np.ndarray) -> np.ndarray:
     return view
 
 
-def _chunk_scores(state, version: int, chunk_id: int, n_rows: int, m: int) -> np.ndarray:
-    return np.zeros((n_rows, m)) if version == 0 else state.read(SCORES, version, chunk_id)
+def _chunk_scores(state, version: int, chunk_id: int, n_rows: int, m: int, private: bool = False) -> np.ndarray:
+    """A chunk's scores S of `version`; `private`: an S the caller may change in place (the stored
+    version stays as it was: ChunkState.read_private)."""
+    if version == 0:
+        return np.zeros((n_rows, m))
+    if private:  # a pass that writes the next version: the last read of this one
+        return state.read_private(SCORES, version, chunk_id, last=True)
+    return state.read(SCORES, version, chunk_id)
 
 
 class ColumnStats(NamedTuple):
@@ -456,9 +462,7 @@ def _pass_task(
     intercept = d - 1 if fit_intercept else -1
     if fit_intercept and not X.has_canonical_format:
         X, intercept = _design(X, fit_intercept), -1
-    S = _chunk_scores(state, version, chunk_id, X.shape[0], m)
-    if commit is not None:
-        S = S.copy()  # the stored version stays as it was
+    S = _chunk_scores(state, version, chunk_id, X.shape[0], m, private=commit is not None)
     lab_ptr, lab_ind = label_lists(chunk.labels, X.shape[0])
     none = np.zeros((0, m))
     total, hits, dloss, dhits, G, C = chunk_pass(
@@ -618,7 +622,7 @@ class BCDSolver(Solver[BCDState]):
 
     name = "bcd"
     dense_weights = True
-    row_state_arrays = 1  # the scores S (of the whole store in memory mode, of a chunk in chunks mode)
+    row_state_arrays = 2  # chunks mode: a chunk's scores S and their write's bytes (memory mode: `row_state`)
     Params = BCDParams
     params: BCDParams
 
@@ -760,6 +764,14 @@ class BCDSolver(Solver[BCDState]):
         if source.n_classes < 2:
             raise ConfigError("the bcd solver needs at least two classes")
         return loss, PENALTIES[p.penalty], curvature(loss, source.n_classes), p.l1_ratio
+
+    def row_state(self, source) -> tuple[int, int]:
+        """The memory mode holds the scores S of every row, and with fit_intercept bcd_epoch's
+        saved scores of the intercept's block, every row too; the chunks mode a chunk's
+        (`row_state_arrays`)."""
+        if self.params.method == "bcd" and self._mode(source) == "memory":
+            return source.n_rows, 1 + int(self.params.fit_intercept)
+        return super().row_state(source)
 
     def uses_workers(self, source: ChunkSource) -> bool:
         """The memory mode computes in the driver (Algorithm 1 on X read whole); the chunks mode

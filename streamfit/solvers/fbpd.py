@@ -633,8 +633,9 @@ class FBPDSolver(Solver[FBPDState]):
     row_state_arrays = (
         3  # a chunk task's duals Y, their anchor and their update (_regularized_task; more in _constrained_task)
     )
-    weight_state_arrays = 14  # U × K: the state's W, GW, Wt, Wa, GWa, D, the spares for x̃ and G̃, W2 = [x̃ x] (two),
-    # x̃'s non-zeros (two: places and values, prepare) and two chunk tasks' GW in a pass's sum (U ≤ n_features)
+    column_state_arrays = 13  # U × K beside the weights W (dense_weights): the state's GW, Wt, Wa, GWa, D, the
+    # spares for x̃ and G̃, W2 = [x̃ x] (two), x̃'s non-zeros (two: places and values, prepare) and two chunk
+    # tasks' GW in a pass's sum (U ≤ columns)
     Params = FBPDParams
     State = FBPDState
     params: FBPDParams

@@ -270,6 +270,7 @@ LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of cla
 AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (at least 2; sessions 15-23 held out 20 % once)
 LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
+SLICE_BYTES = 8 << 20  # a sparse design's stage is applied to the scores in row slices of rows × k at most this
 
 
 class StagewiseParams(SolverParams):
@@ -367,19 +368,40 @@ class StagewiseParams(SolverParams):
 
 
 def apply_stage(
-    space: FeatureSpace, base, F: np.ndarray, block, W: np.ndarray, C: np.ndarray | None, multilabel: bool, design=None
+    space: FeatureSpace,
+    base,
+    F: np.ndarray,
+    block,
+    W: np.ndarray,
+    C: np.ndarray | None,
+    multilabel: bool,
+    design=None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """One stage of the model: ỹ = F + A W (Algorithm 3's update / eq. 18), then, with a
     calibration C, ŷ = clip(G(ỹ) C) (eq. 19). Used by training tasks and by scoring alike
-    (`design`: A when the caller already has it). Dense designs go panel by panel (`panels`):
-    built, used and dropped while in cache."""
+    (`design`: A when the caller already has it). Into `out` when given, which may be F itself
+    (the update task's own copy of the scores). Row by row (a row's result depends on its row
+    alone: `rowwise_matmul`, a sparse product's row sums), so it goes in row slices: a sparse
+    design's in `row_slices` (the temporaries, A W and the calibration's basis, are a slice's
+    rows × k, not the chunk's), a dense design's in panels (`panels`: built, used and dropped
+    while in cache)."""
+    U = np.empty_like(F) if out is None else out
     if not space.dense_design:
-        return _apply_rows(space.design(base, block) if design is None else design, F, W, C, multilabel)
-    U = np.empty_like(F)
+        A = space.design(base, block) if design is None else design
+        for lo, hi in row_slices(F.shape[0], F.shape[1]):
+            U[lo:hi] = _apply_rows(A[lo:hi], F[lo:hi], W, C, multilabel)
+        return U
     for lo, hi in panels(F.shape[0]):
         A = space.panel_design(base, block, lo, hi) if design is None else design[lo:hi]
         U[lo:hi] = _apply_rows(A, F[lo:hi], W, C, multilabel)
     return U
+
+
+def row_slices(n: int, k: int) -> list[tuple[int, int]]:
+    """Slices of n rows whose rows × k float64 arrays take at most SLICE_BYTES (one row at least)."""
+    rows = max(1, SLICE_BYTES // (8 * max(k, 1)))
+    return [(lo, min(n, lo + rows)) for lo in range(0, n, rows)]
 
 
 def _apply_rows(A, F: np.ndarray, W: np.ndarray, C: np.ndarray | None, multilabel: bool) -> np.ndarray:
@@ -406,11 +428,47 @@ def _n_correct(F: np.ndarray, labels) -> int:
 # -- chunk tasks ---------------------------------------------------------------------------
 
 
-def _load(source: ChunkSource, chunk_id: int, state, version: int):
+def _load(
+    source: ChunkSource, chunk_id: int, state, version: int, private: bool = False, last: bool = False, space=None
+):
+    """The chunk, its targets Y and its scores F of `version`; `private`: an F the task may
+    change in place, `last`: the update task's, the last read of the version (ChunkState.read_private).
+    Y is None where the task makes the residual without it (`_without_targets`, given `space`)."""
     chunk = source.read_chunk(chunk_id)
-    Y = chunk.targets(source.n_classes)
-    F = np.zeros(Y.shape) if version == 0 else state.read(SCORES, version, chunk_id)
+    if version == 0:
+        F = np.zeros((chunk.n_rows, source.n_classes))
+    elif private:
+        F = state.read_private(SCORES, version, chunk_id, last=last)
+    else:
+        F = state.read(SCORES, version, chunk_id)
+    # Y after F: a read from the file is its bytes and the array at once, without Y beside them
+    Y = None if space is not None and _without_targets(chunk, space) else chunk.targets(source.n_classes)
     return chunk, Y, F
+
+
+def _without_targets(chunk, space: FeatureSpace) -> bool:
+    """Whether a task of the identity link makes its residual Y − F in the place of its own F
+    without the one-hot Y (`_residual`): class ids, a sparse design, and F not needed after (no
+    calibration="predictions"). Y would be a whole array resident: numpy's large arrays take
+    huge pages, all of which a one a row touches."""
+    labels = chunk.labels
+    return not space.dense_design and not space.with_predictions and isinstance(labels, np.ndarray) and labels.ndim == 1
+
+
+def _residual(F: np.ndarray, Y: np.ndarray | None, link: str, in_place: bool, labels=None) -> tuple[np.ndarray, float]:
+    """link_residual (Y − g(F), Σ_i ℓ): with `in_place` and the identity link into F itself (a
+    task's own scores, no longer needed), the same bits without a second rows × k array. Y None
+    (`_without_targets`): Y − F of the class ids `labels` into F as −F + 0.0 (0 − f, a zero's
+    sign included: −0.0 + 0.0 is 0.0) and then + 1 at each row's class (1 − f), the bits of
+    link_residual's Y − F without the one-hot Y."""
+    if Y is None:
+        np.negative(F, out=F)
+        F += 0.0
+        F[np.arange(F.shape[0]), labels] += 1.0
+        return F, float(np.einsum("ij,ij->", F, F))
+    if in_place and link == "identity":
+        return link_residual(F, Y, link, out=F)
+    return link_residual(F, Y, link)
 
 
 def _product(A, V: np.ndarray, rowwise: bool = True) -> np.ndarray:
@@ -513,14 +571,20 @@ class ScanCounts(NamedTuple):
     squares: np.ndarray
 
 
-def _block_stats(A, F: np.ndarray, Y: np.ndarray, link: str, with_predictions: bool, gram: bool) -> BlockStats:
+def _block_stats(
+    A, F: np.ndarray, Y: np.ndarray | None, link: str, with_predictions: bool, gram: bool, residual=None
+) -> BlockStats:
     """`BlockStats` of the rows of design A at scores F; AᵀA (its upper triangle) only with
     `gram`; `_bordered` assembles the Gram of [A, F]. AᵀR and AᵀF are one product Aᵀ[R, F].
     Dense designs are summed panel by panel, the panels' products in the design's precision,
     their sum in float64; each panel's PᵀP is exactly symmetric (numpy computes a matrix times
     its own transpose as one triangle, BLAS's syrk, and copies it to the other), so the upper
-    triangle loses nothing."""
-    R, loss = link_residual(F, Y, link)
+    triangle loses nothing. `residual`: (R, Σℓ) when the caller has them (`_residual`; F is then
+    not read unless `with_predictions`)."""
+    if residual is None:
+        assert Y is not None, "the targets, or the residual"
+        residual = link_residual(F, Y, link)
+    R, loss = residual
     RF = np.hstack([R, F]) if with_predictions else R
     if sp.issparse(A):
         M = sparse_gram_upper(A) if gram else None
@@ -548,9 +612,14 @@ def _bordered(M: np.ndarray, cross: np.ndarray | None) -> np.ndarray:
     return np.block([[M, cross[:p]], [cross[:p].T, cross[p:]]])
 
 
-def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray, link: str) -> np.ndarray:
-    """X_activeᵀ (Y − g(F)): the per-column gradients the "gradient" generator ranks (A.2.2)."""
-    return np.asarray(X[:, active].T @ (Y - link_mean(F, link)))
+def _column_gradient(X, active: np.ndarray, F: np.ndarray, Y: np.ndarray | None, link: str, R=None) -> np.ndarray:
+    """X_activeᵀ (Y − g(F)): the per-column gradients the "gradient" generator ranks (A.2.2).
+    For the identity link Y − F is computed into F (the caller's own scores, not needed after):
+    the same bits as a new array, without a second rows × k one; or it is `R`, given (`_residual`)."""
+    if R is None:
+        assert Y is not None, "the targets, or the residual"
+        R = np.subtract(Y, F, out=F) if link == "identity" else Y - link_mean(F, link)
+    return np.asarray(X[:, active].T @ R)
 
 
 def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> ScanCounts:
@@ -667,9 +736,10 @@ def _stats_task(
     """A chunk's `BlockStats` for the stage's block at its scores F (version `version`):
     Algorithm 1's sums at W = 0, the design A of the block built from the chunk (dense designs
     panel by panel)."""
-    chunk, Y, F = _load(source, chunk_id, state, version)
+    chunk, Y, F = _load(source, chunk_id, state, version, private=True, space=space if link == "identity" else None)
     base = chunk_base(source, chunk_id, space, chunk)
     if space.kind == "columns" and space.dense:  # a panel at a time: no rows × block array
+        assert Y is not None, "dense designs keep their targets"
         parts = [
             _block_stats(
                 space.panel_design(base, block, lo, hi), F[lo:hi], Y[lo:hi], link, space.with_predictions, gram
@@ -678,11 +748,12 @@ def _stats_task(
         ]
         return functools.reduce(add_results, parts)
     A = chunk_design(source, chunk, space, base, block)
-    return _block_stats(A, F, Y, link, space.with_predictions, gram)
+    residual = _residual(F, Y, link, in_place=not space.with_predictions, labels=chunk.labels)
+    return _block_stats(A, F, Y, link, space.with_predictions, gram, residual)
 
 
 def _gradient_task(source, chunk_id, *, state, version, active, link):
-    chunk, Y, F = _load(source, chunk_id, state, version)
+    chunk, Y, F = _load(source, chunk_id, state, version, private=True)
     return _column_gradient(chunk.csc, active, F, Y, link)
 
 
@@ -764,10 +835,16 @@ def _update_task(
     statistics of the next block when `next_block` is given (its AᵀA only if `next_gram`), the
     column gradients when `next_gradient` holds the active columns. With `leverage` (Hn of
     `_leverages`: a stage of the held-out pass, `StagewiseSolver._heldout`) also κ ← κ (1 − h),
-    version+1 of HELDOUT (`first_kept`: κ starts at 1)."""
-    chunk, Y, F = _load(source, chunk_id, state, version)
+    version+1 of HELDOUT (`first_kept`: κ starts at 1). The new scores are computed into the
+    task's own copy of the old ones, and once written, for the identity link, their residual
+    too, without the one-hot Y where `_without_targets`: one rows × k array of scores at a time
+    besides its read's or write's bytes (row_state_arrays)."""
+    chunk, Y, F = _load(
+        source, chunk_id, state, version, private=True, last=True, space=space if link == "identity" else None
+    )
     base = chunk_base(source, chunk_id, space, chunk)
     if space.dense_design and next_block is not None:
+        assert Y is not None, "dense designs keep their targets"
         F, stats, h = _update_dense(
             source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram, leverage
         )
@@ -778,15 +855,21 @@ def _update_task(
     design = None if space.dense else chunk_design(source, chunk, space, base, block)  # dense columns: by panel
     if leverage is not None:
         _keep_share(state, chunk_id, version, _leverages(design, leverage), first_kept)
-    F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design)
+    F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design, out=F)
     state.write(SCORES, version + 1, chunk_id, F)
-    loss, correct = link_loss_sum(F, Y, link), _n_correct(F, chunk.labels)
+    correct = _n_correct(F, chunk.labels)
+    if next_gradient is not None and link != "identity":  # Σℓ, then the gradient's own Y − g(F)
+        assert Y is not None, "only the identity link goes without its targets"
+        gradient = _column_gradient(chunk.csc, next_gradient, F, Y, link)
+        return UpdateSums(link_loss_sum(F, Y, link), correct, None, gradient)
+    residual = _residual(F, Y, link, in_place=not space.with_predictions, labels=chunk.labels)
     if next_block is not None:
         A = chunk_design(source, chunk, space, base, next_block)
-        return UpdateSums(loss, correct, _block_stats(A, F, Y, link, space.with_predictions, next_gram), None)
-    if next_gradient is not None:
-        return UpdateSums(loss, correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link))
-    return UpdateSums(loss, correct, None, None)
+        stats = _block_stats(A, F, Y, link, space.with_predictions, next_gram, residual)
+        return UpdateSums(residual[1], correct, stats, None)
+    if next_gradient is None:
+        return UpdateSums(residual[1], correct, None, None)
+    return UpdateSums(residual[1], correct, None, _column_gradient(chunk.csc, next_gradient, F, Y, link, residual[0]))
 
 
 def _update_dense(
@@ -802,7 +885,7 @@ def _update_dense(
     following = None
     if cached_next is None and design_cacheable(source, space):
         following = new_design(source, chunk_id, (n, space.design_width(next_block)), space.dtype)
-    U = np.empty_like(F)
+    U = F  # the task's own scores: each panel's new rows replace its old ones
     h = None if leverage is None else np.empty((n, 1))
     stats = None
     for lo, hi in panels(n):
@@ -941,7 +1024,7 @@ class StagewiseModel(Model):
         base = self.space.base(X)
         for t, (block, W) in enumerate(zip(self.blocks, self.weights)):
             C = self.calibrations[t] if self.calibrations else None
-            F = apply_stage(self.space, base, F, block, W, C, self.multilabel)
+            F = apply_stage(self.space, base, F, block, W, C, self.multilabel, out=F)
         return F
 
     def probabilities(self, S: np.ndarray) -> np.ndarray:
@@ -1084,8 +1167,11 @@ class StagewiseSolver(Solver[StagewiseState]):
       link inner_objective (the stage's f at every inner iterate, W₀ = 0 first)."""
 
     name = "stagewise"
-    row_state_arrays = 2  # a chunk task's new scores and the old ones or A W (_update_task; the one-hot targets
-    # and the first stage's zero scores are mostly pages never written, so not counted)
+    row_state_arrays = 2  # an update task's scores (computed in place, then their residual) and the bytes of
+    # their read or write (_update_task); 3 where it needs the one-hot targets Y too (`_without_targets`: softmax,
+    # multilabel, dense designs, calibration="predictions"), resident whole (huge pages)
+    column_state_arrays = 2  # the driver's summed weights V (`_total_weights`) and the stages' weights of a
+    # pass (each active column in one stage); `column_state` adds the column gradients
     Params = StagewiseParams
     params: StagewiseParams
     State = StagewiseState
@@ -1107,6 +1193,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         self.active: np.ndarray | None = None
 
     # ---- setup ----
+    def column_state(self, source) -> int:
+        """`column_state_arrays`, and with the "gradient" generator (auto's on sparse data) the
+        column gradients that a pass's last update sums over the chunks along the fixed tree
+        (engine.tree_sum: up to ⌊log₂ chunks⌋ + 1 partial sums, and a chunk's own)."""
+        arrays = super().column_state(source)
+        if self.params.generator in ("gradient", "auto"):
+            arrays += source.n_chunks.bit_length() + 1
+        return arrays
+
     def _link(self, source: ChunkSource) -> str:
         if self.params.link == "identity":
             return "identity"
