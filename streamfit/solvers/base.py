@@ -72,7 +72,7 @@ def check_state_memory(
     """The memory checks' verdict on a run's state: StreamfitError when lower = (bytes, of what), a
     bound that the run needs at least, exceeds the `available` bytes, and a warning on `log` when
     estimate = (bytes, of what), what it is expected to hold at once (≥ lower), takes more than
-    half of them. `where`: the store; `advice`: what to do instead."""
+    half of them (the warning says "more than the … available" when it takes more than all). `where`: the store; `advice`: what to do instead."""
     if lower[0] > available:
         raise StreamfitError(
             f"{where}: {solver} needs at least {lower[0] / GIB:.3g} GiB of {lower[1]}, more than the "
@@ -80,11 +80,12 @@ def check_state_memory(
         )
     if 2 * estimate[0] > available:
         log.warning(
-            "%s: %s needs about %.3g GiB of %s, more than half of the %.3g GiB available on this machine; %s",
+            "%s: %s needs about %.3g GiB of %s, more than %s %.3g GiB available on this machine; %s",
             where,
             solver,
             estimate[0] / GIB,
             estimate[1],
+            "the" if estimate[0] > available else "half of the",
             available / GIB,
             advice,
         )

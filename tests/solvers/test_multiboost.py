@@ -1577,9 +1577,12 @@ def test_histograms_beyond_the_memory_available_are_refused_before_the_first_ite
     with pytest.raises(StreamfitError, match=r"multiboost needs at least .* GiB of histograms \(2 of .*-p n_bins"):
         init(lower - 1)
     caplog.set_level(logging.WARNING, logger="streamfit.solvers.multiboost")
-    init(lower)  # fits: only the warning
-    assert "more than half of the" in caplog.text
+    init(lower)  # fits: only the warning, the estimate being more than all of it
+    assert "more than the" in caplog.text
     caplog.clear()
     rows = source.chunk_bounds(0)[1] * len(classes) * 8 * solver.row_state_arrays
+    init(2 * (3 * lower + rows) - 1)
+    assert "more than half of the" in caplog.text
+    caplog.clear()
     init(2 * (3 * lower + rows))  # the estimate: three sums at once and a chunk's F and G
     assert "histograms" not in caplog.text
