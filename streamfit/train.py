@@ -312,11 +312,6 @@ def _single_threaded_blas(on: bool):
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _available_memory() -> int:
-    """Bytes of memory available on this machine now (solvers.base.available_memory)."""
-    return available_memory()
-
-
 def _check_feature_memory(store, solver: str) -> None:
     """StreamfitError when the solver's dense per-feature arrays cannot fit in the memory available
     now: dense float64 weights, n_features × n_classes × 8 bytes, for solvers with
@@ -326,7 +321,7 @@ def _check_feature_memory(store, solver: str) -> None:
     lets through may still need more."""
     dense = get_solver(solver).dense_weights
     need = 8 * store.n_features * (store.n_classes if dense else 1)
-    available = _available_memory()
+    available = available_memory()
     if need > available:
         what = f"{store.n_classes} classes of dense float64 weights" if dense else "its per-feature arrays"
         raise StreamfitError(
@@ -373,7 +368,7 @@ def _check_row_state_memory(store, fitter: Solver) -> None:
         (estimate, counted),
         "train with --solver ppdsparse (it keeps its per-row state one class at a time), or use fewer classes or a "
         "machine with more memory",
-        _available_memory(),
+        available_memory(),
         log,
     )
 

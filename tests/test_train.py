@@ -311,7 +311,7 @@ def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
     import streamfit.train as train_module
 
     need = _row_state_bytes(digits_store, count, every_row=every_row)
-    monkeypatch.setattr(train_module, "_available_memory", lambda: need - 1)
+    monkeypatch.setattr(train_module, "available_memory", lambda: need - 1)
     for n_workers in (0, 1):  # in process and on the embedded cluster: refused before either starts
         refused = rf"{solver} needs at least .* GiB of per-row state.*--solver ppdsparse"
         with pytest.raises(StreamfitError, match=refused):
@@ -322,17 +322,17 @@ def test_per_row_state_beyond_the_memory_available_is_refused_at_the_start(
     gradients = store.n_chunks.bit_length() + 1  # stagewise's column gradients summed along the tree
     weights = {"stagewise": 2 + gradients, "bcd": 1, "fbpd": 14, "multiboost": 0}[solver]  # and fbpd's 14 driver ones)
     estimate = need + 8 * min(store.n_features, store.manifest.nnz) * store.n_classes * weights
-    monkeypatch.setattr(train_module, "_available_memory", lambda: need)  # fits exactly: only the warning
+    monkeypatch.setattr(train_module, "available_memory", lambda: need)  # fits exactly: only the warning
     _check(digits_store, solver)
     share = "more than the" if estimate > need else "more than half of the"  # the estimate beyond all of it
     assert f"{share} {need / 2**30:.3g} GiB available" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate - 1)
+    monkeypatch.setattr(train_module, "available_memory", lambda: 2 * estimate - 1)
     _check(digits_store, solver)
     assert f"needs about {estimate / 2**30:.3g} GiB of per-row state" in caplog.text
     assert "more than half of the" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)  # half of it: no warning either
+    monkeypatch.setattr(train_module, "available_memory", lambda: 2 * estimate)  # half of it: no warning either
     _check(digits_store, solver)
     assert "per-row state" not in caplog.text
 
@@ -347,7 +347,7 @@ def test_bcd_s_chunks_mode_counts_a_chunk_s_rows_and_stagewise_warns_with_its_we
     import streamfit.train as train_module
 
     chunk_need = _row_state_bytes(digits_store, 2)
-    monkeypatch.setattr(train_module, "_available_memory", lambda: chunk_need)
+    monkeypatch.setattr(train_module, "available_memory", lambda: chunk_need)
     _check(digits_store, "bcd", {"mode": "chunks"})  # memory mode would need every row's: refused
     with pytest.raises(StreamfitError, match="bcd needs at least"):
         _check(digits_store, "bcd", {"mode": "memory"})
@@ -357,11 +357,11 @@ def test_bcd_s_chunks_mode_counts_a_chunk_s_rows_and_stagewise_warns_with_its_we
         _row_state_bytes(digits_store, 2) + 8 * arrays * min(store.n_features, store.manifest.nnz) * store.n_classes
     )
     caplog.set_level(logging.WARNING, logger="streamfit.train")
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate - 1)
+    monkeypatch.setattr(train_module, "available_memory", lambda: 2 * estimate - 1)
     _check(digits_store, "stagewise")
     assert "with its weights over 64 columns × 10 classes" in caplog.text
     caplog.clear()
-    monkeypatch.setattr(train_module, "_available_memory", lambda: 2 * estimate)
+    monkeypatch.setattr(train_module, "available_memory", lambda: 2 * estimate)
     _check(digits_store, "stagewise")
     assert "per-row state" not in caplog.text
 
@@ -370,7 +370,7 @@ def test_ppdsparse_and_a_scheduler_s_run_are_not_refused_for_per_row_state(digit
     import streamfit.engine as engine_module
     import streamfit.train as train_module
 
-    monkeypatch.setattr(train_module, "_available_memory", lambda: _row_state_bytes(digits_store, 1) - 1)
+    monkeypatch.setattr(train_module, "available_memory", lambda: _row_state_bytes(digits_store, 1) - 1)
     _check(digits_store, "ppdsparse")  # per class only: not counted
 
     def started(self):
