@@ -524,7 +524,8 @@ def test_a_pandas_frame_with_pd_na_meets_the_nan_error(case):
     """qa26: a frame of pandas' nullable dtypes (Float64, Int64) holding pd.NA gave float()'s bare
     `TypeError: … not 'NAType'` in fit and in every prediction method; it is now the NaN error
     (as scikit-learn's check_array gives), and such a frame without pd.NA fits as its float64 copy."""
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     rng = np.random.default_rng(3)
     X = pd.DataFrame(rng.normal(size=(30, 3)), columns=["a", "b", "c"]).astype("Float64")
     y = np.repeat([0, 1, 2], 10)

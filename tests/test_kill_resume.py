@@ -33,10 +33,6 @@ def _latest_step(run):
         return None
 
 
-def _state_files(run):
-    return {os.path.join(d, f) for d, _, files in os.walk(run / "checkpoints" / "state") for f in files}
-
-
 def _wait_for(proc, event, description):
     """Poll until event() is true while proc runs; fail clearly if it ends or the bound passes."""
     deadline = time.monotonic() + EVENT_TIMEOUT_S

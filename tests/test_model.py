@@ -134,7 +134,8 @@ def test_non_finite_input_is_refused_naming_its_row(sparse, bad):
 def test_pd_na_in_a_pandas_frame_is_refused_naming_its_row():
     """A loaded model given a frame of pandas' nullable Float64 dtype holding pd.NA said the input
     "is not a numeric matrix … raw records (text)"; pd.NA is now a missing value, named as NaN is."""
-    pd = pytest.importorskip("pandas")
+    import pandas as pd
+
     m, _ = _model(False)
     X = pd.DataFrame(np.random.default_rng(1).normal(size=(5, 30))).astype("Float64")
     np.testing.assert_array_equal(m.decision_function(X), m.decision_function(X.to_numpy(dtype=float)))

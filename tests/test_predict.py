@@ -121,8 +121,15 @@ def test_a_model_saved_without_source_options_reads_the_default_fields(runs, tmp
     record["record_sha256"] = json_digest(record, "record_sha256")
     (old / "model" / "model.json").write_text(json.dumps(record))
     raw = tmp_path / "new.jsonl"
-    raw.write_text('{"text": "a cat"}\n')
+    raw.write_text('{"text": "a cat", "body": "stocks fell"}\n')
     run("predict", old, raw, "-o", tmp_path / "p.csv")
+    # the text the model reads is the default field's, not the training field's: its scores are the
+    # original model's on a record whose training field holds that text
+    (tmp_path / "same.jsonl").write_text('{"body": "a cat"}\n')
+    run("predict", runs / "jsonl", tmp_path / "same.jsonl", "-o", tmp_path / "q.csv")
+    got, want = ((tmp_path / f).read_text().splitlines() for f in ("p.csv", "q.csv"))
+    assert len(got) == len(want) == 2 and got[0] == want[0]
+    assert got[1].split(",")[1:] == want[1].split(",")[1:]
 
 
 def test_numeric_input_to_a_text_model_is_refused(runs, tmp_path):
