@@ -256,7 +256,7 @@ def test_local_cluster_survives_killed_workers(tmp_path, caplog):
     assert all((tmp_path / m).exists() for m in "abc")  # every worker death happened
     left = [m for m in caplog.messages if "left the cluster during a pass; its tasks run again on the" in m]
     assert len(left) == 3, caplog.messages
-    assert all(np.array_equal(a, b) for a, b in zip(got_map, ref_map))
+    assert all(np.array_equal(a, b) for a, b in zip(got_map, ref_map, strict=True))
     assert np.array_equal(got, ref) and np.array_equal(root.value, ref) and root.n == n
 
 
@@ -286,7 +286,7 @@ def test_a_worker_restarted_between_passes_is_a_warning(caplog):
     assert [m for m in caplog.messages if "left the cluster" in m] == [
         f"the Dask worker {victim} left the cluster since the last pass; this pass runs on the 2 worker(s) there now"
     ]
-    assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True))
 
 
 def test_a_pass_that_keeps_losing_workers_is_a_clear_error(monkeypatch):
