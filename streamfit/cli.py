@@ -519,7 +519,7 @@ def _parse_key_values(pairs, what: str) -> dict:
     type=click.IntRange(min=1),
     default=None,
     metavar="N",
-    help="Hash word n-grams for n = 1..NGRAM_MAX. [default: 1]",
+    help=f"Hash word n-grams for n = 1..NGRAM_MAX. [default: {HashingConfig.ngram_range[1]}]",
 )
 @_click_options(HashingConfig, prefix=_HASHING)
 @_click_options(IngestOptions, exclude=("out", "format", "backend", "chunk_rows"))

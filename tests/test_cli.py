@@ -1439,3 +1439,39 @@ def test_streamfits_own_options_after_the_command_say_where_they_go(stores, tmp_
     result = run("train", stores / "train.zarr", "--out", tmp_path / "r", "--lgo-file", "x", ok=False)
     assert result.exit_code == 2 and result.output.endswith("(see streamfit train --help)\n"), result.output
     assert not (tmp_path / "r").exists() and not (tmp_path / "log").exists()
+
+
+def test_every_default_the_ingest_help_states_by_hand_is_the_one_the_code_applies():
+    """Most defaults in --help are printed from the declarations (streamfit.options); the source
+    flags, --zero-based and the hashing flags state theirs in their own help text. Each one stated
+    is the default of every reader that takes the option, of LibsvmSource and of HashingConfig."""
+    import inspect
+
+    import click
+
+    from streamfit.ingest.hashing import HashingConfig
+    from streamfit.ingest.sources import FORMATS, LibsvmSource
+
+    helps = {p.name: p.help for p in main.commands["ingest"].params if isinstance(p, click.Option)}
+
+    def stated(name):
+        found = re.findall(r"\[default: ([^\],;]+)", helps[name])
+        assert len(found) == 1, (name, helps[name])
+        return found[0]
+
+    checked = 0
+    for name in ("text_field", "label_field", "encoding", "x_dataset", "y_dataset", "label_separator"):
+        defaults = {
+            inspect.signature(cls).parameters[name].default
+            for cls in FORMATS.values()
+            if name in inspect.signature(cls).parameters
+        }
+        assert len(defaults) == 1, (name, defaults)  # the readers agree
+        (default,) = defaults
+        assert stated(name) == ("none" if default is None else str(default)), name
+        checked += 1
+    assert checked == 6
+    assert inspect.signature(LibsvmSource).parameters["zero_based"].default is False
+    assert "(default: 1)" in helps["zero_based"]
+    config = HashingConfig()
+    assert stated("n_features") == str(config.n_features) and stated("ngram_max") == str(config.ngram_range[1])
