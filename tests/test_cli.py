@@ -17,6 +17,8 @@ from streamfit.model import load_model
 from streamfit.store import open_store
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a quick bcd fit in this process: the model most tests below read
+QUICK_BCD = ["--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0"]
 
 
 def run(*args, ok=True):
@@ -250,7 +252,7 @@ def test_bad_time_limit_is_named(stores, tmp_path):
 
 def test_predict_refuses_a_row_wider_than_training_and_leaves_nothing(stores, tmp_path):
     run_dir = tmp_path / "run"
-    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--out", run_dir, "--n-workers", "0")
+    run("train", stores / "train.zarr", *QUICK_BCD, "--out", run_dir)
     raw = tmp_path / "wide.svm"
     raw.write_text("1 3:1\n2 5:1 65:0.5\n")
     result = run("predict", run_dir, raw, "--out", tmp_path / "p.csv", ok=False)
@@ -270,18 +272,7 @@ def test_resume_with_overwrite_is_refused_before_any_work(stores, tmp_path):
 
 
 def test_time_limit_stop_after_overwrite_says_to_drop_it(stores, tmp_path):
-    args = [
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "bcd",
-        "-p",
-        "max_iter=3",
-        "--n-workers",
-        "0",
-        "--time-limit",
-        "0.001s",
-    ]
+    args = ["train", stores / "train.zarr", *QUICK_BCD, "--time-limit", "0.001s"]
     result = run(*args, "--out", tmp_path / "r", "--overwrite", ok=False)
     assert result.exit_code == 3 and "plus --resume (and without --overwrite)" in result.output
     result = run(*args, "--out", tmp_path / "r2", ok=False)
@@ -379,7 +370,7 @@ def test_train_valid_with_bcd_and_ppdsparse(stores, tmp_path, solver, params):
 
 
 def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
-    args = ["train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0"]
+    args = ["train", stores / "train.zarr", *QUICK_BCD]
     run(*args, "--out", tmp_path / "loud")
     assert "training bcd on" in caplog.text
     caplog.clear()
@@ -388,18 +379,7 @@ def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
 
 
 def test_evaluate_names_what_differs(stores, tmp_path):
-    run(
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "bcd",
-        "-p",
-        "max_iter=3",
-        "--n-workers",
-        "0",
-        "--out",
-        tmp_path / "r",
-    )
+    run("train", stores / "train.zarr", *QUICK_BCD, "--out", tmp_path / "r")
     (tmp_path / "ab.svm").write_text("a 1:1\nb 64:1\n")
     run("ingest", tmp_path / "ab.svm", "--no-hash", "--n-features", "64", "--out", tmp_path / "ab.zarr")
     result = run("evaluate", tmp_path / "r", tmp_path / "ab.zarr", ok=False)
@@ -421,7 +401,7 @@ def test_min_token_length_is_an_ingest_option_recorded_for_like_and_predict(tmp_
     )
     assert result.exit_code == 2 and "drop --min-token-length" in result.output
     run_dir = tmp_path / "run"
-    run("train", tmp_path / "s1", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
+    run("train", tmp_path / "s1", *QUICK_BCD, "--out", run_dir)
     assert load_model(str(run_dir)).featurizer["hashing"]["min_token_length"] == 1
 
 
@@ -597,18 +577,7 @@ def test_an_edited_manifest_is_one_error_line_from_every_command(stores, tmp_pat
     ],
 )
 def test_a_damaged_model_is_one_error_line_from_predict_and_evaluate(stores, tmp_path, damage, fragment):
-    run(
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "bcd",
-        "-p",
-        "max_iter=3",
-        "--n-workers",
-        "0",
-        "--out",
-        tmp_path / "r",
-    )
+    run("train", stores / "train.zarr", *QUICK_BCD, "--out", tmp_path / "r")
     damage(tmp_path / "r" / "model")
     _one_line_error(run("predict", tmp_path / "r", stores / "test.zarr", "-o", tmp_path / "p.csv", ok=False), fragment)
     _one_line_error(run("evaluate", tmp_path / "r", stores / "test.zarr", ok=False), fragment, "retrain")
@@ -619,18 +588,7 @@ def test_nan_weights_with_updated_checksums_are_one_error_line(stores, tmp_path)
     import hashlib
     import io
 
-    run(
-        "train",
-        stores / "train.zarr",
-        "--solver",
-        "bcd",
-        "-p",
-        "max_iter=3",
-        "--n-workers",
-        "0",
-        "--out",
-        tmp_path / "r",
-    )
+    run("train", stores / "train.zarr", *QUICK_BCD, "--out", tmp_path / "r")
     model_dir = tmp_path / "r" / "model"
     with np.load(model_dir / "arrays.npz") as z:
         arrays = {k: z[k] for k in z.files}
@@ -693,7 +651,7 @@ def test_outputs_that_overlap_an_input_and_a_broken_quote_are_one_error_line(sto
         _one_line_error(run("ingest", src, *args, ok=False), fragment)
     assert src.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["digits.svm"]
     run_dir = tmp_path / "run"
-    run("train", stores / "train.zarr", "--solver", "bcd", "-p", "max_iter=3", "--n-workers", "0", "--out", run_dir)
+    run("train", stores / "train.zarr", *QUICK_BCD, "--out", run_dir)
     table = tmp_path / "rows.csv"
     table.write_text("text,label\nhello,a\n")
     result = run("predict", run_dir, table, "--out", table, ok=False)
