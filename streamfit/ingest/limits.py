@@ -1,4 +1,5 @@
-"""How much a source may read: the bounds that `ingest --max-record-bytes/--max-input-bytes` set."""
+"""How much a source may read: the bounds that `ingest --max-record-bytes/--max-input-bytes` set, and
+the records it reads at a time (`ingest --batch-size`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from dataclasses import dataclass
 # no real corpus near 1 TiB per input file or folder after decompression.
 DEFAULT_RECORD_BYTES = 64 << 20
 DEFAULT_INPUT_BYTES = 1 << 40
+
+# Records a source reads and yields at a time, unless told (the default of `ingest --batch-size`).
+DEFAULT_BATCH_SIZE = 8192
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from streamfit.errors import NO_RECORDS, ConfigError, InputError, StoreError, St
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
-from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store
@@ -139,7 +139,7 @@ class IngestOptions:
     )
     quarantine: str | None = option(None, "Quarantine file", metavar="PATH", default_text="OUT.quarantine.jsonl")
     source_options: dict = option(default_factory=dict, help="format options, e.g. text_field, label_field", flag="")
-    batch_size: int = option(8192, "Records read and hashed at a time", ge=1)
+    batch_size: int = option(DEFAULT_BATCH_SIZE, "Records read and hashed at a time", ge=1)
     max_record_bytes: int = option(
         DEFAULT_RECORD_BYTES,
         "Longest record read: a line of a LIBSVM/JSONL/CSV file, a document of a folder or archive (longer: a "

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import COMPRESSIONS, open_binary, require_path, split_fields
 from streamfit.ingest.sources.arff import ArffSource
 from streamfit.ingest.sources.batches import DenseBatch, Source, SparseBatch, TextBatch
@@ -240,7 +240,7 @@ def open_source(
     format: str | None = None,
     *,
     policy: BadRecordPolicy,
-    batch_size: int = 8192,
+    batch_size: int = DEFAULT_BATCH_SIZE,
     limits: ReadLimits = DEFAULT_LIMITS,
     numeric_targets: bool = False,
     byte_range: tuple[int, int] | None = None,

@@ -61,7 +61,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 from streamfit.errors import ConfigError, InputError
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     bounded_lines,
     check_batch_size,
@@ -171,7 +171,7 @@ class ArffSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         n_labels: int | None = None,
         labels_xml: str | None = None,
         class_attribute: str | None = None,

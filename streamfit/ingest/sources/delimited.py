@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from streamfit.errors import InputError
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
@@ -125,7 +125,7 @@ class CsvSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         text_field: str = "text",
         label_field: str | None = "label",
         label_separator: str | None = None,

@@ -45,7 +45,7 @@ from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     check_batch_size,
@@ -209,7 +209,7 @@ class FolderSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         subset: str | None = None,
         encoding: str = "utf-8",
         encoding_errors: str = "strict",

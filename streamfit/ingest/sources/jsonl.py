@@ -23,7 +23,7 @@ import codecs
 import json
 import os
 
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
     bounded_lines,
@@ -128,7 +128,7 @@ class JsonlSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         text_field: str = "text",
         label_field: str | None = "label",
         multilabel: bool | None = None,

@@ -41,7 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from streamfit._jit import kernel
-from streamfit.ingest.limits import DEFAULT_LIMITS, ReadLimits
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     MAX_INDEX,
     canonical_label,
@@ -430,7 +430,7 @@ class LibsvmSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         zero_based: bool = False,
         multilabel: bool | None = None,
         limits: ReadLimits = DEFAULT_LIMITS,

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE
 from streamfit.ingest.sources._util import check_batch_size, require_path
 from streamfit.ingest.sources.arrays import array_batches, check_columns, check_shapes
 from streamfit.ingest.sources.policy import BadRecordPolicy
@@ -52,7 +53,7 @@ class NumpySource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         numeric_targets: bool = False,
         x_dataset: str = "X",
         y_dataset: str | None = "y",

@@ -40,6 +40,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from streamfit.errors import InputError
+from streamfit.ingest.limits import DEFAULT_BATCH_SIZE
 from streamfit.ingest.sources._util import (
     MAX_INDEX,
     TextBatcher,
@@ -213,7 +214,7 @@ class ParquetSource:
         path: str,
         *,
         policy: BadRecordPolicy,
-        batch_size: int = 8192,
+        batch_size: int = DEFAULT_BATCH_SIZE,
         text_field: str = "text",
         label_field: str | None = "label",
         labels_field: str | None = None,
