@@ -764,7 +764,9 @@ def test_a_fit_stopped_at_max_iter_warns(digits_small, case, caplog):
 @pytest.mark.parametrize("case", MODEL_SELECTION_CASES)
 def test_random_state_follows_sklearn_conventions(digits_small, case):
     """None draws a seed from numpy's global RNG, a RandomState or Generator from itself: equal
-    RNG states give equal models (with an int seed the model is fixed by it)."""
+    RNG states give equal models, and other states other models (each case's fit draws: rff's
+    features, bcd's block permutations, ppdsparse's draws, fbpd's Lanczos start for its step), so
+    the state is the one used (with an int seed the model is fixed by it)."""
     X, y = digits_small
     make = MODEL_SELECTION_CASES[case][0]
 
@@ -775,8 +777,12 @@ def test_random_state_follows_sklearn_conventions(digits_small, case):
     first = coef(None)
     np.random.seed(7)
     np.testing.assert_array_equal(coef(None), first)
-    np.testing.assert_array_equal(coef(np.random.RandomState(3)), coef(np.random.RandomState(3)))
-    np.testing.assert_array_equal(coef(np.random.default_rng(3)), coef(np.random.default_rng(3)))
+    np.random.seed(8)
+    assert not np.array_equal(coef(None), first)
+    for rng in (np.random.RandomState, np.random.default_rng):
+        seeded = coef(rng(3))
+        np.testing.assert_array_equal(coef(rng(3)), seeded)
+        assert not np.array_equal(coef(rng(4)), seeded)
 
 
 # -- a Python-API user's check (session 20) -----------------------------------------------------
