@@ -230,3 +230,25 @@ def test_every_tool_is_named_in_the_readme():
     assert not missing, f"README.md does not name {missing}"
     named = set(re.findall(r"tools/(\w+\.(?:py|sh))", text))
     assert named <= set(tools), f"README.md names tools that do not exist: {sorted(named - set(tools))}"
+
+
+def test_every_default_the_readme_states_for_a_flag_or_variable_is_the_code_s():
+    """README's "`--flag` … (default X)" and "`STREAMFIT_…` (default X)": X is what the command's
+    --help shows (printed from the declarations) and what the environment module applies."""
+    from streamfit import environment, shutdown
+
+    variables = {**environment.MEBIBYTES, shutdown.GRACE_ENV: shutdown.DEFAULT_GRACE_S}
+    helps: dict[str, set[str]] = {}
+    for command in main.commands.values():
+        for p in command.params:
+            if isinstance(p, click.Option) and p.help:
+                for flag in p.opts:
+                    helps.setdefault(flag, set()).update(re.findall(r"[(\[]default:? ([\w.]+)", p.help))
+    pattern = r"`(--[\w-]+|STREAMFIT_\w+)`[^`()]{0,40}?[(,] ?default:? ([\w.]+)"
+    stated = re.findall(pattern, " ".join(_text("README.md").split()))
+    assert len(stated) >= 6, stated  # the statements were found
+    for name, value in stated:
+        if name.startswith("--"):
+            assert value in helps[name], (name, value, helps[name])
+        else:
+            assert value == f"{variables[name]:g}", (name, value, variables[name])
