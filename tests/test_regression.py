@@ -341,4 +341,4 @@ def test_a_constant_target_trains_with_one_warning_line(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         run("train", tmp_path / "s", "--solver", "stagewise", "--out", tmp_path / "run")
     (line,) = [r.getMessage() for r in caplog.records if "every training row" in r.getMessage()]
-    assert "\n" not in line and f"store {tmp_path / 's'}: the target 'target' is 7 in every training row" in line
+    assert "\n" not in line and f"store {tmp_path / 's'}: the target 'target' is 7.0 in every training row" in line

@@ -70,6 +70,7 @@ def generated(n: int, d: int, density: float, noise: float, target: str, seed: i
 
 HOLD_EVERY = 5  # --validated: row i of the training rows is held out when i % HOLD_EVERY == HOLD_EVERY - 1
 WIDE_SHARE = 0.5  # --validated applies where the active columns number at least WIDE_SHARE · n
+V2_GRID = (0.1, 1.0)  # --validated: the λ candidates beside 1e-4, as multiples of v̄
 
 
 def qa31_set(seed: int):
@@ -107,8 +108,9 @@ def stage_predictions(model, X, stages: int) -> np.ndarray:
     return P
 
 
-def validated(X, y):
-    """V2 (see the module docstring): (predict function, chosen λ's name, stages kept)."""
+def validated(X, y, grid: tuple[float, ...] = V2_GRID):
+    """V2 (see the module docstring; `grid`: the multiples of v̄ beside 1e-4): (predict function,
+    chosen λ's name, stages kept)."""
     from streamfit import StagewiseLSRegressor
 
     n = X.shape[0]
@@ -119,7 +121,7 @@ def validated(X, y):
     Xf, yf, Xh, yh = X[~held], y[~held], X[held], y[held]
     Xd = sp.csr_matrix(Xf)
     v = float((np.asarray(Xd.multiply(Xd).mean(axis=0)) - np.asarray(Xd.mean(axis=0)) ** 2).mean())
-    lams = {"1e-4": 1e-4, "v/10": v / 10, "v": v}
+    lams = {"1e-4": 1e-4} | {f"{c:g}v": c * v for c in grid}
     best = (float(((yh - yf.mean()) ** 2).mean()), "mean", 0)
     for name, lam in lams.items():
         model = StagewiseLSRegressor(lam=lam).fit(Xf, yf)
@@ -135,7 +137,7 @@ def validated(X, y):
     return (lambda Z: stage_predictions(model, Z, t)), name, t
 
 
-def compare(label: str, Xt, yt, Xv, yv) -> None:
+def compare(label: str, Xt, yt, Xv, yv, grid: tuple[float, ...]) -> None:
     """One line: RidgeCV, Ridge(), the default and V2, R² and fit seconds each."""
     import time
 
@@ -149,7 +151,7 @@ def compare(label: str, Xt, yt, Xv, yv) -> None:
         ("RidgeCV", lambda: RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt).predict),
         ("Ridge()", lambda: Ridge().fit(Xt, yt).predict),
         ("default", lambda: StagewiseLSRegressor().fit(Xt, yt).predict),
-        ("V2", lambda: validated(Xt, yt)),
+        ("V2", lambda: validated(Xt, yt, grid)),
     ]:
         start = time.perf_counter()
         made = fit()
@@ -160,23 +162,24 @@ def compare(label: str, Xt, yt, Xv, yv) -> None:
     print(line, flush=True)
 
 
-def main_validated(sets: list[str], seeds: int) -> None:
+def main_validated(sets: list[str], seeds: int, grid: tuple[float, ...]) -> None:
     from streamfit import StagewiseLSRegressor
 
     StagewiseLSRegressor().fit(np.random.default_rng(0).normal(size=(50, 3)), np.arange(50.0))  # numba compiles
     for which in sets:
         if which == "real":
             for name in ("diabetes", "randhie", "digits pixel 36"):
-                compare(name, *real_set(name))
+                compare(name, *real_set(name), grid)
             continue
         for seed in range(seeds):
             if which == "qa31":
-                compare(f"qa31 2000x20000@0.005 sparse w, seed {seed}", *qa31_set(seed))
+                compare(f"qa31 2000x20000@0.005 sparse w, seed {seed}", *qa31_set(seed), grid)
                 continue
             for n, d, density, noise, target in SETS[which]:
                 compare(
                     f"{n}x{d}@{density} noise {noise} {target} w, seed {seed}",
                     *generated(n, d, density, noise, target, SEED_BASE[which] + seed),
+                    grid,
                 )
 
 
@@ -190,10 +193,15 @@ def main() -> None:
     parser.add_argument("--cv", action="store_true", help="5-fold CV on the training rows between 1e-4 and v̄")
     parser.add_argument("--blocks", default="", help="comma-separated block sizes to fit at lam=1e-4 instead")
     parser.add_argument("--validated", action="store_true", help="the default beside candidate V2 (module docstring)")
+    parser.add_argument(
+        "--grid",
+        default=",".join(f"{c:g}" for c in V2_GRID),
+        help="--validated: comma-separated multiples of v̄ beside 1e-4 (default: V2's)",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     if args.validated:
-        main_validated(args.sets.split(","), args.seeds)
+        main_validated(args.sets.split(","), args.seeds, tuple(float(c) for c in args.grid.split(",")))
         return
     if args.sets not in SETS:
         raise SystemExit(f"--sets {args.sets!r}: tune or held")

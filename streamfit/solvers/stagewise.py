@@ -747,7 +747,7 @@ def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | 
     same = np.flatnonzero(targets.low == targets.high)
     if not same.size:
         return None
-    named = ", ".join(f"{source.classes[j]!r} is {targets.low[j]:.17g}" for j in same)
+    named = ", ".join(f"{source.classes[j]!r} is {float(targets.low[j])!r}" for j in same)
     return (
         f"{_data_name(source)}: the target {named} in every training row: the model predicts that constant "
         "and learns nothing from the features; check that the target column is the right one"

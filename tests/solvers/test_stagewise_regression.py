@@ -403,4 +403,4 @@ def test_a_constant_target_is_named_in_one_warning_line(tmp_path, caplog, densit
     with caplog.at_level("WARNING", logger="streamfit.solvers.stagewise"):
         fit(write_store(tmp_path / "c", X, Y[:, [0, 1]], chunk_rows=128))
     (line,) = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
-    assert line.startswith(f"store {tmp_path / 'c'}: the target 'y0' is 0, 'y1' is 7.25 in every training row")
+    assert line.startswith(f"store {tmp_path / 'c'}: the target 'y0' is 0.0, 'y1' is 7.25 in every training row")
