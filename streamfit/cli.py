@@ -385,7 +385,10 @@ def _click_options(cls, *, only: tuple[str, ...] | None = None, exclude: tuple[s
             decls = [flag] + ([o.short] if o.short else []) + [prefix + d.name]
             ranged = isinstance(kind, (click.IntRange, click.FloatRange))  # "N" reads better than INTEGER RANGE
             metavar = o.metavar or ("N" if isinstance(kind, click.IntRange) else "NUMBER" if ranged else None)
-            kw = dict(default=None, help=_click_help(d, is_flag), metavar=metavar, required=d.required)
+            # a required option gets no default: click 8.5 takes default=None for a value and skips the required check
+            kw = dict(help=_click_help(d, is_flag), metavar=metavar, required=d.required)
+            if not d.required:
+                kw["default"] = None
             if is_flag:
                 kw.update(is_flag=True, flag_value=not d.default)
             else:

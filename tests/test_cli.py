@@ -143,6 +143,16 @@ def test_missing_store_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "no such store" in result.output
 
 
+def test_a_required_declared_option_left_out_is_clicks_usage_error(tmp_path):
+    """ingest without --out: click's one line naming the option (exit 2), not an internal
+    TypeError from IngestOptions (click 8.5 took the declared options' default=None for a value)."""
+    data = tmp_path / "d.svm"
+    data.write_text("1 1:1\n")
+    result = run("ingest", data, "--no-hash", ok=False)
+    assert result.exit_code == 2 and "Missing option '--out' / '-o'" in result.output
+    assert "internal error" not in result.output
+
+
 def test_ingest_error_names_line(tmp_path):
     bad = tmp_path / "bad.svm"
     bad.write_text("1 1:1\n1 2:x\n")
@@ -508,7 +518,8 @@ def test_the_options_of_ingest_train_and_run_are_their_declarations():
             if d.option.flag == "" or d.name in skip:  # a shape of its own there (-p, INPUTS, --ngram-max) or none
                 continue
             option = params[prefix + d.name]
-            assert option.default is None and option.required == d.required  # unset: the file or the default decides
+            assert option.required == d.required  # a required one (ingest --out) has no default: click checks it
+            assert d.required or option.default is None  # unset: the file or the default decides
             assert (d.option.off_help or d.option.help).rstrip(".").lower() in option.help.lower(), (command, d.name)
     listing = run("train", "--list-solvers").output
     assert (

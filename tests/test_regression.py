@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -107,6 +108,36 @@ def test_bad_targets_are_bad_records_at_their_file_and_line(tmp_path, bad_target
     report = ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record="skip", **options))
     assert (report.read, report.written, report.skipped) == (3, 2, 1)
     np.testing.assert_array_equal(open_store(str(tmp_path / "s")).to_scipy()[1], [[120.5], [9e3]])
+
+
+@pytest.mark.parametrize("bad_target", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl", "libsvm"])
+def test_nonfinite_targets_of_each_format_are_one_line_at_their_row(tmp_path, fmt, bad_target):
+    """A NaN or infinite real-valued target in the second record of a Parquet table (a float
+    column), a JSONL file (NaN/Infinity literals) or a LIBSVM file ('nan', 'inf') is one error
+    line naming the file and the record, and with --on-bad-record skip a skipped record."""
+    targets = [1.5, bad_target, 2.0]
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path, where = tmp_path / "t.parquet", "t.parquet:row group 0, row 1"
+        pq.write_table(pa.table({"text": ["a b", "c d", "e f"], "label": targets}), path)
+    elif fmt == "jsonl":
+        path, where = tmp_path / "t.jsonl", "t.jsonl:2"
+        path.write_text(
+            "".join(json.dumps({"text": t, "label": y}) + "\n" for t, y in zip(["a b", "c d", "e f"], targets))
+        )
+    else:
+        path, where = tmp_path / "t.svm", "t.svm:2"
+        path.write_text("".join(f"{y!r} {j + 1}:1\n" for j, y in enumerate(targets)))
+    options = dict(hashing=HashingConfig(n_features=2**8), target="numeric", progress=False)
+    with pytest.raises(InputError, match=rf"{re.escape(where)}: target .* is NaN or infinite") as raised:
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), **options))
+    assert "\n" not in str(raised.value)
+    report = ingest(IngestOptions([str(path)], str(tmp_path / "s"), on_bad_record="skip", **options))
+    assert (report.read, report.written, report.skipped) == (3, 2, 1)
+    np.testing.assert_array_equal(open_store(str(tmp_path / "s")).to_scipy()[1], [[1.5], [2.0]])
 
 
 @pytest.mark.parametrize("fmt", ["npz", "hdf5"])
@@ -298,3 +329,16 @@ def test_scoring_options_a_model_would_ignore_are_refused(tmp_path):
             result.output,
         )
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "run2").exists()
+
+
+def test_a_constant_target_trains_with_one_warning_line(tmp_path, caplog):
+    """ingest --target numeric of rows whose target is 7 in every row, then train: the command
+    succeeds (the constant is the least-squares fit) and warns in one line that the target never
+    varies, naming the store and the target."""
+    X, _ = planted(n=60, d=4, seed=5)
+    write_libsvm(tmp_path / "c.svm", X, np.full(60, 7.0))
+    run("ingest", tmp_path / "c.svm", "--no-hash", "--target", "numeric", "--out", tmp_path / "s")
+    with caplog.at_level("WARNING"):
+        run("train", tmp_path / "s", "--solver", "stagewise", "--out", tmp_path / "run")
+    (line,) = [r.getMessage() for r in caplog.records if "every training row" in r.getMessage()]
+    assert "\n" not in line and f"store {tmp_path / 's'}: the target 'target' is 7.0 in every training row" in line

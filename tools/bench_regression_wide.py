@@ -12,6 +12,22 @@ training rows picks (--cv), with its R².
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets tune --c 0.1,0.3,1,3
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets held --c 1 --cv
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets tune --blocks 128,256,512,1024
+
+--validated (session 31, reg32) prints instead, per set and seed, RidgeCV, Ridge(), the default
+and the candidate default "V2" (`validated`), each with its R² and fit seconds: on wide data
+(active columns ≥ n/2, `WIDE_SHARE`) hold out every 5th training row (row i with i mod 5 = 4),
+fit StagewiseLSRegressor on the other rows at each λ of {1e-4, v̄/10, v̄} (v̄ the fit rows'
+mean column variance), take the (λ, number of stages t) of the least squared error on the held
+rows, t = 0 being the fit rows' mean, then refit on every training row at that λ and keep its first
+t stages (t = 0: the training mean). Narrower data keeps the default. A prototype that measures
+the rule (it uses the fitted model's stages), not the solver's default. Sets: the wide "tune" and
+"held" shapes; "qa31", qa31's sparse wide set regenerated (2000 × 20 000 at 0.5 %, 5 % of w
+non-zero, y = Xw + 0.1 ε + 3; the first 1500 rows fitted, R² on the last 500; seeds 0-2); "real",
+n ≫ d sets: diabetes and randhie as tools/bench_regression.py splits them, and digits' pixel 36
+from the other 63 pixels (75/25, seed 0).
+
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --validated --sets tune
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --validated --sets held,qa31,real
 """
 
 from __future__ import annotations
@@ -52,15 +68,143 @@ def generated(n: int, d: int, density: float, noise: float, target: str, seed: i
     return X[:n], y[:n], X[n:], y[n:]
 
 
+HOLD_EVERY = 5  # --validated: row i of the training rows is held out when i % HOLD_EVERY == HOLD_EVERY - 1
+WIDE_SHARE = 0.5  # --validated applies where the active columns number at least WIDE_SHARE · n
+V2_GRID = (0.1, 1.0)  # --validated: the λ candidates beside 1e-4, as multiples of v̄
+
+
+def qa31_set(seed: int):
+    """qa31's wide set, regenerated: 1500 training and 500 test rows."""
+    rng = np.random.default_rng(seed)
+    X = sp.random(2000, 20000, density=0.005, format="csr", random_state=rng, data_rvs=rng.standard_normal)
+    w = rng.normal(size=20000) * (rng.random(20000) < 0.05)
+    y = X @ w + 0.1 * rng.normal(size=2000) + 3.0
+    return X[:1500], y[:1500], X[1500:], y[1500:]
+
+
+def real_set(name: str):
+    """(X_train, y_train, X_test, y_test) of an n ≫ d set."""
+    if name == "digits pixel 36":
+        from sklearn.datasets import load_digits
+
+        D = load_digits().data
+        X, y = np.delete(D, 36, axis=1), D[:, 36]
+        order = np.random.default_rng(0).permutation(len(y))
+        tr, te = order[: int(0.75 * len(y))], order[int(0.75 * len(y)) :]
+        return X[tr], y[tr], X[te], y[te]
+    import sys
+
+    sys.path.insert(0, __file__.rsplit("/", 1)[0])
+    from bench_regression import load_set
+
+    return load_set(name)
+
+
+def stage_predictions(model, X, stages: int) -> np.ndarray:
+    """The predictions of the first `stages` stages of a fitted StagewiseLSRegressor (one output)."""
+    P = np.zeros(X.shape[0])
+    for block, W in zip(model.model_.blocks[:stages], model.model_.weights[:stages]):
+        P += W[0, 0] + X[:, block] @ W[1:, 0]
+    return P
+
+
+def validated(X, y, grid: tuple[float, ...] = V2_GRID):
+    """V2 (see the module docstring; `grid`: the multiples of v̄ beside 1e-4): (predict function,
+    chosen λ's name, stages kept)."""
+    from streamfit import StagewiseLSRegressor
+
+    n = X.shape[0]
+    if sp.csr_matrix(X).getnnz(axis=0).astype(bool).sum() < WIDE_SHARE * n:
+        model = StagewiseLSRegressor().fit(X, y)
+        return model.predict, "default (narrow)", model.n_iter_
+    held = np.arange(n) % HOLD_EVERY == HOLD_EVERY - 1
+    Xf, yf, Xh, yh = X[~held], y[~held], X[held], y[held]
+    Xd = sp.csr_matrix(Xf)
+    v = float((np.asarray(Xd.multiply(Xd).mean(axis=0)) - np.asarray(Xd.mean(axis=0)) ** 2).mean())
+    lams = {"1e-4": 1e-4} | {f"{c:g}v": c * v for c in grid}
+    best = (float(((yh - yf.mean()) ** 2).mean()), "mean", 0)
+    for name, lam in lams.items():
+        model = StagewiseLSRegressor(lam=lam).fit(Xf, yf)
+        for t in range(1, model.n_iter_ + 1):
+            error = float(((yh - stage_predictions(model, Xh, t)) ** 2).mean())
+            if error < best[0]:
+                best = (error, name, t)
+    _, name, t = best
+    if t == 0:
+        mean = float(y.mean())
+        return (lambda Z: np.full(Z.shape[0], mean)), name, 0
+    model = StagewiseLSRegressor(lam=lams[name]).fit(X, y)
+    return (lambda Z: stage_predictions(model, Z, t)), name, t
+
+
+def compare(label: str, Xt, yt, Xv, yv, grid: tuple[float, ...]) -> None:
+    """One line: RidgeCV, Ridge(), the default and V2, R² and fit seconds each."""
+    import time
+
+    from sklearn.linear_model import Ridge, RidgeCV
+    from sklearn.metrics import r2_score
+
+    from streamfit import StagewiseLSRegressor
+
+    line, seconds = label + ":", {}
+    for name, fit in [
+        ("RidgeCV", lambda: RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt).predict),
+        ("Ridge()", lambda: Ridge().fit(Xt, yt).predict),
+        ("default", lambda: StagewiseLSRegressor().fit(Xt, yt).predict),
+        ("V2", lambda: validated(Xt, yt, grid)),
+    ]:
+        start = time.perf_counter()
+        made = fit()
+        seconds[name] = time.perf_counter() - start
+        predict, chosen = (made[0], f" ({made[1]}, {made[2]} stages)") if name == "V2" else (made, "")
+        line += f" {name} {r2_score(yv, predict(Xv)):.3f}{chosen}"
+    line += " | s: " + " ".join(f"{name} {t:.2f}" for name, t in seconds.items())
+    print(line, flush=True)
+
+
+def main_validated(sets: list[str], seeds: int, grid: tuple[float, ...]) -> None:
+    from streamfit import StagewiseLSRegressor
+
+    StagewiseLSRegressor().fit(np.random.default_rng(0).normal(size=(50, 3)), np.arange(50.0))  # numba compiles
+    for which in sets:
+        if which == "real":
+            for name in ("diabetes", "randhie", "digits pixel 36"):
+                compare(name, *real_set(name), grid)
+            continue
+        for seed in range(seeds):
+            if which == "qa31":
+                compare(f"qa31 2000x20000@0.005 sparse w, seed {seed}", *qa31_set(seed), grid)
+                continue
+            for n, d, density, noise, target in SETS[which]:
+                compare(
+                    f"{n}x{d}@{density} noise {noise} {target} w, seed {seed}",
+                    *generated(n, d, density, noise, target, SEED_BASE[which] + seed),
+                    grid,
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sets", choices=sorted(SETS), default="tune")
+    parser.add_argument(
+        "--sets", default="tune", help="tune or held; with --validated a comma-separated list of tune, held, qa31, real"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--c", default="1", help="comma-separated multiples of v̄ to fit at")
     parser.add_argument("--cv", action="store_true", help="5-fold CV on the training rows between 1e-4 and v̄")
     parser.add_argument("--blocks", default="", help="comma-separated block sizes to fit at lam=1e-4 instead")
+    parser.add_argument("--validated", action="store_true", help="the default beside candidate V2 (module docstring)")
+    parser.add_argument(
+        "--grid",
+        default=",".join(f"{c:g}" for c in V2_GRID),
+        help="--validated: comma-separated multiples of v̄ beside 1e-4 (default: V2's)",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
+    if args.validated:
+        main_validated(args.sets.split(","), args.seeds, tuple(float(c) for c in args.grid.split(",")))
+        return
+    if args.sets not in SETS:
+        raise SystemExit(f"--sets {args.sets!r}: tune or held")
     from sklearn.linear_model import Ridge, RidgeCV
     from sklearn.metrics import r2_score
     from sklearn.model_selection import KFold

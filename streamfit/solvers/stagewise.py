@@ -205,6 +205,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 from typing import Any, Literal, NamedTuple
 
@@ -253,6 +254,8 @@ from streamfit.solvers.stagewise_kernels import (
 from streamfit.store import ChunkSource
 from streamfit.store.dense_kernels import column_counts
 from streamfit.store.store import target_matrix
+
+log = logging.getLogger(__name__)
 
 SCORES = "scores"  # ChunkState name of the per-sample scores F
 HELDOUT = "heldout"  # ChunkState name of κ, the rows' kept share of their residual in the last pass
@@ -559,16 +562,38 @@ def _keep_share(state, chunk_id: int, version: int, h: np.ndarray, first: bool) 
     state.write(HELDOUT, version + 1, chunk_id, kappa * (1.0 - h))
 
 
+@dataclasses.dataclass(frozen=True)
+class TargetRange:
+    """The least and greatest value of each real-valued target (k,) over some rows; `+` is the
+    range of the rows of both (so Engine.map_reduce's sum of the chunks' ranges is the range of
+    all rows, in any order). No rows: +inf and -inf."""
+
+    low: np.ndarray
+    high: np.ndarray
+
+    @classmethod
+    def of(cls, T: np.ndarray) -> TargetRange:
+        """The range of the rows of T (n × k)."""
+        if len(T) == 0:
+            return cls(np.full(T.shape[1], np.inf), np.full(T.shape[1], -np.inf))
+        return cls(T.min(axis=0), T.max(axis=0))
+
+    def __add__(self, other: TargetRange) -> TargetRange:
+        return TargetRange(np.minimum(self.low, other.low), np.maximum(self.high, other.high))
+
+
 class ScanCounts(NamedTuple):
     """The column scan: `nnz` non-zeros per column (n_features,), `nonfinite` NaN/inf values,
-    the `normal` sums when the stages run on them (`StagewiseSolver._normal_mode`), and the
-    columns' sums Σ_i x_ij and Σ_i x_ij² (n_features,; `column_scales`)."""
+    the `normal` sums when the stages run on them (`StagewiseSolver._normal_mode`), the
+    columns' sums Σ_i x_ij and Σ_i x_ij² (n_features,; `column_scales`), and for real-valued
+    targets their `TargetRange` (None for class targets)."""
 
     nnz: np.ndarray
     nonfinite: int
     normal: NormalSums | None
     sums: np.ndarray
     squares: np.ndarray
+    targets: TargetRange | None
 
 
 def _block_stats(
@@ -636,11 +661,12 @@ def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> S
         nnz, nonfinite = column_counts(D)
         stored = D != 0
         sums = _column_sums(np.nonzero(stored)[1], D[stored], D.shape[1])
+        targets = TargetRange.of(labels) if source.regression else None
         if not normal:
-            return ScanCounts(nnz, nonfinite, None, *sums)
+            return ScanCounts(nnz, nonfinite, None, *sums, targets)
         if nnz.sum() >= DENSE_MIN_DENSITY * D.size:
             normal_sums = _dense_normal_sums(D, target_matrix(labels, source.n_classes))
-            return ScanCounts(nnz, nonfinite, normal_sums, *sums)
+            return ScanCounts(nnz, nonfinite, normal_sums, *sums, targets)
     chunk = source.read_chunk(chunk_id)
     X = chunk.X
     canonical = X
@@ -652,6 +678,7 @@ def _scan_task(source: ChunkSource, chunk_id: int, *, normal: bool = False) -> S
         int(X.data.size - np.isfinite(X.data).sum()),
         _normal_sums(X, chunk.targets(source.n_classes)) if normal else None,
         *_column_sums(canonical.indices, canonical.data, source.n_features),
+        TargetRange.of(chunk.labels) if source.regression else None,
     )
 
 
@@ -712,6 +739,19 @@ def _check_gram(M: np.ndarray, where: str) -> None:
 def _data_name(source: ChunkSource) -> str:
     path = getattr(source, "path", None)
     return f"store {path}" if path else "the training data"
+
+
+def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | None:
+    """One line naming each real-valued target that holds one value in every training row, and
+    what that means, or None when every target varies."""
+    same = np.flatnonzero(targets.low == targets.high)
+    if not same.size:
+        return None
+    named = ", ".join(f"{source.classes[j]!r} is {float(targets.low[j])!r}" for j in same)
+    return (
+        f"{_data_name(source)}: the target {named} in every training row: the model predicts that constant "
+        "and learns nothing from the features; check that the target column is the right one"
+    )
 
 
 def _rows_task(source, chunk_id, *, rows, inputs):
@@ -1304,6 +1344,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         scan = engine.map_reduce(_scan_task, source, chunks, desc="stagewise: scan", normal=self._normal_mode(source))
         if scan.nonfinite:
             self._raise_nonfinite(source, engine, scan.nonfinite)
+        notice = None if scan.targets is None else constant_targets_notice(source, scan.targets)
+        if notice:
+            log.warning(notice)
         active = np.flatnonzero(scan.nnz)
         if len(active) == 0:
             raise ConfigError("the training data has no non-zero feature values")

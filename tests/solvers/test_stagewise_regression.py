@@ -376,3 +376,31 @@ def test_an_in_memory_fit_writes_nothing(tmp_path, monkeypatch):
     for params in ({}, dict(generator="random", block_size=2)):  # normal equations; data passes with scores
         assert StagewiseLSRegressor(**params).fit(X, Y).score(X, Y) > 0.9
     assert not list(work.iterdir()) and not list(temp.iterdir())
+
+
+@pytest.mark.parametrize("density", [1.0, 0.2])  # the scan of dense rows, and of CSR chunks
+def test_a_constant_target_is_named_in_one_warning_line(tmp_path, caplog, density):
+    """Every training row with the same value of a target (here y1 = 7.25 in all 300 rows, over 3
+    chunks) trains to that constant: one warning line names the data, the target and its value;
+    a target that varies in one row only of another chunk is not named, and a target that varies
+    gives no warning."""
+    X, Y, _ = planted(n=300, d=6, k=3, seed=4)
+    X *= np.random.default_rng(5).random(X.shape) < density
+    Y[:, 1] = 7.25
+    Y[:, 2] = -1.0
+    Y[250, 2] = -0.5  # varies in the last chunk only
+    with caplog.at_level("WARNING", logger="streamfit.solvers.stagewise"):
+        model = fit(InMemoryStore(X, Y, ["y0", "y1", "y2"], chunk_rows=128))
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
+    assert line.startswith("the training data: the target 'y1' is 7.25 in every training row") and "\n" not in line
+    assert "'y2'" not in line and "'y0'" not in line
+    np.testing.assert_allclose(model.decision_function(X)[:, 1], 7.25, rtol=0, atol=1e-9)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="streamfit.solvers.stagewise"):
+        fit(write_store(tmp_path / "s", X, Y[:, [0, 2]], chunk_rows=128))
+    assert not [r for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
+    Y[:, 0] = 0.0
+    with caplog.at_level("WARNING", logger="streamfit.solvers.stagewise"):
+        fit(write_store(tmp_path / "c", X, Y[:, [0, 1]], chunk_rows=128))
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
+    assert line.startswith(f"store {tmp_path / 'c'}: the target 'y0' is 0.0, 'y1' is 7.25 in every training row")
