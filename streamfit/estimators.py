@@ -694,8 +694,9 @@ class StagewiseLSRegressor(_SolverEstimator):
     targets and λ = 1e-4 barely moves weight off them (held-out R² 0.16-1.84 below RidgeCV's on
     the generated sets measured; on few informative columns the greedy first pass beats Ridge). There, lam of
     the order of the columns' mean variance gives the ridge model at that λ in two passes
-    (docs/benchmarks.md, "Defaults on wide data"). A y that holds one value in every row fits that
-    constant, with one logged warning line naming the target.
+    (docs/benchmarks.md, "Defaults on wide data"); a fit at the default lam on at least as many
+    active columns as rows logs one warning line saying so, with that mean variance. A y that
+    holds one value in every row fits that constant, with one logged warning line naming the target.
 
     Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)
     (several outputs). predict returns y's shape; score is R² (scikit-learn's r2_score,

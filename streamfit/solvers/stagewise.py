@@ -754,6 +754,23 @@ def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | 
     )
 
 
+def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray, squares: np.ndarray) -> str | None:
+    """One line when real-valued targets are fitted at the default λ (lam None: LAM_FLOOR) on at
+    least as many active columns as training rows, where the first blocks interpolate the targets
+    and held-out R² can fall below predicting the mean (docs/benchmarks.md, "Defaults on wide
+    data"): it names the shape and the columns' mean variance v̄ (over the active columns' sums
+    and squares), the λ scale at which two passes reach the ridge model; None otherwise."""
+    if n_active < source.n_rows:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        v_bar = float(np.mean(squares / source.n_rows - (sums / source.n_rows) ** 2))
+    return (
+        f"{_data_name(source)}: {n_active} active columns for {source.n_rows} training rows: on regression data this "
+        f"wide the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean; check with --valid, "
+        f"and set lam (-p lam= on the CLI) near the columns' mean variance ({v_bar:.3g})"
+    )
+
+
 def _rows_task(source, chunk_id, *, rows, inputs):
     """The `inputs` columns (dense) and the targets of the sampled `rows` in this chunk."""
     lo, hi = source.chunk_bounds(chunk_id)
@@ -1354,6 +1371,13 @@ class StagewiseSolver(Solver[StagewiseState]):
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
+        wide = (
+            source.regression
+            and p.lam is None
+            and wide_regression_notice(source, len(active), scan.sums[active], scan.squares[active])
+        )
+        if wide:
+            log.warning(wide)
         self.active, self.scale = active, None
         if self._standardizes(source, low_dense):
             self.scale = standardized_scale(p.standardize, source.n_rows, scan.sums[active], scan.squares[active])

@@ -404,3 +404,31 @@ def test_a_constant_target_is_named_in_one_warning_line(tmp_path, caplog, densit
         fit(write_store(tmp_path / "c", X, Y[:, [0, 1]], chunk_rows=128))
     (line,) = [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
     assert line.startswith(f"store {tmp_path / 'c'}: the target 'y0' is 0.0, 'y1' is 7.25 in every training row")
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_wide_regression_at_the_default_lam_is_named_in_one_warning_line(sparse, caplog):
+    """At least as many active columns as rows, lam None: one warning line with the shape and the
+    active columns' mean variance v̄ (numpy's, over the training rows); none with lam given or on
+    fewer columns than rows."""
+    from streamfit import StagewiseLSRegressor
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 300)) * (rng.random((120, 300)) < (0.3 if sparse else 1.0))
+    X[:, 7] = 0.0  # not active: left out of the count and of v̄
+    y = X @ rng.normal(size=300) + rng.normal(size=120)
+    data = sp.csr_matrix(X) if sparse else X
+    active = np.flatnonzero(np.abs(X).sum(axis=0))
+    v_bar = X[:, active].var(axis=0).mean()
+
+    def warnings(X, **params):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="streamfit.solvers.stagewise"):
+            StagewiseLSRegressor(**params).fit(X, y)
+        return [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
+
+    (line,) = warnings(data)
+    assert line.startswith(f"the training data: {len(active)} active columns for 120 training rows: ")
+    assert line.endswith(f"mean variance ({v_bar:.3g})") and "lam=0.0001" in line
+    assert warnings(data, lam=v_bar) == []
+    assert warnings(data[:, :50]) == []
