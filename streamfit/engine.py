@@ -52,7 +52,7 @@ from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from streamfit import on_worker, shutdown
-from streamfit.errors import StreamfitError
+from streamfit.errors import StreamfitError, Terminated
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -68,6 +68,10 @@ BROADCAST_BYTES = 64 * 1024
 MAX_ATTEMPTS = 3
 # How often (seconds) a running pass checks that the cluster still has workers.
 WATCH_INTERVAL = 1.0
+# what a SIGTERM during the embedded cluster's start leaves (Terminated's message): it also ends
+# the worker processes starting in the job's process group, and LocalCluster fails ("Nanny failed
+# to start"), which is the stop, not an error of the command
+CLUSTER_START_STOPPED = "the embedded Dask cluster was starting, nothing was computed; run the same command again"
 # Seconds between looks at the SIGTERM flag while a pass that stops on it waits for its tasks
 SIGTERM_POLL = 0.1
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
@@ -500,8 +504,10 @@ class Engine:
                         env=dict(os.environ),
                     )
                 self.client = Client(self.cluster)
-            except BaseException:
+            except BaseException as e:
                 self.close()
+                if shutdown.stop_requested():  # a SIGTERM to the whole job also ended a starting worker
+                    raise Terminated(CLUSTER_START_STOPPED) from e
                 raise
         if dask_level > logging.ERROR:
             # each worker process set up Dask's log at its import, in the forkserver: quieten it

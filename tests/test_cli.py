@@ -1281,6 +1281,53 @@ def test_sigterm_stops_evaluate_between_chunks_with_one_line_and_status_143(stor
     assert "Traceback" not in done.stderr, done.stderr
 
 
+# the CLI, run after distributed's process start is made to send the job's whole process group
+# SIGTERM (a batch system's stop) once the embedded cluster's second worker process has started
+SIGTERM_AS_THE_CLUSTER_STARTS = """
+import os, signal, sys
+from distributed.process import AsyncProcess
+from streamfit.cli import main
+start, started = AsyncProcess.start, []
+async def started_then_stopped(self):
+    await start(self)
+    started.append(self)
+    if len(started) == 2:
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+AsyncProcess.start = started_then_stopped
+main(sys.argv[1:], prog_name="streamfit")
+"""
+
+
+@pytest.mark.slow
+def test_a_sigterm_to_the_job_while_the_embedded_cluster_starts_is_a_stop_not_an_internal_error(stores, tmp_path):
+    """qa32: a SIGTERM to the whole job (driver, forkserver and workers) while the embedded
+    cluster's workers were starting also ended them, LocalCluster raised "Nanny failed to start",
+    and train ended with `error: RuntimeError: Nanny failed to start. (an internal error …; please
+    report it …)`, exit 2. It is the stop it was asked for: one `stopped:` line, exit 143; the same
+    command again trains."""
+    import signal
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    argv = ["train", str(stores / "train.zarr"), "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "2"]
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AS_THE_CLUSTER_STARTS, *argv, "--out", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        start_new_session=True,  # a job's process group of its own, as a batch system runs it
+    )
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    stopped = [line for line in done.stderr.splitlines() if line.startswith(("stopped:", "error:"))]
+    assert stopped == [
+        "stopped: terminated by SIGTERM; the embedded Dask cluster was starting, nothing was computed; run the "
+        "same command again"
+    ], done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert run(*argv[:6], "--n-workers", "0", "--out", run_dir).exit_code == 0  # the same command, in process
+
+
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page
