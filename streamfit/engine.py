@@ -379,6 +379,21 @@ def _until_sigterm(pending, sigterm: str) -> Iterator:
             time.sleep(SIGTERM_POLL)
 
 
+def _close_unfinished_clusters(earlier: set) -> None:
+    """Close the clusters that a LocalCluster() stopped mid-start (a Ctrl-C, a SIGTERM to the job)
+    left behind: those in distributed's SpecCluster._instances that are not in `earlier`. Their
+    close may fail on a worker still starting; they are dropped from the set either way, so that
+    distributed's own atexit close (`close_clusters`) does not print its AssertionError's
+    traceback after the command's one line. The worker processes end with this one
+    (multiprocessing terminates its children at exit)."""
+    from distributed.deploy.spec import SpecCluster
+
+    for cluster in set(SpecCluster._instances) - earlier:
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=10)
+        SpecCluster._instances.discard(cluster)
+
+
 class _NoBar:
     """A progress bar that shows nothing and costs nothing."""
 
@@ -490,6 +505,9 @@ class Engine:
         else:
             # held until close(): the nanny restarts a worker that died with the same method
             self._cluster_config.enter_context(_worker_start_method())
+            from distributed.deploy.spec import SpecCluster
+
+            earlier = set(SpecCluster._instances)
             try:
                 with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
                     warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
@@ -506,6 +524,7 @@ class Engine:
                 self.client = Client(self.cluster)
             except BaseException as e:
                 self.close()
+                _close_unfinished_clusters(earlier)
                 if shutdown.stop_requested():  # a SIGTERM to the whole job also ended a starting worker
                     raise Terminated(CLUSTER_START_STOPPED) from e
                 raise
