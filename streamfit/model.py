@@ -612,6 +612,11 @@ def load_model(path: str) -> Model:
             )
             if copied is not None:
                 raise StreamfitError(copied)
+        if location.join("run.json").exists():
+            raise StreamfitError(
+                f"{path}: a run directory without a model yet (its train stopped before the end, or is still "
+                "running); the same train command plus --resume finishes it"
+            )
         raise StreamfitError(f"{path}: no model.json here; point at a run directory or its model/ folder")
     meta_path = files.join("model.json").url
     record = _read_record(files.join("model.json"))

@@ -448,3 +448,46 @@ def test_a_model_copied_file_by_file_is_named_as_such_with_the_way_to_copy_it(s3
         )
     down = load_model(str(model_dir / attempt))
     np.testing.assert_array_equal(down.decision_function(X), m.decision_function(X))
+
+
+def test_a_run_directory_without_a_model_yet_says_how_to_finish_it(tmp_path):
+    """qa32: `predict`/`evaluate` of a run directory whose train was killed or stopped before its
+    model (run.json and checkpoints, no model/) said "no model.json here; point at a run directory
+    or its model/ folder", though it was one. The line now says what it is and how to finish it."""
+    from click.testing import CliRunner
+    from sklearn.datasets import dump_svmlight_file
+
+    from streamfit.cli import main
+
+    rng = np.random.default_rng(3)
+    dump_svmlight_file(rng.normal(size=(60, 5)), np.arange(60) % 3, str(tmp_path / "a.svm"), zero_based=False)
+    store, run_dir = tmp_path / "s.zarr", tmp_path / "run"
+    assert (
+        CliRunner().invoke(main, ["ingest", str(tmp_path / "a.svm"), "--no-hash", "--out", str(store)]).exit_code == 0
+    )
+    endless = ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0"]  # never ends by itself
+    stopped = CliRunner().invoke(
+        main,
+        [
+            "train",
+            str(store),
+            "--solver",
+            "fbpd",
+            *endless,
+            "--n-workers",
+            "0",
+            "--out",
+            str(run_dir),
+            "--time-limit",
+            "1",
+        ],
+    )
+    assert stopped.exit_code == 3 and not (run_dir / "model").exists(), stopped.output
+    with pytest.raises(StreamfitError) as refused:
+        load_model(str(run_dir))
+    assert str(refused.value) == (
+        f"{run_dir}: a run directory without a model yet (its train stopped before the end, or is still running); "
+        "the same train command plus --resume finishes it"
+    )
+    with pytest.raises(StreamfitError, match="no model.json here; point at a run directory or its model/ folder"):
+        load_model(str(tmp_path))
