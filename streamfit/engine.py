@@ -113,12 +113,14 @@ WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_st
 # streamfit.store imports it only on a Zarr store's first read: else each worker paid that
 # import in its first chunk task, all of them at once (0.3-0.6 s while it imported zarr-python).
 WORKER_PRELOAD = (
+    # first: the workers ignore SIGINT, a terminal's Ctrl-C is the driver's to report; and so does
+    # the forkserver while it imports the rest (seconds), where a Ctrl-C printed its own traceback
+    "streamfit.worker_signals",
     "distributed",
     *(f"streamfit.solvers.{name}" for name in ("bcd", "fbpd", "multiboost", "ppdsparse", "stagewise")),
     "streamfit.store",
     "streamfit.store.zarr_backend",
     "streamfit.numba_target",
-    "streamfit.worker_signals",  # the workers ignore SIGINT: a terminal's Ctrl-C is the driver's to report
 )
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
