@@ -68,7 +68,7 @@ BROADCAST_BYTES = 64 * 1024
 MAX_ATTEMPTS = 3
 # How often (seconds) a running pass checks that the cluster still has workers.
 WATCH_INTERVAL = 1.0
-# what a SIGTERM during the embedded cluster's start leaves (Terminated's message): it also ends
+# What a SIGTERM during the embedded cluster's start leaves (Terminated's message): it also ends
 # the worker processes starting in the job's process group, and LocalCluster fails ("Nanny failed
 # to start"), which is the stop, not an error of the command
 CLUSTER_START_STOPPED = "the embedded Dask cluster was starting, nothing was computed; run the same command again"

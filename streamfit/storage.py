@@ -789,9 +789,6 @@ def commit_record(target: Location) -> Location | None:
     return target.join(attempt)
 
 
-COPY_TOOLS = "aws s3 cp --recursive, fsspec's put"
-
-
 def copied_file_by_file(target: Location, marker: str, noun: str, *, url_fix: str, local_fix: str) -> str | None:
     """Why directory `target`, which should hold a `noun` ("store", "model", "checkpoint") whose
     every copy has the file `marker`, does not open, when it is a copy made file by file; None
@@ -805,8 +802,9 @@ def copied_file_by_file(target: Location, marker: str, noun: str, *, url_fix: st
         if not target.join(marker).exists():
             return None
         return (
-            f"{target.url}: holds a {noun}'s files but no {COMMITTED} record, as a copy file by file ({COPY_TOOLS}) "
-            f"leaves it: a {noun} behind a URL is read only once committed. Copy the {noun}'s files to "
+            f"{target.url}: holds a {noun}'s files but no {COMMITTED} record, as a copy file by file "
+            f"(aws s3 cp --recursive, fsspec's put) leaves it: a {noun} behind a URL is read only once "
+            f"committed. Copy the {noun}'s files to "
             f"{target.url}/attempt-copy/ instead and write {target.url}/{COMMITTED} holding "
             f'{{"attempt": "attempt-copy"}}, or {url_fix}'
         )
