@@ -431,11 +431,19 @@ class Checkpointer:
         return self._path(f"step-{step:06d}")
 
     def _step_files(self, step: int) -> storage.Location:
-        """Where the files of complete step `step` are (storage.committed); CheckpointError if none."""
+        """Where the files of complete step `step` are (storage.committed); CheckpointError if none,
+        naming a step copied file by file to or from a URL (storage.copied_file_by_file)."""
         try:
             found = storage.committed(self._step_dir(step))
         except StreamfitError as e:
             raise CheckpointError(f"{e}; the checkpoint is damaged") from None
+        if found is None or (found.local and not found.join("meta.json").exists()):
+            redo = "resume the run where it was written, or start over with --overwrite"
+            copied = storage.copied_file_by_file(
+                self._step_dir(step), "meta.json", "checkpoint", url_fix=redo, local_fix=redo
+            )
+            if copied is not None:  # a run directory copied file by file, to or from a URL
+                raise CheckpointError(copied)
         if found is None:
             raise CheckpointError(f"{self._step_dir(step)}: the checkpoint LATEST names is missing or incomplete")
         return found
@@ -603,9 +611,16 @@ class Checkpointer:
             return None
         files = self._step_files(step)
         d = self._step_dir(step).url
+        record = None
         try:
             record = json.loads(files.join("meta.json").read_bytes())
             data = files.join("arrays.npz").read_bytes()
+        except FileNotFoundError as e:
+            missing = "arrays.npz" if record is not None else "meta.json"
+            raise CheckpointError(
+                f"{d}: a checkpoint without its {missing} (a copy of the run directory cut short, or damaged); "
+                "copy the run directory again, or start over with --overwrite"
+            ) from e
         except (OSError, ValueError) as e:
             raise CheckpointError(f"{d}: unreadable checkpoint ({e})") from e
         if not isinstance(record, dict) or record.get("checkpoint_version") != CHECKPOINT_VERSION:

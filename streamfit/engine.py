@@ -52,7 +52,7 @@ from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from streamfit import on_worker, shutdown
-from streamfit.errors import StreamfitError
+from streamfit.errors import StreamfitError, Terminated
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -68,6 +68,10 @@ BROADCAST_BYTES = 64 * 1024
 MAX_ATTEMPTS = 3
 # How often (seconds) a running pass checks that the cluster still has workers.
 WATCH_INTERVAL = 1.0
+# What a SIGTERM during the embedded cluster's start leaves (Terminated's message): it also ends
+# the worker processes starting in the job's process group, and LocalCluster fails ("Nanny failed
+# to start"), which is the stop, not an error of the command
+CLUSTER_START_STOPPED = "the embedded Dask cluster was starting, nothing was computed; run the same command again"
 # Seconds between looks at the SIGTERM flag while a pass that stops on it waits for its tasks
 SIGTERM_POLL = 0.1
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
@@ -109,12 +113,14 @@ WORKER_START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_st
 # streamfit.store imports it only on a Zarr store's first read: else each worker paid that
 # import in its first chunk task, all of them at once (0.3-0.6 s while it imported zarr-python).
 WORKER_PRELOAD = (
+    # first: the workers ignore SIGINT, a terminal's Ctrl-C is the driver's to report; and so does
+    # the forkserver while it imports the rest (seconds), where a Ctrl-C printed its own traceback
+    "streamfit.worker_signals",
     "distributed",
     *(f"streamfit.solvers.{name}" for name in ("bcd", "fbpd", "multiboost", "ppdsparse", "stagewise")),
     "streamfit.store",
     "streamfit.store.zarr_backend",
     "streamfit.numba_target",
-    "streamfit.worker_signals",  # the workers ignore SIGINT: a terminal's Ctrl-C is the driver's to report
 )
 
 # A cluster's map_reduce cuts the chunks into subtrees of the sum tree, one task each, with at
@@ -375,6 +381,21 @@ def _until_sigterm(pending, sigterm: str) -> Iterator:
             time.sleep(SIGTERM_POLL)
 
 
+def _close_unfinished_clusters(earlier: set) -> None:
+    """Close the clusters that a LocalCluster() stopped mid-start (a Ctrl-C, a SIGTERM to the job)
+    left behind: those in distributed's SpecCluster._instances that are not in `earlier`. Their
+    close may fail on a worker still starting; they are dropped from the set either way, so that
+    distributed's own atexit close (`close_clusters`) does not print its AssertionError's
+    traceback after the command's one line. The worker processes end with this one
+    (multiprocessing terminates its children at exit)."""
+    from distributed.deploy.spec import SpecCluster
+
+    for cluster in set(SpecCluster._instances) - earlier:
+        with contextlib.suppress(Exception):
+            cluster.close(timeout=10)
+        SpecCluster._instances.discard(cluster)
+
+
 class _NoBar:
     """A progress bar that shows nothing and costs nothing."""
 
@@ -486,6 +507,9 @@ class Engine:
         else:
             # held until close(): the nanny restarts a worker that died with the same method
             self._cluster_config.enter_context(_worker_start_method())
+            from distributed.deploy.spec import SpecCluster
+
+            earlier = set(SpecCluster._instances)
             try:
                 with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
                     warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
@@ -500,8 +524,11 @@ class Engine:
                         env=dict(os.environ),
                     )
                 self.client = Client(self.cluster)
-            except BaseException:
+            except BaseException as e:
                 self.close()
+                _close_unfinished_clusters(earlier)
+                if shutdown.stop_requested():  # a SIGTERM to the whole job also ended a starting worker
+                    raise Terminated(CLUSTER_START_STOPPED) from e
                 raise
         if dask_level > logging.ERROR:
             # each worker process set up Dask's log at its import, in the forkserver: quieten it

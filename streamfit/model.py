@@ -603,8 +603,20 @@ def load_model(path: str) -> Model:
     """Load a model directory (a run directory's `model/`, or the run directory itself; a local
     path or URL), every field and array checked (see the module docstring); StreamfitError
     naming the file and field."""
-    files = _model_files(storage.resolve(path))
+    location = storage.resolve(path)
+    files = _model_files(location)
     if files is None:
+        for candidate in (location.join("model"), location):
+            copied = storage.copied_file_by_file(
+                candidate, "model.json", "model", url_fix="train with --out at the URL", local_fix="pass that folder"
+            )
+            if copied is not None:
+                raise StreamfitError(copied)
+        if location.join("run.json").exists():
+            raise StreamfitError(
+                f"{path}: a run directory without a model yet (its train stopped before the end, or is still "
+                "running); the same train command plus --resume finishes it"
+            )
         raise StreamfitError(f"{path}: no model.json here; point at a run directory or its model/ folder")
     meta_path = files.join("model.json").url
     record = _read_record(files.join("model.json"))

@@ -787,3 +787,34 @@ def commit_record(target: Location) -> Location | None:
     if not isinstance(attempt, str) or not attempt.startswith(ATTEMPT_PREFIX) or "/" in attempt:
         raise StreamfitError(f"{pointer.url}: names no attempt ({record!r:.80}); write the directory again")
     return target.join(attempt)
+
+
+def copied_file_by_file(target: Location, marker: str, noun: str, *, url_fix: str, local_fix: str) -> str | None:
+    """Why directory `target`, which should hold a `noun` ("store", "model", "checkpoint") whose
+    every copy has the file `marker`, does not open, when it is a copy made file by file; None
+    when it is not one. Behind a URL: `marker` at its top and no COMMITTED record (the caller
+    found none), as `aws s3 cp --recursive` or fsspec's `put` leaves a local directory: the line
+    says how to commit the copy (its files under attempt-copy/, a COMMITTED record naming it), or
+    `url_fix`. On local disk: no `marker` at its top but a COMMITTED record naming an attempt
+    folder that holds it, as a directory behind a URL copied down as it lay there: the line names
+    that folder, then `local_fix`. The message starts with `target`."""
+    if not target.local:
+        if not target.join(marker).exists():
+            return None
+        return (
+            f"{target.url}: holds a {noun}'s files but no {COMMITTED} record, as a copy file by file "
+            f"(aws s3 cp --recursive, fsspec's put) leaves it: a {noun} behind a URL is read only once "
+            f"committed. Copy the {noun}'s files to "
+            f"{target.url}/attempt-copy/ instead and write {target.url}/{COMMITTED} holding "
+            f'{{"attempt": "attempt-copy"}}, or {url_fix}'
+        )
+    try:
+        attempt = commit_record(target)
+    except StreamfitError:
+        return None
+    if attempt is None or not attempt.join(marker).exists():
+        return None
+    return (
+        f"{target.url}: has no {marker} but a {COMMITTED} record naming {attempt.name}: a {noun} copied from an "
+        f"object store as it lies there; its files are in {attempt.path}: {local_fix}"
+    )

@@ -2,6 +2,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -432,3 +433,56 @@ def test_a_step_whose_arrays_np_savez_wrote_still_resumes(tmp_path):
     (step / "meta.json").write_text(json.dumps(record))
     got = Checkpointer(str(tmp_path), config={"a": 1}, store_fingerprint="fp").latest(3)
     assert all(got.arrays[k].tobytes() == STEP_ARRAYS[k].tobytes() for k in STEP_ARRAYS)
+
+
+BUCKET = "streamfit-test"  # the s3 fixture's bucket (tests/conftest.py)
+
+
+def test_a_run_directory_copied_file_by_file_or_cut_short_is_named_as_such(s3, tmp_path):
+    """qa32: `train --resume` on a run directory copied to a URL file by file (aws s3 cp
+    --recursive, fsspec's put: no COMMITTED record in its steps) said "the checkpoint LATEST names
+    is missing or incomplete", and on one copied down from a URL as it lies there (COMMITTED and an
+    attempt folder in each step) "unreadable checkpoint ([Errno 2] … meta.json)"; a step copied
+    without its arrays.npz (a copy cut short) the same. The lines now say what was found and the
+    way on; a step committed as the URL's line says resumes."""
+    ck = Checkpointer(str(tmp_path / "run"), config={"a": 1}, store_fingerprint="fp")
+    _save_steps(ck, 2)
+    s3.put(str(tmp_path / "run"), f"{BUCKET}/copied-checkpoints", recursive=True)
+    step = f"s3://{BUCKET}/copied-checkpoints/checkpoints/step-000002"
+    with pytest.raises(CheckpointError) as refused:
+        Checkpointer(f"s3://{BUCKET}/copied-checkpoints", config={"a": 1}, store_fingerprint="fp").latest(3)
+    assert str(refused.value) == (
+        f"{step}: holds a checkpoint's files but no COMMITTED record, as a copy file by file (aws s3 cp --recursive, "
+        f"fsspec's put) leaves it: a checkpoint behind a URL is read only once committed. Copy the checkpoint's "
+        f'files to {step}/attempt-copy/ instead and write {step}/COMMITTED holding {{"attempt": "attempt-copy"}}, '
+        "or resume the run where it was written, or start over with --overwrite"
+    )
+    local_step = tmp_path / "run" / "checkpoints" / "step-000002"
+    s3.put(str(local_step), f"{step[5:]}/attempt-copy", recursive=True)
+    s3.pipe_file(f"{step[5:]}/COMMITTED", json.dumps({"attempt": "attempt-copy"}).encode())
+    got = Checkpointer(f"s3://{BUCKET}/copied-checkpoints", config={"a": 1}, store_fingerprint="fp").latest(3)
+    assert got.step == 2 and np.array_equal(got.arrays["W"], np.full(3, 2.0))
+
+    _save_steps(Checkpointer(f"s3://{BUCKET}/checkpoints-to-copy", config={"a": 1}, store_fingerprint="fp"), 2)
+    s3.invalidate_cache()
+    s3.get(f"{BUCKET}/checkpoints-to-copy", str(tmp_path / "down"), recursive=True)
+    with pytest.raises(CheckpointError) as refused:
+        Checkpointer(str(tmp_path / "down"), config={"a": 1}, store_fingerprint="fp").latest(3)
+    down_step = tmp_path / "down" / "checkpoints" / "step-000002"
+    (attempt,) = [name for name in os.listdir(down_step) if name != "COMMITTED"]
+    assert str(refused.value) == (
+        f"{down_step}: has no meta.json but a COMMITTED record naming {attempt}: a checkpoint copied from an "
+        f"object store as it lies there; its files are in {down_step / attempt}: resume the run where it "
+        "was written, or start over with --overwrite"
+    )
+
+    for missing in ("arrays.npz", "meta.json"):
+        cut = tmp_path / f"cut-{missing}"
+        shutil.copytree(tmp_path / "run", cut)
+        os.remove(cut / "checkpoints" / "step-000002" / missing)
+        with pytest.raises(CheckpointError) as refused:
+            Checkpointer(str(cut), config={"a": 1}, store_fingerprint="fp").latest(3)
+        assert str(refused.value) == (
+            f"{cut / 'checkpoints' / 'step-000002'}: a checkpoint without its {missing} (a copy of the run directory "
+            "cut short, or damaged); copy the run directory again, or start over with --overwrite"
+        )

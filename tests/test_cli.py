@@ -1250,6 +1250,70 @@ def test_sigterm_stops_evaluate_between_chunks_with_one_line_and_status_143(stor
     assert "Traceback" not in done.stderr, done.stderr
 
 
+# the CLI, run after distributed's process start is made to send the job's whole process group
+# the signal named by argv[1] (a batch system's SIGTERM, a terminal's Ctrl-C) once the embedded
+# cluster's second worker process has started
+SIGNAL_AS_THE_CLUSTER_STARTS = """
+import os, signal, sys
+from distributed.process import AsyncProcess
+from streamfit.cli import main
+start, started, sig = AsyncProcess.start, [], getattr(signal, sys.argv[1])
+async def started_then_signalled(self):
+    await start(self)
+    started.append(self)
+    if len(started) == 2:
+        os.killpg(os.getpgrp(), sig)
+AsyncProcess.start = started_then_signalled
+main(sys.argv[2:], prog_name="streamfit")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, status, line",
+    [
+        (
+            "SIGTERM",
+            143,
+            "stopped: terminated by SIGTERM; the embedded Dask cluster was starting, nothing was computed; run the "
+            "same command again",
+        ),
+        (
+            "SIGINT",
+            130,
+            "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
+            "continues from the last one",
+        ),
+    ],
+)
+def test_a_signal_to_the_job_while_the_embedded_cluster_starts_is_a_stop_in_one_line(
+    stores, tmp_path, terminal_job, sig, status, line
+):
+    """qa32: a SIGTERM to the whole job (driver, forkserver and workers) while the embedded
+    cluster's workers were starting also ended them, LocalCluster raised "Nanny failed to start",
+    and train ended with `error: RuntimeError: Nanny failed to start. (an internal error …; please
+    report it …)`, exit 2; a Ctrl-C there printed the right line, then distributed's atexit close
+    of the half-started cluster printed 20 lines of an AssertionError's traceback. Each is now the
+    stop it was asked for, in one line with its status; the same command again trains."""
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    argv = ["train", str(stores / "train.zarr"), "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "2"]
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AS_THE_CLUSTER_STARTS, sig, *argv, "--out", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        **terminal_job,  # a process group of its own, SIGINT at its default: a job as a shell runs it
+    )
+    assert done.returncode == status, done.stderr
+    # the one line (the SIGTERM watchdog's warning that a SIGTERM came is another thread's)
+    lines = [text for text in done.stderr.splitlines() if not text.startswith(("INFO", "WARNING streamfit.shutdown"))]
+    assert lines == [line], done.stderr
+    assert run(*argv[:6], "--n-workers", "0", "--out", run_dir).exit_code == 0  # the same command, in process
+
+
 def test_the_walkthroughs_text_and_archive_commands_give_its_outputs(tmp_path):
     """docs/walkthrough.md, sections 1 and 2, as a user runs them on the shipped inputs: the
     errors that ask for --no-header and --subset, the stores, evaluate's accuracy (the one the page

@@ -716,6 +716,27 @@ def test_the_forkserver_preloads_every_solver_module():
     assert {f"streamfit.solvers.{name}" for name in SOLVER_NAMES} <= set(WORKER_PRELOAD)
 
 
+def test_the_forkserver_ignores_sigint_from_its_first_preload_import_on(terminal_job):
+    """qa32: a Ctrl-C in the seconds while the embedded cluster's forkserver imported its preload
+    (distributed, the solvers, numba's target) printed the forkserver's own KeyboardInterrupt
+    traceback (about 60 lines) under the driver's one `stopped:` line, since the module that sets
+    SIGINT aside (streamfit.worker_signals) came last. It comes first: in a fresh interpreter
+    (SIGINT at its default, as a terminal's job has it) importing WORKER_PRELOAD in order, as
+    multiprocessing's forkserver does, SIGINT is ignored after each import."""
+    import subprocess
+    import sys
+
+    script = (
+        "import importlib, signal\n"
+        "from streamfit.engine import WORKER_PRELOAD\n"
+        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n"
+        "for name in WORKER_PRELOAD:\n"
+        "    importlib.import_module(name)\n"
+        "    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN, name\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, **terminal_job)
+
+
 def test_a_zarr_chunk_read_after_the_preload_imports_nothing_more(tmp_path):
     """A worker's first chunk task reads a Zarr store: after WORKER_PRELOAD it imports no module
     of zarr, numcodecs or google_crc32c (the backend's imports, which streamfit.store defers for

@@ -1,6 +1,7 @@
 import hashlib
 import io
 import json
+import os
 import re
 
 import numpy as np
@@ -405,3 +406,89 @@ def test_a_class_without_training_rows_is_never_the_decision(tmp_path):
     assert "classes_without_rows" not in json.loads((tmp_path / "m2" / "model.json").read_text())
     with pytest.raises(ValueError, match="not among the model's classes"):
         model.set_classes_without_rows(["c"])
+
+
+BUCKET = "streamfit-test"  # the s3 fixture's bucket (tests/conftest.py)
+
+
+def test_a_model_copied_file_by_file_is_named_as_such_with_the_way_to_copy_it(s3, tmp_path):
+    """qa32: a run directory or model copied to a URL file by file (aws s3 cp --recursive,
+    fsspec's put) has no COMMITTED record, and one behind a URL copied down as it lies there has
+    COMMITTED and an attempt folder instead of model.json: each was refused as "no model.json here;
+    point at a run directory or its model/ folder", which it was. The lines now say what was found
+    and the copy that opens, as a store's do; done as said, it loads the same model."""
+    m, _ = _model(True)
+    m.save(str(tmp_path / "run" / "model"))
+    s3.put(str(tmp_path / "run"), f"{BUCKET}/copied-run", recursive=True)
+    url = f"s3://{BUCKET}/copied-run/model"
+    for path in (f"s3://{BUCKET}/copied-run", url):
+        with pytest.raises(StreamfitError) as refused:
+            load_model(path)
+        assert str(refused.value) == (
+            f"{url}: holds a model's files but no COMMITTED record, as a copy file by file (aws s3 cp --recursive, "
+            f"fsspec's put) leaves it: a model behind a URL is read only once committed. Copy the model's files to "
+            f'{url}/attempt-copy/ instead and write {url}/COMMITTED holding {{"attempt": "attempt-copy"}}, or train '
+            "with --out at the URL"
+        )
+    s3.put(str(tmp_path / "run" / "model"), f"{BUCKET}/copied-run/model/attempt-copy", recursive=True)
+    s3.pipe_file(f"{BUCKET}/copied-run/model/COMMITTED", json.dumps({"attempt": "attempt-copy"}).encode())
+    X = sp.random(20, 30, density=0.3, format="csr", random_state=4)
+    np.testing.assert_array_equal(load_model(f"s3://{BUCKET}/copied-run").decision_function(X), m.decision_function(X))
+
+    m.save(f"s3://{BUCKET}/run-to-copy/model")
+    s3.invalidate_cache()
+    s3.get(f"{BUCKET}/run-to-copy", str(tmp_path / "down"), recursive=True)
+    model_dir = tmp_path / "down" / "model"
+    (attempt,) = [name for name in os.listdir(model_dir) if name != "COMMITTED"]
+    for path in (tmp_path / "down", model_dir):
+        with pytest.raises(StreamfitError) as refused:
+            load_model(str(path))
+        assert str(refused.value) == (
+            f"{model_dir}: has no model.json but a COMMITTED record naming {attempt}: a model copied from an object "
+            f"store as it lies there; its files are in {model_dir / attempt}: pass that folder"
+        )
+    down = load_model(str(model_dir / attempt))
+    np.testing.assert_array_equal(down.decision_function(X), m.decision_function(X))
+
+
+def test_a_run_directory_without_a_model_yet_says_how_to_finish_it(tmp_path):
+    """qa32: `predict`/`evaluate` of a run directory whose train was killed or stopped before its
+    model (run.json and checkpoints, no model/) said "no model.json here; point at a run directory
+    or its model/ folder", though it was one. The line now says what it is and how to finish it."""
+    from click.testing import CliRunner
+    from sklearn.datasets import dump_svmlight_file
+
+    from streamfit.cli import main
+
+    rng = np.random.default_rng(3)
+    dump_svmlight_file(rng.normal(size=(60, 5)), np.arange(60) % 3, str(tmp_path / "a.svm"), zero_based=False)
+    store, run_dir = tmp_path / "s.zarr", tmp_path / "run"
+    assert (
+        CliRunner().invoke(main, ["ingest", str(tmp_path / "a.svm"), "--no-hash", "--out", str(store)]).exit_code == 0
+    )
+    endless = ["-p", "max_iter=100000", "-p", "tol=0", "-p", "gap_tol=0"]  # never ends by itself
+    stopped = CliRunner().invoke(
+        main,
+        [
+            "train",
+            str(store),
+            "--solver",
+            "fbpd",
+            *endless,
+            "--n-workers",
+            "0",
+            "--out",
+            str(run_dir),
+            "--time-limit",
+            "1",
+        ],
+    )
+    assert stopped.exit_code == 3 and not (run_dir / "model").exists(), stopped.output
+    with pytest.raises(StreamfitError) as refused:
+        load_model(str(run_dir))
+    assert str(refused.value) == (
+        f"{run_dir}: a run directory without a model yet (its train stopped before the end, or is still running); "
+        "the same train command plus --resume finishes it"
+    )
+    with pytest.raises(StreamfitError, match="no model.json here; point at a run directory or its model/ folder"):
+        load_model(str(tmp_path))

@@ -158,20 +158,20 @@ class ChunkSource:
         return X, np.concatenate([c.labels for c in chunks])
 
 
-def _no_manifest(data: storage.Location) -> str:
-    """Why the store directory `data` has no manifest: a local copy of a store behind a URL,
-    COMMITTED and its attempts copied as they lay there (aws s3 cp --recursive, fsspec's get),
-    whose files are in the attempt that COMMITTED names; else an interrupted ingest."""
-    try:
-        attempt = storage.commit_record(data) if data.local else None
-    except StreamfitError:
-        attempt = None
-    if attempt is not None and attempt.join(MANIFEST).exists():
-        return (
-            f"has no {MANIFEST} but a {storage.COMMITTED} record naming {attempt.name}: a store copied from an "
-            f"object store as it lies there; its files are in {attempt.path}: pass that folder"
-        )
-    return f"has no {MANIFEST}; it is not a complete store (an interrupted ingest?). Re-run 'streamfit ingest'"
+def _copied(location: storage.Location) -> str | None:
+    """The line for a store directory copied file by file (storage.copied_file_by_file), or None."""
+    return storage.copied_file_by_file(
+        location, MANIFEST, "store", url_fix="ingest to the URL", local_fix="pass that folder"
+    )
+
+
+def _no_manifest(path: str, data: storage.Location) -> str:
+    """Why the store directory `data` has no manifest: a local copy of a store behind a URL as it
+    lay there (_copied), else an interrupted ingest."""
+    copied = _copied(data) if data.local else None
+    if copied is not None:
+        return copied
+    return f"{path}: has no {MANIFEST}; it is not a complete store (an interrupted ingest?). Re-run 'streamfit ingest'"
 
 
 class Store(ChunkSource):
@@ -204,13 +204,9 @@ class Store(ChunkSource):
         if data is None:
             if not location.exists():
                 raise StoreError(f"{path}: no such store (create one with 'streamfit ingest')")
-            if location.join(MANIFEST).exists():  # a local store's files copied here one by one
-                raise StoreError(
-                    f"{path}: holds a store's files but no {storage.COMMITTED} record, as a copy file by file "
-                    "(aws s3 cp --recursive, fsspec's put) leaves it: a store behind a URL is read only once "
-                    f"committed. Copy the store's files to {path}/attempt-copy/ instead and write "
-                    f'{path}/{storage.COMMITTED} holding {{"attempt": "attempt-copy"}}, or ingest to the URL'
-                )
+            copied = _copied(location)
+            if copied is not None:  # a local store's files copied here one by one
+                raise StoreError(copied)
             raise StoreError(
                 f"{path}: has no {storage.COMMITTED}; it is not a complete store (an interrupted ingest?). "
                 "Re-run 'streamfit ingest'"
@@ -225,7 +221,7 @@ class Store(ChunkSource):
                     f"{path}: its attempt {attempt} is gone (the store was written again while in use); "
                     "run the command again"
                 ) from None
-            raise StoreError(f"{path}: {_no_manifest(data)}") from None
+            raise StoreError(_no_manifest(path, data)) from None
         except (OSError, ValueError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             refused = storage.client_error_message(e)  # wrong credentials: the store is fine
             if refused is not None:

@@ -81,6 +81,13 @@ def check_batch_size(batch_size: int) -> int:
     return batch_size
 
 
+def bom_free(encoding: str) -> str:
+    """The codec that reads text in `encoding`: for UTF-8, utf-8-sig, which drops a byte order mark
+    at the start (Excel and Windows Notepad write one) instead of making it part of the first
+    column name or word; any other encoding as given."""
+    return "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
+
+
 def check_encoding(encoding: str, errors: str = "strict") -> str:
     """ValueError unless Python knows the text encoding and the decode-error handler."""
     try:

@@ -42,6 +42,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
+    bom_free,
     check_batch_size,
     check_encoding,
     csr_int64,
@@ -167,8 +168,7 @@ class CsvSource:
 
     def __iter__(self):
         self.n_read = 0
-        # utf-8-sig: a byte order mark (Excel writes one) must not become part of the first column name
-        encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        encoding = bom_free(self.encoding)
         with io.TextIOWrapper(
             open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes), encoding=encoding, newline=""
         ) as f:
@@ -281,7 +281,7 @@ class CsvSource:
         """The InputError for text that does not decode in the encoding, naming the line and the
         bytes: the text is decoded in chunks, so the line is found by reading the file again, a
         line at a time, through an incremental decoder (on this error only; up to that line)."""
-        encoding = "utf-8-sig" if codecs.lookup(self.encoding).name == "utf-8" else self.encoding
+        encoding = bom_free(self.encoding)
         decoder = codecs.getincrementaldecoder(encoding)()
         hint = "pass --encoding with the file's encoding, e.g. --encoding latin-1 (or cp1252, utf-16)"
         breaks = 0  # line breaks before the piece being decoded: \r\n, \r or \n, as the csv reader counts them

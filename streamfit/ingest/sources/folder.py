@@ -48,6 +48,7 @@ from streamfit.errors import InputError
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
+    bom_free,
     check_batch_size,
     check_encoding,
     open_binary,
@@ -299,7 +300,7 @@ class FolderSource:
                 )
                 continue
             try:
-                text = data.decode(self.encoding, self.encoding_errors)
+                text = data.decode(bom_free(self.encoding), self.encoding_errors)
             except UnicodeDecodeError as e:
                 self.policy.bad(
                     location,
