@@ -656,7 +656,7 @@ def transpose(ctx, store, block_features):
 )
 @click.pass_context
 def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
-    """Describe a store: shape, nnz, classes, chunks, CSC blocks, hashing and format version
+    """Describe a store: shape, nnz, classes (and each one's rows), chunks, CSC blocks, hashing and format version
     (a regression store: its targets' shape and, per output, min, max, mean and std).
 
     \b
@@ -677,6 +677,7 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
         "task": m.task,
         "n_classes": len(m.classes),
         "classes": m.classes,
+        "class_rows": m.class_rows,
         "target": m.target,
         "chunk_rows": m.chunk_rows,
         "n_chunks": len(m.chunks),
@@ -723,6 +724,9 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
                 continue
             if key == "classes" and len(val) > 20:
                 val = ", ".join(val[:20]) + f", … ({len(val)} in all)"
+            if key == "class_rows" and val is not None:  # rows per class: "name: rows", as classes shows them
+                shown = ", ".join(f"{c}: {n}" for c, n in zip(m.classes[:20], val[:20]))
+                val = shown + (f", … ({len(val)} in all)" if len(val) > 20 else "")
             if key == "source":
                 val = _shown_source(val)
             click.echo(f"{key:>14}: {val}")

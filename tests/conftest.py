@@ -76,6 +76,26 @@ def write_store(tmp_path):
     return make
 
 
+@pytest.fixture(scope="session")
+def check_class_rows():
+    """check_class_rows(path): assert that the store's manifest records, for a multiclass store,
+    each class's rows as the chunks' labels count them (np.bincount), and None for any other."""
+    from streamfit.store import open_store
+
+    def check(path) -> None:
+        store = open_store(str(path))
+        recorded = store.manifest.class_rows
+        if store.multilabel or store.regression:
+            assert recorded is None
+            return
+        counted = np.zeros(store.n_classes, dtype=np.int64)
+        for chunk in store.iter_chunks():
+            counted += np.bincount(chunk.labels, minlength=store.n_classes)
+        assert recorded == counted.tolist() and sum(recorded) == store.n_rows
+
+    return check
+
+
 def streamfit_cli(*args) -> list[str]:
     """The argv of a quiet `streamfit` subprocess (the package as installed for this Python)."""
     import sys

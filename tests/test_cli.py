@@ -53,8 +53,11 @@ def stores(tmp_path_factory):
 def test_inspect_and_verify(stores):
     info = json.loads(run("inspect", stores / "train.zarr", "--verify", "--json").output)
     assert (info["n_rows"], info["n_features"], info["n_chunks"], info["verified"]) == (1347, 64, 4, True)
+    assert len(info["class_rows"]) == 10 and sum(info["class_rows"]) == 1347 and min(info["class_rows"]) > 0
     text = run("inspect", stores / "train.zarr").output
     assert "n_rows: 1347" in text
+    rows = ", ".join(f"{c}: {n}" for c, n in zip(info["classes"], info["class_rows"]))
+    assert f"class_rows: {rows}\n" in text
 
 
 def test_verify_names_the_damaged_chunk(stores, tmp_path):
@@ -565,6 +568,8 @@ def test_an_edited_manifest_is_one_error_line_from_every_command(stores, tmp_pat
     def drop_last_chunk(m):
         last = m["chunks"].pop()
         m["n_rows"], m["nnz"] = last["row_start"], m["nnz"] - last["nnz"]
+        labels = open_store(str(stores / "train.zarr")).read_chunk(last["id"]).labels  # the counts kept consistent
+        m["class_rows"] = (np.array(m["class_rows"]) - np.bincount(labels, minlength=len(m["classes"]))).tolist()
 
     short = tmp_path / "short.zarr"
     shutil.copytree(stores / "train.zarr", short)

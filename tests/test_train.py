@@ -460,7 +460,7 @@ def test_a_model_without_a_non_zero_weight_is_warned_of(digits_store, tmp_path, 
 
 def test_a_declared_class_without_training_rows_is_recorded_and_never_predicted(digits, write_store, tmp_path):
     """A store whose classes name one that no row holds (ingest --classes, an ARFF header):
-    the driver counts each class's rows in one pass over the store's chunks, and the model
+    the driver reads each class's rows from the store's manifest (class_rows), and the model
     records the class, so predict and evaluate never give it (Model.ranking_scores)."""
     from streamfit.metrics import evaluate
 
@@ -488,3 +488,21 @@ def test_a_store_of_one_chunk_trains_in_process_under_auto(digits, write_store, 
         assert json.load(f)["engine"] == "inprocess"
     with pytest.raises(_ClusterStarted, match="local"):
         train(four, "stagewise", str(tmp_path / "four"), PARAMS, progress=False)
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_a_version_3_store_trains_to_the_model_of_the_same_rows_written_today(write_store, tmp_path, backend):
+    """tests/data/store-v3 (written before the manifest recorded class_rows) and a store of the
+    same rows written now: the same chunks (fingerprint), and bitwise the same model, its
+    declared class without rows recorded either way (counted from the chunks, or read)."""
+    from sklearn.datasets import load_svmlight_file
+
+    data = os.path.join(os.path.dirname(__file__), "data")
+    X, y = load_svmlight_file(os.path.join(data, "dna400.libsvm"), dtype=np.float32)
+    old = os.path.join(data, "store-v3", f"dna400.{backend}")
+    new = write_store(X, (y - 1).astype(np.int32), ["1", "2", "3", "spare"], chunk_rows=128, backend=backend)
+    assert open_store(old).manifest.fingerprint == open_store(new).manifest.fingerprint
+    a, b = (_train(store, tmp_path / f"run{i}") for i, store in enumerate((old, new)))
+    assert a.classes_without_rows == b.classes_without_rows == ["spare"]
+    assert np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)
+    assert np.abs(a.coef_).max() > 0

@@ -254,25 +254,16 @@ def print_throughput(results: list[dict]) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--workdir", default=tempfile.gettempdir())
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--chunk-rows", type=int, help="rows per store chunk in the job's ingest (default: ingest's)")
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--ingest-workers", default="0,1,2", help="N of the ingest throughput runs ('' to skip them)")
-    ap.add_argument("--newsgroups", default=NEWSGROUPS, help="the 20 Newsgroups bydate tarball (skipped if absent)")
-    ap.add_argument("--no-job", action="store_true", help="skip the train / evaluate / predict job")
-    a = ap.parse_args()
-
+def moto_server(access_log: logging.Handler):
+    """A moto S3 server on loopback whose access log (werkzeug's) goes to `access_log`, the
+    AWS_* variables pointing at it (inherited by the processes started later) and bucket BUCKET
+    made: (server, an s3fs client)."""
     from moto.server import ThreadedMotoServer
 
-    counter = RequestCounter()
     werkzeug = logging.getLogger("werkzeug")
     werkzeug.setLevel(logging.INFO)
     werkzeug.propagate = False
-    werkzeug.addHandler(counter)
+    werkzeug.addHandler(access_log)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -286,6 +277,23 @@ def main() -> None:
 
     s3 = s3fs.S3FileSystem(skip_instance_cache=True)
     s3.mkdir(BUCKET)
+    return server, s3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--workdir", default=tempfile.gettempdir())
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--chunk-rows", type=int, help="rows per store chunk in the job's ingest (default: ingest's)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--ingest-workers", default="0,1,2", help="N of the ingest throughput runs ('' to skip them)")
+    ap.add_argument("--newsgroups", default=NEWSGROUPS, help="the 20 Newsgroups bydate tarball (skipped if absent)")
+    ap.add_argument("--no-job", action="store_true", help="skip the train / evaluate / predict job")
+    a = ap.parse_args()
+
+    counter = RequestCounter()
+    server, s3 = moto_server(counter)
     work = tempfile.mkdtemp(prefix="bench_cluster_data-", dir=a.workdir)
     try:
         raw = os.path.join(work, "corpus.jsonl")

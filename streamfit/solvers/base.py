@@ -319,16 +319,21 @@ SCALE_SPREAD = 10.0
 
 
 def class_rows(source: ChunkSource, engine: Engine) -> np.ndarray | None:
-    """The training rows of each class (n_classes,) of a multiclass source (one pass over its
-    chunks, each decoded once more; an in-memory source's labels are counted directly), None for a multilabel or regression
-    source or one without rows. A class with 0 rows (declared by ingest --classes or an ARFF
-    header) is left out of the model's decision (Model.set_classes_without_rows)."""
-    from streamfit.store import InMemoryStore
+    """The training rows of each class (n_classes,) of a multiclass source, None for a
+    multilabel or regression source or one without rows. A store's manifest records them
+    (format version 4: `Manifest.class_rows`, counted by its writer), so no chunk is read; a
+    version-3 store's are counted in one pass over its chunks, each decoded once more; an
+    in-memory source's labels are counted directly. A class with 0 rows (declared by ingest
+    --classes or an ARFF header) is left out of the model's decision
+    (Model.set_classes_without_rows)."""
+    from streamfit.store import InMemoryStore, Store
 
     if source.multilabel or source.regression or source.n_chunks == 0:
         return None
     if isinstance(source, InMemoryStore):
         return np.bincount(source.labels, minlength=source.n_classes)
+    if isinstance(source, Store) and source.manifest.class_rows is not None:
+        return np.array(source.manifest.class_rows, dtype=np.int64)
     return engine.map_reduce(_class_rows_task, source, range(source.n_chunks), desc="classes")
 
 

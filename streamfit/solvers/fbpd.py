@@ -353,14 +353,15 @@ def _normal_task(source: ChunkSource, chunk_id: int, W: np.ndarray, b: np.ndarra
 
 class LabelSums(NamedTuple):
     """A chunk's Σ_ℓ u_ℓ [e_zℓ, 1]ᵀ and Σ_ℓ |u_ℓ| [e_zℓ, 1]ᵀ (M × (K + 1): per class and in all),
-    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1), the entries a pass reads, and Σ_ℓ u_ℓ² (M: the
-    columns' standard deviations)."""
+    Σ_ℓ [e_zℓ, 1] (the row counts, K + 1), the entries a pass reads, Σ_ℓ u_ℓ² (M: the columns'
+    standard deviations) and the stored entries per column (M: the used columns, used_rows)."""
 
     sums: np.ndarray
     counts: np.ndarray
     abs_sums: np.ndarray
     entries: int
     square_sums: np.ndarray
+    column_entries: np.ndarray
 
 
 def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
@@ -375,7 +376,8 @@ def _label_sums_task(source: ChunkSource, chunk_id: int) -> LabelSums:
     abs_data.flags.writeable = X.data.flags.writeable  # csr_adjoint's one signature (numba's types tell them apart)
     abs_sums, _ = csr_adjoint(X.indptr, X.indices, abs_data, A, X.shape[1])
     squares = np.bincount(X.indices, weights=np.square(X.data, dtype=np.float64), minlength=X.shape[1])
-    return LabelSums(sums, counts, abs_sums, len(X.data) + A.size - chunk.n_rows, squares)
+    entries = len(X.data) + A.size - chunk.n_rows
+    return LabelSums(sums, counts, abs_sums, entries, squares, np.bincount(X.indices, minlength=X.shape[1]))
 
 
 def _column_counts_task(source: ChunkSource, chunk_id: int) -> np.ndarray:
@@ -800,7 +802,7 @@ class FBPDSolver(Solver[FBPDState]):
                 raise ConfigError("λ_ref = 0: no feature separates the classes; set lam, e.g. lam=1e-5")
         elif p.formulation == "constrained":
             lam = 0.0
-        rows = self.used_rows(ctx, mu)
+        rows = self.used_rows(ctx, mu, sums)
         zero_W, zero_b = np.zeros((len(rows), source.n_classes)), np.zeros(source.n_classes)
         state = FBPDState(
             rows=rows,
@@ -862,7 +864,7 @@ class FBPDSolver(Solver[FBPDState]):
         self.nonzeros = np.empty(state.W.size, np.int64), np.empty(state.W.size)
         self.full_Wt = None if self.params.penalty == "l1" else np.zeros((M, state.W.shape[1]))
 
-    def used_rows(self, ctx: Context, mu: np.ndarray) -> np.ndarray:
+    def used_rows(self, ctx: Context, mu: np.ndarray, sums: LabelSums | None) -> np.ndarray:
         """The features the iteration updates (ascending, int64), for column means `mu` (0: not
         centered). A column with no stored entry in the training rows has a zero adjoint and a
         zero mean, so from W = 0 its rows of W, G = Tᵀy, x̃ and the anchors stay exactly 0.0 for
@@ -870,15 +872,19 @@ class FBPDSolver(Solver[FBPDState]):
         columns, for the mixed norms every column of a block with a used one (a block's prox and
         norm read the whole block), and every column when the features are centered (the
         offsets' μᵀW2 is a BLAS product over all of them, whose order of summation must not
-        change). The column counts take one pass over the chunks' indices in init, which
-        data_passes does not count (it is not an iteration's); the state keeps the rows, so a
-        resumed run reads them from its checkpoint."""
+        change). The column counts are the label sums' (`sums`, when init made that pass), else
+        they take one pass over the chunks' indices in init, which data_passes does not count (it
+        is not an iteration's); the state keeps the rows, so a resumed run reads them from its
+        checkpoint."""
         M, p = ctx.source.n_features, self.params
         if mu.any():
             return np.arange(M, dtype=np.int64)
-        counts = ctx.engine.map_reduce(
-            _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
-        )
+        if sums is not None:
+            counts = sums.column_entries
+        else:
+            counts = ctx.engine.map_reduce(
+                _column_counts_task, ctx.source, range(ctx.source.n_chunks), desc="fbpd: used columns"
+            )
         used = counts > 0
         if p.penalty in ("l1/l2", "l1/linf"):
             blocks = np.maximum.reduceat(used, np.arange(0, M, p.group_size))

@@ -1,4 +1,4 @@
-"""The on-disk store format, version 3: a directory holding `manifest.json` and the data.
+"""The on-disk store format, version 4: a directory holding `manifest.json` and the data.
 
 A store is a sparse matrix X (n_rows × n_features, CSR, float32 values, int32 column
 indices, int64 row pointers) with one label set per row, cut into row chunks of
@@ -32,6 +32,14 @@ canonical form (`manifest_sha256`, see `json_digest`); readers check it, then ev
 (`Manifest.from_dict`), before trusting any of them. Versions 1 (no such digest) and 2 (the
 arrays cut along nnz across chunks, one Parquet file) are refused: re-ingest.
 
+Version 4 adds `class_rows` to the manifest: for task "multiclass" the training rows of each
+class (n_classes counts summing to n_rows, 0 for a declared class no row holds), counted by the
+writer from the class ids it writes (StoreWriter), so a reader has them without a pass over the
+chunks (solvers.base.class_rows); null for the other tasks. Its chunks are version 3's, byte for
+byte (the same `chunk_digest`). Version 3 stores (no such field) are still read, their counts
+then counted from the chunks; a manifest that a version-3 store rewrites (transpose) stays
+version 3.
+
 Optional column copy (both backends, see csc.py): Zarr v3 group `csc/` holding X cut into
 feature blocks of `block_features` columns, block b = X[:, b·bf : min((b+1)·bf, n_features)]
 over all rows as `csc/block-<b:06d>/{indptr (int64), indices (int32, or int64 when
@@ -53,7 +61,8 @@ from streamfit.errors import StoreError
 # Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
 MAX_FEATURES = 2**31 - 1
 FORMAT_NAME = "streamfit-store"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # what this streamfit writes
+READ_VERSIONS = (3, 4)  # what it reads: 3 is 4 without `class_rows`
 MANIFEST = "manifest.json"
 CHUNKS_DIR = "chunks"  # the row chunks, each stored apart
 DEFAULT_CHUNK_ROWS = 16384
@@ -116,13 +125,19 @@ class Manifest:
     counts: dict = field(default_factory=dict)  # records read / written / skipped
     csc: dict | None = None  # {"block_features", "blocks": [{id, col_start, col_stop, nnz, sha256}]}
     target: dict | None = None  # regression: {"kind": "numeric", "dtype": "float64", "shape": [n_rows, k]}
+    # multiclass: the rows of each class (len(classes) counts, summing to n_rows); else None.
+    # Absent from a version-3 manifest (None here: the counts are not recorded)
+    class_rows: list[int] | None = None
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
     streamfit_version: str = ""
 
     def to_json(self) -> str:
-        """The manifest as JSON, with `manifest_sha256` over the rest (see json_digest)."""
+        """The manifest as JSON, with `manifest_sha256` over the rest (see json_digest); a
+        version-3 manifest (read, then rewritten by transpose) without `class_rows`."""
         record = asdict(self)
+        if self.format_version == 3:
+            del record["class_rows"]
         record[DIGEST_KEY] = json_digest(record, DIGEST_KEY)
         return json.dumps(record, indent=1)
 
@@ -131,14 +146,16 @@ class Manifest:
         """The manifest read from `where`, after checking, in order: format and version, its
         digest, then every field for type and range and every cross-field rule (chunk i holds
         rows [i·chunk_rows, min((i+1)·chunk_rows, n_rows)), nnz is the sum of the chunks',
-        the CSC blocks tile [0, n_features)). StoreError naming the field otherwise."""
+        the CSC blocks tile [0, n_features), class_rows counts every row once). StoreError
+        naming the field otherwise."""
         if not isinstance(d, dict) or d.get("format") != FORMAT_NAME:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise StoreError(f"{where}: not a streamfit store manifest (format={got!r})")
-        if d.get("format_version") != FORMAT_VERSION:
+        if d.get("format_version") not in READ_VERSIONS:
             raise StoreError(
                 f"{where}: store format version {d.get('format_version')} is not supported by this "
-                f"streamfit (reads version {FORMAT_VERSION}); re-ingest the data with this version"
+                f"streamfit (reads versions {READ_VERSIONS[0]} to {READ_VERSIONS[-1]}); re-ingest the data with this "
+                "version"
             )
         if not is_sha256(d.get(DIGEST_KEY)):
             raise StoreError(f"{where}: has no {DIGEST_KEY}; the manifest is damaged, {REINGEST}")
@@ -177,7 +194,8 @@ _FIELD_RULES = {  # field: (check, what it must be)
     "csc": (lambda v: v is None or (isinstance(v, dict) and isinstance(v.get("blocks"), list)), "null or an object"),
     "target": (lambda v: v is None or isinstance(v, dict), "null or an object"),
     "format": (lambda v: v == FORMAT_NAME, repr(FORMAT_NAME)),
-    "format_version": (lambda v: v == FORMAT_VERSION, str(FORMAT_VERSION)),
+    "class_rows": (lambda v: v is None or (isinstance(v, list) and all(is_count(c) for c in v)), "null or counts"),
+    "format_version": (lambda v: v in READ_VERSIONS, " or ".join(map(str, READ_VERSIONS))),
     "streamfit_version": (lambda v: isinstance(v, str), "a string"),
 }
 _CHUNK_KEYS = ("id", "row_start", "row_stop", "nnz", "sha256")
@@ -191,10 +209,11 @@ def _check_fields(d: dict, where: str) -> None:
     def damaged(field: str, problem: str) -> StoreError:
         return StoreError(f"{where}: {field} {problem}; {REINGEST}")
 
+    rules = {k: v for k, v in _FIELD_RULES.items() if k != "class_rows" or d.get("format_version") != 3}
     for key in d:
-        if key not in _FIELD_RULES:
+        if key not in rules:
             raise damaged(key, "is not a manifest field")
-    for key, (ok, what) in _FIELD_RULES.items():
+    for key, (ok, what) in rules.items():
         if key not in d:
             raise damaged(key, "is missing")
         if not ok(d[key]):
@@ -209,6 +228,8 @@ def _check_fields(d: dict, where: str) -> None:
             raise damaged("target", f"is {d['target']!r:.80}, expected {want} for task regression")
     elif d["target"] is not None:
         raise damaged("target", f"is {d['target']!r:.80}, expected null for task {d['task']}")
+    if "class_rows" in rules:
+        _check_class_rows(d["class_rows"], d["task"], len(d["classes"]), n_rows, damaged)
     if d["transform"].get("idf") and not is_sha256(d["transform"].get("idf_sha256")):
         raise damaged("transform.idf_sha256", "is missing or not a SHA-256 digest")
     if d["hashing"] is not None:
@@ -228,6 +249,20 @@ def _check_fields(d: dict, where: str) -> None:
         _check_tiling(blocks, "csc.blocks", _BLOCK_KEYS, ("col_start", "col_stop"), bf, n_features, damaged)
         if sum(b["nnz"] for b in blocks) != d["nnz"]:
             raise damaged("csc.blocks", f"hold {sum(b['nnz'] for b in blocks)} non-zeros, but nnz is {d['nnz']}")
+
+
+def _check_class_rows(counts: list | None, task: str, n_classes: int, n_rows: int, damaged) -> None:
+    """A version-4 manifest's class_rows: n_classes counts summing to n_rows for a multiclass
+    store, null for any other."""
+    if task != "multiclass":
+        if counts is not None:
+            raise damaged("class_rows", f"is {counts!r:.80}, expected null for task {task}")
+        return
+    if counts is None or len(counts) != n_classes:
+        got = "null" if counts is None else f"{len(counts)} counts"
+        raise damaged("class_rows", f"is {got}, expected one count per class ({n_classes})")
+    if sum(counts) != n_rows:
+        raise damaged("class_rows", f"count {sum(counts)} rows in all, but n_rows is {n_rows}")
 
 
 def numeric_target(n_rows: int, n_outputs: int) -> dict:

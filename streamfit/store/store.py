@@ -469,9 +469,9 @@ class Store(ChunkSource):
 
     def verify(self) -> list[str]:
         """Re-read every chunk and every CSC block and check their checksums and their agreement
-        with the manifest, the IDF weights against theirs, and (Zarr) every `zarr.json` against
-        what the writer writes: the metadata other Zarr readers (zarr-python) need, which
-        streamfit's reader does not read. Returns the problems found, one line each naming the
+        with the manifest (a multiclass store's class_rows too), the IDF weights against theirs,
+        and (Zarr) every `zarr.json` against what the writer writes: the metadata other Zarr
+        readers (zarr-python) need, which streamfit's reader does not read. Returns the problems found, one line each naming the
         file or chunk and the fix. A SIGTERM stops it between chunks and blocks."""
         try:
             self.reader  # noqa: B018 - opening checks the data's layout against the manifest
@@ -485,14 +485,19 @@ class Store(ChunkSource):
             except StoreError as e:
                 problems.append(str(e))
         sizes: list[tuple[int, int, int, int, int | None]] = []  # chunks whose metadata is to check
+        recorded = self.manifest.class_rows
+        counted: np.ndarray | None = None if recorded is None else np.zeros(self.n_classes, dtype=np.int64)
         for i in range(self.n_chunks):
             check_stop_reading(self.path)
             n_labels = None
             try:
                 chunk = self._read_from_disk(i, verify=True)
                 n_labels = int(chunk.labels.nnz) if isinstance(chunk.labels, sp.csr_matrix) else None
+                if counted is not None:
+                    counted += np.bincount(chunk.labels, minlength=self.n_classes)
             except StoreError as e:
                 problems.append(str(e))
+                counted = None  # a chunk unread: its counts unknown
             if zarr_metadata:
                 info = self.manifest.chunks[i]
                 sizes.append((i, info.row_stop - info.row_start, info.nnz, self.n_classes, n_labels))
@@ -500,6 +505,12 @@ class Store(ChunkSource):
                 # fetched a batch at a time: behind a URL one round of concurrent GETs per batch
                 problems += [self._metadata_problem(p) for p in self.reader.metadata_problems(sizes)]
                 sizes = []
+        if counted is not None and recorded is not None and counted.tolist() != recorded:
+            k = int(np.flatnonzero(counted != np.asarray(recorded))[0])
+            problems.append(
+                f"{self.path}: {MANIFEST} records {recorded[k]} rows of class {self.classes[k]!r} (class_rows), "
+                f"the chunks hold {int(counted[k])}; {REINGEST}"
+            )
         damaged_blocks: set[int] = set()
         if self.manifest.csc:
             from streamfit.store.csc import metadata_problems
@@ -685,11 +696,13 @@ def stack_rows(pending: list[tuple[sp.csr_matrix, object]], multilabel: bool, n_
 
 @dataclass(frozen=True)
 class WrittenChunk:
-    """What the writer of a chunk tells the manifest's writer: its entry and its largest column
-    (-1 for none; the width of a --no-hash store)."""
+    """What the writer of a chunk tells the manifest's writer: its entry, its largest column
+    (-1 for none; the width of a --no-hash store) and, multiclass, its rows per class id
+    (np.bincount of its class ids: up to its largest id; None for the other tasks)."""
 
     info: ChunkInfo
     max_index: int
+    class_rows: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -731,7 +744,8 @@ class ChunkSink:
                 else:
                     self._chunk(staged, cid).remove()
         info = ChunkInfo(cid, row_start, row_start + X.shape[0], int(X.nnz), chunk_digest(X, labels))
-        return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1)
+        class_rows = np.bincount(labels) if not self.multilabel and self.n_outputs is None else None
+        return WrittenChunk(info, int(X.indices.max()) if X.nnz else -1, class_rows)
 
     def _move_in(self, staged: storage.Location, cid: int) -> None:
         """Rename chunk `cid`, written under `staged`, into the attempt's `chunks/`, unless the
@@ -862,6 +876,7 @@ class StoreWriter:
         self.n_rows = 0
         self.nnz = 0
         self.max_index = -1
+        self.class_rows = np.zeros(0, dtype=np.int64)  # multiclass: the rows written per class id so far
 
     def write_rows(self, X: sp.csr_matrix, labels) -> None:
         """Queue rows (CSR with sorted, unique indices) and their labels; write full chunks."""
@@ -885,6 +900,11 @@ class StoreWriter:
         self.max_index = max(self.max_index, written.max_index)
         self.n_rows = written.info.row_stop
         self.nnz += written.info.nnz
+        if written.class_rows is not None:
+            more = written.class_rows
+            if len(more) > len(self.class_rows):
+                self.class_rows = np.pad(self.class_rows, (0, len(more) - len(self.class_rows)))
+            self.class_rows[: len(more)] += more
 
     def add_written(self, written: WrittenChunk) -> None:
         """Take chunk `written.info.id`, written through `sink` by another process, into the
@@ -929,6 +949,11 @@ class StoreWriter:
             self.abort()
             raise StoreError(f"{len(classes)} output names given for {self.n_outputs} regression targets")
         regression = self.n_outputs is not None
+        multiclass = not regression and not self.multilabel
+        if multiclass and len(self.class_rows) > len(classes):
+            self.abort()
+            raise StoreError(f"class id {len(self.class_rows) - 1} written, but only {len(classes)} classes given")
+        class_rows = np.pad(self.class_rows, (0, len(classes) - len(self.class_rows))).tolist() if multiclass else None
         manifest = Manifest(
             backend=self.backend,
             n_rows=self.n_rows,
@@ -943,6 +968,7 @@ class StoreWriter:
             source=source or {},
             counts={**(counts or {}), "written": self.n_rows},
             target=numeric_target(self.n_rows, self.n_outputs) if self.n_outputs is not None else None,
+            class_rows=class_rows,
             streamfit_version=__version__,
         )
         module = _backend(self.backend)

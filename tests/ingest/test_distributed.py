@@ -58,7 +58,7 @@ def _options(inputs, out, **kw):
     return IngestOptions(inputs=[inputs], out=str(out), hashing=HashingConfig(n_features=2**12), progress=False, **kw)
 
 
-def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster, monkeypatch):
+def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, cluster, monkeypatch, check_class_rows):
     inputs = _write_files(tmp_path / "in", bad_every=97)
     stores = {}
     for name, engine in (("inprocess", {}), ("cluster", {"scheduler": cluster})):
@@ -79,6 +79,8 @@ def test_split_idf_and_skipped_records_give_the_in_process_stores(tmp_path, clus
             )
         )
         assert (report.read, report.skipped) == (1200, 12)
+        for store in ("train.zarr", "test.zarr"):  # class_rows as the chunks count them
+            check_class_rows(out / store)
         stores[name] = [_manifest(out / "train.zarr"), _manifest(out / "test.zarr"), (out / "bad.jsonl").read_text()]
     assert stores["cluster"] == stores["inprocess"]  # manifests (chunk digests, classes, IDF digest), quarantine
     train = stores["inprocess"][0]
@@ -467,6 +469,7 @@ def test_a_split_of_regression_or_multilabel_rows_gives_the_in_process_stores(tm
         stores[name] = [_manifest(out), _manifest(test)]
     assert stores["cl"] == stores["in"]
     assert stores["in"][0]["task"] == ("regression" if target == "numeric" else "multilabel")
+    assert stores["in"][0]["class_rows"] is None and stores["in"][1]["class_rows"] is None  # multiclass only
 
 
 def test_a_file_of_a_few_pieces_sizes_is_cut_into_pieces_per_input(tmp_path, monkeypatch):

@@ -97,7 +97,7 @@ def test_idf_from_training_rows_equals_sklearn_tfidf(tmp_path):
     np.testing.assert_allclose(train.idf, tfidf.idf_, rtol=1e-12)
 
 
-def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm):
+def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm, check_class_rows):
     opts = dict(test_size=0.2, chunk_rows=300, progress=False)
     ingest(IngestOptions([digits_svm], str(tmp_path / "a"), test_out=str(tmp_path / "at"), **opts))
     ingest(IngestOptions([digits_svm], str(tmp_path / "b"), test_out=str(tmp_path / "bt"), **opts))
@@ -111,9 +111,11 @@ def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm):
         assert int((yt == a.classes.index(str(c))).sum()) == round(0.2 * n_c)
         assert int((ya == a.classes.index(str(c))).sum()) == n_c - round(0.2 * n_c)
     assert a.n_rows + at.n_rows == 1797 and at.classes == a.classes
+    for path in ("a", "at"):  # the class counts each manifest records are its rows'
+        check_class_rows(tmp_path / path)
 
 
-def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
+def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path, check_class_rows):
     train = _jsonl(tmp_path, DOCS, "train.jsonl")
     cfg = HashingConfig(n_features=2**10)
     ingest(IngestOptions([train], str(tmp_path / "tr"), hashing=cfg, idf=True, progress=False))
@@ -136,6 +138,8 @@ def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path):
         and te.featurizer_dict() == open_store(str(tmp_path / "tr")).featurizer_dict()
     )
     assert np.array_equal(te.idf, open_store(str(tmp_path / "tr")).idf)
+    check_class_rows(tmp_path / "te")
+    assert te.manifest.class_rows == [1, 1]  # the skipped record is not counted
 
 
 def test_like_reads_with_the_training_stores_source_options(tmp_path):

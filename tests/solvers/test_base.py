@@ -167,3 +167,35 @@ def test_offset_notice_names_the_column_whose_mean_is_farthest_from_zero_in_its_
     for mean, named in [(OFFSET_RATIO * 1.01, True), (OFFSET_RATIO * 0.99, False)]:
         c = col - 1.0 + mean
         assert (offset_notice("bcd", 500, ids[:1], np.array([c.sum()]), np.array([(c**2).sum()])) is not None) == named
+
+
+def test_class_rows_reads_a_stores_counts_from_its_manifest_and_no_chunk(digits, write_store, tmp_path):
+    """A version-4 store: the driver's class counts (solvers.base.class_rows) are its manifest's,
+    so they come even with every chunk gone after the open. A version-3 store (tests/data/store-v3,
+    no class_rows): one pass over its chunks, which then must be there."""
+    import os
+    import shutil
+
+    import numpy as np
+    import pytest
+
+    from streamfit.engine import Engine
+    from streamfit.errors import StoreError
+    from streamfit.solvers.base import class_rows
+    from streamfit.store import open_store
+
+    X, y, classes = digits
+    store = open_store(write_store(X, y, classes + ["spare"], chunk_rows=400))
+    shutil.rmtree(os.path.join(store.path, "chunks"))
+    with Engine(mode="inprocess") as engine:
+        rows = class_rows(store, engine)
+        assert rows.dtype == np.int64 and rows.tolist() == np.bincount(y, minlength=11).tolist()
+        with pytest.raises(StoreError, match="chunk 0"):
+            store.read_chunk(0)  # the chunks are gone indeed
+        old = tmp_path / "v3.zarr"
+        shutil.copytree(os.path.join(os.path.dirname(__file__), "..", "data", "store-v3", "dna400.zarr"), old)
+        assert class_rows(open_store(str(old)), engine).tolist() == [88, 99, 213, 0]
+        v3 = open_store(str(old))
+        shutil.rmtree(old / "chunks")
+        with pytest.raises(StoreError, match="chunk 0"):
+            class_rows(v3, engine)

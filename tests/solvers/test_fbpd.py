@@ -578,20 +578,22 @@ def test_preconditioning_reaches_the_lp_optimum_on_sparse_rows():
 def test_unused_columns_skipped_bitwise(monkeypatch, params):
     """Text-like rows whose 40 used columns are spread over 400: the run that updates only the
     used columns (whole blocks of the mixed norms) gives bitwise the model and the log of the
-    same run updating all 400 rows of W, the sweep over every row."""
+    same run updating all 400 rows of W, the sweep over every row; the columns counted in the
+    label sums' pass when init makes it, else in a pass of their own."""
     X_used, z = text_like(n=90, M=40, seed=5)
     M = 400
     X = np.zeros((len(z), M))
     X[:, np.random.default_rng(5).choice(M, 40, replace=False)] = X_used
     source = memory_source(X, z, chunk_rows=32)
-    used_rows, counts = fb.FBPDSolver.used_rows, []
+    used_rows, counts, from_sums = fb.FBPDSolver.used_rows, [], []
 
-    def counted(self, ctx, mu):
-        rows = used_rows(self, ctx, mu)
+    def counted(self, ctx, mu, sums):
+        rows = used_rows(self, ctx, mu, sums)
         counts.append(len(rows))
+        from_sums.append(sums is not None)  # the column counts of the label sums' pass, not one of their own
         return rows
 
-    def every_row(self, ctx, mu):
+    def every_row(self, ctx, mu, sums):
         return np.arange(M, dtype=np.int64)
 
     monkeypatch.setattr(fb.FBPDSolver, "used_rows", counted)
@@ -600,6 +602,7 @@ def test_unused_columns_skipped_bitwise(monkeypatch, params):
     if "group_size" in params:  # every column of a block with a used column
         used = np.flatnonzero(np.isin(np.arange(M) // 4, used // 4))
     assert counts[0] == len(used) < M / 2
+    assert from_sums[0] == (params.get("preconditioning") is not False)
     monkeypatch.setattr(fb.FBPDSolver, "used_rows", every_row)
     reference, reference_log = fit(source, **params)
     for name, array in reference._arrays().items():

@@ -55,6 +55,67 @@ def test_multilabel_round_trip(write_store, backend):
     assert s.multilabel and (X2 != X).nnz == 0 and (Y2 != Y).nnz == 0
 
 
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_the_manifest_records_each_class_s_rows_for_any_batching(digits, write_store, backend, check_class_rows):
+    """Format version 4: class_rows, the rows of each class as the writer counted them from the
+    class ids it wrote (a declared class without rows: 0), whatever batches the rows came in;
+    null for multilabel and regression stores."""
+    X, y, classes = digits
+    for batch in (1, 137, 5000):
+        path = write_store(X, y, classes + ["spare"], chunk_rows=400, backend=backend, batch=batch)
+        check_class_rows(path)
+        manifest = open_store(path).manifest
+        assert manifest.format_version == 4
+        assert manifest.class_rows == np.bincount(y, minlength=11).tolist() and manifest.class_rows[10] == 0
+    Y = sp.csr_matrix((np.random.default_rng(0).random((300, 7)) < 0.3).astype(np.float32))
+    check_class_rows(write_store(X[:300], Y, [f"l{i}" for i in range(7)], chunk_rows=64, backend=backend))
+    writer = StoreWriter(os.path.join(os.path.dirname(path), f"regression.{backend}"), backend=backend, n_outputs=1)
+    writer.write_rows(X[:300], np.arange(300.0).reshape(-1, 1))
+    writer.close(n_features=64, classes=["t"])
+    check_class_rows(writer.path)
+
+
+def test_a_writer_given_fewer_classes_than_its_ids_is_refused(digits, tmp_path):
+    X, y, classes = digits
+    writer = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=400)
+    writer.write_rows(X, y)
+    with pytest.raises(StoreError, match="class id 9 written, but only 9 classes given"):
+        writer.close(n_features=64, classes=classes[:9])
+    assert not os.path.exists(tmp_path / "s.zarr")
+
+
+def test_class_counts_edited_with_the_manifest_copy_are_named_by_verify(digits, write_store):
+    """An edit of class_rows that keeps its sum, made in manifest.json (resealed) and in the copy
+    kept with the data alike, opens; verify counts the chunks' labels and names the class."""
+    X, y, classes = digits
+    path = write_store(X, y, classes, chunk_rows=400)
+    edit_manifest(path, _move_a_class_row)
+    root = os.path.join(path, "zarr.json")
+    meta = json.load(open(root))
+    _move_a_class_row(meta["attributes"]["streamfit.manifest"])
+    json.dump(meta, open(root, "w"))
+    store = open_store(path)
+    assert store.to_scipy()[1].shape == (1797,)  # the data itself reads
+    problems = store.verify()
+    assert any(
+        re.search(r"manifest.json records 177 rows of class '0' \(class_rows\), the chunks hold 178; re-ingest", p)
+        for p in problems
+    ), problems
+
+
+@pytest.mark.parametrize("backend", ["zarr", "parquet"])
+def test_a_version_3_store_is_read_without_class_counts(backend):
+    """A store written by streamfit before format version 4 (tests/data/store-v3) opens, reads
+    and verifies; its manifest has no class_rows (None), and keeps version 3 when rewritten."""
+    path = os.path.join(os.path.dirname(__file__), "..", "data", "store-v3", f"dna400.{backend}")
+    store = open_store(path)
+    assert (store.manifest.format_version, store.manifest.class_rows) == (3, None)
+    assert store.verify() == []
+    assert np.bincount(store.to_scipy()[1], minlength=4).tolist() == [88, 99, 213, 0]
+    record = json.loads(store.manifest.to_json())
+    assert record == json.load(open(os.path.join(path, "manifest.json")))  # rewritten as it was: version 3
+
+
 def test_chunks_are_stored_apart_and_readable_by_zarr_and_pyarrow(digits, write_store):
     """Chunk i's rows, and only them, are in chunks/<i:06d> (Zarr) or chunks/part-<i:06d>.parquet,
     a Parquet dataset directory that pyarrow reads as one table in row order."""
@@ -196,6 +257,11 @@ def _drop_last_chunk(m):
     m["n_rows"], m["nnz"] = last["row_start"], m["nnz"] - last["nnz"]
 
 
+def _move_a_class_row(m):
+    m["class_rows"][0] -= 1
+    m["class_rows"][1] += 1
+
+
 def _swap_classes(m):
     m["classes"][0], m["classes"][1] = m["classes"][1], m["classes"][0]
 
@@ -210,6 +276,8 @@ EDITS = {
     "lower n_features": lambda m: m.update(n_features=10),
     "change chunk_rows": lambda m: m.update(chunk_rows=500),
     "drop a class": lambda m: m["classes"].pop(),
+    "move a row between class counts": _move_a_class_row,
+    "class counts dropped": lambda m: m.pop("class_rows"),
     "wrong nnz": lambda m: m.update(nnz=m["nnz"] + 1),
     "missing task": lambda m: m.pop("task"),
     "n_rows a string": lambda m: m.update(n_rows="1797"),
@@ -232,12 +300,14 @@ def test_an_edited_manifest_fails_its_digest(digits, write_store, backend, edit)
 
 # a resealed edit: what each reader names (at open, or when the data is read or verified)
 RESEALED = {
-    "drop the last chunk (n_rows consistent)": r"manifest copy in .* has another n_rows; manifest.json does not match",
+    "drop the last chunk (n_rows consistent)": r"class_rows count 1797 rows in all, but n_rows is 1600",
     "duplicate a chunk entry": r"chunks\[3\] is id 2, row_start 800, row_stop 1200; expected id 3, 1200-1600",
     "raise n_features": "manifest copy in .* has another n_features",
     "lower n_features": "manifest copy in .* has another n_features",
     "change chunk_rows": r"chunks\[0\] is id 0, row_start 0, row_stop 400; expected id 0, 0-500",
-    "drop a class": "manifest copy in .* has another classes",
+    "drop a class": r"class_rows is 10 counts, expected one count per class \(9\)",
+    "move a row between class counts": "manifest copy in .* has another class_rows",
+    "class counts dropped": "class_rows is missing",
     "wrong nnz": "nnz is 58737, but the chunks hold 58736",
     "missing task": "task is missing",
     "n_rows a string": "n_rows is '1797', expected an integer >= 0",
