@@ -1,6 +1,9 @@
 import os
+import signal
 import subprocess
 import sys
+
+import pytest
 
 
 def test_python_dash_m_streamfit_is_the_streamfit_command(tmp_path):
@@ -15,17 +18,25 @@ def test_python_dash_m_streamfit_is_the_streamfit_command(tmp_path):
     assert done.returncode == 2 and done.stderr.strip() == "error: missing.csv: no such file"
 
 
-def test_a_ctrl_c_while_the_command_line_is_imported_is_one_line_and_exit_130(tmp_path):
-    """A real SIGINT delivered while `streamfit.cli` is being imported (sent by an import hook at
-    that moment, in a child process): the console script's entry point prints one `stopped:` line
-    and exits 130, as a Ctrl-C later in a command does; without it Python prints a traceback.
-    A control run without the signal gets the command's help."""
+@pytest.mark.parametrize(
+    "signum, status, line",
+    [
+        (signal.SIGINT, 130, "stopped: interrupted (Ctrl-C) while starting; nothing was done: run it again"),
+        (signal.SIGTERM, 143, "stopped: terminated by SIGTERM while starting; nothing was done: run it again"),
+    ],
+)
+def test_a_signal_while_the_command_line_is_imported_is_one_line_and_its_exit_status(tmp_path, signum, status, line):
+    """A real Ctrl-C (SIGINT) or SIGTERM delivered while `streamfit.cli` is being imported (sent
+    by an import hook at that moment, in a child process): the console script's entry point
+    prints one `stopped:` line and exits 130 or 143, as the signal later in a command does;
+    without it Python printed a traceback (SIGINT) or the process died by the signal with no
+    word (SIGTERM). A control run without the signal gets the command's help."""
     child = (
-        "import os, signal, sys\n"
+        "import os, sys\n"
         "class Hook:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'streamfit.cli' and os.environ.get('SEND_SIGINT'):\n"
-        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        if name == 'streamfit.cli' and os.environ.get('SEND_SIGNAL'):\n"
+        "            os.kill(os.getpid(), int(os.environ['SEND_SIGNAL']))\n"
         "        return None\n"
         "sys.meta_path.insert(0, Hook())\n"
         "sys.argv = ['streamfit', 'train', '--help']\n"
@@ -34,7 +45,7 @@ def test_a_ctrl_c_while_the_command_line_is_imported_is_one_line_and_exit_130(tm
     )
     control = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path)
     assert control.returncode == 0 and control.stdout.startswith("Usage: streamfit train [OPTIONS] STORE")
-    env = {**os.environ, "SEND_SIGINT": "1"}
+    env = {**os.environ, "SEND_SIGNAL": str(int(signum))}
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path, env=env)
-    assert done.returncode == 130, done.stderr
-    assert done.stderr == "stopped: interrupted (Ctrl-C) while starting; nothing was done: run it again\n"
+    assert done.returncode == status, done.stderr
+    assert done.stderr == line + "\n" and done.stdout == ""
