@@ -353,18 +353,22 @@ def column_scales(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     would blow up) or whose squares overflowed (NaN or inf). fbpd's steps on standardized
     columns and stagewise's standardized penalty."""
     constant = constant_columns(n, sums, squares)
+    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, column_variances(n, sums, squares))))
+
+
+def column_variances(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
+    """The columns' variances mean x_j² − mean(x_j)² over n rows from their sums Σ_i x_ij and
+    Σ_i x_ij² (NaN or inf where the squares overflowed)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        variance = squares / n - (sums / n) ** 2
-    return np.where(constant, 1.0, np.sqrt(np.where(constant, 1.0, variance)))
+        return squares / n - (sums / n) ** 2
 
 
 def constant_columns(n: int, sums: np.ndarray, squares: np.ndarray) -> np.ndarray:
     """`column_scales`' constant columns (bool): variance at most 1e-12 of the mean square, or
     squares that overflowed."""
-    mean_square = squares / n
+    variance = column_variances(n, sums, squares)
     with np.errstate(over="ignore", invalid="ignore"):
-        variance = mean_square - (sums / n) ** 2
-        return ~(variance > 1e-12 * mean_square) | ~np.isfinite(variance)
+        return ~(variance > 1e-12 * (squares / n)) | ~np.isfinite(variance)
 
 
 # offset_notice: a dense low-dimensional column whose mean is more than this many times its

@@ -228,6 +228,7 @@ from streamfit.solvers.base import (
     Solver,
     SolverParams,
     SolverState,
+    column_variances,
     dense_low_dimensional,
     register_solver,
     standardized_scale,
@@ -762,8 +763,7 @@ def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray,
     and squares), the λ scale at which two passes reach the ridge model; None otherwise."""
     if n_active < source.n_rows:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        v_bar = float(np.mean(squares / source.n_rows - (sums / source.n_rows) ** 2))
+    v_bar = float(np.mean(column_variances(source.n_rows, sums, squares)))
     return (
         f"{_data_name(source)}: {n_active} active columns for {source.n_rows} training rows: on regression data this "
         f"wide the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean; check with --valid, "
