@@ -17,11 +17,14 @@ read, locality 3: keep it in every cache level).
 
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from streamfit._collector import imports_uncollected
+from streamfit.errors import OutputError
 
 with imports_uncollected():  # numba's ~20 000 objects (types, typing templates, LLVM bindings)
     import numba
@@ -37,9 +40,44 @@ KERNEL_OPTIONS = {"cache": True, "no_cfunc_wrapper": True}
 def kernel(**options: Any) -> Callable[[_F], _F]:
     """`@kernel(nogil=True)` = `@numba.njit(cache=True, no_cfunc_wrapper=True, nogil=True)`.
     The first kernel a process defines starts numba's target (start_target): a module of kernels
-    is imported to call them."""
+    is imported to call them. Where numba finds no folder it can write its cache to, the
+    kernel's definition raises OutputError naming them and NUMBA_CACHE_DIR (`_no_cache_folder`)."""
     start_target()
-    return numba.njit(**KERNEL_OPTIONS, **options)  # type: ignore[call-overload]  # numba's hints lack no_cfunc_wrapper
+    jit = numba.njit(**KERNEL_OPTIONS, **options)  # type: ignore[call-overload]  # numba's hints lack no_cfunc_wrapper
+
+    def define(func: _F) -> _F:
+        try:
+            return jit(func)
+        except RuntimeError as e:
+            if NO_CACHE_LOCATOR not in str(e):
+                raise
+            raise OutputError(_no_cache_folder(func)) from None
+
+    return define
+
+
+# numba's RuntimeError when none of its cache locators can write (numba.core.caching._CacheImpl)
+NO_CACHE_LOCATOR = "no locator available"
+
+
+def _no_cache_folder(func: Callable) -> str:
+    """The one line for a kernel whose compiled code numba can write nowhere: a read-only
+    installation (its __pycache__) with a home folder that is read-only too (numba's user-wide
+    cache folder there), and NUMBA_CACHE_DIR unset or not writable either."""
+    from numba.misc.appdirs import AppDirs
+
+    source = inspect.getsourcefile(func) or func.__code__.co_filename
+    cache_dir = numba.config.CACHE_DIR  # type: ignore[attr-defined]  # numba's config sets it from the environment
+    tried = [
+        f"NUMBA_CACHE_DIR={cache_dir}" if cache_dir else "NUMBA_CACHE_DIR (unset)",
+        os.path.join(os.path.dirname(source), "__pycache__"),
+        AppDirs(appname="numba", appauthor=False).user_cache_dir,
+    ]
+    return (
+        f"numba cannot cache the compiled code of {source}: none of the folders it tries is writable "
+        f"({', '.join(tried)}); set NUMBA_CACHE_DIR to a folder this user can write, e.g. export "
+        "NUMBA_CACHE_DIR=/tmp/numba-cache (numba uses no cache folder it cannot write to, even a filled one)"
+    )
 
 
 def start_target() -> None:
