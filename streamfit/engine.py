@@ -166,6 +166,22 @@ def _worker_start_method():
         yield
 
 
+def _require_semaphores(n_workers: int | None) -> None:
+    """StreamfitError where this process cannot make a multiprocessing lock: a POSIX semaphore, on
+    Linux a file in /dev/shm (a container's /dev/shm read-only or missing). The embedded cluster's
+    nannies make one for each worker process they start, and without it the cluster failed with
+    Dask's 'Nanny failed to start' after its error tracebacks."""
+    try:
+        multiprocessing.get_context(WORKER_START_METHOD).Lock()
+    except OSError as e:
+        raise StreamfitError(
+            f"the embedded Dask cluster (--n-workers {n_workers or 'one per core'}) cannot start its worker "
+            f"processes: this system refuses them the semaphores they need ({e.strerror or e}; on Linux they "
+            "are files in /dev/shm): give the container a writable /dev/shm (docker run --shm-size 64m, "
+            "or --tmpfs /dev/shm), or run in this process (--n-workers 0), or join a cluster with --scheduler"
+        ) from None
+
+
 class _SchedulerLossReported(logging.Filter):
     """Drops Dask's client's ERROR "Failed to reconnect to scheduler …, closing client" and the
     tracebacks of its failed or cancelled reconnection (a comms error or CancelledError logged as
@@ -505,6 +521,7 @@ class Engine:
                 self.close()
                 raise
         else:
+            _require_semaphores(self.n_workers)
             # held until close(): the nanny restarts a worker that died with the same method
             self._cluster_config.enter_context(_worker_start_method())
             from distributed.deploy.spec import SpecCluster

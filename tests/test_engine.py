@@ -2,6 +2,9 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from types import SimpleNamespace
@@ -853,3 +856,49 @@ def test_a_ctrl_c_before_a_dask_call_starts_logs_no_traceback_of_distributed_s_c
     assert "interrupted" in plain.stdout and "interrupted" in filtered.stdout, (plain, filtered)
     assert "NameError: cannot access free variable 'future'" in plain.stderr, plain.stderr
     assert "NameError" not in filtered.stderr and "Traceback" not in filtered.stderr, filtered.stderr
+
+
+def _with_dev_shm(options: str, code: str) -> subprocess.CompletedProcess:
+    """`code` run by this Python in a mount namespace of its own (unshare, as root or in a user
+    namespace) where /dev/shm is a fresh tmpfs mounted with `options`: a container's /dev/shm."""
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux) to give a process its own /dev/shm")
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    mount = f"mount -t tmpfs -o {options} tmpfs /dev/shm"
+    probe = subprocess.run(["unshare", *user, "--mount", "sh", "-c", mount], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"this system lets no process mount its own /dev/shm ({probe.stderr.strip()})")
+    command = f'{mount} && exec "$0" -c "$1"'
+    return subprocess.run(
+        ["unshare", *user, "--mount", "sh", "-c", command, sys.executable, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+
+
+def test_an_embedded_cluster_without_a_writable_dev_shm_is_one_line(tmp_path):
+    """A container whose /dev/shm is read-only (or missing): the nannies cannot make the semaphores
+    of the worker processes; one line naming /dev/shm and the fixes, before Dask starts (on main,
+    Dask's tracebacks and 'RuntimeError: Nanny failed to start.'). With a writable /dev/shm of a
+    container's default size the same check passes (the control)."""
+    code = (
+        "from streamfit.engine import Engine\n"
+        "from streamfit.errors import StreamfitError\n"
+        "try:\n"
+        "    Engine(n_workers=2).start()\n"
+        "except StreamfitError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    refused = _with_dev_shm("size=1m,ro", code)
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout.startswith("refused: the embedded Dask cluster (--n-workers 2) cannot start its worker")
+    assert "Read-only file system" in refused.stdout and "writable /dev/shm" in refused.stdout
+    assert "Nanny" not in refused.stdout + refused.stderr
+    control = _with_dev_shm(
+        "size=64m",
+        "from streamfit.engine import _require_semaphores\n_require_semaphores(2)\nprint('semaphores made')\n",
+    )
+    assert control.returncode == 0, control.stderr
+    assert control.stdout == "semaphores made\n"
