@@ -109,7 +109,7 @@ def test_a_bad_record_stops_the_ingest_at_its_file_and_line(tmp_path, cluster):
         with pytest.raises(InputError) as e:
             ingest(_options(inputs, tmp_path / "x.zarr", overwrite=True, **engine))
         errors.append(str(e.value))
-    assert errors[0] == errors[1] and "part-1.jsonl:51: the line is a JSON list" in errors[0]
+    assert errors[0] == errors[1] and "part-1.jsonl:51: the line is a JSON array" in errors[0]
 
 
 def test_inputs_and_store_on_s3_through_the_cluster(tmp_path, s3, cluster):

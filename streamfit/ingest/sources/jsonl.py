@@ -92,12 +92,22 @@ def _missing(field: str, option: str, obj: dict) -> _Bad:
     )
 
 
+def _json_kind(value) -> str:
+    """What a parsed JSON value is, in JSON's words (Python's type names are not the file's)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    kinds = {int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return kinds.get(type(value), type(value).__name__)
+
+
 def _not_a_value(field: str, value, wanted: str) -> _Bad:
     """_Bad for a field holding something else than `wanted`; an object: name its fields."""
     if isinstance(value, dict):
         inside = ", ".join(_paths(value, f"{field}.", 5)) or "none"
         return _Bad(f"field {field!r} is a JSON object, not {wanted}", f"name a field inside it: {inside}")
-    return _Bad(f"field {field!r} is a JSON {type(value).__name__}, not {wanted}")
+    return _Bad(f"field {field!r} is a JSON {_json_kind(value)}, not {wanted}")
 
 
 def _label_text(value, numeric: bool) -> str:
@@ -200,7 +210,7 @@ class JsonlSource:
         except (ValueError, RecursionError) as e:
             raise _Bad(f"invalid JSON ({e})") from None
         if not isinstance(obj, dict):
-            raise _Bad(f"the line is a JSON {type(obj).__name__}, not an object")
+            raise _Bad(f"the line is a JSON {_json_kind(obj)}, not an object")
         texts = []
         for field in self.fields:
             value = _field(obj, field)

@@ -96,7 +96,8 @@ def test_nested_fields_by_dotted_path(read, tmp_path):
 BAD = [
     (b"{not json", "invalid JSON", ""),
     (b"\xff\xfe{}", "not valid UTF-8", "JSON text is UTF-8: convert the file from its encoding, e.g. iconv"),
-    (b"[1, 2]", "JSON list, not an object", ""),
+    (b"[1, 2]", "the line is a JSON array, not an object", ""),
+    (b'"text"', "the line is a JSON string, not an object", ""),
     (
         json.dumps({"body": "x", "label": "a"}).encode(),
         "no field 'text'",
@@ -107,7 +108,12 @@ BAD = [
         "no field 'label'",
         "--label-field; this line has the fields: text",
     ),
-    (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON int, not a string", ""),
+    (json.dumps({"text": 5, "label": "a"}).encode(), "field 'text' is a JSON integer, not a string", ""),
+    # qa33: in JSON's words, not Python's (NoneType, list, bool)
+    (json.dumps({"text": None, "label": "a"}).encode(), "field 'text' is a JSON null, not a string", ""),
+    (json.dumps({"text": ["a", "b"], "label": "a"}).encode(), "field 'text' is a JSON array, not a string", ""),
+    (json.dumps({"text": False, "label": "a"}).encode(), "field 'text' is a JSON boolean, not a string", ""),
+    (json.dumps({"text": 2.5, "label": "a"}).encode(), "field 'text' is a JSON number, not a string", ""),
     (
         json.dumps({"text": {"title": "t", "body": "b"}, "label": "a"}).encode(),
         "field 'text' is a JSON object, not a string",
