@@ -196,6 +196,11 @@ class Store(ChunkSource):
         if self.path.endswith(".partial") and location.local and not scratch:
             raise StoreError(f"{path}: an incomplete store left by an interrupted ingest; re-run 'streamfit ingest'")
         if location.local and not location.isdir():
+            if os.path.isfile(location.path):  # `evaluate run/ test.csv`: raw data where a store goes
+                raise StoreError(
+                    f"{path}: a data file, not a store (the directory 'streamfit ingest' writes): ingest it "
+                    f"first, streamfit ingest {path} --out STORE (test data: add --like TRAINING_STORE)"
+                )
             raise StoreError(f"{path}: no such store directory (create one with 'streamfit ingest')")
         if attempt is not None and not location.local:
             data: storage.Location | None = location.join(attempt)

@@ -135,6 +135,21 @@ def test_chunks_are_stored_apart_and_readable_by_zarr_and_pyarrow(digits, write_
     assert [len(r) for r in table.column("indices").to_pylist()] == list(np.diff(X.indptr))
 
 
+def test_a_data_file_where_a_store_goes_says_to_ingest_it(tmp_path):
+    """qa33: `evaluate run/ test.csv` (raw data after train): the file is there, so 'no such store
+    directory' misled; the line names the ingest command (`--like` for test data)."""
+    data = tmp_path / "test.csv"
+    data.write_text("label,text\na,some words\n")
+    with pytest.raises(StoreError) as raised:
+        open_store(str(data))
+    assert str(raised.value) == (
+        f"{data}: a data file, not a store (the directory 'streamfit ingest' writes): ingest it first, "
+        f"streamfit ingest {data} --out STORE (test data: add --like TRAINING_STORE)"
+    )
+    with pytest.raises(StoreError, match="no such store directory"):  # the control: nothing there
+        open_store(str(tmp_path / "missing.zarr"))
+
+
 def test_incomplete_store_never_opens(tmp_path, digits):
     X, y, classes = digits
     w = StoreWriter(str(tmp_path / "s.zarr"), chunk_rows=100)
