@@ -269,7 +269,10 @@ def test_predict_refuses_a_row_wider_than_training_and_leaves_nothing(stores, tm
     raw = tmp_path / "wide.svm"
     raw.write_text("1 3:1\n2 5:1 65:0.5\n")
     result = run("predict", run_dir, raw, "--out", tmp_path / "p.csv", ok=False)
-    assert result.exit_code == 2 and "wide.svm:2: feature index 64 is beyond the 64 features" in result.output
+    assert (
+        result.exit_code == 2
+        and "wide.svm:2: feature index 65 is beyond the 64 features (indices 1–64)" in result.output
+    )
     assert not (tmp_path / "p.csv").exists() and not (tmp_path / "p.csv.partial").exists()
 
 

@@ -164,10 +164,12 @@ class Featurizer:
         X = self.raw_rows(batch)
         if X.nnz and self.n_features is not None and int(X.indices.max()) >= self.n_features:
             row = int(np.searchsorted(X.indptr, int(np.argmax(X.indices >= self.n_features)), side="right")) - 1
+            from streamfit.ingest.sources.batches import beyond_width
+
+            column = int(X.indices[X.indptr[row] : X.indptr[row + 1]].max())
             raise StreamfitError(
-                f"{batch.locations[row]}: feature index {int(X.indices[X.indptr[row] : X.indptr[row + 1]].max())} is "
-                f"beyond the {self.n_features} features the training data was ingested with; score data of the "
-                "training data's kind (or retrain with --n-features covering it)"
+                f"{batch.locations[row]}: {beyond_width(batch, column, self.n_features)} the training data was "
+                "ingested with; score data of the training data's kind (or retrain with --n-features covering it)"
             )
         X = sp.csr_matrix((X.data, X.indices, X.indptr), shape=(X.shape[0], self.n_features or X.shape[1]))
         problems = self.out_of_range(X)

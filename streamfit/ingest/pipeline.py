@@ -666,7 +666,9 @@ class _Pass1:
         for r in np.flatnonzero(row_max >= (width or MAX_FEATURES)):
             keep[r] = False
             if width is not None:
-                problem = f"feature index {int(row_max[r])} is out of range for {width} features"
+                from streamfit.ingest.sources.batches import beyond_width
+
+                problem = beyond_width(batch, int(row_max[r]), width)
                 hint = "pass a larger --n-features, or hash the indices"
             else:
                 problem = (

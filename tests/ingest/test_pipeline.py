@@ -321,7 +321,7 @@ def test_an_out_that_cannot_be_made_is_named_as_given(tmp_path, digits_svm):
 def test_out_of_range_index_with_fixed_width(tmp_path):
     path = tmp_path / "wide.svm"
     path.write_text("1 1:1\n2 9:1\n")
-    with pytest.raises(InputError, match=r"wide.svm:2: feature index 8 is out of range"):
+    with pytest.raises(InputError, match=r"wide.svm:2: feature index 9 is beyond the 4 features \(indices 1–4\)"):
         ingest(IngestOptions([str(path)], str(tmp_path / "s"), n_features=4, progress=False))
 
 
@@ -567,7 +567,7 @@ def test_no_hash_columns_beyond_int32_are_refused_in_every_indexed_format(tmp_pa
             with pytest.raises(InputError, match="wide.npz: 4294967299 feature columns, more than the 2147483647 "):
                 ingest(IngestOptions([path], str(tmp_path / "s"), on_bad_record=policy, **kwargs))
         kwargs["n_features"] = width = 2
-        problem = r"wide.npz:row 1: feature index 4294967298 is out of range for 2 features"
+        problem = r"wide.npz:row 1: feature index 4294967298 is beyond the 2 features \(indices 0–1\)"
     with pytest.raises(InputError, match=problem):
         ingest(IngestOptions([path], str(tmp_path / "s"), **kwargs))
     report = ingest(IngestOptions([path], str(tmp_path / "s"), on_bad_record="skip", **kwargs))
@@ -1151,3 +1151,19 @@ def test_an_input_whose_every_record_is_skipped_says_how_many_and_why(tmp_path, 
         f"every one of the 3 records read was a bad record, skipped (the first: {path}:1: the line is not valid UTF-8)"
     )
     assert "--on-bad-record error" in e.value.hint and not os.path.exists(tmp_path / "s")
+
+
+@pytest.mark.parametrize(
+    "zero_based, line, index, indices", [(False, "1 2:1 7:1.5", 7, "1–4"), (True, "1 1:1 4:1", 4, "0–3")]
+)
+def test_an_index_beyond_the_width_is_named_as_the_file_writes_it(tmp_path, zero_based, line, index, indices):
+    """qa33: a 1-based LIBSVM line `7:1.5` beyond --n-features 4 was 'feature index 6 is out of
+    range', the column counted from 0, an index the file does not hold; now the file's own index
+    and the indices the width allows, in either numbering."""
+    path = tmp_path / "wide.svm"
+    path.write_text(f"0 1:1\n{line}\n")
+    options = dict(n_features=4, source_options={"zero_based": zero_based}, progress=False)
+    with pytest.raises(InputError) as raised:
+        ingest(IngestOptions([str(path)], str(tmp_path / "s"), **options))
+    assert raised.value.location == f"{path}:2"
+    assert raised.value.problem == f"feature index {index} is beyond the 4 features (indices {indices})"

@@ -25,12 +25,23 @@ class TextBatch:
 class SparseBatch:
     """Numeric-indexed records. X is CSR with float64 values and int64 0-based column indices,
     sorted and without duplicates within a row; explicit zeros in the input are kept; the
-    record's id (the id_field's value) when the source reads one."""
+    record's id (the id_field's value) when the source reads one; index_base: the index the
+    input writes for column 0 (1 in a 1-based LIBSVM file), so that a message names an index as
+    the file writes it (`beyond_width`)."""
 
     X: sp.csr_matrix
     labels: list
     locations: list[str]
     ids: list[str] | None = None
+    index_base: int = 0
+
+
+def beyond_width(batch, column: int, width: int) -> str:
+    """The problem of a row whose column `column` (counted from 0) is beyond `width` columns, with
+    the index as the batch's file writes it: 'feature index 65 is beyond the 64 features (indices
+    1–64)' for a 1-based LIBSVM file."""
+    base = getattr(batch, "index_base", 0)
+    return f"feature index {column + base} is beyond the {width} features (indices {base}–{width - 1 + base})"
 
 
 @dataclass

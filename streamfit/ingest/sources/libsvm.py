@@ -581,4 +581,5 @@ class LibsvmSource:
         if indices.size:
             self._n_cols = max(self._n_cols, int(indices.max()) + 1)
         X = csr_int64(values, indices, indptr, self._n_cols)
-        return SparseBatch(X, [labels[r] for r in kept], [f"{self.path}:{lines[r]}" for r in kept])
+        locations = [f"{self.path}:{lines[r]}" for r in kept]
+        return SparseBatch(X, [labels[r] for r in kept], locations, index_base=0 if self.zero_based else 1)
