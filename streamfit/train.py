@@ -324,10 +324,17 @@ def _check_feature_memory(store, solver: str) -> None:
     available = available_memory()
     if need > available:
         what = f"{store.n_classes} classes of dense float64 weights" if dense else "its per-feature arrays"
+        if store.hashing is not None:  # its width is the hashed --n-features
+            advice = "re-ingest with a smaller --n-features"
+        else:
+            advice = (
+                "re-ingest with hashing (drop --no-hash), renumber the features from 0, or pass a smaller --n-features"
+            )
+        if dense:
+            advice += ", or train with --solver ppdsparse, whose weights are sparse"
         raise StreamfitError(
             f"{store.path}: {solver} needs at least {need / 2**30:.3g} GiB for {what} over {store.n_features} "
-            f"features, more than the {available / 2**30:.3g} GiB available: re-ingest with hashing (drop "
-            "--no-hash), renumber the features from 0, or pass a smaller --n-features"
+            f"features, more than the {available / 2**30:.3g} GiB available: {advice}"
         )
 
 

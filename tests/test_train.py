@@ -282,6 +282,30 @@ def test_per_feature_arrays_beyond_the_memory_available_are_refused_at_the_start
     assert not (tmp_path / "run" / "checkpoints" / "LATEST").exists()
 
 
+def test_a_hashed_store_s_refusal_names_a_smaller_width_and_sparse_weights(tmp_path, monkeypatch):
+    """qa33 (20 000 classes of text, hashed to 2^18 features: 39 GiB of dense weights): the advice
+    was to drop --no-hash, which that store was not ingested with; now a smaller --n-features and
+    ppdsparse, whose weights are sparse (it trained that store in 0.3 GiB)."""
+    import psutil
+
+    from streamfit.ingest.hashing import HashingConfig
+    from streamfit.ingest.pipeline import IngestOptions, ingest
+
+    data = tmp_path / "d.csv"
+    data.write_text("label,text\n" + "".join(f"c{i % 3},word{i} other{i % 5}\n" for i in range(30)))
+    ingest(
+        IngestOptions([str(data)], str(tmp_path / "s.zarr"), hashing=HashingConfig(n_features=2**10), progress=False)
+    )
+    # bcd's dense weights, 2^10 features × 3 classes × 8 bytes (24 KiB), beyond 16 KiB
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": 2**14})())
+    with pytest.raises(StreamfitError) as raised:
+        train(str(tmp_path / "s.zarr"), "bcd", str(tmp_path / "run"), {}, n_workers=0, progress=False)
+    assert str(raised.value).endswith(
+        "for 3 classes of dense float64 weights over 1024 features, more than the 1.53e-05 GiB available: "
+        "re-ingest with a smaller --n-features, or train with --solver ppdsparse, whose weights are sparse"
+    )
+
+
 def _row_state_bytes(store_path, count: int, *, every_row: bool = False) -> int:
     """What the per-row state check refuses above, from the store's manifest: `count` float64
     arrays of a chunk's rows × classes (`every_row`: of all the rows, bcd's memory mode) plus the
