@@ -28,6 +28,7 @@ import hashlib
 import io
 import json
 import logging
+import shlex
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -111,7 +112,8 @@ class IngestOptions:
     )
     classes: list[str] | None = option(
         None,
-        "Declared class vocabulary, comma-separated: the store's classes in this order, a label outside "
+        "Declared class vocabulary, comma-separated (a class with a comma in it: a pipeline's `classes:` "
+        "list): the store's classes in this order, a label outside "
         "them a bad record. Without it an ARFF input's header declares them (a multilabel file's label "
         "attributes, a class attribute's values, in header order, one without rows included: the model "
         "learns it as never on, evaluate --per-label lists it, a --like store may hold it); other "
@@ -742,9 +744,17 @@ class _Pass1:
             return text
 
         every = classes + in_batch
-        listing = ",".join(every) if len(every) <= 20 else "LIST (the training store's classes and these)"
+        if any("," in name for name in every):  # --classes splits at commas
+            declare = (
+                "in a pipeline's ingest section, `classes:` listing every one (--classes cannot name a class "
+                "with a comma in it)"
+            )
+        elif len(every) <= 20:
+            declare = f"--classes {shlex.quote(','.join(every))}"
+        else:
+            declare = "--classes LIST (the training store's classes and these)"
         hint = (
-            f"declare every class when ingesting the training data, --classes {listing}, and train again; "
+            f"declare every class when ingesting the training data, {declare}, and train again; "
             "--on-bad-record skip would drop these documents and bias the score"
         )
         return problem, hint

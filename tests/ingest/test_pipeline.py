@@ -115,6 +115,25 @@ def test_stratified_split_is_exact_and_seeded(tmp_path, digits_svm, check_class_
         check_class_rows(tmp_path / path)
 
 
+@pytest.mark.parametrize(
+    "labels, declare",
+    [
+        (["Café crème", "東京"], "--classes 'Café crème,東京,new one'"),  # quoted for the shell
+        (["a, b", "c"], "in a pipeline's ingest section, `classes:` listing every one (--classes cannot name"),
+    ],
+)
+def test_an_unknown_label_s_fix_can_be_typed_as_given(tmp_path, labels, declare):
+    """qa33: the hint's --classes listing was joined unquoted, and for a class with a comma in it
+    ('a, b') it named a command that splits that class in two; now quoted, or the pipeline's list."""
+    docs = [(f"words of {label}", label) for label in labels for _ in range(3)]
+    train = _jsonl(tmp_path, docs, "train.jsonl")
+    ingest(IngestOptions([train], str(tmp_path / "tr"), hashing=HashingConfig(n_features=2**10), progress=False))
+    test = _jsonl(tmp_path, [("a new topic", "new one")], "t.jsonl")
+    with pytest.raises(InputError) as e:
+        ingest(IngestOptions([test], str(tmp_path / "te"), like=str(tmp_path / "tr"), progress=False))
+    assert e.value.hint.startswith(f"declare every class when ingesting the training data, {declare}")
+
+
 def test_like_reuses_classes_and_refuses_unknown_labels(tmp_path, check_class_rows):
     train = _jsonl(tmp_path, DOCS, "train.jsonl")
     cfg = HashingConfig(n_features=2**10)
