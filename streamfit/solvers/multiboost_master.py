@@ -297,8 +297,10 @@ def fcd(
     this one, then sets w_j by (12) (or (13)), shrunk by `learning_rate` (ν < 1 only with
     tau_max = 1, MultiBoostParams). F, which Algorithm 2 does not read, is brought to
     the final weights once at the end (Master.add_scores). `rng` draws the working sets' orders
-    (None: tau_max = 1, which draws none). Returns (working-set iterations, max
-    θ after the last; None when tau_max ended it before θ was needed)."""
+    (None: tau_max = 1, which draws none). Returns (working-set iterations, max θ of the
+    last check of (18); when tau_max ended the loop, that check came before the last sweep, so
+    the final weights' θ is not known (session 32: up to 0.19 with tol 0.1 at the end of
+    converged tau_max = 2 runs); None when tau_max ended it before θ was needed)."""
     start = weights.copy()
     order = np.asarray(new, dtype=np.int64)
     tau: int = 0

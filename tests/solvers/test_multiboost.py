@@ -608,6 +608,42 @@ def test_a_learner_with_v_minus_zero_gets_the_minimum_of_2_at_c_and_its_class_ke
     assert np.all(np.argmax(F[y == K - 1], axis=1) == K - 1)
 
 
+def _largest_dual_violation(model, X, y, lam):
+    """max over every sign stump x_f > t (t between two training values of a column, both
+    polarities) and class c of (C/p)·edge − 1, the violation of the dual constraint (3b), at the
+    model's scores F: μ_(i,r) = exp(F_r − F_{y_i}) for r ≠ y_i, and a stump's edge for class c is
+    Σ_i g_c[i] ħ(x_i) with g_c[i] = Σ_{r≠c} μ_(i,r) on rows of class c and −μ_(i,c) on the others."""
+    n, K = len(y), int(y.max()) + 1
+    F = model.decision_function(X)
+    mu = np.exp(F - F[np.arange(n), y][:, None])
+    mu[np.arange(n), y] = 0.0
+    g = -mu
+    g[np.arange(n), y] = mu.sum(axis=1)
+    largest = -np.inf
+    for f in range(X.shape[1]):
+        order = np.argsort(X[:, f], kind="stable")
+        below = np.cumsum(g[order], axis=0)[np.flatnonzero(np.diff(X[order, f]) > 0)]  # Σ over x_f ≤ t
+        if len(below):
+            largest = max(largest, np.abs(g.sum(axis=0) - 2 * below).max())  # ħ = ±(1[x_f > t] − 1[x_f ≤ t])
+    return largest / (n * (K - 1) * lam) - 1.0
+
+
+def test_converged_column_generation_leaves_no_stump_that_violates_the_dual_constraint():
+    """Algorithm 1's stop (the paper's MultiBoostcw: tau_max = 2, update (12), sign stumps): when a
+    run says converged, no sign stump at any threshold between two training values, for any class,
+    violates (3b) by more than tol, by the edges computed here from the model's scores (columns of
+    10 integer values, so the 64 bins hold every threshold); after 2 iterations one still does."""
+    rng = np.random.default_rng(31)
+    X = rng.integers(0, 10, size=(240, 6)).astype(float)
+    y = np.argmax(X[:, :3] @ rng.normal(size=(3, 3)) + rng.normal(size=(240, 3)), axis=1)
+    params = {"tau_max": 2, "update": "exact", "stumps": "sign", "lam": 1e-2, "tol": 0.1}
+    model, log = fit(InMemoryStore(X, y, [0, 1, 2], chunk_rows=100), max_iter=300, **params)
+    assert model.info["converged"] and len(log.records) < 300  # 32 iterations
+    assert 0 < _largest_dual_violation(model, X, y, 1e-2) <= 0.1  # 0.088
+    early, _ = fit(InMemoryStore(X, y, [0, 1, 2], chunk_rows=100), max_iter=2, **params)
+    assert _largest_dual_violation(early, X, y, 1e-2) > 0.1
+
+
 def test_choice_decrease_takes_only_learners_that_lower_2_and_stops_when_none_does():
     """choice="decrease" over the pool "all": every learner taken gets a nonzero weight, which is
     the run's own step (the numpy replay checks each), and (2) falls at every iteration (noisy

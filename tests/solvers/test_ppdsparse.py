@@ -358,6 +358,49 @@ def test_standardized_columns_meet_the_weighted_elastic_net_conditions(digits):
     )
 
 
+def relative_duality_gaps(X, Ys, W, b, lams, l1, l2, tau):
+    """(P_k − D_k)/P_k per class for P_k = lam_k Σ_j l1_j|w_j| + (tau/2)(Σ_j l2_j w_j² + b²) + mean
+    ½ max(0, 1 − y s)², at the dual point α_i = max(0, 1 − y_i s_i) of the model's margins: the
+    Fenchel dual D(α) = (1/n) Σ (α_i − α_i²/2) − Σ_j soft(v_j, lam_k l1_j)²/(2 tau l2_j) − v_b²/(2 tau),
+    v = (1/n) Σ_i α_i y_i x_i, v_b = (1/n) Σ_i α_i y_i; D ≤ P* ≤ P (weak duality)."""
+    n = X.shape[0]
+    alpha = np.maximum(0.0, 1.0 - Ys * (X @ W + b))
+    V, vb = X.T @ (alpha * Ys) / n, (alpha * Ys).mean(axis=0)
+    P = (
+        lams * (l1[:, None] * np.abs(W)).sum(0)
+        + tau / 2 * ((l2[:, None] * W * W).sum(0) + b * b)
+        + (alpha**2).mean(0) / 2
+    )
+    soft = np.maximum(np.abs(V) - l1[:, None] * lams, 0.0)
+    D = (alpha - alpha**2 / 2).mean(0) - (soft**2 / (2 * tau * l2[:, None])).sum(0) - vb**2 / (2 * tau)
+    return (P - D) / P
+
+
+def test_standardized_rows_far_from_unit_norm_solve_the_documented_objective_by_a_duality_gap():
+    """The defaults where standardize and data_scale both act: 300 dense columns in units 10^u_j
+    (u_j ∈ [−1.5, 1.5]) are standardized (z_j = x_j/s_j), whose rows have a mean norm s̄ ≈ 17 > 16,
+    so z is solved divided by c = 2 with lam_k = 1e-3·max(1, 2σ_k)·s̄/√n of z (the module
+    docstring). In the stored units that is lam_k Σ_j s_j|w_j| + (tau/2)(Σ_j c² s_j² w_j² + b²) +
+    mean loss, whose duality gap, computed here, closes at tol 1e-6 (and does not for the problem
+    without c, the control)."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(n_samples=150, n_features=300, n_informative=10, n_classes=3, random_state=21)
+    X = X * 10.0 ** np.random.default_rng(21).uniform(-1.5, 1.5, 300)
+    model, _ = fit(InMemoryStore(X, y, [0, 1, 2]), tol=1e-6)
+    assert model.info["standardized"] is True
+    n, tau = len(y), pp.PPDSparseParams().tau
+    s = X.std(axis=0)
+    mean_norm = np.linalg.norm(X / s, axis=1).mean()
+    assert 16 < mean_norm <= 32  # so c = 2
+    Ys = signs(y, 3)
+    lams = 1e-3 * np.maximum(1.0, 2 * Ys.std(axis=0)) * mean_norm / np.sqrt(n)
+    W, b = dense_weights(model)
+    assert model.coef_.nnz > 0
+    assert relative_duality_gaps(X, Ys, W, b, lams, s, (2 * s) ** 2, tau).max() < 1e-7
+    assert relative_duality_gaps(X, Ys, W, b, lams, s, s**2, tau).max() > 1e-2
+
+
 def test_standardized_fit_is_the_same_in_any_units(digits):
     """The default (standardize auto; digits/16 is standardized already, its columns' standard
     deviations spreading over 100x) on the columns in other units (column j times 10^u_j, u_j
