@@ -74,8 +74,8 @@ L_j = θ · max(‖Σ_i ω_i x_ij² h_i‖∞/n, ε), θ ∈ [THETA, 1/THETA] ad
 (θ ← θ/α; ×4 when only α = 0 passes). Variant "cst" takes Richtárik and Takáč's safe parallel
 step L_j = (c/n) Σ_i ω_i x_ij², α = 1. Stopping: eq. (10) over the groups' violations, and with
 stopping="auto" the memory mode's tail estimate of F over the closed outer iterations (the F of
-the iteration being closed comes from the closing pass itself, so the estimate lags by one; until
-session 32 (10) alone, which said converged 6 % above F* on 200 satimage rows); shrinking (ls and cst) drops zero blocks from later groups by the memory mode's rule. `init`
+the iteration being closed comes from the closing pass itself, so the estimate lags by one);
+shrinking (ls and cst) drops zero blocks from later groups by the memory mode's rule. `init`
 runs the column statistics pass and the first group's pass; the step that line-searches the
 last group of an outer iteration closes it (its record has the objective, the accuracy and the
 violation ratio). mode "auto" picks "memory" when X (CSC, float64) and S fit in

@@ -299,8 +299,8 @@ def fcd(
     the final weights once at the end (Master.add_scores). `rng` draws the working sets' orders
     (None: tau_max = 1, which draws none). Returns (working-set iterations, max θ of the
     last check of (18); when tau_max ended the loop, that check came before the last sweep, so
-    the final weights' θ is not known (session 32: up to 0.19 with tol 0.1 at the end of
-    converged tau_max = 2 runs); None when tau_max ended it before θ was needed)."""
+    the final weights' θ is not known (docs/benchmarks.md, "Every solver's answer on data the
+    tests do not use"); None when tau_max ended it before θ was needed)."""
     start = weights.copy()
     order = np.asarray(new, dtype=np.int64)
     tau: int = 0
