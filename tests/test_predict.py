@@ -649,6 +649,37 @@ def test_an_unhashed_store_is_as_wide_as_the_input_declares(tmp_path, fmt):
     assert predicted == [str(c) for c in model.predict(X[120:].astype(np.float32))]
 
 
+@pytest.mark.parametrize("kind", ["csv", "jsonl", "parquet"])
+def test_an_empty_id_is_refused_at_its_record(runs, tmp_path, kind):
+    """An id names its row in the predictions: an empty one (a CSV's empty cell, "" in JSONL or
+    Parquet) is refused with its file:line as a null one is, never written as an empty id (qa33:
+    the CSV's empty cell was written without a word); no output is left."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    raw = tmp_path / f"new.{kind}"
+    if kind == "csv":
+        raw.write_text("id,words\n7,a cat\n,stocks fell\n", encoding="latin-1")
+    elif kind == "jsonl":
+        raw.write_text('{"body": "a cat", "doc": 7}\n{"body": "stocks fell", "doc": " "}\n')
+    else:
+        pq.write_table(pa.table({"body": ["a cat", "stocks fell"], "doc": ["7", ""]}), raw)
+    model, field = (runs / "csv", "id") if kind == "csv" else (runs / "jsonl", "doc")
+    result = run("predict", model, raw, "-o", tmp_path / "p.csv", "--id-field", field, ok=False)
+    assert result.exit_code == 2 and f"{raw}:" in result.output and "empty" in result.output
+    assert not (tmp_path / "p.csv").exists()
+    # the control: every id given, every row written with its id
+    good = tmp_path / f"good.{kind}"
+    if kind == "csv":
+        good.write_text("id,words\n7,a cat\n8,stocks fell\n", encoding="latin-1")
+    elif kind == "jsonl":
+        good.write_text('{"body": "a cat", "doc": 7}\n{"body": "stocks fell", "doc": "8"}\n')
+    else:
+        pq.write_table(pa.table({"body": ["a cat", "stocks fell"], "doc": ["7", "8"]}), good)
+    run("predict", model, good, "-o", tmp_path / "g.csv", "--id-field", field)
+    assert [r[1] for r in csv.reader((tmp_path / "g.csv").read_text().splitlines())] == ["id", "7", "8"]
+
+
 def test_a_file_without_the_recorded_id_field_names_how_to_read_no_ids(tmp_path):
     """A model whose training store recorded --id-field, scoring a file without that field: the
     error names the fix that reads no ids (before: "set --id-field", which cannot unset it), and

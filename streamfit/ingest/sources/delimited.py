@@ -219,6 +219,14 @@ class CsvSource:
                         self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
                         continue
                 record_id = None if id_column is None else row[id_column]
+                if record_id is not None and not record_id.strip():
+                    self.policy.bad(
+                        location,
+                        f"the id (--id-field {self.id_field}) is empty",
+                        _row_text(row, self.delimiter),
+                        "give every record an id, or pass --option id_field=None to read no ids",
+                    )
+                    continue
                 if rows is not None:
                     problem = rows.add([row[c] for c in text_columns], label, location, record_id)
                     if problem:
@@ -407,7 +415,8 @@ class _FeatureRows:
         self.labels.append(label)
         self.locations.append(location)
         if self.with_ids:
-            self.ids.append("" if record_id is None else record_id)
+            assert record_id is not None
+            self.ids.append(record_id)
         return None
 
     def take(self) -> SparseBatch:

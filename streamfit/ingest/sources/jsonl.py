@@ -229,6 +229,8 @@ class JsonlSource:
             if not isinstance(value, (str, int)) or isinstance(value, bool):
                 raise _Bad(f"id field {self.id_field!r} is {json.dumps(value)[:40]}, not a string or an integer")
             record_id = str(value)
+            if not record_id.strip():
+                raise _Bad(f"id field {self.id_field!r} is empty", "give every record an id")
         if self.label_field is None:
             return texts, None, record_id
         value = _field(obj, self.label_field)

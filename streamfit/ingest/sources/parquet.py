@@ -392,13 +392,15 @@ class ParquetSource:
         return labels
 
     def _ids(self, batch: pa.RecordBatch, problems: dict[int, str]) -> list | None:
-        """The records' ids as str (None without id_field); a null one goes to problems."""
+        """The records' ids as str (None without id_field); a null or empty one goes to problems."""
         if self.id_field is None:
             return None
         ids = _strings(batch.column(self.id_field), self.id_field, problems)
         for r, value in enumerate(ids):
             if value is None:
                 problems.setdefault(r, f"null id in {self.id_field!r}")
+            elif not str(value).strip():
+                problems.setdefault(r, f"empty id in {self.id_field!r}")
             else:
                 ids[r] = str(value)
         return ids
