@@ -46,6 +46,7 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
@@ -585,7 +586,9 @@ class Engine:
                     # forked workers would otherwise have the environment of the forkserver's start
                     env=dict(os.environ),
                 )
-                self.cluster = _started_unless_stopped(lambda: LocalCluster(**options))
+                with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
+                    warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
+                    self.cluster = _started_unless_stopped(lambda: LocalCluster(**options))
                 self.client = Client(self.cluster)
             except BaseException as e:
                 self.close()

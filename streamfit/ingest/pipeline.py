@@ -42,7 +42,6 @@ from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
-from streamfit.ingest.sources.batches import TextBatch
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store
@@ -647,6 +646,8 @@ class _Pass1:
     def _batch(self, batch, width, finish_rows) -> None:
         if self.multilabel is None:
             self.multilabel = any(isinstance(lab, (list, tuple)) for lab in batch.labels)
+        from streamfit.ingest.sources import TextBatch
+
         X = self.featurizer.raw_rows(batch)
         keep = np.ones(X.shape[0], dtype=bool)
         if isinstance(batch, TextBatch):
@@ -702,7 +703,7 @@ class _Pass1:
         if X.shape[0]:
             self.emit(X, labels)
 
-    def _check_text(self, batch: TextBatch, keep: np.ndarray) -> None:
+    def _check_text(self, batch, keep: np.ndarray) -> None:
         """Records whose text holds a NUL: bad records (not kept); those with C1 controls read as
         latin-1: counted for ingest's warning (streamfit.ingest.text_checks)."""
         fields = list(batch.texts.values())
