@@ -74,6 +74,13 @@ WATCH_INTERVAL = 1.0
 CLUSTER_START_STOPPED = "the embedded Dask cluster was starting, nothing was computed; run the same command again"
 # Seconds between looks at the SIGTERM flag while a pass that stops on it waits for its tasks
 SIGTERM_POLL = 0.1
+# Seconds the close of an embedded cluster whose start a Ctrl-C or a failure ended may take, and
+# of one whose start a SIGTERM stopped (its start may still wait for a worker that never comes;
+# the process ends after it either way)
+UNFINISHED_CLOSE = 10.0
+STOPPED_START_CLOSE = 2.0
+# Seconds the start waits, after the forkserver was found gone, for the SIGTERM that may have ended it
+FORKSERVER_LOST_WAIT = 1.0
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
 # Seconds at most to wait for Dask's client to reconnect to a scheduler it lost (it tries for its
@@ -223,6 +230,25 @@ class _InterruptBeforeStart(logging.Filter):
 
 
 _INTERRUPT_BEFORE_START = _InterruptBeforeStart()
+
+
+class _ForkserverLost(logging.Filter):
+    """While the embedded cluster starts (`_started_unless_stopped`): drops the nanny's ERROR
+    "Failed to start process" whose exception is multiprocessing's EOFError (the forkserver ended
+    before it forked the worker: a SIGTERM to the whole job, or the kernel's OOM killer) and sets
+    `lost`; the start then ends in one line instead of the traceback and distributed's endless
+    wait for that worker."""
+
+    def __init__(self):
+        super().__init__()
+        self.lost = threading.Event()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith("Failed to start process") and record.exc_info is not None:
+            if isinstance(record.exc_info[1], EOFError):
+                self.lost.set()
+                return False
+        return True
 
 
 class _WorkerLost(Exception):
@@ -397,19 +423,62 @@ def _until_sigterm(pending, sigterm: str) -> Iterator:
             time.sleep(SIGTERM_POLL)
 
 
-def _close_unfinished_clusters(earlier: set) -> None:
+def _close_unfinished_clusters(earlier: set, timeout: float) -> None:
     """Close the clusters that a LocalCluster() stopped mid-start (a Ctrl-C, a SIGTERM to the job)
-    left behind: those in distributed's SpecCluster._instances that are not in `earlier`. Their
-    close may fail on a worker still starting; they are dropped from the set either way, so that
-    distributed's own atexit close (`close_clusters`) does not print its AssertionError's
-    traceback after the command's one line. The worker processes end with this one
-    (multiprocessing terminates its children at exit)."""
+    left behind: those in distributed's SpecCluster._instances that are not in `earlier`, each
+    given `timeout` seconds. Their close may fail on a worker still starting; they are dropped
+    from the set either way, so that distributed's own atexit close (`close_clusters`) does not
+    print its AssertionError's traceback after the command's one line. The worker processes end
+    with this one (multiprocessing terminates its children at exit)."""
     from distributed.deploy.spec import SpecCluster
 
     for cluster in set(SpecCluster._instances) - earlier:
         with contextlib.suppress(Exception):
-            cluster.close(timeout=10)
+            cluster.close(timeout=timeout)
         SpecCluster._instances.discard(cluster)
+
+
+def _started_unless_stopped(start: Callable[[], Any]) -> Any:
+    """start() (the embedded cluster's LocalCluster()) in a thread of its own while this thread
+    looks at the SIGTERM flag every SIGTERM_POLL seconds: Terminated(CLUSTER_START_STOPPED) once
+    a SIGTERM asked to stop, without waiting for the start to end. A SIGTERM to the whole job can
+    kill the forkserver before it has forked the last worker; distributed then logs the nanny's
+    EOFError and its LocalCluster() waits for that worker for ever (qa32: until the grace period
+    ended the process, 30 s). That log is dropped (`_ForkserverLost`); a forkserver lost with no
+    SIGTERM within FORKSERVER_LOST_WAIT seconds (the OOM killer) is a StreamfitError saying so.
+    The thread is a daemon: a start that never ends is dropped at exit. Without a SIGTERM guard
+    (the library used from Python) start() runs here, as it did."""
+    if not shutdown.guarded():
+        return start()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = start()
+        except BaseException as e:  # handed to the waiting thread
+            outcome["error"] = e
+
+    # left in place if the start fails: the half-started cluster's nannies log as it is closed
+    nanny_log, forkserver = logging.getLogger("distributed.nanny"), _ForkserverLost()
+    nanny_log.addFilter(forkserver)
+    thread = threading.Thread(target=run, name="streamfit-cluster-start", daemon=True)
+    thread.start()
+    lost_at = None
+    while thread.is_alive():
+        thread.join(SIGTERM_POLL)
+        shutdown.check(CLUSTER_START_STOPPED)
+        if forkserver.lost.is_set():
+            lost_at = lost_at or time.monotonic()
+            if time.monotonic() - lost_at > FORKSERVER_LOST_WAIT:
+                raise StreamfitError(
+                    "the embedded Dask cluster's forkserver process ended before it had started every "
+                    "worker (killed by a signal, or by the kernel when memory ran out); run the command "
+                    "again, with fewer --n-workers if memory is short"
+                )
+    if "error" in outcome:
+        raise outcome["error"]
+    nanny_log.removeFilter(forkserver)
+    return outcome["value"]
 
 
 class _NoBar:
@@ -426,11 +495,6 @@ class _NoBar:
 
 
 _NO_BAR = _NoBar()
-
-
-def _missing_paths(paths: list[str]) -> list[str]:
-    """The paths this process does not see (Engine.require_shared runs it on every worker)."""
-    return [path for path in paths if not os.path.exists(path)]
 
 
 class Engine:
@@ -473,7 +537,8 @@ class Engine:
         self.cluster: LocalCluster | None = None  # mode "local" only
         self._cluster_config = contextlib.ExitStack()  # the Dask settings of the embedded cluster, until close()
         self._sigterm: str | None = None  # while stopping_on_sigterm: Terminated's message
-        self._seen_by_workers: set[str] = set()  # local paths the joined cluster's workers were found to see
+        # (local path, written) that the joined cluster's workers were found to see (require_shared)
+        self._seen_by_workers: set[tuple[str, bool]] = set()
         self._workers_at_last_pass: set[str] | None = None  # the workers a watch saw last (_Watch)
 
     def __enter__(self) -> Engine:
@@ -528,22 +593,26 @@ class Engine:
 
             earlier = set(SpecCluster._instances)
             try:
+                options = dict(
+                    n_workers=self.n_workers or os.cpu_count() or 1,
+                    threads_per_worker=self.threads_per_worker,
+                    processes=True,
+                    memory_limit=self.memory_limit,
+                    dashboard_address=self.dashboard_address,
+                    silence_logs=dask_level,
+                    # forked workers would otherwise have the environment of the forkserver's start
+                    env=dict(os.environ),
+                )
                 with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
                     warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
-                    self.cluster = LocalCluster(
-                        n_workers=self.n_workers or os.cpu_count() or 1,
-                        threads_per_worker=self.threads_per_worker,
-                        processes=True,
-                        memory_limit=self.memory_limit,
-                        dashboard_address=self.dashboard_address,
-                        silence_logs=dask_level,
-                        # forked workers would otherwise have the environment of the forkserver's start
-                        env=dict(os.environ),
-                    )
+                    self.cluster = _started_unless_stopped(lambda: LocalCluster(**options))
                 self.client = Client(self.cluster)
             except BaseException as e:
                 self.close()
-                _close_unfinished_clusters(earlier)
+                # a start stopped while distributed still waits for a worker: its close waits too
+                _close_unfinished_clusters(
+                    earlier, STOPPED_START_CLOSE if shutdown.stop_requested() else UNFINISHED_CLOSE
+                )
                 if shutdown.stop_requested():  # a SIGTERM to the whole job also ended a starting worker
                     raise Terminated(CLUSTER_START_STOPPED) from e
                 raise
@@ -605,53 +674,63 @@ class Engine:
         except Exception as e:  # a worker gone, or the function's own error: clean-up is best effort
             log.warning("running %s on the Dask workers failed: %s", getattr(fn, "__name__", fn), e)
 
-    def require_shared(self, paths: dict[str, str]) -> None:
-        """For a cluster joined with --scheduler: StreamfitError naming the first local path of
-        `paths` ({path: what it is, for the message}) that a worker does not see, before any task
-        reads or writes it there (a store a worker cannot open for another reason fails its first
-        task there, naming the worker: Store._open_shipped). A path that does not exist here yet stands for its nearest existing
-        folder. Nothing for URLs, in process or on the embedded cluster (its workers share this
-        machine's disk and working directory); each path is asked once per engine."""
+    def require_shared(self, read: dict[str, str], written: dict[str, str] | None = None) -> None:
+        """For a cluster joined with --scheduler: StreamfitError naming the first local path that
+        a worker does not see as this process does, the worker and the fix, before any task reads
+        or writes it there. read: {path the workers read: what it is, for the message}; written:
+        the same for paths they write (streamfit.shared_paths: the same content where read, the
+        same folder, by a marker file, where written). Nothing for URLs, in process or on the
+        embedded cluster (its workers share this machine's disk); each path is asked once per
+        engine. A store that a worker cannot open for another reason fails its first task there,
+        naming the worker (Store._open_shipped)."""
         if self.mode != "remote" or self.client is None:
             return
-        from streamfit import storage
+        from streamfit import shared_paths, storage
 
-        asked: dict[str, str] = {}
-        for path, what in paths.items():
-            if storage.is_url(path):
-                continue
-            path = os.path.abspath(path)
-            while not os.path.exists(path) and os.path.dirname(path) != path:
-                path = os.path.dirname(path)
-            if path not in self._seen_by_workers:
-                asked.setdefault(path, what)
+        asked: dict[tuple[str, bool], str] = {}
+        for paths, writes in ((read, False), (written or {}, True)):
+            for path, what in paths.items():
+                if not storage.is_url(path):
+                    key = (shared_paths.nearest_existing(path), writes)
+                    if key not in self._seen_by_workers:
+                        asked.setdefault(key, what)
         if not asked:
             return
         self._ensure_workers(during=False)
-        missing = self.client.run(_missing_paths, sorted(asked))
-        for worker, gone in sorted(missing.items()):
-            if gone:
-                raise StreamfitError(
-                    f"{gone[0]}: the Dask worker {worker} does not see this {asked[gone[0]]}: the workers of "
-                    "--scheduler read and write local paths as this process names them, so put it on a disk every "
-                    "worker shares, at the same path, or use a URL (s3://…)"
-                )
+        with contextlib.ExitStack() as markers:
+            tokens = {}
+            for path, writes in asked:
+                if writes and os.path.isdir(path):
+                    with contextlib.suppress(OSError):  # a folder not writable here: its writes fail here first
+                        marker = markers.enter_context(shared_paths.Marker(path))
+                        tokens[path] = (marker.path, marker.token)
+            signatures = {path: shared_paths.signature(path) for path, _ in asked if path not in tokens}
+            unlike = self.client.run(shared_paths.unlike, signatures, tokens)
+        for worker, found in sorted(unlike.items()):
+            for (path, _), what in asked.items():
+                if path in found:
+                    raise StreamfitError(
+                        f"{path}: the Dask worker {worker} does not see this {what}{found[path]}: the workers "
+                        "of --scheduler read and write local paths as this process names them, so put it on a "
+                        "disk every worker shares, at the same path, or use a URL (s3://…)"
+                    )
         self._seen_by_workers.update(asked)
 
     def _require_shared_args(self, *values) -> None:
-        """require_shared for the stores and per-sample state directories among a pass's arguments."""
+        """require_shared for the stores (read) and per-sample state directories (written) among a
+        pass's arguments."""
         if self.mode != "remote":
             return
         from streamfit.checkpoint import ChunkState
         from streamfit.store.store import Store
 
-        paths = {}
+        read, written = {}, {}
         for value in values:
             if isinstance(value, Store):
-                paths[value.path] = "store"
+                read[value.path] = "store"
             elif isinstance(value, ChunkState) and value.root is not None:
-                paths[value.root] = "run directory"
-        self.require_shared(paths)
+                written[value.root] = "run directory"
+        self.require_shared(read, written)
 
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")

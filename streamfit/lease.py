@@ -16,8 +16,12 @@ a small object `NAME/LEASE` (a directory: a store, a run directory, ingest's pas
 - *Stale* when it was not renewed for STALE_AFTER seconds: on S3 judged by the object store's
   own clock (the answer's `Date` less the object's `Last-Modified`), so the hosts' clocks do
   not matter. A stale lease (its holder killed, or cut off) is taken over by PutObject with
-  `If-Match: <its ETag>`: of two takers one wins, the other is refused naming the winner. A live
-  one refuses the second writer with one line naming the URL, the holder and the fix.
+  `If-Match: <its ETag>`: of two takers one wins, the other is refused naming the winner. So is,
+  at once, a lease whose holder ran on this host (the same host name) and whose process is gone
+  (`_Found.dead_here`): a `--resume` after a SIGKILL does not wait. A live one refuses the second
+  writer with one line naming the URL, the holder, the seconds until it would be stale and the
+  command that deletes it. (Two machines that share a host name could take a live writer's lease
+  this way; that writer's next renewal or commit then finds it lost and commits nothing.)
 - *Checked* before every commit or publish under its name (storage.Attempt.commit,
   Location.publish_file call `check_held`): a lost lease refuses the commit (one line; nothing is
   committed). The check asks nothing while the last renewal that the object store accepted was
@@ -26,8 +30,8 @@ a small object `NAME/LEASE` (a directory: a store, a run directory, ingest's pas
   compare-and-swap covers (storage.Attempt.commit).
 - *Released* when its writer is done (committed, aborted, stopped by SIGTERM or Ctrl-C): the
   thread stops and the object is deleted with `If-Match: <its last ETag>` (never another
-  writer's). A SIGKILLed writer's lease stays until it is stale, then the next writer takes it
-  over.
+  writer's). A SIGKILLed writer's lease stays until it is stale, or until a writer on its host
+  finds its process gone; then the next writer takes it over.
 
 Requests on S3: one PUT to take, one DELETE to release, one PUT per RENEW_EVERY seconds;
 a refusal costs one HEAD more. Other URL schemes (`memory://`, `gs://`, `abfs://`) get the same
@@ -75,6 +79,20 @@ class _Found:
     version: str
     record: dict
     age: float
+
+    def dead_here(self) -> bool:
+        """Whether the holder ran on this host (by its name) and its process is gone: a writer
+        killed here (SIGKILL, the OOM killer, a closed terminal), whose lease nobody renews."""
+        pid = str(self.record.get("pid"))
+        if self.record.get("host") != socket.gethostname() or not pid.isdigit() or int(pid) <= 0:
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # another user's process (EPERM): alive
+            return False
+        return False
 
     def holder(self) -> str:
         started = self.record.get("started")
@@ -186,16 +204,19 @@ def take(target: storage.Location, what: str, *, key: storage.Location | None = 
                 found = _look(key)
                 if found is None:
                     continue  # released meanwhile: create it again
-                if found.age < STALE_AFTER:
+                dead = found.dead_here()
+                if found.age < STALE_AFTER and not dead:
                     raise _refusal(target, key, what, found) from None
                 try:
                     version = _replace(key, record, found.version)
                 except _Taken:
                     continue  # another taker won, or the holder renewed: look again
                 log.warning(
-                    "%s: took over a lease not renewed for %.0f s (%s): its writer is taken to be dead",
+                    "%s: took over a lease %s (%s)",
                     key.url,
-                    found.age,
+                    "whose writer's process is gone from this host"
+                    if dead
+                    else f"not renewed for {found.age:.0f} s: its writer is taken to be dead",
                     found.holder(),
                 )
         except OSError as e:
@@ -213,10 +234,12 @@ def take(target: storage.Location, what: str, *, key: storage.Location | None = 
 
 
 def _refusal(target: storage.Location, key: storage.Location, what: str, found: _Found) -> StreamfitError:
+    wait = max(1, int(-(-(STALE_AFTER - found.age) // 1)))  # whole seconds, rounded up
+    delete = f"aws s3 rm {key.url}" if key.s3 else f"delete {key.url}"
     return StreamfitError(
         f"{target.url}: another streamfit process is writing this {what} right now ({found.holder()}, renewed "
-        f"{found.age:.0f} s ago); wait for it to finish, or if it is dead, delete {key.url} (it is taken over "
-        f"{STALE_AFTER:.0f} s after its last renewal)"
+        f"{found.age:.0f} s ago); wait for it to finish. If it is dead, the same command takes its lease over in "
+        f"{wait} s ({STALE_AFTER:.0f} s after its last renewal), or at once after: {delete}"
     )
 
 

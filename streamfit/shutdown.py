@@ -66,6 +66,11 @@ def stop_requested() -> bool:
     return _installed is not None and _installed.requested
 
 
+def guarded() -> bool:
+    """Whether a command's SigtermGuard is installed (a SIGTERM is then a stop request)."""
+    return _installed is not None
+
+
 def check(what: str) -> None:
     """Raise Terminated(what) if a SIGTERM asked to stop; `what` says what the stop leaves (the
     CLI prints it after "stopped: terminated by SIGTERM; ")."""

@@ -495,8 +495,8 @@ def _train_locked(
                 log.info("Dask dashboard: %s", engine.dashboard_link)
             # a joined cluster's workers read the stores and write per-sample state in the run directory
             engine.require_shared(
-                {store.path: "store", out: "run directory"}
-                | ({valid_store.path: "--valid store"} if valid_store else {})
+                {store.path: "store"} | ({valid_store.path: "--valid store"} if valid_store else {}),
+                {out: "run directory"},
             )
             model = fitter.fit(
                 store,

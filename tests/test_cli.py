@@ -1260,34 +1260,40 @@ def test_sigterm_stops_evaluate_between_chunks_with_one_line_and_status_143(stor
 
 # the CLI, run after distributed's process start is made to send the job's whole process group
 # the signal named by argv[1] (a batch system's SIGTERM, a terminal's Ctrl-C) once the embedded
-# cluster's second worker process has started
+# cluster's worker process number argv[2] has started; the time it was sent goes to argv[3]
 SIGNAL_AS_THE_CLUSTER_STARTS = """
-import os, signal, sys
+import os, signal, sys, time
 from distributed.process import AsyncProcess
 from streamfit.cli import main
 start, started, sig = AsyncProcess.start, [], getattr(signal, sys.argv[1])
 async def started_then_signalled(self):
     await start(self)
     started.append(self)
-    if len(started) == 2:
+    if len(started) == int(sys.argv[2]):
+        with open(sys.argv[3], "w") as sent:
+            sent.write(repr(time.time()))
         os.killpg(os.getpgrp(), sig)
 AsyncProcess.start = started_then_signalled
-main(sys.argv[2:], prog_name="streamfit")
+main(sys.argv[4:], prog_name="streamfit")
 """
+
+
+CLUSTER_START_SIGTERM = (
+    "stopped: terminated by SIGTERM; the embedded Dask cluster was starting, nothing was computed; run the "
+    "same command again"
+)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "sig, status, line",
+    "sig, after, status, line",
     [
-        (
-            "SIGTERM",
-            143,
-            "stopped: terminated by SIGTERM; the embedded Dask cluster was starting, nothing was computed; run the "
-            "same command again",
-        ),
+        ("SIGTERM", 2, 143, CLUSTER_START_SIGTERM),
+        # the forkserver killed before it forks the second worker (fix33)
+        ("SIGTERM", 1, 143, CLUSTER_START_SIGTERM),
         (
             "SIGINT",
+            2,
             130,
             "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
             "continues from the last one",
@@ -1295,26 +1301,31 @@ main(sys.argv[2:], prog_name="streamfit")
     ],
 )
 def test_a_signal_to_the_job_while_the_embedded_cluster_starts_is_a_stop_in_one_line(
-    stores, tmp_path, terminal_job, sig, status, line
+    stores, tmp_path, terminal_job, sig, after, status, line
 ):
     """qa32: a SIGTERM to the whole job (driver, forkserver and workers) while the embedded
     cluster's workers were starting also ended them, LocalCluster raised "Nanny failed to start",
     and train ended with `error: RuntimeError: Nanny failed to start. (an internal error …; please
     report it …)`, exit 2; a Ctrl-C there printed the right line, then distributed's atexit close
-    of the half-started cluster printed 20 lines of an AssertionError's traceback. Each is now the
-    stop it was asked for, in one line with its status; the same command again trains."""
+    of the half-started cluster printed 20 lines of an AssertionError's traceback. A SIGTERM that
+    ended the forkserver before it forked the second worker printed the nanny's 30-line EOFError
+    and waited out the grace period (qa32). Each is now the stop it was asked for, in one line
+    with its status, within seconds; the same command again trains."""
     import subprocess
     import sys
+    import time
 
-    run_dir = tmp_path / "run"
+    run_dir, sent = tmp_path / "run", tmp_path / "sent"
     argv = ["train", str(stores / "train.zarr"), "--solver", "bcd", "-p", "max_iter=2", "--n-workers", "2"]
     done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_AS_THE_CLUSTER_STARTS, sig, *argv, "--out", str(run_dir)],
+        [sys.executable, "-c", SIGNAL_AS_THE_CLUSTER_STARTS, sig, str(after), sent, *argv, "--out", str(run_dir)],
         capture_output=True,
         text=True,
         timeout=240,
+        env={**os.environ, "STREAMFIT_SIGTERM_GRACE": "60"},
         **terminal_job,  # a process group of its own, SIGINT at its default: a job as a shell runs it
     )
+    assert time.time() - float(sent.read_text()) < 20  # main's, after one worker: the 60-s grace period
     assert done.returncode == status, done.stderr
     # the one line (the SIGTERM watchdog's warning that a SIGTERM came is another thread's)
     lines = [text for text in done.stderr.splitlines() if not text.startswith(("INFO", "WARNING streamfit.shutdown"))]

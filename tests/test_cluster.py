@@ -4,6 +4,7 @@ through `--scheduler` gives the model of the embedded default, even when a worke
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,10 +41,10 @@ def _scheduler_address(scheduler_file, scheduler) -> str:
 
 
 @contextlib.contextmanager
-def _cluster(worker_cwd=None, worker_args=(), env=None):
+def _cluster(worker_cwd=None, worker_args=(), env=None, prefix=()):
     """A `dask scheduler` and two `dask worker` processes on loopback (the workers started in
-    `worker_cwd`, with `worker_args` and `env`); yields (address, worker processes) and tears
-    everything down afterwards."""
+    `worker_cwd`, with `worker_args` and `env`, their command after `prefix`); yields (address,
+    worker processes) and tears everything down afterwards."""
     from distributed import Client
 
     folder = tempfile.TemporaryDirectory()
@@ -71,6 +72,7 @@ def _cluster(worker_cwd=None, worker_args=(), env=None):
         workers = [
             subprocess.Popen(
                 [
+                    *prefix,
                     sys.executable,
                     "-m",
                     "distributed.cli.dask_worker",
@@ -265,6 +267,86 @@ def test_paths_the_workers_do_not_see_are_named_before_any_task(tmp_path, elsewh
     )
     with Client(address, timeout="30s") as client:
         assert len(client.nthreads()) == 2
+
+
+@pytest.fixture
+def apart(tmp_path):
+    """A cluster whose workers each see tmp_path/apart as an empty folder of their own (a tmpfs
+    mounted there in a mount namespace of the worker's: another machine's disk at the same path),
+    and the rest of tmp_path as it is; yields (address, the folder). Needs unshare(1) and user
+    namespaces (Linux)."""
+    folder = tmp_path / "apart"
+    folder.mkdir()
+    (tmp_path / "workers").mkdir()
+    try:
+        probe = subprocess.run(["unshare", "-Urm", "true"], capture_output=True).returncode
+    except FileNotFoundError:
+        probe = -1
+    if probe != 0:
+        pytest.skip("needs unshare -Urm (a user and mount namespace) to give the workers a disk of their own")
+    prefix = ["unshare", "-Urm", "sh", "-c", 'mount -t tmpfs tmpfs "$0" && exec "$@"', str(folder)]
+    with _cluster(tmp_path / "workers", prefix=prefix) as (address, _):
+        yield address, folder
+
+
+def _on_the_workers(address, fn, *args):
+    """fn(*args) in each worker of the cluster at `address`: {worker: result}."""
+    from distributed import Client
+
+    with Client(address, timeout="30s") as client:
+        return client.run(fn, *args)
+
+
+def test_a_folder_of_the_same_name_on_the_workers_own_disk_is_refused_before_any_work(tmp_path, apart):
+    """qa32: a local --out whose folder also exists on the workers, on their own disk, passed the
+    check that they see the path, and ingest failed once its first chunk was written where this
+    process could not see it; an input of the same name but another content on the workers was
+    read without a word. Now a folder written is shown to be the same by a marker file this
+    process writes and a worker reads, a path read by its size and first bytes (or a folder's
+    names and sizes): one line naming the path, the worker and the fix, before any work, and
+    nothing written. A copy of the input on the workers' disk is the same input."""
+    address, folder = apart
+    _jsonl_files(tmp_path / "data")
+    one = tmp_path / "data" / "part-0.jsonl"
+    assert _run("ingest", one, "--out", tmp_path / "s.zarr").exit_code == 0
+    fix = "put it on a disk every worker shares, at the same path, or use a URL (s3://…)"
+    other_folder = "(it sees another folder at this path: a file that this process wrote in it is not there)"
+    split = ["--test-size", "0.25", "--test-out"]
+    cases = [
+        (("ingest", one, "--out", folder / "x.zarr"), folder, f"--out store's folder {other_folder}"),
+        (("ingest", one, "--out", tmp_path / "y.zarr", *split, folder / "t.zarr"), folder, "--test-out store's"),
+        (("train", tmp_path / "s.zarr", "--out", folder / "run"), folder / "run", "run directory: "),
+    ]
+    (folder / "data").mkdir()
+    shutil.copy(one, folder / "data" / "part-0.jsonl")  # here; the workers see another file there
+    _on_the_workers(address, shutil.copytree, str(tmp_path / "data"), str(folder / "data"))
+    _on_the_workers(
+        address, shutil.copy, str(tmp_path / "data" / "part-1.jsonl"), str(folder / "data" / "part-0.jsonl")
+    )
+    cases.append(
+        (
+            ("ingest", folder / "data" / "part-0.jsonl", "--out", tmp_path / "z.zarr"),
+            folder / "data" / "part-0.jsonl",
+            "input (it sees another file at this path: not the same size and first bytes): ",
+        )
+    )
+    for args, path, what in cases:
+        result = _run(*args, "--scheduler", address)
+        assert result.exit_code == 2, (args, result.output)
+        line = result.output.strip()
+        assert line.startswith(f"error: {path}: the Dask worker tcp://127.0.0.1:"), line
+        assert f"does not see this {what}" in line and fix in line and "\n" not in line, line
+    # nothing written on either side (the markers removed), and no store beside the inputs
+    assert sorted(os.listdir(folder)) == ["data"] and sorted(os.listdir(folder / "data")) == ["part-0.jsonl"]
+    assert not any((tmp_path / name).exists() for name in ("y.zarr", "z.zarr"))
+    seen = _on_the_workers(address, lambda f: sorted(os.listdir(f)), str(folder))
+    assert list(seen.values()) == [["data"], ["data"]], seen
+    # the same file on the workers' disk: read there, the store of the input read here
+    _on_the_workers(address, shutil.copy, str(one), str(folder / "data" / "part-0.jsonl"))
+    result = _run("ingest", folder / "data" / "part-0.jsonl", "--out", tmp_path / "w.zarr", "--scheduler", address)
+    assert result.exit_code == 0, result.output
+    ours, theirs = (json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("w.zarr", "s.zarr"))
+    assert [c["sha256"] for c in ours["chunks"]] == [c["sha256"] for c in theirs["chunks"]]
 
 
 SLOW_PIECES = """

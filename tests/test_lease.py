@@ -33,11 +33,13 @@ Y = np.arange(12) % 3
 
 
 def _refusal(url: str, what: str, pid: int) -> str:
-    """The refusal of a second writer, as a regular expression."""
+    """The refusal of a second writer (of an S3 URL, or another scheme's), as a regular expression."""
+    delete = "aws s3 rm " if url.startswith("s3://") else "delete "
     return (
         rf"{re.escape(url)}: another streamfit process is writing this {what} right now \(host \S+, pid {pid}, since "
-        rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, renewed \d+ s ago\); wait for it to finish, or if it is dead, delete "
-        rf"{re.escape(url)}/LEASE \(it is taken over 120 s after its last renewal\)"
+        rf"\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d UTC, renewed \d+ s ago\); wait for it to finish\. If it is dead, the same "
+        rf"command takes its lease over in \d+ s \(120 s after its last renewal\), or at once after: {delete}"
+        rf"{re.escape(url)}/LEASE"
     )
 
 
@@ -91,11 +93,13 @@ def test_a_lease_is_renewed_with_one_conditional_put_per_period_and_released_wit
 
 
 # Holds a lease on the store argv[1] (a StoreWriter with one chunk written) and says so, then
-# waits to be killed.
+# waits to be killed; with argv[2], as a process of the host of that name (another machine).
 HOLDER = """
-import sys, time
+import socket, sys, time
 import numpy as np, scipy.sparse as sp
 from streamfit.store import StoreWriter
+if len(sys.argv) > 2:
+    socket.gethostname = lambda: sys.argv[2]
 w = StoreWriter(sys.argv[1], chunk_rows=5)
 w.write_rows(sp.csr_matrix(np.eye(12, dtype=np.float32)), np.arange(12) % 3)
 print("holding", flush=True)
@@ -103,27 +107,48 @@ time.sleep(600)
 """
 
 
-def test_a_lease_left_by_a_sigkilled_writer_refuses_until_it_is_stale_then_is_taken_over(s3, caplog, monkeypatch):
-    url = f"s3://{BUCKET}/killed-holder.zarr"
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdout=subprocess.PIPE, text=True)
+def _killed_holder(url: str, *host: str) -> subprocess.Popen:
+    """A HOLDER of a lease on `url` (on `host`, a name, if given), SIGKILLed once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url, *host], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "holding\n"
     finally:
         holder.kill()
         holder.wait()
+    return holder
+
+
+def _taken_over(s3, url: str, caplog, warning: str) -> None:
+    """A store written to `url` takes its lease over with the warning `warning` (a regular
+    expression); it closes verified, its lease released."""
+    with caplog.at_level(logging.WARNING, logger="streamfit.lease"):
+        w = _writer(url)
+    assert re.search(rf"{url}/LEASE: took over a lease {warning}", caplog.text), caplog.text
+    _close(w)
+    assert open_store(url).verify() == [] and not s3.exists(f"{url[len('s3://') :]}/LEASE")
+
+
+def test_a_lease_left_by_a_writer_killed_on_this_host_is_taken_over_at_once(s3, caplog):
+    """fix33: a writer SIGKILLed on this host leaves its lease; its process is gone, so the next
+    writer here takes the lease over at once, where it waited for STALE_AFTER (120 s)."""
+    url = f"s3://{BUCKET}/killed-here.zarr"
+    holder = _killed_holder(url)
+    _taken_over(
+        s3, url, caplog, rf"whose writer's process is gone from this host \(host \S+, pid {holder.pid}, since .*\)"
+    )
+
+
+def test_a_lease_left_by_a_sigkilled_writer_refuses_until_it_is_stale_then_is_taken_over(s3, caplog, monkeypatch):
+    """A writer killed on another host (its process cannot be looked at from here): refused, with
+    the seconds to wait and the command that deletes the lease, until the lease is stale."""
+    url = f"s3://{BUCKET}/killed-holder.zarr"
+    holder = _killed_holder(url, "another-host")
     with pytest.raises(StreamfitError, match=f"^{_refusal(url, 'store', holder.pid)}$"):
         StoreWriter(url, chunk_rows=5)
     monkeypatch.setattr(lease, "STALE_AFTER", 1.0)
     time.sleep(2.2)  # the object store's clock counts whole seconds
-    with caplog.at_level(logging.WARNING, logger="streamfit.lease"):
-        w = _writer(url)
-    assert re.search(
-        rf"{url}/LEASE: took over a lease not renewed for \d+ s \(host \S+, pid {holder.pid}, since .*\): its writer "
-        "is taken to be dead",
-        caplog.text,
-    ), caplog.text
-    _close(w)
-    assert open_store(url).verify() == [] and not s3.exists(f"{BUCKET}/killed-holder.zarr/LEASE")
+    dead = rf"not renewed for \d+ s: its writer is taken to be dead \(host another-host, pid {holder.pid}, since .*\)"
+    _taken_over(s3, url, caplog, dead)
 
 
 def test_a_writer_whose_renewal_finds_its_lease_taken_over_commits_nothing(s3, monkeypatch):
@@ -236,7 +261,10 @@ def _latest_written(s3, run_key: str, proc: subprocess.Popen) -> None:
 
 
 @pytest.mark.slow
-def test_a_train_killed_on_s3_leaves_its_lease_and_a_resume_takes_it_over_once_stale(s3, tmp_path, monkeypatch, cli):
+def test_a_train_killed_on_s3_leaves_its_lease_and_a_resume_on_its_host_takes_it_over_at_once(s3, tmp_path, cli):
+    """The SIGKILLed train's lease is there; `--resume` on the same host finds its process gone
+    and takes the lease over at once (it was refused for 120 s before fix33), to the model of an
+    uninterrupted run."""
     store, run = f"s3://{BUCKET}/killed-train.zarr", f"s3://{BUCKET}/killed-train-run"
     assert _cli("ingest", DATA, "--no-hash", "--out", store, "--chunk-rows", "30").exit_code == 0
     args = ["train", store, *TRAIN, "--n-workers", "0", "--out", run]
@@ -247,11 +275,6 @@ def test_a_train_killed_on_s3_leaves_its_lease_and_a_resume_takes_it_over_once_s
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL and s3.exists(f"{BUCKET}/killed-train-run/LEASE")
-    refused = _cli(*args, "--resume")
-    assert refused.exit_code == 2
-    assert re.fullmatch(f"error: {_refusal(run, 'run directory', proc.pid)}\n", refused.stderr), refused.stderr
-    monkeypatch.setattr(lease, "STALE_AFTER", 1.0)
-    time.sleep(2.2)
     assert _cli(*args, "--resume").exit_code == 0
     assert not s3.exists(f"{BUCKET}/killed-train-run/LEASE")
     assert _cli("train", store, *TRAIN, "--n-workers", "0", "--out", tmp_path / "run").exit_code == 0
@@ -289,7 +312,7 @@ def test_a_second_predict_to_one_s3_output_is_refused_before_it_scores(s3, tmp_p
                 refused.exit_code == 2
                 and "another streamfit process is writing this prediction output right now" in (refused.stderr)
             ), refused.stderr
-            assert f"delete {out}.LEASE" in refused.stderr
+            assert f"aws s3 rm {out}.LEASE" in refused.stderr
         assert not s3.exists(f"{BUCKET}/pred.csv")
     finally:
         held.release()

@@ -662,8 +662,8 @@ def test_a_second_ingest_overwrite_of_one_s3_store_is_refused_by_the_lease_and_t
     code, other = json.loads(out.split("OTHER ", 1)[1].splitlines()[0])
     assert code == 2 and re.fullmatch(
         rf"error: {store}: another streamfit process is writing this store right now \(host \S+, pid {first.pid}, "
-        rf"since .* UTC, renewed \d+ s ago\); wait for it to finish, or if it is dead, delete {store}/LEASE \(it is "
-        r"taken over 120 s after its last renewal\)",
+        rf"since .* UTC, renewed \d+ s ago\); wait for it to finish\. If it is dead, the same command takes its lease "
+        rf"over in \d+ s \(120 s after its last renewal\), or at once after: aws s3 rm {store}/LEASE",
         other.strip(),
     ), other
     opened = open_store(store)

@@ -112,6 +112,8 @@ class PieceRows:
     n_outputs: int | None = None  # regression outputs, decided by the piece's first good target
     empty: int = 0
     first_empty: str | None = None
+    c1: int = 0  # records read as latin-1 with C1 controls (streamfit.ingest.text_checks)
+    first_c1: str | None = None
     bad: list[tuple[str, str, str | bytes, str]] = field(default_factory=list)  # location, problem, raw, hint
     n_lines: int = 0  # lines read (line-based formats): where the file's next piece starts counting
     n_rows: int = 0  # rows featurized (in `batches`)
@@ -297,6 +299,7 @@ def featurize_piece(
     rows.n_read, rows.classes = p.read, vocab.classes
     rows.multilabel, rows.n_outputs = p.multilabel, p.n_outputs
     rows.empty, rows.first_empty = p.empty, p.first_empty
+    rows.c1, rows.first_c1 = p.c1, p.first_c1
     rows.n_rows = sum(X.shape[0] for X, _ in rows.batches)
     return rows
 
@@ -662,6 +665,7 @@ def _shifted(rows: PieceRows, offset: int) -> PieceRows:
 
     rows.bad = [(shift(where) or where, problem, raw, hint) for where, problem, raw, hint in rows.bad]
     rows.first_empty = shift(rows.first_empty)
+    rows.first_c1 = shift(rows.first_c1)
     if isinstance(rows.error, InputError):
         e = rows.error
         rows.error = InputError(shift(e.location) or e.location, e.problem, e.hint)
@@ -684,6 +688,8 @@ def merge(p1, rows: PieceRows) -> np.ndarray | None:
         p1.n_outputs = rows.n_outputs
     p1.empty += rows.empty
     p1.first_empty = p1.first_empty or rows.first_empty
+    p1.c1 += rows.c1
+    p1.first_c1 = p1.first_c1 or rows.first_c1
     ids = None if p1.numeric else p1.vocab.add(rows.classes)
     if p1.o.test_size and rows.n_rows:  # one stratum for numeric targets: a random split
         if ids is None or rows.labels is None:

@@ -14,8 +14,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError, StreamfitError
+from streamfit.store.format import FLOAT32_MAX
 
-FLOAT32_MAX = float(np.finfo(np.float32).max)
 # The IDF weight ln((1 + n) / (1 + df)) + 1 of a column that a row holds (df >= 1) is below
 # 1 + ln(2**63) for any row count n < 2**63: values within FLOAT32_MAX / IDF_WEIGHT_BOUND stay
 # finite in float32 whatever the document frequencies turn out to be.

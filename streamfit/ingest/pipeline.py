@@ -38,6 +38,7 @@ import scipy.sparse as sp
 from streamfit import shutdown, storage
 from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import NO_RECORDS, ConfigError, InputError, StoreError, StreamfitError
+from streamfit.ingest import text_checks
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
@@ -570,6 +571,9 @@ class _Pass1:
         self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
         self.empty = 0  # kept rows without features
         self.first_empty: str | None = None  # the location of the first
+        self.encoding = source_options.get("encoding", "utf-8")  # of text read from bytes (text_checks)
+        self.c1 = 0  # records read as latin-1 whose text holds C1 controls (text_checks)
+        self.first_c1: str | None = None  # the location of the first
 
     def _writer(self) -> StoreWriter:
         if self.writer is None:
@@ -644,8 +648,12 @@ class _Pass1:
     def _batch(self, batch, width, finish_rows) -> None:
         if self.multilabel is None:
             self.multilabel = any(isinstance(lab, (list, tuple)) for lab in batch.labels)
+        from streamfit.ingest.sources import TextBatch
+
         X = self.featurizer.raw_rows(batch)
         keep = np.ones(X.shape[0], dtype=bool)
+        if isinstance(batch, TextBatch):
+            self._check_text(batch, keep)
         if self.numeric:
             labels, problems = numeric_targets(batch.labels, self.n_outputs)
             if self.n_outputs is None and len(problems) < len(batch.labels):
@@ -698,6 +706,21 @@ class _Pass1:
             X = self.featurizer.finish(X)
         if X.shape[0]:
             self.emit(X, labels)
+
+    def _check_text(self, batch, keep: np.ndarray) -> None:
+        """Records whose text holds a NUL: bad records (not kept); those with C1 controls read as
+        latin-1: counted for ingest's warning (streamfit.ingest.text_checks)."""
+        fields = list(batch.texts.values())
+        for r in range(len(batch.locations)):
+            found = text_checks.nul_problem([field[r] for field in fields], self.encoding)
+            if found is not None:
+                keep[r] = False
+                self.policy.bad(batch.locations[r], found[0], hint=found[1])
+        if text_checks.reads_c1(self.encoding):
+            rows = text_checks.c1_rows(batch.texts)
+            self.c1 += len(rows)
+            if rows and self.first_c1 is None:
+                self.first_c1 = batch.locations[rows[0]]
 
     def emit(self, X: sp.csr_matrix, labels) -> None:
         """Write featurized rows and their label ids (and keep their strata for a split)."""
@@ -948,7 +971,10 @@ def _ingest(o: IngestOptions) -> IngestReport:
                     worker_timeout=o.worker_timeout,
                 )
             )
-            engine.require_shared({**{path: "input" for path in o.inputs}, out: "--out store's folder"})
+            engine.require_shared(
+                {path: "input" for path in o.inputs},
+                {out: "--out store's folder"} | ({o.test_out: "--test-out store's folder"} if o.test_out else {}),
+            )
             with engine.watching("ingest"):  # a lost worker warned of; none left: an error, not a hang
                 run_distributed(p1, engine, finish_rows=not two_pass, bar=bar)
         else:
@@ -1029,6 +1055,9 @@ def _ingest(o: IngestOptions) -> IngestReport:
         _warn_skipped(policy)
     if p1.empty:
         _warn_empty_rows(p1, featurizer)
+    if p1.c1:
+        assert p1.first_c1 is not None
+        log.warning(text_checks.c1_warning(p1.c1, p1.first_c1))
     if not p1.multilabel and not p1.numeric:
         _warn_one_class(out, vocab)
     if not p1.numeric:

@@ -254,6 +254,7 @@ from streamfit.solvers.stagewise_kernels import (
 )
 from streamfit.store import ChunkSource
 from streamfit.store.dense_kernels import column_counts
+from streamfit.store.format import FLOAT32_MAX
 from streamfit.store.store import target_matrix
 
 log = logging.getLogger(__name__)
@@ -1559,11 +1560,19 @@ class StagewiseSolver(Solver[StagewiseState]):
         ‖X_jᵀR‖₂/s_j where the penalty is on them (`self.scale`: the ranking, like the fit, the
         same in any units), the norms compared in single precision and ties broken by column id,
         so that the chunking's last bits do not reorder columns whose norms are equal in exact
-        arithmetic (docs/architecture.md, stagewise)."""
+        arithmetic (docs/architecture.md, stagewise). Norms beyond float32's range (columns of
+        values near 1e100 through the Python API: a store's values are float32) are compared
+        after G is divided by a power of two that brings its largest entry below 1: exact, and
+        the same order as the norms in exact arithmetic, where the cast gave them all +inf (ties,
+        broken by column id alone) with numpy's overflow RuntimeWarning."""
         if self.scale is not None:
             G = G / self.scale[:, None]
-        norms = np.sqrt((G * G).sum(axis=1)).astype(np.float32)
-        return active[np.argsort(-norms, kind="stable")]
+        with np.errstate(over="ignore"):  # squares beyond float64's range: inf, taken below
+            norms = np.sqrt((G * G).sum(axis=1))
+        if norms.size and not norms.max() <= FLOAT32_MAX:
+            G = np.ldexp(G, -np.frexp(np.abs(G).max())[1])
+            norms = np.sqrt((G * G).sum(axis=1))
+        return active[np.argsort(-norms.astype(np.float32), kind="stable")]
 
     def _space(self, state: StagewiseState) -> FeatureSpace:
         return FeatureSpace.from_saved(

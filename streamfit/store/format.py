@@ -60,6 +60,8 @@ from streamfit.errors import StoreError
 
 # Column indices are stored as int32: columns 0 .. 2**31 - 2, so that the width n_features fits as well.
 MAX_FEATURES = 2**31 - 1
+# Values are stored as float32: the largest magnitude a store holds (ingest refuses larger ones)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 FORMAT_NAME = "streamfit-store"
 FORMAT_VERSION = 4  # what this streamfit writes
 READ_VERSIONS = (3, 4)  # what it reads: 3 is 4 without `class_rows`

@@ -526,6 +526,25 @@ def test_generators_cover_active_columns(digits):
     np.testing.assert_array_equal(model.blocks[0], top)
 
 
+def test_the_gradient_order_of_columns_near_1e100_is_their_order(digits):
+    """Columns of values near 1e100 (the Python API's float64 arrays; a store refuses values
+    beyond float32) have gradient norms beyond float32's range: the cast that compares them made
+    them all +inf, with numpy's overflow RuntimeWarning, and the order was the column ids'. The
+    norms are now compared after an exact division by a power of two: no warning, and the first
+    block of digits × 2^332 (≈ 8.7e99, exact) is that of digits as they are."""
+    import warnings
+
+    X, y = digits
+    params = dict(generator="gradient", block_size=16, n_passes=1, standardize=False)
+    plain = fit(InMemoryStore(X, y, list(range(10)), chunk_rows=600), **params)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        big = fit(InMemoryStore(X * 2.0**332, y, list(range(10)), chunk_rows=600), **params)[0]
+    active = np.flatnonzero(X.getnnz(axis=0))
+    np.testing.assert_array_equal(big.blocks[0], plain.blocks[0])
+    assert not np.array_equal(plain.blocks[0], active[:16])  # the ids' order is not the gradients'
+
+
 def test_hashed_sparse_multilabel():
     rng = np.random.default_rng(1)
     n, d, k = 600, 1 << 16, 5

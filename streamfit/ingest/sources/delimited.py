@@ -39,6 +39,7 @@ import re
 import numpy as np
 
 from streamfit.errors import InputError
+from streamfit.ingest import text_checks
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
@@ -340,6 +341,8 @@ class CsvSource:
             if other
             else ""
         )
+        if any(text_checks.NUL in name for name in header):  # ASCII names in UTF-16 text read as 8-bit
+            delimited += f" (its header holds NUL characters: likely UTF-16 text read as {self.encoding}: pass --encoding utf-16)"
 
         def position(option: str, name: str) -> int:
             if name not in header:

@@ -1,0 +1,56 @@
+"""Text that a source decoded and that is not what its file's writer meant (ingest's _batch).
+
+- A NUL character (U+0000) in a record's text: text files do not hold one; a binary file does,
+  and so does UTF-16 or UTF-32 text read as an 8-bit encoding (every other byte of English text
+  in UTF-16 is a NUL, and UTF-8 decodes it without an error). Tokenized, each NUL was a word
+  break: the record's words were cut apart without a word. It is a bad record (`nul_problem`),
+  under --on-bad-record like any other: by default one error naming FILE:LINE.
+- C1 control characters (U+0080–U+009F) in text read as latin-1: latin-1 text does not use them,
+  but latin-1 decodes every byte, so Windows text in cp1252 read as latin-1 turns its quotes,
+  dashes and € into them, without an error. The records are kept; ingest ends with one warning
+  counting them and naming --encoding cp1252 (`c1_rows`).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+NUL = "\x00"
+C1_CONTROLS = re.compile("[\x80-\x9f]")
+LATIN_1 = codecs.lookup("latin-1").name  # the codec's name for every spelling (latin-1, iso-8859-1, l1, …)
+
+
+def nul_problem(texts: list[str], encoding: str) -> tuple[str, str] | None:
+    """(problem, hint) for a record whose texts (one per text field) hold a NUL, else None."""
+    if not any(NUL in text for text in texts):
+        return None
+    share = sum(text.count(NUL) for text in texts) / max(sum(len(text) for text in texts), 1)
+    likely = "UTF-16 text" if share >= 0.25 else "a binary file, or UTF-16 or UTF-32 text"
+    return (
+        f"a NUL character in the text (read as {encoding}): likely {likely}",
+        "pass --encoding utf-16 (or utf-32) for such text; else convert or drop the file, or skip such records "
+        "with --on-bad-record skip",
+    )
+
+
+def reads_c1(encoding: str) -> bool:
+    """Whether text in `encoding` is checked for C1 controls (latin-1 only: the codec that reads
+    cp1252's characters as them)."""
+    return codecs.lookup(encoding).name == LATIN_1
+
+
+def c1_rows(texts: dict[str, list[str]]) -> list[int]:
+    """The records (row numbers) whose text in any field holds a C1 control character."""
+    fields = list(texts.values())
+    n = len(fields[0]) if fields else 0
+    return [r for r in range(n) if any(C1_CONTROLS.search(field[r]) for field in fields)]
+
+
+def c1_warning(count: int, first: str) -> str:
+    """ingest's warning on `count` records with C1 controls (the first at `first`)."""
+    return (
+        f"{count} records read as latin-1 hold C1 control characters (U+0080–U+009F; the first: {first}), which "
+        "latin-1 text does not use and Windows text in cp1252 becomes when read as latin-1 (its quotes, dashes "
+        "and €): if the input is such text, ingest it again with --encoding cp1252"
+    )
