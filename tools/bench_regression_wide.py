@@ -41,6 +41,8 @@ sector (LIBSVM's scaled training file) with targets planted from a sparse or a d
 noise, or a nonlinear function of three words (`text_set`). Both need /work/shared/data.
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --dual --sets fresh,text,qa31,real
+
+--check-dual compares D with scikit-learn on two small generated sets (`check_dual`).
 """
 
 from __future__ import annotations
@@ -211,6 +213,26 @@ def dual(X, y):
     return (lambda Z: sp.csr_matrix(Z) @ w + b), f"{c:.2g}", 0
 
 
+def check_dual() -> None:
+    """D against scikit-learn on two small wide sets (dense and sparse X): the λ that RidgeCV's
+    leave-one-out picks on D's grid (alphas n · c · v̄), and the largest difference between D's
+    predictions and Ridge(alpha = n · c · v̄)'s at D's c, on the held-out rows."""
+    from sklearn.linear_model import Ridge, RidgeCV
+
+    for n, d, density, noise, target in [(120, 400, 1.0, 0.3, "dense"), (200, 900, 0.05, 0.2, "sparse")]:
+        Xt, yt, Xv, _ = generated(n, d, density, noise, target, 7)
+        predict, name, _ = dual(Xt, yt)
+        X = Xt.toarray()
+        alphas = n * DUAL_GRID * float(X.var(axis=0).mean())
+        picked = RidgeCV(alphas=alphas).fit(X, yt).alpha_
+        c = int(np.argmin(np.abs(np.log(DUAL_GRID / float(name)))))
+        ridge = Ridge(alpha=alphas[c], solver="cholesky").fit(X, yt).predict(Xv)
+        print(
+            f"{n}x{d}@{density}: D's c {DUAL_GRID[c]:.3g}, RidgeCV's {picked / alphas[c] * DUAL_GRID[c]:.3g}; "
+            f"max |D - Ridge| {np.abs(predict(Xv) - ridge).max():.1e} (predictions' sd {ridge.std():.2f})"
+        )
+
+
 def _tar_docs() -> list[str]:
     """20 Newsgroups' training documents, in the archive's order (latin-1)."""
     import tarfile
@@ -331,6 +353,7 @@ def main() -> None:
     parser.add_argument("--blocks", default="", help="comma-separated block sizes to fit at lam=1e-4 instead")
     parser.add_argument("--validated", action="store_true", help="the default beside candidate V2 (module docstring)")
     parser.add_argument("--dual", action="store_true", help="the default beside candidate D (module docstring)")
+    parser.add_argument("--check-dual", action="store_true", help="D against RidgeCV and Ridge on two small sets")
     parser.add_argument(
         "--grid",
         default=",".join(f"{c:g}" for c in V2_GRID),
@@ -338,6 +361,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
+    if args.check_dual:
+        check_dual()
+        return
     if args.validated or args.dual:
         grid = tuple(float(c) for c in args.grid.split(","))
         main_validated(args.sets.split(","), args.seeds, dual if args.dual else (lambda X, y: validated(X, y, grid)))
