@@ -4,8 +4,8 @@ against scikit-learn's Ridge (docs/benchmarks.md, "stagewise regression on wide 
 Each set: X (n + 1000 rows × d) with standard normal entries kept with probability `density`,
 w standard normal (every entry, or 5 % of them: "sparse" targets), y = Xw + noise · sd(Xw) · ε;
 the model is fitted on the first n rows and scored (R²) on the last 1000. Printed per set and
-seed: RidgeCV (15 alphas 1e-2 … 1e5) and Ridge() on the training rows, stagewise with lam=1e-4
-(the default) and with λ = c · v̄ for each --c (v̄ the columns' mean variance over the training
+seed: RidgeCV (15 alphas 1e-2 … 1e5) and Ridge() on the training rows, stagewise's stages with
+lam=1e-4 (the default before session 32) and with λ = c · v̄ for each --c (v̄ the columns' mean variance over the training
 rows), Ridge(alpha = n · v̄), and the λ of {1e-4, v̄} that 5-fold cross-validation on the
 training rows picks (--cv), with its R².
 
@@ -13,13 +13,13 @@ training rows picks (--cv), with its R².
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets held --c 1 --cv
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets tune --blocks 128,256,512,1024
 
---validated (session 31, reg32) prints instead, per set and seed, RidgeCV, Ridge(), the default
-and the candidate default "V2" (`validated`), each with its R² and fit seconds: on wide data
+--validated (session 31, reg32) prints instead, per set and seed, RidgeCV, Ridge(), "stages" (the
+default before session 32: the stages at lam None, `STAGES`) and the candidate default "V2" (`validated`), each with its R² and fit seconds: on wide data
 (active columns ≥ n/2, `WIDE_SHARE`) hold out every 5th training row (row i with i mod 5 = 4),
 fit StagewiseLSRegressor on the other rows at each λ of {1e-4, v̄/10, v̄} (v̄ the fit rows'
 mean column variance), take the (λ, number of stages t) of the least squared error on the held
 rows, t = 0 being the fit rows' mean, then refit on every training row at that λ and keep its first
-t stages (t = 0: the training mean). Narrower data keeps the default. A prototype that measures
+t stages (t = 0: the training mean). Narrower data keeps the stages. A prototype that measures
 the rule (it uses the fitted model's stages), not the solver's default. Sets: the wide "tune" and
 "held" shapes; "qa31", qa31's sparse wide set regenerated (2000 × 20 000 at 0.5 %, 5 % of w
 non-zero, y = Xw + 0.1 ε + 3; the first 1500 rows fitted, R² on the last 500; seeds 0-2); "real",
@@ -30,12 +30,14 @@ from the other 63 pixels (75/25, seed 0).
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --validated --sets held,qa31,real
 
 --dual (session 32, wide33) prints the same line with the candidate "D" in V2's place: on wide
-data (active columns ≥ WIDE_SHARE · n) with n ≤ DUAL_N_MAX training rows, the exact ridge model
-that the default's block descent converges to on one block of every active column (λ on the
+data (active columns ≥ DUAL_WIDE_SHARE · n) with n ≤ DUAL_N_MAX training rows, the exact ridge
+model that the stages' block descent converges to on one block of every active column (λ on the
 summed squared error over n, so Ridge(alpha = n·λ)), solved in dual form from the eigenvectors
 of the n × n centred Gram matrix, λ = c · v̄ with c of DUAL_GRID chosen by the exact
 leave-one-out squared error (the intercept-aware hat matrix's diagonal, as RidgeCV computes it);
-otherwise the default. Held-out sets, fresh for session 32 (seeds 200-202): "fresh", generated
+otherwise the stages. Since session 32 D is StagewiseLSRegressor's default
+(streamfit.solvers.stagewise_dual), which `dual` fits; the prototype that the pre-registered
+held-out run measured is `dual` of commit 281f337. Held-out sets, fresh for session 32 (seeds 200-202): "fresh", generated
 shapes with n/d from 0.05 to 1; "text", real tf-idf rows of 20 Newsgroups' training part and of
 sector (LIBSVM's scaled training file) with targets planted from a sparse or a dense w plus
 noise, or a nonlinear function of three words (`text_set`). Both need /work/shared/data.
@@ -43,6 +45,9 @@ noise, or a nonlinear function of three words (`text_set`). Both need /work/shar
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --dual --sets fresh,text,qa31,real
 
 --check-dual compares D with scikit-learn on two small generated sets (`check_dual`).
+
+"stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
+resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+
+from streamfit.solvers.stagewise_dual import DUAL_GRID
 
 # (n, d, density, noise as a share of the signal's sd, target)
 SETS = {
@@ -105,8 +112,7 @@ def generated(n: int, d: int, density: float, noise: float, target: str, seed: i
 HOLD_EVERY = 5  # --validated: row i of the training rows is held out when i % HOLD_EVERY == HOLD_EVERY - 1
 WIDE_SHARE = 0.5  # --validated applies where the active columns number at least WIDE_SHARE · n
 V2_GRID = (0.1, 1.0)  # --validated: the λ candidates beside 1e-4, as multiples of v̄
-DUAL_N_MAX = 4000  # --dual: the most training rows for the n × n eigendecomposition (4000: ~20 s on one core)
-DUAL_GRID = np.logspace(-6, 2, 25)  # --dual: λ / v̄, three points a decade
+STAGES = {"generator": "gradient"}  # the stages at lam None: the default before session 32, bit for bit
 
 
 def qa31_set(seed: int):
@@ -151,8 +157,8 @@ def validated(X, y, grid: tuple[float, ...] = V2_GRID):
 
     n = X.shape[0]
     if sp.csr_matrix(X).getnnz(axis=0).astype(bool).sum() < WIDE_SHARE * n:
-        model = StagewiseLSRegressor().fit(X, y)
-        return model.predict, "default (narrow)", model.n_iter_
+        model = StagewiseLSRegressor(**STAGES).fit(X, y)
+        return model.predict, "stages (narrow)", model.n_iter_
     held = np.arange(n) % HOLD_EVERY == HOLD_EVERY - 1
     Xf, yf, Xh, yh = X[~held], y[~held], X[held], y[held]
     Xd = sp.csr_matrix(Xf)
@@ -174,62 +180,37 @@ def validated(X, y, grid: tuple[float, ...] = V2_GRID):
 
 
 def dual(X, y):
-    """D (module docstring): (predict function, chosen c = λ / v̄ or "default", n_iter or 0).
-
-    With Xc the training rows centred by their column means and K = Xc Xcᵀ = Q diag(s) Qᵀ, the
-    ridge model at λ is w = Xcᵀ a, a = Q diag(1 / (s + nλ)) Qᵀ (y − ȳ), intercept ȳ − x̄ᵀw; its
-    leave-one-out residuals are r_i / (1 − h_ii), r the training residuals and
-    h_ii = Σ_k Q_ik² s_k / (s_k + nλ) + 1/n (the intercept's share)."""
-    import scipy.linalg as la
-
+    """D, StagewiseLSRegressor's default since session 32 (module docstring): (predict function,
+    the chosen c = λ / v̄ or "stages" where D does not apply, the number of stages)."""
     from streamfit import StagewiseLSRegressor
 
-    X = sp.csr_matrix(X)
-    n, d = X.shape
-    if X.getnnz(axis=0).astype(bool).sum() < WIDE_SHARE * n or n > DUAL_N_MAX:
-        model = StagewiseLSRegressor().fit(X, y)
-        return model.predict, "default", model.n_iter_
-    mean = np.asarray(X.mean(axis=0)).ravel()
-    v = float((np.asarray(X.multiply(X).mean(axis=0)).ravel() - mean**2).mean())
-    if X.nnz > 0.2 * n * d:
-        A = X.toarray()
-        G = A @ A.T
-    else:
-        G = (X @ X.T).toarray()
-    r = G.mean(axis=1)
-    s, Q = la.eigh(G - r[:, None] - r[None, :] + r.mean())
-    s = np.clip(s, 0.0, None)
-    z = Q.T @ (y - y.mean())
-    Q2 = Q * Q
-    errors = []
-    for c in DUAL_GRID:
-        shrink = s / (s + n * c * v)
-        residual = (y - y.mean()) - Q @ (shrink * z)
-        errors.append(float(np.mean((residual / (1.0 - Q2 @ shrink - 1.0 / n)) ** 2)))
-    c = float(DUAL_GRID[int(np.argmin(errors))])  # ties: the smaller λ
-    a = Q @ (z / (s + n * c * v))
-    w = X.T @ a - mean * a.sum()
-    b = float(y.mean() - mean @ w)
-    return (lambda Z: sp.csr_matrix(Z) @ w + b), f"{c:.2g}", 0
+    model = StagewiseLSRegressor().fit(X, y)
+    c = model.model_.info.get("wide_ridge_c")
+    return model.predict, "stages" if c is None else f"{c:.2g}", model.n_iter_
 
 
 def check_dual() -> None:
-    """D against scikit-learn on two small wide sets (dense and sparse X): the λ that RidgeCV's
-    leave-one-out picks on D's grid (alphas n · c · v̄), and the largest difference between D's
-    predictions and Ridge(alpha = n · c · v̄)'s at D's c, on the held-out rows."""
+    """D against scikit-learn on two small wide sets (dense and sparse X, its values float32's as a
+    store holds them): the λ that RidgeCV's leave-one-out picks on D's grid (alphas n · c · v̄),
+    and the largest difference between D's coefficients and intercept and those of
+    Ridge(alpha = n · c · v̄) at D's c, relative to the largest coefficient."""
     from sklearn.linear_model import Ridge, RidgeCV
 
+    from streamfit import StagewiseLSRegressor
+
     for n, d, density, noise, target in [(120, 400, 1.0, 0.3, "dense"), (200, 900, 0.05, 0.2, "sparse")]:
-        Xt, yt, Xv, _ = generated(n, d, density, noise, target, 7)
-        predict, name, _ = dual(Xt, yt)
-        X = Xt.toarray()
+        Xt, yt, _, _ = generated(n, d, density, noise, target, 7)
+        X = Xt.toarray().astype(np.float32).astype(np.float64)
+        model = StagewiseLSRegressor().fit(X, yt)
         alphas = n * DUAL_GRID * float(X.var(axis=0).mean())
         picked = RidgeCV(alphas=alphas).fit(X, yt).alpha_
-        c = int(np.argmin(np.abs(np.log(DUAL_GRID / float(name)))))
-        ridge = Ridge(alpha=alphas[c], solver="cholesky").fit(X, yt).predict(Xv)
+        c = int(np.argmin(np.abs(np.log(DUAL_GRID / model.model_.info["wide_ridge_c"]))))
+        ridge = Ridge(alpha=alphas[c], solver="cholesky").fit(X, yt)
+        scale = np.abs(ridge.coef_).max()
         print(
             f"{n}x{d}@{density}: D's c {DUAL_GRID[c]:.3g}, RidgeCV's {picked / alphas[c] * DUAL_GRID[c]:.3g}; "
-            f"max |D - Ridge| {np.abs(predict(Xv) - ridge).max():.1e} (predictions' sd {ridge.std():.2f})"
+            f"max |D - Ridge| / max |Ridge| over the coefficients {np.abs(model.coef_ - ridge.coef_).max() / scale:.1e}, "
+            f"intercepts {abs(model.intercept_ - ridge.intercept_) / scale:.1e}"
         )
 
 
@@ -286,7 +267,7 @@ def text_set(corpus: str, n: int, target: str, noise: float, seed: int):
 
 
 def compare(label: str, Xt, yt, Xv, yv, candidate) -> None:
-    """One line: RidgeCV, Ridge(), the default and the candidate (V2 or D: a function of (X, y)
+    """One line: RidgeCV, Ridge(), the stages and the candidate (V2 or D: a function of (X, y)
     giving (predict, choice, stages)), R² and fit seconds each."""
     import time
 
@@ -299,7 +280,7 @@ def compare(label: str, Xt, yt, Xv, yv, candidate) -> None:
     for name, fit in [
         ("RidgeCV", lambda: RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt).predict),
         ("Ridge()", lambda: Ridge().fit(Xt, yt).predict),
-        ("default", lambda: StagewiseLSRegressor().fit(Xt, yt).predict),
+        ("stages", lambda: StagewiseLSRegressor(**STAGES).fit(Xt, yt).predict),
         ("candidate", lambda: candidate(Xt, yt)),
     ]:
         start = time.perf_counter()
@@ -390,7 +371,7 @@ def main() -> None:
             ridge_cv = RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt)
             line += f" RidgeCV {r2_score(yv, ridge_cv.predict(Xv)):.3f}"
             line += f" Ridge() {r2_score(yv, Ridge().fit(Xt, yt).predict(Xv)):.3f}"
-            r2 = {1e-4: r2_score(yv, StagewiseLSRegressor(lam=1e-4).fit(Xt, yt).predict(Xv))}
+            r2 = {1e-4: r2_score(yv, StagewiseLSRegressor(**STAGES, lam=1e-4).fit(Xt, yt).predict(Xv))}
             line += f" | lam 1e-4 {r2[1e-4]:.3f}"
             for c in (float(c) for c in args.c.split(",")):
                 r2[c * v] = r2_score(yv, StagewiseLSRegressor(lam=c * v).fit(Xt, yt).predict(Xv))
