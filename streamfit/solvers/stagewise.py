@@ -1373,7 +1373,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         """Whether the run is the exact ridge fit of wide regression data in one step
         (streamfit.solvers.stagewise_dual): real-valued targets at the default λ (lam None) and
         the default generator, calibration, penalty and intercept, on at least
-        DUAL_WIDE_SHARE · n active columns for n ≤ DUAL_N_MAX training rows."""
+        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
         p = self.params
         return bool(
             source.regression

@@ -2,7 +2,7 @@
 leave-one-out (docs/benchmarks.md, "Exact ridge in dual form for wide regression", session 32).
 
 Where real-valued targets are fitted at the default λ (lam None) on wide data — at least
-DUAL_WIDE_SHARE · n active columns for n ≤ DUAL_N_MAX training rows — the two passes of blocks
+DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows — the two passes of blocks
 stop far from the ridge model they converge to (the first blocks interpolate the targets), and no
 single λ suits every data set. There the solver fits, in one step, the point that its stages
 converge to with penalty="total" on one block of every active column, the ridge model
@@ -34,6 +34,7 @@ from streamfit.store import ChunkSource
 
 DUAL_WIDE_SHARE = 0.5  # the exact fit where the active columns number at least this share of the rows
 DUAL_N_MAX = 4000  # ... and the rows at most this many (the n × n eigendecomposition: ~20 s on one core)
+DUAL_N_MIN = 3  # ... and at least this many: with one row left out of two, every λ predicts the other row's value
 DUAL_GRID = np.logspace(-6, 2, 25)  # c = λ / v̄ tried by leave-one-out, three points a decade
 DENSE_PRODUCT_DENSITY = 0.25  # a chunk pair's product as dense BLAS from this share of non-zeros on
 
@@ -41,7 +42,7 @@ DENSE_PRODUCT_DENSITY = 0.25  # a chunk pair's product as dense BLAS from this s
 def applies(n_rows: int, n_active: int) -> bool:
     """Whether data of n_rows training rows and n_active active columns is wide enough, and
     small enough, for the exact fit (module docstring)."""
-    return n_active >= DUAL_WIDE_SHARE * n_rows and n_rows <= DUAL_N_MAX
+    return n_active >= DUAL_WIDE_SHARE * n_rows and DUAL_N_MIN <= n_rows <= DUAL_N_MAX
 
 
 def _rows(source: ChunkSource, chunk_id: int):

@@ -486,6 +486,19 @@ def test_wide_regression_default_is_ridgecv_on_the_leave_one_out_grid(tmp_path, 
     np.testing.assert_allclose(model.intercept_, np.ravel(ridge.intercept_), rtol=1e-9)
 
 
+def test_two_wide_rows_are_fitted_in_stages():
+    """Two rows leave one to predict from one: no λ differs in leave-one-out error, so the exact
+    wide fit needs three rows; two are fitted in stages, without a numpy warning."""
+    import warnings
+
+    X, Y = wide(n=2, d=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = fit(InMemoryStore(X, Y, ["y0"]))
+    assert "wide_ridge_c" not in model.info and model.info["stages"] == 2
+    assert "wide_ridge_c" in fit(InMemoryStore(*wide(n=3, d=8), ["y0"])).info
+
+
 def test_wide_regression_resumed_after_its_init_checkpoint_is_the_same_model(tmp_path):
     """The exact wide fit stopped after init's checkpoint and resumed: the same model, bitwise."""
     X, Y = wide(density=0.2)
