@@ -689,13 +689,18 @@ class StagewiseLSRegressor(_SolverEstimator):
     1024 columns all stages run on the normal equations of one pass over X); random Fourier
     features (a nonlinear fit) are generator="rff". link must stay "identity" and calibration "auto" (resolved to "none" for real-valued targets), "none" or "predictions" (fit raises otherwise).
     standardize changes nothing here: real-valued targets keep the penalty on the columns as given.
-    On wide data (at least as many columns as rows, above 1024 columns) the default's two passes
-    stop far from the ridge model when y depends on many columns: the first blocks interpolate the
-    targets and λ = 1e-4 barely moves weight off them (held-out R² 0.16-1.84 below RidgeCV's on
-    the generated sets measured; on few informative columns the greedy first pass beats Ridge). There, lam of
-    the order of the columns' mean variance gives the ridge model at that λ in two passes
-    (docs/benchmarks.md, "Defaults on wide data"); a fit at the default lam on at least as many
-    active columns as rows logs one warning line saying so, with that mean variance. A y that
+    On wide data (at least half as many active columns as rows) of at most 4000 rows, lam None
+    with the default generator, calibration and penalty fits the exact ridge model in one stage
+    of every active column, λ = c · v̄ (v̄ the columns' mean variance, c of 1e-6 … 100) chosen by
+    exact leave-one-out as RidgeCV does (model_.info["lam"], model_.info["wide_ridge_c"];
+    docs/benchmarks.md, "Exact ridge in dual form for wide regression"). Elsewhere on wide data
+    the stages' two passes stop far from the ridge model when y depends on many columns: the
+    first blocks interpolate the targets and λ = 1e-4 barely moves weight off them (held-out R²
+    0.16-1.84 below RidgeCV's on the generated sets measured; on few informative columns the
+    greedy first pass beats Ridge). There, lam of the order of the columns' mean variance gives
+    the ridge model at that λ in two passes (docs/benchmarks.md, "Defaults on wide data"); a fit
+    in stages at the default lam on at least as many active columns as rows logs one warning line
+    saying so, with that mean variance. A y that
     holds one value in every row fits that constant, with one logged warning line naming the target.
 
     Fit with X (n × d, numpy or scipy.sparse) and real-valued y of shape (n,) or (n, k)

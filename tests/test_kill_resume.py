@@ -137,6 +137,40 @@ def test_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_wide_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path):
+    """stagewise's exact wide fit (real-valued targets, more columns than rows, lam None: one
+    step) killed right after init's checkpoint and resumed: the model of an uninterrupted run."""
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(120, 300)) * (rng.random((120, 300)) < 0.2)
+    y = X @ rng.normal(size=300) + rng.normal(size=120)
+    with open(tmp_path / "w.svm", "w") as f:
+        for x, t in zip(X, y):
+            f.write(f"{float(t)!r} " + " ".join(f"{j + 1}:{v!r}" for j, v in enumerate(x.tolist()) if v) + "\n")
+    store = tmp_path / "w.zarr"
+    ingest = ["ingest", tmp_path / "w.svm", "--no-hash", "--target", "numeric", "--chunk-rows", "50", "--out", store]
+    subprocess.run(cli(*ingest), check=True, capture_output=True)
+    train = ["train", store, "--solver", "stagewise", "--n-workers", "0", "--checkpoint-interval", "0"]
+    subprocess.run(cli(*train, "--out", tmp_path / "ref"), check=True, capture_output=True)
+    ref = _arrays(tmp_path / "ref")
+    assert load_model(str(tmp_path / "ref")).info["stages"] == 1  # the exact fit, not the stages
+    run = tmp_path / "run"
+    resume = [*train, "--out", run, "--resume"]
+    _killed_at(0, "checkpoint", resume, "after init's checkpoint")
+    assert _latest_step(run) == 0
+    _resume_to_the_end(cli, resume, run, ref)
+
+
+def _resume_to_the_end(cli, resume, run, ref):
+    """The resumed run ends normally, with the model arrays `ref` of an uninterrupted run, bitwise."""
+    done = subprocess.run(cli(*resume), check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    got = _arrays(run)
+    assert ref.keys() == got.keys()
+    for key in ref:
+        assert np.array_equal(ref[key], got[key]), key
+
+
 def _kill_twice_then_resume(cli, tmp_path, solver, train):
     """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
     is killed in step k2 + 1 (about two thirds), as soon as that step has written a state file
@@ -158,12 +192,7 @@ def _kill_twice_then_resume(cli, tmp_path, solver, train):
     _killed_at(k2, "state", resume, f"in the step after checkpoint {k2}")
     assert k2 <= _latest_step(run) < n_steps
 
-    done = subprocess.run(cli(*resume), check=False, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    got = _arrays(run)
-    assert ref.keys() == got.keys()
-    for key in ref:
-        assert np.array_equal(ref[key], got[key]), key
+    _resume_to_the_end(cli, resume, run, ref)
 
 
 def _write_libsvm(path, n_rows, n_features=5000, seed=0):

@@ -4,8 +4,8 @@ against scikit-learn's Ridge (docs/benchmarks.md, "stagewise regression on wide 
 Each set: X (n + 1000 rows × d) with standard normal entries kept with probability `density`,
 w standard normal (every entry, or 5 % of them: "sparse" targets), y = Xw + noise · sd(Xw) · ε;
 the model is fitted on the first n rows and scored (R²) on the last 1000. Printed per set and
-seed: RidgeCV (15 alphas 1e-2 … 1e5) and Ridge() on the training rows, stagewise with lam=1e-4
-(the default) and with λ = c · v̄ for each --c (v̄ the columns' mean variance over the training
+seed: RidgeCV (15 alphas 1e-2 … 1e5) and Ridge() on the training rows, stagewise's stages with
+lam=1e-4 (the default before session 32) and with λ = c · v̄ for each --c (v̄ the columns' mean variance over the training
 rows), Ridge(alpha = n · v̄), and the λ of {1e-4, v̄} that 5-fold cross-validation on the
 training rows picks (--cv), with its R².
 
@@ -13,13 +13,13 @@ training rows picks (--cv), with its R².
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets held --c 1 --cv
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --sets tune --blocks 128,256,512,1024
 
---validated (session 31, reg32) prints instead, per set and seed, RidgeCV, Ridge(), the default
-and the candidate default "V2" (`validated`), each with its R² and fit seconds: on wide data
+--validated (session 31, reg32) prints instead, per set and seed, RidgeCV, Ridge(), "stages" (the
+default before session 32: the stages at lam None, `STAGES`) and the candidate default "V2" (`validated`), each with its R² and fit seconds: on wide data
 (active columns ≥ n/2, `WIDE_SHARE`) hold out every 5th training row (row i with i mod 5 = 4),
 fit StagewiseLSRegressor on the other rows at each λ of {1e-4, v̄/10, v̄} (v̄ the fit rows'
 mean column variance), take the (λ, number of stages t) of the least squared error on the held
 rows, t = 0 being the fit rows' mean, then refit on every training row at that λ and keep its first
-t stages (t = 0: the training mean). Narrower data keeps the default. A prototype that measures
+t stages (t = 0: the training mean). Narrower data keeps the stages. A prototype that measures
 the rule (it uses the fitted model's stages), not the solver's default. Sets: the wide "tune" and
 "held" shapes; "qa31", qa31's sparse wide set regenerated (2000 × 20 000 at 0.5 %, 5 % of w
 non-zero, y = Xw + 0.1 ε + 3; the first 1500 rows fitted, R² on the last 500; seeds 0-2); "real",
@@ -28,6 +28,26 @@ from the other 63 pixels (75/25, seed 0).
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --validated --sets tune
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --validated --sets held,qa31,real
+
+--dual (session 32, wide33) prints the same line with the candidate "D" in V2's place: on wide
+data (active columns ≥ DUAL_WIDE_SHARE · n) with n ≤ DUAL_N_MAX training rows, the exact ridge
+model that the stages' block descent converges to on one block of every active column (λ on the
+summed squared error over n, so Ridge(alpha = n·λ)), solved in dual form from the eigenvectors
+of the n × n centred Gram matrix, λ = c · v̄ with c of DUAL_GRID chosen by the exact
+leave-one-out squared error (the intercept-aware hat matrix's diagonal, as RidgeCV computes it);
+otherwise the stages. Since session 32 D is StagewiseLSRegressor's default
+(streamfit.solvers.stagewise_dual), which `dual` fits; the prototype that the pre-registered
+held-out run measured is `dual` of commit 281f337. Held-out sets, fresh for session 32 (seeds 200-202): "fresh", generated
+shapes with n/d from 0.05 to 1; "text", real tf-idf rows of 20 Newsgroups' training part and of
+sector (LIBSVM's scaled training file) with targets planted from a sparse or a dense w plus
+noise, or a nonlinear function of three words (`text_set`). Both need /work/shared/data.
+
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --dual --sets fresh,text,qa31,real
+
+--check-dual compares D with scikit-learn on two small generated sets (`check_dual`).
+
+"stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
+resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
 """
 
 from __future__ import annotations
@@ -37,6 +57,8 @@ import warnings
 
 import numpy as np
 import scipy.sparse as sp
+
+from streamfit.solvers.stagewise_dual import DUAL_GRID
 
 # (n, d, density, noise as a share of the signal's sd, target)
 SETS = {
@@ -56,7 +78,26 @@ SETS = {
         (2000, 1000, 0.2, 0.2, "dense"),
     ],
 }
-SEED_BASE = {"tune": 0, "held": 100}
+SEED_BASE = {"tune": 0, "held": 100, "fresh": 200, "text": 200}
+# --dual's held-out shapes (session 32): n/d 0.05, 0.1, 0.25, 0.5, 0.5, 1.0
+SETS["fresh"] = [
+    (250, 5000, 0.05, 0.3, "sparse"),
+    (600, 6000, 0.2, 0.2, "dense"),
+    (1000, 4000, 0.02, 0.1, "sparse"),
+    (700, 1400, 0.5, 1.0, "dense"),
+    (1500, 3000, 1.0, 0.5, "dense"),
+    (2400, 2400, 0.05, 0.3, "sparse"),
+]
+# --dual's text sets: (corpus, training rows, target: "sparse" / "dense" planted w or "words", noise)
+TEXT_SETS = [
+    ("20news", 1500, "sparse", 0.2),
+    ("20news", 1500, "dense", 0.5),
+    ("20news", 1500, "words", 0.2),
+    ("sector", 2000, "sparse", 0.2),
+    ("sector", 2000, "words", 0.2),
+]
+TEXT_TEST_ROWS = 1000
+DATA = "/work/shared/data"
 
 
 def generated(n: int, d: int, density: float, noise: float, target: str, seed: int):
@@ -71,6 +112,7 @@ def generated(n: int, d: int, density: float, noise: float, target: str, seed: i
 HOLD_EVERY = 5  # --validated: row i of the training rows is held out when i % HOLD_EVERY == HOLD_EVERY - 1
 WIDE_SHARE = 0.5  # --validated applies where the active columns number at least WIDE_SHARE · n
 V2_GRID = (0.1, 1.0)  # --validated: the λ candidates beside 1e-4, as multiples of v̄
+STAGES = {"generator": "gradient"}  # the stages at lam None: the default before session 32, bit for bit
 
 
 def qa31_set(seed: int):
@@ -115,8 +157,8 @@ def validated(X, y, grid: tuple[float, ...] = V2_GRID):
 
     n = X.shape[0]
     if sp.csr_matrix(X).getnnz(axis=0).astype(bool).sum() < WIDE_SHARE * n:
-        model = StagewiseLSRegressor().fit(X, y)
-        return model.predict, "default (narrow)", model.n_iter_
+        model = StagewiseLSRegressor(**STAGES).fit(X, y)
+        return model.predict, "stages (narrow)", model.n_iter_
     held = np.arange(n) % HOLD_EVERY == HOLD_EVERY - 1
     Xf, yf, Xh, yh = X[~held], y[~held], X[held], y[held]
     Xd = sp.csr_matrix(Xf)
@@ -137,8 +179,96 @@ def validated(X, y, grid: tuple[float, ...] = V2_GRID):
     return (lambda Z: stage_predictions(model, Z, t)), name, t
 
 
-def compare(label: str, Xt, yt, Xv, yv, grid: tuple[float, ...]) -> None:
-    """One line: RidgeCV, Ridge(), the default and V2, R² and fit seconds each."""
+def dual(X, y):
+    """D, StagewiseLSRegressor's default since session 32 (module docstring): (predict function,
+    the chosen c = λ / v̄ or "stages" where D does not apply, the number of stages)."""
+    from streamfit import StagewiseLSRegressor
+
+    model = StagewiseLSRegressor().fit(X, y)
+    c = model.model_.info.get("wide_ridge_c")
+    return model.predict, "stages" if c is None else f"{c:.2g}", model.n_iter_
+
+
+def check_dual() -> None:
+    """D against scikit-learn on two small wide sets (dense and sparse X, its values float32's as a
+    store holds them): the λ that RidgeCV's leave-one-out picks on D's grid (alphas n · c · v̄),
+    and the largest difference between D's coefficients and intercept and those of
+    Ridge(alpha = n · c · v̄) at D's c, relative to the largest coefficient."""
+    from sklearn.linear_model import Ridge, RidgeCV
+
+    from streamfit import StagewiseLSRegressor
+
+    for n, d, density, noise, target in [(120, 400, 1.0, 0.3, "dense"), (200, 900, 0.05, 0.2, "sparse")]:
+        Xt, yt, _, _ = generated(n, d, density, noise, target, 7)
+        X = Xt.toarray().astype(np.float32).astype(np.float64)
+        model = StagewiseLSRegressor().fit(X, yt)
+        alphas = n * DUAL_GRID * float(X.var(axis=0).mean())
+        picked = RidgeCV(alphas=alphas).fit(X, yt).alpha_
+        c = int(np.argmin(np.abs(np.log(DUAL_GRID / model.model_.info["wide_ridge_c"]))))
+        ridge = Ridge(alpha=alphas[c], solver="cholesky").fit(X, yt)
+        scale = np.abs(ridge.coef_).max()
+        print(
+            f"{n}x{d}@{density}: D's c {DUAL_GRID[c]:.3g}, RidgeCV's {picked / alphas[c] * DUAL_GRID[c]:.3g}; "
+            f"max |D - Ridge| / max |Ridge| over the coefficients {np.abs(model.coef_ - ridge.coef_).max() / scale:.1e}, "
+            f"intercepts {abs(model.intercept_ - ridge.intercept_) / scale:.1e}"
+        )
+
+
+def _tar_docs() -> list[str]:
+    """20 Newsgroups' training documents, in the archive's order (latin-1)."""
+    import tarfile
+
+    with tarfile.open(f"{DATA}/20newsgroups/20news-bydate.tar.gz") as tar:
+        return [
+            tar.extractfile(m).read().decode("latin-1")
+            for m in tar.getmembers()
+            if m.isfile() and m.name.startswith("20news-bydate-train/")
+        ]
+
+
+def text_set(corpus: str, n: int, target: str, noise: float, seed: int):
+    """(X_train, y_train, X_test, y_test) of n + TEXT_TEST_ROWS rows drawn (seeded) from a corpus.
+
+    20news: TfidfVectorizer (scikit-learn's defaults) fitted on the n training documents; sector:
+    LIBSVM's scaled tf-idf rows. Target "sparse" / "dense": y = Xw + noise · sd(Xw) · ε, w standard
+    normal on 5 % / all columns; "words": three columns whose document frequency in the training
+    rows is 5-30 %, with counts (20news) or 100 × tf-idf (sector) u1, u2, u3:
+    f = log(1 + u1) + 2 log(1 + u2) · [u3 > 0], y = f + noise · sd(f) · ε."""
+    from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+
+    rng = np.random.default_rng(seed)
+    if corpus == "20news":
+        docs = _tar_docs()
+        pick = rng.permutation(len(docs))[: n + TEXT_TEST_ROWS]
+        train, test = [docs[i] for i in pick[:n]], [docs[i] for i in pick[n:]]
+        tfidf = TfidfVectorizer().fit(train)
+        X = sp.vstack([tfidf.transform(train), tfidf.transform(test)]).tocsr()
+        counts = CountVectorizer(vocabulary=tfidf.vocabulary_)
+        U = sp.vstack([counts.transform(train), counts.transform(test)]).tocsr().astype(np.float64)
+    else:
+        import bz2
+
+        from sklearn.datasets import load_svmlight_file
+
+        with bz2.open(f"{DATA}/libsvm/sector/sector.scale.bz2") as f:
+            X_all, _ = load_svmlight_file(f)
+        X = X_all[rng.permutation(X_all.shape[0])[: n + TEXT_TEST_ROWS]].tocsr()
+        U = 100.0 * X
+    if target == "words":
+        share = X[:n].getnnz(axis=0) / n
+        words = rng.choice(np.flatnonzero((share >= 0.05) & (share <= 0.3)), 3, replace=False)
+        u = U[:, words].toarray()
+        f = np.log1p(u[:, 0]) + 2.0 * np.log1p(u[:, 1]) * (u[:, 2] > 0)
+    else:
+        d = X.shape[1]
+        f = X @ (rng.normal(size=d) * (rng.random(d) < (0.05 if target == "sparse" else 1.0)))
+    y = f + noise * f.std() * rng.normal(size=X.shape[0])
+    return X[:n], y[:n], X[n:], y[n:]
+
+
+def compare(label: str, Xt, yt, Xv, yv, candidate) -> None:
+    """One line: RidgeCV, Ridge(), the stages and the candidate (V2 or D: a function of (X, y)
+    giving (predict, choice, stages)), R² and fit seconds each."""
     import time
 
     from sklearn.linear_model import Ridge, RidgeCV
@@ -150,49 +280,61 @@ def compare(label: str, Xt, yt, Xv, yv, grid: tuple[float, ...]) -> None:
     for name, fit in [
         ("RidgeCV", lambda: RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt).predict),
         ("Ridge()", lambda: Ridge().fit(Xt, yt).predict),
-        ("default", lambda: StagewiseLSRegressor().fit(Xt, yt).predict),
-        ("V2", lambda: validated(Xt, yt, grid)),
+        ("stages", lambda: StagewiseLSRegressor(**STAGES).fit(Xt, yt).predict),
+        ("candidate", lambda: candidate(Xt, yt)),
     ]:
         start = time.perf_counter()
         made = fit()
         seconds[name] = time.perf_counter() - start
-        predict, chosen = (made[0], f" ({made[1]}, {made[2]} stages)") if name == "V2" else (made, "")
+        predict, chosen = (made[0], f" ({made[1]}, {made[2]} stages)") if name == "candidate" else (made, "")
         line += f" {name} {r2_score(yv, predict(Xv)):.3f}{chosen}"
     line += " | s: " + " ".join(f"{name} {t:.2f}" for name, t in seconds.items())
     print(line, flush=True)
 
 
-def main_validated(sets: list[str], seeds: int, grid: tuple[float, ...]) -> None:
+def main_validated(sets: list[str], seeds: int, candidate) -> None:
     from streamfit import StagewiseLSRegressor
 
     StagewiseLSRegressor().fit(np.random.default_rng(0).normal(size=(50, 3)), np.arange(50.0))  # numba compiles
     for which in sets:
         if which == "real":
             for name in ("diabetes", "randhie", "digits pixel 36"):
-                compare(name, *real_set(name), grid)
+                compare(name, *real_set(name), candidate)
             continue
         for seed in range(seeds):
             if which == "qa31":
-                compare(f"qa31 2000x20000@0.005 sparse w, seed {seed}", *qa31_set(seed), grid)
+                compare(f"qa31 2000x20000@0.005 sparse w, seed {seed}", *qa31_set(seed), candidate)
+                continue
+            if which == "text":
+                for corpus, n, target, noise in TEXT_SETS:
+                    compare(
+                        f"{corpus} {n} rows, {target} target, noise {noise}, seed {seed}",
+                        *text_set(corpus, n, target, noise, SEED_BASE[which] + seed),
+                        candidate,
+                    )
                 continue
             for n, d, density, noise, target in SETS[which]:
                 compare(
                     f"{n}x{d}@{density} noise {noise} {target} w, seed {seed}",
                     *generated(n, d, density, noise, target, SEED_BASE[which] + seed),
-                    grid,
+                    candidate,
                 )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--sets", default="tune", help="tune or held; with --validated a comma-separated list of tune, held, qa31, real"
+        "--sets",
+        default="tune",
+        help="tune or held; with --validated or --dual a comma-separated list of tune, held, fresh, text, qa31, real",
     )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--c", default="1", help="comma-separated multiples of v̄ to fit at")
     parser.add_argument("--cv", action="store_true", help="5-fold CV on the training rows between 1e-4 and v̄")
     parser.add_argument("--blocks", default="", help="comma-separated block sizes to fit at lam=1e-4 instead")
     parser.add_argument("--validated", action="store_true", help="the default beside candidate V2 (module docstring)")
+    parser.add_argument("--dual", action="store_true", help="the default beside candidate D (module docstring)")
+    parser.add_argument("--check-dual", action="store_true", help="D against RidgeCV and Ridge on two small sets")
     parser.add_argument(
         "--grid",
         default=",".join(f"{c:g}" for c in V2_GRID),
@@ -200,10 +342,14 @@ def main() -> None:
     )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    if args.validated:
-        main_validated(args.sets.split(","), args.seeds, tuple(float(c) for c in args.grid.split(",")))
+    if args.check_dual:
+        check_dual()
         return
-    if args.sets not in SETS:
+    if args.validated or args.dual:
+        grid = tuple(float(c) for c in args.grid.split(","))
+        main_validated(args.sets.split(","), args.seeds, dual if args.dual else (lambda X, y: validated(X, y, grid)))
+        return
+    if args.sets not in ("tune", "held"):
         raise SystemExit(f"--sets {args.sets!r}: tune or held")
     from sklearn.linear_model import Ridge, RidgeCV
     from sklearn.metrics import r2_score
@@ -225,7 +371,7 @@ def main() -> None:
             ridge_cv = RidgeCV(alphas=np.logspace(-2, 5, 15)).fit(Xt, yt)
             line += f" RidgeCV {r2_score(yv, ridge_cv.predict(Xv)):.3f}"
             line += f" Ridge() {r2_score(yv, Ridge().fit(Xt, yt).predict(Xv)):.3f}"
-            r2 = {1e-4: r2_score(yv, StagewiseLSRegressor(lam=1e-4).fit(Xt, yt).predict(Xv))}
+            r2 = {1e-4: r2_score(yv, StagewiseLSRegressor(**STAGES, lam=1e-4).fit(Xt, yt).predict(Xv))}
             line += f" | lam 1e-4 {r2[1e-4]:.3f}"
             for c in (float(c) for c in args.c.split(",")):
                 r2[c * v] = r2_score(yv, StagewiseLSRegressor(lam=c * v).fit(Xt, yt).predict(Xv))

@@ -100,7 +100,11 @@ against Ridge (docs/benchmarks.md, "stagewise's λ from the
 training rows", session 23). On wide regression data (d ≥ n, gradient blocks) two passes at 1e-4
 stop far from that ridge model: the first blocks interpolate the targets and the penalty's pull is too weak to spread the
 weights in n_passes passes; no λ rule held on every target (docs/benchmarks.md, "Defaults on
-wide data", session 25). The generator "auto" check (`_auto_check`) compares its candidates
+wide data", session 25). So there (real-valued targets, lam None and the default generator,
+calibration, penalty and intercept, at least n/2 active columns, n ≤ 4000) the run is one step
+that fits the ridge model those stages converge to, exactly, at the λ = c · v̄ of least
+leave-one-out error (`_dual_mode`, streamfit.solvers.stagewise_dual; docs/benchmarks.md, "Exact
+ridge in dual form for wide regression", session 32). The generator "auto" check (`_auto_check`) compares its candidates
 at the run's λ, by 5-fold cross-validation on its row sample (session 24; sessions 19–23 held
 out 20 % of it once, at LAM_FLOOR for lam None: on 21–42 held-out rows the run's λ picked other
 generators on iris and generated sets, while at LAM_FLOOR the columns nearly interpolated dna's
@@ -222,6 +226,7 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
+from streamfit.solvers import stagewise_dual
 from streamfit.solvers.base import (
     Context,
     PerSample,
@@ -324,7 +329,10 @@ class StagewiseParams(SolverParams):
         None,
         ge=0,
         description="λ of (1/n)·loss + λ-penalty on the weights (see penalty); null: from the n training rows, "
-        "max(1e-4, 10/n) for class targets (identity link) on dense data of at most 1000 columns, else 1e-4",
+        "max(1e-4, 10/n) for class targets (identity link) on dense data of at most 1000 columns; for real-valued "
+        "targets on wide data (active columns >= n/2, n <= 4000; default generator, calibration, penalty) the "
+        "exact ridge model in one step, λ = c·(the columns' mean variance) with c of 1e-6..100 chosen by "
+        "leave-one-out; else 1e-4",
     )
     standardize: bool | Literal["auto"] = Field(
         "auto",
@@ -757,9 +765,11 @@ def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | 
 
 
 def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray, squares: np.ndarray) -> str | None:
-    """One line when real-valued targets are fitted at the default λ (lam None: LAM_FLOOR) on at
-    least as many active columns as training rows, where the first blocks interpolate the targets
-    and held-out R² can fall below predicting the mean (docs/benchmarks.md, "Defaults on wide
+    """One line when real-valued targets are fitted in stages at the default λ (lam None:
+    LAM_FLOOR) on at least as many active columns as training rows — where the exact wide fit
+    (`StagewiseSolver._dual_mode`) does not apply: above DUAL_N_MAX rows, or another generator,
+    calibration, penalty or no intercept — where the first blocks interpolate the targets and
+    held-out R² can fall below predicting the mean (docs/benchmarks.md, "Defaults on wide
     data"): it names the shape and the columns' mean variance v̄ (over the active columns' sums
     and squares), the λ scale at which two passes reach the ridge model; None otherwise."""
     if n_active < source.n_rows:
@@ -767,8 +777,10 @@ def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray,
     v_bar = float(np.mean(column_variances(source.n_rows, sums, squares)))
     return (
         f"{_data_name(source)}: {n_active} active columns for {source.n_rows} training rows: on regression data this "
-        f"wide the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean; check with --valid, "
-        f"and set lam (-p lam= on the CLI) near the columns' mean variance ({v_bar:.3g})"
+        f"wide the stages at the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean (the exact "
+        f"ridge fit with λ by leave-one-out that replaces them takes at most {stagewise_dual.DUAL_N_MAX} rows and the "
+        "default generator, calibration and penalty); check with --valid, and set lam (-p lam= on the CLI) near the "
+        f"columns' mean variance ({v_bar:.3g})"
     )
 
 
@@ -1174,7 +1186,11 @@ class StagewiseState(SolverState):
     normal_gram, normal_rhs, normal_ysq: the `NormalSums` of the training data (ZᵀZ, ZᵀY,
         Σ‖y‖², Z = [1, X]) when the stages run on the normal equations (`_normal_mode`: then
         the scores are never written), else None.
-    lam: the run's λ (`StagewiseParams.lam_for`), resolved by `init`.
+    lam: the run's λ (`StagewiseParams.lam_for`), resolved by `init`; for the exact wide fit
+        (`dual_scale`) the λ its step chose.
+    dual_scale: v̄, the active columns' mean variance, when the run is the exact ridge fit of wide
+        regression data (`StagewiseSolver._dual_mode`, streamfit.solvers.stagewise_dual: one
+        step, λ = c · v̄ by leave-one-out), else None.
     column_scale: the active columns' standard deviations s over the training rows when the
         stages on stored columns penalise S V (`StagewiseSolver._standardizes`), else None."""
 
@@ -1194,6 +1210,7 @@ class StagewiseState(SolverState):
     pending_rhs: np.ndarray | None = None
     pending_loss: float | None = None
     lam: float = 0.0
+    dual_scale: float | None = None
     column_scale: np.ndarray | None = None
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
@@ -1249,6 +1266,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         # by `_setup` or from the resumed state; None: the penalty on the columns as given
         self.scale: np.ndarray | None = None
         self.active: np.ndarray | None = None
+        self.dual_scale: float | None = None  # v̄ of the exact wide fit (`_dual_mode`), set by `_setup`
 
     # ---- setup ----
     def column_state(self, source) -> int:
@@ -1302,6 +1320,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             normal_rhs=None if normal is None else normal.rhs,
             normal_ysq=None if normal is None else normal.ysq,
             lam=self.lam,
+            dual_scale=self.dual_scale,
             column_scale=self.scale,
         )
 
@@ -1324,7 +1343,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "written by another streamfit version: start over with --overwrite"
             )
         self._grams, self._totals, self._objectives = {}, None, {}
-        self.lam = state.lam
+        self.lam, self.dual_scale = state.lam, state.dual_scale
         self.scale, self.active = state.column_scale, state.active
 
     def _standardizes(self, source: ChunkSource, low_dense: bool) -> bool:
@@ -1351,6 +1370,23 @@ class StagewiseSolver(Solver[StagewiseState]):
             and source.n_features <= min(NORMAL_MODE_MAX_FEATURES, p.block_size * p.n_passes)
         )
 
+    def _dual_mode(self, source: ChunkSource, n_active: int) -> bool:
+        """Whether the run is the exact ridge fit of wide regression data in one step
+        (streamfit.solvers.stagewise_dual): real-valued targets at the default λ (lam None) and
+        the default generator, calibration, penalty and intercept, on at least
+        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
+        p = self.params
+        return bool(
+            source.regression
+            and p.lam is None
+            and p.link == "identity"
+            and p.generator == "auto"
+            and p.calibration in ("auto", "none")
+            and p.penalty == "total"
+            and p.fit_intercept
+            and stagewise_dual.applies(source.n_rows, n_active)
+        )
+
     def _setup(
         self, source: ChunkSource, engine: Engine
     ) -> tuple[FeatureSpace, np.ndarray, str, str, int, NormalSums | None]:
@@ -1372,6 +1408,12 @@ class StagewiseSolver(Solver[StagewiseState]):
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
+        self.dual_scale = None
+        if self._dual_mode(source, len(active)):
+            self.dual_scale = float(np.mean(column_variances(source.n_rows, scan.sums[active], scan.squares[active])))
+            self.active, self.scale = active, None
+            columns = FeatureSpace("columns", p.fit_intercept, False, dense=False)
+            return columns, active, "dual", "none", 1, None
         wide = (
             source.regression
             and p.lam is None
@@ -1815,11 +1857,12 @@ class StagewiseSolver(Solver[StagewiseState]):
 
     # ---- Algorithm 3 ----
     def max_steps(self, state: StagewiseState) -> int:
-        return self.params.n_passes * self._n_blocks(state)
+        return 1 if state.dual_scale is not None else self.params.n_passes * self._n_blocks(state)
 
     def finished(self, state: StagewiseState) -> bool:
-        """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished)."""
-        return state.step >= self.params.n_passes * self._n_blocks(state)
+        """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished);
+        the exact wide fit's one step done."""
+        return state.step >= self.max_steps(state)
 
     def step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
         """Stage t = state.step: x̃ = GEN(x, p); W_t from Algorithm 1 on (x̃, y − ŷ) (and with
@@ -1828,6 +1871,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         statistics (or, at the end of a "gradient" pass, the next ranking's column gradients)."""
         if state.normal_gram is not None:
             return self._normal_step(ctx, state)
+        if state.dual_scale is not None:
+            return self._dual_step(ctx, state)
         p, source, engine = self.params, ctx.source, ctx.engine
         n, link, chunks = source.n_rows, self._link(source), range(source.n_chunks)
         space, n_blocks = self._space(state), self._n_blocks(state)
@@ -2012,6 +2057,32 @@ class StagewiseSolver(Solver[StagewiseState]):
         state.step += 1
         return self._stage_fields(state, ctx.source, self._space(state), "identity", state.step - 1, loss_sum, 0)
 
+    def _dual_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
+        """The exact wide fit (streamfit.solvers.stagewise_dual) as the run's one stage: G = XXᵀ
+        from chunk pairs (chunk i reads chunks 0 … i), the eigendecomposition and λ by
+        leave-one-out on the driver, then one pass for W = XᵀA − x̄(1ᵀA); the stage's block is
+        every active column. Logged as a stage, with `lam` (λ) and `c` (λ / v̄) besides."""
+        source, engine, chunks = ctx.source, ctx.engine, range(ctx.source.n_chunks)
+        assert state.dual_scale is not None, "set by init"
+        parts = engine.map(stagewise_dual.gram_task, source, chunks, desc="stagewise: wide ridge Gram")
+        G, Y = stagewise_dual.gram(parts)
+        _check_gram(G, _data_name(source))
+        fit = stagewise_dual.DualFit(G, Y, state.dual_scale)
+        sums = engine.map_reduce(stagewise_dual.weights_task, source, chunks, desc="stagewise: wide ridge", A=fit.A)
+        self.lam = state.lam = fit.lam
+        self._objectives = {}  # the objective at the chosen λ
+        log.info(
+            f"{_data_name(source)}: {len(state.active)} active columns for {source.n_rows} rows: the exact ridge "
+            f"model at lam={fit.lam:.4g} ({fit.c:.3g} × the columns' mean variance, by leave-one-out)"
+        )
+        state.blocks.append(state.active.copy())
+        state.weights.append(fit.weights(sums, source.n_rows, state.active))
+        n_chunks = source.n_chunks
+        state.data_passes += -(-(n_chunks * (n_chunks + 1) // 2) // n_chunks) + 1  # chunk reads / chunks
+        state.step += 1
+        fields = self._stage_fields(state, source, self._space(state), "identity", 0, fit.loss_sum, 0)
+        return fields | dict(n_features=len(state.active), lam=fit.lam, c=fit.c)
+
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
         """The stages so far as a StagewiseModel (its scores replay training's F)."""
         source, space = ctx.source, self._space(state)
@@ -2036,5 +2107,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "data_passes": state.data_passes,
                 "lam": self.lam,
                 "standardized": self.scale is not None,
-            },
+            }
+            | ({} if state.dual_scale is None else {"wide_ridge_c": state.lam / state.dual_scale}),
         )

@@ -256,6 +256,25 @@ def test_same_model_any_workers_and_chunking(tmp_path, local_engine, params):
     np.testing.assert_allclose(rechunked.decision_function(X), S, rtol=0, atol=1e-9)
 
 
+@pytest.mark.slow  # a two-worker Dask cluster
+@pytest.mark.parametrize("density", [1.0, 0.1])
+def test_wide_regression_same_model_any_workers_and_chunking(tmp_path, local_engine, density):
+    """The exact wide fit (lam None) on two workers equals the in-process fit bitwise (the Gram
+    blocks are per chunk pair, the weights summed along the fixed tree), and another chunking to
+    round-off."""
+    X, Y = wide(n=150, d=400, k=2, density=density)
+    store_a = write_store(tmp_path / "a", X, Y, chunk_rows=64)
+    store_b = write_store(tmp_path / "b", X, Y, chunk_rows=25)
+    with threadpool_limits(1):  # BLAS products: as on the workers, one thread
+        serial = fit(store_a)
+    parallel = fit(store_a, engine=local_engine, run_dir=str(tmp_path / "run"))
+    rechunked = fit(store_b)
+    assert serial.info["wide_ridge_c"] == parallel.info["wide_ridge_c"] == rechunked.info["wide_ridge_c"]
+    S = serial.decision_function(X)
+    np.testing.assert_array_equal(parallel.decision_function(X), S)
+    np.testing.assert_allclose(rechunked.decision_function(X), S, rtol=0, atol=1e-8 * np.abs(S).max())
+
+
 def _rewrite_latest_meta(run_dir, edit) -> None:
     """Applies `edit` to the newest checkpoint's state meta (as older code would have written
     it) and re-signs the record, so that only the state's layout differs."""
@@ -408,9 +427,10 @@ def test_a_constant_target_is_named_in_one_warning_line(tmp_path, caplog, densit
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_wide_regression_at_the_default_lam_is_named_in_one_warning_line(sparse, caplog):
-    """At least as many active columns as rows, lam None: one warning line with the shape and the
-    active columns' mean variance v̄ (numpy's, over the training rows); none with lam given or on
-    fewer columns than rows."""
+    """At least as many active columns as rows, lam None, stages (here generator="gradient"
+    given: the defaults fit the exact wide ridge model instead, with no warning): one warning
+    line with the shape and the active columns' mean variance v̄ (numpy's, over the training
+    rows); none with lam given or on fewer columns than rows."""
     from streamfit import StagewiseLSRegressor
 
     rng = np.random.default_rng(3)
@@ -427,8 +447,66 @@ def test_wide_regression_at_the_default_lam_is_named_in_one_warning_line(sparse,
             StagewiseLSRegressor(**params).fit(X, y)
         return [r.getMessage() for r in caplog.records if r.name == "streamfit.solvers.stagewise"]
 
-    (line,) = warnings(data)
+    (line,) = warnings(data, generator="gradient")
     assert line.startswith(f"the training data: {len(active)} active columns for 120 training rows: ")
     assert line.endswith(f"mean variance ({v_bar:.3g})") and "lam=0.0001" in line
-    assert warnings(data, lam=v_bar) == []
-    assert warnings(data[:, :50]) == []
+    assert warnings(data) == []
+    assert warnings(data, generator="gradient", lam=v_bar) == []
+    assert warnings(data[:, :50], generator="gradient") == []
+
+
+def wide(n=90, d=240, k=1, density=1.0, seed=5):
+    """X (n × d, its values float32's, as a store holds them) and Y = X B + 3 + noise (n × k)."""
+    rng = np.random.default_rng(seed)
+    X = (rng.normal(size=(n, d)) * (rng.random((n, d)) < density)).astype(np.float32).astype(np.float64)
+    Y = X @ rng.normal(size=(d, k)) + 3.0 + rng.normal(size=(n, k))
+    return X, Y
+
+
+@pytest.mark.parametrize("density, k", [(1.0, 1), (0.1, 1), (0.3, 2)])
+def test_wide_regression_default_is_ridgecv_on_the_leave_one_out_grid(tmp_path, density, k):
+    """lam None on wide data (streamfit.solvers.stagewise_dual): the model is scikit-learn's
+    RidgeCV over alphas n · c · v̄ (c of DUAL_GRID, v̄ the columns' mean variance), its exact
+    leave-one-out choosing c (summed over the targets), and its coefficients; one stage of every
+    active column; the model's info records λ and c. Dense chunks (BLAS products) and CSR
+    chunks, three of them."""
+    from sklearn.linear_model import RidgeCV
+
+    from streamfit.solvers.stagewise_dual import DUAL_GRID
+
+    X, Y = wide(k=k, density=density)
+    n = len(X)
+    model = fit(write_store(tmp_path / "s", X, Y, chunk_rows=32))
+    v_bar = X[:, np.abs(X).sum(axis=0) > 0].var(axis=0).mean()
+    ridge = RidgeCV(alphas=n * DUAL_GRID * v_bar).fit(X, Y)
+    assert model.info["wide_ridge_c"] == pytest.approx(ridge.alpha_ / (n * v_bar), rel=1e-12)
+    assert model.info["lam"] == pytest.approx(ridge.alpha_ / n, rel=1e-12) and model.info["stages"] == 1
+    assert len(model.blocks) == 1 and len(model.blocks[0]) == int((np.abs(X).sum(axis=0) > 0).sum())
+    np.testing.assert_allclose(model.coef_, ridge.coef_.reshape(k, -1), rtol=0, atol=1e-9 * np.abs(ridge.coef_).max())
+    np.testing.assert_allclose(model.intercept_, np.ravel(ridge.intercept_), rtol=1e-9)
+
+
+def test_two_wide_rows_are_fitted_in_stages():
+    """Two rows leave one to predict from one: no λ differs in leave-one-out error, so the exact
+    wide fit needs three rows; two are fitted in stages, without a numpy warning."""
+    import warnings
+
+    X, Y = wide(n=2, d=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = fit(InMemoryStore(X, Y, ["y0"]))
+    assert "wide_ridge_c" not in model.info and model.info["stages"] == 2
+    assert "wide_ridge_c" in fit(InMemoryStore(*wide(n=3, d=8), ["y0"])).info
+
+
+def test_wide_regression_resumed_after_its_init_checkpoint_is_the_same_model(tmp_path):
+    """The exact wide fit stopped after init's checkpoint and resumed: the same model, bitwise."""
+    X, Y = wide(density=0.2)
+    store = write_store(tmp_path / "s", X, Y, chunk_rows=40)
+    full = fit(store)
+    fit(store, run_dir=str(tmp_path / "run"), stop_after=0)
+    resumed = fit(store, run_dir=str(tmp_path / "run"), resume=True)
+    a, b = full._arrays(), resumed._arrays()
+    assert a.keys() == b.keys() and full.info == resumed.info
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
