@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -657,26 +658,24 @@ def test_an_empty_id_is_refused_at_its_record(runs, tmp_path, kind):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    raw = tmp_path / f"new.{kind}"
-    if kind == "csv":
-        raw.write_text("id,words\n7,a cat\n,stocks fell\n", encoding="latin-1")
-    elif kind == "jsonl":
-        raw.write_text('{"body": "a cat", "doc": 7}\n{"body": "stocks fell", "doc": " "}\n')
-    else:
-        pq.write_table(pa.table({"body": ["a cat", "stocks fell"], "doc": ["7", ""]}), raw)
+    def write(name: str, ids: list) -> Path:
+        path = tmp_path / f"{name}.{kind}"
+        texts = ["a cat", "stocks fell"]
+        if kind == "csv":
+            path.write_text("id,words\n" + "".join(f"{i},{t}\n" for i, t in zip(ids, texts)), encoding="latin-1")
+        elif kind == "jsonl":
+            path.write_text("".join(json.dumps({"body": t, "doc": i}) + "\n" for i, t in zip(ids, texts)))
+        else:
+            pq.write_table(pa.table({"body": texts, "doc": [str(i) for i in ids]}), path)
+        return path
+
+    raw = write("new", [7, " " if kind == "jsonl" else ""])
     model, field = (runs / "csv", "id") if kind == "csv" else (runs / "jsonl", "doc")
     result = run("predict", model, raw, "-o", tmp_path / "p.csv", "--id-field", field, ok=False)
     assert result.exit_code == 2 and f"{raw}:" in result.output and "empty" in result.output
     assert not (tmp_path / "p.csv").exists()
     # the control: every id given, every row written with its id
-    good = tmp_path / f"good.{kind}"
-    if kind == "csv":
-        good.write_text("id,words\n7,a cat\n8,stocks fell\n", encoding="latin-1")
-    elif kind == "jsonl":
-        good.write_text('{"body": "a cat", "doc": 7}\n{"body": "stocks fell", "doc": "8"}\n')
-    else:
-        pq.write_table(pa.table({"body": ["a cat", "stocks fell"], "doc": ["7", "8"]}), good)
-    run("predict", model, good, "-o", tmp_path / "g.csv", "--id-field", field)
+    run("predict", model, write("good", [7, "8"]), "-o", tmp_path / "g.csv", "--id-field", field)
     assert [r[1] for r in csv.reader((tmp_path / "g.csv").read_text().splitlines())] == ["id", "7", "8"]
 
 
