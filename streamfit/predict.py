@@ -128,6 +128,19 @@ def _columns(model: Model, top_k: int, with_ids: bool) -> tuple[str, ...]:
     return tuple(head + label_set_column + [f"{w}_{i + 1}" for i in range(top_k) for w in ("label", "score")])
 
 
+def _text_locations(locations: list[str]) -> list[str]:
+    """The `location` column's values as UTF-8 text. A file name holds the bytes the system gave,
+    decoded by the locale; bytes it could not decode are kept as lone surrogates (Python's
+    surrogateescape: every non-ASCII name under LC_ALL=C with UTF-8 mode off), which no UTF-8
+    output can hold. Such a name is its bytes read as UTF-8 (`tést.csv` again), a byte that is not
+    UTF-8 written as \\xNN (a Latin-1 `t\\xe9st.csv`)."""
+    try:
+        "".join(locations).encode("utf-8")
+    except UnicodeEncodeError:
+        return [loc.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace") for loc in locations]
+    return locations
+
+
 def _csv_line(values: list) -> str:
     buf = io.StringIO()
     csv.writer(buf).writerow(values)
@@ -220,7 +233,11 @@ def _score_piece(item, *, model: Model, layout: _Layout, store=None, part_dir=No
         from streamfit.ingest.featurize import Featurizer
 
         featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
-        locations, ids, X = what.locations, what.ids if layout.with_ids else None, featurizer.transform(what)
+        locations, ids, X = (
+            _text_locations(what.locations),
+            what.ids if layout.with_ids else None,
+            featurizer.transform(what),
+        )
     rows = _rows(model, layout, locations, ids, X)
     if not layout.parts:
         return _Piece(index, len(locations), rows)

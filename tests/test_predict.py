@@ -695,6 +695,30 @@ def test_a_file_without_the_recorded_id_field_names_how_to_read_no_ids(tmp_path)
     assert (tmp_path / "p.csv").read_text().splitlines()[0] == "location,label_1,score_1"
 
 
+def test_a_file_name_the_locale_cannot_decode_is_written_as_utf8_text(runs, tmp_path):
+    """qa33: a file name whose bytes the locale did not decode reaches predict as lone surrogates
+    (Python's surrogateescape), which the output's UTF-8 cannot hold: an internal
+    UnicodeEncodeError. The location is now the name's bytes read as UTF-8, a byte that is not
+    UTF-8 written as \\xNN: a Latin-1 name here, and under LC_ALL=C with UTF-8 mode off (where
+    every non-ASCII name is undecoded) a UTF-8 one, in a process of its own."""
+    import pyarrow.parquet as pq
+
+    latin = os.fsdecode(os.path.join(os.fsencode(tmp_path), b"t\xe9st.csv"))  # as the command line gives it
+    Path(latin).write_text("words\na cat\n", encoding="latin-1")
+    where = f"{tmp_path}/t\\xe9st.csv:2"
+    for kind in (".csv", ".jsonl", ".parquet"):
+        run("-q", "predict", runs / "csv", latin, "-o", tmp_path / f"p{kind}")
+    assert (tmp_path / "p.csv").read_text(encoding="utf-8").splitlines()[1].split(",")[0] == where
+    assert json.loads((tmp_path / "p.jsonl").read_text(encoding="utf-8"))["location"] == where
+    assert pq.read_table(tmp_path / "p.parquet").column("location").to_pylist() == [where]
+    (tmp_path / "tést.csv").write_text("words\na cat\n", encoding="latin-1")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "streamfit", "-q", "predict", str(runs / "csv"), "tést.csv", "-o", "c.csv"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c.csv").read_text(encoding="utf-8").splitlines()[1].startswith("tést.csv:2,")
+
+
 def test_importing_predict_does_not_import_tqdm():
     """`run --overwrite` imports streamfit.predict for PARTS_MANIFEST only: tqdm.auto (and the asyncio
     it imports) comes with a progress bar, not with the module."""
