@@ -37,6 +37,7 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
         Terminated,
         TimeLimitReached,
         os_error_hint,
+        output_error,
     )
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions
@@ -53,7 +54,15 @@ class _Group(click.Group):
             gc.freeze()  # the modules imported so far (~50 000 objects): the collector's full passes skip them
             commit_process()  # and those imported later by streamfit._collector.imports_uncollected (numba's)
             atexit.register(_exit_without_collecting)
-        return super().main(args, *rest, **kwargs)
+        try:
+            return super().main(args, *rest, **kwargs)
+        except OSError as e:  # click's own output before a command runs (--help, --version): stdout failed
+            if isinstance(e, BrokenPipeError) or e.filename is not None:  # click's rule ends a closed pipe
+                raise
+            click.echo(
+                f"error: {output_error('stdout', e)}", err=True
+            )  # no logging yet: _fail's record would repeat it
+            sys.exit(2)
 
     def parse_args(self, ctx, args):
         try:
@@ -601,7 +610,7 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
             },
         )
     )
-    click.echo(report.summary())
+    _out(report.summary())
 
 
 # ------------------------------------------------------------------------------------- transpose
@@ -631,7 +640,7 @@ def transpose(ctx, store, block_features):
 
     csc = build_csc(store, block_features, progress=_progress(ctx))
     nnz = sum(b["nnz"] for b in csc["blocks"])
-    click.echo(f"{os.path.abspath(store)}: {len(csc['blocks'])} feature blocks of {block_features} columns, nnz {nnz}")
+    _out(f"{os.path.abspath(store)}: {len(csc['blocks'])} feature blocks of {block_features} columns, nnz {nnz}")
 
 
 # --------------------------------------------------------------------------------------- inspect
@@ -714,13 +723,13 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
         info["verified"] = not problems
         info["problems"] = problems
     if as_json:
-        click.echo(json.dumps(info, indent=1))
+        _out(json.dumps(info, indent=1))
     else:
         for key, val in info.items():
             if key == "occupancy":
-                click.echo(f"{key:>14}:")
+                _out(f"{key:>14}:")
                 for line in _occupancy_lines(val):
-                    click.echo(f"{'':>16}{line}")
+                    _out(f"{'':>16}{line}")
                 continue
             if key == "classes" and len(val) > 20:
                 val = ", ".join(val[:20]) + f", … ({len(val)} in all)"
@@ -729,7 +738,7 @@ def inspect(ctx, store, verify, as_json, show_chunks, occupancy):
                 val = shown + (f", … ({len(val)} in all)" if len(val) > 20 else "")
             if key == "source":
                 val = _shown_source(val)
-            click.echo(f"{key:>14}: {val}")
+            _out(f"{key:>14}: {val}")
     if problems:
         for p in problems:
             if json_on_stderr():  # every line on stderr a JSON record
@@ -845,7 +854,7 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     )
     from streamfit import storage
 
-    click.echo(
+    _out(
         f"model written to {storage.absolute(storage.resolve(out).join('model').url)} "
         f"({targets_counted(len(model.classes_), model.regression)})"
     )
@@ -864,9 +873,9 @@ def _list_solvers(ctx, value):
 
     solvers = all_solvers()
     for name in sorted(solvers):
-        click.echo(f"{name}: {_first_paragraph(solvers[name].__doc__ or '')}")
+        _out(f"{name}: {_first_paragraph(solvers[name].__doc__ or '')}")
         for line in parameter_lines(solvers[name].Params):
-            click.echo(f"    {line}")
+            _out(f"    {line}")
     ctx.exit(0)
 
 
@@ -907,15 +916,15 @@ def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_wo
             sigterm=f"{store}: not evaluated to the end (evaluate writes nothing); run the command again",
         )
     if as_json:
-        click.echo(json.dumps(result, indent=1))
+        _out(json.dumps(result, indent=1))
         return
     table = result.pop("per_label", None)
-    click.echo("  ".join(f"{k}={format_metric(v)}" for k, v in result.items()))
+    _out("  ".join(f"{k}={format_metric(v)}" for k, v in result.items()))
     if table:
         width = max(len(name) for name in table)
-        click.echo(f"{'class':<{width}}  precision  recall     f1  support")
+        _out(f"{'class':<{width}}  precision  recall     f1  support")
         for name, row in table.items():
-            click.echo(
+            _out(
                 f"{name:<{width}}  {row['precision']:9.4f}  {row['recall']:6.4f}  {row['f1']:.4f}  {row['support']:7d}"
             )
 
@@ -1007,7 +1016,7 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, th
             parts=how.parts,
             engine=engine,
         )
-    click.echo(f"{n} rows written to {out}")
+    _out(f"{n} rows written to {out}")
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -1096,13 +1105,25 @@ def compile_kernels(solvers, jobs):
     jobs = jobs or default_jobs()
     started = time.perf_counter()
     for target, seconds in compile_targets(["ingest", *(solvers or SOLVER_NAMES)], jobs):
-        click.echo(f"compiled {target} in {seconds:.1f} s")
-    click.echo(f"numba's cache filled in {time.perf_counter() - started:.1f} s ({jobs} processes at a time)")
+        _out(f"compiled {target} in {seconds:.1f} s")
+    _out(f"numba's cache filled in {time.perf_counter() - started:.1f} s ({jobs} processes at a time)")
+
+
+def _out(text: str) -> None:
+    """A line of a command's result, on stdout. A write there that fails (stdout a file on a full
+    disk, /dev/full) is an OutputError naming stdout and the cause; a pipe whose reader has gone
+    (`| head -1`) passes its BrokenPipeError on to the CLI's rule, which ends without a line."""
+    try:
+        click.echo(text)
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise output_error("stdout", e) from e
 
 
 def _say(line: str) -> None:
     """A pipeline's line for a finished section: on stdout, and in the log (--log-file) as well."""
-    click.echo(line)
+    _out(line)
     logging.getLogger("streamfit.jobs").info(line, extra={ECHOED: True})
 
 

@@ -1451,6 +1451,26 @@ def test_output_piped_into_head_ends_without_an_error_line():
     assert proc.wait(timeout=120) == 141 and err == "", err
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full (a Linux device) on this system")
+def test_a_failed_write_to_stdout_names_stdout(stores):
+    """`streamfit inspect STORE > /dev/full` (stdout a full disk): one line naming stdout and the
+    cause, status 2 (was `error: No space left on device; …`, naming no file; `streamfit
+    --version > /dev/full` was click's traceback)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    for args in (["inspect", str(stores / "train.zarr")], ["train", "--list-solvers"], ["--version"]):
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(
+                [sys.executable, "-m", "streamfit", *args], stdout=full, stderr=subprocess.PIPE, env=env, text=True
+            )
+        assert done.returncode == 2 and done.stderr == (
+            "error: stdout: cannot write (No space left on device); the disk is full: free space, then re-run "
+            "(train: with --resume, from the last checkpoint)\n"
+        ), (args, done.stderr)
+
+
 @pytest.mark.parametrize("where", ["python", "kernel"])
 def test_ctrl_c_is_one_line_and_status_130(stores, tmp_path, monkeypatch, where):
     """Ctrl-C (KeyboardInterrupt) stops a command with one line saying what is left and status
