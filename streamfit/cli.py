@@ -452,7 +452,8 @@ _SOURCE_FLAGS = {
     "names a nested field (meta.topic).",
     "id_field": "CSV/TSV/JSONL/Parquet: a field or column whose value `predict` writes beside each prediction "
     "(recorded with the store).",
-    "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|' [default: none, one label per cell].",
+    "label_separator": "CSV: separator inside a multilabel label cell, e.g. '|', each label stripped of the white "
+    "space around it [default: none, one label per cell].",
     "subset": "Folder corpus: the folder of class folders to read, e.g. 20news-bydate-train, or a nested one "
     "(ohsumed_single_23/training, or its last part: training).",
     "encoding": "Folder corpus, CSV/TSV: text encoding, e.g. latin-1 [default: utf-8].",
