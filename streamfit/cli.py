@@ -33,11 +33,11 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     )
     from streamfit.errors import (
         ConfigError,
+        OutputError,
         StreamfitError,
         Terminated,
         TimeLimitReached,
         os_error_hint,
-        output_error,
     )
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions
@@ -59,9 +59,7 @@ class _Group(click.Group):
         except OSError as e:  # click's own output before a command runs (--help, --version): stdout failed
             if isinstance(e, BrokenPipeError) or e.filename is not None:  # click's rule ends a closed pipe
                 raise
-            click.echo(
-                f"error: {output_error('stdout', e)}", err=True
-            )  # no logging yet: _fail's record would repeat it
+            click.echo(f"error: {_stdout_error(e)}", err=True)  # no logging yet: _fail's record would repeat it
             sys.exit(2)
 
     def parse_args(self, ctx, args):
@@ -1119,7 +1117,16 @@ def _out(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as e:
-        raise output_error("stdout", e) from e
+        raise _stdout_error(e) from e
+
+
+def _stdout_error(e: OSError) -> OutputError:
+    """A failed write to stdout: names stdout, the cause and where the fix lies (the file or device
+    that stdout was sent to), not a hint about the command's own outputs."""
+    return OutputError(
+        f"stdout: cannot write ({e.strerror or e}): the file or device this command's output was sent to refused "
+        "it; free space there, or send the output elsewhere"
+    )
 
 
 def _say(line: str) -> None:

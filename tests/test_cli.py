@@ -1466,8 +1466,8 @@ def test_a_failed_write_to_stdout_names_stdout(stores):
                 [sys.executable, "-m", "streamfit", *args], stdout=full, stderr=subprocess.PIPE, env=env, text=True
             )
         assert done.returncode == 2 and done.stderr == (
-            "error: stdout: cannot write (No space left on device); the disk is full: free space, then re-run "
-            "(train: with --resume, from the last checkpoint)\n"
+            "error: stdout: cannot write (No space left on device): the file or device this command's output was "
+            "sent to refused it; free space there, or send the output elsewhere\n"
         ), (args, done.stderr)
 
 
