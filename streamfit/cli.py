@@ -48,7 +48,26 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
 log = logging.getLogger("streamfit")
 
 
+class _Command(click.Command):
+    """A command whose own --help names stdout when writing it fails (`streamfit train --help >
+    /dev/full`), as every result line does (_out): click writes that help while it parses the
+    command's options, before the command runs, and nothing else there writes to a file without a
+    name."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except BrokenPipeError:  # `streamfit train --help | head -1`: the CLI's rule ends it without a line
+            raise
+        except OSError as e:
+            if e.filename is not None:
+                raise
+            raise _stdout_error(e) from e
+
+
 class _Group(click.Group):
+    command_class = _Command
+
     def main(self, args=None, *rest, **kwargs):
         if args is None:  # the process's own command line (the console script, python -m): it exits after this
             gc.freeze()  # the modules imported so far (~50 000 objects): the collector's full passes skip them

@@ -1455,12 +1455,19 @@ def test_output_piped_into_head_ends_without_an_error_line():
 def test_a_failed_write_to_stdout_names_stdout(stores):
     """`streamfit inspect STORE > /dev/full` (stdout a full disk): one line naming stdout and the
     cause, status 2 (was `error: No space left on device; …`, naming no file; `streamfit
-    --version > /dev/full` was click's traceback)."""
+    --version > /dev/full` was click's traceback); a command's own --help too, which click writes
+    while it parses the command's options (was the line without "stdout")."""
     import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-    for args in (["inspect", str(stores / "train.zarr")], ["train", "--list-solvers"], ["--version"]):
+    for args in (
+        ["inspect", str(stores / "train.zarr")],
+        ["train", "--list-solvers"],
+        ["--version"],
+        ["train", "--help"],
+        ["predict", "-h"],
+    ):
         with open("/dev/full", "w") as full:
             done = subprocess.run(
                 [sys.executable, "-m", "streamfit", *args], stdout=full, stderr=subprocess.PIPE, env=env, text=True
