@@ -1006,7 +1006,10 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, th
     ingest reads its inputs); for a multilabel model also the predicted label
     set (the labels scored above the threshold); for a regression model the predicted value of
     each output. Labels in raw data are not needed (and not read). With --n-workers or
-    --scheduler the rows are scored on Dask workers; the output is the same bytes.
+    --scheduler the rows are scored on Dask workers; the output is the same bytes. An input of
+    zero records (an empty file or partition, a CSV of its header alone) writes an output of no
+    rows (the CSV header line, an empty JSONL file, a Parquet file of the columns) with one
+    warning, exit status 0.
 
     \b
     Examples:

@@ -16,6 +16,11 @@ Output (`--out`; the kind from its suffix, .csv, .jsonl or .parquet):
   local `OUT.partial/` renamed to `OUT/`, on an object store `OUT/COMMITTED` naming the attempt),
   so partial output never looks complete. On an object store and a cluster, the workers write
   their parts themselves; otherwise the driver writes what the tasks return.
+
+An input of zero records (an empty file or dataset directory, a CSV of its header alone: a daily
+job's empty partition) is scored as one piece of no rows: the output holds the columns alone (a
+CSV's header line, an empty JSONL file, a Parquet file of the schema; with `parts` one such part
+and the manifest), and one warning names the input.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamfit.errors import NO_RECORDS, InputError, StreamfitError, output_error
+from streamfit.errors import StreamfitError, output_error
 from streamfit.model import Model, check_scoring_options, decide
 
 if TYPE_CHECKING:
@@ -238,15 +243,29 @@ def _score_piece(item, *, model: Model, layout: _Layout, store=None, part_dir=No
             what.ids if layout.with_ids else None,
             featurizer.transform(what),
         )
-    rows = _rows(model, layout, locations, ids, X)
+    return _piece(index, layout, _rows(model, layout, locations, ids, X), len(locations), part_dir)
+
+
+def _piece(index: int, layout: _Layout, rows, n: int, part_dir=None) -> _Piece:
+    """Piece `index` of `n` encoded rows (from _rows): as they are, or with `layout.parts` as a
+    whole part file, written into `part_dir` (a storage.Location) when it is given."""
     if not layout.parts:
-        return _Piece(index, len(locations), rows)
+        return _Piece(index, n, rows)
     data = _part_file(layout, rows)
-    piece = _Piece(index, len(locations), data, hashlib.sha256(data).hexdigest(), len(data))
+    piece = _Piece(index, n, data, hashlib.sha256(data).hexdigest(), len(data))
     if part_dir is not None:
         part_dir.join(part_name(index, layout.kind)).write_new(data)
         piece.data = None
     return piece
+
+
+def _no_records(model: Model, layout: _Layout) -> _Piece:
+    """The one piece of an input of zero records: no rows, in the columns of a scored piece (a CSV
+    part's header line, a Parquet file's schema), so the output is the empty case of the usual one."""
+    import scipy.sparse as sp
+
+    X = sp.csr_matrix((0, model.n_features), dtype=np.float32)
+    return _piece(0, layout, _rows(model, layout, [], [] if layout.with_ids else None, X), 0)
 
 
 def predict_to_file(
@@ -273,7 +292,8 @@ def predict_to_file(
     `threshold` (default: the model's decision_threshold; streamfit.model.decide): `.csv`
     column "predicted" after the location (and id), names joined by "|"; `.jsonl` key
     "predicted", a list. `parts`: `out` is a directory of parts and a manifest (see the module
-    docstring). `engine`: where the pieces are scored (default: in this process). `model_dir`:
+    docstring). An input of zero records writes the output of no rows and warns (module docstring).
+    `engine`: where the pieces are scored (default: in this process). `model_dir`:
     where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.engine import Engine
@@ -333,13 +353,24 @@ def predict_to_file(
 
             pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
         if attempt is not None:
-            return _write_parts(attempt, layout, pieces, source)
-        return _write_file(target, layout, pieces, source)
+            n = _write_parts(attempt, layout, pieces, source)
+        else:
+            n = _write_file(target, layout, pieces)
     finally:
         if isinstance(lock, int):
             os.close(lock)
         elif lock is not None:
             lock.release()
+    if n == 0:  # a daily job's quiet day (an empty partition): an empty output, not a failed job
+        held = {".csv": "its header line alone", ".jsonl": "no lines", ".parquet": "its columns and no rows"}
+        log.warning(
+            "%s: no records to score (the input is empty, or holds a header row alone); %s holds %s%s",
+            source,
+            out,
+            held[kind],
+            f" (one part, {part_name(0, kind)}, and {PARTS_MANIFEST})" if parts else "",
+        )
+    return n
 
 
 def _claim_output(target, out: str, parts: bool) -> int | Lease | None:
@@ -450,7 +481,12 @@ def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_sto
         items = enumerate(_raw_batches(model, source, fmt, options, given, layout.with_ids))
         window = 1 if engine.mode == "inprocess" else 4 * max(engine.total_threads, 1)
         kwargs = {}
-    yield from _in_order(engine, items, window, model=model, layout=layout, part_dir=part_dir, **kwargs)
+    scored = False
+    for piece in _in_order(engine, items, window, model=model, layout=layout, part_dir=part_dir, **kwargs):
+        scored = True
+        yield piece
+    if not scored:  # zero records: the output of no rows still has its columns
+        yield _no_records(model, layout)
 
 
 def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, given: dict, with_ids: bool):
@@ -500,7 +536,7 @@ def _in_order(engine: Engine, items: Iterator, window: int, **kwargs) -> Iterato
                 next_index += 1
 
 
-def _write_file(target, layout: _Layout, pieces: Iterator[_Piece], source: str) -> int:
+def _write_file(target, layout: _Layout, pieces: Iterator[_Piece]) -> int:
     """Write the pieces to one file, staged locally and published whole (nothing is left when it fails)."""
     tmp = target.staging_file()
     n = 0
@@ -526,8 +562,6 @@ def _write_file(target, layout: _Layout, pieces: Iterator[_Piece], source: str) 
                     n += piece.rows
                 f.flush()
                 os.fsync(f.fileno())
-        if n == 0:
-            raise InputError(source, NO_RECORDS, "give it data to score")
         target.publish_file(tmp)
     except OSError as e:
         _remove(tmp)
@@ -553,8 +587,6 @@ def _write_parts(attempt, layout: _Layout, pieces: Iterator[_Piece], source: str
                 attempt.location.join(name).write_new(piece.data)
             entries.append({"name": name, "rows": piece.rows, "bytes": piece.size, "sha256": piece.sha256})
         n = sum(int(e["rows"]) for e in entries)
-        if n == 0:
-            raise InputError(source, NO_RECORDS, "give it data to score")
         manifest = {
             "format": PARTS_FORMAT,
             "kind": layout.kind.lstrip("."),

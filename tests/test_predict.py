@@ -158,11 +158,56 @@ def test_text_input_to_an_unhashed_model_saved_before_the_input_kind_is_refused(
     assert "holds text features, but the model was trained on numeric features" in result.output
 
 
-def test_an_empty_directory_is_refused(runs, tmp_path):
-    (tmp_path / "empty").mkdir()
-    result = run("predict", runs / "jsonl", tmp_path / "empty", "-o", tmp_path / "p.csv", ok=False)
-    assert result.exit_code == 2 and "no records found" in result.output
-    assert not (tmp_path / "p.csv").exists()
+def test_an_input_of_zero_records_is_an_empty_output_and_one_warning(runs, tmp_path, caplog):
+    """A daily job's quiet day: an empty JSONL file, a CSV of its header alone, a Parquet file of
+    no rows, an empty dataset directory (a partition with no files). Each is exit 0, one warning
+    naming the input, and the output of no rows in the columns a scored input gives: the CSV's
+    header line, an empty JSONL file, the Parquet schema; with --parts one part of no rows and the
+    manifest (was exit 2, "no records found", and no output). evaluate of such a file stays an
+    error naming it: no score can be computed."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    full = tmp_path / "full.jsonl"
+    full.write_text('{"body": "a cat", "doc": "d1"}\n')
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "head.csv").write_text("doc,body\n")
+    pq.write_table(
+        pa.table({"doc": pa.array([], pa.string()), "body": pa.array([], pa.string())}), tmp_path / "e.parquet"
+    )
+    (tmp_path / "day=2026-11-29").mkdir()
+    for kind in (".csv", ".jsonl", ".parquet"):
+        run("predict", runs / "jsonl", full, "-o", tmp_path / f"scored{kind}", "--id-field", "doc")
+    full_schema = pq.read_schema(tmp_path / "scored.parquet")
+    for name in ("empty.jsonl", "head.csv", "e.parquet", "day=2026-11-29"):
+        for kind in (".csv", ".jsonl", ".parquet"):
+            out = tmp_path / f"p-{name}{kind}"
+            caplog.clear()
+            result = run("predict", runs / "jsonl", tmp_path / name, "-o", out, "--id-field", "doc")
+            assert f"0 rows written to {out}" in result.output
+            warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+            assert warnings == [
+                f"{tmp_path / name}: no records to score (the input is empty, or holds a header row alone); {out} holds "
+                + {".csv": "its header line alone", ".jsonl": "no lines", ".parquet": "its columns and no rows"}[kind]
+            ], (name, kind)
+            if kind == ".csv":
+                head = b"location,id,label_1,score_1\r\n"
+                assert out.read_bytes() == head and (tmp_path / "scored.csv").read_bytes().startswith(head)
+            elif kind == ".jsonl":
+                assert out.read_bytes() == b""
+            else:
+                assert pq.read_table(out).num_rows == 0 and pq.read_schema(out).equals(full_schema)
+    caplog.clear()
+    run("predict", runs / "jsonl", tmp_path / "head.csv", "-o", tmp_path / "parts.csv", "--parts")
+    manifest = json.loads((tmp_path / "parts.csv" / "manifest.json").read_text())
+    assert manifest["n_rows"] == 0 and [p["name"] for p in manifest["parts"]] == ["part-00000.csv"]
+    assert (tmp_path / "parts.csv" / "part-00000.csv").read_bytes() == b"location,label_1,score_1\r\n"
+    assert "(one part, part-00000.csv, and manifest.json)" in caplog.text
+    for name in ("empty.jsonl", "head.csv"):
+        result = run("evaluate", runs / "jsonl", tmp_path / name, ok=False)
+        assert (
+            result.exit_code == 2 and result.output.count("\n") == 1 and f"error: {tmp_path / name}:" in result.output
+        )
 
 
 def test_a_store_without_its_manifest_is_called_incomplete(runs, tmp_path):
