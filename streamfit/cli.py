@@ -33,11 +33,11 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     )
     from streamfit.errors import (
         ConfigError,
-        OutputError,
         StreamfitError,
         Terminated,
         TimeLimitReached,
         os_error_hint,
+        stdout_error,
     )
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions
@@ -62,7 +62,7 @@ class _Command(click.Command):
         except OSError as e:
             if e.filename is not None:
                 raise
-            raise _stdout_error(e) from e
+            raise stdout_error(e) from e
 
 
 class _Group(click.Group):
@@ -78,7 +78,7 @@ class _Group(click.Group):
         except OSError as e:  # click's own output before a command runs (--help, --version): stdout failed
             if isinstance(e, BrokenPipeError) or e.filename is not None:  # click's rule ends a closed pipe
                 raise
-            click.echo(f"error: {_stdout_error(e)}", err=True)  # no logging yet: _fail's record would repeat it
+            click.echo(f"error: {stdout_error(e)}", err=True)  # no logging yet: _fail's record would repeat it
             sys.exit(2)
 
     def parse_args(self, ctx, args):
@@ -966,7 +966,16 @@ def _given_threshold(threshold) -> float | None:
     "-o",
     required=True,
     type=click.Path(),
-    help="Output file: .csv, .jsonl or .parquet (with --parts a directory of that name).",
+    help="Output file: .csv, .jsonl or .parquet (with --parts a directory of that name); - for stdout (CSV, or "
+    "--out-format jsonl), each batch written as it is scored: a failure part-way leaves the rows before it there and "
+    "exits 2 (in a shell pipeline, set -o pipefail), and the count of rows goes to stderr.",
+)
+@click.option(
+    "--out-format",
+    type=click.Choice(["csv", "jsonl", "parquet"]),
+    default=None,
+    help="With --out -: what stdout gets, csv or jsonl (Parquet only to a file) [default: csv]; with a file, its "
+    "suffix decides (this must agree).",
 )
 @click.option(
     "--top-k",
@@ -999,7 +1008,9 @@ def _given_threshold(threshold) -> float | None:
 @_click_options(TrainOptions, only=("threshold",))
 @_click_options(PredictOptions)
 @click.pass_context
-def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, threshold, scheduler, n_workers, parts):
+def predict(
+    ctx, run_dir, source, out, out_format, top_k, fmt, id_field, subset, options, threshold, scheduler, n_workers, parts
+):
     """Write the top classes and scores of every row of SOURCE (a store, or raw data that is
     read and featurized exactly as the training store was: the same field names and format
     options unless --option overrides them; a file, a quoted glob or a dataset directory, as
@@ -1015,9 +1026,10 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, th
     Examples:
       streamfit predict run/ new.svm --top-k 3 --out predictions.csv
       streamfit predict run/ corpus.tar.gz --subset corpus/test --out predictions.csv
-      streamfit predict run/ big.zarr --out preds.parquet --parts --n-workers 4"""
+      streamfit predict run/ big.zarr --out preds.parquet --parts --n-workers 4
+      streamfit predict run/ new.jsonl --out - --out-format jsonl | gzip > preds.jsonl.gz"""
     from streamfit.model import load_model
-    from streamfit.predict import predict_to_file
+    from streamfit.predict import STDOUT, predict_to_file
 
     model = load_model(run_dir)
     how = PredictOptions(scheduler, n_workers, bool(parts))
@@ -1036,8 +1048,12 @@ def predict(ctx, run_dir, source, out, top_k, fmt, id_field, subset, options, th
             threshold=_given_threshold(threshold),
             parts=how.parts,
             engine=engine,
+            out_format=out_format,
         )
-    _out(f"{n} rows written to {out}")
+    if out == STDOUT:  # stdout holds the predictions: their count goes beside the log
+        click.echo(f"{n} rows written to stdout", err=True)
+    else:
+        _out(f"{n} rows written to {out}")
 
 
 # ------------------------------------------------------------------------------------------- run
@@ -1139,16 +1155,7 @@ def _out(text: str) -> None:
     except BrokenPipeError:
         raise
     except OSError as e:
-        raise _stdout_error(e) from e
-
-
-def _stdout_error(e: OSError) -> OutputError:
-    """A failed write to stdout: names stdout, the cause and where the fix lies (the file or device
-    that stdout was sent to), not a hint about the command's own outputs."""
-    return OutputError(
-        f"stdout: cannot write ({e.strerror or e}): the file or device this command's output was sent to refused "
-        "it; free space there, or send the output elsewhere"
-    )
+        raise stdout_error(e) from e
 
 
 def _say(line: str) -> None:

@@ -10,6 +10,10 @@ are written in input order, so the output is the same bytes on any engine.
 
 Output (`--out`; the kind from its suffix, .csv, .jsonl or .parquet):
 - one file, replaced atomically (a local staging file renamed, or uploaded as one object);
+- `-`: stdout, CSV or JSONL (`out_format`), each piece written and flushed as it is scored, so
+  that a pipe's next program (`| gzip`) reads rows as they come; not atomic: a failure part-way
+  leaves the rows before it there (the command's status says so). A reader that goes away (`|
+  head`) ends the writing with BrokenPipeError, which the CLI ends silently as Unix tools do;
 - `parts=True`: a directory OUT/ of one part per piece, `part-00000.EXT`, … in input order (a
   CSV part has its own header line), then `manifest.json` (columns, rows, and per part its
   name, rows, bytes and SHA-256), committed by the storage module's protocol (streamfit.storage:
@@ -31,13 +35,14 @@ import io
 import json
 import logging
 import os
-from collections.abc import Iterator
+import sys
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamfit.errors import StreamfitError, output_error
+from streamfit.errors import OutputError, StreamfitError, output_error, stdout_error
 from streamfit.model import Model, check_scoring_options, decide
 
 if TYPE_CHECKING:
@@ -47,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OUTPUT_KINDS = (".csv", ".jsonl", ".parquet")
+STDOUT = "-"  # --out: the predictions on stdout
+STDOUT_KINDS = ("csv", "jsonl")  # what --out - writes (out_format; csv without it)
 PARTS_MANIFEST = "manifest.json"  # in a --parts output directory, written last
 PARTS_FORMAT = "streamfit-predictions"
 RAW_BATCH_ROWS = 8192  # records per piece of raw input (one task, one part)
@@ -281,6 +288,7 @@ def predict_to_file(
     threshold: float | None = None,
     parts: bool = False,
     engine: Engine | None = None,
+    out_format: str | None = None,
 ) -> int:
     """Write one row per input row to `out` (a local path or URL) atomically; returns the number
     of rows. `.csv`: location, label_1, score_1, …; `.jsonl`: {"location", "labels", "scores"};
@@ -292,29 +300,18 @@ def predict_to_file(
     `threshold` (default: the model's decision_threshold; streamfit.model.decide): `.csv`
     column "predicted" after the location (and id), names joined by "|"; `.jsonl` key
     "predicted", a list. `parts`: `out` is a directory of parts and a manifest (see the module
-    docstring). An input of zero records writes the output of no rows and warns (module docstring).
+    docstring). `out` "-" (STDOUT): the rows on stdout as they are scored, `out_format` "csv"
+    (the default) or "jsonl". An input of zero records writes the output of no rows and warns (module docstring).
     `engine`: where the pieces are scored (default: in this process). `model_dir`:
     where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.engine import Engine
     from streamfit.ingest.sources import check_options
-    from streamfit.store.store import overlaps
 
     check_scoring_options(model, threshold=threshold, top_k=top_k)
-    kind = os.path.splitext(out.rstrip("/"))[1].lower()
-    if kind not in OUTPUT_KINDS:
-        raise StreamfitError(f"{out}: the output must end in .csv, .jsonl or .parquet")
-    for what, path in [("input", source)] + ([("model", model_dir)] if model_dir else []):
-        if overlaps(out, path) or overlaps(f"{out}.partial", path):
-            raise StreamfitError(
-                f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
-                "would destroy what is read; choose another --out"
-            )
-    target = storage.resolve(out.rstrip("/"))
-    if parts and target.local and os.path.isfile(target.path):
-        raise StreamfitError(
-            f"--out {out}: is a file, and --parts writes a directory; remove it or choose another --out"
-        )
+    kind = _output_kind(out, out_format, parts)
+    target = None if out == STDOUT else _file_target(out, parts, source, model_dir)
+    shown = "stdout" if target is None else out
     if top_k > len(model.classes_) and not model.regression:
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
@@ -342,21 +339,34 @@ def predict_to_file(
         with_ids,
         parts,
     )
-    lock = _claim_output(target, out, parts)  # held until the output is published or removed
+    # held until the output is published or removed
+    lock = _claim_output(target, out, parts) if target is not None else None
+    scored: Generator[_Piece, None, None] | None = None
     try:
-        attempt = storage.begin(target, clear=False, what="prediction output") if parts else None
+        attempt = storage.begin(target, clear=False, what="prediction output") if target and parts else None
         # Dask workers write their parts to an object store themselves; the driver writes local ones
-        part_dir = attempt.location if attempt is not None and engine.mode != "inprocess" and not target.local else None
-        pieces = _until_stopped(_scored(model, layout, source, fmt, options, given, engine, part_dir, is_store), out)
+        part_dir = (
+            attempt.location
+            if attempt is not None and engine.mode != "inprocess" and not attempt.target.local
+            else None
+        )
+        left = "the rows scored before the stop were written, the others not" if target is None else "not written"
+        pieces = scored = _until_stopped(
+            _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store), f"{shown}: {left}"
+        )
         if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
             from tqdm.auto import tqdm
 
             pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
         if attempt is not None:
             n = _write_parts(attempt, layout, pieces, source)
+        elif target is None:
+            n = _write_stdout(layout, pieces)
         else:
             n = _write_file(target, layout, pieces)
     finally:
+        if scored is not None:  # a writer stopped early (a reader gone, a full disk): the pass ends here, on
+            scored.close()  # its engine, which cancels its Dask tasks (left to the garbage collector, after)
         if isinstance(lock, int):
             os.close(lock)
         elif lock is not None:
@@ -366,11 +376,58 @@ def predict_to_file(
         log.warning(
             "%s: no records to score (the input is empty, or holds a header row alone); %s holds %s%s",
             source,
-            out,
+            shown,
             held[kind],
             f" (one part, {part_name(0, kind)}, and {PARTS_MANIFEST})" if parts else "",
         )
     return n
+
+
+def _output_kind(out: str, out_format: str | None, parts: bool) -> str:
+    """The output's kind (an OUTPUT_KINDS suffix): a file's from its name (`out_format`, if given,
+    must agree), stdout's (`out` "-") `out_format`, CSV without it; stdout takes no Parquet (a
+    binary file its readers open at its end) and no parts (files in a directory)."""
+    if out != STDOUT:
+        kind = os.path.splitext(out.rstrip("/"))[1].lower()
+        if kind not in OUTPUT_KINDS:
+            raise StreamfitError(f"{out}: the output must end in .csv, .jsonl or .parquet, or be - (stdout)")
+        if out_format is not None and kind != f".{out_format}":
+            raise StreamfitError(
+                f"--out {out} ends in {kind} and --out-format is {out_format}: a file's format is its suffix (drop "
+                f"--out-format, or name the file .{out_format})"
+            )
+        return kind
+    if parts:
+        raise StreamfitError(
+            "--out - --parts: parts are files of a directory, stdout one stream; write the parts to a directory "
+            "(--out preds.csv --parts), or drop --parts"
+        )
+    if out_format is not None and out_format not in STDOUT_KINDS:
+        raise StreamfitError(
+            f"--out - --out-format {out_format}: stdout takes csv or jsonl; write Parquet to a file (--out "
+            "preds.parquet)"
+        )
+    return f".{out_format or STDOUT_KINDS[0]}"
+
+
+def _file_target(out: str, parts: bool, source: str, model_dir: str | None):
+    """The storage.Location of the output file (or --parts directory) `out`, once it is known not
+    to overlap the input `source` nor the model's `model_dir`, nor, with `parts`, to be a file."""
+    from streamfit import storage
+    from streamfit.store.store import overlaps
+
+    for what, path in [("input", source)] + ([("model", model_dir)] if model_dir else []):
+        if overlaps(out, path) or overlaps(f"{out}.partial", path):
+            raise StreamfitError(
+                f"--out {out} overlaps the {what} {path} (the same path, or one inside the other): writing it "
+                "would destroy what is read; choose another --out"
+            )
+    target = storage.resolve(out.rstrip("/"))
+    if parts and target.local and os.path.isfile(target.path):
+        raise StreamfitError(
+            f"--out {out}: is a file, and --parts writes a directory; remove it or choose another --out"
+        )
+    return target
 
 
 def _claim_output(target, out: str, parts: bool) -> int | Lease | None:
@@ -450,14 +507,15 @@ def _claim_output(target, out: str, parts: bool) -> int | Lease | None:
     raise busy
 
 
-def _until_stopped(pieces: Iterator[_Piece], out: str) -> Iterator[_Piece]:
+def _until_stopped(pieces: Iterator[_Piece], left: str) -> Generator[_Piece, None, None]:
     """The pieces, each written before the next is asked for; a SIGTERM stops between them
-    (streamfit.shutdown), and the writer's clean-up leaves nothing of `out`."""
+    (streamfit.shutdown), and the writer's clean-up leaves nothing of a file; `left`: what the
+    stop's line says is left of the output."""
     from streamfit import shutdown
 
     for piece in pieces:
         yield piece
-        shutdown.check(f"{out}: not written; run the command again")
+        shutdown.check(f"{left}; run the command again")
 
 
 def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store) -> Iterator[_Piece]:
@@ -569,6 +627,29 @@ def _write_file(target, layout: _Layout, pieces: Iterator[_Piece]) -> int:
     except BaseException:  # bad input, interrupted: no partial output is left behind
         _remove(tmp)
         raise
+    return n
+
+
+def _write_stdout(layout: _Layout, pieces: Iterator[_Piece]) -> int:
+    """Write the pieces to stdout (CSV or JSONL), each flushed as it comes (a CSV's header line with
+    the first); returns the rows written. A reader gone (BrokenPipeError) passes on to the CLI,
+    which ends without a line; another failed write is stdout's OutputError."""
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        raise OutputError("--out -: this process has no stdout (closed); give it one, or write a file with --out")
+    sys.stdout.flush()  # text written before stays before the rows
+    stream = sys.stdout.buffer
+    head = _csv_line(list(layout.columns)) if layout.kind == ".csv" else ""
+    n = 0
+    for piece in pieces:
+        try:
+            stream.write((head + piece.data).encode())
+            stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise stdout_error(e) from e
+        head = ""
+        n += piece.rows
     return n
 
 

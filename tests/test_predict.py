@@ -418,6 +418,78 @@ def test_a_predict_that_fails_midway_leaves_no_output(runs, tmp_path, monkeypatc
     assert os.listdir(tmp_path) == ["new.jsonl"]
 
 
+def test_out_dash_writes_to_stdout_the_bytes_a_file_output_holds(runs, tmp_path, monkeypatch):
+    """`--out -`: CSV (or `--out-format jsonl`) on stdout, the same bytes as the file output (also
+    with --scheduler: the driver writes), and the count of rows on stderr; rows go out batch by batch, so a bad record part-way leaves the
+    batches before it on stdout beside the one error line (exit 2). Parquet, --parts and an
+    --out-format that a file's suffix contradicts are one line each (was: `-: the output must end
+    in .csv, .jsonl or .parquet`, no way to pipe the predictions on)."""
+    from streamfit import predict
+
+    monkeypatch.setattr(predict, "RAW_BATCH_ROWS", 2)
+    raw = _many_docs(tmp_path / "new.jsonl", 5)
+    model = runs / "jsonl"
+    for fmt in ("csv", "jsonl"):
+        run("predict", model, raw, "-o", tmp_path / f"p.{fmt}", "--id-field", "doc")
+        result = CliRunner().invoke(
+            main, ["predict", str(model), str(raw), "--out", "-", "--out-format", fmt, "--id-field", "doc"]
+        )
+        assert result.exit_code == 0, result.output
+        assert (
+            result.stdout_bytes == (tmp_path / f"p.{fmt}").read_bytes()
+            and result.stderr == "5 rows written to stdout\n"
+        )
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=":0") as cluster:  # the driver writes stdout
+        result = run("predict", model, raw, "--out", "-", "--id-field", "doc", "--scheduler", cluster.scheduler_address)
+    assert result.stdout_bytes == (tmp_path / "p.csv").read_bytes()
+    with open(raw, "a") as f:
+        f.write('{"body": "a cat"}\n{"body": \n')
+    result = CliRunner().invoke(main, ["predict", str(model), str(raw), "--out", "-"])
+    assert result.exit_code == 2 and result.stderr == f"error: {raw}:7: " + result.stderr.split(":7: ", 1)[1]
+    assert result.stdout.count("\n") == 1 + 6 and "\n" not in result.stderr.rstrip("\n")
+    for args, line in (
+        (["--out-format", "parquet"], "error: --out - --out-format parquet: stdout takes csv or jsonl; write Parquet"),
+        (["--parts"], "error: --out - --parts: parts are files of a directory, stdout one stream;"),
+    ):
+        result = run("predict", model, raw, "--out", "-", *args, ok=False)
+        assert result.exit_code == 2 and result.output.startswith(line) and result.output.count("\n") == 1, args
+    result = run("predict", model, raw, "--out", tmp_path / "q.csv", "--out-format", "jsonl", ok=False)
+    assert (
+        result.exit_code == 2
+        and "ends in .csv and --out-format is jsonl: a file's format is its suffix" in result.output
+    )
+    assert not (tmp_path / "q.csv").exists()
+
+
+def _streamfit(*args, **popen):
+    """`python -m streamfit ARGS` in a process of its own (a real stdout), this checkout first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "streamfit", *map(str, args)], env=env, **popen)
+
+
+@pytest.mark.parametrize("workers", ["0", "1"])
+def test_out_dash_into_a_reader_that_has_gone_ends_silently(runs, tmp_path, workers):
+    """`predict … --out - | head`: the reader gone, predict ends without a line and with SIGPIPE's
+    status 141, in process and on the embedded cluster (whose pass is ended while it runs: on
+    the first try its watch thread and its tasks' generator printed tracebacks after the cluster
+    closed); a full stdout is the one line naming stdout."""
+    raw = _many_docs(tmp_path / "new.jsonl", 20000)  # 3 batches: some still in flight when the write fails
+    args = ("predict", runs / "jsonl", raw, "--out", "-", "--n-workers", workers)
+    proc = _streamfit(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141 and err == "", err
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            proc = _streamfit(*args, stdout=full, stderr=subprocess.PIPE)
+            err = proc.stderr.read().decode()
+        assert proc.wait(timeout=300) == 2 and err.startswith(
+            "error: stdout: cannot write (No space left on device)"
+        ), err
+
+
 @pytest.mark.parametrize("parts", [False, True])
 def test_a_second_predict_to_an_output_being_written_is_refused_and_the_first_completes(
     runs, tmp_path, monkeypatch, parts
