@@ -552,20 +552,26 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
     `options`) and without labels; `given` (the format options of `options`, predict's rule) is
     checked against the inputs' format as ingest checks its own. `source` names its files as
     ingest's inputs do (a glob, a dataset directory such as a Parquet dataset with hive
-    partitions: streamfit.ingest.inputs), read in the same sorted order."""
+    partitions: streamfit.ingest.inputs), read in the same sorted order. Text is checked as
+    ingest checks it (streamfit.ingest.text_checks): a record with a NUL stops the read at its
+    location, records with C1 controls read as latin-1 are one warning once the input is read."""
+    from streamfit.ingest import text_checks
     from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.pipeline import check_options_read
-    from streamfit.ingest.sources import BadRecordPolicy, open_source
+    from streamfit.ingest.sources import BadRecordPolicy, TextBatch, open_source
     from streamfit.ingest.sources.folder import forget_listings
 
     featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
+    encoding = options.get("encoding", "utf-8")  # as ingest's: what text read from bytes was decoded with
+    policy = BadRecordPolicy("error")  # predict scores every record or none
+    c1, first_c1 = 0, ""  # records whose text holds C1 controls read as latin-1, and the first one's location
     try:
         paths = expand_inputs([source], fmt)
         check_options_read(given, paths, fmt)  # as ingest: --subset for a CSV file is an error, not ignored
         for path in paths:
-            src = open_source(path, fmt, policy=BadRecordPolicy("error"), batch_size=RAW_BATCH_ROWS, **options)
+            src = open_source(path, fmt, policy=policy, batch_size=RAW_BATCH_ROWS, **options)
             _check_kind(model, featurizer, path, src.kind)
             for batch in src:
                 if with_ids and getattr(batch, "ids", None) is None:
@@ -573,9 +579,15 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
                         f"{path}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV, JSONL and "
                         "Parquet do); drop --id-field"
                     )
+                if isinstance(batch, TextBatch):
+                    rows = text_checks.check_batch(batch, encoding, policy, "predict")[1]
+                    first_c1 = first_c1 or (batch.locations[rows[0]] if rows else "")
+                    c1 += len(rows)
                 yield batch
     finally:
         forget_listings()  # a URL folder's listing handed over by the expansion serves this read only
+    if c1:
+        log.warning(text_checks.c1_warning(c1, first_c1, "predict"))
 
 
 def _in_order(engine: Engine, items: Iterator, window: int, **kwargs) -> Iterator[_Piece]:

@@ -463,6 +463,39 @@ def test_out_dash_writes_to_stdout_the_bytes_a_file_output_holds(runs, tmp_path,
     assert not (tmp_path / "q.csv").exists()
 
 
+def test_raw_text_is_checked_as_ingest_checks_it(runs, tmp_path, caplog):
+    """predict reads raw text through ingest's checks (streamfit.ingest.text_checks): a NUL in a
+    record's text is the error ingest gives at the same FILE:LINE, with predict's fix, and nothing
+    is written; cp1252 text read as latin-1 (the csv model's recorded encoding) is scored, row for
+    row, with ingest's one warning naming predict's fix, and none with --option encoding=cp1252
+    (was: both scored without a word, the NUL as a word break)."""
+    nul = tmp_path / "nul.jsonl"
+    nul.write_text('{"body": "a cat", "topic": "animals"}\n{"body": "the tr\\u0000ain", "topic": "finance"}\n')
+    result = run("predict", runs / "jsonl", nul, "-o", tmp_path / "p.csv", ok=False)
+    problem = f"{nul}:2: a NUL character in the text (read as utf-8): likely a binary file, or UTF-16 or UTF-32 text"
+    assert result.exit_code == 2 and result.output == (
+        f"error: {problem} (pass --option encoding=utf-16 (or utf-32) for such text; else convert the file, or drop "
+        "such records)\n"
+    )
+    assert not (tmp_path / "p.csv").exists()
+    result = run("ingest", nul, "--like", runs / "jsonl.zarr", "--out", tmp_path / "s.zarr", ok=False)
+    assert result.exit_code == 2 and result.output.startswith(f"error: {problem} (pass --encoding utf-16")
+    cp1252 = tmp_path / "w.csv"
+    cp1252.write_text("words\n\u201cstocks\u201d fell\nthe market \u2013 today\nplain cats\n", encoding="cp1252")
+    caplog.clear()
+    run("predict", runs / "csv", cp1252, "-o", tmp_path / "w.jsonl")
+    assert len((tmp_path / "w.jsonl").read_text().splitlines()) == 3
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"2 records read as latin-1 hold C1 control characters (U+0080–U+009F; the first: {cp1252}:2), which "
+        "latin-1 text does not use and Windows text in cp1252 becomes when read as latin-1 (its quotes, dashes "
+        "and €): if the input is such text, score it with --option encoding=cp1252 (and if the training data is "
+        "such text too, ingest it again with --encoding cp1252 and train again)"
+    ]
+    caplog.clear()
+    run("predict", runs / "csv", cp1252, "-o", tmp_path / "w.jsonl", "--option", "encoding=cp1252")
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
 def _streamfit(*args, **popen):
     """`python -m streamfit ARGS` in a process of its own (a real stdout), this checkout first."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}

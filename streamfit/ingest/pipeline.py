@@ -710,17 +710,11 @@ class _Pass1:
     def _check_text(self, batch, keep: np.ndarray) -> None:
         """Records whose text holds a NUL: bad records (not kept); those with C1 controls read as
         latin-1: counted for ingest's warning (streamfit.ingest.text_checks)."""
-        fields = list(batch.texts.values())
-        for r in range(len(batch.locations)):
-            found = text_checks.nul_problem([field[r] for field in fields], self.encoding)
-            if found is not None:
-                keep[r] = False
-                self.policy.bad(batch.locations[r], found[0], hint=found[1])
-        if text_checks.reads_c1(self.encoding):
-            rows = text_checks.c1_rows(batch.texts)
-            self.c1 += len(rows)
-            if rows and self.first_c1 is None:
-                self.first_c1 = batch.locations[rows[0]]
+        bad, c1 = text_checks.check_batch(batch, self.encoding, self.policy, "ingest")
+        keep[bad] = False
+        self.c1 += len(c1)
+        if c1 and self.first_c1 is None:
+            self.first_c1 = batch.locations[c1[0]]
 
     def emit(self, X: sp.csr_matrix, labels) -> None:
         """Write featurized rows and their label ids (and keep their strata for a split)."""
@@ -1057,7 +1051,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
         _warn_empty_rows(p1, featurizer)
     if p1.c1:
         assert p1.first_c1 is not None
-        log.warning(text_checks.c1_warning(p1.c1, p1.first_c1))
+        log.warning(text_checks.c1_warning(p1.c1, p1.first_c1, "ingest"))
     if not p1.multilabel and not p1.numeric:
         _warn_one_class(out, vocab)
     if not p1.numeric:
