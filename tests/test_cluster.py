@@ -69,42 +69,61 @@ def _cluster(worker_cwd=None, worker_args=(), env=None, prefix=()):
     ]
     try:
         address = _scheduler_address(scheduler_file, procs[0])
-        workers = [
-            subprocess.Popen(
-                [
-                    *prefix,
-                    sys.executable,
-                    "-m",
-                    "distributed.cli.dask_worker",
-                    address,
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                    "--host",
-                    "127.0.0.1",
-                    *worker_args,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd=worker_cwd,
-                env=env,
-            )
-            for _ in range(2)
-        ]
+        workers = [_worker(address, worker_cwd, worker_args, env, prefix) for _ in range(2)]
         procs += workers
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
         yield address, workers
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
         folder.cleanup()
+
+
+def _worker(address, cwd=None, worker_args=(), env=None, prefix=()) -> subprocess.Popen:
+    """A `dask worker` of the scheduler at `address` (its nanny and worker process in a process
+    group of their own)."""
+    return subprocess.Popen(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            "1",
+            "--no-dashboard",
+            "--host",
+            "127.0.0.1",
+            *worker_args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _after_four_steps(run: subprocess.Popen, run_dir, what: str) -> None:
+    """Return once the train `run` has logged 4 steps in run_dir's metrics.jsonl (mid-run: the
+    tests' runs take 64), before `what` is killed; fail if it ended first."""
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.02)
+    assert run.poll() is None, f"the run ended before the test could kill the {what}"
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 @pytest.fixture
@@ -137,17 +156,88 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
         stderr=subprocess.PIPE,
         text=True,
     )
-    metrics, deadline = tmp_path / "killed" / "metrics.jsonl", time.monotonic() + 120
-    while run.poll() is None and time.monotonic() < deadline:  # a few of its 64 steps done: kill mid-run
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
-            break
-        time.sleep(0.02)
-    assert run.poll() is None, "the run ended before the worker was killed"
+    _after_four_steps(run, tmp_path / "killed", "worker")
     os.kill(workers[0].pid, signal.SIGKILL)
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err
     got = _model_arrays(tmp_path / "killed")
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path, cluster):
+    """Every worker SIGKILLed mid-run (their process groups), then two new ones started: the
+    pass's tasks, placed on the workers that left, waited in Dask's "no-worker" state, which
+    Dask does not leave for a worker that joins later, and the run hung. Now the pass runs
+    again on the new workers, and the model is the uninterrupted run's."""
+    from distributed import Client
+
+    store = digits_cli_store
+    address, workers = cluster
+    train = ["train", store, "--solver", "stagewise", *PARAMS]
+    subprocess.run(cli(*train, "--n-workers", "0", "--out", tmp_path / "local"), check=True, capture_output=True)
+    run = subprocess.Popen(
+        cli(*train, "--scheduler", address, "--out", tmp_path / "run"),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    joined = []
+    try:
+        _after_four_steps(run, tmp_path / "run", "workers")
+        for w in workers:
+            os.killpg(w.pid, signal.SIGKILL)
+        with Client(address, timeout="30s") as client:
+            deadline = time.monotonic() + 60
+            while client.nthreads() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert not client.nthreads(), "the scheduler kept the killed workers"
+            time.sleep(3)  # the pass in flight waits without workers
+            joined = [_worker(address) for _ in range(2)]
+            client.wait_for_workers(2, timeout=60)
+        _, err = run.communicate(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        _stop(joined)
+    assert run.returncode == 0, err
+    assert "every worker the pass's tasks were placed on has left" in err, err
+    ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
+    assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+def test_a_worker_that_cannot_import_a_dependency_is_named_before_any_task(digits_cli_store, tmp_path):
+    """Workers whose Python lacks numba (a package of that name that fails to import, put first
+    on their path): Dask dropped each at its first task, unable to unpickle it, and train ended
+    after --worker-timeout saying the cluster had no workers. Now every command ends at once with
+    one line naming the worker, the module and the fix; the workers stay."""
+    from distributed import Client
+
+    shim = tmp_path / "shim" / "numba"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numba'\", name='numba')\n")
+    path = os.pathsep.join(p for p in (str(shim.parent), os.environ.get("PYTHONPATH")) if p)
+    assert _run("train", digits_cli_store, "--out", tmp_path / "here", "--n-workers", "0").exit_code == 0
+    with _cluster(env={**os.environ, "PYTHONPATH": path}) as (address, _):
+        for args in (
+            ("train", digits_cli_store, "--out", tmp_path / "run", "--worker-timeout", "10"),
+            ("evaluate", tmp_path / "here", digits_cli_store),
+            (
+                "ingest",
+                os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm"),
+                "--out",
+                tmp_path / "x.zarr",
+            ),
+        ):
+            result = _run(*args, "--scheduler", address)
+            assert result.exit_code == 2, (args, result.output)
+            line = result.output.strip()
+            assert line.startswith("error: the Dask worker tcp://127.0.0.1:") and "\n" not in line, (args, line)
+            assert (
+                "cannot import numba (No module named 'numba'), which streamfit's tasks need; install streamfit" in line
+            ), line
+        with Client(address, timeout="30s") as client:
+            assert len(client.nthreads()) == 2
+    assert not (tmp_path / "run").exists() and not (tmp_path / "x.zarr").exists()
 
 
 OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine call of the solver
@@ -442,12 +532,7 @@ def test_a_lost_scheduler_ends_train_with_one_error_line_and_resume_elsewhere_gi
         run = subprocess.Popen(
             cli(*train, "--scheduler", address), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
-        metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
-        while run.poll() is None and time.monotonic() < deadline:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
-                break
-            time.sleep(0.02)
-        assert run.poll() is None, "the run ended before the scheduler was killed"
+        _after_four_steps(run, tmp_path / "run", "scheduler")
         os.kill(scheduler_pid, signal.SIGKILL)
         killed = time.monotonic()
         _, err = run.communicate(timeout=200)
