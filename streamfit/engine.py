@@ -767,14 +767,11 @@ class Engine:
         found = self.client.run(on_worker.environment, on_error="return")
         fix = f"install streamfit {streamfit.__version__} with its dependencies in that worker's Python environment, or stop that worker"
         for address, answer in sorted(found.items()):
-            if isinstance(answer, BaseException) and not isinstance(answer, (ImportError, AttributeError)):
+            if isinstance(answer, OSError):  # it left during the check (killed for its memory, say): passes watch
                 log.debug("the Dask worker %s was not checked (%s: %s)", address, type(answer).__name__, answer)
-                continue  # it left during the check (killed for its memory, say): the passes watch for that
-            if isinstance(answer, BaseException):  # the check could not be unpickled there (an old streamfit, or none)
-                what = answer.name if isinstance(answer, ImportError) and answer.name else "streamfit"
-                raise StreamfitError(
-                    f"the Dask worker {address} cannot import {what} ({type(answer).__name__}: {answer}); {fix}"
-                ) from answer
+                continue
+            if isinstance(answer, BaseException):  # the check could not be unpickled there: another streamfit, or none
+                raise StreamfitError(f"the Dask worker {address} cannot run streamfit's tasks ({answer}); {fix}")
             version, missing = answer
             if missing is not None:
                 raise StreamfitError(

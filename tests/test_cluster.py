@@ -205,38 +205,49 @@ def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store
     assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
 
 
+def _without(folder, module: str) -> dict:
+    """The environment of a worker whose Python lacks `module`: a package of that name that fails
+    to import, in `folder`, put first on its path (a worker started in another working directory
+    than `folder` finds that directory's packages first)."""
+    (folder / module).mkdir(parents=True)
+    (folder / module / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)}
+
+
 def test_a_worker_that_cannot_import_a_dependency_is_named_before_any_task(digits_cli_store, tmp_path):
-    """Workers whose Python lacks numba (a package of that name that fails to import, put first
-    on their path): Dask dropped each at its first task, unable to unpickle it, and train ended
-    after --worker-timeout saying the cluster had no workers. Now every command ends at once with
-    one line naming the worker, the module and the fix; the workers stay."""
+    """Workers whose Python lacks numba: Dask dropped each at its first task, unable to unpickle
+    it, and train ended after --worker-timeout saying the cluster had no workers. Now every
+    command ends at once with one line naming the worker, the module and the fix; the workers
+    stay. Workers without streamfit (or with an older one) cannot unpickle the check itself: the
+    same line, with Dask's words for it."""
     from distributed import Client
 
-    shim = tmp_path / "shim" / "numba"
-    shim.mkdir(parents=True)
-    (shim / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'numba'\", name='numba')\n")
-    path = os.pathsep.join(p for p in (str(shim.parent), os.environ.get("PYTHONPATH")) if p)
     assert _run("train", digits_cli_store, "--out", tmp_path / "here", "--n-workers", "0").exit_code == 0
-    with _cluster(env={**os.environ, "PYTHONPATH": path}) as (address, _):
-        for args in (
-            ("train", digits_cli_store, "--out", tmp_path / "run", "--worker-timeout", "10"),
-            ("evaluate", tmp_path / "here", digits_cli_store),
-            (
-                "ingest",
-                os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm"),
-                "--out",
-                tmp_path / "x.zarr",
-            ),
-        ):
-            result = _run(*args, "--scheduler", address)
-            assert result.exit_code == 2, (args, result.output)
-            line = result.output.strip()
-            assert line.startswith("error: the Dask worker tcp://127.0.0.1:") and "\n" not in line, (args, line)
-            assert (
-                "cannot import numba (No module named 'numba'), which streamfit's tasks need; install streamfit" in line
-            ), line
-        with Client(address, timeout="30s") as client:
-            assert len(client.nthreads()) == 2
+    train = ("train", digits_cli_store, "--out", tmp_path / "run", "--worker-timeout", "10")
+    iris = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
+    cases = {
+        "numba": (
+            [train, ("evaluate", tmp_path / "here", digits_cli_store), ("ingest", iris, "--out", tmp_path / "x.zarr")],
+            "cannot import numba (No module named 'numba'), which streamfit's tasks need; install streamfit",
+        ),
+        "streamfit": (
+            [train],
+            "cannot run streamfit's tasks (ModuleNotFoundError(\"No module named 'streamfit'\")); install",
+        ),
+    }
+    for module, (commands, said) in cases.items():
+        folder = tmp_path / f"without-{module}"  # also their working directory, first on their path
+        with _cluster(folder, env=_without(folder, module)) as (address, _):
+            for args in commands:
+                result = _run(*args, "--scheduler", address)
+                assert result.exit_code == 2, (args, result.output)
+                line = result.output.strip()
+                assert line.startswith("error: the Dask worker tcp://127.0.0.1:") and "\n" not in line, (args, line)
+                assert said in line, line
+            with Client(address, timeout="30s") as client:
+                assert len(client.nthreads()) == 2
     assert not (tmp_path / "run").exists() and not (tmp_path / "x.zarr").exists()
 
 
