@@ -1173,7 +1173,7 @@ class _Watch:
     seconds without any worker, records it and cancels the pass's pending futures
     (`futures()`), so that the waiting thread wakes up and reports it instead of hanging.
 
-    `placed`: the workers the pass's tasks asked for (_PassGraph's `home`). Once every one of
+    `placed`: the workers the pass's tasks asked for (`_PassGraph.placed`). Once every one of
     them has left and others are there, the pass's futures are cancelled too (`replaced`), and
     the pass is _WorkerLost, run again on the workers there now: a task that asked for workers
     which all left while the cluster had none waits in Dask's "no-worker" state, and Dask

@@ -164,41 +164,72 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
 
 
-def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path, cluster):
-    """Every worker SIGKILLed mid-run (their process groups), then two new ones started: the
-    pass's tasks, placed on the workers that left, waited in Dask's "no-worker" state, which
-    Dask does not leave for a worker that joins later, and the run hung. Now the pass runs
-    again on the new workers, and the model is the uninterrupted run's."""
+def _slowing(module: str, name: str, seconds: float) -> str:
+    """The text of a worker's --preload file that makes each call of `module.name` take `seconds`
+    more (a preload may run twice in one process: it wraps once)."""
+    return f"""
+import time
+
+import {module} as target
+
+
+def slowed(fn):
+    def slow(*args, **kwargs):
+        time.sleep({seconds})
+        return fn(*args, **kwargs)
+
+    slow.slowed = True
+    return slow
+
+
+if not getattr(target.{name}, "slowed", False):
+    target.{name} = slowed(target.{name})
+"""
+
+
+# Every streamfit task 0.3 s longer: a test finds a pass's tasks running on the workers before it kills them.
+SLOW_TASKS = _slowing("streamfit.on_worker", "call", 0.3)
+
+
+def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path):
+    """Every worker SIGKILLed (their process groups) while a pass's tasks run on them, then two
+    new ones started: the tasks, placed on the workers that left, waited in Dask's "no-worker"
+    state, which Dask does not leave for a worker that joins later, and the run hung. Now the
+    pass runs again on the new workers, and the model is the uninterrupted run's."""
     from distributed import Client
 
     store = digits_cli_store
-    address, workers = cluster
     train = ["train", store, "--solver", "stagewise", *PARAMS]
     subprocess.run(cli(*train, "--n-workers", "0", "--out", tmp_path / "local"), check=True, capture_output=True)
-    run = subprocess.Popen(
-        cli(*train, "--scheduler", address, "--out", tmp_path / "run"),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    (tmp_path / "slow.py").write_text(SLOW_TASKS)
     joined = []
-    try:
-        _after_four_steps(run, tmp_path / "run", "workers")
-        for w in workers:
-            os.killpg(w.pid, signal.SIGKILL)
-        with Client(address, timeout="30s") as client:
-            deadline = time.monotonic() + 60
-            while client.nthreads() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert not client.nthreads(), "the scheduler kept the killed workers"
-            time.sleep(3)  # the pass in flight waits without workers
-            joined = [_worker(address) for _ in range(2)]
-            client.wait_for_workers(2, timeout=60)
-        _, err = run.communicate(timeout=180)
-    finally:
-        if run.poll() is None:
-            run.kill()
-        _stop(joined)
+    with _cluster(tmp_path, ["--preload", str(tmp_path / "slow.py")]) as (address, workers):
+        run = subprocess.Popen(
+            cli(*train, "--scheduler", address, "--out", tmp_path / "run"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _after_four_steps(run, tmp_path / "run", "workers")
+            with Client(address, timeout="30s") as client:
+                deadline = time.monotonic() + 60
+                while not any(client.processing().values()) and time.monotonic() < deadline:
+                    time.sleep(0.01)  # until a pass's tasks run on the workers
+                for w in workers:
+                    os.killpg(w.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while client.nthreads() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert not client.nthreads(), "the scheduler kept the killed workers"
+                time.sleep(3)  # the pass in flight waits without workers
+                joined = [_worker(address) for _ in range(2)]
+                client.wait_for_workers(2, timeout=60)
+            _, err = run.communicate(timeout=180)
+        finally:
+            if run.poll() is None:
+                run.kill()
+            _stop(joined)
     assert run.returncode == 0, err
     assert "every worker the pass's tasks were placed on has left" in err, err
     ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
@@ -450,24 +481,8 @@ def test_a_folder_of_the_same_name_on_the_workers_own_disk_is_refused_before_any
     assert [c["sha256"] for c in ours["chunks"]] == [c["sha256"] for c in theirs["chunks"]]
 
 
-SLOW_PIECES = """
-import time
-
-import streamfit.ingest.distributed as distributed
-
-
-def slowed(featurize_piece):
-    def slow(*args, **kwargs):  # a piece takes a second: the test kills workers under the ingest
-        time.sleep(1.0)
-        return featurize_piece(*args, **kwargs)
-
-    slow.slowed = True
-    return slow
-
-
-if not getattr(distributed.featurize_piece, "slowed", False):  # a preload may run twice in one process
-    distributed.featurize_piece = slowed(distributed.featurize_piece)
-"""
+# A piece takes a second: the test kills workers under the ingest.
+SLOW_PIECES = _slowing("streamfit.ingest.distributed", "featurize_piece", 1.0)
 
 
 @pytest.fixture
