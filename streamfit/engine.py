@@ -385,6 +385,11 @@ class _PassGraph:
         self._chunk_tasks.setdefault(worker, {})[key] = task
         return key
 
+    @property
+    def placed(self) -> set[str]:
+        """The workers that chunk tasks asked for."""
+        return {worker for worker in self._chunk_tasks if worker is not None}
+
     def add_task(self, shape, *parts: str) -> str:
         """add_subtree(shape, *the results of the tasks `parts`)."""
         from dask.task_spec import Task, TaskRef
@@ -409,6 +414,22 @@ class _PassGraph:
             layers["sums"] = MaterializedLayer(self._sums)
             dependencies["sums"] = set(dependencies)
         return client.get(HighLevelGraph(layers, dependencies), keys, sync=False)
+
+
+def _require_tls_settings(scheduler: str | None) -> None:
+    """StreamfitError for a tls:// scheduler address when Dask's configuration gives this process
+    no TLS settings (Dask's Client would fail with a TypeError about an ssl_context)."""
+    if not (scheduler or "").startswith("tls://"):
+        return
+    from distributed.security import Security
+
+    if Security().get_connection_args("client").get("ssl_context") is None:
+        raise StreamfitError(
+            f"the Dask scheduler at {scheduler} speaks TLS, and Dask's configuration gives this process no "
+            "certificate: set distributed.comm.tls.ca-file, .client.cert and .client.key (in ~/.config/dask/*.yaml, "
+            "or DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and "
+            "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY) to the files the cluster's workers use"
+        )
 
 
 def _until_sigterm(pending, sigterm: str) -> Iterator:
@@ -572,6 +593,7 @@ class Engine:
         logging.getLogger("distributed.client").addFilter(_SCHEDULER_LOSS_REPORTED)  # added once
         logging.getLogger("tornado.application").addFilter(_INTERRUPT_BEFORE_START)
         if self.mode == "remote":
+            _require_tls_settings(self.scheduler)
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
             except OSError as e:
@@ -582,6 +604,7 @@ class Engine:
                 ) from e
             try:
                 self._ensure_workers(during=False)
+                self._require_worker_environment()
             except StreamfitError:
                 self.close()
                 raise
@@ -732,6 +755,34 @@ class Engine:
                 written[value.root] = "run directory"
         self.require_shared(read, written)
 
+    def _require_worker_environment(self) -> None:
+        """For a cluster joined with --scheduler: StreamfitError naming the first worker that
+        cannot import the modules of streamfit's tasks (on_worker.environment) or runs another
+        streamfit version than this process, and the fix. Dask would drop such a worker at its
+        first task, unable to unpickle it, and the run would end saying the cluster had no
+        workers. A worker that joins later is not checked (it is dropped, with a warning)."""
+        import streamfit
+
+        assert self.client is not None, "a started engine with a cluster"
+        found = self.client.run(on_worker.environment, on_error="return")
+        fix = f"install streamfit {streamfit.__version__} with its dependencies in that worker's Python environment, or stop that worker"
+        for address, answer in sorted(found.items()):
+            if isinstance(answer, OSError):  # it left during the check (killed for its memory, say): passes watch
+                log.debug("the Dask worker %s was not checked (%s: %s)", address, type(answer).__name__, answer)
+                continue
+            if isinstance(answer, BaseException):  # the check could not be unpickled there: another streamfit, or none
+                raise StreamfitError(f"the Dask worker {address} cannot run streamfit's tasks ({answer}); {fix}")
+            version, missing = answer
+            if missing is not None:
+                raise StreamfitError(
+                    f"the Dask worker {address} cannot import {missing}, which streamfit's tasks need; {fix}"
+                )
+            if version != streamfit.__version__:
+                raise StreamfitError(
+                    f"the Dask worker {address} runs streamfit {version}, this process {streamfit.__version__}; "
+                    "install the same version on every worker"
+                )
+
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
 
@@ -817,6 +868,8 @@ class Engine:
         """The exception to raise for a future that was cancelled or whose workers died."""
         if watch.no_workers_for is not None:
             return self._no_workers(watch.no_workers_for, during=True)
+        if watch.replaced:
+            return _WorkerLost(f"every worker the pass's tasks were placed on has left; {len(watch.placed)} gone")
         return _WorkerLost(f"{type(e).__name__}: {e}")
 
     def _result(self, get: Callable, watch: _Watch):
@@ -935,7 +988,7 @@ class Engine:
             home = chunk_workers(client.nthreads(), max(chunk_ids, default=-1) + 1)
             graph = _PassGraph(args)
             futures = graph.submit(client, [graph.chunk_task(fn, source, [i], home) for i in chunk_ids])
-            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy) as watch:
+            with self._bar(len(chunk_ids), desc) as bar, _Watch(self, futures.copy, graph.placed) as watch:
                 self._drain(as_completed(futures), bar, watch)
                 return self._result(lambda: client.gather(futures), watch)
 
@@ -995,7 +1048,7 @@ class Engine:
                 )
                 pending = as_completed(chunk_futures)  # lets go of each future once yielded
                 chunk_futures.clear()
-                with _Watch(self, lambda: [total]) as watch:
+                with _Watch(self, lambda: [total], graph.placed) as watch:
                     self._drain(pending, bar, watch, chunks_of, sigterm)
                     return self._result(total.result, watch)
 
@@ -1118,12 +1171,22 @@ class _Watch:
     pass before the next look) is logged as a warning; Dask runs its tasks again on the others,
     and a pass it could not recover is _WorkerLost, retried. After `engine.worker_timeout`
     seconds without any worker, records it and cancels the pass's pending futures
-    (`futures()`), so that the waiting thread wakes up and reports it instead of hanging."""
+    (`futures()`), so that the waiting thread wakes up and reports it instead of hanging.
 
-    def __init__(self, engine: Engine, futures: Callable[[], Iterable]):
+    `placed`: the workers the pass's tasks asked for (`_PassGraph.placed`). Once every one of
+    them has left and others are there, the pass's futures are cancelled too (`replaced`), and
+    the pass is _WorkerLost, run again on the workers there now: a task that asked for workers
+    which all left while the cluster had none waits in Dask's "no-worker" state, and Dask
+    (2026.7) does not give it to a worker that joins later, although the task allows others
+    (`Scheduler.bulk_schedule_unrunnable_after_adding_worker` checks the restriction alone):
+    the pass would wait forever."""
+
+    def __init__(self, engine: Engine, futures: Callable[[], Iterable], placed: Iterable[str] = ()):
         self.engine = engine
         self.futures = futures
+        self.placed = set(placed)
         self.no_workers_for: float | None = None
+        self.replaced = False
         self._workers: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="streamfit-worker-watch", daemon=True)
@@ -1154,7 +1217,15 @@ class _Watch:
         except Exception:
             return None
         for gone in sorted(self._workers - now):
-            log.warning("the Dask worker %s left the cluster %s", gone, when.format(left=len(now)))
+            if now:
+                log.warning("the Dask worker %s left the cluster %s", gone, when.format(left=len(now)))
+            else:
+                log.warning(
+                    "the Dask worker %s left the cluster, and no worker is left; waiting up to %g s "
+                    "(--worker-timeout) for one to join",
+                    gone,
+                    self.engine.worker_timeout,
+                )
         self._workers = now
         self.engine._workers_at_last_pass = now
         return now
@@ -1165,6 +1236,10 @@ class _Watch:
             workers = self._look()
             if workers is None:
                 return
+            if workers and self.placed and not workers & self.placed:
+                self.replaced = True
+                self._cancel("every worker its tasks were placed on has left")
+                return
             if workers:
                 since = None
                 continue
@@ -1172,9 +1247,13 @@ class _Watch:
             since = now if since is None else since
             if now - since >= self.engine.worker_timeout:
                 self.no_workers_for = now - since
-                try:
-                    assert self.engine.client is not None
-                    self.engine.client.cancel(list(self.futures()), reason="the cluster has no workers")
-                except Exception:
-                    pass
+                self._cancel("the cluster has no workers")
                 return
+
+    def _cancel(self, reason: str) -> None:
+        """Cancel the pass's pending futures: the waiting thread wakes up (CancelledError)."""
+        try:
+            assert self.engine.client is not None
+            self.engine.client.cancel(list(self.futures()), reason=reason)
+        except Exception:
+            pass

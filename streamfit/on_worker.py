@@ -6,6 +6,8 @@ store refuses the worker's credentials, or a path the driver sees is missing the
 error reaches the driver as the task's error, and says which worker to fix: a store the worker
 cannot open (streamfit.store.Store, opened on its first use in a task), and an object store's
 refusal of any other read or write of a task (`task`, around every task streamfit submits).
+A worker whose Python lacks a package the tasks import (numba, say) is found before any task
+(`environment`): Dask would drop such a worker at its first task, unable to unpickle it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,31 @@ def where() -> str | None:
         return f"the Dask worker {get_worker().address}"
     except ValueError:  # no worker here
         return None
+
+
+# The modules of the functions streamfit runs as tasks, besides each solver's (ingest, predict,
+# evaluate): a Dask worker must import them all to run streamfit's tasks (Engine.start checks the
+# workers of a --scheduler cluster with `environment`).
+TASK_MODULES = ("streamfit.ingest.distributed", "streamfit.predict", "streamfit.metrics")
+
+
+def environment() -> tuple[str, str | None]:
+    """On a Dask worker: (streamfit's version there, None) once every solver's module and every
+    module of TASK_MODULES imports; (the version, "MODULE (the ImportError)") for the first
+    package missing there otherwise. Each module by its own name: a package whose import failed
+    earlier can stay in sys.modules half imported."""
+    import importlib
+
+    import streamfit
+
+    try:
+        from streamfit.solvers import SOLVER_NAMES
+
+        for name in (*TASK_MODULES, *(f"streamfit.solvers.{solver}" for solver in SOLVER_NAMES)):
+            importlib.import_module(name)
+    except ImportError as e:
+        return streamfit.__version__, f"{e.name or 'a module'} ({e})"
+    return streamfit.__version__, None
 
 
 def call(fn: Callable, /, *args, **kwargs) -> Any:

@@ -69,42 +69,61 @@ def _cluster(worker_cwd=None, worker_args=(), env=None, prefix=()):
     ]
     try:
         address = _scheduler_address(scheduler_file, procs[0])
-        workers = [
-            subprocess.Popen(
-                [
-                    *prefix,
-                    sys.executable,
-                    "-m",
-                    "distributed.cli.dask_worker",
-                    address,
-                    "--nthreads",
-                    "1",
-                    "--no-dashboard",
-                    "--host",
-                    "127.0.0.1",
-                    *worker_args,
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                cwd=worker_cwd,
-                env=env,
-            )
-            for _ in range(2)
-        ]
+        workers = [_worker(address, worker_cwd, worker_args, env, prefix) for _ in range(2)]
         procs += workers
         with Client(address, timeout="30s") as client:
             client.wait_for_workers(2, timeout=60)
         yield address, workers
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _stop(procs)
         folder.cleanup()
+
+
+def _worker(address, cwd=None, worker_args=(), env=None, prefix=()) -> subprocess.Popen:
+    """A `dask worker` of the scheduler at `address` (its nanny and worker process in a process
+    group of their own)."""
+    return subprocess.Popen(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            "1",
+            "--no-dashboard",
+            "--host",
+            "127.0.0.1",
+            *worker_args,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _after_four_steps(run: subprocess.Popen, run_dir, what: str) -> None:
+    """Return once the train `run` has logged 4 steps in run_dir's metrics.jsonl (mid-run: the
+    tests' runs take 64), before `what` is killed; fail if it ended first."""
+    metrics, deadline = run_dir / "metrics.jsonl", time.monotonic() + 120
+    while run.poll() is None and time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.02)
+    assert run.poll() is None, f"the run ended before the test could kill the {what}"
+
+
+def _stop(procs) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 @pytest.fixture
@@ -137,17 +156,130 @@ def test_cluster_equals_embedded_and_survives_a_dead_worker(digits_cli_store, cl
         stderr=subprocess.PIPE,
         text=True,
     )
-    metrics, deadline = tmp_path / "killed" / "metrics.jsonl", time.monotonic() + 120
-    while run.poll() is None and time.monotonic() < deadline:  # a few of its 64 steps done: kill mid-run
-        if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
-            break
-        time.sleep(0.02)
-    assert run.poll() is None, "the run ended before the worker was killed"
+    _after_four_steps(run, tmp_path / "killed", "worker")
     os.kill(workers[0].pid, signal.SIGKILL)
     _, err = run.communicate(timeout=300)
     assert run.returncode == 0, err
     got = _model_arrays(tmp_path / "killed")
     assert all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+def _slowing(module: str, name: str, seconds: float) -> str:
+    """The text of a worker's --preload file that makes each call of `module.name` take `seconds`
+    more (a preload may run twice in one process: it wraps once)."""
+    return f"""
+import time
+
+import {module} as target
+
+
+def slowed(fn):
+    def slow(*args, **kwargs):
+        time.sleep({seconds})
+        return fn(*args, **kwargs)
+
+    slow.slowed = True
+    return slow
+
+
+if not getattr(target.{name}, "slowed", False):
+    target.{name} = slowed(target.{name})
+"""
+
+
+# Every streamfit task 0.3 s longer: a test finds a pass's tasks running on the workers before it kills them.
+SLOW_TASKS = _slowing("streamfit.on_worker", "call", 0.3)
+
+
+def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path):
+    """Every worker SIGKILLed (their process groups) while a pass's tasks run on them, then two
+    new ones started: the tasks, placed on the workers that left, waited in Dask's "no-worker"
+    state, which Dask does not leave for a worker that joins later, and the run hung. Now the
+    pass runs again on the new workers, and the model is the uninterrupted run's."""
+    from distributed import Client
+
+    store = digits_cli_store
+    train = ["train", store, "--solver", "stagewise", *PARAMS]
+    subprocess.run(cli(*train, "--n-workers", "0", "--out", tmp_path / "local"), check=True, capture_output=True)
+    (tmp_path / "slow.py").write_text(SLOW_TASKS)
+    joined = []
+    with _cluster(tmp_path, ["--preload", str(tmp_path / "slow.py")]) as (address, workers):
+        run = subprocess.Popen(
+            cli(*train, "--scheduler", address, "--out", tmp_path / "run"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _after_four_steps(run, tmp_path / "run", "workers")
+            with Client(address, timeout="30s") as client:
+                deadline = time.monotonic() + 60
+                while not any(client.processing().values()) and time.monotonic() < deadline:
+                    time.sleep(0.01)  # until a pass's tasks run on the workers
+                for w in workers:
+                    os.killpg(w.pid, signal.SIGKILL)
+                deadline = time.monotonic() + 60
+                while client.nthreads() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                assert not client.nthreads(), "the scheduler kept the killed workers"
+                time.sleep(3)  # the pass in flight waits without workers
+                joined = [_worker(address) for _ in range(2)]
+                client.wait_for_workers(2, timeout=60)
+            _, err = run.communicate(timeout=180)
+        finally:
+            if run.poll() is None:
+                run.kill()
+            _stop(joined)
+    assert run.returncode == 0, err
+    assert "every worker the pass's tasks were placed on has left" in err, err
+    ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
+    assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+def _without(folder, module: str) -> dict:
+    """The environment of a worker whose Python lacks `module`: a package of that name that fails
+    to import, in `folder`, put first on its path (a worker started in another working directory
+    than `folder` finds that directory's packages first)."""
+    (folder / module).mkdir(parents=True)
+    (folder / module / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
+    )
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH")) if p)}
+
+
+def test_a_worker_that_cannot_import_a_dependency_is_named_before_any_task(digits_cli_store, tmp_path):
+    """Workers whose Python lacks numba: Dask dropped each at its first task, unable to unpickle
+    it, and train ended after --worker-timeout saying the cluster had no workers. Now every
+    command ends at once with one line naming the worker, the module and the fix; the workers
+    stay. Workers without streamfit (or with an older one) cannot unpickle the check itself: the
+    same line, with Dask's words for it."""
+    from distributed import Client
+
+    assert _run("train", digits_cli_store, "--out", tmp_path / "here", "--n-workers", "0").exit_code == 0
+    train = ("train", digits_cli_store, "--out", tmp_path / "run", "--worker-timeout", "10")
+    iris = os.path.join(os.path.dirname(__file__), "data", "sources", "iris.svm")
+    cases = {
+        "numba": (
+            [train, ("evaluate", tmp_path / "here", digits_cli_store), ("ingest", iris, "--out", tmp_path / "x.zarr")],
+            "cannot import numba (No module named 'numba'), which streamfit's tasks need; install streamfit",
+        ),
+        "streamfit": (
+            [train],
+            "cannot run streamfit's tasks (ModuleNotFoundError(\"No module named 'streamfit'\")); install",
+        ),
+    }
+    for module, (commands, said) in cases.items():
+        folder = tmp_path / f"without-{module}"  # also their working directory, first on their path
+        with _cluster(folder, env=_without(folder, module)) as (address, _):
+            for args in commands:
+                result = _run(*args, "--scheduler", address)
+                assert result.exit_code == 2, (args, result.output)
+                line = result.output.strip()
+                assert line.startswith("error: the Dask worker tcp://127.0.0.1:") and "\n" not in line, (args, line)
+                assert said in line, line
+            with Client(address, timeout="30s") as client:
+                assert len(client.nthreads()) == 2
+    assert not (tmp_path / "run").exists() and not (tmp_path / "x.zarr").exists()
 
 
 OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine call of the solver
@@ -349,24 +481,8 @@ def test_a_folder_of_the_same_name_on_the_workers_own_disk_is_refused_before_any
     assert [c["sha256"] for c in ours["chunks"]] == [c["sha256"] for c in theirs["chunks"]]
 
 
-SLOW_PIECES = """
-import time
-
-import streamfit.ingest.distributed as distributed
-
-
-def slowed(featurize_piece):
-    def slow(*args, **kwargs):  # a piece takes a second: the test kills workers under the ingest
-        time.sleep(1.0)
-        return featurize_piece(*args, **kwargs)
-
-    slow.slowed = True
-    return slow
-
-
-if not getattr(distributed.featurize_piece, "slowed", False):  # a preload may run twice in one process
-    distributed.featurize_piece = slowed(distributed.featurize_piece)
-"""
+# A piece takes a second: the test kills workers under the ingest.
+SLOW_PIECES = _slowing("streamfit.ingest.distributed", "featurize_piece", 1.0)
 
 
 @pytest.fixture
@@ -442,12 +558,7 @@ def test_a_lost_scheduler_ends_train_with_one_error_line_and_resume_elsewhere_gi
         run = subprocess.Popen(
             cli(*train, "--scheduler", address), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
-        metrics, deadline = tmp_path / "run" / "metrics.jsonl", time.monotonic() + 120
-        while run.poll() is None and time.monotonic() < deadline:
-            if metrics.exists() and len(metrics.read_text().splitlines()) >= 4:
-                break
-            time.sleep(0.02)
-        assert run.poll() is None, "the run ended before the scheduler was killed"
+        _after_four_steps(run, tmp_path / "run", "scheduler")
         os.kill(scheduler_pid, signal.SIGKILL)
         killed = time.monotonic()
         _, err = run.communicate(timeout=200)
