@@ -36,17 +36,22 @@ process tree (psutil, every 0.1 s), disk written; the tools in one run, interlea
 
 `--cap-mb M` runs again, under RLIMIT_DATA M MiB (set on each process by itself, inherited by its
 children: every private writable mapping counts, see docs/benchmarks.md "multiboost's memory under
-a cap"), each tool that claims to work out of core: streamfit's ingest and train (in process,
-`--n-workers 0`, and its default engine), VW, the partial_fit loop and dask-ml; prints who finished.
+a cap"; a bound per process, not on a process tree), each tool that claims to work out of core:
+streamfit's ingests and default train (its default engine, then in process, `--n-workers 0`;
+stopped by train's own `--time-limit` where `--cap-time-limit` is given), VW 1 pass, one epoch of
+the partial_fit loop and of dask-ml (killed after `--cap-timeout` seconds); `--cap-only` runs
+these alone. `report` prints the table again from a run's results.json.
 
 Usage:
 
     python tools/bench_ooc_text.py make --out DIR [--n-train 100000] [--n-test 20000] [--seed 0]
     python tools/bench_ooc_text.py run --workdir DIR [--n-train ...] [--solvers bcd,ppdsparse]
-        [--daskml-python /tmp/ooc34-venv/bin/python] [--cap-mb 1024] [--small]
+        [--daskml-python /tmp/ooc34-venv/bin/python] [--cap-mb 1024 [--cap-only]
+        [--cap-time-limit 4m] [--cap-timeout 480]] [--small]
+    python tools/bench_ooc_text.py report --workdir DIR
 
-`--small` (3000 training documents, 600 held out, the default solver, bcd and ppdsparse) runs in
-about a minute. Needs the `bench` extra (vowpalwabbit).
+`--small` (3000 training documents, 600 held out, the default solver alone) runs in about a
+minute without --daskml-python and --cap-mb. Needs the `bench` extra (vowpalwabbit).
 """
 
 from __future__ import annotations
@@ -542,7 +547,11 @@ def main() -> None:
         p.add_argument("--n-train", type=int, default=100_000)
         p.add_argument("--n-test", type=int, default=20_000)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--small", action="store_true", help="3000 training and 600 held-out documents")
+        p.add_argument(
+            "--small",
+            action="store_true",
+            help="3000 training and 600 held-out documents; run: the default solver alone",
+        )
         if name == "make":
             p.add_argument("--out", required=True)
         else:
@@ -573,6 +582,8 @@ def main() -> None:
     else:
         if args.small:
             args.n_train, args.n_test = 3000, 600
+            if args.command == "run":
+                args.solvers = ""
         if args.command == "make":
             print(json.dumps(make_corpus(args.tarball, Path(args.out), args.n_train, args.n_test, args.seed)))
         else:
