@@ -46,6 +46,16 @@ noise, or a nonlinear function of three words (`text_set`). Both need /work/shar
 
 --check-dual compares D with scikit-learn on two small generated sets (`check_dual`).
 
+--large (session 33, wide34) measures wide regression above DUAL_N_MAX rows (`LARGE_SETS`,
+`LARGE_TEXT`): per set, the 5-fold RidgeCV (`ridge_cv5`), Ridge() and the default; --look prints
+instead the quick look's prototypes of candidate S (c by leave-one-out on a subsample, the ridge
+model by conjugate gradients: `subsample_ridge`), --after prototype H (alpha by a held-out fifth
+of every row: `holdout_ridge`) beside S. The pre-registered held-out run measured S as the
+solver's default, `--large --candidates` at commit f77828f; S failed its rule and was reverted.
+
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --sets large,largetext
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --after --sets largeheld,large
+
 "stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
 resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
 """
@@ -363,17 +373,58 @@ CG_RTOLS = (1e-3, 1e-4, 1e-6)  # the quick look's stops on ‖r‖ / ‖b‖
 CG_MAX_ITER = 1000
 
 
+def ridge_cg(X, y, alpha: float, w, stops: tuple[float, ...], max_iter: int = CG_MAX_ITER):
+    """The ridge model at `alpha` (summed convention) on the rows of X (CSR float64) by conjugate
+    gradients on the centred normal equations (XcᵀXc + alpha I) w = Xcᵀ(y − ȳ), Jacobi
+    preconditioned (diagonal n·var_j + alpha), started from w: {stop: (w, b, iterations)} at the
+    first iterate with ‖r‖ ≤ stop · ‖Xcᵀ(y − ȳ)‖ (the last iterate where max_iter comes first)."""
+    n = X.shape[0]
+    mean = np.asarray(X.mean(axis=0)).ravel()
+    diagonal = n * (np.asarray(X.multiply(X).mean(axis=0)).ravel() - mean**2) + alpha
+
+    def normal(v):  # (XcᵀXc + alpha I) v
+        u = X @ v - mean @ v
+        return X.T @ u - mean * u.sum() + alpha * v
+
+    yc = y - y.mean()
+    b = X.T @ yc - mean * yc.sum()
+    w = w.copy()
+    r = b - normal(w)
+    z = r / diagonal
+    p, rz = z.copy(), float(r @ z)
+    b_norm, iterations, kept = float(np.linalg.norm(b)), 0, {}
+    pending = sorted(stops, reverse=True)
+    while pending:
+        while pending and (np.linalg.norm(r) <= pending[0] * b_norm or iterations == max_iter):
+            kept[pending.pop(0)] = (w.copy(), float(y.mean() - mean @ w), iterations)
+        if not pending:
+            break
+        q = normal(p)
+        step = rz / float(p @ q)
+        w += step * p
+        r -= step * q
+        z = r / diagonal
+        rz, rz_old = float(r @ z), rz
+        p = z + (rz / rz_old) * p
+        iterations += 1
+    return kept
+
+
+def _predictor(w, b):
+    return lambda Z: Z @ w + b
+
+
 def subsample_ridge(
     X, y, carry: str = "alpha", rtol: float = 1e-6, record: tuple[float, ...] = (), rows: int | None = None
 ):
-    """Candidate S (docs/benchmarks.md, session 33): c = λ/v̄ by the exact leave-one-out fit
-    (stagewise_dual.DualFit, D's code) on a seeded subsample of m = `rows` (DUAL_N_MAX) rows, v̄ over every
-    training row; carried to the n rows as alpha = m·λ ("alpha": the summed convention's penalty
-    kept) or λ ("lam": the averaged one's); then the ridge model at that alpha on every row by
-    conjugate gradients on the centred normal equations (XcᵀXc + alpha I) w = Xcᵀ(y − ȳ), Jacobi
-    preconditioned (diagonal n·var_j + alpha), warm-started from the subsample's w, stopped when
-    ‖r‖ ≤ rtol ‖Xcᵀ(y − ȳ)‖. (predict, c, iterations; with `record`, the predict functions at the
-    first iterate below each of those rtols, and their iterations.)"""
+    """Candidate S (docs/benchmarks.md, session 33; the solver's implementation that the held-out
+    run measured is streamfit/solvers/stagewise_cg.py of commit f77828f): c = λ/v̄ by the exact
+    leave-one-out fit (stagewise_dual.DualFit, D's code) on a seeded subsample of m = `rows`
+    (DUAL_N_MAX) rows, v̄ over every training row; carried to the n rows as alpha = m·λ ("alpha":
+    the summed convention's penalty kept) or λ ("lam": the averaged one's); then the ridge model
+    at that alpha on every row (`ridge_cg`), warm-started from the subsample's w, stopped at
+    `rtol`. (predict, c, iterations; with `record`, the predict functions at the first iterate
+    below each of those rtols, and their iterations.)"""
     from streamfit.solvers.stagewise_dual import DUAL_N_MAX, DualFit
 
     X = sp.csr_matrix(X, dtype=np.float64)
@@ -386,59 +437,45 @@ def subsample_ridge(
     alpha = m * fit.lam if carry == "alpha" else n * fit.lam
     mean_s = np.asarray(Xs.mean(axis=0)).ravel()
     w = np.asarray(Xs.T @ fit.A).ravel() - mean_s * fit.A.sum()
-    mean = np.asarray(X.mean(axis=0)).ravel()
-    diagonal = n * (np.asarray(X.multiply(X).mean(axis=0)).ravel() - mean**2) + alpha
-
-    def normal(v):  # (XcᵀXc + alpha I) v
-        u = X @ v - mean @ v
-        return X.T @ u - mean * u.sum() + alpha * v
-
-    yc = y - y.mean()
-    b = X.T @ yc - mean * yc.sum()
-    r = b - normal(w)
-    z = r / diagonal
-    p, rz = z.copy(), float(r @ z)
-    b_norm, iterations, kept = float(np.linalg.norm(b)), 0, {}
-
-    def predictor(w):
-        w = w.copy()
-        intercept = float(y.mean() - mean @ w)
-        return lambda Z: Z @ w + intercept
-
-    pending = sorted(set(record) | {rtol}, reverse=True)
-    while pending and iterations < CG_MAX_ITER:
-        while pending and np.linalg.norm(r) <= pending[0] * b_norm:
-            kept[pending.pop(0)] = (predictor(w), iterations)
-        if not pending:
-            break
-        q = normal(p)
-        step = rz / float(p @ q)
-        w += step * p
-        r -= step * q
-        z = r / diagonal
-        rz, rz_old = float(r @ z), rz
-        p = z + (rz / rz_old) * p
-        iterations += 1
-    for t in pending:
-        kept[t] = (predictor(w), iterations)
+    kept = {t: (_predictor(v, b), i) for t, (v, b, i) in ridge_cg(X, y, alpha, w, (*record, rtol)).items()}
     return kept[rtol][0], fit.c, kept[rtol][1], {t: kept[t] for t in record}
 
 
-def solver_candidate(X, y):
-    """S as StagewiseLSRegressor() fits it: (predict, c, CG iterations, {})."""
-    from streamfit import StagewiseLSRegressor
-
-    model = StagewiseLSRegressor().fit(X, y)
-    info = model.model_.info
-    return model.predict, info.get("wide_ridge_c"), info.get("cg_iterations", 0), {}
+HOLDOUT_EVERY = 5  # H: row i is held out when i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+HOLDOUT_GRID = np.logspace(2, -6, 9)  # H: c = alpha / (n_fit · v̄), largest first (each fit warm-starts the next)
 
 
-def main_large(sets: list[str], candidates: bool, look: bool) -> None:
+def holdout_ridge(X, y, rtol: float = 1e-4, max_iter: int = 200):
+    """Prototype H (docs/benchmarks.md, session 33, "what a next round would try"; not
+    pre-registered): alpha chosen on every training row rather than a subsample. Hold out every
+    HOLDOUT_EVERY-th row; on the others fit the ridge model (`ridge_cg`) at alpha = n_fit · c · v̄
+    for each c of HOLDOUT_GRID, largest first, each warm-started from the last, and score the held
+    rows; refit on every row at the alpha of least held-out squared error, from that fold's w.
+    (predict, c, total conjugate-gradient iterations = passes over the fit rows, {})."""
+    X = sp.csr_matrix(X, dtype=np.float64)
+    n = X.shape[0]
+    held = np.arange(n) % HOLDOUT_EVERY == HOLDOUT_EVERY - 1
+    Xf, yf, Xh, yh = X[~held], y[~held], X[held], y[held]
+    v_bar = mean_variance(X)
+    w, best, total = np.zeros(X.shape[1]), (np.inf, 0.0, np.zeros(X.shape[1])), 0
+    for c in HOLDOUT_GRID:
+        alpha = Xf.shape[0] * c * v_bar
+        ((w, b, iterations),) = ridge_cg(Xf, yf, alpha, w, (rtol,), max_iter).values()
+        total += iterations
+        error = float(((yh - Xh @ w - b) ** 2).mean())
+        if error < best[0]:
+            best = (error, c, w)
+    _, c, w_fold = best
+    ((w, b, iterations),) = ridge_cg(X, y, Xf.shape[0] * c * v_bar, w_fold, (rtol,), max_iter).values()
+    return _predictor(w, b), c, total + iterations, {}
+
+
+def main_large(sets: list[str], look: bool, after: bool) -> None:
     """One line per set and seed: R² and fit seconds of the 5-fold RidgeCV (`ridge_cv5`), Ridge()
-    (sparse_cg), "default": the stages (`STAGES`: bitwise the default before session 33 above
-    DUAL_N_MAX rows), with `candidates` "S": StagewiseLSRegressor() (session 33's candidate,
-    streamfit.solvers.stagewise_cg) with its c and iterations, and with `look` the quick look's
-    prototypes (`subsample_ridge`) at each carry and CG stop."""
+    (sparse_cg) and "default": StagewiseLSRegressor(), the stages above DUAL_N_MAX rows (lam 1e-4,
+    gradient blocks); with `look` instead the quick look's prototypes of S (`subsample_ridge`) at
+    each carry and CG stop, and S itself (m 2000, stop 1e-4); with `after` instead prototype H
+    (`holdout_ridge`) and S beside it."""
     import time
 
     from sklearn.linear_model import Ridge
@@ -450,13 +487,14 @@ def main_large(sets: list[str], candidates: bool, look: bool) -> None:
     fits = [
         ("RidgeCV5", ridge_cv5),
         ("Ridge()", lambda X, y: (Ridge(solver="sparse_cg").fit(X, y).predict, None)),
-        ("default", lambda X, y: (StagewiseLSRegressor(**STAGES).fit(X, y).predict, None)),
+        ("default", lambda X, y: (StagewiseLSRegressor().fit(X, y).predict, None)),
     ]
-    if candidates:
-        fits += [("S", solver_candidate)]
+    S = ("S", functools.partial(subsample_ridge, rtol=1e-4, rows=2000))
     if look:
-        fits += [("S-alpha", functools.partial(subsample_ridge, carry="alpha", record=CG_RTOLS))]
-        fits += [("S-lam", functools.partial(subsample_ridge, carry="lam", record=CG_RTOLS))]
+        fits = [("S-alpha", functools.partial(subsample_ridge, carry="alpha", record=CG_RTOLS))]
+        fits += [("S-lam", functools.partial(subsample_ridge, carry="lam", record=CG_RTOLS)), S]
+    if after:
+        fits = [("H", holdout_ridge), S]
     for which in sets:
         for seed in LARGE_SEEDS[which]:
             if which in LARGE_SETS:
@@ -566,10 +604,8 @@ def main() -> None:
         action="store_true",
         help="wide sets above DUAL_N_MAX rows (--sets: large, largetext, largeheld, largetextheld)",
     )
-    parser.add_argument(
-        "--candidates", action="store_true", help="--large: candidate S (the solver) beside the default"
-    )
-    parser.add_argument("--look", action="store_true", help="--large: the quick look's prototypes of S")
+    parser.add_argument("--look", action="store_true", help="--large: the quick look's prototypes of S instead")
+    parser.add_argument("--after", action="store_true", help="--large: prototype H and S instead (after the run)")
     parser.add_argument(
         "--grid",
         default=",".join(f"{c:g}" for c in V2_GRID),
@@ -581,7 +617,7 @@ def main() -> None:
         check_dual()
         return
     if args.large:
-        main_large(args.sets.split(","), args.candidates, args.look)
+        main_large(args.sets.split(","), args.look, args.after)
         return
     if args.validated or args.dual:
         grid = tuple(float(c) for c in args.grid.split(","))

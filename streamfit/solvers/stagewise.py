@@ -226,7 +226,7 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers import stagewise_cg, stagewise_dual
+from streamfit.solvers import stagewise_dual
 from streamfit.solvers.base import (
     Context,
     PerSample,
@@ -766,9 +766,9 @@ def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | 
 
 def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray, squares: np.ndarray) -> str | None:
     """One line when real-valued targets are fitted in stages at the default λ (lam None:
-    LAM_FLOOR) on at least as many active columns as training rows — where the wide ridge fits
-    (`StagewiseSolver._dual_mode`, `_cg_mode`) do not apply: another generator, calibration,
-    penalty or no intercept, or fewer than DUAL_N_MIN rows — where the first blocks interpolate the targets and
+    LAM_FLOOR) on at least as many active columns as training rows — where the exact wide fit
+    (`StagewiseSolver._dual_mode`) does not apply: above DUAL_N_MAX rows, or another generator,
+    calibration, penalty or no intercept — where the first blocks interpolate the targets and
     held-out R² can fall below predicting the mean (docs/benchmarks.md, "Defaults on wide
     data"): it names the shape and the columns' mean variance v̄ (over the active columns' sums
     and squares), the λ scale at which two passes reach the ridge model; None otherwise."""
@@ -777,10 +777,10 @@ def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray,
     v_bar = float(np.mean(column_variances(source.n_rows, sums, squares)))
     return (
         f"{_data_name(source)}: {n_active} active columns for {source.n_rows} training rows: on regression data this "
-        f"wide the stages at the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean (the ridge "
-        "fit with λ by leave-one-out that replaces them needs the default generator, calibration, penalty and "
-        "intercept); check with --valid, and set lam (-p lam= on the CLI) near the columns' mean variance "
-        f"({v_bar:.3g})"
+        f"wide the stages at the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean (the exact "
+        f"ridge fit with λ by leave-one-out that replaces them takes at most {stagewise_dual.DUAL_N_MAX} rows and the "
+        "default generator, calibration and penalty); check with --valid, and set lam (-p lam= on the CLI) near the "
+        f"columns' mean variance ({v_bar:.3g})"
     )
 
 
@@ -1190,14 +1190,7 @@ class StagewiseState(SolverState):
         (`dual_scale`) the λ its step chose.
     dual_scale: v̄, the active columns' mean variance, when the run is the exact ridge fit of wide
         regression data (`StagewiseSolver._dual_mode`, streamfit.solvers.stagewise_dual: one
-        step, λ = c · v̄ by leave-one-out) or, above DUAL_N_MAX rows, its fit by conjugate
-        gradients (`StagewiseSolver._cg_mode`, streamfit.solvers.stagewise_cg), else None.
-    cg_columns: for the fit by conjugate gradients, the active columns' means x̄ and Jacobi
-        diagonal n · var + alpha (2 × p; the diagonal's alpha added by step 0), else None.
-    cg_vectors, cg_targets: its iterate after step ≥ 1 (stagewise_cg.start / advance: 4 × p × k,
-        W, r, direction, XcᵀY; 3 × k, ⟨r, z⟩, ‖XcᵀY‖, ȳ), else None.
-    cg_alpha, cg_y_squares, cg_c: its penalty alpha = nλ, ‖Y − 1ȳᵀ‖² and the subsample's
-        leave-one-out c = λ_m / v̄, set by step 0, else None.
+        step, λ = c · v̄ by leave-one-out), else None.
     column_scale: the active columns' standard deviations s over the training rows when the
         stages on stored columns penalise S V (`StagewiseSolver._standardizes`), else None."""
 
@@ -1218,12 +1211,6 @@ class StagewiseState(SolverState):
     pending_loss: float | None = None
     lam: float = 0.0
     dual_scale: float | None = None
-    cg_columns: np.ndarray | None = None
-    cg_vectors: np.ndarray | None = None
-    cg_targets: np.ndarray | None = None
-    cg_alpha: float | None = None
-    cg_y_squares: float | None = None
-    cg_c: float | None = None
     column_scale: np.ndarray | None = None
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
@@ -1279,8 +1266,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         # by `_setup` or from the resumed state; None: the penalty on the columns as given
         self.scale: np.ndarray | None = None
         self.active: np.ndarray | None = None
-        self.dual_scale: float | None = None  # v̄ of the exact wide fit (`_dual_mode`, `_cg_mode`), set by `_setup`
-        self.cg_columns: np.ndarray | None = None  # x̄ and n · var of the fit by conjugate gradients (`_cg_mode`)
+        self.dual_scale: float | None = None  # v̄ of the exact wide fit (`_dual_mode`), set by `_setup`
 
     # ---- setup ----
     def column_state(self, source) -> int:
@@ -1335,7 +1321,6 @@ class StagewiseSolver(Solver[StagewiseState]):
             normal_ysq=None if normal is None else normal.ysq,
             lam=self.lam,
             dual_scale=self.dual_scale,
-            cg_columns=self.cg_columns,
             column_scale=self.scale,
         )
 
@@ -1358,7 +1343,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "written by another streamfit version: start over with --overwrite"
             )
         self._grams, self._totals, self._objectives = {}, None, {}
-        self.lam, self.dual_scale, self.cg_columns = state.lam, state.dual_scale, state.cg_columns
+        self.lam, self.dual_scale = state.lam, state.dual_scale
         self.scale, self.active = state.column_scale, state.active
 
     def _standardizes(self, source: ChunkSource, low_dense: bool) -> bool:
@@ -1385,10 +1370,11 @@ class StagewiseSolver(Solver[StagewiseState]):
             and source.n_features <= min(NORMAL_MODE_MAX_FEATURES, p.block_size * p.n_passes)
         )
 
-    def _wide_ridge_params(self, source: ChunkSource) -> bool:
-        """Whether the run fits real-valued targets at the default λ (lam None) and the default
-        generator, calibration, penalty and intercept: where the wide ridge fits replace the
-        stages (`_dual_mode`, `_cg_mode`)."""
+    def _dual_mode(self, source: ChunkSource, n_active: int) -> bool:
+        """Whether the run is the exact ridge fit of wide regression data in one step
+        (streamfit.solvers.stagewise_dual): real-valued targets at the default λ (lam None) and
+        the default generator, calibration, penalty and intercept, on at least
+        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
         p = self.params
         return bool(
             source.regression
@@ -1398,19 +1384,8 @@ class StagewiseSolver(Solver[StagewiseState]):
             and p.calibration in ("auto", "none")
             and p.penalty == "total"
             and p.fit_intercept
+            and stagewise_dual.applies(source.n_rows, n_active)
         )
-
-    def _dual_mode(self, source: ChunkSource, n_active: int) -> bool:
-        """Whether the run is the exact ridge fit of wide regression data in one step
-        (streamfit.solvers.stagewise_dual): `_wide_ridge_params`, on at least
-        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
-        return self._wide_ridge_params(source) and stagewise_dual.applies(source.n_rows, n_active)
-
-    def _cg_mode(self, source: ChunkSource, n_active: int) -> bool:
-        """Whether the run is the ridge fit of wide regression data by conjugate gradients, λ by
-        leave-one-out on a subsample (streamfit.solvers.stagewise_cg): `_wide_ridge_params`, on
-        at least DUAL_WIDE_SHARE · n active columns for n > DUAL_N_MAX training rows."""
-        return self._wide_ridge_params(source) and stagewise_cg.applies(source.n_rows, n_active)
 
     def _setup(
         self, source: ChunkSource, engine: Engine
@@ -1433,16 +1408,12 @@ class StagewiseSolver(Solver[StagewiseState]):
         density = scan.nnz.sum() / (source.n_rows * len(active))
         low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
-        self.dual_scale, self.cg_columns = None, None
-        dual, cg = self._dual_mode(source, len(active)), self._cg_mode(source, len(active))
-        if dual or cg:
-            variances = column_variances(source.n_rows, scan.sums[active], scan.squares[active])
-            self.dual_scale = float(np.mean(variances))
-            if cg:
-                self.cg_columns = np.stack([scan.sums[active] / source.n_rows, source.n_rows * variances])
+        self.dual_scale = None
+        if self._dual_mode(source, len(active)):
+            self.dual_scale = float(np.mean(column_variances(source.n_rows, scan.sums[active], scan.squares[active])))
             self.active, self.scale = active, None
             columns = FeatureSpace("columns", p.fit_intercept, False, dense=False)
-            return columns, active, "dual" if dual else "ridge_cg", "none", 1, None
+            return columns, active, "dual", "none", 1, None
         wide = (
             source.regression
             and p.lam is None
@@ -1886,17 +1857,11 @@ class StagewiseSolver(Solver[StagewiseState]):
 
     # ---- Algorithm 3 ----
     def max_steps(self, state: StagewiseState) -> int:
-        if state.cg_columns is not None:
-            return 1 + stagewise_cg.CG_MAX_ITER
         return 1 if state.dual_scale is not None else self.params.n_passes * self._n_blocks(state)
 
     def finished(self, state: StagewiseState) -> bool:
         """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished);
-        the exact wide fit's one step done; the fit by conjugate gradients at its stop
-        (stagewise_cg.CG_RTOL) or at its last iteration."""
-        if state.cg_vectors is not None and state.cg_targets is not None:
-            converged = stagewise_cg.relative_residual(state.cg_vectors, state.cg_targets) <= stagewise_cg.CG_RTOL
-            return converged or state.step >= self.max_steps(state)
+        the exact wide fit's one step done."""
         return state.step >= self.max_steps(state)
 
     def step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
@@ -1906,8 +1871,6 @@ class StagewiseSolver(Solver[StagewiseState]):
         statistics (or, at the end of a "gradient" pass, the next ranking's column gradients)."""
         if state.normal_gram is not None:
             return self._normal_step(ctx, state)
-        if state.cg_columns is not None:
-            return self._cg_step(ctx, state)
         if state.dual_scale is not None:
             return self._dual_step(ctx, state)
         p, source, engine = self.params, ctx.source, ctx.engine
@@ -2029,18 +1992,16 @@ class StagewiseSolver(Solver[StagewiseState]):
         stage: int,
         loss_sum: float,
         correct: int,
-        penalised: list[np.ndarray] | None = None,
     ) -> dict[str, Any]:
         """The logged fields of stage `stage` (the class docstring), Σℓ and the correct rows at
-        the new scores given; `penalised`: the objective's penalised weights where they are not
-        the stages' (`_penalised`)."""
+        the new scores given."""
         n = source.n_rows
         pass_no, pos = divmod(stage, self._n_blocks(state))
         n_generated = space.n_components if space.kind == "rff" else len(state.active)
         n_used = n_generated if pass_no > 0 else min(n_generated, (pos + 1) * self.params.block_size)
         accuracy = {} if source.regression else {"train_p_at_1" if source.multilabel else "train_accuracy": correct / n}
         return dict(
-            objective=self._objective(loss_sum, n, link, self._penalised(state) if penalised is None else penalised),
+            objective=self._objective(loss_sum, n, link, self._penalised(state)),
             loss=loss_sum / n,
             **accuracy,
             stage=stage,
@@ -2122,104 +2083,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         fields = self._stage_fields(state, source, self._space(state), "identity", 0, fit.loss_sum, 0)
         return fields | dict(n_features=len(state.active), lam=fit.lam, c=fit.c)
 
-    @staticmethod
-    def _cg_pass(ctx: Context, active: np.ndarray, P: np.ndarray, residual: bool):
-        """One pass of `stagewise_cg.product_task` over the chunks, summed along the fixed tree."""
-        chunks = range(ctx.source.n_chunks)
-        return ctx.engine.map_reduce(
-            stagewise_cg.product_task,
-            ctx.source,
-            chunks,
-            desc="stagewise: wide ridge",
-            active=active,
-            P=P,
-            residual=residual,
-        )
-
-    def _cg_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
-        """The wide ridge fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_cg). Step 0:
-        the subsample's rows (one pass), their Gram and the leave-one-out choice of c on the
-        driver (stagewise_dual.DualFit), alpha = m · c · v̄, and the first pass of conjugate
-        gradients from the subsample's model; each later step one iteration (one pass). Logged
-        with `lam` (alpha / n), `c`, `cg_iterations` and `relative_residual` besides."""
-        source, engine, chunks = ctx.source, ctx.engine, range(ctx.source.n_chunks)
-        assert state.cg_columns is not None and state.dual_scale is not None, "set by init"
-        n, column_mean = source.n_rows, state.cg_columns[0]
-        if state.step == 0:
-            rows = stagewise_cg.sample_rows(n)
-            parts = engine.map(stagewise_cg.sample_task, source, chunks, desc="stagewise: wide ridge sample", rows=rows)
-            Xs = sp.vstack([X for X, _ in parts]).tocsr()
-            Ys = np.vstack([Y for _, Y in parts])
-            G = stagewise_cg.sample_gram(Xs)
-            _check_gram(G, _data_name(source))
-            fit = stagewise_dual.DualFit(G, Ys, state.dual_scale)
-            m = len(rows)
-            state.cg_alpha, state.cg_c = m * fit.lam, fit.c
-            state.cg_columns = np.stack([column_mean, state.cg_columns[1] + state.cg_alpha])
-            W0 = np.asarray(Xs[:, state.active].T @ fit.A) - np.outer(
-                np.asarray(Xs[:, state.active].mean(axis=0)).ravel(), fit.A.sum(axis=0)
-            )
-            sums = self._cg_pass(ctx, state.active, W0, True)
-            state.cg_vectors, state.cg_targets, state.cg_y_squares = stagewise_cg.start(
-                W0, sums, n, column_mean, state.cg_columns[1], state.cg_alpha
-            )
-            state.data_passes += 2
-            self.lam = state.lam = state.cg_alpha / n
-            self._objectives = {}  # the objective at the chosen λ
-            log.info(
-                f"{_data_name(source)}: {len(state.active)} active columns for {n} rows: the ridge model at "
-                f"lam={self.lam:.4g} (alpha {state.cg_alpha:.4g}: {fit.c:.3g} × the columns' mean variance by "
-                f"leave-one-out on {m} rows), by conjugate gradients"
-            )
-        else:
-            assert state.cg_vectors is not None and state.cg_targets is not None and state.cg_alpha is not None
-            sums = self._cg_pass(ctx, state.active, state.cg_vectors[stagewise_cg.DIRECTION], False)
-            state.cg_vectors, state.cg_targets = stagewise_cg.advance(
-                state.cg_vectors, state.cg_targets, sums, column_mean, state.cg_columns[1], state.cg_alpha
-            )
-            state.data_passes += 1
-        state.step += 1
-        residual = stagewise_cg.relative_residual(state.cg_vectors, state.cg_targets)
-        if state.step == self.max_steps(state) and residual > stagewise_cg.CG_RTOL:
-            log.warning(
-                f"{_data_name(source)}: the wide ridge fit stopped after {stagewise_cg.CG_MAX_ITER} conjugate-gradient "
-                f"iterations at a relative residual of {residual:.2g} (its stop is {stagewise_cg.CG_RTOL:g}): the model "
-                "is that iterate; the ridge model itself is Ridge(alpha = n·lam) of the model's info"
-            )
-        assert state.cg_y_squares is not None and state.cg_alpha is not None
-        loss = stagewise_cg.loss_sum(state.cg_vectors, state.cg_y_squares, state.cg_alpha)
-        penalised = [state.cg_vectors[stagewise_cg.WEIGHTS]]
-        fields = self._stage_fields(state, source, self._space(state), "identity", 0, loss, 0, penalised)
-        return fields | dict(
-            n_features=len(state.active),
-            lam=state.lam,
-            c=state.cg_c,
-            cg_iterations=state.step - 1,
-            relative_residual=residual,
-        )
-
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
         """The stages so far as a StagewiseModel (its scores replay training's F)."""
         source, space = ctx.source, self._space(state)
         blocks = state.blocks if space.kind == "columns" else [int(b[0]) for b in state.blocks]
-        weights, info = list(state.weights), {}
-        if state.cg_vectors is not None and state.cg_targets is not None and state.cg_columns is not None:
-            blocks = [state.active]  # the fit by conjugate gradients: its iterate as one stage
-            weights = [stagewise_cg.weights(state.cg_vectors, state.cg_targets, state.cg_columns[0])]
-            info = {
-                "stages": 1,
-                "wide_ridge_c": state.cg_c,
-                "wide_ridge_rows": min(source.n_rows, stagewise_cg.SUBSAMPLE_ROWS),
-                "cg_iterations": state.step - 1,
-                "cg_relative_residual": stagewise_cg.relative_residual(state.cg_vectors, state.cg_targets),
-            }
-        elif state.dual_scale is not None:
-            info = {"wide_ridge_c": state.lam / state.dual_scale}
         return StagewiseModel(
             space=space,
             link=self._link(source),
             blocks=list(blocks),
-            weights=weights,
+            weights=list(state.weights),
             calibrations=list(state.calibrations),
             classes=source.classes,
             n_features=source.n_features,
@@ -2236,5 +2108,5 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "lam": self.lam,
                 "standardized": self.scale is not None,
             }
-            | info,
+            | ({} if state.dual_scale is None else {"wide_ridge_c": state.lam / state.dual_scale}),
         )

@@ -55,8 +55,7 @@ def _rows(source: ChunkSource, chunk_id: int):
     return X, chunk.targets(source.n_classes)
 
 
-def product(A, B) -> np.ndarray:
-    """A Bᵀ as a dense array (A, B dense or sparse rows)."""
+def _product(A, B) -> np.ndarray:
     P = A @ B.T
     return P if isinstance(P, np.ndarray) else P.toarray()
 
@@ -65,8 +64,8 @@ def gram_task(source: ChunkSource, chunk_id: int) -> tuple[np.ndarray, np.ndarra
     """(X_i X_jᵀ for the chunks j ≤ i side by side: n_i × (the rows of chunks 0 … i)), the
     chunk's targets Y_i): chunk i's rows of G's lower block triangle."""
     X, Y = _rows(source, chunk_id)
-    parts = [product(X, _rows(source, j)[0]) for j in range(chunk_id)]
-    return np.hstack([*parts, product(X, X)]), Y
+    parts = [_product(X, _rows(source, j)[0]) for j in range(chunk_id)]
+    return np.hstack([*parts, _product(X, X)]), Y
 
 
 def weights_task(source: ChunkSource, chunk_id: int, *, A: np.ndarray) -> np.ndarray:
