@@ -597,6 +597,12 @@ class Engine:
             try:
                 self.client = Client(self.scheduler, timeout=self.connect_timeout)
             except OSError as e:
+                if "Connection reset" in str(e) and not (self.scheduler or "").startswith("tls://"):
+                    raise StreamfitError(
+                        f"the Dask scheduler at {self.scheduler} closed the connection ({e}): if it speaks TLS "
+                        "(started with --tls-cert / --tls-key), give its address as tls://HOST:PORT, with Dask's "
+                        "TLS settings (distributed.comm.tls.ca-file, .client.cert, .client.key)"
+                    ) from e
                 raise StreamfitError(
                     f"cannot reach the Dask scheduler at {self.scheduler} ({e}); start one with "
                     "'dask scheduler' and workers with 'dask worker ADDRESS', or drop --scheduler "

@@ -249,7 +249,9 @@ def _self_signed(folder) -> tuple[str, str]:
 def test_a_tls_scheduler_is_joined_with_dasks_tls_settings_and_named_without_them(digits, tmp_path):
     """A tls:// scheduler with a self-signed certificate: without TLS settings in Dask's
     configuration, one line naming them (it was Dask's TypeError about an ssl_context, reported
-    as an internal error); with them, the pass gives the in-process bits."""
+    as an internal error); its address given as tcp://, one line pointing to tls:// (it was
+    "cannot reach … start one with 'dask scheduler'"); with the settings, the pass gives the
+    in-process bits."""
     import dask
     from distributed import LocalCluster
     from distributed.security import Security
@@ -276,6 +278,8 @@ def test_a_tls_scheduler_is_joined_with_dasks_tls_settings_and_named_without_the
             StreamfitError, match="speaks TLS, and Dask's configuration gives this process no certificate"
         ):
             Engine(address).start()
+        with pytest.raises(StreamfitError, match="closed the connection .*if it speaks TLS.*tls://HOST:PORT"):
+            Engine(address.replace("tls://", "tcp://"), connect_timeout="10s").start()
         settings = {"distributed.comm.tls.ca-file": cert, "distributed.comm.tls.client.cert": cert}
         with dask.config.set({**settings, "distributed.comm.tls.client.key": key}), Engine(address) as eng:
             got = eng.map_reduce(chunk_gram, src, range(src.n_chunks))
