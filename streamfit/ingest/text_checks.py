@@ -47,11 +47,17 @@ def check_batch(batch, encoding: str, policy, command: str) -> tuple[list[int], 
     fields = list(batch.texts.values())
     if any(_may_hold(field, lambda text: NUL in text) for field in fields):
         for r in range(len(batch.locations)):
-            found = nul_problem([field[r] for field in fields], encoding, command)
+            found = nul_problem([_text(field[r]) for field in fields], encoding, command)
             if found is not None:
                 bad.append(r)
                 policy.bad(batch.locations[r], found[0], hint=found[1])
     return bad, c1_rows(batch.texts) if reads_c1(encoding) else []
+
+
+def _text(value) -> str:
+    """A record's text field as one string: a string as it is, a list of tokens (Parquet's
+    list<string>) joined by spaces, so a NUL or a C1 control inside a token is found."""
+    return value if isinstance(value, str) else " ".join(value)
 
 
 def _may_hold(field: list, found) -> bool:
@@ -84,7 +90,7 @@ def c1_rows(texts: dict[str, list[str]]) -> list[int]:
     if not any(_may_hold(field, C1_CONTROLS.search) for field in fields):
         return []
     n = len(fields[0]) if fields else 0
-    return [r for r in range(n) if any(C1_CONTROLS.search(field[r]) for field in fields)]
+    return [r for r in range(n) if any(C1_CONTROLS.search(_text(field[r])) for field in fields)]
 
 
 def c1_warning(count: int, first: str, command: str) -> str:

@@ -129,3 +129,21 @@ def test_the_checks_hold_on_the_embedded_cluster(tmp_path, caplog):
     assert (report.read, report.written, report.skipped) == (240, 200, 40)
     with pytest.raises(InputError, match=rf"{nul}:5: a NUL character"):
         _ingest(str(nul), tmp_path / "e", n_workers=2)
+
+
+def test_a_nul_inside_a_parquet_token_is_a_bad_record_as_in_a_string(tmp_path):
+    """A Parquet text column of token lists (list<string>): a NUL inside a token is the bad record
+    that a NUL in a string column is (it was looked for as a whole token only, and hashed as a
+    word); skipped, it is counted: counts in = counts out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "tokens.parquet")
+    tokens = [["tr\x00ain", "leaves"], ["caf\u00e9", "au", "lait"], ["old", "town"], ["fresh", "bread"]]
+    pq.write_table(pa.table({"label": ["city", "food", "city", "food"], "text": tokens}), path)
+    with pytest.raises(InputError, match=r"tokens\.parquet:row group 0, row 0: a NUL character in the text"):
+        _ingest(path, tmp_path / "refused.zarr")
+    assert not os.path.exists(tmp_path / "refused.zarr")
+    report = _ingest(path, tmp_path / "skipped.zarr", on_bad_record="skip")
+    assert (report.read, report.written, report.skipped) == (4, 3, 1)
+    assert open_store(str(tmp_path / "skipped.zarr")).n_rows == 3
