@@ -161,6 +161,31 @@ def test_wide_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path
     _resume_to_the_end(cli, resume, run, ref)
 
 
+@pytest.mark.slow
+def test_wide_regression_above_4000_rows_sigkill_then_resume_gives_identical_model(cli, tmp_path):
+    """stagewise's wide fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_cg: alpha by a
+    held-out fifth, conjugate gradients, one pass a step) killed right after a checkpoint in its
+    walk and again in its refit, then resumed: the model of an uninterrupted run, bitwise."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(2)
+    X = sp.random(4100, 3000, density=0.005, format="csr", random_state=rng, data_rvs=rng.standard_normal)
+    y = X @ rng.normal(size=3000) + 0.5 * rng.normal(size=4100)
+    with open(tmp_path / "w.svm", "w") as f:
+        for i, t in enumerate(y):
+            row = X[i]
+            f.write(
+                f"{float(t)!r} " + " ".join(f"{j + 1}:{v!r}" for j, v in zip(row.indices, row.data.tolist())) + "\n"
+            )
+    store = tmp_path / "w.zarr"
+    ingest = ["ingest", tmp_path / "w.svm", "--no-hash", "--target", "numeric", "--chunk-rows", "1000", "--out", store]
+    subprocess.run(cli(*ingest), check=True, capture_output=True)
+    train = ["train", store, "--solver", "stagewise", "--n-workers", "0"]
+    _kill_twice_then_resume(cli, tmp_path, "stagewise", train, event="checkpoint", steps_left=2)
+    info = load_model(str(tmp_path / "ref")).info
+    assert info["generator"] == "ridge_cg" and info["cg_iterations"][-1] > 2  # the second kill in the refit
+
+
 def _resume_to_the_end(cli, resume, run, ref):
     """The resumed run ends normally, with the model arrays `ref` of an uninterrupted run, bitwise."""
     done = subprocess.run(cli(*resume), check=False, capture_output=True, text=True)
@@ -171,10 +196,11 @@ def _resume_to_the_end(cli, resume, run, ref):
         assert np.array_equal(ref[key], got[key]), key
 
 
-def _kill_twice_then_resume(cli, tmp_path, solver, train):
+def _kill_twice_then_resume(cli, tmp_path, solver, train, event="state", steps_left=None):
     """Run 1 is killed right after it saves step k1 (about a third of the steps); its resume
-    is killed in step k2 + 1 (about two thirds), as soon as that step has written a state file
-    newer than checkpoint k2; the second resume runs to the end. The model equals an
+    is killed in step k2 + 1 (about two thirds, or `steps_left` before the end), as soon as that
+    step has written a state file newer than checkpoint k2 (`event` "checkpoint": right after
+    checkpoint k2, for a solver that writes no per-sample state); the second resume runs to the end. The model equals an
     uninterrupted run's, bitwise. Every due step is saved (--checkpoint-interval 0), so that the
     runs reach checkpoints k1 and k2 (tests/solvers/test_driver.py kills under the default policy)."""
     train = [*train, "--checkpoint-interval", "0"]
@@ -182,14 +208,14 @@ def _kill_twice_then_resume(cli, tmp_path, solver, train):
     ref = _arrays(tmp_path / "ref")
     n_steps = _latest_step(tmp_path / "ref")
     assert n_steps >= 6, f"{solver}: {n_steps} checkpointed steps are too few to kill twice before the end"
-    k1, k2 = n_steps // 3, 2 * n_steps // 3
+    k1, k2 = n_steps // 3, 2 * n_steps // 3 if steps_left is None else n_steps - steps_left
     run = tmp_path / "run"
     resume = [*train, "--out", run, "--resume"]
 
     _killed_at(k1, "checkpoint", resume, f"after checkpoint {k1}")
     assert k1 <= _latest_step(run) < n_steps
 
-    _killed_at(k2, "state", resume, f"in the step after checkpoint {k2}")
+    _killed_at(k2, event, resume, f"at the {event} after checkpoint {k2}")
     assert k2 <= _latest_step(run) < n_steps
 
     _resume_to_the_end(cli, resume, run, ref)

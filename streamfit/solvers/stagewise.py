@@ -226,7 +226,7 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers import stagewise_dual
+from streamfit.solvers import stagewise_cg, stagewise_dual
 from streamfit.solvers.base import (
     Context,
     PerSample,
@@ -766,9 +766,9 @@ def constant_targets_notice(source: ChunkSource, targets: TargetRange) -> str | 
 
 def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray, squares: np.ndarray) -> str | None:
     """One line when real-valued targets are fitted in stages at the default λ (lam None:
-    LAM_FLOOR) on at least as many active columns as training rows — where the exact wide fit
-    (`StagewiseSolver._dual_mode`) does not apply: above DUAL_N_MAX rows, or another generator,
-    calibration, penalty or no intercept — where the first blocks interpolate the targets and
+    LAM_FLOOR) on at least as many active columns as training rows — where the wide ridge fits
+    (`StagewiseSolver._dual_mode`, `_cg_mode`) do not apply: another generator, calibration,
+    penalty or no intercept, or fewer than DUAL_N_MIN rows — where the first blocks interpolate the targets and
     held-out R² can fall below predicting the mean (docs/benchmarks.md, "Defaults on wide
     data"): it names the shape and the columns' mean variance v̄ (over the active columns' sums
     and squares), the λ scale at which two passes reach the ridge model; None otherwise."""
@@ -777,10 +777,10 @@ def wide_regression_notice(source: ChunkSource, n_active: int, sums: np.ndarray,
     v_bar = float(np.mean(column_variances(source.n_rows, sums, squares)))
     return (
         f"{_data_name(source)}: {n_active} active columns for {source.n_rows} training rows: on regression data this "
-        f"wide the stages at the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean (the exact "
-        f"ridge fit with λ by leave-one-out that replaces them takes at most {stagewise_dual.DUAL_N_MAX} rows and the "
-        "default generator, calibration and penalty); check with --valid, and set lam (-p lam= on the CLI) near the "
-        f"columns' mean variance ({v_bar:.3g})"
+        f"wide the stages at the default lam={LAM_FLOOR:g} can predict unseen rows worse than their mean (the ridge "
+        "fit with λ chosen on held-out rows that replaces them needs the default generator, calibration, penalty and "
+        "intercept); check with --valid, and set lam (-p lam= on the CLI) near the columns' mean variance "
+        f"({v_bar:.3g})"
     )
 
 
@@ -1190,7 +1190,14 @@ class StagewiseState(SolverState):
         (`dual_scale`) the λ its step chose.
     dual_scale: v̄, the active columns' mean variance, when the run is the exact ridge fit of wide
         regression data (`StagewiseSolver._dual_mode`, streamfit.solvers.stagewise_dual: one
-        step, λ = c · v̄ by leave-one-out), else None.
+        step, λ = c · v̄ by leave-one-out) or, above DUAL_N_MAX rows, its fit by conjugate
+        gradients (`StagewiseSolver._cg_mode`, streamfit.solvers.stagewise_cg), else None.
+    cg_walk: for the fit by conjugate gradients, its record (2 × (grid points + 1)): each grid
+        point's held-out error (NaN until scored) and each fit's iterations (the refit's last);
+        else None.
+    cg_position: its grid position (stagewise_cg: the c being fitted; REFIT_START, REFIT after).
+    cg_vectors, cg_targets, cg_columns, cg_y_squares: the current fit's state (stagewise_cg.Fit:
+        5 × p × k, 3 × k, 2 × p, ‖Y − 1ȳᵀ‖²) after step 0, else None.
     column_scale: the active columns' standard deviations s over the training rows when the
         stages on stored columns penalise S V (`StagewiseSolver._standardizes`), else None."""
 
@@ -1211,6 +1218,12 @@ class StagewiseState(SolverState):
     pending_loss: float | None = None
     lam: float = 0.0
     dual_scale: float | None = None
+    cg_walk: np.ndarray | None = None
+    cg_position: int = 0
+    cg_vectors: np.ndarray | None = None
+    cg_targets: np.ndarray | None = None
+    cg_columns: np.ndarray | None = None
+    cg_y_squares: float | None = None
     column_scale: np.ndarray | None = None
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
@@ -1266,7 +1279,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         # by `_setup` or from the resumed state; None: the penalty on the columns as given
         self.scale: np.ndarray | None = None
         self.active: np.ndarray | None = None
-        self.dual_scale: float | None = None  # v̄ of the exact wide fit (`_dual_mode`), set by `_setup`
+        self.dual_scale: float | None = None  # v̄ of the wide ridge fits (`_dual_mode`, `_cg_mode`), set by `_setup`
 
     # ---- setup ----
     def column_state(self, source) -> int:
@@ -1321,6 +1334,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             normal_ysq=None if normal is None else normal.ysq,
             lam=self.lam,
             dual_scale=self.dual_scale,
+            cg_walk=stagewise_cg.new_walk() if generator == "ridge_cg" else None,
             column_scale=self.scale,
         )
 
@@ -1370,11 +1384,10 @@ class StagewiseSolver(Solver[StagewiseState]):
             and source.n_features <= min(NORMAL_MODE_MAX_FEATURES, p.block_size * p.n_passes)
         )
 
-    def _dual_mode(self, source: ChunkSource, n_active: int) -> bool:
-        """Whether the run is the exact ridge fit of wide regression data in one step
-        (streamfit.solvers.stagewise_dual): real-valued targets at the default λ (lam None) and
-        the default generator, calibration, penalty and intercept, on at least
-        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
+    def _wide_ridge_params(self, source: ChunkSource) -> bool:
+        """Whether the run fits real-valued targets at the default λ (lam None) and the default
+        generator, calibration, penalty and intercept: where the wide ridge fits replace the
+        stages (`_dual_mode`, `_cg_mode`)."""
         p = self.params
         return bool(
             source.regression
@@ -1384,8 +1397,20 @@ class StagewiseSolver(Solver[StagewiseState]):
             and p.calibration in ("auto", "none")
             and p.penalty == "total"
             and p.fit_intercept
-            and stagewise_dual.applies(source.n_rows, n_active)
         )
+
+    def _dual_mode(self, source: ChunkSource, n_active: int) -> bool:
+        """Whether the run is the exact ridge fit of wide regression data in one step
+        (streamfit.solvers.stagewise_dual): `_wide_ridge_params`, on at least
+        DUAL_WIDE_SHARE · n active columns for DUAL_N_MIN ≤ n ≤ DUAL_N_MAX training rows."""
+        return self._wide_ridge_params(source) and stagewise_dual.applies(source.n_rows, n_active)
+
+    def _cg_mode(self, source: ChunkSource, n_active: int) -> bool:
+        """Whether the run is the ridge fit of wide regression data by conjugate gradients, alpha
+        chosen on a held-out fifth of the rows (streamfit.solvers.stagewise_cg):
+        `_wide_ridge_params`, on at least DUAL_WIDE_SHARE · n active columns for n > DUAL_N_MAX
+        training rows."""
+        return self._wide_ridge_params(source) and stagewise_cg.applies(source.n_rows, n_active)
 
     def _setup(
         self, source: ChunkSource, engine: Engine
@@ -1409,11 +1434,12 @@ class StagewiseSolver(Solver[StagewiseState]):
         low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         self.dual_scale = None
-        if self._dual_mode(source, len(active)):
+        dual, cg = self._dual_mode(source, len(active)), self._cg_mode(source, len(active))
+        if dual or cg:
             self.dual_scale = float(np.mean(column_variances(source.n_rows, scan.sums[active], scan.squares[active])))
             self.active, self.scale = active, None
             columns = FeatureSpace("columns", p.fit_intercept, False, dense=False)
-            return columns, active, "dual", "none", 1, None
+            return columns, active, "dual" if dual else "ridge_cg", "none", 1, None
         wide = (
             source.regression
             and p.lam is None
@@ -1857,11 +1883,16 @@ class StagewiseSolver(Solver[StagewiseState]):
 
     # ---- Algorithm 3 ----
     def max_steps(self, state: StagewiseState) -> int:
+        if state.cg_walk is not None:
+            return stagewise_cg.max_steps()
         return 1 if state.dual_scale is not None else self.params.n_passes * self._n_blocks(state)
 
     def finished(self, state: StagewiseState) -> bool:
         """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished);
-        the exact wide fit's one step done."""
+        the exact wide fit's one step done; the fit by conjugate gradients's refit at its stop
+        (stagewise_cg.CG_RTOL) or at its last iteration."""
+        if state.cg_walk is not None:
+            return state.cg_position == stagewise_cg.REFIT and self._cg_done(state)
         return state.step >= self.max_steps(state)
 
     def step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
@@ -1871,6 +1902,8 @@ class StagewiseSolver(Solver[StagewiseState]):
         statistics (or, at the end of a "gradient" pass, the next ranking's column gradients)."""
         if state.normal_gram is not None:
             return self._normal_step(ctx, state)
+        if state.cg_walk is not None:
+            return self._cg_step(ctx, state)
         if state.dual_scale is not None:
             return self._dual_step(ctx, state)
         p, source, engine = self.params, ctx.source, ctx.engine
@@ -2083,15 +2116,151 @@ class StagewiseSolver(Solver[StagewiseState]):
         fields = self._stage_fields(state, source, self._space(state), "identity", 0, fit.loss_sum, 0)
         return fields | dict(n_features=len(state.active), lam=fit.lam, c=fit.c)
 
+    @staticmethod
+    def _cg_done(state: StagewiseState) -> bool:
+        """Whether the current fit by conjugate gradients is at its stop (stagewise_cg.CG_RTOL)
+        or at its last iteration (WALK_MAX_ITER for a c of the walk, REFIT_MAX_ITER for the refit)."""
+        cg = stagewise_cg
+        assert state.cg_walk is not None and state.cg_vectors is not None and state.cg_targets is not None
+        fit = min(state.cg_position, len(cg.HOLDOUT_GRID))
+        cap = cg.REFIT_MAX_ITER if state.cg_position == cg.REFIT else cg.WALK_MAX_ITER
+        at_stop = cg.relative_residual(state.cg_vectors, state.cg_targets) <= cg.CG_RTOL
+        return at_stop or state.cg_walk[cg.ITERATIONS, fit] >= cap
+
+    def _cg_start(self, ctx: Context, state: StagewiseState, W: np.ndarray, walk: bool) -> None:
+        """A fit's start pass from W (the walk's on the fit rows, the refit's on every row)."""
+        assert state.cg_walk is not None and state.dual_scale is not None
+        n = ctx.source.n_rows
+        best = W if state.cg_vectors is None else state.cg_vectors[stagewise_cg.BEST]
+        sums = self._cg_pass(ctx, state, W, W, walk, True)
+        rows = stagewise_cg.fit_rows(n) if walk else n
+        a = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
+        fit = stagewise_cg.start(W, best, sums, rows, a)
+        state.cg_vectors, state.cg_targets, state.cg_columns, state.cg_y_squares = fit
+
+    @staticmethod
+    def _cg_pass(ctx: Context, state: StagewiseState, P: np.ndarray, W: np.ndarray, walk: bool, start: bool):
+        """One pass of `stagewise_cg.pass_task` over the chunks, summed along the fixed tree."""
+        return ctx.engine.map_reduce(
+            stagewise_cg.pass_task,
+            ctx.source,
+            range(ctx.source.n_chunks),
+            desc="stagewise: wide ridge",
+            active=state.active,
+            P=P,
+            W=W,
+            walk=walk,
+            start=start,
+        )
+
+    def _cg_settle(self, state: StagewiseState, n: int) -> None:
+        """Past every grid point whose fit is done (stagewise_cg.CG_RTOL or WALK_MAX_ITER): the next
+        c's fit from the same W, without a pass (stagewise_cg.next_alpha)."""
+        assert state.cg_walk is not None and state.cg_vectors is not None and state.cg_targets is not None
+        assert state.cg_columns is not None and state.dual_scale is not None
+        grid = len(stagewise_cg.HOLDOUT_GRID)
+        while state.cg_position < grid and self._cg_done(state):
+            old = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
+            state.cg_position += 1
+            if state.cg_position < grid:
+                new = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
+                state.cg_vectors, state.cg_targets = stagewise_cg.next_alpha(
+                    state.cg_vectors, state.cg_targets, state.cg_columns, old, new
+                )
+
+    def _cg_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
+        """The wide ridge fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_cg), one pass a
+        step. Step 0: the walk's start on the fit rows at W = 0. Then each step one iteration
+        of the walk's current c (scoring the last W on the held rows: a finished c's held-out
+        error), until the walk ends; then the refit's start pass on every row from the best c's
+        W, and its iterations. Logged with `lam` (the current fit's alpha over its rows), `c`,
+        `cg_iterations` (all fits', so far), `relative_residual` and, when a c is scored,
+        `heldout_error` (the held rows' mean squared error, summed over the targets)."""
+        source, cg = ctx.source, stagewise_cg
+        n, grid = source.n_rows, len(cg.HOLDOUT_GRID)
+        walk, v_bar = state.cg_walk, state.dual_scale
+        assert walk is not None and v_bar is not None and state.active is not None, "set by init"
+        fields: dict[str, Any] = {}
+        if state.step == 0:
+            self._cg_start(ctx, state, np.zeros((len(state.active), source.n_classes)), True)
+            self._cg_settle(state, n)
+        elif state.cg_position == cg.REFIT_START:
+            assert state.cg_vectors is not None
+            state.cg_position = cg.REFIT
+            self._cg_start(ctx, state, state.cg_vectors[cg.BEST].copy(), False)
+        else:
+            assert state.cg_vectors is not None and state.cg_targets is not None and state.cg_columns is not None
+            walking = state.cg_position <= grid
+            W = state.cg_vectors[cg.WEIGHTS]
+            sums = self._cg_pass(ctx, state, state.cg_vectors[cg.DIRECTION], W, walking, False)
+            errors = walk[cg.ERRORS, :grid]
+            pending = np.flatnonzero(np.isnan(errors[: state.cg_position]))
+            if walking and len(pending):  # the finished c's whose iterate is W
+                error = cg.held_error(sums, W, state.cg_targets, state.cg_columns, n - cg.fit_rows(n))
+                if np.all(np.isnan(errors)) or error < np.nanmin(errors):
+                    state.cg_vectors[cg.BEST] = W
+                errors[pending] = error
+                fields["heldout_error"] = error / (n - cg.fit_rows(n))
+            if walking and cg.walk_over(errors):
+                state.cg_position = cg.REFIT_START
+            else:
+                fit = min(state.cg_position, grid)
+                a = cg.alpha(n, v_bar, state.cg_position, walk)
+                state.cg_vectors, state.cg_targets = cg.advance(
+                    state.cg_vectors, state.cg_targets, sums, state.cg_columns, a
+                )
+                walk[cg.ITERATIONS, fit] += 1
+                if walking:
+                    self._cg_settle(state, n)
+        state.data_passes += 1
+        state.step += 1
+        assert state.cg_vectors is not None and state.cg_targets is not None and state.cg_y_squares is not None
+        rows = n if state.cg_position == cg.REFIT else cg.fit_rows(n)
+        a = cg.alpha(
+            n, v_bar, min(state.cg_position, grid - 1) if state.cg_position <= grid else state.cg_position, walk
+        )
+        self.lam = state.lam = a / rows
+        self._objectives = {}  # the objective at the current fit's λ
+        residual = cg.relative_residual(state.cg_vectors, state.cg_targets)
+        if self.finished(state) and residual > cg.CG_RTOL:
+            log.warning(
+                f"{_data_name(source)}: the wide ridge fit stopped after {cg.REFIT_MAX_ITER} conjugate-gradient iterations "
+                f"at a relative residual of {residual:.2g} (its stop is {cg.CG_RTOL:g}): the model is that iterate; the "
+                "ridge model itself is Ridge(alpha = n·lam) of the model's info"
+            )
+        loss = cg.loss_sum(state.cg_vectors, state.cg_y_squares, a)
+        W = state.cg_vectors[cg.WEIGHTS]
+        return fields | dict(
+            objective=self._objective(loss, rows, "identity", [W]),
+            loss=loss / rows,
+            stage=0,
+            **{"pass": 0},
+            block=0,
+            n_features=len(state.active),
+            data_passes=state.data_passes,
+            lam=state.lam,
+            c=a / (cg.fit_rows(n) * v_bar),
+            cg_iterations=int(walk[cg.ITERATIONS].sum()),
+            relative_residual=residual,
+        )
+
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
         """The stages so far as a StagewiseModel (its scores replay training's F)."""
         source, space = ctx.source, self._space(state)
         blocks = state.blocks if space.kind == "columns" else [int(b[0]) for b in state.blocks]
+        weights, info = list(state.weights), {}
+        if state.cg_walk is not None:  # the fit by conjugate gradients: its iterate as one stage
+            info = self._cg_info(source, state)
+            if state.cg_vectors is not None and state.cg_targets is not None and state.cg_columns is not None:
+                blocks = [state.active]
+                weights = [stagewise_cg.weights(state.cg_vectors, state.cg_targets, state.cg_columns)]
+        elif state.dual_scale is not None:
+            info = {"wide_ridge_c": state.lam / state.dual_scale}
         return StagewiseModel(
             space=space,
             link=self._link(source),
             blocks=list(blocks),
-            weights=list(state.weights),
+            weights=weights,
             calibrations=list(state.calibrations),
             classes=source.classes,
             n_features=source.n_features,
@@ -2108,5 +2277,29 @@ class StagewiseSolver(Solver[StagewiseState]):
                 "lam": self.lam,
                 "standardized": self.scale is not None,
             }
-            | ({} if state.dual_scale is None else {"wide_ridge_c": state.lam / state.dual_scale}),
+            | info,
         )
+
+    @staticmethod
+    def _cg_info(source: ChunkSource, state: StagewiseState) -> dict[str, Any]:
+        """What the fit by conjugate gradients did (stagewise_cg), for the model's info: the rule,
+        the chosen c and alpha (after the walk), the held-out mean squared error of each grid
+        point scored (None: not reached), each fit's iterations (the refit's last) and the
+        current fit's relative residual."""
+        cg, walk, v_bar = stagewise_cg, state.cg_walk, state.dual_scale
+        assert walk is not None and v_bar is not None
+        n, grid = source.n_rows, len(stagewise_cg.HOLDOUT_GRID)
+        errors = walk[cg.ERRORS, :grid]
+        chosen = state.cg_position >= cg.REFIT_START
+        info: dict[str, Any] = {
+            "stages": 1,
+            "wide_ridge_rule": f"alpha by a held-out 1/{cg.HOLDOUT_EVERY} of the rows",
+            "wide_ridge_c": float(cg.HOLDOUT_GRID[cg.best_position(walk[cg.ERRORS, :-1])]) if chosen else None,
+            "wide_ridge_alpha": cg.alpha(n, v_bar, cg.REFIT, walk) if chosen else None,
+            "wide_ridge_grid": [float(c) for c in cg.HOLDOUT_GRID],
+            "wide_ridge_heldout": [None if np.isnan(e) else float(e) / (n - cg.fit_rows(n)) for e in errors],
+            "cg_iterations": [int(i) for i in walk[cg.ITERATIONS]],
+        }
+        if state.cg_vectors is not None and state.cg_targets is not None:
+            info["cg_relative_residual"] = cg.relative_residual(state.cg_vectors, state.cg_targets)
+        return info

@@ -257,11 +257,14 @@ def test_same_model_any_workers_and_chunking(tmp_path, local_engine, params):
 
 
 @pytest.mark.slow  # a two-worker Dask cluster
-@pytest.mark.parametrize("density", [1.0, 0.1])
-def test_wide_regression_same_model_any_workers_and_chunking(tmp_path, local_engine, density):
+@pytest.mark.parametrize("density, above", [(1.0, False), (0.1, False), (0.1, True)])
+def test_wide_regression_same_model_any_workers_and_chunking(tmp_path, local_engine, request, density, above):
     """The exact wide fit (lam None) on two workers equals the in-process fit bitwise (the Gram
     blocks are per chunk pair, the weights summed along the fixed tree), and another chunking to
-    round-off."""
+    round-off; `above` DUAL_N_MAX rows (`cg_above`) the fit by conjugate gradients likewise (the
+    passes' sums along the fixed tree; the held rows by their global index)."""
+    if above:
+        request.getfixturevalue("cg_above")
     X, Y = wide(n=150, d=400, k=2, density=density)
     store_a = write_store(tmp_path / "a", X, Y, chunk_rows=64)
     store_b = write_store(tmp_path / "b", X, Y, chunk_rows=25)
@@ -505,6 +508,109 @@ def test_wide_regression_resumed_after_its_init_checkpoint_is_the_same_model(tmp
     store = write_store(tmp_path / "s", X, Y, chunk_rows=40)
     full = fit(store)
     fit(store, run_dir=str(tmp_path / "run"), stop_after=0)
+    resumed = fit(store, run_dir=str(tmp_path / "run"), resume=True)
+    a, b = full._arrays(), resumed._arrays()
+    assert a.keys() == b.keys() and full.info == resumed.info
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.fixture
+def cg_above(monkeypatch):
+    """The fit by conjugate gradients (streamfit.solvers.stagewise_cg) on small data: the exact
+    wide fit up to 60 rows, each fit stopped at a relative residual of 1e-10 (at most 1000
+    iterations)."""
+    from streamfit.solvers import stagewise_cg, stagewise_dual
+
+    monkeypatch.setattr(stagewise_dual, "DUAL_N_MAX", 60)
+    monkeypatch.setattr(stagewise_cg, "CG_RTOL", 1e-10)
+    monkeypatch.setattr(stagewise_cg, "WALK_MAX_ITER", 1000)
+    monkeypatch.setattr(stagewise_cg, "REFIT_MAX_ITER", 1000)
+    return stagewise_cg
+
+
+def heldout_errors(X, Y, grid, v_bar):
+    """scikit-learn's Ridge (cholesky) on the rows i with i % 5 != 4 at each alpha = n_f · c · v̄,
+    and its mean squared error on the others, summed over the targets."""
+    from sklearn.linear_model import Ridge
+
+    held = np.arange(len(X)) % 5 == 4
+    errors = []
+    for c in grid:
+        ridge = Ridge(alpha=(~held).sum() * c * v_bar, solver="cholesky").fit(X[~held], Y[~held])
+        errors.append(float(((Y[held] - ridge.predict(X[held]).reshape(-1, Y.shape[1])) ** 2).sum()) / held.sum())
+    return np.array(errors)
+
+
+@pytest.mark.parametrize("dense, k, noise", [(True, 1, 0.5), (False, 1, 0.1), (True, 2, 0.3)])
+def test_wide_regression_above_dual_rows_is_ridge_at_the_heldout_choice(tmp_path, cg_above, dense, k, noise):
+    """lam None on wide data above DUAL_N_MAX rows: the held-out errors of the walk are those of
+    scikit-learn's Ridge fitted on the rows i mod 5 ≠ 4 at alpha = n_f · c · v̄ (v̄ the active
+    columns' mean variance over all rows) and scored on the others, for c down HOLDOUT_GRID until
+    the error has risen twice in a row; c is the least of them, and the model is Ridge at that
+    alpha on every row; one stage of every active column; the info records the rule, c, alpha
+    and each fit's iterations. Dense chunks and CSR chunks (three of them), one and two targets."""
+    from sklearn.linear_model import Ridge
+
+    X, Y = wide(n=150, d=400, k=k, density=1.0 if dense else 0.1)
+    Y += noise * np.abs(Y - Y.mean(axis=0)).mean() * np.random.default_rng(8).normal(size=Y.shape)
+    model = fit(write_store(tmp_path / "s", X, Y, chunk_rows=64))
+    info, active = model.info, np.abs(X).sum(axis=0) > 0
+    v_bar = X[:, active].var(axis=0).mean()
+    expected = heldout_errors(X, Y, cg_above.HOLDOUT_GRID, v_bar)
+    walked = [e is not None for e in info["wide_ridge_heldout"]]
+    rises = np.flatnonzero((np.diff(expected) > 0)[1:] & (np.diff(expected) > 0)[:-1])
+    reached = len(expected) if len(rises) == 0 else rises[0] + 3  # through the second rise in a row
+    assert walked == [j < reached for j in range(len(expected))]
+    got = np.array([e for e in info["wide_ridge_heldout"] if e is not None])
+    np.testing.assert_allclose(got, expected[:reached], rtol=1e-9)
+    best = int(np.argmin(expected[:reached]))
+    assert 0 < best < len(expected) - 1, "a c inside the grid"
+    n_f = int((np.arange(len(X)) % 5 != 4).sum())
+    alpha = n_f * cg_above.HOLDOUT_GRID[best] * v_bar
+    assert info["wide_ridge_c"] == cg_above.HOLDOUT_GRID[best] and info["stages"] == 1
+    assert info["wide_ridge_alpha"] == pytest.approx(alpha, rel=1e-12)
+    assert info["lam"] == pytest.approx(alpha / len(X), rel=1e-12) and info["generator"] == "ridge_cg"
+    assert info["wide_ridge_rule"] == "alpha by a held-out 1/5 of the rows" and info["cg_relative_residual"] <= 1e-10
+    assert len(info["cg_iterations"]) == len(expected) + 1 and all(info["cg_iterations"][:reached])
+    # passes: the scan, two starts, the iterations, and the one that scored the walk's last c
+    assert info["data_passes"] == 1 + 2 + sum(info["cg_iterations"]) + 1
+    assert len(model.blocks) == 1 and len(model.blocks[0]) == int(active.sum())
+    ridge = Ridge(alpha=alpha, solver="cholesky").fit(X, Y)
+    np.testing.assert_allclose(model.coef_, ridge.coef_.reshape(k, -1), rtol=0, atol=1e-8 * np.abs(ridge.coef_).max())
+    np.testing.assert_allclose(model.intercept_, np.ravel(ridge.intercept_), rtol=1e-9)
+
+
+def test_wide_regression_above_dual_rows_stops_at_the_default_residual(tmp_path, cg_above, monkeypatch):
+    """At the default stop (CG_RTOL) the refit ends at its first residual below it, and the
+    logged training loss is the model's own (1/n) Σ (y − ŷ)²."""
+    from streamfit.solvers import stagewise_cg
+
+    monkeypatch.setattr(stagewise_cg, "CG_RTOL", 1e-4)
+    X, Y = wide(n=150, d=400, density=0.3)
+    store = write_store(tmp_path / "s", X, Y, chunk_rows=64)
+    log = MetricsLog(None)
+    solver = sw.StagewiseSolver(sw.StagewiseParams())
+    ckpt = Checkpointer(None, config=solver.params.model_dump(), store_fingerprint="s")
+    model = solver.fit(store, engine=Engine(mode="inprocess"), checkpointer=ckpt, log=log)
+    refit = model.info["cg_iterations"][-1]
+    residuals = [r["relative_residual"] for r in log.records if "relative_residual" in r][-refit - 1 :]
+    assert residuals[-1] <= 1e-4 < min(residuals[:-1])
+    F = model.decision_function(X.astype(np.float32))
+    assert log.records[-1]["loss"] == pytest.approx(float(((Y - F) ** 2).sum()) / len(X), rel=1e-6)
+
+
+@pytest.mark.parametrize("stop", [0, 5, -2])  # after init's checkpoint, in the walk, in the refit
+def test_wide_regression_above_dual_rows_resumed_is_the_same_model(tmp_path, cg_above, stop):
+    """The fit by conjugate gradients stopped after a checkpoint and resumed: the same model and
+    info, bitwise."""
+    X, Y = wide(n=150, d=400, density=0.2)
+    store = write_store(tmp_path / "s", X, Y, chunk_rows=40)
+    full = fit(store)
+    steps = 1 + sum(full.info["cg_iterations"]) + 2  # step 0, the iterations, the last score and the refit's start
+    stop = stop % steps
+    assert 0 <= stop < steps - 1
+    fit(store, run_dir=str(tmp_path / "run"), stop_after=stop)
     resumed = fit(store, run_dir=str(tmp_path / "run"), resume=True)
     a, b = full._arrays(), resumed._arrays()
     assert a.keys() == b.keys() and full.info == resumed.info
