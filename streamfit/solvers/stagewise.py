@@ -104,7 +104,10 @@ wide data", session 25). So there (real-valued targets, lam None and the default
 calibration, penalty and intercept, at least n/2 active columns, n ≤ 4000) the run is one step
 that fits the ridge model those stages converge to, exactly, at the λ = c · v̄ of least
 leave-one-out error (`_dual_mode`, streamfit.solvers.stagewise_dual; docs/benchmarks.md, "Exact
-ridge in dual form for wide regression", session 32). The generator "auto" check (`_auto_check`) compares its candidates
+ridge in dual form for wide regression", session 32); above 4000 rows the same ridge model by
+conjugate gradients, one pass a step, its alpha chosen on a held-out fifth of the rows (`_cg_mode`,
+streamfit.solvers.stagewise_cg; docs/benchmarks.md, "Wide regression above 4000 rows: alpha by a
+held-out fifth", session 34). The generator "auto" check (`_auto_check`) compares its candidates
 at the run's λ, by 5-fold cross-validation on its row sample (session 24; sessions 19–23 held
 out 20 % of it once, at LAM_FLOOR for lam None: on 21–42 held-out rows the run's λ picked other
 generators on iris and generated sets, while at LAM_FLOOR the columns nearly interpolated dna's
@@ -330,9 +333,9 @@ class StagewiseParams(SolverParams):
         ge=0,
         description="λ of (1/n)·loss + λ-penalty on the weights (see penalty); null: from the n training rows, "
         "max(1e-4, 10/n) for class targets (identity link) on dense data of at most 1000 columns; for real-valued "
-        "targets on wide data (active columns >= n/2, n <= 4000; default generator, calibration, penalty) the "
-        "exact ridge model in one step, λ = c·(the columns' mean variance) with c of 1e-6..100 chosen by "
-        "leave-one-out; else 1e-4",
+        "targets on wide data (active columns >= n/2; default generator, calibration, penalty) the ridge model, "
+        "λ = c·(the columns' mean variance) with c of 1e-6..100: for n <= 4000 exact in one step, c by "
+        "leave-one-out; above, by conjugate gradients, c by the error on every 5th row held out; else 1e-4",
     )
     standardize: bool | Literal["auto"] = Field(
         "auto",
