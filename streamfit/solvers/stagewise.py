@@ -2204,8 +2204,13 @@ class StagewiseSolver(Solver[StagewiseState]):
                     state.cg_vectors[cg.BEST] = W
                 errors[pending] = error
                 fields["heldout_error"] = error / (n - cg.fit_rows(n))
-            if walking and cg.walk_over(errors):
+            if walking and cg.walk_over(errors):  # the iterate at the refit's alpha, so that its logged loss is true
+                old = cg.alpha(n, v_bar, state.cg_position, walk)
                 state.cg_position = cg.REFIT_START
+                new = cg.alpha(n, v_bar, state.cg_position, walk)
+                state.cg_vectors, state.cg_targets = cg.next_alpha(
+                    state.cg_vectors, state.cg_targets, state.cg_columns, old, new
+                )
             else:
                 fit = min(state.cg_position, grid)
                 a = cg.alpha(n, v_bar, state.cg_position, walk)
@@ -2219,9 +2224,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         state.step += 1
         assert state.cg_vectors is not None and state.cg_targets is not None and state.cg_y_squares is not None
         rows = n if state.cg_position == cg.REFIT else cg.fit_rows(n)
-        a = cg.alpha(
-            n, v_bar, min(state.cg_position, grid - 1) if state.cg_position <= grid else state.cg_position, walk
-        )
+        a = cg.alpha(n, v_bar, state.cg_position, walk)
         self.lam = state.lam = a / rows
         self._objectives = {}  # the objective at the current fit's λ
         residual = cg.relative_residual(state.cg_vectors, state.cg_targets)

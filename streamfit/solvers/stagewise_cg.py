@@ -72,8 +72,10 @@ def new_walk() -> np.ndarray:
 
 
 def alpha(n_rows: int, v_bar: float, position: int, walk: np.ndarray) -> float:
-    """The penalty at a position (the refit's: at the grid point of least held-out error)."""
-    c = HOLDOUT_GRID[position if position < len(HOLDOUT_GRID) else best_position(walk[ERRORS, :-1])]
+    """The penalty of the fit at a position: the c being fitted (the last one while its score is
+    pending), after the walk the c of least held-out error."""
+    grid = len(HOLDOUT_GRID)
+    c = HOLDOUT_GRID[min(position, grid - 1) if position <= grid else best_position(walk[ERRORS, :-1])]
     return float(fit_rows(n_rows) * c * v_bar)
 
 
