@@ -718,26 +718,26 @@ def test_quiet_silences_dask_in_a_fresh_process_with_forked_workers(tmp_path):
     assert "CommClosedError" not in done.stderr and "lose data" not in done.stderr, done.stderr
 
 
-def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
-    from streamfit.engine import AUTO_INPROCESS_WORK, auto_mode
+def test_auto_choice_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
+    from streamfit.engine import AUTO_INPROCESS_WORK, auto_choice
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     small, large = AUTO_INPROCESS_WORK // 10, AUTO_INPROCESS_WORK // 10 + 1  # × 10 classes
-    assert auto_mode(None, None, small, 10, 4) == "inprocess"
-    assert auto_mode(None, None, large, 10, 4) == "local"
-    assert auto_mode(None, 2, small, 10, 4) == "local"  # --n-workers 2: a cluster even for a small store
-    assert auto_mode(None, 0, large, 10, 4) == "inprocess"
-    assert auto_mode("tcp://127.0.0.1:8786", None, small, 10, 4) == "remote"
+    assert auto_choice(None, None, small, 10, 4).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 4).mode == "local"
+    assert auto_choice(None, 2, small, 10, 4).mode == "local"  # --n-workers 2: a cluster even for a small store
+    assert auto_choice(None, 0, large, 10, 4).mode == "inprocess"
+    assert auto_choice("tcp://127.0.0.1:8786", None, small, 10, 4).mode == "remote"
     # a fit in the driver (bcd's memory mode): no cluster under auto, whatever the size...
-    assert auto_mode(None, None, large, 10, 4, uses_workers=False) == "inprocess"
+    assert auto_choice(None, None, large, 10, 4, uses_workers=False).mode == "inprocess"
     # ...unless one is asked for
-    assert auto_mode(None, 2, large, 10, 4, uses_workers=False) == "local"
-    assert auto_mode("tcp://127.0.0.1:8786", None, large, 10, 4, uses_workers=False) == "remote"
+    assert auto_choice(None, 2, large, 10, 4, uses_workers=False).mode == "local"
+    assert auto_choice("tcp://127.0.0.1:8786", None, large, 10, 4, uses_workers=False).mode == "remote"
     # a store of one chunk: each pass is one task, which a cluster cannot share (qa29)
-    assert auto_mode(None, None, large, 10, 1) == "inprocess"
-    assert auto_mode(None, 2, large, 10, 1) == "local"
+    assert auto_choice(None, None, large, 10, 1).mode == "inprocess"
+    assert auto_choice(None, 2, large, 10, 1).mode == "local"
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert auto_mode(None, None, large, 10, 4) == "inprocess"  # one core: a cluster only adds its start-up
+    assert auto_choice(None, None, large, 10, 4).mode == "inprocess"  # one core: a cluster only adds its start-up
 
 
 def forked_worker_facts(source, i, v):
