@@ -106,7 +106,10 @@ AUTO_INPROCESS_WORK = 2**24
 # round in process), the auto engine predicts both walls (predicted_walls) and takes the faster:
 #     in process:  rounds × round_s
 #     cluster:     CLUSTER_START_S + rounds × (CLUSTER_ROUND_S + round_s / n_eff)
-# n_eff = 1 + PARALLEL_GAIN × (N − 1), N the workers a round can keep busy (min(cores, chunks)).
+# n_eff = 1 + PARALLEL_GAIN × (n − 1), n = min(cores − 1, chunks): the workers' worth of cores a
+# round keeps busy, one core left to the driver and the scheduler, which run beside the workers
+# (session 34's first held-out check counted all the cores: on 2 it chose the cluster for rounds
+# of ~1.8 s, which took 1.9x the in-process wall; on 2 cores the rule now never picks the cluster).
 # Measured in docs/benchmarks.md, "The auto engine: a cluster only where it is faster (session 34)".
 # The embedded cluster's start, its first no-op round included: 3.87 s for 2 workers on this 2-core
 # machine, the forkserver's own start with it (tools/bench_engine_choice.py noop); 4.3-4.7 s for
@@ -190,7 +193,7 @@ class EngineChoice:
 def predicted_walls(work: Work, cores: int, n_chunks: int) -> tuple[float, float]:
     """(in process, embedded cluster of one worker per core) wall seconds of `work` on a machine
     of `cores` cores and a store of `n_chunks` chunks, by the model above CLUSTER_START_S."""
-    n = max(1, min(cores, n_chunks))
+    n = max(1, min(cores - 1, n_chunks))
     n_eff = 1 + PARALLEL_GAIN * (n - 1)
     inprocess = work.rounds * work.round_s
     cluster = CLUSTER_START_S + work.rounds * (CLUSTER_ROUND_S + work.round_s / n_eff)
@@ -234,7 +237,7 @@ def auto_choice(
         return EngineChoice("local", f"one worker per core ({cores})")
     inprocess, cluster = predicted_walls(work, cores, n_chunks)
     per_step = f"{work.rounds} {work.step}s of ~{work.round_s:.2g} s each"
-    n = min(cores, n_chunks)
+    n = cores  # the embedded cluster's workers: one per core
     if cluster < inprocess:
         why = f"{per_step}: ~{cluster:.0f} s predicted on {n} workers against ~{inprocess:.0f} s in this process"
         return EngineChoice("local", why, inprocess, cluster)

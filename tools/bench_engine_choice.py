@@ -1,7 +1,7 @@
 """In process or the embedded cluster: which engine trains faster with a solver's defaults, and
 what the auto engine's rule predicts (issue 19, session 34).
 
-    python tools/bench_engine_choice.py make --workdir DIR --set measured|held
+    python tools/bench_engine_choice.py make --workdir DIR --set measured|held|held2
     python tools/bench_engine_choice.py noop --workdir DIR [--workers 2] [--chunks 8] [--rounds 40]
     python tools/bench_engine_choice.py run --workdir DIR --stores A,B,... [--solver stagewise]
         [--repeats 3] [--workers 2] [--out FILE.json]
@@ -41,7 +41,8 @@ from bench_ooc_text import measure  # noqa: E402
 from bench_scaleout import make_store  # noqa: E402
 
 # make_store(rows, features, used, row_nnz, classes, chunks, own) of each store; "measured": the
-# shapes the rule's constants come from; "held": shapes not measured before the rule was written.
+# shapes the rule's constants come from; "held": shapes not measured before the rule was written;
+# "held2": shapes for the second rule, written after "held" had failed the first.
 SETS = {
     "measured": {
         "wide-light": dict(rows=40_000, features=2**18, used=60_000, row_nnz=60, classes=20, chunks=4, own=0.5),
@@ -57,6 +58,12 @@ SETS = {
         "numeric-wide": dict(rows=400_000, features=256, used=200, row_nnz=60, classes=5, chunks=12, own=0.5),
         "rows-1m": dict(rows=1_000_000, features=2**14, used=2048, row_nnz=12, classes=4, chunks=32, own=0.5),
         "rows-800k-k50": dict(rows=800_000, features=2**12, used=4096, row_nnz=20, classes=50, chunks=16, own=0.5),
+    },
+    # the second check (rule v2: one core left to the driver and the scheduler), after "held" failed
+    "held2": {
+        "heavy-a": dict(rows=1_200_000, features=2**12, used=4096, row_nnz=16, classes=30, chunks=24, own=0.5),
+        "heavy-b": dict(rows=200_000, features=2**14, used=8192, row_nnz=30, classes=100, chunks=12, own=0.5),
+        "light-c": dict(rows=80_000, features=2**18, used=40_000, row_nnz=40, classes=10, chunks=8, own=0.5),
     },
 }
 
