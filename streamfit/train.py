@@ -451,11 +451,19 @@ def _train_locked(
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
     choice = auto_choice(
-        scheduler, n_workers, store.manifest.nnz, store.n_classes, store.n_chunks, fitter.uses_workers(store)
+        scheduler,
+        n_workers,
+        store.manifest.nnz,
+        store.n_classes,
+        store.n_chunks,
+        fitter.uses_workers(store),
+        work=fitter.work(store) if scheduler is None and n_workers is None else None,
     )
     mode = choice.mode
     if mode == "inprocess":
         log.info("running in this process (%s)", choice.why)
+    elif scheduler is None and n_workers is None:
+        log.info("starting an embedded Dask cluster (%s)", choice.why)
     record = {
         "solver": solver,
         "params": p.model_dump(),
