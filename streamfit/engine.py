@@ -40,6 +40,7 @@ results of a dead worker whenever the arguments survived. A cluster without work
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -97,9 +98,35 @@ PORT_IN_USE_WARNING = r"Port \d+ is already in use"
 # `streamfit train` without --n-workers or --scheduler runs in this process when the store's
 # non-zeros times its classes are at most this: an embedded cluster costs 3-8 s (start, then
 # imports and numba cache loads in every worker) before the first chunk, more than such a fit
-# takes on one core (see auto_mode and docs/benchmarks.md, "Small jobs"). A fit that runs in the
+# takes on one core (see auto_choice and docs/benchmarks.md, "Small jobs"). A fit that runs in the
 # driver (Solver.uses_workers False: bcd's memory mode) runs in this process whatever its size.
 AUTO_INPROCESS_WORK = 2**24
+
+# Above that bound, for a solver that estimates its work (Solver.work: rounds of tasks, seconds a
+# round in process), the auto engine predicts both walls (predicted_walls) and takes the faster:
+#     in process:  rounds × round_s
+#     cluster:     CLUSTER_START_S + rounds × (CLUSTER_ROUND_S + round_s / n_eff)
+# n_eff = 1 + PARALLEL_GAIN × (n − 1), n = min(cores − 1, chunks): the workers' worth of cores a
+# round keeps busy, one core left to the driver and the scheduler, which run beside the workers
+# (session 34's first held-out check counted all the cores: on 2 it chose the cluster for rounds
+# of ~1.8 s, which took 1.9x the in-process wall; on 2 cores the rule now never picks the cluster).
+# Measured in docs/benchmarks.md, "The auto engine: a cluster only where it is faster (session 34)".
+# The embedded cluster's start, its first no-op round included: 3.87 s for 2 workers on this 2-core
+# machine, the forkserver's own start with it (tools/bench_engine_choice.py noop); 4.3-4.7 s for
+# 16 workers on the lent 16-core machine (session 10's table, start + close).
+CLUSTER_START_S = 4.0
+# A round of tasks on the cluster beyond its compute: scheduling, the step's arguments scattered,
+# the chunk results moved and summed, the per-row state through the run directory's files (in
+# process it stays in memory). A no-op round of 8 chunks costs 0.044 s on 2 workers
+# (tools/bench_engine_choice.py noop); stagewise's rounds cost 0.06-0.38 s beyond their compute
+# divided by n_eff on 2 workers (session 34, five stores), 0.26 s a pass at 16 workers
+# (session 10: overhead 2.81 s over 11 passes).
+CLUSTER_ROUND_S = 0.25
+# What each worker beyond the first adds to a round's speed, in cores: compute per task doubles at
+# 16 workers (memory bandwidth; session 10: 70.9 s of summed task time at N = 16 against 36.3 s at
+# N = 1, efficiency ~0.5), and 1 → 2 workers gave 1.5-1.55x on the same machine (stagewise, bcd).
+PARALLEL_GAIN = 0.5
+
 
 # How the embedded cluster starts its worker processes. "forkserver": one server process imports
 # WORKER_PRELOAD once (the first embedded cluster of this process starts it; it lives as long as
@@ -140,22 +167,85 @@ TASKS_PER_THREAD = 2
 SUM_LEVELS = 2
 
 
-def auto_mode(
-    scheduler: str | None, n_workers: int | None, nnz: int, n_classes: int, n_chunks: int, uses_workers: bool = True
-) -> str:
-    """The engine mode of a train run: "remote" with a scheduler address, "inprocess" for
-    n_workers == 0, "local" (an embedded cluster) for n_workers >= 1; with neither given
-    (`auto`), "inprocess" when the solver's fit runs no tasks on workers (`uses_workers` False,
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A fit's work as its solver estimates it before the run, from the store's manifest and the
+    solver's parameters (Solver.work): `rounds` rounds of tasks over the chunks (passes, each a
+    round trip through a cluster's scheduler), each `round_s` seconds of compute in this process
+    on one core; `step` names one round in the log line ("stage", "iteration")."""
+
+    rounds: int
+    round_s: float
+    step: str = "round"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineChoice:
+    """`streamfit train`'s engine: `mode` ("inprocess", "local" or "remote"), `why` (the log
+    line's reason), and, where the work estimate decided, the predicted walls in seconds."""
+
+    mode: str
+    why: str
+    inprocess_s: float | None = None
+    cluster_s: float | None = None
+
+
+def predicted_walls(work: Work, cores: int, n_chunks: int) -> tuple[float, float]:
+    """(in process, embedded cluster of one worker per core) wall seconds of `work` on a machine
+    of `cores` cores and a store of `n_chunks` chunks, by the model above CLUSTER_START_S."""
+    n = max(1, min(cores - 1, n_chunks))
+    n_eff = 1 + PARALLEL_GAIN * (n - 1)
+    inprocess = work.rounds * work.round_s
+    cluster = CLUSTER_START_S + work.rounds * (CLUSTER_ROUND_S + work.round_s / n_eff)
+    return inprocess, cluster
+
+
+def auto_choice(
+    scheduler: str | None,
+    n_workers: int | None,
+    nnz: int,
+    n_classes: int,
+    n_chunks: int,
+    uses_workers: bool = True,
+    work: Work | None = None,
+    cores: int | None = None,
+) -> EngineChoice:
+    """The engine of a train run: "remote" with a scheduler address, "inprocess" for
+    n_workers == 0, "local" (an embedded cluster) for n_workers >= 1. With neither given
+    (`auto`): "inprocess" when the solver's fit runs no tasks on workers (`uses_workers` False,
     Solver.uses_workers), nnz × n_classes <= AUTO_INPROCESS_WORK, the store has one chunk (each
     pass is then one task, which one worker runs while the others wait: 20 Newsgroups' 11 314
     rows trained 3–8× slower on two workers, with 2.6–3× the memory, to the same model;
-    docs/benchmarks.md, qa29), or the machine has one core, else "local"."""
+    docs/benchmarks.md, qa29), or the machine has one core (`cores`, default os.cpu_count()).
+    Else, when the solver estimates its `work`, the engine of the smaller predicted wall
+    (predicted_walls; ties go to this process, which holds less memory); without an estimate,
+    "local"."""
     if scheduler:
-        return "remote"
+        return EngineChoice("remote", f"the Dask cluster at {scheduler}")
     if n_workers is not None:
-        return "inprocess" if n_workers == 0 else "local"
-    small = nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK or n_chunks <= 1
-    return "inprocess" if not uses_workers or small or (os.cpu_count() or 1) == 1 else "local"
+        return EngineChoice("inprocess", "--n-workers 0") if n_workers == 0 else EngineChoice("local", "--n-workers")
+    cores = cores or os.cpu_count() or 1
+    if not uses_workers:
+        return EngineChoice("inprocess", "the solver fits in the driver")
+    if n_chunks <= 1:
+        return EngineChoice("inprocess", "a store of one chunk")
+    if nnz * max(n_classes, 1) <= AUTO_INPROCESS_WORK:
+        return EngineChoice("inprocess", "a small store")
+    if cores == 1:
+        return EngineChoice("inprocess", "a machine of one core")
+    if work is None:
+        return EngineChoice("local", f"one worker per core ({cores})")
+    inprocess, cluster = predicted_walls(work, cores, n_chunks)
+    per_step = f"{work.rounds} {work.step}s of ~{work.round_s:.2g} s each"
+    n = cores  # the embedded cluster's workers: one per core
+    if cluster < inprocess:
+        why = f"{per_step}: ~{cluster:.0f} s predicted on {n} workers against ~{inprocess:.0f} s in this process"
+        return EngineChoice("local", why, inprocess, cluster)
+    why = (
+        f"{per_step}, ~{inprocess:.0f} s predicted; a {n}-worker cluster would take ~{cluster:.0f} s "
+        f"(its start and ~{CLUSTER_ROUND_S:g} s a {work.step})"
+    )
+    return EngineChoice("inprocess", why, inprocess, cluster)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from streamfit import storage
 from streamfit.checkpoint import STATE_CACHE_BYTES, Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
-from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_mode
+from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_choice
 from streamfit.errors import ConfigError, OutputError, StreamfitError, Terminated, TimeLimitReached
 from streamfit.metrics import fit_threshold
 from streamfit.model import ALL_ZERO_WEIGHTS, Model, all_weights_zero, featurization_differences
@@ -450,18 +450,20 @@ def _train_locked(
     if has_checkpoint:
         log.info("resuming from the checkpoint of step %d in %s", checkpointer.latest_step(), ckpt_dir)
     started = time.time()
-    uses_workers = fitter.uses_workers(store)
-    mode = auto_mode(scheduler, n_workers, store.manifest.nnz, store.n_classes, store.n_chunks, uses_workers)
+    choice = auto_choice(
+        scheduler,
+        n_workers,
+        store.manifest.nnz,
+        store.n_classes,
+        store.n_chunks,
+        fitter.uses_workers(store),
+        work=fitter.work(store) if scheduler is None and n_workers is None else None,
+    )
+    mode = choice.mode
     if mode == "inprocess":
-        if n_workers == 0:
-            why = "--n-workers 0"
-        elif not uses_workers:
-            why = f"{solver} fits in the driver"
-        elif store.n_chunks <= 1:
-            why = "a store of one chunk"
-        else:
-            why = "a small store"
-        log.info("running in this process (%s)", why)
+        log.info("running in this process (%s)", choice.why)
+    elif scheduler is None and n_workers is None:
+        log.info("starting an embedded Dask cluster (%s)", choice.why)
     record = {
         "solver": solver,
         "params": p.model_dump(),

@@ -718,26 +718,63 @@ def test_quiet_silences_dask_in_a_fresh_process_with_forked_workers(tmp_path):
     assert "CommClosedError" not in done.stderr and "lose data" not in done.stderr, done.stderr
 
 
-def test_auto_mode_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
-    from streamfit.engine import AUTO_INPROCESS_WORK, auto_mode
+def test_auto_choice_runs_small_stores_in_process_and_honours_explicit_choices(monkeypatch):
+    from streamfit.engine import AUTO_INPROCESS_WORK, auto_choice
 
     monkeypatch.setattr("os.cpu_count", lambda: 16)
     small, large = AUTO_INPROCESS_WORK // 10, AUTO_INPROCESS_WORK // 10 + 1  # × 10 classes
-    assert auto_mode(None, None, small, 10, 4) == "inprocess"
-    assert auto_mode(None, None, large, 10, 4) == "local"
-    assert auto_mode(None, 2, small, 10, 4) == "local"  # --n-workers 2: a cluster even for a small store
-    assert auto_mode(None, 0, large, 10, 4) == "inprocess"
-    assert auto_mode("tcp://127.0.0.1:8786", None, small, 10, 4) == "remote"
+    assert auto_choice(None, None, small, 10, 4).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 4).mode == "local"
+    assert auto_choice(None, 2, small, 10, 4).mode == "local"  # --n-workers 2: a cluster even for a small store
+    assert auto_choice(None, 0, large, 10, 4).mode == "inprocess"
+    assert auto_choice("tcp://127.0.0.1:8786", None, small, 10, 4).mode == "remote"
     # a fit in the driver (bcd's memory mode): no cluster under auto, whatever the size...
-    assert auto_mode(None, None, large, 10, 4, uses_workers=False) == "inprocess"
+    assert auto_choice(None, None, large, 10, 4, uses_workers=False).mode == "inprocess"
     # ...unless one is asked for
-    assert auto_mode(None, 2, large, 10, 4, uses_workers=False) == "local"
-    assert auto_mode("tcp://127.0.0.1:8786", None, large, 10, 4, uses_workers=False) == "remote"
+    assert auto_choice(None, 2, large, 10, 4, uses_workers=False).mode == "local"
+    assert auto_choice("tcp://127.0.0.1:8786", None, large, 10, 4, uses_workers=False).mode == "remote"
     # a store of one chunk: each pass is one task, which a cluster cannot share (qa29)
-    assert auto_mode(None, None, large, 10, 1) == "inprocess"
-    assert auto_mode(None, 2, large, 10, 1) == "local"
+    assert auto_choice(None, None, large, 10, 1).mode == "inprocess"
+    assert auto_choice(None, 2, large, 10, 1).mode == "local"
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    assert auto_mode(None, None, large, 10, 4) == "inprocess"  # one core: a cluster only adds its start-up
+    assert auto_choice(None, None, large, 10, 4).mode == "inprocess"  # one core: a cluster only adds its start-up
+
+
+def test_auto_choice_starts_a_cluster_only_where_the_work_predicts_it_faster():
+    """Above the size bound, with the solver's work estimate: many light rounds (the 100 000-document
+    text store's 366 stages of ~0.06 s) run in this process on 2 and on 16 cores; few heavy ones
+    start the cluster on 16 cores, never on 2 (one core is the driver's and the scheduler's); the
+    log line gives both predictions; explicit choices still win."""
+    from streamfit.engine import AUTO_INPROCESS_WORK, CLUSTER_ROUND_S, CLUSTER_START_S, Work, auto_choice
+
+    large = AUTO_INPROCESS_WORK  # × 10 classes: above the bound
+    light, heavy = Work(366, 0.06, "stage"), Work(32, 2.0, "stage")
+    choice = auto_choice(None, None, large, 10, 8, work=light, cores=2)
+    assert choice.mode == "inprocess"
+    assert choice.inprocess_s == pytest.approx(366 * 0.06)
+    # 2 cores: the workers share a round no faster than one core (n_eff 1), and each round costs more
+    assert choice.cluster_s == pytest.approx(CLUSTER_START_S + 366 * (CLUSTER_ROUND_S + 0.06))
+    assert choice.why.startswith("366 stages of ~0.06 s each, ~22 s predicted; a 2-worker cluster would take ~")
+    assert auto_choice(None, None, large, 10, 64, work=light, cores=16).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 8, work=heavy, cores=2).mode == "inprocess"
+    # 16 cores, 8 chunks: a round kept busy on 8 workers' worth of cores, shared 1 + 0.5 × 7 = 4.5×
+    choice = auto_choice(None, None, large, 10, 8, work=heavy, cores=16)
+    assert choice.mode == "local" and choice.inprocess_s == pytest.approx(64.0)
+    assert choice.cluster_s == pytest.approx(CLUSTER_START_S + 32 * (CLUSTER_ROUND_S + 2.0 / 4.5))
+    assert "predicted on 16 workers against ~64 s in this process" in choice.why
+    # the workers a round can keep busy are at most its chunks: 2 chunks on 16 cores share it 1.5x
+    two_chunks = auto_choice(None, None, large, 10, 2, work=heavy, cores=16)
+    assert two_chunks.cluster_s == pytest.approx(CLUSTER_START_S + 32 * (CLUSTER_ROUND_S + 2.0 / 1.5))
+    # explicit choices, small stores, one chunk, one core and fits in the driver ignore the estimate
+    assert auto_choice(None, 2, large, 10, 8, work=light, cores=2).mode == "local"
+    assert auto_choice(None, 0, large, 10, 8, work=heavy, cores=16).mode == "inprocess"
+    assert auto_choice("tcp://127.0.0.1:8786", None, large, 10, 8, work=light).mode == "remote"
+    assert auto_choice(None, None, large // 10, 10, 8, work=heavy, cores=16).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 1, work=heavy, cores=16).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 8, work=heavy, cores=1).mode == "inprocess"
+    assert auto_choice(None, None, large, 10, 8, False, work=heavy, cores=16).mode == "inprocess"
+    # without an estimate (a solver that gives none): the cluster above the bound, as before
+    assert auto_choice(None, None, large, 10, 8, cores=2).mode == "local"
 
 
 def forked_worker_facts(source, i, v):

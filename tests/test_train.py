@@ -501,17 +501,29 @@ def test_a_declared_class_without_training_rows_is_recorded_and_never_predicted(
 def test_a_store_of_one_chunk_trains_in_process_under_auto(digits, write_store, tmp_path, monkeypatch, caplog):
     """Above the small-store threshold, a store of one chunk still trains in this process under
     `auto`: each pass is one task, which a cluster's workers cannot share (qa29: 20 Newsgroups,
-    11 314 rows in one chunk, 3–8× slower on two workers). Four chunks start the cluster."""
+    11 314 rows in one chunk, 3–8× slower on two workers). Four chunks: stagewise's light stages
+    (1797 rows × 10 classes) stay in this process too, with both predictions in the log line; the
+    cluster starts where it is predicted faster (here: a cluster that costs nothing, on 4 cores)."""
+    import streamfit.engine as engine_module
+
     X, y, classes = digits
     one, four = write_store(X, y, classes, chunk_rows=2000), write_store(X, y, classes)
     _no_cluster(monkeypatch)
     with caplog.at_level("INFO", logger="streamfit.train"):
         train(one, "stagewise", str(tmp_path / "one"), PARAMS, progress=False)
-    assert "running in this process (a store of one chunk)" in caplog.text
-    with open(tmp_path / "one" / "run.json") as f:
-        assert json.load(f)["engine"] == "inprocess"
-    with pytest.raises(_ClusterStarted, match="local"):
         train(four, "stagewise", str(tmp_path / "four"), PARAMS, progress=False)
+    assert "running in this process (a store of one chunk)" in caplog.text
+    assert "running in this process (3 stages of ~0.021 s each, ~0 s predicted; a 2-worker cluster would take ~5 s" in (
+        caplog.text
+    )
+    for run in ("one", "four"):
+        with open(tmp_path / run / "run.json") as f:
+            assert json.load(f)["engine"] == "inprocess"
+    monkeypatch.setattr(engine_module, "CLUSTER_START_S", 0.0)
+    monkeypatch.setattr(engine_module, "CLUSTER_ROUND_S", 0.0)
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 4)  # on 2 cores no cluster is predicted faster
+    with pytest.raises(_ClusterStarted, match="local"):
+        train(four, "stagewise", str(tmp_path / "free"), PARAMS, progress=False)
 
 
 @pytest.mark.parametrize("backend", ["zarr", "parquet"])

@@ -11,10 +11,11 @@ exactly what a checkpoint holds) and five methods:
     converged(state)     -> bool    the stopping test held (False at a budget: the driver warns)
     to_model(ctx, state) -> Model   the model the state stands for (also mid-run, for validation)
 
-Three optional methods: `check_source(source)` refuses a store the solver cannot train on before
+Four optional methods: `check_source(source)` refuses a store the solver cannot train on before
 any work starts, `max_steps(state)` gives the step budget that progress lines count against, and
 `uses_workers(source)` says whether the fit runs chunk tasks at all (`streamfit train`'s `auto`
-engine starts no cluster for a fit that runs in the driver).
+engine starts no cluster for a fit that runs in the driver), and `work(source)` estimates the
+fit's rounds of tasks and their seconds, from which the auto engine predicts which engine is faster.
 
 `streamfit.solvers.driver.run` owns everything around the steps: the checkpoints (every k
 steps, at most as often as `checkpoint_interval` allows), the time limit, resume with verification, the metrics log, validation, the convergence
@@ -49,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
 
 from streamfit.checkpoint import ChunkState
-from streamfit.engine import Engine
+from streamfit.engine import Engine, Work
 from streamfit.errors import StreamfitError
 from streamfit.model import Model
 from streamfit.store import ChunkSource
@@ -239,6 +240,13 @@ class Solver(Generic[StateT]):
         manifest: `streamfit train` asks it to choose the engine (engine.auto_mode)."""
         return True
 
+    def work(self, source: ChunkSource) -> Work | None:
+        """The fit's rounds of tasks and each round's seconds in this process (engine.Work),
+        estimated from the store's manifest and the parameters before the run: `streamfit train`'s
+        auto engine runs the fit on a cluster only where that is predicted faster
+        (engine.auto_choice). None (the default): no estimate, the cluster above the size bound."""
+        return None
+
     def reads_valid(self, source: ChunkSource) -> bool:
         """Whether fitting on `source` reads the validation store itself when one is given
         (multiboost's early stopping), not only to log metrics: the model then depends on it, so
@@ -397,6 +405,19 @@ def offset_notice(solver: str, n: int, ids: np.ndarray, sums: np.ndarray, square
         f"where {solver}'s fit loses accuracy, down to chance (docs/benchmarks.md, qa28): subtract each such "
         "column's mean (or a round number near it) before ingest"
     )
+
+
+def columns_used_estimate(source: ChunkSource) -> int:
+    """The columns holding a non-zero, without reading a chunk: with the IDF weights of text
+    ingest, idf_j = ln((1 + n) / (1 + df_j)) + 1 (streamfit.ingest.featurize.idf_weights), the
+    columns with df_j >= 1, whose weight is at most ln((1 + n) / 2) + 1, below the
+    ln(1 + n) + 1 of an unseen column (the cut halfway between, in ln 2 / 2, is robust to a
+    training count n a little off the store's rows); else min(n_features, nnz), an upper bound."""
+    idf = getattr(source, "idf", None)
+    if idf is not None:
+        return int(np.count_nonzero(idf < np.log1p(source.n_rows) + 1.0 - np.log(2.0) / 2))
+    nnz = getattr(getattr(source, "manifest", None), "nnz", None)
+    return source.n_features if nnz is None else min(source.n_features, int(nnz))
 
 
 def dense_low_dimensional(n_rows: int, n_active: int, nnz: int) -> bool:

@@ -223,7 +223,7 @@ from pydantic import Field, model_validator
 from scipy.linalg.lapack import dpotrf, dpotrs
 
 from streamfit.checkpoint import ChunkState
-from streamfit.engine import Engine, add_results
+from streamfit.engine import Engine, Work, add_results
 from streamfit.errors import CheckpointError, ConfigError, InputError
 from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
@@ -237,6 +237,7 @@ from streamfit.solvers.base import (
     SolverParams,
     SolverState,
     column_variances,
+    columns_used_estimate,
     dense_low_dimensional,
     register_solver,
     standardized_scale,
@@ -283,6 +284,12 @@ LAM_FLOOR = 1e-4  # lam None: λ of real-valued targets, and the least λ of cla
 AUTO_CHECK_FOLDS = 5  # the auto check's cross-validation folds (at least 2; sessions 15-23 held out 20 % once)
 LAM_ROWS = 10.0  # lam None, class targets: λ = max(LAM_FLOOR, LAM_ROWS / n), Ridge's alpha = nλ ≥ LAM_ROWS
 DENSE_MIN_DENSITY = 0.25  # share of non-zeros from which columns are dense: BLAS sums, dense column designs
+# The auto engine's estimate of a pass in this process (StagewiseSolver.work): seconds per pass, and
+# per row and class of the scores it reads and writes; fitted to the in-process passes of five
+# stores in docs/benchmarks.md, "The auto engine: a cluster only where it is faster (session 34)"
+# (0.030 s a pass at 10 000 rows x 20 classes, 0.27-0.38 s at 262 144 x 20, 0.57-0.73 s at 60 000 x 200).
+STAGE_S = 0.02
+STAGE_ROW_CLASS_S = 4.5e-8
 SLICE_BYTES = 8 << 20  # a sparse design's stage is applied to the scores in row slices of rows × k at most this
 
 
@@ -1885,6 +1892,24 @@ class StagewiseSolver(Solver[StagewiseState]):
         return _poly_map(sums.gram / source.n_rows, sums.rhs / source.n_rows)
 
     # ---- Algorithm 3 ----
+    def work(self, source: ChunkSource) -> Work | None:
+        """The auto engine's estimate (engine.Work) for class targets: 1 + S rounds (the scan of
+        `init`, then the stages, each one pass: the update pass also sums the next block), S =
+        n_passes · ⌈U / block_size⌉ with U the columns used (`columns_used_estimate`; random
+        Fourier features: n_components), times `max_iter` with the softmax link, twice with
+        calibration "poly"; a round takes STAGE_S + STAGE_ROW_CLASS_S · n · k in this process (the
+        per-row scores F, n × k, read and written by every pass dominate). None for real-valued
+        targets (their normal-equation and dual modes run one or a few passes)."""
+        if source.regression:
+            return None
+        p = self.params
+        n = source.n_rows
+        k = max(source.n_classes, 1)
+        features = p.n_components if p.generator == "rff" else columns_used_estimate(source)
+        passes_per_stage = (p.max_iter if p.link == "softmax" else 1) + int(p.calibration == "poly")
+        stages = p.n_passes * -(-max(features, 1) // p.block_size)
+        return Work(1 + stages * passes_per_stage, STAGE_S + STAGE_ROW_CLASS_S * n * k, "stage")
+
     def max_steps(self, state: StagewiseState) -> int:
         if state.cg_walk is not None:
             return stagewise_cg.max_steps()

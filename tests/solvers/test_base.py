@@ -199,3 +199,26 @@ def test_class_rows_reads_a_stores_counts_from_its_manifest_and_no_chunk(digits,
         shutil.rmtree(old / "chunks")
         with pytest.raises(StoreError, match="chunk 0"):
             class_rows(v3, engine)
+
+
+def test_columns_used_estimate_is_exact_with_idf_weights_and_an_upper_bound_without(tmp_path):
+    """With the IDF weights of text ingest, the columns of df >= 1 are the columns a pass over the
+    chunks finds used (Store.columns_used, an independent count); without them, min(n_features,
+    nnz), which no store exceeds."""
+    from streamfit.ingest.hashing import HashingConfig
+    from streamfit.ingest.pipeline import IngestOptions, ingest
+    from streamfit.solvers.base import columns_used_estimate
+    from streamfit.store import open_store
+
+    data = tmp_path / "d.csv"
+    data.write_text("label,text\n" + "".join(f"c{i % 3},word{i} other{i % 5} shared\n" for i in range(40)))
+    for idf in (True, False):
+        out = str(tmp_path / f"s-{idf}.zarr")
+        ingest(IngestOptions([str(data)], out, hashing=HashingConfig(n_features=2**12), idf=idf, progress=False))
+        store = open_store(out)
+        used = store.columns_used()
+        assert 40 < used < store.n_features  # word0..word39, other0..4, shared (a collision or two at most)
+        if idf:
+            assert columns_used_estimate(store) == used
+        else:
+            assert columns_used_estimate(store) == min(store.n_features, store.manifest.nnz) >= used

@@ -1111,3 +1111,47 @@ def test_an_update_task_holds_one_array_of_scores_besides_its_write(tmp_path, mo
     scores = 8 * n * k
     assert len(peaks) >= 5
     assert max(peaks) < 1.5 * scores, (max(peaks) / scores, len(peaks))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"block_size": 256, "generator": "sequential"},
+        {"block_size": 256, "n_passes": 3},
+        {"block_size": 256, "link": "softmax", "max_iter": 3, "tol": 0},
+        {"block_size": 256, "calibration": "poly"},
+    ],
+)
+def test_the_work_estimate_counts_the_passes_a_fit_makes(tmp_path, params):
+    """StagewiseSolver.work, from the manifest alone, against the engine calls (rounds of tasks) of
+    a real fit on sparse data whose 1500 columns all occur (so min(n_features, nnz) is exact): its
+    rounds are the scan and the stages' passes; the fit adds one scoring pass at the end and, with
+    the gradient generator, one ranking pass per pass, which the estimate leaves out."""
+
+    class Counting(Engine):
+        calls = 0
+
+        def map(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().map(*args, **kwargs)
+
+        def map_reduce(self, *args, **kwargs):
+            Counting.calls += 1
+            return super().map_reduce(*args, **kwargs)
+
+    X = sp.random(3000, 1500, density=0.01, random_state=0, format="csr", dtype=np.float32)
+    labels = np.random.default_rng(0).integers(0, 5, 3000).astype(np.int32)
+    store = write_store(tmp_path / "s.zarr", X, labels, [f"c{k}" for k in range(5)], chunk_rows=1000)
+    assert store.columns_used() == 1500
+    solver = sw.StagewiseSolver(sw.StagewiseParams(**params))
+    work = solver.work(store)
+    solver.fit(
+        store,
+        engine=Counting(mode="inprocess"),
+        checkpointer=Checkpointer(None, config={}, store_fingerprint="s"),
+        log=MetricsLog(None),
+    )
+    ranking = solver.params.n_passes if solver.params.generator in ("auto", "gradient") else 0
+    assert Counting.calls == work.rounds + 1 + ranking
+    assert work.round_s == pytest.approx(sw.STAGE_S + sw.STAGE_ROW_CLASS_S * 3000 * 5)
