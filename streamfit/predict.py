@@ -355,7 +355,7 @@ def predict_to_file(
         )
         top_k = len(model.classes_)
     engine = engine or Engine(mode="inprocess")
-    is_store = _is_store(source)
+    is_store = source != stdin.STDIN and _is_store(source)  # - is standard input, even beside a folder called -
     options = options or {}
     # the one rule for id_field: predict's own option (an id column of the output), not a format
     # option to check; a store's rows carry no ids (it is ignored there), and raw input of a format
