@@ -29,7 +29,7 @@ job's empty partition) is scored as one piece of no rows: the output holds the c
 CSV's header line, an empty JSONL file, a Parquet file of the schema; with `parts` one such part
 and the manifest), and one warning names the input.
 
-Standard input (SOURCE `-`, with `--format`: streamfit.ingest.sources.stdin) is raw input read
+Standard input (SOURCE `-`, with `--format`: streamfit.ingest.stdin) is raw input read
 once, batch by batch, in this process: each batch is scored (here, or on the workers it is
 shipped to) and written before the next is read, so memory holds a batch and the first rows go
 out while the input still comes. Its rows' location is `<stdin>:LINE`.
@@ -341,7 +341,8 @@ def predict_to_file(
     where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.engine import Engine
-    from streamfit.ingest.sources import check_options, stdin
+    from streamfit.ingest import stdin
+    from streamfit.ingest.sources import check_options
 
     check_scoring_options(model, threshold=threshold, top_k=top_k)
     stream = stream_name(out)

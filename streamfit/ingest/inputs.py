@@ -18,7 +18,7 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   (data.zip holding data.csv, data.tgz holding data/data.csv, and perhaps a README; see
   sources/archive.py), is that file, named `data.zip:data.csv`; other archives are folder
   corpora, as before.
-- `-` is standard input, named `<stdin>` from here on (sources/stdin.py); its format must be
+- `-` is standard input, named `<stdin>` from here on (streamfit/ingest/stdin.py); its format must be
   given (`--format`), one read from a stream. A file called `-` or `<stdin>` is `./-`.
 - Anything else is one input, as given.
 
@@ -34,7 +34,7 @@ from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
-from streamfit.ingest.sources import stdin
+from streamfit.ingest import stdin
 from streamfit.ingest.sources.archive import data_member
 from streamfit.ingest.sources.folder import hand_over_listing
 

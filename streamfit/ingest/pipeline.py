@@ -38,12 +38,11 @@ import scipy.sparse as sp
 from streamfit import shutdown, storage
 from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import NO_RECORDS, ConfigError, InputError, StoreError, StreamfitError
-from streamfit.ingest import text_checks
+from streamfit.ingest import stdin, text_checks
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_INPUT_BYTES, DEFAULT_RECORD_BYTES, ReadLimits
-from streamfit.ingest.sources import stdin
 from streamfit.options import check_values, distinct_names, format_bytes, option, parse_bytes
 from streamfit.runlog import RunProgress, counted, progress_mode
 from streamfit.store import DEFAULT_CHUNK_ROWS, Chunk, ChunkSource, Store, StoreWriter, open_store

@@ -54,7 +54,7 @@ def require_path(path: str, directory_ok: bool = False) -> dict[str, Any] | None
     answer is returned (fsspec's info: size, ETag), for `open_binary(info=)` to open the file
     without asking again. None for a local path or a folder. A member path (data.zip:data.csv,
     sources.archive) checks its archive (and returns the archive's look-up)."""
-    from streamfit.ingest.sources import stdin
+    from streamfit.ingest import stdin
     from streamfit.ingest.sources.archive import split_member  # it imports this module
 
     if stdin.is_stdin(path):  # there while the process runs (closed: its open says so)
@@ -204,7 +204,7 @@ def open_binary(
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
         stream: io.IOBase
-        from streamfit.ingest.sources import stdin
+        from streamfit.ingest import stdin
         from streamfit.ingest.sources.archive import open_member, split_member  # it imports this module
 
         raw: Any

@@ -39,9 +39,8 @@ import re
 import numpy as np
 
 from streamfit.errors import InputError
-from streamfit.ingest import text_checks
+from streamfit.ingest import stdin, text_checks
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
-from streamfit.ingest.sources import stdin
 from streamfit.ingest.sources._util import (
     TextBatcher,
     bom_free,

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from streamfit.cli import main
-from streamfit.ingest.sources import stdin
+from streamfit.ingest import stdin
 
 DOCS = [
     ("the quick brown fox jumps over the lazy dog", "animals"),
