@@ -19,7 +19,7 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   sources/archive.py), is that file, named `data.zip:data.csv`; other archives are folder
   corpora, as before.
 - `-` is standard input, named `<stdin>` from here on (streamfit/ingest/stdin.py); its format must be
-  given (`--format`), one read from a stream. A file called `-` or `<stdin>` is `./-`.
+  given (`--format`), one read from a stream. A file called `-` is `./-`; one called `<stdin>` is read as `./<stdin>`.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the

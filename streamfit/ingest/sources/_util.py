@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError
+from streamfit.ingest import stdin
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, ReadLimits
 from streamfit.ingest.sources.batches import TextBatch
 from streamfit.options import format_bytes
@@ -54,7 +55,6 @@ def require_path(path: str, directory_ok: bool = False) -> dict[str, Any] | None
     answer is returned (fsspec's info: size, ETag), for `open_binary(info=)` to open the file
     without asking again. None for a local path or a folder. A member path (data.zip:data.csv,
     sources.archive) checks its archive (and returns the archive's look-up)."""
-    from streamfit.ingest import stdin
     from streamfit.ingest.sources.archive import split_member  # it imports this module
 
     if stdin.is_stdin(path):  # there while the process runs (closed: its open says so)
@@ -199,12 +199,11 @@ def open_binary(
     info: a file behind a URL as `require_path` looked it up (None: fsspec looks it up again,
     a HEAD on S3). A member path (data.zip:data.csv, data.tgz:data.csv, see sources.archive)
     reads the archive's member, then decompresses it by its own name's extension. Standard
-    input (sources.stdin.NAME) is decompressed by its first bytes."""
+    input (streamfit.ingest.stdin.NAME) is decompressed by its first bytes."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
         stream: io.IOBase
-        from streamfit.ingest import stdin
         from streamfit.ingest.sources.archive import open_member, split_member  # it imports this module
 
         raw: Any
