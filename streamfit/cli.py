@@ -576,12 +576,19 @@ def ingest(ctx, inputs, no_hash, n_features, ngram_max, options, **values):
     unit norm (--value count --no-idf --no-l2-normalize for raw counts); numeric features keep
     their values.
 
+    An input - is standard input (give --format: jsonl, csv, tsv or libsvm; gzip, bzip2 or xz
+    is recognised by its first bytes). Ingest reads its inputs more than once, so standard input
+    is first copied to a temporary file in --tmp-dir (its size in the summary line; removed when
+    the ingest ends, however it ends); not with --n-workers or --scheduler. The store is the one
+    the same bytes in a file give; its manifest names the input <stdin>.
+
     \b
     Examples:
       streamfit ingest news.tar.gz --subset 20news-bydate-train --encoding latin-1 --out news.zarr
       streamfit ingest s3://bucket/news/ --subset train --out s3://bucket/news.zarr --n-workers 4
       streamfit ingest r8-train.txt.gz --no-header --label-field 0 --text-field 1 --out r8.zarr
       streamfit ingest test.svm --like train.zarr --out test.zarr
+      aws s3 cp s3://bucket/day.jsonl.gz - | streamfit ingest - --format jsonl --like train.zarr --out day.zarr
     """
     from streamfit.ingest.pipeline import ingest as run_ingest
 
@@ -914,6 +921,8 @@ def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_wo
     there are several). The chunks' sums are added in a fixed order: the same numbers in this
     process and on a Dask cluster (--n-workers, --scheduler).
 
+    STORE is a store (raw data, standard input too, is ingested with --like TRAIN_STORE first).
+
     \b
     Examples:
       streamfit evaluate run/ test.zarr
@@ -922,6 +931,12 @@ def evaluate(ctx, run_dir, store, as_json, per_label, threshold, scheduler, n_wo
     from streamfit.model import load_model
     from streamfit.store import open_store
 
+    if store == "-":
+        raise ConfigError(
+            "evaluate reads a store (rows with their labels), and - is standard input: ingest it like the training "
+            "store first (... | streamfit ingest - --format jsonl --like TRAIN_STORE --out test.zarr), then evaluate "
+            "that store"
+        )
     model, source = load_model(run_dir), open_store(store)
     with ClusterOptions(scheduler, n_workers).engine(_progress(ctx)) as engine:
         result = run_evaluate(
@@ -966,7 +981,8 @@ def _given_threshold(threshold) -> float | None:
     "-o",
     required=True,
     type=click.Path(),
-    help="Output file: .csv, .jsonl or .parquet (with --parts a directory of that name); - for stdout (CSV, or "
+    help="Output file: .csv, .jsonl or .parquet (with --parts a directory of that name); - (or /dev/stdout) for "
+    "stdout, /dev/stderr, or an existing FIFO or device (a named pipe, >(gzip > p.gz)): a stream (CSV, or "
     "--out-format jsonl), each batch written as it is scored: a failure part-way leaves the rows before it there and "
     "exits 2 (in a shell pipeline, set -o pipefail), and the count of rows goes to stderr.",
 )
@@ -990,7 +1006,7 @@ def _given_threshold(threshold) -> float | None:
     type=click.Choice(_INPUT_FORMATS),
     default=None,
     help="Format of SOURCE when it is raw data (as for ingest) [default: inferred from the file name or its first "
-    "lines].",
+    "lines; SOURCE - needs it: jsonl, csv, tsv or libsvm].",
 )
 @click.option(
     "--id-field",
@@ -1022,14 +1038,21 @@ def predict(
     rows (the CSV header line, an empty JSONL file, a Parquet file of the columns) with one
     warning, exit status 0.
 
+    SOURCE - is standard input (give --format: jsonl, csv, tsv or libsvm; gzip, bzip2 or xz
+    is recognised by its first bytes): read once, in this process, batch by batch (8192
+    records), each batch scored and written before the next is read, so the first rows come
+    out while the input still comes; with --n-workers or --scheduler this process reads the
+    batches and ships them to the workers. Rows are located as <stdin>:LINE.
+
     \b
     Examples:
       streamfit predict run/ new.svm --top-k 3 --out predictions.csv
+      zcat day.jsonl.gz | streamfit predict run/ - --format jsonl --out - > preds.csv
       streamfit predict run/ corpus.tar.gz --subset corpus/test --out predictions.csv
       streamfit predict run/ big.zarr --out preds.parquet --parts --n-workers 4
       streamfit predict run/ new.jsonl --out - --out-format jsonl | gzip > preds.jsonl.gz"""
     from streamfit.model import load_model
-    from streamfit.predict import STDOUT, predict_to_file
+    from streamfit.predict import predict_to_file, stream_name
 
     model = load_model(run_dir)
     how = PredictOptions(scheduler, n_workers, bool(parts))
@@ -1050,8 +1073,9 @@ def predict(
             engine=engine,
             out_format=out_format,
         )
-    if out == STDOUT:  # stdout holds the predictions: their count goes beside the log
-        click.echo(f"{n} rows written to stdout", err=True)
+    stream = stream_name(out)
+    if stream is not None:  # a stream holds the predictions: their count goes beside the log
+        click.echo(f"{n} rows written to {stream}", err=True)
     else:
         _out(f"{n} rows written to {out}")
 

@@ -512,6 +512,11 @@ def load_pipeline(path: str) -> PipelineConfig:
     base = os.path.dirname(os.path.abspath(path))
 
     def resolve(p: str, key: str) -> str:
+        if p == "-":  # not a relative path to a file called -, which it would be
+            raise ConfigError(
+                f"{path}: key '{key}': - (standard input or output) is for the commands (streamfit ingest/predict "
+                "-); a pipeline reads and writes files: name the file"
+            )
         return expand_path(p, base, f"{path}: key '{key}'")
 
     def resolve_optional(p: str | None, key: str) -> str | None:

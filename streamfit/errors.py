@@ -101,10 +101,11 @@ def output_error(path: str, e: OSError) -> OutputError:
     return OutputError(f"{path}: cannot write ({e.strerror or e}); {os_error_hint(e)}")
 
 
-def stdout_error(e: OSError) -> OutputError:
-    """A failed write to stdout: names stdout, the cause and where the fix lies (the file or device
-    that stdout was sent to), not a hint about the command's own outputs."""
+def stdout_error(e: OSError, stream: str = "stdout") -> OutputError:
+    """A failed write to stdout (or another stream: stderr, a FIFO): names it, the cause and where
+    the fix lies (the file or device the stream was sent to), not a hint about the command's own
+    outputs."""
     return OutputError(
-        f"stdout: cannot write ({e.strerror or e}): the file or device this command's output was sent to refused "
+        f"{stream}: cannot write ({e.strerror or e}): the file or device this command's output was sent to refused "
         "it; free space there, or send the output elsewhere"
     )

@@ -10,10 +10,13 @@ are written in input order, so the output is the same bytes on any engine.
 
 Output (`--out`; the kind from its suffix, .csv, .jsonl or .parquet):
 - one file, replaced atomically (a local staging file renamed, or uploaded as one object);
-- `-`: stdout, CSV or JSONL (`out_format`), each piece written and flushed as it is scored, so
-  that a pipe's next program (`| gzip`) reads rows as they come; not atomic: a failure part-way
-  leaves the rows before it there (the command's status says so). A reader that goes away (`|
-  head`) ends the writing with BrokenPipeError, which the CLI ends silently as Unix tools do;
+- a stream (`stream_name`): `-` or /dev/stdout (stdout, whatever it is connected to), /dev/stderr,
+  an existing FIFO or character device (a named pipe, /dev/fd/N of a shell's `>(gzip > f.gz)`,
+  /dev/null), CSV or JSONL (`out_format`, else a FIFO's suffix, else CSV), each piece written and
+  flushed as it is scored, so that a pipe's next program (`| gzip`) reads rows as they come; not
+  atomic: a failure part-way leaves the rows before it there (the command's status says so). A
+  reader that goes away (`| head`) ends the writing with BrokenPipeError, which the CLI ends
+  silently as Unix tools do;
 - `parts=True`: a directory OUT/ of one part per piece, `part-00000.EXT`, … in input order (a
   CSV part has its own header line), then `manifest.json` (columns, rows, and per part its
   name, rows, bytes and SHA-256), committed by the storage module's protocol (streamfit.storage:
@@ -25,16 +28,23 @@ An input of zero records (an empty file or dataset directory, a CSV of its heade
 job's empty partition) is scored as one piece of no rows: the output holds the columns alone (a
 CSV's header line, an empty JSONL file, a Parquet file of the schema; with `parts` one such part
 and the manifest), and one warning names the input.
+
+Standard input (SOURCE `-`, with `--format`: streamfit.ingest.stdin) is raw input read
+once, batch by batch, in this process: each batch is scored (here, or on the workers it is
+shipped to) and written before the next is read, so memory holds a batch and the first rows go
+out while the input still comes. Its rows' location is `<stdin>:LINE`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -53,13 +63,37 @@ log = logging.getLogger(__name__)
 
 OUTPUT_KINDS = (".csv", ".jsonl", ".parquet")
 STDOUT = "-"  # --out: the predictions on stdout
-STDOUT_KINDS = ("csv", "jsonl")  # what --out - writes (out_format; csv without it)
+STDOUT_KINDS = ("csv", "jsonl")  # what a stream (--out -) takes (out_format; csv without it)
+# --out names of the process's own streams, whatever they are connected to (a file, a pipe, a terminal)
+_STANDARD_STREAMS = {STDOUT: "stdout", "/dev/stdout": "stdout", "/dev/fd/1": "stdout"} | {
+    "/dev/stderr": "stderr",
+    "/dev/fd/2": "stderr",
+}
 PARTS_MANIFEST = "manifest.json"  # in a --parts output directory, written last
 PARTS_FORMAT = "streamfit-predictions"
 RAW_BATCH_ROWS = 8192  # records per piece of raw input (one task, one part)
 
 # predict reads no labels, so unlabeled rows are fine (a LIBSVM line's label list may be empty)
 _UNLABELED = {"label_field": None, "labels_field": None, "y_dataset": None, "class_folders": False, "multilabel": True}
+
+
+def stream_name(out: str) -> str | None:
+    """The stream that --out `out` names, None for a file or directory (written atomically):
+    "stdout" for - and /dev/stdout, "stderr" for /dev/stderr (the process's own, which a rename
+    cannot replace, and whose reopening by name would truncate a file they were redirected to);
+    the path of an existing FIFO or character device, which a rename would replace rather than
+    write into (a named pipe, /dev/fd/N of a shell's `>(…)`, /dev/null)."""
+    from streamfit import storage
+
+    if out in _STANDARD_STREAMS:
+        return _STANDARD_STREAMS[out]
+    if storage.is_url(out):
+        return None
+    try:
+        mode = os.stat(out).st_mode
+    except OSError:
+        return None
+    return out if stat.S_ISFIFO(mode) or stat.S_ISCHR(mode) else None
 
 
 def _is_store(path: str) -> bool:
@@ -300,25 +334,29 @@ def predict_to_file(
     `threshold` (default: the model's decision_threshold; streamfit.model.decide): `.csv`
     column "predicted" after the location (and id), names joined by "|"; `.jsonl` key
     "predicted", a list. `parts`: `out` is a directory of parts and a manifest (see the module
-    docstring). `out` "-" (STDOUT): the rows on stdout as they are scored, `out_format` "csv"
-    (the default) or "jsonl". An input of zero records writes the output of no rows and warns (module docstring).
+    docstring). `out` a stream (`stream_name`: "-" for stdout, a FIFO, …): the rows written there
+    as they are scored, `out_format` "csv" (the default) or "jsonl". `source` "-": standard input
+    (`fmt` required; see the module docstring). An input of zero records writes the output of no rows and warns (module docstring).
     `engine`: where the pieces are scored (default: in this process). `model_dir`:
     where the model was loaded from, which `out` must not overlap (nor may it overlap `source`)."""
     from streamfit import storage
     from streamfit.engine import Engine
+    from streamfit.ingest import stdin
     from streamfit.ingest.sources import check_options
 
     check_scoring_options(model, threshold=threshold, top_k=top_k)
-    kind = _output_kind(out, out_format, parts)
-    target = None if out == STDOUT else _file_target(out, parts, source, model_dir)
-    shown = "stdout" if target is None else out
+    stream = stream_name(out)
+    kind = _output_kind(out, out_format, parts, stream)
+    target = None if stream is not None else _file_target(out, parts, source, model_dir)
+    shown = stream or out
+    named = stdin.NAME if source == stdin.STDIN else source  # the input, as messages and a manifest name it
     if top_k > len(model.classes_) and not model.regression:
         log.warning(
             "--top-k %d: the model has %d classes; writing %d per row", top_k, len(model.classes_), len(model.classes_)
         )
         top_k = len(model.classes_)
     engine = engine or Engine(mode="inprocess")
-    is_store = _is_store(source)
+    is_store = source != stdin.STDIN and _is_store(source)  # - is standard input, even beside a folder called -
     options = options or {}
     # the one rule for id_field: predict's own option (an id column of the output), not a format
     # option to check; a store's rows carry no ids (it is ignored there), and raw input of a format
@@ -359,9 +397,9 @@ def predict_to_file(
 
             pieces = tqdm(pieces, unit="chunk" if is_store else "batch", desc="predict")
         if attempt is not None:
-            n = _write_parts(attempt, layout, pieces, source)
-        elif target is None:
-            n = _write_stdout(layout, pieces)
+            n = _write_parts(attempt, layout, pieces, named)
+        elif stream is not None:
+            n = _write_stream(stream, layout, pieces)
         else:
             n = _write_file(target, layout, pieces)
     finally:
@@ -375,7 +413,7 @@ def predict_to_file(
         held = {".csv": "its header line alone", ".jsonl": "no lines", ".parquet": "its columns and no rows"}
         log.warning(
             "%s: no records to score (the input is empty, or holds a header row alone); %s holds %s%s",
-            source,
+            named,
             shown,
             held[kind],
             f" (one part, {part_name(0, kind)}, and {PARTS_MANIFEST})" if parts else "",
@@ -383,31 +421,34 @@ def predict_to_file(
     return n
 
 
-def _output_kind(out: str, out_format: str | None, parts: bool) -> str:
+def _output_kind(out: str, out_format: str | None, parts: bool, stream: str | None) -> str:
     """The output's kind (an OUTPUT_KINDS suffix): a file's from its name (`out_format`, if given,
-    must agree), stdout's (`out` "-") `out_format`, CSV without it; stdout takes no Parquet (a
-    binary file its readers open at its end) and no parts (files in a directory)."""
-    if out != STDOUT:
-        kind = os.path.splitext(out.rstrip("/"))[1].lower()
-        if kind not in OUTPUT_KINDS:
-            raise StreamfitError(f"{out}: the output must end in .csv, .jsonl or .parquet, or be - (stdout)")
-        if out_format is not None and kind != f".{out_format}":
-            raise StreamfitError(
-                f"--out {out} ends in {kind} and --out-format is {out_format}: a file's format is its suffix (drop "
-                f"--out-format, or name the file .{out_format})"
-            )
+    must agree); a stream's (`stream`, see stream_name) `out_format`, else a FIFO's suffix (.csv
+    or .jsonl), else CSV; a stream takes no Parquet (a binary file its readers open at its end)
+    and no parts (files in a directory)."""
+    kind = os.path.splitext(out.rstrip("/"))[1].lower()
+    if stream is None and kind not in OUTPUT_KINDS:
+        raise StreamfitError(
+            f"{out}: the output must end in .csv, .jsonl or .parquet, or be - (stdout), /dev/stderr or a FIFO"
+        )
+    if out_format is not None and kind in OUTPUT_KINDS and kind != f".{out_format}":
+        raise StreamfitError(
+            f"--out {out} ends in {kind} and --out-format is {out_format}: a file's format is its suffix (drop "
+            f"--out-format, or name the file .{out_format})"
+        )
+    if stream is None:
         return kind
     if parts:
         raise StreamfitError(
-            "--out - --parts: parts are files of a directory, stdout one stream; write the parts to a directory "
-            "(--out preds.csv --parts), or drop --parts"
+            f"--out {out} --parts: parts are files of a directory, {stream} one stream; write the parts to a "
+            "directory (--out preds.csv --parts), or drop --parts"
         )
-    if out_format is not None and out_format not in STDOUT_KINDS:
+    if (out_format or kind.lstrip(".")) == "parquet":
         raise StreamfitError(
-            f"--out - --out-format {out_format}: stdout takes csv or jsonl; write Parquet to a file (--out "
+            f"--out {out} --out-format parquet: {stream} takes csv or jsonl; write Parquet to a file (--out "
             "preds.parquet)"
         )
-    return f".{out_format or STDOUT_KINDS[0]}"
+    return f".{out_format}" if out_format else kind if kind in OUTPUT_KINDS else f".{STDOUT_KINDS[0]}"
 
 
 def _file_target(out: str, parts: bool, source: str, model_dir: str | None):
@@ -642,26 +683,38 @@ def _write_file(target, layout: _Layout, pieces: Iterator[_Piece]) -> int:
     return n
 
 
-def _write_stdout(layout: _Layout, pieces: Iterator[_Piece]) -> int:
-    """Write the pieces to stdout (CSV or JSONL), each flushed as it comes (a CSV's header line with
-    the first); returns the rows written. A reader gone (BrokenPipeError) passes on to the CLI,
-    which ends without a line; another failed write is stdout's OutputError."""
-    if sys.stdout is None:  # started with stdout closed (>&-)
-        raise OutputError("--out -: this process has no stdout (closed); give it one, or write a file with --out")
-    sys.stdout.flush()  # text written before stays before the rows
-    stream = sys.stdout.buffer
-    head = _csv_line(list(layout.columns)) if layout.kind == ".csv" else ""
-    n = 0
-    for piece in pieces:
-        try:
-            stream.write((head + piece.data).encode())
-            stream.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise stdout_error(e) from e
-        head = ""
-        n += piece.rows
+def _write_stream(name: str, layout: _Layout, pieces: Iterator[_Piece]) -> int:
+    """Write the pieces to stream `name` (stream_name's: stdout, stderr, or a FIFO's or device's
+    path, opened here) as CSV or JSONL, each flushed as it comes (a CSV's header line with the
+    first); returns the rows written. A reader gone (BrokenPipeError) passes on to the CLI, which
+    ends without a line; another failed write is the stream's OutputError."""
+    own = {"stdout": sys.stdout, "stderr": sys.stderr}
+    with contextlib.ExitStack() as opened:
+        if name in own:
+            text = own[name]
+            if text is None:  # started with the stream closed (>&-)
+                raise OutputError(
+                    f"--out: this process has no {name} (closed); give it one, or write a file with --out"
+                )
+            text.flush()  # text written before stays before the rows
+            stream = text.buffer
+        else:
+            try:
+                stream = opened.enter_context(open(name, "wb"))  # noqa: SIM115 (closed with the ExitStack)
+            except OSError as e:
+                raise output_error(name, e) from e
+        head = _csv_line(list(layout.columns)) if layout.kind == ".csv" else ""
+        n = 0
+        for piece in pieces:
+            try:
+                stream.write((head + piece.data).encode())
+                stream.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                raise stdout_error(e, name) from e
+            head = ""
+            n += piece.rows
     return n
 
 

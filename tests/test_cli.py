@@ -394,6 +394,17 @@ def test_quiet_after_the_subcommand(stores, tmp_path, caplog):
     assert "training bcd on" not in caplog.text
 
 
+def test_evaluate_of_standard_input_says_to_ingest_it_first():
+    """evaluate reads a store, not raw data: `evaluate RUN -` is one line with the ingest to run
+    first (it was `-: no store here`-like, naming no way to get there from a pipe)."""
+    result = run("evaluate", "run/", "-", ok=False)  # refused before the model is read
+    assert result.exit_code == 2 and result.output == (
+        "error: evaluate reads a store (rows with their labels), and - is standard input: ingest it like the "
+        "training store first (... | streamfit ingest - --format jsonl --like TRAIN_STORE --out test.zarr), then "
+        "evaluate that store\n"
+    )
+
+
 def test_evaluate_names_what_differs(stores, tmp_path):
     run("train", stores / "train.zarr", *QUICK_BCD, "--out", tmp_path / "r")
     (tmp_path / "ab.svm").write_text("a 1:1\nb 64:1\n")

@@ -23,6 +23,28 @@ def test_a_pipeline_sets_the_minimum_token_length(tmp_path):
     assert load_pipeline(str(pipeline)).ingest.out == str(tmp_path / "s.zarr")
 
 
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("ingest: {inputs: [-], out: s.zarr}", "ingest.inputs"),
+        ("ingest: {inputs: [a.jsonl], out: s.zarr}\ningest_test: {inputs: [-], out: t.zarr}", "ingest_test.inputs"),
+        ("train: {solver: bcd, out: run, store: s.zarr}\npredict: {source: '-'}", "predict.source"),
+        ("train: {solver: bcd, out: run, store: s.zarr}\npredict: {source: a.jsonl, out: '-'}", "predict.out"),
+    ],
+)
+def test_a_pipeline_path_of_a_dash_is_refused_rather_than_read_as_a_file_called_dash(tmp_path, text, key):
+    """`-` in a pipeline file was the file `-` beside the pipeline (not found, or read); the
+    commands' standard input and output are theirs alone: one line naming the key."""
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(text + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_pipeline(str(pipeline))
+    assert str(e.value) == (
+        f"{pipeline}: key '{key}': - (standard input or output) is for the commands (streamfit ingest/predict -); a "
+        "pipeline reads and writes files: name the file"
+    )
+
+
 def test_none_where_a_parameter_takes_none_and_a_hint_where_it_does_not():
     assert make_params("stagewise", {"pca_components": None}).pca_components is None
     with pytest.raises(ConfigError, match=r"max_iter: .* \(None is not allowed here\)"):

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -967,3 +968,132 @@ def test_subset_for_input_that_is_not_a_folder_corpus_is_refused_as_ingest_refus
     assert stored.output.strip().splitlines() == [
         f"error: {runs / 'csv.zarr'}: is a store, read as ingested; format option subset is for raw input: drop it"
     ]
+
+
+def _piped(*args, data: bytes | None, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m streamfit ARGS` with `data` on its stdin (a real pipe), stdout and stderr kept."""
+    proc = _streamfit(*args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+    out, err = proc.communicate(data, timeout=600)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_stdin_is_scored_as_the_same_bytes_in_a_file(runs, tmp_path):
+    """SOURCE - with --format: JSONL (also gzip-compressed, recognised by its first bytes, and
+    scored on a 1-worker embedded cluster), CSV and TSV with a header, LIBSVM; each output the
+    bytes the file's output holds, with <stdin> in place of the file's name in the location
+    column; every record in is a row out."""
+    import gzip
+
+    jsonl = _many_docs(tmp_path / "new.jsonl", 9000)  # two batches
+    (tmp_path / "new.csv").write_text("words\n" + "".join(f"{t} café\n" for t, _ in DOCS * 3), encoding="latin-1")
+    (tmp_path / "new.tsv").write_text("id\twords\n" + "".join(f"{i}\t{t}\n" for i, (t, _) in enumerate(DOCS)))
+    shutil.copy(Path(__file__).parent / "data" / "dna400.libsvm", tmp_path / "new.svm")
+    svm_model = _train(tmp_path, "svm", tmp_path / "new.svm", "--no-hash")
+    cases = [
+        (runs / "jsonl", jsonl, "jsonl", jsonl.read_bytes(), ["--id-field", "doc"]),
+        (runs / "jsonl", jsonl, "jsonl", gzip.compress(jsonl.read_bytes()), ["--n-workers", "1"]),
+        (runs / "csv", tmp_path / "new.csv", "csv", (tmp_path / "new.csv").read_bytes(), ["--out-format", "jsonl"]),
+        (runs / "csv", tmp_path / "new.tsv", "tsv", (tmp_path / "new.tsv").read_bytes(), []),
+        (svm_model, tmp_path / "new.svm", "libsvm", (tmp_path / "new.svm").read_bytes(), ["--top-k", "2"]),
+    ]
+    for model, raw, fmt, data, args in cases:
+        kind = "jsonl" if "jsonl" in args else "csv"
+        run("predict", model, raw, "--format", fmt, "-o", tmp_path / f"file.{kind}", *args)
+        expected = (tmp_path / f"file.{kind}").read_bytes().replace(str(raw).encode(), b"<stdin>")
+        done = _piped("predict", model, "-", "--format", fmt, "--out", "-", *args, data=data)
+        assert done.returncode == 0, done.stderr
+        lines = raw.read_text(encoding="latin-1").splitlines()[fmt in ("csv", "tsv") :]  # less a header line
+        records = len([line for line in lines if not line.startswith("#")])  # less LIBSVM's comments
+        assert done.stdout == expected and done.stdout.count(b"<stdin>:") == records, (fmt, args)
+        assert done.stderr.decode().endswith(f"{records} rows written to stdout\n")
+
+
+def test_stdin_rows_come_out_before_the_input_ends(runs, tmp_path):
+    """A batch of standard input (8192 records) is scored and written while the pipe is still
+    open: its first row is read from predict's stdout before stdin is closed; then the rest, and
+    as many rows out as records in."""
+    import select
+
+    records = _many_docs(tmp_path / "new.jsonl", 8192 + 5).read_bytes().splitlines(keepends=True)
+    proc = _streamfit(
+        "predict", runs / "jsonl", "-", "--format", "jsonl", "--out", "-",
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdin.write(b"".join(records[:8192]))
+    proc.stdin.flush()
+    ready, _, _ = select.select([proc.stdout], [], [], 300)
+    assert ready, "no row in 300 s while the input was open"
+    assert proc.stdout.readline() == b"location,label_1,score_1\r\n"
+    assert proc.stdout.readline().startswith(b"<stdin>:1,")
+    assert proc.poll() is None  # still reading
+    proc.stdin.write(b"".join(records[8192:]))
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=300) == 0
+    assert rest.count(b"\r\n") == 8192 + 5 - 1  # the first row was read above
+    assert rest.splitlines()[-1].startswith(b"<stdin>:8197,")
+
+
+def test_stdin_errors_and_an_empty_stdin_are_as_a_files(runs, tmp_path):
+    """A bad record is <stdin>:LINE (exit 2); an empty stdin writes the CSV header alone with the
+    empty input's warning (exit 0); no --format, a format a pipe cannot carry, stdin closed (<&-):
+    one line each."""
+    model = runs / "jsonl"
+    data = b"words\n" + b"a cat\n" * 3000 + b"x\xff\n"  # line 3002 is not UTF-8
+    done = _piped(
+        "predict", runs / "csv", "-", "--format", "csv", "--option", "encoding=utf-8", "--out", "-", data=data
+    )
+    # read once, not again to find the line: the last line read before the bad text (a file's error names 3002)
+    found = re.match(r"error: <stdin>: the text after line (\d+) is not valid utf-8 \(", done.stderr.decode())
+    assert done.returncode == 2 and found and 0 < int(found[1]) < 3002, done.stderr
+    done = _piped("predict", model, "-", "--format", "jsonl", "--out", "-", data=b'{"body": "a cat"}\n{"body": \n')
+    assert done.returncode == 2 and done.stderr.decode().startswith("error: <stdin>:2: invalid JSON")
+    done = _piped("predict", model, "-", "--format", "jsonl", "--out", tmp_path / "p.csv", data=b"")
+    assert done.returncode == 0 and (tmp_path / "p.csv").read_bytes() == b"location,label_1,score_1\r\n"
+    assert "<stdin>: no records to score (the input is empty" in done.stderr.decode()
+    for args, line in (
+        ([], "error: <stdin>: standard input has no file name to tell its format by (pass --format, one of: jsonl"),
+        (["--format", "parquet"], "error: <stdin>: parquet input cannot be read from a pipe (its index is at the end"),
+    ):
+        done = _piped("predict", model, "-", "--out", "-", *args, data=b'{"body": "a cat"}\n')
+        err = done.stderr.decode()
+        assert done.returncode == 2 and err.startswith(line) and err.count("\n") == 1 and done.stdout == b"", err
+    proc = _streamfit(
+        "predict", model, "-", "--format", "jsonl", "--out", "-",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0),
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 2 and out == b""
+    assert (
+        err.decode()
+        == "error: <stdin>: this process has no standard input (closed) (pipe the data in, or name a file)\n"
+    )
+
+
+def test_out_to_dev_stdout_stderr_or_a_fifo_is_written_as_a_stream(runs, tmp_path):
+    """--out /dev/stdout is --out - (stdout redirected to a file too: a rename would replace the
+    file, a reopening truncate it), /dev/stderr stderr, an existing FIFO the pipe it is (was:
+    `the output must end in .csv, .jsonl or .parquet`); the bytes of the file output, the count on stderr."""
+    raw = _many_docs(tmp_path / "new.jsonl", 10)
+    model = runs / "jsonl"
+    run("predict", model, raw, "-o", tmp_path / "file.csv")
+    expected = (tmp_path / "file.csv").read_bytes()
+    with open(tmp_path / "redirected.csv", "wb") as redirected:
+        proc = _streamfit("predict", model, raw, "--out", "/dev/stdout", stdout=redirected, stderr=subprocess.PIPE)
+        err = proc.communicate(timeout=600)[1].decode()
+    assert proc.returncode == 0 and (tmp_path / "redirected.csv").read_bytes() == expected
+    assert err == "10 rows written to stdout\n"
+    proc = _streamfit(
+        "predict", model, raw, "--out", "/dev/stderr", "-q", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0 and out == b"" and err == expected + b"10 rows written to stderr\n"
+    fifo = tmp_path / "rows.jsonl"
+    os.mkfifo(fifo)
+    proc = _streamfit("predict", model, raw, "--out", fifo, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(fifo, "rb") as f:  # the FIFO's reader: predict's open of it waits for this one
+        rows = f.read()
+    err = proc.communicate(timeout=600)[1].decode()
+    run("predict", model, raw, "-o", tmp_path / "file.jsonl")
+    assert proc.returncode == 0 and rows == (tmp_path / "file.jsonl").read_bytes()  # a FIFO's suffix: its format
+    assert err == f"10 rows written to {fifo}\n"

@@ -18,6 +18,8 @@ behind a URL, expanded to the list of files that ingest reads, in sorted path or
   (data.zip holding data.csv, data.tgz holding data/data.csv, and perhaps a README; see
   sources/archive.py), is that file, named `data.zip:data.csv`; other archives are folder
   corpora, as before.
+- `-` is standard input, named `<stdin>` from here on (streamfit/ingest/stdin.py); its format must be
+  given (`--format`), one read from a stream. A file called `-` is `./-`; one called `<stdin>` is read as `./<stdin>`.
 - Anything else is one input, as given.
 
 The order is the sorted paths' (within each name given; the names in the order given), so the
@@ -32,6 +34,7 @@ from typing import Any
 
 from streamfit import storage
 from streamfit.errors import InputError
+from streamfit.ingest import stdin
 from streamfit.ingest.sources.archive import data_member
 from streamfit.ingest.sources.folder import hand_over_listing
 
@@ -114,7 +117,14 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
     files: list[str] = []
     looked_up: dict[str, dict[str, Any]] = {}  # objects behind URLs as their listing gave them
     for text in inputs:
-        if any(c in text for c in GLOB_CHARACTERS) and not os.path.exists(text):
+        if text == stdin.STDIN:
+            if stdin.NAME in files:
+                raise InputError(stdin.NAME, "named twice (-)", "standard input is read once: name it once")
+            stdin.check_format(format)
+            files.append(stdin.NAME)
+        elif text == stdin.NAME:  # a file of that name, not standard input
+            files.append(os.path.join(".", text))
+        elif any(c in text for c in GLOB_CHARACTERS) and not os.path.exists(text):
             files += _glob(text)
         elif format == "folder":
             files.append(text)
@@ -134,4 +144,4 @@ def expand_inputs(inputs: list[str], format: str | None = None) -> list[str]:
             files += _local_directory_files(text) or [text]
         else:
             files.append(text)
-    return [data_member(path, format, looked_up.get(path)) for path in files]
+    return [path if stdin.is_stdin(path) else data_member(path, format, looked_up.get(path)) for path in files]

@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from streamfit import shutdown, storage
 from streamfit.engine import WORKER_TIMEOUT
 from streamfit.errors import NO_RECORDS, ConfigError, InputError, StoreError, StreamfitError
-from streamfit.ingest import text_checks
+from streamfit.ingest import stdin, text_checks
 from streamfit.ingest.featurize import Featurizer, idf_weights
 from streamfit.ingest.hashing import HashingConfig
 from streamfit.ingest.labels import LabelVocabulary
@@ -181,6 +181,14 @@ class IngestOptions:
         "the inputs and write the store's chunks by their paths or URLs (URLs or a shared disk)",
         metavar="ADDRESS",
     )
+    tmp_dir: str | None = option(
+        None,
+        "Where the copy of standard input (the input -) is kept while the store is written: ingest reads its "
+        "inputs more than once; removed when the ingest ends",
+        metavar="DIR",
+        default_text="TMPDIR, else /tmp",
+        in_config=False,
+    )
     worker_timeout: float = option(
         WORKER_TIMEOUT,
         f"With --n-workers or --scheduler: seconds without any Dask worker before the ingest fails (default "
@@ -208,9 +216,12 @@ class IngestReport:
     empty: int = 0  # written rows without features
     stores: dict = field(default_factory=dict)  # path -> rows
     csc_blocks: int = 0  # feature blocks of out's CSC copy (csc_block_features)
+    spooled: int | None = None  # bytes of standard input copied to a temporary file (the input -)
 
     def summary(self) -> str:
         parts = [f"records read {self.read}, written {self.written}, skipped {self.skipped}"]
+        if self.spooled is not None:
+            parts.append(f"standard input: {self.spooled} bytes spooled to a temporary file, removed")
         if self.empty:
             parts.append(f"{self.empty} rows have no features")
         parts += [f"{path}: {rows} rows" for path, rows in self.stores.items()]
@@ -234,6 +245,7 @@ NOT_CONTENT_SETTINGS = frozenset(
         "n_workers",
         "scheduler",
         "worker_timeout",
+        "tmp_dir",
         "batch_size",
         "max_input_bytes",
         "csc_block_features",
@@ -807,7 +819,7 @@ def _check_paths(o: IngestOptions) -> None:
             f"--test-out {o.test_out} and --out {o.out} overlap (the same path, or one inside the other); "
             "write the two stores to separate paths"
         )
-    reads = [("input", p) for p in o.inputs] + ([("--like store", o.like)] if o.like else [])
+    reads = [("input", p) for p in o.inputs if not stdin.is_stdin(p)] + ([("--like store", o.like)] if o.like else [])
     if o.quarantine:
         for what, path in outputs + reads:
             if overlaps(o.quarantine, path):
@@ -839,7 +851,7 @@ def _half_published_test(o: IngestOptions) -> bool:
         split.get("part") == "test"
         and split.get("test_size") == o.test_size
         and split.get("seed") == o.seed
-        and m.source.get("paths") == [storage.public(p) for p in o.inputs]
+        and m.source.get("paths") == [_recorded(p) for p in o.inputs]
     )
 
 
@@ -867,17 +879,38 @@ def ingest(o: IngestOptions) -> IngestReport:
     from streamfit.ingest.sources.folder import forget_listings
 
     try:
-        return _ingest(o)
+        with contextlib.ExitStack() as spool:  # the copy of standard input, if it is read: removed at the end
+            return _ingest(o, spool)
     finally:
         forget_listings()  # a URL folder's listing handed over by the input expansion serves this ingest only
 
 
-def _ingest(o: IngestOptions) -> IngestReport:
+def _check_stdin(o: IngestOptions) -> None:
+    """Standard input (the input -) is copied to a file only this process sees: refused with the
+    Dask cluster's options, whose workers read the inputs themselves."""
+    if o.n_workers or o.scheduler:
+        raise ConfigError(
+            f"{stdin.NAME}: standard input is read by this process alone (copied to a temporary file here), and "
+            f"{'--scheduler' if o.scheduler else '--n-workers'} has Dask workers read the inputs; ingest it "
+            "without them, or save it to a file the workers read"
+        )
+
+
+def _recorded(path: str) -> str:
+    """An input as the manifest records it: its absolute path or URL (storage.public), standard
+    input as <stdin>."""
+    return path if stdin.is_stdin(path) else storage.public(path)
+
+
+def _ingest(o: IngestOptions, spool: contextlib.ExitStack) -> IngestReport:
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.sources import BadRecordPolicy
 
     settings = content_settings(o)  # as given, before the defaults and the --like store fill them in
     o = replace(o, inputs=expand_inputs(o.inputs, o.format))
+    reads_stdin = stdin.NAME in o.inputs
+    if reads_stdin:
+        _check_stdin(o)
     if o.scheduler:  # the workers of a joined cluster have working directories of their own
         o = replace(o, inputs=[storage.absolute(path) for path in o.inputs])
     _check_options(o)
@@ -898,6 +931,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
     quarantine = o.quarantine or (out + ".quarantine.jsonl" if o.on_bad_record == "quarantine" else None)
     for later in [out] + ([o.test_out] if o.test_out else []) + ([quarantine] if quarantine else []):
         storage.check_creatable(later)  # written after the input is read: refused before it is
+    spooled = spool.enter_context(stdin.spooled(o.tmp_dir)) if reads_stdin else None  # read from here on
     policy = BadRecordPolicy(o.on_bad_record, quarantine)
     like: Store | None = open_store(o.like) if o.like else None
     # the --like store decides the transform; otherwise an unset idf / l2_normalize is on for text
@@ -986,7 +1020,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
             raise InputError(", ".join(o.inputs), NO_RECORDS, "give it data to ingest")
         n_features = featurizer.n_features  # None: the largest index seen + 1 (--no-hash)
         source_info = {
-            "paths": [storage.public(p) for p in o.inputs],
+            "paths": [_recorded(p) for p in o.inputs],
             "format": o.format,
             # as given: the header once (below), the width found, not given
             "options": {k: v for k, v in source_options.items() if k not in ("arff_header", "x_columns")},
@@ -1001,7 +1035,7 @@ def _ingest(o: IngestOptions) -> IngestReport:
             "hashing": featurizer.hashing.to_dict() if featurizer.hashing is not None else None,
             "source": source_info,
         }
-        report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty)
+        report = IngestReport(read=p1.read, skipped=policy.n_skipped, empty=p1.empty, spooled=spooled)
         if not two_pass:
             assert p1.writer is not None
             transform: dict[str, Any] = {

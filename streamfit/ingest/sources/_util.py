@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from streamfit.errors import InputError
+from streamfit.ingest import stdin
 from streamfit.ingest.limits import DEFAULT_INPUT_BYTES, ReadLimits
 from streamfit.ingest.sources.batches import TextBatch
 from streamfit.options import format_bytes
@@ -56,6 +57,8 @@ def require_path(path: str, directory_ok: bool = False) -> dict[str, Any] | None
     sources.archive) checks its archive (and returns the archive's look-up)."""
     from streamfit.ingest.sources.archive import split_member  # it imports this module
 
+    if stdin.is_stdin(path):  # there while the process runs (closed: its open says so)
+        return None
     member = split_member(path)
     if member is not None:  # the archive must be there; its member is looked for when it is opened
         return require_path(member[0])
@@ -195,7 +198,8 @@ def open_binary(
     distributed ingest); the bytes before start are decompressed, not counted in max_bytes.
     info: a file behind a URL as `require_path` looked it up (None: fsspec looks it up again,
     a HEAD on S3). A member path (data.zip:data.csv, data.tgz:data.csv, see sources.archive)
-    reads the archive's member, then decompresses it by its own name's extension."""
+    reads the archive's member, then decompresses it by its own name's extension. Standard
+    input (streamfit.ingest.stdin.NAME) is decompressed by its first bytes."""
     try:
         compression = COMPRESSIONS.get(extension or os.path.splitext(path)[1].lower())
         kind: str | None = None
@@ -203,7 +207,10 @@ def open_binary(
         from streamfit.ingest.sources.archive import open_member, split_member  # it imports this module
 
         raw: Any
-        if split_member(path) is not None:  # an archive member: its bytes as the archive stores them
+        if stdin.is_stdin(path):
+            raw, by_magic = stdin.open_bytes()
+            compression = COMPRESSIONS.get(by_magic or "")
+        elif split_member(path) is not None:  # an archive member: its bytes as the archive stores them
             raw = open_member(path, info, max_bytes)
         else:
             # URLs: fsspec's file object

@@ -39,7 +39,7 @@ import re
 import numpy as np
 
 from streamfit.errors import InputError
-from streamfit.ingest import text_checks
+from streamfit.ingest import stdin, text_checks
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
@@ -294,6 +294,9 @@ class CsvSource:
         decoder = codecs.getincrementaldecoder(encoding)()
         hint = "pass --encoding with the file's encoding, e.g. --encoding latin-1 (or cp1252, utf-16)"
         breaks = 0  # line breaks before the piece being decoded: \r\n, \r or \n, as the csv reader counts them
+        after = InputError(self.path, f"the text after line {self._line_no} is not valid {self.encoding}", hint)
+        if stdin.is_stdin(self.path) and not stdin.rereadable():  # read once: not read again to find the line
+            return after
         with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
             for piece in [*iter(lambda: f.readline(1 << 20), b""), None]:  # None: the end (a sequence cut short)
                 try:
@@ -305,7 +308,7 @@ class CsvSource:
                         f"{self.path}:{line}", f"the bytes {bad!r} are not valid {self.encoding} text", hint
                     )
                 breaks += len(_LINE_BREAK.findall(piece or b""))
-        return InputError(self.path, f"the text after line {self._line_no} is not valid {self.encoding}", hint)
+        return after
 
     def _lines(self, f: io.TextIOWrapper):
         """The lines of f, counted in `_line_no` and kept in `_record_lines`; one longer than

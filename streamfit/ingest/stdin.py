@@ -1,0 +1,217 @@
+"""Standard input as an input: `-` as predict's SOURCE or among ingest's INPUTS, for pipes such as
+`zcat day.jsonl.gz | streamfit predict run/ - --format jsonl --out -`.
+
+- Name. The input named `-` (STDIN) becomes `<stdin>` (NAME) when the inputs are expanded
+  (streamfit.ingest.inputs): the readers name its records `<stdin>:LINE` as they name a file's
+  FILE:LINE, and ingest's manifest records `<stdin>` among its source paths. A file called `-`
+  is `./-`; a file called `<stdin>` is `./<stdin>`.
+- Format. There is no file name to infer it from, and the first lines cannot be sniffed without
+  consuming them: `--format` must say it, one of FORMATS, the formats read line by line from the
+  start to the end once (JSONL, CSV/TSV with or without a header, LIBSVM). Parquet (whose index
+  is at the end of the file), HDF5, NumPy, ARFF and folders are refused in one line.
+- Compression. By the stream's first bytes (gzip, bzip2, xz: `_MAGIC`), since there is no
+  suffix; a file's compression stays its suffix's.
+- Read once or spooled. `predict` reads the stream once, batch by batch (`open_bytes` hands it
+  out once; a second open is refused): rows are scored and written while the input still
+  comes. `ingest` reads its inputs more than once (the text defaults and the ARFF or array
+  headers look at them first, a split or IDF takes a second pass over the stage), so it copies
+  the stream once to a temporary file (`spooled`: in --tmp-dir, else TMPDIR, else /tmp), which
+  every open of NAME then reads; the file is removed when the ingest ends, however it ends
+  (success, an error, Ctrl-C, SIGTERM).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import logging
+import os
+import re
+import select
+import sys
+import tempfile
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from streamfit.errors import InputError, OutputError, os_error_hint
+
+log = logging.getLogger(__name__)
+
+STDIN = "-"  # the input name that means standard input
+NAME = "<stdin>"  # how it is named once expanded: in records' locations, errors and the manifest
+FORMATS = ("jsonl", "csv", "tsv", "libsvm")  # read from the start to the end once, line by line
+
+# a compressed stream's first bytes -> the suffix whose decompressor reads it (sources._util.COMPRESSIONS)
+_MAGIC = [
+    (re.compile(rb"\x1f\x8b\x08"), ".gz"),
+    (re.compile(rb"BZh[1-9]1AY&SY"), ".bz2"),
+    (re.compile(rb"\xfd7zXZ\x00"), ".xz"),
+]
+_HEAD_BYTES = 10  # enough for every magic above
+_SPOOL_PIECE = 1 << 20
+_STOP_POLL_S = 0.2  # while the pipe is quiet, how often the spool looks for a SIGTERM's stop request
+
+_spool: str | None = None  # the spooled copy of stdin while `spooled` holds it
+_taken: object = None  # the stdin stream handed out (read once; a test's next command has another)
+
+
+def is_stdin(path: str) -> bool:
+    """Whether an expanded input name is standard input."""
+    return path == NAME
+
+
+def check_format(fmt: str | None) -> None:
+    """InputError unless `fmt` (--format) is given and is a format read from a stream."""
+    if fmt is None:
+        raise InputError(
+            NAME,
+            "standard input has no file name to tell its format by",
+            f"pass --format, one of: {', '.join(FORMATS)}",
+        )
+    if fmt not in FORMATS:
+        why = "its index is at the end of the file" if fmt == "parquet" else "it is not read from start to end once"
+        raise InputError(
+            NAME,
+            f"{fmt} input cannot be read from a pipe ({why})",
+            f"write it to a file and name the file; standard input takes {', '.join(FORMATS)}",
+        )
+
+
+def _process_stdin() -> BinaryIO:
+    """This process's standard input as bytes; InputError when it is closed or a terminal."""
+    stream = sys.stdin
+    if stream is None:  # started with stdin closed (<&-)
+        raise InputError(NAME, "this process has no standard input (closed)", "pipe the data in, or name a file")
+    if stream.isatty():
+        raise InputError(
+            NAME,
+            "standard input is a terminal, not data",
+            "pipe the data in (zcat day.jsonl.gz | streamfit ... - --format jsonl), or name a file",
+        )
+    return stream.buffer
+
+
+class _Rejoined(io.RawIOBase):
+    """A stream whose first bytes were read ahead (`head`, to see its compression), then the rest
+    of `stream`: each read at most one read of the stream (what a pipe holds now, not a full
+    buffer), so records are parsed as they arrive. Closing it closes `stream` if `owned` (the
+    spool's file), and leaves the process's stdin open."""
+
+    def __init__(self, head: bytes, stream, owned: bool):
+        self._head = head
+        self._stream = stream
+        self._owned = owned
+        self._read_once = getattr(stream, "readinto1", None) or stream.readinto
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        return self._read_once(buffer)
+
+    def close(self) -> None:
+        if self._owned:
+            self._stream.close()
+        super().close()
+
+
+def _read_head(stream) -> bytes:
+    """Up to _HEAD_BYTES first bytes of `stream` (fewer only at its end)."""
+    head = b""
+    while len(head) < _HEAD_BYTES and (more := stream.read(_HEAD_BYTES - len(head))):
+        head += more
+    return head
+
+
+def open_bytes() -> tuple[io.RawIOBase, str | None]:
+    """(the bytes of standard input as they came, the suffix of their compression, None for
+    none): the spooled copy while `spooled` holds one, else the process's stdin, handed out once."""
+    global _taken
+    if _spool is not None:
+        stream: Any = open(_spool, "rb", buffering=0)
+    else:
+        stream = _process_stdin()
+        if stream is _taken:
+            raise InputError(
+                NAME, "standard input was read once already and cannot be read again", "save it to a file first"
+            )
+        _taken = stream
+    head = _read_head(stream)
+    compression = next((suffix for magic, suffix in _MAGIC if magic.match(head)), None)
+    return _Rejoined(head, stream, owned=_spool is not None), compression
+
+
+def rereadable() -> bool:
+    """Whether NAME can be opened again (it is spooled)."""
+    return _spool is not None
+
+
+def _pieces(stream) -> Iterator[bytes]:
+    """The bytes of `stream` as they come; a SIGTERM's stop request (streamfit.shutdown) raises
+    Terminated within _STOP_POLL_S even while the pipe is quiet, so the spool's clean-up runs
+    before the watchdog's grace period ends the process."""
+    from streamfit import shutdown
+
+    stop = f"{NAME}: not ingested (its temporary copy was removed)"
+    try:
+        fd: int | None = stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):  # a stream without a descriptor (a test's)
+        fd = None
+    while True:
+        if fd is None:
+            piece = stream.read1(_SPOOL_PIECE)
+        else:
+            while not select.select([fd], [], [], _STOP_POLL_S)[0]:
+                shutdown.check(stop)
+            piece = os.read(fd, _SPOOL_PIECE)
+        if not piece:
+            return
+        yield piece
+        shutdown.check(stop)
+
+
+def _why(e: OSError) -> str:
+    """The cause of a failed write of the spool and the fix."""
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"{e.strerror}; free space there, or spool elsewhere with --tmp-dir DIR (or TMPDIR)"
+    return f"{e.strerror or e}; {os_error_hint(e)}"
+
+
+@contextlib.contextmanager
+def spooled(tmp_dir: str | None) -> Iterator[int]:
+    """Copy standard input to a temporary file in `tmp_dir` (None: TMPDIR, else /tmp) that every
+    open of NAME reads until the block ends; yields its size in bytes. The file is removed when
+    the block ends, however it ends; a full disk is one line naming the folder and the fix."""
+    global _spool
+    stdin = _process_stdin()
+    directory = tmp_dir or tempfile.gettempdir()
+    try:
+        fd, path = tempfile.mkstemp(prefix="streamfit-stdin-", suffix=".spool", dir=directory)
+    except OSError as e:
+        where = f"--tmp-dir {tmp_dir}" if tmp_dir else f"{directory} (TMPDIR)"
+        raise OutputError(f"{where}: cannot hold the copy of standard input: {_why(e)}") from None
+    size = 0
+    try:
+        with open(fd, "wb") as f:
+            try:
+                for piece in _pieces(stdin):
+                    f.write(piece)
+                    size += len(piece)
+                f.flush()
+            except OSError as e:
+                raise OutputError(
+                    f"{path}: cannot hold the copy of standard input after {size} bytes: {_why(e)}"
+                ) from None
+        log.info("%s: spooled to %s (%d bytes)", NAME, path, size)
+        _spool = path
+        yield size
+    finally:
+        _spool = None
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)

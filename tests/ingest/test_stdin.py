@@ -1,0 +1,222 @@
+"""Standard input as ingest's input `-`: spooled once to a temporary file, the store the same
+bytes in a file give (its manifest naming <stdin>), the spool removed however the ingest ends,
+and the refusals (no --format, a format a pipe cannot carry, a Dask cluster, stdin closed)."""
+
+import bz2
+import errno
+import gzip
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from streamfit.cli import main
+from streamfit.ingest import stdin
+
+DOCS = [
+    ("the quick brown fox jumps over the lazy dog", "animals"),
+    ("stock markets fell sharply as investors sold shares", "finance"),
+    ("the central bank raised interest rates again", "finance"),
+    ("a cat and a dog shared the sunny garden", "animals"),
+]
+
+
+def _records(n: int) -> bytes:
+    return "".join(
+        json.dumps({"text": DOCS[i % 4][0] + f" w{i}", "label": DOCS[i % 4][1]}) + "\n" for i in range(n)
+    ).encode()
+
+
+def _streamfit(*args, **kwargs):
+    """`python -m streamfit ARGS` in a process of its own (real pipes), this checkout first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    return [sys.executable, "-m", "streamfit", "-q", *map(str, args)], {"env": env, **kwargs}
+
+
+def _run(*args, data: bytes | None, **kwargs) -> subprocess.CompletedProcess:
+    command, options = _streamfit(*args, **kwargs)
+    return subprocess.run(command, input=data, capture_output=True, timeout=600, **options)
+
+
+def _files(store) -> dict[str, bytes]:
+    return {
+        os.path.relpath(os.path.join(root, n), store): open(os.path.join(root, n), "rb").read()
+        for root, _, names in os.walk(store)
+        for n in names
+    }
+
+
+def _manifest(store) -> dict:
+    with open(os.path.join(store, "manifest.json")) as f:
+        m = json.load(f)
+    m.pop("manifest_sha256")
+    return m
+
+
+@pytest.mark.parametrize("compress", [None, gzip.compress, bz2.compress])
+def test_a_piped_ingest_writes_the_stores_the_same_bytes_in_a_file_give(tmp_path, compress):
+    """`… | ingest - --format jsonl` with a split and IDF (three reads of the input): every chunk
+    and the IDF the same bytes as the file's stores (ingested with the same --format), the
+    manifests the same but for the source's name (<stdin>); a gzip or bzip2 stream is recognised by its first bytes. The summary line
+    reports the spool's size, and --tmp-dir holds nothing after."""
+    data = _records(300)
+    (tmp_path / "in.jsonl").write_bytes(data)
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    split = ["--format", "jsonl", "--test-size", "0.25", "--n-features", "256", "--chunk-rows", "64"]
+    done = _run(
+        "ingest",
+        tmp_path / "in.jsonl",
+        "--out",
+        tmp_path / "f.zarr",
+        "--test-out",
+        tmp_path / "ft.zarr",
+        *split,
+        data=None,
+    )
+    assert done.returncode == 0, done.stderr
+    piped = compress(data) if compress else data
+    done = _run(
+        "ingest", "-", "--out", tmp_path / "s.zarr", "--test-out", tmp_path / "st.zarr",
+        "--tmp-dir", spool_dir, *split, data=piped,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"standard input: {len(piped)} bytes spooled to a temporary file, removed" in done.stdout.decode()
+    assert os.listdir(spool_dir) == []
+    for file_store, piped_store in (("f.zarr", "s.zarr"), ("ft.zarr", "st.zarr")):
+        f, s = _files(tmp_path / file_store), _files(tmp_path / piped_store)
+        assert sorted(f) == sorted(s) and any(name.startswith("chunks") for name in f)
+        assert {k: v for k, v in f.items() if not k.endswith(".json")} == {
+            k: v for k, v in s.items() if not k.endswith(".json")
+        }
+        mf, ms = _manifest(tmp_path / file_store), _manifest(tmp_path / piped_store)
+        assert mf["source"]["paths"] == [str(tmp_path / "in.jsonl")] and ms["source"]["paths"] == ["<stdin>"]
+        mf["source"]["paths"] = ms["source"]["paths"]
+        assert mf == ms
+
+
+def test_bad_records_on_stdin_are_named_stdin_line_under_each_policy(tmp_path):
+    """A bad line of standard input is <stdin>:LINE: the error's place, the skip warning's, and
+    the quarantine file's record; counts in = counts out."""
+    data = _records(6).splitlines(keepends=True)
+    data.insert(3, b'{"text": "cut short\n')
+    data = b"".join(data)
+    done = _run("ingest", "-", "--format", "jsonl", "--out", tmp_path / "e.zarr", data=data)
+    assert done.returncode == 2 and done.stderr.decode().startswith("error: <stdin>:4: invalid JSON")
+    assert not (tmp_path / "e.zarr").exists()
+    done = _run(
+        "ingest", "-", "--format", "jsonl", "--out", tmp_path / "q.zarr", "--on-bad-record", "quarantine", data=data
+    )
+    assert done.returncode == 0, done.stderr
+    assert "records read 7, written 6, skipped 1" in done.stdout.decode()
+    (line,) = (tmp_path / "q.zarr.quarantine.jsonl").read_text().splitlines()
+    assert json.loads(line)["location"] == "<stdin>:4"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_while_stdin_is_spooled_leaves_no_temporary_file_and_no_store(tmp_path, stop):
+    """Ctrl-C (130) or SIGTERM (143) while the pipe is still open: the spool is removed and no
+    store is written (SIGTERM is seen while the pipe is quiet, not at the grace period's end)."""
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    command, options = _streamfit(
+        "ingest", "-", "--format", "jsonl", "--out", tmp_path / "s.zarr", "--tmp-dir", spool_dir
+    )
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stderr=subprocess.PIPE, **options)
+    proc.stdin.write(_records(2000))
+    proc.stdin.flush()  # the pipe stays open: the spool waits for more
+    deadline = time.monotonic() + 120
+    while not os.listdir(spool_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert os.listdir(spool_dir), "the spool never appeared"
+    time.sleep(0.5)
+    proc.send_signal(stop)
+    err = proc.stderr.read().decode()
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == (130 if stop == signal.SIGINT else 143), err
+    assert os.listdir(spool_dir) == [] and not os.path.exists(tmp_path / "s.zarr")
+    assert err.strip().splitlines()[-1].startswith("stopped: ")
+
+
+def test_a_full_disk_while_spooling_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    """The disk of --tmp-dir fills up during the copy: one line naming the spool, how much was
+    copied and the fix (--tmp-dir or TMPDIR), exit 2, no spool and no store left."""
+    real_open = open
+
+    class Full(io.RawIOBase):
+        def __init__(self, fd):
+            self.f = real_open(fd, "wb")
+            self.written = 0
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            if self.written + len(b) > 1000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(b)
+            return self.f.write(b)
+
+        def close(self):
+            self.f.close()
+            super().close()
+
+    monkeypatch.setattr(
+        stdin, "open", lambda fd, mode, **kw: Full(fd) if mode == "wb" else real_open(fd, mode, **kw), raising=False
+    )
+    monkeypatch.setattr(stdin, "_SPOOL_PIECE", 512)
+    spool_dir = tmp_path / "spool"
+    spool_dir.mkdir()
+    result = CliRunner().invoke(
+        main,
+        ["ingest", "-", "--format", "jsonl", "--out", str(tmp_path / "s.zarr"), "--tmp-dir", str(spool_dir)],
+        input=_records(50),
+    )
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert (
+        line.startswith(f"error: {spool_dir}/streamfit-stdin-")
+        and (
+            "cannot hold the copy of standard input after 512 bytes: No space left on device; free space there, or spool "
+            "elsewhere with --tmp-dir DIR (or TMPDIR)"
+        )
+        in line
+    ), line
+    assert os.listdir(spool_dir) == [] and not os.path.exists(tmp_path / "s.zarr")
+
+
+def test_stdin_input_refusals_are_one_line_each(tmp_path):
+    """No --format (a pipe has no name to tell it by and cannot be sniffed without being
+    consumed), a format a pipe cannot carry, `-` twice, a Dask cluster (whose workers would read
+    a file only this process has), standard input closed (<&-) or missing --tmp-dir."""
+    out = str(tmp_path / "s.zarr")
+    data = _records(4)
+    cases = [
+        ([], data, "error: <stdin>: standard input has no file name to tell its format by (pass --format, one of: "),
+        (["--format", "parquet"], data, "error: <stdin>: parquet input cannot be read from a pipe (its index is at"),
+        (["--format", "jsonl", "-"], data, "error: <stdin>: named twice (-) (standard input is read once"),
+        (["--format", "jsonl", "--n-workers", "1"], data, "error: <stdin>: standard input is read by this process"),
+        (
+            ["--format", "jsonl", "--tmp-dir", tmp_path / "none"],
+            data,
+            f"error: --tmp-dir {tmp_path / 'none'}: cannot hold",
+        ),
+    ]
+    for args, given, line in cases:
+        done = _run("ingest", "-", "--out", out, *args, data=given)
+        err = done.stderr.decode()
+        assert done.returncode == 2 and err.startswith(line) and err.count("\n") == 1, (args, err)
+    command, options = _streamfit("ingest", "-", "--format", "jsonl", "--out", out)
+    done = subprocess.run(
+        command, capture_output=False, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(0), timeout=600, **options
+    )
+    assert done.returncode == 2 and done.stderr.decode() == (
+        "error: <stdin>: this process has no standard input (closed) (pipe the data in, or name a file)\n"
+    )
+    assert not os.path.exists(out)
