@@ -661,7 +661,6 @@ class Engine:
         self._workers_at_last_pass: set[str] | None = None  # the workers a watch saw last (_Watch)
         self._plugins: list[str] = []  # the worker plugins this engine registered on a --scheduler cluster
         self._refused: set[str] = set()  # workers that joined and were closed (_check_joiners): no "left" warning
-        self._sentinel: Any = None  # the future whose key tells that plugin this client is there
 
     def __enter__(self) -> Engine:
         self.start()
@@ -778,7 +777,7 @@ class Engine:
                     client.unregister_worker_plugin(name)
                 except Exception as e:  # the scheduler gone, say
                     log.debug("unregistering the Dask worker plugin %s: %s", name, e)
-        self._plugins, self._sentinel = [], None
+        self._plugins = []
         if client is not None:
             try:
                 client.close()
@@ -923,7 +922,6 @@ class Engine:
 
         client = self.client
         assert client is not None, "a started engine with a cluster"
-        token = uuid.uuid4().hex
 
         def refused(event) -> None:
             _, found = event
@@ -937,9 +935,8 @@ class Engine:
             )
 
         client.subscribe_topic(TOPIC, refused)
-        self._sentinel = client.submit(int, key=f"streamfit-driver-{token}", pure=False)
-        check = joiner_check(streamfit.__version__, on_worker.task_modules(), self._sentinel.key)
-        self._register_plugin(check, f"streamfit-joiners-{token}")
+        check = joiner_check(streamfit.__version__, on_worker.task_modules(), client.id)
+        self._register_plugin(check, f"streamfit-joiners-{uuid.uuid4().hex}")
 
     def _register_plugin(self, plugin, name: str) -> None:
         """Register a Dask worker plugin, set up in every worker now there and to come; on a

@@ -16,9 +16,8 @@ The plugin's class is made inside `joiner_check`, so that cloudpickle ships its 
 streamfit's own copy of it. Its methods import only the standard library and distributed.
 
 A plugin that its driver did not unregister (the driver killed) stays on the scheduler: it does
-nothing once the driver's client is gone, which it reads from the scheduler by the key of a task
-that the driver's client holds while it runs (`sentinel`; the scheduler forgets the key when that
-client leaves).
+nothing once the driver's client is gone, which it reads from the scheduler's events of that
+client (the scheduler logs "add-client" and "remove-client" under the client's id).
 """
 
 from __future__ import annotations
@@ -29,11 +28,11 @@ from typing import Any
 TOPIC = "streamfit-worker-refused"
 
 
-def joiner_check(version: str, modules: tuple[str, ...], sentinel: str) -> Any:
+def joiner_check(version: str, modules: tuple[str, ...], driver: str) -> Any:
     """A Dask WorkerPlugin checking each worker it is set up in: streamfit's `version` there
     (this process's) and every module of `modules` importable (on_worker.task_modules); while
-    the scheduler knows the key `sentinel`, a worker that fails is paused, named on TOPIC and
-    closed with its nanny."""
+    the client whose id is `driver` is connected to the scheduler, a worker that fails is paused,
+    named on TOPIC and closed with its nanny."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class JoinerCheck(WorkerPlugin):
@@ -42,8 +41,13 @@ def joiner_check(version: str, modules: tuple[str, ...], sentinel: str) -> Any:
         async def setup(self, worker) -> None:
             import importlib
 
-            status = await worker.scheduler.get_task_status(keys=[sentinel])
-            if status.get(sentinel) is None:  # the driver that registered this plugin has gone
+            events = await worker.scheduler.events(topic=driver)  # also its graphs: the last of these two counts
+            joins = [
+                m["action"]
+                for _, m in events
+                if isinstance(m, dict) and m.get("action") in ("add-client", "remove-client")
+            ]
+            if joins[-1:] != ["add-client"]:  # the driver that registered this plugin has gone
                 return
             problem = None
             try:

@@ -325,7 +325,7 @@ def test_a_worker_that_joins_mid_run_with_another_version_is_closed_and_named(di
     worker` process ends) and named in one warning; they ran no task, and the run goes on to the
     model of the run in process (before: they were not checked, and took the run's tasks). The
     check goes with the run: after it, the scheduler holds no streamfit plugin, and a plugin whose
-    driver has gone (its key unknown to the scheduler) leaves a joiner of another version be."""
+    driver has gone (no client of its id connected) leaves a joiner of another version be."""
     from distributed import Client
 
     from streamfit import __version__, on_worker
