@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 
+from streamfit.memory_limit import limit_reached  # before the libraries: loaded later, under a low limit, it could fail
 from streamfit.shutdown import EXIT_STATUS
 
 STARTING = "while starting; nothing was done: run it again"  # what a stop during the imports leaves
@@ -20,7 +21,8 @@ def _terminated_while_starting(signum, frame) -> None:
 def run() -> None:
     """Import the command line (streamfit.cli) and run it under the name `streamfit`. A Ctrl-C or
     SIGTERM during the imports (the first second of every command, before the CLI's own handlers
-    exist) ends as one later does: one `stopped:` line and exit status 130 or 143, no traceback.
+    exist) ends as one later does: one `stopped:` line and exit status 130 or 143, no traceback;
+    so does a library that fails to load under this process's memory limit (streamfit.memory_limit).
     The command then installs its own SIGTERM handler (shutdown.SigtermGuard)."""
     default = signal.signal(signal.SIGTERM, _terminated_while_starting)
     try:
@@ -28,6 +30,12 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write(f"stopped: interrupted (Ctrl-C) {STARTING}\n")
         sys.exit(130)
+    except (MemoryError, ImportError, OSError, RuntimeError) as e:  # a native library under a memory limit
+        line = limit_reached(e, "starting (nothing was done)")
+        if line is None:
+            raise
+        sys.stderr.write(line + "\n")
+        sys.exit(2)
     finally:
         signal.signal(signal.SIGTERM, default)
     main(prog_name="streamfit")

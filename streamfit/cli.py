@@ -36,6 +36,7 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
         StreamfitError,
         Terminated,
         TimeLimitReached,
+        exception_chain,
         os_error_hint,
         stdout_error,
     )
@@ -116,6 +117,7 @@ class _Group(click.Group):
             if refused is not None:
                 _fail(f"error: {refused}")
                 sys.exit(2)
+            _fail_at_memory_limit(ctx, e)
             where = f"{e.filename}: " if e.filename is not None else ""
             _fail(f"error: {where}{e.strerror or e}; {os_error_hint(e)}")
             sys.exit(2)
@@ -129,7 +131,8 @@ class _Group(click.Group):
             sys.exit(2)
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except MemoryError:  # an allocation the checks before it could not foresee (e.g. a solver's work arrays)
+        except MemoryError as e:  # an allocation the checks before it could not foresee (e.g. a solver's work arrays)
+            _fail_at_memory_limit(ctx, e)
             name = ctx.invoked_subcommand or "streamfit"
             _fail(
                 f"error: `streamfit {name}` ran out of memory; give it a machine or workers with more memory, or "
@@ -146,6 +149,7 @@ class _Group(click.Group):
             if known is not None:
                 _fail(f"error: {known}")
                 sys.exit(2)
+            _fail_at_memory_limit(ctx, e)
             if (ctx.obj or {}).get("verbose"):
                 log.error("internal error", exc_info=True)
             name = ctx.invoked_subcommand or "streamfit"
@@ -154,6 +158,17 @@ class _Group(click.Group):
                 "please report it with the command; --verbose shows the traceback)"
             )
             sys.exit(2)
+
+
+def _fail_at_memory_limit(ctx, e: BaseException) -> None:
+    """One line and exit status 2 when `e` is what this process's memory limit caused (a library
+    that failed to load, a MemoryError: streamfit.memory_limit); nothing otherwise."""
+    from streamfit.memory_limit import limit_reached
+
+    line = limit_reached(e, f"`streamfit {ctx.invoked_subcommand or 'streamfit'}` ran")
+    if line is not None:
+        _fail(line)
+        sys.exit(2)
 
 
 def _exit_without_collecting() -> None:
@@ -215,14 +230,7 @@ def _caused_by_interrupt(error: BaseException) -> bool:
     """Whether a KeyboardInterrupt is in the chain of exceptions that led to `error` (a numba
     kernel interrupted by Ctrl-C raises SystemError "returned a result with an exception set",
     whose context is the KeyboardInterrupt)."""
-    seen: set[int] = set()
-    cause: BaseException | None = error
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return True
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return False
+    return any(isinstance(cause, KeyboardInterrupt) for cause in exception_chain(error))
 
 
 def _without_overwrite(ctx, stop: BaseException | str) -> str:

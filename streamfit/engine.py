@@ -53,7 +53,7 @@ from concurrent.futures import CancelledError
 from typing import TYPE_CHECKING, Any
 
 from streamfit import on_worker, shutdown
-from streamfit.errors import StreamfitError, Terminated
+from streamfit.errors import StreamfitError, Terminated, exception_chain
 
 if TYPE_CHECKING:
     from distributed import Client, LocalCluster
@@ -84,9 +84,14 @@ STOPPED_START_CLOSE = 2.0
 FORKSERVER_LOST_WAIT = 1.0
 # Seconds a cluster may have no workers before the run fails (Engine's worker_timeout, --worker-timeout).
 WORKER_TIMEOUT = 60.0
-# Seconds at most to wait for Dask's client to reconnect to a scheduler it lost (it tries for its
-# connect timeout, 20 s with --scheduler, then closes itself; Engine._require_scheduler).
-SCHEDULER_WAIT = 120.0
+# Seconds Dask's client waits for a --scheduler, at the start and when it reconnects after losing
+# it (its `timeout`), where the user's Dask configuration does not set distributed.comm.timeouts.connect
+# (CONNECT_TIMEOUT_KEY; Dask's own default is 30 s): a scheduler that is not there is named sooner.
+CONNECT_TIMEOUT = 20.0
+CONNECT_TIMEOUT_KEY = "distributed.comm.timeouts.connect"
+# Seconds, beyond the client's connect timeout (for which it tries to reconnect to a scheduler it
+# lost, then closes itself), that Engine._require_scheduler waits at most for that outcome.
+RECONNECT_SLACK = 100.0
 COMMS_SETTLE = 5.0  # seconds a comms error waits for the client to notice a lost scheduler (Engine.__exit__)
 # Where the embedded cluster's dashboard listens (--dashboard-address): this machine only, Dask's usual
 # port (Dask takes a free one when it is in use). 0.0.0.0:8787 would open it to the network.
@@ -506,20 +511,112 @@ class _PassGraph:
         return client.get(HighLevelGraph(layers, dependencies), keys, sync=False)
 
 
+def _configured_connect_timeout() -> float | None:
+    """Seconds of CONNECT_TIMEOUT_KEY where the user's Dask configuration sets it (a YAML file in
+    ~/.config/dask or DASK_CONFIG, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT, dask.config.set), else
+    None: Dask's packaged default does not count, unless a file or the environment names it."""
+    import dask
+    import distributed  # noqa: F401  (registers Dask's distributed defaults)
+    from dask.utils import parse_timedelta
+
+    value = dask.config.get(CONNECT_TIMEOUT_KEY)
+    default = dask.config.get(CONNECT_TIMEOUT_KEY, config=dask.config.merge(*dask.config.defaults))
+    if value == default and dask.config.get(CONNECT_TIMEOUT_KEY, None, config=dask.config.collect()) is None:
+        return None
+    try:
+        seconds = parse_timedelta(value, "s")
+    except (TypeError, ValueError, KeyError):
+        seconds = None
+    if seconds is None or not seconds > 0:
+        raise StreamfitError(
+            f"Dask's configuration sets {CONNECT_TIMEOUT_KEY} to {value!r}, not a duration: give one such as 60s "
+            f"(or drop it for streamfit's {CONNECT_TIMEOUT:g} s)"
+        )
+    return float(seconds)
+
+
+# Dask's TLS settings of a client (under TLS_CONFIG), by Security's name for each (client role)
+TLS_CONFIG = "distributed.comm.tls"
+TLS_SETTINGS = {"ca_file": "ca-file", "cert": "client.cert", "key": "client.key"}
+# Words of an SSL error on the client's side by which the scheduler ended the TLS handshake: its
+# alert that it refused the client's certificate, or the connection closed without one (TLS 1.3
+# clients learn of the refusal on their first read)
+TLS_REFUSED = (
+    "ALERT_UNKNOWN_CA",
+    "ALERT_BAD_CERTIFICATE",
+    "ALERT_CERTIFICATE_UNKNOWN",
+    "CERTIFICATE_REQUIRED",
+    "SSLEOFError",
+)
+
+
+def _tls_files() -> str:
+    """Dask's TLS settings of this process's client, as a message names them: 'now ca-file=PATH, …'."""
+    from distributed.security import Security
+
+    tls = Security().get_tls_config_for_role("client")
+    shown = {part: "(PEM text)" if "\n" in (tls[part] or "") else tls[part] for part in TLS_SETTINGS}
+    return "now " + ", ".join(f"{TLS_SETTINGS[part]}={shown[part]}" for part in TLS_SETTINGS)
+
+
 def _require_tls_settings(scheduler: str | None) -> None:
     """StreamfitError for a tls:// scheduler address when Dask's configuration gives this process
-    no TLS settings (Dask's Client would fail with a TypeError about an ssl_context)."""
+    no TLS settings (Dask's Client would fail with a TypeError about an ssl_context), or settings
+    that do not load: a file missing, a key that is not the certificate's (Python's ssl error,
+    which the CLI reported as a file system error)."""
     if not (scheduler or "").startswith("tls://"):
         return
     from distributed.security import Security
 
-    if Security().get_connection_args("client").get("ssl_context") is None:
+    try:
+        context = Security().get_connection_args("client").get("ssl_context")
+    except (OSError, ValueError) as e:
+        tls = Security().get_tls_config_for_role("client")
+        missing = [
+            f"{TLS_CONFIG}.{name}"
+            for part, name in TLS_SETTINGS.items()
+            if tls[part] and "\n" not in tls[part] and not os.path.exists(tls[part])
+        ]
+        problem = f"no file at {', '.join(missing)}" if missing else str(e)
+        raise StreamfitError(
+            f"Dask's TLS settings for the scheduler at {scheduler} do not load ({problem}; {_tls_files()}): "
+            "set them to the PEM files of the cluster's CA, and of a certificate it signed with that certificate's key"
+        ) from None
+    if context is None:
         raise StreamfitError(
             f"the Dask scheduler at {scheduler} speaks TLS, and Dask's configuration gives this process no "
             "certificate: set distributed.comm.tls.ca-file, .client.cert and .client.key (in ~/.config/dask/*.yaml, "
             "or DASK_DISTRIBUTED__COMM__TLS__CA_FILE, DASK_DISTRIBUTED__COMM__TLS__CLIENT__CERT and "
             "DASK_DISTRIBUTED__COMM__TLS__CLIENT__KEY) to the files the cluster's workers use"
         )
+
+
+def _tls_failure(scheduler: str, error: BaseException) -> StreamfitError | None:
+    """For a failed connection to a tls:// scheduler: the StreamfitError naming the TLS failure
+    (from the SSL error in `error`'s chain) and the settings that fix it; None for another failure.
+    Dask's client checks the scheduler's certificate against its CA, not against the address's
+    host name (`check_hostname` off: a cluster's own CA, IP addresses), so a name that differs is
+    no failure."""
+    import re
+    import ssl
+
+    chain = exception_chain(error)
+    for e in chain:
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return StreamfitError(
+                f"the Dask scheduler at {scheduler} has a TLS certificate this process does not trust "
+                f"({e.verify_message or e}; {_tls_files()}): set {TLS_CONFIG}.ca-file to the CA that signed the "
+                "scheduler's certificate (the file its workers use)"
+            )
+    text = " ".join(str(e) for e in chain)
+    if any(word in text for word in TLS_REFUSED):
+        found = next((m.group(0) for e in chain if (m := re.search(r"SSL\w*Error: .*", str(e)))), text)
+        return StreamfitError(
+            f"the Dask scheduler at {scheduler} ended the TLS handshake, refusing this process's certificate "
+            f"({found}; {_tls_files()}): set {TLS_CONFIG}.client.cert and .client.key to "
+            "a certificate signed by the CA the scheduler trusts (its --tls-ca-file) and its key, as its workers' are"
+        )
+    return None
 
 
 def _until_sigterm(pending, sigterm: str) -> Iterator:
@@ -627,7 +724,7 @@ class Engine:
         threads_per_worker: int = 1,
         memory_limit: str | None = "auto",
         progress: bool = False,
-        connect_timeout: str = "20s",
+        connect_timeout: str | float | None = None,
         worker_timeout: float = WORKER_TIMEOUT,
         dashboard_address: str = DASHBOARD_ADDRESS,
     ):
@@ -641,7 +738,8 @@ class Engine:
         self.threads_per_worker = threads_per_worker
         self.memory_limit = memory_limit
         self.progress = progress
-        self.connect_timeout = connect_timeout
+        self.connect_timeout = connect_timeout  # None: the user's Dask configuration's, else CONNECT_TIMEOUT
+        self._client_timeout = 0.0  # seconds: the started client's connect timeout (its reconnection's too)
         self.worker_timeout = worker_timeout
         self.dashboard_address = dashboard_address
         self.client: Client | None = None  # set by start() unless mode is "inprocess"
@@ -651,6 +749,8 @@ class Engine:
         # (local path, written) that the joined cluster's workers were found to see (require_shared)
         self._seen_by_workers: set[tuple[str, bool]] = set()
         self._workers_at_last_pass: set[str] | None = None  # the workers a watch saw last (_Watch)
+        self._plugins: list[str] = []  # the worker plugins this engine registered on a --scheduler cluster
+        self._refused: set[str] = set()  # workers that joined and were closed (_check_joiners): no "left" warning
 
     def __enter__(self) -> Engine:
         self.start()
@@ -683,11 +783,22 @@ class Engine:
         logging.getLogger("distributed.client").addFilter(_SCHEDULER_LOSS_REPORTED)  # added once
         logging.getLogger("tornado.application").addFilter(_INTERRUPT_BEFORE_START)
         if self.mode == "remote":
-            _require_tls_settings(self.scheduler)
+            scheduler = self.scheduler
+            assert scheduler, "a remote engine has a scheduler address"
+            _require_tls_settings(scheduler)
+            from dask.utils import parse_timedelta
+
+            given = self.connect_timeout
+            self._client_timeout = (
+                parse_timedelta(given, "s") if given is not None else _configured_connect_timeout() or CONNECT_TIMEOUT
+            )
             try:
-                self.client = Client(self.scheduler, timeout=self.connect_timeout)
+                self.client = Client(scheduler, timeout=self._client_timeout)
             except OSError as e:
-                if "Connection reset" in str(e) and not (self.scheduler or "").startswith("tls://"):
+                tls = _tls_failure(scheduler, e) if scheduler.startswith("tls://") else None
+                if tls is not None:
+                    raise tls from e
+                if "Connection reset" in str(e) and not scheduler.startswith("tls://"):
                     raise StreamfitError(
                         f"the Dask scheduler at {self.scheduler} closed the connection ({e}): if it speaks TLS "
                         "(started with --tls-cert / --tls-key), give its address as tls://HOST:PORT, with Dask's "
@@ -701,6 +812,7 @@ class Engine:
             try:
                 self._ensure_workers(during=False)
                 self._require_worker_environment()
+                self._check_joiners()
             except StreamfitError:
                 self.close()
                 raise
@@ -725,7 +837,11 @@ class Engine:
                 with warnings.catch_warnings():  # the URL is logged instead (train's "Dask dashboard: ...")
                     warnings.filterwarnings("ignore", message=PORT_IN_USE_WARNING, category=UserWarning)
                     self.cluster = _started_unless_stopped(lambda: LocalCluster(**options))
-                self.client = Client(self.cluster)
+                import dask
+                from dask.utils import parse_timedelta
+
+                self._client_timeout = parse_timedelta(dask.config.get(CONNECT_TIMEOUT_KEY), "s")  # Client's default
+                self.client = Client(self.cluster, timeout=self._client_timeout)
             except BaseException as e:
                 self.close()
                 # a start stopped while distributed still waits for a worker: its close waits too
@@ -740,11 +856,18 @@ class Engine:
             # there too, on the workers a nanny starts again later as well
             from streamfit.quiet_workers import QuietWorkerLog
 
-            self.client.register_plugin(QuietWorkerLog(dask_level), name="streamfit-quiet-log")
+            self._register_plugin(QuietWorkerLog(dask_level), "streamfit-quiet-log")
         log.info("dask engine: %s", self.client)
 
     def close(self) -> None:
         client, self.client = self.client, None
+        if client is not None:
+            for name in self._plugins:
+                try:  # else it stays on the scheduler, set up in every worker that joins after this run
+                    client.unregister_worker_plugin(name)
+                except Exception as e:  # the scheduler gone, say
+                    log.debug("unregistering the Dask worker plugin %s: %s", name, e)
+        self._plugins = []
         if client is not None:
             try:
                 client.close()
@@ -856,7 +979,7 @@ class Engine:
         cannot import the modules of streamfit's tasks (on_worker.environment) or runs another
         streamfit version than this process, and the fix. Dask would drop such a worker at its
         first task, unable to unpickle it, and the run would end saying the cluster had no
-        workers. A worker that joins later is not checked (it is dropped, with a warning)."""
+        workers. A worker that joins later is checked by _check_joiners."""
         import streamfit
 
         assert self.client is not None, "a started engine with a cluster"
@@ -878,6 +1001,40 @@ class Engine:
                     f"the Dask worker {address} runs streamfit {version}, this process {streamfit.__version__}; "
                     "install the same version on every worker"
                 )
+
+    def _check_joiners(self) -> None:
+        """For a cluster joined with --scheduler: each worker that joins from now on is checked as
+        _require_worker_environment checks those there at the start, before its first task
+        (streamfit.worker_check's plugin); one that fails is closed, and named here in a warning,
+        and the run goes on on the others."""
+        import streamfit
+        from streamfit.worker_check import TOPIC, joiner_check
+
+        client = self.client
+        assert client is not None, "a started engine with a cluster"
+
+        def refused(event) -> None:
+            _, found = event
+            self._refused.add(found["worker"])
+            log.warning(
+                "the Dask worker %s joined the cluster and %s; it was closed, and the run goes on on the other "
+                "workers: install streamfit %s with its dependencies in that worker's Python environment",
+                found["worker"],
+                found["problem"],
+                streamfit.__version__,
+            )
+
+        client.subscribe_topic(TOPIC, refused)
+        check = joiner_check(streamfit.__version__, on_worker.task_modules(), client.id)
+        self._register_plugin(check, f"streamfit-joiners-{uuid.uuid4().hex}")
+
+    def _register_plugin(self, plugin, name: str) -> None:
+        """Register a Dask worker plugin, set up in every worker now there and to come; on a
+        --scheduler cluster, which outlives this engine, it is unregistered by close()."""
+        assert self.client is not None, "a started engine with a cluster"
+        self.client.register_plugin(plugin, name=name)
+        if self.mode == "remote":
+            self._plugins.append(name)
 
     def _address(self) -> str:
         return self.scheduler or (self.cluster.scheduler_address if self.cluster is not None else "?")
@@ -1001,11 +1158,11 @@ class Engine:
         scheduler, so that the pass can run again; else StreamfitError naming the scheduler. On
         losing the connection Dask's client cancels every future (reason
         "scheduler-connection-lost") and tries to reconnect for its connect timeout before it
-        closes itself; this waits for that outcome (at most SCHEDULER_WAIT seconds)."""
+        closes itself; this waits for that outcome (at most RECONNECT_SLACK seconds beyond that timeout)."""
         client = self.client
         if client is None:
             return
-        deadline = time.monotonic() + SCHEDULER_WAIT
+        deadline = time.monotonic() + self._client_timeout + RECONNECT_SLACK
         while client.status in ("connecting", "newly-created") and time.monotonic() < deadline:
             time.sleep(0.1)
         if client.status != "running":
@@ -1312,7 +1469,7 @@ class _Watch:
             now = set(client.nthreads())
         except Exception:
             return None
-        for gone in sorted(self._workers - now):
+        for gone in sorted(self._workers - now - self.engine._refused):
             if now:
                 log.warning("the Dask worker %s left the cluster %s", gone, when.format(left=len(now)))
             else:

@@ -85,6 +85,17 @@ _OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be Non
 }
 
 
+def exception_chain(error: BaseException) -> list[BaseException]:
+    """`error` and the exceptions it came from (each one's __cause__, else its __context__), in
+    that order, each once."""
+    chain: list[BaseException] = []
+    e: BaseException | None = error
+    while e is not None and all(e is not seen for seen in chain):
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    return chain
+
+
 def os_error_hint(e: OSError) -> str:
     """What to do about an operating-system error on a path."""
     return _OS_HINTS.get(e.errno, "check that the location exists, is writable and has free space")

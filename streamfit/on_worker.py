@@ -7,7 +7,8 @@ error reaches the driver as the task's error, and says which worker to fix: a st
 cannot open (streamfit.store.Store, opened on its first use in a task), and an object store's
 refusal of any other read or write of a task (`task`, around every task streamfit submits).
 A worker whose Python lacks a package the tasks import (numba, say) is found before any task
-(`environment`): Dask would drop such a worker at its first task, unable to unpickle it.
+(`environment`): Dask would drop such a worker at its first task, unable to unpickle it; one that
+joins during a run is checked by streamfit.worker_check.
 """
 
 from __future__ import annotations
@@ -38,19 +39,24 @@ def where() -> str | None:
 TASK_MODULES = ("streamfit.ingest.distributed", "streamfit.predict", "streamfit.metrics")
 
 
+def task_modules() -> tuple[str, ...]:
+    """The modules of every function streamfit runs as a task: TASK_MODULES and each solver's."""
+    from streamfit.solvers import SOLVER_NAMES
+
+    return (*TASK_MODULES, *(f"streamfit.solvers.{solver}" for solver in SOLVER_NAMES))
+
+
 def environment() -> tuple[str, str | None]:
-    """On a Dask worker: (streamfit's version there, None) once every solver's module and every
-    module of TASK_MODULES imports; (the version, "MODULE (the ImportError)") for the first
-    package missing there otherwise. Each module by its own name: a package whose import failed
-    earlier can stay in sys.modules half imported."""
+    """On a Dask worker: (streamfit's version there, None) once every module of task_modules()
+    imports; (the version, "MODULE (the ImportError)") for the first package missing there
+    otherwise. Each module by its own name: a package whose import failed earlier can stay in
+    sys.modules half imported."""
     import importlib
 
     import streamfit
 
     try:
-        from streamfit.solvers import SOLVER_NAMES
-
-        for name in (*TASK_MODULES, *(f"streamfit.solvers.{solver}" for solver in SOLVER_NAMES)):
+        for name in task_modules():
             importlib.import_module(name)
     except ImportError as e:
         return streamfit.__version__, f"{e.name or 'a module'} ({e})"

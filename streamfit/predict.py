@@ -605,7 +605,6 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
 
     featurizer = Featurizer.from_dict(_featurization(model), idf=model.idf)
     options = {**model.featurizer.get("source_options", {}), **options, **_UNLABELED}
-    encoding = options.get("encoding", "utf-8")  # as ingest's: what text read from bytes was decoded with
     policy = BadRecordPolicy("error")  # predict scores every record or none
     c1, first_c1 = 0, ""  # records whose text holds C1 controls read as latin-1, and the first one's location
     try:
@@ -621,7 +620,7 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
                         "Parquet do); drop --id-field"
                     )
                 if isinstance(batch, TextBatch):
-                    rows = text_checks.check_batch(batch, encoding, policy, "predict")[1]
+                    rows = text_checks.check_batch(batch, text_checks.decoded_with(src), policy, "predict")[1]
                     first_c1 = first_c1 or (batch.locations[rows[0]] if rows else "")
                     c1 += len(rows)
                 yield batch

@@ -4,6 +4,7 @@ through `--scheduler` gives the model of the embedded default, even when a worke
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -191,18 +192,14 @@ if not getattr(target.{name}, "slowed", False):
 SLOW_TASKS = _slowing("streamfit.on_worker", "call", 0.3)
 
 
-def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path):
-    """Every worker SIGKILLed (their process groups) while a pass's tasks run on them, then two
-    new ones started: the tasks, placed on the workers that left, waited in Dask's "no-worker"
-    state, which Dask does not leave for a worker that joins later, and the run hung. Now the
-    pass runs again on the new workers, and the model is the uninterrupted run's."""
-    from distributed import Client
-
-    store = digits_cli_store
+@contextlib.contextmanager
+def _slowed_train(cli, store, tmp_path):
+    """stagewise trained on `store` in process (tmp_path/local), then started on a cluster whose
+    two workers take 0.3 s more per task (tmp_path/run, a process whose stderr is a pipe); yields
+    (address, workers, run) and kills the run if it is still running at the end."""
     train = ["train", store, "--solver", "stagewise", *PARAMS]
     subprocess.run(cli(*train, "--n-workers", "0", "--out", tmp_path / "local"), check=True, capture_output=True)
     (tmp_path / "slow.py").write_text(SLOW_TASKS)
-    joined = []
     with _cluster(tmp_path, ["--preload", str(tmp_path / "slow.py")]) as (address, workers):
         run = subprocess.Popen(
             cli(*train, "--scheduler", address, "--out", tmp_path / "run"),
@@ -210,6 +207,28 @@ def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store
             stderr=subprocess.PIPE,
             text=True,
         )
+        try:
+            yield address, workers, run
+        finally:
+            if run.poll() is None:
+                run.kill()
+
+
+def _same_models(tmp_path) -> bool:
+    """Whether _slowed_train's run on the cluster gave the in-process model, bitwise."""
+    ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
+    return ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
+
+
+def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store, cli, tmp_path):
+    """Every worker SIGKILLed (their process groups) while a pass's tasks run on them, then two
+    new ones started: the tasks, placed on the workers that left, waited in Dask's "no-worker"
+    state, which Dask does not leave for a worker that joins later, and the run hung. Now the
+    pass runs again on the new workers, and the model is the uninterrupted run's."""
+    from distributed import Client
+
+    joined = []
+    with _slowed_train(cli, digits_cli_store, tmp_path) as (address, workers, run):
         try:
             _after_four_steps(run, tmp_path / "run", "workers")
             with Client(address, timeout="30s") as client:
@@ -227,13 +246,10 @@ def test_a_run_goes_on_when_every_worker_left_and_others_joined(digits_cli_store
                 client.wait_for_workers(2, timeout=60)
             _, err = run.communicate(timeout=180)
         finally:
-            if run.poll() is None:
-                run.kill()
             _stop(joined)
     assert run.returncode == 0, err
     assert "every worker the pass's tasks were placed on has left" in err, err
-    ref, got = _model_arrays(tmp_path / "local"), _model_arrays(tmp_path / "run")
-    assert ref.keys() == got.keys() and all(np.array_equal(ref[k], got[k]) for k in ref)
+    assert _same_models(tmp_path)
 
 
 def _without(folder, module: str) -> dict:
@@ -280,6 +296,76 @@ def test_a_worker_that_cannot_import_a_dependency_is_named_before_any_task(digit
             with Client(address, timeout="30s") as client:
                 assert len(client.nthreads()) == 2
     assert not (tmp_path / "run").exists() and not (tmp_path / "x.zarr").exists()
+
+
+def _other_version(marker) -> str:
+    """The text of a worker's --preload file: streamfit in that worker process says it is version
+    0.0.0+other, and each task streamfit runs there touches `marker`."""
+    return f"""
+import pathlib
+
+import streamfit
+import streamfit.on_worker as target
+
+streamfit.__version__ = "0.0.0+other"
+if not getattr(target.call, "marks", False):
+    def call(*args, _call=target.call, **kwargs):
+        pathlib.Path({str(marker)!r}).touch()
+        return _call(*args, **kwargs)
+
+    call.marks = True
+    target.call = call
+"""
+
+
+def test_a_worker_that_joins_mid_run_with_another_version_is_closed_and_named(digits_cli_store, cli, tmp_path):
+    """Workers that join a running train are checked before their first task as those there at
+    the start are: one whose streamfit is another version (a --preload fakes it in that worker
+    process only) and one whose Python lacks numba are each closed with their nanny (the `dask
+    worker` process ends) and named in one warning; they ran no task, and the run goes on to the
+    model of the run in process (before: they were not checked, and took the run's tasks). The
+    check goes with the run: after it, the scheduler holds no streamfit plugin, and a plugin whose
+    driver has gone (no client of its id connected) leaves a joiner of another version be."""
+    from distributed import Client
+
+    from streamfit import __version__, on_worker
+
+    (tmp_path / "other.py").write_text(_other_version(tmp_path / "ran-a-task"))
+    joiners = []
+    with _slowed_train(cli, digits_cli_store, tmp_path) as (address, _, run):
+        try:
+            _after_four_steps(run, tmp_path / "run", "joiners")
+            joiners = [
+                _worker(address, tmp_path, ["--preload", str(tmp_path / "other.py")]),
+                _worker(address, tmp_path / "no-numba", env=_without(tmp_path / "no-numba", "numba")),
+            ]
+            for joiner in joiners:
+                joiner.wait(timeout=120)  # closed, with its nanny
+            assert run.poll() is None, "the run ended before the joiners were checked"
+            _, err = run.communicate(timeout=300)
+            with Client(address, timeout="30s") as client:
+                plugins = client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.worker_plugins))
+                assert not [name for name in plugins if name.startswith("streamfit")], plugins
+                from streamfit.worker_check import joiner_check
+
+                client.register_plugin(joiner_check(__version__, on_worker.task_modules(), "gone"), name="left")
+                before = set(client.nthreads())
+                joiners.append(_worker(address, tmp_path, ["--preload", str(tmp_path / "other.py")]))
+                client.wait_for_workers(len(before) + 1, timeout=120)
+                (other,) = set(client.nthreads()) - before
+                assert client.submit(int, workers=[other], pure=False).result(timeout=60) == 0
+                assert other in client.nthreads()
+        finally:
+            _stop(joiners)
+    assert run.returncode == 0, err
+    warnings = [line for line in err.splitlines() if "joined the cluster" in line]
+    assert len(warnings) == 2 and "left the cluster" not in err, err
+    for said in (f"runs streamfit 0.0.0+other, the driver {__version__}", "cannot import numba (No module named"):
+        (line,) = [w for w in warnings if said in w]
+        assert re.search(r"the Dask worker tcp://127\.0\.0\.1:\d+ joined the cluster and ", line), line
+        assert f"the run goes on on the other workers: install streamfit {__version__}" in line, line
+    assert not (tmp_path / "ran-a-task").exists()
+    assert _same_models(tmp_path)
 
 
 OTHER_SOLVERS = {  # stagewise is above; small runs that still use every engine call of the solver

@@ -214,8 +214,45 @@ def test_unreachable_scheduler_is_a_clear_error():
         Engine("tcp://127.0.0.1:9", connect_timeout="1s").start()
 
 
-def _self_signed(folder) -> tuple[str, str]:
-    """A certificate for 127.0.0.1 signed with its own key, as PEM files in `folder`: (cert, key)."""
+def test_the_connect_timeout_is_dasks_where_the_user_set_it(monkeypatch, tmp_path):
+    """distributed.comm.timeouts.connect, set by dask.config.set, a DASK_… variable (also to Dask's
+    own default, 30 s) or a YAML file, is the --scheduler client's timeout; where nothing sets it,
+    streamfit's 20 s (before: 20 s whatever was set). An unreachable scheduler is named after the
+    user's time; a value that is no duration is one line naming the setting."""
+    import dask
+
+    from streamfit.errors import StreamfitError
+
+    key = "distributed.comm.timeouts.connect"
+    monkeypatch.delenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT", raising=False)
+    for setting, after in ((None, "after 20 s"), ("2s", "after 2 s")):
+        with dask.config.set({key: setting} if setting else {}):
+            started = time.monotonic()
+            with pytest.raises(StreamfitError, match=f"cannot reach the Dask scheduler .*{after}"):
+                Engine("tcp://127.0.0.1:9").start()
+            assert time.monotonic() - started < (15 if setting else 60)
+    assert engine_mod._configured_connect_timeout() is None
+    monkeypatch.setenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT", "30s")  # read again by dask.config.collect
+    assert engine_mod._configured_connect_timeout() == 30.0
+    monkeypatch.delenv("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT")
+    with dask.config.set({key: "1 minute"}):
+        assert engine_mod._configured_connect_timeout() == 60.0
+    (tmp_path / "dask.yaml").write_text("distributed:\n  comm:\n    timeouts:\n      connect: 30s\n")
+    found = subprocess.run(
+        [sys.executable, "-c", "from streamfit import engine; print(engine._configured_connect_timeout())"],
+        env={**os.environ, "DASK_CONFIG": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout == "30.0\n"  # a config file's, though it equals Dask's default
+    with dask.config.set({key: "soon"}), pytest.raises(StreamfitError, match=f"sets {key} to 'soon', not a duration"):
+        Engine("tcp://127.0.0.1:9").start()
+
+
+def _certificate(folder, name: str, issuer: tuple[str, str] | None = None) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 as PEM files NAME.pem and NAME.key in `folder`: (cert, key).
+    Without `issuer` a CA's, signed with its own key; else signed by the CA whose (cert, key) it is."""
     import datetime
     import ipaddress
 
@@ -225,25 +262,44 @@ def _self_signed(folder) -> tuple[str, str]:
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"127.0.0.1 {name}")])
+    issuer_name, issuer_key = subject, key
+    if issuer is not None:
+        with open(issuer[0], "rb") as f:
+            issuer_name = x509.load_pem_x509_certificate(f.read()).subject
+        with open(issuer[1], "rb") as f:
+            issuer_key = serialization.load_pem_private_key(f.read(), password=None)
     now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
+        .subject_name(subject)
+        .issuer_name(issuer_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
+        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
+        .sign(issuer_key, hashes.SHA256())
     )
-    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (folder / "key.pem").write_bytes(
+    (folder / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / f"{name}.key").write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
-    return str(folder / "cert.pem"), str(folder / "key.pem")
+    return str(folder / f"{name}.pem"), str(folder / f"{name}.key")
+
+
+def _tls_security(ca: str, cert: str, key: str):
+    """Dask's Security of a TLS cluster in this process: its scheduler and workers use (cert, key)
+    and trust the CA `ca`."""
+    from distributed.security import Security
+
+    sides = ("scheduler", "worker", "client")
+    return Security(
+        tls_ca_file=ca,
+        require_encryption=True,
+        **{f"tls_{side}_{part}": path for side in sides for part, path in (("cert", cert), ("key", key))},
+    )
 
 
 def test_a_tls_scheduler_is_joined_with_dasks_tls_settings_and_named_without_them(digits, tmp_path):
@@ -254,17 +310,11 @@ def test_a_tls_scheduler_is_joined_with_dasks_tls_settings_and_named_without_the
     in-process bits."""
     import dask
     from distributed import LocalCluster
-    from distributed.security import Security
 
     from streamfit.errors import StreamfitError
 
-    cert, key = _self_signed(tmp_path)
-    sides = ("scheduler", "worker", "client")
-    security = Security(
-        tls_ca_file=cert,
-        require_encryption=True,
-        **{f"tls_{side}_{part}": path for side in sides for part, path in (("cert", cert), ("key", key))},
-    )
+    cert, key = _certificate(tmp_path, "self")
+    security = _tls_security(cert, cert, key)
     X, y, classes = digits
     src = InMemoryStore(X, y, classes, chunk_rows=256)
     with Engine(mode="inprocess") as eng:
@@ -284,6 +334,53 @@ def test_a_tls_scheduler_is_joined_with_dasks_tls_settings_and_named_without_the
         with dask.config.set({**settings, "distributed.comm.tls.client.key": key}), Engine(address) as eng:
             got = eng.map_reduce(chunk_gram, src, range(src.n_chunks))
     assert np.array_equal(ref[0], got[0]) and ref[1] == got[1]
+
+
+def test_a_wrong_tls_certificate_is_one_line_naming_the_settings_to_fix(tmp_path):
+    """A tls:// scheduler whose certificate CA A signed: a client trusting CA B only, a client
+    certificate CA B signed (which the scheduler refuses), a key that is not the certificate's and
+    a CA file that is not there are each one line naming the TLS failure and the settings
+    distributed.comm.tls.* to set (the first two were "cannot reach … start one with 'dask
+    scheduler'", the last two a file system error "check that the location exists, is writable");
+    with the right files the engine starts."""
+    import dask
+    from distributed import LocalCluster
+
+    from streamfit.errors import StreamfitError
+
+    ca_a, ca_b = _certificate(tmp_path, "ca-a"), _certificate(tmp_path, "ca-b")
+    scheduler = _certificate(tmp_path, "scheduler", issuer=ca_a)
+    client_a, client_b = (
+        _certificate(tmp_path, "client-a", issuer=ca_a),
+        _certificate(tmp_path, "client-b", issuer=ca_b),
+    )
+    tls = "distributed.comm.tls"
+    with LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=False,
+        protocol="tls://",
+        security=_tls_security(ca_a[0], *scheduler),
+        dashboard_address=":0",
+    ) as cluster:
+        address = cluster.scheduler_address
+        for ca, (cert, key), line in (
+            (ca_b[0], client_a, f"has a TLS certificate this process does not trust .*set {tls}.ca-file to the CA"),
+            (
+                ca_a[0],
+                client_b,
+                f"ended the TLS handshake, refusing this process's certificate .*set {tls}.client.cert",
+            ),
+            (ca_a[0], (client_a[0], client_b[1]), "TLS settings .* do not load .*KEY_VALUES_MISMATCH"),
+            (str(tmp_path / "none.pem"), client_a, f"do not load \\(no file at {tls}.ca-file; now ca-file="),
+        ):
+            settings = {f"{tls}.ca-file": ca, f"{tls}.client.cert": cert, f"{tls}.client.key": key}
+            with dask.config.set(settings), pytest.raises(StreamfitError, match=line) as raised:
+                Engine(address, connect_timeout="10s").start()
+            assert "\n" not in str(raised.value) and "start one" not in str(raised.value)
+        settings = {f"{tls}.ca-file": ca_a[0], f"{tls}.client.cert": client_a[0], f"{tls}.client.key": client_a[1]}
+        with dask.config.set(settings), Engine(address) as eng:
+            assert eng.total_threads == 1
 
 
 # ---- losing workers ------------------------------------------------------------------------------

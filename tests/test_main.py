@@ -1,4 +1,5 @@
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -49,3 +50,28 @@ def test_a_signal_while_the_command_line_is_imported_is_one_line_and_its_exit_st
     done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert done.returncode == status, done.stderr
     assert done.stderr == line + "\n" and done.stdout == ""
+
+
+@pytest.mark.parametrize("mib", [60, 130, 160])
+def test_a_memory_limit_below_the_start_up_floor_is_one_line_naming_it(digits_cli_store, tmp_path, mib):
+    """Under `ulimit -v` (RLIMIT_AS) of 60, 130 or 160 MiB, below what the libraries need, a native
+    library fails to load while the command line is imported (60, 130) or while train runs (160):
+    one line naming the limit and the fix, exit 2 (was: the import's traceback, or "an internal
+    error … please report it")."""
+    limit = mib * 2**20
+    done = subprocess.run(
+        [sys.executable, "-m", "streamfit", "train", str(digits_cli_store), "--out", "run", "--n-workers", "0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: out of memory while ") and done.stderr.count("\n") == 1, done.stderr
+    assert (
+        f"under this process's limit of {mib} MiB of address space (ulimit -v, prlimit --as); raise the limit "
+        "(ulimit -v unlimited, or the batch job's memory request)" in done.stderr
+    )
+    assert not (tmp_path / "run").exists()

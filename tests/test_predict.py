@@ -469,18 +469,34 @@ def test_raw_text_is_checked_as_ingest_checks_it(runs, tmp_path, caplog):
     record's text is the error ingest gives at the same FILE:LINE, with predict's fix, and nothing
     is written; cp1252 text read as latin-1 (the csv model's recorded encoding) is scored, row for
     row, with ingest's one warning naming predict's fix, and none with --option encoding=cp1252
-    (was: both scored without a word, the NUL as a word break)."""
-    nul = tmp_path / "nul.jsonl"
-    nul.write_text('{"body": "a cat", "topic": "animals"}\n{"body": "the tr\\u0000ain", "topic": "finance"}\n')
-    result = run("predict", runs / "jsonl", nul, "-o", tmp_path / "p.csv", ok=False)
-    problem = f"{nul}:2: a NUL character in the text (read as utf-8): likely a binary file, or UTF-16 or UTF-32 text"
+    (was: both scored without a word, the NUL as a word break). A NUL in JSON or Parquet text (no
+    encoding option there) names the fix of cleaning it where the file is written (was: --encoding)."""
+    nul = tmp_path / "nul.csv"
+    nul.write_bytes(b"words,cls\na cat,animals\nthe tr\x00ain,finance\n")
+    result = run("predict", runs / "csv", nul, "-o", tmp_path / "p.csv", ok=False)
+    problem = f"{nul}:3: a NUL character in the text (read as latin-1): likely a binary file, or UTF-16 or UTF-32 text"
     assert result.exit_code == 2 and result.output == (
         f"error: {problem} (pass --option encoding=utf-16 (or utf-32) for such text; else convert the file, or drop "
         "such records)\n"
     )
     assert not (tmp_path / "p.csv").exists()
-    result = run("ingest", nul, "--like", runs / "jsonl.zarr", "--out", tmp_path / "s.zarr", ok=False)
+    result = run("ingest", nul, "--like", runs / "csv.zarr", "--out", tmp_path / "s.zarr", ok=False)
     assert result.exit_code == 2 and result.output.startswith(f"error: {problem} (pass --encoding utf-16")
+    # JSON and Parquet text is text as written (these formats take no encoding): the fix is the writer's
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jsonl = tmp_path / "nul.jsonl"
+    jsonl.write_text('{"body": "a cat", "topic": "animals"}\n{"body": "the tr\\u0000ain", "topic": "finance"}\n')
+    pq.write_table(pa.table({"body": ["a cat", "the tr\x00ain"]}), tmp_path / "nul.parquet")
+    stored = "a NUL character (U+0000) in the text as the file stores it"
+    for raw, where in ((jsonl, "2"), (tmp_path / "nul.parquet", "row group 0, row 1")):
+        result = run("predict", runs / "jsonl", raw, "-o", tmp_path / "p.csv", ok=False)
+        assert result.exit_code == 2 and result.output == (
+            f"error: {raw}:{where}: {stored} (remove the NULs, or such records, where the file is written: predict "
+            "scores every record or none)\n"
+        )
+        assert not (tmp_path / "p.csv").exists()
     cp1252 = tmp_path / "w.csv"
     cp1252.write_text("words\n\u201cstocks\u201d fell\nthe market \u2013 today\nplain cats\n", encoding="cp1252")
     caplog.clear()

@@ -583,7 +583,6 @@ class _Pass1:
         self.kinds: set[str] = set()  # the sources' kinds: text, sparse, dense
         self.empty = 0  # kept rows without features
         self.first_empty: str | None = None  # the location of the first
-        self.encoding = source_options.get("encoding", "utf-8")  # of text read from bytes (text_checks)
         self.c1 = 0  # records read as latin-1 whose text holds C1 controls (text_checks)
         self.first_c1: str | None = None  # the location of the first
 
@@ -650,14 +649,16 @@ class _Pass1:
         )
         self.kinds.add(source.kind)
         for batch in source:
-            self._batch(batch, self.featurizer.n_features, finish_rows)
+            self._batch(batch, self.featurizer.n_features, finish_rows, text_checks.decoded_with(source))
             if self.progress is not None:
                 self.progress.count(self.read + source.n_read, None)
             check_stop(self.o)
         self.read += source.n_read
         return source
 
-    def _batch(self, batch, width, finish_rows) -> None:
+    def _batch(self, batch, width, finish_rows, encoding: str | None) -> None:
+        """Featurize one batch of records and emit the good ones; `encoding`: what their
+        text was decoded with (text_checks.decoded_with)."""
         if self.multilabel is None:
             self.multilabel = any(isinstance(lab, (list, tuple)) for lab in batch.labels)
         from streamfit.ingest.sources import TextBatch
@@ -665,7 +666,7 @@ class _Pass1:
         X = self.featurizer.raw_rows(batch)
         keep = np.ones(X.shape[0], dtype=bool)
         if isinstance(batch, TextBatch):
-            self._check_text(batch, keep)
+            self._check_text(batch, keep, encoding)
         if self.numeric:
             labels, problems = numeric_targets(batch.labels, self.n_outputs)
             if self.n_outputs is None and len(problems) < len(batch.labels):
@@ -719,10 +720,10 @@ class _Pass1:
         if X.shape[0]:
             self.emit(X, labels)
 
-    def _check_text(self, batch, keep: np.ndarray) -> None:
+    def _check_text(self, batch, keep: np.ndarray, encoding: str | None) -> None:
         """Records whose text holds a NUL: bad records (not kept); those with C1 controls read as
         latin-1: counted for ingest's warning (streamfit.ingest.text_checks)."""
-        bad, c1 = text_checks.check_batch(batch, self.encoding, self.policy, "ingest")
+        bad, c1 = text_checks.check_batch(batch, encoding, self.policy, "ingest")
         keep[bad] = False
         self.c1 += len(c1)
         if c1 and self.first_c1 is None:

@@ -141,9 +141,49 @@ def test_a_nul_inside_a_parquet_token_is_a_bad_record_as_in_a_string(tmp_path):
     path = str(tmp_path / "tokens.parquet")
     tokens = [["tr\x00ain", "leaves"], ["caf\u00e9", "au", "lait"], ["old", "town"], ["fresh", "bread"]]
     pq.write_table(pa.table({"label": ["city", "food", "city", "food"], "text": tokens}), path)
-    with pytest.raises(InputError, match=r"tokens\.parquet:row group 0, row 0: a NUL character in the text"):
+    with pytest.raises(InputError, match=r"tokens\.parquet:row group 0, row 0: a NUL character .*in the text"):
         _ingest(path, tmp_path / "refused.zarr")
     assert not os.path.exists(tmp_path / "refused.zarr")
     report = _ingest(path, tmp_path / "skipped.zarr", on_bad_record="skip")
     assert (report.read, report.written, report.skipped) == (4, 3, 1)
     assert open_store(str(tmp_path / "skipped.zarr")).n_rows == 3
+
+
+def test_a_nul_in_text_stored_as_text_names_a_fix_its_format_takes(tmp_path):
+    """Parquet strings and tokens and JSON strings are UTF-8 by definition, and those formats take
+    no --encoding: a NUL there is named as the file stores it, with the fix of cleaning it where the
+    file is written or --on-bad-record (it named --encoding utf-16, which ingest then refused for
+    these formats). A CSV's NUL keeps the encoding advice."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    texts = ["the tr\x00ain leaves", "caf\u00e9 au lait"]
+    pq.write_table(pa.table({"label": ["city", "food"], "text": texts}), tmp_path / "strings.parquet")
+    tokens = [text.split() for text in texts]
+    pq.write_table(pa.table({"label": ["city", "food"], "text": tokens}), tmp_path / "tokens.parquet")
+    with open(tmp_path / "lines.jsonl", "w") as f:
+        f.writelines(json.dumps({"label": label, "text": text}) + "\n" for label, text in zip(["city", "food"], texts))
+    fix = (
+        "(remove the NULs where the file is written, or skip such records with --on-bad-record skip, or keep "
+        "them aside with --on-bad-record quarantine)"
+    )
+    for name, where in (
+        ("strings.parquet", "row group 0, row 0"),
+        ("tokens.parquet", "row group 0, row 0"),
+        ("lines.jsonl", "1"),
+    ):
+        with pytest.raises(InputError) as raised:
+            _ingest(str(tmp_path / name), tmp_path / "s.zarr")
+        assert (
+            str(raised.value)
+            == f"{tmp_path / name}:{where}: a NUL character (U+0000) in the text as the file stores it {fix}"
+        )
+        report = _ingest(
+            str(tmp_path / name),
+            tmp_path / f"{name}.zarr",
+            on_bad_record="quarantine",
+            quarantine=str(tmp_path / "q.jsonl"),
+        )
+        assert (report.read, report.written, report.skipped) == (2, 1, 1), name
+    quarantined = [json.loads(line) for line in open(tmp_path / "q.jsonl")]
+    assert [q["problem"] for q in quarantined] == ["a NUL character (U+0000) in the text as the file stores it"] * 3
