@@ -124,7 +124,8 @@ class TrainOptions:
         None,
         "Embedded cluster: worker processes; 0 runs in this process without Dask; unset (auto): in this "
         f"process when the store's non-zeros x classes <= {AUTO_INPROCESS_WORK:,}, the store is one chunk, the "
-        "solver computes in the driver (bcd's memory mode) or, for stagewise, the predicted wall time in this "
+        "machine has at most 2 cores, the solver computes in the driver (bcd's memory mode) or, for stagewise, "
+        "the predicted wall time in this "
         "process is at most a cluster's (from its rounds of tasks and their work: the log line says which), else "
         "one worker per core",
         ge=0,

@@ -224,7 +224,9 @@ def auto_choice(
     docs/benchmarks.md, qa29), or the machine has one core (`cores`, default os.cpu_count()).
     Else, when the solver estimates its `work`, the engine of the smaller predicted wall
     (predicted_walls; ties go to this process, which holds less memory); without an estimate,
-    "local"."""
+    "inprocess" on two cores (one is the driver's and the scheduler's, n_eff = 1 in
+    predicted_walls: the cluster's costs for no gain, whatever the work; ppdsparse and bcd
+    measured in docs/benchmarks.md, session 34), else "local"."""
     if scheduler:
         return EngineChoice("remote", f"the Dask cluster at {scheduler}")
     if n_workers is not None:
@@ -238,7 +240,9 @@ def auto_choice(
         return EngineChoice("inprocess", "a small store")
     if cores == 1:
         return EngineChoice("inprocess", "a machine of one core")
-    if work is None:
+    if work is None:  # n_eff = 1 on two cores (predicted_walls): the cluster's costs for no gain, whatever the work
+        if cores == 2:
+            return EngineChoice("inprocess", "a machine of 2 cores, one of them the driver's and the scheduler's")
         return EngineChoice("local", f"one worker per core ({cores})")
     inprocess, cluster = predicted_walls(work, cores, n_chunks)
     per_step = f"{work.rounds} {work.step}s of ~{work.round_s:.2g} s each"

@@ -870,8 +870,12 @@ def test_auto_choice_starts_a_cluster_only_where_the_work_predicts_it_faster():
     assert auto_choice(None, None, large, 10, 1, work=heavy, cores=16).mode == "inprocess"
     assert auto_choice(None, None, large, 10, 8, work=heavy, cores=1).mode == "inprocess"
     assert auto_choice(None, None, large, 10, 8, False, work=heavy, cores=16).mode == "inprocess"
-    # without an estimate (a solver that gives none): the cluster above the bound, as before
-    assert auto_choice(None, None, large, 10, 8, cores=2).mode == "local"
+    # without an estimate (a solver that gives none): the cluster above the bound on more than two
+    # cores; on two, n_eff = 1 whatever the work, so this process
+    assert auto_choice(None, None, large, 10, 8, cores=3).mode == "local"
+    two = auto_choice(None, None, large, 10, 8, cores=2)
+    assert two.mode == "inprocess" and two.why == "a machine of 2 cores, one of them the driver's and the scheduler's"
+    assert auto_choice(None, 2, large, 10, 8, cores=2).mode == "local"  # unless a cluster is asked for
 
 
 def forked_worker_facts(source, i, v):

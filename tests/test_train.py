@@ -424,8 +424,8 @@ class _ClusterStarted(Exception):
     pass
 
 
-def _no_cluster(monkeypatch):
-    """Above the small-store threshold on a machine of two cores, with Engine.start raising
+def _no_cluster(monkeypatch, cores=2):
+    """Above the small-store threshold on a machine of `cores` cores, with Engine.start raising
     _ClusterStarted: a run under `auto` that would start a cluster stops there."""
     import streamfit.engine as engine_module
 
@@ -434,7 +434,7 @@ def _no_cluster(monkeypatch):
             raise _ClusterStarted(self.mode)
 
     monkeypatch.setattr(engine_module, "AUTO_INPROCESS_WORK", 0)
-    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(engine_module.os, "cpu_count", lambda: cores)
     monkeypatch.setattr(engine_module.Engine, "start", started)
 
 
@@ -444,7 +444,7 @@ BCD_MEMORY = {"mode": "memory", "max_iter": 3}
 def test_bcd_memory_mode_above_the_threshold_runs_in_process_and_chunks_mode_starts_the_cluster(
     digits_store, tmp_path, monkeypatch
 ):
-    _no_cluster(monkeypatch)
+    _no_cluster(monkeypatch, cores=3)  # on 2 cores chunks mode runs in process too (engine.auto_choice)
     train(digits_store, "bcd", str(tmp_path / "memory"), BCD_MEMORY, progress=False)
     with open(tmp_path / "memory" / "run.json") as f:
         assert json.load(f)["engine"] == "inprocess"
@@ -452,6 +452,10 @@ def test_bcd_memory_mode_above_the_threshold_runs_in_process_and_chunks_mode_sta
         train(digits_store, "bcd", str(tmp_path / "chunks"), {"mode": "chunks", "max_iter": 1}, progress=False)
     with pytest.raises(_ClusterStarted, match="local"):  # auto: chunks when X and S exceed the budget
         train(digits_store, "bcd", str(tmp_path / "budget"), {"memory_budget_mb": 1e-3, "max_iter": 1}, progress=False)
+    _no_cluster(monkeypatch, cores=2)
+    train(digits_store, "bcd", str(tmp_path / "two"), {"mode": "chunks", "max_iter": 1}, progress=False)
+    with open(tmp_path / "two" / "run.json") as f:
+        assert json.load(f)["engine"] == "inprocess"
 
 
 @pytest.mark.slow
