@@ -2184,17 +2184,25 @@ class StagewiseSolver(Solver[StagewiseState]):
     def _cg_settle(self, state: StagewiseState, n: int) -> None:
         """Past every grid point whose fit is done (stagewise_cg.CG_RTOL or WALK_MAX_ITER): the next
         c's fit from the same W, without a pass (stagewise_cg.next_alpha)."""
-        assert state.cg_walk is not None and state.cg_vectors is not None and state.cg_targets is not None
-        assert state.cg_columns is not None and state.dual_scale is not None
         grid = len(stagewise_cg.HOLDOUT_GRID)
         while state.cg_position < grid and self._cg_done(state):
-            old = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
-            state.cg_position += 1
-            if state.cg_position < grid:
-                new = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
-                state.cg_vectors, state.cg_targets = stagewise_cg.next_alpha(
-                    state.cg_vectors, state.cg_targets, state.cg_columns, old, new
-                )
+            if state.cg_position + 1 < grid:
+                self._cg_move(state, n, state.cg_position + 1)
+            else:  # the last c: its score is pending, at its own alpha
+                state.cg_position += 1
+
+    @staticmethod
+    def _cg_move(state: StagewiseState, n: int, position: int) -> None:
+        """The fit moved to the grid position `position` from the same W: the residual carried to
+        its alpha without a pass (stagewise_cg.next_alpha)."""
+        assert state.cg_walk is not None and state.cg_vectors is not None and state.cg_targets is not None
+        assert state.cg_columns is not None and state.dual_scale is not None
+        old = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
+        state.cg_position = position
+        new = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
+        state.cg_vectors, state.cg_targets = stagewise_cg.next_alpha(
+            state.cg_vectors, state.cg_targets, state.cg_columns, old, new
+        )
 
     def _cg_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
         """The wide ridge fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_cg), one pass a
@@ -2230,12 +2238,7 @@ class StagewiseSolver(Solver[StagewiseState]):
                 errors[pending] = error
                 fields["heldout_error"] = error / (n - cg.fit_rows(n))
             if walking and cg.walk_over(errors):  # the iterate at the refit's alpha, so that its logged loss is true
-                old = cg.alpha(n, v_bar, state.cg_position, walk)
-                state.cg_position = cg.REFIT_START
-                new = cg.alpha(n, v_bar, state.cg_position, walk)
-                state.cg_vectors, state.cg_targets = cg.next_alpha(
-                    state.cg_vectors, state.cg_targets, state.cg_columns, old, new
-                )
+                self._cg_move(state, n, cg.REFIT_START)
             else:
                 fit = min(state.cg_position, grid)
                 a = cg.alpha(n, v_bar, state.cg_position, walk)
