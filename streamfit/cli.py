@@ -1064,7 +1064,7 @@ def predict(
 
     model = load_model(run_dir)
     how = PredictOptions(scheduler, n_workers, bool(parts))
-    with how.engine() as engine:
+    with _format_flags_as_options(ctx), how.engine() as engine:
         n = predict_to_file(
             model,
             source,
@@ -1086,6 +1086,30 @@ def predict(
         click.echo(f"{n} rows written to {stream}", err=True)
     else:
         _out(f"{n} rows written to {out}")
+
+
+def _format_flags_as_options(ctx) -> typing.ContextManager[None]:
+    """predict reads raw data with ingest's readers, whose errors name ingest's flags for a fix
+    (`set --text-field`); a StreamfitError naming flags that predict lacks gains how predict takes
+    them: `--option text_field=…`."""
+    import contextlib
+
+    from streamfit.ingest.sources import format_option_flags
+
+    have = frozenset(o.lstrip("-") for p in ctx.command.params for o in p.opts)
+
+    @contextlib.contextmanager
+    def translated():
+        try:
+            yield
+        except StreamfitError as e:
+            flags = format_option_flags(str(e), have)
+            if not flags:
+                raise
+            written = " ".join(f"--option {f.replace('-', '_')}=…" for f in flags)
+            raise StreamfitError(f"{e} (predict takes {'it' if len(flags) == 1 else 'them'} as {written})") from e
+
+    return translated()
 
 
 # ------------------------------------------------------------------------------------------- run

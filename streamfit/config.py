@@ -536,6 +536,12 @@ def load_pipeline(path: str) -> PipelineConfig:
             hashing = None if no_hash else HashingConfig(**hashing_values)
         except ValueError as e:
             raise ConfigError(f"{path}: key 'ingest.hashing': {e}") from None
+        if hashing is not None and values["n_features"] is not None:  # the command line's --n-features sets either
+            width = 1 << max(int(values["n_features"]) - 1, 1).bit_length()
+            raise ConfigError(
+                f"{path}: key 'ingest.n_features': the width of unhashed columns (with no_hash: true); a hashed "
+                f"store's width is hashing: {{n_features: N}}, a power of two (e.g. {width})"
+            )
         values.update(
             inputs=[resolve(p, "ingest.inputs") for p in values["inputs"]],
             out=resolve(values["out"], "ingest.out"),

@@ -77,6 +77,11 @@ class Terminated(BaseException):
 _OS_HINTS: dict[int | None, str] = {  # keyed by OSError.errno, which may be None
     errno.ENOSPC: "the disk is full: free space, then re-run (train: with --resume, from the last checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded: free space, then re-run (train: with --resume)",
+    errno.EFBIG: (
+        "a file larger than this process may write (its file-size limit: `ulimit -f`, a batch system's) or the "
+        "file system allows: raise the limit or write elsewhere, then re-run (train: with --resume, from the last "
+        "checkpoint)"
+    ),
     errno.EROFS: "the location is read-only: choose a writable one",
     errno.EACCES: "permission denied: choose a writable location",
     errno.EPERM: "permission denied: choose a writable location",

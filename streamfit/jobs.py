@@ -8,7 +8,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
@@ -27,13 +26,12 @@ def _flags_as_section_keys(section: str, key: str) -> Iterator[None]:
     (`set --text-field`, `--label-field`, `--id-field`, ...) gains where a pipeline writes it:
     under the section's `key` (source_options, or predict's options). The error is raised as it
     is written for the command line; a pipeline has no such flags."""
-    from streamfit.ingest.sources import format_option_names
+    from streamfit.ingest.sources import format_option_flags
 
     try:
         yield
     except StreamfitError as e:
-        options = format_option_names()
-        flags = [f for f in dict.fromkeys(re.findall(r"--([a-z][a-z-]*)", str(e))) if f.replace("-", "_") in options]
+        flags = format_option_flags(str(e))
         if not flags:
             raise
         written = ", ".join(f"{f.replace('-', '_')}: …" for f in flags)

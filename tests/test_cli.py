@@ -1565,3 +1565,34 @@ def test_every_default_the_ingest_help_states_by_hand_is_the_one_the_code_applie
     assert "(default: 1)" in helps["zero_based"]
     config = HashingConfig()
     assert stated("n_features") == str(config.n_features) and stated("ngram_max") == str(config.ngram_range[1])
+
+
+def test_predicts_error_naming_an_ingest_flag_says_how_predict_takes_it(tmp_path):
+    """A model trained on a headerless TSV (text in column 1) scoring JSONL: the reader's fix names
+    `--text-field`, a flag predict has not (qa36: a user tried it and got "No such option"); the
+    line now adds `--option text_field=…`, which works. A flag predict has (--id-field) is not
+    translated."""
+    import gzip
+
+    rows = [("pos", "good fine great nice"), ("neg", "bad awful poor sad")] * 20
+    with gzip.open(tmp_path / "train.tsv.gz", "wt") as f:
+        f.writelines(f"{label}\t{text}\n" for label, text in rows)
+    (tmp_path / "new.jsonl").write_text(
+        "".join(json.dumps({"doc": f"d{i}", "body": t}) + "\n" for i, (_, t) in enumerate(rows))
+    )
+    columns = ["--no-header", "--label-field", "0", "--text-field", "1"]
+    run("ingest", tmp_path / "train.tsv.gz", *columns, "--out", tmp_path / "s.zarr")
+    run("train", tmp_path / "s.zarr", *QUICK_BCD, "--out", tmp_path / "run")
+    predict = ["-q", "predict", tmp_path / "run", tmp_path / "new.jsonl", "--out", tmp_path / "p.csv"]
+    result = run(*predict, ok=False)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no field '1' (set --text-field" in lines[0], result.stderr
+    assert lines[0].endswith("(predict takes it as --option text_field=…)"), lines[0]
+    assert not (tmp_path / "p.csv").exists()
+    run(*predict, "--option", "text_field=body", "--id-field", "doc")
+    assert (tmp_path / "p.csv").read_text().splitlines()[1].startswith(f"{tmp_path / 'new.jsonl'}:1,d0,pos,")
+    (tmp_path / "p.csv").unlink()
+    result = run(*predict, "--option", "text_field=body", "--id-field", "nope", ok=False)
+    assert result.exit_code == 2 and "no field 'nope' (set --id-field" in result.stderr, result.stderr
+    assert "predict takes" not in result.stderr

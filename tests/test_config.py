@@ -219,6 +219,26 @@ def test_a_pipeline_section_names_a_bad_hashing_setting(tmp_path):
     assert load_pipeline(str(pipeline)).ingest.hashing is None  # no_hash: the hashing section is not checked
 
 
+def test_an_ingest_sections_n_features_with_hashing_is_refused(tmp_path):
+    """`n_features` beside the ingest section's other keys (as the flag --n-features is spelled)
+    is the width of unhashed columns: with hashing on, the store was silently 2**18 wide (qa36:
+    `n_features: 1000` ingested without a word, where the command line refuses 1000). Now one
+    line naming the key and where a hashed width goes; with no_hash: true it is the width."""
+    pipeline = tmp_path / "p.yaml"
+    for value, example in ((1000, 1024), (4096, 4096), (1, 2)):
+        pipeline.write_text(f"ingest: {{inputs: [d.jsonl], out: s.zarr, n_features: {value}}}\n")
+        with pytest.raises(ConfigError) as e:
+            load_pipeline(str(pipeline))
+        assert str(e.value) == (
+            f"{pipeline}: key 'ingest.n_features': the width of unhashed columns (with no_hash: true); a hashed "
+            f"store's width is hashing: {{n_features: N}}, a power of two (e.g. {example})"
+        )
+    pipeline.write_text("ingest: {inputs: [d.svm], out: s.zarr, no_hash: true, n_features: 1000}\n")
+    assert load_pipeline(str(pipeline)).ingest.n_features == 1000
+    pipeline.write_text("ingest: {inputs: [d.jsonl], out: s.zarr, hashing: {n_features: 1024}}\n")
+    assert load_pipeline(str(pipeline)).ingest.hashing.n_features == 1024
+
+
 def test_every_pipeline_mistake_is_one_line_naming_the_key_with_a_guess(tmp_path):
     """Misspelled keys at each level, a section that is not a mapping, an unknown solver or
     source option: one ConfigError line naming the key, with the closest known name (issue 20, item 10)."""

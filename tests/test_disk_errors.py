@@ -192,3 +192,28 @@ def test_an_output_written_after_the_input_is_read_is_refused_before_it(digits_s
     result = _cli("ingest", digits_svm, "--no-hash", "--out", tmp_path / "s.zarr", *extra, option, target)
     _assert_one_line_error(result, str(target), "Not a directory", "choose another path")
     assert read == [] and sorted(os.listdir(tmp_path)) == ["not-a-dir"]
+
+
+def test_a_file_size_limit_is_named_with_its_fix(digits_svm, tmp_path, cli):
+    """A process whose file-size limit (`ulimit -f`, RLIMIT_FSIZE; a batch system's) is below a
+    chunk's size: Python ignores SIGXFSZ, so the write fails with EFBIG. One line naming the
+    store, the limit and the fix (it said "check that the location … has free space"), and no
+    store left; the same command without the limit writes it."""
+    import resource
+    import subprocess
+
+    command = cli("ingest", digits_svm, "--no-hash", "--chunk-rows", "200", "--out", tmp_path / "s.zarr")
+    assert subprocess.run(command, capture_output=True).returncode == 0  # and the numba cache is warm
+    limit = 2048  # bytes: the store's metadata fits, its chunks do not
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    out = tmp_path / "limited.zarr"
+    command = cli("ingest", digits_svm, "--no-hash", "--chunk-rows", "200", "--out", out)
+    result = subprocess.run(command, capture_output=True, text=True, preexec_fn=limited)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {out}.partial: cannot write (File too large)"), lines
+    assert "ulimit -f" in lines[0] and "free space" not in lines[0], lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["s.zarr"]

@@ -841,7 +841,9 @@ class FBPDSolver(Solver[FBPDState]):
             )
         if state.step > self.params.max_iter:
             raise ConfigError(
-                f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}"
+                f"the run to continue is at iteration {state.step} already, beyond max_iter = {self.params.max_iter}: "
+                f"it was continued with a larger max_iter before; resume with -p max_iter={state.step} or more, or "
+                "start over with --overwrite"
             )
         self.prepare(ctx, state)
 

@@ -868,7 +868,7 @@ def test_continued_run_ends_where_one_longer_run_ends(wine, tmp_path, on_disk):
     # only max_iter may change, and not below where the run is
     for changed, message in (
         ({"max_iter": 200, "lam": 0.2}, "other fbpd parameters|different solver config"),
-        ({"max_iter": 100}, "beyond max_iter"),
+        ({"max_iter": 100}, "beyond max_iter = 100: .*resume with -p max_iter=120 or more, or start over"),
     ):
         solver = fb.FBPDSolver(fb.FBPDParams(**{**params, **changed}))
         if on_disk:

@@ -100,6 +100,13 @@ def format_option_names() -> set[str]:
     return set(_ALL_OPTIONS)
 
 
+def format_option_flags(message: str, have: frozenset[str] = frozenset()) -> list[str]:
+    """The command-line flags of format options (`text-field` for --text-field) that an error
+    `message` names, in order, each once, less those in `have` (flags the command at hand takes)."""
+    named = dict.fromkeys(re.findall(r"--([a-z][a-z-]*)", message))
+    return [f for f in named if f.replace("-", "_") in _ALL_OPTIONS and f not in have]
+
+
 def format_options(name: str) -> set[str]:
     """The format options that format `name` (a key of FORMATS) reads."""
     return _options(FORMATS[name])
