@@ -65,6 +65,24 @@ before the commit that registered them): "largefresh" and "largetextfresh".
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --candidate --sets largefresh,largetextfresh
 
+--large --choice (session 35, wide36) prints per set the 5-fold RidgeCV, "stages", "H" (the ridge
+fit of stagewise_cg alone, the default of session 34: `solver_h_alone`) and "M":
+StagewiseLSRegressor(), whose default there is candidate M (streamfit.solvers.stagewise_choice:
+the stages and the ridge model's walk each fitted on the rows i mod 5 ≠ 4, the one of lower
+squared error on the others refitted on every row), with its choice and both held-out errors.
+Its pre-registered held-out sets (seed 600, never generated before the commit that registered
+them): "choicefresh" (generated; "wN": N informative columns) and "choicetextfresh". The decision
+rule, fixed with them (docs/benchmarks.md, session 35), with R² on the test rows:
+- (R1) on every held set, M ≥ max(stages, H) − 0.05;
+- (R2) on every held set where M keeps the ridge model, M ≥ RidgeCV5 − 0.10;
+- (R3) M's mean over the twelve sets ≥ H's mean and ≥ the stages' mean;
+- (R4) n ≤ 4000, n ≫ d and class targets unchanged: the 38 model fingerprints bitwise
+  (tools/model_fingerprints.py), wide33's tests of D unchanged and passing;
+- (T) on every held set, M's fit seconds ≤ 1.5 × (H's + the stages') or ≤ 30 s.
+M is adopted only if every rule holds; else the solver change is reverted.
+
+    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --choice --sets choicefresh,choicetextfresh
+
 "stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
 resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
 """
@@ -72,6 +90,7 @@ resolved to for real-valued targets before session 32, and which turns the exact
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import warnings
 
@@ -305,7 +324,9 @@ def text_set(corpus: str, n: int, target: str, noise: float, seed: int, whole: b
 # corpus by `text_set(..., whole=True)`. "large" / "largetext" (seed 300): the measurement of step 1
 # and the quick look at the candidates, spent; "largeheld" / "largetextheld" (seed 400): fresh for
 # the pre-registered run (docs/benchmarks.md, session 33), spent by it; "largefresh" /
-# "largetextfresh" (seed 500): fresh for session 34's pre-registered run of H (`--candidate`).
+# "largetextfresh" (seed 500): fresh for session 34's pre-registered run of H (`--candidate`), spent by
+# it; "choicefresh" / "choicetextfresh" (seed 600): fresh for session 35's pre-registered run of M
+# (`--choice`).
 LARGE_SETS = {
     "large": [
         (5000, 20000, 0.005, 0.3, "dense"),
@@ -320,6 +341,14 @@ LARGE_SETS = {
         (10000, 10000, 0.005, 0.3, "dense"),
         (15000, 131072, 0.001, 1.0, "dense"),
         (40000, 200000, 0.0005, 0.2, "sparse"),
+    ],
+    "choicefresh": [
+        (6000, 15000, 0.008, 0.4, "dense"),
+        (8000, 30000, 0.003, 0.2, "w20"),
+        (11000, 11000, 0.005, 0.5, "dense"),
+        (15000, 50000, 0.0015, 0.3, "w300"),
+        (22000, 70000, 0.001, 0.3, "sparse"),
+        (36000, 90000, 0.0007, 0.6, "dense"),
     ],
     "largefresh": [
         (5500, 12000, 0.01, 0.4, "dense"),
@@ -346,6 +375,14 @@ LARGE_TEXT = {
         ("sector", 6000, "dense", 0.5),
         ("sector", 8500, "words", 0.2),
     ],
+    "choicetextfresh": [
+        ("20news", 6000, "sparse", 0.3),
+        ("20news", 7000, "dense", 0.4),
+        ("20news", 5000, "words", 0.3),
+        ("sector", 5500, "sparse", 0.3),
+        ("sector", 5000, "dense", 0.4),
+        ("sector", 6500, "words", 0.3),
+    ],
     "largetextfresh": [
         ("20news", 6500, "sparse", 0.3),
         ("20news", 7500, "dense", 0.4),
@@ -362,6 +399,8 @@ LARGE_SEEDS = {
     "largetextheld": (400,),
     "largefresh": (500,),
     "largetextfresh": (500,),
+    "choicefresh": (600,),
+    "choicetextfresh": (600,),
 }
 LARGE_TEST_ROWS = 2000
 CV_GRID = np.logspace(-6, 2, 9)  # RidgeCV's alphas, as multiples c of n · v̄ (one a decade over DUAL_GRID's range)
@@ -369,11 +408,16 @@ CV_GRID = np.logspace(-6, 2, 9)  # RidgeCV's alphas, as multiples c of n · v̄ 
 
 def sparse_generated(n: int, d: int, density: float, noise: float, target: str, seed: int):
     """As `generated`, with X drawn sparse (scipy.sparse.random, standard normal values) so that
-    (n + LARGE_TEST_ROWS) × d never exists dense; scored on the last LARGE_TEST_ROWS rows."""
+    (n + LARGE_TEST_ROWS) × d never exists dense; scored on the last LARGE_TEST_ROWS rows. Target
+    "wN": w standard normal on N columns drawn at random, zero elsewhere."""
     rng = np.random.default_rng(seed)
     rows = n + LARGE_TEST_ROWS
     X = sp.random(rows, d, density=density, format="csr", random_state=rng, data_rvs=rng.standard_normal)
-    w = rng.normal(size=d) * (rng.random(d) < (0.05 if target == "sparse" else 1.0))
+    if target.startswith("w"):
+        w = np.zeros(d)
+        w[rng.choice(d, int(target[1:]), replace=False)] = rng.normal(size=int(target[1:]))
+    else:
+        w = rng.normal(size=d) * (rng.random(d) < (0.05 if target == "sparse" else 1.0))
     f = X @ w
     y = f + noise * f.std() * rng.normal(size=rows)
     return X[:n], y[:n], X[n:], y[n:]
@@ -513,13 +557,49 @@ def solver_h(X, y):
     return model.predict, info.get("wide_ridge_c"), sum(info.get("cg_iterations", [0])), {}, info["data_passes"]
 
 
-def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False) -> None:
+@contextlib.contextmanager
+def ridge_alone():
+    """StagewiseLSRegressor() as in session 34 (H) while in the block: stagewise_choice's stages on
+    the fit rows skipped (no stages to score, so the ridge model is kept), the walk and its refit
+    as they are."""
+    from streamfit.solvers.stagewise import StagewiseSolver
+
+    saved = StagewiseSolver._choice_step, StagewiseSolver._held_stages_linear
+    StagewiseSolver._choice_step = StagewiseSolver._cg_step  # type: ignore[method-assign]
+    StagewiseSolver._held_stages_linear = lambda self, state: (None, None)  # type: ignore[method-assign, assignment, return-value]
+    try:
+        yield
+    finally:
+        StagewiseSolver._choice_step, StagewiseSolver._held_stages_linear = saved  # type: ignore[method-assign]
+
+
+def solver_h_alone(X, y):
+    """H, the default above DUAL_N_MAX rows of session 34 (`ridge_alone`): (predict, c, CG
+    iterations, {}, passes)."""
+    with ridge_alone():
+        return solver_h(X, y)
+
+
+def solver_m(X, y):
+    """M, StagewiseLSRegressor()'s default above DUAL_N_MAX rows since session 35: (predict, c of
+    the ridge model's walk, its CG iterations, {}, passes, the choice and the held-out errors)."""
+    from streamfit import StagewiseLSRegressor
+
+    model = StagewiseLSRegressor().fit(X, y)
+    info = model.model_.info
+    errors = info["wide_choice_heldout"]
+    held = f"{info['wide_choice']} (held-out mse stages {errors['stages']:.4g}, ridge {errors['ridge']:.4g})"
+    return model.predict, info["wide_ridge_c"], sum(info["cg_iterations"]), {}, info["data_passes"], held
+
+
+def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False, choice: bool = False) -> None:
     """One line per set and seed: R² and fit seconds of the 5-fold RidgeCV (`ridge_cv5`), Ridge()
     (sparse_cg) and "default": StagewiseLSRegressor(), the stages above DUAL_N_MAX rows before
     session 34 (lam 1e-4, gradient blocks); with `look` instead the quick look's prototypes of S
     (`subsample_ridge`) at each carry and CG stop, and S itself (m 2000, stop 1e-4); with `after`
     instead prototype H (`holdout_ridge`) and S beside it; with `candidate` RidgeCV5, the stages
-    (`STAGES`) and the solver's H (`solver_h`)."""
+    (`STAGES`) and the solver's H (`solver_h`); with `choice` RidgeCV5, the stages, H
+    (`solver_h_alone`) and M (`solver_m`)."""
     import time
 
     from sklearn.linear_model import Ridge
@@ -544,6 +624,13 @@ def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False
             fits[0],
             ("stages", lambda X, y: (StagewiseLSRegressor(**STAGES).fit(X, y).predict, None)),
             ("H", solver_h),
+        ]
+    if choice:
+        fits = [
+            fits[0],
+            ("stages", lambda X, y: (StagewiseLSRegressor(**STAGES).fit(X, y).predict, None)),
+            ("H", solver_h_alone),
+            ("M", solver_m),
         ]
     for which in sets:
         for seed in LARGE_SEEDS[which]:
@@ -576,6 +663,8 @@ def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False
                         line += f" it {made[2]}"
                     if len(made) > 4:
                         line += f" passes {made[4]}"
+                    if len(made) > 5:
+                        line += f" chose {made[5]}"
                     if len(made) > 2 and made[3]:
                         stops = ", ".join(f"{t:g}: {r2_score(yv, f(Xv)):.3f} it {i}" for t, (f, i) in made[3].items())
                         line += f" [{stops}]"
@@ -654,12 +743,15 @@ def main() -> None:
     parser.add_argument(
         "--large",
         action="store_true",
-        help="wide sets above DUAL_N_MAX rows (--sets: large, largetext, largeheld, largetextheld)",
+        help="wide sets above DUAL_N_MAX rows (--sets: large, largetext, largeheld, largetextheld, largefresh, largetextfresh, choicefresh, choicetextfresh)",
     )
     parser.add_argument("--look", action="store_true", help="--large: the quick look's prototypes of S instead")
     parser.add_argument("--after", action="store_true", help="--large: prototype H and S instead (after the run)")
     parser.add_argument(
         "--candidate", action="store_true", help="--large: RidgeCV5, the stages and the solver's default H instead"
+    )
+    parser.add_argument(
+        "--choice", action="store_true", help="--large: RidgeCV5, the stages, H and the solver's default M instead"
     )
     parser.add_argument(
         "--grid",
@@ -672,7 +764,7 @@ def main() -> None:
         check_dual()
         return
     if args.large:
-        main_large(args.sets.split(","), args.look, args.after, args.candidate)
+        main_large(args.sets.split(","), args.look, args.after, args.candidate, args.choice)
         return
     if args.validated or args.dual:
         grid = tuple(float(c) for c in args.grid.split(","))
