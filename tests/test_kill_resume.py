@@ -162,21 +162,15 @@ def test_wide_regression_sigkill_then_resume_gives_identical_model(cli, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kept", ["ridge", "stages"])
-def test_wide_regression_above_4000_rows_sigkill_then_resume_gives_identical_model(cli, tmp_path, kept):
-    """stagewise's wide fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_choice: the stages
-    on the fit rows, then stagewise_cg's walk, alpha by a held-out fifth, conjugate gradients, one
-    pass a step) killed right after a checkpoint and again in its refit (the ridge model's, or
-    where fifty columns carry the target the stages'), then resumed: the model of an uninterrupted
-    run, bitwise."""
+def test_wide_regression_above_4000_rows_sigkill_then_resume_gives_identical_model(cli, tmp_path):
+    """stagewise's wide fit above DUAL_N_MAX rows (streamfit.solvers.stagewise_cg: alpha by a
+    held-out fifth, conjugate gradients, one pass a step) killed right after a checkpoint in its
+    walk and again in its refit, then resumed: the model of an uninterrupted run, bitwise."""
     import scipy.sparse as sp
 
     rng = np.random.default_rng(2)
     X = sp.random(4100, 3000, density=0.005, format="csr", random_state=rng, data_rvs=rng.standard_normal)
-    w = rng.normal(size=3000)
-    if kept == "stages":
-        w[50:] = 0.0
-    y = X @ w + (0.5 if kept == "ridge" else 0.05) * rng.normal(size=4100)
+    y = X @ rng.normal(size=3000) + 0.5 * rng.normal(size=4100)
     with open(tmp_path / "w.svm", "w") as f:
         for i, t in enumerate(y):
             row = X[i]
@@ -186,14 +180,10 @@ def test_wide_regression_above_4000_rows_sigkill_then_resume_gives_identical_mod
     store = tmp_path / "w.zarr"
     ingest = ["ingest", tmp_path / "w.svm", "--no-hash", "--target", "numeric", "--chunk-rows", "1000", "--out", store]
     subprocess.run(cli(*ingest), check=True, capture_output=True)
-    train = ["train", store, "--solver", "stagewise", "--n-workers", "0", "-p", "block_size=256"]
+    train = ["train", store, "--solver", "stagewise", "--n-workers", "0"]
     _kill_twice_then_resume(cli, tmp_path, "stagewise", train, event="checkpoint", steps_left=2)
     info = load_model(str(tmp_path / "ref")).info
-    assert info["generator"] == "ridge_cg" and info["wide_choice"] == kept
-    if kept == "ridge":
-        assert info["cg_iterations"][-1] > 2  # the second kill in the refit
-    else:
-        assert info["stages"] == 2 * 12  # the second kill in the stages' refit
+    assert info["generator"] == "ridge_cg" and info["cg_iterations"][-1] > 2  # the second kill in the refit
 
 
 def _resume_to_the_end(cli, resume, run, ref):

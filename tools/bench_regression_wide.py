@@ -65,23 +65,13 @@ before the commit that registered them): "largefresh" and "largetextfresh".
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --candidate --sets largefresh,largetextfresh
 
---large --choice (session 35, wide36) prints per set the 5-fold RidgeCV, "stages", "H" (the ridge
-fit of stagewise_cg alone, the default of session 34: `solver_h_alone`) and "M":
-StagewiseLSRegressor(), whose default there is candidate M (streamfit.solvers.stagewise_choice:
-the stages and the ridge model's walk each fitted on the rows i mod 5 ≠ 4, the one of lower
-squared error on the others refitted on every row), with its choice and both held-out errors.
-Its pre-registered held-out sets (seed 600, never generated before the commit that registered
-them): "choicefresh" (generated; "wN": N informative columns) and "choicetextfresh". The decision
-rule, fixed with them (docs/benchmarks.md, session 35), with R² on the test rows:
-- (R1) on every held set, M ≥ max(stages, H) − 0.05;
-- (R2) on every held set where M keeps the ridge model, M ≥ RidgeCV5 − 0.10;
-- (R3) M's mean over the twelve sets ≥ H's mean and ≥ the stages' mean;
-- (R4) n ≤ 4000, n ≫ d and class targets unchanged: the 38 model fingerprints bitwise
-  (tools/model_fingerprints.py), wide33's tests of D unchanged and passing;
-- (T) on every held set, M's fit seconds ≤ 1.5 × (H's + the stages') or ≤ 30 s.
-M is adopted only if every rule holds; else the solver change is reverted.
-
-    OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --choice --sets choicefresh,choicetextfresh
+Session 35 (wide36) measured candidate M the same way (`--large --choice` at commit 6432b83: per
+set RidgeCV5, the stages, H and M, StagewiseLSRegressor() of that commit: the stages and the ridge
+model's walk each fitted on the rows i mod 5 ≠ 4, the one of lower squared error on the others
+refitted on every row) on its pre-registered held-out sets, seed 600: "choicefresh" (generated;
+target "wN": N informative columns) and "choicetextfresh", spent by that run. M failed its time
+rule and was reverted (docs/benchmarks.md, "Wide regression above 4000 rows: the stages or the
+ridge model, chosen on the held fifth").
 
 "stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
 resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
@@ -90,7 +80,6 @@ resolved to for real-valued targets before session 32, and which turns the exact
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import warnings
 
@@ -326,7 +315,7 @@ def text_set(corpus: str, n: int, target: str, noise: float, seed: int, whole: b
 # the pre-registered run (docs/benchmarks.md, session 33), spent by it; "largefresh" /
 # "largetextfresh" (seed 500): fresh for session 34's pre-registered run of H (`--candidate`), spent by
 # it; "choicefresh" / "choicetextfresh" (seed 600): fresh for session 35's pre-registered run of M
-# (`--choice`).
+# (`--choice` at commit 6432b83), spent by it.
 LARGE_SETS = {
     "large": [
         (5000, 20000, 0.005, 0.3, "dense"),
@@ -557,49 +546,13 @@ def solver_h(X, y):
     return model.predict, info.get("wide_ridge_c"), sum(info.get("cg_iterations", [0])), {}, info["data_passes"]
 
 
-@contextlib.contextmanager
-def ridge_alone():
-    """StagewiseLSRegressor() as in session 34 (H) while in the block: stagewise_choice's stages on
-    the fit rows skipped (no stages to score, so the ridge model is kept), the walk and its refit
-    as they are."""
-    from streamfit.solvers.stagewise import StagewiseSolver
-
-    saved = StagewiseSolver._choice_step, StagewiseSolver._held_stages_linear
-    StagewiseSolver._choice_step = StagewiseSolver._cg_step  # type: ignore[method-assign]
-    StagewiseSolver._held_stages_linear = lambda self, state: (None, None)  # type: ignore[method-assign, assignment, return-value]
-    try:
-        yield
-    finally:
-        StagewiseSolver._choice_step, StagewiseSolver._held_stages_linear = saved  # type: ignore[method-assign]
-
-
-def solver_h_alone(X, y):
-    """H, the default above DUAL_N_MAX rows of session 34 (`ridge_alone`): (predict, c, CG
-    iterations, {}, passes)."""
-    with ridge_alone():
-        return solver_h(X, y)
-
-
-def solver_m(X, y):
-    """M, StagewiseLSRegressor()'s default above DUAL_N_MAX rows since session 35: (predict, c of
-    the ridge model's walk, its CG iterations, {}, passes, the choice and the held-out errors)."""
-    from streamfit import StagewiseLSRegressor
-
-    model = StagewiseLSRegressor().fit(X, y)
-    info = model.model_.info
-    errors = info["wide_choice_heldout"]
-    held = f"{info['wide_choice']} (held-out mse stages {errors['stages']:.4g}, ridge {errors['ridge']:.4g})"
-    return model.predict, info["wide_ridge_c"], sum(info["cg_iterations"]), {}, info["data_passes"], held
-
-
-def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False, choice: bool = False) -> None:
+def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False) -> None:
     """One line per set and seed: R² and fit seconds of the 5-fold RidgeCV (`ridge_cv5`), Ridge()
     (sparse_cg) and "default": StagewiseLSRegressor(), the stages above DUAL_N_MAX rows before
     session 34 (lam 1e-4, gradient blocks); with `look` instead the quick look's prototypes of S
     (`subsample_ridge`) at each carry and CG stop, and S itself (m 2000, stop 1e-4); with `after`
     instead prototype H (`holdout_ridge`) and S beside it; with `candidate` RidgeCV5, the stages
-    (`STAGES`) and the solver's H (`solver_h`); with `choice` RidgeCV5, the stages, H
-    (`solver_h_alone`) and M (`solver_m`)."""
+    (`STAGES`) and the solver's H (`solver_h`)."""
     import time
 
     from sklearn.linear_model import Ridge
@@ -624,13 +577,6 @@ def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False
             fits[0],
             ("stages", lambda X, y: (StagewiseLSRegressor(**STAGES).fit(X, y).predict, None)),
             ("H", solver_h),
-        ]
-    if choice:
-        fits = [
-            fits[0],
-            ("stages", lambda X, y: (StagewiseLSRegressor(**STAGES).fit(X, y).predict, None)),
-            ("H", solver_h_alone),
-            ("M", solver_m),
         ]
     for which in sets:
         for seed in LARGE_SEEDS[which]:
@@ -663,8 +609,6 @@ def main_large(sets: list[str], look: bool, after: bool, candidate: bool = False
                         line += f" it {made[2]}"
                     if len(made) > 4:
                         line += f" passes {made[4]}"
-                    if len(made) > 5:
-                        line += f" chose {made[5]}"
                     if len(made) > 2 and made[3]:
                         stops = ", ".join(f"{t:g}: {r2_score(yv, f(Xv)):.3f} it {i}" for t, (f, i) in made[3].items())
                         line += f" [{stops}]"
@@ -751,9 +695,6 @@ def main() -> None:
         "--candidate", action="store_true", help="--large: RidgeCV5, the stages and the solver's default H instead"
     )
     parser.add_argument(
-        "--choice", action="store_true", help="--large: RidgeCV5, the stages, H and the solver's default M instead"
-    )
-    parser.add_argument(
         "--grid",
         default=",".join(f"{c:g}" for c in V2_GRID),
         help="--validated: comma-separated multiples of v̄ beside 1e-4 (default: V2's)",
@@ -764,7 +705,7 @@ def main() -> None:
         check_dual()
         return
     if args.large:
-        main_large(args.sets.split(","), args.look, args.after, args.candidate, args.choice)
+        main_large(args.sets.split(","), args.look, args.after, args.candidate)
         return
     if args.validated or args.dual:
         grid = tuple(float(c) for c in args.grid.split(","))

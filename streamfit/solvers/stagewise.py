@@ -107,9 +107,7 @@ leave-one-out error (`_dual_mode`, streamfit.solvers.stagewise_dual; docs/benchm
 ridge in dual form for wide regression", session 32); above 4000 rows the same ridge model by
 conjugate gradients, one pass a step, its alpha chosen on a held-out fifth of the rows (`_cg_mode`,
 streamfit.solvers.stagewise_cg; docs/benchmarks.md, "Wide regression above 4000 rows: alpha by a
-held-out fifth", session 34), or the stages where, fitted on the same rows, they have the lower
-error on that fifth (`_choice_step`, streamfit.solvers.stagewise_choice; "… the stages or the
-ridge model, chosen on the held fifth", session 35). The generator "auto" check (`_auto_check`) compares its candidates
+held-out fifth", session 34). The generator "auto" check (`_auto_check`) compares its candidates
 at the run's λ, by 5-fold cross-validation on its row sample (session 24; sessions 19–23 held
 out 20 % of it once, at LAM_FLOOR for lam None: on 21–42 held-out rows the run's λ picked other
 generators on iris and generated sets, while at LAM_FLOOR the columns nearly interpolated dna's
@@ -231,7 +229,7 @@ from streamfit.metrics import ThresholdCounts, best_threshold, threshold_counts
 from streamfit.model import Model, register_model
 from streamfit.objectives import ChunkSums, StageRidge, objective_for
 from streamfit.objectives.links import link_loss_sum, link_mean, link_residual
-from streamfit.solvers import stagewise_cg, stagewise_choice, stagewise_dual
+from streamfit.solvers import stagewise_cg, stagewise_dual
 from streamfit.solvers.base import (
     Context,
     PerSample,
@@ -454,26 +452,18 @@ def _n_correct(F: np.ndarray, labels) -> int:
 
 
 def _load(
-    source: ChunkSource,
-    chunk_id: int,
-    state,
-    version: int,
-    private: bool = False,
-    last: bool = False,
-    space=None,
-    scores: str = SCORES,
+    source: ChunkSource, chunk_id: int, state, version: int, private: bool = False, last: bool = False, space=None
 ):
-    """The chunk, its targets Y and its scores F of `version` (of the per-sample array `scores`);
-    `private`: an F the task may change in place, `last`: the update task's, the last read of the
-    version (ChunkState.read_private). Y is None where the task makes the residual without it
-    (`_without_targets`, given `space`)."""
+    """The chunk, its targets Y and its scores F of `version`; `private`: an F the task may
+    change in place, `last`: the update task's, the last read of the version (ChunkState.read_private).
+    Y is None where the task makes the residual without it (`_without_targets`, given `space`)."""
     chunk = source.read_chunk(chunk_id)
     if version == 0:
         F = np.zeros((chunk.n_rows, source.n_classes))
     elif private:
-        F = state.read_private(scores, version, chunk_id, last=last)
+        F = state.read_private(SCORES, version, chunk_id, last=last)
     else:
-        F = state.read(scores, version, chunk_id)
+        F = state.read(SCORES, version, chunk_id)
     # Y after F: a read from the file is its bytes and the array at once, without Y beside them
     Y = None if space is not None and _without_targets(chunk, space) else chunk.targets(source.n_classes)
     return chunk, Y, F
@@ -822,13 +812,11 @@ def _stats_task(
     block: int | np.ndarray,
     link: str,
     gram: bool,
-    scores: str = SCORES,
 ) -> BlockStats:
-    """A chunk's `BlockStats` for the stage's block at its scores F (version `version` of
-    `scores`): Algorithm 1's sums at W = 0, the design A of the block built from the chunk (dense
-    designs panel by panel)."""
-    identity = space if link == "identity" else None
-    chunk, Y, F = _load(source, chunk_id, state, version, private=True, space=identity, scores=scores)
+    """A chunk's `BlockStats` for the stage's block at its scores F (version `version`):
+    Algorithm 1's sums at W = 0, the design A of the block built from the chunk (dense designs
+    panel by panel)."""
+    chunk, Y, F = _load(source, chunk_id, state, version, private=True, space=space if link == "identity" else None)
     base = chunk_base(source, chunk_id, space, chunk)
     if space.kind == "columns" and space.dense:  # a panel at a time: no rows × block array
         assert Y is not None, "dense designs keep their targets"
@@ -844,8 +832,8 @@ def _stats_task(
     return _block_stats(A, F, Y, link, space.with_predictions, gram, residual)
 
 
-def _gradient_task(source, chunk_id, *, state, version, active, link, scores=SCORES):
-    chunk, Y, F = _load(source, chunk_id, state, version, private=True, scores=scores)
+def _gradient_task(source, chunk_id, *, state, version, active, link):
+    chunk, Y, F = _load(source, chunk_id, state, version, private=True)
     return _column_gradient(chunk.csc, active, F, Y, link)
 
 
@@ -922,26 +910,25 @@ def _update_task(
     next_gradient: np.ndarray | None,
     leverage: np.ndarray | None = None,
     first_kept: bool = False,
-    scores: str = SCORES,
 ) -> UpdateSums:
     """Apply the stage, write scores version+1, and return its `UpdateSums`: the fused
     statistics of the next block when `next_block` is given (its AᵀA only if `next_gram`), the
     column gradients when `next_gradient` holds the active columns. With `leverage` (Hn of
     `_leverages`: a stage of the held-out pass, `StagewiseSolver._heldout`) also κ ← κ (1 − h),
-    version+1 of HELDOUT (`first_kept`: κ starts at 1). The scores are the per-sample array
-    `scores` (SCORES; the stages on the fit rows of stagewise_choice: HELD_SCORES). The new scores are computed into the
+    version+1 of HELDOUT (`first_kept`: κ starts at 1). The new scores are computed into the
     task's own copy of the old ones, and once written, for the identity link, their residual
     too, without the one-hot Y where `_without_targets`: one rows × k array of scores at a time
     besides its read's or write's bytes (row_state_arrays)."""
-    identity = space if link == "identity" else None
-    chunk, Y, F = _load(source, chunk_id, state, version, private=True, last=True, space=identity, scores=scores)
+    chunk, Y, F = _load(
+        source, chunk_id, state, version, private=True, last=True, space=space if link == "identity" else None
+    )
     base = chunk_base(source, chunk_id, space, chunk)
     if space.dense_design and next_block is not None:
         assert Y is not None, "dense designs keep their targets"
         F, stats, h = _update_dense(
             source, chunk_id, space, base, F, Y, block, W, C, link, next_block, next_gram, leverage
         )
-        state.write(scores, version + 1, chunk_id, F)
+        state.write(SCORES, version + 1, chunk_id, F)
         if h is not None:
             _keep_share(state, chunk_id, version, h, first_kept)
         return UpdateSums(stats.loss, _n_correct(F, chunk.labels), stats, None)  # Σℓ at the new scores, by panel
@@ -949,7 +936,7 @@ def _update_task(
     if leverage is not None:
         _keep_share(state, chunk_id, version, _leverages(design, leverage), first_kept)
     F = apply_stage(space, base, F, block, W, C, source.multilabel, design=design, out=F)
-    state.write(scores, version + 1, chunk_id, F)
+    state.write(SCORES, version + 1, chunk_id, F)
     correct = _n_correct(F, chunk.labels)
     if next_gradient is not None and link != "identity":  # Σℓ, then the gradient's own Y − g(F)
         assert Y is not None, "only the identity link goes without its targets"
@@ -1221,14 +1208,6 @@ class StagewiseState(SolverState):
     cg_position: its grid position (stagewise_cg: the c being fitted; REFIT_START, REFIT after).
     cg_vectors, cg_targets, cg_columns, cg_y_squares: the current fit's state (stagewise_cg.Fit:
         5 × p × k, 3 × k, 2 × p, ‖Y − 1ȳᵀ‖²) after step 0, else None.
-    held_blocks, held_weights, held_scores: for the fit by conjugate gradients, the stages fitted
-        first on its fit rows (stagewise_choice.FitRows: blocks and weights as in `blocks` and
-        `weights`, scores F of those rows in the ChunkState array HELD_SCORES), else empty / None.
-    stage_space: their FeatureSpace (`FeatureSpace.to_json()`: the stages' own, dense columns
-        from DENSE_MIN_DENSITY), also that of the stages refitted on every row; else None.
-    choice, choice_errors: the candidate kept by stagewise_choice.choose ("" until the walk ends)
-        and the held rows' squared errors summed of the stages and of the ridge model's least
-        (NaN until scored); None outside the fit by conjugate gradients.
     column_scale: the active columns' standard deviations s over the training rows when the
         stages on stored columns penalise S V (`StagewiseSolver._standardizes`), else None."""
 
@@ -1255,12 +1234,6 @@ class StagewiseState(SolverState):
     cg_targets: np.ndarray | None = None
     cg_columns: np.ndarray | None = None
     cg_y_squares: float | None = None
-    held_blocks: list[np.ndarray] = dataclasses.field(default_factory=list)
-    held_weights: list[np.ndarray] = dataclasses.field(default_factory=list)
-    held_scores: PerSample | None = None
-    stage_space: dict | None = None
-    choice: str = ""
-    choice_errors: np.ndarray | None = None
     column_scale: np.ndarray | None = None
     data_passes: int = 0
     normal_gram: np.ndarray | None = None
@@ -1317,7 +1290,6 @@ class StagewiseSolver(Solver[StagewiseState]):
         self.scale: np.ndarray | None = None
         self.active: np.ndarray | None = None
         self.dual_scale: float | None = None  # v̄ of the wide ridge fits (`_dual_mode`, `_cg_mode`), set by `_setup`
-        self.stage_space: dict | None = None  # the stages' FeatureSpace on stored columns (JSON), set by `_setup`
 
     # ---- setup ----
     def column_state(self, source) -> int:
@@ -1373,9 +1345,6 @@ class StagewiseSolver(Solver[StagewiseState]):
             lam=self.lam,
             dual_scale=self.dual_scale,
             cg_walk=stagewise_cg.new_walk() if generator == "ridge_cg" else None,
-            held_scores=PerSample(stagewise_choice.HELD_SCORES, 0, written=False) if generator == "ridge_cg" else None,
-            stage_space=self.stage_space if generator == "ridge_cg" else None,
-            choice_errors=np.full(2, np.nan) if generator == "ridge_cg" else None,
             column_scale=self.scale,
         )
 
@@ -1447,11 +1416,10 @@ class StagewiseSolver(Solver[StagewiseState]):
         return self._wide_ridge_params(source) and stagewise_dual.applies(source.n_rows, n_active)
 
     def _cg_mode(self, source: ChunkSource, n_active: int) -> bool:
-        """Whether the run fits wide regression data by the stages or the ridge model, whichever
-        has the lower error on a held-out fifth of the rows (streamfit.solvers.stagewise_choice),
-        the ridge model by conjugate gradients with its alpha chosen on that fifth
-        (streamfit.solvers.stagewise_cg): `_wide_ridge_params`, on at least DUAL_WIDE_SHARE · n
-        active columns for n > DUAL_N_MAX training rows."""
+        """Whether the run is the ridge fit of wide regression data by conjugate gradients, alpha
+        chosen on a held-out fifth of the rows (streamfit.solvers.stagewise_cg):
+        `_wide_ridge_params`, on at least DUAL_WIDE_SHARE · n active columns for n > DUAL_N_MAX
+        training rows."""
         return self._wide_ridge_params(source) and stagewise_cg.applies(source.n_rows, n_active)
 
     def _setup(
@@ -1476,8 +1444,6 @@ class StagewiseSolver(Solver[StagewiseState]):
         low_dense = dense_low_dimensional(source.n_rows, len(active), int(scan.nnz.sum()))
         self.lam = p.lam_for(source.n_rows, source.regression, low_dense)
         self.dual_scale = None
-        dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
-        self.stage_space = FeatureSpace("columns", p.fit_intercept, False, dense=dense).to_json()
         dual, cg = self._dual_mode(source, len(active)), self._cg_mode(source, len(active))
         if dual or cg:
             self.dual_scale = float(np.mean(column_variances(source.n_rows, scan.sums[active], scan.squares[active])))
@@ -1510,6 +1476,7 @@ class StagewiseSolver(Solver[StagewiseState]):
             and generator != "rff"
         )
         calibration: str = "none" if p.calibration == "auto" else p.calibration
+        dense = bool(source.regression and density >= DENSE_MIN_DENSITY)
         columns = FeatureSpace("columns", p.fit_intercept, p.calibration == "predictions", dense=dense)
         if generator not in ("rff", "auto") and not may_calibrate:
             return columns, active, generator, calibration, 1, scan.normal
@@ -1944,18 +1911,15 @@ class StagewiseSolver(Solver[StagewiseState]):
         return Work(1 + stages * passes_per_stage, STAGE_S + STAGE_ROW_CLASS_S * n * k, "stage")
 
     def max_steps(self, state: StagewiseState) -> int:
-        if state.cg_walk is not None:  # the stages on the fit rows, the walk and a refit (at most the stages again)
-            return stagewise_cg.max_steps() + 2 * self.params.n_passes * self._n_blocks(state)
+        if state.cg_walk is not None:
+            return stagewise_cg.max_steps()
         return 1 if state.dual_scale is not None else self.params.n_passes * self._n_blocks(state)
 
     def finished(self, state: StagewiseState) -> bool:
         """All S = n_passes · n_blocks stages done (a fixed schedule: converged once finished);
         the exact wide fit's one step done; the fit by conjugate gradients's refit at its stop
-        (stagewise_cg.CG_RTOL) or at its last iteration, or, where the stages were chosen
-        (stagewise_choice), their refit's last stage."""
+        (stagewise_cg.CG_RTOL) or at its last iteration."""
         if state.cg_walk is not None:
-            if state.choice == stagewise_choice.STAGES:
-                return len(state.blocks) >= self.params.n_passes * self._n_blocks(state)
             return state.cg_position == stagewise_cg.REFIT and self._cg_done(state)
         return state.step >= self.max_steps(state)
 
@@ -1967,13 +1931,9 @@ class StagewiseSolver(Solver[StagewiseState]):
         if state.normal_gram is not None:
             return self._normal_step(ctx, state)
         if state.cg_walk is not None:
-            return self._choice_step(ctx, state)
+            return self._cg_step(ctx, state)
         if state.dual_scale is not None:
             return self._dual_step(ctx, state)
-        return self._stage_step(ctx, state)
-
-    def _stage_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
-        """`step`'s stage t = state.step."""
         p, source, engine = self.params, ctx.source, ctx.engine
         n, link, chunks = source.n_rows, self._link(source), range(source.n_chunks)
         space, n_blocks = self._space(state), self._n_blocks(state)
@@ -1990,7 +1950,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                 version=version,
                 active=state.active,
                 link=link,
-                scores=state.scores.name,
             )
             state.data_passes += 1
             state.order = self._gradient_order(G, state.active)
@@ -2008,7 +1967,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                     block=block,
                     link=link,
                     gram=pos not in self._grams,
-                    scores=state.scores.name,
                 ),
                 pos,
                 cache,
@@ -2049,11 +2007,10 @@ class StagewiseSolver(Solver[StagewiseState]):
             next_gradient=next_gradient,
             leverage=leverage,
             first_kept=pos == 0,
-            scores=state.scores.name,
         )
         state.data_passes += 1
         state.step += 1
-        state.scores = PerSample(state.scores.name, version + 1)
+        state.scores = PerSample(SCORES, version + 1)
         state.heldout = None if leverage is None else PerSample(HELDOUT, version + 1)
         state.blocks.append(np.atleast_1d(np.asarray(block, dtype=np.int64)))
         state.weights.append(W)
@@ -2187,67 +2144,6 @@ class StagewiseSolver(Solver[StagewiseState]):
         fields = self._stage_fields(state, source, self._space(state), "identity", 0, fit.loss_sum, 0)
         return fields | dict(n_features=len(state.active), lam=fit.lam, c=fit.c)
 
-    def _choice_step(self, ctx: Context, state: StagewiseState) -> dict[str, Any]:
-        """Wide regression data above DUAL_N_MAX rows (streamfit.solvers.stagewise_choice): first
-        the stages on the fit rows (`_stages_step` on FitRows), then the ridge model's walk and,
-        where it is kept, its refit (`_cg_step`), or, where the stages are kept, the stages on
-        every row."""
-        if len(state.held_blocks) < self.params.n_passes * self._n_blocks(state):
-            return self._stages_step(ctx, state, held=True)
-        if state.choice == stagewise_choice.STAGES:
-            return self._stages_step(ctx, state, held=False)
-        return self._cg_step(ctx, state)
-
-    def _stages_step(self, ctx: Context, state: StagewiseState, held: bool) -> dict[str, Any]:
-        """One stage of the stages that stagewise_choice compares with the ridge model: on the fit
-        rows (`held`: blocks, weights and scores in held_blocks, held_weights, held_scores) or on
-        every row (blocks, weights, scores), with the "gradient" generator at the stages' λ and
-        their FeatureSpace (stage_space): the stages of `generator="gradient"` on those rows."""
-        self.lam = state.lam = self.params.lam_for(ctx.source.n_rows, True, False)
-        self._objectives = {}  # the objective at the stages' λ
-        blocks, weights = (state.held_blocks, state.held_weights) if held else (state.blocks, state.weights)
-        if not blocks:
-            self._totals = None  # `_total_weights` of this run's stages
-        scores = state.held_scores if held else state.scores
-        assert scores is not None and state.stage_space is not None, "set by init"
-        stages = dataclasses.replace(
-            state,
-            step=len(blocks),
-            generator="gradient",
-            space=state.stage_space,
-            blocks=blocks,
-            weights=weights,
-            scores=scores,
-            cg_walk=None,
-            dual_scale=None,
-        )
-        source = stagewise_choice.FitRows(ctx.source) if held else ctx.source
-        fields = self._stage_step(Context(source, ctx.engine, ctx.chunk_state), stages)
-        if held:
-            state.held_scores = stages.scores
-        else:
-            state.scores = stages.scores
-        state.order, state.data_passes = stages.order, stages.data_passes
-        state.pending_gram, state.pending_rhs, state.pending_loss = (
-            stages.pending_gram,
-            stages.pending_rhs,
-            stages.pending_loss,
-        )
-        state.step += 1
-        return fields | {"candidate": "stages on the fit rows" if held else "stages"}
-
-    def _held_stages_linear(self, state: StagewiseState) -> tuple[np.ndarray, np.ndarray]:
-        """(b, V): the bias (k) and the active columns' weights (p × k) of the stages fitted on the
-        fit rows, summed over their stages."""
-        assert state.active is not None
-        V = np.zeros((len(state.active), state.held_weights[0].shape[1]))
-        b = np.zeros(V.shape[1])
-        for block, W in zip(state.held_blocks, state.held_weights):
-            index = np.searchsorted(state.active, block)
-            b += W[0]
-            V[index] += W[1 : 1 + len(index)]
-        return b, V
-
     @staticmethod
     def _cg_done(state: StagewiseState) -> bool:
         """Whether the current fit by conjugate gradients is at its stop (stagewise_cg.CG_RTOL)
@@ -2264,21 +2160,14 @@ class StagewiseSolver(Solver[StagewiseState]):
         assert state.cg_walk is not None and state.dual_scale is not None
         n = ctx.source.n_rows
         best = W if state.cg_vectors is None else state.cg_vectors[stagewise_cg.BEST]
-        b, V = self._held_stages_linear(state) if walk else (None, None)
-        sums = self._cg_pass(ctx, state, W, W, walk, True, V)
+        sums = self._cg_pass(ctx, state, W, W, walk, True)
         rows = stagewise_cg.fit_rows(n) if walk else n
-        if b is not None:  # the stages on the fit rows, scored on the held ones
-            assert state.choice_errors is not None and sums.score_squares is not None and sums.score_sums is not None
-            held = n - stagewise_cg.fit_rows(n)
-            state.choice_errors[0] = stagewise_choice.held_error(sums.score_squares, sums.score_sums, b, held)
         a = stagewise_cg.alpha(n, state.dual_scale, state.cg_position, state.cg_walk)
         fit = stagewise_cg.start(W, best, sums, rows, a)
         state.cg_vectors, state.cg_targets, state.cg_columns, state.cg_y_squares = fit
 
     @staticmethod
-    def _cg_pass(
-        ctx: Context, state: StagewiseState, P: np.ndarray, W: np.ndarray, walk: bool, start: bool, score=None
-    ):
+    def _cg_pass(ctx: Context, state: StagewiseState, P: np.ndarray, W: np.ndarray, walk: bool, start: bool):
         """One pass of `stagewise_cg.pass_task` over the chunks, summed along the fixed tree."""
         return ctx.engine.map_reduce(
             stagewise_cg.pass_task,
@@ -2290,7 +2179,6 @@ class StagewiseSolver(Solver[StagewiseState]):
             W=W,
             walk=walk,
             start=start,
-            score=score,
         )
 
     def _cg_settle(self, state: StagewiseState, n: int) -> None:
@@ -2329,7 +2217,7 @@ class StagewiseSolver(Solver[StagewiseState]):
         walk, v_bar = state.cg_walk, state.dual_scale
         assert walk is not None and v_bar is not None and state.active is not None, "set by init"
         fields: dict[str, Any] = {}
-        if state.cg_vectors is None:
+        if state.step == 0:
             self._cg_start(ctx, state, np.zeros((len(state.active), source.n_classes)), True)
             self._cg_settle(state, n)
         elif state.cg_position == cg.REFIT_START:
@@ -2351,15 +2239,6 @@ class StagewiseSolver(Solver[StagewiseState]):
                 fields["heldout_error"] = error / (n - cg.fit_rows(n))
             if walking and cg.walk_over(errors):  # the iterate at the refit's alpha, so that its logged loss is true
                 self._cg_move(state, n, cg.REFIT_START)
-                assert state.choice_errors is not None
-                state.choice_errors[1] = np.nanmin(errors)
-                state.choice = stagewise_choice.choose(*state.choice_errors)
-                log.info(
-                    f"{_data_name(source)}: the held rows' mean squared error of the stages "
-                    f"{state.choice_errors[0] / (n - cg.fit_rows(n)):.6g}, of the ridge model "
-                    f"{state.choice_errors[1] / (n - cg.fit_rows(n)):.6g}: the {state.choice} refitted on every row"
-                )
-                fields["candidate"] = state.choice
             else:
                 fit = min(state.cg_position, grid)
                 a = cg.alpha(n, v_bar, state.cg_position, walk)
@@ -2400,23 +2279,13 @@ class StagewiseSolver(Solver[StagewiseState]):
         )
 
     def to_model(self, ctx: Context, state: StagewiseState) -> StagewiseModel:
-        """The stages so far as a StagewiseModel (its scores replay training's F). Above DUAL_N_MAX
-        rows on wide regression data (stagewise_choice): the stages on the fit rows until the walk
-        starts, then the ridge fit's iterate as one stage, or where the stages were chosen their
-        refit's stages so far."""
+        """The stages so far as a StagewiseModel (its scores replay training's F)."""
         source, space = ctx.source, self._space(state)
         blocks = state.blocks if space.kind == "columns" else [int(b[0]) for b in state.blocks]
         weights, info = list(state.weights), {}
-        if state.cg_walk is not None:
-            info = self._cg_info(source, state) | self._choice_info(source, state)
-            if state.choice == stagewise_choice.STAGES or state.cg_vectors is None:
-                assert state.stage_space is not None
-                space = self._space(dataclasses.replace(state, space=state.stage_space))
-                held = state.choice != stagewise_choice.STAGES
-                blocks = list(state.held_blocks if held else state.blocks)
-                weights = list(state.held_weights if held else state.weights)
-                info["stages"] = len(blocks)
-            elif state.cg_targets is not None and state.cg_columns is not None:  # the ridge fit's iterate as one stage
+        if state.cg_walk is not None:  # the fit by conjugate gradients: its iterate as one stage
+            info = self._cg_info(source, state)
+            if state.cg_vectors is not None and state.cg_targets is not None and state.cg_columns is not None:
                 blocks = [state.active]
                 weights = [stagewise_cg.weights(state.cg_vectors, state.cg_targets, state.cg_columns)]
         elif state.dual_scale is not None:
@@ -2444,23 +2313,6 @@ class StagewiseSolver(Solver[StagewiseState]):
             }
             | info,
         )
-
-    @staticmethod
-    def _choice_info(source: ChunkSource, state: StagewiseState) -> dict[str, Any]:
-        """The choice between the stages and the ridge model (stagewise_choice), for the model's
-        info: the rule, the kept candidate (None before the walk ends) and each one's held-out mean
-        squared error, summed over the targets (None: not scored yet)."""
-        assert state.choice_errors is not None
-        held = source.n_rows - stagewise_cg.fit_rows(source.n_rows)
-        errors = [None if np.isnan(e) else float(e) / held for e in state.choice_errors]
-        return {
-            "wide_choice_rule": (
-                f"the stages where their held-out error is below {1 - stagewise_choice.STAGES_MARGIN:g} "
-                "times the ridge model's, else the ridge model"
-            ),
-            "wide_choice": state.choice or None,
-            "wide_choice_heldout": dict(zip((stagewise_choice.STAGES, stagewise_choice.RIDGE), errors)),
-        }
 
     @staticmethod
     def _cg_info(source: ChunkSource, state: StagewiseState) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def held_rows(lo: int, hi: int) -> np.ndarray:
 
 
 def fit_rows(n_rows: int) -> int:
-    """n_f: the rows the walk fits on (all but the held ones) among the global rows 0 … n_rows − 1."""
+    """n_f: the rows the walk fits on (all but the held ones) among the global rows 0 … n_rows − 1:
+    the held rows i mod HOLDOUT_EVERY = HOLDOUT_EVERY − 1 below n_rows are ⌊n_rows / HOLDOUT_EVERY⌋."""
     return n_rows - n_rows // HOLDOUT_EVERY
 
 
@@ -99,38 +100,24 @@ class PassSums(NamedTuple):
     column_squares: np.ndarray | None  # Σ x² over the fit rows (a start)
     held_squares: np.ndarray | None  # Σ_held (y − Wᵀx)² per target (the walk)
     held_sums: np.ndarray | None  # Σ_held (y − Wᵀx) per target (the walk)
-    score_squares: np.ndarray | None  # Σ_held (y − Vᵀx)² per target of the weights V `score`d (the walk's start)
-    score_sums: np.ndarray | None  # Σ_held (y − Vᵀx) per target
 
 
 def pass_task(
-    source: ChunkSource,
-    chunk_id: int,
-    *,
-    active: np.ndarray,
-    P: np.ndarray,
-    W: np.ndarray,
-    walk: bool,
-    start: bool,
-    score: np.ndarray | None = None,
+    source: ChunkSource, chunk_id: int, *, active: np.ndarray, P: np.ndarray, W: np.ndarray, walk: bool, start: bool
 ) -> PassSums:
     """The chunk's share of one pass over the active columns, on its fit rows X_f (n_f,i × p;
     the held rows left out when `walk`): U = X_f P, or with `start` U = [Y_f − X_f P, Y_f] and
     the fit rows' Σ‖y‖², Σ x and Σ x²; with `walk` the held rows' residuals E = Y_h − X_h W,
-    summed and squared per target, and likewise Y_h − X_h V of the weights V = `score` (p × k:
-    the stages' linear model, stagewise_choice) where given."""
+    summed and squared per target."""
     lo, hi = source.chunk_bounds(chunk_id)
     chunk = source.read_chunk(chunk_id)
     X = chunk.X[:, active].astype(np.float64)
     Y = chunk.targets(source.n_classes)
-    held_squares = held_sums = score_squares = score_sums = None
+    held_squares = held_sums = None
     if walk:
         held = held_rows(lo, hi)
         E = Y[held] - np.asarray(X[held] @ W)
         held_squares, held_sums = (E * E).sum(axis=0), E.sum(axis=0)
-        if score is not None:
-            E = Y[held] - np.asarray(X[held] @ score)
-            score_squares, score_sums = (E * E).sum(axis=0), E.sum(axis=0)
         X, Y = X[~held], Y[~held]
     U = np.asarray(X @ P)
     squares, column_sums, column_squares = 0.0, None, None
@@ -139,17 +126,7 @@ def pass_task(
         squares = float((Y * Y).sum())
         column_sums = np.asarray(X.sum(axis=0)).ravel()
         column_squares = np.asarray(X.multiply(X).sum(axis=0)).ravel()
-    return PassSums(
-        np.asarray(X.T @ U),
-        U.sum(axis=0),
-        squares,
-        column_sums,
-        column_squares,
-        held_squares,
-        held_sums,
-        score_squares,
-        score_sums,
-    )
+    return PassSums(np.asarray(X.T @ U), U.sum(axis=0), squares, column_sums, column_squares, held_squares, held_sums)
 
 
 class Fit(NamedTuple):
