@@ -69,8 +69,8 @@ Session 35 (wide36) measured candidate M the same way (`--large --choice` at com
 set RidgeCV5, the stages, H and M, StagewiseLSRegressor() of that commit: the stages and the ridge
 model's walk each fitted on the rows i mod 5 ≠ 4, the one of lower squared error on the others
 refitted on every row) on its pre-registered held-out sets, seed 600: "choicefresh" (generated;
-target "wN": N informative columns) and "choicetextfresh", spent by that run. M failed its time
-rule and was reverted (docs/benchmarks.md, "Wide regression above 4000 rows: the stages or the
+target "wN": N informative columns) and "choicetextfresh", spent by that run. M failed its rule
+(R1 and T) and was reverted (docs/benchmarks.md, "Wide regression above 4000 rows: the stages or the
 ridge model, chosen on the held fifth").
 
 "stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
