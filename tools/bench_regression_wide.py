@@ -65,6 +65,14 @@ before the commit that registered them): "largefresh" and "largetextfresh".
 
     OPENBLAS_NUM_THREADS=1 python tools/bench_regression_wide.py --large --candidate --sets largefresh,largetextfresh
 
+Session 35 (wide36) measured candidate M the same way (`--large --choice` at commit 6432b83: per
+set RidgeCV5, the stages, H and M, StagewiseLSRegressor() of that commit: the stages and the ridge
+model's walk each fitted on the rows i mod 5 ≠ 4, the one of lower squared error on the others
+refitted on every row) on its pre-registered held-out sets, seed 600: "choicefresh" (generated;
+target "wN": N informative columns) and "choicetextfresh", spent by that run. M failed its rule
+(R1 and T) and was reverted (docs/benchmarks.md, "Wide regression above 4000 rows: the stages or the
+ridge model, chosen on the held fifth").
+
 "stages" are `StagewiseLSRegressor(**STAGES)`: generator="gradient" given, which lam None
 resolved to for real-valued targets before session 32, and which turns the exact wide fit off.
 """
@@ -305,7 +313,9 @@ def text_set(corpus: str, n: int, target: str, noise: float, seed: int, whole: b
 # corpus by `text_set(..., whole=True)`. "large" / "largetext" (seed 300): the measurement of step 1
 # and the quick look at the candidates, spent; "largeheld" / "largetextheld" (seed 400): fresh for
 # the pre-registered run (docs/benchmarks.md, session 33), spent by it; "largefresh" /
-# "largetextfresh" (seed 500): fresh for session 34's pre-registered run of H (`--candidate`).
+# "largetextfresh" (seed 500): fresh for session 34's pre-registered run of H (`--candidate`), spent by
+# it; "choicefresh" / "choicetextfresh" (seed 600): fresh for session 35's pre-registered run of M
+# (`--choice` at commit 6432b83), spent by it.
 LARGE_SETS = {
     "large": [
         (5000, 20000, 0.005, 0.3, "dense"),
@@ -320,6 +330,14 @@ LARGE_SETS = {
         (10000, 10000, 0.005, 0.3, "dense"),
         (15000, 131072, 0.001, 1.0, "dense"),
         (40000, 200000, 0.0005, 0.2, "sparse"),
+    ],
+    "choicefresh": [
+        (6000, 15000, 0.008, 0.4, "dense"),
+        (8000, 30000, 0.003, 0.2, "w20"),
+        (11000, 11000, 0.005, 0.5, "dense"),
+        (15000, 50000, 0.0015, 0.3, "w300"),
+        (22000, 70000, 0.001, 0.3, "sparse"),
+        (36000, 90000, 0.0007, 0.6, "dense"),
     ],
     "largefresh": [
         (5500, 12000, 0.01, 0.4, "dense"),
@@ -346,6 +364,14 @@ LARGE_TEXT = {
         ("sector", 6000, "dense", 0.5),
         ("sector", 8500, "words", 0.2),
     ],
+    "choicetextfresh": [
+        ("20news", 6000, "sparse", 0.3),
+        ("20news", 7000, "dense", 0.4),
+        ("20news", 5000, "words", 0.3),
+        ("sector", 5500, "sparse", 0.3),
+        ("sector", 5000, "dense", 0.4),
+        ("sector", 6500, "words", 0.3),
+    ],
     "largetextfresh": [
         ("20news", 6500, "sparse", 0.3),
         ("20news", 7500, "dense", 0.4),
@@ -362,6 +388,8 @@ LARGE_SEEDS = {
     "largetextheld": (400,),
     "largefresh": (500,),
     "largetextfresh": (500,),
+    "choicefresh": (600,),
+    "choicetextfresh": (600,),
 }
 LARGE_TEST_ROWS = 2000
 CV_GRID = np.logspace(-6, 2, 9)  # RidgeCV's alphas, as multiples c of n · v̄ (one a decade over DUAL_GRID's range)
@@ -369,11 +397,16 @@ CV_GRID = np.logspace(-6, 2, 9)  # RidgeCV's alphas, as multiples c of n · v̄ 
 
 def sparse_generated(n: int, d: int, density: float, noise: float, target: str, seed: int):
     """As `generated`, with X drawn sparse (scipy.sparse.random, standard normal values) so that
-    (n + LARGE_TEST_ROWS) × d never exists dense; scored on the last LARGE_TEST_ROWS rows."""
+    (n + LARGE_TEST_ROWS) × d never exists dense; scored on the last LARGE_TEST_ROWS rows. Target
+    "wN": w standard normal on N columns drawn at random, zero elsewhere."""
     rng = np.random.default_rng(seed)
     rows = n + LARGE_TEST_ROWS
     X = sp.random(rows, d, density=density, format="csr", random_state=rng, data_rvs=rng.standard_normal)
-    w = rng.normal(size=d) * (rng.random(d) < (0.05 if target == "sparse" else 1.0))
+    if target.startswith("w"):
+        w = np.zeros(d)
+        w[rng.choice(d, int(target[1:]), replace=False)] = rng.normal(size=int(target[1:]))
+    else:
+        w = rng.normal(size=d) * (rng.random(d) < (0.05 if target == "sparse" else 1.0))
     f = X @ w
     y = f + noise * f.std() * rng.normal(size=rows)
     return X[:n], y[:n], X[n:], y[n:]
@@ -654,7 +687,7 @@ def main() -> None:
     parser.add_argument(
         "--large",
         action="store_true",
-        help="wide sets above DUAL_N_MAX rows (--sets: large, largetext, largeheld, largetextheld)",
+        help="wide sets above DUAL_N_MAX rows (--sets: large, largetext, largeheld, largetextheld, largefresh, largetextfresh, choicefresh, choicetextfresh)",
     )
     parser.add_argument("--look", action="store_true", help="--large: the quick look's prototypes of S instead")
     parser.add_argument("--after", action="store_true", help="--large: prototype H and S instead (after the run)")

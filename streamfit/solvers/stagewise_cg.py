@@ -85,8 +85,9 @@ def held_rows(lo: int, hi: int) -> np.ndarray:
 
 
 def fit_rows(n_rows: int) -> int:
-    """n_f: the rows the walk fits on (all but the held ones)."""
-    return n_rows - (n_rows + 1) // HOLDOUT_EVERY
+    """n_f: the rows the walk fits on (all but the held ones) among the global rows 0 … n_rows − 1:
+    the held rows i mod HOLDOUT_EVERY = HOLDOUT_EVERY − 1 below n_rows are ⌊n_rows / HOLDOUT_EVERY⌋."""
+    return n_rows - n_rows // HOLDOUT_EVERY
 
 
 class PassSums(NamedTuple):
