@@ -277,8 +277,8 @@ class CsvSource:
                 if cells is None:  # the csv module reads the record from this line on
                     held.line = line
                     cells, record_lines = next(reader), self._record_lines
-            except UnicodeDecodeError:
-                raise self._undecodable() from None
+            except UnicodeDecodeError as e:
+                raise self._undecodable(e) from None
             except csv.Error as e:
                 if "field larger than field limit" in str(e):
                     problem, hint = too_long(self.limits)
@@ -286,17 +286,26 @@ class CsvSource:
                 raise InputError(f"{self.path}:{self._line_no}", f"malformed {self.format_name} ({e})") from None
             yield cells, first_line, record_lines
 
-    def _undecodable(self) -> InputError:
+    def _undecodable(self, error: UnicodeDecodeError) -> InputError:
         """The InputError for text that does not decode in the encoding, naming the line and the
-        bytes: the text is decoded in chunks, so the line is found by reading the file again, a
-        line at a time, through an incremental decoder (on this error only; up to that line)."""
+        bytes. The text is decoded in pieces (`error.object`, the piece that failed, none of whose
+        lines was read), so the line is the lines read before it, plus one, plus the line breaks
+        in the piece before the bad bytes. Standard input read once is named so; a file is read
+        again, a line at a time, through an incremental decoder, from its start (on this error only;
+        up to that line), which does not depend on how the text was cut into pieces."""
         encoding = bom_free(self.encoding)
-        decoder = codecs.getincrementaldecoder(encoding)()
         hint = "pass --encoding with the file's encoding, e.g. --encoding latin-1 (or cp1252, utf-16)"
+        if stdin.is_stdin(self.path) and not stdin.rereadable():  # read once: not read again
+            seen = error.object[: error.start]
+            line = self._line_no + 1 + len(_LINE_BREAK.findall(seen))
+            return InputError(
+                f"{self.path}:{line}",
+                f"the bytes {error.object[error.start : error.end]!r} are not valid {self.encoding} text",
+                hint,
+            )
+        decoder = codecs.getincrementaldecoder(encoding)()
         breaks = 0  # line breaks before the piece being decoded: \r\n, \r or \n, as the csv reader counts them
         after = InputError(self.path, f"the text after line {self._line_no} is not valid {self.encoding}", hint)
-        if stdin.is_stdin(self.path) and not stdin.rereadable():  # read once: not read again to find the line
-            return after
         with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
             for piece in [*iter(lambda: f.readline(1 << 20), b""), None]:  # None: the end (a sequence cut short)
                 try:
