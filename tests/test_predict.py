@@ -3,7 +3,6 @@
 import csv
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -1048,6 +1047,39 @@ def test_stdin_rows_come_out_before_the_input_ends(runs, tmp_path):
     assert proc.wait(timeout=300) == 0
     assert rest.count(b"\r\n") == 8192 + 5 - 1  # the first row was read above
     assert rest.splitlines()[-1].startswith(b"<stdin>:8197,")
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_slow_producers_rows_come_within_the_quiet_period_and_as_a_files(runs, tmp_path, workers):
+    """`tail -f`: a record at a time into a real pipe. Each record's row is on stdout while the
+    pipe is still open, soon after it (stdin.QUIET_S, plus scoring; the bound is for a loaded
+    machine; main: no row before 8192 records or the end), in process and on a 2-worker cluster
+    (main's cluster also read a whole window of batches first); then the rest at once; the output
+    is the bytes the same records in a file give, every record one row."""
+    import select
+
+    records = _many_docs(tmp_path / "new.jsonl", 300).read_bytes().splitlines(keepends=True)
+    proc = _streamfit(
+        "predict", runs / "jsonl", "-", "--format", "jsonl", "--out", "-", "--n-workers", workers,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out = b""
+    try:
+        for i in range(3):
+            proc.stdin.write(records[i])
+            proc.stdin.flush()
+            while out.count(b"\r\n") < i + 2 and select.select([proc.stdout], [], [], 240)[0]:
+                out += os.read(proc.stdout.fileno(), 1 << 16)
+            assert out.count(b"\r\n") == i + 2, f"no row for record {i + 1} while the pipe was open"
+            assert proc.poll() is None
+        proc.stdin.write(b"".join(records[3:]))
+        proc.stdin.close()
+        out += proc.stdout.read()
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    run("predict", runs / "jsonl", tmp_path / "new.jsonl", "--out", tmp_path / "p.csv")
+    assert out == (tmp_path / "p.csv").read_bytes().replace(str(tmp_path / "new.jsonl").encode(), b"<stdin>")
 
 
 def test_stdin_errors_and_an_empty_stdin_are_as_a_files(runs, tmp_path):

@@ -220,3 +220,67 @@ def test_stdin_input_refusals_are_one_line_each(tmp_path):
         "error: <stdin>: this process has no standard input (closed) (pipe the data in, or name a file)\n"
     )
     assert not os.path.exists(out)
+
+
+_BATCHES = """
+import sys
+from streamfit.ingest import stdin
+from streamfit.ingest.sources import BadRecordPolicy, open_source
+source = open_source("<stdin>", sys.argv[1], policy=BadRecordPolicy(), batch_size=8192)
+for batch in stdin.flushed_when_quiet(source):
+    print(len(batch.locations), batch.locations[-1], flush=True)
+"""
+
+
+def _lines_of(proc, n: int, wait: float) -> list[bytes]:
+    """The next n lines of proc's stdout, or those that came within `wait` seconds."""
+    import select
+
+    lines = []
+    end = time.monotonic() + wait
+    while len(lines) < n and select.select([proc.stdout], [], [], max(end - time.monotonic(), 0))[0]:
+        lines.append(proc.stdout.readline())
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "libsvm", "jsonl.gz"])
+def test_a_batch_is_cut_short_where_the_pipe_goes_quiet(fmt):
+    """A producer writing a record at a time into a real pipe: each record comes out as a batch
+    of its own, QUIET_S after it, while the pipe stays open (main: nothing before 8192 records or
+    the end); records written together come out together; every record once, in order. gzip:
+    each record flushed by the producer (Z_SYNC_FLUSH)."""
+    import zlib
+
+    kind, _, compressed = fmt.partition(".")
+    head, record = {
+        "jsonl": (b"", b'{"text": "a cat %d", "label": "x"}\n'),
+        "csv": (b"text,label\n", b"a cat %d,x\n"),
+        "libsvm": (b"", b"1 %d:1.5\n"),
+    }[kind]
+    first = 2 if head else 1  # the line of the first record
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31) if compressed else None
+
+    def send(data: bytes) -> None:
+        proc.stdin.write(packer.compress(data) + packer.flush(zlib.Z_SYNC_FLUSH) if packer else data)
+        proc.stdin.flush()
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BATCHES, kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        send(head)
+        for i in range(3):
+            send(record % (i + 1))
+            assert _lines_of(proc, 1, 120) == [b"1 <stdin>:%d\n" % (first + i)], f"record {i + 1}: no batch"
+            assert proc.poll() is None  # the pipe is still open
+        send(b"".join(record % (i + 1) for i in range(3, 103)))
+        if packer:
+            proc.stdin.write(packer.flush())
+        proc.stdin.close()
+        rest = proc.stdout.read().splitlines()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert sum(int(line.split()[0]) for line in rest) == 100  # together (one read, or a few)
+    assert rest[-1].split()[1] == b"<stdin>:%d" % (first + 102)

@@ -187,63 +187,64 @@ class CsvSource:
             needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
             batcher = TextBatcher(self.fields, with_ids=id_column is not None) if self.features is None else None
             rows = _FeatureRows(self.features, id_column is not None) if self.features is not None else None
-            for row, first_line, record_lines in records:
-                location = f"{self.path}:{first_line}"
-                if not row:
-                    continue
-                self.n_read += 1
-                if record_lines is not None and self._unterminated(record_lines):
-                    self.policy.bad(
-                        location,
-                        "a quote opened in this record is never closed: its cell runs over the "
-                        f"{len(record_lines)} line(s) to the end of the file",
-                        _row_text(row, self.delimiter),
-                        "close the quote, or double a quote inside a quoted cell",
-                    )
-                    continue
-                n_cells = n_cells or len(row)
-                if len(row) != n_cells or len(row) <= needed_column:
-                    expected = f"{n_cells} cells" if len(row) != n_cells else f"cells up to column {needed_column}"
-                    self.policy.bad(
-                        location,
-                        f"expected {expected}, found {len(row)}",
-                        _row_text(row, self.delimiter),
-                        "quote cells that contain the delimiter",
-                    )
-                    continue
-                label = None
-                if label_column is not None:
-                    label = row[label_column]
-                    if self.multilabel:
-                        label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
-                    elif not label:
-                        self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
-                        continue
-                record_id = None if id_column is None else row[id_column]
-                if record_id is not None and not record_id.strip():
-                    self.policy.bad(
-                        location,
-                        f"the id (--id-field {self.id_field}) is empty",
-                        _row_text(row, self.delimiter),
-                        "give every record an id, or pass --option id_field=None to read no ids",
-                    )
-                    continue
-                if rows is not None:
-                    problem = rows.add([row[c] for c in text_columns], label, location, record_id)
-                    if problem:
-                        self.policy.bad(
-                            location, problem, _row_text(row, self.delimiter), "write a number in every cell"
-                        )
-                    elif len(rows) == self.batch_size:
-                        yield rows.take()
-                    continue
-                assert batcher is not None
-                batcher.add([row[c] for c in text_columns], label, location, record_id)
-                if len(batcher) == self.batch_size:
-                    yield batcher.take()
             pending = rows if rows is not None else batcher
-            if pending is not None and len(pending):
-                yield pending.take()
+            with stdin.holding(self.path, pending):  # a quiet pipe takes the batch short
+                for row, first_line, record_lines in records:
+                    location = f"{self.path}:{first_line}"
+                    if not row:
+                        continue
+                    self.n_read += 1
+                    if record_lines is not None and self._unterminated(record_lines):
+                        self.policy.bad(
+                            location,
+                            "a quote opened in this record is never closed: its cell runs over the "
+                            f"{len(record_lines)} line(s) to the end of the file",
+                            _row_text(row, self.delimiter),
+                            "close the quote, or double a quote inside a quoted cell",
+                        )
+                        continue
+                    n_cells = n_cells or len(row)
+                    if len(row) != n_cells or len(row) <= needed_column:
+                        expected = f"{n_cells} cells" if len(row) != n_cells else f"cells up to column {needed_column}"
+                        self.policy.bad(
+                            location,
+                            f"expected {expected}, found {len(row)}",
+                            _row_text(row, self.delimiter),
+                            "quote cells that contain the delimiter",
+                        )
+                        continue
+                    label = None
+                    if label_column is not None:
+                        label = row[label_column]
+                        if self.multilabel:
+                            label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
+                        elif not label:
+                            self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
+                            continue
+                    record_id = None if id_column is None else row[id_column]
+                    if record_id is not None and not record_id.strip():
+                        self.policy.bad(
+                            location,
+                            f"the id (--id-field {self.id_field}) is empty",
+                            _row_text(row, self.delimiter),
+                            "give every record an id, or pass --option id_field=None to read no ids",
+                        )
+                        continue
+                    if rows is not None:
+                        problem = rows.add([row[c] for c in text_columns], label, location, record_id)
+                        if problem:
+                            self.policy.bad(
+                                location, problem, _row_text(row, self.delimiter), "write a number in every cell"
+                            )
+                        elif len(rows) == self.batch_size:
+                            yield rows.take()
+                        continue
+                    assert batcher is not None
+                    batcher.add([row[c] for c in text_columns], label, location, record_id)
+                    if len(batcher) == self.batch_size:
+                        yield batcher.take()
+                if pending is not None and len(pending):
+                    yield pending.take()
 
     def _records(self, f: io.TextIOWrapper):
         """(cells, the number of the record's first line, None or the record's lines) of each

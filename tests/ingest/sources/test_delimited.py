@@ -443,7 +443,5 @@ def test_undecodable_text_on_a_pipe_names_its_line_as_the_files_error_does(tmp_p
     with pytest.raises(InputError) as e:
         for _ in open_source(str(path), policy=BadRecordPolicy(), encoding="utf-8"):
             pass
-    done = subprocess.run(
-        [sys.executable, "-c", _READ_STDIN], input=data, capture_output=True, check=True, timeout=300
-    )
+    done = subprocess.run([sys.executable, "-c", _READ_STDIN], input=data, capture_output=True, check=True, timeout=300)
     assert done.stdout.decode().strip() == f"<stdin>:{e.value.location.rsplit(':', 1)[1]}|{e.value.problem}"
