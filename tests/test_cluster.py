@@ -480,6 +480,20 @@ def test_paths_the_workers_do_not_see_are_named_before_any_task(tmp_path, elsewh
         line = result.output.strip()
         assert line.startswith(f"error: {path}: the Dask worker tcp://127.0.0.1:"), line
         assert f"does not see this {what}: " in line and fix in line and "\n" not in line, line
+    # standard input, spooled where the workers do not see it: its copy named as a file input is
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    args = ["ingest", "-", "--format", "jsonl", "--tmp-dir", hidden, "--out", tmp_path / "x.zarr"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamfit", "-q", *map(str, args), "--scheduler", address],
+        input=(tmp_path / "data" / "part-0.jsonl").read_bytes(),
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    line = done.stderr.decode().strip()
+    assert done.returncode == 2 and line.startswith(f"error: {hidden}{os.sep}streamfit-stdin-"), line
+    assert "does not see this copy of standard input (made in --tmp-dir, else TMPDIR): " in line and fix in line
+    assert "\n" not in line and not [n for n in os.listdir(hidden) if n.startswith("streamfit-stdin-")]
     assert (
         not any((tmp_path / name).exists() for name in ("x.zarr", "run2", "p.csv")) and not (hidden / "run2").exists()
     )

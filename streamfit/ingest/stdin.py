@@ -25,7 +25,10 @@
   headers look at them first, a split or IDF takes a second pass over the stage), so it copies
   the stream once to a temporary file (`spooled`: in --tmp-dir, else TMPDIR, else /tmp), which
   every open of NAME then reads; the file is removed when the ingest ends, however it ends
-  (success, an error, Ctrl-C, SIGTERM).
+  (success, an error, Ctrl-C, SIGTERM). On a Dask cluster (ingest --n-workers/--scheduler) the
+  workers read that file as a file input's pieces are read: each task names the copy
+  (`reading_copy`), which a joined cluster's workers must see at the same path as a local
+  input file (Engine.require_shared: --tmp-dir on a disk they share, or the data on a URL).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import os
 import select
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
@@ -63,6 +67,7 @@ _SPOOL_PIECE = 1 << 20
 _STOP_POLL_S = 0.2  # while the pipe is quiet, how often the spool looks for a SIGTERM's stop request
 
 _spool: str | None = None  # the spooled copy of stdin while `spooled` holds it
+_task = threading.local()  # a Dask worker's task: the copy it reads as NAME (`reading_copy`)
 _taken: object = None  # the stdin stream handed out (read once; a test's next command has another)
 _emit: Any = None  # while flushed_when_quiet reads: hands a batch cut short to its reader's consumer
 _held: Any = None  # ...and the batch the reader is filling (`holding`)
@@ -105,18 +110,15 @@ def _process_stdin() -> BinaryIO:
 
 
 class _Rejoined(io.RawIOBase):
-    """A stream whose first bytes were read ahead (`head`, to see its compression), then the rest
-    of `stream`: each read at most one read of the stream (what a pipe holds now, not a full
-    buffer), so records are parsed as they arrive. The process's stdin is read from its
-    descriptor `fd` (not through sys.stdin's buffer, which would hold bytes a `select` does not
-    see); a read that finds the pipe quiet for QUIET_S first hands on the batch being filled
-    (`_quiet`). Closing it closes `stream` if `owned` (the spool's file), and leaves the
-    process's stdin open."""
+    """The process's standard input (`stream`) whose first bytes were read ahead (`head`, to see
+    its compression), then the rest: each read at most one read of the pipe (what it holds now,
+    not a full buffer), so records are parsed as they arrive. It is read from its descriptor
+    `fd` (not through sys.stdin's buffer, which would hold bytes a `select` does not see; a
+    test's stream without one: read1 of `stream`); a read that finds the pipe quiet for QUIET_S
+    first hands on the batch being filled (`_quiet`). Closing it leaves stdin open."""
 
-    def __init__(self, head: bytes, stream, owned: bool, fd: int | None = None):
+    def __init__(self, head: bytes, stream, fd: int | None):
         self._head = head
-        self._stream = stream
-        self._owned = owned
         self._fd = fd
         self._read_once = getattr(stream, "readinto1", None) or stream.readinto
 
@@ -137,11 +139,6 @@ class _Rejoined(io.RawIOBase):
         buffer[: len(data)] = data
         return len(data)
 
-    def close(self) -> None:
-        if self._owned:
-            self._stream.close()
-        super().close()
-
 
 def _read_head(read) -> bytes:
     """The first bytes of a stream (`read(n)`: at most n bytes, b"" at its end), read while they
@@ -158,33 +155,58 @@ def _read_head(read) -> bytes:
 
 def open_bytes() -> tuple[io.RawIOBase, str | None]:
     """(the bytes of standard input as they came, the suffix of their compression, None for
-    none): the spooled copy while `spooled` holds one, else the process's stdin, handed out once."""
+    none): the spooled copy while there is one (`spooled_copy`: a file, which a piece's byte
+    range seeks in), else the process's stdin, handed out once."""
     global _taken
+    copy = spooled_copy()
+    if copy is not None:
+        stream: Any = open(copy, "rb", buffering=0)
+        head = _read_head(stream.read)
+        stream.seek(0)
+        return stream, _compression(head)
+    stream = _process_stdin()
+    if stream is _taken:
+        raise InputError(
+            NAME, "standard input was read once already and cannot be read again", "save it to a file first"
+        )
+    _taken = stream
     fd = None
-    if _spool is not None:
-        stream: Any = open(_spool, "rb", buffering=0)
-    else:
-        stream = _process_stdin()
-        if stream is _taken:
-            raise InputError(
-                NAME, "standard input was read once already and cannot be read again", "save it to a file first"
-            )
-        _taken = stream
-        with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):  # a test's stream has none
-            fd = stream.fileno()
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):  # a test's stream has none
+        fd = stream.fileno()
     head = _read_head(stream.read if fd is None else functools.partial(os.read, fd))
-    compression = next((suffix for magic, suffix in _MAGIC if head.startswith(magic)), None)
-    return _Rejoined(head, stream, owned=_spool is not None, fd=fd), compression
+    return _Rejoined(head, stream, fd), _compression(head)
+
+
+def _compression(head: bytes) -> str | None:
+    """The suffix of the compression whose magic starts `head`, None for none."""
+    return next((suffix for magic, suffix in _MAGIC if head.startswith(magic)), None)
+
+
+def spooled_copy() -> str | None:
+    """The path of the spooled copy of standard input that NAME reads (None: not spooled)."""
+    return getattr(_task, "copy", None) or _spool
+
+
+@contextlib.contextmanager
+def reading_copy(copy: str | None) -> Iterator[None]:
+    """In a Dask worker's task: NAME reads the spooled copy at `copy` (the driver's, on a disk
+    the worker shares) until the block ends; None: nothing changes."""
+    before = getattr(_task, "copy", None)
+    _task.copy = copy or before
+    try:
+        yield
+    finally:
+        _task.copy = before
 
 
 def rereadable() -> bool:
     """Whether NAME can be opened again (it is spooled)."""
-    return _spool is not None
+    return spooled_copy() is not None
 
 
 def live(path: str) -> bool:
     """Whether `path` is standard input read as it comes (not its spooled copy)."""
-    return is_stdin(path) and _spool is None
+    return is_stdin(path) and not rereadable()
 
 
 @contextlib.contextmanager
