@@ -27,10 +27,13 @@ class ReadAhead:
     look, at most `ahead` items before the consumer; `put` adds an item from that thread in its
     place among them. `ready()`: whether the next item (or the end, or an error) is read. An
     error of the read is raised to the consumer in its turn. `close()` (the consumer gone) ends
-    the thread at its next put; a thread blocked in a read ends with the process (a daemon)."""
+    the thread at its next put; a thread blocked in a read ends with the process (a daemon).
+    `stop`: while the consumer waits for an item, a SIGTERM's stop request raises Terminated(stop)
+    within POLL_S (streamfit.shutdown), as it does between items; None: the wait is not looked into."""
 
-    def __init__(self, items: Iterable, ahead: int, name: str):
+    def __init__(self, items: Iterable, ahead: int, name: str, stop: str | None = None):
         self._items = items
+        self._stop_message = stop
         self._queue: queue.Queue = queue.Queue(maxsize=max(ahead, 1))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, name=name, daemon=True)
@@ -66,8 +69,14 @@ class ReadAhead:
         return self
 
     def __next__(self) -> Any:
+        from streamfit import shutdown
+
         self._start()
-        item = self._queue.get()
+        while True:
+            with contextlib.suppress(queue.Empty):
+                item = self._queue.get(timeout=None if self._stop_message is None else POLL_S)
+                break
+            shutdown.check(self._stop_message or "")
         if item is _END:
             self._queue.put(_END)  # the end stays the end
             raise StopIteration

@@ -1082,6 +1082,38 @@ def test_a_slow_producers_rows_come_within_the_quiet_period_and_as_a_files(runs,
     assert out == (tmp_path / "p.csv").read_bytes().replace(str(tmp_path / "new.jsonl").encode(), b"<stdin>")
 
 
+def test_a_sigterm_while_the_pipe_is_quiet_stops_at_once(runs, tmp_path):
+    """`tail -f … | predict`: a SIGTERM while no record comes stops predict with its line and
+    143 within the quiet wait's poll (main: the read went on until the watchdog's 30 s grace
+    period ended the process); the row of the record before it was written."""
+    import select
+    import signal
+    import time
+
+    proc = _streamfit(
+        "predict", runs / "jsonl", "-", "--format", "jsonl", "--out", "-",
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        proc.stdin.write(_many_docs(tmp_path / "new.jsonl", 1).read_bytes())
+        proc.stdin.flush()
+        assert select.select([proc.stdout], [], [], 240)[0] and proc.stdout.readline().startswith(b"location,")
+        assert proc.stdout.readline().startswith(b"<stdin>:1,")
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 143 and time.monotonic() - sent < 20  # stdin still open
+        assert (
+            proc.stderr.read()
+            .decode()
+            .endswith(
+                "stopped: terminated by SIGTERM; stdout: the rows scored before the stop were written, the others not; "
+                "run the command again\n"
+            )
+        )
+    finally:
+        proc.kill()
+
+
 def test_stdin_errors_and_an_empty_stdin_are_as_a_files(runs, tmp_path):
     """A bad record is <stdin>:LINE (exit 2); an empty stdin writes the CSV header alone with the
     empty input's warning (exit 0); no --format, a format a pipe cannot carry, stdin closed (<&-):

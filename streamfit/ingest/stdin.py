@@ -231,14 +231,14 @@ def _quiet() -> None:
         emit(held.take())
 
 
-def flushed_when_quiet(batches: Iterable) -> Iterator:
+def flushed_when_quiet(batches: Iterable, stop: str) -> Iterator:
     """The batches of a reader of standard input (`batches`, a source), and besides them, in
     their place in the input, each batch cut short where the pipe was quiet for QUIET_S (the
     records it held then, `holding`). The reader runs in a thread of its own
     (streamfit.read_ahead), at most two batches ahead of the consumer; its errors are raised
-    here, in their turn."""
+    here, in their turn, and a SIGTERM while the pipe is quiet as Terminated(stop)."""
     global _emit
-    ahead = ReadAhead(batches, 2, "streamfit-stdin")
+    ahead = ReadAhead(batches, 2, "streamfit-stdin", stop)
     _emit = ahead.put
     try:
         yield from ahead
