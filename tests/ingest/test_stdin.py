@@ -226,7 +226,7 @@ import sys
 from streamfit.ingest import stdin
 from streamfit.ingest.sources import BadRecordPolicy, open_source
 source = open_source("<stdin>", sys.argv[1], policy=BadRecordPolicy(), batch_size=8192)
-for batch in stdin.flushed_when_quiet(source):
+for batch in stdin.flushed_when_quiet(source, "stopped"):
     print(len(batch.locations), batch.locations[-1], flush=True)
 """
 
