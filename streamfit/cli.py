@@ -42,6 +42,7 @@ with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not
     )
     from streamfit.ingest.hashing import HashingConfig
     from streamfit.ingest.pipeline import IngestOptions
+    from streamfit.ingest.stdin import QUIET_S
     from streamfit.jobs import format_metric
     from streamfit.logs import ECHOED, json_on_stderr
     from streamfit.options import Declared, declared, merge
@@ -1049,8 +1050,12 @@ def predict(
     SOURCE - is standard input (give --format: jsonl, csv, tsv or libsvm; gzip, bzip2 or xz
     is recognised by its first bytes): read once, in this process, batch by batch (8192
     records), each batch scored and written before the next is read, so the first rows come
-    out while the input still comes; with --n-workers or --scheduler this process reads the
-    batches and ships them to the workers. Rows are located as <stdin>:LINE.
+    out while the input still comes. Once the pipe has brought no byte for QUIET_S s, the
+    records read so far are scored and written as a batch of their own: behind a slow producer
+    (tail -f) a row comes within about that time of its record (a compressed stream: once the
+    producer flushes its compressor; bzip2 a block at a time). Where batches are cut does not
+    change the output. With --n-workers or --scheduler this process reads the batches and ships
+    them to the workers. Rows are located as <stdin>:LINE.
 
     \b
     Examples:
@@ -1110,6 +1115,9 @@ def _format_flags_as_options(ctx) -> typing.ContextManager[None]:
             raise StreamfitError(f"{e} (predict takes {'it' if len(flags) == 1 else 'them'} as {written})") from e
 
     return translated()
+
+
+predict.help = (predict.help or "").replace("QUIET_S", f"{QUIET_S:g}")  # the constant, defined in stdin.py
 
 
 # ------------------------------------------------------------------------------------------- run

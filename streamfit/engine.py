@@ -815,6 +815,7 @@ class Engine:
                 ) from e
             try:
                 self._ensure_workers(during=False)
+                self._warn_of_other_drivers()
                 self._require_worker_environment()
                 self._check_joiners()
             except StreamfitError:
@@ -1012,7 +1013,7 @@ class Engine:
         (streamfit.worker_check's plugin); one that fails is closed, and named here in a warning,
         and the run goes on on the others."""
         import streamfit
-        from streamfit.worker_check import TOPIC, joiner_check
+        from streamfit.worker_check import TOPIC, joiner_check, plugin_name
 
         client = self.client
         assert client is not None, "a started engine with a cluster"
@@ -1030,7 +1031,26 @@ class Engine:
 
         client.subscribe_topic(TOPIC, refused)
         check = joiner_check(streamfit.__version__, on_worker.task_modules(), client.id)
-        self._register_plugin(check, f"streamfit-joiners-{uuid.uuid4().hex}")
+        self._register_plugin(check, plugin_name(streamfit.__version__, client.id))
+
+    def _warn_of_other_drivers(self) -> None:
+        """For a cluster joined with --scheduler: one warning when another streamfit version's
+        driver runs on the scheduler (streamfit.worker_check.other_drivers): the two cannot
+        share its workers (that module's docstring)."""
+        import streamfit
+        from streamfit.worker_check import other_drivers
+
+        assert self.client is not None, "a started engine with a cluster"
+        for version, driver in self.client.run_on_scheduler(other_drivers, streamfit.__version__):
+            log.warning(
+                "the Dask scheduler at %s also serves a streamfit %s driver (its client %s), this process runs %s: "
+                "Dask gives any client's tasks to any worker, so each closes the workers of the other's version "
+                "that join, and neither runs beside the other's workers; give each version a scheduler of its own",
+                self.scheduler,
+                version,
+                driver,
+                streamfit.__version__,
+            )
 
     def _register_plugin(self, plugin, name: str) -> None:
         """Register a Dask worker plugin, set up in every worker now there and to come; on a

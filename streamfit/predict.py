@@ -46,7 +46,7 @@ import logging
 import os
 import stat
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +54,7 @@ import numpy as np
 
 from streamfit.errors import OutputError, StreamfitError, output_error, stdout_error
 from streamfit.model import Model, check_scoring_options, decide
+from streamfit.read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     from streamfit.engine import Engine
@@ -389,8 +390,9 @@ def predict_to_file(
             else None
         )
         left = "the rows scored before the stop were written, the others not" if target is None else "not written"
+        stop = f"{shown}: {left}; run the command again"  # a SIGTERM's line
         pieces = scored = _until_stopped(
-            _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store), f"{shown}: {left}"
+            _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store, stop), stop
         )
         if progress:  # tqdm.auto imports asyncio: not paid by a job that only names PARTS_MANIFEST, nor by -q
             from tqdm.auto import tqdm
@@ -548,23 +550,25 @@ def _claim_output(target, out: str, parts: bool) -> int | Lease | None:
     raise busy
 
 
-def _until_stopped(pieces: Iterator[_Piece], left: str) -> Generator[_Piece, None, None]:
+def _until_stopped(pieces: Iterator[_Piece], stop: str) -> Generator[_Piece, None, None]:
     """The pieces, each written before the next is asked for; a SIGTERM stops between them
-    (streamfit.shutdown), and the writer's clean-up leaves nothing of a file; `left`: what the
-    stop's line says is left of the output."""
+    (streamfit.shutdown), and the writer's clean-up leaves nothing of a file; `stop`: the stop's
+    line (what is left of the output)."""
     from streamfit import shutdown
 
     for piece in pieces:
         yield piece
-        shutdown.check(f"{left}; run the command again")
+        shutdown.check(stop)
 
 
-def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store) -> Iterator[_Piece]:
+def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_store, stop: str) -> Iterator[_Piece]:
     """The scored pieces of `source`, in input order (a generator; the engine runs the tasks,
     which write their parts into `part_dir` when it is given). options: as given to predict;
-    given: its format options (predict's rule: all but id_field)."""
+    given: its format options (predict's rule: all but id_field); stop: a SIGTERM's line, for one
+    that comes while raw input is awaited (_until_stopped's otherwise)."""
     from streamfit.store import open_store
 
+    reading = None  # raw input on a cluster: its batches read by a thread
     if is_store:
         store = open_store(source)
         if store.n_features != model.n_features:
@@ -576,27 +580,37 @@ def _scored(model, layout, source, fmt, options, given, engine, part_dir, is_sto
         items: Iterator = iter(enumerate(range(store.n_chunks)))
         window = store.n_chunks  # chunk ids are small: all submitted at once, highest priority first
         kwargs = {"store": store}
+        ready = _always
     else:
-        items = enumerate(_raw_batches(model, source, fmt, options, given, layout.with_ids))
-        window = 1 if engine.mode == "inprocess" else 4 * max(engine.total_threads, 1)
+        items = enumerate(_raw_batches(model, source, fmt, options, given, layout.with_ids, stop))
+        window, ready = 1, _always
         kwargs = {}
+        if engine.mode != "inprocess":  # read by a thread, so that a round takes the batches read by then
+            window = 4 * max(engine.total_threads, 1)
+            items = reading = ReadAhead(items, window, "streamfit-read", stop)
+            ready = reading.ready
     scored = False
-    for piece in _in_order(engine, items, window, model=model, layout=layout, part_dir=part_dir, **kwargs):
-        scored = True
-        yield piece
+    try:
+        for piece in _in_order(engine, items, window, ready, model=model, layout=layout, part_dir=part_dir, **kwargs):
+            scored = True
+            yield piece
+    finally:
+        if reading is not None:
+            reading.close()
     if not scored:  # zero records: the output of no rows still has its columns
         yield _no_records(model, layout)
 
 
-def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, given: dict, with_ids: bool):
+def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, given: dict, with_ids: bool, stop: str):
     """A raw source's batches, read with the training store's source options (overridden by
     `options`) and without labels; `given` (the format options of `options`, predict's rule) is
     checked against the inputs' format as ingest checks its own. `source` names its files as
     ingest's inputs do (a glob, a dataset directory such as a Parquet dataset with hive
     partitions: streamfit.ingest.inputs), read in the same sorted order. Text is checked as
     ingest checks it (streamfit.ingest.text_checks): a record with a NUL stops the read at its
-    location, records with C1 controls read as latin-1 are one warning once the input is read."""
-    from streamfit.ingest import text_checks
+    location, records with C1 controls read as latin-1 are one warning once the input is read.
+    stop: the line of a SIGTERM that comes while standard input is awaited."""
+    from streamfit.ingest import stdin, text_checks
     from streamfit.ingest.featurize import Featurizer
     from streamfit.ingest.inputs import expand_inputs
     from streamfit.ingest.pipeline import check_options_read
@@ -613,7 +627,8 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
         for path in paths:
             src = open_source(path, fmt, policy=policy, batch_size=RAW_BATCH_ROWS, **options)
             _check_kind(model, featurizer, path, src.kind)
-            for batch in src:
+            # standard input as it comes: also a batch cut short where the pipe goes quiet
+            for batch in stdin.flushed_when_quiet(src, stop) if stdin.live(path) else src:
                 if with_ids and getattr(batch, "ids", None) is None:
                     raise StreamfitError(
                         f"{path}: --id-field {options['id_field']}: this format reads no ids (CSV, TSV, JSONL and "
@@ -630,11 +645,19 @@ def _raw_batches(model: Model, source: str, fmt: str | None, options: dict, give
         log.warning(text_checks.c1_warning(c1, first_c1, "predict"))
 
 
-def _in_order(engine: Engine, items: Iterator, window: int, **kwargs) -> Iterator[_Piece]:
-    """_score_piece over `items` in windows of `window`, each window's tasks run by
-    engine.imap_unordered (which resubmits what a lost worker held), yielded in input order."""
+def _always() -> bool:
+    return True
+
+
+def _in_order(engine: Engine, items: Iterator, window: int, ready: Callable[[], bool], **kwargs) -> Iterator[_Piece]:
+    """_score_piece over `items` in rounds, each round's tasks run by engine.imap_unordered
+    (which resubmits what a lost worker held), yielded in input order. A round takes the next
+    item, then those after it while `ready()` (read already), up to `window` items: a round does
+    not wait for a window of batches to be read (its first rows would wait for them)."""
     while True:
-        group = [item for _, item in zip(range(max(window, 1)), items)]
+        group = [item for _, item in zip(range(1), items)]
+        while group and len(group) < window and ready() and (item := next(items, None)) is not None:
+            group.append(item)
         if not group:
             return
         done: dict[int, _Piece] = {}

@@ -18,6 +18,14 @@ streamfit's own copy of it. Its methods import only the standard library and dis
 A plugin that its driver did not unregister (the driver killed) stays on the scheduler: it does
 nothing once the driver's client is gone, which it reads from the scheduler's events of that
 client (the scheduler logs "add-client" and "remove-client" under the client's id).
+
+Two drivers of different streamfit versions on one scheduler cannot each keep workers of their
+own: Dask gives any client's tasks to any worker (only a restriction on every task, which
+streamfit does not place, would keep them apart), so each driver's check closes the workers of
+the other's version that join, and a driver finds the other's workers at its start (an error,
+Engine._require_worker_environment). This is not made exact; the plugin's name carries its
+driver's version and client id (`plugin_name`), and a driver that starts where another
+version's driver runs says so in one warning first (`other_drivers`, Engine._check_joiners).
 """
 
 from __future__ import annotations
@@ -26,6 +34,26 @@ from typing import Any
 
 # the Dask event topic on which a refused worker tells the driver (its payload: worker, problem)
 TOPIC = "streamfit-worker-refused"
+PLUGIN_PREFIX = "streamfit-joiners "  # a joiner check's name on the scheduler: this, the version, the client id
+
+
+def plugin_name(version: str, driver: str) -> str:
+    """The name the joiner check of the driver whose Dask client id is `driver` is registered
+    under: PLUGIN_PREFIX, its streamfit version, a space, the client id."""
+    return f"{PLUGIN_PREFIX}{version} {driver}"
+
+
+def other_drivers(version: str, dask_scheduler: Any = None) -> list[tuple[str, str]]:
+    """Run on the scheduler (Client.run_on_scheduler passes it as `dask_scheduler`): (streamfit
+    version, client id) of each driver connected to it whose joiner check is registered there
+    and whose version is not `version`."""
+    found = []
+    for name in dask_scheduler.worker_plugins:
+        if name.startswith(PLUGIN_PREFIX):
+            theirs, _, driver = name[len(PLUGIN_PREFIX) :].rpartition(" ")
+            if theirs != version and driver in dask_scheduler.clients:
+                found.append((theirs, driver))
+    return sorted(found)
 
 
 def joiner_check(version: str, modules: tuple[str, ...], driver: str) -> Any:

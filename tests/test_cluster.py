@@ -480,6 +480,20 @@ def test_paths_the_workers_do_not_see_are_named_before_any_task(tmp_path, elsewh
         line = result.output.strip()
         assert line.startswith(f"error: {path}: the Dask worker tcp://127.0.0.1:"), line
         assert f"does not see this {what}: " in line and fix in line and "\n" not in line, line
+    # standard input, spooled where the workers do not see it: its copy named as a file input is
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    args = ["ingest", "-", "--format", "jsonl", "--tmp-dir", hidden, "--out", tmp_path / "x.zarr"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamfit", "-q", *map(str, args), "--scheduler", address],
+        input=(tmp_path / "data" / "part-0.jsonl").read_bytes(),
+        capture_output=True,
+        env=env,
+        timeout=600,
+    )
+    line = done.stderr.decode().strip()
+    assert done.returncode == 2 and line.startswith(f"error: {hidden}{os.sep}streamfit-stdin-"), line
+    assert "does not see this copy of standard input (made in --tmp-dir, else TMPDIR): " in line and fix in line
+    assert "\n" not in line and not [n for n in os.listdir(hidden) if n.startswith("streamfit-stdin-")]
     assert (
         not any((tmp_path / name).exists() for name in ("x.zarr", "run2", "p.csv")) and not (hidden / "run2").exists()
     )
@@ -716,3 +730,69 @@ def test_a_worker_the_object_store_refuses_is_named_in_one_line_and_stays(checki
         with Client(address, timeout="30s") as client:
             assert len(client.nthreads()) == 2
     assert sorted(s3fs.S3FileSystem(skip_instance_cache=True).find("w29")) == before
+
+
+# A driver holding an Engine on the scheduler at argv[1]; argv[2]: its streamfit version ("" for
+# its own), set in this process only, as the joiner test's preload does for a worker
+DRIVER = """
+import logging, sys, time
+import streamfit
+streamfit.__version__ = sys.argv[2] or streamfit.__version__
+logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s")
+from streamfit.engine import Engine
+from streamfit.errors import StreamfitError
+try:
+    with Engine(sys.argv[1]):
+        print("started", flush=True)
+        time.sleep(600)
+except StreamfitError as e:
+    print("error:", e, file=sys.stderr)
+"""
+
+
+def test_a_driver_that_starts_beside_another_versions_driver_says_so_in_one_warning():
+    """Two drivers of different streamfit versions cannot share a scheduler's workers (Dask gives
+    any client's tasks to any worker; streamfit.worker_check): the second to start names the
+    first's version and client and the fix in one warning, before its start check's error about
+    the other version's workers; a driver of the same version, and one killed, give none."""
+    import streamfit
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+
+    def driver(address, version):
+        return subprocess.Popen(
+            [sys.executable, "-c", DRIVER, address, version],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+
+    def warnings_of(address, version) -> list[str]:
+        proc = driver(address, version)
+        if proc.stdout.readline() == "started\n":
+            proc.kill()
+        _, err = proc.communicate(timeout=300)
+        return [line for line in err.splitlines() if "also serves a streamfit" in line], err
+
+    with _cluster() as (address, _):
+        first = driver(address, "")
+        try:
+            assert first.stdout.readline() == "started\n", first.stderr.read()
+            found, err = warnings_of(address, "0.0.0+other")
+            assert len(found) == 1, err
+            assert found[0].startswith(
+                f"WARNING the Dask scheduler at {address} also serves a streamfit {streamfit.__version__} driver "
+                "(its client Client-"
+            ) and found[0].endswith(
+                "this process runs 0.0.0+other: Dask gives any client's tasks to any worker, "
+                "so each closes the workers of the other's version that join, and neither runs beside the other's "
+                "workers; give each version a scheduler of its own"
+            ), found[0]
+            assert f"runs streamfit {streamfit.__version__}, this process 0.0.0+other" in err  # then its start check
+            assert warnings_of(address, "")[0] == []  # the same version
+        finally:
+            first.kill()
+            first.wait(timeout=60)
+        time.sleep(2)  # the scheduler drops the killed driver's client (its plugin stays)
+        assert warnings_of(address, "0.0.0+other")[0] == []

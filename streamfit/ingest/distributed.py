@@ -62,6 +62,7 @@ import scipy.sparse as sp
 
 from streamfit import on_worker, storage
 from streamfit.errors import InputError, StreamfitError
+from streamfit.ingest import stdin
 from streamfit.ingest.featurize import Featurizer
 from streamfit.ingest.labels import LabelVocabulary
 from streamfit.ingest.limits import ReadLimits
@@ -154,6 +155,7 @@ class Piece:
     byte_range: tuple[int, int] | None = None
     row_groups: tuple[int, int] | None = None  # [start, stop) of a Parquet file
     folder_part: FolderPart | None = None
+    copy: str | None = None  # standard input's (path <stdin>): its spooled copy, which the worker reads
 
 
 def plan_pieces(
@@ -175,12 +177,17 @@ def plan_pieces(
     from streamfit.ingest.sources.folder import container
 
     limits = ReadLimits(record_bytes=o.max_record_bytes, input_bytes=o.max_input_bytes)
-    locations = [storage.resolve(path) for path in paths]
+    copy = stdin.spooled_copy()  # standard input's pieces are its copy's, named <stdin>
+    locations = [storage.resolve(copy if stdin.is_stdin(path) and copy else path) for path in paths]
     folders = [(o.format or infer_format(path)) == "folder" for path in paths]
     sizes = []  # each input's size where it is an uncompressed file (one HEAD each on S3), else 0
     for path, location, folder in zip(paths, locations, folders):
-        info = {}
-        if not folder and split_member(path) is None and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
+        info: dict[str, Any] = {}
+        if stdin.is_stdin(path):
+            raw, compression = stdin.open_bytes()  # compressed or not by its first bytes
+            raw.close()
+            info = {} if compression else location.fs.info(location.path)  # type: ignore[attr-defined]
+        elif not folder and split_member(path) is None and os.path.splitext(path)[1].lower() not in COMPRESSIONS:
             info = location.fs.info(location.path)  # type: ignore[attr-defined]
         sizes.append(info["size"] if info.get("type") == "file" else 0)
     cut = piece_size(sum(sizes), piece_bytes, threads)
@@ -205,7 +212,7 @@ def plan_pieces(
             pieces += [Piece(path, (lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:])]
         else:
             pieces.append(Piece(path))
-    return pieces
+    return [replace(piece, copy=copy) if stdin.is_stdin(piece.path) else piece for piece in pieces]
 
 
 def _size(location: storage.Location, info: dict[str, Any] | None) -> int:
@@ -287,9 +294,10 @@ def featurize_piece(
         p.n_outputs = n_outputs
     overrides = {"multilabel": source_multilabel} if source_multilabel is not None else {}
     try:
-        source = p.read_input(
-            piece.path, finish_rows, piece.byte_range, piece.row_groups, piece.folder_part, **overrides
-        )
+        with stdin.reading_copy(piece.copy):
+            source = p.read_input(
+                piece.path, finish_rows, piece.byte_range, piece.row_groups, piece.folder_part, **overrides
+            )
     except StreamfitError as e:  # a clean error, not a worker's "Compute Failed" log with a traceback
         rows.error = e
         return rows

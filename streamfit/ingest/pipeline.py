@@ -886,15 +886,12 @@ def ingest(o: IngestOptions) -> IngestReport:
         forget_listings()  # a URL folder's listing handed over by the input expansion serves this ingest only
 
 
-def _check_stdin(o: IngestOptions) -> None:
-    """Standard input (the input -) is copied to a file only this process sees: refused with the
-    Dask cluster's options, whose workers read the inputs themselves."""
-    if o.n_workers or o.scheduler:
-        raise ConfigError(
-            f"{stdin.NAME}: standard input is read by this process alone (copied to a temporary file here), and "
-            f"{'--scheduler' if o.scheduler else '--n-workers'} has Dask workers read the inputs; ingest it "
-            "without them, or save it to a file the workers read"
-        )
+STDIN_COPY = "copy of standard input (made in --tmp-dir, else TMPDIR)"  # what the workers read for it
+
+
+def _as_read(path: str) -> str:
+    """An input as a Dask worker reads it: standard input as its spooled copy."""
+    return (stdin.spooled_copy() or path) if stdin.is_stdin(path) else path
 
 
 def _recorded(path: str) -> str:
@@ -910,10 +907,8 @@ def _ingest(o: IngestOptions, spool: contextlib.ExitStack) -> IngestReport:
     settings = content_settings(o)  # as given, before the defaults and the --like store fill them in
     o = replace(o, inputs=expand_inputs(o.inputs, o.format))
     reads_stdin = stdin.NAME in o.inputs
-    if reads_stdin:
-        _check_stdin(o)
     if o.scheduler:  # the workers of a joined cluster have working directories of their own
-        o = replace(o, inputs=[storage.absolute(path) for path in o.inputs])
+        o = replace(o, inputs=[path if stdin.is_stdin(path) else storage.absolute(path) for path in o.inputs])
     _check_options(o)
     check_options_read(o.source_options, o.inputs, o.format)
     _check_paths(o)
@@ -1001,7 +996,7 @@ def _ingest(o: IngestOptions, spool: contextlib.ExitStack) -> IngestReport:
                 )
             )
             engine.require_shared(
-                {path: "input" for path in o.inputs},
+                {_as_read(path): "input" if not stdin.is_stdin(path) else STDIN_COPY for path in o.inputs},
                 {out: "--out store's folder"} | ({o.test_out: "--test-out store's folder"} if o.test_out else {}),
             )
             with engine.watching("ingest"):  # a lost worker warned of; none left: an error, not a hang

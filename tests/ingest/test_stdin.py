@@ -193,15 +193,14 @@ def test_a_full_disk_while_spooling_is_one_line_and_leaves_nothing(tmp_path, mon
 
 def test_stdin_input_refusals_are_one_line_each(tmp_path):
     """No --format (a pipe has no name to tell it by and cannot be sniffed without being
-    consumed), a format a pipe cannot carry, `-` twice, a Dask cluster (whose workers would read
-    a file only this process has), standard input closed (<&-) or missing --tmp-dir."""
+    consumed), a format a pipe cannot carry, `-` twice, standard input closed (<&-) or missing
+    --tmp-dir."""
     out = str(tmp_path / "s.zarr")
     data = _records(4)
     cases = [
         ([], data, "error: <stdin>: standard input has no file name to tell its format by (pass --format, one of: "),
         (["--format", "parquet"], data, "error: <stdin>: parquet input cannot be read from a pipe (its index is at"),
         (["--format", "jsonl", "-"], data, "error: <stdin>: named twice (-) (standard input is read once"),
-        (["--format", "jsonl", "--n-workers", "1"], data, "error: <stdin>: standard input is read by this process"),
         (
             ["--format", "jsonl", "--tmp-dir", tmp_path / "none"],
             data,
@@ -220,3 +219,114 @@ def test_stdin_input_refusals_are_one_line_each(tmp_path):
         "error: <stdin>: this process has no standard input (closed) (pipe the data in, or name a file)\n"
     )
     assert not os.path.exists(out)
+
+
+_BATCHES = """
+import sys
+from streamfit.ingest import stdin
+from streamfit.ingest.sources import BadRecordPolicy, open_source
+source = open_source("<stdin>", sys.argv[1], policy=BadRecordPolicy(), batch_size=8192)
+for batch in stdin.flushed_when_quiet(source, "stopped"):
+    print(len(batch.locations), batch.locations[-1], flush=True)
+"""
+
+
+def _lines_of(proc, n: int, wait: float) -> list[bytes]:
+    """The next n lines of proc's stdout, or those that came within `wait` seconds."""
+    import select
+
+    lines = []
+    end = time.monotonic() + wait
+    while len(lines) < n and select.select([proc.stdout], [], [], max(end - time.monotonic(), 0))[0]:
+        lines.append(proc.stdout.readline())
+    return lines
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "libsvm", "jsonl.gz"])
+def test_a_batch_is_cut_short_where_the_pipe_goes_quiet(fmt):
+    """A producer writing a record at a time into a real pipe: each record comes out as a batch
+    of its own, QUIET_S after it, while the pipe stays open (main: nothing before 8192 records or
+    the end); records written together come out together; every record once, in order. gzip:
+    each record flushed by the producer (Z_SYNC_FLUSH)."""
+    import zlib
+
+    kind, _, compressed = fmt.partition(".")
+    head, record = {
+        "jsonl": (b"", b'{"text": "a cat %d", "label": "x"}\n'),
+        "csv": (b"text,label\n", b"a cat %d,x\n"),
+        "libsvm": (b"", b"1 %d:1.5\n"),
+    }[kind]
+    first = 2 if head else 1  # the line of the first record
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31) if compressed else None
+
+    def send(data: bytes) -> None:
+        proc.stdin.write(packer.compress(data) + packer.flush(zlib.Z_SYNC_FLUSH) if packer else data)
+        proc.stdin.flush()
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BATCHES, kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        send(head)
+        for i in range(3):
+            send(record % (i + 1))
+            assert _lines_of(proc, 1, 120) == [b"1 <stdin>:%d\n" % (first + i)], f"record {i + 1}: no batch"
+            assert proc.poll() is None  # the pipe is still open
+        send(b"".join(record % (i + 1) for i in range(3, 103)))
+        if packer:
+            proc.stdin.write(packer.flush())
+        proc.stdin.close()
+        rest = proc.stdout.read().splitlines()
+        assert proc.wait(timeout=120) == 0
+    finally:
+        proc.kill()
+    assert sum(int(line.split()[0]) for line in rest) == 100  # together (one read, or a few)
+    assert rest[-1].split()[1] == b"<stdin>:%d" % (first + 102)
+
+
+@pytest.fixture(scope="module")
+def loopback():
+    """Two Dask worker processes on 127.0.0.1, sharing this machine's disk."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as c:
+        yield c.scheduler_address
+
+
+@pytest.mark.parametrize("compress", [None, gzip.compress])
+def test_a_piped_ingest_on_a_cluster_writes_the_stores_of_the_file_and_in_process(tmp_path, loopback, compress):
+    """`… | ingest - --scheduler ADDRESS` and `--n-workers 2`: standard input is spooled once and
+    its copy read by the workers as a file's pieces are (3 MB: byte ranges; gzip: one piece);
+    every chunk and the IDF the bytes of the in-process piped store and of the file's store on
+    the same cluster, the manifests the same but for the source's name; counts in = counts out;
+    the spool removed. (main: refused in one line.)"""
+    n = 45000
+    data = _records(n)
+    (tmp_path / "in.jsonl").write_bytes(data)
+    piped = compress(data) if compress else data
+    common = ["--format", "jsonl", "--n-features", "4096", "--chunk-rows", "5000"]
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    runs = {
+        "file-cluster": (tmp_path / "in.jsonl", ["--scheduler", loopback], None),
+        "pipe-inprocess": ("-", [], piped),
+        "pipe-cluster": ("-", ["--scheduler", loopback, "--tmp-dir", spool], piped),
+        "pipe-embedded": ("-", ["--n-workers", "2", "--tmp-dir", spool], piped),
+    }
+    for name, (source, args, given) in runs.items():
+        done = _run("ingest", source, "--out", tmp_path / f"{name}.zarr", *common, *args, data=given)
+        assert done.returncode == 0, (name, done.stderr)
+        assert f"records read {n}, written {n}, skipped 0" in done.stdout.decode(), (name, done.stdout)
+    assert os.listdir(spool) == []
+    reference = _files(tmp_path / "pipe-inprocess.zarr")
+    assert sum(name.startswith("chunks") for name in reference) >= 9
+    for name in runs:
+        files = _files(tmp_path / f"{name}.zarr")
+        assert sorted(files) == sorted(reference), name
+        assert {k: v for k, v in files.items() if not k.endswith(".json")} == {
+            k: v for k, v in reference.items() if not k.endswith(".json")
+        }, name
+        m, ref = _manifest(tmp_path / f"{name}.zarr"), _manifest(tmp_path / "pipe-inprocess.zarr")
+        m["source"]["paths"] = ref["source"]["paths"]
+        assert m == ref, name

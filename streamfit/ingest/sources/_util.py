@@ -120,10 +120,13 @@ def split_fields(option: str, value: str) -> list[str]:
 
 class _CheckedStream(io.RawIOBase):
     """A stream whose read errors become InputError naming the file, and which stops with an
-    InputError once more than max_bytes have been read from it (after decompression)."""
+    InputError once more than max_bytes have been read from it (after decompression). Standard
+    input read as it comes is read a decompressor's one read at a time (`readinto1`: what the
+    pipe has brought, not a full buffer, which would wait for more)."""
 
     def __init__(self, stream, path: str, kind: str | None, max_bytes: int):
         self._stream = stream
+        self._readinto = stream.readinto1 if kind is not None and stdin.live(path) else stream.readinto
         self._path = path
         self._kind = kind  # the compression, None for none
         self._max_bytes = max_bytes
@@ -134,7 +137,7 @@ class _CheckedStream(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         try:
-            n = self._stream.readinto(buffer)
+            n = self._readinto(buffer)
         except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
             if self._kind is None:
                 raise InputError(self._path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None

@@ -187,63 +187,64 @@ class CsvSource:
             needed_column = max(text_columns + [label_column or 0, id_column or 0])  # counted from 0
             batcher = TextBatcher(self.fields, with_ids=id_column is not None) if self.features is None else None
             rows = _FeatureRows(self.features, id_column is not None) if self.features is not None else None
-            for row, first_line, record_lines in records:
-                location = f"{self.path}:{first_line}"
-                if not row:
-                    continue
-                self.n_read += 1
-                if record_lines is not None and self._unterminated(record_lines):
-                    self.policy.bad(
-                        location,
-                        "a quote opened in this record is never closed: its cell runs over the "
-                        f"{len(record_lines)} line(s) to the end of the file",
-                        _row_text(row, self.delimiter),
-                        "close the quote, or double a quote inside a quoted cell",
-                    )
-                    continue
-                n_cells = n_cells or len(row)
-                if len(row) != n_cells or len(row) <= needed_column:
-                    expected = f"{n_cells} cells" if len(row) != n_cells else f"cells up to column {needed_column}"
-                    self.policy.bad(
-                        location,
-                        f"expected {expected}, found {len(row)}",
-                        _row_text(row, self.delimiter),
-                        "quote cells that contain the delimiter",
-                    )
-                    continue
-                label = None
-                if label_column is not None:
-                    label = row[label_column]
-                    if self.multilabel:
-                        label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
-                    elif not label:
-                        self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
-                        continue
-                record_id = None if id_column is None else row[id_column]
-                if record_id is not None and not record_id.strip():
-                    self.policy.bad(
-                        location,
-                        f"the id (--id-field {self.id_field}) is empty",
-                        _row_text(row, self.delimiter),
-                        "give every record an id, or pass --option id_field=None to read no ids",
-                    )
-                    continue
-                if rows is not None:
-                    problem = rows.add([row[c] for c in text_columns], label, location, record_id)
-                    if problem:
-                        self.policy.bad(
-                            location, problem, _row_text(row, self.delimiter), "write a number in every cell"
-                        )
-                    elif len(rows) == self.batch_size:
-                        yield rows.take()
-                    continue
-                assert batcher is not None
-                batcher.add([row[c] for c in text_columns], label, location, record_id)
-                if len(batcher) == self.batch_size:
-                    yield batcher.take()
             pending = rows if rows is not None else batcher
-            if pending is not None and len(pending):
-                yield pending.take()
+            with stdin.holding(self.path, pending):  # a quiet pipe takes the batch short
+                for row, first_line, record_lines in records:
+                    location = f"{self.path}:{first_line}"
+                    if not row:
+                        continue
+                    self.n_read += 1
+                    if record_lines is not None and self._unterminated(record_lines):
+                        self.policy.bad(
+                            location,
+                            "a quote opened in this record is never closed: its cell runs over the "
+                            f"{len(record_lines)} line(s) to the end of the file",
+                            _row_text(row, self.delimiter),
+                            "close the quote, or double a quote inside a quoted cell",
+                        )
+                        continue
+                    n_cells = n_cells or len(row)
+                    if len(row) != n_cells or len(row) <= needed_column:
+                        expected = f"{n_cells} cells" if len(row) != n_cells else f"cells up to column {needed_column}"
+                        self.policy.bad(
+                            location,
+                            f"expected {expected}, found {len(row)}",
+                            _row_text(row, self.delimiter),
+                            "quote cells that contain the delimiter",
+                        )
+                        continue
+                    label = None
+                    if label_column is not None:
+                        label = row[label_column]
+                        if self.multilabel:
+                            label = [p.strip() for p in label.split(self.label_separator) if p.strip()]
+                        elif not label:
+                            self.policy.bad(location, "the label is empty", _row_text(row, self.delimiter))
+                            continue
+                    record_id = None if id_column is None else row[id_column]
+                    if record_id is not None and not record_id.strip():
+                        self.policy.bad(
+                            location,
+                            f"the id (--id-field {self.id_field}) is empty",
+                            _row_text(row, self.delimiter),
+                            "give every record an id, or pass --option id_field=None to read no ids",
+                        )
+                        continue
+                    if rows is not None:
+                        problem = rows.add([row[c] for c in text_columns], label, location, record_id)
+                        if problem:
+                            self.policy.bad(
+                                location, problem, _row_text(row, self.delimiter), "write a number in every cell"
+                            )
+                        elif len(rows) == self.batch_size:
+                            yield rows.take()
+                        continue
+                    assert batcher is not None
+                    batcher.add([row[c] for c in text_columns], label, location, record_id)
+                    if len(batcher) == self.batch_size:
+                        yield batcher.take()
+                if pending is not None and len(pending):
+                    yield pending.take()
 
     def _records(self, f: io.TextIOWrapper):
         """(cells, the number of the record's first line, None or the record's lines) of each
@@ -277,8 +278,8 @@ class CsvSource:
                 if cells is None:  # the csv module reads the record from this line on
                     held.line = line
                     cells, record_lines = next(reader), self._record_lines
-            except UnicodeDecodeError:
-                raise self._undecodable() from None
+            except UnicodeDecodeError as e:
+                raise self._undecodable(e) from None
             except csv.Error as e:
                 if "field larger than field limit" in str(e):
                     problem, hint = too_long(self.limits)
@@ -286,17 +287,26 @@ class CsvSource:
                 raise InputError(f"{self.path}:{self._line_no}", f"malformed {self.format_name} ({e})") from None
             yield cells, first_line, record_lines
 
-    def _undecodable(self) -> InputError:
+    def _undecodable(self, error: UnicodeDecodeError) -> InputError:
         """The InputError for text that does not decode in the encoding, naming the line and the
-        bytes: the text is decoded in chunks, so the line is found by reading the file again, a
-        line at a time, through an incremental decoder (on this error only; up to that line)."""
+        bytes. The text is decoded in pieces (`error.object`, the piece that failed, none of whose
+        lines was read), so the line is the lines read before it, plus one, plus the line breaks
+        in the piece before the bad bytes. Standard input read once is named so; a file is read
+        again, a line at a time, through an incremental decoder, from its start (on this error only;
+        up to that line), which does not depend on how the text was cut into pieces."""
         encoding = bom_free(self.encoding)
-        decoder = codecs.getincrementaldecoder(encoding)()
         hint = "pass --encoding with the file's encoding, e.g. --encoding latin-1 (or cp1252, utf-16)"
+        if stdin.is_stdin(self.path) and not stdin.rereadable():  # read once: not read again
+            seen = error.object[: error.start]
+            line = self._line_no + 1 + len(_LINE_BREAK.findall(seen))
+            return InputError(
+                f"{self.path}:{line}",
+                f"the bytes {error.object[error.start : error.end]!r} are not valid {self.encoding} text",
+                hint,
+            )
+        decoder = codecs.getincrementaldecoder(encoding)()
         breaks = 0  # line breaks before the piece being decoded: \r\n, \r or \n, as the csv reader counts them
         after = InputError(self.path, f"the text after line {self._line_no} is not valid {self.encoding}", hint)
-        if stdin.is_stdin(self.path) and not stdin.rereadable():  # read once: not read again to find the line
-            return after
         with open_binary(self.path, info=self.url_info, max_bytes=self.limits.input_bytes) as f:
             for piece in [*iter(lambda: f.readline(1 << 20), b""), None]:  # None: the end (a sequence cut short)
                 try:

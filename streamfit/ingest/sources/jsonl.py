@@ -23,6 +23,7 @@ import codecs
 import json
 import os
 
+from streamfit.ingest import stdin
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     TextBatcher,
@@ -169,9 +170,12 @@ class JsonlSource:
         self.n_read = self.n_lines = 0
         batcher = TextBatcher(self.fields, with_ids=self.id_field is not None)
         at_start = self.byte_range is None or self.byte_range[0] == 0
-        with open_binary(
-            self.path, info=self.url_info, max_bytes=self.limits.input_bytes, byte_range=self.byte_range
-        ) as f:
+        with (
+            open_binary(
+                self.path, info=self.url_info, max_bytes=self.limits.input_bytes, byte_range=self.byte_range
+            ) as f,
+            stdin.holding(self.path, batcher),  # a quiet pipe takes the batch short
+        ):
             for line_no, line in enumerate(bounded_lines(f, self.limits.record_bytes), 1):
                 self.n_lines = line_no
                 location = f"{self.path}:{line_no}"

@@ -41,6 +41,7 @@ from functools import lru_cache
 import numpy as np
 
 from streamfit._jit import kernel
+from streamfit.ingest import stdin
 from streamfit.ingest.limits import DEFAULT_BATCH_SIZE, DEFAULT_LIMITS, ReadLimits
 from streamfit.ingest.sources._util import (
     MAX_INDEX,
@@ -465,8 +466,10 @@ class LibsvmSource:
         with open_binary(
             self.path, info=self.url_info, max_bytes=self.limits.input_bytes, byte_range=self.byte_range
         ) as f:
+            # a pipe read as it comes: what it holds now, not a full block (whose read would wait for it)
+            read = f.read1 if stdin.live(self.path) else f.read
             while True:
-                chunk = f.read(BLOCK_BYTES)
+                chunk = read(BLOCK_BYTES)
                 data = tail + chunk
                 if at_start:
                     if chunk and len(data) < len(codecs.BOM_UTF8):

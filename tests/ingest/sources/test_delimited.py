@@ -408,3 +408,40 @@ def test_another_delimiter_reads_as_the_comma_file(read, tmp_path, batch_size):
     for bad in (";;", '"', "\n"):
         with pytest.raises(ConfigError, match="format option delimiter=.*one character other than a quote"):
             open_source(semi, policy=BadRecordPolicy(), delimiter=bad)
+
+
+_READ_STDIN = """
+import sys
+from streamfit.errors import InputError
+from streamfit.ingest.sources import BadRecordPolicy, open_source
+try:
+    for _ in open_source("<stdin>", "csv", policy=BadRecordPolicy(), encoding="utf-8"):
+        pass
+except InputError as e:
+    print(e.location, e.problem, sep="|")
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "text,label\n" + "a cat,x\n" * 3000 + "b\xff,y\n" + "a dog,x\n" * 5,  # far past the first decoded piece
+        "text,label\r\n" + "a cat,x\r\n" * 40 + "b\xff,y\r\n",  # in the first piece, CRLF
+        'text,label\n"two\nlines",x\n' * 500 + '"three\nlines\n\xff",y\n',  # inside a quoted record
+    ],
+)
+def test_undecodable_text_on_a_pipe_names_its_line_as_the_files_error_does(tmp_path, text):
+    """A CSV read once from a real pipe, whose text does not decode: the error names the line of
+    the bad bytes (not the last line read before the piece that holds them), the line the same
+    bytes in a file are found at by reading the file again."""
+    import subprocess
+    import sys
+
+    data = text.encode("latin-1")
+    path = tmp_path / "data.csv"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as e:
+        for _ in open_source(str(path), policy=BadRecordPolicy(), encoding="utf-8"):
+            pass
+    done = subprocess.run([sys.executable, "-c", _READ_STDIN], input=data, capture_output=True, check=True, timeout=300)
+    assert done.stdout.decode().strip() == f"<stdin>:{e.value.location.rsplit(':', 1)[1]}|{e.value.problem}"
