@@ -859,7 +859,8 @@ class PPDSparseClassifier(_SolverClassifier):
 
     ℓ the squared hinge ½max(0, 1 − m)² (loss="squared_hinge") or the hinge max(0, 1 − m).
     lam="scale" (the default) weighs class k by lam_scale·L·max(1, 2 std(y_k))·(mean ‖x_i‖₂)/√n, std(y_k) =
-    2√(p_k(1 − p_k)) of its ±1 labels, L the mean labels per row (ppdsparse.scaled_lams);
+    2√(p_k(1 − p_k)) of its ±1 labels, L the mean labels per row (ppdsparse.scaled_lams; with lam_positives = M
+    also times √(M/n⁺_k), n⁺_k class k's positive rows clipped to [M/4, M]);
     a number weighs every class by it; lam="auto" (squared hinge) weighs class k by r_k·λmax_k, λmax_k the smallest lam
     at which w_k = 0 and r_k chosen on a held-out share `held_out` of the rows (ppdsparse.choose_ratios);
     lam=None by lam_ratio·λmax_k. lam = 0 is scikit-learn's LinearSVC(C=1/(n·tau)) for the hinge, C=1/(2n·tau) for the squared hinge

@@ -16,7 +16,8 @@ mean row norm (1 for the unit-norm tf-idf rows of text ingest) and n the trainin
 λ = Aσ√(log d / n) of Bickel, Ritov and Tsybakov 2009, and σ_k its factor for class k; below
 σ_k = ½, fewer than 1/15 of the rows positive, the factor stays 1; L keeps the bound of
 Theorem 3.2 on the model's summed ℓ1 norm, Σ_k ‖w_k‖₁ ≤ 2L/lam, at a multiclass set's; lam_scale
-= 1e-3 from the text sets of docs/benchmarks.md, sessions 12 and 13); or a number (absolute); or (lam=None, squared hinge)
+= 1e-3 from the text sets of docs/benchmarks.md, sessions 12 and 13; the option lam_positives = M also
+multiplies it by √(M/n⁺_k), n⁺_k class k's positive rows clipped to [M/4, M]); or a number (absolute); or (lam=None, squared hinge)
 lam_k = lam_ratio·λmax_k per class, λmax_k the smallest lam at which w_k = 0 is optimal (closed
 form: lam_max); or (lam="auto", squared hinge) lam_k = r_k·λmax_k with r_k chosen per class on a
 held-out slice of the training rows (choose_ratios: a path of ratios on the other rows and a
@@ -177,6 +178,12 @@ class PPDSparseParams(SolverParams):
         description="lam scale: lam_k = lam_scale·L·max(1, 2 std(y_k))·(1/n) Σ_i ‖x_i‖₂ / √n, L the mean labels "
         "per row (1 multiclass; 1e-5 at n = 10⁴ unit-norm rows and ≥ 15 balanced classes, 1.2e-5 at 10, 2e-5 at 2; "
         "larger = sparser)",
+    )
+    lam_positives: float | None = Field(
+        None,
+        gt=0,
+        description="lam scale: class k's weight also times √(lam_positives/n⁺_k), n⁺_k its positive training rows "
+        "clipped to [lam_positives/4, lam_positives] (a class of fewer positives gets up to 2× the weight); None = off",
     )
     lam_ratio: float = Field(
         0.01,
@@ -550,7 +557,7 @@ def lam_max(data: Data, lo: int, hi: int, tau: float) -> np.ndarray:
     return out
 
 
-def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
+def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float, lam_positives: float | None = None) -> np.ndarray:
     """lam scale's ℓ1 weights of classes lo … hi−1 (hi − lo,), averaged convention:
     lam_k = lam_scale·L·max(1, σ_k/LABEL_STD_FLOOR)·s/√n, σ_k = 2√(p_k(1 − p_k)) the standard
     deviation of class k's ±1 labels y_ik (p_k = n⁺_k/n its share of positive rows), L = Σ_k p_k
@@ -580,13 +587,24 @@ def scaled_lams(data: Data, lo: int, hi: int, lam_scale: float) -> np.ndarray:
     sets keep LinearSVC's accuracy at that weight, and σ_k alone made their models 1.1–2.6×
     denser (docs/benchmarks.md, session 13). The weight moves with the data's scale as an ℓ1
     weight must (x → c·x, lam → c·lam, tau → c²·tau has the solutions w/c) and falls as 1/√n. A
-    function of the rows and labels alone: the same in every process, group and resume."""
+    function of the rows and labels alone: the same in every process, group and resume.
+
+    lam_positives = M (an option, off by default): lam_k is also multiplied by √(M/n⁺_k), n⁺_k
+    class k's positive rows clipped to [M/4, M], so a class of fewer than M positives gets up to
+    2× the weight. A class's evidence for a feature is its positives' mean, whose relative error
+    falls as 1/√n⁺_k, which the factors above (noise of the mean over all n rows) do not follow.
+    Measured as a default (M = 300) on a fresh draw and not kept: it cost 0.5–0.85 point on
+    sector's many-class documents (docs/benchmarks.md, session 35)."""
     n = data.indptr.size - 1
-    share = np.diff(data.pos_ptr[lo : hi + 1]) / n
+    positives = np.diff(data.pos_ptr[lo : hi + 1])
+    share = positives / n
     label_std = 2 * np.sqrt(share * (1 - share))
     labels_per_row = data.pos_ptr[-1] / n  # L = Σ_k p_k: exactly 1 for a multiclass store
     row_norm = float(np.sqrt(data.sqnorm).mean())
-    return lam_scale * labels_per_row * np.maximum(1.0, label_std / LABEL_STD_FLOOR) * row_norm / np.sqrt(n)
+    lams = lam_scale * labels_per_row * np.maximum(1.0, label_std / LABEL_STD_FLOOR) * row_norm / np.sqrt(n)
+    if lam_positives is None:
+        return lams
+    return lams * np.sqrt(lam_positives / np.clip(positives, lam_positives / 4, lam_positives))
 
 
 def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
@@ -595,7 +613,7 @@ def class_lams(data: Data, lo: int, hi: int, p: PPDSparseParams) -> np.ndarray:
     if isinstance(p.lam, float):
         return np.full(hi - lo, p.lam)
     if p.lam == "scale":
-        return scaled_lams(data, lo, hi, p.lam_scale)
+        return scaled_lams(data, lo, hi, p.lam_scale, p.lam_positives)
     assert p.lam is None, "lam auto: choose_ratios"
     return p.lam_ratio * lam_max(data, lo, hi, p.tau)
 

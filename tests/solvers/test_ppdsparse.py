@@ -278,6 +278,33 @@ def test_lam_scale_is_the_mean_row_norm_over_root_n_times_the_label_std_factor(r
     np.testing.assert_allclose(pp.scaled_lams(doubled, 0, n_classes, 2e-3), expected / np.sqrt(2), rtol=1e-12)
 
 
+@pytest.mark.parametrize("data_name", ["digits", "multilabel"])
+def test_lam_positives_multiplies_a_class_weight_by_root_m_over_its_clipped_positives(request, data_name):
+    """lam_positives = M: class k's lam "scale" weight times √(M/n⁺_k), n⁺_k its positive rows
+    (counted by numpy here) clipped to [M/4, M] (M = 90), on classes inside the clip and (digits) below and above it;
+    None leaves the default's weights bitwise; the fitted model meets the optimality conditions
+    at those weights."""
+    X, labels = request.getfixturevalue(data_name)
+    labels, n_classes = unbalanced(data_name, X, labels)
+    positives = (signs(labels, n_classes) > 0).sum(axis=0)
+    factor = np.sqrt(90 / np.clip(positives, 22.5, 90))
+    assert ((factor > 1) & (factor < 2)).any()
+    assert data_name == "multilabel" or ((factor == 2).any() and (factor == 1).any())
+    data = pp.build_data(InMemoryStore(X, labels, range(n_classes)))
+    default = pp.scaled_lams(data, 0, n_classes, 2e-3)
+    np.testing.assert_array_equal(pp.scaled_lams(data, 0, n_classes, 2e-3, None), default)
+    expected = default * factor
+    np.testing.assert_allclose(pp.scaled_lams(data, 0, n_classes, 2e-3, 90), expected, rtol=1e-12)
+    np.testing.assert_allclose(pp.scaled_lams(data, n_classes - 3, n_classes, 2e-3, 90), expected[-3:], rtol=1e-12)
+    tau = 1e-2
+    model, _ = fit_as_given(
+        InMemoryStore(X, labels, range(n_classes)), lam_scale=2e-3, lam_positives=90, tau=tau, **TIGHT
+    )
+    assert [model.info["lam_min"], model.info["lam_max"]] == pytest.approx([expected.min(), expected.max()], rel=1e-12)
+    W, b = dense_weights(model)
+    assert kkt_violation(X, signs(labels, n_classes), W, b, expected, tau).max() < 1e-6
+
+
 def test_rows_far_from_unit_norm_are_solved_rescaled(digits):
     """lam not a number: rows of mean norm s > 16 are solved divided by the power of two c that
     brings s into (8, 16] (data_scale), so rows 64 times those of a set with s ≈ 15.5 give its
