@@ -44,6 +44,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import uuid
@@ -270,6 +271,29 @@ def _worker_start_method():
         if WORKER_START_METHOD == "forkserver":
             context.set_forkserver_preload(list(WORKER_PRELOAD))  # ...which this replaces (until the server starts)
         yield
+
+
+def _start_helpers_deaf_to_sighup() -> None:
+    """Start multiprocessing's resource tracker and (WORKER_START_METHOD "forkserver") the
+    forkserver now, with SIGHUP blocked in this thread: each is exec'd in this process's process
+    group, which a closing terminal's SIGHUP reaches (the shell forwards it to its job), and keeps
+    the blocked mask, so that it never takes a SIGHUP. A resource tracker that died of it was
+    restarted by the next semaphore, which then printed a KeyError traceback for every semaphore
+    the first had registered; a forkserver was exposed until its WORKER_PRELOAD set SIGHUP aside
+    (streamfit.worker_signals). This process takes a SIGHUP that came meanwhile as the mask is
+    restored (streamfit.shutdown: a stop request). Once per process: both then run until it exits."""
+    sighup = getattr(signal, "SIGHUP", None)
+    if sighup is None:  # no such signal (Windows), nor forkserver
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {sighup})
+    try:
+        resource_tracker.ensure_running()
+        if WORKER_START_METHOD == "forkserver":
+            forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _require_semaphores(n_workers: int | None) -> None:
@@ -821,9 +845,10 @@ class Engine:
                 self.close()
                 raise
         else:
-            _require_semaphores(self.n_workers)
             # held until close(): the nanny restarts a worker that died with the same method
             self._cluster_config.enter_context(_worker_start_method())
+            _start_helpers_deaf_to_sighup()
+            _require_semaphores(self.n_workers)
             from distributed.deploy.spec import SpecCluster
 
             earlier = set(SpecCluster._instances)
