@@ -1,11 +1,11 @@
 """SIGTERM (`kill PID`, a batch system's stop) and SIGHUP (the terminal of a command started
 without nohup closed) as a request to stop at the next safe point: STOP_SIGNALS, the one list.
 
-The handler that the CLI installs (SigtermGuard) does nothing but set a flag, note the signal and
-write one byte to a pipe (and, for SIGHUP, point a stdout or stderr whose terminal has hung up at
-os.devnull: every write there raises EIO, which would turn the stop, and its last line, into a
-failure; the log file still gets the line): Python runs a signal handler between any two bytecodes of the main thread (inside
-distributed's client with a lock half-taken, inside a gc callback, ...), so a handler that
+The handler that the CLI installs (SigtermGuard) does nothing but set a flag, note the signal
+and write one byte to a pipe (and, for SIGHUP, point a stdout or stderr whose terminal has hung
+up at os.devnull: every write there raises EIO, which would turn the stop, and its last line,
+into a failure; the log file still gets the line). Python runs a signal handler between any two
+bytecodes of the main thread (inside distributed's client with a lock half-taken, inside a gc callback, ...), so a handler that
 raised or took a lock there could leave the shutdown waiting forever. The code that runs the
 work looks at the flag where stopping is safe and raises Terminated there:
 
@@ -54,7 +54,7 @@ if SIGHUP is not None:
     )
 GRACE_ENV = "STREAMFIT_SIGTERM_GRACE"
 DEFAULT_GRACE_S = 30.0
-_WAKE, _QUIT = b"T", b"Q"  # the bytes the pipe carries to the watchdog: a first SIGTERM, the guard released
+_WAKE, _QUIT = b"T", b"Q"  # the bytes the pipe carries to the watchdog: a first stop signal, the guard released
 
 _installed: SigtermGuard | None = None
 
@@ -96,7 +96,7 @@ def stop_reason() -> str:
 
 
 def guarded() -> bool:
-    """Whether a command's SigtermGuard is installed (a SIGTERM is then a stop request)."""
+    """Whether a command's SigtermGuard is installed (a STOP_SIGNALS signal is then a stop request)."""
     return _installed is not None
 
 
