@@ -6,6 +6,7 @@ from streamfit._collector import commit_process, imports_uncollected
 
 with imports_uncollected():  # ~50 000 objects, nearly none of them garbage: not scanned (streamfit._collector)
     import atexit
+    import contextlib
     import gc
     import json
     import logging
@@ -93,11 +94,11 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except Terminated as e:  # raised where stopping is safe, after a SIGTERM (streamfit.shutdown)
-            from streamfit.shutdown import EXIT_STATUS
+        except Terminated as e:  # raised where stopping is safe, after a SIGTERM or SIGHUP (streamfit.shutdown)
+            from streamfit import shutdown
 
-            _fail(f"stopped: terminated by SIGTERM; {e}{_without_overwrite(ctx, e)}")
-            sys.exit(EXIT_STATUS)
+            _fail(f"stopped: {shutdown.stop_reason()}; {e}{_without_overwrite(ctx, e)}")
+            sys.exit(shutdown.exit_status(shutdown.stop_signal()))
         except TimeLimitReached as e:
             _fail(f"stopped: {e}{_without_overwrite(ctx, e)}")
             sys.exit(3)
@@ -242,11 +243,13 @@ def _without_overwrite(ctx, stop: BaseException | str) -> str:
 
 def _fail(line: str) -> None:
     """The one line of a failed command: on stderr, and in the log file (--log-file) as well;
-    with `--log-format json`, on stderr as a JSON record as every other line there."""
+    with `--log-format json`, on stderr as a JSON record as every other line there. A stderr that
+    cannot be written (a terminal that is gone: EIO) leaves the line in the log file alone."""
     if json_on_stderr():
         log.error(line)
         return
-    click.echo(line, err=True)
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
     log.error(line, extra={ECHOED: True})
 
 
@@ -290,14 +293,15 @@ def main(ctx, verbose, quiet, log_file, log_format):
     Ingest and training show their progress as one bar on a terminal, and as a line every few
     seconds (count, elapsed time, ETA) when stderr is a file or a pipe (batch jobs, CI logs).
 
-    SIGTERM stops every command at the next safe point (train: after saving the step it is
-    in, --resume continues; the others between chunks, leaving no partial output), with one line
-    and exit status 143; a second SIGTERM, or
-    STREAMFIT_SIGTERM_GRACE seconds after the first (default 30), ends the process at once.
+    SIGTERM, and SIGHUP (the terminal closed; nohup avoids it), stop every command at the next
+    safe point (train: after saving the step it is in, --resume continues; the others between
+    chunks, leaving no partial output), with one line (in --log-file too) and exit status 143 or
+    129; a SIGTERM after that, or STREAMFIT_SIGTERM_GRACE seconds after the first signal
+    (default 30), ends the process at once.
 
     Exit status: 0 done; 1 inspect --verify found damage; 2 an error, one line naming the fix (a
     bad option too); 3 train or run stopped at --time-limit; 130 stopped by Ctrl-C (train keeps
-    its checkpoints: --resume continues); 143 stopped by SIGTERM.
+    its checkpoints: --resume continues); 129 stopped by SIGHUP; 143 stopped by SIGTERM.
     """
     from streamfit.logs import configure, set_dask_level
 
@@ -324,7 +328,8 @@ _DEFAULT_INFO = ("streamfit.train", "streamfit.runlog", "streamfit.jobs")
 
 
 def _guard_sigterm(ctx) -> None:
-    """SIGTERM, until the command ends, as a request to stop at the next safe point (exit 143)."""
+    """SIGTERM and SIGHUP (shutdown.STOP_SIGNALS), until the command ends, as a request to stop
+    at the next safe point (exit 143, 129)."""
     from streamfit.shutdown import SigtermGuard, grace_seconds
 
     guard = SigtermGuard(grace_seconds())
@@ -874,7 +879,8 @@ def train(ctx, store, out, config_file, params, resume, overwrite, **options):
     \b
     Exit status: 0 finished, 2 error (the message names the fix), 3 stopped at --time-limit,
     130 stopped by Ctrl-C (the checkpoints saved so far kept; --resume continues),
-    143 stopped by SIGTERM (the step it was in saved; --resume continues).
+    129 or 143 stopped by SIGHUP (the terminal closed) or SIGTERM (the step it was in saved;
+    --resume continues).
     """
     from streamfit.config import load_train_config, train_options
     from streamfit.train import targets_counted
@@ -1139,7 +1145,7 @@ def run(ctx, pipeline, resume, overwrite, **overrides):
     A local input, store or predict output that a later section would refuse (not there, a
     misspelled option) stops the job before its first section.
 
-    --resume continues a run that stopped (killed, SIGTERM, --time-limit, a failed section): it
+    --resume continues a run that stopped (killed, SIGTERM, SIGHUP, --time-limit, a failed section): it
     keeps each store that is complete and continues training from the run's newest checkpoint. A
     section edited since then is not resumed on what the earlier settings made: a store ingested
     from other inputs or with another setting of its section (hashing, values, IDF, normalization,

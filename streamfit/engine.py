@@ -44,6 +44,7 @@ import dataclasses
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 import uuid
@@ -261,15 +262,40 @@ def auto_choice(
 def _worker_start_method():
     """Dask's `distributed.worker.multiprocessing-method` set to WORKER_START_METHOD while the
     embedded cluster runs (restored after it, for the caller's other Dask clusters), with the
-    forkserver importing WORKER_PRELOAD."""
+    forkserver importing WORKER_PRELOAD, started now (in the caller's thread: _sighup_blocked)
+    unless an earlier cluster of this process started it."""
     import dask
     from distributed.utils import get_mp_context
 
     with dask.config.set({"distributed.worker.multiprocessing-method": WORKER_START_METHOD}):
         context = get_mp_context()  # Dask sets its own preload list on the first call in a process...
         if WORKER_START_METHOD == "forkserver":
+            from multiprocessing import forkserver
+
             context.set_forkserver_preload(list(WORKER_PRELOAD))  # ...which this replaces (until the server starts)
+            forkserver.ensure_running()
         yield
+
+
+@contextlib.contextmanager
+def _sighup_blocked():
+    """SIGHUP blocked in this thread within (where the system has it): the helper processes that
+    the embedded cluster's start execs here (multiprocessing's resource tracker, the forkserver)
+    keep that mask, so that none ever takes a SIGHUP. A closing terminal's SIGHUP reaches this
+    process's whole process group (the shell forwards it to its job); a resource tracker that died
+    of it was restarted by the next semaphore, which then printed a KeyError traceback for every
+    semaphore the first had registered, and the forkserver was exposed until its WORKER_PRELOAD
+    set SIGHUP aside (streamfit.worker_signals). This process takes a SIGHUP that came meanwhile
+    as the mask is restored (streamfit.shutdown: a stop request)."""
+    sighup = getattr(signal, "SIGHUP", None)
+    if sighup is None:  # no such signal (Windows)
+        yield
+        return
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {sighup})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def _require_semaphores(n_workers: int | None) -> None:
@@ -822,9 +848,10 @@ class Engine:
                 self.close()
                 raise
         else:
-            _require_semaphores(self.n_workers)
-            # held until close(): the nanny restarts a worker that died with the same method
-            self._cluster_config.enter_context(_worker_start_method())
+            with _sighup_blocked():  # the resource tracker (the first semaphore starts it) and the forkserver
+                _require_semaphores(self.n_workers)
+                # held until close(): the nanny restarts a worker that died with the same method
+                self._cluster_config.enter_context(_worker_start_method())
             from distributed.deploy.spec import SpecCluster
 
             earlier = set(SpecCluster._instances)

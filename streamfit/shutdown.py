@@ -1,8 +1,11 @@
-"""SIGTERM (`kill PID`, a batch system's stop) as a request to stop at the next safe point.
+"""SIGTERM (`kill PID`, a batch system's stop) and SIGHUP (the terminal of a command started
+without nohup closed) as a request to stop at the next safe point: STOP_SIGNALS, the one list.
 
-The handler that the CLI installs (SigtermGuard) does nothing but set a flag and write one byte
-to a pipe: Python runs a signal handler between any two bytecodes of the main thread (inside
-distributed's client with a lock half-taken, inside a gc callback, ...), so a handler that
+The handler that the CLI installs (SigtermGuard) does nothing but set a flag, note the signal
+and write one byte to a pipe (and, for SIGHUP, point a stdout or stderr whose terminal has hung
+up at os.devnull: every write there raises EIO, which would turn the stop, and its last line,
+into a failure; the log file still gets the line). Python runs a signal handler between any two
+bytecodes of the main thread (inside distributed's client with a lock half-taken, inside a gc callback, ...), so a handler that
 raised or took a lock there could leave the shutdown waiting forever. The code that runs the
 work looks at the flag where stopping is safe and raises Terminated there:
 
@@ -14,19 +17,23 @@ work looks at the flag where stopping is safe and raises Terminated there:
     predict                between scored pieces: nothing is written
 
 Terminated unwinds through the `with Engine` (the Dask cluster closes) and the writers' aborts;
-the CLI prints one line and exits with status 143 (128 + 15, what a shell reports for a process
-that SIGTERM ended).
+the CLI prints one line naming the signal (stop_reason) and exits with status 128 + its number
+(exit_status: 143 for SIGTERM, 129 for SIGHUP, what a shell reports for a process it ended).
 
 So that an unattended job never hangs, a watchdog thread (started with the guard; it blocks on
-the pipe) ends the process with os._exit(143) once the grace period has passed after the first
-SIGTERM, wherever the process is then, and a second SIGTERM ends it at once. The grace period is
-STREAMFIT_SIGTERM_GRACE seconds (default 30; 0: SIGTERM ends the process at once, no clean stop).
+the pipe) ends the process with os._exit(that status) once the grace period has passed after the
+first signal, wherever the process is then, and a SIGTERM after the first signal ends it at once.
+A repeated SIGHUP does not: a closing terminal sends several (the shell forwards its own to its
+jobs, and the kernel sends the foreground group another as the shell exits). The grace period is
+STREAMFIT_SIGTERM_GRACE seconds (default 30; 0: the first signal ends the process at once, no
+clean stop).
 After a stop the watchdog stays armed until the process exits, so a hang in Python's own
 shutdown (joining threads, atexit) is bounded too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -38,10 +45,16 @@ from streamfit.errors import ConfigError, Terminated
 
 log = logging.getLogger(__name__)
 
-EXIT_STATUS = 128 + signal.SIGTERM  # 143
+# the signals that ask a command to stop at its next safe point, and what its `stopped:` line says of each
+STOP_SIGNALS: dict[signal.Signals, str] = {signal.SIGTERM: "terminated by SIGTERM"}
+SIGHUP = getattr(signal, "SIGHUP", None)  # POSIX only
+if SIGHUP is not None:
+    STOP_SIGNALS[SIGHUP] = (
+        "hung up by SIGHUP (its terminal closed; start it with nohup, or from a batch system, to keep it running)"
+    )
 GRACE_ENV = "STREAMFIT_SIGTERM_GRACE"
 DEFAULT_GRACE_S = 30.0
-_WAKE, _QUIT = b"T", b"Q"  # the bytes the pipe carries to the watchdog: a first SIGTERM, the guard released
+_WAKE, _QUIT = b"T", b"Q"  # the bytes the pipe carries to the watchdog: a first stop signal, the guard released
 
 _installed: SigtermGuard | None = None
 
@@ -61,37 +74,54 @@ def grace_seconds() -> float:
 
 
 def stop_requested() -> bool:
-    """Whether a SIGTERM asked the running command to stop (False where no guard is installed:
-    the library used from Python, the estimators)."""
+    """Whether a stop signal asked the running command to stop (False where no guard is
+    installed: the library used from Python, the estimators)."""
     return _installed is not None and _installed.requested
 
 
+def exit_status(signum: int = signal.SIGTERM) -> int:
+    """The exit status of a command that signal `signum` stopped: 128 + its number, as a shell
+    reports for a process that the signal ended (143 SIGTERM, 129 SIGHUP)."""
+    return 128 + signum
+
+
+def stop_signal() -> signal.Signals:
+    """The signal that asked the running command to stop (SIGTERM where none did)."""
+    return _installed.signum if _installed is not None else signal.SIGTERM
+
+
+def stop_reason() -> str:
+    """What the `stopped:` line says of the signal that asked to stop (STOP_SIGNALS)."""
+    return STOP_SIGNALS[stop_signal()]
+
+
 def guarded() -> bool:
-    """Whether a command's SigtermGuard is installed (a SIGTERM is then a stop request)."""
+    """Whether a command's SigtermGuard is installed (a STOP_SIGNALS signal is then a stop request)."""
     return _installed is not None
 
 
 def check(what: str) -> None:
-    """Raise Terminated(what) if a SIGTERM asked to stop; `what` says what the stop leaves (the
-    CLI prints it after "stopped: terminated by SIGTERM; ")."""
+    """Raise Terminated(what) if a stop signal asked to stop; `what` says what the stop leaves
+    (the CLI prints it after "stopped: ", stop_reason() and "; ")."""
     if stop_requested():
         raise Terminated(what)
 
 
 class SigtermGuard:
-    """The SIGTERM handler of a command (see the module docstring); `install` in the main thread,
-    `release` when the command ends."""
+    """The handler of STOP_SIGNALS of a command (see the module docstring); `install` in the main
+    thread, `release` when the command ends."""
 
     def __init__(self, grace: float):
         self.grace = grace
         self.requested = False
-        self._previous: signal._HANDLER = signal.SIG_DFL
+        self.signum = signal.SIGTERM  # the first stop signal that came
+        self._previous: dict[signal.Signals, signal._HANDLER] = {}
         self._read, self._write = os.pipe()
         self._watchdog = threading.Thread(target=self._watch, name="streamfit-sigterm-watchdog", daemon=True)
 
     def install(self) -> None:
         global _installed
-        self._previous = signal.signal(signal.SIGTERM, self._handle)
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
         self._watchdog.start()
         _installed = self
 
@@ -106,15 +136,22 @@ class SigtermGuard:
         global _installed
         if _installed is not self:
             return
-        signal.signal(signal.SIGTERM, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
         os.write(self._write, _QUIT)
         _installed = None
 
     def _handle(self, signum, frame) -> None:
-        # a flag and a write(2): nothing here takes a lock or raises (see the module docstring)
-        if self.requested or self.grace == 0:
-            os._exit(EXIT_STATUS)
-        self.requested = True
+        # a flag and system calls: nothing here takes a lock or raises (see the module docstring)
+        if signum == SIGHUP:
+            _leave_hung_up_terminal()
+        if self.requested:
+            if signum == SIGHUP:  # a closing terminal's next SIGHUP: the stop is under way
+                return
+            os._exit(exit_status(self.signum))
+        if self.grace == 0:
+            os._exit(exit_status(signum))
+        self.requested, self.signum = True, signal.Signals(signum)
         os.write(self._write, _WAKE)
 
     def _watch(self) -> None:
@@ -125,8 +162,9 @@ class SigtermGuard:
             return
         deadline = time.monotonic() + self.grace
         log.warning(
-            "SIGTERM: stopping at the next safe point (train: after a checkpoint); a second SIGTERM, or "
+            "%s: stopping at the next safe point (train: after a checkpoint); a SIGTERM, or "
             "%g s from now (%s), ends the process at once",
+            self.signum.name,
             self.grace,
             GRACE_ENV,
         )
@@ -136,9 +174,27 @@ class SigtermGuard:
                 self._close()
                 return
         # no logging here: the main thread may hold a handler's lock where it hangs
-        os.write(2, f"stopped: SIGTERM's grace period ({self.grace:g} s) passed; ending the process now\n".encode())
-        os._exit(EXIT_STATUS)
+        line = f"stopped: {self.signum.name}'s grace period ({self.grace:g} s) passed; ending the process now\n"
+        with contextlib.suppress(OSError):  # a terminal that is gone
+            os.write(2, line.encode())
+        os._exit(exit_status(self.signum))
 
     def _close(self) -> None:
         os.close(self._read)
         os.close(self._write)
+
+
+def _leave_hung_up_terminal() -> None:
+    """Point stdout and stderr, where each has hung up (poll: POLLHUP; a terminal that closed, on
+    which isatty is already False), at os.devnull: every write to it raises EIO, the progress
+    bar's and the last line's too."""
+    for fd in (1, 2):
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLOUT)
+            if any(events & select.POLLHUP for _, events in poller.poll(0)):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except OSError:  # no os.devnull to open (a broken container): the writes fail as they would have
+            continue

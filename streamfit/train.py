@@ -4,8 +4,9 @@ RUN_DIR/model/         the trained model (streamfit.load_model)
 RUN_DIR/checkpoints/   resumable solver state (streamfit.checkpoint)
 RUN_DIR/metrics.jsonl  one JSON line per solver step (with `valid`: the validation metrics too)
 RUN_DIR/run.json       what was run: solver, parameters, store, engine, timings, and its status:
-                       "finished", "stopped at the time limit" or "stopped by SIGTERM" (no
-                       model/ then; --resume continues from the checkpoint `step`)
+                       "finished", "stopped at the time limit" or "stopped by SIGTERM" (or
+                       SIGHUP: streamfit.shutdown.STOP_SIGNALS; no model/ then; --resume
+                       continues from the checkpoint `step`)
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from streamfit import storage
+from streamfit import shutdown, storage
 from streamfit.checkpoint import STATE_CACHE_BYTES, Checkpointer
 from streamfit.config import EVALUATION_FILE, parse_checkpoint_interval, parse_valid_every, refuse_resume_with_overwrite
 from streamfit.engine import DASHBOARD_ADDRESS, WORKER_TIMEOUT, Engine, auto_choice
@@ -512,7 +513,9 @@ def _train_locked(
             )
     except (TimeLimitReached, Terminated) as e:
         record.update(
-            status="stopped at the time limit" if isinstance(e, TimeLimitReached) else "stopped by SIGTERM",
+            status="stopped at the time limit"
+            if isinstance(e, TimeLimitReached)
+            else f"stopped by {shutdown.stop_signal().name}",
             step=e.step if isinstance(e, TimeLimitReached) else checkpointer.latest_step(),
             seconds=round(metrics.elapsed, 3),
             session_seconds=round(time.time() - started, 3),

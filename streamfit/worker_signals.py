@@ -1,6 +1,6 @@
 """Imported by the embedded cluster's forkserver only (streamfit.engine.WORKER_PRELOAD), never by
-a command's own process: sets SIGINT aside there, so that every Dask worker forked from it ignores
-Ctrl-C.
+a command's own process: sets SIGINT and SIGHUP aside there, so that every Dask worker forked from
+it ignores Ctrl-C and a closing terminal.
 
 A terminal's Ctrl-C sends SIGINT to the whole foreground process group: the driver and its
 workers. The driver stops with one line (streamfit.cli, status 130) and closes the cluster, which
@@ -9,6 +9,12 @@ lines each) and left the cluster mid-pass, which the driver then warned about. P
 gives each child the SIGINT disposition that the server had when its preloaded modules were
 imported (multiprocessing.forkserver.main records the handlers after the imports), so ignoring
 SIGINT here is what its workers inherit. SIGTERM is left as it is: the nanny stops a worker with it.
+
+SIGHUP is set aside the same way (and in the forkserver itself, which the shell's forwarded
+SIGHUP reaches too): a terminal that closes sends it to the driver's whole process group, and a
+worker or the forkserver that died of it was a lost worker before the driver stopped at its safe
+point (streamfit.shutdown: SIGHUP, as SIGTERM, a stop request, status 129); the driver then
+closes the cluster as after any stop.
 
 It also keeps one traceback of a stop off the terminal. A driver stopped (Ctrl-C, SIGTERM) while
 its cluster starts exits while the forkserver may still be forking a worker it asked for; that
@@ -44,4 +50,5 @@ def _quiet_orphaned_start(
 
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
 sys.excepthook = _quiet_orphaned_start

@@ -1154,6 +1154,27 @@ def _endless_train_on_two_workers(stores, tmp_path, **popen):
     return proc, run_dir, stderr, children
 
 
+def _signal_the_job_on_two_workers(stores, tmp_path, terminal_job, sig, status):
+    """_endless_train_on_two_workers in a process group of its own (a job that a terminal started),
+    sent `sig` to the whole group (a terminal's Ctrl-C, its close), waited for to exit with
+    `status`, its child processes then gone: (the run directory, its stderr)."""
+    import signal
+
+    import psutil
+
+    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, **terminal_job)
+    try:
+        os.killpg(proc.pid, sig)
+        assert proc.wait(timeout=120) == status, stderr.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive
+    return run_dir, stderr.read_text()
+
+
 @pytest.mark.slow
 def test_sigterm_stops_a_run_on_the_embedded_cluster_at_a_checkpoint(stores, tmp_path):
     """SIGTERM to `streamfit train` on a 2-worker embedded cluster, once it has taken a step
@@ -1199,26 +1220,101 @@ def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(
     signal cannot come after its end; every wait is bounded."""
     import signal
 
-    import psutil
-
-    # in its own process group, as a job that a terminal started
-    proc, run_dir, stderr, children = _endless_train_on_two_workers(stores, tmp_path, **terminal_job)
-    try:
-        os.killpg(proc.pid, signal.SIGINT)  # what the terminal's Ctrl-C does
-        assert proc.wait(timeout=120) == 130, stderr.read_text()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    gone, alive = psutil.wait_procs(children, timeout=30)
-    assert not alive, alive
-    text = stderr.read_text()
+    run_dir, text = _signal_the_job_on_two_workers(stores, tmp_path, terminal_job, signal.SIGINT, 130)
     assert "Traceback" not in text and "KeyboardInterrupt" not in text and "left the cluster" not in text, text
     assert text.splitlines()[-1] == (
         "stopped: interrupted (Ctrl-C); the checkpoints saved so far are kept: the same command plus --resume "
         "continues from the last one"
     ), text
     assert json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"] >= 0  # a checkpoint kept
+
+
+SIGHUP_LINE = (
+    "stopped: hung up by SIGHUP (its terminal closed; start it with nohup, or from a batch system, to keep it "
+    "running); {run_dir}: checkpoint of step {step} saved; the same command plus --resume continues"
+)
+
+
+@pytest.mark.slow
+def test_sighup_on_a_run_on_the_embedded_cluster_is_a_stop_at_a_checkpoint(stores, tmp_path, terminal_job):
+    """A closed terminal sends SIGHUP to the command's whole process group (the shell forwards it
+    to its job): the driver and the embedded cluster's workers. On main the driver died of it
+    with status 129 and no line; now it is a stop as a SIGTERM's: the last step checkpointed, one
+    line naming SIGHUP and the way to continue, status 129, the cluster shut down. The workers
+    ignore SIGHUP (streamfit.worker_signals), so no worker is lost before the driver stops."""
+    import signal
+
+    run_dir, text = _signal_the_job_on_two_workers(stores, tmp_path, terminal_job, signal.SIGHUP, 129)
+    step = json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"]
+    assert text.splitlines()[-1] == SIGHUP_LINE.format(run_dir=run_dir, step=step), text
+    assert "Traceback" not in text and "left the cluster" not in text and "leaked" not in text, text
+    record = json.loads((run_dir / "run.json").read_text())
+    assert (record["status"], record["step"]) == ("stopped by SIGHUP", step)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stderr_to", ["file", "closed terminal"])
+def test_sighup_stops_train_at_a_checkpoint_in_the_log_file_and_resume_gives_the_same_model(
+    digits_cli_store, tmp_path, terminal_job, stderr_to
+):
+    """`streamfit --log-file LOG train` (in process) sent SIGHUP after its second step, as a
+    closed terminal's shell sends its job: status 129, the `stopped:` line naming SIGHUP in the
+    log file (and on stderr, where it can still be written), and the same command plus --resume
+    ends with the model of an uninterrupted run, bitwise. With stderr a terminal (a pty) whose
+    other end is closed just before the signal, every write to it raises EIO: the stop is still
+    the same (the line in the log file alone). On main: status 129 from the kernel, no line."""
+    import pty
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from streamfit.model import load_model
+
+    train = ["train", digits_cli_store, "--solver", "fbpd", "-p", "max_iter=300", "-p", "tol=0", "-p", "gap_tol=0"]
+    train += ["--n-workers", "0"]
+    log_file, run_dir = tmp_path / "train.log", tmp_path / "run"
+    argv = [sys.executable, "-m", "streamfit.cli", "--log-file", log_file, *train, "--out", run_dir]
+    terminal, stderr = (
+        pty.openpty() if stderr_to == "closed terminal" else (None, os.open(tmp_path / "err", os.O_WRONLY | os.O_CREAT))
+    )
+    try:
+        proc = subprocess.Popen([str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=stderr, **terminal_job)
+    finally:
+        os.close(stderr)
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
+            assert proc.poll() is None, log_file.read_text()
+            assert time.monotonic() < deadline, "no second step within 300 s"
+            time.sleep(0.005)
+        if terminal is not None:
+            os.close(terminal)  # the terminal closes: the kernel hangs its pty up, then SIGHUP comes
+        os.killpg(proc.pid, signal.SIGHUP)
+        assert proc.wait(timeout=120) == 128 + signal.SIGHUP, log_file.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    step = json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"]
+    assert 2 <= step < 300
+    line = SIGHUP_LINE.format(run_dir=run_dir, step=step)
+    assert log_file.read_text().splitlines()[-1].endswith(line), log_file.read_text()
+    if terminal is None:
+        assert (tmp_path / "err").read_text().splitlines()[-1] == line
+    resumed = subprocess.run(
+        [str(a) for a in [sys.executable, "-m", "streamfit.cli", "-q", *train, "--out", run_dir, "--resume"]],
+        capture_output=True,
+        text=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    reference = run(*train, "--out", tmp_path / "reference")
+    assert reference.exit_code == 0, reference.output
+    got, want = load_model(str(run_dir))._arrays(), load_model(str(tmp_path / "reference"))._arrays()
+    assert got.keys() == want.keys()
+    for key in want:
+        assert np.array_equal(got[key], want[key]), key
 
 
 # the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads

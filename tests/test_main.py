@@ -24,6 +24,12 @@ def test_python_dash_m_streamfit_is_the_streamfit_command(tmp_path):
     [
         (signal.SIGINT, 130, "stopped: interrupted (Ctrl-C) while starting; nothing was done: run it again"),
         (signal.SIGTERM, 143, "stopped: terminated by SIGTERM while starting; nothing was done: run it again"),
+        (
+            signal.SIGHUP,
+            129,
+            "stopped: hung up by SIGHUP (its terminal closed; start it with nohup, or from a batch system, to keep "
+            "it running) while starting; nothing was done: run it again",
+        ),
     ],
 )
 def test_a_signal_while_the_command_line_is_imported_is_one_line_and_its_exit_status(tmp_path, signum, status, line):

@@ -1,6 +1,6 @@
-"""SIGTERM as a request to stop at a safe point (streamfit.shutdown): the handler sets a flag and
-nothing else; a second SIGTERM, or the grace period after the first, ends the process at once
-(exit status 143), wherever its main thread is. The driver's and ingest's stops: tests/solvers/
+"""SIGTERM and SIGHUP as a request to stop at a safe point (streamfit.shutdown): the handler sets
+a flag and nothing else; a SIGTERM after the first signal (not a repeated SIGHUP), or the grace
+period after it, ends the process at once (exit status 143, 129), wherever its main thread is. The driver's and ingest's stops: tests/solvers/
 test_driver.py, tests/ingest/test_pipeline.py; the command on a cluster: tests/test_cli.py."""
 
 import os
@@ -16,13 +16,14 @@ from streamfit.errors import ConfigError, Terminated
 
 EXIT_TIMEOUT_S = 120  # a bound for a small Python process to start and end on a loaded machine
 
-# a process that installs the guard, sends itself SIGTERM, says so, and then never stops by itself
-# (its main thread waits on a lock that nothing releases, as a shutdown that hangs would)
+# a process that installs the guard, sends itself the signal named by argv[1] (SIGTERM if none),
+# says so, and then never stops by itself (its main thread waits on a lock that nothing releases,
+# as a shutdown that hangs would)
 HANGS_AFTER_SIGTERM = """
 import os, signal, sys, threading
 from streamfit.shutdown import SigtermGuard, grace_seconds, stop_requested
 SigtermGuard(grace_seconds()).install()
-os.kill(os.getpid(), signal.SIGTERM)
+os.kill(os.getpid(), getattr(signal, (sys.argv[1:] or ["SIGTERM"])[0]))
 while not stop_requested():
     pass
 print("stop requested", flush=True)
@@ -30,10 +31,14 @@ lock = threading.Lock(); lock.acquire(); lock.acquire()
 """
 
 
-def _start(grace: str):
+def _start(grace: str, sig: str = "SIGTERM"):
     env = {**os.environ, shutdown.GRACE_ENV: grace}
     return subprocess.Popen(
-        [sys.executable, "-c", HANGS_AFTER_SIGTERM], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+        [sys.executable, "-c", HANGS_AFTER_SIGTERM, sig],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
     )
 
 
@@ -76,7 +81,7 @@ def test_a_second_sigterm_ends_a_process_that_does_not_stop():
     try:
         assert proc.stdout.readline() == "stop requested\n", proc.stderr.read()
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.exit_status()
     finally:
         proc.kill()
         proc.wait()
@@ -86,7 +91,7 @@ def test_a_second_sigterm_ends_a_process_that_does_not_stop():
 def test_the_grace_period_ends_a_process_that_does_not_stop():
     proc = _start("0.2")
     try:
-        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.exit_status()
         err = proc.stderr.read()
         assert "SIGTERM: stopping at the next safe point" in err, err
         assert err.splitlines()[-1] == "stopped: SIGTERM's grace period (0.2 s) passed; ending the process now", err
@@ -99,8 +104,64 @@ def test_the_grace_period_ends_a_process_that_does_not_stop():
 def test_a_grace_period_of_0_ends_the_process_at_the_first_sigterm():
     proc = _start("0")
     try:
-        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.EXIT_STATUS
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == shutdown.exit_status()
         assert proc.stdout.read() == ""  # ended in the handler: the flag was never set
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.slow
+def test_a_repeated_sighup_does_not_end_the_stop_and_a_sigterm_then_does_with_sighup_s_status():
+    """A closing terminal sends SIGHUP more than once (the shell forwards its own, the kernel
+    sends another as the shell exits): after the first, a second SIGHUP leaves the stop under way
+    (on main, SIGHUP ended the process at once, status 129 from the kernel, no line); a SIGTERM
+    then ends it at once, with the status of the signal that asked to stop (129)."""
+    proc = _start("3600", "SIGHUP")
+    try:
+        assert proc.stdout.readline() == "stop requested\n", proc.stderr.read()
+        proc.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=EXIT_TIMEOUT_S) == 129 == shutdown.exit_status(signal.SIGHUP)
+        assert "SIGHUP: stopping at the next safe point" in proc.stderr.read()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# installs the guard with stderr a terminal that has hung up, sends itself SIGHUP, then writes to
+# stderr as a progress bar or the last line would, and says whether the write went through
+WRITES_AFTER_HANGUP = """
+import os, signal, sys
+from streamfit.shutdown import SigtermGuard, stop_requested
+SigtermGuard(30).install()
+os.kill(os.getpid(), signal.SIGHUP)
+while not stop_requested():
+    pass
+sys.stderr.write("a line after the hangup\\n")
+sys.stderr.flush()
+print("written", flush=True)
+"""
+
+
+def test_sighup_points_a_hung_up_terminal_at_devnull():
+    """stderr a pty whose other end (the terminal) is closed: every write to it raises EIO; the
+    guard's SIGHUP handler points it at os.devnull, so the write goes through (on main the guard
+    took no SIGHUP: the process died of it)."""
+    import pty
+
+    terminal, stderr = pty.openpty()
+    os.close(terminal)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", WRITES_AFTER_HANGUP],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            timeout=EXIT_TIMEOUT_S,
+        )
+    finally:
+        os.close(stderr)
+    assert (done.returncode, done.stdout) == (0, "written\n")
