@@ -7,7 +7,7 @@ import signal
 import sys
 
 from streamfit.memory_limit import limit_reached  # before the libraries: loaded later, under a low limit, it could fail
-from streamfit.shutdown import STOP_SIGNALS, exit_status
+from streamfit.shutdown import STOP_SIGNALS, exit_status, stop_signals_taken
 
 STARTING = "while starting; nothing was done: run it again"  # what a stop during the imports leaves
 
@@ -25,8 +25,9 @@ def run() -> None:
     SIGTERM or SIGHUP during the imports (the first second of every command, before the CLI's own
     handlers exist) ends as one later does: one `stopped:` line and exit status 130, 143 or 129,
     no traceback; so does a library that fails to load under this process's memory limit
-    (streamfit.memory_limit). The command then installs its own handler (shutdown.SigtermGuard)."""
-    default = {signum: signal.signal(signum, _terminated_while_starting) for signum in STOP_SIGNALS}
+    (streamfit.memory_limit). The command then installs its own handler (shutdown.SigtermGuard).
+    A stop signal the process was started ignoring (SIGHUP under nohup) stays ignored."""
+    default = {signum: signal.signal(signum, _terminated_while_starting) for signum in stop_signals_taken()}
     try:
         from streamfit.cli import main
     except KeyboardInterrupt:

@@ -1,5 +1,7 @@
 """SIGTERM (`kill PID`, a batch system's stop) and SIGHUP (the terminal of a command started
 without nohup closed) as a request to stop at the next safe point: STOP_SIGNALS, the one list.
+A stop signal the process was started ignoring stays ignored (stop_signals_taken): under
+`nohup` a closed terminal does not stop the command.
 
 The handler that the CLI installs (SigtermGuard) does nothing but set a flag, note the signal
 and write one byte to a pipe (and, for SIGHUP, point a stdout or stderr whose terminal has hung
@@ -79,6 +81,13 @@ def stop_requested() -> bool:
     return _installed is not None and _installed.requested
 
 
+def stop_signals_taken() -> list[signal.Signals]:
+    """The STOP_SIGNALS this process takes as stop requests: those it was not started ignoring.
+    A signal ignored on entry stays ignored, as Python leaves an ignored SIGINT: `nohup` starts a
+    command with SIGHUP ignored so that a closed terminal does not stop it."""
+    return [signum for signum in STOP_SIGNALS if signal.getsignal(signum) is not signal.SIG_IGN]
+
+
 def exit_status(signum: int = signal.SIGTERM) -> int:
     """The exit status of a command that signal `signum` stopped: 128 + its number, as a shell
     reports for a process that the signal ended (143 SIGTERM, 129 SIGHUP)."""
@@ -121,7 +130,7 @@ class SigtermGuard:
 
     def install(self) -> None:
         global _installed
-        self._previous = {signum: signal.signal(signum, self._handle) for signum in STOP_SIGNALS}
+        self._previous = {signum: signal.signal(signum, self._handle) for signum in stop_signals_taken()}
         self._watchdog.start()
         _installed = self
 

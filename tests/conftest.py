@@ -36,17 +36,19 @@ def _sigint_left_as_found():
         pytest.fail(f"the test changed this process's SIGINT handler from {before!r} to {after!r}")
 
 
-def _sigint_at_its_default() -> None:
+def _terminal_signals_at_their_defaults() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
 def terminal_job():
-    """subprocess.Popen's options for a command that a test stops as a terminal's Ctrl-C does: a
-    process group of its own (the test signals the group) with SIGINT at its default, as a
-    shell gives its foreground job, whatever this process inherited (a test suite started as a
-    background job of a non-interactive shell ignores SIGINT, and so would the command)."""
-    return {"start_new_session": True, "preexec_fn": _sigint_at_its_default}
+    """subprocess.Popen's options for a command that a test stops as a terminal's Ctrl-C or its
+    closing does: a process group of its own (the test signals the group) with SIGINT and SIGHUP
+    at their defaults, as a shell gives its foreground job, whatever this process inherited (a
+    test suite started as a background job of a non-interactive shell ignores SIGINT, one under
+    nohup SIGHUP, and so would the command)."""
+    return {"start_new_session": True, "preexec_fn": _terminal_signals_at_their_defaults}
 
 
 @pytest.fixture(scope="session")

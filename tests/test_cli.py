@@ -1229,6 +1229,18 @@ def test_ctrl_c_on_a_terminal_stops_a_run_on_the_embedded_cluster_with_one_line(
     assert json.loads((run_dir / "checkpoints" / "LATEST").read_text())["step"] >= 0  # a checkpoint kept
 
 
+def _assert_the_model_of_an_undisturbed_run(train: list, run_dir, reference_dir) -> None:
+    """The model in `run_dir` is bitwise that of `streamfit TRAIN --out reference_dir` run now."""
+    from streamfit.model import load_model
+
+    reference = run(*train, "--out", reference_dir)
+    assert reference.exit_code == 0, reference.output
+    got, want = load_model(str(run_dir))._arrays(), load_model(str(reference_dir))._arrays()
+    assert got.keys() == want.keys()
+    for key in want:
+        assert np.array_equal(got[key], want[key]), key
+
+
 SIGHUP_LINE = (
     "stopped: hung up by SIGHUP (its terminal closed; start it with nohup, or from a batch system, to keep it "
     "running); {run_dir}: checkpoint of step {step} saved; the same command plus --resume continues"
@@ -1269,8 +1281,6 @@ def test_sighup_stops_train_at_a_checkpoint_in_the_log_file_and_resume_gives_the
     import sys
     import time
 
-    from streamfit.model import load_model
-
     train = ["train", digits_cli_store, "--solver", "fbpd", "-p", "max_iter=300", "-p", "tol=0", "-p", "gap_tol=0"]
     train += ["--n-workers", "0"]
     log_file, run_dir = tmp_path / "train.log", tmp_path / "run"
@@ -1309,12 +1319,48 @@ def test_sighup_stops_train_at_a_checkpoint_in_the_log_file_and_resume_gives_the
         text=True,
     )
     assert resumed.returncode == 0, resumed.stderr
-    reference = run(*train, "--out", tmp_path / "reference")
-    assert reference.exit_code == 0, reference.output
-    got, want = load_model(str(run_dir))._arrays(), load_model(str(tmp_path / "reference"))._arrays()
-    assert got.keys() == want.keys()
-    for key in want:
-        assert np.array_equal(got[key], want[key]), key
+    _assert_the_model_of_an_undisturbed_run(train, run_dir, tmp_path / "reference")
+
+
+@pytest.mark.slow
+def test_a_train_under_nohup_runs_on_through_sighup_to_the_model_of_an_undisturbed_run(
+    digits_cli_store, tmp_path, terminal_job
+):
+    """`nohup streamfit train …` (the real nohup: SIGHUP ignored from the start) sent SIGHUP after
+    its second step, as its closed terminal would: it is not a stop request (nohup's purpose), the
+    command runs to its end, status 0, the model bitwise that of an undisturbed run. Taking SIGHUP
+    as a stop while nohup had it ignored would end it with 129 after that step."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nohup = shutil.which("nohup")
+    assert nohup is not None, "coreutils' nohup is not on PATH"
+    train = ["train", digits_cli_store, "--solver", "fbpd", "-p", "max_iter=60", "-p", "tol=0", "-p", "gap_tol=0"]
+    train += ["--n-workers", "0"]
+    run_dir = tmp_path / "run"
+    argv = [nohup, sys.executable, "-m", "streamfit.cli", "-q", *train, "--out", run_dir]
+    proc = subprocess.Popen(
+        [str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **terminal_job
+    )
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 300
+        while not metrics.exists() or len(metrics.read_text().splitlines()) < 2:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no second step within 300 s"
+            time.sleep(0.005)
+        os.killpg(proc.pid, signal.SIGHUP)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert json.loads((run_dir / "run.json").read_text())["status"] != "stopped by SIGHUP"
+    _assert_the_model_of_an_undisturbed_run(train, run_dir, tmp_path / "reference")
 
 
 # the CLI, run after Store._read_from_disk is made to send its own process SIGTERM while it reads

@@ -53,7 +53,10 @@ def test_a_signal_while_the_command_line_is_imported_is_one_line_and_its_exit_st
     control = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path)
     assert control.returncode == 0 and control.stdout.startswith("Usage: streamfit train [OPTIONS] STORE")
     env = {**os.environ, "SEND_SIGNAL": str(int(signum))}
-    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path, env=env)
+    at_default = lambda: signal.signal(signum, signal.SIG_DFL)  # noqa: E731 (as a shell starts it, whatever pytest inherited)
+    done = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, cwd=tmp_path, env=env, preexec_fn=at_default
+    )
     assert done.returncode == status, done.stderr
     assert done.stderr == line + "\n" and done.stdout == ""
 

@@ -31,7 +31,13 @@ lock = threading.Lock(); lock.acquire(); lock.acquire()
 """
 
 
-def _start(grace: str, sig: str = "SIGTERM"):
+def _start(grace: str, sig: str = "SIGTERM", ignored: signal.Signals | None = None):
+    """The HANGS_AFTER_SIGTERM process, its stop signals at their defaults but `ignored`."""
+
+    def dispositions() -> None:
+        for signum in shutdown.STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN if signum == ignored else signal.SIG_DFL)
+
     env = {**os.environ, shutdown.GRACE_ENV: grace}
     return subprocess.Popen(
         [sys.executable, "-c", HANGS_AFTER_SIGTERM, sig],
@@ -39,6 +45,7 @@ def _start(grace: str, sig: str = "SIGTERM"):
         stderr=subprocess.PIPE,
         env=env,
         text=True,
+        preexec_fn=dispositions,
     )
 
 
@@ -165,3 +172,34 @@ def test_sighup_points_a_hung_up_terminal_at_devnull():
     finally:
         os.close(stderr)
     assert (done.returncode, done.stdout) == (0, "written\n")
+
+
+@pytest.mark.slow
+def test_a_sighup_ignored_at_the_start_stays_ignored_as_under_nohup():
+    """`nohup CMD` starts CMD with SIGHUP ignored, so that a closed terminal leaves it running:
+    the guard leaves that SIGHUP ignored (it took it as a stop request, overriding nohup) and
+    still takes SIGTERM. The process sends itself SIGHUP, then SIGTERM: only the SIGTERM stops it."""
+    code = (
+        "import os, signal, time\n"
+        "from streamfit.shutdown import SigtermGuard, stop_requested\n"
+        "SigtermGuard(3600).install()\n"
+        "os.kill(os.getpid(), signal.SIGHUP)\n"
+        "time.sleep(0.5)\n"
+        "print('after SIGHUP', stop_requested(), signal.getsignal(signal.SIGHUP) is signal.SIG_IGN, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "while not stop_requested():\n"
+        "    time.sleep(0.01)\n"
+        "print('after SIGTERM', stop_requested(), flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )
+    try:
+        out, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert out.splitlines() == ["after SIGHUP False True", "after SIGTERM True"], err
