@@ -263,7 +263,8 @@ def _worker_start_method():
     """Dask's `distributed.worker.multiprocessing-method` set to WORKER_START_METHOD while the
     embedded cluster runs (restored after it, for the caller's other Dask clusters), with the
     forkserver importing WORKER_PRELOAD, started now (in the caller's thread: _sighup_blocked)
-    unless an earlier cluster of this process started it."""
+    unless an earlier cluster of this process started it, in the environment a Dask nanny gives
+    its workers (_nanny_environment)."""
     import dask
     from distributed.utils import get_mp_context
 
@@ -273,8 +274,29 @@ def _worker_start_method():
             from multiprocessing import forkserver
 
             context.set_forkserver_preload(list(WORKER_PRELOAD))  # ...which this replaces (until the server starts)
+            os.environ.update(_nanny_environment())
             forkserver.ensure_running()
         yield
+
+
+def _nanny_environment() -> dict[str, str]:
+    """The variables a Dask nanny puts in this process's environment before it starts a worker
+    (`distributed.nanny.pre-spawn-environ`, each unless already set: one OpenMP, MKL and OpenBLAS
+    thread, malloc's trim threshold; PYTHONHASHSEED 6640 where unset or 0). The forkserver started
+    before any nanny must have them as one started by the first nanny had: its WORKER_PRELOAD
+    loads NumPy's BLAS, which reads its thread count once, and the workers forked from it keep it.
+    With the driver's own count (two threads on a 2-core machine) the workers' BLAS sums came out in another
+    order than one thread's, and their models 1e-11 away from the in-process run's."""
+    import dask
+
+    environment = {
+        key: os.environ.get(key, str(value))
+        for key, value in dask.config.get("distributed.nanny.pre-spawn-environ").items()
+        if value is not None
+    }
+    if environment.get("PYTHONHASHSEED") in (None, "0"):
+        environment["PYTHONHASHSEED"] = "6640"
+    return environment
 
 
 @contextlib.contextmanager
