@@ -654,12 +654,10 @@ def _in_order(engine: Engine, items: Iterator, window: int, ready: Callable[[], 
     (which resubmits what a lost worker held), yielded in input order. A round takes the next
     item, then those after it while `ready()` (read already), up to `window` items: a round does
     not wait for a window of batches to be read (its first rows would wait for them)."""
-    while True:
-        group = [item for _, item in zip(range(1), items)]
-        while group and len(group) < window and ready() and (item := next(items, None)) is not None:
+    while (first := next(items, None)) is not None:
+        group = [first]
+        while len(group) < window and ready() and (item := next(items, None)) is not None:
             group.append(item)
-        if not group:
-            return
         done: dict[int, _Piece] = {}
         next_index = group[0][0]
         for _, piece in engine.imap_unordered(_score_piece, group, **kwargs):
